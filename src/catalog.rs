@@ -1,0 +1,249 @@
+//! The catalog: every relation Weir knows (tables now; sources and views later), with stable
+//! OIDs, persisted in the store under `C{oid}` as JSON so it survives restarts. The
+//! `pg_catalog` tables clients query are built from it ([`pg_catalog`]).
+
+pub mod functions;
+pub mod pg_catalog;
+pub mod rewrite;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::SchemaRef;
+use parking_lot::RwLock;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, WeirError, sqlstate};
+use crate::sql::types::{SqlType, schema_of};
+use crate::state::store::{Durability, Store, WriteBatch};
+use crate::state::table::{TableKind, TableStore};
+
+/// First OID handed to user objects, as in Postgres (FirstNormalObjectId).
+pub const FIRST_USER_OID: u32 = 16384;
+/// OIDs of the built-in namespaces and objects, as in Postgres.
+pub const PG_CATALOG_NAMESPACE_OID: u32 = 11;
+pub const PUBLIC_NAMESPACE_OID: u32 = 2200;
+pub const INFORMATION_SCHEMA_NAMESPACE_OID: u32 = 13000;
+pub const DATABASE_OID: u32 = 16383;
+pub const SUPERUSER_OID: u32 = 10;
+pub const DATABASE_NAME: &str = "weir";
+pub const SUPERUSER_NAME: &str = "weir";
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ColumnDesc {
+    pub name: String,
+    pub ty: SqlType,
+    pub nullable: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WatermarkDesc {
+    pub column: String,
+    /// SQL text of the watermark expression.
+    pub expr: String,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub enum RelationKind {
+    Table,
+    AppendOnlyTable,
+}
+
+impl RelationKind {
+    /// `pg_class.relkind`.
+    pub fn relkind(&self) -> &'static str {
+        match self {
+            RelationKind::Table | RelationKind::AppendOnlyTable => "r",
+        }
+    }
+}
+
+/// What the catalog persists about a relation.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RelationDesc {
+    pub oid: u32,
+    pub name: String,
+    pub kind: RelationKind,
+    pub columns: Vec<ColumnDesc>,
+    pub primary_key: Vec<String>,
+    pub watermark: Option<WatermarkDesc>,
+    /// The statement that created it.
+    pub definition: String,
+}
+
+impl RelationDesc {
+    pub fn schema(&self) -> SchemaRef {
+        schema_of(
+            self.columns
+                .iter()
+                .map(|c| (c.name.as_str(), &c.ty, c.nullable)),
+        )
+    }
+
+    /// OID of the primary key's index (a relation of its own in `pg_class`).
+    pub fn pkey_index_oid(&self) -> Option<u32> {
+        (!self.primary_key.is_empty()).then_some(self.oid + 1)
+    }
+
+    /// OID of the primary key constraint.
+    pub fn pkey_constraint_oid(&self) -> Option<u32> {
+        (!self.primary_key.is_empty()).then_some(self.oid + 2)
+    }
+
+    /// OID of the relation's row type in `pg_type`.
+    pub fn row_type_oid(&self) -> u32 {
+        self.oid + 3
+    }
+
+    pub fn table_kind(&self) -> TableKind {
+        match self.kind {
+            RelationKind::AppendOnlyTable => TableKind::AppendOnly,
+            RelationKind::Table if self.primary_key.is_empty() => TableKind::Multiset,
+            RelationKind::Table => TableKind::Keyed {
+                pk: self
+                    .primary_key
+                    .iter()
+                    .map(|k| {
+                        self.columns
+                            .iter()
+                            .position(|c| &c.name == k)
+                            .expect("primary key columns are validated at CREATE")
+                    })
+                    .collect(),
+            },
+        }
+    }
+}
+
+/// OIDs are handed out in steps so a relation's index, constraint and row type get their own.
+const OID_STEP: u32 = 4;
+
+/// A relation and the runtime object holding its data.
+pub struct Entry {
+    pub desc: RelationDesc,
+    pub table: Option<Arc<TableStore>>,
+}
+
+struct State {
+    by_name: BTreeMap<String, Arc<Entry>>,
+    next_oid: u32,
+    /// Bumped on every DDL; lets caches of catalog-derived data know when to rebuild.
+    version: u64,
+}
+
+pub struct Catalog {
+    store: Arc<dyn Store>,
+    state: RwLock<State>,
+}
+
+fn catalog_key(oid: u32) -> Vec<u8> {
+    let mut k = b"C".to_vec();
+    k.extend_from_slice(&oid.to_be_bytes());
+    k
+}
+
+impl Catalog {
+    /// Load the catalog and open every table.
+    pub fn open(store: Arc<dyn Store>) -> Result<Catalog> {
+        let mut descs = Vec::new();
+        store.scan_prefix(b"C", &mut |_, v| {
+            let d: RelationDesc = serde_json::from_slice(v)
+                .map_err(|e| WeirError::internal(format!("corrupt catalog entry: {e}")))?;
+            descs.push(d);
+            Ok(())
+        })?;
+        let mut by_name = BTreeMap::new();
+        let mut next_oid = FIRST_USER_OID;
+        for desc in descs {
+            next_oid = next_oid.max(desc.oid + OID_STEP);
+            let table = Self::open_table(&store, &desc)?;
+            by_name.insert(desc.name.clone(), Arc::new(Entry { desc, table }));
+        }
+        Ok(Catalog {
+            store,
+            state: RwLock::new(State {
+                by_name,
+                next_oid,
+                version: 0,
+            }),
+        })
+    }
+
+    fn open_table(store: &Arc<dyn Store>, desc: &RelationDesc) -> Result<Option<Arc<TableStore>>> {
+        Ok(Some(Arc::new(TableStore::open(
+            desc.oid,
+            &desc.name,
+            desc.schema(),
+            desc.columns.iter().map(|c| c.ty.clone()).collect(),
+            desc.table_kind(),
+            store.clone(),
+        )?)))
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<Entry>> {
+        self.state.read().by_name.get(name).cloned()
+    }
+
+    pub fn entries(&self) -> Vec<Arc<Entry>> {
+        self.state.read().by_name.values().cloned().collect()
+    }
+
+    pub fn version(&self) -> u64 {
+        self.state.read().version
+    }
+
+    /// Create a relation: assigns its OID, persists it (fsynced) and opens its storage.
+    /// `build` receives the OID and returns the description to store.
+    pub fn create(
+        &self,
+        name: &str,
+        if_not_exists: bool,
+        build: impl FnOnce(u32) -> Result<RelationDesc>,
+    ) -> Result<bool> {
+        let mut st = self.state.write();
+        if st.by_name.contains_key(name) {
+            if if_not_exists {
+                return Ok(false);
+            }
+            return Err(WeirError::new(
+                sqlstate::DUPLICATE_TABLE,
+                format!("relation \"{name}\" already exists"),
+            ));
+        }
+        let oid = st.next_oid;
+        let desc = build(oid)?;
+        let mut wb = WriteBatch::default();
+        wb.put(
+            catalog_key(oid),
+            serde_json::to_vec(&desc).map_err(|e| WeirError::internal(e.to_string()))?,
+        );
+        self.store.commit(wb, Durability::Sync)?;
+        let table = Self::open_table(&self.store, &desc)?;
+        st.next_oid = oid + OID_STEP;
+        st.version += 1;
+        st.by_name
+            .insert(name.to_owned(), Arc::new(Entry { desc, table }));
+        Ok(true)
+    }
+
+    /// Drop a relation and its data, atomically. Returns false when it did not exist.
+    pub fn drop_relation(&self, name: &str) -> Result<bool> {
+        let mut st = self.state.write();
+        let Some(entry) = st.by_name.get(name).cloned() else {
+            return Ok(false);
+        };
+        let mut wb = WriteBatch::default();
+        wb.delete(catalog_key(entry.desc.oid));
+        for k in TableStore::data_keys(self.store.as_ref(), entry.desc.oid)? {
+            wb.delete(k);
+        }
+        self.store.commit(wb, Durability::Sync)?;
+        st.by_name.remove(name);
+        st.version += 1;
+        Ok(true)
+    }
+}

@@ -1,0 +1,457 @@
+//! Postgres system functions clients call (`version()`, `format_type`, `pg_get_indexdef`,
+//! `pg_table_is_visible`, the `::regclass` family...), as DataFusion scalar UDFs over
+//! Weir's catalog, and a type planner that gives Postgres type names (`oid`, `name`,
+//! `jsonb`, `pg_catalog.text`) their Arrow types.
+
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, BooleanArray, Int32Array, ListBuilder, StringArray, StringBuilder,
+    UInt32Array,
+};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef};
+use datafusion::common::Result as DfResult;
+use datafusion::execution::context::SessionContext;
+use datafusion::logical_expr::planner::TypePlanner;
+use datafusion::logical_expr::{
+    ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature,
+    Volatility,
+};
+use datafusion::sql::sqlparser::ast;
+
+use crate::catalog::pg_catalog::{
+    format_type, namespace_name_of_oid, namespace_oid_of_name, relation_name_of_oid,
+    relation_oid_of_name, type_oid_of_name,
+};
+use crate::catalog::{Catalog, DATABASE_NAME, SUPERUSER_NAME};
+use crate::sql::types::SqlType;
+
+/// The `version()` string: a Postgres 16 version, so drivers pick modern protocol paths.
+pub fn version_string() -> String {
+    format!(
+        "PostgreSQL {} on x86_64-pc-linux-gnu, compiled by rustc, 64-bit (Weir {})",
+        crate::server::PG_VERSION,
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+type Imp = dyn Fn(&[ArrayRef], usize) -> DfResult<ArrayRef> + Send + Sync;
+type Ret = dyn Fn(&[DataType]) -> DataType + Send + Sync;
+
+/// A scalar function defined by a closure over whole argument arrays.
+struct PgFunction {
+    name: &'static str,
+    signature: Signature,
+    ret: Box<Ret>,
+    imp: Box<Imp>,
+}
+
+impl fmt::Debug for PgFunction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PgFunction({})", self.name)
+    }
+}
+impl PartialEq for PgFunction {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+impl Eq for PgFunction {}
+impl Hash for PgFunction {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.name.hash(state)
+    }
+}
+
+impl ScalarUDFImpl for PgFunction {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, arg_types: &[DataType]) -> DfResult<DataType> {
+        Ok((self.ret)(arg_types))
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        let n = args.number_rows;
+        let scalar_only = args
+            .args
+            .iter()
+            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let rows = if arrays.is_empty() || scalar_only {
+            1
+        } else {
+            n
+        };
+        let out = (self.imp)(&arrays, rows)?;
+        if scalar_only {
+            Ok(ColumnarValue::Scalar(
+                datafusion::common::ScalarValue::try_from_array(&out, 0)?,
+            ))
+        } else {
+            Ok(ColumnarValue::Array(out))
+        }
+    }
+}
+
+fn any_args() -> Signature {
+    Signature::one_of(
+        vec![TypeSignature::Nullary, TypeSignature::VariadicAny],
+        Volatility::Stable,
+    )
+}
+
+fn register_fn(
+    ctx: &SessionContext,
+    name: &'static str,
+    ret: DataType,
+    imp: impl Fn(&[ArrayRef], usize) -> DfResult<ArrayRef> + Send + Sync + 'static,
+) {
+    ctx.register_udf(ScalarUDF::new_from_impl(PgFunction {
+        name,
+        signature: any_args(),
+        ret: Box::new(move |_| ret.clone()),
+        imp: Box::new(imp),
+    }));
+}
+
+fn as_u32(a: &ArrayRef) -> DfResult<UInt32Array> {
+    let c = cast(a, &DataType::UInt32)?;
+    Ok(c.as_any()
+        .downcast_ref::<UInt32Array>()
+        .expect("cast to UInt32 gives UInt32Array")
+        .clone())
+}
+
+fn as_str(a: &ArrayRef) -> DfResult<StringArray> {
+    let c = cast(a, &DataType::Utf8)?;
+    Ok(c.as_any()
+        .downcast_ref::<StringArray>()
+        .expect("cast to Utf8 gives StringArray")
+        .clone())
+}
+
+/// Map the first argument row by row; rows of a missing argument are NULL.
+fn map_u32_to_str(
+    args: &[ArrayRef],
+    rows: usize,
+    f: impl Fn(u32) -> Option<String>,
+) -> DfResult<ArrayRef> {
+    let Some(a) = args.first() else {
+        return Ok(Arc::new(StringArray::new_null(rows)));
+    };
+    let a = as_u32(a)?;
+    Ok(Arc::new(
+        (0..rows)
+            .map(|i| if a.is_null(i) { None } else { f(a.value(i)) })
+            .collect::<StringArray>(),
+    ))
+}
+
+fn constant_str(rows: usize, s: Option<&str>) -> ArrayRef {
+    Arc::new((0..rows).map(|_| s).collect::<StringArray>())
+}
+
+fn constant_bool(rows: usize, b: bool) -> ArrayRef {
+    Arc::new(BooleanArray::from(vec![b; rows]))
+}
+
+/// Register every function on a session context.
+pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
+    register_fn(ctx, "version", DataType::Utf8, |_, rows| {
+        Ok(constant_str(rows, Some(&version_string())))
+    });
+    register_fn(ctx, "current_database", DataType::Utf8, |_, rows| {
+        Ok(constant_str(rows, Some(DATABASE_NAME)))
+    });
+    register_fn(ctx, "current_catalog", DataType::Utf8, |_, rows| {
+        Ok(constant_str(rows, Some(DATABASE_NAME)))
+    });
+    register_fn(ctx, "current_schema", DataType::Utf8, |_, rows| {
+        Ok(constant_str(rows, Some("public")))
+    });
+    for name in ["current_user", "session_user", "user", "current_role"] {
+        register_fn(ctx, name, DataType::Utf8, |_, rows| {
+            Ok(constant_str(rows, Some(SUPERUSER_NAME)))
+        });
+    }
+    ctx.register_udf(ScalarUDF::new_from_impl(PgFunction {
+        name: "current_schemas",
+        signature: any_args(),
+        ret: Box::new(|_| DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true)))),
+        imp: Box::new(|args, rows| {
+            let include_implicit = args
+                .first()
+                .and_then(|a| a.as_any().downcast_ref::<BooleanArray>().map(|b| b.value(0)))
+                .unwrap_or(false);
+            let mut b = ListBuilder::new(StringBuilder::new());
+            for _ in 0..rows {
+                if include_implicit {
+                    b.values().append_value("pg_catalog");
+                }
+                b.values().append_value("public");
+                b.append(true);
+            }
+            Ok(Arc::new(b.finish()))
+        }),
+    }));
+    register_fn(ctx, "pg_backend_pid", DataType::Int32, |_, rows| {
+        Ok(Arc::new(Int32Array::from(vec![std::process::id() as i32; rows])))
+    });
+    register_fn(ctx, "pg_encoding_to_char", DataType::Utf8, |_, rows| {
+        Ok(constant_str(rows, Some("UTF8")))
+    });
+    register_fn(ctx, "pg_get_userbyid", DataType::Utf8, |args, rows| {
+        map_u32_to_str(args, rows, |_| Some(SUPERUSER_NAME.to_owned()))
+    });
+    for name in [
+        "pg_table_is_visible",
+        "pg_type_is_visible",
+        "pg_function_is_visible",
+        "has_table_privilege",
+        "has_schema_privilege",
+        "has_database_privilege",
+        "has_column_privilege",
+        "has_any_column_privilege",
+        "has_function_privilege",
+        "has_sequence_privilege",
+    ] {
+        register_fn(ctx, name, DataType::Boolean, |_, rows| {
+            Ok(constant_bool(rows, true))
+        });
+    }
+    register_fn(
+        ctx,
+        "pg_relation_is_publishable",
+        DataType::Boolean,
+        |_, rows| Ok(constant_bool(rows, false)),
+    );
+    for name in [
+        "obj_description",
+        "col_description",
+        "shobj_description",
+        "pg_get_statisticsobjdef_columns",
+        "pg_get_triggerdef",
+        "pg_get_ruledef",
+        "pg_get_partkeydef",
+    ] {
+        register_fn(ctx, name, DataType::Utf8, |_, rows| {
+            Ok(constant_str(rows, None))
+        });
+    }
+    // pg_get_expr(text, oid [, pretty]): our stored expressions are already text
+    register_fn(ctx, "pg_get_expr", DataType::Utf8, |args, rows| match args.first() {
+        Some(a) => as_str(a).map(|s| Arc::new(s) as ArrayRef),
+        None => Ok(constant_str(rows, None)),
+    });
+    register_fn(ctx, "format_type", DataType::Utf8, |args, rows| {
+        let Some(t) = args.first() else {
+            return Ok(constant_str(rows, None));
+        };
+        let t = as_u32(t)?;
+        let m = match args.get(1) {
+            Some(m) => Some(cast(m, &DataType::Int32)?),
+            None => None,
+        };
+        let m = m.as_ref().and_then(|m| m.as_any().downcast_ref::<Int32Array>());
+        Ok(Arc::new(
+            (0..rows)
+                .map(|i| {
+                    if t.is_null(i) {
+                        return None;
+                    }
+                    let typmod = m
+                        .map(|m| if m.is_null(i) { -1 } else { m.value(i) })
+                        .unwrap_or(-1);
+                    Some(format_type(t.value(i), typmod).unwrap_or_else(|| "???".to_owned()))
+                })
+                .collect::<StringArray>(),
+        ))
+    });
+    {
+        let catalog = catalog.clone();
+        register_fn(ctx, "pg_get_indexdef", DataType::Utf8, move |args, rows| {
+            map_u32_to_str(args, rows, |oid| {
+                catalog.entries().iter().find_map(|e| {
+                    (e.desc.pkey_index_oid() == Some(oid)).then(|| {
+                        format!(
+                            "CREATE UNIQUE INDEX {0}_pkey ON public.{0} USING btree ({1})",
+                            e.desc.name,
+                            e.desc.primary_key.join(", ")
+                        )
+                    })
+                })
+            })
+        });
+    }
+    {
+        let catalog = catalog.clone();
+        register_fn(ctx, "pg_get_constraintdef", DataType::Utf8, move |args, rows| {
+            map_u32_to_str(args, rows, |oid| {
+                catalog.entries().iter().find_map(|e| {
+                    (e.desc.pkey_constraint_oid() == Some(oid))
+                        .then(|| format!("PRIMARY KEY ({})", e.desc.primary_key.join(", ")))
+                })
+            })
+        });
+    }
+    register_fn(ctx, "quote_ident", DataType::Utf8, |args, rows| {
+        let Some(a) = args.first() else {
+            return Ok(constant_str(rows, None));
+        };
+        let s = as_str(a)?;
+        Ok(Arc::new(
+            s.iter()
+                .map(|v| v.map(quote_ident))
+                .collect::<StringArray>(),
+        ))
+    });
+    // ::regclass and friends (the rewriter turns casts into these calls). A name becomes
+    // the OID; an OID becomes the name, which is how a regclass value prints.
+    {
+        let c2 = catalog.clone();
+        reg_cast(
+            ctx,
+            "weir_regclass",
+            Arc::new(move |s: &str| relation_oid_of_name(&c2, s)),
+            Arc::new({
+                let catalog = catalog.clone();
+                move |o: u32| relation_name_of_oid(&catalog, o)
+            }),
+        );
+    }
+    reg_cast(
+        ctx,
+        "weir_regtype",
+        Arc::new(type_oid_of_name),
+        Arc::new(|o| format_type(o, -1)),
+    );
+    reg_cast(
+        ctx,
+        "weir_regnamespace",
+        Arc::new(namespace_oid_of_name),
+        Arc::new(|o| namespace_name_of_oid(o).map(|s| s.to_owned())),
+    );
+    reg_cast(
+        ctx,
+        "weir_regrole",
+        Arc::new(|s: &str| (s == SUPERUSER_NAME).then_some(crate::catalog::SUPERUSER_OID)),
+        Arc::new(|o| (o == crate::catalog::SUPERUSER_OID).then(|| SUPERUSER_NAME.to_owned())),
+    );
+    reg_cast(
+        ctx,
+        "weir_regproc",
+        Arc::new(|_: &str| None),
+        Arc::new(|o| Some(o.to_string())),
+    );
+    register_fn(ctx, "to_regtype", DataType::UInt32, |args, rows| {
+        let Some(a) = args.first() else {
+            return Ok(Arc::new(UInt32Array::new_null(rows)));
+        };
+        let s = as_str(a)?;
+        Ok(Arc::new(
+            s.iter()
+                .map(|v| v.and_then(type_oid_of_name))
+                .collect::<UInt32Array>(),
+        ))
+    });
+    {
+        let catalog = catalog.clone();
+        register_fn(ctx, "to_regclass", DataType::UInt32, move |args, rows| {
+            let Some(a) = args.first() else {
+                return Ok(Arc::new(UInt32Array::new_null(rows)));
+            };
+            let s = as_str(a)?;
+            Ok(Arc::new(
+                s.iter()
+                    .map(|v| v.and_then(|n| relation_oid_of_name(&catalog, n)))
+                    .collect::<UInt32Array>(),
+            ))
+        });
+    }
+}
+
+type NameToOid = Arc<dyn Fn(&str) -> Option<u32> + Send + Sync>;
+type OidToName = Arc<dyn Fn(u32) -> Option<String> + Send + Sync>;
+
+fn reg_cast(ctx: &SessionContext, name: &'static str, to_oid: NameToOid, to_name: OidToName) {
+    ctx.register_udf(ScalarUDF::new_from_impl(PgFunction {
+        name,
+        signature: any_args(),
+        ret: Box::new(|args| match args.first() {
+            Some(DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View) => DataType::UInt32,
+            _ => DataType::Utf8,
+        }),
+        imp: Box::new(move |args, rows| {
+            let Some(a) = args.first() else {
+                return Ok(Arc::new(StringArray::new_null(rows)));
+            };
+            match a.data_type() {
+                DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
+                    let s = as_str(a)?;
+                    let mut out = Vec::with_capacity(rows);
+                    for v in s.iter() {
+                        match v {
+                            None => out.push(None),
+                            Some(n) => match to_oid(n) {
+                                Some(o) => out.push(Some(o)),
+                                None => match n.parse::<u32>() {
+                                    Ok(o) => out.push(Some(o)),
+                                    Err(_) => {
+                                        return Err(datafusion::error::DataFusionError::External(
+                                            Box::new(crate::error::WeirError::new(
+                                                crate::error::sqlstate::UNDEFINED_OBJECT,
+                                                format!("object \"{n}\" does not exist"),
+                                            )),
+                                        ));
+                                    }
+                                },
+                            },
+                        }
+                    }
+                    Ok(Arc::new(UInt32Array::from(out)))
+                }
+                _ => map_u32_to_str(args, rows, |o| Some(to_name(o).unwrap_or_else(|| o.to_string()))),
+            }
+        }),
+    }));
+}
+
+pub fn quote_ident(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if plain {
+        s.to_owned()
+    } else {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    }
+}
+
+/// Gives Postgres type names their Arrow types, carrying the declared type in field
+/// metadata so results report it on the wire.
+#[derive(Debug)]
+pub struct WeirTypePlanner;
+
+impl TypePlanner for WeirTypePlanner {
+    fn plan_type_field(&self, sql_type: &ast::DataType) -> DfResult<Option<FieldRef>> {
+        let declared = match sql_type {
+            ast::DataType::JSON | ast::DataType::JSONB => Some(SqlType::Jsonb),
+            ast::DataType::Varchar(Some(_)) | ast::DataType::CharacterVarying(Some(_)) => {
+                SqlType::from_ast(sql_type).ok()
+            }
+            ast::DataType::Numeric(_) | ast::DataType::Decimal(_) => SqlType::from_ast(sql_type).ok(),
+            ast::DataType::Custom(..) => SqlType::from_ast(sql_type).ok(),
+            _ => None,
+        };
+        Ok(declared.map(|t| Arc::new(t.field("", true))))
+    }
+}

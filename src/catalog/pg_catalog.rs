@@ -1,0 +1,1323 @@
+//! `pg_catalog`, generated from Weir's catalog each time a query names one of its tables.
+//!
+//! Column sets follow Postgres 16 for the columns clients read (psql's `\d` family now;
+//! drivers and BI tools extend it). OIDs are the ones the catalog assigned and stored, so they
+//! agree across tables, connections and restarts. Tables we have nothing for (policies,
+//! publications, statistics objects...) exist with their columns and no rows, so client
+//! queries that join them plan and return what Postgres would for a database without them.
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{
+    ArrayRef, BooleanBuilder, Float32Builder, Int16Builder, Int32Builder, Int64Builder,
+    ListBuilder, StringBuilder, UInt32Builder,
+};
+use datafusion::arrow::datatypes::Schema;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::catalog::{SchemaProvider, TableProvider};
+use datafusion::datasource::MemTable;
+use datafusion::error::Result as DfResult;
+
+use crate::catalog::{
+    Catalog, DATABASE_NAME, DATABASE_OID, Entry, INFORMATION_SCHEMA_NAMESPACE_OID,
+    PG_CATALOG_NAMESPACE_OID, PUBLIC_NAMESPACE_OID, SUPERUSER_NAME, SUPERUSER_OID,
+};
+use crate::sql::types::{SqlType, array_oid};
+
+/// A cell of a catalog row.
+#[derive(Debug, Clone)]
+pub enum V {
+    Null,
+    I(i64),
+    F(f64),
+    S(String),
+    B(bool),
+    /// An array of text or integers, by the column's element type.
+    A(Vec<V>),
+}
+
+impl From<&str> for V {
+    fn from(s: &str) -> V {
+        V::S(s.to_owned())
+    }
+}
+impl From<String> for V {
+    fn from(s: String) -> V {
+        V::S(s)
+    }
+}
+impl From<bool> for V {
+    fn from(b: bool) -> V {
+        V::B(b)
+    }
+}
+impl From<u32> for V {
+    fn from(i: u32) -> V {
+        V::I(i as i64)
+    }
+}
+impl From<i32> for V {
+    fn from(i: i32) -> V {
+        V::I(i as i64)
+    }
+}
+impl From<i64> for V {
+    fn from(i: i64) -> V {
+        V::I(i)
+    }
+}
+impl From<usize> for V {
+    fn from(i: usize) -> V {
+        V::I(i as i64)
+    }
+}
+
+use SqlType as T;
+
+fn oid() -> T {
+    T::Oid
+}
+fn name() -> T {
+    T::Name
+}
+fn text() -> T {
+    T::Text
+}
+fn ch() -> T {
+    T::InternalChar
+}
+fn b() -> T {
+    T::Bool
+}
+fn i2() -> T {
+    T::Int2
+}
+fn i4() -> T {
+    T::Int4
+}
+fn arr(t: T) -> T {
+    T::Array(Box::new(t))
+}
+
+/// Build a catalog table from column specs and rows.
+pub fn build_table(columns: &[(&str, T)], rows: Vec<Vec<V>>) -> DfResult<RecordBatch> {
+    let schema = Arc::new(Schema::new(
+        columns
+            .iter()
+            .map(|(n, t)| t.field(n, true))
+            .collect::<Vec<_>>(),
+    ));
+    let arrays: Vec<ArrayRef> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, (_, t))| column(t, rows.iter().map(|r| r.get(i).unwrap_or(&V::Null))))
+        .collect();
+    Ok(RecordBatch::try_new(schema, arrays)?)
+}
+
+fn column<'a>(t: &T, cells: impl Iterator<Item = &'a V>) -> ArrayRef {
+    fn int(v: &V) -> Option<i64> {
+        match v {
+            V::I(i) => Some(*i),
+            V::B(b) => Some(*b as i64),
+            _ => None,
+        }
+    }
+    fn string(v: &V) -> Option<String> {
+        match v {
+            V::S(s) => Some(s.clone()),
+            V::I(i) => Some(i.to_string()),
+            _ => None,
+        }
+    }
+    match t {
+        T::Oid => {
+            let mut bld = UInt32Builder::new();
+            for v in cells {
+                bld.append_option(int(v).map(|i| i as u32));
+            }
+            Arc::new(bld.finish())
+        }
+        T::Int2 => {
+            let mut bld = Int16Builder::new();
+            for v in cells {
+                bld.append_option(int(v).map(|i| i as i16));
+            }
+            Arc::new(bld.finish())
+        }
+        T::Int4 => {
+            let mut bld = Int32Builder::new();
+            for v in cells {
+                bld.append_option(int(v).map(|i| i as i32));
+            }
+            Arc::new(bld.finish())
+        }
+        T::Int8 => {
+            let mut bld = Int64Builder::new();
+            for v in cells {
+                bld.append_option(int(v));
+            }
+            Arc::new(bld.finish())
+        }
+        T::Float4 => {
+            let mut bld = Float32Builder::new();
+            for v in cells {
+                bld.append_option(match v {
+                    V::F(f) => Some(*f as f32),
+                    V::I(i) => Some(*i as f32),
+                    _ => None,
+                });
+            }
+            Arc::new(bld.finish())
+        }
+        T::Bool => {
+            let mut bld = BooleanBuilder::new();
+            for v in cells {
+                bld.append_option(match v {
+                    V::B(b) => Some(*b),
+                    _ => None,
+                });
+            }
+            Arc::new(bld.finish())
+        }
+        T::Array(elem) => match elem.as_ref() {
+            T::Oid => {
+                let mut bld = ListBuilder::new(UInt32Builder::new())
+                    .with_field(Arc::new(elem.field("item", true)));
+                for v in cells {
+                    match v {
+                        V::A(items) => {
+                            for it in items {
+                                bld.values().append_option(int(it).map(|i| i as u32));
+                            }
+                            bld.append(true);
+                        }
+                        _ => bld.append(false),
+                    }
+                }
+                Arc::new(bld.finish())
+            }
+            T::Int2 => {
+                let mut bld = ListBuilder::new(Int16Builder::new())
+                    .with_field(Arc::new(elem.field("item", true)));
+                for v in cells {
+                    match v {
+                        V::A(items) => {
+                            for it in items {
+                                bld.values().append_option(int(it).map(|i| i as i16));
+                            }
+                            bld.append(true);
+                        }
+                        _ => bld.append(false),
+                    }
+                }
+                Arc::new(bld.finish())
+            }
+            _ => {
+                let mut bld = ListBuilder::new(StringBuilder::new())
+                    .with_field(Arc::new(elem.field("item", true)));
+                for v in cells {
+                    match v {
+                        V::A(items) => {
+                            for it in items {
+                                bld.values().append_option(string(it));
+                            }
+                            bld.append(true);
+                        }
+                        _ => bld.append(false),
+                    }
+                }
+                Arc::new(bld.finish())
+            }
+        },
+        _ => {
+            let mut bld = StringBuilder::new();
+            for v in cells {
+                bld.append_option(string(v));
+            }
+            Arc::new(bld.finish())
+        }
+    }
+}
+
+/// The schema provider of `pg_catalog`.
+pub struct PgCatalogSchema {
+    catalog: Arc<Catalog>,
+}
+
+impl fmt::Debug for PgCatalogSchema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("PgCatalogSchema")
+    }
+}
+
+impl PgCatalogSchema {
+    pub fn new(catalog: Arc<Catalog>) -> Self {
+        PgCatalogSchema { catalog }
+    }
+}
+
+const TABLES: &[&str] = &[
+    "pg_namespace",
+    "pg_class",
+    "pg_attribute",
+    "pg_type",
+    "pg_database",
+    "pg_roles",
+    "pg_user",
+    "pg_authid",
+    "pg_am",
+    "pg_index",
+    "pg_constraint",
+    "pg_attrdef",
+    "pg_description",
+    "pg_shdescription",
+    "pg_inherits",
+    "pg_collation",
+    "pg_policy",
+    "pg_statistic_ext",
+    "pg_publication",
+    "pg_publication_namespace",
+    "pg_publication_rel",
+    "pg_proc",
+    "pg_settings",
+    "pg_tables",
+    "pg_views",
+    "pg_matviews",
+    "pg_tablespace",
+    "pg_extension",
+    "pg_trigger",
+    "pg_rewrite",
+    "pg_depend",
+    "pg_sequence",
+    "pg_foreign_table",
+    "pg_partitioned_table",
+    "pg_enum",
+    "pg_range",
+    "pg_event_trigger",
+    "pg_language",
+    "pg_stat_activity",
+];
+
+#[async_trait]
+impl SchemaProvider for PgCatalogSchema {
+    fn table_names(&self) -> Vec<String> {
+        TABLES.iter().map(|s| s.to_string()).collect()
+    }
+
+    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        let Some(batch) = build(name, &self.catalog)? else {
+            return Ok(None);
+        };
+        let mem = MemTable::try_new(batch.schema(), vec![vec![batch]])?;
+        Ok(Some(Arc::new(mem)))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        TABLES.contains(&name)
+    }
+}
+
+/// Built-in types: (oid, name, len, category, element oid for arrays).
+const BUILTIN_TYPES: &[(u32, &str, i16, &str)] = &[
+    (16, "bool", 1, "B"),
+    (17, "bytea", -1, "U"),
+    (18, "char", 1, "Z"),
+    (19, "name", 64, "S"),
+    (20, "int8", 8, "N"),
+    (21, "int2", 2, "N"),
+    (22, "int2vector", -1, "A"),
+    (23, "int4", 4, "N"),
+    (24, "regproc", 4, "N"),
+    (25, "text", -1, "S"),
+    (26, "oid", 4, "N"),
+    (114, "json", -1, "U"),
+    (700, "float4", 4, "N"),
+    (701, "float8", 8, "N"),
+    (705, "unknown", -2, "X"),
+    (1042, "bpchar", -1, "S"),
+    (1043, "varchar", -1, "S"),
+    (1082, "date", 4, "D"),
+    (1083, "time", 8, "D"),
+    (1114, "timestamp", 8, "D"),
+    (1184, "timestamptz", 8, "D"),
+    (1186, "interval", 16, "T"),
+    (1700, "numeric", -1, "N"),
+    (2205, "regclass", 4, "N"),
+    (2206, "regtype", 4, "N"),
+    (2950, "uuid", 16, "U"),
+    (3802, "jsonb", -1, "U"),
+    (4089, "regnamespace", 4, "N"),
+];
+
+fn type_name(oid: u32) -> Option<&'static str> {
+    BUILTIN_TYPES
+        .iter()
+        .find(|t| t.0 == oid)
+        .map(|t| t.1)
+}
+
+/// `format_type(oid, typmod)` for the types we know.
+pub fn format_type(type_oid: u32, typmod: i32) -> Option<String> {
+    let base = |oid: u32| -> Option<SqlType> {
+        Some(match oid {
+            16 => T::Bool,
+            17 => T::Bytea,
+            18 => T::InternalChar,
+            19 => T::Name,
+            20 => T::Int8,
+            21 => T::Int2,
+            23 => T::Int4,
+            25 => T::Text,
+            26 => T::Oid,
+            114 | 3802 => T::Jsonb,
+            700 => T::Float4,
+            701 => T::Float8,
+            1043 => T::Varchar(None),
+            1082 => T::Date,
+            1083 => T::Time,
+            1114 => T::Timestamp,
+            1184 => T::TimestampTz,
+            1186 => T::Interval,
+            1700 => T::Numeric(None),
+            _ => return None,
+        })
+    };
+    let with_mod = |t: SqlType| -> SqlType {
+        match t {
+            T::Varchar(None) if typmod >= 4 => T::Varchar(Some((typmod - 4) as u32)),
+            T::Numeric(None) if typmod >= 4 => {
+                let m = typmod - 4;
+                T::Numeric(Some(((m >> 16) as u8, (m & 0xffff) as i8)))
+            }
+            t => t,
+        }
+    };
+    if let Some(t) = base(type_oid) {
+        return Some(with_mod(t).display_name());
+    }
+    // arrays
+    for (oid, ..) in BUILTIN_TYPES {
+        if array_oid(*oid) == Some(type_oid) {
+            return base(*oid).map(|t| format!("{}[]", with_mod(t).display_name()));
+        }
+    }
+    type_name(type_oid).map(|s| s.to_owned())
+}
+
+fn namespace_name(oid: u32) -> &'static str {
+    match oid {
+        PG_CATALOG_NAMESPACE_OID => "pg_catalog",
+        INFORMATION_SCHEMA_NAMESPACE_OID => "information_schema",
+        _ => "public",
+    }
+}
+
+pub fn relation_name_of_oid(catalog: &Catalog, oid: u32) -> Option<String> {
+    catalog.entries().iter().find_map(|e| {
+        if e.desc.oid == oid {
+            Some(e.desc.name.clone())
+        } else if e.desc.pkey_index_oid() == Some(oid) {
+            Some(format!("{}_pkey", e.desc.name))
+        } else {
+            None
+        }
+    })
+}
+
+pub fn relation_oid_of_name(catalog: &Catalog, name: &str) -> Option<u32> {
+    let name = name
+        .trim_start_matches("public.")
+        .trim_matches('"')
+        .to_owned();
+    catalog.entries().iter().find_map(|e| {
+        if e.desc.name == name {
+            Some(e.desc.oid)
+        } else if format!("{}_pkey", e.desc.name) == name {
+            e.desc.pkey_index_oid()
+        } else {
+            None
+        }
+    })
+}
+
+pub fn namespace_oid_of_name(name: &str) -> Option<u32> {
+    match name {
+        "pg_catalog" => Some(PG_CATALOG_NAMESPACE_OID),
+        "public" => Some(PUBLIC_NAMESPACE_OID),
+        "information_schema" => Some(INFORMATION_SCHEMA_NAMESPACE_OID),
+        _ => None,
+    }
+}
+
+pub fn namespace_name_of_oid(oid: u32) -> Option<&'static str> {
+    match oid {
+        PG_CATALOG_NAMESPACE_OID | PUBLIC_NAMESPACE_OID | INFORMATION_SCHEMA_NAMESPACE_OID => {
+            Some(namespace_name(oid))
+        }
+        _ => None,
+    }
+}
+
+pub fn type_oid_of_name(name: &str) -> Option<u32> {
+    let n = name.trim_start_matches("pg_catalog.");
+    let alias = match n {
+        "integer" | "int" => "int4",
+        "smallint" => "int2",
+        "bigint" => "int8",
+        "boolean" => "bool",
+        "real" => "float4",
+        "double precision" => "float8",
+        "character varying" => "varchar",
+        "timestamp without time zone" => "timestamp",
+        "timestamp with time zone" => "timestamptz",
+        "decimal" => "numeric",
+        other => other,
+    };
+    BUILTIN_TYPES.iter().find(|t| t.1 == alias).map(|t| t.0)
+}
+
+fn relkind(e: &Entry) -> &'static str {
+    e.desc.kind.relkind()
+}
+
+fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
+    let entries = catalog.entries();
+    let owner = || V::I(SUPERUSER_OID as i64);
+    Ok(Some(match table {
+        "pg_namespace" => build_table(
+            &[
+                ("oid", oid()),
+                ("nspname", name()),
+                ("nspowner", oid()),
+                ("nspacl", arr(text())),
+            ],
+            [
+                PG_CATALOG_NAMESPACE_OID,
+                PUBLIC_NAMESPACE_OID,
+                INFORMATION_SCHEMA_NAMESPACE_OID,
+            ]
+            .iter()
+            .map(|o| vec![V::from(*o), namespace_name(*o).into(), owner(), V::Null])
+            .collect(),
+        )?,
+        "pg_class" => {
+            let mut rows = Vec::new();
+            for e in &entries {
+                let d = &e.desc;
+                rows.push(class_row(
+                    d.oid,
+                    &d.name,
+                    d.row_type_oid(),
+                    relkind(e),
+                    2,
+                    d.columns.len(),
+                    d.pkey_index_oid().is_some(),
+                    e.table.as_ref().map(|t| t.row_count()).unwrap_or(0) as f64,
+                ));
+                if let Some(idx) = d.pkey_index_oid() {
+                    rows.push(class_row(
+                        idx,
+                        &format!("{}_pkey", d.name),
+                        0,
+                        "i",
+                        403,
+                        d.primary_key.len(),
+                        false,
+                        0.0,
+                    ));
+                }
+            }
+            build_table(
+                &[
+                    ("oid", oid()),
+                    ("relname", name()),
+                    ("relnamespace", oid()),
+                    ("reltype", oid()),
+                    ("reloftype", oid()),
+                    ("relowner", oid()),
+                    ("relam", oid()),
+                    ("relfilenode", oid()),
+                    ("reltablespace", oid()),
+                    ("relpages", i4()),
+                    ("reltuples", T::Float4),
+                    ("relallvisible", i4()),
+                    ("reltoastrelid", oid()),
+                    ("relhasindex", b()),
+                    ("relisshared", b()),
+                    ("relpersistence", ch()),
+                    ("relkind", ch()),
+                    ("relnatts", i2()),
+                    ("relchecks", i2()),
+                    ("relhasrules", b()),
+                    ("relhastriggers", b()),
+                    ("relhassubclass", b()),
+                    ("relrowsecurity", b()),
+                    ("relforcerowsecurity", b()),
+                    ("relispopulated", b()),
+                    ("relreplident", ch()),
+                    ("relispartition", b()),
+                    ("relrewrite", oid()),
+                    ("relacl", arr(text())),
+                    ("reloptions", arr(text())),
+                    ("relpartbound", text()),
+                ],
+                rows,
+            )?
+        }
+        "pg_attribute" => {
+            let mut rows = Vec::new();
+            for e in &entries {
+                let d = &e.desc;
+                for (i, c) in d.columns.iter().enumerate() {
+                    rows.push(attribute_row(d.oid, &c.name, &c.ty, i + 1, !c.nullable));
+                }
+                if let Some(idx) = d.pkey_index_oid() {
+                    for (i, k) in d.primary_key.iter().enumerate() {
+                        if let Some(c) = d.columns.iter().find(|c| &c.name == k) {
+                            rows.push(attribute_row(idx, &c.name, &c.ty, i + 1, true));
+                        }
+                    }
+                }
+            }
+            build_table(
+                &[
+                    ("attrelid", oid()),
+                    ("attname", name()),
+                    ("atttypid", oid()),
+                    ("attstattarget", i4()),
+                    ("attlen", i2()),
+                    ("attnum", i2()),
+                    ("attndims", i4()),
+                    ("attcacheoff", i4()),
+                    ("atttypmod", i4()),
+                    ("attbyval", b()),
+                    ("attalign", ch()),
+                    ("attstorage", ch()),
+                    ("attcompression", ch()),
+                    ("attnotnull", b()),
+                    ("atthasdef", b()),
+                    ("atthasmissing", b()),
+                    ("attidentity", ch()),
+                    ("attgenerated", ch()),
+                    ("attisdropped", b()),
+                    ("attislocal", b()),
+                    ("attinhcount", i4()),
+                    ("attcollation", oid()),
+                    ("attacl", arr(text())),
+                    ("attoptions", arr(text())),
+                    ("attfdwoptions", arr(text())),
+                ],
+                rows,
+            )?
+        }
+        "pg_type" => {
+            let mut rows = Vec::new();
+            for (o, n, len, cat) in BUILTIN_TYPES {
+                rows.push(type_row(
+                    *o,
+                    n,
+                    *len,
+                    "b",
+                    cat,
+                    0,
+                    0,
+                    array_oid(*o).unwrap_or(0),
+                ));
+                if let Some(a) = array_oid(*o) {
+                    rows.push(type_row(a, &format!("_{n}"), -1, "b", "A", 0, *o, 0));
+                }
+            }
+            for e in &entries {
+                rows.push(type_row(
+                    e.desc.row_type_oid(),
+                    &e.desc.name,
+                    -1,
+                    "c",
+                    "C",
+                    e.desc.oid,
+                    0,
+                    0,
+                ));
+            }
+            build_table(
+                &[
+                    ("oid", oid()),
+                    ("typname", name()),
+                    ("typnamespace", oid()),
+                    ("typowner", oid()),
+                    ("typlen", i2()),
+                    ("typbyval", b()),
+                    ("typtype", ch()),
+                    ("typcategory", ch()),
+                    ("typispreferred", b()),
+                    ("typisdefined", b()),
+                    ("typdelim", ch()),
+                    ("typrelid", oid()),
+                    ("typelem", oid()),
+                    ("typarray", oid()),
+                    ("typinput", text()),
+                    ("typoutput", text()),
+                    ("typreceive", text()),
+                    ("typsend", text()),
+                    ("typalign", ch()),
+                    ("typstorage", ch()),
+                    ("typnotnull", b()),
+                    ("typbasetype", oid()),
+                    ("typtypmod", i4()),
+                    ("typndims", i4()),
+                    ("typcollation", oid()),
+                    ("typdefault", text()),
+                ],
+                rows,
+            )?
+        }
+        "pg_database" => build_table(
+            &[
+                ("oid", oid()),
+                ("datname", name()),
+                ("datdba", oid()),
+                ("encoding", i4()),
+                ("datlocprovider", ch()),
+                ("datistemplate", b()),
+                ("datallowconn", b()),
+                ("datconnlimit", i4()),
+                ("datcollate", text()),
+                ("datctype", text()),
+                ("daticulocale", text()),
+                ("daticurules", text()),
+                ("datcollversion", text()),
+                ("datacl", arr(text())),
+                ("dattablespace", oid()),
+            ],
+            vec![vec![
+                DATABASE_OID.into(),
+                DATABASE_NAME.into(),
+                owner(),
+                6i32.into(),
+                "c".into(),
+                false.into(),
+                true.into(),
+                (-1i32).into(),
+                "C.UTF-8".into(),
+                "C.UTF-8".into(),
+                V::Null,
+                V::Null,
+                V::Null,
+                V::Null,
+                1663u32.into(),
+            ]],
+        )?,
+        "pg_roles" | "pg_authid" => build_table(
+            &[
+                ("oid", oid()),
+                ("rolname", name()),
+                ("rolsuper", b()),
+                ("rolinherit", b()),
+                ("rolcreaterole", b()),
+                ("rolcreatedb", b()),
+                ("rolcanlogin", b()),
+                ("rolreplication", b()),
+                ("rolconnlimit", i4()),
+                ("rolpassword", text()),
+                ("rolvaliduntil", T::TimestampTz),
+                ("rolbypassrls", b()),
+                ("rolconfig", arr(text())),
+            ],
+            vec![vec![
+                owner(),
+                SUPERUSER_NAME.into(),
+                true.into(),
+                true.into(),
+                true.into(),
+                true.into(),
+                true.into(),
+                true.into(),
+                (-1i32).into(),
+                "********".into(),
+                V::Null,
+                true.into(),
+                V::Null,
+            ]],
+        )?,
+        "pg_user" => build_table(
+            &[
+                ("usename", name()),
+                ("usesysid", oid()),
+                ("usecreatedb", b()),
+                ("usesuper", b()),
+                ("userepl", b()),
+                ("usebypassrls", b()),
+                ("passwd", text()),
+                ("valuntil", T::TimestampTz),
+                ("useconfig", arr(text())),
+            ],
+            vec![vec![
+                SUPERUSER_NAME.into(),
+                owner(),
+                true.into(),
+                true.into(),
+                true.into(),
+                true.into(),
+                "********".into(),
+                V::Null,
+                V::Null,
+            ]],
+        )?,
+        "pg_am" => build_table(
+            &[
+                ("oid", oid()),
+                ("amname", name()),
+                ("amhandler", text()),
+                ("amtype", ch()),
+            ],
+            vec![
+                vec![2u32.into(), "heap".into(), "heap_tableam_handler".into(), "t".into()],
+                vec![403u32.into(), "btree".into(), "bthandler".into(), "i".into()],
+            ],
+        )?,
+        "pg_index" => {
+            let mut rows = Vec::new();
+            for e in &entries {
+                let d = &e.desc;
+                if let Some(idx) = d.pkey_index_oid() {
+                    let keys: Vec<V> = d
+                        .primary_key
+                        .iter()
+                        .filter_map(|k| d.columns.iter().position(|c| &c.name == k))
+                        .map(|p| V::I(p as i64 + 1))
+                        .collect();
+                    rows.push(vec![
+                        idx.into(),
+                        d.oid.into(),
+                        d.primary_key.len().into(),
+                        d.primary_key.len().into(),
+                        true.into(),
+                        false.into(),
+                        true.into(),
+                        false.into(),
+                        true.into(),
+                        false.into(),
+                        true.into(),
+                        false.into(),
+                        true.into(),
+                        true.into(),
+                        false.into(),
+                        V::A(keys),
+                        V::Null,
+                        V::Null,
+                    ]);
+                }
+            }
+            build_table(
+                &[
+                    ("indexrelid", oid()),
+                    ("indrelid", oid()),
+                    ("indnatts", i2()),
+                    ("indnkeyatts", i2()),
+                    ("indisunique", b()),
+                    ("indnullsnotdistinct", b()),
+                    ("indisprimary", b()),
+                    ("indisexclusion", b()),
+                    ("indimmediate", b()),
+                    ("indisclustered", b()),
+                    ("indisvalid", b()),
+                    ("indcheckxmin", b()),
+                    ("indisready", b()),
+                    ("indislive", b()),
+                    ("indisreplident", b()),
+                    ("indkey", arr(i2())),
+                    ("indexprs", text()),
+                    ("indpred", text()),
+                ],
+                rows,
+            )?
+        }
+        "pg_constraint" => {
+            let mut rows = Vec::new();
+            for e in &entries {
+                let d = &e.desc;
+                if let (Some(con), Some(idx)) = (d.pkey_constraint_oid(), d.pkey_index_oid()) {
+                    let keys: Vec<V> = d
+                        .primary_key
+                        .iter()
+                        .filter_map(|k| d.columns.iter().position(|c| &c.name == k))
+                        .map(|p| V::I(p as i64 + 1))
+                        .collect();
+                    rows.push(vec![
+                        con.into(),
+                        format!("{}_pkey", d.name).into(),
+                        PUBLIC_NAMESPACE_OID.into(),
+                        "p".into(),
+                        false.into(),
+                        false.into(),
+                        true.into(),
+                        d.oid.into(),
+                        0u32.into(),
+                        idx.into(),
+                        0u32.into(),
+                        0u32.into(),
+                        " ".into(),
+                        " ".into(),
+                        " ".into(),
+                        true.into(),
+                        0i32.into(),
+                        true.into(),
+                        V::A(keys),
+                        V::Null,
+                        V::Null,
+                    ]);
+                }
+            }
+            build_table(
+                &[
+                    ("oid", oid()),
+                    ("conname", name()),
+                    ("connamespace", oid()),
+                    ("contype", ch()),
+                    ("condeferrable", b()),
+                    ("condeferred", b()),
+                    ("convalidated", b()),
+                    ("conrelid", oid()),
+                    ("contypid", oid()),
+                    ("conindid", oid()),
+                    ("conparentid", oid()),
+                    ("confrelid", oid()),
+                    ("confupdtype", ch()),
+                    ("confdeltype", ch()),
+                    ("confmatchtype", ch()),
+                    ("conislocal", b()),
+                    ("coninhcount", i4()),
+                    ("connoinherit", b()),
+                    ("conkey", arr(i2())),
+                    ("confkey", arr(i2())),
+                    ("conbin", text()),
+                ],
+                rows,
+            )?
+        }
+        "pg_tables" => build_table(
+            &[
+                ("schemaname", name()),
+                ("tablename", name()),
+                ("tableowner", name()),
+                ("tablespace", name()),
+                ("hasindexes", b()),
+                ("hasrules", b()),
+                ("hastriggers", b()),
+                ("rowsecurity", b()),
+            ],
+            entries
+                .iter()
+                .filter(|e| relkind(e) == "r")
+                .map(|e| {
+                    vec![
+                        "public".into(),
+                        e.desc.name.clone().into(),
+                        SUPERUSER_NAME.into(),
+                        V::Null,
+                        e.desc.pkey_index_oid().is_some().into(),
+                        false.into(),
+                        false.into(),
+                        false.into(),
+                    ]
+                })
+                .collect(),
+        )?,
+        "pg_collation" => build_table(
+            &[
+                ("oid", oid()),
+                ("collname", name()),
+                ("collnamespace", oid()),
+                ("collowner", oid()),
+                ("collprovider", ch()),
+                ("collisdeterministic", b()),
+                ("collencoding", i4()),
+                ("collcollate", text()),
+                ("collctype", text()),
+            ],
+            vec![vec![
+                100u32.into(),
+                "default".into(),
+                PG_CATALOG_NAMESPACE_OID.into(),
+                owner(),
+                "d".into(),
+                true.into(),
+                (-1i32).into(),
+                V::Null,
+                V::Null,
+            ]],
+        )?,
+        "pg_tablespace" => build_table(
+            &[("oid", oid()), ("spcname", name()), ("spcowner", oid())],
+            vec![
+                vec![1663u32.into(), "pg_default".into(), owner()],
+                vec![1664u32.into(), "pg_global".into(), owner()],
+            ],
+        )?,
+        "pg_settings" => build_table(
+            &[
+                ("name", text()),
+                ("setting", text()),
+                ("unit", text()),
+                ("category", text()),
+                ("short_desc", text()),
+                ("context", text()),
+                ("vartype", text()),
+                ("source", text()),
+                ("boot_val", text()),
+                ("reset_val", text()),
+            ],
+            crate::server::session::DEFAULT_SETTINGS
+                .iter()
+                .map(|(n, v)| {
+                    vec![
+                        (*n).into(),
+                        (*v).into(),
+                        V::Null,
+                        "Weir".into(),
+                        V::Null,
+                        "user".into(),
+                        "string".into(),
+                        "default".into(),
+                        (*v).into(),
+                        (*v).into(),
+                    ]
+                })
+                .collect(),
+        )?,
+        "pg_attrdef" => empty(&[
+            ("oid", oid()),
+            ("adrelid", oid()),
+            ("adnum", i2()),
+            ("adbin", text()),
+        ])?,
+        "pg_description" => empty(&[
+            ("objoid", oid()),
+            ("classoid", oid()),
+            ("objsubid", i4()),
+            ("description", text()),
+        ])?,
+        "pg_shdescription" => empty(&[
+            ("objoid", oid()),
+            ("classoid", oid()),
+            ("description", text()),
+        ])?,
+        "pg_inherits" => empty(&[
+            ("inhrelid", oid()),
+            ("inhparent", oid()),
+            ("inhseqno", i4()),
+            ("inhdetachpending", b()),
+        ])?,
+        "pg_policy" => empty(&[
+            ("oid", oid()),
+            ("polname", name()),
+            ("polrelid", oid()),
+            ("polcmd", ch()),
+            ("polpermissive", b()),
+            ("polroles", arr(oid())),
+            ("polqual", text()),
+            ("polwithcheck", text()),
+        ])?,
+        "pg_statistic_ext" => empty(&[
+            ("oid", oid()),
+            ("stxrelid", oid()),
+            ("stxname", name()),
+            ("stxnamespace", oid()),
+            ("stxowner", oid()),
+            ("stxstattarget", i4()),
+            ("stxkeys", arr(i2())),
+            ("stxkind", arr(ch())),
+        ])?,
+        "pg_publication" => empty(&[
+            ("oid", oid()),
+            ("pubname", name()),
+            ("pubowner", oid()),
+            ("puballtables", b()),
+            ("pubinsert", b()),
+            ("pubupdate", b()),
+            ("pubdelete", b()),
+            ("pubtruncate", b()),
+            ("pubviaroot", b()),
+        ])?,
+        "pg_publication_namespace" => empty(&[
+            ("oid", oid()),
+            ("pnpubid", oid()),
+            ("pnnspid", oid()),
+        ])?,
+        "pg_publication_rel" => empty(&[
+            ("oid", oid()),
+            ("prpubid", oid()),
+            ("prrelid", oid()),
+            ("prqual", text()),
+            ("prattrs", arr(i2())),
+        ])?,
+        "pg_proc" => empty(&[
+            ("oid", oid()),
+            ("proname", name()),
+            ("pronamespace", oid()),
+            ("proowner", oid()),
+            ("prolang", oid()),
+            ("prokind", ch()),
+            ("proretset", b()),
+            ("prorettype", oid()),
+            ("proargtypes", arr(oid())),
+            ("proargnames", arr(text())),
+            ("prosrc", text()),
+        ])?,
+        "pg_views" => empty(&[
+            ("schemaname", name()),
+            ("viewname", name()),
+            ("viewowner", name()),
+            ("definition", text()),
+        ])?,
+        "pg_matviews" => empty(&[
+            ("schemaname", name()),
+            ("matviewname", name()),
+            ("matviewowner", name()),
+            ("tablespace", name()),
+            ("hasindexes", b()),
+            ("ispopulated", b()),
+            ("definition", text()),
+        ])?,
+        "pg_extension" => empty(&[
+            ("oid", oid()),
+            ("extname", name()),
+            ("extowner", oid()),
+            ("extnamespace", oid()),
+            ("extrelocatable", b()),
+            ("extversion", text()),
+        ])?,
+        "pg_trigger" => empty(&[
+            ("oid", oid()),
+            ("tgrelid", oid()),
+            ("tgparentid", oid()),
+            ("tgname", name()),
+            ("tgfoid", oid()),
+            ("tgtype", i2()),
+            ("tgenabled", ch()),
+            ("tgisinternal", b()),
+        ])?,
+        "pg_rewrite" => empty(&[
+            ("oid", oid()),
+            ("rulename", name()),
+            ("ev_class", oid()),
+            ("ev_type", ch()),
+            ("ev_enabled", ch()),
+            ("is_instead", b()),
+        ])?,
+        "pg_depend" => empty(&[
+            ("classid", oid()),
+            ("objid", oid()),
+            ("objsubid", i4()),
+            ("refclassid", oid()),
+            ("refobjid", oid()),
+            ("refobjsubid", i4()),
+            ("deptype", ch()),
+        ])?,
+        "pg_sequence" => empty(&[
+            ("seqrelid", oid()),
+            ("seqtypid", oid()),
+            ("seqstart", T::Int8),
+            ("seqincrement", T::Int8),
+        ])?,
+        "pg_foreign_table" => empty(&[
+            ("ftrelid", oid()),
+            ("ftserver", oid()),
+            ("ftoptions", arr(text())),
+        ])?,
+        "pg_partitioned_table" => empty(&[
+            ("partrelid", oid()),
+            ("partstrat", ch()),
+            ("partnatts", i2()),
+        ])?,
+        "pg_enum" => empty(&[
+            ("oid", oid()),
+            ("enumtypid", oid()),
+            ("enumsortorder", T::Float4),
+            ("enumlabel", name()),
+        ])?,
+        "pg_range" => empty(&[
+            ("rngtypid", oid()),
+            ("rngsubtype", oid()),
+            ("rngmultitypid", oid()),
+        ])?,
+        "pg_event_trigger" => empty(&[
+            ("oid", oid()),
+            ("evtname", name()),
+            ("evtevent", name()),
+            ("evtenabled", ch()),
+        ])?,
+        "pg_language" => build_table(
+            &[
+                ("oid", oid()),
+                ("lanname", name()),
+                ("lanowner", oid()),
+                ("lanispl", b()),
+                ("lanpltrusted", b()),
+            ],
+            vec![
+                vec![12u32.into(), "internal".into(), owner(), false.into(), false.into()],
+                vec![14u32.into(), "sql".into(), owner(), false.into(), true.into()],
+            ],
+        )?,
+        "pg_stat_activity" => empty(&[
+            ("datid", oid()),
+            ("datname", name()),
+            ("pid", i4()),
+            ("usename", name()),
+            ("application_name", text()),
+            ("client_addr", text()),
+            ("state", text()),
+            ("query", text()),
+        ])?,
+        _ => return Ok(None),
+    }))
+}
+
+fn empty(columns: &[(&str, T)]) -> DfResult<RecordBatch> {
+    build_table(columns, Vec::new())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn class_row(
+    oid: u32,
+    relname: &str,
+    reltype: u32,
+    relkind: &str,
+    relam: u32,
+    natts: usize,
+    hasindex: bool,
+    tuples: f64,
+) -> Vec<V> {
+    vec![
+        oid.into(),
+        relname.into(),
+        PUBLIC_NAMESPACE_OID.into(),
+        reltype.into(),
+        0u32.into(),
+        SUPERUSER_OID.into(),
+        relam.into(),
+        oid.into(),
+        0u32.into(),
+        0i32.into(),
+        V::F(tuples),
+        0i32.into(),
+        0u32.into(),
+        hasindex.into(),
+        false.into(),
+        "p".into(),
+        relkind.into(),
+        natts.into(),
+        0i32.into(),
+        false.into(),
+        false.into(),
+        false.into(),
+        false.into(),
+        false.into(),
+        true.into(),
+        "d".into(),
+        false.into(),
+        0u32.into(),
+        V::Null,
+        V::Null,
+        V::Null,
+    ]
+}
+
+fn attribute_row(relid: u32, name: &str, ty: &SqlType, num: usize, notnull: bool) -> Vec<V> {
+    let len: i64 = match ty {
+        T::Bool | T::InternalChar => 1,
+        T::Int2 => 2,
+        T::Int4 | T::Float4 | T::Date | T::Oid => 4,
+        T::Int8 | T::Float8 | T::Timestamp | T::TimestampTz | T::Time => 8,
+        T::Interval => 16,
+        T::Name => 64,
+        _ => -1,
+    };
+    let collation: u32 = match ty {
+        T::Text | T::Varchar(_) | T::Name => 100,
+        _ => 0,
+    };
+    vec![
+        relid.into(),
+        name.into(),
+        ty.oid().into(),
+        (-1i32).into(),
+        V::I(len),
+        num.into(),
+        (matches!(ty, T::Array(_)) as i32).into(),
+        (-1i32).into(),
+        ty.typmod().into(),
+        (len > 0 && len <= 8).into(),
+        "i".into(),
+        if len > 0 { "p" } else { "x" }.into(),
+        "".into(),
+        notnull.into(),
+        false.into(),
+        false.into(),
+        "".into(),
+        "".into(),
+        false.into(),
+        true.into(),
+        0i32.into(),
+        collation.into(),
+        V::Null,
+        V::Null,
+        V::Null,
+    ]
+}
+
+#[allow(clippy::too_many_arguments)]
+fn type_row(
+    oid: u32,
+    typname: &str,
+    len: i16,
+    typtype: &str,
+    category: &str,
+    relid: u32,
+    elem: u32,
+    array: u32,
+) -> Vec<V> {
+    let collation: u32 = if matches!(oid, 25 | 1043 | 19 | 1042) {
+        100
+    } else {
+        0
+    };
+    vec![
+        oid.into(),
+        typname.into(),
+        if relid == 0 {
+            PG_CATALOG_NAMESPACE_OID
+        } else {
+            PUBLIC_NAMESPACE_OID
+        }
+        .into(),
+        SUPERUSER_OID.into(),
+        V::I(len as i64),
+        (len > 0 && len <= 8).into(),
+        typtype.into(),
+        category.into(),
+        false.into(),
+        true.into(),
+        ",".into(),
+        relid.into(),
+        elem.into(),
+        array.into(),
+        format!("{typname}in").into(),
+        format!("{typname}out").into(),
+        format!("{typname}recv").into(),
+        format!("{typname}send").into(),
+        "i".into(),
+        "x".into(),
+        false.into(),
+        0u32.into(),
+        (-1i32).into(),
+        0i32.into(),
+        collation.into(),
+        V::Null,
+    ]
+}
+

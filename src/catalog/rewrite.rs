@@ -1,0 +1,357 @@
+//! Rewrites of parsed statements so that Postgres spellings plan in DataFusion and results
+//! carry the column names Postgres would give them.
+//!
+//! - `OPERATOR(pg_catalog.~)` becomes `~`; `COLLATE ...` is dropped (comparisons are
+//!   byte-wise, as with the C collation);
+//! - `pg_catalog.f(...)` calls lose their qualifier; `current_user` and friends become calls;
+//! - `x::regclass` (and `regtype`, `regnamespace`, `regrole`, `regproc`) become calls of
+//!   `weir_regclass(x)`..., which map names to OIDs and OIDs to names; other
+//!   `pg_catalog.`-qualified type names lose the qualifier;
+//! - `ARRAY(subquery)` becomes `(SELECT array_agg(c) FROM (subquery) AS s(c))`;
+//! - unnamed select items get Postgres' names (`count`, `?column?`, `version`...).
+//!   DataFusion needs unique names, so a repeated name gets an invisible suffix
+//!   ([`DUPLICATE_NAME_MARKER`] and a number) that the wire encoder strips.
+
+use std::collections::HashSet;
+use std::ops::ControlFlow;
+
+use datafusion::sql::sqlparser::ast::{
+    self, BinaryOperator, CastKind, Expr, FunctionArg, FunctionArgExpr, FunctionArgumentList,
+    FunctionArguments, Ident, ObjectName, ObjectNamePart, SelectItem, VisitMut, VisitorMut,
+};
+
+/// Separates a repeated result column name from its disambiguating number.
+pub const DUPLICATE_NAME_MARKER: char = '\u{1}';
+
+/// The result column name a client should see.
+pub fn display_column_name(name: &str) -> &str {
+    name.split(DUPLICATE_NAME_MARKER).next().unwrap_or(name)
+}
+
+pub fn rewrite_statement(stmt: &mut ast::Statement) {
+    let _ = stmt.visit(&mut PgRewriter);
+}
+
+pub fn rewrite_query(q: &mut ast::Query) {
+    let _ = q.visit(&mut PgRewriter);
+}
+
+struct PgRewriter;
+
+impl VisitorMut for PgRewriter {
+    type Break = ();
+
+    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        rewrite_expr(expr);
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_select(&mut self, select: &mut ast::Select) -> ControlFlow<()> {
+        name_select_items(&mut select.projection);
+        ControlFlow::Continue(())
+    }
+}
+
+fn last_name(name: &ObjectName) -> Option<String> {
+    name.0
+        .last()
+        .and_then(|p| p.as_ident())
+        .map(|i| i.value.to_lowercase())
+}
+
+fn call(name: &str, args: Vec<Expr>) -> Expr {
+    Expr::Function(ast::Function {
+        name: ObjectName(vec![ObjectNamePart::Identifier(Ident::new(name))]),
+        uses_odbc_syntax: false,
+        parameters: FunctionArguments::None,
+        args: FunctionArguments::List(FunctionArgumentList {
+            duplicate_treatment: None,
+            args: args
+                .into_iter()
+                .map(|e| FunctionArg::Unnamed(FunctionArgExpr::Expr(e)))
+                .collect(),
+            clauses: vec![],
+        }),
+        filter: None,
+        null_treatment: None,
+        over: None,
+        within_group: vec![],
+    })
+}
+
+fn rewrite_expr(expr: &mut Expr) {
+    match expr {
+        Expr::Collate { expr: inner, .. } => {
+            *expr = std::mem::replace(inner.as_mut(), Expr::value(ast::Value::Null));
+        }
+        Expr::BinaryOp { op, .. } => {
+            if let BinaryOperator::PGCustomBinaryOperator(parts) = op
+                && let Some(last) = parts.last()
+            {
+                let mapped = match last.as_str() {
+                    "~" => Some(BinaryOperator::PGRegexMatch),
+                    "~*" => Some(BinaryOperator::PGRegexIMatch),
+                    "!~" => Some(BinaryOperator::PGRegexNotMatch),
+                    "!~*" => Some(BinaryOperator::PGRegexNotIMatch),
+                    "=" => Some(BinaryOperator::Eq),
+                    "<>" => Some(BinaryOperator::NotEq),
+                    "<" => Some(BinaryOperator::Lt),
+                    ">" => Some(BinaryOperator::Gt),
+                    "<=" => Some(BinaryOperator::LtEq),
+                    ">=" => Some(BinaryOperator::GtEq),
+                    "~~" => None,
+                    _ => None,
+                };
+                if let Some(m) = mapped {
+                    *op = m;
+                }
+            }
+        }
+        Expr::Function(f) => {
+            if f.name.0.len() > 1
+                && let Some(last) = f.name.0.last().cloned()
+            {
+                f.name = ObjectName(vec![last]);
+            }
+            let lname = last_name(&f.name).unwrap_or_default();
+            if matches!(f.args, FunctionArguments::None)
+                && matches!(
+                    lname.as_str(),
+                    "current_user"
+                        | "session_user"
+                        | "current_role"
+                        | "user"
+                        | "current_catalog"
+                        | "current_schema"
+                )
+            {
+                *expr = call(&lname, vec![]);
+                return;
+            }
+            if lname == "array"
+                && let FunctionArguments::Subquery(q) = &f.args
+            {
+                *expr = array_of_subquery((**q).clone());
+            }
+        }
+        Expr::Identifier(id)
+            if id.quote_style.is_none()
+                && matches!(
+                    id.value.to_lowercase().as_str(),
+                    "current_schema" | "current_catalog" | "session_user" | "current_role"
+                ) =>
+        {
+            let n = id.value.to_lowercase();
+            *expr = call(&n, vec![]);
+        }
+        Expr::Cast {
+            data_type,
+            expr: inner,
+            kind,
+            ..
+        } => {
+            if let ast::DataType::Custom(name, args) = data_type
+                && args.is_empty()
+            {
+                let tname = last_name(name).unwrap_or_default();
+                let udf = match tname.as_str() {
+                    "regclass" => Some("weir_regclass"),
+                    "regtype" => Some("weir_regtype"),
+                    "regnamespace" => Some("weir_regnamespace"),
+                    "regrole" => Some("weir_regrole"),
+                    "regproc" | "regprocedure" => Some("weir_regproc"),
+                    _ => None,
+                };
+                if let Some(udf) = udf {
+                    let arg = std::mem::replace(inner.as_mut(), Expr::value(ast::Value::Null));
+                    *expr = call(udf, vec![arg]);
+                    return;
+                }
+                if name.0.len() > 1 {
+                    *data_type = plain_type(&tname);
+                }
+            }
+            // `::` and CAST are the same to us
+            if *kind == CastKind::DoubleColon {
+                *kind = CastKind::Cast;
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A `pg_catalog.`-qualified type name as the plain type.
+fn plain_type(name: &str) -> ast::DataType {
+    match name {
+        "text" => ast::DataType::Text,
+        "int2" => ast::DataType::Int2(None),
+        "int4" => ast::DataType::Int4(None),
+        "int8" => ast::DataType::Int8(None),
+        "bool" => ast::DataType::Bool,
+        "float4" => ast::DataType::Float4,
+        "float8" => ast::DataType::Float8,
+        "numeric" => ast::DataType::Numeric(ast::ExactNumberInfo::None),
+        "varchar" => ast::DataType::Varchar(None),
+        "date" => ast::DataType::Date,
+        "timestamp" => ast::DataType::Timestamp(None, ast::TimezoneInfo::None),
+        "timestamptz" => ast::DataType::Timestamp(None, ast::TimezoneInfo::Tz),
+        other => ast::DataType::Custom(
+            ObjectName(vec![ObjectNamePart::Identifier(Ident::new(other))]),
+            vec![],
+        ),
+    }
+}
+
+fn array_of_subquery(q: ast::Query) -> Expr {
+    let sql = format!("(SELECT array_agg(weir_c) FROM ({q}) AS weir_s(weir_c))");
+    let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
+    match datafusion::sql::sqlparser::parser::Parser::new(&dialect)
+        .try_with_sql(&sql)
+        .and_then(|mut p| p.parse_expr())
+    {
+        Ok(e) => e,
+        // unreachable for a query that parsed; keep the original call so planning reports it
+        Err(_) => Expr::Subquery(Box::new(q)),
+    }
+}
+
+/// Postgres' name for an unnamed select item (FigureColname).
+fn figure_name(e: &Expr) -> Option<String> {
+    match e {
+        Expr::Identifier(_) | Expr::CompoundIdentifier(_) => None,
+        Expr::Function(f) => Some(last_name(&f.name).unwrap_or_else(|| "?column?".into())),
+        Expr::Cast {
+            expr, data_type, ..
+        } => match expr.as_ref() {
+            Expr::Identifier(id) => Some(id.value.to_lowercase()),
+            Expr::CompoundIdentifier(ids) => ids.last().map(|i| i.value.to_lowercase()),
+            inner => figure_name(inner).or_else(|| Some(type_column_name(data_type))),
+        },
+        Expr::Nested(inner) => figure_name(inner).or(Some("?column?".into())),
+        Expr::Case { .. } => Some("case".into()),
+        Expr::Exists { .. } => Some("exists".into()),
+        Expr::Array(_) => Some("array".into()),
+        Expr::Subquery(q) => match q.body.as_ref() {
+            ast::SetExpr::Select(s) => match s.projection.first() {
+                Some(SelectItem::ExprWithAlias { alias, .. }) => Some(alias.value.clone()),
+                Some(SelectItem::UnnamedExpr(Expr::Identifier(id))) => Some(id.value.to_lowercase()),
+                Some(SelectItem::UnnamedExpr(Expr::CompoundIdentifier(ids))) => {
+                    ids.last().map(|i| i.value.to_lowercase())
+                }
+                Some(SelectItem::UnnamedExpr(inner)) => figure_name(inner),
+                _ => Some("?column?".into()),
+            },
+            _ => Some("?column?".into()),
+        },
+        Expr::Interval(_) => Some("interval".into()),
+        Expr::Extract { .. } => Some("extract".into()),
+        Expr::Substring { .. } => Some("substring".into()),
+        Expr::Trim { .. } => Some("btrim".into()),
+        Expr::Position { .. } => Some("position".into()),
+        Expr::Overlay { .. } => Some("overlay".into()),
+        Expr::Ceil { .. } => Some("ceil".into()),
+        Expr::Floor { .. } => Some("floor".into()),
+        Expr::TypedString(ts) => Some(type_column_name(&ts.data_type)),
+        _ => Some("?column?".into()),
+    }
+}
+
+fn type_column_name(t: &ast::DataType) -> String {
+    use ast::DataType as D;
+    match t {
+        D::Int(_) | D::Integer(_) | D::Int4(_) => "int4".into(),
+        D::BigInt(_) | D::Int8(_) => "int8".into(),
+        D::SmallInt(_) | D::Int2(_) => "int2".into(),
+        D::Text => "text".into(),
+        D::Varchar(_) | D::CharacterVarying(_) => "varchar".into(),
+        D::Bool | D::Boolean => "bool".into(),
+        D::Numeric(_) | D::Decimal(_) => "numeric".into(),
+        D::Real | D::Float4 => "float4".into(),
+        D::Double(_) | D::DoublePrecision | D::Float8 => "float8".into(),
+        D::Date => "date".into(),
+        D::Timestamp(_, ast::TimezoneInfo::Tz | ast::TimezoneInfo::WithTimeZone) => {
+            "timestamptz".into()
+        }
+        D::Timestamp(..) => "timestamp".into(),
+        D::Interval { .. } => "interval".into(),
+        D::JSONB => "jsonb".into(),
+        D::Bytea => "bytea".into(),
+        other => other.to_string().to_lowercase(),
+    }
+}
+
+fn name_select_items(items: &mut [SelectItem]) {
+    let mut used: HashSet<String> = HashSet::new();
+    let mut counter = 0usize;
+    for item in items.iter_mut() {
+        let (base, needs_alias) = match item {
+            SelectItem::ExprWithAlias { alias, .. } => (alias.value.clone(), false),
+            SelectItem::UnnamedExpr(Expr::Identifier(id)) => (id.value.to_lowercase(), false),
+            SelectItem::UnnamedExpr(Expr::CompoundIdentifier(ids)) => (
+                ids.last().map(|i| i.value.to_lowercase()).unwrap_or_default(),
+                false,
+            ),
+            SelectItem::UnnamedExpr(e) => match figure_name(e) {
+                Some(n) => (n, true),
+                None => continue,
+            },
+            _ => continue,
+        };
+        let mut name = base.clone();
+        if used.contains(&name) {
+            counter += 1;
+            name = format!("{base}{DUPLICATE_NAME_MARKER}{counter}");
+        }
+        let renamed = name != base;
+        used.insert(name.clone());
+        if needs_alias || renamed {
+            let alias = Ident::with_quote('"', name);
+            match item {
+                SelectItem::UnnamedExpr(e) => {
+                    let e = std::mem::replace(e, Expr::value(ast::Value::Null));
+                    *item = SelectItem::ExprWithAlias { expr: e, alias };
+                }
+                SelectItem::ExprWithAlias { alias: a, .. } => *a = alias,
+                _ => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+
+    fn rw(sql: &str) -> String {
+        let mut s = Parser::parse_sql(&PostgreSqlDialect {}, sql).unwrap().remove(0);
+        rewrite_statement(&mut s);
+        s.to_string()
+    }
+
+    #[test]
+    fn names_like_postgres() {
+        assert_eq!(
+            rw("SELECT count(*), version(), 1, 2, a FROM t"),
+            "SELECT count(*) AS \"count\", version() AS \"version\", 1 AS \"?column?\", \
+             2 AS \"?column?\u{1}1\", a FROM t"
+        );
+    }
+
+    #[test]
+    fn psql_operator_and_collate() {
+        assert_eq!(
+            rw("SELECT 1 AS x FROM c WHERE c.relname OPERATOR(pg_catalog.~) '^(t)$' COLLATE pg_catalog.default"),
+            "SELECT 1 AS \"x\" FROM c WHERE c.relname ~ '^(t)$'"
+        );
+    }
+
+    #[test]
+    fn regclass_cast_becomes_call() {
+        assert_eq!(
+            rw("SELECT c.oid::pg_catalog.regclass AS r FROM c"),
+            "SELECT weir_regclass(c.oid) AS \"r\" FROM c"
+        );
+    }
+}

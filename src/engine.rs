@@ -1,0 +1,470 @@
+//! The database: opens the store and catalog, and executes parsed statements for a
+//! session. The wire protocol lives in `server`; this is what it calls.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use datafusion::arrow::array::StringArray;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::ParamValues;
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::logical_expr::{LogicalPlan, Statement as DfStatement};
+use datafusion::sql::parser::Statement as DfParserStatement;
+use datafusion::sql::sqlparser::ast;
+use tracing::info;
+
+use crate::catalog::rewrite::rewrite_statement;
+use crate::catalog::{Catalog, ColumnDesc, RelationDesc, RelationKind, WatermarkDesc};
+use crate::error::{Result, WeirError, sqlstate};
+use crate::plan::dml::plan_change;
+use crate::serving::session_context;
+use crate::server::session::{Session, canonical_name};
+use crate::sql::parser::{CreateTable, DropKind, DropStmt, Parsed, RelationKindFilter, Statement};
+use crate::sql::types::SqlType;
+use crate::state::fjall_store::FjallStore;
+use crate::state::store::Store;
+use crate::state::table::append_only_error;
+
+/// What a statement produced.
+pub enum Output {
+    /// A result set, streamed.
+    Rows {
+        schema: SchemaRef,
+        stream: SendableRecordBatchStream,
+    },
+    /// A small result set computed in full.
+    Batches {
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+        tag: &'static str,
+    },
+    /// A command with its completion tag (`CREATE TABLE`, `INSERT 0 3`).
+    Command(String),
+    TransactionStart,
+    TransactionEnd(&'static str),
+    /// A setting changed; reported to the client when it is one clients track.
+    SetVariable { name: String, value: String },
+}
+
+pub struct Engine {
+    pub catalog: Arc<Catalog>,
+    pub data_dir: PathBuf,
+}
+
+impl Engine {
+    pub fn open(data_dir: &Path) -> Result<Arc<Engine>> {
+        std::fs::create_dir_all(data_dir)
+            .map_err(|e| WeirError::io(&format!("cannot create {}", data_dir.display()), e))?;
+        let store: Arc<dyn Store> = Arc::new(FjallStore::open(&data_dir.join("store"))?);
+        let catalog = Arc::new(Catalog::open(store)?);
+        info!(
+            relations = catalog.entries().len(),
+            data_dir = %data_dir.display(),
+            "catalog loaded"
+        );
+        Ok(Arc::new(Engine {
+            catalog,
+            data_dir: data_dir.to_owned(),
+        }))
+    }
+
+    pub fn new_session(&self) -> Session {
+        Session::new(session_context(self.catalog.clone()))
+    }
+
+    /// Plan a statement without running it: parameter types and the result schema
+    /// (None when it returns no rows). Used by the extended protocol's Describe.
+    pub async fn describe(
+        &self,
+        session: &Session,
+        parsed: &Parsed,
+    ) -> Result<(Vec<Option<DataType>>, Option<SchemaRef>)> {
+        match &parsed.stmt {
+            Statement::Query(q) | Statement::Dml(q) => {
+                let plan = self.plan_ast(session, q).await?;
+                let params = parameter_types(&plan)?;
+                let schema = match &plan {
+                    LogicalPlan::Dml(_) => None,
+                    p => Some(Arc::new(p.schema().as_arrow().clone())),
+                };
+                Ok((params, schema))
+            }
+            Statement::ShowVariable(name) => Ok((vec![], Some(show_schema(name)))),
+            Statement::ShowRelations(_) => Ok((vec![], Some(show_relations_schema()))),
+            _ => Ok((vec![], None)),
+        }
+    }
+
+    async fn plan_ast(&self, session: &Session, stmt: &ast::Statement) -> Result<LogicalPlan> {
+        let mut stmt = stmt.clone();
+        rewrite_statement(&mut stmt);
+        let state = session.ctx.state();
+        Ok(state
+            .statement_to_plan(DfParserStatement::Statement(Box::new(stmt)))
+            .await?)
+    }
+
+    pub async fn execute(
+        &self,
+        session: &mut Session,
+        parsed: &Parsed,
+        params: Option<ParamValues>,
+    ) -> Result<Output> {
+        match &parsed.stmt {
+            Statement::Query(q) => {
+                let plan = self.plan_ast(session, q).await?;
+                let plan = match params {
+                    Some(p) => plan.with_param_values(p)?,
+                    None => plan,
+                };
+                if !matches!(plan, LogicalPlan::Explain(_)) && is_side_effecting(&plan) {
+                    return Err(WeirError::not_supported("this statement is not supported"));
+                }
+                let schema = Arc::new(plan.schema().as_arrow().clone());
+                let df = session.ctx.execute_logical_plan(plan).await?;
+                let stream = df.execute_stream().await?;
+                Ok(Output::Rows { schema, stream })
+            }
+            Statement::Dml(q) => self.execute_dml(session, q, params).await,
+            Statement::CreateTable(ct) => {
+                self.create_table(ct, &parsed.text)?;
+                Ok(Output::Command("CREATE TABLE".into()))
+            }
+            Statement::Drop(d) => self.drop(d).await,
+            Statement::ShowRelations(RelationKindFilter::Tables) => {
+                let names: Vec<String> = self
+                    .catalog
+                    .entries()
+                    .iter()
+                    .filter(|e| {
+                        matches!(
+                            e.desc.kind,
+                            RelationKind::Table | RelationKind::AppendOnlyTable
+                        )
+                    })
+                    .map(|e| e.desc.name.clone())
+                    .collect();
+                let schema = show_relations_schema();
+                let batch = RecordBatch::try_new(
+                    schema.clone(),
+                    vec![Arc::new(StringArray::from(names))],
+                )?;
+                Ok(Output::Batches {
+                    schema,
+                    batches: vec![batch],
+                    tag: "SHOW",
+                })
+            }
+            Statement::ShowVariable(name) => {
+                if name == "all" {
+                    let all = session.all();
+                    let schema = Arc::new(Schema::new(vec![
+                        Field::new("name", DataType::Utf8, false),
+                        Field::new("setting", DataType::Utf8, false),
+                        Field::new("description", DataType::Utf8, false),
+                    ]));
+                    let batch = RecordBatch::try_new(
+                        schema.clone(),
+                        vec![
+                            Arc::new(StringArray::from_iter_values(all.iter().map(|(k, _)| k))),
+                            Arc::new(StringArray::from_iter_values(all.iter().map(|(_, v)| v))),
+                            Arc::new(StringArray::from_iter_values(all.iter().map(|_| ""))),
+                        ],
+                    )?;
+                    return Ok(Output::Batches {
+                        schema,
+                        batches: vec![batch],
+                        tag: "SHOW",
+                    });
+                }
+                let value = session.get(name).ok_or_else(|| {
+                    WeirError::new(
+                        sqlstate::UNDEFINED_OBJECT,
+                        format!("unrecognized configuration parameter \"{name}\""),
+                    )
+                })?;
+                let schema = show_schema(name);
+                let batch = RecordBatch::try_new(
+                    schema.clone(),
+                    vec![Arc::new(StringArray::from(vec![value]))],
+                )?;
+                Ok(Output::Batches {
+                    schema,
+                    batches: vec![batch],
+                    tag: "SHOW",
+                })
+            }
+            Statement::SetVariable { name, value } => {
+                let n = Session::normalize(name);
+                check_setting(&n, value)?;
+                session.set(&n, value);
+                Ok(Output::SetVariable {
+                    name: canonical_name(&n).to_owned(),
+                    value: value.clone(),
+                })
+            }
+            Statement::ResetVariable(name) => {
+                session.reset(name);
+                Ok(Output::Command("RESET".into()))
+            }
+            Statement::NoOp(tag) => Ok(Output::Command((*tag).to_owned())),
+            Statement::Begin => {
+                session.in_transaction = true;
+                Ok(Output::TransactionStart)
+            }
+            Statement::Commit => {
+                session.in_transaction = false;
+                Ok(Output::TransactionEnd("COMMIT"))
+            }
+            Statement::Rollback => {
+                session.in_transaction = false;
+                Ok(Output::TransactionEnd("ROLLBACK"))
+            }
+        }
+    }
+
+    async fn execute_dml(
+        &self,
+        session: &mut Session,
+        q: &ast::Statement,
+        params: Option<ParamValues>,
+    ) -> Result<Output> {
+        if let ast::Statement::Insert(ins) = q
+            && ins.returning.is_some()
+        {
+            return Err(WeirError::not_supported("INSERT ... RETURNING is not supported"));
+        }
+        if let ast::Statement::Insert(ins) = q
+            && ins.on.is_some()
+        {
+            return Err(WeirError::not_supported(
+                "INSERT ... ON CONFLICT is not supported",
+            ));
+        }
+        let plan = self.plan_ast(session, q).await?;
+        let plan = match params {
+            Some(p) => plan.with_param_values(p)?,
+            None => plan,
+        };
+        let LogicalPlan::Dml(dml) = plan else {
+            return Err(WeirError::internal("DML statement did not plan to DML"));
+        };
+        let name = dml.table_name.table().to_owned();
+        let entry = self
+            .catalog
+            .get(&name)
+            .ok_or_else(|| WeirError::undefined_table(&name))?;
+        let table = entry
+            .table
+            .clone()
+            .ok_or_else(|| WeirError::new(sqlstate::WRONG_OBJECT_TYPE, format!("\"{name}\" is not a table")))?;
+        let verb = match dml.op {
+            datafusion::logical_expr::WriteOp::Insert(_) => "INSERT",
+            datafusion::logical_expr::WriteOp::Update => "UPDATE",
+            datafusion::logical_expr::WriteOp::Delete => "DELETE",
+            _ => "DML",
+        };
+        if entry.desc.kind == RelationKind::AppendOnlyTable && verb != "INSERT" {
+            return Err(append_only_error(&name, verb));
+        }
+        // one writer per table at a time: the rows a statement reads are the rows it changes
+        let _writer = table.writer.lock().await;
+        let change = plan_change(&session.ctx, &dml, &table).await?;
+        let t = table.clone();
+        let applied = tokio::task::spawn_blocking(move || t.apply(change))
+            .await
+            .map_err(|e| WeirError::internal(format!("write task failed: {e}")))??;
+        Ok(Output::Command(match verb {
+            "INSERT" => format!("INSERT 0 {}", applied.rows),
+            v => format!("{v} {}", applied.rows),
+        }))
+    }
+
+    fn create_table(&self, ct: &CreateTable, text: &str) -> Result<()> {
+        if let Some((k, _)) = ct.with_options.first() {
+            return Err(WeirError::not_supported(format!(
+                "table option \"{k}\" is not supported yet (connector tables come with Kafka support)"
+            )));
+        }
+        if ct.columns.is_empty() {
+            return Err(WeirError::new(
+                sqlstate::INVALID_TABLE_DEFINITION,
+                format!("table \"{}\" must have at least one column", ct.name),
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for c in &ct.columns {
+            if !seen.insert(c.name.as_str()) {
+                return Err(WeirError::new(
+                    sqlstate::DUPLICATE_COLUMN,
+                    format!("column \"{}\" specified more than once", c.name),
+                ));
+            }
+        }
+        for k in &ct.primary_key {
+            if !seen.contains(k.as_str()) {
+                return Err(WeirError::new(
+                    sqlstate::UNDEFINED_COLUMN,
+                    format!("column \"{k}\" named in key does not exist"),
+                ));
+            }
+        }
+        if ct.append_only && !ct.primary_key.is_empty() {
+            return Err(WeirError::new(
+                sqlstate::INVALID_TABLE_DEFINITION,
+                "an APPEND ONLY table cannot have a PRIMARY KEY",
+            ));
+        }
+        let watermark = match &ct.watermark {
+            None => None,
+            Some(w) => {
+                if !ct.append_only {
+                    return Err(WeirError::new(
+                        sqlstate::INVALID_TABLE_DEFINITION,
+                        "WATERMARK requires an APPEND ONLY table",
+                    ));
+                }
+                let col = ct.columns.iter().find(|c| c.name == w.column).ok_or_else(|| {
+                    WeirError::new(
+                        sqlstate::UNDEFINED_COLUMN,
+                        format!("watermark column \"{}\" does not exist", w.column),
+                    )
+                })?;
+                if !matches!(col.ty, SqlType::Timestamp | SqlType::TimestampTz) {
+                    return Err(WeirError::new(
+                        sqlstate::DATATYPE_MISMATCH,
+                        format!(
+                            "watermark column \"{}\" must be a timestamp, not {}",
+                            w.column,
+                            col.ty.display_name()
+                        ),
+                    ));
+                }
+                Some(WatermarkDesc {
+                    column: w.column.clone(),
+                    expr: w.expr.to_string(),
+                })
+            }
+        };
+        let columns: Vec<ColumnDesc> = ct
+            .columns
+            .iter()
+            .map(|c| ColumnDesc {
+                name: c.name.clone(),
+                ty: c.ty.clone(),
+                nullable: !c.not_null && !ct.primary_key.contains(&c.name),
+            })
+            .collect();
+        let kind = if ct.append_only {
+            RelationKind::AppendOnlyTable
+        } else {
+            RelationKind::Table
+        };
+        let created = self.catalog.create(&ct.name, ct.if_not_exists, |oid| {
+            Ok(RelationDesc {
+                oid,
+                name: ct.name.clone(),
+                kind,
+                columns,
+                primary_key: ct.primary_key.clone(),
+                watermark,
+                definition: text.to_owned(),
+            })
+        })?;
+        if created {
+            info!(table = %ct.name, "created table");
+        }
+        Ok(())
+    }
+
+    async fn drop(&self, d: &DropStmt) -> Result<Output> {
+        let DropKind::Table = d.kind;
+        // check all names first: DROP TABLE a, b drops both or neither
+        for name in &d.names {
+            if self.catalog.get(name).is_none() && !d.if_exists {
+                return Err(WeirError::undefined_table(name));
+            }
+        }
+        for name in &d.names {
+            let Some(entry) = self.catalog.get(name) else {
+                continue;
+            };
+            let _writer = match &entry.table {
+                Some(t) => Some(t.writer.lock().await),
+                None => None,
+            };
+            if self.catalog.drop_relation(name)? {
+                info!(table = %name, "dropped table");
+            }
+        }
+        Ok(Output::Command("DROP TABLE".into()))
+    }
+}
+
+/// Statements DataFusion would run that change state or touch files: refused.
+fn is_side_effecting(plan: &LogicalPlan) -> bool {
+    matches!(
+        plan,
+        LogicalPlan::Ddl(_)
+            | LogicalPlan::Dml(_)
+            | LogicalPlan::Copy(_)
+            | LogicalPlan::Statement(DfStatement::SetVariable(_))
+    )
+}
+
+fn parameter_types(plan: &LogicalPlan) -> Result<Vec<Option<DataType>>> {
+    let types = plan.get_parameter_types()?;
+    let mut out: Vec<(usize, Option<DataType>)> = types
+        .into_iter()
+        .filter_map(|(k, v)| {
+            k.trim_start_matches('$')
+                .parse::<usize>()
+                .ok()
+                .map(|i| (i, v))
+        })
+        .collect();
+    out.sort_by_key(|(i, _)| *i);
+    let n = out.last().map(|(i, _)| *i).unwrap_or(0);
+    let mut res = vec![None; n];
+    for (i, t) in out {
+        if i >= 1 {
+            res[i - 1] = t;
+        }
+    }
+    Ok(res)
+}
+
+fn show_schema(name: &str) -> SchemaRef {
+    let n = Session::normalize(name);
+    Arc::new(Schema::new(vec![Field::new(
+        canonical_name(&n),
+        DataType::Utf8,
+        false,
+    )]))
+}
+
+fn show_relations_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![Field::new("Name", DataType::Utf8, false)]))
+}
+
+/// Refuse settings whose other values we cannot honour.
+fn check_setting(name: &str, value: &str) -> Result<()> {
+    let v = value.trim().to_lowercase();
+    let ok = match name {
+        "client_encoding" => matches!(v.as_str(), "utf8" | "utf-8" | "unicode"),
+        "datestyle" => v.split(',').any(|p| p.trim() == "iso"),
+        "intervalstyle" => v == "postgres",
+        "standard_conforming_strings" => v == "on",
+        "timezone" => matches!(v.as_str(), "utc" | "etc/utc" | "gmt" | "z" | "zulu" | "+00" | "0"),
+        "bytea_output" => v == "hex",
+        _ => true,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(WeirError::invalid_parameter(format!(
+            "invalid value for parameter \"{name}\": \"{value}\" (Weir supports only the default)"
+        )))
+    }
+}

@@ -1,0 +1,282 @@
+//! Errors as Postgres sees them: every error carries a SQLSTATE and a message that names the
+//! problem. Conversions from DataFusion, arrow and sqlparser errors pick the SQLSTATE a
+//! Postgres client would get for the same mistake.
+
+use std::fmt;
+
+use datafusion::arrow::error::ArrowError;
+use datafusion::common::SchemaError;
+use datafusion::error::DataFusionError;
+use datafusion::sql::sqlparser::parser::ParserError;
+use pgwire::error::{ErrorInfo, PgWireError};
+
+/// SQLSTATE codes we use (names follow Postgres' errcodes.txt).
+pub mod sqlstate {
+    pub const SYNTAX_ERROR: &str = "42601";
+    pub const UNDEFINED_TABLE: &str = "42P01";
+    pub const UNDEFINED_COLUMN: &str = "42703";
+    pub const UNDEFINED_FUNCTION: &str = "42883";
+    pub const UNDEFINED_OBJECT: &str = "42704";
+    pub const DUPLICATE_TABLE: &str = "42P07";
+    pub const DUPLICATE_COLUMN: &str = "42701";
+    pub const DUPLICATE_OBJECT: &str = "42710";
+    pub const AMBIGUOUS_COLUMN: &str = "42702";
+    pub const DATATYPE_MISMATCH: &str = "42804";
+    pub const INVALID_TABLE_DEFINITION: &str = "42P16";
+    pub const WRONG_OBJECT_TYPE: &str = "42809";
+    pub const INVALID_PARAMETER_VALUE: &str = "22023";
+    pub const UNIQUE_VIOLATION: &str = "23505";
+    pub const NOT_NULL_VIOLATION: &str = "23502";
+    pub const INVALID_TEXT_REPRESENTATION: &str = "22P02";
+    pub const NUMERIC_VALUE_OUT_OF_RANGE: &str = "22003";
+    pub const STRING_DATA_RIGHT_TRUNCATION: &str = "22001";
+    pub const DIVISION_BY_ZERO: &str = "22012";
+    pub const DATETIME_FIELD_OVERFLOW: &str = "22008";
+    pub const INVALID_DATETIME_FORMAT: &str = "22007";
+    pub const DATA_EXCEPTION: &str = "22000";
+    pub const FEATURE_NOT_SUPPORTED: &str = "0A000";
+    pub const DEPENDENT_OBJECTS_STILL_EXIST: &str = "2BP01";
+    pub const PROTOCOL_VIOLATION: &str = "08P01";
+    pub const QUERY_CANCELED: &str = "57014";
+    pub const INVALID_SQL_STATEMENT_NAME: &str = "26000";
+    pub const UNDEFINED_PARAMETER: &str = "42704";
+    pub const ACTIVE_SQL_TRANSACTION: &str = "25001";
+    pub const INTERNAL_ERROR: &str = "XX000";
+    pub const IO_ERROR: &str = "58030";
+}
+
+/// An error destined for a Postgres client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WeirError {
+    pub code: &'static str,
+    pub message: String,
+    pub detail: Option<String>,
+    pub hint: Option<String>,
+}
+
+pub type Result<T, E = WeirError> = std::result::Result<T, E>;
+
+impl WeirError {
+    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
+        WeirError {
+            code,
+            message: message.into(),
+            detail: None,
+            hint: None,
+        }
+    }
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = Some(detail.into());
+        self
+    }
+    pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+    pub fn syntax(message: impl Into<String>) -> Self {
+        Self::new(sqlstate::SYNTAX_ERROR, message)
+    }
+    pub fn not_supported(message: impl Into<String>) -> Self {
+        Self::new(sqlstate::FEATURE_NOT_SUPPORTED, message)
+    }
+    pub fn undefined_table(name: &str) -> Self {
+        Self::new(
+            sqlstate::UNDEFINED_TABLE,
+            format!("relation \"{name}\" does not exist"),
+        )
+    }
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(sqlstate::INTERNAL_ERROR, message)
+    }
+    pub fn io(context: &str, e: impl fmt::Display) -> Self {
+        Self::new(sqlstate::IO_ERROR, format!("{context}: {e}"))
+    }
+    pub fn invalid_parameter(message: impl Into<String>) -> Self {
+        Self::new(sqlstate::INVALID_PARAMETER_VALUE, message)
+    }
+
+    pub fn into_pgwire(self) -> PgWireError {
+        PgWireError::UserError(Box::new(self.into_error_info()))
+    }
+
+    pub fn into_error_info(self) -> ErrorInfo {
+        let mut info = ErrorInfo::new("ERROR".to_owned(), self.code.to_owned(), self.message);
+        info.detail = self.detail;
+        info.hint = self.hint;
+        info
+    }
+}
+
+impl fmt::Display for WeirError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (SQLSTATE {})", self.message, self.code)
+    }
+}
+
+impl std::error::Error for WeirError {}
+
+impl From<ParserError> for WeirError {
+    fn from(e: ParserError) -> Self {
+        let msg = match e {
+            ParserError::TokenizerError(m) | ParserError::ParserError(m) => m,
+            ParserError::RecursionLimitExceeded => "statement is nested too deeply".to_owned(),
+        };
+        WeirError::syntax(format!("syntax error: {msg}"))
+    }
+}
+
+impl From<ArrowError> for WeirError {
+    fn from(e: ArrowError) -> Self {
+        from_arrow(&e)
+    }
+}
+
+fn from_arrow(e: &ArrowError) -> WeirError {
+    match e {
+        ArrowError::CastError(m) | ArrowError::ParseError(m) => {
+            let lower = m.to_ascii_lowercase();
+            if lower.contains("overflow") || lower.contains("out of range") {
+                WeirError::new(sqlstate::NUMERIC_VALUE_OUT_OF_RANGE, m.clone())
+            } else {
+                WeirError::new(
+                    sqlstate::INVALID_TEXT_REPRESENTATION,
+                    format!("invalid input syntax: {m}"),
+                )
+            }
+        }
+        ArrowError::DivideByZero => WeirError::new(sqlstate::DIVISION_BY_ZERO, "division by zero"),
+        ArrowError::ArithmeticOverflow(m) => {
+            WeirError::new(sqlstate::NUMERIC_VALUE_OUT_OF_RANGE, m.clone())
+        }
+        ArrowError::InvalidArgumentError(m) => WeirError::new(sqlstate::DATA_EXCEPTION, m.clone()),
+        ArrowError::NotYetImplemented(m) => WeirError::not_supported(m.clone()),
+        other => WeirError::internal(other.to_string()),
+    }
+}
+
+impl From<DataFusionError> for WeirError {
+    fn from(e: DataFusionError) -> Self {
+        from_datafusion(&e)
+    }
+}
+
+fn from_datafusion(e: &DataFusionError) -> WeirError {
+    match e {
+        DataFusionError::Context(_, inner) => from_datafusion(inner),
+        DataFusionError::Shared(inner) => from_datafusion(inner),
+        DataFusionError::Diagnostic(_, inner) => from_datafusion(inner),
+        DataFusionError::Collection(errs) => errs
+            .first()
+            .map(from_datafusion)
+            .unwrap_or_else(|| WeirError::internal("empty error collection")),
+        DataFusionError::ArrowError(ae, _) => from_arrow(ae),
+        DataFusionError::SQL(pe, _) => WeirError::from(clone_parser_error(pe)),
+        DataFusionError::SchemaError(se, _) => match se.as_ref() {
+            SchemaError::FieldNotFound { field, .. } => WeirError::new(
+                sqlstate::UNDEFINED_COLUMN,
+                format!("column \"{}\" does not exist", field.name),
+            ),
+            SchemaError::AmbiguousReference { field } => WeirError::new(
+                sqlstate::AMBIGUOUS_COLUMN,
+                format!("column reference \"{}\" is ambiguous", field.name),
+            ),
+            SchemaError::DuplicateQualifiedField { name, .. }
+            | SchemaError::DuplicateUnqualifiedField { name } => WeirError::new(
+                sqlstate::DUPLICATE_COLUMN,
+                format!("column \"{name}\" specified more than once"),
+            ),
+        },
+        DataFusionError::NotImplemented(m) => WeirError::not_supported(clean(m)),
+        DataFusionError::Plan(m) => classify_plan_message(m),
+        DataFusionError::Execution(m) => classify_execution_message(m),
+        DataFusionError::External(inner) => {
+            if let Some(w) = inner.downcast_ref::<WeirError>() {
+                w.clone()
+            } else if let Some(df) = inner.downcast_ref::<DataFusionError>() {
+                from_datafusion(df)
+            } else if let Some(ae) = inner.downcast_ref::<ArrowError>() {
+                from_arrow(ae)
+            } else {
+                WeirError::internal(inner.to_string())
+            }
+        }
+        DataFusionError::ResourcesExhausted(m) => WeirError::new("53200", m.clone()),
+        other => WeirError::internal(other.to_string()),
+    }
+}
+
+fn clone_parser_error(e: &ParserError) -> ParserError {
+    match e {
+        ParserError::TokenizerError(m) => ParserError::TokenizerError(m.clone()),
+        ParserError::ParserError(m) => ParserError::ParserError(m.clone()),
+        ParserError::RecursionLimitExceeded => ParserError::RecursionLimitExceeded,
+    }
+}
+
+/// DataFusion's messages sometimes carry a trailing backtrace hint; keep the first line.
+fn clean(m: &str) -> String {
+    m.lines().next().unwrap_or(m).trim().to_owned()
+}
+
+fn classify_plan_message(m: &str) -> WeirError {
+    let msg = clean(m);
+    let lower = msg.to_ascii_lowercase();
+    if let Some(name) = lower
+        .strip_prefix("table '")
+        .and_then(|rest| rest.strip_suffix("' not found"))
+    {
+        // DataFusion names the table fully qualified: weir.public.t
+        let short = name.rsplit('.').next().unwrap_or(name);
+        return WeirError::undefined_table(short);
+    }
+    if lower.contains("invalid function") || lower.contains("no function matches") {
+        return WeirError::new(sqlstate::UNDEFINED_FUNCTION, msg);
+    }
+    if lower.contains("cannot be cast") || lower.contains("cannot cast") {
+        return WeirError::new(sqlstate::DATATYPE_MISMATCH, msg);
+    }
+    if lower.contains("unsupported") || lower.contains("not supported") {
+        return WeirError::not_supported(msg);
+    }
+    if lower.contains("failed to coerce") || lower.contains("type mismatch") {
+        return WeirError::new(sqlstate::DATATYPE_MISMATCH, msg);
+    }
+    WeirError::new(sqlstate::SYNTAX_ERROR, msg)
+}
+
+fn classify_execution_message(m: &str) -> WeirError {
+    let msg = clean(m);
+    let lower = msg.to_ascii_lowercase();
+    if lower.contains("divide by zero") || lower.contains("division by zero") {
+        return WeirError::new(sqlstate::DIVISION_BY_ZERO, "division by zero");
+    }
+    if lower.contains("overflow") || lower.contains("out of range") {
+        return WeirError::new(sqlstate::NUMERIC_VALUE_OUT_OF_RANGE, msg);
+    }
+    if lower.contains("cannot cast") || lower.contains("cast error") || lower.contains("parse") {
+        return WeirError::new(sqlstate::INVALID_TEXT_REPRESENTATION, msg);
+    }
+    WeirError::new(sqlstate::DATA_EXCEPTION, msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_not_found_maps_to_42p01() {
+        let e = WeirError::from(DataFusionError::Plan(
+            "table 'weir.public.nope' not found".into(),
+        ));
+        assert_eq!(e.code, sqlstate::UNDEFINED_TABLE);
+        assert_eq!(e.message, "relation \"nope\" does not exist");
+    }
+
+    #[test]
+    fn cast_error_maps_to_22p02() {
+        let e = WeirError::from(ArrowError::CastError(
+            "Cannot cast string 'abc' to value of Int64 type".into(),
+        ));
+        assert_eq!(e.code, sqlstate::INVALID_TEXT_REPRESENTATION);
+    }
+}

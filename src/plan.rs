@@ -1,0 +1,5 @@
+//! Planning: from parsed statements to what runs. DataFusion binds and optimizes; this
+//! module lowers what is Weir-specific (DML onto the table store now; dataflow graphs for
+//! materialized views later).
+
+pub mod dml;

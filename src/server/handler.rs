@@ -1,0 +1,463 @@
+//! pgwire handlers: startup (server parameters, cancel keys), the simple query protocol
+//! (several statements per message), and the extended protocol (Parse/Bind/Describe/Execute
+//! with named statements and portals, parameter types inferred by the planner).
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::{Sink, SinkExt, StreamExt, stream};
+use pgwire::api::auth::{
+    ServerParameterProvider, StartupHandler, finish_authentication, protocol_negotiation,
+    save_startup_parameters_to_metadata,
+};
+use pgwire::api::cancel::DefaultCancelHandler;
+use pgwire::api::portal::{Format, Portal};
+use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::results::{
+    DescribePortalResponse, DescribeStatementResponse, FieldInfo, QueryResponse, Response, Tag,
+};
+use pgwire::api::stmt::{QueryParser, StoredStatement};
+use pgwire::api::store::PortalStore;
+use pgwire::api::{
+    ClientInfo, ClientPortalStore, ConnectionGuard, ConnectionHandle, ConnectionManager,
+    METADATA_USER, PgWireServerHandlers, PidSecretKeyGenerator, RandomPidSecretKeyGenerator,
+    Type,
+};
+use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::startup::ParameterStatus;
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+use tokio::sync::Mutex;
+use tracing::{debug, info};
+
+use crate::engine::{Engine, Output};
+use crate::error::WeirError;
+use crate::server::encode::{column_plans, encode_batch, field_infos};
+use crate::server::params;
+use crate::server::session::{Session, is_reported};
+use crate::sql::parser::{Parsed, Statement, parse};
+
+/// A statement prepared with Parse.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub parsed: Parsed,
+}
+
+/// The handlers of every connection.
+pub struct WeirBackend {
+    handle: Arc<Handle>,
+}
+
+impl WeirBackend {
+    pub fn new(engine: Arc<Engine>) -> Self {
+        WeirBackend {
+            handle: Arc::new(Handle {
+                engine,
+                connections: Arc::new(ConnectionManager::new()),
+                parser: Arc::new(WeirQueryParser),
+                pids: RandomPidSecretKeyGenerator::default(),
+            }),
+        }
+    }
+}
+
+fn err(e: WeirError) -> PgWireError {
+    e.into_pgwire()
+}
+
+impl PgWireServerHandlers for WeirBackend {
+    fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
+        self.handle.clone()
+    }
+    fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
+        self.handle.clone()
+    }
+    fn startup_handler(&self) -> Arc<impl StartupHandler> {
+        self.handle.clone()
+    }
+    fn cancel_handler(&self) -> Arc<impl pgwire::api::cancel::CancelHandler> {
+        Arc::new(DefaultCancelHandler::new(self.handle.connections.clone()))
+    }
+}
+
+/// Shared by all connections; per-connection state lives in the client's session extensions.
+pub struct Handle {
+    engine: Arc<Engine>,
+    connections: Arc<ConnectionManager>,
+    parser: Arc<WeirQueryParser>,
+    pids: RandomPidSecretKeyGenerator,
+}
+
+impl Handle {
+    fn session<C: ClientInfo>(&self, client: &C) -> Arc<Mutex<Session>> {
+        client
+            .session_extensions()
+            .get_or_insert_with(|| Mutex::new(self.engine.new_session()))
+    }
+}
+
+/// Server parameters sent after authentication.
+struct ServerParams;
+
+impl ServerParameterProvider for ServerParams {
+    fn server_parameters<C: ClientInfo>(&self, client: &C) -> Option<HashMap<String, String>> {
+        let mut p = HashMap::new();
+        p.insert("server_version".into(), crate::server::PG_VERSION.into());
+        p.insert("server_encoding".into(), "UTF8".into());
+        p.insert("client_encoding".into(), "UTF8".into());
+        p.insert("DateStyle".into(), "ISO, MDY".into());
+        p.insert("integer_datetimes".into(), "on".into());
+        p.insert("standard_conforming_strings".into(), "on".into());
+        p.insert("TimeZone".into(), "UTC".into());
+        p.insert("IntervalStyle".into(), "postgres".into());
+        p.insert("is_superuser".into(), "on".into());
+        p.insert("in_hot_standby".into(), "off".into());
+        p.insert("default_transaction_read_only".into(), "off".into());
+        p.insert(
+            "application_name".into(),
+            client
+                .metadata()
+                .get("application_name")
+                .cloned()
+                .unwrap_or_default(),
+        );
+        p.insert(
+            "session_authorization".into(),
+            client
+                .metadata()
+                .get(METADATA_USER)
+                .cloned()
+                .unwrap_or_else(|| crate::catalog::SUPERUSER_NAME.into()),
+        );
+        Some(p)
+    }
+}
+
+#[async_trait]
+impl StartupHandler for Handle {
+    async fn on_startup<C>(&self, client: &mut C, message: PgWireFrontendMessage) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if let PgWireFrontendMessage::Startup(ref startup) = message {
+            protocol_negotiation(client, startup).await?;
+            save_startup_parameters_to_metadata(client, startup);
+            let (pid, key) = self.pids.generate(client);
+            client.set_pid_and_secret_key(pid, key.clone());
+            let (handle, guard) = self.connections.register(pid, key);
+            client
+                .session_extensions()
+                .insert::<Arc<ConnectionHandle>>(handle);
+            client.session_extensions().insert::<ConnectionGuard>(guard);
+            finish_authentication(client, &ServerParams).await?;
+            info!(
+                peer = %client.socket_addr(),
+                user = client.metadata().get(METADATA_USER).map(String::as_str).unwrap_or(""),
+                database = client.metadata().get("database").map(String::as_str).unwrap_or(""),
+                pid,
+                "session started"
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Turn an engine output into a protocol response. `collect` makes a result set complete
+/// before returning (for all but the last statement of a multi-statement query).
+async fn respond(output: Output, format: &Format, collect: bool) -> Result<Response, WeirError> {
+    Ok(match output {
+        Output::Rows { schema, stream } => {
+            let fields = Arc::new(field_infos(&schema, |i| format.format_for(i)));
+            let plans = column_plans(&schema, &fields);
+            if collect {
+                let batches: Vec<_> = stream.collect().await;
+                let mut rows = Vec::new();
+                for b in batches {
+                    rows.extend(encode_batch(&b?, &plans)?.into_iter().map(Ok));
+                }
+                Response::Query(QueryResponse::new(fields, stream::iter(rows)))
+            } else {
+                let rows = stream.flat_map(move |r| {
+                    let items: Vec<PgWireResult<_>> = match r {
+                        Ok(b) => match encode_batch(&b, &plans) {
+                            Ok(rows) => rows.into_iter().map(Ok).collect(),
+                            Err(e) => vec![Err(e.into_pgwire())],
+                        },
+                        Err(e) => vec![Err(WeirError::from(e).into_pgwire())],
+                    };
+                    stream::iter(items)
+                });
+                Response::Query(QueryResponse::new(fields, rows))
+            }
+        }
+        Output::Batches {
+            schema,
+            batches,
+            tag,
+        } => {
+            let fields = Arc::new(field_infos(&schema, |i| format.format_for(i)));
+            let plans = column_plans(&schema, &fields);
+            let mut rows = Vec::new();
+            for b in &batches {
+                rows.extend(encode_batch(b, &plans)?.into_iter().map(Ok));
+            }
+            let mut q = QueryResponse::new(fields, stream::iter(rows));
+            q.set_command_tag(tag);
+            Response::Query(q)
+        }
+        Output::Command(tag) => Response::Execution(Tag::new(&tag)),
+        Output::TransactionStart => Response::TransactionStart(Tag::new("BEGIN")),
+        Output::TransactionEnd(tag) => Response::TransactionEnd(Tag::new(tag)),
+        Output::SetVariable { .. } => Response::Execution(Tag::new("SET")),
+    })
+}
+
+/// Refuse everything but ending the block after an error inside a transaction block, as
+/// Postgres does.
+fn check_aborted<C: ClientInfo>(client: &C, stmt: &Statement) -> Result<(), WeirError> {
+    use pgwire::messages::response::TransactionStatus;
+    if matches!(client.transaction_status(), TransactionStatus::Error)
+        && !matches!(stmt, Statement::Rollback | Statement::Commit)
+    {
+        return Err(WeirError::new(
+            "25P02",
+            "current transaction is aborted, commands ignored until end of transaction block",
+        ));
+    }
+    Ok(())
+}
+
+/// A changed setting clients track, to report with ParameterStatus.
+fn reported_setting(output: &Output) -> Option<ParameterStatus> {
+    match output {
+        Output::SetVariable { name, value } if is_reported(&name.to_lowercase()) => {
+            Some(ParameterStatus::new(name.clone(), value.clone()))
+        }
+        _ => None,
+    }
+}
+
+#[async_trait]
+impl SimpleQueryHandler for Handle {
+    async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        debug!(query, "simple query");
+        let statements = match parse(query) {
+            Ok(s) => s,
+            Err(e) => return Ok(vec![Response::Error(Box::new(e.into_error_info()))]),
+        };
+        if statements.is_empty() {
+            return Ok(vec![Response::EmptyQuery]);
+        }
+        let session = self.session(client);
+        let mut session = session.lock().await;
+        let mut out = Vec::with_capacity(statements.len());
+        let last = statements.len() - 1;
+        for (i, parsed) in statements.iter().enumerate() {
+            let result = match check_aborted(client, &parsed.stmt) {
+                Err(e) => Err(e),
+                Ok(()) => self.engine.execute(&mut session, parsed, None).await,
+            };
+            let result = match result {
+                Ok(output) => {
+                    if let Some(status) = reported_setting(&output) {
+                        client
+                            .feed(PgWireBackendMessage::ParameterStatus(status))
+                            .await?;
+                    }
+                    respond(output, &Format::UnifiedText, i != last).await
+                }
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(r) => out.push(r),
+                Err(e) => {
+                    debug!(error = %e, statement = %parsed.text, "statement failed");
+                    out.push(Response::Error(Box::new(e.into_error_info())));
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Parses statements for the extended protocol; planning happens at Describe and Execute,
+/// where the session is at hand.
+#[derive(Debug)]
+pub struct WeirQueryParser;
+
+#[async_trait]
+impl QueryParser for WeirQueryParser {
+    type Statement = Prepared;
+
+    async fn parse_sql<C>(
+        &self,
+        _client: &C,
+        sql: &str,
+        _types: &[Option<Type>],
+    ) -> PgWireResult<Option<Prepared>>
+    where
+        C: ClientInfo + Unpin + Send + Sync,
+    {
+        let mut stmts = parse(sql).map_err(err)?;
+        match stmts.len() {
+            0 => Ok(None),
+            1 => Ok(Some(Prepared {
+                parsed: stmts.remove(0),
+            })),
+            _ => Err(err(WeirError::syntax(
+                "cannot insert multiple commands into a prepared statement",
+            ))),
+        }
+    }
+
+    fn get_parameter_types(&self, _stmt: &Prepared) -> PgWireResult<Vec<Type>> {
+        Ok(vec![])
+    }
+
+    fn get_result_schema(
+        &self,
+        _stmt: &Prepared,
+        _column_format: Option<&Format>,
+    ) -> PgWireResult<Vec<FieldInfo>> {
+        Ok(vec![])
+    }
+}
+
+impl Handle {
+    /// Parameter types (client's where given, else inferred) and result fields.
+    async fn describe(
+        &self,
+        session: &Session,
+        stmt: &StoredStatement<Prepared>,
+        format: &Format,
+    ) -> Result<(Vec<Type>, Vec<FieldInfo>, Vec<Option<datafusion::arrow::datatypes::DataType>>), WeirError>
+    {
+        let (inferred, schema) = self.engine.describe(session, &stmt.statement.parsed).await?;
+        let n = inferred.len().max(stmt.parameter_types.len());
+        let types = (0..n)
+            .map(|i| {
+                stmt.parameter_types
+                    .get(i)
+                    .cloned()
+                    .flatten()
+                    .filter(|t| t.oid() != 0)
+                    .unwrap_or_else(|| params::pg_type_of_arrow(inferred.get(i).and_then(|t| t.as_ref())))
+            })
+            .collect();
+        let fields = match schema {
+            Some(s) => field_infos(&s, |i| format.format_for(i)),
+            None => vec![],
+        };
+        Ok((types, fields, inferred))
+    }
+}
+
+#[async_trait]
+impl ExtendedQueryHandler for Handle {
+    type Statement = Prepared;
+    type QueryParser = WeirQueryParser;
+
+    fn query_parser(&self) -> Arc<WeirQueryParser> {
+        self.parser.clone()
+    }
+
+    async fn do_describe_statement<C>(
+        &self,
+        client: &mut C,
+        stmt: &StoredStatement<Prepared>,
+    ) -> PgWireResult<DescribeStatementResponse>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Prepared>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let session = self.session(client);
+        let session = session.lock().await;
+        let (types, fields, _) = self
+            .describe(&session, stmt, &Format::UnifiedText)
+            .await
+            .map_err(err)?;
+        Ok(DescribeStatementResponse::new(types, fields))
+    }
+
+    async fn do_describe_portal<C>(
+        &self,
+        client: &mut C,
+        portal: &Portal<Prepared>,
+    ) -> PgWireResult<DescribePortalResponse>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Prepared>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let session = self.session(client);
+        let session = session.lock().await;
+        let (_, fields, _) = self
+            .describe(&session, &portal.statement, &portal.result_column_format)
+            .await
+            .map_err(err)?;
+        Ok(DescribePortalResponse::new(fields))
+    }
+
+    async fn do_query<C>(
+        &self,
+        client: &mut C,
+        portal: &Portal<Prepared>,
+        _max_rows: usize,
+    ) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Prepared>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let parsed = &portal.statement.statement.parsed;
+        debug!(query = %parsed.text, "extended query");
+        check_aborted(client, &parsed.stmt).map_err(err)?;
+        let session = self.session(client);
+        let mut session = session.lock().await;
+        let params = if portal.parameters.is_empty() {
+            None
+        } else {
+            let (_, _, inferred) = self
+                .describe(&session, &portal.statement, &portal.result_column_format)
+                .await
+                .map_err(err)?;
+            Some(
+                params::decode(
+                    &portal.parameters,
+                    &portal.statement.parameter_types,
+                    &inferred,
+                    |i| portal.parameter_format.is_binary(i),
+                )
+                .map_err(err)?,
+            )
+        };
+        let output = self
+            .engine
+            .execute(&mut session, parsed, params)
+            .await
+            .map_err(err)?;
+        if let Some(status) = reported_setting(&output) {
+            client
+                .feed(PgWireBackendMessage::ParameterStatus(status))
+                .await?;
+        }
+        respond(output, &portal.result_column_format, false)
+            .await
+            .map_err(err)
+    }
+}
+

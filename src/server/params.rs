@@ -1,0 +1,261 @@
+//! Bound parameters of the extended protocol to DataFusion values.
+//!
+//! Text-format values are parsed by casting the string to the type the planner inferred for
+//! the placeholder (or that the client declared); binary values are decoded by the
+//! declared Postgres type's `recv` format.
+
+use bytes::Bytes;
+use datafusion::arrow::datatypes::{DataType, TimeUnit};
+use datafusion::common::{ParamValues, ScalarValue};
+use pgwire::api::Type;
+
+use crate::error::{Result, WeirError, sqlstate};
+use crate::sql::types::SqlType;
+
+const PG_EPOCH_OFFSET_US: i64 = 946_684_800_000_000;
+const PG_EPOCH_OFFSET_DAYS: i32 = 10_957;
+
+/// Arrow type for a Postgres type a client declared for a parameter.
+pub fn arrow_type_of_pg(t: &Type) -> Option<DataType> {
+    Some(match t.oid() {
+        16 => DataType::Boolean,
+        17 => DataType::Binary,
+        20 => DataType::Int64,
+        21 => DataType::Int16,
+        23 => DataType::Int32,
+        26 => DataType::UInt32,
+        700 => DataType::Float32,
+        701 => DataType::Float64,
+        18 | 19 | 25 | 114 | 1042 | 1043 | 3802 => DataType::Utf8,
+        1082 => DataType::Date32,
+        1114 => DataType::Timestamp(TimeUnit::Microsecond, None),
+        1184 => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+        1700 => return None, // precision comes from the plan
+        _ => return None,
+    })
+}
+
+/// Postgres type to describe for a parameter the planner typed as `dt`.
+pub fn pg_type_of_arrow(dt: Option<&DataType>) -> Type {
+    match dt.and_then(SqlType::from_arrow) {
+        Some(t) => crate::server::encode::pg_wire_type(&t),
+        None => Type::TEXT,
+    }
+}
+
+fn protocol_error(msg: String) -> WeirError {
+    WeirError::new(sqlstate::PROTOCOL_VIOLATION, msg)
+}
+
+fn fixed<const N: usize>(b: &[u8], i: usize, t: &str) -> Result<[u8; N]> {
+    b.try_into().map_err(|_| {
+        protocol_error(format!(
+            "incorrect binary data format in bind parameter {} ({t} needs {N} bytes)",
+            i + 1
+        ))
+    })
+}
+
+fn decode_binary(raw: &[u8], declared: &Type, i: usize) -> Result<ScalarValue> {
+    Ok(match declared.oid() {
+        16 => ScalarValue::Boolean(Some(raw.first().copied().unwrap_or(0) != 0)),
+        21 => ScalarValue::Int16(Some(i16::from_be_bytes(fixed(raw, i, "int2")?))),
+        23 => ScalarValue::Int32(Some(i32::from_be_bytes(fixed(raw, i, "int4")?))),
+        20 => ScalarValue::Int64(Some(i64::from_be_bytes(fixed(raw, i, "int8")?))),
+        26 => ScalarValue::UInt32(Some(u32::from_be_bytes(fixed(raw, i, "oid")?))),
+        700 => ScalarValue::Float32(Some(f32::from_be_bytes(fixed(raw, i, "float4")?))),
+        701 => ScalarValue::Float64(Some(f64::from_be_bytes(fixed(raw, i, "float8")?))),
+        17 => ScalarValue::Binary(Some(raw.to_vec())),
+        18 | 19 | 25 | 114 | 705 | 1042 | 1043 => ScalarValue::Utf8(Some(utf8(raw, i)?)),
+        3802 => ScalarValue::Utf8(Some(utf8(raw.get(1..).unwrap_or_default(), i)?)),
+        1082 => ScalarValue::Date32(Some(
+            i32::from_be_bytes(fixed(raw, i, "date")?) + PG_EPOCH_OFFSET_DAYS,
+        )),
+        1114 => ScalarValue::TimestampMicrosecond(
+            Some(i64::from_be_bytes(fixed(raw, i, "timestamp")?) + PG_EPOCH_OFFSET_US),
+            None,
+        ),
+        1184 => ScalarValue::TimestampMicrosecond(
+            Some(i64::from_be_bytes(fixed(raw, i, "timestamptz")?) + PG_EPOCH_OFFSET_US),
+            Some("UTC".into()),
+        ),
+        1700 => ScalarValue::Utf8(Some(numeric_from_binary(raw, i)?)),
+        other => {
+            return Err(WeirError::not_supported(format!(
+                "binary format for parameter {} of type OID {other} is not supported; send it as text",
+                i + 1
+            )));
+        }
+    })
+}
+
+fn utf8(raw: &[u8], i: usize) -> Result<String> {
+    String::from_utf8(raw.to_vec()).map_err(|_| {
+        WeirError::new(
+            "22021",
+            format!("invalid byte sequence for encoding \"UTF8\" in parameter {}", i + 1),
+        )
+    })
+}
+
+/// NUMERIC's binary form (base-10000 digits) to its decimal text.
+fn numeric_from_binary(raw: &[u8], i: usize) -> Result<String> {
+    let bad = || protocol_error(format!("invalid numeric in bind parameter {}", i + 1));
+    if raw.len() < 8 {
+        return Err(bad());
+    }
+    let rd = |o: usize| i16::from_be_bytes([raw[o], raw[o + 1]]);
+    let ndigits = rd(0) as usize;
+    let weight = rd(2) as i32;
+    let sign = u16::from_be_bytes([raw[4], raw[5]]);
+    let dscale = rd(6).max(0) as usize;
+    if raw.len() < 8 + 2 * ndigits {
+        return Err(bad());
+    }
+    if sign == 0xC000 {
+        return Ok("NaN".into());
+    }
+    let digits: Vec<i32> = (0..ndigits).map(|k| rd(8 + 2 * k) as i32).collect();
+    let mut int = String::new();
+    for w in 0..=weight.max(-1) {
+        let d = digits.get(w as usize).copied().unwrap_or(0);
+        if int.is_empty() {
+            int = d.to_string();
+        } else {
+            int.push_str(&format!("{d:04}"));
+        }
+    }
+    if int.is_empty() {
+        int.push('0');
+    }
+    let mut frac = String::new();
+    let mut w = weight + 1;
+    while frac.len() < dscale {
+        let d = if w < 0 {
+            0
+        } else {
+            digits.get(w as usize).copied().unwrap_or(0)
+        };
+        frac.push_str(&format!("{d:04}"));
+        w += 1;
+    }
+    frac.truncate(dscale);
+    let mut out = String::new();
+    if sign == 0x4000 {
+        out.push('-');
+    }
+    out.push_str(&int);
+    if dscale > 0 {
+        out.push('.');
+        out.push_str(&frac);
+    }
+    Ok(out)
+}
+
+/// Decode bound parameters. `declared` are the types the client gave at Parse (may be
+/// unknown), `inferred` what the planner expects; `binary(i)` tells the format of each.
+pub fn decode(
+    values: &[Option<Bytes>],
+    declared: &[Option<Type>],
+    inferred: &[Option<DataType>],
+    binary: impl Fn(usize) -> bool,
+) -> Result<ParamValues> {
+    let mut out = Vec::with_capacity(values.len());
+    for (i, raw) in values.iter().enumerate() {
+        let declared_ty = declared
+            .get(i)
+            .cloned()
+            .flatten()
+            .filter(|t| t.oid() != 0 && *t != Type::UNKNOWN);
+        let target: Option<DataType> = inferred
+            .get(i)
+            .cloned()
+            .flatten()
+            .or_else(|| declared_ty.as_ref().and_then(arrow_type_of_pg));
+        let value = match raw {
+            None => match &target {
+                Some(t) => ScalarValue::try_from(t)?,
+                None => ScalarValue::Utf8(None),
+            },
+            Some(bytes) => {
+                let v = if binary(i) {
+                    let dt = declared_ty.clone().ok_or_else(|| {
+                        protocol_error(format!(
+                            "binary parameter {} needs a declared type",
+                            i + 1
+                        ))
+                    })?;
+                    decode_binary(bytes, &dt, i)?
+                } else {
+                    ScalarValue::Utf8(Some(utf8(bytes, i)?))
+                };
+                match &target {
+                    Some(t) if v.data_type() != *t => cast_param(&v, t, i)?,
+                    _ => v,
+                }
+            }
+        };
+        out.push(value);
+    }
+    Ok(ParamValues::List(out.into_iter().map(Into::into).collect()))
+}
+
+fn cast_param(v: &ScalarValue, t: &DataType, i: usize) -> Result<ScalarValue> {
+    // Postgres' boolean input accepts t/f/yes/no/on/off/1/0
+    if let (DataType::Boolean, ScalarValue::Utf8(Some(s))) = (t, v) {
+        let b = match s.trim().to_ascii_lowercase().as_str() {
+            "t" | "true" | "yes" | "y" | "on" | "1" => true,
+            "f" | "false" | "no" | "n" | "off" | "0" => false,
+            _ => {
+                return Err(WeirError::new(
+                    sqlstate::INVALID_TEXT_REPRESENTATION,
+                    format!("invalid input syntax for type boolean: \"{s}\""),
+                ));
+            }
+        };
+        return Ok(ScalarValue::Boolean(Some(b)));
+    }
+    v.cast_to(t).map_err(|_| {
+        WeirError::new(
+            sqlstate::INVALID_TEXT_REPRESENTATION,
+            format!(
+                "invalid input syntax for parameter ${}: {} is not a valid {}",
+                i + 1,
+                v,
+                SqlType::from_arrow(t)
+                    .map(|s| s.display_name())
+                    .unwrap_or_else(|| t.to_string())
+            ),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numeric_binary_round_trip() {
+        // 12345.67: ndigits=3, weight=1, sign=0, dscale=2, digits 1 2345 6700
+        let raw = [0, 3, 0, 1, 0, 0, 0, 2, 0, 1, 0x09, 0x29, 0x1a, 0x2c];
+        assert_eq!(numeric_from_binary(&raw, 0).unwrap(), "12345.67");
+        // 0.0005: ndigits=1, weight=-1, dscale=4, digit 5
+        let raw = [0, 1, 0xff, 0xff, 0, 0, 0, 4, 0, 5];
+        assert_eq!(numeric_from_binary(&raw, 0).unwrap(), "0.0005");
+    }
+
+    #[test]
+    fn text_params_cast_to_inferred_types() {
+        let p = decode(
+            &[Some(Bytes::from_static(b"42")), None, Some(Bytes::from_static(b"t"))],
+            &[None, None, None],
+            &[Some(DataType::Int64), Some(DataType::Utf8), Some(DataType::Boolean)],
+            |_| false,
+        )
+        .unwrap();
+        let ParamValues::List(v) = p else { panic!() };
+        assert_eq!(v[0].value, ScalarValue::Int64(Some(42)));
+        assert_eq!(v[1].value, ScalarValue::Utf8(None));
+        assert_eq!(v[2].value, ScalarValue::Boolean(Some(true)));
+    }
+}

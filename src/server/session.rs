@@ -1,0 +1,129 @@
+//! Per-connection state: the DataFusion context, settings changed with SET, and the
+//! transaction block status.
+
+use std::collections::BTreeMap;
+
+use datafusion::execution::context::SessionContext;
+
+/// Settings a client can read with SHOW (and `pg_settings`), with their defaults. Names are
+/// lower case; SHOW and SET match case-insensitively.
+pub const DEFAULT_SETTINGS: &[(&str, &str)] = &[
+    ("application_name", ""),
+    ("bytea_output", "hex"),
+    ("client_encoding", "UTF8"),
+    ("client_min_messages", "notice"),
+    ("datestyle", "ISO, MDY"),
+    ("default_transaction_isolation", "read committed"),
+    ("default_transaction_read_only", "off"),
+    ("extra_float_digits", "1"),
+    ("integer_datetimes", "on"),
+    ("intervalstyle", "postgres"),
+    ("is_superuser", "on"),
+    ("lc_collate", "C.UTF-8"),
+    ("lc_ctype", "C.UTF-8"),
+    ("lc_messages", "C.UTF-8"),
+    ("lc_monetary", "C.UTF-8"),
+    ("lc_numeric", "C.UTF-8"),
+    ("lc_time", "C.UTF-8"),
+    ("max_identifier_length", "63"),
+    ("search_path", "\"$user\", public"),
+    ("server_encoding", "UTF8"),
+    ("server_version", crate::server::PG_VERSION),
+    ("server_version_num", crate::server::PG_VERSION_NUM),
+    ("standard_conforming_strings", "on"),
+    ("statement_timeout", "0"),
+    ("timezone", "UTC"),
+    ("transaction_isolation", "read committed"),
+    ("transaction_read_only", "off"),
+];
+
+/// How SHOW names a setting's column (Postgres keeps the spelling of the canonical name).
+pub fn canonical_name(name: &str) -> &str {
+    match name {
+        "datestyle" => "DateStyle",
+        "timezone" => "TimeZone",
+        "intervalstyle" => "IntervalStyle",
+        other => other,
+    }
+}
+
+/// Settings reported to the client with ParameterStatus when they change.
+pub fn is_reported(name: &str) -> bool {
+    matches!(
+        name,
+        "application_name"
+            | "client_encoding"
+            | "datestyle"
+            | "timezone"
+            | "intervalstyle"
+            | "standard_conforming_strings"
+            | "integer_datetimes"
+            | "is_superuser"
+            | "server_version"
+    )
+}
+
+pub struct Session {
+    pub ctx: SessionContext,
+    settings: BTreeMap<String, String>,
+    pub in_transaction: bool,
+}
+
+impl Session {
+    pub fn new(ctx: SessionContext) -> Self {
+        Session {
+            ctx,
+            settings: BTreeMap::new(),
+            in_transaction: false,
+        }
+    }
+
+    /// Normalize a SHOW/SET name: lower case, multi-word aliases mapped.
+    pub fn normalize(name: &str) -> String {
+        let n = name.trim().to_lowercase();
+        match n.as_str() {
+            "transaction isolation level" => "transaction_isolation".into(),
+            "time zone" => "timezone".into(),
+            "session authorization" => "session_authorization".into(),
+            _ => n,
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<String> {
+        let n = Self::normalize(name);
+        if let Some(v) = self.settings.get(&n) {
+            return Some(v.clone());
+        }
+        if n == "session_authorization" {
+            return Some(crate::catalog::SUPERUSER_NAME.to_owned());
+        }
+        DEFAULT_SETTINGS
+            .iter()
+            .find(|(k, _)| *k == n)
+            .map(|(_, v)| (*v).to_owned())
+    }
+
+    pub fn set(&mut self, name: &str, value: &str) {
+        self.settings.insert(Self::normalize(name), value.to_owned());
+    }
+
+    pub fn reset(&mut self, name: &str) {
+        if name.eq_ignore_ascii_case("all") {
+            self.settings.clear();
+        } else {
+            self.settings.remove(&Self::normalize(name));
+        }
+    }
+
+    /// Every setting with its current value.
+    pub fn all(&self) -> Vec<(String, String)> {
+        let mut out: BTreeMap<String, String> = DEFAULT_SETTINGS
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        for (k, v) in &self.settings {
+            out.insert(k.clone(), v.clone());
+        }
+        out.into_iter().collect()
+    }
+}

@@ -1,0 +1,180 @@
+//! Ad-hoc queries: DataFusion sees Weir's relations through a catalog provider whose
+//! `public` schema resolves names against [`Catalog`] at planning time and whose
+//! `pg_catalog` schema is generated from it. Scans read a table's current snapshot.
+//!
+//! This module must not mutate anything: writes go through `plan::dml` and the table store.
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::{CatalogProvider, SchemaProvider, Session, TableProvider};
+use datafusion::datasource::MemTable;
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::context::{SessionConfig, SessionContext};
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
+use datafusion::physical_plan::ExecutionPlan;
+
+use crate::catalog::pg_catalog::PgCatalogSchema;
+use crate::catalog::{Catalog, DATABASE_NAME, functions};
+use crate::state::table::TableStore;
+
+pub const DEFAULT_SCHEMA: &str = "public";
+
+/// Build the DataFusion context of one connection.
+pub fn session_context(catalog: Arc<Catalog>) -> SessionContext {
+    let mut config = SessionConfig::new()
+        .with_default_catalog_and_schema(DATABASE_NAME, DEFAULT_SCHEMA)
+        .with_information_schema(true)
+        .with_create_default_catalog_and_schema(false)
+        .with_target_partitions(2);
+    {
+        let opts = config.options_mut();
+        opts.sql_parser.dialect = datafusion::config::Dialect::PostgreSQL;
+        opts.sql_parser.parse_float_as_decimal = true;
+        opts.sql_parser.map_string_types_to_utf8view = false;
+        opts.sql_parser.enable_ident_normalization = true;
+        opts.execution.time_zone = Some("+00:00".to_owned());
+    }
+    let ctx = SessionContext::new_with_config(config);
+    let pg = Arc::new(PgCatalogSchema::new(catalog.clone()));
+    ctx.register_catalog(
+        DATABASE_NAME,
+        Arc::new(WeirCatalogProvider {
+            public: Arc::new(PublicSchema {
+                catalog: catalog.clone(),
+                pg_catalog: pg.clone(),
+            }),
+            pg_catalog: pg,
+        }),
+    );
+    functions::register(&ctx, catalog);
+    ctx
+}
+
+struct WeirCatalogProvider {
+    public: Arc<PublicSchema>,
+    pg_catalog: Arc<PgCatalogSchema>,
+}
+
+impl fmt::Debug for WeirCatalogProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("WeirCatalogProvider")
+    }
+}
+
+impl CatalogProvider for WeirCatalogProvider {
+    fn schema_names(&self) -> Vec<String> {
+        vec![DEFAULT_SCHEMA.to_owned(), "pg_catalog".to_owned()]
+    }
+
+    fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
+        match name {
+            DEFAULT_SCHEMA => Some(self.public.clone()),
+            "pg_catalog" => Some(self.pg_catalog.clone()),
+            _ => None,
+        }
+    }
+}
+
+/// `public`: user relations; unqualified catalog names (`pg_class`) fall through to
+/// `pg_catalog`, which Postgres searches implicitly.
+struct PublicSchema {
+    catalog: Arc<Catalog>,
+    pg_catalog: Arc<PgCatalogSchema>,
+}
+
+impl fmt::Debug for PublicSchema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("PublicSchema")
+    }
+}
+
+#[async_trait]
+impl SchemaProvider for PublicSchema {
+    fn table_names(&self) -> Vec<String> {
+        self.catalog
+            .entries()
+            .iter()
+            .map(|e| e.desc.name.clone())
+            .collect()
+    }
+
+    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        if let Some(entry) = self.catalog.get(name) {
+            if let Some(table) = &entry.table {
+                return Ok(Some(Arc::new(TableScanProvider {
+                    table: table.clone(),
+                })));
+            }
+            return Ok(None);
+        }
+        self.pg_catalog.table(name).await
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.catalog.get(name).is_some() || self.pg_catalog.table_exist(name)
+    }
+}
+
+/// Scans a table's current snapshot.
+pub struct TableScanProvider {
+    pub table: Arc<TableStore>,
+}
+
+impl fmt::Debug for TableScanProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TableScanProvider({})", self.table.name)
+    }
+}
+
+#[async_trait]
+impl TableProvider for TableScanProvider {
+    fn schema(&self) -> SchemaRef {
+        self.table.schema()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DfResult<Vec<TableProviderFilterPushDown>> {
+        Ok(vec![
+            TableProviderFilterPushDown::Unsupported;
+            filters.len()
+        ])
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let batches = self
+            .table
+            .snapshot()
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        let partitions = split_partitions(&batches, state.config().target_partitions());
+        let mem = MemTable::try_new(self.table.schema(), partitions)?;
+        mem.scan(state, projection, filters, limit).await
+    }
+}
+
+/// Spread batches over up to `n` partitions so scans run in parallel.
+pub fn split_partitions(
+    batches: &[datafusion::arrow::record_batch::RecordBatch],
+    n: usize,
+) -> Vec<Vec<datafusion::arrow::record_batch::RecordBatch>> {
+    let n = n.max(1).min(batches.len().max(1));
+    let mut parts = vec![Vec::new(); n];
+    for (i, b) in batches.iter().enumerate() {
+        parts[i % n].push(b.clone());
+    }
+    parts
+}

@@ -1,0 +1,5 @@
+//! SQL text in: the statement parser (sqlparser's Postgres dialect plus Weir's streaming
+//! syntax) and the SQL type system.
+
+pub mod parser;
+pub mod types;

@@ -1,0 +1,599 @@
+//! Statement parsing: sqlparser's Postgres dialect for everything standard, plus Weir's own
+//! statements and clauses (`APPEND ONLY`, `WATERMARK FOR`, `SHOW TABLES`, session commands).
+//!
+//! One SQL string may hold several statements; each comes back with its own source text.
+
+use datafusion::sql::sqlparser::ast::{self, ColumnOption, Ident, ObjectName, TableConstraint};
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::keywords::Keyword;
+use datafusion::sql::sqlparser::parser::Parser;
+use datafusion::sql::sqlparser::tokenizer::{Location, Token, TokenWithSpan};
+
+use crate::error::{Result, WeirError};
+use crate::sql::types::SqlType;
+
+/// A parsed statement with the text it was parsed from.
+#[derive(Debug, Clone)]
+pub struct Parsed {
+    pub stmt: Statement,
+    pub text: String,
+}
+
+#[derive(Debug, Clone)]
+pub enum Statement {
+    CreateTable(CreateTable),
+    Drop(DropStmt),
+    /// `SHOW TABLES` and friends: list relations of one kind.
+    ShowRelations(RelationKindFilter),
+    /// `SHOW name` for a session or server setting.
+    ShowVariable(String),
+    /// `SET name = value` (also `SET SESSION`, `SET LOCAL`, `SET TIME ZONE`).
+    SetVariable {
+        name: String,
+        value: String,
+    },
+    /// `RESET name` / `RESET ALL`.
+    ResetVariable(String),
+    /// Statements accepted for client compatibility that change nothing (SET TRANSACTION,
+    /// DISCARD, ...): the tag to answer with.
+    NoOp(&'static str),
+    Begin,
+    Commit,
+    Rollback,
+    /// INSERT / UPDATE / DELETE: planned by DataFusion, applied by the table store.
+    Dml(Box<ast::Statement>),
+    /// A query (SELECT, VALUES, WITH, EXPLAIN): planned and run by DataFusion.
+    Query(Box<ast::Statement>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RelationKindFilter {
+    Tables,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DropKind {
+    Table,
+}
+
+#[derive(Debug, Clone)]
+pub struct DropStmt {
+    pub kind: DropKind,
+    pub names: Vec<String>,
+    pub if_exists: bool,
+    pub cascade: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct ColumnSpec {
+    pub name: String,
+    pub ty: SqlType,
+    pub not_null: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct WatermarkSpec {
+    pub column: String,
+    /// The watermark expression, e.g. `ts - INTERVAL '5 seconds'`.
+    pub expr: ast::Expr,
+}
+
+#[derive(Debug, Clone)]
+pub struct CreateTable {
+    pub name: String,
+    pub if_not_exists: bool,
+    pub columns: Vec<ColumnSpec>,
+    pub primary_key: Vec<String>,
+    pub append_only: bool,
+    pub watermark: Option<WatermarkSpec>,
+    pub with_options: Vec<(String, String)>,
+}
+
+/// Parse a string of one or more statements. An empty or comment-only string gives none.
+pub fn parse(sql: &str) -> Result<Vec<Parsed>> {
+    let dialect = PostgreSqlDialect {};
+    let mut p = Parser::new(&dialect).try_with_sql(sql)?;
+    let index = LineIndex::new(sql);
+    let mut out = Vec::new();
+    loop {
+        while p.consume_token(&Token::SemiColon) {}
+        let first = p.peek_token();
+        if first.token == Token::EOF {
+            break;
+        }
+        let stmt = parse_one(&mut p)?;
+        let next = p.peek_token();
+        if next.token != Token::SemiColon && next.token != Token::EOF {
+            return Err(syntax_near(&next));
+        }
+        // text from the first token to just before the terminator
+        let end = if next.token == Token::EOF {
+            sql.len()
+        } else {
+            index.offset(next.span.start)
+        };
+        let start = index.offset(first.span.start);
+        let text = sql.get(start..end).unwrap_or(sql).trim().to_owned();
+        out.push(Parsed { stmt, text });
+    }
+    Ok(out)
+}
+
+fn syntax_near(t: &TokenWithSpan) -> WeirError {
+    if t.token == Token::EOF {
+        WeirError::syntax("syntax error at end of input")
+    } else {
+        WeirError::syntax(format!("syntax error at or near \"{}\"", t.token))
+    }
+}
+
+fn parse_one(p: &mut Parser) -> Result<Statement> {
+    let first = p.peek_token();
+    let Token::Word(w) = &first.token else {
+        return classify(p.parse_statement()?);
+    };
+    match w.keyword {
+        Keyword::CREATE => {
+            if p.peek_nth_token(1).token == Token::make_keyword("TABLE")
+                || matches!(&p.peek_nth_token(1).token, Token::Word(w) if w.keyword == Keyword::TABLE)
+            {
+                p.next_token();
+                p.next_token();
+                return parse_create_table(p).map(Statement::CreateTable);
+            }
+            classify(p.parse_statement()?)
+        }
+        Keyword::DROP => parse_drop(p),
+        Keyword::SHOW => {
+            p.next_token();
+            parse_show(p)
+        }
+        Keyword::SET => {
+            p.next_token();
+            parse_set(p)
+        }
+        Keyword::RESET => {
+            p.next_token();
+            let words = rest_words(p)?;
+            Ok(Statement::ResetVariable(words.join(" ")))
+        }
+        Keyword::BEGIN | Keyword::START => {
+            rest_words(p)?;
+            Ok(Statement::Begin)
+        }
+        Keyword::COMMIT | Keyword::END => {
+            rest_words(p)?;
+            Ok(Statement::Commit)
+        }
+        Keyword::ROLLBACK | Keyword::ABORT => {
+            let words = rest_words(p)?;
+            if words.iter().any(|w| w == "to") {
+                return Err(WeirError::not_supported("ROLLBACK TO SAVEPOINT is not supported"));
+            }
+            Ok(Statement::Rollback)
+        }
+        Keyword::DISCARD => {
+            rest_words(p)?;
+            Ok(Statement::NoOp("DISCARD ALL"))
+        }
+        _ => classify(p.parse_statement()?),
+    }
+}
+
+/// Route a statement sqlparser parsed: queries and DML go to DataFusion, the rest is refused
+/// with a message that names it.
+fn classify(stmt: ast::Statement) -> Result<Statement> {
+    match stmt {
+        ast::Statement::Query(_) | ast::Statement::Explain { .. } => {
+            Ok(Statement::Query(Box::new(stmt)))
+        }
+        ast::Statement::Insert(_) | ast::Statement::Update { .. } | ast::Statement::Delete(_) => {
+            Ok(Statement::Dml(Box::new(stmt)))
+        }
+        other => {
+            let text = other.to_string();
+            let head: Vec<&str> = text.split_whitespace().take(2).collect();
+            Err(WeirError::not_supported(format!(
+                "{} is not supported",
+                head.join(" ").to_uppercase()
+            )))
+        }
+    }
+}
+
+/// Normalize an identifier as Postgres does: unquoted names fold to lower case.
+pub fn normalize_ident(id: &Ident) -> String {
+    if id.quote_style.is_some() {
+        id.value.clone()
+    } else {
+        id.value.to_lowercase()
+    }
+}
+
+/// A relation name, which may be qualified with our schema (`public`) or database.
+pub fn relation_name(name: &ObjectName) -> Result<String> {
+    let parts: Vec<String> = name
+        .0
+        .iter()
+        .map(|p| {
+            p.as_ident()
+                .map(normalize_ident)
+                .ok_or_else(|| WeirError::syntax(format!("invalid relation name {name}")))
+        })
+        .collect::<Result<_>>()?;
+    match parts.as_slice() {
+        [n] => Ok(n.clone()),
+        [s, n] if s == "public" => Ok(n.clone()),
+        [_, s, n] if s == "public" => Ok(n.clone()),
+        _ => Err(WeirError::new(
+            crate::error::sqlstate::UNDEFINED_OBJECT,
+            format!("schema of relation \"{name}\" does not exist (only \"public\" holds relations)"),
+        )),
+    }
+}
+
+fn parse_create_table(p: &mut Parser) -> Result<CreateTable> {
+    let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
+    let name = relation_name(&p.parse_object_name(false)?)?;
+    p.expect_token(&Token::LParen)?;
+    let mut columns = Vec::new();
+    let mut primary_key: Option<Vec<String>> = None;
+    let mut watermark = None;
+    loop {
+        if parse_word(p, "WATERMARK") {
+            p.expect_keyword_is(Keyword::FOR)?;
+            let column = normalize_ident(&p.parse_identifier()?);
+            p.expect_keyword_is(Keyword::AS)?;
+            let expr = p.parse_expr()?;
+            if watermark.is_some() {
+                return Err(WeirError::syntax("a table can declare only one WATERMARK"));
+            }
+            watermark = Some(WatermarkSpec { column, expr });
+        } else if let Some(constraint) = p.parse_optional_table_constraint()? {
+            match constraint {
+                TableConstraint::PrimaryKey(pk) => {
+                    if primary_key.is_some() {
+                        return Err(multiple_pk(&name));
+                    }
+                    let cols = pk
+                        .columns
+                        .iter()
+                        .map(|c| match &c.column.expr {
+                            ast::Expr::Identifier(id) => Ok(normalize_ident(id)),
+                            other => Err(WeirError::not_supported(format!(
+                                "PRIMARY KEY on expression {other} is not supported"
+                            ))),
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                    primary_key = Some(cols);
+                }
+                other => {
+                    return Err(WeirError::not_supported(format!(
+                        "table constraint {other} is not supported (only PRIMARY KEY)"
+                    )));
+                }
+            }
+        } else {
+            let def = p.parse_column_def()?;
+            let col_name = normalize_ident(&def.name);
+            let ty = SqlType::from_ast(&def.data_type)?;
+            let mut not_null = false;
+            for opt in &def.options {
+                match &opt.option {
+                    ColumnOption::NotNull => not_null = true,
+                    ColumnOption::Null => not_null = false,
+                    ColumnOption::PrimaryKey(_) => {
+                        if primary_key.is_some() {
+                            return Err(multiple_pk(&name));
+                        }
+                        primary_key = Some(vec![col_name.clone()]);
+                    }
+                    other => {
+                        return Err(WeirError::not_supported(format!(
+                            "column option {other} is not supported"
+                        )));
+                    }
+                }
+            }
+            columns.push(ColumnSpec {
+                name: col_name,
+                ty,
+                not_null,
+            });
+        }
+        if p.consume_token(&Token::Comma) {
+            continue;
+        }
+        p.expect_token(&Token::RParen)?;
+        break;
+    }
+    let mut append_only = false;
+    let mut with_options = Vec::new();
+    loop {
+        if parse_word(p, "APPEND") {
+            expect_word(p, "ONLY")?;
+            append_only = true;
+        } else if p.parse_keyword(Keyword::WITH) {
+            with_options = parse_with_options(p)?;
+        } else {
+            break;
+        }
+    }
+    Ok(CreateTable {
+        name,
+        if_not_exists,
+        columns,
+        primary_key: primary_key.unwrap_or_default(),
+        append_only,
+        watermark,
+        with_options,
+    })
+}
+
+/// Consume a (non-reserved, maybe unknown to sqlparser) word if it is next.
+pub fn parse_word(p: &mut Parser, word: &str) -> bool {
+    match &p.peek_token().token {
+        Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(word) => {
+            p.next_token();
+            true
+        }
+        _ => false,
+    }
+}
+
+pub fn expect_word(p: &mut Parser, word: &str) -> Result<()> {
+    if parse_word(p, word) {
+        Ok(())
+    } else {
+        Err(WeirError::syntax(format!(
+            "syntax error at or near \"{}\": expected {word}",
+            p.peek_token().token
+        )))
+    }
+}
+
+fn multiple_pk(table: &str) -> WeirError {
+    WeirError::new(
+        crate::error::sqlstate::INVALID_TABLE_DEFINITION,
+        format!("multiple primary keys for table \"{table}\" are not allowed"),
+    )
+}
+
+/// `(key = 'value', a.b.c = value, ...)`: keys may be dotted; values are literals or words.
+pub fn parse_with_options(p: &mut Parser) -> Result<Vec<(String, String)>> {
+    p.expect_token(&Token::LParen)?;
+    let mut out = Vec::new();
+    if p.consume_token(&Token::RParen) {
+        return Ok(out);
+    }
+    loop {
+        let mut key = normalize_ident(&p.parse_identifier()?);
+        while p.consume_token(&Token::Period) {
+            key.push('.');
+            key.push_str(&normalize_ident(&p.parse_identifier()?));
+        }
+        p.expect_token(&Token::Eq)?;
+        let t = p.next_token();
+        let value = match t.token {
+            Token::SingleQuotedString(s) => s,
+            Token::Number(n, _) => n,
+            Token::Word(w) => w.value,
+            _ => return Err(syntax_near(&t)),
+        };
+        out.push((key, value));
+        if p.consume_token(&Token::Comma) {
+            continue;
+        }
+        p.expect_token(&Token::RParen)?;
+        return Ok(out);
+    }
+}
+
+fn parse_drop(p: &mut Parser) -> Result<Statement> {
+    p.next_token(); // DROP
+    let kind = if p.parse_keyword(Keyword::TABLE) {
+        DropKind::Table
+    } else {
+        // let sqlparser produce its error or a statement we refuse by name
+        p.prev_token();
+        return classify(p.parse_statement()?);
+    };
+    let if_exists = p.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
+    let names = p
+        .parse_comma_separated(|p| p.parse_object_name(false))?
+        .iter()
+        .map(relation_name)
+        .collect::<Result<Vec<_>>>()?;
+    let cascade = if p.parse_keyword(Keyword::CASCADE) {
+        true
+    } else {
+        let _ = p.parse_keyword(Keyword::RESTRICT);
+        false
+    };
+    Ok(Statement::Drop(DropStmt {
+        kind,
+        names,
+        if_exists,
+        cascade,
+    }))
+}
+
+fn parse_show(p: &mut Parser) -> Result<Statement> {
+    let words = rest_words(p)?;
+    let joined = words.join(" ");
+    match joined.as_str() {
+        "tables" => Ok(Statement::ShowRelations(RelationKindFilter::Tables)),
+        "" => Err(WeirError::syntax("syntax error at end of input")),
+        _ => Ok(Statement::ShowVariable(joined)),
+    }
+}
+
+fn parse_set(p: &mut Parser) -> Result<Statement> {
+    // SET [SESSION | LOCAL] ...
+    if !p.parse_keyword(Keyword::SESSION) {
+        let _ = p.parse_keyword(Keyword::LOCAL);
+    }
+    if p.parse_keywords(&[Keyword::TIME, Keyword::ZONE]) {
+        let value = rest_value(p)?;
+        return Ok(Statement::SetVariable {
+            name: "timezone".into(),
+            value,
+        });
+    }
+    if p.peek_keyword(Keyword::CHARACTERISTICS) || p.peek_keyword(Keyword::TRANSACTION) {
+        rest_words(p)?;
+        return Ok(Statement::NoOp("SET"));
+    }
+    let mut name = normalize_ident(&p.parse_identifier()?);
+    while p.consume_token(&Token::Period) {
+        name.push('.');
+        name.push_str(&normalize_ident(&p.parse_identifier()?));
+    }
+    if !p.consume_token(&Token::Eq) && !p.parse_keyword(Keyword::TO) {
+        return Err(syntax_near(&p.peek_token()));
+    }
+    let value = rest_value(p)?;
+    Ok(Statement::SetVariable { name, value })
+}
+
+/// The remaining tokens of a statement as lower-cased words (for SHOW/BEGIN/...).
+fn rest_words(p: &mut Parser) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    loop {
+        let t = p.peek_token();
+        match &t.token {
+            Token::SemiColon | Token::EOF => return Ok(out),
+            Token::Word(w) => out.push(normalize_ident(&Ident {
+                value: w.value.clone(),
+                quote_style: w.quote_style,
+                span: t.span,
+            })),
+            Token::Comma => out.push(",".into()),
+            Token::Number(n, _) => out.push(n.clone()),
+            Token::SingleQuotedString(s) => out.push(s.clone()),
+            Token::Mul => out.push("*".into()),
+            _ => return Err(syntax_near(&t)),
+        }
+        p.next_token();
+    }
+}
+
+/// The value of a SET: literals and words joined with ", " (as Postgres does for lists).
+fn rest_value(p: &mut Parser) -> Result<String> {
+    let mut parts: Vec<String> = Vec::new();
+    let mut current = String::new();
+    loop {
+        let t = p.peek_token();
+        match &t.token {
+            Token::SemiColon | Token::EOF => break,
+            Token::Comma => {
+                parts.push(std::mem::take(&mut current));
+            }
+            Token::Word(w) => {
+                if !current.is_empty() {
+                    current.push(' ');
+                }
+                current.push_str(&w.value);
+            }
+            Token::SingleQuotedString(s) => current.push_str(s),
+            Token::Number(n, _) => current.push_str(n),
+            Token::Minus => current.push('-'),
+            Token::Plus => current.push('+'),
+            _ => return Err(syntax_near(&t)),
+        }
+        p.next_token();
+    }
+    parts.push(current);
+    Ok(parts.join(", "))
+}
+
+/// Maps sqlparser's (line, column) locations to byte offsets.
+struct LineIndex<'a> {
+    sql: &'a str,
+    line_starts: Vec<usize>,
+}
+
+impl<'a> LineIndex<'a> {
+    fn new(sql: &'a str) -> Self {
+        let mut line_starts = vec![0];
+        for (i, b) in sql.bytes().enumerate() {
+            if b == b'\n' {
+                line_starts.push(i + 1);
+            }
+        }
+        LineIndex { sql, line_starts }
+    }
+
+    fn offset(&self, loc: Location) -> usize {
+        if loc.line == 0 {
+            return self.sql.len();
+        }
+        let Some(&start) = self.line_starts.get(loc.line as usize - 1) else {
+            return self.sql.len();
+        };
+        let line = &self.sql[start..];
+        let col = loc.column.saturating_sub(1) as usize;
+        start
+            + line
+                .char_indices()
+                .nth(col)
+                .map(|(i, _)| i)
+                .unwrap_or(line.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_statements_with_text() {
+        let v = parse("SELECT 1; select 'a;b' ;\n-- only a comment\n").unwrap();
+        assert_eq!(v.len(), 2);
+        assert_eq!(v[0].text, "SELECT 1");
+        assert_eq!(v[1].text, "select 'a;b'");
+        assert!(parse("  -- nothing\n ; ;").unwrap().is_empty());
+    }
+
+    #[test]
+    fn create_table_with_streaming_clauses() {
+        let v = parse(
+            "CREATE TABLE Clicks (user_id BIGINT NOT NULL, ts TIMESTAMP, \
+             WATERMARK FOR ts AS ts - INTERVAL '2 seconds') APPEND ONLY",
+        )
+        .unwrap();
+        let Statement::CreateTable(ct) = &v[0].stmt else {
+            panic!("not a create table")
+        };
+        assert_eq!(ct.name, "clicks");
+        assert!(ct.append_only);
+        assert_eq!(ct.watermark.as_ref().unwrap().column, "ts");
+        assert!(ct.columns[0].not_null);
+    }
+
+    #[test]
+    fn composite_primary_key() {
+        let v = parse("create table t (a int, b text, primary key (a, b))").unwrap();
+        let Statement::CreateTable(ct) = &v[0].stmt else {
+            panic!()
+        };
+        assert_eq!(ct.primary_key, vec!["a", "b"]);
+    }
+
+    #[test]
+    fn set_forms() {
+        for (sql, name, value) in [
+            ("SET extra_float_digits = 3", "extra_float_digits", "3"),
+            ("set search_path to public, pg_catalog", "search_path", "public, pg_catalog"),
+            ("SET TIME ZONE 'UTC'", "timezone", "UTC"),
+            ("SET SESSION application_name = 'x'", "application_name", "x"),
+        ] {
+            match &parse(sql).unwrap()[0].stmt {
+                Statement::SetVariable { name: n, value: v } => {
+                    assert_eq!((n.as_str(), v.as_str()), (name, value), "{sql}")
+                }
+                other => panic!("{sql}: {other:?}"),
+            }
+        }
+    }
+}

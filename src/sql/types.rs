@@ -1,0 +1,405 @@
+//! The SQL types a column can be declared with, and how each maps to an Arrow type (storage
+//! and execution) and to a Postgres type (OID, type modifier, `format_type` text on the wire
+//! and in `pg_catalog`).
+//!
+//! The Postgres type of a result column is derived from its Arrow type, refined by the field
+//! metadata key [`PG_TYPE_KEY`] where the Arrow type alone is ambiguous (`jsonb` and
+//! `varchar(n)` are both `Utf8`; `numeric` without a declared scale is printed without
+//! trailing zeros).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{DataType, Field, IntervalUnit, TimeUnit};
+use datafusion::sql::sqlparser::ast;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, WeirError};
+
+/// Field metadata key carrying a column's declared SQL type (its `format_type` text).
+pub const PG_TYPE_KEY: &str = "weir.pg_type";
+
+/// Timezone used for TIMESTAMPTZ columns in Arrow.
+pub const UTC: &str = "UTC";
+
+/// Default precision/scale of an unconstrained NUMERIC.
+pub const NUMERIC_DEFAULT_PRECISION: u8 = 38;
+pub const NUMERIC_DEFAULT_SCALE: i8 = 10;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SqlType {
+    Bool,
+    Int2,
+    Int4,
+    Int8,
+    Float4,
+    Float8,
+    /// NUMERIC(p, s); `None` when declared without a precision.
+    Numeric(Option<(u8, i8)>),
+    Text,
+    Varchar(Option<u32>),
+    Date,
+    Time,
+    Timestamp,
+    TimestampTz,
+    Interval,
+    Bytea,
+    Jsonb,
+    /// System types that catalog tables expose: `oid`, `name`, `"char"`.
+    Oid,
+    Name,
+    InternalChar,
+    /// A one-dimensional array of an element type (`int4[]`, `text[]`).
+    Array(Box<SqlType>),
+}
+
+impl SqlType {
+    pub fn from_ast(dt: &ast::DataType) -> Result<SqlType> {
+        use ast::DataType as D;
+        Ok(match dt {
+            D::Bool | D::Boolean => SqlType::Bool,
+            D::SmallInt(_) | D::Int2(_) => SqlType::Int2,
+            D::Int(_) | D::Integer(_) | D::Int4(_) => SqlType::Int4,
+            D::BigInt(_) | D::Int8(_) => SqlType::Int8,
+            D::Real | D::Float4 => SqlType::Float4,
+            D::Double(_) | D::DoublePrecision | D::Float8 => SqlType::Float8,
+            D::Float(info) => match info {
+                ast::ExactNumberInfo::Precision(p) if *p <= 24 => SqlType::Float4,
+                _ => SqlType::Float8,
+            },
+            D::Numeric(info) | D::Decimal(info) | D::Dec(info) => match info {
+                ast::ExactNumberInfo::None => SqlType::Numeric(None),
+                ast::ExactNumberInfo::Precision(p) => SqlType::Numeric(Some(check_numeric(*p, 0)?)),
+                ast::ExactNumberInfo::PrecisionAndScale(p, s) => {
+                    SqlType::Numeric(Some(check_numeric(*p, *s)?))
+                }
+            },
+            D::Text | D::String(_) => SqlType::Text,
+            D::Varchar(len) | D::CharacterVarying(len) => SqlType::Varchar(char_len(len)?),
+            D::Char(_) | D::Character(_) => {
+                return Err(WeirError::not_supported(
+                    "type character(n) is not supported; use varchar(n) or text",
+                ));
+            }
+            D::Date => SqlType::Date,
+            D::Time(_, _) => SqlType::Time,
+            D::Timestamp(_, tz) => match tz {
+                ast::TimezoneInfo::WithTimeZone | ast::TimezoneInfo::Tz => SqlType::TimestampTz,
+                _ => SqlType::Timestamp,
+            },
+            D::Interval { .. } => SqlType::Interval,
+            D::Bytea => SqlType::Bytea,
+            D::JSONB | D::JSON => SqlType::Jsonb,
+            D::Array(def) => match def {
+                ast::ArrayElemTypeDef::AngleBracket(t)
+                | ast::ArrayElemTypeDef::SquareBracket(t, _)
+                | ast::ArrayElemTypeDef::Parenthesis(t) => {
+                    SqlType::Array(Box::new(SqlType::from_ast(t)?))
+                }
+                ast::ArrayElemTypeDef::None => {
+                    return Err(WeirError::syntax("array type needs an element type"));
+                }
+            },
+            D::Custom(name, args) if args.is_empty() => {
+                let n = name.to_string().to_ascii_lowercase();
+                match n.trim_start_matches("pg_catalog.") {
+                    "timestamptz" => SqlType::TimestampTz,
+                    "jsonb" | "json" => SqlType::Jsonb,
+                    "int2" => SqlType::Int2,
+                    "int4" => SqlType::Int4,
+                    "int8" => SqlType::Int8,
+                    "float4" => SqlType::Float4,
+                    "float8" => SqlType::Float8,
+                    "bool" => SqlType::Bool,
+                    "bytea" => SqlType::Bytea,
+                    "text" => SqlType::Text,
+                    "varchar" => SqlType::Varchar(None),
+                    "numeric" => SqlType::Numeric(None),
+                    "oid" => SqlType::Oid,
+                    "name" => SqlType::Name,
+                    "char" => SqlType::InternalChar,
+                    _ => return Err(unknown_type(&n)),
+                }
+            }
+            other => return Err(unknown_type(&other.to_string())),
+        })
+    }
+
+    pub fn arrow_type(&self) -> DataType {
+        match self {
+            SqlType::Bool => DataType::Boolean,
+            SqlType::Int2 => DataType::Int16,
+            SqlType::Int4 => DataType::Int32,
+            SqlType::Int8 => DataType::Int64,
+            SqlType::Float4 => DataType::Float32,
+            SqlType::Float8 => DataType::Float64,
+            SqlType::Numeric(Some((p, s))) => DataType::Decimal128(*p, *s),
+            SqlType::Numeric(None) => {
+                DataType::Decimal128(NUMERIC_DEFAULT_PRECISION, NUMERIC_DEFAULT_SCALE)
+            }
+            SqlType::Text | SqlType::Varchar(_) | SqlType::Jsonb => DataType::Utf8,
+            SqlType::Date => DataType::Date32,
+            SqlType::Time => DataType::Time64(TimeUnit::Microsecond),
+            SqlType::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
+            SqlType::TimestampTz => DataType::Timestamp(TimeUnit::Microsecond, Some(UTC.into())),
+            SqlType::Interval => DataType::Interval(IntervalUnit::MonthDayNano),
+            SqlType::Bytea => DataType::Binary,
+            SqlType::Oid => DataType::UInt32,
+            SqlType::Name | SqlType::InternalChar => DataType::Utf8,
+            SqlType::Array(e) => DataType::List(Arc::new(Field::new_list_field(e.arrow_type(), true))),
+        }
+    }
+
+    /// The Postgres type OID.
+    pub fn oid(&self) -> u32 {
+        match self {
+            SqlType::Bool => 16,
+            SqlType::Int2 => 21,
+            SqlType::Int4 => 23,
+            SqlType::Int8 => 20,
+            SqlType::Float4 => 700,
+            SqlType::Float8 => 701,
+            SqlType::Numeric(_) => 1700,
+            SqlType::Text => 25,
+            SqlType::Varchar(_) => 1043,
+            SqlType::Date => 1082,
+            SqlType::Time => 1083,
+            SqlType::Timestamp => 1114,
+            SqlType::TimestampTz => 1184,
+            SqlType::Interval => 1186,
+            SqlType::Bytea => 17,
+            SqlType::Jsonb => 3802,
+            SqlType::Oid => 26,
+            SqlType::Name => 19,
+            SqlType::InternalChar => 18,
+            SqlType::Array(e) => array_oid(e.oid()).unwrap_or(1009),
+        }
+    }
+
+    /// `pg_attribute.atttypmod`: -1, or the declared length/precision packed as Postgres does.
+    pub fn typmod(&self) -> i32 {
+        match self {
+            SqlType::Varchar(Some(n)) => *n as i32 + 4,
+            SqlType::Numeric(Some((p, s))) => ((*p as i32) << 16 | (*s as i32 & 0xffff)) + 4,
+            _ => -1,
+        }
+    }
+
+    /// The type as `format_type()` prints it.
+    pub fn display_name(&self) -> String {
+        match self {
+            SqlType::Bool => "boolean".into(),
+            SqlType::Int2 => "smallint".into(),
+            SqlType::Int4 => "integer".into(),
+            SqlType::Int8 => "bigint".into(),
+            SqlType::Float4 => "real".into(),
+            SqlType::Float8 => "double precision".into(),
+            SqlType::Numeric(Some((p, s))) => format!("numeric({p},{s})"),
+            SqlType::Numeric(None) => "numeric".into(),
+            SqlType::Text => "text".into(),
+            SqlType::Varchar(Some(n)) => format!("character varying({n})"),
+            SqlType::Varchar(None) => "character varying".into(),
+            SqlType::Date => "date".into(),
+            SqlType::Time => "time without time zone".into(),
+            SqlType::Timestamp => "timestamp without time zone".into(),
+            SqlType::TimestampTz => "timestamp with time zone".into(),
+            SqlType::Interval => "interval".into(),
+            SqlType::Bytea => "bytea".into(),
+            SqlType::Jsonb => "jsonb".into(),
+            SqlType::Oid => "oid".into(),
+            SqlType::Name => "name".into(),
+            SqlType::InternalChar => "\"char\"".into(),
+            SqlType::Array(e) => format!("{}[]", e.display_name()),
+        }
+    }
+
+    /// Parse what [`SqlType::display_name`] printed (used for field metadata round trips).
+    pub fn from_display_name(s: &str) -> Option<SqlType> {
+        Some(match s {
+            "boolean" => SqlType::Bool,
+            "smallint" => SqlType::Int2,
+            "integer" => SqlType::Int4,
+            "bigint" => SqlType::Int8,
+            "real" => SqlType::Float4,
+            "double precision" => SqlType::Float8,
+            "numeric" => SqlType::Numeric(None),
+            "text" => SqlType::Text,
+            "character varying" => SqlType::Varchar(None),
+            "date" => SqlType::Date,
+            "time without time zone" => SqlType::Time,
+            "timestamp without time zone" => SqlType::Timestamp,
+            "timestamp with time zone" => SqlType::TimestampTz,
+            "interval" => SqlType::Interval,
+            "bytea" => SqlType::Bytea,
+            "jsonb" => SqlType::Jsonb,
+            "oid" => SqlType::Oid,
+            "name" => SqlType::Name,
+            "\"char\"" => SqlType::InternalChar,
+            other => {
+                if let Some(elem) = other.strip_suffix("[]") {
+                    return Some(SqlType::Array(Box::new(SqlType::from_display_name(elem)?)));
+                }
+                if let Some(n) = other
+                    .strip_prefix("character varying(")
+                    .and_then(|r| r.strip_suffix(')'))
+                {
+                    SqlType::Varchar(Some(n.parse().ok()?))
+                } else if let Some(ps) = other
+                    .strip_prefix("numeric(")
+                    .and_then(|r| r.strip_suffix(')'))
+                {
+                    let (p, s) = ps.split_once(',')?;
+                    SqlType::Numeric(Some((p.parse().ok()?, s.parse().ok()?)))
+                } else {
+                    return None;
+                }
+            }
+        })
+    }
+
+    /// The SQL type of an Arrow type computed by a query, where no declared type is known.
+    pub fn from_arrow(dt: &DataType) -> Option<SqlType> {
+        Some(match dt {
+            DataType::Boolean => SqlType::Bool,
+            DataType::Int8 | DataType::Int16 | DataType::UInt8 => SqlType::Int2,
+            DataType::Int32 | DataType::UInt16 => SqlType::Int4,
+            DataType::Int64 | DataType::UInt32 => SqlType::Int8,
+            DataType::UInt64 => SqlType::Numeric(Some((20, 0))),
+            DataType::Float16 | DataType::Float32 => SqlType::Float4,
+            DataType::Float64 => SqlType::Float8,
+            DataType::Decimal32(p, s) | DataType::Decimal64(p, s) | DataType::Decimal128(p, s) => {
+                SqlType::Numeric(Some((*p, *s)))
+            }
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => SqlType::Text,
+            DataType::Date32 | DataType::Date64 => SqlType::Date,
+            DataType::Time32(_) | DataType::Time64(_) => SqlType::Time,
+            DataType::Timestamp(_, None) => SqlType::Timestamp,
+            DataType::Timestamp(_, Some(_)) => SqlType::TimestampTz,
+            DataType::Interval(_) | DataType::Duration(_) => SqlType::Interval,
+            DataType::Binary | DataType::LargeBinary | DataType::BinaryView => SqlType::Bytea,
+            DataType::FixedSizeBinary(_) => SqlType::Bytea,
+            DataType::Dictionary(_, v) => return SqlType::from_arrow(v),
+            DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
+                SqlType::Array(Box::new(field_sql_type(f)?))
+            }
+            _ => return None,
+        })
+    }
+
+    /// The Arrow field of a column of this type, with the declared type in its metadata.
+    pub fn field(&self, name: &str, nullable: bool) -> Field {
+        Field::new(name, self.arrow_type(), nullable).with_metadata(HashMap::from([(
+            PG_TYPE_KEY.to_owned(),
+            self.display_name(),
+        )]))
+    }
+}
+
+/// The declared SQL type of a result field: from its metadata when a table column flows
+/// through unchanged, otherwise from its Arrow type.
+pub fn field_sql_type(field: &Field) -> Option<SqlType> {
+    if let Some(declared) = field.metadata().get(PG_TYPE_KEY)
+        && let Some(t) = SqlType::from_display_name(declared)
+        && t.arrow_type() == *field.data_type()
+    {
+        return Some(t);
+    }
+    SqlType::from_arrow(field.data_type())
+}
+
+/// OIDs of the array types of our element types (`_int4` and friends).
+pub fn array_oid(element_oid: u32) -> Option<u32> {
+    Some(match element_oid {
+        16 => 1000,
+        17 => 1001,
+        20 => 1016,
+        21 => 1005,
+        23 => 1007,
+        25 => 1009,
+        700 => 1021,
+        701 => 1022,
+        1043 => 1015,
+        1082 => 1182,
+        1083 => 1183,
+        1114 => 1115,
+        1184 => 1185,
+        1186 => 1187,
+        1700 => 1231,
+        3802 => 3807,
+        _ => return None,
+    })
+}
+
+fn check_numeric(p: u64, s: i64) -> Result<(u8, i8)> {
+    if p == 0 || p > NUMERIC_DEFAULT_PRECISION as u64 {
+        return Err(WeirError::invalid_parameter(format!(
+            "NUMERIC precision {p} must be between 1 and {NUMERIC_DEFAULT_PRECISION}"
+        )));
+    }
+    if s < 0 || s as u64 > p {
+        return Err(WeirError::invalid_parameter(format!(
+            "NUMERIC scale {s} must be between 0 and precision {p}"
+        )));
+    }
+    Ok((p as u8, s as i8))
+}
+
+fn char_len(len: &Option<ast::CharacterLength>) -> Result<Option<u32>> {
+    match len {
+        None => Ok(None),
+        Some(ast::CharacterLength::IntegerLength { length, .. }) => {
+            if *length == 0 || *length > 10_485_760 {
+                return Err(WeirError::invalid_parameter(format!(
+                    "length for type varchar must be between 1 and 10485760, not {length}"
+                )));
+            }
+            Ok(Some(*length as u32))
+        }
+        Some(ast::CharacterLength::Max) => Ok(None),
+    }
+}
+
+fn unknown_type(name: &str) -> WeirError {
+    WeirError::new(
+        crate::error::sqlstate::UNDEFINED_OBJECT,
+        format!("type \"{name}\" does not exist"),
+    )
+}
+
+/// A shared Arrow schema built from SQL-typed columns.
+pub fn schema_of<'a>(
+    columns: impl IntoIterator<Item = (&'a str, &'a SqlType, bool)>,
+) -> Arc<datafusion::arrow::datatypes::Schema> {
+    Arc::new(datafusion::arrow::datatypes::Schema::new(
+        columns
+            .into_iter()
+            .map(|(name, ty, nullable)| ty.field(name, nullable))
+            .collect::<Vec<_>>(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_names_round_trip() {
+        for t in [
+            SqlType::Bool,
+            SqlType::Numeric(Some((10, 2))),
+            SqlType::Numeric(None),
+            SqlType::Varchar(Some(20)),
+            SqlType::TimestampTz,
+            SqlType::Jsonb,
+        ] {
+            assert_eq!(SqlType::from_display_name(&t.display_name()), Some(t));
+        }
+    }
+
+    #[test]
+    fn typmods_match_postgres() {
+        // Postgres: varchar(20) -> 24, numeric(10,2) -> 655366
+        assert_eq!(SqlType::Varchar(Some(20)).typmod(), 24);
+        assert_eq!(SqlType::Numeric(Some((10, 2))).typmod(), 655366);
+    }
+}

@@ -1,0 +1,7 @@
+//! Durable state: the storage backend trait and its fjall implementation, the Arrow IPC
+//! codec for stored batches, and durable tables.
+
+pub mod codec;
+pub mod fjall_store;
+pub mod store;
+pub mod table;

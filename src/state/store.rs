@@ -1,0 +1,60 @@
+//! The storage backend trait: an ordered key-value store with atomic, optionally fsynced
+//! write batches, point reads and prefix scans. Everything durable in Weir (the catalog,
+//! table changelogs, and later operator state and source offsets) goes through it, so the
+//! engine can be swapped; `benches/store.rs` compares candidates on this access pattern.
+
+use crate::error::Result;
+
+/// One atomic group of writes.
+#[derive(Debug, Default, Clone)]
+pub struct WriteBatch {
+    pub ops: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+}
+
+impl WriteBatch {
+    pub fn put(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
+        self.ops.push((key.into(), Some(value.into())));
+    }
+    pub fn delete(&mut self, key: impl Into<Vec<u8>>) {
+        self.ops.push((key.into(), None));
+    }
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+}
+
+/// Whether a commit must reach stable storage before it returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// fsync before returning: what an acknowledged write needs.
+    Sync,
+    /// Hand to the OS only; survives a process crash but not a power loss.
+    Buffered,
+}
+
+pub trait Store: Send + Sync + 'static {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// Visit every pair whose key starts with `prefix`, in key order.
+    fn scan_prefix(
+        &self,
+        prefix: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<()>,
+    ) -> Result<()>;
+    /// Apply all writes of `batch` atomically.
+    fn commit(&self, batch: WriteBatch, durability: Durability) -> Result<()>;
+    /// A short name for logs and system tables.
+    fn name(&self) -> &'static str;
+}
+
+/// Keys of all pairs under a prefix (helper for deleting a range).
+pub fn keys_with_prefix(store: &dyn Store, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
+    let mut keys = Vec::new();
+    store.scan_prefix(prefix, &mut |k, _| {
+        keys.push(k.to_vec());
+        Ok(())
+    })?;
+    Ok(keys)
+}

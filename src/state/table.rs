@@ -1,0 +1,599 @@
+//! Durable tables.
+//!
+//! A table's contents live in memory, indexed for the checks Postgres semantics need, and
+//! every acknowledged change is first written to the store as a changelog batch (Arrow IPC,
+//! fsynced) under `T{oid}L{seq}`. Restart replays the newest snapshot (`T{oid}S{seq}{chunk}`)
+//! and the log after it; every [`COMPACT_AFTER_ENTRIES`] log entries the live contents are
+//! written as a new snapshot and the older log is deleted, in one atomic store batch.
+//!
+//! Three layouts, by table kind:
+//! - keyed (PRIMARY KEY): key row -> full row, ordered by key; duplicate keys are refused
+//!   (23505) before anything is written, so a failing statement changes nothing;
+//! - multiset (no key, UPDATE/DELETE allowed): full row -> multiplicity; DML predicates are
+//!   functions of the row, so "delete n copies of this value" is exact;
+//! - append-only: a list of batches; only INSERT.
+//!
+//! Rows are held in `arrow_row` format (compact, comparable, converted back to columns in
+//! bulk); that format is never written to disk.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, Int64Array, StringArray};
+use datafusion::arrow::compute::{concat_batches, filter_record_batch};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::row::{RowConverter, Rows, SortField};
+use datafusion::arrow::util::display::array_value_to_string;
+use parking_lot::Mutex;
+
+use crate::dataflow::changelog::Changelog;
+use crate::error::{Result, WeirError, sqlstate};
+use crate::sql::types::SqlType;
+use crate::state::codec::{decode_batches, encode_batch};
+use crate::state::store::{Durability, Store, WriteBatch, keys_with_prefix};
+
+/// Write a snapshot and drop the log once this many log entries accumulated.
+pub const COMPACT_AFTER_ENTRIES: u64 = 512;
+/// Rows per batch handed to queries.
+const SNAPSHOT_BATCH_ROWS: usize = 8192;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TableKind {
+    Keyed { pk: Vec<usize> },
+    Multiset,
+    AppendOnly,
+}
+
+/// What a DML statement asks of a table. Row batches have the table's schema.
+pub enum Change {
+    Insert(Vec<RecordBatch>),
+    Delete(Vec<RecordBatch>),
+    /// `old[i]` becomes `new[i]`.
+    Update {
+        old: Vec<RecordBatch>,
+        new: Vec<RecordBatch>,
+    },
+}
+
+/// The outcome of a DML statement.
+pub struct Applied {
+    /// Rows the statement touched, as Postgres counts them for the command tag.
+    pub rows: usize,
+    /// The change in Z-set form (retractions first), for views.
+    pub changelog: Changelog,
+}
+
+enum RowsMap {
+    Keyed(BTreeMap<Box<[u8]>, Box<[u8]>>),
+    Multiset(BTreeMap<Box<[u8]>, i64>),
+    Append(Vec<RecordBatch>),
+}
+
+struct Inner {
+    rows: RowsMap,
+    /// Last log sequence number used.
+    seq: u64,
+    log_entries: u64,
+    cached: Option<Arc<Vec<RecordBatch>>>,
+}
+
+pub struct TableStore {
+    pub oid: u32,
+    pub name: String,
+    schema: SchemaRef,
+    kind: TableKind,
+    column_types: Vec<SqlType>,
+    row_conv: RowConverter,
+    key_conv: Option<RowConverter>,
+    store: Arc<dyn Store>,
+    inner: Mutex<Inner>,
+    /// Held by a DML statement from reading the rows it changes until it applied the change,
+    /// so concurrent statements on one table are serialized (no lost updates).
+    pub writer: tokio::sync::Mutex<()>,
+}
+
+fn log_prefix(oid: u32) -> Vec<u8> {
+    let mut k = table_prefix(oid);
+    k.push(b'L');
+    k
+}
+
+fn snapshot_prefix(oid: u32) -> Vec<u8> {
+    let mut k = table_prefix(oid);
+    k.push(b'S');
+    k
+}
+
+/// All keys of one table's data start with this.
+pub fn table_prefix(oid: u32) -> Vec<u8> {
+    let mut k = b"T".to_vec();
+    k.extend_from_slice(&oid.to_be_bytes());
+    k
+}
+
+impl TableStore {
+    /// Open a table, replaying what the store holds for it.
+    pub fn open(
+        oid: u32,
+        name: &str,
+        schema: SchemaRef,
+        column_types: Vec<SqlType>,
+        kind: TableKind,
+        store: Arc<dyn Store>,
+    ) -> Result<TableStore> {
+        let sort_fields: Vec<SortField> = schema
+            .fields()
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect();
+        let row_conv = RowConverter::new(sort_fields.clone())?;
+        let key_conv = match &kind {
+            TableKind::Keyed { pk } => Some(RowConverter::new(
+                pk.iter().map(|&i| sort_fields[i].clone()).collect(),
+            )?),
+            _ => None,
+        };
+        let rows = match &kind {
+            TableKind::Keyed { .. } => RowsMap::Keyed(BTreeMap::new()),
+            TableKind::Multiset => RowsMap::Multiset(BTreeMap::new()),
+            TableKind::AppendOnly => RowsMap::Append(Vec::new()),
+        };
+        let table = TableStore {
+            oid,
+            name: name.to_owned(),
+            schema,
+            kind,
+            column_types,
+            row_conv,
+            key_conv,
+            store,
+            inner: Mutex::new(Inner {
+                rows,
+                seq: 0,
+                log_entries: 0,
+                cached: None,
+            }),
+            writer: tokio::sync::Mutex::new(()),
+        };
+        table.replay()?;
+        Ok(table)
+    }
+
+    pub fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    pub fn kind(&self) -> &TableKind {
+        &self.kind
+    }
+
+    fn replay(&self) -> Result<()> {
+        let mut inner = self.inner.lock();
+        let mut snapshot_seq = 0u64;
+        let mut chunks: Vec<(u64, Vec<u8>)> = Vec::new();
+        let sp = snapshot_prefix(self.oid);
+        self.store.scan_prefix(&sp, &mut |k, v| {
+            let seq = read_seq(&k[sp.len()..])?;
+            chunks.push((seq, v.to_vec()));
+            Ok(())
+        })?;
+        if let Some(max) = chunks.iter().map(|(s, _)| *s).max() {
+            snapshot_seq = max;
+            for (seq, bytes) in &chunks {
+                if *seq == max {
+                    for b in decode_batches(bytes)? {
+                        let cl = Changelog::from_batch(&b, &self.schema)?;
+                        self.apply_to_map(&mut inner.rows, &cl)?;
+                    }
+                }
+            }
+        }
+        inner.seq = snapshot_seq;
+        let lp = log_prefix(self.oid);
+        let mut entries = 0;
+        let mut logs: Vec<(u64, Vec<u8>)> = Vec::new();
+        self.store.scan_prefix(&lp, &mut |k, v| {
+            let seq = read_seq(&k[lp.len()..])?;
+            if seq > snapshot_seq {
+                logs.push((seq, v.to_vec()));
+            }
+            Ok(())
+        })?;
+        for (seq, bytes) in logs {
+            for b in decode_batches(&bytes)? {
+                let cl = Changelog::from_batch(&b, &self.schema)?;
+                self.apply_to_map(&mut inner.rows, &cl)?;
+            }
+            inner.seq = inner.seq.max(seq);
+            entries += 1;
+        }
+        inner.log_entries = entries;
+        Ok(())
+    }
+
+    /// The current contents, as batches of the table's schema.
+    pub fn snapshot(&self) -> Result<Arc<Vec<RecordBatch>>> {
+        let mut inner = self.inner.lock();
+        if let Some(c) = &inner.cached {
+            return Ok(c.clone());
+        }
+        let batches = Arc::new(self.build_snapshot(&inner.rows)?);
+        inner.cached = Some(batches.clone());
+        Ok(batches)
+    }
+
+    pub fn row_count(&self) -> usize {
+        let inner = self.inner.lock();
+        match &inner.rows {
+            RowsMap::Keyed(m) => m.len(),
+            RowsMap::Multiset(m) => m.values().map(|c| *c as usize).sum(),
+            RowsMap::Append(b) => b.iter().map(|b| b.num_rows()).sum(),
+        }
+    }
+
+    fn build_snapshot(&self, rows: &RowsMap) -> Result<Vec<RecordBatch>> {
+        let parser = self.row_conv.parser();
+        let mut out = Vec::new();
+        match rows {
+            RowsMap::Append(batches) => out.extend(batches.iter().cloned()),
+            RowsMap::Keyed(m) => {
+                let values: Vec<&[u8]> = m.values().map(|v| v.as_ref()).collect();
+                for chunk in values.chunks(SNAPSHOT_BATCH_ROWS) {
+                    let cols = self
+                        .row_conv
+                        .convert_rows(chunk.iter().map(|v| parser.parse(v)))?;
+                    out.push(RecordBatch::try_new(self.schema.clone(), cols)?);
+                }
+            }
+            RowsMap::Multiset(m) => {
+                let mut values: Vec<&[u8]> = Vec::new();
+                for (row, count) in m {
+                    for _ in 0..*count {
+                        values.push(row.as_ref());
+                    }
+                }
+                for chunk in values.chunks(SNAPSHOT_BATCH_ROWS) {
+                    let cols = self
+                        .row_conv
+                        .convert_rows(chunk.iter().map(|v| parser.parse(v)))?;
+                    out.push(RecordBatch::try_new(self.schema.clone(), cols)?);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Apply a DML change: validate, write it durably, then make it visible. Blocking (it
+    /// waits for the fsync); call from a blocking context.
+    pub fn apply(&self, change: Change) -> Result<Applied> {
+        let mut inner = self.inner.lock();
+        let (rows, changelog) = self.prepare(&inner.rows, change)?;
+        if changelog.is_empty() {
+            return Ok(Applied { rows, changelog });
+        }
+        let seq = inner.seq + 1;
+        let mut key = log_prefix(self.oid);
+        key.extend_from_slice(&seq.to_be_bytes());
+        let mut wb = WriteBatch::default();
+        wb.put(key, encode_batch(&changelog.to_batch()?)?);
+        self.store.commit(wb, Durability::Sync)?;
+        inner.seq = seq;
+        inner.log_entries += 1;
+        self.apply_to_map(&mut inner.rows, &changelog)?;
+        inner.cached = None;
+        if inner.log_entries >= COMPACT_AFTER_ENTRIES {
+            self.compact(&mut inner)?;
+        }
+        Ok(Applied { rows, changelog })
+    }
+
+    /// Write the live contents as a snapshot and drop the log, atomically.
+    fn compact(&self, inner: &mut Inner) -> Result<()> {
+        let mut wb = WriteBatch::default();
+        for k in keys_with_prefix(self.store.as_ref(), &log_prefix(self.oid))? {
+            wb.delete(k);
+        }
+        for k in keys_with_prefix(self.store.as_ref(), &snapshot_prefix(self.oid))? {
+            wb.delete(k);
+        }
+        let seq = inner.seq;
+        let snapshot: Vec<Changelog> = match &inner.rows {
+            RowsMap::Multiset(m) => {
+                // one row per distinct value, weighted by its multiplicity
+                let parser = self.row_conv.parser();
+                let entries: Vec<(&Box<[u8]>, &i64)> = m.iter().collect();
+                let mut out = Vec::new();
+                for chunk in entries.chunks(SNAPSHOT_BATCH_ROWS) {
+                    let cols = self
+                        .row_conv
+                        .convert_rows(chunk.iter().map(|(r, _)| parser.parse(r)))?;
+                    let weights = Int64Array::from_iter_values(chunk.iter().map(|(_, c)| **c));
+                    out.push(Changelog::new(
+                        RecordBatch::try_new(self.schema.clone(), cols)?,
+                        weights,
+                    ));
+                }
+                out
+            }
+            other => self
+                .build_snapshot(other)?
+                .into_iter()
+                .map(Changelog::inserts)
+                .collect(),
+        };
+        for (i, cl) in snapshot.iter().enumerate() {
+            let mut key = snapshot_prefix(self.oid);
+            key.extend_from_slice(&seq.to_be_bytes());
+            key.extend_from_slice(&(i as u32).to_be_bytes());
+            wb.put(key, encode_batch(&cl.to_batch()?)?);
+        }
+        self.store.commit(wb, Durability::Sync)?;
+        inner.log_entries = 0;
+        Ok(())
+    }
+
+    /// Store keys to delete when the table is dropped.
+    pub fn data_keys(store: &dyn Store, oid: u32) -> Result<Vec<Vec<u8>>> {
+        keys_with_prefix(store, &table_prefix(oid))
+    }
+
+    /// Check a change against the current contents and build its changelog.
+    fn prepare(&self, rows: &RowsMap, change: Change) -> Result<(usize, Changelog)> {
+        match change {
+            Change::Insert(batches) => {
+                let batch = self.conform(batches)?;
+                self.check_constraints(&batch)?;
+                if let (RowsMap::Keyed(map), Some(kc)) = (rows, &self.key_conv) {
+                    let keys = kc.convert_columns(&self.key_columns(&batch))?;
+                    self.check_unique(map, &keys, &HashSet::new(), &batch)?;
+                }
+                Ok((batch.num_rows(), Changelog::inserts(batch)))
+            }
+            Change::Delete(batches) => {
+                self.refuse_append_only("DELETE")?;
+                let batch = self.conform(batches)?;
+                let batch = self.dedup_by_key(batch)?;
+                let n = batch.num_rows();
+                Ok((n, Changelog::retractions(batch)))
+            }
+            Change::Update { old, new } => {
+                self.refuse_append_only("UPDATE")?;
+                let old = self.conform(old)?;
+                let new = self.conform(new)?;
+                if old.num_rows() != new.num_rows() {
+                    return Err(WeirError::internal("UPDATE produced unaligned old/new rows"));
+                }
+                // keep the first update of each old row (an UPDATE ... FROM may match twice)
+                let (old, new) = match &self.key_conv {
+                    Some(kc) => {
+                        let keys = kc.convert_columns(&self.key_columns(&old))?;
+                        let mask = first_occurrences(&keys);
+                        (
+                            filter_record_batch(&old, &mask)?,
+                            filter_record_batch(&new, &mask)?,
+                        )
+                    }
+                    None => (old, new),
+                };
+                self.check_constraints(&new)?;
+                if let (RowsMap::Keyed(map), Some(kc)) = (rows, &self.key_conv) {
+                    let old_keys = kc.convert_columns(&self.key_columns(&old))?;
+                    let freed: HashSet<&[u8]> = old_keys.iter().map(|r| r.data()).collect();
+                    let new_keys = kc.convert_columns(&self.key_columns(&new))?;
+                    self.check_unique(map, &new_keys, &freed, &new)?;
+                }
+                let n = old.num_rows();
+                let cl = Changelog::concat(
+                    &self.schema,
+                    &[Changelog::retractions(old), Changelog::inserts(new)],
+                )?;
+                Ok((n, cl))
+            }
+        }
+    }
+
+    fn refuse_append_only(&self, what: &str) -> Result<()> {
+        if self.kind == TableKind::AppendOnly {
+            return Err(append_only_error(&self.name, what));
+        }
+        Ok(())
+    }
+
+    /// One batch with exactly the table's schema (names, types, metadata).
+    fn conform(&self, batches: Vec<RecordBatch>) -> Result<RecordBatch> {
+        let mut cols_of_all = Vec::with_capacity(batches.len());
+        for b in &batches {
+            if b.num_columns() != self.schema.fields().len() {
+                return Err(WeirError::internal(format!(
+                    "change for \"{}\" has {} columns, table has {}",
+                    self.name,
+                    b.num_columns(),
+                    self.schema.fields().len()
+                )));
+            }
+            for (i, f) in self.schema.fields().iter().enumerate() {
+                if b.column(i).data_type() != f.data_type() {
+                    return Err(WeirError::internal(format!(
+                        "column \"{}\" of \"{}\": got {}, want {}",
+                        f.name(),
+                        self.name,
+                        b.column(i).data_type(),
+                        f.data_type()
+                    )));
+                }
+            }
+            cols_of_all.push(b.columns().to_vec());
+        }
+        // check NOT NULL before building the schema-typed batch (which would refuse it)
+        for cols in &cols_of_all {
+            for (i, f) in self.schema.fields().iter().enumerate() {
+                if !f.is_nullable() && cols[i].null_count() > 0 {
+                    return Err(WeirError::new(
+                        sqlstate::NOT_NULL_VIOLATION,
+                        format!(
+                            "null value in column \"{}\" of relation \"{}\" violates not-null constraint",
+                            f.name(),
+                            self.name
+                        ),
+                    ));
+                }
+            }
+        }
+        let typed: Vec<RecordBatch> = cols_of_all
+            .into_iter()
+            .map(|cols| RecordBatch::try_new(self.schema.clone(), cols))
+            .collect::<std::result::Result<_, _>>()?;
+        Ok(concat_batches(&self.schema, &typed)?)
+    }
+
+    /// Declared-type checks arrow types do not express: varchar(n) lengths.
+    fn check_constraints(&self, batch: &RecordBatch) -> Result<()> {
+        for (i, t) in self.column_types.iter().enumerate() {
+            if let SqlType::Varchar(Some(n)) = t {
+                let n = *n as usize;
+                let Some(col) = batch.column(i).as_any().downcast_ref::<StringArray>() else {
+                    continue;
+                };
+                // byte length bounds char length from above: only long byte strings need counting
+                for v in col.iter().flatten() {
+                    if v.len() > n && v.chars().count() > n {
+                        return Err(WeirError::new(
+                            sqlstate::STRING_DATA_RIGHT_TRUNCATION,
+                            format!("value too long for type character varying({n})"),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn key_columns(&self, batch: &RecordBatch) -> Vec<ArrayRef> {
+        match &self.kind {
+            TableKind::Keyed { pk } => pk.iter().map(|&i| batch.column(i).clone()).collect(),
+            _ => batch.columns().to_vec(),
+        }
+    }
+
+    /// Refuse a new key that exists (and is not being replaced) or repeats in the change.
+    fn check_unique(
+        &self,
+        map: &BTreeMap<Box<[u8]>, Box<[u8]>>,
+        keys: &Rows,
+        freed: &HashSet<&[u8]>,
+        batch: &RecordBatch,
+    ) -> Result<()> {
+        let mut seen: HashSet<&[u8]> = HashSet::with_capacity(keys.num_rows());
+        for (i, k) in keys.iter().enumerate() {
+            let k = k.data();
+            if !seen.insert(k) || (map.contains_key(k) && !freed.contains(k)) {
+                return Err(self.duplicate_key(batch, i));
+            }
+        }
+        Ok(())
+    }
+
+    fn duplicate_key(&self, batch: &RecordBatch, row: usize) -> WeirError {
+        let TableKind::Keyed { pk } = &self.kind else {
+            return WeirError::internal("duplicate key on a table without key");
+        };
+        let names: Vec<&str> = pk
+            .iter()
+            .map(|&i| self.schema.field(i).name().as_str())
+            .collect();
+        let values: Vec<String> = pk
+            .iter()
+            .map(|&i| array_value_to_string(batch.column(i), row).unwrap_or_default())
+            .collect();
+        WeirError::new(
+            sqlstate::UNIQUE_VIOLATION,
+            format!(
+                "duplicate key value violates unique constraint \"{}_pkey\"",
+                self.name
+            ),
+        )
+        .with_detail(format!(
+            "Key ({})=({}) already exists.",
+            names.join(", "),
+            values.join(", ")
+        ))
+    }
+
+    /// Rows of a DELETE on a keyed table, once per key.
+    fn dedup_by_key(&self, batch: RecordBatch) -> Result<RecordBatch> {
+        let Some(kc) = &self.key_conv else {
+            return Ok(batch);
+        };
+        let keys = kc.convert_columns(&self.key_columns(&batch))?;
+        let mask = first_occurrences(&keys);
+        Ok(filter_record_batch(&batch, &mask)?)
+    }
+
+    fn apply_to_map(&self, rows: &mut RowsMap, cl: &Changelog) -> Result<()> {
+        let weights = cl.weights.values();
+        match rows {
+            RowsMap::Append(batches) => {
+                if weights.iter().any(|w| *w != 1) {
+                    return Err(WeirError::internal(
+                        "append-only table received a retraction",
+                    ));
+                }
+                if cl.len() > 0 {
+                    batches.push(cl.data.clone());
+                }
+            }
+            RowsMap::Keyed(map) => {
+                let kc = self.key_conv.as_ref().expect("keyed table has a key converter");
+                let keys = kc.convert_columns(&self.key_columns(&cl.data))?;
+                let full = self.row_conv.convert_columns(cl.data.columns())?;
+                for (i, w) in weights.iter().enumerate() {
+                    let k = keys.row(i).data();
+                    if *w > 0 {
+                        map.insert(k.into(), full.row(i).data().into());
+                    } else {
+                        map.remove(k);
+                    }
+                }
+            }
+            RowsMap::Multiset(map) => {
+                let full = self.row_conv.convert_columns(cl.data.columns())?;
+                let mut deltas: HashMap<&[u8], i64> = HashMap::new();
+                for (i, w) in weights.iter().enumerate() {
+                    *deltas.entry(full.row(i).data()).or_default() += *w;
+                }
+                for (row, d) in deltas {
+                    if d == 0 {
+                        continue;
+                    }
+                    let entry = map.entry(row.into()).or_insert(0);
+                    *entry += d;
+                    debug_assert!(*entry >= 0, "multiset count went negative");
+                    if *entry <= 0 {
+                        map.remove(row);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+pub fn append_only_error(table: &str, what: &str) -> WeirError {
+    WeirError::not_supported(format!(
+        "cannot {what} on table \"{table}\": it is APPEND ONLY (only INSERT is allowed)"
+    ))
+}
+
+fn first_occurrences(keys: &Rows) -> BooleanArray {
+    let mut seen: HashSet<&[u8]> = HashSet::with_capacity(keys.num_rows());
+    keys.iter().map(|k| Some(seen.insert(k.data()))).collect()
+}
+
+fn read_seq(bytes: &[u8]) -> Result<u64> {
+    let arr: [u8; 8] = bytes
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(|| WeirError::internal("corrupt table key in store"))?;
+    Ok(u64::from_be_bytes(arr))
+}
