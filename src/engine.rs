@@ -14,7 +14,7 @@ use datafusion::sql::parser::Statement as DfParserStatement;
 use datafusion::sql::sqlparser::ast;
 use tracing::info;
 
-use crate::catalog::rewrite::rewrite_statement;
+use crate::catalog::rewrite::{null_projection_probe, reads_only_catalog, rewrite_statement};
 use crate::catalog::{Catalog, ColumnDesc, RelationDesc, RelationKind, WatermarkDesc};
 use crate::error::{Result, WeirError, sqlstate};
 use crate::plan::dml::plan_change;
@@ -112,20 +112,10 @@ impl Engine {
         params: Option<ParamValues>,
     ) -> Result<Output> {
         match &parsed.stmt {
-            Statement::Query(q) => {
-                let plan = self.plan_ast(session, q).await?;
-                let plan = match params {
-                    Some(p) => plan.with_param_values(p)?,
-                    None => plan,
-                };
-                if !matches!(plan, LogicalPlan::Explain(_)) && is_side_effecting(&plan) {
-                    return Err(WeirError::not_supported("this statement is not supported"));
-                }
-                let schema = Arc::new(plan.schema().as_arrow().clone());
-                let df = session.ctx.execute_logical_plan(plan).await?;
-                let stream = df.execute_stream().await?;
-                Ok(Output::Rows { schema, stream })
-            }
+            Statement::Query(q) => match self.run_query(session, q, params).await {
+                Ok(out) => Ok(out),
+                Err(e) => self.catalog_probe(session, q, e).await,
+            },
             Statement::Dml(q) => self.execute_dml(session, q, params).await,
             Statement::CreateTable(ct) => {
                 self.create_table(ct, &parsed.text)?;
@@ -222,6 +212,55 @@ impl Engine {
                 Ok(Output::TransactionEnd("ROLLBACK"))
             }
         }
+    }
+
+    async fn run_query(
+        &self,
+        session: &Session,
+        q: &ast::Statement,
+        params: Option<ParamValues>,
+    ) -> Result<Output> {
+        let plan = self.plan_ast(session, q).await?;
+        let plan = match params {
+            Some(p) => plan.with_param_values(p)?,
+            None => plan,
+        };
+        if !matches!(plan, LogicalPlan::Explain(_)) && is_side_effecting(&plan) {
+            return Err(WeirError::not_supported("this statement is not supported"));
+        }
+        let schema = Arc::new(plan.schema().as_arrow().clone());
+        let df = session.ctx.execute_logical_plan(plan).await?;
+        let stream = df.execute_stream().await?;
+        Ok(Output::Rows { schema, stream })
+    }
+
+    /// A catalog query that did not plan: answer it exactly if the rows it selects from are
+    /// empty (see [`null_projection_probe`]), else report the planning error.
+    async fn catalog_probe(
+        &self,
+        session: &Session,
+        q: &ast::Statement,
+        error: WeirError,
+    ) -> Result<Output> {
+        if !reads_only_catalog(q) {
+            return Err(error);
+        }
+        let Some(probe) = null_projection_probe(q) else {
+            return Err(error);
+        };
+        let Ok(plan) = self.plan_ast(session, &probe).await else {
+            return Err(error);
+        };
+        let schema = Arc::new(plan.schema().as_arrow().clone());
+        let batches = session.ctx.execute_logical_plan(plan).await?.collect().await?;
+        if batches.iter().any(|b| b.num_rows() > 0) {
+            return Err(error);
+        }
+        Ok(Output::Batches {
+            schema,
+            batches: vec![],
+            tag: "SELECT",
+        })
     }
 
     async fn execute_dml(

@@ -134,6 +134,9 @@ impl From<ArrowError> for WeirError {
 fn from_arrow(e: &ArrowError) -> WeirError {
     match e {
         ArrowError::CastError(m) | ArrowError::ParseError(m) => {
+            if let Some(e) = cast_message(m) {
+                return e;
+            }
             let lower = m.to_ascii_lowercase();
             if lower.contains("overflow") || lower.contains("out of range") {
                 WeirError::new(sqlstate::NUMERIC_VALUE_OUT_OF_RANGE, m.clone())
@@ -152,6 +155,30 @@ fn from_arrow(e: &ArrowError) -> WeirError {
         ArrowError::NotYetImplemented(m) => WeirError::not_supported(m.clone()),
         other => WeirError::internal(other.to_string()),
     }
+}
+
+/// "Cannot cast string 'abc' to value of Int32 type" in Postgres' words.
+fn cast_message(m: &str) -> Option<WeirError> {
+    let rest = m.strip_prefix("Cannot cast string '")?;
+    let (value, rest) = rest.rsplit_once("' to value of ")?;
+    let ty = rest.strip_suffix(" type").unwrap_or(rest);
+    let pg = match ty {
+        "Int16" => "smallint",
+        "Int32" => "integer",
+        "Int64" => "bigint",
+        "Float32" => "real",
+        "Float64" => "double precision",
+        "Boolean" => "boolean",
+        t if t.starts_with("Decimal") => "numeric",
+        t if t.starts_with("Timestamp") => "timestamp",
+        t if t.starts_with("Date") => "date",
+        t if t.starts_with("Interval") => "interval",
+        other => other,
+    };
+    Some(WeirError::new(
+        sqlstate::INVALID_TEXT_REPRESENTATION,
+        format!("invalid input syntax for type {pg}: \"{value}\""),
+    ))
 }
 
 impl From<DataFusionError> for WeirError {

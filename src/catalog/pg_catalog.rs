@@ -14,7 +14,7 @@ use datafusion::arrow::array::{
     ArrayRef, BooleanBuilder, Float32Builder, Int16Builder, Int32Builder, Int64Builder,
     ListBuilder, StringBuilder, UInt32Builder,
 };
-use datafusion::arrow::datatypes::Schema;
+use datafusion::arrow::datatypes::{Field, Schema};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::{SchemaProvider, TableProvider};
 use datafusion::datasource::MemTable;
@@ -185,7 +185,7 @@ fn column<'a>(t: &T, cells: impl Iterator<Item = &'a V>) -> ArrayRef {
         T::Array(elem) => match elem.as_ref() {
             T::Oid => {
                 let mut bld = ListBuilder::new(UInt32Builder::new())
-                    .with_field(Arc::new(elem.field("item", true)));
+                    .with_field(Arc::new(Field::new_list_field(elem.arrow_type(), true)));
                 for v in cells {
                     match v {
                         V::A(items) => {
@@ -201,7 +201,7 @@ fn column<'a>(t: &T, cells: impl Iterator<Item = &'a V>) -> ArrayRef {
             }
             T::Int2 => {
                 let mut bld = ListBuilder::new(Int16Builder::new())
-                    .with_field(Arc::new(elem.field("item", true)));
+                    .with_field(Arc::new(Field::new_list_field(elem.arrow_type(), true)));
                 for v in cells {
                     match v {
                         V::A(items) => {
@@ -217,7 +217,7 @@ fn column<'a>(t: &T, cells: impl Iterator<Item = &'a V>) -> ArrayRef {
             }
             _ => {
                 let mut bld = ListBuilder::new(StringBuilder::new())
-                    .with_field(Arc::new(elem.field("item", true)));
+                    .with_field(Arc::new(Field::new_list_field(elem.arrow_type(), true)));
                 for v in cells {
                     match v {
                         V::A(items) => {
@@ -232,13 +232,15 @@ fn column<'a>(t: &T, cells: impl Iterator<Item = &'a V>) -> ArrayRef {
                 Arc::new(bld.finish())
             }
         },
-        _ => {
+        T::Text | T::Name | T::InternalChar | T::Varchar(_) => {
             let mut bld = StringBuilder::new();
             for v in cells {
                 bld.append_option(string(v));
             }
             Arc::new(bld.finish())
         }
+        // other types appear only as all-NULL columns in catalog tables
+        other => datafusion::arrow::array::new_null_array(&other.arrow_type(), cells.count()),
     }
 }
 

@@ -84,7 +84,15 @@ fn rewrite_expr(expr: &mut Expr) {
         Expr::Collate { expr: inner, .. } => {
             *expr = std::mem::replace(inner.as_mut(), Expr::value(ast::Value::Null));
         }
-        Expr::BinaryOp { op, .. } => {
+        Expr::BinaryOp { left, op, right } => {
+            // '{a,b}' compared with an array: an array literal
+            if matches!(op, BinaryOperator::Eq | BinaryOperator::NotEq) {
+                for side in [left.as_mut(), right.as_mut()] {
+                    if let Some(arr) = array_literal(side) {
+                        *side = arr;
+                    }
+                }
+            }
             if let BinaryOperator::PGCustomBinaryOperator(parts) = op
                 && let Some(last) = parts.last()
             {
@@ -134,6 +142,21 @@ fn rewrite_expr(expr: &mut Expr) {
                 *expr = array_of_subquery((**q).clone());
             }
         }
+        Expr::Subquery(q) => {
+            if let Some(outer_cond) = aggregate_catalog_subquery(q) {
+                let sub = std::mem::replace(expr, Expr::value(ast::Value::Null));
+                *expr = Expr::Case {
+                    case_token: ast::helpers::attached_token::AttachedToken::empty(),
+                    end_token: ast::helpers::attached_token::AttachedToken::empty(),
+                    operand: None,
+                    conditions: vec![ast::CaseWhen {
+                        condition: outer_cond,
+                        result: sub,
+                    }],
+                    else_result: None,
+                };
+            }
+        }
         Expr::Identifier(id)
             if id.quote_style.is_none()
                 && matches!(
@@ -180,6 +203,34 @@ fn rewrite_expr(expr: &mut Expr) {
     }
 }
 
+/// `'{1,2}'` / `'{a,b}'` as an `ARRAY[...]` (numbers stay numbers).
+fn array_literal(e: &Expr) -> Option<Expr> {
+    let Expr::Value(v) = e else { return None };
+    let ast::Value::SingleQuotedString(s) = &v.value else {
+        return None;
+    };
+    let body = s.strip_prefix('{')?.strip_suffix('}')?;
+    let items: Vec<&str> = if body.trim().is_empty() {
+        vec![]
+    } else {
+        body.split(',').map(|x| x.trim().trim_matches('"')).collect()
+    };
+    let numeric = !items.is_empty() && items.iter().all(|x| x.parse::<i64>().is_ok());
+    Some(Expr::Array(ast::Array {
+        elem: items
+            .into_iter()
+            .map(|x| {
+                if numeric {
+                    Expr::value(ast::Value::Number(x.to_owned(), false))
+                } else {
+                    Expr::value(ast::Value::SingleQuotedString(x.to_owned()))
+                }
+            })
+            .collect(),
+        named: false,
+    }))
+}
+
 /// A `pg_catalog.`-qualified type name as the plain type.
 fn plain_type(name: &str) -> ast::DataType {
     match name {
@@ -213,6 +264,152 @@ fn array_of_subquery(q: ast::Query) -> Expr {
         // unreachable for a query that parsed; keep the original call so planning reports it
         Err(_) => Expr::Subquery(Box::new(q)),
     }
+}
+
+/// DataFusion decorrelates a correlated scalar subquery only when it aggregates. Client
+/// introspection queries (psql's `\d`) use plain ones over catalog tables, which return at
+/// most one row by construction; wrap their single output in `first_value` so they plan.
+/// User queries are left alone, so they keep Postgres' error for a subquery returning more
+/// than one row.
+///
+/// DataFusion also cannot pull correlated non-equality predicates over that aggregate, so
+/// predicates are normalized first: an outer column equated with an inner one is replaced
+/// by the inner one elsewhere, and predicates on outer columns alone move out of the
+/// subquery into a `CASE WHEN` around it (returned).
+fn aggregate_catalog_subquery(q: &mut ast::Query) -> Option<Expr> {
+    if q.limit_clause.is_some() || q.order_by.is_some() {
+        return None;
+    }
+    let ast::SetExpr::Select(select) = q.body.as_mut() else {
+        return None;
+    };
+    let only_catalog = !select.from.is_empty()
+        && select.from.iter().all(|t| {
+            t.joins.is_empty()
+                && matches!(&t.relation, ast::TableFactor::Table { name, .. }
+                    if name.to_string().to_lowercase().trim_start_matches("pg_catalog.").starts_with("pg_"))
+        });
+    let grouped = !matches!(&select.group_by, ast::GroupByExpr::Expressions(e, _) if e.is_empty());
+    if !only_catalog || grouped || select.projection.len() != 1 {
+        return None;
+    }
+    let item = &mut select.projection[0];
+    let (inner, alias) = match item {
+        SelectItem::UnnamedExpr(e) => (e, None),
+        SelectItem::ExprWithAlias { expr, alias } => (expr, Some(alias.clone())),
+        _ => return None,
+    };
+    if contains_aggregate(inner) {
+        return None;
+    }
+    let e = std::mem::replace(inner, Expr::value(ast::Value::Null));
+    let wrapped = call("first_value", vec![e]);
+    *item = match alias {
+        Some(alias) => SelectItem::ExprWithAlias {
+            expr: wrapped,
+            alias,
+        },
+        None => SelectItem::UnnamedExpr(wrapped),
+    };
+    let inner_names: HashSet<String> = select
+        .from
+        .iter()
+        .filter_map(|t| match &t.relation {
+            ast::TableFactor::Table { name, alias, .. } => Some(match alias {
+                Some(a) => a.name.value.to_lowercase(),
+                None => last_name(name).unwrap_or_default(),
+            }),
+            _ => None,
+        })
+        .collect();
+    let selection = select.selection.take()?;
+    let mut conjuncts = Vec::new();
+    split_and(selection, &mut conjuncts);
+    let is_outer = |e: &Expr| matches!(e, Expr::CompoundIdentifier(ids) if ids.len() == 2 && !inner_names.contains(&ids[0].value.to_lowercase()));
+    let is_inner = |e: &Expr| matches!(e, Expr::CompoundIdentifier(ids) if ids.len() == 2 && inner_names.contains(&ids[0].value.to_lowercase()));
+    // outer column -> an inner column it is equated with
+    let mut equiv: Vec<(String, Expr)> = Vec::new();
+    for c in &conjuncts {
+        if let Expr::BinaryOp { left, op: BinaryOperator::Eq, right } = c {
+            if is_outer(left) && is_inner(right) {
+                equiv.push((left.to_string(), (**right).clone()));
+            } else if is_inner(left) && is_outer(right) {
+                equiv.push((right.to_string(), (**left).clone()));
+            }
+        }
+    }
+    let mut keep = Vec::new();
+    let mut outside = Vec::new();
+    for mut c in conjuncts {
+        let is_equiv_def = matches!(&c, Expr::BinaryOp { left, op: BinaryOperator::Eq, right }
+            if (is_outer(left) && is_inner(right)) || (is_inner(left) && is_outer(right)));
+        if !is_equiv_def {
+            let _ = c.visit(&mut SubstituteOuter { equiv: &equiv });
+        }
+        let text = c.to_string();
+        let mentions_inner = inner_names
+            .iter()
+            .any(|n| text.to_lowercase().contains(&format!("{n}.")));
+        if !mentions_inner && !is_equiv_def {
+            outside.push(c);
+        } else {
+            keep.push(c);
+        }
+    }
+    select.selection = join_and(keep);
+    join_and(outside)
+}
+
+struct SubstituteOuter<'a> {
+    equiv: &'a [(String, Expr)],
+}
+
+impl VisitorMut for SubstituteOuter<'_> {
+    type Break = ();
+    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        if let Expr::CompoundIdentifier(_) = expr {
+            let key = expr.to_string();
+            if let Some((_, inner)) = self.equiv.iter().find(|(k, _)| *k == key) {
+                *expr = inner.clone();
+            }
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+fn split_and(e: Expr, out: &mut Vec<Expr>) {
+    match e {
+        Expr::BinaryOp {
+            left,
+            op: BinaryOperator::And,
+            right,
+        } => {
+            split_and(*left, out);
+            split_and(*right, out);
+        }
+        Expr::Nested(inner) if matches!(inner.as_ref(), Expr::BinaryOp { op: BinaryOperator::And, .. }) => {
+            split_and(*inner, out)
+        }
+        other => out.push(other),
+    }
+}
+
+fn join_and(parts: Vec<Expr>) -> Option<Expr> {
+    parts.into_iter().reduce(|a, b| Expr::BinaryOp {
+        left: Box::new(a),
+        op: BinaryOperator::And,
+        right: Box::new(b),
+    })
+}
+
+fn contains_aggregate(e: &Expr) -> bool {
+    let text = e.to_string().to_lowercase();
+    [
+        "count(", "sum(", "avg(", "min(", "max(", "array_agg(", "string_agg(", "bool_and(",
+        "bool_or(", "first_value(", "last_value(",
+    ]
+    .iter()
+    .any(|a| text.contains(a))
 }
 
 /// Postgres' name for an unnamed select item (FigureColname).
@@ -353,5 +550,79 @@ mod tests {
             rw("SELECT c.oid::pg_catalog.regclass AS r FROM c"),
             "SELECT weir_regclass(c.oid) AS \"r\" FROM c"
         );
+    }
+}
+
+/// Whether every relation a statement reads is a `pg_catalog` table.
+pub fn reads_only_catalog(stmt: &ast::Statement) -> bool {
+    struct Relations {
+        all_catalog: bool,
+        any: bool,
+    }
+    impl ast::Visitor for Relations {
+        type Break = ();
+        fn pre_visit_relation(&mut self, r: &ObjectName) -> ControlFlow<()> {
+            self.any = true;
+            let n = r.to_string().to_lowercase();
+            let n = n.trim_start_matches("pg_catalog.");
+            if !n.starts_with("pg_") && n != "generate_series" {
+                self.all_catalog = false;
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let mut v = Relations {
+        all_catalog: true,
+        any: false,
+    };
+    let _ = ast::Visit::visit(stmt, &mut v);
+    v.any && v.all_catalog
+}
+
+/// The statement with every select item replaced by NULL (names kept) and ORDER BY
+/// dropped. Client introspection queries over catalog tables sometimes use expressions
+/// DataFusion cannot plan (correlated ARRAY subqueries over `pg_policy`...); when the
+/// rows they select from are empty, the items do not matter and this probe, which
+/// plans, gives the exact (empty) answer.
+pub fn null_projection_probe(stmt: &ast::Statement) -> Option<ast::Statement> {
+    let ast::Statement::Query(q) = stmt else {
+        return None;
+    };
+    let mut q = (**q).clone();
+    q.order_by = None;
+    null_items(q.body.as_mut());
+    Some(ast::Statement::Query(Box::new(q)))
+}
+
+fn null_items(body: &mut ast::SetExpr) {
+    match body {
+        ast::SetExpr::Select(s) => {
+            for item in s.projection.iter_mut() {
+                let alias = match item {
+                    SelectItem::ExprWithAlias { alias, .. } => alias.clone(),
+                    SelectItem::UnnamedExpr(e) => Ident::new(match e {
+                        Expr::Identifier(id) => id.value.clone(),
+                        Expr::CompoundIdentifier(ids) => {
+                            ids.last().map(|i| i.value.clone()).unwrap_or_default()
+                        }
+                        other => figure_name(other).unwrap_or_else(|| "?column?".into()),
+                    }),
+                    _ => continue,
+                };
+                *item = SelectItem::ExprWithAlias {
+                    expr: Expr::value(ast::Value::Null),
+                    alias,
+                };
+            }
+        }
+        ast::SetExpr::SetOperation { left, right, .. } => {
+            null_items(left);
+            null_items(right);
+        }
+        ast::SetExpr::Query(q) => {
+            q.order_by = None;
+            null_items(q.body.as_mut());
+        }
+        _ => {}
     }
 }

@@ -263,7 +263,9 @@ impl SqlType {
             DataType::Boolean => SqlType::Bool,
             DataType::Int8 | DataType::Int16 | DataType::UInt8 => SqlType::Int2,
             DataType::Int32 | DataType::UInt16 => SqlType::Int4,
-            DataType::Int64 | DataType::UInt32 => SqlType::Int8,
+            DataType::Int64 => SqlType::Int8,
+            // only catalog OIDs are UInt32 in Weir
+            DataType::UInt32 => SqlType::Oid,
             DataType::UInt64 => SqlType::Numeric(Some((20, 0))),
             DataType::Float16 | DataType::Float32 => SqlType::Float4,
             DataType::Float64 => SqlType::Float8,
