@@ -281,7 +281,9 @@ impl Engine {
                 "INSERT ... ON CONFLICT is not supported",
             ));
         }
-        let plan = self.plan_ast(session, q).await?;
+        let mut q = q.clone();
+        self.normalize_insert_literals(&mut q);
+        let plan = self.plan_ast(session, &q).await?;
         let plan = match params {
             Some(p) => plan.with_param_values(p)?,
             None => plan,
@@ -318,6 +320,53 @@ impl Engine {
             "INSERT" => format!("INSERT 0 {}", applied.rows),
             v => format!("{v} {}", applied.rows),
         }))
+    }
+
+    /// String literals in `INSERT ... VALUES` bound for INTERVAL and BYTEA columns, in the
+    /// forms DataFusion reads (Postgres prints `1 day 02:03:04` and `\x0102`, and clients
+    /// send back what they read).
+    fn normalize_insert_literals(&self, q: &mut ast::Statement) {
+        let ast::Statement::Insert(ins) = q else {
+            return;
+        };
+        let ast::TableObject::TableName(name) = &ins.table else {
+            return;
+        };
+        let Ok(name) = crate::sql::parser::relation_name(name) else {
+            return;
+        };
+        let Some(entry) = self.catalog.get(&name) else {
+            return;
+        };
+        let columns: Vec<&ColumnDesc> = if ins.columns.is_empty() {
+            entry.desc.columns.iter().collect()
+        } else {
+            ins.columns
+                .iter()
+                .filter_map(|c| {
+                    let id = c.0.last()?.as_ident()?;
+                    let n = crate::sql::parser::normalize_ident(id);
+                    entry.desc.columns.iter().find(|d| d.name == n)
+                })
+                .collect()
+        };
+        let Some(source) = &mut ins.source else {
+            return;
+        };
+        let ast::SetExpr::Values(values) = source.body.as_mut() else {
+            return;
+        };
+        for row in values.rows.iter_mut() {
+            for (i, e) in row.iter_mut().enumerate() {
+                match columns.get(i).map(|c| &c.ty) {
+                    Some(SqlType::Interval) => {
+                        crate::catalog::rewrite::normalize_interval_literal(e)
+                    }
+                    Some(SqlType::Bytea) => crate::catalog::rewrite::normalize_bytea_literal(e),
+                    _ => {}
+                }
+            }
+        }
     }
 
     fn create_table(&self, ct: &CreateTable, text: &str) -> Result<()> {

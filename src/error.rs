@@ -138,7 +138,10 @@ fn from_arrow(e: &ArrowError) -> WeirError {
                 return e;
             }
             let lower = m.to_ascii_lowercase();
-            if lower.contains("overflow") || lower.contains("out of range") {
+            if lower.contains("overflow")
+                || lower.contains("out of range")
+                || lower.starts_with("can't cast value")
+            {
                 WeirError::new(sqlstate::NUMERIC_VALUE_OUT_OF_RANGE, m.clone())
             } else {
                 WeirError::new(

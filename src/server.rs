@@ -38,6 +38,10 @@ pub async fn serve(config: ServerConfig) -> Result<()> {
         .local_addr()
         .map_err(|e| WeirError::io("listener address", e))?;
     info!(%addr, data_dir = %config.data_dir.display(), "weir is ready to accept connections");
+    // one machine-readable line on stdout, for scripts and tests that listen on port 0
+    println!("listening on {addr}");
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
     run(listener, engine).await
 }
 

@@ -9,10 +9,12 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::{CatalogProvider, SchemaProvider, Session, TableProvider};
 use datafusion::datasource::MemTable;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::context::{SessionConfig, SessionContext};
+use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
 use datafusion::physical_plan::ExecutionPlan;
 
@@ -37,7 +39,12 @@ pub fn session_context(catalog: Arc<Catalog>) -> SessionContext {
         opts.sql_parser.enable_ident_normalization = true;
         opts.execution.time_zone = Some("+00:00".to_owned());
     }
-    let ctx = SessionContext::new_with_config(config);
+    let state = SessionStateBuilder::new()
+        .with_config(config)
+        .with_default_features()
+        .with_type_planner(Arc::new(functions::WeirTypePlanner))
+        .build();
+    let ctx = SessionContext::new_with_state(state);
     let pg = Arc::new(PgCatalogSchema::new(catalog.clone()));
     ctx.register_catalog(
         DATABASE_NAME,
@@ -131,8 +138,10 @@ impl fmt::Debug for TableScanProvider {
 
 #[async_trait]
 impl TableProvider for TableScanProvider {
+    /// Columns are reported nullable: NOT NULL is enforced by the table store with
+    /// Postgres' error (23502), not by DataFusion while it builds the rows to insert.
     fn schema(&self) -> SchemaRef {
-        self.table.schema()
+        nullable(&self.table.schema())
     }
 
     fn table_type(&self) -> TableType {
@@ -160,17 +169,29 @@ impl TableProvider for TableScanProvider {
             .table
             .snapshot()
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        let schema = nullable(&self.table.schema());
+        let batches: Vec<RecordBatch> = batches
+            .iter()
+            .map(|b| RecordBatch::try_new(schema.clone(), b.columns().to_vec()))
+            .collect::<std::result::Result<_, _>>()?;
         let partitions = split_partitions(&batches, state.config().target_partitions());
-        let mem = MemTable::try_new(self.table.schema(), partitions)?;
+        let mem = MemTable::try_new(schema, partitions)?;
         mem.scan(state, projection, filters, limit).await
     }
 }
 
+pub fn nullable(schema: &SchemaRef) -> SchemaRef {
+    Arc::new(datafusion::arrow::datatypes::Schema::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect::<Vec<_>>(),
+    ))
+}
+
 /// Spread batches over up to `n` partitions so scans run in parallel.
-pub fn split_partitions(
-    batches: &[datafusion::arrow::record_batch::RecordBatch],
-    n: usize,
-) -> Vec<Vec<datafusion::arrow::record_batch::RecordBatch>> {
+pub fn split_partitions(batches: &[RecordBatch], n: usize) -> Vec<Vec<RecordBatch>> {
     let n = n.max(1).min(batches.len().max(1));
     let mut parts = vec![Vec::new(); n];
     for (i, b) in batches.iter().enumerate() {

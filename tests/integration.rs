@@ -1,1 +1,4 @@
+//! The integration test binary: every test drives a real `weir` server over the wire.
 
+mod harness;
+mod slt;

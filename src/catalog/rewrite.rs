@@ -81,6 +81,19 @@ fn call(name: &str, args: Vec<Expr>) -> Expr {
 
 fn rewrite_expr(expr: &mut Expr) {
     match expr {
+        Expr::Interval(iv) => {
+            normalize_interval_literal(iv.value.as_mut());
+        }
+        Expr::Cast {
+            data_type: ast::DataType::Interval { .. },
+            expr: inner,
+            ..
+        } => normalize_interval_literal(inner.as_mut()),
+        Expr::Cast {
+            data_type: ast::DataType::Bytea,
+            expr: inner,
+            ..
+        } => normalize_bytea_literal(inner.as_mut()),
         Expr::Collate { expr: inner, .. } => {
             *expr = std::mem::replace(inner.as_mut(), Expr::value(ast::Value::Null));
         }
@@ -173,6 +186,11 @@ fn rewrite_expr(expr: &mut Expr) {
             kind,
             ..
         } => {
+            if *data_type == ast::DataType::Regclass {
+                let arg = std::mem::replace(inner.as_mut(), Expr::value(ast::Value::Null));
+                *expr = call("weir_regclass", vec![arg]);
+                return;
+            }
             if let ast::DataType::Custom(name, args) = data_type
                 && args.is_empty()
             {
@@ -200,6 +218,57 @@ fn rewrite_expr(expr: &mut Expr) {
             }
         }
         _ => {}
+    }
+}
+
+/// Postgres interval text (`1 day 02:03:04`) in the unit form arrow parses
+/// (`1 day 2 hours 3 minutes 4 seconds`).
+pub fn normalize_interval(s: &str) -> Option<String> {
+    let mut changed = false;
+    let mut out: Vec<String> = Vec::new();
+    for tok in s.split_whitespace() {
+        let (sign, body) = match tok.strip_prefix('-') {
+            Some(b) => ("-", b),
+            None => ("", tok.strip_prefix('+').unwrap_or(tok)),
+        };
+        let parts: Vec<&str> = body.split(':').collect();
+        let clock = parts.len() >= 2
+            && parts.len() <= 3
+            && parts.iter().all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit() || c == '.'));
+        if !clock {
+            out.push(tok.to_owned());
+            continue;
+        }
+        changed = true;
+        out.push(format!("{sign}{} hours", parts[0]));
+        out.push(format!("{sign}{} minutes", parts[1]));
+        if let Some(sec) = parts.get(2) {
+            out.push(format!("{sign}{sec} seconds"));
+        }
+    }
+    changed.then(|| out.join(" "))
+}
+
+/// Normalize a string literal holding an interval, in place.
+pub fn normalize_interval_literal(e: &mut Expr) {
+    if let Expr::Value(v) = e
+        && let ast::Value::SingleQuotedString(s) = &mut v.value
+        && let Some(n) = normalize_interval(s)
+    {
+        *s = n;
+    }
+}
+
+/// A bytea literal in Postgres' hex input form (`'\\x0102'`) as a hex literal
+/// (`X'0102'`); other strings are taken as their bytes, as Postgres' escape form does.
+pub fn normalize_bytea_literal(e: &mut Expr) {
+    if let Expr::Value(v) = e
+        && let ast::Value::SingleQuotedString(s) = &v.value
+        && let Some(hex) = s.strip_prefix("\\x")
+        && hex.len() % 2 == 0
+        && hex.chars().all(|c| c.is_ascii_hexdigit())
+    {
+        v.value = ast::Value::HexStringLiteral(hex.to_owned());
     }
 }
 
@@ -346,10 +415,7 @@ fn aggregate_catalog_subquery(q: &mut ast::Query) -> Option<Expr> {
         if !is_equiv_def {
             let _ = c.visit(&mut SubstituteOuter { equiv: &equiv });
         }
-        let text = c.to_string();
-        let mentions_inner = inner_names
-            .iter()
-            .any(|n| text.to_lowercase().contains(&format!("{n}.")));
+        let mentions_inner = mentions_inner_column(&c, &inner_names);
         if !mentions_inner && !is_equiv_def {
             outside.push(c);
         } else {
@@ -358,6 +424,36 @@ fn aggregate_catalog_subquery(q: &mut ast::Query) -> Option<Expr> {
     }
     select.selection = join_and(keep);
     join_and(outside)
+}
+
+/// Whether an expression refers to a column of the subquery's own relations (unqualified
+/// names resolve there first).
+fn mentions_inner_column(e: &Expr, inner: &HashSet<String>) -> bool {
+    struct Finder<'a> {
+        inner: &'a HashSet<String>,
+        found: bool,
+    }
+    impl ast::Visitor for Finder<'_> {
+        type Break = ();
+        fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
+            match e {
+                Expr::Identifier(_) => self.found = true,
+                Expr::CompoundIdentifier(ids)
+                    if ids.len() < 2 || self.inner.contains(&ids[0].value.to_lowercase()) =>
+                {
+                    self.found = true
+                }
+                _ => {}
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let mut f = Finder {
+        inner,
+        found: false,
+    };
+    let _ = ast::Visit::visit(e, &mut f);
+    f.found
 }
 
 struct SubstituteOuter<'a> {
@@ -540,15 +636,28 @@ mod tests {
     fn psql_operator_and_collate() {
         assert_eq!(
             rw("SELECT 1 AS x FROM c WHERE c.relname OPERATOR(pg_catalog.~) '^(t)$' COLLATE pg_catalog.default"),
-            "SELECT 1 AS \"x\" FROM c WHERE c.relname ~ '^(t)$'"
+            "SELECT 1 AS x FROM c WHERE c.relname ~ '^(t)$'"
         );
+    }
+
+    #[test]
+    fn postgres_interval_clock_form() {
+        assert_eq!(
+            normalize_interval("1 day 02:03:04.5").as_deref(),
+            Some("1 day 02 hours 03 minutes 04.5 seconds")
+        );
+        assert_eq!(
+            normalize_interval("-01:30").as_deref(),
+            Some("-01 hours -30 minutes")
+        );
+        assert_eq!(normalize_interval("3 days"), None);
     }
 
     #[test]
     fn regclass_cast_becomes_call() {
         assert_eq!(
             rw("SELECT c.oid::pg_catalog.regclass AS r FROM c"),
-            "SELECT weir_regclass(c.oid) AS \"r\" FROM c"
+            "SELECT weir_regclass(c.oid) AS r FROM c"
         );
     }
 }

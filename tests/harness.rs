@@ -1,0 +1,166 @@
+//! Test harness: runs the real `weir` binary on a free port with a temporary data directory,
+//! connects over the wire, and kills it (SIGKILL) when dropped or restarted.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio_postgres::{Client, NoTls};
+
+pub struct TestServer {
+    child: Option<Child>,
+    pub addr: String,
+    dir: tempfile::TempDir,
+}
+
+impl TestServer {
+    /// Start a server on a fresh data directory.
+    pub fn start() -> TestServer {
+        let dir = tempfile::Builder::new()
+            .prefix("weir-test-")
+            .tempdir()
+            .expect("temp dir");
+        let (child, addr) = spawn(&dir.path().join("data"), &dir.path().join("server.log"));
+        TestServer {
+            child: Some(child),
+            addr,
+            dir,
+        }
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("server.log")
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("port")
+    }
+
+    /// Kill the server with SIGKILL (no shutdown path runs) and start it again on the same
+    /// data directory.
+    pub fn restart(&mut self) {
+        self.kill();
+        let (child, addr) = spawn(&self.data_dir(), &self.log_path());
+        self.child = Some(child);
+        self.addr = addr;
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn conn_string(&self) -> String {
+        format!(
+            "host=127.0.0.1 port={} user=weir dbname=weir",
+            self.port()
+        )
+    }
+
+    pub async fn connect(&self) -> Client {
+        let (client, conn) = tokio_postgres::connect(&self.conn_string(), NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("connect to {}: {e}; log: {}", self.addr, self.log_tail()));
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        client
+    }
+
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn spawn(data_dir: &Path, log: &Path) -> (Child, String) {
+    let log_file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .expect("log file");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data_dir)
+        .env("WEIR_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(log_file)
+        .spawn()
+        .expect("spawn weir");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(stdout).lines();
+        while let Some(Ok(line)) = lines.next() {
+            if let Some(addr) = line.strip_prefix("listening on ") {
+                let _ = tx.send(addr.to_owned());
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(addr) = rx.recv_timeout(Duration::from_millis(100)) {
+            return (child, addr);
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!(
+                "weir exited with {status} before listening; log:\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("weir did not start within 60s");
+        }
+    }
+}
+
+/// Run one statement with the simple protocol and return rows as text (NULL as "NULL").
+pub async fn query_text(client: &Client, sql: &str) -> Vec<Vec<String>> {
+    let msgs = client
+        .simple_query(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {}", describe_error(&e)));
+    msgs.into_iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => Some(
+                (0..r.len())
+                    .map(|i| r.get(i).unwrap_or("NULL").to_owned())
+                    .collect(),
+            ),
+            _ => None,
+        })
+        .collect()
+}
+
+/// An error with its SQLSTATE, for assertions and messages.
+pub fn describe_error(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{}: {}", db.code().code(), db.message()),
+        None => e.to_string(),
+    }
+}
+
+pub fn sqlstate(e: &tokio_postgres::Error) -> String {
+    e.as_db_error()
+        .map(|d| d.code().code().to_owned())
+        .unwrap_or_default()
+}
