@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use datafusion::arrow::array::StringArray;
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::ParamValues;
 use datafusion::execution::SendableRecordBatchStream;
@@ -79,7 +79,7 @@ impl Engine {
         &self,
         session: &Session,
         parsed: &Parsed,
-    ) -> Result<(Vec<Option<DataType>>, Option<SchemaRef>)> {
+    ) -> Result<(Vec<Option<FieldRef>>, Option<SchemaRef>)> {
         match &parsed.stmt {
             Statement::Query(q) | Statement::Dml(q) => {
                 let plan = self.plan_ast(session, q).await?;
@@ -326,6 +326,36 @@ impl Engine {
     /// forms DataFusion reads (Postgres prints `1 day 02:03:04` and `\x0102`, and clients
     /// send back what they read).
     fn normalize_insert_literals(&self, q: &mut ast::Statement) {
+        if let ast::Statement::Update(upd) = q {
+            let ast::TableFactor::Table { name, .. } = &upd.table.relation else {
+                return;
+            };
+            let Some(entry) = crate::sql::parser::relation_name(name)
+                .ok()
+                .and_then(|n| self.catalog.get(&n))
+            else {
+                return;
+            };
+            for a in upd.assignments.iter_mut() {
+                let ast::AssignmentTarget::ColumnName(col) = &a.target else {
+                    continue;
+                };
+                let Some(id) = col.0.last().and_then(|p| p.as_ident()) else {
+                    continue;
+                };
+                let n = crate::sql::parser::normalize_ident(id);
+                match entry.desc.columns.iter().find(|c| c.name == n).map(|c| &c.ty) {
+                    Some(SqlType::Interval) => {
+                        crate::catalog::rewrite::normalize_interval_literal(&mut a.value)
+                    }
+                    Some(SqlType::Bytea) => {
+                        crate::catalog::rewrite::normalize_bytea_literal(&mut a.value)
+                    }
+                    _ => {}
+                }
+            }
+            return;
+        }
         let ast::Statement::Insert(ins) = q else {
             return;
         };
@@ -501,9 +531,11 @@ fn is_side_effecting(plan: &LogicalPlan) -> bool {
     )
 }
 
-fn parameter_types(plan: &LogicalPlan) -> Result<Vec<Option<DataType>>> {
-    let types = plan.get_parameter_types()?;
-    let mut out: Vec<(usize, Option<DataType>)> = types
+/// Placeholder fields by position ($1 first), with the declared type of the column a
+/// placeholder is compared with or assigned to, where the planner knows it.
+fn parameter_types(plan: &LogicalPlan) -> Result<Vec<Option<FieldRef>>> {
+    let types = plan.get_parameter_fields()?;
+    let mut out: Vec<(usize, Option<FieldRef>)> = types
         .into_iter()
         .filter_map(|(k, v)| {
             k.trim_start_matches('$')

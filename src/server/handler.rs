@@ -12,7 +12,11 @@ use pgwire::api::auth::{
     ServerParameterProvider, StartupHandler, finish_authentication, protocol_negotiation,
     save_startup_parameters_to_metadata,
 };
-use pgwire::api::cancel::DefaultCancelHandler;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use pgwire::api::cancel::{CancelHandler, DefaultCancelHandler};
+use pgwire::messages::cancel::CancelRequest;
+use tokio::sync::Notify;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::results::{
@@ -31,12 +35,65 @@ use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use tokio::sync::Mutex;
 use tracing::{debug, info};
 
+use datafusion::arrow::datatypes::FieldRef;
+
 use crate::engine::{Engine, Output};
 use crate::error::WeirError;
 use crate::server::encode::{column_plans, encode_batch, field_infos};
 use crate::server::params;
 use crate::server::session::{Session, is_reported};
 use crate::sql::parser::{Parsed, Statement, parse};
+
+/// Cancellation of the query a connection is running. A cancel request sets it; result
+/// streams stop at the next poll (dropping DataFusion's stream stops its tasks).
+#[derive(Default)]
+pub struct QueryCancel {
+    flag: AtomicBool,
+    notify: Notify,
+}
+
+impl QueryCancel {
+    pub fn cancel(&self) {
+        self.flag.store(true, Ordering::SeqCst);
+        self.notify.notify_waiters();
+    }
+    fn reset(&self) {
+        self.flag.store(false, Ordering::SeqCst);
+    }
+    async fn cancelled(&self) {
+        loop {
+            let notified = self.notify.notified();
+            if self.flag.load(Ordering::SeqCst) {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+type CancelKey = (i32, bytes::Bytes);
+
+/// Cancel targets by (pid, secret key).
+#[derive(Default)]
+struct CancelRegistry {
+    map: parking_lot::Mutex<HashMap<CancelKey, Arc<QueryCancel>>>,
+}
+
+/// Unregisters a connection's cancel target when the connection ends.
+struct CancelGuard {
+    key: CancelKey,
+    registry: Arc<CancelRegistry>,
+}
+
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        self.registry.map.lock().remove(&self.key);
+    }
+}
+
+fn query_canceled() -> WeirError {
+    WeirError::new("57014", "canceling statement due to user request")
+}
 
 /// A statement prepared with Parse.
 #[derive(Debug, Clone)]
@@ -55,6 +112,7 @@ impl WeirBackend {
             handle: Arc::new(Handle {
                 engine,
                 connections: Arc::new(ConnectionManager::new()),
+                cancels: Arc::new(CancelRegistry::default()),
                 parser: Arc::new(WeirQueryParser),
                 pids: RandomPidSecretKeyGenerator::default(),
             }),
@@ -77,7 +135,29 @@ impl PgWireServerHandlers for WeirBackend {
         self.handle.clone()
     }
     fn cancel_handler(&self) -> Arc<impl pgwire::api::cancel::CancelHandler> {
-        Arc::new(DefaultCancelHandler::new(self.handle.connections.clone()))
+        Arc::new(WeirCancelHandler {
+            default: DefaultCancelHandler::new(self.handle.connections.clone()),
+            registry: self.handle.cancels.clone(),
+        })
+    }
+}
+
+/// Cancels both the planning phase (pgwire's handle) and a streaming result (ours).
+struct WeirCancelHandler {
+    default: DefaultCancelHandler,
+    registry: Arc<CancelRegistry>,
+}
+
+#[async_trait]
+impl CancelHandler for WeirCancelHandler {
+    async fn on_cancel_request(&self, request: CancelRequest) {
+        let key = (request.pid, request.secret_key.to_bytes());
+        let target = self.registry.map.lock().get(&key).cloned();
+        if let Some(t) = target {
+            info!(pid = request.pid, "cancel request");
+            t.cancel();
+        }
+        self.default.on_cancel_request(request).await;
     }
 }
 
@@ -85,6 +165,7 @@ impl PgWireServerHandlers for WeirBackend {
 pub struct Handle {
     engine: Arc<Engine>,
     connections: Arc<ConnectionManager>,
+    cancels: Arc<CancelRegistry>,
     parser: Arc<WeirQueryParser>,
     pids: RandomPidSecretKeyGenerator,
 }
@@ -94,6 +175,15 @@ impl Handle {
         client
             .session_extensions()
             .get_or_insert_with(|| Mutex::new(self.engine.new_session()))
+    }
+
+    /// The connection's cancel target, reset for a new query.
+    fn begin_query<C: ClientInfo>(&self, client: &C) -> Arc<QueryCancel> {
+        let c = client
+            .session_extensions()
+            .get_or_insert_with(QueryCancel::default);
+        c.reset();
+        c
     }
 }
 
@@ -147,6 +237,15 @@ impl StartupHandler for Handle {
             save_startup_parameters_to_metadata(client, startup);
             let (pid, key) = self.pids.generate(client);
             client.set_pid_and_secret_key(pid, key.clone());
+            let cancel = client
+                .session_extensions()
+                .get_or_insert_with(QueryCancel::default);
+            let ckey = (pid, key.to_bytes());
+            self.cancels.map.lock().insert(ckey.clone(), cancel);
+            client.session_extensions().insert(CancelGuard {
+                key: ckey,
+                registry: self.cancels.clone(),
+            });
             let (handle, guard) = self.connections.register(pid, key);
             client
                 .session_extensions()
@@ -167,11 +266,17 @@ impl StartupHandler for Handle {
 
 /// Turn an engine output into a protocol response. `collect` makes a result set complete
 /// before returning (for all but the last statement of a multi-statement query).
-async fn respond(output: Output, format: &Format, collect: bool) -> Result<Response, WeirError> {
+async fn respond(
+    output: Output,
+    format: &Format,
+    collect: bool,
+    cancel: Arc<QueryCancel>,
+) -> Result<Response, WeirError> {
     Ok(match output {
         Output::Rows { schema, stream } => {
             let fields = Arc::new(field_infos(&schema, |i| format.format_for(i)));
             let plans = column_plans(&schema, &fields);
+            let stream = cancellable(stream, cancel);
             if collect {
                 let batches: Vec<_> = stream.collect().await;
                 let mut rows = Vec::new();
@@ -186,7 +291,7 @@ async fn respond(output: Output, format: &Format, collect: bool) -> Result<Respo
                             Ok(rows) => rows.into_iter().map(Ok).collect(),
                             Err(e) => vec![Err(e.into_pgwire())],
                         },
-                        Err(e) => vec![Err(WeirError::from(e).into_pgwire())],
+                        Err(e) => vec![Err(e.into_pgwire())],
                     };
                     stream::iter(items)
                 });
@@ -212,6 +317,25 @@ async fn respond(output: Output, format: &Format, collect: bool) -> Result<Respo
         Output::TransactionStart => Response::TransactionStart(Tag::new("BEGIN")),
         Output::TransactionEnd(tag) => Response::TransactionEnd(Tag::new(tag)),
         Output::SetVariable { .. } => Response::Execution(Tag::new("SET")),
+    })
+}
+
+/// A result stream that ends with 57014 when the query is canceled.
+fn cancellable(
+    stream: datafusion::execution::SendableRecordBatchStream,
+    cancel: Arc<QueryCancel>,
+) -> impl futures::Stream<Item = Result<datafusion::arrow::record_batch::RecordBatch, WeirError>>
++ Send
++ 'static {
+    stream::unfold(Some(stream), move |state| {
+        let cancel = cancel.clone();
+        async move {
+            let mut s = state?;
+            tokio::select! {
+                _ = cancel.cancelled() => Some((Err(query_canceled()), None)),
+                item = s.next() => item.map(|r| (r.map_err(WeirError::from), Some(s))),
+            }
+        }
     })
 }
 
@@ -259,6 +383,7 @@ impl SimpleQueryHandler for Handle {
         }
         let session = self.session(client);
         let mut session = session.lock().await;
+        let cancel = self.begin_query(client);
         let mut out = Vec::with_capacity(statements.len());
         let last = statements.len() - 1;
         for (i, parsed) in statements.iter().enumerate() {
@@ -273,7 +398,7 @@ impl SimpleQueryHandler for Handle {
                             .feed(PgWireBackendMessage::ParameterStatus(status))
                             .await?;
                     }
-                    respond(output, &Format::UnifiedText, i != last).await
+                    respond(output, &Format::UnifiedText, i != last, cancel.clone()).await
                 }
                 Err(e) => Err(e),
             };
@@ -340,8 +465,7 @@ impl Handle {
         session: &Session,
         stmt: &StoredStatement<Prepared>,
         format: &Format,
-    ) -> Result<(Vec<Type>, Vec<FieldInfo>, Vec<Option<datafusion::arrow::datatypes::DataType>>), WeirError>
-    {
+    ) -> Result<(Vec<Type>, Vec<FieldInfo>, Vec<Option<FieldRef>>), WeirError> {
         let (inferred, schema) = self.engine.describe(session, &stmt.statement.parsed).await?;
         let n = inferred.len().max(stmt.parameter_types.len());
         let types = (0..n)
@@ -351,7 +475,7 @@ impl Handle {
                     .cloned()
                     .flatten()
                     .filter(|t| t.oid() != 0)
-                    .unwrap_or_else(|| params::pg_type_of_arrow(inferred.get(i).and_then(|t| t.as_ref())))
+                    .unwrap_or_else(|| params::pg_type_of_field(inferred.get(i).and_then(|t| t.as_deref())))
             })
             .collect();
         let fields = match schema {
@@ -426,6 +550,7 @@ impl ExtendedQueryHandler for Handle {
         let parsed = &portal.statement.statement.parsed;
         debug!(query = %parsed.text, "extended query");
         check_aborted(client, &parsed.stmt).map_err(err)?;
+        let cancel = self.begin_query(client);
         let session = self.session(client);
         let mut session = session.lock().await;
         let params = if portal.parameters.is_empty() {
@@ -435,6 +560,10 @@ impl ExtendedQueryHandler for Handle {
                 .describe(&session, &portal.statement, &portal.result_column_format)
                 .await
                 .map_err(err)?;
+            let inferred: Vec<_> = inferred
+                .iter()
+                .map(|f| f.as_ref().map(|f| f.as_ref().clone()))
+                .collect();
             Some(
                 params::decode(
                     &portal.parameters,
@@ -455,7 +584,7 @@ impl ExtendedQueryHandler for Handle {
                 .feed(PgWireBackendMessage::ParameterStatus(status))
                 .await?;
         }
-        respond(output, &portal.result_column_format, false)
+        respond(output, &portal.result_column_format, false, cancel)
             .await
             .map_err(err)
     }

@@ -5,12 +5,12 @@
 //! declared Postgres type's `recv` format.
 
 use bytes::Bytes;
-use datafusion::arrow::datatypes::{DataType, TimeUnit};
+use datafusion::arrow::datatypes::{DataType, Field, TimeUnit};
 use datafusion::common::{ParamValues, ScalarValue};
 use pgwire::api::Type;
 
 use crate::error::{Result, WeirError, sqlstate};
-use crate::sql::types::SqlType;
+use crate::sql::types::{SqlType, field_sql_type};
 
 const PG_EPOCH_OFFSET_US: i64 = 946_684_800_000_000;
 const PG_EPOCH_OFFSET_DAYS: i32 = 10_957;
@@ -35,9 +35,9 @@ pub fn arrow_type_of_pg(t: &Type) -> Option<DataType> {
     })
 }
 
-/// Postgres type to describe for a parameter the planner typed as `dt`.
-pub fn pg_type_of_arrow(dt: Option<&DataType>) -> Type {
-    match dt.and_then(SqlType::from_arrow) {
+/// Postgres type to describe for a parameter the planner typed as `field`.
+pub fn pg_type_of_field(field: Option<&Field>) -> Type {
+    match field.and_then(field_sql_type) {
         Some(t) => crate::server::encode::pg_wire_type(&t),
         None => Type::TEXT,
     }
@@ -157,20 +157,28 @@ fn numeric_from_binary(raw: &[u8], i: usize) -> Result<String> {
 pub fn decode(
     values: &[Option<Bytes>],
     declared: &[Option<Type>],
-    inferred: &[Option<DataType>],
+    inferred: &[Option<Field>],
     binary: impl Fn(usize) -> bool,
 ) -> Result<ParamValues> {
     let mut out = Vec::with_capacity(values.len());
     for (i, raw) in values.iter().enumerate() {
+        // what the client declared at Parse, else what we described to it (clients encode
+        // binary values by the described type)
         let declared_ty = declared
             .get(i)
             .cloned()
             .flatten()
-            .filter(|t| t.oid() != 0 && *t != Type::UNKNOWN);
+            .filter(|t| t.oid() != 0 && *t != Type::UNKNOWN)
+            .or_else(|| {
+                inferred
+                    .get(i)
+                    .and_then(|t| t.as_ref())
+                    .map(|t| pg_type_of_field(Some(t)))
+            });
         let target: Option<DataType> = inferred
             .get(i)
-            .cloned()
-            .flatten()
+            .and_then(|f| f.as_ref())
+            .map(|f| f.data_type().clone())
             .or_else(|| declared_ty.as_ref().and_then(arrow_type_of_pg));
         let value = match raw {
             None => match &target {
@@ -215,6 +223,25 @@ fn cast_param(v: &ScalarValue, t: &DataType, i: usize) -> Result<ScalarValue> {
         };
         return Ok(ScalarValue::Boolean(Some(b)));
     }
+    if let ScalarValue::Utf8(Some(text)) = v {
+        if matches!(t, DataType::Interval(_))
+            && let Some(n) = crate::catalog::rewrite::normalize_interval(text)
+        {
+            return cast_param(&ScalarValue::Utf8(Some(n)), t, i);
+        }
+        if matches!(t, DataType::Binary)
+            && let Some(hex) = text.strip_prefix("\\x")
+        {
+            return hex_decode(hex)
+                .map(|b| ScalarValue::Binary(Some(b)))
+                .ok_or_else(|| {
+                    WeirError::new(
+                        sqlstate::INVALID_TEXT_REPRESENTATION,
+                        format!("invalid hexadecimal data in bytea parameter ${}", i + 1),
+                    )
+                });
+        }
+    }
     v.cast_to(t).map_err(|_| {
         WeirError::new(
             sqlstate::INVALID_TEXT_REPRESENTATION,
@@ -228,6 +255,16 @@ fn cast_param(v: &ScalarValue, t: &DataType, i: usize) -> Result<ScalarValue> {
             ),
         )
     })
+}
+
+fn hex_decode(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 #[cfg(test)]
@@ -249,7 +286,11 @@ mod tests {
         let p = decode(
             &[Some(Bytes::from_static(b"42")), None, Some(Bytes::from_static(b"t"))],
             &[None, None, None],
-            &[Some(DataType::Int64), Some(DataType::Utf8), Some(DataType::Boolean)],
+            &[
+                Some(Field::new("", DataType::Int64, true)),
+                Some(Field::new("", DataType::Utf8, true)),
+                Some(Field::new("", DataType::Boolean, true)),
+            ],
             |_| false,
         )
         .unwrap();

@@ -1,0 +1,453 @@
+//! The wire protocol as drivers use it: the extended protocol with typed and inferred
+//! parameters, binary results, named statements, portals with row limits, cancel requests,
+//! SSL negotiation, and a raw Parse/Bind/Execute exchange the way node-postgres sends it.
+
+use std::error::Error;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
+use tokio_postgres::NoTls;
+use tokio_postgres::types::{FromSql, Type};
+
+use crate::harness::{TestServer, describe_error, query_text, sqlstate};
+
+/// NUMERIC in binary, decoded here independently of the server's encoder.
+#[derive(Debug, PartialEq)]
+struct Numeric(String);
+
+impl<'a> FromSql<'a> for Numeric {
+    fn from_sql(_: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn Error + Sync + Send>> {
+        let rd = |o: usize| i16::from_be_bytes([raw[o], raw[o + 1]]) as i64;
+        let (n, weight, sign, dscale) = (rd(0) as usize, rd(2), rd(4), rd(6) as usize);
+        let digits: Vec<i64> = (0..n).map(|k| rd(8 + 2 * k)).collect();
+        // value = sum(d_k * 10000^(weight-k)), scaled to dscale decimals
+        let mut scaled: i128 = 0;
+        for (k, d) in digits.iter().enumerate() {
+            let exp = (weight - k as i64) * 4 + dscale as i64;
+            let term = if exp >= 0 {
+                *d as i128 * 10i128.pow(exp as u32)
+            } else {
+                *d as i128 / 10i128.pow((-exp) as u32)
+            };
+            scaled += term;
+        }
+        let s = scaled.to_string();
+        let s = if dscale > 0 {
+            let padded = format!("{:0>width$}", s, width = dscale + 1);
+            let (i, f) = padded.split_at(padded.len() - dscale);
+            format!("{i}.{f}")
+        } else {
+            s
+        };
+        Ok(Numeric(if sign == 0x4000 { format!("-{s}") } else { s }))
+    }
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::NUMERIC
+    }
+}
+
+/// Any value's raw binary bytes.
+struct Raw(Vec<u8>);
+
+impl<'a> FromSql<'a> for Raw {
+    fn from_sql(_: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn Error + Sync + Send>> {
+        Ok(Raw(raw.to_vec()))
+    }
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extended_protocol_binary_round_trip() {
+    let server = TestServer::start();
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE t (id BIGINT PRIMARY KEY, s SMALLINT, i INT, f REAL, d DOUBLE PRECISION, \
+         b BOOLEAN, name TEXT, code VARCHAR(4), n NUMERIC(12,3), dt DATE, ts TIMESTAMP, \
+         tz TIMESTAMPTZ, raw BYTEA, j JSONB, iv INTERVAL)",
+    )
+    .await
+    .unwrap();
+    // parameter types come from the planner: the client sends none
+    let insert = c
+        .prepare("INSERT INTO t VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)")
+        .await
+        .unwrap();
+    let types: Vec<&Type> = insert.params().iter().collect();
+    assert_eq!(
+        types,
+        vec![
+            &Type::INT8,
+            &Type::INT2,
+            &Type::INT4,
+            &Type::FLOAT4,
+            &Type::FLOAT8,
+            &Type::BOOL,
+            &Type::TEXT,
+            &Type::VARCHAR,
+            &Type::NUMERIC,
+            &Type::DATE,
+            &Type::TIMESTAMP,
+            &Type::TIMESTAMPTZ,
+            &Type::BYTEA,
+            &Type::JSONB,
+            &Type::INTERVAL,
+        ]
+    );
+    let ts = NaiveDate::from_ymd_opt(2024, 1, 2)
+        .unwrap()
+        .and_hms_micro_opt(3, 4, 5, 678_901)
+        .unwrap();
+    let tz: DateTime<Utc> = DateTime::from_naive_utc_and_offset(ts, Utc);
+    // NUMERIC, JSONB and INTERVAL parameters are bound as text by this client (see below);
+    // the others go in binary
+    c.execute(
+        "INSERT INTO t (id, s, i, f, d, b, name, code, dt, ts, tz, raw) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+        &[
+            &1i64,
+            &-7i16,
+            &123456i32,
+            &1.5f32,
+            &-0.25f64,
+            &true,
+            &"héllo",
+            &"abcd",
+            &NaiveDate::from_ymd_opt(2024, 2, 29).unwrap(),
+            &ts,
+            &tz,
+            &vec![0u8, 1, 255],
+        ],
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{}", describe_error(&e)));
+    c.batch_execute(
+        "UPDATE t SET n = 12345678.125, j = '{\"k\": [1, null]}', iv = '1 day 02:00:00' WHERE id = 1",
+    )
+    .await
+    .unwrap();
+
+    let row = c
+        .query_one("SELECT * FROM t WHERE id = $1", &[&1i64])
+        .await
+        .unwrap_or_else(|e| panic!("{}", describe_error(&e)));
+    assert_eq!(row.get::<_, i64>(0), 1);
+    assert_eq!(row.get::<_, i16>(1), -7);
+    assert_eq!(row.get::<_, i32>(2), 123456);
+    assert_eq!(row.get::<_, f32>(3), 1.5);
+    assert_eq!(row.get::<_, f64>(4), -0.25);
+    assert!(row.get::<_, bool>(5));
+    assert_eq!(row.get::<_, String>(6), "héllo");
+    assert_eq!(row.get::<_, String>(7), "abcd");
+    assert_eq!(row.get::<_, Numeric>(8), Numeric("12345678.125".into()));
+    assert_eq!(
+        row.get::<_, NaiveDate>(9),
+        NaiveDate::from_ymd_opt(2024, 2, 29).unwrap()
+    );
+    assert_eq!(row.get::<_, NaiveDateTime>(10), ts);
+    assert_eq!(row.get::<_, DateTime<Utc>>(11), tz);
+    assert_eq!(row.get::<_, Vec<u8>>(12), vec![0u8, 1, 255]);
+    // jsonb binary: version byte 1, then the text
+    let j = row.get::<_, Raw>(13).0;
+    assert_eq!(j[0], 1);
+    assert_eq!(std::str::from_utf8(&j[1..]).unwrap(), "{\"k\": [1, null]}");
+    // interval binary: microseconds, days, months
+    let iv = row.get::<_, Raw>(14).0;
+    assert_eq!(iv.len(), 16);
+    assert_eq!(i64::from_be_bytes(iv[0..8].try_into().unwrap()), 7_200_000_000);
+    assert_eq!(i32::from_be_bytes(iv[8..12].try_into().unwrap()), 1);
+    assert_eq!(i32::from_be_bytes(iv[12..16].try_into().unwrap()), 0);
+
+    // negative and small numerics in binary
+    let row = c
+        .query_one("SELECT CAST(-0.005 AS NUMERIC(6,3)), CAST(0 AS NUMERIC(4,1))", &[])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, Numeric>(0), Numeric("-0.005".into()));
+    assert_eq!(row.get::<_, Numeric>(1), Numeric("0.0".into()));
+
+    // the same values in text, through the simple protocol
+    let text = query_text(&c, "SELECT n, ts, tz, raw, iv FROM t").await;
+    assert_eq!(
+        text,
+        vec![vec![
+            "12345678.125",
+            "2024-01-02 03:04:05.678901",
+            "2024-01-02 03:04:05.678901+00",
+            "\\x0001ff",
+            "1 day 02:00:00"
+        ]]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn named_statements_portals_and_errors() {
+    let server = TestServer::start();
+    let mut c = server.connect().await;
+    c.batch_execute("CREATE TABLE n (x BIGINT PRIMARY KEY)")
+        .await
+        .unwrap();
+    let ins = c.prepare("INSERT INTO n VALUES ($1)").await.unwrap();
+    for x in 0..50i64 {
+        assert_eq!(c.execute(&ins, &[&x]).await.unwrap(), 1);
+    }
+    // a duplicate key through the extended protocol, then the connection keeps working
+    let err = c.execute(&ins, &[&3i64]).await.unwrap_err();
+    assert_eq!(sqlstate(&err), "23505", "{}", describe_error(&err));
+    let sel = c
+        .prepare("SELECT x FROM n WHERE x >= $1 ORDER BY x")
+        .await
+        .unwrap();
+    assert_eq!(c.query(&sel, &[&45i64]).await.unwrap().len(), 5);
+
+    // portal with a row limit: Execute(max_rows) suspends and resumes
+    let tx = c.transaction().await.unwrap();
+    let portal = tx.bind(&sel, &[&0i64]).await.unwrap();
+    let mut seen = Vec::new();
+    loop {
+        let rows = tx.query_portal(&portal, 7).await.unwrap();
+        if rows.is_empty() {
+            break;
+        }
+        assert!(rows.len() <= 7);
+        seen.extend(rows.iter().map(|r| r.get::<_, i64>(0)));
+    }
+    assert_eq!(seen, (0..50).collect::<Vec<i64>>());
+    tx.commit().await.unwrap();
+
+    // errors at parse time and at execution time
+    let err = c.prepare("SELEC 1").await.unwrap_err();
+    assert_eq!(sqlstate(&err), "42601");
+    let err = c.prepare("SELECT * FROM nosuch").await.unwrap_err();
+    assert_eq!(sqlstate(&err), "42P01");
+    let err = c.query("SELECT 1 / $1", &[&0i64]).await.unwrap_err();
+    assert_eq!(sqlstate(&err), "22012");
+    let err = c.prepare("SELECT 1; SELECT 2").await.unwrap_err();
+    assert_eq!(sqlstate(&err), "42601");
+    let row = c.query_one("SELECT count(*) FROM n", &[]).await.unwrap();
+    assert_eq!(row.get::<_, i64>(0), 50);
+
+    // an error inside a transaction block aborts it until ROLLBACK, as in Postgres
+    c.batch_execute("BEGIN").await.unwrap();
+    let _ = c.batch_execute("SELECT * FROM nosuch").await.unwrap_err();
+    let err = c.batch_execute("SELECT 1").await.unwrap_err();
+    assert_eq!(sqlstate(&err), "25P02");
+    c.batch_execute("ROLLBACK").await.unwrap();
+    c.batch_execute("SELECT 1").await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_request_stops_a_running_query() {
+    let server = TestServer::start();
+    let c = server.connect().await;
+    let token = c.cancel_token();
+    let canceller = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        token.cancel_query(NoTls).await
+    });
+    let started = std::time::Instant::now();
+    let err = c
+        .simple_query(
+            "SELECT count(*) FROM generate_series(1, 100000) a CROSS JOIN generate_series(1, 100000) b \
+             WHERE a.value + b.value = 3",
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&err), "57014", "{}", describe_error(&err));
+    assert!(started.elapsed() < Duration::from_secs(30));
+    canceller.await.unwrap().unwrap();
+    // the connection survives a cancel
+    assert_eq!(query_text(&c, "SELECT 42").await, vec![vec!["42"]]);
+}
+
+/// A frontend message: type byte, length, body.
+fn msg(kind: u8, body: &[u8]) -> Vec<u8> {
+    let mut m = vec![kind];
+    m.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
+    m.extend_from_slice(body);
+    m
+}
+
+fn cstr(s: &str) -> Vec<u8> {
+    let mut v = s.as_bytes().to_vec();
+    v.push(0);
+    v
+}
+
+/// Read backend messages until ReadyForQuery; returns (type, body) pairs.
+fn read_until_ready(s: &mut TcpStream) -> Vec<(u8, Vec<u8>)> {
+    let mut out = Vec::new();
+    loop {
+        let mut head = [0u8; 5];
+        s.read_exact(&mut head).expect("message header");
+        let len = i32::from_be_bytes(head[1..5].try_into().unwrap()) as usize - 4;
+        let mut body = vec![0u8; len];
+        s.read_exact(&mut body).expect("message body");
+        let kind = head[0];
+        out.push((kind, body));
+        if kind == b'Z' {
+            return out;
+        }
+    }
+}
+
+fn startup(addr: &str, ssl_first: bool) -> TcpStream {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    if ssl_first {
+        // SSLRequest: length 8, code 80877103; the server must answer 'N'
+        s.write_all(&8i32.to_be_bytes()).unwrap();
+        s.write_all(&80877103i32.to_be_bytes()).unwrap();
+        let mut answer = [0u8; 1];
+        s.read_exact(&mut answer).unwrap();
+        assert_eq!(answer[0], b'N', "SSL must be declined");
+    }
+    let mut body = 196608i32.to_be_bytes().to_vec();
+    for kv in ["user", "node", "database", "weir"] {
+        body.extend(cstr(kv));
+    }
+    body.push(0);
+    let mut m = ((body.len() + 4) as i32).to_be_bytes().to_vec();
+    m.extend(body);
+    s.write_all(&m).unwrap();
+    let msgs = read_until_ready(&mut s);
+    let params: Vec<String> = msgs
+        .iter()
+        .filter(|(k, _)| *k == b'S')
+        .map(|(_, b)| String::from_utf8_lossy(b).replace('\0', "="))
+        .collect();
+    for expected in [
+        "server_version=16.6=",
+        "server_encoding=UTF8=",
+        "client_encoding=UTF8=",
+        "DateStyle=ISO, MDY=",
+        "integer_datetimes=on=",
+        "standard_conforming_strings=on=",
+        "TimeZone=UTC=",
+        "IntervalStyle=postgres=",
+    ] {
+        assert!(params.iter().any(|p| p == expected), "missing {expected} in {params:?}");
+    }
+    s
+}
+
+#[test]
+fn node_postgres_style_untyped_text_parameters() {
+    let server = TestServer::start();
+    let mut s = startup(&server.addr, true);
+    s.write_all(&msg(
+        b'Q',
+        &cstr("CREATE TABLE p (id INT PRIMARY KEY, price NUMERIC(8,2), seen TIMESTAMP)"),
+    ))
+    .unwrap();
+    let r = read_until_ready(&mut s);
+    assert!(r.iter().all(|(k, _)| *k != b'E'), "create failed");
+
+    // Parse with zero parameter types, Bind text values, Describe portal, Execute, Sync
+    let mut parse = cstr("");
+    parse.extend(cstr("INSERT INTO p VALUES ($1, $2, $3)"));
+    parse.extend(0i16.to_be_bytes());
+    let mut bind = cstr("");
+    bind.extend(cstr(""));
+    bind.extend(0i16.to_be_bytes()); // all parameters in text
+    bind.extend(3i16.to_be_bytes());
+    for v in ["7", "19.99", "2024-05-06 07:08:09"] {
+        bind.extend((v.len() as i32).to_be_bytes());
+        bind.extend(v.as_bytes());
+    }
+    bind.extend(0i16.to_be_bytes());
+    let mut wire = msg(b'P', &parse);
+    wire.extend(msg(b'B', &bind));
+    let mut describe = vec![b'P'];
+    describe.extend(cstr(""));
+    wire.extend(msg(b'D', &describe));
+    let mut exec = cstr("");
+    exec.extend(0i32.to_be_bytes());
+    wire.extend(msg(b'E', &exec));
+    wire.extend(msg(b'S', &[]));
+    s.write_all(&wire).unwrap();
+    let r = read_until_ready(&mut s);
+    let kinds: Vec<u8> = r.iter().map(|(k, _)| *k).collect();
+    assert_eq!(kinds, b"12nCZ".to_vec(), "{r:?}");
+    assert_eq!(&r[3].1, b"INSERT 0 1\0");
+
+    // statement Describe reports inferred parameter types (int4, numeric, timestamp)
+    let mut parse = cstr("s1");
+    parse.extend(cstr("SELECT price FROM p WHERE id = $1 AND seen < $2"));
+    parse.extend(0i16.to_be_bytes());
+    let mut wire = msg(b'P', &parse);
+    let mut describe = vec![b'S'];
+    describe.extend(cstr("s1"));
+    wire.extend(msg(b'D', &describe));
+    wire.extend(msg(b'S', &[]));
+    s.write_all(&wire).unwrap();
+    let r = read_until_ready(&mut s);
+    let (_, desc) = r.iter().find(|(k, _)| *k == b't').expect("ParameterDescription");
+    let n = i16::from_be_bytes([desc[0], desc[1]]) as usize;
+    let oids: Vec<u32> = (0..n)
+        .map(|i| u32::from_be_bytes(desc[2 + 4 * i..6 + 4 * i].try_into().unwrap()))
+        .collect();
+    assert_eq!(oids, vec![23, 1114]);
+    assert!(r.iter().any(|(k, _)| *k == b'T'), "RowDescription for s1");
+
+    // execute the named statement with text parameters and read the text result
+    let mut bind = cstr("");
+    bind.extend(cstr("s1"));
+    bind.extend(0i16.to_be_bytes());
+    bind.extend(2i16.to_be_bytes());
+    for v in ["7", "2025-01-01 00:00:00"] {
+        bind.extend((v.len() as i32).to_be_bytes());
+        bind.extend(v.as_bytes());
+    }
+    bind.extend(0i16.to_be_bytes());
+    let mut wire = msg(b'B', &bind);
+    wire.extend(msg(b'E', &exec));
+    wire.extend(msg(b'S', &[]));
+    s.write_all(&wire).unwrap();
+    let r = read_until_ready(&mut s);
+    let (_, row) = r.iter().find(|(k, _)| *k == b'D').expect("DataRow");
+    let len = i32::from_be_bytes(row[2..6].try_into().unwrap()) as usize;
+    assert_eq!(&row[6..6 + len], b"19.99");
+
+    // an empty query through Parse/Bind/Execute answers EmptyQueryResponse
+    let mut parse = cstr("");
+    parse.extend(cstr(""));
+    parse.extend(0i16.to_be_bytes());
+    let mut bind = cstr("");
+    bind.extend(cstr(""));
+    bind.extend(0i16.to_be_bytes());
+    bind.extend(0i16.to_be_bytes());
+    bind.extend(0i16.to_be_bytes());
+    let mut wire = msg(b'P', &parse);
+    wire.extend(msg(b'B', &bind));
+    wire.extend(msg(b'E', &exec));
+    wire.extend(msg(b'S', &[]));
+    s.write_all(&wire).unwrap();
+    let kinds: Vec<u8> = read_until_ready(&mut s).iter().map(|(k, _)| *k).collect();
+    assert_eq!(kinds, b"12IZ".to_vec());
+
+    // a bad text parameter is a clean error, and the session goes on
+    let mut bind = cstr("");
+    bind.extend(cstr("s1"));
+    bind.extend(0i16.to_be_bytes());
+    bind.extend(2i16.to_be_bytes());
+    for v in ["seven", "2025-01-01"] {
+        bind.extend((v.len() as i32).to_be_bytes());
+        bind.extend(v.as_bytes());
+    }
+    bind.extend(0i16.to_be_bytes());
+    let mut wire = msg(b'B', &bind);
+    wire.extend(msg(b'E', &exec));
+    wire.extend(msg(b'S', &[]));
+    s.write_all(&wire).unwrap();
+    let r = read_until_ready(&mut s);
+    let (_, e) = r.iter().find(|(k, _)| *k == b'E').expect("ErrorResponse");
+    assert!(String::from_utf8_lossy(e).contains("22P02"), "{}", String::from_utf8_lossy(e));
+    s.write_all(&msg(b'Q', &cstr("SELECT 1"))).unwrap();
+    let r = read_until_ready(&mut s);
+    assert!(r.iter().any(|(k, _)| *k == b'D'));
+    s.write_all(&msg(b'X', &[])).unwrap();
+}
