@@ -3,3 +3,5 @@
 mod harness;
 mod slt;
 mod protocol;
+mod durability;
+mod clients;
