@@ -5,3 +5,4 @@ mod slt;
 mod protocol;
 mod durability;
 mod clients;
+mod docs;

@@ -1,0 +1,10 @@
+# Builds the weir binary and runs it on a slim base image.
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+COPY . .
+RUN cargo build --release --locked --bin weir
+
+FROM debian:bookworm-slim
+COPY --from=build /src/target/release/weir /usr/local/bin/weir
+EXPOSE 9347
+CMD ["weir", "serve", "--listen", "0.0.0.0:9347", "--data-dir", "/data"]
