@@ -16,7 +16,7 @@ use std::time::Instant;
 use rand::{Rng, SeedableRng};
 use weir::error::{Result, WeirError};
 use weir::state::fjall_store::FjallStore;
-use weir::state::store::{Durability, Store, WriteBatch};
+use weir::state::store::{Durability, Store, Visit, WriteBatch};
 
 fn io(e: impl std::fmt::Display) -> WeirError {
     WeirError::io("bench store", e)
@@ -30,11 +30,7 @@ impl Store for SledStore {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         Ok(self.db.get(key).map_err(io)?.map(|v| v.to_vec()))
     }
-    fn scan_prefix(
-        &self,
-        prefix: &[u8],
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<()>,
-    ) -> Result<()> {
+    fn scan_prefix(&self, prefix: &[u8], visit: &mut Visit<'_>) -> Result<()> {
         for kv in self.db.scan_prefix(prefix) {
             let (k, v) = kv.map_err(io)?;
             visit(&k, &v)?;
@@ -77,11 +73,7 @@ impl Store for RedbStore {
         };
         Ok(t.get(key).map_err(io)?.map(|v| v.value().to_vec()))
     }
-    fn scan_prefix(
-        &self,
-        prefix: &[u8],
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<()>,
-    ) -> Result<()> {
+    fn scan_prefix(&self, prefix: &[u8], visit: &mut Visit<'_>) -> Result<()> {
         use redb::ReadableDatabase;
         let tx = self.db.begin_read().map_err(io)?;
         let t = tx.open_table(TABLE).map_err(io)?;
@@ -179,7 +171,11 @@ fn run(store: Arc<dyn Store>, n: u64) {
     let t = Instant::now();
     let mut found = 0;
     for _ in 0..reads {
-        if store.get(&key(rng.random_range(0..n))).expect("get").is_some() {
+        if store
+            .get(&key(rng.random_range(0..n)))
+            .expect("get")
+            .is_some()
+        {
             found += 1;
         }
     }
@@ -219,9 +215,13 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(200_000);
     let dir = tempfile::tempdir().expect("tempdir");
-    println!("store bench: {n} upserts of 100 B in fsynced batches of 1000; 2000 fsynced single puts;");
+    println!(
+        "store bench: {n} upserts of 100 B in fsynced batches of 1000; 2000 fsynced single puts;"
+    );
     println!("500 fsynced 64 KiB appends; 100k point reads; 200 prefix scans of ~1000 keys");
-    println!("| engine     | batched upserts | single commits | 64K appends | point reads | prefix scans |");
+    println!(
+        "| engine     | batched upserts | single commits | 64K appends | point reads | prefix scans |"
+    );
     let p = |name: &str| dir.path().join(name);
     run(Arc::new(FjallStore::open(&p("fjall")).expect("fjall")), n);
     run(

@@ -18,8 +18,8 @@ use crate::catalog::rewrite::{null_projection_probe, reads_only_catalog, rewrite
 use crate::catalog::{Catalog, ColumnDesc, RelationDesc, RelationKind, WatermarkDesc};
 use crate::error::{Result, WeirError, sqlstate};
 use crate::plan::dml::plan_change;
-use crate::serving::session_context;
 use crate::server::session::{Session, canonical_name};
+use crate::serving::session_context;
 use crate::sql::parser::{CreateTable, DropKind, DropStmt, Parsed, RelationKindFilter, Statement};
 use crate::sql::types::SqlType;
 use crate::state::fjall_store::FjallStore;
@@ -44,7 +44,10 @@ pub enum Output {
     TransactionStart,
     TransactionEnd(&'static str),
     /// A setting changed; reported to the client when it is one clients track.
-    SetVariable { name: String, value: String },
+    SetVariable {
+        name: String,
+        value: String,
+    },
 }
 
 pub struct Engine {
@@ -136,10 +139,8 @@ impl Engine {
                     .map(|e| e.desc.name.clone())
                     .collect();
                 let schema = show_relations_schema();
-                let batch = RecordBatch::try_new(
-                    schema.clone(),
-                    vec![Arc::new(StringArray::from(names))],
-                )?;
+                let batch =
+                    RecordBatch::try_new(schema.clone(), vec![Arc::new(StringArray::from(names))])?;
                 Ok(Output::Batches {
                     schema,
                     batches: vec![batch],
@@ -252,7 +253,12 @@ impl Engine {
             return Err(error);
         };
         let schema = Arc::new(plan.schema().as_arrow().clone());
-        let batches = session.ctx.execute_logical_plan(plan).await?.collect().await?;
+        let batches = session
+            .ctx
+            .execute_logical_plan(plan)
+            .await?
+            .collect()
+            .await?;
         if batches.iter().any(|b| b.num_rows() > 0) {
             return Err(error);
         }
@@ -272,7 +278,9 @@ impl Engine {
         if let ast::Statement::Insert(ins) = q
             && ins.returning.is_some()
         {
-            return Err(WeirError::not_supported("INSERT ... RETURNING is not supported"));
+            return Err(WeirError::not_supported(
+                "INSERT ... RETURNING is not supported",
+            ));
         }
         if let ast::Statement::Insert(ins) = q
             && ins.on.is_some()
@@ -296,10 +304,12 @@ impl Engine {
             .catalog
             .get(&name)
             .ok_or_else(|| WeirError::undefined_table(&name))?;
-        let table = entry
-            .table
-            .clone()
-            .ok_or_else(|| WeirError::new(sqlstate::WRONG_OBJECT_TYPE, format!("\"{name}\" is not a table")))?;
+        let table = entry.table.clone().ok_or_else(|| {
+            WeirError::new(
+                sqlstate::WRONG_OBJECT_TYPE,
+                format!("\"{name}\" is not a table"),
+            )
+        })?;
         let verb = match dml.op {
             datafusion::logical_expr::WriteOp::Insert(_) => "INSERT",
             datafusion::logical_expr::WriteOp::Update => "UPDATE",
@@ -344,7 +354,13 @@ impl Engine {
                     continue;
                 };
                 let n = crate::sql::parser::normalize_ident(id);
-                match entry.desc.columns.iter().find(|c| c.name == n).map(|c| &c.ty) {
+                match entry
+                    .desc
+                    .columns
+                    .iter()
+                    .find(|c| c.name == n)
+                    .map(|c| &c.ty)
+                {
                     Some(SqlType::Interval) => {
                         crate::catalog::rewrite::normalize_interval_literal(&mut a.value)
                     }
@@ -443,12 +459,16 @@ impl Engine {
                         "WATERMARK requires an APPEND ONLY table",
                     ));
                 }
-                let col = ct.columns.iter().find(|c| c.name == w.column).ok_or_else(|| {
-                    WeirError::new(
-                        sqlstate::UNDEFINED_COLUMN,
-                        format!("watermark column \"{}\" does not exist", w.column),
-                    )
-                })?;
+                let col = ct
+                    .columns
+                    .iter()
+                    .find(|c| c.name == w.column)
+                    .ok_or_else(|| {
+                        WeirError::new(
+                            sqlstate::UNDEFINED_COLUMN,
+                            format!("watermark column \"{}\" does not exist", w.column),
+                        )
+                    })?;
                 if !matches!(col.ty, SqlType::Timestamp | SqlType::TimestampTz) {
                     return Err(WeirError::new(
                         sqlstate::DATATYPE_MISMATCH,
@@ -576,7 +596,10 @@ fn check_setting(name: &str, value: &str) -> Result<()> {
         "datestyle" => v.split(',').any(|p| p.trim() == "iso"),
         "intervalstyle" => v == "postgres",
         "standard_conforming_strings" => v == "on",
-        "timezone" => matches!(v.as_str(), "utc" | "etc/utc" | "gmt" | "z" | "zulu" | "+00" | "0"),
+        "timezone" => matches!(
+            v.as_str(),
+            "utc" | "etc/utc" | "gmt" | "z" | "zulu" | "+00" | "0"
+        ),
         "bytea_output" => v == "hex",
         _ => true,
     };

@@ -7,7 +7,11 @@ use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
-#[command(name = "weir", version, about = "Weir: a streaming SQL database that speaks Postgres")]
+#[command(
+    name = "weir",
+    version,
+    about = "Weir: a streaming SQL database that speaks Postgres"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -37,7 +41,10 @@ fn main() {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve { listen, data_dir } => {
-            let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+            let rt = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+            {
                 Ok(rt) => rt,
                 Err(e) => {
                     eprintln!("weir: cannot start the runtime: {e}");

@@ -42,8 +42,14 @@ async fn psql_meta_commands() {
         "CREATE TABLE t2 (id bigint primary key, name varchar(20) not null, price numeric(10,2), ts timestamp)",
     );
     assert_eq!(out.trim(), "CREATE TABLE");
-    psql(&server, "CREATE TABLE other (a int, b text, primary key (b, a))");
-    psql(&server, "INSERT INTO t2 VALUES (1, 'x', 2.5, '2024-01-01 00:00:00')");
+    psql(
+        &server,
+        "CREATE TABLE other (a int, b text, primary key (b, a))",
+    );
+    psql(
+        &server,
+        "INSERT INTO t2 VALUES (1, 'x', 2.5, '2024-01-01 00:00:00')",
+    );
 
     assert_eq!(
         psql(&server, "\\d t2"),
@@ -71,10 +77,7 @@ Indexes:
 "#
     );
     let l = psql(&server, "\\l");
-    assert!(
-        l.contains(" weir | weir  | UTF8     |"),
-        "\\l output:\n{l}"
-    );
+    assert!(l.contains(" weir | weir  | UTF8     |"), "\\l output:\n{l}");
     assert_eq!(
         psql(&server, "\\dn"),
         r#"List of schemas

@@ -22,7 +22,10 @@ async fn sql_reference_examples() {
         }
         script.push('\n');
     }
-    assert!(blocks >= 5, "docs/sql.md should hold its examples as ```slt blocks");
+    assert!(
+        blocks >= 5,
+        "docs/sql.md should hold its examples as ```slt blocks"
+    );
     let out = std::env::temp_dir().join(format!("weir-docs-{}.slt", std::process::id()));
     std::fs::write(&out, script).expect("write script");
     let result = crate::slt::run_file(&out).await;

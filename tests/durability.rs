@@ -31,7 +31,14 @@ async fn writer(addr_conn: String, client_id: i64, seed: u64, log: Arc<Mutex<Cli
     for n in 0..100_000i64 {
         // each client owns keys client_id * 1_000_000 + k
         let key = client_id * 1_000_000 + rng.random_range(0..50);
-        let present = log.lock().await.acked.get(&key).copied().flatten().is_some();
+        let present = log
+            .lock()
+            .await
+            .acked
+            .get(&key)
+            .copied()
+            .flatten()
+            .is_some();
         let (sql, after) = if !present {
             let v = n;
             (format!("INSERT INTO kv VALUES ({key}, {v})"), Some(v))
@@ -123,7 +130,10 @@ async fn acknowledged_writes_survive_kill_9() {
         }
         // no key appears that this client never wrote
         let base = (i as i64 + 1) * 1_000_000;
-        for k in stored.keys().filter(|k| **k >= base && **k < base + 1_000_000) {
+        for k in stored
+            .keys()
+            .filter(|k| **k >= base && **k < base + 1_000_000)
+        {
             assert!(
                 l.acked.contains_key(k) || l.in_flight.is_some_and(|(fk, _)| fk == *k),
                 "seed {seed}: key {k} stored but never acknowledged"
@@ -143,12 +153,18 @@ async fn acknowledged_writes_survive_kill_9() {
             .map(|r| (r[0].parse().unwrap(), r[1].parse().unwrap()))
             .collect();
         for (n, cnt) in &got {
-            assert_eq!(*cnt, 1, "seed {seed}: event {n} of client {} stored {cnt} times", i + 1);
+            assert_eq!(
+                *cnt,
+                1,
+                "seed {seed}: event {n} of client {} stored {cnt} times",
+                i + 1
+            );
         }
         let ns: Vec<u64> = got.iter().map(|(n, _)| *n).collect();
         let expected: Vec<u64> = (0..l.acked_events).collect();
         assert!(
-            ns == expected || (ns.len() == expected.len() + 1 && ns[..expected.len()] == expected[..]),
+            ns == expected
+                || (ns.len() == expected.len() + 1 && ns[..expected.len()] == expected[..]),
             "seed {seed}: client {} events stored {:?}.. (len {}), acknowledged 0..{}",
             i + 1,
             &ns[..ns.len().min(5)],
@@ -157,7 +173,10 @@ async fn acknowledged_writes_survive_kill_9() {
         );
     }
     println!("acknowledged keys: {total_acked}");
-    assert!(total_acked > 0, "seed {seed}: no write was acknowledged before the kill");
+    assert!(
+        total_acked > 0,
+        "seed {seed}: no write was acknowledged before the kill"
+    );
 
     // the server keeps working after recovery
     c.batch_execute("INSERT INTO kv VALUES (-1, -1)")

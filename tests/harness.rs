@@ -62,10 +62,7 @@ impl TestServer {
     }
 
     pub fn conn_string(&self) -> String {
-        format!(
-            "host=127.0.0.1 port={} user=weir dbname=weir",
-            self.port()
-        )
+        format!("host=127.0.0.1 port={} user=weir dbname=weir", self.port())
     }
 
     pub async fn connect(&self) -> Client {

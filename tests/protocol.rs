@@ -157,13 +157,19 @@ async fn extended_protocol_binary_round_trip() {
     // interval binary: microseconds, days, months
     let iv = row.get::<_, Raw>(14).0;
     assert_eq!(iv.len(), 16);
-    assert_eq!(i64::from_be_bytes(iv[0..8].try_into().unwrap()), 7_200_000_000);
+    assert_eq!(
+        i64::from_be_bytes(iv[0..8].try_into().unwrap()),
+        7_200_000_000
+    );
     assert_eq!(i32::from_be_bytes(iv[8..12].try_into().unwrap()), 1);
     assert_eq!(i32::from_be_bytes(iv[12..16].try_into().unwrap()), 0);
 
     // negative and small numerics in binary
     let row = c
-        .query_one("SELECT CAST(-0.005 AS NUMERIC(6,3)), CAST(0 AS NUMERIC(4,1))", &[])
+        .query_one(
+            "SELECT CAST(-0.005 AS NUMERIC(6,3)), CAST(0 AS NUMERIC(4,1))",
+            &[],
+        )
         .await
         .unwrap();
     assert_eq!(row.get::<_, Numeric>(0), Numeric("-0.005".into()));
@@ -329,7 +335,10 @@ fn startup(addr: &str, ssl_first: bool) -> TcpStream {
         "TimeZone=UTC=",
         "IntervalStyle=postgres=",
     ] {
-        assert!(params.iter().any(|p| p == expected), "missing {expected} in {params:?}");
+        assert!(
+            params.iter().any(|p| p == expected),
+            "missing {expected} in {params:?}"
+        );
     }
     s
 }
@@ -385,7 +394,10 @@ fn node_postgres_style_untyped_text_parameters() {
     wire.extend(msg(b'S', &[]));
     s.write_all(&wire).unwrap();
     let r = read_until_ready(&mut s);
-    let (_, desc) = r.iter().find(|(k, _)| *k == b't').expect("ParameterDescription");
+    let (_, desc) = r
+        .iter()
+        .find(|(k, _)| *k == b't')
+        .expect("ParameterDescription");
     let n = i16::from_be_bytes([desc[0], desc[1]]) as usize;
     let oids: Vec<u32> = (0..n)
         .map(|i| u32::from_be_bytes(desc[2 + 4 * i..6 + 4 * i].try_into().unwrap()))
@@ -445,7 +457,11 @@ fn node_postgres_style_untyped_text_parameters() {
     s.write_all(&wire).unwrap();
     let r = read_until_ready(&mut s);
     let (_, e) = r.iter().find(|(k, _)| *k == b'E').expect("ErrorResponse");
-    assert!(String::from_utf8_lossy(e).contains("22P02"), "{}", String::from_utf8_lossy(e));
+    assert!(
+        String::from_utf8_lossy(e).contains("22P02"),
+        "{}",
+        String::from_utf8_lossy(e)
+    );
     s.write_all(&msg(b'Q', &cstr("SELECT 1"))).unwrap();
     let r = read_until_ready(&mut s);
     assert!(r.iter().any(|(k, _)| *k == b'D'));

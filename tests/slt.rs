@@ -124,7 +124,13 @@ pub async fn run_file(path: &Path) -> Result<(), String> {
         runner
             .run_script_with_name_async(segment, name.as_str())
             .await
-            .map_err(|e| format!("{}\nserver log tail:\n{}", e.display(true), server.log_tail()))?;
+            .map_err(|e| {
+                format!(
+                    "{}\nserver log tail:\n{}",
+                    e.display(true),
+                    server.log_tail()
+                )
+            })?;
     }
     Ok(())
 }
@@ -176,12 +182,5 @@ macro_rules! slt_tests {
 }
 
 slt_tests!(
-    tables,
-    dml,
-    types,
-    queries,
-    errors,
-    session,
-    restart,
-    catalog,
+    tables, dml, types, queries, errors, session, restart, catalog,
 );

@@ -8,8 +8,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, BooleanArray, Int32Array, ListBuilder, StringArray, StringBuilder,
-    UInt32Array,
+    Array, ArrayRef, BooleanArray, Int32Array, ListBuilder, StringArray, StringBuilder, UInt32Array,
 };
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef};
@@ -187,7 +186,11 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
         imp: Box::new(|args, rows| {
             let include_implicit = args
                 .first()
-                .and_then(|a| a.as_any().downcast_ref::<BooleanArray>().map(|b| b.value(0)))
+                .and_then(|a| {
+                    a.as_any()
+                        .downcast_ref::<BooleanArray>()
+                        .map(|b| b.value(0))
+                })
                 .unwrap_or(false);
             let mut b = ListBuilder::new(StringBuilder::new());
             for _ in 0..rows {
@@ -201,7 +204,10 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
         }),
     }));
     register_fn(ctx, "pg_backend_pid", DataType::Int32, |_, rows| {
-        Ok(Arc::new(Int32Array::from(vec![std::process::id() as i32; rows])))
+        Ok(Arc::new(Int32Array::from(vec![
+            std::process::id() as i32;
+            rows
+        ])))
     });
     register_fn(ctx, "pg_encoding_to_char", DataType::Utf8, |_, rows| {
         Ok(constant_str(rows, Some("UTF8")))
@@ -245,10 +251,15 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
         });
     }
     // pg_get_expr(text, oid [, pretty]): our stored expressions are already text
-    register_fn(ctx, "pg_get_expr", DataType::Utf8, |args, rows| match args.first() {
-        Some(a) => as_str(a).map(|s| Arc::new(s) as ArrayRef),
-        None => Ok(constant_str(rows, None)),
-    });
+    register_fn(
+        ctx,
+        "pg_get_expr",
+        DataType::Utf8,
+        |args, rows| match args.first() {
+            Some(a) => as_str(a).map(|s| Arc::new(s) as ArrayRef),
+            None => Ok(constant_str(rows, None)),
+        },
+    );
     register_fn(ctx, "format_type", DataType::Utf8, |args, rows| {
         let Some(t) = args.first() else {
             return Ok(constant_str(rows, None));
@@ -258,7 +269,9 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
             Some(m) => Some(cast(m, &DataType::Int32)?),
             None => None,
         };
-        let m = m.as_ref().and_then(|m| m.as_any().downcast_ref::<Int32Array>());
+        let m = m
+            .as_ref()
+            .and_then(|m| m.as_any().downcast_ref::<Int32Array>());
         Ok(Arc::new(
             (0..rows)
                 .map(|i| {
@@ -291,14 +304,19 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
     }
     {
         let catalog = catalog.clone();
-        register_fn(ctx, "pg_get_constraintdef", DataType::Utf8, move |args, rows| {
-            map_u32_to_str(args, rows, |oid| {
-                catalog.entries().iter().find_map(|e| {
-                    (e.desc.pkey_constraint_oid() == Some(oid))
-                        .then(|| format!("PRIMARY KEY ({})", e.desc.primary_key.join(", ")))
+        register_fn(
+            ctx,
+            "pg_get_constraintdef",
+            DataType::Utf8,
+            move |args, rows| {
+                map_u32_to_str(args, rows, |oid| {
+                    catalog.entries().iter().find_map(|e| {
+                        (e.desc.pkey_constraint_oid() == Some(oid))
+                            .then(|| format!("PRIMARY KEY ({})", e.desc.primary_key.join(", ")))
+                    })
                 })
-            })
-        });
+            },
+        );
     }
     register_fn(ctx, "quote_ident", DataType::Utf8, |args, rows| {
         let Some(a) = args.first() else {
@@ -416,7 +434,9 @@ fn reg_cast(ctx: &SessionContext, name: &'static str, to_oid: NameToOid, to_name
                     }
                     Ok(Arc::new(UInt32Array::from(out)))
                 }
-                _ => map_u32_to_str(args, rows, |o| Some(to_name(o).unwrap_or_else(|| o.to_string()))),
+                _ => map_u32_to_str(args, rows, |o| {
+                    Some(to_name(o).unwrap_or_else(|| o.to_string()))
+                }),
             }
         }),
     }));
@@ -448,7 +468,9 @@ impl TypePlanner for WeirTypePlanner {
             ast::DataType::Varchar(Some(_)) | ast::DataType::CharacterVarying(Some(_)) => {
                 SqlType::from_ast(sql_type).ok()
             }
-            ast::DataType::Numeric(_) | ast::DataType::Decimal(_) => SqlType::from_ast(sql_type).ok(),
+            ast::DataType::Numeric(_) | ast::DataType::Decimal(_) => {
+                SqlType::from_ast(sql_type).ok()
+            }
             ast::DataType::Custom(..) => SqlType::from_ast(sql_type).ok(),
             _ => None,
         };

@@ -355,10 +355,7 @@ const BUILTIN_TYPES: &[(u32, &str, i16, &str)] = &[
 ];
 
 fn type_name(oid: u32) -> Option<&'static str> {
-    BUILTIN_TYPES
-        .iter()
-        .find(|t| t.0 == oid)
-        .map(|t| t.1)
+    BUILTIN_TYPES.iter().find(|t| t.0 == oid).map(|t| t.1)
 }
 
 /// `format_type(oid, typmod)` for the types we know.
@@ -776,8 +773,18 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 ("amtype", ch()),
             ],
             vec![
-                vec![2u32.into(), "heap".into(), "heap_tableam_handler".into(), "t".into()],
-                vec![403u32.into(), "btree".into(), "bthandler".into(), "i".into()],
+                vec![
+                    2u32.into(),
+                    "heap".into(),
+                    "heap_tableam_handler".into(),
+                    "t".into(),
+                ],
+                vec![
+                    403u32.into(),
+                    "btree".into(),
+                    "bthandler".into(),
+                    "i".into(),
+                ],
             ],
         )?,
         "pg_index" => {
@@ -1044,11 +1051,9 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
             ("pubtruncate", b()),
             ("pubviaroot", b()),
         ])?,
-        "pg_publication_namespace" => empty(&[
-            ("oid", oid()),
-            ("pnpubid", oid()),
-            ("pnnspid", oid()),
-        ])?,
+        "pg_publication_namespace" => {
+            empty(&[("oid", oid()), ("pnpubid", oid()), ("pnnspid", oid())])?
+        }
         "pg_publication_rel" => empty(&[
             ("oid", oid()),
             ("prpubid", oid()),
@@ -1161,8 +1166,20 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 ("lanpltrusted", b()),
             ],
             vec![
-                vec![12u32.into(), "internal".into(), owner(), false.into(), false.into()],
-                vec![14u32.into(), "sql".into(), owner(), false.into(), true.into()],
+                vec![
+                    12u32.into(),
+                    "internal".into(),
+                    owner(),
+                    false.into(),
+                    false.into(),
+                ],
+                vec![
+                    14u32.into(),
+                    "sql".into(),
+                    owner(),
+                    false.into(),
+                    true.into(),
+                ],
             ],
         )?,
         "pg_stat_activity" => empty(&[
@@ -1322,4 +1339,3 @@ fn type_row(
         V::Null,
     ]
 }
-

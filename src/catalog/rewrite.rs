@@ -234,7 +234,9 @@ pub fn normalize_interval(s: &str) -> Option<String> {
         let parts: Vec<&str> = body.split(':').collect();
         let clock = parts.len() >= 2
             && parts.len() <= 3
-            && parts.iter().all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit() || c == '.'));
+            && parts
+                .iter()
+                .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit() || c == '.'));
         if !clock {
             out.push(tok.to_owned());
             continue;
@@ -282,7 +284,9 @@ fn array_literal(e: &Expr) -> Option<Expr> {
     let items: Vec<&str> = if body.trim().is_empty() {
         vec![]
     } else {
-        body.split(',').map(|x| x.trim().trim_matches('"')).collect()
+        body.split(',')
+            .map(|x| x.trim().trim_matches('"'))
+            .collect()
     };
     let numeric = !items.is_empty() && items.iter().all(|x| x.parse::<i64>().is_ok());
     Some(Expr::Array(ast::Array {
@@ -399,7 +403,12 @@ fn aggregate_catalog_subquery(q: &mut ast::Query) -> Option<Expr> {
     // outer column -> an inner column it is equated with
     let mut equiv: Vec<(String, Expr)> = Vec::new();
     for c in &conjuncts {
-        if let Expr::BinaryOp { left, op: BinaryOperator::Eq, right } = c {
+        if let Expr::BinaryOp {
+            left,
+            op: BinaryOperator::Eq,
+            right,
+        } = c
+        {
             if is_outer(left) && is_inner(right) {
                 equiv.push((left.to_string(), (**right).clone()));
             } else if is_inner(left) && is_outer(right) {
@@ -483,7 +492,15 @@ fn split_and(e: Expr, out: &mut Vec<Expr>) {
             split_and(*left, out);
             split_and(*right, out);
         }
-        Expr::Nested(inner) if matches!(inner.as_ref(), Expr::BinaryOp { op: BinaryOperator::And, .. }) => {
+        Expr::Nested(inner)
+            if matches!(
+                inner.as_ref(),
+                Expr::BinaryOp {
+                    op: BinaryOperator::And,
+                    ..
+                }
+            ) =>
+        {
             split_and(*inner, out)
         }
         other => out.push(other),
@@ -501,8 +518,17 @@ fn join_and(parts: Vec<Expr>) -> Option<Expr> {
 fn contains_aggregate(e: &Expr) -> bool {
     let text = e.to_string().to_lowercase();
     [
-        "count(", "sum(", "avg(", "min(", "max(", "array_agg(", "string_agg(", "bool_and(",
-        "bool_or(", "first_value(", "last_value(",
+        "count(",
+        "sum(",
+        "avg(",
+        "min(",
+        "max(",
+        "array_agg(",
+        "string_agg(",
+        "bool_and(",
+        "bool_or(",
+        "first_value(",
+        "last_value(",
     ]
     .iter()
     .any(|a| text.contains(a))
@@ -527,7 +553,9 @@ fn figure_name(e: &Expr) -> Option<String> {
         Expr::Subquery(q) => match q.body.as_ref() {
             ast::SetExpr::Select(s) => match s.projection.first() {
                 Some(SelectItem::ExprWithAlias { alias, .. }) => Some(alias.value.clone()),
-                Some(SelectItem::UnnamedExpr(Expr::Identifier(id))) => Some(id.value.to_lowercase()),
+                Some(SelectItem::UnnamedExpr(Expr::Identifier(id))) => {
+                    Some(id.value.to_lowercase())
+                }
                 Some(SelectItem::UnnamedExpr(Expr::CompoundIdentifier(ids))) => {
                     ids.last().map(|i| i.value.to_lowercase())
                 }
@@ -581,7 +609,9 @@ fn name_select_items(items: &mut [SelectItem]) {
             SelectItem::ExprWithAlias { alias, .. } => (alias.value.clone(), false),
             SelectItem::UnnamedExpr(Expr::Identifier(id)) => (id.value.to_lowercase(), false),
             SelectItem::UnnamedExpr(Expr::CompoundIdentifier(ids)) => (
-                ids.last().map(|i| i.value.to_lowercase()).unwrap_or_default(),
+                ids.last()
+                    .map(|i| i.value.to_lowercase())
+                    .unwrap_or_default(),
                 false,
             ),
             SelectItem::UnnamedExpr(e) => match figure_name(e) {
@@ -608,57 +638,6 @@ fn name_select_items(items: &mut [SelectItem]) {
                 _ => {}
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
-    use datafusion::sql::sqlparser::parser::Parser;
-
-    fn rw(sql: &str) -> String {
-        let mut s = Parser::parse_sql(&PostgreSqlDialect {}, sql).unwrap().remove(0);
-        rewrite_statement(&mut s);
-        s.to_string()
-    }
-
-    #[test]
-    fn names_like_postgres() {
-        assert_eq!(
-            rw("SELECT count(*), version(), 1, 2, a FROM t"),
-            "SELECT count(*) AS \"count\", version() AS \"version\", 1 AS \"?column?\", \
-             2 AS \"?column?\u{1}1\", a FROM t"
-        );
-    }
-
-    #[test]
-    fn psql_operator_and_collate() {
-        assert_eq!(
-            rw("SELECT 1 AS x FROM c WHERE c.relname OPERATOR(pg_catalog.~) '^(t)$' COLLATE pg_catalog.default"),
-            "SELECT 1 AS x FROM c WHERE c.relname ~ '^(t)$'"
-        );
-    }
-
-    #[test]
-    fn postgres_interval_clock_form() {
-        assert_eq!(
-            normalize_interval("1 day 02:03:04.5").as_deref(),
-            Some("1 day 02 hours 03 minutes 04.5 seconds")
-        );
-        assert_eq!(
-            normalize_interval("-01:30").as_deref(),
-            Some("-01 hours -30 minutes")
-        );
-        assert_eq!(normalize_interval("3 days"), None);
-    }
-
-    #[test]
-    fn regclass_cast_becomes_call() {
-        assert_eq!(
-            rw("SELECT c.oid::pg_catalog.regclass AS r FROM c"),
-            "SELECT weir_regclass(c.oid) AS r FROM c"
-        );
     }
 }
 
@@ -733,5 +712,60 @@ fn null_items(body: &mut ast::SetExpr) {
             null_items(q.body.as_mut());
         }
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+
+    fn rw(sql: &str) -> String {
+        let mut s = Parser::parse_sql(&PostgreSqlDialect {}, sql)
+            .unwrap()
+            .remove(0);
+        rewrite_statement(&mut s);
+        s.to_string()
+    }
+
+    #[test]
+    fn names_like_postgres() {
+        assert_eq!(
+            rw("SELECT count(*), version(), 1, 2, a FROM t"),
+            "SELECT count(*) AS \"count\", version() AS \"version\", 1 AS \"?column?\", \
+             2 AS \"?column?\u{1}1\", a FROM t"
+        );
+    }
+
+    #[test]
+    fn psql_operator_and_collate() {
+        assert_eq!(
+            rw(
+                "SELECT 1 AS x FROM c WHERE c.relname OPERATOR(pg_catalog.~) '^(t)$' COLLATE pg_catalog.default"
+            ),
+            "SELECT 1 AS x FROM c WHERE c.relname ~ '^(t)$'"
+        );
+    }
+
+    #[test]
+    fn postgres_interval_clock_form() {
+        assert_eq!(
+            normalize_interval("1 day 02:03:04.5").as_deref(),
+            Some("1 day 02 hours 03 minutes 04.5 seconds")
+        );
+        assert_eq!(
+            normalize_interval("-01:30").as_deref(),
+            Some("-01 hours -30 minutes")
+        );
+        assert_eq!(normalize_interval("3 days"), None);
+    }
+
+    #[test]
+    fn regclass_cast_becomes_call() {
+        assert_eq!(
+            rw("SELECT c.oid::pg_catalog.regclass AS r FROM c"),
+            "SELECT weir_regclass(c.oid) AS r FROM c"
+        );
     }
 }

@@ -30,7 +30,11 @@ impl Changelog {
             weights.len(),
             "changelog rows and weights differ in length"
         );
-        debug_assert_eq!(weights.null_count(), 0, "changelog weights must not be null");
+        debug_assert_eq!(
+            weights.null_count(),
+            0,
+            "changelog weights must not be null"
+        );
         Changelog { data, weights }
     }
 

@@ -95,7 +95,9 @@ pub async fn plan_change(
             }
             Ok(Change::Update { old, new })
         }
-        other => Err(WeirError::not_supported(format!("{other} is not supported"))),
+        other => Err(WeirError::not_supported(format!(
+            "{other} is not supported"
+        ))),
     }
 }
 

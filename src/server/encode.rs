@@ -10,8 +10,8 @@ use std::sync::Arc;
 use bytes::{BufMut, BytesMut};
 use chrono::{DateTime, NaiveDate, NaiveDateTime, TimeZone as _, Utc};
 use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, BinaryArray, Decimal128Array, GenericListArray,
-    LargeStringArray, OffsetSizeTrait, StringArray, StringViewArray,
+    Array, ArrayRef, AsArray, BinaryArray, Decimal128Array, GenericListArray, LargeStringArray,
+    OffsetSizeTrait, StringArray, StringViewArray,
 };
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{
@@ -260,13 +260,19 @@ fn encode_column(col: &ArrayRef, plan: &ColumnPlan, rows: &mut [BytesMut]) -> Re
             }
         }
         DataType::LargeUtf8 => {
-            let a = col.as_any().downcast_ref::<LargeStringArray>().expect("LargeUtf8");
+            let a = col
+                .as_any()
+                .downcast_ref::<LargeStringArray>()
+                .expect("LargeUtf8");
             for i in 0..n {
                 put(i, &mut |b| b.put_slice(a.value(i).as_bytes()));
             }
         }
         DataType::Utf8View => {
-            let a = col.as_any().downcast_ref::<StringViewArray>().expect("Utf8View");
+            let a = col
+                .as_any()
+                .downcast_ref::<StringViewArray>()
+                .expect("Utf8View");
             for i in 0..n {
                 put(i, &mut |b| b.put_slice(a.value(i).as_bytes()));
             }
@@ -469,8 +475,7 @@ fn encode_list<O: OffsetSizeTrait>(
 fn array_elem_text(buf: &mut BytesMut, v: &[u8]) {
     let needs_quotes = v.is_empty()
         || v.eq_ignore_ascii_case(b"null")
-        || v
-            .iter()
+        || v.iter()
             .any(|c| matches!(c, b'{' | b'}' | b',' | b'"' | b'\\' | b' ' | b'\t' | b'\n'));
     if !needs_quotes {
         buf.put_slice(v);
@@ -534,10 +539,10 @@ fn float_text(b: &mut BytesMut, v: f64, as_f32: Option<f32>, limit: i32) {
         b.put_u8(b'-');
     }
     if exp < -4 || exp >= limit {
-        b.put_slice(digits[..1].as_bytes());
+        b.put_slice(&digits.as_bytes()[..1]);
         if digits.len() > 1 {
             b.put_u8(b'.');
-            b.put_slice(digits[1..].as_bytes());
+            b.put_slice(&digits.as_bytes()[1..]);
         }
         let _ = write!(
             Writer(b),
@@ -559,9 +564,9 @@ fn float_text(b: &mut BytesMut, v: f64, as_f32: Option<f32>, limit: i32) {
                 b.put_u8(b'0');
             }
         } else {
-            b.put_slice(digits[..int_len].as_bytes());
+            b.put_slice(&digits.as_bytes()[..int_len]);
             b.put_u8(b'.');
-            b.put_slice(digits[int_len..].as_bytes());
+            b.put_slice(&digits.as_bytes()[int_len..]);
         }
     }
 }
@@ -574,7 +579,11 @@ pub fn decimal_text(v: i128, scale: i8, trim: bool) -> String {
         digits = format!("{}{}", "0".repeat(scale - digits.len() + 1), digits);
     }
     let (int, frac) = digits.split_at(digits.len() - scale);
-    let frac = if trim { frac.trim_end_matches('0') } else { frac };
+    let frac = if trim {
+        frac.trim_end_matches('0')
+    } else {
+        frac
+    };
     let mut out = String::with_capacity(digits.len() + 2);
     if negative {
         out.push('-');
@@ -619,7 +628,11 @@ fn numeric_binary(b: &mut BytesMut, text: &str) {
     }
     b.put_i16(groups.len() as i16);
     b.put_i16(weight);
-    b.put_u16(if negative && !groups.is_empty() { 0x4000 } else { 0 });
+    b.put_u16(if negative && !groups.is_empty() {
+        0x4000
+    } else {
+        0
+    });
     b.put_i16(dscale);
     for g in groups {
         b.put_i16(g);

@@ -15,8 +15,6 @@ use pgwire::api::auth::{
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use pgwire::api::cancel::{CancelHandler, DefaultCancelHandler};
-use pgwire::messages::cancel::CancelRequest;
-use tokio::sync::Notify;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::results::{
@@ -26,13 +24,14 @@ use pgwire::api::stmt::{QueryParser, StoredStatement};
 use pgwire::api::store::PortalStore;
 use pgwire::api::{
     ClientInfo, ClientPortalStore, ConnectionGuard, ConnectionHandle, ConnectionManager,
-    METADATA_USER, PgWireServerHandlers, PidSecretKeyGenerator, RandomPidSecretKeyGenerator,
-    Type,
+    METADATA_USER, PgWireServerHandlers, PidSecretKeyGenerator, RandomPidSecretKeyGenerator, Type,
 };
 use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::cancel::CancelRequest;
 use pgwire::messages::startup::ParameterStatus;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use tokio::sync::Mutex;
+use tokio::sync::Notify;
 use tracing::{debug, info};
 
 use datafusion::arrow::datatypes::FieldRef;
@@ -226,7 +225,11 @@ impl ServerParameterProvider for ServerParams {
 
 #[async_trait]
 impl StartupHandler for Handle {
-    async fn on_startup<C>(&self, client: &mut C, message: PgWireFrontendMessage) -> PgWireResult<()>
+    async fn on_startup<C>(
+        &self,
+        client: &mut C,
+        message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
     where
         C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::Error: Debug,
@@ -466,7 +469,10 @@ impl Handle {
         stmt: &StoredStatement<Prepared>,
         format: &Format,
     ) -> Result<(Vec<Type>, Vec<FieldInfo>, Vec<Option<FieldRef>>), WeirError> {
-        let (inferred, schema) = self.engine.describe(session, &stmt.statement.parsed).await?;
+        let (inferred, schema) = self
+            .engine
+            .describe(session, &stmt.statement.parsed)
+            .await?;
         let n = inferred.len().max(stmt.parameter_types.len());
         let types = (0..n)
             .map(|i| {
@@ -475,7 +481,9 @@ impl Handle {
                     .cloned()
                     .flatten()
                     .filter(|t| t.oid() != 0)
-                    .unwrap_or_else(|| params::pg_type_of_field(inferred.get(i).and_then(|t| t.as_deref())))
+                    .unwrap_or_else(|| {
+                        params::pg_type_of_field(inferred.get(i).and_then(|t| t.as_deref()))
+                    })
             })
             .collect();
         let fields = match schema {
@@ -589,4 +597,3 @@ impl ExtendedQueryHandler for Handle {
             .map_err(err)
     }
 }
-

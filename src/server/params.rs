@@ -93,7 +93,10 @@ fn utf8(raw: &[u8], i: usize) -> Result<String> {
     String::from_utf8(raw.to_vec()).map_err(|_| {
         WeirError::new(
             "22021",
-            format!("invalid byte sequence for encoding \"UTF8\" in parameter {}", i + 1),
+            format!(
+                "invalid byte sequence for encoding \"UTF8\" in parameter {}",
+                i + 1
+            ),
         )
     })
 }
@@ -188,10 +191,7 @@ pub fn decode(
             Some(bytes) => {
                 let v = if binary(i) {
                     let dt = declared_ty.clone().ok_or_else(|| {
-                        protocol_error(format!(
-                            "binary parameter {} needs a declared type",
-                            i + 1
-                        ))
+                        protocol_error(format!("binary parameter {} needs a declared type", i + 1))
                     })?;
                     decode_binary(bytes, &dt, i)?
                 } else {
@@ -258,7 +258,7 @@ fn cast_param(v: &ScalarValue, t: &DataType, i: usize) -> Result<ScalarValue> {
 }
 
 fn hex_decode(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len())
@@ -284,7 +284,11 @@ mod tests {
     #[test]
     fn text_params_cast_to_inferred_types() {
         let p = decode(
-            &[Some(Bytes::from_static(b"42")), None, Some(Bytes::from_static(b"t"))],
+            &[
+                Some(Bytes::from_static(b"42")),
+                None,
+                Some(Bytes::from_static(b"t")),
+            ],
             &[None, None, None],
             &[
                 Some(Field::new("", DataType::Int64, true)),

@@ -104,7 +104,8 @@ impl Session {
     }
 
     pub fn set(&mut self, name: &str, value: &str) {
-        self.settings.insert(Self::normalize(name), value.to_owned());
+        self.settings
+            .insert(Self::normalize(name), value.to_owned());
     }
 
     pub fn reset(&mut self, name: &str) {

@@ -21,7 +21,7 @@ pub struct Parsed {
 
 #[derive(Debug, Clone)]
 pub enum Statement {
-    CreateTable(CreateTable),
+    CreateTable(Box<CreateTable>),
     Drop(DropStmt),
     /// `SHOW TABLES` and friends: list relations of one kind.
     ShowRelations(RelationKindFilter),
@@ -139,7 +139,7 @@ fn parse_one(p: &mut Parser) -> Result<Statement> {
             {
                 p.next_token();
                 p.next_token();
-                return parse_create_table(p).map(Statement::CreateTable);
+                return parse_create_table(p).map(|c| Statement::CreateTable(Box::new(c)));
             }
             classify(p.parse_statement()?)
         }
@@ -168,7 +168,9 @@ fn parse_one(p: &mut Parser) -> Result<Statement> {
         Keyword::ROLLBACK | Keyword::ABORT => {
             let words = rest_words(p)?;
             if words.iter().any(|w| w == "to") {
-                return Err(WeirError::not_supported("ROLLBACK TO SAVEPOINT is not supported"));
+                return Err(WeirError::not_supported(
+                    "ROLLBACK TO SAVEPOINT is not supported",
+                ));
             }
             Ok(Statement::Rollback)
         }
@@ -227,7 +229,9 @@ pub fn relation_name(name: &ObjectName) -> Result<String> {
         [_, s, n] if s == "public" => Ok(n.clone()),
         _ => Err(WeirError::new(
             crate::error::sqlstate::UNDEFINED_OBJECT,
-            format!("schema of relation \"{name}\" does not exist (only \"public\" holds relations)"),
+            format!(
+                "schema of relation \"{name}\" does not exist (only \"public\" holds relations)"
+            ),
         )),
     }
 }
@@ -584,9 +588,17 @@ mod tests {
     fn set_forms() {
         for (sql, name, value) in [
             ("SET extra_float_digits = 3", "extra_float_digits", "3"),
-            ("set search_path to public, pg_catalog", "search_path", "public, pg_catalog"),
+            (
+                "set search_path to public, pg_catalog",
+                "search_path",
+                "public, pg_catalog",
+            ),
             ("SET TIME ZONE 'UTC'", "timezone", "UTC"),
-            ("SET SESSION application_name = 'x'", "application_name", "x"),
+            (
+                "SET SESSION application_name = 'x'",
+                "application_name",
+                "x",
+            ),
         ] {
             match &parse(sql).unwrap()[0].stmt {
                 Statement::SetVariable { name: n, value: v } => {

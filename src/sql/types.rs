@@ -146,7 +146,9 @@ impl SqlType {
             SqlType::Bytea => DataType::Binary,
             SqlType::Oid => DataType::UInt32,
             SqlType::Name | SqlType::InternalChar => DataType::Utf8,
-            SqlType::Array(e) => DataType::List(Arc::new(Field::new_list_field(e.arrow_type(), true))),
+            SqlType::Array(e) => {
+                DataType::List(Arc::new(Field::new_list_field(e.arrow_type(), true)))
+            }
         }
     }
 

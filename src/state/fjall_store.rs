@@ -6,7 +6,7 @@ use std::path::Path;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 
 use crate::error::{Result, WeirError};
-use crate::state::store::{Durability, Store, WriteBatch};
+use crate::state::store::{Durability, Store, Visit, WriteBatch};
 
 pub struct FjallStore {
     db: Database,
@@ -32,11 +32,7 @@ impl Store for FjallStore {
         Ok(self.data.get(key).map_err(io)?.map(|v| v.to_vec()))
     }
 
-    fn scan_prefix(
-        &self,
-        prefix: &[u8],
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<()>,
-    ) -> Result<()> {
+    fn scan_prefix(&self, prefix: &[u8], visit: &mut Visit<'_>) -> Result<()> {
         for guard in self.data.prefix(prefix) {
             let (k, v) = guard.into_inner().map_err(io)?;
             visit(&k, &v)?;

@@ -35,14 +35,13 @@ pub enum Durability {
     Buffered,
 }
 
+/// Called for each pair of a prefix scan.
+pub type Visit<'a> = dyn FnMut(&[u8], &[u8]) -> Result<()> + 'a;
+
 pub trait Store: Send + Sync + 'static {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
     /// Visit every pair whose key starts with `prefix`, in key order.
-    fn scan_prefix(
-        &self,
-        prefix: &[u8],
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<()>,
-    ) -> Result<()>;
+    fn scan_prefix(&self, prefix: &[u8], visit: &mut Visit<'_>) -> Result<()>;
     /// Apply all writes of `batch` atomically.
     fn commit(&self, batch: WriteBatch, durability: Durability) -> Result<()>;
     /// A short name for logs and system tables.

@@ -362,7 +362,9 @@ impl TableStore {
                 let old = self.conform(old)?;
                 let new = self.conform(new)?;
                 if old.num_rows() != new.num_rows() {
-                    return Err(WeirError::internal("UPDATE produced unaligned old/new rows"));
+                    return Err(WeirError::internal(
+                        "UPDATE produced unaligned old/new rows",
+                    ));
                 }
                 // keep the first update of each old row (an UPDATE ... FROM may match twice)
                 let (old, new) = match &self.key_conv {
@@ -539,12 +541,15 @@ impl TableStore {
                         "append-only table received a retraction",
                     ));
                 }
-                if cl.len() > 0 {
+                if !cl.is_empty() {
                     batches.push(cl.data.clone());
                 }
             }
             RowsMap::Keyed(map) => {
-                let kc = self.key_conv.as_ref().expect("keyed table has a key converter");
+                let kc = self
+                    .key_conv
+                    .as_ref()
+                    .expect("keyed table has a key converter");
                 let keys = kc.convert_columns(&self.key_columns(&cl.data))?;
                 let full = self.row_conv.convert_columns(cl.data.columns())?;
                 for (i, w) in weights.iter().enumerate() {
