@@ -24,7 +24,7 @@ use crate::sql::parser::{CreateTable, DropKind, DropStmt, Parsed, RelationKindFi
 use crate::sql::types::SqlType;
 use crate::state::fjall_store::FjallStore;
 use crate::state::store::Store;
-use crate::state::table::append_only_error;
+use crate::state::table::{Change, append_only_error};
 
 /// What a statement produced.
 pub enum Output {
@@ -206,10 +206,12 @@ impl Engine {
             }
             Statement::Commit => {
                 session.in_transaction = false;
+                session.undo.clear();
                 Ok(Output::TransactionEnd("COMMIT"))
             }
             Statement::Rollback => {
                 session.in_transaction = false;
+                self.rollback(session).await?;
                 Ok(Output::TransactionEnd("ROLLBACK"))
             }
         }
@@ -233,6 +235,19 @@ impl Engine {
         let df = session.ctx.execute_logical_plan(plan).await?;
         let stream = df.execute_stream().await?;
         Ok(Output::Rows { schema, stream })
+    }
+
+    /// Undo the session's uncommitted changes, newest first. Each undo is itself a durable
+    /// change (views see the retractions).
+    pub async fn rollback(&self, session: &mut Session) -> Result<()> {
+        while let Some((table, changelog)) = session.undo.pop() {
+            let _writer = table.writer.lock().await;
+            let t = table.clone();
+            tokio::task::spawn_blocking(move || t.apply(Change::Revert(changelog)))
+                .await
+                .map_err(|e| WeirError::internal(format!("rollback task failed: {e}")))??;
+        }
+        Ok(())
     }
 
     /// A catalog query that did not plan: answer it exactly if the rows it selects from are
@@ -326,6 +341,12 @@ impl Engine {
         let applied = tokio::task::spawn_blocking(move || t.apply(change))
             .await
             .map_err(|e| WeirError::internal(format!("write task failed: {e}")))??;
+        if (session.in_transaction || session.implicit_transaction) && !applied.changelog.is_empty()
+        {
+            session
+                .undo
+                .push((table.clone(), applied.changelog.clone()));
+        }
         Ok(Output::Command(match verb {
             "INSERT" => format!("INSERT 0 {}", applied.rows),
             v => format!("{v} {}", applied.rows),

@@ -389,6 +389,8 @@ impl SimpleQueryHandler for Handle {
         let cancel = self.begin_query(client);
         let mut out = Vec::with_capacity(statements.len());
         let last = statements.len() - 1;
+        // several statements in one message run as one implicit transaction, as in Postgres
+        session.implicit_transaction = statements.len() > 1;
         for (i, parsed) in statements.iter().enumerate() {
             let result = match check_aborted(client, &parsed.stmt) {
                 Err(e) => Err(e),
@@ -409,10 +411,22 @@ impl SimpleQueryHandler for Handle {
                 Ok(r) => out.push(r),
                 Err(e) => {
                     debug!(error = %e, statement = %parsed.text, "statement failed");
+                    let mut e = e;
+                    if !session.in_transaction
+                        && let Err(undo_err) = self.engine.rollback(&mut session).await
+                    {
+                        e = e.with_detail(format!(
+                            "undoing the earlier statements of this query failed: {undo_err}"
+                        ));
+                    }
                     out.push(Response::Error(Box::new(e.into_error_info())));
                     break;
                 }
             }
+        }
+        session.implicit_transaction = false;
+        if !session.in_transaction {
+            session.undo.clear();
         }
         Ok(out)
     }

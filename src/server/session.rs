@@ -3,7 +3,12 @@
 
 use std::collections::BTreeMap;
 
+use std::sync::Arc;
+
 use datafusion::execution::context::SessionContext;
+
+use crate::dataflow::changelog::Changelog;
+use crate::state::table::TableStore;
 
 /// Settings a client can read with SHOW (and `pg_settings`), with their defaults. Names are
 /// lower case; SHOW and SET match case-insensitively.
@@ -66,7 +71,39 @@ pub fn is_reported(name: &str) -> bool {
 pub struct Session {
     pub ctx: SessionContext,
     settings: BTreeMap<String, String>,
+    /// Inside BEGIN ... COMMIT/ROLLBACK.
     pub in_transaction: bool,
+    /// Changes made since the transaction (explicit, or the implicit one of a
+    /// multi-statement query) began, to undo on ROLLBACK or error; oldest first.
+    pub undo: Vec<(Arc<TableStore>, Changelog)>,
+    /// Collect undo entries even outside BEGIN (a multi-statement simple query).
+    pub implicit_transaction: bool,
+}
+
+impl Drop for Session {
+    /// A connection that goes away inside a transaction block rolls it back, as in Postgres.
+    fn drop(&mut self) {
+        let undo = std::mem::take(&mut self.undo);
+        if undo.is_empty() {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        rt.spawn(async move {
+            for (table, changelog) in undo.into_iter().rev() {
+                let _writer = table.writer.lock().await;
+                let t = table.clone();
+                let result = tokio::task::spawn_blocking(move || {
+                    t.apply(crate::state::table::Change::Revert(changelog))
+                })
+                .await;
+                if let Ok(Err(e)) = result {
+                    tracing::warn!(table = %table.name, error = %e, "rollback on disconnect failed");
+                }
+            }
+        });
+    }
 }
 
 impl Session {
@@ -75,6 +112,8 @@ impl Session {
             ctx,
             settings: BTreeMap::new(),
             in_transaction: false,
+            undo: Vec::new(),
+            implicit_transaction: false,
         }
     }
 
