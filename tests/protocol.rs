@@ -175,6 +175,15 @@ async fn extended_protocol_binary_round_trip() {
     assert_eq!(row.get::<_, Numeric>(0), Numeric("-0.005".into()));
     assert_eq!(row.get::<_, Numeric>(1), Numeric("0.0".into()));
 
+    // result column names follow Postgres
+    let row = c
+        .query_one("SELECT version(), count(*), 1 + 1, id FROM t GROUP BY id", &[])
+        .await
+        .unwrap();
+    let names: Vec<&str> = row.columns().iter().map(|c| c.name()).collect();
+    assert_eq!(names, vec!["version", "count", "?column?", "id"]);
+    assert!(row.get::<_, String>(0).starts_with("PostgreSQL 16.6 "));
+
     // the same values in text, through the simple protocol
     let text = query_text(&c, "SELECT n, ts, tz, raw, iv FROM t").await;
     assert_eq!(
