@@ -47,6 +47,7 @@ pub struct WatermarkDesc {
 pub enum RelationKind {
     Table,
     AppendOnlyTable,
+    MaterializedView,
 }
 
 impl RelationKind {
@@ -54,6 +55,19 @@ impl RelationKind {
     pub fn relkind(&self) -> &'static str {
         match self {
             RelationKind::Table | RelationKind::AppendOnlyTable => "r",
+            RelationKind::MaterializedView => "m",
+        }
+    }
+
+    pub fn is_table(&self) -> bool {
+        matches!(self, RelationKind::Table | RelationKind::AppendOnlyTable)
+    }
+
+    /// How error messages name it.
+    pub fn noun(&self) -> &'static str {
+        match self {
+            RelationKind::Table | RelationKind::AppendOnlyTable => "table",
+            RelationKind::MaterializedView => "materialized view",
         }
     }
 }
@@ -69,6 +83,15 @@ pub struct RelationDesc {
     pub watermark: Option<WatermarkDesc>,
     /// The statement that created it.
     pub definition: String,
+    /// A view's query (SQL), as planned at creation.
+    #[serde(default)]
+    pub query: Option<String>,
+    /// Relations a view reads (OIDs).
+    #[serde(default)]
+    pub dependencies: Vec<u32>,
+    /// `WITH (...)` options of a view.
+    #[serde(default)]
+    pub options: Vec<(String, String)>,
 }
 
 impl RelationDesc {
@@ -98,8 +121,10 @@ impl RelationDesc {
     pub fn table_kind(&self) -> TableKind {
         match self.kind {
             RelationKind::AppendOnlyTable => TableKind::AppendOnly,
-            RelationKind::Table if self.primary_key.is_empty() => TableKind::Multiset,
-            RelationKind::Table => TableKind::Keyed {
+            RelationKind::Table | RelationKind::MaterializedView if self.primary_key.is_empty() => {
+                TableKind::Multiset
+            }
+            RelationKind::Table | RelationKind::MaterializedView => TableKind::Keyed {
                 pk: self
                     .primary_key
                     .iter()
@@ -170,6 +195,9 @@ impl Catalog {
     }
 
     fn open_table(store: &Arc<dyn Store>, desc: &RelationDesc) -> Result<Option<Arc<TableStore>>> {
+        if !desc.kind.is_table() {
+            return Ok(None);
+        }
         Ok(Some(Arc::new(TableStore::open(
             desc.oid,
             &desc.name,
@@ -190,6 +218,26 @@ impl Catalog {
 
     pub fn entries(&self) -> Vec<Arc<Entry>> {
         self.state.read().by_name.values().cloned().collect()
+    }
+
+    pub fn get_by_oid(&self, oid: u32) -> Option<Arc<Entry>> {
+        self.state
+            .read()
+            .by_name
+            .values()
+            .find(|e| e.desc.oid == oid)
+            .cloned()
+    }
+
+    /// Views that read `oid` directly.
+    pub fn dependents(&self, oid: u32) -> Vec<Arc<Entry>> {
+        self.state
+            .read()
+            .by_name
+            .values()
+            .filter(|e| e.desc.dependencies.contains(&oid))
+            .cloned()
+            .collect()
     }
 
     pub fn version(&self) -> u64 {

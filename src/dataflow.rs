@@ -1,4 +1,7 @@
 //! The dataflow: changelog batches (rows + weights) that connect tables, operators and
-//! views.
+//! views; a view's graph of operators; and the runtime that runs every view's graph epoch by
+//! epoch and publishes consistent view contents.
 
 pub mod changelog;
+pub mod graph;
+pub mod runtime;

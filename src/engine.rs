@@ -1,6 +1,8 @@
 //! The database: opens the store and catalog, and executes parsed statements for a
 //! session. The wire protocol lives in `server`; this is what it calls.
 
+mod views;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -16,11 +18,12 @@ use tracing::info;
 
 use crate::catalog::rewrite::{null_projection_probe, reads_only_catalog, rewrite_statement};
 use crate::catalog::{Catalog, ColumnDesc, RelationDesc, RelationKind, WatermarkDesc};
+use crate::dataflow::runtime::Dataflow;
 use crate::error::{Result, WeirError, sqlstate};
 use crate::plan::dml::plan_change;
 use crate::server::session::{Session, canonical_name};
-use crate::serving::session_context;
-use crate::sql::parser::{CreateTable, DropKind, DropStmt, Parsed, RelationKindFilter, Statement};
+use crate::serving::{PinnedViews, session_context};
+use crate::sql::parser::{CreateTable, DropKind, Parsed, RelationKindFilter, Statement};
 use crate::sql::types::SqlType;
 use crate::state::fjall_store::FjallStore;
 use crate::state::store::Store;
@@ -53,10 +56,11 @@ pub enum Output {
 pub struct Engine {
     pub catalog: Arc<Catalog>,
     pub data_dir: PathBuf,
+    pub dataflow: Arc<Dataflow>,
 }
 
 impl Engine {
-    pub fn open(data_dir: &Path) -> Result<Arc<Engine>> {
+    pub async fn open(data_dir: &Path) -> Result<Arc<Engine>> {
         std::fs::create_dir_all(data_dir)
             .map_err(|e| WeirError::io(&format!("cannot create {}", data_dir.display()), e))?;
         let store: Arc<dyn Store> = Arc::new(FjallStore::open(&data_dir.join("store"))?);
@@ -66,14 +70,21 @@ impl Engine {
             data_dir = %data_dir.display(),
             "catalog loaded"
         );
-        Ok(Arc::new(Engine {
+        let engine = Arc::new(Engine {
             catalog,
             data_dir: data_dir.to_owned(),
-        }))
+            dataflow: Dataflow::start(),
+        });
+        engine.restore_views().await?;
+        Ok(engine)
     }
 
     pub fn new_session(&self) -> Session {
-        Session::new(session_context(self.catalog.clone()))
+        let pinned = Arc::new(PinnedViews::default());
+        Session::new(
+            session_context(self.catalog.clone(), self.dataflow.clone(), pinned.clone()),
+            pinned,
+        )
     }
 
     /// Plan a statement without running it: parameter types and the result schema
@@ -95,6 +106,14 @@ impl Engine {
             }
             Statement::ShowVariable(name) => Ok((vec![], Some(show_schema(name)))),
             Statement::ShowRelations(_) => Ok((vec![], Some(show_relations_schema()))),
+            Statement::ExplainView(_) => Ok((
+                vec![],
+                Some(Arc::new(Schema::new(vec![Field::new(
+                    "QUERY PLAN",
+                    DataType::Utf8,
+                    false,
+                )]))),
+            )),
             _ => Ok((vec![], None)),
         }
     }
@@ -114,7 +133,25 @@ impl Engine {
         parsed: &Parsed,
         params: Option<ParamValues>,
     ) -> Result<Output> {
+        self.execute_with_notices(session, parsed, params, None)
+            .await
+    }
+
+    /// Execute, sending progress lines of long statements (view backfills) to `notices`.
+    pub async fn execute_with_notices(
+        &self,
+        session: &mut Session,
+        parsed: &Parsed,
+        params: Option<ParamValues>,
+        notices: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+    ) -> Result<Output> {
         match &parsed.stmt {
+            Statement::CreateView(cv) => self.create_view(session, cv, &parsed.text, notices).await,
+            Statement::ExplainView(cv) => self.explain_view(session, cv).await,
+            Statement::Flush => {
+                self.dataflow.flush().await?;
+                Ok(Output::Command("FLUSH".into()))
+            }
             Statement::Query(q) => match self.run_query(session, q, params).await {
                 Ok(out) => Ok(out),
                 Err(e) => self.catalog_probe(session, q, e).await,
@@ -124,17 +161,20 @@ impl Engine {
                 self.create_table(ct, &parsed.text)?;
                 Ok(Output::Command("CREATE TABLE".into()))
             }
-            Statement::Drop(d) => self.drop(d).await,
-            Statement::ShowRelations(RelationKindFilter::Tables) => {
+            Statement::Drop(d) => {
+                self.drop_relations(&d.names, d.kind == DropKind::Table, d.if_exists, d.cascade)
+                    .await
+            }
+            Statement::ShowRelations(which) => {
                 let names: Vec<String> = self
                     .catalog
                     .entries()
                     .iter()
-                    .filter(|e| {
-                        matches!(
-                            e.desc.kind,
-                            RelationKind::Table | RelationKind::AppendOnlyTable
-                        )
+                    .filter(|e| match which {
+                        RelationKindFilter::Tables => e.desc.kind.is_table(),
+                        RelationKindFilter::MaterializedViews => {
+                            e.desc.kind == RelationKind::MaterializedView
+                        }
                     })
                     .map(|e| e.desc.name.clone())
                     .collect();
@@ -218,6 +258,28 @@ impl Engine {
     }
 
     async fn run_query(
+        &self,
+        session: &Session,
+        q: &ast::Statement,
+        params: Option<ParamValues>,
+    ) -> Result<Output> {
+        // every view the query reads, at one epoch
+        let views: Vec<u32> = referenced_relations(q)
+            .iter()
+            .filter_map(|n| self.catalog.get(n))
+            .filter(|e| e.desc.kind == RelationKind::MaterializedView)
+            .map(|e| e.desc.oid)
+            .collect();
+        if !views.is_empty() {
+            let (_, pinned) = self.dataflow.snapshot(&views)?;
+            session.pinned.pin(pinned);
+        }
+        let result = self.run_query_pinned(session, q, params).await;
+        session.pinned.clear();
+        result
+    }
+
+    async fn run_query_pinned(
         &self,
         session: &Session,
         q: &ast::Statement,
@@ -529,6 +591,9 @@ impl Engine {
                 primary_key: ct.primary_key.clone(),
                 watermark,
                 definition: text.to_owned(),
+                query: None,
+                dependencies: vec![],
+                options: vec![],
             })
         })?;
         if created {
@@ -536,29 +601,23 @@ impl Engine {
         }
         Ok(())
     }
+}
 
-    async fn drop(&self, d: &DropStmt) -> Result<Output> {
-        let DropKind::Table = d.kind;
-        // check all names first: DROP TABLE a, b drops both or neither
-        for name in &d.names {
-            if self.catalog.get(name).is_none() && !d.if_exists {
-                return Err(WeirError::undefined_table(name));
+/// Names of the relations a statement reads (normalized).
+fn referenced_relations(stmt: &ast::Statement) -> Vec<String> {
+    struct Names(Vec<String>);
+    impl ast::Visitor for Names {
+        type Break = ();
+        fn pre_visit_relation(&mut self, r: &ast::ObjectName) -> std::ops::ControlFlow<()> {
+            if let Ok(n) = crate::sql::parser::relation_name(r) {
+                self.0.push(n);
             }
+            std::ops::ControlFlow::Continue(())
         }
-        for name in &d.names {
-            let Some(entry) = self.catalog.get(name) else {
-                continue;
-            };
-            let _writer = match &entry.table {
-                Some(t) => Some(t.writer.lock().await),
-                None => None,
-            };
-            if self.catalog.drop_relation(name)? {
-                info!(table = %name, "dropped table");
-            }
-        }
-        Ok(Output::Command("DROP TABLE".into()))
     }
+    let mut v = Names(Vec::new());
+    let _ = ast::Visit::visit(stmt, &mut v);
+    v.0
 }
 
 /// Statements DataFusion would run that change state or touch files: refused.

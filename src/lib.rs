@@ -9,6 +9,7 @@ pub mod catalog;
 pub mod dataflow;
 pub mod engine;
 pub mod error;
+pub mod operators;
 pub mod plan;
 pub mod server;
 pub mod serving;

@@ -3,3 +3,4 @@
 //! materialized views later).
 
 pub mod dml;
+pub mod view;

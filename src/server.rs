@@ -30,7 +30,7 @@ pub struct ServerConfig {
 
 /// Open the database and serve until the process is stopped.
 pub async fn serve(config: ServerConfig) -> Result<()> {
-    let engine = Engine::open(&config.data_dir)?;
+    let engine = Engine::open(&config.data_dir).await?;
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|e| WeirError::io(&format!("cannot listen on {}", config.listen), e))?;

@@ -4,6 +4,7 @@
 //!
 //! This module must not mutate anything: writes go through `plan::dml` and the table store.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -20,12 +21,36 @@ use datafusion::physical_plan::ExecutionPlan;
 
 use crate::catalog::pg_catalog::PgCatalogSchema;
 use crate::catalog::{Catalog, DATABASE_NAME, functions};
+use crate::dataflow::runtime::Dataflow;
 use crate::state::table::TableStore;
 
 pub const DEFAULT_SCHEMA: &str = "public";
 
+/// View contents pinned for the query being planned: every view a query reads is taken at
+/// one epoch (see `Dataflow::snapshot`).
+#[derive(Default)]
+pub struct PinnedViews {
+    views: parking_lot::Mutex<HashMap<u32, Arc<Vec<RecordBatch>>>>,
+}
+
+impl PinnedViews {
+    pub fn pin(&self, views: HashMap<u32, Arc<Vec<RecordBatch>>>) {
+        *self.views.lock() = views;
+    }
+    pub fn clear(&self) {
+        self.views.lock().clear();
+    }
+    fn get(&self, oid: u32) -> Option<Arc<Vec<RecordBatch>>> {
+        self.views.lock().get(&oid).cloned()
+    }
+}
+
 /// Build the DataFusion context of one connection.
-pub fn session_context(catalog: Arc<Catalog>) -> SessionContext {
+pub fn session_context(
+    catalog: Arc<Catalog>,
+    dataflow: Arc<Dataflow>,
+    pinned: Arc<PinnedViews>,
+) -> SessionContext {
     let mut config = SessionConfig::new()
         .with_default_catalog_and_schema(DATABASE_NAME, DEFAULT_SCHEMA)
         .with_information_schema(true)
@@ -52,6 +77,8 @@ pub fn session_context(catalog: Arc<Catalog>) -> SessionContext {
             public: Arc::new(PublicSchema {
                 catalog: catalog.clone(),
                 pg_catalog: pg.clone(),
+                dataflow,
+                pinned,
             }),
             pg_catalog: pg,
         }),
@@ -90,6 +117,8 @@ impl CatalogProvider for WeirCatalogProvider {
 struct PublicSchema {
     catalog: Arc<Catalog>,
     pg_catalog: Arc<PgCatalogSchema>,
+    dataflow: Arc<Dataflow>,
+    pinned: Arc<PinnedViews>,
 }
 
 impl fmt::Debug for PublicSchema {
@@ -115,13 +144,81 @@ impl SchemaProvider for PublicSchema {
                     table: table.clone(),
                 })));
             }
-            return Ok(None);
+            return Ok(Some(Arc::new(ViewScanProvider {
+                oid: entry.desc.oid,
+                name: entry.desc.name.clone(),
+                schema: nullable(&entry.desc.schema()),
+                dataflow: self.dataflow.clone(),
+                pinned: self.pinned.clone(),
+            })));
         }
         self.pg_catalog.table(name).await
     }
 
     fn table_exist(&self, name: &str) -> bool {
         self.catalog.get(name).is_some() || self.pg_catalog.table_exist(name)
+    }
+}
+
+/// Scans a materialized view's contents at the epoch pinned for the query.
+pub struct ViewScanProvider {
+    oid: u32,
+    name: String,
+    schema: SchemaRef,
+    dataflow: Arc<Dataflow>,
+    pinned: Arc<PinnedViews>,
+}
+
+impl fmt::Debug for ViewScanProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ViewScanProvider({})", self.name)
+    }
+}
+
+#[async_trait]
+impl TableProvider for ViewScanProvider {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::View
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DfResult<Vec<TableProviderFilterPushDown>> {
+        Ok(vec![
+            TableProviderFilterPushDown::Unsupported;
+            filters.len()
+        ])
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let batches = match self.pinned.get(self.oid) {
+            Some(b) => b,
+            None => self
+                .dataflow
+                .snapshot(&[self.oid])
+                .map_err(|e| DataFusionError::External(Box::new(e)))?
+                .1
+                .remove(&self.oid)
+                .unwrap_or_default(),
+        };
+        let batches: Vec<RecordBatch> = batches
+            .iter()
+            .map(|b| RecordBatch::try_new(self.schema.clone(), b.columns().to_vec()))
+            .collect::<std::result::Result<_, _>>()?;
+        let partitions = split_partitions(&batches, state.config().target_partitions());
+        let mem = MemTable::try_new(self.schema.clone(), partitions)?;
+        mem.scan(state, projection, filters, limit).await
     }
 }
 

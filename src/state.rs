@@ -5,3 +5,4 @@ pub mod codec;
 pub mod fjall_store;
 pub mod store;
 pub mod table;
+pub mod zset;

@@ -177,7 +177,10 @@ async fn extended_protocol_binary_round_trip() {
 
     // result column names follow Postgres
     let row = c
-        .query_one("SELECT version(), count(*), 1 + 1, id FROM t GROUP BY id", &[])
+        .query_one(
+            "SELECT version(), count(*), 1 + 1, id FROM t GROUP BY id",
+            &[],
+        )
         .await
         .unwrap();
     let names: Vec<&str> = row.columns().iter().map(|c| c.name()).collect();

@@ -318,6 +318,17 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
             },
         );
     }
+    {
+        let catalog = catalog.clone();
+        register_fn(ctx, "pg_get_viewdef", DataType::Utf8, move |args, rows| {
+            map_u32_to_str(args, rows, |oid| {
+                catalog
+                    .get_by_oid(oid)
+                    .and_then(|e| e.desc.query.clone())
+                    .map(|q| format!(" {q};"))
+            })
+        });
+    }
     register_fn(ctx, "quote_ident", DataType::Utf8, |args, rows| {
         let Some(a) = args.first() else {
             return Ok(constant_str(rows, None));

@@ -1080,15 +1080,32 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
             ("viewowner", name()),
             ("definition", text()),
         ])?,
-        "pg_matviews" => empty(&[
-            ("schemaname", name()),
-            ("matviewname", name()),
-            ("matviewowner", name()),
-            ("tablespace", name()),
-            ("hasindexes", b()),
-            ("ispopulated", b()),
-            ("definition", text()),
-        ])?,
+        "pg_matviews" => build_table(
+            &[
+                ("schemaname", name()),
+                ("matviewname", name()),
+                ("matviewowner", name()),
+                ("tablespace", name()),
+                ("hasindexes", b()),
+                ("ispopulated", b()),
+                ("definition", text()),
+            ],
+            entries
+                .iter()
+                .filter(|e| relkind(e) == "m")
+                .map(|e| {
+                    vec![
+                        "public".into(),
+                        e.desc.name.clone().into(),
+                        SUPERUSER_NAME.into(),
+                        V::Null,
+                        false.into(),
+                        true.into(),
+                        e.desc.query.clone().unwrap_or_default().into(),
+                    ]
+                })
+                .collect(),
+        )?,
         "pg_extension" => empty(&[
             ("oid", oid()),
             ("extname", name()),

@@ -104,3 +104,138 @@ impl Changelog {
         Ok(Changelog::new(data, weights))
     }
 }
+
+/// Readable changelog literals for tests, in RisingWave's style:
+/// `changelog("k:i64 v:str", "+ 1 a / - 2 b / +2 3 NULL")` (`+2` is weight 2).
+#[cfg(test)]
+pub mod tests {
+    use super::*;
+    use datafusion::arrow::array::{BooleanArray, Float64Array, StringArray};
+    use datafusion::arrow::util::display::array_value_to_string;
+
+    fn data_type(t: &str) -> DataType {
+        match t {
+            "i64" => DataType::Int64,
+            "i32" => DataType::Int32,
+            "f64" => DataType::Float64,
+            "str" => DataType::Utf8,
+            "bool" => DataType::Boolean,
+            other => panic!("unknown test type {other}"),
+        }
+    }
+
+    pub fn schema(spec: &str) -> SchemaRef {
+        Arc::new(Schema::new(
+            spec.split_whitespace()
+                .map(|c| {
+                    let (n, t) = c.split_once(':').expect("name:type");
+                    Field::new(n, data_type(t), true)
+                })
+                .collect::<Vec<_>>(),
+        ))
+    }
+
+    pub fn changelog(spec: &str, rows: &str) -> Changelog {
+        let schema = schema(spec);
+        let mut cells: Vec<Vec<Option<String>>> = vec![Vec::new(); schema.fields().len()];
+        let mut weights = Vec::new();
+        for row in rows
+            .split(['/', '\n'])
+            .map(str::trim)
+            .filter(|r| !r.is_empty())
+        {
+            let mut parts = row.split_whitespace();
+            let w = parts.next().expect("weight");
+            let weight: i64 = match w {
+                "+" => 1,
+                "-" => -1,
+                other => other.parse().expect("weight like +2 or -3"),
+            };
+            weights.push(weight);
+            for (i, cell) in cells.iter_mut().enumerate() {
+                let v = parts
+                    .next()
+                    .unwrap_or_else(|| panic!("row {row:?} lacks column {i}"));
+                cell.push((v != "NULL").then(|| v.to_owned()));
+            }
+        }
+        let cols: Vec<ArrayRef> = schema
+            .fields()
+            .iter()
+            .zip(cells)
+            .map(|(f, vals)| -> ArrayRef {
+                match f.data_type() {
+                    DataType::Int64 => Arc::new(Int64Array::from(
+                        vals.iter()
+                            .map(|v| v.as_ref().map(|s| s.parse().unwrap()))
+                            .collect::<Vec<_>>(),
+                    )),
+                    DataType::Int32 => Arc::new(datafusion::arrow::array::Int32Array::from(
+                        vals.iter()
+                            .map(|v| v.as_ref().map(|s| s.parse().unwrap()))
+                            .collect::<Vec<_>>(),
+                    )),
+                    DataType::Float64 => Arc::new(Float64Array::from(
+                        vals.iter()
+                            .map(|v| v.as_ref().map(|s| s.parse().unwrap()))
+                            .collect::<Vec<_>>(),
+                    )),
+                    DataType::Boolean => Arc::new(BooleanArray::from(
+                        vals.iter()
+                            .map(|v| v.as_ref().map(|s| s == "t" || s == "true"))
+                            .collect::<Vec<_>>(),
+                    )),
+                    _ => Arc::new(StringArray::from(vals)),
+                }
+            })
+            .collect();
+        Changelog::new(
+            RecordBatch::try_new(schema, cols).expect("batch"),
+            Int64Array::from(weights),
+        )
+    }
+
+    fn row_text(batch: &RecordBatch, i: usize) -> String {
+        (0..batch.num_columns())
+            .map(|c| {
+                let col = batch.column(c);
+                if col.is_null(i) {
+                    "NULL".to_owned()
+                } else {
+                    array_value_to_string(col, i).unwrap()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// Rows of batches as sorted strings.
+    pub fn rows_of(batches: &[RecordBatch]) -> Vec<String> {
+        let mut out: Vec<String> = batches
+            .iter()
+            .flat_map(|b| (0..b.num_rows()).map(move |i| row_text(b, i)))
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// A changelog consolidated (weights of equal rows summed, zeros dropped) and printed as
+    /// sorted `"+ row"` / `"- row"` / `"+2 row"` lines.
+    pub fn render(cls: &[Changelog]) -> Vec<String> {
+        let mut sums: std::collections::BTreeMap<String, i64> = Default::default();
+        for cl in cls {
+            for i in 0..cl.len() {
+                *sums.entry(row_text(&cl.data, i)).or_default() += cl.weights.value(i);
+            }
+        }
+        sums.into_iter()
+            .filter(|(_, w)| *w != 0)
+            .map(|(r, w)| match w {
+                1 => format!("+ {r}"),
+                -1 => format!("- {r}"),
+                w if w > 0 => format!("+{w} {r}"),
+                w => format!("{w} {r}"),
+            })
+            .collect()
+    }
+}

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use datafusion::execution::context::SessionContext;
 
 use crate::dataflow::changelog::Changelog;
+use crate::serving::PinnedViews;
 use crate::state::table::TableStore;
 
 /// Settings a client can read with SHOW (and `pg_settings`), with their defaults. Names are
@@ -70,6 +71,8 @@ pub fn is_reported(name: &str) -> bool {
 
 pub struct Session {
     pub ctx: SessionContext,
+    /// Views pinned for the query being run (shared with the context's catalog).
+    pub pinned: Arc<PinnedViews>,
     settings: BTreeMap<String, String>,
     /// Inside BEGIN ... COMMIT/ROLLBACK.
     pub in_transaction: bool,
@@ -107,9 +110,10 @@ impl Drop for Session {
 }
 
 impl Session {
-    pub fn new(ctx: SessionContext) -> Self {
+    pub fn new(ctx: SessionContext, pinned: Arc<PinnedViews>) -> Self {
         Session {
             ctx,
+            pinned,
             settings: BTreeMap::new(),
             in_transaction: false,
             undo: Vec::new(),

@@ -22,6 +22,11 @@ pub struct Parsed {
 #[derive(Debug, Clone)]
 pub enum Statement {
     CreateTable(Box<CreateTable>),
+    CreateView(Box<CreateView>),
+    /// `EXPLAIN CREATE MATERIALIZED VIEW ...`: the dataflow graph, one operator per line.
+    ExplainView(Box<CreateView>),
+    /// Wait until every change acknowledged before is reflected in every view.
+    Flush,
     Drop(DropStmt),
     /// `SHOW TABLES` and friends: list relations of one kind.
     ShowRelations(RelationKindFilter),
@@ -49,11 +54,22 @@ pub enum Statement {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RelationKindFilter {
     Tables,
+    MaterializedViews,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DropKind {
     Table,
+    MaterializedView,
+}
+
+#[derive(Debug, Clone)]
+pub struct CreateView {
+    pub name: String,
+    pub if_not_exists: bool,
+    pub options: Vec<(String, String)>,
+    pub query: Box<ast::Query>,
+    pub emit_on_window_close: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -134,14 +150,34 @@ fn parse_one(p: &mut Parser) -> Result<Statement> {
     };
     match w.keyword {
         Keyword::CREATE => {
-            if p.peek_nth_token(1).token == Token::make_keyword("TABLE")
-                || matches!(&p.peek_nth_token(1).token, Token::Word(w) if w.keyword == Keyword::TABLE)
-            {
+            if matches!(&p.peek_nth_token(1).token, Token::Word(w) if w.keyword == Keyword::TABLE) {
                 p.next_token();
                 p.next_token();
                 return parse_create_table(p).map(|c| Statement::CreateTable(Box::new(c)));
             }
+            if matches!(&p.peek_nth_token(1).token, Token::Word(w) if w.keyword == Keyword::MATERIALIZED)
+            {
+                p.next_token();
+                p.next_token();
+                p.expect_keyword_is(Keyword::VIEW)?;
+                return parse_create_view(p).map(|c| Statement::CreateView(Box::new(c)));
+            }
             classify(p.parse_statement()?)
+        }
+        Keyword::EXPLAIN if matches!(&p.peek_nth_token(1).token, Token::Word(w) if w.keyword == Keyword::CREATE) =>
+        {
+            p.next_token();
+            p.next_token();
+            if !p.parse_keywords(&[Keyword::MATERIALIZED, Keyword::VIEW]) {
+                return Err(WeirError::not_supported(
+                    "EXPLAIN CREATE is supported for MATERIALIZED VIEW only",
+                ));
+            }
+            parse_create_view(p).map(|c| Statement::ExplainView(Box::new(c)))
+        }
+        Keyword::FLUSH => {
+            p.next_token();
+            Ok(Statement::Flush)
         }
         Keyword::DROP => parse_drop(p),
         Keyword::SHOW => {
@@ -356,6 +392,33 @@ pub fn expect_word(p: &mut Parser, word: &str) -> Result<()> {
     }
 }
 
+fn parse_create_view(p: &mut Parser) -> Result<CreateView> {
+    let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
+    let name = relation_name(&p.parse_object_name(false)?)?;
+    let options = if p.parse_keyword(Keyword::WITH) {
+        parse_with_options(p)?
+    } else {
+        Vec::new()
+    };
+    p.expect_keyword_is(Keyword::AS)?;
+    let query = p.parse_query()?;
+    let emit_on_window_close = if parse_word(p, "EMIT") {
+        p.expect_keyword_is(Keyword::ON)?;
+        expect_word(p, "WINDOW")?;
+        expect_word(p, "CLOSE")?;
+        true
+    } else {
+        false
+    };
+    Ok(CreateView {
+        name,
+        if_not_exists,
+        options,
+        query,
+        emit_on_window_close,
+    })
+}
+
 fn multiple_pk(table: &str) -> WeirError {
     WeirError::new(
         crate::error::sqlstate::INVALID_TABLE_DEFINITION,
@@ -397,6 +460,8 @@ fn parse_drop(p: &mut Parser) -> Result<Statement> {
     p.next_token(); // DROP
     let kind = if p.parse_keyword(Keyword::TABLE) {
         DropKind::Table
+    } else if p.parse_keywords(&[Keyword::MATERIALIZED, Keyword::VIEW]) {
+        DropKind::MaterializedView
     } else {
         // let sqlparser produce its error or a statement we refuse by name
         p.prev_token();
@@ -427,6 +492,9 @@ fn parse_show(p: &mut Parser) -> Result<Statement> {
     let joined = words.join(" ");
     match joined.as_str() {
         "tables" => Ok(Statement::ShowRelations(RelationKindFilter::Tables)),
+        "materialized views" => Ok(Statement::ShowRelations(
+            RelationKindFilter::MaterializedViews,
+        )),
         "" => Err(WeirError::syntax("syntax error at end of input")),
         _ => Ok(Statement::ShowVariable(joined)),
     }

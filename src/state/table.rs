@@ -58,6 +58,13 @@ pub enum Change {
     Revert(Changelog),
 }
 
+/// Receives every change a table applies, in commit order, while the table is still locked
+/// (the dataflow runtime, for the views that read the table). Called from a blocking
+/// context.
+pub trait ChangeSink: Send + Sync {
+    fn send(&self, relation: u32, changelog: &Changelog);
+}
+
 /// The outcome of a DML statement.
 pub struct Applied {
     /// Rows the statement touched, as Postgres counts them for the command tag.
@@ -93,6 +100,7 @@ pub struct TableStore {
     /// Held by a DML statement from reading the rows it changes until it applied the change,
     /// so concurrent statements on one table are serialized (no lost updates).
     pub writer: tokio::sync::Mutex<()>,
+    sink: parking_lot::RwLock<Option<Arc<dyn ChangeSink>>>,
 }
 
 fn log_prefix(oid: u32) -> Vec<u8> {
@@ -157,6 +165,7 @@ impl TableStore {
                 cached: None,
             }),
             writer: tokio::sync::Mutex::new(()),
+            sink: parking_lot::RwLock::new(None),
         };
         table.replay()?;
         Ok(table)
@@ -164,6 +173,11 @@ impl TableStore {
 
     pub fn schema(&self) -> SchemaRef {
         self.schema.clone()
+    }
+
+    /// Start or stop forwarding applied changes.
+    pub fn set_sink(&self, sink: Option<Arc<dyn ChangeSink>>) {
+        *self.sink.write() = sink;
     }
 
     pub fn kind(&self) -> &TableKind {
@@ -284,6 +298,9 @@ impl TableStore {
         inner.log_entries += 1;
         self.apply_to_map(&mut inner.rows, &changelog)?;
         inner.cached = None;
+        if let Some(sink) = self.sink.read().as_ref() {
+            sink.send(self.oid, &changelog);
+        }
         if inner.log_entries >= COMPACT_AFTER_ENTRIES {
             self.compact(&mut inner)?;
         }

@@ -1,0 +1,393 @@
+//! Materialized views: CREATE (plan, lower, persist, backfill), restore at startup, DROP
+//! (with CASCADE), EXPLAIN, and which tables forward their changes to the dataflow.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use datafusion::arrow::array::StringArray;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan, LogicalPlanBuilder};
+use datafusion::sql::parser::Statement as DfParserStatement;
+use datafusion::sql::sqlparser::ast;
+use tokio::sync::{mpsc, oneshot};
+use tracing::{error, info};
+
+use crate::catalog::rewrite::{display_column_name, rewrite_query};
+use crate::catalog::{ColumnDesc, RelationDesc, RelationKind};
+use crate::dataflow::graph::Graph;
+use crate::dataflow::runtime::{CreateView as CreateMsg, Msg};
+use crate::engine::{Engine, Output};
+use crate::error::{Result, WeirError, sqlstate};
+use crate::plan::view::{Lowering, check_deterministic};
+use crate::server::session::Session;
+use crate::sql::parser::CreateView;
+use crate::sql::types::field_sql_type;
+
+impl Engine {
+    /// Plan a view's query and lower it to a dataflow graph whose output has exactly the
+    /// view's declared column types and names.
+    pub(crate) async fn plan_view(
+        &self,
+        session: &Session,
+        query: &ast::Query,
+    ) -> Result<(Graph, Vec<ColumnDesc>)> {
+        let mut q = query.clone();
+        rewrite_query(&mut q);
+        let state = session.ctx.state();
+        let plan = state
+            .statement_to_plan(DfParserStatement::Statement(Box::new(
+                ast::Statement::Query(Box::new(q)),
+            )))
+            .await?;
+        if !plan.get_parameter_fields()?.is_empty() {
+            return Err(WeirError::syntax(
+                "a materialized view cannot have parameters ($1)",
+            ));
+        }
+        check_deterministic(&plan)?;
+        // the view's columns: Postgres names, declared SQL types
+        let mut columns = Vec::new();
+        let mut seen = HashSet::new();
+        let mut conform = Vec::new();
+        for (q, f) in plan.schema().iter() {
+            let name = display_column_name(f.name()).to_owned();
+            if !seen.insert(name.clone()) {
+                return Err(WeirError::new(
+                    sqlstate::DUPLICATE_COLUMN,
+                    format!("column \"{name}\" specified more than once in the view"),
+                ));
+            }
+            let ty = field_sql_type(f).ok_or_else(|| {
+                WeirError::not_supported(format!(
+                    "column \"{name}\" has type {}, which a materialized view cannot store",
+                    f.data_type()
+                ))
+            })?;
+            let col = Expr::Column(datafusion::common::Column::new(q.cloned(), f.name()));
+            let target = ty.arrow_type();
+            let e = if f.data_type() == &target {
+                col
+            } else {
+                col.cast_to(&target, plan.schema())?
+            };
+            conform.push(e.alias(name.clone()));
+            columns.push(ColumnDesc {
+                name,
+                ty,
+                nullable: true,
+            });
+        }
+        let plan = LogicalPlanBuilder::from(plan).project(conform)?.build()?;
+        let optimized = state.optimize(&plan)?;
+        let graph = Lowering::new(&self.catalog).lower_root(&optimized)?;
+        Ok((graph, columns))
+    }
+
+    pub(crate) async fn create_view(
+        &self,
+        session: &Session,
+        cv: &CreateView,
+        text: &str,
+        progress: Option<mpsc::UnboundedSender<String>>,
+    ) -> Result<Output> {
+        if let Some(existing) = self.catalog.get(&cv.name) {
+            if cv.if_not_exists {
+                if let Some(p) = &progress {
+                    let _ = p.send(format!(
+                        "relation \"{}\" already exists, skipping",
+                        existing.desc.name
+                    ));
+                }
+                return Ok(Output::Command("CREATE MATERIALIZED VIEW".into()));
+            }
+            return Err(WeirError::new(
+                sqlstate::DUPLICATE_TABLE,
+                format!("relation \"{}\" already exists", cv.name),
+            ));
+        }
+        if let Some((k, _)) = cv.options.first() {
+            return Err(WeirError::not_supported(format!(
+                "materialized view option \"{k}\" is not supported yet"
+            )));
+        }
+        if cv.emit_on_window_close {
+            return Err(WeirError::not_supported(
+                "EMIT ON WINDOW CLOSE is not supported yet",
+            ));
+        }
+        let (graph, columns) = self.plan_view(session, &cv.query).await?;
+        let dependencies = graph.sources();
+        let query = cv.query.to_string();
+        self.catalog.create(&cv.name, false, |oid| {
+            Ok(RelationDesc {
+                oid,
+                name: cv.name.clone(),
+                kind: RelationKind::MaterializedView,
+                columns,
+                primary_key: vec![],
+                watermark: None,
+                definition: text.to_owned(),
+                query: Some(query),
+                dependencies,
+                options: cv.options.clone(),
+            })
+        })?;
+        let entry = self
+            .catalog
+            .get(&cv.name)
+            .ok_or_else(|| WeirError::internal("created view vanished"))?;
+        if let Err(e) = self.start_view(&entry.desc, graph, progress).await {
+            // nothing of a view that could not be built stays behind
+            let _ = self.catalog.drop_relation(&cv.name);
+            return Err(e);
+        }
+        info!(view = %cv.name, "created materialized view");
+        Ok(Output::Command("CREATE MATERIALIZED VIEW".into()))
+    }
+
+    /// Hand a view to the dataflow with its inputs' contents taken at one point of the
+    /// change stream: the writer locks of the tables it reads are held while their
+    /// snapshots are taken and the view is queued, so no change is missed or seen twice.
+    async fn start_view(
+        &self,
+        desc: &RelationDesc,
+        graph: Graph,
+        progress: Option<mpsc::UnboundedSender<String>>,
+    ) -> Result<()> {
+        let sources = graph.sources();
+        let tables: Vec<_> = sources
+            .iter()
+            .filter_map(|oid| self.catalog.get_by_oid(*oid))
+            .filter_map(|e| e.table.clone())
+            .collect();
+        let mut guards = Vec::with_capacity(tables.len());
+        for t in &tables {
+            guards.push(t.writer.lock().await);
+        }
+        self.observe(&sources);
+        let mut snapshots = Vec::with_capacity(tables.len());
+        for t in &tables {
+            snapshots.push((t.oid, t.snapshot()?));
+        }
+        let (done, rx) = oneshot::channel();
+        let sent = self
+            .dataflow
+            .send(Msg::Create(Box::new(CreateMsg {
+                oid: desc.oid,
+                name: desc.name.clone(),
+                graph,
+                schema: desc.schema(),
+                tables: snapshots,
+                progress,
+                done,
+            })))
+            .await;
+        drop(guards);
+        let result = match sent {
+            Ok(()) => rx
+                .await
+                .map_err(|_| WeirError::internal("the dataflow worker has stopped"))
+                .and_then(|r| r),
+            Err(e) => Err(e),
+        };
+        if result.is_err() {
+            self.unobserve(&sources);
+        }
+        result
+    }
+
+    /// Relations some view reads forward their changes to the dataflow.
+    fn observe(&self, relations: &[u32]) {
+        self.dataflow.observe(relations);
+        for oid in relations {
+            if let Some(t) = self.catalog.get_by_oid(*oid).and_then(|e| e.table.clone()) {
+                t.set_sink(Some(self.dataflow.sink()));
+            }
+        }
+    }
+
+    fn unobserve(&self, relations: &[u32]) {
+        self.dataflow.unobserve(relations);
+        for oid in relations {
+            if !self.dataflow.observes(*oid)
+                && let Some(t) = self.catalog.get_by_oid(*oid).and_then(|e| e.table.clone())
+            {
+                t.set_sink(None);
+            }
+        }
+    }
+
+    /// Rebuild every view from its inputs after a start (in creation order, so views over
+    /// views find their inputs). A view that no longer plans stays, failed, with its error.
+    pub(crate) async fn restore_views(&self) -> Result<()> {
+        let mut views: Vec<_> = self
+            .catalog
+            .entries()
+            .into_iter()
+            .filter(|e| e.desc.kind == RelationKind::MaterializedView)
+            .collect();
+        views.sort_by_key(|e| e.desc.oid);
+        let session = self.new_session();
+        for v in views {
+            let started = std::time::Instant::now();
+            let result = async {
+                let sql = v.desc.query.clone().ok_or_else(|| {
+                    WeirError::internal(format!("view {} has no stored query", v.desc.name))
+                })?;
+                let query = parse_query(&sql)?;
+                let (graph, _) = self.plan_view(&session, &query).await?;
+                self.start_view(&v.desc, graph, None).await
+            }
+            .await;
+            match result {
+                Ok(()) => info!(
+                    view = %v.desc.name,
+                    secs = started.elapsed().as_secs_f64(),
+                    "restored materialized view"
+                ),
+                Err(e) => {
+                    error!(view = %v.desc.name, error = %e, "cannot restore materialized view");
+                    self.dataflow.mark_failed(
+                        v.desc.oid,
+                        &v.desc.schema(),
+                        format!(
+                            "materialized view \"{}\" could not be rebuilt: {}",
+                            v.desc.name, e.message
+                        ),
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Drop relations of one kind, with their dependent views when CASCADE.
+    pub(crate) async fn drop_relations(
+        &self,
+        names: &[String],
+        kind_is_table: bool,
+        if_exists: bool,
+        cascade: bool,
+    ) -> Result<Output> {
+        let noun = if kind_is_table {
+            "table"
+        } else {
+            "materialized view"
+        };
+        let mut targets = Vec::new();
+        for name in names {
+            match self.catalog.get(name) {
+                None if if_exists => continue,
+                None => {
+                    return Err(WeirError::new(
+                        sqlstate::UNDEFINED_TABLE,
+                        format!("{noun} \"{name}\" does not exist"),
+                    ));
+                }
+                Some(e) if e.desc.kind.is_table() != kind_is_table => {
+                    let right = if e.desc.kind.is_table() {
+                        "DROP TABLE"
+                    } else {
+                        "DROP MATERIALIZED VIEW"
+                    };
+                    return Err(WeirError::new(
+                        sqlstate::WRONG_OBJECT_TYPE,
+                        format!("\"{name}\" is not a {noun}"),
+                    )
+                    .with_hint(format!("Use {right} to remove a {}.", e.desc.kind.noun())));
+                }
+                Some(e) => targets.push(e),
+            }
+        }
+        // everything that depends on the targets, transitively
+        let mut order: Vec<u32> = Vec::new();
+        let mut stack: Vec<u32> = targets.iter().map(|e| e.desc.oid).collect();
+        let target_oids: HashSet<u32> = stack.iter().copied().collect();
+        while let Some(oid) = stack.pop() {
+            if order.contains(&oid) {
+                continue;
+            }
+            order.push(oid);
+            for d in self.catalog.dependents(oid) {
+                if !cascade && !target_oids.contains(&d.desc.oid) {
+                    let name = self
+                        .catalog
+                        .get_by_oid(oid)
+                        .map(|e| e.desc.name.clone())
+                        .unwrap_or_default();
+                    return Err(WeirError::new(
+                        sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
+                        format!(
+                            "cannot drop {} \"{name}\" because other objects depend on it",
+                            {
+                                self.catalog
+                                    .get_by_oid(oid)
+                                    .map(|e| e.desc.kind.noun())
+                                    .unwrap_or("relation")
+                            }
+                        ),
+                    )
+                    .with_detail(format!(
+                        "materialized view \"{}\" depends on {} \"{name}\"",
+                        d.desc.name,
+                        self.catalog
+                            .get_by_oid(oid)
+                            .map(|e| e.desc.kind.noun())
+                            .unwrap_or("relation")
+                    ))
+                    .with_hint("Use DROP ... CASCADE to drop the dependent objects too."));
+                }
+                stack.push(d.desc.oid);
+            }
+        }
+        // dependents before what they read: newest first
+        order.sort_unstable_by(|a, b| b.cmp(a));
+        for oid in order {
+            let Some(entry) = self.catalog.get_by_oid(oid) else {
+                continue;
+            };
+            if entry.desc.kind == RelationKind::MaterializedView {
+                let (done, rx) = oneshot::channel();
+                self.dataflow.send(Msg::Drop { oid, done }).await?;
+                let _ = rx.await;
+                self.unobserve(&entry.desc.dependencies);
+                self.catalog.drop_relation(&entry.desc.name)?;
+                info!(view = %entry.desc.name, "dropped materialized view");
+            } else {
+                let _writer = match &entry.table {
+                    Some(t) => Some(t.writer.lock().await),
+                    None => None,
+                };
+                self.catalog.drop_relation(&entry.desc.name)?;
+                info!(table = %entry.desc.name, "dropped table");
+            }
+        }
+        Ok(Output::Command(format!("DROP {}", noun.to_uppercase())))
+    }
+
+    pub(crate) async fn explain_view(&self, session: &Session, cv: &CreateView) -> Result<Output> {
+        let (graph, _) = self.plan_view(session, &cv.query).await?;
+        let lines = graph.explain();
+        let schema: SchemaRef = Arc::new(Schema::new(vec![Field::new(
+            "QUERY PLAN",
+            DataType::Utf8,
+            false,
+        )]));
+        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(StringArray::from(lines))])?;
+        Ok(Output::Batches {
+            schema,
+            batches: vec![batch],
+            tag: "EXPLAIN",
+        })
+    }
+}
+
+fn parse_query(sql: &str) -> Result<ast::Query> {
+    let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
+    let mut p = datafusion::sql::sqlparser::parser::Parser::new(&dialect).try_with_sql(sql)?;
+    Ok(*p.parse_query()?)
+}
+
+#[allow(dead_code)]
+fn _plan_type(_: &LogicalPlan) {}

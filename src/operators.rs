@@ -1,0 +1,89 @@
+//! Incremental operators: each consumes changelog batches (rows + weights) and produces the
+//! change of its output. One operator per file; each file's header states its input,
+//! output, state, watermark behaviour and what a checkpoint would hold.
+//!
+//! Correctness is stated on weights (DBSP style): if an operator's input relation changes
+//! by Δ, it emits exactly the change of its output relation, so a view equals its query
+//! over the inputs at every epoch boundary.
+
+pub mod aggregate;
+pub mod filter;
+pub mod join;
+pub mod merge;
+pub mod project;
+pub mod top_n;
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, BooleanArray};
+use datafusion::arrow::compute::{filter, filter_record_batch};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::DFSchema;
+use datafusion::execution::context::ExecutionProps;
+use datafusion::logical_expr::Expr;
+use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
+use datafusion::physical_expr::{PhysicalExpr, create_physical_expr};
+
+use crate::dataflow::changelog::Changelog;
+use crate::error::Result;
+
+pub trait Operator: Send {
+    /// The operator's name in code, shown by EXPLAIN.
+    fn name(&self) -> &'static str;
+    /// What it computes (expressions, keys), shown by EXPLAIN.
+    fn details(&self) -> String;
+    fn output_schema(&self) -> &SchemaRef;
+    /// Changes arriving on input `port` (0 for single-input operators; 0 = left and
+    /// 1 = right for joins). Returns the changes to emit now.
+    fn on_changes(&mut self, port: usize, input: Changelog) -> Result<Vec<Changelog>>;
+    /// End of an epoch: emit what was held back to consolidate within the epoch.
+    fn on_epoch_end(&mut self) -> Result<Vec<Changelog>> {
+        Ok(Vec::new())
+    }
+    /// Rows of state held.
+    fn state_rows(&self) -> usize {
+        0
+    }
+}
+
+/// Compile a logical expression against an input schema.
+pub fn compile(expr: &Expr, input: &DFSchema) -> Result<Arc<dyn PhysicalExpr>> {
+    Ok(create_physical_expr(
+        expr,
+        input,
+        &ExecutionProps::new(),
+        &PhysicalPlanningContext::default(),
+    )?)
+}
+
+/// Evaluate an expression to an array with one value per row.
+pub fn evaluate(expr: &Arc<dyn PhysicalExpr>, batch: &RecordBatch) -> Result<ArrayRef> {
+    Ok(expr.evaluate(batch)?.into_array(batch.num_rows())?)
+}
+
+/// Keep the rows (and their weights) where `mask` is true.
+pub fn filter_changelog(cl: &Changelog, mask: &BooleanArray) -> Result<Changelog> {
+    let data = filter_record_batch(&cl.data, mask)?;
+    let weights = filter(&cl.weights, mask)?;
+    let weights = weights
+        .as_any()
+        .downcast_ref::<datafusion::arrow::array::Int64Array>()
+        .expect("filtered Int64Array is Int64Array")
+        .clone();
+    Ok(Changelog::new(data, weights))
+}
+
+/// Give a changelog a schema with the same column types (names and nullability may differ).
+pub fn with_schema(cl: Changelog, schema: &SchemaRef) -> Result<Changelog> {
+    if cl.data.schema() == *schema {
+        return Ok(cl);
+    }
+    let data = RecordBatch::try_new_with_options(
+        schema.clone(),
+        cl.data.columns().to_vec(),
+        &datafusion::arrow::record_batch::RecordBatchOptions::new()
+            .with_row_count(Some(cl.data.num_rows())),
+    )?;
+    Ok(Changelog::new(data, cl.weights))
+}

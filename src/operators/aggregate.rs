@@ -1,0 +1,824 @@
+//! `Aggregate`: GROUP BY with aggregate functions, maintained under inserts and retractions.
+//!
+//! - input: one changelog stream.
+//! - output: per group whose result changed in an epoch, `-old` (if the group was shown)
+//!   and `+new` (if it still has rows). A group whose rows all went away disappears. Without
+//!   GROUP BY there is exactly one row, also over an empty input (count 0, sum NULL), as in
+//!   Postgres.
+//! - state: group key -> group id (`arrow_row` keys), weighted row count per group, the
+//!   last emitted row per group, and per aggregate either
+//!   * a *linear* state (count, sum, avg): DataFusion's own partial-aggregate state
+//!     (`[count]`, `[sum]`, `[count, sum]`), maintained as Σ weight·value, plus the count
+//!     of non-NULL inputs so a sum returns to NULL; results come from DataFusion's
+//!     `GroupsAccumulator::merge_batch` + `evaluate` over the changed groups, so they are
+//!     exactly DataFusion's (types, rounding, overflow);
+//!   * a *multiset* of the group's argument values (min, max, count/sum DISTINCT, bool_and,
+//!     bool_or, string_agg, array_agg, and any other aggregate): min/max read the first/last
+//!     value; the others are recomputed for changed groups by a fresh DataFusion
+//!     accumulator fed the group's values (ORDER BY inside the aggregate is honoured).
+//! - watermark: passed through (windowed aggregation is a separate operator).
+//! - checkpoint: the group table, row counts, linear states and multisets.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, Decimal128Array, Float64Array, Int64Array, UInt32Array,
+    UInt64Array,
+};
+use datafusion::arrow::compute::{cast, prep_null_mask_filter, take};
+use datafusion::arrow::datatypes::{DataType, Decimal128Type, Float64Type, Int64Type, SchemaRef};
+use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
+use datafusion::arrow::row::{RowConverter, Rows, SortField};
+use datafusion::common::ScalarValue;
+use datafusion::logical_expr::EmitTo;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
+
+use crate::dataflow::changelog::Changelog;
+use crate::error::{Result, WeirError};
+use crate::operators::{Operator, evaluate};
+
+/// One aggregate of the operator, as lowered from the logical plan.
+pub struct AggSpec {
+    pub func: Arc<AggregateFunctionExpr>,
+    pub filter: Option<Arc<dyn PhysicalExpr>>,
+    /// ORDER BY inside the aggregate (`string_agg(x, ',' ORDER BY x)`).
+    pub order_by: Vec<Arc<dyn PhysicalExpr>>,
+    pub text: String,
+}
+
+enum Sums {
+    I64(Vec<i64>),
+    F64(Vec<f64>),
+    /// Decimal128 (scaled) and UInt64 sums.
+    I128(Vec<i128>),
+}
+
+impl Sums {
+    fn grow(&mut self, n: usize) {
+        match self {
+            Sums::I64(v) => v.resize(n, 0),
+            Sums::F64(v) => v.resize(n, 0.0),
+            Sums::I128(v) => v.resize(n, 0),
+        }
+    }
+    fn reset(&mut self, g: usize) {
+        match self {
+            Sums::I64(v) => v[g] = 0,
+            Sums::F64(v) => v[g] = 0.0,
+            Sums::I128(v) => v[g] = 0,
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum LinearKind {
+    Count,
+    Sum,
+    Avg,
+}
+
+struct Linear {
+    kind: LinearKind,
+    /// Non-NULL inputs per group (weighted).
+    counts: Vec<i64>,
+    sums: Option<Sums>,
+    /// Type of the sum in DataFusion's state.
+    sum_type: Option<DataType>,
+    /// Type of the count in DataFusion's state (Int64 for count, UInt64 for avg).
+    count_type: DataType,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum MultisetKind {
+    Min,
+    Max,
+    /// Recompute with a DataFusion accumulator.
+    General,
+}
+
+struct Multiset {
+    kind: MultisetKind,
+    distinct: bool,
+    conv: RowConverter,
+    /// Columns the converter encodes (0 until the first batch fixes the value types).
+    ncols: usize,
+    /// (group id big-endian, value row) -> multiplicity
+    entries: BTreeMap<Box<[u8]>, i64>,
+}
+
+enum State {
+    Linear(Linear),
+    Multiset(Multiset),
+}
+
+struct Agg {
+    spec: AggSpec,
+    args: Vec<Arc<dyn PhysicalExpr>>,
+    state: State,
+}
+
+pub struct Aggregate {
+    group_exprs: Vec<Arc<dyn PhysicalExpr>>,
+    group_text: String,
+    group_conv: RowConverter,
+    groups: HashMap<Box<[u8]>, u32>,
+    keys: Vec<Box<[u8]>>,
+    row_counts: Vec<i64>,
+    emitted: Vec<Option<Box<[u8]>>>,
+    free: Vec<u32>,
+    dirty: Vec<u32>,
+    is_dirty: Vec<bool>,
+    aggs: Vec<Agg>,
+    out_conv: RowConverter,
+    schema: SchemaRef,
+    global: bool,
+}
+
+fn linear_kind(name: &str) -> Option<LinearKind> {
+    match name {
+        "count" => Some(LinearKind::Count),
+        "sum" => Some(LinearKind::Sum),
+        "avg" | "mean" => Some(LinearKind::Avg),
+        _ => None,
+    }
+}
+
+impl Aggregate {
+    /// `group_types` are the types of the group expressions' values.
+    pub fn new(
+        group_exprs: Vec<Arc<dyn PhysicalExpr>>,
+        group_types: Vec<DataType>,
+        group_text: String,
+        specs: Vec<AggSpec>,
+        schema: SchemaRef,
+    ) -> Result<Aggregate> {
+        let global = group_exprs.is_empty();
+        let group_conv = RowConverter::new(group_types.into_iter().map(SortField::new).collect())?;
+        let out_conv = RowConverter::new(
+            schema
+                .fields()
+                .iter()
+                .map(|f| SortField::new(f.data_type().clone()))
+                .collect(),
+        )?;
+        let mut aggs = Vec::with_capacity(specs.len());
+        for spec in specs {
+            aggs.push(Self::agg(spec)?);
+        }
+        let mut op = Aggregate {
+            group_exprs,
+            group_text,
+            group_conv,
+            groups: HashMap::new(),
+            keys: Vec::new(),
+            row_counts: Vec::new(),
+            emitted: Vec::new(),
+            free: Vec::new(),
+            dirty: Vec::new(),
+            is_dirty: Vec::new(),
+            aggs,
+            out_conv,
+            schema,
+            global,
+        };
+        if global {
+            // the one group of a global aggregate exists from the start
+            op.group_id(&[]);
+        }
+        Ok(op)
+    }
+
+    fn agg(spec: AggSpec) -> Result<Agg> {
+        let func = &spec.func;
+        let args = func.expressions();
+        let name = func.fun().name().to_lowercase();
+        let distinct = func.is_distinct();
+        let state_fields = func.state_fields()?;
+        let linear = match linear_kind(&name) {
+            Some(kind) if !distinct && spec.order_by.is_empty() => {
+                let types: Vec<DataType> =
+                    state_fields.iter().map(|f| f.data_type().clone()).collect();
+                let ok_sum = |t: &DataType| {
+                    matches!(
+                        t,
+                        DataType::Int64
+                            | DataType::Float64
+                            | DataType::UInt64
+                            | DataType::Decimal128(..)
+                    )
+                };
+                match (kind, types.as_slice()) {
+                    (LinearKind::Count, [DataType::Int64]) if args.len() <= 1 => Some(Linear {
+                        kind,
+                        counts: Vec::new(),
+                        sums: None,
+                        sum_type: None,
+                        count_type: DataType::Int64,
+                    }),
+                    (LinearKind::Sum, [t]) if ok_sum(t) && args.len() == 1 => {
+                        Some(Linear::with_sum(kind, t.clone(), DataType::Int64))
+                    }
+                    (LinearKind::Avg, [DataType::UInt64, t]) if ok_sum(t) && args.len() == 1 => {
+                        Some(Linear::with_sum(kind, t.clone(), DataType::UInt64))
+                    }
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        let state = match linear {
+            Some(l) => State::Linear(l),
+            None => {
+                let kind = match (name.as_str(), distinct, spec.order_by.is_empty()) {
+                    ("min", _, true) => MultisetKind::Min,
+                    ("max", _, true) => MultisetKind::Max,
+                    _ => MultisetKind::General,
+                };
+                // value types are known from the first batch (ensure_conv)
+                let conv = RowConverter::new(vec![])?;
+                State::Multiset(Multiset {
+                    kind,
+                    distinct,
+                    conv,
+                    ncols: 0,
+                    entries: BTreeMap::new(),
+                })
+            }
+        };
+        Ok(Agg { spec, args, state })
+    }
+
+    fn group_id(&mut self, key: &[u8]) -> u32 {
+        if let Some(g) = self.groups.get(key) {
+            return *g;
+        }
+        let g = match self.free.pop() {
+            Some(g) => {
+                self.keys[g as usize] = key.into();
+                g
+            }
+            None => {
+                let g = self.keys.len() as u32;
+                self.keys.push(key.into());
+                self.row_counts.push(0);
+                self.emitted.push(None);
+                self.is_dirty.push(false);
+                for a in self.aggs.iter_mut() {
+                    if let State::Linear(l) = &mut a.state {
+                        l.counts.push(0);
+                        if let Some(s) = &mut l.sums {
+                            s.grow(g as usize + 1);
+                        }
+                    }
+                }
+                g
+            }
+        };
+        self.groups.insert(key.into(), g);
+        g
+    }
+
+    fn mark(&mut self, g: u32) {
+        if !self.is_dirty[g as usize] {
+            self.is_dirty[g as usize] = true;
+            self.dirty.push(g);
+        }
+    }
+
+    /// Final values of one aggregate for the given groups.
+    fn evaluate_agg(agg: &mut Agg, gids: &[u32]) -> Result<ArrayRef> {
+        match &mut agg.state {
+            State::Linear(l) => l.evaluate(&agg.spec.func, gids),
+            State::Multiset(m) => m.evaluate(&agg.spec.func, gids),
+        }
+    }
+}
+
+impl Linear {
+    fn with_sum(kind: LinearKind, sum_type: DataType, count_type: DataType) -> Linear {
+        let sums = match &sum_type {
+            DataType::Int64 => Sums::I64(Vec::new()),
+            DataType::Float64 => Sums::F64(Vec::new()),
+            _ => Sums::I128(Vec::new()),
+        };
+        Linear {
+            kind,
+            counts: Vec::new(),
+            sums: Some(sums),
+            sum_type: Some(sum_type),
+            count_type,
+        }
+    }
+
+    fn update(
+        &mut self,
+        value: Option<&ArrayRef>,
+        keep: Option<&BooleanArray>,
+        gids: &[u32],
+        weights: &[i64],
+    ) -> Result<()> {
+        let valid = |i: usize| keep.is_none_or(|k| k.value(i));
+        let Some(value) = value else {
+            // count(*)
+            for (i, g) in gids.iter().enumerate() {
+                if valid(i) {
+                    self.counts[*g as usize] += weights[i];
+                }
+            }
+            return Ok(());
+        };
+        let Some(sum_type) = &self.sum_type else {
+            // count(x): non-NULL values
+            for (i, g) in gids.iter().enumerate() {
+                if valid(i) && value.is_valid(i) {
+                    self.counts[*g as usize] += weights[i];
+                }
+            }
+            return Ok(());
+        };
+        let cast_type = match sum_type {
+            DataType::UInt64 => DataType::Decimal128(38, 0),
+            t => t.clone(),
+        };
+        let v = cast(value, &cast_type)?;
+        match self.sums.as_mut().expect("sum state") {
+            Sums::I64(s) => {
+                let v = v.as_primitive::<Int64Type>();
+                for (i, g) in gids.iter().enumerate() {
+                    if valid(i) && v.is_valid(i) {
+                        let g = *g as usize;
+                        self.counts[g] += weights[i];
+                        s[g] = s[g].wrapping_add(v.value(i).wrapping_mul(weights[i]));
+                    }
+                }
+            }
+            Sums::F64(s) => {
+                let v = v.as_primitive::<Float64Type>();
+                for (i, g) in gids.iter().enumerate() {
+                    if valid(i) && v.is_valid(i) {
+                        let g = *g as usize;
+                        self.counts[g] += weights[i];
+                        s[g] += v.value(i) * weights[i] as f64;
+                    }
+                }
+            }
+            Sums::I128(s) => {
+                let v = v.as_primitive::<Decimal128Type>();
+                for (i, g) in gids.iter().enumerate() {
+                    if valid(i) && v.is_valid(i) {
+                        let g = *g as usize;
+                        self.counts[g] += weights[i];
+                        s[g] = s[g].wrapping_add(v.value(i).wrapping_mul(weights[i] as i128));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// DataFusion's state arrays for the groups, then its own final evaluation.
+    fn evaluate(&self, func: &AggregateFunctionExpr, gids: &[u32]) -> Result<ArrayRef> {
+        let counts: Vec<i64> = gids.iter().map(|g| self.counts[*g as usize]).collect();
+        let count_array: ArrayRef = match self.count_type {
+            DataType::UInt64 => Arc::new(UInt64Array::from_iter_values(
+                counts.iter().map(|c| (*c).max(0) as u64),
+            )),
+            _ => Arc::new(Int64Array::from(counts.clone())),
+        };
+        let sum_array: Option<ArrayRef> = match (&self.sums, &self.sum_type) {
+            (Some(sums), Some(t)) => {
+                let present = |k: usize| counts[k] > 0;
+                let a: ArrayRef = match sums {
+                    Sums::I64(s) => Arc::new(Int64Array::from_iter(
+                        gids.iter()
+                            .enumerate()
+                            .map(|(k, g)| present(k).then(|| s[*g as usize])),
+                    )),
+                    Sums::F64(s) => Arc::new(Float64Array::from_iter(
+                        gids.iter()
+                            .enumerate()
+                            .map(|(k, g)| present(k).then(|| s[*g as usize])),
+                    )),
+                    Sums::I128(s) => {
+                        let d = Decimal128Array::from_iter(
+                            gids.iter()
+                                .enumerate()
+                                .map(|(k, g)| present(k).then(|| s[*g as usize])),
+                        );
+                        match t {
+                            DataType::Decimal128(p, sc) => {
+                                Arc::new(d.with_precision_and_scale(*p, *sc)?)
+                            }
+                            _ => cast(
+                                &(Arc::new(d.with_precision_and_scale(38, 0)?) as ArrayRef),
+                                t,
+                            )?,
+                        }
+                    }
+                };
+                Some(a)
+            }
+            _ => None,
+        };
+        let state: Vec<ArrayRef> = match self.kind {
+            LinearKind::Count => vec![count_array],
+            LinearKind::Sum => vec![sum_array.expect("sum state")],
+            LinearKind::Avg => vec![count_array, sum_array.expect("sum state")],
+        };
+        merge_and_evaluate(func, &state, gids.len())
+    }
+}
+
+/// Feed partial states (one row per group) to a fresh DataFusion accumulator and evaluate.
+fn merge_and_evaluate(
+    func: &AggregateFunctionExpr,
+    state: &[ArrayRef],
+    n: usize,
+) -> Result<ArrayRef> {
+    if func.groups_accumulator_supported() {
+        let mut acc = func.create_groups_accumulator()?;
+        let idx: Vec<usize> = (0..n).collect();
+        acc.merge_batch(state, &idx, n)?;
+        return Ok(acc.evaluate(EmitTo::All)?);
+    }
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut acc = func.create_accumulator()?;
+        let row: Vec<ArrayRef> = state.iter().map(|a| a.slice(i, 1)).collect();
+        acc.merge_batch(&row)?;
+        out.push(acc.evaluate()?);
+    }
+    scalars_to_array(out, &func.field().data_type().clone())
+}
+
+fn scalars_to_array(values: Vec<ScalarValue>, t: &DataType) -> Result<ArrayRef> {
+    if values.is_empty() {
+        return Ok(datafusion::arrow::array::new_empty_array(t));
+    }
+    Ok(ScalarValue::iter_to_array(values)?)
+}
+
+impl Multiset {
+    fn ensure_conv(&mut self, cols: &[ArrayRef]) -> Result<()> {
+        if self.ncols != cols.len() {
+            self.ncols = cols.len();
+            self.conv = RowConverter::new(
+                cols.iter()
+                    .map(|c| SortField::new(c.data_type().clone()))
+                    .collect(),
+            )?;
+        }
+        Ok(())
+    }
+
+    fn update(
+        &mut self,
+        cols: &[ArrayRef],
+        keep: Option<&BooleanArray>,
+        gids: &[u32],
+        weights: &[i64],
+    ) -> Result<()> {
+        self.ensure_conv(cols)?;
+        let rows: Rows = self.conv.convert_columns(cols)?;
+        let skip_nulls = matches!(self.kind, MultisetKind::Min | MultisetKind::Max);
+        let mut key = Vec::with_capacity(64);
+        for (i, g) in gids.iter().enumerate() {
+            if keep.is_some_and(|k| !k.value(i)) || (skip_nulls && cols[0].is_null(i)) {
+                continue;
+            }
+            key.clear();
+            key.extend_from_slice(&g.to_be_bytes());
+            key.extend_from_slice(rows.row(i).data());
+            match self.entries.get_mut(key.as_slice()) {
+                Some(c) => {
+                    *c += weights[i];
+                    if *c == 0 {
+                        self.entries.remove(key.as_slice());
+                    }
+                }
+                None => {
+                    self.entries.insert(key.as_slice().into(), weights[i]);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn range(&self, g: u32) -> impl DoubleEndedIterator<Item = (&Box<[u8]>, &i64)> {
+        let lo = g.to_be_bytes().to_vec().into_boxed_slice();
+        let hi = match g.checked_add(1) {
+            Some(h) => Bound::Excluded(h.to_be_bytes().to_vec().into_boxed_slice()),
+            None => Bound::Unbounded,
+        };
+        self.entries.range((Bound::Included(lo), hi))
+    }
+
+    fn evaluate(&mut self, func: &AggregateFunctionExpr, gids: &[u32]) -> Result<ArrayRef> {
+        let out_type = func.field().data_type().clone();
+        if self.ncols == 0 {
+            // no input seen yet: every group is empty
+            let mut out = Vec::with_capacity(gids.len());
+            for _ in gids {
+                let mut acc = func.create_accumulator()?;
+                out.push(acc.evaluate()?);
+            }
+            return scalars_to_array(out, &out_type);
+        }
+        let parser = self.conv.parser();
+        match self.kind {
+            MultisetKind::Min | MultisetKind::Max => {
+                let picks: Vec<Option<&[u8]>> = gids
+                    .iter()
+                    .map(|g| {
+                        let mut r = self.range(*g);
+                        let e = if self.kind == MultisetKind::Min {
+                            r.next()
+                        } else {
+                            r.next_back()
+                        };
+                        e.map(|(k, _)| &k[4..])
+                    })
+                    .collect();
+                // convert the present values, then place them (NULL for empty groups)
+                let present: Vec<&[u8]> = picks.iter().flatten().copied().collect();
+                let values = if present.is_empty() {
+                    datafusion::arrow::array::new_empty_array(
+                        self.conv_types()?.first().unwrap_or(&DataType::Null),
+                    )
+                } else {
+                    self.conv
+                        .convert_rows(present.iter().map(|r| parser.parse(r)))?
+                        .remove(0)
+                };
+                let mut next = 0u32;
+                let indices: UInt32Array = picks
+                    .iter()
+                    .map(|p| {
+                        p.map(|_| {
+                            next += 1;
+                            next - 1
+                        })
+                    })
+                    .collect();
+                let taken = take(&values, &indices, None)?;
+                Ok(if taken.data_type() != &out_type {
+                    cast(&taken, &out_type)?
+                } else {
+                    taken
+                })
+            }
+            MultisetKind::General => {
+                let mut out = Vec::with_capacity(gids.len());
+                for g in gids {
+                    let mut rows: Vec<&[u8]> = Vec::new();
+                    for (k, c) in self.range(*g) {
+                        let times = if self.distinct { 1 } else { (*c).max(0) };
+                        for _ in 0..times {
+                            rows.push(&k[4..]);
+                        }
+                    }
+                    let mut acc = func.create_accumulator()?;
+                    if !rows.is_empty() {
+                        let cols = self
+                            .conv
+                            .convert_rows(rows.iter().map(|r| parser.parse(r)))?;
+                        acc.update_batch(&cols)?;
+                    }
+                    out.push(acc.evaluate()?);
+                }
+                let arr = scalars_to_array(out, &out_type)?;
+                Ok(if arr.data_type() != &out_type {
+                    cast(&arr, &out_type)?
+                } else {
+                    arr
+                })
+            }
+        }
+    }
+
+    fn conv_types(&self) -> Result<Vec<DataType>> {
+        // the converter's column types, recovered from an empty conversion
+        let cols = self.conv.convert_rows(std::iter::empty())?;
+        Ok(cols.iter().map(|c| c.data_type().clone()).collect())
+    }
+}
+
+impl Operator for Aggregate {
+    fn name(&self) -> &'static str {
+        "Aggregate"
+    }
+
+    fn details(&self) -> String {
+        let aggs: Vec<String> = self
+            .aggs
+            .iter()
+            .map(|a| {
+                let how = match &a.state {
+                    State::Linear(_) => "linear",
+                    State::Multiset(m) if m.kind == MultisetKind::General => "multiset, recompute",
+                    State::Multiset(_) => "multiset",
+                };
+                format!("{} [{how}]", a.spec.text)
+            })
+            .collect();
+        format!("group by [{}]: {}", self.group_text, aggs.join(", "))
+    }
+
+    fn output_schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn state_rows(&self) -> usize {
+        self.groups.len()
+            + self
+                .aggs
+                .iter()
+                .map(|a| match &a.state {
+                    State::Multiset(m) => m.entries.len(),
+                    State::Linear(_) => 0,
+                })
+                .sum::<usize>()
+    }
+
+    fn on_changes(&mut self, _port: usize, input: Changelog) -> Result<Vec<Changelog>> {
+        if input.is_empty() {
+            return Ok(vec![]);
+        }
+        let batch = &input.data;
+        let weights = input.weights.values();
+        let key_cols = self
+            .group_exprs
+            .iter()
+            .map(|e| evaluate(e, batch))
+            .collect::<Result<Vec<_>>>()?;
+        let keys = if self.global {
+            None
+        } else {
+            Some(self.group_conv.convert_columns(&key_cols)?)
+        };
+        let mut gids: Vec<u32> = Vec::with_capacity(batch.num_rows());
+        for i in 0..batch.num_rows() {
+            let g = match &keys {
+                Some(k) => self.group_id(k.row(i).data()),
+                None => 0,
+            };
+            self.row_counts[g as usize] += weights[i];
+            self.mark(g);
+            gids.push(g);
+        }
+        for agg in self.aggs.iter_mut() {
+            let keep = match &agg.spec.filter {
+                Some(f) => {
+                    let m = evaluate(f, batch)?;
+                    let m = m
+                        .as_any()
+                        .downcast_ref::<BooleanArray>()
+                        .ok_or_else(|| WeirError::internal("aggregate FILTER is not boolean"))?;
+                    Some(prep_null_mask_filter(m))
+                }
+                None => None,
+            };
+            let args = agg
+                .args
+                .iter()
+                .map(|e| evaluate(e, batch))
+                .collect::<Result<Vec<_>>>()?;
+            match &mut agg.state {
+                State::Linear(l) => {
+                    // count(*) arrives as count(literal): a non-NULL constant counts rows
+                    l.update(args.first(), keep.as_ref(), &gids, weights)?;
+                }
+                State::Multiset(m) => {
+                    let mut cols = args;
+                    for o in &agg.spec.order_by {
+                        cols.push(evaluate(o, batch)?);
+                    }
+                    m.update(&cols, keep.as_ref(), &gids, weights)?;
+                }
+            }
+        }
+        Ok(vec![])
+    }
+
+    fn on_epoch_end(&mut self) -> Result<Vec<Changelog>> {
+        if self.global && self.emitted[0].is_none() {
+            self.mark(0);
+        }
+        if self.dirty.is_empty() {
+            return Ok(vec![]);
+        }
+        let dirty = std::mem::take(&mut self.dirty);
+        for g in &dirty {
+            self.is_dirty[*g as usize] = false;
+        }
+        for g in &dirty {
+            debug_assert!(
+                self.row_counts[*g as usize] >= 0,
+                "group row count went negative"
+            );
+        }
+        // groups that have rows (or the global group) get a new row
+        let live: Vec<u32> = dirty
+            .iter()
+            .copied()
+            .filter(|g| self.global || self.row_counts[*g as usize] > 0)
+            .collect();
+        let mut new_rows: HashMap<u32, usize> = HashMap::new();
+        let mut new_batch = None;
+        let mut new_out_rows = None;
+        if !live.is_empty() {
+            let parser = self.group_conv.parser();
+            let mut cols: Vec<ArrayRef> = if self.global {
+                Vec::new()
+            } else {
+                self.group_conv
+                    .convert_rows(live.iter().map(|g| parser.parse(&self.keys[*g as usize])))?
+            };
+            for agg in self.aggs.iter_mut() {
+                cols.push(Self::evaluate_agg(agg, &live)?);
+            }
+            let fields = self.schema.fields();
+            for (i, c) in cols.iter_mut().enumerate() {
+                if c.data_type() != fields[i].data_type() {
+                    *c = cast(c, fields[i].data_type())?;
+                }
+            }
+            let batch = RecordBatch::try_new_with_options(
+                self.schema.clone(),
+                cols,
+                &RecordBatchOptions::new().with_row_count(Some(live.len())),
+            )?;
+            new_out_rows = Some(self.out_conv.convert_columns(batch.columns())?);
+            new_batch = Some(batch);
+            for (i, g) in live.iter().enumerate() {
+                new_rows.insert(*g, i);
+            }
+        }
+        let mut retract: Vec<Box<[u8]>> = Vec::new();
+        let mut insert_idx: Vec<u32> = Vec::new();
+        for g in &dirty {
+            let gi = *g as usize;
+            let new_row = new_rows
+                .get(g)
+                .map(|i| new_out_rows.as_ref().expect("rows").row(*i).data());
+            let old = self.emitted[gi].as_deref();
+            if old == new_row {
+                continue;
+            }
+            if let Some(old) = self.emitted[gi].take() {
+                retract.push(old);
+            }
+            if let (Some(i), Some(row)) = (new_rows.get(g), new_row) {
+                insert_idx.push(*i as u32);
+                self.emitted[gi] = Some(row.into());
+            }
+        }
+        // free groups that are gone
+        for g in &dirty {
+            let gi = *g as usize;
+            if !self.global && self.row_counts[gi] == 0 && self.emitted[gi].is_none() {
+                let key = std::mem::take(&mut self.keys[gi]);
+                self.groups.remove(&key);
+                for agg in self.aggs.iter_mut() {
+                    if let State::Linear(l) = &mut agg.state {
+                        l.counts[gi] = 0;
+                        if let Some(s) = &mut l.sums {
+                            s.reset(gi);
+                        }
+                    }
+                }
+                self.free.push(*g);
+            }
+        }
+        let mut out = Vec::new();
+        if !retract.is_empty() {
+            let parser = self.out_conv.parser();
+            let cols = self
+                .out_conv
+                .convert_rows(retract.iter().map(|r| parser.parse(r)))?;
+            out.push(Changelog::retractions(RecordBatch::try_new(
+                self.schema.clone(),
+                cols,
+            )?));
+        }
+        if let Some(batch) = new_batch
+            && !insert_idx.is_empty()
+        {
+            let idx = UInt32Array::from(insert_idx);
+            let cols = batch
+                .columns()
+                .iter()
+                .map(|c| take(c, &idx, None))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            out.push(Changelog::inserts(RecordBatch::try_new_with_options(
+                self.schema.clone(),
+                cols,
+                &RecordBatchOptions::new().with_row_count(Some(idx.len())),
+            )?));
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,415 @@
+//! `Join`: equi-join with an optional residual predicate: inner, left/right/full outer,
+//! semi and anti (IN / EXISTS / NOT EXISTS after decorrelation).
+//!
+//! - input: port 0 = left changes, port 1 = right changes.
+//! - output: the change of the join result. A delta on one side is joined with the other
+//!   side's current state (the delta rule Δ(L⋈R) = ΔL⋈R + L'⋈ΔR, with L' = L + ΔL because
+//!   port 0 is applied before port 1 in an epoch).
+//!   Outer joins: each row of a preserved side carries its number of matches; when it goes
+//!   from 0 to >0 its NULL-extended row is retracted, from >0 to 0 it is emitted again.
+//!   Semi/anti joins emit the preserved side's rows when their match count crosses zero.
+//! - state: per side, key -> rows (`arrow_row`) with multiplicity and match count.
+//! - watermark: not used here (the interval join for streams is its own operator).
+//! - checkpoint: both sides' row tables.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, BooleanArray, Int64Array, UInt32Array, new_null_array,
+};
+use datafusion::arrow::compute::{prep_null_mask_filter, take};
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
+use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::common::JoinType;
+use datafusion::physical_expr::PhysicalExpr;
+
+use crate::dataflow::changelog::Changelog;
+use crate::error::{Result, WeirError};
+use crate::operators::{Operator, evaluate};
+
+struct Entry {
+    row: Box<[u8]>,
+    mult: i64,
+    /// Matching rows of the other side (weighted), kept where the side needs it.
+    matches: i64,
+}
+
+struct Side {
+    schema: SchemaRef,
+    keys: Vec<Arc<dyn PhysicalExpr>>,
+    conv: RowConverter,
+    index: HashMap<Box<[u8]>, Vec<Entry>>,
+    rows: usize,
+}
+
+pub struct Join {
+    join_type: JoinType,
+    nulls_equal: bool,
+    key_conv: RowConverter,
+    filter: Option<Arc<dyn PhysicalExpr>>,
+    sides: [Side; 2],
+    schema: SchemaRef,
+    text: String,
+}
+
+impl Join {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        join_type: JoinType,
+        left_schema: SchemaRef,
+        right_schema: SchemaRef,
+        left_keys: Vec<Arc<dyn PhysicalExpr>>,
+        right_keys: Vec<Arc<dyn PhysicalExpr>>,
+        key_types: Vec<DataType>,
+        nulls_equal: bool,
+        filter: Option<Arc<dyn PhysicalExpr>>,
+        schema: SchemaRef,
+        text: String,
+    ) -> Result<Join> {
+        match join_type {
+            JoinType::Inner
+            | JoinType::Left
+            | JoinType::Right
+            | JoinType::Full
+            | JoinType::LeftSemi
+            | JoinType::LeftAnti
+            | JoinType::RightSemi
+            | JoinType::RightAnti => {}
+            other => {
+                return Err(WeirError::not_supported(format!(
+                    "{other} join is not supported in materialized views"
+                )));
+            }
+        }
+        let side = |schema: SchemaRef, keys| -> Result<Side> {
+            Ok(Side {
+                conv: RowConverter::new(
+                    schema
+                        .fields()
+                        .iter()
+                        .map(|f| SortField::new(f.data_type().clone()))
+                        .collect(),
+                )?,
+                schema,
+                keys,
+                index: HashMap::new(),
+                rows: 0,
+            })
+        };
+        Ok(Join {
+            join_type,
+            nulls_equal,
+            key_conv: RowConverter::new(key_types.into_iter().map(SortField::new).collect())?,
+            filter,
+            sides: [
+                side(left_schema, left_keys)?,
+                side(right_schema, right_keys)?,
+            ],
+            schema,
+            text,
+        })
+    }
+
+    /// Whether rows of `side` (0 left, 1 right) appear NULL-extended when unmatched.
+    fn preserved(&self, side: usize) -> bool {
+        matches!(
+            (self.join_type, side),
+            (JoinType::Left, 0) | (JoinType::Right, 1) | (JoinType::Full, _)
+        )
+    }
+
+    /// The side whose rows a semi/anti join outputs, and whether it is anti.
+    fn filtering(&self) -> Option<(usize, bool)> {
+        match self.join_type {
+            JoinType::LeftSemi => Some((0, false)),
+            JoinType::LeftAnti => Some((0, true)),
+            JoinType::RightSemi => Some((1, false)),
+            JoinType::RightAnti => Some((1, true)),
+            _ => None,
+        }
+    }
+
+    fn tracks_matches(&self, side: usize) -> bool {
+        self.preserved(side) || self.filtering().is_some_and(|(s, _)| s == side)
+    }
+
+    /// Output rows of a semi/anti join, or pairs of an inner/outer join.
+    fn pairs_output(&self) -> bool {
+        self.filtering().is_none()
+    }
+
+    /// Rows of `side` as output: alone (semi/anti), or NULL-extended on the other side.
+    fn side_rows_output(&self, side: usize, cols: Vec<ArrayRef>, n: usize) -> Result<RecordBatch> {
+        let cols = if self.pairs_output() {
+            let other = &self.sides[1 - side].schema;
+            let nulls: Vec<ArrayRef> = other
+                .fields()
+                .iter()
+                .map(|f| new_null_array(f.data_type(), n))
+                .collect();
+            if side == 0 {
+                cols.into_iter().chain(nulls).collect()
+            } else {
+                nulls.into_iter().chain(cols).collect()
+            }
+        } else {
+            cols
+        };
+        Ok(RecordBatch::try_new_with_options(
+            self.schema.clone(),
+            cols,
+            &RecordBatchOptions::new().with_row_count(Some(n)),
+        )?)
+    }
+}
+
+fn take_all(cols: &[ArrayRef], idx: &UInt32Array) -> Result<Vec<ArrayRef>> {
+    Ok(cols
+        .iter()
+        .map(|c| take(c, idx, None))
+        .collect::<std::result::Result<Vec<_>, _>>()?)
+}
+
+impl Operator for Join {
+    fn name(&self) -> &'static str {
+        "Join"
+    }
+
+    fn details(&self) -> String {
+        self.text.clone()
+    }
+
+    fn output_schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn state_rows(&self) -> usize {
+        self.sides[0].rows + self.sides[1].rows
+    }
+
+    fn on_changes(&mut self, port: usize, input: Changelog) -> Result<Vec<Changelog>> {
+        if input.is_empty() {
+            return Ok(vec![]);
+        }
+        let (me, other) = (port, 1 - port);
+        let batch = &input.data;
+        let weights = input.weights.values();
+        let n = batch.num_rows();
+        let key_cols = self.sides[me]
+            .keys
+            .iter()
+            .map(|k| evaluate(k, batch))
+            .collect::<Result<Vec<_>>>()?;
+        let key_has_null: Vec<bool> = (0..n)
+            .map(|i| key_cols.iter().any(|c| c.is_null(i)))
+            .collect();
+        let keys = self.key_conv.convert_columns(&key_cols)?;
+        let rows = self.sides[me].conv.convert_columns(batch.columns())?;
+
+        // candidate pairs: (delta row, other-side entry)
+        let mut cand_delta: Vec<u32> = Vec::new();
+        let mut cand_pos: Vec<(usize, usize)> = Vec::new(); // (delta row, entry index in bucket)
+        let mut cand_rows: Vec<&[u8]> = Vec::new();
+        let mut cand_mult: Vec<i64> = Vec::new();
+        for i in 0..n {
+            if key_has_null[i] && !self.nulls_equal {
+                continue;
+            }
+            if let Some(bucket) = self.sides[other].index.get(keys.row(i).data()) {
+                for (j, e) in bucket.iter().enumerate() {
+                    cand_delta.push(i as u32);
+                    cand_pos.push((i, j));
+                    cand_rows.push(&e.row);
+                    cand_mult.push(e.mult);
+                }
+            }
+        }
+
+        let mut out: Vec<Changelog> = Vec::new();
+        let mut delta_matches = vec![0i64; n];
+        // (delta row, entry index, passes)
+        let mut passing: Vec<bool> = vec![true; cand_delta.len()];
+        if !cand_delta.is_empty() {
+            let idx = UInt32Array::from(cand_delta.clone());
+            let mine = take_all(batch.columns(), &idx)?;
+            let parser = self.sides[other].conv.parser();
+            let theirs = self.sides[other]
+                .conv
+                .convert_rows(cand_rows.iter().map(|r| parser.parse(r)))?;
+            let (left_cols, right_cols) = if me == 0 {
+                (mine, theirs)
+            } else {
+                (theirs, mine)
+            };
+            let joined_cols: Vec<ArrayRef> = left_cols.into_iter().chain(right_cols).collect();
+            if let Some(f) = &self.filter {
+                let joined = RecordBatch::try_new_with_options(
+                    joined_schema(&self.sides[0].schema, &self.sides[1].schema),
+                    joined_cols.clone(),
+                    &RecordBatchOptions::new().with_row_count(Some(cand_delta.len())),
+                )?;
+                let m = evaluate(f, &joined)?;
+                let m = m
+                    .as_any()
+                    .downcast_ref::<BooleanArray>()
+                    .ok_or_else(|| WeirError::internal("join filter is not boolean"))?;
+                let m = prep_null_mask_filter(m);
+                for (k, p) in passing.iter_mut().enumerate() {
+                    *p = m.value(k);
+                }
+            }
+            if self.pairs_output() {
+                let keep: Vec<u32> = (0..cand_delta.len() as u32)
+                    .filter(|k| passing[*k as usize])
+                    .collect();
+                if !keep.is_empty() {
+                    let kidx = UInt32Array::from(keep.clone());
+                    let cols = take_all(&joined_cols, &kidx)?;
+                    let w: Int64Array = keep
+                        .iter()
+                        .map(|k| weights[cand_delta[*k as usize] as usize] * cand_mult[*k as usize])
+                        .collect();
+                    out.push(Changelog::new(
+                        RecordBatch::try_new_with_options(
+                            self.schema.clone(),
+                            cols,
+                            &RecordBatchOptions::new().with_row_count(Some(keep.len())),
+                        )?,
+                        w,
+                    ));
+                }
+            }
+        }
+
+        // match counts: the delta rows' own, and transitions of the other side's rows
+        let track_other = self.tracks_matches(other);
+        let mut flips: Vec<(Box<[u8]>, i64)> = Vec::new(); // other-side rows to emit, weight
+        {
+            let filtering = self.filtering();
+            let preserved_other = self.preserved(other);
+            for (k, (i, j)) in cand_pos.iter().enumerate() {
+                if !passing[k] {
+                    continue;
+                }
+                delta_matches[*i] += cand_mult[k];
+                if !track_other {
+                    continue;
+                }
+                let bucket = self.sides[other]
+                    .index
+                    .get_mut(keys.row(*i).data())
+                    .expect("candidate bucket exists");
+                let e = &mut bucket[*j];
+                let before = e.matches;
+                e.matches += weights[*i];
+                let after = e.matches;
+                if (before == 0) == (after == 0) {
+                    continue;
+                }
+                // the row went matched <-> unmatched
+                let became_matched = before == 0;
+                let w = match filtering {
+                    Some((_, anti)) => {
+                        if became_matched != anti {
+                            e.mult
+                        } else {
+                            -e.mult
+                        }
+                    }
+                    None if preserved_other => {
+                        if became_matched {
+                            -e.mult
+                        } else {
+                            e.mult
+                        }
+                    }
+                    None => 0,
+                };
+                if w != 0 {
+                    flips.push((e.row.clone(), w));
+                }
+            }
+        }
+        if !flips.is_empty() {
+            let parser = self.sides[other].conv.parser();
+            let cols = self.sides[other]
+                .conv
+                .convert_rows(flips.iter().map(|(r, _)| parser.parse(r)))?;
+            let b = self.side_rows_output(other, cols, flips.len())?;
+            out.push(Changelog::new(
+                b,
+                flips.iter().map(|(_, w)| *w).collect::<Int64Array>(),
+            ));
+        }
+
+        // the delta rows themselves, where their side is preserved or filtered
+        let own: Option<bool> = match self.filtering() {
+            Some((s, anti)) if s == me => Some(anti),
+            Some(_) => None,
+            None if self.preserved(me) => Some(true), // NULL-extend the unmatched ones
+            None => None,
+        };
+        if let Some(want_unmatched) = own {
+            let sel: Vec<u32> = (0..n as u32)
+                .filter(|i| (delta_matches[*i as usize] == 0) == want_unmatched)
+                .collect();
+            if !sel.is_empty() {
+                let idx = UInt32Array::from(sel.clone());
+                let cols = take_all(batch.columns(), &idx)?;
+                let b = self.side_rows_output(me, cols, sel.len())?;
+                out.push(Changelog::new(
+                    b,
+                    sel.iter()
+                        .map(|i| weights[*i as usize])
+                        .collect::<Int64Array>(),
+                ));
+            }
+        }
+
+        // fold the delta into this side's state
+        let track_me = self.tracks_matches(me);
+        let side = &mut self.sides[me];
+        for i in 0..n {
+            let w = weights[i];
+            let bucket = side.index.entry(keys.row(i).data().into()).or_default();
+            let row = rows.row(i).data();
+            match bucket.iter().position(|e| &*e.row == row) {
+                Some(p) => {
+                    bucket[p].mult += w;
+                    if track_me {
+                        bucket[p].matches = delta_matches[i];
+                    }
+                    if bucket[p].mult == 0 {
+                        bucket.swap_remove(p);
+                        side.rows -= 1;
+                    }
+                }
+                None => {
+                    bucket.push(Entry {
+                        row: row.into(),
+                        mult: w,
+                        matches: if track_me { delta_matches[i] } else { 0 },
+                    });
+                    side.rows += 1;
+                }
+            }
+            if bucket.is_empty() {
+                side.index.remove(keys.row(i).data());
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Left columns then right columns, all nullable (the filter's input).
+fn joined_schema(left: &SchemaRef, right: &SchemaRef) -> SchemaRef {
+    Arc::new(datafusion::arrow::datatypes::Schema::new(
+        left.fields()
+            .iter()
+            .chain(right.fields().iter())
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect::<Vec<_>>(),
+    ))
+}
