@@ -228,7 +228,8 @@ pub mod tests {
                 *sums.entry(row_text(&cl.data, i)).or_default() += cl.weights.value(i);
             }
         }
-        sums.into_iter()
+        let mut out: Vec<String> = sums
+            .into_iter()
             .filter(|(_, w)| *w != 0)
             .map(|(r, w)| match w {
                 1 => format!("+ {r}"),
@@ -236,6 +237,8 @@ pub mod tests {
                 w if w > 0 => format!("+{w} {r}"),
                 w => format!("{w} {r}"),
             })
-            .collect()
+            .collect();
+        out.sort();
+        out
     }
 }

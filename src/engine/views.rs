@@ -7,7 +7,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::StringArray;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan, LogicalPlanBuilder};
+use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlanBuilder};
 use datafusion::sql::parser::Statement as DfParserStatement;
 use datafusion::sql::sqlparser::ast;
 use tokio::sync::{mpsc, oneshot};
@@ -388,6 +388,3 @@ fn parse_query(sql: &str) -> Result<ast::Query> {
     let mut p = datafusion::sql::sqlparser::parser::Parser::new(&dialect).try_with_sql(sql)?;
     Ok(*p.parse_query()?)
 }
-
-#[allow(dead_code)]
-fn _plan_type(_: &LogicalPlan) {}

@@ -48,7 +48,6 @@ pub struct TopN {
     parts: HashMap<Box<[u8]>, BTreeMap<Box<[u8]>, (u32, i64)>>,
     emitted: HashMap<Box<[u8]>, Vec<Box<[u8]>>>,
     dirty: HashSet<Box<[u8]>>,
-    input_schema: SchemaRef,
     schema: SchemaRef,
     text: String,
 }
@@ -92,7 +91,6 @@ impl TopN {
             parts: HashMap::new(),
             emitted: HashMap::new(),
             dirty: HashSet::new(),
-            input_schema,
             schema,
             text,
         })
@@ -267,7 +265,6 @@ impl Operator for TopN {
                 Changelog::retractions(batch)
             });
         }
-        let _ = &self.input_schema;
         Ok(out)
     }
 }

@@ -170,6 +170,38 @@ pub struct Handle {
 }
 
 impl Handle {
+    /// Execute a statement, forwarding its progress lines to the client as NOTICEs while
+    /// it runs (a view's backfill over large tables takes a while).
+    async fn run<C>(
+        &self,
+        client: &mut C,
+        session: &mut Session,
+        parsed: &Parsed,
+        params: Option<datafusion::common::ParamValues>,
+    ) -> PgWireResult<Result<Output, WeirError>>
+    where
+        C: Sink<PgWireBackendMessage> + Unpin + Send,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let fut = self
+            .engine
+            .execute_with_notices(session, parsed, params, Some(tx));
+        tokio::pin!(fut);
+        let result = loop {
+            tokio::select! {
+                r = &mut fut => break r,
+                Some(line) = rx.recv() => {
+                    client.send(notice(line)).await?;
+                }
+            }
+        };
+        while let Ok(line) = rx.try_recv() {
+            client.feed(notice(line)).await?;
+        }
+        Ok(result)
+    }
+
     fn session<C: ClientInfo>(&self, client: &C) -> Arc<Mutex<Session>> {
         client
             .session_extensions()
@@ -323,6 +355,12 @@ async fn respond(
     })
 }
 
+fn notice(line: String) -> PgWireBackendMessage {
+    PgWireBackendMessage::NoticeResponse(
+        pgwire::error::ErrorInfo::new("NOTICE".into(), "00000".into(), line).into(),
+    )
+}
+
 /// A result stream that ends with 57014 when the query is canceled.
 fn cancellable(
     stream: datafusion::execution::SendableRecordBatchStream,
@@ -394,7 +432,7 @@ impl SimpleQueryHandler for Handle {
         for (i, parsed) in statements.iter().enumerate() {
             let result = match check_aborted(client, &parsed.stmt) {
                 Err(e) => Err(e),
-                Ok(()) => self.engine.execute(&mut session, parsed, None).await,
+                Ok(()) => self.run(client, &mut session, parsed, None).await?,
             };
             let result = match result {
                 Ok(output) => {
@@ -597,9 +635,8 @@ impl ExtendedQueryHandler for Handle {
             )
         };
         let output = self
-            .engine
-            .execute(&mut session, parsed, params)
-            .await
+            .run(client, &mut session, parsed, params)
+            .await?
             .map_err(err)?;
         if let Some(status) = reported_setting(&output) {
             client
