@@ -15,7 +15,7 @@ pub mod top_n;
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, BooleanArray};
+use datafusion::arrow::array::{Array, ArrayRef, BooleanArray};
 use datafusion::arrow::compute::{filter, filter_record_batch};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
@@ -60,6 +60,15 @@ pub fn compile(expr: &Expr, input: &DFSchema) -> Result<Arc<dyn PhysicalExpr>> {
 /// Evaluate an expression to an array with one value per row.
 pub fn evaluate(expr: &Arc<dyn PhysicalExpr>, batch: &RecordBatch) -> Result<ArrayRef> {
     Ok(expr.evaluate(batch)?.into_array(batch.num_rows())?)
+}
+
+/// A predicate's result as a selection: NULL counts as false.
+pub fn true_mask(m: &BooleanArray) -> BooleanArray {
+    if m.null_count() > 0 {
+        datafusion::arrow::compute::prep_null_mask_filter(m)
+    } else {
+        m.clone()
+    }
 }
 
 /// Keep the rows (and their weights) where `mask` is true.

@@ -4,5 +4,6 @@ mod clients;
 mod docs;
 mod durability;
 mod harness;
+mod oracle;
 mod protocol;
 mod slt;

@@ -27,7 +27,7 @@ use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, Decimal128Array, Float64Array, Int64Array, UInt32Array,
     UInt64Array,
 };
-use datafusion::arrow::compute::{cast, prep_null_mask_filter, take};
+use datafusion::arrow::compute::{cast, take};
 use datafusion::arrow::datatypes::{DataType, Decimal128Type, Float64Type, Int64Type, SchemaRef};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::arrow::row::{RowConverter, Rows, SortField};
@@ -38,7 +38,7 @@ use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 
 use crate::dataflow::changelog::Changelog;
 use crate::error::{Result, WeirError};
-use crate::operators::{Operator, evaluate};
+use crate::operators::{Operator, evaluate, true_mask};
 
 /// One aggregate of the operator, as lowered from the logical plan.
 pub struct AggSpec {
@@ -383,8 +383,10 @@ impl Linear {
     fn evaluate(&self, func: &AggregateFunctionExpr, gids: &[u32]) -> Result<ArrayRef> {
         let counts: Vec<i64> = gids.iter().map(|g| self.counts[*g as usize]).collect();
         let count_array: ArrayRef = match self.count_type {
-            DataType::UInt64 => Arc::new(UInt64Array::from_iter_values(
-                counts.iter().map(|c| (*c).max(0) as u64),
+            // avg: a group without values has NULL state, which DataFusion leaves out
+            // (it would divide by a zero count otherwise) and evaluates to NULL
+            DataType::UInt64 => Arc::new(UInt64Array::from_iter(
+                counts.iter().map(|c| (*c > 0).then_some(*c as u64)),
             )),
             _ => Arc::new(Int64Array::from(counts.clone())),
         };
@@ -677,7 +679,7 @@ impl Operator for Aggregate {
                         .as_any()
                         .downcast_ref::<BooleanArray>()
                         .ok_or_else(|| WeirError::internal("aggregate FILTER is not boolean"))?;
-                    Some(prep_null_mask_filter(m))
+                    Some(true_mask(m))
                 }
                 None => None,
             };

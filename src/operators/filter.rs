@@ -9,14 +9,13 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, BooleanArray};
-use datafusion::arrow::compute::prep_null_mask_filter;
+use datafusion::arrow::array::BooleanArray;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::physical_expr::PhysicalExpr;
 
 use crate::dataflow::changelog::Changelog;
 use crate::error::{Result, WeirError};
-use crate::operators::{Operator, evaluate, filter_changelog};
+use crate::operators::{Operator, evaluate, filter_changelog, true_mask};
 
 pub struct Filter {
     predicate: Arc<dyn PhysicalExpr>,
@@ -53,11 +52,7 @@ impl Operator for Filter {
             .as_any()
             .downcast_ref::<BooleanArray>()
             .ok_or_else(|| WeirError::internal("filter predicate is not boolean"))?;
-        let mask = if mask.null_count() > 0 {
-            prep_null_mask_filter(mask)
-        } else {
-            mask.clone()
-        };
+        let mask = true_mask(mask);
         Ok(vec![filter_changelog(&input, &mask)?])
     }
 }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::{
     Array, ArrayRef, BooleanArray, Int64Array, UInt32Array, new_null_array,
 };
-use datafusion::arrow::compute::{prep_null_mask_filter, take};
+use datafusion::arrow::compute::take;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::arrow::row::{RowConverter, SortField};
@@ -27,7 +27,7 @@ use datafusion::physical_expr::PhysicalExpr;
 
 use crate::dataflow::changelog::Changelog;
 use crate::error::{Result, WeirError};
-use crate::operators::{Operator, evaluate};
+use crate::operators::{Operator, evaluate, true_mask};
 
 struct Entry {
     row: Box<[u8]>,
@@ -205,7 +205,18 @@ impl Operator for Join {
         let key_has_null: Vec<bool> = (0..n)
             .map(|i| key_cols.iter().any(|c| c.is_null(i)))
             .collect();
-        let keys = self.key_conv.convert_columns(&key_cols)?;
+        // no key (a cross join): every row has the empty key
+        let keys = if key_cols.is_empty() {
+            None
+        } else {
+            Some(self.key_conv.convert_columns(&key_cols)?)
+        };
+        let key_of = |i: usize| -> &[u8] {
+            match &keys {
+                Some(k) => k.row(i).data(),
+                None => &[],
+            }
+        };
         let rows = self.sides[me].conv.convert_columns(batch.columns())?;
 
         // candidate pairs: (delta row, other-side entry)
@@ -217,7 +228,7 @@ impl Operator for Join {
             if key_has_null[i] && !self.nulls_equal {
                 continue;
             }
-            if let Some(bucket) = self.sides[other].index.get(keys.row(i).data()) {
+            if let Some(bucket) = self.sides[other].index.get(key_of(i)) {
                 for (j, e) in bucket.iter().enumerate() {
                     cand_delta.push(i as u32);
                     cand_pos.push((i, j));
@@ -255,7 +266,7 @@ impl Operator for Join {
                     .as_any()
                     .downcast_ref::<BooleanArray>()
                     .ok_or_else(|| WeirError::internal("join filter is not boolean"))?;
-                let m = prep_null_mask_filter(m);
+                let m = true_mask(m);
                 for (k, p) in passing.iter_mut().enumerate() {
                     *p = m.value(k);
                 }
@@ -299,7 +310,7 @@ impl Operator for Join {
                 }
                 let bucket = self.sides[other]
                     .index
-                    .get_mut(keys.row(*i).data())
+                    .get_mut(key_of(*i))
                     .expect("candidate bucket exists");
                 let e = &mut bucket[*j];
                 let before = e.matches;
@@ -373,7 +384,7 @@ impl Operator for Join {
         let side = &mut self.sides[me];
         for i in 0..n {
             let w = weights[i];
-            let bucket = side.index.entry(keys.row(i).data().into()).or_default();
+            let bucket = side.index.entry(key_of(i).into()).or_default();
             let row = rows.row(i).data();
             match bucket.iter().position(|e| &*e.row == row) {
                 Some(p) => {
@@ -396,7 +407,7 @@ impl Operator for Join {
                 }
             }
             if bucket.is_empty() {
-                side.index.remove(keys.row(i).data());
+                side.index.remove(key_of(i));
             }
         }
         Ok(out)

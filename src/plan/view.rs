@@ -14,7 +14,8 @@ use datafusion::execution::context::ExecutionProps;
 use datafusion::logical_expr::expr::{AggregateFunction, WindowFunction};
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion::logical_expr::{
-    Distinct, Expr, ExprSchemable, FetchType, LogicalPlan, Operator as BinOp, SkipType, Volatility,
+    Distinct, Expr, ExprSchemable, FetchType, LogicalPlan, LogicalPlanBuilder, Operator as BinOp,
+    SkipType, Volatility,
 };
 use datafusion::physical_expr::aggregate::LoweredAggregateBuilder;
 
@@ -154,6 +155,32 @@ impl<'a> Lowering<'a> {
                     );
                 }
                 Ok(node)
+            }
+            LogicalPlan::Projection(p) if p.expr.iter().any(has_scalar_subquery) => {
+                let (input, exprs) = join_scalar_subqueries((*p.input).clone(), &p.expr)?;
+                let exprs: Vec<Expr> = exprs
+                    .into_iter()
+                    .zip(p.schema.iter())
+                    .map(|(e, (_, f))| e.alias(f.name()))
+                    .collect();
+                let plan = LogicalPlanBuilder::from(input).project(exprs)?.build()?;
+                self.lower(&plan)
+            }
+            LogicalPlan::Filter(f) if has_scalar_subquery(&f.predicate) => {
+                let (input, preds) =
+                    join_scalar_subqueries((*f.input).clone(), std::slice::from_ref(&f.predicate))?;
+                let keep: Vec<Expr> = f
+                    .input
+                    .schema()
+                    .columns()
+                    .into_iter()
+                    .map(Expr::Column)
+                    .collect();
+                let plan = LogicalPlanBuilder::from(input)
+                    .filter(preds.into_iter().next().expect("one predicate"))?
+                    .project(keep)?
+                    .build()?;
+                self.lower(&plan)
             }
             LogicalPlan::Projection(p) => {
                 let input = self.lower(&p.input)?;
@@ -536,6 +563,66 @@ impl<'a> Lowering<'a> {
         }
         Ok(Some(node))
     }
+}
+
+fn has_scalar_subquery(e: &Expr) -> bool {
+    let mut found = false;
+    let _ = e.apply(|x| {
+        if matches!(x, Expr::ScalarSubquery(_)) {
+            found = true;
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    found
+}
+
+/// Uncorrelated scalar subqueries (`WHERE v > (SELECT avg(x) FROM t)`) become a LEFT join
+/// of the input with the subquery's single row (no key), and the expressions refer to its
+/// column; DataFusion keeps them as subqueries, which a dataflow cannot run.
+fn join_scalar_subqueries(input: LogicalPlan, exprs: &[Expr]) -> Result<(LogicalPlan, Vec<Expr>)> {
+    let mut plan = input;
+    let mut out = Vec::with_capacity(exprs.len());
+    let mut n = 0usize;
+    for e in exprs {
+        let rewritten = e
+            .clone()
+            .transform_up(|x| {
+                let Expr::ScalarSubquery(sq) = x else {
+                    return Ok(datafusion::common::tree_node::Transformed::no(x));
+                };
+                if !sq.outer_ref_columns.is_empty() {
+                    return Err(datafusion::error::DataFusionError::NotImplemented(
+                        "a correlated scalar subquery that cannot be turned into a join".into(),
+                    ));
+                }
+                n += 1;
+                let alias = format!("__weir_sq{n}");
+                let sub = LogicalPlanBuilder::from((*sq.subquery).clone())
+                    .alias(alias.as_str())?
+                    .build()?;
+                let field = sub.schema().field(0).name().clone();
+                plan = LogicalPlanBuilder::from(std::mem::replace(
+                    &mut plan,
+                    LogicalPlan::EmptyRelation(datafusion::logical_expr::EmptyRelation {
+                        produce_one_row: false,
+                        schema: Arc::new(DFSchema::empty()),
+                    }),
+                ))
+                .join_on(
+                    sub,
+                    datafusion::common::JoinType::Left,
+                    vec![datafusion::logical_expr::lit(true)],
+                )?
+                .build()?;
+                Ok(datafusion::common::tree_node::Transformed::yes(
+                    Expr::Column(datafusion::common::Column::new(Some(alias.as_str()), field)),
+                ))
+            })?
+            .data;
+        out.push(rewritten);
+    }
+    Ok((plan, out))
 }
 
 fn split_and<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
