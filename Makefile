@@ -30,3 +30,4 @@ run:
 bench:
 	cargo bench --locked --bench store
 	cargo bench --locked --bench inserts
+	cargo bench --locked --bench views

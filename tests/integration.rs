@@ -7,3 +7,4 @@ mod harness;
 mod oracle;
 mod protocol;
 mod slt;
+mod views;

@@ -1,0 +1,98 @@
+//! View maintenance throughput (release build, one server):
+//!
+//! 1. `N` rows (default 10 million) inserted in 100k-row statements into an append-only
+//!    table, with no view: the ingest baseline;
+//! 2. the same with a `GROUP BY k` (100k keys) count/sum view, then FLUSH;
+//! 3. the same with a join view (the stream joined with a 100k-row table, then grouped);
+//! 4. DataFusion running each view's query one-shot over the same rows.
+//!
+//! Maintenance time = (ingest + FLUSH with the view) - (ingest without it). Reported:
+//! maintenance rows/s and its ratio to the one-shot query time.
+//!
+//! Run: `cargo bench --bench views` (`VIEW_BENCH_ROWS` to change N).
+
+#[path = "../tests/harness.rs"]
+#[allow(dead_code)]
+mod harness;
+
+use std::time::Instant;
+
+use tokio_postgres::Client;
+
+const KEYS: i64 = 100_000;
+const CHUNK: i64 = 100_000;
+
+async fn ingest(c: &Client, table: &str, rows: i64) -> f64 {
+    let t = Instant::now();
+    let mut start = 0;
+    while start < rows {
+        let end = (start + CHUNK).min(rows) - 1;
+        c.batch_execute(&format!(
+            "INSERT INTO {table} SELECT value % {KEYS}, value FROM generate_series({start}, {end})"
+        ))
+        .await
+        .expect("insert");
+        start = end + 1;
+    }
+    c.batch_execute("FLUSH").await.expect("flush");
+    t.elapsed().as_secs_f64()
+}
+
+async fn timed(c: &Client, sql: &str) -> f64 {
+    let t = Instant::now();
+    c.simple_query(sql).await.expect("query");
+    t.elapsed().as_secs_f64()
+}
+
+#[tokio::main]
+async fn main() {
+    let rows: i64 = std::env::var("VIEW_BENCH_ROWS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10_000_000);
+    let server = harness::TestServer::start();
+    let c = server.connect().await;
+    c.batch_execute(&format!(
+        "CREATE TABLE base (k BIGINT, v BIGINT) APPEND ONLY; \
+         CREATE TABLE ev_agg (k BIGINT, v BIGINT) APPEND ONLY; \
+         CREATE TABLE ev_join (k BIGINT, v BIGINT) APPEND ONLY; \
+         CREATE TABLE dim (k BIGINT PRIMARY KEY, name TEXT); \
+         INSERT INTO dim SELECT value, 'name-' || CAST(value % 1000 AS TEXT) FROM generate_series(0, {})",
+        KEYS - 1
+    ))
+    .await
+    .expect("setup");
+
+    let baseline = ingest(&c, "base", rows).await;
+
+    let agg_query = "SELECT k, count(*) AS n, sum(v) AS s FROM ev_agg GROUP BY k";
+    c.batch_execute(&format!("CREATE MATERIALIZED VIEW agg AS {agg_query}"))
+        .await
+        .expect("view");
+    let with_agg = ingest(&c, "ev_agg", rows).await;
+    let one_shot_agg = timed(&c, agg_query).await;
+    let check = c
+        .query_one("SELECT count(*), sum(n) FROM agg", &[])
+        .await
+        .expect("check");
+    assert_eq!(check.get::<_, i64>(0), KEYS.min(rows));
+
+    let join_query = "SELECT d.name, count(*) AS n, sum(e.v) AS s FROM ev_join e JOIN dim d ON e.k = d.k GROUP BY d.name";
+    c.batch_execute(&format!("CREATE MATERIALIZED VIEW joined AS {join_query}"))
+        .await
+        .expect("view");
+    let with_join = ingest(&c, "ev_join", rows).await;
+    let one_shot_join = timed(&c, join_query).await;
+
+    let report = |name: &str, with: f64, one_shot: f64| {
+        let maintenance = (with - baseline).max(1e-9);
+        println!(
+            "| {name} | {rows} | {baseline:.1} s | {with:.1} s | {:.0} rows/s | {one_shot:.2} s | {:.1}x |",
+            rows as f64 / maintenance,
+            maintenance / one_shot
+        );
+    };
+    println!("| view | rows | ingest, no view | ingest + FLUSH, with view | maintenance | one-shot query | maintenance / one-shot |");
+    report("GROUP BY k (100k keys): count, sum", with_agg, one_shot_agg);
+    report("join with 100k-row table, GROUP BY name", with_join, one_shot_join);
+}
