@@ -92,7 +92,13 @@ async fn main() {
             maintenance / one_shot
         );
     };
-    println!("| view | rows | ingest, no view | ingest + FLUSH, with view | maintenance | one-shot query | maintenance / one-shot |");
+    println!(
+        "| view | rows | ingest, no view | ingest + FLUSH, with view | maintenance | one-shot query | maintenance / one-shot |"
+    );
     report("GROUP BY k (100k keys): count, sum", with_agg, one_shot_agg);
-    report("join with 100k-row table, GROUP BY name", with_join, one_shot_join);
+    report(
+        "join with 100k-row table, GROUP BY name",
+        with_join,
+        one_shot_join,
+    );
 }

@@ -47,7 +47,11 @@ async fn a_query_sees_all_views_at_one_epoch() {
     while Instant::now() < deadline {
         let r = query_text(&c, "SELECT a.n, b.n FROM a CROSS JOIN b").await;
         assert_eq!(r.len(), 1);
-        assert_eq!(r[0][0], r[0][1], "views read at different epochs: {:?}", r[0]);
+        assert_eq!(
+            r[0][0], r[0][1],
+            "views read at different epochs: {:?}",
+            r[0]
+        );
         if r[0][0] != last {
             moved += 1;
             last = r[0][0].clone();
@@ -60,7 +64,10 @@ async fn a_query_sees_all_views_at_one_epoch() {
     let r = query_text(&c, "SELECT a.n, b.n FROM a, b").await;
     assert_eq!(r[0][0], written.to_string());
     assert_eq!(r[0][1], written.to_string());
-    assert!(checks > 10 && moved > 2, "checks {checks}, changes seen {moved}");
+    assert!(
+        checks > 10 && moved > 2,
+        "checks {checks}, changes seen {moved}"
+    );
 }
 
 /// Creating a view over a large table reports progress while it backfills.
@@ -99,7 +106,9 @@ async fn long_backfill_reports_progress() {
     }
     if took > Duration::from_millis(1500) {
         assert!(
-            notices.iter().any(|n| n.contains("backfilling materialized view \"per_key\"")),
+            notices
+                .iter()
+                .any(|n| n.contains("backfilling materialized view \"per_key\"")),
             "a {took:?} backfill sent no progress: {notices:?}"
         );
     } else {

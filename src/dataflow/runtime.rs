@@ -29,6 +29,9 @@ const BACKFILL_CHUNK_ROWS: usize = 65_536;
 /// Messages drained into one epoch at most (bounds latency under load).
 const MAX_MESSAGES_PER_EPOCH: usize = 4096;
 
+/// Contents of views by OID, all at one epoch.
+pub type ViewContents = HashMap<u32, Arc<Vec<RecordBatch>>>;
+
 pub enum Msg {
     Changes { relation: u32, changelog: Changelog },
     Barrier(oneshot::Sender<u64>),
@@ -173,7 +176,7 @@ impl Dataflow {
     }
 
     /// Contents of the given views, all at one epoch.
-    pub fn snapshot(&self, views: &[u32]) -> Result<(u64, HashMap<u32, Arc<Vec<RecordBatch>>>)> {
+    pub fn snapshot(&self, views: &[u32]) -> Result<(u64, ViewContents)> {
         let p = self.published.read();
         let mut out = HashMap::new();
         for v in views {

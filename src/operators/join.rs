@@ -224,8 +224,8 @@ impl Operator for Join {
         let mut cand_pos: Vec<(usize, usize)> = Vec::new(); // (delta row, entry index in bucket)
         let mut cand_rows: Vec<&[u8]> = Vec::new();
         let mut cand_mult: Vec<i64> = Vec::new();
-        for i in 0..n {
-            if key_has_null[i] && !self.nulls_equal {
+        for (i, has_null) in key_has_null.iter().enumerate() {
+            if *has_null && !self.nulls_equal {
                 continue;
             }
             if let Some(bucket) = self.sides[other].index.get(key_of(i)) {

@@ -33,6 +33,9 @@ pub struct SortKey {
     pub options: SortOptions,
 }
 
+/// (sort key ++ row) -> (sort key length, multiplicity), in output order.
+type Partition = BTreeMap<Box<[u8]>, (u32, i64)>;
+
 pub struct TopN {
     partition_by: Vec<Arc<dyn PhysicalExpr>>,
     part_conv: RowConverter,
@@ -45,7 +48,7 @@ pub struct TopN {
     /// Append the 1-based row number within the partition as the last output column.
     row_number: bool,
     /// partition -> (sort key ++ row) -> (sort key length, multiplicity)
-    parts: HashMap<Box<[u8]>, BTreeMap<Box<[u8]>, (u32, i64)>>,
+    parts: HashMap<Box<[u8]>, Partition>,
     emitted: HashMap<Box<[u8]>, Vec<Box<[u8]>>>,
     dirty: HashSet<Box<[u8]>>,
     schema: SchemaRef,
