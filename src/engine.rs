@@ -27,7 +27,8 @@ use crate::sql::parser::{CreateTable, DropKind, Parsed, RelationKindFilter, Stat
 use crate::sql::types::SqlType;
 use crate::state::fjall_store::FjallStore;
 use crate::state::store::Store;
-use crate::state::table::{Change, append_only_error};
+use crate::plan::insert_values::literal_rows;
+use crate::state::table::{Change, TableStore, append_only_error};
 
 /// What a statement produced.
 pub enum Output {
@@ -352,19 +353,32 @@ impl Engine {
         q: &ast::Statement,
         params: Option<ParamValues>,
     ) -> Result<Output> {
-        if let ast::Statement::Insert(ins) = q
-            && ins.returning.is_some()
-        {
-            return Err(WeirError::not_supported(
-                "INSERT ... RETURNING is not supported",
-            ));
-        }
-        if let ast::Statement::Insert(ins) = q
-            && ins.on.is_some()
-        {
-            return Err(WeirError::not_supported(
-                "INSERT ... ON CONFLICT is not supported",
-            ));
+        if let ast::Statement::Insert(ins) = q {
+            if ins.returning.is_some() {
+                return Err(WeirError::not_supported(
+                    "INSERT ... RETURNING is not supported",
+                ));
+            }
+            if ins.on.is_some() {
+                return Err(WeirError::not_supported(
+                    "INSERT ... ON CONFLICT is not supported",
+                ));
+            }
+            // literal rows skip planning
+            if params.is_none()
+                && let ast::TableObject::TableName(n) = &ins.table
+                && let Some(entry) = crate::sql::parser::relation_name(n)
+                    .ok()
+                    .and_then(|n| self.catalog.get(&n))
+                && let Some(table) = entry.table.clone()
+            {
+                let _writer = table.writer.lock().await;
+                if let Some(batch) = literal_rows(ins, &entry.desc) {
+                    return self
+                        .apply(session, &table, Change::Insert(vec![batch]), "INSERT")
+                        .await;
+                }
+            }
         }
         let mut q = q.clone();
         self.normalize_insert_literals(&mut q);
@@ -384,7 +398,7 @@ impl Engine {
         let table = entry.table.clone().ok_or_else(|| {
             WeirError::new(
                 sqlstate::WRONG_OBJECT_TYPE,
-                format!("\"{name}\" is not a table"),
+                format!("cannot change materialized view \"{name}\""),
             )
         })?;
         let verb = match dml.op {
@@ -399,6 +413,17 @@ impl Engine {
         // one writer per table at a time: the rows a statement reads are the rows it changes
         let _writer = table.writer.lock().await;
         let change = plan_change(&session.ctx, &dml, &table).await?;
+        self.apply(session, &table, change, verb).await
+    }
+
+    /// Apply a change (the caller holds the table's writer lock) and keep its undo.
+    async fn apply(
+        &self,
+        session: &mut Session,
+        table: &Arc<TableStore>,
+        change: Change,
+        verb: &str,
+    ) -> Result<Output> {
         let t = table.clone();
         let applied = tokio::task::spawn_blocking(move || t.apply(change))
             .await

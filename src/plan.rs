@@ -3,4 +3,5 @@
 //! materialized views later).
 
 pub mod dml;
+pub mod insert_values;
 pub mod view;

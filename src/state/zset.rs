@@ -7,7 +7,7 @@
 //! (so the sum stays right if the matching insertion comes later), counted in
 //! [`ZSet::negative_rows`], and never shown by [`ZSet::to_batches`].
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use datafusion::arrow::array::Int64Array;
 use datafusion::arrow::datatypes::SchemaRef;
@@ -23,7 +23,7 @@ pub const BATCH_ROWS: usize = 8192;
 pub struct ZSet {
     schema: SchemaRef,
     conv: RowConverter,
-    rows: BTreeMap<Box<[u8]>, i64>,
+    rows: HashMap<Box<[u8]>, i64>,
     /// Sum of positive multiplicities.
     total: i64,
     negative: usize,
@@ -41,7 +41,7 @@ impl ZSet {
         Ok(ZSet {
             schema,
             conv,
-            rows: BTreeMap::new(),
+            rows: HashMap::new(),
             total: 0,
             negative: 0,
         })

@@ -1,0 +1,124 @@
+//! Fast path for `INSERT INTO t [(cols)] VALUES (literal, ...), ...`: the literals of each
+//! column become one string array cast to the column's type, columnar, without planning the
+//! statement. DataFusion's planner is slow on long VALUES lists (it formats every literal
+//! into expression names). Anything else (expressions, parameters, values a plain cast
+//! would not accept) returns `None` and takes the general path, which gives the same
+//! result or Postgres' error.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, StringArray, new_null_array};
+use datafusion::arrow::compute::{CastOptions, cast_with_options};
+use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::sql::sqlparser::ast;
+
+use crate::catalog::RelationDesc;
+use crate::catalog::rewrite::normalize_interval;
+use crate::sql::parser::normalize_ident;
+use crate::sql::types::SqlType;
+
+/// The text of a literal, `Some(None)` for NULL, `None` for anything else.
+fn literal(e: &ast::Expr) -> Option<Option<String>> {
+    match e {
+        ast::Expr::Value(v) => match &v.value {
+            ast::Value::Number(n, _) => Some(Some(n.clone())),
+            ast::Value::SingleQuotedString(s) => Some(Some(s.clone())),
+            ast::Value::Boolean(b) => Some(Some(b.to_string())),
+            ast::Value::Null => Some(None),
+            _ => None,
+        },
+        ast::Expr::UnaryOp {
+            op: ast::UnaryOperator::Minus,
+            expr,
+        } => match expr.as_ref() {
+            ast::Expr::Value(v) => match &v.value {
+                ast::Value::Number(n, _) => Some(Some(format!("-{n}"))),
+                _ => None,
+            },
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// A literal's text in the form arrow's cast parses for the column's type.
+fn adapt(text: String, ty: &SqlType) -> Option<String> {
+    match ty {
+        SqlType::Interval => Some(normalize_interval(&text).unwrap_or(text)),
+        // bytea literals take the general path (hex and escape forms)
+        SqlType::Bytea => None,
+        SqlType::Bool => match text.to_ascii_lowercase().as_str() {
+            "t" | "true" | "y" | "yes" | "on" | "1" => Some("true".into()),
+            "f" | "false" | "n" | "no" | "off" | "0" => Some("false".into()),
+            _ => None,
+        },
+        _ => Some(text),
+    }
+}
+
+pub fn literal_rows(ins: &ast::Insert, desc: &RelationDesc) -> Option<RecordBatch> {
+    let source = ins.source.as_ref()?;
+    if source.with.is_some() || source.order_by.is_some() || source.limit_clause.is_some() {
+        return None;
+    }
+    let ast::SetExpr::Values(values) = source.body.as_ref() else {
+        return None;
+    };
+    // target column positions, in the order the VALUES give them
+    let targets: Vec<usize> = if ins.columns.is_empty() {
+        (0..desc.columns.len()).collect()
+    } else {
+        ins.columns
+            .iter()
+            .map(|c| {
+                let id = c.0.last()?.as_ident()?;
+                let n = normalize_ident(id);
+                desc.columns.iter().position(|d| d.name == n)
+            })
+            .collect::<Option<Vec<_>>>()?
+    };
+    if values.rows.iter().any(|r| r.len() != targets.len()) || values.rows.is_empty() {
+        return None;
+    }
+    let n = values.rows.len();
+    let schema = desc.schema();
+    let mut columns: Vec<ArrayRef> = schema
+        .fields()
+        .iter()
+        .map(|f| new_null_array(f.data_type(), n))
+        .collect();
+    let options = CastOptions {
+        safe: true,
+        ..Default::default()
+    };
+    for (k, &col) in targets.iter().enumerate() {
+        let ty = &desc.columns[col].ty;
+        let mut texts: Vec<Option<String>> = Vec::with_capacity(n);
+        for row in &values.rows {
+            match literal(&row[k])? {
+                None => texts.push(None),
+                Some(t) => texts.push(Some(adapt(t, ty)?)),
+            }
+        }
+        let strings = StringArray::from(texts);
+        let target: &DataType = schema.field(col).data_type();
+        let cast = cast_with_options(&strings, target, &options).ok()?;
+        // a value the cast could not read: let the general path report it
+        if cast.null_count() != strings.null_count() {
+            return None;
+        }
+        columns[col] = cast;
+    }
+    RecordBatch::try_new(
+        Arc::new(datafusion::arrow::datatypes::Schema::new(
+            schema
+                .fields()
+                .iter()
+                .map(|f| f.as_ref().clone().with_nullable(true))
+                .collect::<Vec<_>>(),
+        )),
+        columns,
+    )
+    .ok()
+}
