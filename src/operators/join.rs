@@ -29,18 +29,21 @@ use crate::dataflow::changelog::Changelog;
 use crate::error::{Result, WeirError};
 use crate::operators::{Operator, evaluate, true_mask};
 
+#[derive(Clone, Copy)]
 struct Entry {
-    row: Box<[u8]>,
     mult: i64,
     /// Matching rows of the other side (weighted), kept where the side needs it.
     matches: i64,
 }
 
+/// The rows of one side with one key: row -> multiplicity and match count.
+type Bucket = HashMap<Box<[u8]>, Entry>;
+
 struct Side {
     schema: SchemaRef,
     keys: Vec<Arc<dyn PhysicalExpr>>,
     conv: RowConverter,
-    index: HashMap<Box<[u8]>, Vec<Entry>>,
+    index: HashMap<Box<[u8]>, Bucket>,
     rows: usize,
 }
 
@@ -219,24 +222,29 @@ impl Operator for Join {
         };
         let rows = self.sides[me].conv.convert_columns(batch.columns())?;
 
-        // candidate pairs: (delta row, other-side entry)
+        // candidate pairs: (delta row, other-side row); the other rows' bytes are copied
+        // into one buffer so the other side can be updated below
         let mut cand_delta: Vec<u32> = Vec::new();
-        let mut cand_pos: Vec<(usize, usize)> = Vec::new(); // (delta row, entry index in bucket)
-        let mut cand_rows: Vec<&[u8]> = Vec::new();
+        let mut cand_buf: Vec<u8> = Vec::new();
+        let mut cand_end: Vec<usize> = Vec::new();
         let mut cand_mult: Vec<i64> = Vec::new();
         for (i, has_null) in key_has_null.iter().enumerate() {
             if *has_null && !self.nulls_equal {
                 continue;
             }
             if let Some(bucket) = self.sides[other].index.get(key_of(i)) {
-                for (j, e) in bucket.iter().enumerate() {
+                for (row, e) in bucket {
                     cand_delta.push(i as u32);
-                    cand_pos.push((i, j));
-                    cand_rows.push(&e.row);
+                    cand_buf.extend_from_slice(row);
+                    cand_end.push(cand_buf.len());
                     cand_mult.push(e.mult);
                 }
             }
         }
+        let cand_row = |k: usize| -> &[u8] {
+            let start = if k == 0 { 0 } else { cand_end[k - 1] };
+            &cand_buf[start..cand_end[k]]
+        };
 
         let mut out: Vec<Changelog> = Vec::new();
         let mut delta_matches = vec![0i64; n];
@@ -248,7 +256,7 @@ impl Operator for Join {
             let parser = self.sides[other].conv.parser();
             let theirs = self.sides[other]
                 .conv
-                .convert_rows(cand_rows.iter().map(|r| parser.parse(r)))?;
+                .convert_rows((0..cand_delta.len()).map(|k| parser.parse(cand_row(k))))?;
             let (left_cols, right_cols) = if me == 0 {
                 (mine, theirs)
             } else {
@@ -300,21 +308,23 @@ impl Operator for Join {
         {
             let filtering = self.filtering();
             let preserved_other = self.preserved(other);
-            for (k, (i, j)) in cand_pos.iter().enumerate() {
+            for k in 0..cand_delta.len() {
                 if !passing[k] {
                     continue;
                 }
-                delta_matches[*i] += cand_mult[k];
+                let i = cand_delta[k] as usize;
+                delta_matches[i] += cand_mult[k];
                 if !track_other {
                     continue;
                 }
-                let bucket = self.sides[other]
+                let row = cand_row(k);
+                let e = self.sides[other]
                     .index
-                    .get_mut(key_of(*i))
-                    .expect("candidate bucket exists");
-                let e = &mut bucket[*j];
+                    .get_mut(key_of(i))
+                    .and_then(|b| b.get_mut(row))
+                    .expect("candidate row is in the other side's state");
                 let before = e.matches;
-                e.matches += weights[*i];
+                e.matches += weights[i];
                 let after = e.matches;
                 if (before == 0) == (after == 0) {
                     continue;
@@ -339,7 +349,7 @@ impl Operator for Join {
                     None => 0,
                 };
                 if w != 0 {
-                    flips.push((e.row.clone(), w));
+                    flips.push((row.into(), w));
                 }
             }
         }
@@ -384,30 +394,36 @@ impl Operator for Join {
         let side = &mut self.sides[me];
         for i in 0..n {
             let w = weights[i];
-            let bucket = side.index.entry(key_of(i).into()).or_default();
+            let key = key_of(i);
             let row = rows.row(i).data();
-            match bucket.iter().position(|e| &*e.row == row) {
-                Some(p) => {
-                    bucket[p].mult += w;
+            let bucket = match side.index.get_mut(key) {
+                Some(b) => b,
+                None => side.index.entry(key.into()).or_default(),
+            };
+            match bucket.get_mut(row) {
+                Some(e) => {
+                    e.mult += w;
                     if track_me {
-                        bucket[p].matches = delta_matches[i];
+                        e.matches = delta_matches[i];
                     }
-                    if bucket[p].mult == 0 {
-                        bucket.swap_remove(p);
+                    if e.mult == 0 {
+                        bucket.remove(row);
                         side.rows -= 1;
                     }
                 }
                 None => {
-                    bucket.push(Entry {
-                        row: row.into(),
-                        mult: w,
-                        matches: if track_me { delta_matches[i] } else { 0 },
-                    });
+                    bucket.insert(
+                        row.into(),
+                        Entry {
+                            mult: w,
+                            matches: if track_me { delta_matches[i] } else { 0 },
+                        },
+                    );
                     side.rows += 1;
                 }
             }
             if bucket.is_empty() {
-                side.index.remove(key_of(i));
+                side.index.remove(key);
             }
         }
         Ok(out)
