@@ -38,7 +38,7 @@ use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 
 use crate::dataflow::changelog::Changelog;
 use crate::error::{Result, WeirError};
-use crate::operators::{Operator, evaluate, true_mask};
+use crate::operators::{FastMap, Operator, evaluate, true_mask};
 
 /// One aggregate of the operator, as lowered from the logical plan.
 pub struct AggSpec {
@@ -124,7 +124,7 @@ pub struct Aggregate {
     group_exprs: Vec<Arc<dyn PhysicalExpr>>,
     group_text: String,
     group_conv: RowConverter,
-    groups: HashMap<Box<[u8]>, u32>,
+    groups: FastMap<Box<[u8]>, u32>,
     keys: Vec<Box<[u8]>>,
     row_counts: Vec<i64>,
     emitted: Vec<Option<Box<[u8]>>>,
@@ -172,7 +172,7 @@ impl Aggregate {
             group_exprs,
             group_text,
             group_conv,
-            groups: HashMap::new(),
+            groups: FastMap::default(),
             keys: Vec::new(),
             row_counts: Vec::new(),
             emitted: Vec::new(),

@@ -12,7 +12,6 @@
 //! - watermark: not used here (the interval join for streams is its own operator).
 //! - checkpoint: both sides' row tables.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
@@ -27,7 +26,7 @@ use datafusion::physical_expr::PhysicalExpr;
 
 use crate::dataflow::changelog::Changelog;
 use crate::error::{Result, WeirError};
-use crate::operators::{Operator, evaluate, true_mask};
+use crate::operators::{FastMap, Operator, evaluate, true_mask};
 
 #[derive(Clone, Copy)]
 struct Entry {
@@ -37,13 +36,13 @@ struct Entry {
 }
 
 /// The rows of one side with one key: row -> multiplicity and match count.
-type Bucket = HashMap<Box<[u8]>, Entry>;
+type Bucket = FastMap<Box<[u8]>, Entry>;
 
 struct Side {
     schema: SchemaRef,
     keys: Vec<Arc<dyn PhysicalExpr>>,
     conv: RowConverter,
-    index: HashMap<Box<[u8]>, Bucket>,
+    index: FastMap<Box<[u8]>, Bucket>,
     rows: usize,
 }
 
@@ -97,7 +96,7 @@ impl Join {
                 )?,
                 schema,
                 keys,
-                index: HashMap::new(),
+                index: FastMap::default(),
                 rows: 0,
             })
         };

@@ -25,7 +25,7 @@ use datafusion::physical_expr::PhysicalExpr;
 
 use crate::dataflow::changelog::Changelog;
 use crate::error::Result;
-use crate::operators::{Operator, evaluate};
+use crate::operators::{FastMap, Operator, evaluate};
 
 pub struct SortKey {
     pub expr: Arc<dyn PhysicalExpr>,
@@ -48,7 +48,7 @@ pub struct TopN {
     /// Append the 1-based row number within the partition as the last output column.
     row_number: bool,
     /// partition -> (sort key ++ row) -> (sort key length, multiplicity)
-    parts: HashMap<Box<[u8]>, Partition>,
+    parts: FastMap<Box<[u8]>, Partition>,
     emitted: HashMap<Box<[u8]>, Vec<Box<[u8]>>>,
     dirty: HashSet<Box<[u8]>>,
     schema: SchemaRef,
@@ -91,7 +91,7 @@ impl TopN {
             skip,
             fetch,
             row_number,
-            parts: HashMap::new(),
+            parts: FastMap::default(),
             emitted: HashMap::new(),
             dirty: HashSet::new(),
             schema,

@@ -7,7 +7,6 @@
 //! (so the sum stays right if the matching insertion comes later), counted in
 //! [`ZSet::negative_rows`], and never shown by [`ZSet::to_batches`].
 
-use std::collections::HashMap;
 
 use datafusion::arrow::array::Int64Array;
 use datafusion::arrow::datatypes::SchemaRef;
@@ -16,6 +15,7 @@ use datafusion::arrow::row::{RowConverter, SortField};
 
 use crate::dataflow::changelog::Changelog;
 use crate::error::Result;
+use crate::operators::FastMap;
 
 /// Rows per batch handed out by snapshots.
 pub const BATCH_ROWS: usize = 8192;
@@ -23,7 +23,7 @@ pub const BATCH_ROWS: usize = 8192;
 pub struct ZSet {
     schema: SchemaRef,
     conv: RowConverter,
-    rows: HashMap<Box<[u8]>, i64>,
+    rows: FastMap<Box<[u8]>, i64>,
     /// Sum of positive multiplicities.
     total: i64,
     negative: usize,
@@ -41,7 +41,7 @@ impl ZSet {
         Ok(ZSet {
             schema,
             conv,
-            rows: HashMap::new(),
+            rows: FastMap::default(),
             total: 0,
             negative: 0,
         })
@@ -76,7 +76,8 @@ impl ZSet {
         }
         let rows = self.conv.convert_columns(cl.data.columns())?;
         // consolidate within the batch first: fewer map operations for -x/+x pairs
-        let mut deltas: HashMap<&[u8], i64> = HashMap::with_capacity(rows.num_rows());
+        let mut deltas: FastMap<&[u8], i64> =
+            FastMap::with_capacity_and_hasher(rows.num_rows(), Default::default());
         for (i, w) in cl.weights.values().iter().enumerate() {
             *deltas.entry(rows.row(i).data()).or_default() += *w;
         }
