@@ -41,6 +41,9 @@ pub struct WatermarkDesc {
     pub column: String,
     /// SQL text of the watermark expression.
     pub expr: String,
+    /// The watermark trails the largest event time seen by this much.
+    #[serde(default)]
+    pub delay_us: i64,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -92,6 +95,9 @@ pub struct RelationDesc {
     /// `WITH (...)` options of a view.
     #[serde(default)]
     pub options: Vec<(String, String)>,
+    /// `EMIT ON WINDOW CLOSE`.
+    #[serde(default)]
+    pub emit_on_window_close: bool,
 }
 
 impl RelationDesc {
@@ -198,6 +204,12 @@ impl Catalog {
         if !desc.kind.is_table() {
             return Ok(None);
         }
+        let watermark = desc.watermark.as_ref().and_then(|w| {
+            desc.columns
+                .iter()
+                .position(|c| c.name == w.column)
+                .map(|i| (i, w.delay_us))
+        });
         Ok(Some(Arc::new(TableStore::open(
             desc.oid,
             &desc.name,
@@ -205,6 +217,7 @@ impl Catalog {
             desc.columns.iter().map(|c| c.ty.clone()).collect(),
             desc.table_kind(),
             store.clone(),
+            watermark,
         )?)))
     }
 

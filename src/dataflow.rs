@@ -4,4 +4,5 @@
 
 pub mod changelog;
 pub mod graph;
+pub mod late;
 pub mod runtime;

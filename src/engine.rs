@@ -21,13 +21,13 @@ use crate::catalog::{Catalog, ColumnDesc, RelationDesc, RelationKind, WatermarkD
 use crate::dataflow::runtime::Dataflow;
 use crate::error::{Result, WeirError, sqlstate};
 use crate::plan::dml::plan_change;
+use crate::plan::insert_values::literal_rows;
 use crate::server::session::{Session, canonical_name};
 use crate::serving::{PinnedViews, session_context};
 use crate::sql::parser::{CreateTable, DropKind, Parsed, RelationKindFilter, Statement};
 use crate::sql::types::SqlType;
 use crate::state::fjall_store::FjallStore;
 use crate::state::store::Store;
-use crate::plan::insert_values::literal_rows;
 use crate::state::table::{Change, TableStore, append_only_error};
 
 /// What a statement produced.
@@ -121,7 +121,11 @@ impl Engine {
 
     async fn plan_ast(&self, session: &Session, stmt: &ast::Statement) -> Result<LogicalPlan> {
         let mut stmt = stmt.clone();
-        rewrite_statement(&mut stmt);
+        if rewrite_statement(&mut stmt)?.session_windows {
+            return Err(WeirError::not_supported(
+                "SESSION windows can be used in materialized views only",
+            ));
+        }
         let state = session.ctx.state();
         Ok(state
             .statement_to_plan(DfParserStatement::Statement(Box::new(stmt)))
@@ -590,6 +594,7 @@ impl Engine {
                 Some(WatermarkDesc {
                     column: w.column.clone(),
                     expr: w.expr.to_string(),
+                    delay_us: crate::sql::time::watermark_delay(&w.column, &w.expr)?,
                 })
             }
         };
@@ -619,6 +624,7 @@ impl Engine {
                 query: None,
                 dependencies: vec![],
                 options: vec![],
+                emit_on_window_close: false,
             })
         })?;
         if created {

@@ -41,6 +41,11 @@ pub trait Operator: Send {
     /// Changes arriving on input `port` (0 for single-input operators; 0 = left and
     /// 1 = right for joins). Returns the changes to emit now.
     fn on_changes(&mut self, port: usize, input: Changelog) -> Result<Vec<Changelog>>;
+    /// The event-time watermark of the input advanced to `watermark` (µs): close windows,
+    /// free state that no admitted row can change any more.
+    fn on_watermark(&mut self, _watermark: i64) -> Result<Vec<Changelog>> {
+        Ok(Vec::new())
+    }
     /// End of an epoch: emit what was held back to consolidate within the epoch.
     fn on_epoch_end(&mut self) -> Result<Vec<Changelog>> {
         Ok(Vec::new())

@@ -25,6 +25,8 @@ use crate::dataflow::runtime::Dataflow;
 use crate::state::table::TableStore;
 
 pub const DEFAULT_SCHEMA: &str = "public";
+/// Marks the lookup side of a temporal join (`FOR SYSTEM_TIME AS OF PROCTIME()`).
+pub const TEMPORAL_PREFIX: &str = "__weir_temporal__";
 
 /// View contents pinned for the query being planned: every view a query reads is taken at
 /// one epoch (see `Dataflow::snapshot`).
@@ -84,6 +86,7 @@ pub fn session_context(
         }),
     );
     functions::register(&ctx, catalog);
+    crate::sql::windows::register(&ctx);
     ctx
 }
 
@@ -138,6 +141,9 @@ impl SchemaProvider for PublicSchema {
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        // `t FOR SYSTEM_TIME AS OF PROCTIME()` (see sql::parser::preprocess): a query reads t
+        // as it is now
+        let name = name.strip_prefix(TEMPORAL_PREFIX).unwrap_or(name);
         if let Some(entry) = self.catalog.get(name) {
             if let Some(table) = &entry.table {
                 return Ok(Some(Arc::new(TableScanProvider {

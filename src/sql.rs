@@ -2,4 +2,6 @@
 //! syntax) and the SQL type system.
 
 pub mod parser;
+pub mod time;
 pub mod types;
+pub mod windows;

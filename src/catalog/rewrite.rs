@@ -28,25 +28,53 @@ pub fn display_column_name(name: &str) -> &str {
     name.split(DUPLICATE_NAME_MARKER).next().unwrap_or(name)
 }
 
-pub fn rewrite_statement(stmt: &mut ast::Statement) {
-    let _ = stmt.visit(&mut PgRewriter);
+/// What a rewrite found.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RewriteInfo {
+    /// A SESSION window was used (only materialized views can run it).
+    pub session_windows: bool,
 }
 
-pub fn rewrite_query(q: &mut ast::Query) {
-    let _ = q.visit(&mut PgRewriter);
+pub fn rewrite_statement(stmt: &mut ast::Statement) -> crate::error::Result<RewriteInfo> {
+    let mut r = PgRewriter::default();
+    if let ControlFlow::Break(e) = stmt.visit(&mut r) {
+        return Err(e);
+    }
+    Ok(r.info)
 }
 
-struct PgRewriter;
+pub fn rewrite_query(q: &mut ast::Query) -> crate::error::Result<RewriteInfo> {
+    let mut r = PgRewriter::default();
+    if let ControlFlow::Break(e) = q.visit(&mut r) {
+        return Err(e);
+    }
+    Ok(r.info)
+}
+
+#[derive(Default)]
+struct PgRewriter {
+    info: RewriteInfo,
+}
 
 impl VisitorMut for PgRewriter {
-    type Break = ();
+    type Break = crate::error::WeirError;
 
-    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+    fn post_visit_table_factor(&mut self, tf: &mut ast::TableFactor) -> ControlFlow<Self::Break> {
+        match crate::sql::windows::rewrite_table_factor(tf) {
+            Ok(session) => {
+                self.info.session_windows |= session;
+                ControlFlow::Continue(())
+            }
+            Err(e) => ControlFlow::Break(e),
+        }
+    }
+
+    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<Self::Break> {
         rewrite_expr(expr);
         ControlFlow::Continue(())
     }
 
-    fn post_visit_select(&mut self, select: &mut ast::Select) -> ControlFlow<()> {
+    fn post_visit_select(&mut self, select: &mut ast::Select) -> ControlFlow<Self::Break> {
         name_select_items(&mut select.projection);
         ControlFlow::Continue(())
     }

@@ -3,22 +3,50 @@
 //! is a topological order, and an epoch runs each node once, in that order.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
+use datafusion::arrow::array::{Array, BooleanArray, TimestampMicrosecondArray};
+use datafusion::arrow::compute::filter_record_batch;
 use datafusion::arrow::datatypes::SchemaRef;
 
 use crate::dataflow::changelog::Changelog;
+use crate::dataflow::late::LateLog;
 use crate::error::Result;
-use crate::operators::Operator;
+use crate::operators::{Operator, filter_changelog};
 
 pub type NodeId = usize;
+
+/// A source's change with the event-time watermark in force when it arrived.
+#[derive(Clone)]
+pub struct SourceBatch {
+    pub changelog: Changelog,
+    pub watermark_before: Option<i64>,
+}
+
+/// Which rows of a watermarked source a view admits: event time >= watermark at arrival
+/// minus the allowed lateness. The others are dropped and logged.
+pub struct LatePolicy {
+    pub ts_col: usize,
+    pub lateness_us: i64,
+    pub view: String,
+    pub log: Arc<LateLog>,
+}
 
 pub enum NodeKind {
     /// Changes of a relation (table or view), by OID.
     Source {
         relation: u32,
         name: String,
+        late: Option<LatePolicy>,
     },
     Operator(Box<dyn Operator>),
+}
+
+/// What one epoch of a graph produced.
+pub struct EpochOutput {
+    pub changes: Vec<Changelog>,
+    /// The output's event-time watermark (the minimum over its inputs that have one).
+    pub watermark: Option<i64>,
 }
 
 pub struct Node {
@@ -31,6 +59,8 @@ pub struct Node {
 pub struct Graph {
     pub nodes: Vec<Node>,
     pub output: NodeId,
+    /// Each node's output watermark so far (monotone).
+    watermarks: Vec<Option<i64>>,
 }
 
 impl Graph {
@@ -38,6 +68,7 @@ impl Graph {
         Graph {
             nodes: Vec::new(),
             output: 0,
+            watermarks: Vec::new(),
         }
     }
 
@@ -48,6 +79,7 @@ impl Graph {
             inputs,
             schema,
         });
+        self.watermarks.push(None);
         self.nodes.len() - 1
     }
 
@@ -76,9 +108,26 @@ impl Graph {
             .sum()
     }
 
-    /// Run one epoch: the given changes of source relations in, the change of the output
-    /// relation out.
-    pub fn run_epoch(&mut self, inputs: &HashMap<u32, Vec<Changelog>>) -> Result<Vec<Changelog>> {
+    /// Set the admission policy of the sources that read `relation`.
+    pub fn set_late_policy(&mut self, relation: u32, make: impl Fn() -> LatePolicy) {
+        for n in self.nodes.iter_mut() {
+            if let NodeKind::Source {
+                relation: r, late, ..
+            } = &mut n.kind
+                && *r == relation
+            {
+                *late = Some(make());
+            }
+        }
+    }
+
+    /// Run one epoch: the given changes of source relations in (with the watermarks the
+    /// sources have after them), the change of the output relation out.
+    pub fn run_epoch(
+        &mut self,
+        inputs: &HashMap<u32, Vec<SourceBatch>>,
+        watermarks: &HashMap<u32, i64>,
+    ) -> Result<EpochOutput> {
         let n = self.nodes.len();
         let mut consumers: Vec<Vec<(NodeId, usize)>> = vec![Vec::new(); n];
         for (id, node) in self.nodes.iter().enumerate() {
@@ -93,9 +142,30 @@ impl Graph {
             .collect();
         let mut result = Vec::new();
         for id in 0..n {
+            // this node's watermark: its source's, or the least of its inputs'
+            let wm = match &self.nodes[id].kind {
+                NodeKind::Source { relation, .. } => watermarks.get(relation).copied(),
+                NodeKind::Operator(_) => self.nodes[id]
+                    .inputs
+                    .iter()
+                    .filter_map(|i| self.watermarks[*i])
+                    .min(),
+            };
+            let advanced = match (wm, self.watermarks[id]) {
+                (Some(w), Some(old)) if w > old => Some(w),
+                (Some(w), None) => Some(w),
+                _ => None,
+            };
+            if let Some(w) = advanced {
+                self.watermarks[id] = Some(w);
+            }
             let outputs: Vec<Changelog> = match &mut self.nodes[id].kind {
-                NodeKind::Source { relation, .. } => {
-                    inputs.get(relation).cloned().unwrap_or_default()
+                NodeKind::Source { relation, late, .. } => {
+                    let mut outs = Vec::new();
+                    for b in inputs.get(relation).map(|v| v.as_slice()).unwrap_or(&[]) {
+                        outs.push(admit(late.as_ref(), b)?);
+                    }
+                    outs
                 }
                 NodeKind::Operator(op) => {
                     let mut outs = Vec::new();
@@ -113,6 +183,9 @@ impl Graph {
                         };
                         outs.extend(op.on_changes(port, input)?);
                     }
+                    if let Some(w) = advanced {
+                        outs.extend(op.on_watermark(w)?);
+                    }
                     outs.extend(op.on_epoch_end()?);
                     outs
                 }
@@ -125,7 +198,10 @@ impl Graph {
                 pending[*consumer][*port].extend(outputs.iter().cloned());
             }
         }
-        Ok(result)
+        Ok(EpochOutput {
+            changes: result,
+            watermark: self.watermarks[self.output],
+        })
     }
 
     /// The graph, one operator per line, outputs first (EXPLAIN).
@@ -138,7 +214,13 @@ impl Graph {
     fn explain_node(&self, id: NodeId, depth: usize, lines: &mut Vec<String>) {
         let node = &self.nodes[id];
         let text = match &node.kind {
-            NodeKind::Source { name, .. } => format!("Source: {name}"),
+            NodeKind::Source { name, late, .. } => match late {
+                Some(l) => format!(
+                    "Source: {name} (admits event time >= watermark - {}us)",
+                    l.lateness_us
+                ),
+                None => format!("Source: {name}"),
+            },
             NodeKind::Operator(op) => {
                 let d = op.details();
                 if d.is_empty() {
@@ -153,6 +235,38 @@ impl Graph {
             self.explain_node(*i, depth + 1, lines);
         }
     }
+}
+
+/// The rows of a source batch a view admits; the others are logged as late.
+fn admit(policy: Option<&LatePolicy>, b: &SourceBatch) -> Result<Changelog> {
+    let (Some(p), Some(wm)) = (policy, b.watermark_before) else {
+        return Ok(b.changelog.clone());
+    };
+    let Some(ts) = b
+        .changelog
+        .data
+        .column(p.ts_col)
+        .as_any()
+        .downcast_ref::<TimestampMicrosecondArray>()
+    else {
+        return Ok(b.changelog.clone());
+    };
+    let bound = wm.saturating_sub(p.lateness_us);
+    // NULL event times belong to no window and are never late
+    let keep: BooleanArray = (0..ts.len())
+        .map(|i| Some(ts.is_null(i) || ts.value(i) >= bound))
+        .collect();
+    if keep.true_count() == keep.len() {
+        return Ok(b.changelog.clone());
+    }
+    let dropped_mask: BooleanArray = keep.iter().map(|k| k.map(|v| !v)).collect();
+    let dropped = filter_record_batch(&b.changelog.data, &dropped_mask)?;
+    let times: Vec<Option<i64>> = (0..ts.len())
+        .filter(|i| !keep.value(*i))
+        .map(|i| Some(ts.value(i)))
+        .collect();
+    p.log.record(&p.view, &dropped, &times, wm);
+    filter_changelog(&b.changelog, &keep)
 }
 
 impl Default for Graph {

@@ -20,7 +20,8 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{error, info};
 
 use crate::dataflow::changelog::Changelog;
-use crate::dataflow::graph::Graph;
+use crate::dataflow::graph::{Graph, SourceBatch};
+use crate::dataflow::late::LateLog;
 use crate::error::{Result, WeirError};
 use crate::state::zset::ZSet;
 
@@ -33,10 +34,19 @@ const MAX_MESSAGES_PER_EPOCH: usize = 4096;
 pub type ViewContents = HashMap<u32, Arc<Vec<RecordBatch>>>;
 
 pub enum Msg {
-    Changes { relation: u32, changelog: Changelog },
+    Changes {
+        relation: u32,
+        changelog: Changelog,
+        /// The relation's event-time watermark when the change arrived, and after it.
+        watermark_before: Option<i64>,
+        watermark_after: Option<i64>,
+    },
     Barrier(oneshot::Sender<u64>),
     Create(Box<CreateView>),
-    Drop { oid: u32, done: oneshot::Sender<()> },
+    Drop {
+        oid: u32,
+        done: oneshot::Sender<()>,
+    },
 }
 
 /// A view to start maintaining, with the contents of the tables it reads taken at the
@@ -47,6 +57,9 @@ pub struct CreateView {
     pub graph: Graph,
     pub schema: SchemaRef,
     pub tables: Vec<(u32, Arc<Vec<RecordBatch>>)>,
+    /// (event-time column, watermark delay) of the tables that declare a watermark: the
+    /// backfill replays their batches in arrival order with the watermark each met.
+    pub watermark_specs: HashMap<u32, (usize, i64)>,
     /// Progress lines for the client, sent while a long backfill runs.
     pub progress: Option<mpsc::UnboundedSender<String>>,
     pub done: oneshot::Sender<Result<()>>,
@@ -104,6 +117,7 @@ pub struct Dataflow {
     /// Relations read by some view (their writes must be sent here), with how many views.
     observed: RwLock<HashMap<u32, usize>>,
     stats: Arc<Mutex<HashMap<u32, usize>>>,
+    pub late: Arc<LateLog>,
 }
 
 impl Dataflow {
@@ -119,6 +133,7 @@ impl Dataflow {
             graphs: BTreeMap::new(),
             published: published.clone(),
             stats: stats.clone(),
+            watermarks: HashMap::new(),
         };
         std::thread::Builder::new()
             .name("weir-dataflow".into())
@@ -129,6 +144,7 @@ impl Dataflow {
             published,
             observed: RwLock::new(HashMap::new()),
             stats,
+            late: Arc::new(LateLog::default()),
         })
     }
 
@@ -236,13 +252,21 @@ fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
 struct Sink(mpsc::Sender<Msg>);
 
 impl crate::state::table::ChangeSink for Sink {
-    fn send(&self, relation: u32, changelog: &Changelog) {
+    fn send(
+        &self,
+        relation: u32,
+        changelog: &Changelog,
+        watermark_before: Option<i64>,
+        watermark_after: Option<i64>,
+    ) {
         // blocking: this is the writer's backpressure when views fall behind
         if self
             .0
             .blocking_send(Msg::Changes {
                 relation,
                 changelog: changelog.clone(),
+                watermark_before,
+                watermark_after,
             })
             .is_err()
         {
@@ -259,6 +283,8 @@ struct Worker {
     graphs: BTreeMap<u32, ViewRuntime>,
     published: Arc<RwLock<Published>>,
     stats: Arc<Mutex<HashMap<u32, usize>>>,
+    /// Latest event-time watermark of each relation (tables and views) that has one.
+    watermarks: HashMap<u32, i64>,
 }
 
 impl Worker {
@@ -271,14 +297,25 @@ impl Worker {
                     Err(_) => break,
                 }
             }
-            let mut pending: HashMap<u32, Vec<Changelog>> = HashMap::new();
+            let mut pending: HashMap<u32, Vec<SourceBatch>> = HashMap::new();
             let mut barriers = Vec::new();
             for m in msgs {
                 match m {
                     Msg::Changes {
                         relation,
                         changelog,
-                    } => pending.entry(relation).or_default().push(changelog),
+                        watermark_before,
+                        watermark_after,
+                    } => {
+                        pending.entry(relation).or_default().push(SourceBatch {
+                            changelog,
+                            watermark_before,
+                        });
+                        if let Some(w) = watermark_after {
+                            let e = self.watermarks.entry(relation).or_insert(w);
+                            *e = (*e).max(w);
+                        }
+                    }
                     Msg::Barrier(tx) => barriers.push(tx),
                     Msg::Create(c) => {
                         self.epoch(std::mem::take(&mut pending));
@@ -302,7 +339,7 @@ impl Worker {
     }
 
     /// Run one epoch over the given source changes and publish the views' new contents.
-    fn epoch(&mut self, mut inputs: HashMap<u32, Vec<Changelog>>) {
+    fn epoch(&mut self, mut inputs: HashMap<u32, Vec<SourceBatch>>) {
         if inputs.is_empty() {
             return;
         }
@@ -320,15 +357,28 @@ impl Worker {
             if failed.contains(oid) || !rt.graph.sources().iter().any(|s| inputs.contains_key(s)) {
                 continue;
             }
+            let watermarks = &self.watermarks;
             let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                rt.graph.run_epoch(&inputs)
+                rt.graph.run_epoch(&inputs, watermarks)
             }))
             .unwrap_or_else(|p| Err(WeirError::internal(panic_message(&p))));
             match run {
                 Ok(out) => {
-                    if !out.is_empty() {
-                        inputs.insert(*oid, out.clone());
-                        deltas.push((*oid, out));
+                    if let Some(w) = out.watermark {
+                        self.watermarks.insert(*oid, w);
+                    }
+                    if !out.changes.is_empty() {
+                        inputs.insert(
+                            *oid,
+                            out.changes
+                                .iter()
+                                .map(|c| SourceBatch {
+                                    changelog: c.clone(),
+                                    watermark_before: None,
+                                })
+                                .collect(),
+                        );
+                        deltas.push((*oid, out.changes));
                     }
                 }
                 Err(e) => {
@@ -373,16 +423,38 @@ impl Worker {
             mut graph,
             schema,
             tables,
+            watermark_specs,
             progress,
             done,
         } = c;
+        let mut final_watermarks: HashMap<u32, i64> = HashMap::new();
         let build = || -> Result<ZSet> {
-            // inputs as they are now: tables from the snapshots taken with this message,
-            // views from their published contents
-            let mut inputs: Vec<(u32, Changelog)> = Vec::new();
+            // inputs as they are now: tables from the snapshots taken with this message (in
+            // arrival order, each batch with the watermark it met), views from their
+            // published contents
+            let mut inputs: Vec<(u32, SourceBatch, Option<i64>)> = Vec::new();
             for (rel, batches) in &tables {
+                let mut wm: Option<i64> = None;
                 for b in batches.iter() {
-                    inputs.push((*rel, Changelog::inserts(b.clone())));
+                    let before = wm;
+                    if let Some((col, delay)) = watermark_specs.get(rel)
+                        && let Some(ts) = b
+                            .column(*col)
+                            .as_any()
+                            .downcast_ref::<datafusion::arrow::array::TimestampMicrosecondArray>(
+                        )
+                        && let Some(m) = datafusion::arrow::compute::max(ts)
+                    {
+                        wm = Some(wm.map_or(m - delay, |w| w.max(m - delay)));
+                    }
+                    inputs.push((
+                        *rel,
+                        SourceBatch {
+                            changelog: Changelog::inserts(b.clone()),
+                            watermark_before: before,
+                        },
+                        wm,
+                    ));
                 }
             }
             {
@@ -399,34 +471,46 @@ impl Worker {
                     if let Some(e) = &d.failed {
                         return Err(WeirError::new("XX000", e.clone()));
                     }
+                    let wm = self.watermarks.get(&rel).copied();
                     for cl in d.contents.to_changelogs()? {
-                        inputs.push((rel, cl));
+                        inputs.push((
+                            rel,
+                            SourceBatch {
+                                changelog: cl,
+                                watermark_before: None,
+                            },
+                            wm,
+                        ));
                     }
                 }
             }
-            let total: usize = inputs.iter().map(|(_, c)| c.len()).sum();
+            let total: usize = inputs.iter().map(|(_, b, _)| b.changelog.len()).sum();
             let mut contents = ZSet::new(schema.clone())?;
             let started = Instant::now();
             let mut last_report = started;
             let mut done_rows = 0usize;
-            // one epoch with no input first: global aggregates emit their initial row
-            let mut chunk: HashMap<u32, Vec<Changelog>> = HashMap::new();
+            let mut chunk: HashMap<u32, Vec<SourceBatch>> = HashMap::new();
             let mut chunk_rows = 0usize;
+            let mut wms: HashMap<u32, i64> = HashMap::new();
             let mut iter = inputs.into_iter().peekable();
             loop {
                 let next = iter.next();
                 let at_end = next.is_none();
-                if let Some((rel, cl)) = next {
-                    chunk_rows += cl.len();
-                    chunk.entry(rel).or_default().push(cl);
+                if let Some((rel, b, wm_after)) = next {
+                    chunk_rows += b.changelog.len();
+                    chunk.entry(rel).or_default().push(b);
+                    if let Some(w) = wm_after {
+                        wms.insert(rel, w);
+                    }
                 }
+                // the first epoch runs even without input: global aggregates and constants
+                // emit their initial rows
                 if chunk_rows >= BACKFILL_CHUNK_ROWS || at_end {
-                    // an empty map still runs every operator's epoch end
                     let mut feed = std::mem::take(&mut chunk);
                     for s in graph.sources() {
                         feed.entry(s).or_default();
                     }
-                    for cl in graph.run_epoch(&feed)? {
+                    for cl in graph.run_epoch(&feed, &wms)?.changes {
                         contents.apply(&cl)?;
                     }
                     done_rows += chunk_rows;
@@ -448,10 +532,15 @@ impl Worker {
             if started.elapsed() > Duration::from_secs(1) {
                 info!(view = %name, rows = total, secs = started.elapsed().as_secs_f64(), "backfill done");
             }
+            final_watermarks = wms;
             Ok(contents)
         };
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(build))
             .unwrap_or_else(|p| Err(WeirError::internal(panic_message(&p))));
+        for (rel, w) in final_watermarks {
+            let e = self.watermarks.entry(rel).or_insert(w);
+            *e = (*e).max(w);
+        }
         match result {
             Ok(contents) => {
                 let mut p = self.published.write();

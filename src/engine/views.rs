@@ -19,7 +19,7 @@ use crate::dataflow::graph::Graph;
 use crate::dataflow::runtime::{CreateView as CreateMsg, Msg};
 use crate::engine::{Engine, Output};
 use crate::error::{Result, WeirError, sqlstate};
-use crate::plan::view::{Lowering, check_deterministic};
+use crate::plan::view::{Lowering, WindowOptions, check_deterministic};
 use crate::server::session::Session;
 use crate::sql::parser::CreateView;
 use crate::sql::types::field_sql_type;
@@ -30,10 +30,14 @@ impl Engine {
     pub(crate) async fn plan_view(
         &self,
         session: &Session,
+        name: &str,
         query: &ast::Query,
+        options: &[(String, String)],
+        emit_on_window_close: bool,
     ) -> Result<(Graph, Vec<ColumnDesc>)> {
+        let window = view_options(options, emit_on_window_close)?;
         let mut q = query.clone();
-        rewrite_query(&mut q);
+        rewrite_query(&mut q)?;
         let state = session.ctx.state();
         let plan = state
             .statement_to_plan(DfParserStatement::Statement(Box::new(
@@ -80,7 +84,34 @@ impl Engine {
         }
         let plan = LogicalPlanBuilder::from(plan).project(conform)?.build()?;
         let optimized = state.optimize(&plan)?;
-        let graph = Lowering::new(&self.catalog).lower_root(&optimized)?;
+        let (mut graph, windowed) = Lowering::new(&self.catalog)
+            .with_window_options(window.clone())
+            .lower_view(&optimized)?;
+        if window.emit_on_close && windowed == 0 {
+            return Err(WeirError::not_supported(
+                "EMIT ON WINDOW CLOSE needs an aggregate grouped by window_start, window_end of TUMBLE, HOP or SESSION",
+            ));
+        }
+        // rows of watermarked tables are admitted by the view's lateness policy
+        for rel in graph.sources() {
+            let Some(entry) = self.catalog.get_by_oid(rel) else {
+                continue;
+            };
+            let Some(w) = &entry.desc.watermark else {
+                continue;
+            };
+            let Some(ts_col) = entry.desc.columns.iter().position(|c| c.name == w.column) else {
+                continue;
+            };
+            let log = self.dataflow.late.clone();
+            let lateness = window.lateness_us;
+            graph.set_late_policy(rel, || crate::dataflow::graph::LatePolicy {
+                ts_col,
+                lateness_us: lateness,
+                view: name.to_owned(),
+                log: log.clone(),
+            });
+        }
         Ok((graph, columns))
     }
 
@@ -106,17 +137,15 @@ impl Engine {
                 format!("relation \"{}\" already exists", cv.name),
             ));
         }
-        if let Some((k, _)) = cv.options.first() {
-            return Err(WeirError::not_supported(format!(
-                "materialized view option \"{k}\" is not supported yet"
-            )));
-        }
-        if cv.emit_on_window_close {
-            return Err(WeirError::not_supported(
-                "EMIT ON WINDOW CLOSE is not supported yet",
-            ));
-        }
-        let (graph, columns) = self.plan_view(session, &cv.query).await?;
+        let (graph, columns) = self
+            .plan_view(
+                session,
+                &cv.name,
+                &cv.query,
+                &cv.options,
+                cv.emit_on_window_close,
+            )
+            .await?;
         let dependencies = graph.sources();
         let query = cv.query.to_string();
         self.catalog.create(&cv.name, false, |oid| {
@@ -131,6 +160,7 @@ impl Engine {
                 query: Some(query),
                 dependencies,
                 options: cv.options.clone(),
+                emit_on_window_close: cv.emit_on_window_close,
             })
         })?;
         let entry = self
@@ -167,8 +197,12 @@ impl Engine {
         }
         self.observe(&sources);
         let mut snapshots = Vec::with_capacity(tables.len());
+        let mut watermark_specs = std::collections::HashMap::new();
         for t in &tables {
             snapshots.push((t.oid, t.snapshot()?));
+            if let Some(spec) = t.watermark_spec() {
+                watermark_specs.insert(t.oid, spec);
+            }
         }
         let (done, rx) = oneshot::channel();
         let sent = self
@@ -179,6 +213,7 @@ impl Engine {
                 graph,
                 schema: desc.schema(),
                 tables: snapshots,
+                watermark_specs,
                 progress,
                 done,
             })))
@@ -236,7 +271,15 @@ impl Engine {
                     WeirError::internal(format!("view {} has no stored query", v.desc.name))
                 })?;
                 let query = parse_query(&sql)?;
-                let (graph, _) = self.plan_view(&session, &query).await?;
+                let (graph, _) = self
+                    .plan_view(
+                        &session,
+                        &v.desc.name,
+                        &query,
+                        &v.desc.options,
+                        v.desc.emit_on_window_close,
+                    )
+                    .await?;
                 self.start_view(&v.desc, graph, None).await
             }
             .await;
@@ -367,7 +410,15 @@ impl Engine {
     }
 
     pub(crate) async fn explain_view(&self, session: &Session, cv: &CreateView) -> Result<Output> {
-        let (graph, _) = self.plan_view(session, &cv.query).await?;
+        let (graph, _) = self
+            .plan_view(
+                session,
+                &cv.name,
+                &cv.query,
+                &cv.options,
+                cv.emit_on_window_close,
+            )
+            .await?;
         let lines = graph.explain();
         let schema: SchemaRef = Arc::new(Schema::new(vec![Field::new(
             "QUERY PLAN",
@@ -381,6 +432,43 @@ impl Engine {
             tag: "EXPLAIN",
         })
     }
+}
+
+/// `WITH (late_events = 'drop' | 'correct', allowed_lateness = '<interval>')`.
+fn view_options(options: &[(String, String)], emit_on_close: bool) -> Result<WindowOptions> {
+    let mut w = WindowOptions {
+        emit_on_close,
+        ..Default::default()
+    };
+    for (k, v) in options {
+        match k.as_str() {
+            "late_events" => {
+                w.correct = match v.to_lowercase().as_str() {
+                    "drop" => false,
+                    "correct" => true,
+                    other => {
+                        return Err(WeirError::invalid_parameter(format!(
+                            "late_events must be 'drop' or 'correct', not '{other}'"
+                        )));
+                    }
+                }
+            }
+            "allowed_lateness" => {
+                w.lateness_us = crate::sql::time::interval_micros(v)?;
+                if w.lateness_us < 0 {
+                    return Err(WeirError::invalid_parameter(
+                        "allowed_lateness cannot be negative",
+                    ));
+                }
+            }
+            other => {
+                return Err(WeirError::invalid_parameter(format!(
+                    "unknown materialized view option \"{other}\" (known: late_events, allowed_lateness)"
+                )));
+            }
+        }
+    }
+    Ok(w)
 }
 
 fn parse_query(sql: &str) -> Result<ast::Query> {

@@ -16,7 +16,12 @@
 //!     bool_or, string_agg, array_agg, and any other aggregate): min/max read the first/last
 //!     value; the others are recomputed for changed groups by a fresh DataFusion
 //!     accumulator fed the group's values (ORDER BY inside the aggregate is honoured).
-//! - watermark: passed through (windowed aggregation is a separate operator).
+//! - watermark: for a windowed aggregate (a GROUP BY key named `window_end`, from TUMBLE or
+//!   HOP), a window closes when the watermark reaches its end. With EMIT ON WINDOW CLOSE
+//!   a group's row is emitted only once its window closed (append-only output; under
+//!   `late_events = 'correct'` an admitted late row re-emits it as -old/+new). A window's
+//!   state is freed when the watermark passes its end plus the allowed lateness; its row
+//!   stays in the view.
 //! - checkpoint: the group table, row counts, linear states and multisets.
 
 use std::collections::{BTreeMap, HashMap};
@@ -120,7 +125,24 @@ struct Agg {
     state: State,
 }
 
+/// How a windowed aggregate uses the watermark.
+#[derive(Debug, Clone)]
+pub struct WindowPolicy {
+    /// Position of `window_end` among the group keys.
+    pub end_key: usize,
+    pub lateness_us: i64,
+    pub emit_on_close: bool,
+    /// `late_events = 'correct'`: re-emit closed windows that admitted late rows.
+    pub correct: bool,
+}
+
 pub struct Aggregate {
+    window: Option<WindowPolicy>,
+    /// window_end (µs) per group, for windowed aggregates.
+    window_ends: Vec<i64>,
+    /// Groups by window_end, to free closed windows.
+    by_end: BTreeMap<i64, Vec<u32>>,
+    watermark: Option<i64>,
     group_exprs: Vec<Arc<dyn PhysicalExpr>>,
     group_text: String,
     group_conv: RowConverter,
@@ -169,6 +191,10 @@ impl Aggregate {
             aggs.push(Self::agg(spec)?);
         }
         let mut op = Aggregate {
+            window: None,
+            window_ends: Vec::new(),
+            by_end: BTreeMap::new(),
+            watermark: None,
             group_exprs,
             group_text,
             group_conv,
@@ -251,6 +277,12 @@ impl Aggregate {
         Ok(Agg { spec, args, state })
     }
 
+    /// Make this a windowed aggregate.
+    pub fn with_window(mut self, policy: WindowPolicy) -> Self {
+        self.window = Some(policy);
+        self
+    }
+
     fn group_id(&mut self, key: &[u8]) -> u32 {
         if let Some(g) = self.groups.get(key) {
             return *g;
@@ -266,6 +298,7 @@ impl Aggregate {
                 self.row_counts.push(0);
                 self.emitted.push(None);
                 self.is_dirty.push(false);
+                self.window_ends.push(i64::MAX);
                 for a in self.aggs.iter_mut() {
                     if let State::Linear(l) = &mut a.state {
                         l.counts.push(0);
@@ -661,10 +694,27 @@ impl Operator for Aggregate {
         } else {
             Some(self.group_conv.convert_columns(&key_cols)?)
         };
+        let ends = self.window.as_ref().and_then(|w| {
+            key_cols[w.end_key]
+                .as_any()
+                .downcast_ref::<datafusion::arrow::array::TimestampMicrosecondArray>()
+                .cloned()
+        });
         let mut gids: Vec<u32> = Vec::with_capacity(batch.num_rows());
         for i in 0..batch.num_rows() {
             let g = match &keys {
-                Some(k) => self.group_id(k.row(i).data()),
+                Some(k) => {
+                    let before = self.groups.len();
+                    let g = self.group_id(k.row(i).data());
+                    if self.groups.len() > before
+                        && let Some(e) = &ends
+                    {
+                        let end = if e.is_null(i) { i64::MAX } else { e.value(i) };
+                        self.window_ends[g as usize] = end;
+                        self.by_end.entry(end).or_default().push(g);
+                    }
+                    g
+                }
                 None => 0,
             };
             self.row_counts[g as usize] += weights[i];
@@ -705,14 +755,108 @@ impl Operator for Aggregate {
         Ok(vec![])
     }
 
+    fn on_watermark(&mut self, watermark: i64) -> Result<Vec<Changelog>> {
+        self.watermark = Some(watermark);
+        Ok(vec![])
+    }
+
     fn on_epoch_end(&mut self) -> Result<Vec<Changelog>> {
         if self.global && self.emitted[0].is_none() {
             self.mark(0);
         }
+        let out = self.emit()?;
+        self.free_closed_windows();
+        Ok(out)
+    }
+}
+
+impl Aggregate {
+    /// Whether group `g`'s window has closed (the watermark reached its end).
+    fn closed(&self, g: u32) -> bool {
+        self.watermark
+            .is_some_and(|w| self.window_ends[g as usize] <= w)
+    }
+
+    /// Free the state of windows no admitted row can change any more: end + lateness has
+    /// passed. Their rows stay in the view; nothing is retracted.
+    fn free_closed_windows(&mut self) {
+        let (Some(policy), Some(wm)) = (&self.window, self.watermark) else {
+            return;
+        };
+        let limit = wm.saturating_sub(policy.lateness_us);
+        let ends: Vec<i64> = self.by_end.range(..=limit).map(|(e, _)| *e).collect();
+        for end in ends {
+            let gids = self.by_end.remove(&end).unwrap_or_default();
+            for g in gids {
+                let gi = g as usize;
+                if self.is_dirty[gi] {
+                    // still to emit: keep it until it is shown
+                    self.by_end.entry(end).or_default().push(g);
+                    continue;
+                }
+                self.release(g);
+            }
+        }
+    }
+
+    /// Forget a group entirely (its emitted row, if any, stays where it went).
+    fn release(&mut self, g: u32) {
+        let gi = g as usize;
+        let key = std::mem::take(&mut self.keys[gi]);
+        self.groups.remove(&key);
+        self.row_counts[gi] = 0;
+        self.emitted[gi] = None;
+        self.window_ends[gi] = i64::MAX;
+        for agg in self.aggs.iter_mut() {
+            match &mut agg.state {
+                State::Linear(l) => {
+                    l.counts[gi] = 0;
+                    if let Some(s) = &mut l.sums {
+                        s.reset(gi);
+                    }
+                }
+                State::Multiset(m) => {
+                    let doomed: Vec<Box<[u8]>> = m.range(g).map(|(k, _)| k.clone()).collect();
+                    for k in doomed {
+                        m.entries.remove(&k);
+                    }
+                }
+            }
+        }
+        self.free.push(g);
+    }
+
+    fn emit(&mut self) -> Result<Vec<Changelog>> {
         if self.dirty.is_empty() {
             return Ok(vec![]);
         }
-        let dirty = std::mem::take(&mut self.dirty);
+        let mut dirty = std::mem::take(&mut self.dirty);
+        if let Some(policy) = self.window.clone()
+            && policy.emit_on_close
+        {
+            // emit closed windows only; the others wait for the watermark
+            let (ready, waiting): (Vec<u32>, Vec<u32>) =
+                dirty.into_iter().partition(|g| self.closed(*g));
+            self.dirty = waiting;
+            // without 'correct', a window shown once is final
+            dirty = if policy.correct {
+                ready
+            } else {
+                ready
+                    .into_iter()
+                    .filter(|g| {
+                        let keep = self.emitted[*g as usize].is_none();
+                        if !keep {
+                            self.is_dirty[*g as usize] = false;
+                        }
+                        keep
+                    })
+                    .collect()
+            };
+            if dirty.is_empty() {
+                return Ok(vec![]);
+            }
+        }
         for g in &dirty {
             self.is_dirty[*g as usize] = false;
         }
@@ -782,17 +926,14 @@ impl Operator for Aggregate {
         for g in &dirty {
             let gi = *g as usize;
             if !self.global && self.row_counts[gi] == 0 && self.emitted[gi].is_none() {
-                let key = std::mem::take(&mut self.keys[gi]);
-                self.groups.remove(&key);
-                for agg in self.aggs.iter_mut() {
-                    if let State::Linear(l) = &mut agg.state {
-                        l.counts[gi] = 0;
-                        if let Some(s) = &mut l.sums {
-                            s.reset(gi);
-                        }
+                let end = self.window_ends[gi];
+                if let Some(v) = self.by_end.get_mut(&end) {
+                    v.retain(|x| x != g);
+                    if v.is_empty() {
+                        self.by_end.remove(&end);
                     }
                 }
-                self.free.push(*g);
+                self.release(*g);
             }
         }
         let mut out = Vec::new();

@@ -66,9 +66,23 @@ pub fn check_deterministic(plan: &LogicalPlan) -> Result<()> {
 /// Finds a relation a view reads: its OID, name and schema.
 pub type Resolver<'a> = dyn Fn(&str) -> Option<(u32, String, SchemaRef)> + 'a;
 
+/// A view's event-time options.
+#[derive(Debug, Clone, Default)]
+pub struct WindowOptions {
+    /// `allowed_lateness`, µs.
+    pub lateness_us: i64,
+    /// `EMIT ON WINDOW CLOSE`.
+    pub emit_on_close: bool,
+    /// `late_events = 'correct'`.
+    pub correct: bool,
+}
+
 pub struct Lowering<'a> {
     resolve: Box<Resolver<'a>>,
     pub graph: Graph,
+    window: WindowOptions,
+    /// Windowed aggregates lowered (EMIT ON WINDOW CLOSE needs one).
+    pub windowed_aggregates: usize,
 }
 
 impl<'a> Lowering<'a> {
@@ -85,7 +99,21 @@ impl<'a> Lowering<'a> {
         Lowering {
             resolve,
             graph: Graph::new(),
+            window: WindowOptions::default(),
+            windowed_aggregates: 0,
         }
+    }
+
+    pub fn with_window_options(mut self, options: WindowOptions) -> Self {
+        self.window = options;
+        self
+    }
+
+    /// Lower a whole plan; returns the graph and how many windowed aggregates it has.
+    pub fn lower_view(mut self, plan: &LogicalPlan) -> Result<(Graph, usize)> {
+        let root = self.lower(plan)?;
+        self.graph.output = root;
+        Ok((self.graph, self.windowed_aggregates))
     }
 
     /// Lower a whole plan; the graph's output is its root.
@@ -115,6 +143,7 @@ impl<'a> Lowering<'a> {
                     NodeKind::Source {
                         relation: oid,
                         name: rel_name,
+                        late: None,
                     },
                     vec![],
                     schema.clone(),
@@ -414,13 +443,26 @@ impl<'a> Lowering<'a> {
             });
         }
         let group_text: Vec<String> = group_expr.iter().map(|e| e.to_string()).collect();
-        let op = Aggregate::new(
+        let mut op = Aggregate::new(
             groups,
-            types,
+            types.clone(),
             group_text.join(", "),
             specs,
             Arc::new(schema.as_arrow().clone()),
         )?;
+        // a GROUP BY key named window_end (TUMBLE/HOP) makes it a windowed aggregate
+        let end_key = (0..group_expr.len()).find(|i| {
+            schema.field(*i).name() == "window_end" && matches!(types[*i], DataType::Timestamp(..))
+        });
+        if let Some(end_key) = end_key {
+            self.windowed_aggregates += 1;
+            op = op.with_window(crate::operators::aggregate::WindowPolicy {
+                end_key,
+                lateness_us: self.window.lateness_us,
+                emit_on_close: self.window.emit_on_close,
+                correct: self.window.correct,
+            });
+        }
         Ok(self.op(op, vec![input]))
     }
 
@@ -755,15 +797,27 @@ mod tests {
 
         /// One epoch with the given changes (`table`, rows) in; the output change as text.
         fn epoch(&mut self, changes: &[(&str, &str)]) -> Vec<String> {
-            let mut inputs: HashMap<u32, Vec<Changelog>> = HashMap::new();
+            let mut inputs: HashMap<u32, Vec<crate::dataflow::graph::SourceBatch>> = HashMap::new();
             for (t, rows) in changes {
                 let (oid, spec) = &self.specs[*t];
-                inputs.entry(*oid).or_default().push(changelog(spec, rows));
+                inputs
+                    .entry(*oid)
+                    .or_default()
+                    .push(crate::dataflow::graph::SourceBatch {
+                        changelog: changelog(spec, rows),
+                        watermark_before: None,
+                    });
             }
             for (oid, _) in self.specs.values() {
                 inputs.entry(*oid).or_default();
             }
-            render(&self.graph.run_epoch(&inputs).unwrap())
+            render(
+                &self
+                    .graph
+                    .run_epoch(&inputs, &HashMap::new())
+                    .unwrap()
+                    .changes,
+            )
         }
     }
 

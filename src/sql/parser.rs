@@ -108,7 +108,11 @@ pub struct CreateTable {
 /// Parse a string of one or more statements. An empty or comment-only string gives none.
 pub fn parse(sql: &str) -> Result<Vec<Parsed>> {
     let dialect = PostgreSqlDialect {};
-    let mut p = Parser::new(&dialect).try_with_sql(sql)?;
+    let tokens = datafusion::sql::sqlparser::tokenizer::Tokenizer::new(&dialect, sql)
+        .tokenize_with_location()
+        .map_err(|e| WeirError::syntax(format!("syntax error: {e}")))?;
+    let (tokens, emit_marks) = preprocess(tokens);
+    let mut p = Parser::new(&dialect).with_tokens_with_locations(tokens);
     let index = LineIndex::new(sql);
     let mut out = Vec::new();
     loop {
@@ -117,8 +121,17 @@ pub fn parse(sql: &str) -> Result<Vec<Parsed>> {
         if first.token == Token::EOF {
             break;
         }
-        let stmt = parse_one(&mut p)?;
+        let mut stmt = parse_one(&mut p)?;
         let next = p.peek_token();
+        // `EMIT ON WINDOW CLOSE` ended the statement (see `preprocess`)
+        if emit_marks.contains(&next.span.start) {
+            match &mut stmt {
+                Statement::CreateView(cv) | Statement::ExplainView(cv) => {
+                    cv.emit_on_window_close = true
+                }
+                _ => return Err(syntax_near(&next)),
+            }
+        }
         if next.token != Token::SemiColon && next.token != Token::EOF {
             return Err(syntax_near(&next));
         }
@@ -133,6 +146,98 @@ pub fn parse(sql: &str) -> Result<Vec<Parsed>> {
         out.push(Parsed { stmt, text });
     }
     Ok(out)
+}
+
+/// Token rewrites for Weir's clauses that sqlparser's Postgres dialect cannot parse:
+/// - `EMIT ON WINDOW CLOSE` at the end of a statement becomes the statement's `;`, its
+///   position remembered (returned) so the statement gets the flag;
+/// - `tbl FOR SYSTEM_TIME AS OF PROCTIME()` becomes `__weir_temporal__tbl AS tbl`: the name
+///   marks a temporal join's lookup side for the view planner.
+fn preprocess(tokens: Vec<TokenWithSpan>) -> (Vec<TokenWithSpan>, Vec<Location>) {
+    let is_word = |t: &TokenWithSpan, w: &str| matches!(&t.token, Token::Word(x) if x.quote_style.is_none() && x.value.eq_ignore_ascii_case(w));
+    // indices of non-whitespace tokens
+    let sig: Vec<usize> = tokens
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| !matches!(t.token, Token::Whitespace(_)))
+        .map(|(i, _)| i)
+        .collect();
+    let mut drop = vec![false; tokens.len()];
+    let mut replace: Vec<(usize, Vec<Token>)> = Vec::new();
+    let mut marks = Vec::new();
+    let mut k = 0;
+    while k < sig.len() {
+        let at = |d: usize| sig.get(k + d).map(|i| &tokens[*i]);
+        let word_at = |d: usize, w: &str| at(d).is_some_and(|t| is_word(t, w));
+        if word_at(0, "EMIT") && word_at(1, "ON") && word_at(2, "WINDOW") && word_at(3, "CLOSE") {
+            let end = at(4).map(|t| &t.token);
+            if matches!(end, None | Some(Token::SemiColon) | Some(Token::EOF)) {
+                let first = sig[k];
+                marks.push(tokens[first].span.start);
+                replace.push((first, vec![Token::SemiColon]));
+                for d in 1..4 {
+                    drop[sig[k + d]] = true;
+                }
+                k += 4;
+                continue;
+            }
+        }
+        if word_at(1, "FOR")
+            && word_at(2, "SYSTEM_TIME")
+            && word_at(3, "AS")
+            && word_at(4, "OF")
+            && word_at(5, "PROCTIME")
+            && at(6).is_some_and(|t| t.token == Token::LParen)
+            && at(7).is_some_and(|t| t.token == Token::RParen)
+            && let Some(Token::Word(name)) = at(0).map(|t| &t.token)
+        {
+            let marked = Token::make_word(
+                &format!("__weir_temporal__{}", name.value.to_lowercase()),
+                None,
+            );
+            let has_alias = matches!(at(8).map(|t| &t.token), Some(Token::Word(w))
+                if w.keyword == Keyword::AS || w.keyword == Keyword::NoKeyword);
+            let mut with = vec![marked];
+            if !has_alias {
+                with.push(Token::Whitespace(
+                    datafusion::sql::sqlparser::tokenizer::Whitespace::Space,
+                ));
+                with.push(Token::make_keyword("AS"));
+                with.push(Token::Whitespace(
+                    datafusion::sql::sqlparser::tokenizer::Whitespace::Space,
+                ));
+                with.push(Token::Word(name.clone()));
+            }
+            replace.push((sig[k], with));
+            for d in 1..8 {
+                drop[sig[k + d]] = true;
+            }
+            k += 8;
+            continue;
+        }
+        k += 1;
+    }
+    if replace.is_empty() {
+        return (tokens, marks);
+    }
+    let mut out = Vec::with_capacity(tokens.len());
+    for (i, t) in tokens.into_iter().enumerate() {
+        if drop[i] {
+            continue;
+        }
+        match replace.iter().find(|(r, _)| *r == i) {
+            Some((_, with)) => {
+                for w in with {
+                    out.push(TokenWithSpan {
+                        token: w.clone(),
+                        span: t.span,
+                    });
+                }
+            }
+            None => out.push(t),
+        }
+    }
+    (out, marks)
 }
 
 fn syntax_near(t: &TokenWithSpan) -> WeirError {
@@ -402,20 +507,13 @@ fn parse_create_view(p: &mut Parser) -> Result<CreateView> {
     };
     p.expect_keyword_is(Keyword::AS)?;
     let query = p.parse_query()?;
-    let emit_on_window_close = if parse_word(p, "EMIT") {
-        p.expect_keyword_is(Keyword::ON)?;
-        expect_word(p, "WINDOW")?;
-        expect_word(p, "CLOSE")?;
-        true
-    } else {
-        false
-    };
+    // `EMIT ON WINDOW CLOSE` was turned into the statement's end by `preprocess`
     Ok(CreateView {
         name,
         if_not_exists,
         options,
         query,
-        emit_on_window_close,
+        emit_on_window_close: false,
     })
 }
 
@@ -650,6 +748,29 @@ mod tests {
             panic!()
         };
         assert_eq!(ct.primary_key, vec!["a", "b"]);
+    }
+
+    #[test]
+    fn emit_on_window_close_and_temporal_tables() {
+        let v = parse(
+            "CREATE MATERIALIZED VIEW v AS SELECT count(*) FROM clicks EMIT ON WINDOW CLOSE; SELECT 1",
+        )
+        .unwrap();
+        assert_eq!(v.len(), 2);
+        let Statement::CreateView(cv) = &v[0].stmt else {
+            panic!()
+        };
+        assert!(cv.emit_on_window_close);
+        let v =
+            parse("SELECT * FROM c JOIN users FOR SYSTEM_TIME AS OF PROCTIME() ON c.u = users.id")
+                .unwrap();
+        let Statement::Query(q) = &v[0].stmt else {
+            panic!()
+        };
+        assert!(
+            q.to_string().contains("__weir_temporal__users AS users"),
+            "{q}"
+        );
     }
 
     #[test]

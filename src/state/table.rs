@@ -62,7 +62,15 @@ pub enum Change {
 /// (the dataflow runtime, for the views that read the table). Called from a blocking
 /// context.
 pub trait ChangeSink: Send + Sync {
-    fn send(&self, relation: u32, changelog: &Changelog);
+    /// `watermark_before`/`after`: the table's event-time watermark (µs) in force when the
+    /// change arrived and after it, for tables that declare one.
+    fn send(
+        &self,
+        relation: u32,
+        changelog: &Changelog,
+        watermark_before: Option<i64>,
+        watermark_after: Option<i64>,
+    );
 }
 
 /// The outcome of a DML statement.
@@ -81,6 +89,8 @@ enum RowsMap {
 
 struct Inner {
     rows: RowsMap,
+    /// Largest event time seen minus the declared delay (tables with a WATERMARK).
+    watermark: Option<i64>,
     /// Last log sequence number used.
     seq: u64,
     log_entries: u64,
@@ -101,6 +111,8 @@ pub struct TableStore {
     /// so concurrent statements on one table are serialized (no lost updates).
     pub writer: tokio::sync::Mutex<()>,
     sink: parking_lot::RwLock<Option<Arc<dyn ChangeSink>>>,
+    /// (event-time column, delay in µs) of a table with a WATERMARK.
+    watermark_spec: Option<(usize, i64)>,
 }
 
 fn log_prefix(oid: u32) -> Vec<u8> {
@@ -131,6 +143,7 @@ impl TableStore {
         column_types: Vec<SqlType>,
         kind: TableKind,
         store: Arc<dyn Store>,
+        watermark_spec: Option<(usize, i64)>,
     ) -> Result<TableStore> {
         let sort_fields: Vec<SortField> = schema
             .fields()
@@ -160,12 +173,14 @@ impl TableStore {
             store,
             inner: Mutex::new(Inner {
                 rows,
+                watermark: None,
                 seq: 0,
                 log_entries: 0,
                 cached: None,
             }),
             writer: tokio::sync::Mutex::new(()),
             sink: parking_lot::RwLock::new(None),
+            watermark_spec,
         };
         table.replay()?;
         Ok(table)
@@ -225,7 +240,37 @@ impl TableStore {
             entries += 1;
         }
         inner.log_entries = entries;
+        if let RowsMap::Append(batches) = &inner.rows {
+            let mut wm = None;
+            for b in batches {
+                wm = self.advance(wm, b);
+            }
+            inner.watermark = wm;
+        }
         Ok(())
+    }
+
+    /// The watermark after rows `batch` arrived, from `current`.
+    fn advance(&self, current: Option<i64>, batch: &RecordBatch) -> Option<i64> {
+        let (col, delay) = self.watermark_spec?;
+        let ts = batch
+            .column(col)
+            .as_any()
+            .downcast_ref::<datafusion::arrow::array::TimestampMicrosecondArray>()?;
+        match datafusion::arrow::compute::max(ts) {
+            Some(m) => Some(current.map_or(m - delay, |c| c.max(m - delay))),
+            None => current,
+        }
+    }
+
+    /// (event-time column, delay µs), for tables that declare a watermark.
+    pub fn watermark_spec(&self) -> Option<(usize, i64)> {
+        self.watermark_spec
+    }
+
+    /// The event-time watermark, for tables that declare one.
+    pub fn watermark(&self) -> Option<i64> {
+        self.inner.lock().watermark
     }
 
     /// The current contents, as batches of the table's schema.
@@ -298,8 +343,12 @@ impl TableStore {
         inner.log_entries += 1;
         self.apply_to_map(&mut inner.rows, &changelog)?;
         inner.cached = None;
+        let before = inner.watermark;
+        if self.kind == TableKind::AppendOnly {
+            inner.watermark = self.advance(before, &changelog.data);
+        }
         if let Some(sink) = self.sink.read().as_ref() {
-            sink.send(self.oid, &changelog);
+            sink.send(self.oid, &changelog, before, inner.watermark);
         }
         if inner.log_entries >= COMPACT_AFTER_ENTRIES {
             self.compact(&mut inner)?;
@@ -696,6 +745,7 @@ mod tests {
             vec![SqlType::Int8, SqlType::Text],
             kind,
             store.clone(),
+            None,
         )
         .unwrap()
     }

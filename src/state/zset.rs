@@ -7,7 +7,6 @@
 //! (so the sum stays right if the matching insertion comes later), counted in
 //! [`ZSet::negative_rows`], and never shown by [`ZSet::to_batches`].
 
-
 use datafusion::arrow::array::Int64Array;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
