@@ -5,6 +5,7 @@
 pub mod functions;
 pub mod pg_catalog;
 pub mod rewrite;
+pub mod system;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -11,6 +11,7 @@ pub mod filter;
 pub mod join;
 pub mod merge;
 pub mod project;
+pub mod session_window;
 pub mod top_n;
 
 use std::sync::Arc;

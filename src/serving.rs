@@ -158,11 +158,17 @@ impl SchemaProvider for PublicSchema {
                 pinned: self.pinned.clone(),
             })));
         }
+        if let Some(batch) = crate::catalog::system::build(name, &self.catalog, &self.dataflow)? {
+            let mem = MemTable::try_new(batch.schema(), vec![vec![batch]])?;
+            return Ok(Some(Arc::new(mem)));
+        }
         self.pg_catalog.table(name).await
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.catalog.get(name).is_some() || self.pg_catalog.table_exist(name)
+        self.catalog.get(name).is_some()
+            || crate::catalog::system::TABLES.contains(&name)
+            || self.pg_catalog.table_exist(name)
     }
 }
 

@@ -172,6 +172,14 @@ fn column<'a>(t: &T, cells: impl Iterator<Item = &'a V>) -> ArrayRef {
             }
             Arc::new(bld.finish())
         }
+        T::Timestamp | T::TimestampTz => {
+            let vals: Vec<Option<i64>> = cells.map(int).collect();
+            let a = datafusion::arrow::array::TimestampMicrosecondArray::from(vals);
+            match t {
+                T::TimestampTz => Arc::new(a.with_timezone(crate::sql::types::UTC)),
+                _ => Arc::new(a),
+            }
+        }
         T::Bool => {
             let mut bld = BooleanBuilder::new();
             for v in cells {

@@ -98,14 +98,20 @@ impl Graph {
         v
     }
 
-    pub fn state_rows(&self) -> usize {
+    /// State rows per operator.
+    pub fn operator_states(&self) -> Vec<crate::dataflow::runtime::OperatorState> {
         self.nodes
             .iter()
-            .map(|n| match &n.kind {
-                NodeKind::Operator(op) => op.state_rows(),
-                _ => 0,
+            .enumerate()
+            .filter_map(|(i, n)| match &n.kind {
+                NodeKind::Operator(op) => Some(crate::dataflow::runtime::OperatorState {
+                    node: i,
+                    name: op.name().to_owned(),
+                    rows: op.state_rows(),
+                }),
+                _ => None,
             })
-            .sum()
+            .collect()
     }
 
     /// Set the admission policy of the sources that read `relation`.

@@ -73,6 +73,8 @@ struct ViewData {
     /// A view whose maintenance failed (e.g. division by zero on a new row) stops and
     /// answers queries with the error.
     failed: Option<String>,
+    /// The view's event-time watermark, if its inputs have one.
+    watermark: Option<i64>,
 }
 
 impl ViewData {
@@ -107,8 +109,17 @@ struct ViewRuntime {
 pub struct ViewStats {
     pub oid: u32,
     pub rows: usize,
-    pub state_rows: usize,
+    pub operators: Vec<OperatorState>,
+    pub watermark: Option<i64>,
     pub failed: Option<String>,
+}
+
+/// State held by one operator of a view's graph.
+#[derive(Debug, Clone)]
+pub struct OperatorState {
+    pub node: usize,
+    pub name: String,
+    pub rows: usize,
 }
 
 pub struct Dataflow {
@@ -116,7 +127,7 @@ pub struct Dataflow {
     published: Arc<RwLock<Published>>,
     /// Relations read by some view (their writes must be sent here), with how many views.
     observed: RwLock<HashMap<u32, usize>>,
-    stats: Arc<Mutex<HashMap<u32, usize>>>,
+    stats: Arc<Mutex<HashMap<u32, Vec<OperatorState>>>>,
     pub late: Arc<LateLog>,
 }
 
@@ -214,6 +225,7 @@ impl Dataflow {
                 changed_at: epoch,
                 cache: Mutex::new(None),
                 failed: Some(message),
+                watermark: None,
             },
         );
         Ok(())
@@ -231,7 +243,8 @@ impl Dataflow {
             .map(|(oid, d)| ViewStats {
                 oid: *oid,
                 rows: d.contents.len(),
-                state_rows: state.get(oid).copied().unwrap_or(0),
+                operators: state.get(oid).cloned().unwrap_or_default(),
+                watermark: d.watermark,
                 failed: d.failed.clone(),
             })
             .collect()
@@ -282,7 +295,7 @@ struct Worker {
     rx: mpsc::Receiver<Msg>,
     graphs: BTreeMap<u32, ViewRuntime>,
     published: Arc<RwLock<Published>>,
-    stats: Arc<Mutex<HashMap<u32, usize>>>,
+    stats: Arc<Mutex<HashMap<u32, Vec<OperatorState>>>>,
     /// Latest event-time watermark of each relation (tables and views) that has one.
     watermarks: HashMap<u32, i64>,
 }
@@ -393,6 +406,11 @@ impl Worker {
         let mut p = self.published.write();
         p.epoch += 1;
         let epoch = p.epoch;
+        for (oid, d) in p.views.iter_mut() {
+            if let Some(w) = self.watermarks.get(oid) {
+                d.watermark = Some(*w);
+            }
+        }
         for (oid, delta) in deltas {
             if let Some(d) = p.views.get_mut(&oid) {
                 for cl in &delta {
@@ -412,7 +430,7 @@ impl Worker {
         drop(p);
         let mut stats = self.stats.lock();
         for (oid, rt) in &self.graphs {
-            stats.insert(*oid, rt.graph.state_rows());
+            stats.insert(*oid, rt.graph.operator_states());
         }
     }
 
@@ -492,6 +510,7 @@ impl Worker {
             let mut chunk: HashMap<u32, Vec<SourceBatch>> = HashMap::new();
             let mut chunk_rows = 0usize;
             let mut wms: HashMap<u32, i64> = HashMap::new();
+            let mut view_watermark = None;
             let mut iter = inputs.into_iter().peekable();
             loop {
                 let next = iter.next();
@@ -510,9 +529,11 @@ impl Worker {
                     for s in graph.sources() {
                         feed.entry(s).or_default();
                     }
-                    for cl in graph.run_epoch(&feed, &wms)?.changes {
+                    let out = graph.run_epoch(&feed, &wms)?;
+                    for cl in out.changes {
                         contents.apply(&cl)?;
                     }
+                    view_watermark = out.watermark;
                     done_rows += chunk_rows;
                     chunk_rows = 0;
                     if let Some(p) = &progress
@@ -533,6 +554,9 @@ impl Worker {
                 info!(view = %name, rows = total, secs = started.elapsed().as_secs_f64(), "backfill done");
             }
             final_watermarks = wms;
+            if let Some(w) = view_watermark {
+                final_watermarks.insert(oid, w);
+            }
             Ok(contents)
         };
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(build))
@@ -553,10 +577,11 @@ impl Worker {
                         changed_at: epoch,
                         cache: Mutex::new(None),
                         failed: None,
+                        watermark: self.watermarks.get(&oid).copied(),
                     },
                 );
                 drop(p);
-                self.stats.lock().insert(oid, graph.state_rows());
+                self.stats.lock().insert(oid, graph.operator_states());
                 self.graphs.insert(oid, ViewRuntime { name, graph });
                 let _ = done.send(Ok(()));
             }

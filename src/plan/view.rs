@@ -247,6 +247,9 @@ impl<'a> Lowering<'a> {
             }
             LogicalPlan::Aggregate(a) => {
                 let input = self.lower(&a.input)?;
+                if let Some(gap) = session_gap(&a.input) {
+                    return self.session_aggregate(input, a, gap);
+                }
                 self.aggregate(input, &a.input, &a.group_expr, &a.aggr_expr, &a.schema)
             }
             LogicalPlan::Distinct(Distinct::All(inner)) => {
@@ -466,6 +469,84 @@ impl<'a> Lowering<'a> {
         Ok(self.op(op, vec![input]))
     }
 
+    /// GROUP BY over SESSION(...): sessions per non-window key.
+    fn session_aggregate(
+        &mut self,
+        input: NodeId,
+        a: &datafusion::logical_expr::Aggregate,
+        gap_us: i64,
+    ) -> Result<NodeId> {
+        let in_schema = a.input.schema();
+        let names: Vec<String> = (0..a.group_expr.len())
+            .map(|i| a.schema.field(i).name().clone())
+            .collect();
+        let start = names.iter().position(|n| n == "window_start");
+        let end = names.iter().position(|n| n == "window_end");
+        let Some(start) = start else {
+            return Err(unsupported(
+                "SESSION without window_start in GROUP BY (group by window_start, window_end and the session keys)",
+            ));
+        };
+        let mut keys = Vec::new();
+        let mut key_types = Vec::new();
+        let mut layout = Vec::new();
+        for (i, e) in a.group_expr.iter().enumerate() {
+            if i == start {
+                layout.push(crate::operators::session_window::Slot::Start);
+            } else if Some(i) == end {
+                layout.push(crate::operators::session_window::Slot::End);
+            } else {
+                layout.push(crate::operators::session_window::Slot::Key(keys.len()));
+                keys.push(compile(e, in_schema)?);
+                key_types.push(e.get_type(in_schema)?);
+            }
+        }
+        let ts = compile(&a.group_expr[start], in_schema)?;
+        let physical_in = in_schema.as_arrow();
+        let props = ExecutionProps::new();
+        let ctx = PhysicalPlanningContext::default();
+        let mut specs = Vec::new();
+        for e in &a.aggr_expr {
+            let lowered =
+                LoweredAggregateBuilder::new(e, in_schema, physical_in, &props, &ctx).build()?;
+            specs.push(AggSpec {
+                func: lowered.aggregate,
+                filter: lowered.filter,
+                order_by: lowered.order_bys.into_iter().map(|s| s.expr).collect(),
+                text: e.to_string(),
+            });
+        }
+        self.windowed_aggregates += 1;
+        let text = format!(
+            "session gap {gap_us}us, keys [{}]: {}",
+            a.group_expr
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != start && Some(*i) != end)
+                .map(|(_, e)| e.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            a.aggr_expr
+                .iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let op = crate::operators::session_window::SessionAggregate::new(
+            keys,
+            key_types,
+            ts,
+            gap_us,
+            specs,
+            layout,
+            Arc::new(physical_in.clone()),
+            Arc::new(a.schema.as_arrow().clone()),
+            &self.window,
+            text,
+        )?;
+        Ok(self.op(op, vec![input]))
+    }
+
     fn top_n(
         &mut self,
         input_plan: &LogicalPlan,
@@ -605,6 +686,31 @@ impl<'a> Lowering<'a> {
         }
         Ok(Some(node))
     }
+}
+
+/// The gap of a SESSION window this plan reads (from its `weir_session_start` placeholder).
+fn session_gap(plan: &LogicalPlan) -> Option<i64> {
+    let mut gap = None;
+    let _ = plan.apply(|p| {
+        let _ = p.apply_expressions(|e| {
+            e.apply(|x| {
+                if let Expr::ScalarFunction(f) = x
+                    && f.func.name() == crate::sql::windows::SESSION_START
+                    && let Some(Expr::Literal(v, _)) = f.args.get(1)
+                {
+                    gap = scalar_i64(v);
+                    return Ok(TreeNodeRecursion::Stop);
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })
+        });
+        Ok(if gap.is_some() {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    });
+    gap
 }
 
 fn has_scalar_subquery(e: &Expr) -> bool {

@@ -1,0 +1,117 @@
+//! Weir's system tables, readable with plain SELECT (unqualified names, like pg_catalog):
+//!
+//! - `weir_views`: per materialized view its rows, operator state rows, watermark, rows
+//!   dropped as late, and failure;
+//! - `weir_operator_state`: state rows per operator of each view (proves state stays
+//!   bounded on an endless stream);
+//! - `weir_late_events`: the most recent rows views refused as late (bounded retention).
+
+use std::sync::Arc;
+
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::error::Result as DfResult;
+
+use crate::catalog::Catalog;
+use crate::catalog::pg_catalog::{V, build_table};
+use crate::dataflow::runtime::Dataflow;
+use crate::sql::types::SqlType as T;
+
+pub const TABLES: &[&str] = &["weir_views", "weir_operator_state", "weir_late_events"];
+
+fn ts(us: Option<i64>) -> V {
+    match us {
+        Some(v) => V::I(v),
+        None => V::Null,
+    }
+}
+
+pub fn build(
+    name: &str,
+    catalog: &Catalog,
+    dataflow: &Arc<Dataflow>,
+) -> DfResult<Option<RecordBatch>> {
+    let view_name = |oid: u32| {
+        catalog
+            .get_by_oid(oid)
+            .map(|e| e.desc.name.clone())
+            .unwrap_or_else(|| oid.to_string())
+    };
+    Ok(Some(match name {
+        "weir_views" => {
+            let mut stats = dataflow.stats();
+            stats.sort_by_key(|s| s.oid);
+            build_table(
+                &[
+                    ("view_name", T::Text),
+                    ("rows", T::Int8),
+                    ("state_rows", T::Int8),
+                    ("watermark", T::Timestamp),
+                    ("late_rows_dropped", T::Int8),
+                    ("failed", T::Text),
+                ],
+                stats
+                    .iter()
+                    .map(|s| {
+                        let name = view_name(s.oid);
+                        vec![
+                            name.clone().into(),
+                            s.rows.into(),
+                            s.operators.iter().map(|o| o.rows).sum::<usize>().into(),
+                            ts(s.watermark),
+                            (dataflow.late.count(&name) as i64).into(),
+                            s.failed.clone().map(V::S).unwrap_or(V::Null),
+                        ]
+                    })
+                    .collect(),
+            )?
+        }
+        "weir_operator_state" => {
+            let mut rows = Vec::new();
+            let mut stats = dataflow.stats();
+            stats.sort_by_key(|s| s.oid);
+            for s in &stats {
+                for o in &s.operators {
+                    rows.push(vec![
+                        view_name(s.oid).into(),
+                        o.node.into(),
+                        o.name.clone().into(),
+                        o.rows.into(),
+                    ]);
+                }
+            }
+            build_table(
+                &[
+                    ("view_name", T::Text),
+                    ("operator_id", T::Int4),
+                    ("operator", T::Text),
+                    ("state_rows", T::Int8),
+                ],
+                rows,
+            )?
+        }
+        "weir_late_events" => build_table(
+            &[
+                ("view_name", T::Text),
+                ("row", T::Text),
+                ("event_time", T::Timestamp),
+                ("watermark", T::Timestamp),
+                ("arrived", T::TimestampTz),
+            ],
+            dataflow
+                .late
+                .events()
+                .into_iter()
+                .map(|e| {
+                    vec![
+                        e.view.into(),
+                        e.row.into(),
+                        ts(e.event_time),
+                        V::I(e.watermark),
+                        V::I(e.arrived),
+                    ]
+                })
+                .collect(),
+        )?,
+        _ => return Ok(None),
+    }))
+}
