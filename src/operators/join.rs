@@ -9,7 +9,13 @@
 //!   from 0 to >0 its NULL-extended row is retracted, from >0 to 0 it is emitted again.
 //!   Semi/anti joins emit the preserved side's rows when their match count crosses zero.
 //! - state: per side, key -> rows (`arrow_row`) with multiplicity and match count.
-//! - watermark: not used here (the interval join for streams is its own operator).
+//! - temporal join (`JOIN t FOR SYSTEM_TIME AS OF PROCTIME()`): the right side is a table
+//!   looked up when a left row arrives. Right changes update the state and emit nothing
+//!   (earlier output is not rewritten); left rows are not kept.
+//! - watermark: an interval join (`l.ts BETWEEN r.ts - X AND r.ts + Y`) frees rows that no
+//!   admitted row of the other side can match any more: a left row once
+//!   `ts_l - lo < watermark - lateness`, a right row once `ts_r + hi < watermark - lateness`
+//!   (with `lo <= ts_l - ts_r <= hi`). Their output stays.
 //! - checkpoint: both sides' row tables.
 
 use std::sync::Arc;
@@ -33,6 +39,18 @@ struct Entry {
     mult: i64,
     /// Matching rows of the other side (weighted), kept where the side needs it.
     matches: i64,
+    /// Event time of the row (interval joins), µs.
+    ts: i64,
+}
+
+/// `lo <= ts_left - ts_right <= hi` (µs), from an interval join's condition.
+#[derive(Debug, Clone, Copy)]
+pub struct IntervalBounds {
+    pub left_ts: usize,
+    pub right_ts: usize,
+    pub lo_us: i64,
+    pub hi_us: i64,
+    pub lateness_us: i64,
 }
 
 /// The rows of one side with one key: row -> multiplicity and match count.
@@ -49,6 +67,8 @@ struct Side {
 pub struct Join {
     join_type: JoinType,
     nulls_equal: bool,
+    temporal: bool,
+    interval: Option<IntervalBounds>,
     key_conv: RowConverter,
     filter: Option<Arc<dyn PhysicalExpr>>,
     sides: [Side; 2],
@@ -103,6 +123,8 @@ impl Join {
         Ok(Join {
             join_type,
             nulls_equal,
+            temporal: false,
+            interval: None,
             key_conv: RowConverter::new(key_types.into_iter().map(SortField::new).collect())?,
             filter,
             sides: [
@@ -112,6 +134,23 @@ impl Join {
             schema,
             text,
         })
+    }
+
+    /// Make the right side a table looked up at processing time (inner or left join).
+    pub fn temporal(mut self) -> Result<Self> {
+        if !matches!(self.join_type, JoinType::Inner | JoinType::Left) {
+            return Err(WeirError::not_supported(
+                "a temporal join (FOR SYSTEM_TIME AS OF PROCTIME()) must be an inner or left join with the table on the right",
+            ));
+        }
+        self.temporal = true;
+        Ok(self)
+    }
+
+    /// Free state by the watermark, given the join's time bounds.
+    pub fn with_interval(mut self, bounds: IntervalBounds) -> Self {
+        self.interval = Some(bounds);
+        self
     }
 
     /// Whether rows of `side` (0 left, 1 right) appear NULL-extended when unmatched.
@@ -180,7 +219,17 @@ impl Operator for Join {
     }
 
     fn details(&self) -> String {
-        self.text.clone()
+        let mut t = self.text.clone();
+        if self.temporal {
+            t.push_str(" [temporal: right side looked up at processing time]");
+        }
+        if let Some(b) = &self.interval {
+            t.push_str(&format!(
+                " [interval: {}us <= left.ts - right.ts <= {}us, state freed by watermark]",
+                b.lo_us, b.hi_us
+            ));
+        }
+        t
     }
 
     fn output_schema(&self) -> &SchemaRef {
@@ -191,11 +240,40 @@ impl Operator for Join {
         self.sides[0].rows + self.sides[1].rows
     }
 
+    fn on_watermark(&mut self, watermark: i64) -> Result<Vec<Changelog>> {
+        let Some(b) = self.interval else {
+            return Ok(vec![]);
+        };
+        let limit = watermark.saturating_sub(b.lateness_us);
+        // left rows match right rows with ts_r >= ts_l - hi and <= ts_l - lo
+        let left_dead = |ts: i64| ts.saturating_sub(b.lo_us) < limit;
+        let right_dead = |ts: i64| ts.saturating_add(b.hi_us) < limit;
+        for (side, dead) in [
+            (0usize, &left_dead as &dyn Fn(i64) -> bool),
+            (1, &right_dead),
+        ] {
+            let st = &mut self.sides[side];
+            let mut removed = 0usize;
+            st.index.retain(|_, bucket| {
+                let before = bucket.len();
+                bucket.retain(|_, e| !dead(e.ts));
+                removed += before - bucket.len();
+                !bucket.is_empty()
+            });
+            st.rows -= removed;
+        }
+        Ok(vec![])
+    }
+
     fn on_changes(&mut self, port: usize, input: Changelog) -> Result<Vec<Changelog>> {
         if input.is_empty() {
             return Ok(vec![]);
         }
         let (me, other) = (port, 1 - port);
+        if self.temporal && me == 1 {
+            // the looked-up table changed: remember, emit nothing
+            return self.fold_into_state(me, &input, None).map(|_| vec![]);
+        }
         let batch = &input.data;
         let weights = input.weights.values();
         let n = batch.num_rows();
@@ -219,7 +297,6 @@ impl Operator for Join {
                 None => &[],
             }
         };
-        let rows = self.sides[me].conv.convert_columns(batch.columns())?;
 
         // candidate pairs: (delta row, other-side row); the other rows' bytes are copied
         // into one buffer so the other side can be updated below
@@ -388,13 +465,66 @@ impl Operator for Join {
             }
         }
 
-        // fold the delta into this side's state
+        // fold the delta into this side's state (a temporal join keeps no left rows)
+        if !(self.temporal && me == 0) {
+            self.fold_into_state(me, &input, Some(&delta_matches))?;
+        }
+        Ok(out)
+    }
+}
+
+impl Join {
+    /// Add a delta to one side's state, with each row's match count when it is tracked.
+    fn fold_into_state(
+        &mut self,
+        me: usize,
+        input: &Changelog,
+        delta_matches: Option<&[i64]>,
+    ) -> Result<()> {
+        let batch = &input.data;
+        let weights = input.weights.values();
+        let key_cols = self.sides[me]
+            .keys
+            .iter()
+            .map(|k| evaluate(k, batch))
+            .collect::<Result<Vec<_>>>()?;
+        let keys = if key_cols.is_empty() {
+            None
+        } else {
+            Some(self.key_conv.convert_columns(&key_cols)?)
+        };
+        let rows = self.sides[me].conv.convert_columns(batch.columns())?;
+        let ts: Option<datafusion::arrow::array::TimestampMicrosecondArray> =
+            self.interval.and_then(|b| {
+                let col = if me == 0 { b.left_ts } else { b.right_ts };
+                datafusion::arrow::compute::cast(
+                    batch.column(col),
+                    &DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Microsecond, None),
+                )
+                .ok()
+                .and_then(|a| {
+                    a.as_any()
+                        .downcast_ref::<datafusion::arrow::array::TimestampMicrosecondArray>()
+                        .cloned()
+                })
+            });
         let track_me = self.tracks_matches(me);
         let side = &mut self.sides[me];
-        for i in 0..n {
-            let w = weights[i];
-            let key = key_of(i);
+        for (i, w) in weights.iter().enumerate() {
+            let key: &[u8] = match &keys {
+                Some(k) => k.row(i).data(),
+                None => &[],
+            };
             let row = rows.row(i).data();
+            let matches = match (track_me, delta_matches) {
+                (true, Some(m)) => m[i],
+                _ => 0,
+            };
+            let t = match &ts {
+                Some(a) if a.is_valid(i) => a.value(i),
+                Some(_) => i64::MAX,
+                None => 0,
+            };
             let bucket = match side.index.get_mut(key) {
                 Some(b) => b,
                 None => side.index.entry(key.into()).or_default(),
@@ -403,7 +533,7 @@ impl Operator for Join {
                 Some(e) => {
                     e.mult += w;
                     if track_me {
-                        e.matches = delta_matches[i];
+                        e.matches = matches;
                     }
                     if e.mult == 0 {
                         bucket.remove(row);
@@ -414,8 +544,9 @@ impl Operator for Join {
                     bucket.insert(
                         row.into(),
                         Entry {
-                            mult: w,
-                            matches: if track_me { delta_matches[i] } else { 0 },
+                            mult: *w,
+                            matches,
+                            ts: t,
                         },
                     );
                     side.rows += 1;
@@ -425,7 +556,7 @@ impl Operator for Join {
                 side.index.remove(key);
             }
         }
-        Ok(out)
+        Ok(())
     }
 }
 

@@ -133,6 +133,9 @@ impl<'a> Lowering<'a> {
         match plan {
             LogicalPlan::TableScan(scan) => {
                 let name = scan.table_name.table();
+                let name = name
+                    .strip_prefix(crate::serving::TEMPORAL_PREFIX)
+                    .unwrap_or(name);
                 let (oid, rel_name, schema) = (self.resolve)(name).ok_or_else(|| {
                     unsupported(format!(
                         "reading \"{}\" (only tables and materialized views can be read)",
@@ -301,7 +304,7 @@ impl<'a> Lowering<'a> {
                 if let Some(f) = &j.filter {
                     text.push_str(&format!(" filter {f}"));
                 }
-                let op = Join::new(
+                let mut op = Join::new(
                     j.join_type,
                     Arc::new(j.left.schema().as_arrow().clone()),
                     Arc::new(j.right.schema().as_arrow().clone()),
@@ -313,6 +316,19 @@ impl<'a> Lowering<'a> {
                     Arc::new(j.schema.as_arrow().clone()),
                     text,
                 )?;
+                if reads_temporal(&j.right) {
+                    op = op.temporal()?;
+                } else if reads_temporal(&j.left) {
+                    return Err(unsupported(
+                        "a temporal join with the table on the left (put `t FOR SYSTEM_TIME AS OF PROCTIME()` on the right)",
+                    ));
+                }
+                if let Some(f) = &j.filter
+                    && let Some(mut b) = interval_bounds(f, j.left.schema(), j.right.schema())
+                {
+                    b.lateness_us = self.window.lateness_us;
+                    op = op.with_interval(b);
+                }
                 Ok(self.op(op, vec![left, right]))
             }
             LogicalPlan::SubqueryAlias(s) => self.lower(&s.input),
@@ -686,6 +702,126 @@ impl<'a> Lowering<'a> {
         }
         Ok(Some(node))
     }
+}
+
+/// Whether a join input is the lookup side of a temporal join.
+fn reads_temporal(plan: &LogicalPlan) -> bool {
+    match plan {
+        LogicalPlan::TableScan(t) => t
+            .table_name
+            .table()
+            .starts_with(crate::serving::TEMPORAL_PREFIX),
+        LogicalPlan::SubqueryAlias(s) => reads_temporal(&s.input),
+        LogicalPlan::Projection(p) => reads_temporal(&p.input),
+        LogicalPlan::Filter(f) => reads_temporal(&f.input),
+        _ => false,
+    }
+}
+
+/// The time bounds of an interval join: conjuncts comparing a left timestamp column with a
+/// right one shifted by interval literals, e.g. `l.ts BETWEEN r.ts - INTERVAL '1' MINUTE AND
+/// r.ts + INTERVAL '5' MINUTE`. Gives `lo <= l.ts - r.ts <= hi`.
+fn interval_bounds(
+    filter: &Expr,
+    left: &DFSchema,
+    right: &DFSchema,
+) -> Option<crate::operators::join::IntervalBounds> {
+    // a timestamp column of one side, plus an offset in µs
+    fn side_col(e: &Expr, s: &DFSchema) -> Option<(usize, i64)> {
+        match e {
+            Expr::Column(c) => {
+                let i = s.index_of_column(c).ok()?;
+                matches!(s.field(i).data_type(), DataType::Timestamp(..)).then_some((i, 0))
+            }
+            Expr::Cast(c) => side_col(&c.expr, s),
+            Expr::BinaryExpr(b) if matches!(b.op, BinOp::Plus | BinOp::Minus) => {
+                let (i, off) = side_col(&b.left, s)?;
+                let d = interval_literal(&b.right)?;
+                Some((
+                    i,
+                    if b.op == BinOp::Plus {
+                        off + d
+                    } else {
+                        off - d
+                    },
+                ))
+            }
+            _ => None,
+        }
+    }
+    fn interval_literal(e: &Expr) -> Option<i64> {
+        match e {
+            Expr::Literal(ScalarValue::IntervalMonthDayNano(Some(v)), _) if v.months == 0 => {
+                Some(v.days as i64 * crate::sql::time::MICROS_PER_DAY + v.nanoseconds / 1000)
+            }
+            Expr::Literal(ScalarValue::IntervalDayTime(Some(v)), _) => Some(
+                v.days as i64 * crate::sql::time::MICROS_PER_DAY + v.milliseconds as i64 * 1000,
+            ),
+            Expr::Cast(c) => interval_literal(&c.expr),
+            _ => None,
+        }
+    }
+    let mut conjuncts = Vec::new();
+    split_and(filter, &mut conjuncts);
+    let (mut lo, mut hi) = (None::<i64>, None::<i64>);
+    let (mut lcol, mut rcol) = (None, None);
+    for c in conjuncts {
+        let (l, op, r) = match c {
+            Expr::BinaryExpr(b) => (b.left.as_ref(), b.op, b.right.as_ref()),
+            Expr::Between(bt) if !bt.negated => {
+                // x BETWEEN a AND b == x >= a AND x <= b
+                let ge = Expr::BinaryExpr(datafusion::logical_expr::BinaryExpr::new(
+                    bt.expr.clone(),
+                    BinOp::GtEq,
+                    bt.low.clone(),
+                ));
+                let le = Expr::BinaryExpr(datafusion::logical_expr::BinaryExpr::new(
+                    bt.expr.clone(),
+                    BinOp::LtEq,
+                    bt.high.clone(),
+                ));
+                let sub = interval_bounds(
+                    &Expr::BinaryExpr(datafusion::logical_expr::BinaryExpr::new(
+                        Box::new(ge),
+                        BinOp::And,
+                        Box::new(le),
+                    )),
+                    left,
+                    right,
+                )?;
+                lo = Some(lo.map_or(sub.lo_us, |x: i64| x.max(sub.lo_us)));
+                hi = Some(hi.map_or(sub.hi_us, |x: i64| x.min(sub.hi_us)));
+                lcol = Some(sub.left_ts);
+                rcol = Some(sub.right_ts);
+                continue;
+            }
+            _ => continue,
+        };
+        // normalize to: left_ts + a  <op>  right_ts + b
+        let (lt, rt, op) = match (side_col(l, left), side_col(r, right)) {
+            (Some(lt), Some(rt)) => (lt, rt, op),
+            _ => match (side_col(r, left), side_col(l, right)) {
+                (Some(lt), Some(rt)) => (lt, rt, op.swap()?),
+                _ => continue,
+            },
+        };
+        // ts_l + a op ts_r + b  =>  ts_l - ts_r op b - a
+        let bound = rt.1 - lt.1;
+        match op {
+            BinOp::GtEq | BinOp::Gt => lo = Some(lo.map_or(bound, |x| x.max(bound))),
+            BinOp::LtEq | BinOp::Lt => hi = Some(hi.map_or(bound, |x| x.min(bound))),
+            _ => continue,
+        }
+        lcol = Some(lt.0);
+        rcol = Some(rt.0);
+    }
+    Some(crate::operators::join::IntervalBounds {
+        left_ts: lcol?,
+        right_ts: rcol?,
+        lo_us: lo?,
+        hi_us: hi?,
+        lateness_us: 0,
+    })
 }
 
 /// The gap of a SESSION window this plan reads (from its `weir_session_start` placeholder).
