@@ -3,6 +3,7 @@
 mod clients;
 mod docs;
 mod durability;
+mod event_time;
 mod harness;
 mod oracle;
 mod protocol;

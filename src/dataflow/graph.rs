@@ -30,6 +30,8 @@ pub struct LatePolicy {
     pub lateness_us: i64,
     pub view: String,
     pub log: Arc<LateLog>,
+    /// A relation read by several sources of one view (HOP, self-joins) logs once.
+    pub record: bool,
 }
 
 pub enum NodeKind {
@@ -38,6 +40,9 @@ pub enum NodeKind {
         relation: u32,
         name: String,
         late: Option<LatePolicy>,
+        /// The lookup side of a temporal join: its changes must be applied in arrival order
+        /// relative to the stream's (the runtime gives them epochs of their own).
+        lookup: bool,
     },
     Operator(Box<dyn Operator>),
 }
@@ -114,15 +119,34 @@ impl Graph {
             .collect()
     }
 
+    /// Relations read as the lookup side of a temporal join.
+    pub fn lookup_relations(&self) -> Vec<u32> {
+        self.nodes
+            .iter()
+            .filter_map(|n| match &n.kind {
+                NodeKind::Source {
+                    relation,
+                    lookup: true,
+                    ..
+                } => Some(*relation),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Set the admission policy of the sources that read `relation`.
     pub fn set_late_policy(&mut self, relation: u32, make: impl Fn() -> LatePolicy) {
+        let mut first = true;
         for n in self.nodes.iter_mut() {
             if let NodeKind::Source {
                 relation: r, late, ..
             } = &mut n.kind
                 && *r == relation
             {
-                *late = Some(make());
+                let mut p = make();
+                p.record = first;
+                first = false;
+                *late = Some(p);
             }
         }
     }
@@ -271,7 +295,9 @@ fn admit(policy: Option<&LatePolicy>, b: &SourceBatch) -> Result<Changelog> {
         .filter(|i| !keep.value(*i))
         .map(|i| Some(ts.value(i)))
         .collect();
-    p.log.record(&p.view, &dropped, &times, wm);
+    if p.record {
+        p.log.record(&p.view, &dropped, &times, wm);
+    }
     filter_changelog(&b.changelog, &keep)
 }
 

@@ -145,6 +145,7 @@ impl Dataflow {
             published: published.clone(),
             stats: stats.clone(),
             watermarks: HashMap::new(),
+            lookups: Default::default(),
         };
         std::thread::Builder::new()
             .name("weir-dataflow".into())
@@ -298,6 +299,8 @@ struct Worker {
     stats: Arc<Mutex<HashMap<u32, Vec<OperatorState>>>>,
     /// Latest event-time watermark of each relation (tables and views) that has one.
     watermarks: HashMap<u32, i64>,
+    /// Relations some view reads as a temporal join's lookup side.
+    lookups: std::collections::HashSet<u32>,
 }
 
 impl Worker {
@@ -320,6 +323,14 @@ impl Worker {
                         watermark_before,
                         watermark_after,
                     } => {
+                        // a temporal join's table changes take effect between the stream
+                        // rows around them: give them an epoch of their own
+                        let lookup = self.lookups.contains(&relation);
+                        if lookup {
+                            self.epoch(std::mem::take(&mut pending));
+                        } else if pending.keys().any(|r| self.lookups.contains(r)) {
+                            self.epoch(std::mem::take(&mut pending));
+                        }
                         pending.entry(relation).or_default().push(SourceBatch {
                             changelog,
                             watermark_before,
@@ -337,6 +348,7 @@ impl Worker {
                     Msg::Drop { oid, done } => {
                         self.epoch(std::mem::take(&mut pending));
                         self.graphs.remove(&oid);
+                        self.refresh_lookups();
                         self.published.write().views.remove(&oid);
                         self.stats.lock().remove(&oid);
                         let _ = done.send(());
@@ -349,6 +361,14 @@ impl Worker {
                 let _ = b.send(epoch);
             }
         }
+    }
+
+    fn refresh_lookups(&mut self) {
+        self.lookups = self
+            .graphs
+            .values()
+            .flat_map(|g| g.graph.lookup_relations())
+            .collect();
     }
 
     /// Run one epoch over the given source changes and publish the views' new contents.
@@ -502,6 +522,15 @@ impl Worker {
                     }
                 }
             }
+            // a temporal join looks up its table as it is now: feed lookup tables first, in
+            // an epoch of their own
+            let lookups = graph.lookup_relations();
+            inputs.sort_by_key(|(rel, _, _)| !lookups.contains(rel));
+            let lookup_rows: usize = inputs
+                .iter()
+                .filter(|(rel, _, _)| lookups.contains(rel))
+                .map(|(_, b, _)| b.changelog.len())
+                .sum();
             let total: usize = inputs.iter().map(|(_, b, _)| b.changelog.len()).sum();
             let mut contents = ZSet::new(schema.clone())?;
             let started = Instant::now();
@@ -524,7 +553,8 @@ impl Worker {
                 }
                 // the first epoch runs even without input: global aggregates and constants
                 // emit their initial rows
-                if chunk_rows >= BACKFILL_CHUNK_ROWS || at_end {
+                let lookups_done = lookup_rows > 0 && done_rows + chunk_rows == lookup_rows;
+                if chunk_rows >= BACKFILL_CHUNK_ROWS || at_end || lookups_done {
                     let mut feed = std::mem::take(&mut chunk);
                     for s in graph.sources() {
                         feed.entry(s).or_default();
@@ -583,6 +613,7 @@ impl Worker {
                 drop(p);
                 self.stats.lock().insert(oid, graph.operator_states());
                 self.graphs.insert(oid, ViewRuntime { name, graph });
+                self.refresh_lookups();
                 let _ = done.send(Ok(()));
             }
             Err(e) => {

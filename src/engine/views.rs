@@ -110,6 +110,7 @@ impl Engine {
                 lateness_us: lateness,
                 view: name.to_owned(),
                 log: log.clone(),
+                record: true,
             });
         }
         Ok((graph, columns))

@@ -133,6 +133,7 @@ impl<'a> Lowering<'a> {
         match plan {
             LogicalPlan::TableScan(scan) => {
                 let name = scan.table_name.table();
+                let lookup = name.starts_with(crate::serving::TEMPORAL_PREFIX);
                 let name = name
                     .strip_prefix(crate::serving::TEMPORAL_PREFIX)
                     .unwrap_or(name);
@@ -147,6 +148,7 @@ impl<'a> Lowering<'a> {
                         relation: oid,
                         name: rel_name,
                         late: None,
+                        lookup,
                     },
                     vec![],
                     schema.clone(),
