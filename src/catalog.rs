@@ -1,4 +1,4 @@
-//! The catalog: every relation Weir knows (tables now; sources and views later), with stable
+//! The catalog: every relation Weir knows (tables, sources, materialized views), with stable
 //! OIDs, persisted in the store under `C{oid}` as JSON so it survives restarts. The
 //! `pg_catalog` tables clients query are built from it ([`pg_catalog`]).
 
@@ -52,6 +52,9 @@ pub enum RelationKind {
     Table,
     AppendOnlyTable,
     MaterializedView,
+    /// A connector's stream (`CREATE SOURCE`): no storage; each view reading it runs its
+    /// own instance of the connector.
+    Source,
 }
 
 impl RelationKind {
@@ -60,6 +63,8 @@ impl RelationKind {
         match self {
             RelationKind::Table | RelationKind::AppendOnlyTable => "r",
             RelationKind::MaterializedView => "m",
+            // like a foreign table: data that lives outside and is read through a connector
+            RelationKind::Source => "f",
         }
     }
 
@@ -72,6 +77,7 @@ impl RelationKind {
         match self {
             RelationKind::Table | RelationKind::AppendOnlyTable => "table",
             RelationKind::MaterializedView => "materialized view",
+            RelationKind::Source => "source",
         }
     }
 }
@@ -93,7 +99,7 @@ pub struct RelationDesc {
     /// Relations a view reads (OIDs).
     #[serde(default)]
     pub dependencies: Vec<u32>,
-    /// `WITH (...)` options of a view.
+    /// `WITH (...)` options of a view or source.
     #[serde(default)]
     pub options: Vec<(String, String)>,
     /// `EMIT ON WINDOW CLOSE`.
@@ -127,7 +133,7 @@ impl RelationDesc {
 
     pub fn table_kind(&self) -> TableKind {
         match self.kind {
-            RelationKind::AppendOnlyTable => TableKind::AppendOnly,
+            RelationKind::AppendOnlyTable | RelationKind::Source => TableKind::AppendOnly,
             RelationKind::Table | RelationKind::MaterializedView if self.primary_key.is_empty() => {
                 TableKind::Multiset
             }

@@ -18,13 +18,16 @@ use tracing::info;
 
 use crate::catalog::rewrite::{null_projection_probe, reads_only_catalog, rewrite_statement};
 use crate::catalog::{Catalog, ColumnDesc, RelationDesc, RelationKind, WatermarkDesc};
+use crate::connectors;
 use crate::dataflow::runtime::Dataflow;
 use crate::error::{Result, WeirError, sqlstate};
 use crate::plan::dml::plan_change;
 use crate::plan::insert_values::literal_rows;
 use crate::server::session::{Session, canonical_name};
 use crate::serving::{PinnedViews, session_context};
-use crate::sql::parser::{CreateTable, DropKind, Parsed, RelationKindFilter, Statement};
+use crate::sql::parser::{
+    CreateSource, CreateTable, Parsed, RelationKindFilter, Statement, WatermarkSpec,
+};
 use crate::sql::types::SqlType;
 use crate::state::fjall_store::FjallStore;
 use crate::state::store::Store;
@@ -154,6 +157,8 @@ impl Engine {
             Statement::CreateView(cv) => self.create_view(session, cv, &parsed.text, notices).await,
             Statement::ExplainView(cv) => self.explain_view(session, cv).await,
             Statement::Flush => {
+                // generators that end and run unpaced are part of "everything so far"
+                self.dataflow.sources.wait_bounded().await;
                 self.dataflow.flush().await?;
                 Ok(Output::Command("FLUSH".into()))
             }
@@ -166,8 +171,12 @@ impl Engine {
                 self.create_table(ct, &parsed.text)?;
                 Ok(Output::Command("CREATE TABLE".into()))
             }
+            Statement::CreateSource(cs) => {
+                self.create_source(cs, &parsed.text)?;
+                Ok(Output::Command("CREATE SOURCE".into()))
+            }
             Statement::Drop(d) => {
-                self.drop_relations(&d.names, d.kind == DropKind::Table, d.if_exists, d.cascade)
+                self.drop_relations(&d.names, d.kind, d.if_exists, d.cascade)
                     .await
             }
             Statement::ShowRelations(which) => {
@@ -177,6 +186,7 @@ impl Engine {
                     .iter()
                     .filter(|e| match which {
                         RelationKindFilter::Tables => e.desc.kind.is_table(),
+                        RelationKindFilter::Sources => e.desc.kind == RelationKind::Source,
                         RelationKindFilter::MaterializedViews => {
                             e.desc.kind == RelationKind::MaterializedView
                         }
@@ -402,7 +412,7 @@ impl Engine {
         let table = entry.table.clone().ok_or_else(|| {
             WeirError::new(
                 sqlstate::WRONG_OBJECT_TYPE,
-                format!("cannot change materialized view \"{name}\""),
+                format!("cannot change {} \"{name}\"", entry.desc.kind.noun()),
             )
         })?;
         let verb = match dml.op {
@@ -527,6 +537,79 @@ impl Engine {
         }
     }
 
+    fn create_source(&self, cs: &CreateSource, text: &str) -> Result<()> {
+        let o = connectors::options(&cs.with_options);
+        let connector = o
+            .get("connector")
+            .map(|c| c.to_lowercase())
+            .ok_or_else(|| {
+                WeirError::invalid_parameter(format!(
+                    "source \"{}\" needs a connector: WITH (connector = 'nexmark' | 'datagen', ...)",
+                    cs.name
+                ))
+            })?;
+        let mut seen = std::collections::HashSet::new();
+        for c in &cs.columns {
+            if !seen.insert(c.name.as_str()) {
+                return Err(WeirError::new(
+                    sqlstate::DUPLICATE_COLUMN,
+                    format!("column \"{}\" specified more than once", c.name),
+                ));
+            }
+        }
+        let declared: Vec<ColumnDesc> = cs
+            .columns
+            .iter()
+            .map(|c| ColumnDesc {
+                name: c.name.clone(),
+                ty: c.ty.clone(),
+                nullable: !c.not_null,
+            })
+            .collect();
+        let columns = connectors::source_columns(&connector, &o, &declared)?;
+        connectors::check_options(&connector, &o, &columns)?;
+        if let Some((f, e)) = &cs.format {
+            return Err(WeirError::invalid_parameter(format!(
+                "FORMAT {} ENCODE {} does not apply to the {connector} connector, which makes rows itself",
+                f.to_uppercase(),
+                e.to_uppercase()
+            )));
+        }
+        let watermark = cs
+            .watermark
+            .as_ref()
+            .map(|w| watermark_desc(w, &columns))
+            .transpose()?;
+        // the options must make a working generator now, not when a view first reads it
+        connectors::generator(&connector, &o, &columns)?;
+        connectors::rate_limit(&connector, &o)?;
+        let mut options: Vec<(String, String)> = cs.with_options.clone();
+        for (k, v) in options.iter_mut() {
+            if k == "connector" {
+                *v = connector.clone();
+            }
+        }
+        let created = self.catalog.create(&cs.name, cs.if_not_exists, |oid| {
+            Ok(RelationDesc {
+                oid,
+                name: cs.name.clone(),
+                kind: RelationKind::Source,
+                columns,
+                primary_key: vec![],
+                watermark,
+                definition: text.to_owned(),
+                query: None,
+                dependencies: vec![],
+                options,
+                emit_on_window_close: false,
+            })
+        })?;
+        if created {
+            info!(source = %cs.name, %connector, "created source");
+        }
+        Ok(())
+    }
+
     fn create_table(&self, ct: &CreateTable, text: &str) -> Result<()> {
         if let Some((k, _)) = ct.with_options.first() {
             return Err(WeirError::not_supported(format!(
@@ -562,42 +645,12 @@ impl Engine {
                 "an APPEND ONLY table cannot have a PRIMARY KEY",
             ));
         }
-        let watermark = match &ct.watermark {
-            None => None,
-            Some(w) => {
-                if !ct.append_only {
-                    return Err(WeirError::new(
-                        sqlstate::INVALID_TABLE_DEFINITION,
-                        "WATERMARK requires an APPEND ONLY table",
-                    ));
-                }
-                let col = ct
-                    .columns
-                    .iter()
-                    .find(|c| c.name == w.column)
-                    .ok_or_else(|| {
-                        WeirError::new(
-                            sqlstate::UNDEFINED_COLUMN,
-                            format!("watermark column \"{}\" does not exist", w.column),
-                        )
-                    })?;
-                if !matches!(col.ty, SqlType::Timestamp | SqlType::TimestampTz) {
-                    return Err(WeirError::new(
-                        sqlstate::DATATYPE_MISMATCH,
-                        format!(
-                            "watermark column \"{}\" must be a timestamp, not {}",
-                            w.column,
-                            col.ty.display_name()
-                        ),
-                    ));
-                }
-                Some(WatermarkDesc {
-                    column: w.column.clone(),
-                    expr: w.expr.to_string(),
-                    delay_us: crate::sql::time::watermark_delay(&w.column, &w.expr)?,
-                })
-            }
-        };
+        if ct.watermark.is_some() && !ct.append_only {
+            return Err(WeirError::new(
+                sqlstate::INVALID_TABLE_DEFINITION,
+                "WATERMARK requires an APPEND ONLY table",
+            ));
+        }
         let columns: Vec<ColumnDesc> = ct
             .columns
             .iter()
@@ -607,6 +660,11 @@ impl Engine {
                 nullable: !c.not_null && !ct.primary_key.contains(&c.name),
             })
             .collect();
+        let watermark = ct
+            .watermark
+            .as_ref()
+            .map(|w| watermark_desc(w, &columns))
+            .transpose()?;
         let kind = if ct.append_only {
             RelationKind::AppendOnlyTable
         } else {
@@ -632,6 +690,32 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// A declared WATERMARK, checked against the columns: a timestamp column, and an expression
+/// `col - INTERVAL '...'` (or just `col`).
+fn watermark_desc(w: &WatermarkSpec, columns: &[ColumnDesc]) -> Result<WatermarkDesc> {
+    let col = columns.iter().find(|c| c.name == w.column).ok_or_else(|| {
+        WeirError::new(
+            sqlstate::UNDEFINED_COLUMN,
+            format!("watermark column \"{}\" does not exist", w.column),
+        )
+    })?;
+    if !matches!(col.ty, SqlType::Timestamp | SqlType::TimestampTz) {
+        return Err(WeirError::new(
+            sqlstate::DATATYPE_MISMATCH,
+            format!(
+                "watermark column \"{}\" must be a timestamp, not {}",
+                w.column,
+                col.ty.display_name()
+            ),
+        ));
+    }
+    Ok(WatermarkDesc {
+        column: w.column.clone(),
+        expr: w.expr.to_string(),
+        delay_us: crate::sql::time::watermark_delay(&w.column, &w.expr)?,
+    })
 }
 
 /// Names of the relations a statement reads (normalized).

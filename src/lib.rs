@@ -6,6 +6,7 @@
 //! them. See `docs/ARCHITECTURE.md`.
 
 pub mod catalog;
+pub mod connectors;
 pub mod dataflow;
 pub mod engine;
 pub mod error;

@@ -150,6 +150,12 @@ impl SchemaProvider for PublicSchema {
                     table: table.clone(),
                 })));
             }
+            if entry.desc.kind == crate::catalog::RelationKind::Source {
+                return Ok(Some(Arc::new(SourceScanProvider {
+                    name: entry.desc.name.clone(),
+                    schema: nullable(&entry.desc.schema()),
+                })));
+            }
             return Ok(Some(Arc::new(ViewScanProvider {
                 oid: entry.desc.oid,
                 name: entry.desc.name.clone(),
@@ -231,6 +237,46 @@ impl TableProvider for ViewScanProvider {
         let partitions = split_partitions(&batches, state.config().target_partitions());
         let mem = MemTable::try_new(self.schema.clone(), partitions)?;
         mem.scan(state, projection, filters, limit).await
+    }
+}
+
+/// A source in a query: it plans (so a view's query over it can be planned and lowered),
+/// but a one-shot scan is refused, since a source keeps no rows.
+pub struct SourceScanProvider {
+    name: String,
+    schema: SchemaRef,
+}
+
+impl fmt::Debug for SourceScanProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SourceScanProvider({})", self.name)
+    }
+}
+
+#[async_trait]
+impl TableProvider for SourceScanProvider {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        _projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        Err(DataFusionError::External(Box::new(
+            crate::error::WeirError::not_supported(format!(
+                "source \"{}\" keeps no rows and cannot be queried directly",
+                self.name
+            ))
+            .with_hint("Create a materialized view over the source and query the view."),
+        )))
     }
 }
 

@@ -753,7 +753,7 @@ mod tests {
         let mut s = Parser::parse_sql(&PostgreSqlDialect {}, sql)
             .unwrap()
             .remove(0);
-        rewrite_statement(&mut s);
+        rewrite_statement(&mut s).unwrap();
         s.to_string()
     }
 

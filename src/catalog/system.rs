@@ -4,7 +4,9 @@
 //!   dropped as late, and failure;
 //! - `weir_operator_state`: state rows per operator of each view (proves state stays
 //!   bounded on an endless stream);
-//! - `weir_late_events`: the most recent rows views refused as late (bounded retention).
+//! - `weir_late_events`: the most recent rows views refused as late (bounded retention);
+//! - `weir_sources`: each running source instance (one per view reading a connector
+//!   source): rows produced, watermark, whether it finished, its error.
 
 use std::sync::Arc;
 
@@ -16,7 +18,12 @@ use crate::catalog::pg_catalog::{V, build_table};
 use crate::dataflow::runtime::Dataflow;
 use crate::sql::types::SqlType as T;
 
-pub const TABLES: &[&str] = &["weir_views", "weir_operator_state", "weir_late_events"];
+pub const TABLES: &[&str] = &[
+    "weir_views",
+    "weir_operator_state",
+    "weir_late_events",
+    "weir_sources",
+];
 
 fn ts(us: Option<i64>) -> V {
     match us {
@@ -87,6 +94,32 @@ pub fn build(
                     ("state_rows", T::Int8),
                 ],
                 rows,
+            )?
+        }
+        "weir_sources" => {
+            let mut p = dataflow.sources.progress();
+            p.sort_by(|a, b| (&a.view_name, &a.source_name).cmp(&(&b.view_name, &b.source_name)));
+            build_table(
+                &[
+                    ("source_name", T::Text),
+                    ("view_name", T::Text),
+                    ("rows", T::Int8),
+                    ("watermark", T::Timestamp),
+                    ("done", T::Bool),
+                    ("error", T::Text),
+                ],
+                p.into_iter()
+                    .map(|r| {
+                        vec![
+                            r.source_name.into(),
+                            r.view_name.into(),
+                            V::I(r.rows as i64),
+                            ts(r.watermark),
+                            r.done.into(),
+                            r.error.map(V::S).unwrap_or(V::Null),
+                        ]
+                    })
+                    .collect(),
             )?
         }
         "weir_late_events" => build_table(

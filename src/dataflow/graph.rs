@@ -134,6 +134,17 @@ impl Graph {
             .collect()
     }
 
+    /// Read relation `from` as `to` (a view's private instance of a connector source).
+    pub fn remap_relation(&mut self, from: u32, to: u32) {
+        for n in self.nodes.iter_mut() {
+            if let NodeKind::Source { relation, .. } = &mut n.kind
+                && *relation == from
+            {
+                *relation = to;
+            }
+        }
+    }
+
     /// Set the admission policy of the sources that read `relation`.
     pub fn set_late_policy(&mut self, relation: u32, make: impl Fn() -> LatePolicy) {
         let mut first = true;

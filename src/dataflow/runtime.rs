@@ -60,6 +60,9 @@ pub struct CreateView {
     /// (event-time column, watermark delay) of the tables that declare a watermark: the
     /// backfill replays their batches in arrival order with the watermark each met.
     pub watermark_specs: HashMap<u32, (usize, i64)>,
+    /// Relations that start empty (a view's own instances of connector sources: their
+    /// rows come later, from the source runners).
+    pub fresh: Vec<u32>,
     /// Progress lines for the client, sent while a long backfill runs.
     pub progress: Option<mpsc::UnboundedSender<String>>,
     pub done: oneshot::Sender<Result<()>>,
@@ -129,6 +132,8 @@ pub struct Dataflow {
     observed: RwLock<HashMap<u32, usize>>,
     stats: Arc<Mutex<HashMap<u32, Vec<OperatorState>>>>,
     pub late: Arc<LateLog>,
+    /// Running source instances (generators feeding views).
+    pub sources: Arc<crate::connectors::runner::Runners>,
 }
 
 impl Dataflow {
@@ -157,6 +162,7 @@ impl Dataflow {
             observed: RwLock::new(HashMap::new()),
             stats,
             late: Arc::new(LateLog::default()),
+            sources: Arc::default(),
         })
     }
 
@@ -186,6 +192,11 @@ impl Dataflow {
     /// A sink that forwards a table's changes to the worker (see `TableStore::set_sink`).
     pub fn sink(self: &Arc<Self>) -> Arc<dyn crate::state::table::ChangeSink> {
         Arc::new(Sink(self.tx.clone()))
+    }
+
+    /// A sender into the worker's queue (source runners use it from their own threads).
+    pub fn sender(&self) -> mpsc::Sender<Msg> {
+        self.tx.clone()
     }
 
     pub async fn send(&self, msg: Msg) -> Result<()> {
@@ -325,10 +336,9 @@ impl Worker {
                     } => {
                         // a temporal join's table changes take effect between the stream
                         // rows around them: give them an epoch of their own
-                        let lookup = self.lookups.contains(&relation);
-                        if lookup {
-                            self.epoch(std::mem::take(&mut pending));
-                        } else if pending.keys().any(|r| self.lookups.contains(r)) {
+                        if self.lookups.contains(&relation)
+                            || pending.keys().any(|r| self.lookups.contains(r))
+                        {
                             self.epoch(std::mem::take(&mut pending));
                         }
                         pending.entry(relation).or_default().push(SourceBatch {
@@ -347,7 +357,14 @@ impl Worker {
                     }
                     Msg::Drop { oid, done } => {
                         self.epoch(std::mem::take(&mut pending));
-                        self.graphs.remove(&oid);
+                        if let Some(rt) = self.graphs.remove(&oid) {
+                            // a view's source instances die with it
+                            for s in rt.graph.sources() {
+                                if s >= crate::connectors::runner::FIRST_INSTANCE_ID {
+                                    self.watermarks.remove(&s);
+                                }
+                            }
+                        }
                         self.refresh_lookups();
                         self.published.write().views.remove(&oid);
                         self.stats.lock().remove(&oid);
@@ -462,6 +479,7 @@ impl Worker {
             schema,
             tables,
             watermark_specs,
+            fresh,
             progress,
             done,
         } = c;
@@ -498,7 +516,7 @@ impl Worker {
             {
                 let p = self.published.read();
                 for rel in graph.sources() {
-                    if tables.iter().any(|(t, _)| *t == rel) {
+                    if tables.iter().any(|(t, _)| *t == rel) || fresh.contains(&rel) {
                         continue;
                     }
                     let d = p.views.get(&rel).ok_or_else(|| {

@@ -15,13 +15,14 @@ use tracing::{error, info};
 
 use crate::catalog::rewrite::{display_column_name, rewrite_query};
 use crate::catalog::{ColumnDesc, RelationDesc, RelationKind};
+use crate::connectors::{self, runner::RunnerSpec};
 use crate::dataflow::graph::Graph;
 use crate::dataflow::runtime::{CreateView as CreateMsg, Msg};
 use crate::engine::{Engine, Output};
 use crate::error::{Result, WeirError, sqlstate};
 use crate::plan::view::{Lowering, WindowOptions, check_deterministic};
 use crate::server::session::Session;
-use crate::sql::parser::CreateView;
+use crate::sql::parser::{CreateView, DropKind};
 use crate::sql::types::field_sql_type;
 
 impl Engine {
@@ -183,10 +184,22 @@ impl Engine {
     async fn start_view(
         &self,
         desc: &RelationDesc,
-        graph: Graph,
+        mut graph: Graph,
         progress: Option<mpsc::UnboundedSender<String>>,
     ) -> Result<()> {
         let sources = graph.sources();
+        // each connector source the view reads runs as an instance of its own, from the
+        // start, under a relation id private to this view
+        let mut runners = Vec::new();
+        for oid in &sources {
+            if let Some(e) = self.catalog.get_by_oid(*oid)
+                && e.desc.kind == RelationKind::Source
+            {
+                let instance = self.dataflow.sources.new_instance_id();
+                graph.remap_relation(*oid, instance);
+                runners.push(runner_spec(&e.desc, desc, instance)?);
+            }
+        }
         let tables: Vec<_> = sources
             .iter()
             .filter_map(|oid| self.catalog.get_by_oid(*oid))
@@ -215,6 +228,7 @@ impl Engine {
                 schema: desc.schema(),
                 tables: snapshots,
                 watermark_specs,
+                fresh: runners.iter().map(|r| r.instance).collect(),
                 progress,
                 done,
             })))
@@ -227,8 +241,13 @@ impl Engine {
                 .and_then(|r| r),
             Err(e) => Err(e),
         };
-        if result.is_err() {
-            self.unobserve(&sources);
+        match &result {
+            Ok(()) => {
+                for spec in runners {
+                    self.dataflow.sources.start(self.dataflow.sender(), spec);
+                }
+            }
+            Err(_) => self.unobserve(&sources),
         }
         result
     }
@@ -310,14 +329,19 @@ impl Engine {
     pub(crate) async fn drop_relations(
         &self,
         names: &[String],
-        kind_is_table: bool,
+        kind: DropKind,
         if_exists: bool,
         cascade: bool,
     ) -> Result<Output> {
-        let noun = if kind_is_table {
-            "table"
-        } else {
-            "materialized view"
+        let noun = match kind {
+            DropKind::Table => "table",
+            DropKind::Source => "source",
+            DropKind::MaterializedView => "materialized view",
+        };
+        let matches = |k: RelationKind| match kind {
+            DropKind::Table => k.is_table(),
+            DropKind::Source => k == RelationKind::Source,
+            DropKind::MaterializedView => k == RelationKind::MaterializedView,
         };
         let mut targets = Vec::new();
         for name in names {
@@ -329,11 +353,11 @@ impl Engine {
                         format!("{noun} \"{name}\" does not exist"),
                     ));
                 }
-                Some(e) if e.desc.kind.is_table() != kind_is_table => {
-                    let right = if e.desc.kind.is_table() {
-                        "DROP TABLE"
-                    } else {
-                        "DROP MATERIALIZED VIEW"
+                Some(e) if !matches(e.desc.kind) => {
+                    let right = match e.desc.kind {
+                        RelationKind::Table | RelationKind::AppendOnlyTable => "DROP TABLE",
+                        RelationKind::Source => "DROP SOURCE",
+                        RelationKind::MaterializedView => "DROP MATERIALIZED VIEW",
                     };
                     return Err(WeirError::new(
                         sqlstate::WRONG_OBJECT_TYPE,
@@ -392,6 +416,7 @@ impl Engine {
                 continue;
             };
             if entry.desc.kind == RelationKind::MaterializedView {
+                self.dataflow.sources.stop_view(oid);
                 let (done, rx) = oneshot::channel();
                 self.dataflow.send(Msg::Drop { oid, done }).await?;
                 let _ = rx.await;
@@ -404,7 +429,7 @@ impl Engine {
                     None => None,
                 };
                 self.catalog.drop_relation(&entry.desc.name)?;
-                info!(table = %entry.desc.name, "dropped table");
+                info!(relation = %entry.desc.name, kind = entry.desc.kind.noun(), "dropped");
             }
         }
         Ok(Output::Command(format!("DROP {}", noun.to_uppercase())))
@@ -470,6 +495,28 @@ fn view_options(options: &[(String, String)], emit_on_close: bool) -> Result<Win
         }
     }
     Ok(w)
+}
+
+/// How to run one view's instance of a connector source.
+fn runner_spec(src: &RelationDesc, view: &RelationDesc, instance: u32) -> Result<RunnerSpec> {
+    let o = connectors::options(&src.options);
+    let connector = o.get("connector").cloned().unwrap_or_default();
+    let watermark = src.watermark.as_ref().and_then(|w| {
+        src.columns
+            .iter()
+            .position(|c| c.name == w.column)
+            .map(|i| (i, w.delay_us))
+    });
+    Ok(RunnerSpec {
+        view_oid: view.oid,
+        view_name: view.name.clone(),
+        source_name: src.name.clone(),
+        instance,
+        generator: connectors::generator(&connector, &o, &src.columns)?,
+        watermark,
+        rate: connectors::rate_limit(&connector, &o)?,
+        bounded: connectors::bounded(&connector, &o),
+    })
 }
 
 fn parse_query(sql: &str) -> Result<ast::Query> {

@@ -42,6 +42,9 @@ pub enum Slot {
 /// (event time, row) -> multiplicity, in event-time order.
 type KeyRows = BTreeMap<(i64, Box<[u8]>), i64>;
 
+/// An output row shown for a key: (session end, encoded row).
+type Shown = (i64, Box<[u8]>);
+
 pub struct SessionAggregate {
     keys: Vec<Arc<dyn PhysicalExpr>>,
     key_conv: RowConverter,
@@ -57,7 +60,7 @@ pub struct SessionAggregate {
     watermark: Option<i64>,
     rows: FastMap<Box<[u8]>, KeyRows>,
     /// Output rows shown per key, with the session end each belongs to.
-    emitted: FastMap<Box<[u8]>, Vec<(i64, Box<[u8]>)>>,
+    emitted: FastMap<Box<[u8]>, Vec<Shown>>,
     dirty: FastSet<Box<[u8]>>,
     out_conv: RowConverter,
     schema: SchemaRef,
@@ -143,10 +146,8 @@ impl SessionAggregate {
         let key_cols = if self.keys.is_empty() {
             Vec::new()
         } else {
-            let one = self
-                .key_conv
-                .convert_rows(std::iter::once(parser.parse(key)))?;
-            one
+            self.key_conv
+                .convert_rows(std::iter::once(parser.parse(key)))?
         };
         let row_parser = self.row_conv.parser();
         let mut agg_values: Vec<Vec<ScalarValue>> = vec![Vec::with_capacity(n); self.aggs.len()];

@@ -22,6 +22,7 @@ pub struct Parsed {
 #[derive(Debug, Clone)]
 pub enum Statement {
     CreateTable(Box<CreateTable>),
+    CreateSource(Box<CreateSource>),
     CreateView(Box<CreateView>),
     /// `EXPLAIN CREATE MATERIALIZED VIEW ...`: the dataflow graph, one operator per line.
     ExplainView(Box<CreateView>),
@@ -54,12 +55,14 @@ pub enum Statement {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RelationKindFilter {
     Tables,
+    Sources,
     MaterializedViews,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DropKind {
     Table,
+    Source,
     MaterializedView,
 }
 
@@ -103,6 +106,19 @@ pub struct CreateTable {
     pub append_only: bool,
     pub watermark: Option<WatermarkSpec>,
     pub with_options: Vec<(String, String)>,
+}
+
+/// `CREATE SOURCE name [(columns, WATERMARK FOR ...)] WITH (connector = ..., ...)
+/// [FORMAT f ENCODE e]`.
+#[derive(Debug, Clone)]
+pub struct CreateSource {
+    pub name: String,
+    pub if_not_exists: bool,
+    pub columns: Vec<ColumnSpec>,
+    pub watermark: Option<WatermarkSpec>,
+    pub with_options: Vec<(String, String)>,
+    /// `FORMAT x ENCODE y`, lowercased.
+    pub format: Option<(String, String)>,
 }
 
 /// Parse a string of one or more statements. An empty or comment-only string gives none.
@@ -260,6 +276,12 @@ fn parse_one(p: &mut Parser) -> Result<Statement> {
                 p.next_token();
                 return parse_create_table(p).map(|c| Statement::CreateTable(Box::new(c)));
             }
+            if matches!(&p.peek_nth_token(1).token, Token::Word(w) if w.keyword == Keyword::SOURCE)
+            {
+                p.next_token();
+                p.next_token();
+                return parse_create_source(p).map(|c| Statement::CreateSource(Box::new(c)));
+            }
             if matches!(&p.peek_nth_token(1).token, Token::Word(w) if w.keyword == Keyword::MATERIALIZED)
             {
                 p.next_token();
@@ -381,6 +403,75 @@ fn parse_create_table(p: &mut Parser) -> Result<CreateTable> {
     let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
     let name = relation_name(&p.parse_object_name(false)?)?;
     p.expect_token(&Token::LParen)?;
+    let (columns, primary_key, watermark) = parse_table_elements(p, &name)?;
+    let mut append_only = false;
+    let mut with_options = Vec::new();
+    loop {
+        if parse_word(p, "APPEND") {
+            expect_word(p, "ONLY")?;
+            append_only = true;
+        } else if p.parse_keyword(Keyword::WITH) {
+            with_options = parse_with_options(p)?;
+        } else {
+            break;
+        }
+    }
+    Ok(CreateTable {
+        name,
+        if_not_exists,
+        columns,
+        primary_key: primary_key.unwrap_or_default(),
+        append_only,
+        watermark,
+        with_options,
+    })
+}
+
+fn parse_create_source(p: &mut Parser) -> Result<CreateSource> {
+    let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
+    let name = relation_name(&p.parse_object_name(false)?)?;
+    let (columns, watermark) = if p.consume_token(&Token::LParen) {
+        let (columns, pk, watermark) = parse_table_elements(p, &name)?;
+        if pk.is_some() {
+            return Err(WeirError::new(
+                crate::error::sqlstate::INVALID_TABLE_DEFINITION,
+                "a source cannot have a PRIMARY KEY",
+            ));
+        }
+        (columns, watermark)
+    } else {
+        (Vec::new(), None)
+    };
+    if !p.parse_keyword(Keyword::WITH) {
+        return Err(WeirError::syntax(format!(
+            "syntax error at or near \"{}\": CREATE SOURCE needs WITH (connector = ...)",
+            p.peek_token().token
+        )));
+    }
+    let with_options = parse_with_options(p)?;
+    let format = if parse_word(p, "FORMAT") {
+        let f = p.parse_identifier()?.value.to_lowercase();
+        expect_word(p, "ENCODE")?;
+        let e = p.parse_identifier()?.value.to_lowercase();
+        Some((f, e))
+    } else {
+        None
+    };
+    Ok(CreateSource {
+        name,
+        if_not_exists,
+        columns,
+        watermark,
+        with_options,
+        format,
+    })
+}
+
+type TableElements = (Vec<ColumnSpec>, Option<Vec<String>>, Option<WatermarkSpec>);
+
+/// The parenthesized list of a CREATE TABLE / SOURCE after `(`: columns, constraints and a
+/// WATERMARK, through the closing `)`.
+fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
     let mut columns = Vec::new();
     let mut primary_key: Option<Vec<String>> = None;
     let mut watermark = None;
@@ -398,7 +489,7 @@ fn parse_create_table(p: &mut Parser) -> Result<CreateTable> {
             match constraint {
                 TableConstraint::PrimaryKey(pk) => {
                     if primary_key.is_some() {
-                        return Err(multiple_pk(&name));
+                        return Err(multiple_pk(name));
                     }
                     let cols = pk
                         .columns
@@ -429,7 +520,7 @@ fn parse_create_table(p: &mut Parser) -> Result<CreateTable> {
                     ColumnOption::Null => not_null = false,
                     ColumnOption::PrimaryKey(_) => {
                         if primary_key.is_some() {
-                            return Err(multiple_pk(&name));
+                            return Err(multiple_pk(name));
                         }
                         primary_key = Some(vec![col_name.clone()]);
                     }
@@ -452,27 +543,7 @@ fn parse_create_table(p: &mut Parser) -> Result<CreateTable> {
         p.expect_token(&Token::RParen)?;
         break;
     }
-    let mut append_only = false;
-    let mut with_options = Vec::new();
-    loop {
-        if parse_word(p, "APPEND") {
-            expect_word(p, "ONLY")?;
-            append_only = true;
-        } else if p.parse_keyword(Keyword::WITH) {
-            with_options = parse_with_options(p)?;
-        } else {
-            break;
-        }
-    }
-    Ok(CreateTable {
-        name,
-        if_not_exists,
-        columns,
-        primary_key: primary_key.unwrap_or_default(),
-        append_only,
-        watermark,
-        with_options,
-    })
+    Ok((columns, primary_key, watermark))
 }
 
 /// Consume a (non-reserved, maybe unknown to sqlparser) word if it is next.
@@ -558,6 +629,8 @@ fn parse_drop(p: &mut Parser) -> Result<Statement> {
     p.next_token(); // DROP
     let kind = if p.parse_keyword(Keyword::TABLE) {
         DropKind::Table
+    } else if p.parse_keyword(Keyword::SOURCE) {
+        DropKind::Source
     } else if p.parse_keywords(&[Keyword::MATERIALIZED, Keyword::VIEW]) {
         DropKind::MaterializedView
     } else {
@@ -590,6 +663,7 @@ fn parse_show(p: &mut Parser) -> Result<Statement> {
     let joined = words.join(" ");
     match joined.as_str() {
         "tables" => Ok(Statement::ShowRelations(RelationKindFilter::Tables)),
+        "sources" => Ok(Statement::ShowRelations(RelationKindFilter::Sources)),
         "materialized views" => Ok(Statement::ShowRelations(
             RelationKindFilter::MaterializedViews,
         )),

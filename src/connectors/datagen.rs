@@ -1,0 +1,219 @@
+//! The datagen generator (`connector = 'datagen'`): rows of declared columns with values
+//! from a seeded PRNG, deterministic for a seed. Options: `datagen.rows.per.second`
+//! (wall-clock pace; default unlimited), `datagen.row.num` (total rows; default unbounded),
+//! `datagen.seed` (default 0), and per column `fields.<col>.kind` = `random` (default) or
+//! `sequence` (with `fields.<col>.start`, default 1), `fields.<col>.min` / `.max` for
+//! numbers, `fields.<col>.length` for text (default 10). Timestamps advance by
+//! `datagen.time.step.ms` per row (default 1) from `datagen.base.time` (ms, default
+//! 2024-01-01), so a watermark on them moves.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    ArrayRef, BooleanBuilder, Float32Builder, Float64Builder, Int16Builder, Int32Builder,
+    Int64Builder, StringBuilder, TimestampMicrosecondBuilder,
+};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::catalog::ColumnDesc;
+use crate::connectors::{Generator, Options, opt_u64};
+use crate::error::{Result, WeirError};
+use crate::sql::types::{SqlType, schema_of};
+
+enum Field {
+    Sequence { next: i64 },
+    Random { min: i64, max: i64, length: usize },
+}
+
+pub struct Datagen {
+    columns: Vec<ColumnDesc>,
+    fields: Vec<Field>,
+    rng: SmallRng,
+    remaining: Option<u64>,
+    time_us: i64,
+    step_us: i64,
+    schema: SchemaRef,
+}
+
+fn opt_i64(o: &Options, key: &str) -> Result<Option<i64>> {
+    match o.get(key) {
+        None => Ok(None),
+        Some(v) => v.trim().parse().map(Some).map_err(|_| {
+            WeirError::invalid_parameter(format!("option {key} must be a number, not '{v}'"))
+        }),
+    }
+}
+
+impl Datagen {
+    pub fn new(o: &Options, columns: &[ColumnDesc]) -> Result<Datagen> {
+        let mut fields = Vec::with_capacity(columns.len());
+        for c in columns {
+            let p = |k: &str| format!("fields.{}.{k}", c.name);
+            let kind = o.get(&p("kind")).map(|s| s.to_lowercase());
+            fields.push(match kind.as_deref() {
+                Some("sequence") => Field::Sequence {
+                    next: opt_i64(o, &p("start"))?.unwrap_or(1),
+                },
+                Some("random") | None => Field::Random {
+                    min: opt_i64(o, &p("min"))?.unwrap_or(0),
+                    max: opt_i64(o, &p("max"))?.unwrap_or(1000),
+                    length: opt_u64(o, &p("length"))?.unwrap_or(10) as usize,
+                },
+                Some(other) => {
+                    return Err(WeirError::invalid_parameter(format!(
+                        "fields.{}.kind must be random or sequence, not '{other}'",
+                        c.name
+                    )));
+                }
+            });
+            if !matches!(
+                c.ty,
+                SqlType::Bool
+                    | SqlType::Int2
+                    | SqlType::Int4
+                    | SqlType::Int8
+                    | SqlType::Float4
+                    | SqlType::Float8
+                    | SqlType::Numeric(_)
+                    | SqlType::Text
+                    | SqlType::Varchar(_)
+                    | SqlType::Timestamp
+                    | SqlType::TimestampTz
+            ) {
+                return Err(WeirError::not_supported(format!(
+                    "datagen cannot generate {} (column \"{}\")",
+                    c.ty.display_name(),
+                    c.name
+                )));
+            }
+        }
+        Ok(Datagen {
+            schema: schema_of(columns.iter().map(|c| (c.name.as_str(), &c.ty, c.nullable))),
+            columns: columns.to_vec(),
+            fields,
+            rng: SmallRng::seed_from_u64(opt_u64(o, "datagen.seed")?.unwrap_or(0)),
+            remaining: opt_u64(o, "datagen.row.num")?,
+            time_us: opt_i64(o, "datagen.base.time")?.unwrap_or(1_704_067_200_000) * 1000,
+            step_us: opt_i64(o, "datagen.time.step.ms")?.unwrap_or(1) * 1000,
+        })
+    }
+}
+
+fn next_int(f: &mut Field, rng: &mut SmallRng) -> i64 {
+    match f {
+        Field::Sequence { next } => {
+            *next += 1;
+            *next - 1
+        }
+        Field::Random { min, max, .. } => rng.random_range(*min..=(*max).max(*min)),
+    }
+}
+
+impl Generator for Datagen {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn next_batch(&mut self, max_rows: usize) -> Result<Option<RecordBatch>> {
+        let n = match self.remaining {
+            Some(0) => return Ok(None),
+            Some(r) => (r as usize).min(max_rows),
+            None => max_rows,
+        };
+        let mut arrays: Vec<ArrayRef> = Vec::with_capacity(self.columns.len());
+        for (c, f) in self.columns.iter().zip(self.fields.iter_mut()) {
+            let rng = &mut self.rng;
+            let a: ArrayRef = match &c.ty {
+                SqlType::Bool => {
+                    let mut b = BooleanBuilder::with_capacity(n);
+                    for _ in 0..n {
+                        b.append_value(next_int(f, rng) % 2 == 0);
+                    }
+                    Arc::new(b.finish())
+                }
+                SqlType::Int2 => {
+                    let mut b = Int16Builder::with_capacity(n);
+                    for _ in 0..n {
+                        b.append_value(next_int(f, rng) as i16);
+                    }
+                    Arc::new(b.finish())
+                }
+                SqlType::Int4 => {
+                    let mut b = Int32Builder::with_capacity(n);
+                    for _ in 0..n {
+                        b.append_value(next_int(f, rng) as i32);
+                    }
+                    Arc::new(b.finish())
+                }
+                SqlType::Int8 => {
+                    let mut b = Int64Builder::with_capacity(n);
+                    for _ in 0..n {
+                        b.append_value(next_int(f, rng));
+                    }
+                    Arc::new(b.finish())
+                }
+                SqlType::Float4 => {
+                    let mut b = Float32Builder::with_capacity(n);
+                    for _ in 0..n {
+                        b.append_value(next_int(f, rng) as f32 + rng.random::<f32>());
+                    }
+                    Arc::new(b.finish())
+                }
+                SqlType::Float8 | SqlType::Numeric(_) => {
+                    let mut b = Float64Builder::with_capacity(n);
+                    for _ in 0..n {
+                        let x = next_int(f, rng) as f64 + rng.random::<f64>();
+                        b.append_value(x);
+                    }
+                    let a: ArrayRef = Arc::new(b.finish());
+                    cast(&a, &c.ty.arrow_type())?
+                }
+                SqlType::Timestamp | SqlType::TimestampTz => {
+                    let mut b = TimestampMicrosecondBuilder::with_capacity(n);
+                    for i in 0..n {
+                        b.append_value(self.time_us + i as i64 * self.step_us);
+                    }
+                    let a: ArrayRef = Arc::new(b.finish());
+                    cast(&a, &c.ty.arrow_type())?
+                }
+                _ => {
+                    let len = match f {
+                        Field::Random { length, .. } => *length,
+                        Field::Sequence { .. } => 0,
+                    };
+                    let mut b = StringBuilder::with_capacity(n, n * len.max(1));
+                    let mut buf = String::with_capacity(len);
+                    for _ in 0..n {
+                        match f {
+                            Field::Sequence { next } => {
+                                buf.clear();
+                                let _ = write!(buf, "{next}");
+                                b.append_value(&buf);
+                                *next += 1;
+                            }
+                            Field::Random { .. } => {
+                                buf.clear();
+                                buf.extend(
+                                    (0..len).map(|_| (b'a' + rng.random_range(0..26u8)) as char),
+                                );
+                                b.append_value(&buf);
+                            }
+                        }
+                    }
+                    Arc::new(b.finish())
+                }
+            };
+            arrays.push(a);
+        }
+        self.time_us += n as i64 * self.step_us;
+        if let Some(r) = &mut self.remaining {
+            *r -= n as u64;
+        }
+        Ok(Some(RecordBatch::try_new(self.schema.clone(), arrays)?))
+    }
+}

@@ -1,0 +1,259 @@
+//! The Nexmark generator (`connector = 'nexmark'`), on the `nexmark` crate: person, auction
+//! or bid rows with Nexmark's schema. Options: `nexmark.table.type` (person | auction |
+//! bid), `nexmark.event.num` (events of all types to generate; default unbounded),
+//! `nexmark.seed` (first event id; default 0), `nexmark.base.time` (event time of the first
+//! event, ms since the epoch; default 2024-01-01), `nexmark.event.rate` (events per
+//! second of event time; default 10,000). Deterministic for given options.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    ArrayRef, Int64Builder, StringBuilder, TimestampMicrosecondBuilder,
+};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use nexmark::config::NexmarkConfig;
+use nexmark::event::{Event, EventType};
+
+use crate::catalog::ColumnDesc;
+use crate::connectors::{Generator, Options, opt_u64};
+use crate::error::{Result, WeirError};
+use crate::sql::types::{SqlType, schema_of};
+
+const BASE_TIME_MS: u64 = 1_704_067_200_000; // 2024-01-01 00:00:00 UTC
+
+fn table_type(o: &Options) -> Result<EventType> {
+    match o
+        .get("nexmark.table.type")
+        .map(|s| s.to_lowercase())
+        .as_deref()
+    {
+        Some("person") => Ok(EventType::Person),
+        Some("auction") => Ok(EventType::Auction),
+        Some("bid") | None => Ok(EventType::Bid),
+        Some(other) => Err(WeirError::invalid_parameter(format!(
+            "nexmark.table.type must be person, auction or bid, not '{other}'"
+        ))),
+    }
+}
+
+fn default_columns(t: EventType) -> Vec<ColumnDesc> {
+    let c = |name: &str, ty: SqlType| ColumnDesc {
+        name: name.into(),
+        ty,
+        nullable: true,
+    };
+    use SqlType::*;
+    match t {
+        EventType::Person => vec![
+            c("id", Int8),
+            c("name", Text),
+            c("email_address", Text),
+            c("credit_card", Text),
+            c("city", Text),
+            c("state", Text),
+            c("date_time", Timestamp),
+            c("extra", Text),
+        ],
+        EventType::Auction => vec![
+            c("id", Int8),
+            c("item_name", Text),
+            c("description", Text),
+            c("initial_bid", Int8),
+            c("reserve", Int8),
+            c("date_time", Timestamp),
+            c("expires", Timestamp),
+            c("seller", Int8),
+            c("category", Int8),
+            c("extra", Text),
+        ],
+        EventType::Bid => vec![
+            c("auction", Int8),
+            c("bidder", Int8),
+            c("price", Int8),
+            c("channel", Text),
+            c("url", Text),
+            c("date_time", Timestamp),
+            c("extra", Text),
+        ],
+    }
+}
+
+/// The table type's columns; declared columns must be among them, with their types.
+pub fn columns(o: &Options, declared: &[ColumnDesc]) -> Result<Vec<ColumnDesc>> {
+    let all = default_columns(table_type(o)?);
+    if declared.is_empty() {
+        return Ok(all);
+    }
+    for d in declared {
+        let Some(c) = all.iter().find(|c| c.name == d.name) else {
+            return Err(WeirError::invalid_parameter(format!(
+                "nexmark {} has no column \"{}\" (columns: {})",
+                o.get("nexmark.table.type")
+                    .map(String::as_str)
+                    .unwrap_or("bid"),
+                d.name,
+                all.iter()
+                    .map(|c| c.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        };
+        if c.ty != d.ty && !(c.ty == SqlType::Text && matches!(d.ty, SqlType::Varchar(_))) {
+            return Err(WeirError::invalid_parameter(format!(
+                "nexmark column \"{}\" is {}, not {}",
+                d.name,
+                c.ty.display_name(),
+                d.ty.display_name()
+            )));
+        }
+    }
+    Ok(declared
+        .iter()
+        .map(|d| ColumnDesc {
+            ty: all
+                .iter()
+                .find(|c| c.name == d.name)
+                .map(|c| c.ty.clone())
+                .unwrap_or(d.ty.clone()),
+            ..d.clone()
+        })
+        .collect())
+}
+
+pub struct Nexmark {
+    events: nexmark::EventGenerator,
+    /// Events of this type still to generate (None: unbounded).
+    remaining: Option<u64>,
+    columns: Vec<ColumnDesc>,
+    schema: SchemaRef,
+}
+
+impl Nexmark {
+    pub fn new(o: &Options, columns: &[ColumnDesc]) -> Result<Nexmark> {
+        let kind = table_type(o)?;
+        let mut cfg = NexmarkConfig {
+            base_time: opt_u64(o, "nexmark.base.time")?.unwrap_or(BASE_TIME_MS),
+            first_event_id: opt_u64(o, "nexmark.seed")?.unwrap_or(0) as usize,
+            ..Default::default()
+        };
+        if let Some(rate) = opt_u64(o, "nexmark.event.rate")? {
+            cfg.first_rate = rate.max(1) as usize;
+            cfg.next_rate = rate.max(1) as usize;
+        }
+        // nexmark.event.num counts events of all types; this source keeps its type's share
+        let remaining = opt_u64(o, "nexmark.event.num")?.map(|total| {
+            let denom =
+                (cfg.person_proportion + cfg.auction_proportion + cfg.bid_proportion) as u64;
+            let share = match kind {
+                EventType::Person => cfg.person_proportion,
+                EventType::Auction => cfg.auction_proportion,
+                EventType::Bid => cfg.bid_proportion,
+            } as u64;
+            total * share / denom.max(1)
+        });
+        let events = nexmark::EventGenerator::new(cfg).with_type_filter(kind);
+        let schema = schema_of(columns.iter().map(|c| (c.name.as_str(), &c.ty, c.nullable)));
+        Ok(Nexmark {
+            events,
+            remaining,
+            columns: columns.to_vec(),
+            schema,
+        })
+    }
+}
+
+enum Col {
+    I(Int64Builder),
+    S(StringBuilder),
+    T(TimestampMicrosecondBuilder),
+}
+
+impl Col {
+    fn finish(self) -> ArrayRef {
+        match self {
+            Col::I(mut b) => Arc::new(b.finish()),
+            Col::S(mut b) => Arc::new(b.finish()),
+            Col::T(mut b) => Arc::new(b.finish()),
+        }
+    }
+}
+
+impl Generator for Nexmark {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn next_batch(&mut self, max_rows: usize) -> Result<Option<RecordBatch>> {
+        let n = match self.remaining {
+            Some(0) => return Ok(None),
+            Some(r) => (r as usize).min(max_rows),
+            None => max_rows,
+        };
+        let mut cols: Vec<Col> = self
+            .columns
+            .iter()
+            .map(|c| match c.ty {
+                SqlType::Int8 => Col::I(Int64Builder::with_capacity(n)),
+                SqlType::Timestamp => Col::T(TimestampMicrosecondBuilder::with_capacity(n)),
+                _ => Col::S(StringBuilder::with_capacity(n, n * 16)),
+            })
+            .collect();
+        let names: Vec<&str> = self.columns.iter().map(|c| c.name.as_str()).collect();
+        for _ in 0..n {
+            let Some(event) = self.events.next() else {
+                break;
+            };
+            for (col, name) in cols.iter_mut().zip(&names) {
+                match (&event, col) {
+                    (Event::Bid(b), Col::I(c)) => c.append_value(match *name {
+                        "auction" => b.auction as i64,
+                        "bidder" => b.bidder as i64,
+                        _ => b.price as i64,
+                    }),
+                    (Event::Bid(b), Col::S(c)) => c.append_value(match *name {
+                        "channel" => &b.channel,
+                        "url" => &b.url,
+                        _ => &b.extra,
+                    }),
+                    (Event::Bid(b), Col::T(c)) => c.append_value(b.date_time as i64 * 1000),
+                    (Event::Auction(a), Col::I(c)) => c.append_value(match *name {
+                        "id" => a.id as i64,
+                        "initial_bid" => a.initial_bid as i64,
+                        "reserve" => a.reserve as i64,
+                        "seller" => a.seller as i64,
+                        _ => a.category as i64,
+                    }),
+                    (Event::Auction(a), Col::S(c)) => c.append_value(match *name {
+                        "item_name" => &a.item_name,
+                        "description" => &a.description,
+                        _ => &a.extra,
+                    }),
+                    (Event::Auction(a), Col::T(c)) => c.append_value(
+                        if *name == "expires" {
+                            a.expires
+                        } else {
+                            a.date_time
+                        } as i64
+                            * 1000,
+                    ),
+                    (Event::Person(p), Col::I(c)) => c.append_value(p.id as i64),
+                    (Event::Person(p), Col::S(c)) => c.append_value(match *name {
+                        "name" => &p.name,
+                        "email_address" => &p.email_address,
+                        "credit_card" => &p.credit_card,
+                        "city" => &p.city,
+                        "state" => &p.state,
+                        _ => &p.extra,
+                    }),
+                    (Event::Person(p), Col::T(c)) => c.append_value(p.date_time as i64 * 1000),
+                }
+            }
+        }
+        if let Some(r) = &mut self.remaining {
+            *r -= n as u64;
+        }
+        let arrays: Vec<ArrayRef> = cols.into_iter().map(Col::finish).collect();
+        Ok(Some(RecordBatch::try_new(self.schema.clone(), arrays)?))
+    }
+}

@@ -1,0 +1,262 @@
+//! Source runners: one thread per (view, source) that pulls batches from the source's
+//! generator and hands them to the dataflow as the changes of a relation id private to that
+//! view, with the event-time watermark the source's `WATERMARK` declares (largest event
+//! time so far minus the delay; it only moves forward).
+//!
+//! Flow control: after every few batches the runner sends a barrier and waits for it, so it
+//! is never more than that many batches ahead of the views (memory stays bounded when the
+//! generator is faster than the dataflow). A rate limit paces rows on the wall clock.
+//!
+//! A runner stops when its view is dropped (the flag is checked between batches; batches
+//! already queued for the dropped view are ignored by the worker), when its generator is
+//! exhausted, or when the generator fails (the error is kept for `weir_sources`).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use datafusion::arrow::array::{Array, TimestampMicrosecondArray};
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, oneshot};
+use tracing::{error, info};
+
+use crate::connectors::Generator;
+use crate::dataflow::changelog::Changelog;
+use crate::dataflow::runtime::Msg;
+
+/// Relation ids handed to source instances start here, far above any catalog OID.
+pub const FIRST_INSTANCE_ID: u32 = 0xF000_0000;
+const MAX_BATCH_ROWS: usize = 4096;
+/// Batches a runner may have in flight before it waits for the views to catch up.
+const BATCHES_PER_BARRIER: u64 = 8;
+
+/// What a runner needs to run.
+pub struct RunnerSpec {
+    pub view_oid: u32,
+    pub view_name: String,
+    pub source_name: String,
+    /// The relation id the view's graph reads this source as.
+    pub instance: u32,
+    pub generator: Box<dyn Generator>,
+    /// (event-time column, watermark delay in µs) when the source declares a WATERMARK.
+    pub watermark: Option<(usize, i64)>,
+    /// Rows per second of wall-clock time, when limited.
+    pub rate: Option<u64>,
+    /// The generator ends (a row count was given).
+    pub bounded: bool,
+}
+
+#[derive(Default)]
+struct Progress {
+    rows: AtomicU64,
+    /// i64::MIN: no watermark yet.
+    watermark: AtomicI64,
+    done: AtomicBool,
+    error: Mutex<Option<String>>,
+}
+
+struct Handle {
+    view_oid: u32,
+    view_name: String,
+    source_name: String,
+    /// Bounded and not rate-limited: FLUSH waits for it to finish.
+    awaited: bool,
+    stop: Arc<AtomicBool>,
+    progress: Arc<Progress>,
+}
+
+/// One row of `weir_sources`.
+#[derive(Debug, Clone)]
+pub struct SourceProgress {
+    pub source_name: String,
+    pub view_name: String,
+    pub rows: u64,
+    pub watermark: Option<i64>,
+    pub done: bool,
+    pub error: Option<String>,
+}
+
+/// Every running source instance.
+pub struct Runners {
+    next_instance: AtomicU32,
+    handles: Mutex<Vec<Handle>>,
+}
+
+impl Default for Runners {
+    fn default() -> Self {
+        Runners {
+            next_instance: AtomicU32::new(FIRST_INSTANCE_ID),
+            handles: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl Runners {
+    /// A fresh relation id for one view's instance of a source.
+    pub fn new_instance_id(&self) -> u32 {
+        self.next_instance.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Start a runner feeding `tx`. Call after the view's graph is in the dataflow.
+    pub fn start(&self, tx: mpsc::Sender<Msg>, spec: RunnerSpec) {
+        let stop = Arc::new(AtomicBool::new(false));
+        let progress = Arc::new(Progress {
+            watermark: AtomicI64::new(i64::MIN),
+            ..Default::default()
+        });
+        self.handles.lock().push(Handle {
+            view_oid: spec.view_oid,
+            view_name: spec.view_name.clone(),
+            source_name: spec.source_name.clone(),
+            awaited: spec.bounded && spec.rate.is_none(),
+            stop: stop.clone(),
+            progress: progress.clone(),
+        });
+        let name = format!("weir-src-{}", spec.instance - FIRST_INSTANCE_ID);
+        let spawned = std::thread::Builder::new().name(name).spawn({
+            let progress = progress.clone();
+            move || run(tx, spec, stop, progress)
+        });
+        if let Err(e) = spawned {
+            *progress.error.lock() = Some(format!("cannot start the source thread: {e}"));
+            progress.done.store(true, Ordering::Release);
+        }
+    }
+
+    /// Stop the runners of a view (dropped).
+    pub fn stop_view(&self, view_oid: u32) {
+        let mut h = self.handles.lock();
+        for r in h.iter().filter(|r| r.view_oid == view_oid) {
+            r.stop.store(true, Ordering::Release);
+        }
+        h.retain(|r| r.view_oid != view_oid);
+    }
+
+    /// Wait until every bounded, unthrottled runner has handed over all its rows.
+    pub async fn wait_bounded(&self) {
+        loop {
+            let pending = self
+                .handles
+                .lock()
+                .iter()
+                .any(|r| r.awaited && !r.progress.done.load(Ordering::Acquire));
+            if !pending {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    pub fn progress(&self) -> Vec<SourceProgress> {
+        self.handles
+            .lock()
+            .iter()
+            .map(|r| {
+                let wm = r.progress.watermark.load(Ordering::Acquire);
+                SourceProgress {
+                    source_name: r.source_name.clone(),
+                    view_name: r.view_name.clone(),
+                    rows: r.progress.rows.load(Ordering::Acquire),
+                    watermark: (wm != i64::MIN).then_some(wm),
+                    done: r.progress.done.load(Ordering::Acquire),
+                    error: r.progress.error.lock().clone(),
+                }
+            })
+            .collect()
+    }
+}
+
+fn run(
+    tx: mpsc::Sender<Msg>,
+    mut spec: RunnerSpec,
+    stop: Arc<AtomicBool>,
+    progress: Arc<Progress>,
+) {
+    let started = Instant::now();
+    let batch_rows = match spec.rate {
+        // about 20 batches a second when paced
+        Some(r) => ((r / 20) as usize).clamp(1, MAX_BATCH_ROWS),
+        None => MAX_BATCH_ROWS,
+    };
+    let mut watermark: Option<i64> = None;
+    let mut rows: u64 = 0;
+    let mut batches: u64 = 0;
+    let outcome: Result<(), String> = loop {
+        if stop.load(Ordering::Acquire) {
+            break Ok(());
+        }
+        if let Some(rate) = spec.rate {
+            // pace: row n is due n/rate seconds after the start
+            let due = Duration::from_secs_f64(rows as f64 / rate.max(1) as f64);
+            let now = started.elapsed();
+            if due > now {
+                std::thread::sleep((due - now).min(Duration::from_millis(200)));
+                continue;
+            }
+        }
+        let batch = match spec.generator.next_batch(batch_rows) {
+            Ok(Some(b)) => b,
+            Ok(None) => break Ok(()),
+            Err(e) => break Err(e.message),
+        };
+        if batch.num_rows() == 0 {
+            break Ok(());
+        }
+        let before = watermark;
+        if let Some((col, delay)) = spec.watermark
+            && let Some(ts) = batch
+                .column(col)
+                .as_any()
+                .downcast_ref::<TimestampMicrosecondArray>()
+            && ts.null_count() < ts.len()
+            && let Some(max) = datafusion::arrow::compute::max(ts)
+        {
+            let w = max.saturating_sub(delay);
+            watermark = Some(watermark.map_or(w, |old| old.max(w)));
+        }
+        let n = batch.num_rows() as u64;
+        let sent = tx.blocking_send(Msg::Changes {
+            relation: spec.instance,
+            changelog: Changelog::inserts(batch),
+            watermark_before: before,
+            watermark_after: watermark,
+        });
+        if sent.is_err() {
+            break Err("the dataflow worker has stopped".into());
+        }
+        rows += n;
+        batches += 1;
+        progress.rows.store(rows, Ordering::Release);
+        if let Some(w) = watermark {
+            progress.watermark.store(w, Ordering::Release);
+        }
+        if batches.is_multiple_of(BATCHES_PER_BARRIER) && !wait_for_views(&tx) {
+            break Err("the dataflow worker has stopped".into());
+        }
+    };
+    // the last rows are in the views before the runner says it is done
+    let _ = wait_for_views(&tx);
+    match outcome {
+        Ok(()) => info!(
+            source = %spec.source_name,
+            view = %spec.view_name,
+            rows,
+            secs = started.elapsed().as_secs_f64(),
+            "source instance finished"
+        ),
+        Err(e) => {
+            error!(source = %spec.source_name, view = %spec.view_name, error = %e, "source failed");
+            *progress.error.lock() = Some(e);
+        }
+    }
+    progress.done.store(true, Ordering::Release);
+}
+
+/// Send a barrier and wait until the worker has passed it.
+fn wait_for_views(tx: &mpsc::Sender<Msg>) -> bool {
+    let (btx, brx) = oneshot::channel();
+    if tx.blocking_send(Msg::Barrier(btx)).is_err() {
+        return false;
+    }
+    brx.blocking_recv().is_ok()
+}
