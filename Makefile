@@ -31,3 +31,4 @@ bench:
 	cargo bench --locked --bench store
 	cargo bench --locked --bench inserts
 	cargo bench --locked --bench views
+	cargo bench --locked --bench nexmark

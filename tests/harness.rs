@@ -29,6 +29,12 @@ impl TestServer {
         }
     }
 
+    /// The server's process id (for reading its memory use from /proc).
+    #[allow(dead_code)]
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     pub fn data_dir(&self) -> PathBuf {
         self.dir.path().join("data")
     }

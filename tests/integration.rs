@@ -5,6 +5,8 @@ mod docs;
 mod durability;
 mod event_time;
 mod harness;
+mod nexmark;
+mod nexmark_queries;
 mod oracle;
 mod protocol;
 mod slt;

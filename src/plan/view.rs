@@ -765,64 +765,60 @@ fn interval_bounds(
     }
     let mut conjuncts = Vec::new();
     split_and(filter, &mut conjuncts);
-    let (mut lo, mut hi) = (None::<i64>, None::<i64>);
-    let (mut lcol, mut rcol) = (None, None);
+    // x BETWEEN a AND b == x >= a AND x <= b
+    let mut comparisons: Vec<(Expr, BinOp, Expr)> = Vec::new();
     for c in conjuncts {
-        let (l, op, r) = match c {
-            Expr::BinaryExpr(b) => (b.left.as_ref(), b.op, b.right.as_ref()),
-            Expr::Between(bt) if !bt.negated => {
-                // x BETWEEN a AND b == x >= a AND x <= b
-                let ge = Expr::BinaryExpr(datafusion::logical_expr::BinaryExpr::new(
-                    bt.expr.clone(),
-                    BinOp::GtEq,
-                    bt.low.clone(),
-                ));
-                let le = Expr::BinaryExpr(datafusion::logical_expr::BinaryExpr::new(
-                    bt.expr.clone(),
-                    BinOp::LtEq,
-                    bt.high.clone(),
-                ));
-                let sub = interval_bounds(
-                    &Expr::BinaryExpr(datafusion::logical_expr::BinaryExpr::new(
-                        Box::new(ge),
-                        BinOp::And,
-                        Box::new(le),
-                    )),
-                    left,
-                    right,
-                )?;
-                lo = Some(lo.map_or(sub.lo_us, |x: i64| x.max(sub.lo_us)));
-                hi = Some(hi.map_or(sub.hi_us, |x: i64| x.min(sub.hi_us)));
-                lcol = Some(sub.left_ts);
-                rcol = Some(sub.right_ts);
-                continue;
+        match c {
+            Expr::BinaryExpr(b) => {
+                comparisons.push((b.left.as_ref().clone(), b.op, b.right.as_ref().clone()))
             }
-            _ => continue,
-        };
+            Expr::Between(bt) if !bt.negated => {
+                comparisons.push((bt.expr.as_ref().clone(), BinOp::GtEq, bt.low.as_ref().clone()));
+                comparisons.push((bt.expr.as_ref().clone(), BinOp::LtEq, bt.high.as_ref().clone()));
+            }
+            _ => {}
+        }
+    }
+    // bounds per (left column, right column): an interval join needs both on one pair
+    // (`b.ts BETWEEN a.ts AND a.expires` bounds two different pairs once each: not one)
+    let mut pairs: Vec<((usize, usize), Option<i64>, Option<i64>)> = Vec::new();
+    for (l, op, r) in &comparisons {
         // normalize to: left_ts + a  <op>  right_ts + b
         let (lt, rt, op) = match (side_col(l, left), side_col(r, right)) {
-            (Some(lt), Some(rt)) => (lt, rt, op),
+            (Some(lt), Some(rt)) => (lt, rt, *op),
             _ => match (side_col(r, left), side_col(l, right)) {
-                (Some(lt), Some(rt)) => (lt, rt, op.swap()?),
+                (Some(lt), Some(rt)) => match op.swap() {
+                    Some(op) => (lt, rt, op),
+                    None => continue,
+                },
                 _ => continue,
             },
         };
         // ts_l + a op ts_r + b  =>  ts_l - ts_r op b - a
         let bound = rt.1 - lt.1;
+        let key = (lt.0, rt.0);
+        let at = match pairs.iter().position(|(k, _, _)| *k == key) {
+            Some(i) => i,
+            None => {
+                pairs.push((key, None, None));
+                pairs.len() - 1
+            }
+        };
+        let entry = &mut pairs[at];
         match op {
-            BinOp::GtEq | BinOp::Gt => lo = Some(lo.map_or(bound, |x| x.max(bound))),
-            BinOp::LtEq | BinOp::Lt => hi = Some(hi.map_or(bound, |x| x.min(bound))),
-            _ => continue,
+            BinOp::GtEq | BinOp::Gt => entry.1 = Some(entry.1.map_or(bound, |x| x.max(bound))),
+            BinOp::LtEq | BinOp::Lt => entry.2 = Some(entry.2.map_or(bound, |x| x.min(bound))),
+            _ => {}
         }
-        lcol = Some(lt.0);
-        rcol = Some(rt.0);
     }
-    Some(crate::operators::join::IntervalBounds {
-        left_ts: lcol?,
-        right_ts: rcol?,
-        lo_us: lo?,
-        hi_us: hi?,
-        lateness_us: 0,
+    pairs.into_iter().find_map(|((l, r), lo, hi)| {
+        Some(crate::operators::join::IntervalBounds {
+            left_ts: l,
+            right_ts: r,
+            lo_us: lo?,
+            hi_us: hi?,
+            lateness_us: 0,
+        })
     })
 }
 

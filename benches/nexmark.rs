@@ -1,0 +1,106 @@
+//! Nexmark on the built-in generator (release build): for each query, a fresh server, the
+//! `person`, `auction` and `bid` sources bounded to `N` Nexmark events (default 10
+//! million; 2% people, 6% auctions, 92% bids), the query created as a materialized view,
+//! then FLUSH (which returns once the bounded generators are exhausted and every row is in
+//! the view). Reported per query: the rows its sources produced, the time from CREATE to
+//! FLUSH's return, Nexmark events/s (N / time) and source rows/s, the view's rows, and the
+//! server's peak resident memory (VmHWM).
+//!
+//! Each view runs its own generator instances (one thread per source) beside the dataflow
+//! worker, so generation overlaps with maintenance on a 2-core machine.
+//!
+//! Run: `cargo bench --bench nexmark` (`NEXMARK_EVENTS=1000000` to change N,
+//! `NEXMARK_QUERIES=q0,q5` to pick queries).
+
+#[path = "../tests/harness.rs"]
+#[allow(dead_code)]
+mod harness;
+#[path = "../tests/nexmark_queries.rs"]
+mod nexmark_queries;
+
+use nexmark_queries::{QUERIES, instantiate};
+
+use std::time::Instant;
+
+/// Peak resident set of a process, in MiB.
+fn peak_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(f64::NAN)
+}
+
+#[tokio::main]
+async fn main() {
+    let events: u64 = std::env::var("NEXMARK_EVENTS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10_000_000);
+    let only: Option<Vec<String>> = std::env::var("NEXMARK_QUERIES")
+        .ok()
+        .map(|s| s.split(',').map(|q| q.trim().to_owned()).collect());
+    println!("nexmark: {events} events per query");
+    println!(
+        "{:<5} {:>12} {:>9} {:>13} {:>13} {:>11} {:>10}",
+        "query", "source rows", "secs", "events/s", "rows/s", "view rows", "peak MiB"
+    );
+    for (name, sql) in QUERIES {
+        if let Some(o) = &only
+            && !o.iter().any(|q| q == name)
+        {
+            continue;
+        }
+        let server = harness::TestServer::start();
+        let c = server.connect().await;
+        for table in ["person", "auction", "bid"] {
+            c.batch_execute(&format!(
+                "CREATE SOURCE {table} (WATERMARK FOR date_time AS date_time - INTERVAL '4 seconds') \
+                 WITH (connector = 'nexmark', nexmark.table.type = '{table}', \
+                 nexmark.event.num = '{events}')"
+            ))
+            .await
+            .expect("create source");
+        }
+        let t = Instant::now();
+        if let Err(e) = c
+            .batch_execute(&format!(
+                "CREATE MATERIALIZED VIEW {name} AS {}",
+                instantiate(sql, "")
+            ))
+            .await
+        {
+            println!("{name:<5} not supported: {}", harness::describe_error(&e));
+            continue;
+        }
+        c.batch_execute("FLUSH").await.expect("flush");
+        let secs = t.elapsed().as_secs_f64();
+        let source_rows: i64 = c
+            .query_one("SELECT sum(rows) FROM weir_sources", &[])
+            .await
+            .expect("weir_sources")
+            .get(0);
+        let view_rows: i64 = c
+            .query_one(&format!("SELECT count(*) FROM {name}"), &[])
+            .await
+            .expect("count")
+            .get(0);
+        let failed: Option<String> = c
+            .query_one("SELECT failed FROM weir_views", &[])
+            .await
+            .expect("weir_views")
+            .get(0);
+        if let Some(f) = failed {
+            println!("{name:<5} failed: {f}");
+            continue;
+        }
+        let peak = server.pid().map(peak_mib).unwrap_or(f64::NAN);
+        println!(
+            "{name:<5} {source_rows:>12} {secs:>9.2} {:>13.0} {:>13.0} {view_rows:>11} {peak:>10.0}",
+            events as f64 / secs,
+            source_rows as f64 / secs
+        );
+    }
+}
