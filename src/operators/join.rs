@@ -304,12 +304,31 @@ impl Operator for Join {
         let mut cand_buf: Vec<u8> = Vec::new();
         let mut cand_end: Vec<usize> = Vec::new();
         let mut cand_mult: Vec<i64> = Vec::new();
+        // an interval join only pairs rows whose times are within its bounds: skip the
+        // others before materializing them (the filter still decides exactly)
+        let delta_ts = self.interval_ts(me, batch);
+        let bounds = self.interval.map(|b| (b.lo_us, b.hi_us));
         for (i, has_null) in key_has_null.iter().enumerate() {
             if *has_null && !self.nulls_equal {
                 continue;
             }
+            let t = match &delta_ts {
+                Some(a) if a.is_null(i) => continue,
+                Some(a) => Some(a.value(i)),
+                None => None,
+            };
             if let Some(bucket) = self.sides[other].index.get(key_of(i)) {
                 for (row, e) in bucket {
+                    if let (Some(t), Some((lo, hi))) = (t, bounds) {
+                        // stored rows without a time are kept as i64::MAX and match nothing
+                        if e.ts == i64::MAX {
+                            continue;
+                        }
+                        let d = if me == 0 { t - e.ts } else { e.ts - t };
+                        if d < lo || d > hi {
+                            continue;
+                        }
+                    }
                     cand_delta.push(i as u32);
                     cand_buf.extend_from_slice(row);
                     cand_end.push(cand_buf.len());
@@ -474,6 +493,27 @@ impl Operator for Join {
 }
 
 impl Join {
+    /// The event times of a delta on side `me` of an interval join, as µs.
+    fn interval_ts(
+        &self,
+        me: usize,
+        batch: &RecordBatch,
+    ) -> Option<datafusion::arrow::array::TimestampMicrosecondArray> {
+        self.interval.and_then(|b| {
+            let col = if me == 0 { b.left_ts } else { b.right_ts };
+            datafusion::arrow::compute::cast(
+                batch.column(col),
+                &DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Microsecond, None),
+            )
+            .ok()
+            .and_then(|a| {
+                a.as_any()
+                    .downcast_ref::<datafusion::arrow::array::TimestampMicrosecondArray>()
+                    .cloned()
+            })
+        })
+    }
+
     /// Add a delta to one side's state, with each row's match count when it is tracked.
     fn fold_into_state(
         &mut self,
@@ -494,20 +534,7 @@ impl Join {
             Some(self.key_conv.convert_columns(&key_cols)?)
         };
         let rows = self.sides[me].conv.convert_columns(batch.columns())?;
-        let ts: Option<datafusion::arrow::array::TimestampMicrosecondArray> =
-            self.interval.and_then(|b| {
-                let col = if me == 0 { b.left_ts } else { b.right_ts };
-                datafusion::arrow::compute::cast(
-                    batch.column(col),
-                    &DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Microsecond, None),
-                )
-                .ok()
-                .and_then(|a| {
-                    a.as_any()
-                        .downcast_ref::<datafusion::arrow::array::TimestampMicrosecondArray>()
-                        .cloned()
-                })
-            });
+        let ts = self.interval_ts(me, batch);
         let track_me = self.tracks_matches(me);
         let side = &mut self.sides[me];
         for (i, w) in weights.iter().enumerate() {
