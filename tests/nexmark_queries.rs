@@ -9,10 +9,7 @@ pub fn instantiate(sql: &str, prefix: &str) -> String {
 }
 
 pub const QUERIES: &[(&str, &str)] = &[
-    (
-        "q0",
-        "SELECT auction, bidder, price, date_time FROM {bid}",
-    ),
+    ("q0", "SELECT auction, bidder, price, date_time FROM {bid}"),
     (
         "q1",
         "SELECT auction, bidder, 0.908 * price AS price, date_time FROM {bid}",
@@ -86,4 +83,3 @@ pub const QUERIES: &[(&str, &str)] = &[
            split_part(url, '/', 6) AS dir3 FROM {bid}",
     ),
 ];
-

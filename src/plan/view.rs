@@ -773,15 +773,24 @@ fn interval_bounds(
                 comparisons.push((b.left.as_ref().clone(), b.op, b.right.as_ref().clone()))
             }
             Expr::Between(bt) if !bt.negated => {
-                comparisons.push((bt.expr.as_ref().clone(), BinOp::GtEq, bt.low.as_ref().clone()));
-                comparisons.push((bt.expr.as_ref().clone(), BinOp::LtEq, bt.high.as_ref().clone()));
+                comparisons.push((
+                    bt.expr.as_ref().clone(),
+                    BinOp::GtEq,
+                    bt.low.as_ref().clone(),
+                ));
+                comparisons.push((
+                    bt.expr.as_ref().clone(),
+                    BinOp::LtEq,
+                    bt.high.as_ref().clone(),
+                ));
             }
             _ => {}
         }
     }
     // bounds per (left column, right column): an interval join needs both on one pair
     // (`b.ts BETWEEN a.ts AND a.expires` bounds two different pairs once each: not one)
-    let mut pairs: Vec<((usize, usize), Option<i64>, Option<i64>)> = Vec::new();
+    type PairBounds = ((usize, usize), Option<i64>, Option<i64>);
+    let mut pairs: Vec<PairBounds> = Vec::new();
     for (l, op, r) in &comparisons {
         // normalize to: left_ts + a  <op>  right_ts + b
         let (lt, rt, op) = match (side_col(l, left), side_col(r, right)) {
