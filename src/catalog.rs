@@ -63,8 +63,10 @@ impl RelationKind {
         match self {
             RelationKind::Table | RelationKind::AppendOnlyTable => "r",
             RelationKind::MaterializedView => "m",
-            // like a foreign table: data that lives outside and is read through a connector
-            RelationKind::Source => "f",
+            // an ordinary relation to clients, so psql's \d and BI tools can describe its
+            // columns ('f', foreign table, would be truer, but psql's \d of one needs
+            // pg_foreign_table and a lateral pg_options_to_table)
+            RelationKind::Source => "r",
         }
     }
 

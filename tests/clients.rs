@@ -103,4 +103,15 @@ Indexes:
 
 "#
     );
+    // a source describes like a table (its rows come only through views)
+    psql(
+        &server,
+        "CREATE SOURCE person (id BIGINT, name TEXT, date_time TIMESTAMP) WITH (connector = 'nexmark', nexmark.table.type = 'person')",
+    );
+    let d = psql(&server, "\\d person");
+    assert!(
+        d.contains(" id        | bigint ")
+            && d.contains(" date_time | timestamp without time zone "),
+        "\\d person:\n{d}"
+    );
 }
