@@ -66,6 +66,9 @@ pub struct Graph {
     pub output: NodeId,
     /// Each node's output watermark so far (monotone).
     watermarks: Vec<Option<i64>>,
+    /// The view's allowed lateness: its rows can still change this far below its inputs'
+    /// watermark, so the watermark it publishes (to views reading it) trails by this much.
+    output_delay: i64,
 }
 
 impl Graph {
@@ -74,7 +77,13 @@ impl Graph {
             nodes: Vec::new(),
             output: 0,
             watermarks: Vec::new(),
+            output_delay: 0,
         }
+    }
+
+    /// See `output_delay`.
+    pub fn set_output_delay(&mut self, delay_us: i64) {
+        self.output_delay = delay_us.max(0);
     }
 
     pub fn add(&mut self, kind: NodeKind, inputs: Vec<NodeId>, schema: SchemaRef) -> NodeId {
@@ -241,7 +250,7 @@ impl Graph {
         }
         Ok(EpochOutput {
             changes: result,
-            watermark: self.watermarks[self.output],
+            watermark: self.watermarks[self.output].map(|w| w.saturating_sub(self.output_delay)),
         })
     }
 

@@ -93,6 +93,9 @@ impl Engine {
                 "EMIT ON WINDOW CLOSE needs an aggregate grouped by window_start, window_end of TUMBLE, HOP or SESSION",
             ));
         }
+        // rows within the allowed lateness can still change the view: the watermark it
+        // publishes trails by that much
+        graph.set_output_delay(window.lateness_us);
         // rows of watermarked tables are admitted by the view's lateness policy
         for rel in graph.sources() {
             let Some(entry) = self.catalog.get_by_oid(rel) else {

@@ -9,14 +9,17 @@
 //!   is deterministic.
 //! - state: per partition every input row (not only the top n, so that a deleted top row
 //!   can be replaced), ordered by (sort key, row); and the rows last emitted.
-//! - watermark: passed through (a window top-N is partitioned by window and frees a window
-//!   when the watermark closes it).
+//! - watermark: passed through. A window top-N (partitioned by `window_start` or
+//!   `window_end`) tracks each partition's latest `window_end` and, at the end of the epoch
+//!   in which the watermark passes it plus the allowed lateness, frees the partition
+//!   without retracting its rows (the windowed aggregate below frees the same windows then,
+//!   so no change can reach them any more).
 //! - checkpoint: the per-partition ordered rows.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, UInt64Array};
+use datafusion::arrow::array::{Array, ArrayRef, UInt64Array};
 use datafusion::arrow::compute::{SortOptions, cast};
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
@@ -51,11 +54,54 @@ pub struct TopN {
     parts: FastMap<Box<[u8]>, Partition>,
     emitted: HashMap<Box<[u8]>, Vec<Box<[u8]>>>,
     dirty: HashSet<Box<[u8]>>,
+    window: Option<WindowFree>,
     schema: SchemaRef,
     text: String,
 }
 
+/// Freeing of closed windows' partitions.
+struct WindowFree {
+    /// Input column holding `window_end`.
+    end_col: usize,
+    lateness_us: i64,
+    watermark: Option<i64>,
+    /// Latest window end seen per partition.
+    part_end: FastMap<Box<[u8]>, i64>,
+    /// Partitions by window end (entries may be stale: checked against `part_end`).
+    by_end: BTreeMap<i64, Vec<Box<[u8]>>>,
+}
+
 impl TopN {
+    /// Free partitions whose window closed (see the module header).
+    pub fn with_window_end(mut self, end_col: usize, lateness_us: i64) -> Self {
+        self.window = Some(WindowFree {
+            end_col,
+            lateness_us,
+            watermark: None,
+            part_end: FastMap::default(),
+            by_end: BTreeMap::new(),
+        });
+        self
+    }
+
+    fn free_closed_windows(&mut self) {
+        let Some(wf) = &mut self.window else { return };
+        let Some(wm) = wf.watermark else { return };
+        let limit = wm.saturating_sub(wf.lateness_us);
+        let ends: Vec<i64> = wf.by_end.range(..=limit).map(|(e, _)| *e).collect();
+        for end in ends {
+            for part in wf.by_end.remove(&end).unwrap_or_default() {
+                if wf.part_end.get(&part) != Some(&end) {
+                    continue; // the partition moved to a later end
+                }
+                debug_assert!(!self.dirty.contains(&part), "freed after emitting");
+                wf.part_end.remove(&part);
+                self.parts.remove(&part);
+                self.emitted.remove(&part);
+            }
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         partition_by: Vec<Arc<dyn PhysicalExpr>>,
@@ -94,6 +140,7 @@ impl TopN {
             parts: FastMap::default(),
             emitted: HashMap::new(),
             dirty: HashSet::new(),
+            window: None,
             schema,
             text,
         })
@@ -161,6 +208,17 @@ impl Operator for TopN {
         };
         let sorts = self.sort_conv.convert_columns(&scols)?;
         let rows = self.row_conv.convert_columns(batch.columns())?;
+        let ends = match &self.window {
+            Some(wf) => Some(cast(
+                batch.column(wf.end_col),
+                &DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Microsecond, None),
+            )?),
+            None => None,
+        };
+        let ends = ends.as_ref().and_then(|a| {
+            a.as_any()
+                .downcast_ref::<datafusion::arrow::array::TimestampMicrosecondArray>()
+        });
         let mut key = Vec::with_capacity(64);
         for (i, w) in input.weights.values().iter().enumerate() {
             let part: &[u8] = match &parts {
@@ -189,11 +247,38 @@ impl Operator for TopN {
             if !self.dirty.contains(part) {
                 self.dirty.insert(part.into());
             }
+            if let (Some(wf), Some(ends)) = (&mut self.window, ends)
+                && ends.is_valid(i)
+            {
+                let end = ends.value(i);
+                let known = wf.part_end.get(part).copied();
+                if known.is_none_or(|k| end > k) {
+                    wf.part_end.insert(part.into(), end);
+                    wf.by_end.entry(end).or_default().push(part.into());
+                }
+            }
+        }
+        Ok(vec![])
+    }
+
+    fn on_watermark(&mut self, watermark: i64) -> Result<Vec<Changelog>> {
+        if let Some(wf) = &mut self.window {
+            wf.watermark = Some(watermark);
         }
         Ok(vec![])
     }
 
     fn on_epoch_end(&mut self) -> Result<Vec<Changelog>> {
+        let out = self.emit()?;
+        self.free_closed_windows();
+        Ok(out)
+    }
+}
+
+impl TopN {
+    /// Per partition changed in the epoch: the difference between what it showed and what
+    /// it shows now.
+    fn emit(&mut self) -> Result<Vec<Changelog>> {
         if self.dirty.is_empty() {
             return Ok(vec![]);
         }

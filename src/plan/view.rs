@@ -686,7 +686,7 @@ impl<'a> Lowering<'a> {
                 .join(", ")
         );
         let out: SchemaRef = Arc::new(w.schema.as_arrow().clone());
-        let op = TopN::new(
+        let mut op = TopN::new(
             parts,
             part_types,
             keys,
@@ -697,6 +697,23 @@ impl<'a> Lowering<'a> {
             out.clone(),
             text,
         )?;
+        // a window top-N (partitioned by the window) frees a window's rows once the
+        // watermark has passed its end plus the allowed lateness
+        let is_window_col = |e: &Expr, name: &str| {
+            matches!(e, Expr::Column(c) if c.name == name)
+                && matches!(e.get_type(in_schema), Ok(DataType::Timestamp(..)))
+        };
+        let by_window = params
+            .partition_by
+            .iter()
+            .any(|e| is_window_col(e, "window_start") || is_window_col(e, "window_end"));
+        let end_col = (0..in_schema.fields().len()).find(|i| {
+            in_schema.field(*i).name() == "window_end"
+                && matches!(in_schema.field(*i).data_type(), DataType::Timestamp(..))
+        });
+        if by_window && let Some(end_col) = end_col {
+            op = op.with_window_end(end_col, self.window.lateness_us);
+        }
         let mut node = self.op(op, vec![input]);
         for c in rest {
             let pred = compile(&c, &w.schema)?;
