@@ -65,6 +65,11 @@ const VIEWS: &[ViewSpec] = &[
         lateness: 60 * SEC,
     },
     ViewSpec {
+        name: "sessions_close",
+        sql: "CREATE MATERIALIZED VIEW sessions_close AS SELECT window_start, window_end, k, count(*) AS n, sum(v) AS s FROM SESSION(ev, ts, INTERVAL '15 seconds') GROUP BY window_start, window_end, k EMIT ON WINDOW CLOSE",
+        lateness: 0,
+    },
+    ViewSpec {
         name: "joined",
         sql: "CREATE MATERIALIZED VIEW joined AS SELECT e.v, f.w FROM ev e JOIN ev2 f ON e.k = f.k AND e.ts BETWEEN f.ts - INTERVAL '5 seconds' AND f.ts + INTERVAL '5 seconds'",
         lateness: 0,
@@ -188,14 +193,10 @@ impl Model {
         out
     }
 
-    fn sessions(&self, gap: i64) -> Vec<String> {
+    fn sessions(&self, view: &str, gap: i64, closed_only: bool) -> Vec<String> {
+        let wm = self.wm.get("ev").copied().flatten();
         let mut by_key: BTreeMap<i64, Vec<&Row>> = BTreeMap::new();
-        for r in self
-            .admitted
-            .get("sessions")
-            .map(|v| v.as_slice())
-            .unwrap_or(&[])
-        {
+        for r in self.admitted.get(view).map(|v| v.as_slice()).unwrap_or(&[]) {
             by_key.entry(r.k).or_default().push(r);
         }
         let mut out = Vec::new();
@@ -211,6 +212,9 @@ impl Model {
                     n += 1;
                     s += rows[i].v;
                     i += 1;
+                }
+                if closed_only && !wm.is_some_and(|w| last + gap <= w) {
+                    continue;
                 }
                 out.push(format!(
                     "{}|{}|{k}|{n}|{s}",
@@ -309,7 +313,14 @@ async fn verify(c: &Client, m: &Model, seed: u64, phase: usize) {
         phase,
         "sessions",
         rows(c, &q("sessions")).await,
-        m.sessions(15 * SEC),
+        m.sessions("sessions", 15 * SEC, false),
+    );
+    check(
+        seed,
+        phase,
+        "sessions_close",
+        rows(c, &q("sessions_close")).await,
+        m.sessions("sessions_close", 15 * SEC, true),
     );
     check(
         seed,

@@ -11,7 +11,9 @@
 //!   rows last emitted.
 //! - watermark: a session is closed when the watermark reaches its end. With EMIT ON WINDOW
 //!   CLOSE only closed sessions are emitted. Rows of sessions whose end + allowed lateness
-//!   is below the watermark are freed (their output stays in the view).
+//!   is below the watermark are freed (their output stays in the view). Each key registers
+//!   the next time it needs a look (a session end, or end + lateness), so a watermark step
+//!   revisits only the keys with a session due, not every key.
 //! - checkpoint: the per-key rows.
 
 use std::collections::{BTreeMap, HashMap};
@@ -62,6 +64,11 @@ pub struct SessionAggregate {
     /// Output rows shown per key, with the session end each belongs to.
     emitted: FastMap<Box<[u8]>, Vec<Shown>>,
     dirty: FastSet<Box<[u8]>>,
+    /// When a key next needs a look as the watermark moves (a session of it closes under
+    /// EMIT ON WINDOW CLOSE, or can be freed): deadline -> keys, and each key's earliest
+    /// registered deadline. Only those keys are revisited, not every key.
+    deadlines: BTreeMap<i64, Vec<Box<[u8]>>>,
+    next_deadline: FastMap<Box<[u8]>, i64>,
     out_conv: RowConverter,
     schema: SchemaRef,
     text: String,
@@ -109,10 +116,48 @@ impl SessionAggregate {
             rows: FastMap::default(),
             emitted: FastMap::default(),
             dirty: FastSet::default(),
+            deadlines: BTreeMap::new(),
+            next_deadline: FastMap::default(),
             out_conv: RowConverter::new(fields(&schema))?,
             schema,
             text,
         })
+    }
+
+    /// Register when `key` next needs a look: the earliest future end of one of its
+    /// sessions (closing it under EMIT ON WINDOW CLOSE) or end + lateness (freeing it).
+    fn schedule(&mut self, key: &[u8], wm: Option<i64>) {
+        let Some(rows) = self.rows.get(key) else {
+            return;
+        };
+        let mut next: Option<i64> = None;
+        let mut consider = |t: i64| {
+            if wm.is_none_or(|w| t > w) {
+                next = Some(next.map_or(t, |n: i64| n.min(t)));
+            }
+        };
+        let mut prev: Option<i64> = None;
+        for ((t, _), _) in rows.iter() {
+            if let Some(p) = prev
+                && *t - p >= self.gap_us
+            {
+                let end = p + self.gap_us;
+                consider(end);
+                consider(end.saturating_add(self.lateness_us));
+            }
+            prev = Some(*t);
+        }
+        if let Some(p) = prev {
+            let end = p + self.gap_us;
+            consider(end);
+            consider(end.saturating_add(self.lateness_us));
+        }
+        let Some(d) = next else { return };
+        if self.next_deadline.get(key).is_some_and(|cur| *cur <= d) {
+            return;
+        }
+        self.next_deadline.insert(key.into(), d);
+        self.deadlines.entry(d).or_default().push(key.into());
     }
 
     fn sessions<'a>(&self, rows: &'a KeyRows) -> Vec<Session<'a>> {
@@ -308,10 +353,17 @@ impl Operator for SessionAggregate {
 
     fn on_watermark(&mut self, watermark: i64) -> Result<Vec<Changelog>> {
         self.watermark = Some(watermark);
-        // closed sessions of every key may now be emitted or freed
-        if self.emit_on_close || self.lateness_us >= 0 {
-            let keys: Vec<Box<[u8]>> = self.rows.keys().cloned().collect();
-            for k in keys {
+        // keys with a session that closes or can be freed at this watermark
+        let due: Vec<i64> = self
+            .deadlines
+            .range(..=watermark)
+            .map(|(d, _)| *d)
+            .collect();
+        for d in due {
+            for k in self.deadlines.remove(&d).unwrap_or_default() {
+                if self.next_deadline.get(&k) == Some(&d) {
+                    self.next_deadline.remove(&k);
+                }
                 self.dirty.insert(k);
             }
         }
@@ -398,6 +450,7 @@ impl Operator for SessionAggregate {
                     }
                 }
             }
+            self.schedule(&key, wm);
             if !shown.is_empty() {
                 self.emitted.insert(key, shown);
             }
