@@ -213,7 +213,7 @@ impl Model {
                     s += rows[i].v;
                     i += 1;
                 }
-                if closed_only && !wm.is_some_and(|w| last + gap <= w) {
+                if closed_only && wm.is_none_or(|w| last + gap > w) {
                     continue;
                 }
                 out.push(format!(
