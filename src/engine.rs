@@ -158,7 +158,7 @@ impl Engine {
             Statement::ExplainView(cv) => self.explain_view(session, cv).await,
             Statement::Flush => {
                 // generators that end and run unpaced are part of "everything so far"
-                self.dataflow.sources.wait_bounded().await;
+                self.dataflow.sources.catch_up().await?;
                 self.dataflow.flush().await?;
                 Ok(Output::Command("FLUSH".into()))
             }
@@ -568,22 +568,45 @@ impl Engine {
             .collect();
         let columns = connectors::source_columns(&connector, &o, &declared)?;
         connectors::check_options(&connector, &o, &columns)?;
-        if let Some((f, e)) = &cs.format {
-            return Err(WeirError::invalid_parameter(format!(
-                "FORMAT {} ENCODE {} does not apply to the {connector} connector, which makes rows itself",
-                f.to_uppercase(),
-                e.to_uppercase()
-            )));
+        let mut options: Vec<(String, String)> = cs.with_options.clone();
+        if connectors::is_generator(&connector) {
+            if let Some((f, e)) = &cs.format {
+                return Err(WeirError::invalid_parameter(format!(
+                    "FORMAT {} ENCODE {} does not apply to the {connector} connector, which makes rows itself",
+                    f.to_uppercase(),
+                    e.to_uppercase()
+                )));
+            }
+            // the options must make a working generator now, not when a view first reads it
+            connectors::generator(&connector, &o, &columns)?;
+            connectors::rate_limit(&connector, &o)?;
+        } else {
+            let (f, e) = cs
+                .format
+                .clone()
+                .unwrap_or_else(|| ("plain".into(), "json".into()));
+            if f != "plain" {
+                return Err(WeirError::not_supported(format!(
+                    "FORMAT {} is for tables (CREATE TABLE ... FORMAT UPSERT | DEBEZIUM); a source is FORMAT PLAIN",
+                    f.to_uppercase()
+                )));
+            }
+            if e != "json" {
+                return Err(WeirError::not_supported(format!(
+                    "ENCODE {} is not supported yet (ENCODE JSON is)",
+                    e.to_uppercase()
+                )));
+            }
+            // options and columns must make a working consumer and decoder now
+            connectors::kafka::KafkaSpec::new(&o, &columns)?;
+            options.push(("format".into(), f));
+            options.push(("encode".into(), e));
         }
         let watermark = cs
             .watermark
             .as_ref()
             .map(|w| watermark_desc(w, &columns))
             .transpose()?;
-        // the options must make a working generator now, not when a view first reads it
-        connectors::generator(&connector, &o, &columns)?;
-        connectors::rate_limit(&connector, &o)?;
-        let mut options: Vec<(String, String)> = cs.with_options.clone();
         for (k, v) in options.iter_mut() {
             if k == "connector" {
                 *v = connector.clone();

@@ -1,10 +1,12 @@
 //! The integration test binary: every test drives a real `weir` server over the wire.
 
+mod broker;
 mod clients;
 mod docs;
 mod durability;
 mod event_time;
 mod harness;
+mod kafka;
 mod nexmark;
 mod nexmark_queries;
 mod oracle;

@@ -36,6 +36,8 @@ pub enum V {
     B(bool),
     /// An array of text or integers, by the column's element type.
     A(Vec<V>),
+    /// Raw bytes (a `bytea` column).
+    Bytes(Vec<u8>),
 }
 
 impl From<&str> for V {
@@ -240,6 +242,27 @@ fn column<'a>(t: &T, cells: impl Iterator<Item = &'a V>) -> ArrayRef {
                 Arc::new(bld.finish())
             }
         },
+        T::Float8 => {
+            let mut bld = datafusion::arrow::array::Float64Builder::new();
+            for v in cells {
+                bld.append_option(match v {
+                    V::F(f) => Some(*f),
+                    V::I(i) => Some(*i as f64),
+                    _ => None,
+                });
+            }
+            Arc::new(bld.finish())
+        }
+        T::Bytea => {
+            let mut bld = datafusion::arrow::array::BinaryBuilder::new();
+            for v in cells {
+                match v {
+                    V::Bytes(b) => bld.append_value(b),
+                    _ => bld.append_null(),
+                }
+            }
+            Arc::new(bld.finish())
+        }
         T::Text | T::Name | T::InternalChar | T::Varchar(_) => {
             let mut bld = StringBuilder::new();
             for v in cells {

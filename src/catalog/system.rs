@@ -6,7 +6,11 @@
 //!   bounded on an endless stream);
 //! - `weir_late_events`: the most recent rows views refused as late (bounded retention);
 //! - `weir_sources`: each running source instance (one per view reading a connector
-//!   source): rows produced, watermark, whether it finished, its error.
+//!   source): rows produced, watermark, status, dead letters, whether it finished, its error;
+//! - `weir_source_partitions`: per Kafka partition of each instance: offset read, high
+//!   watermark, lag, event-time watermark input, rows, rows/s, dead letters, idleness;
+//! - `weir_dead_letters`: the most recent records sources could not decode (raw bytes,
+//!   error), kept once per record.
 
 use std::sync::Arc;
 
@@ -23,6 +27,8 @@ pub const TABLES: &[&str] = &[
     "weir_operator_state",
     "weir_late_events",
     "weir_sources",
+    "weir_source_partitions",
+    "weir_dead_letters",
 ];
 
 fn ts(us: Option<i64>) -> V {
@@ -105,6 +111,8 @@ pub fn build(
                     ("view_name", T::Text),
                     ("rows", T::Int8),
                     ("watermark", T::Timestamp),
+                    ("status", T::Text),
+                    ("dead_letters", T::Int8),
                     ("done", T::Bool),
                     ("error", T::Text),
                 ],
@@ -115,6 +123,8 @@ pub fn build(
                             r.view_name.into(),
                             V::I(r.rows as i64),
                             ts(r.watermark),
+                            r.status.into(),
+                            V::I(r.dead_letters as i64),
                             r.done.into(),
                             r.error.map(V::S).unwrap_or(V::Null),
                         ]
@@ -122,6 +132,72 @@ pub fn build(
                     .collect(),
             )?
         }
+        "weir_source_partitions" => {
+            let mut p = dataflow.sources.progress();
+            p.sort_by(|a, b| (&a.view_name, &a.source_name).cmp(&(&b.view_name, &b.source_name)));
+            let mut rows = Vec::new();
+            for s in &p {
+                for part in &s.partitions {
+                    let hw = (part.high_watermark >= 0).then_some(part.high_watermark);
+                    rows.push(vec![
+                        s.source_name.clone().into(),
+                        s.view_name.clone().into(),
+                        V::I(part.partition as i64),
+                        V::I(part.offset),
+                        hw.map(V::I).unwrap_or(V::Null),
+                        hw.map(|h| V::I((h - part.offset).max(0)))
+                            .unwrap_or(V::Null),
+                        ts(part.max_event_time),
+                        V::I(part.rows as i64),
+                        V::F(part.rows_per_second),
+                        V::I(part.dead_letters as i64),
+                        part.idle.into(),
+                    ]);
+                }
+            }
+            build_table(
+                &[
+                    ("source_name", T::Text),
+                    ("view_name", T::Text),
+                    ("partition", T::Int4),
+                    ("offset", T::Int8),
+                    ("high_watermark", T::Int8),
+                    ("lag", T::Int8),
+                    ("max_event_time", T::Timestamp),
+                    ("rows", T::Int8),
+                    ("rows_per_second", T::Float8),
+                    ("dead_letters", T::Int8),
+                    ("idle", T::Bool),
+                ],
+                rows,
+            )?
+        }
+        "weir_dead_letters" => build_table(
+            &[
+                ("source_name", T::Text),
+                ("partition", T::Int4),
+                ("offset", T::Int8),
+                ("raw", T::Bytea),
+                ("error", T::Text),
+                ("at", T::TimestampTz),
+            ],
+            dataflow
+                .sources
+                .dead_letters
+                .letters()
+                .into_iter()
+                .map(|l| {
+                    vec![
+                        l.source.into(),
+                        V::I(l.partition as i64),
+                        V::I(l.offset),
+                        l.raw.map(V::Bytes).unwrap_or(V::Null),
+                        l.error.into(),
+                        V::I(l.at),
+                    ]
+                })
+                .collect(),
+        )?,
         "weir_late_events" => build_table(
             &[
                 ("view_name", T::Text),

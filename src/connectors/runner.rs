@@ -9,7 +9,8 @@
 //!
 //! A runner stops when its view is dropped (the flag is checked between batches; batches
 //! already queued for the dropped view are ignored by the worker), when its generator is
-//! exhausted, or when the generator fails (the error is kept for `weir_sources`).
+//! exhausted, or when the generator fails (the error is kept for `weir_sources`). Kafka
+//! instances run the loop in `kafka.rs` with the same registry, progress and flow control.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
@@ -28,7 +29,9 @@ use crate::dataflow::runtime::Msg;
 pub const FIRST_INSTANCE_ID: u32 = 0xF000_0000;
 const MAX_BATCH_ROWS: usize = 4096;
 /// Batches a runner may have in flight before it waits for the views to catch up.
-const BATCHES_PER_BARRIER: u64 = 8;
+pub(crate) const BATCHES_PER_BARRIER: u64 = 8;
+/// How long FLUSH waits for a source to catch up before it gives up with an error.
+const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What a runner needs to run.
 pub struct RunnerSpec {
@@ -37,23 +40,56 @@ pub struct RunnerSpec {
     pub source_name: String,
     /// The relation id the view's graph reads this source as.
     pub instance: u32,
-    pub generator: Box<dyn Generator>,
     /// (event-time column, watermark delay in µs) when the source declares a WATERMARK.
     pub watermark: Option<(usize, i64)>,
-    /// Rows per second of wall-clock time, when limited.
-    pub rate: Option<u64>,
-    /// The generator ends (a row count was given).
-    pub bounded: bool,
+    pub kind: SourceKind,
 }
 
-#[derive(Default)]
-struct Progress {
-    rows: AtomicU64,
-    /// i64::MIN: no watermark yet.
-    watermark: AtomicI64,
-    done: AtomicBool,
-    error: Mutex<Option<String>>,
+pub enum SourceKind {
+    Generator {
+        generator: Box<dyn Generator>,
+        /// Rows per second of wall-clock time, when limited.
+        rate: Option<u64>,
+        /// The generator ends (a row count was given).
+        bounded: bool,
+    },
+    Kafka(Box<crate::connectors::kafka::KafkaSpec>),
 }
+
+/// What a running instance reports (for `weir_sources` and `weir_source_partitions`).
+#[derive(Default)]
+pub struct Progress {
+    pub rows: AtomicU64,
+    /// i64::MIN: no watermark yet.
+    pub watermark: AtomicI64,
+    pub done: AtomicBool,
+    pub error: Mutex<Option<String>>,
+    /// What the instance is doing, in a few words ("running", "broker unreachable: ...").
+    pub status: Mutex<String>,
+    pub dead_letters: AtomicU64,
+    pub partitions: Mutex<Vec<PartitionProgress>>,
+}
+
+/// One Kafka partition of a running instance.
+#[derive(Debug, Clone, Default)]
+pub struct PartitionProgress {
+    pub partition: i32,
+    /// Next offset to read.
+    pub offset: i64,
+    /// The broker's high watermark (log end) as of the last fetch, -1 if unknown.
+    pub high_watermark: i64,
+    /// Largest event time seen, µs.
+    pub max_event_time: Option<i64>,
+    pub rows: u64,
+    pub rows_per_second: f64,
+    pub dead_letters: u64,
+    /// No message for longer than the idle timeout: not holding the watermark back.
+    pub idle: bool,
+}
+
+/// A request to catch up with everything written to the source so far; answered once
+/// those rows are in the dataflow's queue, ahead of a barrier.
+pub type SyncRequest = oneshot::Sender<std::result::Result<(), String>>;
 
 struct Handle {
     view_oid: u32,
@@ -61,6 +97,8 @@ struct Handle {
     source_name: String,
     /// Bounded and not rate-limited: FLUSH waits for it to finish.
     awaited: bool,
+    /// Kafka instances: FLUSH asks them to catch up with the topic.
+    sync: Option<std::sync::mpsc::Sender<SyncRequest>>,
     stop: Arc<AtomicBool>,
     progress: Arc<Progress>,
 }
@@ -74,12 +112,16 @@ pub struct SourceProgress {
     pub watermark: Option<i64>,
     pub done: bool,
     pub error: Option<String>,
+    pub status: String,
+    pub dead_letters: u64,
+    pub partitions: Vec<PartitionProgress>,
 }
 
 /// Every running source instance.
 pub struct Runners {
     next_instance: AtomicU32,
     handles: Mutex<Vec<Handle>>,
+    pub dead_letters: Arc<crate::connectors::dead_letters::DeadLetters>,
 }
 
 impl Default for Runners {
@@ -87,6 +129,7 @@ impl Default for Runners {
         Runners {
             next_instance: AtomicU32::new(FIRST_INSTANCE_ID),
             handles: Mutex::new(Vec::new()),
+            dead_letters: Arc::default(),
         }
     }
 }
@@ -102,20 +145,33 @@ impl Runners {
         let stop = Arc::new(AtomicBool::new(false));
         let progress = Arc::new(Progress {
             watermark: AtomicI64::new(i64::MIN),
+            status: Mutex::new("starting".into()),
             ..Default::default()
         });
+        let (awaited, sync_tx, sync_rx) = match &spec.kind {
+            SourceKind::Generator { rate, bounded, .. } => (*bounded && rate.is_none(), None, None),
+            SourceKind::Kafka(_) => {
+                let (t, r) = std::sync::mpsc::channel();
+                (false, Some(t), Some(r))
+            }
+        };
         self.handles.lock().push(Handle {
             view_oid: spec.view_oid,
             view_name: spec.view_name.clone(),
             source_name: spec.source_name.clone(),
-            awaited: spec.bounded && spec.rate.is_none(),
+            awaited,
+            sync: sync_tx,
             stop: stop.clone(),
             progress: progress.clone(),
         });
         let name = format!("weir-src-{}", spec.instance - FIRST_INSTANCE_ID);
+        let dead = self.dead_letters.clone();
         let spawned = std::thread::Builder::new().name(name).spawn({
             let progress = progress.clone();
-            move || run(tx, spec, stop, progress)
+            move || match sync_rx {
+                Some(sync) => crate::connectors::kafka::run(tx, spec, stop, progress, sync, dead),
+                None => run(tx, spec, stop, progress),
+            }
         });
         if let Err(e) = spawned {
             *progress.error.lock() = Some(format!("cannot start the source thread: {e}"));
@@ -132,8 +188,20 @@ impl Runners {
         h.retain(|r| r.view_oid != view_oid);
     }
 
-    /// Wait until every bounded, unthrottled runner has handed over all its rows.
-    pub async fn wait_bounded(&self) {
+    /// FLUSH: wait until every bounded, unthrottled generator has handed over all its rows
+    /// and every Kafka instance has read what its topic held when FLUSH began.
+    pub async fn catch_up(&self) -> crate::error::Result<()> {
+        let mut waits = Vec::new();
+        for h in self.handles.lock().iter() {
+            if let Some(sync) = &h.sync
+                && !h.progress.done.load(Ordering::Acquire)
+            {
+                let (tx, rx) = oneshot::channel();
+                if sync.send(tx).is_ok() {
+                    waits.push((h.source_name.clone(), rx));
+                }
+            }
+        }
         loop {
             let pending = self
                 .handles
@@ -141,10 +209,31 @@ impl Runners {
                 .iter()
                 .any(|r| r.awaited && !r.progress.done.load(Ordering::Acquire));
             if !pending {
-                return;
+                break;
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+        for (source, rx) in waits {
+            match tokio::time::timeout(CATCH_UP_TIMEOUT, rx).await {
+                Ok(Ok(Ok(()))) | Ok(Err(_)) => {}
+                Ok(Ok(Err(e))) => {
+                    return Err(crate::error::WeirError::new(
+                        "58000",
+                        format!("source \"{source}\" cannot catch up: {e}"),
+                    ));
+                }
+                Err(_) => {
+                    return Err(crate::error::WeirError::new(
+                        "58000",
+                        format!(
+                            "source \"{source}\" did not catch up within {}s (see weir_sources)",
+                            CATCH_UP_TIMEOUT.as_secs()
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     pub fn progress(&self) -> Vec<SourceProgress> {
@@ -160,20 +249,27 @@ impl Runners {
                     watermark: (wm != i64::MIN).then_some(wm),
                     done: r.progress.done.load(Ordering::Acquire),
                     error: r.progress.error.lock().clone(),
+                    status: r.progress.status.lock().clone(),
+                    dead_letters: r.progress.dead_letters.load(Ordering::Acquire),
+                    partitions: r.progress.partitions.lock().clone(),
                 }
             })
             .collect()
     }
 }
 
-fn run(
-    tx: mpsc::Sender<Msg>,
-    mut spec: RunnerSpec,
-    stop: Arc<AtomicBool>,
-    progress: Arc<Progress>,
-) {
+fn run(tx: mpsc::Sender<Msg>, spec: RunnerSpec, stop: Arc<AtomicBool>, progress: Arc<Progress>) {
+    let SourceKind::Generator {
+        mut generator,
+        rate,
+        ..
+    } = spec.kind
+    else {
+        return;
+    };
+    *progress.status.lock() = "running".into();
     let started = Instant::now();
-    let batch_rows = match spec.rate {
+    let batch_rows = match rate {
         // about 20 batches a second when paced
         Some(r) => ((r / 20) as usize).clamp(1, MAX_BATCH_ROWS),
         None => MAX_BATCH_ROWS,
@@ -185,7 +281,7 @@ fn run(
         if stop.load(Ordering::Acquire) {
             break Ok(());
         }
-        if let Some(rate) = spec.rate {
+        if let Some(rate) = rate {
             // pace: row n is due n/rate seconds after the start
             let due = Duration::from_secs_f64(rows as f64 / rate.max(1) as f64);
             let now = started.elapsed();
@@ -194,7 +290,7 @@ fn run(
                 continue;
             }
         }
-        let batch = match spec.generator.next_batch(batch_rows) {
+        let batch = match generator.next_batch(batch_rows) {
             Ok(Some(b)) => b,
             Ok(None) => break Ok(()),
             Err(e) => break Err(e.message),
@@ -215,13 +311,7 @@ fn run(
             watermark = Some(watermark.map_or(w, |old| old.max(w)));
         }
         let n = batch.num_rows() as u64;
-        let sent = tx.blocking_send(Msg::Changes {
-            relation: spec.instance,
-            changelog: Changelog::inserts(batch),
-            watermark_before: before,
-            watermark_after: watermark,
-        });
-        if sent.is_err() {
+        if !send_batch(&tx, spec.instance, batch, before, watermark) {
             break Err("the dataflow worker has stopped".into());
         }
         rows += n;
@@ -249,11 +339,34 @@ fn run(
             *progress.error.lock() = Some(e);
         }
     }
+    *progress.status.lock() = if progress.error.lock().is_some() {
+        "failed".into()
+    } else {
+        "done".into()
+    };
     progress.done.store(true, Ordering::Release);
 }
 
+/// Hand a batch of a source instance to the dataflow, with the watermark before and after
+/// it. False when the worker is gone.
+pub(crate) fn send_batch(
+    tx: &mpsc::Sender<Msg>,
+    instance: u32,
+    batch: datafusion::arrow::record_batch::RecordBatch,
+    before: Option<i64>,
+    after: Option<i64>,
+) -> bool {
+    tx.blocking_send(Msg::Changes {
+        relation: instance,
+        changelog: Changelog::inserts(batch),
+        watermark_before: before,
+        watermark_after: after,
+    })
+    .is_ok()
+}
+
 /// Send a barrier and wait until the worker has passed it.
-fn wait_for_views(tx: &mpsc::Sender<Msg>) -> bool {
+pub(crate) fn wait_for_views(tx: &mpsc::Sender<Msg>) -> bool {
     let (btx, brx) = oneshot::channel();
     if tx.blocking_send(Msg::Barrier(btx)).is_err() {
         return false;

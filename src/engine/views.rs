@@ -15,7 +15,7 @@ use tracing::{error, info};
 
 use crate::catalog::rewrite::{display_column_name, rewrite_query};
 use crate::catalog::{ColumnDesc, RelationDesc, RelationKind};
-use crate::connectors::{self, runner::RunnerSpec};
+use crate::connectors::{self, runner::RunnerSpec, runner::SourceKind};
 use crate::dataflow::graph::Graph;
 use crate::dataflow::runtime::{CreateView as CreateMsg, Msg};
 use crate::engine::{Engine, Output};
@@ -432,6 +432,9 @@ impl Engine {
                     None => None,
                 };
                 self.catalog.drop_relation(&entry.desc.name)?;
+                if entry.desc.kind == RelationKind::Source {
+                    self.dataflow.sources.dead_letters.forget(&entry.desc.name);
+                }
                 info!(relation = %entry.desc.name, kind = entry.desc.kind.noun(), "dropped");
             }
         }
@@ -510,15 +513,25 @@ fn runner_spec(src: &RelationDesc, view: &RelationDesc, instance: u32) -> Result
             .position(|c| c.name == w.column)
             .map(|i| (i, w.delay_us))
     });
+    let kind = if connectors::is_generator(&connector) {
+        SourceKind::Generator {
+            generator: connectors::generator(&connector, &o, &src.columns)?,
+            rate: connectors::rate_limit(&connector, &o)?,
+            bounded: connectors::bounded(&connector, &o),
+        }
+    } else {
+        SourceKind::Kafka(Box::new(connectors::kafka::KafkaSpec::new(
+            &o,
+            &src.columns,
+        )?))
+    };
     Ok(RunnerSpec {
         view_oid: view.oid,
         view_name: view.name.clone(),
         source_name: src.name.clone(),
         instance,
-        generator: connectors::generator(&connector, &o, &src.columns)?,
         watermark,
-        rate: connectors::rate_limit(&connector, &o)?,
-        bounded: connectors::bounded(&connector, &o),
+        kind,
     })
 }
 

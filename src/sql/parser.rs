@@ -442,13 +442,31 @@ fn parse_create_source(p: &mut Parser) -> Result<CreateSource> {
     } else {
         (Vec::new(), None)
     };
+    // INCLUDE partition | offset | key | timestamp [AS name]: metadata columns, kept as
+    // `include.<what>` options
+    let mut includes: Vec<(String, String)> = Vec::new();
+    while parse_word(p, "INCLUDE") {
+        let what = normalize_ident(&p.parse_identifier()?);
+        if !matches!(what.as_str(), "partition" | "offset" | "key" | "timestamp") {
+            return Err(WeirError::syntax(format!(
+                "INCLUDE {what}: expected partition, offset, key or timestamp"
+            )));
+        }
+        let col = if p.parse_keyword(Keyword::AS) {
+            normalize_ident(&p.parse_identifier()?)
+        } else {
+            format!("_{what}")
+        };
+        includes.push((format!("include.{what}"), col));
+    }
     if !p.parse_keyword(Keyword::WITH) {
         return Err(WeirError::syntax(format!(
             "syntax error at or near \"{}\": CREATE SOURCE needs WITH (connector = ...)",
             p.peek_token().token
         )));
     }
-    let with_options = parse_with_options(p)?;
+    let mut with_options = parse_with_options(p)?;
+    with_options.extend(includes);
     let format = if parse_word(p, "FORMAT") {
         let f = p.parse_identifier()?.value.to_lowercase();
         expect_word(p, "ENCODE")?;

@@ -1,0 +1,396 @@
+//! `ENCODE JSON`: one JSON object per message, its fields matched to the declared columns
+//! by name. Decoded a batch at a time with arrow-json into Arrow columns; a message that
+//! does not decode, or whose field does not fit its column, is reported with its index
+//! (for the dead-letter table) and left out, never failing the others.
+//!
+//! - Missing fields and JSON `null` give SQL NULL (a NOT NULL column refuses them).
+//!   Fields not declared are ignored.
+//! - Timestamps: ISO-8601 text (`2024-01-01T00:00:00Z`, `2024-01-01 00:00:00`) or a
+//!   number of milliseconds since the epoch.
+//! - `jsonb` columns take the field's JSON text, whatever its JSON type.
+//! - Numbers and booleans are accepted for text columns (as their JSON text).
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, BooleanArray, StringArray, StringBuilder, TimestampMicrosecondArray,
+    TimestampMicrosecondBuilder,
+};
+use datafusion::arrow::compute::{cast, concat_batches};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::json::ReaderBuilder;
+use datafusion::arrow::record_batch::RecordBatch;
+
+use crate::catalog::ColumnDesc;
+use crate::error::{Result, WeirError};
+use crate::sql::types::{SqlType, schema_of};
+
+/// How a declared column is read from the JSON object.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    /// arrow-json decodes it as the column's own type.
+    Direct,
+    /// Decoded as text, then parsed as ISO-8601 or epoch milliseconds.
+    Timestamp,
+    /// The field's JSON text.
+    Jsonb,
+}
+
+pub struct JsonDecoder {
+    columns: Vec<ColumnDesc>,
+    kinds: Vec<Kind>,
+    /// What arrow-json decodes: the Direct and Timestamp columns.
+    read_schema: SchemaRef,
+    /// The declared columns, in order.
+    schema: SchemaRef,
+}
+
+/// What a batch of messages gave.
+pub struct Decoded {
+    /// Rows of the messages that decoded, in message order.
+    pub batch: RecordBatch,
+    /// Message index of each row.
+    pub rows: Vec<usize>,
+    /// (message index, error) of the messages left out.
+    pub errors: Vec<(usize, String)>,
+}
+
+impl JsonDecoder {
+    pub fn new(columns: &[ColumnDesc]) -> Result<JsonDecoder> {
+        let mut kinds = Vec::with_capacity(columns.len());
+        let mut read_fields = Vec::new();
+        for c in columns {
+            let kind = match c.ty {
+                SqlType::Timestamp | SqlType::TimestampTz => Kind::Timestamp,
+                SqlType::Jsonb => Kind::Jsonb,
+                SqlType::Bool
+                | SqlType::Int2
+                | SqlType::Int4
+                | SqlType::Int8
+                | SqlType::Float4
+                | SqlType::Float8
+                | SqlType::Numeric(_)
+                | SqlType::Text
+                | SqlType::Varchar(_)
+                | SqlType::Date => Kind::Direct,
+                _ => {
+                    return Err(WeirError::not_supported(format!(
+                        "ENCODE JSON cannot decode column \"{}\" of type {}",
+                        c.name,
+                        c.ty.display_name()
+                    )));
+                }
+            };
+            match kind {
+                Kind::Direct => {
+                    read_fields.push(Field::new(&c.name, c.ty.arrow_type(), true));
+                }
+                Kind::Timestamp => read_fields.push(Field::new(&c.name, DataType::Utf8, true)),
+                Kind::Jsonb => {}
+            }
+            kinds.push(kind);
+        }
+        Ok(JsonDecoder {
+            schema: schema_of(columns.iter().map(|c| (c.name.as_str(), &c.ty, c.nullable))),
+            columns: columns.to_vec(),
+            kinds,
+            read_schema: Arc::new(Schema::new(read_fields)),
+        })
+    }
+
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// Decode messages' values; `None` (a message without a value) is an error.
+    pub fn decode(&self, values: &[Option<&[u8]>]) -> Decoded {
+        let mut errors: Vec<(usize, String)> = Vec::new();
+        let mut good: Vec<usize> = Vec::with_capacity(values.len());
+        for (i, v) in values.iter().enumerate() {
+            match v {
+                None => errors.push((i, "the message has no value".into())),
+                Some(b) if std::str::from_utf8(b).is_err() => {
+                    errors.push((i, "the message is not valid UTF-8".into()))
+                }
+                Some(_) => good.push(i),
+            }
+        }
+        // the whole batch at once; one message at a time only to find the bad ones
+        let read = match self.read_all(values, &good) {
+            Ok(b) => b,
+            Err(_) => {
+                let mut parts = Vec::new();
+                let mut still = Vec::new();
+                for i in good {
+                    match self.read_all(values, &[i]) {
+                        Ok(b) => {
+                            parts.push(b);
+                            still.push(i);
+                        }
+                        Err(e) => errors.push((i, e)),
+                    }
+                }
+                good = still;
+                match concat_batches(&self.read_schema, &parts) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        for i in good.drain(..) {
+                            errors.push((i, e.to_string()));
+                        }
+                        RecordBatch::new_empty(self.read_schema.clone())
+                    }
+                }
+            }
+        };
+        // columns in declared order, with per-row checks
+        let mut bad = vec![false; good.len()];
+        let mut cols: Vec<ArrayRef> = Vec::with_capacity(self.columns.len());
+        let mut read_at = 0usize;
+        for (c, kind) in self.columns.iter().zip(&self.kinds) {
+            let col: ArrayRef = match kind {
+                Kind::Direct => {
+                    let a = read.column(read_at).clone();
+                    read_at += 1;
+                    if let SqlType::Varchar(Some(n)) = c.ty
+                        && let Some(s) = a.as_any().downcast_ref::<StringArray>()
+                    {
+                        for (r, v) in s.iter().enumerate() {
+                            if v.is_some_and(|v| v.chars().count() > n as usize) && !bad[r] {
+                                bad[r] = true;
+                                errors.push((
+                                    good[r],
+                                    format!(
+                                        "value too long for type character varying({n}) (column \"{}\")",
+                                        c.name
+                                    ),
+                                ));
+                            }
+                        }
+                    }
+                    a
+                }
+                Kind::Timestamp => {
+                    let a = read.column(read_at).clone();
+                    read_at += 1;
+                    let text = a
+                        .as_any()
+                        .downcast_ref::<StringArray>()
+                        .cloned()
+                        .unwrap_or_else(|| StringArray::new_null(a.len()));
+                    let ts = timestamps(&text, |r, e| {
+                        if !bad[r] {
+                            bad[r] = true;
+                            errors.push((good[r], format!("column \"{}\": {e}", c.name)));
+                        }
+                    });
+                    let ts: ArrayRef = Arc::new(ts);
+                    match cast(&ts, &c.ty.arrow_type()) {
+                        Ok(t) => t,
+                        Err(_) => ts,
+                    }
+                }
+                Kind::Jsonb => {
+                    let mut b = StringBuilder::with_capacity(good.len(), good.len() * 16);
+                    for i in &good {
+                        let field = values[*i].and_then(|v| {
+                            serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(v)
+                                .ok()
+                                .and_then(|mut m| m.remove(&c.name))
+                        });
+                        match field {
+                            Some(serde_json::Value::Null) | None => b.append_null(),
+                            Some(v) => b.append_value(v.to_string()),
+                        }
+                    }
+                    Arc::new(b.finish())
+                }
+            };
+            if !c.nullable {
+                for r in 0..col.len() {
+                    if col.is_null(r) && !bad[r] {
+                        bad[r] = true;
+                        errors.push((
+                            good[r],
+                            format!(
+                                "null value in column \"{}\" violates not-null constraint",
+                                c.name
+                            ),
+                        ));
+                    }
+                }
+            }
+            cols.push(col);
+        }
+        // drop the refused rows, then the declared schema (NOT NULL holds now)
+        let (cols, rows) = if bad.iter().any(|b| *b) {
+            let keep = BooleanArray::from(bad.iter().map(|b| !b).collect::<Vec<_>>());
+            let rows = good
+                .iter()
+                .zip(&bad)
+                .filter(|(_, b)| !**b)
+                .map(|(i, _)| *i)
+                .collect();
+            let cols = cols
+                .iter()
+                .map(|c| datafusion::arrow::compute::filter(c, &keep))
+                .collect::<std::result::Result<Vec<_>, _>>();
+            (cols, rows)
+        } else {
+            (Ok(cols), good)
+        };
+        let batch = cols.map_err(|e| e.to_string()).and_then(|cols| {
+            RecordBatch::try_new(self.schema.clone(), cols).map_err(|e| e.to_string())
+        });
+        let (batch, rows) = match batch {
+            Ok(b) => (b, rows),
+            Err(e) => {
+                for i in rows {
+                    errors.push((i, e.clone()));
+                }
+                (RecordBatch::new_empty(self.schema.clone()), Vec::new())
+            }
+        };
+        errors.sort_by_key(|(i, _)| *i);
+        Decoded {
+            batch,
+            rows,
+            errors,
+        }
+    }
+
+    /// arrow-json over the given messages: exactly one row each, or an error.
+    fn read_all(
+        &self,
+        values: &[Option<&[u8]>],
+        which: &[usize],
+    ) -> std::result::Result<RecordBatch, String> {
+        let mut d = ReaderBuilder::new(self.read_schema.clone())
+            .with_batch_size(which.len().max(1))
+            .with_coerce_primitive(true)
+            .build_decoder()
+            .map_err(|e| e.to_string())?;
+        for i in which {
+            let v = values[*i].unwrap_or_default();
+            let before = d.len();
+            let used = d.decode(v).map_err(|e| e.to_string())?;
+            if used != v.len() || d.has_partial_record() || d.len() != before + 1 {
+                return Err("the message is not one complete JSON object".into());
+            }
+        }
+        let batch = d
+            .flush()
+            .map_err(|e| e.to_string())?
+            .unwrap_or_else(|| RecordBatch::new_empty(self.read_schema.clone()));
+        if batch.num_rows() != which.len() {
+            return Err("the message is not one JSON object".into());
+        }
+        Ok(batch)
+    }
+}
+
+/// Timestamps from JSON text: ISO-8601 or epoch milliseconds. `bad(row, error)` for rows
+/// that are neither (they become NULL here and are dropped by the caller).
+fn timestamps(text: &StringArray, mut bad: impl FnMut(usize, String)) -> TimestampMicrosecondArray {
+    let mut b = TimestampMicrosecondBuilder::with_capacity(text.len());
+    for (r, v) in text.iter().enumerate() {
+        let Some(s) = v else {
+            b.append_null();
+            continue;
+        };
+        let s = s.trim();
+        let parsed = if !s.is_empty()
+            && s.bytes()
+                .enumerate()
+                .all(|(i, c)| c.is_ascii_digit() || (i == 0 && c == b'-'))
+        {
+            s.parse::<i64>()
+                .ok()
+                .and_then(|ms| ms.checked_mul(1000))
+                .ok_or_else(|| format!("timestamp out of range: {s}"))
+        } else {
+            datafusion::arrow::compute::kernels::cast_utils::string_to_timestamp_nanos(s)
+                .map(|ns| ns.div_euclid(1000))
+                .map_err(|_| {
+                    format!("invalid timestamp: \"{s}\" (expected ISO-8601 or epoch milliseconds)")
+                })
+        };
+        match parsed {
+            Ok(us) => b.append_value(us),
+            Err(e) => {
+                bad(r, e);
+                b.append_null();
+            }
+        }
+    }
+    b.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn col(name: &str, ty: SqlType, nullable: bool) -> ColumnDesc {
+        ColumnDesc {
+            name: name.into(),
+            ty,
+            nullable,
+        }
+    }
+
+    #[test]
+    fn good_and_bad_messages() {
+        let d = JsonDecoder::new(&[
+            col("id", SqlType::Int8, false),
+            col("name", SqlType::Varchar(Some(5)), true),
+            col("ts", SqlType::Timestamp, true),
+            col("meta", SqlType::Jsonb, true),
+        ])
+        .unwrap();
+        let msgs: Vec<Option<&[u8]>> = vec![
+            Some(br#"{"id": 1, "name": "a", "ts": "2024-01-01T00:00:01Z", "meta": {"x": [1, 2]}}"#),
+            Some(br#"{"id": 2, "ts": 1704067202000, "extra": true}"#),
+            Some(br#"{"id": "three"}"#),
+            Some(br#"{"id": 4, "#),
+            Some(b"\xff\xfe"),
+            None,
+            Some(br#"{"name": "no id"}"#),
+            Some(br#"{"id": 8, "name": "toolong"}"#),
+            Some(br#"{"id": 9, "ts": "yesterday"}"#),
+            Some(br#"{"id": 10, "name": 42}"#),
+        ];
+        let out = d.decode(&msgs);
+        assert_eq!(out.rows, vec![0, 1, 9], "errors: {:?}", out.errors);
+        let bad: Vec<usize> = out.errors.iter().map(|(i, _)| *i).collect();
+        assert_eq!(bad, vec![2, 3, 4, 5, 6, 7, 8]);
+        let ids = out
+            .batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<datafusion::arrow::array::Int64Array>()
+            .unwrap();
+        assert_eq!(ids.values(), &[1, 2, 10]);
+        let ts = out
+            .batch
+            .column(2)
+            .as_any()
+            .downcast_ref::<TimestampMicrosecondArray>()
+            .unwrap();
+        assert_eq!(ts.value(0), 1_704_067_201_000_000);
+        assert_eq!(ts.value(1), 1_704_067_202_000_000);
+        let meta = out
+            .batch
+            .column(3)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap();
+        assert_eq!(meta.value(0), r#"{"x":[1,2]}"#);
+        assert!(meta.is_null(1));
+        let names = out
+            .batch
+            .column(1)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap();
+        assert_eq!(names.value(2), "42");
+    }
+}
