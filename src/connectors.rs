@@ -9,6 +9,7 @@ pub mod json;
 pub mod kafka;
 pub mod nexmark;
 pub mod runner;
+pub mod upsert;
 
 use std::collections::HashMap;
 

@@ -14,7 +14,7 @@ use datafusion::execution::SendableRecordBatchStream;
 use datafusion::logical_expr::{LogicalPlan, Statement as DfStatement};
 use datafusion::sql::parser::Statement as DfParserStatement;
 use datafusion::sql::sqlparser::ast;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::catalog::rewrite::{null_projection_probe, reads_only_catalog, rewrite_statement};
 use crate::catalog::{Catalog, ColumnDesc, RelationDesc, RelationKind, WatermarkDesc};
@@ -80,6 +80,11 @@ impl Engine {
             dataflow: Dataflow::start(),
         });
         engine.restore_views().await?;
+        for entry in engine.catalog.entries() {
+            if let Err(e) = engine.start_table_consumer(&entry) {
+                warn!(table = %entry.desc.name, error = %e, "cannot start the table's consumer");
+            }
+        }
         Ok(engine)
     }
 
@@ -386,6 +391,7 @@ impl Engine {
                     .and_then(|n| self.catalog.get(&n))
                 && let Some(table) = entry.table.clone()
             {
+                refuse_connector_table(&entry.desc, "INSERT into")?;
                 let _writer = table.writer.lock().await;
                 if let Some(batch) = literal_rows(ins, &entry.desc) {
                     return self
@@ -421,6 +427,14 @@ impl Engine {
             datafusion::logical_expr::WriteOp::Delete => "DELETE",
             _ => "DML",
         };
+        refuse_connector_table(
+            &entry.desc,
+            match verb {
+                "INSERT" => "INSERT into",
+                "UPDATE" => "UPDATE",
+                _ => "DELETE from",
+            },
+        )?;
         if entry.desc.kind == RelationKind::AppendOnlyTable && verb != "INSERT" {
             return Err(append_only_error(&name, verb));
         }
@@ -634,9 +648,12 @@ impl Engine {
     }
 
     fn create_table(&self, ct: &CreateTable, text: &str) -> Result<()> {
-        if let Some((k, _)) = ct.with_options.first() {
-            return Err(WeirError::not_supported(format!(
-                "table option \"{k}\" is not supported yet (connector tables come with Kafka support)"
+        if ct.with_options.is_empty()
+            && let Some((f, _)) = &ct.format
+        {
+            return Err(WeirError::syntax(format!(
+                "FORMAT {} needs a connector: WITH (connector = 'kafka', ...)",
+                f.to_uppercase()
             )));
         }
         if ct.columns.is_empty() {
@@ -693,6 +710,11 @@ impl Engine {
         } else {
             RelationKind::Table
         };
+        let options = if ct.with_options.is_empty() {
+            vec![]
+        } else {
+            self.connector_table_options(ct, &columns)?
+        };
         let created = self.catalog.create(&ct.name, ct.if_not_exists, |oid| {
             Ok(RelationDesc {
                 oid,
@@ -704,14 +726,125 @@ impl Engine {
                 definition: text.to_owned(),
                 query: None,
                 dependencies: vec![],
-                options: vec![],
+                options,
                 emit_on_window_close: false,
             })
         })?;
         if created {
             info!(table = %ct.name, "created table");
+            if let Some(entry) = self.catalog.get(&ct.name) {
+                self.start_table_consumer(&entry)?;
+            }
         }
         Ok(())
+    }
+
+    /// Check a connector table's options (`WITH (connector = 'kafka', ...) FORMAT UPSERT |
+    /// DEBEZIUM ENCODE JSON`) and return them as stored.
+    fn connector_table_options(
+        &self,
+        ct: &CreateTable,
+        columns: &[ColumnDesc],
+    ) -> Result<Vec<(String, String)>> {
+        let o = connectors::options(&ct.with_options);
+        let connector = o.get("connector").map(|c| c.to_lowercase());
+        if connector.as_deref() != Some("kafka") {
+            return Err(WeirError::not_supported(match connector {
+                Some(c) => format!("a table cannot be fed by the {c} connector (kafka can)"),
+                None => format!(
+                    "table option \"{}\" is not supported (a table fed by Kafka says WITH (connector = 'kafka', ...))",
+                    ct.with_options[0].0
+                ),
+            }));
+        }
+        let (f, e) = ct.format.clone().ok_or_else(|| {
+            WeirError::syntax(
+                "a table fed by Kafka needs FORMAT UPSERT ENCODE JSON or FORMAT DEBEZIUM ENCODE JSON",
+            )
+        })?;
+        let Some(format) = connectors::upsert::TableFormat::parse(&f) else {
+            return Err(WeirError::not_supported(format!(
+                "a table fed by Kafka is FORMAT UPSERT or DEBEZIUM, not {} (a stream of plain events is a CREATE SOURCE)",
+                f.to_uppercase()
+            )));
+        };
+        if e != "json" {
+            return Err(WeirError::not_supported(format!(
+                "ENCODE {} is not supported yet (ENCODE JSON is)",
+                e.to_uppercase()
+            )));
+        }
+        if ct.append_only || ct.watermark.is_some() {
+            return Err(WeirError::new(
+                sqlstate::INVALID_TABLE_DEFINITION,
+                "a table fed by FORMAT UPSERT or DEBEZIUM changes rows: it cannot be APPEND ONLY or have a WATERMARK",
+            ));
+        }
+        connectors::check_options("kafka", &o, columns)?;
+        if let Some(k) = o.keys().find(|k| k.starts_with("include.")) {
+            return Err(WeirError::invalid_parameter(format!(
+                "option \"{k}\" is for sources"
+            )));
+        }
+        let key: Vec<usize> = ct
+            .primary_key
+            .iter()
+            .filter_map(|k| columns.iter().position(|c| &c.name == k))
+            .collect();
+        connectors::upsert::ChangeDecoder::new(format, columns, &key)?;
+        connectors::kafka::KafkaSpec::new(&o, columns)?;
+        let mut options: Vec<(String, String)> = ct
+            .with_options
+            .iter()
+            .map(|(k, v)| {
+                let v = if k == "connector" {
+                    "kafka".to_owned()
+                } else {
+                    v.clone()
+                };
+                (k.clone(), v)
+            })
+            .collect();
+        options.push(("format".into(), f));
+        options.push(("encode".into(), e));
+        Ok(options)
+    }
+
+    /// Start the Kafka consumer of a connector table (at CREATE and at every start).
+    pub(crate) fn start_table_consumer(&self, entry: &crate::catalog::Entry) -> Result<()> {
+        let Some(table) = entry.table.clone() else {
+            return Ok(());
+        };
+        let o = connectors::options(&entry.desc.options);
+        let Some(format) = o
+            .get("format")
+            .and_then(|f| connectors::upsert::TableFormat::parse(f))
+        else {
+            return Ok(());
+        };
+        let crate::state::table::TableKind::Keyed { pk } = entry.desc.table_kind() else {
+            return Err(WeirError::internal("a connector table without a key"));
+        };
+        let decoder = connectors::upsert::ChangeDecoder::new(format, &entry.desc.columns, &pk)?;
+        let spec = connectors::kafka::KafkaSpec::new(&o, &entry.desc.columns)?;
+        self.dataflow.sources.start_table(table, spec, decoder);
+        info!(table = %entry.desc.name, "kafka table consumer started");
+        Ok(())
+    }
+}
+
+/// A table fed by a connector changes only through it.
+fn refuse_connector_table(desc: &RelationDesc, what: &str) -> Result<()> {
+    match desc.options.iter().find(|(k, _)| k == "connector") {
+        Some((_, c)) => Err(WeirError::new(
+            sqlstate::WRONG_OBJECT_TYPE,
+            format!(
+                "cannot {what} table \"{}\": it is fed by the {c} connector",
+                desc.name
+            ),
+        )
+        .with_hint("Write to its topic instead.")),
+        None => Ok(()),
     }
 }
 

@@ -44,10 +44,12 @@ use crate::connectors::runner::{
     BATCHES_PER_BARRIER, PartitionProgress, Progress, RunnerSpec, SourceKind, SyncRequest,
     send_batch, wait_for_views,
 };
+use crate::connectors::upsert::{ChangeDecoder, KeyValue};
 use crate::connectors::{Options, opt_u64};
 use crate::dataflow::runtime::Msg;
 use crate::error::{Result, WeirError};
 use crate::sql::types::{SqlType, schema_of};
+use crate::state::table::{Change, TableStore, offset_key};
 
 const MAX_BATCH_ROWS: usize = 4096;
 /// A batch is handed over at the latest this long after its first message.
@@ -363,9 +365,26 @@ struct PartitionState {
     rate_mark: (Instant, u64),
 }
 
+/// Where an instance's rows go.
+enum Target {
+    /// A view's private relation in the dataflow.
+    View {
+        tx: mpsc::Sender<Msg>,
+        instance: u32,
+    },
+    /// A keyed table (`FORMAT UPSERT | DEBEZIUM`): operations applied with the offsets
+    /// in one commit.
+    Table {
+        table: Arc<TableStore>,
+        decoder: ChangeDecoder,
+        stop: Arc<AtomicBool>,
+    },
+}
+
 struct Instance {
-    tx: mpsc::Sender<Msg>,
-    instance: u32,
+    target: Target,
+    /// Next offsets per partition to resume from (tables: as committed with their rows).
+    resume: BTreeMap<i32, i64>,
     source: String,
     view: String,
     spec: KafkaSpec,
@@ -392,8 +411,11 @@ pub fn run(
         return;
     };
     let mut inst = Instance {
-        tx,
-        instance: spec.instance,
+        target: Target::View {
+            tx,
+            instance: spec.instance,
+        },
+        resume: BTreeMap::new(),
         source: spec.source_name,
         view: spec.view_name,
         spec: *kspec,
@@ -405,25 +427,72 @@ pub fn run(
         batches: 0,
         rows: 0,
     };
-    let result = inst.run(&stop, &sync);
-    // answer FLUSHes still waiting: the instance is gone
-    while let Ok(s) = sync.try_recv() {
-        let _ = s.send(match &result {
-            Ok(()) => Ok(()),
-            Err(e) => Err(e.clone()),
-        });
-    }
-    if let Err(e) = result {
-        warn!(source = %inst.source, view = %inst.view, error = %e, "kafka source stopped");
-        *inst.progress.error.lock() = Some(e);
-        *inst.progress.status.lock() = "failed".into();
-    } else {
-        *inst.progress.status.lock() = "stopped".into();
-    }
-    inst.progress.done.store(true, Ordering::Release);
+    inst.finish(&stop, &sync);
+}
+
+/// Run the consumer of a table fed by a changelog topic until `stop` (the table dropped),
+/// resuming from the offsets committed with the table's rows.
+pub fn run_table(
+    table: Arc<TableStore>,
+    spec: KafkaSpec,
+    decoder: ChangeDecoder,
+    stop: Arc<AtomicBool>,
+    progress: Arc<Progress>,
+    sync: std::sync::mpsc::Receiver<SyncRequest>,
+    dead: Arc<DeadLetters>,
+) {
+    let resume = match table.offsets() {
+        Ok(r) => r,
+        Err(e) => {
+            *progress.error.lock() = Some(e.message);
+            *progress.status.lock() = "failed".into();
+            progress.done.store(true, Ordering::Release);
+            return;
+        }
+    };
+    let name = table.name.clone();
+    let mut inst = Instance {
+        target: Target::Table {
+            table,
+            decoder,
+            stop: stop.clone(),
+        },
+        resume,
+        source: name.clone(),
+        view: name,
+        spec,
+        watermark_spec: None,
+        watermark: None,
+        partitions: BTreeMap::new(),
+        progress,
+        dead,
+        batches: 0,
+        rows: 0,
+    };
+    inst.finish(&stop, &sync);
 }
 
 impl Instance {
+    fn finish(&mut self, stop: &AtomicBool, sync: &std::sync::mpsc::Receiver<SyncRequest>) {
+        let inst = self;
+        let result = inst.run(stop, sync);
+        // answer FLUSHes still waiting: the instance is gone
+        while let Ok(s) = sync.try_recv() {
+            let _ = s.send(match &result {
+                Ok(()) => Ok(()),
+                Err(e) => Err(e.clone()),
+            });
+        }
+        if let Err(e) = result {
+            warn!(source = %inst.source, view = %inst.view, error = %e, "kafka source stopped");
+            *inst.progress.error.lock() = Some(e);
+            *inst.progress.status.lock() = "failed".into();
+        } else {
+            *inst.progress.status.lock() = "stopped".into();
+        }
+        inst.progress.done.store(true, Ordering::Release);
+    }
+
     fn set_status(&self, s: impl Into<String>) {
         let s = s.into();
         let mut g = self.progress.status.lock();
@@ -526,9 +595,7 @@ impl Instance {
                                 .iter()
                                 .map(|c| (c.name.as_str(), &c.ty, c.nullable)),
                         ));
-                        if !send_batch(&self.tx, self.instance, empty, before, self.watermark) {
-                            return Err("the dataflow worker has stopped".into());
-                        }
+                        self.send(empty, before)?;
                     }
                 }
             }
@@ -566,7 +633,10 @@ impl Instance {
                         && at.elapsed() >= Duration::from_millis(FETCH_WAIT_MS * 4);
                     if (reached || quiet) && pending.meta.is_empty() {
                         let served = std::mem::take(&mut syncing);
-                        if !wait_for_views(&self.tx) {
+                        // a table's changes are in the dataflow's queue once applied
+                        if let Target::View { tx, .. } = &self.target
+                            && !wait_for_views(tx)
+                        {
                             return Err("the dataflow worker has stopped".into());
                         }
                         for (s, _) in served {
@@ -609,10 +679,11 @@ impl Instance {
             }
             return Ok(());
         }
-        let first = self.partitions.is_empty();
+        let first = self.partitions.is_empty() && self.resume.is_empty();
         let mut tpl = TopicPartitionList::new();
         for p in &new {
             let offset = match (&self.spec.options.startup, first) {
+                _ if self.resume.contains_key(p) => Offset::Offset(self.resume[p]),
                 (Startup::Earliest, _) | (_, false) => Offset::Beginning,
                 // the log end as the first fetch response reports it (ListOffsets
                 // under-reports on some brokers): read from the start, skip up to it
@@ -634,6 +705,7 @@ impl Instance {
                 PartitionState {
                     progress: PartitionProgress {
                         partition: p,
+                        offset: self.resume.get(&p).copied().unwrap_or(0),
                         high_watermark: -1,
                         ..Default::default()
                     },
@@ -655,39 +727,17 @@ impl Instance {
 
     /// Decode the pending messages and hand the rows to the dataflow.
     fn hand_over(&mut self, pending: &mut Pending) -> std::result::Result<(), String> {
+        if matches!(self.target, Target::Table { .. }) {
+            return self.apply_to_table(pending);
+        }
         let values: Vec<Option<&[u8]>> = pending
             .meta
             .iter()
             .map(|m| pending.slice(m.value))
             .collect();
         let decoded = self.spec.decoder.decode(&values);
-        for (i, err) in &decoded.errors {
-            let m = &pending.meta[*i];
-            if self.spec.options.on_error == OnError::Fail {
-                return Err(format!(
-                    "cannot decode the record at topic \"{}\" partition {} offset {}: {err}",
-                    self.spec.options.topic, m.partition, m.offset
-                ));
-            }
-            if self.dead.record(
-                &self.source,
-                m.partition,
-                m.offset,
-                pending.slice(m.value),
-                err.clone(),
-            ) {
-                self.progress.dead_letters.fetch_add(1, Ordering::AcqRel);
-            }
-            if let Some(p) = self.partitions.get_mut(&m.partition) {
-                p.progress.dead_letters += 1;
-            }
-        }
-        // offsets read (also past refused records)
-        for m in &pending.meta {
-            if let Some(p) = self.partitions.get_mut(&m.partition) {
-                p.progress.offset = p.progress.offset.max(m.offset + 1);
-            }
-        }
+        self.refuse(&decoded.errors, pending)?;
+        self.note_offsets(pending);
         let batch = self
             .with_includes(&decoded.batch, &decoded.rows, pending)
             .map_err(|e| e.message)?;
@@ -719,19 +769,134 @@ impl Instance {
         pending.clear();
         let n = batch.num_rows() as u64;
         if n > 0 || self.watermark != before {
-            if !send_batch(&self.tx, self.instance, batch, before, self.watermark) {
-                return Err("the dataflow worker has stopped".into());
-            }
+            self.send(batch, before)?;
             self.batches += 1;
             self.rows += n;
             self.progress.rows.store(self.rows, Ordering::Release);
             if let Some(w) = self.watermark {
                 self.progress.watermark.store(w, Ordering::Release);
             }
-            if self.batches.is_multiple_of(BATCHES_PER_BARRIER) && !wait_for_views(&self.tx) {
+            if let Target::View { tx, .. } = &self.target
+                && self.batches.is_multiple_of(BATCHES_PER_BARRIER)
+                && !wait_for_views(tx)
+            {
                 return Err("the dataflow worker has stopped".into());
             }
         }
+        Ok(())
+    }
+
+    /// Hand rows to the view (with the watermark before and after them).
+    fn send(&self, batch: RecordBatch, before: Option<i64>) -> std::result::Result<(), String> {
+        match &self.target {
+            Target::View { tx, instance } => {
+                if send_batch(tx, *instance, batch, before, self.watermark) {
+                    Ok(())
+                } else {
+                    Err("the dataflow worker has stopped".into())
+                }
+            }
+            Target::Table { .. } => Ok(()),
+        }
+    }
+
+    /// Records that did not decode: to the dead letters, or the end of the instance under
+    /// `on_error = 'fail'`.
+    fn refuse(
+        &mut self,
+        errors: &[(usize, String)],
+        pending: &Pending,
+    ) -> std::result::Result<(), String> {
+        for (i, err) in errors {
+            let m = &pending.meta[*i];
+            if self.spec.options.on_error == OnError::Fail {
+                return Err(format!(
+                    "cannot decode the record at topic \"{}\" partition {} offset {}: {err}",
+                    self.spec.options.topic, m.partition, m.offset
+                ));
+            }
+            if self.dead.record(
+                &self.source,
+                m.partition,
+                m.offset,
+                pending.slice(m.value),
+                err.clone(),
+            ) {
+                self.progress.dead_letters.fetch_add(1, Ordering::AcqRel);
+            }
+            if let Some(p) = self.partitions.get_mut(&m.partition) {
+                p.progress.dead_letters += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Offsets read (also past refused records).
+    fn note_offsets(&mut self, pending: &Pending) {
+        for m in &pending.meta {
+            if let Some(p) = self.partitions.get_mut(&m.partition) {
+                p.progress.offset = p.progress.offset.max(m.offset + 1);
+            }
+        }
+    }
+
+    /// Decode the pending messages as keyed operations and apply them to the table, with
+    /// the partitions' next offsets in the same commit.
+    fn apply_to_table(&mut self, pending: &mut Pending) -> std::result::Result<(), String> {
+        let Target::Table { decoder, .. } = &self.target else {
+            return Ok(());
+        };
+        let messages: Vec<KeyValue<'_>> = pending
+            .meta
+            .iter()
+            .map(|m| (pending.slice(m.key), pending.slice(m.value)))
+            .collect();
+        let decoded = decoder.decode(&messages);
+        self.refuse(&decoded.errors, pending)?;
+        self.note_offsets(pending);
+        let mut extra = Vec::new();
+        let mut touched: Vec<i32> = pending.meta.iter().map(|m| m.partition).collect();
+        touched.sort_unstable();
+        touched.dedup();
+        let Target::Table { table, stop, .. } = &self.target else {
+            return Ok(());
+        };
+        for p in touched {
+            if let Some(s) = self.partitions.get(&p) {
+                extra.push((
+                    offset_key(table.oid, p),
+                    s.progress.offset.to_be_bytes().to_vec(),
+                ));
+            }
+        }
+        let n = decoded.order.len() as u64;
+        {
+            // serialized with DML, backfills and DROP TABLE
+            let _writer = table.writer.blocking_lock();
+            if stop.load(Ordering::Acquire) {
+                pending.clear();
+                return Ok(());
+            }
+            table
+                .apply_with(
+                    Change::Upsert {
+                        upserts: decoded.upserts,
+                        deletes: decoded.deletes,
+                        order: decoded.order,
+                    },
+                    extra,
+                )
+                .map_err(|e| format!("cannot apply to table \"{}\": {}", table.name, e.message))?;
+        }
+        for m in &pending.meta {
+            if let Some(p) = self.partitions.get_mut(&m.partition) {
+                p.progress.rows += 1;
+            }
+        }
+        pending.clear();
+        self.batches += 1;
+        self.rows += n;
+        self.progress.rows.store(self.rows, Ordering::Release);
         Ok(())
     }
 

@@ -179,6 +179,47 @@ impl Runners {
         }
     }
 
+    /// Start the consumer of a table fed by a changelog topic; it stops with
+    /// [`stop_view`](Self::stop_view) of the table's OID.
+    pub fn start_table(
+        &self,
+        table: Arc<crate::state::table::TableStore>,
+        spec: crate::connectors::kafka::KafkaSpec,
+        decoder: crate::connectors::upsert::ChangeDecoder,
+    ) {
+        let stop = Arc::new(AtomicBool::new(false));
+        let progress = Arc::new(Progress {
+            watermark: AtomicI64::new(i64::MIN),
+            status: Mutex::new("starting".into()),
+            ..Default::default()
+        });
+        let (sync_tx, sync_rx) = std::sync::mpsc::channel();
+        self.handles.lock().push(Handle {
+            view_oid: table.oid,
+            view_name: table.name.clone(),
+            source_name: table.name.clone(),
+            awaited: false,
+            sync: Some(sync_tx),
+            stop: stop.clone(),
+            progress: progress.clone(),
+        });
+        let dead = self.dead_letters.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("weir-table-{}", table.oid))
+            .spawn({
+                let progress = progress.clone();
+                move || {
+                    crate::connectors::kafka::run_table(
+                        table, spec, decoder, stop, progress, sync_rx, dead,
+                    )
+                }
+            });
+        if let Err(e) = spawned {
+            *progress.error.lock() = Some(format!("cannot start the table's consumer: {e}"));
+            progress.done.store(true, Ordering::Release);
+        }
+    }
+
     /// Stop the runners of a view (dropped).
     pub fn stop_view(&self, view_oid: u32) {
         let mut h = self.handles.lock();

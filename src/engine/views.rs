@@ -427,12 +427,16 @@ impl Engine {
                 self.catalog.drop_relation(&entry.desc.name)?;
                 info!(view = %entry.desc.name, "dropped materialized view");
             } else {
+                // a connector table's consumer stops before the table goes
+                self.dataflow.sources.stop_view(oid);
                 let _writer = match &entry.table {
                     Some(t) => Some(t.writer.lock().await),
                     None => None,
                 };
                 self.catalog.drop_relation(&entry.desc.name)?;
-                if entry.desc.kind == RelationKind::Source {
+                if entry.desc.kind == RelationKind::Source
+                    || entry.desc.options.iter().any(|(k, _)| k == "connector")
+                {
                     self.dataflow.sources.dead_letters.forget(&entry.desc.name);
                 }
                 info!(relation = %entry.desc.name, kind = entry.desc.kind.noun(), "dropped");

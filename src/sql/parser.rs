@@ -106,6 +106,8 @@ pub struct CreateTable {
     pub append_only: bool,
     pub watermark: Option<WatermarkSpec>,
     pub with_options: Vec<(String, String)>,
+    /// `FORMAT x ENCODE y` of a connector table, lowercased.
+    pub format: Option<(String, String)>,
 }
 
 /// `CREATE SOURCE name [(columns, WATERMARK FOR ...)] WITH (connector = ..., ...)
@@ -416,6 +418,7 @@ fn parse_create_table(p: &mut Parser) -> Result<CreateTable> {
             break;
         }
     }
+    let format = parse_format(p)?;
     Ok(CreateTable {
         name,
         if_not_exists,
@@ -424,7 +427,19 @@ fn parse_create_table(p: &mut Parser) -> Result<CreateTable> {
         append_only,
         watermark,
         with_options,
+        format,
     })
+}
+
+/// `[FORMAT f ENCODE e]`, lowercased.
+fn parse_format(p: &mut Parser) -> Result<Option<(String, String)>> {
+    if !parse_word(p, "FORMAT") {
+        return Ok(None);
+    }
+    let f = p.parse_identifier()?.value.to_lowercase();
+    expect_word(p, "ENCODE")?;
+    let e = p.parse_identifier()?.value.to_lowercase();
+    Ok(Some((f, e)))
 }
 
 fn parse_create_source(p: &mut Parser) -> Result<CreateSource> {
@@ -467,14 +482,7 @@ fn parse_create_source(p: &mut Parser) -> Result<CreateSource> {
     }
     let mut with_options = parse_with_options(p)?;
     with_options.extend(includes);
-    let format = if parse_word(p, "FORMAT") {
-        let f = p.parse_identifier()?.value.to_lowercase();
-        expect_word(p, "ENCODE")?;
-        let e = p.parse_identifier()?.value.to_lowercase();
-        Some((f, e))
-    } else {
-        None
-    };
+    let format = parse_format(p)?;
     Ok(CreateSource {
         name,
         if_not_exists,

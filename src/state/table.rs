@@ -56,6 +56,16 @@ pub enum Change {
     },
     /// Undo an earlier change (ROLLBACK): its changelog with weights negated.
     Revert(Changelog),
+    /// Keyed tables fed by a changelog topic: a sequence of "set this key's row" and
+    /// "delete this key" operations, applied in order (the last one for a key wins).
+    /// `upserts` has the table's columns (any nullability; NOT NULL is checked on the rows
+    /// that take effect); `deletes` has the primary-key columns, in key order; `order`
+    /// lists the operations as (is_delete, row index in its batch).
+    Upsert {
+        upserts: RecordBatch,
+        deletes: RecordBatch,
+        order: Vec<(bool, u32)>,
+    },
 }
 
 /// Receives every change a table applies, in commit order, while the table is still locked
@@ -118,6 +128,20 @@ pub struct TableStore {
 fn log_prefix(oid: u32) -> Vec<u8> {
     let mut k = table_prefix(oid);
     k.push(b'L');
+    k
+}
+
+fn offsets_prefix(oid: u32) -> Vec<u8> {
+    let mut k = table_prefix(oid);
+    k.push(b'O');
+    k
+}
+
+/// The store key of a connector table's next offset to read in one partition; written in
+/// the same commit as the changes read before it.
+pub fn offset_key(oid: u32, partition: i32) -> Vec<u8> {
+    let mut k = offsets_prefix(oid);
+    k.extend_from_slice(&partition.to_be_bytes());
     k
 }
 
@@ -328,15 +352,44 @@ impl TableStore {
     /// Apply a DML change: validate, write it durably, then make it visible. Blocking (it
     /// waits for the fsync); call from a blocking context.
     pub fn apply(&self, change: Change) -> Result<Applied> {
+        self.apply_with(change, Vec::new())
+    }
+
+    /// The connector tables' next offsets per partition, as last committed.
+    pub fn offsets(&self) -> Result<BTreeMap<i32, i64>> {
+        let prefix = offsets_prefix(self.oid);
+        let mut out = BTreeMap::new();
+        self.store.scan_prefix(&prefix, &mut |k, v| {
+            let p: [u8; 4] = k[prefix.len()..]
+                .try_into()
+                .map_err(|_| WeirError::internal("corrupt offset key"))?;
+            let o: [u8; 8] = v
+                .try_into()
+                .map_err(|_| WeirError::internal("corrupt offset value"))?;
+            out.insert(i32::from_be_bytes(p), i64::from_be_bytes(o));
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// [`apply`](Self::apply), writing `extra` (e.g. connector offsets, see
+    /// [`offset_key`]) in the same atomic commit, even when the change turns out empty.
+    pub fn apply_with(&self, change: Change, extra: Vec<(Vec<u8>, Vec<u8>)>) -> Result<Applied> {
         let mut inner = self.inner.lock();
         let (rows, changelog) = self.prepare(&inner.rows, change)?;
+        let mut wb = WriteBatch::default();
+        for (k, v) in extra {
+            wb.put(k, v);
+        }
         if changelog.is_empty() {
+            if !wb.is_empty() {
+                self.store.commit(wb, Durability::Sync)?;
+            }
             return Ok(Applied { rows, changelog });
         }
         let seq = inner.seq + 1;
         let mut key = log_prefix(self.oid);
         key.extend_from_slice(&seq.to_be_bytes());
-        let mut wb = WriteBatch::default();
         wb.put(key, encode_batch(&changelog.to_batch()?)?);
         self.store.commit(wb, Durability::Sync)?;
         inner.seq = seq;
@@ -409,6 +462,11 @@ impl TableStore {
     /// Check a change against the current contents and build its changelog.
     fn prepare(&self, rows: &RowsMap, change: Change) -> Result<(usize, Changelog)> {
         match change {
+            Change::Upsert {
+                upserts,
+                deletes,
+                order,
+            } => self.prepare_upsert(rows, upserts, deletes, &order),
             Change::Revert(cl) => {
                 if self.kind == TableKind::AppendOnly {
                     return Err(WeirError::not_supported(format!(
@@ -493,6 +551,86 @@ impl TableStore {
                 Ok((n, cl))
             }
         }
+    }
+
+    /// The changelog of a sequence of upserts and deletes by key: for every key whose final
+    /// state differs from its current row, the current row retracted and the new one
+    /// inserted.
+    fn prepare_upsert(
+        &self,
+        rows: &RowsMap,
+        upserts: RecordBatch,
+        deletes: RecordBatch,
+        order: &[(bool, u32)],
+    ) -> Result<(usize, Changelog)> {
+        let (RowsMap::Keyed(map), Some(kc)) = (rows, &self.key_conv) else {
+            return Err(WeirError::internal("upserts need a keyed table"));
+        };
+        let up_keys = kc.convert_columns(&self.key_columns(&upserts))?;
+        let del_keys = kc.convert_columns(deletes.columns())?;
+        // the last operation per key
+        let mut last: HashMap<&[u8], (bool, u32)> = HashMap::with_capacity(order.len());
+        for &(is_delete, i) in order {
+            let n = if is_delete {
+                del_keys.num_rows()
+            } else {
+                up_keys.num_rows()
+            };
+            if i as usize >= n {
+                return Err(WeirError::internal("upsert operation out of range"));
+            }
+            let k = if is_delete {
+                del_keys.row(i as usize)
+            } else {
+                up_keys.row(i as usize)
+            };
+            last.insert(k.data(), (is_delete, i));
+        }
+        let mut keep: Vec<u32> = last.values().filter(|(d, _)| !d).map(|(_, i)| *i).collect();
+        keep.sort_unstable();
+        let idx = datafusion::arrow::array::UInt32Array::from(keep);
+        let new_cols: Vec<ArrayRef> = upserts
+            .columns()
+            .iter()
+            .map(|c| datafusion::arrow::compute::take(c, &idx, None))
+            .collect::<std::result::Result<_, _>>()?;
+        let new_batch = RecordBatch::try_new(upserts.schema(), new_cols)?;
+        let new_batch = self.conform(vec![new_batch])?;
+        self.check_constraints(&new_batch)?;
+        let new_rows = self.row_conv.convert_columns(new_batch.columns())?;
+        let new_keys = kc.convert_columns(&self.key_columns(&new_batch))?;
+        // retract current rows of touched keys, unless the new row is the same
+        let mut unchanged = vec![false; new_batch.num_rows()];
+        let mut same_keys: HashSet<&[u8]> = HashSet::new();
+        for (i, k) in new_keys.iter().enumerate() {
+            if map.get(k.data()).map(|r| r.as_ref()) == Some(new_rows.row(i).data()) {
+                unchanged[i] = true;
+                same_keys.insert(k.data());
+            }
+        }
+        let mut old: Vec<&[u8]> = Vec::new();
+        for k in last.keys() {
+            if !same_keys.contains(k)
+                && let Some(r) = map.get(*k)
+            {
+                old.push(r.as_ref());
+            }
+        }
+        let parser = self.row_conv.parser();
+        let old_cols = self
+            .row_conv
+            .convert_rows(old.iter().map(|r| parser.parse(r)))?;
+        let old_batch = RecordBatch::try_new(self.schema.clone(), old_cols)?;
+        let mask: BooleanArray = unchanged.iter().map(|u| Some(!u)).collect();
+        let new_batch = filter_record_batch(&new_batch, &mask)?;
+        let cl = Changelog::concat(
+            &self.schema,
+            &[
+                Changelog::retractions(old_batch),
+                Changelog::inserts(new_batch),
+            ],
+        )?;
+        Ok((order.len(), cl))
     }
 
     fn refuse_append_only(&self, what: &str) -> Result<()> {
@@ -761,6 +899,81 @@ mod tests {
         }
         out.sort();
         out
+    }
+
+    /// Upserts and deletes by key, in order: the last operation per key wins; the
+    /// changelog retracts the current row of each changed key (`- 1 a / + 1 c / - 2 b`),
+    /// an unchanged row gives nothing, and offsets commit with the change.
+    #[test]
+    fn upserts_apply_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(FjallStore::open(dir.path()).unwrap());
+        let t = open(&store, TableKind::Keyed { pk: vec![0] });
+        t.apply(Change::Insert(vec![batch(&[1, 2, 3], &["a", "b", "x"])]))
+            .unwrap();
+        let deletes = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)])),
+            vec![Arc::new(Int64Array::from(vec![2, 1, 9]))],
+        )
+        .unwrap();
+        // upsert 1=b; delete 2; delete 1; upsert 1=c; upsert 3=x (same); upsert 4=d; delete 9
+        let up = batch(&[1, 1, 3, 4], &["b", "c", "x", "d"]);
+        let order = vec![
+            (false, 0),
+            (true, 0),
+            (true, 1),
+            (false, 1),
+            (false, 2),
+            (false, 3),
+            (true, 2),
+        ];
+        let applied = t
+            .apply_with(
+                Change::Upsert {
+                    upserts: up,
+                    deletes,
+                    order,
+                },
+                vec![(offset_key(t.oid, 0), 7i64.to_be_bytes().to_vec())],
+            )
+            .unwrap();
+        assert_eq!(applied.rows, 7);
+        let mut changes: Vec<(i64, i64, String)> = Vec::new();
+        let cl = &applied.changelog;
+        let k = cl
+            .data
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap();
+        let v = cl
+            .data
+            .column(1)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap();
+        for i in 0..cl.len() {
+            changes.push((cl.weights.value(i), k.value(i), v.value(i).to_owned()));
+        }
+        changes.sort();
+        assert_eq!(
+            changes,
+            vec![
+                (-1, 1, "a".into()),
+                (-1, 2, "b".into()),
+                (1, 1, "c".into()),
+                (1, 4, "d".into())
+            ]
+        );
+        assert_eq!(
+            contents(&t),
+            vec![(1, "c".into()), (3, "x".into()), (4, "d".into())]
+        );
+        assert_eq!(t.offsets().unwrap(), BTreeMap::from([(0, 7)]));
+        drop(t);
+        let t = open(&store, TableKind::Keyed { pk: vec![0] });
+        assert_eq!(contents(&t).len(), 3);
+        assert_eq!(t.offsets().unwrap(), BTreeMap::from([(0, 7)]));
     }
 
     /// Past the compaction threshold the log is folded into a snapshot; reopening replays
