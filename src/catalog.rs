@@ -55,6 +55,10 @@ pub enum RelationKind {
     /// A connector's stream (`CREATE SOURCE`): no storage; each view reading it runs its
     /// own instance of the connector.
     Source,
+    /// `CREATE SINK`: writes a view's changes to an external system. Not a relation
+    /// clients can read (not in pg_class); one with `AS SELECT` runs its query as a view of
+    /// its own under its OID.
+    Sink,
 }
 
 impl RelationKind {
@@ -67,6 +71,7 @@ impl RelationKind {
             // columns ('f', foreign table, would be truer, but psql's \d of one needs
             // pg_foreign_table and a lateral pg_options_to_table)
             RelationKind::Source => "r",
+            RelationKind::Sink => "",
         }
     }
 
@@ -80,6 +85,7 @@ impl RelationKind {
             RelationKind::Table | RelationKind::AppendOnlyTable => "table",
             RelationKind::MaterializedView => "materialized view",
             RelationKind::Source => "source",
+            RelationKind::Sink => "sink",
         }
     }
 }
@@ -107,6 +113,10 @@ pub struct RelationDesc {
     /// `EMIT ON WINDOW CLOSE`.
     #[serde(default)]
     pub emit_on_window_close: bool,
+    /// The relation's rows are only ever inserted (append-only tables, sources, views
+    /// whose output never retracts): FORMAT PLAIN sinks need it.
+    #[serde(default)]
+    pub append_only: bool,
 }
 
 impl RelationDesc {
@@ -136,6 +146,7 @@ impl RelationDesc {
     pub fn table_kind(&self) -> TableKind {
         match self.kind {
             RelationKind::AppendOnlyTable | RelationKind::Source => TableKind::AppendOnly,
+            RelationKind::Sink => TableKind::Multiset,
             RelationKind::Table | RelationKind::MaterializedView if self.primary_key.is_empty() => {
                 TableKind::Multiset
             }

@@ -7,6 +7,7 @@ pub mod datagen;
 pub mod dead_letters;
 pub mod json;
 pub mod kafka;
+pub mod kafka_sink;
 pub mod nexmark;
 pub mod runner;
 pub mod upsert;

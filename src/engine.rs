@@ -1,6 +1,7 @@
 //! The database: opens the store and catalog, and executes parsed statements for a
 //! session. The wire protocol lives in `server`; this is what it calls.
 
+mod sinks;
 mod views;
 
 use std::path::{Path, PathBuf};
@@ -85,6 +86,7 @@ impl Engine {
                 warn!(table = %entry.desc.name, error = %e, "cannot start the table's consumer");
             }
         }
+        engine.restore_sinks();
         Ok(engine)
     }
 
@@ -165,6 +167,8 @@ impl Engine {
                 // generators that end and run unpaced are part of "everything so far"
                 self.dataflow.sources.catch_up().await?;
                 self.dataflow.flush().await?;
+                // and sinks have committed what the views gave them
+                self.dataflow.sinks.catch_up().await?;
                 Ok(Output::Command("FLUSH".into()))
             }
             Statement::Query(q) => match self.run_query(session, q, params).await {
@@ -176,6 +180,7 @@ impl Engine {
                 self.create_table(ct, &parsed.text)?;
                 Ok(Output::Command("CREATE TABLE".into()))
             }
+            Statement::CreateSink(cs) => self.create_sink(session, cs, &parsed.text).await,
             Statement::CreateSource(cs) => {
                 self.create_source(cs, &parsed.text)?;
                 Ok(Output::Command("CREATE SOURCE".into()))
@@ -195,6 +200,7 @@ impl Engine {
                         RelationKindFilter::MaterializedViews => {
                             e.desc.kind == RelationKind::MaterializedView
                         }
+                        RelationKindFilter::Sinks => e.desc.kind == RelationKind::Sink,
                     })
                     .map(|e| e.desc.name.clone())
                     .collect();
@@ -639,6 +645,7 @@ impl Engine {
                 dependencies: vec![],
                 options,
                 emit_on_window_close: false,
+                append_only: true,
             })
         })?;
         if created {
@@ -728,6 +735,7 @@ impl Engine {
                 dependencies: vec![],
                 options,
                 emit_on_window_close: false,
+                append_only: ct.append_only,
             })
         })?;
         if created {

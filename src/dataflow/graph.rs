@@ -98,6 +98,15 @@ impl Graph {
     }
 
     /// Relations the graph reads.
+    /// Whether the output only ever inserts, given which source relations only insert:
+    /// sources through filters, projections and unions (a conservative test).
+    pub fn only_inserts(&self, source_only_inserts: impl Fn(u32) -> bool) -> bool {
+        self.nodes.iter().all(|n| match &n.kind {
+            NodeKind::Source { relation, .. } => source_only_inserts(*relation),
+            NodeKind::Operator(op) => matches!(op.name(), "Filter" | "Project" | "Merge"),
+        })
+    }
+
     pub fn sources(&self) -> Vec<u32> {
         let mut v: Vec<u32> = self
             .nodes

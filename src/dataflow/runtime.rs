@@ -100,6 +100,34 @@ impl ViewData {
 struct Published {
     epoch: u64,
     views: HashMap<u32, ViewData>,
+    /// Change subscriptions (sinks, SUBSCRIBE) by view.
+    subscribers: HashMap<u32, Vec<Subscriber>>,
+}
+
+struct Subscriber {
+    tx: mpsc::UnboundedSender<EpochChanges>,
+    /// The last epoch sent.
+    sent: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// A view's changes in one epoch, for subscribers.
+#[derive(Clone)]
+pub struct EpochChanges {
+    pub epoch: u64,
+    pub changes: Vec<Changelog>,
+    /// The view's watermark after the epoch.
+    pub watermark: Option<i64>,
+}
+
+/// A subscription to a view: its contents at `epoch`, then every later epoch's changes, in
+/// order, without gaps. Dropping the receiver ends it.
+pub struct Subscription {
+    pub epoch: u64,
+    pub snapshot: Arc<Vec<RecordBatch>>,
+    pub schema: SchemaRef,
+    pub changes: mpsc::UnboundedReceiver<EpochChanges>,
+    /// The last epoch the dataflow has sent (for waiting until a subscriber caught up).
+    pub sent: Arc<std::sync::atomic::AtomicU64>,
 }
 
 struct ViewRuntime {
@@ -134,6 +162,8 @@ pub struct Dataflow {
     pub late: Arc<LateLog>,
     /// Running source instances (generators feeding views).
     pub sources: Arc<crate::connectors::runner::Runners>,
+    /// Running sinks (subscribers writing views' changes out).
+    pub sinks: Arc<crate::connectors::kafka_sink::Sinks>,
 }
 
 impl Dataflow {
@@ -142,6 +172,7 @@ impl Dataflow {
         let published = Arc::new(RwLock::new(Published {
             epoch: 0,
             views: HashMap::new(),
+            subscribers: HashMap::new(),
         }));
         let stats = Arc::new(Mutex::new(HashMap::new()));
         let worker = Worker {
@@ -163,6 +194,7 @@ impl Dataflow {
             stats,
             late: Arc::new(LateLog::default()),
             sources: Arc::default(),
+            sinks: Arc::default(),
         })
     }
 
@@ -224,6 +256,32 @@ impl Dataflow {
             }
         }
         Ok((p.epoch, out))
+    }
+
+    /// Subscribe to a view's changes (see [`Subscription`]). The channel is unbounded: a
+    /// subscriber that stops reading holds the changes in memory until it drops.
+    pub fn subscribe(&self, view: u32) -> Result<Subscription> {
+        let mut p = self.published.write();
+        let d = p
+            .views
+            .get(&view)
+            .ok_or_else(|| WeirError::internal(format!("view {view} is not maintained")))?;
+        let snapshot = d.snapshot()?;
+        let schema = d.contents.schema().clone();
+        let epoch = p.epoch;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let sent = Arc::new(std::sync::atomic::AtomicU64::new(epoch));
+        p.subscribers.entry(view).or_default().push(Subscriber {
+            tx,
+            sent: sent.clone(),
+        });
+        Ok(Subscription {
+            epoch,
+            snapshot,
+            schema,
+            changes: rx,
+            sent,
+        })
     }
 
     /// Register a view that cannot be maintained: queries of it answer `message`.
@@ -366,7 +424,11 @@ impl Worker {
                             }
                         }
                         self.refresh_lookups();
-                        self.published.write().views.remove(&oid);
+                        let mut p = self.published.write();
+                        p.views.remove(&oid);
+                        // subscribers see their channel close
+                        p.subscribers.remove(&oid);
+                        drop(p);
                         self.stats.lock().remove(&oid);
                         let _ = done.send(());
                     }
@@ -456,6 +518,18 @@ impl Worker {
                     }
                 }
                 d.changed_at = epoch;
+                let watermark = d.watermark;
+                if let Some(subs) = p.subscribers.get_mut(&oid) {
+                    let msg = EpochChanges {
+                        epoch,
+                        changes: delta,
+                        watermark,
+                    };
+                    subs.retain(|s| {
+                        s.sent.store(epoch, std::sync::atomic::Ordering::Release);
+                        s.tx.send(msg.clone()).is_ok()
+                    });
+                }
             }
         }
         for (oid, msg) in failures {

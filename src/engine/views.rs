@@ -127,6 +127,30 @@ impl Engine {
         text: &str,
         progress: Option<mpsc::UnboundedSender<String>>,
     ) -> Result<Output> {
+        self.create_maintained(
+            session,
+            cv,
+            text,
+            progress,
+            RelationKind::MaterializedView,
+            cv.options.clone(),
+        )
+        .await?;
+        Ok(Output::Command("CREATE MATERIALIZED VIEW".into()))
+    }
+
+    /// Create a relation whose query the dataflow maintains: a materialized view, or a
+    /// sink with `AS SELECT` (`stored_options` are then the sink's). Returns whether it was
+    /// created (not with IF NOT EXISTS on an existing name).
+    pub(crate) async fn create_maintained(
+        &self,
+        session: &Session,
+        cv: &CreateView,
+        text: &str,
+        progress: Option<mpsc::UnboundedSender<String>>,
+        kind: RelationKind,
+        stored_options: Vec<(String, String)>,
+    ) -> Result<bool> {
         if let Some(existing) = self.catalog.get(&cv.name) {
             if cv.if_not_exists {
                 if let Some(p) = &progress {
@@ -135,7 +159,7 @@ impl Engine {
                         existing.desc.name
                     ));
                 }
-                return Ok(Output::Command("CREATE MATERIALIZED VIEW".into()));
+                return Ok(false);
             }
             return Err(WeirError::new(
                 sqlstate::DUPLICATE_TABLE,
@@ -153,19 +177,27 @@ impl Engine {
             .await?;
         let dependencies = graph.sources();
         let query = cv.query.to_string();
+        let correct = view_options(&cv.options, cv.emit_on_window_close)?.correct;
+        let append_only = (cv.emit_on_window_close && !correct)
+            || graph.only_inserts(|oid| {
+                self.catalog
+                    .get_by_oid(oid)
+                    .is_some_and(|e| e.desc.append_only)
+            });
         self.catalog.create(&cv.name, false, |oid| {
             Ok(RelationDesc {
                 oid,
                 name: cv.name.clone(),
-                kind: RelationKind::MaterializedView,
+                kind,
                 columns,
                 primary_key: vec![],
                 watermark: None,
                 definition: text.to_owned(),
                 query: Some(query),
                 dependencies,
-                options: cv.options.clone(),
+                options: stored_options,
                 emit_on_window_close: cv.emit_on_window_close,
+                append_only,
             })
         })?;
         let entry = self
@@ -177,8 +209,8 @@ impl Engine {
             let _ = self.catalog.drop_relation(&cv.name);
             return Err(e);
         }
-        info!(view = %cv.name, "created materialized view");
-        Ok(Output::Command("CREATE MATERIALIZED VIEW".into()))
+        info!(name = %cv.name, kind = kind.noun(), "created and maintained");
+        Ok(true)
     }
 
     /// Hand a view to the dataflow with its inputs' contents taken at one point of the
@@ -283,7 +315,10 @@ impl Engine {
             .catalog
             .entries()
             .into_iter()
-            .filter(|e| e.desc.kind == RelationKind::MaterializedView)
+            .filter(|e| {
+                e.desc.kind == RelationKind::MaterializedView
+                    || (e.desc.kind == RelationKind::Sink && e.desc.query.is_some())
+            })
             .collect();
         views.sort_by_key(|e| e.desc.oid);
         let session = self.new_session();
@@ -294,12 +329,17 @@ impl Engine {
                     WeirError::internal(format!("view {} has no stored query", v.desc.name))
                 })?;
                 let query = parse_query(&sql)?;
+                // a sink's options are its connector's
+                let view_options: &[(String, String)] = match v.desc.kind {
+                    RelationKind::Sink => &[],
+                    _ => &v.desc.options,
+                };
                 let (graph, _) = self
                     .plan_view(
                         &session,
                         &v.desc.name,
                         &query,
-                        &v.desc.options,
+                        view_options,
                         v.desc.emit_on_window_close,
                     )
                     .await?;
@@ -340,11 +380,13 @@ impl Engine {
             DropKind::Table => "table",
             DropKind::Source => "source",
             DropKind::MaterializedView => "materialized view",
+            DropKind::Sink => "sink",
         };
         let matches = |k: RelationKind| match kind {
             DropKind::Table => k.is_table(),
             DropKind::Source => k == RelationKind::Source,
             DropKind::MaterializedView => k == RelationKind::MaterializedView,
+            DropKind::Sink => k == RelationKind::Sink,
         };
         let mut targets = Vec::new();
         for name in names {
@@ -361,6 +403,7 @@ impl Engine {
                         RelationKind::Table | RelationKind::AppendOnlyTable => "DROP TABLE",
                         RelationKind::Source => "DROP SOURCE",
                         RelationKind::MaterializedView => "DROP MATERIALIZED VIEW",
+                        RelationKind::Sink => "DROP SINK",
                     };
                     return Err(WeirError::new(
                         sqlstate::WRONG_OBJECT_TYPE,
@@ -400,7 +443,8 @@ impl Engine {
                         ),
                     )
                     .with_detail(format!(
-                        "materialized view \"{}\" depends on {} \"{name}\"",
+                        "{} \"{}\" depends on {} \"{name}\"",
+                        d.desc.kind.noun(),
                         d.desc.name,
                         self.catalog
                             .get_by_oid(oid)
@@ -418,7 +462,18 @@ impl Engine {
             let Some(entry) = self.catalog.get_by_oid(oid) else {
                 continue;
             };
-            if entry.desc.kind == RelationKind::MaterializedView {
+            if entry.desc.kind == RelationKind::Sink {
+                self.dataflow.sinks.stop(oid);
+                if entry.desc.query.is_some() {
+                    self.dataflow.sources.stop_view(oid);
+                    let (done, rx) = oneshot::channel();
+                    self.dataflow.send(Msg::Drop { oid, done }).await?;
+                    let _ = rx.await;
+                    self.unobserve(&entry.desc.dependencies);
+                }
+                self.catalog.drop_relation(&entry.desc.name)?;
+                info!(sink = %entry.desc.name, "dropped sink");
+            } else if entry.desc.kind == RelationKind::MaterializedView {
                 self.dataflow.sources.stop_view(oid);
                 let (done, rx) = oneshot::channel();
                 self.dataflow.send(Msg::Drop { oid, done }).await?;

@@ -24,6 +24,7 @@ pub enum Statement {
     CreateTable(Box<CreateTable>),
     CreateSource(Box<CreateSource>),
     CreateView(Box<CreateView>),
+    CreateSink(Box<CreateSink>),
     /// `EXPLAIN CREATE MATERIALIZED VIEW ...`: the dataflow graph, one operator per line.
     ExplainView(Box<CreateView>),
     /// Wait until every change acknowledged before is reflected in every view.
@@ -57,6 +58,7 @@ pub enum RelationKindFilter {
     Tables,
     Sources,
     MaterializedViews,
+    Sinks,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +66,7 @@ pub enum DropKind {
     Table,
     Source,
     MaterializedView,
+    Sink,
 }
 
 #[derive(Debug, Clone)]
@@ -118,6 +121,20 @@ pub struct CreateSource {
     pub if_not_exists: bool,
     pub columns: Vec<ColumnSpec>,
     pub watermark: Option<WatermarkSpec>,
+    pub with_options: Vec<(String, String)>,
+    /// `FORMAT x ENCODE y`, lowercased.
+    pub format: Option<(String, String)>,
+}
+
+/// `CREATE SINK name FROM view | AS query WITH (connector = ..., ...) [FORMAT f ENCODE e]`.
+#[derive(Debug, Clone)]
+pub struct CreateSink {
+    pub name: String,
+    pub if_not_exists: bool,
+    /// `FROM view`.
+    pub from: Option<String>,
+    /// `AS query`.
+    pub query: Option<Box<ast::Query>>,
     pub with_options: Vec<(String, String)>,
     /// `FORMAT x ENCODE y`, lowercased.
     pub format: Option<(String, String)>,
@@ -283,6 +300,12 @@ fn parse_one(p: &mut Parser) -> Result<Statement> {
                 p.next_token();
                 p.next_token();
                 return parse_create_source(p).map(|c| Statement::CreateSource(Box::new(c)));
+            }
+            if matches!(&p.peek_nth_token(1).token, Token::Word(w) if w.value.eq_ignore_ascii_case("sink"))
+            {
+                p.next_token();
+                p.next_token();
+                return parse_create_sink(p).map(|c| Statement::CreateSink(Box::new(c)));
             }
             if matches!(&p.peek_nth_token(1).token, Token::Word(w) if w.keyword == Keyword::MATERIALIZED)
             {
@@ -493,6 +516,106 @@ fn parse_create_source(p: &mut Parser) -> Result<CreateSource> {
     })
 }
 
+fn parse_create_sink(p: &mut Parser) -> Result<CreateSink> {
+    let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
+    let name = relation_name(&p.parse_object_name(false)?)?;
+    let mut with_options = Vec::new();
+    let (from, query) = if p.parse_keyword(Keyword::FROM) {
+        (Some(relation_name(&p.parse_object_name(false)?)?), None)
+    } else if p.parse_keyword(Keyword::AS) {
+        let mut q = p.parse_query()?;
+        // `... FROM t WITH (...)` parses as the table's (MSSQL) hints: they are the sink's
+        // options
+        if let Some(hints) = last_table_hints(&mut q) {
+            with_options = hints_to_options(std::mem::take(hints))?;
+        }
+        (None, Some(q))
+    } else {
+        return Err(WeirError::syntax(format!(
+            "syntax error at or near \"{}\": CREATE SINK needs FROM view or AS query",
+            p.peek_token().token
+        )));
+    };
+    if p.parse_keyword(Keyword::WITH) {
+        with_options = parse_with_options(p)?;
+    }
+    if with_options.is_empty() {
+        return Err(WeirError::syntax(
+            "CREATE SINK needs WITH (connector = 'kafka', ...)",
+        ));
+    }
+    let format = parse_format(p)?;
+    Ok(CreateSink {
+        name,
+        if_not_exists,
+        from,
+        query,
+        with_options,
+        format,
+    })
+}
+
+/// The hints of the last table in a query's FROM (where a trailing `WITH (...)` lands).
+fn last_table_hints(q: &mut ast::Query) -> Option<&mut Vec<ast::Expr>> {
+    let ast::SetExpr::Select(sel) = q.body.as_mut() else {
+        return None;
+    };
+    let twj = sel.from.last_mut()?;
+    let factor = match twj.joins.last_mut() {
+        Some(j) => &mut j.relation,
+        None => &mut twj.relation,
+    };
+    match factor {
+        ast::TableFactor::Table { with_hints, .. } if !with_hints.is_empty() => Some(with_hints),
+        _ => None,
+    }
+}
+
+fn hints_to_options(hints: Vec<ast::Expr>) -> Result<Vec<(String, String)>> {
+    hints
+        .into_iter()
+        .map(|h| {
+            let ast::Expr::BinaryOp {
+                left,
+                op: ast::BinaryOperator::Eq,
+                right,
+            } = h
+            else {
+                return Err(WeirError::syntax(format!(
+                    "expected key = value, found {h}"
+                )));
+            };
+            let key = match *left {
+                ast::Expr::Identifier(i) => normalize_ident(&i),
+                ast::Expr::CompoundIdentifier(parts) => parts
+                    .iter()
+                    .map(normalize_ident)
+                    .collect::<Vec<_>>()
+                    .join("."),
+                other => {
+                    return Err(WeirError::syntax(format!(
+                        "expected an option name, found {other}"
+                    )));
+                }
+            };
+            let value = match *right {
+                ast::Expr::Value(v) => match v.value {
+                    ast::Value::SingleQuotedString(s) => s,
+                    ast::Value::Number(n, _) => n,
+                    other => other.to_string(),
+                },
+                ast::Expr::Identifier(i) => i.value,
+                other => {
+                    return Err(WeirError::syntax(format!(
+                        "expected a value, found {other}"
+                    )));
+                }
+            };
+            Ok((key, value))
+        })
+        .collect()
+}
+
 type TableElements = (Vec<ColumnSpec>, Option<Vec<String>>, Option<WatermarkSpec>);
 
 /// The parenthesized list of a CREATE TABLE / SOURCE after `(`: columns, constraints and a
@@ -659,6 +782,8 @@ fn parse_drop(p: &mut Parser) -> Result<Statement> {
         DropKind::Source
     } else if p.parse_keywords(&[Keyword::MATERIALIZED, Keyword::VIEW]) {
         DropKind::MaterializedView
+    } else if parse_word(p, "SINK") {
+        DropKind::Sink
     } else {
         // let sqlparser produce its error or a statement we refuse by name
         p.prev_token();
@@ -690,6 +815,7 @@ fn parse_show(p: &mut Parser) -> Result<Statement> {
     match joined.as_str() {
         "tables" => Ok(Statement::ShowRelations(RelationKindFilter::Tables)),
         "sources" => Ok(Statement::ShowRelations(RelationKindFilter::Sources)),
+        "sinks" => Ok(Statement::ShowRelations(RelationKindFilter::Sinks)),
         "materialized views" => Ok(Statement::ShowRelations(
             RelationKindFilter::MaterializedViews,
         )),
