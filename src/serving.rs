@@ -87,6 +87,7 @@ pub fn session_context(
     );
     functions::register(&ctx, catalog);
     crate::sql::windows::register(&ctx);
+    crate::sql::json::register(&ctx);
     ctx
 }
 

@@ -125,6 +125,26 @@ fn rewrite_expr(expr: &mut Expr) {
         Expr::Collate { expr: inner, .. } => {
             *expr = std::mem::replace(inner.as_mut(), Expr::value(ast::Value::Null));
         }
+        Expr::BinaryOp {
+            left,
+            op:
+                op @ (BinaryOperator::Arrow
+                | BinaryOperator::LongArrow
+                | BinaryOperator::HashArrow
+                | BinaryOperator::HashLongArrow),
+            right,
+        } => {
+            let name = match op {
+                BinaryOperator::Arrow => "weir_json_get",
+                BinaryOperator::LongArrow => "weir_json_get_text",
+                BinaryOperator::HashArrow => "weir_json_path",
+                _ => "weir_json_path_text",
+            };
+            let null = || Expr::value(ast::Value::Null);
+            let l = std::mem::replace(left.as_mut(), null());
+            let r = std::mem::replace(right.as_mut(), null());
+            *expr = call(name, vec![l, r]);
+        }
         Expr::BinaryOp { left, op, right } => {
             // '{a,b}' compared with an array: an array literal
             if matches!(op, BinaryOperator::Eq | BinaryOperator::NotEq) {
@@ -566,6 +586,10 @@ fn contains_aggregate(e: &Expr) -> bool {
 fn figure_name(e: &Expr) -> Option<String> {
     match e {
         Expr::Identifier(_) | Expr::CompoundIdentifier(_) => None,
+        // operators rewritten into calls (`doc -> 'a'`) keep Postgres' name for operators
+        Expr::Function(f) if last_name(&f.name).is_some_and(|n| n.starts_with("weir_json_")) => {
+            Some("?column?".into())
+        }
         Expr::Function(f) => Some(last_name(&f.name).unwrap_or_else(|| "?column?".into())),
         Expr::Cast {
             expr, data_type, ..

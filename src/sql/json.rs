@@ -1,0 +1,195 @@
+//! Postgres' JSON operators on `jsonb` (text holding JSON): `->` (field or element, as
+//! jsonb), `->>` (as text), `#>` and `#>>` (by path, `'{a,0,b}'`). The query rewriter turns
+//! the operators into calls of these functions (`weir_json_get` and friends).
+//!
+//! Like Postgres: a missing key, an index out of range or a non-container gives NULL; a
+//! negative index counts from the end; `->>` of a JSON string is the string itself, of
+//! JSON null is SQL NULL. A value that is not valid JSON is an error (22P02), as a bad
+//! jsonb literal would be. Each row's document is parsed (serde_json) for each call.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, StringBuilder};
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef};
+use datafusion::common::{DataFusionError, Result as DfResult, ScalarValue};
+use datafusion::logical_expr::{
+    ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
+    Volatility,
+};
+use datafusion::prelude::SessionContext;
+use serde_json::Value;
+
+use crate::sql::types::{PG_TYPE_KEY, SqlType};
+
+/// (function name, by path, result as text)
+pub const FUNCTIONS: [(&str, bool, bool); 4] = [
+    ("weir_json_get", false, false),
+    ("weir_json_get_text", false, true),
+    ("weir_json_path", true, false),
+    ("weir_json_path_text", true, true),
+];
+
+pub fn register(ctx: &SessionContext) {
+    for (name, path, text) in FUNCTIONS {
+        ctx.register_udf(ScalarUDF::new_from_impl(JsonFn {
+            name,
+            path,
+            text,
+            signature: Signature::any(2, Volatility::Immutable),
+        }));
+    }
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct JsonFn {
+    name: &'static str,
+    path: bool,
+    text: bool,
+    signature: Signature,
+}
+
+/// One step of a lookup: an object key, or (when it reads as one) an array index.
+enum Step {
+    Key(String),
+    Index(i64),
+}
+
+impl Step {
+    fn of(s: &str) -> Step {
+        match s.parse::<i64>() {
+            Ok(i) => Step::Index(i),
+            Err(_) => Step::Key(s.to_owned()),
+        }
+    }
+}
+
+fn lookup<'a>(v: &'a Value, step: &Step) -> Option<&'a Value> {
+    match (v, step) {
+        (Value::Object(m), Step::Key(k)) => m.get(k),
+        (Value::Object(m), Step::Index(i)) => m.get(&i.to_string()),
+        (Value::Array(a), Step::Index(i)) => {
+            let i = if *i < 0 { a.len() as i64 + i } else { *i };
+            usize::try_from(i).ok().and_then(|i| a.get(i))
+        }
+        _ => None,
+    }
+}
+
+/// `'{a,0,b}'` as path steps.
+fn parse_path(s: &str) -> DfResult<Vec<Step>> {
+    let inner = s
+        .trim()
+        .strip_prefix('{')
+        .and_then(|r| r.strip_suffix('}'))
+        .ok_or_else(|| {
+            DataFusionError::Execution(format!("malformed array literal: \"{s}\""))
+        })?;
+    if inner.trim().is_empty() {
+        return Ok(vec![]);
+    }
+    Ok(inner
+        .split(',')
+        .map(|p| Step::of(p.trim().trim_matches('"')))
+        .collect())
+}
+
+impl ScalarUDFImpl for JsonFn {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> DfResult<DataType> {
+        Ok(DataType::Utf8)
+    }
+    fn return_field_from_args(&self, _: ReturnFieldArgs) -> DfResult<FieldRef> {
+        let f = Field::new(self.name, DataType::Utf8, true);
+        Ok(Arc::new(if self.text {
+            f
+        } else {
+            f.with_metadata(HashMap::from([(
+                PG_TYPE_KEY.to_owned(),
+                SqlType::Jsonb.display_name(),
+            )]))
+        }))
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        let scalar = args
+            .args
+            .iter()
+            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+        let n = if scalar { 1 } else { args.number_rows };
+        let docs = args.args[0].to_array(n)?;
+        let docs = datafusion::arrow::compute::cast(&docs, &DataType::Utf8)?;
+        let docs = docs.as_string::<i32>();
+        // a constant key (the usual `doc -> 'field'`) is read once
+        let fixed = match &args.args[1] {
+            ColumnarValue::Scalar(s) => Some(self.steps(&s.to_array()?, 0)?),
+            ColumnarValue::Array(_) => None,
+        };
+        let keys: ArrayRef = args.args[1].to_array(n)?;
+        let mut out = StringBuilder::with_capacity(n, n * 8);
+        for i in 0..n {
+            let row_steps;
+            let steps = match &fixed {
+                Some(s) => s.as_ref(),
+                None => {
+                    row_steps = self.steps(&keys, i)?;
+                    row_steps.as_ref()
+                }
+            };
+            let (true, Some(steps)) = (docs.is_valid(i), steps) else {
+                out.append_null();
+                continue;
+            };
+            let doc: Value = serde_json::from_str(docs.value(i)).map_err(|e| {
+                DataFusionError::Execution(format!("invalid input syntax for type json: {e}"))
+            })?;
+            let mut at = Some(&doc);
+            for s in steps {
+                at = at.and_then(|v| lookup(v, s));
+            }
+            match at {
+                None => out.append_null(),
+                Some(Value::Null) if self.text => out.append_null(),
+                Some(Value::String(s)) if self.text => out.append_value(s),
+                Some(v) => out.append_value(v.to_string()),
+            }
+        }
+        let a: ArrayRef = Arc::new(out.finish());
+        Ok(if scalar {
+            ColumnarValue::Scalar(ScalarValue::try_from_array(&a, 0)?)
+        } else {
+            ColumnarValue::Array(a)
+        })
+    }
+}
+
+impl JsonFn {
+    /// The lookup steps of row `i` (None: a NULL key).
+    fn steps(&self, keys: &ArrayRef, i: usize) -> DfResult<Option<Vec<Step>>> {
+        if keys.is_null(i) {
+            return Ok(None);
+        }
+        let text = |a: &ArrayRef| -> DfResult<String> {
+            let s = datafusion::arrow::compute::cast(&a.slice(i, 1), &DataType::Utf8)?;
+            Ok(s.as_string::<i32>().value(0).to_owned())
+        };
+        Ok(Some(match (self.path, keys.data_type()) {
+            (true, DataType::List(_)) => {
+                let l = keys.as_list::<i32>().value(i);
+                let l = datafusion::arrow::compute::cast(&l, &DataType::Utf8)?;
+                let l = l.as_string::<i32>();
+                (0..l.len()).map(|j| Step::of(l.value(j))).collect()
+            }
+            (true, _) => parse_path(&text(keys)?)?,
+            (false, t) if t.is_integer() => {
+                let s = text(keys)?;
+                vec![Step::Index(s.parse().unwrap_or(i64::MAX))]
+            }
+            (false, _) => vec![Step::Key(text(keys)?)],
+        }))
+    }
+}
