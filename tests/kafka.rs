@@ -110,6 +110,24 @@ async fn json_topic_into_windowed_views() {
                 batch.push((p, value));
             }
         }
+        if round == 0 {
+            // 5 MB messages: one that does not fit (a dead letter, its raw bytes cut to
+            // 64 KiB), one good row padded with an undeclared field
+            let big = "x".repeat(5 << 20);
+            batch.push((1, format!("{{\"k\": 1, \"v\": \"{big}\"}}").into_bytes()));
+            bad += 1;
+            let ts = 5 * SEC;
+            good.push((2, 7, BASE_MS * 1000 + ts));
+            max_per_partition[2] = max_per_partition[2].max(BASE_MS * 1000 + ts);
+            batch.push((
+                2,
+                format!(
+                    "{{\"k\": 2, \"v\": 7, \"ts\": {}, \"pad\": \"{big}\"}}",
+                    BASE_MS + ts / 1000
+                )
+                .into_bytes(),
+            ));
+        }
         let records: Vec<Record<'_>> = batch
             .iter()
             .map(|(p, v)| (*p, None, Some(v.as_slice()), None))
@@ -117,6 +135,19 @@ async fn json_topic_into_windowed_views() {
         producer.send_all("events", &records);
         exec(&c, "FLUSH").await;
     }
+    let raws = c
+        .query(
+            "SELECT raw FROM weir_dead_letters WHERE source_name = 'events'",
+            &[],
+        )
+        .await
+        .expect("dead letters");
+    let longest = raws
+        .iter()
+        .map(|r| r.get::<_, Vec<u8>>(0).len())
+        .max()
+        .unwrap_or(0);
+    assert_eq!(longest, 65536, "the 5 MB dead letter keeps its first 64 KiB");
     // per window and key
     let mut model: BTreeMap<(i64, i64), (i64, i64)> = BTreeMap::new();
     for (k, v, ts) in &good {
