@@ -611,16 +611,23 @@ impl Engine {
                     f.to_uppercase()
                 )));
             }
-            if e != "json" {
+            if e != "json" && e != "csv" {
                 return Err(WeirError::not_supported(format!(
-                    "ENCODE {} is not supported yet (ENCODE JSON is)",
+                    "ENCODE {} is not supported yet (ENCODE JSON and CSV are)",
                     e.to_uppercase()
                 )));
             }
-            // options and columns must make a working consumer and decoder now
-            connectors::kafka::KafkaSpec::new(&o, &columns)?;
+            if e != "csv"
+                && let Some(k) = o.keys().find(|k| k.starts_with("csv."))
+            {
+                return Err(WeirError::invalid_parameter(format!(
+                    "option \"{k}\" is for ENCODE CSV"
+                )));
+            }
             options.push(("format".into(), f));
             options.push(("encode".into(), e));
+            // options and columns must make a working consumer and decoder now
+            connectors::kafka::KafkaSpec::new(&connectors::options(&options), &columns)?;
         }
         let watermark = cs
             .watermark

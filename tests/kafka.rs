@@ -147,7 +147,10 @@ async fn json_topic_into_windowed_views() {
         .map(|r| r.get::<_, Vec<u8>>(0).len())
         .max()
         .unwrap_or(0);
-    assert_eq!(longest, 65536, "the 5 MB dead letter keeps its first 64 KiB");
+    assert_eq!(
+        longest, 65536,
+        "the 5 MB dead letter keeps its first 64 KiB"
+    );
     // per window and key
     let mut model: BTreeMap<(i64, i64), (i64, i64)> = BTreeMap::new();
     for (k, v, ts) in &good {
@@ -819,4 +822,51 @@ async fn sinks_round_trip() {
     )
     .await;
     assert_eq!(rows(&c, "SELECT count(*) FROM weir_sinks").await, vec!["0"]);
+}
+
+/// `ENCODE CSV`: positional fields, a header record skipped, a custom delimiter, bad
+/// records to the dead letters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn csv_source() {
+    let broker = Broker::start();
+    broker.create_topic("csv_in", 1);
+    let server = TestServer::start();
+    let c = server.connect().await;
+    exec(
+        &c,
+        &format!(
+            "CREATE SOURCE trips (city TEXT, km DOUBLE PRECISION, at TIMESTAMP) \
+               WITH (connector = 'kafka', topic = 'csv_in', properties.bootstrap.server = '{}', \
+                     csv.delimiter = ';', csv.header = 'true') FORMAT PLAIN ENCODE CSV; \
+             CREATE MATERIALIZED VIEW by_city AS SELECT city, count(*) AS n, sum(km) AS km, max(at) AS last FROM trips GROUP BY city",
+            broker.bootstrap
+        ),
+    )
+    .await;
+    let lines: Vec<&[u8]> = vec![
+        b"city;km;at",
+        b"oslo;1.5;2024-01-01T10:00:00Z",
+        b"\"ber;lin\";2;1704103200000",
+        b"oslo;far;2024-01-01T10:00:00Z",
+        b"oslo;3",
+        b"oslo;2.5;",
+    ];
+    let records: Vec<Record<'_>> = lines.iter().map(|l| (0, None, Some(*l), None)).collect();
+    broker.producer().send_all("csv_in", &records);
+    exec(&c, "FLUSH").await;
+    assert_eq!(
+        rows(&c, "SELECT city, n, km, last FROM by_city").await,
+        vec![
+            "ber;lin|1|2|2024-01-01 10:00:00",
+            "oslo|2|4|2024-01-01 10:00:00"
+        ]
+    );
+    assert_eq!(
+        rows(
+            &c,
+            "SELECT \"offset\" FROM weir_dead_letters WHERE source_name = 'trips'"
+        )
+        .await,
+        vec!["3", "4"]
+    );
 }

@@ -142,52 +142,14 @@ impl JsonDecoder {
                 }
             }
         };
-        // columns in declared order, with per-row checks
-        let mut bad = vec![false; good.len()];
-        let mut cols: Vec<ArrayRef> = Vec::with_capacity(self.columns.len());
+        // columns in declared order: typed, timestamps as text, jsonb as JSON text
+        let mut raw: Vec<ArrayRef> = Vec::with_capacity(self.columns.len());
         let mut read_at = 0usize;
         for (c, kind) in self.columns.iter().zip(&self.kinds) {
-            let col: ArrayRef = match kind {
-                Kind::Direct => {
-                    let a = read.column(read_at).clone();
+            raw.push(match kind {
+                Kind::Direct | Kind::Timestamp => {
                     read_at += 1;
-                    if let SqlType::Varchar(Some(n)) = c.ty
-                        && let Some(s) = a.as_any().downcast_ref::<StringArray>()
-                    {
-                        for (r, v) in s.iter().enumerate() {
-                            if v.is_some_and(|v| v.chars().count() > n as usize) && !bad[r] {
-                                bad[r] = true;
-                                errors.push((
-                                    good[r],
-                                    format!(
-                                        "value too long for type character varying({n}) (column \"{}\")",
-                                        c.name
-                                    ),
-                                ));
-                            }
-                        }
-                    }
-                    a
-                }
-                Kind::Timestamp => {
-                    let a = read.column(read_at).clone();
-                    read_at += 1;
-                    let text = a
-                        .as_any()
-                        .downcast_ref::<StringArray>()
-                        .cloned()
-                        .unwrap_or_else(|| StringArray::new_null(a.len()));
-                    let ts = timestamps(&text, |r, e| {
-                        if !bad[r] {
-                            bad[r] = true;
-                            errors.push((good[r], format!("column \"{}\": {e}", c.name)));
-                        }
-                    });
-                    let ts: ArrayRef = Arc::new(ts);
-                    match cast(&ts, &c.ty.arrow_type()) {
-                        Ok(t) => t,
-                        Err(_) => ts,
-                    }
+                    read.column(read_at - 1).clone()
                 }
                 Kind::Jsonb => {
                     let mut b = StringBuilder::with_capacity(good.len(), good.len() * 16);
@@ -204,58 +166,9 @@ impl JsonDecoder {
                     }
                     Arc::new(b.finish())
                 }
-            };
-            if !c.nullable {
-                for r in 0..col.len() {
-                    if col.is_null(r) && !bad[r] {
-                        bad[r] = true;
-                        errors.push((
-                            good[r],
-                            format!(
-                                "null value in column \"{}\" violates not-null constraint",
-                                c.name
-                            ),
-                        ));
-                    }
-                }
-            }
-            cols.push(col);
+            });
         }
-        // drop the refused rows, then the declared schema (NOT NULL holds now)
-        let (cols, rows) = if bad.iter().any(|b| *b) {
-            let keep = BooleanArray::from(bad.iter().map(|b| !b).collect::<Vec<_>>());
-            let rows = good
-                .iter()
-                .zip(&bad)
-                .filter(|(_, b)| !**b)
-                .map(|(i, _)| *i)
-                .collect();
-            let cols = cols
-                .iter()
-                .map(|c| datafusion::arrow::compute::filter(c, &keep))
-                .collect::<std::result::Result<Vec<_>, _>>();
-            (cols, rows)
-        } else {
-            (Ok(cols), good)
-        };
-        let batch = cols.map_err(|e| e.to_string()).and_then(|cols| {
-            RecordBatch::try_new(self.schema.clone(), cols).map_err(|e| e.to_string())
-        });
-        let (batch, rows) = match batch {
-            Ok(b) => (b, rows),
-            Err(e) => {
-                for i in rows {
-                    errors.push((i, e.clone()));
-                }
-                (RecordBatch::new_empty(self.schema.clone()), Vec::new())
-            }
-        };
-        errors.sort_by_key(|(i, _)| *i);
-        Decoded {
-            batch,
-            rows,
-            errors,
-        }
+        finish(&self.columns, &self.schema, raw, good, errors)
     }
 
     /// arrow-json over the given messages: exactly one row each, or an error.
@@ -285,6 +198,110 @@ impl JsonDecoder {
             return Err("the message is not one JSON object".into());
         }
         Ok(batch)
+    }
+}
+
+/// The declared-type checks shared by the value decoders: `raw` holds each declared
+/// column for the messages `good` (typed, except timestamps as text); timestamps are parsed,
+/// varchar lengths and NOT NULL checked, and refused rows reported and left out.
+pub(crate) fn finish(
+    columns: &[ColumnDesc],
+    schema: &SchemaRef,
+    raw: Vec<ArrayRef>,
+    good: Vec<usize>,
+    mut errors: Vec<(usize, String)>,
+) -> Decoded {
+    let mut bad = vec![false; good.len()];
+    let mut cols: Vec<ArrayRef> = Vec::with_capacity(columns.len());
+    for (c, a) in columns.iter().zip(raw) {
+        let col: ArrayRef = match c.ty {
+            SqlType::Timestamp | SqlType::TimestampTz => {
+                let text = a
+                    .as_any()
+                    .downcast_ref::<StringArray>()
+                    .cloned()
+                    .unwrap_or_else(|| StringArray::new_null(a.len()));
+                let ts = timestamps(&text, |r, e| {
+                    if !bad[r] {
+                        bad[r] = true;
+                        errors.push((good[r], format!("column \"{}\": {e}", c.name)));
+                    }
+                });
+                let ts: ArrayRef = Arc::new(ts);
+                match cast(&ts, &c.ty.arrow_type()) {
+                    Ok(t) => t,
+                    Err(_) => ts,
+                }
+            }
+            SqlType::Varchar(Some(n)) => {
+                if let Some(s) = a.as_any().downcast_ref::<StringArray>() {
+                    for (r, v) in s.iter().enumerate() {
+                        if v.is_some_and(|v| v.chars().count() > n as usize) && !bad[r] {
+                            bad[r] = true;
+                            errors.push((
+                                good[r],
+                                format!(
+                                    "value too long for type character varying({n}) (column \"{}\")",
+                                    c.name
+                                ),
+                            ));
+                        }
+                    }
+                }
+                a
+            }
+            _ => a,
+        };
+        if !c.nullable {
+            for r in 0..col.len() {
+                if col.is_null(r) && !bad[r] {
+                    bad[r] = true;
+                    errors.push((
+                        good[r],
+                        format!(
+                            "null value in column \"{}\" violates not-null constraint",
+                            c.name
+                        ),
+                    ));
+                }
+            }
+        }
+        cols.push(col);
+    }
+    // drop the refused rows, then the declared schema (NOT NULL holds now)
+    let (cols, rows) = if bad.iter().any(|b| *b) {
+        let keep = BooleanArray::from(bad.iter().map(|b| !b).collect::<Vec<_>>());
+        let rows = good
+            .iter()
+            .zip(&bad)
+            .filter(|(_, b)| !**b)
+            .map(|(i, _)| *i)
+            .collect();
+        let cols = cols
+            .iter()
+            .map(|c| datafusion::arrow::compute::filter(c, &keep))
+            .collect::<std::result::Result<Vec<_>, _>>();
+        (cols, rows)
+    } else {
+        (Ok(cols), good)
+    };
+    let batch = cols
+        .map_err(|e| e.to_string())
+        .and_then(|cols| RecordBatch::try_new(schema.clone(), cols).map_err(|e| e.to_string()));
+    let (batch, rows) = match batch {
+        Ok(b) => (b, rows),
+        Err(e) => {
+            for i in rows {
+                errors.push((i, e.clone()));
+            }
+            (RecordBatch::new_empty(schema.clone()), Vec::new())
+        }
+    };
+    errors.sort_by_key(|(i, _)| *i);
+    Decoded {
+        batch,
+        rows,
+        errors,
     }
 }
 

@@ -38,6 +38,7 @@ use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use crate::catalog::ColumnDesc;
+use crate::connectors::csv::CsvDecoder;
 use crate::connectors::dead_letters::DeadLetters;
 use crate::connectors::json::JsonDecoder;
 use crate::connectors::runner::{
@@ -136,7 +137,9 @@ const OPTIONS: &[&str] = &[
 
 /// Whether `key` is an option of the kafka connector.
 pub fn known_option(key: &str) -> bool {
-    OPTIONS.contains(&key) || key.starts_with("properties.")
+    OPTIONS.contains(&key)
+        || crate::connectors::csv::OPTIONS.contains(&key)
+        || key.starts_with("properties.")
 }
 
 impl KafkaOptions {
@@ -261,10 +264,25 @@ pub fn columns(o: &Options, declared: &[ColumnDesc]) -> Result<Vec<ColumnDesc>> 
     Ok(out)
 }
 
+/// How message values become rows.
+pub enum ValueDecoder {
+    Json(JsonDecoder),
+    Csv(CsvDecoder),
+}
+
+impl ValueDecoder {
+    pub fn decode(&self, values: &[Option<&[u8]>]) -> crate::connectors::json::Decoded {
+        match self {
+            ValueDecoder::Json(d) => d.decode(values),
+            ValueDecoder::Csv(d) => d.decode(values),
+        }
+    }
+}
+
 /// What an instance needs: the checked options and the decoder for the value columns.
 pub struct KafkaSpec {
     pub options: KafkaOptions,
-    pub decoder: JsonDecoder,
+    pub decoder: ValueDecoder,
     /// All columns of the source (values, then includes).
     pub columns: Vec<ColumnDesc>,
 }
@@ -273,7 +291,16 @@ impl KafkaSpec {
     pub fn new(o: &Options, columns: &[ColumnDesc]) -> Result<KafkaSpec> {
         let options = KafkaOptions::parse(o)?;
         let values = &columns[..columns.len() - options.includes.len()];
-        let decoder = JsonDecoder::new(values)?;
+        let decoder = match o.get("encode").map(|e| e.as_str()) {
+            None | Some("json") => ValueDecoder::Json(JsonDecoder::new(values)?),
+            Some("csv") => ValueDecoder::Csv(CsvDecoder::new(values, o)?),
+            Some(other) => {
+                return Err(WeirError::not_supported(format!(
+                    "ENCODE {} is not supported yet (JSON and CSV are)",
+                    other.to_uppercase()
+                )));
+            }
+        };
         // the consumer config must be one librdkafka accepts
         options
             .client_config()

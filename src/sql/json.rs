@@ -82,9 +82,7 @@ fn parse_path(s: &str) -> DfResult<Vec<Step>> {
         .trim()
         .strip_prefix('{')
         .and_then(|r| r.strip_suffix('}'))
-        .ok_or_else(|| {
-            DataFusionError::Execution(format!("malformed array literal: \"{s}\""))
-        })?;
+        .ok_or_else(|| DataFusionError::Execution(format!("malformed array literal: \"{s}\"")))?;
     if inner.trim().is_empty() {
         return Ok(vec![]);
     }
