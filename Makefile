@@ -37,3 +37,4 @@ bench:
 	cargo bench --locked --bench inserts
 	cargo bench --locked --bench views
 	cargo bench --locked --bench nexmark
+	cargo bench --locked --bench kafka

@@ -82,6 +82,22 @@ impl Broker {
         b
     }
 
+    /// A broker without the proxy (no outages; for benchmarks).
+    #[allow(dead_code)]
+    pub fn start_direct() -> Broker {
+        let broker_port = free_port();
+        let mut b = Broker {
+            child: None,
+            broker_port,
+            bootstrap: format!("127.0.0.1:{broker_port}"),
+            proxy_up: Arc::new(AtomicBool::new(true)),
+            proxy_stop: Arc::new(AtomicBool::new(false)),
+            bin: tansu_bin(),
+        };
+        b.spawn_broker();
+        b
+    }
+
     fn spawn_broker(&mut self) {
         let child = Command::new(&self.bin)
             .args([

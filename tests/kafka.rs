@@ -870,3 +870,51 @@ async fn csv_source() {
         vec!["3", "4"]
     );
 }
+
+/// docs/kafka-demo.sql (what `docker compose up` runs) works as written against a broker,
+/// twice (it is idempotent): the live view fills and the sink writes closed windows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docs_kafka_demo_runs() {
+    let broker = Broker::start();
+    broker.create_topic("bids", 4);
+    broker.create_topic("bid_stats", 1);
+    let server = TestServer::start();
+    let c = server.connect().await;
+    let sql = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/kafka-demo.sql"),
+    )
+    .expect("docs/kafka-demo.sql")
+    .replace("redpanda:9092", &broker.bootstrap);
+    exec(&c, &sql).await;
+    exec(&c, &sql).await;
+    // 30 s of bids, 10 a second, the way the compose producer writes them
+    let vals: Vec<Vec<u8>> = (0..300)
+        .map(|i: i64| {
+            format!(
+                "{{\"auction\": {}, \"bidder\": {}, \"price\": {}, \"channel\": \"demo\", \"date_time\": {}}}",
+                1000 + i % 20,
+                i % 500,
+                i % 1000,
+                BASE_MS + i * 100
+            )
+            .into_bytes()
+        })
+        .collect();
+    let records: Vec<Record<'_>> = vals
+        .iter()
+        .enumerate()
+        .map(|(i, v)| ((i % 4) as i32, None, Some(v.as_slice()), None))
+        .collect();
+    broker.producer().send_all("bids", &records);
+    exec(&c, "FLUSH").await;
+    assert_eq!(
+        rows(&c, "SELECT sum(bids) FROM bids_per_auction").await,
+        vec!["300"]
+    );
+    // watermark 29.9 s - 2 s: the windows [0,10) and [10,20) are closed
+    assert_eq!(
+        rows(&c, "SELECT bids FROM closed_windows").await,
+        vec!["100", "100"]
+    );
+    assert_eq!(broker.read_topic("bid_stats", 1).len(), 2);
+}
