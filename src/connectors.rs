@@ -3,6 +3,7 @@
 //! start (so a view created later, or rebuilt after a restart, sees the same rows), feeding
 //! the dataflow with the source's event-time watermark.
 
+pub mod avro;
 pub mod csv;
 pub mod datagen;
 pub mod dead_letters;

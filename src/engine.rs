@@ -611,18 +611,21 @@ impl Engine {
                     f.to_uppercase()
                 )));
             }
-            if e != "json" && e != "csv" {
+            if e != "json" && e != "csv" && e != "avro" {
                 return Err(WeirError::not_supported(format!(
-                    "ENCODE {} is not supported yet (ENCODE JSON and CSV are)",
+                    "ENCODE {} is not supported yet (ENCODE JSON, CSV and AVRO are)",
                     e.to_uppercase()
                 )));
             }
-            if e != "csv"
-                && let Some(k) = o.keys().find(|k| k.starts_with("csv."))
-            {
-                return Err(WeirError::invalid_parameter(format!(
-                    "option \"{k}\" is for ENCODE CSV"
-                )));
+            for (prefix, enc) in [("csv.", "csv"), ("schema.", "avro")] {
+                if e != enc
+                    && let Some(k) = o.keys().find(|k| k.starts_with(prefix))
+                {
+                    return Err(WeirError::invalid_parameter(format!(
+                        "option \"{k}\" is for ENCODE {}",
+                        enc.to_uppercase()
+                    )));
+                }
             }
             options.push(("format".into(), f));
             options.push(("encode".into(), e));

@@ -918,3 +918,161 @@ async fn docs_kafka_demo_runs() {
     );
     assert_eq!(broker.read_topic("bid_stats", 1).len(), 2);
 }
+
+fn avro_long(out: &mut Vec<u8>, v: i64) {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    loop {
+        let b = (z & 0x7f) as u8;
+        z >>= 7;
+        if z == 0 {
+            out.push(b);
+            return;
+        }
+        out.push(b | 0x80);
+    }
+}
+
+/// A schema registry answering `GET /schemas/ids/<id>` for one id, on a free port; counts
+/// the requests.
+fn fake_registry(
+    id: u32,
+    schema: &str,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let body = serde_json::json!({ "schema": schema }).to_string();
+    let h = hits.clone();
+    std::thread::spawn(move || {
+        for s in listener.incoming() {
+            let Ok(mut s) = s else { continue };
+            let mut buf = [0u8; 4096];
+            let n = s.read(&mut buf).unwrap_or(0);
+            let req = String::from_utf8_lossy(&buf[..n]).to_string();
+            h.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let (status, b) = if req.starts_with(&format!("GET /schemas/ids/{id} ")) {
+                ("200 OK", body.clone())
+            } else {
+                ("404 Not Found", "{\"error_code\":40403}".to_string())
+            };
+            let _ = write!(
+                s,
+                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{b}",
+                b.len()
+            );
+        }
+    });
+    (url, hits)
+}
+
+/// `ENCODE AVRO` with an inline schema (bare records) and with a schema registry
+/// (Confluent framing, the schema fetched once): rows into views, undecodable records and
+/// unknown schema ids to the dead letters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn avro_sources() {
+    let schema = r#"{"type": "record", "name": "bid", "fields": [
+        {"name": "auction", "type": "long"},
+        {"name": "price", "type": "long"},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}}]}"#;
+    let broker = Broker::start();
+    broker.create_topic("avro_inline", 1);
+    broker.create_topic("avro_registry", 2);
+    let (url, hits) = fake_registry(7, schema);
+    let server = TestServer::start();
+    let c = server.connect().await;
+    exec(
+        &c,
+        &format!(
+            "CREATE SOURCE inline_bids (auction BIGINT, price BIGINT, at TIMESTAMP) \
+               WITH (connector = 'kafka', topic = 'avro_inline', properties.bootstrap.server = '{0}', \
+                     schema.definition = '{schema}') FORMAT PLAIN ENCODE AVRO; \
+             CREATE SOURCE registry_bids (auction BIGINT, price INT, at TIMESTAMP) \
+               WITH (connector = 'kafka', topic = 'avro_registry', properties.bootstrap.server = '{0}', \
+                     schema.registry = '{url}') FORMAT PLAIN ENCODE AVRO; \
+             CREATE MATERIALIZED VIEW inline_stats AS SELECT count(*) AS n, sum(price) AS s, max(at) AS last FROM inline_bids; \
+             CREATE MATERIALIZED VIEW registry_stats AS SELECT count(*) AS n, sum(price) AS s, max(at) AS last FROM registry_bids",
+            broker.bootstrap
+        ),
+    )
+    .await;
+    let record = |auction: i64, price: i64, at_ms: i64| {
+        let mut b = Vec::new();
+        avro_long(&mut b, auction);
+        avro_long(&mut b, price);
+        avro_long(&mut b, at_ms);
+        b
+    };
+    let framed = |id: u32, body: Vec<u8>| {
+        let mut b = vec![0u8];
+        b.extend_from_slice(&id.to_be_bytes());
+        b.extend(body);
+        b
+    };
+    let inline: Vec<Vec<u8>> = (0..100)
+        .map(|i| record(i, i * 10, BASE_MS + i))
+        .chain([vec![0x02]]) // truncated
+        .collect();
+    let registry: Vec<Vec<u8>> = (0..100)
+        .map(|i| framed(7, record(i, i * 10, BASE_MS + i)))
+        .chain([framed(8, record(1, 1, 1)), b"{\"json\": 1}".to_vec()])
+        .collect();
+    let producer = broker.producer();
+    let r1: Vec<Record<'_>> = inline
+        .iter()
+        .map(|v| (0, None, Some(v.as_slice()), None))
+        .collect();
+    producer.send_all("avro_inline", &r1);
+    let r2: Vec<Record<'_>> = registry
+        .iter()
+        .enumerate()
+        .map(|(i, v)| ((i % 2) as i32, None, Some(v.as_slice()), None))
+        .collect();
+    producer.send_all("avro_registry", &r2);
+    exec(&c, "FLUSH").await;
+    let want = format!(
+        "100|{}|2024-01-01 00:00:00.099",
+        (0..100).map(|i| i * 10).sum::<i64>()
+    );
+    assert_eq!(
+        rows(&c, "SELECT n, s, last FROM inline_stats").await,
+        vec![want.clone()]
+    );
+    assert_eq!(
+        rows(&c, "SELECT n, s, last FROM registry_stats").await,
+        vec![want]
+    );
+    assert_eq!(
+        rows(
+            &c,
+            "SELECT source_name, count(*) FROM weir_dead_letters GROUP BY source_name"
+        )
+        .await,
+        vec!["inline_bids|1", "registry_bids|2"]
+    );
+    let errs = rows(
+        &c,
+        "SELECT error FROM weir_dead_letters WHERE source_name = 'registry_bids'",
+    )
+    .await;
+    assert!(errs.iter().any(|e| e.contains("schema id 8")), "{errs:?}");
+    assert!(
+        errs.iter().any(|e| e.contains("Confluent wire format")),
+        "{errs:?}"
+    );
+    // id 7 once; id 8 asked again per batch that has it (here: once per partition batch)
+    assert!(
+        hits.load(std::sync::atomic::Ordering::SeqCst) <= 4,
+        "registry asked too often"
+    );
+    // a bad inline schema or an unknown field is refused at CREATE
+    let e = c
+        .batch_execute(&format!(
+            "CREATE SOURCE bad (nope BIGINT) WITH (connector = 'kafka', topic = 't', \
+               properties.bootstrap.server = '{}', schema.definition = '{schema}') FORMAT PLAIN ENCODE AVRO",
+            broker.bootstrap
+        ))
+        .await
+        .expect_err("unknown field");
+    assert!(describe_error(&e).contains("not a field of the Avro schema"));
+}

@@ -181,6 +181,7 @@ pub fn build(
                         hw.map(|h| V::I((h - part.offset).max(0)))
                             .unwrap_or(V::Null),
                         ts(part.max_event_time),
+                        ts(part.watermark),
                         V::I(part.rows as i64),
                         V::F(part.rows_per_second),
                         V::I(part.dead_letters as i64),
@@ -197,6 +198,7 @@ pub fn build(
                     ("high_watermark", T::Int8),
                     ("lag", T::Int8),
                     ("max_event_time", T::Timestamp),
+                    ("watermark", T::Timestamp),
                     ("rows", T::Int8),
                     ("rows_per_second", T::Float8),
                     ("dead_letters", T::Int8),

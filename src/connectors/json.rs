@@ -215,6 +215,12 @@ pub(crate) fn finish(
     let mut cols: Vec<ArrayRef> = Vec::with_capacity(columns.len());
     for (c, a) in columns.iter().zip(raw) {
         let col: ArrayRef = match c.ty {
+            // already typed (Avro): cast to the declared timestamp type
+            SqlType::Timestamp | SqlType::TimestampTz
+                if matches!(a.data_type(), DataType::Timestamp(_, _)) =>
+            {
+                cast(&a, &c.ty.arrow_type()).unwrap_or(a)
+            }
             SqlType::Timestamp | SqlType::TimestampTz => {
                 let text = a
                     .as_any()

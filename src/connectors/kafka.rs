@@ -38,6 +38,7 @@ use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use crate::catalog::ColumnDesc;
+use crate::connectors::avro::AvroDecoder;
 use crate::connectors::csv::CsvDecoder;
 use crate::connectors::dead_letters::DeadLetters;
 use crate::connectors::json::JsonDecoder;
@@ -139,6 +140,7 @@ const OPTIONS: &[&str] = &[
 pub fn known_option(key: &str) -> bool {
     OPTIONS.contains(&key)
         || crate::connectors::csv::OPTIONS.contains(&key)
+        || crate::connectors::avro::OPTIONS.contains(&key)
         || key.starts_with("properties.")
 }
 
@@ -268,6 +270,7 @@ pub fn columns(o: &Options, declared: &[ColumnDesc]) -> Result<Vec<ColumnDesc>> 
 pub enum ValueDecoder {
     Json(JsonDecoder),
     Csv(CsvDecoder),
+    Avro(AvroDecoder),
 }
 
 impl ValueDecoder {
@@ -275,6 +278,7 @@ impl ValueDecoder {
         match self {
             ValueDecoder::Json(d) => d.decode(values),
             ValueDecoder::Csv(d) => d.decode(values),
+            ValueDecoder::Avro(d) => d.decode(values),
         }
     }
 }
@@ -294,9 +298,10 @@ impl KafkaSpec {
         let decoder = match o.get("encode").map(|e| e.as_str()) {
             None | Some("json") => ValueDecoder::Json(JsonDecoder::new(values)?),
             Some("csv") => ValueDecoder::Csv(CsvDecoder::new(values, o)?),
+            Some("avro") => ValueDecoder::Avro(AvroDecoder::new(values, o)?),
             Some(other) => {
                 return Err(WeirError::not_supported(format!(
-                    "ENCODE {} is not supported yet (JSON and CSV are)",
+                    "ENCODE {} is not supported yet (JSON, CSV and AVRO are)",
                     other.to_uppercase()
                 )));
             }
@@ -783,6 +788,8 @@ impl Instance {
                         let t = ts.value(r);
                         p.progress.max_event_time =
                             Some(p.progress.max_event_time.map_or(t, |m| m.max(t)));
+                        p.progress.watermark =
+                            p.progress.max_event_time.map(|m| m.saturating_sub(delay));
                     }
                 }
             }

@@ -80,6 +80,8 @@ pub struct PartitionProgress {
     pub high_watermark: i64,
     /// Largest event time seen, µs.
     pub max_event_time: Option<i64>,
+    /// This partition's event-time watermark (largest event time minus the delay), µs.
+    pub watermark: Option<i64>,
     pub rows: u64,
     pub rows_per_second: f64,
     pub dead_letters: u64,
