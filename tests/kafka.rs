@@ -116,7 +116,8 @@ async fn json_topic_into_windowed_views() {
             let big = "x".repeat(5 << 20);
             batch.push((1, format!("{{\"k\": 1, \"v\": \"{big}\"}}").into_bytes()));
             bad += 1;
-            let ts = 5 * SEC;
+            // at the partition's latest event time: not late
+            let ts = max_per_partition[2] - BASE_MS * 1000;
             good.push((2, 7, BASE_MS * 1000 + ts));
             max_per_partition[2] = max_per_partition[2].max(BASE_MS * 1000 + ts);
             batch.push((

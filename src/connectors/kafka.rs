@@ -62,6 +62,9 @@ const METADATA_REFRESH: Duration = Duration::from_secs(5);
 const ERROR_SETTLE: Duration = Duration::from_millis(1500);
 /// How often partition progress (and idleness) is refreshed.
 const PROGRESS_REFRESH: Duration = Duration::from_millis(100);
+/// FLUSH: a partition whose read offset stays below its log end (control records of
+/// transactions have no messages) counts as caught up after this long without messages.
+const QUIET_END: Duration = Duration::from_millis(1500);
 /// librdkafka's fetch long-poll: also how stale a cached high watermark can be.
 const FETCH_WAIT_MS: u64 = 100;
 
@@ -661,8 +664,9 @@ impl Instance {
                             .get(p)
                             .is_some_and(|s| *hw < 0 || s.progress.offset >= *hw)
                     });
-                    let quiet = quiet_since.elapsed() >= Duration::from_millis(FETCH_WAIT_MS * 4)
-                        && at.elapsed() >= Duration::from_millis(FETCH_WAIT_MS * 4);
+                    // (long enough that a large message still in transfer is not taken
+                    // for silence)
+                    let quiet = quiet_since.elapsed() >= QUIET_END && at.elapsed() >= QUIET_END;
                     if (reached || quiet) && pending.meta.is_empty() {
                         let served = std::mem::take(&mut syncing);
                         // a table's changes are in the dataflow's queue once applied
