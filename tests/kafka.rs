@@ -633,7 +633,7 @@ async fn sinks_round_trip() {
              CREATE SINK s_cdc AS SELECT k, v FROM t WHERE v > 0 {} FORMAT DEBEZIUM ENCODE JSON; \
              CREATE SINK s_plain FROM per_sec {} FORMAT PLAIN ENCODE JSON; \
              CREATE SINK s_raw AS SELECT k, ts FROM ev WHERE k > 0 {}",
-            with("upsert_out", ", primary_key = 'g'"),
+            with("upsert_out", ""),
             with("cdc_out", ", primary_key = 'k'"),
             with("plain_out", ""),
             with("raw_out", ""),
@@ -646,9 +646,10 @@ async fn sinks_round_trip() {
             format!("CREATE SINK bad FROM agg {}", with("x", "")),
             "0A000",
         ),
+        // no primary_key, and GROUP BY window_end is not an output column
         (
             format!(
-                "CREATE SINK bad FROM agg {} FORMAT UPSERT ENCODE JSON",
+                "CREATE SINK bad FROM per_sec {} FORMAT UPSERT ENCODE JSON",
                 with("x", "")
             ),
             "22023",

@@ -62,6 +62,25 @@ impl Engine {
                 *v = "kafka".into();
             }
         }
+        // UPSERT / DEBEZIUM without primary_key: the query's GROUP BY columns, when the
+        // query outputs them all
+        let mut o = o;
+        if format != kafka_sink::SinkFormat::Plain && !o.contains_key("primary_key") {
+            let query = match (&cs.from, &cs.query) {
+                (Some(from), _) => self
+                    .catalog
+                    .get(from)
+                    .and_then(|v| v.desc.query.clone())
+                    .and_then(|q| super::views::parse_query(&q).ok()),
+                (None, Some(q)) => Some((**q).clone()),
+                _ => None,
+            };
+            if let Some(key) = query.as_ref().and_then(group_by_key) {
+                info!(sink = %cs.name, key = %key, "sink key from the query's GROUP BY");
+                o.insert("primary_key".into(), key.clone());
+                options.push(("primary_key".into(), key));
+            }
+        }
         options.push(("format".into(), f));
         options.push(("encode".into(), e));
         match (&cs.from, &cs.query) {
@@ -213,4 +232,67 @@ impl Engine {
             }
         }
     }
+}
+
+/// The output names of a query's GROUP BY expressions, when every one is an output column
+/// (`SELECT k, count(*) ... GROUP BY k` keys by `k`), comma-separated.
+fn group_by_key(q: &datafusion::sql::sqlparser::ast::Query) -> Option<String> {
+    use datafusion::sql::sqlparser::ast::{Expr, GroupByExpr, SelectItem, SetExpr, Value};
+    let SetExpr::Select(sel) = q.body.as_ref() else {
+        return None;
+    };
+    let GroupByExpr::Expressions(exprs, _) = &sel.group_by else {
+        return None;
+    };
+    if exprs.is_empty() {
+        return None;
+    }
+    // identifiers compare by their last part (`t.k` is `k`), other expressions by text
+    let canon = |e: &Expr| match e {
+        Expr::Identifier(i) => i.value.to_lowercase(),
+        Expr::CompoundIdentifier(ids) => ids
+            .last()
+            .map(|i| i.value.to_lowercase())
+            .unwrap_or_default(),
+        other => other.to_string(),
+    };
+    let items: Vec<Option<(String, String)>> = sel
+        .projection
+        .iter()
+        .map(|item| match item {
+            SelectItem::UnnamedExpr(e @ (Expr::Identifier(_) | Expr::CompoundIdentifier(_))) => {
+                Some((canon(e), canon(e)))
+            }
+            SelectItem::ExprWithAlias { expr, alias } => {
+                Some((canon(expr), alias.value.to_lowercase()))
+            }
+            _ => None,
+        })
+        .collect();
+    let mut key = Vec::new();
+    for g in exprs {
+        let name = match g {
+            // GROUP BY 1: the first output column
+            Expr::Value(v) => match &v.value {
+                Value::Number(n, _) => {
+                    let i: usize = n.parse().ok()?;
+                    items.get(i.checked_sub(1)?)?.as_ref()?.1.clone()
+                }
+                _ => return None,
+            },
+            e => {
+                let c = canon(e);
+                items
+                    .iter()
+                    .flatten()
+                    .find(|(expr, _)| *expr == c)?
+                    .1
+                    .clone()
+            }
+        };
+        if !key.contains(&name) {
+            key.push(name);
+        }
+    }
+    Some(key.join(", "))
 }

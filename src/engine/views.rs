@@ -594,7 +594,7 @@ fn runner_spec(src: &RelationDesc, view: &RelationDesc, instance: u32) -> Result
     })
 }
 
-fn parse_query(sql: &str) -> Result<ast::Query> {
+pub(crate) fn parse_query(sql: &str) -> Result<ast::Query> {
     let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
     let mut p = datafusion::sql::sqlparser::parser::Parser::new(&dialect).try_with_sql(sql)?;
     Ok(*p.parse_query()?)
