@@ -30,7 +30,8 @@ pub const FIRST_INSTANCE_ID: u32 = 0xF000_0000;
 const MAX_BATCH_ROWS: usize = 4096;
 /// Batches a runner may have in flight before it waits for the views to catch up.
 pub(crate) const BATCHES_PER_BARRIER: u64 = 8;
-/// How long FLUSH waits for a source to catch up before it gives up with an error.
+/// How long FLUSH waits for a source that makes no progress before it gives up with an
+/// error.
 const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What a runner needs to run.
@@ -241,7 +242,7 @@ impl Runners {
             {
                 let (tx, rx) = oneshot::channel();
                 if sync.send(tx).is_ok() {
-                    waits.push((h.source_name.clone(), rx));
+                    waits.push((h.source_name.clone(), rx, h.progress.clone()));
                 }
             }
         }
@@ -256,23 +257,35 @@ impl Runners {
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        for (source, rx) in waits {
-            match tokio::time::timeout(CATCH_UP_TIMEOUT, rx).await {
-                Ok(Ok(Ok(()))) | Ok(Err(_)) => {}
-                Ok(Ok(Err(e))) => {
-                    return Err(crate::error::WeirError::new(
-                        "58000",
-                        format!("source \"{source}\" cannot catch up: {e}"),
-                    ));
-                }
-                Err(_) => {
-                    return Err(crate::error::WeirError::new(
-                        "58000",
-                        format!(
-                            "source \"{source}\" did not catch up within {}s (see weir_sources)",
-                            CATCH_UP_TIMEOUT.as_secs()
-                        ),
-                    ));
+        // a long backlog is fine as long as it is being read: give up only after
+        // CATCH_UP_TIMEOUT without progress
+        for (source, mut rx, progress) in waits {
+            let mut last = progress.rows.load(Ordering::Acquire);
+            let mut stalled_since = Instant::now();
+            loop {
+                match tokio::time::timeout(Duration::from_secs(1), &mut rx).await {
+                    Ok(Ok(Ok(()))) | Ok(Err(_)) => break,
+                    Ok(Ok(Err(e))) => {
+                        return Err(crate::error::WeirError::new(
+                            "58000",
+                            format!("source \"{source}\" cannot catch up: {e}"),
+                        ));
+                    }
+                    Err(_) => {
+                        let now = progress.rows.load(Ordering::Acquire);
+                        if now != last {
+                            last = now;
+                            stalled_since = Instant::now();
+                        } else if stalled_since.elapsed() >= CATCH_UP_TIMEOUT {
+                            return Err(crate::error::WeirError::new(
+                                "58000",
+                                format!(
+                                    "source \"{source}\" made no progress for {}s while catching up (see weir_sources)",
+                                    CATCH_UP_TIMEOUT.as_secs()
+                                ),
+                            ));
+                        }
+                    }
                 }
             }
         }
