@@ -110,6 +110,14 @@ async fn main() {
         let secs = t.elapsed().as_secs_f64();
         let rows = harness::query_text(&c, &format!("SELECT count(*) FROM {name}")).await;
         let got = harness::query_text(&c, "SELECT sum(rows) FROM weir_source_partitions").await;
+        if got[0][0] != n.to_string() {
+            let parts = harness::query_text(
+                &c,
+                "SELECT partition, \"offset\", high_watermark, rows FROM weir_source_partitions ORDER BY 1",
+            )
+            .await;
+            eprintln!("{name}: partitions after FLUSH: {parts:?}");
+        }
         assert_eq!(got[0][0], n.to_string(), "{name}: every record read");
         println!(
             "{name:<8} {secs:>10.1} {:>14.0} {:>11} {:>10.0}",

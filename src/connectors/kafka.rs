@@ -13,9 +13,11 @@
 //! time minus the declared delay) and combined by minimum over the partitions that are not
 //! idle (no message for `watermark.idle.timeout.ms`, default 5 s); it never moves back.
 //!
-//! FLUSH asks every instance to catch up: it notes each partition's high watermark from
-//! the latest fetch responses and reads until it has passed them (or the topic stays
-//! quiet), then answers behind a barrier.
+//! FLUSH asks every instance to catch up: after a few fetch cycles it waits until every
+//! partition has reported its end (librdkafka's partition EOF) with the log end unchanged
+//! since, so every message written before FLUSH is read, then answers behind a barrier.
+//! (The high watermark in fetch responses alone is not enough: some brokers report the end
+//! of the data returned rather than the log end.)
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -62,9 +64,6 @@ const METADATA_REFRESH: Duration = Duration::from_secs(5);
 const ERROR_SETTLE: Duration = Duration::from_millis(1500);
 /// How often partition progress (and idleness) is refreshed.
 const PROGRESS_REFRESH: Duration = Duration::from_millis(100);
-/// FLUSH: a partition whose read offset stays below its log end (control records of
-/// transactions have no messages) counts as caught up after this long without messages.
-const QUIET_END: Duration = Duration::from_millis(1500);
 /// librdkafka's fetch long-poll: also how stale a cached high watermark can be.
 const FETCH_WAIT_MS: u64 = 100;
 
@@ -233,7 +232,8 @@ impl KafkaOptions {
             .set("group.id", "weir")
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
-            .set("enable.partition.eof", "false")
+            // FLUSH knows a partition is read to its end from the EOF event
+            .set("enable.partition.eof", "true")
             .set("fetch.wait.max.ms", FETCH_WAIT_MS.to_string())
             .set("reconnect.backoff.max.ms", "1000")
             .set("log_level", "3");
@@ -396,6 +396,9 @@ struct PartitionState {
     /// the first one at or after it.
     skip_before_ms: Option<i64>,
     last_message: Instant,
+    /// The partition was read to its end (EOF), with the log end then; None once a
+    /// message came after it.
+    at_end: Option<i64>,
     /// For rows/s: (time, rows) at the last rate update.
     rate_mark: (Instant, u64),
 }
@@ -553,10 +556,8 @@ impl Instance {
         let topic_c = CString::new(topic.clone()).map_err(|e| e.to_string())?;
         let mut pending = Pending::default();
         let mut last_metadata: Option<Instant> = None;
-        // FLUSH requests being served: (request, when it came, targets once known)
+        // FLUSH requests being served: (request, when it came)
         let mut syncing: Vec<(SyncRequest, Instant)> = Vec::new();
-        let mut targets: Option<(BTreeMap<i32, i64>, Instant)> = None;
-        let mut quiet_since = Instant::now();
         let mut last_refresh = Instant::now();
         loop {
             if stop.load(Ordering::Acquire) {
@@ -596,12 +597,20 @@ impl Instance {
                     {
                         self.set_status("running");
                     }
+                    if let Some(p) = self.partitions.get_mut(&m.partition()) {
+                        p.at_end = None;
+                    }
                     if m.topic() == topic && self.wanted(&consumer, &topic_c, &m) {
                         pending.push(&m);
-                        quiet_since = Instant::now();
                         if let Some(p) = self.partitions.get_mut(&m.partition()) {
                             p.last_message = Instant::now();
                         }
+                    }
+                }
+                Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
+                    let hw = cached_high_watermark(&consumer, &topic_c, p);
+                    if let Some(s) = self.partitions.get_mut(&p) {
+                        s.at_end = Some(hw.unwrap_or(-1));
                     }
                 }
                 Some(Err(e)) => {
@@ -634,51 +643,38 @@ impl Instance {
                     }
                 }
             }
-            // serve FLUSH: after a fetch cycle, note the log ends; caught up once past
-            // them (or nothing arrived for a while: control records have no messages)
+            // serve FLUSH: once fetches have run for a while since the request (and since
+            // the last client error: a reconnect), caught up when every partition has
+            // reported its end (EOF) and its log end has not moved since (a message
+            // fetched but not yet polled moves it; control records of transactions do
+            // not count as unread)
             if !syncing.is_empty() {
                 let oldest = syncing
                     .iter()
                     .map(|(_, t)| *t)
                     .min()
                     .unwrap_or_else(Instant::now);
-                // the cached log ends are fresh once fetches have run for a while since the
-                // request and since the last client error (a reconnect)
                 let settled = last_error
                     .as_ref()
                     .is_none_or(|(at, _)| at.elapsed() >= ERROR_SETTLE);
-                if targets.is_none()
-                    && settled
+                let reached = settled
                     && oldest.elapsed() >= Duration::from_millis(FETCH_WAIT_MS * 3)
-                {
-                    let t: BTreeMap<i32, i64> = self
-                        .partitions
-                        .iter()
-                        .map(|(p, s)| (*p, s.progress.high_watermark))
-                        .collect();
-                    targets = Some((t, Instant::now()));
-                }
-                if let Some((t, at)) = &targets {
-                    let reached = t.iter().all(|(p, hw)| {
-                        self.partitions
-                            .get(p)
-                            .is_some_and(|s| *hw < 0 || s.progress.offset >= *hw)
+                    && !self.partitions.is_empty()
+                    && self.partitions.iter().all(|(p, s)| match s.at_end {
+                        Some(hw) => cached_high_watermark(&consumer, &topic_c, *p)
+                            .is_none_or(|now| now == hw || hw < 0),
+                        None => false,
                     });
-                    // (long enough that a large message still in transfer is not taken
-                    // for silence)
-                    let quiet = quiet_since.elapsed() >= QUIET_END && at.elapsed() >= QUIET_END;
-                    if (reached || quiet) && pending.meta.is_empty() {
-                        let served = std::mem::take(&mut syncing);
-                        // a table's changes are in the dataflow's queue once applied
-                        if let Target::View { tx, .. } = &self.target
-                            && !wait_for_views(tx)
-                        {
-                            return Err("the dataflow worker has stopped".into());
-                        }
-                        for (s, _) in served {
-                            let _ = s.send(Ok(()));
-                        }
-                        targets = None;
+                if reached && pending.meta.is_empty() {
+                    let served = std::mem::take(&mut syncing);
+                    // a table's changes are in the dataflow's queue once applied
+                    if let Target::View { tx, .. } = &self.target
+                        && !wait_for_views(tx)
+                    {
+                        return Err("the dataflow worker has stopped".into());
+                    }
+                    for (s, _) in served {
+                        let _ = s.send(Ok(()));
                     }
                 }
             }
@@ -746,6 +742,7 @@ impl Instance {
                         ..Default::default()
                     },
                     last_message: now,
+                    at_end: None,
                     rate_mark: (now, 0),
                     skip_below: (first && self.spec.options.startup == Startup::Latest)
                         .then_some(None),
