@@ -399,6 +399,9 @@ struct PartitionState {
     /// The partition was read to its end (EOF), with the log end then; None once a
     /// message came after it.
     at_end: Option<i64>,
+    /// The largest log end any response has reported (brokers can under-report it for a
+    /// while; it never shrinks here).
+    max_log_end: i64,
     /// For rows/s: (time, rows) at the last rate update.
     rate_mark: (Instant, u64),
 }
@@ -575,6 +578,15 @@ impl Instance {
             }
             while let Ok(s) = sync.try_recv() {
                 syncing.push((s, Instant::now()));
+                // the log ends as ListOffsets reports them, too (each source of the log end
+                // can lag; the largest seen is the target)
+                for (p, st) in self.partitions.iter_mut() {
+                    if let Ok((_, hi)) =
+                        consumer.fetch_watermarks(&topic, *p, Duration::from_secs(1))
+                    {
+                        st.max_log_end = st.max_log_end.max(hi);
+                    }
+                }
             }
             let last_error = context.error.lock().clone();
             if let Some((at, e)) = &last_error
@@ -611,6 +623,7 @@ impl Instance {
                     let hw = cached_high_watermark(&consumer, &topic_c, p);
                     if let Some(s) = self.partitions.get_mut(&p) {
                         s.at_end = Some(hw.unwrap_or(-1));
+                        s.max_log_end = s.max_log_end.max(hw.unwrap_or(-1));
                     }
                 }
                 Some(Err(e)) => {
@@ -661,8 +674,11 @@ impl Instance {
                     && oldest.elapsed() >= Duration::from_millis(FETCH_WAIT_MS * 3)
                     && !self.partitions.is_empty()
                     && self.partitions.iter().all(|(p, s)| match s.at_end {
-                        Some(hw) => cached_high_watermark(&consumer, &topic_c, *p)
-                            .is_none_or(|now| now == hw || hw < 0),
+                        Some(hw) => {
+                            hw >= s.max_log_end
+                                && cached_high_watermark(&consumer, &topic_c, *p)
+                                    .is_none_or(|now| now == hw)
+                        }
                         None => false,
                     });
                 if reached && pending.meta.is_empty() {
@@ -743,6 +759,7 @@ impl Instance {
                     },
                     last_message: now,
                     at_end: None,
+                    max_log_end: -1,
                     rate_mark: (now, 0),
                     skip_below: (first && self.spec.options.startup == Startup::Latest)
                         .then_some(None),
@@ -1065,6 +1082,7 @@ impl Instance {
         for (p, s) in self.partitions.iter_mut() {
             if let Some(hi) = cached_high_watermark(consumer, topic, *p) {
                 s.progress.high_watermark = hi;
+                s.max_log_end = s.max_log_end.max(hi);
                 if s.skip_below == Some(None) {
                     s.skip_below = Some(Some(hi));
                     s.progress.offset = hi;
