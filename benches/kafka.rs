@@ -109,6 +109,17 @@ async fn main() {
             .unwrap_or_else(|e| panic!("{name}: {}", harness::describe_error(&e)));
         let secs = t.elapsed().as_secs_f64();
         let rows = harness::query_text(&c, &format!("SELECT count(*) FROM {name}")).await;
+        let total_sql = if name == "count" {
+            "SELECT n FROM count".to_string()
+        } else {
+            format!("SELECT sum(bids) FROM {name}")
+        };
+        let total = harness::query_text(&c, &total_sql).await;
+        assert_eq!(
+            total[0][0],
+            n.to_string(),
+            "{name}: every record in the view"
+        );
         let got = harness::query_text(&c, "SELECT sum(rows) FROM weir_source_partitions").await;
         if got[0][0] != n.to_string() {
             let parts = harness::query_text(
@@ -117,6 +128,7 @@ async fn main() {
             )
             .await;
             eprintln!("{name}: partitions after FLUSH: {parts:?}");
+            eprintln!("{}", server.log_tail());
         }
         assert_eq!(got[0][0], n.to_string(), "{name}: every record read");
         println!(

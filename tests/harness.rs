@@ -103,7 +103,10 @@ fn spawn(data_dir: &Path, log: &Path) -> (Child, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(data_dir)
-        .env("WEIR_LOG", "info")
+        .env(
+            "WEIR_LOG",
+            std::env::var("WEIR_LOG").unwrap_or_else(|_| "info".into()),
+        )
         .stdout(Stdio::piped())
         .stderr(log_file)
         .spawn()

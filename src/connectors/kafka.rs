@@ -332,6 +332,12 @@ struct SourceContext {
 
 impl ClientContext for SourceContext {
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        // the end of a partition is reported here too; it is not a failure
+        if matches!(error, rdkafka::error::KafkaError::PartitionEOF(_))
+            || error.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::PartitionEOF)
+        {
+            return;
+        }
         *self.error.lock() = Some((Instant::now(), format!("{error}: {reason}")));
     }
 }
@@ -683,6 +689,18 @@ impl Instance {
                     });
                 if reached && pending.meta.is_empty() {
                     let served = std::mem::take(&mut syncing);
+                    // the system tables agree with what FLUSH says
+                    self.refresh_progress(&consumer, &topic_c);
+                    tracing::debug!(
+                        source = %self.source,
+                        view = %self.view,
+                        partitions = ?self
+                            .partitions
+                            .iter()
+                            .map(|(p, s)| (*p, s.progress.offset, s.at_end, s.max_log_end))
+                            .collect::<Vec<_>>(),
+                        "caught up for FLUSH"
+                    );
                     // a table's changes are in the dataflow's queue once applied
                     if let Target::View { tx, .. } = &self.target
                         && !wait_for_views(tx)
