@@ -53,7 +53,7 @@ async fn main() {
             .map(|j| {
                 format!(
                     "{{\"auction\": {}, \"bidder\": {}, \"price\": {}, \"channel\": \"{}\", \"url\": \"https://www.nexmark.com/item/{}\", \"date_time\": {}}}",
-                    1000 + (j * 7919) % 10_000,
+                    1000 + (j * 7919) % 1_000,
                     2000 + (j * 104_729) % 50_000,
                     100 + (j * 31) % 10_000,
                     channels[(j % 4) as usize],
@@ -78,6 +78,56 @@ async fn main() {
         bytes as f64 / (1 << 20) as f64,
         n as f64 / secs
     );
+    // the client-side ceiling: a bare librdkafka consumer reading every partition, with
+    // librdkafka's defaults and with Weir's consumer settings
+    for weir_config in [false, true] {
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+        let config = if weir_config {
+            let o: std::collections::HashMap<String, String> = [
+                ("topic".to_string(), "bids".to_string()),
+                (
+                    "properties.bootstrap.server".to_string(),
+                    b.bootstrap.clone(),
+                ),
+            ]
+            .into();
+            weir::connectors::kafka::KafkaOptions::parse(&o)
+                .expect("options")
+                .client_config()
+        } else {
+            let mut c = rdkafka::config::ClientConfig::new();
+            c.set("bootstrap.servers", &b.bootstrap)
+                .set("group.id", "bench-raw")
+                .set("enable.auto.commit", "false")
+                .set("fetch.wait.max.ms", "100");
+            c
+        };
+        let c: BaseConsumer = config.create().expect("consumer");
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..4 {
+            tpl.add_partition_offset("bids", p, Offset::Beginning)
+                .expect("partition");
+        }
+        c.assign(&tpl).expect("assign");
+        let t = Instant::now();
+        let mut got = 0u64;
+        while got < n && t.elapsed().as_secs() < 600 {
+            if let Some(Ok(_)) = c.poll(std::time::Duration::from_millis(50)) {
+                got += 1;
+            }
+        }
+        let secs = t.elapsed().as_secs_f64();
+        println!(
+            "bare librdkafka consumer ({}): {got} records in {secs:.1}s ({:.0} records/s)",
+            if weir_config {
+                "Weir's settings"
+            } else {
+                "defaults"
+            },
+            got as f64 / secs
+        );
+    }
     println!(
         "{:<8} {:>10} {:>14} {:>11} {:>10}",
         "view", "secs", "records/s", "view rows", "peak MiB"
@@ -115,6 +165,9 @@ async fn main() {
             format!("SELECT sum(bids) FROM {name}")
         };
         let total = harness::query_text(&c, &total_sql).await;
+        if total[0][0] != n.to_string() {
+            eprintln!("{}", server.log_tail());
+        }
         assert_eq!(
             total[0][0],
             n.to_string(),

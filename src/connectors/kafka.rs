@@ -235,6 +235,9 @@ impl KafkaOptions {
             // FLUSH knows a partition is read to its end from the EOF event
             .set("enable.partition.eof", "true")
             .set("fetch.wait.max.ms", FETCH_WAIT_MS.to_string())
+            // when the local queue is full librdkafka pauses fetching a partition for this
+            // long (default 1 s): the consumer then starves once the queue drains
+            .set("fetch.queue.backoff.ms", "5")
             .set("reconnect.backoff.max.ms", "1000")
             .set("log_level", "3");
         for (k, v) in &self.properties {
@@ -590,6 +593,7 @@ impl Instance {
                     if let Ok((_, hi)) =
                         consumer.fetch_watermarks(&topic, *p, Duration::from_secs(1))
                     {
+                        tracing::debug!(partition = *p, hi, "ListOffsets log end");
                         st.max_log_end = st.max_log_end.max(hi);
                     }
                 }
@@ -605,6 +609,8 @@ impl Instance {
             {
                 self.set_status(format!("broker unreachable: {e}"));
             }
+            // nothing more to read right now (FLUSH then hands over a partial batch)
+            let mut drained = false;
             match consumer.poll(Duration::from_millis(FETCH_WAIT_MS / 2)) {
                 Some(Ok(m)) => {
                     if self
@@ -627,6 +633,8 @@ impl Instance {
                 }
                 Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
                     let hw = cached_high_watermark(&consumer, &topic_c, p);
+                    tracing::debug!(partition = p, ?hw, "partition EOF");
+                    drained = true;
                     if let Some(s) = self.partitions.get_mut(&p) {
                         s.at_end = Some(hw.unwrap_or(-1));
                         s.max_log_end = s.max_log_end.max(hw.unwrap_or(-1));
@@ -635,13 +643,13 @@ impl Instance {
                 Some(Err(e)) => {
                     self.set_status(format!("broker unreachable: {e}"));
                 }
-                None => {}
+                None => drained = true,
             }
             let full = pending.meta.len() >= MAX_BATCH_ROWS
                 || pending
                     .since
                     .is_some_and(|t| t.elapsed() >= MAX_BATCH_DELAY);
-            if full || (!syncing.is_empty() && !pending.meta.is_empty()) {
+            if full || (drained && !syncing.is_empty() && !pending.meta.is_empty()) {
                 self.hand_over(&mut pending)?;
             }
             if last_refresh.elapsed() >= PROGRESS_REFRESH {
@@ -971,13 +979,16 @@ impl Instance {
     }
 
     /// The minimum over active partitions of (largest event time - delay); idle
-    /// partitions do not hold it back; it never moves back.
+    /// partitions (read to their end, no message for the idle timeout) do not hold it
+    /// back; it never moves back.
     fn advance_watermark(&mut self, delay: i64) {
         let idle = self.spec.options.idle_timeout;
         let mut min: Option<i64> = None;
         let mut all_idle = true;
         for p in self.partitions.values_mut() {
-            p.progress.idle = p.last_message.elapsed() >= idle;
+            // idle: read to its end and quiet; a partition with unread messages (a
+            // backlog the consumer has not reached) is never idle
+            p.progress.idle = p.at_end.is_some() && p.last_message.elapsed() >= idle;
             if p.progress.idle {
                 continue;
             }
@@ -1113,7 +1124,8 @@ impl Instance {
                     (s.progress.rows - r) as f64 / t.elapsed().as_secs_f64();
                 s.rate_mark = (Instant::now(), s.progress.rows);
             }
-            s.progress.idle = s.last_message.elapsed() >= self.spec.options.idle_timeout;
+            s.progress.idle =
+                s.at_end.is_some() && s.last_message.elapsed() >= self.spec.options.idle_timeout;
             out.push(s.progress.clone());
         }
         *self.progress.partitions.lock() = out;
