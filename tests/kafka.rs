@@ -78,7 +78,9 @@ async fn json_topic_into_windowed_views() {
     for round in 0..3 {
         let mut batch: Vec<(i32, Vec<u8>)> = Vec::new();
         for p in 0..4i32 {
-            let mut t = (round * 120 + p as i64 * 7) * SEC;
+            // rounds 400 s apart: a partition spans at most 150 x 2 s per round, so no row of a
+            // round is late against the previous round
+            let mut t = (round * 400 + p as i64 * 7) * SEC;
             for _ in 0..rng.random_range(50..150) {
                 t += rng.random_range(0..3) * SEC;
                 let ts = t - rng.random_range(0..9) * SEC; // disorder below the 10 s delay
@@ -169,6 +171,20 @@ async fn json_topic_into_windowed_views() {
         w
     };
     let got = rows(&c, "SELECT window_start, k, n, s FROM per_window").await;
+    if got != want {
+        eprintln!(
+            "late events: {:?}\npartitions: {:?}",
+            rows(&c, "SELECT view_name, row, event_time, watermark FROM weir_late_events").await,
+            rows(&c, "SELECT view_name, partition, \"offset\", high_watermark, rows, dead_letters FROM weir_source_partitions").await
+        );
+        let log = std::fs::read_to_string(server.log_path()).unwrap_or_default();
+        for l in log
+            .lines()
+            .filter(|l| l.contains("source watermark") && l.contains("per_window"))
+        {
+            eprintln!("{l}");
+        }
+    }
     assert_eq!(
         got, want,
         "seed {seed}: per_window (replay: WEIR_KAFKA_SEED={seed})"

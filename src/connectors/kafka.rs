@@ -609,41 +609,61 @@ impl Instance {
             {
                 self.set_status(format!("broker unreachable: {e}"));
             }
-            // nothing more to read right now (FLUSH then hands over a partial batch)
-            let mut drained = false;
-            match consumer.poll(Duration::from_millis(FETCH_WAIT_MS / 2)) {
-                Some(Ok(m)) => {
-                    if self
-                        .progress
-                        .status
-                        .lock()
-                        .starts_with("broker unreachable")
-                    {
-                        self.set_status("running");
-                    }
-                    if let Some(p) = self.partitions.get_mut(&m.partition()) {
-                        p.at_end = None;
-                    }
-                    if m.topic() == topic && self.wanted(&consumer, &topic_c, &m) {
-                        pending.push(&m);
+            // read a burst of messages (the first poll may wait; then only what is already
+            // fetched), so the housekeeping below runs once per burst, not per message
+            let mut drained = false; // nothing more to read right now
+            let burst_start = Instant::now();
+            let mut polled = 0usize;
+            loop {
+                let timeout = if polled == 0 {
+                    Duration::from_millis(FETCH_WAIT_MS / 2)
+                } else {
+                    Duration::ZERO
+                };
+                match consumer.poll(timeout) {
+                    Some(Ok(m)) => {
+                        polled += 1;
                         if let Some(p) = self.partitions.get_mut(&m.partition()) {
-                            p.last_message = Instant::now();
+                            p.at_end = None;
+                        }
+                        if m.topic() == topic && self.wanted(&consumer, &topic_c, &m) {
+                            pending.push(&m);
+                            if let Some(p) = self.partitions.get_mut(&m.partition()) {
+                                p.last_message = burst_start;
+                            }
+                        }
+                        if pending.meta.len() >= MAX_BATCH_ROWS || polled >= MAX_BATCH_ROWS {
+                            break;
                         }
                     }
-                }
-                Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
-                    let hw = cached_high_watermark(&consumer, &topic_c, p);
-                    tracing::debug!(partition = p, ?hw, "partition EOF");
-                    drained = true;
-                    if let Some(s) = self.partitions.get_mut(&p) {
-                        s.at_end = Some(hw.unwrap_or(-1));
-                        s.max_log_end = s.max_log_end.max(hw.unwrap_or(-1));
+                    Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
+                        let hw = cached_high_watermark(&consumer, &topic_c, p);
+                        tracing::debug!(partition = p, ?hw, "partition EOF");
+                        if let Some(s) = self.partitions.get_mut(&p) {
+                            s.at_end = Some(hw.unwrap_or(-1));
+                            s.max_log_end = s.max_log_end.max(hw.unwrap_or(-1));
+                        }
+                        drained = true;
+                        break;
+                    }
+                    Some(Err(e)) => {
+                        self.set_status(format!("broker unreachable: {e}"));
+                        break;
+                    }
+                    None => {
+                        drained = true;
+                        break;
                     }
                 }
-                Some(Err(e)) => {
-                    self.set_status(format!("broker unreachable: {e}"));
-                }
-                None => drained = true,
+            }
+            if polled > 0
+                && self
+                    .progress
+                    .status
+                    .lock()
+                    .starts_with("broker unreachable")
+            {
+                self.set_status("running");
             }
             let full = pending.meta.len() >= MAX_BATCH_ROWS
                 || pending
@@ -1006,7 +1026,20 @@ impl Instance {
             return;
         }
         if let Some(w) = min {
+            let before = self.watermark;
             self.watermark = Some(self.watermark.map_or(w, |old| old.max(w)));
+            if self.watermark != before {
+                tracing::debug!(
+                    view = %self.view,
+                    watermark = ?self.watermark,
+                    partitions = ?self
+                        .partitions
+                        .iter()
+                        .map(|(p, s)| (*p, s.progress.max_event_time, s.progress.idle))
+                        .collect::<Vec<_>>(),
+                    "source watermark"
+                );
+            }
         }
     }
 
