@@ -28,6 +28,45 @@ use crate::catalog::pg_catalog::{
 use crate::catalog::{Catalog, DATABASE_NAME, SUPERUSER_NAME};
 use crate::sql::types::SqlType;
 
+/// `pg_typeof(x)`: the Postgres type name of its argument (`integer`, `jsonb`,
+/// `character varying` ...), from the argument's declared type where a column carries
+/// one. Postgres returns `regtype`, which prints as this name.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct PgTypeof {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for PgTypeof {
+    fn name(&self) -> &str {
+        "pg_typeof"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> DfResult<DataType> {
+        Ok(DataType::Utf8)
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        let name = args
+            .arg_fields
+            .first()
+            .and_then(|f| crate::sql::types::field_sql_type(f))
+            .map(|t| t.display_name())
+            // regtype prints without the type modifier: `character varying`, `numeric`
+            .map(|n| match n.split_once('(') {
+                Some((base, rest)) => {
+                    let suffix = rest.split_once(')').map(|(_, s)| s).unwrap_or("");
+                    format!("{base}{suffix}")
+                }
+                None => n,
+            })
+            .unwrap_or_else(|| "unknown".into());
+        Ok(ColumnarValue::Scalar(
+            datafusion::common::ScalarValue::Utf8(Some(name)),
+        ))
+    }
+}
+
 /// The `version()` string: a Postgres 16 version, so drivers pick modern protocol paths.
 pub fn version_string() -> String {
     format!(
@@ -162,6 +201,9 @@ fn constant_bool(rows: usize, b: bool) -> ArrayRef {
 
 /// Register every function on a session context.
 pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
+    ctx.register_udf(ScalarUDF::new_from_impl(PgTypeof {
+        signature: Signature::any(1, Volatility::Immutable),
+    }));
     register_fn(ctx, "version", DataType::Utf8, |_, rows| {
         Ok(constant_str(rows, Some(&version_string())))
     });
