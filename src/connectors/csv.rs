@@ -12,14 +12,14 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, StringArray};
-use datafusion::arrow::compute::{CastOptions, cast_with_options, concat_batches};
+use datafusion::arrow::compute::{CastOptions, cast_with_options};
 use datafusion::arrow::csv::ReaderBuilder;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 
 use crate::catalog::ColumnDesc;
 use crate::connectors::Options;
-use crate::connectors::json::{Decoded, finish};
+use crate::connectors::json::{Decoded, finish, read_text_messages};
 use crate::error::{Result, WeirError};
 use crate::sql::types::{SqlType, schema_of};
 
@@ -81,44 +81,9 @@ impl CsvDecoder {
 
     /// Decode messages' values; `None` (a message without a value) is an error.
     pub fn decode(&self, values: &[Option<&[u8]>]) -> Decoded {
-        let mut errors: Vec<(usize, String)> = Vec::new();
-        let mut good: Vec<usize> = Vec::with_capacity(values.len());
-        for (i, v) in values.iter().enumerate() {
-            match v {
-                None => errors.push((i, "the message has no value".into())),
-                Some(b) if std::str::from_utf8(b).is_err() => {
-                    errors.push((i, "the message is not valid UTF-8".into()))
-                }
-                Some(_) => good.push(i),
-            }
-        }
-        let read = match self.read_all(values, &good) {
-            Ok(b) => b,
-            Err(_) => {
-                let mut parts = Vec::new();
-                let mut still = Vec::new();
-                for i in good {
-                    match self.read_all(values, &[i]) {
-                        Ok(b) => {
-                            parts.push(b);
-                            still.push(i);
-                        }
-                        Err(e) => errors.push((i, e)),
-                    }
-                }
-                good = still;
-                concat_batches(&self.read_schema, &parts)
-                    .unwrap_or_else(|_| RecordBatch::new_empty(self.read_schema.clone()))
-            }
-        };
-        let read = if read.num_rows() != good.len() {
-            for i in good.drain(..) {
-                errors.push((i, "cannot read the CSV records".into()));
-            }
-            RecordBatch::new_empty(self.read_schema.clone())
-        } else {
-            read
-        };
+        let (read, good, mut errors) = read_text_messages(values, &self.read_schema, |which| {
+            self.read_all(values, which)
+        });
         // header records
         let (read, mut good) = if self.header {
             self.drop_headers(read, good)

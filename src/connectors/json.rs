@@ -104,44 +104,9 @@ impl JsonDecoder {
 
     /// Decode messages' values; `None` (a message without a value) is an error.
     pub fn decode(&self, values: &[Option<&[u8]>]) -> Decoded {
-        let mut errors: Vec<(usize, String)> = Vec::new();
-        let mut good: Vec<usize> = Vec::with_capacity(values.len());
-        for (i, v) in values.iter().enumerate() {
-            match v {
-                None => errors.push((i, "the message has no value".into())),
-                Some(b) if std::str::from_utf8(b).is_err() => {
-                    errors.push((i, "the message is not valid UTF-8".into()))
-                }
-                Some(_) => good.push(i),
-            }
-        }
-        // the whole batch at once; one message at a time only to find the bad ones
-        let read = match self.read_all(values, &good) {
-            Ok(b) => b,
-            Err(_) => {
-                let mut parts = Vec::new();
-                let mut still = Vec::new();
-                for i in good {
-                    match self.read_all(values, &[i]) {
-                        Ok(b) => {
-                            parts.push(b);
-                            still.push(i);
-                        }
-                        Err(e) => errors.push((i, e)),
-                    }
-                }
-                good = still;
-                match concat_batches(&self.read_schema, &parts) {
-                    Ok(b) => b,
-                    Err(e) => {
-                        for i in good.drain(..) {
-                            errors.push((i, e.to_string()));
-                        }
-                        RecordBatch::new_empty(self.read_schema.clone())
-                    }
-                }
-            }
-        };
+        let (read, good, errors) = read_text_messages(values, &self.read_schema, |which| {
+            self.read_all(values, which)
+        });
         // columns in declared order: typed, timestamps as text, jsonb as JSON text
         let mut raw: Vec<ArrayRef> = Vec::with_capacity(self.columns.len());
         let mut read_at = 0usize;
@@ -199,6 +164,61 @@ impl JsonDecoder {
         }
         Ok(batch)
     }
+}
+
+/// The text decoders' first step: messages without a value or not UTF-8 are errors; the
+/// others are read by `read` all at once, and only when that fails one at a time, to find
+/// the bad ones. Returns the rows read (one per message, in order), which messages they
+/// are, and the errors.
+pub(crate) fn read_text_messages(
+    values: &[Option<&[u8]>],
+    schema: &SchemaRef,
+    read: impl Fn(&[usize]) -> std::result::Result<RecordBatch, String>,
+) -> (RecordBatch, Vec<usize>, Vec<(usize, String)>) {
+    let mut errors: Vec<(usize, String)> = Vec::new();
+    let mut good: Vec<usize> = Vec::with_capacity(values.len());
+    for (i, v) in values.iter().enumerate() {
+        match v {
+            None => errors.push((i, "the message has no value".into())),
+            Some(b) if std::str::from_utf8(b).is_err() => {
+                errors.push((i, "the message is not valid UTF-8".into()))
+            }
+            Some(_) => good.push(i),
+        }
+    }
+    let batch = match read(&good) {
+        Ok(b) => b,
+        Err(_) => {
+            let mut parts = Vec::new();
+            let mut still = Vec::new();
+            for i in good {
+                match read(&[i]) {
+                    Ok(b) => {
+                        parts.push(b);
+                        still.push(i);
+                    }
+                    Err(e) => errors.push((i, e)),
+                }
+            }
+            good = still;
+            match concat_batches(schema, &parts) {
+                Ok(b) => b,
+                Err(e) => {
+                    for i in good.drain(..) {
+                        errors.push((i, e.to_string()));
+                    }
+                    RecordBatch::new_empty(schema.clone())
+                }
+            }
+        }
+    };
+    if batch.num_rows() != good.len() {
+        for i in good.drain(..) {
+            errors.push((i, "the messages did not give one row each".into()));
+        }
+        return (RecordBatch::new_empty(schema.clone()), good, errors);
+    }
+    (batch, good, errors)
 }
 
 /// The declared-type checks shared by the value decoders: `raw` holds each declared
