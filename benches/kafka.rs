@@ -22,16 +22,6 @@ mod harness;
 
 use std::time::Instant;
 
-fn peak_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(f64::NAN)
-}
-
 #[tokio::main]
 async fn main() {
     let n: u64 = std::env::var("KAFKA_RECORDS")
@@ -188,7 +178,7 @@ async fn main() {
             "{name:<8} {secs:>10.1} {:>14.0} {:>11} {:>10.0}",
             n as f64 / secs,
             rows[0][0],
-            server.pid().map(peak_mib).unwrap_or(f64::NAN)
+            server.pid().map(harness::peak_mib).unwrap_or(f64::NAN)
         );
     }
 }

@@ -22,17 +22,6 @@ use nexmark_queries::{QUERIES, instantiate};
 
 use std::time::Instant;
 
-/// Peak resident set of a process, in MiB.
-fn peak_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(f64::NAN)
-}
-
 #[tokio::main]
 async fn main() {
     let events: u64 = std::env::var("NEXMARK_EVENTS")
@@ -99,7 +88,7 @@ async fn main() {
             println!("{name:<5} failed: {f}");
             continue;
         }
-        let peak = server.pid().map(peak_mib).unwrap_or(f64::NAN);
+        let peak = server.pid().map(harness::peak_mib).unwrap_or(f64::NAN);
         println!(
             "{name:<5} {source_rows:>12} {secs:>9.2} {:>13.0} {:>13.0} {view_rows:>11} {peak:>10.0}",
             events as f64 / secs,

@@ -170,3 +170,15 @@ pub fn sqlstate(e: &tokio_postgres::Error) -> String {
         .map(|d| d.code().code().to_owned())
         .unwrap_or_default()
 }
+
+/// Peak resident set of a process, in MiB (benchmarks).
+#[allow(dead_code)]
+pub fn peak_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(f64::NAN)
+}

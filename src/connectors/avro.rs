@@ -365,7 +365,7 @@ impl AvroDecoder {
                         out.push(a.clone());
                         continue;
                     }
-                    DataType::Int64 | DataType::Int32 => DataType::Utf8,
+                    // epoch millis or text, parsed like JSON's
                     _ => DataType::Utf8,
                 },
                 _ => target,
