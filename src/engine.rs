@@ -1,6 +1,8 @@
 //! The database: opens the store and catalog, and executes parsed statements for a
 //! session. The wire protocol lives in `server`; this is what it calls.
 
+mod client;
+pub use client::CopyRows;
 mod sinks;
 mod views;
 
@@ -55,6 +57,19 @@ pub enum Output {
     SetVariable {
         name: String,
         value: String,
+    },
+    /// `SUBSCRIBE`: a result set that never ends on its own.
+    Subscribe(crate::serving::subscribe::SubscribeStream),
+    /// `COPY ... FROM STDIN` is waiting for data (kept in the session's `copy_in`).
+    CopyIn {
+        columns: usize,
+        csv: bool,
+    },
+    /// `COPY ... TO STDOUT`.
+    CopyOut {
+        schema: SchemaRef,
+        rows: client::CopyRows,
+        options: crate::sql::client_stmts::CopyOptions,
     },
 }
 
@@ -117,6 +132,8 @@ impl Engine {
             }
             Statement::ShowVariable(name) => Ok((vec![], Some(show_schema(name)))),
             Statement::ShowRelations(_) => Ok((vec![], Some(show_relations_schema()))),
+            Statement::Subscribe(s) => Ok((vec![], Some(self.subscribe_schema(s)?))),
+            Statement::Fetch(f) => Ok((vec![], Some(self.cursor_schema(session, &f.cursor)?))),
             Statement::ExplainView(_) => Ok((
                 vec![],
                 Some(Arc::new(Schema::new(vec![Field::new(
@@ -271,15 +288,30 @@ impl Engine {
                 Ok(Output::TransactionStart)
             }
             Statement::Commit => {
-                session.in_transaction = false;
-                session.undo.clear();
-                Ok(Output::TransactionEnd("COMMIT"))
+                // COMMIT of a failed block rolls it back, as in Postgres
+                let tag = if session.aborted {
+                    self.rollback(session).await?;
+                    "ROLLBACK"
+                } else {
+                    session.undo.clear();
+                    "COMMIT"
+                };
+                session.end_block();
+                Ok(Output::TransactionEnd(tag))
             }
             Statement::Rollback => {
-                session.in_transaction = false;
+                session.end_block();
                 self.rollback(session).await?;
                 Ok(Output::TransactionEnd("ROLLBACK"))
             }
+            Statement::Savepoint(name) => self.savepoint(session, name),
+            Statement::Release(name) => self.release(session, name),
+            Statement::RollbackTo(name) => self.rollback_to(session, name).await,
+            Statement::Subscribe(s) => Ok(Output::Subscribe(self.subscribe(s)?)),
+            Statement::Declare(d) => self.declare(session, d).await,
+            Statement::Fetch(f) => self.fetch(session, f).await,
+            Statement::Close(name) => self.close(session, name.as_deref()),
+            Statement::Copy(c) => self.copy(session, c).await,
         }
     }
 
@@ -328,7 +360,15 @@ impl Engine {
     /// Undo the session's uncommitted changes, newest first. Each undo is itself a durable
     /// change (views see the retractions).
     pub async fn rollback(&self, session: &mut Session) -> Result<()> {
-        while let Some((table, changelog)) = session.undo.pop() {
+        self.rollback_until(session, 0).await
+    }
+
+    /// Undo changes until `keep` remain in the undo log (a savepoint's mark).
+    async fn rollback_until(&self, session: &mut Session, keep: usize) -> Result<()> {
+        while session.undo.len() > keep {
+            let Some((table, changelog)) = session.undo.pop() else {
+                break;
+            };
             let _writer = table.writer.lock().await;
             let t = table.clone();
             tokio::task::spawn_blocking(move || t.apply(Change::Revert(changelog)))

@@ -52,6 +52,8 @@ pub struct WeirError {
     pub message: String,
     pub detail: Option<String>,
     pub hint: Option<String>,
+    /// Where it happened (`COPY t, line 3`): the CONTEXT line clients print.
+    pub context: Option<String>,
 }
 
 pub type Result<T, E = WeirError> = std::result::Result<T, E>;
@@ -63,7 +65,12 @@ impl WeirError {
             message: message.into(),
             detail: None,
             hint: None,
+            context: None,
         }
+    }
+    pub fn with_context(mut self, context: impl Into<String>) -> Self {
+        self.context = Some(context.into());
+        self
     }
     pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
         self.detail = Some(detail.into());
@@ -103,6 +110,7 @@ impl WeirError {
         let mut info = ErrorInfo::new("ERROR".to_owned(), self.code.to_owned(), self.message);
         info.detail = self.detail;
         info.hint = self.hint;
+        info.where_context = self.context;
         info
     }
 }

@@ -1,10 +1,12 @@
 //! The Postgres wire protocol front end (pgwire): accepts connections, runs the startup
 //! handshake, and hands simple and extended queries to the engine.
 
+pub mod copy;
 pub mod encode;
 pub mod handler;
 pub mod params;
 pub mod session;
+pub mod streaming;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

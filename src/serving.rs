@@ -4,6 +4,8 @@
 //!
 //! This module must not mutate anything: writes go through `plan::dml` and the table store.
 
+pub mod subscribe;
+
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;

@@ -1,6 +1,7 @@
 //! SQL text in: the statement parser (sqlparser's Postgres dialect plus Weir's streaming
 //! syntax) and the SQL type system.
 
+pub mod client_stmts;
 pub mod json;
 pub mod parser;
 pub mod time;

@@ -15,19 +15,26 @@ use pgwire::api::auth::{
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use pgwire::api::cancel::{CancelHandler, DefaultCancelHandler};
+use pgwire::api::copy::CopyHandler;
 use pgwire::api::portal::{Format, Portal};
-use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler, send_ready_for_query};
 use pgwire::api::results::{
-    DescribePortalResponse, DescribeStatementResponse, FieldInfo, QueryResponse, Response, Tag,
+    CopyResponse, DescribePortalResponse, DescribeStatementResponse, FieldInfo, QueryResponse,
+    Response, Tag,
 };
 use pgwire::api::stmt::{QueryParser, StoredStatement};
-use pgwire::api::store::PortalStore;
+use pgwire::api::store::{Entry, PortalStore};
 use pgwire::api::{
     ClientInfo, ClientPortalStore, ConnectionGuard, ConnectionHandle, ConnectionManager,
-    METADATA_USER, PgWireServerHandlers, PidSecretKeyGenerator, RandomPidSecretKeyGenerator, Type,
+    DEFAULT_NAME, METADATA_USER, PgWireConnectionState, PgWireServerHandlers,
+    PidSecretKeyGenerator, RandomPidSecretKeyGenerator, Type,
 };
 use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::cancel::CancelRequest;
+use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
+use pgwire::messages::extendedquery::Execute;
+use pgwire::messages::response::TransactionStatus;
+use pgwire::messages::simplequery::Query;
 use pgwire::messages::startup::ParameterStatus;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use tokio::sync::Mutex;
@@ -38,9 +45,11 @@ use datafusion::arrow::datatypes::FieldRef;
 
 use crate::engine::{Engine, Output};
 use crate::error::WeirError;
+use crate::server::copy::CopyWriter;
 use crate::server::encode::{column_plans, encode_batch, field_infos};
 use crate::server::params;
-use crate::server::session::{Session, is_reported};
+use crate::server::session::{Session, TxState, is_reported};
+use crate::server::streaming::{copy_data, send_flushing, send_simple_response, subscribe_rows};
 use crate::sql::parser::{Parsed, Statement, parse};
 
 /// Cancellation of the query a connection is running. A cancel request sets it; result
@@ -59,7 +68,7 @@ impl QueryCancel {
     fn reset(&self) {
         self.flag.store(false, Ordering::SeqCst);
     }
-    async fn cancelled(&self) {
+    pub(crate) async fn cancelled(&self) {
         loop {
             let notified = self.notify.notified();
             if self.flag.load(Ordering::SeqCst) {
@@ -90,7 +99,7 @@ impl Drop for CancelGuard {
     }
 }
 
-fn query_canceled() -> WeirError {
+pub(crate) fn query_canceled() -> WeirError {
     WeirError::new("57014", "canceling statement due to user request")
 }
 
@@ -131,6 +140,9 @@ impl PgWireServerHandlers for WeirBackend {
         self.handle.clone()
     }
     fn startup_handler(&self) -> Arc<impl StartupHandler> {
+        self.handle.clone()
+    }
+    fn copy_handler(&self) -> Arc<impl CopyHandler> {
         self.handle.clone()
     }
     fn cancel_handler(&self) -> Arc<impl pgwire::api::cancel::CancelHandler> {
@@ -352,6 +364,30 @@ async fn respond(
         Output::TransactionStart => Response::TransactionStart(Tag::new("BEGIN")),
         Output::TransactionEnd(tag) => Response::TransactionEnd(Tag::new(tag)),
         Output::SetVariable { .. } => Response::Execution(Tag::new("SET")),
+        Output::Subscribe(sub) => {
+            let schema = sub.schema();
+            let fields = Arc::new(field_infos(&schema, |i| format.format_for(i)));
+            let plans = column_plans(&schema, &fields);
+            let mut q = QueryResponse::new(fields, subscribe_rows(sub, plans, cancel));
+            q.set_command_tag("SUBSCRIBE");
+            Response::Query(q)
+        }
+        Output::CopyIn { columns, .. } => {
+            Response::CopyIn(CopyResponse::new(0, columns, stream::empty()))
+        }
+        Output::CopyOut {
+            schema,
+            rows,
+            options,
+        } => {
+            let writer = CopyWriter::new(&schema, options);
+            let columns = writer.columns();
+            Response::CopyOut(CopyResponse::new(
+                0,
+                columns,
+                copy_data(rows, writer, cancel),
+            ))
+        }
     })
 }
 
@@ -362,7 +398,7 @@ fn notice(line: String) -> PgWireBackendMessage {
 }
 
 /// A result stream that ends with 57014 when the query is canceled.
-fn cancellable(
+pub(crate) fn cancellable(
     stream: datafusion::execution::SendableRecordBatchStream,
     cancel: Arc<QueryCancel>,
 ) -> impl futures::Stream<Item = Result<datafusion::arrow::record_batch::RecordBatch, WeirError>>
@@ -380,12 +416,23 @@ fn cancellable(
     })
 }
 
-/// Refuse everything but ending the block after an error inside a transaction block, as
-/// Postgres does.
-fn check_aborted<C: ClientInfo>(client: &C, stmt: &Statement) -> Result<(), WeirError> {
+/// Refuse everything but ending the block (or rolling back to a savepoint) after an error
+/// inside a transaction block, as Postgres does. An error pgwire itself reported (a bad
+/// Bind, say) also aborts the block.
+fn check_aborted<C: ClientInfo>(
+    client: &C,
+    session: &mut Session,
+    stmt: &Statement,
+) -> Result<(), WeirError> {
     use pgwire::messages::response::TransactionStatus;
-    if matches!(client.transaction_status(), TransactionStatus::Error)
-        && !matches!(stmt, Statement::Rollback | Statement::Commit)
+    if session.in_transaction && matches!(client.transaction_status(), TransactionStatus::Error) {
+        session.aborted = true;
+    }
+    if session.aborted
+        && !matches!(
+            stmt,
+            Statement::Rollback | Statement::Commit | Statement::RollbackTo(_)
+        )
     {
         return Err(WeirError::new(
             "25P02",
@@ -407,31 +454,96 @@ fn reported_setting(output: &Output) -> Option<ParameterStatus> {
 
 #[async_trait]
 impl SimpleQueryHandler for Handle {
-    async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    /// The simple query protocol, handled whole here rather than by pgwire's default: each
+    /// statement's response goes out as it is produced (a SUBSCRIBE never ends), COPY FROM
+    /// STDIN hands the connection to the copy handler, and ReadyForQuery reports the
+    /// session's own transaction state (pgwire's cannot go from failed back to in-block,
+    /// which `ROLLBACK TO SAVEPOINT` needs).
+    async fn on_query<C>(&self, client: &mut C, query: Query) -> PgWireResult<()>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::PortalStore: PortalStore,
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        if !matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
+            return Err(PgWireError::NotReadyForQuery);
+        }
+        client.set_state(PgWireConnectionState::QueryInProgress);
+        let copying = self.simple_query(client, &query.query).await?;
+        if copying {
+            client.set_state(PgWireConnectionState::CopyInProgress(false));
+            return Ok(());
+        }
+        client.set_state(PgWireConnectionState::ReadyForQuery);
+        let status = self.tx_status(client).await;
+        client.set_transaction_status(status);
+        send_ready_for_query(client, status).await
+    }
+
+    /// Not called: `on_query` above runs simple queries.
+    async fn do_query<C>(&self, _client: &mut C, _query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        Err(err(WeirError::internal(
+            "simple queries are run by Handle::on_query",
+        )))
+    }
+}
+
+impl Handle {
+    /// The transaction state to report in ReadyForQuery.
+    async fn tx_status<C: ClientInfo>(&self, client: &C) -> TransactionStatus {
+        let session = self.session(client);
+        let session = session.lock().await;
+        match session.tx_state() {
+            TxState::Idle => TransactionStatus::Idle,
+            TxState::InBlock => TransactionStatus::Transaction,
+            TxState::Failed => TransactionStatus::Error,
+        }
+    }
+
+    /// Run the statements of a simple query message, sending each response as it comes.
+    /// Returns `true` when the last one started a COPY FROM STDIN.
+    async fn simple_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<bool>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
         debug!(query, "simple query");
         let statements = match parse(query) {
             Ok(s) => s,
-            Err(e) => return Ok(vec![Response::Error(Box::new(e.into_error_info()))]),
+            Err(e) => {
+                self.note_failure(client).await;
+                send_simple_response(client, Response::Error(Box::new(e.into_error_info())))
+                    .await?;
+                return Ok(false);
+            }
         };
         if statements.is_empty() {
-            return Ok(vec![Response::EmptyQuery]);
+            send_simple_response(client, Response::EmptyQuery).await?;
+            return Ok(false);
         }
         let session = self.session(client);
         let mut session = session.lock().await;
         let cancel = self.begin_query(client);
-        let mut out = Vec::with_capacity(statements.len());
         let last = statements.len() - 1;
         // several statements in one message run as one implicit transaction, as in Postgres
         session.implicit_transaction = statements.len() > 1;
+        let mut copying = false;
         for (i, parsed) in statements.iter().enumerate() {
-            let result = match check_aborted(client, &parsed.stmt) {
+            let result = match check_aborted(client, &mut session, &parsed.stmt) {
                 Err(e) => Err(e),
+                Ok(()) if i != last && matches!(&parsed.stmt, Statement::Copy(_)) => {
+                    Err(WeirError::not_supported(
+                        "COPY must be the last statement of a multi-statement query",
+                    ))
+                }
                 Ok(()) => self.run(client, &mut session, parsed, None).await?,
             };
             let result = match result {
@@ -446,27 +558,112 @@ impl SimpleQueryHandler for Handle {
                 Err(e) => Err(e),
             };
             match result {
-                Ok(r) => out.push(r),
+                Ok(r) => {
+                    copying = send_simple_response(client, r).await?;
+                }
                 Err(e) => {
                     debug!(error = %e, statement = %parsed.text, "statement failed");
                     let mut e = e;
-                    if !session.in_transaction
-                        && let Err(undo_err) = self.engine.rollback(&mut session).await
-                    {
+                    if session.in_transaction {
+                        session.aborted = true;
+                    } else if let Err(undo_err) = self.engine.rollback(&mut session).await {
                         e = e.with_detail(format!(
                             "undoing the earlier statements of this query failed: {undo_err}"
                         ));
                     }
-                    out.push(Response::Error(Box::new(e.into_error_info())));
+                    send_simple_response(client, Response::Error(Box::new(e.into_error_info())))
+                        .await?;
                     break;
                 }
             }
         }
         session.implicit_transaction = false;
+        if !session.in_transaction && !copying {
+            session.undo.clear();
+        }
+        Ok(copying)
+    }
+
+    /// A statement failed before it reached the session (a syntax error): inside a block,
+    /// the block is now aborted.
+    async fn note_failure<C: ClientInfo>(&self, client: &C) {
+        let session = self.session(client);
+        let mut session = session.lock().await;
+        if session.in_transaction {
+            session.aborted = true;
+        }
+    }
+}
+
+#[async_trait]
+impl CopyHandler for Handle {
+    async fn on_copy_data<C>(&self, client: &mut C, data: CopyData) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let session = self.session(client);
+        let mut session = session.lock().await;
+        if let Some(copy) = session.copy_in.as_mut()
+            && copy.error.is_none()
+            && let Err(e) = copy.feed(&data.data)
+        {
+            copy.error = Some(e);
+        }
+        Ok(())
+    }
+
+    async fn on_copy_done<C>(&self, client: &mut C, _done: CopyDone) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let session = self.session(client);
+        let mut session = session.lock().await;
+        let result = self.engine.copy_in_done(&mut session).await;
         if !session.in_transaction {
             session.undo.clear();
         }
-        Ok(out)
+        match result {
+            Ok(tag) => {
+                client
+                    .feed(PgWireBackendMessage::CommandComplete(Tag::new(&tag).into()))
+                    .await?;
+                let status = match session.tx_state() {
+                    TxState::Idle => TransactionStatus::Idle,
+                    TxState::InBlock => TransactionStatus::Transaction,
+                    TxState::Failed => TransactionStatus::Error,
+                };
+                client.set_transaction_status(status);
+                Ok(())
+            }
+            Err(e) => {
+                if session.in_transaction {
+                    session.aborted = true;
+                }
+                Err(err(e))
+            }
+        }
+    }
+
+    async fn on_copy_fail<C>(&self, client: &mut C, fail: CopyFail) -> PgWireError
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let session = self.session(client);
+        let mut session = session.lock().await;
+        session.copy_in = None;
+        if session.in_transaction {
+            session.aborted = true;
+        }
+        err(WeirError::new(
+            "57014",
+            format!("COPY from stdin failed: {}", fail.message),
+        ))
     }
 }
 
@@ -555,6 +752,57 @@ impl ExtendedQueryHandler for Handle {
         self.parser.clone()
     }
 
+    /// pgwire's Execute, except that a SUBSCRIBE run without a row limit streams here
+    /// (flushing each change as it comes; pgwire's would buffer them), and the transaction
+    /// state afterwards is the session's (so `ROLLBACK TO SAVEPOINT` leaves the failed
+    /// state).
+    async fn on_execute<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
+        let subscribe = match client.portal_store().get_portal(name) {
+            Some(Entry::Value(p))
+                if message.max_rows == 0
+                    && matches!(p.statement.statement.parsed.stmt, Statement::Subscribe(_)) =>
+            {
+                Some(p)
+            }
+            _ => None,
+        };
+        if let Some(portal) = subscribe
+            && matches!(client.state(), PgWireConnectionState::ReadyForQuery)
+        {
+            client.set_state(PgWireConnectionState::QueryInProgress);
+            let resp = ExtendedQueryHandler::do_query(self, client, &portal, 0).await;
+            client.set_state(PgWireConnectionState::ReadyForQuery);
+            match resp? {
+                Response::Query(q) => {
+                    let mut rows = q.data_rows;
+                    let n = send_flushing(client, &mut rows, PgWireBackendMessage::DataRow).await?;
+                    client
+                        .send(PgWireBackendMessage::CommandComplete(
+                            Tag::new("SUBSCRIBE").with_rows(n).into(),
+                        ))
+                        .await?;
+                }
+                other => {
+                    send_simple_response(client, other).await?;
+                }
+            }
+            return Ok(());
+        }
+        let result = self._on_execute(client, message).await;
+        if result.is_ok() {
+            let status = self.tx_status(client).await;
+            client.set_transaction_status(status);
+        }
+        result
+    }
+
     async fn do_describe_statement<C>(
         &self,
         client: &mut C,
@@ -609,42 +857,68 @@ impl ExtendedQueryHandler for Handle {
     {
         let parsed = &portal.statement.statement.parsed;
         debug!(query = %parsed.text, "extended query");
-        check_aborted(client, &parsed.stmt).map_err(err)?;
         let cancel = self.begin_query(client);
         let session = self.session(client);
         let mut session = session.lock().await;
+        let result = self
+            .execute_portal(client, &mut session, portal, cancel)
+            .await?;
+        if result.is_err() && session.in_transaction {
+            session.aborted = true;
+        }
+        result.map_err(err)
+    }
+}
+
+impl Handle {
+    async fn execute_portal<C>(
+        &self,
+        client: &mut C,
+        session: &mut Session,
+        portal: &Portal<Prepared>,
+        cancel: Arc<QueryCancel>,
+    ) -> PgWireResult<Result<Response, WeirError>>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let parsed = &portal.statement.statement.parsed;
+        if let Err(e) = check_aborted(client, session, &parsed.stmt) {
+            return Ok(Err(e));
+        }
         let params = if portal.parameters.is_empty() {
             None
         } else {
-            let (_, _, inferred) = self
-                .describe(&session, &portal.statement, &portal.result_column_format)
+            let inferred = match self
+                .describe(session, &portal.statement, &portal.result_column_format)
                 .await
-                .map_err(err)?;
+            {
+                Ok((_, _, inferred)) => inferred,
+                Err(e) => return Ok(Err(e)),
+            };
             let inferred: Vec<_> = inferred
                 .iter()
                 .map(|f| f.as_ref().map(|f| f.as_ref().clone()))
                 .collect();
-            Some(
-                params::decode(
-                    &portal.parameters,
-                    &portal.statement.parameter_types,
-                    &inferred,
-                    |i| portal.parameter_format.is_binary(i),
-                )
-                .map_err(err)?,
-            )
+            match params::decode(
+                &portal.parameters,
+                &portal.statement.parameter_types,
+                &inferred,
+                |i| portal.parameter_format.is_binary(i),
+            ) {
+                Ok(p) => Some(p),
+                Err(e) => return Ok(Err(e)),
+            }
         };
-        let output = self
-            .run(client, &mut session, parsed, params)
-            .await?
-            .map_err(err)?;
+        let output = match self.run(client, session, parsed, params).await? {
+            Ok(o) => o,
+            Err(e) => return Ok(Err(e)),
+        };
         if let Some(status) = reported_setting(&output) {
             client
                 .feed(PgWireBackendMessage::ParameterStatus(status))
                 .await?;
         }
-        respond(output, &portal.result_column_format, false, cancel)
-            .await
-            .map_err(err)
+        Ok(respond(output, &portal.result_column_format, false, cancel).await)
     }
 }

@@ -1,7 +1,7 @@
 //! Per-connection state: the DataFusion context, settings changed with SET, and the
 //! transaction block status.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use std::sync::Arc;
 
@@ -81,6 +81,42 @@ pub struct Session {
     pub undo: Vec<(Arc<TableStore>, Changelog)>,
     /// Collect undo entries even outside BEGIN (a multi-statement simple query).
     pub implicit_transaction: bool,
+    /// A statement failed inside the transaction block: everything but ROLLBACK [TO] is
+    /// refused until the block ends.
+    pub aborted: bool,
+    /// Savepoints of the transaction block, oldest first: name and the undo log's length
+    /// when it was set.
+    pub savepoints: Vec<(String, usize)>,
+    /// Open cursors by name.
+    pub cursors: HashMap<String, Cursor>,
+    /// A `COPY ... FROM STDIN` waiting for its data.
+    pub copy_in: Option<crate::server::copy::CopyIn>,
+}
+
+/// What a cursor reads from.
+pub enum CursorRows {
+    Query(datafusion::execution::SendableRecordBatchStream),
+    Subscribe(crate::serving::subscribe::SubscribeStream),
+}
+
+/// An open cursor (`DECLARE`): rows are read as FETCH asks for them.
+pub struct Cursor {
+    pub schema: datafusion::arrow::datatypes::SchemaRef,
+    /// In a mutex only to make the session `Sync` (streams are not); reached with
+    /// `get_mut`, never locked.
+    pub rows: parking_lot::Mutex<CursorRows>,
+    /// Rows read from the source but not fetched yet.
+    pub leftover: Option<datafusion::arrow::record_batch::RecordBatch>,
+    /// `WITH HOLD`: stays open after the transaction block ends.
+    pub hold: bool,
+}
+
+/// The transaction state a client sees in ReadyForQuery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxState {
+    Idle,
+    InBlock,
+    Failed,
 }
 
 impl Drop for Session {
@@ -118,7 +154,28 @@ impl Session {
             in_transaction: false,
             undo: Vec::new(),
             implicit_transaction: false,
+            aborted: false,
+            savepoints: Vec::new(),
+            cursors: HashMap::new(),
+            copy_in: None,
         }
+    }
+
+    pub fn tx_state(&self) -> TxState {
+        match (self.in_transaction, self.aborted) {
+            (false, _) => TxState::Idle,
+            (true, false) => TxState::InBlock,
+            (true, true) => TxState::Failed,
+        }
+    }
+
+    /// The transaction block ended (COMMIT or ROLLBACK): savepoints and cursors without
+    /// HOLD go with it.
+    pub fn end_block(&mut self) {
+        self.in_transaction = false;
+        self.aborted = false;
+        self.savepoints.clear();
+        self.cursors.retain(|_, c| c.hold);
     }
 
     /// Normalize a SHOW/SET name: lower case, multi-word aliases mapped.

@@ -10,6 +10,10 @@ use datafusion::sql::sqlparser::parser::Parser;
 use datafusion::sql::sqlparser::tokenizer::{Location, Token, TokenWithSpan};
 
 use crate::error::{Result, WeirError};
+use crate::sql::client_stmts::{
+    Copy, Declare, Fetch, Subscribe, at_subscribe, parse_close, parse_copy, parse_declare,
+    parse_fetch, parse_savepoint_name, parse_subscribe,
+};
 use crate::sql::types::SqlType;
 
 /// A parsed statement with the text it was parsed from.
@@ -51,6 +55,16 @@ pub enum Statement {
     Dml(Box<ast::Statement>),
     /// A query (SELECT, VALUES, WITH, EXPLAIN): planned and run by DataFusion.
     Query(Box<ast::Statement>),
+    Savepoint(String),
+    Release(String),
+    RollbackTo(String),
+    /// A never-ending result: a view's rows, then its changes.
+    Subscribe(Subscribe),
+    Declare(Box<Declare>),
+    Fetch(Fetch),
+    /// `CLOSE name`, or `CLOSE ALL` (`None`).
+    Close(Option<String>),
+    Copy(Box<Copy>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -275,7 +289,7 @@ fn preprocess(tokens: Vec<TokenWithSpan>) -> (Vec<TokenWithSpan>, Vec<Location>)
     (out, marks)
 }
 
-fn syntax_near(t: &TokenWithSpan) -> WeirError {
+pub(crate) fn syntax_near(t: &TokenWithSpan) -> WeirError {
     if t.token == Token::EOF {
         WeirError::syntax("syntax error at end of input")
     } else {
@@ -354,14 +368,29 @@ fn parse_one(p: &mut Parser) -> Result<Statement> {
             Ok(Statement::Commit)
         }
         Keyword::ROLLBACK | Keyword::ABORT => {
-            let words = rest_words(p)?;
-            if words.iter().any(|w| w == "to") {
-                return Err(WeirError::not_supported(
-                    "ROLLBACK TO SAVEPOINT is not supported",
-                ));
+            p.next_token();
+            let _ = p.parse_keyword(Keyword::WORK) || p.parse_keyword(Keyword::TRANSACTION);
+            if p.parse_keyword(Keyword::TO) {
+                return parse_savepoint_name(p).map(Statement::RollbackTo);
             }
+            rest_words(p)?;
             Ok(Statement::Rollback)
         }
+        Keyword::SAVEPOINT => {
+            p.next_token();
+            Ok(Statement::Savepoint(normalize_ident(
+                &p.parse_identifier()?,
+            )))
+        }
+        Keyword::RELEASE => {
+            p.next_token();
+            parse_savepoint_name(p).map(Statement::Release)
+        }
+        Keyword::DECLARE => parse_declare(p).map(|d| Statement::Declare(Box::new(d))),
+        Keyword::FETCH => parse_fetch(p).map(Statement::Fetch),
+        Keyword::CLOSE => parse_close(p).map(Statement::Close),
+        Keyword::COPY => parse_copy(p).map(|c| Statement::Copy(Box::new(c))),
+        _ if at_subscribe(p) => parse_subscribe(p).map(Statement::Subscribe),
         Keyword::DISCARD => {
             rest_words(p)?;
             Ok(Statement::NoOp("DISCARD ALL"))

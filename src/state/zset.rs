@@ -26,6 +26,8 @@ pub struct ZSet {
     /// Sum of positive multiplicities.
     total: i64,
     negative: usize,
+    /// Holds a difference (negative multiplicities are expected), not a relation.
+    delta: bool,
 }
 
 impl ZSet {
@@ -43,7 +45,16 @@ impl ZSet {
             rows: FastMap::default(),
             total: 0,
             negative: 0,
+            delta: false,
         })
+    }
+
+    /// A Z-set for summing changes (consolidating a changelog), where rows may end with a
+    /// negative multiplicity.
+    pub fn new_delta(schema: SchemaRef) -> Result<ZSet> {
+        let mut z = ZSet::new(schema)?;
+        z.delta = true;
+        Ok(z)
     }
 
     pub fn schema(&self) -> &SchemaRef {
@@ -105,7 +116,10 @@ impl ZSet {
                 _ => {}
             }
         }
-        debug_assert_eq!(self.negative, 0, "a Z-set row went negative");
+        debug_assert!(
+            self.delta || self.negative == 0,
+            "a Z-set row went negative"
+        );
         Ok(())
     }
 

@@ -1,0 +1,367 @@
+//! Statements for clients rather than data: savepoints, SUBSCRIBE, cursors and COPY.
+
+use datafusion::arrow::compute::concat_batches;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use futures::StreamExt;
+
+use super::{Engine, Output};
+use crate::catalog::RelationKind;
+use crate::error::{Result, WeirError, sqlstate};
+use crate::server::copy::CopyIn;
+use crate::server::session::{Cursor, CursorRows, Session};
+use crate::serving::subscribe::{SubscribeStream, output_schema};
+use crate::sql::client_stmts::{Copy, CopySource, CursorQuery, Declare, Fetch, Subscribe};
+use crate::state::table::Change;
+
+const NO_TRANSACTION: &str = "25P01";
+const UNDEFINED_CURSOR: &str = "34000";
+const DUPLICATE_CURSOR: &str = "42P03";
+const NO_SAVEPOINT: &str = "3B001";
+
+/// What a COPY TO reads: a finite result or a subscription.
+pub enum CopyRows {
+    Stream(datafusion::execution::SendableRecordBatchStream),
+    Subscribe(SubscribeStream),
+}
+
+impl Engine {
+    pub(super) fn savepoint(&self, session: &mut Session, name: &str) -> Result<Output> {
+        if !session.in_transaction {
+            return Err(WeirError::new(
+                NO_TRANSACTION,
+                "SAVEPOINT can only be used in transaction blocks",
+            ));
+        }
+        session
+            .savepoints
+            .push((name.to_owned(), session.undo.len()));
+        Ok(Output::Command("SAVEPOINT".into()))
+    }
+
+    fn find_savepoint(session: &Session, name: &str, what: &str) -> Result<usize> {
+        if !session.in_transaction {
+            return Err(WeirError::new(
+                NO_TRANSACTION,
+                format!("{what} can only be used in transaction blocks"),
+            ));
+        }
+        session
+            .savepoints
+            .iter()
+            .rposition(|(n, _)| n == name)
+            .ok_or_else(|| {
+                WeirError::new(NO_SAVEPOINT, format!("savepoint \"{name}\" does not exist"))
+            })
+    }
+
+    /// `RELEASE name`: forget it and every later savepoint; the changes stay.
+    pub(super) fn release(&self, session: &mut Session, name: &str) -> Result<Output> {
+        let at = Self::find_savepoint(session, name, "RELEASE SAVEPOINT")?;
+        session.savepoints.truncate(at);
+        Ok(Output::Command("RELEASE".into()))
+    }
+
+    /// `ROLLBACK TO name`: undo what was done since, keep the savepoint, and leave the
+    /// aborted state.
+    pub(super) async fn rollback_to(&self, session: &mut Session, name: &str) -> Result<Output> {
+        let at = Self::find_savepoint(session, name, "ROLLBACK TO SAVEPOINT")?;
+        let keep = session.savepoints[at].1;
+        session.savepoints.truncate(at + 1);
+        self.rollback_until(session, keep).await?;
+        session.aborted = false;
+        Ok(Output::Command("ROLLBACK".into()))
+    }
+
+    /// The materialized view a SUBSCRIBE names.
+    fn subscribed_view(&self, view: &str) -> Result<(u32, SchemaRef)> {
+        let entry = self
+            .catalog
+            .get(view)
+            .ok_or_else(|| WeirError::undefined_table(view))?;
+        if entry.desc.kind != RelationKind::MaterializedView {
+            return Err(WeirError::new(
+                sqlstate::WRONG_OBJECT_TYPE,
+                format!(
+                    "\"{view}\" is not a materialized view ({}); SUBSCRIBE reads materialized views",
+                    entry.desc.kind.noun()
+                ),
+            )
+            .with_hint(format!(
+                "CREATE MATERIALIZED VIEW v AS SELECT * FROM {view}; SUBSCRIBE TO v"
+            )));
+        }
+        Ok((entry.desc.oid, entry.desc.schema()))
+    }
+
+    /// The columns a SUBSCRIBE returns (for Describe).
+    pub(super) fn subscribe_schema(&self, s: &Subscribe) -> Result<SchemaRef> {
+        let (_, schema) = self.subscribed_view(&s.view)?;
+        Ok(output_schema(&schema))
+    }
+
+    pub(super) fn subscribe(&self, s: &Subscribe) -> Result<SubscribeStream> {
+        let (oid, _) = self.subscribed_view(&s.view)?;
+        let sub = self.dataflow.subscribe(oid)?;
+        SubscribeStream::new(sub, s.snapshot)
+    }
+
+    pub(super) async fn declare(&self, session: &mut Session, d: &Declare) -> Result<Output> {
+        if !session.in_transaction && !d.hold {
+            return Err(WeirError::new(
+                NO_TRANSACTION,
+                "DECLARE CURSOR can only be used in transaction blocks",
+            ));
+        }
+        if session.cursors.contains_key(&d.name) {
+            return Err(WeirError::new(
+                DUPLICATE_CURSOR,
+                format!("cursor \"{}\" already exists", d.name),
+            ));
+        }
+        let (schema, rows) = match &d.query {
+            CursorQuery::Subscribe(s) => {
+                let stream = self.subscribe(s)?;
+                (stream.schema(), CursorRows::Subscribe(stream))
+            }
+            CursorQuery::Query(q) => match self.run_query(session, q, None).await? {
+                Output::Rows { schema, stream } => (schema, CursorRows::Query(stream)),
+                _ => return Err(WeirError::internal("cursor query gave no rows")),
+            },
+        };
+        session.cursors.insert(
+            d.name.clone(),
+            Cursor {
+                schema,
+                rows: parking_lot::Mutex::new(rows),
+                leftover: None,
+                hold: d.hold,
+            },
+        );
+        Ok(Output::Command("DECLARE CURSOR".into()))
+    }
+
+    pub(super) fn cursor_schema(&self, session: &Session, name: &str) -> Result<SchemaRef> {
+        session
+            .cursors
+            .get(name)
+            .map(|c| c.schema.clone())
+            .ok_or_else(|| undefined_cursor(name))
+    }
+
+    /// `FETCH n c`: up to n rows. A subscription cursor waits for its first row (up to the
+    /// timeout, if one was given), then returns what is ready without waiting again.
+    pub(super) async fn fetch(&self, session: &mut Session, f: &Fetch) -> Result<Output> {
+        let cursor = session
+            .cursors
+            .get_mut(&f.cursor)
+            .ok_or_else(|| undefined_cursor(&f.cursor))?;
+        let want = f.count.map(|n| n as usize).unwrap_or(usize::MAX);
+        let mut out: Vec<RecordBatch> = Vec::new();
+        let mut have = 0usize;
+        while have < want {
+            let next = match cursor.leftover.take() {
+                Some(b) => Some(b),
+                None => match cursor.rows.get_mut() {
+                    CursorRows::Query(stream) => match stream.next().await {
+                        Some(b) => Some(b?),
+                        None => None,
+                    },
+                    CursorRows::Subscribe(sub) => {
+                        if have > 0 {
+                            match sub.try_next() {
+                                Some(b) => Some(b?),
+                                None => None,
+                            }
+                        } else {
+                            let waited = match f.timeout {
+                                Some(t) => tokio::time::timeout(t, sub.next()).await.ok(),
+                                None => Some(sub.next().await),
+                            };
+                            match waited {
+                                Some(Some(b)) => Some(b?),
+                                _ => None,
+                            }
+                        }
+                    }
+                },
+            };
+            let Some(batch) = next else { break };
+            let take = (want - have).min(batch.num_rows());
+            if take < batch.num_rows() {
+                cursor.leftover = Some(batch.slice(take, batch.num_rows() - take));
+            }
+            have += take;
+            out.push(batch.slice(0, take));
+        }
+        let schema = cursor.schema.clone();
+        let batch = concat_batches(&schema, &out)?;
+        Ok(Output::Batches {
+            schema,
+            batches: vec![batch],
+            tag: "FETCH",
+        })
+    }
+
+    pub(super) fn close(&self, session: &mut Session, name: Option<&str>) -> Result<Output> {
+        match name {
+            None => session.cursors.clear(),
+            Some(n) => {
+                session
+                    .cursors
+                    .remove(n)
+                    .ok_or_else(|| undefined_cursor(n))?;
+            }
+        }
+        Ok(Output::Command("CLOSE CURSOR".into()))
+    }
+
+    pub(super) async fn copy(&self, session: &mut Session, c: &Copy) -> Result<Output> {
+        match c {
+            Copy::From {
+                table,
+                columns,
+                options,
+            } => {
+                let entry = self
+                    .catalog
+                    .get(table)
+                    .ok_or_else(|| WeirError::undefined_table(table))?;
+                let store = entry.table.clone().ok_or_else(|| {
+                    WeirError::new(
+                        sqlstate::WRONG_OBJECT_TYPE,
+                        format!("cannot copy to {} \"{table}\"", entry.desc.kind.noun()),
+                    )
+                })?;
+                super::refuse_connector_table(&entry.desc, "COPY into")?;
+                let targets = target_columns(&entry.desc.columns, columns, table)?;
+                let copy = CopyIn::new(
+                    store,
+                    table.clone(),
+                    entry.desc.columns.clone(),
+                    entry.desc.schema(),
+                    targets,
+                    options.clone(),
+                )?;
+                let columns = copy.targets.len();
+                session.copy_in = Some(copy);
+                Ok(Output::CopyIn {
+                    columns,
+                    csv: options.format == crate::sql::client_stmts::CopyFormat::Csv,
+                })
+            }
+            Copy::To {
+                source,
+                columns,
+                options,
+            } => {
+                let (schema, rows) = match source {
+                    CopySource::Subscribe(s) => {
+                        let stream = self.subscribe(s)?;
+                        (stream.schema(), CopyRows::Subscribe(stream))
+                    }
+                    CopySource::Query(q) => match self.run_query(session, q, None).await? {
+                        Output::Rows { schema, stream } => (schema, CopyRows::Stream(stream)),
+                        _ => return Err(WeirError::internal("COPY query gave no rows")),
+                    },
+                    CopySource::Table(t) => {
+                        let entry = self
+                            .catalog
+                            .get(t)
+                            .ok_or_else(|| WeirError::undefined_table(t))?;
+                        if entry.desc.kind == RelationKind::Source {
+                            return Err(WeirError::not_supported(format!(
+                                "COPY from source \"{t}\": a source is read by materialized views"
+                            )));
+                        }
+                        let cols = if columns.is_empty() {
+                            "*".to_owned()
+                        } else {
+                            target_columns(&entry.desc.columns, columns, t)?;
+                            columns
+                                .iter()
+                                .map(|c| format!("\"{}\"", c.replace('"', "\"\"")))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        };
+                        let sql = format!("SELECT {cols} FROM \"{}\"", t.replace('"', "\"\""));
+                        let parsed = crate::sql::parser::parse(&sql)?;
+                        let Some(crate::sql::parser::Statement::Query(q)) =
+                            parsed.into_iter().next().map(|p| p.stmt)
+                        else {
+                            return Err(WeirError::internal("COPY table query did not parse"));
+                        };
+                        match self.run_query(session, &q, None).await? {
+                            Output::Rows { schema, stream } => (schema, CopyRows::Stream(stream)),
+                            _ => return Err(WeirError::internal("COPY query gave no rows")),
+                        }
+                    }
+                };
+                Ok(Output::CopyOut {
+                    schema,
+                    rows,
+                    options: options.clone(),
+                })
+            }
+        }
+    }
+
+    /// The data of a `COPY FROM STDIN` arrived in full: insert it as one change.
+    pub async fn copy_in_done(&self, session: &mut Session) -> Result<String> {
+        let Some(mut copy) = session.copy_in.take() else {
+            return Err(WeirError::new(
+                sqlstate::PROTOCOL_VIOLATION,
+                "CopyDone without a COPY in progress",
+            ));
+        };
+        if let Some(e) = copy.error.take() {
+            return Err(e);
+        }
+        copy.finish()?;
+        let rows = copy.rows;
+        let table = copy.table.clone();
+        let batches = std::mem::take(&mut copy.batches);
+        if rows == 0 {
+            return Ok("COPY 0".into());
+        }
+        let _writer = table.writer.lock().await;
+        self.apply(session, &table, Change::Insert(batches), "COPY")
+            .await?;
+        Ok(format!("COPY {rows}"))
+    }
+}
+
+fn undefined_cursor(name: &str) -> WeirError {
+    WeirError::new(
+        UNDEFINED_CURSOR,
+        format!("cursor \"{name}\" does not exist"),
+    )
+}
+
+/// Table column indexes of a COPY column list (all columns when empty).
+fn target_columns(
+    columns: &[crate::catalog::ColumnDesc],
+    names: &[String],
+    table: &str,
+) -> Result<Vec<usize>> {
+    if names.is_empty() {
+        return Ok((0..columns.len()).collect());
+    }
+    let mut out = Vec::with_capacity(names.len());
+    for n in names {
+        let i = columns.iter().position(|c| &c.name == n).ok_or_else(|| {
+            WeirError::new(
+                sqlstate::UNDEFINED_COLUMN,
+                format!("column \"{n}\" of relation \"{table}\" does not exist"),
+            )
+        })?;
+        if out.contains(&i) {
+            return Err(WeirError::new(
+                sqlstate::DUPLICATE_COLUMN,
+                format!("column \"{n}\" specified more than once"),
+            ));
+        }
+        out.push(i);
+    }
+    Ok(out)
+}

@@ -1,0 +1,744 @@
+//! COPY's text and CSV formats: reading `COPY table FROM STDIN` data into Arrow batches of
+//! the table's types, and writing result batches as COPY lines.
+//!
+//! Reading is incremental: each CopyData chunk is split into complete records (a CSV record
+//! may span lines inside quotes), collected as text columns and cast to the table's types
+//! every [`CHUNK_ROWS`] rows, so the raw text is not held twice. The whole COPY is one
+//! change to the table (all rows or none). NULL is the format's null string (`\N` in text,
+//! an unquoted empty field in CSV); a quoted empty CSV field is an empty string.
+//!
+//! Writing reuses the wire encoder's text output for every value (so values print as in
+//! query results) and escapes it for the format.
+
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use datafusion::arrow::array::{
+    ArrayRef, BinaryBuilder, StringArray, StringBuilder, new_null_array,
+};
+use datafusion::arrow::compute::{CastOptions, cast_with_options};
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
+use pgwire::api::results::FieldFormat;
+
+use crate::catalog::ColumnDesc;
+use crate::error::{Result, WeirError, sqlstate};
+use crate::server::encode::{ColumnPlan, encode_batch, pg_type_of};
+use crate::sql::client_stmts::{CopyFormat, CopyOptions};
+use crate::sql::types::SqlType;
+use crate::state::table::TableStore;
+
+/// Rows collected as text before they are cast to the table's types.
+pub const CHUNK_ROWS: usize = 8192;
+
+/// A `COPY table FROM STDIN` in progress.
+pub struct CopyIn {
+    pub table: Arc<TableStore>,
+    pub table_name: String,
+    pub schema: SchemaRef,
+    pub columns: Vec<ColumnDesc>,
+    /// Table column index of each field in the data.
+    pub targets: Vec<usize>,
+    pub options: CopyOptions,
+    /// Bytes received but not yet parsed (an incomplete last record).
+    pending: Vec<u8>,
+    /// Text of the current chunk, one builder per data field.
+    text: Vec<StringBuilder>,
+    /// Input line of each row in the chunk (for error messages).
+    lines: Vec<usize>,
+    line: usize,
+    header_skipped: bool,
+    /// `\.` seen: the rest is ignored.
+    ended: bool,
+    /// Rows cast to the table's types.
+    pub batches: Vec<RecordBatch>,
+    pub rows: usize,
+    /// The first error in the data: later data is ignored and the COPY fails at CopyDone
+    /// (the client keeps sending until then).
+    pub error: Option<WeirError>,
+}
+
+impl CopyIn {
+    pub fn new(
+        table: Arc<TableStore>,
+        table_name: String,
+        columns: Vec<ColumnDesc>,
+        schema: SchemaRef,
+        targets: Vec<usize>,
+        options: CopyOptions,
+    ) -> Result<CopyIn> {
+        for &t in &targets {
+            if matches!(columns[t].ty, SqlType::Array(_)) {
+                return Err(WeirError::not_supported(format!(
+                    "COPY into array column \"{}\" is not supported",
+                    columns[t].name
+                )));
+            }
+        }
+        let text = targets.iter().map(|_| StringBuilder::new()).collect();
+        Ok(CopyIn {
+            table,
+            table_name,
+            schema,
+            columns,
+            targets,
+            options,
+            pending: Vec::new(),
+            text,
+            lines: Vec::new(),
+            line: 0,
+            header_skipped: false,
+            ended: false,
+            batches: Vec::new(),
+            rows: 0,
+            error: None,
+        })
+    }
+
+    fn context(&self, line: usize) -> String {
+        format!("COPY {}, line {line}", self.table_name)
+    }
+
+    /// Take a CopyData chunk: parse its complete records.
+    pub fn feed(&mut self, data: &[u8]) -> Result<()> {
+        if self.ended {
+            return Ok(());
+        }
+        self.pending.extend_from_slice(data);
+        let pending = std::mem::take(&mut self.pending);
+        let used = self.parse(&pending, false)?;
+        self.pending = pending[used..].to_vec();
+        Ok(())
+    }
+
+    /// CopyDone: parse what is left and cast the last chunk.
+    pub fn finish(&mut self) -> Result<()> {
+        let pending = std::mem::take(&mut self.pending);
+        if !self.ended && !pending.is_empty() {
+            let used = self.parse(&pending, true)?;
+            debug_assert_eq!(used, pending.len());
+        }
+        self.cast_chunk()
+    }
+
+    /// Parse complete records from `buf`; returns how many bytes were used. With `last`,
+    /// the final record needs no newline.
+    fn parse(&mut self, buf: &[u8], last: bool) -> Result<usize> {
+        let mut pos = 0;
+        while pos < buf.len() && !self.ended {
+            let Some((fields, next)) = (match self.options.format {
+                CopyFormat::Text => split_text(buf, pos, self.options.delimiter, last),
+                CopyFormat::Csv => split_csv(buf, pos, &self.options, last),
+            }) else {
+                break;
+            };
+            let raw_line = &buf[pos..next];
+            pos = next;
+            self.line += 1;
+            if trim_eol(raw_line) == b"\\." {
+                self.ended = true;
+                break;
+            }
+            if self.options.header && !self.header_skipped {
+                self.header_skipped = true;
+                continue;
+            }
+            self.push_record(fields)?;
+        }
+        Ok(pos)
+    }
+
+    fn push_record(&mut self, fields: Vec<Field>) -> Result<()> {
+        if fields.len() > self.targets.len() {
+            return Err(
+                WeirError::new("22P04", "extra data after last expected column")
+                    .with_context(self.context(self.line)),
+            );
+        }
+        if fields.len() < self.targets.len() {
+            let missing = &self.columns[self.targets[fields.len()]].name;
+            return Err(
+                WeirError::new("22P04", format!("missing data for column \"{missing}\""))
+                    .with_context(self.context(self.line)),
+            );
+        }
+        for (k, f) in fields.into_iter().enumerate() {
+            let value = match f {
+                Field::Text(raw) => {
+                    if raw == self.options.null.as_bytes() {
+                        None
+                    } else {
+                        Some(unescape_text(&raw))
+                    }
+                }
+                Field::Csv { value, quoted } => {
+                    if !quoted && value == self.options.null.as_bytes() {
+                        None
+                    } else {
+                        Some(value)
+                    }
+                }
+            };
+            match value {
+                None => self.text[k].append_null(),
+                Some(v) => {
+                    let s = std::str::from_utf8(&v).map_err(|_| {
+                        WeirError::new("22021", "invalid byte sequence for encoding \"UTF8\"")
+                            .with_context(self.context(self.line))
+                    })?;
+                    self.text[k].append_value(s);
+                }
+            }
+        }
+        self.lines.push(self.line);
+        if self.lines.len() >= CHUNK_ROWS {
+            self.cast_chunk()?;
+        }
+        Ok(())
+    }
+
+    /// Cast the collected text to the table's types and keep the batch.
+    fn cast_chunk(&mut self) -> Result<()> {
+        let n = self.lines.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let mut cols: Vec<ArrayRef> = self
+            .schema
+            .fields()
+            .iter()
+            .map(|f| new_null_array(f.data_type(), n))
+            .collect();
+        for (k, &t) in self.targets.iter().enumerate() {
+            let text = self.text[k].finish();
+            let c = &self.columns[t];
+            let target = self.schema.field(t).data_type().clone();
+            cols[t] = cast_text(&text, &c.ty, &target).map_err(|(row, e)| {
+                e.with_context(format!(
+                    "{}, column {}",
+                    self.context(self.lines[row]),
+                    c.name
+                ))
+            })?;
+        }
+        self.lines.clear();
+        self.rows += n;
+        self.batches
+            .push(RecordBatch::try_new(self.schema.clone(), cols)?);
+        Ok(())
+    }
+}
+
+fn trim_eol(line: &[u8]) -> &[u8] {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    line.strip_suffix(b"\r").unwrap_or(line)
+}
+
+/// A field as read: text format fields are still escaped.
+enum Field {
+    Text(Vec<u8>),
+    Csv { value: Vec<u8>, quoted: bool },
+}
+
+/// One text-format record starting at `pos`: its fields and where the next record starts.
+fn split_text(buf: &[u8], pos: usize, delim: u8, last: bool) -> Option<(Vec<Field>, usize)> {
+    let end = match buf[pos..].iter().position(|&b| b == b'\n') {
+        Some(i) => pos + i,
+        None if last => buf.len(),
+        None => return None,
+    };
+    let next = (end + 1).min(buf.len());
+    let line = trim_eol(&buf[pos..end]);
+    let mut fields = Vec::new();
+    let mut start = 0;
+    let mut i = 0;
+    while i < line.len() {
+        if line[i] == b'\\' {
+            i += 2;
+            continue;
+        }
+        if line[i] == delim {
+            fields.push(Field::Text(line[start..i].to_vec()));
+            start = i + 1;
+        }
+        i += 1;
+    }
+    fields.push(Field::Text(line[start.min(line.len())..].to_vec()));
+    Some((fields, next))
+}
+
+/// Undo the text format's backslash escapes.
+fn unescape_text(raw: &[u8]) -> Vec<u8> {
+    if !raw.contains(&b'\\') {
+        return raw.to_vec();
+    }
+    let mut out = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        let b = raw[i];
+        if b != b'\\' || i + 1 >= raw.len() {
+            out.push(b);
+            i += 1;
+            continue;
+        }
+        let c = raw[i + 1];
+        i += 2;
+        match c {
+            b'b' => out.push(8),
+            b'f' => out.push(12),
+            b'n' => out.push(b'\n'),
+            b'r' => out.push(b'\r'),
+            b't' => out.push(b'\t'),
+            b'v' => out.push(11),
+            b'0'..=b'7' => {
+                let mut v = (c - b'0') as u32;
+                let mut k = 0;
+                while k < 2 && i < raw.len() && (b'0'..=b'7').contains(&raw[i]) {
+                    v = v * 8 + (raw[i] - b'0') as u32;
+                    i += 1;
+                    k += 1;
+                }
+                out.push(v as u8);
+            }
+            b'x' if i < raw.len() && raw[i].is_ascii_hexdigit() => {
+                let mut v = 0u32;
+                let mut k = 0;
+                while k < 2 && i < raw.len() && raw[i].is_ascii_hexdigit() {
+                    v = v * 16 + (raw[i] as char).to_digit(16).unwrap_or(0);
+                    i += 1;
+                    k += 1;
+                }
+                out.push(v as u8);
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// One CSV record starting at `pos` (quoted fields may hold newlines).
+fn split_csv(buf: &[u8], pos: usize, o: &CopyOptions, last: bool) -> Option<(Vec<Field>, usize)> {
+    let mut fields = Vec::new();
+    let mut value = Vec::new();
+    let mut quoted = false;
+    let mut in_quotes = false;
+    let mut i = pos;
+    while i < buf.len() {
+        let b = buf[i];
+        if in_quotes {
+            if b == o.escape && o.escape != o.quote && buf.get(i + 1) == Some(&o.quote) {
+                value.push(o.quote);
+                i += 2;
+                continue;
+            }
+            if b == o.quote {
+                if o.escape == o.quote && buf.get(i + 1) == Some(&o.quote) {
+                    value.push(o.quote);
+                    i += 2;
+                    continue;
+                }
+                if i + 1 == buf.len() && !last {
+                    // a doubled quote may continue in the next chunk
+                    return None;
+                }
+                in_quotes = false;
+                i += 1;
+                continue;
+            }
+            value.push(b);
+            i += 1;
+            continue;
+        }
+        if b == o.quote {
+            in_quotes = true;
+            quoted = true;
+        } else if b == o.delimiter {
+            fields.push(Field::Csv {
+                value: std::mem::take(&mut value),
+                quoted,
+            });
+            quoted = false;
+        } else if b == b'\n' {
+            if value.last() == Some(&b'\r') && !quoted {
+                value.pop();
+            }
+            fields.push(Field::Csv { value, quoted });
+            return Some((fields, i + 1));
+        } else {
+            value.push(b);
+        }
+        i += 1;
+    }
+    if !last {
+        return None;
+    }
+    if value.last() == Some(&b'\r') && !quoted {
+        value.pop();
+    }
+    fields.push(Field::Csv { value, quoted });
+    Some((fields, buf.len()))
+}
+
+/// Cast a text column to a column type, as Postgres reads input text. Errors name the row.
+fn cast_text(
+    text: &StringArray,
+    ty: &SqlType,
+    target: &DataType,
+) -> std::result::Result<ArrayRef, (usize, WeirError)> {
+    let bad = |row: usize, v: &str| {
+        (
+            row,
+            WeirError::new(
+                sqlstate::INVALID_TEXT_REPRESENTATION,
+                format!(
+                    "invalid input syntax for type {}: \"{v}\"",
+                    ty.display_name()
+                ),
+            ),
+        )
+    };
+    match ty {
+        SqlType::Text | SqlType::Varchar(None) | SqlType::Name => {
+            return cast_plain(&(Arc::new(text.clone()) as ArrayRef), target, text, &bad);
+        }
+        SqlType::Varchar(Some(n)) => {
+            for (row, v) in text.iter().enumerate() {
+                if let Some(v) = v
+                    && v.chars().count() > *n as usize
+                {
+                    return Err((
+                        row,
+                        WeirError::new(
+                            sqlstate::STRING_DATA_RIGHT_TRUNCATION,
+                            format!("value too long for type character varying({n})"),
+                        ),
+                    ));
+                }
+            }
+            return cast_plain(&(Arc::new(text.clone()) as ArrayRef), target, text, &bad);
+        }
+        SqlType::Jsonb => {
+            for (row, v) in text.iter().enumerate() {
+                if let Some(v) = v
+                    && serde_json::from_str::<serde_json::Value>(v).is_err()
+                {
+                    return Err((
+                        row,
+                        WeirError::new(
+                            sqlstate::INVALID_TEXT_REPRESENTATION,
+                            format!("invalid input syntax for type json: \"{v}\""),
+                        ),
+                    ));
+                }
+            }
+            return cast_plain(&(Arc::new(text.clone()) as ArrayRef), target, text, &bad);
+        }
+        SqlType::Bytea => {
+            let mut b = BinaryBuilder::new();
+            for (row, v) in text.iter().enumerate() {
+                match v {
+                    None => b.append_null(),
+                    Some(v) => match v.strip_prefix("\\x") {
+                        Some(hex) => match hex_decode(hex) {
+                            Some(bytes) => b.append_value(bytes),
+                            None => return Err(bad(row, v)),
+                        },
+                        None => b.append_value(v.as_bytes()),
+                    },
+                }
+            }
+            let a: ArrayRef = Arc::new(b.finish());
+            return cast_plain(&a, target, text, &bad);
+        }
+        SqlType::Interval => {
+            let normalized: StringArray = text
+                .iter()
+                .map(|v| {
+                    v.map(|v| crate::catalog::rewrite::normalize_interval(v).unwrap_or(v.into()))
+                })
+                .collect();
+            return cast_plain(&(Arc::new(normalized) as ArrayRef), target, text, &bad);
+        }
+        SqlType::TimestampTz | SqlType::Timestamp => {
+            // Postgres prints a UTC offset as `+00`; the parser wants `+00:00`
+            let normalized: StringArray = text.iter().map(|v| v.map(normalize_offset)).collect();
+            return cast_plain(&(Arc::new(normalized) as ArrayRef), target, text, &bad);
+        }
+        _ => {}
+    }
+    let trimmed: StringArray = text.iter().map(|v| v.map(str::trim)).collect();
+    cast_plain(&(Arc::new(trimmed) as ArrayRef), target, text, &bad)
+}
+
+fn normalize_offset(v: &str) -> String {
+    let b = v.as_bytes();
+    let n = b.len();
+    if n > 3
+        && (b[n - 3] == b'+' || b[n - 3] == b'-')
+        && b[n - 2].is_ascii_digit()
+        && b[n - 1].is_ascii_digit()
+    {
+        format!("{v}:00")
+    } else {
+        v.to_owned()
+    }
+}
+
+fn cast_plain(
+    a: &ArrayRef,
+    target: &DataType,
+    text: &StringArray,
+    bad: &dyn Fn(usize, &str) -> (usize, WeirError),
+) -> std::result::Result<ArrayRef, (usize, WeirError)> {
+    let opts = CastOptions {
+        safe: true,
+        ..Default::default()
+    };
+    let out = cast_with_options(a, target, &opts).map_err(|e| (0, WeirError::from(e)))?;
+    if out.null_count() != a.null_count() {
+        for row in 0..out.len() {
+            if out.is_null(row) && a.is_valid(row) {
+                return Err(bad(row, text.value(row)));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn hex_decode(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// Writes result batches as COPY lines, one CopyData payload per row.
+pub struct CopyWriter {
+    plans: Vec<ColumnPlan>,
+    options: CopyOptions,
+    header: Option<Vec<String>>,
+}
+
+impl CopyWriter {
+    pub fn new(schema: &SchemaRef, options: CopyOptions) -> CopyWriter {
+        let plans = schema
+            .fields()
+            .iter()
+            .map(|f| ColumnPlan {
+                ty: pg_type_of(f),
+                format: FieldFormat::Text,
+            })
+            .collect();
+        let header = options.header.then(|| {
+            schema
+                .fields()
+                .iter()
+                .map(|f| crate::catalog::rewrite::display_column_name(f.name()).to_owned())
+                .collect()
+        });
+        CopyWriter {
+            plans,
+            options,
+            header,
+        }
+    }
+
+    pub fn columns(&self) -> usize {
+        self.plans.len()
+    }
+
+    /// The header line, the first time it is asked for (when HEADER was given).
+    pub fn header(&mut self) -> Option<Bytes> {
+        let names = self.header.take()?;
+        let mut out = BytesMut::new();
+        for (i, n) in names.iter().enumerate() {
+            if i > 0 {
+                out.put_u8(self.options.delimiter);
+            }
+            self.put_value(&mut out, n.as_bytes());
+        }
+        out.put_u8(b'\n');
+        Some(out.freeze())
+    }
+
+    /// One line per row.
+    pub fn lines(&self, batch: &RecordBatch) -> Result<Vec<Bytes>> {
+        let rows = encode_batch(batch, &self.plans)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let mut line = BytesMut::with_capacity(row.data.len() + 8);
+            let data = &row.data[..];
+            let mut at = 0;
+            for i in 0..self.plans.len() {
+                if i > 0 {
+                    line.put_u8(self.options.delimiter);
+                }
+                let len = i32::from_be_bytes([data[at], data[at + 1], data[at + 2], data[at + 3]]);
+                at += 4;
+                if len < 0 {
+                    line.put_slice(self.options.null.as_bytes());
+                    continue;
+                }
+                let v = &data[at..at + len as usize];
+                at += len as usize;
+                self.put_value(&mut line, v);
+            }
+            line.put_u8(b'\n');
+            out.push(line.freeze());
+        }
+        Ok(out)
+    }
+
+    fn put_value(&self, out: &mut BytesMut, v: &[u8]) {
+        let o = &self.options;
+        match o.format {
+            CopyFormat::Text => {
+                for &b in v {
+                    match b {
+                        b'\\' => out.put_slice(b"\\\\"),
+                        b'\n' => out.put_slice(b"\\n"),
+                        b'\r' => out.put_slice(b"\\r"),
+                        b'\t' => out.put_slice(b"\\t"),
+                        8 => out.put_slice(b"\\b"),
+                        12 => out.put_slice(b"\\f"),
+                        11 => out.put_slice(b"\\v"),
+                        b if b == o.delimiter => {
+                            out.put_u8(b'\\');
+                            out.put_u8(b);
+                        }
+                        b => out.put_u8(b),
+                    }
+                }
+            }
+            CopyFormat::Csv => {
+                let needs = v.is_empty() && o.null.is_empty()
+                    || v == o.null.as_bytes()
+                    || v.iter()
+                        .any(|&b| b == o.delimiter || b == o.quote || b == b'\n' || b == b'\r')
+                    || v.first().is_some_and(|b| b.is_ascii_whitespace())
+                    || v.last().is_some_and(|b| b.is_ascii_whitespace());
+                if !needs {
+                    out.put_slice(v);
+                    return;
+                }
+                out.put_u8(o.quote);
+                for &b in v {
+                    if b == o.quote || b == o.escape {
+                        out.put_u8(o.escape);
+                    }
+                    out.put_u8(b);
+                }
+                out.put_u8(o.quote);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sql::client_stmts::CopyFormat;
+
+    fn opts(format: CopyFormat) -> CopyOptions {
+        crate::sql::parser::parse(match format {
+            CopyFormat::Text => "COPY t FROM STDIN",
+            CopyFormat::Csv => "COPY t FROM STDIN (FORMAT csv)",
+        })
+        .ok()
+        .and_then(|mut v| match v.remove(0).stmt {
+            crate::sql::parser::Statement::Copy(c) => match *c {
+                crate::sql::client_stmts::Copy::From { options, .. } => Some(options),
+                _ => None,
+            },
+            _ => None,
+        })
+        .expect("options")
+    }
+
+    fn texts(fields: Vec<Field>) -> Vec<Option<String>> {
+        fields
+            .into_iter()
+            .map(|f| match f {
+                Field::Text(raw) if raw == b"\\N" => None,
+                Field::Text(raw) => Some(String::from_utf8(unescape_text(&raw)).unwrap()),
+                Field::Csv { value, quoted } if value.is_empty() && !quoted => None,
+                Field::Csv { value, .. } => Some(String::from_utf8(value).unwrap()),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn text_records_unescape() {
+        let buf = b"1\ta\\tb\t\\N\n2\tx\\\\y\\n\t\\101\npartial";
+        let (f, next) = split_text(buf, 0, b'\t', false).unwrap();
+        assert_eq!(texts(f), vec![Some("1".into()), Some("a\tb".into()), None]);
+        let (f, next) = split_text(buf, next, b'\t', false).unwrap();
+        assert_eq!(
+            texts(f),
+            vec![Some("2".into()), Some("x\\y\n".into()), Some("A".into())]
+        );
+        assert!(split_text(buf, next, b'\t', false).is_none());
+        let (f, end) = split_text(buf, next, b'\t', true).unwrap();
+        assert_eq!(texts(f), vec![Some("partial".into())]);
+        assert_eq!(end, buf.len());
+    }
+
+    #[test]
+    fn csv_records_quote_and_null() {
+        let o = opts(CopyFormat::Csv);
+        let buf = b"1,\"a,\"\"b\"\"\nc\",,\"\"\r\n2";
+        let (f, next) = split_csv(buf, 0, &o, false).unwrap();
+        assert_eq!(
+            texts(f),
+            vec![
+                Some("1".into()),
+                Some("a,\"b\"\nc".into()),
+                None,
+                Some("".into())
+            ]
+        );
+        assert!(split_csv(buf, next, &o, false).is_none());
+        let (f, _) = split_csv(buf, next, &o, true).unwrap();
+        assert_eq!(texts(f), vec![Some("2".into())]);
+    }
+
+    #[test]
+    fn writer_escapes_per_format() {
+        use datafusion::arrow::array::Int64Array;
+        use datafusion::arrow::datatypes::{Field as AField, Schema};
+        let schema = Arc::new(Schema::new(vec![
+            AField::new("id", DataType::Int64, true),
+            AField::new("s", DataType::Utf8, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(Int64Array::from(vec![Some(1), None, Some(3)])),
+                Arc::new(StringArray::from(vec![Some("a\tb"), Some(""), None])),
+            ],
+        )
+        .unwrap();
+        let text = CopyWriter::new(&schema, opts(CopyFormat::Text));
+        let lines: Vec<Bytes> = text.lines(&batch).unwrap();
+        assert_eq!(
+            lines,
+            vec![
+                Bytes::from_static(b"1\ta\\tb\n"),
+                Bytes::from_static(b"\\N\t\n"),
+                Bytes::from_static(b"3\t\\N\n")
+            ]
+        );
+        let csv = CopyWriter::new(&schema, opts(CopyFormat::Csv));
+        assert_eq!(
+            csv.lines(&batch).unwrap(),
+            vec![
+                Bytes::from_static(b"1,a\tb\n"),
+                Bytes::from_static(b",\"\"\n"),
+                Bytes::from_static(b"3,\n")
+            ]
+        );
+    }
+}

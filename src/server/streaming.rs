@@ -1,0 +1,203 @@
+//! Results that reach the client as they are produced: the simple-query loop (which sends
+//! each statement's response itself instead of collecting them), SUBSCRIBE rows, COPY out
+//! and in.
+//!
+//! Rows are written with `feed` and the connection is flushed whenever the result stream
+//! has nothing ready, so a subscriber sees each change as soon as its epoch is published,
+//! while a large finite result still goes out in big writes.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use futures::{FutureExt, Sink, SinkExt, Stream, StreamExt, stream};
+use pgwire::api::copy::send_copy_in_response;
+use pgwire::api::results::{CopyResponse, FieldInfo, Response, Tag};
+use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::PgWireBackendMessage;
+use pgwire::messages::copy::{CopyData, CopyDone, CopyOutResponse};
+use pgwire::messages::data::{DataRow, RowDescription};
+use pgwire::messages::response::EmptyQueryResponse;
+
+use crate::engine::CopyRows;
+use crate::error::WeirError;
+use crate::server::copy::CopyWriter;
+use crate::server::encode::{ColumnPlan, encode_batch};
+use crate::serving::subscribe::SubscribeStream;
+
+use super::handler::QueryCancel;
+
+/// Send every item of `items`, flushing whenever the next one is not ready yet. Returns how
+/// many were sent.
+pub async fn send_flushing<C, T>(
+    client: &mut C,
+    items: &mut (impl Stream<Item = PgWireResult<T>> + Unpin),
+    wrap: impl Fn(T) -> PgWireBackendMessage,
+) -> PgWireResult<usize>
+where
+    C: Sink<PgWireBackendMessage> + Unpin,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    let mut n = 0;
+    loop {
+        let next = match items.next().now_or_never() {
+            Some(x) => x,
+            None => {
+                client.flush().await?;
+                items.next().await
+            }
+        };
+        match next {
+            Some(item) => {
+                client.feed(wrap(item?)).await?;
+                n += 1;
+            }
+            None => return Ok(n),
+        }
+    }
+}
+
+/// Send one statement's response in the simple query protocol. Returns `true` when it
+/// started a COPY FROM STDIN (the client now sends data; no ReadyForQuery yet).
+pub async fn send_simple_response<C>(client: &mut C, response: Response) -> PgWireResult<bool>
+where
+    C: Sink<PgWireBackendMessage> + Unpin,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    match response {
+        Response::EmptyQuery => {
+            client
+                .feed(PgWireBackendMessage::EmptyQueryResponse(
+                    EmptyQueryResponse::new(),
+                ))
+                .await?;
+        }
+        Response::Query(q) => {
+            let tag = q.command_tag().to_owned();
+            let fields = q.row_schema();
+            client
+                .feed(PgWireBackendMessage::RowDescription(row_description(
+                    &fields,
+                )))
+                .await?;
+            let mut rows = q.data_rows;
+            let n = send_flushing(client, &mut rows, PgWireBackendMessage::DataRow).await?;
+            client
+                .feed(PgWireBackendMessage::CommandComplete(
+                    Tag::new(&tag).with_rows(n).into(),
+                ))
+                .await?;
+        }
+        Response::Execution(tag)
+        | Response::TransactionStart(tag)
+        | Response::TransactionEnd(tag) => {
+            client
+                .feed(PgWireBackendMessage::CommandComplete(tag.into()))
+                .await?;
+        }
+        Response::Error(e) => {
+            client
+                .feed(PgWireBackendMessage::ErrorResponse((*e).into()))
+                .await?;
+        }
+        Response::CopyIn(c) => {
+            send_copy_in_response(client, c).await?;
+            return Ok(true);
+        }
+        Response::CopyOut(c) => send_copy_out(client, c).await?,
+        Response::CopyBoth(_) => {
+            return Err(WeirError::internal("COPY BOTH is not used").into_pgwire());
+        }
+    }
+    Ok(false)
+}
+
+pub fn row_description(fields: &[FieldInfo]) -> RowDescription {
+    RowDescription::new(fields.iter().map(Into::into).collect())
+}
+
+/// CopyOutResponse, the data (flushed whenever the source waits), CopyDone and `COPY n`.
+/// An error in the middle ends the copy with an ErrorResponse (as Postgres does).
+pub async fn send_copy_out<C>(client: &mut C, c: CopyResponse) -> PgWireResult<()>
+where
+    C: Sink<PgWireBackendMessage> + Unpin,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    let formats = c.column_formats();
+    client
+        .feed(PgWireBackendMessage::CopyOutResponse(CopyOutResponse::new(
+            c.format,
+            c.columns as i16,
+            formats,
+        )))
+        .await?;
+    let mut data = c.data_stream;
+    let lines = send_flushing(client, &mut data, PgWireBackendMessage::CopyData).await?;
+    client
+        .feed(PgWireBackendMessage::CopyDone(CopyDone::new()))
+        .await?;
+    client
+        .feed(PgWireBackendMessage::CommandComplete(
+            Tag::new("COPY").with_rows(lines).into(),
+        ))
+        .await?;
+    Ok(())
+}
+
+/// A subscription as data rows; ends with 57014 when the query is canceled.
+pub fn subscribe_rows(
+    sub: SubscribeStream,
+    plans: Vec<ColumnPlan>,
+    cancel: Arc<QueryCancel>,
+) -> impl Stream<Item = PgWireResult<DataRow>> + Send + 'static {
+    batches_of_subscription(sub, cancel).flat_map(move |b| {
+        let items: Vec<PgWireResult<DataRow>> = match b.and_then(|b| encode_batch(&b, &plans)) {
+            Ok(rows) => rows.into_iter().map(Ok).collect(),
+            Err(e) => vec![Err(e.into_pgwire())],
+        };
+        stream::iter(items)
+    })
+}
+
+fn batches_of_subscription(
+    sub: SubscribeStream,
+    cancel: Arc<QueryCancel>,
+) -> impl Stream<Item = Result<datafusion::arrow::record_batch::RecordBatch, WeirError>> + Send + 'static
+{
+    stream::unfold(Some(sub), move |state| {
+        let cancel = cancel.clone();
+        async move {
+            let mut s = state?;
+            tokio::select! {
+                _ = cancel.cancelled() => Some((Err(super::handler::query_canceled()), None)),
+                item = s.next() => item.map(|r| (r, Some(s))),
+            }
+        }
+    })
+}
+
+/// COPY TO data: one CopyData per row (and the header line first, when asked for).
+pub fn copy_data(
+    rows: CopyRows,
+    mut writer: CopyWriter,
+    cancel: Arc<QueryCancel>,
+) -> impl Stream<Item = PgWireResult<CopyData>> + Send + 'static {
+    let header = writer.header().map(|h| Ok(CopyData::new(h)));
+    let batches: std::pin::Pin<
+        Box<
+            dyn Stream<Item = Result<datafusion::arrow::record_batch::RecordBatch, WeirError>>
+                + Send,
+        >,
+    > = match rows {
+        CopyRows::Subscribe(sub) => Box::pin(batches_of_subscription(sub, cancel)),
+        CopyRows::Stream(s) => Box::pin(super::handler::cancellable(s, cancel)),
+    };
+    let lines = batches.flat_map(move |b| {
+        let items: Vec<PgWireResult<CopyData>> = match b.and_then(|b| writer.lines(&b)) {
+            Ok(lines) => lines.into_iter().map(|l| Ok(CopyData::new(l))).collect(),
+            Err(e) => vec![Err(e.into_pgwire())],
+        };
+        stream::iter(items)
+    });
+    stream::iter(header).chain(lines)
+}

@@ -1,0 +1,167 @@
+//! `SUBSCRIBE`: a view's rows, then its changes as they happen, as record batches with two
+//! leading columns: `weir_epoch` (the epoch the row belongs to) and `weir_diff` (+1 for a
+//! row added, -1 for a row removed).
+//!
+//! The snapshot is the view at the epoch the subscription began (every row `weir_diff =
+//! 1`); after it come the changes of every later epoch, in epoch order, without gaps. An
+//! epoch's changes are consolidated first (a row removed and added back in one epoch is not
+//! shown) and removals come before additions; a row changed with multiplicity n shows as n
+//! rows of ±1. Epochs that change nothing send nothing. The stream ends when the view is
+//! dropped; dropping the stream unsubscribes.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, Int64Array, UInt32Array};
+use datafusion::arrow::compute::take;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
+
+use crate::dataflow::changelog::Changelog;
+use crate::dataflow::runtime::{EpochChanges, Subscription};
+use crate::error::{Result, WeirError};
+use crate::state::zset::ZSet;
+
+pub const EPOCH_COLUMN: &str = "weir_epoch";
+pub const DIFF_COLUMN: &str = "weir_diff";
+
+/// The columns a subscription to a view with `view_schema` returns.
+pub fn output_schema(view_schema: &Schema) -> SchemaRef {
+    let mut fields = vec![
+        Arc::new(Field::new(EPOCH_COLUMN, DataType::Int64, false)),
+        Arc::new(Field::new(DIFF_COLUMN, DataType::Int64, false)),
+    ];
+    fields.extend(view_schema.fields().iter().cloned());
+    Arc::new(Schema::new(fields))
+}
+
+pub struct SubscribeStream {
+    schema: SchemaRef,
+    view_schema: SchemaRef,
+    ready: VecDeque<RecordBatch>,
+    sub: Subscription,
+    ended: bool,
+}
+
+impl SubscribeStream {
+    pub fn new(sub: Subscription, snapshot: bool) -> Result<SubscribeStream> {
+        let view_schema = sub.schema.clone();
+        let schema = output_schema(&view_schema);
+        let mut s = SubscribeStream {
+            schema,
+            view_schema,
+            ready: VecDeque::new(),
+            sub,
+            ended: false,
+        };
+        if snapshot {
+            let epoch = s.sub.epoch;
+            let batches: Vec<RecordBatch> = s.sub.snapshot.iter().cloned().collect();
+            for b in batches {
+                if b.num_rows() > 0 {
+                    let ones = Int64Array::from_value(1, b.num_rows());
+                    let out = s.with_meta(epoch, &b, ones)?;
+                    s.ready.push_back(out);
+                }
+            }
+        }
+        Ok(s)
+    }
+
+    pub fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    /// The next batch, waiting for the view to change if nothing is ready; `None` once the
+    /// view is gone.
+    pub async fn next(&mut self) -> Option<Result<RecordBatch>> {
+        loop {
+            if let Some(b) = self.ready.pop_front() {
+                return Some(Ok(b));
+            }
+            if self.ended {
+                return None;
+            }
+            match self.sub.changes.recv().await {
+                Some(ch) => {
+                    if let Err(e) = self.enqueue(ch) {
+                        return Some(Err(e));
+                    }
+                }
+                None => self.ended = true,
+            }
+        }
+    }
+
+    /// A batch that is ready now, without waiting; `None` if there is none yet.
+    pub fn try_next(&mut self) -> Option<Result<RecordBatch>> {
+        loop {
+            if let Some(b) = self.ready.pop_front() {
+                return Some(Ok(b));
+            }
+            match self.sub.changes.try_recv() {
+                Ok(ch) => {
+                    if let Err(e) = self.enqueue(ch) {
+                        return Some(Err(e));
+                    }
+                }
+                Err(tokio::sync::mpsc::error::TryRecvError::Empty) => return None,
+                Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => {
+                    self.ended = true;
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// True once the view was dropped and every change was handed out.
+    pub fn is_done(&self) -> bool {
+        self.ended && self.ready.is_empty()
+    }
+
+    /// Consolidate an epoch's changes and queue them as ±1 rows, removals first.
+    fn enqueue(&mut self, ch: EpochChanges) -> Result<()> {
+        if ch.changes.iter().all(Changelog::is_empty) {
+            return Ok(());
+        }
+        let mut z = ZSet::new_delta(self.view_schema.clone())?;
+        for cl in &ch.changes {
+            z.apply(cl)?;
+        }
+        for sign in [-1i64, 1] {
+            for cl in z.to_changelogs()? {
+                let mut idx: Vec<u32> = Vec::new();
+                for (i, w) in cl.weights.values().iter().enumerate() {
+                    if w.signum() == sign {
+                        idx.extend(std::iter::repeat_n(i as u32, w.unsigned_abs() as usize));
+                    }
+                }
+                if idx.is_empty() {
+                    continue;
+                }
+                let idx = UInt32Array::from(idx);
+                let cols: Vec<ArrayRef> = cl
+                    .data
+                    .columns()
+                    .iter()
+                    .map(|c| take(c, &idx, None))
+                    .collect::<std::result::Result<_, _>>()?;
+                let rows = RecordBatch::try_new(self.view_schema.clone(), cols)?;
+                let diffs = Int64Array::from_value(sign, rows.num_rows());
+                let out = self.with_meta(ch.epoch, &rows, diffs)?;
+                self.ready.push_back(out);
+            }
+        }
+        Ok(())
+    }
+
+    fn with_meta(&self, epoch: u64, rows: &RecordBatch, diffs: Int64Array) -> Result<RecordBatch> {
+        let n = rows.num_rows();
+        let epoch = i64::try_from(epoch)
+            .map_err(|_| WeirError::internal("epoch does not fit in a bigint"))?;
+        let mut cols: Vec<ArrayRef> =
+            vec![Arc::new(Int64Array::from_value(epoch, n)), Arc::new(diffs)];
+        cols.extend(rows.columns().iter().cloned());
+        Ok(RecordBatch::try_new(self.schema.clone(), cols)?)
+    }
+}
