@@ -199,6 +199,26 @@ fn constant_bool(rows: usize, b: bool) -> ArrayRef {
     Arc::new(BooleanArray::from(vec![b; rows]))
 }
 
+/// A value as JSON (numbers, booleans and NULL as themselves, the rest as text).
+fn scalar_json(v: &datafusion::common::ScalarValue) -> serde_json::Value {
+    use datafusion::common::ScalarValue as S;
+    if v.is_null() {
+        return serde_json::Value::Null;
+    }
+    match v {
+        S::Boolean(Some(b)) => (*b).into(),
+        S::Int8(Some(x)) => (*x).into(),
+        S::Int16(Some(x)) => (*x).into(),
+        S::Int32(Some(x)) => (*x).into(),
+        S::Int64(Some(x)) => (*x).into(),
+        S::UInt32(Some(x)) => (*x).into(),
+        S::UInt64(Some(x)) => (*x).into(),
+        S::Float32(Some(x)) => (*x as f64).into(),
+        S::Float64(Some(x)) => (*x).into(),
+        other => other.to_string().into(),
+    }
+}
+
 /// Register every function on a session context.
 pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
     ctx.register_udf(ScalarUDF::new_from_impl(PgTypeof {
@@ -251,6 +271,35 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
             rows
         ])))
     });
+    // json_build_object(k1, v1, ...): catalog queries (SQLAlchemy's column reflection) build
+    // small objects with it
+    register_fn(ctx, "json_build_object", DataType::Utf8, |args, rows| {
+        if args.len() % 2 != 0 {
+            return Err(datafusion::error::DataFusionError::Plan(
+                "argument list must have even number of elements".into(),
+            ));
+        }
+        let keys: Vec<StringArray> = args
+            .iter()
+            .step_by(2)
+            .map(as_str)
+            .collect::<DfResult<_>>()?;
+        let mut out = StringBuilder::new();
+        for i in 0..rows {
+            let mut obj = serde_json::Map::new();
+            for (k, v) in keys.iter().zip(args.iter().skip(1).step_by(2)) {
+                let key = if k.is_null(i) {
+                    "".to_owned()
+                } else {
+                    k.value(i).to_owned()
+                };
+                let value = datafusion::common::ScalarValue::try_from_array(v, i)?;
+                obj.insert(key, scalar_json(&value));
+            }
+            out.append_value(serde_json::Value::Object(obj).to_string());
+        }
+        Ok(Arc::new(out.finish()))
+    });
     register_fn(ctx, "pg_encoding_to_char", DataType::Utf8, |_, rows| {
         Ok(constant_str(rows, Some("UTF8")))
     });
@@ -261,6 +310,10 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
         "pg_table_is_visible",
         "pg_type_is_visible",
         "pg_function_is_visible",
+        "pg_collation_is_visible",
+        "pg_opclass_is_visible",
+        "pg_operator_is_visible",
+        "pg_conversion_is_visible",
         "has_table_privilege",
         "has_schema_privilege",
         "has_database_privilege",
@@ -287,6 +340,8 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
         "pg_get_triggerdef",
         "pg_get_ruledef",
         "pg_get_partkeydef",
+        // no serial columns or sequences
+        "pg_get_serial_sequence",
     ] {
         register_fn(ctx, name, DataType::Utf8, |_, rows| {
             Ok(constant_str(rows, None))

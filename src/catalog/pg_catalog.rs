@@ -331,6 +331,7 @@ const TABLES: &[&str] = &[
     "pg_range",
     "pg_event_trigger",
     "pg_language",
+    "pg_opclass",
     "pg_stat_activity",
 ];
 
@@ -445,7 +446,60 @@ fn namespace_name(oid: u32) -> &'static str {
     }
 }
 
+/// Catalog tables Weir never puts rows in (no defaults, sequences, comments, triggers,
+/// inheritance...). The query rewriter answers scalar subqueries over them with NULL.
+pub const ALWAYS_EMPTY: &[&str] = &[
+    "pg_opclass",
+    "pg_attrdef",
+    "pg_description",
+    "pg_shdescription",
+    "pg_inherits",
+    "pg_policy",
+    "pg_statistic_ext",
+    "pg_trigger",
+    "pg_rewrite",
+    "pg_depend",
+    "pg_sequence",
+    "pg_foreign_table",
+    "pg_partitioned_table",
+    "pg_enum",
+    "pg_range",
+    "pg_event_trigger",
+];
+
+/// System catalogs with Postgres' own OIDs (so `'pg_class'::regclass` is 1259 as clients
+/// expect, e.g. in `pg_description.classoid` filters).
+pub const SYSTEM_RELATIONS: &[(u32, &str)] = &[
+    (1213, "pg_tablespace"),
+    (1247, "pg_type"),
+    (1249, "pg_attribute"),
+    (1255, "pg_proc"),
+    (1259, "pg_class"),
+    (1260, "pg_authid"),
+    (1262, "pg_database"),
+    (2224, "pg_sequence"),
+    (2396, "pg_shdescription"),
+    (2601, "pg_am"),
+    (2604, "pg_attrdef"),
+    (2606, "pg_constraint"),
+    (2608, "pg_depend"),
+    (2609, "pg_description"),
+    (2610, "pg_index"),
+    (2611, "pg_inherits"),
+    (2612, "pg_language"),
+    (2615, "pg_namespace"),
+    (2616, "pg_opclass"),
+    (2618, "pg_rewrite"),
+    (2620, "pg_trigger"),
+    (3079, "pg_extension"),
+    (3456, "pg_collation"),
+    (3501, "pg_enum"),
+];
+
 pub fn relation_name_of_oid(catalog: &Catalog, oid: u32) -> Option<String> {
+    if let Some((_, n)) = SYSTEM_RELATIONS.iter().find(|(o, _)| *o == oid) {
+        return Some((*n).to_owned());
+    }
     catalog.entries().iter().find_map(|e| {
         if e.desc.oid == oid {
             Some(e.desc.name.clone())
@@ -462,6 +516,10 @@ pub fn relation_oid_of_name(catalog: &Catalog, name: &str) -> Option<u32> {
         .trim_start_matches("public.")
         .trim_matches('"')
         .to_owned();
+    let system = name.trim_start_matches("pg_catalog.");
+    if let Some((o, _)) = SYSTEM_RELATIONS.iter().find(|(_, n)| *n == system) {
+        return Some(*o);
+    }
     catalog.entries().iter().find_map(|e| {
         if e.desc.name == name {
             Some(e.desc.oid)
@@ -850,9 +908,12 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                         true.into(),
                         true.into(),
                         false.into(),
-                        V::A(keys),
+                        V::A(keys.clone()),
                         V::Null,
                         V::Null,
+                        V::A(keys.iter().map(|_| V::I(0)).collect()),
+                        V::A(keys.iter().map(|_| V::I(0)).collect()),
+                        V::A(keys.iter().map(|_| V::I(0)).collect()),
                     ]);
                 }
             }
@@ -876,6 +937,9 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     ("indkey", arr(i2())),
                     ("indexprs", text()),
                     ("indpred", text()),
+                    ("indclass", arr(oid())),
+                    ("indcollation", arr(oid())),
+                    ("indoption", arr(i2())),
                 ],
                 rows,
             )?
@@ -1033,6 +1097,17 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 })
                 .collect(),
         )?,
+        "pg_opclass" => empty(&[
+            ("oid", oid()),
+            ("opcmethod", oid()),
+            ("opcname", name()),
+            ("opcnamespace", oid()),
+            ("opcowner", oid()),
+            ("opcfamily", oid()),
+            ("opcintype", oid()),
+            ("opcdefault", b()),
+            ("opckeytype", oid()),
+        ])?,
         "pg_attrdef" => empty(&[
             ("oid", oid()),
             ("adrelid", oid()),
@@ -1182,6 +1257,10 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
             ("seqtypid", oid()),
             ("seqstart", T::Int8),
             ("seqincrement", T::Int8),
+            ("seqmax", T::Int8),
+            ("seqmin", T::Int8),
+            ("seqcache", T::Int8),
+            ("seqcycle", b()),
         ])?,
         "pg_foreign_table" => empty(&[
             ("ftrelid", oid()),
@@ -1391,4 +1470,22 @@ fn type_row(
         collation.into(),
         V::Null,
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The rewriter answers subqueries over these with NULL: they must really be empty.
+    #[test]
+    fn always_empty_tables_have_no_rows() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = crate::state::fjall_store::FjallStore::open(dir.path()).expect("store");
+        let catalog = Catalog::open(Arc::new(store)).expect("catalog");
+        for t in ALWAYS_EMPTY {
+            assert!(TABLES.contains(t), "{t} is not a catalog table");
+            let b = build(t, &catalog).expect("build").expect("table");
+            assert_eq!(b.num_rows(), 0, "{t} has rows");
+        }
+    }
 }

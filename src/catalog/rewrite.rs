@@ -69,6 +69,18 @@ impl VisitorMut for PgRewriter {
         }
     }
 
+    fn pre_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<Self::Break> {
+        // `pg_catalog.pg_class.relname` → `pg_class.relname` (SQLAlchemy qualifies every
+        // column so; the catalog rewrites below look at `table.column` pairs)
+        if let Expr::CompoundIdentifier(ids) = expr
+            && ids.len() == 3
+            && ids[0].value.eq_ignore_ascii_case("pg_catalog")
+        {
+            ids.remove(0);
+        }
+        ControlFlow::Continue(())
+    }
+
     fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<Self::Break> {
         rewrite_expr(expr);
         ControlFlow::Continue(())
@@ -107,8 +119,67 @@ fn call(name: &str, args: Vec<Expr>) -> Expr {
     })
 }
 
+/// A string literal, or string literals joined with `||`, as one string.
+fn fold_string(e: &Expr) -> Option<String> {
+    match e {
+        Expr::Value(v) => match &v.value {
+            ast::Value::SingleQuotedString(s) => Some(s.clone()),
+            _ => None,
+        },
+        Expr::Nested(inner) => fold_string(inner),
+        Expr::BinaryOp {
+            left,
+            op: BinaryOperator::StringConcat,
+            right,
+        } => Some(fold_string(left)? + &fold_string(right)?),
+        _ => None,
+    }
+}
+
+/// A LIKE pattern written with escape character `esc`, in backslash-escape form (the only
+/// one DataFusion reads).
+fn backslash_pattern(pattern: &str, esc: char) -> String {
+    let mut out = String::with_capacity(pattern.len());
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        if c == esc {
+            if let Some(next) = chars.next() {
+                out.push('\\');
+                out.push(next);
+            }
+        } else if c == '\\' {
+            out.push_str("\\\\");
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 fn rewrite_expr(expr: &mut Expr) {
     match expr {
+        Expr::Like {
+            pattern,
+            escape_char: escape @ Some(_),
+            ..
+        }
+        | Expr::ILike {
+            pattern,
+            escape_char: escape @ Some(_),
+            ..
+        } => {
+            let esc = escape.as_ref().and_then(|v| match &v.value {
+                ast::Value::SingleQuotedString(s) if s.chars().count() == 1 => s.chars().next(),
+                _ => None,
+            });
+            if let Some(esc) = esc
+                && esc != '\\'
+                && let Some(p) = fold_string(pattern)
+            {
+                **pattern = Expr::value(ast::Value::SingleQuotedString(backslash_pattern(&p, esc)));
+                *escape = None;
+            }
+        }
         Expr::Interval(iv) => {
             normalize_interval_literal(iv.value.as_mut());
         }
@@ -201,9 +272,35 @@ fn rewrite_expr(expr: &mut Expr) {
                 && let FunctionArguments::Subquery(q) = &f.args
             {
                 *expr = array_of_subquery((**q).clone());
+                return;
+            }
+            // generate_subscripts(a, dim) → unnest(generate_series(1, array_length(a, dim)))
+            if lname == "generate_subscripts"
+                && let FunctionArguments::List(l) = &f.args
+                && l.args.len() == 2
+            {
+                let args: Vec<Expr> = l
+                    .args
+                    .iter()
+                    .filter_map(|a| match a {
+                        ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e)) => Some(e.clone()),
+                        _ => None,
+                    })
+                    .collect();
+                if let [arr, dim] = args.as_slice() {
+                    let len = call("array_length", vec![arr.clone(), dim.clone()]);
+                    let one = Expr::value(ast::Value::Number("1".into(), false));
+                    *expr = call("unnest", vec![call("generate_series", vec![one, len])]);
+                }
             }
         }
         Expr::Subquery(q) => {
+            if reads_only_empty_catalogs(q) {
+                // a scalar subquery over no rows is NULL (SQLAlchemy's column query asks
+                // pg_attrdef and pg_sequence with correlations DataFusion cannot plan)
+                *expr = Expr::value(ast::Value::Null);
+                return;
+            }
             if let Some(outer_cond) = aggregate_catalog_subquery(q) {
                 let sub = std::mem::replace(expr, Expr::value(ast::Value::Null));
                 *expr = Expr::Case {
@@ -397,6 +494,33 @@ fn array_of_subquery(q: ast::Query) -> Expr {
 /// predicates are normalized first: an outer column equated with an inner one is replaced
 /// by the inner one elsewhere, and predicates on outer columns alone move out of the
 /// subquery into a `CASE WHEN` around it (returned).
+/// A plain `SELECT expr FROM` catalog tables that never have rows (see
+/// [`crate::catalog::pg_catalog::ALWAYS_EMPTY`]), without aggregates.
+fn reads_only_empty_catalogs(q: &ast::Query) -> bool {
+    let ast::SetExpr::Select(select) = q.body.as_ref() else {
+        return false;
+    };
+    let empty = |f: &ast::TableFactor| {
+        matches!(f, ast::TableFactor::Table { name, .. }
+            if crate::catalog::pg_catalog::ALWAYS_EMPTY.contains(
+                &name.to_string().to_lowercase().trim_start_matches("pg_catalog.")))
+    };
+    select.projection.len() == 1
+        && !select.from.is_empty()
+        && select
+            .from
+            .iter()
+            .all(|t| empty(&t.relation) && t.joins.iter().all(|j| empty(&j.relation)))
+        && matches!(&select.group_by, ast::GroupByExpr::Expressions(e, _) if e.is_empty())
+        && select.having.is_none()
+        && !select.projection.iter().any(|i| match i {
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                contains_aggregate(e)
+            }
+            _ => true,
+        })
+}
+
 fn aggregate_catalog_subquery(q: &mut ast::Query) -> Option<Expr> {
     if q.limit_clause.is_some() || q.order_by.is_some() {
         return None;
@@ -404,12 +528,15 @@ fn aggregate_catalog_subquery(q: &mut ast::Query) -> Option<Expr> {
     let ast::SetExpr::Select(select) = q.body.as_mut() else {
         return None;
     };
+    let is_catalog = |f: &ast::TableFactor| {
+        matches!(f, ast::TableFactor::Table { name, .. }
+            if name.to_string().to_lowercase().trim_start_matches("pg_catalog.").starts_with("pg_"))
+    };
     let only_catalog = !select.from.is_empty()
-        && select.from.iter().all(|t| {
-            t.joins.is_empty()
-                && matches!(&t.relation, ast::TableFactor::Table { name, .. }
-                    if name.to_string().to_lowercase().trim_start_matches("pg_catalog.").starts_with("pg_"))
-        });
+        && select
+            .from
+            .iter()
+            .all(|t| is_catalog(&t.relation) && t.joins.iter().all(|j| is_catalog(&j.relation)));
     let grouped = !matches!(&select.group_by, ast::GroupByExpr::Expressions(e, _) if e.is_empty());
     if !only_catalog || grouped || select.projection.len() != 1 {
         return None;
@@ -435,7 +562,8 @@ fn aggregate_catalog_subquery(q: &mut ast::Query) -> Option<Expr> {
     let inner_names: HashSet<String> = select
         .from
         .iter()
-        .filter_map(|t| match &t.relation {
+        .flat_map(|t| std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation)))
+        .filter_map(|f| match f {
             ast::TableFactor::Table { name, alias, .. } => Some(match alias {
                 Some(a) => a.name.value.to_lowercase(),
                 None => last_name(name).unwrap_or_default(),

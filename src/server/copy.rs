@@ -359,7 +359,8 @@ fn split_csv(buf: &[u8], pos: usize, o: &CopyOptions, last: bool) -> Option<(Vec
             });
             quoted = false;
         } else if b == b'\n' {
-            if value.last() == Some(&b'\r') && !quoted {
+            // CRLF line ends: the CR came after any closing quote
+            if i > pos && buf[i - 1] == b'\r' {
                 value.pop();
             }
             fields.push(Field::Csv { value, quoted });
@@ -372,7 +373,7 @@ fn split_csv(buf: &[u8], pos: usize, o: &CopyOptions, last: bool) -> Option<(Vec
     if !last {
         return None;
     }
-    if value.last() == Some(&b'\r') && !quoted {
+    if buf.last() == Some(&b'\r') && value.last() == Some(&b'\r') {
         value.pop();
     }
     fields.push(Field::Csv { value, quoted });
