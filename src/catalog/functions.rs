@@ -300,6 +300,24 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
         }
         Ok(Arc::new(out.finish()))
     });
+    // LIKE ... ESCAPE 'c' with a pattern known only at run time (see the rewriter)
+    register_fn(ctx, "weir_like_escape", DataType::Utf8, |args, rows| {
+        let (Some(p), Some(e)) = (args.first(), args.get(1)) else {
+            return Ok(constant_str(rows, None));
+        };
+        let (p, e) = (as_str(p)?, as_str(e)?);
+        Ok(Arc::new(
+            (0..rows)
+                .map(|i| {
+                    if p.is_null(i) || e.is_null(i) {
+                        return None;
+                    }
+                    let esc = e.value(i).chars().next().unwrap_or('\\');
+                    Some(crate::catalog::rewrite::backslash_pattern(p.value(i), esc))
+                })
+                .collect::<StringArray>(),
+        ))
+    });
     register_fn(ctx, "pg_encoding_to_char", DataType::Utf8, |_, rows| {
         Ok(constant_str(rows, Some("UTF8")))
     });

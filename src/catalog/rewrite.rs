@@ -119,6 +119,53 @@ fn call(name: &str, args: Vec<Expr>) -> Expr {
     })
 }
 
+/// Boolean columns of the system catalogs that clients compare with `'t'` / `'f'`.
+fn is_bool_catalog_column(e: &Expr) -> bool {
+    let name = match e {
+        Expr::Identifier(i) => &i.value,
+        Expr::CompoundIdentifier(ids) => match ids.last() {
+            Some(i) => &i.value,
+            None => return false,
+        },
+        _ => return false,
+    };
+    matches!(
+        name.to_lowercase().as_str(),
+        "indisprimary"
+            | "indisunique"
+            | "indisvalid"
+            | "indisclustered"
+            | "indimmediate"
+            | "indisready"
+            | "indislive"
+            | "indisexclusion"
+            | "indnullsnotdistinct"
+            | "attnotnull"
+            | "atthasdef"
+            | "attisdropped"
+            | "attislocal"
+            | "relhasindex"
+            | "relisshared"
+            | "relhasrules"
+            | "relhastriggers"
+            | "relhassubclass"
+            | "relispartition"
+            | "relrowsecurity"
+            | "condeferrable"
+            | "condeferred"
+            | "convalidated"
+            | "typisdefined"
+            | "typbyval"
+            | "rolsuper"
+            | "rolcanlogin"
+            | "proretset"
+            | "proisstrict"
+            | "opcdefault"
+            | "datallowconn"
+            | "datistemplate"
+    )
+}
+
 /// A string literal, or string literals joined with `||`, as one string.
 fn fold_string(e: &Expr) -> Option<String> {
     match e {
@@ -138,7 +185,7 @@ fn fold_string(e: &Expr) -> Option<String> {
 
 /// A LIKE pattern written with escape character `esc`, in backslash-escape form (the only
 /// one DataFusion reads).
-fn backslash_pattern(pattern: &str, esc: char) -> String {
+pub fn backslash_pattern(pattern: &str, esc: char) -> String {
     let mut out = String::with_capacity(pattern.len());
     let mut chars = pattern.chars();
     while let Some(c) = chars.next() {
@@ -174,9 +221,21 @@ fn rewrite_expr(expr: &mut Expr) {
             });
             if let Some(esc) = esc
                 && esc != '\\'
-                && let Some(p) = fold_string(pattern)
             {
-                **pattern = Expr::value(ast::Value::SingleQuotedString(backslash_pattern(&p, esc)));
+                let p = std::mem::replace(pattern.as_mut(), Expr::value(ast::Value::Null));
+                **pattern = match fold_string(&p) {
+                    Some(text) => Expr::value(ast::Value::SingleQuotedString(backslash_pattern(
+                        &text, esc,
+                    ))),
+                    // a bound parameter: converted when it is known
+                    None => call(
+                        "weir_like_escape",
+                        vec![
+                            p,
+                            Expr::value(ast::Value::SingleQuotedString(esc.to_string())),
+                        ],
+                    ),
+                };
                 *escape = None;
             }
         }
@@ -217,6 +276,23 @@ fn rewrite_expr(expr: &mut Expr) {
             *expr = call(name, vec![l, r]);
         }
         Expr::BinaryOp { left, op, right } => {
+            // `indisprimary = 'f'`: Postgres reads the literal as a boolean
+            if matches!(op, BinaryOperator::Eq | BinaryOperator::NotEq) {
+                let (l, r) = (is_bool_catalog_column(left), is_bool_catalog_column(right));
+                for (is_bool, lit) in [(l, &mut **right), (r, &mut **left)] {
+                    if is_bool
+                        && let Expr::Value(v) = lit
+                        && let ast::Value::SingleQuotedString(t) = &v.value
+                        && let Some(b) = match t.to_lowercase().as_str() {
+                            "t" | "true" | "y" | "yes" | "on" | "1" => Some(true),
+                            "f" | "false" | "n" | "no" | "off" | "0" => Some(false),
+                            _ => None,
+                        }
+                    {
+                        *lit = Expr::value(ast::Value::Boolean(b));
+                    }
+                }
+            }
             // '{a,b}' compared with an array: an array literal
             if matches!(op, BinaryOperator::Eq | BinaryOperator::NotEq) {
                 for side in [left.as_mut(), right.as_mut()] {
@@ -505,12 +581,22 @@ fn reads_only_empty_catalogs(q: &ast::Query) -> bool {
             if crate::catalog::pg_catalog::ALWAYS_EMPTY.contains(
                 &name.to_string().to_lowercase().trim_start_matches("pg_catalog.")))
     };
+    // inner joins with an empty relation are empty
+    let inner_only = select.from.iter().all(|t| {
+        t.joins.iter().all(|j| {
+            matches!(
+                j.join_operator,
+                ast::JoinOperator::Join(_) | ast::JoinOperator::Inner(_)
+            )
+        })
+    });
     select.projection.len() == 1
         && !select.from.is_empty()
+        && inner_only
         && select
             .from
             .iter()
-            .all(|t| empty(&t.relation) && t.joins.iter().all(|j| empty(&j.relation)))
+            .any(|t| empty(&t.relation) || t.joins.iter().any(|j| empty(&j.relation)))
         && matches!(&select.group_by, ast::GroupByExpr::Expressions(e, _) if e.is_empty())
         && select.having.is_none()
         && !select.projection.iter().any(|i| match i {
