@@ -73,6 +73,10 @@ pub enum Output {
     },
 }
 
+/// Field metadata: the OID of the relation a result column comes from, and its attnum.
+pub const TABLE_OID_KEY: &str = "weir.table_oid";
+pub const ATTNUM_KEY: &str = "weir.attnum";
+
 pub struct Engine {
     pub catalog: Arc<Catalog>,
     pub data_dir: PathBuf,
@@ -126,7 +130,7 @@ impl Engine {
                 let params = parameter_types(&plan)?;
                 let schema = match &plan {
                     LogicalPlan::Dml(_) => None,
-                    p => Some(Arc::new(p.schema().as_arrow().clone())),
+                    p => Some(self.result_schema(p)),
                 };
                 Ok((params, schema))
             }
@@ -351,10 +355,39 @@ impl Engine {
         if !matches!(plan, LogicalPlan::Explain(_)) && is_side_effecting(&plan) {
             return Err(WeirError::not_supported("this statement is not supported"));
         }
-        let schema = Arc::new(plan.schema().as_arrow().clone());
+        let schema = self.result_schema(&plan);
         let df = session.ctx.execute_logical_plan(plan).await?;
         let stream = df.execute_stream().await?;
         Ok(Output::Rows { schema, stream })
+    }
+
+    /// A plan's output columns, each marked with the table column it reads when it is a
+    /// plain column of a table, source or view (the table OID and attribute number clients
+    /// see in RowDescription, as Postgres reports them).
+    fn result_schema(&self, plan: &LogicalPlan) -> SchemaRef {
+        let fields: Vec<Field> = plan
+            .schema()
+            .iter()
+            .map(|(q, f)| {
+                let mut f = f.as_ref().clone();
+                if let Some(q) = q
+                    && matches!(q.schema(), None | Some("public"))
+                    && let Some(e) = self.catalog.get(q.table())
+                    && e.desc.kind != RelationKind::Sink
+                    && let Some(pos) = e.desc.columns.iter().position(|c| c.name == *f.name())
+                {
+                    let mut md = f.metadata().clone();
+                    md.insert(TABLE_OID_KEY.into(), e.desc.oid.to_string());
+                    md.insert(ATTNUM_KEY.into(), (pos + 1).to_string());
+                    f = f.with_metadata(md);
+                }
+                f
+            })
+            .collect();
+        Arc::new(Schema::new_with_metadata(
+            fields,
+            plan.schema().as_arrow().metadata().clone(),
+        ))
     }
 
     /// Undo the session's uncommitted changes, newest first. Each undo is itself a durable

@@ -199,6 +199,14 @@ fn constant_bool(rows: usize, b: bool) -> ArrayRef {
     Arc::new(BooleanArray::from(vec![b; rows]))
 }
 
+fn expand_fields(elem: DataType) -> datafusion::arrow::datatypes::Fields {
+    vec![
+        Field::new("x", elem, true),
+        Field::new("n", DataType::Int32, false),
+    ]
+    .into()
+}
+
 /// A value as JSON (numbers, booleans and NULL as themselves, the rest as text).
 fn scalar_json(v: &datafusion::common::ScalarValue) -> serde_json::Value {
     use datafusion::common::ScalarValue as S;
@@ -300,6 +308,55 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
         }
         Ok(Arc::new(out.finish()))
     });
+    // information_schema._pg_expandarray(a): each element with its position, as
+    // struct {x, n}; the rewriter unnests it (pgJDBC's getPrimaryKeys / getIndexInfo)
+    ctx.register_udf(ScalarUDF::new_from_impl(PgFunction {
+        name: "weir_expandarray",
+        signature: Signature::any(1, Volatility::Immutable),
+        ret: Box::new(|args| {
+            let elem = match args.first() {
+                Some(DataType::List(f)) => f.data_type().clone(),
+                _ => DataType::Int32,
+            };
+            DataType::List(Arc::new(Field::new_list_field(
+                DataType::Struct(expand_fields(elem)),
+                true,
+            )))
+        }),
+        imp: Box::new(|args, rows| {
+            use datafusion::arrow::array::{AsArray, ListArray, StructArray};
+            let Some(a) = args.first() else {
+                return Err(datafusion::error::DataFusionError::Plan(
+                    "_pg_expandarray takes an array".into(),
+                ));
+            };
+            let Some(list) = a.as_list_opt::<i32>() else {
+                return Err(datafusion::error::DataFusionError::Plan(
+                    "_pg_expandarray takes an array".into(),
+                ));
+            };
+            let values = list.values().clone();
+            let offsets = list.offsets();
+            let mut n = Vec::with_capacity(values.len());
+            for w in offsets.windows(2) {
+                n.extend(1..=(w[1] - w[0]));
+            }
+            let fields = expand_fields(values.data_type().clone());
+            let st = StructArray::try_new(
+                fields.clone(),
+                vec![values, Arc::new(Int32Array::from(n)) as ArrayRef],
+                None,
+            )?;
+            let out = ListArray::try_new(
+                Arc::new(Field::new_list_field(DataType::Struct(fields), true)),
+                offsets.clone(),
+                Arc::new(st),
+                list.nulls().cloned(),
+            )?;
+            debug_assert_eq!(out.len(), rows);
+            Ok(Arc::new(out))
+        }),
+    }));
     // LIKE ... ESCAPE 'c' with a pattern known only at run time (see the rewriter)
     register_fn(ctx, "weir_like_escape", DataType::Utf8, |args, rows| {
         let (Some(p), Some(e)) = (args.first(), args.get(1)) else {
@@ -403,18 +460,45 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
     });
     {
         let catalog = catalog.clone();
+        // pg_get_indexdef(index [, column, pretty]): the definition, or with column k > 0
+        // the k-th key column's name
         register_fn(ctx, "pg_get_indexdef", DataType::Utf8, move |args, rows| {
-            map_u32_to_str(args, rows, |oid| {
-                catalog.entries().iter().find_map(|e| {
-                    (e.desc.pkey_index_oid() == Some(oid)).then(|| {
-                        format!(
+            let column = match args.get(1) {
+                Some(c) => Some(cast(c, &DataType::Int32)?),
+                None => None,
+            };
+            let column = column
+                .as_ref()
+                .and_then(|c| c.as_any().downcast_ref::<Int32Array>());
+            let Some(a) = args.first() else {
+                return Ok(constant_str(rows, None));
+            };
+            let a = as_u32(a)?;
+            let entries = catalog.entries();
+            Ok(Arc::new(
+                (0..rows)
+                    .map(|i| {
+                        if a.is_null(i) {
+                            return None;
+                        }
+                        let oid = a.value(i);
+                        let e = entries
+                            .iter()
+                            .find(|e| e.desc.pkey_index_oid() == Some(oid))?;
+                        let k = column
+                            .map(|c| if c.is_null(i) { 0 } else { c.value(i) })
+                            .unwrap_or(0);
+                        if k > 0 {
+                            return e.desc.primary_key.get(k as usize - 1).cloned();
+                        }
+                        Some(format!(
                             "CREATE UNIQUE INDEX {0}_pkey ON public.{0} USING btree ({1})",
                             e.desc.name,
                             e.desc.primary_key.join(", ")
-                        )
+                        ))
                     })
-                })
-            })
+                    .collect::<StringArray>(),
+            ))
         });
     }
     {
@@ -487,12 +571,19 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
         Arc::new(|s: &str| (s == SUPERUSER_NAME).then_some(crate::catalog::SUPERUSER_OID)),
         Arc::new(|o| (o == crate::catalog::SUPERUSER_OID).then(|| SUPERUSER_NAME.to_owned())),
     );
-    reg_cast(
-        ctx,
-        "weir_regproc",
-        Arc::new(|_: &str| None),
-        Arc::new(|o| Some(o.to_string())),
-    );
+    // regproc: functions are known by name only (pg_type.typinput and friends are names),
+    // so a regproc is its unqualified name
+    register_fn(ctx, "weir_regproc", DataType::Utf8, |args, rows| {
+        let Some(a) = args.first() else {
+            return Ok(constant_str(rows, None));
+        };
+        let s = as_str(a)?;
+        Ok(Arc::new(
+            s.iter()
+                .map(|v| v.map(|n| n.trim_start_matches("pg_catalog.").trim_matches('"')))
+                .collect::<StringArray>(),
+        ))
+    });
     register_fn(ctx, "to_regtype", DataType::UInt32, |args, rows| {
         let Some(a) = args.first() else {
             return Ok(Arc::new(UInt32Array::new_null(rows)));

@@ -1432,6 +1432,13 @@ fn type_row(
     elem: u32,
     array: u32,
 ) -> Vec<V> {
+    // the I/O functions' prefix, as Postgres names them (clients test `typinput =
+    // 'array_in'::regproc` to find array types)
+    let io = match (typtype, category) {
+        (_, "A") => "array_",
+        ("c", _) => "record_",
+        _ => typname,
+    };
     let collation: u32 = if matches!(oid, 25 | 1043 | 19 | 1042) {
         100
     } else {
@@ -1457,10 +1464,10 @@ fn type_row(
         relid.into(),
         elem.into(),
         array.into(),
-        format!("{typname}in").into(),
-        format!("{typname}out").into(),
-        format!("{typname}recv").into(),
-        format!("{typname}send").into(),
+        format!("{io}in").into(),
+        format!("{io}out").into(),
+        format!("{io}recv").into(),
+        format!("{io}send").into(),
         "i".into(),
         "x".into(),
         false.into(),

@@ -205,6 +205,25 @@ pub fn backslash_pattern(pattern: &str, esc: char) -> String {
 
 fn rewrite_expr(expr: &mut Expr) {
     match expr {
+        // `(composite).field` → get_field(composite, 'field')
+        Expr::CompoundFieldAccess { root, access_chain }
+            if !matches!(
+                root.as_ref(),
+                Expr::Identifier(_) | Expr::CompoundIdentifier(_)
+            ) && access_chain
+                .iter()
+                .all(|a| matches!(a, ast::AccessExpr::Dot(Expr::Identifier(_)))) =>
+        {
+            let mut e = std::mem::replace(root.as_mut(), Expr::value(ast::Value::Null));
+            for a in access_chain.iter() {
+                if let ast::AccessExpr::Dot(Expr::Identifier(id)) = a {
+                    let field =
+                        Expr::value(ast::Value::SingleQuotedString(id.value.to_lowercase()));
+                    e = call("get_field", vec![e, field]);
+                }
+            }
+            *expr = e;
+        }
         Expr::Like {
             pattern,
             escape_char: escape @ Some(_),
@@ -350,6 +369,51 @@ fn rewrite_expr(expr: &mut Expr) {
                 *expr = array_of_subquery((**q).clone());
                 return;
             }
+            if lname == "_pg_expandarray"
+                && let FunctionArguments::List(l) = &f.args
+                && let [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(arr))] =
+                    l.args.as_slice()
+            {
+                *expr = call("unnest", vec![call("weir_expandarray", vec![arr.clone()])]);
+                return;
+            }
+            // arrays are 1-based: array_upper is the length, array_lower 1
+            if lname == "array_upper" {
+                f.name = ObjectName(vec![ObjectNamePart::Identifier(Ident::new("array_length"))]);
+                let len = std::mem::replace(expr, Expr::value(ast::Value::Null));
+                *expr = Expr::Cast {
+                    kind: CastKind::Cast,
+                    expr: Box::new(len),
+                    data_type: ast::DataType::BigInt(None),
+                    array: false,
+                    format: None,
+                };
+                return;
+            }
+            if lname == "array_lower"
+                && let FunctionArguments::List(l) = &f.args
+            {
+                let args: Vec<Expr> = l
+                    .args
+                    .iter()
+                    .filter_map(|a| match a {
+                        ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e)) => Some(e.clone()),
+                        _ => None,
+                    })
+                    .collect();
+                let len = call("array_length", args);
+                *expr = call(
+                    "nullif",
+                    vec![
+                        call(
+                            "least",
+                            vec![len, Expr::value(ast::Value::Number("1".into(), false))],
+                        ),
+                        Expr::value(ast::Value::Number("0".into(), false)),
+                    ],
+                );
+                return;
+            }
             // generate_subscripts(a, dim) → unnest(generate_series(1, array_length(a, dim)))
             if lname == "generate_subscripts"
                 && let FunctionArguments::List(l) = &f.args
@@ -364,7 +428,13 @@ fn rewrite_expr(expr: &mut Expr) {
                     })
                     .collect();
                 if let [arr, dim] = args.as_slice() {
-                    let len = call("array_length", vec![arr.clone(), dim.clone()]);
+                    let len = Expr::Cast {
+                        kind: CastKind::Cast,
+                        expr: Box::new(call("array_length", vec![arr.clone(), dim.clone()])),
+                        data_type: ast::DataType::BigInt(None),
+                        array: false,
+                        format: None,
+                    };
                     let one = Expr::value(ast::Value::Number("1".into(), false));
                     *expr = call("unnest", vec![call("generate_series", vec![one, len])]);
                 }

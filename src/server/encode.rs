@@ -79,10 +79,13 @@ pub fn field_infos(schema: &Schema, format_for: impl Fn(usize) -> FieldFormat) -
         .enumerate()
         .map(|(i, f)| {
             let t = pg_type_of(f);
+            let md = |k: &str| f.metadata().get(k).and_then(|v| v.parse::<i64>().ok());
+            let table = md(crate::engine::TABLE_OID_KEY).map(|o| o as i32);
+            let column = md(crate::engine::ATTNUM_KEY).map(|a| a as i16);
             FieldInfo::new(
                 display_column_name(f.name()).to_owned(),
-                None,
-                None,
+                table,
+                column,
                 pg_wire_type(&t),
                 format_for(i),
             )

@@ -1,0 +1,87 @@
+import java.sql.*;
+import java.util.*;
+import org.postgresql.copy.CopyManager;
+import org.postgresql.core.BaseConnection;
+
+/** Weir through pgJDBC: DatabaseMetaData, ResultSetMetaData, prepared statements, COPY,
+ *  savepoints. Prints one line per check; the Rust test compares the lines. */
+public class JdbcCheck {
+    static void row(String label, Object... v) {
+        StringBuilder b = new StringBuilder(label);
+        for (Object o : v) b.append('|').append(o);
+        System.out.println(b);
+    }
+
+    public static void main(String[] args) throws Exception {
+        String url = "jdbc:postgresql://127.0.0.1:" + args[0] + "/weir?user=weir";
+        try (Connection c = DriverManager.getConnection(url)) {
+            DatabaseMetaData md = c.getMetaData();
+            row("product", md.getDatabaseProductName());
+            try (ResultSet rs = md.getSchemas()) {
+                while (rs.next()) row("schema", rs.getString("TABLE_SCHEM"));
+            }
+            try (ResultSet rs = md.getTables(null, "public", "%", null)) {
+                while (rs.next()) row("table", rs.getString("TABLE_NAME"), rs.getString("TABLE_TYPE"));
+            }
+            try (ResultSet rs = md.getColumns(null, "public", "jt", "%")) {
+                while (rs.next())
+                    row("column", rs.getString("COLUMN_NAME"), rs.getString("TYPE_NAME"),
+                        rs.getInt("DATA_TYPE"), rs.getString("IS_NULLABLE"), rs.getInt("ORDINAL_POSITION"));
+            }
+            try (ResultSet rs = md.getPrimaryKeys(null, "public", "jt")) {
+                while (rs.next()) row("pk", rs.getString("COLUMN_NAME"), rs.getInt("KEY_SEQ"), rs.getString("PK_NAME"));
+            }
+            try (ResultSet rs = md.getIndexInfo(null, "public", "jt", false, false)) {
+                while (rs.next()) row("index", rs.getString("INDEX_NAME"), rs.getBoolean("NON_UNIQUE"), rs.getString("COLUMN_NAME"));
+            }
+            int types = 0;
+            try (ResultSet rs = md.getTypeInfo()) {
+                while (rs.next()) types++;
+            }
+            row("typeinfo", types > 10);
+            try (PreparedStatement ps = c.prepareStatement("SELECT id, name, amount, at FROM jt WHERE id >= ? ORDER BY id")) {
+                ps.setInt(1, 2);
+                try (ResultSet rs = ps.executeQuery()) {
+                    ResultSetMetaData m = rs.getMetaData();
+                    for (int i = 1; i <= m.getColumnCount(); i++)
+                        row("rsmd", m.getColumnName(i), m.getColumnTypeName(i), m.getTableName(i));
+                    while (rs.next()) row("data", rs.getInt(1), rs.getString(2), rs.getBigDecimal(3), rs.getTimestamp(4));
+                }
+            }
+            CopyManager cm = new CopyManager((BaseConnection) c);
+            long n = cm.copyIn("COPY jt FROM STDIN (FORMAT csv)",
+                new java.io.StringReader("10,copied,1.25,2024-01-02 03:04:05\n11,\"with,comma\",,\n"));
+            row("copyin", n);
+            java.io.StringWriter w = new java.io.StringWriter();
+            cm.copyOut("COPY (SELECT id, name FROM jt WHERE id >= 10 ORDER BY id) TO STDOUT (FORMAT csv)", w);
+            row("copyout", w.toString().replace("\n", "/"));
+            c.setAutoCommit(false);
+            try (Statement s = c.createStatement()) {
+                s.execute("INSERT INTO jt VALUES (20, 'kept', 1, NULL)");
+                Savepoint sp = c.setSavepoint("sp");
+                s.execute("INSERT INTO jt VALUES (21, 'undone', 1, NULL)");
+                try {
+                    s.execute("INSERT INTO jt VALUES (20, 'duplicate', 1, NULL)");
+                } catch (SQLException e) {
+                    row("error", e.getSQLState());
+                }
+                c.rollback(sp);
+                c.commit();
+            }
+            c.setAutoCommit(true);
+            try (Statement s = c.createStatement(); ResultSet rs = s.executeQuery("SELECT id FROM jt WHERE id >= 20 ORDER BY id")) {
+                while (rs.next()) row("after", rs.getInt(1));
+            }
+            try (Statement s = c.createStatement()) {
+                c.setAutoCommit(false);
+                s.setFetchSize(1);
+                try (ResultSet rs = s.executeQuery("SELECT id FROM jt ORDER BY id")) {
+                    int k = 0;
+                    while (rs.next()) k++;
+                    row("fetched", k);
+                }
+                c.commit();
+            }
+        }
+    }
+}
