@@ -477,6 +477,12 @@ fn rewrite_expr(expr: &mut Expr) {
             kind,
             ..
         } => {
+            // '{1,2}'::int[]: the array literal as an ARRAY, then cast
+            if matches!(data_type, ast::DataType::Array(_))
+                && let Some(arr) = array_literal(inner)
+            {
+                **inner = arr;
+            }
             if *data_type == ast::DataType::Regclass {
                 let arg = std::mem::replace(inner.as_mut(), Expr::value(ast::Value::Null));
                 *expr = call("weir_regclass", vec![arg]);

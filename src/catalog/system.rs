@@ -1,7 +1,7 @@
 //! Weir's system tables, readable with plain SELECT (unqualified names, like pg_catalog):
 //!
 //! - `weir_views`: per materialized view its rows, operator state rows, watermark, rows
-//!   dropped as late, and failure;
+//!   dropped as late, failure, and live change subscriptions;
 //! - `weir_operator_state`: state rows per operator of each view (proves state stays
 //!   bounded on an endless stream);
 //! - `weir_late_events`: the most recent rows views refused as late (bounded retention);
@@ -62,6 +62,7 @@ pub fn build(
                     ("watermark", T::Timestamp),
                     ("late_rows_dropped", T::Int8),
                     ("failed", T::Text),
+                    ("subscribers", T::Int8),
                 ],
                 stats
                     .iter()
@@ -74,6 +75,7 @@ pub fn build(
                             ts(s.watermark),
                             (dataflow.late.count(&name) as i64).into(),
                             s.failed.clone().map(V::S).unwrap_or(V::Null),
+                            s.subscribers.into(),
                         ]
                     })
                     .collect(),

@@ -143,6 +143,8 @@ pub struct ViewStats {
     pub operators: Vec<OperatorState>,
     pub watermark: Option<i64>,
     pub failed: Option<String>,
+    /// Live change subscriptions (SUBSCRIBE, cursors, sinks).
+    pub subscribers: usize,
 }
 
 /// State held by one operator of a view's graph.
@@ -316,6 +318,11 @@ impl Dataflow {
                 operators: state.get(oid).cloned().unwrap_or_default(),
                 watermark: d.watermark,
                 failed: d.failed.clone(),
+                subscribers: p
+                    .subscribers
+                    .get(oid)
+                    .map(|v| v.iter().filter(|s| !s.tx.is_closed()).count())
+                    .unwrap_or(0),
             })
             .collect()
     }

@@ -520,13 +520,17 @@ impl Handle {
             Ok(s) => s,
             Err(e) => {
                 self.note_failure(client).await;
-                send_simple_response(client, Response::Error(Box::new(e.into_error_info())))
-                    .await?;
+                send_simple_response(
+                    client,
+                    Response::Error(Box::new(e.into_error_info())),
+                    false,
+                )
+                .await?;
                 return Ok(false);
             }
         };
         if statements.is_empty() {
-            send_simple_response(client, Response::EmptyQuery).await?;
+            send_simple_response(client, Response::EmptyQuery, false).await?;
             return Ok(false);
         }
         let session = self.session(client);
@@ -559,7 +563,14 @@ impl Handle {
             };
             match result {
                 Ok(r) => {
-                    copying = send_simple_response(client, r).await?;
+                    let endless = matches!(
+                        &parsed.stmt,
+                        Statement::Copy(c) if matches!(c.as_ref(), crate::sql::client_stmts::Copy::To {
+                            source: crate::sql::client_stmts::CopySource::Subscribe(_),
+                            ..
+                        })
+                    );
+                    copying = send_simple_response(client, r, endless).await?;
                 }
                 Err(e) => {
                     debug!(error = %e, statement = %parsed.text, "statement failed");
@@ -571,8 +582,12 @@ impl Handle {
                             "undoing the earlier statements of this query failed: {undo_err}"
                         ));
                     }
-                    send_simple_response(client, Response::Error(Box::new(e.into_error_info())))
-                        .await?;
+                    send_simple_response(
+                        client,
+                        Response::Error(Box::new(e.into_error_info())),
+                        false,
+                    )
+                    .await?;
                     break;
                 }
             }
@@ -782,7 +797,8 @@ impl ExtendedQueryHandler for Handle {
             match resp? {
                 Response::Query(q) => {
                     let mut rows = q.data_rows;
-                    let n = send_flushing(client, &mut rows, PgWireBackendMessage::DataRow).await?;
+                    let n = send_flushing(client, &mut rows, PgWireBackendMessage::DataRow, true)
+                        .await?;
                     client
                         .send(PgWireBackendMessage::CommandComplete(
                             Tag::new("SUBSCRIBE").with_rows(n).into(),
@@ -790,7 +806,7 @@ impl ExtendedQueryHandler for Handle {
                         .await?;
                 }
                 other => {
-                    send_simple_response(client, other).await?;
+                    send_simple_response(client, other, false).await?;
                 }
             }
             return Ok(());

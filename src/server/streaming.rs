@@ -26,12 +26,25 @@ use crate::serving::subscribe::SubscribeStream;
 
 use super::handler::QueryCancel;
 
+/// How long a subscription may send nothing before a keepalive goes out. A client that went
+/// away is only noticed when a write fails, so an idle subscription writes a harmless
+/// ParameterStatus (clients accept those at any time) to find out and clean up.
+pub const KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(1);
+
+fn keepalive() -> PgWireBackendMessage {
+    PgWireBackendMessage::ParameterStatus(pgwire::messages::startup::ParameterStatus::new(
+        "is_superuser".into(),
+        "on".into(),
+    ))
+}
+
 /// Send every item of `items`, flushing whenever the next one is not ready yet. Returns how
-/// many were sent.
+/// many were sent. With `keep_alive`, waiting longer than [`KEEPALIVE`] sends a keepalive.
 pub async fn send_flushing<C, T>(
     client: &mut C,
     items: &mut (impl Stream<Item = PgWireResult<T>> + Unpin),
     wrap: impl Fn(T) -> PgWireBackendMessage,
+    keep_alive: bool,
 ) -> PgWireResult<usize>
 where
     C: Sink<PgWireBackendMessage> + Unpin,
@@ -43,7 +56,16 @@ where
             Some(x) => x,
             None => {
                 client.flush().await?;
-                items.next().await
+                if keep_alive {
+                    loop {
+                        match tokio::time::timeout(KEEPALIVE, items.next()).await {
+                            Ok(x) => break x,
+                            Err(_) => client.send(keepalive()).await?,
+                        }
+                    }
+                } else {
+                    items.next().await
+                }
             }
         };
         match next {
@@ -58,7 +80,11 @@ where
 
 /// Send one statement's response in the simple query protocol. Returns `true` when it
 /// started a COPY FROM STDIN (the client now sends data; no ReadyForQuery yet).
-pub async fn send_simple_response<C>(client: &mut C, response: Response) -> PgWireResult<bool>
+pub async fn send_simple_response<C>(
+    client: &mut C,
+    response: Response,
+    endless_copy: bool,
+) -> PgWireResult<bool>
 where
     C: Sink<PgWireBackendMessage> + Unpin,
     C::Error: Debug,
@@ -80,8 +106,11 @@ where
                     &fields,
                 )))
                 .await?;
+            // a SUBSCRIBE never ends: keep checking the client is there
+            let endless = tag == "SUBSCRIBE";
             let mut rows = q.data_rows;
-            let n = send_flushing(client, &mut rows, PgWireBackendMessage::DataRow).await?;
+            let n =
+                send_flushing(client, &mut rows, PgWireBackendMessage::DataRow, endless).await?;
             client
                 .feed(PgWireBackendMessage::CommandComplete(
                     Tag::new(&tag).with_rows(n).into(),
@@ -104,7 +133,7 @@ where
             send_copy_in_response(client, c).await?;
             return Ok(true);
         }
-        Response::CopyOut(c) => send_copy_out(client, c).await?,
+        Response::CopyOut(c) => send_copy_out(client, c, endless_copy).await?,
         Response::CopyBoth(_) => {
             return Err(WeirError::internal("COPY BOTH is not used").into_pgwire());
         }
@@ -118,7 +147,7 @@ pub fn row_description(fields: &[FieldInfo]) -> RowDescription {
 
 /// CopyOutResponse, the data (flushed whenever the source waits), CopyDone and `COPY n`.
 /// An error in the middle ends the copy with an ErrorResponse (as Postgres does).
-pub async fn send_copy_out<C>(client: &mut C, c: CopyResponse) -> PgWireResult<()>
+pub async fn send_copy_out<C>(client: &mut C, c: CopyResponse, endless: bool) -> PgWireResult<()>
 where
     C: Sink<PgWireBackendMessage> + Unpin,
     PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
@@ -132,7 +161,7 @@ where
         )))
         .await?;
     let mut data = c.data_stream;
-    let lines = send_flushing(client, &mut data, PgWireBackendMessage::CopyData).await?;
+    let lines = send_flushing(client, &mut data, PgWireBackendMessage::CopyData, endless).await?;
     client
         .feed(PgWireBackendMessage::CopyDone(CopyDone::new()))
         .await?;
