@@ -328,8 +328,7 @@ pub fn parse_copy(p: &mut Parser) -> Result<Copy> {
     };
     if !ok {
         return Err(match target.token {
-            Token::SingleQuotedString(_) | Token::Word(_) => WeirError::new(
-                "42501",
+            Token::SingleQuotedString(_) | Token::Word(_) => WeirError::not_supported(
                 format!(
                     "COPY {} a file or program is not supported; use COPY ... {} (psql's \\copy)",
                     if from { "from" } else { "to" },

@@ -1,0 +1,278 @@
+"""Weir through Python's Postgres drivers: psycopg2, psycopg 3 and SQLAlchemy's inspector.
+
+Usage: python_clients.py PORT [all|sqlalchemy]. Every check asserts real answers; the
+first failure raises (non-zero exit). Prints one `ok <check>` line per passed check.
+"""
+
+import collections
+import io
+import subprocess
+import sys
+import threading
+import time
+
+PORT = int(sys.argv[1])
+WHAT = sys.argv[2] if len(sys.argv) > 2 else "all"
+DSN = f"host=127.0.0.1 port={PORT} user=weir dbname=weir"
+
+
+def ok(name):
+    print("ok", name, flush=True)
+
+
+def setup():
+    import psycopg
+
+    with psycopg.connect(DSN, autocommit=True) as c:
+        c.execute(
+            "CREATE TABLE orders (id INT PRIMARY KEY, customer VARCHAR(20) NOT NULL, "
+            "amount NUMERIC(10,2), placed TIMESTAMP)"
+        )
+        c.execute(
+            "CREATE MATERIALIZED VIEW per_customer AS "
+            "SELECT customer, count(*) AS n, sum(amount) AS total FROM orders GROUP BY customer"
+        )
+
+
+def check_psycopg2():
+    import psycopg2
+
+    c = psycopg2.connect(DSN)
+    cur = c.cursor()
+    cur.execute(
+        "INSERT INTO orders VALUES (%s, %s, %s, %s), (%s, %s, %s, %s)",
+        (1, "ann", 10.5, "2024-01-01 10:00:00", 2, "bob", None, None),
+    )
+    c.commit()
+    cur.execute("SELECT id, customer, amount FROM orders ORDER BY id")
+    rows = cur.fetchall()
+    assert [(r[0], r[1], None if r[2] is None else float(r[2])) for r in rows] == [
+        (1, "ann", 10.5),
+        (2, "bob", None),
+    ], rows
+    assert [d.name for d in cur.description] == ["id", "customer", "amount"]
+    ok("psycopg2 query")
+
+    # COPY in both formats, both directions
+    cur.copy_expert(
+        "COPY orders FROM STDIN", io.StringIO("3\tcat\t1.25\t\\N\n4\tdan\\tdee\t2\t2024-02-03 04:05:06\n")
+    )
+    cur.copy_expert(
+        "COPY orders (id, customer) FROM STDIN (FORMAT csv, HEADER)",
+        io.StringIO('id,customer\n5,"e,ve"\n6,""\n'),
+    )
+    c.commit()
+    out = io.StringIO()
+    cur.copy_expert("COPY (SELECT id, customer, amount FROM orders ORDER BY id) TO STDOUT", out)
+    assert out.getvalue() == (
+        "1\tann\t10.50\n2\tbob\t\\N\n3\tcat\t1.25\n4\tdan\\tdee\t2.00\n5\te,ve\t\\N\n6\t\t\\N\n"
+    ), out.getvalue()
+    out = io.StringIO()
+    cur.copy_expert("COPY orders (id, customer) TO STDOUT WITH CSV HEADER", out)
+    got = sorted(out.getvalue().splitlines()[1:])
+    assert out.getvalue().splitlines()[0] == "id,customer"
+    assert got == ['1,ann', '2,bob', '3,cat', '4,dan\tdee', '5,"e,ve"', '6,""'], got
+    ok("psycopg2 copy")
+
+    # a bad row fails the whole COPY and names the line
+    try:
+        cur.copy_expert("COPY orders FROM STDIN", io.StringIO("7\tfay\t1\t\\N\n8\tgus\tlots\t\\N\n"))
+        raise AssertionError("bad COPY data was accepted")
+    except psycopg2.Error as e:
+        assert e.pgcode == "22P02", e.pgcode
+        assert "line 2" in (e.diag.context or ""), e.diag.context
+    c.rollback()
+    cur.execute("SELECT count(*) FROM orders")
+    assert cur.fetchone()[0] == 6
+    ok("psycopg2 copy error")
+
+    # a named cursor over SUBSCRIBE: DECLARE ... FETCH in a transaction
+    cur.execute("FLUSH")
+    named = c.cursor("changes")
+    named.execute("SUBSCRIBE per_customer")
+    snapshot = named.fetchmany(100)
+    assert sorted((r[2], r[1]) for r in snapshot) == sorted(
+        [("ann", 1), ("bob", 1), ("cat", 1), ("dan\tdee", 1), ("e,ve", 1), ("", 1)]
+    ), snapshot
+    w = psycopg2.connect(DSN)
+    w.autocommit = True
+    w.cursor().execute("INSERT INTO orders VALUES (7, 'ann', 1, NULL)")
+    change = named.fetchmany(100)
+    assert sorted((r[1], r[2], r[3]) for r in change) == [(-1, "ann", 1), (1, "ann", 2)], change
+    named.close()
+    c.rollback()
+    w.close()
+    c.close()
+    ok("psycopg2 named cursor subscribe")
+
+
+def check_psycopg3():
+    import psycopg
+
+    conn = psycopg.connect(DSN, autocommit=True)
+    conn.execute("FLUSH")
+
+    # nested transactions are savepoints
+    with conn.transaction():
+        conn.execute("INSERT INTO orders VALUES (100, 'sp', 1, NULL)")
+        try:
+            with conn.transaction():
+                conn.execute("INSERT INTO orders VALUES (101, 'sp', 1, NULL)")
+                conn.execute("INSERT INTO orders VALUES (100, 'dup', 1, NULL)")
+        except psycopg.errors.UniqueViolation:
+            pass
+    ids = [r[0] for r in conn.execute("SELECT id FROM orders WHERE id >= 100 ORDER BY id")]
+    assert ids == [100], ids
+    conn.execute("DELETE FROM orders WHERE id >= 100")
+    ok("psycopg savepoints")
+
+    # COPY with psycopg's copy protocol objects
+    with conn.cursor().copy("COPY orders (id, customer, amount) FROM STDIN") as cp:
+        for i in range(200, 1200):
+            cp.write_row((i, f"bulk{i % 7}", i / 4))
+    assert conn.execute("SELECT count(*) FROM orders WHERE id >= 200").fetchone()[0] == 1000
+    ok("psycopg copy")
+
+    # SUBSCRIBE streamed while another connection writes; the snapshot plus every change
+    # must add up to the view's contents. The writer's last row is a marker: once it is
+    # seen, every earlier change has been (epochs arrive in order).
+    def writer():
+        w = psycopg.connect(DSN, autocommit=True)
+        for i in range(30):
+            if i % 3 == 2:
+                w.execute("DELETE FROM orders WHERE id = %s", (2000 + i - 1,))
+            else:
+                w.execute("INSERT INTO orders VALUES (%s, %s, %s, NULL)", (2000 + i, f"w{i % 4}", i))
+            time.sleep(0.01)
+        w.execute("INSERT INTO orders VALUES (2999, 'marker', 0, NULL)")
+        w.close()
+
+    reader = psycopg.connect(DSN, autocommit=True)
+    state = collections.Counter()
+    t = threading.Thread(target=writer)
+    last = None
+    for row in reader.cursor().stream("SUBSCRIBE TO per_customer"):
+        epoch, diff, *cols = row
+        assert diff in (1, -1), row
+        assert last is None or epoch >= last, (last, epoch)
+        last = epoch
+        key = tuple(str(c) for c in cols)
+        state[key] += diff
+        assert state[key] >= 0, (key, state[key])
+        if not t.is_alive() and t.ident is None:
+            t.start()
+        if cols[0] == "marker" and diff == 1:
+            break
+    reader.close()
+    t.join()
+    conn.execute("FLUSH")
+    expected = collections.Counter(
+        tuple(str(c) for c in r) for r in conn.execute("SELECT * FROM per_customer")
+    )
+    assert +state == expected, (+state, expected)
+    ok("psycopg subscribe stream")
+
+    # a cancel request ends a SUBSCRIBE with 57014; the connection stays usable
+    threading.Timer(0.5, conn.cancel).start()
+    try:
+        for _ in conn.cursor().stream("SUBSCRIBE per_customer"):
+            pass
+        raise AssertionError("SUBSCRIBE ended without a cancel")
+    except psycopg.errors.QueryCanceled:
+        pass
+    assert conn.execute("SELECT 1").fetchone() == (1,)
+    ok("psycopg subscribe cancel")
+
+    # COPY (SUBSCRIBE ...) TO STDOUT streams lines
+    threading.Timer(0.5, conn.cancel).start()
+    lines = []
+    try:
+        with conn.cursor().copy("COPY (SUBSCRIBE per_customer) TO STDOUT") as cp:
+            for data in cp:
+                lines.append(bytes(data))
+    except psycopg.errors.QueryCanceled:
+        pass
+    assert lines and all(l.split(b"\t")[1] == b"1" for l in lines), lines[:3]
+    ok("psycopg copy subscribe")
+
+    # a client that vanishes mid-SUBSCRIBE is cleaned up (keepalives find it)
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import psycopg\n"
+            f"c = psycopg.connect({DSN!r}, autocommit=True)\n"
+            "for r in c.cursor().stream('SUBSCRIBE per_customer'):\n"
+            "    print(r, flush=True)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout.readline().strip()
+    subs = lambda: conn.execute(
+        "SELECT subscribers FROM weir_views WHERE view_name = 'per_customer'"
+    ).fetchone()[0]
+    assert subs() == 1, subs()
+    child.kill()
+    child.wait()
+    deadline = time.time() + 15
+    while subs() != 0:
+        assert time.time() < deadline, "the subscription outlived its client"
+        time.sleep(0.2)
+    conn.close()
+    ok("psycopg subscribe disconnect")
+
+
+def check_sqlalchemy():
+    import sqlalchemy
+    from sqlalchemy import create_engine, inspect
+
+    drivers = ["psycopg2"]
+    if sqlalchemy.__version__ >= "2":
+        drivers.append("psycopg")
+    for driver in drivers:
+        engine = create_engine(f"postgresql+{driver}://weir@127.0.0.1:{PORT}/weir")
+        i = inspect(engine)
+        assert i.get_table_names() == ["orders"], i.get_table_names()
+        assert "public" in i.get_schema_names()
+        if hasattr(i, "get_materialized_view_names"):
+            assert i.get_materialized_view_names() == ["per_customer"]
+            assert i.get_view_names() == []
+        else:
+            # 1.4 lists materialized views with the views
+            assert i.get_view_names() == ["per_customer"], i.get_view_names()
+        cols = i.get_columns("orders")
+        assert [(c["name"], str(c["type"]), c["nullable"]) for c in cols] == [
+            ("id", "INTEGER", False),
+            ("customer", "VARCHAR(20)", False),
+            ("amount", "NUMERIC(10, 2)", True),
+            ("placed", "TIMESTAMP", True),
+        ], cols
+        pk = i.get_pk_constraint("orders")
+        assert pk["constrained_columns"] == ["id"] and pk["name"] == "orders_pkey", pk
+        assert i.get_foreign_keys("orders") == []
+        assert i.get_indexes("orders") == []
+        assert i.get_unique_constraints("orders") == []
+        assert i.get_table_comment("orders")["text"] is None
+        vcols = i.get_columns("per_customer")
+        assert [(c["name"], str(c["type"])) for c in vcols] == [
+            ("customer", "VARCHAR(20)"),
+            ("n", "BIGINT"),
+            ("total", "NUMERIC(20, 2)"),
+        ], vcols
+        assert "GROUP BY customer" in i.get_view_definition("per_customer")
+        assert i.has_table("orders") and not i.has_table("nope")
+        with engine.connect() as c:
+            n = c.execute(sqlalchemy.text("SELECT count(*) FROM orders WHERE id < :k"), {"k": 3})
+            assert n.scalar() == 2
+        engine.dispose()
+        ok(f"sqlalchemy {sqlalchemy.__version__.split('.')[0]}.x inspector over {driver}")
+
+
+if WHAT == "all":
+    setup()
+    check_psycopg2()
+    check_psycopg3()
+    check_sqlalchemy()
+else:
+    check_sqlalchemy()
