@@ -115,3 +115,265 @@ Indexes:
         "\\d person:\n{d}"
     );
 }
+
+/// psql's `+` variants, roles and materialized views, as Postgres prints them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn psql_more_meta_commands() {
+    let server = TestServer::start();
+    psql(
+        &server,
+        "CREATE TABLE t (id int primary key, name varchar(20) not null)",
+    );
+    psql(
+        &server,
+        "CREATE MATERIALIZED VIEW mv AS SELECT name, count(*) AS n FROM t GROUP BY name",
+    );
+    assert_eq!(
+        psql(&server, "\\d+ t"),
+        r#"                                                   Table "public.t"
+ Column |         Type          | Collation | Nullable | Default | Storage  | Compression | Stats target | Description 
+--------+-----------------------+-----------+----------+---------+----------+-------------+--------------+-------------
+ id     | integer               |           | not null |         | plain    |             |              | 
+ name   | character varying(20) |           | not null |         | extended |             |              | 
+Indexes:
+    "t_pkey" PRIMARY KEY, btree (id)
+Access method: heap
+
+"#
+    );
+    let mv = psql(&server, "\\d+ mv");
+    assert!(
+        mv.contains("Materialized view \"public.mv\"")
+            && mv.contains(" n      | bigint ")
+            && mv.contains("View definition:\n SELECT name, count(*) AS n FROM t GROUP BY name;"),
+        "\\d+ mv:\n{mv}"
+    );
+    assert_eq!(
+        psql(&server, "\\dm"),
+        r#"             List of relations
+ Schema | Name |       Type        | Owner 
+--------+------+-------------------+-------
+ public | mv   | materialized view | weir
+(1 row)
+
+"#
+    );
+    let dm = psql(&server, "\\dm+");
+    assert!(
+        dm.contains(
+            " public | mv   | materialized view | weir  | permanent   | heap          | 0 bytes |"
+        ),
+        "\\dm+:\n{dm}"
+    );
+    assert_eq!(
+        psql(&server, "\\di"),
+        r#"              List of relations
+ Schema |  Name  | Type  | Owner | Table 
+--------+--------+-------+-------+-------
+ public | t_pkey | index | weir  | t
+(1 row)
+
+"#
+    );
+    assert_eq!(psql(&server, "\\dv"), "Did not find any relations.\n");
+    let du = psql(&server, "\\du");
+    assert!(
+        du.contains(" weir      | Superuser, Create role, Create DB, Replication, Bypass RLS | {}"),
+        "\\du:\n{du}"
+    );
+    let df = psql(&server, "\\df");
+    assert!(
+        df.contains("List of functions") && df.contains("(0 rows)"),
+        "\\df:\n{df}"
+    );
+    // COPY through psql: \copy sends COPY FROM STDIN with the file's data
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("rows.csv");
+    std::fs::write(&file, "1,ann\n2,\"b,ob\"\n").expect("write csv");
+    let out = psql(
+        &server,
+        &format!("\\copy t FROM '{}' WITH (FORMAT csv)", file.display()),
+    );
+    assert_eq!(out.trim(), "COPY 2");
+    assert_eq!(
+        psql(
+            &server,
+            "COPY (SELECT * FROM t ORDER BY id) TO STDOUT WITH CSV HEADER"
+        ),
+        "id,name\n1,ann\n2,\"b,ob\"\n"
+    );
+}
+
+/// Run a client program; its stdout, or a panic with its stderr and the server log.
+fn run_client(server: &TestServer, cmd: &mut Command, what: &str) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what} did not start: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{what} failed:\n{stdout}\n{}\nserver log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        server.log_tail()
+    );
+    stdout
+}
+
+fn clients_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
+}
+
+/// psycopg2, psycopg 3 and SQLAlchemy 2.x (both drivers) and 1.4 (psycopg2): queries,
+/// COPY, savepoints, SUBSCRIBE streams and named cursors, cancel, disconnect cleanup, and
+/// the inspector's answers (tests/clients/python_clients.py asserts each).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_drivers_and_sqlalchemy() {
+    let server = TestServer::start();
+    let script = clients_dir().join("python_clients.py");
+    let port = server.port().to_string();
+    let out = run_client(
+        &server,
+        Command::new("python3").arg(&script).args([&port, "all"]),
+        "python_clients.py",
+    );
+    for check in [
+        "psycopg2 query",
+        "psycopg2 copy",
+        "psycopg2 copy error",
+        "psycopg2 named cursor subscribe",
+        "psycopg savepoints",
+        "psycopg copy",
+        "psycopg subscribe stream",
+        "psycopg subscribe cancel",
+        "psycopg copy subscribe",
+        "psycopg subscribe disconnect",
+        "sqlalchemy 2.x inspector over psycopg2",
+        "sqlalchemy 2.x inspector over psycopg",
+    ] {
+        assert!(
+            out.contains(&format!("ok {check}\n")),
+            "missing {check}:\n{out}"
+        );
+    }
+    // SQLAlchemy 1.4 sends other catalog queries (installed beside 2.x by `make deps`)
+    let sa14 = dirs_home().join(".cache/weir-py/sa14");
+    let out = run_client(
+        &server,
+        Command::new("python3")
+            .arg(&script)
+            .args([&port, "sqlalchemy"])
+            .env("PYTHONPATH", &sa14),
+        "python_clients.py with SQLAlchemy 1.4",
+    );
+    assert!(
+        out.contains("ok sqlalchemy 1.x inspector over psycopg2\n"),
+        "{out}"
+    );
+}
+
+fn dirs_home() -> std::path::PathBuf {
+    std::path::PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into()))
+}
+
+/// pgJDBC (Debian's libpostgresql-jdbc-java): DatabaseMetaData, ResultSetMetaData,
+/// prepared statements, CopyManager, savepoints, fetch-size portals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pgjdbc() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE jt (id int primary key, name varchar(20) not null, amount numeric(10,2), at timestamp);
+             INSERT INTO jt VALUES (1,'one',1.5,'2024-01-01 00:00:00'),(2,'two',2.25,NULL),(3,'three',NULL,'2024-05-05 05:05:05');
+             CREATE MATERIALIZED VIEW jv AS SELECT count(*) AS n FROM jt",
+        )
+        .await
+        .expect("setup");
+    let jar = "/usr/share/java/postgresql.jar";
+    let classes = tempfile::tempdir().expect("temp dir");
+    run_client(
+        &server,
+        Command::new("javac").args([
+            "-cp",
+            jar,
+            "-d",
+            &classes.path().display().to_string(),
+            &clients_dir().join("JdbcCheck.java").display().to_string(),
+        ]),
+        "javac JdbcCheck.java",
+    );
+    let out = run_client(
+        &server,
+        Command::new("java").args([
+            "-cp",
+            &format!("{jar}:{}", classes.path().display()),
+            "JdbcCheck",
+            &server.port().to_string(),
+        ]),
+        "JdbcCheck",
+    );
+    assert_eq!(
+        out,
+        "product|PostgreSQL
+schema|information_schema
+schema|pg_catalog
+schema|public
+table|jt_pkey|INDEX
+table|jv|MATERIALIZED VIEW
+table|jt|TABLE
+column|id|int4|4|NO|1
+column|name|varchar|12|NO|2
+column|amount|numeric|2|YES|3
+column|at|timestamp|93|YES|4
+pk|id|1|jt_pkey
+index|jt_pkey|false|id
+typeinfo|true
+rsmd|id|int4|jt
+rsmd|name|varchar|jt
+rsmd|amount|numeric|jt
+rsmd|at|timestamp|jt
+data|2|two|2.25|null
+data|3|three|null|2024-05-05 05:05:05.0
+copyin|2
+copyout|10,copied/11,\"with,comma\"/
+error|23505
+after|20
+fetched|6
+"
+    );
+}
+
+/// node-postgres from npm (installed into ~/.cache/weir-node by `make deps`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_postgres() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE nt (id int primary key, name text not null, amount numeric(10,2));
+             INSERT INTO nt VALUES (1,'one',1.5),(2,'two',2.25)",
+        )
+        .await
+        .expect("setup");
+    let out = run_client(
+        &server,
+        Command::new("node")
+            .arg(clients_dir().join("node_check.js"))
+            .arg(server.port().to_string())
+            .env(
+                "NODE_PATH",
+                dirs_home().join(".cache/weir-node/node_modules"),
+            ),
+        "node_check.js",
+    );
+    assert_eq!(
+        out,
+        r#"rows [{"id":2,"name":"two","amount":"2.25"}]
+fields id:23:true:1,name:25:true:2,amount:1700:true:3
+types 2024-01-02T03:04:05.000Z [1,2] true 1.5 null
+error 22012 division by zero
+after [{"id":10}]
+error 42P01 relation "missing" does not exist
+"#
+    );
+}

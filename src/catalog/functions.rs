@@ -199,6 +199,25 @@ fn constant_bool(rows: usize, b: bool) -> ArrayRef {
     Arc::new(BooleanArray::from(vec![b; rows]))
 }
 
+/// Postgres' `pg_size_pretty`: bytes below 10 kB, then kB, MB, GB, TB, PB, each unit
+/// used below 10240 of it, halves rounded away from zero.
+fn size_pretty(bytes: i64) -> String {
+    const LIMIT: i64 = 10 * 1024;
+    if bytes.abs() < LIMIT {
+        return format!("{bytes} bytes");
+    }
+    let half_rounded = |x: i64| if x >= 0 { (x + 1) / 2 } else { (x - 1) / 2 };
+    // in half-units of the current unit
+    let mut size = bytes >> 9;
+    for unit in ["kB", "MB", "GB", "TB"] {
+        if size.abs() < LIMIT * 2 - 1 {
+            return format!("{} {unit}", half_rounded(size));
+        }
+        size >>= 10;
+    }
+    format!("{} PB", half_rounded(size))
+}
+
 fn expand_fields(elem: DataType) -> datafusion::arrow::datatypes::Fields {
     vec![
         Field::new("x", elem, true),
@@ -357,6 +376,35 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
             Ok(Arc::new(out))
         }),
     }));
+    // relation sizes: Weir does not account storage per relation yet, so they are 0
+    for name in [
+        "pg_table_size",
+        "pg_relation_size",
+        "pg_total_relation_size",
+        "pg_indexes_size",
+        "pg_database_size",
+    ] {
+        register_fn(ctx, name, DataType::Int64, |_, rows| {
+            Ok(Arc::new(datafusion::arrow::array::Int64Array::from(
+                vec![0i64; rows],
+            )))
+        });
+    }
+    register_fn(ctx, "pg_size_pretty", DataType::Utf8, |args, rows| {
+        let Some(a) = args.first() else {
+            return Ok(constant_str(rows, None));
+        };
+        let a = cast(a, &DataType::Int64)?;
+        let a = a
+            .as_any()
+            .downcast_ref::<datafusion::arrow::array::Int64Array>()
+            .expect("cast to Int64 gives Int64Array");
+        Ok(Arc::new(
+            a.iter()
+                .map(|v| v.map(size_pretty))
+                .collect::<StringArray>(),
+        ))
+    });
     // LIKE ... ESCAPE 'c' with a pattern known only at run time (see the rewriter)
     register_fn(ctx, "weir_like_escape", DataType::Utf8, |args, rows| {
         let (Some(p), Some(e)) = (args.first(), args.get(1)) else {

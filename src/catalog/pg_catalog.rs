@@ -332,6 +332,7 @@ const TABLES: &[&str] = &[
     "pg_event_trigger",
     "pg_language",
     "pg_opclass",
+    "pg_auth_members",
     "pg_stat_activity",
 ];
 
@@ -450,6 +451,7 @@ fn namespace_name(oid: u32) -> &'static str {
 /// inheritance...). The query rewriter answers scalar subqueries over them with NULL.
 pub const ALWAYS_EMPTY: &[&str] = &[
     "pg_opclass",
+    "pg_auth_members",
     "pg_attrdef",
     "pg_description",
     "pg_shdescription",
@@ -1097,6 +1099,13 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 })
                 .collect(),
         )?,
+        "pg_auth_members" => empty(&[
+            ("oid", oid()),
+            ("roleid", oid()),
+            ("member", oid()),
+            ("grantor", oid()),
+            ("admin_option", b()),
+        ])?,
         "pg_opclass" => empty(&[
             ("oid", oid()),
             ("opcmethod", oid()),

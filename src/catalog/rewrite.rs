@@ -60,6 +60,19 @@ impl VisitorMut for PgRewriter {
     type Break = crate::error::WeirError;
 
     fn post_visit_table_factor(&mut self, tf: &mut ast::TableFactor) -> ControlFlow<Self::Break> {
+        // `pg_catalog.generate_series(...)` in FROM: table functions are found unqualified
+        if let ast::TableFactor::Table {
+            name,
+            args: Some(_),
+            ..
+        } = tf
+            && name.0.len() == 2
+            && name.0[0]
+                .as_ident()
+                .is_some_and(|i| i.value.eq_ignore_ascii_case("pg_catalog"))
+        {
+            name.0.remove(0);
+        }
         match crate::sql::windows::rewrite_table_factor(tf) {
             Ok(session) => {
                 self.info.session_windows |= session;
@@ -366,7 +379,15 @@ fn rewrite_expr(expr: &mut Expr) {
             if lname == "array"
                 && let FunctionArguments::Subquery(q) = &f.args
             {
-                *expr = array_of_subquery((**q).clone());
+                *expr = if reads_only_empty_catalogs(q) {
+                    // ARRAY over no rows is empty (psql's \du asks pg_auth_members)
+                    parse_expr("CAST(make_array() AS TEXT[])")
+                } else if unnests_reloptions(q) {
+                    // psql's \d+ lists toast options: Weir has no storage options
+                    Expr::value(ast::Value::Null)
+                } else {
+                    array_of_subquery((**q).clone())
+                };
                 return;
             }
             if lname == "_pg_expandarray"
@@ -623,6 +644,25 @@ fn plain_type(name: &str) -> ast::DataType {
     }
 }
 
+fn parse_expr(sql: &str) -> Expr {
+    let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
+    datafusion::sql::sqlparser::parser::Parser::new(&dialect)
+        .try_with_sql(sql)
+        .and_then(|mut p| p.parse_expr())
+        .unwrap_or_else(|_| Expr::value(ast::Value::Null))
+}
+
+/// `SELECT ... FROM unnest(x.reloptions) ...`: storage options, which Weir never has.
+fn unnests_reloptions(q: &ast::Query) -> bool {
+    let ast::SetExpr::Select(select) = q.body.as_ref() else {
+        return false;
+    };
+    matches!(select.from.as_slice(), [t] if t.joins.is_empty() && matches!(&t.relation,
+        ast::TableFactor::Table { name, args: Some(args), .. }
+            if last_name(name).as_deref() == Some("unnest")
+                && args.args.iter().any(|a| a.to_string().ends_with("reloptions"))))
+}
+
 fn array_of_subquery(q: ast::Query) -> Expr {
     let sql = format!("(SELECT array_agg(weir_c) FROM ({q}) AS weir_s(weir_c))");
     let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
@@ -636,16 +676,6 @@ fn array_of_subquery(q: ast::Query) -> Expr {
     }
 }
 
-/// DataFusion decorrelates a correlated scalar subquery only when it aggregates. Client
-/// introspection queries (psql's `\d`) use plain ones over catalog tables, which return at
-/// most one row by construction; wrap their single output in `first_value` so they plan.
-/// User queries are left alone, so they keep Postgres' error for a subquery returning more
-/// than one row.
-///
-/// DataFusion also cannot pull correlated non-equality predicates over that aggregate, so
-/// predicates are normalized first: an outer column equated with an inner one is replaced
-/// by the inner one elsewhere, and predicates on outer columns alone move out of the
-/// subquery into a `CASE WHEN` around it (returned).
 /// A plain `SELECT expr FROM` catalog tables that never have rows (see
 /// [`crate::catalog::pg_catalog::ALWAYS_EMPTY`]), without aggregates.
 fn reads_only_empty_catalogs(q: &ast::Query) -> bool {
@@ -683,6 +713,16 @@ fn reads_only_empty_catalogs(q: &ast::Query) -> bool {
         })
 }
 
+/// DataFusion decorrelates a correlated scalar subquery only when it aggregates. Client
+/// introspection queries (psql's `\d`) use plain ones over catalog tables, which return at
+/// most one row by construction; wrap their single output in `first_value` so they plan.
+/// User queries are left alone, so they keep Postgres' error for a subquery returning more
+/// than one row.
+///
+/// DataFusion also cannot pull correlated non-equality predicates over that aggregate, so
+/// predicates are normalized first: an outer column equated with an inner one is replaced
+/// by the inner one elsewhere, and predicates on outer columns alone move out of the
+/// subquery into a `CASE WHEN` around it (returned).
 fn aggregate_catalog_subquery(q: &mut ast::Query) -> Option<Expr> {
     if q.limit_clause.is_some() || q.order_by.is_some() {
         return None;

@@ -328,13 +328,11 @@ pub fn parse_copy(p: &mut Parser) -> Result<Copy> {
     };
     if !ok {
         return Err(match target.token {
-            Token::SingleQuotedString(_) | Token::Word(_) => WeirError::not_supported(
-                format!(
-                    "COPY {} a file or program is not supported; use COPY ... {} (psql's \\copy)",
-                    if from { "from" } else { "to" },
-                    if from { "FROM STDIN" } else { "TO STDOUT" }
-                ),
-            ),
+            Token::SingleQuotedString(_) | Token::Word(_) => WeirError::not_supported(format!(
+                "COPY {} a file or program is not supported; use COPY ... {} (psql's \\copy)",
+                if from { "from" } else { "to" },
+                if from { "FROM STDIN" } else { "TO STDOUT" }
+            )),
             _ => syntax_near(&target),
         });
     }
