@@ -3,6 +3,7 @@
 //! `pg_catalog` tables clients query are built from it ([`pg_catalog`]).
 
 pub mod functions;
+pub mod information_schema;
 pub mod pg_catalog;
 pub mod rewrite;
 pub mod system;

@@ -57,7 +57,7 @@ pub fn session_context(
 ) -> SessionContext {
     let mut config = SessionConfig::new()
         .with_default_catalog_and_schema(DATABASE_NAME, DEFAULT_SCHEMA)
-        .with_information_schema(true)
+        .with_information_schema(false)
         .with_create_default_catalog_and_schema(false)
         .with_target_partitions(2);
     {
@@ -85,6 +85,9 @@ pub fn session_context(
                 pinned,
             }),
             pg_catalog: pg,
+            information_schema: Arc::new(
+                crate::catalog::information_schema::InformationSchema::new(catalog.clone()),
+            ),
         }),
     );
     functions::register(&ctx, catalog);
@@ -96,6 +99,7 @@ pub fn session_context(
 struct WeirCatalogProvider {
     public: Arc<PublicSchema>,
     pg_catalog: Arc<PgCatalogSchema>,
+    information_schema: Arc<crate::catalog::information_schema::InformationSchema>,
 }
 
 impl fmt::Debug for WeirCatalogProvider {
@@ -106,13 +110,18 @@ impl fmt::Debug for WeirCatalogProvider {
 
 impl CatalogProvider for WeirCatalogProvider {
     fn schema_names(&self) -> Vec<String> {
-        vec![DEFAULT_SCHEMA.to_owned(), "pg_catalog".to_owned()]
+        vec![
+            DEFAULT_SCHEMA.to_owned(),
+            "pg_catalog".to_owned(),
+            "information_schema".to_owned(),
+        ]
     }
 
     fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
         match name {
             DEFAULT_SCHEMA => Some(self.public.clone()),
             "pg_catalog" => Some(self.pg_catalog.clone()),
+            "information_schema" => Some(self.information_schema.clone()),
             _ => None,
         }
     }

@@ -376,6 +376,26 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
             Ok(Arc::new(out))
         }),
     }));
+    // octet_length on text and bytea (DataFusion's takes text only)
+    ctx.register_udf(ScalarUDF::new_from_impl(PgFunction {
+        name: "octet_length",
+        signature: Signature::any(1, Volatility::Immutable),
+        ret: Box::new(|_| DataType::Int32),
+        imp: Box::new(|args, rows| {
+            let Some(a) = args.first() else {
+                return Ok(Arc::new(Int32Array::new_null(rows)));
+            };
+            let a = match a.data_type() {
+                DataType::Binary | DataType::LargeBinary | DataType::Utf8 | DataType::LargeUtf8 => {
+                    a.clone()
+                }
+                DataType::Null => return Ok(Arc::new(Int32Array::new_null(rows))),
+                _ => cast(a, &DataType::Utf8)?,
+            };
+            let n = datafusion::arrow::compute::kernels::length::length(&a)?;
+            Ok(cast(&n, &DataType::Int32)?)
+        }),
+    }));
     // relation sizes: Weir does not account storage per relation yet, so they are 0
     for name in [
         "pg_table_size",

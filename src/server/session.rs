@@ -73,7 +73,8 @@ pub struct Session {
     pub ctx: SessionContext,
     /// Views pinned for the query being run (shared with the context's catalog).
     pub pinned: Arc<PinnedViews>,
-    settings: BTreeMap<String, String>,
+    /// Shared with the session's `current_setting()` function.
+    settings: Arc<parking_lot::RwLock<BTreeMap<String, String>>>,
     /// Inside BEGIN ... COMMIT/ROLLBACK.
     pub in_transaction: bool,
     /// Changes made since the transaction (explicit, or the implicit one of a
@@ -147,10 +148,12 @@ impl Drop for Session {
 
 impl Session {
     pub fn new(ctx: SessionContext, pinned: Arc<PinnedViews>) -> Self {
+        let settings = Arc::new(parking_lot::RwLock::new(BTreeMap::new()));
+        register_current_setting(&ctx, settings.clone());
         Session {
             ctx,
             pinned,
-            settings: BTreeMap::new(),
+            settings,
             in_transaction: false,
             undo: Vec::new(),
             implicit_transaction: false,
@@ -190,29 +193,20 @@ impl Session {
     }
 
     pub fn get(&self, name: &str) -> Option<String> {
-        let n = Self::normalize(name);
-        if let Some(v) = self.settings.get(&n) {
-            return Some(v.clone());
-        }
-        if n == "session_authorization" {
-            return Some(crate::catalog::SUPERUSER_NAME.to_owned());
-        }
-        DEFAULT_SETTINGS
-            .iter()
-            .find(|(k, _)| *k == n)
-            .map(|(_, v)| (*v).to_owned())
+        lookup(&self.settings.read(), name)
     }
 
     pub fn set(&mut self, name: &str, value: &str) {
         self.settings
+            .write()
             .insert(Self::normalize(name), value.to_owned());
     }
 
     pub fn reset(&mut self, name: &str) {
         if name.eq_ignore_ascii_case("all") {
-            self.settings.clear();
+            self.settings.write().clear();
         } else {
-            self.settings.remove(&Self::normalize(name));
+            self.settings.write().remove(&Self::normalize(name));
         }
     }
 
@@ -222,9 +216,85 @@ impl Session {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
-        for (k, v) in &self.settings {
+        for (k, v) in self.settings.read().iter() {
             out.insert(k.clone(), v.clone());
         }
         out.into_iter().collect()
     }
+}
+
+/// A setting's value: set in the session, else its default.
+fn lookup(settings: &BTreeMap<String, String>, name: &str) -> Option<String> {
+    let n = Session::normalize(name);
+    if let Some(v) = settings.get(&n) {
+        return Some(v.clone());
+    }
+    if n == "session_authorization" {
+        return Some(crate::catalog::SUPERUSER_NAME.to_owned());
+    }
+    DEFAULT_SETTINGS
+        .iter()
+        .find(|(k, _)| *k == n)
+        .map(|(_, v)| (*v).to_owned())
+}
+
+/// `current_setting(name [, missing_ok])`, reading this session's settings.
+fn register_current_setting(
+    ctx: &SessionContext,
+    settings: Arc<parking_lot::RwLock<BTreeMap<String, String>>>,
+) {
+    use datafusion::arrow::array::{Array, AsArray, BooleanArray, StringArray};
+    use datafusion::arrow::datatypes::DataType;
+    use datafusion::logical_expr::{ColumnarValue, Volatility};
+    let f = move |args: &[ColumnarValue]| -> datafusion::error::Result<ColumnarValue> {
+        let arrays = ColumnarValue::values_to_arrays(args)?;
+        let names = datafusion::arrow::compute::cast(&arrays[0], &DataType::Utf8)?;
+        let names = names.as_string::<i32>();
+        let missing_ok = arrays
+            .get(1)
+            .and_then(|a| a.as_any().downcast_ref::<BooleanArray>().cloned());
+        let s = settings.read();
+        let mut out = Vec::with_capacity(names.len());
+        for i in 0..names.len() {
+            if names.is_null(i) {
+                out.push(None);
+                continue;
+            }
+            match lookup(&s, names.value(i)) {
+                Some(v) => out.push(Some(v)),
+                None if missing_ok
+                    .as_ref()
+                    .is_some_and(|m| m.is_valid(i) && m.value(i)) =>
+                {
+                    out.push(None)
+                }
+                None => {
+                    return Err(datafusion::error::DataFusionError::External(Box::new(
+                        crate::error::WeirError::new(
+                            crate::error::sqlstate::UNDEFINED_OBJECT,
+                            format!(
+                                "unrecognized configuration parameter \"{}\"",
+                                names.value(i)
+                            ),
+                        ),
+                    )));
+                }
+            }
+        }
+        Ok(ColumnarValue::Array(Arc::new(StringArray::from(out))))
+    };
+    use datafusion::logical_expr::{ScalarUDF, Signature, SimpleScalarUDF, TypeSignature};
+    let signature = Signature::one_of(
+        vec![
+            TypeSignature::Exact(vec![DataType::Utf8]),
+            TypeSignature::Exact(vec![DataType::Utf8, DataType::Boolean]),
+        ],
+        Volatility::Stable,
+    );
+    ctx.register_udf(ScalarUDF::from(SimpleScalarUDF::new_with_signature(
+        "current_setting",
+        signature,
+        DataType::Utf8,
+        Arc::new(f),
+    )));
 }

@@ -1,0 +1,418 @@
+//! `information_schema`: the SQL-standard views BI tools and editors read (Grafana's table
+//! and column pickers, Metabase, DBeaver), generated from the catalog with Postgres' column
+//! names and values (`data_type` = `integer`, `is_nullable` = `YES`/`NO`, 1-based
+//! `ordinal_position`).
+//!
+//! One deliberate difference: materialized views are listed in `tables` (as `VIEW`) and
+//! `views`, because they are what Weir users query; Postgres lists them in neither.
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::catalog::{SchemaProvider, TableProvider};
+use datafusion::datasource::MemTable;
+use datafusion::error::Result as DfResult;
+
+use crate::catalog::pg_catalog::{V, build_table};
+use crate::catalog::{Catalog, DATABASE_NAME, Entry, RelationKind, SUPERUSER_NAME};
+use crate::sql::types::SqlType as T;
+
+const TABLES: &[&str] = &[
+    "schemata",
+    "tables",
+    "columns",
+    "views",
+    "table_constraints",
+    "key_column_usage",
+    "referential_constraints",
+    "constraint_column_usage",
+    "check_constraints",
+    "routines",
+    "parameters",
+];
+
+pub struct InformationSchema {
+    catalog: Arc<Catalog>,
+}
+
+impl InformationSchema {
+    pub fn new(catalog: Arc<Catalog>) -> Self {
+        InformationSchema { catalog }
+    }
+}
+
+impl fmt::Debug for InformationSchema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("InformationSchema")
+    }
+}
+
+#[async_trait]
+impl SchemaProvider for InformationSchema {
+    fn table_names(&self) -> Vec<String> {
+        TABLES.iter().map(|s| s.to_string()).collect()
+    }
+
+    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        let Some(batch) = build(name, &self.catalog)? else {
+            return Ok(None);
+        };
+        let mem = MemTable::try_new(batch.schema(), vec![vec![batch]])?;
+        Ok(Some(Arc::new(mem)))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        TABLES.contains(&name)
+    }
+}
+
+/// The relations clients see (sinks are not relations).
+fn relations(catalog: &Catalog) -> Vec<Arc<Entry>> {
+    let mut v: Vec<_> = catalog
+        .entries()
+        .into_iter()
+        .filter(|e| e.desc.kind != RelationKind::Sink)
+        .collect();
+    v.sort_by(|a, b| a.desc.name.cmp(&b.desc.name));
+    v
+}
+
+fn yes_no(b: bool) -> V {
+    if b { "YES".into() } else { "NO".into() }
+}
+
+/// `data_type` as the standard spells it, and the `udt_name` (Postgres' type name).
+fn data_type(t: &T) -> (String, String) {
+    let udt = match t {
+        T::Bool => "bool",
+        T::Int2 => "int2",
+        T::Int4 => "int4",
+        T::Int8 => "int8",
+        T::Float4 => "float4",
+        T::Float8 => "float8",
+        T::Numeric(_) => "numeric",
+        T::Text => "text",
+        T::Varchar(_) => "varchar",
+        T::Date => "date",
+        T::Time => "time",
+        T::Timestamp => "timestamp",
+        T::TimestampTz => "timestamptz",
+        T::Interval => "interval",
+        T::Bytea => "bytea",
+        T::Jsonb => "jsonb",
+        T::Oid => "oid",
+        T::Name => "name",
+        T::InternalChar => "char",
+        T::Array(inner) => return ("ARRAY".into(), format!("_{}", data_type(inner).1)),
+    };
+    let dt = match t {
+        T::Varchar(_) => "character varying".to_owned(),
+        T::Numeric(_) => "numeric".to_owned(),
+        T::InternalChar => "\"char\"".to_owned(),
+        other => other.display_name(),
+    };
+    (dt, udt.to_owned())
+}
+
+fn table_type(kind: RelationKind) -> &'static str {
+    match kind {
+        RelationKind::MaterializedView => "VIEW",
+        _ => "BASE TABLE",
+    }
+}
+
+fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
+    let rels = relations(catalog);
+    let db = || V::from(DATABASE_NAME);
+    let public = || V::from("public");
+    Ok(Some(match name {
+        "schemata" => build_table(
+            &[
+                ("catalog_name", T::Name),
+                ("schema_name", T::Name),
+                ("schema_owner", T::Name),
+                ("default_character_set_catalog", T::Name),
+                ("default_character_set_schema", T::Name),
+                ("default_character_set_name", T::Name),
+                ("sql_path", T::Text),
+            ],
+            ["information_schema", "pg_catalog", "public"]
+                .iter()
+                .map(|s| {
+                    vec![
+                        db(),
+                        (*s).into(),
+                        SUPERUSER_NAME.into(),
+                        V::Null,
+                        V::Null,
+                        V::Null,
+                        V::Null,
+                    ]
+                })
+                .collect(),
+        )?,
+        "tables" => build_table(
+            &[
+                ("table_catalog", T::Name),
+                ("table_schema", T::Name),
+                ("table_name", T::Name),
+                ("table_type", T::Text),
+                ("self_referencing_column_name", T::Name),
+                ("reference_generation", T::Text),
+                ("user_defined_type_catalog", T::Name),
+                ("user_defined_type_schema", T::Name),
+                ("user_defined_type_name", T::Name),
+                ("is_insertable_into", T::Text),
+                ("is_typed", T::Text),
+                ("commit_action", T::Text),
+            ],
+            rels.iter()
+                .map(|e| {
+                    let d = &e.desc;
+                    vec![
+                        db(),
+                        public(),
+                        d.name.clone().into(),
+                        table_type(d.kind).into(),
+                        V::Null,
+                        V::Null,
+                        V::Null,
+                        V::Null,
+                        V::Null,
+                        yes_no(e.table.is_some()),
+                        "NO".into(),
+                        V::Null,
+                    ]
+                })
+                .collect(),
+        )?,
+        "columns" => {
+            let mut rows = Vec::new();
+            for e in &rels {
+                let d = &e.desc;
+                for (i, c) in d.columns.iter().enumerate() {
+                    let (dt, udt) = data_type(&c.ty);
+                    let (char_len, precision, radix, scale, dt_precision) = match &c.ty {
+                        T::Varchar(n) => (n.map(|n| n as i64), None, None, None, None),
+                        T::Int2 => (None, Some(16), Some(2), Some(0), None),
+                        T::Int4 => (None, Some(32), Some(2), Some(0), None),
+                        T::Int8 => (None, Some(64), Some(2), Some(0), None),
+                        T::Float4 => (None, Some(24), Some(2), None, None),
+                        T::Float8 => (None, Some(53), Some(2), None, None),
+                        T::Numeric(Some((p, s))) => {
+                            (None, Some(*p as i64), Some(10), Some(*s as i64), None)
+                        }
+                        T::Numeric(None) => (None, None, Some(10), None, None),
+                        T::Timestamp | T::TimestampTz | T::Time | T::Interval => {
+                            (None, None, None, None, Some(6))
+                        }
+                        T::Date => (None, None, None, None, Some(0)),
+                        _ => (None, None, None, None, None),
+                    };
+                    let opt = |v: Option<i64>| v.map(V::I).unwrap_or(V::Null);
+                    let nullable = c.nullable && !d.primary_key.contains(&c.name);
+                    rows.push(vec![
+                        db(),
+                        public(),
+                        d.name.clone().into(),
+                        c.name.clone().into(),
+                        V::I(i as i64 + 1),
+                        V::Null,
+                        yes_no(nullable),
+                        dt.into(),
+                        opt(char_len),
+                        opt(char_len.map(|n| n * 4)),
+                        opt(precision),
+                        opt(radix),
+                        opt(scale),
+                        opt(dt_precision),
+                        db(),
+                        "pg_catalog".into(),
+                        udt.into(),
+                        "NO".into(),
+                        "NEVER".into(),
+                        yes_no(e.table.is_some()),
+                    ]);
+                }
+            }
+            build_table(
+                &[
+                    ("table_catalog", T::Name),
+                    ("table_schema", T::Name),
+                    ("table_name", T::Name),
+                    ("column_name", T::Name),
+                    ("ordinal_position", T::Int4),
+                    ("column_default", T::Text),
+                    ("is_nullable", T::Text),
+                    ("data_type", T::Text),
+                    ("character_maximum_length", T::Int4),
+                    ("character_octet_length", T::Int4),
+                    ("numeric_precision", T::Int4),
+                    ("numeric_precision_radix", T::Int4),
+                    ("numeric_scale", T::Int4),
+                    ("datetime_precision", T::Int4),
+                    ("udt_catalog", T::Name),
+                    ("udt_schema", T::Name),
+                    ("udt_name", T::Name),
+                    ("is_identity", T::Text),
+                    ("is_generated", T::Text),
+                    ("is_updatable", T::Text),
+                ],
+                rows,
+            )?
+        }
+        "views" => build_table(
+            &[
+                ("table_catalog", T::Name),
+                ("table_schema", T::Name),
+                ("table_name", T::Name),
+                ("view_definition", T::Text),
+                ("check_option", T::Text),
+                ("is_updatable", T::Text),
+                ("is_insertable_into", T::Text),
+                ("is_trigger_updatable", T::Text),
+                ("is_trigger_deletable", T::Text),
+                ("is_trigger_insertable_into", T::Text),
+            ],
+            rels.iter()
+                .filter(|e| e.desc.kind == RelationKind::MaterializedView)
+                .map(|e| {
+                    vec![
+                        db(),
+                        public(),
+                        e.desc.name.clone().into(),
+                        e.desc
+                            .query
+                            .clone()
+                            .map(|q| format!(" {q};"))
+                            .map(V::S)
+                            .unwrap_or(V::Null),
+                        "NONE".into(),
+                        "NO".into(),
+                        "NO".into(),
+                        "NO".into(),
+                        "NO".into(),
+                        "NO".into(),
+                    ]
+                })
+                .collect(),
+        )?,
+        "table_constraints" => build_table(
+            &[
+                ("constraint_catalog", T::Name),
+                ("constraint_schema", T::Name),
+                ("constraint_name", T::Name),
+                ("table_catalog", T::Name),
+                ("table_schema", T::Name),
+                ("table_name", T::Name),
+                ("constraint_type", T::Text),
+                ("is_deferrable", T::Text),
+                ("initially_deferred", T::Text),
+                ("enforced", T::Text),
+            ],
+            rels.iter()
+                .filter(|e| !e.desc.primary_key.is_empty())
+                .map(|e| {
+                    vec![
+                        db(),
+                        public(),
+                        format!("{}_pkey", e.desc.name).into(),
+                        db(),
+                        public(),
+                        e.desc.name.clone().into(),
+                        "PRIMARY KEY".into(),
+                        "NO".into(),
+                        "NO".into(),
+                        "YES".into(),
+                    ]
+                })
+                .collect(),
+        )?,
+        "key_column_usage" | "constraint_column_usage" => {
+            let mut rows = Vec::new();
+            for e in rels.iter().filter(|e| !e.desc.primary_key.is_empty()) {
+                for (k, col) in e.desc.primary_key.iter().enumerate() {
+                    let mut row = vec![
+                        db(),
+                        public(),
+                        format!("{}_pkey", e.desc.name).into(),
+                        db(),
+                        public(),
+                        e.desc.name.clone().into(),
+                        col.clone().into(),
+                    ];
+                    if name == "key_column_usage" {
+                        row.push(V::I(k as i64 + 1));
+                        row.push(V::Null);
+                    }
+                    rows.push(row);
+                }
+            }
+            let mut cols = vec![
+                ("constraint_catalog", T::Name),
+                ("constraint_schema", T::Name),
+                ("constraint_name", T::Name),
+                ("table_catalog", T::Name),
+                ("table_schema", T::Name),
+                ("table_name", T::Name),
+                ("column_name", T::Name),
+            ];
+            if name == "key_column_usage" {
+                cols.push(("ordinal_position", T::Int4));
+                cols.push(("position_in_unique_constraint", T::Int4));
+            }
+            build_table(&cols, rows)?
+        }
+        "referential_constraints" => build_table(
+            &[
+                ("constraint_catalog", T::Name),
+                ("constraint_schema", T::Name),
+                ("constraint_name", T::Name),
+                ("unique_constraint_catalog", T::Name),
+                ("unique_constraint_schema", T::Name),
+                ("unique_constraint_name", T::Name),
+                ("match_option", T::Text),
+                ("update_rule", T::Text),
+                ("delete_rule", T::Text),
+            ],
+            vec![],
+        )?,
+        "check_constraints" => build_table(
+            &[
+                ("constraint_catalog", T::Name),
+                ("constraint_schema", T::Name),
+                ("constraint_name", T::Name),
+                ("check_clause", T::Text),
+            ],
+            vec![],
+        )?,
+        "routines" => build_table(
+            &[
+                ("specific_catalog", T::Name),
+                ("specific_schema", T::Name),
+                ("specific_name", T::Name),
+                ("routine_catalog", T::Name),
+                ("routine_schema", T::Name),
+                ("routine_name", T::Name),
+                ("routine_type", T::Text),
+                ("data_type", T::Text),
+            ],
+            vec![],
+        )?,
+        "parameters" => build_table(
+            &[
+                ("specific_catalog", T::Name),
+                ("specific_schema", T::Name),
+                ("specific_name", T::Name),
+                ("ordinal_position", T::Int4),
+                ("parameter_mode", T::Text),
+                ("parameter_name", T::Name),
+                ("data_type", T::Text),
+            ],
+            vec![],
+        )?,
+        _ => return Ok(None),
+    }))
+}
