@@ -316,6 +316,17 @@ impl Engine {
             Statement::Fetch(f) => self.fetch(session, f).await,
             Statement::Close(name) => self.close(session, name.as_deref()),
             Statement::Copy(c) => self.copy(session, c).await,
+            Statement::DiscardAll => {
+                if session.in_transaction {
+                    return Err(WeirError::new(
+                        sqlstate::ACTIVE_SQL_TRANSACTION,
+                        "DISCARD ALL cannot run inside a transaction block",
+                    ));
+                }
+                session.reset("all");
+                session.cursors.clear();
+                Ok(Output::Command("DISCARD ALL".into()))
+            }
         }
     }
 

@@ -76,6 +76,7 @@ impl VisitorMut for PgRewriter {
         match crate::sql::windows::rewrite_table_factor(tf) {
             Ok(session) => {
                 self.info.session_windows |= session;
+                function_in_from(tf);
                 ControlFlow::Continue(())
             }
             Err(e) => ControlFlow::Break(e),
@@ -103,6 +104,70 @@ impl VisitorMut for PgRewriter {
         name_select_items(&mut select.projection);
         ControlFlow::Continue(())
     }
+}
+
+/// Functions in FROM, as Postgres reads them: a table function aliased without a column
+/// list names its column after the alias (`generate_series(1, 3) AS i` gives column `i`),
+/// and a scalar function is a one-row table (`string_to_array(...) s`). Grafana's table
+/// picker uses both.
+fn function_in_from(tf: &mut ast::TableFactor) {
+    let ast::TableFactor::Table {
+        name,
+        args: Some(args),
+        alias,
+        ..
+    } = tf
+    else {
+        return;
+    };
+    let fname = last_name(name).unwrap_or_default();
+    let table_function = matches!(fname.as_str(), "generate_series" | "range" | "unnest");
+    if table_function {
+        if let Some(a) = alias
+            && a.columns.is_empty()
+            && fname != "unnest"
+        {
+            a.columns = vec![ast::TableAliasColumnDef::from_name(a.name.value.clone())];
+        }
+        return;
+    }
+    if fname.starts_with("weir_")
+        || fname.starts_with("pg_")
+        || matches!(fname.as_str(), "tumble" | "hop" | "session")
+    {
+        return;
+    }
+    let column = alias
+        .as_ref()
+        .map(|a| a.name.value.clone())
+        .unwrap_or_else(|| fname.clone());
+    let call_sql = format!(
+        "{name}({})",
+        args.args
+            .iter()
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
+    let Ok(query) = datafusion::sql::sqlparser::parser::Parser::new(&dialect)
+        .try_with_sql(&format!("SELECT {call_sql} AS \"{column}\""))
+        .and_then(|mut p| p.parse_query())
+    else {
+        return;
+    };
+    let alias = alias.clone().unwrap_or(ast::TableAlias {
+        explicit: true,
+        name: Ident::new(column),
+        columns: vec![],
+        at: None,
+    });
+    *tf = ast::TableFactor::Derived {
+        lateral: false,
+        subquery: query,
+        alias: Some(alias),
+        sample: None,
+    };
 }
 
 fn last_name(name: &ObjectName) -> Option<String> {
@@ -422,17 +487,11 @@ fn rewrite_expr(expr: &mut Expr) {
                         _ => None,
                     })
                     .collect();
-                let len = call("array_length", args);
-                *expr = call(
-                    "nullif",
-                    vec![
-                        call(
-                            "least",
-                            vec![len, Expr::value(ast::Value::Number("1".into(), false))],
-                        ),
-                        Expr::value(ast::Value::Number("0".into(), false)),
-                    ],
-                );
+                if let [a, d] = args.as_slice() {
+                    *expr = parse_expr(&format!(
+                        "CASE WHEN array_length({a}, {d}) > 0 THEN CAST(1 AS BIGINT) END"
+                    ));
+                }
                 return;
             }
             // generate_subscripts(a, dim) → unnest(generate_series(1, array_length(a, dim)))

@@ -65,6 +65,8 @@ pub enum Statement {
     /// `CLOSE name`, or `CLOSE ALL` (`None`).
     Close(Option<String>),
     Copy(Box<Copy>),
+    /// `DISCARD ALL`: settings back to their defaults, cursors closed.
+    DiscardAll,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -392,8 +394,17 @@ fn parse_one(p: &mut Parser) -> Result<Statement> {
         Keyword::COPY => parse_copy(p).map(|c| Statement::Copy(Box::new(c))),
         _ if at_subscribe(p) => parse_subscribe(p).map(Statement::Subscribe),
         Keyword::DISCARD => {
-            rest_words(p)?;
-            Ok(Statement::NoOp("DISCARD ALL"))
+            p.next_token();
+            let words = rest_words(p)?;
+            match words.join(" ").as_str() {
+                "all" => Ok(Statement::DiscardAll),
+                "plans" => Ok(Statement::NoOp("DISCARD PLANS")),
+                "sequences" => Ok(Statement::NoOp("DISCARD SEQUENCES")),
+                "temp" | "temporary" => Ok(Statement::NoOp("DISCARD TEMP")),
+                _ => Err(WeirError::syntax(
+                    "DISCARD takes ALL, PLANS, SEQUENCES or TEMP",
+                )),
+            }
         }
         _ => classify(p.parse_statement()?),
     }
