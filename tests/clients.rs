@@ -240,6 +240,7 @@ async fn python_drivers_and_sqlalchemy() {
         "psycopg2 copy",
         "psycopg2 copy error",
         "psycopg2 named cursor subscribe",
+        "psycopg any list",
         "psycopg savepoints",
         "psycopg copy",
         "psycopg subscribe stream",
@@ -368,6 +369,7 @@ async fn node_postgres() {
     assert_eq!(
         out,
         r#"rows [{"id":2,"name":"two","amount":"2.25"}]
+any [{"id":1},{"id":2}]
 fields id:23:true:1,name:25:true:2,amount:1700:true:3
 types 2024-01-02T03:04:05.000Z [1,2] true 1.5 null
 error 22012 division by zero

@@ -218,6 +218,59 @@ fn size_pretty(bytes: i64) -> String {
     format!("{} PB", half_rounded(size))
 }
 
+/// The elements of a one-dimensional Postgres array literal (`{a,"b c",NULL}`); `None`
+/// when it is not one.
+pub fn parse_array_text(s: &str) -> Option<Vec<Option<String>>> {
+    let body = s.trim().strip_prefix('{')?.strip_suffix('}')?;
+    let mut out = Vec::new();
+    if body.trim().is_empty() {
+        return Some(out);
+    }
+    let mut chars = body.chars().peekable();
+    loop {
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        let mut item = String::new();
+        let quoted = chars.peek() == Some(&'"');
+        if quoted {
+            chars.next();
+            loop {
+                match chars.next()? {
+                    '\\' => item.push(chars.next()?),
+                    '"' => break,
+                    c => item.push(c),
+                }
+            }
+            while chars.peek().is_some_and(|c| c.is_whitespace()) {
+                chars.next();
+            }
+        } else {
+            while let Some(&c) = chars.peek() {
+                if c == ',' {
+                    break;
+                }
+                if c == '{' || c == '"' {
+                    return None;
+                }
+                item.push(c);
+                chars.next();
+            }
+            item = item.trim().to_owned();
+        }
+        out.push(if !quoted && item.eq_ignore_ascii_case("null") {
+            None
+        } else {
+            Some(item)
+        });
+        match chars.next() {
+            None => return Some(out),
+            Some(',') => continue,
+            Some(_) => return None,
+        }
+    }
+}
+
 fn expand_fields(elem: DataType) -> datafusion::arrow::datatypes::Fields {
     vec![
         Field::new("x", elem, true),
@@ -425,6 +478,39 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
                 .collect::<StringArray>(),
         ))
     });
+    // weir_parse_array('{1,2,NULL,"a b"}'): Postgres array text as text[] (array
+    // parameters; see server::params::type_array_placeholders)
+    ctx.register_udf(ScalarUDF::new_from_impl(PgFunction {
+        name: "weir_parse_array",
+        signature: Signature::any(1, Volatility::Immutable),
+        ret: Box::new(|_| DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true)))),
+        imp: Box::new(|args, rows| {
+            let mut b = ListBuilder::new(StringBuilder::new());
+            let Some(a) = args.first() else {
+                return Ok(Arc::new(b.finish()));
+            };
+            let a = as_str(a)?;
+            for i in 0..rows {
+                if a.is_null(i) {
+                    b.append(false);
+                    continue;
+                }
+                let Some(items) = parse_array_text(a.value(i)) else {
+                    return Err(datafusion::error::DataFusionError::External(Box::new(
+                        crate::error::WeirError::new(
+                            crate::error::sqlstate::INVALID_TEXT_REPRESENTATION,
+                            format!("malformed array literal: \"{}\"", a.value(i)),
+                        ),
+                    )));
+                };
+                for item in items {
+                    b.values().append_option(item);
+                }
+                b.append(true);
+            }
+            Ok(Arc::new(b.finish()))
+        }),
+    }));
     // LIKE ... ESCAPE 'c' with a pattern known only at run time (see the rewriter)
     register_fn(ctx, "weir_like_escape", DataType::Utf8, |args, rows| {
         let (Some(p), Some(e)) = (args.first(), args.get(1)) else {

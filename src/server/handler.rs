@@ -695,7 +695,7 @@ impl QueryParser for WeirQueryParser {
         &self,
         _client: &C,
         sql: &str,
-        _types: &[Option<Type>],
+        types: &[Option<Type>],
     ) -> PgWireResult<Option<Prepared>>
     where
         C: ClientInfo + Unpin + Send + Sync,
@@ -703,9 +703,11 @@ impl QueryParser for WeirQueryParser {
         let mut stmts = parse(sql).map_err(err)?;
         match stmts.len() {
             0 => Ok(None),
-            1 => Ok(Some(Prepared {
-                parsed: stmts.remove(0),
-            })),
+            1 => {
+                let mut parsed = stmts.remove(0);
+                params::type_array_placeholders(&mut parsed.stmt, types);
+                Ok(Some(Prepared { parsed }))
+            }
             _ => Err(err(WeirError::syntax(
                 "cannot insert multiple commands into a prepared statement",
             ))),

@@ -304,3 +304,135 @@ mod tests {
         assert_eq!(v[2].value, ScalarValue::Boolean(Some(true)));
     }
 }
+
+/// Array parameters the client declared (`= ANY($1)` with a list, the idiomatic IN-list of
+/// psycopg and node-postgres): the planner cannot type a bare placeholder there, so each
+/// `$n` declared as an array becomes `CAST(weir_parse_array($n) AS elem[])`. The value
+/// arrives as Postgres array text (`{1,2,3}`).
+pub fn type_array_placeholders(stmt: &mut crate::sql::parser::Statement, types: &[Option<Type>]) {
+    use datafusion::sql::sqlparser::ast::{self, VisitMut, VisitorMut};
+    use std::ops::ControlFlow;
+    let elems: Vec<Option<ast::DataType>> = types
+        .iter()
+        .map(|t| {
+            let t = t.as_ref()?;
+            let postgres_types::Kind::Array(elem) = t.kind() else {
+                return None;
+            };
+            let name = match elem.oid() {
+                16 => "BOOLEAN",
+                20 => "BIGINT",
+                21 => "SMALLINT",
+                23 => "INTEGER",
+                25 | 1043 | 19 => "TEXT",
+                700 => "REAL",
+                701 => "DOUBLE PRECISION",
+                1700 => "NUMERIC",
+                1082 => "DATE",
+                1114 => "TIMESTAMP",
+                _ => return None,
+            };
+            let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
+            datafusion::sql::sqlparser::parser::Parser::new(&dialect)
+                .try_with_sql(&format!("{name}[]"))
+                .and_then(|mut p| p.parse_data_type())
+                .ok()
+        })
+        .collect();
+    // placeholders the client sent without a type (node-postgres sends every parameter so)
+    let untyped: Vec<bool> = types
+        .iter()
+        .map(|t| {
+            t.as_ref()
+                .is_none_or(|t| t.oid() == 0 || *t == Type::UNKNOWN)
+        })
+        .collect();
+    struct Typer<'a> {
+        elems: &'a [Option<ast::DataType>],
+        untyped: &'a [bool],
+    }
+    fn placeholder_index(e: &ast::Expr) -> Option<usize> {
+        match e {
+            ast::Expr::Value(v) => match &v.value {
+                ast::Value::Placeholder(p) => {
+                    p.strip_prefix('$')?.parse::<usize>().ok()?.checked_sub(1)
+                }
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+    fn parse_call(arg: ast::Expr) -> ast::Expr {
+        ast::Expr::Function(ast::Function {
+            name: ast::ObjectName(vec![ast::ObjectNamePart::Identifier(ast::Ident::new(
+                "weir_parse_array",
+            ))]),
+            uses_odbc_syntax: false,
+            parameters: ast::FunctionArguments::None,
+            args: ast::FunctionArguments::List(ast::FunctionArgumentList {
+                duplicate_treatment: None,
+                args: vec![ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(arg))],
+                clauses: vec![],
+            }),
+            filter: None,
+            null_treatment: None,
+            over: None,
+            within_group: vec![],
+        })
+    }
+    impl VisitorMut for Typer<'_> {
+        type Break = ();
+        fn pre_visit_expr(&mut self, e: &mut ast::Expr) -> ControlFlow<()> {
+            // `x = ANY($n)` with an untyped $n: the elements compare as text (`{1,2}`)
+            if let ast::Expr::AnyOp {
+                left,
+                compare_op: ast::BinaryOperator::Eq,
+                right,
+                ..
+            } = e
+                && let Some(i) = placeholder_index(right)
+                && self.untyped.get(i).copied().unwrap_or(true)
+                && self.elems.get(i).is_none_or(Option::is_none)
+            {
+                let l = std::mem::replace(left.as_mut(), ast::Expr::value(ast::Value::Null));
+                **left = ast::Expr::Cast {
+                    kind: ast::CastKind::Cast,
+                    expr: Box::new(l),
+                    data_type: ast::DataType::Text,
+                    array: false,
+                    format: None,
+                };
+                let r = std::mem::replace(right.as_mut(), ast::Expr::value(ast::Value::Null));
+                **right = parse_call(r);
+            }
+            ControlFlow::Continue(())
+        }
+        fn post_visit_expr(&mut self, e: &mut ast::Expr) -> ControlFlow<()> {
+            if let ast::Expr::Value(v) = e
+                && let ast::Value::Placeholder(p) = &v.value
+                && let Some(n) = p.strip_prefix('$').and_then(|n| n.parse::<usize>().ok())
+                && let Some(Some(dt)) = n.checked_sub(1).and_then(|i| self.elems.get(i))
+            {
+                let parse = parse_call(e.clone());
+                *e = ast::Expr::Cast {
+                    kind: ast::CastKind::Cast,
+                    expr: Box::new(parse),
+                    data_type: dt.clone(),
+                    array: false,
+                    format: None,
+                };
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let mut t = Typer {
+        elems: &elems,
+        untyped: &untyped,
+    };
+    match stmt {
+        crate::sql::parser::Statement::Query(q) | crate::sql::parser::Statement::Dml(q) => {
+            let _ = q.visit(&mut t);
+        }
+        _ => {}
+    }
+}

@@ -7,6 +7,7 @@ const { Client } = require('pg');
   await c.connect();
   const r = await c.query('SELECT id, name, amount FROM nt WHERE id = $1', [2]);
   console.log('rows', JSON.stringify(r.rows));
+  console.log('any', JSON.stringify((await c.query('SELECT id FROM nt WHERE id = ANY($1) ORDER BY id', [[1, 2, 5]])).rows));
   const oid = (await c.query("SELECT 'nt'::regclass::oid AS o")).rows[0].o;
   console.log('fields', r.fields.map(f => [f.name, f.dataTypeID, f.tableID === oid, f.columnID].join(':')).join(','));
   const t = await c.query("SELECT '2024-01-02 03:04:05'::timestamptz AS t, '{1,2}'::int[] AS a, true AS b, 1.5::float8 AS f, NULL::text AS n");

@@ -112,6 +112,15 @@ def check_psycopg3():
     conn = psycopg.connect(DSN, autocommit=True)
     conn.execute("FLUSH")
 
+    # lists as = ANY(%s): typed (int4[]) and untyped (str) array parameters
+    ids = conn.execute("SELECT id FROM orders WHERE id = ANY(%s) ORDER BY id", [[1, 3, 99]]).fetchall()
+    assert ids == [(1,), (3,)], ids
+    names = conn.execute(
+        "SELECT customer FROM orders WHERE customer = ANY(%s) ORDER BY 1", [["bob", "cat"]]
+    ).fetchall()
+    assert names == [("bob",), ("cat",)], names
+    ok("psycopg any list")
+
     # nested transactions are savepoints
     with conn.transaction():
         conn.execute("INSERT INTO orders VALUES (100, 'sp', 1, NULL)")
