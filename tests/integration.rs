@@ -12,4 +12,5 @@ mod nexmark_queries;
 mod oracle;
 mod protocol;
 mod slt;
+mod subscribe;
 mod views;

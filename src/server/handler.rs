@@ -442,6 +442,21 @@ fn check_aborted<C: ClientInfo>(
     Ok(())
 }
 
+/// SUBSCRIBE and `COPY (SUBSCRIBE ...) TO STDOUT`: results that never end on their own.
+fn is_endless(stmt: &Statement) -> bool {
+    match stmt {
+        Statement::Subscribe(_) => true,
+        Statement::Copy(c) => matches!(
+            c.as_ref(),
+            crate::sql::client_stmts::Copy::To {
+                source: crate::sql::client_stmts::CopySource::Subscribe(_),
+                ..
+            }
+        ),
+        _ => false,
+    }
+}
+
 /// A changed setting clients track, to report with ParameterStatus.
 fn reported_setting(output: &Output) -> Option<ParameterStatus> {
     match output {
@@ -563,13 +578,7 @@ impl Handle {
             };
             match result {
                 Ok(r) => {
-                    let endless = matches!(
-                        &parsed.stmt,
-                        Statement::Copy(c) if matches!(c.as_ref(), crate::sql::client_stmts::Copy::To {
-                            source: crate::sql::client_stmts::CopySource::Subscribe(_),
-                            ..
-                        })
-                    );
+                    let endless = is_endless(&parsed.stmt);
                     copying = send_simple_response(client, r, endless).await?;
                 }
                 Err(e) => {
@@ -783,8 +792,7 @@ impl ExtendedQueryHandler for Handle {
         let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
         let subscribe = match client.portal_store().get_portal(name) {
             Some(Entry::Value(p))
-                if message.max_rows == 0
-                    && matches!(p.statement.statement.parsed.stmt, Statement::Subscribe(_)) =>
+                if message.max_rows == 0 && is_endless(&p.statement.statement.parsed.stmt) =>
             {
                 Some(p)
             }
@@ -806,6 +814,10 @@ impl ExtendedQueryHandler for Handle {
                             Tag::new("SUBSCRIBE").with_rows(n).into(),
                         ))
                         .await?;
+                }
+                Response::CopyOut(c) => {
+                    crate::server::streaming::send_copy_out(client, c, true).await?;
+                    client.flush().await?;
                 }
                 other => {
                     send_simple_response(client, other, false).await?;
