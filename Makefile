@@ -54,3 +54,4 @@ bench:
 	cargo bench --locked --bench views
 	cargo bench --locked --bench nexmark
 	cargo bench --locked --bench kafka
+	cargo bench --locked --bench copy
