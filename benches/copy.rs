@@ -95,13 +95,19 @@ async fn main() {
     pin_mut!(out);
     let mut rows = 0usize;
     while let Some(chunk) = out.next().await {
-        rows += chunk.expect("chunk").iter().filter(|b| **b == b'\n').count();
+        rows += chunk
+            .expect("chunk")
+            .iter()
+            .filter(|b| **b == b'\n')
+            .count();
     }
     assert_eq!(rows, ROWS);
     let out_rate = ROWS as f64 / t.elapsed().as_secs_f64();
 
     println!("COPY FROM STDIN text, 1M rows (4 columns, keyed): {text_rate:.0} rows/s");
-    println!("COPY FROM STDIN csv, 1M rows, feeding two views and a subscriber: {csv_rate:.0} rows/s");
+    println!(
+        "COPY FROM STDIN csv, 1M rows, feeding two views and a subscriber: {csv_rate:.0} rows/s"
+    );
     println!(
         "SUBSCRIBE to a view over it: {lines} change rows at {sub_rate:.0} rows/s (from COPY start to the last row received)"
     );

@@ -267,44 +267,6 @@ fn hex_decode(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn numeric_binary_round_trip() {
-        // 12345.67: ndigits=3, weight=1, sign=0, dscale=2, digits 1 2345 6700
-        let raw = [0, 3, 0, 1, 0, 0, 0, 2, 0, 1, 0x09, 0x29, 0x1a, 0x2c];
-        assert_eq!(numeric_from_binary(&raw, 0).unwrap(), "12345.67");
-        // 0.0005: ndigits=1, weight=-1, dscale=4, digit 5
-        let raw = [0, 1, 0xff, 0xff, 0, 0, 0, 4, 0, 5];
-        assert_eq!(numeric_from_binary(&raw, 0).unwrap(), "0.0005");
-    }
-
-    #[test]
-    fn text_params_cast_to_inferred_types() {
-        let p = decode(
-            &[
-                Some(Bytes::from_static(b"42")),
-                None,
-                Some(Bytes::from_static(b"t")),
-            ],
-            &[None, None, None],
-            &[
-                Some(Field::new("", DataType::Int64, true)),
-                Some(Field::new("", DataType::Utf8, true)),
-                Some(Field::new("", DataType::Boolean, true)),
-            ],
-            |_| false,
-        )
-        .unwrap();
-        let ParamValues::List(v) = p else { panic!() };
-        assert_eq!(v[0].value, ScalarValue::Int64(Some(42)));
-        assert_eq!(v[1].value, ScalarValue::Utf8(None));
-        assert_eq!(v[2].value, ScalarValue::Boolean(Some(true)));
-    }
-}
-
 /// Array parameters the client declared (`= ANY($1)` with a list, the idiomatic IN-list of
 /// psycopg and node-postgres): the planner cannot type a bare placeholder there, so each
 /// `$n` declared as an array becomes `CAST(weir_parse_array($n) AS elem[])`. The value
@@ -434,5 +396,43 @@ pub fn type_array_placeholders(stmt: &mut crate::sql::parser::Statement, types: 
             let _ = q.visit(&mut t);
         }
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numeric_binary_round_trip() {
+        // 12345.67: ndigits=3, weight=1, sign=0, dscale=2, digits 1 2345 6700
+        let raw = [0, 3, 0, 1, 0, 0, 0, 2, 0, 1, 0x09, 0x29, 0x1a, 0x2c];
+        assert_eq!(numeric_from_binary(&raw, 0).unwrap(), "12345.67");
+        // 0.0005: ndigits=1, weight=-1, dscale=4, digit 5
+        let raw = [0, 1, 0xff, 0xff, 0, 0, 0, 4, 0, 5];
+        assert_eq!(numeric_from_binary(&raw, 0).unwrap(), "0.0005");
+    }
+
+    #[test]
+    fn text_params_cast_to_inferred_types() {
+        let p = decode(
+            &[
+                Some(Bytes::from_static(b"42")),
+                None,
+                Some(Bytes::from_static(b"t")),
+            ],
+            &[None, None, None],
+            &[
+                Some(Field::new("", DataType::Int64, true)),
+                Some(Field::new("", DataType::Utf8, true)),
+                Some(Field::new("", DataType::Boolean, true)),
+            ],
+            |_| false,
+        )
+        .unwrap();
+        let ParamValues::List(v) = p else { panic!() };
+        assert_eq!(v[0].value, ScalarValue::Int64(Some(42)));
+        assert_eq!(v[1].value, ScalarValue::Utf8(None));
+        assert_eq!(v[2].value, ScalarValue::Boolean(Some(true)));
     }
 }
