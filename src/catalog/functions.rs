@@ -725,19 +725,24 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
         Arc::new(|s: &str| (s == SUPERUSER_NAME).then_some(crate::catalog::SUPERUSER_OID)),
         Arc::new(|o| (o == crate::catalog::SUPERUSER_OID).then(|| SUPERUSER_NAME.to_owned())),
     );
-    // regproc: functions are known by name only (pg_type.typinput and friends are names),
-    // so a regproc is its unqualified name
-    register_fn(ctx, "weir_regproc", DataType::Utf8, |args, rows| {
-        let Some(a) = args.first() else {
-            return Ok(constant_str(rows, None));
-        };
-        let s = as_str(a)?;
-        Ok(Arc::new(
-            s.iter()
-                .map(|v| v.map(|n| n.trim_start_matches("pg_catalog.").trim_matches('"')))
-                .collect::<StringArray>(),
-        ))
-    });
+    // regproc: the I/O functions of pg_proc, by name or OID
+    reg_cast(
+        ctx,
+        "weir_regproc",
+        Arc::new(|n: &str| {
+            let n = n.trim_start_matches("pg_catalog.").trim_matches('"');
+            crate::catalog::pg_catalog::io_procs()
+                .iter()
+                .find(|(_, name)| name == n)
+                .map(|(o, _)| *o)
+        }),
+        Arc::new(|o| {
+            crate::catalog::pg_catalog::io_procs()
+                .iter()
+                .find(|(oid, _)| *oid == o)
+                .map(|(_, n)| n.clone())
+        }),
+    );
     register_fn(ctx, "to_regtype", DataType::UInt32, |args, rows| {
         let Some(a) = args.first() else {
             return Ok(Arc::new(UInt32Array::new_null(rows)));

@@ -447,6 +447,35 @@ fn namespace_name(oid: u32) -> &'static str {
     }
 }
 
+/// The I/O functions of the built-in types (`int4in`, `array_recv`, `record_out`, ...):
+/// `pg_proc` lists them and `pg_type.typinput`/`typoutput`/`typreceive`/`typsend` point at
+/// them, as clients expect (Npgsql finds array types by `typreceive` = `array_recv`; pgJDBC
+/// by `typinput = 'array_in'::regproc`). OIDs 5000 and up, below user OIDs.
+pub fn io_procs() -> &'static [(u32, String)] {
+    static PROCS: std::sync::OnceLock<Vec<(u32, String)>> = std::sync::OnceLock::new();
+    PROCS.get_or_init(|| {
+        let mut prefixes: Vec<String> = BUILTIN_TYPES.iter().map(|t| t.1.to_owned()).collect();
+        prefixes.push("array_".into());
+        prefixes.push("record_".into());
+        let mut out = Vec::new();
+        for p in prefixes {
+            for suffix in ["in", "out", "recv", "send"] {
+                out.push((5000 + out.len() as u32, format!("{p}{suffix}")));
+            }
+        }
+        out
+    })
+}
+
+/// The OID of an I/O function by name (0 when unknown, as Postgres' `-`).
+pub fn io_proc_oid(name: &str) -> u32 {
+    io_procs()
+        .iter()
+        .find(|(_, n)| n == name)
+        .map(|(o, _)| *o)
+        .unwrap_or(0)
+}
+
 /// Catalog tables Weir never puts rows in (no defaults, sequences, comments, triggers,
 /// inheritance...). The query rewriter answers scalar subqueries over them with NULL.
 pub const ALWAYS_EMPTY: &[&str] = &[
@@ -753,9 +782,9 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     ("typrelid", oid()),
                     ("typelem", oid()),
                     ("typarray", oid()),
-                    ("typinput", text()),
-                    ("typoutput", text()),
-                    ("typreceive", text()),
+                    ("typinput", oid()),
+                    ("typoutput", oid()),
+                    ("typreceive", oid()),
                     ("typsend", text()),
                     ("typalign", ch()),
                     ("typstorage", ch()),
@@ -1181,19 +1210,39 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
             ("prqual", text()),
             ("prattrs", arr(i2())),
         ])?,
-        "pg_proc" => empty(&[
-            ("oid", oid()),
-            ("proname", name()),
-            ("pronamespace", oid()),
-            ("proowner", oid()),
-            ("prolang", oid()),
-            ("prokind", ch()),
-            ("proretset", b()),
-            ("prorettype", oid()),
-            ("proargtypes", arr(oid())),
-            ("proargnames", arr(text())),
-            ("prosrc", text()),
-        ])?,
+        "pg_proc" => build_table(
+            &[
+                ("oid", oid()),
+                ("proname", name()),
+                ("pronamespace", oid()),
+                ("proowner", oid()),
+                ("prolang", oid()),
+                ("prokind", ch()),
+                ("proretset", b()),
+                ("prorettype", oid()),
+                ("proargtypes", arr(oid())),
+                ("proargnames", arr(text())),
+                ("prosrc", text()),
+            ],
+            io_procs()
+                .iter()
+                .map(|(o, n)| {
+                    vec![
+                        V::from(*o),
+                        n.clone().into(),
+                        PG_CATALOG_NAMESPACE_OID.into(),
+                        owner(),
+                        12u32.into(),
+                        "f".into(),
+                        false.into(),
+                        0u32.into(),
+                        V::A(vec![]),
+                        V::Null,
+                        n.clone().into(),
+                    ]
+                })
+                .collect(),
+        )?,
         "pg_views" => empty(&[
             ("schemaname", name()),
             ("viewname", name()),
@@ -1473,10 +1522,10 @@ fn type_row(
         relid.into(),
         elem.into(),
         array.into(),
-        format!("{io}in").into(),
-        format!("{io}out").into(),
-        format!("{io}recv").into(),
-        format!("{io}send").into(),
+        io_proc_oid(&format!("{io}in")).into(),
+        io_proc_oid(&format!("{io}out")).into(),
+        io_proc_oid(&format!("{io}recv")).into(),
+        io_proc_oid(&format!("{io}send")).into(),
         "i".into(),
         "x".into(),
         false.into(),
