@@ -241,6 +241,7 @@ async fn python_drivers_and_sqlalchemy() {
         "psycopg2 copy error",
         "psycopg2 named cursor subscribe",
         "psycopg any list",
+        "psycopg regclass parameter",
         "psycopg savepoints",
         "psycopg copy",
         "psycopg subscribe stream",

@@ -121,6 +121,12 @@ def check_psycopg3():
     assert names == [("bob",), ("cat",)], names
     ok("psycopg any list")
 
+    # ::regclass on a bound parameter gives the table's pg_class OID
+    (oid,) = conn.execute("SELECT %s::regclass::oid", ["orders"]).fetchone()
+    (relname,) = conn.execute("SELECT relname FROM pg_class WHERE oid = %s", [oid]).fetchone()
+    assert relname == "orders", (oid, relname)
+    ok("psycopg regclass parameter")
+
     # nested transactions are savepoints
     with conn.transaction():
         conn.execute("INSERT INTO orders VALUES (100, 'sp', 1, NULL)")
