@@ -979,6 +979,41 @@ fn figure_name(e: &Expr) -> Option<String> {
         Expr::Function(f) if last_name(&f.name).is_some_and(|n| n.starts_with("weir_json_")) => {
             Some("?column?".into())
         }
+        // `x::regclass` and friends were rewritten into calls: named like the cast
+        Expr::Function(f)
+            if last_name(&f.name).is_some_and(|n| {
+                matches!(
+                    n.as_str(),
+                    "weir_regclass"
+                        | "weir_regtype"
+                        | "weir_regproc"
+                        | "weir_regnamespace"
+                        | "weir_regrole"
+                )
+            }) =>
+        {
+            let ty = last_name(&f.name)
+                .unwrap_or_default()
+                .trim_start_matches("weir_")
+                .to_owned();
+            let arg = match &f.args {
+                FunctionArguments::List(l) => match l.args.first() {
+                    Some(ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e))) => Some(e),
+                    _ => None,
+                },
+                _ => None,
+            };
+            Some(match arg {
+                Some(Expr::Identifier(id)) => id.value.to_lowercase(),
+                Some(Expr::CompoundIdentifier(ids)) => {
+                    ids.last().map(|i| i.value.to_lowercase()).unwrap_or(ty)
+                }
+                Some(inner @ (Expr::Function(_) | Expr::Cast { .. })) => {
+                    figure_name(inner).unwrap_or(ty)
+                }
+                _ => ty,
+            })
+        }
         Expr::Function(f) => Some(last_name(&f.name).unwrap_or_else(|| "?column?".into())),
         Expr::Cast {
             expr, data_type, ..
