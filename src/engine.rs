@@ -137,6 +137,14 @@ impl Engine {
             Statement::ShowVariable(name) => Ok((vec![], Some(show_schema(name)))),
             Statement::ShowRelations(_) => Ok((vec![], Some(show_relations_schema()))),
             Statement::Subscribe(s) => Ok((vec![], Some(self.subscribe_schema(s)?))),
+            // a cursor's parameters are its query's; DECLARE itself returns no rows
+            Statement::Declare(d) => match &d.query {
+                crate::sql::client_stmts::CursorQuery::Query(q) => {
+                    let plan = self.plan_ast(session, q).await?;
+                    Ok((parameter_types(&plan)?, None))
+                }
+                crate::sql::client_stmts::CursorQuery::Subscribe(_) => Ok((vec![], None)),
+            },
             Statement::Fetch(f) => Ok((vec![], Some(self.cursor_schema(session, &f.cursor)?))),
             Statement::ExplainView(_) => Ok((
                 vec![],
@@ -312,7 +320,7 @@ impl Engine {
             Statement::Release(name) => self.release(session, name),
             Statement::RollbackTo(name) => self.rollback_to(session, name).await,
             Statement::Subscribe(s) => Ok(Output::Subscribe(self.subscribe(s)?)),
-            Statement::Declare(d) => self.declare(session, d).await,
+            Statement::Declare(d) => self.declare(session, d, params).await,
             Statement::Fetch(f) => self.fetch(session, f).await,
             Statement::Close(name) => self.close(session, name.as_deref()),
             Statement::Copy(c) => self.copy(session, c).await,

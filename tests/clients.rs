@@ -245,6 +245,7 @@ async fn python_drivers_and_sqlalchemy() {
         "psycopg savepoints",
         "psycopg copy",
         "psycopg subscribe stream",
+        "psycopg server-side cursors",
         "psycopg subscribe cancel",
         "psycopg copy subscribe",
         "psycopg subscribe disconnect",

@@ -106,7 +106,12 @@ impl Engine {
         SubscribeStream::new(sub, s.snapshot)
     }
 
-    pub(super) async fn declare(&self, session: &mut Session, d: &Declare) -> Result<Output> {
+    pub(super) async fn declare(
+        &self,
+        session: &mut Session,
+        d: &Declare,
+        params: Option<datafusion::common::ParamValues>,
+    ) -> Result<Output> {
         if !session.in_transaction && !d.hold {
             return Err(WeirError::new(
                 NO_TRANSACTION,
@@ -124,7 +129,7 @@ impl Engine {
                 let stream = self.subscribe(s)?;
                 (stream.schema(), CursorRows::Subscribe(stream))
             }
-            CursorQuery::Query(q) => match self.run_query(session, q, None).await? {
+            CursorQuery::Query(q) => match self.run_query(session, q, params).await? {
                 Output::Rows { schema, stream } => (schema, CursorRows::Query(stream)),
                 _ => return Err(WeirError::internal("cursor query gave no rows")),
             },

@@ -32,7 +32,7 @@ use pgwire::api::{
 use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::cancel::CancelRequest;
 use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
-use pgwire::messages::extendedquery::Execute;
+use pgwire::messages::extendedquery::{Describe, Execute};
 use pgwire::messages::response::TransactionStatus;
 use pgwire::messages::simplequery::Query;
 use pgwire::messages::startup::ParameterStatus;
@@ -776,6 +776,39 @@ impl ExtendedQueryHandler for Handle {
 
     fn query_parser(&self) -> Arc<WeirQueryParser> {
         self.parser.clone()
+    }
+
+    /// Describe, where a portal can also be a cursor DECLAREd in SQL: Postgres makes each
+    /// cursor a protocol-level portal of that name (psycopg's server-side cursors describe
+    /// it to learn the columns, then FETCH through SQL).
+    async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if message.target_type == b'P'
+            && let Some(name) = message.name.as_deref()
+            && client.portal_store().get_portal(name).is_none()
+        {
+            let session = self.session(client);
+            let schema = session
+                .lock()
+                .await
+                .cursors
+                .get(name)
+                .map(|c| c.schema.clone());
+            if let Some(schema) = schema {
+                let fields = field_infos(&schema, |_| pgwire::api::results::FieldFormat::Text);
+                return pgwire::api::query::send_describe_response(
+                    client,
+                    &DescribePortalResponse::new(fields),
+                )
+                .await;
+            }
+        }
+        self._on_describe(client, message).await
     }
 
     /// pgwire's Execute, except that a SUBSCRIBE run without a row limit streams here

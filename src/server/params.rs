@@ -395,6 +395,11 @@ pub fn type_array_placeholders(stmt: &mut crate::sql::parser::Statement, types: 
         crate::sql::parser::Statement::Query(q) | crate::sql::parser::Statement::Dml(q) => {
             let _ = q.visit(&mut t);
         }
+        crate::sql::parser::Statement::Declare(d) => {
+            if let crate::sql::client_stmts::CursorQuery::Query(q) = &mut d.query {
+                let _ = q.visit(&mut t);
+            }
+        }
         _ => {}
     }
 }

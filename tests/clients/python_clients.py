@@ -187,6 +187,23 @@ def check_psycopg3():
     assert +state == expected, (+state, expected)
     ok("psycopg subscribe stream")
 
+    # server-side cursors: DECLARE through the extended protocol (with parameters), the
+    # cursor described as a protocol portal, FETCH in batches
+    tx = psycopg.connect(DSN)
+    with tx.cursor(name="big") as cur:
+        cur.itersize = 100
+        cur.execute("SELECT id FROM orders WHERE id >= %s AND id < %s", [200, 1200])
+        assert sum(1 for _ in cur) == 1000
+        assert [d.name for d in cur.description] == ["id"]
+    with tx.cursor(name="sub") as cur:
+        cur.execute("SUBSCRIBE per_customer")
+        first = cur.fetchmany(5)
+        assert len(first) == 5 and all(r[1] == 1 for r in first), first
+        assert [d.name for d in cur.description][:2] == ["weir_epoch", "weir_diff"]
+    tx.rollback()
+    tx.close()
+    ok("psycopg server-side cursors")
+
     # a cancel request ends a SUBSCRIBE with 57014; the connection stays usable
     threading.Timer(0.5, conn.cancel).start()
     try:
