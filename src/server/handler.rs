@@ -442,6 +442,14 @@ fn check_aborted<C: ClientInfo>(
     Ok(())
 }
 
+fn wire_status(s: TxState) -> TransactionStatus {
+    match s {
+        TxState::Idle => TransactionStatus::Idle,
+        TxState::InBlock => TransactionStatus::Transaction,
+        TxState::Failed => TransactionStatus::Error,
+    }
+}
+
 /// SUBSCRIBE and `COPY (SUBSCRIBE ...) TO STDOUT`: results that never end on their own.
 fn is_endless(stmt: &Statement) -> bool {
     match stmt {
@@ -515,11 +523,7 @@ impl Handle {
     async fn tx_status<C: ClientInfo>(&self, client: &C) -> TransactionStatus {
         let session = self.session(client);
         let session = session.lock().await;
-        match session.tx_state() {
-            TxState::Idle => TransactionStatus::Idle,
-            TxState::InBlock => TransactionStatus::Transaction,
-            TxState::Failed => TransactionStatus::Error,
-        }
+        wire_status(session.tx_state())
     }
 
     /// Run the statements of a simple query message, sending each response as it comes.
@@ -558,9 +562,12 @@ impl Handle {
         for (i, parsed) in statements.iter().enumerate() {
             let result = match check_aborted(client, &mut session, &parsed.stmt) {
                 Err(e) => Err(e),
-                Ok(()) if i != last && matches!(&parsed.stmt, Statement::Copy(_)) => {
+                Ok(())
+                    if i != last
+                        && matches!(&parsed.stmt, Statement::Copy(c) if matches!(c.as_ref(), crate::sql::client_stmts::Copy::From { .. })) =>
+                {
                     Err(WeirError::not_supported(
-                        "COPY must be the last statement of a multi-statement query",
+                        "COPY FROM STDIN must be the last statement of a multi-statement query",
                     ))
                 }
                 Ok(()) => self.run(client, &mut session, parsed, None).await?,
@@ -655,12 +662,7 @@ impl CopyHandler for Handle {
                 client
                     .feed(PgWireBackendMessage::CommandComplete(Tag::new(&tag).into()))
                     .await?;
-                let status = match session.tx_state() {
-                    TxState::Idle => TransactionStatus::Idle,
-                    TxState::InBlock => TransactionStatus::Transaction,
-                    TxState::Failed => TransactionStatus::Error,
-                };
-                client.set_transaction_status(status);
+                client.set_transaction_status(wire_status(session.tx_state()));
                 Ok(())
             }
             Err(e) => {
