@@ -99,15 +99,27 @@ impl CopyIn {
         format!("COPY {}, line {line}", self.table_name)
     }
 
-    /// Take a CopyData chunk: parse its complete records.
+    /// Take a CopyData chunk: parse its complete records. Records are parsed in place; only
+    /// one that spans chunks is put together in `pending` first.
     pub fn feed(&mut self, data: &[u8]) -> Result<()> {
+        let mut data = data;
+        // finish the record the last chunk left open, a line at a time
+        while !self.pending.is_empty() && !self.ended {
+            let Some(nl) = data.iter().position(|&b| b == b'\n') else {
+                self.pending.extend_from_slice(data);
+                return Ok(());
+            };
+            self.pending.extend_from_slice(&data[..=nl]);
+            data = &data[nl + 1..];
+            let pending = std::mem::take(&mut self.pending);
+            let used = self.parse(&pending, false)?;
+            self.pending = pending[used..].to_vec();
+        }
         if self.ended {
             return Ok(());
         }
-        self.pending.extend_from_slice(data);
-        let pending = std::mem::take(&mut self.pending);
-        let used = self.parse(&pending, false)?;
-        self.pending = pending[used..].to_vec();
+        let used = self.parse(data, false)?;
+        self.pending.extend_from_slice(&data[used..]);
         Ok(())
     }
 
@@ -148,7 +160,7 @@ impl CopyIn {
         Ok(pos)
     }
 
-    fn push_record(&mut self, fields: Vec<Field>) -> Result<()> {
+    fn push_record(&mut self, fields: Vec<Field<'_>>) -> Result<()> {
         if fields.len() > self.targets.len() {
             return Err(
                 WeirError::new("22P04", "extra data after last expected column")
@@ -234,14 +246,18 @@ fn trim_eol(line: &[u8]) -> &[u8] {
     line.strip_suffix(b"\r").unwrap_or(line)
 }
 
-/// A field as read: text format fields are still escaped.
-enum Field {
-    Text(Vec<u8>),
-    Csv { value: Vec<u8>, quoted: bool },
+/// A field as read, borrowed from the input where it can be: text format fields are still
+/// escaped; a CSV field is owned only when it held doubled quotes.
+enum Field<'a> {
+    Text(&'a [u8]),
+    Csv {
+        value: std::borrow::Cow<'a, [u8]>,
+        quoted: bool,
+    },
 }
 
 /// One text-format record starting at `pos`: its fields and where the next record starts.
-fn split_text(buf: &[u8], pos: usize, delim: u8, last: bool) -> Option<(Vec<Field>, usize)> {
+fn split_text(buf: &[u8], pos: usize, delim: u8, last: bool) -> Option<(Vec<Field<'_>>, usize)> {
     let end = match buf[pos..].iter().position(|&b| b == b'\n') {
         Some(i) => pos + i,
         None if last => buf.len(),
@@ -258,19 +274,19 @@ fn split_text(buf: &[u8], pos: usize, delim: u8, last: bool) -> Option<(Vec<Fiel
             continue;
         }
         if line[i] == delim {
-            fields.push(Field::Text(line[start..i].to_vec()));
+            fields.push(Field::Text(&line[start..i]));
             start = i + 1;
         }
         i += 1;
     }
-    fields.push(Field::Text(line[start.min(line.len())..].to_vec()));
+    fields.push(Field::Text(&line[start.min(line.len())..]));
     Some((fields, next))
 }
 
 /// Undo the text format's backslash escapes.
-fn unescape_text(raw: &[u8]) -> Vec<u8> {
+fn unescape_text(raw: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     if !raw.contains(&b'\\') {
-        return raw.to_vec();
+        return std::borrow::Cow::Borrowed(raw);
     }
     let mut out = Vec::with_capacity(raw.len());
     let mut i = 0;
@@ -313,11 +329,79 @@ fn unescape_text(raw: &[u8]) -> Vec<u8> {
             other => out.push(other),
         }
     }
-    out
+    std::borrow::Cow::Owned(out)
 }
 
 /// One CSV record starting at `pos` (quoted fields may hold newlines).
-fn split_csv(buf: &[u8], pos: usize, o: &CopyOptions, last: bool) -> Option<(Vec<Field>, usize)> {
+fn split_csv<'a>(
+    buf: &'a [u8],
+    pos: usize,
+    o: &CopyOptions,
+    last: bool,
+) -> Option<(Vec<Field<'a>>, usize)> {
+    simple_csv_record(buf, pos, o).or_else(|| split_csv_general(buf, pos, o, last))
+}
+
+/// The common CSV record, borrowed: every field either has no quote character at all or is
+/// one quoted run without doubled quotes or escapes, and the record ends with a newline.
+/// `None` sends the record to the general splitter.
+fn simple_csv_record<'a>(
+    buf: &'a [u8],
+    pos: usize,
+    o: &CopyOptions,
+) -> Option<(Vec<Field<'a>>, usize)> {
+    let mut fields = Vec::new();
+    let mut i = pos;
+    loop {
+        let (value, quoted, end) = if buf.get(i) == Some(&o.quote) {
+            let close = i + 1 + buf[i + 1..].iter().position(|&b| b == o.quote)?;
+            let content = &buf[i + 1..close];
+            if o.escape != o.quote && content.contains(&o.escape) {
+                return None;
+            }
+            (content, true, close + 1)
+        } else {
+            let end = i + buf[i..]
+                .iter()
+                .position(|&b| b == o.delimiter || b == b'\n' || b == o.quote)?;
+            if buf[end] == o.quote {
+                return None;
+            }
+            (&buf[i..end], false, end)
+        };
+        match buf.get(end) {
+            Some(&b) if b == o.delimiter => {
+                fields.push(Field::Csv {
+                    value: std::borrow::Cow::Borrowed(value),
+                    quoted,
+                });
+                i = end + 1;
+            }
+            Some(b'\n') => {
+                let value = if !quoted && value.last() == Some(&b'\r') {
+                    &value[..value.len() - 1]
+                } else {
+                    value
+                };
+                fields.push(Field::Csv {
+                    value: std::borrow::Cow::Borrowed(value),
+                    quoted,
+                });
+                return Some((fields, end + 1));
+            }
+            // CRLF after a closing quote, a doubled quote, text after a quote, or the end
+            _ => return None,
+        }
+    }
+}
+
+/// Any CSV record: quoted fields with doubled quotes or escapes, newlines inside quotes.
+fn split_csv_general<'a>(
+    buf: &'a [u8],
+    pos: usize,
+    o: &CopyOptions,
+    last: bool,
+) -> Option<(Vec<Field<'a>>, usize)> {
     let mut fields = Vec::new();
     let mut value = Vec::new();
     let mut quoted = false;
@@ -354,7 +438,7 @@ fn split_csv(buf: &[u8], pos: usize, o: &CopyOptions, last: bool) -> Option<(Vec
             quoted = true;
         } else if b == o.delimiter {
             fields.push(Field::Csv {
-                value: std::mem::take(&mut value),
+                value: std::mem::take(&mut value).into(),
                 quoted,
             });
             quoted = false;
@@ -363,7 +447,10 @@ fn split_csv(buf: &[u8], pos: usize, o: &CopyOptions, last: bool) -> Option<(Vec
             if i > pos && buf[i - 1] == b'\r' {
                 value.pop();
             }
-            fields.push(Field::Csv { value, quoted });
+            fields.push(Field::Csv {
+                value: value.into(),
+                quoted,
+            });
             return Some((fields, i + 1));
         } else {
             value.push(b);
@@ -376,7 +463,10 @@ fn split_csv(buf: &[u8], pos: usize, o: &CopyOptions, last: bool) -> Option<(Vec
     if buf.last() == Some(&b'\r') && value.last() == Some(&b'\r') {
         value.pop();
     }
-    fields.push(Field::Csv { value, quoted });
+    fields.push(Field::Csv {
+        value: value.into(),
+        quoted,
+    });
     Some((fields, buf.len()))
 }
 
@@ -664,9 +754,11 @@ mod tests {
             .into_iter()
             .map(|f| match f {
                 Field::Text(raw) if raw == b"\\N" => None,
-                Field::Text(raw) => Some(String::from_utf8(unescape_text(&raw)).unwrap()),
+                Field::Text(raw) => {
+                    Some(String::from_utf8(unescape_text(raw).into_owned()).unwrap())
+                }
                 Field::Csv { value, quoted } if value.is_empty() && !quoted => None,
-                Field::Csv { value, .. } => Some(String::from_utf8(value).unwrap()),
+                Field::Csv { value, .. } => Some(String::from_utf8(value.into_owned()).unwrap()),
             })
             .collect()
     }
@@ -704,6 +796,24 @@ mod tests {
         assert!(split_csv(buf, next, &o, false).is_none());
         let (f, _) = split_csv(buf, next, &o, true).unwrap();
         assert_eq!(texts(f), vec![Some("2".into())]);
+    }
+
+    #[test]
+    fn csv_simple_and_general_paths_agree() {
+        let o = opts(CopyFormat::Csv);
+        for rec in [
+            &b"1,abc,\"q,uoted\",,\"\"\n"[..],
+            b"2,x\r\n",
+            b"3,\"a\"\"b\",c\n",
+            b"4,\"multi\nline\",d\n",
+            b"5,\"crlf\"\r\n",
+        ] {
+            let general = texts(split_csv_general(rec, 0, &o, false).unwrap().0);
+            let any = texts(split_csv(rec, 0, &o, false).unwrap().0);
+            assert_eq!(general, any, "{}", String::from_utf8_lossy(rec));
+        }
+        assert!(simple_csv_record(b"1,\"a\"\"b\"\n", 0, &o).is_none());
+        assert!(simple_csv_record(b"1,abc", 0, &o).is_none());
     }
 
     #[test]

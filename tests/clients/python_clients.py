@@ -146,6 +146,13 @@ def check_psycopg3():
         for i in range(200, 1200):
             cp.write_row((i, f"bulk{i % 7}", i / 4))
     assert conn.execute("SELECT count(*) FROM orders WHERE id >= 200").fetchone()[0] == 1000
+    # records split across CopyData messages, a quoted newline among them
+    with conn.cursor().copy("COPY orders (id, customer) FROM STDIN (FORMAT csv)") as cp:
+        for chunk in ['3000,"multi', '\nline"\n30', '01,pl', 'ain\n3002,"a""b"\r\n']:
+            cp.write(chunk)
+    got = conn.execute("SELECT id, customer FROM orders WHERE id >= 3000 ORDER BY id").fetchall()
+    assert got == [(3000, "multi\nline"), (3001, "plain"), (3002, 'a"b')], got
+    conn.execute("DELETE FROM orders WHERE id >= 3000")
     ok("psycopg copy")
 
     # SUBSCRIBE streamed while another connection writes; the snapshot plus every change
