@@ -180,7 +180,7 @@ impl CopyIn {
                     if raw == self.options.null.as_bytes() {
                         None
                     } else {
-                        Some(unescape_text(&raw))
+                        Some(unescape_text(raw))
                     }
                 }
                 Field::Csv { value, quoted } => {
