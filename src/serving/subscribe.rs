@@ -35,6 +35,28 @@ pub fn output_schema(view_schema: &Schema) -> SchemaRef {
     Arc::new(Schema::new(fields))
 }
 
+/// The rows of `cl` whose weight has sign `sign`, each repeated |weight| times.
+fn expand(cl: &Changelog, sign: i64) -> Result<RecordBatch> {
+    let mut idx: Vec<u32> = Vec::new();
+    for (i, w) in cl.weights.values().iter().enumerate() {
+        if w.signum() == sign {
+            idx.extend(std::iter::repeat_n(i as u32, w.unsigned_abs() as usize));
+        }
+    }
+    let idx = UInt32Array::from(idx);
+    let cols: Vec<ArrayRef> = cl
+        .data
+        .columns()
+        .iter()
+        .map(|c| take(c, &idx, None))
+        .collect::<std::result::Result<_, _>>()?;
+    Ok(RecordBatch::try_new_with_options(
+        cl.data.schema(),
+        cols,
+        &datafusion::arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(idx.len())),
+    )?)
+}
+
 pub struct SubscribeStream {
     schema: SchemaRef,
     view_schema: SchemaRef,
@@ -124,29 +146,36 @@ impl SubscribeStream {
         if ch.changes.iter().all(Changelog::is_empty) {
             return Ok(());
         }
+        // only additions: nothing can cancel, so no consolidation (append-only views)
+        if ch
+            .changes
+            .iter()
+            .all(|cl| cl.weights.values().iter().all(|w| *w > 0))
+        {
+            for cl in &ch.changes {
+                let rows = if cl.weights.values().iter().all(|w| *w == 1) {
+                    cl.data.clone()
+                } else {
+                    expand(cl, 1)?
+                };
+                if rows.num_rows() > 0 {
+                    let diffs = Int64Array::from_value(1, rows.num_rows());
+                    let out = self.with_meta(ch.epoch, &rows, diffs)?;
+                    self.ready.push_back(out);
+                }
+            }
+            return Ok(());
+        }
         let mut z = ZSet::new_delta(self.view_schema.clone())?;
         for cl in &ch.changes {
             z.apply(cl)?;
         }
         for sign in [-1i64, 1] {
             for cl in z.to_changelogs()? {
-                let mut idx: Vec<u32> = Vec::new();
-                for (i, w) in cl.weights.values().iter().enumerate() {
-                    if w.signum() == sign {
-                        idx.extend(std::iter::repeat_n(i as u32, w.unsigned_abs() as usize));
-                    }
-                }
-                if idx.is_empty() {
+                let rows = expand(&cl, sign)?;
+                if rows.num_rows() == 0 {
                     continue;
                 }
-                let idx = UInt32Array::from(idx);
-                let cols: Vec<ArrayRef> = cl
-                    .data
-                    .columns()
-                    .iter()
-                    .map(|c| take(c, &idx, None))
-                    .collect::<std::result::Result<_, _>>()?;
-                let rows = RecordBatch::try_new(self.view_schema.clone(), cols)?;
                 let diffs = Int64Array::from_value(sign, rows.num_rows());
                 let out = self.with_meta(ch.epoch, &rows, diffs)?;
                 self.ready.push_back(out);
