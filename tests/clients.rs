@@ -341,6 +341,7 @@ copyout|10,copied/11,\"with,comma\"/
 error|23505
 after|20
 fetched|6
+subscribe|weir_diff|1|6
 "
     );
 }

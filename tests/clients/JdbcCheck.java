@@ -81,6 +81,13 @@ public class JdbcCheck {
                     row("fetched", k);
                 }
                 c.commit();
+                // SUBSCRIBE with a fetch size: the first batch arrives without the stream ending
+                s.execute("FLUSH");
+                try (ResultSet rs = s.executeQuery("SUBSCRIBE jv")) {
+                    rs.next();
+                    row("subscribe", rs.getMetaData().getColumnName(2), rs.getLong(2), rs.getLong(3));
+                }
+                c.rollback();
             }
         }
     }
