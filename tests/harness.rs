@@ -12,20 +12,35 @@ pub struct TestServer {
     child: Option<Child>,
     pub addr: String,
     dir: tempfile::TempDir,
+    env: Vec<(String, String)>,
 }
 
 impl TestServer {
     /// Start a server on a fresh data directory.
     pub fn start() -> TestServer {
+        Self::start_with_env(&[])
+    }
+
+    /// Start a server with extra environment variables (tuning knobs tests lower).
+    pub fn start_with_env(env: &[(&str, &str)]) -> TestServer {
         let dir = tempfile::Builder::new()
             .prefix("weir-test-")
             .tempdir()
             .expect("temp dir");
-        let (child, addr) = spawn(&dir.path().join("data"), &dir.path().join("server.log"));
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let (child, addr) = spawn(
+            &dir.path().join("data"),
+            &dir.path().join("server.log"),
+            &env,
+        );
         TestServer {
             child: Some(child),
             addr,
             dir,
+            env,
         }
     }
 
@@ -55,7 +70,7 @@ impl TestServer {
     /// data directory.
     pub fn restart(&mut self) {
         self.kill();
-        let (child, addr) = spawn(&self.data_dir(), &self.log_path());
+        let (child, addr) = spawn(&self.data_dir(), &self.log_path(), &self.env);
         self.child = Some(child);
         self.addr = addr;
     }
@@ -94,7 +109,7 @@ impl Drop for TestServer {
     }
 }
 
-fn spawn(data_dir: &Path, log: &Path) -> (Child, String) {
+fn spawn(data_dir: &Path, log: &Path, env: &[(String, String)]) -> (Child, String) {
     let log_file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -107,6 +122,7 @@ fn spawn(data_dir: &Path, log: &Path) -> (Child, String) {
             "WEIR_LOG",
             std::env::var("WEIR_LOG").unwrap_or_else(|_| "info".into()),
         )
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdout(Stdio::piped())
         .stderr(log_file)
         .spawn()

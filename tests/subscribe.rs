@@ -216,3 +216,48 @@ async fn subscriptions_add_up_to_their_views() {
         run_seed(seed).await;
     }
 }
+
+/// A reader that stops reading is cut off once it is more changed rows behind than allowed
+/// (here 1,000), with 53400, instead of the server holding changes for it without bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_too_far_behind_is_cut_off() {
+    let server = TestServer::start_with_env(&[("WEIR_SUBSCRIBE_MAX_BACKLOG_ROWS", "1000")]);
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE t (id INT PRIMARY KEY);
+         CREATE MATERIALIZED VIEW v AS SELECT id FROM t;
+         BEGIN;
+         DECLARE c CURSOR FOR SUBSCRIBE v;",
+    )
+    .await
+    .expect("setup");
+    let w = server.connect().await;
+    // one epoch of any size goes to a reader that is caught up
+    w.batch_execute(&format!(
+        "INSERT INTO t SELECT * FROM (VALUES {}) AS x(id); FLUSH",
+        (0..1500)
+            .map(|i| format!("({i})"))
+            .collect::<Vec<_>>()
+            .join(",")
+    ))
+    .await
+    .expect("big insert");
+    let subs = query_text(&w, "SELECT subscribers FROM weir_views").await;
+    assert_eq!(subs[0][0], "1", "a caught-up reader keeps its subscription");
+    // then it falls behind by more than 1,000 rows
+    for round in 0..3 {
+        let values: Vec<String> = (0..400)
+            .map(|i| format!("({})", 10_000 + round * 400 + i))
+            .collect();
+        w.batch_execute(&format!("INSERT INTO t VALUES {}; FLUSH", values.join(",")))
+            .await
+            .expect("insert");
+    }
+    let subs = query_text(&w, "SELECT subscribers FROM weir_views").await;
+    assert_eq!(subs[0][0], "0", "the subscription was dropped");
+    let err = c
+        .simple_query("FETCH ALL c")
+        .await
+        .expect_err("FETCH reports the overflow");
+    assert_eq!(crate::harness::sqlstate(&err), "53400", "{err}");
+}

@@ -108,6 +108,18 @@ struct Subscriber {
     tx: mpsc::UnboundedSender<EpochChanges>,
     /// The last epoch sent.
     sent: Arc<std::sync::atomic::AtomicU64>,
+    /// For a bounded subscription: rows sent and not yet taken by the reader, and the most
+    /// it may hold before it is cut off.
+    backlog: Option<(Arc<Backlog>, usize)>,
+}
+
+/// How far a bounded subscription's reader is behind (see [`Dataflow::subscribe_bounded`]).
+#[derive(Default)]
+pub struct Backlog {
+    /// Changed rows sent to the reader and not yet taken.
+    pub rows: std::sync::atomic::AtomicUsize,
+    /// The reader fell further behind than allowed and was unsubscribed.
+    pub overflowed: std::sync::atomic::AtomicBool,
 }
 
 /// A view's changes in one epoch, for subscribers.
@@ -263,6 +275,28 @@ impl Dataflow {
     /// Subscribe to a view's changes (see [`Subscription`]). The channel is unbounded: a
     /// subscriber that stops reading holds the changes in memory until it drops.
     pub fn subscribe(&self, view: u32) -> Result<Subscription> {
+        self.subscribe_with(view, None)
+    }
+
+    /// A subscription whose reader may fall at most `max_rows` changed rows behind: past
+    /// that, the dataflow drops it (the channel closes and `backlog.overflowed` is set)
+    /// instead of holding changes for it without bound. For clients (SUBSCRIBE), which
+    /// may stop reading; sinks keep the unbounded kind.
+    pub fn subscribe_bounded(
+        &self,
+        view: u32,
+        max_rows: usize,
+    ) -> Result<(Subscription, Arc<Backlog>)> {
+        let backlog = Arc::new(Backlog::default());
+        let sub = self.subscribe_with(view, Some((backlog.clone(), max_rows)))?;
+        Ok((sub, backlog))
+    }
+
+    fn subscribe_with(
+        &self,
+        view: u32,
+        backlog: Option<(Arc<Backlog>, usize)>,
+    ) -> Result<Subscription> {
         let mut p = self.published.write();
         let d = p
             .views
@@ -276,6 +310,7 @@ impl Dataflow {
         p.subscribers.entry(view).or_default().push(Subscriber {
             tx,
             sent: sent.clone(),
+            backlog,
         });
         Ok(Subscription {
             epoch,
@@ -532,7 +567,18 @@ impl Worker {
                         changes: delta,
                         watermark,
                     };
+                    let rows: usize = msg.changes.iter().map(|c| c.len()).sum();
                     subs.retain(|s| {
+                        if let Some((backlog, max)) = &s.backlog {
+                            use std::sync::atomic::Ordering::{AcqRel, Release};
+                            // a reader that is caught up always gets the next epoch, however
+                            // large; one that is behind is cut off past `max`
+                            let before = backlog.rows.fetch_add(rows, AcqRel);
+                            if before > 0 && before + rows > *max {
+                                backlog.overflowed.store(true, Release);
+                                return false;
+                            }
+                        }
                         s.sent.store(epoch, std::sync::atomic::Ordering::Release);
                         s.tx.send(msg.clone()).is_ok()
                     });

@@ -102,8 +102,10 @@ impl Engine {
 
     pub(super) fn subscribe(&self, s: &Subscribe) -> Result<SubscribeStream> {
         let (oid, _) = self.subscribed_view(&s.view)?;
-        let sub = self.dataflow.subscribe(oid)?;
-        SubscribeStream::new(sub, s.snapshot)
+        let (sub, backlog) = self
+            .dataflow
+            .subscribe_bounded(oid, crate::serving::subscribe::max_backlog_rows())?;
+        SubscribeStream::new(sub, Some(backlog), s.snapshot)
     }
 
     pub(super) async fn declare(

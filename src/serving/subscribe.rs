@@ -18,7 +18,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 
 use crate::dataflow::changelog::Changelog;
-use crate::dataflow::runtime::{EpochChanges, Subscription};
+use crate::dataflow::runtime::{Backlog, EpochChanges, Subscription};
 use crate::error::{Result, WeirError};
 use crate::state::zset::ZSet;
 
@@ -57,16 +57,33 @@ fn expand(cl: &Changelog, sign: i64) -> Result<RecordBatch> {
     )?)
 }
 
+/// Changed rows a reader may leave unread before its subscription is dropped (53400):
+/// 10 million, or `WEIR_SUBSCRIBE_MAX_BACKLOG_ROWS` from the server's environment.
+pub fn max_backlog_rows() -> usize {
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| {
+        std::env::var("WEIR_SUBSCRIBE_MAX_BACKLOG_ROWS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(10_000_000)
+    })
+}
+
 pub struct SubscribeStream {
     schema: SchemaRef,
     view_schema: SchemaRef,
     ready: VecDeque<RecordBatch>,
     sub: Subscription,
+    backlog: Option<Arc<Backlog>>,
     ended: bool,
 }
 
 impl SubscribeStream {
-    pub fn new(sub: Subscription, snapshot: bool) -> Result<SubscribeStream> {
+    pub fn new(
+        sub: Subscription,
+        backlog: Option<Arc<Backlog>>,
+        snapshot: bool,
+    ) -> Result<SubscribeStream> {
         let view_schema = sub.schema.clone();
         let schema = output_schema(&view_schema);
         let mut s = SubscribeStream {
@@ -74,6 +91,7 @@ impl SubscribeStream {
             view_schema,
             ready: VecDeque::new(),
             sub,
+            backlog,
             ended: false,
         };
         if snapshot {
@@ -110,7 +128,12 @@ impl SubscribeStream {
                         return Some(Err(e));
                     }
                 }
-                None => self.ended = true,
+                None => {
+                    self.ended = true;
+                    if let Some(e) = self.overflow_error() {
+                        return Some(Err(e));
+                    }
+                }
             }
         }
     }
@@ -130,7 +153,7 @@ impl SubscribeStream {
                 Err(tokio::sync::mpsc::error::TryRecvError::Empty) => return None,
                 Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => {
                     self.ended = true;
-                    return None;
+                    return self.overflow_error().map(Err);
                 }
             }
         }
@@ -141,8 +164,28 @@ impl SubscribeStream {
         self.ended && self.ready.is_empty()
     }
 
+    /// The subscription was dropped for falling too far behind.
+    fn overflow_error(&self) -> Option<WeirError> {
+        let b = self.backlog.as_ref()?;
+        b.overflowed
+            .load(std::sync::atomic::Ordering::Acquire)
+            .then(|| {
+                WeirError::new(
+                    "53400",
+                    format!(
+                        "subscription fell behind: more than {} changed rows were not read",
+                        max_backlog_rows()
+                    ),
+                )
+            })
+    }
+
     /// Consolidate an epoch's changes and queue them as ±1 rows, removals first.
     fn enqueue(&mut self, ch: EpochChanges) -> Result<()> {
+        if let Some(b) = &self.backlog {
+            let rows: usize = ch.changes.iter().map(|c| c.len()).sum();
+            b.rows.fetch_sub(rows, std::sync::atomic::Ordering::AcqRel);
+        }
         if ch.changes.iter().all(Changelog::is_empty) {
             return Ok(());
         }
