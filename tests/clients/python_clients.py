@@ -153,6 +153,14 @@ def check_psycopg3():
     got = conn.execute("SELECT id, customer FROM orders WHERE id >= 3000 ORDER BY id").fetchall()
     assert got == [(3000, "multi\nline"), (3001, "plain"), (3002, 'a"b')], got
     conn.execute("DELETE FROM orders WHERE id >= 3000")
+    # an exception inside the block sends CopyFail: nothing is written
+    try:
+        with conn.cursor().copy("COPY orders (id, customer) FROM STDIN") as cp:
+            cp.write_row((5000, "never"))
+            raise RuntimeError("client gives up")
+    except RuntimeError:
+        pass
+    assert conn.execute("SELECT count(*) FROM orders WHERE id = 5000").fetchone() == (0,)
     ok("psycopg copy")
 
     # SUBSCRIBE streamed while another connection writes; the snapshot plus every change
