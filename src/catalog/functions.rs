@@ -299,6 +299,68 @@ fn scalar_json(v: &datafusion::common::ScalarValue) -> serde_json::Value {
     }
 }
 
+/// `length(x)`: characters of text (DataFusion's), bytes of bytea (Postgres'; DataFusion's
+/// takes text only).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Length {
+    signature: Signature,
+    text: Arc<ScalarUDF>,
+}
+
+impl ScalarUDFImpl for Length {
+    fn name(&self) -> &str {
+        "length"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn aliases(&self) -> &[String] {
+        &[]
+    }
+    fn coerce_types(&self, args: &[DataType]) -> DfResult<Vec<DataType>> {
+        if args.len() != 1 {
+            return Err(datafusion::error::DataFusionError::Plan(format!(
+                "length takes one argument, not {}",
+                args.len()
+            )));
+        }
+        Ok(args
+            .iter()
+            .map(|t| match t {
+                DataType::Binary
+                | DataType::LargeBinary
+                | DataType::BinaryView
+                | DataType::Utf8
+                | DataType::LargeUtf8
+                | DataType::Utf8View => t.clone(),
+                _ => DataType::Utf8,
+            })
+            .collect())
+    }
+    fn return_type(&self, args: &[DataType]) -> DfResult<DataType> {
+        match args.first() {
+            Some(DataType::Binary | DataType::LargeBinary | DataType::BinaryView) => {
+                Ok(DataType::Int32)
+            }
+            _ => self.text.return_type(args),
+        }
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        let binary = args.args.first().is_some_and(|a| {
+            matches!(
+                a.data_type(),
+                DataType::Binary | DataType::LargeBinary | DataType::BinaryView
+            )
+        });
+        if !binary {
+            return self.text.invoke_with_args(args);
+        }
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let n = datafusion::arrow::compute::kernels::length::length(&arrays[0])?;
+        Ok(ColumnarValue::Array(cast(&n, &DataType::Int32)?))
+    }
+}
+
 /// Register every function on a session context.
 pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
     ctx.register_udf(ScalarUDF::new_from_impl(PgTypeof {
@@ -428,6 +490,10 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
             debug_assert_eq!(out.len(), rows);
             Ok(Arc::new(out))
         }),
+    }));
+    ctx.register_udf(ScalarUDF::new_from_impl(Length {
+        signature: Signature::user_defined(Volatility::Immutable),
+        text: datafusion::functions::unicode::character_length(),
     }));
     // octet_length on text and bytea (DataFusion's takes text only)
     ctx.register_udf(ScalarUDF::new_from_impl(PgFunction {
