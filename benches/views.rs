@@ -28,7 +28,7 @@ async fn ingest(c: &Client, table: &str, rows: i64) -> f64 {
     while start < rows {
         let end = (start + CHUNK).min(rows) - 1;
         c.batch_execute(&format!(
-            "INSERT INTO {table} SELECT value % {KEYS}, value FROM generate_series({start}, {end})"
+            "INSERT INTO {table} SELECT g % {KEYS}, g FROM generate_series({start}, {end}) AS g"
         ))
         .await
         .expect("insert");
@@ -57,7 +57,7 @@ async fn main() {
          CREATE TABLE ev_agg (k BIGINT, v BIGINT) APPEND ONLY; \
          CREATE TABLE ev_join (k BIGINT, v BIGINT) APPEND ONLY; \
          CREATE TABLE dim (k BIGINT PRIMARY KEY, name TEXT); \
-         INSERT INTO dim SELECT value, 'name-' || CAST(value % 1000 AS TEXT) FROM generate_series(0, {})",
+         INSERT INTO dim SELECT g, 'name-' || CAST(g % 1000 AS TEXT) FROM generate_series(0, {}) AS g",
         KEYS - 1
     ))
     .await

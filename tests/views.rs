@@ -88,7 +88,7 @@ async fn long_backfill_reports_progress() {
     });
     c.batch_execute(
         "CREATE TABLE big (k BIGINT, v BIGINT) APPEND ONLY; \
-         INSERT INTO big SELECT value % 50000, value FROM generate_series(1, 1500000)",
+         INSERT INTO big SELECT g % 50000, g FROM generate_series(1, 1500000) AS g",
     )
     .await
     .unwrap();

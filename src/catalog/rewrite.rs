@@ -123,11 +123,23 @@ fn function_in_from(tf: &mut ast::TableFactor) {
     let fname = last_name(name).unwrap_or_default();
     let table_function = matches!(fname.as_str(), "generate_series" | "range" | "unnest");
     if table_function {
-        if let Some(a) = alias
-            && a.columns.is_empty()
-            && fname != "unnest"
-        {
-            a.columns = vec![ast::TableAliasColumnDef::from_name(a.name.value.clone())];
+        if fname == "unnest" {
+            return;
+        }
+        match alias {
+            Some(a) if a.columns.is_empty() => {
+                a.columns = vec![ast::TableAliasColumnDef::from_name(a.name.value.clone())];
+            }
+            Some(_) => {}
+            // unaliased, the column is named after the function
+            None => {
+                *alias = Some(ast::TableAlias {
+                    explicit: true,
+                    name: Ident::new(fname.clone()),
+                    columns: vec![ast::TableAliasColumnDef::from_name(fname.clone())],
+                    at: None,
+                })
+            }
         }
         return;
     }
