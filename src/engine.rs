@@ -60,10 +60,10 @@ pub enum Output {
     },
     /// `SUBSCRIBE`: a result set that never ends on its own.
     Subscribe(crate::serving::subscribe::SubscribeStream),
-    /// `COPY ... FROM STDIN` is waiting for data (kept in the session's `copy_in`).
+    /// `COPY ... FROM STDIN` is waiting for data (kept in the session's `copy_in`) for
+    /// this many columns.
     CopyIn {
         columns: usize,
-        csv: bool,
     },
     /// `COPY ... TO STDOUT`.
     CopyOut {

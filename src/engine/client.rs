@@ -252,10 +252,7 @@ impl Engine {
                 )?;
                 let columns = copy.targets.len();
                 session.copy_in = Some(copy);
-                Ok(Output::CopyIn {
-                    columns,
-                    csv: options.format == crate::sql::client_stmts::CopyFormat::Csv,
-                })
+                Ok(Output::CopyIn { columns })
             }
             Copy::To {
                 source,

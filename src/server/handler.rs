@@ -372,7 +372,7 @@ async fn respond(
             q.set_command_tag("SUBSCRIBE");
             Response::Query(q)
         }
-        Output::CopyIn { columns, .. } => {
+        Output::CopyIn { columns } => {
             Response::CopyIn(CopyResponse::new(0, columns, stream::empty()))
         }
         Output::CopyOut {

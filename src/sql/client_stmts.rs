@@ -291,7 +291,7 @@ pub fn parse_savepoint_name(p: &mut Parser) -> Result<String> {
 /// `COPY ...`, at the COPY keyword.
 pub fn parse_copy(p: &mut Parser) -> Result<Copy> {
     p.expect_keyword_is(Keyword::COPY)?;
-    let mut source = if p.consume_token(&Token::LParen) {
+    let source = if p.consume_token(&Token::LParen) {
         let s = if at_subscribe(p) {
             CopySource::Subscribe(parse_subscribe(p)?)
         } else {
@@ -338,8 +338,7 @@ pub fn parse_copy(p: &mut Parser) -> Result<Copy> {
     }
     let options = parse_copy_options(p)?;
     if from {
-        let CopySource::Table(table) = std::mem::replace(&mut source, CopySource::Table("".into()))
-        else {
+        let CopySource::Table(table) = source else {
             return Err(WeirError::syntax("COPY FROM needs a table name"));
         };
         Ok(Copy::From {
