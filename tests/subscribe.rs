@@ -14,6 +14,9 @@ use rand::{Rng, SeedableRng};
 
 use crate::harness::{TestServer, query_text};
 
+/// Longer than the server's keepalive interval (1 s).
+const IDLE: Duration = Duration::from_millis(1500);
+
 const VIEWS: &[(&str, &str)] = &[
     (
         "s_group",
@@ -138,6 +141,10 @@ async fn run_seed(seed: u64) {
         states.push((*name, state));
     }
     for round in 0..8 {
+        if round == 3 {
+            // idle long enough for keepalives to go out in the middle of the COPY streams
+            tokio::time::sleep(IDLE).await;
+        }
         for _ in 0..rng.random_range(1..25) {
             let id = rng.random_range(0..30);
             let stmt = match rng.random_range(0..10) {
