@@ -334,6 +334,7 @@ const TABLES: &[&str] = &[
     "pg_opclass",
     "pg_auth_members",
     "pg_stat_activity",
+    "pg_stat_user_tables",
 ];
 
 #[async_trait]
@@ -1371,6 +1372,33 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     true.into(),
                 ],
             ],
+        )?,
+        // Metabase reads row estimates here: tables give their row count
+        "pg_stat_user_tables" => build_table(
+            &[
+                ("relid", oid()),
+                ("schemaname", name()),
+                ("relname", name()),
+                ("seq_scan", T::Int8),
+                ("n_tup_ins", T::Int8),
+                ("n_live_tup", T::Int8),
+                ("n_dead_tup", T::Int8),
+            ],
+            entries
+                .iter()
+                .map(|e| {
+                    let rows = e.table.as_ref().map(|t| t.row_count()).unwrap_or(0);
+                    vec![
+                        e.desc.oid.into(),
+                        "public".into(),
+                        e.desc.name.clone().into(),
+                        0i64.into(),
+                        0i64.into(),
+                        rows.into(),
+                        0i64.into(),
+                    ]
+                })
+                .collect(),
         )?,
         "pg_stat_activity" => empty(&[
             ("datid", oid()),
