@@ -21,7 +21,7 @@ use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
 use datafusion::physical_plan::ExecutionPlan;
 
-use crate::catalog::pg_catalog::PgCatalogSchema;
+use crate::catalog::pg_catalog::GeneratedSchema;
 use crate::catalog::{Catalog, DATABASE_NAME, functions};
 use crate::dataflow::runtime::Dataflow;
 use crate::state::table::TableStore;
@@ -74,7 +74,7 @@ pub fn session_context(
         .with_type_planner(Arc::new(functions::WeirTypePlanner))
         .build();
     let ctx = SessionContext::new_with_state(state);
-    let pg = Arc::new(PgCatalogSchema::new(catalog.clone()));
+    let pg = Arc::new(GeneratedSchema::pg_catalog(catalog.clone()));
     ctx.register_catalog(
         DATABASE_NAME,
         Arc::new(WeirCatalogProvider {
@@ -85,9 +85,9 @@ pub fn session_context(
                 pinned,
             }),
             pg_catalog: pg,
-            information_schema: Arc::new(
-                crate::catalog::information_schema::InformationSchema::new(catalog.clone()),
-            ),
+            information_schema: Arc::new(crate::catalog::information_schema::schema(
+                catalog.clone(),
+            )),
         }),
     );
     functions::register(&ctx, catalog);
@@ -98,8 +98,8 @@ pub fn session_context(
 
 struct WeirCatalogProvider {
     public: Arc<PublicSchema>,
-    pg_catalog: Arc<PgCatalogSchema>,
-    information_schema: Arc<crate::catalog::information_schema::InformationSchema>,
+    pg_catalog: Arc<GeneratedSchema>,
+    information_schema: Arc<GeneratedSchema>,
 }
 
 impl fmt::Debug for WeirCatalogProvider {
@@ -131,7 +131,7 @@ impl CatalogProvider for WeirCatalogProvider {
 /// `pg_catalog`, which Postgres searches implicitly.
 struct PublicSchema {
     catalog: Arc<Catalog>,
-    pg_catalog: Arc<PgCatalogSchema>,
+    pg_catalog: Arc<GeneratedSchema>,
     dataflow: Arc<Dataflow>,
     pinned: Arc<PinnedViews>,
 }

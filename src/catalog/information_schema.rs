@@ -6,16 +6,12 @@
 //! One deliberate difference: materialized views are listed in `tables` (as `VIEW`) and
 //! `views`, because they are what Weir users query; Postgres lists them in neither.
 
-use std::fmt;
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::catalog::{SchemaProvider, TableProvider};
-use datafusion::datasource::MemTable;
 use datafusion::error::Result as DfResult;
 
-use crate::catalog::pg_catalog::{V, build_table};
+use crate::catalog::pg_catalog::{GeneratedSchema, V, build_table};
 use crate::catalog::{Catalog, DATABASE_NAME, Entry, RelationKind, SUPERUSER_NAME};
 use crate::sql::types::SqlType as T;
 
@@ -33,39 +29,9 @@ const TABLES: &[&str] = &[
     "parameters",
 ];
 
-pub struct InformationSchema {
-    catalog: Arc<Catalog>,
-}
-
-impl InformationSchema {
-    pub fn new(catalog: Arc<Catalog>) -> Self {
-        InformationSchema { catalog }
-    }
-}
-
-impl fmt::Debug for InformationSchema {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("InformationSchema")
-    }
-}
-
-#[async_trait]
-impl SchemaProvider for InformationSchema {
-    fn table_names(&self) -> Vec<String> {
-        TABLES.iter().map(|s| s.to_string()).collect()
-    }
-
-    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
-        let Some(batch) = build(name, &self.catalog)? else {
-            return Ok(None);
-        };
-        let mem = MemTable::try_new(batch.schema(), vec![vec![batch]])?;
-        Ok(Some(Arc::new(mem)))
-    }
-
-    fn table_exist(&self, name: &str) -> bool {
-        TABLES.contains(&name)
-    }
+/// The `information_schema` schema provider.
+pub fn schema(catalog: Arc<Catalog>) -> GeneratedSchema {
+    GeneratedSchema::new("information_schema", catalog, TABLES, build)
 }
 
 /// The relations clients see (sinks are not relations).

@@ -275,20 +275,58 @@ fn column<'a>(t: &T, cells: impl Iterator<Item = &'a V>) -> ArrayRef {
     }
 }
 
-/// The schema provider of `pg_catalog`.
-pub struct PgCatalogSchema {
+/// A schema whose tables are generated from the catalog when a query names them
+/// (`pg_catalog`, `information_schema`).
+pub struct GeneratedSchema {
+    name: &'static str,
     catalog: Arc<Catalog>,
+    tables: &'static [&'static str],
+    build: fn(&str, &Catalog) -> DfResult<Option<RecordBatch>>,
 }
 
-impl fmt::Debug for PgCatalogSchema {
+impl fmt::Debug for GeneratedSchema {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("PgCatalogSchema")
+        write!(f, "GeneratedSchema({})", self.name)
     }
 }
 
-impl PgCatalogSchema {
-    pub fn new(catalog: Arc<Catalog>) -> Self {
-        PgCatalogSchema { catalog }
+impl GeneratedSchema {
+    pub fn new(
+        name: &'static str,
+        catalog: Arc<Catalog>,
+        tables: &'static [&'static str],
+        build: fn(&str, &Catalog) -> DfResult<Option<RecordBatch>>,
+    ) -> Self {
+        GeneratedSchema {
+            name,
+            catalog,
+            tables,
+            build,
+        }
+    }
+
+    /// `pg_catalog`.
+    pub fn pg_catalog(catalog: Arc<Catalog>) -> Self {
+        Self::new("pg_catalog", catalog, TABLES, build)
+    }
+}
+
+#[async_trait]
+impl SchemaProvider for GeneratedSchema {
+    fn table_names(&self) -> Vec<String> {
+        self.tables.iter().map(|s| s.to_string()).collect()
+    }
+
+    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        let Some(batch) = (self.build)(name, &self.catalog)? else {
+            return Ok(None);
+        };
+        let mem = MemTable::try_new(batch.schema(), vec![vec![batch]])?;
+        Ok(Some(Arc::new(mem)))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.tables.contains(&name)
     }
 }
 
@@ -336,25 +374,6 @@ const TABLES: &[&str] = &[
     "pg_stat_activity",
     "pg_stat_user_tables",
 ];
-
-#[async_trait]
-impl SchemaProvider for PgCatalogSchema {
-    fn table_names(&self) -> Vec<String> {
-        TABLES.iter().map(|s| s.to_string()).collect()
-    }
-
-    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
-        let Some(batch) = build(name, &self.catalog)? else {
-            return Ok(None);
-        };
-        let mem = MemTable::try_new(batch.schema(), vec![vec![batch]])?;
-        Ok(Some(Arc::new(mem)))
-    }
-
-    fn table_exist(&self, name: &str) -> bool {
-        TABLES.contains(&name)
-    }
-}
 
 /// Built-in types: (oid, name, len, category, element oid for arrays).
 const BUILTIN_TYPES: &[(u32, &str, i16, &str)] = &[

@@ -182,6 +182,17 @@ fn function_in_from(tf: &mut ast::TableFactor) {
     };
 }
 
+/// A call's positional arguments.
+fn plain_args(l: &FunctionArgumentList) -> Vec<Expr> {
+    l.args
+        .iter()
+        .filter_map(|a| match a {
+            ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e)) => Some(e.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
 fn last_name(name: &ObjectName) -> Option<String> {
     name.0
         .last()
@@ -491,14 +502,7 @@ fn rewrite_expr(expr: &mut Expr) {
             if lname == "array_lower"
                 && let FunctionArguments::List(l) = &f.args
             {
-                let args: Vec<Expr> = l
-                    .args
-                    .iter()
-                    .filter_map(|a| match a {
-                        ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e)) => Some(e.clone()),
-                        _ => None,
-                    })
-                    .collect();
+                let args = plain_args(l);
                 if let [a, d] = args.as_slice() {
                     *expr = parse_expr(&format!(
                         "CASE WHEN array_length({a}, {d}) > 0 THEN CAST(1 AS BIGINT) END"
@@ -511,14 +515,7 @@ fn rewrite_expr(expr: &mut Expr) {
                 && let FunctionArguments::List(l) = &f.args
                 && l.args.len() == 2
             {
-                let args: Vec<Expr> = l
-                    .args
-                    .iter()
-                    .filter_map(|a| match a {
-                        ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e)) => Some(e.clone()),
-                        _ => None,
-                    })
-                    .collect();
+                let args = plain_args(l);
                 if let [arr, dim] = args.as_slice() {
                     let len = Expr::Cast {
                         kind: CastKind::Cast,
