@@ -72,6 +72,21 @@ def check_psycopg2():
     got = sorted(out.getvalue().splitlines()[1:])
     assert out.getvalue().splitlines()[0] == "id,customer"
     assert got == ['1,ann', '2,bob', '3,cat', '4,dan\tdee', '5,"e,ve"', '6,""'], got
+    # options: delimiter, NULL string, quote and escape characters, both directions
+    cur.copy_expert(
+        "COPY orders (id, customer, amount) FROM STDIN "
+        "(FORMAT csv, DELIMITER ';', NULL 'NA', QUOTE '''', ESCAPE '\\')",
+        io.StringIO("50;'semi;colon';NA\n51;'it\\'s';3.5\n"),
+    )
+    out = io.StringIO()
+    cur.copy_expert(
+        "COPY (SELECT id, customer, amount FROM orders WHERE id >= 50 AND id < 60 ORDER BY id) "
+        "TO STDOUT WITH (FORMAT csv, DELIMITER '|', NULL 'NA')",
+        out,
+    )
+    assert out.getvalue() == "50|semi;colon|NA\n51|it's|3.50\n", out.getvalue()
+    cur.execute("DELETE FROM orders WHERE id >= 50 AND id < 60")
+    c.commit()
     ok("psycopg2 copy")
 
     # a bad row fails the whole COPY and names the line
