@@ -176,6 +176,14 @@ def check_psycopg3():
     except RuntimeError:
         pass
     assert conn.execute("SELECT count(*) FROM orders WHERE id = 5000").fetchone() == (0,)
+    # a COPY inside a transaction block goes with its ROLLBACK
+    tx = psycopg.connect(DSN)
+    with tx.cursor().copy("COPY orders (id, customer) FROM STDIN") as cp:
+        cp.write_row((6000, "in a block"))
+    assert tx.execute("SELECT count(*) FROM orders WHERE id = 6000").fetchone() == (1,)
+    tx.rollback()
+    assert tx.execute("SELECT count(*) FROM orders WHERE id = 6000").fetchone() == (0,)
+    tx.close()
     ok("psycopg copy")
 
     # SUBSCRIBE streamed while another connection writes; the snapshot plus every change
