@@ -1050,7 +1050,7 @@ fn show_relations_schema() -> SchemaRef {
 }
 
 /// Refuse settings whose other values we cannot honour.
-fn check_setting(name: &str, value: &str) -> Result<()> {
+pub(crate) fn check_setting(name: &str, value: &str) -> Result<()> {
     let v = value.trim().to_lowercase();
     let ok = match name {
         "client_encoding" => matches!(v.as_str(), "utf8" | "utf-8" | "unicode"),

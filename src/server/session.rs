@@ -15,6 +15,7 @@ use crate::state::table::TableStore;
 /// lower case; SHOW and SET match case-insensitively.
 pub const DEFAULT_SETTINGS: &[(&str, &str)] = &[
     ("application_name", ""),
+    ("block_size", "8192"),
     ("bytea_output", "hex"),
     ("client_encoding", "UTF8"),
     ("client_min_messages", "notice"),
@@ -22,6 +23,7 @@ pub const DEFAULT_SETTINGS: &[(&str, &str)] = &[
     ("default_transaction_isolation", "read committed"),
     ("default_transaction_read_only", "off"),
     ("extra_float_digits", "1"),
+    ("idle_in_transaction_session_timeout", "0"),
     ("integer_datetimes", "on"),
     ("intervalstyle", "postgres"),
     ("is_superuser", "on"),
@@ -31,16 +33,22 @@ pub const DEFAULT_SETTINGS: &[(&str, &str)] = &[
     ("lc_monetary", "C.UTF-8"),
     ("lc_numeric", "C.UTF-8"),
     ("lc_time", "C.UTF-8"),
+    ("lock_timeout", "0"),
+    ("max_connections", "100"),
     ("max_identifier_length", "63"),
+    ("max_index_keys", "32"),
+    ("row_security", "on"),
     ("search_path", "\"$user\", public"),
     ("server_encoding", "UTF8"),
     ("server_version", crate::server::PG_VERSION),
     ("server_version_num", crate::server::PG_VERSION_NUM),
+    ("ssl", "off"),
     ("standard_conforming_strings", "on"),
     ("statement_timeout", "0"),
     ("timezone", "UTC"),
     ("transaction_isolation", "read committed"),
     ("transaction_read_only", "off"),
+    ("work_mem", "4MB"),
 ];
 
 /// How SHOW names a setting's column (Postgres keeps the spelling of the canonical name).
@@ -244,6 +252,7 @@ fn register_current_setting(
     settings: Arc<parking_lot::RwLock<BTreeMap<String, String>>>,
 ) {
     use datafusion::arrow::array::{Array, AsArray, BooleanArray, StringArray};
+    let writer = settings.clone();
     use datafusion::arrow::datatypes::DataType;
     use datafusion::logical_expr::{ColumnarValue, Volatility};
     let f = move |args: &[ColumnarValue]| -> datafusion::error::Result<ColumnarValue> {
@@ -296,5 +305,41 @@ fn register_current_setting(
         signature,
         DataType::Utf8,
         Arc::new(f),
+    )));
+    // set_config(name, value, is_local): sets it for the session and returns the value
+    // (is_local is treated as session-wide: there are no per-transaction settings)
+    let set = move |args: &[ColumnarValue]| -> datafusion::error::Result<ColumnarValue> {
+        let arrays = ColumnarValue::values_to_arrays(args)?;
+        let names = datafusion::arrow::compute::cast(&arrays[0], &DataType::Utf8)?;
+        let values = datafusion::arrow::compute::cast(&arrays[1], &DataType::Utf8)?;
+        let (names, values) = (names.as_string::<i32>(), values.as_string::<i32>());
+        let mut out = Vec::with_capacity(names.len());
+        for i in 0..names.len() {
+            if names.is_null(i) {
+                out.push(None);
+                continue;
+            }
+            let v = if values.is_null(i) {
+                ""
+            } else {
+                values.value(i)
+            };
+            let n = Session::normalize(names.value(i));
+            if let Err(e) = crate::engine::check_setting(&n, v) {
+                return Err(datafusion::error::DataFusionError::External(Box::new(e)));
+            }
+            writer.write().insert(n, v.to_owned());
+            out.push(Some(v.to_owned()));
+        }
+        Ok(ColumnarValue::Array(Arc::new(StringArray::from(out))))
+    };
+    ctx.register_udf(ScalarUDF::from(SimpleScalarUDF::new_with_signature(
+        "set_config",
+        Signature::exact(
+            vec![DataType::Utf8, DataType::Utf8, DataType::Boolean],
+            Volatility::Volatile,
+        ),
+        DataType::Utf8,
+        Arc::new(set),
     )));
 }
