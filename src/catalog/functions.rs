@@ -839,46 +839,81 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
 type NameToOid = Arc<dyn Fn(&str) -> Option<u32> + Send + Sync>;
 type OidToName = Arc<dyn Fn(u32) -> Option<String> + Send + Sync>;
 
+/// `x::regclass` and friends. On text the cast gives the OID (what comparisons with oid
+/// columns need); on an OID it gives the name. `<name>_out` is the same cast shown as a
+/// result column, where Postgres prints the name either way (the rewriter uses it for
+/// casts that are a whole select item).
 fn reg_cast(ctx: &SessionContext, name: &'static str, to_oid: NameToOid, to_name: OidToName) {
+    let lookup = {
+        let to_oid = to_oid.clone();
+        move |n: &str| -> DfResult<u32> {
+            to_oid(n).or_else(|| n.parse::<u32>().ok()).ok_or_else(|| {
+                datafusion::error::DataFusionError::External(Box::new(
+                    crate::error::WeirError::new(
+                        crate::error::sqlstate::UNDEFINED_OBJECT,
+                        format!("object \"{n}\" does not exist"),
+                    ),
+                ))
+            })
+        }
+    };
+    let lookup = Arc::new(lookup);
+    {
+        let lookup = lookup.clone();
+        let to_name = to_name.clone();
+        ctx.register_udf(ScalarUDF::new_from_impl(PgFunction {
+            name,
+            signature: any_args(),
+            ret: Box::new(|args| match args.first() {
+                Some(DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View) => DataType::UInt32,
+                _ => DataType::Utf8,
+            }),
+            imp: Box::new(move |args, rows| {
+                let Some(a) = args.first() else {
+                    return Ok(Arc::new(StringArray::new_null(rows)));
+                };
+                match a.data_type() {
+                    DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
+                        let s = as_str(a)?;
+                        let out: Vec<Option<u32>> = s
+                            .iter()
+                            .map(|v| v.map(|n| lookup(n)).transpose())
+                            .collect::<DfResult<_>>()?;
+                        Ok(Arc::new(UInt32Array::from(out)))
+                    }
+                    _ => map_u32_to_str(args, rows, |o| {
+                        Some(to_name(o).unwrap_or_else(|| o.to_string()))
+                    }),
+                }
+            }),
+        }));
+    }
+    let out_name: &'static str = match name {
+        "weir_regclass" => "weir_regclass_out",
+        "weir_regtype" => "weir_regtype_out",
+        "weir_regnamespace" => "weir_regnamespace_out",
+        "weir_regrole" => "weir_regrole_out",
+        _ => "weir_regproc_out",
+    };
     ctx.register_udf(ScalarUDF::new_from_impl(PgFunction {
-        name,
+        name: out_name,
         signature: any_args(),
-        ret: Box::new(|args| match args.first() {
-            Some(DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View) => DataType::UInt32,
-            _ => DataType::Utf8,
-        }),
+        ret: Box::new(|_| DataType::Utf8),
         imp: Box::new(move |args, rows| {
             let Some(a) = args.first() else {
                 return Ok(Arc::new(StringArray::new_null(rows)));
             };
+            let shown = |o: u32| to_name(o).unwrap_or_else(|| o.to_string());
             match a.data_type() {
                 DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
                     let s = as_str(a)?;
-                    let mut out = Vec::with_capacity(rows);
-                    for v in s.iter() {
-                        match v {
-                            None => out.push(None),
-                            Some(n) => match to_oid(n) {
-                                Some(o) => out.push(Some(o)),
-                                None => match n.parse::<u32>() {
-                                    Ok(o) => out.push(Some(o)),
-                                    Err(_) => {
-                                        return Err(datafusion::error::DataFusionError::External(
-                                            Box::new(crate::error::WeirError::new(
-                                                crate::error::sqlstate::UNDEFINED_OBJECT,
-                                                format!("object \"{n}\" does not exist"),
-                                            )),
-                                        ));
-                                    }
-                                },
-                            },
-                        }
-                    }
-                    Ok(Arc::new(UInt32Array::from(out)))
+                    let out: Vec<Option<String>> = s
+                        .iter()
+                        .map(|v| v.map(|n| lookup(n).map(shown)).transpose())
+                        .collect::<DfResult<_>>()?;
+                    Ok(Arc::new(StringArray::from(out)))
                 }
-                _ => map_u32_to_str(args, rows, |o| {
-                    Some(to_name(o).unwrap_or_else(|| o.to_string()))
-                }),
+                _ => map_u32_to_str(args, rows, |o| Some(shown(o))),
             }
         }),
     }));

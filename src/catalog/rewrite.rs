@@ -54,6 +54,8 @@ pub fn rewrite_query(q: &mut ast::Query) -> crate::error::Result<RewriteInfo> {
 #[derive(Default)]
 struct PgRewriter {
     info: RewriteInfo,
+    /// Nesting of the query being visited (1 = the statement's own query).
+    depth: usize,
 }
 
 impl VisitorMut for PgRewriter {
@@ -100,8 +102,22 @@ impl VisitorMut for PgRewriter {
         ControlFlow::Continue(())
     }
 
+    fn pre_visit_query(&mut self, _q: &mut ast::Query) -> ControlFlow<Self::Break> {
+        self.depth += 1;
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_query(&mut self, _q: &mut ast::Query) -> ControlFlow<Self::Break> {
+        self.depth = self.depth.saturating_sub(1);
+        ControlFlow::Continue(())
+    }
+
     fn post_visit_select(&mut self, select: &mut ast::Select) -> ControlFlow<Self::Break> {
         name_select_items(&mut select.projection);
+        // only what the client sees: subqueries keep comparing OIDs
+        if self.depth <= 1 {
+            show_reg_casts(&mut select.projection);
+        }
         ControlFlow::Continue(())
     }
 }
@@ -191,6 +207,41 @@ fn plain_args(l: &FunctionArgumentList) -> Vec<Expr> {
             _ => None,
         })
         .collect()
+}
+
+/// `'x'::regclass` and friends (rewritten into calls) on a constant.
+fn is_reg_cast_of_constant(f: &ast::Function) -> bool {
+    last_name(&f.name).is_some_and(|n| n.starts_with("weir_reg"))
+        && matches!(&f.args, FunctionArguments::List(l)
+            if matches!(l.args.first(), Some(ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(Expr::Value(_))))))
+}
+
+/// A reg-cast that is a whole select item is shown as Postgres prints it, a name
+/// (`'t'::regclass` → `t`), rather than the OID it compares as.
+fn show_reg_casts(items: &mut [SelectItem]) {
+    for item in items.iter_mut() {
+        let (SelectItem::UnnamedExpr(Expr::Function(f))
+        | SelectItem::ExprWithAlias {
+            expr: Expr::Function(f),
+            ..
+        }) = item
+        else {
+            continue;
+        };
+        let name = last_name(&f.name).unwrap_or_default();
+        if matches!(
+            name.as_str(),
+            "weir_regclass"
+                | "weir_regtype"
+                | "weir_regproc"
+                | "weir_regnamespace"
+                | "weir_regrole"
+        ) {
+            f.name = ObjectName(vec![ObjectNamePart::Identifier(Ident::new(format!(
+                "{name}_out"
+            )))]);
+        }
+    }
 }
 
 fn last_name(name: &ObjectName) -> Option<String> {
@@ -1029,6 +1080,9 @@ fn figure_name(e: &Expr) -> Option<String> {
         } => match expr.as_ref() {
             Expr::Identifier(id) => Some(id.value.to_lowercase()),
             Expr::CompoundIdentifier(ids) => ids.last().map(|i| i.value.to_lowercase()),
+            // a cast of a cast of a constant is named after the outer type, as in Postgres
+            // ('t'::regclass::oid is "oid")
+            Expr::Function(f) if is_reg_cast_of_constant(f) => Some(type_column_name(data_type)),
             inner => figure_name(inner).or_else(|| Some(type_column_name(data_type))),
         },
         Expr::Nested(inner) => figure_name(inner).or(Some("?column?".into())),
