@@ -1302,9 +1302,14 @@ mod tests {
 
     #[test]
     fn regclass_cast_becomes_call() {
+        // shown as a result column: the name; compared in a subquery or WHERE: the OID
         assert_eq!(
             rw("SELECT c.oid::pg_catalog.regclass AS r FROM c"),
-            "SELECT weir_regclass(c.oid) AS r FROM c"
+            "SELECT weir_regclass_out(c.oid) AS r FROM c"
+        );
+        assert_eq!(
+            rw("SELECT 1 FROM c WHERE c.oid IN (SELECT 't'::regclass) AND c.oid = 'u'::regclass"),
+            "SELECT 1 AS \"?column?\" FROM c WHERE c.oid IN (SELECT weir_regclass('t') AS \"regclass\") AND c.oid = weir_regclass('u')"
         );
     }
 }
