@@ -380,6 +380,30 @@ impl Engine {
         Ok(Output::Rows { schema, stream })
     }
 
+    /// The materialized view `name`, for a statement that reads only views (SUBSCRIBE, a
+    /// sink); `hint` says what to do with another kind of relation.
+    pub(crate) fn materialized_view(
+        &self,
+        name: &str,
+        hint: String,
+    ) -> Result<Arc<crate::catalog::Entry>> {
+        let entry = self
+            .catalog
+            .get(name)
+            .ok_or_else(|| WeirError::undefined_table(name))?;
+        if entry.desc.kind != RelationKind::MaterializedView {
+            return Err(WeirError::new(
+                sqlstate::WRONG_OBJECT_TYPE,
+                format!(
+                    "\"{name}\" is a {}, not a materialized view",
+                    entry.desc.kind.noun()
+                ),
+            )
+            .with_hint(hint));
+        }
+        Ok(entry)
+    }
+
     /// A plan's output columns, each marked with the table column it reads when it is a
     /// plain column of a table, source or view (the table OID and attribute number clients
     /// see in RowDescription, as Postgres reports them).

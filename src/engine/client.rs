@@ -75,22 +75,10 @@ impl Engine {
 
     /// The materialized view a SUBSCRIBE names.
     fn subscribed_view(&self, view: &str) -> Result<(u32, SchemaRef)> {
-        let entry = self
-            .catalog
-            .get(view)
-            .ok_or_else(|| WeirError::undefined_table(view))?;
-        if entry.desc.kind != RelationKind::MaterializedView {
-            return Err(WeirError::new(
-                sqlstate::WRONG_OBJECT_TYPE,
-                format!(
-                    "\"{view}\" is not a materialized view ({}); SUBSCRIBE reads materialized views",
-                    entry.desc.kind.noun()
-                ),
-            )
-            .with_hint(format!(
-                "CREATE MATERIALIZED VIEW v AS SELECT * FROM {view}; SUBSCRIBE TO v"
-            )));
-        }
+        let entry = self.materialized_view(
+            view,
+            format!("SUBSCRIBE reads materialized views: CREATE MATERIALIZED VIEW v AS SELECT * FROM {view}; SUBSCRIBE TO v"),
+        )?;
         Ok((entry.desc.oid, entry.desc.schema()))
     }
 

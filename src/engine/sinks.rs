@@ -85,22 +85,12 @@ impl Engine {
         options.push(("encode".into(), e));
         match (&cs.from, &cs.query) {
             (Some(from), _) => {
-                let view = self
-                    .catalog
-                    .get(from)
-                    .ok_or_else(|| WeirError::undefined_table(from))?;
-                if view.desc.kind != RelationKind::MaterializedView {
-                    return Err(WeirError::new(
-                        sqlstate::WRONG_OBJECT_TYPE,
-                        format!(
-                            "\"{from}\" is a {}: a sink reads a materialized view",
-                            view.desc.kind.noun()
-                        ),
-                    )
-                    .with_hint(format!(
-                        "CREATE SINK ... AS SELECT * FROM {from} maintains the query for the sink."
-                    )));
-                }
+                let view = self.materialized_view(
+                    from,
+                    format!(
+                        "a sink reads a materialized view; CREATE SINK ... AS SELECT * FROM {from} maintains the query for the sink."
+                    ),
+                )?;
                 self.check_sink(&view.desc, format, &o)?;
                 self.catalog.create(&cs.name, false, |oid| {
                     Ok(RelationDesc {

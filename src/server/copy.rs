@@ -530,7 +530,7 @@ fn cast_text(
                 match v {
                     None => b.append_null(),
                     Some(v) => match v.strip_prefix("\\x") {
-                        Some(hex) => match hex_decode(hex) {
+                        Some(hex) => match crate::server::params::hex_decode(hex) {
                             Some(bytes) => b.append_value(bytes),
                             None => return Err(bad(row, v)),
                         },
@@ -594,16 +594,6 @@ fn cast_plain(
         }
     }
     Ok(out)
-}
-
-fn hex_decode(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 /// Writes result batches as COPY lines, one CopyData payload per row.

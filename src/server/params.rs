@@ -257,7 +257,8 @@ fn cast_param(v: &ScalarValue, t: &DataType, i: usize) -> Result<ScalarValue> {
     })
 }
 
-fn hex_decode(s: &str) -> Option<Vec<u8>> {
+/// `0102ff` as bytes (bytea's hex format, after its `\\x`).
+pub(crate) fn hex_decode(s: &str) -> Option<Vec<u8>> {
     if !s.len().is_multiple_of(2) {
         return None;
     }
