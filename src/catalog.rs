@@ -5,6 +5,7 @@
 pub mod functions;
 pub mod information_schema;
 pub mod pg_catalog;
+pub mod pg_semantics;
 pub mod rewrite;
 pub mod system;
 

@@ -11,6 +11,7 @@ pub mod json;
 pub mod kafka;
 pub mod kafka_sink;
 pub mod nexmark;
+pub mod policy;
 pub mod runner;
 pub mod upsert;
 

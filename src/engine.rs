@@ -81,12 +81,40 @@ pub struct Engine {
     pub catalog: Arc<Catalog>,
     pub data_dir: PathBuf,
     pub dataflow: Arc<Dataflow>,
+    pub limits: EngineLimits,
+}
+
+/// Server-wide limits (`weir serve` flags).
+#[derive(Debug, Clone)]
+pub struct EngineLimits {
+    /// Most memory one statement's operators may hold; the largest `work_mem`.
+    pub query_memory_limit: usize,
+    /// `--max-connections` (shown as `max_connections`).
+    pub max_connections: usize,
+}
+
+impl Default for EngineLimits {
+    fn default() -> Self {
+        EngineLimits {
+            query_memory_limit: 2 << 30,
+            max_connections: 1000,
+        }
+    }
 }
 
 impl Engine {
     pub async fn open(data_dir: &Path) -> Result<Arc<Engine>> {
+        Self::open_with(data_dir, EngineLimits::default()).await
+    }
+
+    pub async fn open_with(data_dir: &Path, limits: EngineLimits) -> Result<Arc<Engine>> {
         std::fs::create_dir_all(data_dir)
             .map_err(|e| WeirError::io(&format!("cannot create {}", data_dir.display()), e))?;
+        // files statements spilled before a crash are garbage now
+        let spill = data_dir.join("spill");
+        let _ = std::fs::remove_dir_all(&spill);
+        std::fs::create_dir_all(&spill)
+            .map_err(|e| WeirError::io(&format!("cannot create {}", spill.display()), e))?;
         let store: Arc<dyn Store> = Arc::new(FjallStore::open(&data_dir.join("store"))?);
         let catalog = Arc::new(Catalog::open(store)?);
         info!(
@@ -98,6 +126,7 @@ impl Engine {
             catalog,
             data_dir: data_dir.to_owned(),
             dataflow: Dataflow::start(),
+            limits,
         });
         engine.restore_views().await?;
         for entry in engine.catalog.entries() {
@@ -111,9 +140,20 @@ impl Engine {
 
     pub fn new_session(&self) -> Session {
         let pinned = Arc::new(PinnedViews::default());
+        let memory = Arc::new(crate::serving::memory::StatementMemoryPool::new(
+            self.limits.query_memory_limit,
+        ));
         Session::new(
-            session_context(self.catalog.clone(), self.dataflow.clone(), pinned.clone()),
+            session_context(
+                self.catalog.clone(),
+                self.dataflow.clone(),
+                pinned.clone(),
+                memory.clone(),
+                &self.data_dir.join("spill"),
+            ),
             pinned,
+            memory,
+            self.limits.clone(),
         )
     }
 
@@ -189,6 +229,9 @@ impl Engine {
         params: Option<ParamValues>,
         notices: Option<tokio::sync::mpsc::UnboundedSender<String>>,
     ) -> Result<Output> {
+        if let Some(what) = write_kind(&parsed.stmt) {
+            session.check_writable(what)?;
+        }
         match &parsed.stmt {
             Statement::CreateView(cv) => self.create_view(session, cv, &parsed.text, notices).await,
             Statement::ExplainView(cv) => self.explain_view(session, cv).await,
@@ -283,11 +326,10 @@ impl Engine {
             }
             Statement::SetVariable { name, value } => {
                 let n = Session::normalize(name);
-                check_setting(&n, value)?;
-                session.set(&n, value);
+                let stored = session.set(&n, value)?;
                 Ok(Output::SetVariable {
                     name: canonical_name(&n).to_owned(),
-                    value: value.clone(),
+                    value: stored,
                 })
             }
             Statement::ResetVariable(name) => {
@@ -295,9 +337,34 @@ impl Engine {
                 Ok(Output::Command("RESET".into()))
             }
             Statement::NoOp(tag) => Ok(Output::Command((*tag).to_owned())),
-            Statement::Begin => {
-                session.in_transaction = true;
+            Statement::Begin(modes) => {
+                if session.in_transaction {
+                    // Postgres warns and stays in the block
+                    return Ok(Output::TransactionStart);
+                }
+                check_tx_modes(modes)?;
+                session.begin_block(modes.read_only);
                 Ok(Output::TransactionStart)
+            }
+            Statement::SetTransaction {
+                session_default,
+                modes,
+            } => {
+                check_tx_modes(modes)?;
+                if *session_default {
+                    if let Some(i) = &modes.isolation {
+                        session.set("default_transaction_isolation", i)?;
+                    }
+                    if let Some(r) = modes.read_only {
+                        session.set(
+                            "default_transaction_read_only",
+                            if r { "on" } else { "off" },
+                        )?;
+                    }
+                } else if let Some(r) = modes.read_only {
+                    session.set_read_only(r)?;
+                }
+                Ok(Output::Command("SET".into()))
             }
             Statement::Commit => {
                 // COMMIT of a failed block rolls it back, as in Postgres
@@ -514,7 +581,7 @@ impl Engine {
                 && let Some(table) = entry.table.clone()
             {
                 refuse_connector_table(&entry.desc, "INSERT into")?;
-                let _writer = table.writer.lock().await;
+                let _writer = lock_writer(session, &table).await?;
                 if let Some(batch) = literal_rows(ins, &entry.desc) {
                     return self
                         .apply(session, &table, Change::Insert(vec![batch]), "INSERT")
@@ -561,8 +628,13 @@ impl Engine {
             return Err(append_only_error(&name, verb));
         }
         // one writer per table at a time: the rows a statement reads are the rows it changes
-        let _writer = table.writer.lock().await;
-        let change = plan_change(&session.ctx, &dml, &table).await?;
+        let _writer = lock_writer(session, &table).await?;
+        // reading the rows to change may stop anywhere; applying them may not
+        let interrupt = session.interrupt.clone();
+        let change = tokio::select! {
+            c = plan_change(&session.ctx, &dml, &table) => c?,
+            _ = interrupt.cancelled() => return Err(interrupt.error()),
+        };
         self.apply(session, &table, change, verb).await
     }
 
@@ -574,6 +646,9 @@ impl Engine {
         change: Change,
         verb: &str,
     ) -> Result<Output> {
+        // the last point where the statement can stop without having changed anything
+        session.interrupt.check()?;
+        session.check_writable(verb)?;
         let t = table.clone();
         let applied = tokio::task::spawn_blocking(move || t.apply(change))
             .await
@@ -967,6 +1042,34 @@ impl Engine {
     }
 }
 
+/// The writer lock of a table for a statement of `session`, waiting at most its
+/// `lock_timeout` (55P03), and stopping when the statement is canceled or times out.
+pub(crate) async fn lock_writer<'a>(
+    session: &Session,
+    table: &'a TableStore,
+) -> Result<tokio::sync::MutexGuard<'a, ()>> {
+    let interrupt = session.interrupt.clone();
+    let wait = async {
+        tokio::select! {
+            g = table.writer.lock() => Ok(g),
+            _ = interrupt.cancelled() => Err(interrupt.error()),
+        }
+    };
+    match session.duration("lock_timeout") {
+        None => wait.await,
+        Some(limit) => match tokio::time::timeout(limit, wait).await {
+            Ok(r) => r,
+            Err(_) => Err(WeirError::new(
+                sqlstate::LOCK_NOT_AVAILABLE,
+                format!(
+                    "canceling statement due to lock timeout (waiting to write table \"{}\")",
+                    table.name
+                ),
+            )),
+        },
+    }
+}
+
 /// A table fed by a connector changes only through it.
 fn refuse_connector_table(desc: &RelationDesc, what: &str) -> Result<()> {
     match desc.options.iter().find(|(k, _)| k == "connector") {
@@ -1073,26 +1176,32 @@ fn show_relations_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![Field::new("Name", DataType::Utf8, false)]))
 }
 
-/// Refuse settings whose other values we cannot honour.
-pub(crate) fn check_setting(name: &str, value: &str) -> Result<()> {
-    let v = value.trim().to_lowercase();
-    let ok = match name {
-        "client_encoding" => matches!(v.as_str(), "utf8" | "utf-8" | "unicode"),
-        "datestyle" => v.split(',').any(|p| p.trim() == "iso"),
-        "intervalstyle" => v == "postgres",
-        "standard_conforming_strings" => v == "on",
-        "timezone" => matches!(
-            v.as_str(),
-            "utc" | "etc/utc" | "gmt" | "z" | "zulu" | "+00" | "0"
-        ),
-        "bytea_output" => v == "hex",
-        _ => true,
-    };
-    if ok {
-        Ok(())
-    } else {
-        Err(WeirError::invalid_parameter(format!(
-            "invalid value for parameter \"{name}\": \"{value}\" (Weir supports only the default)"
-        )))
+/// Isolation levels Weir cannot give are refused (0A000), not accepted and ignored.
+fn check_tx_modes(modes: &crate::sql::parser::TxModes) -> Result<()> {
+    if let Some(level) = &modes.isolation {
+        crate::server::settings::validate("transaction_isolation", level, usize::MAX)?;
     }
+    Ok(())
+}
+
+/// What a statement that writes is called in a read-only transaction's error.
+fn write_kind(stmt: &Statement) -> Option<&'static str> {
+    Some(match stmt {
+        Statement::Dml(q) => match q.as_ref() {
+            ast::Statement::Insert(_) => "INSERT",
+            ast::Statement::Update { .. } => "UPDATE",
+            ast::Statement::Delete(_) => "DELETE",
+            _ => "a data-modifying statement",
+        },
+        Statement::CreateTable(_) => "CREATE TABLE",
+        Statement::CreateSource(_) => "CREATE SOURCE",
+        Statement::CreateView(_) => "CREATE MATERIALIZED VIEW",
+        Statement::CreateSink(_) => "CREATE SINK",
+        Statement::Drop(_) => "DROP",
+        Statement::Copy(c) => match c.as_ref() {
+            crate::sql::client_stmts::Copy::From { .. } => "COPY FROM",
+            _ => return None,
+        },
+        _ => return None,
+    })
 }

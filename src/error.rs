@@ -43,6 +43,33 @@ pub mod sqlstate {
     pub const ACTIVE_SQL_TRANSACTION: &str = "25001";
     pub const INTERNAL_ERROR: &str = "XX000";
     pub const IO_ERROR: &str = "58030";
+    pub const INSUFFICIENT_PRIVILEGE: &str = "42501";
+    pub const DISK_FULL: &str = "53100";
+    pub const OUT_OF_MEMORY: &str = "53200";
+    pub const TOO_MANY_CONNECTIONS: &str = "53300";
+    pub const PROGRAM_LIMIT_EXCEEDED: &str = "54000";
+    pub const STATEMENT_TOO_COMPLEX: &str = "54001";
+    pub const READ_ONLY_SQL_TRANSACTION: &str = "25006";
+    pub const IDLE_IN_TRANSACTION_TIMEOUT: &str = "25P03";
+    pub const LOCK_NOT_AVAILABLE: &str = "55P03";
+    pub const CANT_CHANGE_RUNTIME_PARAM: &str = "55P02";
+}
+
+/// The SQLSTATE constant spelled `code`, for errors that come back as text (from pgwire);
+/// codes Weir does not use become XX000.
+pub fn code_from_str(code: &str) -> &'static str {
+    const KNOWN: &[&str] = &[
+        "08P01", "0A000", "22000", "22001", "22003", "22007", "22008", "22012", "22023", "22P02",
+        "23502", "23505", "25001", "25006", "25P03", "26000", "2BP01", "42501", "42601", "42701",
+        "42702", "42703", "42704", "42710", "42804", "42809", "42883", "42P01", "42P07", "42P16",
+        "53100", "53200", "53300", "53400", "54000", "54001", "55P02", "55P03", "57014", "58030",
+        "XX000",
+    ];
+    KNOWN
+        .iter()
+        .find(|k| **k == code)
+        .copied()
+        .unwrap_or(sqlstate::INTERNAL_ERROR)
 }
 
 /// An error destined for a Postgres client.
@@ -127,7 +154,15 @@ impl From<ParserError> for WeirError {
     fn from(e: ParserError) -> Self {
         let msg = match e {
             ParserError::TokenizerError(m) | ParserError::ParserError(m) => m,
-            ParserError::RecursionLimitExceeded => "statement is nested too deeply".to_owned(),
+            ParserError::RecursionLimitExceeded => {
+                return WeirError::new(
+                    sqlstate::STATEMENT_TOO_COMPLEX,
+                    format!(
+                        "statement is too complex: parentheses, subqueries or calls nest more than {} levels",
+                        crate::sql::depth::MAX_PARSER_RECURSION
+                    ),
+                );
+            }
         };
         WeirError::syntax(format!("syntax error: {msg}"))
     }

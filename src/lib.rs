@@ -10,6 +10,7 @@ pub mod connectors;
 pub mod dataflow;
 pub mod engine;
 pub mod error;
+pub mod limits;
 pub mod operators;
 pub mod plan;
 pub mod server;

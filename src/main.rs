@@ -27,6 +27,23 @@ enum Command {
         /// Directory holding the catalog, tables and state; created if missing.
         #[arg(long, default_value = "./weir-data")]
         data_dir: PathBuf,
+        /// Hosts connectors (Kafka brokers, schema registries) may connect to: a
+        /// comma-separated list of host:port patterns (`*`, `*.example.com:9092`,
+        /// `10.0.0.0/8:*`, `127.0.0.1:9092-9094`). Hosts are matched as written in SQL and
+        /// as the cluster advertises them, not resolved. `*` allows any host.
+        #[arg(long, default_value = "*", value_name = "PATTERNS")]
+        allow_connect: String,
+        /// Let connector properties name files on the server (`properties.ssl.key.location`
+        /// and other `*.location` / `*.file` settings). Off: such options are refused.
+        #[arg(long)]
+        allow_connector_files: bool,
+        /// Most client connections at once; more are refused with 53300.
+        #[arg(long, default_value_t = 1000)]
+        max_connections: usize,
+        /// Most memory one statement may use for its operators (sorts, hash tables,
+        /// buffers), and the largest `work_mem` a session may set: e.g. 512MB, 2GB.
+        #[arg(long, default_value = "2GB", value_name = "SIZE")]
+        query_memory_limit: String,
     },
 }
 
@@ -40,9 +57,38 @@ fn main() {
         .init();
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve { listen, data_dir } => {
+        Command::Serve {
+            listen,
+            data_dir,
+            allow_connect,
+            allow_connector_files,
+            max_connections,
+            query_memory_limit,
+        } => {
+            let allow_connect = match weir::connectors::policy::parse_allow_connect(&allow_connect)
+            {
+                Ok(p) => p,
+                Err(e) => {
+                    eprintln!("weir: --allow-connect: {e}");
+                    std::process::exit(2);
+                }
+            };
+            let query_memory_limit = match weir::limits::parse_size(&query_memory_limit) {
+                Ok(n) => n,
+                Err(e) => {
+                    eprintln!("weir: --query-memory-limit: {e}");
+                    std::process::exit(2);
+                }
+            };
+            if max_connections == 0 {
+                eprintln!("weir: --max-connections must be at least 1");
+                std::process::exit(2);
+            }
             let rt = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
+                // planning recurses over statements; deep ones get a clean 54001 from the
+                // depth check, and this leaves room for everything below that limit
+                .thread_stack_size(weir::limits::THREAD_STACK_BYTES)
                 .build()
             {
                 Ok(rt) => rt,
@@ -54,6 +100,10 @@ fn main() {
             if let Err(e) = rt.block_on(weir::server::serve(weir::server::ServerConfig {
                 listen,
                 data_dir,
+                allow_connect,
+                allow_connector_files,
+                max_connections,
+                query_memory_limit,
             })) {
                 eprintln!("weir: {e}");
                 std::process::exit(1);

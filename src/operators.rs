@@ -8,6 +8,7 @@
 
 pub mod aggregate;
 pub mod filter;
+pub mod float_sum;
 pub mod join;
 pub mod merge;
 pub mod project;

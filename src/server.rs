@@ -1,18 +1,21 @@
 //! The Postgres wire protocol front end (pgwire): accepts connections, runs the startup
 //! handshake, and hands simple and extended queries to the engine.
 
+pub mod connection;
 pub mod copy;
 pub mod encode;
 pub mod handler;
 pub mod params;
 pub mod session;
+pub mod settings;
 pub mod streaming;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use pgwire::tokio::process_socket;
+use std::time::{Duration, Instant};
+
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
@@ -28,44 +31,100 @@ pub const PG_VERSION_NUM: &str = "160006";
 pub struct ServerConfig {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
+    /// `--allow-connect`: None allows any host.
+    pub allow_connect: Option<Vec<crate::connectors::policy::EndpointPattern>>,
+    pub allow_connector_files: bool,
+    pub max_connections: usize,
+    /// `--query-memory-limit`, bytes.
+    pub query_memory_limit: usize,
 }
 
 /// Open the database and serve until the process is stopped.
 pub async fn serve(config: ServerConfig) -> Result<()> {
-    let engine = Engine::open(&config.data_dir).await?;
+    crate::connectors::policy::set_policy(crate::connectors::policy::ConnectorPolicy {
+        allow_connect: config.allow_connect.clone(),
+        allow_files: config.allow_connector_files,
+    });
+    let engine = Engine::open_with(
+        &config.data_dir,
+        crate::engine::EngineLimits {
+            query_memory_limit: config.query_memory_limit,
+            max_connections: config.max_connections,
+        },
+    )
+    .await?;
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|e| WeirError::io(&format!("cannot listen on {}", config.listen), e))?;
     let addr = listener
         .local_addr()
         .map_err(|e| WeirError::io("listener address", e))?;
-    info!(%addr, data_dir = %config.data_dir.display(), "weir is ready to accept connections");
+    info!(
+        %addr,
+        data_dir = %config.data_dir.display(),
+        max_connections = config.max_connections,
+        query_memory_limit = %crate::limits::format_size(config.query_memory_limit),
+        allow_connect = %match &config.allow_connect {
+            None => "*".to_owned(),
+            Some(p) => format!("{} pattern(s)", p.len()),
+        },
+        "weir is ready to accept connections"
+    );
     // one machine-readable line on stdout, for scripts and tests that listen on port 0
     println!("listening on {addr}");
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
-    run(listener, engine).await
+    run(listener, engine, config.max_connections).await
 }
 
-/// Accept connections on a bound listener.
-pub async fn run(listener: TcpListener, engine: Arc<Engine>) -> Result<()> {
+/// Accept connections on a bound listener. When accepting fails (out of file descriptors,
+/// say) the loop waits, longer each time up to a second, and logs at most one line per
+/// five seconds, so an exhausted process neither spins nor fills its log.
+pub async fn run(listener: TcpListener, engine: Arc<Engine>, max_connections: usize) -> Result<()> {
     let backend = Arc::new(WeirBackend::new(engine));
+    let slots = connection::ConnectionSlots::new(max_connections);
+    let mut backoff = Duration::ZERO;
+    let mut failures: u64 = 0;
+    let mut last_log: Option<Instant> = None;
     loop {
         let (socket, peer) = match listener.accept().await {
-            Ok(s) => s,
+            Ok(s) => {
+                backoff = Duration::ZERO;
+                s
+            }
             Err(e) => {
-                warn!(error = %e, "accept failed");
+                failures += 1;
+                if last_log.is_none_or(|t| t.elapsed() >= Duration::from_secs(5)) {
+                    warn!(error = %e, failures, "accept failed; backing off");
+                    last_log = Some(Instant::now());
+                    failures = 0;
+                }
+                backoff = (backoff * 2).clamp(Duration::from_millis(5), Duration::from_secs(1));
+                tokio::time::sleep(backoff).await;
                 continue;
             }
         };
         let backend = backend.clone();
-        tokio::spawn(async move {
-            info!(%peer, "connection opened");
-            if let Err(e) = process_socket(socket, None, backend).await {
-                info!(%peer, error = %e, "connection closed with error");
-            } else {
-                info!(%peer, "connection closed");
+        match slots.try_acquire() {
+            Some(slot) => {
+                tokio::spawn(async move {
+                    info!(%peer, "connection opened");
+                    connection::serve(socket, backend, None).await;
+                    drop(slot);
+                    info!(%peer, "connection closed");
+                });
             }
-        });
+            None => {
+                let max = slots.max();
+                tokio::spawn(async move {
+                    info!(%peer, max_connections = max, "connection refused: too many connections");
+                    let e = WeirError::new(
+                        crate::error::sqlstate::TOO_MANY_CONNECTIONS,
+                        "sorry, too many clients already",
+                    );
+                    connection::serve(socket, backend, Some(e)).await;
+                });
+            }
+        }
     }
 }

@@ -4,6 +4,7 @@
 //!
 //! This module must not mutate anything: writes go through `plan::dml` and the table store.
 
+pub mod memory;
 pub mod subscribe;
 
 use std::collections::HashMap;
@@ -54,6 +55,8 @@ pub fn session_context(
     catalog: Arc<Catalog>,
     dataflow: Arc<Dataflow>,
     pinned: Arc<PinnedViews>,
+    memory: Arc<memory::StatementMemoryPool>,
+    spill_dir: &std::path::Path,
 ) -> SessionContext {
     let mut config = SessionConfig::new()
         .with_default_catalog_and_schema(DATABASE_NAME, DEFAULT_SCHEMA)
@@ -68,10 +71,37 @@ pub fn session_context(
         opts.sql_parser.enable_ident_normalization = true;
         opts.execution.time_zone = Some("+00:00".to_owned());
     }
+    use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
+    use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
+    // the pool is what bounds a statement, so every fallback keeps it
+    let with_disk = |mode: DiskManagerMode| -> DfResult<Arc<RuntimeEnv>> {
+        RuntimeEnvBuilder::new()
+            .with_memory_pool(memory.clone())
+            .with_disk_manager_builder(DiskManagerBuilder::default().with_mode(mode))
+            .build_arc()
+    };
+    let runtime = with_disk(DiskManagerMode::Directories(vec![spill_dir.to_owned()]))
+        .or_else(|e| {
+            tracing::warn!(error = %e, dir = %spill_dir.display(), "cannot spill to the data directory; using the system's temporary directory");
+            with_disk(DiskManagerMode::OsTmpDirectory)
+        })
+        .or_else(|e| {
+            tracing::warn!(error = %e, "cannot spill at all; statements over work_mem fail");
+            with_disk(DiskManagerMode::Disabled)
+        });
+    let runtime = match runtime {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot build the query runtime");
+            Arc::new(RuntimeEnv::default())
+        }
+    };
     let state = SessionStateBuilder::new()
         .with_config(config)
+        .with_runtime_env(runtime)
         .with_default_features()
         .with_type_planner(Arc::new(functions::WeirTypePlanner))
+        .with_analyzer_rule(Arc::new(crate::catalog::pg_semantics::PgSemantics))
         .build();
     let ctx = SessionContext::new_with_state(state);
     let pg = Arc::new(GeneratedSchema::pg_catalog(catalog.clone()));
@@ -91,6 +121,7 @@ pub fn session_context(
         }),
     );
     functions::register(&ctx, catalog);
+    crate::catalog::pg_semantics::register(&ctx);
     crate::sql::windows::register(&ctx);
     crate::sql::json::register(&ctx);
     ctx

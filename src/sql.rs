@@ -2,6 +2,7 @@
 //! syntax) and the SQL type system.
 
 pub mod client_stmts;
+pub mod depth;
 pub mod json;
 pub mod parser;
 pub mod time;

@@ -319,6 +319,7 @@ fn is_bool_catalog_column(e: &Expr) -> bool {
 }
 
 /// A string literal, or string literals joined with `||`, as one string.
+#[recursive::recursive]
 fn fold_string(e: &Expr) -> Option<String> {
     match e {
         Expr::Value(v) => match &v.value {
@@ -979,6 +980,7 @@ impl VisitorMut for SubstituteOuter<'_> {
     }
 }
 
+#[recursive::recursive]
 fn split_and(e: Expr, out: &mut Vec<Expr>) {
     match e {
         Expr::BinaryOp {
@@ -1032,6 +1034,7 @@ fn contains_aggregate(e: &Expr) -> bool {
 }
 
 /// Postgres' name for an unnamed select item (FigureColname).
+#[recursive::recursive]
 fn figure_name(e: &Expr) -> Option<String> {
     match e {
         Expr::Identifier(_) | Expr::CompoundIdentifier(_) => None,
@@ -1221,6 +1224,7 @@ pub fn null_projection_probe(stmt: &ast::Statement) -> Option<ast::Statement> {
     Some(ast::Statement::Query(Box::new(q)))
 }
 
+#[recursive::recursive]
 fn null_items(body: &mut ast::SetExpr) {
     match body {
         ast::SetExpr::Select(s) => {

@@ -106,6 +106,7 @@ impl AvroDecoder {
                         "schema.registry must be an http:// URL (TLS is not supported yet)",
                     ));
                 }
+                crate::connectors::policy::check_url("schema.registry", &url)?;
                 (
                     Writer::Registry(url),
                     SchemaStore::new_with_type(FingerprintAlgorithm::Id),
@@ -401,8 +402,11 @@ impl AvroDecoder {
 
 /// `GET <registry>/schemas/ids/<id>` → the schema text.
 fn fetch_schema(url: &str, id: u32) -> std::result::Result<AvroSchema, String> {
+    // no redirects: the registry named in SQL (and allowed by --allow-connect) is the only
+    // host this may reach
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(Duration::from_secs(5)))
+        .max_redirects(0)
         .build()
         .into();
     let body = agent

@@ -206,6 +206,12 @@ impl KafkaOptions {
             })
             .collect();
         properties.sort();
+        // checked here, where every consumer, table feed and sink gets its options, also
+        // when a catalog entry written under another policy is started again
+        crate::connectors::policy::check_bootstrap(&bootstrap)?;
+        for (k, v) in &properties {
+            crate::connectors::policy::check_kafka_property(k, v)?;
+        }
         let mut includes = Vec::new();
         for (word, kind) in Include::ALL {
             if let Some(col) = o.get(&format!("include.{word}")) {
@@ -753,6 +759,8 @@ impl Instance {
         let md = consumer
             .fetch_metadata(Some(topic), Duration::from_secs(5))
             .map_err(|e| e.to_string())?;
+        crate::connectors::policy::check_brokers(md.brokers().iter().map(|b| (b.host(), b.port())))
+            .map_err(|e| e.message)?;
         let t = md
             .topics()
             .iter()

@@ -616,6 +616,10 @@ impl Runner {
         let partitions: Vec<i32> = loop {
             match consumer.fetch_metadata(Some(&o.topic), Duration::from_secs(5)) {
                 Ok(md) => {
+                    crate::connectors::policy::check_brokers(
+                        md.brokers().iter().map(|b| (b.host(), b.port())),
+                    )
+                    .map_err(|e| e.message)?;
                     let ps: Vec<i32> = md
                         .topics()
                         .iter()
@@ -693,6 +697,22 @@ impl Runner {
                 producer_config(&self.spec.options, self.spec.oid)
                     .create_with_context(self.context.clone())
                     .map_err(|e| e.to_string())?;
+            // the brokers the cluster advertises (the transaction coordinator and partition
+            // leaders among them) must be allowed before the producer talks to them
+            match p.client().fetch_metadata(None, Duration::from_secs(5)) {
+                Ok(md) => crate::connectors::policy::check_brokers(
+                    md.brokers().iter().map(|b| (b.host(), b.port())),
+                )
+                .map_err(|e| e.message)?,
+                Err(e) => {
+                    self.set_status(format!("broker unreachable: {e}"));
+                    if stop.load(Ordering::Acquire) {
+                        return Err("stopped".into());
+                    }
+                    std::thread::sleep(Duration::from_secs(1));
+                    continue;
+                }
+            }
             match p.init_transactions(Duration::from_secs(10)) {
                 Ok(()) => {
                     self.exactly_once = true;

@@ -270,6 +270,7 @@ impl Graph {
         lines
     }
 
+    #[recursive::recursive]
     fn explain_node(&self, id: NodeId, depth: usize, lines: &mut Vec<String>) {
         let node = &self.nodes[id];
         let text = match &node.kind {

@@ -316,7 +316,7 @@ impl Engine {
         if rows == 0 {
             return Ok("COPY 0".into());
         }
-        let _writer = table.writer.lock().await;
+        let _writer = crate::engine::lock_writer(session, &table).await?;
         self.apply(session, &table, Change::Insert(batches), "COPY")
             .await?;
         Ok(format!("COPY {rows}"))

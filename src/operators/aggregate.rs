@@ -43,6 +43,7 @@ use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 
 use crate::dataflow::changelog::Changelog;
 use crate::error::{Result, WeirError};
+use crate::operators::float_sum::ExactSum;
 use crate::operators::{FastMap, Operator, evaluate, true_mask};
 
 /// One aggregate of the operator, as lowered from the logical plan.
@@ -59,6 +60,9 @@ enum Sums {
     F64(Vec<f64>),
     /// Decimal128 (scaled) and UInt64 sums.
     I128(Vec<i128>),
+    /// Float sums and averages (`weir_exact_sum`, `weir_exact_avg`: see
+    /// `catalog::pg_semantics`), exact under retractions.
+    Exact(Vec<ExactSum>),
 }
 
 impl Sums {
@@ -67,6 +71,7 @@ impl Sums {
             Sums::I64(v) => v.resize(n, 0),
             Sums::F64(v) => v.resize(n, 0.0),
             Sums::I128(v) => v.resize(n, 0),
+            Sums::Exact(v) => v.resize(n, ExactSum::new()),
         }
     }
     fn reset(&mut self, g: usize) {
@@ -74,6 +79,7 @@ impl Sums {
             Sums::I64(v) => v[g] = 0,
             Sums::F64(v) => v[g] = 0.0,
             Sums::I128(v) => v[g] = 0,
+            Sums::Exact(v) => v[g] = ExactSum::new(),
         }
     }
 }
@@ -168,6 +174,15 @@ fn linear_kind(name: &str) -> Option<LinearKind> {
     }
 }
 
+/// The exact float aggregates (evaluated here, not by DataFusion's merge).
+fn exact_kind(name: &str) -> Option<LinearKind> {
+    match name {
+        crate::catalog::pg_semantics::EXACT_SUM => Some(LinearKind::Sum),
+        crate::catalog::pg_semantics::EXACT_AVG => Some(LinearKind::Avg),
+        _ => None,
+    }
+}
+
 impl Aggregate {
     /// `group_types` are the types of the group expressions' values.
     pub fn new(
@@ -223,7 +238,20 @@ impl Aggregate {
         let name = func.fun().name().to_lowercase();
         let distinct = func.is_distinct();
         let state_fields = func.state_fields()?;
+        let exact = match exact_kind(&name) {
+            Some(kind) if !distinct && spec.order_by.is_empty() && args.len() == 1 => {
+                Some(Linear {
+                    kind,
+                    counts: Vec::new(),
+                    sums: Some(Sums::Exact(Vec::new())),
+                    sum_type: Some(DataType::Float64),
+                    count_type: DataType::Int64,
+                })
+            }
+            _ => None,
+        };
         let linear = match linear_kind(&name) {
+            _ if exact.is_some() => exact,
             Some(kind) if !distinct && spec.order_by.is_empty() => {
                 let types: Vec<DataType> =
                     state_fields.iter().map(|f| f.data_type().clone()).collect();
@@ -408,6 +436,16 @@ impl Linear {
                     }
                 }
             }
+            Sums::Exact(s) => {
+                let v = v.as_primitive::<Float64Type>();
+                for (i, g) in gids.iter().enumerate() {
+                    if valid(i) && v.is_valid(i) {
+                        let g = *g as usize;
+                        self.counts[g] += weights[i];
+                        s[g].add(v.value(i), weights[i]);
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -415,6 +453,18 @@ impl Linear {
     /// DataFusion's state arrays for the groups, then its own final evaluation.
     fn evaluate(&self, func: &AggregateFunctionExpr, gids: &[u32]) -> Result<ArrayRef> {
         let counts: Vec<i64> = gids.iter().map(|g| self.counts[*g as usize]).collect();
+        if let Some(Sums::Exact(s)) = &self.sums {
+            // NULL without values, as sum and avg are
+            let avg = self.kind == LinearKind::Avg;
+            return Ok(Arc::new(Float64Array::from_iter(
+                gids.iter().zip(&counts).map(|(g, c)| {
+                    (*c > 0).then(|| {
+                        let v = s[*g as usize].value();
+                        if avg { v / *c as f64 } else { v }
+                    })
+                }),
+            )));
+        }
         let count_array: ArrayRef = match self.count_type {
             // avg: a group without values has NULL state, which DataFusion leaves out
             // (it would divide by a zero count otherwise) and evaluates to NULL
@@ -437,6 +487,7 @@ impl Linear {
                             .enumerate()
                             .map(|(k, g)| present(k).then(|| s[*g as usize])),
                     )),
+                    Sums::Exact(_) => unreachable!("exact sums are evaluated above"),
                     Sums::I128(s) => {
                         let d = Decimal128Array::from_iter(
                             gids.iter()

@@ -129,6 +129,7 @@ impl<'a> Lowering<'a> {
             .add(NodeKind::Operator(Box::new(op)), inputs, schema)
     }
 
+    #[recursive::recursive]
     fn lower(&mut self, plan: &LogicalPlan) -> Result<NodeId> {
         match plan {
             LogicalPlan::TableScan(scan) => {
@@ -602,6 +603,7 @@ impl<'a> Lowering<'a> {
         Ok(self.op(op, vec![input]))
     }
 
+    #[recursive::recursive]
     fn sort_keys(
         &self,
         sort: &[datafusion::logical_expr::SortExpr],
@@ -724,6 +726,7 @@ impl<'a> Lowering<'a> {
 }
 
 /// Whether a join input is the lookup side of a temporal join.
+#[recursive::recursive]
 fn reads_temporal(plan: &LogicalPlan) -> bool {
     match plan {
         LogicalPlan::TableScan(t) => t
@@ -746,6 +749,7 @@ fn interval_bounds(
     right: &DFSchema,
 ) -> Option<crate::operators::join::IntervalBounds> {
     // a timestamp column of one side, plus an offset in µs
+    #[recursive::recursive]
     fn side_col(e: &Expr, s: &DFSchema) -> Option<(usize, i64)> {
         match e {
             Expr::Column(c) => {
@@ -933,6 +937,7 @@ fn join_scalar_subqueries(input: LogicalPlan, exprs: &[Expr]) -> Result<(Logical
     Ok((plan, out))
 }
 
+#[recursive::recursive]
 fn split_and<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
     if let Expr::BinaryExpr(b) = e
         && b.op == BinOp::And

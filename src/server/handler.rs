@@ -12,7 +12,6 @@ use pgwire::api::auth::{
     ServerParameterProvider, StartupHandler, finish_authentication, protocol_negotiation,
     save_startup_parameters_to_metadata,
 };
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use pgwire::api::cancel::{CancelHandler, DefaultCancelHandler};
 use pgwire::api::copy::CopyHandler;
@@ -38,7 +37,6 @@ use pgwire::messages::simplequery::Query;
 use pgwire::messages::startup::ParameterStatus;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use tokio::sync::Mutex;
-use tokio::sync::Notify;
 use tracing::{debug, info};
 
 use datafusion::arrow::datatypes::FieldRef;
@@ -49,35 +47,13 @@ use crate::server::copy::CopyWriter;
 use crate::server::encode::{column_plans, encode_batch, field_infos};
 use crate::server::params;
 use crate::server::session::{Session, TxState, is_reported};
-use crate::server::streaming::{copy_data, send_flushing, send_simple_response, subscribe_rows};
+use crate::server::streaming::{
+    Sent, copy_data, send_flushing, send_simple_response, subscribe_rows,
+};
 use crate::sql::parser::{Parsed, Statement, parse};
 
-/// Cancellation of the query a connection is running. A cancel request sets it; result
-/// streams stop at the next poll (dropping DataFusion's stream stops its tasks).
-#[derive(Default)]
-pub struct QueryCancel {
-    flag: AtomicBool,
-    notify: Notify,
-}
-
-impl QueryCancel {
-    pub fn cancel(&self) {
-        self.flag.store(true, Ordering::SeqCst);
-        self.notify.notify_waiters();
-    }
-    fn reset(&self) {
-        self.flag.store(false, Ordering::SeqCst);
-    }
-    pub(crate) async fn cancelled(&self) {
-        loop {
-            let notified = self.notify.notified();
-            if self.flag.load(Ordering::SeqCst) {
-                return;
-            }
-            notified.await;
-        }
-    }
-}
+/// The cancel target of a connection (shared with its session).
+pub use crate::server::session::Interrupt as QueryCancel;
 
 type CancelKey = (i32, bytes::Bytes);
 
@@ -97,10 +73,6 @@ impl Drop for CancelGuard {
     fn drop(&mut self) {
         self.registry.map.lock().remove(&self.key);
     }
-}
-
-pub(crate) fn query_canceled() -> WeirError {
-    WeirError::new("57014", "canceling statement due to user request")
 }
 
 /// A statement prepared with Parse.
@@ -125,6 +97,20 @@ impl WeirBackend {
                 pids: RandomPidSecretKeyGenerator::default(),
             }),
         }
+    }
+}
+
+impl WeirBackend {
+    /// The handler of every message kind (the connection loop calls it directly).
+    pub(crate) fn handle(&self) -> Arc<Handle> {
+        self.handle.clone()
+    }
+
+    pub(crate) fn cancel(&self) -> Arc<WeirCancelHandler> {
+        Arc::new(WeirCancelHandler {
+            default: DefaultCancelHandler::new(self.handle.connections.clone()),
+            registry: self.handle.cancels.clone(),
+        })
     }
 }
 
@@ -154,7 +140,7 @@ impl PgWireServerHandlers for WeirBackend {
 }
 
 /// Cancels both the planning phase (pgwire's handle) and a streaming result (ours).
-struct WeirCancelHandler {
+pub(crate) struct WeirCancelHandler {
     default: DefaultCancelHandler,
     registry: Arc<CancelRegistry>,
 }
@@ -196,6 +182,11 @@ impl Handle {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let notices = session.wants_notices();
+        let interrupt = session.interrupt.clone();
+        // a statement that only reads can be stopped anywhere; one that writes checks its
+        // interrupts itself where stopping changes nothing
+        let abandonable = abandonable(&parsed.stmt);
         let fut = self
             .engine
             .execute_with_notices(session, parsed, params, Some(tx));
@@ -203,21 +194,33 @@ impl Handle {
         let result = loop {
             tokio::select! {
                 r = &mut fut => break r,
+                _ = interrupt.cancelled(), if abandonable => break Err(interrupt.error()),
                 Some(line) = rx.recv() => {
-                    client.send(notice(line)).await?;
+                    if notices {
+                        client.send(notice(line)).await?;
+                    }
                 }
             }
         };
         while let Ok(line) = rx.try_recv() {
-            client.feed(notice(line)).await?;
+            if notices {
+                client.feed(notice(line)).await?;
+            }
         }
         Ok(result)
     }
 
     fn session<C: ClientInfo>(&self, client: &C) -> Arc<Mutex<Session>> {
-        client
+        // (taken first: the extensions' lock is held while the closure below runs)
+        let interrupt = client
             .session_extensions()
-            .get_or_insert_with(|| Mutex::new(self.engine.new_session()))
+            .get_or_insert_with(QueryCancel::default);
+        client.session_extensions().get_or_insert_with(|| {
+            let mut s = self.engine.new_session();
+            // the session's interrupts are the connection's cancel target
+            s.interrupt = interrupt;
+            Mutex::new(s)
+        })
     }
 
     /// The connection's cancel target, reset for a new query.
@@ -227,6 +230,16 @@ impl Handle {
             .get_or_insert_with(QueryCancel::default);
         c.reset();
         c
+    }
+
+    /// `idle_in_transaction_session_timeout` of the connection's session, if set.
+    pub fn idle_in_transaction_timeout<C: ClientInfo>(
+        &self,
+        client: &C,
+    ) -> Option<std::time::Duration> {
+        let s = client.session_extensions().get::<Mutex<Session>>()?;
+        let s = s.try_lock().ok()?;
+        s.duration("idle_in_transaction_session_timeout")
     }
 }
 
@@ -313,37 +326,30 @@ impl StartupHandler for Handle {
 
 /// Turn an engine output into a protocol response. `collect` makes a result set complete
 /// before returning (for all but the last statement of a multi-statement query).
+/// Every result streams to the client as it is produced, also in a message of several
+/// statements (nothing is collected first).
 async fn respond(
     output: Output,
     format: &Format,
-    collect: bool,
     cancel: Arc<QueryCancel>,
+    timer: Option<crate::server::session::TimeoutGuard>,
 ) -> Result<Response, WeirError> {
     Ok(match output {
         Output::Rows { schema, stream } => {
             let fields = Arc::new(field_infos(&schema, |i| format.format_for(i)));
             let plans = column_plans(&schema, &fields);
-            let stream = cancellable(stream, cancel);
-            if collect {
-                let batches: Vec<_> = stream.collect().await;
-                let mut rows = Vec::new();
-                for b in batches {
-                    rows.extend(encode_batch(&b?, &plans)?.into_iter().map(Ok));
-                }
-                Response::Query(QueryResponse::new(fields, stream::iter(rows)))
-            } else {
-                let rows = stream.flat_map(move |r| {
-                    let items: Vec<PgWireResult<_>> = match r {
-                        Ok(b) => match encode_batch(&b, &plans) {
-                            Ok(rows) => rows.into_iter().map(Ok).collect(),
-                            Err(e) => vec![Err(e.into_pgwire())],
-                        },
+            let stream = cancellable(stream, cancel, timer);
+            let rows = stream.flat_map(move |r| {
+                let items: Vec<PgWireResult<_>> = match r {
+                    Ok(b) => match encode_batch(&b, &plans) {
+                        Ok(rows) => rows.into_iter().map(Ok).collect(),
                         Err(e) => vec![Err(e.into_pgwire())],
-                    };
-                    stream::iter(items)
-                });
-                Response::Query(QueryResponse::new(fields, rows))
-            }
+                    },
+                    Err(e) => vec![Err(e.into_pgwire())],
+                };
+                stream::iter(items)
+            });
+            Response::Query(QueryResponse::new(fields, rows))
         }
         Output::Batches {
             schema,
@@ -385,7 +391,7 @@ async fn respond(
             Response::CopyOut(CopyResponse::new(
                 0,
                 columns,
-                copy_data(rows, writer, cancel),
+                copy_data(rows, writer, cancel, timer),
             ))
         }
     })
@@ -397,23 +403,42 @@ fn notice(line: String) -> PgWireBackendMessage {
     )
 }
 
-/// A result stream that ends with 57014 when the query is canceled.
+/// A result stream that ends with 57014 when the query is canceled or times out; `timer`
+/// (the statement timeout) lives as long as the stream.
 pub(crate) fn cancellable(
     stream: datafusion::execution::SendableRecordBatchStream,
     cancel: Arc<QueryCancel>,
+    timer: Option<crate::server::session::TimeoutGuard>,
 ) -> impl futures::Stream<Item = Result<datafusion::arrow::record_batch::RecordBatch, WeirError>>
 + Send
 + 'static {
-    stream::unfold(Some(stream), move |state| {
+    stream::unfold(Some((stream, timer)), move |state| {
         let cancel = cancel.clone();
         async move {
-            let mut s = state?;
+            let (mut s, timer) = state?;
             tokio::select! {
-                _ = cancel.cancelled() => Some((Err(query_canceled()), None)),
-                item = s.next() => item.map(|r| (r.map_err(WeirError::from), Some(s))),
+                _ = cancel.cancelled() => Some((Err(cancel.error()), None)),
+                item = s.next() => item.map(|r| (r.map_err(WeirError::from), Some((s, timer)))),
             }
         }
     })
+}
+
+/// Statements that change nothing, so that stopping them anywhere (a cancel, a statement
+/// timeout) leaves nothing half done.
+fn abandonable(stmt: &Statement) -> bool {
+    match stmt {
+        Statement::Query(_)
+        | Statement::Flush
+        | Statement::Subscribe(_)
+        | Statement::Fetch(_)
+        | Statement::Declare(_)
+        | Statement::ShowVariable(_)
+        | Statement::ShowRelations(_)
+        | Statement::ExplainView(_) => true,
+        Statement::Copy(c) => matches!(c.as_ref(), crate::sql::client_stmts::Copy::To { .. }),
+        _ => false,
+    }
 }
 
 /// Refuse everything but ending the block (or rolling back to a savepoint) after an error
@@ -560,6 +585,11 @@ impl Handle {
         session.implicit_transaction = statements.len() > 1;
         let mut copying = false;
         for (i, parsed) in statements.iter().enumerate() {
+            // statement_timeout applies to each statement of the message
+            if cancel.reason() == Some(crate::server::session::InterruptReason::StatementTimeout) {
+                cancel.reset();
+            }
+            let timer = cancel.arm(session.duration("statement_timeout"));
             let result = match check_aborted(client, &mut session, &parsed.stmt) {
                 Err(e) => Err(e),
                 Ok(())
@@ -579,16 +609,30 @@ impl Handle {
                             .feed(PgWireBackendMessage::ParameterStatus(status))
                             .await?;
                     }
-                    respond(output, &Format::UnifiedText, i != last, cancel.clone()).await
+                    respond(output, &Format::UnifiedText, cancel.clone(), None).await
                 }
                 Err(e) => Err(e),
             };
-            match result {
+            // a statement that failed while its rows went out has sent its error already
+            let result = match result {
                 Ok(r) => {
                     let endless = is_endless(&parsed.stmt);
-                    copying = send_simple_response(client, r, endless).await?;
+                    match send_simple_response(client, r, endless).await? {
+                        Sent::Done => Ok(()),
+                        Sent::CopyIn => {
+                            copying = true;
+                            // the timeout runs on while the data comes
+                            session.statement_timer = Some(timer);
+                            Ok(())
+                        }
+                        Sent::Failed(e) => Err((e, true)),
+                    }
                 }
-                Err(e) => {
+                Err(e) => Err((e, false)),
+            };
+            match result {
+                Ok(()) => {}
+                Err((e, sent)) => {
                     debug!(error = %e, statement = %parsed.text, "statement failed");
                     let mut e = e;
                     if session.in_transaction {
@@ -598,12 +642,14 @@ impl Handle {
                             "undoing the earlier statements of this query failed: {undo_err}"
                         ));
                     }
-                    send_simple_response(
-                        client,
-                        Response::Error(Box::new(e.into_error_info())),
-                        false,
-                    )
-                    .await?;
+                    if !sent {
+                        send_simple_response(
+                            client,
+                            Response::Error(Box::new(e.into_error_info())),
+                            false,
+                        )
+                        .await?;
+                    }
                     break;
                 }
             }
@@ -636,11 +682,17 @@ impl CopyHandler for Handle {
     {
         let session = self.session(client);
         let mut session = session.lock().await;
+        let interrupted = session.interrupt.check().err();
         if let Some(copy) = session.copy_in.as_mut()
             && copy.error.is_none()
-            && let Err(e) = copy.feed(&data.data)
         {
-            copy.error = Some(e);
+            // a cancel or statement timeout while the data comes: the rest is read and
+            // dropped, and CopyDone reports the error (nothing is applied)
+            if let Some(e) = interrupted {
+                copy.error = Some(e);
+            } else if let Err(e) = copy.feed(&data.data) {
+                copy.error = Some(e);
+            }
         }
         Ok(())
     }
@@ -654,6 +706,7 @@ impl CopyHandler for Handle {
         let session = self.session(client);
         let mut session = session.lock().await;
         let result = self.engine.copy_in_done(&mut session).await;
+        session.statement_timer = None;
         if !session.in_transaction {
             session.undo.clear();
         }
@@ -683,6 +736,7 @@ impl CopyHandler for Handle {
         let session = self.session(client);
         let mut session = session.lock().await;
         session.copy_in = None;
+        session.statement_timer = None;
         if session.in_transaction {
             session.aborted = true;
         }
@@ -925,8 +979,9 @@ impl ExtendedQueryHandler for Handle {
         let cancel = self.begin_query(client);
         let session = self.session(client);
         let mut session = session.lock().await;
+        let timer = cancel.arm(session.duration("statement_timeout"));
         let result = self
-            .execute_portal(client, &mut session, portal, cancel)
+            .execute_portal(client, &mut session, portal, cancel, timer)
             .await?;
         if result.is_err() && session.in_transaction {
             session.aborted = true;
@@ -942,6 +997,7 @@ impl Handle {
         session: &mut Session,
         portal: &Portal<Prepared>,
         cancel: Arc<QueryCancel>,
+        timer: crate::server::session::TimeoutGuard,
     ) -> PgWireResult<Result<Response, WeirError>>
     where
         C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
@@ -984,6 +1040,11 @@ impl Handle {
                 .feed(PgWireBackendMessage::ParameterStatus(status))
                 .await?;
         }
-        Ok(respond(output, &portal.result_column_format, false, cancel).await)
+        if matches!(output, Output::CopyIn { .. }) {
+            session.statement_timer = Some(timer);
+            return Ok(respond(output, &portal.result_column_format, cancel, None).await);
+        }
+        // the timeout covers sending the rows, which pgwire does after this returns
+        Ok(respond(output, &portal.result_column_format, cancel, Some(timer)).await)
     }
 }

@@ -1,7 +1,7 @@
 //! Per-connection state: the DataFusion context, settings changed with SET, and the
 //! transaction block status.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use std::sync::Arc;
 
@@ -11,78 +11,130 @@ use crate::dataflow::changelog::Changelog;
 use crate::serving::PinnedViews;
 use crate::state::table::TableStore;
 
-/// Settings a client can read with SHOW (and `pg_settings`), with their defaults. Names are
-/// lower case; SHOW and SET match case-insensitively.
-pub const DEFAULT_SETTINGS: &[(&str, &str)] = &[
-    ("application_name", ""),
-    ("block_size", "8192"),
-    ("bytea_output", "hex"),
-    ("client_encoding", "UTF8"),
-    ("client_min_messages", "notice"),
-    ("datestyle", "ISO, MDY"),
-    ("default_transaction_isolation", "read committed"),
-    ("default_transaction_read_only", "off"),
-    ("extra_float_digits", "1"),
-    ("idle_in_transaction_session_timeout", "0"),
-    ("integer_datetimes", "on"),
-    ("intervalstyle", "postgres"),
-    ("is_superuser", "on"),
-    ("lc_collate", "C.UTF-8"),
-    ("lc_ctype", "C.UTF-8"),
-    ("lc_messages", "C.UTF-8"),
-    ("lc_monetary", "C.UTF-8"),
-    ("lc_numeric", "C.UTF-8"),
-    ("lc_time", "C.UTF-8"),
-    ("lock_timeout", "0"),
-    ("max_connections", "100"),
-    ("max_identifier_length", "63"),
-    ("max_index_keys", "32"),
-    ("row_security", "on"),
-    ("search_path", "\"$user\", public"),
-    ("server_encoding", "UTF8"),
-    ("server_version", crate::server::PG_VERSION),
-    ("server_version_num", crate::server::PG_VERSION_NUM),
-    ("ssl", "off"),
-    ("standard_conforming_strings", "on"),
-    ("statement_timeout", "0"),
-    ("timezone", "UTC"),
-    ("transaction_isolation", "read committed"),
-    ("transaction_read_only", "off"),
-    ("work_mem", "4MB"),
-];
+use crate::server::settings::SettingsStore;
+pub use crate::server::settings::{DEFAULT_SETTINGS, canonical_name, is_reported};
 
-/// How SHOW names a setting's column (Postgres keeps the spelling of the canonical name).
-pub fn canonical_name(name: &str) -> &str {
-    match name {
-        "datestyle" => "DateStyle",
-        "timezone" => "TimeZone",
-        "intervalstyle" => "IntervalStyle",
-        other => other,
+/// Why the running statement must stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum InterruptReason {
+    UserRequest = 1,
+    StatementTimeout = 2,
+}
+
+/// Interrupts of the statement a connection is running: a cancel request or its
+/// `statement_timeout`. Result streams stop at their next poll; statements that change
+/// data check it at the points where stopping changes nothing ([`Interrupt::check`]).
+#[derive(Default)]
+pub struct Interrupt {
+    flag: std::sync::atomic::AtomicU8,
+    notify: tokio::sync::Notify,
+}
+
+impl Interrupt {
+    pub fn cancel(&self) {
+        self.raise(InterruptReason::UserRequest);
+    }
+
+    pub fn raise(&self, reason: InterruptReason) {
+        let _ = self.flag.compare_exchange(
+            0,
+            reason as u8,
+            std::sync::atomic::Ordering::SeqCst,
+            std::sync::atomic::Ordering::SeqCst,
+        );
+        self.notify.notify_waiters();
+    }
+
+    pub fn reset(&self) {
+        self.flag.store(0, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn reason(&self) -> Option<InterruptReason> {
+        match self.flag.load(std::sync::atomic::Ordering::SeqCst) {
+            1 => Some(InterruptReason::UserRequest),
+            2 => Some(InterruptReason::StatementTimeout),
+            _ => None,
+        }
+    }
+
+    /// The error of the interrupt raised, if one was.
+    pub fn check(&self) -> crate::error::Result<()> {
+        match self.reason() {
+            None => Ok(()),
+            Some(r) => Err(interrupt_error(r)),
+        }
+    }
+
+    /// Wait until an interrupt is raised.
+    pub async fn cancelled(&self) {
+        loop {
+            let notified = self.notify.notified();
+            if self.reason().is_some() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// The error for the interrupt raised (user cancel if none is).
+    pub fn error(&self) -> crate::error::WeirError {
+        interrupt_error(self.reason().unwrap_or(InterruptReason::UserRequest))
+    }
+
+    /// Raise a statement timeout after `after` unless the returned guard is dropped first.
+    pub fn arm(self: &Arc<Self>, after: Option<std::time::Duration>) -> TimeoutGuard {
+        let task = after.map(|d| {
+            let me = self.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(d).await;
+                me.raise(InterruptReason::StatementTimeout);
+            })
+        });
+        TimeoutGuard { task }
     }
 }
 
-/// Settings reported to the client with ParameterStatus when they change.
-pub fn is_reported(name: &str) -> bool {
-    matches!(
-        name,
-        "application_name"
-            | "client_encoding"
-            | "datestyle"
-            | "timezone"
-            | "intervalstyle"
-            | "standard_conforming_strings"
-            | "integer_datetimes"
-            | "is_superuser"
-            | "server_version"
-    )
+/// Disarms a statement timeout when dropped.
+pub struct TimeoutGuard {
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for TimeoutGuard {
+    fn drop(&mut self) {
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+    }
+}
+
+pub fn interrupt_error(r: InterruptReason) -> crate::error::WeirError {
+    match r {
+        InterruptReason::UserRequest => crate::error::WeirError::new(
+            crate::error::sqlstate::QUERY_CANCELED,
+            "canceling statement due to user request",
+        ),
+        InterruptReason::StatementTimeout => crate::error::WeirError::new(
+            crate::error::sqlstate::QUERY_CANCELED,
+            "canceling statement due to statement timeout",
+        ),
+    }
 }
 
 pub struct Session {
     pub ctx: SessionContext,
     /// Views pinned for the query being run (shared with the context's catalog).
     pub pinned: Arc<PinnedViews>,
-    /// Shared with the session's `current_setting()` function.
-    settings: Arc<parking_lot::RwLock<BTreeMap<String, String>>>,
+    /// Shared with the session's `current_setting()` and `set_config()` functions.
+    settings: Arc<parking_lot::RwLock<SettingsStore>>,
+    /// The memory its statements may hold (`work_mem`).
+    pub memory: Arc<crate::serving::memory::StatementMemoryPool>,
+    /// Interrupts of the running statement (the connection's cancel target).
+    pub interrupt: Arc<Interrupt>,
+    /// The transaction block is READ ONLY.
+    pub tx_read_only: bool,
+    /// The statement timeout of a COPY FROM STDIN, running while its data arrives.
+    pub statement_timer: Option<TimeoutGuard>,
     /// Inside BEGIN ... COMMIT/ROLLBACK.
     pub in_transaction: bool,
     /// Changes made since the transaction (explicit, or the implicit one of a
@@ -155,13 +207,26 @@ impl Drop for Session {
 }
 
 impl Session {
-    pub fn new(ctx: SessionContext, pinned: Arc<PinnedViews>) -> Self {
-        let settings = Arc::new(parking_lot::RwLock::new(BTreeMap::new()));
+    pub fn new(
+        ctx: SessionContext,
+        pinned: Arc<PinnedViews>,
+        memory: Arc<crate::serving::memory::StatementMemoryPool>,
+        limits: crate::engine::EngineLimits,
+    ) -> Self {
+        let settings = Arc::new(parking_lot::RwLock::new(SettingsStore::new(
+            memory.clone(),
+            limits.query_memory_limit,
+            limits.max_connections,
+        )));
         register_current_setting(&ctx, settings.clone());
         Session {
             ctx,
             pinned,
             settings,
+            memory,
+            interrupt: Arc::new(Interrupt::default()),
+            tx_read_only: false,
+            statement_timer: None,
             in_transaction: false,
             undo: Vec::new(),
             implicit_transaction: false,
@@ -184,6 +249,7 @@ impl Session {
     /// HOLD go with it.
     pub fn end_block(&mut self) {
         self.in_transaction = false;
+        self.tx_read_only = false;
         self.aborted = false;
         self.savepoints.clear();
         self.cursors.retain(|_, c| c.hold);
@@ -191,65 +257,107 @@ impl Session {
 
     /// Normalize a SHOW/SET name: lower case, multi-word aliases mapped.
     pub fn normalize(name: &str) -> String {
-        let n = name.trim().to_lowercase();
-        match n.as_str() {
-            "transaction isolation level" => "transaction_isolation".into(),
-            "time zone" => "timezone".into(),
-            "session authorization" => "session_authorization".into(),
-            _ => n,
-        }
+        crate::server::settings::normalize(name)
     }
 
     pub fn get(&self, name: &str) -> Option<String> {
-        lookup(&self.settings.read(), name)
+        let n = Self::normalize(name);
+        match n.as_str() {
+            // the block's own state, else the session's default for new blocks
+            "transaction_read_only" => Some(if self.read_only() { "on" } else { "off" }.to_owned()),
+            _ => self.settings.read().get(&n),
+        }
     }
 
-    pub fn set(&mut self, name: &str, value: &str) {
-        self.settings
-            .write()
-            .insert(Self::normalize(name), value.to_owned());
+    /// Validate and set a setting (SET); returns the stored value.
+    pub fn set(&mut self, name: &str, value: &str) -> crate::error::Result<String> {
+        let n = Self::normalize(name);
+        if n == "transaction_read_only" {
+            let v = crate::server::settings::validate(&n, value, usize::MAX)?;
+            self.set_read_only(v == "on")?;
+            return Ok(v);
+        }
+        self.settings.write().set(&n, value)
     }
 
     pub fn reset(&mut self, name: &str) {
-        if name.eq_ignore_ascii_case("all") {
-            self.settings.write().clear();
-        } else {
-            self.settings.write().remove(&Self::normalize(name));
-        }
+        self.settings.write().reset(name);
     }
 
     /// Every setting with its current value.
     pub fn all(&self) -> Vec<(String, String)> {
-        let mut out: BTreeMap<String, String> = DEFAULT_SETTINGS
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect();
-        for (k, v) in self.settings.read().iter() {
-            out.insert(k.clone(), v.clone());
+        let mut all = self.settings.read().all();
+        for (k, v) in all.iter_mut() {
+            if k == "transaction_read_only" {
+                *v = if self.read_only() { "on" } else { "off" }.to_owned();
+            }
         }
-        out.into_iter().collect()
+        all
     }
-}
 
-/// A setting's value: set in the session, else its default.
-fn lookup(settings: &BTreeMap<String, String>, name: &str) -> Option<String> {
-    let n = Session::normalize(name);
-    if let Some(v) = settings.get(&n) {
-        return Some(v.clone());
+    /// A time setting in effect (None when off).
+    pub fn duration(&self, name: &str) -> Option<std::time::Duration> {
+        self.settings.read().duration(name)
     }
-    if n == "session_authorization" {
-        return Some(crate::catalog::SUPERUSER_NAME.to_owned());
+
+    /// Whether statements now run read-only: the block's mode inside one, else
+    /// `default_transaction_read_only`.
+    pub fn read_only(&self) -> bool {
+        if self.in_transaction {
+            self.tx_read_only
+        } else {
+            self.settings.read().flag("default_transaction_read_only")
+        }
     }
-    DEFAULT_SETTINGS
-        .iter()
-        .find(|(k, _)| *k == n)
-        .map(|(_, v)| (*v).to_owned())
+
+    /// Start a block's mode from the session default (BEGIN).
+    pub fn begin_block(&mut self, read_only: Option<bool>) {
+        self.in_transaction = true;
+        self.tx_read_only =
+            read_only.unwrap_or_else(|| self.settings.read().flag("default_transaction_read_only"));
+    }
+
+    /// `SET TRANSACTION READ ONLY | READ WRITE` inside a block.
+    pub fn set_read_only(&mut self, read_only: bool) -> crate::error::Result<()> {
+        if !self.in_transaction {
+            // outside a block it has no effect (Postgres warns); nothing to do
+            return Ok(());
+        }
+        if self.tx_read_only && !read_only && !self.undo.is_empty() {
+            return Err(crate::error::WeirError::new(
+                crate::error::sqlstate::ACTIVE_SQL_TRANSACTION,
+                "transaction read-write mode must be set before any query",
+            ));
+        }
+        self.tx_read_only = read_only;
+        Ok(())
+    }
+
+    /// Refuse a statement that writes when the transaction is read-only (25006).
+    pub fn check_writable(&self, what: &str) -> crate::error::Result<()> {
+        if self.read_only() {
+            Err(crate::error::WeirError::new(
+                crate::error::sqlstate::READ_ONLY_SQL_TRANSACTION,
+                format!("cannot execute {what} in a read-only transaction"),
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// `client_min_messages` lets NOTICEs through.
+    pub fn wants_notices(&self) -> bool {
+        !matches!(
+            self.settings.read().get("client_min_messages").as_deref(),
+            Some("warning") | Some("error")
+        )
+    }
 }
 
 /// `current_setting(name [, missing_ok])`, reading this session's settings.
 fn register_current_setting(
     ctx: &SessionContext,
-    settings: Arc<parking_lot::RwLock<BTreeMap<String, String>>>,
+    settings: Arc<parking_lot::RwLock<SettingsStore>>,
 ) {
     use datafusion::arrow::array::{Array, AsArray, BooleanArray, StringArray};
     let writer = settings.clone();
@@ -269,7 +377,7 @@ fn register_current_setting(
                 out.push(None);
                 continue;
             }
-            match lookup(&s, names.value(i)) {
+            match s.get(names.value(i)) {
                 Some(v) => out.push(Some(v)),
                 None if missing_ok
                     .as_ref()
@@ -324,12 +432,10 @@ fn register_current_setting(
             } else {
                 values.value(i)
             };
-            let n = Session::normalize(names.value(i));
-            if let Err(e) = crate::engine::check_setting(&n, v) {
-                return Err(datafusion::error::DataFusionError::External(Box::new(e)));
+            match writer.write().set(names.value(i), v) {
+                Ok(stored) => out.push(Some(stored)),
+                Err(e) => return Err(datafusion::error::DataFusionError::External(Box::new(e))),
             }
-            writer.write().insert(n, v.to_owned());
-            out.push(Some(v.to_owned()));
         }
         Ok(ColumnarValue::Array(Arc::new(StringArray::from(out))))
     };

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use futures::{FutureExt, Sink, SinkExt, Stream, StreamExt, stream};
 use pgwire::api::copy::send_copy_in_response;
 use pgwire::api::results::{CopyResponse, FieldInfo, Response, Tag};
-use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::copy::{CopyData, CopyDone, CopyOutResponse};
 use pgwire::messages::data::{DataRow, RowDescription};
@@ -40,12 +40,32 @@ fn keepalive() -> PgWireBackendMessage {
 
 /// Send every item of `items`, flushing whenever the next one is not ready yet. Returns how
 /// many were sent. With `keep_alive`, waiting longer than [`KEEPALIVE`] sends a keepalive.
+/// An error item (the statement failed while producing them) ends the sending and is
+/// returned as an error, like a failed write.
 pub async fn send_flushing<C, T>(
     client: &mut C,
     items: &mut (impl Stream<Item = PgWireResult<T>> + Unpin),
     wrap: impl Fn(T) -> PgWireBackendMessage,
     keep_alive: bool,
 ) -> PgWireResult<usize>
+where
+    C: Sink<PgWireBackendMessage> + Unpin,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    match send_items(client, items, wrap, keep_alive).await? {
+        Ok(n) => Ok(n),
+        Err(e) => Err(e),
+    }
+}
+
+/// [`send_flushing`], telling the statement's error (the inner result, after the items
+/// before it went out) from the connection's (the outer one).
+pub async fn send_items<C, T>(
+    client: &mut C,
+    items: &mut (impl Stream<Item = PgWireResult<T>> + Unpin),
+    wrap: impl Fn(T) -> PgWireBackendMessage,
+    keep_alive: bool,
+) -> PgWireResult<Result<usize, PgWireError>>
 where
     C: Sink<PgWireBackendMessage> + Unpin,
     PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
@@ -69,22 +89,45 @@ where
             }
         };
         match next {
-            Some(item) => {
-                client.feed(wrap(item?)).await?;
+            Some(Ok(item)) => {
+                client.feed(wrap(item)).await?;
                 n += 1;
             }
-            None => return Ok(n),
+            Some(Err(e)) => return Ok(Err(e)),
+            None => return Ok(Ok(n)),
         }
     }
 }
 
-/// Send one statement's response in the simple query protocol. Returns `true` when it
-/// started a COPY FROM STDIN (the client now sends data; no ReadyForQuery yet).
+/// How a statement's response went out in the simple query protocol.
+pub enum Sent {
+    Done,
+    /// It started a COPY FROM STDIN (the client now sends data; no ReadyForQuery yet).
+    CopyIn,
+    /// It failed while its rows were going out: the rows before the error and an
+    /// ErrorResponse were sent.
+    Failed(WeirError),
+}
+
+fn statement_error(e: PgWireError) -> WeirError {
+    match e {
+        PgWireError::UserError(info) => {
+            let code = crate::error::code_from_str(&info.code);
+            let mut w = WeirError::new(code, info.message.clone());
+            w.detail = info.detail.clone();
+            w.hint = info.hint.clone();
+            w
+        }
+        other => WeirError::internal(other.to_string()),
+    }
+}
+
+/// Send one statement's response in the simple query protocol.
 pub async fn send_simple_response<C>(
     client: &mut C,
     response: Response,
     endless_copy: bool,
-) -> PgWireResult<bool>
+) -> PgWireResult<Sent>
 where
     C: Sink<PgWireBackendMessage> + Unpin,
     C::Error: Debug,
@@ -109,13 +152,16 @@ where
             // a SUBSCRIBE never ends: keep checking the client is there
             let endless = tag == "SUBSCRIBE";
             let mut rows = q.data_rows;
-            let n =
-                send_flushing(client, &mut rows, PgWireBackendMessage::DataRow, endless).await?;
-            client
-                .feed(PgWireBackendMessage::CommandComplete(
-                    Tag::new(&tag).with_rows(n).into(),
-                ))
-                .await?;
+            match send_items(client, &mut rows, PgWireBackendMessage::DataRow, endless).await? {
+                Ok(n) => {
+                    client
+                        .feed(PgWireBackendMessage::CommandComplete(
+                            Tag::new(&tag).with_rows(n).into(),
+                        ))
+                        .await?;
+                }
+                Err(e) => return fail(client, e).await,
+            }
         }
         Response::Execution(tag)
         | Response::TransactionStart(tag)
@@ -131,14 +177,44 @@ where
         }
         Response::CopyIn(c) => {
             send_copy_in_response(client, c).await?;
-            return Ok(true);
+            return Ok(Sent::CopyIn);
         }
-        Response::CopyOut(c) => send_copy_out(client, c, endless_copy).await?,
+        Response::CopyOut(c) => {
+            if let Err(e) = send_copy_out_items(client, c, endless_copy).await? {
+                return fail(client, e).await;
+            }
+        }
         Response::CopyBoth(_) => {
             return Err(WeirError::internal("COPY BOTH is not used").into_pgwire());
         }
     }
-    Ok(false)
+    Ok(Sent::Done)
+}
+
+/// The statement failed after part of its response went out: end it with its error.
+async fn fail<C>(client: &mut C, e: PgWireError) -> PgWireResult<Sent>
+where
+    C: Sink<PgWireBackendMessage> + Unpin,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    let info = match &e {
+        PgWireError::UserError(info) => {
+            let mut copy = ErrorInfo::new(
+                info.severity.clone(),
+                info.code.clone(),
+                info.message.clone(),
+            );
+            copy.detail = info.detail.clone();
+            copy.hint = info.hint.clone();
+            copy.where_context = info.where_context.clone();
+            copy
+        }
+        other => WeirError::internal(other.to_string()).into_error_info(),
+    };
+    client
+        .feed(PgWireBackendMessage::ErrorResponse(info.into()))
+        .await?;
+    Ok(Sent::Failed(statement_error(e)))
 }
 
 pub fn row_description(fields: &[FieldInfo]) -> RowDescription {
@@ -152,6 +228,18 @@ where
     C: Sink<PgWireBackendMessage> + Unpin,
     PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
 {
+    send_copy_out_items(client, c, endless).await?
+}
+
+async fn send_copy_out_items<C>(
+    client: &mut C,
+    c: CopyResponse,
+    endless: bool,
+) -> PgWireResult<Result<(), PgWireError>>
+where
+    C: Sink<PgWireBackendMessage> + Unpin,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
     let formats = c.column_formats();
     client
         .feed(PgWireBackendMessage::CopyOutResponse(CopyOutResponse::new(
@@ -161,7 +249,11 @@ where
         )))
         .await?;
     let mut data = c.data_stream;
-    let lines = send_flushing(client, &mut data, PgWireBackendMessage::CopyData, endless).await?;
+    let lines = match send_items(client, &mut data, PgWireBackendMessage::CopyData, endless).await?
+    {
+        Ok(n) => n,
+        Err(e) => return Ok(Err(e)),
+    };
     client
         .feed(PgWireBackendMessage::CopyDone(CopyDone::new()))
         .await?;
@@ -170,7 +262,7 @@ where
             Tag::new("COPY").with_rows(lines).into(),
         ))
         .await?;
-    Ok(())
+    Ok(Ok(()))
 }
 
 /// A subscription as data rows; ends with 57014 when the query is canceled.
@@ -198,7 +290,7 @@ fn batches_of_subscription(
         async move {
             let mut s = state?;
             tokio::select! {
-                _ = cancel.cancelled() => Some((Err(super::handler::query_canceled()), None)),
+                _ = cancel.cancelled() => Some((Err(cancel.error()), None)),
                 item = s.next() => item.map(|r| (r, Some(s))),
             }
         }
@@ -210,6 +302,7 @@ pub fn copy_data(
     rows: CopyRows,
     mut writer: CopyWriter,
     cancel: Arc<QueryCancel>,
+    timer: Option<crate::server::session::TimeoutGuard>,
 ) -> impl Stream<Item = PgWireResult<CopyData>> + Send + 'static {
     let header = writer.header().map(|h| Ok(CopyData::new(h)));
     let batches: std::pin::Pin<
@@ -219,7 +312,7 @@ pub fn copy_data(
         >,
     > = match rows {
         CopyRows::Subscribe(sub) => Box::pin(batches_of_subscription(sub, cancel)),
-        CopyRows::Stream(s) => Box::pin(super::handler::cancellable(s, cancel)),
+        CopyRows::Stream(s) => Box::pin(super::handler::cancellable(s, cancel, timer)),
     };
     let lines = batches.flat_map(move |b| {
         let items: Vec<PgWireResult<CopyData>> = match b.and_then(|b| writer.lines(&b)) {

@@ -48,7 +48,14 @@ pub enum Statement {
     /// Statements accepted for client compatibility that change nothing (SET TRANSACTION,
     /// DISCARD, ...): the tag to answer with.
     NoOp(&'static str),
-    Begin,
+    /// `BEGIN [ISOLATION LEVEL ...] [READ ONLY | READ WRITE] [[NOT] DEFERRABLE]`.
+    Begin(TxModes),
+    /// `SET TRANSACTION modes` (this block), or `SET SESSION CHARACTERISTICS AS
+    /// TRANSACTION modes` (the session's default for new blocks).
+    SetTransaction {
+        session_default: bool,
+        modes: TxModes,
+    },
     Commit,
     Rollback,
     /// INSERT / UPDATE / DELETE: planned by DataFusion, applied by the table store.
@@ -67,6 +74,66 @@ pub enum Statement {
     Copy(Box<Copy>),
     /// `DISCARD ALL`: settings back to their defaults, cursors closed.
     DiscardAll,
+}
+
+/// Transaction modes of BEGIN / SET TRANSACTION.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TxModes {
+    /// Lower case, words joined by one space (`read committed`).
+    pub isolation: Option<String>,
+    pub read_only: Option<bool>,
+    pub deferrable: Option<bool>,
+}
+
+/// Transaction modes from the words after BEGIN [WORK | TRANSACTION] / SET TRANSACTION.
+fn tx_modes(words: &[String]) -> Result<TxModes> {
+    let mut m = TxModes::default();
+    let mut i = 0;
+    let w = |i: usize| words.get(i).map(String::as_str);
+    while i < words.len() {
+        match (w(i), w(i + 1)) {
+            (Some(","), _) => i += 1,
+            (Some("isolation"), Some("level")) => {
+                let (level, n) = match (w(i + 2), w(i + 3)) {
+                    (Some("read"), Some(x @ ("committed" | "uncommitted"))) => {
+                        (format!("read {x}"), 2)
+                    }
+                    (Some("repeatable"), Some("read")) => ("repeatable read".to_owned(), 2),
+                    (Some("serializable"), _) => ("serializable".to_owned(), 1),
+                    _ => {
+                        return Err(WeirError::syntax(
+                            "syntax error: ISOLATION LEVEL takes READ COMMITTED, READ UNCOMMITTED, REPEATABLE READ or SERIALIZABLE",
+                        ));
+                    }
+                };
+                m.isolation = Some(level);
+                i += 2 + n;
+            }
+            (Some("read"), Some("only")) => {
+                m.read_only = Some(true);
+                i += 2;
+            }
+            (Some("read"), Some("write")) => {
+                m.read_only = Some(false);
+                i += 2;
+            }
+            (Some("deferrable"), _) => {
+                m.deferrable = Some(true);
+                i += 1;
+            }
+            (Some("not"), Some("deferrable")) => {
+                m.deferrable = Some(false);
+                i += 2;
+            }
+            (Some(other), _) => {
+                return Err(WeirError::syntax(format!(
+                    "syntax error at or near \"{other}\""
+                )));
+            }
+            (None, _) => break,
+        }
+    }
+    Ok(m)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,8 +229,12 @@ pub fn parse(sql: &str) -> Result<Vec<Parsed>> {
     let tokens = datafusion::sql::sqlparser::tokenizer::Tokenizer::new(&dialect, sql)
         .tokenize_with_location()
         .map_err(|e| WeirError::syntax(format!("syntax error: {e}")))?;
+    // before any tree exists: a statement too deep to plan is refused here (54001)
+    crate::sql::depth::check(tokens.iter().map(|t| &t.token))?;
     let (tokens, emit_marks) = preprocess(tokens);
-    let mut p = Parser::new(&dialect).with_tokens_with_locations(tokens);
+    let mut p = Parser::new(&dialect)
+        .with_recursion_limit(crate::sql::depth::MAX_PARSER_RECURSION)
+        .with_tokens_with_locations(tokens);
     let index = LineIndex::new(sql);
     let mut out = Vec::new();
     loop {
@@ -362,8 +433,20 @@ fn parse_one(p: &mut Parser) -> Result<Statement> {
             Ok(Statement::ResetVariable(words.join(" ")))
         }
         Keyword::BEGIN | Keyword::START => {
-            rest_words(p)?;
-            Ok(Statement::Begin)
+            let words = rest_words(p)?;
+            let skip = match words.as_slice() {
+                [first, ..] if first == "start" => match words.get(1).map(String::as_str) {
+                    Some("transaction") => 2,
+                    _ => {
+                        return Err(WeirError::syntax(
+                            "syntax error: START TRANSACTION expected",
+                        ));
+                    }
+                },
+                [_, second, ..] if second == "work" || second == "transaction" => 2,
+                _ => 1,
+            };
+            Ok(Statement::Begin(tx_modes(&words[skip.min(words.len())..])?))
         }
         Keyword::COMMIT | Keyword::END => {
             rest_words(p)?;
@@ -876,9 +959,24 @@ fn parse_set(p: &mut Parser) -> Result<Statement> {
             value,
         });
     }
-    if p.peek_keyword(Keyword::CHARACTERISTICS) || p.peek_keyword(Keyword::TRANSACTION) {
-        rest_words(p)?;
-        return Ok(Statement::NoOp("SET"));
+    if p.parse_keywords(&[Keyword::CHARACTERISTICS, Keyword::AS, Keyword::TRANSACTION]) {
+        let words = rest_words(p)?;
+        return Ok(Statement::SetTransaction {
+            session_default: true,
+            modes: tx_modes(&words)?,
+        });
+    }
+    if p.parse_keyword(Keyword::TRANSACTION) {
+        let words = rest_words(p)?;
+        if words.first().map(String::as_str) == Some("snapshot") {
+            return Err(WeirError::not_supported(
+                "SET TRANSACTION SNAPSHOT is not supported",
+            ));
+        }
+        return Ok(Statement::SetTransaction {
+            session_default: false,
+            modes: tx_modes(&words)?,
+        });
     }
     let mut name = normalize_ident(&p.parse_identifier()?);
     while p.consume_token(&Token::Period) {

@@ -29,6 +29,7 @@ pub fn interval_micros(text: &str) -> Result<i64> {
 
 /// The microseconds of an interval literal: `INTERVAL '5 seconds'`, `INTERVAL '5' SECOND`,
 /// `'5 seconds'::interval` or a plain string.
+#[recursive::recursive]
 pub fn interval_expr_micros(e: &ast::Expr) -> Result<i64> {
     let text = match e {
         ast::Expr::Interval(iv) => {

@@ -1,0 +1,553 @@
+//! Postgres' arithmetic where DataFusion's differs, as one analyzer rule that runs after
+//! DataFusion's type coercion on every plan (ad-hoc queries, DML, views):
+//!
+//! - integer `+`, `-`, `*` and unary `-` raise 22003 (`bigint out of range`) on overflow
+//!   instead of wrapping (DataFusion's defaults wrap); `/` already raises;
+//! - `sum` of `bigint` is `numeric`, as in Postgres, so it cannot overflow (a `sum` of our
+//!   own that types its argument as Postgres does, registered over DataFusion's);
+//! - `sum` and `avg` of `real` and `double precision` are exact (see
+//!   [`crate::operators::float_sum`]): the same value whatever the order of the rows, and
+//!   what an incrementally maintained view gives after any retractions.
+//!
+//! Output names are kept (the rewritten expressions are aliased back), so a column
+//! `a + b` is still named as before.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, Datum};
+use datafusion::arrow::compute::kernels::numeric;
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Float64Type};
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::{DFSchema, ExprSchema, Result as DfResult, ScalarValue};
+use datafusion::error::DataFusionError;
+use datafusion::logical_expr::expr::{AggregateFunction, AggregateFunctionParams};
+use datafusion::logical_expr::expr_rewriter::NamePreserver;
+use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
+use datafusion::logical_expr::{
+    Accumulator, AggregateUDF, AggregateUDFImpl, BinaryExpr, ColumnarValue, Expr, ExprSchemable,
+    LogicalPlan, Operator, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+    cast,
+};
+use datafusion::optimizer::AnalyzerRule;
+
+use crate::error::{WeirError, sqlstate};
+use crate::operators::float_sum::ExactSum;
+
+/// Integer types whose arithmetic must not wrap, and how Postgres names them.
+fn integer_name(t: &DataType) -> Option<&'static str> {
+    Some(match t {
+        DataType::Int8 => "tinyint",
+        DataType::Int16 => "smallint",
+        DataType::Int32 => "integer",
+        DataType::Int64 => "bigint",
+        DataType::UInt8 | DataType::UInt16 | DataType::UInt32 => "integer",
+        DataType::UInt64 => "numeric",
+        _ => return None,
+    })
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Op {
+    Add,
+    Sub,
+    Mul,
+    Neg,
+}
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Op::Add => "weir_checked_add",
+            Op::Sub => "weir_checked_sub",
+            Op::Mul => "weir_checked_mul",
+            Op::Neg => "weir_checked_neg",
+        }
+    }
+}
+
+/// Checked integer arithmetic (arrow's checked kernels), erroring as Postgres does.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Checked {
+    op: Op,
+    signature: Signature,
+}
+
+impl Checked {
+    fn new(op: Op) -> Self {
+        let n = if op == Op::Neg { 1 } else { 2 };
+        Checked {
+            op,
+            signature: Signature::any(n, Volatility::Immutable),
+        }
+    }
+}
+
+fn datum(v: &ColumnarValue) -> DfResult<Box<dyn Datum>> {
+    Ok(match v {
+        ColumnarValue::Array(a) => Box::new(a.clone()),
+        ColumnarValue::Scalar(s) => Box::new(s.to_scalar()?),
+    })
+}
+
+fn out_of_range(t: &DataType) -> DataFusionError {
+    DataFusionError::External(Box::new(WeirError::new(
+        sqlstate::NUMERIC_VALUE_OUT_OF_RANGE,
+        format!("{} out of range", integer_name(t).unwrap_or("integer")),
+    )))
+}
+
+impl ScalarUDFImpl for Checked {
+    fn name(&self) -> &str {
+        self.op.name()
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, args: &[DataType]) -> DfResult<DataType> {
+        Ok(args.first().cloned().unwrap_or(DataType::Int64))
+    }
+    /// A constant name: deriving it from the arguments would cost the length of the whole
+    /// chain at every level of `a + b + c ...` (the analyzer aliases rewritten
+    /// expressions back to their original names).
+    fn schema_name(&self, _args: &[Expr]) -> DfResult<String> {
+        Ok(self.op.name().to_owned())
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        let scalar = args
+            .args
+            .iter()
+            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+        let t = args.return_field.data_type().clone();
+        let result: ArrayRef = match self.op {
+            Op::Neg => {
+                let a = match &args.args[0] {
+                    ColumnarValue::Array(a) => a.clone(),
+                    ColumnarValue::Scalar(s) => s.to_array()?,
+                };
+                numeric::neg(&a).map_err(|_| out_of_range(&t))?
+            }
+            op => {
+                let l = datum(&args.args[0])?;
+                let r = datum(&args.args[1])?;
+                let f = match op {
+                    Op::Add => numeric::add,
+                    Op::Sub => numeric::sub,
+                    _ => numeric::mul,
+                };
+                f(l.as_ref(), r.as_ref()).map_err(|e| match e {
+                    datafusion::arrow::error::ArrowError::ArithmeticOverflow(_) => out_of_range(&t),
+                    other => DataFusionError::ArrowError(Box::new(other), None),
+                })?
+            }
+        };
+        if scalar && result.len() == 1 {
+            Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(
+                &result, 0,
+            )?))
+        } else {
+            Ok(ColumnarValue::Array(result))
+        }
+    }
+}
+
+fn checked_udf(op: Op) -> Arc<ScalarUDF> {
+    Arc::new(ScalarUDF::new_from_impl(Checked::new(op)))
+}
+
+/// `sum` as Postgres types it: `sum(bigint)` is `numeric` (DataFusion's is a wrapping
+/// `bigint`), the rest as DataFusion's own `sum`, which does the work.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct PgSum {
+    inner: Arc<AggregateUDF>,
+    signature: Signature,
+}
+
+impl PgSum {
+    fn new() -> Self {
+        PgSum {
+            inner: datafusion::functions_aggregate::sum::sum_udaf(),
+            signature: Signature::user_defined(Volatility::Immutable),
+        }
+    }
+}
+
+impl AggregateUDFImpl for PgSum {
+    fn name(&self) -> &str {
+        "sum"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn coerce_types(&self, args: &[DataType]) -> DfResult<Vec<DataType>> {
+        let [t] = args else {
+            return Err(DataFusionError::Plan(
+                "sum takes exactly one argument".into(),
+            ));
+        };
+        let to = match t {
+            DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Null => DataType::Int64,
+            DataType::UInt8 | DataType::UInt16 | DataType::UInt32 => DataType::Int64,
+            DataType::Int64 | DataType::UInt64 => DataType::Decimal128(38, 0),
+            DataType::Float16 | DataType::Float32 | DataType::Float64 => DataType::Float64,
+            DataType::Decimal32(..)
+            | DataType::Decimal64(..)
+            | DataType::Decimal128(..)
+            | DataType::Decimal256(..)
+            | DataType::Duration(_)
+            | DataType::Interval(_) => t.clone(),
+            DataType::Dictionary(_, v) => return self.coerce_types(&[v.as_ref().clone()]),
+            other => {
+                return Err(DataFusionError::External(Box::new(WeirError::new(
+                    sqlstate::UNDEFINED_FUNCTION,
+                    format!(
+                        "function sum({}) does not exist",
+                        crate::sql::types::SqlType::from_arrow(other)
+                            .map(|t| t.display_name())
+                            .unwrap_or_else(|| other.to_string())
+                    ),
+                ))));
+            }
+        };
+        Ok(vec![to])
+    }
+    fn return_type(&self, args: &[DataType]) -> DfResult<DataType> {
+        self.inner.inner().return_type(args)
+    }
+    fn accumulator(&self, args: AccumulatorArgs) -> DfResult<Box<dyn Accumulator>> {
+        self.inner.inner().accumulator(args)
+    }
+    fn state_fields(&self, args: StateFieldsArgs) -> DfResult<Vec<FieldRef>> {
+        self.inner.inner().state_fields(args)
+    }
+    fn groups_accumulator_supported(&self, args: AccumulatorArgs) -> bool {
+        self.inner.inner().groups_accumulator_supported(args)
+    }
+    fn create_groups_accumulator(
+        &self,
+        args: AccumulatorArgs,
+    ) -> DfResult<Box<dyn datafusion::logical_expr::GroupsAccumulator>> {
+        self.inner.inner().create_groups_accumulator(args)
+    }
+    fn create_sliding_accumulator(&self, args: AccumulatorArgs) -> DfResult<Box<dyn Accumulator>> {
+        self.inner.inner().create_sliding_accumulator(args)
+    }
+    fn reverse_expr(&self) -> datafusion::logical_expr::ReversedUDAF {
+        datafusion::logical_expr::ReversedUDAF::Identical
+    }
+    fn order_sensitivity(&self) -> datafusion::logical_expr::utils::AggregateOrderSensitivity {
+        self.inner.inner().order_sensitivity()
+    }
+    fn default_value(&self, t: &DataType) -> DfResult<ScalarValue> {
+        self.inner.inner().default_value(t)
+    }
+}
+
+/// Names of the exact float aggregates (the `Aggregate` operator knows them).
+pub const EXACT_SUM: &str = "weir_exact_sum";
+pub const EXACT_AVG: &str = "weir_exact_avg";
+
+/// `sum` / `avg` of floats, exact (see `operators::float_sum`). Shown under the name of the
+/// aggregate it replaces.
+#[derive(Debug)]
+struct ExactFloatAgg {
+    avg: bool,
+    shown: Arc<AggregateUDF>,
+    signature: Signature,
+}
+
+impl PartialEq for ExactFloatAgg {
+    fn eq(&self, other: &Self) -> bool {
+        self.avg == other.avg
+    }
+}
+impl Eq for ExactFloatAgg {}
+impl std::hash::Hash for ExactFloatAgg {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.avg.hash(state);
+    }
+}
+
+impl ExactFloatAgg {
+    fn new(avg: bool) -> Self {
+        ExactFloatAgg {
+            avg,
+            shown: if avg {
+                datafusion::functions_aggregate::average::avg_udaf()
+            } else {
+                datafusion::functions_aggregate::sum::sum_udaf()
+            },
+            signature: Signature::exact(vec![DataType::Float64], Volatility::Immutable),
+        }
+    }
+}
+
+impl AggregateUDFImpl for ExactFloatAgg {
+    fn name(&self) -> &str {
+        if self.avg { EXACT_AVG } else { EXACT_SUM }
+    }
+    fn schema_name(&self, params: &AggregateFunctionParams) -> DfResult<String> {
+        self.shown.inner().schema_name(params)
+    }
+    fn human_display(&self, params: &AggregateFunctionParams) -> DfResult<String> {
+        self.shown.inner().human_display(params)
+    }
+    fn display_name(&self, params: &AggregateFunctionParams) -> DfResult<String> {
+        self.shown.inner().display_name(params)
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _args: &[DataType]) -> DfResult<DataType> {
+        Ok(DataType::Float64)
+    }
+    fn accumulator(&self, _args: AccumulatorArgs) -> DfResult<Box<dyn Accumulator>> {
+        Ok(Box::new(ExactFloatAccumulator {
+            avg: self.avg,
+            sum: ExactSum::new(),
+            count: 0,
+        }))
+    }
+    fn state_fields(&self, args: StateFieldsArgs) -> DfResult<Vec<FieldRef>> {
+        Ok(vec![
+            Arc::new(Field::new(
+                format!("{}[sum]", args.name),
+                DataType::Binary,
+                true,
+            )),
+            Arc::new(Field::new(
+                format!("{}[count]", args.name),
+                DataType::Int64,
+                true,
+            )),
+        ])
+    }
+    fn create_sliding_accumulator(&self, args: AccumulatorArgs) -> DfResult<Box<dyn Accumulator>> {
+        self.accumulator(args)
+    }
+}
+
+#[derive(Debug)]
+struct ExactFloatAccumulator {
+    avg: bool,
+    sum: ExactSum,
+    count: i64,
+}
+
+impl ExactFloatAccumulator {
+    fn feed(&mut self, values: &[ArrayRef], weight: i64) -> DfResult<()> {
+        let v = datafusion::arrow::compute::cast(&values[0], &DataType::Float64)?;
+        let v = v.as_primitive::<Float64Type>();
+        for x in v.iter().flatten() {
+            self.sum.add(x, weight);
+            self.count += weight;
+        }
+        Ok(())
+    }
+}
+
+impl Accumulator for ExactFloatAccumulator {
+    fn update_batch(&mut self, values: &[ArrayRef]) -> DfResult<()> {
+        self.feed(values, 1)
+    }
+    fn retract_batch(&mut self, values: &[ArrayRef]) -> DfResult<()> {
+        self.feed(values, -1)
+    }
+    fn supports_retract_batch(&self) -> bool {
+        true
+    }
+    fn evaluate(&mut self) -> DfResult<ScalarValue> {
+        if self.count == 0 {
+            return Ok(ScalarValue::Float64(None));
+        }
+        let v = self.sum.value();
+        Ok(ScalarValue::Float64(Some(if self.avg {
+            v / self.count as f64
+        } else {
+            v
+        })))
+    }
+    fn size(&self) -> usize {
+        std::mem::size_of::<Self>() + self.sum.heap_size()
+    }
+    fn state(&mut self) -> DfResult<Vec<ScalarValue>> {
+        Ok(vec![
+            ScalarValue::Binary(Some(self.sum.to_bytes())),
+            ScalarValue::Int64(Some(self.count)),
+        ])
+    }
+    fn merge_batch(&mut self, states: &[ArrayRef]) -> DfResult<()> {
+        let sums = states[0].as_binary::<i32>();
+        let counts = states[1].as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+        for i in 0..sums.len() {
+            if sums.is_valid(i) {
+                let other = ExactSum::from_bytes(sums.value(i))
+                    .ok_or_else(|| DataFusionError::Internal("corrupt exact-sum state".into()))?;
+                self.sum.merge(&other);
+            }
+            if counts.is_valid(i) {
+                self.count += counts.value(i);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn exact_udaf(avg: bool) -> Arc<AggregateUDF> {
+    Arc::new(AggregateUDF::new_from_impl(ExactFloatAgg::new(avg)))
+}
+
+/// The analyzer rule (see the module header).
+#[derive(Debug, Default)]
+pub struct PgSemantics;
+
+impl AnalyzerRule for PgSemantics {
+    fn name(&self) -> &str {
+        "weir_pg_semantics"
+    }
+
+    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> DfResult<LogicalPlan> {
+        Ok(plan.transform_up_with_subqueries(rewrite_node)?.data)
+    }
+}
+
+fn rewrite_node(plan: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
+    let mut schema = DFSchema::empty();
+    for input in plan.inputs() {
+        schema.merge(input.schema());
+    }
+    if let LogicalPlan::TableScan(ts) = &plan
+        && let Ok(s) =
+            DFSchema::try_from_qualified_schema(ts.table_name.clone(), &ts.source.schema())
+    {
+        schema.merge(&s);
+    }
+    let names = NamePreserver::new(&plan);
+    let t = plan.map_expressions(|expr| {
+        let saved = names.save(&expr);
+        let (e, changed, _) = rewrite_expr(expr, &schema)?;
+        let e = if changed { saved.restore(e) } else { e };
+        Ok(if changed {
+            Transformed::yes(e)
+        } else {
+            Transformed::no(e)
+        })
+    })?;
+    if t.transformed {
+        t.map_data(|p| p.recompute_schema())
+    } else {
+        Ok(t)
+    }
+}
+
+/// The type of an expression whose type the rewrite did not learn on the way up.
+fn type_of(e: &Expr, known: Option<DataType>, schema: &DFSchema) -> Option<DataType> {
+    known.or_else(|| e.get_type(schema).ok())
+}
+
+/// Rewrite bottom up, returning (expression, changed, type when cheaply known). Types are
+/// carried up the tree so that a chain of N operators costs O(N), not O(N²).
+#[recursive::recursive]
+fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<DataType>)> {
+    match e {
+        Expr::BinaryExpr(BinaryExpr { left, op, right })
+            if matches!(op, Operator::Plus | Operator::Minus | Operator::Multiply) =>
+        {
+            let (l, lc, lt) = rewrite_expr(*left, schema)?;
+            let (r, rc, rt) = rewrite_expr(*right, schema)?;
+            let lt = type_of(&l, lt, schema);
+            let rt = type_of(&r, rt, schema);
+            match (lt, rt) {
+                (Some(lt), Some(rt)) if lt == rt && integer_name(&lt).is_some() => {
+                    let op = match op {
+                        Operator::Plus => Op::Add,
+                        Operator::Minus => Op::Sub,
+                        _ => Op::Mul,
+                    };
+                    Ok((checked_udf(op).call(vec![l, r]), true, Some(lt)))
+                }
+                _ => Ok((
+                    Expr::BinaryExpr(BinaryExpr::new(Box::new(l), op, Box::new(r))),
+                    lc || rc,
+                    None,
+                )),
+            }
+        }
+        Expr::Negative(inner) => {
+            let (x, c, t) = rewrite_expr(*inner, schema)?;
+            match type_of(&x, t, schema) {
+                Some(t) if integer_name(&t).is_some() => {
+                    Ok((checked_udf(Op::Neg).call(vec![x]), true, Some(t)))
+                }
+                _ => Ok((Expr::Negative(Box::new(x)), c, None)),
+            }
+        }
+        Expr::Column(ref c) => {
+            let t = schema
+                .field_from_column(c)
+                .ok()
+                .map(|f| f.data_type().clone());
+            Ok((e, false, t))
+        }
+        Expr::Literal(ref v, _) => {
+            let t = v.data_type();
+            Ok((e, false, Some(t)))
+        }
+        Expr::AggregateFunction(agg) => {
+            let mut changed = false;
+            let mut agg = agg;
+            let mut args = Vec::with_capacity(agg.params.args.len());
+            for a in std::mem::take(&mut agg.params.args) {
+                let (a, c, _) = rewrite_expr(a, schema)?;
+                changed |= c;
+                args.push(a);
+            }
+            agg.params.args = args;
+            if let Some(f) = agg.params.filter.take() {
+                let (f, c, _) = rewrite_expr(*f, schema)?;
+                changed |= c;
+                agg.params.filter = Some(Box::new(f));
+            }
+            let (e, c) = rewrite_aggregate(agg, schema);
+            Ok((e, changed || c, None))
+        }
+        other => {
+            let mut changed = false;
+            let t = other.map_children(|c| {
+                let (c, ch, _) = rewrite_expr(c, schema)?;
+                changed |= ch;
+                Ok(Transformed::new_transformed(c, ch))
+            })?;
+            Ok((t.data, changed, None))
+        }
+    }
+}
+
+/// `sum`/`avg` of floats become exact.
+fn rewrite_aggregate(mut agg: AggregateFunction, schema: &DFSchema) -> (Expr, bool) {
+    let name = agg.func.name().to_owned();
+    if !matches!(name.as_str(), "sum" | "avg" | "mean") || agg.params.args.len() != 1 {
+        return (Expr::AggregateFunction(agg), false);
+    }
+    let avg = name != "sum";
+    match agg.params.args[0].get_type(schema) {
+        Ok(DataType::Float64 | DataType::Float32) => {
+            agg.func = exact_udaf(avg);
+            let arg = agg.params.args.remove(0);
+            agg.params.args = vec![cast(arg, DataType::Float64)];
+            (Expr::AggregateFunction(agg), true)
+        }
+        _ => (Expr::AggregateFunction(agg), false),
+    }
+}
+
+/// Register the checked operators (views and plans name them).
+pub fn register(ctx: &datafusion::execution::context::SessionContext) {
+    for op in [Op::Add, Op::Sub, Op::Mul, Op::Neg] {
+        ctx.register_udf(checked_udf(op).as_ref().clone());
+    }
+    for avg in [false, true] {
+        ctx.register_udaf(exact_udaf(avg).as_ref().clone());
+    }
+    ctx.register_udaf(AggregateUDF::new_from_impl(PgSum::new()));
+}

@@ -1,0 +1,108 @@
+//! Limits one client or one statement may not pass, in one place: how deep a statement may
+//! nest, how much memory a statement may use, how large a value may grow, how many
+//! connections may be open (`--max-connections`, counted in `server/connection.rs`). `docs/GUARANTEES.md` ("Limits") lists them with what happens
+//! at each.
+
+use crate::error::{Result, WeirError, sqlstate};
+
+pub use crate::sql::depth::MAX_STATEMENT_DEPTH;
+
+/// Stack of every runtime and blocking thread that plans or runs statements. Planning a
+/// statement of [`MAX_STATEMENT_DEPTH`] levels needs a few MiB in a debug build; the rest is
+/// headroom. (Only touched pages cost memory.)
+pub const THREAD_STACK_BYTES: usize = 64 * 1024 * 1024;
+
+/// Largest text or byte value a function may produce (Postgres' limit on one value).
+pub const MAX_VALUE_BYTES: usize = 1 << 30;
+
+/// Parse a size with an optional unit as Postgres spells them (`kB`, `MB`, `GB`, `TB`, and
+/// `B`; also `KiB`/`MiB`/`GiB`): units are powers of 1024. A bare number is in
+/// `bare_unit` bytes (Postgres' `work_mem` takes kB).
+pub fn parse_size_with(text: &str, bare_unit: u64) -> std::result::Result<usize, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let num: f64 = num
+        .parse()
+        .map_err(|_| format!("'{text}' is not a size (e.g. 512MB, 2GB)"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" => bare_unit,
+        "b" => 1,
+        "kb" | "k" | "kib" => 1 << 10,
+        "mb" | "m" | "mib" => 1 << 20,
+        "gb" | "g" | "gib" => 1 << 30,
+        "tb" | "t" | "tib" => 1 << 40,
+        other => {
+            return Err(format!(
+                "unit '{other}' is not a size unit (B, kB, MB, GB, TB)"
+            ));
+        }
+    };
+    let bytes = num * mult as f64;
+    if !bytes.is_finite() || bytes < 0.0 || bytes > usize::MAX as f64 {
+        return Err(format!("'{text}' is out of range"));
+    }
+    Ok(bytes as usize)
+}
+
+/// A size in bytes when no unit is given.
+pub fn parse_size(text: &str) -> std::result::Result<usize, String> {
+    parse_size_with(text, 1)
+}
+
+/// A size as Postgres shows a memory setting (`4MB`, `2GB`, `512kB`).
+pub fn format_size(bytes: usize) -> String {
+    const UNITS: &[(usize, &str)] = &[
+        (1 << 40, "TB"),
+        (1 << 30, "GB"),
+        (1 << 20, "MB"),
+        (1 << 10, "kB"),
+    ];
+    for (m, u) in UNITS {
+        if bytes >= *m && bytes % m == 0 {
+            return format!("{}{u}", bytes / m);
+        }
+    }
+    format!("{bytes}B")
+}
+
+/// The error for a value that would pass [`MAX_VALUE_BYTES`].
+pub fn value_too_large(what: &str) -> WeirError {
+    WeirError::new(
+        sqlstate::PROGRAM_LIMIT_EXCEEDED,
+        format!(
+            "{what}: requested length too large (a value may hold at most {})",
+            format_size(MAX_VALUE_BYTES)
+        ),
+    )
+}
+
+/// Check a result length before allocating it.
+pub fn check_value_len(what: &str, len: u128) -> Result<()> {
+    if len > MAX_VALUE_BYTES as u128 {
+        Err(value_too_large(what))
+    } else {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("2GB").unwrap(), 2 << 30);
+        assert_eq!(parse_size("512MB").unwrap(), 512 << 20);
+        assert_eq!(parse_size("64kB").unwrap(), 64 << 10);
+        assert_eq!(parse_size("1000").unwrap(), 1000);
+        assert_eq!(parse_size_with("1024", 1024).unwrap(), 1 << 20);
+        assert!(parse_size("x").is_err());
+        assert!(parse_size("5 parsecs").is_err());
+        assert_eq!(format_size(4 << 20), "4MB");
+        assert_eq!(format_size(2 << 30), "2GB");
+        assert_eq!(format_size(1500), "1500B");
+    }
+}
