@@ -8,6 +8,7 @@ pub mod pg_catalog;
 pub mod pg_semantics;
 pub mod rewrite;
 pub mod system;
+pub mod value_limits;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -248,6 +248,7 @@ impl Engine {
                 Err(e) => self.catalog_probe(session, q, e).await,
             },
             Statement::Dml(q) => self.execute_dml(session, q, params).await,
+            Statement::BulkInsert(scan) => self.bulk_insert(session, scan).await,
             Statement::CreateTable(ct) => {
                 self.create_table(ct, &parsed.text)?;
                 Ok(Output::Command("CREATE TABLE".into()))
@@ -636,6 +637,46 @@ impl Engine {
             _ = interrupt.cancelled() => return Err(interrupt.error()),
         };
         self.apply(session, &table, change, verb).await
+    }
+
+    /// A large literal INSERT read without a syntax tree (`sql::bulk_insert`); the general
+    /// path when one of its columns needs it.
+    async fn bulk_insert(
+        &self,
+        session: &mut Session,
+        scan: &crate::sql::bulk_insert::ScannedInsert,
+    ) -> Result<Output> {
+        let entry = self
+            .catalog
+            .get(&scan.table)
+            .ok_or_else(|| WeirError::undefined_table(&scan.table))?;
+        let table = entry.table.clone().ok_or_else(|| {
+            WeirError::new(
+                sqlstate::WRONG_OBJECT_TYPE,
+                format!(
+                    "cannot change {} \"{}\"",
+                    entry.desc.kind.noun(),
+                    scan.table
+                ),
+            )
+        })?;
+        refuse_connector_table(&entry.desc, "INSERT into")?;
+        match crate::plan::insert_values::scanned_rows(scan, &entry.desc)? {
+            Some(batch) => {
+                let _writer = lock_writer(session, &table).await?;
+                self.apply(session, &table, Change::Insert(vec![batch]), "INSERT")
+                    .await
+            }
+            None => {
+                let mut parsed = crate::sql::parser::parse_tree(&scan.source, usize::MAX)?;
+                match parsed.pop().map(|p| p.stmt) {
+                    Some(Statement::Dml(q)) if parsed.is_empty() => {
+                        Box::pin(self.execute_dml(session, &q, None)).await
+                    }
+                    _ => Err(WeirError::internal("a scanned INSERT did not parse as one")),
+                }
+            }
+        }
     }
 
     /// Apply a change (the caller holds the table's writer lock) and keep its undo.
@@ -1193,6 +1234,7 @@ fn write_kind(stmt: &Statement) -> Option<&'static str> {
             ast::Statement::Delete(_) => "DELETE",
             _ => "a data-modifying statement",
         },
+        Statement::BulkInsert(_) => "INSERT",
         Statement::CreateTable(_) => "CREATE TABLE",
         Statement::CreateSource(_) => "CREATE SOURCE",
         Statement::CreateView(_) => "CREATE MATERIALIZED VIEW",

@@ -65,6 +65,11 @@ pub fn format_size(bytes: usize) -> String {
             return format!("{}{u}", bytes / m);
         }
     }
+    for (m, u) in UNITS {
+        if bytes >= *m {
+            return format!("{:.1}{u}", bytes as f64 / *m as f64);
+        }
+    }
     format!("{bytes}B")
 }
 
@@ -103,6 +108,7 @@ mod tests {
         assert!(parse_size("5 parsecs").is_err());
         assert_eq!(format_size(4 << 20), "4MB");
         assert_eq!(format_size(2 << 30), "2GB");
-        assert_eq!(format_size(1500), "1500B");
+        assert_eq!(format_size(1000), "1000B");
+        assert_eq!(format_size(1536), "1.5kB");
     }
 }

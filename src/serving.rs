@@ -122,6 +122,7 @@ pub fn session_context(
     );
     functions::register(&ctx, catalog);
     crate::catalog::pg_semantics::register(&ctx);
+    crate::catalog::value_limits::register(&ctx);
     crate::sql::windows::register(&ctx);
     crate::sql::json::register(&ctx);
     ctx

@@ -1,9 +1,11 @@
 //! SQL text in: the statement parser (sqlparser's Postgres dialect plus Weir's streaming
 //! syntax) and the SQL type system.
 
+pub mod bulk_insert;
 pub mod client_stmts;
 pub mod depth;
 pub mod json;
+pub mod jsonb;
 pub mod parser;
 pub mod time;
 pub mod types;

@@ -185,9 +185,11 @@ impl AggregateUDFImpl for PgSum {
                 "sum takes exactly one argument".into(),
             ));
         };
+        // must map each result to itself: DataFusion coerces again when it types the call
         let to = match t {
-            DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Null => DataType::Int64,
-            DataType::UInt8 | DataType::UInt16 | DataType::UInt32 => DataType::Int64,
+            DataType::Null => DataType::Int64,
+            DataType::Int8 | DataType::Int16 | DataType::Int32 => t.clone(),
+            DataType::UInt8 | DataType::UInt16 | DataType::UInt32 => DataType::Int32,
             DataType::Int64 | DataType::UInt64 => DataType::Decimal128(38, 0),
             DataType::Float16 | DataType::Float32 | DataType::Float64 => DataType::Float64,
             DataType::Decimal32(..)
@@ -211,11 +213,16 @@ impl AggregateUDFImpl for PgSum {
         };
         Ok(vec![to])
     }
+    /// `smallint` and `integer` sum to `bigint` (DataFusion's `sum` of their values
+    /// widened, see [`Widened`]).
     fn return_type(&self, args: &[DataType]) -> DfResult<DataType> {
-        self.inner.inner().return_type(args)
+        match args {
+            [DataType::Int8 | DataType::Int16 | DataType::Int32] => Ok(DataType::Int64),
+            _ => self.inner.inner().return_type(args),
+        }
     }
     fn accumulator(&self, args: AccumulatorArgs) -> DfResult<Box<dyn Accumulator>> {
-        self.inner.inner().accumulator(args)
+        Ok(Box::new(Widened(self.inner.inner().accumulator(args)?)))
     }
     fn state_fields(&self, args: StateFieldsArgs) -> DfResult<Vec<FieldRef>> {
         self.inner.inner().state_fields(args)
@@ -227,10 +234,14 @@ impl AggregateUDFImpl for PgSum {
         &self,
         args: AccumulatorArgs,
     ) -> DfResult<Box<dyn datafusion::logical_expr::GroupsAccumulator>> {
-        self.inner.inner().create_groups_accumulator(args)
+        Ok(Box::new(WidenedGroups(
+            self.inner.inner().create_groups_accumulator(args)?,
+        )))
     }
     fn create_sliding_accumulator(&self, args: AccumulatorArgs) -> DfResult<Box<dyn Accumulator>> {
-        self.inner.inner().create_sliding_accumulator(args)
+        Ok(Box::new(Widened(
+            self.inner.inner().create_sliding_accumulator(args)?,
+        )))
     }
     fn reverse_expr(&self) -> datafusion::logical_expr::ReversedUDAF {
         datafusion::logical_expr::ReversedUDAF::Identical
@@ -240,6 +251,86 @@ impl AggregateUDFImpl for PgSum {
     }
     fn default_value(&self, t: &DataType) -> DfResult<ScalarValue> {
         self.inner.inner().default_value(t)
+    }
+}
+
+/// Narrow integers widened to `bigint` before DataFusion's `sum` sees them (its
+/// accumulators take values of their result type).
+fn widen(values: &[ArrayRef]) -> DfResult<Vec<ArrayRef>> {
+    values
+        .iter()
+        .map(|v| match v.data_type() {
+            DataType::Int8 | DataType::Int16 | DataType::Int32 => {
+                Ok(datafusion::arrow::compute::cast(v, &DataType::Int64)?)
+            }
+            _ => Ok(v.clone()),
+        })
+        .collect()
+}
+
+#[derive(Debug)]
+struct Widened(Box<dyn Accumulator>);
+
+impl Accumulator for Widened {
+    fn update_batch(&mut self, values: &[ArrayRef]) -> DfResult<()> {
+        self.0.update_batch(&widen(values)?)
+    }
+    fn retract_batch(&mut self, values: &[ArrayRef]) -> DfResult<()> {
+        self.0.retract_batch(&widen(values)?)
+    }
+    fn supports_retract_batch(&self) -> bool {
+        self.0.supports_retract_batch()
+    }
+    fn evaluate(&mut self) -> DfResult<ScalarValue> {
+        self.0.evaluate()
+    }
+    fn size(&self) -> usize {
+        self.0.size()
+    }
+    fn state(&mut self) -> DfResult<Vec<ScalarValue>> {
+        self.0.state()
+    }
+    fn merge_batch(&mut self, states: &[ArrayRef]) -> DfResult<()> {
+        self.0.merge_batch(states)
+    }
+}
+
+struct WidenedGroups(Box<dyn datafusion::logical_expr::GroupsAccumulator>);
+
+impl datafusion::logical_expr::GroupsAccumulator for WidenedGroups {
+    fn update_batch(
+        &mut self,
+        values: &[ArrayRef],
+        group_indices: &[usize],
+        opt_filter: Option<&datafusion::arrow::array::BooleanArray>,
+        total_num_groups: usize,
+    ) -> DfResult<()> {
+        self.0
+            .update_batch(&widen(values)?, group_indices, opt_filter, total_num_groups)
+    }
+    fn evaluate(&mut self, emit_to: datafusion::logical_expr::EmitTo) -> DfResult<ArrayRef> {
+        self.0.evaluate(emit_to)
+    }
+    fn state(&mut self, emit_to: datafusion::logical_expr::EmitTo) -> DfResult<Vec<ArrayRef>> {
+        self.0.state(emit_to)
+    }
+    fn merge_batch(
+        &mut self,
+        values: &[ArrayRef],
+        group_indices: &[usize],
+        total_num_groups: usize,
+    ) -> DfResult<()> {
+        self.0.merge_batch(values, group_indices, total_num_groups)
+    }
+    fn convert_to_state(
+        &self,
+        values: &[ArrayRef],
+        opt_filter: Option<&datafusion::arrow::array::BooleanArray>,
+    ) -> DfResult<Vec<ArrayRef>> {
+        self.0.convert_to_state(&widen(values)?, opt_filter)
+    }
+    fn size(&self) -> usize {
+        self.0.size()
     }
 }
 

@@ -107,6 +107,25 @@ impl CsvDecoder {
             };
             let col = match c.ty {
                 SqlType::Timestamp | SqlType::TimestampTz => text,
+                // JSON text, checked and stored in jsonb's canonical form
+                SqlType::Jsonb => match text.as_any().downcast_ref::<StringArray>() {
+                    Some(s) => {
+                        let mut out: Vec<Option<String>> = Vec::with_capacity(s.len());
+                        for (r, v) in s.iter().enumerate() {
+                            match v.map(crate::sql::jsonb::normalize) {
+                                None => out.push(None),
+                                Some(Ok(n)) => out.push(Some(n)),
+                                Some(Err(e)) => {
+                                    bad_cast
+                                        .push((r, format!("column \"{}\": {}", c.name, e.message)));
+                                    out.push(None);
+                                }
+                            }
+                        }
+                        Arc::new(StringArray::from(out)) as ArrayRef
+                    }
+                    None => text,
+                },
                 _ if is_text => text,
                 _ => {
                     let target = c.ty.arrow_type();

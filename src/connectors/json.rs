@@ -126,7 +126,14 @@ impl JsonDecoder {
                         });
                         match field {
                             Some(serde_json::Value::Null) | None => b.append_null(),
-                            Some(v) => b.append_value(v.to_string()),
+                            // serde_json wrote it, so it is JSON: stored in jsonb's form
+                            Some(v) => {
+                                let text = v.to_string();
+                                match crate::sql::jsonb::normalize(&text) {
+                                    Ok(n) => b.append_value(n),
+                                    Err(_) => b.append_value(text),
+                                }
+                            }
                         }
                     }
                     Arc::new(b.finish())

@@ -122,3 +122,153 @@ pub fn literal_rows(ins: &ast::Insert, desc: &RelationDesc) -> Option<RecordBatc
     )
     .ok()
 }
+
+/// The rows of a scanned literal INSERT (`sql::bulk_insert`) as one batch of the table's
+/// columns: `Ok(None)` when a target column's type needs the general path (bytea, arrays,
+/// ...). Literals are typed as Postgres types them: a number or a Boolean assigned to a
+/// column of an unrelated type is 42804; a string is read by the column's type (22P02 when
+/// it does not read).
+pub fn scanned_rows(
+    scan: &crate::sql::bulk_insert::ScannedInsert,
+    desc: &RelationDesc,
+) -> crate::error::Result<Option<RecordBatch>> {
+    use crate::error::{WeirError, sqlstate};
+    let targets: Vec<usize> = if scan.columns.is_empty() {
+        (0..desc.columns.len()).collect()
+    } else {
+        scan.columns
+            .iter()
+            .map(|n| {
+                desc.columns
+                    .iter()
+                    .position(|d| d.name == *n)
+                    .ok_or_else(|| {
+                        WeirError::new(
+                            sqlstate::UNDEFINED_COLUMN,
+                            format!(
+                                "column \"{n}\" of relation \"{}\" does not exist",
+                                desc.name
+                            ),
+                        )
+                    })
+            })
+            .collect::<crate::error::Result<Vec<_>>>()?
+    };
+    if scan.values.len() > targets.len() {
+        return Err(WeirError::syntax(
+            "INSERT has more expressions than target columns",
+        ));
+    }
+    if scan.values.len() < targets.len() && !scan.columns.is_empty() {
+        return Err(WeirError::syntax(
+            "INSERT has more target columns than expressions",
+        ));
+    }
+    let n = scan.rows;
+    let schema = desc.schema();
+    let mut columns: Vec<ArrayRef> = schema
+        .fields()
+        .iter()
+        .map(|f| new_null_array(f.data_type(), n))
+        .collect();
+    let options = CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    for (value, &col) in scan.values.iter().zip(&targets) {
+        let c = &desc.columns[col];
+        let ty = &c.ty;
+        let numeric = matches!(
+            ty,
+            SqlType::Int2
+                | SqlType::Int4
+                | SqlType::Int8
+                | SqlType::Float4
+                | SqlType::Float8
+                | SqlType::Numeric(_)
+        );
+        let textual = matches!(ty, SqlType::Text | SqlType::Varchar(_));
+        let mismatch = |kind: &str| {
+            WeirError::new(
+                sqlstate::DATATYPE_MISMATCH,
+                format!(
+                    "column \"{}\" is of type {} but expression is of type {kind}",
+                    c.name,
+                    ty.display_name()
+                ),
+            )
+            .with_hint("You will need to rewrite or cast the expression.")
+        };
+        if value.kinds.boolean && !(textual || *ty == SqlType::Bool) {
+            return Err(mismatch("boolean"));
+        }
+        if value.kinds.number && !(numeric || textual) {
+            return Err(mismatch("numeric"));
+        }
+        let texts: StringArray = match ty {
+            SqlType::Bool | SqlType::Interval => {
+                let mut out: Vec<Option<String>> = Vec::with_capacity(n);
+                for v in value.texts.iter() {
+                    match v {
+                        None => out.push(None),
+                        Some(t) => match adapt(t.to_owned(), ty) {
+                            Some(a) => out.push(Some(a)),
+                            None => {
+                                return Err(WeirError::new(
+                                    sqlstate::INVALID_TEXT_REPRESENTATION,
+                                    format!(
+                                        "invalid input syntax for type {}: \"{t}\"",
+                                        ty.display_name()
+                                    ),
+                                ));
+                            }
+                        },
+                    }
+                }
+                StringArray::from(out)
+            }
+            SqlType::Text
+            | SqlType::Varchar(_)
+            | SqlType::Jsonb
+            | SqlType::Int2
+            | SqlType::Int4
+            | SqlType::Int8
+            | SqlType::Float4
+            | SqlType::Float8
+            | SqlType::Numeric(_)
+            | SqlType::Date
+            | SqlType::Timestamp
+            | SqlType::TimestampTz => value.texts.clone(),
+            _ => return Ok(None),
+        };
+        let target: &DataType = schema.field(col).data_type();
+        if matches!(
+            ty,
+            SqlType::Date | SqlType::Timestamp | SqlType::TimestampTz | SqlType::Numeric(_)
+        ) {
+            // forms arrow does not read (time zone names, BC dates, ...) take the general
+            // path, which knows Postgres' input rules
+            let lenient = CastOptions {
+                safe: true,
+                ..Default::default()
+            };
+            let cast = cast_with_options(&texts, target, &lenient)?;
+            if cast.null_count() != texts.null_count() {
+                return Ok(None);
+            }
+            columns[col] = cast;
+        } else {
+            columns[col] = cast_with_options(&texts, target, &options)?;
+        }
+    }
+    Ok(Some(RecordBatch::try_new(
+        Arc::new(datafusion::arrow::datatypes::Schema::new(
+            schema
+                .fields()
+                .iter()
+                .map(|f| f.as_ref().clone().with_nullable(true))
+                .collect::<Vec<_>>(),
+        )),
+        columns,
+    )?))
+}

@@ -739,6 +739,49 @@ mod tests {
         assert!(s.try_acquire().is_some());
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 3000, ..Default::default() })]
+
+        /// Any bytes after a valid startup: the guard releases only whole, well-formed
+        /// messages (which pgwire then decodes without panicking) or refuses.
+        #[test]
+        fn guard_never_releases_a_malformed_message(
+            tail in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+            ty in proptest::sample::select(b"PBDECfSHXcQdpZ".to_vec()),
+        ) {
+            let mut bytes = startup();
+            let mut m = vec![ty];
+            m.extend_from_slice(&((tail.len() + 4) as u32).to_be_bytes());
+            m.extend_from_slice(&tail);
+            bytes.extend_from_slice(&m);
+            bytes.extend_from_slice(&tail);
+            if let Ok(released) = run(&bytes) {
+                // decode what was released the way pgwire will
+                let mut buf = BytesMut::from(&released[startup().len()..]);
+                let mut ctx = pgwire::messages::DecodeContext::new(
+                    pgwire::messages::ProtocolVersion::PROTOCOL3_0,
+                );
+                ctx.awaiting_frontend_ssl = false;
+                ctx.awaiting_frontend_startup = false;
+                while !buf.is_empty() {
+                    match PgWireFrontendMessage::decode(&mut buf, &ctx) {
+                        Ok(Some(_)) => {}
+                        _ => break,
+                    }
+                }
+            }
+        }
+
+        /// A structured body is accepted only if it is exactly laid out.
+        #[test]
+        fn bodies_never_panic(
+            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..100),
+            ty in proptest::sample::select(b"PBDECfSHXc".to_vec()),
+        ) {
+            let _ = check_body(ty, &body);
+        }
+    }
+
     #[test]
     fn incomplete_messages_wait() {
         let mut s = startup();

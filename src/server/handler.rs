@@ -50,7 +50,7 @@ use crate::server::session::{Session, TxState, is_reported};
 use crate::server::streaming::{
     Sent, copy_data, send_flushing, send_simple_response, subscribe_rows,
 };
-use crate::sql::parser::{Parsed, Statement, parse};
+use crate::sql::parser::{Parsed, Statement, parse_within};
 
 /// The cancel target of a connection (shared with its session).
 pub use crate::server::session::Interrupt as QueryCancel;
@@ -88,12 +88,13 @@ pub struct WeirBackend {
 
 impl WeirBackend {
     pub fn new(engine: Arc<Engine>) -> Self {
+        let default_memory = engine.limits.query_memory_limit;
         WeirBackend {
             handle: Arc::new(Handle {
                 engine,
                 connections: Arc::new(ConnectionManager::new()),
                 cancels: Arc::new(CancelRegistry::default()),
-                parser: Arc::new(WeirQueryParser),
+                parser: Arc::new(WeirQueryParser { default_memory }),
                 pids: RandomPidSecretKeyGenerator::default(),
             }),
         }
@@ -560,7 +561,8 @@ impl Handle {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         debug!(query, "simple query");
-        let statements = match parse(query) {
+        let memory = self.session(client).lock().await.memory.limit();
+        let statements = match parse_within(query, memory) {
             Ok(s) => s,
             Err(e) => {
                 self.note_failure(client).await;
@@ -750,7 +752,10 @@ impl CopyHandler for Handle {
 /// Parses statements for the extended protocol; planning happens at Describe and Execute,
 /// where the session is at hand.
 #[derive(Debug)]
-pub struct WeirQueryParser;
+pub struct WeirQueryParser {
+    /// `--query-memory-limit`, for a session that has not set `work_mem`.
+    default_memory: usize,
+}
 
 #[async_trait]
 impl QueryParser for WeirQueryParser {
@@ -758,14 +763,20 @@ impl QueryParser for WeirQueryParser {
 
     async fn parse_sql<C>(
         &self,
-        _client: &C,
+        client: &C,
         sql: &str,
         types: &[Option<Type>],
     ) -> PgWireResult<Option<Prepared>>
     where
         C: ClientInfo + Unpin + Send + Sync,
     {
-        let mut stmts = parse(sql).map_err(err)?;
+        // the session's work_mem bounds what parsing may take
+        let memory = client
+            .session_extensions()
+            .get::<Mutex<Session>>()
+            .and_then(|s| s.try_lock().ok().map(|s| s.memory.limit()))
+            .unwrap_or(self.default_memory);
+        let mut stmts = parse_within(sql, memory).map_err(err)?;
         match stmts.len() {
             0 => Ok(None),
             1 => {

@@ -101,29 +101,73 @@ fn utf8(raw: &[u8], i: usize) -> Result<String> {
     })
 }
 
-/// NUMERIC's binary form (base-10000 digits) to its decimal text.
-fn numeric_from_binary(raw: &[u8], i: usize) -> Result<String> {
-    let bad = || protocol_error(format!("invalid numeric in bind parameter {}", i + 1));
+/// NUMERIC's binary form (base-10000 digits) to its decimal text, checked as Postgres'
+/// `numeric_recv` checks it (22P03 on a bad length, sign, scale or digit).
+pub(crate) fn numeric_from_binary(raw: &[u8], i: usize) -> Result<String> {
+    let bad = |what: &str| {
+        WeirError::new(
+            "22P03",
+            format!(
+                "invalid {what} in external \"numeric\" value (bind parameter {})",
+                i + 1
+            ),
+        )
+    };
     if raw.len() < 8 {
-        return Err(bad());
+        return Err(protocol_error(format!(
+            "incorrect binary data format in bind parameter {} (numeric needs at least 8 bytes)",
+            i + 1
+        )));
     }
-    let rd = |o: usize| i16::from_be_bytes([raw[o], raw[o + 1]]);
-    let ndigits = rd(0) as usize;
-    let weight = rd(2) as i32;
-    let sign = u16::from_be_bytes([raw[4], raw[5]]);
-    let dscale = rd(6).max(0) as usize;
-    if raw.len() < 8 + 2 * ndigits {
-        return Err(bad());
+    let u16_at = |o: usize| u16::from_be_bytes([raw[o], raw[o + 1]]);
+    let ndigits = u16_at(0) as usize;
+    let weight = u16_at(2) as i16 as i32;
+    let sign = u16_at(4);
+    let dscale = u16_at(6) as usize;
+    // Postgres: at most NUMERIC_MAX_PRECISION + NUMERIC_MAX_RESULT_SCALE digits
+    if ndigits > 1000 + 2000 {
+        return Err(bad("length"));
     }
-    if sign == 0xC000 {
-        return Ok("NaN".into());
+    if raw.len() != 8 + 2 * ndigits {
+        return Err(protocol_error(format!(
+            "incorrect binary data format in bind parameter {} (numeric with {ndigits} digits needs {} bytes, got {})",
+            i + 1,
+            8 + 2 * ndigits,
+            raw.len()
+        )));
     }
-    let digits: Vec<i32> = (0..ndigits).map(|k| rd(8 + 2 * k) as i32).collect();
+    if dscale > 0x3FFF {
+        return Err(bad("scale"));
+    }
+    match sign {
+        0x0000 | 0x4000 => {}
+        0xC000 => return Ok("NaN".into()),
+        0xD000 => return Ok("Infinity".into()),
+        0xF000 => return Ok("-Infinity".into()),
+        _ => return Err(bad("sign")),
+    }
+    let mut digits = Vec::with_capacity(ndigits);
+    for k in 0..ndigits {
+        let d = u16_at(8 + 2 * k);
+        if d >= 10_000 {
+            return Err(bad("digit"));
+        }
+        digits.push(d as u32);
+    }
+    let digit = |w: i32| -> u32 {
+        if w < 0 {
+            0
+        } else {
+            digits.get(w as usize).copied().unwrap_or(0)
+        }
+    };
     let mut int = String::new();
     for w in 0..=weight.max(-1) {
-        let d = digits.get(w as usize).copied().unwrap_or(0);
+        let d = digit(w);
         if int.is_empty() {
-            int = d.to_string();
+            if d != 0 || w == weight {
+                int = d.to_string();
+            }
         } else {
             int.push_str(&format!("{d:04}"));
         }
@@ -131,15 +175,10 @@ fn numeric_from_binary(raw: &[u8], i: usize) -> Result<String> {
     if int.is_empty() {
         int.push('0');
     }
-    let mut frac = String::new();
+    let mut frac = String::with_capacity(dscale + 4);
     let mut w = weight + 1;
     while frac.len() < dscale {
-        let d = if w < 0 {
-            0
-        } else {
-            digits.get(w as usize).copied().unwrap_or(0)
-        };
-        frac.push_str(&format!("{d:04}"));
+        frac.push_str(&format!("{:04}", digit(w)));
         w += 1;
     }
     frac.truncate(dscale);
@@ -417,6 +456,64 @@ mod tests {
         // 0.0005: ndigits=1, weight=-1, dscale=4, digit 5
         let raw = [0, 1, 0xff, 0xff, 0, 0, 0, 4, 0, 5];
         assert_eq!(numeric_from_binary(&raw, 0).unwrap(), "0.0005");
+    }
+
+    #[test]
+    fn bad_numerics_are_errors_not_panics() {
+        // ndigits = -1 (65535 as unsigned): once a panic
+        let raw = [0xff, 0xff, 0, 0, 0, 0, 0, 0];
+        assert_eq!(numeric_from_binary(&raw, 0).unwrap_err().code, "22P03");
+        // a digit of 10000, a bad sign, a short body, trailing bytes
+        assert!(numeric_from_binary(&[0, 1, 0, 0, 0, 0, 0, 0, 0x27, 0x10], 0).is_err());
+        assert!(numeric_from_binary(&[0, 0, 0, 0, 0x12, 0x34, 0, 0], 0).is_err());
+        assert!(numeric_from_binary(&[0, 2, 0, 0, 0, 0, 0, 0, 0, 1], 0).is_err());
+        assert!(numeric_from_binary(&[0, 0, 0, 0, 0, 0, 0, 0, 9], 0).is_err());
+        assert_eq!(
+            numeric_from_binary(&[0, 0, 0, 0, 0, 0, 0, 0], 0).unwrap(),
+            "0"
+        );
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 2000, ..Default::default() })]
+
+        /// Any bytes, any declared type: a value or an error, never a panic.
+        #[test]
+        fn binary_decoders_never_panic(
+            raw in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+            oid in proptest::sample::select(vec![16u32, 17, 18, 19, 20, 21, 23, 25, 26, 114, 700, 701, 705, 1042, 1043, 1082, 1114, 1184, 1700, 3802, 2950, 1186]),
+        ) {
+            let t = Type::from_oid(oid).unwrap_or(Type::TEXT);
+            let _ = decode_binary(&raw, &t, 0);
+            let _ = numeric_from_binary(&raw, 0);
+            let _ = decode(&[Some(Bytes::from(raw.clone()))], &[Some(t.clone())], &[None], |_| true);
+            let _ = decode(&[Some(Bytes::from(raw))], &[Some(t)], &[None], |_| false);
+        }
+
+        /// Well-formed numerics decode to the number they encode.
+        #[test]
+        fn numerics_round_trip(int in 0u64..1_000_000_000_000, frac in 0u32..10_000, neg: bool) {
+            // base-10000 digits of int, then one fractional digit with dscale 4
+            let mut groups = Vec::new();
+            let mut n = int;
+            while n > 0 {
+                groups.push((n % 10_000) as u16);
+                n /= 10_000;
+            }
+            groups.reverse();
+            let weight = groups.len() as i16 - 1;
+            groups.push(frac as u16);
+            let mut raw = Vec::new();
+            raw.extend_from_slice(&(groups.len() as u16).to_be_bytes());
+            raw.extend_from_slice(&weight.to_be_bytes());
+            raw.extend_from_slice(&(if neg { 0x4000u16 } else { 0 }).to_be_bytes());
+            raw.extend_from_slice(&4u16.to_be_bytes());
+            for g in &groups {
+                raw.extend_from_slice(&g.to_be_bytes());
+            }
+            let want = format!("{}{int}.{frac:04}", if neg { "-" } else { "" });
+            proptest::prop_assert_eq!(numeric_from_binary(&raw, 0).unwrap(), want);
+        }
     }
 
     #[test]

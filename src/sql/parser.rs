@@ -74,6 +74,8 @@ pub enum Statement {
     Copy(Box<Copy>),
     /// `DISCARD ALL`: settings back to their defaults, cursors closed.
     DiscardAll,
+    /// A large `INSERT ... VALUES` of literals, read without a syntax tree.
+    BulkInsert(Box<crate::sql::bulk_insert::ScannedInsert>),
 }
 
 /// Transaction modes of BEGIN / SET TRANSACTION.
@@ -223,8 +225,46 @@ pub struct CreateSink {
     pub format: Option<(String, String)>,
 }
 
+/// Bytes of memory parsing takes per byte of SQL text (sqlparser's tokens and tree, the
+/// statement's copies), measured on large statements; used to refuse a statement too large
+/// to parse within the session's memory limit before trying.
+pub const PARSE_BYTES_PER_BYTE: usize = 150;
+
 /// Parse a string of one or more statements. An empty or comment-only string gives none.
 pub fn parse(sql: &str) -> Result<Vec<Parsed>> {
+    parse_within(sql, usize::MAX)
+}
+
+/// [`parse`], refusing (53200) statements that would need more than `memory` bytes to
+/// parse. Large literal `INSERT ... VALUES` statements are read without a tree
+/// ([`crate::sql::bulk_insert`]) and need about their own size.
+pub fn parse_within(sql: &str, memory: usize) -> Result<Vec<Parsed>> {
+    if sql.len() >= crate::sql::bulk_insert::MIN_BYTES
+        && let Some(scan) = crate::sql::bulk_insert::scan(sql)
+    {
+        let text: String = sql.chars().take(200).collect();
+        return Ok(vec![Parsed {
+            stmt: Statement::BulkInsert(Box::new(scan)),
+            text: format!("{text}..."),
+        }]);
+    }
+    parse_tree(sql, memory)
+}
+
+/// [`parse_within`] without the literal INSERT reader: always a syntax tree.
+pub fn parse_tree(sql: &str, memory: usize) -> Result<Vec<Parsed>> {
+    if sql.len().saturating_mul(PARSE_BYTES_PER_BYTE) > memory {
+        return Err(WeirError::new(
+            crate::error::sqlstate::OUT_OF_MEMORY,
+            format!(
+                "out of memory: a statement of {} needs about {} to parse, more than work_mem ({})",
+                crate::limits::format_size(sql.len()),
+                crate::limits::format_size(sql.len().saturating_mul(PARSE_BYTES_PER_BYTE)),
+                crate::limits::format_size(memory)
+            ),
+        )
+        .with_hint("Send large data with COPY ... FROM STDIN, or as a multi-row INSERT of literals, or in smaller statements."));
+    }
     let dialect = PostgreSqlDialect {};
     let tokens = datafusion::sql::sqlparser::tokenizer::Tokenizer::new(&dialect, sql)
         .tokenize_with_location()

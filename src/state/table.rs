@@ -501,7 +501,7 @@ impl TableStore {
             }
             Change::Insert(batches) => {
                 let batch = self.conform(batches)?;
-                self.check_constraints(&batch)?;
+                let batch = self.check_constraints(batch)?;
                 if let (RowsMap::Keyed(map), Some(kc)) = (rows, &self.key_conv) {
                     let keys = kc.convert_columns(&self.key_columns(&batch))?;
                     self.check_unique(map, &keys, &HashSet::new(), &batch)?;
@@ -536,7 +536,7 @@ impl TableStore {
                     }
                     None => (old, new),
                 };
-                self.check_constraints(&new)?;
+                let new = self.check_constraints(new)?;
                 if let (RowsMap::Keyed(map), Some(kc)) = (rows, &self.key_conv) {
                     let old_keys = kc.convert_columns(&self.key_columns(&old))?;
                     let freed: HashSet<&[u8]> = old_keys.iter().map(|r| r.data()).collect();
@@ -596,7 +596,7 @@ impl TableStore {
             .collect::<std::result::Result<_, _>>()?;
         let new_batch = RecordBatch::try_new(upserts.schema(), new_cols)?;
         let new_batch = self.conform(vec![new_batch])?;
-        self.check_constraints(&new_batch)?;
+        let new_batch = self.check_constraints(new_batch)?;
         let new_rows = self.row_conv.convert_columns(new_batch.columns())?;
         let new_keys = kc.convert_columns(&self.key_columns(&new_batch))?;
         // retract current rows of touched keys, unless the new row is the same
@@ -687,8 +687,39 @@ impl TableStore {
         Ok(concat_batches(&self.schema, &typed)?)
     }
 
-    /// Declared-type checks arrow types do not express: varchar(n) lengths.
-    fn check_constraints(&self, batch: &RecordBatch) -> Result<()> {
+    /// Declared-type checks arrow types do not express: varchar(n) lengths, and `jsonb`
+    /// values (checked and stored in Postgres' canonical form, `sql::jsonb`). Returns the
+    /// batch as it is stored.
+    fn check_constraints(&self, batch: RecordBatch) -> Result<RecordBatch> {
+        let mut batch = batch;
+        for (i, t) in self.column_types.iter().enumerate() {
+            if *t == SqlType::Jsonb
+                && let Some(col) = batch.column(i).as_any().downcast_ref::<StringArray>()
+            {
+                let mut changed = false;
+                let mut out: Vec<Option<String>> = Vec::with_capacity(col.len());
+                for v in col.iter() {
+                    match v {
+                        None => out.push(None),
+                        Some(v) => {
+                            let n = crate::sql::jsonb::normalize(v)?;
+                            changed |= n != v;
+                            out.push(Some(n));
+                        }
+                    }
+                }
+                if changed {
+                    let mut cols = batch.columns().to_vec();
+                    cols[i] = Arc::new(StringArray::from(out));
+                    batch = RecordBatch::try_new(batch.schema(), cols)?;
+                }
+            }
+        }
+        self.check_lengths(&batch)?;
+        Ok(batch)
+    }
+
+    fn check_lengths(&self, batch: &RecordBatch) -> Result<()> {
         for (i, t) in self.column_types.iter().enumerate() {
             if let SqlType::Varchar(Some(n)) = t {
                 let n = *n as usize;

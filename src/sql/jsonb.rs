@@ -1,0 +1,450 @@
+//! `jsonb` text as Postgres stores it: checked, then written in its canonical form.
+//!
+//! - Objects print as `{"a": 1, "bb": 2}` with keys ordered as Postgres orders them
+//!   (shorter first, then bytewise) and a repeated key keeping its last value; arrays as
+//!   `[1, 2]`.
+//! - Numbers keep their decimal value and scale, as `numeric` does: `1.50` stays `1.50`,
+//!   `1e2` becomes `100`, `1.5e-1` becomes `0.15`.
+//! - Strings are decoded (`\u00e9` becomes `é`) and printed with `"`, `\` and control
+//!   characters escaped; `\u0000` is refused (22P05), as Postgres refuses it.
+//!
+//! Anything that is not one JSON value is an error naming what was wrong (22P02). Nesting
+//! deeper than [`MAX_DEPTH`] is refused (54001) rather than recursed into.
+
+use crate::error::{WeirError, sqlstate};
+
+pub const MAX_DEPTH: usize = 1000;
+
+enum Node {
+    Null,
+    Bool(bool),
+    /// Canonical numeric text.
+    Number(String),
+    Str(String),
+    Array(Vec<Node>),
+    Object(Vec<(String, Node)>),
+}
+
+struct Parser<'a> {
+    s: &'a [u8],
+    at: usize,
+}
+
+type Res<T> = Result<T, WeirError>;
+
+fn syntax(text: &str, what: &str) -> WeirError {
+    let shown: String = text.chars().take(60).collect();
+    WeirError::new(
+        sqlstate::INVALID_TEXT_REPRESENTATION,
+        format!("invalid input syntax for type json: \"{shown}\""),
+    )
+    .with_detail(what.to_owned())
+}
+
+impl<'a> Parser<'a> {
+    fn ws(&mut self) {
+        while self.at < self.s.len() && matches!(self.s[self.at], b' ' | b'\t' | b'\n' | b'\r') {
+            self.at += 1;
+        }
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.s.get(self.at).copied()
+    }
+
+    fn err(&self, what: &str) -> WeirError {
+        syntax(&String::from_utf8_lossy(self.s), what)
+    }
+
+    fn value(&mut self, depth: usize) -> Res<Node> {
+        if depth > MAX_DEPTH {
+            return Err(WeirError::new(
+                sqlstate::STATEMENT_TOO_COMPLEX,
+                format!("jsonb value nests more than {MAX_DEPTH} levels"),
+            ));
+        }
+        self.ws();
+        match self.peek() {
+            None => Err(self.err("The input string ended unexpectedly.")),
+            Some(b'{') => {
+                self.at += 1;
+                let mut fields: Vec<(String, Node)> = Vec::new();
+                self.ws();
+                if self.peek() == Some(b'}') {
+                    self.at += 1;
+                    return Ok(Node::Object(fields));
+                }
+                loop {
+                    self.ws();
+                    if self.peek() != Some(b'"') {
+                        return Err(self.err("Expected string or \"}\"."));
+                    }
+                    let k = self.string()?;
+                    self.ws();
+                    if self.peek() != Some(b':') {
+                        return Err(self.err("Expected \":\"."));
+                    }
+                    self.at += 1;
+                    let v = self.value(depth + 1)?;
+                    fields.push((k, v));
+                    self.ws();
+                    match self.peek() {
+                        Some(b',') => self.at += 1,
+                        Some(b'}') => {
+                            self.at += 1;
+                            break;
+                        }
+                        _ => return Err(self.err("Expected \",\" or \"}\".")),
+                    }
+                }
+                // last value of a repeated key wins; then Postgres' key order
+                let mut keep: Vec<(String, Node)> = Vec::with_capacity(fields.len());
+                for (k, v) in fields.into_iter().rev() {
+                    if !keep.iter().any(|(x, _)| *x == k) {
+                        keep.push((k, v));
+                    }
+                }
+                keep.sort_by(|(a, _), (b, _)| {
+                    a.len()
+                        .cmp(&b.len())
+                        .then_with(|| a.as_bytes().cmp(b.as_bytes()))
+                });
+                Ok(Node::Object(keep))
+            }
+            Some(b'[') => {
+                self.at += 1;
+                let mut items = Vec::new();
+                self.ws();
+                if self.peek() == Some(b']') {
+                    self.at += 1;
+                    return Ok(Node::Array(items));
+                }
+                loop {
+                    items.push(self.value(depth + 1)?);
+                    self.ws();
+                    match self.peek() {
+                        Some(b',') => self.at += 1,
+                        Some(b']') => {
+                            self.at += 1;
+                            break;
+                        }
+                        _ => return Err(self.err("Expected \",\" or \"]\".")),
+                    }
+                }
+                Ok(Node::Array(items))
+            }
+            Some(b'"') => Ok(Node::Str(self.string()?)),
+            Some(b't') => self.word("true", Node::Bool(true)),
+            Some(b'f') => self.word("false", Node::Bool(false)),
+            Some(b'n') => self.word("null", Node::Null),
+            Some(c) if c == b'-' || c.is_ascii_digit() => self.number(),
+            Some(_) => Err(self.err("Token is invalid.")),
+        }
+    }
+
+    fn word(&mut self, w: &str, node: Node) -> Res<Node> {
+        if self.s[self.at..].starts_with(w.as_bytes()) {
+            self.at += w.len();
+            Ok(node)
+        } else {
+            Err(self.err("Token is invalid."))
+        }
+    }
+
+    fn hex4(&mut self) -> Res<u32> {
+        let h = self
+            .s
+            .get(self.at..self.at + 4)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u32::from_str_radix(h, 16).ok())
+            .ok_or_else(|| self.err("\"\\u\" must be followed by four hexadecimal digits."))?;
+        self.at += 4;
+        Ok(h)
+    }
+
+    fn string(&mut self) -> Res<String> {
+        // at the opening quote
+        self.at += 1;
+        let mut out: Vec<u8> = Vec::new();
+        loop {
+            let Some(c) = self.peek() else {
+                return Err(self.err("The input string ended unexpectedly."));
+            };
+            self.at += 1;
+            match c {
+                b'"' => break,
+                b'\\' => {
+                    let Some(e) = self.peek() else {
+                        return Err(self.err("The input string ended unexpectedly."));
+                    };
+                    self.at += 1;
+                    match e {
+                        b'"' => out.push(b'"'),
+                        b'\\' => out.push(b'\\'),
+                        b'/' => out.push(b'/'),
+                        b'b' => out.push(8),
+                        b'f' => out.push(12),
+                        b'n' => out.push(b'\n'),
+                        b'r' => out.push(b'\r'),
+                        b't' => out.push(b'\t'),
+                        b'u' => {
+                            let mut cp = self.hex4()?;
+                            if (0xD800..0xDC00).contains(&cp) {
+                                // a surrogate pair
+                                if self.s.get(self.at..self.at + 2) != Some(b"\\u") {
+                                    return Err(self.err(
+                                        "Unicode high surrogate must not follow a high surrogate.",
+                                    ));
+                                }
+                                self.at += 2;
+                                let lo = self.hex4()?;
+                                if !(0xDC00..0xE000).contains(&lo) {
+                                    return Err(self.err(
+                                        "Unicode low surrogate must follow a high surrogate.",
+                                    ));
+                                }
+                                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                            } else if (0xDC00..0xE000).contains(&cp) {
+                                return Err(
+                                    self.err("Unicode low surrogate must follow a high surrogate.")
+                                );
+                            }
+                            if cp == 0 {
+                                return Err(WeirError::new(
+                                    "22P05",
+                                    "unsupported Unicode escape sequence",
+                                )
+                                .with_detail("\\u0000 cannot be converted to text."));
+                            }
+                            let ch = char::from_u32(cp)
+                                .ok_or_else(|| self.err("Invalid Unicode escape."))?;
+                            let mut b = [0u8; 4];
+                            out.extend_from_slice(ch.encode_utf8(&mut b).as_bytes());
+                        }
+                        _ => return Err(self.err("Escape sequence is invalid.")),
+                    }
+                }
+                c if c < 0x20 => {
+                    return Err(self.err("Character with value 0x00 through 0x1F must be escaped."));
+                }
+                c => out.push(c),
+            }
+        }
+        String::from_utf8(out).map_err(|_| self.err("The string is not valid UTF-8."))
+    }
+
+    fn number(&mut self) -> Res<Node> {
+        let start = self.at;
+        let neg = self.peek() == Some(b'-');
+        if neg {
+            self.at += 1;
+        }
+        let int_start = self.at;
+        while self.peek().is_some_and(|c| c.is_ascii_digit()) {
+            self.at += 1;
+        }
+        let int = &self.s[int_start..self.at];
+        if int.is_empty() || (int.len() > 1 && int[0] == b'0') {
+            return Err(self.err("Token is invalid."));
+        }
+        let mut frac: &[u8] = &[];
+        if self.peek() == Some(b'.') {
+            self.at += 1;
+            let f = self.at;
+            while self.peek().is_some_and(|c| c.is_ascii_digit()) {
+                self.at += 1;
+            }
+            frac = &self.s[f..self.at];
+            if frac.is_empty() {
+                return Err(self.err("Token is invalid."));
+            }
+        }
+        let mut exp: i64 = 0;
+        if matches!(self.peek(), Some(b'e' | b'E')) {
+            self.at += 1;
+            let mut eneg = false;
+            if matches!(self.peek(), Some(b'+' | b'-')) {
+                eneg = self.peek() == Some(b'-');
+                self.at += 1;
+            }
+            let e = self.at;
+            while self.peek().is_some_and(|c| c.is_ascii_digit()) {
+                self.at += 1;
+            }
+            let digits = &self.s[e..self.at];
+            if digits.is_empty() {
+                return Err(self.err("Token is invalid."));
+            }
+            let v: i64 = std::str::from_utf8(digits)
+                .ok()
+                .and_then(|d| d.parse().ok())
+                .filter(|v: &i64| *v <= 100_000)
+                .ok_or_else(|| {
+                    WeirError::new(
+                        sqlstate::NUMERIC_VALUE_OUT_OF_RANGE,
+                        format!(
+                            "value overflows numeric format: {}",
+                            String::from_utf8_lossy(&self.s[start..self.at])
+                        ),
+                    )
+                })?;
+            exp = if eneg { -v } else { v };
+        }
+        Ok(Node::Number(canonical_number(neg, int, frac, exp)))
+    }
+}
+
+/// `numeric`'s text of a JSON number: scale = max(0, fraction digits − exponent).
+fn canonical_number(neg: bool, int: &[u8], frac: &[u8], exp: i64) -> String {
+    let mut digits: Vec<u8> = int.iter().chain(frac).copied().collect();
+    // the decimal point sits after `point` digits
+    let mut point = int.len() as i64 + exp;
+    let scale = (frac.len() as i64 - exp).max(0) as usize;
+    if point < 0 {
+        let pad = (-point) as usize;
+        let mut v = vec![b'0'; pad];
+        v.extend_from_slice(&digits);
+        digits = v;
+        point = 0;
+    }
+    let point = point as usize;
+    while digits.len() < point + scale {
+        digits.push(b'0');
+    }
+    let (ip, fp) = digits.split_at(point);
+    let fp = &fp[..scale.min(fp.len())];
+    let ip = {
+        let z = ip.iter().take_while(|c| **c == b'0').count();
+        let s = &ip[z..];
+        if s.is_empty() { &b"0"[..] } else { s }
+    };
+    let zero = ip == b"0" && fp.iter().all(|c| *c == b'0');
+    let mut out = String::new();
+    if neg && !zero {
+        out.push('-');
+    }
+    out.push_str(std::str::from_utf8(ip).unwrap_or("0"));
+    if !fp.is_empty() {
+        out.push('.');
+        out.push_str(std::str::from_utf8(fp).unwrap_or(""));
+    }
+    out
+}
+
+fn write_str(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// Written without recursion deeper than the parser allowed.
+fn write(out: &mut String, n: &Node) {
+    match n {
+        Node::Null => out.push_str("null"),
+        Node::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Node::Number(s) => out.push_str(s),
+        Node::Str(s) => write_str(out, s),
+        Node::Array(items) => {
+            out.push('[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write(out, v);
+            }
+            out.push(']');
+        }
+        Node::Object(fields) => {
+            out.push('{');
+            for (i, (k, v)) in fields.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_str(out, k);
+                out.push_str(": ");
+                write(out, v);
+            }
+            out.push('}');
+        }
+    }
+}
+
+/// Check `text` as one JSON value and return it as Postgres prints the `jsonb` it stores.
+pub fn normalize(text: &str) -> Result<String, WeirError> {
+    let mut p = Parser {
+        s: text.as_bytes(),
+        at: 0,
+    };
+    let v = p.value(0)?;
+    p.ws();
+    if p.at != p.s.len() {
+        return Err(p.err("Expected end of input, but found more."));
+    }
+    let mut out = String::with_capacity(text.len());
+    write(&mut out, &v);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn canonical_forms_match_postgres() {
+        // each pair checked against PostgreSQL 15 (SELECT '<in>'::jsonb)
+        let cases = [
+            (r#"{"b":1,"a":2}"#, r#"{"a": 2, "b": 1}"#),
+            (r#"{"aa":1,"b":2}"#, r#"{"b": 2, "aa": 1}"#),
+            (r#"{"a":1,"a":2}"#, r#"{"a": 2}"#),
+            ("[1,2 , 3]", "[1, 2, 3]"),
+            ("1.50", "1.50"),
+            ("1e2", "100"),
+            ("1.5e-1", "0.15"),
+            ("-0", "0"),
+            ("0.000", "0.000"),
+            ("12E-5", "0.00012"),
+            (r#""\u00e9\n""#, "\"é\\n\""),
+            (r#""\ud83d\ude00""#, "\"😀\""),
+            ("  true ", "true"),
+            ("null", "null"),
+            (r#"{"a":{"c":[],"b":{}}}"#, r#"{"a": {"b": {}, "c": []}}"#),
+        ];
+        for (input, want) in cases {
+            assert_eq!(normalize(input).unwrap(), want, "{input}");
+        }
+    }
+
+    #[test]
+    fn invalid_json_is_refused() {
+        for bad in [
+            "",
+            "{",
+            "{'a': 1}",
+            "[1,]",
+            "01",
+            "1.",
+            "tru",
+            "{\"a\" 1}",
+            "1 2",
+            "\"\\x\"",
+            "\"a\nb\"",
+        ] {
+            assert_eq!(normalize(bad).unwrap_err().code, "22P02", "{bad:?}");
+        }
+        assert_eq!(normalize(r#""\u0000""#).unwrap_err().code, "22P05");
+        let deep = format!("{}{}", "[".repeat(5000), "]".repeat(5000));
+        assert_eq!(normalize(&deep).unwrap_err().code, "54001");
+    }
+}
