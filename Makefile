@@ -27,11 +27,17 @@ deps:
 	  echo "installing SQLAlchemy 1.4 into ~/.cache/weir-py/sa14"; \
 	  python3 -m pip install --quiet --break-system-packages --target $(HOME)/.cache/weir-py/sa14 'sqlalchemy>=1.4,<2' 2>/dev/null || \
 	  python3 -m pip install --quiet --target $(HOME)/.cache/weir-py/sa14 'sqlalchemy>=1.4,<2'; }
-	@{ command -v psql >/dev/null 2>&1 && command -v javac >/dev/null 2>&1 && [ -f /usr/share/java/postgresql.jar ] \
-	  && command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; } || { \
-	  echo "installing postgresql-client, a JDK, pgJDBC and node for the client tests"; \
-	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq postgresql-client default-jdk-headless libpostgresql-jdbc-java nodejs npm; }
+	@missing=""; \
+	  command -v psql >/dev/null 2>&1 || missing="$$missing postgresql-client"; \
+	  command -v javac >/dev/null 2>&1 || missing="$$missing default-jdk-headless"; \
+	  [ -f /usr/share/java/postgresql.jar ] || missing="$$missing libpostgresql-jdbc-java"; \
+	  command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
+	  command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
+	  if [ -n "$$missing" ]; then \
+	    echo "installing$$missing for the client tests"; \
+	    if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	    $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $$missing; \
+	  fi
 	@[ -d $(HOME)/.cache/weir-node/node_modules/pg ] || { \
 	  echo "installing node-postgres into ~/.cache/weir-node"; \
 	  mkdir -p $(HOME)/.cache/weir-node && cd $(HOME)/.cache/weir-node && npm install --silent --no-audit --no-fund pg; }
