@@ -181,6 +181,21 @@ fn from_arrow(e: &ArrowError) -> WeirError {
                 return e;
             }
             let lower = m.to_ascii_lowercase();
+            // "Can't cast value 4294967294 to type Int32": Postgres says "integer out of range"
+            if lower.starts_with("can't cast value") {
+                let pg = match m.rsplit("to type ").next().map(str::trim) {
+                    Some("Int16") => Some("smallint"),
+                    Some("Int32") => Some("integer"),
+                    Some("Int64") => Some("bigint"),
+                    _ => None,
+                };
+                if let Some(pg) = pg {
+                    return WeirError::new(
+                        sqlstate::NUMERIC_VALUE_OUT_OF_RANGE,
+                        format!("{pg} out of range"),
+                    );
+                }
+            }
             if lower.contains("overflow")
                 || lower.contains("out of range")
                 || lower.starts_with("can't cast value")

@@ -13,6 +13,20 @@ pub struct TestServer {
     pub addr: String,
     dir: tempfile::TempDir,
     env: Vec<(String, String)>,
+    args: Vec<String>,
+    data_dir: Option<PathBuf>,
+}
+
+/// How to start a server beyond the defaults.
+#[derive(Default, Clone)]
+pub struct Options<'a> {
+    pub env: &'a [(&'a str, &'a str)],
+    /// Extra `weir serve` flags.
+    pub args: &'a [&'a str],
+    /// The data directory (default: one in the server's temp dir).
+    pub data_dir: Option<PathBuf>,
+    /// The process's open-file limit (`prlimit --nofile`).
+    pub nofile: Option<u64>,
 }
 
 impl TestServer {
@@ -23,24 +37,40 @@ impl TestServer {
 
     /// Start a server with extra environment variables (tuning knobs tests lower).
     pub fn start_with_env(env: &[(&str, &str)]) -> TestServer {
+        Self::start_with(Options {
+            env,
+            ..Default::default()
+        })
+    }
+
+    /// Start a server with flags, environment, a data directory or limits of its own.
+    pub fn start_with(o: Options<'_>) -> TestServer {
         let dir = tempfile::Builder::new()
             .prefix("weir-test-")
             .tempdir()
             .expect("temp dir");
-        let env: Vec<(String, String)> = env
+        let env: Vec<(String, String)> = o
+            .env
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        let (child, addr) = spawn(
-            &dir.path().join("data"),
-            &dir.path().join("server.log"),
-            &env,
-        );
+        let mut args: Vec<String> = o.args.iter().map(|a| a.to_string()).collect();
+        if let Some(n) = o.nofile {
+            // read by spawn: run the server under prlimit
+            args.insert(0, format!("--nofile={n}"));
+        }
+        let data = o
+            .data_dir
+            .clone()
+            .unwrap_or_else(|| dir.path().join("data"));
+        let (child, addr) = spawn(&data, &dir.path().join("server.log"), &env, &args);
         TestServer {
             child: Some(child),
             addr,
             dir,
             env,
+            args,
+            data_dir: o.data_dir,
         }
     }
 
@@ -51,7 +81,9 @@ impl TestServer {
     }
 
     pub fn data_dir(&self) -> PathBuf {
-        self.dir.path().join("data")
+        self.data_dir
+            .clone()
+            .unwrap_or_else(|| self.dir.path().join("data"))
     }
 
     pub fn log_path(&self) -> PathBuf {
@@ -70,7 +102,7 @@ impl TestServer {
     /// data directory.
     pub fn restart(&mut self) {
         self.kill();
-        let (child, addr) = spawn(&self.data_dir(), &self.log_path(), &self.env);
+        let (child, addr) = spawn(&self.data_dir(), &self.log_path(), &self.env, &self.args);
         self.child = Some(child);
         self.addr = addr;
     }
@@ -109,15 +141,35 @@ impl Drop for TestServer {
     }
 }
 
-fn spawn(data_dir: &Path, log: &Path, env: &[(String, String)]) -> (Child, String) {
+fn spawn(
+    data_dir: &Path,
+    log: &Path,
+    env: &[(String, String)],
+    args: &[String],
+) -> (Child, String) {
     let log_file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(log)
         .expect("log file");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+    let nofile = args.iter().find_map(|a| a.strip_prefix("--nofile="));
+    let flags: Vec<&String> = args
+        .iter()
+        .filter(|a| !a.starts_with("--nofile="))
+        .collect();
+    let mut cmd = match nofile {
+        Some(n) => {
+            let mut c = Command::new("prlimit");
+            c.arg(format!("--nofile={n}:{n}"))
+                .arg(env!("CARGO_BIN_EXE_weir"));
+            c
+        }
+        None => Command::new(env!("CARGO_BIN_EXE_weir")),
+    };
+    let mut child = cmd
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(data_dir)
+        .args(flags)
         .env(
             "WEIR_LOG",
             std::env::var("WEIR_LOG").unwrap_or_else(|_| "info".into()),

@@ -5,6 +5,7 @@ mod clients;
 mod docs;
 mod durability;
 mod event_time;
+mod hardening;
 mod harness;
 mod kafka;
 mod nexmark;

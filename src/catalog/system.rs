@@ -252,7 +252,7 @@ pub fn build(
                         e.view.into(),
                         e.row.into(),
                         ts(e.event_time),
-                        V::I(e.watermark),
+                        ts(e.watermark),
                         V::I(e.arrived),
                     ]
                 })

@@ -842,9 +842,45 @@ impl Instance {
         let decoded = self.spec.decoder.decode(&values);
         self.refuse(&decoded.errors, pending)?;
         self.note_offsets(pending);
-        let batch = self
+        let mut batch = self
             .with_includes(&decoded.batch, &decoded.rows, pending)
             .map_err(|e| e.message)?;
+        let mut rows = decoded.rows.clone();
+        // a record without an event time has no place in event time: a dead letter
+        if let Some((col, _)) = self.watermark_spec
+            && batch.column(col).null_count() > 0
+        {
+            let ts = batch.column(col).clone();
+            let name = self
+                .spec
+                .columns
+                .get(col)
+                .map(|c| c.name.clone())
+                .unwrap_or_default();
+            let errors: Vec<(usize, String)> = rows
+                .iter()
+                .enumerate()
+                .filter(|(r, _)| ts.is_null(*r))
+                .map(|(_, i)| {
+                    (
+                        *i,
+                        format!("event-time column \"{name}\" is NULL: the record has no place in event time"),
+                    )
+                })
+                .collect();
+            self.refuse(&errors, pending)?;
+            let keep = datafusion::arrow::array::BooleanArray::from(
+                (0..ts.len()).map(|r| ts.is_valid(r)).collect::<Vec<_>>(),
+            );
+            batch = datafusion::arrow::compute::filter_record_batch(&batch, &keep)
+                .map_err(|e| e.to_string())?;
+            rows = rows
+                .iter()
+                .enumerate()
+                .filter(|(r, _)| ts.is_valid(*r))
+                .map(|(_, i)| *i)
+                .collect();
+        }
         // per-partition event time, then the combined watermark
         let before = self.watermark;
         if let Some((col, delay)) = self.watermark_spec
@@ -853,7 +889,7 @@ impl Instance {
                 .as_any()
                 .downcast_ref::<TimestampMicrosecondArray>()
         {
-            for (r, i) in decoded.rows.iter().enumerate() {
+            for (r, i) in rows.iter().enumerate() {
                 if ts.is_valid(r) {
                     let part = pending.meta[*i].partition;
                     if let Some(p) = self.partitions.get_mut(&part) {
@@ -867,7 +903,7 @@ impl Instance {
             }
             self.advance_watermark(delay);
         }
-        for i in &decoded.rows {
+        for i in &rows {
             if let Some(p) = self.partitions.get_mut(&pending.meta[*i].partition) {
                 p.progress.rows += 1;
             }

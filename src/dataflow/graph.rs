@@ -297,9 +297,11 @@ impl Graph {
     }
 }
 
-/// The rows of a source batch a view admits; the others are logged as late.
+/// The rows of a source batch a view admits; the others are logged as late. A row whose
+/// event time is NULL has no place in event time and is never admitted (it is logged with
+/// a NULL event time).
 fn admit(policy: Option<&LatePolicy>, b: &SourceBatch) -> Result<Changelog> {
-    let (Some(p), Some(wm)) = (policy, b.watermark_before) else {
+    let Some(p) = policy else {
         return Ok(b.changelog.clone());
     };
     let Some(ts) = b
@@ -311,10 +313,14 @@ fn admit(policy: Option<&LatePolicy>, b: &SourceBatch) -> Result<Changelog> {
     else {
         return Ok(b.changelog.clone());
     };
+    let wm = match b.watermark_before {
+        Some(wm) => wm,
+        None if ts.null_count() == 0 => return Ok(b.changelog.clone()),
+        None => i64::MIN,
+    };
     let bound = wm.saturating_sub(p.lateness_us);
-    // NULL event times belong to no window and are never late
     let keep: BooleanArray = (0..ts.len())
-        .map(|i| Some(ts.is_null(i) || ts.value(i) >= bound))
+        .map(|i| Some(ts.is_valid(i) && ts.value(i) >= bound))
         .collect();
     if keep.true_count() == keep.len() {
         return Ok(b.changelog.clone());
@@ -323,10 +329,10 @@ fn admit(policy: Option<&LatePolicy>, b: &SourceBatch) -> Result<Changelog> {
     let dropped = filter_record_batch(&b.changelog.data, &dropped_mask)?;
     let times: Vec<Option<i64>> = (0..ts.len())
         .filter(|i| !keep.value(*i))
-        .map(|i| Some(ts.value(i)))
+        .map(|i| ts.is_valid(i).then(|| ts.value(i)))
         .collect();
     if p.record {
-        p.log.record(&p.view, &dropped, &times, wm);
+        p.log.record(&p.view, &dropped, &times, b.watermark_before);
     }
     filter_changelog(&b.changelog, &keep)
 }

@@ -18,7 +18,8 @@ pub struct LateEvent {
     pub row: String,
     /// Event time and watermark at arrival, µs since the epoch.
     pub event_time: Option<i64>,
-    pub watermark: i64,
+    /// None before the relation had a watermark (a NULL event time arrived first).
+    pub watermark: Option<i64>,
     /// Wall-clock arrival, µs since the epoch.
     pub arrived: i64,
 }
@@ -35,7 +36,7 @@ impl LateLog {
         view: &str,
         rows: &RecordBatch,
         event_times: &[Option<i64>],
-        watermark: i64,
+        watermark: Option<i64>,
     ) {
         if rows.num_rows() == 0 {
             return;

@@ -1043,6 +1043,21 @@ fn rest_words(p: &mut Parser) -> Result<Vec<String>> {
                 span: t.span,
             })),
             Token::Comma => out.push(",".into()),
+            // a dotted (custom) setting name: glue the parts
+            Token::Period => {
+                let last = out.pop().unwrap_or_default();
+                p.next_token();
+                let next = p.peek_token();
+                let part = match &next.token {
+                    Token::Word(w) => normalize_ident(&Ident {
+                        value: w.value.clone(),
+                        quote_style: w.quote_style,
+                        span: next.span,
+                    }),
+                    _ => return Err(syntax_near(&next)),
+                };
+                out.push(format!("{last}.{part}"));
+            }
             Token::Number(n, _) => out.push(n.clone()),
             Token::SingleQuotedString(s) => out.push(s.clone()),
             Token::Mul => out.push("*".into()),

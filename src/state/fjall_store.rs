@@ -1,39 +1,133 @@
 //! [`Store`] on fjall, an LSM-tree key-value engine: chosen for its write throughput with an
 //! fsync per commit (see `docs/storage.md` for the measurements against sled and redb).
+//!
+//! A write that fails (the disk is full, say) leaves fjall's handle refusing every later
+//! write ("poisoned"). The store then reopens the database before its next write: fjall
+//! recovers everything committed from its journal and drops the torn batch, so once space
+//! is back writes succeed again without a restart, and nothing acknowledged is lost. A
+//! full disk is reported as 53100 (`disk_full`), as Postgres reports it.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use parking_lot::RwLock;
+use tracing::{info, warn};
 
-use crate::error::{Result, WeirError};
+use crate::error::{Result, WeirError, sqlstate};
 use crate::state::store::{Durability, Store, Visit, WriteBatch};
 
-pub struct FjallStore {
+struct Handle {
+    /// Kept open for the keyspace's lifetime.
     db: Database,
     data: Keyspace,
 }
 
+pub struct FjallStore {
+    path: PathBuf,
+    /// None only while it is being reopened (under the write lock).
+    handle: RwLock<Option<Handle>>,
+    /// A write failed: reopen before the next one.
+    broken: AtomicBool,
+}
+
+/// Whether an error (or its cause) is "no space left on device".
+fn is_disk_full(e: &fjall::Error) -> bool {
+    fn io_full(e: &std::io::Error) -> bool {
+        e.kind() == std::io::ErrorKind::StorageFull || e.raw_os_error() == Some(28)
+    }
+    if let fjall::Error::Io(io) = e {
+        return io_full(io);
+    }
+    // lsm-tree and journal errors wrap the io error; read the chain
+    let mut src: Option<&dyn std::error::Error> = Some(e);
+    while let Some(s) = src {
+        if let Some(io) = s.downcast_ref::<std::io::Error>()
+            && io_full(io)
+        {
+            return true;
+        }
+        src = s.source();
+    }
+    let text = format!("{e:?} {e}");
+    text.contains("StorageFull") || text.contains("No space left")
+}
+
 fn io(e: fjall::Error) -> WeirError {
+    if is_disk_full(&e) {
+        return WeirError::new(
+            sqlstate::DISK_FULL,
+            format!("could not write to the store: no space left on device ({e})"),
+        )
+        .with_hint(
+            "Free disk space; writes resume once there is room (nothing acknowledged is lost).",
+        );
+    }
     WeirError::io("storage engine (fjall)", e)
+}
+
+fn closed() -> WeirError {
+    WeirError::new(sqlstate::IO_ERROR, "the store is closed (a reopen failed)")
+}
+
+fn open_handle(path: &Path) -> std::result::Result<Handle, fjall::Error> {
+    let db = Database::builder(path).open()?;
+    let data = db.keyspace("weir", KeyspaceCreateOptions::default)?;
+    Ok(Handle { db, data })
 }
 
 impl FjallStore {
     pub fn open(path: &Path) -> Result<FjallStore> {
-        let db = Database::builder(path).open().map_err(io)?;
-        let data = db
-            .keyspace("weir", KeyspaceCreateOptions::default)
-            .map_err(io)?;
-        Ok(FjallStore { db, data })
+        let handle = open_handle(path).map_err(io)?;
+        Ok(FjallStore {
+            path: path.to_owned(),
+            handle: RwLock::new(Some(handle)),
+            broken: AtomicBool::new(false),
+        })
+    }
+
+    /// Reopen after a failed write (fjall refuses writes after one fails): the old handle
+    /// is closed first (releasing its lock file), then the database opened again, which
+    /// replays the journal.
+    fn recover(&self) -> Result<()> {
+        let mut h = self.handle.write();
+        if !self.broken.load(Ordering::Acquire) && h.is_some() {
+            return Ok(());
+        }
+        drop(h.take());
+        match open_handle(&self.path) {
+            Ok(new) => {
+                *h = Some(new);
+                self.broken.store(false, Ordering::Release);
+                info!(path = %self.path.display(), "store reopened after a failed write");
+                Ok(())
+            }
+            Err(e) => {
+                warn!(error = %e, "store reopen failed; will retry at the next write");
+                self.broken.store(true, Ordering::Release);
+                Err(io(e))
+            }
+        }
     }
 }
 
 impl Store for FjallStore {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self.data.get(key).map_err(io)?.map(|v| v.to_vec()))
+        if self.handle.read().is_none() {
+            self.recover()?;
+        }
+        let h = self.handle.read();
+        let h = h.as_ref().ok_or_else(closed)?;
+        Ok(h.data.get(key).map_err(io)?.map(|v| v.to_vec()))
     }
 
     fn scan_prefix(&self, prefix: &[u8], visit: &mut Visit<'_>) -> Result<()> {
-        for guard in self.data.prefix(prefix) {
+        if self.handle.read().is_none() {
+            self.recover()?;
+        }
+        let h = self.handle.read();
+        let h = h.as_ref().ok_or_else(closed)?;
+        for guard in h.data.prefix(prefix) {
             let (k, v) = guard.into_inner().map_err(io)?;
             visit(&k, &v)?;
         }
@@ -44,18 +138,27 @@ impl Store for FjallStore {
         if batch.is_empty() {
             return Ok(());
         }
+        if self.broken.load(Ordering::Acquire) {
+            self.recover()?;
+        }
         let mode = match durability {
             Durability::Sync => PersistMode::SyncAll,
             Durability::Buffered => PersistMode::Buffer,
         };
-        let mut b = self.db.batch().durability(Some(mode));
+        let h = self.handle.read();
+        let h = h.as_ref().ok_or_else(closed)?;
+        let mut b = h.db.batch().durability(Some(mode));
         for (k, v) in batch.ops {
             match v {
-                Some(v) => b.insert(&self.data, k, v),
-                None => b.remove(&self.data, k),
+                Some(v) => b.insert(&h.data, k, v),
+                None => b.remove(&h.data, k),
             }
         }
-        b.commit().map_err(io)
+        b.commit().map_err(|e| {
+            self.broken.store(true, Ordering::Release);
+            warn!(error = %e, "store write failed; the store will be reopened before the next write");
+            io(e)
+        })
     }
 
     fn name(&self) -> &'static str {
