@@ -13,6 +13,7 @@ const TABLES: &str = "
 CREATE TABLE t1 (id INT PRIMARY KEY, g INT, v INT, s TEXT, b BOOLEAN);
 CREATE TABLE t2 (id INT PRIMARY KEY, g INT, w NUMERIC(10,2));
 CREATE TABLE t3 (k INT, x INT);
+CREATE TABLE t4 (id INT PRIMARY KEY, g INT, f DOUBLE PRECISION);
 ";
 
 /// (name, query): one view per construct the engine maintains.
@@ -108,7 +109,24 @@ const VIEWS: &[(&str, &str)] = &[
         "v_over_group",
         "SELECT n, count(*) AS groups FROM v_group GROUP BY n",
     ),
+    // float sums under retractions, with huge and tiny magnitudes, NaN and infinities
+    (
+        "v_float",
+        "SELECT g, sum(f) AS s, avg(f) AS a, count(f) AS n FROM t4 GROUP BY g",
+    ),
+    ("v_float_global", "SELECT sum(f) AS s, avg(f) AS a FROM t4"),
 ];
+
+/// Doubles that break a running sum: huge ones that cancel, tiny ones they swallow, the
+/// non-finite ones.
+const FLOATS: &[&str] = &[
+    "'1e308'", "'-1e308'", "'1e-300'", "'5e-324'", "1", "0.1", "-2.5", "'1e16'", "'-1e16'",
+    "'NaN'", "'Infinity'", "'-Infinity'", "NULL", "3", "'1.7976931348623157e308'",
+];
+
+fn float(rng: &mut StdRng) -> &'static str {
+    FLOATS[rng.random_range(0..FLOATS.len())]
+}
 
 fn val(rng: &mut StdRng, lo: i64, hi: i64, null_pct: f64) -> String {
     if rng.random_bool(null_pct) {
@@ -120,7 +138,7 @@ fn val(rng: &mut StdRng, lo: i64, hi: i64, null_pct: f64) -> String {
 
 fn random_statement(rng: &mut StdRng) -> String {
     let words = ["ant", "bee", "cat", "dog", "eel"];
-    match rng.random_range(0..10) {
+    match rng.random_range(0..14) {
         0..=2 => {
             let n = rng.random_range(1..5);
             let rows: Vec<String> = (0..n)
@@ -186,6 +204,30 @@ fn random_statement(rng: &mut StdRng) -> String {
             rng.random_range(0..3)
         ),
         8 => format!("DELETE FROM t2 WHERE id = {}", rng.random_range(0..12)),
+        10 | 11 => {
+            let rows: Vec<String> = (0..rng.random_range(1..5))
+                .map(|_| {
+                    format!(
+                        "({}, {}, {})",
+                        rng.random_range(0..30),
+                        val(rng, 0, 4, 0.1),
+                        float(rng)
+                    )
+                })
+                .collect();
+            format!("INSERT INTO t4 VALUES {}", rows.join(", "))
+        }
+        12 => format!(
+            "UPDATE t4 SET f = {} WHERE id % {} = {}",
+            float(rng),
+            rng.random_range(2..6),
+            rng.random_range(0..2)
+        ),
+        13 => format!(
+            "DELETE FROM t4 WHERE id % {} = {}",
+            rng.random_range(2..7),
+            rng.random_range(0..2)
+        ),
         _ => format!(
             "DELETE FROM t3 WHERE k = {} OR x IS NULL",
             rng.random_range(0..12)
