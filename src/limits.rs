@@ -61,7 +61,7 @@ pub fn format_size(bytes: usize) -> String {
         (1 << 10, "kB"),
     ];
     for (m, u) in UNITS {
-        if bytes >= *m && bytes % m == 0 {
+        if bytes >= *m && bytes.is_multiple_of(*m) {
             return format!("{}{u}", bytes / m);
         }
     }

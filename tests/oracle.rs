@@ -120,8 +120,21 @@ const VIEWS: &[(&str, &str)] = &[
 /// Doubles that break a running sum: huge ones that cancel, tiny ones they swallow, the
 /// non-finite ones.
 const FLOATS: &[&str] = &[
-    "'1e308'", "'-1e308'", "'1e-300'", "'5e-324'", "1", "0.1", "-2.5", "'1e16'", "'-1e16'",
-    "'NaN'", "'Infinity'", "'-Infinity'", "NULL", "3", "'1.7976931348623157e308'",
+    "'1e308'",
+    "'-1e308'",
+    "'1e-300'",
+    "'5e-324'",
+    "1",
+    "0.1",
+    "-2.5",
+    "'1e16'",
+    "'-1e16'",
+    "'NaN'",
+    "'Infinity'",
+    "'-Infinity'",
+    "NULL",
+    "3",
+    "'1.7976931348623157e308'",
 ];
 
 fn float(rng: &mut StdRng) -> &'static str {

@@ -173,7 +173,7 @@ pub fn format_duration(d: Duration) -> String {
         (60_000, "min"),
         (1000, "s"),
     ] {
-        if ms % unit == 0 {
+        if ms.is_multiple_of(unit) {
             return format!("{}{name}", ms / unit);
         }
     }
