@@ -31,20 +31,28 @@ enum Command {
         /// comma-separated list of host:port patterns (`*`, `*.example.com:9092`,
         /// `10.0.0.0/8:*`, `127.0.0.1:9092-9094`). Hosts are matched as written in SQL and
         /// as the cluster advertises them, not resolved. `*` allows any host.
-        #[arg(long, default_value = "*", value_name = "PATTERNS")]
-        allow_connect: String,
+        #[arg(long, default_value = "*", value_name = "PATTERNS", value_parser = allow_connect)]
+        allow_connect: AllowConnect,
         /// Let connector properties name files on the server (`properties.ssl.key.location`
         /// and other `*.location` / `*.file` settings). Off: such options are refused.
         #[arg(long)]
         allow_connector_files: bool,
         /// Most client connections at once; more are refused with 53300.
-        #[arg(long, default_value_t = 1000)]
-        max_connections: usize,
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
+        max_connections: u32,
         /// Most memory one statement may use for its operators (sorts, hash tables,
         /// buffers), and the largest `work_mem` a session may set: e.g. 512MB, 2GB.
-        #[arg(long, default_value = "2GB", value_name = "SIZE")]
-        query_memory_limit: String,
+        #[arg(long, default_value = "2GB", value_name = "SIZE", value_parser = weir::limits::parse_size)]
+        query_memory_limit: usize,
     },
+}
+
+/// `--allow-connect`, parsed (None: any host).
+#[derive(Clone)]
+struct AllowConnect(Option<Vec<weir::connectors::policy::EndpointPattern>>);
+
+fn allow_connect(text: &str) -> Result<AllowConnect, String> {
+    weir::connectors::policy::parse_allow_connect(text).map(AllowConnect)
 }
 
 fn main() {
@@ -65,25 +73,6 @@ fn main() {
             max_connections,
             query_memory_limit,
         } => {
-            let allow_connect = match weir::connectors::policy::parse_allow_connect(&allow_connect)
-            {
-                Ok(p) => p,
-                Err(e) => {
-                    eprintln!("weir: --allow-connect: {e}");
-                    std::process::exit(2);
-                }
-            };
-            let query_memory_limit = match weir::limits::parse_size(&query_memory_limit) {
-                Ok(n) => n,
-                Err(e) => {
-                    eprintln!("weir: --query-memory-limit: {e}");
-                    std::process::exit(2);
-                }
-            };
-            if max_connections == 0 {
-                eprintln!("weir: --max-connections must be at least 1");
-                std::process::exit(2);
-            }
             let rt = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 // planning recurses over statements; deep ones get a clean 54001 from the
@@ -100,9 +89,9 @@ fn main() {
             if let Err(e) = rt.block_on(weir::server::serve(weir::server::ServerConfig {
                 listen,
                 data_dir,
-                allow_connect,
+                allow_connect: allow_connect.0,
                 allow_connector_files,
-                max_connections,
+                max_connections: max_connections as usize,
                 query_memory_limit,
             })) {
                 eprintln!("weir: {e}");

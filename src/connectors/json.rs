@@ -433,7 +433,8 @@ mod tests {
             .as_any()
             .downcast_ref::<StringArray>()
             .unwrap();
-        assert_eq!(meta.value(0), r#"{"x":[1,2]}"#);
+        // stored as Postgres stores jsonb
+        assert_eq!(meta.value(0), r#"{"x": [1, 2]}"#);
         assert!(meta.is_null(1));
         let names = out
             .batch

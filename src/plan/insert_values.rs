@@ -83,11 +83,7 @@ pub fn literal_rows(ins: &ast::Insert, desc: &RelationDesc) -> Option<RecordBatc
     }
     let n = values.rows.len();
     let schema = desc.schema();
-    let mut columns: Vec<ArrayRef> = schema
-        .fields()
-        .iter()
-        .map(|f| new_null_array(f.data_type(), n))
-        .collect();
+    let mut columns = null_columns(&schema, n);
     let options = CastOptions {
         safe: true,
         ..Default::default()
@@ -110,6 +106,24 @@ pub fn literal_rows(ins: &ast::Insert, desc: &RelationDesc) -> Option<RecordBatc
         }
         columns[col] = cast;
     }
+    nullable_batch(&schema, columns).ok()
+}
+
+/// All-NULL columns of a table's types (the columns an INSERT does not name).
+fn null_columns(schema: &datafusion::arrow::datatypes::SchemaRef, n: usize) -> Vec<ArrayRef> {
+    schema
+        .fields()
+        .iter()
+        .map(|f| new_null_array(f.data_type(), n))
+        .collect()
+}
+
+/// The rows as a batch whose fields all allow NULL (the table store checks NOT NULL with
+/// its own error).
+fn nullable_batch(
+    schema: &datafusion::arrow::datatypes::SchemaRef,
+    columns: Vec<ArrayRef>,
+) -> std::result::Result<RecordBatch, datafusion::arrow::error::ArrowError> {
     RecordBatch::try_new(
         Arc::new(datafusion::arrow::datatypes::Schema::new(
             schema
@@ -120,7 +134,6 @@ pub fn literal_rows(ins: &ast::Insert, desc: &RelationDesc) -> Option<RecordBatc
         )),
         columns,
     )
-    .ok()
 }
 
 /// The rows of a scanned literal INSERT (`sql::bulk_insert`) as one batch of the table's
@@ -166,11 +179,7 @@ pub fn scanned_rows(
     }
     let n = scan.rows;
     let schema = desc.schema();
-    let mut columns: Vec<ArrayRef> = schema
-        .fields()
-        .iter()
-        .map(|f| new_null_array(f.data_type(), n))
-        .collect();
+    let mut columns = null_columns(&schema, n);
     let options = CastOptions {
         safe: false,
         ..Default::default()
@@ -261,14 +270,5 @@ pub fn scanned_rows(
             columns[col] = cast_with_options(&texts, target, &options)?;
         }
     }
-    Ok(Some(RecordBatch::try_new(
-        Arc::new(datafusion::arrow::datatypes::Schema::new(
-            schema
-                .fields()
-                .iter()
-                .map(|f| f.as_ref().clone().with_nullable(true))
-                .collect::<Vec<_>>(),
-        )),
-        columns,
-    )?))
+    Ok(Some(nullable_batch(&schema, columns)?))
 }

@@ -56,6 +56,8 @@ impl<'a> Parser<'a> {
         syntax(&String::from_utf8_lossy(self.s), what)
     }
 
+    // grows its stack as it recurses: any thread may read jsonb (consumers' threads too)
+    #[recursive::recursive]
     fn value(&mut self, depth: usize) -> Res<Node> {
         if depth > MAX_DEPTH {
             return Err(WeirError::new(
@@ -349,7 +351,8 @@ fn write_str(out: &mut String, s: &str) {
     out.push('"');
 }
 
-/// Written without recursion deeper than the parser allowed.
+/// Written with recursion no deeper than the parser allowed.
+#[recursive::recursive]
 fn write(out: &mut String, n: &Node) {
     match n {
         Node::Null => out.push_str("null"),
