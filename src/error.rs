@@ -339,6 +339,19 @@ fn classify_execution_message(m: &str) -> WeirError {
         return WeirError::new(sqlstate::DIVISION_BY_ZERO, "division by zero");
     }
     if lower.contains("overflow") || lower.contains("out of range") {
+        // arrow's kernels name the array type: say it as Postgres does
+        for (arrow, pg) in [
+            ("int16array", "smallint"),
+            ("int32array", "integer"),
+            ("int64array", "bigint"),
+        ] {
+            if lower.contains(arrow) {
+                return WeirError::new(
+                    sqlstate::NUMERIC_VALUE_OUT_OF_RANGE,
+                    format!("{pg} out of range"),
+                );
+            }
+        }
         return WeirError::new(sqlstate::NUMERIC_VALUE_OUT_OF_RANGE, msg);
     }
     if lower.contains("cannot cast") || lower.contains("cast error") || lower.contains("parse") {

@@ -21,6 +21,9 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::catalog::ColumnDesc;
+/// Longest random text a datagen field may have (bytes).
+const MAX_LENGTH: u64 = 1 << 20;
+
 use crate::connectors::{Generator, Options, opt_u64};
 use crate::error::{Result, WeirError};
 use crate::sql::types::{SqlType, schema_of};
@@ -59,11 +62,21 @@ impl Datagen {
                 Some("sequence") => Field::Sequence {
                     next: opt_i64(o, &p("start"))?.unwrap_or(1),
                 },
-                Some("random") | None => Field::Random {
-                    min: opt_i64(o, &p("min"))?.unwrap_or(0),
-                    max: opt_i64(o, &p("max"))?.unwrap_or(1000),
-                    length: opt_u64(o, &p("length"))?.unwrap_or(10) as usize,
-                },
+                Some("random") | None => {
+                    let length = opt_u64(o, &p("length"))?.unwrap_or(10);
+                    // a batch holds thousands of such values
+                    if length > MAX_LENGTH {
+                        return Err(WeirError::invalid_parameter(format!(
+                            "fields.{}.length must be at most {MAX_LENGTH}, not {length}",
+                            c.name
+                        )));
+                    }
+                    Field::Random {
+                        min: opt_i64(o, &p("min"))?.unwrap_or(0),
+                        max: opt_i64(o, &p("max"))?.unwrap_or(1000),
+                        length: length as usize,
+                    }
+                }
                 Some(other) => {
                     return Err(WeirError::invalid_parameter(format!(
                         "fields.{}.kind must be random or sequence, not '{other}'",

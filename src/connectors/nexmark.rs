@@ -132,6 +132,21 @@ pub struct Nexmark {
 impl Nexmark {
     pub fn new(o: &Options, columns: &[ColumnDesc]) -> Result<Nexmark> {
         let kind = table_type(o)?;
+        // the generator's arithmetic must not overflow on what SQL gives it
+        for (key, max) in [
+            ("nexmark.base.time", 253_402_300_799_999u64),
+            ("nexmark.seed", 1u64 << 40),
+            ("nexmark.event.num", 1u64 << 53),
+            ("nexmark.event.rate", 1_000_000_000),
+        ] {
+            if let Some(v) = opt_u64(o, key)?
+                && v > max
+            {
+                return Err(crate::error::WeirError::invalid_parameter(format!(
+                    "option {key} must be at most {max}, not {v}"
+                )));
+            }
+        }
         let mut cfg = NexmarkConfig {
             base_time: opt_u64(o, "nexmark.base.time")?.unwrap_or(BASE_TIME_MS),
             first_event_id: opt_u64(o, "nexmark.seed")?.unwrap_or(0) as usize,
