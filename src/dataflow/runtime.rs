@@ -199,6 +199,9 @@ impl Dataflow {
         };
         std::thread::Builder::new()
             .name("weir-dataflow".into())
+            // evaluating a view's expressions recurses once per level (statements are at
+            // most `MAX_STATEMENT_DEPTH` deep)
+            .stack_size(crate::limits::THREAD_STACK_BYTES)
             .spawn(move || worker.run())
             .expect("spawn dataflow thread");
         Arc::new(Dataflow {

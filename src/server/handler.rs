@@ -491,6 +491,16 @@ fn is_endless(stmt: &Statement) -> bool {
     }
 }
 
+/// The statement timeout for a statement: none for a subscription, which runs until it
+/// is canceled (a session-wide timeout must not end every SUBSCRIBE).
+fn statement_timeout(session: &Session, stmt: &Statement) -> Option<std::time::Duration> {
+    if is_endless(stmt) {
+        None
+    } else {
+        session.duration("statement_timeout")
+    }
+}
+
 /// A changed setting clients track, to report with ParameterStatus.
 fn reported_setting(output: &Output) -> Option<ParameterStatus> {
     match output {
@@ -591,7 +601,7 @@ impl Handle {
             if cancel.reason() == Some(crate::server::session::InterruptReason::StatementTimeout) {
                 cancel.reset();
             }
-            let timer = cancel.arm(session.duration("statement_timeout"));
+            let timer = cancel.arm(statement_timeout(&session, &parsed.stmt));
             let result = match check_aborted(client, &mut session, &parsed.stmt) {
                 Err(e) => Err(e),
                 Ok(())
@@ -990,7 +1000,10 @@ impl ExtendedQueryHandler for Handle {
         let cancel = self.begin_query(client);
         let session = self.session(client);
         let mut session = session.lock().await;
-        let timer = cancel.arm(session.duration("statement_timeout"));
+        let timer = cancel.arm(statement_timeout(
+            &session,
+            &portal.statement.statement.parsed.stmt,
+        ));
         let result = self
             .execute_portal(client, &mut session, portal, cancel, timer)
             .await?;

@@ -301,6 +301,18 @@ pub fn validate(name: &str, value: &str, max_work_mem: usize) -> Result<String> 
                 )))
             }
         }
+        // there are no roles yet: every session is the superuser
+        "session_authorization" | "role" => {
+            if matches!(lower.as_str(), "default" | "none")
+                || lower == crate::catalog::SUPERUSER_NAME
+            {
+                Ok(v)
+            } else {
+                Err(WeirError::invalid_parameter(format!(
+                    "role \"{v}\" does not exist"
+                )))
+            }
+        }
         n if n.contains('.') => Ok(v),
         n => Err(WeirError::new(
             sqlstate::UNDEFINED_OBJECT,
