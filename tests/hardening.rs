@@ -86,6 +86,20 @@ async fn deep_and_long_statements_answer_or_refuse_cleanly() {
         query_text(&c, "SELECT s FROM deep WHERE id = 1").await,
         vec![vec!["7000"]]
     );
+    // deeper, still under the limit: the view's worker evaluates it without running out of
+    // stack
+    let expr = vec!["v"; 3000].join(" + ");
+    query_text(
+        &c,
+        &format!("CREATE MATERIALIZED VIEW deeper AS SELECT id, {expr} AS s FROM t"),
+    )
+    .await;
+    query_text(&c, "INSERT INTO t VALUES (3, 1)").await;
+    query_text(&c, "FLUSH").await;
+    assert_eq!(
+        query_text(&c, "SELECT s FROM deeper WHERE id = 3").await,
+        vec![vec!["3000"]]
+    );
     // absurd depths: 54001, never an abort
     for sql in [
         format!("SELECT {}", vec!["1"; 20_000].join("+")),
