@@ -2,7 +2,11 @@
 //! views; a view's graph of operators; and the runtime that runs every view's graph epoch by
 //! epoch and publishes consistent view contents.
 
+pub mod backfill;
 pub mod changelog;
 pub mod graph;
 pub mod late;
+pub mod publication;
 pub mod runtime;
+pub mod stats;
+pub mod worker;

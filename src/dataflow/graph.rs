@@ -122,12 +122,12 @@ impl Graph {
     }
 
     /// State rows per operator.
-    pub fn operator_states(&self) -> Vec<crate::dataflow::runtime::OperatorState> {
+    pub fn operator_states(&self) -> Vec<crate::dataflow::stats::OperatorState> {
         self.nodes
             .iter()
             .enumerate()
             .filter_map(|(i, n)| match &n.kind {
-                NodeKind::Operator(op) => Some(crate::dataflow::runtime::OperatorState {
+                NodeKind::Operator(op) => Some(crate::dataflow::stats::OperatorState {
                     node: i,
                     name: op.name().to_owned(),
                     rows: op.state_rows(),

@@ -1,0 +1,192 @@
+//! Backfill: a new view first reads the existing contents of its inputs (tables from the
+//! snapshots taken with its CREATE message, in arrival order with the watermark each batch
+//! met; views from their published contents), in epochs of at most
+//! `BACKFILL_CHUNK_ROWS` rows, before it joins the live change stream.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tracing::info;
+
+use crate::dataflow::changelog::Changelog;
+use crate::dataflow::graph::SourceBatch;
+use crate::dataflow::publication::ViewData;
+use crate::dataflow::runtime::CreateView;
+use crate::dataflow::worker::{ViewRuntime, Worker, panic_message};
+use crate::error::{Result, WeirError};
+use crate::state::zset::ZSet;
+
+/// Rows per epoch when a new view reads its inputs' existing contents.
+const BACKFILL_CHUNK_ROWS: usize = 65_536;
+
+impl Worker {
+    pub(crate) fn create(&mut self, c: CreateView) {
+        let CreateView {
+            oid,
+            name,
+            mut graph,
+            schema,
+            tables,
+            watermark_specs,
+            fresh,
+            progress,
+            done,
+        } = c;
+        let mut final_watermarks: HashMap<u32, i64> = HashMap::new();
+        let build = || -> Result<ZSet> {
+            // inputs as they are now: tables from the snapshots taken with this message (in
+            // arrival order, each batch with the watermark it met), views from their
+            // published contents
+            let mut inputs: Vec<(u32, SourceBatch, Option<i64>)> = Vec::new();
+            for (rel, batches) in &tables {
+                let mut wm: Option<i64> = None;
+                for b in batches.iter() {
+                    let before = wm;
+                    if let Some((col, delay)) = watermark_specs.get(rel)
+                        && let Some(ts) = b
+                            .column(*col)
+                            .as_any()
+                            .downcast_ref::<datafusion::arrow::array::TimestampMicrosecondArray>(
+                        )
+                        && let Some(m) = datafusion::arrow::compute::max(ts)
+                    {
+                        wm = Some(wm.map_or(m - delay, |w| w.max(m - delay)));
+                    }
+                    inputs.push((
+                        *rel,
+                        SourceBatch {
+                            changelog: Changelog::inserts(b.clone()),
+                            watermark_before: before,
+                        },
+                        wm,
+                    ));
+                }
+            }
+            {
+                let p = self.published.read();
+                for rel in graph.sources() {
+                    if tables.iter().any(|(t, _)| *t == rel) || fresh.contains(&rel) {
+                        continue;
+                    }
+                    let d = p.views.get(&rel).ok_or_else(|| {
+                        WeirError::internal(format!(
+                            "relation {rel} of view {name} is not available"
+                        ))
+                    })?;
+                    if let Some(e) = &d.failed {
+                        return Err(WeirError::new("XX000", e.clone()));
+                    }
+                    let wm = self.watermarks.get(&rel).copied();
+                    for cl in d.contents.to_changelogs()? {
+                        inputs.push((
+                            rel,
+                            SourceBatch {
+                                changelog: cl,
+                                watermark_before: None,
+                            },
+                            wm,
+                        ));
+                    }
+                }
+            }
+            // a temporal join looks up its table as it is now: feed lookup tables first, in
+            // an epoch of their own
+            let lookups = graph.lookup_relations();
+            inputs.sort_by_key(|(rel, _, _)| !lookups.contains(rel));
+            let lookup_rows: usize = inputs
+                .iter()
+                .filter(|(rel, _, _)| lookups.contains(rel))
+                .map(|(_, b, _)| b.changelog.len())
+                .sum();
+            let total: usize = inputs.iter().map(|(_, b, _)| b.changelog.len()).sum();
+            let mut contents = ZSet::new(schema.clone())?;
+            let started = Instant::now();
+            let mut last_report = started;
+            let mut done_rows = 0usize;
+            let mut chunk: HashMap<u32, Vec<SourceBatch>> = HashMap::new();
+            let mut chunk_rows = 0usize;
+            let mut wms: HashMap<u32, i64> = HashMap::new();
+            let mut view_watermark = None;
+            let mut iter = inputs.into_iter().peekable();
+            loop {
+                let next = iter.next();
+                let at_end = next.is_none();
+                if let Some((rel, b, wm_after)) = next {
+                    chunk_rows += b.changelog.len();
+                    chunk.entry(rel).or_default().push(b);
+                    if let Some(w) = wm_after {
+                        wms.insert(rel, w);
+                    }
+                }
+                // the first epoch runs even without input: global aggregates and constants
+                // emit their initial rows
+                let lookups_done = lookup_rows > 0 && done_rows + chunk_rows == lookup_rows;
+                if chunk_rows >= BACKFILL_CHUNK_ROWS || at_end || lookups_done {
+                    let mut feed = std::mem::take(&mut chunk);
+                    for s in graph.sources() {
+                        feed.entry(s).or_default();
+                    }
+                    let out = graph.run_epoch(&feed, &wms)?;
+                    for cl in out.changes {
+                        contents.apply(&cl)?;
+                    }
+                    view_watermark = out.watermark;
+                    done_rows += chunk_rows;
+                    chunk_rows = 0;
+                    if let Some(p) = &progress
+                        && last_report.elapsed() > Duration::from_secs(1)
+                    {
+                        last_report = Instant::now();
+                        let _ = p.send(format!(
+                            "backfilling materialized view \"{name}\": {done_rows} of {total} input rows ({:.0}s)",
+                            started.elapsed().as_secs_f64()
+                        ));
+                    }
+                }
+                if at_end {
+                    break;
+                }
+            }
+            if started.elapsed() > Duration::from_secs(1) {
+                info!(view = %name, rows = total, secs = started.elapsed().as_secs_f64(), "backfill done");
+            }
+            final_watermarks = wms;
+            if let Some(w) = view_watermark {
+                final_watermarks.insert(oid, w);
+            }
+            Ok(contents)
+        };
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(build))
+            .unwrap_or_else(|p| Err(WeirError::internal(panic_message(&p))));
+        for (rel, w) in final_watermarks {
+            let e = self.watermarks.entry(rel).or_insert(w);
+            *e = (*e).max(w);
+        }
+        match result {
+            Ok(contents) => {
+                let mut p = self.published.write();
+                p.epoch += 1;
+                let epoch = p.epoch;
+                p.views.insert(
+                    oid,
+                    ViewData {
+                        contents,
+                        changed_at: epoch,
+                        cache: Mutex::new(None),
+                        failed: None,
+                        watermark: self.watermarks.get(&oid).copied(),
+                    },
+                );
+                drop(p);
+                self.stats.lock().insert(oid, graph.operator_states());
+                self.graphs.insert(oid, ViewRuntime { name, graph });
+                self.refresh_lookups();
+                let _ = done.send(Ok(()));
+            }
+            Err(e) => {
+                let _ = done.send(Err(e));
+            }
+        }
+    }
+}

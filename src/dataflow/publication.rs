@@ -1,0 +1,148 @@
+//! Publication: every view's contents at the latest completed epoch, behind one lock, and
+//! the change subscriptions (sinks, SUBSCRIBE) fed from the same step. The worker publishes
+//! all views' changes of an epoch at once, so readers never see views at different epochs.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
+
+use crate::dataflow::changelog::Changelog;
+use crate::error::{Result, WeirError};
+use crate::state::zset::ZSet;
+
+pub(crate) struct ViewData {
+    pub(crate) contents: ZSet,
+    /// Epoch of the last change, for the snapshot cache.
+    pub(crate) changed_at: u64,
+    pub(crate) cache: Mutex<Option<(u64, Arc<Vec<RecordBatch>>)>>,
+    /// A view whose maintenance failed (e.g. division by zero on a new row) stops and
+    /// answers queries with the error.
+    pub(crate) failed: Option<String>,
+    /// The view's event-time watermark, if its inputs have one.
+    pub(crate) watermark: Option<i64>,
+}
+
+impl ViewData {
+    pub(crate) fn snapshot(&self) -> Result<Arc<Vec<RecordBatch>>> {
+        if let Some(e) = &self.failed {
+            return Err(WeirError::new("XX000", e.clone()));
+        }
+        let mut cache = self.cache.lock();
+        if let Some((at, b)) = cache.as_ref()
+            && *at == self.changed_at
+        {
+            return Ok(b.clone());
+        }
+        let b = Arc::new(self.contents.to_batches()?);
+        *cache = Some((self.changed_at, b.clone()));
+        Ok(b)
+    }
+}
+
+pub(crate) struct Published {
+    pub(crate) epoch: u64,
+    pub(crate) views: HashMap<u32, ViewData>,
+    /// Change subscriptions (sinks, SUBSCRIBE) by view.
+    pub(crate) subscribers: HashMap<u32, Vec<Subscriber>>,
+}
+
+pub(crate) struct Subscriber {
+    pub(crate) tx: mpsc::UnboundedSender<EpochChanges>,
+    /// The last epoch sent.
+    pub(crate) sent: Arc<std::sync::atomic::AtomicU64>,
+    /// For a bounded subscription: rows sent and not yet taken by the reader, and the most
+    /// it may hold before it is cut off.
+    pub(crate) backlog: Option<(Arc<Backlog>, usize)>,
+}
+
+impl Published {
+    /// Complete an epoch: bump the epoch number, set each view's watermark, apply each
+    /// view's changes to its contents and send them to its subscribers (a bounded
+    /// subscriber too far behind is cut off), and mark views whose maintenance failed.
+    pub(crate) fn publish(
+        &mut self,
+        deltas: Vec<(u32, Vec<Changelog>)>,
+        failures: Vec<(u32, String)>,
+        watermarks: &HashMap<u32, i64>,
+    ) {
+        self.epoch += 1;
+        let epoch = self.epoch;
+        for (oid, d) in self.views.iter_mut() {
+            if let Some(w) = watermarks.get(oid) {
+                d.watermark = Some(*w);
+            }
+        }
+        for (oid, delta) in deltas {
+            if let Some(d) = self.views.get_mut(&oid) {
+                for cl in &delta {
+                    if let Err(e) = d.contents.apply(cl) {
+                        d.failed = Some(e.message.clone());
+                    }
+                }
+                d.changed_at = epoch;
+                let watermark = d.watermark;
+                if let Some(subs) = self.subscribers.get_mut(&oid) {
+                    let msg = EpochChanges {
+                        epoch,
+                        changes: delta,
+                        watermark,
+                    };
+                    let rows: usize = msg.changes.iter().map(|c| c.len()).sum();
+                    subs.retain(|s| {
+                        if let Some((backlog, max)) = &s.backlog {
+                            use std::sync::atomic::Ordering::{AcqRel, Release};
+                            // a reader that is caught up always gets the next epoch, however
+                            // large; one that is behind is cut off past `max`
+                            let before = backlog.rows.fetch_add(rows, AcqRel);
+                            if before > 0 && before + rows > *max {
+                                backlog.overflowed.store(true, Release);
+                                return false;
+                            }
+                        }
+                        s.sent.store(epoch, std::sync::atomic::Ordering::Release);
+                        s.tx.send(msg.clone()).is_ok()
+                    });
+                }
+            }
+        }
+        for (oid, msg) in failures {
+            if let Some(d) = self.views.get_mut(&oid) {
+                d.failed = Some(msg);
+                d.changed_at = epoch;
+            }
+        }
+    }
+}
+
+/// How far a bounded subscription's reader is behind (see [`crate::dataflow::runtime::Dataflow::subscribe_bounded`]).
+#[derive(Default)]
+pub struct Backlog {
+    /// Changed rows sent to the reader and not yet taken.
+    pub rows: std::sync::atomic::AtomicUsize,
+    /// The reader fell further behind than allowed and was unsubscribed.
+    pub overflowed: std::sync::atomic::AtomicBool,
+}
+
+/// A view's changes in one epoch, for subscribers.
+#[derive(Clone)]
+pub struct EpochChanges {
+    pub epoch: u64,
+    pub changes: Vec<Changelog>,
+    /// The view's watermark after the epoch.
+    pub watermark: Option<i64>,
+}
+
+/// A subscription to a view: its contents at `epoch`, then every later epoch's changes, in
+/// order, without gaps. Dropping the receiver ends it.
+pub struct Subscription {
+    pub epoch: u64,
+    pub snapshot: Arc<Vec<RecordBatch>>,
+    pub schema: SchemaRef,
+    pub changes: mpsc::UnboundedReceiver<EpochChanges>,
+    /// The last epoch the dataflow has sent (for waiting until a subscriber caught up).
+    pub sent: Arc<std::sync::atomic::AtomicU64>,
+}

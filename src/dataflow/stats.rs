@@ -1,0 +1,21 @@
+//! Per-view and per-operator numbers the runtime reports (system tables, tests).
+
+/// Per-view numbers for system tables and tests.
+#[derive(Debug, Clone)]
+pub struct ViewStats {
+    pub oid: u32,
+    pub rows: usize,
+    pub operators: Vec<OperatorState>,
+    pub watermark: Option<i64>,
+    pub failed: Option<String>,
+    /// Live change subscriptions (SUBSCRIBE, cursors, sinks).
+    pub subscribers: usize,
+}
+
+/// State held by one operator of a view's graph.
+#[derive(Debug, Clone)]
+pub struct OperatorState {
+    pub node: usize,
+    pub name: String,
+    pub rows: usize,
+}
