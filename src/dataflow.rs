@@ -9,4 +9,5 @@ pub mod late;
 pub mod publication;
 pub mod runtime;
 pub mod stats;
+pub mod watermark;
 pub mod worker;

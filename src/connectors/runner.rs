@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use datafusion::arrow::array::{Array, TimestampMicrosecondArray};
+use crate::dataflow::watermark::WatermarkSpec;
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{error, info};
@@ -355,16 +355,8 @@ fn run(tx: mpsc::Sender<Msg>, spec: RunnerSpec, stop: Arc<AtomicBool>, progress:
             break Ok(());
         }
         let before = watermark;
-        if let Some((col, delay)) = spec.watermark
-            && let Some(ts) = batch
-                .column(col)
-                .as_any()
-                .downcast_ref::<TimestampMicrosecondArray>()
-            && ts.null_count() < ts.len()
-            && let Some(max) = datafusion::arrow::compute::max(ts)
-        {
-            let w = max.saturating_sub(delay);
-            watermark = Some(watermark.map_or(w, |old| old.max(w)));
+        if let Some(w) = spec.watermark {
+            watermark = WatermarkSpec::new(w).after_batch(watermark, &batch);
         }
         let n = batch.num_rows() as u64;
         if !send_batch(&tx, spec.instance, batch, before, watermark) {

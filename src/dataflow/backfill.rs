@@ -13,6 +13,7 @@ use crate::dataflow::changelog::Changelog;
 use crate::dataflow::graph::SourceBatch;
 use crate::dataflow::publication::ViewData;
 use crate::dataflow::runtime::CreateView;
+use crate::dataflow::watermark::WatermarkSpec;
 use crate::dataflow::worker::{ViewRuntime, Worker, panic_message};
 use crate::error::{Result, WeirError};
 use crate::state::zset::ZSet;
@@ -43,15 +44,8 @@ impl Worker {
                 let mut wm: Option<i64> = None;
                 for b in batches.iter() {
                     let before = wm;
-                    if let Some((col, delay)) = watermark_specs.get(rel)
-                        && let Some(ts) = b
-                            .column(*col)
-                            .as_any()
-                            .downcast_ref::<datafusion::arrow::array::TimestampMicrosecondArray>(
-                        )
-                        && let Some(m) = datafusion::arrow::compute::max(ts)
-                    {
-                        wm = Some(wm.map_or(m - delay, |w| w.max(m - delay)));
+                    if let Some(spec) = watermark_specs.get(rel) {
+                        wm = WatermarkSpec::new(*spec).after_batch(wm, b);
                     }
                     inputs.push((
                         *rel,

@@ -28,6 +28,7 @@ use datafusion::arrow::util::display::array_value_to_string;
 use parking_lot::Mutex;
 
 use crate::dataflow::changelog::Changelog;
+use crate::dataflow::watermark::WatermarkSpec;
 use crate::error::{Result, WeirError, sqlstate};
 use crate::sql::types::SqlType;
 use crate::state::codec::{decode_batches, encode_batch};
@@ -276,13 +277,8 @@ impl TableStore {
 
     /// The watermark after rows `batch` arrived, from `current`.
     fn advance(&self, current: Option<i64>, batch: &RecordBatch) -> Option<i64> {
-        let (col, delay) = self.watermark_spec?;
-        let ts = batch
-            .column(col)
-            .as_any()
-            .downcast_ref::<datafusion::arrow::array::TimestampMicrosecondArray>()?;
-        match datafusion::arrow::compute::max(ts) {
-            Some(m) => Some(current.map_or(m - delay, |c| c.max(m - delay))),
+        match self.watermark_spec {
+            Some(spec) => WatermarkSpec::new(spec).after_batch(current, batch),
             None => current,
         }
     }

@@ -22,6 +22,7 @@ use crate::connectors::dead_letters::DeadLetters;
 use crate::connectors::runner::{PartitionProgress, Progress, RunnerSpec, SourceKind, SyncRequest};
 use crate::connectors::upsert::ChangeDecoder;
 use crate::dataflow::runtime::Msg;
+use crate::dataflow::watermark::{WatermarkSpec, advance};
 use crate::sql::types::schema_of;
 use crate::state::table::TableStore;
 
@@ -134,8 +135,7 @@ pub(super) struct Instance {
     pub(super) source: String,
     pub(super) view: String,
     pub(super) spec: KafkaSpec,
-    /// (event-time column, delay).
-    pub(super) watermark_spec: Option<(usize, i64)>,
+    pub(super) watermark_spec: Option<WatermarkSpec>,
     pub(super) watermark: Option<i64>,
     pub(super) partitions: BTreeMap<i32, PartitionState>,
     pub(super) progress: Arc<Progress>,
@@ -165,7 +165,7 @@ pub fn run(
         source: spec.source_name,
         view: spec.view_name,
         spec: *kspec,
-        watermark_spec: spec.watermark,
+        watermark_spec: spec.watermark.map(WatermarkSpec::new),
         watermark: None,
         partitions: BTreeMap::new(),
         progress,
@@ -366,9 +366,9 @@ impl Instance {
                 last_refresh = Instant::now();
                 self.refresh_progress(&consumer, &topic_c);
                 // partitions going idle can let the watermark move without new rows
-                if let Some((_, delay)) = self.watermark_spec {
+                if let Some(spec) = self.watermark_spec {
                     let before = self.watermark;
-                    self.advance_watermark(delay);
+                    self.advance_watermark(spec);
                     if self.watermark != before {
                         let empty = RecordBatch::new_empty(schema_of(
                             self.spec
@@ -475,7 +475,7 @@ impl Instance {
     /// The minimum over active partitions of (largest event time - delay); idle
     /// partitions (read to their end, no message for the idle timeout) do not hold it
     /// back; it never moves back.
-    pub(super) fn advance_watermark(&mut self, delay: i64) {
+    pub(super) fn advance_watermark(&mut self, spec: WatermarkSpec) {
         let idle = self.spec.options.idle_timeout;
         let mut min: Option<i64> = None;
         let mut all_idle = true;
@@ -491,7 +491,7 @@ impl Instance {
                 // an active partition that has shown no event time holds the watermark
                 None => return,
                 Some(t) => {
-                    let w = t.saturating_sub(delay);
+                    let w = spec.bound(t);
                     min = Some(min.map_or(w, |m: i64| m.min(w)));
                 }
             }
@@ -501,7 +501,7 @@ impl Instance {
         }
         if let Some(w) = min {
             let before = self.watermark;
-            self.watermark = Some(self.watermark.map_or(w, |old| old.max(w)));
+            self.watermark = advance(self.watermark, Some(w));
             if self.watermark != before {
                 tracing::debug!(
                     view = %self.view,

@@ -19,6 +19,7 @@ use super::poll::{Instance, Pending};
 use crate::connectors::runner::{BATCHES_PER_BARRIER, send_batch, wait_for_views};
 use crate::connectors::upsert::{ChangeDecoder, KeyValue};
 use crate::dataflow::runtime::Msg;
+use crate::dataflow::watermark::advance;
 use crate::error::Result;
 use crate::sql::types::schema_of;
 use crate::state::table::{Change, TableStore, offset_key};
@@ -58,7 +59,7 @@ impl Instance {
             .map_err(|e| e.message)?;
         let mut rows = decoded.rows.clone();
         // a record without an event time has no place in event time: a dead letter
-        if let Some((col, _)) = self.watermark_spec
+        if let Some(col) = self.watermark_spec.map(|w| w.column)
             && batch.column(col).null_count() > 0
         {
             let ts = batch.column(col).clone();
@@ -94,9 +95,9 @@ impl Instance {
         }
         // per-partition event time, then the combined watermark
         let before = self.watermark;
-        if let Some((col, delay)) = self.watermark_spec
+        if let Some(spec) = self.watermark_spec
             && let Some(ts) = batch
-                .column(col)
+                .column(spec.column)
                 .as_any()
                 .downcast_ref::<TimestampMicrosecondArray>()
         {
@@ -105,14 +106,12 @@ impl Instance {
                     let part = pending.meta[*i].partition;
                     if let Some(p) = self.partitions.get_mut(&part) {
                         let t = ts.value(r);
-                        p.progress.max_event_time =
-                            Some(p.progress.max_event_time.map_or(t, |m| m.max(t)));
-                        p.progress.watermark =
-                            p.progress.max_event_time.map(|m| m.saturating_sub(delay));
+                        p.progress.max_event_time = advance(p.progress.max_event_time, Some(t));
+                        p.progress.watermark = p.progress.max_event_time.map(|m| spec.bound(m));
                     }
                 }
             }
-            self.advance_watermark(delay);
+            self.advance_watermark(spec);
         }
         for i in &rows {
             if let Some(p) = self.partitions.get_mut(&pending.meta[*i].partition) {
