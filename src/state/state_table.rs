@@ -1,0 +1,425 @@
+//! Keyed state tables: the one way operators and views keep state.
+//!
+//! A state table maps ordered byte keys to byte values. Operators declare theirs when they
+//! are built ([`TableDecl`]: a name and the layout of its keys) and use point
+//! `get`/`put`/`delete`, prefix scans and bounded range scans in both directions (a min/max
+//! reads the last key of a range), and range deletes (closing a window frees it in one
+//! call). Every write marks its key dirty; [`StateTable::flush`] writes exactly the keys
+//! changed since the last flush into a store write batch (a checkpoint), and
+//! [`StateTable::load`] reads a table back (recovery). The framework, not the operator,
+//! calls those two.
+//!
+//! Today the cache holds every entry (eviction of cold keys under `--memory-limit` builds
+//! on this cache). The dirty set holds keys only: a flush reads their current values, so a
+//! key written many times between checkpoints is written once.
+//!
+//! Stored format: key = the table's store prefix ++ key; value = [`VALUE_FORMAT`] ++
+//! value. Keys are usually `arrow_row` encodings, which arrow does not promise to keep
+//! stable across releases: [`STATE_FORMAT`] names the arrow release along with our own
+//! version, and state written under another format is never decoded (the view is rebuilt).
+//!
+//! Invariants (asserted in debug builds): every dirty key is either in the cache (a put)
+//! or not (a delete), and `bytes` is the sum of the cached keys' and values' lengths.
+
+use std::collections::{BTreeMap, HashSet};
+use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
+
+use crate::error::{Result, WeirError};
+use crate::state::store::{Store, WriteBatch};
+
+/// The format of stored state: our version and the arrow release whose row encoding the
+/// keys use. Part of every view's fingerprint; state written under another format is
+/// rebuilt, never decoded. (A unit test keeps the arrow release in step with Cargo.lock.)
+pub const STATE_FORMAT: &str = "weir-state-1 arrow-59";
+
+/// The first byte of every stored value: the layout of what follows.
+pub const VALUE_FORMAT: u8 = 1;
+
+/// What an operator declares for each of its state tables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableDecl {
+    /// Unique within the operator (e.g. `rows`, `emitted`).
+    pub name: &'static str,
+    /// The layout of the keys, for EXPLAIN and for readers of the code (e.g.
+    /// `partition ++ sort key ++ row`).
+    pub key: &'static str,
+    /// The layout of the values.
+    pub value: &'static str,
+}
+
+/// Numbers of one flush.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct FlushStats {
+    pub keys: usize,
+    pub bytes: usize,
+}
+
+/// Keys are shared between the cache and the dirty set (marking a key dirty allocates
+/// nothing).
+type Key = Arc<[u8]>;
+
+pub struct StateTable {
+    decl: TableDecl,
+    cache: BTreeMap<Key, Box<[u8]>>,
+    dirty: HashSet<Key, ahash::RandomState>,
+    /// Bytes of keys and values held.
+    bytes: usize,
+}
+
+impl StateTable {
+    pub fn new(decl: TableDecl) -> StateTable {
+        StateTable {
+            decl,
+            cache: BTreeMap::new(),
+            dirty: HashSet::default(),
+            bytes: 0,
+        }
+    }
+
+    pub fn decl(&self) -> &TableDecl {
+        &self.decl
+    }
+
+    pub fn len(&self) -> usize {
+        self.cache.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.cache.is_empty()
+    }
+
+    /// Bytes of keys and values held in memory.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Keys changed since the last flush.
+    pub fn dirty_keys(&self) -> usize {
+        self.dirty.len()
+    }
+
+    pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
+        self.cache.get(key).map(|v| v.as_ref())
+    }
+
+    pub fn contains(&self, key: &[u8]) -> bool {
+        self.cache.contains_key(key)
+    }
+
+    pub fn put(&mut self, key: &[u8], value: &[u8]) {
+        match self.cache.get_key_value(key) {
+            Some((k, v)) => {
+                if v.as_ref() == value {
+                    return;
+                }
+                let k = k.clone();
+                let v = self.cache.get_mut(key).expect("present");
+                if v.len() == value.len() {
+                    v.copy_from_slice(value);
+                } else {
+                    self.bytes = self.bytes - v.len() + value.len();
+                    *v = value.into();
+                }
+                if !self.dirty.contains(key) {
+                    self.dirty.insert(k);
+                }
+            }
+            None => {
+                self.bytes += key.len() + value.len();
+                let k: Key = key.into();
+                self.cache.insert(k.clone(), value.into());
+                self.dirty.insert(k);
+            }
+        }
+    }
+
+    /// Update a value in place (`f` gets the current value or None and returns the new one,
+    /// None to delete).
+    pub fn update(&mut self, key: &[u8], f: impl FnOnce(Option<&[u8]>) -> Option<Vec<u8>>) {
+        match f(self.get(key)) {
+            Some(v) => self.put(key, &v),
+            None => self.delete(key),
+        }
+    }
+
+    pub fn delete(&mut self, key: &[u8]) {
+        if let Some((k, v)) = self.cache.remove_entry(key) {
+            self.bytes -= key.len() + v.len();
+            self.dirty.insert(k);
+        }
+    }
+
+    /// Entries with keys in `range`, in key order (`.rev()` for descending).
+    pub fn range<'a>(
+        &'a self,
+        range: (Bound<&[u8]>, Bound<&[u8]>),
+    ) -> impl DoubleEndedIterator<Item = (&'a [u8], &'a [u8])> + 'a {
+        self.cache
+            .range::<[u8], _>(range)
+            .map(|(k, v)| (k.as_ref(), v.as_ref()))
+    }
+
+    /// Entries whose key starts with `prefix`, in key order (`.rev()` for descending).
+    pub fn prefix<'a>(
+        &'a self,
+        prefix: &[u8],
+    ) -> impl DoubleEndedIterator<Item = (&'a [u8], &'a [u8])> + 'a {
+        let end = prefix_end(prefix);
+        let lo: Bound<Key> = Bound::Included(prefix.into());
+        let hi: Bound<Key> = match end {
+            Some(e) => Bound::Excluded(e.into()),
+            None => Bound::Unbounded,
+        };
+        self.cache
+            .range((lo, hi))
+            .map(|(k, v)| (k.as_ref(), v.as_ref()))
+    }
+
+    /// The first (`last = false`) or last entry of `range`.
+    pub fn edge(&self, range: (Bound<&[u8]>, Bound<&[u8]>), last: bool) -> Option<(&[u8], &[u8])> {
+        let mut it = self.range(range);
+        if last { it.next_back() } else { it.next() }
+    }
+
+    /// Delete every entry with a key in `range`; returns how many.
+    pub fn delete_range(&mut self, range: (Bound<&[u8]>, Bound<&[u8]>)) -> usize {
+        let keys: Vec<Key> = self
+            .cache
+            .range::<[u8], _>(range)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in &keys {
+            if let Some(v) = self.cache.remove(k) {
+                self.bytes -= k.len() + v.len();
+            }
+        }
+        let n = keys.len();
+        self.dirty.extend(keys);
+        n
+    }
+
+    /// Delete every entry whose key starts with `prefix`; returns how many.
+    pub fn delete_prefix(&mut self, prefix: &[u8]) -> usize {
+        let end = prefix_end(prefix);
+        let hi = match &end {
+            Some(e) => Bound::Excluded(e.as_slice()),
+            None => Bound::Unbounded,
+        };
+        self.delete_range((Bound::Included(prefix), hi))
+    }
+
+    /// Write the keys changed since the last flush into `batch`, under `store_prefix`, and
+    /// forget that they were changed.
+    pub fn flush(&mut self, store_prefix: &[u8], batch: &mut WriteBatch) -> FlushStats {
+        self.check_invariants();
+        let mut stats = FlushStats::default();
+        // in key order: the batch is sorted, as the store likes it
+        let mut dirty: Vec<Key> = std::mem::take(&mut self.dirty).into_iter().collect();
+        dirty.sort_unstable();
+        for key in dirty {
+            let mut k = Vec::with_capacity(store_prefix.len() + key.len());
+            k.extend_from_slice(store_prefix);
+            k.extend_from_slice(&key);
+            stats.keys += 1;
+            stats.bytes += k.len();
+            match self.cache.get(key.as_ref()) {
+                Some(v) => {
+                    let mut value = Vec::with_capacity(v.len() + 1);
+                    value.push(VALUE_FORMAT);
+                    value.extend_from_slice(v);
+                    stats.bytes += value.len();
+                    batch.put(k, value);
+                }
+                None => batch.delete(k),
+            }
+        }
+        stats
+    }
+
+    /// Replace the contents with what `store` holds under `store_prefix` (nothing dirty
+    /// afterwards). A value in another format is an error naming the table and key: such
+    /// state must be rebuilt, never decoded.
+    pub fn load(&mut self, store: &dyn Store, store_prefix: &[u8]) -> Result<()> {
+        self.cache.clear();
+        self.dirty = HashSet::default();
+        self.bytes = 0;
+        let name = self.decl.name;
+        let cache = &mut self.cache;
+        let bytes = &mut self.bytes;
+        store.scan_prefix(store_prefix, &mut |k, v| {
+            let key = &k[store_prefix.len()..];
+            match v.split_first() {
+                Some((&VALUE_FORMAT, value)) => {
+                    *bytes += key.len() + value.len();
+                    cache.insert(key.into(), value.into());
+                    Ok(())
+                }
+                _ => Err(WeirError::internal(format!(
+                    "state table \"{name}\": the value of key {} is not in state format {VALUE_FORMAT}",
+                    hex(k)
+                ))),
+            }
+        })?;
+        Ok(())
+    }
+
+    fn check_invariants(&self) {
+        debug_assert_eq!(
+            self.bytes,
+            self.cache
+                .iter()
+                .map(|(k, v)| k.len() + v.len())
+                .sum::<usize>(),
+            "state table {}: byte count drifted",
+            self.decl.name
+        );
+    }
+}
+
+/// The smallest key greater than every key starting with `prefix` (None: no such key,
+/// the prefix is empty or all 0xff).
+pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Whole-range bounds, for `range`/`delete_range` over everything.
+pub fn all() -> (Bound<&'static [u8]>, Bound<&'static [u8]>) {
+    (Bound::Unbounded, Bound::Unbounded)
+}
+
+/// Bounds from any byte range expression (`a..b`, `a..=b`, `..b`).
+pub fn bounds<'a>(r: impl RangeBounds<&'a [u8]>) -> (Bound<&'a [u8]>, Bound<&'a [u8]>) {
+    (r.start_bound().cloned(), r.end_bound().cloned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::fjall_store::FjallStore;
+    use crate::state::store::Durability;
+
+    fn table() -> StateTable {
+        StateTable::new(TableDecl {
+            name: "t",
+            key: "k",
+            value: "v",
+        })
+    }
+
+    fn keys<'a>(it: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> Vec<Vec<u8>> {
+        it.map(|(k, _)| k.to_vec()).collect()
+    }
+
+    #[test]
+    fn scans_in_both_directions_and_by_prefix() {
+        let mut t = table();
+        for k in [&b"a1"[..], b"a2", b"a\xff", b"b", b"b1", b"c"] {
+            t.put(k, b"v");
+        }
+        assert_eq!(
+            keys(t.prefix(b"a")),
+            vec![b"a1".to_vec(), b"a2".to_vec(), b"a\xff".to_vec()]
+        );
+        assert_eq!(keys(t.prefix(b"a").rev()).first(), Some(&b"a\xff".to_vec()));
+        assert_eq!(keys(t.prefix(b"b")), vec![b"b".to_vec(), b"b1".to_vec()]);
+        assert_eq!(keys(t.prefix(b"")).len(), 6);
+        let r = bounds(&b"a2"[..]..&b"b1"[..]);
+        assert_eq!(
+            keys(t.range(r)),
+            vec![b"a2".to_vec(), b"a\xff".to_vec(), b"b".to_vec()]
+        );
+        assert_eq!(t.edge(r, true).map(|(k, _)| k), Some(&b"b"[..]));
+        assert_eq!(t.edge(r, false).map(|(k, _)| k), Some(&b"a2"[..]));
+        assert_eq!(prefix_end(b"a\xff"), Some(b"b".to_vec()));
+        assert_eq!(prefix_end(b"\xff\xff"), None);
+    }
+
+    #[test]
+    fn flush_writes_exactly_the_changed_keys_and_load_reads_them_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FjallStore::open(dir.path()).unwrap();
+        let mut t = table();
+        t.put(b"k1", b"one");
+        t.put(b"k2", b"two");
+        t.put(b"k3", b"three");
+        let mut batch = WriteBatch::default();
+        let stats = t.flush(b"p/", &mut batch);
+        assert_eq!(stats.keys, 3);
+        store.commit(batch, Durability::Sync).unwrap();
+        assert_eq!(t.dirty_keys(), 0);
+
+        // one key changed twice, one deleted, one written with its old value: two keys
+        t.put(b"k1", b"uno");
+        t.put(b"k1", b"eins");
+        t.delete(b"k2");
+        t.put(b"k3", b"three");
+        let mut batch = WriteBatch::default();
+        assert_eq!(t.flush(b"p/", &mut batch).keys, 2);
+        store.commit(batch, Durability::Sync).unwrap();
+
+        // a range delete frees a window in one call and is flushed as deletes
+        t.put(b"w/1/a", b"x");
+        t.put(b"w/1/b", b"x");
+        t.put(b"w/2/a", b"x");
+        assert_eq!(t.delete_prefix(b"w/1/"), 2);
+        let mut batch = WriteBatch::default();
+        t.flush(b"p/", &mut batch);
+        store.commit(batch, Durability::Sync).unwrap();
+
+        let mut back = table();
+        back.load(&store, b"p/").unwrap();
+        let got: Vec<(Vec<u8>, Vec<u8>)> = back
+            .range(all())
+            .map(|(k, v)| (k.to_vec(), v.to_vec()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (b"k1".to_vec(), b"eins".to_vec()),
+                (b"k3".to_vec(), b"three".to_vec()),
+                (b"w/2/a".to_vec(), b"x".to_vec()),
+            ]
+        );
+        assert_eq!(back.bytes(), t.bytes());
+        assert_eq!(back.dirty_keys(), 0);
+    }
+
+    #[test]
+    fn state_in_another_format_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FjallStore::open(dir.path()).unwrap();
+        let mut batch = WriteBatch::default();
+        batch.put(b"p/k".to_vec(), vec![VALUE_FORMAT + 1, 7]);
+        store.commit(batch, Durability::Sync).unwrap();
+        let err = table().load(&store, b"p/").unwrap_err();
+        assert!(err.message.contains("state table \"t\""), "{}", err.message);
+        assert!(err.message.contains("702f6b"), "{}", err.message);
+    }
+
+    #[test]
+    fn state_format_names_the_arrow_release_in_use() {
+        let lock =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.lock")).unwrap();
+        let at = lock
+            .find("name = \"arrow-row\"\nversion = \"")
+            .expect("arrow-row in Cargo.lock");
+        let version = &lock[at + "name = \"arrow-row\"\nversion = \"".len()..];
+        let major = version.split('.').next().unwrap();
+        assert!(
+            STATE_FORMAT.ends_with(&format!("arrow-{major}")),
+            "arrow-row is {major}.x: bump STATE_FORMAT ({STATE_FORMAT}) so old state is rebuilt"
+        );
+    }
+}
