@@ -7,6 +7,7 @@
 //! over the inputs at every epoch boundary.
 
 pub mod aggregate;
+pub mod emitted;
 pub mod filter;
 pub mod float_sum;
 pub mod join;
@@ -55,6 +56,11 @@ pub trait Operator: Send {
     /// Rows of state held.
     fn state_rows(&self) -> usize {
         0
+    }
+    /// The operator's state tables (declared when it is built): the framework flushes
+    /// their dirty keys at a checkpoint and reloads them at recovery.
+    fn state_tables(&mut self) -> Vec<&mut crate::state::state_table::StateTable> {
+        Vec::new()
     }
 }
 

@@ -13,6 +13,8 @@ use crate::dataflow::changelog::Changelog;
 use crate::dataflow::late::LateLog;
 use crate::error::Result;
 use crate::operators::{Operator, filter_changelog};
+use crate::state::state_table::FlushStats;
+use crate::state::store::{Store, WriteBatch};
 
 pub type NodeId = usize;
 
@@ -135,6 +137,36 @@ impl Graph {
                 _ => None,
             })
             .collect()
+    }
+
+    /// Write the dirty keys of every operator's state tables into `batch`, each table under
+    /// `prefix ++ node id ++ table name ++ 0` (see [`Graph::load_state`]).
+    pub fn flush_state(&mut self, prefix: &[u8], batch: &mut WriteBatch) -> FlushStats {
+        let mut total = FlushStats::default();
+        for (id, node) in self.nodes.iter_mut().enumerate() {
+            if let NodeKind::Operator(op) = &mut node.kind {
+                for t in op.state_tables() {
+                    let p = table_prefix(prefix, id, t.decl().name);
+                    let s = t.flush(&p, batch);
+                    total.keys += s.keys;
+                    total.bytes += s.bytes;
+                }
+            }
+        }
+        total
+    }
+
+    /// Reload every operator's state tables from what [`Graph::flush_state`] wrote.
+    pub fn load_state(&mut self, store: &dyn Store, prefix: &[u8]) -> Result<()> {
+        for (id, node) in self.nodes.iter_mut().enumerate() {
+            if let NodeKind::Operator(op) = &mut node.kind {
+                for t in op.state_tables() {
+                    let p = table_prefix(prefix, id, t.decl().name);
+                    t.load(store, &p)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Relations read as the lookup side of a temporal join.
@@ -335,6 +367,16 @@ fn admit(policy: Option<&LatePolicy>, b: &SourceBatch) -> Result<Changelog> {
         p.log.record(&p.view, &dropped, &times, b.watermark_before);
     }
     filter_changelog(&b.changelog, &keep)
+}
+
+/// Where one state table of one node is stored.
+fn table_prefix(prefix: &[u8], node: NodeId, table: &str) -> Vec<u8> {
+    let mut p = Vec::with_capacity(prefix.len() + 4 + table.len() + 1);
+    p.extend_from_slice(prefix);
+    p.extend_from_slice(&(node as u32).to_be_bytes());
+    p.extend_from_slice(table.as_bytes());
+    p.push(0);
+    p
 }
 
 impl Default for Graph {

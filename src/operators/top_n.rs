@@ -7,28 +7,33 @@
 //!   and the rows it shows now (rows whose rank changed are retracted and re-emitted with
 //!   their new row number). Ties in the ordering are broken by the whole row, so the result
 //!   is deterministic.
-//! - state: per partition every input row (not only the top n, so that a deleted top row
-//!   can be replaced), ordered by (sort key, row); and the rows last emitted.
+//! - state (state tables): `rows`: per partition every input row (not only the top n, so
+//!   that a deleted top row can be replaced), key = partition ++ sort key ++ row, value =
+//!   sort key length ++ multiplicity, so a prefix scan reads a partition in output order;
+//!   `emitted` (`emitted.rs`): the rows each partition shows; for window top-N,
+//!   `window_ends` (partition -> latest window end) and `closing` (window end ++
+//!   partition), whose range up to the watermark is the set of partitions to free.
 //! - watermark: passed through. A window top-N (partitioned by `window_start` or
 //!   `window_end`) tracks each partition's latest `window_end` and, at the end of the epoch
 //!   in which the watermark passes it plus the allowed lateness, frees the partition
 //!   without retracting its rows (the windowed aggregate below frees the same windows then,
 //!   so no change can reach them any more).
-//! - checkpoint: the per-partition ordered rows.
+//! - checkpoint: the four tables (partitions changed in an epoch are emitted by its end).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::Bound;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, UInt64Array};
 use datafusion::arrow::compute::{SortOptions, cast};
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
-use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::physical_expr::PhysicalExpr;
 
 use crate::dataflow::changelog::Changelog;
 use crate::error::Result;
-use crate::operators::{FastMap, Operator, evaluate};
+use crate::operators::emitted::{Diff, Emitted};
+use crate::operators::{FastSet, Operator, evaluate};
+use crate::state::state_table::{StateTable, TableDecl, bounds, i64_key, i64_of_key};
 
 pub struct SortKey {
     pub expr: Arc<dyn PhysicalExpr>,
@@ -36,8 +41,42 @@ pub struct SortKey {
     pub options: SortOptions,
 }
 
-/// (sort key ++ row) -> (sort key length, multiplicity), in output order.
-type Partition = BTreeMap<Box<[u8]>, (u32, i64)>;
+const ROWS: TableDecl = TableDecl {
+    name: "rows",
+    key: "partition ++ sort key ++ row",
+    value: "sort key length (u32 LE) ++ multiplicity (i64 LE)",
+};
+const WINDOW_ENDS: TableDecl = TableDecl {
+    name: "window_ends",
+    key: "partition",
+    value: "latest window end (µs, i64 LE)",
+};
+const CLOSING: TableDecl = TableDecl {
+    name: "closing",
+    key: "window end (order-preserving i64) ++ partition",
+    value: "empty",
+};
+
+fn row_value(sk_len: u32, count: i64) -> [u8; 12] {
+    let mut v = [0u8; 12];
+    v[..4].copy_from_slice(&sk_len.to_le_bytes());
+    v[4..].copy_from_slice(&count.to_le_bytes());
+    v
+}
+
+fn parse_row_value(v: &[u8]) -> (usize, i64) {
+    let sk = v
+        .get(..4)
+        .and_then(|b| b.try_into().ok())
+        .map(u32::from_le_bytes)
+        .unwrap_or(0);
+    let c = v
+        .get(4..12)
+        .and_then(|b| b.try_into().ok())
+        .map(i64::from_le_bytes)
+        .unwrap_or(0);
+    (sk as usize, c)
+}
 
 pub struct TopN {
     partition_by: Vec<Arc<dyn PhysicalExpr>>,
@@ -50,10 +89,10 @@ pub struct TopN {
     fetch: usize,
     /// Append the 1-based row number within the partition as the last output column.
     row_number: bool,
-    /// partition -> (sort key ++ row) -> (sort key length, multiplicity)
-    parts: FastMap<Box<[u8]>, Partition>,
-    emitted: HashMap<Box<[u8]>, Vec<Box<[u8]>>>,
-    dirty: HashSet<Box<[u8]>>,
+    rows: StateTable,
+    emitted: Emitted,
+    /// Partitions changed in this epoch (emitted and cleared at its end).
+    dirty: FastSet<Box<[u8]>>,
     window: Option<WindowFree>,
     schema: SchemaRef,
     text: String,
@@ -65,10 +104,9 @@ struct WindowFree {
     end_col: usize,
     lateness_us: i64,
     watermark: Option<i64>,
-    /// Latest window end seen per partition.
-    part_end: FastMap<Box<[u8]>, i64>,
-    /// Partitions by window end (entries may be stale: checked against `part_end`).
-    by_end: BTreeMap<i64, Vec<Box<[u8]>>>,
+    ends: StateTable,
+    /// Entries may be stale (the partition moved to a later end): checked against `ends`.
+    closing: StateTable,
 }
 
 impl TopN {
@@ -78,8 +116,8 @@ impl TopN {
             end_col,
             lateness_us,
             watermark: None,
-            part_end: FastMap::default(),
-            by_end: BTreeMap::new(),
+            ends: StateTable::new(WINDOW_ENDS),
+            closing: StateTable::new(CLOSING),
         });
         self
     }
@@ -87,18 +125,29 @@ impl TopN {
     fn free_closed_windows(&mut self) {
         let Some(wf) = &mut self.window else { return };
         let Some(wm) = wf.watermark else { return };
+        // every key `end ++ partition` with end <= watermark - lateness
         let limit = wm.saturating_sub(wf.lateness_us);
-        let ends: Vec<i64> = wf.by_end.range(..=limit).map(|(e, _)| *e).collect();
-        for end in ends {
-            for part in wf.by_end.remove(&end).unwrap_or_default() {
-                if wf.part_end.get(&part) != Some(&end) {
-                    continue; // the partition moved to a later end
-                }
-                debug_assert!(!self.dirty.contains(&part), "freed after emitting");
-                wf.part_end.remove(&part);
-                self.parts.remove(&part);
-                self.emitted.remove(&part);
+        let next = i64_key(limit.saturating_add(1));
+        let upto = if limit == i64::MAX {
+            (Bound::Unbounded, Bound::Unbounded)
+        } else {
+            bounds(..&next[..])
+        };
+        let closed: Vec<(i64, Box<[u8]>)> = wf
+            .closing
+            .range(upto)
+            .map(|(k, _)| (i64_of_key(k), k[8..].into()))
+            .collect();
+        wf.closing.delete_range(upto);
+        for (end, part) in closed {
+            let latest = wf.ends.get(&part).map(crate::state::zset::count_of);
+            if latest != Some(end) {
+                continue; // the partition moved to a later end
             }
+            debug_assert!(!self.dirty.contains(&part), "freed after emitting");
+            wf.ends.delete(&part);
+            self.rows.delete_prefix(&part);
+            self.emitted.forget(&part);
         }
     }
 
@@ -137,9 +186,9 @@ impl TopN {
             skip,
             fetch,
             row_number,
-            parts: FastMap::default(),
-            emitted: HashMap::new(),
-            dirty: HashSet::new(),
+            rows: StateTable::new(ROWS),
+            emitted: Emitted::new(),
+            dirty: FastSet::default(),
             window: None,
             schema,
             text,
@@ -149,12 +198,10 @@ impl TopN {
     /// The rows a partition shows now, in order (input rows, repeated by multiplicity).
     fn visible(&self, part: &[u8]) -> Vec<&[u8]> {
         let mut out = Vec::new();
-        let Some(rows) = self.parts.get(part) else {
-            return out;
-        };
         let mut skipped = 0usize;
-        'outer: for (key, (sk_len, count)) in rows {
-            for _ in 0..(*count).max(0) {
+        'outer: for (key, v) in self.rows.prefix(part) {
+            let (sk_len, count) = parse_row_value(v);
+            for _ in 0..count.max(0) {
                 if skipped < self.skip {
                     skipped += 1;
                     continue;
@@ -162,7 +209,7 @@ impl TopN {
                 if out.len() >= self.fetch {
                     break 'outer;
                 }
-                out.push(&key[*sk_len as usize..]);
+                out.push(&key[part.len() + sk_len..]);
             }
         }
         out
@@ -183,7 +230,16 @@ impl Operator for TopN {
     }
 
     fn state_rows(&self) -> usize {
-        self.parts.values().map(|p| p.len()).sum()
+        self.rows.len()
+    }
+
+    fn state_tables(&mut self) -> Vec<&mut StateTable> {
+        let mut t = vec![&mut self.rows, self.emitted.state_table()];
+        if let Some(wf) = &mut self.window {
+            t.push(&mut wf.ends);
+            t.push(&mut wf.closing);
+        }
+        t
     }
 
     fn on_changes(&mut self, _port: usize, input: Changelog) -> Result<Vec<Changelog>> {
@@ -227,22 +283,19 @@ impl Operator for TopN {
             };
             let sk = sorts.row(i).data();
             key.clear();
+            key.extend_from_slice(part);
             key.extend_from_slice(sk);
             key.extend_from_slice(rows.row(i).data());
-            let map = self.parts.entry(part.into()).or_default();
-            match map.get_mut(key.as_slice()) {
-                Some((_, c)) => {
-                    *c += w;
-                    if *c == 0 {
-                        map.remove(key.as_slice());
-                    }
-                }
-                None => {
-                    map.insert(key.as_slice().into(), (sk.len() as u32, *w));
-                }
-            }
-            if map.is_empty() {
-                self.parts.remove(part);
+            let count = self
+                .rows
+                .get(&key)
+                .map(parse_row_value)
+                .map_or(0, |(_, c)| c)
+                + w;
+            if count == 0 {
+                self.rows.delete(&key);
+            } else {
+                self.rows.put(&key, &row_value(sk.len() as u32, count));
             }
             if !self.dirty.contains(part) {
                 self.dirty.insert(part.into());
@@ -251,10 +304,12 @@ impl Operator for TopN {
                 && ends.is_valid(i)
             {
                 let end = ends.value(i);
-                let known = wf.part_end.get(part).copied();
+                let known = wf.ends.get(part).map(crate::state::zset::count_of);
                 if known.is_none_or(|k| end > k) {
-                    wf.part_end.insert(part.into(), end);
-                    wf.by_end.entry(end).or_default().push(part.into());
+                    wf.ends.put(part, &end.to_le_bytes());
+                    let mut c = i64_key(end).to_vec();
+                    c.extend_from_slice(part);
+                    wf.closing.put(&c, &[]);
                 }
             }
         }
@@ -282,77 +337,135 @@ impl TopN {
         if self.dirty.is_empty() {
             return Ok(vec![]);
         }
-        let dirty: Vec<Box<[u8]>> = self.dirty.drain().collect();
-        let mut retract: Vec<Box<[u8]>> = Vec::new();
-        let mut insert: Vec<Box<[u8]>> = Vec::new();
+        let mut dirty: Vec<Box<[u8]>> = self.dirty.drain().collect();
+        dirty.sort_unstable();
+        let mut diff = Diff::default();
         let row_parser = self.row_conv.parser();
         for part in dirty {
             let now = self.visible(&part);
-            let new_out: Vec<Box<[u8]>> = if now.is_empty() {
-                Vec::new()
-            } else {
-                let mut cols = self
-                    .row_conv
-                    .convert_rows(now.iter().map(|r| row_parser.parse(r)))?;
-                if self.row_number {
-                    let rn: ArrayRef = Arc::new(UInt64Array::from_iter_values(
-                        (1..=now.len() as u64).map(|r| r + self.skip as u64),
-                    ));
-                    let t = self
-                        .schema
-                        .field(self.schema.fields().len() - 1)
-                        .data_type();
-                    cols.push(if rn.data_type() != t {
-                        cast(&rn, t)?
-                    } else {
-                        rn
-                    });
-                }
-                let out = self.out_conv.convert_columns(&cols)?;
-                out.iter().map(|r| r.data().into()).collect()
-            };
-            let old = self.emitted.remove(&part).unwrap_or_default();
-            // multiset difference old vs new
-            let mut counts: HashMap<&[u8], i64> = HashMap::new();
-            for r in &new_out {
-                *counts.entry(r).or_default() += 1;
-            }
-            for r in &old {
-                *counts.entry(r).or_default() -= 1;
-            }
-            for (r, c) in counts {
-                for _ in 0..c.abs() {
-                    if c > 0 {
-                        insert.push(r.into());
-                    } else {
-                        retract.push(r.into());
-                    }
-                }
-            }
-            if !new_out.is_empty() {
-                self.emitted.insert(part, new_out);
-            }
-        }
-        let mut out = Vec::new();
-        let parser = self.out_conv.parser();
-        for (rows, weight) in [(retract, -1i64), (insert, 1i64)] {
-            if rows.is_empty() {
+            if now.is_empty() {
+                self.emitted.replace(&part, &[], &mut diff);
                 continue;
             }
-            let cols = self
-                .out_conv
-                .convert_rows(rows.iter().map(|r| parser.parse(r)))?;
-            let batch = RecordBatch::try_new_with_options(
-                self.schema.clone(),
-                cols,
-                &RecordBatchOptions::new().with_row_count(Some(rows.len())),
-            )?;
-            out.push(if weight > 0 {
-                Changelog::inserts(batch)
-            } else {
-                Changelog::retractions(batch)
-            });
+            let mut cols = self
+                .row_conv
+                .convert_rows(now.iter().map(|r| row_parser.parse(r)))?;
+            if self.row_number {
+                let rn: ArrayRef = Arc::new(UInt64Array::from_iter_values(
+                    (1..=now.len() as u64).map(|r| r + self.skip as u64),
+                ));
+                let t = self
+                    .schema
+                    .field(self.schema.fields().len() - 1)
+                    .data_type();
+                cols.push(if rn.data_type() != t {
+                    cast(&rn, t)?
+                } else {
+                    rn
+                });
+            }
+            let out = self.out_conv.convert_columns(&cols)?;
+            let new_out: Vec<&[u8]> = out.iter().map(|r| r.data()).collect();
+            self.emitted.replace(&part, &new_out, &mut diff);
         }
+        let out = diff.into_changelogs(&self.out_conv, &self.schema)?;
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataflow::changelog::tests::{changelog, schema};
+    use crate::dataflow::graph::{Graph, NodeKind};
+    use crate::state::fjall_store::FjallStore;
+    use crate::state::store::{Durability, Store, WriteBatch};
+    use datafusion::physical_expr::expressions::Column;
+
+    /// Top 2 by `v` descending per `k`, as a one-operator graph.
+    fn graph() -> Graph {
+        let input = schema("k:i64 v:i64");
+        let op = TopN::new(
+            vec![Arc::new(Column::new("k", 0))],
+            vec![DataType::Int64],
+            vec![SortKey {
+                expr: Arc::new(Column::new("v", 1)),
+                data_type: DataType::Int64,
+                options: SortOptions {
+                    descending: true,
+                    nulls_first: false,
+                },
+            }],
+            0,
+            2,
+            false,
+            input.clone(),
+            input.clone(),
+            "top 2".into(),
+        )
+        .unwrap();
+        let mut g = Graph::new();
+        let src = g.add(
+            NodeKind::Source {
+                relation: 1,
+                name: "t".into(),
+                late: None,
+                lookup: false,
+            },
+            vec![],
+            input.clone(),
+        );
+        g.output = g.add(NodeKind::Operator(Box::new(op)), vec![src], input);
+        g
+    }
+
+    fn run(g: &mut Graph, rows: &str) -> Vec<String> {
+        let mut inputs = std::collections::HashMap::new();
+        inputs.insert(
+            1u32,
+            vec![crate::dataflow::graph::SourceBatch {
+                changelog: changelog("k:i64 v:i64", rows),
+                watermark_before: None,
+            }],
+        );
+        let out = g.run_epoch(&inputs, &Default::default()).unwrap();
+        let mut lines: Vec<String> = out
+            .changes
+            .iter()
+            .flat_map(|c| {
+                let rows =
+                    crate::dataflow::changelog::tests::rows_of(std::slice::from_ref(&c.data));
+                let w: Vec<i64> = c.weights.values().to_vec();
+                rows.into_iter().zip(w).map(|(r, w)| format!("{w:+} {r}"))
+            })
+            .collect();
+        lines.sort();
+        lines
+    }
+
+    #[test]
+    fn state_restored_from_the_store_continues_exactly() {
+        let mut live = graph();
+        assert_eq!(
+            run(&mut live, "+ 1 10 / + 1 20 / + 1 30 / + 2 5"),
+            vec!["+1 1 20", "+1 1 30", "+1 2 5"]
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let store = FjallStore::open(dir.path()).unwrap();
+        let mut batch = WriteBatch::default();
+        let stats = live.flush_state(b"v1/", &mut batch);
+        assert!(stats.keys >= 4, "{stats:?}");
+        store.commit(batch, Durability::Sync).unwrap();
+        // nothing changed: nothing more to write
+        let mut again = WriteBatch::default();
+        assert_eq!(live.flush_state(b"v1/", &mut again).keys, 0);
+
+        let mut restored = graph();
+        restored.load_state(&store as &dyn Store, b"v1/").unwrap();
+        // deleting the top row brings the third one up, in both
+        let change = "- 1 30 / + 2 7";
+        let expected = vec!["+1 1 10", "+1 2 7", "-1 1 30"];
+        assert_eq!(run(&mut live, change), expected);
+        assert_eq!(run(&mut restored, change), expected);
     }
 }

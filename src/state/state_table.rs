@@ -290,6 +290,17 @@ pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
+/// An i64 as 8 bytes whose byte order is the numbers' order (for keys).
+pub fn i64_key(v: i64) -> [u8; 8] {
+    ((v as u64) ^ (1 << 63)).to_be_bytes()
+}
+
+/// The i64 at the start of a key written with [`i64_key`].
+pub fn i64_of_key(k: &[u8]) -> i64 {
+    let b: [u8; 8] = k.get(..8).and_then(|b| b.try_into().ok()).unwrap_or([0; 8]);
+    (u64::from_be_bytes(b) ^ (1 << 63)) as i64
+}
+
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
@@ -344,6 +355,10 @@ mod tests {
         assert_eq!(t.edge(r, false).map(|(k, _)| k), Some(&b"a2"[..]));
         assert_eq!(prefix_end(b"a\xff"), Some(b"b".to_vec()));
         assert_eq!(prefix_end(b"\xff\xff"), None);
+        for (a, b) in [(i64::MIN, -1), (-1, 0), (0, 1), (1, i64::MAX)] {
+            assert!(i64_key(a) < i64_key(b));
+            assert_eq!(i64_of_key(&i64_key(a)), a);
+        }
     }
 
     #[test]

@@ -2,6 +2,10 @@
 //! multiplicity. Applying a changelog adds its weights; rows whose multiplicity reaches
 //! zero disappear. Materialized views and key-less tables keep their contents this way.
 //!
+//! The rows live in a [`StateTable`] (key: the row, value: its multiplicity), so a view's
+//! contents are checkpointed and reloaded like any operator state, and snapshots come out
+//! in row order.
+//!
 //! Invariant: in a consistent relation every multiplicity is positive. A negative one means
 //! a retraction arrived for a row that was never inserted, i.e. an engine bug; it is kept
 //! (so the sum stays right if the matching insertion comes later), counted in
@@ -15,6 +19,19 @@ use datafusion::arrow::row::{RowConverter, SortField};
 use crate::dataflow::changelog::Changelog;
 use crate::error::Result;
 use crate::operators::FastMap;
+use crate::state::state_table::{StateTable, TableDecl, all};
+
+/// The state table of a Z-set.
+pub const ZSET_TABLE: TableDecl = TableDecl {
+    name: "rows",
+    key: "row",
+    value: "multiplicity (i64 LE)",
+};
+
+/// A multiplicity stored as a value.
+pub fn count_of(v: &[u8]) -> i64 {
+    v.try_into().map(i64::from_le_bytes).unwrap_or(0)
+}
 
 /// Rows per batch handed out by snapshots.
 pub const BATCH_ROWS: usize = 8192;
@@ -22,7 +39,7 @@ pub const BATCH_ROWS: usize = 8192;
 pub struct ZSet {
     schema: SchemaRef,
     conv: RowConverter,
-    rows: FastMap<Box<[u8]>, i64>,
+    rows: StateTable,
     /// Sum of positive multiplicities.
     total: i64,
     negative: usize,
@@ -42,7 +59,7 @@ impl ZSet {
         Ok(ZSet {
             schema,
             conv,
-            rows: FastMap::default(),
+            rows: StateTable::new(ZSET_TABLE),
             total: 0,
             negative: 0,
             delta: false,
@@ -80,6 +97,11 @@ impl ZSet {
         self.negative
     }
 
+    /// The state table holding the rows (for checkpoints and recovery).
+    pub fn state_table(&mut self) -> &mut StateTable {
+        &mut self.rows
+    }
+
     pub fn apply(&mut self, cl: &Changelog) -> Result<()> {
         if cl.is_empty() {
             return Ok(());
@@ -95,19 +117,12 @@ impl ZSet {
             if d == 0 {
                 continue;
             }
-            let (old, new) = match self.rows.get_mut(row) {
-                Some(c) => {
-                    let old = *c;
-                    *c += d;
-                    (old, *c)
-                }
-                None => {
-                    self.rows.insert(row.into(), d);
-                    (0, d)
-                }
-            };
+            let old = self.rows.get(row).map(count_of).unwrap_or(0);
+            let new = old + d;
             if new == 0 {
-                self.rows.remove(row);
+                self.rows.delete(row);
+            } else {
+                self.rows.put(row, &new.to_le_bytes());
             }
             self.total += new.max(0) - old.max(0);
             match (old < 0, new < 0) {
@@ -128,8 +143,8 @@ impl ZSet {
         let parser = self.conv.parser();
         let mut out = Vec::new();
         let mut chunk: Vec<&[u8]> = Vec::with_capacity(BATCH_ROWS.min(self.len()));
-        for (row, count) in &self.rows {
-            for _ in 0..(*count).max(0) {
+        for (row, count) in self.rows.range(all()) {
+            for _ in 0..count_of(count).max(0) {
                 chunk.push(row);
                 if chunk.len() == BATCH_ROWS {
                     out.push(self.batch_of(&parser, &chunk)?);
@@ -146,12 +161,12 @@ impl ZSet {
     /// The distinct rows with their multiplicities as weights.
     pub fn to_changelogs(&self) -> Result<Vec<Changelog>> {
         let parser = self.conv.parser();
-        let entries: Vec<(&Box<[u8]>, &i64)> = self.rows.iter().collect();
+        let entries: Vec<(&[u8], &[u8])> = self.rows.range(all()).collect();
         let mut out = Vec::new();
         for chunk in entries.chunks(BATCH_ROWS) {
-            let rows: Vec<&[u8]> = chunk.iter().map(|(r, _)| r.as_ref()).collect();
+            let rows: Vec<&[u8]> = chunk.iter().map(|(r, _)| *r).collect();
             let batch = self.batch_of(&parser, &rows)?;
-            let weights = Int64Array::from_iter_values(chunk.iter().map(|(_, c)| **c));
+            let weights = Int64Array::from_iter_values(chunk.iter().map(|(_, c)| count_of(c)));
             out.push(Changelog::new(batch, weights));
         }
         Ok(out)

@@ -1,0 +1,176 @@
+//! `Emitted`: what an operator has shown per key (a partition, a group, a session key), so
+//! that it can emit the difference when the key's rows change — the one mechanism for
+//! "what I emitted before vs. what I emit now" (top-N; aggregates and sessions are to move
+//! onto it).
+//!
+//! - state: one state table, key = the owner's key ++ output row (`arrow_row` encodings,
+//!   prefix-free within one converter, so a prefix scan by owner key finds exactly that
+//!   key's rows), value = multiplicity (i64 LE).
+//! - `replace(key, rows)` sets what the key shows now and collects the retractions and
+//!   insertions that take a reader from the old rows to the new ones; `forget(key)` drops a
+//!   key without retracting it (a closed window whose rows stay in the view).
+//! - checkpoint: the table.
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
+use datafusion::arrow::row::RowConverter;
+
+use crate::dataflow::changelog::Changelog;
+use crate::error::Result;
+use crate::operators::FastMap;
+use crate::state::state_table::{StateTable, TableDecl};
+use crate::state::zset::count_of;
+
+pub const EMITTED_TABLE: TableDecl = TableDecl {
+    name: "emitted",
+    key: "owner key ++ output row",
+    value: "multiplicity (i64 LE)",
+};
+
+/// Output rows to retract and to insert, collected over an epoch.
+#[derive(Default)]
+pub struct Diff {
+    pub retract: Vec<Box<[u8]>>,
+    pub insert: Vec<Box<[u8]>>,
+}
+
+impl Diff {
+    pub fn is_empty(&self) -> bool {
+        self.retract.is_empty() && self.insert.is_empty()
+    }
+
+    /// The changelogs (retractions first) of the collected rows, decoded with `conv` (the
+    /// output row converter) into `schema`.
+    pub fn into_changelogs(
+        self,
+        conv: &RowConverter,
+        schema: &SchemaRef,
+    ) -> Result<Vec<Changelog>> {
+        let parser = conv.parser();
+        let mut out = Vec::new();
+        for (rows, insert) in [(self.retract, false), (self.insert, true)] {
+            if rows.is_empty() {
+                continue;
+            }
+            let cols = conv.convert_rows(rows.iter().map(|r| parser.parse(r)))?;
+            let batch = RecordBatch::try_new_with_options(
+                Arc::clone(schema),
+                cols,
+                &RecordBatchOptions::new().with_row_count(Some(rows.len())),
+            )?;
+            out.push(if insert {
+                Changelog::inserts(batch)
+            } else {
+                Changelog::retractions(batch)
+            });
+        }
+        Ok(out)
+    }
+}
+
+pub struct Emitted {
+    table: StateTable,
+    key_buf: Vec<u8>,
+}
+
+impl Default for Emitted {
+    fn default() -> Self {
+        Emitted::new()
+    }
+}
+
+impl Emitted {
+    pub fn new() -> Emitted {
+        Emitted {
+            table: StateTable::new(EMITTED_TABLE),
+            key_buf: Vec::new(),
+        }
+    }
+
+    pub fn state_table(&mut self) -> &mut StateTable {
+        &mut self.table
+    }
+
+    /// Distinct (key, row) pairs shown.
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.table.is_empty()
+    }
+
+    /// `key` now shows `rows` (output rows, repeated by multiplicity): record it, and add
+    /// to `diff` the change from what it showed.
+    pub fn replace(&mut self, key: &[u8], rows: &[&[u8]], diff: &mut Diff) {
+        let mut delta: FastMap<&[u8], i64> = FastMap::default();
+        for r in rows {
+            *delta.entry(r).or_default() += 1;
+        }
+        let old: Vec<(Box<[u8]>, i64)> = self
+            .table
+            .prefix(key)
+            .map(|(k, v)| (k[key.len()..].into(), count_of(v)))
+            .collect();
+        for (r, c) in &old {
+            *delta.entry(r).or_default() -= c;
+        }
+        for (row, d) in delta {
+            if d == 0 {
+                continue;
+            }
+            for _ in 0..d.abs() {
+                if d > 0 {
+                    diff.insert.push(row.into());
+                } else {
+                    diff.retract.push(row.into());
+                }
+            }
+            self.key_buf.clear();
+            self.key_buf.extend_from_slice(key);
+            self.key_buf.extend_from_slice(row);
+            let now = self.table.get(&self.key_buf).map(count_of).unwrap_or(0) + d;
+            let k = std::mem::take(&mut self.key_buf);
+            if now == 0 {
+                self.table.delete(&k);
+            } else {
+                self.table.put(&k, &now.to_le_bytes());
+            }
+            self.key_buf = k;
+        }
+    }
+
+    /// Drop what `key` shows without retracting it.
+    pub fn forget(&mut self, key: &[u8]) {
+        self.table.delete_prefix(key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replacing_emits_the_multiset_difference() {
+        let mut e = Emitted::new();
+        let mut d = Diff::default();
+        e.replace(b"p1", &[b"a", b"b", b"b"], &mut d);
+        e.replace(b"p2", &[b"z"], &mut d);
+        assert_eq!(d.insert.len(), 4);
+        let mut d = Diff::default();
+        e.replace(b"p1", &[b"b", b"c"], &mut d);
+        let mut r: Vec<&[u8]> = d.retract.iter().map(|r| r.as_ref()).collect();
+        r.sort();
+        assert_eq!(r, vec![&b"a"[..], b"b"]);
+        assert_eq!(d.insert, vec![Box::from(&b"c"[..])]);
+        // p2 untouched; forgetting p1 retracts nothing
+        e.forget(b"p1");
+        assert_eq!(e.len(), 1);
+        let mut d = Diff::default();
+        e.replace(b"p2", &[], &mut d);
+        assert_eq!(d.retract, vec![Box::from(&b"z"[..])]);
+        assert!(e.is_empty());
+    }
+}
