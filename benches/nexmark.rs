@@ -70,7 +70,7 @@ async fn main() {
         c.batch_execute("FLUSH").await.expect("flush");
         let secs = t.elapsed().as_secs_f64();
         let source_rows: i64 = c
-            .query_one("SELECT sum(rows) FROM weir_sources", &[])
+            .query_one("SELECT sum(rows)::bigint FROM weir_sources", &[])
             .await
             .expect("weir_sources")
             .get(0);

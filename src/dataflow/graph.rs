@@ -140,13 +140,15 @@ impl Graph {
     }
 
     /// Write the dirty keys of every operator's state tables into `batch`, each table under
-    /// `prefix ++ node id ++ table name ++ 0` (see [`Graph::load_state`]).
+    /// `prefix ++ node id ++ position among the operator's tables ++ table name ++ 0` (an
+    /// operator can have several tables of one kind, e.g. a multiset per aggregate); see
+    /// [`Graph::load_state`].
     pub fn flush_state(&mut self, prefix: &[u8], batch: &mut WriteBatch) -> FlushStats {
         let mut total = FlushStats::default();
         for (id, node) in self.nodes.iter_mut().enumerate() {
             if let NodeKind::Operator(op) = &mut node.kind {
-                for t in op.state_tables() {
-                    let p = table_prefix(prefix, id, t.decl().name);
+                for (i, t) in op.state_tables().into_iter().enumerate() {
+                    let p = table_prefix(prefix, id, i, t.decl().name);
                     let s = t.flush(&p, batch);
                     total.keys += s.keys;
                     total.bytes += s.bytes;
@@ -160,8 +162,8 @@ impl Graph {
     pub fn load_state(&mut self, store: &dyn Store, prefix: &[u8]) -> Result<()> {
         for (id, node) in self.nodes.iter_mut().enumerate() {
             if let NodeKind::Operator(op) = &mut node.kind {
-                for t in op.state_tables() {
-                    let p = table_prefix(prefix, id, t.decl().name);
+                for (i, t) in op.state_tables().into_iter().enumerate() {
+                    let p = table_prefix(prefix, id, i, t.decl().name);
                     t.load(store, &p)?;
                 }
             }
@@ -370,10 +372,11 @@ fn admit(policy: Option<&LatePolicy>, b: &SourceBatch) -> Result<Changelog> {
 }
 
 /// Where one state table of one node is stored.
-fn table_prefix(prefix: &[u8], node: NodeId, table: &str) -> Vec<u8> {
-    let mut p = Vec::with_capacity(prefix.len() + 4 + table.len() + 1);
+fn table_prefix(prefix: &[u8], node: NodeId, position: usize, table: &str) -> Vec<u8> {
+    let mut p = Vec::with_capacity(prefix.len() + 6 + table.len() + 1);
     p.extend_from_slice(prefix);
     p.extend_from_slice(&(node as u32).to_be_bytes());
+    p.extend_from_slice(&(position as u16).to_be_bytes());
     p.extend_from_slice(table.as_bytes());
     p.push(0);
     p

@@ -25,7 +25,6 @@
 //! - checkpoint: the group table, row counts, linear states and multisets.
 
 use std::collections::{BTreeMap, HashMap};
-use std::ops::Bound;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
@@ -45,6 +44,14 @@ use crate::dataflow::changelog::Changelog;
 use crate::error::{Result, WeirError};
 use crate::operators::float_sum::ExactSum;
 use crate::operators::{FastMap, Operator, evaluate, true_mask};
+use crate::state::state_table::{StateTable, TableDecl};
+use crate::state::zset::count_of;
+
+const MULTISET: TableDecl = TableDecl {
+    name: "multiset",
+    key: "group key ++ value row",
+    value: "multiplicity (i64 LE)",
+};
 
 /// One aggregate of the operator, as lowered from the logical plan.
 pub struct AggSpec {
@@ -116,8 +123,9 @@ struct Multiset {
     conv: RowConverter,
     /// Columns the converter encodes (0 until the first batch fixes the value types).
     ncols: usize,
-    /// (group id big-endian, value row) -> multiplicity
-    entries: BTreeMap<Box<[u8]>, i64>,
+    /// group key ++ value row -> multiplicity (i64 LE); a prefix scan by group key reads a
+    /// group's values in order (min: first, max: last)
+    entries: StateTable,
 }
 
 enum State {
@@ -298,7 +306,7 @@ impl Aggregate {
                     distinct,
                     conv,
                     ncols: 0,
-                    entries: BTreeMap::new(),
+                    entries: StateTable::new(MULTISET),
                 })
             }
         };
@@ -350,10 +358,10 @@ impl Aggregate {
     }
 
     /// Final values of one aggregate for the given groups.
-    fn evaluate_agg(agg: &mut Agg, gids: &[u32]) -> Result<ArrayRef> {
+    fn evaluate_agg(agg: &mut Agg, gids: &[u32], keys: &[Box<[u8]>]) -> Result<ArrayRef> {
         match &mut agg.state {
             State::Linear(l) => l.evaluate(&agg.spec.func, gids),
-            State::Multiset(m) => m.evaluate(&agg.spec.func, gids),
+            State::Multiset(m) => m.evaluate(&agg.spec.func, gids, keys),
         }
     }
 }
@@ -565,6 +573,7 @@ impl Multiset {
         cols: &[ArrayRef],
         keep: Option<&BooleanArray>,
         gids: &[u32],
+        keys: &[Box<[u8]>],
         weights: &[i64],
     ) -> Result<()> {
         self.ensure_conv(cols)?;
@@ -576,33 +585,31 @@ impl Multiset {
                 continue;
             }
             key.clear();
-            key.extend_from_slice(&g.to_be_bytes());
+            key.extend_from_slice(&keys[*g as usize]);
             key.extend_from_slice(rows.row(i).data());
-            match self.entries.get_mut(key.as_slice()) {
-                Some(c) => {
-                    *c += weights[i];
-                    if *c == 0 {
-                        self.entries.remove(key.as_slice());
-                    }
-                }
-                None => {
-                    self.entries.insert(key.as_slice().into(), weights[i]);
-                }
+            let c = self.entries.get(&key).map(count_of).unwrap_or(0) + weights[i];
+            if c == 0 {
+                self.entries.delete(&key);
+            } else {
+                self.entries.put(&key, &c.to_le_bytes());
             }
         }
         Ok(())
     }
 
-    fn range(&self, g: u32) -> impl DoubleEndedIterator<Item = (&Box<[u8]>, &i64)> {
-        let lo = g.to_be_bytes().to_vec().into_boxed_slice();
-        let hi = match g.checked_add(1) {
-            Some(h) => Bound::Excluded(h.to_be_bytes().to_vec().into_boxed_slice()),
-            None => Bound::Unbounded,
-        };
-        self.entries.range((Bound::Included(lo), hi))
+    /// A group's values (without the group key) and their multiplicities, in order.
+    fn values<'a>(&'a self, key: &'a [u8]) -> impl DoubleEndedIterator<Item = (&'a [u8], i64)> {
+        self.entries
+            .prefix_range(key)
+            .map(move |(k, c)| (&k[key.len()..], count_of(c)))
     }
 
-    fn evaluate(&mut self, func: &AggregateFunctionExpr, gids: &[u32]) -> Result<ArrayRef> {
+    fn evaluate(
+        &mut self,
+        func: &AggregateFunctionExpr,
+        gids: &[u32],
+        keys: &[Box<[u8]>],
+    ) -> Result<ArrayRef> {
         let out_type = func.field().data_type().clone();
         if self.ncols == 0 {
             // no input seen yet: every group is empty
@@ -619,13 +626,13 @@ impl Multiset {
                 let picks: Vec<Option<&[u8]>> = gids
                     .iter()
                     .map(|g| {
-                        let mut r = self.range(*g);
+                        let mut r = self.values(&keys[*g as usize]);
                         let e = if self.kind == MultisetKind::Min {
                             r.next()
                         } else {
                             r.next_back()
                         };
-                        e.map(|(k, _)| &k[4..])
+                        e.map(|(v, _)| v)
                     })
                     .collect();
                 // convert the present values, then place them (NULL for empty groups)
@@ -660,10 +667,10 @@ impl Multiset {
                 let mut out = Vec::with_capacity(gids.len());
                 for g in gids {
                     let mut rows: Vec<&[u8]> = Vec::new();
-                    for (k, c) in self.range(*g) {
-                        let times = if self.distinct { 1 } else { (*c).max(0) };
+                    for (v, c) in self.values(&keys[*g as usize]) {
+                        let times = if self.distinct { 1 } else { c.max(0) };
                         for _ in 0..times {
-                            rows.push(&k[4..]);
+                            rows.push(v);
                         }
                     }
                     let mut acc = func.create_accumulator()?;
@@ -727,6 +734,16 @@ impl Operator for Aggregate {
                     State::Linear(_) => 0,
                 })
                 .sum::<usize>()
+    }
+
+    fn state_tables(&mut self) -> Vec<&mut StateTable> {
+        self.aggs
+            .iter_mut()
+            .filter_map(|a| match &mut a.state {
+                State::Multiset(m) => Some(&mut m.entries),
+                State::Linear(_) => None,
+            })
+            .collect()
     }
 
     fn on_changes(&mut self, _port: usize, input: Changelog) -> Result<Vec<Changelog>> {
@@ -799,7 +816,7 @@ impl Operator for Aggregate {
                     for o in &agg.spec.order_by {
                         cols.push(evaluate(o, batch)?);
                     }
-                    m.update(&cols, keep.as_ref(), &gids, weights)?;
+                    m.update(&cols, keep.as_ref(), &gids, &self.keys, weights)?;
                 }
             }
         }
@@ -867,10 +884,7 @@ impl Aggregate {
                     }
                 }
                 State::Multiset(m) => {
-                    let doomed: Vec<Box<[u8]>> = m.range(g).map(|(k, _)| k.clone()).collect();
-                    for k in doomed {
-                        m.entries.remove(&k);
-                    }
+                    m.entries.delete_prefix(&key);
                 }
             }
         }
@@ -935,7 +949,7 @@ impl Aggregate {
                     .convert_rows(live.iter().map(|g| parser.parse(&self.keys[*g as usize])))?
             };
             for agg in self.aggs.iter_mut() {
-                cols.push(Self::evaluate_agg(agg, &live)?);
+                cols.push(Self::evaluate_agg(agg, &live, &self.keys)?);
             }
             let fields = self.schema.fields();
             for (i, c) in cols.iter_mut().enumerate() {

@@ -8,7 +8,10 @@
 //!   Outer joins: each row of a preserved side carries its number of matches; when it goes
 //!   from 0 to >0 its NULL-extended row is retracted, from >0 to 0 it is emitted again.
 //!   Semi/anti joins emit the preserved side's rows when their match count crosses zero.
-//! - state: per side, key -> rows (`arrow_row`) with multiplicity and match count.
+//! - state (state tables, per side): `rows`: join key ++ row (`arrow_row`) -> multiplicity,
+//!   match count and event time, so a probe is a prefix scan by join key; for interval
+//!   joins also `by_time`: event time (order-preserving) ++ join key ++ row, whose range
+//!   below the watermark bound is the set of rows to free.
 //! - temporal join (`JOIN t FOR SYSTEM_TIME AS OF PROCTIME()`): the right side is a table
 //!   looked up when a left row arrives. Right changes update the state and emit nothing
 //!   (earlier output is not rewritten); left rows are not kept.
@@ -16,7 +19,7 @@
 //!   admitted row of the other side can match any more: a left row once
 //!   `ts_l - lo < watermark - lateness`, a right row once `ts_r + hi < watermark - lateness`
 //!   (with `lo <= ts_l - ts_r <= hi`). Their output stays.
-//! - checkpoint: both sides' row tables.
+//! - checkpoint: both sides' tables.
 
 use std::sync::Arc;
 
@@ -32,9 +35,21 @@ use datafusion::physical_expr::PhysicalExpr;
 
 use crate::dataflow::changelog::Changelog;
 use crate::error::{Result, WeirError};
-use crate::operators::{FastMap, Operator, evaluate, true_mask};
+use crate::operators::{Operator, evaluate, true_mask};
+use crate::state::state_table::{StateTable, TableDecl, bounds, i64_key};
 
-#[derive(Clone, Copy)]
+const ROWS: TableDecl = TableDecl {
+    name: "rows",
+    key: "join key ++ row",
+    value: "multiplicity, match count, event time µs (3 x i64 LE)",
+};
+const BY_TIME: TableDecl = TableDecl {
+    name: "by_time",
+    key: "event time (order-preserving i64) ++ join key ++ row",
+    value: "empty",
+};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Entry {
     mult: i64,
     /// Matching rows of the other side (weighted), kept where the side needs it.
@@ -53,15 +68,37 @@ pub struct IntervalBounds {
     pub lateness_us: i64,
 }
 
-/// The rows of one side with one key: row -> multiplicity and match count.
-type Bucket = FastMap<Box<[u8]>, Entry>;
+impl Entry {
+    fn encode(&self) -> [u8; 24] {
+        let mut b = [0u8; 24];
+        b[..8].copy_from_slice(&self.mult.to_le_bytes());
+        b[8..16].copy_from_slice(&self.matches.to_le_bytes());
+        b[16..].copy_from_slice(&self.ts.to_le_bytes());
+        b
+    }
+
+    fn decode(b: &[u8]) -> Entry {
+        let at = |i: usize| {
+            b.get(i..i + 8)
+                .and_then(|x| x.try_into().ok())
+                .map(i64::from_le_bytes)
+                .unwrap_or(0)
+        };
+        Entry {
+            mult: at(0),
+            matches: at(8),
+            ts: at(16),
+        }
+    }
+}
 
 struct Side {
     schema: SchemaRef,
     keys: Vec<Arc<dyn PhysicalExpr>>,
     conv: RowConverter,
-    index: FastMap<Box<[u8]>, Bucket>,
-    rows: usize,
+    rows: StateTable,
+    /// Interval joins only.
+    by_time: StateTable,
 }
 
 pub struct Join {
@@ -116,8 +153,8 @@ impl Join {
                 )?,
                 schema,
                 keys,
-                index: FastMap::default(),
-                rows: 0,
+                rows: StateTable::new(ROWS),
+                by_time: StateTable::new(BY_TIME),
             })
         };
         Ok(Join {
@@ -237,7 +274,19 @@ impl Operator for Join {
     }
 
     fn state_rows(&self) -> usize {
-        self.sides[0].rows + self.sides[1].rows
+        self.sides[0].rows.len() + self.sides[1].rows.len()
+    }
+
+    fn state_tables(&mut self) -> Vec<&mut StateTable> {
+        let interval = self.interval.is_some();
+        let mut t = Vec::new();
+        for side in self.sides.iter_mut() {
+            t.push(&mut side.rows);
+            if interval {
+                t.push(&mut side.by_time);
+            }
+        }
+        t
     }
 
     fn on_watermark(&mut self, watermark: i64) -> Result<Vec<Changelog>> {
@@ -245,22 +294,17 @@ impl Operator for Join {
             return Ok(vec![]);
         };
         let limit = watermark.saturating_sub(b.lateness_us);
-        // left rows match right rows with ts_r >= ts_l - hi and <= ts_l - lo
-        let left_dead = |ts: i64| ts.saturating_sub(b.lo_us) < limit;
-        let right_dead = |ts: i64| ts.saturating_add(b.hi_us) < limit;
-        for (side, dead) in [
-            (0usize, &left_dead as &dyn Fn(i64) -> bool),
-            (1, &right_dead),
-        ] {
-            let st = &mut self.sides[side];
-            let mut removed = 0usize;
-            st.index.retain(|_, bucket| {
-                let before = bucket.len();
-                bucket.retain(|_, e| !dead(e.ts));
-                removed += before - bucket.len();
-                !bucket.is_empty()
-            });
-            st.rows -= removed;
+        // left rows match right rows with ts_r >= ts_l - hi and <= ts_l - lo: a left row is
+        // dead once ts_l - lo < limit, a right row once ts_r + hi < limit
+        let thresholds = [limit.saturating_add(b.lo_us), limit.saturating_sub(b.hi_us)];
+        for (st, below) in self.sides.iter_mut().zip(thresholds) {
+            let end = i64_key(below);
+            let dead = bounds(..&end[..]);
+            let keys: Vec<Box<[u8]>> = st.by_time.range(dead).map(|(k, _)| k[8..].into()).collect();
+            st.by_time.delete_range(dead);
+            for k in keys {
+                st.rows.delete(&k);
+            }
         }
         Ok(vec![])
     }
@@ -307,7 +351,7 @@ impl Operator for Join {
         // an interval join only pairs rows whose times are within its bounds: skip the
         // others before materializing them (the filter still decides exactly)
         let delta_ts = self.interval_ts(me, batch);
-        let bounds = self.interval.map(|b| (b.lo_us, b.hi_us));
+        let time_bounds = self.interval.map(|b| (b.lo_us, b.hi_us));
         for (i, has_null) in key_has_null.iter().enumerate() {
             if *has_null && !self.nulls_equal {
                 continue;
@@ -317,23 +361,24 @@ impl Operator for Join {
                 Some(a) => Some(a.value(i)),
                 None => None,
             };
-            if let Some(bucket) = self.sides[other].index.get(key_of(i)) {
-                for (row, e) in bucket {
-                    if let (Some(t), Some((lo, hi))) = (t, bounds) {
-                        // stored rows without a time are kept as i64::MAX and match nothing
-                        if e.ts == i64::MAX {
-                            continue;
-                        }
-                        let d = if me == 0 { t - e.ts } else { e.ts - t };
-                        if d < lo || d > hi {
-                            continue;
-                        }
+            let key = key_of(i);
+            for (k, e) in self.sides[other].rows.prefix(key) {
+                let row = &k[key.len()..];
+                let e = Entry::decode(e);
+                if let (Some(t), Some((lo, hi))) = (t, time_bounds) {
+                    // stored rows without a time are kept as i64::MAX and match nothing
+                    if e.ts == i64::MAX {
+                        continue;
                     }
-                    cand_delta.push(i as u32);
-                    cand_buf.extend_from_slice(row);
-                    cand_end.push(cand_buf.len());
-                    cand_mult.push(e.mult);
+                    let d = if me == 0 { t - e.ts } else { e.ts - t };
+                    if d < lo || d > hi {
+                        continue;
+                    }
                 }
+                cand_delta.push(i as u32);
+                cand_buf.extend_from_slice(row);
+                cand_end.push(cand_buf.len());
+                cand_mult.push(e.mult);
             }
         }
         let cand_row = |k: usize| -> &[u8] {
@@ -400,6 +445,7 @@ impl Operator for Join {
         // match counts: the delta rows' own, and transitions of the other side's rows
         let track_other = self.tracks_matches(other);
         let mut flips: Vec<(Box<[u8]>, i64)> = Vec::new(); // other-side rows to emit, weight
+        let mut state_key: Vec<u8> = Vec::new();
         {
             let filtering = self.filtering();
             let preserved_other = self.preserved(other);
@@ -413,14 +459,17 @@ impl Operator for Join {
                     continue;
                 }
                 let row = cand_row(k);
-                let e = self.sides[other]
-                    .index
-                    .get_mut(key_of(i))
-                    .and_then(|b| b.get_mut(row))
-                    .expect("candidate row is in the other side's state");
+                state_key.clear();
+                state_key.extend_from_slice(key_of(i));
+                state_key.extend_from_slice(row);
+                let table = &mut self.sides[other].rows;
+                let mut e = Entry::decode(table.get(&state_key).ok_or_else(|| {
+                    WeirError::internal("join candidate row is not in the other side's state")
+                })?);
                 let before = e.matches;
                 e.matches += weights[i];
                 let after = e.matches;
+                table.put(&state_key, &e.encode());
                 if (before == 0) == (after == 0) {
                     continue;
                 }
@@ -536,7 +585,9 @@ impl Join {
         let rows = self.sides[me].conv.convert_columns(batch.columns())?;
         let ts = self.interval_ts(me, batch);
         let track_me = self.tracks_matches(me);
+        let interval = self.interval.is_some();
         let side = &mut self.sides[me];
+        let mut buf: Vec<u8> = Vec::with_capacity(64);
         for (i, w) in weights.iter().enumerate() {
             let key: &[u8] = match &keys {
                 Some(k) => k.row(i).data(),
@@ -552,35 +603,38 @@ impl Join {
                 Some(_) => i64::MAX,
                 None => 0,
             };
-            let bucket = match side.index.get_mut(key) {
-                Some(b) => b,
-                None => side.index.entry(key.into()).or_default(),
-            };
-            match bucket.get_mut(row) {
-                Some(e) => {
+            // one buffer: 8 bytes of event time, then the rows-table key
+            buf.clear();
+            buf.extend_from_slice(&[0; 8]);
+            buf.extend_from_slice(key);
+            buf.extend_from_slice(row);
+            let k = &buf[8..];
+            let e = match side.rows.get(k).map(Entry::decode) {
+                Some(mut e) => {
                     e.mult += w;
                     if track_me {
                         e.matches = matches;
                     }
-                    if e.mult == 0 {
-                        bucket.remove(row);
-                        side.rows -= 1;
-                    }
+                    e
                 }
-                None => {
-                    bucket.insert(
-                        row.into(),
-                        Entry {
-                            mult: *w,
-                            matches,
-                            ts: t,
-                        },
-                    );
-                    side.rows += 1;
-                }
+                None => Entry {
+                    mult: *w,
+                    matches,
+                    ts: t,
+                },
+            };
+            if e.mult == 0 {
+                side.rows.delete(k);
+            } else {
+                side.rows.put(k, &e.encode());
             }
-            if bucket.is_empty() {
-                side.index.remove(key);
+            if interval {
+                buf[..8].copy_from_slice(&i64_key(e.ts));
+                if e.mult == 0 {
+                    side.by_time.delete(&buf);
+                } else {
+                    side.by_time.put(&buf, &[]);
+                }
             }
         }
         Ok(())

@@ -196,7 +196,7 @@ impl TopN {
     }
 
     /// The rows a partition shows now, in order (input rows, repeated by multiplicity).
-    fn visible(&self, part: &[u8]) -> Vec<&[u8]> {
+    fn visible<'a>(&'a self, part: &'a [u8]) -> Vec<&'a [u8]> {
         let mut out = Vec::new();
         let mut skipped = 0usize;
         'outer: for (key, v) in self.rows.prefix(part) {

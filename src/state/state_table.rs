@@ -160,14 +160,26 @@ impl StateTable {
             .map(|(k, v)| (k.as_ref(), v.as_ref()))
     }
 
-    /// Entries whose key starts with `prefix`, in key order (`.rev()` for descending).
+    /// Entries whose key starts with `prefix`, in key order (allocates nothing: the hot
+    /// path of probes).
     pub fn prefix<'a>(
+        &'a self,
+        prefix: &'a [u8],
+    ) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
+        self.cache
+            .range::<[u8], _>((Bound::Included(prefix), Bound::Unbounded))
+            .map(|(k, v)| (k.as_ref(), v.as_ref()))
+            .take_while(move |(k, _)| k.starts_with(prefix))
+    }
+
+    /// Entries whose key starts with `prefix`, in both directions (`.rev()`, `next_back()`
+    /// for the last key under a prefix, as max needs).
+    pub fn prefix_range<'a>(
         &'a self,
         prefix: &[u8],
     ) -> impl DoubleEndedIterator<Item = (&'a [u8], &'a [u8])> + 'a {
-        let end = prefix_end(prefix);
         let lo: Bound<Key> = Bound::Included(prefix.into());
-        let hi: Bound<Key> = match end {
+        let hi: Bound<Key> = match prefix_end(prefix) {
             Some(e) => Bound::Excluded(e.into()),
             None => Bound::Unbounded,
         };
@@ -343,7 +355,11 @@ mod tests {
             keys(t.prefix(b"a")),
             vec![b"a1".to_vec(), b"a2".to_vec(), b"a\xff".to_vec()]
         );
-        assert_eq!(keys(t.prefix(b"a").rev()).first(), Some(&b"a\xff".to_vec()));
+        assert_eq!(
+            keys(t.prefix_range(b"a").rev()).first(),
+            Some(&b"a\xff".to_vec())
+        );
+        assert_eq!(keys(t.prefix_range(b"a")), keys(t.prefix(b"a")));
         assert_eq!(keys(t.prefix(b"b")), vec![b"b".to_vec(), b"b1".to_vec()]);
         assert_eq!(keys(t.prefix(b"")).len(), 6);
         let r = bounds(&b"a2"[..]..&b"b1"[..]);
