@@ -62,6 +62,15 @@ pub trait Operator: Send {
     fn state_tables(&mut self) -> Vec<&mut crate::state::state_table::StateTable> {
         Vec::new()
     }
+    /// Before the state tables are flushed: write into them what the operator keeps in a
+    /// working form of its own (an aggregate's per-group vectors).
+    fn sync_state(&mut self) -> Result<()> {
+        Ok(())
+    }
+    /// After the state tables were reloaded: rebuild the working form from them.
+    fn restore_state(&mut self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Compile a logical expression against an input schema.

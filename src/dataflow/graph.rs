@@ -71,6 +71,8 @@ pub struct Graph {
     /// The view's allowed lateness: its rows can still change this far below its inputs'
     /// watermark, so the watermark it publishes (to views reading it) trails by this much.
     output_delay: i64,
+    /// The watermarks as last flushed (written again only when they change).
+    flushed_watermarks: Option<Vec<u8>>,
 }
 
 impl Graph {
@@ -80,6 +82,7 @@ impl Graph {
             output: 0,
             watermarks: Vec::new(),
             output_delay: 0,
+            flushed_watermarks: None,
         }
     }
 
@@ -143,10 +146,21 @@ impl Graph {
     /// `prefix ++ node id ++ position among the operator's tables ++ table name ++ 0` (an
     /// operator can have several tables of one kind, e.g. a multiset per aggregate); see
     /// [`Graph::load_state`].
-    pub fn flush_state(&mut self, prefix: &[u8], batch: &mut WriteBatch) -> FlushStats {
+    /// The graph's own state (each node's watermark) is written under `prefix ++ "wm"`.
+    pub fn flush_state(&mut self, prefix: &[u8], batch: &mut WriteBatch) -> Result<FlushStats> {
         let mut total = FlushStats::default();
+        let wm = encode_watermarks(&self.watermarks);
+        if self.flushed_watermarks.as_deref() != Some(wm.as_slice()) {
+            let mut k = prefix.to_vec();
+            k.extend_from_slice(WATERMARKS_KEY);
+            total.keys += 1;
+            total.bytes += k.len() + wm.len();
+            batch.put(k, wm.clone());
+            self.flushed_watermarks = Some(wm);
+        }
         for (id, node) in self.nodes.iter_mut().enumerate() {
             if let NodeKind::Operator(op) = &mut node.kind {
+                op.sync_state()?;
                 for (i, t) in op.state_tables().into_iter().enumerate() {
                     let p = table_prefix(prefix, id, i, t.decl().name);
                     let s = t.flush(&p, batch);
@@ -155,16 +169,33 @@ impl Graph {
                 }
             }
         }
-        total
+        Ok(total)
     }
 
     /// Reload every operator's state tables from what [`Graph::flush_state`] wrote.
+    /// Operators get their watermark again (what they did on it is in their state, so it
+    /// changes nothing and emits nothing).
     pub fn load_state(&mut self, store: &dyn Store, prefix: &[u8]) -> Result<()> {
+        let mut k = prefix.to_vec();
+        k.extend_from_slice(WATERMARKS_KEY);
+        if let Some(v) = store.get(&k)? {
+            self.watermarks = decode_watermarks(&v, self.nodes.len())?;
+            self.flushed_watermarks = Some(v);
+        }
         for (id, node) in self.nodes.iter_mut().enumerate() {
             if let NodeKind::Operator(op) = &mut node.kind {
                 for (i, t) in op.state_tables().into_iter().enumerate() {
                     let p = table_prefix(prefix, id, i, t.decl().name);
                     t.load(store, &p)?;
+                }
+                op.restore_state()?;
+                if let Some(w) = self.watermarks[id] {
+                    let out = op.on_watermark(w)?;
+                    debug_assert!(
+                        out.iter().all(|c| c.is_empty()),
+                        "{}: a restored watermark emitted rows",
+                        op.name()
+                    );
                 }
             }
         }
@@ -369,6 +400,40 @@ fn admit(policy: Option<&LatePolicy>, b: &SourceBatch) -> Result<Changelog> {
         p.log.record(&p.view, &dropped, &times, b.watermark_before);
     }
     filter_changelog(&b.changelog, &keep)
+}
+
+const WATERMARKS_KEY: &[u8] = b"wm";
+
+/// One flag byte and an i64 per node.
+fn encode_watermarks(w: &[Option<i64>]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(1 + w.len() * 9);
+    v.push(crate::state::state_table::VALUE_FORMAT);
+    for x in w {
+        v.push(x.is_some() as u8);
+        v.extend_from_slice(&x.unwrap_or(0).to_le_bytes());
+    }
+    v
+}
+
+fn decode_watermarks(v: &[u8], nodes: usize) -> Result<Vec<Option<i64>>> {
+    let mut r = crate::state::state_table::Reader::new(v, "graph watermarks");
+    if r.u8()? != crate::state::state_table::VALUE_FORMAT {
+        return Err(crate::error::WeirError::internal(
+            "stored graph watermarks are in another format",
+        ));
+    }
+    let mut out = Vec::with_capacity(nodes);
+    for _ in 0..nodes {
+        let set = r.u8()? == 1;
+        let w = r.i64()?;
+        out.push(set.then_some(w));
+    }
+    if r.remaining() != 0 {
+        return Err(crate::error::WeirError::internal(
+            "stored graph watermarks are for another graph",
+        ));
+    }
+    Ok(out)
 }
 
 /// Where one state table of one node is stored.

@@ -22,7 +22,11 @@
 //!   `late_events = 'correct'` an admitted late row re-emits it as -old/+new). A window's
 //!   state is freed when the watermark passes its end plus the allowed lateness; its row
 //!   stays in the view.
-//! - checkpoint: the group table, row counts, linear states and multisets.
+//! - checkpoint (state tables): `groups`: group key -> row count, window end, whether an
+//!   emission is pending (EOWC), the emitted row, and each linear aggregate's count and
+//!   sum — the per-group vectors are the working form, written into the table for the
+//!   groups changed since the last checkpoint (`sync_state`) and rebuilt from it
+//!   (`restore_state`); one `multiset` table per multiset aggregate, keyed by group key.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -44,8 +48,14 @@ use crate::dataflow::changelog::Changelog;
 use crate::error::{Result, WeirError};
 use crate::operators::float_sum::ExactSum;
 use crate::operators::{FastMap, Operator, evaluate, true_mask};
-use crate::state::state_table::{StateTable, TableDecl};
+use crate::state::state_table::{Reader, StateTable, TableDecl, all};
 use crate::state::zset::count_of;
+
+const GROUPS: TableDecl = TableDecl {
+    name: "groups",
+    key: "group key",
+    value: "row count, window end, pending, emitted row, per linear aggregate: count and sum",
+};
 
 const MULTISET: TableDecl = TableDecl {
     name: "multiset",
@@ -80,6 +90,31 @@ impl Sums {
             Sums::I128(v) => v.resize(n, 0),
             Sums::Exact(v) => v.resize(n, ExactSum::new()),
         }
+    }
+    fn clear(&mut self) {
+        match self {
+            Sums::I64(v) => v.clear(),
+            Sums::F64(v) => v.clear(),
+            Sums::I128(v) => v.clear(),
+            Sums::Exact(v) => v.clear(),
+        }
+    }
+    fn encode(&self, g: usize, out: &mut Vec<u8>) {
+        match self {
+            Sums::I64(v) => out.extend_from_slice(&v[g].to_le_bytes()),
+            Sums::F64(v) => out.extend_from_slice(&v[g].to_bits().to_le_bytes()),
+            Sums::I128(v) => out.extend_from_slice(&v[g].to_le_bytes()),
+            Sums::Exact(v) => v[g].encode(out),
+        }
+    }
+    fn decode(&mut self, g: usize, r: &mut Reader<'_>) -> Result<()> {
+        match self {
+            Sums::I64(v) => v[g] = r.i64()?,
+            Sums::F64(v) => v[g] = f64::from_bits(r.i64()? as u64),
+            Sums::I128(v) => v[g] = r.i128()?,
+            Sums::Exact(v) => v[g] = ExactSum::decode(r)?,
+        }
+        Ok(())
     }
     fn reset(&mut self, g: usize) {
         match self {
@@ -170,7 +205,13 @@ pub struct Aggregate {
     aggs: Vec<Agg>,
     out_conv: RowConverter,
     schema: SchemaRef,
+    input_schema: SchemaRef,
     global: bool,
+    groups_table: StateTable,
+    /// Groups changed since the last `sync_state`, and keys of groups released since.
+    changed: Vec<u32>,
+    is_changed: Vec<bool>,
+    released: Vec<Box<[u8]>>,
 }
 
 fn linear_kind(name: &str) -> Option<LinearKind> {
@@ -198,6 +239,7 @@ impl Aggregate {
         group_types: Vec<DataType>,
         group_text: String,
         specs: Vec<AggSpec>,
+        input_schema: SchemaRef,
         schema: SchemaRef,
     ) -> Result<Aggregate> {
         let global = group_exprs.is_empty();
@@ -231,7 +273,12 @@ impl Aggregate {
             aggs,
             out_conv,
             schema,
+            input_schema,
             global,
+            groups_table: StateTable::new(GROUPS),
+            changed: Vec::new(),
+            is_changed: Vec::new(),
+            released: Vec::new(),
         };
         if global {
             // the one group of a global aggregate exists from the start
@@ -334,6 +381,7 @@ impl Aggregate {
                 self.row_counts.push(0);
                 self.emitted.push(None);
                 self.is_dirty.push(false);
+                self.is_changed.push(false);
                 self.window_ends.push(i64::MAX);
                 for a in self.aggs.iter_mut() {
                     if let State::Linear(l) = &mut a.state {
@@ -355,6 +403,62 @@ impl Aggregate {
             self.is_dirty[g as usize] = true;
             self.dirty.push(g);
         }
+        if !self.is_changed[g as usize] {
+            self.is_changed[g as usize] = true;
+            self.changed.push(g);
+        }
+    }
+
+    /// Group `g`'s state as stored in the `groups` table.
+    fn encode_group(&self, g: usize, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.row_counts[g].to_le_bytes());
+        out.extend_from_slice(&self.window_ends[g].to_le_bytes());
+        out.push(self.is_dirty[g] as u8);
+        match &self.emitted[g] {
+            Some(row) => {
+                out.push(1);
+                out.extend_from_slice(&(row.len() as u32).to_le_bytes());
+                out.extend_from_slice(row);
+            }
+            None => out.push(0),
+        }
+        for a in &self.aggs {
+            if let State::Linear(l) = &a.state {
+                out.extend_from_slice(&l.counts[g].to_le_bytes());
+                if let Some(s) = &l.sums {
+                    s.encode(g, out);
+                }
+            }
+        }
+    }
+
+    fn decode_group(&mut self, g: usize, value: &[u8]) -> Result<()> {
+        let mut r = Reader::new(value, "aggregate group");
+        self.row_counts[g] = r.i64()?;
+        self.window_ends[g] = r.i64()?;
+        let pending = r.u8()? == 1;
+        self.emitted[g] = match r.u8()? {
+            1 => Some(r.bytes()?.into()),
+            _ => None,
+        };
+        for a in self.aggs.iter_mut() {
+            if let State::Linear(l) = &mut a.state {
+                l.counts[g] = r.i64()?;
+                if let Some(s) = &mut l.sums {
+                    s.decode(g, &mut r)?;
+                }
+            }
+        }
+        if r.remaining() != 0 {
+            return Err(WeirError::internal(
+                "stored aggregate group has trailing bytes (another layout)",
+            ));
+        }
+        if pending {
+            self.is_dirty[g] = true;
+            self.dirty.push(g as u32);
+        }
+        Ok(())
     }
 
     /// Final values of one aggregate for the given groups.
@@ -737,13 +841,88 @@ impl Operator for Aggregate {
     }
 
     fn state_tables(&mut self) -> Vec<&mut StateTable> {
-        self.aggs
-            .iter_mut()
-            .filter_map(|a| match &mut a.state {
-                State::Multiset(m) => Some(&mut m.entries),
-                State::Linear(_) => None,
-            })
-            .collect()
+        let mut t = vec![&mut self.groups_table];
+        t.extend(self.aggs.iter_mut().filter_map(|a| match &mut a.state {
+            State::Multiset(m) => Some(&mut m.entries),
+            State::Linear(_) => None,
+        }));
+        t
+    }
+
+    fn sync_state(&mut self) -> Result<()> {
+        for key in std::mem::take(&mut self.released) {
+            self.groups_table.delete(&key);
+        }
+        let mut buf = Vec::new();
+        for g in std::mem::take(&mut self.changed) {
+            let gi = g as usize;
+            self.is_changed[gi] = false;
+            if self.groups.get(&self.keys[gi]) != Some(&g) {
+                continue; // released since
+            }
+            buf.clear();
+            self.encode_group(gi, &mut buf);
+            let key = std::mem::take(&mut self.keys[gi]);
+            self.groups_table.put(&key, &buf);
+            self.keys[gi] = key;
+        }
+        Ok(())
+    }
+
+    fn restore_state(&mut self) -> Result<()> {
+        self.groups = FastMap::default();
+        self.keys.clear();
+        self.row_counts.clear();
+        self.emitted.clear();
+        self.free.clear();
+        self.dirty.clear();
+        self.is_dirty.clear();
+        self.is_changed.clear();
+        self.changed.clear();
+        self.released.clear();
+        self.window_ends.clear();
+        self.by_end.clear();
+        for a in self.aggs.iter_mut() {
+            match &mut a.state {
+                State::Linear(l) => {
+                    l.counts.clear();
+                    if let Some(s) = &mut l.sums {
+                        s.clear();
+                    }
+                }
+                State::Multiset(m) => {
+                    // the value types, which a live operator learns from its first batch
+                    let mut types = Vec::new();
+                    for e in a.args.iter().chain(a.spec.order_by.iter()) {
+                        types.push(e.data_type(&self.input_schema)?);
+                    }
+                    let empty: Vec<ArrayRef> = types
+                        .iter()
+                        .map(datafusion::arrow::array::new_empty_array)
+                        .collect();
+                    m.ensure_conv(&empty)?;
+                }
+            }
+        }
+        let stored: Vec<(Box<[u8]>, Box<[u8]>)> = self
+            .groups_table
+            .range(all())
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
+        if self.global {
+            self.group_id(&[]);
+        }
+        for (key, value) in stored {
+            let g = self.group_id(&key);
+            self.decode_group(g as usize, &value)?;
+            if self.window.is_some() {
+                self.by_end
+                    .entry(self.window_ends[g as usize])
+                    .or_default()
+                    .push(g);
+            }
+        }
+        Ok(())
     }
 
     fn on_changes(&mut self, _port: usize, input: Changelog) -> Result<Vec<Changelog>> {
@@ -872,6 +1051,7 @@ impl Aggregate {
         let gi = g as usize;
         let key = std::mem::take(&mut self.keys[gi]);
         self.groups.remove(&key);
+        self.released.push(key.clone());
         self.row_counts[gi] = 0;
         self.emitted[gi] = None;
         self.window_ends[gi] = i64::MAX;

@@ -36,6 +36,39 @@ impl ExactSum {
         Self::default()
     }
 
+    /// Append the state to `out` (for state tables).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.base.to_le_bytes());
+        out.extend_from_slice(&self.adds.to_le_bytes());
+        for v in [self.nan, self.pos_inf, self.neg_inf] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.extend_from_slice(&(self.limbs.len() as u32).to_le_bytes());
+        for l in &self.limbs {
+            out.extend_from_slice(&l.to_le_bytes());
+        }
+    }
+
+    /// Read a state written by [`ExactSum::encode`].
+    pub fn decode(r: &mut crate::state::state_table::Reader<'_>) -> crate::error::Result<Self> {
+        let base = r.u32()?;
+        let adds = r.u32()?;
+        let (nan, pos_inf, neg_inf) = (r.i64()?, r.i64()?, r.i64()?);
+        let n = r.u32()? as usize;
+        let mut limbs = Vec::with_capacity(n.min(r.remaining() / 8));
+        for _ in 0..n {
+            limbs.push(r.i64()?);
+        }
+        Ok(ExactSum {
+            base,
+            limbs,
+            adds,
+            nan,
+            pos_inf,
+            neg_inf,
+        })
+    }
+
     /// Add `x · weight` exactly.
     pub fn add(&mut self, x: f64, weight: i64) {
         if weight == 0 {

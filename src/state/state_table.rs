@@ -313,6 +313,63 @@ pub fn i64_of_key(k: &[u8]) -> i64 {
     (u64::from_be_bytes(b) ^ (1 << 63)) as i64
 }
 
+/// Reads fixed-width little-endian fields from a stored value; running out of bytes is an
+/// error naming the state (a value from another layout), never a panic.
+pub struct Reader<'a> {
+    bytes: &'a [u8],
+    what: &'static str,
+}
+
+impl<'a> Reader<'a> {
+    pub fn new(bytes: &'a [u8], what: &'static str) -> Reader<'a> {
+        Reader { bytes, what }
+    }
+
+    pub fn remaining(&self) -> usize {
+        self.bytes.len()
+    }
+
+    pub fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        if self.bytes.len() < n {
+            return Err(WeirError::internal(format!(
+                "stored {} is truncated ({} bytes left, {n} needed)",
+                self.what,
+                self.bytes.len()
+            )));
+        }
+        let (head, rest) = self.bytes.split_at(n);
+        self.bytes = rest;
+        Ok(head)
+    }
+
+    pub fn u8(&mut self) -> Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+
+    pub fn u32(&mut self) -> Result<u32> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    pub fn i64(&mut self) -> Result<i64> {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(self.take(8)?);
+        Ok(i64::from_le_bytes(a))
+    }
+
+    pub fn i128(&mut self) -> Result<i128> {
+        let mut a = [0u8; 16];
+        a.copy_from_slice(self.take(16)?);
+        Ok(i128::from_le_bytes(a))
+    }
+
+    /// A u32 length, then that many bytes.
+    pub fn bytes(&mut self) -> Result<&'a [u8]> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+}
+
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
