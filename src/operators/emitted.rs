@@ -1,7 +1,7 @@
 //! `Emitted`: what an operator has shown per key (a partition, a group, a session key), so
 //! that it can emit the difference when the key's rows change — the one mechanism for
-//! "what I emitted before vs. what I emit now" (top-N; aggregates and sessions are to move
-//! onto it).
+//! "what I emitted before vs. what I emit now" (top-N, session windows; the aggregate keeps
+//! its single emitted row per group in its `groups` table).
 //!
 //! - state: one state table, key = the owner's key ++ output row (`arrow_row` encodings,
 //!   prefix-free within one converter, so a prefix scan by owner key finds exactly that
@@ -145,6 +145,24 @@ impl Emitted {
     /// Drop what `key` shows without retracting it.
     pub fn forget(&mut self, key: &[u8]) {
         self.table.delete_prefix(key);
+    }
+
+    /// Drop the rows of `key` that sort before `below` (rows that start with an
+    /// order-preserving time, e.g. a session's end), without retracting them.
+    pub fn forget_before(&mut self, key: &[u8], below: &[u8]) {
+        let mut hi = key.to_vec();
+        hi.extend_from_slice(below);
+        self.table.delete_range((
+            std::ops::Bound::Included(key),
+            std::ops::Bound::Excluded(hi.as_slice()),
+        ));
+    }
+
+    /// The rows `key` shows, with multiplicities.
+    pub fn rows<'a>(&'a self, key: &'a [u8]) -> impl Iterator<Item = (&'a [u8], i64)> + 'a {
+        self.table
+            .prefix(key)
+            .map(move |(k, v)| (&k[key.len()..], count_of(v)))
     }
 }
 

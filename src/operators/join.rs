@@ -36,7 +36,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use crate::dataflow::changelog::Changelog;
 use crate::error::{Result, WeirError};
 use crate::operators::{Operator, evaluate, true_mask};
-use crate::state::state_table::{StateTable, TableDecl, bounds, i64_key};
+use crate::state::state_table::{StateTable, TableDecl, i64_key};
 
 const ROWS: TableDecl = TableDecl {
     name: "rows",
@@ -298,11 +298,10 @@ impl Operator for Join {
         // dead once ts_l - lo < limit, a right row once ts_r + hi < limit
         let thresholds = [limit.saturating_add(b.lo_us), limit.saturating_sub(b.hi_us)];
         for (st, below) in self.sides.iter_mut().zip(thresholds) {
-            let end = i64_key(below);
-            let dead = bounds(..&end[..]);
-            let keys: Vec<Box<[u8]>> = st.by_time.range(dead).map(|(k, _)| k[8..].into()).collect();
-            st.by_time.delete_range(dead);
-            for k in keys {
+            if below == i64::MIN {
+                continue;
+            }
+            for (_, k) in st.by_time.take_up_to(below - 1) {
                 st.rows.delete(&k);
             }
         }

@@ -7,16 +7,18 @@
 //!   and the sessions it has now: an out-of-order row that bridges two sessions retracts
 //!   both and emits the merged one; a deleted row can split one. Each session's aggregates
 //!   are computed by fresh DataFusion accumulators over the session's rows.
-//! - state: per key, its rows ordered by event time (with multiplicity), and the session
-//!   rows last emitted.
+//! - state (state tables): `rows`: key ++ event time (order-preserving) ++ row ->
+//!   multiplicity, so a prefix scan reads a key's rows in event-time order; `emitted`
+//!   (`emitted.rs`): per key, session end ++ output row; `deadlines` (deadline ++ key) and
+//!   `next_deadline` (key -> deadline).
 //! - watermark: a session is closed when the watermark reaches its end. With EMIT ON WINDOW
 //!   CLOSE only closed sessions are emitted. Rows of sessions whose end + allowed lateness
 //!   is below the watermark are freed (their output stays in the view). Each key registers
 //!   the next time it needs a look (a session end, or end + lateness), so a watermark step
 //!   revisits only the keys with a session due, not every key.
-//! - checkpoint: the per-key rows.
+//! - checkpoint: the four tables.
 
-use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, TimestampMicrosecondArray};
@@ -30,7 +32,26 @@ use datafusion::physical_expr::PhysicalExpr;
 use crate::dataflow::changelog::Changelog;
 use crate::error::{Result, WeirError};
 use crate::operators::aggregate::AggSpec;
-use crate::operators::{FastMap, FastSet, Operator, evaluate, true_mask};
+use crate::operators::emitted::{Diff, Emitted};
+use crate::operators::{FastSet, Operator, evaluate, true_mask};
+use crate::state::state_table::{StateTable, TableDecl, i64_key, i64_of_key};
+use crate::state::zset::count_of;
+
+const ROWS: TableDecl = TableDecl {
+    name: "rows",
+    key: "key ++ event time (order-preserving i64) ++ row",
+    value: "multiplicity (i64 LE)",
+};
+const DEADLINES: TableDecl = TableDecl {
+    name: "deadlines",
+    key: "deadline (order-preserving i64) ++ key",
+    value: "empty",
+};
+const NEXT_DEADLINE: TableDecl = TableDecl {
+    name: "next_deadline",
+    key: "key",
+    value: "earliest registered deadline (i64 LE)",
+};
 
 /// Where each output column of a group key comes from.
 #[derive(Debug, Clone, Copy)]
@@ -40,12 +61,6 @@ pub enum Slot {
     Start,
     End,
 }
-
-/// (event time, row) -> multiplicity, in event-time order.
-type KeyRows = BTreeMap<(i64, Box<[u8]>), i64>;
-
-/// An output row shown for a key: (session end, encoded row).
-type Shown = (i64, Box<[u8]>);
 
 pub struct SessionAggregate {
     keys: Vec<Arc<dyn PhysicalExpr>>,
@@ -60,15 +75,16 @@ pub struct SessionAggregate {
     emit_on_close: bool,
     correct: bool,
     watermark: Option<i64>,
-    rows: FastMap<Box<[u8]>, KeyRows>,
-    /// Output rows shown per key, with the session end each belongs to.
-    emitted: FastMap<Box<[u8]>, Vec<Shown>>,
+    rows: StateTable,
+    /// Output rows shown per key, each as session end ++ row.
+    emitted: Emitted,
+    /// Keys changed in this epoch (emitted and cleared at its end).
     dirty: FastSet<Box<[u8]>>,
     /// When a key next needs a look as the watermark moves (a session of it closes under
-    /// EMIT ON WINDOW CLOSE, or can be freed): deadline -> keys, and each key's earliest
+    /// EMIT ON WINDOW CLOSE, or can be freed): deadline ++ key, and each key's earliest
     /// registered deadline. Only those keys are revisited, not every key.
-    deadlines: BTreeMap<i64, Vec<Box<[u8]>>>,
-    next_deadline: FastMap<Box<[u8]>, i64>,
+    deadlines: StateTable,
+    next_deadline: StateTable,
     out_conv: RowConverter,
     schema: SchemaRef,
     text: String,
@@ -113,11 +129,11 @@ impl SessionAggregate {
             emit_on_close: window.emit_on_close,
             correct: window.correct,
             watermark: None,
-            rows: FastMap::default(),
-            emitted: FastMap::default(),
+            rows: StateTable::new(ROWS),
+            emitted: Emitted::new(),
             dirty: FastSet::default(),
-            deadlines: BTreeMap::new(),
-            next_deadline: FastMap::default(),
+            deadlines: StateTable::new(DEADLINES),
+            next_deadline: StateTable::new(NEXT_DEADLINE),
             out_conv: RowConverter::new(fields(&schema))?,
             schema,
             text,
@@ -127,9 +143,6 @@ impl SessionAggregate {
     /// Register when `key` next needs a look: the earliest future end of one of its
     /// sessions (closing it under EMIT ON WINDOW CLOSE) or end + lateness (freeing it).
     fn schedule(&mut self, key: &[u8], wm: Option<i64>) {
-        let Some(rows) = self.rows.get(key) else {
-            return;
-        };
         let mut next: Option<i64> = None;
         let mut consider = |t: i64| {
             if wm.is_none_or(|w| t > w) {
@@ -137,15 +150,15 @@ impl SessionAggregate {
             }
         };
         let mut prev: Option<i64> = None;
-        for ((t, _), _) in rows.iter() {
+        for (t, _, _) in key_rows(&self.rows, key) {
             if let Some(p) = prev
-                && *t - p >= self.gap_us
+                && t - p >= self.gap_us
             {
                 let end = p + self.gap_us;
                 consider(end);
                 consider(end.saturating_add(self.lateness_us));
             }
-            prev = Some(*t);
+            prev = Some(t);
         }
         if let Some(p) = prev {
             let end = p + self.gap_us;
@@ -153,28 +166,34 @@ impl SessionAggregate {
             consider(end.saturating_add(self.lateness_us));
         }
         let Some(d) = next else { return };
-        if self.next_deadline.get(key).is_some_and(|cur| *cur <= d) {
+        if self
+            .next_deadline
+            .get(key)
+            .is_some_and(|cur| count_of(cur) <= d)
+        {
             return;
         }
-        self.next_deadline.insert(key.into(), d);
-        self.deadlines.entry(d).or_default().push(key.into());
+        self.next_deadline.put(key, &d.to_le_bytes());
+        let mut k = i64_key(d).to_vec();
+        k.extend_from_slice(key);
+        self.deadlines.put(&k, &[]);
     }
 
-    fn sessions<'a>(&self, rows: &'a KeyRows) -> Vec<Session<'a>> {
+    fn sessions<'a>(&'a self, key: &'a [u8]) -> Vec<Session<'a>> {
         let mut out: Vec<Session<'a>> = Vec::new();
-        for ((t, row), count) in rows {
-            if *count <= 0 {
+        for (t, row, count) in key_rows(&self.rows, key) {
+            if count <= 0 {
                 continue;
             }
             match out.last_mut() {
-                Some(s) if *t - s.last < self.gap_us => {
-                    s.last = *t;
-                    s.rows.push((row, *count));
+                Some(s) if t - s.last < self.gap_us => {
+                    s.last = t;
+                    s.rows.push((row, count));
                 }
                 _ => out.push(Session {
-                    start: *t,
-                    last: *t,
-                    rows: vec![(row, *count)],
+                    start: t,
+                    last: t,
+                    rows: vec![(row, count)],
                 }),
             }
         }
@@ -274,18 +293,6 @@ impl SessionAggregate {
             .map(|(i, s)| (s.last + self.gap_us, rows.row(i).data().into()))
             .collect())
     }
-
-    fn batch_of(&self, rows: &[Box<[u8]>]) -> Result<RecordBatch> {
-        let parser = self.out_conv.parser();
-        let cols = self
-            .out_conv
-            .convert_rows(rows.iter().map(|r| parser.parse(r)))?;
-        Ok(RecordBatch::try_new_with_options(
-            self.schema.clone(),
-            cols,
-            &RecordBatchOptions::new().with_row_count(Some(rows.len())),
-        )?)
-    }
 }
 
 impl Operator for SessionAggregate {
@@ -302,7 +309,16 @@ impl Operator for SessionAggregate {
     }
 
     fn state_rows(&self) -> usize {
-        self.rows.values().map(|r| r.len()).sum()
+        self.rows.len()
+    }
+
+    fn state_tables(&mut self) -> Vec<&mut StateTable> {
+        vec![
+            &mut self.rows,
+            self.emitted.state_table(),
+            &mut self.deadlines,
+            &mut self.next_deadline,
+        ]
     }
 
     fn on_changes(&mut self, _port: usize, input: Changelog) -> Result<Vec<Changelog>> {
@@ -328,6 +344,7 @@ impl Operator for SessionAggregate {
             .ok_or_else(|| WeirError::internal("session event time is not a timestamp"))?
             .clone();
         let rows = self.row_conv.convert_columns(batch.columns())?;
+        let mut k: Vec<u8> = Vec::with_capacity(64);
         for (i, w) in input.weights.values().iter().enumerate() {
             // a row without event time belongs to no session
             if ts.is_null(i) {
@@ -337,12 +354,15 @@ impl Operator for SessionAggregate {
                 Some(k) => k.row(i).data(),
                 None => &[],
             };
-            let entry = self.rows.entry(key.into()).or_default();
-            let k = (ts.value(i), Box::<[u8]>::from(rows.row(i).data()));
-            let c = entry.entry(k).or_insert(0);
-            *c += w;
-            if *c == 0 {
-                entry.remove(&(ts.value(i), rows.row(i).data().into()));
+            k.clear();
+            k.extend_from_slice(key);
+            k.extend_from_slice(&i64_key(ts.value(i)));
+            k.extend_from_slice(rows.row(i).data());
+            let c = self.rows.get(&k).map(count_of).unwrap_or(0) + w;
+            if c == 0 {
+                self.rows.delete(&k);
+            } else {
+                self.rows.put(&k, &c.to_le_bytes());
             }
             if !self.dirty.contains(key) {
                 self.dirty.insert(key.into());
@@ -354,18 +374,11 @@ impl Operator for SessionAggregate {
     fn on_watermark(&mut self, watermark: i64) -> Result<Vec<Changelog>> {
         self.watermark = Some(watermark);
         // keys with a session that closes or can be freed at this watermark
-        let due: Vec<i64> = self
-            .deadlines
-            .range(..=watermark)
-            .map(|(d, _)| *d)
-            .collect();
-        for d in due {
-            for k in self.deadlines.remove(&d).unwrap_or_default() {
-                if self.next_deadline.get(&k) == Some(&d) {
-                    self.next_deadline.remove(&k);
-                }
-                self.dirty.insert(k);
+        for (d, k) in self.deadlines.take_up_to(watermark) {
+            if self.next_deadline.get(&k).map(count_of) == Some(d) {
+                self.next_deadline.delete(&k);
             }
+            self.dirty.insert(k);
         }
         Ok(vec![])
     }
@@ -374,94 +387,94 @@ impl Operator for SessionAggregate {
         if self.dirty.is_empty() {
             return Ok(vec![]);
         }
-        let dirty: Vec<Box<[u8]>> = self.dirty.drain().collect();
+        let mut dirty: Vec<Box<[u8]>> = self.dirty.drain().collect();
+        dirty.sort_unstable();
         let wm = self.watermark;
-        let mut insert: Vec<Box<[u8]>> = Vec::new();
-        let mut retract: Vec<Box<[u8]>> = Vec::new();
+        let final_only = self.emit_on_close && !self.correct;
+        let mut diff = Diff::default();
         for key in dirty {
-            let now: Vec<(i64, Box<[u8]>)> = match self.rows.get(&key) {
-                Some(rows) => {
-                    let sessions = self.sessions(rows);
-                    let shown: Vec<Session> = sessions
-                        .into_iter()
-                        .filter(|s| {
-                            !self.emit_on_close || wm.is_some_and(|w| s.last + self.gap_us <= w)
-                        })
-                        .collect();
-                    self.output_rows(&key, &shown)?
-                }
-                None => Vec::new(),
+            let now: Vec<(i64, Box<[u8]>)> = {
+                let sessions = self.sessions(&key);
+                let shown: Vec<Session> = sessions
+                    .into_iter()
+                    .filter(|s| {
+                        !self.emit_on_close || wm.is_some_and(|w| s.last + self.gap_us <= w)
+                    })
+                    .collect();
+                self.output_rows(&key, &shown)?
             };
-            let old = self.emitted.remove(&key).unwrap_or_default();
-            let final_only = self.emit_on_close && !self.correct;
-            let mut counts: HashMap<&[u8], i64> = HashMap::new();
-            for (_, r) in &now {
-                *counts.entry(r).or_default() += 1;
-            }
-            for (_, r) in &old {
-                *counts.entry(r).or_default() -= 1;
-            }
-            for (r, c) in counts {
-                for _ in 0..c.abs() {
-                    if c > 0 {
-                        insert.push(r.into());
-                    } else if !final_only {
-                        retract.push(r.into());
-                    }
-                }
-            }
-            let mut shown = now;
+            // what the key shows: session end ++ row, so ended sessions can be dropped by
+            // range; under EOWC without 'correct', rows once shown stay shown (never
+            // retracted)
+            let mut shown: Vec<Vec<u8>> = now
+                .iter()
+                .map(|(end, r)| {
+                    let mut v = i64_key(*end).to_vec();
+                    v.extend_from_slice(r);
+                    v
+                })
+                .collect();
             if final_only {
-                // rows once shown stay shown (EOWC without 'correct' never retracts)
-                for (end, r) in old {
-                    if !shown.iter().any(|(_, x)| *x == r) {
-                        shown.push((end, r));
-                    }
-                }
+                let old: Vec<Vec<u8>> = self
+                    .emitted
+                    .rows(&key)
+                    .filter(|(r, _)| !now.iter().any(|(_, x)| x.as_ref() == &r[8..]))
+                    .flat_map(|(r, c)| std::iter::repeat_n(r.to_vec(), c.max(0) as usize))
+                    .collect();
+                shown.extend(old);
             }
+            let refs: Vec<&[u8]> = shown.iter().map(|v| v.as_slice()).collect();
+            self.emitted.replace(&key, &refs, &mut diff);
             // free sessions no admitted row can reach: their rows leave the state, their
             // output rows stop being tracked (they stay in the view)
             if let Some(w) = wm {
                 let limit = w.saturating_sub(self.lateness_us);
-                if let Some(rows) = self.rows.get_mut(&key) {
-                    let mut last_closed: Option<i64> = None;
-                    let mut prev: Option<i64> = None;
-                    for ((t, _), _) in rows.iter() {
-                        if let Some(p) = prev
-                            && *t - p >= self.gap_us
-                            && p + self.gap_us <= limit
-                        {
-                            last_closed = Some(p);
-                        }
-                        prev = Some(*t);
-                    }
+                let mut last_closed: Option<i64> = None;
+                let mut prev: Option<i64> = None;
+                for (t, _, _) in key_rows(&self.rows, &key) {
                     if let Some(p) = prev
+                        && t - p >= self.gap_us
                         && p + self.gap_us <= limit
                     {
                         last_closed = Some(p);
                     }
-                    if let Some(cut) = last_closed {
-                        let keep = rows.split_off(&(cut + 1, Box::from(&[][..])));
-                        *rows = keep;
-                        shown.retain(|(end, _)| *end > cut + self.gap_us);
-                    }
-                    if rows.is_empty() {
-                        self.rows.remove(&key);
-                    }
+                    prev = Some(t);
+                }
+                if let Some(p) = prev
+                    && p + self.gap_us <= limit
+                {
+                    last_closed = Some(p);
+                }
+                if let Some(cut) = last_closed {
+                    let mut hi = key.to_vec();
+                    hi.extend_from_slice(&i64_key(cut.saturating_add(1)));
+                    self.rows
+                        .delete_range((Bound::Included(&key[..]), Bound::Excluded(&hi[..])));
+                    self.emitted
+                        .forget_before(&key, &i64_key((cut + self.gap_us).saturating_add(1)));
                 }
             }
             self.schedule(&key, wm);
-            if !shown.is_empty() {
-                self.emitted.insert(key, shown);
-            }
         }
-        let mut out = Vec::new();
-        if !retract.is_empty() {
-            out.push(Changelog::retractions(self.batch_of(&retract)?));
-        }
-        if !insert.is_empty() {
-            out.push(Changelog::inserts(self.batch_of(&insert)?));
-        }
-        Ok(out)
+        // the shown rows carry their session end in front
+        let strip = |rows: Vec<Box<[u8]>>| -> Vec<Box<[u8]>> {
+            rows.into_iter().map(|r| r[8..].into()).collect()
+        };
+        let diff = Diff {
+            retract: strip(diff.retract),
+            insert: strip(diff.insert),
+        };
+        diff.into_changelogs(&self.out_conv, &self.schema)
     }
+}
+
+/// A key's rows in event-time order: (event time, row, multiplicity).
+fn key_rows<'a>(
+    rows: &'a StateTable,
+    key: &'a [u8],
+) -> impl Iterator<Item = (i64, &'a [u8], i64)> + 'a {
+    rows.prefix(key).map(move |(k, v)| {
+        let rest = &k[key.len()..];
+        (i64_of_key(rest), &rest[8..], count_of(v))
+    })
 }

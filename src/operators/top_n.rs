@@ -20,7 +20,6 @@
 //!   so no change can reach them any more).
 //! - checkpoint: the four tables (partitions changed in an epoch are emitted by its end).
 
-use std::ops::Bound;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, UInt64Array};
@@ -33,7 +32,7 @@ use crate::dataflow::changelog::Changelog;
 use crate::error::Result;
 use crate::operators::emitted::{Diff, Emitted};
 use crate::operators::{FastSet, Operator, evaluate};
-use crate::state::state_table::{StateTable, TableDecl, bounds, i64_key, i64_of_key};
+use crate::state::state_table::{StateTable, TableDecl, i64_key};
 
 pub struct SortKey {
     pub expr: Arc<dyn PhysicalExpr>,
@@ -126,19 +125,7 @@ impl TopN {
         let Some(wf) = &mut self.window else { return };
         let Some(wm) = wf.watermark else { return };
         // every key `end ++ partition` with end <= watermark - lateness
-        let limit = wm.saturating_sub(wf.lateness_us);
-        let next = i64_key(limit.saturating_add(1));
-        let upto = if limit == i64::MAX {
-            (Bound::Unbounded, Bound::Unbounded)
-        } else {
-            bounds(..&next[..])
-        };
-        let closed: Vec<(i64, Box<[u8]>)> = wf
-            .closing
-            .range(upto)
-            .map(|(k, _)| (i64_of_key(k), k[8..].into()))
-            .collect();
-        wf.closing.delete_range(upto);
+        let closed = wf.closing.take_up_to(wm.saturating_sub(wf.lateness_us));
         for (end, part) in closed {
             let latest = wf.ends.get(&part).map(crate::state::zset::count_of);
             if latest != Some(end) {

@@ -11,7 +11,10 @@
 //!
 //! Today the cache holds every entry (eviction of cold keys under `--memory-limit` builds
 //! on this cache). The dirty set holds keys only: a flush reads their current values, so a
-//! key written many times between checkpoints is written once.
+//! key written many times between checkpoints is written once. Tracking starts with the
+//! first flush (which writes the whole cache) or load: a table that is never flushed keeps
+//! no growing set of changed keys. Whoever flushes a table to a prefix for the first time
+//! must make sure nothing older is stored there (a rebuilt view's prefix is cleared).
 //!
 //! Stored format: key = the table's store prefix ++ key; value = [`VALUE_FORMAT`] ++
 //! value. Keys are usually `arrow_row` encodings, which arrow does not promise to keep
@@ -63,6 +66,10 @@ pub struct StateTable {
     decl: TableDecl,
     cache: BTreeMap<Key, Box<[u8]>>,
     dirty: HashSet<Key, ahash::RandomState>,
+    /// Whether changed keys are tracked: from the first flush or load on. Before it nothing
+    /// of the table is stored, so the first flush writes the whole cache, and a table that
+    /// is never flushed keeps no set of changed (or deleted) keys growing beside it.
+    tracking: bool,
     /// Bytes of keys and values held.
     bytes: usize,
 }
@@ -73,6 +80,7 @@ impl StateTable {
             decl,
             cache: BTreeMap::new(),
             dirty: HashSet::default(),
+            tracking: false,
             bytes: 0,
         }
     }
@@ -94,9 +102,13 @@ impl StateTable {
         self.bytes
     }
 
-    /// Keys changed since the last flush.
+    /// Keys the next flush writes.
     pub fn dirty_keys(&self) -> usize {
-        self.dirty.len()
+        if self.tracking {
+            self.dirty.len()
+        } else {
+            self.cache.len()
+        }
     }
 
     pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
@@ -121,15 +133,17 @@ impl StateTable {
                     self.bytes = self.bytes - v.len() + value.len();
                     *v = value.into();
                 }
-                if !self.dirty.contains(key) {
+                if self.tracking && !self.dirty.contains(key) {
                     self.dirty.insert(k);
                 }
             }
             None => {
                 self.bytes += key.len() + value.len();
                 let k: Key = key.into();
-                self.cache.insert(k.clone(), value.into());
-                self.dirty.insert(k);
+                if self.tracking {
+                    self.dirty.insert(k.clone());
+                }
+                self.cache.insert(k, value.into());
             }
         }
     }
@@ -146,7 +160,9 @@ impl StateTable {
     pub fn delete(&mut self, key: &[u8]) {
         if let Some((k, v)) = self.cache.remove_entry(key) {
             self.bytes -= key.len() + v.len();
-            self.dirty.insert(k);
+            if self.tracking {
+                self.dirty.insert(k);
+            }
         }
     }
 
@@ -207,8 +223,28 @@ impl StateTable {
             }
         }
         let n = keys.len();
-        self.dirty.extend(keys);
+        if self.tracking {
+            self.dirty.extend(keys);
+        }
         n
+    }
+
+    /// For a table whose keys start with a time ([`i64_key`]): remove every entry whose
+    /// time is at most `limit` and return them as (time, rest of the key), in order — what
+    /// a watermark frees.
+    pub fn take_up_to(&mut self, limit: i64) -> Vec<(i64, Box<[u8]>)> {
+        let next = i64_key(limit.saturating_add(1));
+        let range = if limit == i64::MAX {
+            (Bound::Unbounded, Bound::Unbounded)
+        } else {
+            (Bound::Unbounded, Bound::Excluded(&next[..]))
+        };
+        let taken: Vec<(i64, Box<[u8]>)> = self
+            .range(range)
+            .map(|(k, _)| (i64_of_key(k), k.get(8..).unwrap_or_default().into()))
+            .collect();
+        self.delete_range(range);
+        taken
     }
 
     /// Delete every entry whose key starts with `prefix`; returns how many.
@@ -226,8 +262,14 @@ impl StateTable {
     pub fn flush(&mut self, store_prefix: &[u8], batch: &mut WriteBatch) -> FlushStats {
         self.check_invariants();
         let mut stats = FlushStats::default();
-        // in key order: the batch is sorted, as the store likes it
-        let mut dirty: Vec<Key> = std::mem::take(&mut self.dirty).into_iter().collect();
+        // in key order: the batch is sorted, as the store likes it; the first flush writes
+        // everything (see `tracking`)
+        let mut dirty: Vec<Key> = if self.tracking {
+            std::mem::take(&mut self.dirty).into_iter().collect()
+        } else {
+            self.tracking = true;
+            self.cache.keys().cloned().collect()
+        };
         dirty.sort_unstable();
         for key in dirty {
             let mut k = Vec::with_capacity(store_prefix.len() + key.len());
@@ -255,6 +297,7 @@ impl StateTable {
     pub fn load(&mut self, store: &dyn Store, store_prefix: &[u8]) -> Result<()> {
         self.cache.clear();
         self.dirty = HashSet::default();
+        self.tracking = true;
         self.bytes = 0;
         let name = self.decl.name;
         let cache = &mut self.cache;
@@ -428,6 +471,23 @@ mod tests {
         assert_eq!(t.edge(r, false).map(|(k, _)| k), Some(&b"a2"[..]));
         assert_eq!(prefix_end(b"a\xff"), Some(b"b".to_vec()));
         assert_eq!(prefix_end(b"\xff\xff"), None);
+        let mut timed = table();
+        for (t, rest) in [(5i64, &b"x"[..]), (-3, b"y"), (9, b"z"), (5, b"w")] {
+            let mut k = i64_key(t).to_vec();
+            k.extend_from_slice(rest);
+            timed.put(&k, b"");
+        }
+        let taken = timed.take_up_to(5);
+        assert_eq!(
+            taken,
+            vec![
+                (-3, Box::from(&b"y"[..])),
+                (5, b"w"[..].into()),
+                (5, b"x"[..].into())
+            ]
+        );
+        assert_eq!(timed.len(), 1);
+        assert_eq!(timed.take_up_to(i64::MAX).len(), 1);
         for (a, b) in [(i64::MIN, -1), (-1, 0), (0, 1), (1, i64::MAX)] {
             assert!(i64_key(a) < i64_key(b));
             assert_eq!(i64_of_key(&i64_key(a)), a);
