@@ -6,7 +6,7 @@
 //!   GROUP BY there is exactly one row, also over an empty input (count 0, sum NULL), as in
 //!   Postgres.
 //! - state: group key -> group id (`arrow_row` keys), weighted row count per group, the
-//!   last emitted row per group, and per aggregate either
+//!   row each group shows (`emitted.rs`), and per aggregate either
 //!   * a *linear* state (count, sum, avg): DataFusion's own partial-aggregate state
 //!     (`[count]`, `[sum]`, `[count, sum]`), maintained as Σ weight·value, plus the count
 //!     of non-NULL inputs so a sum returns to NULL; results come from DataFusion's
@@ -23,8 +23,7 @@
 //!   state is freed when the watermark passes its end plus the allowed lateness; its row
 //!   stays in the view.
 //! - checkpoint (state tables): `groups`: group key -> row count, window end, whether an
-//!   emission is pending (EOWC), the emitted row, and each linear aggregate's count and
-//!   sum — the per-group vectors are the working form, written into the table for the
+//!   emission is pending (EOWC), and each linear aggregate's count and sum — the per-group vectors are the working form, written into the table for the
 //!   groups changed since the last checkpoint (`sync_state`) and rebuilt from it
 //!   (`restore_state`); one `multiset` table per multiset aggregate, keyed by group key.
 
@@ -46,6 +45,7 @@ use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 
 use crate::dataflow::changelog::Changelog;
 use crate::error::{Result, WeirError};
+use crate::operators::emitted::Emitted;
 use crate::operators::float_sum::ExactSum;
 use crate::operators::{FastMap, Operator, evaluate, true_mask};
 use crate::state::state_table::{Reader, StateTable, TableDecl, all};
@@ -54,7 +54,7 @@ use crate::state::zset::count_of;
 const GROUPS: TableDecl = TableDecl {
     name: "groups",
     key: "group key",
-    value: "row count, window end, pending, emitted row, per linear aggregate: count and sum",
+    value: "row count, window end, pending emission, per linear aggregate: count and sum",
 };
 
 const MULTISET: TableDecl = TableDecl {
@@ -198,7 +198,8 @@ pub struct Aggregate {
     groups: FastMap<Box<[u8]>, u32>,
     keys: Vec<Box<[u8]>>,
     row_counts: Vec<i64>,
-    emitted: Vec<Option<Box<[u8]>>>,
+    /// The row each group shows (`emitted.rs`, one row per group key).
+    emitted: Emitted,
     free: Vec<u32>,
     dirty: Vec<u32>,
     is_dirty: Vec<bool>,
@@ -266,7 +267,7 @@ impl Aggregate {
             groups: FastMap::default(),
             keys: Vec::new(),
             row_counts: Vec::new(),
-            emitted: Vec::new(),
+            emitted: Emitted::new(),
             free: Vec::new(),
             dirty: Vec::new(),
             is_dirty: Vec::new(),
@@ -379,7 +380,6 @@ impl Aggregate {
                 let g = self.keys.len() as u32;
                 self.keys.push(key.into());
                 self.row_counts.push(0);
-                self.emitted.push(None);
                 self.is_dirty.push(false);
                 self.is_changed.push(false);
                 self.window_ends.push(i64::MAX);
@@ -414,14 +414,6 @@ impl Aggregate {
         out.extend_from_slice(&self.row_counts[g].to_le_bytes());
         out.extend_from_slice(&self.window_ends[g].to_le_bytes());
         out.push(self.is_dirty[g] as u8);
-        match &self.emitted[g] {
-            Some(row) => {
-                out.push(1);
-                out.extend_from_slice(&(row.len() as u32).to_le_bytes());
-                out.extend_from_slice(row);
-            }
-            None => out.push(0),
-        }
         for a in &self.aggs {
             if let State::Linear(l) = &a.state {
                 out.extend_from_slice(&l.counts[g].to_le_bytes());
@@ -437,10 +429,6 @@ impl Aggregate {
         self.row_counts[g] = r.i64()?;
         self.window_ends[g] = r.i64()?;
         let pending = r.u8()? == 1;
-        self.emitted[g] = match r.u8()? {
-            1 => Some(r.bytes()?.into()),
-            _ => None,
-        };
         for a in self.aggs.iter_mut() {
             if let State::Linear(l) = &mut a.state {
                 l.counts[g] = r.i64()?;
@@ -841,7 +829,7 @@ impl Operator for Aggregate {
     }
 
     fn state_tables(&mut self) -> Vec<&mut StateTable> {
-        let mut t = vec![&mut self.groups_table];
+        let mut t = vec![&mut self.groups_table, self.emitted.state_table()];
         t.extend(self.aggs.iter_mut().filter_map(|a| match &mut a.state {
             State::Multiset(m) => Some(&mut m.entries),
             State::Linear(_) => None,
@@ -873,7 +861,6 @@ impl Operator for Aggregate {
         self.groups = FastMap::default();
         self.keys.clear();
         self.row_counts.clear();
-        self.emitted.clear();
         self.free.clear();
         self.dirty.clear();
         self.is_dirty.clear();
@@ -1008,7 +995,7 @@ impl Operator for Aggregate {
     }
 
     fn on_epoch_end(&mut self) -> Result<Vec<Changelog>> {
-        if self.global && self.emitted[0].is_none() {
+        if self.global && self.emitted.shown_one(&[]).is_none() {
             self.mark(0);
         }
         let out = self.emit()?;
@@ -1053,7 +1040,7 @@ impl Aggregate {
         self.groups.remove(&key);
         self.released.push(key.clone());
         self.row_counts[gi] = 0;
-        self.emitted[gi] = None;
+        self.emitted.forget(&key);
         self.window_ends[gi] = i64::MAX;
         for agg in self.aggs.iter_mut() {
             match &mut agg.state {
@@ -1090,7 +1077,7 @@ impl Aggregate {
                 ready
                     .into_iter()
                     .filter(|g| {
-                        let keep = self.emitted[*g as usize].is_none();
+                        let keep = self.emitted.shown_one(&self.keys[*g as usize]).is_none();
                         if !keep {
                             self.is_dirty[*g as usize] = false;
                         }
@@ -1155,22 +1142,23 @@ impl Aggregate {
             let new_row = new_rows
                 .get(g)
                 .map(|i| new_out_rows.as_ref().expect("rows").row(*i).data());
-            let old = self.emitted[gi].as_deref();
-            if old == new_row {
+            if self.emitted.shown_one(&self.keys[gi]) == new_row {
                 continue;
             }
-            if let Some(old) = self.emitted[gi].take() {
+            if let Some(old) = self.emitted.replace_one(&self.keys[gi], new_row) {
                 retract.push(old);
             }
-            if let (Some(i), Some(row)) = (new_rows.get(g), new_row) {
+            if let Some(i) = new_rows.get(g) {
                 insert_idx.push(*i as u32);
-                self.emitted[gi] = Some(row.into());
             }
         }
         // free groups that are gone
         for g in &dirty {
             let gi = *g as usize;
-            if !self.global && self.row_counts[gi] == 0 && self.emitted[gi].is_none() {
+            if !self.global
+                && self.row_counts[gi] == 0
+                && self.emitted.shown_one(&self.keys[gi]).is_none()
+            {
                 let end = self.window_ends[gi];
                 if let Some(v) = self.by_end.get_mut(&end) {
                     v.retain(|x| x != g);

@@ -1,7 +1,7 @@
 //! `Emitted`: what an operator has shown per key (a partition, a group, a session key), so
 //! that it can emit the difference when the key's rows change — the one mechanism for
-//! "what I emitted before vs. what I emit now" (top-N, session windows; the aggregate keeps
-//! its single emitted row per group in its `groups` table).
+//! "what I emitted before vs. what I emit now" (top-N, session windows, and the aggregate,
+//! whose groups show one row each: `replace_one`).
 //!
 //! - state: one state table, key = the owner's key ++ output row (`arrow_row` encodings,
 //!   prefix-free within one converter, so a prefix scan by owner key finds exactly that
@@ -142,6 +142,37 @@ impl Emitted {
         }
     }
 
+    /// For owners that show at most one row (an aggregate's group): the row `key` shows.
+    pub fn shown_one<'a>(&'a self, key: &'a [u8]) -> Option<&'a [u8]> {
+        self.table.prefix(key).next().map(|(k, _)| &k[key.len()..])
+    }
+
+    /// For owners that show at most one row: `key` now shows `new` (or nothing); returns
+    /// the row it showed before, which the caller retracts.
+    pub fn replace_one(&mut self, key: &[u8], new: Option<&[u8]>) -> Option<Box<[u8]>> {
+        let old: Option<Box<[u8]>> = self.shown_one(key).map(Box::from);
+        if old.as_deref() == new {
+            return None;
+        }
+        if let Some(o) = &old {
+            self.key_buf.clear();
+            self.key_buf.extend_from_slice(key);
+            self.key_buf.extend_from_slice(o);
+            let k = std::mem::take(&mut self.key_buf);
+            self.table.delete(&k);
+            self.key_buf = k;
+        }
+        if let Some(n) = new {
+            self.key_buf.clear();
+            self.key_buf.extend_from_slice(key);
+            self.key_buf.extend_from_slice(n);
+            let k = std::mem::take(&mut self.key_buf);
+            self.table.put(&k, &1i64.to_le_bytes());
+            self.key_buf = k;
+        }
+        old
+    }
+
     /// Drop what `key` shows without retracting it.
     pub fn forget(&mut self, key: &[u8]) {
         self.table.delete_prefix(key);
@@ -189,6 +220,15 @@ mod tests {
         let mut d = Diff::default();
         e.replace(b"p2", &[], &mut d);
         assert_eq!(d.retract, vec![Box::from(&b"z"[..])]);
+        assert!(e.is_empty());
+        // one row per owner
+        assert_eq!(e.replace_one(b"g", Some(b"r1")), None);
+        assert_eq!(e.shown_one(b"g"), Some(&b"r1"[..]));
+        assert_eq!(
+            e.replace_one(b"g", Some(b"r2")),
+            Some(Box::from(&b"r1"[..]))
+        );
+        assert_eq!(e.replace_one(b"g", None), Some(Box::from(&b"r2"[..])));
         assert!(e.is_empty());
     }
 }
