@@ -48,19 +48,21 @@ use crate::error::{Result, WeirError};
 use crate::operators::emitted::Emitted;
 use crate::operators::float_sum::ExactSum;
 use crate::operators::{FastMap, Operator, evaluate, true_mask};
-use crate::state::state_table::{Reader, StateTable, TableDecl, all};
+use crate::state::state_table::{Reader, StateTable, TableDecl};
 use crate::state::zset::count_of;
 
 const GROUPS: TableDecl = TableDecl {
     name: "groups",
     key: "group key",
     value: "row count, window end, pending emission, per linear aggregate: count and sum",
+    ordered: false,
 };
 
 const MULTISET: TableDecl = TableDecl {
     name: "multiset",
     key: "group key ++ value row",
     value: "multiplicity (i64 LE)",
+    ordered: true,
 };
 
 /// One aggregate of the operator, as lowered from the logical plan.
@@ -891,11 +893,13 @@ impl Operator for Aggregate {
                 }
             }
         }
-        let stored: Vec<(Box<[u8]>, Box<[u8]>)> = self
+        let mut stored: Vec<(Box<[u8]>, Box<[u8]>)> = self
             .groups_table
-            .range(all())
+            .iter()
+            .into_iter()
             .map(|(k, v)| (k.into(), v.into()))
             .collect();
+        stored.sort_unstable();
         if self.global {
             self.group_id(&[]);
         }

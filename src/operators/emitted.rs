@@ -27,6 +27,7 @@ pub const EMITTED_TABLE: TableDecl = TableDecl {
     name: "emitted",
     key: "owner key ++ output row",
     value: "multiplicity (i64 LE)",
+    ordered: true,
 };
 
 /// Output rows to retract and to insert, collected over an epoch.

@@ -42,11 +42,13 @@ const ROWS: TableDecl = TableDecl {
     name: "rows",
     key: "join key ++ row",
     value: "multiplicity, match count, event time µs (3 x i64 LE)",
+    ordered: true,
 };
 const BY_TIME: TableDecl = TableDecl {
     name: "by_time",
     key: "event time (order-preserving i64) ++ join key ++ row",
     value: "empty",
+    ordered: true,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -41,16 +41,19 @@ const ROWS: TableDecl = TableDecl {
     name: "rows",
     key: "key ++ event time (order-preserving i64) ++ row",
     value: "multiplicity (i64 LE)",
+    ordered: true,
 };
 const DEADLINES: TableDecl = TableDecl {
     name: "deadlines",
     key: "deadline (order-preserving i64) ++ key",
     value: "empty",
+    ordered: true,
 };
 const NEXT_DEADLINE: TableDecl = TableDecl {
     name: "next_deadline",
     key: "key",
     value: "earliest registered deadline (i64 LE)",
+    ordered: false,
 };
 
 /// Where each output column of a group key comes from.

@@ -44,16 +44,19 @@ const ROWS: TableDecl = TableDecl {
     name: "rows",
     key: "partition ++ sort key ++ row",
     value: "sort key length (u32 LE) ++ multiplicity (i64 LE)",
+    ordered: true,
 };
 const WINDOW_ENDS: TableDecl = TableDecl {
     name: "window_ends",
     key: "partition",
     value: "latest window end (µs, i64 LE)",
+    ordered: false,
 };
 const CLOSING: TableDecl = TableDecl {
     name: "closing",
     key: "window end (order-preserving i64) ++ partition",
     value: "empty",
+    ordered: true,
 };
 
 fn row_value(sk_len: u32, count: i64) -> [u8; 12] {

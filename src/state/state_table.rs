@@ -24,7 +24,7 @@
 //! Invariants (asserted in debug builds): every dirty key is either in the cache (a put)
 //! or not (a delete), and `bytes` is the sum of the cached keys' and values' lengths.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
@@ -49,6 +49,10 @@ pub struct TableDecl {
     pub key: &'static str,
     /// The layout of the values.
     pub value: &'static str,
+    /// Whether the table is read by ranges (prefix and range scans, in key order): held in
+    /// an ordered map. A table only read by key is held in a hash map (point access is
+    /// several times faster); its `iter` is unordered and range reads are refused.
+    pub ordered: bool,
 }
 
 /// Numbers of one flush.
@@ -62,9 +66,118 @@ pub struct FlushStats {
 /// nothing).
 type Key = Arc<[u8]>;
 
+/// Values up to this many bytes (counts, join entries, top-N entries) are held inline.
+const INLINE: usize = 30;
+
+/// A value: inline when small (no allocation), else on the heap.
+#[derive(Clone)]
+enum Val {
+    Inline(u8, [u8; INLINE]),
+    Heap(Box<[u8]>),
+}
+
+impl Val {
+    fn new(v: &[u8]) -> Val {
+        if v.len() <= INLINE {
+            let mut buf = [0u8; INLINE];
+            buf[..v.len()].copy_from_slice(v);
+            Val::Inline(v.len() as u8, buf)
+        } else {
+            Val::Heap(v.into())
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Val::Inline(n, b) => &b[..*n as usize],
+            Val::Heap(b) => b,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+}
+
+/// The in-memory entries: ordered or hashed (see [`TableDecl::ordered`]).
+enum Cache {
+    Ordered(BTreeMap<Key, Val>),
+    Hashed(HashMap<Key, Val, ahash::RandomState>),
+}
+
+impl Cache {
+    fn len(&self) -> usize {
+        match self {
+            Cache::Ordered(m) => m.len(),
+            Cache::Hashed(m) => m.len(),
+        }
+    }
+
+    fn get(&self, k: &[u8]) -> Option<&Val> {
+        match self {
+            Cache::Ordered(m) => m.get(k),
+            Cache::Hashed(m) => m.get(k),
+        }
+    }
+
+    fn get_key_value(&self, k: &[u8]) -> Option<(&Key, &Val)> {
+        match self {
+            Cache::Ordered(m) => m.get_key_value(k),
+            Cache::Hashed(m) => m.get_key_value(k),
+        }
+    }
+
+    fn get_mut(&mut self, k: &[u8]) -> Option<&mut Val> {
+        match self {
+            Cache::Ordered(m) => m.get_mut(k),
+            Cache::Hashed(m) => m.get_mut(k),
+        }
+    }
+
+    fn insert(&mut self, k: Key, v: Val) {
+        match self {
+            Cache::Ordered(m) => {
+                m.insert(k, v);
+            }
+            Cache::Hashed(m) => {
+                m.insert(k, v);
+            }
+        }
+    }
+
+    fn remove_entry(&mut self, k: &[u8]) -> Option<(Key, Val)> {
+        match self {
+            Cache::Ordered(m) => m.remove_entry(k),
+            Cache::Hashed(m) => m.remove_entry(k),
+        }
+    }
+
+    fn clear(&mut self) {
+        match self {
+            Cache::Ordered(m) => m.clear(),
+            Cache::Hashed(m) => m.clear(),
+        }
+    }
+
+    fn keys(&self) -> Vec<Key> {
+        match self {
+            Cache::Ordered(m) => m.keys().cloned().collect(),
+            Cache::Hashed(m) => m.keys().cloned().collect(),
+        }
+    }
+
+    fn ordered(&self, table: &str) -> &BTreeMap<Key, Val> {
+        match self {
+            Cache::Ordered(m) => m,
+            // an operator reading a point-access table by range is a bug in the operator
+            Cache::Hashed(_) => panic!("state table \"{table}\" is not ordered: no range reads"),
+        }
+    }
+}
+
 pub struct StateTable {
     decl: TableDecl,
-    cache: BTreeMap<Key, Box<[u8]>>,
+    cache: Cache,
     dirty: HashSet<Key, ahash::RandomState>,
     /// Whether changed keys are tracked: from the first flush or load on. Before it nothing
     /// of the table is stored, so the first flush writes the whole cache, and a table that
@@ -77,8 +190,12 @@ pub struct StateTable {
 impl StateTable {
     pub fn new(decl: TableDecl) -> StateTable {
         StateTable {
+            cache: if decl.ordered {
+                Cache::Ordered(BTreeMap::new())
+            } else {
+                Cache::Hashed(HashMap::default())
+            },
             decl,
-            cache: BTreeMap::new(),
             dirty: HashSet::default(),
             tracking: false,
             bytes: 0,
@@ -94,7 +211,7 @@ impl StateTable {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.cache.is_empty()
+        self.cache.len() == 0
     }
 
     /// Bytes of keys and values held in memory.
@@ -112,28 +229,35 @@ impl StateTable {
     }
 
     pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
-        self.cache.get(key).map(|v| v.as_ref())
+        self.cache.get(key).map(|v| v.as_slice())
     }
 
     pub fn contains(&self, key: &[u8]) -> bool {
-        self.cache.contains_key(key)
+        self.cache.get(key).is_some()
+    }
+
+    /// Every entry, in key order for an ordered table, in no order for a hashed one.
+    pub fn iter(&self) -> Vec<(&[u8], &[u8])> {
+        match &self.cache {
+            Cache::Ordered(m) => m.iter().map(|(k, v)| (k.as_ref(), v.as_slice())).collect(),
+            Cache::Hashed(m) => m.iter().map(|(k, v)| (k.as_ref(), v.as_slice())).collect(),
+        }
     }
 
     pub fn put(&mut self, key: &[u8], value: &[u8]) {
         match self.cache.get_key_value(key) {
             Some((k, v)) => {
-                if v.as_ref() == value {
+                if v.as_slice() == value {
                     return;
                 }
-                let k = k.clone();
-                let v = self.cache.get_mut(key).expect("present");
-                if v.len() == value.len() {
-                    v.copy_from_slice(value);
-                } else {
+                let k = self.tracking.then(|| k.clone());
+                if let Some(v) = self.cache.get_mut(key) {
                     self.bytes = self.bytes - v.len() + value.len();
-                    *v = value.into();
+                    *v = Val::new(value);
                 }
-                if self.tracking && !self.dirty.contains(key) {
+                if let Some(k) = k
+                    && !self.dirty.contains(key)
+                {
                     self.dirty.insert(k);
                 }
             }
@@ -143,7 +267,7 @@ impl StateTable {
                 if self.tracking {
                     self.dirty.insert(k.clone());
                 }
-                self.cache.insert(k, value.into());
+                self.cache.insert(k, Val::new(value));
             }
         }
     }
@@ -172,8 +296,9 @@ impl StateTable {
         range: (Bound<&[u8]>, Bound<&[u8]>),
     ) -> impl DoubleEndedIterator<Item = (&'a [u8], &'a [u8])> + 'a {
         self.cache
+            .ordered(self.decl.name)
             .range::<[u8], _>(range)
-            .map(|(k, v)| (k.as_ref(), v.as_ref()))
+            .map(|(k, v)| (k.as_ref(), v.as_slice()))
     }
 
     /// Entries whose key starts with `prefix`, in key order (allocates nothing: the hot
@@ -183,8 +308,9 @@ impl StateTable {
         prefix: &'a [u8],
     ) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
         self.cache
+            .ordered(self.decl.name)
             .range::<[u8], _>((Bound::Included(prefix), Bound::Unbounded))
-            .map(|(k, v)| (k.as_ref(), v.as_ref()))
+            .map(|(k, v)| (k.as_ref(), v.as_slice()))
             .take_while(move |(k, _)| k.starts_with(prefix))
     }
 
@@ -200,8 +326,9 @@ impl StateTable {
             None => Bound::Unbounded,
         };
         self.cache
+            .ordered(self.decl.name)
             .range((lo, hi))
-            .map(|(k, v)| (k.as_ref(), v.as_ref()))
+            .map(|(k, v)| (k.as_ref(), v.as_slice()))
     }
 
     /// The first (`last = false`) or last entry of `range`.
@@ -214,11 +341,12 @@ impl StateTable {
     pub fn delete_range(&mut self, range: (Bound<&[u8]>, Bound<&[u8]>)) -> usize {
         let keys: Vec<Key> = self
             .cache
+            .ordered(self.decl.name)
             .range::<[u8], _>(range)
             .map(|(k, _)| k.clone())
             .collect();
         for k in &keys {
-            if let Some(v) = self.cache.remove(k) {
+            if let Some((_, v)) = self.cache.remove_entry(k) {
                 self.bytes -= k.len() + v.len();
             }
         }
@@ -268,7 +396,7 @@ impl StateTable {
             std::mem::take(&mut self.dirty).into_iter().collect()
         } else {
             self.tracking = true;
-            self.cache.keys().cloned().collect()
+            self.cache.keys()
         };
         dirty.sort_unstable();
         for key in dirty {
@@ -281,7 +409,7 @@ impl StateTable {
                 Some(v) => {
                     let mut value = Vec::with_capacity(v.len() + 1);
                     value.push(VALUE_FORMAT);
-                    value.extend_from_slice(v);
+                    value.extend_from_slice(v.as_slice());
                     stats.bytes += value.len();
                     batch.put(k, value);
                 }
@@ -307,7 +435,7 @@ impl StateTable {
             match v.split_first() {
                 Some((&VALUE_FORMAT, value)) => {
                     *bytes += key.len() + value.len();
-                    cache.insert(key.into(), value.into());
+                    cache.insert(key.into(), Val::new(value));
                     Ok(())
                 }
                 _ => Err(WeirError::internal(format!(
@@ -322,7 +450,7 @@ impl StateTable {
     fn check_invariants(&self) {
         debug_assert_eq!(
             self.bytes,
-            self.cache
+            self.iter()
                 .iter()
                 .map(|(k, v)| k.len() + v.len())
                 .sum::<usize>(),
@@ -438,6 +566,7 @@ mod tests {
             name: "t",
             key: "k",
             value: "v",
+            ordered: true,
         })
     }
 

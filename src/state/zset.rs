@@ -3,8 +3,8 @@
 //! zero disappear. Materialized views and key-less tables keep their contents this way.
 //!
 //! The rows live in a [`StateTable`] (key: the row, value: its multiplicity), so a view's
-//! contents are checkpointed and reloaded like any operator state, and snapshots come out
-//! in row order.
+//! contents are checkpointed and reloaded like any operator state (a hashed table: point
+//! access only).
 //!
 //! Invariant: in a consistent relation every multiplicity is positive. A negative one means
 //! a retraction arrived for a row that was never inserted, i.e. an engine bug; it is kept
@@ -19,13 +19,14 @@ use datafusion::arrow::row::{RowConverter, SortField};
 use crate::dataflow::changelog::Changelog;
 use crate::error::Result;
 use crate::operators::FastMap;
-use crate::state::state_table::{StateTable, TableDecl, all};
+use crate::state::state_table::{StateTable, TableDecl};
 
 /// The state table of a Z-set.
 pub const ZSET_TABLE: TableDecl = TableDecl {
     name: "rows",
     key: "row",
     value: "multiplicity (i64 LE)",
+    ordered: false,
 };
 
 /// A multiplicity stored as a value.
@@ -143,7 +144,7 @@ impl ZSet {
         let parser = self.conv.parser();
         let mut out = Vec::new();
         let mut chunk: Vec<&[u8]> = Vec::with_capacity(BATCH_ROWS.min(self.len()));
-        for (row, count) in self.rows.range(all()) {
+        for (row, count) in self.rows.iter() {
             for _ in 0..count_of(count).max(0) {
                 chunk.push(row);
                 if chunk.len() == BATCH_ROWS {
@@ -161,7 +162,7 @@ impl ZSet {
     /// The distinct rows with their multiplicities as weights.
     pub fn to_changelogs(&self) -> Result<Vec<Changelog>> {
         let parser = self.conv.parser();
-        let entries: Vec<(&[u8], &[u8])> = self.rows.range(all()).collect();
+        let entries: Vec<(&[u8], &[u8])> = self.rows.iter();
         let mut out = Vec::new();
         for chunk in entries.chunks(BATCH_ROWS) {
             let rows: Vec<&[u8]> = chunk.iter().map(|(r, _)| *r).collect();
