@@ -681,12 +681,7 @@ impl Multiset {
             key.clear();
             key.extend_from_slice(&keys[*g as usize]);
             key.extend_from_slice(rows.row(i).data());
-            let c = self.entries.get(&key).map(count_of).unwrap_or(0) + weights[i];
-            if c == 0 {
-                self.entries.delete(&key);
-            } else {
-                self.entries.put(&key, &c.to_le_bytes());
-            }
+            self.entries.add_count(&key, weights[i]);
         }
         Ok(())
     }

@@ -132,13 +132,8 @@ impl Emitted {
             self.key_buf.clear();
             self.key_buf.extend_from_slice(key);
             self.key_buf.extend_from_slice(row);
-            let now = self.table.get(&self.key_buf).map(count_of).unwrap_or(0) + d;
             let k = std::mem::take(&mut self.key_buf);
-            if now == 0 {
-                self.table.delete(&k);
-            } else {
-                self.table.put(&k, &now.to_le_bytes());
-            }
+            self.table.add_count(&k, d);
             self.key_buf = k;
         }
     }

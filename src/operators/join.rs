@@ -463,14 +463,20 @@ impl Operator for Join {
                 state_key.clear();
                 state_key.extend_from_slice(key_of(i));
                 state_key.extend_from_slice(row);
-                let table = &mut self.sides[other].rows;
-                let mut e = Entry::decode(table.get(&state_key).ok_or_else(|| {
-                    WeirError::internal("join candidate row is not in the other side's state")
-                })?);
-                let before = e.matches;
-                e.matches += weights[i];
+                let mut found: Option<Entry> = None;
+                self.sides[other].rows.update(&state_key, |old| {
+                    let mut e = Entry::decode(old?);
+                    e.matches += weights[i];
+                    found = Some(e);
+                    Some(e.encode())
+                });
+                let Some(e) = found else {
+                    return Err(WeirError::internal(
+                        "join candidate row is not in the other side's state",
+                    ));
+                };
+                let before = e.matches - weights[i];
                 let after = e.matches;
-                table.put(&state_key, &e.encode());
                 if (before == 0) == (after == 0) {
                     continue;
                 }
@@ -610,25 +616,21 @@ impl Join {
             buf.extend_from_slice(key);
             buf.extend_from_slice(row);
             let k = &buf[8..];
-            let e = match side.rows.get(k).map(Entry::decode) {
-                Some(mut e) => {
-                    e.mult += w;
-                    if track_me {
-                        e.matches = matches;
-                    }
-                    e
-                }
-                None => Entry {
-                    mult: *w,
-                    matches,
-                    ts: t,
-                },
+            let mut e = Entry {
+                mult: *w,
+                matches,
+                ts: t,
             };
-            if e.mult == 0 {
-                side.rows.delete(k);
-            } else {
-                side.rows.put(k, &e.encode());
-            }
+            side.rows.update(k, |old| {
+                if let Some(old) = old.map(Entry::decode) {
+                    e.mult += old.mult;
+                    e.ts = old.ts;
+                    if !track_me {
+                        e.matches = old.matches;
+                    }
+                }
+                (e.mult != 0).then(|| e.encode())
+            });
             if interval {
                 buf[..8].copy_from_slice(&i64_key(e.ts));
                 if e.mult == 0 {

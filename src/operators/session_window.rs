@@ -361,12 +361,7 @@ impl Operator for SessionAggregate {
             k.extend_from_slice(key);
             k.extend_from_slice(&i64_key(ts.value(i)));
             k.extend_from_slice(rows.row(i).data());
-            let c = self.rows.get(&k).map(count_of).unwrap_or(0) + w;
-            if c == 0 {
-                self.rows.delete(&k);
-            } else {
-                self.rows.put(&k, &c.to_le_bytes());
-            }
+            self.rows.add_count(&k, *w);
             if !self.dirty.contains(key) {
                 self.dirty.insert(key.into());
             }

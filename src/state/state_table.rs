@@ -245,40 +245,63 @@ impl StateTable {
     }
 
     pub fn put(&mut self, key: &[u8], value: &[u8]) {
-        match self.cache.get_key_value(key) {
-            Some((k, v)) => {
-                if v.as_slice() == value {
-                    return;
+        self.upsert(key, |_| Some(Val::new(value)));
+    }
+
+    /// Read-modify-write with one lookup of an existing key: `f` gets the current value
+    /// (None if absent) and returns the new one (None deletes).
+    fn upsert(&mut self, key: &[u8], f: impl FnOnce(Option<&[u8]>) -> Option<Val>) {
+        if let Some(v) = self.cache.get_mut(key) {
+            match f(Some(v.as_slice())) {
+                Some(new) => {
+                    if new.as_slice() == v.as_slice() {
+                        return;
+                    }
+                    self.bytes = self.bytes - v.len() + new.len();
+                    *v = new;
+                    if self.tracking && !self.dirty.contains(key) {
+                        let k = self
+                            .cache
+                            .get_key_value(key)
+                            .map(|(k, _)| k.clone())
+                            .expect("present");
+                        self.dirty.insert(k);
+                    }
                 }
-                let k = self.tracking.then(|| k.clone());
-                if let Some(v) = self.cache.get_mut(key) {
-                    self.bytes = self.bytes - v.len() + value.len();
-                    *v = Val::new(value);
-                }
-                if let Some(k) = k
-                    && !self.dirty.contains(key)
-                {
-                    self.dirty.insert(k);
-                }
+                None => self.delete(key),
             }
-            None => {
-                self.bytes += key.len() + value.len();
-                let k: Key = key.into();
-                if self.tracking {
-                    self.dirty.insert(k.clone());
-                }
-                self.cache.insert(k, Val::new(value));
+            return;
+        }
+        if let Some(new) = f(None) {
+            self.bytes += key.len() + new.len();
+            let k: Key = key.into();
+            if self.tracking {
+                self.dirty.insert(k.clone());
             }
+            self.cache.insert(k, new);
         }
     }
 
-    /// Update a value in place (`f` gets the current value or None and returns the new one,
-    /// None to delete).
-    pub fn update(&mut self, key: &[u8], f: impl FnOnce(Option<&[u8]>) -> Option<Vec<u8>>) {
-        match f(self.get(key)) {
-            Some(v) => self.put(key, &v),
-            None => self.delete(key),
-        }
+    /// Update a value (`f` gets the current value or None and returns the new one, None
+    /// to delete), with one lookup of an existing key.
+    pub fn update<V: AsRef<[u8]>>(
+        &mut self,
+        key: &[u8],
+        f: impl FnOnce(Option<&[u8]>) -> Option<V>,
+    ) {
+        self.upsert(key, |old| f(old).map(|v| Val::new(v.as_ref())));
+    }
+
+    /// Add `delta` to the count (i64 LE) at `key` (0 when absent); the entry goes away at
+    /// 0. Returns the count before and after. One lookup for an existing key.
+    pub fn add_count(&mut self, key: &[u8], delta: i64) -> (i64, i64) {
+        let mut old = 0;
+        self.upsert(key, |v| {
+            old = v.map(count_of).unwrap_or(0);
+            let new = old + delta;
+            (new != 0).then(|| Val::new(&new.to_le_bytes()))
+        });
+        (old, old + delta)
     }
 
     pub fn delete(&mut self, key: &[u8]) {
@@ -471,6 +494,11 @@ pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
         }
     }
     None
+}
+
+/// A count stored as a value (i64 LE; 0 for anything else).
+pub fn count_of(v: &[u8]) -> i64 {
+    v.try_into().map(i64::from_le_bytes).unwrap_or(0)
 }
 
 /// An i64 as 8 bytes whose byte order is the numbers' order (for keys).

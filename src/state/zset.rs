@@ -29,10 +29,7 @@ pub const ZSET_TABLE: TableDecl = TableDecl {
     ordered: false,
 };
 
-/// A multiplicity stored as a value.
-pub fn count_of(v: &[u8]) -> i64 {
-    v.try_into().map(i64::from_le_bytes).unwrap_or(0)
-}
+pub use crate::state::state_table::count_of;
 
 /// Rows per batch handed out by snapshots.
 pub const BATCH_ROWS: usize = 8192;
@@ -118,13 +115,7 @@ impl ZSet {
             if d == 0 {
                 continue;
             }
-            let old = self.rows.get(row).map(count_of).unwrap_or(0);
-            let new = old + d;
-            if new == 0 {
-                self.rows.delete(row);
-            } else {
-                self.rows.put(row, &new.to_le_bytes());
-            }
+            let (old, new) = self.rows.add_count(row, d);
             self.total += new.max(0) - old.max(0);
             match (old < 0, new < 0) {
                 (false, true) => self.negative += 1,
