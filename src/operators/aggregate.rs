@@ -51,6 +51,9 @@ use crate::operators::{FastMap, Operator, evaluate, true_mask};
 use crate::state::state_table::{Reader, StateTable, TableDecl};
 use crate::state::zset::count_of;
 
+/// A stored (key, value) pair, owned.
+type Entry = (Box<[u8]>, Box<[u8]>);
+
 const GROUPS: TableDecl = TableDecl {
     name: "groups",
     key: "group key",
@@ -888,7 +891,7 @@ impl Operator for Aggregate {
                 }
             }
         }
-        let mut stored: Vec<(Box<[u8]>, Box<[u8]>)> = self
+        let mut stored: Vec<Entry> = self
             .groups_table
             .iter()
             .into_iter()

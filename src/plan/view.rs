@@ -1130,7 +1130,7 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             let store = FjallStore::open(dir.path()).unwrap();
             let mut live = Harness::new(tables, sql).await;
-            let mut checkpoint = |h: &mut Harness| {
+            let checkpoint = |h: &mut Harness| {
                 let mut batch = WriteBatch::default();
                 let stats = h.graph.flush_state(b"v/", &mut batch).unwrap();
                 store.commit(batch, Durability::Sync).unwrap();
