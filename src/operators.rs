@@ -35,6 +35,17 @@ use crate::error::Result;
 pub type FastMap<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
 pub type FastSet<K> = std::collections::HashSet<K, ahash::RandomState>;
 
+/// A view's event-time options, as windowed operators use them.
+#[derive(Debug, Clone, Default)]
+pub struct WindowOptions {
+    /// `allowed_lateness`, µs.
+    pub lateness_us: i64,
+    /// `EMIT ON WINDOW CLOSE`.
+    pub emit_on_close: bool,
+    /// `late_events = 'correct'`.
+    pub correct: bool,
+}
+
 pub trait Operator: Send {
     /// The operator's name in code, shown by EXPLAIN.
     fn name(&self) -> &'static str;

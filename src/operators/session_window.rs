@@ -110,7 +110,7 @@ impl SessionAggregate {
         layout: Vec<Slot>,
         input_schema: SchemaRef,
         schema: SchemaRef,
-        window: &crate::plan::view::WindowOptions,
+        window: &crate::operators::WindowOptions,
         text: String,
     ) -> Result<Self> {
         let fields = |s: &SchemaRef| -> Vec<SortField> {

@@ -66,16 +66,7 @@ pub fn check_deterministic(plan: &LogicalPlan) -> Result<()> {
 /// Finds a relation a view reads: its OID, name and schema.
 pub type Resolver<'a> = dyn Fn(&str) -> Option<(u32, String, SchemaRef)> + 'a;
 
-/// A view's event-time options.
-#[derive(Debug, Clone, Default)]
-pub struct WindowOptions {
-    /// `allowed_lateness`, µs.
-    pub lateness_us: i64,
-    /// `EMIT ON WINDOW CLOSE`.
-    pub emit_on_close: bool,
-    /// `late_events = 'correct'`.
-    pub correct: bool,
-}
+pub use crate::operators::WindowOptions;
 
 pub struct Lowering<'a> {
     resolve: Box<Resolver<'a>>,
