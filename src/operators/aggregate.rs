@@ -1144,10 +1144,10 @@ impl Aggregate {
             let new_row = new_rows
                 .get(g)
                 .map(|i| new_out_rows.as_ref().expect("rows").row(*i).data());
-            if self.emitted.shown_one(&self.keys[gi]) == new_row {
-                continue;
-            }
-            if let Some(old) = self.emitted.replace_one(&self.keys[gi], new_row) {
+            let Some(old) = self.emitted.replace_one(&self.keys[gi], new_row) else {
+                continue; // unchanged
+            };
+            if let Some(old) = old {
                 retract.push(old);
             }
             if let Some(i) = new_rows.get(g) {

@@ -143,9 +143,10 @@ impl Emitted {
         self.table.prefix(key).next().map(|(k, _)| &k[key.len()..])
     }
 
-    /// For owners that show at most one row: `key` now shows `new` (or nothing); returns
-    /// the row it showed before, which the caller retracts.
-    pub fn replace_one(&mut self, key: &[u8], new: Option<&[u8]>) -> Option<Box<[u8]>> {
+    /// For owners that show at most one row: `key` now shows `new` (or nothing). Returns
+    /// None when that is what it showed already, else the row it showed before (which the
+    /// caller retracts), if any.
+    pub fn replace_one(&mut self, key: &[u8], new: Option<&[u8]>) -> Option<Option<Box<[u8]>>> {
         let old: Option<Box<[u8]>> = self.shown_one(key).map(Box::from);
         if old.as_deref() == new {
             return None;
@@ -166,7 +167,7 @@ impl Emitted {
             self.table.put(&k, &1i64.to_le_bytes());
             self.key_buf = k;
         }
-        old
+        Some(old)
     }
 
     /// Drop what `key` shows without retracting it.
@@ -218,13 +219,13 @@ mod tests {
         assert_eq!(d.retract, vec![Box::from(&b"z"[..])]);
         assert!(e.is_empty());
         // one row per owner
-        assert_eq!(e.replace_one(b"g", Some(b"r1")), None);
+        assert_eq!(e.replace_one(b"g", Some(b"r1")), Some(None));
         assert_eq!(e.shown_one(b"g"), Some(&b"r1"[..]));
-        assert_eq!(
-            e.replace_one(b"g", Some(b"r2")),
-            Some(Box::from(&b"r1"[..]))
-        );
-        assert_eq!(e.replace_one(b"g", None), Some(Box::from(&b"r2"[..])));
+        assert_eq!(e.replace_one(b"g", Some(b"r1")), None, "unchanged");
+        let r1: Box<[u8]> = Box::from(&b"r1"[..]);
+        let r2: Box<[u8]> = Box::from(&b"r2"[..]);
+        assert_eq!(e.replace_one(b"g", Some(b"r2")), Some(Some(r1)));
+        assert_eq!(e.replace_one(b"g", None), Some(Some(r2)));
         assert!(e.is_empty());
     }
 }

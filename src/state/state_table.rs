@@ -25,7 +25,7 @@
 //! or not (a delete), and `bytes` is the sum of the cached keys' and values' lengths.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::ops::{Bound, RangeBounds};
+use std::ops::Bound;
 use std::sync::Arc;
 
 use crate::error::{Result, WeirError};
@@ -232,10 +232,6 @@ impl StateTable {
         self.cache.get(key).map(|v| v.as_slice())
     }
 
-    pub fn contains(&self, key: &[u8]) -> bool {
-        self.cache.get(key).is_some()
-    }
-
     /// Every entry, in key order for an ordered table, in no order for a hashed one.
     pub fn iter(&self) -> Vec<(&[u8], &[u8])> {
         match &self.cache {
@@ -354,14 +350,13 @@ impl StateTable {
             .map(|(k, v)| (k.as_ref(), v.as_slice()))
     }
 
-    /// The first (`last = false`) or last entry of `range`.
-    pub fn edge(&self, range: (Bound<&[u8]>, Bound<&[u8]>), last: bool) -> Option<(&[u8], &[u8])> {
-        let mut it = self.range(range);
-        if last { it.next_back() } else { it.next() }
-    }
-
     /// Delete every entry with a key in `range`; returns how many.
     pub fn delete_range(&mut self, range: (Bound<&[u8]>, Bound<&[u8]>)) -> usize {
+        self.remove_range(range).len()
+    }
+
+    /// Remove the entries with keys in `range`; their keys, in order.
+    fn remove_range(&mut self, range: (Bound<&[u8]>, Bound<&[u8]>)) -> Vec<Key> {
         let keys: Vec<Key> = self
             .cache
             .ordered(self.decl.name)
@@ -373,11 +368,10 @@ impl StateTable {
                 self.bytes -= k.len() + v.len();
             }
         }
-        let n = keys.len();
         if self.tracking {
-            self.dirty.extend(keys);
+            self.dirty.extend(keys.iter().cloned());
         }
-        n
+        keys
     }
 
     /// For a table whose keys start with a time ([`i64_key`]): remove every entry whose
@@ -390,12 +384,10 @@ impl StateTable {
         } else {
             (Bound::Unbounded, Bound::Excluded(&next[..]))
         };
-        let taken: Vec<(i64, Box<[u8]>)> = self
-            .range(range)
-            .map(|(k, _)| (i64_of_key(k), k.get(8..).unwrap_or_default().into()))
-            .collect();
-        self.delete_range(range);
-        taken
+        self.remove_range(range)
+            .iter()
+            .map(|k| (i64_of_key(k), k.get(8..).unwrap_or_default().into()))
+            .collect()
     }
 
     /// Delete every entry whose key starts with `prefix`; returns how many.
@@ -573,16 +565,6 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// Whole-range bounds, for `range`/`delete_range` over everything.
-pub fn all() -> (Bound<&'static [u8]>, Bound<&'static [u8]>) {
-    (Bound::Unbounded, Bound::Unbounded)
-}
-
-/// Bounds from any byte range expression (`a..b`, `a..=b`, `..b`).
-pub fn bounds<'a>(r: impl RangeBounds<&'a [u8]>) -> (Bound<&'a [u8]>, Bound<&'a [u8]>) {
-    (r.start_bound().cloned(), r.end_bound().cloned())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -619,13 +601,12 @@ mod tests {
         assert_eq!(keys(t.prefix_range(b"a")), keys(t.prefix(b"a")));
         assert_eq!(keys(t.prefix(b"b")), vec![b"b".to_vec(), b"b1".to_vec()]);
         assert_eq!(keys(t.prefix(b"")).len(), 6);
-        let r = bounds(&b"a2"[..]..&b"b1"[..]);
+        let r = (Bound::Included(&b"a2"[..]), Bound::Excluded(&b"b1"[..]));
         assert_eq!(
             keys(t.range(r)),
             vec![b"a2".to_vec(), b"a\xff".to_vec(), b"b".to_vec()]
         );
-        assert_eq!(t.edge(r, true).map(|(k, _)| k), Some(&b"b"[..]));
-        assert_eq!(t.edge(r, false).map(|(k, _)| k), Some(&b"a2"[..]));
+        assert_eq!(t.range(r).next_back().map(|(k, _)| k), Some(&b"b"[..]));
         assert_eq!(prefix_end(b"a\xff"), Some(b"b".to_vec()));
         assert_eq!(prefix_end(b"\xff\xff"), None);
         let mut timed = table();
@@ -686,7 +667,7 @@ mod tests {
         let mut back = table();
         back.load(&store, b"p/").unwrap();
         let got: Vec<(Vec<u8>, Vec<u8>)> = back
-            .range(all())
+            .range((Bound::Unbounded, Bound::Unbounded))
             .map(|(k, v)| (k.to_vec(), v.to_vec()))
             .collect();
         assert_eq!(

@@ -156,24 +156,19 @@ pub fn run(
     let SourceKind::Kafka(kspec) = spec.kind else {
         return;
     };
-    let mut inst = Instance {
-        target: Target::View {
+    Instance::new(
+        Target::View {
             tx,
             instance: spec.instance,
         },
-        resume: BTreeMap::new(),
-        source: spec.source_name,
-        view: spec.view_name,
-        spec: *kspec,
-        watermark_spec: spec.watermark.map(WatermarkSpec::new),
-        watermark: None,
-        partitions: BTreeMap::new(),
+        BTreeMap::new(),
+        (spec.source_name, spec.view_name),
+        *kspec,
+        spec.watermark.map(WatermarkSpec::new),
         progress,
         dead,
-        batches: 0,
-        rows: 0,
-    };
-    inst.finish(&stop, &sync);
+    )
+    .finish(&stop, &sync);
 }
 
 /// Run the consumer of a table fed by a changelog topic until `stop` (the table dropped),
@@ -197,28 +192,48 @@ pub fn run_table(
         }
     };
     let name = table.name.clone();
-    let mut inst = Instance {
-        target: Target::Table {
+    Instance::new(
+        Target::Table {
             table,
             decoder,
             stop: stop.clone(),
         },
         resume,
-        source: name.clone(),
-        view: name,
+        (name.clone(), name),
         spec,
-        watermark_spec: None,
-        watermark: None,
-        partitions: BTreeMap::new(),
+        None,
         progress,
         dead,
-        batches: 0,
-        rows: 0,
-    };
-    inst.finish(&stop, &sync);
+    )
+    .finish(&stop, &sync);
 }
 
 impl Instance {
+    fn new(
+        target: Target,
+        resume: BTreeMap<i32, i64>,
+        (source, view): (String, String),
+        spec: KafkaSpec,
+        watermark_spec: Option<WatermarkSpec>,
+        progress: Arc<Progress>,
+        dead: Arc<DeadLetters>,
+    ) -> Instance {
+        Instance {
+            target,
+            resume,
+            source,
+            view,
+            spec,
+            watermark_spec,
+            watermark: None,
+            partitions: BTreeMap::new(),
+            progress,
+            dead,
+            batches: 0,
+            rows: 0,
+        }
+    }
+
     pub(super) fn finish(
         &mut self,
         stop: &AtomicBool,
