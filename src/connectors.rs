@@ -1,7 +1,8 @@
 //! Connectors: where stream data comes from. Built-in generators (`nexmark`, `datagen`)
-//! produce deterministic Arrow batches; a view over a source runs its own instance from the
-//! start (so a view created later, or rebuilt after a restart, sees the same rows), feeding
-//! the dataflow with the source's event-time watermark.
+//! produce deterministic Arrow batches, each row a function of its index (so they seek);
+//! a view over a source runs its own instance from the start (so a view created later, or
+//! rebuilt after a restart, sees the same rows) or, restored from a checkpoint, from the
+//! checkpointed position, feeding the dataflow with the source's event-time watermark.
 
 pub mod avro;
 pub mod csv;
@@ -28,6 +29,10 @@ pub trait Generator: Send {
     fn schema(&self) -> SchemaRef;
     /// The next batch of at most `max_rows` rows, or None when the source is exhausted.
     fn next_batch(&mut self, max_rows: usize) -> Result<Option<RecordBatch>>;
+    /// Continue as if `rows` rows had been generated already (a restored view resumes
+    /// its instance from the checkpoint): the rows that follow are exactly the ones a run
+    /// from the start would produce after them, in O(1).
+    fn seek(&mut self, rows: u64) -> Result<()>;
 }
 
 /// `WITH (...)` options by key.

@@ -4,8 +4,10 @@
 
 pub mod backfill;
 pub mod changelog;
+pub mod checkpoint;
 pub mod graph;
 pub mod late;
+pub mod position;
 pub mod publication;
 pub mod runtime;
 pub mod stats;

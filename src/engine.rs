@@ -91,6 +91,8 @@ pub struct EngineLimits {
     pub query_memory_limit: usize,
     /// `--max-connections` (shown as `max_connections`).
     pub max_connections: usize,
+    /// `--checkpoint-interval` (None: checkpoints are off).
+    pub checkpoint_interval: Option<std::time::Duration>,
 }
 
 impl Default for EngineLimits {
@@ -98,6 +100,7 @@ impl Default for EngineLimits {
         EngineLimits {
             query_memory_limit: 2 << 30,
             max_connections: 1000,
+            checkpoint_interval: Some(std::time::Duration::from_secs(1)),
         }
     }
 }
@@ -116,7 +119,7 @@ impl Engine {
         std::fs::create_dir_all(&spill)
             .map_err(|e| WeirError::io(&format!("cannot create {}", spill.display()), e))?;
         let store: Arc<dyn Store> = Arc::new(FjallStore::open(&data_dir.join("store"))?);
-        let catalog = Arc::new(Catalog::open(store)?);
+        let catalog = Arc::new(Catalog::open(store.clone())?);
         info!(
             relations = catalog.entries().len(),
             data_dir = %data_dir.display(),
@@ -125,7 +128,7 @@ impl Engine {
         let engine = Arc::new(Engine {
             catalog,
             data_dir: data_dir.to_owned(),
-            dataflow: Dataflow::start(),
+            dataflow: Dataflow::start_with(limits.checkpoint_interval.map(|i| (store, i))),
             limits,
         });
         engine.restore_views().await?;
@@ -242,6 +245,10 @@ impl Engine {
                 // and sinks have committed what the views gave them
                 self.dataflow.sinks.catch_up().await?;
                 Ok(Output::Command("FLUSH".into()))
+            }
+            Statement::Checkpoint => {
+                self.dataflow.checkpoint().await?;
+                Ok(Output::Command("CHECKPOINT".into()))
             }
             Statement::Query(q) => match self.run_query(session, q, params).await {
                 Ok(out) => Ok(out),

@@ -43,6 +43,7 @@ pub mod sqlstate {
     pub const ACTIVE_SQL_TRANSACTION: &str = "25001";
     pub const INTERNAL_ERROR: &str = "XX000";
     pub const IO_ERROR: &str = "58030";
+    pub const DATA_CORRUPTED: &str = "XX001";
     pub const INSUFFICIENT_PRIVILEGE: &str = "42501";
     pub const DISK_FULL: &str = "53100";
     pub const OUT_OF_MEMORY: &str = "53200";

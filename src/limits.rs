@@ -47,6 +47,34 @@ pub fn parse_size_with(text: &str, bare_unit: u64) -> std::result::Result<usize,
     Ok(bytes as usize)
 }
 
+/// A duration as `weir serve` flags take it: a number with `ms`, `s`, `min`/`m` or `h`
+/// (a bare number is seconds). `0` is zero (for `--checkpoint-interval`: off).
+pub fn parse_duration(text: &str) -> std::result::Result<std::time::Duration, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let num: f64 = num
+        .parse()
+        .map_err(|_| format!("'{text}' is not a duration (e.g. 500ms, 1s, 5min)"))?;
+    let secs = match unit.trim().to_ascii_lowercase().as_str() {
+        "ms" => num / 1000.0,
+        "" | "s" | "sec" => num,
+        "m" | "min" => num * 60.0,
+        "h" => num * 3600.0,
+        other => {
+            return Err(format!(
+                "unit '{other}' is not a duration unit (ms, s, min, h)"
+            ));
+        }
+    };
+    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
+        return Err(format!("'{text}' is out of range"));
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
+}
+
 /// A size in bytes when no unit is given.
 pub fn parse_size(text: &str) -> std::result::Result<usize, String> {
     parse_size_with(text, 1)

@@ -44,6 +44,11 @@ enum Command {
         /// buffers), and the largest `work_mem` a session may set: e.g. 512MB, 2GB.
         #[arg(long, default_value = "2GB", value_name = "SIZE", value_parser = weir::limits::parse_size)]
         query_memory_limit: usize,
+        /// How often the views' state and the sources' positions are checkpointed, so a
+        /// restart restores them instead of recomputing the views (e.g. 500ms, 1s, 1min).
+        /// 0 turns checkpoints off: every restart rebuilds every view from its inputs.
+        #[arg(long, default_value = "1s", value_name = "DURATION", value_parser = weir::limits::parse_duration)]
+        checkpoint_interval: std::time::Duration,
     },
 }
 
@@ -72,6 +77,7 @@ fn main() {
             allow_connector_files,
             max_connections,
             query_memory_limit,
+            checkpoint_interval,
         } => {
             let rt = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -93,6 +99,8 @@ fn main() {
                 allow_connector_files,
                 max_connections: max_connections as usize,
                 query_memory_limit,
+                checkpoint_interval: (!checkpoint_interval.is_zero())
+                    .then_some(checkpoint_interval),
             })) {
                 eprintln!("weir: {e}");
                 std::process::exit(1);

@@ -37,6 +37,8 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// `--query-memory-limit`, bytes.
     pub query_memory_limit: usize,
+    /// `--checkpoint-interval` (None: off).
+    pub checkpoint_interval: Option<std::time::Duration>,
 }
 
 /// Open the database and serve until the process is stopped.
@@ -50,6 +52,7 @@ pub async fn serve(config: ServerConfig) -> Result<()> {
         crate::engine::EngineLimits {
             query_memory_limit: config.query_memory_limit,
             max_connections: config.max_connections,
+            checkpoint_interval: config.checkpoint_interval,
         },
     )
     .await?;
@@ -64,6 +67,10 @@ pub async fn serve(config: ServerConfig) -> Result<()> {
         data_dir = %config.data_dir.display(),
         max_connections = config.max_connections,
         query_memory_limit = %crate::limits::format_size(config.query_memory_limit),
+        checkpoint_interval = %match config.checkpoint_interval {
+            None => "off".to_owned(),
+            Some(d) => format!("{d:?}"),
+        },
         allow_connect = %match &config.allow_connect {
             None => "*".to_owned(),
             Some(p) => format!("{} pattern(s)", p.len()),

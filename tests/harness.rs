@@ -98,6 +98,15 @@ impl TestServer {
             .expect("port")
     }
 
+    /// Environment for the next start (a restart after this call).
+    #[allow(dead_code)]
+    pub fn set_env(&mut self, env: &[(&str, &str)]) {
+        self.env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+    }
+
     /// Kill the server with SIGKILL (no shutdown path runs) and start it again on the same
     /// data directory.
     pub fn restart(&mut self) {

@@ -12,6 +12,7 @@ mod nexmark;
 mod nexmark_queries;
 mod oracle;
 mod protocol;
+mod recovery;
 mod slt;
 mod subscribe;
 mod views;

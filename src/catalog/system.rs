@@ -10,7 +10,11 @@
 //! - `weir_source_partitions`: per Kafka partition of each instance: offset read, high
 //!   watermark, lag, event-time watermark input, rows, rows/s, dead letters, idleness;
 //! - `weir_dead_letters`: the most recent records sources could not decode (raw bytes,
-//!   error), kept once per record.
+//!   error), kept once per record;
+//! - `weir_checkpoints`: the most recent checkpoints (epoch, start, duration, bytes and
+//!   keys written, total state bytes, status and error);
+//! - `weir_recovery`: how each view came back at the last start (restored from the
+//!   checkpoint of an epoch, or rebuilt from its inputs and why; time and bytes read).
 
 use std::sync::Arc;
 
@@ -30,6 +34,8 @@ pub const TABLES: &[&str] = &[
     "weir_source_partitions",
     "weir_dead_letters",
     "weir_sinks",
+    "weir_checkpoints",
+    "weir_recovery",
 ];
 
 fn ts(us: Option<i64>) -> V {
@@ -105,6 +111,62 @@ pub fn build(
                 rows,
             )?
         }
+        "weir_checkpoints" => build_table(
+            &[
+                ("epoch", T::Int8),
+                ("started_at", T::TimestampTz),
+                ("duration_ms", T::Float8),
+                ("bytes_written", T::Int8),
+                ("keys_written", T::Int8),
+                ("state_bytes_total", T::Int8),
+                ("status", T::Text),
+                ("error", T::Text),
+            ],
+            dataflow
+                .checkpoints
+                .checkpoints()
+                .into_iter()
+                .map(|r| {
+                    vec![
+                        V::I(r.epoch as i64),
+                        V::I(r.started_at_us),
+                        V::F(r.duration_ms),
+                        V::I(r.bytes_written as i64),
+                        V::I(r.keys_written as i64),
+                        V::I(r.state_bytes_total as i64),
+                        r.status.to_owned().into(),
+                        r.error.map(V::S).unwrap_or(V::Null),
+                    ]
+                })
+                .collect(),
+        )?,
+        "weir_recovery" => build_table(
+            &[
+                ("view_name", T::Text),
+                ("started_at", T::TimestampTz),
+                ("duration_ms", T::Float8),
+                ("bytes_read", T::Int8),
+                ("outcome", T::Text),
+                ("restored_epoch", T::Int8),
+                ("reason", T::Text),
+            ],
+            dataflow
+                .checkpoints
+                .recovery()
+                .into_iter()
+                .map(|r| {
+                    vec![
+                        r.view.into(),
+                        V::I(r.started_at_us),
+                        V::F(r.duration_ms),
+                        V::I(r.bytes_read as i64),
+                        r.outcome.to_owned().into(),
+                        r.from_epoch.map(|e| V::I(e as i64)).unwrap_or(V::Null),
+                        r.reason.map(V::S).unwrap_or(V::Null),
+                    ]
+                })
+                .collect(),
+        )?,
         "weir_sources" => {
             let mut p = dataflow.sources.progress();
             p.sort_by(|a, b| (&a.view_name, &a.source_name).cmp(&(&b.view_name, &b.source_name)));

@@ -1,5 +1,7 @@
 //! The datagen generator (`connector = 'datagen'`): rows of declared columns with values
-//! from a seeded PRNG, deterministic for a seed. Options: `datagen.rows.per.second`
+//! from a seeded PRNG, deterministic for a seed: each value is a function of (seed, row
+//! index, column), so the rows do not depend on batch sizes and the generator seeks in
+//! O(1) (a restored view resumes its instance at the checkpointed row). Options: `datagen.rows.per.second`
 //! (wall-clock pace; default unlimited), `datagen.row.num` (total rows; default unbounded),
 //! `datagen.seed` (default 0), and per column `fields.<col>.kind` = `random` (default) or
 //! `sequence` (with `fields.<col>.start`, default 1), `fields.<col>.min` / `.max` for
@@ -29,18 +31,30 @@ use crate::error::{Result, WeirError};
 use crate::sql::types::{SqlType, schema_of};
 
 enum Field {
-    Sequence { next: i64 },
+    Sequence { start: i64 },
     Random { min: i64, max: i64, length: usize },
 }
 
 pub struct Datagen {
     columns: Vec<ColumnDesc>,
     fields: Vec<Field>,
-    rng: SmallRng,
-    remaining: Option<u64>,
-    time_us: i64,
+    seed: u64,
+    /// Index of the next row.
+    row: u64,
+    /// Rows in all (None: unbounded).
+    total: Option<u64>,
+    base_us: i64,
     step_us: i64,
     schema: SchemaRef,
+}
+
+/// The random stream of one value: a function of (seed, row, column) only.
+fn value_rng(seed: u64, row: u64, col: usize) -> SmallRng {
+    // distinct odd multipliers keep (row, col) pairs apart before SplitMix64 mixes them
+    SmallRng::seed_from_u64(
+        seed ^ row.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            ^ (col as u64).wrapping_mul(0xD1B5_4A32_D192_ED03),
+    )
 }
 
 fn opt_i64(o: &Options, key: &str) -> Result<Option<i64>> {
@@ -60,7 +74,7 @@ impl Datagen {
             let kind = o.get(&p("kind")).map(|s| s.to_lowercase());
             fields.push(match kind.as_deref() {
                 Some("sequence") => Field::Sequence {
-                    next: opt_i64(o, &p("start"))?.unwrap_or(1),
+                    start: opt_i64(o, &p("start"))?.unwrap_or(1),
                 },
                 Some("random") | None => {
                     let length = opt_u64(o, &p("length"))?.unwrap_or(10);
@@ -109,20 +123,22 @@ impl Datagen {
             schema: schema_of(columns.iter().map(|c| (c.name.as_str(), &c.ty, c.nullable))),
             columns: columns.to_vec(),
             fields,
-            rng: SmallRng::seed_from_u64(opt_u64(o, "datagen.seed")?.unwrap_or(0)),
-            remaining: opt_u64(o, "datagen.row.num")?,
-            time_us: opt_i64(o, "datagen.base.time")?.unwrap_or(1_704_067_200_000) * 1000,
-            step_us: opt_i64(o, "datagen.time.step.ms")?.unwrap_or(1) * 1000,
+            seed: opt_u64(o, "datagen.seed")?.unwrap_or(0),
+            row: 0,
+            total: opt_u64(o, "datagen.row.num")?,
+            base_us: opt_i64(o, "datagen.base.time")?
+                .unwrap_or(1_704_067_200_000)
+                .saturating_mul(1000),
+            step_us: opt_i64(o, "datagen.time.step.ms")?
+                .unwrap_or(1)
+                .saturating_mul(1000),
         })
     }
 }
 
-fn next_int(f: &mut Field, rng: &mut SmallRng) -> i64 {
+fn next_int(f: &Field, row: u64, rng: &mut SmallRng) -> i64 {
     match f {
-        Field::Sequence { next } => {
-            *next += 1;
-            *next - 1
-        }
+        Field::Sequence { start } => start.wrapping_add(row as i64),
         Field::Random { min, max, .. } => rng.random_range(*min..=(*max).max(*min)),
     }
 }
@@ -132,64 +148,75 @@ impl Generator for Datagen {
         self.schema.clone()
     }
 
+    fn seek(&mut self, rows: u64) -> Result<()> {
+        self.row = rows;
+        Ok(())
+    }
+
     fn next_batch(&mut self, max_rows: usize) -> Result<Option<RecordBatch>> {
-        let n = match self.remaining {
-            Some(0) => return Ok(None),
-            Some(r) => (r as usize).min(max_rows),
+        let n = match self.total {
+            Some(t) if self.row >= t => return Ok(None),
+            Some(t) => ((t - self.row) as usize).min(max_rows),
             None => max_rows,
         };
+        let first = self.row;
+        let seed = self.seed;
+        let rows = first..first + n as u64;
         let mut arrays: Vec<ArrayRef> = Vec::with_capacity(self.columns.len());
-        for (c, f) in self.columns.iter().zip(self.fields.iter_mut()) {
-            let rng = &mut self.rng;
+        for (col, (c, f)) in self.columns.iter().zip(self.fields.iter()).enumerate() {
             let a: ArrayRef = match &c.ty {
                 SqlType::Bool => {
                     let mut b = BooleanBuilder::with_capacity(n);
-                    for _ in 0..n {
-                        b.append_value(next_int(f, rng) % 2 == 0);
+                    for r in rows.clone() {
+                        b.append_value(next_int(f, r, &mut value_rng(seed, r, col)) % 2 == 0);
                     }
                     Arc::new(b.finish())
                 }
                 SqlType::Int2 => {
                     let mut b = Int16Builder::with_capacity(n);
-                    for _ in 0..n {
-                        b.append_value(next_int(f, rng) as i16);
+                    for r in rows.clone() {
+                        b.append_value(next_int(f, r, &mut value_rng(seed, r, col)) as i16);
                     }
                     Arc::new(b.finish())
                 }
                 SqlType::Int4 => {
                     let mut b = Int32Builder::with_capacity(n);
-                    for _ in 0..n {
-                        b.append_value(next_int(f, rng) as i32);
+                    for r in rows.clone() {
+                        b.append_value(next_int(f, r, &mut value_rng(seed, r, col)) as i32);
                     }
                     Arc::new(b.finish())
                 }
                 SqlType::Int8 => {
                     let mut b = Int64Builder::with_capacity(n);
-                    for _ in 0..n {
-                        b.append_value(next_int(f, rng));
+                    for r in rows.clone() {
+                        b.append_value(next_int(f, r, &mut value_rng(seed, r, col)));
                     }
                     Arc::new(b.finish())
                 }
                 SqlType::Float4 => {
                     let mut b = Float32Builder::with_capacity(n);
-                    for _ in 0..n {
-                        b.append_value(next_int(f, rng) as f32 + rng.random::<f32>());
+                    for r in rows.clone() {
+                        let rng = &mut value_rng(seed, r, col);
+                        b.append_value(next_int(f, r, rng) as f32 + rng.random::<f32>());
                     }
                     Arc::new(b.finish())
                 }
                 SqlType::Float8 | SqlType::Numeric(_) => {
                     let mut b = Float64Builder::with_capacity(n);
-                    for _ in 0..n {
-                        let x = next_int(f, rng) as f64 + rng.random::<f64>();
-                        b.append_value(x);
+                    for r in rows.clone() {
+                        let rng = &mut value_rng(seed, r, col);
+                        b.append_value(next_int(f, r, rng) as f64 + rng.random::<f64>());
                     }
                     let a: ArrayRef = Arc::new(b.finish());
                     cast(&a, &c.ty.arrow_type())?
                 }
                 SqlType::Timestamp | SqlType::TimestampTz => {
                     let mut b = TimestampMicrosecondBuilder::with_capacity(n);
-                    for i in 0..n {
-                        b.append_value(self.time_us + i as i64 * self.step_us);
+                    for r in rows.clone() {
+                        b.append_value(
+                            self.base_us
+                                .saturating_add((r as i64).saturating_mul(self.step_us)),
+                        );
                     }
                     let a: ArrayRef = Arc::new(b.finish());
                     cast(&a, &c.ty.arrow_type())?
@@ -201,32 +228,27 @@ impl Generator for Datagen {
                     };
                     let mut b = StringBuilder::with_capacity(n, n * len.max(1));
                     let mut buf = String::with_capacity(len);
-                    for _ in 0..n {
+                    for r in rows.clone() {
+                        buf.clear();
                         match f {
-                            Field::Sequence { next } => {
-                                buf.clear();
-                                let _ = write!(buf, "{next}");
-                                b.append_value(&buf);
-                                *next += 1;
+                            Field::Sequence { start } => {
+                                let _ = write!(buf, "{}", start.wrapping_add(r as i64));
                             }
                             Field::Random { .. } => {
-                                buf.clear();
+                                let rng = &mut value_rng(seed, r, col);
                                 buf.extend(
                                     (0..len).map(|_| (b'a' + rng.random_range(0..26u8)) as char),
                                 );
-                                b.append_value(&buf);
                             }
                         }
+                        b.append_value(&buf);
                     }
                     Arc::new(b.finish())
                 }
             };
             arrays.push(a);
         }
-        self.time_us += n as i64 * self.step_us;
-        if let Some(r) = &mut self.remaining {
-            *r -= n as u64;
-        }
+        self.row += n as u64;
         Ok(Some(RecordBatch::try_new(self.schema.clone(), arrays)?))
     }
 }

@@ -125,6 +125,8 @@ pub struct Nexmark {
     events: nexmark::EventGenerator,
     /// Events of this type still to generate (None: unbounded).
     remaining: Option<u64>,
+    /// Events of this type the source yields in all (None: unbounded).
+    total: Option<u64>,
     columns: Vec<ColumnDesc>,
     schema: SchemaRef,
 }
@@ -172,6 +174,7 @@ impl Nexmark {
         Ok(Nexmark {
             events,
             remaining,
+            total: remaining,
             columns: columns.to_vec(),
             schema,
         })
@@ -197,6 +200,15 @@ impl Col {
 impl Generator for Nexmark {
     fn schema(&self) -> SchemaRef {
         self.schema.clone()
+    }
+
+    fn seek(&mut self, rows: u64) -> Result<()> {
+        // the crate's offset counts events of the filtered type, as `rows` does
+        self.events = std::mem::take(&mut self.events).with_offset(rows);
+        if let Some(total) = self.total {
+            self.remaining = Some(total.saturating_sub(rows));
+        }
+        Ok(())
     }
 
     fn next_batch(&mut self, max_rows: usize) -> Result<Option<RecordBatch>> {

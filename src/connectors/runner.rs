@@ -23,6 +23,7 @@ use tracing::{error, info};
 
 use crate::connectors::Generator;
 use crate::dataflow::changelog::Changelog;
+use crate::dataflow::position::Position;
 use crate::dataflow::runtime::Msg;
 
 /// Relation ids handed to source instances start here, far above any catalog OID.
@@ -44,6 +45,16 @@ pub struct RunnerSpec {
     /// (event-time column, watermark delay in µs) when the source declares a WATERMARK.
     pub watermark: Option<(usize, i64)>,
     pub kind: SourceKind,
+    /// Where a restored view's instance resumes (from its checkpoint); None: from the
+    /// source's start.
+    pub resume: Option<Resume>,
+}
+
+/// The checkpointed position of a view's instance of a source, and its watermark then.
+#[derive(Debug, Clone, Default)]
+pub struct Resume {
+    pub position: Position,
+    pub watermark: Option<i64>,
 }
 
 pub enum SourceKind {
@@ -325,13 +336,26 @@ fn run(tx: mpsc::Sender<Msg>, spec: RunnerSpec, stop: Arc<AtomicBool>, progress:
     };
     *progress.status.lock() = "running".into();
     let started = Instant::now();
+    // a restored instance continues where its checkpoint stands
+    let (start_rows, mut watermark) = match &spec.resume {
+        Some(r) => (r.position.first().unwrap_or(0).max(0) as u64, r.watermark),
+        None => (0, None),
+    };
+    if start_rows > 0
+        && let Err(e) = generator.seek(start_rows)
+    {
+        *progress.error.lock() = Some(e.message);
+        *progress.status.lock() = "failed".into();
+        progress.done.store(true, Ordering::Release);
+        return;
+    }
     let batch_rows = match rate {
         // about 20 batches a second when paced
         Some(r) => ((r / 20) as usize).clamp(1, MAX_BATCH_ROWS),
         None => MAX_BATCH_ROWS,
     };
-    let mut watermark: Option<i64> = None;
-    let mut rows: u64 = 0;
+    let mut rows: u64 = start_rows;
+    progress.rows.store(rows, Ordering::Release);
     let mut batches: u64 = 0;
     let outcome: Result<(), String> = loop {
         if stop.load(Ordering::Acquire) {
@@ -339,7 +363,7 @@ fn run(tx: mpsc::Sender<Msg>, spec: RunnerSpec, stop: Arc<AtomicBool>, progress:
         }
         if let Some(rate) = rate {
             // pace: row n is due n/rate seconds after the start
-            let due = Duration::from_secs_f64(rows as f64 / rate.max(1) as f64);
+            let due = Duration::from_secs_f64((rows - start_rows) as f64 / rate.max(1) as f64);
             let now = started.elapsed();
             if due > now {
                 std::thread::sleep((due - now).min(Duration::from_millis(200)));
@@ -359,7 +383,8 @@ fn run(tx: mpsc::Sender<Msg>, spec: RunnerSpec, stop: Arc<AtomicBool>, progress:
             watermark = WatermarkSpec::new(w).after_batch(watermark, &batch);
         }
         let n = batch.num_rows() as u64;
-        if !send_batch(&tx, spec.instance, batch, before, watermark) {
+        let position = Position::single((rows + n) as i64);
+        if !send_batch(&tx, spec.instance, batch, before, watermark, position) {
             break Err("the dataflow worker has stopped".into());
         }
         rows += n;
@@ -396,19 +421,21 @@ fn run(tx: mpsc::Sender<Msg>, spec: RunnerSpec, stop: Arc<AtomicBool>, progress:
 }
 
 /// Hand a batch of a source instance to the dataflow, with the watermark before and after
-/// it. False when the worker is gone.
+/// it and the instance's position after it. False when the worker is gone.
 pub(crate) fn send_batch(
     tx: &mpsc::Sender<Msg>,
     instance: u32,
     batch: datafusion::arrow::record_batch::RecordBatch,
     before: Option<i64>,
     after: Option<i64>,
+    position: Position,
 ) -> bool {
     tx.blocking_send(Msg::Changes {
         relation: instance,
         changelog: Changelog::inserts(batch),
         watermark_before: before,
         watermark_after: after,
+        position: Some(position),
     })
     .is_ok()
 }

@@ -32,10 +32,35 @@ impl Worker {
             watermark_specs,
             fresh,
             progress,
+            fingerprint,
+            inputs,
+            positions,
+            restore,
             done,
         } = c;
         let mut final_watermarks: HashMap<u32, i64> = HashMap::new();
-        let build = || -> Result<ZSet> {
+        let mut restored_epoch = None;
+        let store = self.writer.as_ref().map(|w| w.store.clone());
+        let build = || -> Result<(ZSet, u64)> {
+            if let Some(r) = &restore {
+                // the checkpointed state, then the changes after it arrive as usual
+                let store = store.ok_or_else(|| {
+                    WeirError::internal("a checkpoint cannot be restored: checkpoints are off")
+                })?;
+                let mut contents = ZSet::new(schema.clone())?;
+                let bytes = crate::dataflow::checkpoint::restore_view(
+                    &*store,
+                    &r.view,
+                    &mut graph,
+                    &mut contents,
+                )?;
+                final_watermarks.extend(r.watermarks.iter().copied());
+                if let Some(w) = r.view.watermark {
+                    final_watermarks.insert(oid, w);
+                }
+                restored_epoch = Some(r.epoch);
+                return Ok((contents, bytes as u64));
+            }
             // inputs as they are now: tables from the snapshots taken with this message (in
             // arrival order, each batch with the watermark it met), views from their
             // published contents
@@ -149,7 +174,7 @@ impl Worker {
             if let Some(w) = view_watermark {
                 final_watermarks.insert(oid, w);
             }
-            Ok(contents)
+            Ok((contents, 0))
         };
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(build))
             .unwrap_or_else(|p| Err(WeirError::internal(panic_message(&p))));
@@ -158,9 +183,27 @@ impl Worker {
             *e = (*e).max(w);
         }
         match result {
-            Ok(contents) => {
+            Ok((contents, bytes)) => {
+                for (rel, pos) in positions {
+                    self.positions.entry(rel).or_insert(pos);
+                }
+                if restore.is_none() && self.writer.is_some() {
+                    // whatever an older checkpoint left under this view's keys is stale
+                    self.clear
+                        .push(crate::dataflow::checkpoint::graph_prefix(oid));
+                    self.clear
+                        .push(crate::dataflow::checkpoint::contents_prefix(oid));
+                }
+                self.views.insert(
+                    oid,
+                    crate::dataflow::worker::ViewInputs {
+                        fingerprint,
+                        inputs,
+                    },
+                );
+                self.changed = true;
                 let mut p = self.published.write();
-                p.epoch += 1;
+                p.epoch = p.epoch.max(restored_epoch.unwrap_or(0)) + 1;
                 let epoch = p.epoch;
                 p.views.insert(
                     oid,
@@ -176,7 +219,7 @@ impl Worker {
                 self.stats.lock().insert(oid, graph.operator_states());
                 self.graphs.insert(oid, ViewRuntime { name, graph });
                 self.refresh_lookups();
-                let _ = done.send(Ok(()));
+                let _ = done.send(Ok(bytes));
             }
             Err(e) => {
                 let _ = done.send(Err(e));

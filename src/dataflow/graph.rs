@@ -202,6 +202,67 @@ impl Graph {
         Ok(())
     }
 
+    /// Make the next flush write all state, not only what changed (see
+    /// [`StateTable::rewrite_all`](crate::state::state_table::StateTable::rewrite_all)).
+    pub fn rewrite_all_state(&mut self) {
+        self.flushed_watermarks = None;
+        for node in self.nodes.iter_mut() {
+            if let NodeKind::Operator(op) = &mut node.kind {
+                for t in op.state_tables() {
+                    t.rewrite_all();
+                }
+            }
+        }
+    }
+
+    /// Keys the graph's state occupies in the store after a flush (or a load): one per
+    /// state-table entry, plus the watermark record. A checkpoint records it; recovery
+    /// compares it with what it read, so a missing or extra key is noticed.
+    pub fn stored_keys(&mut self) -> usize {
+        let mut n = usize::from(self.flushed_watermarks.is_some());
+        for node in self.nodes.iter_mut() {
+            if let NodeKind::Operator(op) = &mut node.kind {
+                n += op.state_tables().iter().map(|t| t.len()).sum::<usize>();
+            }
+        }
+        n
+    }
+
+    /// Bytes of keys and values held in the operators' state tables.
+    pub fn state_bytes(&mut self) -> usize {
+        let mut n = 0;
+        for node in self.nodes.iter_mut() {
+            if let NodeKind::Operator(op) = &mut node.kind {
+                n += op.state_tables().iter().map(|t| t.bytes()).sum::<usize>();
+            }
+        }
+        n
+    }
+
+    /// What a checkpoint of this graph must match to be restored into it: the plan as
+    /// EXPLAIN shows it, and every node in id order with its state tables (state keys
+    /// carry node ids and table positions).
+    pub fn fingerprint(&mut self) -> String {
+        let mut out = self.explain().join("\n");
+        for (id, node) in self.nodes.iter_mut().enumerate() {
+            match &mut node.kind {
+                NodeKind::Source { name, .. } => out.push_str(&format!("\n{id}: source {name}")),
+                NodeKind::Operator(op) => {
+                    let name = op.name().to_owned();
+                    let tables: Vec<String> = op
+                        .state_tables()
+                        .iter()
+                        .map(|t| {
+                            format!("{}({} -> {})", t.decl().name, t.decl().key, t.decl().value)
+                        })
+                        .collect();
+                    out.push_str(&format!("\n{id}: {name} [{}]", tables.join(", ")));
+                }
+            }
+        }
+        out
+    }
+
     /// Relations read as the lookup side of a temporal join.
     pub fn lookup_relations(&self) -> Vec<u32> {
         self.nodes

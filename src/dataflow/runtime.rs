@@ -13,6 +13,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
@@ -21,11 +23,14 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::error;
 
 use crate::dataflow::changelog::Changelog;
+use crate::dataflow::checkpoint::{CheckpointLog, Writer};
 use crate::dataflow::graph::Graph;
 use crate::dataflow::late::LateLog;
+use crate::dataflow::position::Position;
 use crate::dataflow::publication::{Published, Subscriber, ViewData};
 use crate::dataflow::worker::Worker;
 use crate::error::{Result, WeirError};
+use crate::state::store::Store;
 use crate::state::zset::ZSet;
 
 pub use crate::dataflow::publication::{Backlog, EpochChanges, Subscription};
@@ -41,8 +46,14 @@ pub enum Msg {
         /// The relation's event-time watermark when the change arrived, and after it.
         watermark_before: Option<i64>,
         watermark_after: Option<i64>,
+        /// Where the relation's input stands after this change (see `position.rs`).
+        position: Option<Position>,
     },
     Barrier(oneshot::Sender<u64>),
+    /// Cut a checkpoint at the next epoch boundary: from the interval timer (None; skipped
+    /// when nothing changed or one is still being written) or from `CHECKPOINT` (answered
+    /// once it is durable, with its epoch).
+    Checkpoint(Option<oneshot::Sender<Result<u64>>>),
     Create(Box<CreateView>),
     Drop {
         oid: u32,
@@ -66,7 +77,26 @@ pub struct CreateView {
     pub fresh: Vec<u32>,
     /// Progress lines for the client, sent while a long backfill runs.
     pub progress: Option<mpsc::UnboundedSender<String>>,
-    pub done: oneshot::Sender<Result<()>>,
+    /// What a checkpoint of this view must match (see `checkpoint::fingerprint`).
+    pub fingerprint: String,
+    /// The graph's input relations with the catalog OIDs they stand for (a connector
+    /// source's private instance id maps to the source).
+    pub inputs: Vec<(u32, u32)>,
+    /// Positions of inputs as of this message: tables' log sequence at the snapshot (or,
+    /// restored, at the checkpoint).
+    pub positions: Vec<(u32, Position)>,
+    /// Restore the view from this checkpoint instead of backfilling it.
+    pub restore: Option<Box<RestoreFrom>>,
+    /// Answered with the bytes of state read (restored) or 0 (backfilled).
+    pub done: oneshot::Sender<Result<u64>>,
+}
+
+/// A view's checkpoint, with its inputs' watermarks under the relation ids its graph
+/// reads now.
+pub struct RestoreFrom {
+    pub epoch: u64,
+    pub view: crate::dataflow::checkpoint::ViewCheckpoint,
+    pub watermarks: Vec<(u32, i64)>,
 }
 
 pub struct Dataflow {
@@ -80,11 +110,26 @@ pub struct Dataflow {
     pub sources: Arc<crate::connectors::runner::Runners>,
     /// Running sinks (subscribers writing views' changes out).
     pub sinks: Arc<crate::connectors::kafka_sink::Sinks>,
+    /// `--checkpoint-interval` (None: checkpoints are off).
+    pub checkpoint_interval: Option<Duration>,
+    /// Checkpoints written and how views came back at start (system tables).
+    pub checkpoints: Arc<CheckpointLog>,
+    /// Views are still being restored: the timer cuts no checkpoint (it would hold only
+    /// the views back so far, and the others would have to be rebuilt after a crash).
+    recovering: Arc<AtomicBool>,
 }
 
 impl Dataflow {
+    /// A dataflow without checkpoints.
     pub fn start() -> Arc<Dataflow> {
+        Self::start_with(None)
+    }
+
+    /// A dataflow that checkpoints into `store` every `interval`.
+    pub fn start_with(checkpoints: Option<(Arc<dyn Store>, Duration)>) -> Arc<Dataflow> {
         let (tx, rx) = mpsc::channel(1024);
+        let log = Arc::new(CheckpointLog::default());
+        let recovering = Arc::new(AtomicBool::new(true));
         let published = Arc::new(RwLock::new(Published {
             epoch: 0,
             views: HashMap::new(),
@@ -98,6 +143,14 @@ impl Dataflow {
             stats: stats.clone(),
             watermarks: HashMap::new(),
             lookups: Default::default(),
+            positions: HashMap::new(),
+            views: HashMap::new(),
+            writer: checkpoints
+                .as_ref()
+                .map(|(store, _)| Writer::start(store.clone(), log.clone())),
+            changed: false,
+            clear: Vec::new(),
+            recovering: recovering.clone(),
         };
         std::thread::Builder::new()
             .name("weir-dataflow".into())
@@ -106,6 +159,22 @@ impl Dataflow {
             .stack_size(crate::limits::THREAD_STACK_BYTES)
             .spawn(move || worker.run())
             .expect("spawn dataflow thread");
+        let interval = checkpoints.map(|(_, i)| i);
+        if let Some(every) = interval {
+            // the interval timer: a tick the worker takes at its next epoch boundary
+            let tick = tx.clone();
+            let _ = std::thread::Builder::new()
+                .name("weir-checkpoint-timer".into())
+                .spawn(move || {
+                    loop {
+                        std::thread::sleep(every);
+                        match tick.try_send(Msg::Checkpoint(None)) {
+                            Ok(()) | Err(mpsc::error::TrySendError::Full(_)) => {}
+                            Err(mpsc::error::TrySendError::Closed(_)) => break,
+                        }
+                    }
+                });
+        }
         Arc::new(Dataflow {
             tx,
             published,
@@ -114,7 +183,29 @@ impl Dataflow {
             late: Arc::new(LateLog::default()),
             sources: Arc::default(),
             sinks: Arc::default(),
+            checkpoint_interval: interval,
+            checkpoints: log,
+            recovering,
         })
+    }
+
+    /// Every view is back after a start: checkpoints may begin.
+    pub fn recovered(&self) {
+        self.recovering.store(false, Ordering::Release);
+    }
+
+    /// `CHECKPOINT`: cut one now and wait until it is durable; returns its epoch.
+    pub async fn checkpoint(&self) -> Result<u64> {
+        if self.checkpoint_interval.is_none() {
+            return Err(WeirError::new(
+                "55000",
+                "checkpoints are off (the server runs with --checkpoint-interval 0)",
+            ));
+        }
+        let (tx, rx) = oneshot::channel();
+        self.send(Msg::Checkpoint(Some(tx))).await?;
+        rx.await
+            .map_err(|_| WeirError::internal("the dataflow worker has stopped"))?
     }
 
     pub fn observes(&self, relation: u32) -> bool {
@@ -277,6 +368,7 @@ impl crate::state::table::ChangeSink for Sink {
         changelog: &Changelog,
         watermark_before: Option<i64>,
         watermark_after: Option<i64>,
+        seq: u64,
     ) {
         // blocking: this is the writer's backpressure when views fall behind
         if self
@@ -286,6 +378,7 @@ impl crate::state::table::ChangeSink for Sink {
                 changelog: changelog.clone(),
                 watermark_before,
                 watermark_after,
+                position: Some(Position::single(seq as i64)),
             })
             .is_err()
         {

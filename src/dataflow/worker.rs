@@ -11,11 +11,14 @@ use tokio::sync::mpsc;
 use tracing::error;
 
 use crate::dataflow::changelog::Changelog;
+use crate::dataflow::checkpoint::{InputCheckpoint, Job, Manifest, ViewCheckpoint, Writer};
 use crate::dataflow::graph::{Graph, SourceBatch};
+use crate::dataflow::position::Position;
 use crate::dataflow::publication::Published;
 use crate::dataflow::runtime::Msg;
 use crate::dataflow::stats::OperatorState;
-use crate::error::WeirError;
+use crate::error::{Result, WeirError};
+use crate::state::store::WriteBatch;
 
 /// Messages drained into one epoch at most (bounds latency under load).
 const MAX_MESSAGES_PER_EPOCH: usize = 4096;
@@ -23,6 +26,13 @@ const MAX_MESSAGES_PER_EPOCH: usize = 4096;
 pub(crate) struct ViewRuntime {
     pub(crate) name: String,
     pub(crate) graph: Graph,
+}
+
+/// What the worker keeps about a view for its checkpoints.
+pub(crate) struct ViewInputs {
+    pub(crate) fingerprint: String,
+    /// (relation id the graph reads, catalog OID it stands for).
+    pub(crate) inputs: Vec<(u32, u32)>,
 }
 
 pub(crate) struct Worker {
@@ -34,6 +44,17 @@ pub(crate) struct Worker {
     pub(crate) watermarks: HashMap<u32, i64>,
     /// Relations some view reads as a temporal join's lookup side.
     pub(crate) lookups: std::collections::HashSet<u32>,
+    /// Where each input relation stands after the last change the worker took from it.
+    pub(crate) positions: HashMap<u32, Position>,
+    pub(crate) views: HashMap<u32, ViewInputs>,
+    /// The checkpoint writer (None: checkpoints are off).
+    pub(crate) writer: Option<Writer>,
+    /// An epoch ran since the last checkpoint.
+    pub(crate) changed: bool,
+    /// Store prefixes to clear with the next checkpoint (dropped or rebuilt views).
+    pub(crate) clear: Vec<Vec<u8>>,
+    /// Views are still being restored at start (no timer checkpoints yet).
+    pub(crate) recovering: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Worker {
@@ -55,6 +76,7 @@ impl Worker {
                         changelog,
                         watermark_before,
                         watermark_after,
+                        position,
                     } => {
                         // a temporal join's table changes take effect between the stream
                         // rows around them: give them an epoch of their own
@@ -71,8 +93,15 @@ impl Worker {
                             let e = self.watermarks.entry(relation).or_insert(w);
                             *e = (*e).max(w);
                         }
+                        if let Some(p) = position {
+                            self.positions.entry(relation).or_default().merge(&p);
+                        }
                     }
                     Msg::Barrier(tx) => barriers.push(tx),
+                    Msg::Checkpoint(reply) => {
+                        self.epoch(std::mem::take(&mut pending));
+                        self.checkpoint(reply);
+                    }
                     Msg::Create(c) => {
                         self.epoch(std::mem::take(&mut pending));
                         self.create(*c);
@@ -84,9 +113,23 @@ impl Worker {
                             for s in rt.graph.sources() {
                                 if s >= crate::connectors::runner::FIRST_INSTANCE_ID {
                                     self.watermarks.remove(&s);
+                                    self.positions.remove(&s);
                                 }
                             }
                         }
+                        self.views.remove(&oid);
+                        if self.writer.is_some() {
+                            self.clear
+                                .push(crate::dataflow::checkpoint::graph_prefix(oid));
+                            self.clear
+                                .push(crate::dataflow::checkpoint::contents_prefix(oid));
+                        }
+                        let read: std::collections::HashSet<u32> = self
+                            .graphs
+                            .values()
+                            .flat_map(|g| g.graph.sources())
+                            .collect();
+                        self.positions.retain(|r, _| read.contains(r));
                         self.refresh_lookups();
                         let mut p = self.published.write();
                         p.views.remove(&oid);
@@ -119,6 +162,7 @@ impl Worker {
         if inputs.is_empty() {
             return;
         }
+        self.changed = true;
         let mut deltas: Vec<(u32, Vec<Changelog>)> = Vec::new();
         let mut failures: Vec<(u32, String)> = Vec::new();
         let failed: Vec<u32> = {
@@ -173,6 +217,125 @@ impl Worker {
         for (oid, rt) in &self.graphs {
             stats.insert(*oid, rt.graph.operator_states());
         }
+    }
+}
+
+impl Worker {
+    /// Cut a checkpoint here, between two epochs: copy every view's dirty state, its
+    /// contents' changes and the inputs' positions into one batch and hand it to the
+    /// writer (see `checkpoint.rs`). A timer tick is skipped when nothing changed or the
+    /// previous checkpoint is still being written.
+    fn checkpoint(&mut self, reply: Option<tokio::sync::oneshot::Sender<Result<u64>>>) {
+        let Some(writer) = &self.writer else {
+            if let Some(r) = reply {
+                let _ = r.send(Err(WeirError::new("55000", "checkpoints are off")));
+            }
+            return;
+        };
+        let full = writer.needs_full();
+        if reply.is_none()
+            && (writer.busy()
+                || (!self.changed && !full)
+                || self.recovering.load(std::sync::atomic::Ordering::Acquire))
+        {
+            return;
+        }
+        let started = std::time::Instant::now();
+        let started_at_us = crate::dataflow::checkpoint::now_us();
+        match self.cut(full) {
+            Ok((batch, state_bytes, epoch)) => {
+                self.changed = false;
+                let mut clear = std::mem::take(&mut self.clear);
+                if full {
+                    clear.push(b"Kv".to_vec());
+                }
+                if let Some(w) = &self.writer {
+                    w.submit(Job {
+                        epoch,
+                        started,
+                        started_at_us,
+                        batch,
+                        clear,
+                        full,
+                        state_bytes,
+                        reply,
+                    });
+                }
+            }
+            Err(e) => {
+                error!(error = %e, "cannot cut a checkpoint");
+                if let Some(r) = reply {
+                    let _ = r.send(Err(e));
+                }
+            }
+        }
+    }
+
+    /// The checkpoint batch: (batch, state bytes in total, epoch).
+    fn cut(&mut self, full: bool) -> Result<(WriteBatch, u64, u64)> {
+        use crate::dataflow::checkpoint::{CHECKPOINT_FORMAT, contents_prefix, graph_prefix};
+        let mut batch = WriteBatch::default();
+        let mut state_bytes = 0u64;
+        let mut views = Vec::new();
+        let mut p = self.published.write();
+        let epoch = p.epoch;
+        for (oid, rt) in self.graphs.iter_mut() {
+            let Some(info) = self.views.get(oid) else {
+                continue;
+            };
+            let Some(d) = p.views.get_mut(oid) else {
+                continue;
+            };
+            if d.failed.is_some() {
+                continue;
+            }
+            if full {
+                rt.graph.rewrite_all_state();
+                d.contents.state_table().rewrite_all();
+            }
+            rt.graph.flush_state(&graph_prefix(*oid), &mut batch)?;
+            d.contents
+                .state_table()
+                .flush(&contents_prefix(*oid), &mut batch);
+            let keys = rt.graph.stored_keys() + d.contents.distinct_rows();
+            state_bytes += (rt.graph.state_bytes() + d.contents.state_table().bytes()) as u64;
+            views.push(ViewCheckpoint {
+                oid: *oid,
+                name: rt.name.clone(),
+                fingerprint: info.fingerprint.clone(),
+                keys: keys as u64,
+                watermark: self.watermarks.get(oid).copied(),
+                inputs: info
+                    .inputs
+                    .iter()
+                    .map(|(rel, catalog_oid)| InputCheckpoint {
+                        relation: *catalog_oid,
+                        position: self.positions.get(rel).cloned(),
+                        watermark: self.watermarks.get(rel).copied(),
+                    })
+                    .collect(),
+            });
+        }
+        drop(p);
+        // tables: their logs after what the views consumed stay for recovery
+        for (rel, pos) in &self.positions {
+            if *rel < crate::connectors::runner::FIRST_INSTANCE_ID
+                && let Some(seq) = pos.first()
+            {
+                batch.put(
+                    crate::state::table::retention_key(*rel),
+                    (seq as u64).to_be_bytes().to_vec(),
+                );
+            }
+        }
+        let manifest = Manifest {
+            format: CHECKPOINT_FORMAT.into(),
+            epoch,
+            taken_at_us: crate::dataflow::checkpoint::now_us(),
+            views,
+        };
+        crate::dataflow::checkpoint::put_manifest(&manifest, &mut batch)?;
+        Ok((batch, state_bytes, epoch))
     }
 }
 

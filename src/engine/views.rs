@@ -15,9 +15,11 @@ use tracing::{error, info};
 
 use crate::catalog::rewrite::{display_column_name, rewrite_query};
 use crate::catalog::{ColumnDesc, RelationDesc, RelationKind};
-use crate::connectors::{self, runner::RunnerSpec, runner::SourceKind};
+use crate::connectors::{self, runner::Resume, runner::RunnerSpec, runner::SourceKind};
+use crate::dataflow::checkpoint::ViewCheckpoint;
 use crate::dataflow::graph::Graph;
-use crate::dataflow::runtime::{CreateView as CreateMsg, Msg};
+use crate::dataflow::position::Position;
+use crate::dataflow::runtime::{CreateView as CreateMsg, Msg, RestoreFrom};
 use crate::engine::{Engine, Output};
 use crate::error::{Result, WeirError, sqlstate};
 use crate::plan::view::{Lowering, WindowOptions, check_deterministic};
@@ -204,7 +206,7 @@ impl Engine {
             .catalog
             .get(&cv.name)
             .ok_or_else(|| WeirError::internal("created view vanished"))?;
-        if let Err(e) = self.start_view(&entry.desc, graph, progress).await {
+        if let Err(e) = self.start_view(&entry.desc, graph, progress, None).await {
             // nothing of a view that could not be built stays behind
             let _ = self.catalog.drop_relation(&cv.name);
             return Err(e);
@@ -216,23 +218,64 @@ impl Engine {
     /// Hand a view to the dataflow with its inputs' contents taken at one point of the
     /// change stream: the writer locks of the tables it reads are held while their
     /// snapshots are taken and the view is queued, so no change is missed or seen twice.
+    ///
+    /// With `restore`, the view comes back from its checkpoint instead (its fingerprint
+    /// must match the graph planned now): no snapshots; the caller holds the tables'
+    /// writer locks and replays their logs after the checkpoint (see `restore_views`), and
+    /// connector sources resume at their checkpointed positions. Returns the bytes of
+    /// state read.
     async fn start_view(
         &self,
         desc: &RelationDesc,
         mut graph: Graph,
         progress: Option<mpsc::UnboundedSender<String>>,
-    ) -> Result<()> {
+        restore: Option<(u64, &ViewCheckpoint)>,
+    ) -> Result<u64> {
         let sources = graph.sources();
-        // each connector source the view reads runs as an instance of its own, from the
-        // start, under a relation id private to this view
+        let fingerprint = crate::dataflow::checkpoint::fingerprint(
+            &mut graph,
+            &format!("{:?}", desc.schema()),
+            desc.query.as_deref().unwrap_or(&desc.definition),
+        );
+        if let Some((_, vc)) = restore
+            && vc.fingerprint != fingerprint
+        {
+            return Err(WeirError::new(
+                "XX000",
+                "its dataflow no longer matches its checkpoint (planned differently by this version)",
+            ));
+        }
+        let input_of =
+            |oid: u32| restore.and_then(|(_, vc)| vc.inputs.iter().find(|i| i.relation == oid));
+        // each connector source the view reads runs as an instance of its own, under a
+        // relation id private to this view: from the start, or restored, from its position
         let mut runners = Vec::new();
+        let mut inputs = Vec::new();
+        let mut watermarks = Vec::new();
+        let mut restored_positions = Vec::new();
         for oid in &sources {
+            let mut rel = *oid;
             if let Some(e) = self.catalog.get_by_oid(*oid)
                 && e.desc.kind == RelationKind::Source
             {
-                let instance = self.dataflow.sources.new_instance_id();
-                graph.remap_relation(*oid, instance);
-                runners.push(runner_spec(&e.desc, desc, instance)?);
+                rel = self.dataflow.sources.new_instance_id();
+                graph.remap_relation(*oid, rel);
+                let mut spec = runner_spec(&e.desc, desc, rel)?;
+                if restore.is_some() {
+                    let i = input_of(*oid);
+                    let position = i.and_then(|i| i.position.clone()).unwrap_or_default();
+                    // the next checkpoint records this until the instance moves on
+                    restored_positions.push((rel, position.clone()));
+                    spec.resume = Some(Resume {
+                        position,
+                        watermark: i.and_then(|i| i.watermark),
+                    });
+                }
+                runners.push(spec);
+            }
+            inputs.push((rel, *oid));
+            if let Some(w) = input_of(*oid).and_then(|i| i.watermark) {
+                watermarks.push((rel, w));
             }
         }
         let tables: Vec<_> = sources
@@ -241,17 +284,40 @@ impl Engine {
             .filter_map(|e| e.table.clone())
             .collect();
         let mut guards = Vec::with_capacity(tables.len());
-        for t in &tables {
-            guards.push(t.writer.lock().await);
+        if restore.is_none() {
+            for t in &tables {
+                guards.push(t.writer.lock().await);
+            }
         }
         self.observe(&sources);
         let mut snapshots = Vec::with_capacity(tables.len());
         let mut watermark_specs = std::collections::HashMap::new();
+        let mut positions = restored_positions;
         for t in &tables {
-            snapshots.push((t.oid, t.snapshot()?));
-            if let Some(spec) = t.watermark_spec() {
-                watermark_specs.insert(t.oid, spec);
+            match restore {
+                Some(_) => {
+                    let seq = input_of(t.oid)
+                        .and_then(|i| i.position.clone())
+                        .unwrap_or_default();
+                    positions.push((t.oid, seq));
+                }
+                None => {
+                    snapshots.push((t.oid, t.snapshot()?));
+                    if let Some(spec) = t.watermark_spec() {
+                        watermark_specs.insert(t.oid, spec);
+                    }
+                    let seq = t.seq();
+                    positions.push((t.oid, Position::single(seq as i64)));
+                    if self.dataflow.checkpoint_interval.is_some() {
+                        // its first checkpoint will need the log from here
+                        t.hold_log_after(seq)?;
+                    }
+                }
             }
+        }
+        let mut fresh: Vec<u32> = runners.iter().map(|r| r.instance).collect();
+        if restore.is_some() {
+            fresh.extend(tables.iter().map(|t| t.oid));
         }
         let (done, rx) = oneshot::channel();
         let sent = self
@@ -263,8 +329,18 @@ impl Engine {
                 schema: desc.schema(),
                 tables: snapshots,
                 watermark_specs,
-                fresh: runners.iter().map(|r| r.instance).collect(),
+                fresh,
                 progress,
+                fingerprint,
+                inputs,
+                positions,
+                restore: restore.map(|(epoch, vc)| {
+                    Box::new(RestoreFrom {
+                        epoch,
+                        view: vc.clone(),
+                        watermarks,
+                    })
+                }),
                 done,
             })))
             .await;
@@ -277,7 +353,7 @@ impl Engine {
             Err(e) => Err(e),
         };
         match &result {
-            Ok(()) => {
+            Ok(_) => {
                 for spec in runners {
                     self.dataflow.sources.start(self.dataflow.sender(), spec);
                 }
@@ -308,9 +384,20 @@ impl Engine {
         }
     }
 
-    /// Rebuild every view from its inputs after a start (in creation order, so views over
-    /// views find their inputs). A view that no longer plans stays, failed, with its error.
+    /// Bring every view back after a start, in creation order (views over views find
+    /// their inputs), from the last checkpoint where possible (see `docs/GUARANTEES.md`):
+    ///
+    /// 1. each view whose checkpoint matches (fingerprint, keys, its input views restored
+    ///    too, its tables' logs still held after the checkpoint) is restored, with the
+    ///    writer locks of those tables held;
+    /// 2. the tables' changes after the checkpoint are replayed into the dataflow, in log
+    ///    order, before the locks are released (restored views take them as live changes);
+    /// 3. every other view is rebuilt from its inputs as at CREATE.
+    ///
+    /// A view that no longer plans stays, failed, with its error. Each outcome is a row of
+    /// `weir_recovery`.
     pub(crate) async fn restore_views(&self) -> Result<()> {
+        use crate::dataflow::checkpoint::{Manifest, RecoveryRecord, now_us};
         let mut views: Vec<_> = self
             .catalog
             .entries()
@@ -322,38 +409,230 @@ impl Engine {
             .collect();
         views.sort_by_key(|e| e.desc.oid);
         let session = self.new_session();
-        for v in views {
-            let started = std::time::Instant::now();
-            let result = async {
-                let sql = v.desc.query.clone().ok_or_else(|| {
-                    WeirError::internal(format!("view {} has no stored query", v.desc.name))
+        let log = self.dataflow.checkpoints.clone();
+        let store = self.catalog.store().clone();
+        let mut no_checkpoint_reason = "checkpoints are off".to_owned();
+        let manifest = if self.dataflow.checkpoint_interval.is_some() {
+            match Manifest::read(store.as_ref()) {
+                Ok(Some(m)) => Some(m),
+                Ok(None) => {
+                    no_checkpoint_reason = "no checkpoint yet".into();
+                    None
+                }
+                Err(e) => {
+                    error!(error = %e, "the last checkpoint cannot be read; every view is rebuilt from its inputs");
+                    no_checkpoint_reason = e.message.clone();
+                    None
+                }
+            }
+        } else {
+            crate::dataflow::checkpoint::clear_all(store.as_ref())?;
+            None
+        };
+        let plan = |v: &crate::catalog::Entry| {
+            let session = &session;
+            let desc = v.desc.clone();
+            async move {
+                let sql = desc.query.clone().ok_or_else(|| {
+                    WeirError::internal(format!("view {} has no stored query", desc.name))
                 })?;
                 let query = parse_query(&sql)?;
                 // a sink's options are its connector's
-                let view_options: &[(String, String)] = match v.desc.kind {
+                let view_options: &[(String, String)] = match desc.kind {
                     RelationKind::Sink => &[],
-                    _ => &v.desc.options,
+                    _ => &desc.options,
                 };
-                let (graph, _) = self
-                    .plan_view(
-                        &session,
-                        &v.desc.name,
-                        &query,
-                        view_options,
-                        v.desc.emit_on_window_close,
-                    )
-                    .await?;
-                self.start_view(&v.desc, graph, None).await
+                self.plan_view(
+                    session,
+                    &desc.name,
+                    &query,
+                    view_options,
+                    desc.emit_on_window_close,
+                )
+                .await
+                .map(|(g, _)| g)
             }
-            .await;
+        };
+        // 1. restore
+        let mut restored: HashSet<u32> = HashSet::new();
+        let mut rebuild: Vec<(Arc<crate::catalog::Entry>, String)> = Vec::new();
+        // the tables restored views read stay locked until their logs are replayed
+        let mut held: Vec<Arc<crate::state::table::TableStore>> = Vec::new();
+        if let Some(m) = &manifest {
+            for i in m.views.iter().flat_map(|v| v.inputs.iter()) {
+                if let Some(t) = self
+                    .catalog
+                    .get_by_oid(i.relation)
+                    .and_then(|e| e.table.clone())
+                    && !held.iter().any(|h| h.oid == t.oid)
+                {
+                    held.push(t);
+                }
+            }
+        }
+        let mut locks = Vec::with_capacity(held.len());
+        for t in &held {
+            locks.push(t.writer.lock().await);
+        }
+        // per table: (checkpointed sequence, its log after it)
+        let mut replays: std::collections::HashMap<
+            u32,
+            (u64, Vec<(u64, crate::dataflow::changelog::Changelog)>),
+        > = Default::default();
+        for v in views {
+            let started = std::time::Instant::now();
+            let started_at_us = now_us();
+            let Some(m) = &manifest else {
+                rebuild.push((v, no_checkpoint_reason.clone()));
+                continue;
+            };
+            let Some(vc) = m.view(v.desc.oid) else {
+                rebuild.push((v, "not in the last checkpoint".into()));
+                continue;
+            };
+            let mut reason = None;
+            for i in &vc.inputs {
+                let Some(e) = self.catalog.get_by_oid(i.relation) else {
+                    reason = Some(format!("input relation {} no longer exists", i.relation));
+                    break;
+                };
+                if matches!(
+                    e.desc.kind,
+                    RelationKind::MaterializedView | RelationKind::Sink
+                ) && !restored.contains(&i.relation)
+                {
+                    reason = Some(format!("its input view \"{}\" was rebuilt", e.desc.name));
+                    break;
+                }
+                if let Some(t) = &e.table {
+                    let Some(seq) = i.position.as_ref().and_then(|p| p.first()) else {
+                        reason = Some(format!(
+                            "no position recorded for table \"{}\"",
+                            e.desc.name
+                        ));
+                        break;
+                    };
+                    let seq = seq as u64;
+                    match replays.get(&t.oid) {
+                        Some((from, _)) if *from == seq => {}
+                        Some((from, _)) => {
+                            reason = Some(format!(
+                                "table \"{}\" is at sequence {seq} in its checkpoint, other views at {from}",
+                                e.desc.name
+                            ));
+                            break;
+                        }
+                        None => match t.log_after(seq)? {
+                            Some(entries) => {
+                                replays.insert(t.oid, (seq, entries));
+                            }
+                            None => {
+                                reason = Some(format!(
+                                    "the change log of table \"{}\" after sequence {seq} is no longer kept",
+                                    e.desc.name
+                                ));
+                                break;
+                            }
+                        },
+                    }
+                }
+            }
+            if let Some(r) = reason {
+                rebuild.push((v, r));
+                continue;
+            }
+            let result = match plan(&v).await {
+                Ok(graph) => {
+                    self.start_view(&v.desc, graph, None, Some((m.epoch, vc)))
+                        .await
+                }
+                Err(e) => Err(e),
+            };
             match result {
-                Ok(()) => info!(
-                    view = %v.desc.name,
-                    secs = started.elapsed().as_secs_f64(),
-                    "restored materialized view"
-                ),
+                Ok(bytes) => {
+                    restored.insert(v.desc.oid);
+                    info!(view = %v.desc.name, epoch = m.epoch, bytes, secs = started.elapsed().as_secs_f64(), "restored materialized view from its checkpoint");
+                    log.record_recovery(RecoveryRecord {
+                        view: v.desc.name.clone(),
+                        started_at_us,
+                        duration_ms: started.elapsed().as_secs_f64() * 1e3,
+                        bytes_read: bytes,
+                        outcome: "restored",
+                        from_epoch: Some(m.epoch),
+                        reason: None,
+                    });
+                }
+                Err(e) => rebuild.push((v, e.message)),
+            }
+        }
+        // 2. the tables' changes after the checkpoint, in log order
+        for (oid, (_, entries)) in replays {
+            let Some(t) = self.catalog.get_by_oid(oid).and_then(|e| e.table.clone()) else {
+                continue;
+            };
+            let spec = t
+                .watermark_spec()
+                .map(crate::dataflow::watermark::WatermarkSpec::new);
+            let mut wm = manifest.as_ref().and_then(|m| {
+                m.views
+                    .iter()
+                    .flat_map(|v| v.inputs.iter())
+                    .filter(|i| i.relation == oid)
+                    .filter_map(|i| i.watermark)
+                    .max()
+            });
+            for (seq, changelog) in entries {
+                let before = wm;
+                if let Some(spec) = spec {
+                    wm = spec.after_batch(wm, &changelog.data);
+                }
+                self.dataflow
+                    .send(Msg::Changes {
+                        relation: oid,
+                        changelog,
+                        watermark_before: before,
+                        watermark_after: wm,
+                        position: Some(Position::single(seq as i64)),
+                    })
+                    .await?;
+            }
+        }
+        drop(locks);
+        // 3. rebuild the rest
+        for (v, why) in rebuild {
+            let started = std::time::Instant::now();
+            let started_at_us = now_us();
+            if manifest.is_some() || why != "checkpoints are off" {
+                info!(view = %v.desc.name, reason = %why, "rebuilding materialized view from its inputs");
+            }
+            let result = match plan(&v).await {
+                Ok(graph) => self.start_view(&v.desc, graph, None, None).await,
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(_) => {
+                    info!(view = %v.desc.name, secs = started.elapsed().as_secs_f64(), "rebuilt materialized view");
+                    log.record_recovery(RecoveryRecord {
+                        view: v.desc.name.clone(),
+                        started_at_us,
+                        duration_ms: started.elapsed().as_secs_f64() * 1e3,
+                        bytes_read: 0,
+                        outcome: "rebuilt",
+                        from_epoch: None,
+                        reason: Some(why),
+                    });
+                }
                 Err(e) => {
                     error!(view = %v.desc.name, error = %e, "cannot restore materialized view");
+                    log.record_recovery(RecoveryRecord {
+                        view: v.desc.name.clone(),
+                        started_at_us,
+                        duration_ms: started.elapsed().as_secs_f64() * 1e3,
+                        bytes_read: 0,
+                        outcome: "failed",
+                        from_epoch: None,
+                        reason: Some(e.message.clone()),
+                    });
                     self.dataflow.mark_failed(
                         v.desc.oid,
                         &v.desc.schema(),
@@ -365,6 +644,9 @@ impl Engine {
                 }
             }
         }
+        // the replayed changes are in the views before sinks start
+        self.dataflow.flush().await?;
+        self.dataflow.recovered();
         Ok(())
     }
 
@@ -591,6 +873,7 @@ fn runner_spec(src: &RelationDesc, view: &RelationDesc, instance: u32) -> Result
         instance,
         watermark,
         kind,
+        resume: None,
     })
 }
 

@@ -33,6 +33,8 @@ pub enum Statement {
     ExplainView(Box<CreateView>),
     /// Wait until every change acknowledged before is reflected in every view.
     Flush,
+    /// `CHECKPOINT`: write a checkpoint of every view now and wait until it is durable.
+    Checkpoint,
     Drop(DropStmt),
     /// `SHOW TABLES` and friends: list relations of one kind.
     ShowRelations(RelationKindFilter),
@@ -415,6 +417,13 @@ fn parse_one(p: &mut Parser) -> Result<Statement> {
     let Token::Word(w) = &first.token else {
         return classify(p.parse_statement()?);
     };
+    if w.quote_style.is_none()
+        && w.value.eq_ignore_ascii_case("checkpoint")
+        && matches!(p.peek_nth_token(1).token, Token::EOF | Token::SemiColon)
+    {
+        p.next_token();
+        return Ok(Statement::Checkpoint);
+    }
     match w.keyword {
         Keyword::CREATE => {
             if matches!(&p.peek_nth_token(1).token, Token::Word(w) if w.keyword == Keyword::TABLE) {

@@ -400,6 +400,13 @@ impl StateTable {
         self.delete_range((Bound::Included(prefix), hi))
     }
 
+    /// Make the next flush write the whole table (its stored copy is being rewritten from
+    /// scratch, e.g. after a failed checkpoint).
+    pub fn rewrite_all(&mut self) {
+        self.tracking = false;
+        self.dirty = HashSet::default();
+    }
+
     /// Write the keys changed since the last flush into `batch`, under `store_prefix`, and
     /// forget that they were changed.
     pub fn flush(&mut self, store_prefix: &[u8], batch: &mut WriteBatch) -> FlushStats {

@@ -74,13 +74,15 @@ pub enum Change {
 /// context.
 pub trait ChangeSink: Send + Sync {
     /// `watermark_before`/`after`: the table's event-time watermark (µs) in force when the
-    /// change arrived and after it, for tables that declare one.
+    /// change arrived and after it, for tables that declare one. `seq`: the change's
+    /// log sequence number (what a checkpoint records as the table's position).
     fn send(
         &self,
         relation: u32,
         changelog: &Changelog,
         watermark_before: Option<i64>,
         watermark_after: Option<i64>,
+        seq: u64,
     );
 }
 
@@ -153,6 +155,15 @@ fn snapshot_prefix(oid: u32) -> Vec<u8> {
 }
 
 /// All keys of one table's data start with this.
+/// Where a checkpoint records the last log sequence number of a table that the
+/// checkpointed views have consumed: log entries after it are kept through compaction
+/// (recovery replays them into the restored views). Under the checkpoint namespace `K`.
+pub fn retention_key(oid: u32) -> Vec<u8> {
+    let mut k = b"Kr".to_vec();
+    k.extend_from_slice(&oid.to_be_bytes());
+    k
+}
+
 pub fn table_prefix(oid: u32) -> Vec<u8> {
     let mut k = b"T".to_vec();
     k.extend_from_slice(&oid.to_be_bytes());
@@ -288,6 +299,57 @@ impl TableStore {
         self.watermark_spec
     }
 
+    /// The last log sequence number used (the table's position in its change log).
+    pub fn seq(&self) -> u64 {
+        self.inner.lock().seq
+    }
+
+    /// Keep the log after `seq` through compaction until a checkpoint says otherwise (a
+    /// view starting to read the table at `seq`, before its first checkpoint lands). Only
+    /// lowers a retention already recorded, never raises it.
+    pub fn hold_log_after(&self, seq: u64) -> Result<()> {
+        let key = retention_key(self.oid);
+        if let Some(v) = self.store.get(&key)?
+            && read_seq(&v)? <= seq
+        {
+            return Ok(());
+        }
+        let mut wb = WriteBatch::default();
+        wb.put(key, seq.to_be_bytes().to_vec());
+        self.store.commit(wb, Durability::Sync)
+    }
+
+    /// The changes logged after sequence number `after`, in order (recovery replays them
+    /// into views restored from a checkpoint at `after`). None when some of them are no
+    /// longer in the log (compacted away): those views must be rebuilt instead. Call with
+    /// the writer lock held, so nothing is appended meanwhile.
+    pub fn log_after(&self, after: u64) -> Result<Option<Vec<(u64, Changelog)>>> {
+        let last = self.inner.lock().seq;
+        if after >= last {
+            return Ok(Some(Vec::new()));
+        }
+        let lp = log_prefix(self.oid);
+        let mut out = Vec::new();
+        let mut expect = after + 1;
+        let mut gap = false;
+        self.store.scan_prefix(&lp, &mut |k, v| {
+            let seq = read_seq(&k[lp.len()..])?;
+            if seq <= after || gap {
+                return Ok(());
+            }
+            if seq != expect {
+                gap = true;
+                return Ok(());
+            }
+            for b in decode_batches(v)? {
+                out.push((seq, Changelog::from_batch(&b, &self.schema)?));
+            }
+            expect += 1;
+            Ok(())
+        })?;
+        Ok((!gap && expect == last + 1).then_some(out))
+    }
+
     /// The event-time watermark, for tables that declare one.
     pub fn watermark(&self) -> Option<i64> {
         self.inner.lock().watermark
@@ -397,7 +459,7 @@ impl TableStore {
             inner.watermark = self.advance(before, &changelog.data);
         }
         if let Some(sink) = self.sink.read().as_ref() {
-            sink.send(self.oid, &changelog, before, inner.watermark);
+            sink.send(self.oid, &changelog, before, inner.watermark, seq);
         }
         if inner.log_entries >= COMPACT_AFTER_ENTRIES {
             self.compact(&mut inner)?;
@@ -405,11 +467,23 @@ impl TableStore {
         Ok(Applied { rows, changelog })
     }
 
-    /// Write the live contents as a snapshot and drop the log, atomically.
+    /// Write the live contents as a snapshot and drop the log, atomically; entries a
+    /// checkpoint of the views reading the table still needs (see [`retention_key`]) stay.
     fn compact(&self, inner: &mut Inner) -> Result<()> {
         let mut wb = WriteBatch::default();
-        for k in keys_with_prefix(self.store.as_ref(), &log_prefix(self.oid))? {
-            wb.delete(k);
+        let keep_after = match self.sink.read().is_some() {
+            true => match self.store.get(&retention_key(self.oid))? {
+                Some(v) => read_seq(&v)?,
+                None => u64::MAX,
+            },
+            // no view reads the table: no checkpoint needs its log
+            false => u64::MAX,
+        };
+        let lp = log_prefix(self.oid);
+        for k in keys_with_prefix(self.store.as_ref(), &lp)? {
+            if read_seq(&k[lp.len()..])? <= keep_after {
+                wb.delete(k);
+            }
         }
         for k in keys_with_prefix(self.store.as_ref(), &snapshot_prefix(self.oid))? {
             wb.delete(k);

@@ -100,6 +100,19 @@ impl ZSet {
         &mut self.rows
     }
 
+    /// After the state table was loaded: recompute the totals from it.
+    pub fn recount(&mut self) {
+        let mut total = 0i64;
+        let mut negative = 0usize;
+        for (_, v) in self.rows.iter() {
+            let c = count_of(v);
+            total += c.max(0);
+            negative += usize::from(c < 0);
+        }
+        self.total = total;
+        self.negative = negative;
+    }
+
     pub fn apply(&mut self, cl: &Changelog) -> Result<()> {
         if cl.is_empty() {
             return Ok(());

@@ -130,8 +130,11 @@ pub(super) struct PartitionState {
 
 pub(super) struct Instance {
     pub(super) target: Target,
-    /// Next offsets per partition to resume from (tables: as committed with their rows).
+    /// Next offsets per partition to resume from (tables: as committed with their rows;
+    /// views: as checkpointed).
     pub(super) resume: BTreeMap<i32, i64>,
+    /// Largest event time per partition as checkpointed (restored views).
+    pub(super) resume_event_times: BTreeMap<i32, i64>,
     pub(super) source: String,
     pub(super) view: String,
     pub(super) spec: KafkaSpec,
@@ -156,19 +159,34 @@ pub fn run(
     let SourceKind::Kafka(kspec) = spec.kind else {
         return;
     };
-    Instance::new(
+    // a restored view's instance continues at its checkpointed offsets, never at the
+    // consumer group's
+    let resume = spec.resume.unwrap_or_default();
+    let mut instance = Instance::new(
         Target::View {
             tx,
             instance: spec.instance,
         },
-        BTreeMap::new(),
+        resume
+            .position
+            .0
+            .iter()
+            .map(|p| (p.partition, p.next))
+            .collect(),
         (spec.source_name, spec.view_name),
         *kspec,
         spec.watermark.map(WatermarkSpec::new),
         progress,
         dead,
-    )
-    .finish(&stop, &sync);
+    );
+    instance.resume_event_times = resume
+        .position
+        .0
+        .iter()
+        .filter_map(|p| p.max_event_time.map(|t| (p.partition, t)))
+        .collect();
+    instance.watermark = resume.watermark;
+    instance.finish(&stop, &sync);
 }
 
 /// Run the consumer of a table fed by a changelog topic until `stop` (the table dropped),
@@ -221,6 +239,7 @@ impl Instance {
         Instance {
             target,
             resume,
+            resume_event_times: BTreeMap::new(),
             source,
             view,
             spec,
@@ -460,6 +479,7 @@ impl Instance {
             .map_err(|e| format!("cannot assign partitions: {e}"))?;
         let now = Instant::now();
         for p in new {
+            let max_event_time = self.resume_event_times.get(&p).copied();
             self.partitions.insert(
                 p,
                 PartitionState {
@@ -467,6 +487,10 @@ impl Instance {
                         partition: p,
                         offset: self.resume.get(&p).copied().unwrap_or(0),
                         high_watermark: -1,
+                        max_event_time,
+                        watermark: max_event_time
+                            .zip(self.watermark_spec)
+                            .map(|(t, spec)| spec.bound(t)),
                         ..Default::default()
                     },
                     last_message: now,

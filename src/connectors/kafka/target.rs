@@ -18,6 +18,7 @@ use super::options::{Include, OnError};
 use super::poll::{Instance, Pending};
 use crate::connectors::runner::{BATCHES_PER_BARRIER, send_batch, wait_for_views};
 use crate::connectors::upsert::{ChangeDecoder, KeyValue};
+use crate::dataflow::position::{PartPosition, Position};
 use crate::dataflow::runtime::Msg;
 use crate::dataflow::watermark::advance;
 use crate::error::Result;
@@ -146,7 +147,17 @@ impl Instance {
     ) -> std::result::Result<(), String> {
         match &self.target {
             Target::View { tx, instance } => {
-                if send_batch(tx, *instance, batch, before, self.watermark) {
+                let position = Position(
+                    self.partitions
+                        .values()
+                        .map(|p| PartPosition {
+                            partition: p.progress.partition,
+                            next: p.progress.offset,
+                            max_event_time: p.progress.max_event_time,
+                        })
+                        .collect(),
+                );
+                if send_batch(tx, *instance, batch, before, self.watermark, position) {
                     Ok(())
                 } else {
                     Err("the dataflow worker has stopped".into())
