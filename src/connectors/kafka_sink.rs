@@ -18,11 +18,19 @@
 //! waits for every delivery report (at-least-once: a failed batch is sent again). The mode
 //! in force is in `weir_sinks.delivery`.
 //!
-//! Restart: views are rebuilt from their inputs, so a restarted sink first reads its topic
-//! back (committed messages only) and emits only the difference between the view and what
-//! the topic already says: rows not yet written (PLAIN, as a multiset), keys whose latest
-//! message differs from the view's row or whose row is gone (UPSERT, DEBEZIUM). The topic
-//! is the sink's checkpoint; rows written by others to the same topic count as written.
+//! Progress: the last message of every delivery carries a `weir-progress` header, the
+//! positions of the view's inputs (table log sequence, generator row, Kafka offsets) at
+//! the epoch whose changes it ends.
+//!
+//! Restart: a restarted sink first reads its topic back (committed messages only) with the
+//! latest progress in it, waits until the view (restored from a checkpoint that may be
+//! older than the topic, or rebuilt) has consumed its inputs at least that far, and then
+//! emits only the difference between the view and what the topic already says: rows not
+//! yet written (PLAIN, as a multiset), keys whose latest message differs from the view's
+//! row or whose row is gone (UPSERT, DEBEZIUM). Waiting is what makes this exactly-once
+//! for views over generators and Kafka sources too: compared any earlier, the view would
+//! lack rows the topic has, and write them again when its sources replay. The topic is
+//! the sink's checkpoint; rows written by others to the same topic count as written.
 
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -40,7 +48,7 @@ use parking_lot::Mutex;
 use rdkafka::ClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::Message;
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use tokio::sync::mpsc::error::TryRecvError;
@@ -48,8 +56,11 @@ use tracing::{info, warn};
 
 use crate::connectors::kafka::KafkaOptions;
 use crate::dataflow::changelog::Changelog;
+use crate::dataflow::position::{Position, all_reached};
+use crate::dataflow::publication::InputPositions;
 use crate::dataflow::runtime::{EpochChanges, Subscription};
 use crate::error::{Result, WeirError};
+use crate::state::zset::ZSet;
 
 /// Options a Kafka sink knows (besides `properties.*`).
 const OPTIONS: &[&str] = &[
@@ -104,7 +115,15 @@ pub struct SinkSpec {
     pub key: Vec<usize>,
     /// Read the topic back first (a restart), instead of writing the whole view.
     pub reconcile: bool,
+    /// The view's input positions at the latest published epoch.
+    pub view_positions: Arc<dyn Fn() -> Option<InputPositions> + Send + Sync>,
 }
+
+/// The record header holding a delivery's progress (JSON: `[[input OID, position]...]`).
+const PROGRESS_HEADER: &str = "weir-progress";
+/// How long a restarted sink waits for its view to reach the topic's progress before it
+/// compares them anyway (a source that cannot get there, e.g. a truncated topic).
+const PROGRESS_WAIT: Duration = Duration::from_secs(120);
 
 /// Check a sink's options against the view's columns; returns (options, key indexes).
 pub fn check(
@@ -329,6 +348,8 @@ struct Runner {
     context: SinkContext,
     exactly_once: bool,
     progress: Arc<SinkProgress>,
+    /// The view's input positions at the epoch of the changes being delivered.
+    positions: InputPositions,
 }
 
 fn run(spec: SinkSpec, mut sub: Subscription, stop: Arc<AtomicBool>, progress: Arc<SinkProgress>) {
@@ -351,6 +372,7 @@ fn run(spec: SinkSpec, mut sub: Subscription, stop: Arc<AtomicBool>, progress: A
         context: SinkContext::default(),
         exactly_once: false,
         progress: progress.clone(),
+        positions: sub.positions.clone(),
     };
     let outcome = r.run(&mut sub, &stop);
     if let Err(e) = &outcome {
@@ -381,9 +403,22 @@ impl Runner {
         // the initial contents: all of the view, or (after a restart) what the topic lacks
         let snapshot: Vec<RecordBatch> = sub.snapshot.iter().cloned().collect();
         let snapshot = concat_batches(&self.schema, &snapshot).map_err(|e| e.to_string())?;
+        let mut initial_epoch = sub.epoch;
         let initial = if self.spec.reconcile {
+            // the producer first: initializing its transactions fences the previous run's
+            // producer and ends the transaction it left open, so the read-back below sees
+            // the topic as it will stay
+            self.connect(stop)?;
             self.set_status("reading the topic back");
-            let existing = self.read_back(stop)?;
+            let (existing, written) = self.read_back(stop)?;
+            let snapshot = match written {
+                Some(target) => {
+                    let (contents, epoch) = self.catch_up_with(sub, snapshot, &target, stop)?;
+                    initial_epoch = epoch;
+                    contents
+                }
+                None => snapshot,
+            };
             self.reconcile(&snapshot, existing)?
         } else {
             self.encode(&Changelog::inserts(snapshot))?
@@ -391,7 +426,7 @@ impl Runner {
         self.deliver(&initial, stop)?;
         self.progress
             .committed_epoch
-            .store(sub.epoch, Ordering::Release);
+            .store(initial_epoch, Ordering::Release);
         self.set_status("running");
         loop {
             if stop.load(Ordering::Acquire) {
@@ -423,6 +458,9 @@ impl Runner {
             for c in &batch {
                 let cl = Changelog::concat(&self.schema, &c.changes).map_err(|e| e.to_string())?;
                 out.extend(self.encode(&cl)?);
+            }
+            if let Some(c) = batch.last() {
+                self.positions = c.positions.clone();
             }
             self.deliver(&out, stop)?;
             self.progress.committed_epoch.store(last, Ordering::Release);
@@ -597,8 +635,65 @@ impl Runner {
         Ok(out)
     }
 
-    /// Every committed message of the topic, in partition order.
-    fn read_back(&self, stop: &AtomicBool) -> std::result::Result<Vec<Out>, String> {
+    /// After a restart: the view's contents once it has consumed its inputs as far as the
+    /// topic's progress says (the subscription's snapshot plus the changes since), and the
+    /// epoch they are at.
+    fn catch_up_with(
+        &mut self,
+        sub: &mut Subscription,
+        snapshot: RecordBatch,
+        target: &[(u32, Position)],
+        stop: &AtomicBool,
+    ) -> std::result::Result<(RecordBatch, u64), String> {
+        let mut epoch = sub.epoch;
+        let mut contents = ZSet::new(self.schema.clone()).map_err(|e| e.to_string())?;
+        contents
+            .apply(&Changelog::inserts(snapshot))
+            .map_err(|e| e.to_string())?;
+        let started = Instant::now();
+        self.set_status("waiting for the view to reach the topic's progress");
+        loop {
+            // everything published up to `now` is already in the channel
+            let now = (self.spec.view_positions)().unwrap_or_default();
+            loop {
+                match sub.changes.try_recv() {
+                    Ok(c) => {
+                        for cl in &c.changes {
+                            contents.apply(cl).map_err(|e| e.to_string())?;
+                        }
+                        self.positions = c.positions.clone();
+                        epoch = c.epoch;
+                    }
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => return Err("the view was dropped".into()),
+                }
+            }
+            if all_reached(&now, target) {
+                break;
+            }
+            if stop.load(Ordering::Acquire) {
+                return Err("stopped".into());
+            }
+            if started.elapsed() >= PROGRESS_WAIT {
+                warn!(sink = %self.spec.name, "the view did not reach the progress its topic records; comparing them as they are");
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let batches = contents.to_batches().map_err(|e| e.to_string())?;
+        Ok((
+            concat_batches(&self.schema, &batches).map_err(|e| e.to_string())?,
+            epoch,
+        ))
+    }
+
+    /// Every committed message of the topic, in partition order, and the latest progress
+    /// they record.
+    #[allow(clippy::type_complexity)]
+    fn read_back(
+        &self,
+        stop: &AtomicBool,
+    ) -> std::result::Result<(Vec<Out>, Option<Vec<(u32, Position)>>), String> {
         let o = &self.spec.options;
         let mut c = ClientConfig::new();
         c.set("bootstrap.servers", &o.bootstrap)
@@ -645,11 +740,31 @@ impl Runner {
         consumer.assign(&tpl).map_err(|e| e.to_string())?;
         let topic_c = CString::new(o.topic.clone()).map_err(|e| e.to_string())?;
         let mut out = Vec::new();
+        let mut written: Option<Vec<(u32, Position)>> = None;
         let mut quiet = Instant::now();
         let started = Instant::now();
         loop {
             match consumer.poll(Duration::from_millis(50)) {
                 Some(Ok(m)) => {
+                    if let Some(h) = m.headers() {
+                        for hd in h.iter() {
+                            if hd.key != PROGRESS_HEADER {
+                                continue;
+                            }
+                            let Some(p) = hd.value.and_then(|v| {
+                                serde_json::from_slice::<Vec<(u32, Position)>>(v).ok()
+                            }) else {
+                                continue;
+                            };
+                            let w = written.get_or_insert_with(Vec::new);
+                            for (rel, pos) in p {
+                                match w.iter_mut().find(|(r, _)| *r == rel) {
+                                    Some((_, q)) => q.max_with(&pos),
+                                    None => w.push((rel, pos)),
+                                }
+                            }
+                        }
+                    }
                     out.push((m.key().map(|k| k.to_vec()), m.payload().map(|v| v.to_vec())));
                     quiet = Instant::now();
                     continue;
@@ -685,8 +800,8 @@ impl Runner {
                 return Err("stopped".into());
             }
         }
-        info!(sink = %self.spec.name, messages = out.len(), "sink read its topic back");
-        Ok(out)
+        info!(sink = %self.spec.name, messages = out.len(), progress = ?written, "sink read its topic back");
+        Ok((out, written))
     }
 
     /// A producer, with transactions when the broker supports them.
@@ -805,8 +920,15 @@ impl Runner {
         }
         self.context.failed.store(0, Ordering::Release);
         let topic = &self.spec.options.topic;
-        for (k, v) in msgs {
+        let progress = serde_json::to_vec(&*self.positions).unwrap_or_default();
+        for (i, (k, v)) in msgs.iter().enumerate() {
             let mut rec: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic);
+            if i + 1 == msgs.len() {
+                rec = rec.headers(OwnedHeaders::new().insert(Header {
+                    key: PROGRESS_HEADER,
+                    value: Some(progress.as_slice()),
+                }));
+            }
             if let Some(k) = k {
                 rec = rec.key(k.as_slice());
             }

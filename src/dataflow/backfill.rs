@@ -202,7 +202,9 @@ impl Worker {
                     },
                 );
                 self.changed = true;
+                let positions = self.view_positions();
                 let mut p = self.published.write();
+                p.positions.extend(positions);
                 p.epoch = p.epoch.max(restored_epoch.unwrap_or(0)) + 1;
                 let epoch = p.epoch;
                 p.views.insert(

@@ -52,6 +52,43 @@ impl Position {
     }
 }
 
+impl Position {
+    /// Whether this position is at or past `target` in every partition `target` names.
+    pub fn reached(&self, target: &Position) -> bool {
+        target.0.iter().all(|t| {
+            self.0
+                .iter()
+                .any(|p| p.partition == t.partition && p.next >= t.next)
+        })
+    }
+
+    /// The later of two positions, partition by partition.
+    pub fn max_with(&mut self, other: &Position) {
+        for o in &other.0 {
+            match self.0.iter_mut().find(|p| p.partition == o.partition) {
+                Some(p) => {
+                    if o.next > p.next {
+                        *p = *o;
+                    }
+                }
+                None => self.0.push(*o),
+            }
+        }
+        self.0.sort_by_key(|p| p.partition);
+    }
+}
+
+/// Whether positions of inputs (by catalog OID) reached `target` for every input it names
+/// (an input no longer read counts as reached).
+pub fn all_reached(now: &[(u32, Position)], target: &[(u32, Position)]) -> bool {
+    target
+        .iter()
+        .all(|(rel, t)| match now.iter().find(|(r, _)| r == rel) {
+            Some((_, p)) => p.reached(t),
+            None => true,
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,5 +104,11 @@ mod tests {
         p.merge(&Position(vec![part(1, 9), part(2, 1)]));
         assert_eq!(p, Position(vec![part(0, 5), part(1, 9), part(2, 1)]));
         assert_eq!(p.first(), Some(5));
+        assert!(p.reached(&Position(vec![part(1, 9)])));
+        assert!(!p.reached(&Position(vec![part(1, 10)])));
+        assert!(!p.reached(&Position(vec![part(3, 0)])));
+        let mut m = Position(vec![part(0, 9)]);
+        m.max_with(&p);
+        assert_eq!(m, Position(vec![part(0, 9), part(1, 9), part(2, 1)]));
     }
 }

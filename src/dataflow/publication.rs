@@ -11,6 +11,7 @@ use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
 use crate::dataflow::changelog::Changelog;
+use crate::dataflow::position::Position;
 use crate::error::{Result, WeirError};
 use crate::state::zset::ZSet;
 
@@ -43,9 +44,14 @@ impl ViewData {
     }
 }
 
+/// Where a view's inputs stood at an epoch: (catalog OID of the input, its position).
+pub type InputPositions = Arc<Vec<(u32, Position)>>;
+
 pub(crate) struct Published {
     pub(crate) epoch: u64,
     pub(crate) views: HashMap<u32, ViewData>,
+    /// Each view's input positions as of `epoch` (sinks record them with what they write).
+    pub(crate) positions: HashMap<u32, InputPositions>,
     /// Change subscriptions (sinks, SUBSCRIBE) by view.
     pub(crate) subscribers: HashMap<u32, Vec<Subscriber>>,
 }
@@ -68,8 +74,10 @@ impl Published {
         deltas: Vec<(u32, Vec<Changelog>)>,
         failures: Vec<(u32, String)>,
         watermarks: &HashMap<u32, i64>,
+        positions: HashMap<u32, InputPositions>,
     ) {
         self.epoch += 1;
+        self.positions.extend(positions);
         let epoch = self.epoch;
         for (oid, d) in self.views.iter_mut() {
             if let Some(w) = watermarks.get(oid) {
@@ -90,6 +98,7 @@ impl Published {
                         epoch,
                         changes: delta,
                         watermark,
+                        positions: self.positions.get(&oid).cloned().unwrap_or_default(),
                     };
                     let rows: usize = msg.changes.iter().map(|c| c.len()).sum();
                     subs.retain(|s| {
@@ -134,6 +143,8 @@ pub struct EpochChanges {
     pub changes: Vec<Changelog>,
     /// The view's watermark after the epoch.
     pub watermark: Option<i64>,
+    /// The view's input positions after the epoch.
+    pub positions: InputPositions,
 }
 
 /// A subscription to a view: its contents at `epoch`, then every later epoch's changes, in
@@ -145,4 +156,6 @@ pub struct Subscription {
     pub changes: mpsc::UnboundedReceiver<EpochChanges>,
     /// The last epoch the dataflow has sent (for waiting until a subscriber caught up).
     pub sent: Arc<std::sync::atomic::AtomicU64>,
+    /// The view's input positions at `epoch`.
+    pub positions: InputPositions,
 }

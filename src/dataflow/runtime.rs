@@ -133,6 +133,7 @@ impl Dataflow {
         let published = Arc::new(RwLock::new(Published {
             epoch: 0,
             views: HashMap::new(),
+            positions: HashMap::new(),
             subscribers: HashMap::new(),
         }));
         let stats = Arc::new(Mutex::new(HashMap::new()));
@@ -301,6 +302,7 @@ impl Dataflow {
         let snapshot = d.snapshot()?;
         let schema = d.contents.schema().clone();
         let epoch = p.epoch;
+        let positions = p.positions.get(&view).cloned().unwrap_or_default();
         let (tx, rx) = mpsc::unbounded_channel();
         let sent = Arc::new(std::sync::atomic::AtomicU64::new(epoch));
         p.subscribers.entry(view).or_default().push(Subscriber {
@@ -314,6 +316,7 @@ impl Dataflow {
             schema,
             changes: rx,
             sent,
+            positions,
         })
     }
 
@@ -336,6 +339,14 @@ impl Dataflow {
 
     pub fn epoch(&self) -> u64 {
         self.published.read().epoch
+    }
+
+    /// A view's input positions at the latest published epoch.
+    pub fn view_positions(
+        &self,
+        view: u32,
+    ) -> Option<crate::dataflow::publication::InputPositions> {
+        self.published.read().positions.get(&view).cloned()
     }
 
     pub fn stats(&self) -> Vec<ViewStats> {

@@ -149,6 +149,25 @@ impl Worker {
         }
     }
 
+    /// Every view's input positions now, by catalog OID.
+    pub(crate) fn view_positions(
+        &self,
+    ) -> HashMap<u32, crate::dataflow::publication::InputPositions> {
+        self.views
+            .iter()
+            .map(|(oid, v)| {
+                let list: Vec<(u32, Position)> = v
+                    .inputs
+                    .iter()
+                    .filter_map(|(rel, catalog)| {
+                        self.positions.get(rel).map(|p| (*catalog, p.clone()))
+                    })
+                    .collect();
+                (*oid, Arc::new(list))
+            })
+            .collect()
+    }
+
     pub(crate) fn refresh_lookups(&mut self) {
         self.lookups = self
             .graphs
@@ -210,9 +229,10 @@ impl Worker {
                 }
             }
         }
+        let positions = self.view_positions();
         self.published
             .write()
-            .publish(deltas, failures, &self.watermarks);
+            .publish(deltas, failures, &self.watermarks, positions);
         let mut stats = self.stats.lock();
         for (oid, rt) in &self.graphs {
             stats.insert(*oid, rt.graph.operator_states());

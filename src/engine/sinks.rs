@@ -201,6 +201,10 @@ impl Engine {
                 format,
                 key,
                 reconcile: restart,
+                view_positions: {
+                    let dataflow = self.dataflow.clone();
+                    std::sync::Arc::new(move || dataflow.view_positions(view_oid))
+                },
             },
             sub,
         );
