@@ -152,6 +152,7 @@ impl Dataflow {
             changed: false,
             clear: Vec::new(),
             recovering: recovering.clone(),
+            force_full: false,
         };
         std::thread::Builder::new()
             .name("weir-dataflow".into())

@@ -55,6 +55,9 @@ pub(crate) struct Worker {
     pub(crate) clear: Vec<Vec<u8>>,
     /// Views are still being restored at start (no timer checkpoints yet).
     pub(crate) recovering: Arc<std::sync::atomic::AtomicBool>,
+    /// Cutting a checkpoint failed after some state tables were flushed: the next one
+    /// must write all state.
+    pub(crate) force_full: bool,
 }
 
 impl Worker {
@@ -252,7 +255,7 @@ impl Worker {
             }
             return;
         };
-        let full = writer.needs_full();
+        let full = writer.needs_full() || self.force_full;
         if reply.is_none()
             && (writer.busy()
                 || (!self.changed && !full)
@@ -265,6 +268,7 @@ impl Worker {
         match self.cut(full) {
             Ok((batch, state_bytes, epoch)) => {
                 self.changed = false;
+                self.force_full = false;
                 let mut clear = std::mem::take(&mut self.clear);
                 if full {
                     clear.push(b"Kv".to_vec());
@@ -283,7 +287,9 @@ impl Worker {
                 }
             }
             Err(e) => {
-                error!(error = %e, "cannot cut a checkpoint");
+                // the dirty sets flushed before the error are gone: rewrite everything next
+                self.force_full = true;
+                error!(error = %e, "cannot cut a checkpoint; the next one writes all state");
                 if let Some(r) = reply {
                     let _ = r.send(Err(e));
                 }
@@ -297,33 +303,36 @@ impl Worker {
         let mut batch = WriteBatch::default();
         let mut state_bytes = 0u64;
         let mut views = Vec::new();
-        let mut p = self.published.write();
-        let epoch = p.epoch;
+        // the graphs first, without holding readers off; the epoch cannot move meanwhile
+        // (this thread is the only one that publishes)
+        let (epoch, live): (u64, std::collections::HashSet<u32>) = {
+            let p = self.published.read();
+            (
+                p.epoch,
+                p.views
+                    .iter()
+                    .filter(|(_, d)| d.failed.is_none())
+                    .map(|(o, _)| *o)
+                    .collect(),
+            )
+        };
         for (oid, rt) in self.graphs.iter_mut() {
             let Some(info) = self.views.get(oid) else {
                 continue;
             };
-            let Some(d) = p.views.get_mut(oid) else {
-                continue;
-            };
-            if d.failed.is_some() {
+            if !live.contains(oid) {
                 continue;
             }
             if full {
                 rt.graph.rewrite_all_state();
-                d.contents.state_table().rewrite_all();
             }
             rt.graph.flush_state(&graph_prefix(*oid), &mut batch)?;
-            d.contents
-                .state_table()
-                .flush(&contents_prefix(*oid), &mut batch);
-            let keys = rt.graph.stored_keys() + d.contents.distinct_rows();
-            state_bytes += (rt.graph.state_bytes() + d.contents.state_table().bytes()) as u64;
+            state_bytes += rt.graph.state_bytes() as u64;
             views.push(ViewCheckpoint {
                 oid: *oid,
                 name: rt.name.clone(),
                 fingerprint: info.fingerprint.clone(),
-                keys: keys as u64,
+                keys: rt.graph.stored_keys() as u64,
                 watermark: self.watermarks.get(oid).copied(),
                 inputs: info
                     .inputs
@@ -336,7 +345,22 @@ impl Worker {
                     .collect(),
             });
         }
-        drop(p);
+        // then the views' contents, under the publication lock (readers wait this long)
+        {
+            let mut p = self.published.write();
+            for v in views.iter_mut() {
+                let Some(d) = p.views.get_mut(&v.oid) else {
+                    continue;
+                };
+                let t = d.contents.state_table();
+                if full {
+                    t.rewrite_all();
+                }
+                t.flush(&contents_prefix(v.oid), &mut batch);
+                v.keys += t.len() as u64;
+                state_bytes += t.bytes() as u64;
+            }
+        }
         // tables: their logs after what the views consumed stay for recovery
         for (rel, pos) in &self.positions {
             if *rel < crate::connectors::runner::FIRST_INSTANCE_ID

@@ -159,10 +159,10 @@ impl Cache {
         }
     }
 
-    fn keys(&self) -> Vec<Key> {
+    fn entries(&self) -> Box<dyn Iterator<Item = (&[u8], &[u8])> + '_> {
         match self {
-            Cache::Ordered(m) => m.keys().cloned().collect(),
-            Cache::Hashed(m) => m.keys().cloned().collect(),
+            Cache::Ordered(m) => Box::new(m.iter().map(|(k, v)| (k.as_ref(), v.as_slice()))),
+            Cache::Hashed(m) => Box::new(m.iter().map(|(k, v)| (k.as_ref(), v.as_slice()))),
         }
     }
 
@@ -185,6 +185,118 @@ pub struct StateTable {
     tracking: bool,
     /// Bytes of keys and values held.
     bytes: usize,
+    /// What the store holds of this table (see [`StateTable::flush`]).
+    stored: Stored,
+}
+
+/// The blobs a table has written: its base snapshot's generation, the last delta number,
+/// their keys (deleted when a new base is written) and the deltas' bytes since the base.
+#[derive(Default)]
+struct Stored {
+    base: u64,
+    next_delta: u64,
+    blobs: Vec<Vec<u8>>,
+    delta_bytes: usize,
+}
+
+/// Store key tags under a table's prefix: `b` ++ generation ++ chunk (the base snapshot),
+/// `d` ++ number (a delta after it). `b` sorts first, so a prefix scan reads the base and
+/// then the deltas in order.
+const BASE_TAG: u8 = b'b';
+const DELTA_TAG: u8 = b'd';
+/// A base snapshot is cut into values of about this size.
+const BLOB_BYTES: usize = 8 << 20;
+/// Deltas may add up to the table's size (at least this much) before a new base is written.
+const MIN_REBASE_BYTES: usize = 1 << 20;
+
+/// A blob: [`VALUE_FORMAT`], CRC-32 of the rest, entry count (u32 LE), then per entry
+/// key length (u32 LE), key, and either 0 (deleted) or 1, value length (u32 LE), value.
+struct BlobWriter {
+    buf: Vec<u8>,
+    entries: u32,
+}
+
+impl BlobWriter {
+    fn new() -> BlobWriter {
+        let mut buf = Vec::with_capacity(4096);
+        buf.push(VALUE_FORMAT);
+        buf.extend_from_slice(&[0; 8]);
+        BlobWriter { buf, entries: 0 }
+    }
+
+    fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    fn key(&mut self, key: &[u8]) {
+        self.entries += 1;
+        self.buf
+            .extend_from_slice(&(key.len() as u32).to_le_bytes());
+        self.buf.extend_from_slice(key);
+    }
+
+    fn put(&mut self, key: &[u8], value: &[u8]) {
+        self.key(key);
+        self.buf.push(1);
+        self.buf
+            .extend_from_slice(&(value.len() as u32).to_le_bytes());
+        self.buf.extend_from_slice(value);
+    }
+
+    fn delete(&mut self, key: &[u8]) {
+        self.key(key);
+        self.buf.push(0);
+    }
+
+    fn finish(mut self) -> Vec<u8> {
+        self.buf[5..9].copy_from_slice(&self.entries.to_le_bytes());
+        let crc = crc32fast::hash(&self.buf[5..]);
+        self.buf[1..5].copy_from_slice(&crc.to_le_bytes());
+        self.buf
+    }
+}
+
+/// Visit a blob's entries (value None: deleted); the error says what is wrong with it.
+fn read_blob(
+    blob: &[u8],
+    mut visit: impl FnMut(&[u8], Option<&[u8]>),
+) -> std::result::Result<(), String> {
+    let Some((&format, rest)) = blob.split_first() else {
+        return Err("empty".into());
+    };
+    if format != VALUE_FORMAT {
+        return Err(format!("in format {format}, not {VALUE_FORMAT}"));
+    }
+    if rest.len() < 8 {
+        return Err("truncated".into());
+    }
+    let crc = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]);
+    if crc32fast::hash(&rest[4..]) != crc {
+        return Err("corrupt (checksum mismatch)".into());
+    }
+    let mut r = Reader::new(&rest[4..], "state blob");
+    let entries = u32::from_le_bytes(
+        r.take(4)
+            .map_err(|e| e.message)?
+            .try_into()
+            .unwrap_or_default(),
+    );
+    let u32_of = |b: &[u8]| u32::from_le_bytes(b.try_into().unwrap_or_default()) as usize;
+    for _ in 0..entries {
+        let kl = u32_of(r.take(4).map_err(|e| e.message)?);
+        let key = r.take(kl).map_err(|e| e.message)?;
+        match r.u8().map_err(|e| e.message)? {
+            0 => visit(key, None),
+            _ => {
+                let vl = u32_of(r.take(4).map_err(|e| e.message)?);
+                visit(key, Some(r.take(vl).map_err(|e| e.message)?));
+            }
+        }
+    }
+    if r.remaining() != 0 {
+        return Err("longer than its entries".into());
+    }
+    Ok(())
 }
 
 impl StateTable {
@@ -199,6 +311,7 @@ impl StateTable {
             dirty: HashSet::default(),
             tracking: false,
             bytes: 0,
+            stored: Stored::default(),
         }
     }
 
@@ -401,71 +514,144 @@ impl StateTable {
     }
 
     /// Make the next flush write the whole table (its stored copy is being rewritten from
-    /// scratch, e.g. after a failed checkpoint).
+    /// scratch, e.g. after a failed checkpoint; whatever the store holds under its prefix
+    /// is cleared by the caller).
     pub fn rewrite_all(&mut self) {
         self.tracking = false;
         self.dirty = HashSet::default();
+        self.stored = Stored::default();
     }
 
-    /// Write the keys changed since the last flush into `batch`, under `store_prefix`, and
-    /// forget that they were changed.
+    /// Write what changed since the last flush into `batch`, under `store_prefix`, and
+    /// forget that it changed: one delta blob of the changed entries (deleted ones
+    /// marked), or a new base snapshot of the whole table (first flush, after
+    /// [`rewrite_all`](Self::rewrite_all), or once the deltas since the last base outweigh
+    /// the table), which deletes the older blobs in the same batch. Few large values, not
+    /// one store key per entry: writing and reading a checkpoint stays sequential.
     pub fn flush(&mut self, store_prefix: &[u8], batch: &mut WriteBatch) -> FlushStats {
         self.check_invariants();
         let mut stats = FlushStats::default();
-        // in key order: the batch is sorted, as the store likes it; the first flush writes
-        // everything (see `tracking`)
-        let mut dirty: Vec<Key> = if self.tracking {
-            std::mem::take(&mut self.dirty).into_iter().collect()
-        } else {
+        let rebase = !self.tracking || self.stored.delta_bytes > self.bytes.max(MIN_REBASE_BYTES);
+        if rebase {
             self.tracking = true;
-            self.cache.keys()
-        };
-        dirty.sort_unstable();
-        for key in dirty {
-            let mut k = Vec::with_capacity(store_prefix.len() + key.len());
-            k.extend_from_slice(store_prefix);
-            k.extend_from_slice(&key);
-            stats.keys += 1;
-            stats.bytes += k.len();
-            match self.cache.get(key.as_ref()) {
-                Some(v) => {
-                    let mut value = Vec::with_capacity(v.len() + 1);
-                    value.push(VALUE_FORMAT);
-                    value.extend_from_slice(v.as_slice());
-                    stats.bytes += value.len();
-                    batch.put(k, value);
+            self.dirty = HashSet::default();
+            for k in self.stored.blobs.drain(..) {
+                batch.delete(k);
+            }
+            self.stored.delta_bytes = 0;
+            self.stored.base += 1;
+            let base = self.stored.base;
+            let mut chunks: Vec<Vec<u8>> = Vec::new();
+            let mut blob = BlobWriter::new();
+            for (k, v) in self.cache.entries() {
+                blob.put(k, v);
+                stats.keys += 1;
+                if blob.len() >= BLOB_BYTES {
+                    chunks.push(std::mem::replace(&mut blob, BlobWriter::new()).finish());
                 }
-                None => batch.delete(k),
+            }
+            if blob.entries > 0 || chunks.is_empty() {
+                chunks.push(blob.finish());
+            }
+            for (i, v) in chunks.into_iter().enumerate() {
+                let mut k = store_prefix.to_vec();
+                k.push(BASE_TAG);
+                k.extend_from_slice(&base.to_be_bytes());
+                k.extend_from_slice(&(i as u32).to_be_bytes());
+                stats.bytes += k.len() + v.len();
+                self.stored.blobs.push(k.clone());
+                batch.put(k, v);
+            }
+            return stats;
+        }
+        if self.dirty.is_empty() {
+            return stats;
+        }
+        let mut blob = BlobWriter::new();
+        for key in std::mem::take(&mut self.dirty) {
+            stats.keys += 1;
+            match self.cache.get(key.as_ref()) {
+                Some(v) => blob.put(&key, v.as_slice()),
+                None => blob.delete(&key),
             }
         }
+        self.stored.next_delta += 1;
+        let mut k = store_prefix.to_vec();
+        k.push(DELTA_TAG);
+        k.extend_from_slice(&self.stored.next_delta.to_be_bytes());
+        let v = blob.finish();
+        stats.bytes += k.len() + v.len();
+        self.stored.delta_bytes += v.len();
+        self.stored.blobs.push(k.clone());
+        batch.put(k, v);
         stats
     }
 
-    /// Replace the contents with what `store` holds under `store_prefix` (nothing dirty
-    /// afterwards). A value in another format is an error naming the table and key: such
-    /// state must be rebuilt, never decoded.
+    /// Replace the contents with what `store` holds under `store_prefix` (the base
+    /// snapshot, then the deltas in order; nothing dirty afterwards). A blob in another
+    /// format or whose checksum fails is an error naming the table and the store key:
+    /// such state must be rebuilt, never decoded.
     pub fn load(&mut self, store: &dyn Store, store_prefix: &[u8]) -> Result<()> {
         self.cache.clear();
         self.dirty = HashSet::default();
         self.tracking = true;
         self.bytes = 0;
+        self.stored = Stored::default();
         let name = self.decl.name;
-        let cache = &mut self.cache;
-        let bytes = &mut self.bytes;
+        let mut blobs: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
         store.scan_prefix(store_prefix, &mut |k, v| {
-            let key = &k[store_prefix.len()..];
-            match v.split_first() {
-                Some((&VALUE_FORMAT, value)) => {
+            blobs.push((k.to_vec(), v.to_vec()));
+            Ok(())
+        })?;
+        for (k, v) in blobs {
+            let rest = &k[store_prefix.len()..];
+            let (tag, id) = match rest.split_first() {
+                Some((t, id)) if id.len() >= 8 => (
+                    *t,
+                    u64::from_be_bytes(id[..8].try_into().unwrap_or_default()),
+                ),
+                _ => {
+                    return Err(WeirError::internal(format!(
+                        "state table \"{name}\": unexpected store key {}",
+                        hex(&k)
+                    )));
+                }
+            };
+            match tag {
+                BASE_TAG => self.stored.base = self.stored.base.max(id),
+                DELTA_TAG => {
+                    self.stored.next_delta = self.stored.next_delta.max(id);
+                    self.stored.delta_bytes += v.len();
+                }
+                _ => {
+                    return Err(WeirError::internal(format!(
+                        "state table \"{name}\": unexpected store key {}",
+                        hex(&k)
+                    )));
+                }
+            }
+            let cache = &mut self.cache;
+            let bytes = &mut self.bytes;
+            read_blob(&v, |key, value| {
+                if let Some(old) = cache.remove_entry(key) {
+                    *bytes -= old.0.len() + old.1.len();
+                }
+                if let Some(value) = value {
                     *bytes += key.len() + value.len();
                     cache.insert(key.into(), Val::new(value));
-                    Ok(())
                 }
-                _ => Err(WeirError::internal(format!(
-                    "state table \"{name}\": the value of key {} is not in state format {VALUE_FORMAT}",
-                    hex(k)
-                ))),
-            }
-        })?;
+            })
+            .map_err(|what| {
+                WeirError::new(
+                    crate::error::sqlstate::DATA_CORRUPTED,
+                    format!(
+                        "state table \"{name}\": the blob at store key {} is {what}",
+                        hex(&k)
+                    ),
+                )
+            })?;
+            self.stored.blobs.push(k);
+        }
         Ok(())
     }
 
@@ -687,6 +873,92 @@ mod tests {
         );
         assert_eq!(back.bytes(), t.bytes());
         assert_eq!(back.dirty_keys(), 0);
+    }
+
+    /// Deltas pile up until they outweigh the table, then a new base replaces them all in
+    /// the same batch; a table loaded from base + deltas goes on numbering after them; a
+    /// flipped byte in a blob is refused by its checksum.
+    #[test]
+    fn deltas_are_folded_into_a_new_base_and_blobs_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FjallStore::open(dir.path()).unwrap();
+        let blobs = |store: &FjallStore| {
+            let mut k = Vec::new();
+            store
+                .scan_prefix(b"p/", &mut |key, _| {
+                    k.push(key[2]);
+                    Ok(())
+                })
+                .unwrap();
+            k
+        };
+        let mut t = table();
+        t.put(b"small", b"1");
+        let mut flush = |t: &mut StateTable| {
+            let mut batch = WriteBatch::default();
+            t.flush(b"p/", &mut batch);
+            store.commit(batch, Durability::Sync).unwrap();
+        };
+        flush(&mut t);
+        assert_eq!(blobs(&store), vec![BASE_TAG]);
+        // 1 KiB values rewritten: each flush one delta of ~100 KiB
+        for round in 0..5u8 {
+            for i in 0..100u32 {
+                t.put(&i.to_be_bytes(), &[round; 1024]);
+            }
+            flush(&mut t);
+        }
+        assert_eq!(
+            blobs(&store),
+            vec![
+                BASE_TAG, DELTA_TAG, DELTA_TAG, DELTA_TAG, DELTA_TAG, DELTA_TAG
+            ]
+        );
+        let mut back = table();
+        back.load(&store, b"p/").unwrap();
+        assert_eq!(back.len(), t.len());
+        assert_eq!(back.get(&7u32.to_be_bytes()), Some(&[4u8; 1024][..]));
+        // the loaded copy goes on: more deltas until they outweigh the 1 MiB minimum
+        for round in 5..20u8 {
+            for i in 0..100u32 {
+                back.put(&i.to_be_bytes(), &[round; 1024]);
+            }
+            back.delete(b"small");
+            let mut batch = WriteBatch::default();
+            back.flush(b"p/", &mut batch);
+            store.commit(batch, Durability::Sync).unwrap();
+        }
+        let tags = blobs(&store);
+        assert_eq!(
+            tags.iter().filter(|t| **t == BASE_TAG).count(),
+            1,
+            "{tags:?}"
+        );
+        assert!(
+            tags.len() < 16,
+            "the deltas were folded into a new base: {tags:?}"
+        );
+        let mut again = table();
+        again.load(&store, b"p/").unwrap();
+        assert_eq!(again.len(), 100);
+        assert_eq!(again.get(b"small"), None);
+        assert_eq!(again.get(&99u32.to_be_bytes()), Some(&[19u8; 1024][..]));
+        // damage one byte of one blob
+        let mut victim = None;
+        store
+            .scan_prefix(b"p/", &mut |k, v| {
+                victim.get_or_insert_with(|| (k.to_vec(), v.to_vec()));
+                Ok(())
+            })
+            .unwrap();
+        let (k, mut v) = victim.unwrap();
+        let mid = v.len() / 2;
+        v[mid] ^= 1;
+        let mut batch = WriteBatch::default();
+        batch.put(k, v);
+        store.commit(batch, Durability::Sync).unwrap();
+        let e = table().load(&store, b"p/").unwrap_err();
+        assert!(e.message.contains("checksum"), "{}", e.message);
     }
 
     #[test]
