@@ -894,7 +894,7 @@ mod tests {
         };
         let mut t = table();
         t.put(b"small", b"1");
-        let mut flush = |t: &mut StateTable| {
+        let flush = |t: &mut StateTable| {
             let mut batch = WriteBatch::default();
             t.flush(b"p/", &mut batch);
             store.commit(batch, Durability::Sync).unwrap();
