@@ -2,13 +2,15 @@
 //! ONE atomic, fsynced batch, and read back at start instead of recomputing the views.
 //!
 //! What a checkpoint holds (all under the store namespace `K`):
-//! - `Kv{oid}g…`: the dirty keys of every state table of the view's graph and the nodes'
-//!   watermarks (`Graph::flush_state`); `Kv{oid}c…`: the view's contents (its Z-set);
+//! - `Kv{oid}g…`: the changes of every state table of the view's graph since the last
+//!   checkpoint, one delta blob per table (or a new base snapshot, see `state_table.rs`),
+//!   and the nodes' watermarks (`Graph::flush_state`); `Kv{oid}c…`: the view's contents
+//!   (its Z-set's table);
 //! - `Kr{table}`: per table, the last change-log sequence number the views have consumed
 //!   (its log after that is kept through compaction: recovery replays it);
 //! - `Km`: the manifest, written last in the same batch: format, epoch, and per view its
-//!   fingerprint (plan, nodes, state tables, state format), how many keys its state
-//!   occupies, its watermark, and per input the position (table sequence, generator row,
+//!   fingerprint (plan, nodes, state tables, state format), how many state entries it
+//!   holds, its watermark, and per input the position (table sequence, generator row,
 //!   Kafka offsets per partition) and watermark. The manifest ends in a CRC-32 of itself.
 //!
 //! Only what changed since the last checkpoint is written (state tables track dirty keys).
@@ -19,8 +21,8 @@
 //! skipped until a full one (every view's whole state, stale keys deleted) is written.
 //!
 //! Recovery (`Manifest::read`, `restore_view`): the manifest's checksum is verified; a view
-//! is restored only if its fingerprint matches the graph planned now and the number of
-//! keys read equals the number recorded; otherwise it is rebuilt from its inputs, with the
+//! is restored only if its fingerprint matches the graph planned now, every blob's
+//! checksum holds and the number of entries read equals the number recorded; otherwise it is rebuilt from its inputs, with the
 //! reason in `weir_recovery`. Fjall's own journal makes the batch atomic and checks its
 //! blocks' checksums, so a torn write is never half-visible.
 
@@ -81,7 +83,7 @@ pub struct ViewCheckpoint {
     pub oid: u32,
     pub name: String,
     pub fingerprint: String,
-    /// Keys the view's state occupies (graph state and contents).
+    /// Entries of the view's state (graph state tables, its watermark record, contents).
     pub keys: u64,
     /// The view's own event-time watermark.
     pub watermark: Option<i64>,
@@ -178,7 +180,7 @@ pub fn restore_view(
         return Err(WeirError::new(
             crate::error::sqlstate::DATA_CORRUPTED,
             format!(
-                "the checkpoint of view \"{}\" (store keys under Kv{:08x}) holds {found} keys, its manifest says {}",
+                "the checkpoint of view \"{}\" (store keys under Kv{:08x}) holds {found} state entries (keys), its manifest says {}",
                 vc.name, vc.oid, vc.keys
             ),
         ));

@@ -215,9 +215,9 @@ impl Graph {
         }
     }
 
-    /// Keys the graph's state occupies in the store after a flush (or a load): one per
-    /// state-table entry, plus the watermark record. A checkpoint records it; recovery
-    /// compares it with what it read, so a missing or extra key is noticed.
+    /// Entries of the graph's state after a flush (or a load): the state tables' entries,
+    /// plus the watermark record. A checkpoint records it; recovery compares it with what
+    /// it read, so a lost or extra blob is noticed.
     pub fn stored_keys(&mut self) -> usize {
         let mut n = usize::from(self.flushed_watermarks.is_some());
         for node in self.nodes.iter_mut() {
