@@ -15,19 +15,23 @@ pub const THREAD_STACK_BYTES: usize = 64 * 1024 * 1024;
 /// Largest text or byte value a function may produce (Postgres' limit on one value).
 pub const MAX_VALUE_BYTES: usize = 1 << 30;
 
-/// Parse a size with an optional unit as Postgres spells them (`kB`, `MB`, `GB`, `TB`, and
-/// `B`; also `KiB`/`MiB`/`GiB`): units are powers of 1024. A bare number is in
-/// `bare_unit` bytes (Postgres' `work_mem` takes kB).
-pub fn parse_size_with(text: &str, bare_unit: u64) -> std::result::Result<usize, String> {
+/// A number and the (lower-cased, trimmed) unit after it: `"512 MB"` is (512, "mb").
+fn number_and_unit(text: &str) -> Option<(f64, String)> {
     let t = text.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let num: f64 = num
-        .parse()
-        .map_err(|_| format!("'{text}' is not a size (e.g. 512MB, 2GB)"))?;
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+    Some((num.parse().ok()?, unit.trim().to_ascii_lowercase()))
+}
+
+/// Parse a size with an optional unit as Postgres spells them (`kB`, `MB`, `GB`, `TB`, and
+/// `B`; also `KiB`/`MiB`/`GiB`): units are powers of 1024. A bare number is in
+/// `bare_unit` bytes (Postgres' `work_mem` takes kB).
+pub fn parse_size_with(text: &str, bare_unit: u64) -> std::result::Result<usize, String> {
+    let (num, unit) =
+        number_and_unit(text).ok_or_else(|| format!("'{text}' is not a size (e.g. 512MB, 2GB)"))?;
+    let mult: u64 = match unit.as_str() {
         "" => bare_unit,
         "b" => 1,
         "kb" | "k" | "kib" => 1 << 10,
@@ -50,15 +54,9 @@ pub fn parse_size_with(text: &str, bare_unit: u64) -> std::result::Result<usize,
 /// A duration as `weir serve` flags take it: a number with `ms`, `s`, `min`/`m` or `h`
 /// (a bare number is seconds). `0` is zero (for `--checkpoint-interval`: off).
 pub fn parse_duration(text: &str) -> std::result::Result<std::time::Duration, String> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let num: f64 = num
-        .parse()
-        .map_err(|_| format!("'{text}' is not a duration (e.g. 500ms, 1s, 5min)"))?;
-    let secs = match unit.trim().to_ascii_lowercase().as_str() {
+    let (num, unit) = number_and_unit(text)
+        .ok_or_else(|| format!("'{text}' is not a duration (e.g. 500ms, 1s, 5min)"))?;
+    let secs = match unit.as_str() {
         "ms" => num / 1000.0,
         "" | "s" | "sec" => num,
         "m" | "min" => num * 60.0,

@@ -1094,6 +1094,18 @@ async fn avro_sources() {
     assert!(describe_error(&e).contains("not a field of the Avro schema"));
 }
 
+/// Wait until the source instances of a view are done.
+async fn wait_done(c: &Client, view: &str, deadline: std::time::Instant) {
+    let sql = format!("SELECT done FROM weir_sources WHERE view_name = '{view}'");
+    while rows(c, &sql).await != vec!["t"] {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the source of {view} did not finish"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Checkpoints with Kafka on both sides: a 3-partition topic and a paced nexmark generator
 /// feed views and sinks (UPSERT over the topic's aggregate, PLAIN over the generator's
 /// rows) while the server is killed with SIGKILL four times, records still arriving. After
@@ -1180,19 +1192,7 @@ async fn kafka_and_generator_views_and_sinks_survive_kill_9() {
     );
     // the generator ends; then everything is in the views and the sinks
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    while rows(
-        &c,
-        "SELECT done FROM weir_sources WHERE view_name = 'picked'",
-    )
-    .await
-        != vec!["t"]
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the generator did not finish"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_done(&c, "picked", deadline).await;
     if let Err(e) = c.batch_execute("FLUSH").await {
         panic!(
             "seed {seed}: FLUSH: {}; sinks: {:?}; log:\n{}",
@@ -1236,19 +1236,7 @@ async fn kafka_and_generator_views_and_sinks_survive_kill_9() {
         "CREATE MATERIALIZED VIEW picked_fresh AS SELECT auction, bidder, price FROM bids WHERE price % 97 = 0",
     )
     .await;
-    while rows(
-        &c,
-        "SELECT done FROM weir_sources WHERE view_name = 'picked_fresh'",
-    )
-    .await
-        != vec!["t"]
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the fresh generator did not finish"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_done(&c, "picked_fresh", deadline).await;
     exec(&c, "FLUSH").await;
     assert_eq!(
         rows(&c, "SELECT * FROM picked_fresh").await,

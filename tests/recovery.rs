@@ -295,6 +295,29 @@ async fn views_come_back_from_checkpoints_after_kill_9() {
     );
 }
 
+/// Change the stopped server's store directly.
+fn tamper(
+    server: &TestServer,
+    change: impl FnOnce(&dyn weir::state::store::Store) -> weir::state::store::WriteBatch,
+) {
+    let store =
+        weir::state::fjall_store::FjallStore::open(&server.data_dir().join("store")).unwrap();
+    let wb = change(&store);
+    weir::state::store::Store::commit(&store, wb, weir::state::store::Durability::Sync).unwrap();
+}
+
+/// (outcome, reason) of a view in `weir_recovery`.
+async fn recovery_of(c: &tokio_postgres::Client, view: &str) -> (String, String) {
+    let r = query_text(
+        c,
+        &format!(
+            "SELECT outcome, coalesce(reason, '') FROM weir_recovery WHERE view_name = '{view}'"
+        ),
+    )
+    .await;
+    (r[0][0].clone(), r[0][1].clone())
+}
+
 /// A checkpoint whose manifest or state was damaged is never restored: the views are
 /// rebuilt from their inputs, `weir_recovery` says why, and the contents are right.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -311,12 +334,9 @@ async fn a_damaged_checkpoint_is_rebuilt_not_restored() {
     .unwrap();
     let expected = sorted(query_text(&c, "SELECT * FROM per_v").await);
     drop(c);
-    // 1. one state key lost: the key count no longer matches the manifest
+    // 1. one state blob lost: the entry count no longer matches the manifest
     server.kill();
-    {
-        let store =
-            weir::state::fjall_store::FjallStore::open(&server.data_dir().join("store")).unwrap();
-        use weir::state::store::Store;
+    tamper(&server, |store| {
         let mut victim = None;
         store
             .scan_prefix(b"Kv", &mut |k, _| {
@@ -328,19 +348,13 @@ async fn a_damaged_checkpoint_is_rebuilt_not_restored() {
             .unwrap();
         let mut wb = weir::state::store::WriteBatch::default();
         wb.delete(victim.expect("a checkpointed state key"));
-        store
-            .commit(wb, weir::state::store::Durability::Sync)
-            .unwrap();
-    }
+        wb
+    });
     server.restart();
     let c = server.connect().await;
-    let r = query_text(
-        &c,
-        "SELECT outcome, reason FROM weir_recovery WHERE view_name = 'per_v'",
-    )
-    .await;
-    assert_eq!(r[0][0], "rebuilt", "{r:?}");
-    assert!(r[0][1].contains("keys"), "{r:?}");
+    let (outcome, reason) = recovery_of(&c, "per_v").await;
+    assert_eq!(outcome, "rebuilt", "{reason}");
+    assert!(reason.contains("keys"), "{reason}");
     assert_eq!(
         sorted(query_text(&c, "SELECT * FROM per_v").await),
         expected
@@ -349,28 +363,19 @@ async fn a_damaged_checkpoint_is_rebuilt_not_restored() {
     drop(c);
     // 2. a flipped byte in the manifest: its checksum catches it
     server.kill();
-    {
-        let store =
-            weir::state::fjall_store::FjallStore::open(&server.data_dir().join("store")).unwrap();
-        use weir::state::store::Store;
+    tamper(&server, |store| {
         let mut m = store.get(b"Km").unwrap().expect("a manifest");
         let mid = m.len() / 2;
         m[mid] ^= 0x01;
         let mut wb = weir::state::store::WriteBatch::default();
         wb.put(b"Km".to_vec(), m);
-        store
-            .commit(wb, weir::state::store::Durability::Sync)
-            .unwrap();
-    }
+        wb
+    });
     server.restart();
     let c = server.connect().await;
-    let r = query_text(
-        &c,
-        "SELECT outcome, reason FROM weir_recovery WHERE view_name = 'per_v'",
-    )
-    .await;
-    assert_eq!(r[0][0], "rebuilt", "{r:?}");
-    assert!(r[0][1].contains("checksum"), "{r:?}");
+    let (outcome, reason) = recovery_of(&c, "per_v").await;
+    assert_eq!(outcome, "rebuilt", "{reason}");
+    assert!(reason.contains("checksum"), "{reason}");
     assert_eq!(
         sorted(query_text(&c, "SELECT * FROM per_v").await),
         expected
@@ -381,12 +386,7 @@ async fn a_damaged_checkpoint_is_rebuilt_not_restored() {
     drop(c);
     server.restart();
     let c = server.connect().await;
-    let r = query_text(
-        &c,
-        "SELECT outcome FROM weir_recovery WHERE view_name = 'per_v'",
-    )
-    .await;
-    assert_eq!(r[0][0], "restored");
+    assert_eq!(recovery_of(&c, "per_v").await.0, "restored");
     let n = query_text(&c, "SELECT sum(n) FROM per_v").await;
     assert_eq!(n[0][0], "1001");
 }

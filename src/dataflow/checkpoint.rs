@@ -13,10 +13,10 @@
 //!   holds, its watermark, and per input the position (table sequence, generator row,
 //!   Kafka offsets per partition) and watermark. The manifest ends in a CRC-32 of itself.
 //!
-//! Only what changed since the last checkpoint is written (state tables track dirty keys).
-//! The dataflow worker builds the batch at an epoch boundary (copying the dirty entries:
-//! the only pause ingest sees) and hands it to the writer thread here, which commits and
-//! fsyncs it while the worker goes on. A failed write (disk full) is recorded in
+//! Only what changed since the last checkpoint is written (state tables log their
+//! changes). The dataflow worker builds the batch at an epoch boundary (handing over each
+//! table's change log: the only pause ingest sees) and hands it to the writer thread
+//! here, which commits and fsyncs it while the worker goes on. A failed write (disk full) is recorded in
 //! `weir_checkpoints`; later incremental batches would then miss its changes, so they are
 //! skipped until a full one (every view's whole state, stale keys deleted) is written.
 //!

@@ -244,7 +244,7 @@ impl Worker {
 }
 
 impl Worker {
-    /// Cut a checkpoint here, between two epochs: copy every view's dirty state, its
+    /// Cut a checkpoint here, between two epochs: take every view's state changes, its
     /// contents' changes and the inputs' positions into one batch and hand it to the
     /// writer (see `checkpoint.rs`). A timer tick is skipped when nothing changed or the
     /// previous checkpoint is still being written.
@@ -287,7 +287,7 @@ impl Worker {
                 }
             }
             Err(e) => {
-                // the dirty sets flushed before the error are gone: rewrite everything next
+                // the change logs flushed before the error are gone: rewrite everything next
                 self.force_full = true;
                 error!(error = %e, "cannot cut a checkpoint; the next one writes all state");
                 if let Some(r) = reply {
