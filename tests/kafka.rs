@@ -605,6 +605,30 @@ async fn upsert_and_debezium_tables() {
     );
 }
 
+/// The latest row per key of an UPSERT topic (tombstones delete), as `a|b|c` of the
+/// fields named, sorted.
+fn upsert_rows(broker: &Broker, topic: &str, partitions: i32, fields: [&str; 3]) -> Vec<String> {
+    let mut latest: BTreeMap<Vec<u8>, Option<serde_json::Value>> = BTreeMap::new();
+    for (_, k, v) in broker.read_topic(topic, partitions) {
+        latest.insert(k.expect("upsert key"), v.map(|v| json(&v)));
+    }
+    let mut got: Vec<String> = latest
+        .values()
+        .flatten()
+        .map(|v| format!("{}|{}|{}", v[fields[0]], v[fields[1]], v[fields[2]]))
+        .collect();
+    got.sort();
+    got
+}
+
+/// `WITH (...)` of a Kafka connector on the test broker.
+fn kafka_with(broker: &Broker, topic: &str, extra: &str) -> String {
+    format!(
+        "WITH (connector = 'kafka', topic = '{topic}', properties.bootstrap.server = '{}'{extra})",
+        broker.bootstrap
+    )
+}
+
 fn json(b: &[u8]) -> serde_json::Value {
     serde_json::from_slice(b).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(b)))
 }
@@ -631,12 +655,7 @@ async fn sinks_round_trip() {
     }
     let mut server = TestServer::start();
     let c = server.connect().await;
-    let with = |topic: &str, extra: &str| {
-        format!(
-            "WITH (connector = 'kafka', topic = '{topic}', properties.bootstrap.server = '{}'{extra})",
-            broker.bootstrap
-        )
-    };
+    let with = |topic: &str, extra: &str| kafka_with(&broker, topic, extra);
     exec(
         &c,
         &format!(
@@ -746,16 +765,7 @@ async fn sinks_round_trip() {
     };
     let check = async |c: &Client, model: &BTreeMap<i64, i64>, ev_rows: usize, when: &str| {
         // UPSERT: the latest value per key, tombstones delete
-        let mut latest: BTreeMap<Vec<u8>, Option<serde_json::Value>> = BTreeMap::new();
-        for (_, k, v) in broker.read_topic("upsert_out", 2) {
-            latest.insert(k.expect("upsert key"), v.map(|v| json(&v)));
-        }
-        let mut got: Vec<String> = latest
-            .values()
-            .flatten()
-            .map(|v| format!("{}|{}|{}", v["g"], v["n"], v["s"]))
-            .collect();
-        got.sort();
+        let got = upsert_rows(&broker, "upsert_out", 2, ["g", "n", "s"]);
         assert_eq!(
             got,
             rows(c, "SELECT g, n, s FROM agg").await,
@@ -1130,12 +1140,7 @@ async fn kafka_and_generator_views_and_sinks_survive_kill_9() {
         ..Default::default()
     });
     let c = server.connect().await;
-    let with = |topic: &str, extra: &str| {
-        format!(
-            "WITH (connector = 'kafka', topic = '{topic}', properties.bootstrap.server = '{}'{extra})",
-            broker.bootstrap
-        )
-    };
+    let with = |topic: &str, extra: &str| kafka_with(&broker, topic, extra);
     exec(
         &c,
         &format!(
@@ -1216,16 +1221,7 @@ async fn kafka_and_generator_views_and_sinks_survive_kill_9() {
         "seed {seed}: the view over the topic lost or repeated records"
     );
     // UPSERT: the latest row per key is the view
-    let mut latest: BTreeMap<Vec<u8>, Option<serde_json::Value>> = BTreeMap::new();
-    for (_, k, v) in broker.read_topic("up_out", 2) {
-        latest.insert(k.expect("upsert key"), v.map(|v| json(&v)));
-    }
-    let mut got: Vec<String> = latest
-        .values()
-        .flatten()
-        .map(|v| format!("{}|{}|{}", v["k"], v["n"], v["s"]))
-        .collect();
-    got.sort();
+    let got = upsert_rows(&broker, "up_out", 2, ["k", "n", "s"]);
     assert_eq!(
         got, want,
         "seed {seed}: the UPSERT sink topic differs from the view"
