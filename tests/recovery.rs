@@ -509,3 +509,68 @@ async fn closed_windows_are_deleted_from_the_store() {
     let state: i64 = state[0][0].parse().unwrap();
     assert!(state <= 200, "{state} state rows after recovery");
 }
+
+/// Keys a checkpoint holds under a prefix (the server must be stopped).
+fn stored_keys(server: &TestServer, prefix: &[u8]) -> usize {
+    use weir::state::store::Store;
+    let store =
+        weir::state::fjall_store::FjallStore::open(&server.data_dir().join("store")).unwrap();
+    let mut n = 0;
+    store
+        .scan_prefix(prefix, &mut |_, _| {
+            n += 1;
+            Ok(())
+        })
+        .unwrap();
+    n
+}
+
+/// A view dropped after the last checkpoint, just before a crash, leaves nothing behind
+/// in the store once the server is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_view_dropped_before_a_crash_leaves_no_state() {
+    let mut server = TestServer::start_with(Options {
+        args: &["--checkpoint-interval", "1h"],
+        ..Default::default()
+    });
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE t (k INT, v INT);
+         INSERT INTO t SELECT g, g % 7 FROM generate_series(1, 100) g;
+         CREATE MATERIALIZED VIEW keep AS SELECT v, count(*) AS n FROM t GROUP BY v;
+         CREATE MATERIALIZED VIEW gone AS SELECT v, max(k) AS m FROM t GROUP BY v;
+         CHECKPOINT;
+         DROP MATERIALIZED VIEW gone",
+    )
+    .await
+    .unwrap();
+    drop(c);
+    server.kill();
+    let before = stored_keys(&server, b"Kv");
+    server.restart();
+    let c = server.connect().await;
+    assert_eq!(recovery_of(&c, "keep").await.0, "restored");
+    drop(c);
+    server.kill();
+    let after = stored_keys(&server, b"Kv");
+    println!("checkpoint keys: {before} before the restart, {after} after");
+    assert!(
+        after < before,
+        "the dropped view's state stayed: {before} -> {after} keys"
+    );
+    let mut keep_prefix = b"Kv".to_vec();
+    let c_keys = {
+        // what is left is the kept view's alone
+        server.restart();
+        let c = server.connect().await;
+        let oid: u32 = query_text(&c, "SELECT oid FROM pg_class WHERE relname = 'keep'").await[0]
+            [0]
+        .parse()
+        .unwrap();
+        drop(c);
+        server.kill();
+        keep_prefix.extend_from_slice(&oid.to_be_bytes());
+        stored_keys(&server, &keep_prefix)
+    };
+    assert_eq!(c_keys, after, "only the kept view has state in the store");
+}

@@ -435,6 +435,18 @@ fn write(
     }
 }
 
+/// Remove what a checkpoint holds of views that no longer exist (dropped after the last
+/// checkpoint, before a crash): nothing else would ever delete it.
+pub fn forget_views(store: &dyn Store, oids: &[u32]) -> Result<()> {
+    let mut wb = WriteBatch::default();
+    for oid in oids {
+        for k in keys_with_prefix(store, &view_prefix(*oid))? {
+            wb.delete(k);
+        }
+    }
+    store.commit(wb, Durability::Sync)
+}
+
 /// Remove every checkpoint (checkpoints turned off: nothing may hold table logs back, and
 /// a later start with checkpoints on must not restore state this run did not keep).
 pub fn clear_all(store: &dyn Store) -> Result<()> {

@@ -429,6 +429,17 @@ impl Engine {
             crate::dataflow::checkpoint::clear_all(store.as_ref())?;
             None
         };
+        if let Some(m) = &manifest {
+            let gone: Vec<u32> = m
+                .views
+                .iter()
+                .map(|v| v.oid)
+                .filter(|oid| !views.iter().any(|e| e.desc.oid == *oid))
+                .collect();
+            if !gone.is_empty() {
+                crate::dataflow::checkpoint::forget_views(store.as_ref(), &gone)?;
+            }
+        }
         let plan = |v: &crate::catalog::Entry| {
             let session = &session;
             let desc = v.desc.clone();
