@@ -266,7 +266,7 @@ async fn startup_modes() {
         })
         .collect();
     producer.send_all("modes", &records);
-    let server = TestServer::start();
+    let mut server = TestServer::start();
     let c = server.connect().await;
     let b = &broker.bootstrap;
     exec(
@@ -308,6 +308,28 @@ async fn startup_modes() {
         rows(&c, "SELECT n, lo, first_at FROM v_time").await,
         vec!["8|6|2024-01-01 00:00:06+00"]
     );
+    // restored from a checkpoint, each instance goes on where it was, not at its
+    // startup position again: two more records on partition 0 only (partition 1 of the
+    // `latest` instance is still at the log end it started from)
+    let third: Vec<Vec<u8>> = (200..202).map(rec).collect();
+    let records: Vec<Record<'_>> = third
+        .iter()
+        .map(|v| (0, None, Some(v.as_slice()), Some(BASE_MS + 200_000)))
+        .collect();
+    producer.send_all("modes", &records);
+    exec(&c, "FLUSH").await;
+    exec(&c, "CHECKPOINT").await;
+    drop(c);
+    server.restart();
+    let c = server.connect().await;
+    exec(&c, "FLUSH").await;
+    assert_eq!(
+        rows(&c, "SELECT outcome FROM weir_recovery").await,
+        vec!["restored", "restored", "restored"]
+    );
+    assert_eq!(rows(&c, "SELECT n FROM v_earliest").await, vec!["16"]);
+    assert_eq!(rows(&c, "SELECT n, lo FROM v_latest").await, vec!["6|100"]);
+    assert_eq!(rows(&c, "SELECT n, lo FROM v_time").await, vec!["10|6"]);
 }
 
 /// `on_error = 'fail'` stops the instance at the first bad record with an error naming

@@ -135,6 +135,9 @@ pub(super) struct Instance {
     pub(super) resume: BTreeMap<i32, i64>,
     /// Largest event time per partition as checkpointed (restored views).
     pub(super) resume_event_times: BTreeMap<i32, i64>,
+    /// Partitions checkpointed before the startup mode's position was reached: they start
+    /// as on a first start.
+    pub(super) resume_unstarted: std::collections::BTreeSet<i32>,
     pub(super) source: String,
     pub(super) view: String,
     pub(super) spec: KafkaSpec,
@@ -171,6 +174,7 @@ pub fn run(
             .position
             .0
             .iter()
+            .filter(|p| p.next >= 0)
             .map(|p| (p.partition, p.next))
             .collect(),
         (spec.source_name, spec.view_name),
@@ -184,6 +188,13 @@ pub fn run(
         .0
         .iter()
         .filter_map(|p| p.max_event_time.map(|t| (p.partition, t)))
+        .collect();
+    instance.resume_unstarted = resume
+        .position
+        .0
+        .iter()
+        .filter(|p| p.next < 0)
+        .map(|p| p.partition)
         .collect();
     instance.watermark = resume.watermark;
     instance.finish(&stop, &sync);
@@ -240,6 +251,7 @@ impl Instance {
             target,
             resume,
             resume_event_times: BTreeMap::new(),
+            resume_unstarted: Default::default(),
             source,
             view,
             spec,
@@ -461,6 +473,7 @@ impl Instance {
         let first = self.partitions.is_empty() && self.resume.is_empty();
         let mut tpl = TopicPartitionList::new();
         for p in &new {
+            let first = first || self.resume_unstarted.contains(p);
             let offset = match (&self.spec.options.startup, first) {
                 _ if self.resume.contains_key(p) => Offset::Offset(self.resume[p]),
                 (Startup::Earliest, _) | (_, false) => Offset::Beginning,
@@ -479,6 +492,7 @@ impl Instance {
             .map_err(|e| format!("cannot assign partitions: {e}"))?;
         let now = Instant::now();
         for p in new {
+            let first = first || self.resume_unstarted.contains(&p);
             let max_event_time = self.resume_event_times.get(&p).copied();
             self.partitions.insert(
                 p,

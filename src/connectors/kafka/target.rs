@@ -152,7 +152,13 @@ impl Instance {
                         .values()
                         .map(|p| PartPosition {
                             partition: p.progress.partition,
-                            next: p.progress.offset,
+                            // not started yet (the startup mode's position is not known
+                            // or not reached): a restore applies the startup mode again
+                            next: if p.skip_below == Some(None) || p.skip_before_ms.is_some() {
+                                -1
+                            } else {
+                                p.progress.offset
+                            },
                             max_event_time: p.progress.max_event_time,
                         })
                         .collect(),
