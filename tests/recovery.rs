@@ -432,22 +432,28 @@ async fn restart_time_depends_on_state_not_history() {
     );
 }
 
-/// Bytes of a view's operator state in the store (the server must be stopped).
-fn stored_state_bytes(server: &TestServer) -> usize {
+/// (keys, bytes) the store holds under `prefix` whose key also passes `only` (the server
+/// must be stopped).
+fn stored(server: &TestServer, prefix: &[u8], only: impl Fn(&[u8]) -> bool) -> (usize, usize) {
     use weir::state::store::Store;
     let store =
         weir::state::fjall_store::FjallStore::open(&server.data_dir().join("store")).unwrap();
-    let mut n = 0;
+    let (mut keys, mut bytes) = (0, 0);
     store
-        .scan_prefix(b"Kv", &mut |k, v| {
-            // Kv ++ oid (4 bytes) ++ 'g': the graph's state (not the view's own rows)
-            if k.get(6) == Some(&b'g') {
-                n += k.len() + v.len();
+        .scan_prefix(prefix, &mut |k, v| {
+            if only(k) {
+                keys += 1;
+                bytes += k.len() + v.len();
             }
             Ok(())
         })
         .unwrap();
-    n
+    (keys, bytes)
+}
+
+/// Bytes of the views' operator state in the store: `Kv ++ oid ++ 'g'` (not their rows).
+fn stored_state_bytes(server: &TestServer) -> usize {
+    stored(server, b"Kv", |k| k.get(6) == Some(&b'g')).1
 }
 
 /// Closed windows leave the store too: on an endless stream the checkpointed operator
@@ -510,19 +516,8 @@ async fn closed_windows_are_deleted_from_the_store() {
     assert!(state <= 200, "{state} state rows after recovery");
 }
 
-/// Keys a checkpoint holds under a prefix (the server must be stopped).
 fn stored_keys(server: &TestServer, prefix: &[u8]) -> usize {
-    use weir::state::store::Store;
-    let store =
-        weir::state::fjall_store::FjallStore::open(&server.data_dir().join("store")).unwrap();
-    let mut n = 0;
-    store
-        .scan_prefix(prefix, &mut |_, _| {
-            n += 1;
-            Ok(())
-        })
-        .unwrap();
-    n
+    stored(server, prefix, |_| true).0
 }
 
 /// A view dropped after the last checkpoint, just before a crash, leaves nothing behind

@@ -40,7 +40,7 @@ use crate::dataflow::graph::Graph;
 use crate::dataflow::position::Position;
 use crate::error::{Result, WeirError};
 use crate::state::state_table::STATE_FORMAT;
-use crate::state::store::{Durability, Store, WriteBatch, keys_with_prefix};
+use crate::state::store::{Durability, Store, WriteBatch, delete_prefixes};
 use crate::state::zset::ZSet;
 
 /// The layout of the manifest and the keys above; a different one is never restored.
@@ -175,7 +175,8 @@ pub fn restore_view(
         .state_table()
         .load(store, &contents_prefix(vc.oid))?;
     contents.recount();
-    let found = graph.stored_keys() + contents.distinct_rows();
+    let (entries, bytes) = graph.state_size();
+    let found = entries + contents.distinct_rows();
     if found as u64 != vc.keys {
         return Err(WeirError::new(
             crate::error::sqlstate::DATA_CORRUPTED,
@@ -185,7 +186,7 @@ pub fn restore_view(
             ),
         ));
     }
-    Ok(graph.state_bytes() + contents.state_table().bytes())
+    Ok(bytes + contents.state_table().bytes())
 }
 
 /// One row of `weir_checkpoints`.
@@ -213,6 +214,22 @@ pub struct RecoveryRecord {
     pub outcome: &'static str,
     pub from_epoch: Option<u64>,
     pub reason: Option<String>,
+}
+
+impl RecoveryRecord {
+    /// A view rebuilt from its inputs, started at `started` (wall clock `started_at_us`);
+    /// the other outcomes override fields.
+    pub fn since(view: &str, started: Instant, started_at_us: i64) -> RecoveryRecord {
+        RecoveryRecord {
+            view: view.to_owned(),
+            started_at_us,
+            duration_ms: started.elapsed().as_secs_f64() * 1e3,
+            bytes_read: 0,
+            outcome: "rebuilt",
+            from_epoch: None,
+            reason: None,
+        }
+    }
 }
 
 /// Checkpoint and recovery history, for the system tables.
@@ -382,12 +399,10 @@ fn write(
         let mut batch = batch;
         if !clear.is_empty() {
             // deletes first; a key the batch writes again keeps its new value
-            let mut ops: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>> = Default::default();
-            for p in &clear {
-                for k in keys_with_prefix(store, p)? {
-                    ops.insert(k, None);
-                }
-            }
+            let mut deletes = WriteBatch::default();
+            delete_prefixes(store, &clear, &mut deletes)?;
+            let mut ops: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>> =
+                deletes.ops.into_iter().collect();
             for (k, v) in batch.ops {
                 ops.insert(k, v);
             }
@@ -438,26 +453,17 @@ fn write(
 /// Remove what a checkpoint holds of views that no longer exist (dropped after the last
 /// checkpoint, before a crash): nothing else would ever delete it.
 pub fn forget_views(store: &dyn Store, oids: &[u32]) -> Result<()> {
+    let prefixes: Vec<Vec<u8>> = oids.iter().map(|o| view_prefix(*o)).collect();
     let mut wb = WriteBatch::default();
-    for oid in oids {
-        for k in keys_with_prefix(store, &view_prefix(*oid))? {
-            wb.delete(k);
-        }
-    }
+    delete_prefixes(store, &prefixes, &mut wb)?;
     store.commit(wb, Durability::Sync)
 }
 
 /// Remove every checkpoint (checkpoints turned off: nothing may hold table logs back, and
 /// a later start with checkpoints on must not restore state this run did not keep).
 pub fn clear_all(store: &dyn Store) -> Result<()> {
-    let keys = keys_with_prefix(store, NAMESPACE)?;
-    if keys.is_empty() {
-        return Ok(());
-    }
     let mut wb = WriteBatch::default();
-    for k in keys {
-        wb.delete(k);
-    }
+    delete_prefixes(store, &[NAMESPACE.to_vec()], &mut wb)?;
     store.commit(wb, Durability::Sync)
 }
 

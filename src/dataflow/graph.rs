@@ -215,28 +215,22 @@ impl Graph {
         }
     }
 
-    /// Entries of the graph's state after a flush (or a load): the state tables' entries,
-    /// plus the watermark record. A checkpoint records it; recovery compares it with what
-    /// it read, so a lost or extra blob is noticed.
-    pub fn stored_keys(&mut self) -> usize {
-        let mut n = usize::from(self.flushed_watermarks.is_some());
+    /// (entries, bytes) of the graph's state: the state tables' entries plus the
+    /// watermark record once flushed or loaded, and the bytes the tables hold. A checkpoint
+    /// records the entries; recovery compares them with what it read, so a lost or extra
+    /// blob is noticed.
+    pub fn state_size(&mut self) -> (usize, usize) {
+        let mut entries = usize::from(self.flushed_watermarks.is_some());
+        let mut bytes = 0;
         for node in self.nodes.iter_mut() {
             if let NodeKind::Operator(op) = &mut node.kind {
-                n += op.state_tables().iter().map(|t| t.len()).sum::<usize>();
+                for t in op.state_tables() {
+                    entries += t.len();
+                    bytes += t.bytes();
+                }
             }
         }
-        n
-    }
-
-    /// Bytes of keys and values held in the operators' state tables.
-    pub fn state_bytes(&mut self) -> usize {
-        let mut n = 0;
-        for node in self.nodes.iter_mut() {
-            if let NodeKind::Operator(op) = &mut node.kind {
-                n += op.state_tables().iter().map(|t| t.bytes()).sum::<usize>();
-            }
-        }
-        n
+        (entries, bytes)
     }
 
     /// What a checkpoint of this graph must match to be restored into it: the plan as

@@ -327,12 +327,13 @@ impl Worker {
                 rt.graph.rewrite_all_state();
             }
             rt.graph.flush_state(&graph_prefix(*oid), &mut batch)?;
-            state_bytes += rt.graph.state_bytes() as u64;
+            let (entries, bytes) = rt.graph.state_size();
+            state_bytes += bytes as u64;
             views.push(ViewCheckpoint {
                 oid: *oid,
                 name: rt.name.clone(),
                 fingerprint: info.fingerprint.clone(),
-                keys: rt.graph.stored_keys() as u64,
+                keys: entries as u64,
                 watermark: self.watermarks.get(oid).copied(),
                 inputs: info
                     .inputs

@@ -564,13 +564,10 @@ impl Engine {
                     restored.insert(v.desc.oid);
                     info!(view = %v.desc.name, epoch = m.epoch, bytes, secs = started.elapsed().as_secs_f64(), "restored materialized view from its checkpoint");
                     log.record_recovery(RecoveryRecord {
-                        view: v.desc.name.clone(),
-                        started_at_us,
-                        duration_ms: started.elapsed().as_secs_f64() * 1e3,
                         bytes_read: bytes,
                         outcome: "restored",
                         from_epoch: Some(m.epoch),
-                        reason: None,
+                        ..RecoveryRecord::since(&v.desc.name, started, started_at_us)
                     });
                 }
                 Err(e) => rebuild.push((v, e.message)),
@@ -624,25 +621,16 @@ impl Engine {
                 Ok(_) => {
                     info!(view = %v.desc.name, secs = started.elapsed().as_secs_f64(), "rebuilt materialized view");
                     log.record_recovery(RecoveryRecord {
-                        view: v.desc.name.clone(),
-                        started_at_us,
-                        duration_ms: started.elapsed().as_secs_f64() * 1e3,
-                        bytes_read: 0,
-                        outcome: "rebuilt",
-                        from_epoch: None,
                         reason: Some(why),
+                        ..RecoveryRecord::since(&v.desc.name, started, started_at_us)
                     });
                 }
                 Err(e) => {
                     error!(view = %v.desc.name, error = %e, "cannot restore materialized view");
                     log.record_recovery(RecoveryRecord {
-                        view: v.desc.name.clone(),
-                        started_at_us,
-                        duration_ms: started.elapsed().as_secs_f64() * 1e3,
-                        bytes_read: 0,
                         outcome: "failed",
-                        from_epoch: None,
                         reason: Some(e.message.clone()),
+                        ..RecoveryRecord::since(&v.desc.name, started, started_at_us)
                     });
                     self.dataflow.mark_failed(
                         v.desc.oid,

@@ -57,3 +57,17 @@ pub fn keys_with_prefix(store: &dyn Store, prefix: &[u8]) -> Result<Vec<Vec<u8>>
     })?;
     Ok(keys)
 }
+
+/// Add a delete of every stored key under each prefix to `batch`.
+pub fn delete_prefixes(
+    store: &dyn Store,
+    prefixes: &[Vec<u8>],
+    batch: &mut WriteBatch,
+) -> Result<()> {
+    for p in prefixes {
+        for k in keys_with_prefix(store, p)? {
+            batch.delete(k);
+        }
+    }
+    Ok(())
+}

@@ -32,7 +32,7 @@ use crate::dataflow::watermark::WatermarkSpec;
 use crate::error::{Result, WeirError, sqlstate};
 use crate::sql::types::SqlType;
 use crate::state::codec::{decode_batches, encode_batch};
-use crate::state::store::{Durability, Store, WriteBatch, keys_with_prefix};
+use crate::state::store::{Durability, Store, WriteBatch, delete_prefixes, keys_with_prefix};
 
 /// Write a snapshot and drop the log once this many log entries accumulated.
 pub const COMPACT_AFTER_ENTRIES: u64 = 512;
@@ -485,9 +485,7 @@ impl TableStore {
                 wb.delete(k);
             }
         }
-        for k in keys_with_prefix(self.store.as_ref(), &snapshot_prefix(self.oid))? {
-            wb.delete(k);
-        }
+        delete_prefixes(self.store.as_ref(), &[snapshot_prefix(self.oid)], &mut wb)?;
         let seq = inner.seq;
         let snapshot: Vec<Changelog> = match &inner.rows {
             RowsMap::Multiset(m) => {
