@@ -6,6 +6,7 @@ pub mod backfill;
 pub mod changelog;
 pub mod checkpoint;
 pub mod graph;
+pub mod journal;
 pub mod late;
 pub mod position;
 pub mod publication;

@@ -4,8 +4,10 @@
 //! Each view reading a source runs its own consumer (an instance): it assigns itself every
 //! partition of the topic explicitly (no consumer group, no rebalancing), starting where
 //! `scan.startup.mode` says, and picks up partitions added later (from their beginning).
-//! Offsets are Weir's own: nothing is committed to Kafka. Until checkpoints exist, a view
-//! rebuilt after a restart replays the topic from the configured start.
+//! Offsets are Weir's own: nothing is committed to Kafka. A view restored from a checkpoint
+//! resumes at its checkpointed offsets and first re-forms the batches its input journal
+//! recorded after them (`replay.rs`, `dataflow/journal.rs`); a rebuilt view replays the
+//! topic from the configured start.
 //!
 //! Messages are decoded a batch at a time (`json.rs`); a record that does not decode goes
 //! to `weir_dead_letters` (or, with `on_error = 'fail'`, stops the instance with an error
@@ -15,11 +17,13 @@
 //!
 //! The code: `options.rs` (WITH options, columns, decoder), `poll.rs` (the consumer loop,
 //! partitions, watermark), `target.rs` (decoding a batch and handing it to a view or a
-//! table), `flush.rs` (when FLUSH may be answered).
+//! table), `flush.rs` (when FLUSH may be answered), `replay.rs` (re-forming journaled
+//! batches after a restore).
 
 mod flush;
 mod options;
 mod poll;
+mod replay;
 mod target;
 
 pub use options::{

@@ -48,6 +48,9 @@ pub struct RunnerSpec {
     /// Where a restored view's instance resumes (from its checkpoint); None: from the
     /// source's start.
     pub resume: Option<Resume>,
+    /// Kafka instances with checkpoints on: the input journal their batches are recorded
+    /// in (see `dataflow/journal.rs`).
+    pub journal: Option<crate::dataflow::journal::Journal>,
 }
 
 /// The checkpointed position of a view's instance of a source, and its watermark then.
@@ -55,6 +58,8 @@ pub struct RunnerSpec {
 pub struct Resume {
     pub position: Position,
     pub watermark: Option<i64>,
+    /// The batches handed over after the checkpoint, to be re-formed exactly (Kafka).
+    pub journal: Vec<crate::dataflow::journal::Entry>,
 }
 
 pub enum SourceKind {

@@ -8,6 +8,8 @@
 //!   (its Z-set's table);
 //! - `Kr{table}`: per table, the last change-log sequence number the views have consumed
 //!   (its log after that is kept through compaction: recovery replays it);
+//! - `Kj{view}{source}…`: the input journal of each Kafka instance since the checkpoint
+//!   (`journal.rs`; written by the instances, pruned by each checkpoint's commit);
 //! - `Km`: the manifest, written last in the same batch: format, epoch, and per view its
 //!   fingerprint (plan, nodes, state tables, state format), how many state entries it
 //!   holds, its watermark, and per input the position (table sequence, generator row,
@@ -280,6 +282,9 @@ pub(crate) struct Job {
     /// Every view's whole state (after a failure), not only what changed.
     pub(crate) full: bool,
     pub(crate) state_bytes: u64,
+    /// Input journals (prefix) with the position and watermark this checkpoint records
+    /// for them: the entries it covers are deleted in its commit.
+    pub(crate) journals: Vec<(Vec<u8>, Option<Position>, Option<i64>)>,
     pub(crate) reply: Option<oneshot::Sender<Result<u64>>>,
 }
 
@@ -364,6 +369,7 @@ fn write(
         clear,
         full,
         state_bytes,
+        journals,
         reply,
     } = job;
     let mut record = CheckpointRecord {
@@ -410,6 +416,17 @@ fn write(
                 ops: ops.into_iter().collect(),
             };
         }
+        // the journal entries this checkpoint makes unnecessary go in the same commit
+        // (entries appended meanwhile are past its positions and stay)
+        for (prefix, position, watermark) in &journals {
+            crate::dataflow::journal::prune(
+                store,
+                prefix,
+                position.as_ref(),
+                *watermark,
+                &mut batch,
+            )?;
+        }
         let keys = batch.len() as u64;
         let bytes = batch
             .ops
@@ -453,7 +470,10 @@ fn write(
 /// Remove what a checkpoint holds of views that no longer exist (dropped after the last
 /// checkpoint, before a crash): nothing else would ever delete it.
 pub fn forget_views(store: &dyn Store, oids: &[u32]) -> Result<()> {
-    let prefixes: Vec<Vec<u8>> = oids.iter().map(|o| view_prefix(*o)).collect();
+    let prefixes: Vec<Vec<u8>> = oids
+        .iter()
+        .flat_map(|o| [view_prefix(*o), crate::dataflow::journal::view_prefix(*o)])
+        .collect();
     let mut wb = WriteBatch::default();
     delete_prefixes(store, &prefixes, &mut wb)?;
     store.commit(wb, Durability::Sync)
@@ -515,6 +535,7 @@ mod tests {
                 clear: if full { vec![b"Kv".to_vec()] } else { vec![] },
                 full,
                 state_bytes: 0,
+                journals: Vec::new(),
                 reply: Some(tx),
             },
             rx,

@@ -126,6 +126,7 @@ impl Worker {
                                 .push(crate::dataflow::checkpoint::graph_prefix(oid));
                             self.clear
                                 .push(crate::dataflow::checkpoint::contents_prefix(oid));
+                            self.clear.push(crate::dataflow::journal::view_prefix(oid));
                         }
                         let read: std::collections::HashSet<u32> = self
                             .graphs
@@ -273,6 +274,7 @@ impl Worker {
                 if full {
                     clear.push(b"Kv".to_vec());
                 }
+                let journals = self.journals();
                 if let Some(w) = &self.writer {
                     w.submit(Job {
                         epoch,
@@ -282,6 +284,7 @@ impl Worker {
                         clear,
                         full,
                         state_bytes,
+                        journals,
                         reply,
                     });
                 }
@@ -295,6 +298,25 @@ impl Worker {
                 }
             }
         }
+    }
+
+    /// Every source instance's journal with what the checkpoint being cut records for it.
+    fn journals(&self) -> Vec<(Vec<u8>, Option<Position>, Option<i64>)> {
+        self.views
+            .iter()
+            .flat_map(|(oid, v)| {
+                v.inputs
+                    .iter()
+                    .filter(|(rel, _)| *rel >= crate::connectors::runner::FIRST_INSTANCE_ID)
+                    .map(move |(rel, catalog)| {
+                        (
+                            crate::dataflow::journal::prefix(*oid, *catalog),
+                            self.positions.get(rel).cloned(),
+                            self.watermarks.get(rel).copied(),
+                        )
+                    })
+            })
+            .collect()
     }
 
     /// The checkpoint batch: (batch, state bytes in total, epoch).

@@ -261,6 +261,28 @@ impl Engine {
                 rel = self.dataflow.sources.new_instance_id();
                 graph.remap_relation(*oid, rel);
                 let mut spec = runner_spec(&e.desc, desc, rel)?;
+                let mut replay = Vec::new();
+                if self.dataflow.checkpoint_interval.is_some()
+                    && matches!(spec.kind, SourceKind::Kafka(_))
+                {
+                    // how its batches fall is recorded, so recovery re-forms them exactly
+                    let store = self.catalog.store().clone();
+                    spec.journal = Some(match restore {
+                        Some(_) => {
+                            let i = input_of(*oid);
+                            let (j, entries) = crate::dataflow::journal::Journal::resume(
+                                store,
+                                desc.oid,
+                                *oid,
+                                i.and_then(|i| i.position.as_ref()),
+                                i.and_then(|i| i.watermark),
+                            )?;
+                            replay = entries;
+                            j
+                        }
+                        None => crate::dataflow::journal::Journal::fresh(store, desc.oid, *oid)?,
+                    });
+                }
                 if restore.is_some() {
                     let i = input_of(*oid);
                     let position = i.and_then(|i| i.position.clone()).unwrap_or_default();
@@ -269,6 +291,7 @@ impl Engine {
                     spec.resume = Some(Resume {
                         position,
                         watermark: i.and_then(|i| i.watermark),
+                        journal: replay,
                     });
                 }
                 runners.push(spec);
@@ -873,6 +896,7 @@ fn runner_spec(src: &RelationDesc, view: &RelationDesc, instance: u32) -> Result
         watermark,
         kind,
         resume: None,
+        journal: None,
     })
 }
 

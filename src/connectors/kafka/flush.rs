@@ -64,7 +64,8 @@ impl Instance {
                 }
                 None => false,
             });
-        if !reached || !pending.meta.is_empty() {
+        // journaled batches still being re-formed: not caught up
+        if !reached || !pending.meta.is_empty() || self.replay.is_some() {
             return Ok(());
         }
         let served = std::mem::take(syncing);

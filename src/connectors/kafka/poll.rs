@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use datafusion::arrow::record_batch::RecordBatch;
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::message::Message;
@@ -23,7 +22,6 @@ use crate::connectors::runner::{PartitionProgress, Progress, RunnerSpec, SourceK
 use crate::connectors::upsert::ChangeDecoder;
 use crate::dataflow::runtime::Msg;
 use crate::dataflow::watermark::{WatermarkSpec, advance};
-use crate::sql::types::schema_of;
 use crate::state::table::TableStore;
 
 const MAX_BATCH_ROWS: usize = 4096;
@@ -79,6 +77,23 @@ pub(super) struct Meta {
 
 impl Pending {
     pub(super) fn push(&mut self, m: &rdkafka::message::BorrowedMessage<'_>) {
+        self.push_parts(
+            m.partition(),
+            m.offset(),
+            m.key(),
+            m.payload(),
+            m.timestamp().to_millis(),
+        );
+    }
+
+    pub(super) fn push_parts(
+        &mut self,
+        partition: i32,
+        offset: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        timestamp: Option<i64>,
+    ) {
         let mut put = |b: Option<&[u8]>| {
             b.map(|b| {
                 let start = self.bytes.len();
@@ -86,14 +101,14 @@ impl Pending {
                 (start, self.bytes.len())
             })
         };
-        let value = put(m.payload());
-        let key = put(m.key());
+        let value = put(value);
+        let key = put(key);
         self.meta.push(Meta {
-            partition: m.partition(),
-            offset: m.offset(),
+            partition,
+            offset,
             value,
             key,
-            timestamp: m.timestamp().to_millis(),
+            timestamp,
         });
         self.since.get_or_insert_with(Instant::now);
     }
@@ -148,6 +163,13 @@ pub(super) struct Instance {
     pub(super) dead: Arc<DeadLetters>,
     pub(super) batches: u64,
     pub(super) rows: u64,
+    /// Where each batch handed over is recorded (views, with checkpoints on).
+    pub(super) journal: Option<crate::dataflow::journal::Journal>,
+    /// Journaled batches still to be re-formed (a restored view).
+    pub(super) replay: Option<super::replay::Replay>,
+    /// Partitions the checkpoint had not started (or did not know) whose journaled
+    /// messages start here: they resume at that offset.
+    pub(super) journal_start: BTreeMap<i32, i64>,
 }
 
 /// Run one view's instance of a Kafka source until `stop` (see the module header).
@@ -197,6 +219,12 @@ pub fn run(
         .map(|p| p.partition)
         .collect();
     instance.watermark = resume.watermark;
+    instance.journal_start = super::replay::first_offsets(&resume.journal)
+        .into_iter()
+        .filter(|(p, _)| !instance.resume.contains_key(p))
+        .collect();
+    instance.replay = super::replay::Replay::new(resume.journal);
+    instance.journal = spec.journal;
     instance.finish(&stop, &sync);
 }
 
@@ -262,6 +290,9 @@ impl Instance {
             dead,
             batches: 0,
             rows: 0,
+            journal: None,
+            replay: None,
+            journal_start: BTreeMap::new(),
         }
     }
 
@@ -363,7 +394,10 @@ impl Instance {
                             p.at_end = None;
                         }
                         if m.topic() == topic && self.wanted(&consumer, &topic_c, &m) {
-                            pending.push(&m);
+                            match &mut self.replay {
+                                Some(r) => r.hold(&m),
+                                None => pending.push(&m),
+                            }
                             if let Some(p) = self.partitions.get_mut(&m.partition()) {
                                 p.last_message = burst_start;
                             }
@@ -401,28 +435,30 @@ impl Instance {
             {
                 self.set_status("running");
             }
-            let full = pending.meta.len() >= MAX_BATCH_ROWS
-                || pending
-                    .since
-                    .is_some_and(|t| t.elapsed() >= MAX_BATCH_DELAY);
-            if full || (drained && !syncing.is_empty() && !pending.meta.is_empty()) {
-                self.hand_over(&mut pending)?;
+            if self.replay.is_some() {
+                self.replay_journal(&mut pending, drained)?;
+            } else {
+                let full = pending.meta.len() >= MAX_BATCH_ROWS
+                    || pending
+                        .since
+                        .is_some_and(|t| t.elapsed() >= MAX_BATCH_DELAY);
+                if full || (drained && !syncing.is_empty() && !pending.meta.is_empty()) {
+                    self.hand_over(&mut pending, None)?;
+                }
             }
             if last_refresh.elapsed() >= PROGRESS_REFRESH {
                 last_refresh = Instant::now();
                 self.refresh_progress(&consumer, &topic_c);
-                // partitions going idle can let the watermark move without new rows
-                if let Some(spec) = self.watermark_spec {
+                // partitions going idle can let the watermark move without new rows (not
+                // while journaled batches are re-formed: they say where it moved)
+                if let Some(spec) = self.watermark_spec
+                    && self.replay.is_none()
+                {
                     let before = self.watermark;
                     self.advance_watermark(spec);
                     if self.watermark != before {
-                        let empty = RecordBatch::new_empty(schema_of(
-                            self.spec
-                                .columns
-                                .iter()
-                                .map(|c| (c.name.as_str(), &c.ty, c.nullable)),
-                        ));
-                        self.send(empty, before)?;
+                        self.record(Vec::new(), before)?;
+                        self.send_watermark(before)?;
                     }
                 }
             }
@@ -470,12 +506,22 @@ impl Instance {
             }
             return Ok(());
         }
-        let first = self.partitions.is_empty() && self.resume.is_empty();
+        let first_start = self.partitions.is_empty() && self.resume.is_empty();
+        // a first start of the partition: the startup mode applies
+        let first_of: BTreeMap<i32, bool> = new
+            .iter()
+            .map(|p| {
+                let first = (first_start || self.resume_unstarted.contains(p))
+                    && !self.journal_start.contains_key(p);
+                (*p, first)
+            })
+            .collect();
         let mut tpl = TopicPartitionList::new();
         for p in &new {
-            let first = first || self.resume_unstarted.contains(p);
+            let first = first_of[p];
             let offset = match (&self.spec.options.startup, first) {
                 _ if self.resume.contains_key(p) => Offset::Offset(self.resume[p]),
+                _ if self.journal_start.contains_key(p) => Offset::Offset(self.journal_start[p]),
                 (Startup::Earliest, _) | (_, false) => Offset::Beginning,
                 // the log end as the first fetch response reports it (ListOffsets
                 // under-reports on some brokers): read from the start, skip up to it
@@ -492,14 +538,19 @@ impl Instance {
             .map_err(|e| format!("cannot assign partitions: {e}"))?;
         let now = Instant::now();
         for p in new {
-            let first = first || self.resume_unstarted.contains(&p);
+            let first = first_of[&p];
             let max_event_time = self.resume_event_times.get(&p).copied();
             self.partitions.insert(
                 p,
                 PartitionState {
                     progress: PartitionProgress {
                         partition: p,
-                        offset: self.resume.get(&p).copied().unwrap_or(0),
+                        offset: self
+                            .resume
+                            .get(&p)
+                            .or(self.journal_start.get(&p))
+                            .copied()
+                            .unwrap_or(0),
                         high_watermark: -1,
                         max_event_time,
                         watermark: max_event_time

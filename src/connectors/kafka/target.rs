@@ -18,6 +18,7 @@ use super::options::{Include, OnError};
 use super::poll::{Instance, Pending};
 use crate::connectors::runner::{BATCHES_PER_BARRIER, send_batch, wait_for_views};
 use crate::connectors::upsert::{ChangeDecoder, KeyValue};
+use crate::dataflow::journal::{Entry, Run};
 use crate::dataflow::position::{PartPosition, Position};
 use crate::dataflow::runtime::Msg;
 use crate::dataflow::watermark::advance;
@@ -42,10 +43,23 @@ pub(super) enum Target {
 }
 
 impl Instance {
-    /// Decode the pending messages and hand the rows to the dataflow.
-    pub(super) fn hand_over(&mut self, pending: &mut Pending) -> std::result::Result<(), String> {
+    /// Decode the pending messages and hand the rows to the dataflow. `journaled`: the
+    /// batch re-forms this journal entry (its watermarks are the recorded ones); otherwise
+    /// it is journaled before it goes.
+    pub(super) fn hand_over(
+        &mut self,
+        pending: &mut Pending,
+        journaled: Option<&Entry>,
+    ) -> std::result::Result<(), String> {
         if matches!(self.target, Target::Table { .. }) {
             return self.apply_to_table(pending);
+        }
+        let runs = match (&self.journal, journaled) {
+            (Some(_), None) => Entry::runs_of(pending.meta.iter().map(|m| (m.partition, m.offset))),
+            _ => Vec::new(),
+        };
+        if let Some(e) = journaled {
+            self.watermark = e.before;
         }
         let values: Vec<Option<&[u8]>> = pending
             .meta
@@ -114,6 +128,11 @@ impl Instance {
             }
             self.advance_watermark(spec);
         }
+        match journaled {
+            // the watermark moved as it did then (idleness is wall-clock time)
+            Some(e) => self.watermark = e.after,
+            None => self.record(runs, before)?,
+        }
         for i in &rows {
             if let Some(p) = self.partitions.get_mut(&pending.meta[*i].partition) {
                 p.progress.rows += 1;
@@ -139,6 +158,58 @@ impl Instance {
         Ok(())
     }
 
+    /// Where the instance stands (after what it has handed over).
+    fn position(&self) -> Position {
+        Position(
+            self.partitions
+                .values()
+                .map(|p| PartPosition {
+                    partition: p.progress.partition,
+                    // not started yet (the startup mode's position is not known or not
+                    // reached): a restore applies the startup mode again
+                    next: if p.skip_below == Some(None) || p.skip_before_ms.is_some() {
+                        -1
+                    } else {
+                        p.progress.offset
+                    },
+                    max_event_time: p.progress.max_event_time,
+                })
+                .collect(),
+        )
+    }
+
+    /// Journal a batch about to be handed over (its messages, the watermark before it and
+    /// now), fsynced, so recovery can re-form it (see `dataflow/journal.rs`).
+    pub(super) fn record(
+        &mut self,
+        runs: Vec<Run>,
+        before: Option<i64>,
+    ) -> std::result::Result<(), String> {
+        let entry = Entry {
+            runs,
+            before,
+            after: self.watermark,
+            position: self.position(),
+        };
+        match &mut self.journal {
+            Some(j) => j
+                .append(&entry)
+                .map_err(|e| format!("cannot write the input journal: {}", e.message)),
+            None => Ok(()),
+        }
+    }
+
+    /// Tell the view the watermark moved without rows.
+    pub(super) fn send_watermark(&self, before: Option<i64>) -> std::result::Result<(), String> {
+        let empty = RecordBatch::new_empty(schema_of(
+            self.spec
+                .columns
+                .iter()
+                .map(|c| (c.name.as_str(), &c.ty, c.nullable)),
+        ));
+        self.send(empty, before)
+    }
+
     /// Hand rows to the view (with the watermark before and after them).
     pub(super) fn send(
         &self,
@@ -147,22 +218,7 @@ impl Instance {
     ) -> std::result::Result<(), String> {
         match &self.target {
             Target::View { tx, instance } => {
-                let position = Position(
-                    self.partitions
-                        .values()
-                        .map(|p| PartPosition {
-                            partition: p.progress.partition,
-                            // not started yet (the startup mode's position is not known
-                            // or not reached): a restore applies the startup mode again
-                            next: if p.skip_below == Some(None) || p.skip_before_ms.is_some() {
-                                -1
-                            } else {
-                                p.progress.offset
-                            },
-                            max_event_time: p.progress.max_event_time,
-                        })
-                        .collect(),
-                );
+                let position = self.position();
                 if send_batch(tx, *instance, batch, before, self.watermark, position) {
                     Ok(())
                 } else {
