@@ -1291,3 +1291,174 @@ async fn kafka_and_generator_views_and_sinks_survive_kill_9() {
         "seed {seed}: the PLAIN sink topic differs from the view"
     );
 }
+
+/// Late decisions survive a crash: rows whose lateness depends on how the stream was cut
+/// into batches (each step is its own batch: FLUSH after it) are dropped or admitted before
+/// a SIGKILL; after the restart, which re-reads everything after the checkpoint at once,
+/// the input journal re-forms the same batches, so exactly the same rows are dropped and
+/// the views show exactly what they showed. Then more rows, another kill without a
+/// checkpoint in between, and the views equal a model of the admitted rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_decisions_survive_kill_9() {
+    let seed: u64 = std::env::var("WEIR_KAFKA_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| rand::rng().random_range(0..1_000_000));
+    println!("late decisions seed {seed} (replay with WEIR_KAFKA_SEED={seed})");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let broker = Broker::start();
+    broker.create_topic("late", 2);
+    // checkpoints only when asked (the interval never comes in this test)
+    let mut server = TestServer::start_with(crate::harness::Options {
+        args: &["--checkpoint-interval", "1h"],
+        ..Default::default()
+    });
+    let c = server.connect().await;
+    exec(
+        &c,
+        &format!(
+            "CREATE SOURCE ev (k BIGINT, ts TIMESTAMP, \
+               WATERMARK FOR ts AS ts - INTERVAL '1 second') {} FORMAT PLAIN ENCODE JSON; \
+             CREATE MATERIALIZED VIEW per_win AS SELECT window_start, count(*) AS n, sum(k) AS s \
+               FROM TUMBLE(ev, ts, INTERVAL '10 seconds') GROUP BY window_start, window_end; \
+             CREATE MATERIALIZED VIEW closed AS SELECT window_start, count(*) AS n \
+               FROM TUMBLE(ev, ts, INTERVAL '10 seconds') GROUP BY window_start, window_end \
+               EMIT ON WINDOW CLOSE",
+            kafka_with(&broker, "late", "")
+        ),
+    )
+    .await;
+    let producer = broker.producer();
+    let mut produced: Vec<(i64, i64)> = Vec::new(); // (k, event time µs)
+    let mut next_k = 0i64;
+    let mut now_s = 0i64;
+    // one step: rows to both partitions, some moving event time on, some behind it
+    let mut step = |rng: &mut StdRng, late_ones: bool| {
+        now_s += rng.random_range(3..12);
+        let mut recs: Vec<(i32, Vec<u8>)> = Vec::new();
+        for p in 0..2 {
+            for _ in 0..rng.random_range(1..4) {
+                let behind = if late_ones {
+                    rng.random_range(0..25)
+                } else {
+                    0
+                };
+                let t = (now_s - behind).max(0) * SEC + rng.random_range(0..1000) * 1000;
+                next_k += 1;
+                produced.push((next_k, t));
+                let ts = pg_ts(BASE_MS * 1000 + t).replace(' ', "T");
+                let frac = t % SEC / 1000;
+                recs.push((
+                    p,
+                    format!("{{\"k\": {next_k}, \"ts\": \"{ts}.{frac:03}\"}}").into_bytes(),
+                ));
+            }
+        }
+        recs
+    };
+    let send = |recs: &[(i32, Vec<u8>)]| {
+        let records: Vec<Record<'_>> = recs
+            .iter()
+            .map(|(p, v)| (*p, None, Some(v.as_slice()), None))
+            .collect();
+        producer.send_all("late", &records);
+    };
+    async fn state(c: &Client) -> (Vec<String>, Vec<String>, Vec<String>) {
+        exec(c, "FLUSH").await;
+        let late = rows(
+            c,
+            "SELECT view_name, row FROM weir_late_events ORDER BY view_name, row",
+        )
+        .await;
+        (
+            rows(c, "SELECT window_start, n, s FROM per_win").await,
+            rows(c, "SELECT window_start, n FROM closed").await,
+            late,
+        )
+    }
+    // before the checkpoint: nothing late
+    for _ in 0..2 {
+        let recs = step(&mut rng, false);
+        send(&recs);
+        exec(&c, "FLUSH").await;
+    }
+    exec(&c, "CHECKPOINT").await;
+    // after it: each step its own batch; rows behind the watermark of the earlier steps
+    for _ in 0..rng.random_range(4..8) {
+        let recs = step(&mut rng, true);
+        send(&recs);
+        exec(&c, "FLUSH").await;
+    }
+    let before = state(&c).await;
+    assert!(
+        !before.2.is_empty(),
+        "seed {seed}: the test needs late rows: {before:?}"
+    );
+    drop(c);
+    server.restart();
+    let c = server.connect().await;
+    let after = state(&c).await;
+    assert_eq!(
+        after, before,
+        "seed {seed}: after the restart the same rows are dropped and the views are the same"
+    );
+    // the journal replay is visible in the log
+    let log = std::fs::read_to_string(server.log_path()).unwrap_or_default();
+    assert!(
+        log.contains("input journal replayed"),
+        "seed {seed}: {}",
+        server.log_tail()
+    );
+    // on: more steps, a checkpoint between some of them, a kill after the last
+    for i in 0..rng.random_range(3..6) {
+        let recs = step(&mut rng, true);
+        send(&recs);
+        exec(&c, "FLUSH").await;
+        if i == 1 {
+            exec(&c, "CHECKPOINT").await;
+        }
+    }
+    let before = state(&c).await;
+    drop(c);
+    server.restart();
+    let c = server.connect().await;
+    let after = state(&c).await;
+    // the late log is in memory: after this restart it holds what was replayed, a part
+    // of what was dropped before
+    assert_eq!(
+        (&after.0, &after.1),
+        (&before.0, &before.1),
+        "seed {seed}: views after the second restart"
+    );
+    for l in &after.2 {
+        assert!(
+            before.2.contains(l),
+            "seed {seed}: {l} was not dropped before"
+        );
+    }
+    // the model: every produced row but the dropped ones, per 10 s window
+    let dropped: std::collections::HashSet<i64> = before
+        .2
+        .iter()
+        .filter(|l| l.starts_with("per_win|"))
+        .map(|l| {
+            json(l["per_win|".len()..].as_bytes())["k"]
+                .as_i64()
+                .unwrap()
+        })
+        .collect();
+    let mut model: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
+    for (k, t) in &produced {
+        if !dropped.contains(k) {
+            let e = model.entry(t.div_euclid(10 * SEC) * 10 * SEC).or_default();
+            e.0 += 1;
+            e.1 += k;
+        }
+    }
+    let mut want: Vec<String> = model
+        .iter()
+        .map(|(w, (n, s))| format!("{}|{n}|{s}", pg_ts(BASE_MS * 1000 + w)))
+        .collect();
+    want.sort();
+    assert_eq!(after.0, want, "seed {seed}: per_win against the model");
+}
