@@ -1442,7 +1442,7 @@ async fn late_decisions_survive_kill_9() {
         .iter()
         .filter(|l| l.starts_with("per_win|"))
         .map(|l| {
-            json(l["per_win|".len()..].as_bytes())["k"]
+            json(&l.as_bytes()["per_win|".len()..])["k"]
                 .as_i64()
                 .unwrap()
         })
