@@ -1,5 +1,12 @@
 //! The `weir` command line.
 
+/// mimalloc instead of glibc's allocator: the engine allocates and frees many small keys
+/// and rows on one thread while checkpoint blobs are freed on another, and glibc spent
+/// 10–20% of the dataflow thread in `malloc_consolidate`/`_int_malloc` on Nexmark
+/// (`docs/benchmarks.md`).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
