@@ -82,6 +82,8 @@ pub struct Engine {
     pub data_dir: PathBuf,
     pub dataflow: Arc<Dataflow>,
     pub limits: EngineLimits,
+    /// Sinks resuming at start (see `sinks.rs`, `read_sink_progress`).
+    pub(crate) sink_restarts: parking_lot::Mutex<sinks::SinkRestarts>,
 }
 
 /// Server-wide limits (`weir serve` flags).
@@ -130,7 +132,9 @@ impl Engine {
             data_dir: data_dir.to_owned(),
             dataflow: Dataflow::start_with(limits.checkpoint_interval.map(|i| (store, i))),
             limits,
+            sink_restarts: Default::default(),
         });
+        engine.read_sink_progress();
         engine.restore_views().await?;
         for entry in engine.catalog.entries() {
             if let Err(e) = engine.start_table_consumer(&entry) {

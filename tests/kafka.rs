@@ -1308,6 +1308,8 @@ async fn late_decisions_survive_kill_9() {
     let mut rng = StdRng::seed_from_u64(seed);
     let broker = Broker::start();
     broker.create_topic("late", 2);
+    broker.create_topic("win_out", 2);
+    broker.create_topic("closed_out", 1);
     // checkpoints only when asked (the interval never comes in this test)
     let mut server = TestServer::start_with(crate::harness::Options {
         args: &["--checkpoint-interval", "1h"],
@@ -1323,11 +1325,38 @@ async fn late_decisions_survive_kill_9() {
                FROM TUMBLE(ev, ts, INTERVAL '10 seconds') GROUP BY window_start, window_end; \
              CREATE MATERIALIZED VIEW closed AS SELECT window_start, count(*) AS n \
                FROM TUMBLE(ev, ts, INTERVAL '10 seconds') GROUP BY window_start, window_end \
-               EMIT ON WINDOW CLOSE",
-            kafka_with(&broker, "late", "")
+               EMIT ON WINDOW CLOSE; \
+             CREATE SINK win FROM per_win {} FORMAT UPSERT ENCODE JSON; \
+             CREATE SINK closed_sink FROM closed {} FORMAT PLAIN ENCODE JSON",
+            kafka_with(&broker, "late", ""),
+            kafka_with(&broker, "win_out", ", primary_key = 'window_start'"),
+            kafka_with(&broker, "closed_out", ""),
         ),
     )
     .await;
+    // the sinks' topics read with read_committed: the latest row per window, each closed
+    // window once
+    let topics = |broker: &Broker| {
+        let mut win: Vec<String> = upsert_rows(broker, "win_out", 2, ["window_start", "n", "s"])
+            .into_iter()
+            .map(|r| r.replace('"', "").replace('T', " "))
+            .collect();
+        win.sort();
+        let mut closed: Vec<String> = broker
+            .read_topic("closed_out", 1)
+            .into_iter()
+            .map(|(_, _, v)| {
+                let r = json(&v.expect("value"));
+                format!(
+                    "{}|{}",
+                    r["window_start"].as_str().unwrap().replace('T', " "),
+                    r["n"]
+                )
+            })
+            .collect();
+        closed.sort();
+        (win, closed)
+    };
     let producer = broker.producer();
     let mut produced: Vec<(i64, i64)> = Vec::new(); // (k, event time µs)
     let mut next_k = 0i64;
@@ -1337,8 +1366,9 @@ async fn late_decisions_survive_kill_9() {
         now_s += rng.random_range(3..12);
         let mut recs: Vec<(i32, Vec<u8>)> = Vec::new();
         for p in 0..2 {
-            for _ in 0..rng.random_range(1..4) {
-                let behind = if late_ones {
+            for i in 0..rng.random_range(1..4) {
+                // the first row of a step is on time: every step changes per_win
+                let behind = if late_ones && (p, i) != (0, 0) {
                     rng.random_range(0..25)
                 } else {
                     0
@@ -1402,12 +1432,26 @@ async fn late_decisions_survive_kill_9() {
         after, before,
         "seed {seed}: after the restart the same rows are dropped and the views are the same"
     );
-    // the journal replay is visible in the log
+    // the journal replay is visible in the log, and the UPSERT sink (its progress is
+    // after the checkpoint) went on from the epoch cut at its progress without reading
+    // its topic back
     let log = std::fs::read_to_string(server.log_path()).unwrap_or_default();
     assert!(
         log.contains("input journal replayed"),
         "seed {seed}: {}",
         server.log_tail()
+    );
+    let resumed = |log: &str| {
+        log.lines()
+            .filter(|l| l.contains("without reading the topic back") && l.contains("sink=win"))
+            .count()
+    };
+    assert_eq!(resumed(&log), 1, "seed {seed}: {}", server.log_tail());
+    exec(&c, "FLUSH").await;
+    assert_eq!(
+        topics(&broker),
+        (after.0.clone(), after.1.clone()),
+        "seed {seed}: sink topics after the first restart"
     );
     // on: more steps, a checkpoint between some of them, a kill after the last
     for i in 0..rng.random_range(3..6) {
@@ -1436,6 +1480,14 @@ async fn late_decisions_survive_kill_9() {
             "seed {seed}: {l} was not dropped before"
         );
     }
+    let log = std::fs::read_to_string(server.log_path()).unwrap_or_default();
+    assert_eq!(resumed(&log), 2, "seed {seed}: {}", server.log_tail());
+    exec(&c, "FLUSH").await;
+    assert_eq!(
+        topics(&broker),
+        (after.0.clone(), after.1.clone()),
+        "seed {seed}: sink topics after the second restart"
+    );
     // the model: every produced row but the dropped ones, per 10 s window
     let dropped: std::collections::HashSet<i64> = before
         .2

@@ -117,6 +117,11 @@ pub struct SinkSpec {
     pub reconcile: bool,
     /// The view's input positions at the latest published epoch.
     pub view_positions: Arc<dyn Fn() -> Option<InputPositions> + Send + Sync>,
+    /// A restart whose view was restored from a checkpoint at or before the topic's
+    /// progress: the epoch cut at that progress (see `runtime::EpochCut`); the
+    /// subscription was taken at the restored state. Once the cut is met, the sink goes on
+    /// after it without reading the topic back.
+    pub resume_at: Option<crate::dataflow::runtime::CutOutcome>,
 }
 
 /// The record header holding a delivery's progress (JSON: `[[input OID, position]...]`).
@@ -124,6 +129,22 @@ const PROGRESS_HEADER: &str = "weir-progress";
 /// How long a restarted sink waits for its view to reach the topic's progress before it
 /// compares them anyway (a source that cannot get there, e.g. a truncated topic).
 const PROGRESS_WAIT: Duration = Duration::from_secs(120);
+/// How far before each partition's end a restarted sink reads for its progress.
+const TAIL_MESSAGES: i64 = 16;
+
+/// The latest progress a sink's topic records (committed messages only), reading only the
+/// end of each partition; None when it has none or the broker cannot be read within
+/// `wait`.
+pub fn read_progress(o: &KafkaOptions, wait: Duration) -> Option<Vec<(u32, Position)>> {
+    let stop = AtomicBool::new(false);
+    match read_topic(o, true, &stop, &|_| {}, wait) {
+        Ok((_, p)) => p,
+        Err(e) => {
+            warn!(topic = %o.topic, error = %e, "cannot read a sink's progress");
+            None
+        }
+    }
+}
 
 /// Check a sink's options against the view's columns; returns (options, key indexes).
 pub fn check(
@@ -404,11 +425,25 @@ impl Runner {
         let snapshot: Vec<RecordBatch> = sub.snapshot.iter().cloned().collect();
         let snapshot = concat_batches(&self.schema, &snapshot).map_err(|e| e.to_string())?;
         let mut initial_epoch = sub.epoch;
-        let initial = if self.spec.reconcile {
+        let resumed = match (self.spec.resume_at.clone(), self.spec.reconcile) {
+            (Some(cut), true) => {
+                self.connect(stop)?;
+                self.wait_for_cut(&cut, stop)?
+            }
+            _ => None,
+        };
+        let initial = if let Some(epoch) = resumed {
+            // the topic holds the view as of this epoch: go on after it
+            info!(sink = %self.spec.name, epoch, "sink resumed after its committed progress without reading the topic back");
+            initial_epoch = epoch;
+            Vec::new()
+        } else if self.spec.reconcile {
             // the producer first: initializing its transactions fences the previous run's
             // producer and ends the transaction it left open, so the read-back below sees
             // the topic as it will stay
-            self.connect(stop)?;
+            if self.producer.is_none() {
+                self.connect(stop)?;
+            }
             self.set_status("reading the topic back");
             let (existing, written) = self.read_back(stop)?;
             let snapshot = match written {
@@ -450,6 +485,8 @@ impl Runner {
                     }
                 }
             }
+            // what the start already covered (changes queued before a resume point)
+            batch.retain(|c| c.epoch > initial_epoch);
             let Some(last) = batch.last().map(|c| c.epoch) else {
                 std::thread::sleep(Duration::from_millis(2));
                 continue;
@@ -635,6 +672,33 @@ impl Runner {
         Ok(out)
     }
 
+    /// A resumed sink: the epoch at which its view met the topic's progress, or None when
+    /// it went past it (then the topic is read back and compared, as for a rebuilt view).
+    fn wait_for_cut(
+        &self,
+        cut: &parking_lot::Mutex<Option<Option<u64>>>,
+        stop: &AtomicBool,
+    ) -> std::result::Result<Option<u64>, String> {
+        self.set_status("waiting for the view to reach the topic's progress");
+        let started = Instant::now();
+        loop {
+            if let Some(outcome) = *cut.lock() {
+                if outcome.is_none() {
+                    info!(sink = %self.spec.name, "the view did not stop at the topic's progress; reading the topic back");
+                }
+                return Ok(outcome);
+            }
+            if stop.load(Ordering::Acquire) {
+                return Err("stopped".into());
+            }
+            if started.elapsed() >= PROGRESS_WAIT {
+                warn!(sink = %self.spec.name, "the view did not reach the progress its topic records; reading the topic back");
+                return Ok(None);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// After a restart: the view's contents once it has consumed its inputs as far as the
     /// topic's progress says (the subscription's snapshot plus the changes since), and the
     /// epoch they are at.
@@ -694,114 +758,13 @@ impl Runner {
         &self,
         stop: &AtomicBool,
     ) -> std::result::Result<(Vec<Out>, Option<Vec<(u32, Position)>>), String> {
-        let o = &self.spec.options;
-        let mut c = ClientConfig::new();
-        c.set("bootstrap.servers", &o.bootstrap)
-            .set("group.id", "weir-sink-read-back")
-            .set("enable.auto.commit", "false")
-            .set("enable.partition.eof", "false")
-            .set("isolation.level", "read_committed")
-            .set("fetch.wait.max.ms", "100")
-            .set("log_level", "3");
-        for (k, v) in &o.properties {
-            c.set(k, v);
-        }
-        let consumer: BaseConsumer = c.create().map_err(|e| e.to_string())?;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let partitions: Vec<i32> = loop {
-            match consumer.fetch_metadata(Some(&o.topic), Duration::from_secs(5)) {
-                Ok(md) => {
-                    crate::connectors::policy::check_brokers(
-                        md.brokers().iter().map(|b| (b.host(), b.port())),
-                    )
-                    .map_err(|e| e.message)?;
-                    let ps: Vec<i32> = md
-                        .topics()
-                        .iter()
-                        .filter(|t| t.name() == o.topic && t.error().is_none())
-                        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-                        .collect();
-                    if !ps.is_empty() {
-                        break ps;
-                    }
-                }
-                Err(e) => self.set_status(format!("broker unreachable: {e}")),
-            }
-            if stop.load(Ordering::Acquire) || Instant::now() >= deadline {
-                return Err(format!("cannot read topic \"{}\" back", o.topic));
-            }
-            std::thread::sleep(Duration::from_millis(500));
-        };
-        let mut tpl = TopicPartitionList::new();
-        for p in &partitions {
-            tpl.add_partition_offset(&o.topic, *p, Offset::Beginning)
-                .map_err(|e| e.to_string())?;
-        }
-        consumer.assign(&tpl).map_err(|e| e.to_string())?;
-        let topic_c = CString::new(o.topic.clone()).map_err(|e| e.to_string())?;
-        let mut out = Vec::new();
-        let mut written: Option<Vec<(u32, Position)>> = None;
-        let mut quiet = Instant::now();
-        let started = Instant::now();
-        loop {
-            match consumer.poll(Duration::from_millis(50)) {
-                Some(Ok(m)) => {
-                    if let Some(h) = m.headers() {
-                        for hd in h.iter() {
-                            if hd.key != PROGRESS_HEADER {
-                                continue;
-                            }
-                            let Some(p) = hd.value.and_then(|v| {
-                                serde_json::from_slice::<Vec<(u32, Position)>>(v).ok()
-                            }) else {
-                                continue;
-                            };
-                            let w = written.get_or_insert_with(Vec::new);
-                            for (rel, pos) in p {
-                                match w.iter_mut().find(|(r, _)| *r == rel) {
-                                    Some((_, q)) => q.max_with(&pos),
-                                    None => w.push((rel, pos)),
-                                }
-                            }
-                        }
-                    }
-                    out.push((m.key().map(|k| k.to_vec()), m.payload().map(|v| v.to_vec())));
-                    quiet = Instant::now();
-                    continue;
-                }
-                Some(Err(e)) => self.set_status(format!("reading the topic back: {e}")),
-                None => {}
-            }
-            // done once every partition's position reached its log end (after a few fetch
-            // cycles so the cached ends are fresh), or nothing came for a while
-            if started.elapsed() >= Duration::from_millis(300) {
-                let at_end = consumer.position().ok().is_some_and(|pos| {
-                    partitions.iter().all(|p| {
-                        let hw = crate::connectors::kafka::cached_high_watermark_of(
-                            consumer.client().native_ptr(),
-                            &topic_c,
-                            *p,
-                        );
-                        let at = pos
-                            .find_partition(&o.topic, *p)
-                            .and_then(|e| match e.offset() {
-                                Offset::Offset(n) => Some(n),
-                                _ => None,
-                            });
-                        matches!((hw, at), (Some(0), _))
-                            || matches!((hw, at), (Some(h), Some(a)) if a >= h)
-                    })
-                });
-                if at_end || quiet.elapsed() >= READ_BACK_QUIET {
-                    break;
-                }
-            }
-            if stop.load(Ordering::Acquire) {
-                return Err("stopped".into());
-            }
-        }
-        info!(sink = %self.spec.name, messages = out.len(), progress = ?written, "sink read its topic back");
-        Ok((out, written))
+        read_topic(
+            &self.spec.options,
+            false,
+            stop,
+            &|s| self.set_status(s),
+            Duration::from_secs(60),
+        )
     }
 
     /// A producer, with transactions when the broker supports them.
@@ -967,6 +930,137 @@ impl Runner {
 }
 
 /// A Debezium-style change event.
+/// The committed messages of a sink's topic (`tail`: only the last few of each partition,
+/// enough to find the latest progress: the last message of the latest delivery is the
+/// last message of its partition) and the latest progress they record.
+#[allow(clippy::type_complexity)]
+fn read_topic(
+    o: &KafkaOptions,
+    tail: bool,
+    stop: &AtomicBool,
+    set_status: &dyn Fn(String),
+    metadata_wait: Duration,
+) -> std::result::Result<(Vec<Out>, Option<Vec<(u32, Position)>>), String> {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &o.bootstrap)
+        .set("group.id", "weir-sink-read-back")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false")
+        .set("isolation.level", "read_committed")
+        .set("fetch.wait.max.ms", "100")
+        .set("log_level", "3");
+    for (k, v) in &o.properties {
+        c.set(k, v);
+    }
+    let consumer: BaseConsumer = c.create().map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + metadata_wait;
+    let partitions: Vec<i32> = loop {
+        match consumer.fetch_metadata(Some(&o.topic), Duration::from_secs(5)) {
+            Ok(md) => {
+                crate::connectors::policy::check_brokers(
+                    md.brokers().iter().map(|b| (b.host(), b.port())),
+                )
+                .map_err(|e| e.message)?;
+                let ps: Vec<i32> = md
+                    .topics()
+                    .iter()
+                    .filter(|t| t.name() == o.topic && t.error().is_none())
+                    .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+                    .collect();
+                if !ps.is_empty() {
+                    break ps;
+                }
+            }
+            Err(e) => set_status(format!("broker unreachable: {e}")),
+        }
+        if stop.load(Ordering::Acquire) || Instant::now() >= deadline {
+            return Err(format!("cannot read topic \"{}\" back", o.topic));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let mut tpl = TopicPartitionList::new();
+    for p in &partitions {
+        let from = match tail {
+            // the log end as ListOffsets reports it can be low: reading more is harmless
+            true => consumer
+                .fetch_watermarks(&o.topic, *p, Duration::from_secs(5))
+                .map(|(lo, hi)| Offset::Offset((hi - TAIL_MESSAGES).max(lo)))
+                .unwrap_or(Offset::Beginning),
+            false => Offset::Beginning,
+        };
+        tpl.add_partition_offset(&o.topic, *p, from)
+            .map_err(|e| e.to_string())?;
+    }
+    consumer.assign(&tpl).map_err(|e| e.to_string())?;
+    let topic_c = CString::new(o.topic.clone()).map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    let mut written: Option<Vec<(u32, Position)>> = None;
+    let mut quiet = Instant::now();
+    let started = Instant::now();
+    loop {
+        match consumer.poll(Duration::from_millis(50)) {
+            Some(Ok(m)) => {
+                if let Some(h) = m.headers() {
+                    for hd in h.iter() {
+                        if hd.key != PROGRESS_HEADER {
+                            continue;
+                        }
+                        let Some(p) = hd
+                            .value
+                            .and_then(|v| serde_json::from_slice::<Vec<(u32, Position)>>(v).ok())
+                        else {
+                            continue;
+                        };
+                        let w = written.get_or_insert_with(Vec::new);
+                        for (rel, pos) in p {
+                            match w.iter_mut().find(|(r, _)| *r == rel) {
+                                Some((_, q)) => q.max_with(&pos),
+                                None => w.push((rel, pos)),
+                            }
+                        }
+                    }
+                }
+                if !tail {
+                    out.push((m.key().map(|k| k.to_vec()), m.payload().map(|v| v.to_vec())));
+                }
+                quiet = Instant::now();
+                continue;
+            }
+            Some(Err(e)) => set_status(format!("reading the topic back: {e}")),
+            None => {}
+        }
+        // done once every partition's position reached its log end (after a few fetch
+        // cycles so the cached ends are fresh), or nothing came for a while
+        if started.elapsed() >= Duration::from_millis(300) {
+            let at_end = consumer.position().ok().is_some_and(|pos| {
+                partitions.iter().all(|p| {
+                    let hw = crate::connectors::kafka::cached_high_watermark_of(
+                        consumer.client().native_ptr(),
+                        &topic_c,
+                        *p,
+                    );
+                    let at = pos
+                        .find_partition(&o.topic, *p)
+                        .and_then(|e| match e.offset() {
+                            Offset::Offset(n) => Some(n),
+                            _ => None,
+                        });
+                    matches!((hw, at), (Some(0), _))
+                        || matches!((hw, at), (Some(h), Some(a)) if a >= h)
+                })
+            });
+            if at_end || quiet.elapsed() >= READ_BACK_QUIET {
+                break;
+            }
+        }
+        if stop.load(Ordering::Acquire) {
+            return Err("stopped".into());
+        }
+    }
+    info!(topic = %o.topic, tail, messages = out.len(), progress = ?written, "sink read its topic back");
+    Ok((out, written))
+}
+
 fn debezium(before: Option<&[u8]>, after: Option<&[u8]>) -> Vec<u8> {
     let op = match (before, after) {
         (None, _) => "c",

@@ -221,9 +221,15 @@ impl Worker {
                 self.stats.lock().insert(oid, graph.operator_states());
                 self.graphs.insert(oid, ViewRuntime { name, graph });
                 self.refresh_lookups();
+                if let Some(r) = restore {
+                    self.cuts.extend(r.cuts);
+                }
                 let _ = done.send(Ok(bytes));
             }
             Err(e) => {
+                for c in restore.iter().flat_map(|r| r.cuts.iter()) {
+                    *c.outcome.lock() = Some(None);
+                }
                 let _ = done.send(Err(e));
             }
         }

@@ -24,6 +24,9 @@ pub struct PartPosition {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Position(pub Vec<PartPosition>);
 
+/// Positions of a view's inputs, by catalog OID (what a sink's progress records).
+pub type InputList = Vec<(u32, Position)>;
+
 impl Position {
     /// A single-partition position (tables: log sequence; generators: rows generated).
     pub fn single(next: i64) -> Position {

@@ -97,7 +97,23 @@ pub struct RestoreFrom {
     pub epoch: u64,
     pub view: crate::dataflow::checkpoint::ViewCheckpoint,
     pub watermarks: Vec<(u32, i64)>,
+    /// Where epochs of this view must end while its inputs catch up (sinks' progress).
+    pub cuts: Vec<EpochCut>,
 }
+
+/// A point in a restored view's inputs (graph relation, position) where an epoch must end:
+/// a sink's last committed progress. Its inputs are re-read after the checkpoint in the
+/// batches they had (see `journal.rs`), so the view passes exactly that point again; an
+/// epoch ending there gives the sink the view as its topic has it, without reading the
+/// topic back. The outcome: the epoch that ended there, or None when the inputs went past
+/// it without meeting it (several inputs interleaved otherwise, a source that changed).
+pub struct EpochCut {
+    pub at: Vec<(u32, crate::dataflow::position::Position)>,
+    pub outcome: CutOutcome,
+}
+
+/// Unknown yet (None), met at an epoch (Some(Some(epoch))), or gone past (Some(None)).
+pub type CutOutcome = Arc<Mutex<Option<Option<u64>>>>;
 
 pub struct Dataflow {
     tx: mpsc::Sender<Msg>,
@@ -153,6 +169,7 @@ impl Dataflow {
             clear: Vec::new(),
             recovering: recovering.clone(),
             force_full: false,
+            cuts: Vec::new(),
         };
         std::thread::Builder::new()
             .name("weir-dataflow".into())

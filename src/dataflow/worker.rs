@@ -58,6 +58,8 @@ pub(crate) struct Worker {
     /// Cutting a checkpoint failed after some state tables were flushed: the next one
     /// must write all state.
     pub(crate) force_full: bool,
+    /// Epoch cuts of restored views not met yet (see `runtime::EpochCut`).
+    pub(crate) cuts: Vec<crate::dataflow::runtime::EpochCut>,
 }
 
 impl Worker {
@@ -98,6 +100,9 @@ impl Worker {
                         }
                         if let Some(p) = position {
                             self.positions.entry(relation).or_default().merge(&p);
+                        }
+                        if !self.cuts.is_empty() {
+                            self.meet_cuts(relation, &mut pending);
                         }
                     }
                     Msg::Barrier(tx) => barriers.push(tx),
@@ -149,6 +154,45 @@ impl Worker {
             let epoch = self.published.read().epoch;
             for b in barriers {
                 let _ = b.send(epoch);
+            }
+        }
+    }
+
+    /// End the epoch here if `relation`'s change just brought a view's inputs exactly to one
+    /// of its cut points; give up on a cut point its inputs went past.
+    fn meet_cuts(&mut self, relation: u32, pending: &mut HashMap<u32, Vec<SourceBatch>>) {
+        let mut i = 0;
+        while i < self.cuts.len() {
+            let cut = &self.cuts[i];
+            if !cut.at.iter().any(|(r, _)| *r == relation) {
+                i += 1;
+                continue;
+            }
+            let mut exact = true;
+            let mut past = false;
+            for (r, target) in &cut.at {
+                let now = self.positions.get(r);
+                for t in &target.0 {
+                    match now.and_then(|p| p.0.iter().find(|q| q.partition == t.partition)) {
+                        Some(q) if q.next == t.next => {}
+                        Some(q) if q.next > t.next => {
+                            exact = false;
+                            past = true;
+                        }
+                        _ => exact = false,
+                    }
+                }
+            }
+            if exact {
+                self.epoch(std::mem::take(pending));
+                let epoch = self.published.read().epoch;
+                *self.cuts[i].outcome.lock() = Some(Some(epoch));
+                self.cuts.remove(i);
+            } else if past {
+                *self.cuts[i].outcome.lock() = Some(None);
+                self.cuts.remove(i);
+            } else {
+                i += 1;
             }
         }
     }

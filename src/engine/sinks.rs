@@ -1,10 +1,16 @@
 //! Sinks: CREATE SINK (FROM a view, or AS its own query maintained like a view), and
 //! starting their writers at CREATE and at every start.
 
+use std::collections::HashMap;
+use std::time::Duration;
+
 use tracing::{info, warn};
 
 use crate::catalog::{Entry, RelationDesc, RelationKind};
 use crate::connectors::{self, kafka_sink};
+use crate::dataflow::position::InputList;
+use crate::dataflow::publication::Subscription;
+use crate::dataflow::runtime::CutOutcome;
 use crate::engine::{Engine, Output};
 use crate::error::{Result, WeirError, sqlstate};
 use crate::server::session::Session;
@@ -169,15 +175,48 @@ impl Engine {
         Ok(())
     }
 
-    /// Start a sink's writer on its view's changes. `restart`: the sink ran before this
-    /// start, so it reconciles with its topic first.
-    pub(crate) fn start_sink(&self, entry: &Entry, restart: bool) -> Result<()> {
-        let o = connectors::options(&entry.desc.options);
-        let format = o
-            .get("format")
-            .and_then(|f| kafka_sink::SinkFormat::parse(f))
-            .ok_or_else(|| WeirError::internal("sink without format"))?;
-        let (view_oid, view_name) = match entry.desc.query {
+    /// Before the views are restored (checkpoints on): the progress each sink's topic
+    /// records, read from the end of its partitions (all sinks at once, at most 10 s), so
+    /// that a view restored at or before it stops an epoch exactly there and the sink goes
+    /// on from it without reading its topic back (`runtime::EpochCut`).
+    pub(crate) fn read_sink_progress(&self) {
+        if self.dataflow.checkpoint_interval.is_none() {
+            return;
+        }
+        let sinks: Vec<(u32, u32, connectors::kafka::KafkaOptions)> = self
+            .catalog
+            .entries()
+            .into_iter()
+            .filter(|e| e.desc.kind == RelationKind::Sink)
+            .filter_map(|e| {
+                let (view, _) = self.sink_view(&e).ok()?;
+                let (options, _, _) = self.sink_options(&e).ok()?;
+                Some((e.desc.oid, view, options))
+            })
+            .collect();
+        let found: Vec<(u32, u32, Option<InputList>)> = std::thread::scope(|s| {
+            let handles: Vec<_> = sinks
+                .iter()
+                .map(|(sink, view, o)| {
+                    s.spawn(move || {
+                        let p = kafka_sink::read_progress(o, Duration::from_secs(10));
+                        (*sink, *view, p)
+                    })
+                })
+                .collect();
+            handles.into_iter().filter_map(|h| h.join().ok()).collect()
+        });
+        let mut r = self.sink_restarts.lock();
+        for (sink, view, p) in found {
+            if let Some(p) = p {
+                r.progress.entry(view).or_default().push((sink, p));
+            }
+        }
+    }
+
+    /// The view a sink reads: (OID, name).
+    fn sink_view(&self, entry: &Entry) -> Result<(u32, String)> {
+        Ok(match entry.desc.query {
             Some(_) => (entry.desc.oid, entry.desc.name.clone()),
             None => {
                 let dep = entry
@@ -188,10 +227,39 @@ impl Engine {
                     .ok_or_else(|| WeirError::internal("sink's view is gone"))?;
                 (dep.desc.oid, dep.desc.name.clone())
             }
-        };
+        })
+    }
+
+    /// A sink's connector options, key columns and format.
+    fn sink_options(
+        &self,
+        entry: &Entry,
+    ) -> Result<(
+        connectors::kafka::KafkaOptions,
+        Vec<usize>,
+        kafka_sink::SinkFormat,
+    )> {
+        let o = connectors::options(&entry.desc.options);
+        let format = o
+            .get("format")
+            .and_then(|f| kafka_sink::SinkFormat::parse(f))
+            .ok_or_else(|| WeirError::internal("sink without format"))?;
         let names: Vec<String> = entry.desc.columns.iter().map(|c| c.name.clone()).collect();
         let (options, key) = kafka_sink::check(&o, format, &names)?;
-        let sub = self.dataflow.subscribe(view_oid)?;
+        Ok((options, key, format))
+    }
+
+    /// Start a sink's writer on its view's changes. `restart`: the sink ran before this
+    /// start, so it reconciles with its topic first.
+    pub(crate) fn start_sink(&self, entry: &Entry, restart: bool) -> Result<()> {
+        let (view_oid, view_name) = self.sink_view(entry)?;
+        let (options, key, format) = self.sink_options(entry)?;
+        // a sink whose view was restored at or before its progress resumes from the
+        // subscription taken at the restored state
+        let (sub, resume_at) = match self.sink_restarts.lock().ready.remove(&entry.desc.oid) {
+            Some((sub, cut)) if restart => (sub, Some(cut)),
+            _ => (self.dataflow.subscribe(view_oid)?, None),
+        };
         self.dataflow.sinks.start(
             kafka_sink::SinkSpec {
                 oid: entry.desc.oid,
@@ -205,6 +273,7 @@ impl Engine {
                     let dataflow = self.dataflow.clone();
                     std::sync::Arc::new(move || dataflow.view_positions(view_oid))
                 },
+                resume_at,
             },
             sub,
         );
@@ -225,6 +294,8 @@ impl Engine {
                 warn!(sink = %s.desc.name, error = %e, "cannot start sink");
             }
         }
+        // subscriptions no sink took would hold changes forever
+        *self.sink_restarts.lock() = SinkRestarts::default();
     }
 }
 
@@ -289,4 +360,15 @@ fn group_by_key(q: &datafusion::sql::sqlparser::ast::Query) -> Option<String> {
         }
     }
     Some(key.join(", "))
+}
+
+/// Sinks resuming at start.
+#[derive(Default)]
+pub(crate) struct SinkRestarts {
+    /// Read before the views are restored: each sink's committed progress (input catalog
+    /// OID, position), by the OID of the view it reads.
+    pub(crate) progress: HashMap<u32, Vec<(u32, InputList)>>,
+    /// Taken as each view is restored: a subscription at the restored state and the epoch
+    /// cut at the sink's progress, by sink OID.
+    pub(crate) ready: HashMap<u32, (Subscription, CutOutcome)>,
 }

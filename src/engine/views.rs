@@ -342,6 +342,51 @@ impl Engine {
         if restore.is_some() {
             fresh.extend(tables.iter().map(|t| t.oid));
         }
+        // sinks over this view whose committed progress lies at or after the checkpoint:
+        // an epoch must end exactly there (None: at the checkpoint itself)
+        let mut cuts = Vec::new();
+        let mut resuming: Vec<(u32, Option<crate::dataflow::runtime::CutOutcome>)> = Vec::new();
+        if let Some((_, vc)) = restore {
+            let progress = self
+                .sink_restarts
+                .lock()
+                .progress
+                .remove(&desc.oid)
+                .unwrap_or_default();
+            for (sink, p) in progress {
+                let mut at = Vec::new();
+                let mut equal = true;
+                let usable = inputs.iter().all(|(rel, catalog)| {
+                    let c = vc
+                        .inputs
+                        .iter()
+                        .find(|i| i.relation == *catalog)
+                        .and_then(|i| i.position.clone());
+                    let t = p.iter().find(|(r, _)| r == catalog).map(|(_, t)| t.clone());
+                    match (c, t) {
+                        (Some(c), Some(t)) if t.reached(&c) => {
+                            equal &= c == t;
+                            at.push((*rel, t));
+                            true
+                        }
+                        _ => false,
+                    }
+                });
+                if !usable {
+                    continue;
+                }
+                if equal {
+                    resuming.push((sink, None));
+                } else {
+                    let outcome = Arc::new(parking_lot::Mutex::new(None));
+                    cuts.push(crate::dataflow::runtime::EpochCut {
+                        at,
+                        outcome: outcome.clone(),
+                    });
+                    resuming.push((sink, Some(outcome)));
+                }
+            }
+        }
         let (done, rx) = oneshot::channel();
         let sent = self
             .dataflow
@@ -362,6 +407,7 @@ impl Engine {
                         epoch,
                         view: vc.clone(),
                         watermarks,
+                        cuts,
                     })
                 }),
                 done,
@@ -377,6 +423,15 @@ impl Engine {
         };
         match &result {
             Ok(_) => {
+                // resuming sinks subscribe at the restored state, before the inputs move on
+                for (sink, cut) in resuming {
+                    if let Ok(sub) = self.dataflow.subscribe(desc.oid) {
+                        let cut = cut.unwrap_or_else(|| {
+                            Arc::new(parking_lot::Mutex::new(Some(Some(sub.epoch))))
+                        });
+                        self.sink_restarts.lock().ready.insert(sink, (sub, cut));
+                    }
+                }
                 for spec in runners {
                     self.dataflow.sources.start(self.dataflow.sender(), spec);
                 }
