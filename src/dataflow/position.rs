@@ -10,6 +10,12 @@
 //! Every `Msg::Changes` carries the position *after* its batch; the dataflow worker keeps
 //! the latest per relation, so at an epoch boundary it knows exactly what every view has
 //! consumed.
+//!
+//! The positions a view *publishes* (what sinks record as their progress) also carry the
+//! input's event-time watermark, as the pseudo-partition [`WATERMARK_PARTITION`] whose
+//! `next` is the watermark: a Kafka source's watermark can move (partitions going idle)
+//! without its offsets moving, and a sink's progress must tell those points apart. It
+//! only moves forward, so `reached` and `max_with` treat it like an offset.
 
 use serde::{Deserialize, Serialize};
 
@@ -27,7 +33,26 @@ pub struct Position(pub Vec<PartPosition>);
 /// Positions of a view's inputs, by catalog OID (what a sink's progress records).
 pub type InputList = Vec<(u32, Position)>;
 
+/// The pseudo-partition of a published position that holds the input's watermark.
+pub const WATERMARK_PARTITION: i32 = i32::MIN;
+
 impl Position {
+    /// This position with the input's watermark as [`WATERMARK_PARTITION`] (if it has one).
+    pub fn with_watermark(mut self, watermark: Option<i64>) -> Position {
+        self.0.retain(|p| p.partition != WATERMARK_PARTITION);
+        if let Some(w) = watermark {
+            self.0.insert(
+                0,
+                PartPosition {
+                    partition: WATERMARK_PARTITION,
+                    next: w,
+                    max_event_time: None,
+                },
+            );
+        }
+        self
+    }
+
     /// A single-partition position (tables: log sequence; generators: rows generated).
     pub fn single(next: i64) -> Position {
         Position(vec![PartPosition {
@@ -113,5 +138,23 @@ mod tests {
         let mut m = Position(vec![part(0, 9)]);
         m.max_with(&p);
         assert_eq!(m, Position(vec![part(0, 9), part(1, 9), part(2, 1)]));
+    }
+
+    #[test]
+    fn a_published_position_orders_watermark_moves_at_the_same_offsets() {
+        let part = |partition, next| PartPosition {
+            partition,
+            next,
+            max_event_time: None,
+        };
+        let at = Position(vec![part(0, 5)]);
+        let before = at.clone().with_watermark(Some(100));
+        let after = at.clone().with_watermark(Some(200));
+        assert_ne!(before, after);
+        assert!(after.reached(&before) && !before.reached(&after));
+        // replaced, not added twice; none without a watermark
+        assert_eq!(before.clone().with_watermark(Some(200)), after);
+        assert_eq!(after.with_watermark(None), at);
+        assert_eq!(before.first(), Some(5));
     }
 }

@@ -171,9 +171,15 @@ impl Worker {
             let mut exact = true;
             let mut past = false;
             for (r, target) in &cut.at {
-                let now = self.positions.get(r);
+                let now = self
+                    .positions
+                    .get(r)
+                    .map(|p| p.clone().with_watermark(self.watermarks.get(r).copied()));
                 for t in &target.0 {
-                    match now.and_then(|p| p.0.iter().find(|q| q.partition == t.partition)) {
+                    match now
+                        .as_ref()
+                        .and_then(|p| p.0.iter().find(|q| q.partition == t.partition))
+                    {
                         Some(q) if q.next == t.next => {}
                         Some(q) if q.next > t.next => {
                             exact = false;
@@ -208,7 +214,10 @@ impl Worker {
                     .inputs
                     .iter()
                     .filter_map(|(rel, catalog)| {
-                        self.positions.get(rel).map(|p| (*catalog, p.clone()))
+                        self.positions.get(rel).map(|p| {
+                            let w = self.watermarks.get(rel).copied();
+                            (*catalog, p.clone().with_watermark(w))
+                        })
                     })
                     .collect();
                 (*oid, Arc::new(list))

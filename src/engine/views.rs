@@ -357,11 +357,12 @@ impl Engine {
                 let mut at = Vec::new();
                 let mut equal = true;
                 let usable = inputs.iter().all(|(rel, catalog)| {
+                    // as published: with the input's watermark
                     let c = vc
                         .inputs
                         .iter()
                         .find(|i| i.relation == *catalog)
-                        .and_then(|i| i.position.clone());
+                        .and_then(|i| i.position.clone().map(|p| p.with_watermark(i.watermark)));
                     let t = p.iter().find(|(r, _)| r == catalog).map(|(_, t)| t.clone());
                     match (c, t) {
                         (Some(c), Some(t)) if t.reached(&c) => {
