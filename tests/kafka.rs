@@ -1217,6 +1217,15 @@ async fn kafka_and_generator_views_and_sinks_survive_kill_9() {
         )
         .await
     );
+    // how the sinks came back (timing decides: a checkpoint newer than a sink's
+    // progress makes it read its topic back)
+    let log = std::fs::read_to_string(server.log_path()).unwrap_or_default();
+    println!(
+        "seed {seed}: sinks resumed at their progress {} times, read their whole topic back {} times",
+        log.matches("without reading the topic back").count(),
+        log.matches("tail=false").count()
+    );
+    }
     // the generator ends; then everything is in the views and the sinks
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     wait_done(&c, "picked", deadline).await;

@@ -122,6 +122,10 @@ pub struct SinkSpec {
     /// subscription was taken at the restored state. Once the cut is met, the sink goes on
     /// after it without reading the topic back.
     pub resume_at: Option<crate::dataflow::runtime::CutOutcome>,
+    /// Where the sink says through which epoch its topic holds the view (see
+    /// `runtime::SinksCaughtUp`), and the latest published epoch.
+    pub caught_up: crate::dataflow::runtime::SinksCaughtUp,
+    pub published_epoch: Arc<dyn Fn() -> u64 + Send + Sync>,
 }
 
 /// The record header holding a delivery's progress (JSON: `[[input OID, position]...]`).
@@ -134,8 +138,14 @@ const TAIL_MESSAGES: i64 = 16;
 
 /// The latest progress a sink's topic records (committed messages only), reading only the
 /// end of each partition; None when it has none or the broker cannot be read within
-/// `wait`.
-pub fn read_progress(o: &KafkaOptions, wait: Duration) -> Option<Vec<(u32, Position)>> {
+/// `wait`. The previous run's producer is fenced first: a transaction it had asked to
+/// commit is completed then, and only then are its messages visible to `read_committed`
+/// (reading before would find an older progress and write that transaction again).
+pub fn read_progress(o: &KafkaOptions, oid: u32, wait: Duration) -> Option<Vec<(u32, Position)>> {
+    if let Err(e) = fence(o, oid, wait) {
+        warn!(topic = %o.topic, error = %e, "cannot fence a sink's previous producer; it reads its topic back");
+        return None;
+    }
     let stop = AtomicBool::new(false);
     match read_topic(o, true, &stop, &|_| {}, wait) {
         Ok((_, p)) => p,
@@ -204,6 +214,37 @@ fn producer_config(o: &KafkaOptions, oid: u32) -> ClientConfig {
         c.set(k, v);
     }
     c
+}
+
+/// Initialize the sink's transactional producer once and drop it: this fences the
+/// previous run's producer and ends (or completes) its open transaction. Brokers without
+/// transactions have nothing to fence.
+fn fence(o: &KafkaOptions, oid: u32, wait: Duration) -> std::result::Result<(), String> {
+    let p: ThreadedProducer<SinkContext> = producer_config(o, oid)
+        .create_with_context(SinkContext::default())
+        .map_err(|e| e.to_string())?;
+    let md = p
+        .client()
+        .fetch_metadata(None, wait)
+        .map_err(|e| e.to_string())?;
+    crate::connectors::policy::check_brokers(md.brokers().iter().map(|b| (b.host(), b.port())))
+        .map_err(|e| e.message)?;
+    match p.init_transactions(wait) {
+        Ok(()) => Ok(()),
+        Err(e)
+            if matches!(
+                e.rdkafka_error_code(),
+                Some(
+                    rdkafka::types::RDKafkaErrorCode::UnsupportedVersion
+                        | rdkafka::types::RDKafkaErrorCode::UnsupportedForMessageFormat
+                        | rdkafka::types::RDKafkaErrorCode::UnsupportedFeature
+                )
+            ) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// Counts failed deliveries (at-least-once mode resends a batch that had any).
@@ -396,6 +437,7 @@ fn run(spec: SinkSpec, mut sub: Subscription, stop: Arc<AtomicBool>, progress: A
         positions: sub.positions.clone(),
     };
     let outcome = r.run(&mut sub, &stop);
+    r.spec.caught_up.lock().remove(&r.spec.oid);
     if let Err(e) = &outcome {
         warn!(sink = %r.spec.name, error = %e, "sink stopped");
         *progress.error.lock() = Some(e.clone());
@@ -463,10 +505,13 @@ impl Runner {
             .committed_epoch
             .store(initial_epoch, Ordering::Release);
         self.set_status("running");
+        let mut caught_up_through = 0u64;
         loop {
             if stop.load(Ordering::Acquire) {
                 return Ok(());
             }
+            // everything published up to here is in the channel
+            let published = (self.spec.published_epoch)();
             let mut batch: Vec<EpochChanges> = Vec::new();
             loop {
                 match sub.changes.try_recv() {
@@ -488,6 +533,11 @@ impl Runner {
             // what the start already covered (changes queued before a resume point)
             batch.retain(|c| c.epoch > initial_epoch);
             let Some(last) = batch.last().map(|c| c.epoch) else {
+                // all delivered: the topic holds the view as of `published`
+                if caught_up_through < published {
+                    caught_up_through = published;
+                    self.spec.caught_up.lock().insert(self.spec.oid, published);
+                }
                 std::thread::sleep(Duration::from_millis(2));
                 continue;
             };

@@ -78,6 +78,9 @@ pub struct Manifest {
     /// Wall-clock time the checkpoint was cut (µs since the Unix epoch).
     pub taken_at_us: i64,
     pub views: Vec<ViewCheckpoint>,
+    /// Sinks whose topic held all of their view's changes through this epoch.
+    #[serde(default)]
+    pub sinks_caught_up: Vec<u32>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -587,6 +590,7 @@ mod tests {
 
     fn manifest() -> Manifest {
         Manifest {
+            sinks_caught_up: Vec::new(),
             format: CHECKPOINT_FORMAT.into(),
             epoch: 7,
             taken_at_us: 1,

@@ -115,6 +115,13 @@ pub struct EpochCut {
 /// Unknown yet (None), met at an epoch (Some(Some(epoch))), or gone past (Some(None)).
 pub type CutOutcome = Arc<Mutex<Option<Option<u64>>>>;
 
+/// Per running sink (OID): the last published epoch through which its topic holds all of
+/// its view's changes. A checkpoint records which sinks were caught up with it: their
+/// topic equals the view as checkpointed, so after a restart they resume at the restored
+/// state without reading the topic back, even when their view had no changes to write
+/// (and so no newer progress in the topic) since.
+pub type SinksCaughtUp = Arc<Mutex<HashMap<u32, u64>>>;
+
 pub struct Dataflow {
     tx: mpsc::Sender<Msg>,
     published: Arc<RwLock<Published>>,
@@ -133,6 +140,8 @@ pub struct Dataflow {
     /// Views are still being restored: the timer cuts no checkpoint (it would hold only
     /// the views back so far, and the others would have to be rebuilt after a crash).
     recovering: Arc<AtomicBool>,
+    /// See [`SinksCaughtUp`].
+    pub sinks_caught_up: SinksCaughtUp,
 }
 
 impl Dataflow {
@@ -153,6 +162,7 @@ impl Dataflow {
             subscribers: HashMap::new(),
         }));
         let stats = Arc::new(Mutex::new(HashMap::new()));
+        let sinks_caught_up: SinksCaughtUp = Arc::default();
         let worker = Worker {
             rx,
             graphs: BTreeMap::new(),
@@ -170,6 +180,8 @@ impl Dataflow {
             recovering: recovering.clone(),
             force_full: false,
             cuts: Vec::new(),
+            sinks_caught_up: sinks_caught_up.clone(),
+            last_caught_up: Vec::new(),
         };
         std::thread::Builder::new()
             .name("weir-dataflow".into())
@@ -205,6 +217,7 @@ impl Dataflow {
             checkpoint_interval: interval,
             checkpoints: log,
             recovering,
+            sinks_caught_up,
         })
     }
 

@@ -60,6 +60,9 @@ pub(crate) struct Worker {
     pub(crate) force_full: bool,
     /// Epoch cuts of restored views not met yet (see `runtime::EpochCut`).
     pub(crate) cuts: Vec<crate::dataflow::runtime::EpochCut>,
+    pub(crate) sinks_caught_up: crate::dataflow::runtime::SinksCaughtUp,
+    /// The sinks the last checkpoint recorded as caught up with it.
+    pub(crate) last_caught_up: Vec<u32>,
 }
 
 impl Worker {
@@ -310,9 +313,15 @@ impl Worker {
             return;
         };
         let full = writer.needs_full() || self.force_full;
+        // a sink that caught up since is worth a checkpoint of its own: after a restart it
+        // resumes at the restored state instead of reading its topic back
+        let sinks_moved = {
+            let epoch = self.published.read().epoch;
+            self.caught_up_sinks(epoch) != self.last_caught_up
+        };
         if reply.is_none()
             && (writer.busy()
-                || (!self.changed && !full)
+                || (!self.changed && !full && !sinks_moved)
                 || self.recovering.load(std::sync::atomic::Ordering::Acquire))
         {
             return;
@@ -351,6 +360,19 @@ impl Worker {
                 }
             }
         }
+    }
+
+    /// The sinks whose topics hold their views' changes through `epoch`, in OID order.
+    fn caught_up_sinks(&self, epoch: u64) -> Vec<u32> {
+        let mut v: Vec<u32> = self
+            .sinks_caught_up
+            .lock()
+            .iter()
+            .filter(|(_, e)| **e >= epoch)
+            .map(|(s, _)| *s)
+            .collect();
+        v.sort_unstable();
+        v
     }
 
     /// Every source instance's journal with what the checkpoint being cut records for it.
@@ -453,7 +475,9 @@ impl Worker {
             epoch,
             taken_at_us: crate::dataflow::checkpoint::now_us(),
             views,
+            sinks_caught_up: self.caught_up_sinks(epoch),
         };
+        self.last_caught_up = manifest.sinks_caught_up.clone();
         crate::dataflow::checkpoint::put_manifest(&manifest, &mut batch)?;
         Ok((batch, state_bytes, epoch))
     }

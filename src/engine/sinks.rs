@@ -199,7 +199,7 @@ impl Engine {
                 .iter()
                 .map(|(sink, view, o)| {
                     s.spawn(move || {
-                        let p = kafka_sink::read_progress(o, Duration::from_secs(10));
+                        let p = kafka_sink::read_progress(o, *sink, Duration::from_secs(10));
                         (*sink, *view, p)
                     })
                 })
@@ -208,9 +208,7 @@ impl Engine {
         });
         let mut r = self.sink_restarts.lock();
         for (sink, view, p) in found {
-            if let Some(p) = p {
-                r.progress.entry(view).or_default().push((sink, p));
-            }
+            r.progress.entry(view).or_default().push((sink, p));
         }
     }
 
@@ -274,6 +272,11 @@ impl Engine {
                     std::sync::Arc::new(move || dataflow.view_positions(view_oid))
                 },
                 resume_at,
+                caught_up: self.dataflow.sinks_caught_up.clone(),
+                published_epoch: {
+                    let dataflow = self.dataflow.clone();
+                    std::sync::Arc::new(move || dataflow.epoch())
+                },
             },
             sub,
         );
@@ -367,7 +370,9 @@ fn group_by_key(q: &datafusion::sql::sqlparser::ast::Query) -> Option<String> {
 pub(crate) struct SinkRestarts {
     /// Read before the views are restored: each sink's committed progress (input catalog
     /// OID, position), by the OID of the view it reads.
-    pub(crate) progress: HashMap<u32, Vec<(u32, InputList)>>,
+    pub(crate) progress: HashMap<u32, Vec<(u32, Option<InputList>)>>,
+    /// Sinks the last checkpoint found caught up with it (`Manifest::sinks_caught_up`).
+    pub(crate) caught_up: Vec<u32>,
     /// Taken as each view is restored: a subscription at the restored state and the epoch
     /// cut at the sink's progress, by sink OID.
     pub(crate) ready: HashMap<u32, (Subscription, CutOutcome)>,

@@ -353,7 +353,16 @@ impl Engine {
                 .progress
                 .remove(&desc.oid)
                 .unwrap_or_default();
+            let caught_up = self.sink_restarts.lock().caught_up.clone();
             for (sink, p) in progress {
+                // the topic held the view as checkpointed (a newer progress wins)
+                let at_checkpoint = caught_up.contains(&sink);
+                let Some(p) = p else {
+                    if at_checkpoint {
+                        resuming.push((sink, None));
+                    }
+                    continue;
+                };
                 let mut at = Vec::new();
                 let mut equal = true;
                 let usable = inputs.iter().all(|(rel, catalog)| {
@@ -374,6 +383,9 @@ impl Engine {
                     }
                 });
                 if !usable {
+                    if at_checkpoint {
+                        resuming.push((sink, None));
+                    }
                     continue;
                 }
                 if equal {
@@ -509,6 +521,7 @@ impl Engine {
             None
         };
         if let Some(m) = &manifest {
+            self.sink_restarts.lock().caught_up = m.sinks_caught_up.clone();
             let gone: Vec<u32> = m
                 .views
                 .iter()
