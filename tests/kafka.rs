@@ -1225,7 +1225,6 @@ async fn kafka_and_generator_views_and_sinks_survive_kill_9() {
         log.matches("without reading the topic back").count(),
         log.matches("tail=false").count()
     );
-    }
     // the generator ends; then everything is in the views and the sinks
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     wait_done(&c, "picked", deadline).await;
