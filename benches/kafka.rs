@@ -11,7 +11,8 @@
 //! server's peak resident memory. The broker, the producer (before the clock starts) and
 //! the server share the machine's cores.
 //!
-//! Run: `cargo bench --bench kafka` (`KAFKA_RECORDS=1000000` to change N).
+//! Run: `cargo bench --bench kafka` (`KAFKA_RECORDS=1000000` to change N,
+//! `KAFKA_SERVER_ARGS='--checkpoint-interval 0'` for flags of the server).
 
 #[path = "../tests/broker.rs"]
 #[allow(dead_code)]
@@ -131,8 +132,20 @@ async fn main() {
              GROUP BY auction, window_start, window_end",
         ),
     ];
+    // `KAFKA_SERVER_ARGS='--checkpoint-interval 0'`: server flags (e.g. checkpoints and
+    // with them the input journal off)
+    let server_args: Vec<String> = std::env::var("KAFKA_SERVER_ARGS")
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    let args: Vec<&str> = server_args.iter().map(String::as_str).collect();
+    println!("server flags {server_args:?}");
     for (name, sql) in views {
-        let server = harness::TestServer::start();
+        let server = harness::TestServer::start_with(harness::Options {
+            args: &args,
+            ..Default::default()
+        });
         let c = server.connect().await;
         c.batch_execute(&format!(
             "CREATE SOURCE bids (auction BIGINT, bidder BIGINT, price BIGINT, channel TEXT, url TEXT, \
