@@ -643,6 +643,16 @@ fn upsert_rows(broker: &Broker, topic: &str, partitions: i32, fields: [&str; 3])
     got
 }
 
+/// The test's seed (`WEIR_KAFKA_SEED`, else random), printed, and a generator from it.
+fn seeded(what: &str) -> (u64, StdRng) {
+    let seed: u64 = std::env::var("WEIR_KAFKA_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| rand::rng().random_range(0..1_000_000));
+    println!("{what} seed {seed} (replay with WEIR_KAFKA_SEED={seed})");
+    (seed, StdRng::seed_from_u64(seed))
+}
+
 /// `WITH (...)` of a Kafka connector on the test broker.
 fn kafka_with(broker: &Broker, topic: &str, extra: &str) -> String {
     format!(
@@ -1147,12 +1157,7 @@ async fn wait_done(c: &Client, view: &str, deadline: std::time::Instant) {
 /// row per key equal to the view.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_and_generator_views_and_sinks_survive_kill_9() {
-    let seed: u64 = std::env::var("WEIR_KAFKA_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| rand::rng().random_range(0..1_000_000));
-    println!("kafka recovery seed {seed} (replay with WEIR_KAFKA_SEED={seed})");
-    let mut rng = StdRng::seed_from_u64(seed);
+    let (seed, mut rng) = seeded("kafka recovery");
     let broker = Broker::start();
     broker.create_topic("in", 3);
     broker.create_topic("up_out", 2);
@@ -1308,12 +1313,7 @@ async fn kafka_and_generator_views_and_sinks_survive_kill_9() {
 /// checkpoint in between, and the views equal a model of the admitted rows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn late_decisions_survive_kill_9() {
-    let seed: u64 = std::env::var("WEIR_KAFKA_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| rand::rng().random_range(0..1_000_000));
-    println!("late decisions seed {seed} (replay with WEIR_KAFKA_SEED={seed})");
-    let mut rng = StdRng::seed_from_u64(seed);
+    let (seed, mut rng) = seeded("late decisions");
     let broker = Broker::start();
     broker.create_topic("late", 2);
     broker.create_topic("win_out", 2);

@@ -216,6 +216,21 @@ fn producer_config(o: &KafkaOptions, oid: u32) -> ClientConfig {
     c
 }
 
+/// The broker cannot give this producer transactions (too old, or not allowed): the sink
+/// is at-least-once.
+fn no_transactions(e: &rdkafka::error::KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            rdkafka::types::RDKafkaErrorCode::UnsupportedVersion
+                | rdkafka::types::RDKafkaErrorCode::UnsupportedForMessageFormat
+                | rdkafka::types::RDKafkaErrorCode::TransactionalIdAuthorizationFailed
+                | rdkafka::types::RDKafkaErrorCode::ClusterAuthorizationFailed
+                | rdkafka::types::RDKafkaErrorCode::UnsupportedFeature
+        )
+    )
+}
+
 /// Initialize the sink's transactional producer once and drop it: this fences the
 /// previous run's producer and ends (or completes) its open transaction. Brokers without
 /// transactions have nothing to fence.
@@ -231,18 +246,7 @@ fn fence(o: &KafkaOptions, oid: u32, wait: Duration) -> std::result::Result<(), 
         .map_err(|e| e.message)?;
     match p.init_transactions(wait) {
         Ok(()) => Ok(()),
-        Err(e)
-            if matches!(
-                e.rdkafka_error_code(),
-                Some(
-                    rdkafka::types::RDKafkaErrorCode::UnsupportedVersion
-                        | rdkafka::types::RDKafkaErrorCode::UnsupportedForMessageFormat
-                        | rdkafka::types::RDKafkaErrorCode::UnsupportedFeature
-                )
-            ) =>
-        {
-            Ok(())
-        }
+        Err(e) if no_transactions(&e) => Ok(()),
         Err(e) => Err(e.to_string()),
     }
 }
@@ -849,17 +853,7 @@ impl Runner {
                     return Ok(());
                 }
                 Err(e) => {
-                    let unsupported = matches!(
-                        e.rdkafka_error_code(),
-                        Some(
-                            rdkafka::types::RDKafkaErrorCode::UnsupportedVersion
-                                | rdkafka::types::RDKafkaErrorCode::UnsupportedForMessageFormat
-                                | rdkafka::types::RDKafkaErrorCode::TransactionalIdAuthorizationFailed
-                                | rdkafka::types::RDKafkaErrorCode::ClusterAuthorizationFailed
-                                | rdkafka::types::RDKafkaErrorCode::UnsupportedFeature
-                        )
-                    );
-                    if unsupported {
+                    if no_transactions(&e) {
                         warn!(sink = %self.spec.name, error = %e, "transactions unavailable: at-least-once delivery");
                         self.context = SinkContext::default();
                         let p: ThreadedProducer<SinkContext> =
