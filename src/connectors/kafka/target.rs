@@ -191,12 +191,34 @@ impl Instance {
             after: self.watermark,
             position: self.position(),
         };
-        match &mut self.journal {
-            Some(j) => j
-                .append(&entry)
-                .map_err(|e| format!("cannot write the input journal: {}", e.message)),
-            None => Ok(()),
+        let Some(j) = &mut self.journal else {
+            return Ok(());
+        };
+        // the store cannot take it (a full disk): wait for space, as table writes do,
+        // rather than fail the source; the batch goes once it is journaled
+        let mut waiting = false;
+        loop {
+            match j.append(&entry) {
+                Ok(()) => break,
+                Err(e)
+                    if e.code == crate::error::sqlstate::DISK_FULL
+                        || e.code == crate::error::sqlstate::IO_ERROR =>
+                {
+                    if !waiting {
+                        waiting = true;
+                        tracing::warn!(source = %self.source, view = %self.view, error = %e, "cannot write the input journal; waiting");
+                        *self.progress.status.lock() =
+                            format!("waiting: cannot write the input journal: {}", e.message);
+                    }
+                    std::thread::sleep(std::time::Duration::from_secs(1));
+                }
+                Err(e) => return Err(format!("cannot write the input journal: {}", e.message)),
+            }
         }
+        if waiting {
+            self.set_status("running");
+        }
+        Ok(())
     }
 
     /// Tell the view the watermark moved without rows.
