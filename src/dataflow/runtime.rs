@@ -108,6 +108,8 @@ pub struct RestoreFrom {
 /// topic back. The outcome: the epoch that ended there, or None when the inputs went past
 /// it without meeting it (several inputs interleaved otherwise, a source that changed).
 pub struct EpochCut {
+    /// The view (catalog OID).
+    pub view: u32,
     pub at: Vec<(u32, crate::dataflow::position::Position)>,
     pub outcome: CutOutcome,
 }

@@ -120,6 +120,13 @@ impl Worker {
                     Msg::Drop { oid, done } => {
                         self.epoch(std::mem::take(&mut pending));
                         if let Some(rt) = self.graphs.remove(&oid) {
+                            // its epoch cuts will not be met
+                            self.cuts.retain(|c| {
+                                if c.view == oid {
+                                    *c.outcome.lock() = Some(None);
+                                }
+                                c.view != oid
+                            });
                             // a view's source instances die with it
                             for s in rt.graph.sources() {
                                 if s >= crate::connectors::runner::FIRST_INSTANCE_ID {

@@ -393,6 +393,7 @@ impl Engine {
                 } else {
                     let outcome = Arc::new(parking_lot::Mutex::new(None));
                     cuts.push(crate::dataflow::runtime::EpochCut {
+                        view: desc.oid,
                         at,
                         outcome: outcome.clone(),
                     });
