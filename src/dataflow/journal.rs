@@ -223,6 +223,26 @@ impl Journal {
         ))
     }
 
+    /// Append an entry like [`append`](Self::append), waiting out a store that cannot take
+    /// it (a full disk, an I/O error): `waiting` is told each failure, then it retries
+    /// every `retry`. Other errors are returned.
+    pub fn append_waiting(
+        &mut self,
+        entry: &Entry,
+        retry: std::time::Duration,
+        mut waiting: impl FnMut(&WeirError),
+    ) -> Result<()> {
+        loop {
+            match self.append(entry) {
+                Err(e) if e.code == sqlstate::DISK_FULL || e.code == sqlstate::IO_ERROR => {
+                    waiting(&e);
+                    std::thread::sleep(retry);
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// Append an entry, fsynced, before its batch is handed over.
     pub fn append(&mut self, entry: &Entry) -> Result<()> {
         let mut key = self.prefix.clone();
@@ -261,6 +281,62 @@ mod tests {
             after,
             position: pos(parts),
         }
+    }
+
+    /// A store that refuses the first `fail` commits as a full disk does.
+    struct FullDisk {
+        inner: FjallStore,
+        fail: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Store for FullDisk {
+        fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+            self.inner.get(key)
+        }
+        fn scan_prefix(
+            &self,
+            prefix: &[u8],
+            visit: &mut crate::state::store::Visit<'_>,
+        ) -> Result<()> {
+            self.inner.scan_prefix(prefix, visit)
+        }
+        fn commit(&self, batch: WriteBatch, durability: Durability) -> Result<()> {
+            use std::sync::atomic::Ordering;
+            if self
+                .fail
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+                .is_ok()
+            {
+                return Err(WeirError::new(
+                    sqlstate::DISK_FULL,
+                    "no space left on device",
+                ));
+            }
+            self.inner.commit(batch, durability)
+        }
+        fn name(&self) -> &'static str {
+            "full-disk"
+        }
+    }
+
+    #[test]
+    fn a_full_disk_is_waited_out_and_nothing_is_lost() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(FullDisk {
+            inner: FjallStore::open(dir.path()).unwrap(),
+            fail: std::sync::atomic::AtomicUsize::new(0),
+        });
+        let mut j = Journal::fresh(store.clone(), 1, 2).unwrap();
+        store.fail.store(3, std::sync::atomic::Ordering::Release);
+        let mut told = Vec::new();
+        let e = entry(&[(0, 4)], Some(5));
+        j.append_waiting(&e, std::time::Duration::from_millis(1), |err| {
+            told.push(err.code)
+        })
+        .unwrap();
+        assert_eq!(told, vec![sqlstate::DISK_FULL; 3]);
+        let (_, replay) = Journal::resume(store, 1, 2, None, None).unwrap();
+        assert_eq!(replay, vec![e]);
     }
 
     #[test]

@@ -196,26 +196,18 @@ impl Instance {
         };
         // the store cannot take it (a full disk): wait for space, as table writes do,
         // rather than fail the source; the batch goes once it is journaled
-        let mut waiting = false;
-        loop {
-            match j.append(&entry) {
-                Ok(()) => break,
-                Err(e)
-                    if e.code == crate::error::sqlstate::DISK_FULL
-                        || e.code == crate::error::sqlstate::IO_ERROR =>
-                {
-                    if !waiting {
-                        waiting = true;
-                        tracing::warn!(source = %self.source, view = %self.view, error = %e, "cannot write the input journal; waiting");
-                        *self.progress.status.lock() =
-                            format!("waiting: cannot write the input journal: {}", e.message);
-                    }
-                    std::thread::sleep(std::time::Duration::from_secs(1));
-                }
-                Err(e) => return Err(format!("cannot write the input journal: {}", e.message)),
+        let mut waited = false;
+        let (source, view, progress) = (&self.source, &self.view, &self.progress);
+        j.append_waiting(&entry, std::time::Duration::from_secs(1), |e| {
+            if !waited {
+                waited = true;
+                tracing::warn!(source = %source, view = %view, error = %e, "cannot write the input journal; waiting");
+                *progress.status.lock() =
+                    format!("waiting: cannot write the input journal: {}", e.message);
             }
-        }
-        if waiting {
+        })
+        .map_err(|e| format!("cannot write the input journal: {}", e.message))?;
+        if waited {
             self.set_status("running");
         }
         Ok(())
