@@ -493,35 +493,6 @@ pub fn clear_all(store: &dyn Store) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::fjall_store::FjallStore;
-
-    /// A store whose commits fail while `full_disk` is set (as when the disk is full).
-    struct Flaky {
-        inner: FjallStore,
-        full_disk: AtomicBool,
-    }
-
-    impl Store for Flaky {
-        fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-            self.inner.get(key)
-        }
-        fn scan_prefix(
-            &self,
-            prefix: &[u8],
-            visit: &mut crate::state::store::Visit<'_>,
-        ) -> Result<()> {
-            self.inner.scan_prefix(prefix, visit)
-        }
-        fn commit(&self, batch: WriteBatch, durability: Durability) -> Result<()> {
-            if self.full_disk.load(Ordering::Acquire) {
-                return Err(WeirError::new("53100", "no space left on device"));
-            }
-            self.inner.commit(batch, durability)
-        }
-        fn name(&self) -> &'static str {
-            "flaky"
-        }
-    }
 
     fn job(epoch: u64, keys: &[(&str, &str)], full: bool) -> (Job, oneshot::Receiver<Result<u64>>) {
         let (tx, rx) = oneshot::channel();
@@ -549,11 +520,7 @@ mod tests {
     /// would miss its changes) until a full one lands, which also clears stale keys.
     #[test]
     fn after_a_failed_write_only_a_full_checkpoint_lands() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(Flaky {
-            inner: FjallStore::open(dir.path()).unwrap(),
-            full_disk: AtomicBool::new(false),
-        });
+        let store = Arc::new(crate::state::store::testing::FullDisk::new());
         let log = Arc::new(CheckpointLog::default());
         let writer = Writer::start(store.clone(), log.clone());
         let run = |j: (Job, oneshot::Receiver<Result<u64>>)| {
@@ -564,11 +531,11 @@ mod tests {
             run(job(1, &[("Kv1", "a"), ("Kv2", "b")], false)).unwrap(),
             1
         );
-        store.full_disk.store(true, Ordering::Release);
+        store.fail(usize::MAX);
         let e = run(job(2, &[("Kv1", "c")], false)).unwrap_err();
         assert_eq!(e.code, "53100");
         assert!(writer.needs_full());
-        store.full_disk.store(false, Ordering::Release);
+        store.fail(0);
         // space is back, but an incremental batch would lose epoch 2's changes
         assert!(run(job(3, &[("Kv3", "d")], false)).is_err());
         assert_eq!(store.get(b"Kv3").unwrap(), None);

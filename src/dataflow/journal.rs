@@ -283,51 +283,11 @@ mod tests {
         }
     }
 
-    /// A store that refuses the first `fail` commits as a full disk does.
-    struct FullDisk {
-        inner: FjallStore,
-        fail: std::sync::atomic::AtomicUsize,
-    }
-
-    impl Store for FullDisk {
-        fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-            self.inner.get(key)
-        }
-        fn scan_prefix(
-            &self,
-            prefix: &[u8],
-            visit: &mut crate::state::store::Visit<'_>,
-        ) -> Result<()> {
-            self.inner.scan_prefix(prefix, visit)
-        }
-        fn commit(&self, batch: WriteBatch, durability: Durability) -> Result<()> {
-            use std::sync::atomic::Ordering;
-            if self
-                .fail
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
-                .is_ok()
-            {
-                return Err(WeirError::new(
-                    sqlstate::DISK_FULL,
-                    "no space left on device",
-                ));
-            }
-            self.inner.commit(batch, durability)
-        }
-        fn name(&self) -> &'static str {
-            "full-disk"
-        }
-    }
-
     #[test]
     fn a_full_disk_is_waited_out_and_nothing_is_lost() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(FullDisk {
-            inner: FjallStore::open(dir.path()).unwrap(),
-            fail: std::sync::atomic::AtomicUsize::new(0),
-        });
+        let store = Arc::new(crate::state::store::testing::FullDisk::new());
         let mut j = Journal::fresh(store.clone(), 1, 2).unwrap();
-        store.fail.store(3, std::sync::atomic::Ordering::Release);
+        store.fail(3);
         let mut told = Vec::new();
         let e = entry(&[(0, 4)], Some(5));
         j.append_waiting(&e, std::time::Duration::from_millis(1), |err| {

@@ -71,3 +71,71 @@ pub fn delete_prefixes(
     }
     Ok(())
 }
+
+/// Stores for tests.
+#[cfg(test)]
+pub mod testing {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::{Durability, Store, Visit, WriteBatch};
+    use crate::error::{Result, WeirError, sqlstate};
+    use crate::state::fjall_store::FjallStore;
+
+    /// A fjall store in a temp dir whose commits fail as on a full disk while failures are
+    /// set: [`fail`](Self::fail)`(n)` fails the next `n` commits, `usize::MAX` until reset.
+    pub struct FullDisk {
+        inner: FjallStore,
+        failures: AtomicUsize,
+        _dir: tempfile::TempDir,
+    }
+
+    impl Default for FullDisk {
+        fn default() -> FullDisk {
+            FullDisk::new()
+        }
+    }
+
+    impl FullDisk {
+        pub fn new() -> FullDisk {
+            let dir = tempfile::tempdir().expect("temp dir");
+            FullDisk {
+                inner: FjallStore::open(dir.path()).expect("store"),
+                failures: AtomicUsize::new(0),
+                _dir: dir,
+            }
+        }
+
+        pub fn fail(&self, n: usize) {
+            self.failures.store(n, Ordering::Release);
+        }
+    }
+
+    impl Store for FullDisk {
+        fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+            self.inner.get(key)
+        }
+        fn scan_prefix(&self, prefix: &[u8], visit: &mut Visit<'_>) -> Result<()> {
+            self.inner.scan_prefix(prefix, visit)
+        }
+        fn commit(&self, batch: WriteBatch, durability: Durability) -> Result<()> {
+            let failing = self
+                .failures
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| match n {
+                    0 => None,
+                    usize::MAX => Some(usize::MAX),
+                    n => Some(n - 1),
+                })
+                .is_ok();
+            if failing {
+                return Err(WeirError::new(
+                    sqlstate::DISK_FULL,
+                    "no space left on device",
+                ));
+            }
+            self.inner.commit(batch, durability)
+        }
+        fn name(&self) -> &'static str {
+            "full-disk"
+        }
+    }
+}
