@@ -22,15 +22,21 @@
 //! positions of the view's inputs (table log sequence, generator row, Kafka offsets) at
 //! the epoch whose changes it ends.
 //!
-//! Restart: a restarted sink first reads its topic back (committed messages only) with the
-//! latest progress in it, waits until the view (restored from a checkpoint that may be
-//! older than the topic, or rebuilt) has consumed its inputs at least that far, and then
-//! emits only the difference between the view and what the topic already says: rows not
-//! yet written (PLAIN, as a multiset), keys whose latest message differs from the view's
-//! row or whose row is gone (UPSERT, DEBEZIUM). Waiting is what makes this exactly-once
-//! for views over generators and Kafka sources too: compared any earlier, the view would
-//! lack rows the topic has, and write them again when its sources replay. The topic is
-//! the sink's checkpoint; rows written by others to the same topic count as written.
+//! Restart, usual case: before the views are restored the sink fences the previous run's
+//! producer and reads its latest progress from the end of its topic (`read_progress`). If
+//! its view is restored at or before that progress (or the checkpoint found the sink
+//! caught up with it), the view ends an epoch exactly there (`runtime::EpochCut`) and the
+//! sink, subscribed at the restored state, writes what comes after it: no read-back.
+//!
+//! Otherwise (a rebuilt view, a sink behind a newer checkpoint, a missed cut) it reads its
+//! topic back (committed messages only) with the latest progress in it, waits until the
+//! view has consumed its inputs at least that far, and then emits only the difference
+//! between the view and what the topic already says: rows not yet written (PLAIN, as a
+//! multiset), keys whose latest message differs from the view's row or whose row is gone
+//! (UPSERT, DEBEZIUM). Waiting is what makes this exactly-once for views over generators
+//! and Kafka sources too: compared any earlier, the view would lack rows the topic has,
+//! and write them again when its sources replay. Rows written by others to the same topic
+//! count as written.
 
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -730,7 +736,7 @@ impl Runner {
     /// it went past it (then the topic is read back and compared, as for a rebuilt view).
     fn wait_for_cut(
         &self,
-        cut: &parking_lot::Mutex<Option<Option<u64>>>,
+        cut: &crate::dataflow::runtime::CutOutcome,
         stop: &AtomicBool,
     ) -> std::result::Result<Option<u64>, String> {
         self.set_status("waiting for the view to reach the topic's progress");

@@ -30,6 +30,14 @@ pub struct PartPosition {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Position(pub Vec<PartPosition>);
 
+/// See [`Position::stands_at`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stand {
+    Before,
+    At,
+    Past,
+}
+
 /// Positions of a view's inputs, by catalog OID (what a sink's progress records).
 pub type InputList = Vec<(u32, Position)>;
 
@@ -88,6 +96,20 @@ impl Position {
                 .iter()
                 .any(|p| p.partition == t.partition && p.next >= t.next)
         })
+    }
+
+    /// Where this position stands against `target` in the partitions `target` names:
+    /// exactly at it, past it in some partition, or not there yet.
+    pub fn stands_at(&self, target: &Position) -> Stand {
+        let mut stand = Stand::At;
+        for t in &target.0 {
+            match self.0.iter().find(|p| p.partition == t.partition) {
+                Some(p) if p.next == t.next => {}
+                Some(p) if p.next > t.next => return Stand::Past,
+                _ => stand = Stand::Before,
+            }
+        }
+        stand
     }
 
     /// The later of two positions, partition by partition.
@@ -156,5 +178,8 @@ mod tests {
         assert_eq!(before.clone().with_watermark(Some(200)), after);
         assert_eq!(after.with_watermark(None), at);
         assert_eq!(before.first(), Some(5));
+        assert_eq!(before.stands_at(&before), Stand::At);
+        assert_eq!(before.stands_at(&after), Stand::Before);
+        assert_eq!(after.stands_at(&before), Stand::Past);
     }
 }

@@ -178,27 +178,20 @@ impl Worker {
                 i += 1;
                 continue;
             }
-            let mut exact = true;
-            let mut past = false;
-            for (r, target) in &cut.at {
-                let now = self
-                    .positions
-                    .get(r)
-                    .map(|p| p.clone().with_watermark(self.watermarks.get(r).copied()));
-                for t in &target.0 {
-                    match now
-                        .as_ref()
-                        .and_then(|p| p.0.iter().find(|q| q.partition == t.partition))
-                    {
-                        Some(q) if q.next == t.next => {}
-                        Some(q) if q.next > t.next => {
-                            exact = false;
-                            past = true;
-                        }
-                        _ => exact = false,
-                    }
-                }
-            }
+            use crate::dataflow::position::Stand;
+            let stands: Vec<Stand> = cut
+                .at
+                .iter()
+                .map(|(r, target)| match self.positions.get(r) {
+                    Some(p) => p
+                        .clone()
+                        .with_watermark(self.watermarks.get(r).copied())
+                        .stands_at(target),
+                    None => Stand::Before,
+                })
+                .collect();
+            let exact = stands.iter().all(|s| *s == Stand::At);
+            let past = stands.contains(&Stand::Past);
             if exact {
                 self.epoch(std::mem::take(pending));
                 let epoch = self.published.read().epoch;

@@ -355,49 +355,18 @@ impl Engine {
                 .unwrap_or_default();
             let caught_up = self.sink_restarts.lock().caught_up.clone();
             for (sink, p) in progress {
-                // the topic held the view as checkpointed (a newer progress wins)
-                let at_checkpoint = caught_up.contains(&sink);
-                let Some(p) = p else {
-                    if at_checkpoint {
-                        resuming.push((sink, None));
+                match sink_resume(&inputs, vc, p.as_deref(), caught_up.contains(&sink)) {
+                    SinkResume::AtRestore => resuming.push((sink, None)),
+                    SinkResume::Cut(at) => {
+                        let outcome = Arc::new(parking_lot::Mutex::new(None));
+                        cuts.push(crate::dataflow::runtime::EpochCut {
+                            view: desc.oid,
+                            at,
+                            outcome: outcome.clone(),
+                        });
+                        resuming.push((sink, Some(outcome)));
                     }
-                    continue;
-                };
-                let mut at = Vec::new();
-                let mut equal = true;
-                let usable = inputs.iter().all(|(rel, catalog)| {
-                    // as published: with the input's watermark
-                    let c = vc
-                        .inputs
-                        .iter()
-                        .find(|i| i.relation == *catalog)
-                        .and_then(|i| i.position.clone().map(|p| p.with_watermark(i.watermark)));
-                    let t = p.iter().find(|(r, _)| r == catalog).map(|(_, t)| t.clone());
-                    match (c, t) {
-                        (Some(c), Some(t)) if t.reached(&c) => {
-                            equal &= c == t;
-                            at.push((*rel, t));
-                            true
-                        }
-                        _ => false,
-                    }
-                });
-                if !usable {
-                    if at_checkpoint {
-                        resuming.push((sink, None));
-                    }
-                    continue;
-                }
-                if equal {
-                    resuming.push((sink, None));
-                } else {
-                    let outcome = Arc::new(parking_lot::Mutex::new(None));
-                    cuts.push(crate::dataflow::runtime::EpochCut {
-                        view: desc.oid,
-                        at,
-                        outcome: outcome.clone(),
-                    });
-                    resuming.push((sink, Some(outcome)));
+                    SinkResume::ReadBack => {}
                 }
             }
         }
@@ -936,6 +905,59 @@ fn view_options(options: &[(String, String)], emit_on_close: bool) -> Result<Win
     Ok(w)
 }
 
+/// How a sink over a restored view comes back (see `engine/sinks.rs`).
+enum SinkResume {
+    /// Its topic holds the view as restored: go on from there.
+    AtRestore,
+    /// Its topic holds the view at this later point of its inputs (graph relation,
+    /// position): an epoch must end there.
+    Cut(Vec<(u32, Position)>),
+    /// Neither is known: read the topic back and compare.
+    ReadBack,
+}
+
+/// `inputs`: (graph relation, catalog OID); `progress`: the topic's latest progress (by
+/// catalog OID); `caught_up`: the checkpoint found the sink caught up with it.
+fn sink_resume(
+    inputs: &[(u32, u32)],
+    vc: &ViewCheckpoint,
+    progress: Option<&[(u32, Position)]>,
+    caught_up: bool,
+) -> SinkResume {
+    let fallback = if caught_up {
+        SinkResume::AtRestore
+    } else {
+        SinkResume::ReadBack
+    };
+    let Some(progress) = progress else {
+        return fallback;
+    };
+    let mut at = Vec::new();
+    let mut equal = true;
+    for (rel, catalog) in inputs {
+        // as published: with the input's watermark
+        let restored = vc
+            .inputs
+            .iter()
+            .find(|i| i.relation == *catalog)
+            .and_then(|i| i.position.clone().map(|p| p.with_watermark(i.watermark)));
+        let written = progress.iter().find(|(r, _)| r == catalog).map(|(_, t)| t);
+        match (restored, written) {
+            (Some(c), Some(t)) if t.reached(&c) => {
+                equal &= c == *t;
+                at.push((*rel, t.clone()));
+            }
+            // an input without a position (a view), or a topic behind the checkpoint
+            _ => return fallback,
+        }
+    }
+    if equal {
+        SinkResume::AtRestore
+    } else {
+        SinkResume::Cut(at)
+    }
+}
+
 /// How to run one view's instance of a connector source.
 fn runner_spec(src: &RelationDesc, view: &RelationDesc, instance: u32) -> Result<RunnerSpec> {
     let o = connectors::options(&src.options);
@@ -974,4 +996,70 @@ pub(crate) fn parse_query(sql: &str) -> Result<ast::Query> {
     let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
     let mut p = datafusion::sql::sqlparser::parser::Parser::new(&dialect).try_with_sql(sql)?;
     Ok(*p.parse_query()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataflow::checkpoint::InputCheckpoint;
+
+    fn at(n: i64) -> Position {
+        Position::single(n)
+    }
+
+    fn checkpoint(n: i64, watermark: Option<i64>) -> ViewCheckpoint {
+        ViewCheckpoint {
+            oid: 9,
+            name: "v".into(),
+            fingerprint: String::new(),
+            keys: 0,
+            watermark: None,
+            inputs: vec![InputCheckpoint {
+                relation: 5,
+                position: Some(at(n)),
+                watermark,
+            }],
+        }
+    }
+
+    #[test]
+    fn a_sink_resumes_at_the_restore_at_a_later_cut_or_reads_back() {
+        let inputs = [(0xF000_0001, 5)];
+        let vc = checkpoint(10, Some(3));
+        let progress = |n: i64, w: Option<i64>| vec![(5, at(n).with_watermark(w))];
+        // the topic is where the checkpoint is
+        assert!(matches!(
+            sink_resume(&inputs, &vc, Some(&progress(10, Some(3))), false),
+            SinkResume::AtRestore
+        ));
+        // later: a cut there, on the view's own relation; a watermark move alone too
+        match sink_resume(&inputs, &vc, Some(&progress(12, Some(3))), false) {
+            SinkResume::Cut(cut) => {
+                assert_eq!(cut, vec![(0xF000_0001, at(12).with_watermark(Some(3)))])
+            }
+            _ => panic!("no cut"),
+        }
+        assert!(matches!(
+            sink_resume(&inputs, &vc, Some(&progress(10, Some(4))), false),
+            SinkResume::Cut(_)
+        ));
+        // behind the checkpoint: only a sink caught up with it resumes
+        assert!(matches!(
+            sink_resume(&inputs, &vc, Some(&progress(8, Some(3))), false),
+            SinkResume::ReadBack
+        ));
+        assert!(matches!(
+            sink_resume(&inputs, &vc, Some(&progress(8, Some(3))), true),
+            SinkResume::AtRestore
+        ));
+        assert!(matches!(
+            sink_resume(&inputs, &vc, None, false),
+            SinkResume::ReadBack
+        ));
+        // an input the progress does not name (a view over a view)
+        assert!(matches!(
+            sink_resume(&inputs, &vc, Some(&[(6, at(12))]), false),
+            SinkResume::ReadBack
+        ));
+    }
 }
