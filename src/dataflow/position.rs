@@ -176,7 +176,7 @@ mod tests {
         assert!(after.reached(&before) && !before.reached(&after));
         // replaced, not added twice; none without a watermark
         assert_eq!(before.clone().with_watermark(Some(200)), after);
-        assert_eq!(after.with_watermark(None), at);
+        assert_eq!(after.clone().with_watermark(None), at);
         assert_eq!(before.first(), Some(5));
         assert_eq!(before.stands_at(&before), Stand::At);
         assert_eq!(before.stands_at(&after), Stand::Before);
