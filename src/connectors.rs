@@ -14,6 +14,7 @@ pub mod kafka_sink;
 pub mod nexmark;
 pub mod policy;
 pub mod runner;
+pub mod shared;
 pub mod upsert;
 
 use std::collections::HashMap;

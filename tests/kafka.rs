@@ -212,19 +212,18 @@ async fn json_topic_into_windowed_views() {
     .await;
     assert_eq!(dl[0][0], bad.to_string(), "seed {seed}: dead letters");
     assert_eq!(dl[0][1], bad.to_string());
+    // the topic is read once, by the source's shared reader: every view over it shows the
+    // same reader, which counted each bad record once
     let counted = query_text(
         &c,
-        "SELECT dead_letters FROM weir_sources ORDER BY view_name",
+        "SELECT view_name, dead_letters, reader FROM weir_sources ORDER BY view_name",
     )
     .await;
-    assert_eq!(
-        counted
-            .iter()
-            .map(|r| r[0].parse::<usize>().unwrap())
-            .sum::<usize>(),
-        bad,
-        "each bad record is counted by exactly one instance"
-    );
+    assert!(counted.len() >= 2, "{counted:?}");
+    for r in &counted {
+        assert_eq!(r[1], bad.to_string(), "seed {seed}: {r:?}");
+        assert_eq!(r[2], "shared", "{r:?}");
+    }
     // partitions: all read to the end, no lag
     let parts = query_text(
         &c,

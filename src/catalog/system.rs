@@ -180,6 +180,7 @@ pub fn build(
                     ("dead_letters", T::Int8),
                     ("done", T::Bool),
                     ("error", T::Text),
+                    ("reader", T::Text),
                 ],
                 p.into_iter()
                     .map(|r| {
@@ -192,6 +193,7 @@ pub fn build(
                             V::I(r.dead_letters as i64),
                             r.done.into(),
                             r.error.map(V::S).unwrap_or(V::Null),
+                            r.reader.to_owned().into(),
                         ]
                     })
                     .collect(),

@@ -1,13 +1,16 @@
 //! Kafka sources (`connector = 'kafka'`, `FORMAT PLAIN ENCODE JSON`), on rdkafka
 //! (librdkafka).
 //!
-//! Each view reading a source runs its own consumer (an instance): it assigns itself every
-//! partition of the topic explicitly (no consumer group, no rebalancing), starting where
-//! `scan.startup.mode` says, and picks up partitions added later (from their beginning).
-//! Offsets are Weir's own: nothing is committed to Kafka. A view restored from a checkpoint
-//! resumes at its checkpointed offsets and first re-forms the batches its input journal
-//! recorded after them (`replay.rs`, `dataflow/journal.rs`); a rebuilt view replays the
-//! topic from the configured start.
+//! A source is read by one consumer (its shared reader, `connectors/shared.rs`) whose
+//! batches every view over it receives: it assigns itself every partition of the topic
+//! explicitly (no consumer group, no rebalancing), starting where `scan.startup.mode`
+//! says, and picks up partitions added later (from their beginning). A view created later
+//! over a source whose startup mode reaches back (`earliest`, `timestamp`) first reads the
+//! history with a backfill consumer of its own (`backfill.rs`), then joins the shared
+//! reader; under `latest` it joins at once. Offsets are Weir's own: nothing is committed to
+//! Kafka. Restored from a checkpoint, the shared reader resumes at the source's
+//! checkpointed offsets and first re-forms the batches its input journal recorded after
+//! them (`replay.rs`, `dataflow/journal.rs`); a view rebuilt from its inputs backfills.
 //!
 //! Messages are decoded a batch at a time (`json.rs`); a record that does not decode goes
 //! to `weir_dead_letters` (or, with `on_error = 'fail'`, stops the instance with an error
@@ -20,6 +23,7 @@
 //! table), `flush.rs` (when FLUSH may be answered), `replay.rs` (re-forming journaled
 //! batches after a restore).
 
+mod backfill;
 mod flush;
 mod options;
 mod poll;

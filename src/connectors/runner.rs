@@ -1,7 +1,8 @@
-//! Source runners: one thread per (view, source) that pulls batches from the source's
-//! generator and hands them to the dataflow as the changes of a relation id private to that
-//! view, with the event-time watermark the source's `WATERMARK` declares (largest event
-//! time so far minus the delay; it only moves forward).
+//! Source runners: one thread per source reader that pulls batches from the source's
+//! generator and hands them to the dataflow, with the event-time watermark the source's
+//! `WATERMARK` declares (largest event time so far minus the delay; it only moves forward).
+//! Each source has one shared reader whose batches every view over it receives, and views
+//! created later read its history with a backfill reader of their own first (`shared.rs`).
 //!
 //! Flow control: after every few batches the runner sends a barrier and waits for it, so it
 //! is never more than that many batches ahead of the views (memory stays bounded when the
@@ -12,6 +13,7 @@
 //! exhausted, or when the generator fails (the error is kept for `weir_sources`). Kafka
 //! instances run the loop in `kafka.rs` with the same registry, progress and flow control.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -22,10 +24,13 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{error, info};
 
 use crate::connectors::Generator;
+use crate::connectors::shared::{Handoff, SharedReader};
 use crate::dataflow::changelog::Changelog;
 use crate::dataflow::position::Position;
 use crate::dataflow::runtime::Msg;
 
+/// The status of a backfill reader once its view has joined the shared reader.
+pub const JOINED: &str = "joined";
 /// Relation ids handed to source instances start here, far above any catalog OID.
 pub const FIRST_INSTANCE_ID: u32 = 0xF000_0000;
 const MAX_BATCH_ROWS: usize = 4096;
@@ -51,6 +56,27 @@ pub struct RunnerSpec {
     /// Kafka instances with checkpoints on: the input journal their batches are recorded
     /// in (see `dataflow/journal.rs`).
     pub journal: Option<crate::dataflow::journal::Journal>,
+    /// The source's shared reader, or a view's backfill reader that joins it.
+    pub share: Share,
+}
+
+/// The part a reader plays (see `shared.rs`).
+#[derive(Clone)]
+pub enum Share {
+    /// The source's one reader: its batches go under `SharedReader::relation` to every
+    /// view that joined it.
+    Reader(Arc<SharedReader>),
+    /// A view's backfill reader: its batches go under the view's instance id, never past
+    /// the shared reader, and it joins the shared reader once it is there.
+    Backfill(Arc<SharedReader>),
+}
+
+impl Share {
+    pub fn reader(&self) -> &Arc<SharedReader> {
+        match self {
+            Share::Reader(r) | Share::Backfill(r) => r,
+        }
+    }
 }
 
 /// The checkpointed position of a view's instance of a source, and its watermark then.
@@ -111,7 +137,12 @@ pub struct PartitionProgress {
 pub type SyncRequest = oneshot::Sender<std::result::Result<(), String>>;
 
 struct Handle {
+    /// The view a backfill reader reads for (0: a shared reader).
     view_oid: u32,
+    /// A shared reader: the views reading through it are listed there.
+    shared: Option<Arc<SharedReader>>,
+    /// A table's consumer.
+    table: bool,
     view_name: String,
     source_name: String,
     /// Bounded and not rate-limited: FLUSH waits for it to finish.
@@ -134,12 +165,21 @@ pub struct SourceProgress {
     pub status: String,
     pub dead_letters: u64,
     pub partitions: Vec<PartitionProgress>,
+    /// "shared" (the source's one reader), "backfill" (the view's own, reading the
+    /// source's history before it joins the shared reader) or "table" (a table's consumer).
+    pub reader: &'static str,
 }
+
+/// A source's shared reader and the views over it (joined or backfilling).
+type SharedEntry = (Arc<SharedReader>, HashSet<u32>);
 
 /// Every running source instance.
 pub struct Runners {
     next_instance: AtomicU32,
     handles: Mutex<Vec<Handle>>,
+    /// Each source's shared reader (by source OID) and the views over it (joined or
+    /// backfilling): the reader stops when the last of them goes.
+    shared: Mutex<HashMap<u32, SharedEntry>>,
     pub dead_letters: Arc<crate::connectors::dead_letters::DeadLetters>,
 }
 
@@ -148,6 +188,7 @@ impl Default for Runners {
         Runners {
             next_instance: AtomicU32::new(FIRST_INSTANCE_ID),
             handles: Mutex::new(Vec::new()),
+            shared: Mutex::new(HashMap::new()),
             dead_letters: Arc::default(),
         }
     }
@@ -157,6 +198,98 @@ impl Runners {
     /// A fresh relation id for one view's instance of a source.
     pub fn new_instance_id(&self) -> u32 {
         self.next_instance.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The source's shared reader, if one runs (or is about to).
+    pub fn shared_reader(&self, source_oid: u32) -> Option<Arc<SharedReader>> {
+        self.shared.lock().get(&source_oid).map(|(r, _)| r.clone())
+    }
+
+    /// A new shared reader for a source, at `at` (its checkpointed position or nothing);
+    /// start it with [`start`](Self::start) and a `Share::Reader` spec.
+    pub fn new_shared_reader(
+        &self,
+        source_oid: u32,
+        source_name: &str,
+        at: Position,
+    ) -> Arc<SharedReader> {
+        let r = Arc::new(SharedReader::new(
+            source_oid,
+            source_name.to_owned(),
+            self.new_instance_id(),
+            at,
+        ));
+        self.shared
+            .lock()
+            .insert(source_oid, (r.clone(), HashSet::new()));
+        r
+    }
+
+    /// Shared readers no view reads through (after a restart whose views over the source
+    /// are all gone): stopped and forgotten; returns (relation, source OID) of each.
+    pub fn unused_readers(&self) -> Vec<(u32, u32)> {
+        let mut ended = Vec::new();
+        self.shared.lock().retain(|source, (r, views)| {
+            if views.is_empty() {
+                ended.push((r.relation, *source));
+            }
+            !views.is_empty()
+        });
+        let mut h = self.handles.lock();
+        for r in h.iter() {
+            if r.shared
+                .as_ref()
+                .is_some_and(|s| ended.iter().any(|(rel, _)| *rel == s.relation))
+            {
+                r.stop.store(true, Ordering::Release);
+            }
+        }
+        h.retain(|r| {
+            !r.shared
+                .as_ref()
+                .is_some_and(|s| ended.iter().any(|(rel, _)| *rel == s.relation))
+        });
+        ended
+    }
+
+    /// A view reads the source through its shared reader (joined or backfilling).
+    pub fn attach(&self, source_oid: u32, view_oid: u32) {
+        if let Some((_, views)) = self.shared.lock().get_mut(&source_oid) {
+            views.insert(view_oid);
+        }
+    }
+
+    /// A view is dropped (or failed to start): its backfill readers stop, it leaves the
+    /// shared readers, and those no view needs any more stop. Returns the relation ids of
+    /// the shared readers stopped (the worker forgets them) with their source OIDs.
+    pub fn detach(&self, view_oid: u32) -> Vec<(u32, u32)> {
+        self.stop_view(view_oid);
+        let mut ended = Vec::new();
+        self.shared.lock().retain(|source, (r, views)| {
+            views.remove(&view_oid);
+            r.leave(view_oid);
+            if views.is_empty() {
+                ended.push((r.relation, *source));
+                false
+            } else {
+                true
+            }
+        });
+        let mut h = self.handles.lock();
+        for (rel, _) in &ended {
+            for r in h
+                .iter()
+                .filter(|r| r.shared.as_ref().is_some_and(|s| s.relation == *rel))
+            {
+                r.stop.store(true, Ordering::Release);
+            }
+        }
+        h.retain(|r| {
+            !r.shared
+                .as_ref()
+                .is_some_and(|s| ended.iter().any(|(rel, _)| *rel == s.relation))
+        });
+        ended
     }
 
     /// Start a runner feeding `tx`. Call after the view's graph is in the dataflow.
@@ -174,8 +307,14 @@ impl Runners {
                 (false, Some(t), Some(r))
             }
         };
+        let (view_oid, shared) = match &spec.share {
+            Share::Reader(r) => (0, Some(r.clone())),
+            Share::Backfill(_) => (spec.view_oid, None),
+        };
         self.handles.lock().push(Handle {
-            view_oid: spec.view_oid,
+            view_oid,
+            shared,
+            table: false,
             view_name: spec.view_name.clone(),
             source_name: spec.source_name.clone(),
             awaited,
@@ -215,6 +354,8 @@ impl Runners {
         let (sync_tx, sync_rx) = std::sync::mpsc::channel();
         self.handles.lock().push(Handle {
             view_oid: table.oid,
+            shared: None,
+            table: true,
             view_name: table.name.clone(),
             source_name: table.name.clone(),
             awaited: false,
@@ -308,15 +449,26 @@ impl Runners {
         Ok(())
     }
 
+    /// One row per (source, view): a view that joined its source's shared reader shows
+    /// that reader; a view still backfilling shows its backfill reader.
     pub fn progress(&self) -> Vec<SourceProgress> {
-        self.handles
-            .lock()
-            .iter()
-            .map(|r| {
-                let wm = r.progress.watermark.load(Ordering::Acquire);
-                SourceProgress {
+        let mut out = Vec::new();
+        for r in self.handles.lock().iter() {
+            let (views, reader): (Vec<String>, _) = match &r.shared {
+                Some(s) => (
+                    s.views.lock().iter().map(|v| v.1.clone()).collect(),
+                    "shared",
+                ),
+                // a backfill reader that joined has nothing more to show
+                None if *r.progress.status.lock() == JOINED => continue,
+                None if r.table => (vec![r.view_name.clone()], "table"),
+                None => (vec![r.view_name.clone()], "backfill"),
+            };
+            let wm = r.progress.watermark.load(Ordering::Acquire);
+            for view_name in views {
+                out.push(SourceProgress {
                     source_name: r.source_name.clone(),
-                    view_name: r.view_name.clone(),
+                    view_name,
                     rows: r.progress.rows.load(Ordering::Acquire),
                     watermark: (wm != i64::MIN).then_some(wm),
                     done: r.progress.done.load(Ordering::Acquire),
@@ -324,9 +476,11 @@ impl Runners {
                     status: r.progress.status.lock().clone(),
                     dead_letters: r.progress.dead_letters.load(Ordering::Acquire),
                     partitions: r.progress.partitions.lock().clone(),
-                }
-            })
-            .collect()
+                    reader,
+                });
+            }
+        }
+        out
     }
 }
 
@@ -362,11 +516,52 @@ fn run(tx: mpsc::Sender<Msg>, spec: RunnerSpec, stop: Arc<AtomicBool>, progress:
     let mut rows: u64 = start_rows;
     progress.rows.store(rows, Ordering::Release);
     let mut batches: u64 = 0;
+    let view = (spec.view_oid, spec.view_name.clone());
+    // a backfill reader: the handoff's position once the shared reader stopped for it
+    let mut handoff_at: Option<u64> = None;
+    let mut joined = false;
+    let gone = "the dataflow worker has stopped";
     let outcome: Result<(), String> = loop {
         if stop.load(Ordering::Acquire) {
             break Ok(());
         }
-        if let Some(rate) = rate {
+        let mut limit = batch_rows;
+        match &spec.share {
+            Share::Reader(shared) => {
+                if !shared.serve(&tx, &stop) {
+                    break Err(gone.into());
+                }
+            }
+            Share::Backfill(shared) => {
+                // never past the shared reader; close to it, ask it to stop and join
+                let bound = match handoff_at {
+                    Some(at) => at,
+                    None => shared.bound().first().unwrap_or(0).max(0) as u64,
+                };
+                if handoff_at.is_none()
+                    && bound.saturating_sub(rows) <= crate::connectors::shared::HANDOFF_LAG as u64
+                    && let Handoff::At(p) = shared.handoff(spec.instance, view.clone())
+                {
+                    handoff_at = Some(p.first().unwrap_or(0).max(0) as u64);
+                    continue;
+                }
+                if rows >= bound {
+                    if handoff_at.is_some() {
+                        // exactly where the shared reader stands: join it
+                        let _ = wait_for_views(&tx);
+                        if shared.ready(&tx, spec.instance, view.clone()) {
+                            joined = true;
+                            break Ok(());
+                        }
+                        handoff_at = None;
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                    continue;
+                }
+                limit = limit.min((bound - rows) as usize);
+            }
+        }
+        if let (Some(rate), Share::Reader(_)) = (rate, &spec.share) {
             // pace: row n is due n/rate seconds after the start
             let due = Duration::from_secs_f64((rows - start_rows) as f64 / rate.max(1) as f64);
             let now = started.elapsed();
@@ -375,7 +570,7 @@ fn run(tx: mpsc::Sender<Msg>, spec: RunnerSpec, stop: Arc<AtomicBool>, progress:
                 continue;
             }
         }
-        let batch = match generator.next_batch(batch_rows) {
+        let batch = match generator.next_batch(limit) {
             Ok(Some(b)) => b,
             Ok(None) => break Ok(()),
             Err(e) => break Err(e.message),
@@ -389,8 +584,18 @@ fn run(tx: mpsc::Sender<Msg>, spec: RunnerSpec, stop: Arc<AtomicBool>, progress:
         }
         let n = batch.num_rows() as u64;
         let position = Position::single((rows + n) as i64);
-        if !send_batch(&tx, spec.instance, batch, before, watermark, position) {
-            break Err("the dataflow worker has stopped".into());
+        if !send_batch(
+            &tx,
+            spec.instance,
+            batch,
+            before,
+            watermark,
+            position.clone(),
+        ) {
+            break Err(gone.into());
+        }
+        if let Share::Reader(shared) = &spec.share {
+            shared.published(&position);
         }
         rows += n;
         batches += 1;
@@ -404,6 +609,10 @@ fn run(tx: mpsc::Sender<Msg>, spec: RunnerSpec, stop: Arc<AtomicBool>, progress:
     };
     // the last rows are in the views before the runner says it is done
     let _ = wait_for_views(&tx);
+    match &spec.share {
+        Share::Reader(shared) => shared.finish(&tx),
+        Share::Backfill(shared) => shared.withdraw(spec.instance),
+    }
     match outcome {
         Ok(()) => info!(
             source = %spec.source_name,
@@ -419,6 +628,8 @@ fn run(tx: mpsc::Sender<Msg>, spec: RunnerSpec, stop: Arc<AtomicBool>, progress:
     }
     *progress.status.lock() = if progress.error.lock().is_some() {
         "failed".into()
+    } else if joined {
+        JOINED.into()
     } else {
         "done".into()
     };

@@ -35,6 +35,7 @@ impl Worker {
             fingerprint,
             inputs,
             positions,
+            joins,
             restore,
             done,
         } = c;
@@ -186,6 +187,10 @@ impl Worker {
             Ok((contents, bytes)) => {
                 for (rel, pos) in positions {
                     self.positions.entry(rel).or_insert(pos);
+                }
+                for (shared, instance) in joins {
+                    let at = self.positions.get(&shared).cloned();
+                    self.join(shared, instance, at);
                 }
                 if restore.is_none() && self.writer.is_some() {
                     // whatever an older checkpoint left under this view's keys is stale

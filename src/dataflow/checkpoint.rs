@@ -81,6 +81,18 @@ pub struct Manifest {
     /// Sinks whose topic held all of their view's changes through this epoch.
     #[serde(default)]
     pub sinks_caught_up: Vec<u32>,
+    /// Where each source's shared reader stood (`connectors/shared.rs`).
+    #[serde(default)]
+    pub sources: Vec<SourceCheckpoint>,
+}
+
+/// A source's shared reader at the checkpoint: recorded once, whatever the number of
+/// views reading through it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SourceCheckpoint {
+    pub source: u32,
+    pub position: Option<Position>,
+    pub watermark: Option<i64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -102,6 +114,10 @@ pub struct InputCheckpoint {
     pub relation: u32,
     pub position: Option<Position>,
     pub watermark: Option<i64>,
+    /// A connector source read through its shared reader (false: the view was still
+    /// reading the source's history with a backfill reader of its own).
+    #[serde(default)]
+    pub shared: bool,
 }
 
 impl Manifest {
@@ -145,6 +161,10 @@ impl Manifest {
             None => Ok(None),
             Some(b) => Manifest::decode(&b).map(Some),
         }
+    }
+
+    pub fn source(&self, oid: u32) -> Option<&SourceCheckpoint> {
+        self.sources.iter().find(|s| s.source == oid)
     }
 
     pub fn view(&self, oid: u32) -> Option<&ViewCheckpoint> {
@@ -558,6 +578,7 @@ mod tests {
     fn manifest() -> Manifest {
         Manifest {
             sinks_caught_up: Vec::new(),
+            sources: Vec::new(),
             format: CHECKPOINT_FORMAT.into(),
             epoch: 7,
             taken_at_us: 1,
@@ -571,6 +592,7 @@ mod tests {
                     relation: 1,
                     position: Some(Position::single(9)),
                     watermark: None,
+                    shared: false,
                 }],
             }],
         }

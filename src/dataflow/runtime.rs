@@ -55,6 +55,26 @@ pub enum Msg {
     /// once it is durable, with its epoch).
     Checkpoint(Option<oneshot::Sender<Result<u64>>>),
     Create(Box<CreateView>),
+    /// A view's source instance joins the source's shared reader (`connectors/shared.rs`):
+    /// every later batch of `shared` goes to `instance` too, which now stands where the
+    /// shared reader stands (`position`).
+    Join {
+        shared: u32,
+        instance: u32,
+        position: Position,
+    },
+    /// A source's shared reader is about to start, at `position` (restored from a
+    /// checkpoint, or empty) with `watermark`: checkpoints record where it stands.
+    Share {
+        shared: u32,
+        source: u32,
+        position: Position,
+        watermark: Option<i64>,
+    },
+    /// A source's shared reader stopped (no view reads the source any more).
+    Unshare {
+        shared: u32,
+    },
     Drop {
         oid: u32,
         done: oneshot::Sender<()>,
@@ -85,6 +105,9 @@ pub struct CreateView {
     /// Positions of inputs as of this message: tables' log sequence at the snapshot (or,
     /// restored, at the checkpoint).
     pub positions: Vec<(u32, Position)>,
+    /// (shared reader's relation, the view's instance): instances that read their
+    /// source's shared reader from this message on, standing where it stands.
+    pub joins: Vec<(u32, u32)>,
     /// Restore the view from this checkpoint instead of backfilling it.
     pub restore: Option<Box<RestoreFrom>>,
     /// Answered with the bytes of state read (restored) or 0 (backfilled).
@@ -184,6 +207,7 @@ impl Dataflow {
             cuts: Vec::new(),
             sinks_caught_up: sinks_caught_up.clone(),
             last_caught_up: Vec::new(),
+            fanout: HashMap::new(),
         };
         std::thread::Builder::new()
             .name("weir-dataflow".into())

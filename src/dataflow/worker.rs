@@ -11,7 +11,9 @@ use tokio::sync::mpsc;
 use tracing::error;
 
 use crate::dataflow::changelog::Changelog;
-use crate::dataflow::checkpoint::{InputCheckpoint, Job, Manifest, ViewCheckpoint, Writer};
+use crate::dataflow::checkpoint::{
+    InputCheckpoint, Job, Manifest, SourceCheckpoint, ViewCheckpoint, Writer,
+};
 use crate::dataflow::graph::{Graph, SourceBatch};
 use crate::dataflow::position::Position;
 use crate::dataflow::publication::Published;
@@ -63,6 +65,14 @@ pub(crate) struct Worker {
     pub(crate) sinks_caught_up: crate::dataflow::runtime::SinksCaughtUp,
     /// The sinks the last checkpoint recorded as caught up with it.
     pub(crate) last_caught_up: Vec<u32>,
+    /// Each source's shared reader (by the relation id it sends under): the source's OID
+    /// and the views' instances its batches go to (`connectors/shared.rs`).
+    pub(crate) fanout: HashMap<u32, Fanout>,
+}
+
+pub(crate) struct Fanout {
+    pub(crate) source: u32,
+    pub(crate) instances: Vec<u32>,
 }
 
 impl Worker {
@@ -85,27 +95,62 @@ impl Worker {
                         watermark_before,
                         watermark_after,
                         position,
-                    } => {
-                        // a temporal join's table changes take effect between the stream
-                        // rows around them: give them an epoch of their own
-                        if self.lookups.contains(&relation)
-                            || pending.keys().any(|r| self.lookups.contains(r))
-                        {
-                            self.epoch(std::mem::take(&mut pending));
+                    } => match self.fanout.get(&relation) {
+                        // a shared reader's batch: to every view's instance that joined it
+                        Some(f) => {
+                            let targets = f.instances.clone();
+                            self.advance(relation, watermark_after, position.as_ref());
+                            for t in targets {
+                                self.take(
+                                    t,
+                                    changelog.clone(),
+                                    watermark_before,
+                                    watermark_after,
+                                    position.as_ref(),
+                                    &mut pending,
+                                );
+                            }
                         }
-                        pending.entry(relation).or_default().push(SourceBatch {
+                        None => self.take(
+                            relation,
                             changelog,
                             watermark_before,
-                        });
-                        if let Some(w) = watermark_after {
-                            let e = self.watermarks.entry(relation).or_insert(w);
-                            *e = (*e).max(w);
+                            watermark_after,
+                            position.as_ref(),
+                            &mut pending,
+                        ),
+                    },
+                    Msg::Share {
+                        shared,
+                        source,
+                        position,
+                        watermark,
+                    } => {
+                        self.fanout.insert(
+                            shared,
+                            Fanout {
+                                source,
+                                instances: Vec::new(),
+                            },
+                        );
+                        self.positions.insert(shared, position);
+                        if let Some(w) = watermark {
+                            self.watermarks.insert(shared, w);
                         }
-                        if let Some(p) = position {
-                            self.positions.entry(relation).or_default().merge(&p);
-                        }
-                        if !self.cuts.is_empty() {
-                            self.meet_cuts(relation, &mut pending);
+                    }
+                    Msg::Join {
+                        shared,
+                        instance,
+                        position,
+                    } => self.join(shared, instance, Some(position)),
+                    Msg::Unshare { shared } => {
+                        if let Some(f) = self.fanout.remove(&shared) {
+                            self.positions.remove(&shared);
+                            self.watermarks.remove(&shared);
+                            if self.writer.is_some() {
+                                self.clear
+                                    .push(crate::dataflow::journal::prefix(0, f.source));
+                            }
                         }
                     }
                     Msg::Barrier(tx) => barriers.push(tx),
@@ -132,6 +177,9 @@ impl Worker {
                                 if s >= crate::connectors::runner::FIRST_INSTANCE_ID {
                                     self.watermarks.remove(&s);
                                     self.positions.remove(&s);
+                                    for f in self.fanout.values_mut() {
+                                        f.instances.retain(|i| *i != s);
+                                    }
                                 }
                             }
                         }
@@ -148,7 +196,9 @@ impl Worker {
                             .values()
                             .flat_map(|g| g.graph.sources())
                             .collect();
-                        self.positions.retain(|r, _| read.contains(r));
+                        let fanout = &self.fanout;
+                        self.positions
+                            .retain(|r, _| read.contains(r) || fanout.contains_key(r));
                         self.refresh_lookups();
                         let mut p = self.published.write();
                         p.views.remove(&oid);
@@ -165,6 +215,64 @@ impl Worker {
             for b in barriers {
                 let _ = b.send(epoch);
             }
+        }
+    }
+
+    /// Queue one input change of `relation` for the epoch being gathered.
+    fn take(
+        &mut self,
+        relation: u32,
+        changelog: Changelog,
+        watermark_before: Option<i64>,
+        watermark_after: Option<i64>,
+        position: Option<&Position>,
+        pending: &mut HashMap<u32, Vec<SourceBatch>>,
+    ) {
+        // a temporal join's table changes take effect between the stream rows around
+        // them: give them an epoch of their own
+        if self.lookups.contains(&relation) || pending.keys().any(|r| self.lookups.contains(r)) {
+            self.epoch(std::mem::take(pending));
+        }
+        pending.entry(relation).or_default().push(SourceBatch {
+            changelog,
+            watermark_before,
+        });
+        self.advance(relation, watermark_after, position);
+        if !self.cuts.is_empty() {
+            self.meet_cuts(relation, pending);
+        }
+    }
+
+    /// Where `relation` stands after a change of it.
+    fn advance(&mut self, relation: u32, watermark: Option<i64>, position: Option<&Position>) {
+        if let Some(w) = watermark {
+            let e = self.watermarks.entry(relation).or_insert(w);
+            *e = (*e).max(w);
+        }
+        if let Some(p) = position {
+            self.positions.entry(relation).or_default().merge(p);
+        }
+    }
+
+    /// A view's instance joins a shared reader: from here on it gets the reader's batches
+    /// and stands where the reader stands (`at`: the reader's position then).
+    pub(crate) fn join(&mut self, shared: u32, instance: u32, at: Option<Position>) {
+        let Some(f) = self.fanout.get_mut(&shared) else {
+            error!(
+                shared,
+                instance, "a view joins a shared reader the worker does not know"
+            );
+            return;
+        };
+        if !f.instances.contains(&instance) {
+            f.instances.push(instance);
+        }
+        if let Some(p) = at {
+            self.positions.insert(instance, p);
+        }
+        if let Some(w) = self.watermarks.get(&shared).copied() {
+            let e = self.watermarks.entry(instance).or_insert(w);
+            *e = (*e).max(w);
         }
     }
 
@@ -377,6 +485,13 @@ impl Worker {
 
     /// Every source instance's journal with what the checkpoint being cut records for it.
     fn journals(&self) -> Vec<(Vec<u8>, Option<Position>, Option<i64>)> {
+        let shared = self.fanout.iter().map(|(rel, f)| {
+            (
+                crate::dataflow::journal::prefix(0, f.source),
+                self.positions.get(rel).cloned(),
+                self.watermarks.get(rel).copied(),
+            )
+        });
         self.views
             .iter()
             .flat_map(|(oid, v)| {
@@ -391,6 +506,7 @@ impl Worker {
                         )
                     })
             })
+            .chain(shared)
             .collect()
     }
 
@@ -439,6 +555,7 @@ impl Worker {
                         relation: *catalog_oid,
                         position: self.positions.get(rel).cloned(),
                         watermark: self.watermarks.get(rel).copied(),
+                        shared: self.fanout.values().any(|f| f.instances.contains(rel)),
                     })
                     .collect(),
             });
@@ -476,6 +593,15 @@ impl Worker {
             taken_at_us: crate::dataflow::checkpoint::now_us(),
             views,
             sinks_caught_up: self.caught_up_sinks(epoch),
+            sources: self
+                .fanout
+                .iter()
+                .map(|(rel, f)| SourceCheckpoint {
+                    source: f.source,
+                    position: self.positions.get(rel).cloned(),
+                    watermark: self.watermarks.get(rel).copied(),
+                })
+                .collect(),
         };
         self.last_caught_up = manifest.sinks_caught_up.clone();
         crate::dataflow::checkpoint::put_manifest(&manifest, &mut batch)?;

@@ -15,7 +15,9 @@ use tracing::{error, info};
 
 use crate::catalog::rewrite::{display_column_name, rewrite_query};
 use crate::catalog::{ColumnDesc, RelationDesc, RelationKind};
-use crate::connectors::{self, runner::Resume, runner::RunnerSpec, runner::SourceKind};
+use crate::connectors::{
+    self, runner::Resume, runner::RunnerSpec, runner::Share, runner::SourceKind,
+};
 use crate::dataflow::checkpoint::ViewCheckpoint;
 use crate::dataflow::graph::Graph;
 use crate::dataflow::position::Position;
@@ -247,12 +249,19 @@ impl Engine {
         }
         let input_of =
             |oid: u32| restore.and_then(|(_, vc)| vc.inputs.iter().find(|i| i.relation == oid));
-        // each connector source the view reads runs as an instance of its own, under a
-        // relation id private to this view: from the start, or restored, from its position
+        // each connector source the view reads comes under a relation id private to this
+        // view: from the source's shared reader (joined at once: the first view over a
+        // source, `latest`, or restored as joined), or first from a backfill reader of its
+        // own that joins the shared reader at its position (`connectors/shared.rs`)
         let mut runners = Vec::new();
         let mut inputs = Vec::new();
         let mut watermarks = Vec::new();
         let mut restored_positions = Vec::new();
+        let mut joins = Vec::new();
+        let mut joined_readers: Vec<Arc<crate::connectors::shared::SharedReader>> = Vec::new();
+        let mut instances = Vec::new();
+        let checkpoints = self.dataflow.checkpoint_interval.is_some();
+        let store = self.catalog.store().clone();
         for oid in &sources {
             let mut rel = *oid;
             if let Some(e) = self.catalog.get_by_oid(*oid)
@@ -260,41 +269,105 @@ impl Engine {
             {
                 rel = self.dataflow.sources.new_instance_id();
                 graph.remap_relation(*oid, rel);
-                let mut spec = runner_spec(&e.desc, desc, rel)?;
-                let mut replay = Vec::new();
-                if self.dataflow.checkpoint_interval.is_some()
-                    && matches!(spec.kind, SourceKind::Kafka(_))
-                {
-                    // how its batches fall is recorded, so recovery re-forms them exactly
-                    let store = self.catalog.store().clone();
-                    spec.journal = Some(match restore {
-                        Some(_) => {
-                            let i = input_of(*oid);
-                            let (j, entries) = crate::dataflow::journal::Journal::resume(
-                                store,
-                                desc.oid,
+                instances.push(rel);
+                let input = input_of(*oid);
+                let existing = self.dataflow.sources.shared_reader(*oid);
+                let restored_reader = existing.is_some();
+                let shared = match existing {
+                    Some(r) => r,
+                    None => {
+                        // the first view over the source: its reader starts with it
+                        let r = self.dataflow.sources.new_shared_reader(
+                            *oid,
+                            &e.desc.name,
+                            Position::default(),
+                        );
+                        self.dataflow
+                            .send(Msg::Share {
+                                shared: r.relation,
+                                source: *oid,
+                                position: Position::default(),
+                                watermark: None,
+                            })
+                            .await?;
+                        let mut spec =
+                            runner_spec(&e.desc, desc, r.relation, Share::Reader(r.clone()))?;
+                        if checkpoints && matches!(spec.kind, SourceKind::Kafka(_)) {
+                            spec.journal = Some(crate::dataflow::journal::Journal::fresh(
+                                store.clone(),
+                                0,
                                 *oid,
-                                i.and_then(|i| i.position.as_ref()),
-                                i.and_then(|i| i.watermark),
-                            )?;
-                            replay = entries;
-                            j
+                            )?);
                         }
-                        None => crate::dataflow::journal::Journal::fresh(store, desc.oid, *oid)?,
-                    });
+                        if restore.is_none() {
+                            joins.push((r.relation, rel));
+                        }
+                        runners.push(spec);
+                        r
+                    }
+                };
+                self.dataflow.sources.attach(*oid, desc.oid);
+                let joined_now = joins.iter().any(|(_, i)| *i == rel);
+                let latest = connectors::options(&e.desc.options)
+                    .get("scan.startup.mode")
+                    .is_some_and(|m| m.eq_ignore_ascii_case("latest"));
+                match restore {
+                    _ if joined_now => joined_readers.push(shared.clone()),
+                    Some(_) if restored_reader && input.is_some_and(|i| i.shared) => {
+                        // it stood with the shared reader at the checkpoint
+                        joins.push((shared.relation, rel));
+                        joined_readers.push(shared.clone());
+                        let i = input.cloned();
+                        let position = i
+                            .as_ref()
+                            .and_then(|i| i.position.clone())
+                            .unwrap_or_default();
+                        restored_positions.push((rel, position));
+                    }
+                    None if latest => {
+                        joins.push((shared.relation, rel));
+                        joined_readers.push(shared.clone());
+                    }
+                    _ => {
+                        // the source's history first, then the shared reader
+                        let mut spec =
+                            runner_spec(&e.desc, desc, rel, Share::Backfill(shared.clone()))?;
+                        let mut replay = Vec::new();
+                        if checkpoints && matches!(spec.kind, SourceKind::Kafka(_)) {
+                            // how its batches fall is recorded, so recovery re-forms them
+                            spec.journal = Some(match restore {
+                                Some(_) => {
+                                    let (j, entries) = crate::dataflow::journal::Journal::resume(
+                                        store.clone(),
+                                        desc.oid,
+                                        *oid,
+                                        input.and_then(|i| i.position.as_ref()),
+                                        input.and_then(|i| i.watermark),
+                                    )?;
+                                    replay = entries;
+                                    j
+                                }
+                                None => crate::dataflow::journal::Journal::fresh(
+                                    store.clone(),
+                                    desc.oid,
+                                    *oid,
+                                )?,
+                            });
+                        }
+                        if restore.is_some() {
+                            let position =
+                                input.and_then(|i| i.position.clone()).unwrap_or_default();
+                            // the next checkpoint records this until the instance moves on
+                            restored_positions.push((rel, position.clone()));
+                            spec.resume = Some(Resume {
+                                position,
+                                watermark: input.and_then(|i| i.watermark),
+                                journal: replay,
+                            });
+                        }
+                        runners.push(spec);
+                    }
                 }
-                if restore.is_some() {
-                    let i = input_of(*oid);
-                    let position = i.and_then(|i| i.position.clone()).unwrap_or_default();
-                    // the next checkpoint records this until the instance moves on
-                    restored_positions.push((rel, position.clone()));
-                    spec.resume = Some(Resume {
-                        position,
-                        watermark: i.and_then(|i| i.watermark),
-                        journal: replay,
-                    });
-                }
-                runners.push(spec);
             }
             inputs.push((rel, *oid));
             if let Some(w) = input_of(*oid).and_then(|i| i.watermark) {
@@ -338,7 +411,7 @@ impl Engine {
                 }
             }
         }
-        let mut fresh: Vec<u32> = runners.iter().map(|r| r.instance).collect();
+        let mut fresh: Vec<u32> = instances;
         if restore.is_some() {
             fresh.extend(tables.iter().map(|t| t.oid));
         }
@@ -385,6 +458,7 @@ impl Engine {
                 fingerprint,
                 inputs,
                 positions,
+                joins,
                 restore: restore.map(|(epoch, vc)| {
                     Box::new(RestoreFrom {
                         epoch,
@@ -415,13 +489,27 @@ impl Engine {
                         self.sink_restarts.lock().ready.insert(sink, (sub, cut));
                     }
                 }
+                for r in joined_readers {
+                    r.views.lock().push((desc.oid, desc.name.clone()));
+                }
                 for spec in runners {
                     self.dataflow.sources.start(self.dataflow.sender(), spec);
                 }
             }
-            Err(_) => self.unobserve(&sources),
+            Err(_) => {
+                self.unobserve(&sources);
+                self.leave_sources(desc.oid).await;
+            }
         }
         result
+    }
+
+    /// A view is gone (dropped, or it did not start): its backfill readers stop and the
+    /// shared readers no view reads any more stop too.
+    pub(crate) async fn leave_sources(&self, view: u32) {
+        for (shared, _) in self.dataflow.sources.detach(view) {
+            let _ = self.dataflow.send(Msg::Unshare { shared }).await;
+        }
     }
 
     /// Relations some view reads forward their changes to the dataflow.
@@ -547,6 +635,52 @@ impl Engine {
         for t in &held {
             locks.push(t.writer.lock().await);
         }
+        // each source's shared reader as checkpointed (started once the views reading
+        // through it are back, so each of them gets every batch after the checkpoint)
+        let mut readers = Vec::new();
+        if let Some(m) = &manifest {
+            for sc in &m.sources {
+                let Some(e) = self.catalog.get_by_oid(sc.source) else {
+                    continue;
+                };
+                if e.desc.kind != RelationKind::Source {
+                    continue;
+                }
+                let position = sc.position.clone().unwrap_or_default();
+                let r = self.dataflow.sources.new_shared_reader(
+                    sc.source,
+                    &e.desc.name,
+                    position.clone(),
+                );
+                let mut spec = runner_spec(&e.desc, &e.desc, r.relation, Share::Reader(r.clone()))?;
+                let mut journal = Vec::new();
+                if matches!(spec.kind, SourceKind::Kafka(_)) {
+                    let (j, entries) = crate::dataflow::journal::Journal::resume(
+                        store.clone(),
+                        0,
+                        sc.source,
+                        sc.position.as_ref(),
+                        sc.watermark,
+                    )?;
+                    spec.journal = Some(j);
+                    journal = entries;
+                }
+                spec.resume = Some(Resume {
+                    position: position.clone(),
+                    watermark: sc.watermark,
+                    journal,
+                });
+                self.dataflow
+                    .send(Msg::Share {
+                        shared: r.relation,
+                        source: sc.source,
+                        position,
+                        watermark: sc.watermark,
+                    })
+                    .await?;
+                readers.push((r, spec));
+            }
+        }
         // per table: (checkpointed sequence, its log after it)
         let mut replays: std::collections::HashMap<
             u32,
@@ -635,6 +769,18 @@ impl Engine {
                 Err(e) => rebuild.push((v, e.message)),
             }
         }
+        // the restored shared readers go on (unless no restored view reads through them:
+        // then views rebuilt below backfill up to them, or nothing needs them)
+        for (r, spec) in readers {
+            if self
+                .dataflow
+                .sources
+                .shared_reader(r.source_oid)
+                .is_some_and(|now| Arc::ptr_eq(&now, &r))
+            {
+                self.dataflow.sources.start(self.dataflow.sender(), spec);
+            }
+        }
         // 2. the tables' changes after the checkpoint, in log order
         for (oid, (_, entries)) in replays {
             let Some(t) = self.catalog.get_by_oid(oid).and_then(|e| e.table.clone()) else {
@@ -704,6 +850,13 @@ impl Engine {
                     )?;
                 }
             }
+        }
+        for (shared, source) in self.dataflow.sources.unused_readers() {
+            info!(
+                source,
+                "no view reads the source any more: its reader stops"
+            );
+            self.dataflow.send(Msg::Unshare { shared }).await?;
         }
         // the replayed changes are in the views before sinks start
         self.dataflow.flush().await?;
@@ -808,7 +961,7 @@ impl Engine {
             if entry.desc.kind == RelationKind::Sink {
                 self.dataflow.sinks.stop(oid);
                 if entry.desc.query.is_some() {
-                    self.dataflow.sources.stop_view(oid);
+                    self.leave_sources(oid).await;
                     let (done, rx) = oneshot::channel();
                     self.dataflow.send(Msg::Drop { oid, done }).await?;
                     let _ = rx.await;
@@ -817,7 +970,7 @@ impl Engine {
                 self.catalog.drop_relation(&entry.desc.name)?;
                 info!(sink = %entry.desc.name, "dropped sink");
             } else if entry.desc.kind == RelationKind::MaterializedView {
-                self.dataflow.sources.stop_view(oid);
+                self.leave_sources(oid).await;
                 let (done, rx) = oneshot::channel();
                 self.dataflow.send(Msg::Drop { oid, done }).await?;
                 let _ = rx.await;
@@ -958,8 +1111,13 @@ fn sink_resume(
     }
 }
 
-/// How to run one view's instance of a connector source.
-fn runner_spec(src: &RelationDesc, view: &RelationDesc, instance: u32) -> Result<RunnerSpec> {
+/// How to run a reader of a connector source: its shared reader, or `view`'s backfill.
+fn runner_spec(
+    src: &RelationDesc,
+    view: &RelationDesc,
+    instance: u32,
+    share: Share,
+) -> Result<RunnerSpec> {
     let o = connectors::options(&src.options);
     let connector = o.get("connector").cloned().unwrap_or_default();
     let watermark = src.watermark.as_ref().and_then(|w| {
@@ -980,15 +1138,20 @@ fn runner_spec(src: &RelationDesc, view: &RelationDesc, instance: u32) -> Result
             &src.columns,
         )?))
     };
+    let (view_oid, view_name) = match &share {
+        Share::Reader(_) => (0, "(shared)".to_owned()),
+        Share::Backfill(_) => (view.oid, view.name.clone()),
+    };
     Ok(RunnerSpec {
-        view_oid: view.oid,
-        view_name: view.name.clone(),
+        view_oid,
+        view_name,
         source_name: src.name.clone(),
         instance,
         watermark,
         kind,
         resume: None,
         journal: None,
+        share,
     })
 }
 
@@ -1018,6 +1181,7 @@ mod tests {
                 relation: 5,
                 position: Some(at(n)),
                 watermark,
+                shared: false,
             }],
         }
     }

@@ -170,6 +170,12 @@ pub(super) struct Instance {
     /// Partitions the checkpoint had not started (or did not know) whose journaled
     /// messages start here: they resume at that offset.
     pub(super) journal_start: BTreeMap<i32, i64>,
+    /// The source's shared reader (its handoffs are served between batches), or this
+    /// view's backfill reader of it (see `backfill.rs`).
+    pub(super) share: Option<crate::connectors::runner::Share>,
+    pub(super) backfill: Option<super::backfill::Backfill>,
+    /// A backfill reader joined the shared reader: its work is done.
+    pub(super) joined: bool,
 }
 
 /// Run one view's instance of a Kafka source until `stop` (see the module header).
@@ -225,6 +231,13 @@ pub fn run(
         .collect();
     instance.replay = super::replay::Replay::new(resume.journal);
     instance.journal = spec.journal;
+    if let crate::connectors::runner::Share::Backfill(shared) = &spec.share {
+        instance.backfill = Some(super::backfill::Backfill::new(
+            shared.clone(),
+            (spec.view_oid, instance.view.clone()),
+        ));
+    }
+    instance.share = Some(spec.share);
     instance.finish(&stop, &sync);
 }
 
@@ -293,6 +306,9 @@ impl Instance {
             journal: None,
             replay: None,
             journal_start: BTreeMap::new(),
+            share: None,
+            backfill: None,
+            joined: false,
         }
     }
 
@@ -303,6 +319,12 @@ impl Instance {
     ) {
         let inst = self;
         let result = inst.run(stop, sync);
+        if let (Some(share), Target::View { tx, instance }) = (&inst.share, &inst.target) {
+            match share {
+                crate::connectors::runner::Share::Reader(r) => r.finish(tx),
+                crate::connectors::runner::Share::Backfill(r) => r.withdraw(*instance),
+            }
+        }
         // answer FLUSHes still waiting: the instance is gone
         while let Ok(s) = sync.try_recv() {
             let _ = s.send(match &result {
@@ -314,6 +336,8 @@ impl Instance {
             warn!(source = %inst.source, view = %inst.view, error = %e, "kafka source stopped");
             *inst.progress.error.lock() = Some(e);
             *inst.progress.status.lock() = "failed".into();
+        } else if inst.joined {
+            *inst.progress.status.lock() = crate::connectors::runner::JOINED.into();
         } else {
             *inst.progress.status.lock() = "stopped".into();
         }
@@ -362,8 +386,18 @@ impl Instance {
                     }
                 }
             }
-            while let Ok(s) = sync.try_recv() {
-                self.take_flush_request(&consumer, &topic, s, &mut syncing);
+            if let (Some(crate::connectors::runner::Share::Reader(r)), Target::View { tx, .. }) =
+                (&self.share, &self.target)
+                && !r.serve(tx, stop)
+            {
+                return Err("the dataflow worker has stopped".into());
+            }
+            // a backfill reader answers FLUSH once it has joined the shared reader (which
+            // serves FLUSH for the topic)
+            if self.backfill.is_none() {
+                while let Ok(s) = sync.try_recv() {
+                    self.take_flush_request(&consumer, &topic, s, &mut syncing);
+                }
             }
             let last_error = context.error.lock().clone();
             if let Some((at, e)) = &last_error
@@ -394,9 +428,10 @@ impl Instance {
                             p.at_end = None;
                         }
                         if m.topic() == topic && self.wanted(&consumer, &topic_c, &m) {
-                            match &mut self.replay {
-                                Some(r) => r.hold(&m),
-                                None => pending.push(&m),
+                            match (&mut self.replay, &mut self.backfill) {
+                                (Some(r), _) => r.hold(&m),
+                                (None, Some(b)) => b.offer(&m, &mut pending),
+                                (None, None) => pending.push(&m),
                             }
                             if let Some(p) = self.partitions.get_mut(&m.partition()) {
                                 p.last_message = burst_start;
@@ -445,6 +480,10 @@ impl Instance {
                 if full || (drained && !syncing.is_empty() && !pending.meta.is_empty()) {
                     self.hand_over(&mut pending, None)?;
                 }
+            }
+            if self.backfill.is_some() && self.backfill_step(&mut pending, &consumer, &topic)? {
+                self.joined = true;
+                return Ok(());
             }
             if last_refresh.elapsed() >= PROGRESS_REFRESH {
                 last_refresh = Instant::now();

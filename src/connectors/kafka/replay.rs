@@ -16,12 +16,23 @@ use tracing::{info, warn};
 use super::poll::{Instance, Pending};
 use crate::dataflow::journal::Entry;
 
-/// A message read ahead of its journal entry.
-struct Held {
-    offset: i64,
-    key: Option<Vec<u8>>,
-    value: Option<Vec<u8>>,
-    timestamp: Option<i64>,
+/// A message read ahead of its journal entry (or, backfilling, of the shared reader).
+pub(super) struct Held {
+    pub(super) offset: i64,
+    pub(super) key: Option<Vec<u8>>,
+    pub(super) value: Option<Vec<u8>>,
+    pub(super) timestamp: Option<i64>,
+}
+
+impl Held {
+    pub(super) fn of(m: &rdkafka::message::BorrowedMessage<'_>) -> Held {
+        Held {
+            offset: m.offset(),
+            key: m.key().map(<[u8]>::to_vec),
+            value: m.payload().map(<[u8]>::to_vec),
+            timestamp: m.timestamp().to_millis(),
+        }
+    }
 }
 
 pub(super) struct Replay {
@@ -55,12 +66,10 @@ impl Replay {
     }
 
     pub(super) fn hold(&mut self, m: &rdkafka::message::BorrowedMessage<'_>) {
-        self.held.entry(m.partition()).or_default().push_back(Held {
-            offset: m.offset(),
-            key: m.key().map(<[u8]>::to_vec),
-            value: m.payload().map(<[u8]>::to_vec),
-            timestamp: m.timestamp().to_millis(),
-        });
+        self.held
+            .entry(m.partition())
+            .or_default()
+            .push_back(Held::of(m));
     }
 
     /// Move the next entry's messages into `pending` once they are all held.
@@ -112,7 +121,19 @@ impl Replay {
         }
     }
 
-    /// Hand the messages read ahead of the journal to `pending`, partition by partition.
+    /// Hand the messages read ahead of the journal to `pending`, partition by partition
+    /// (backfilling: to the backfill's hold, which hands them on as the shared reader
+    /// passes them).
+    fn release_to(self, pending: &mut Pending, backfill: Option<&mut super::backfill::Backfill>) {
+        if let Some(b) = backfill {
+            for (p, q) in self.held {
+                b.hold_all(p, q);
+            }
+            return;
+        }
+        self.release(pending)
+    }
+
     fn release(self, pending: &mut Pending) {
         for (p, q) in self.held {
             for h in q {
@@ -143,7 +164,7 @@ impl Instance {
             };
             if replay.entries.is_empty() {
                 if let Some(r) = self.replay.take() {
-                    r.release(pending);
+                    r.release_to(pending, self.backfill.as_mut());
                 }
                 info!(source = %self.source, view = %self.view, "input journal replayed");
                 return Ok(());
@@ -176,7 +197,7 @@ impl Instance {
                 "the topic no longer matches the input journal; batching as messages come (late decisions after this point may differ from before the restart)"
             );
             if let Some(r) = self.replay.take() {
-                r.release(pending);
+                r.release_to(pending, self.backfill.as_mut());
             }
             return Ok(());
         }

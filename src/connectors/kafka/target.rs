@@ -159,7 +159,7 @@ impl Instance {
     }
 
     /// Where the instance stands (after what it has handed over).
-    fn position(&self) -> Position {
+    pub(super) fn position(&self) -> Position {
         Position(
             self.partitions
                 .values()
@@ -233,7 +233,17 @@ impl Instance {
         match &self.target {
             Target::View { tx, instance } => {
                 let position = self.position();
-                if send_batch(tx, *instance, batch, before, self.watermark, position) {
+                if send_batch(
+                    tx,
+                    *instance,
+                    batch,
+                    before,
+                    self.watermark,
+                    position.clone(),
+                ) {
+                    if let Some(crate::connectors::runner::Share::Reader(r)) = &self.share {
+                        r.published(&position);
+                    }
                     Ok(())
                 } else {
                     Err("the dataflow worker has stopped".into())
