@@ -120,3 +120,52 @@ async fn long_backfill_reports_progress() {
         vec![vec!["50000", "1500000"]]
     );
 }
+
+/// One reader per generator source: a view created while the generator runs reads its
+/// history with a backfill reader first, joins the shared reader, and from then on stands
+/// where the first view stands after every epoch (the same rows, no gap, no overlap).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_view_joins_the_generators_shared_reader() {
+    let server = TestServer::start();
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE SOURCE ticks (n BIGINT) WITH (connector = 'datagen', \
+           datagen.rows.per.second = '20000', fields.n.kind = 'sequence'); \
+         CREATE MATERIALIZED VIEW first AS SELECT count(*) AS c, sum(n) AS s FROM ticks",
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    c.batch_execute(
+        "CREATE MATERIALIZED VIEW later AS SELECT count(*) AS c, sum(n) AS s FROM ticks",
+    )
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = query_text(
+            &c,
+            "SELECT reader FROM weir_sources WHERE view_name = 'later'",
+        )
+        .await;
+        if r.len() == 1 && r[0][0] == "shared" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never joined: {r:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut last = 0i64;
+    for _ in 0..30 {
+        let r = query_text(&c, "SELECT f.c, f.s, l.c, l.s FROM first f, later l").await;
+        assert_eq!(
+            (&r[0][0], &r[0][1]),
+            (&r[0][2], &r[0][3]),
+            "the views disagree"
+        );
+        let n: i64 = r[0][0].parse().unwrap();
+        assert!(n >= 20_000 && n >= last, "{n} rows, {last} before");
+        last = n;
+        tokio::time::sleep(Duration::from_millis(15)).await;
+    }
+    assert!(last > 30_000, "the generator goes on: {last}");
+}

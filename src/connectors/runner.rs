@@ -453,7 +453,26 @@ impl Runners {
     /// that reader; a view still backfilling shows its backfill reader.
     pub fn progress(&self) -> Vec<SourceProgress> {
         let mut out = Vec::new();
-        for r in self.handles.lock().iter() {
+        let handles = self.handles.lock();
+        // a backfill reader whose view has just joined shows as the shared reader
+        let joined: HashSet<(String, String)> = handles
+            .iter()
+            .filter_map(|r| r.shared.as_ref())
+            .flat_map(|s| {
+                s.views
+                    .lock()
+                    .iter()
+                    .map(|v| (s.source_name.clone(), v.1.clone()))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        for r in handles.iter() {
+            if r.shared.is_none()
+                && !r.table
+                && joined.contains(&(r.source_name.clone(), r.view_name.clone()))
+            {
+                continue;
+            }
             let (views, reader): (Vec<String>, _) = match &r.shared {
                 Some(s) => (
                     s.views.lock().iter().map(|v| v.1.clone()).collect(),

@@ -36,7 +36,7 @@ use crate::dataflow::runtime::Msg;
 /// How long a shared reader waits, stopped, for a backfill reader to reach it.
 pub const HANDOFF_TIMEOUT: Duration = Duration::from_secs(10);
 /// A backfill reader asks for the handoff once it is this many messages (rows) behind.
-pub const HANDOFF_LAG: i64 = 16_384;
+pub const HANDOFF_LAG: i64 = 4_096;
 
 /// The coordination point of a source's shared reader (see the module header).
 pub struct SharedReader {
