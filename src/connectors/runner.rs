@@ -205,7 +205,29 @@ impl Runners {
         self.shared.lock().get(&source_oid).map(|(r, _)| r.clone())
     }
 
-    /// A new shared reader for a source, at `at` (its checkpointed position or nothing);
+    /// The source's shared reader, or a new one (true: the caller starts it) when none
+    /// runs, as one step (two views created at once share one reader).
+    pub fn shared_reader_or_new(
+        &self,
+        source_oid: u32,
+        source_name: &str,
+    ) -> (Arc<SharedReader>, bool) {
+        let mut g = self.shared.lock();
+        if let Some((r, _)) = g.get(&source_oid) {
+            return (r.clone(), false);
+        }
+        let r = Arc::new(SharedReader::new(
+            source_oid,
+            source_name.to_owned(),
+            self.new_instance_id(),
+            Position::default(),
+            false,
+        ));
+        g.insert(source_oid, (r.clone(), HashSet::new()));
+        (r, true)
+    }
+
+    /// A shared reader restored at the source's checkpointed position `at` (at start);
     /// start it with [`start`](Self::start) and a `Share::Reader` spec.
     pub fn new_shared_reader(
         &self,
@@ -218,6 +240,7 @@ impl Runners {
             source_name.to_owned(),
             self.new_instance_id(),
             at,
+            true,
         ));
         self.shared
             .lock()

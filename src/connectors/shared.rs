@@ -50,6 +50,9 @@ pub struct SharedReader {
     requested: AtomicBool,
     /// Views reading through it, (OID, name), for `weir_sources`.
     pub views: Mutex<Vec<(u32, String)>>,
+    /// Restored at start from the checkpoint's position of the source (views restored as
+    /// joined may join it at once).
+    pub restored: bool,
 }
 
 #[derive(Default)]
@@ -81,7 +84,13 @@ pub enum Handoff {
 }
 
 impl SharedReader {
-    pub fn new(source_oid: u32, source_name: String, relation: u32, at: Position) -> SharedReader {
+    pub fn new(
+        source_oid: u32,
+        source_name: String,
+        relation: u32,
+        at: Position,
+        restored: bool,
+    ) -> SharedReader {
         SharedReader {
             source_oid,
             source_name,
@@ -93,6 +102,7 @@ impl SharedReader {
             changed: Condvar::new(),
             requested: AtomicBool::new(false),
             views: Mutex::new(Vec::new()),
+            restored,
         }
     }
 
@@ -154,6 +164,7 @@ impl SharedReader {
     fn send_join(&self, tx: &mpsc::Sender<Msg>, instance: u32, at: &Position) -> bool {
         tx.blocking_send(Msg::Join {
             shared: self.relation,
+            source: self.source_oid,
             instance,
             position: at.clone(),
         })
@@ -338,7 +349,8 @@ mod tests {
     #[test]
     fn a_handoff_stops_the_shared_reader_until_the_backfill_is_ready() {
         let (tx, mut rx) = mpsc::channel(16);
-        let shared = std::sync::Arc::new(SharedReader::new(1, "s".into(), 7, pos(&[(0, 3)])));
+        let shared =
+            std::sync::Arc::new(SharedReader::new(1, "s".into(), 7, pos(&[(0, 3)]), false));
         assert!(matches!(
             shared.handoff(9, (100, "v".into())),
             Handoff::NotYet
@@ -367,6 +379,7 @@ mod tests {
                 shared: 7,
                 instance: 9,
                 position,
+                ..
             }) => assert_eq!(position, pos(&[(0, 3)])),
             _ => panic!("expected a join"),
         }
@@ -377,7 +390,7 @@ mod tests {
     #[test]
     fn a_finished_shared_reader_lets_the_backfill_join_by_itself() {
         let (tx, mut rx) = mpsc::channel(16);
-        let shared = SharedReader::new(1, "s".into(), 7, pos(&[(0, 0)]));
+        let shared = SharedReader::new(1, "s".into(), 7, pos(&[(0, 0)]), false);
         shared.published(&pos(&[(0, 50)]));
         shared.finish(&tx);
         let Handoff::At(at) = shared.handoff(9, (100, "v".into())) else {

@@ -188,9 +188,9 @@ impl Worker {
                 for (rel, pos) in positions {
                     self.positions.entry(rel).or_insert(pos);
                 }
-                for (shared, instance) in joins {
+                for (shared, source, instance) in joins {
                     let at = self.positions.get(&shared).cloned();
-                    self.join(shared, instance, at);
+                    self.join(shared, source, instance, at);
                 }
                 if restore.is_none() && self.writer.is_some() {
                     // whatever an older checkpoint left under this view's keys is stale

@@ -60,6 +60,8 @@ pub enum Msg {
     /// shared reader stands (`position`).
     Join {
         shared: u32,
+        /// The source's OID.
+        source: u32,
         instance: u32,
         position: Position,
     },
@@ -105,9 +107,9 @@ pub struct CreateView {
     /// Positions of inputs as of this message: tables' log sequence at the snapshot (or,
     /// restored, at the checkpoint).
     pub positions: Vec<(u32, Position)>,
-    /// (shared reader's relation, the view's instance): instances that read their
-    /// source's shared reader from this message on, standing where it stands.
-    pub joins: Vec<(u32, u32)>,
+    /// (shared reader's relation, source OID, the view's instance): instances that read
+    /// their source's shared reader from this message on, standing where it stands.
+    pub joins: Vec<(u32, u32, u32)>,
     /// Restore the view from this checkpoint instead of backfilling it.
     pub restore: Option<Box<RestoreFrom>>,
     /// Answered with the bytes of state read (restored) or 0 (backfilled).

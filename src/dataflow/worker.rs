@@ -126,23 +126,21 @@ impl Worker {
                         position,
                         watermark,
                     } => {
-                        self.fanout.insert(
-                            shared,
-                            Fanout {
-                                source,
-                                instances: Vec::new(),
-                            },
-                        );
-                        self.positions.insert(shared, position);
+                        self.fanout.entry(shared).or_insert_with(|| Fanout {
+                            source,
+                            instances: Vec::new(),
+                        });
+                        self.positions.entry(shared).or_insert(position);
                         if let Some(w) = watermark {
-                            self.watermarks.insert(shared, w);
+                            self.watermarks.entry(shared).or_insert(w);
                         }
                     }
                     Msg::Join {
                         shared,
+                        source,
                         instance,
                         position,
-                    } => self.join(shared, instance, Some(position)),
+                    } => self.join(shared, source, instance, Some(position)),
                     Msg::Unshare { shared } => {
                         if let Some(f) = self.fanout.remove(&shared) {
                             self.positions.remove(&shared);
@@ -256,14 +254,12 @@ impl Worker {
 
     /// A view's instance joins a shared reader: from here on it gets the reader's batches
     /// and stands where the reader stands (`at`: the reader's position then).
-    pub(crate) fn join(&mut self, shared: u32, instance: u32, at: Option<Position>) {
-        let Some(f) = self.fanout.get_mut(&shared) else {
-            error!(
-                shared,
-                instance, "a view joins a shared reader the worker does not know"
-            );
-            return;
-        };
+    pub(crate) fn join(&mut self, shared: u32, source: u32, instance: u32, at: Option<Position>) {
+        // (a view created at the same moment can join before the reader's Share arrives)
+        let f = self.fanout.entry(shared).or_insert_with(|| Fanout {
+            source,
+            instances: Vec::new(),
+        });
         if !f.instances.contains(&instance) {
             f.instances.push(instance);
         }

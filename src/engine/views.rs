@@ -271,17 +271,16 @@ impl Engine {
                 graph.remap_relation(*oid, rel);
                 instances.push(rel);
                 let input = input_of(*oid);
-                let existing = self.dataflow.sources.shared_reader(*oid);
-                let restored_reader = existing.is_some();
-                let shared = match existing {
-                    Some(r) => r,
-                    None => {
+                let (shared, created) = self
+                    .dataflow
+                    .sources
+                    .shared_reader_or_new(*oid, &e.desc.name);
+                let restored_reader = shared.restored;
+                let shared = match created {
+                    false => shared,
+                    true => {
                         // the first view over the source: its reader starts with it
-                        let r = self.dataflow.sources.new_shared_reader(
-                            *oid,
-                            &e.desc.name,
-                            Position::default(),
-                        );
+                        let r = shared;
                         self.dataflow
                             .send(Msg::Share {
                                 shared: r.relation,
@@ -300,14 +299,14 @@ impl Engine {
                             )?);
                         }
                         if restore.is_none() {
-                            joins.push((r.relation, rel));
+                            joins.push((r.relation, *oid, rel));
                         }
                         runners.push(spec);
                         r
                     }
                 };
                 self.dataflow.sources.attach(*oid, desc.oid);
-                let joined_now = joins.iter().any(|(_, i)| *i == rel);
+                let joined_now = joins.iter().any(|(_, _, i)| *i == rel);
                 let latest = connectors::options(&e.desc.options)
                     .get("scan.startup.mode")
                     .is_some_and(|m| m.eq_ignore_ascii_case("latest"));
@@ -315,7 +314,7 @@ impl Engine {
                     _ if joined_now => joined_readers.push(shared.clone()),
                     Some(_) if restored_reader && input.is_some_and(|i| i.shared) => {
                         // it stood with the shared reader at the checkpoint
-                        joins.push((shared.relation, rel));
+                        joins.push((shared.relation, *oid, rel));
                         joined_readers.push(shared.clone());
                         let i = input.cloned();
                         let position = i
@@ -325,7 +324,7 @@ impl Engine {
                         restored_positions.push((rel, position));
                     }
                     None if latest => {
-                        joins.push((shared.relation, rel));
+                        joins.push((shared.relation, *oid, rel));
                         joined_readers.push(shared.clone());
                     }
                     _ => {
