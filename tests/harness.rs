@@ -259,3 +259,22 @@ pub fn peak_mib(pid: u32) -> f64 {
         .map(|kb| kb / 1024.0)
         .unwrap_or(f64::NAN)
 }
+
+/// Wait (up to 60 s) until `view` reads its source through the source's shared reader
+/// (its backfill, if any, has joined it).
+#[allow(dead_code)]
+pub async fn wait_for_shared_reader(c: &Client, view: &str) {
+    let sql = format!("SELECT reader FROM weir_sources WHERE view_name = '{view}'");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let r = query_text(c, &sql).await;
+        if r.len() == 1 && r[0][0] == "shared" {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{view} never joined its source's shared reader: {r:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

@@ -15,6 +15,14 @@ use crate::harness::{TestServer, describe_error, query_text};
 const SEC: i64 = 1_000_000;
 const BASE_MS: i64 = 1_704_067_200_000; // 2024-01-01
 
+/// The seed of a randomized test: `WEIR_KAFKA_SEED`, or a fresh one (printed by the test).
+fn kafka_seed() -> u64 {
+    std::env::var("WEIR_KAFKA_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| rand::rng().random_range(0..1_000_000))
+}
+
 async fn exec(c: &Client, sql: &str) {
     c.batch_execute(sql)
         .await
@@ -44,10 +52,7 @@ fn pg_ts(us: i64) -> String {
 /// one is a dead letter (once, though two views read the source), windows match a model.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_topic_into_windowed_views() {
-    let seed: u64 = std::env::var("WEIR_KAFKA_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| rand::rng().random_range(0..1_000_000));
+    let seed = kafka_seed();
     let mut rng = StdRng::seed_from_u64(seed);
     let broker = Broker::start();
     broker.create_topic("events", 4);
@@ -439,10 +444,7 @@ async fn broker_outage_loses_nothing() {
 /// (it does not re-read the topic).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upsert_and_debezium_tables() {
-    let seed: u64 = std::env::var("WEIR_KAFKA_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| rand::rng().random_range(0..1_000_000));
+    let seed = kafka_seed();
     let mut rng = StdRng::seed_from_u64(seed);
     let broker = Broker::start();
     broker.create_topic("users", 2);
@@ -644,10 +646,7 @@ fn upsert_rows(broker: &Broker, topic: &str, partitions: i32, fields: [&str; 3])
 
 /// The test's seed (`WEIR_KAFKA_SEED`, else random), printed, and a generator from it.
 fn seeded(what: &str) -> (u64, StdRng) {
-    let seed: u64 = std::env::var("WEIR_KAFKA_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| rand::rng().random_range(0..1_000_000));
+    let seed = kafka_seed();
     println!("{what} seed {seed} (replay with WEIR_KAFKA_SEED={seed})");
     (seed, StdRng::seed_from_u64(seed))
 }
@@ -670,10 +669,7 @@ fn json(b: &[u8]) -> serde_json::Value {
 /// topics: no row written twice, nothing missing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sinks_round_trip() {
-    let seed: u64 = std::env::var("WEIR_KAFKA_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| rand::rng().random_range(0..1_000_000));
+    let seed = kafka_seed();
     let mut rng = StdRng::seed_from_u64(seed);
     let broker = Broker::start();
     for (t, p) in [
@@ -1539,6 +1535,20 @@ fn send_values(producer: &TestProducer, topic: &str, partitions: i64, from: i64,
     producer.send_all(topic, &records);
 }
 
+/// A source over `{"v": i}` records of `topic` and view `a` counting and summing them.
+async fn create_counted(c: &Client, broker: &Broker, topic: &str) {
+    exec(
+        c,
+        &format!(
+            "CREATE SOURCE {topic} (v BIGINT) WITH (connector = 'kafka', topic = '{topic}', \
+               properties.bootstrap.server = '{}') FORMAT PLAIN ENCODE JSON; \
+             CREATE MATERIALIZED VIEW a AS SELECT count(*) AS n, sum(v) AS s FROM {topic}; FLUSH",
+            broker.bootstrap
+        ),
+    )
+    .await;
+}
+
 /// One reader per source: two views over a topic read it once and, between FLUSHes, stand
 /// at the same offsets; a view created while messages keep coming reads the history with a
 /// backfill reader of its own and joins the shared reader with no gap and no overlap; the
@@ -1551,16 +1561,7 @@ async fn one_reader_per_source() {
     let c = server.connect().await;
     let producer = broker.producer();
     send_values(&producer, "clicks", 3, 0, 20_000);
-    exec(
-        &c,
-        &format!(
-            "CREATE SOURCE clicks (v BIGINT) WITH (connector = 'kafka', topic = 'clicks', \
-               properties.bootstrap.server = '{}') FORMAT PLAIN ENCODE JSON; \
-             CREATE MATERIALIZED VIEW a AS SELECT count(*) AS n, sum(v) AS s FROM clicks; FLUSH",
-            broker.bootstrap
-        ),
-    )
-    .await;
+    create_counted(&c, &broker, "clicks").await;
     // more keeps coming while the second view reads the history
     let total: i64 = 60_000;
     let writer = std::thread::spawn(move || {
@@ -1575,16 +1576,7 @@ async fn one_reader_per_source() {
         "CREATE MATERIALIZED VIEW b AS SELECT count(*) AS n, sum(v) AS s FROM clicks",
     )
     .await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while rows(&c, "SELECT reader FROM weir_sources WHERE view_name = 'b'").await != vec!["shared"]
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "b never joined the shared reader: {}",
-            server.log_tail()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    crate::harness::wait_for_shared_reader(&c, "b").await;
     // joined: every epoch moves both views by the same batches
     for _ in 0..30 {
         let r = query_text(&c, "SELECT a.n, a.s, b.n, b.s FROM a, b").await;
@@ -1647,10 +1639,7 @@ async fn one_reader_per_source() {
 /// topic, nothing lost and nothing twice. Kill points vary with the seed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backfill_killed_mid_way_joins_after_the_restart() {
-    let seed: u64 = std::env::var("WEIR_KAFKA_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| rand::rng().random_range(0..1_000_000));
+    let seed = kafka_seed();
     let mut rng = StdRng::seed_from_u64(seed);
     let broker = Broker::start();
     broker.create_topic("hist", 3);
@@ -1664,16 +1653,7 @@ async fn a_backfill_killed_mid_way_joins_after_the_restart() {
     let producer = broker.producer();
     let mut sent: i64 = 60_000;
     send_values(&producer, "hist", 3, 0, sent);
-    exec(
-        &c,
-        &format!(
-            "CREATE SOURCE hist (v BIGINT) WITH (connector = 'kafka', topic = 'hist', \
-               properties.bootstrap.server = '{}') FORMAT PLAIN ENCODE JSON; \
-             CREATE MATERIALIZED VIEW a AS SELECT count(*) AS n, sum(v) AS s FROM hist; FLUSH",
-            broker.bootstrap
-        ),
-    )
-    .await;
+    create_counted(&c, &broker, "hist").await;
     send_values(&producer, "hist", 3, sent, sent + 5_000);
     sent += 5_000;
     exec(
@@ -1692,13 +1672,16 @@ async fn a_backfill_killed_mid_way_joins_after_the_restart() {
     drop(c);
     server.restart();
     let c = server.connect().await;
-    send_values(&producer, "hist", 3, sent, sent + 1_000);
-    sent += 1_000;
-    exec(&c, "FLUSH").await;
-    let want = vec![format!("{sent}|{}", sent * (sent - 1) / 2)];
-
-    assert_eq!(rows(&c, "SELECT n, s FROM a").await, want, "seed {seed}: a");
-    assert_eq!(rows(&c, "SELECT n, s FROM b").await, want, "seed {seed}: b");
+    // 1,000 more, then both views equal the topic
+    let more = async |c: &Client, sent: &mut i64| {
+        send_values(&producer, "hist", 3, *sent, *sent + 1_000);
+        *sent += 1_000;
+        exec(c, "FLUSH").await;
+        let want = vec![format!("{sent}|{}", *sent * (*sent - 1) / 2)];
+        assert_eq!(rows(c, "SELECT n, s FROM a").await, want, "seed {seed}: a");
+        assert_eq!(rows(c, "SELECT n, s FROM b").await, want, "seed {seed}: b");
+    };
+    more(&c, &mut sent).await;
     let recovery = rows(&c, "SELECT view_name, outcome FROM weir_recovery").await;
     println!(
         "seed {seed}: killed {wait_ms} ms into b's backfill, b then {at_kill:?}; {recovery:?}"
@@ -1708,19 +1691,6 @@ async fn a_backfill_killed_mid_way_joins_after_the_restart() {
         "seed {seed}: {recovery:?}"
     );
     // b ends up on the shared reader
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while rows(&c, "SELECT reader FROM weir_sources WHERE view_name = 'b'").await != vec!["shared"]
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "seed {seed}: b never joined"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    send_values(&producer, "hist", 3, sent, sent + 1_000);
-    sent += 1_000;
-    exec(&c, "FLUSH").await;
-    let want = vec![format!("{sent}|{}", sent * (sent - 1) / 2)];
-    assert_eq!(rows(&c, "SELECT n, s FROM a").await, want, "seed {seed}: a");
-    assert_eq!(rows(&c, "SELECT n, s FROM b").await, want, "seed {seed}: b");
+    crate::harness::wait_for_shared_reader(&c, "b").await;
+    more(&c, &mut sent).await;
 }

@@ -141,19 +141,7 @@ async fn a_later_view_joins_the_generators_shared_reader() {
     )
     .await
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let r = query_text(
-            &c,
-            "SELECT reader FROM weir_sources WHERE view_name = 'later'",
-        )
-        .await;
-        if r.len() == 1 && r[0][0] == "shared" {
-            break;
-        }
-        assert!(Instant::now() < deadline, "never joined: {r:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    crate::harness::wait_for_shared_reader(&c, "later").await;
     let mut last = 0i64;
     for _ in 0..30 {
         let r = query_text(&c, "SELECT f.c, f.s, l.c, l.s FROM first f, later l").await;

@@ -251,28 +251,7 @@ impl Runners {
     /// Shared readers no view reads through (after a restart whose views over the source
     /// are all gone): stopped and forgotten; returns (relation, source OID) of each.
     pub fn unused_readers(&self) -> Vec<(u32, u32)> {
-        let mut ended = Vec::new();
-        self.shared.lock().retain(|source, (r, views)| {
-            if views.is_empty() {
-                ended.push((r.relation, *source));
-            }
-            !views.is_empty()
-        });
-        let mut h = self.handles.lock();
-        for r in h.iter() {
-            if r.shared
-                .as_ref()
-                .is_some_and(|s| ended.iter().any(|(rel, _)| *rel == s.relation))
-            {
-                r.stop.store(true, Ordering::Release);
-            }
-        }
-        h.retain(|r| {
-            !r.shared
-                .as_ref()
-                .is_some_and(|s| ended.iter().any(|(rel, _)| *rel == s.relation))
-        });
-        ended
+        self.end_readers(None)
     }
 
     /// A view reads the source through its shared reader (joined or backfilling).
@@ -287,31 +266,32 @@ impl Runners {
     /// the shared readers stopped (the worker forgets them) with their source OIDs.
     pub fn detach(&self, view_oid: u32) -> Vec<(u32, u32)> {
         self.stop_view(view_oid);
+        self.end_readers(Some(view_oid))
+    }
+
+    /// Stop the shared readers left without views (after `leaving` left them).
+    fn end_readers(&self, leaving: Option<u32>) -> Vec<(u32, u32)> {
         let mut ended = Vec::new();
         self.shared.lock().retain(|source, (r, views)| {
-            views.remove(&view_oid);
-            r.leave(view_oid);
+            if let Some(v) = leaving {
+                views.remove(&v);
+                r.leave(v);
+            }
             if views.is_empty() {
                 ended.push((r.relation, *source));
-                false
-            } else {
-                true
             }
+            !views.is_empty()
         });
-        let mut h = self.handles.lock();
-        for (rel, _) in &ended {
-            for r in h
-                .iter()
-                .filter(|r| r.shared.as_ref().is_some_and(|s| s.relation == *rel))
-            {
-                r.stop.store(true, Ordering::Release);
-            }
-        }
-        h.retain(|r| {
-            !r.shared
+        let gone = |r: &Handle| {
+            r.shared
                 .as_ref()
                 .is_some_and(|s| ended.iter().any(|(rel, _)| *rel == s.relation))
-        });
+        };
+        let mut h = self.handles.lock();
+        for r in h.iter().filter(|r| gone(r)) {
+            r.stop.store(true, Ordering::Release);
+        }
+        h.retain(|r| !gone(r));
         ended
     }
 

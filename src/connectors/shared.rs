@@ -294,19 +294,9 @@ pub fn lag(backfill: &Position, shared: &Position) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dataflow::position::PartPosition;
 
     fn pos(parts: &[(i32, i64)]) -> Position {
-        Position(
-            parts
-                .iter()
-                .map(|(p, n)| PartPosition {
-                    partition: *p,
-                    next: *n,
-                    max_event_time: None,
-                })
-                .collect(),
-        )
+        Position::of(parts)
     }
 
     #[test]

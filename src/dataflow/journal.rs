@@ -258,20 +258,10 @@ impl Journal {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dataflow::position::PartPosition;
     use crate::state::fjall_store::FjallStore;
 
     fn pos(parts: &[(i32, i64)]) -> Position {
-        Position(
-            parts
-                .iter()
-                .map(|(partition, next)| PartPosition {
-                    partition: *partition,
-                    next: *next,
-                    max_event_time: None,
-                })
-                .collect(),
-        )
+        Position::of(parts)
     }
 
     fn entry(parts: &[(i32, i64)], after: Option<i64>) -> Entry {

@@ -62,6 +62,20 @@ impl Position {
     }
 
     /// A single-partition position (tables: log sequence; generators: rows generated).
+    /// A position of (partition, next offset) pairs without event times.
+    pub fn of(parts: &[(i32, i64)]) -> Position {
+        Position(
+            parts
+                .iter()
+                .map(|(partition, next)| PartPosition {
+                    partition: *partition,
+                    next: *next,
+                    max_event_time: None,
+                })
+                .collect(),
+        )
+    }
+
     pub fn single(next: i64) -> Position {
         Position(vec![PartPosition {
             partition: 0,
