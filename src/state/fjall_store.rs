@@ -71,7 +71,12 @@ fn closed() -> WeirError {
 }
 
 fn open_handle(path: &Path) -> std::result::Result<Handle, fjall::Error> {
-    let db = Database::builder(path).open()?;
+    // large values (checkpoint blobs, table batches) are not lz4-compressed into the
+    // journal: on two cores the compression cost the dataflow more than the bytes it saved
+    // (docs/benchmarks.md, "Checkpoints")
+    let db = Database::builder(path)
+        .journal_compression(fjall::CompressionType::None)
+        .open()?;
     let data = db.keyspace("weir", KeyspaceCreateOptions::default)?;
     Ok(Handle { db, data })
 }
