@@ -95,6 +95,8 @@ pub struct EngineLimits {
     pub max_connections: usize,
     /// `--checkpoint-interval` (None: checkpoints are off).
     pub checkpoint_interval: Option<std::time::Duration>,
+    /// `--memory-limit`, bytes (None: no limit).
+    pub memory_limit: Option<u64>,
 }
 
 impl Default for EngineLimits {
@@ -103,6 +105,7 @@ impl Default for EngineLimits {
             query_memory_limit: 2 << 30,
             max_connections: 1000,
             checkpoint_interval: Some(std::time::Duration::from_secs(1)),
+            memory_limit: None,
         }
     }
 }
@@ -130,7 +133,13 @@ impl Engine {
         let engine = Arc::new(Engine {
             catalog,
             data_dir: data_dir.to_owned(),
-            dataflow: Dataflow::start_with(limits.checkpoint_interval.map(|i| (store, i))),
+            dataflow: Dataflow::start_with(
+                limits.checkpoint_interval.map(|i| (store, i)),
+                match limits.memory_limit {
+                    Some(l) => crate::state::memory::MemoryBudget::start(l),
+                    None => crate::state::memory::MemoryBudget::unlimited(),
+                },
+            ),
             limits,
             sink_restarts: Default::default(),
         });
@@ -701,6 +710,16 @@ impl Engine {
         // the last point where the statement can stop without having changed anything
         session.interrupt.check()?;
         session.check_writable(verb)?;
+        // over --memory-limit, rows added wait until memory is freed (backpressure)
+        if matches!(change, Change::Insert(_)) && self.dataflow.sources.memory.over() {
+            info!(verb, table = %table.name, "waiting: the server is at its --memory-limit");
+            let interrupt = session.interrupt.clone();
+            self.dataflow
+                .sources
+                .memory
+                .wait(|| interrupt.check())
+                .await?;
+        }
         let t = table.clone();
         let applied = tokio::task::spawn_blocking(move || t.apply(change))
             .await

@@ -56,6 +56,11 @@ enum Command {
         /// 0 turns checkpoints off: every restart rebuilds every view from its inputs.
         #[arg(long, default_value = "1s", value_name = "DURATION", value_parser = weir::limits::parse_duration)]
         checkpoint_interval: std::time::Duration,
+        /// Most memory the server may hold (e.g. 256MiB, 4GB): above it, sources pause and
+        /// INSERT/COPY wait until memory is freed. Default: 70% of the cgroup's memory
+        /// limit or of the machine's memory (shown at start).
+        #[arg(long, value_name = "SIZE", value_parser = weir::limits::parse_size)]
+        memory_limit: Option<usize>,
     },
 }
 
@@ -85,6 +90,7 @@ fn main() {
             max_connections,
             query_memory_limit,
             checkpoint_interval,
+            memory_limit,
         } => {
             let rt = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -108,6 +114,7 @@ fn main() {
                 query_memory_limit,
                 checkpoint_interval: (!checkpoint_interval.is_zero())
                     .then_some(checkpoint_interval),
+                memory_limit: memory_limit.map(|l| l as u64),
             })) {
                 eprintln!("weir: {e}");
                 std::process::exit(1);

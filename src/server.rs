@@ -39,6 +39,8 @@ pub struct ServerConfig {
     pub query_memory_limit: usize,
     /// `--checkpoint-interval` (None: off).
     pub checkpoint_interval: Option<std::time::Duration>,
+    /// `--memory-limit`, bytes (None: the default, a fraction of the machine's memory).
+    pub memory_limit: Option<u64>,
 }
 
 /// Open the database and serve until the process is stopped.
@@ -47,12 +49,31 @@ pub async fn serve(config: ServerConfig) -> Result<()> {
         allow_connect: config.allow_connect.clone(),
         allow_files: config.allow_connector_files,
     });
+    let memory_limit = match config.memory_limit {
+        Some(l) => {
+            info!(memory_limit = %crate::limits::format_size(l as usize), "memory limit");
+            l
+        }
+        None => match crate::state::memory::default_limit() {
+            Some((l, of)) => {
+                info!(memory_limit = %crate::limits::format_size(l as usize), "memory limit: 70% {of} (set it with --memory-limit)");
+                l
+            }
+            None => {
+                tracing::warn!(
+                    "cannot tell the machine's memory: no memory limit (set one with --memory-limit)"
+                );
+                u64::MAX
+            }
+        },
+    };
     let engine = Engine::open_with(
         &config.data_dir,
         crate::engine::EngineLimits {
             query_memory_limit: config.query_memory_limit,
             max_connections: config.max_connections,
             checkpoint_interval: config.checkpoint_interval,
+            memory_limit: Some(memory_limit),
         },
     )
     .await?;

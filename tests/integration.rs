@@ -8,6 +8,7 @@ mod event_time;
 mod hardening;
 mod harness;
 mod kafka;
+mod memory;
 mod nexmark;
 mod nexmark_queries;
 mod oracle;

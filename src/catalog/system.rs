@@ -36,6 +36,7 @@ pub const TABLES: &[&str] = &[
     "weir_sinks",
     "weir_checkpoints",
     "weir_recovery",
+    "weir_memory",
 ];
 
 fn ts(us: Option<i64>) -> V {
@@ -167,6 +168,58 @@ pub fn build(
                 })
                 .collect(),
         )?,
+        "weir_memory" => {
+            // the process as a whole, then what the views and tables hold
+            let memory = &dataflow.sources.memory;
+            let limit = memory.limit().map(|l| V::I(l as i64)).unwrap_or(V::Null);
+            let mut rows = vec![vec![
+                "process (resident)".into(),
+                V::I(memory.resident() as i64),
+                V::I(0),
+                limit.clone(),
+            ]];
+            let mut stats = dataflow.stats();
+            stats.sort_by_key(|s| s.oid);
+            for s in &stats {
+                let name = view_name(s.oid);
+                let state: usize = s.operators.iter().map(|o| o.bytes).sum();
+                rows.push(vec![
+                    format!("view {name}: state").into(),
+                    state.into(),
+                    V::I(0),
+                    limit.clone(),
+                ]);
+                rows.push(vec![
+                    format!("view {name}: contents").into(),
+                    s.contents_bytes.into(),
+                    V::I(0),
+                    limit.clone(),
+                ]);
+            }
+            let mut tables: Vec<_> = catalog
+                .entries()
+                .into_iter()
+                .filter_map(|e| e.table.clone())
+                .collect();
+            tables.sort_by_key(|t| t.oid);
+            for t in tables {
+                rows.push(vec![
+                    format!("table {}", t.name).into(),
+                    t.memory_bytes().into(),
+                    V::I(0),
+                    limit.clone(),
+                ]);
+            }
+            build_table(
+                &[
+                    ("component", T::Text),
+                    ("bytes_in_memory", T::Int8),
+                    ("bytes_spilled", T::Int8),
+                    ("limit", T::Int8),
+                ],
+                rows,
+            )?
+        }
         "weir_sources" => {
             let mut p = dataflow.sources.progress();
             p.sort_by(|a, b| (&a.view_name, &a.source_name).cmp(&(&b.view_name, &b.source_name)));

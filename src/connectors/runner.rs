@@ -28,6 +28,7 @@ use crate::connectors::shared::{Handoff, SharedReader};
 use crate::dataflow::changelog::Changelog;
 use crate::dataflow::position::Position;
 use crate::dataflow::runtime::Msg;
+use crate::state::memory::MemoryBudget;
 
 /// The status of a backfill reader once its view has joined the shared reader.
 pub const JOINED: &str = "joined";
@@ -181,6 +182,8 @@ pub struct Runners {
     /// backfilling): the reader stops when the last of them goes.
     shared: Mutex<HashMap<u32, SharedEntry>>,
     pub dead_letters: Arc<crate::connectors::dead_letters::DeadLetters>,
+    /// `--memory-limit`: readers pause while the process is over it.
+    pub memory: Arc<MemoryBudget>,
 }
 
 impl Default for Runners {
@@ -190,6 +193,17 @@ impl Default for Runners {
             handles: Mutex::new(Vec::new()),
             shared: Mutex::new(HashMap::new()),
             dead_letters: Arc::default(),
+            memory: MemoryBudget::unlimited(),
+        }
+    }
+}
+
+impl Runners {
+    /// Readers under a memory budget.
+    pub fn with_memory(memory: Arc<MemoryBudget>) -> Runners {
+        Runners {
+            memory,
+            ..Default::default()
         }
     }
 }
@@ -327,11 +341,14 @@ impl Runners {
         });
         let name = format!("weir-src-{}", spec.instance - FIRST_INSTANCE_ID);
         let dead = self.dead_letters.clone();
+        let memory = self.memory.clone();
         let spawned = std::thread::Builder::new().name(name).spawn({
             let progress = progress.clone();
             move || match sync_rx {
-                Some(sync) => crate::connectors::kafka::run(tx, spec, stop, progress, sync, dead),
-                None => run(tx, spec, stop, progress),
+                Some(sync) => {
+                    crate::connectors::kafka::run(tx, spec, stop, progress, sync, dead, memory)
+                }
+                None => run(tx, spec, stop, progress, memory),
             }
         });
         if let Err(e) = spawned {
@@ -367,13 +384,20 @@ impl Runners {
             progress: progress.clone(),
         });
         let dead = self.dead_letters.clone();
+        let memory = self.memory.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("weir-table-{}", table.oid))
             .spawn({
                 let progress = progress.clone();
                 move || {
                     crate::connectors::kafka::run_table(
-                        table, spec, decoder, stop, progress, sync_rx, dead,
+                        table,
+                        spec,
+                        decoder,
+                        stop,
+                        progress,
+                        sync_rx,
+                        (dead, memory),
                     )
                 }
             });
@@ -506,7 +530,13 @@ impl Runners {
     }
 }
 
-fn run(tx: mpsc::Sender<Msg>, spec: RunnerSpec, stop: Arc<AtomicBool>, progress: Arc<Progress>) {
+fn run(
+    tx: mpsc::Sender<Msg>,
+    spec: RunnerSpec,
+    stop: Arc<AtomicBool>,
+    progress: Arc<Progress>,
+    memory: Arc<MemoryBudget>,
+) {
     let SourceKind::Generator {
         mut generator,
         rate,
@@ -546,6 +576,15 @@ fn run(tx: mpsc::Sender<Msg>, spec: RunnerSpec, stop: Arc<AtomicBool>, progress:
     let outcome: Result<(), String> = loop {
         if stop.load(Ordering::Acquire) {
             break Ok(());
+        }
+        // over --memory-limit: hand nothing more to the views until memory is freed
+        if memory.over() {
+            if !memory.wait_blocking(&stop, || {
+                paused_for_memory(&progress, &spec.source_name, &spec.view_name)
+            }) {
+                break Ok(());
+            }
+            *progress.status.lock() = "running".into();
         }
         let mut limit = batch_rows;
         match &spec.share {
@@ -657,6 +696,19 @@ fn run(tx: mpsc::Sender<Msg>, spec: RunnerSpec, stop: Arc<AtomicBool>, progress:
     };
     progress.done.store(true, Ordering::Release);
 }
+
+/// A reader pauses at `--memory-limit`: it says so in `weir_sources` and the log.
+pub(crate) fn paused_for_memory(progress: &Progress, source: &str, view: &str) {
+    tracing::warn!(
+        source,
+        view,
+        "source paused: the server is at its --memory-limit"
+    );
+    *progress.status.lock() = PAUSED_MEMORY.into();
+}
+
+/// `weir_sources.status` of a reader paused by `--memory-limit`.
+pub const PAUSED_MEMORY: &str = "paused: memory limit";
 
 /// Hand a batch of a source instance to the dataflow, with the watermark before and after
 /// it and the instance's position after it. False when the worker is gone.

@@ -127,15 +127,16 @@ impl Graph {
     }
 
     /// State rows per operator.
-    pub fn operator_states(&self) -> Vec<crate::dataflow::stats::OperatorState> {
+    pub fn operator_states(&mut self) -> Vec<crate::dataflow::stats::OperatorState> {
         self.nodes
-            .iter()
+            .iter_mut()
             .enumerate()
-            .filter_map(|(i, n)| match &n.kind {
+            .filter_map(|(i, n)| match &mut n.kind {
                 NodeKind::Operator(op) => Some(crate::dataflow::stats::OperatorState {
                     node: i,
                     name: op.name().to_owned(),
                     rows: op.state_rows(),
+                    bytes: op.state_tables().iter().map(|t| t.bytes()).sum(),
                 }),
                 _ => None,
             })

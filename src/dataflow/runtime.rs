@@ -174,11 +174,15 @@ pub struct Dataflow {
 impl Dataflow {
     /// A dataflow without checkpoints.
     pub fn start() -> Arc<Dataflow> {
-        Self::start_with(None)
+        Self::start_with(None, crate::state::memory::MemoryBudget::unlimited())
     }
 
-    /// A dataflow that checkpoints into `store` every `interval`.
-    pub fn start_with(checkpoints: Option<(Arc<dyn Store>, Duration)>) -> Arc<Dataflow> {
+    /// A dataflow that checkpoints into `store` every `interval`, its sources pausing
+    /// while the process is over `memory`'s limit.
+    pub fn start_with(
+        checkpoints: Option<(Arc<dyn Store>, Duration)>,
+        memory: Arc<crate::state::memory::MemoryBudget>,
+    ) -> Arc<Dataflow> {
         let (tx, rx) = mpsc::channel(1024);
         let log = Arc::new(CheckpointLog::default());
         let recovering = Arc::new(AtomicBool::new(true));
@@ -240,7 +244,7 @@ impl Dataflow {
             observed: RwLock::new(HashMap::new()),
             stats,
             late: Arc::new(LateLog::default()),
-            sources: Arc::default(),
+            sources: Arc::new(crate::connectors::runner::Runners::with_memory(memory)),
             sinks: Arc::default(),
             checkpoint_interval: interval,
             checkpoints: log,
@@ -424,6 +428,7 @@ impl Dataflow {
                     .get(oid)
                     .map(|v| v.iter().filter(|s| !s.tx.is_closed()).count())
                     .unwrap_or(0),
+                contents_bytes: d.contents.bytes(),
             })
             .collect()
     }

@@ -10,6 +10,8 @@ pub struct ViewStats {
     pub failed: Option<String>,
     /// Live change subscriptions (SUBSCRIBE, cursors, sinks).
     pub subscribers: usize,
+    /// Bytes of the view's contents (its Z-set's keys and counts).
+    pub contents_bytes: usize,
 }
 
 /// State held by one operator of a view's graph.
@@ -18,4 +20,6 @@ pub struct OperatorState {
     pub node: usize,
     pub name: String,
     pub rows: usize,
+    /// Bytes of its state tables' keys and values.
+    pub bytes: usize,
 }

@@ -204,6 +204,9 @@ impl Worker {
                         p.subscribers.remove(&oid);
                         drop(p);
                         self.stats.lock().remove(&oid);
+                        // the view's state was freed on this thread: give it back now, so a
+                        // DROP at --memory-limit lets paused sources and writers go on
+                        crate::state::memory::give_back_freed();
                         let _ = done.send(());
                     }
                 }
@@ -398,7 +401,7 @@ impl Worker {
             .write()
             .publish(deltas, failures, &self.watermarks, positions);
         let mut stats = self.stats.lock();
-        for (oid, rt) in &self.graphs {
+        for (oid, rt) in self.graphs.iter_mut() {
             stats.insert(*oid, rt.graph.operator_states());
         }
     }

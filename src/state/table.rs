@@ -413,6 +413,22 @@ impl TableStore {
         self.apply_with(change, Vec::new())
     }
 
+    /// Bytes the table's rows take in memory (keys and values, or the batches of an
+    /// append-only table), for `weir_memory`.
+    pub fn memory_bytes(&self) -> usize {
+        let inner = self.inner.lock();
+        let cached = inner
+            .cached
+            .as_ref()
+            .map_or(0, |b| b.iter().map(|b| b.get_array_memory_size()).sum());
+        let rows: usize = match &inner.rows {
+            RowsMap::Keyed(m) => m.iter().map(|(k, v)| k.len() + v.len() + 48).sum(),
+            RowsMap::Multiset(m) => m.keys().map(|k| k.len() + 56).sum(),
+            RowsMap::Append(b) => b.iter().map(|b| b.get_array_memory_size()).sum(),
+        };
+        cached + rows
+    }
+
     /// The connector tables' next offsets per partition, as last committed.
     pub fn offsets(&self) -> Result<BTreeMap<i32, i64>> {
         let prefix = offsets_prefix(self.oid);

@@ -96,6 +96,11 @@ impl ZSet {
     }
 
     /// The state table holding the rows (for checkpoints and recovery).
+    /// Bytes of the contents' keys and counts.
+    pub fn bytes(&self) -> usize {
+        self.rows.bytes()
+    }
+
     pub fn state_table(&mut self) -> &mut StateTable {
         &mut self.rows
     }

@@ -176,6 +176,8 @@ pub(super) struct Instance {
     pub(super) backfill: Option<super::backfill::Backfill>,
     /// A backfill reader joined the shared reader: its work is done.
     pub(super) joined: bool,
+    /// `--memory-limit`: nothing is read while the process is over it.
+    pub(super) memory: Arc<crate::state::memory::MemoryBudget>,
 }
 
 /// Run one view's instance of a Kafka source until `stop` (see the module header).
@@ -186,6 +188,7 @@ pub fn run(
     progress: Arc<Progress>,
     sync: std::sync::mpsc::Receiver<SyncRequest>,
     dead: Arc<DeadLetters>,
+    memory: Arc<crate::state::memory::MemoryBudget>,
 ) {
     let SourceKind::Kafka(kspec) = spec.kind else {
         return;
@@ -238,6 +241,7 @@ pub fn run(
         ));
     }
     instance.share = Some(spec.share);
+    instance.memory = memory;
     instance.finish(&stop, &sync);
 }
 
@@ -250,7 +254,7 @@ pub fn run_table(
     stop: Arc<AtomicBool>,
     progress: Arc<Progress>,
     sync: std::sync::mpsc::Receiver<SyncRequest>,
-    dead: Arc<DeadLetters>,
+    (dead, memory): (Arc<DeadLetters>, Arc<crate::state::memory::MemoryBudget>),
 ) {
     let resume = match table.offsets() {
         Ok(r) => r,
@@ -262,7 +266,7 @@ pub fn run_table(
         }
     };
     let name = table.name.clone();
-    Instance::new(
+    let mut instance = Instance::new(
         Target::Table {
             table,
             decoder,
@@ -274,8 +278,9 @@ pub fn run_table(
         None,
         progress,
         dead,
-    )
-    .finish(&stop, &sync);
+    );
+    instance.memory = memory;
+    instance.finish(&stop, &sync);
 }
 
 impl Instance {
@@ -309,6 +314,7 @@ impl Instance {
             share: None,
             backfill: None,
             joined: false,
+            memory: crate::state::memory::MemoryBudget::unlimited(),
         }
     }
 
@@ -391,6 +397,18 @@ impl Instance {
                 && !r.serve(tx, stop)
             {
                 return Err("the dataflow worker has stopped".into());
+            }
+            // over --memory-limit: read nothing until memory is freed
+            if self.memory.over() {
+                let paused = crate::connectors::runner::PAUSED_MEMORY;
+                if *self.progress.status.lock() != paused {
+                    warn!(source = %self.source, view = %self.view, "source paused: the server is at its --memory-limit");
+                }
+                self.set_status(paused);
+                std::thread::sleep(crate::state::memory::SAMPLE_EVERY);
+                continue;
+            } else if *self.progress.status.lock() == crate::connectors::runner::PAUSED_MEMORY {
+                self.set_status("running");
             }
             // a backfill reader answers FLUSH once it has joined the shared reader (which
             // serves FLUSH for the topic)

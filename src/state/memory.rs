@@ -1,0 +1,233 @@
+//! The process's memory budget (`weir serve --memory-limit`): one sampler thread reads the
+//! process's resident set size every [`SAMPLE_EVERY`] and says whether it is over the
+//! limit; what grows memory — sources handing batches to views, INSERT and COPY into tables
+//! — waits while it is (backpressure), instead of the process growing into an
+//! out-of-memory kill. Reads, DDL (a DROP frees memory) and checkpoints go on.
+//!
+//! The check is one atomic load (no lock per batch or row). Over the limit is entered at
+//! the limit and left below it by [`HYSTERESIS`] of it, so writers do not flap around it.
+//!
+//! Not yet: state is not spilled (issue 13): at the limit, a view whose state alone fills
+//! it holds its sources paused until memory is freed (a view dropped, windows closed).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// How often the resident set size is read.
+pub const SAMPLE_EVERY: Duration = Duration::from_millis(50);
+/// Writers resume once memory is this fraction of the limit below it.
+pub const HYSTERESIS: f64 = 0.05;
+/// The default limit: this fraction of the cgroup's or the machine's memory.
+pub const DEFAULT_FRACTION: f64 = 0.7;
+
+pub struct MemoryBudget {
+    /// Bytes; u64::MAX: no limit.
+    limit: u64,
+    rss: AtomicU64,
+    over: AtomicBool,
+    /// Times writers found the budget over the limit and waited (for `weir_memory`).
+    pauses: AtomicU64,
+}
+
+impl MemoryBudget {
+    /// No limit (embedded engines, unit tests): nothing ever waits.
+    pub fn unlimited() -> Arc<MemoryBudget> {
+        Arc::new(MemoryBudget {
+            limit: u64::MAX,
+            rss: AtomicU64::new(0),
+            over: AtomicBool::new(false),
+            pauses: AtomicU64::new(0),
+        })
+    }
+
+    /// A budget of `limit` bytes, sampled by a thread of its own.
+    pub fn start(limit: u64) -> Arc<MemoryBudget> {
+        let b = Arc::new(MemoryBudget {
+            limit,
+            rss: AtomicU64::new(resident_bytes().unwrap_or(0)),
+            over: AtomicBool::new(false),
+            pauses: AtomicU64::new(0),
+        });
+        let weak = Arc::downgrade(&b);
+        let spawned = std::thread::Builder::new()
+            .name("weir-memory".into())
+            .spawn(move || {
+                while let Some(b) = weak.upgrade() {
+                    b.sample();
+                    drop(b);
+                    std::thread::sleep(SAMPLE_EVERY);
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "cannot start the memory sampler; --memory-limit is not enforced");
+        }
+        b
+    }
+
+    fn sample(&self) {
+        let Some(rss) = resident_bytes() else {
+            return;
+        };
+        self.rss.store(rss, Ordering::Release);
+        let was = self.over.load(Ordering::Acquire);
+        let resume_below = self.limit as f64 * (1.0 - HYSTERESIS);
+        let now = if was {
+            (rss as f64) >= resume_below
+        } else {
+            rss >= self.limit
+        };
+        if now != was {
+            self.over.store(now, Ordering::Release);
+            if now {
+                tracing::warn!(
+                    rss = %crate::limits::format_size(rss as usize),
+                    limit = %crate::limits::format_size(self.limit as usize),
+                    "memory limit reached: sources and writers pause until memory is freed"
+                );
+            } else {
+                tracing::info!(
+                    rss = %crate::limits::format_size(rss as usize),
+                    "memory below the limit again: sources and writers go on"
+                );
+            }
+        }
+    }
+
+    /// Whether growing memory must wait now.
+    pub fn over(&self) -> bool {
+        self.over.load(Ordering::Acquire)
+    }
+
+    pub fn limit(&self) -> Option<u64> {
+        (self.limit != u64::MAX).then_some(self.limit)
+    }
+
+    /// The resident set size as last sampled.
+    pub fn resident(&self) -> u64 {
+        self.rss.load(Ordering::Acquire)
+    }
+
+    pub fn pauses(&self) -> u64 {
+        self.pauses.load(Ordering::Acquire)
+    }
+
+    /// A source thread: wait while over the limit (`paused` is told once when a wait
+    /// begins); false when `stop` was set meanwhile.
+    pub fn wait_blocking(&self, stop: &AtomicBool, paused: impl FnOnce()) -> bool {
+        if !self.over() {
+            return true;
+        }
+        self.pauses.fetch_add(1, Ordering::AcqRel);
+        paused();
+        while self.over() {
+            if stop.load(Ordering::Acquire) {
+                return false;
+            }
+            std::thread::sleep(SAMPLE_EVERY);
+        }
+        true
+    }
+
+    /// A statement that adds rows: wait while over the limit; `check` is called between
+    /// waits (a cancelled statement stops waiting with its error).
+    pub async fn wait<E>(&self, mut check: impl FnMut() -> Result<(), E>) -> Result<(), E> {
+        if !self.over() {
+            return Ok(());
+        }
+        self.pauses.fetch_add(1, Ordering::AcqRel);
+        while self.over() {
+            check()?;
+            tokio::time::sleep(SAMPLE_EVERY).await;
+        }
+        Ok(())
+    }
+}
+
+/// Give memory this thread freed back to the system now (mimalloc keeps freed pages a
+/// while otherwise: after a DROP the process stayed over its limit for seconds).
+pub fn give_back_freed() {
+    // SAFETY: mi_collect only walks the calling thread's heap; no preconditions
+    unsafe { libmimalloc_sys::mi_collect(true) };
+}
+
+/// The default `--memory-limit`: [`DEFAULT_FRACTION`] of the cgroup's memory limit when one
+/// is set, else of the machine's memory; with where it came from.
+pub fn default_limit() -> Option<(u64, &'static str)> {
+    if let Some(c) = cgroup_limit() {
+        return Some((
+            (c as f64 * DEFAULT_FRACTION) as u64,
+            "of the cgroup's memory limit",
+        ));
+    }
+    physical_memory().map(|m| {
+        (
+            (m as f64 * DEFAULT_FRACTION) as u64,
+            "of the machine's memory",
+        )
+    })
+}
+
+/// cgroup v2 `memory.max`, or v1 `memory.limit_in_bytes` (a huge value there: no limit).
+fn cgroup_limit() -> Option<u64> {
+    let physical = physical_memory().unwrap_or(u64::MAX);
+    for path in [
+        "/sys/fs/cgroup/memory.max",
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ] {
+        if let Ok(text) = std::fs::read_to_string(path)
+            && let Ok(v) = text.trim().parse::<u64>()
+            && v < physical
+        {
+            return Some(v);
+        }
+    }
+    None
+}
+
+/// `MemTotal` of `/proc/meminfo`, bytes.
+fn physical_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// The process's resident set size (`VmRSS` of `/proc/self/status`), bytes.
+pub fn resident_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = text.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn over_the_limit_writers_wait_until_memory_falls_below_it() {
+        let b = MemoryBudget::unlimited();
+        assert!(!b.over());
+        let stop = AtomicBool::new(false);
+        assert!(b.wait_blocking(&stop, || panic!("no wait without a limit")));
+        // a limit far below what this process holds: over at the first sample
+        let tight = MemoryBudget::start(1 << 20);
+        std::thread::sleep(SAMPLE_EVERY * 3);
+        assert!(tight.over(), "resident {} bytes", tight.resident());
+        stop.store(true, Ordering::Release);
+        let mut told = false;
+        assert!(
+            !tight.wait_blocking(&stop, || told = true),
+            "stopped while waiting"
+        );
+        assert!(told);
+        assert_eq!(tight.pauses(), 1);
+        // far above: never over
+        let roomy = MemoryBudget::start(1 << 50);
+        std::thread::sleep(SAMPLE_EVERY * 2);
+        assert!(!roomy.over());
+        assert!(roomy.resident() > 0);
+        assert!(default_limit().is_some_and(|(l, _)| l > 0));
+    }
+}

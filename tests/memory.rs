@@ -1,0 +1,104 @@
+//! `--memory-limit`: at the limit, sources pause and INSERT waits instead of the process
+//! growing; `weir_memory` shows where memory goes; freeing memory (a DROP) lets them go on.
+
+use std::time::{Duration, Instant};
+
+use crate::harness::{Options, TestServer, peak_mib, query_text};
+
+fn count(r: &[Vec<String>]) -> i64 {
+    r[0][0].parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_memory_limit_sources_pause_and_inserts_wait() {
+    let limit_mib = 160.0;
+    let server = TestServer::start_with(Options {
+        env: &[],
+        args: &["--memory-limit", "160MiB", "--checkpoint-interval", "0"],
+        data_dir: None,
+        nofile: None,
+    });
+    let c = server.connect().await;
+    let r = query_text(
+        &c,
+        "SELECT bytes_in_memory > 0, bytes_spilled, \"limit\" FROM weir_memory WHERE component = 'process (resident)'",
+    )
+    .await;
+    assert_eq!(r, vec![vec!["t", "0", &(160u64 << 20).to_string()]]);
+    // a view whose state grows with every row of an endless generator
+    c.batch_execute(
+        "CREATE TABLE notes (n INT); \
+         CREATE SOURCE ids (id BIGINT, pad VARCHAR) WITH (connector = 'datagen', \
+           fields.id.kind = 'sequence', fields.pad.length = '40'); \
+         CREATE MATERIALIZED VIEW per_id AS SELECT id, max(pad) AS pad, count(*) AS n FROM ids GROUP BY id",
+    )
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let s = query_text(
+            &c,
+            "SELECT status FROM weir_sources WHERE view_name = 'per_id'",
+        )
+        .await;
+        if s[0][0] == "paused: memory limit" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never paused: {s:?}; {}",
+            server.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // paused: the view stops growing, the process stays near the limit
+    let before = count(&query_text(&c, "SELECT count(*) FROM per_id").await);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = count(&query_text(&c, "SELECT count(*) FROM per_id").await);
+    assert!(
+        after - before < 100_000,
+        "still growing: {before} -> {after}"
+    );
+    let pid = server.pid().expect("pid");
+    let peak = peak_mib(pid);
+    assert!(
+        peak < limit_mib + 96.0,
+        "peak {peak} MiB over a {limit_mib} MiB limit"
+    );
+    // weir_memory says where it went: the view's state and contents
+    let parts = query_text(
+        &c,
+        "SELECT component, bytes_in_memory > 1000000 FROM weir_memory WHERE component LIKE 'view per_id%' ORDER BY 1",
+    )
+    .await;
+    assert_eq!(
+        parts,
+        vec![
+            vec!["view per_id: contents", "t"],
+            vec!["view per_id: state", "t"]
+        ]
+    );
+    // an INSERT waits while the server is over its limit
+    let insert = {
+        let c2 = server.connect().await;
+        tokio::spawn(async move { c2.batch_execute("INSERT INTO notes VALUES (1)").await })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!insert.is_finished(), "INSERT went through at the limit");
+    // reads still answer; dropping the view frees memory and everything goes on
+    c.batch_execute("DROP MATERIALIZED VIEW per_id")
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), insert)
+        .await
+        .expect("the INSERT went on once memory was freed")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        query_text(&c, "SELECT count(*) FROM notes").await,
+        vec![vec!["1"]]
+    );
+    let log = std::fs::read_to_string(server.log_path()).unwrap_or_default();
+    assert!(log.contains("memory limit reached"), "the log says so");
+    assert!(log.contains("memory below the limit again"));
+}
