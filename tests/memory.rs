@@ -61,6 +61,7 @@ async fn at_the_memory_limit_sources_pause_and_inserts_wait() {
     );
     let pid = server.pid().expect("pid");
     let peak = peak_mib(pid);
+    println!("peak {peak:.0} MiB with a {limit_mib} MiB limit");
     assert!(
         peak < limit_mib + 96.0,
         "peak {peak} MiB over a {limit_mib} MiB limit"
