@@ -828,6 +828,19 @@ mod tests {
         })
     }
 
+    type Entries = Vec<(Vec<u8>, Vec<u8>)>;
+
+    /// The table stored under `p/`, loaded back, with its entries in key order.
+    fn loaded(store: &dyn Store) -> (StateTable, Entries) {
+        let mut back = table();
+        back.load(store, b"p/").unwrap();
+        let got = back
+            .range((Bound::Unbounded, Bound::Unbounded))
+            .map(|(k, v)| (k.to_vec(), v.to_vec()))
+            .collect();
+        (back, got)
+    }
+
     fn keys<'a>(it: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> Vec<Vec<u8>> {
         it.map(|(k, _)| k.to_vec()).collect()
     }
@@ -913,12 +926,7 @@ mod tests {
         t.flush(b"p/", &mut batch);
         store.commit(batch, Durability::Sync).unwrap();
 
-        let mut back = table();
-        back.load(&store, b"p/").unwrap();
-        let got: Vec<(Vec<u8>, Vec<u8>)> = back
-            .range((Bound::Unbounded, Bound::Unbounded))
-            .map(|(k, v)| (k.to_vec(), v.to_vec()))
-            .collect();
+        let (back, got) = loaded(&store);
         assert_eq!(
             got,
             vec![
@@ -958,12 +966,7 @@ mod tests {
         assert_eq!(stats.keys, 9_100);
         assert!(stats.bytes > 2 * LOG_CHUNK, "{stats:?}");
         store.commit(batch, Durability::Sync).unwrap();
-        let mut back = table();
-        back.load(&store, b"p/").unwrap();
-        let got: Vec<(Vec<u8>, Vec<u8>)> = back
-            .range((Bound::Unbounded, Bound::Unbounded))
-            .map(|(k, v)| (k.to_vec(), v.to_vec()))
-            .collect();
+        let (back, got) = loaded(&store);
         assert_eq!(got.len(), 19_900);
         assert_eq!(got[0].0, key(100));
         assert!(got[..2_900].iter().all(|(_, v)| v == &vec![4u8; 300]));
