@@ -352,14 +352,24 @@ impl TableProvider for TableScanProvider {
         TableType::Base
     }
 
+    /// `pk_column = literal` filters let a keyed table read one key instead of its
+    /// snapshot; DataFusion still applies every filter to what the scan returns (Inexact).
     fn supports_filters_pushdown(
         &self,
         filters: &[&Expr],
     ) -> DfResult<Vec<TableProviderFilterPushDown>> {
-        Ok(vec![
-            TableProviderFilterPushDown::Unsupported;
-            filters.len()
-        ])
+        let schema = self.table.schema();
+        Ok(filters
+            .iter()
+            .map(
+                |f| match (self.table.primary_key(), key_equality(f, &schema)) {
+                    (Some(pk), Some((col, _))) if pk.contains(&col) => {
+                        TableProviderFilterPushDown::Inexact
+                    }
+                    _ => TableProviderFilterPushDown::Unsupported,
+                },
+            )
+            .collect())
     }
 
     async fn scan(
@@ -369,10 +379,13 @@ impl TableProvider for TableScanProvider {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let batches = self
-            .table
-            .snapshot()
-            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        let batches = match self.point_lookup(filters)? {
+            Some(b) => Arc::new(vec![b]),
+            None => self
+                .table
+                .snapshot()
+                .map_err(|e| DataFusionError::External(Box::new(e)))?,
+        };
         let schema = nullable(&self.table.schema());
         let batches: Vec<RecordBatch> = batches
             .iter()
@@ -382,6 +395,59 @@ impl TableProvider for TableScanProvider {
         let mem = MemTable::try_new(schema, partitions)?;
         mem.scan(state, projection, filters, limit).await
     }
+}
+
+impl TableScanProvider {
+    /// The rows a point query by the whole primary key names (`pk = v` for every key
+    /// column), read by key; None when the filters do not name one key.
+    fn point_lookup(&self, filters: &[Expr]) -> DfResult<Option<RecordBatch>> {
+        let Some(pk) = self.table.primary_key() else {
+            return Ok(None);
+        };
+        let schema = self.table.schema();
+        let mut keys = Vec::with_capacity(pk.len());
+        for &c in pk {
+            let Some(v) = filters
+                .iter()
+                .filter_map(|f| key_equality(f, &schema))
+                .find(|(col, _)| *col == c)
+                .map(|(_, v)| v)
+            else {
+                return Ok(None);
+            };
+            keys.push(v.to_array_of_size(1)?);
+        }
+        tracing::debug!(table = %self.table.name, "point query by primary key");
+        self.table
+            .lookup(&keys)
+            .map_err(|e| DataFusionError::External(Box::new(e)))
+    }
+}
+
+/// `column = literal` (either way round) where the literal is of the column's type or
+/// converts to it and back unchanged: (column index, the value as the column's type).
+fn key_equality(f: &Expr, schema: &SchemaRef) -> Option<(usize, datafusion::scalar::ScalarValue)> {
+    use datafusion::logical_expr::{BinaryExpr, Operator};
+    let Expr::BinaryExpr(BinaryExpr {
+        left,
+        op: Operator::Eq,
+        right,
+    }) = f
+    else {
+        return None;
+    };
+    let (col, lit) = match (left.as_ref(), right.as_ref()) {
+        (Expr::Column(c), Expr::Literal(v, _)) | (Expr::Literal(v, _), Expr::Column(c)) => (c, v),
+        _ => return None,
+    };
+    let i = schema.index_of(&col.name).ok()?;
+    let ty = schema.field(i).data_type();
+    if lit.is_null() {
+        return None;
+    }
+    let v = lit.cast_to(ty).ok()?;
+    // only a lossless conversion names the same key
+    (v.cast_to(&lit.data_type()).ok()? == *lit).then_some((i, v))
 }
 
 pub fn nullable(schema: &SchemaRef) -> SchemaRef {
@@ -402,4 +468,39 @@ pub fn split_partitions(batches: &[RecordBatch], n: usize) -> Vec<Vec<RecordBatc
         parts[i % n].push(b.clone());
     }
     parts
+}
+
+#[cfg(test)]
+mod point_query_tests {
+    use super::*;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::prelude::{col, lit};
+    use datafusion::scalar::ScalarValue;
+
+    #[test]
+    fn only_a_lossless_key_equality_is_a_point_query() {
+        let schema: SchemaRef = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int32, false),
+            Field::new("name", DataType::Utf8, true),
+        ]));
+        assert_eq!(
+            key_equality(&col("id").eq(lit(7i32)), &schema),
+            Some((0, ScalarValue::Int32(Some(7))))
+        );
+        assert_eq!(
+            key_equality(&lit(7i64).eq(col("id")), &schema),
+            Some((0, ScalarValue::Int32(Some(7))))
+        );
+        assert_eq!(key_equality(&col("id").eq(lit(2.5f64)), &schema), None);
+        assert_eq!(key_equality(&col("id").eq(lit(1i64 << 40)), &schema), None);
+        assert_eq!(key_equality(&col("id").gt(lit(7i32)), &schema), None);
+        assert_eq!(
+            key_equality(&col("id").eq(lit(ScalarValue::Int32(None))), &schema),
+            None
+        );
+        assert_eq!(
+            key_equality(&col("name").eq(lit("x")), &schema),
+            Some((1, ScalarValue::Utf8(Some("x".into()))))
+        );
+    }
 }
