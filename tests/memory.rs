@@ -103,3 +103,41 @@ async fn at_the_memory_limit_sources_pause_and_inserts_wait() {
     assert!(log.contains("memory limit reached"), "the log says so");
     assert!(log.contains("memory below the limit again"));
 }
+
+/// A size that is not one is refused at start, naming the flag; the default limit is shown.
+#[test]
+fn a_bad_memory_limit_is_refused_and_the_default_is_shown() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["serve", "--memory-limit", "lots"])
+        .output()
+        .expect("run weir");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--memory-limit") && err.contains("is not a size"),
+        "{err}"
+    );
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["serve", "--help"])
+        .output()
+        .expect("run weir");
+    assert!(String::from_utf8_lossy(&help.stdout).contains("--memory-limit <SIZE>"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_memory_limit_is_logged_at_start() {
+    let server = TestServer::start();
+    let c = server.connect().await;
+    let r = query_text(
+        &c,
+        "SELECT \"limit\" > 0 FROM weir_memory WHERE component = 'process (resident)'",
+    )
+    .await;
+    assert_eq!(r, vec![vec!["t"]]);
+    let log = std::fs::read_to_string(server.log_path()).unwrap_or_default();
+    assert!(
+        log.contains("memory limit: 70% of the"),
+        "{}",
+        server.log_tail()
+    );
+}
