@@ -143,6 +143,27 @@ impl Engine {
             limits,
             sink_restarts: Default::default(),
         });
+        {
+            // at --memory-limit, snapshot caches go first (rebuilt on demand)
+            let weak = Arc::downgrade(&engine);
+            engine
+                .dataflow
+                .sources
+                .memory
+                .on_limit(Box::new(move || match weak.upgrade() {
+                    Some(e) => {
+                        let tables: usize = e
+                            .catalog
+                            .entries()
+                            .iter()
+                            .filter_map(|x| x.table.as_ref())
+                            .map(|t| t.drop_cache())
+                            .sum();
+                        tables + e.dataflow.drop_caches()
+                    }
+                    None => 0,
+                }));
+        }
         engine.read_sink_progress();
         engine.restore_views().await?;
         for entry in engine.catalog.entries() {

@@ -25,6 +25,22 @@ async fn at_the_memory_limit_sources_pause_and_inserts_wait() {
     )
     .await;
     assert_eq!(r, vec![vec!["t", "0", &(160u64 << 20).to_string()]]);
+    // a table whose full read built a snapshot cache
+    c.batch_execute(
+        "CREATE TABLE big (id INT PRIMARY KEY, v TEXT); \
+         INSERT INTO big SELECT g, repeat('x', 50) FROM generate_series(1, 100000) AS t(g); \
+         SELECT count(*) FROM big WHERE v <> 'y'",
+    )
+    .await
+    .unwrap();
+    let table_bytes = |r: Vec<Vec<String>>| -> i64 { r[0][0].parse().unwrap() };
+    let big_before = table_bytes(
+        query_text(
+            &c,
+            "SELECT bytes_in_memory FROM weir_memory WHERE component = 'table big'",
+        )
+        .await,
+    );
     // a view whose state grows with every row of an endless generator
     c.batch_execute(
         "CREATE TABLE notes (n INT); \
@@ -79,6 +95,18 @@ async fn at_the_memory_limit_sources_pause_and_inserts_wait() {
             vec!["view per_id: state", "t"]
         ]
     );
+    // the table's snapshot cache went first (it is rebuilt on demand)
+    let big_after = table_bytes(
+        query_text(
+            &c,
+            "SELECT bytes_in_memory FROM weir_memory WHERE component = 'table big'",
+        )
+        .await,
+    );
+    assert!(
+        big_after < big_before,
+        "cache kept: {big_before} -> {big_after}"
+    );
     // an INSERT waits while the server is over its limit
     let insert = {
         let c2 = server.connect().await;
@@ -101,6 +129,7 @@ async fn at_the_memory_limit_sources_pause_and_inserts_wait() {
     );
     let log = std::fs::read_to_string(server.log_path()).unwrap_or_default();
     assert!(log.contains("memory limit reached"), "the log says so");
+    assert!(log.contains("snapshot caches dropped"));
     assert!(log.contains("memory below the limit again"));
 }
 

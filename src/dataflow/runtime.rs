@@ -412,6 +412,16 @@ impl Dataflow {
         self.published.read().positions.get(&view).cloned()
     }
 
+    /// Drop every view's cached snapshot (rebuilt by the next read); the bytes they held.
+    pub fn drop_caches(&self) -> usize {
+        let p = self.published.read();
+        p.views
+            .values()
+            .filter_map(|d| d.cache.lock().take())
+            .map(|(_, b)| b.iter().map(|b| b.get_array_memory_size()).sum::<usize>())
+            .sum()
+    }
+
     pub fn stats(&self) -> Vec<ViewStats> {
         let p = self.published.read();
         let state = self.stats.lock();

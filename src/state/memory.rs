@@ -4,6 +4,10 @@
 //! — waits while it is (backpressure), instead of the process growing into an
 //! out-of-memory kill. Reads, DDL (a DROP frees memory) and checkpoints go on.
 //!
+//! Reaching the limit first drops what can be rebuilt on demand (registered with
+//! [`MemoryBudget::on_limit`]: tables' and views' snapshot caches); only if that does not
+//! bring memory under the limit do writers wait.
+//!
 //! The check is one atomic load (no lock per batch or row). Over the limit is entered at
 //! the limit and left below it by [`HYSTERESIS`] of it, so writers do not flap around it.
 //!
@@ -28,7 +32,13 @@ pub struct MemoryBudget {
     over: AtomicBool,
     /// Times writers found the budget over the limit and waited (for `weir_memory`).
     pauses: AtomicU64,
+    /// What can be dropped and rebuilt on demand (snapshot caches of tables and views),
+    /// asked to free its memory when the limit is reached, before anyone waits long.
+    reclaimers: parking_lot::Mutex<Vec<Reclaimer>>,
 }
+
+/// Frees what it can and says how many bytes.
+pub type Reclaimer = Box<dyn Fn() -> usize + Send + Sync>;
 
 impl MemoryBudget {
     /// No limit (embedded engines, unit tests): nothing ever waits.
@@ -38,6 +48,7 @@ impl MemoryBudget {
             rss: AtomicU64::new(0),
             over: AtomicBool::new(false),
             pauses: AtomicU64::new(0),
+            reclaimers: parking_lot::Mutex::new(Vec::new()),
         })
     }
 
@@ -48,6 +59,7 @@ impl MemoryBudget {
             rss: AtomicU64::new(resident_bytes().unwrap_or(0)),
             over: AtomicBool::new(false),
             pauses: AtomicU64::new(0),
+            reclaimers: parking_lot::Mutex::new(Vec::new()),
         });
         let weak = Arc::downgrade(&b);
         let spawned = std::thread::Builder::new()
@@ -77,6 +89,20 @@ impl MemoryBudget {
         } else {
             rss >= self.limit
         };
+        if now && !was {
+            // caches first: they are rebuilt on demand
+            let freed: usize = self.reclaimers.lock().iter().map(|r| r()).sum();
+            if freed > 0 {
+                give_back_freed();
+                tracing::info!(freed = %crate::limits::format_size(freed), "memory limit reached: snapshot caches dropped");
+                if let Some(rss) = resident_bytes() {
+                    self.rss.store(rss, Ordering::Release);
+                    if rss < self.limit {
+                        return;
+                    }
+                }
+            }
+        }
         if now != was {
             self.over.store(now, Ordering::Release);
             if now {
@@ -92,6 +118,11 @@ impl MemoryBudget {
                 );
             }
         }
+    }
+
+    /// Register something to drop when the limit is reached.
+    pub fn on_limit(&self, r: Reclaimer) {
+        self.reclaimers.lock().push(r);
     }
 
     /// Whether growing memory must wait now.

@@ -366,6 +366,15 @@ impl TableStore {
         Ok(batches)
     }
 
+    /// Drop the cached snapshot (rebuilt by the next full read); the bytes it held.
+    pub fn drop_cache(&self) -> usize {
+        self.inner
+            .lock()
+            .cached
+            .take()
+            .map_or(0, |b| b.iter().map(|b| b.get_array_memory_size()).sum())
+    }
+
     /// The primary key's columns (keyed tables).
     pub fn primary_key(&self) -> Option<&[usize]> {
         match &self.kind {
