@@ -628,6 +628,24 @@ async fn upsert_and_debezium_tables() {
     );
 }
 
+/// The `window_start|n` of every message of a PLAIN sink topic of closed windows, sorted.
+fn closed_windows(broker: &Broker, topic: &str, partitions: i32) -> Vec<String> {
+    let mut out: Vec<String> = broker
+        .read_topic(topic, partitions)
+        .into_iter()
+        .map(|(_, _, v)| {
+            let r = json(&v.expect("value"));
+            format!(
+                "{}|{}",
+                r["window_start"].as_str().unwrap().replace('T', " "),
+                r["n"]
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 /// The latest row per key of an UPSERT topic (tombstones delete), as `a|b|c` of the
 /// fields named, sorted.
 fn upsert_rows(broker: &Broker, topic: &str, partitions: i32, fields: [&str; 3]) -> Vec<String> {
@@ -822,19 +840,7 @@ async fn sinks_round_trip() {
             .collect();
         assert_eq!(state, want, "{when}: debezium seed {seed}");
         // PLAIN: each closed window once
-        let mut windows: Vec<String> = broker
-            .read_topic("plain_out", 2)
-            .into_iter()
-            .map(|(_, _, v)| {
-                let r = json(&v.expect("value"));
-                format!(
-                    "{}|{}",
-                    r["window_start"].as_str().unwrap().replace('T', " "),
-                    r["n"]
-                )
-            })
-            .collect();
-        windows.sort();
+        let windows = closed_windows(&broker, "plain_out", 2);
         assert_eq!(
             windows,
             rows(c, "SELECT window_start, n FROM per_sec").await,
@@ -1345,19 +1351,7 @@ async fn late_decisions_survive_kill_9() {
             .map(|r| r.replace('"', "").replace('T', " "))
             .collect();
         win.sort();
-        let mut closed: Vec<String> = broker
-            .read_topic("closed_out", 1)
-            .into_iter()
-            .map(|(_, _, v)| {
-                let r = json(&v.expect("value"));
-                format!(
-                    "{}|{}",
-                    r["window_start"].as_str().unwrap().replace('T', " "),
-                    r["n"]
-                )
-            })
-            .collect();
-        closed.sort();
+        let closed = closed_windows(broker, "closed_out", 1);
         (win, closed)
     };
     let producer = broker.producer();

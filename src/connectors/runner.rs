@@ -578,13 +578,14 @@ fn run(
             break Ok(());
         }
         // over --memory-limit: hand nothing more to the views until memory is freed
-        if memory.over() {
-            if !memory.wait_blocking(&stop, || {
-                paused_for_memory(&progress, &spec.source_name, &spec.view_name)
-            }) {
-                break Ok(());
-            }
-            *progress.status.lock() = "running".into();
+        if !hold_at_memory_limit(
+            &memory,
+            &stop,
+            &progress,
+            &spec.source_name,
+            &spec.view_name,
+        ) {
+            break Ok(());
         }
         let mut limit = batch_rows;
         match &spec.share {
@@ -697,14 +698,29 @@ fn run(
     progress.done.store(true, Ordering::Release);
 }
 
-/// A reader pauses at `--memory-limit`: it says so in `weir_sources` and the log.
-pub(crate) fn paused_for_memory(progress: &Progress, source: &str, view: &str) {
-    tracing::warn!(
-        source,
-        view,
-        "source paused: the server is at its --memory-limit"
-    );
-    *progress.status.lock() = PAUSED_MEMORY.into();
+/// Every reader, between batches: while the server is over `--memory-limit`, wait (saying
+/// so in `weir_sources` and the log), then go on as `running`. False when `stop` was set
+/// meanwhile.
+pub(crate) fn hold_at_memory_limit(
+    memory: &MemoryBudget,
+    stop: &AtomicBool,
+    progress: &Progress,
+    source: &str,
+    view: &str,
+) -> bool {
+    if !memory.over() {
+        return true;
+    }
+    let went_on = memory.wait_blocking(stop, || {
+        tracing::warn!(
+            source,
+            view,
+            "source paused: the server is at its --memory-limit"
+        );
+        *progress.status.lock() = PAUSED_MEMORY.into();
+    });
+    *progress.status.lock() = "running".into();
+    went_on
 }
 
 /// `weir_sources.status` of a reader paused by `--memory-limit`.

@@ -95,20 +95,27 @@ impl Worker {
                         watermark_before,
                         watermark_after,
                         position,
-                    } => match self.fanout.get(&relation) {
+                    } => match self
+                        .fanout
+                        .get_mut(&relation)
+                        .map(|f| std::mem::take(&mut f.instances))
+                    {
                         // a shared reader's batch: to every view's instance that joined it
-                        Some(f) => {
-                            let targets = f.instances.clone();
+                        // (the list is taken out meanwhile: no copy of it per batch)
+                        Some(targets) => {
                             self.advance(relation, watermark_after, position.as_ref());
-                            for t in targets {
+                            for t in &targets {
                                 self.take(
-                                    t,
+                                    *t,
                                     changelog.clone(),
                                     watermark_before,
                                     watermark_after,
                                     position.as_ref(),
                                     &mut pending,
                                 );
+                            }
+                            if let Some(f) = self.fanout.get_mut(&relation) {
+                                f.instances = targets;
                             }
                         }
                         None => self.take(

@@ -93,7 +93,6 @@ impl MemoryBudget {
             // caches first: they are rebuilt on demand
             let freed: usize = self.reclaimers.lock().iter().map(|r| r()).sum();
             if freed > 0 {
-                give_back_freed();
                 tracing::info!(freed = %crate::limits::format_size(freed), "memory limit reached: snapshot caches dropped");
                 if let Some(rss) = resident_bytes() {
                     self.rss.store(rss, Ordering::Release);

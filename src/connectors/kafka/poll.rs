@@ -399,16 +399,14 @@ impl Instance {
                 return Err("the dataflow worker has stopped".into());
             }
             // over --memory-limit: read nothing until memory is freed
-            if self.memory.over() {
-                let paused = crate::connectors::runner::PAUSED_MEMORY;
-                if *self.progress.status.lock() != paused {
-                    warn!(source = %self.source, view = %self.view, "source paused: the server is at its --memory-limit");
-                }
-                self.set_status(paused);
-                std::thread::sleep(crate::state::memory::SAMPLE_EVERY);
-                continue;
-            } else if *self.progress.status.lock() == crate::connectors::runner::PAUSED_MEMORY {
-                self.set_status("running");
+            if !crate::connectors::runner::hold_at_memory_limit(
+                &self.memory,
+                stop,
+                &self.progress,
+                &self.source,
+                &self.view,
+            ) {
+                return Ok(());
             }
             // a backfill reader answers FLUSH once it has joined the shared reader (which
             // serves FLUSH for the topic)
