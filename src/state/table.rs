@@ -372,7 +372,7 @@ impl TableStore {
             .lock()
             .cached
             .take()
-            .map_or(0, |b| b.iter().map(|b| b.get_array_memory_size()).sum())
+            .map_or(0, |b| batches_bytes(&b))
     }
 
     /// The primary key's columns (keyed tables).
@@ -455,15 +455,16 @@ impl TableStore {
     /// Bytes the table's rows take in memory (keys and values, or the batches of an
     /// append-only table), for `weir_memory`.
     pub fn memory_bytes(&self) -> usize {
+        // per entry: the key's and value's boxes (two pointers and lengths) plus the
+        // B-tree's share of a node, or the box and the count
+        const KEYED_ENTRY: usize = 48;
+        const MULTISET_ENTRY: usize = 56;
         let inner = self.inner.lock();
-        let cached = inner
-            .cached
-            .as_ref()
-            .map_or(0, |b| b.iter().map(|b| b.get_array_memory_size()).sum());
+        let cached = inner.cached.as_deref().map_or(0, |b| batches_bytes(b));
         let rows: usize = match &inner.rows {
-            RowsMap::Keyed(m) => m.iter().map(|(k, v)| k.len() + v.len() + 48).sum(),
-            RowsMap::Multiset(m) => m.keys().map(|k| k.len() + 56).sum(),
-            RowsMap::Append(b) => b.iter().map(|b| b.get_array_memory_size()).sum(),
+            RowsMap::Keyed(m) => m.iter().map(|(k, v)| k.len() + v.len() + KEYED_ENTRY).sum(),
+            RowsMap::Multiset(m) => m.keys().map(|k| k.len() + MULTISET_ENTRY).sum(),
+            RowsMap::Append(b) => batches_bytes(b),
         };
         cached + rows
     }
@@ -1002,6 +1003,11 @@ fn read_seq(bytes: &[u8]) -> Result<u64> {
         .and_then(|b| b.try_into().ok())
         .ok_or_else(|| WeirError::internal("corrupt table key in store"))?;
     Ok(u64::from_be_bytes(arr))
+}
+
+/// Bytes of Arrow batches in memory.
+fn batches_bytes(batches: &[RecordBatch]) -> usize {
+    batches.iter().map(|b| b.get_array_memory_size()).sum()
 }
 
 #[cfg(test)]
