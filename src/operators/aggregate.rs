@@ -689,12 +689,6 @@ impl Multiset {
         Ok(())
     }
 
-    /// A group's values (without the group key) and their multiplicities, in order.
-    fn values<'a>(&'a self, key: &'a [u8]) -> impl DoubleEndedIterator<Item = (&'a [u8], i64)> {
-        self.entries
-            .prefix_range(key)
-            .map(move |(k, c)| (&k[key.len()..], count_of(c)))
-    }
 
     fn evaluate(
         &mut self,
@@ -715,18 +709,23 @@ impl Multiset {
         let parser = self.conv.parser();
         match self.kind {
             MultisetKind::Min | MultisetKind::Max => {
-                let picks: Vec<Option<&[u8]>> = gids
+                // each group's pick, copied out (reading a group may bring it back from
+                // the spill store, so the table is borrowed one group at a time)
+                let mut buf: Vec<u8> = Vec::new();
+                let min = self.kind == MultisetKind::Min;
+                let spans: Vec<Option<(usize, usize)>> = gids
                     .iter()
                     .map(|g| {
-                        let mut r = self.values(&keys[*g as usize]);
-                        let e = if self.kind == MultisetKind::Min {
-                            r.next()
-                        } else {
-                            r.next_back()
-                        };
-                        e.map(|(v, _)| v)
+                        let mut r = values(&mut self.entries, &keys[*g as usize]);
+                        let e = if min { r.next() } else { r.next_back() };
+                        e.map(|(v, _)| {
+                            buf.extend_from_slice(v);
+                            (buf.len() - v.len(), buf.len())
+                        })
                     })
                     .collect();
+                let picks: Vec<Option<&[u8]>> =
+                    spans.iter().map(|s| s.map(|(a, b)| &buf[a..b])).collect();
                 // convert the present values, then place them (NULL for empty groups)
                 let present: Vec<&[u8]> = picks.iter().flatten().copied().collect();
                 let values = if present.is_empty() {
@@ -759,7 +758,7 @@ impl Multiset {
                 let mut out = Vec::with_capacity(gids.len());
                 for g in gids {
                     let mut rows: Vec<&[u8]> = Vec::new();
-                    for (v, c) in self.values(&keys[*g as usize]) {
+                    for (v, c) in values(&mut self.entries, &keys[*g as usize]) {
                         let times = if self.distinct { 1 } else { c.max(0) };
                         for _ in 0..times {
                             rows.push(v);
@@ -1200,3 +1199,14 @@ impl Aggregate {
         Ok(out)
     }
 }
+/// A group's values in a multiset table (without the group key) and their
+/// multiplicities, in order.
+fn values<'a>(
+    entries: &'a mut StateTable,
+    key: &'a [u8],
+) -> impl DoubleEndedIterator<Item = (&'a [u8], i64)> {
+    entries
+        .prefix_range(key)
+        .map(move |(k, c)| (&k[key.len()..], count_of(c)))
+}
+

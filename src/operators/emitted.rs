@@ -139,7 +139,7 @@ impl Emitted {
     }
 
     /// For owners that show at most one row (an aggregate's group): the row `key` shows.
-    pub fn shown_one<'a>(&'a self, key: &'a [u8]) -> Option<&'a [u8]> {
+    pub fn shown_one<'a>(&'a mut self, key: &'a [u8]) -> Option<&'a [u8]> {
         self.table.prefix(key).next().map(|(k, _)| &k[key.len()..])
     }
 
@@ -187,7 +187,7 @@ impl Emitted {
     }
 
     /// The rows `key` shows, with multiplicities.
-    pub fn rows<'a>(&'a self, key: &'a [u8]) -> impl Iterator<Item = (&'a [u8], i64)> + 'a {
+    pub fn rows<'a>(&'a mut self, key: &'a [u8]) -> impl Iterator<Item = (&'a [u8], i64)> + 'a {
         self.table
             .prefix(key)
             .map(move |(k, v)| (&k[key.len()..], count_of(v)))

@@ -153,6 +153,7 @@ impl SessionAggregate {
             }
         };
         let mut prev: Option<i64> = None;
+        self.rows.fetch_prefix(key);
         for (t, _, _) in key_rows(&self.rows, key) {
             if let Some(p) = prev
                 && t - p >= self.gap_us
@@ -392,6 +393,7 @@ impl Operator for SessionAggregate {
         let mut diff = Diff::default();
         for key in dirty {
             let now: Vec<(i64, Box<[u8]>)> = {
+                self.rows.fetch_prefix(&key);
                 let sessions = self.sessions(&key);
                 let shown: Vec<Session> = sessions
                     .into_iter()
@@ -429,6 +431,7 @@ impl Operator for SessionAggregate {
                 let limit = w.saturating_sub(self.lateness_us);
                 let mut last_closed: Option<i64> = None;
                 let mut prev: Option<i64> = None;
+                self.rows.fetch_prefix(&key);
                 for (t, _, _) in key_rows(&self.rows, &key) {
                     if let Some(p) = prev
                         && t - p >= self.gap_us
@@ -471,7 +474,7 @@ fn key_rows<'a>(
     rows: &'a StateTable,
     key: &'a [u8],
 ) -> impl Iterator<Item = (i64, &'a [u8], i64)> + 'a {
-    rows.prefix(key).map(move |(k, v)| {
+    rows.prefix_resident(key).map(move |(k, v)| {
         let rest = &k[key.len()..];
         (i64_of_key(rest), &rest[8..], count_of(v))
     })

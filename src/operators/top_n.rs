@@ -185,18 +185,22 @@ impl TopN {
         })
     }
 
-    /// The rows a partition shows now, in order (input rows, repeated by multiplicity).
-    fn visible<'a>(&'a self, part: &'a [u8]) -> Vec<&'a [u8]> {
+}
+
+/// The rows a partition shows now, in order (input rows, repeated by multiplicity): the
+/// rows of `part` in `rows` after skipping `skip`, at most `fetch`.
+fn visible<'a>(rows: &'a mut StateTable, part: &'a [u8], skip: usize, fetch: usize) -> Vec<&'a [u8]> {
+    {
         let mut out = Vec::new();
         let mut skipped = 0usize;
-        'outer: for (key, v) in self.rows.prefix(part) {
+        'outer: for (key, v) in rows.prefix(part) {
             let (sk_len, count) = parse_row_value(v);
             for _ in 0..count.max(0) {
-                if skipped < self.skip {
+                if skipped < skip {
                     skipped += 1;
                     continue;
                 }
-                if out.len() >= self.fetch {
+                if out.len() >= fetch {
                     break 'outer;
                 }
                 out.push(&key[part.len() + sk_len..]);
@@ -332,7 +336,7 @@ impl TopN {
         let mut diff = Diff::default();
         let row_parser = self.row_conv.parser();
         for part in dirty {
-            let now = self.visible(&part);
+            let now = visible(&mut self.rows, &part, self.skip, self.fetch);
             if now.is_empty() {
                 self.emitted.replace(&part, &[], &mut diff);
                 continue;

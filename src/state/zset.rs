@@ -109,7 +109,7 @@ impl ZSet {
     pub fn recount(&mut self) {
         let mut total = 0i64;
         let mut negative = 0usize;
-        for (_, v) in self.rows.iter() {
+        for (_, v) in self.rows.iter_resident() {
             let c = count_of(v);
             total += c.max(0);
             negative += usize::from(c < 0);
@@ -153,7 +153,7 @@ impl ZSet {
         let parser = self.conv.parser();
         let mut out = Vec::new();
         let mut chunk: Vec<&[u8]> = Vec::with_capacity(BATCH_ROWS.min(self.len()));
-        for (row, count) in self.rows.iter() {
+        for (row, count) in self.rows.iter_resident() {
             for _ in 0..count_of(count).max(0) {
                 chunk.push(row);
                 if chunk.len() == BATCH_ROWS {
@@ -171,7 +171,7 @@ impl ZSet {
     /// The distinct rows with their multiplicities as weights.
     pub fn to_changelogs(&self) -> Result<Vec<Changelog>> {
         let parser = self.conv.parser();
-        let entries: Vec<(&[u8], &[u8])> = self.rows.iter();
+        let entries: Vec<(&[u8], &[u8])> = self.rows.iter_resident();
         let mut out = Vec::new();
         for chunk in entries.chunks(BATCH_ROWS) {
             let rows: Vec<&[u8]> = chunk.iter().map(|(r, _)| *r).collect();

@@ -1,0 +1,159 @@
+//! Where state tables put the entries they evict under `--memory-limit`: one process-wide
+//! fjall database in `<data dir>/spill/state`, not part of any checkpoint.
+//!
+//! Spilled entries are memory moved to disk, nothing more: checkpoints write a table's
+//! entries from memory and from here alike, recovery reads them back from the checkpoint,
+//! and the directory is wiped at every start (the server deletes `<data dir>/spill`).
+//! Writes are never synced (`PersistMode::Buffer`, manual journal persist): losing them
+//! in a crash loses nothing a checkpoint holds.
+//!
+//! Each state table that spills gets an 8-byte id ([`SpillStore::table_id`]); its entries
+//! are stored under `id (u64 BE) ++ key`, so a table's entries are one contiguous range in
+//! key order (range reads of ordered tables are range scans here).
+//!
+//! The state-table cache budget ([`cache_budget`]) is process-wide too: the dataflow
+//! worker keeps the sum of every state table's in-memory footprint under it by evicting
+//! each table's coldest entries (see `StateTable::evict`).
+
+use std::path::Path;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+
+use crate::error::{Result, WeirError};
+
+pub struct SpillStore {
+    db: Database,
+    data: Keyspace,
+    next_table: AtomicU64,
+    /// Bytes of keys and values spilled now, all tables.
+    bytes: AtomicU64,
+}
+
+static SPILL: OnceLock<SpillStore> = OnceLock::new();
+/// Bytes the state tables may hold in memory together; u64::MAX: no limit (nothing spills).
+static CACHE_BUDGET: AtomicU64 = AtomicU64::new(u64::MAX);
+
+fn io(e: fjall::Error) -> WeirError {
+    WeirError::io("state spill store (fjall)", e)
+}
+
+impl SpillStore {
+    /// Open a fresh spill store in `dir` (emptied first), with a block cache of
+    /// `cache_bytes` and small memtables (the spill store's memory counts against the
+    /// limit it serves).
+    pub fn open(dir: &Path, cache_bytes: u64) -> Result<SpillStore> {
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir_all(dir)
+            .map_err(|e| WeirError::io(&format!("cannot create {}", dir.display()), e))?;
+        let db = Database::builder(dir)
+            .cache_size(cache_bytes)
+            .manual_journal_persist(true)
+            .journal_compression(fjall::CompressionType::None)
+            .temporary(true)
+            .open()
+            .map_err(io)?;
+        let memtable = (cache_bytes / 2).clamp(1 << 20, 16 << 20);
+        let data = db
+            .keyspace("spill", || {
+                KeyspaceCreateOptions::default().max_memtable_size(memtable)
+            })
+            .map_err(io)?;
+        Ok(SpillStore {
+            db,
+            data,
+            next_table: AtomicU64::new(1),
+            bytes: AtomicU64::new(0),
+        })
+    }
+
+    /// A new table's id (its entries' key prefix).
+    pub fn table_id(&self) -> u64 {
+        self.next_table.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Write `puts` and remove `deletes` in one batch (never synced).
+    pub fn write(&self, puts: Vec<(Vec<u8>, Vec<u8>)>, deletes: Vec<Vec<u8>>) -> Result<()> {
+        if puts.is_empty() && deletes.is_empty() {
+            return Ok(());
+        }
+        let mut b = self.db.batch().durability(Some(PersistMode::Buffer));
+        for (k, v) in puts {
+            b.insert(&self.data, k, v);
+        }
+        for k in deletes {
+            b.remove(&self.data, k);
+        }
+        b.commit().map_err(io)
+    }
+
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.data.get(key).map_err(io)?.map(|v| v.to_vec()))
+    }
+
+    /// Visit the entries with keys in `[lo, hi)` (`hi` None: to the end), in key order.
+    pub fn scan(
+        &self,
+        lo: &[u8],
+        hi: Option<&[u8]>,
+        visit: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<()> {
+        let iter = match hi {
+            Some(hi) => self.data.range(lo..hi),
+            None => self.data.range(lo..),
+        };
+        for guard in iter {
+            let (k, v) = guard.into_inner().map_err(io)?;
+            visit(&k, &v);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn add_bytes(&self, delta: i64) {
+        if delta >= 0 {
+            self.bytes.fetch_add(delta as u64, Ordering::Relaxed);
+        } else {
+            self.bytes.fetch_sub(delta.unsigned_abs(), Ordering::Relaxed);
+        }
+    }
+
+    /// Bytes of keys and values spilled now.
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Bytes the spill store takes on disk.
+    pub fn disk_bytes(&self) -> u64 {
+        self.data.disk_space()
+    }
+}
+
+/// Make `store` the process's spill store (once; later calls are ignored and say so).
+pub fn install(store: SpillStore) -> bool {
+    SPILL.set(store).is_ok()
+}
+
+/// The process's spill store, if one was installed.
+pub fn store() -> Option<&'static SpillStore> {
+    SPILL.get()
+}
+
+/// Set the state-table cache budget (bytes).
+pub fn set_cache_budget(bytes: u64) {
+    CACHE_BUDGET.store(bytes, Ordering::Relaxed);
+}
+
+/// The state-table cache budget (bytes; u64::MAX: none).
+pub fn cache_budget() -> u64 {
+    CACHE_BUDGET.load(Ordering::Relaxed)
+}
+
+/// Tests: a spill store in a temporary directory, installed once per test process.
+#[cfg(test)]
+pub fn for_tests() -> &'static SpillStore {
+    SPILL.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("weir-spill-test-{}", std::process::id()));
+        SpillStore::open(&dir, 4 << 20).expect("open a test spill store")
+    })
+}
