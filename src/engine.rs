@@ -97,6 +97,9 @@ pub struct EngineLimits {
     pub checkpoint_interval: Option<std::time::Duration>,
     /// `--memory-limit`, bytes (None: no limit).
     pub memory_limit: Option<u64>,
+    /// `--state-cache-size`, bytes (None: a third of the memory limit; no limit: state
+    /// never spills).
+    pub state_cache_size: Option<u64>,
 }
 
 impl Default for EngineLimits {
@@ -106,6 +109,7 @@ impl Default for EngineLimits {
             max_connections: 1000,
             checkpoint_interval: Some(std::time::Duration::from_secs(1)),
             memory_limit: None,
+            state_cache_size: None,
         }
     }
 }
@@ -123,7 +127,35 @@ impl Engine {
         let _ = std::fs::remove_dir_all(&spill);
         std::fs::create_dir_all(&spill)
             .map_err(|e| WeirError::io(&format!("cannot create {}", spill.display()), e))?;
-        let store: Arc<dyn Store> = Arc::new(FjallStore::open(&data_dir.join("store"))?);
+        // under a memory limit, views' state spills past its budget (state/spill.rs)
+        if let Some(limit) = limits.memory_limit.filter(|l| *l != u64::MAX) {
+            let budget = limits.state_cache_size.unwrap_or(limit / 3);
+            crate::state::spill::set_cache_budget(budget);
+            if crate::state::spill::store().is_none() {
+                let cache = (limit / 32).clamp(2 << 20, 256 << 20);
+                match crate::state::spill::SpillStore::open(&spill.join("state"), cache) {
+                    Ok(s) => {
+                        crate::state::spill::install(s);
+                        info!(
+                            state_cache_size = %crate::limits::format_size(budget as usize),
+                            "views' state beyond the state cache spills to {}",
+                            spill.join("state").display()
+                        );
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot open the state spill store: state stays in memory");
+                    }
+                }
+            }
+        }
+        let store_memory = match limits.memory_limit.filter(|l| *l != u64::MAX) {
+            Some(l) => crate::state::fjall_store::StoreMemory::for_limit(l),
+            None => crate::state::fjall_store::StoreMemory::DEFAULT,
+        };
+        let store: Arc<dyn Store> = Arc::new(FjallStore::open_with(
+            &data_dir.join("store"),
+            store_memory,
+        )?);
         let catalog = Arc::new(Catalog::open(store.clone())?);
         info!(
             relations = catalog.entries().len(),

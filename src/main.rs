@@ -61,6 +61,11 @@ enum Command {
         /// limit or of the machine's memory (shown at start).
         #[arg(long, value_name = "SIZE", value_parser = weir::limits::parse_size)]
         memory_limit: Option<usize>,
+        /// Most memory the views' state may hold (keys, values and their overhead): beyond
+        /// it the least recently used state spills to disk under the data directory and is
+        /// read back on demand. Default: a third of --memory-limit.
+        #[arg(long, value_name = "SIZE", value_parser = weir::limits::parse_size)]
+        state_cache_size: Option<usize>,
     },
 }
 
@@ -73,6 +78,8 @@ fn allow_connect(text: &str) -> Result<AllowConnect, String> {
 }
 
 fn main() {
+    // resident memory must follow what is freed (see `--memory-limit`)
+    weir::state::memory::no_huge_pages();
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_env("WEIR_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
@@ -91,6 +98,7 @@ fn main() {
             query_memory_limit,
             checkpoint_interval,
             memory_limit,
+            state_cache_size,
         } => {
             let rt = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -115,6 +123,7 @@ fn main() {
                 checkpoint_interval: (!checkpoint_interval.is_zero())
                     .then_some(checkpoint_interval),
                 memory_limit: memory_limit.map(|l| l as u64),
+                state_cache_size: state_cache_size.map(|l| l as u64),
             })) {
                 eprintln!("weir: {e}");
                 std::process::exit(1);

@@ -41,6 +41,8 @@ pub struct ServerConfig {
     pub checkpoint_interval: Option<std::time::Duration>,
     /// `--memory-limit`, bytes (None: the default, a fraction of the machine's memory).
     pub memory_limit: Option<u64>,
+    /// `--state-cache-size`, bytes (None: a third of the memory limit).
+    pub state_cache_size: Option<u64>,
 }
 
 /// Open the database and serve until the process is stopped.
@@ -74,6 +76,7 @@ pub async fn serve(config: ServerConfig) -> Result<()> {
             max_connections: config.max_connections,
             checkpoint_interval: config.checkpoint_interval,
             memory_limit: Some(memory_limit),
+            state_cache_size: config.state_cache_size,
         },
     )
     .await?;

@@ -183,10 +183,11 @@ pub fn build(
             for s in &stats {
                 let name = view_name(s.oid);
                 let state: usize = s.operators.iter().map(|o| o.bytes).sum();
+                let spilled: usize = s.operators.iter().map(|o| o.spilled).sum();
                 rows.push(vec![
                     format!("view {name}: state").into(),
                     state.into(),
-                    V::I(0),
+                    spilled.into(),
                     limit.clone(),
                 ]);
                 rows.push(vec![

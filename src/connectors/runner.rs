@@ -718,6 +718,9 @@ pub(crate) fn hold_at_memory_limit(
             "source paused: the server is at its --memory-limit"
         );
         *progress.status.lock() = PAUSED_MEMORY.into();
+        // the batches this thread built were freed by the dataflow thread: give their
+        // pages back now (mimalloc returns them on the owning thread's next collection)
+        crate::state::memory::give_back_freed();
     });
     *progress.status.lock() = "running".into();
     went_on

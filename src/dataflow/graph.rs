@@ -136,11 +136,57 @@ impl Graph {
                     node: i,
                     name: op.name().to_owned(),
                     rows: op.state_rows(),
-                    bytes: op.state_tables().iter().map(|t| t.bytes()).sum(),
+                    bytes: op.state_tables().iter().map(|t| t.footprint()).sum(),
+                    spilled: op.state_tables().iter().map(|t| t.spilled_bytes()).sum(),
                 }),
                 _ => None,
             })
             .collect()
+    }
+
+    /// Estimated bytes the operators' state tables take in memory.
+    pub fn state_footprint(&mut self) -> usize {
+        let mut n = 0;
+        for node in self.nodes.iter_mut() {
+            if let NodeKind::Operator(op) = &mut node.kind {
+                n += op
+                    .state_tables()
+                    .iter()
+                    .map(|t| t.footprint())
+                    .sum::<usize>();
+            }
+        }
+        n
+    }
+
+    /// Spill `share` (0..1) of every state table's footprint (its coldest entries);
+    /// returns the footprint freed.
+    pub fn evict_state(&mut self, share: f64) -> usize {
+        let mut freed = 0;
+        for node in self.nodes.iter_mut() {
+            if let NodeKind::Operator(op) = &mut node.kind {
+                for t in op.state_tables() {
+                    let target = (t.footprint() as f64 * share) as usize;
+                    freed += t.evict(target);
+                }
+            }
+        }
+        freed
+    }
+
+    /// The first spill-store error a state table met (its view must fail before what it
+    /// computed is published).
+    fn state_error(&mut self) -> Result<()> {
+        for node in self.nodes.iter_mut() {
+            if let NodeKind::Operator(op) = &mut node.kind {
+                for t in op.state_tables() {
+                    if let Some(e) = t.take_error() {
+                        return Err(crate::error::WeirError::internal(e));
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Write the dirty keys of every operator's state tables into `batch`, each table under
@@ -165,6 +211,10 @@ impl Graph {
                 for (i, t) in op.state_tables().into_iter().enumerate() {
                     let p = table_prefix(prefix, id, i, t.decl().name);
                     let s = t.flush(&p, batch);
+                    if let Some(e) = t.take_error() {
+                        // a checkpoint without the entries it could not read is no checkpoint
+                        return Err(crate::error::WeirError::internal(e));
+                    }
                     total.keys += s.keys;
                     total.bytes += s.bytes;
                 }
@@ -378,6 +428,7 @@ impl Graph {
                 pending[*consumer][*port].extend(outputs.iter().cloned());
             }
         }
+        self.state_error()?;
         Ok(EpochOutput {
             changes: result,
             watermark: self.watermarks[self.output].map(|w| w.saturating_sub(self.output_delay)),

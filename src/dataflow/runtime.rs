@@ -50,6 +50,9 @@ pub enum Msg {
         position: Option<Position>,
     },
     Barrier(oneshot::Sender<u64>),
+    /// The process is over `--memory-limit`: spill state (sent by the memory sampler;
+    /// the worker spills at the end of every round of messages anyway).
+    Relieve,
     /// Cut a checkpoint at the next epoch boundary: from the interval timer (None; skipped
     /// when nothing changed or one is still being written) or from `CHECKPOINT` (answered
     /// once it is durable, with its epoch).
@@ -214,6 +217,10 @@ impl Dataflow {
             sinks_caught_up: sinks_caught_up.clone(),
             last_caught_up: Vec::new(),
             fanout: HashMap::new(),
+            memory: memory.clone(),
+            last_memory_spill: std::time::Instant::now(),
+            told_spilling: false,
+            state_budget: u64::MAX,
         };
         std::thread::Builder::new()
             .name("weir-dataflow".into())
@@ -222,6 +229,14 @@ impl Dataflow {
             .stack_size(crate::limits::THREAD_STACK_BYTES)
             .spawn(move || worker.run())
             .expect("spawn dataflow thread");
+        {
+            // while over --memory-limit, the worker spills state even when paused sources
+            // send it nothing
+            let wake = tx.clone();
+            memory.while_over(Box::new(move || {
+                let _ = wake.try_send(Msg::Relieve);
+            }));
+        }
         let interval = checkpoints.map(|(_, i)| i);
         if let Some(every) = interval {
             // the interval timer: a tick the worker takes at its next epoch boundary

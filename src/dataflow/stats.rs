@@ -20,6 +20,8 @@ pub struct OperatorState {
     pub node: usize,
     pub name: String,
     pub rows: usize,
-    /// Bytes of its state tables' keys and values.
+    /// Bytes its state tables take in memory (keys, values and their overhead).
     pub bytes: usize,
+    /// Bytes of keys and values its state tables spilled to disk.
+    pub spilled: usize,
 }

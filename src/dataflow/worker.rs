@@ -24,6 +24,8 @@ use crate::state::store::WriteBatch;
 
 /// Messages drained into one epoch at most (bounds latency under load).
 const MAX_MESSAGES_PER_EPOCH: usize = 4096;
+/// Over `--memory-limit`, state spills a quarter at most this often.
+const MEMORY_SPILL_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
 
 pub(crate) struct ViewRuntime {
     pub(crate) name: String,
@@ -68,6 +70,16 @@ pub(crate) struct Worker {
     /// Each source's shared reader (by the relation id it sends under): the source's OID
     /// and the views' instances its batches go to (`connectors/shared.rs`).
     pub(crate) fanout: HashMap<u32, Fanout>,
+    /// `--memory-limit`: over it, state spills faster (see `keep_state_in_budget`).
+    pub(crate) memory: Arc<crate::state::memory::MemoryBudget>,
+    /// When state was last spilled because the process was over its memory limit.
+    pub(crate) last_memory_spill: std::time::Instant,
+    /// Whether the log said that state spills.
+    pub(crate) told_spilling: bool,
+    /// The state tables' budget now: the state-cache budget, lowered to what state was
+    /// spilled down to while the process was over its memory limit (so it does not grow
+    /// straight back into the limit), and raised again by 1% per round under it.
+    pub(crate) state_budget: u64,
 }
 
 pub(crate) struct Fanout {
@@ -159,6 +171,7 @@ impl Worker {
                         }
                     }
                     Msg::Barrier(tx) => barriers.push(tx),
+                    Msg::Relieve => {}
                     Msg::Checkpoint(reply) => {
                         self.epoch(std::mem::take(&mut pending));
                         self.checkpoint(reply);
@@ -222,6 +235,71 @@ impl Worker {
             let epoch = self.published.read().epoch;
             for b in barriers {
                 let _ = b.send(epoch);
+            }
+            self.keep_state_in_budget();
+        }
+    }
+
+    /// Keep the views' state tables within the state-cache budget
+    /// (`--state-cache-size`): once their footprint is over it, every table gives up the
+    /// same share of its footprint (its coldest entries go to the spill store) until they
+    /// are at 90% of it. While the process is over `--memory-limit`, a quarter of what is
+    /// left in memory goes every [`MEMORY_SPILL_EVERY`] (the sampler needs that long to
+    /// see the effect). Nothing without a spill store (no limit, embedded engines).
+    fn keep_state_in_budget(&mut self) {
+        if crate::state::spill::store().is_none() {
+            return;
+        }
+        let configured = crate::state::spill::cache_budget();
+        let over_memory = self.memory.over();
+        if configured == u64::MAX && !over_memory {
+            return;
+        }
+        if !over_memory && self.state_budget < configured {
+            self.state_budget = (self.state_budget + configured / 100).min(configured);
+        }
+        let budget = self.state_budget.min(configured);
+        let total: usize = self
+            .graphs
+            .values_mut()
+            .map(|rt| rt.graph.state_footprint())
+            .sum();
+        let mut goal = if total as u64 > budget {
+            (budget as f64 * 0.9) as usize
+        } else {
+            total
+        };
+        if over_memory && self.last_memory_spill.elapsed() >= MEMORY_SPILL_EVERY {
+            self.last_memory_spill = std::time::Instant::now();
+            goal = goal.min(total / 4 * 3);
+            self.state_budget = goal as u64;
+        }
+        if total <= goal || total == 0 {
+            return;
+        }
+        let share = (total - goal) as f64 / total as f64;
+        let freed: usize = self
+            .graphs
+            .values_mut()
+            .map(|rt| rt.graph.evict_state(share))
+            .sum();
+        tracing::debug!(total, goal, freed, over_memory, "state spilled");
+        if freed > 0 {
+            crate::state::memory::give_back_freed();
+            // the numbers weir_memory shows (no epoch may run while sources are paused)
+            let mut stats = self.stats.lock();
+            for (oid, rt) in self.graphs.iter_mut() {
+                stats.insert(*oid, rt.graph.operator_states());
+            }
+            drop(stats);
+            if !self.told_spilling {
+                self.told_spilling = true;
+                tracing::info!(
+                    state = %crate::limits::format_size(total),
+                    budget = %crate::limits::format_size(budget.min(usize::MAX as u64) as usize),
+                    over_memory_limit = over_memory,
+                    "views' state spills to disk (the coldest entries; read back on demand)"
+                );
             }
         }
     }

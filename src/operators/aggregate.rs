@@ -170,7 +170,7 @@ struct Multiset {
 
 enum State {
     Linear(Linear),
-    Multiset(Multiset),
+    Multiset(Box<Multiset>),
 }
 
 struct Agg {
@@ -354,13 +354,13 @@ impl Aggregate {
                 };
                 // value types are known from the first batch (ensure_conv)
                 let conv = RowConverter::new(vec![])?;
-                State::Multiset(Multiset {
+                State::Multiset(Box::new(Multiset {
                     kind,
                     distinct,
                     conv,
                     ncols: 0,
                     entries: StateTable::new(MULTISET),
-                })
+                }))
             }
         };
         Ok(Agg { spec, args, state })
@@ -688,7 +688,6 @@ impl Multiset {
         }
         Ok(())
     }
-
 
     fn evaluate(
         &mut self,
@@ -1209,4 +1208,3 @@ fn values<'a>(
         .prefix_range(key)
         .map(move |(k, c)| (&k[key.len()..], count_of(c)))
 }
-

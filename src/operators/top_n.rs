@@ -184,12 +184,16 @@ impl TopN {
             text,
         })
     }
-
 }
 
 /// The rows a partition shows now, in order (input rows, repeated by multiplicity): the
 /// rows of `part` in `rows` after skipping `skip`, at most `fetch`.
-fn visible<'a>(rows: &'a mut StateTable, part: &'a [u8], skip: usize, fetch: usize) -> Vec<&'a [u8]> {
+fn visible<'a>(
+    rows: &'a mut StateTable,
+    part: &'a [u8],
+    skip: usize,
+    fetch: usize,
+) -> Vec<&'a [u8]> {
     {
         let mut out = Vec::new();
         let mut skipped = 0usize;

@@ -23,8 +23,34 @@ struct Handle {
     data: Keyspace,
 }
 
+/// Memory fjall may use: its block cache and the largest memtable (both count against
+/// `--memory-limit`; fjall's defaults are 32 MiB and 64 MiB).
+#[derive(Debug, Clone, Copy)]
+pub struct StoreMemory {
+    pub cache: u64,
+    pub memtable: u64,
+}
+
+impl StoreMemory {
+    /// fjall's defaults.
+    pub const DEFAULT: StoreMemory = StoreMemory {
+        cache: 32 << 20,
+        memtable: 64 << 20,
+    };
+
+    /// Sized from a memory limit: a 32nd of it for the cache (2 MiB to 32 MiB), a 16th
+    /// for a memtable (4 MiB to 64 MiB).
+    pub fn for_limit(limit: u64) -> StoreMemory {
+        StoreMemory {
+            cache: (limit / 32).clamp(2 << 20, 32 << 20),
+            memtable: (limit / 16).clamp(4 << 20, 64 << 20),
+        }
+    }
+}
+
 pub struct FjallStore {
     path: PathBuf,
+    memory: StoreMemory,
     /// None only while it is being reopened (under the write lock).
     handle: RwLock<Option<Handle>>,
     /// A write failed: reopen before the next one.
@@ -70,22 +96,31 @@ fn closed() -> WeirError {
     WeirError::new(sqlstate::IO_ERROR, "the store is closed (a reopen failed)")
 }
 
-fn open_handle(path: &Path) -> std::result::Result<Handle, fjall::Error> {
+fn open_handle(path: &Path, memory: StoreMemory) -> std::result::Result<Handle, fjall::Error> {
     // large values (checkpoint blobs, table batches) are not lz4-compressed into the
     // journal: on two cores the compression cost the dataflow more than the bytes it saved
     // (docs/benchmarks.md, "Checkpoints")
     let db = Database::builder(path)
         .journal_compression(fjall::CompressionType::None)
+        .cache_size(memory.cache)
         .open()?;
-    let data = db.keyspace("weir", KeyspaceCreateOptions::default)?;
+    // (a keyspace keeps the memtable size it was created with)
+    let data = db.keyspace("weir", || {
+        KeyspaceCreateOptions::default().max_memtable_size(memory.memtable)
+    })?;
     Ok(Handle { db, data })
 }
 
 impl FjallStore {
     pub fn open(path: &Path) -> Result<FjallStore> {
-        let handle = open_handle(path).map_err(io)?;
+        Self::open_with(path, StoreMemory::DEFAULT)
+    }
+
+    pub fn open_with(path: &Path, memory: StoreMemory) -> Result<FjallStore> {
+        let handle = open_handle(path, memory).map_err(io)?;
         Ok(FjallStore {
             path: path.to_owned(),
+            memory,
             handle: RwLock::new(Some(handle)),
             broken: AtomicBool::new(false),
         })
@@ -100,7 +135,7 @@ impl FjallStore {
             return Ok(());
         }
         drop(h.take());
-        match open_handle(&self.path) {
+        match open_handle(&self.path, self.memory) {
             Ok(new) => {
                 *h = Some(new);
                 self.broken.store(false, Ordering::Release);

@@ -114,7 +114,8 @@ impl SpillStore {
         if delta >= 0 {
             self.bytes.fetch_add(delta as u64, Ordering::Relaxed);
         } else {
-            self.bytes.fetch_sub(delta.unsigned_abs(), Ordering::Relaxed);
+            self.bytes
+                .fetch_sub(delta.unsigned_abs(), Ordering::Relaxed);
         }
     }
 

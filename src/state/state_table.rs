@@ -677,9 +677,10 @@ impl StateTable {
             return;
         };
         let sk = sp.store_key(key);
-        let got = store
-            .get(&sk)
-            .and_then(|v| v.map(|v| store.write(vec![], vec![sk]).map(|_| v)).transpose());
+        let got = store.get(&sk).and_then(|v| {
+            v.map(|v| store.write(vec![], vec![sk]).map(|_| v))
+                .transpose()
+        });
         match got {
             Ok(Some(v)) => {
                 sp.keys -= 1;
@@ -715,12 +716,7 @@ impl StateTable {
             .scan(&from, Some(&to), &mut |k, v| {
                 got.push((k.get(8..).unwrap_or_default().to_vec(), v.to_vec()))
             })
-            .and_then(|_| {
-                store.write(
-                    vec![],
-                    got.iter().map(|(k, _)| sp.store_key(k)).collect(),
-                )
-            });
+            .and_then(|_| store.write(vec![], got.iter().map(|(k, _)| sp.store_key(k)).collect()));
         if let Err(e) = read {
             self.fail(format!("cannot read spilled entries back: {e}"));
             return;
@@ -868,7 +864,9 @@ impl StateTable {
         }
         let mut keys = Vec::new();
         let r = store
-            .scan(&sp.id, Some(&sp.store_end()), &mut |k, _| keys.push(k.to_vec()))
+            .scan(&sp.id, Some(&sp.store_end()), &mut |k, _| {
+                keys.push(k.to_vec())
+            })
             .and_then(|_| store.write(vec![], keys));
         store.add_bytes(-(sp.bytes as i64));
         if let Err(e) = r {
@@ -1129,9 +1127,11 @@ impl StateTable {
     pub fn flush(&mut self, store_prefix: &[u8], batch: &mut WriteBatch) -> FlushStats {
         self.check_invariants();
         let mut stats = FlushStats::default();
-        // deltas may add up to the table's size before they are folded into a new base
-        let rebase = !self.tracking
-            || self.stored.delta_bytes + self.log.len() > self.bytes.max(MIN_REBASE_BYTES);
+        // deltas may add up to the table's size (in memory and spilled) before they are
+        // folded into a new base
+        let size = self.bytes + self.spilled_bytes();
+        let rebase =
+            !self.tracking || self.stored.delta_bytes + self.log.len() > size.max(MIN_REBASE_BYTES);
         if rebase {
             self.tracking = true;
             self.log = Log::new();
@@ -1738,7 +1738,9 @@ mod spill_tests {
                     let last = t.prefix_range(&p).next_back().map(|(k, _)| k.to_vec());
                     assert_eq!(
                         last,
-                        model_range(&m, &p, end.as_deref()).last().map(|e| e.0.clone()),
+                        model_range(&m, &p, end.as_deref())
+                            .last()
+                            .map(|e| e.0.clone()),
                         "{ctx}"
                     );
                 }
@@ -1816,7 +1818,11 @@ mod spill_tests {
         }
         let cold = (t.cache.len() - hot.len()) * (24 + ENTRY_OVERHEAD);
         t.evict(cold);
-        assert_eq!(t.spilled_keys(), 1000 - hot.len(), "only the read ones stay");
+        assert_eq!(
+            t.spilled_keys(),
+            1000 - hot.len(),
+            "only the read ones stay"
+        );
         assert_eq!(t.bytes(), hot.len() * 24);
         // a prefix read brings back its part only, and the range is remembered as read
         let n = t.prefix(&[0, 0, 1]).count();
