@@ -250,6 +250,57 @@ pub fn sqlstate(e: &tokio_postgres::Error) -> String {
 
 /// Peak resident set of a process, in MiB (benchmarks).
 #[allow(dead_code)]
+/// The memory a process holds now as `--memory-limit` counts it (`RssAnon` + `RssShmem`),
+/// MiB.
+#[allow(dead_code)]
+pub fn held_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kb = |name: &str| -> f64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (kb("RssAnon:") + kb("RssShmem:")) / 1024.0
+}
+
+/// Samples [`held_mib`] of a process every 20 ms on a thread of its own; `peak()` is the
+/// most seen so far.
+#[allow(dead_code)]
+pub struct HeldPeak {
+    peak: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+#[allow(dead_code)]
+impl HeldPeak {
+    pub fn start(pid: u32) -> HeldPeak {
+        use std::sync::atomic::Ordering;
+        let peak = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (p, s) = (peak.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                let kib = (held_mib(pid) * 1024.0) as u64;
+                p.fetch_max(kib, Ordering::Relaxed);
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        });
+        HeldPeak { peak, stop }
+    }
+
+    pub fn peak_mib(&self) -> f64 {
+        self.peak.load(std::sync::atomic::Ordering::Relaxed) as f64 / 1024.0
+    }
+}
+
+impl Drop for HeldPeak {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 pub fn peak_mib(pid: u32) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status

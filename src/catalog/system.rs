@@ -178,6 +178,14 @@ pub fn build(
                 V::I(0),
                 limit.clone(),
             ]];
+            if let Some(s) = crate::state::spill::store() {
+                rows.push(vec![
+                    "state spill store".into(),
+                    V::I(s.memory_bytes() as i64),
+                    V::I(s.bytes() as i64),
+                    limit.clone(),
+                ]);
+            }
             let mut stats = dataflow.stats();
             stats.sort_by_key(|s| s.oid);
             for s in &stats {

@@ -715,8 +715,11 @@ impl Multiset {
                 let spans: Vec<Option<(usize, usize)>> = gids
                     .iter()
                     .map(|g| {
-                        let mut r = values(&mut self.entries, &keys[*g as usize]);
-                        let e = if min { r.next() } else { r.next_back() };
+                        let key = &keys[*g as usize];
+                        let e = self
+                            .entries
+                            .prefix_edge(key, !min)
+                            .map(|(k, c)| (&k[key.len()..], count_of(c)));
                         e.map(|(v, _)| {
                             buf.extend_from_slice(v);
                             (buf.len() - v.len(), buf.len())

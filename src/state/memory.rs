@@ -172,6 +172,9 @@ impl MemoryBudget {
             if stop.load(Ordering::Acquire) {
                 return false;
             }
+            // what this thread allocated and others freed meanwhile (its batches, freed by
+            // the dataflow thread) is returned only by this thread: do it while waiting
+            give_back_freed();
             std::thread::sleep(SAMPLE_EVERY);
         }
         true

@@ -110,6 +110,16 @@ impl SpillStore {
         Ok(())
     }
 
+    /// The first (or with `last`, the last) key in `[lo, hi)`.
+    pub fn edge(&self, lo: &[u8], hi: &[u8], last: bool) -> Result<Option<Vec<u8>>> {
+        let mut iter = self.data.range(lo..hi);
+        let g = if last { iter.next_back() } else { iter.next() };
+        match g {
+            Some(g) => Ok(Some(g.key().map_err(io)?.to_vec())),
+            None => Ok(None),
+        }
+    }
+
     pub(crate) fn add_bytes(&self, delta: i64) {
         if delta >= 0 {
             self.bytes.fetch_add(delta as u64, Ordering::Relaxed);
@@ -122,6 +132,12 @@ impl SpillStore {
     /// Bytes of keys and values spilled now.
     pub fn bytes(&self) -> u64 {
         self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Bytes the spill store holds in memory: its memtables (fjall's write buffer) and its
+    /// block cache's capacity.
+    pub fn memory_bytes(&self) -> u64 {
+        self.db.write_buffer_size() + self.db.cache_capacity()
     }
 
     /// Bytes the spill store takes on disk.

@@ -1004,6 +1004,38 @@ impl StateTable {
             .map(|(k, v)| (k.as_ref(), v.touched()))
     }
 
+    /// The first (or with `last`, the last) entry whose key starts with `prefix`: what a
+    /// min or max reads. Of spilled entries only that one comes back (a prefix read would
+    /// bring back the whole range: for a global min/max, every value).
+    pub fn prefix_edge(&mut self, prefix: &[u8], last: bool) -> Option<(&[u8], &[u8])> {
+        let end = prefix_end(prefix);
+        if let Some(sp) = self.spill.as_deref()
+            && sp.overlaps(self.decl.ordered, prefix, end.as_deref())
+            && let Some(store) = crate::state::spill::store()
+        {
+            let to = match &end {
+                Some(e) => sp.store_key(e),
+                None => sp.store_end(),
+            };
+            match store.edge(&sp.store_key(prefix), &to, last) {
+                Ok(Some(k)) => {
+                    let k = k.get(8..).unwrap_or_default().to_vec();
+                    self.ensure_key(&k);
+                }
+                Ok(None) => {}
+                Err(e) => self.fail(format!("cannot read a spilled entry back: {e}")),
+            }
+        }
+        let lo: Bound<Key> = Bound::Included(prefix.into());
+        let hi: Bound<Key> = match end {
+            Some(e) => Bound::Excluded(e.into()),
+            None => Bound::Unbounded,
+        };
+        let mut r = self.cache.ordered_mut(self.decl.name).range_mut((lo, hi));
+        let e = if last { r.next_back() } else { r.next() };
+        e.map(|(k, v)| (k.as_ref(), v.touched()))
+    }
+
     /// Bring the spilled entries under `prefix` back into memory, for reads through a
     /// shared borrow ([`prefix_resident`](Self::prefix_resident)).
     pub fn fetch_prefix(&mut self, prefix: &[u8]) {
@@ -1727,7 +1759,16 @@ mod spill_tests {
                     let k = key(&mut rng);
                     assert_eq!(t.get(&k).map(|v| v.to_vec()), m.get(&k).cloned(), "{ctx}");
                 }
-                65..80 if ordered => {
+                65..72 if ordered => {
+                    let p = key(&mut rng);
+                    let end = prefix_end(&p);
+                    let want = model_range(&m, &p, end.as_deref());
+                    let first = t.prefix_edge(&p, false).map(|(k, v)| (k.to_vec(), v.to_vec()));
+                    assert_eq!(first, want.first().cloned(), "{ctx}");
+                    let last = t.prefix_edge(&p, true).map(|(k, v)| (k.to_vec(), v.to_vec()));
+                    assert_eq!(last, want.last().cloned(), "{ctx}");
+                }
+                72..80 if ordered => {
                     let p = key(&mut rng);
                     let got: Vec<(Vec<u8>, Vec<u8>)> = t
                         .prefix(&p)
