@@ -171,7 +171,7 @@ async fn the_default_memory_limit_is_logged_at_start() {
     );
 }
 
-/// Two generated streams of `ROWS` rows each, with 200-byte texts and random keys: a
+/// Two generated streams of `rows` rows each, with 200-byte texts and random keys: a
 /// regular join keeps every row of both sides.
 fn join_ddl(rows: u64) -> String {
     let source = |name: &str, seed: u32| {
@@ -184,7 +184,7 @@ fn join_ddl(rows: u64) -> String {
     };
     format!(
         "{} {} CREATE MATERIALIZED VIEW j AS SELECT count(*) AS n, sum(a.x + b.x) AS s, \
-         max(a.pad || b.pad) AS m FROM a JOIN b ON a.k = b.k",
+         sum(ascii(a.pad) * ascii(b.pad)) AS p FROM a JOIN b ON a.k = b.k",
         source("a", 1),
         source("b", 2)
     )
@@ -214,10 +214,11 @@ async fn wait_until_read(c: &tokio_postgres::Client, server: &TestServer, within
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_join_three_times_the_memory_limit_spills_and_answers_right() {
     const LIMIT_MIB: f64 = 128.0;
-    // what the server holds beyond its limit at worst: the batches in flight and the spill
-    // store's buffers between two samples of the limit (50 ms), measured at 20-40 MiB
-    const SLACK_MIB: f64 = 64.0;
-    let rows = 800_000;
+    // what the server holds beyond its limit at worst: batches in flight between two
+    // samples of the limit (50 ms), the spill store's buffers and what the allocator has
+    // not given back yet; measured at 78 MiB (peak 206 MiB held, debug build)
+    const SLACK_MIB: f64 = 96.0;
+    let rows = 760_000;
     let server = TestServer::start_with(Options {
         env: &[],
         // (checkpoints off: a checkpoint's full base of a spilled table is still built in
@@ -260,9 +261,12 @@ async fn a_join_three_times_the_memory_limit_spills_and_answers_right() {
         "held {peak:.0} MiB at a {LIMIT_MIB} MiB limit; {}",
         server.log_tail()
     );
-    let spilled_answer = query_text(&c, "SELECT n, s, md5(m) FROM j").await;
+    let spilled_answer = query_text(&c, "SELECT n, s, p FROM j").await;
     let log = std::fs::read_to_string(server.log_path()).unwrap_or_default();
-    assert!(log.contains("views' state spills to disk"), "the log says so");
+    assert!(
+        log.contains("views' state spills to disk"),
+        "the log says so"
+    );
     drop(c);
     drop(server);
 
@@ -277,17 +281,17 @@ async fn a_join_three_times_the_memory_limit_spills_and_answers_right() {
     let c = control.connect().await;
     c.batch_execute(&join_ddl(rows)).await.unwrap();
     c.batch_execute(
-        "CREATE MATERIALIZED VIEW ca AS SELECT k, count(*) AS n, sum(x) AS sx, max(pad) AS mp FROM a GROUP BY k; \
-         CREATE MATERIALIZED VIEW cb AS SELECT k, count(*) AS n, sum(x) AS sx, max(pad) AS mp FROM b GROUP BY k",
+        "CREATE MATERIALIZED VIEW ca AS SELECT k, count(*) AS n, sum(x) AS sx, sum(ascii(pad)) AS sp FROM a GROUP BY k; \
+         CREATE MATERIALIZED VIEW cb AS SELECT k, count(*) AS n, sum(x) AS sx, sum(ascii(pad)) AS sp FROM b GROUP BY k",
     )
     .await
     .unwrap();
     wait_until_read(&c, &control, Duration::from_secs(600)).await;
-    let in_memory_answer = query_text(&c, "SELECT n, s, md5(m) FROM j").await;
+    let in_memory_answer = query_text(&c, "SELECT n, s, p FROM j").await;
     assert_eq!(spilled_answer, in_memory_answer, "spilled vs in memory");
     let one_shot = query_text(
         &c,
-        "SELECT sum(ca.n * cb.n), sum(ca.sx * cb.n + cb.sx * ca.n), md5(max(ca.mp || cb.mp)) \
+        "SELECT sum(ca.n * cb.n), sum(ca.sx * cb.n + cb.sx * ca.n), sum(ca.sp * cb.sp) \
          FROM ca JOIN cb ON ca.k = cb.k",
     )
     .await;

@@ -251,7 +251,7 @@ impl Worker {
             return;
         }
         let configured = crate::state::spill::cache_budget();
-        let over_memory = self.memory.over();
+        let over_memory = self.memory.over_limit();
         if configured == u64::MAX && !over_memory {
             return;
         }
@@ -274,6 +274,9 @@ impl Worker {
             goal = goal.min(total / 4 * 3);
             self.state_budget = goal as u64;
         }
+        // nothing (left) to spill: writers need not wait for it
+        let floor = (self.memory.limit().unwrap_or(u64::MAX) / 100).max(1 << 20) as usize;
+        self.memory.set_spilled_all(over_memory && total <= floor);
         if total <= goal || total == 0 {
             return;
         }

@@ -27,12 +27,19 @@ pub const SAMPLE_EVERY: Duration = Duration::from_millis(50);
 pub const HYSTERESIS: f64 = 0.05;
 /// The default limit: this fraction of the cgroup's or the machine's memory.
 pub const DEFAULT_FRACTION: f64 = 0.7;
+/// Once views' state has all spilled, writers go on over the limit up to this much above
+/// it (waiting could not free anything more).
+pub const SPILLED_SLACK: f64 = 0.25;
 
 pub struct MemoryBudget {
     /// Bytes; u64::MAX: no limit.
     limit: u64,
     rss: AtomicU64,
     over: AtomicBool,
+    /// Set by the dataflow worker: over the limit, views' state has all spilled (what holds
+    /// the memory cannot spill). Writers then go on up to [`SPILLED_SLACK`] above the
+    /// limit instead of waiting for memory that nothing will free.
+    spilled_all: AtomicBool,
     /// Times writers found the budget over the limit and waited (for `weir_memory`).
     pauses: AtomicU64,
     /// What can be dropped and rebuilt on demand (snapshot caches of tables and views),
@@ -53,6 +60,7 @@ impl MemoryBudget {
             limit: u64::MAX,
             rss: AtomicU64::new(0),
             over: AtomicBool::new(false),
+            spilled_all: AtomicBool::new(false),
             pauses: AtomicU64::new(0),
             reclaimers: parking_lot::Mutex::new(Vec::new()),
             while_over: parking_lot::Mutex::new(Vec::new()),
@@ -65,6 +73,7 @@ impl MemoryBudget {
             limit,
             rss: AtomicU64::new(resident_bytes().unwrap_or(0)),
             over: AtomicBool::new(false),
+            spilled_all: AtomicBool::new(false),
             pauses: AtomicU64::new(0),
             reclaimers: parking_lot::Mutex::new(Vec::new()),
             while_over: parking_lot::Mutex::new(Vec::new()),
@@ -142,9 +151,30 @@ impl MemoryBudget {
         self.reclaimers.lock().push(r);
     }
 
-    /// Whether growing memory must wait now.
+    /// Whether growing memory must wait now: over the limit, unless views' state has all
+    /// spilled and the process is within [`SPILLED_SLACK`] of it.
     pub fn over(&self) -> bool {
         self.over.load(Ordering::Acquire)
+            && !(self.spilled_all.load(Ordering::Acquire)
+                && (self.rss.load(Ordering::Acquire) as f64)
+                    < self.limit as f64 * (1.0 + SPILLED_SLACK))
+    }
+
+    /// Whether the process is over its limit (whatever writers do about it).
+    pub fn over_limit(&self) -> bool {
+        self.over.load(Ordering::Acquire)
+    }
+
+    /// The dataflow worker: whether views' state has all spilled (see `spilled_all`).
+    pub fn set_spilled_all(&self, all: bool) {
+        if self.spilled_all.swap(all, Ordering::AcqRel) != all && all {
+            tracing::warn!(
+                rss = %crate::limits::format_size(self.resident() as usize),
+                limit = %crate::limits::format_size(self.limit as usize),
+                "over the memory limit with views' state spilled: the rest cannot spill; \
+                 sources and writers go on up to 25% over the limit"
+            );
+        }
     }
 
     pub fn limit(&self) -> Option<u64> {

@@ -1763,9 +1763,13 @@ mod spill_tests {
                     let p = key(&mut rng);
                     let end = prefix_end(&p);
                     let want = model_range(&m, &p, end.as_deref());
-                    let first = t.prefix_edge(&p, false).map(|(k, v)| (k.to_vec(), v.to_vec()));
+                    let first = t
+                        .prefix_edge(&p, false)
+                        .map(|(k, v)| (k.to_vec(), v.to_vec()));
                     assert_eq!(first, want.first().cloned(), "{ctx}");
-                    let last = t.prefix_edge(&p, true).map(|(k, v)| (k.to_vec(), v.to_vec()));
+                    let last = t
+                        .prefix_edge(&p, true)
+                        .map(|(k, v)| (k.to_vec(), v.to_vec()));
                     assert_eq!(last, want.last().cloned(), "{ctx}");
                 }
                 72..80 if ordered => {
