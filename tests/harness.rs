@@ -248,8 +248,6 @@ pub fn sqlstate(e: &tokio_postgres::Error) -> String {
         .unwrap_or_default()
 }
 
-/// Peak resident set of a process, in MiB (benchmarks).
-#[allow(dead_code)]
 /// The memory a process holds now as `--memory-limit` counts it (`RssAnon` + `RssShmem`),
 /// MiB.
 #[allow(dead_code)]
@@ -301,6 +299,8 @@ impl Drop for HeldPeak {
     }
 }
 
+/// Peak resident set of a process, in MiB (benchmarks).
+#[allow(dead_code)]
 pub fn peak_mib(pid: u32) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
