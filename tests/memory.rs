@@ -211,7 +211,10 @@ async fn wait_until_read(c: &tokio_postgres::Client, server: &TestServer, within
 /// The proof of spilling: a regular join whose state is more than three times the memory
 /// limit runs under it (within a stated slack) and answers what a server that kept
 /// everything in memory answers, which in turn is the one-shot query over the same rows.
+/// Run alone, after the other tests (`make test` runs the ignored tests on their own):
+/// under the parallel run's load the held peak was 240 MiB instead of 196 MiB.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "measures memory: run alone by `make test` (cargo test -- --ignored)"]
 async fn a_join_three_times_the_memory_limit_spills_and_answers_right() {
     const LIMIT_MIB: f64 = 128.0;
     // what the server holds beyond its limit at worst: batches in flight between two
