@@ -274,9 +274,17 @@ impl Worker {
             goal = goal.min(total / 4 * 3);
             self.state_budget = goal as u64;
         }
-        // nothing (left) to spill: writers need not wait for it
-        let floor = (self.memory.limit().unwrap_or(u64::MAX) / 100).max(1 << 20) as usize;
-        self.memory.set_spilled_all(over_memory && total <= floor);
+        // nothing (left) to spill and views' contents (which cannot spill) small: writers
+        // need not wait for memory nothing will free. A view whose contents (or groups)
+        // grow keeps them waiting at the limit.
+        let limit = self.memory.limit().unwrap_or(u64::MAX);
+        let floor = (limit / 100).max(1 << 20) as usize;
+        let spilled_all = over_memory && total <= floor && {
+            let p = self.published.read();
+            let contents: usize = p.views.values().map(|d| d.contents.bytes()).sum();
+            (contents as u64) <= limit / 10
+        };
+        self.memory.set_spilled_all(spilled_all);
         if total <= goal || total == 0 {
             return;
         }

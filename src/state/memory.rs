@@ -151,9 +151,15 @@ impl MemoryBudget {
         self.reclaimers.lock().push(r);
     }
 
-    /// Whether growing memory must wait now: over the limit, unless views' state has all
-    /// spilled and the process is within [`SPILLED_SLACK`] of it.
+    /// Whether growing memory must wait now (INSERT and COPY: at the limit).
     pub fn over(&self) -> bool {
+        self.over.load(Ordering::Acquire)
+    }
+
+    /// Whether a source must wait now: over the limit, unless views' state has all spilled
+    /// and the process is within [`SPILLED_SLACK`] of it (the state a source adds spills at
+    /// once; waiting would not free anything).
+    pub fn source_must_wait(&self) -> bool {
         self.over.load(Ordering::Acquire)
             && !(self.spilled_all.load(Ordering::Acquire)
                 && (self.rss.load(Ordering::Acquire) as f64)
@@ -172,7 +178,7 @@ impl MemoryBudget {
                 rss = %crate::limits::format_size(self.resident() as usize),
                 limit = %crate::limits::format_size(self.limit as usize),
                 "over the memory limit with views' state spilled: the rest cannot spill; \
-                 sources and writers go on up to 25% over the limit"
+                 sources go on up to 25% over the limit"
             );
         }
     }
@@ -193,12 +199,12 @@ impl MemoryBudget {
     /// A source thread: wait while over the limit (`paused` is told once when a wait
     /// begins); false when `stop` was set meanwhile.
     pub fn wait_blocking(&self, stop: &AtomicBool, paused: impl FnOnce()) -> bool {
-        if !self.over() {
+        if !self.source_must_wait() {
             return true;
         }
         self.pauses.fetch_add(1, Ordering::AcqRel);
         paused();
-        while self.over() {
+        while self.source_must_wait() {
             if stop.load(Ordering::Acquire) {
                 return false;
             }
