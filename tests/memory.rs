@@ -164,6 +164,17 @@ fn a_bad_memory_limit_is_refused_and_the_default_is_shown() {
         .output()
         .expect("run weir");
     assert!(String::from_utf8_lossy(&help.stdout).contains("--memory-limit <SIZE>"));
+    assert!(String::from_utf8_lossy(&help.stdout).contains("--state-cache-size <SIZE>"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["serve", "--state-cache-size", "lots"])
+        .output()
+        .expect("run weir");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--state-cache-size") && err.contains("is not a size"),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
