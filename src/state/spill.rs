@@ -139,11 +139,6 @@ impl SpillStore {
     pub fn memory_bytes(&self) -> u64 {
         self.db.write_buffer_size() + self.db.cache_capacity()
     }
-
-    /// Bytes the spill store takes on disk.
-    pub fn disk_bytes(&self) -> u64 {
-        self.data.disk_space()
-    }
 }
 
 /// Make `store` the process's spill store (once; later calls are ignored and say so).
