@@ -51,6 +51,14 @@ impl Store for SledStore {
         }
         Ok(())
     }
+    fn read_view(&self) -> Result<Box<dyn weir::state::store::ReadView>> {
+        Err(WeirError::not_supported(
+            "read views are not part of this comparison",
+        ))
+    }
+    fn memory_bytes(&self) -> u64 {
+        0
+    }
     fn name(&self) -> &'static str {
         "sled 0.34"
     }
@@ -107,6 +115,14 @@ impl Store for RedbStore {
             }
         }
         tx.commit().map_err(io)
+    }
+    fn read_view(&self) -> Result<Box<dyn weir::state::store::ReadView>> {
+        Err(WeirError::not_supported(
+            "read views are not part of this comparison",
+        ))
+    }
+    fn memory_bytes(&self) -> u64 {
+        0
     }
     fn name(&self) -> &'static str {
         "redb 4.6"

@@ -300,6 +300,8 @@ impl Catalog {
         }
         let oid = st.next_oid;
         let desc = build(oid)?;
+        // a relation dropped under this oid may have left data (a crash before its purge)
+        TableStore::purge(self.store.as_ref(), oid)?;
         let mut wb = WriteBatch::default();
         wb.put(
             catalog_key(oid),
@@ -314,7 +316,9 @@ impl Catalog {
         Ok(true)
     }
 
-    /// Drop a relation and its data, atomically. Returns false when it did not exist.
+    /// Drop a relation: its catalog entry goes in one commit, then its data is purged in
+    /// chunks (a crash in between leaves data no relation reaches, purged before the oid
+    /// is used again). Returns false when it did not exist.
     pub fn drop_relation(&self, name: &str) -> Result<bool> {
         let mut st = self.state.write();
         let Some(entry) = st.by_name.get(name).cloned() else {
@@ -322,12 +326,13 @@ impl Catalog {
         };
         let mut wb = WriteBatch::default();
         wb.delete(catalog_key(entry.desc.oid));
-        for k in TableStore::data_keys(self.store.as_ref(), entry.desc.oid)? {
-            wb.delete(k);
-        }
         self.store.commit(wb, Durability::Sync)?;
         st.by_name.remove(name);
         st.version += 1;
+        drop(st);
+        if let Err(e) = TableStore::purge(self.store.as_ref(), entry.desc.oid) {
+            tracing::warn!(relation = %name, error = %e, "could not purge a dropped relation's data");
+        }
         Ok(true)
     }
 }

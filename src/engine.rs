@@ -127,13 +127,22 @@ impl Engine {
         let _ = std::fs::remove_dir_all(&spill);
         std::fs::create_dir_all(&spill)
             .map_err(|e| WeirError::io(&format!("cannot create {}", spill.display()), e))?;
+        let store_memory = match limits.memory_limit.filter(|l| *l != u64::MAX) {
+            Some(l) => crate::state::fjall_store::StoreMemory::for_limit(l),
+            None => crate::state::fjall_store::StoreMemory::DEFAULT,
+        };
+        // one block cache for the process: the store's and the spill store's blocks
+        let cache = crate::state::fjall_store::BlockCache::new(store_memory.cache);
         // under a memory limit, views' state spills past its budget (state/spill.rs)
         if let Some(limit) = limits.memory_limit.filter(|l| *l != u64::MAX) {
             let budget = limits.state_cache_size.unwrap_or(limit / 3);
             crate::state::spill::set_cache_budget(budget);
             if crate::state::spill::store().is_none() {
-                let cache = (limit / 32).clamp(2 << 20, 256 << 20);
-                match crate::state::spill::SpillStore::open(&spill.join("state"), cache) {
+                match crate::state::spill::SpillStore::open(
+                    &spill.join("state"),
+                    &cache,
+                    store_memory.memtable,
+                ) {
                     Ok(s) => {
                         crate::state::spill::install(s);
                         info!(
@@ -148,13 +157,10 @@ impl Engine {
                 }
             }
         }
-        let store_memory = match limits.memory_limit.filter(|l| *l != u64::MAX) {
-            Some(l) => crate::state::fjall_store::StoreMemory::for_limit(l),
-            None => crate::state::fjall_store::StoreMemory::DEFAULT,
-        };
         let store: Arc<dyn Store> = Arc::new(FjallStore::open_with(
             &data_dir.join("store"),
-            store_memory,
+            store_memory.memtable,
+            cache.clone(),
         )?);
         let catalog = Arc::new(Catalog::open(store.clone())?);
         info!(
@@ -183,16 +189,7 @@ impl Engine {
                 .sources
                 .memory
                 .on_limit(Box::new(move || match weak.upgrade() {
-                    Some(e) => {
-                        let tables: usize = e
-                            .catalog
-                            .entries()
-                            .iter()
-                            .filter_map(|x| x.table.as_ref())
-                            .map(|t| t.drop_cache())
-                            .sum();
-                        tables + e.dataflow.drop_caches()
-                    }
+                    Some(e) => e.dataflow.drop_caches(),
                     None => 0,
                 }));
         }
@@ -581,14 +578,14 @@ impl Engine {
     }
 
     /// Undo changes until `keep` remain in the undo log (a savepoint's mark).
-    async fn rollback_until(&self, session: &mut Session, keep: usize) -> Result<()> {
+    pub(crate) async fn rollback_until(&self, session: &mut Session, keep: usize) -> Result<()> {
         while session.undo.len() > keep {
-            let Some((table, changelog)) = session.undo.pop() else {
+            let Some((table, hold)) = session.undo.pop() else {
                 break;
             };
             let _writer = table.writer.lock().await;
             let t = table.clone();
-            tokio::task::spawn_blocking(move || t.apply(Change::Revert(changelog)))
+            tokio::task::spawn_blocking(move || t.apply(t.undo(&hold)?))
                 .await
                 .map_err(|e| WeirError::internal(format!("rollback task failed: {e}")))??;
         }
@@ -752,7 +749,8 @@ impl Engine {
         }
     }
 
-    /// Apply a change (the caller holds the table's writer lock) and keep its undo.
+    /// Apply a change (the caller holds the table's writer lock) and keep its undo inside a
+    /// transaction.
     async fn apply(
         &self,
         session: &mut Session,
@@ -760,11 +758,25 @@ impl Engine {
         change: Change,
         verb: &str,
     ) -> Result<Output> {
+        self.apply_keeping_undo(session, table, change, verb, false)
+            .await
+    }
+
+    /// [`apply`](Self::apply); `always_undo`: keep the undo outside a transaction too (a
+    /// COPY's chunks, undone if a later one fails).
+    async fn apply_keeping_undo(
+        &self,
+        session: &mut Session,
+        table: &Arc<TableStore>,
+        change: Change,
+        verb: &str,
+        always_undo: bool,
+    ) -> Result<Output> {
         // the last point where the statement can stop without having changed anything
         session.interrupt.check()?;
         session.check_writable(verb)?;
         // over --memory-limit, rows added wait until memory is freed (backpressure)
-        if matches!(change, Change::Insert(_)) && self.dataflow.sources.memory.over() {
+        if matches!(change, Change::Insert(_)) && self.dataflow.sources.memory.must_wait() {
             info!(verb, table = %table.name, "waiting: the server is at its --memory-limit");
             let interrupt = session.interrupt.clone();
             self.dataflow
@@ -777,11 +789,10 @@ impl Engine {
         let applied = tokio::task::spawn_blocking(move || t.apply(change))
             .await
             .map_err(|e| WeirError::internal(format!("write task failed: {e}")))??;
-        if (session.in_transaction || session.implicit_transaction) && !applied.changelog.is_empty()
+        if (always_undo || session.in_transaction || session.implicit_transaction)
+            && let Some(hold) = applied.hold
         {
-            session
-                .undo
-                .push((table.clone(), applied.changelog.clone()));
+            session.undo.push((table.clone(), hold));
         }
         Ok(Output::Command(match verb {
             "INSERT" => format!("INSERT 0 {}", applied.rows),
@@ -1168,14 +1179,14 @@ impl Engine {
 
 /// The writer lock of a table for a statement of `session`, waiting at most its
 /// `lock_timeout` (55P03), and stopping when the statement is canceled or times out.
-pub(crate) async fn lock_writer<'a>(
+pub(crate) async fn lock_writer(
     session: &Session,
-    table: &'a TableStore,
-) -> Result<tokio::sync::MutexGuard<'a, ()>> {
+    table: &TableStore,
+) -> Result<tokio::sync::OwnedMutexGuard<()>> {
     let interrupt = session.interrupt.clone();
     let wait = async {
         tokio::select! {
-            g = table.writer.lock() => Ok(g),
+            g = table.writer.clone().lock_owned() => Ok(g),
             _ = interrupt.cancelled() => Err(interrupt.error()),
         }
     };

@@ -1,11 +1,14 @@
 //! Ad-hoc queries: DataFusion sees Weir's relations through a catalog provider whose
 //! `public` schema resolves names against [`Catalog`] at planning time and whose
-//! `pg_catalog` schema is generated from it. Scans read a table's current snapshot.
+//! `pg_catalog` schema is generated from it. A table scan streams the table from a store
+//! read view taken at planning time (`table_scan.rs`); a view scan reads the contents
+//! pinned for the query.
 //!
 //! This module must not mutate anything: writes go through `plan::dml` and the table store.
 
 pub mod memory;
 pub mod subscribe;
+pub mod table_scan;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -329,7 +332,7 @@ impl TableProvider for SourceScanProvider {
     }
 }
 
-/// Scans a table's current snapshot.
+/// Scans a table: a point lookup by primary key, or a stream of all its rows.
 pub struct TableScanProvider {
     pub table: Arc<TableStore>,
 }
@@ -379,21 +382,19 @@ impl TableProvider for TableScanProvider {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let batches = match self.point_lookup(filters)? {
-            Some(b) => Arc::new(vec![b]),
-            None => self
-                .table
-                .snapshot()
-                .map_err(|e| DataFusionError::External(Box::new(e)))?,
-        };
         let schema = nullable(&self.table.schema());
-        let batches: Vec<RecordBatch> = batches
-            .iter()
-            .map(|b| RecordBatch::try_new(schema.clone(), b.columns().to_vec()))
-            .collect::<std::result::Result<_, _>>()?;
-        let partitions = split_partitions(&batches, state.config().target_partitions());
-        let mem = MemTable::try_new(schema, partitions)?;
-        mem.scan(state, projection, filters, limit).await
+        if let Some(found) = self.point_lookup(filters)? {
+            let found = RecordBatch::try_new(schema.clone(), found.columns().to_vec())?;
+            let mem = MemTable::try_new(schema, vec![vec![found]])?;
+            return mem.scan(state, projection, filters, limit).await;
+        }
+        let scan = self
+            .table
+            .scan()
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        Ok(Arc::new(table_scan::TableScanExec::try_new(
+            scan, schema, projection, limit,
+        )?))
     }
 }
 

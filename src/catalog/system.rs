@@ -211,11 +211,19 @@ pub fn build(
                 .filter_map(|e| e.table.clone())
                 .collect();
             tables.sort_by_key(|t| t.oid);
+            // tables keep their rows in the store: in memory is the store's shared cache
+            // and write buffers, one row for all tables
+            rows.push(vec![
+                "store (block cache and write buffers)".into(),
+                V::I(catalog.store().memory_bytes() as i64),
+                V::I(0),
+                limit.clone(),
+            ]);
             for t in tables {
                 rows.push(vec![
                     format!("table {}", t.name).into(),
-                    t.memory_bytes().into(),
                     V::I(0),
+                    t.stored_bytes().into(),
                     limit.clone(),
                 ]);
             }

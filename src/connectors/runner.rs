@@ -708,7 +708,7 @@ pub(crate) fn hold_at_memory_limit(
     source: &str,
     view: &str,
 ) -> bool {
-    if !memory.source_must_wait() {
+    if !memory.must_wait() {
         return true;
     }
     let went_on = memory.wait_blocking(stop, || {

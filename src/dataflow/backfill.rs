@@ -1,6 +1,6 @@
-//! Backfill: a new view first reads the existing contents of its inputs (tables from the
-//! snapshots taken with its CREATE message, in arrival order with the watermark each batch
-//! met; views from their published contents), in epochs of at most
+//! Backfill: a new view first reads the existing contents of its inputs (tables streamed
+//! from the store reads taken with its CREATE message, in arrival order with the watermark
+//! each batch met; views from their published contents), in epochs of at most
 //! `BACKFILL_CHUNK_ROWS` rows, before it joins the live change stream.
 
 use std::collections::HashMap;
@@ -62,26 +62,20 @@ impl Worker {
                 restored_epoch = Some(r.epoch);
                 return Ok((contents, bytes as u64));
             }
-            // inputs as they are now: tables from the snapshots taken with this message (in
-            // arrival order, each batch with the watermark it met), views from their
-            // published contents
-            let mut inputs: Vec<(u32, SourceBatch, Option<i64>)> = Vec::new();
-            for (rel, batches) in &tables {
-                let mut wm: Option<i64> = None;
-                for b in batches.iter() {
-                    let before = wm;
-                    if let Some(spec) = watermark_specs.get(rel) {
-                        wm = WatermarkSpec::new(*spec).after_batch(wm, b);
-                    }
-                    inputs.push((
-                        *rel,
-                        SourceBatch {
-                            changelog: Changelog::inserts(b.clone()),
-                            watermark_before: before,
-                        },
-                        wm,
-                    ));
-                }
+            // inputs as they are now: tables streamed from the reads taken with this
+            // message (in arrival order, each batch with the watermark it met), views from
+            // their published contents
+            let mut feeds: Vec<Feed> = Vec::new();
+            for (rel, scan) in &tables {
+                feeds.push(Feed {
+                    rel: *rel,
+                    rows: scan.rows as usize,
+                    batches: FeedBatches::Table {
+                        batches: scan.batches(),
+                        spec: watermark_specs.get(rel).map(|s| WatermarkSpec::new(*s)),
+                        watermark: None,
+                    },
+                });
             }
             {
                 let p = self.published.read();
@@ -97,29 +91,37 @@ impl Worker {
                     if let Some(e) = &d.failed {
                         return Err(WeirError::new("XX000", e.clone()));
                     }
-                    let wm = self.watermarks.get(&rel).copied();
-                    for cl in d.contents.to_changelogs()? {
-                        inputs.push((
-                            rel,
-                            SourceBatch {
-                                changelog: cl,
-                                watermark_before: None,
-                            },
-                            wm,
-                        ));
-                    }
+                    let changelogs = d.contents.to_changelogs()?;
+                    feeds.push(Feed {
+                        rel,
+                        rows: changelogs.iter().map(|c| c.len()).sum(),
+                        batches: FeedBatches::View {
+                            changelogs: changelogs.into_iter(),
+                            watermark: self.watermarks.get(&rel).copied(),
+                        },
+                    });
                 }
             }
             // a temporal join looks up its table as it is now: feed lookup tables first, in
             // an epoch of their own
             let lookups = graph.lookup_relations();
-            inputs.sort_by_key(|(rel, _, _)| !lookups.contains(rel));
-            let lookup_rows: usize = inputs
+            feeds.sort_by_key(|f| !lookups.contains(&f.rel));
+            let lookup_rows: usize = feeds
                 .iter()
-                .filter(|(rel, _, _)| lookups.contains(rel))
-                .map(|(_, b, _)| b.changelog.len())
+                .filter(|f| lookups.contains(&f.rel))
+                .map(|f| f.rows)
                 .sum();
-            let total: usize = inputs.iter().map(|(_, b, _)| b.changelog.len()).sum();
+            let total: usize = feeds.iter().map(|f| f.rows).sum();
+            let mut feeds = feeds.into_iter().peekable();
+            let mut next_input = move || -> Result<Option<(u32, SourceBatch, Option<i64>)>> {
+                while let Some(f) = feeds.peek_mut() {
+                    if let Some(next) = f.next()? {
+                        return Ok(Some(next));
+                    }
+                    feeds.next();
+                }
+                Ok(None)
+            };
             let mut contents = ZSet::new(schema.clone())?;
             let started = Instant::now();
             let mut last_report = started;
@@ -128,9 +130,8 @@ impl Worker {
             let mut chunk_rows = 0usize;
             let mut wms: HashMap<u32, i64> = HashMap::new();
             let mut view_watermark = None;
-            let mut iter = inputs.into_iter().peekable();
             loop {
-                let next = iter.next();
+                let next = next_input()?;
                 let at_end = next.is_none();
                 if let Some((rel, b, wm_after)) = next {
                     chunk_rows += b.changelog.len();
@@ -237,6 +238,70 @@ impl Worker {
                 }
                 let _ = done.send(Err(e));
             }
+        }
+    }
+}
+
+/// One input of a backfill, read a batch at a time.
+struct Feed {
+    rel: u32,
+    rows: usize,
+    batches: FeedBatches,
+}
+
+enum FeedBatches {
+    /// A table's rows streamed from its store read, with the watermark each batch met.
+    Table {
+        batches: crate::state::table::TableBatches,
+        spec: Option<WatermarkSpec>,
+        watermark: Option<i64>,
+    },
+    /// A view's published contents.
+    View {
+        changelogs: std::vec::IntoIter<Changelog>,
+        watermark: Option<i64>,
+    },
+}
+
+impl Feed {
+    /// The next batch: (relation, the batch with the watermark before it, the watermark
+    /// after it).
+    fn next(&mut self) -> Result<Option<(u32, SourceBatch, Option<i64>)>> {
+        match &mut self.batches {
+            FeedBatches::Table {
+                batches,
+                spec,
+                watermark,
+            } => {
+                let Some(b) = batches.next().transpose()? else {
+                    return Ok(None);
+                };
+                let before = *watermark;
+                if let Some(spec) = spec {
+                    *watermark = spec.after_batch(*watermark, &b);
+                }
+                Ok(Some((
+                    self.rel,
+                    SourceBatch {
+                        changelog: Changelog::inserts(b),
+                        watermark_before: before,
+                    },
+                    *watermark,
+                )))
+            }
+            FeedBatches::View {
+                changelogs,
+                watermark,
+            } => Ok(changelogs.next().map(|cl| {
+                (
+                    self.rel,
+                    SourceBatch {
+                        changelog: cl,
+                        watermark_before: None,
+                    },
+                    *watermark,
+                )
+            })),
         }
     }
 }

@@ -93,7 +93,8 @@ pub struct CreateView {
     pub name: String,
     pub graph: Graph,
     pub schema: SchemaRef,
-    pub tables: Vec<(u32, Arc<Vec<RecordBatch>>)>,
+    /// Consistent reads of the tables it reads, streamed into it by the backfill.
+    pub tables: Vec<(u32, crate::state::table::TableScan)>,
     /// (event-time column, watermark delay) of the tables that declare a watermark: the
     /// backfill replays their batches in arrival order with the watermark each met.
     pub watermark_specs: HashMap<u32, (usize, i64)>,

@@ -237,6 +237,7 @@ impl Engine {
                     entry.desc.schema(),
                     targets,
                     options.clone(),
+                    session.undo.len(),
                 )?;
                 let columns = copy.targets.len();
                 session.copy_in = Some(copy);
@@ -298,9 +299,59 @@ impl Engine {
         }
     }
 
-    /// The data of a `COPY FROM STDIN` arrived in full: insert it as one change.
+    /// Apply the rows of the COPY in progress read so far, once they pass the chunk size
+    /// (`force`: whatever there is). The first chunk takes the table's writer lock, held
+    /// until the COPY ends; each chunk keeps its undo, and waits at `--memory-limit` like
+    /// an INSERT (the client's data waits in the socket meanwhile).
+    pub async fn copy_in_apply(&self, session: &mut Session, force: bool) -> Result<()> {
+        let chunk = self.copy_chunk_bytes();
+        let Some(copy) = session.copy_in.as_mut() else {
+            return Ok(());
+        };
+        if copy.error.is_some() || copy.batches.is_empty() || (!force && copy.batch_bytes < chunk) {
+            return Ok(());
+        }
+        let table = copy.table.clone();
+        if copy.writer.is_none() {
+            let guard = crate::engine::lock_writer(session, &table).await?;
+            if let Some(copy) = session.copy_in.as_mut() {
+                copy.writer = Some(guard);
+            }
+        }
+        let Some(copy) = session.copy_in.as_mut() else {
+            return Ok(());
+        };
+        let batches = std::mem::take(&mut copy.batches);
+        copy.batch_bytes = 0;
+        self.apply_keeping_undo(session, &table, Change::Insert(batches), "COPY", true)
+            .await?;
+        Ok(())
+    }
+
+    /// Bytes of parsed COPY rows applied as one change: a 32nd of `--memory-limit`,
+    /// between 1 MiB and 16 MiB.
+    fn copy_chunk_bytes(&self) -> usize {
+        let limit = self.dataflow.sources.memory.limit().unwrap_or(u64::MAX);
+        (limit / 32).clamp(1 << 20, 16 << 20) as usize
+    }
+
+    /// The data of a `COPY FROM STDIN` arrived in full: apply what is left. A COPY that
+    /// failed (bad data, a cancel, a failed chunk) undoes the chunks it applied, unless it
+    /// runs in a transaction block (which is then aborted and rolled back as a whole).
     pub async fn copy_in_done(&self, session: &mut Session) -> Result<String> {
-        let Some(mut copy) = session.copy_in.take() else {
+        let result = self.copy_in_finish(session).await;
+        if let Err(e) = &result
+            && let Err(undo) = self.copy_in_abort(session).await
+        {
+            tracing::warn!(error = %e, undo_error = %undo, "undoing a failed COPY's applied rows failed");
+        }
+        // ends the COPY (releasing the writer lock)
+        session.copy_in = None;
+        result
+    }
+
+    async fn copy_in_finish(&self, session: &mut Session) -> Result<String> {
+        let Some(copy) = session.copy_in.as_mut() else {
             return Err(WeirError::new(
                 sqlstate::PROTOCOL_VIOLATION,
                 "CopyDone without a COPY in progress",
@@ -311,15 +362,23 @@ impl Engine {
         }
         copy.finish()?;
         let rows = copy.rows;
-        let table = copy.table.clone();
-        let batches = std::mem::take(&mut copy.batches);
-        if rows == 0 {
-            return Ok("COPY 0".into());
-        }
-        let _writer = crate::engine::lock_writer(session, &table).await?;
-        self.apply(session, &table, Change::Insert(batches), "COPY")
-            .await?;
+        self.copy_in_apply(session, true).await?;
         Ok(format!("COPY {rows}"))
+    }
+
+    /// End the COPY in progress without applying more (CopyFail, or an error): outside a
+    /// transaction block, undo the chunks it applied.
+    pub async fn copy_in_abort(&self, session: &mut Session) -> Result<()> {
+        let Some(copy) = session.copy_in.take() else {
+            return Ok(());
+        };
+        let mark = copy.undo_mark;
+        // releases the writer lock the undo needs
+        drop(copy);
+        if !session.in_transaction {
+            self.rollback_until(session, mark).await?;
+        }
+        Ok(())
     }
 }
 

@@ -397,11 +397,12 @@ impl Engine {
                     positions.push((t.oid, seq));
                 }
                 None => {
-                    snapshots.push((t.oid, t.snapshot()?));
+                    let scan = t.scan()?;
+                    let seq = scan.seq;
+                    snapshots.push((t.oid, scan));
                     if let Some(spec) = t.watermark_spec() {
                         watermark_specs.insert(t.oid, spec);
                     }
-                    let seq = t.seq();
                     positions.push((t.oid, Position::single(seq as i64)));
                     if self.dataflow.checkpoint_interval.is_some() {
                         // its first checkpoint will need the log from here

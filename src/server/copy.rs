@@ -31,7 +31,9 @@ use crate::state::table::TableStore;
 /// Rows collected as text before they are cast to the table's types.
 pub const CHUNK_ROWS: usize = 8192;
 
-/// A `COPY table FROM STDIN` in progress.
+/// A `COPY table FROM STDIN` in progress. Rows are applied in chunks as they arrive (see
+/// `Engine::copy_in_apply`), so a COPY larger than memory streams into the table; one that
+/// fails undoes the chunks it applied.
 pub struct CopyIn {
     pub table: Arc<TableStore>,
     pub table_name: String,
@@ -50,9 +52,17 @@ pub struct CopyIn {
     header_skipped: bool,
     /// `\.` seen: the rest is ignored.
     ended: bool,
-    /// Rows cast to the table's types.
+    /// Rows cast to the table's types, not applied yet.
     pub batches: Vec<RecordBatch>,
+    /// Bytes of `batches`.
+    pub batch_bytes: usize,
+    /// Rows read (applied or not).
     pub rows: usize,
+    /// The table's writer lock, held from the first chunk applied to the end of the COPY.
+    pub writer: Option<tokio::sync::OwnedMutexGuard<()>>,
+    /// The session's undo log length when the COPY began: a COPY that fails outside a
+    /// transaction block undoes the chunks it applied back to here.
+    pub undo_mark: usize,
     /// The first error in the data: later data is ignored and the COPY fails at CopyDone
     /// (the client keeps sending until then).
     pub error: Option<WeirError>,
@@ -66,6 +76,7 @@ impl CopyIn {
         schema: SchemaRef,
         targets: Vec<usize>,
         options: CopyOptions,
+        undo_mark: usize,
     ) -> Result<CopyIn> {
         for &t in &targets {
             if matches!(columns[t].ty, SqlType::Array(_)) {
@@ -90,7 +101,10 @@ impl CopyIn {
             header_skipped: false,
             ended: false,
             batches: Vec::new(),
+            batch_bytes: 0,
             rows: 0,
+            writer: None,
+            undo_mark,
             error: None,
         })
     }
@@ -235,8 +249,9 @@ impl CopyIn {
         }
         self.lines.clear();
         self.rows += n;
-        self.batches
-            .push(RecordBatch::try_new(self.schema.clone(), cols)?);
+        let batch = RecordBatch::try_new(self.schema.clone(), cols)?;
+        self.batch_bytes += batch.get_array_memory_size();
+        self.batches.push(batch);
         Ok(())
     }
 }

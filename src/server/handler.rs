@@ -37,7 +37,7 @@ use pgwire::messages::simplequery::Query;
 use pgwire::messages::startup::ParameterStatus;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use tokio::sync::Mutex;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use datafusion::arrow::datatypes::FieldRef;
 
@@ -706,6 +706,12 @@ impl CopyHandler for Handle {
                 copy.error = Some(e);
             }
         }
+        // rows past the chunk size go into the table now (a COPY larger than memory)
+        if let Err(e) = self.engine.copy_in_apply(&mut session, false).await
+            && let Some(copy) = session.copy_in.as_mut()
+        {
+            copy.error = Some(e);
+        }
         Ok(())
     }
 
@@ -747,7 +753,9 @@ impl CopyHandler for Handle {
     {
         let session = self.session(client);
         let mut session = session.lock().await;
-        session.copy_in = None;
+        if let Err(e) = self.engine.copy_in_abort(&mut session).await {
+            warn!(error = %e, "undoing a failed COPY's applied rows failed");
+        }
         session.statement_timer = None;
         if session.in_transaction {
             session.aborted = true;

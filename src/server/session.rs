@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use datafusion::execution::context::SessionContext;
 
-use crate::dataflow::changelog::Changelog;
 use crate::serving::PinnedViews;
 use crate::state::table::TableStore;
 
@@ -139,7 +138,7 @@ pub struct Session {
     pub in_transaction: bool,
     /// Changes made since the transaction (explicit, or the implicit one of a
     /// multi-statement query) began, to undo on ROLLBACK or error; oldest first.
-    pub undo: Vec<(Arc<TableStore>, Changelog)>,
+    pub undo: Vec<(Arc<TableStore>, crate::state::table::LogHold)>,
     /// Collect undo entries even outside BEGIN (a multi-statement simple query).
     pub implicit_transaction: bool,
     /// A statement failed inside the transaction block: everything but ROLLBACK [TO] is
@@ -191,13 +190,10 @@ impl Drop for Session {
             return;
         };
         rt.spawn(async move {
-            for (table, changelog) in undo.into_iter().rev() {
+            for (table, hold) in undo.into_iter().rev() {
                 let _writer = table.writer.lock().await;
                 let t = table.clone();
-                let result = tokio::task::spawn_blocking(move || {
-                    t.apply(crate::state::table::Change::Revert(changelog))
-                })
-                .await;
+                let result = tokio::task::spawn_blocking(move || t.apply(t.undo(&hold)?)).await;
                 if let Ok(Err(e)) = result {
                     tracing::warn!(table = %table.name, error = %e, "rollback on disconnect failed");
                 }

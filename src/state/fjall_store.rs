@@ -15,7 +15,7 @@ use parking_lot::RwLock;
 use tracing::{info, warn};
 
 use crate::error::{Result, WeirError, sqlstate};
-use crate::state::store::{Durability, Store, Visit, WriteBatch};
+use crate::state::store::{Cursor, Durability, ReadView, Store, Visit, WriteBatch};
 
 struct Handle {
     /// Kept open for the keyspace's lifetime.
@@ -23,8 +23,10 @@ struct Handle {
     data: Keyspace,
 }
 
-/// Memory fjall may use: its block cache and the largest memtable (both count against
-/// `--memory-limit`; fjall's defaults are 32 MiB and 64 MiB).
+/// Memory fjall may use: the block cache (one for the process, shared by the store and the
+/// spill store) and the largest memtable of the store (both count against
+/// `--memory-limit`; fjall's defaults are 32 MiB and 64 MiB). fjall queues up to four full
+/// memtables for flushing before it stalls writes, so the memtable is sized small.
 #[derive(Debug, Clone, Copy)]
 pub struct StoreMemory {
     pub cache: u64,
@@ -38,19 +40,49 @@ impl StoreMemory {
         memtable: 64 << 20,
     };
 
-    /// Sized from a memory limit: a 32nd of it for the cache (2 MiB to 32 MiB), a 16th
-    /// for a memtable (4 MiB to 64 MiB).
+    /// Sized from a memory limit: a 16th of it for the block cache (2 MiB to 512 MiB: it
+    /// caches tables' rows), a 64th for a memtable (1 MiB to 64 MiB).
     pub fn for_limit(limit: u64) -> StoreMemory {
         StoreMemory {
-            cache: (limit / 32).clamp(2 << 20, 32 << 20),
-            memtable: (limit / 16).clamp(4 << 20, 64 << 20),
+            cache: (limit / 16).clamp(2 << 20, 512 << 20),
+            memtable: (limit / 64).clamp(1 << 20, 64 << 20),
         }
+    }
+}
+
+/// The process's block cache: fjall's, created once and given to every database opened
+/// with it, so the store and the spill store share one byte budget.
+#[derive(Clone)]
+pub struct BlockCache(std::sync::Arc<lsm_tree::Cache>);
+
+impl BlockCache {
+    pub fn new(bytes: u64) -> BlockCache {
+        BlockCache(std::sync::Arc::new(lsm_tree::Cache::with_capacity_bytes(
+            bytes,
+        )))
+    }
+
+    /// Bytes cached now.
+    pub fn used(&self) -> u64 {
+        self.0.size()
+    }
+
+    pub fn capacity(&self) -> u64 {
+        self.0.capacity()
+    }
+
+    /// Open a database configured by `builder`, with this cache.
+    pub fn open(&self, builder: fjall::DatabaseBuilder<Database>) -> fjall::Result<Database> {
+        let mut config = builder.into_config();
+        config.cache = self.0.clone();
+        Database::open(config)
     }
 }
 
 pub struct FjallStore {
     path: PathBuf,
-    memory: StoreMemory,
+    memtable: u64,
+    cache: BlockCache,
     /// None only while it is being reopened (under the write lock).
     handle: RwLock<Option<Handle>>,
     /// A write failed: reopen before the next one.
@@ -96,31 +128,37 @@ fn closed() -> WeirError {
     WeirError::new(sqlstate::IO_ERROR, "the store is closed (a reopen failed)")
 }
 
-fn open_handle(path: &Path, memory: StoreMemory) -> std::result::Result<Handle, fjall::Error> {
+fn open_handle(
+    path: &Path,
+    memtable: u64,
+    cache: &BlockCache,
+) -> std::result::Result<Handle, fjall::Error> {
     // large values (checkpoint blobs, table batches) are not lz4-compressed into the
     // journal: on two cores the compression cost the dataflow more than the bytes it saved
     // (docs/benchmarks.md, "Checkpoints")
-    let db = Database::builder(path)
-        .journal_compression(fjall::CompressionType::None)
-        .cache_size(memory.cache)
-        .open()?;
+    let db =
+        cache.open(Database::builder(path).journal_compression(fjall::CompressionType::None))?;
     // (a keyspace keeps the memtable size it was created with)
     let data = db.keyspace("weir", || {
-        KeyspaceCreateOptions::default().max_memtable_size(memory.memtable)
+        KeyspaceCreateOptions::default().max_memtable_size(memtable)
     })?;
     Ok(Handle { db, data })
 }
 
 impl FjallStore {
+    /// A store with fjall's default memory (a cache of its own).
     pub fn open(path: &Path) -> Result<FjallStore> {
-        Self::open_with(path, StoreMemory::DEFAULT)
+        let cache = BlockCache::new(StoreMemory::DEFAULT.cache);
+        Self::open_with(path, StoreMemory::DEFAULT.memtable, cache)
     }
 
-    pub fn open_with(path: &Path, memory: StoreMemory) -> Result<FjallStore> {
-        let handle = open_handle(path, memory).map_err(io)?;
+    /// A store with memtables of `memtable` bytes, caching in `cache`.
+    pub fn open_with(path: &Path, memtable: u64, cache: BlockCache) -> Result<FjallStore> {
+        let handle = open_handle(path, memtable, &cache).map_err(io)?;
         Ok(FjallStore {
             path: path.to_owned(),
-            memory,
+            memtable,
+            cache,
             handle: RwLock::new(Some(handle)),
             broken: AtomicBool::new(false),
         })
@@ -135,7 +173,7 @@ impl FjallStore {
             return Ok(());
         }
         drop(h.take());
-        match open_handle(&self.path, self.memory) {
+        match open_handle(&self.path, self.memtable, &self.cache) {
             Ok(new) => {
                 *h = Some(new);
                 self.broken.store(false, Ordering::Release);
@@ -201,7 +239,70 @@ impl Store for FjallStore {
         })
     }
 
+    fn read_view(&self) -> Result<Box<dyn ReadView>> {
+        if self.handle.read().is_none() {
+            self.recover()?;
+        }
+        let h = self.handle.read();
+        let h = h.as_ref().ok_or_else(closed)?;
+        Ok(Box::new(FjallView {
+            snapshot: h.db.snapshot(),
+            data: h.data.clone(),
+        }))
+    }
+
+    /// Its memtables and the block cache (the process's one cache: the spill store's
+    /// blocks are in it too, and reported here only).
+    fn memory_bytes(&self) -> u64 {
+        let memtables = match self.handle.read().as_ref() {
+            Some(h) => h.db.write_buffer_size(),
+            None => 0,
+        };
+        memtables + self.cache.used()
+    }
+
     fn name(&self) -> &'static str {
         "fjall"
+    }
+}
+
+/// A fjall snapshot: reads see the database as of its creation.
+struct FjallView {
+    snapshot: fjall::Snapshot,
+    data: Keyspace,
+}
+
+impl ReadView for FjallView {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        use fjall::Readable;
+        Ok(self
+            .snapshot
+            .get(&self.data, key)
+            .map_err(io)?
+            .map(|v| v.to_vec()))
+    }
+
+    fn cursor(&self, prefix: &[u8]) -> Box<dyn Cursor> {
+        use fjall::Readable;
+        Box::new(FjallCursor {
+            iter: self.snapshot.prefix(&self.data, prefix),
+        })
+    }
+}
+
+struct FjallCursor {
+    iter: fjall::Iter,
+}
+
+impl Cursor for FjallCursor {
+    fn next(&mut self, visit: &mut Visit<'_>) -> Result<bool> {
+        match self.iter.next() {
+            None => Ok(false),
+            Some(guard) => {
+                let (k, v) = guard.into_inner().map_err(io)?;
+                visit(&k, &v)?;
+                Ok(true)
+            }
+        }
     }
 }

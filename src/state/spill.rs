@@ -40,21 +40,25 @@ fn io(e: fjall::Error) -> WeirError {
 }
 
 impl SpillStore {
-    /// Open a fresh spill store in `dir` (emptied first), with a block cache of
-    /// `cache_bytes` and small memtables (the spill store's memory counts against the
-    /// limit it serves).
-    pub fn open(dir: &Path, cache_bytes: u64) -> Result<SpillStore> {
+    /// Open a fresh spill store in `dir` (emptied first), caching in the process's block
+    /// cache, with memtables of `memtable` bytes (the spill store's memory counts against
+    /// the limit it serves).
+    pub fn open(
+        dir: &Path,
+        cache: &crate::state::fjall_store::BlockCache,
+        memtable: u64,
+    ) -> Result<SpillStore> {
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir)
             .map_err(|e| WeirError::io(&format!("cannot create {}", dir.display()), e))?;
-        let db = Database::builder(dir)
-            .cache_size(cache_bytes)
-            .manual_journal_persist(true)
-            .journal_compression(fjall::CompressionType::None)
-            .temporary(true)
-            .open()
+        let db = cache
+            .open(
+                Database::builder(dir)
+                    .manual_journal_persist(true)
+                    .journal_compression(fjall::CompressionType::None)
+                    .temporary(true),
+            )
             .map_err(io)?;
-        let memtable = (cache_bytes / 2).clamp(1 << 20, 16 << 20);
         let data = db
             .keyspace("spill", || {
                 KeyspaceCreateOptions::default().max_memtable_size(memtable)
@@ -134,10 +138,10 @@ impl SpillStore {
         self.bytes.load(Ordering::Relaxed)
     }
 
-    /// Bytes the spill store holds in memory: its memtables (fjall's write buffer) and its
-    /// block cache's capacity.
+    /// Bytes the spill store holds in memory: its memtables (fjall's write buffer; the
+    /// block cache is the process's, shared with the store).
     pub fn memory_bytes(&self) -> u64 {
-        self.db.write_buffer_size() + self.db.cache_capacity()
+        self.db.write_buffer_size()
     }
 }
 
@@ -166,6 +170,7 @@ pub fn cache_budget() -> u64 {
 pub fn for_tests() -> &'static SpillStore {
     SPILL.get_or_init(|| {
         let dir = std::env::temp_dir().join(format!("weir-spill-test-{}", std::process::id()));
-        SpillStore::open(&dir, 4 << 20).expect("open a test spill store")
+        let cache = crate::state::fjall_store::BlockCache::new(4 << 20);
+        SpillStore::open(&dir, &cache, 1 << 20).expect("open a test spill store")
     })
 }

@@ -38,14 +38,60 @@ pub enum Durability {
 /// Called for each pair of a prefix scan.
 pub type Visit<'a> = dyn FnMut(&[u8], &[u8]) -> Result<()> + 'a;
 
+/// A consistent read of the store as of one moment: commits after it are not seen, and
+/// nothing it can see is dropped while it lives (keep it no longer than a statement).
+pub trait ReadView: Send + Sync {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// The pairs whose key starts with `prefix`, in key order, read as the cursor advances.
+    fn cursor(&self, prefix: &[u8]) -> Box<dyn Cursor>;
+}
+
+/// A position in a [`ReadView`]'s prefix scan.
+pub trait Cursor: Send {
+    /// Visit the next pair; false (and no visit) at the end.
+    fn next(&mut self, visit: &mut Visit<'_>) -> Result<bool>;
+}
+
 pub trait Store: Send + Sync + 'static {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
     /// Visit every pair whose key starts with `prefix`, in key order.
     fn scan_prefix(&self, prefix: &[u8], visit: &mut Visit<'_>) -> Result<()>;
     /// Apply all writes of `batch` atomically.
     fn commit(&self, batch: WriteBatch, durability: Durability) -> Result<()>;
+    /// A consistent read view as of now.
+    fn read_view(&self) -> Result<Box<dyn ReadView>>;
+    /// Bytes the engine holds in memory (caches, write buffers), for `weir_memory`.
+    fn memory_bytes(&self) -> u64;
     /// A short name for logs and system tables.
     fn name(&self) -> &'static str;
+}
+
+/// Delete every key under `prefix`, in commits of at most `PURGE_CHUNK` deletes (a large
+/// table's rows are not collected in one batch). Not atomic: call it for data no longer
+/// reachable (a dropped relation's, after its catalog entry is gone).
+pub fn purge_prefix(store: &dyn Store, prefix: &[u8]) -> Result<usize> {
+    const PURGE_CHUNK: usize = 65_536;
+    let view = store.read_view()?;
+    let mut cursor = view.cursor(prefix);
+    let mut total = 0;
+    loop {
+        let mut wb = WriteBatch::default();
+        let mut more = true;
+        while wb.len() < PURGE_CHUNK {
+            more = cursor.next(&mut |k, _| {
+                wb.delete(k.to_vec());
+                Ok(())
+            })?;
+            if !more {
+                break;
+            }
+        }
+        total += wb.len();
+        store.commit(wb, Durability::Buffered)?;
+        if !more {
+            return Ok(total);
+        }
+    }
 }
 
 /// Keys of all pairs under a prefix (helper for deleting a range).
@@ -133,6 +179,12 @@ pub mod testing {
                 ));
             }
             self.inner.commit(batch, durability)
+        }
+        fn read_view(&self) -> Result<Box<dyn super::ReadView>> {
+            self.inner.read_view()
+        }
+        fn memory_bytes(&self) -> u64 {
+            self.inner.memory_bytes()
         }
         fn name(&self) -> &'static str {
             "full-disk"

@@ -1,0 +1,162 @@
+//! `TableScanExec`: DataFusion's leaf for a full read of a table. It streams the rows of a
+//! [`TableScan`] (a consistent read view of the store taken when the query was planned)
+//! from a blocking task into a channel of two batches, so a query over a table larger than
+//! memory holds a couple of batches, not the table, and the store's reads never block the
+//! async runtime. Its statistics give the exact row count (a bare `count(*)` is answered
+//! without reading rows).
+
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::stats::Precision;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{Statistics, project_schema};
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::StatisticsArgs;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::stream::RecordBatchReceiverStreamBuilder;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+    SendableRecordBatchStream,
+};
+
+use crate::state::table::TableScan;
+
+pub struct TableScanExec {
+    scan: Arc<TableScan>,
+    /// The table's schema as the query sees it (columns nullable).
+    schema: SchemaRef,
+    projection: Option<Vec<usize>>,
+    projected: SchemaRef,
+    limit: Option<usize>,
+    properties: Arc<PlanProperties>,
+}
+
+impl fmt::Debug for TableScanExec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TableScanExec({})", self.scan.table().name)
+    }
+}
+
+impl TableScanExec {
+    pub fn try_new(
+        scan: TableScan,
+        schema: SchemaRef,
+        projection: Option<&Vec<usize>>,
+        limit: Option<usize>,
+    ) -> DfResult<TableScanExec> {
+        let projected = project_schema(&schema, projection)?;
+        let properties = PlanProperties::new(
+            EquivalenceProperties::new(projected.clone()),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        );
+        Ok(TableScanExec {
+            scan: Arc::new(scan),
+            schema,
+            projection: projection.cloned(),
+            projected,
+            limit,
+            properties: Arc::new(properties),
+        })
+    }
+
+    fn rows(&self) -> usize {
+        let rows = self.scan.rows as usize;
+        self.limit.map_or(rows, |l| l.min(rows))
+    }
+}
+
+impl DisplayAs for TableScanExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "TableScanExec: table={}, rows={}",
+            self.scan.table().name,
+            self.rows()
+        )
+    }
+}
+
+impl ExecutionPlan for TableScanExec {
+    fn name(&self) -> &'static str {
+        "TableScanExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<TreeNodeRecursion>,
+    ) -> DfResult<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    #[allow(deprecated)]
+    fn with_new_children(
+        self: Arc<Self>,
+        _children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        _context: Arc<TaskContext>,
+    ) -> DfResult<SendableRecordBatchStream> {
+        if partition != 0 {
+            return Err(DataFusionError::Internal(format!(
+                "TableScanExec has one partition, not {partition}"
+            )));
+        }
+        let mut builder = RecordBatchReceiverStreamBuilder::new(self.projected.clone(), 2);
+        let tx = builder.tx();
+        let scan = self.scan.clone();
+        let schema = self.schema.clone();
+        let projection = self.projection.clone();
+        let mut left = self.limit.unwrap_or(usize::MAX);
+        builder.spawn_blocking(move || {
+            for batch in scan.batches() {
+                if left == 0 {
+                    break;
+                }
+                let batch = batch.map_err(|e| DataFusionError::External(Box::new(e)))?;
+                let batch = RecordBatch::try_new(schema.clone(), batch.columns().to_vec())?;
+                let batch = match &projection {
+                    Some(p) => batch.project(p)?,
+                    None => batch,
+                };
+                let batch = batch.slice(0, batch.num_rows().min(left));
+                left -= batch.num_rows();
+                // the receiver went away (LIMIT reached, query canceled): stop reading
+                if tx.blocking_send(Ok(batch)).is_err() {
+                    break;
+                }
+            }
+            Ok(())
+        });
+        Ok(builder.build())
+    }
+
+    fn statistics_from_inputs(
+        &self,
+        _inputs: &[Arc<Statistics>],
+        _args: &StatisticsArgs,
+    ) -> DfResult<Arc<Statistics>> {
+        let stats =
+            Statistics::new_unknown(&self.projected).with_num_rows(Precision::Exact(self.rows()));
+        Ok(Arc::new(stats))
+    }
+}
