@@ -585,7 +585,7 @@ impl Engine {
             };
             let _writer = table.writer.lock().await;
             let t = table.clone();
-            tokio::task::spawn_blocking(move || t.apply(t.undo(&hold)?))
+            tokio::task::spawn_blocking(move || t.revert(&hold))
                 .await
                 .map_err(|e| WeirError::internal(format!("rollback task failed: {e}")))??;
         }
@@ -758,25 +758,58 @@ impl Engine {
         change: Change,
         verb: &str,
     ) -> Result<Output> {
-        self.apply_keeping_undo(session, table, change, verb, false)
-            .await
+        let (rows, _) = self
+            .apply_change(session, table, change, verb, None)
+            .await?;
+        Ok(Output::Command(match verb {
+            "INSERT" => format!("INSERT 0 {rows}"),
+            v => format!("{v} {rows}"),
+        }))
     }
 
-    /// [`apply`](Self::apply); `always_undo`: keep the undo outside a transaction too (a
-    /// COPY's chunks, undone if a later one fails).
-    async fn apply_keeping_undo(
+    /// [`apply`](Self::apply); `part`: the change is a part of a statement applied as
+    /// several (a COPY's chunk, see `TableStore::apply_part`; `Some(None)` for its first),
+    /// whose undo is kept outside a transaction too. Returns the rows and the change's log
+    /// position.
+    pub(crate) async fn apply_change(
         &self,
         session: &mut Session,
         table: &Arc<TableStore>,
         change: Change,
         verb: &str,
-        always_undo: bool,
-    ) -> Result<Output> {
+        part: Option<Option<u64>>,
+    ) -> Result<(usize, Option<u64>)> {
         // the last point where the statement can stop without having changed anything
         session.interrupt.check()?;
         session.check_writable(verb)?;
-        // over --memory-limit, rows added wait until memory is freed (backpressure)
-        if matches!(change, Change::Insert(_)) && self.dataflow.sources.memory.must_wait() {
+        if matches!(change, Change::Insert(_)) {
+            self.wait_for_memory(session, verb, table).await?;
+        }
+        let t = table.clone();
+        let applied = tokio::task::spawn_blocking(move || match part {
+            Some(first) => t.apply_part(change, first),
+            None => t.apply(change),
+        })
+        .await
+        .map_err(|e| WeirError::internal(format!("write task failed: {e}")))??;
+        let seq = applied.hold.as_ref().map(|h| h.seq);
+        if (part.is_some() || session.in_transaction || session.implicit_transaction)
+            && let Some(hold) = applied.hold
+        {
+            session.undo.push((table.clone(), hold));
+        }
+        Ok((applied.rows, seq))
+    }
+
+    /// Over --memory-limit, rows added wait until memory is freed (backpressure); a
+    /// cancel or timeout stops the wait.
+    pub(crate) async fn wait_for_memory(
+        &self,
+        session: &Session,
+        verb: &str,
+        table: &TableStore,
+    ) -> Result<()> {
+        if self.dataflow.sources.memory.must_wait() {
             info!(verb, table = %table.name, "waiting: the server is at its --memory-limit");
             let interrupt = session.interrupt.clone();
             self.dataflow
@@ -785,19 +818,7 @@ impl Engine {
                 .wait(|| interrupt.check())
                 .await?;
         }
-        let t = table.clone();
-        let applied = tokio::task::spawn_blocking(move || t.apply(change))
-            .await
-            .map_err(|e| WeirError::internal(format!("write task failed: {e}")))??;
-        if (always_undo || session.in_transaction || session.implicit_transaction)
-            && let Some(hold) = applied.hold
-        {
-            session.undo.push((table.clone(), hold));
-        }
-        Ok(Output::Command(match verb {
-            "INSERT" => format!("INSERT 0 {}", applied.rows),
-            v => format!("{v} {}", applied.rows),
-        }))
+        Ok(())
     }
 
     /// String literals in `INSERT ... VALUES` bound for INTERVAL and BYTEA columns, in the

@@ -537,3 +537,85 @@ async fn a_copy_applied_in_chunks_is_all_or_nothing() {
         ]]
     );
 }
+
+/// A COPY cut off by `kill -9` leaves nothing: the chunks it applied to a keyed table (seen
+/// by other sessions meanwhile) are undone at the next start, and the view over the table
+/// agrees; the chunks it staged for an append-only table are dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_cut_off_by_kill_9_leaves_nothing() {
+    use futures::SinkExt;
+    let mut server = TestServer::start_with(Options {
+        env: &[],
+        args: &["--memory-limit", "32MiB"],
+        data_dir: None,
+        nofile: None,
+    });
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE k (id BIGINT PRIMARY KEY, grp INT NOT NULL, pad TEXT NOT NULL); \
+         CREATE TABLE a (id BIGINT, grp INT NOT NULL, pad TEXT NOT NULL) APPEND ONLY; \
+         INSERT INTO k VALUES (0, 5, 'before'); INSERT INTO a VALUES (0, 5, 'before'); \
+         CREATE MATERIALIZED VIEW kc AS SELECT count(*) AS n, sum(grp) AS s FROM k; \
+         CREATE MATERIALIZED VIEW ac AS SELECT count(*) AS n, sum(grp) AS s FROM a; \
+         CHECKPOINT",
+    )
+    .await
+    .unwrap();
+    let ck = server.connect().await;
+    let ca = server.connect().await;
+    let sk = ck
+        .copy_in::<_, bytes::Bytes>("COPY k FROM STDIN")
+        .await
+        .unwrap();
+    let sa = ca
+        .copy_in::<_, bytes::Bytes>("COPY a FROM STDIN")
+        .await
+        .unwrap();
+    futures::pin_mut!(sk);
+    futures::pin_mut!(sa);
+    for from in (1..=40_000).step_by(5_000) {
+        sk.send(big_rows(from, from + 5_000)).await.unwrap();
+        sa.send(big_rows(from, from + 5_000)).await.unwrap();
+    }
+    // the keyed table's chunks are applied as they arrive
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while count(&query_text(&c, "SELECT count(*) FROM k").await) <= 1 {
+        assert!(Instant::now() < deadline, "no chunk applied");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        query_text(&c, "SELECT count(*) FROM a").await,
+        vec![vec!["1"]],
+        "staged rows are not seen"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    server.restart();
+    let c = server.connect().await;
+    c.batch_execute("FLUSH").await.unwrap();
+    for (table, view) in [("k", "kc"), ("a", "ac")] {
+        assert_eq!(
+            query_text(&c, &format!("SELECT count(*), sum(grp) FROM {table}")).await,
+            vec![vec!["1", "5"]],
+            "{table} after the restart; {}",
+            server.log_tail()
+        );
+        assert_eq!(
+            query_text(&c, &format!("SELECT n, s FROM {view}")).await,
+            vec![vec!["1", "5"]],
+            "{view} after the restart"
+        );
+    }
+    let log = std::fs::read_to_string(server.log_path()).unwrap_or_default();
+    assert!(log.contains("undid the applied chunks of a COPY that did not end"));
+    assert!(log.contains("dropped the staged rows of a COPY that did not end"));
+    // COPY works as before
+    let sink = c
+        .copy_in::<_, bytes::Bytes>("COPY a FROM STDIN")
+        .await
+        .unwrap();
+    futures::pin_mut!(sink);
+    sink.send(big_rows(1, 1001)).await.unwrap();
+    assert_eq!(sink.finish().await.unwrap(), 1000);
+    c.batch_execute("FLUSH").await.unwrap();
+    assert_eq!(query_text(&c, "SELECT n FROM ac").await, vec![vec!["1001"]]);
+}

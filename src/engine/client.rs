@@ -12,7 +12,7 @@ use crate::server::copy::CopyIn;
 use crate::server::session::{Cursor, CursorRows, Session};
 use crate::serving::subscribe::{SubscribeStream, output_schema};
 use crate::sql::client_stmts::{Copy, CopySource, CursorQuery, Declare, Fetch, Subscribe};
-use crate::state::table::Change;
+use crate::state::table::{Change, TableKind};
 
 const NO_TRANSACTION: &str = "25P01";
 const UNDEFINED_CURSOR: &str = "34000";
@@ -300,9 +300,13 @@ impl Engine {
     }
 
     /// Apply the rows of the COPY in progress read so far, once they pass the chunk size
-    /// (`force`: whatever there is). The first chunk takes the table's writer lock, held
-    /// until the COPY ends; each chunk keeps its undo, and waits at `--memory-limit` like
-    /// an INSERT (the client's data waits in the socket meanwhile).
+    /// (`force`: whatever there is). Into a keyed or multiset table each chunk is applied
+    /// as a part of the statement (`TableStore::apply_part`: undone if the COPY fails, or
+    /// at the next start if the server stops before it ends), under the table's writer
+    /// lock, taken at the first chunk and held until the COPY ends. Into an append-only
+    /// table (whose rows cannot be taken back) chunks are staged and become the table's
+    /// rows at once when the COPY ends (`TableStore::stage`, `publish`). Either way a chunk
+    /// waits at `--memory-limit` like an INSERT (the client's data waits in the socket).
     pub async fn copy_in_apply(&self, session: &mut Session, force: bool) -> Result<()> {
         let chunk = self.copy_chunk_bytes();
         let Some(copy) = session.copy_in.as_mut() else {
@@ -312,19 +316,47 @@ impl Engine {
             return Ok(());
         }
         let table = copy.table.clone();
+        let batches = std::mem::take(&mut copy.batches);
+        copy.batch_bytes = 0;
+        if *table.kind() == TableKind::AppendOnly {
+            session.interrupt.check()?;
+            self.wait_for_memory(session, "COPY", &table).await?;
+            let id = match session.copy_in.as_ref().and_then(|c| c.staged) {
+                Some(id) => id,
+                None => {
+                    let t = table.clone();
+                    let id = blocking(move || t.stage_begin()).await?;
+                    if let Some(copy) = session.copy_in.as_mut() {
+                        copy.staged = Some(id);
+                    }
+                    id
+                }
+            };
+            let t = table.clone();
+            blocking(move || t.stage(id, Change::Insert(batches))).await?;
+            return Ok(());
+        }
         if copy.writer.is_none() {
             let guard = crate::engine::lock_writer(session, &table).await?;
             if let Some(copy) = session.copy_in.as_mut() {
                 copy.writer = Some(guard);
             }
         }
-        let Some(copy) = session.copy_in.as_mut() else {
-            return Ok(());
-        };
-        let batches = std::mem::take(&mut copy.batches);
-        copy.batch_bytes = 0;
-        self.apply_keeping_undo(session, &table, Change::Insert(batches), "COPY", true)
+        let first = session.copy_in.as_ref().and_then(|c| c.first);
+        let (_, seq) = self
+            .apply_change(
+                session,
+                &table,
+                Change::Insert(batches),
+                "COPY",
+                Some(first),
+            )
             .await?;
+        if let Some(copy) = session.copy_in.as_mut()
+            && copy.first.is_none()
+        {
+            copy.first = seq;
+        }
         Ok(())
     }
 
@@ -335,9 +367,10 @@ impl Engine {
         (limit / 32).clamp(1 << 20, 16 << 20) as usize
     }
 
-    /// The data of a `COPY FROM STDIN` arrived in full: apply what is left. A COPY that
-    /// failed (bad data, a cancel, a failed chunk) undoes the chunks it applied, unless it
-    /// runs in a transaction block (which is then aborted and rolled back as a whole).
+    /// The data of a `COPY FROM STDIN` arrived in full: apply what is left, and end the
+    /// statement. A COPY that failed (bad data, a cancel, a failed chunk) undoes the chunks
+    /// it applied, unless it runs in a transaction block (which is then aborted and rolled
+    /// back as a whole).
     pub async fn copy_in_done(&self, session: &mut Session) -> Result<String> {
         let result = self.copy_in_finish(session).await;
         if let Err(e) = &result
@@ -363,23 +396,48 @@ impl Engine {
         copy.finish()?;
         let rows = copy.rows;
         self.copy_in_apply(session, true).await?;
+        let Some(copy) = session.copy_in.as_ref() else {
+            return Err(WeirError::internal("the COPY ended while it was applied"));
+        };
+        let table = copy.table.clone();
+        if let Some(id) = copy.staged {
+            let _writer = crate::engine::lock_writer(session, &table).await?;
+            let t = table.clone();
+            blocking(move || t.publish(id)).await?;
+            if let Some(copy) = session.copy_in.as_mut() {
+                copy.staged = None;
+            }
+        } else if copy.first.is_some() {
+            let t = table.clone();
+            blocking(move || t.end_statement()).await?;
+        }
         Ok(format!("COPY {rows}"))
     }
 
-    /// End the COPY in progress without applying more (CopyFail, or an error): outside a
-    /// transaction block, undo the chunks it applied.
+    /// End the COPY in progress without applying more (CopyFail, or an error): drop what
+    /// it staged; outside a transaction block, undo the chunks it applied.
     pub async fn copy_in_abort(&self, session: &mut Session) -> Result<()> {
-        let Some(copy) = session.copy_in.take() else {
+        let Some(mut copy) = session.copy_in.take() else {
             return Ok(());
         };
-        let mark = copy.undo_mark;
         // releases the writer lock the undo needs
-        drop(copy);
+        drop(copy.writer.take());
+        if let Some(id) = copy.staged.take() {
+            let t = copy.table.clone();
+            blocking(move || t.discard(id)).await?;
+        }
         if !session.in_transaction {
-            self.rollback_until(session, mark).await?;
+            self.rollback_until(session, copy.undo_mark).await?;
         }
         Ok(())
     }
+}
+
+/// Run blocking store work off the async threads.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| WeirError::internal(format!("write task failed: {e}")))?
 }
 
 fn undefined_cursor(name: &str) -> WeirError {

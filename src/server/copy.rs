@@ -63,6 +63,10 @@ pub struct CopyIn {
     /// The session's undo log length when the COPY began: a COPY that fails outside a
     /// transaction block undoes the chunks it applied back to here.
     pub undo_mark: usize,
+    /// Keyed and multiset tables: the log position of the first chunk applied.
+    pub first: Option<u64>,
+    /// Append-only tables: the id of the chunks staged so far.
+    pub staged: Option<u64>,
     /// The first error in the data: later data is ignored and the COPY fails at CopyDone
     /// (the client keeps sending until then).
     pub error: Option<WeirError>,
@@ -105,6 +109,8 @@ impl CopyIn {
             rows: 0,
             writer: None,
             undo_mark,
+            first: None,
+            staged: None,
             error: None,
         })
     }

@@ -183,17 +183,28 @@ impl Drop for Session {
     /// A connection that goes away inside a transaction block rolls it back, as in Postgres.
     fn drop(&mut self) {
         let undo = std::mem::take(&mut self.undo);
-        if undo.is_empty() {
+        // a COPY cut off: its writer lock goes now, what it staged is dropped
+        let copy = self.copy_in.take().map(|mut c| {
+            drop(c.writer.take());
+            (c.table.clone(), c.staged)
+        });
+        if undo.is_empty() && !matches!(copy, Some((_, Some(_)))) {
             return;
         }
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
         rt.spawn(async move {
+            if let Some((table, Some(id))) = copy {
+                let result = tokio::task::spawn_blocking(move || table.discard(id)).await;
+                if let Ok(Err(e)) = result {
+                    tracing::warn!(error = %e, "dropping a cut-off COPY's staged rows failed");
+                }
+            }
             for (table, hold) in undo.into_iter().rev() {
                 let _writer = table.writer.lock().await;
                 let t = table.clone();
-                let result = tokio::task::spawn_blocking(move || t.apply(t.undo(&hold)?)).await;
+                let result = tokio::task::spawn_blocking(move || t.revert(&hold)).await;
                 if let Ok(Err(e)) = result {
                     tracing::warn!(table = %table.name, error = %e, "rollback on disconnect failed");
                 }

@@ -119,14 +119,18 @@ pub struct Applied {
 pub struct LogHold {
     holds: Arc<Mutex<BTreeMap<u64, usize>>>,
     pub seq: u64,
+    /// A part of a statement applied as several changes: the statement's first change
+    /// (see [`TableStore::apply_part`]).
+    pub statement: Option<u64>,
 }
 
 impl LogHold {
-    fn new(holds: &Arc<Mutex<BTreeMap<u64, usize>>>, seq: u64) -> LogHold {
+    fn new(holds: &Arc<Mutex<BTreeMap<u64, usize>>>, seq: u64, statement: Option<u64>) -> LogHold {
         *holds.lock().entry(seq).or_insert(0) += 1;
         LogHold {
             holds: holds.clone(),
             seq,
+            statement,
         }
     }
 }
@@ -153,15 +157,19 @@ struct Meta {
     bytes: u64,
     /// Append-only tables: the log position the base chunks (`S`) cover.
     base: u64,
+    /// Append-only tables: the last id given to a staged COPY.
+    staged: u64,
     /// Largest event time seen minus the declared delay (tables with a WATERMARK).
     watermark: Option<i64>,
 }
 
+const META_LEN: usize = 1 + 5 * 8 + 1 + 8;
+
 impl Meta {
     fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(42);
+        let mut b = Vec::with_capacity(META_LEN);
         b.push(META_VERSION);
-        for v in [self.seq, self.rows, self.bytes, self.base] {
+        for v in [self.seq, self.rows, self.bytes, self.base, self.staged] {
             b.extend_from_slice(&v.to_be_bytes());
         }
         b.push(self.watermark.is_some() as u8);
@@ -171,7 +179,7 @@ impl Meta {
 
     fn decode(b: &[u8]) -> Result<Meta> {
         let corrupt = || WeirError::internal("corrupt table meta in store");
-        if b.len() != 42 || b[0] != META_VERSION {
+        if b.len() != META_LEN || b[0] != META_VERSION {
             return Err(WeirError::internal(format!(
                 "table meta of layout {} (this server reads layout {META_VERSION})",
                 b.first().copied().unwrap_or(0)
@@ -182,21 +190,36 @@ impl Meta {
                 b[1 + 8 * i..9 + 8 * i].try_into().map_err(|_| corrupt())?,
             ))
         };
-        let wm = i64::from_be_bytes(b[34..42].try_into().map_err(|_| corrupt())?);
+        let wm = i64::from_be_bytes(b[42..50].try_into().map_err(|_| corrupt())?);
         Ok(Meta {
             seq: u(0)?,
             rows: u(1)?,
             bytes: u(2)?,
             base: u(3)?,
-            watermark: (b[33] == 1).then_some(wm),
+            staged: u(4)?,
+            watermark: (b[41] == 1).then_some(wm),
         })
     }
 }
+
+/// A chunk of an append-only table's COPY, staged in the store (see [`TableStore::stage`]).
+#[derive(Debug, Clone, Copy)]
+struct StagedChunk {
+    rows: u64,
+    bytes: u64,
+    /// The watermark its rows alone allow (folded into the table's at publication).
+    watermark: Option<i64>,
+}
+
+/// A log entry that stands for a staged chunk: this tag, then the chunk's store key.
+const STAGED_REF: &[u8] = b"WEIRSTG1";
 
 struct Inner {
     meta: Meta,
     /// Log entries written since the log was last trimmed.
     log_entries: u64,
+    /// Append-only tables: COPYs being staged (id -> their chunks so far).
+    staging: HashMap<u64, Vec<StagedChunk>>,
 }
 
 pub struct TableStore {
@@ -255,9 +278,47 @@ fn snapshot_prefix(oid: u32) -> Vec<u8> {
 }
 
 fn meta_key(oid: u32) -> Vec<u8> {
+    table_key(oid, b'N')
+}
+
+/// `T{oid}` and one letter: the table's keys of one kind.
+fn table_key(oid: u32, kind: u8) -> Vec<u8> {
     let mut k = table_prefix(oid);
-    k.push(b'N');
+    k.push(kind);
     k
+}
+
+/// Where the chunks of staged COPY `id` (its 8 bytes, or a prefix of them) are.
+fn staged_prefix(oid: u32, id: &[u8]) -> Vec<u8> {
+    let mut k = table_key(oid, b'Q');
+    k.extend_from_slice(id);
+    k
+}
+
+fn staged_key(oid: u32, id: u64, chunk: u32) -> Vec<u8> {
+    let mut k = staged_prefix(oid, &id.to_be_bytes());
+    k.extend_from_slice(&chunk.to_be_bytes());
+    k
+}
+
+/// Present while COPY `id` is being staged.
+fn staging_marker(oid: u32, id: u64) -> Vec<u8> {
+    let mut k = table_key(oid, b'W');
+    k.extend_from_slice(&id.to_be_bytes());
+    k
+}
+
+fn range_value(first: u64, last: u64) -> Vec<u8> {
+    let mut v = first.to_be_bytes().to_vec();
+    v.extend_from_slice(&last.to_be_bytes());
+    v
+}
+
+fn read_range(v: &[u8]) -> Result<(u64, u64)> {
+    if v.len() != 16 {
+        return Err(WeirError::internal("corrupt statement mark in store"));
+    }
+    Ok((read_seq(&v[..8])?, read_seq(&v[8..])?))
 }
 
 /// Where a checkpoint records the last log sequence number of a table that the
@@ -314,6 +375,7 @@ impl TableStore {
             inner: Mutex::new(Inner {
                 meta: Meta::default(),
                 log_entries: 0,
+                staging: HashMap::new(),
             }),
             holds: Arc::new(Mutex::new(BTreeMap::new())),
             writer: Arc::new(tokio::sync::Mutex::new(())),
@@ -325,7 +387,222 @@ impl TableStore {
             None => table.convert_older_layout()?,
         };
         table.inner.lock().meta = meta;
+        table.finish_unfinished()?;
         Ok(table)
+    }
+
+    /// After a crash: undo the changes of a statement that applied several (a COPY) and
+    /// did not end, and drop the chunks of COPYs staged and never published.
+    fn finish_unfinished(&self) -> Result<()> {
+        let wp = table_key(self.oid, b'W');
+        for k in keys_with_prefix(self.store.as_ref(), &wp)? {
+            purge_prefix(
+                self.store.as_ref(),
+                &staged_prefix(self.oid, &k[wp.len()..]),
+            )?;
+            let mut wb = WriteBatch::default();
+            wb.delete(k);
+            self.store.commit(wb, Durability::Sync)?;
+            info!(table = %self.name, "dropped the staged rows of a COPY that did not end");
+        }
+        let Some(v) = self.store.get(&table_key(self.oid, b'P'))? else {
+            return Ok(());
+        };
+        let (first, last) = read_range(&v)?;
+        // the undoing changes are logged after the statement's: nothing may be trimmed
+        // before they are done (no view is attached yet to say what it needs)
+        let _keep = LogHold::new(&self.holds, 1, None);
+        for seq in (first..=last).rev() {
+            let hold = LogHold::new(&self.holds, seq, Some(first));
+            self.revert(&hold)?;
+        }
+        info!(
+            table = %self.name,
+            changes = last + 1 - first,
+            "undid the applied chunks of a COPY that did not end"
+        );
+        Ok(())
+    }
+
+    /// Apply one part of a statement that applies its rows as several changes (a COPY into
+    /// a keyed or multiset table; `first`: the log position of its first part, None for
+    /// the first). Each part's commit records the statement's range (`T{oid}P`): if the
+    /// server stops before [`end_statement`](Self::end_statement), opening the table
+    /// undoes the parts; undoing one ([`revert`](Self::revert)) narrows the range in the
+    /// same commit. Call with the writer lock held.
+    pub fn apply_part(&self, change: Change, first: Option<u64>) -> Result<Applied> {
+        self.apply_batch(change, WriteBatch::default(), Some(first))
+    }
+
+    /// The statement whose parts [`apply_part`](Self::apply_part) applied has ended: it
+    /// succeeded (its undo, if a transaction block rolls back, still narrows the range).
+    pub fn end_statement(&self) -> Result<()> {
+        let mut wb = WriteBatch::default();
+        wb.delete(table_key(self.oid, b'P'));
+        self.store.commit(wb, Durability::Sync)
+    }
+
+    /// Undo the change `hold` keeps (an uncommitted change of a session, newest first).
+    pub fn revert(&self, hold: &LogHold) -> Result<Applied> {
+        let change = self.logged_undo(hold.seq)?;
+        let mut wb = WriteBatch::default();
+        if let Some(first) = hold.statement {
+            let key = table_key(self.oid, b'P');
+            match hold.seq > first {
+                true => wb.put(key, range_value(first, hold.seq - 1)),
+                false => wb.delete(key),
+            }
+        }
+        self.apply_batch(change, wb, None)
+    }
+
+    /// Start staging a COPY into an append-only table: its chunks go to the store
+    /// ([`stage`](Self::stage)) without being seen, and become the table's rows at once
+    /// with [`publish`](Self::publish); a COPY that fails is [`discard`](Self::discard)ed,
+    /// and one cut short by a crash is dropped when the table is next opened. Returns the
+    /// COPY's id.
+    pub fn stage_begin(&self) -> Result<u64> {
+        let mut inner = self.inner.lock();
+        let mut meta = inner.meta;
+        meta.staged += 1;
+        let id = meta.staged;
+        let mut wb = WriteBatch::default();
+        wb.put(meta_key(self.oid), meta.encode());
+        wb.put(staging_marker(self.oid, id), Vec::new());
+        self.store.commit(wb, Durability::Sync)?;
+        inner.meta = meta;
+        inner.staging.insert(id, Vec::new());
+        Ok(id)
+    }
+
+    /// Stage a chunk of COPY `id`: checked as an INSERT would be, written to the store
+    /// (not synced: the publication syncs), not seen. Returns its rows.
+    pub fn stage(&self, id: u64, change: Change) -> Result<usize> {
+        if !matches!(change, Change::Insert(_)) || self.kind != TableKind::AppendOnly {
+            return Err(WeirError::internal(
+                "only inserts into APPEND ONLY tables are staged",
+            ));
+        }
+        let (rows, changelog) = self.prepare(change)?;
+        if changelog.is_empty() {
+            return Ok(0);
+        }
+        let entry = encode_batch(&changelog.to_batch()?)?;
+        let chunk = StagedChunk {
+            rows: rows as u64,
+            bytes: entry.len() as u64,
+            watermark: self.advance(None, &changelog.data),
+        };
+        let i = {
+            let inner = self.inner.lock();
+            inner
+                .staging
+                .get(&id)
+                .ok_or_else(|| WeirError::internal("no such staged COPY"))?
+                .len() as u32
+        };
+        let mut wb = WriteBatch::default();
+        wb.put(staged_key(self.oid, id, i), entry);
+        self.store.commit(wb, Durability::Buffered)?;
+        if let Some(chunks) = self.inner.lock().staging.get_mut(&id) {
+            chunks.push(chunk);
+        }
+        Ok(rows)
+    }
+
+    /// Make the staged chunks of COPY `id` the table's newest rows, in one fsynced commit
+    /// (a log entry referring to each chunk), then hand them to the views one chunk at a
+    /// time. Call with the writer lock held.
+    pub fn publish(&self, id: u64) -> Result<()> {
+        let mut inner = self.inner.lock();
+        let chunks = inner
+            .staging
+            .remove(&id)
+            .ok_or_else(|| WeirError::internal("no such staged COPY"))?;
+        let before = inner.meta;
+        let mut meta = before;
+        let mut wb = WriteBatch::default();
+        let mut watermarks = Vec::with_capacity(chunks.len());
+        for (i, c) in chunks.iter().enumerate() {
+            meta.seq += 1;
+            meta.rows += c.rows;
+            meta.bytes += c.bytes;
+            let wm_before = meta.watermark;
+            meta.watermark = crate::dataflow::watermark::advance(meta.watermark, c.watermark);
+            watermarks.push((wm_before, meta.watermark));
+            let mut entry = STAGED_REF.to_vec();
+            entry.extend_from_slice(&staged_key(self.oid, id, i as u32));
+            wb.put(log_key(self.oid, meta.seq), entry);
+        }
+        wb.put(meta_key(self.oid), meta.encode());
+        wb.delete(staging_marker(self.oid, id));
+        self.store.commit(wb, Durability::Sync)?;
+        inner.meta = meta;
+        inner.log_entries += chunks.len() as u64;
+        if let Some(sink) = self.sink.read().as_ref() {
+            for (i, (wm_before, wm_after)) in watermarks.into_iter().enumerate() {
+                let seq = before.seq + 1 + i as u64;
+                for cl in self.logged(seq)? {
+                    sink.send(self.oid, &cl, wm_before, wm_after, seq);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Drop the staged chunks of COPY `id` (it failed).
+    pub fn discard(&self, id: u64) -> Result<()> {
+        self.inner.lock().staging.remove(&id);
+        purge_prefix(
+            self.store.as_ref(),
+            &staged_prefix(self.oid, &id.to_be_bytes()),
+        )?;
+        let mut wb = WriteBatch::default();
+        wb.delete(staging_marker(self.oid, id));
+        self.store.commit(wb, Durability::Sync)
+    }
+
+    /// The changelogs of log entry `seq`.
+    fn logged(&self, seq: u64) -> Result<Vec<Changelog>> {
+        let bytes = self.store.get(&log_key(self.oid, seq))?.ok_or_else(|| {
+            WeirError::internal(format!(
+                "change {seq} of \"{}\" is no longer in its log",
+                self.name
+            ))
+        })?;
+        self.entry_changelogs(&bytes, &|k| self.store.get(k))
+    }
+
+    /// The changelogs a log entry holds: its batches, or those of the staged chunk it
+    /// refers to (read with `get`).
+    fn entry_changelogs(
+        &self,
+        entry: &[u8],
+        get: &dyn Fn(&[u8]) -> Result<Option<Vec<u8>>>,
+    ) -> Result<Vec<Changelog>> {
+        let staged;
+        let bytes = match entry.strip_prefix(STAGED_REF) {
+            Some(key) => {
+                staged = get(key)?.ok_or_else(|| {
+                    WeirError::internal(format!(
+                        "a staged chunk of \"{}\" is missing from the store",
+                        self.name
+                    ))
+                })?;
+                &staged[..]
+            }
+            None => entry,
+        };
+        decode_batches(bytes)?
+            .iter()
+            .map(|b| Changelog::from_batch(b, &self.schema))
+            .collect()
+    }
+
+    /// The change that undoes log entry `seq`.
+    fn logged_undo(&self, seq: u64) -> Result<Change> {
+        let parts = self.logged(seq)?;
+        Ok(Change::Revert(Changelog::concat(&self.schema, &parts)?))
     }
 
     /// Remove whatever a dropped relation with this oid left in the store (a crash between
@@ -466,32 +743,13 @@ impl TableStore {
                 gap = true;
                 return Ok(());
             }
-            for b in decode_batches(v)? {
-                out.push((seq, Changelog::from_batch(&b, &self.schema)?));
+            for cl in self.entry_changelogs(v, &|k| self.store.get(k))? {
+                out.push((seq, cl));
             }
             expect += 1;
             Ok(())
         })?;
         Ok((!gap && expect == last + 1).then_some(out))
-    }
-
-    /// The change logged under `hold` (an uncommitted change of this session), as the
-    /// change that undoes it.
-    pub fn undo(&self, hold: &LogHold) -> Result<Change> {
-        let bytes = self
-            .store
-            .get(&log_key(self.oid, hold.seq))?
-            .ok_or_else(|| {
-                WeirError::internal(format!(
-                    "the change to undo on \"{}\" is no longer in its log",
-                    self.name
-                ))
-            })?;
-        let parts: Vec<Changelog> = decode_batches(&bytes)?
-            .iter()
-            .map(|b| Changelog::from_batch(b, &self.schema))
-            .collect::<Result<_>>()?;
-        Ok(Change::Revert(Changelog::concat(&self.schema, &parts)?))
     }
 
     /// The event-time watermark, for tables that declare one.
@@ -590,12 +848,24 @@ impl TableStore {
     /// [`apply`](Self::apply), writing `extra` (e.g. connector offsets, see
     /// [`offset_key`]) in the same atomic commit, even when the change turns out empty.
     pub fn apply_with(&self, change: Change, extra: Vec<(Vec<u8>, Vec<u8>)>) -> Result<Applied> {
-        let mut inner = self.inner.lock();
-        let (rows, changelog) = self.prepare(change)?;
         let mut wb = WriteBatch::default();
         for (k, v) in extra {
             wb.put(k, v);
         }
+        self.apply_batch(change, wb, None)
+    }
+
+    /// Apply `change` with the writes of `wb` in the same commit; `part`: the change is a
+    /// part of a statement starting at that log position (`Some(None)`: at this change),
+    /// see [`apply_part`](Self::apply_part).
+    fn apply_batch(
+        &self,
+        change: Change,
+        mut wb: WriteBatch,
+        part: Option<Option<u64>>,
+    ) -> Result<Applied> {
+        let mut inner = self.inner.lock();
+        let (rows, changelog) = self.prepare(change)?;
         if changelog.is_empty() {
             if !wb.is_empty() {
                 self.store.commit(wb, Durability::Sync)?;
@@ -624,10 +894,14 @@ impl TableStore {
         }
         wb.put(log_key(self.oid, meta.seq), entry);
         wb.put(meta_key(self.oid), meta.encode());
+        let statement = part.map(|first| first.unwrap_or(meta.seq));
+        if let Some(first) = statement {
+            wb.put(table_key(self.oid, b'P'), range_value(first, meta.seq));
+        }
         self.store.commit(wb, Durability::Sync)?;
         inner.meta = meta;
         inner.log_entries += 1;
-        let hold = LogHold::new(&self.holds, meta.seq);
+        let hold = LogHold::new(&self.holds, meta.seq, statement);
         if let Some(sink) = self.sink.read().as_ref() {
             sink.send(
                 self.oid,
@@ -1191,16 +1465,16 @@ impl TableBatches {
                 return Ok(Some(b));
             }
             let (base, in_log) = (self.base, self.in_log);
+            let view = self.view.clone();
             let mut decoded = Vec::new();
             let more = self.cursor.next(&mut |k, v| {
                 if in_log && read_seq(&k[lp.len()..])? <= base {
                     return Ok(());
                 }
-                decoded = decode_batches(v)?;
+                decoded = t.entry_changelogs(v, &|key| view.get(key))?;
                 Ok(())
             })?;
-            for b in decoded {
-                let cl = Changelog::from_batch(&b, &t.schema)?;
+            for cl in decoded {
                 if !cl.is_empty() {
                     self.ready.push_back(cl.data);
                 }
@@ -1674,7 +1948,7 @@ mod tests {
         for i in 10..(10 + 2 * COMPACT_AFTER_ENTRIES as i64) {
             t.apply(Change::Insert(vec![batch(&[i], &["x"])])).unwrap();
         }
-        t.apply(t.undo(&held).unwrap()).unwrap();
+        t.revert(&held).unwrap();
         assert_eq!(contents(&t)[0], (1, "a".to_owned()));
         drop(held);
         for i in 0..COMPACT_AFTER_ENTRIES as i64 {
@@ -1839,6 +2113,100 @@ mod tests {
         for (a, b) in back.iter().zip(&columns) {
             assert_eq!(a.as_ref(), b.as_ref());
         }
+    }
+
+    /// A statement applied in parts (a COPY): a stop before it ends undoes its parts when
+    /// the table is next opened, also after some were undone already; one that ended stays.
+    #[test]
+    fn parts_of_an_unfinished_statement_are_undone_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(FjallStore::open(dir.path()).unwrap());
+        let keyed = TableKind::Keyed { pk: vec![0] };
+        let t = open(&store, keyed.clone());
+        t.apply(Change::Insert(vec![batch(&[0], &["before"])]))
+            .unwrap();
+        // three parts, the newest undone, then a "crash"
+        let a = t
+            .apply_part(Change::Insert(vec![batch(&[1, 2], &["a", "b"])]), None)
+            .unwrap();
+        let first = a.hold.as_ref().unwrap().seq;
+        t.apply_part(Change::Insert(vec![batch(&[3], &["c"])]), Some(first))
+            .unwrap();
+        let c = t
+            .apply_part(Change::Insert(vec![batch(&[4], &["d"])]), Some(first))
+            .unwrap();
+        t.revert(c.hold.as_ref().unwrap()).unwrap();
+        drop((a, c, t));
+        let t = open(&store, keyed.clone());
+        assert_eq!(contents(&t), vec![(0, "before".to_owned())]);
+        assert!(store.get(&table_key(t.oid, b'P')).unwrap().is_none());
+        // one that ended stays, across a reopen
+        let a = t
+            .apply_part(Change::Insert(vec![batch(&[5], &["e"])]), None)
+            .unwrap();
+        let first = a.hold.as_ref().unwrap().seq;
+        t.apply_part(Change::Insert(vec![batch(&[6], &["f"])]), Some(first))
+            .unwrap();
+        t.end_statement().unwrap();
+        drop((a, t));
+        let t = open(&store, keyed);
+        assert_eq!(contents(&t).len(), 3);
+    }
+
+    /// A COPY into an append-only table is staged unseen and published at once; one never
+    /// published is dropped at the next open. Views replaying the log read the staged rows
+    /// through the log's references.
+    #[test]
+    fn staged_copies_are_seen_only_once_published() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(FjallStore::open(dir.path()).unwrap());
+        let t = open(&store, TableKind::AppendOnly);
+        t.apply(Change::Insert(vec![batch(&[0], &["before"])]))
+            .unwrap();
+        let at = t.seq();
+        let id = t.stage_begin().unwrap();
+        assert_eq!(
+            t.stage(id, Change::Insert(vec![batch(&[1, 2], &["a", "b"])]))
+                .unwrap(),
+            2
+        );
+        assert_eq!(
+            t.stage(id, Change::Insert(vec![batch(&[3], &["c"])]))
+                .unwrap(),
+            1
+        );
+        assert_eq!(contents(&t).len(), 1, "unseen while staged");
+        assert!(
+            t.stage(id, Change::Delete(vec![batch(&[3], &["c"])]))
+                .is_err()
+        );
+        t.publish(id).unwrap();
+        assert_eq!(contents(&t).len(), 4);
+        assert_eq!((t.row_count(), t.seq()), (4, at + 2));
+        let replay = t.log_after(at).unwrap().expect("the log is there");
+        let rows: usize = replay.iter().map(|(_, cl)| cl.len()).sum();
+        assert_eq!((replay.len(), rows), (2, 3));
+        // staged, never published: gone after a reopen, staged chunks included
+        let id = t.stage_begin().unwrap();
+        t.stage(id, Change::Insert(vec![batch(&[9], &["x"])]))
+            .unwrap();
+        drop(t);
+        let t = open(&store, TableKind::AppendOnly);
+        assert_eq!(contents(&t).len(), 4);
+        let leftover = keys_with_prefix(store.as_ref(), &table_key(t.oid, b'Q')).unwrap();
+        assert_eq!(leftover.len(), 2, "only the published chunks stay");
+        // a discarded one leaves nothing either
+        let id = t.stage_begin().unwrap();
+        t.stage(id, Change::Insert(vec![batch(&[9], &["x"])]))
+            .unwrap();
+        t.discard(id).unwrap();
+        assert_eq!(
+            keys_with_prefix(store.as_ref(), &table_key(t.oid, b'Q'))
+                .unwrap()
+                .len(),
+            2
+        );
+        assert_eq!(contents(&t).len(), 4);
     }
 
     const PINNED_ROWS: [&str; 2] = [
