@@ -211,6 +211,9 @@ struct StagedChunk {
     watermark: Option<i64>,
 }
 
+/// Reads one key (from the store, or a read view of it).
+type ReadFn<'a> = dyn Fn(&[u8]) -> Result<Option<Vec<u8>>> + 'a;
+
 /// A log entry that stands for a staged chunk: this tag, then the chunk's store key.
 const STAGED_REF: &[u8] = b"WEIRSTG1";
 
@@ -575,11 +578,7 @@ impl TableStore {
 
     /// The changelogs a log entry holds: its batches, or those of the staged chunk it
     /// refers to (read with `get`).
-    fn entry_changelogs(
-        &self,
-        entry: &[u8],
-        get: &dyn Fn(&[u8]) -> Result<Option<Vec<u8>>>,
-    ) -> Result<Vec<Changelog>> {
+    fn entry_changelogs(&self, entry: &[u8], get: &ReadFn<'_>) -> Result<Vec<Changelog>> {
         let staged;
         let bytes = match entry.strip_prefix(STAGED_REF) {
             Some(key) => {
