@@ -68,6 +68,12 @@ pub trait Operator: Send {
     fn state_rows(&self) -> usize {
         0
     }
+    /// Bytes the operator holds in memory outside its state tables (working forms that do
+    /// not spill, such as an aggregate's per-group vectors). The memory budget counts them
+    /// as what waiting for spilling cannot free.
+    fn resident_bytes(&self) -> usize {
+        0
+    }
     /// The operator's state tables (declared when it is built): the framework flushes
     /// their dirty keys at a checkpoint and reloads them at recovery.
     fn state_tables(&mut self) -> Vec<&mut crate::state::state_table::StateTable> {

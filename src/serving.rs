@@ -1,16 +1,15 @@
 //! Ad-hoc queries: DataFusion sees Weir's relations through a catalog provider whose
 //! `public` schema resolves names against [`Catalog`] at planning time and whose
 //! `pg_catalog` schema is generated from it. A table scan streams the table from a store
-//! read view taken at planning time (`table_scan.rs`); a view scan reads the contents
+//! read view taken at planning time (`scan_exec.rs`); a view scan reads the contents
 //! pinned for the query.
 //!
 //! This module must not mutate anything: writes go through `plan::dml` and the table store.
 
 pub mod memory;
+pub mod scan_exec;
 pub mod subscribe;
-pub mod table_scan;
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -29,6 +28,7 @@ use crate::catalog::pg_catalog::GeneratedSchema;
 use crate::catalog::{Catalog, DATABASE_NAME, functions};
 use crate::dataflow::runtime::Dataflow;
 use crate::state::table::TableStore;
+use crate::state::zset::ZSetRead;
 
 pub const DEFAULT_SCHEMA: &str = "public";
 /// Marks the lookup side of a temporal join (`FOR SYSTEM_TIME AS OF PROCTIME()`).
@@ -38,17 +38,17 @@ pub const TEMPORAL_PREFIX: &str = "__weir_temporal__";
 /// one epoch (see `Dataflow::snapshot`).
 #[derive(Default)]
 pub struct PinnedViews {
-    views: parking_lot::Mutex<HashMap<u32, Arc<Vec<RecordBatch>>>>,
+    views: parking_lot::Mutex<crate::dataflow::runtime::ViewContents>,
 }
 
 impl PinnedViews {
-    pub fn pin(&self, views: HashMap<u32, Arc<Vec<RecordBatch>>>) {
+    pub fn pin(&self, views: crate::dataflow::runtime::ViewContents) {
         *self.views.lock() = views;
     }
     pub fn clear(&self) {
         self.views.lock().clear();
     }
-    fn get(&self, oid: u32) -> Option<Arc<Vec<RecordBatch>>> {
+    fn get(&self, oid: u32) -> Option<Arc<ZSetRead>> {
         self.views.lock().get(&oid).cloned()
     }
 }
@@ -267,28 +267,27 @@ impl TableProvider for ViewScanProvider {
 
     async fn scan(
         &self,
-        state: &dyn Session,
+        _state: &dyn Session,
         projection: Option<&Vec<usize>>,
-        filters: &[Expr],
+        _filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let batches = match self.pinned.get(self.oid) {
-            Some(b) => b,
+        let read = match self.pinned.get(self.oid) {
+            Some(r) => r,
             None => self
                 .dataflow
                 .snapshot(&[self.oid])
                 .map_err(|e| DataFusionError::External(Box::new(e)))?
                 .1
                 .remove(&self.oid)
-                .unwrap_or_default(),
+                .unwrap_or_else(|| Arc::new(ZSetRead::empty(&self.name, self.schema.clone()))),
         };
-        let batches: Vec<RecordBatch> = batches
-            .iter()
-            .map(|b| RecordBatch::try_new(self.schema.clone(), b.columns().to_vec()))
-            .collect::<std::result::Result<_, _>>()?;
-        let partitions = split_partitions(&batches, state.config().target_partitions());
-        let mem = MemTable::try_new(self.schema.clone(), partitions)?;
-        mem.scan(state, projection, filters, limit).await
+        Ok(Arc::new(scan_exec::ScanExec::try_new(
+            read,
+            self.schema.clone(),
+            projection,
+            limit,
+        )?))
     }
 }
 
@@ -392,8 +391,11 @@ impl TableProvider for TableScanProvider {
             .table
             .scan()
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
-        Ok(Arc::new(table_scan::TableScanExec::try_new(
-            scan, schema, projection, limit,
+        Ok(Arc::new(scan_exec::ScanExec::try_new(
+            Arc::new(scan),
+            schema,
+            projection,
+            limit,
         )?))
     }
 }

@@ -4,6 +4,7 @@
 pub mod codec;
 pub mod fjall_store;
 pub mod memory;
+pub mod rows;
 pub mod spill;
 pub mod state_table;
 pub mod store;

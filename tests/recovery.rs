@@ -354,7 +354,11 @@ async fn a_damaged_checkpoint_is_rebuilt_not_restored() {
     let c = server.connect().await;
     let (outcome, reason) = recovery_of(&c, "per_v").await;
     assert_eq!(outcome, "rebuilt", "{reason}");
-    assert!(reason.contains("keys"), "{reason}");
+    // (the lost blob is a base chunk the checkpoint names, or the count of keys is short)
+    assert!(
+        reason.contains("keys") || reason.contains("is missing"),
+        "{reason}"
+    );
     assert_eq!(
         sorted(query_text(&c, "SELECT * FROM per_v").await),
         expected

@@ -201,7 +201,7 @@ pub fn build(
                 rows.push(vec![
                     format!("view {name}: contents").into(),
                     s.contents_bytes.into(),
-                    V::I(0),
+                    s.contents_spilled.into(),
                     limit.clone(),
                 ]);
             }

@@ -474,7 +474,8 @@ impl Runner {
         stop: &AtomicBool,
     ) -> std::result::Result<(), String> {
         // the initial contents: all of the view, or (after a restart) what the topic lacks
-        let snapshot: Vec<RecordBatch> = sub.snapshot.iter().cloned().collect();
+        // (reconciling with the topic compares whole contents: held in memory here)
+        let snapshot: Vec<RecordBatch> = sub.snapshot.collect().map_err(|e| e.to_string())?;
         let snapshot = concat_batches(&self.schema, &snapshot).map_err(|e| e.to_string())?;
         let mut initial_epoch = sub.epoch;
         let resumed = match (self.spec.resume_at.clone(), self.spec.reconcile) {
@@ -804,7 +805,7 @@ impl Runner {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        let batches = contents.to_batches().map_err(|e| e.to_string())?;
+        let batches = contents.resident_batches().map_err(|e| e.to_string())?;
         Ok((
             concat_batches(&self.schema, &batches).map_err(|e| e.to_string())?,
             epoch,

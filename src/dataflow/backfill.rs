@@ -1,7 +1,8 @@
 //! Backfill: a new view first reads the existing contents of its inputs (tables streamed
 //! from the store reads taken with its CREATE message, in arrival order with the watermark
 //! each batch met; views from their published contents), in epochs of at most
-//! `BACKFILL_CHUNK_ROWS` rows, before it joins the live change stream.
+//! `BACKFILL_CHUNK_ROWS` rows (and of a 64th of the memory limit in bytes, for wide rows),
+//! before it joins the live change stream.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -16,6 +17,7 @@ use crate::dataflow::runtime::CreateView;
 use crate::dataflow::watermark::WatermarkSpec;
 use crate::dataflow::worker::{ViewRuntime, Worker, panic_message};
 use crate::error::{Result, WeirError};
+use crate::state::rows::BatchSource;
 use crate::state::zset::ZSet;
 
 /// Rows per epoch when a new view reads its inputs' existing contents.
@@ -91,12 +93,12 @@ impl Worker {
                     if let Some(e) = &d.failed {
                         return Err(WeirError::new("XX000", e.clone()));
                     }
-                    let changelogs = d.contents.to_changelogs()?;
+                    let read = d.read()?;
                     feeds.push(Feed {
                         rel,
-                        rows: changelogs.iter().map(|c| c.len()).sum(),
+                        rows: read.rows() as usize,
                         batches: FeedBatches::View {
-                            changelogs: changelogs.into_iter(),
+                            batches: read.batches(),
                             watermark: self.watermarks.get(&rel).copied(),
                         },
                     });
@@ -128,6 +130,11 @@ impl Worker {
             let mut done_rows = 0usize;
             let mut chunk: HashMap<u32, Vec<SourceBatch>> = HashMap::new();
             let mut chunk_rows = 0usize;
+            let mut chunk_bytes = 0usize;
+            let max_chunk_bytes = self
+                .memory
+                .limit()
+                .map_or(usize::MAX, |l| (l / 64).max(1 << 20) as usize);
             let mut wms: HashMap<u32, i64> = HashMap::new();
             let mut view_watermark = None;
             loop {
@@ -135,6 +142,7 @@ impl Worker {
                 let at_end = next.is_none();
                 if let Some((rel, b, wm_after)) = next {
                     chunk_rows += b.changelog.len();
+                    chunk_bytes += b.changelog.data.get_array_memory_size();
                     chunk.entry(rel).or_default().push(b);
                     if let Some(w) = wm_after {
                         wms.insert(rel, w);
@@ -143,7 +151,11 @@ impl Worker {
                 // the first epoch runs even without input: global aggregates and constants
                 // emit their initial rows
                 let lookups_done = lookup_rows > 0 && done_rows + chunk_rows == lookup_rows;
-                if chunk_rows >= BACKFILL_CHUNK_ROWS || at_end || lookups_done {
+                if chunk_rows >= BACKFILL_CHUNK_ROWS
+                    || chunk_bytes >= max_chunk_bytes
+                    || at_end
+                    || lookups_done
+                {
                     let mut feed = std::mem::take(&mut chunk);
                     for s in graph.sources() {
                         feed.entry(s).or_default();
@@ -152,9 +164,14 @@ impl Worker {
                     for cl in out.changes {
                         contents.apply(&cl)?;
                     }
+                    if let Some(e) = contents.state_table().take_error() {
+                        return Err(WeirError::internal(e));
+                    }
+                    spill_while_building(&mut graph, &mut contents, &self.memory);
                     view_watermark = out.watermark;
                     done_rows += chunk_rows;
                     chunk_rows = 0;
+                    chunk_bytes = 0;
                     if let Some(p) = &progress
                         && last_report.elapsed() > Duration::from_secs(1)
                     {
@@ -216,6 +233,7 @@ impl Worker {
                 p.views.insert(
                     oid,
                     ViewData {
+                        name: name.clone(),
                         contents,
                         changed_at: epoch,
                         cache: Mutex::new(None),
@@ -256,9 +274,10 @@ enum FeedBatches {
         spec: Option<WatermarkSpec>,
         watermark: Option<i64>,
     },
-    /// A view's published contents.
+    /// A view's published contents, streamed from a read of them.
     View {
-        changelogs: std::vec::IntoIter<Changelog>,
+        batches:
+            Box<dyn Iterator<Item = Result<datafusion::arrow::record_batch::RecordBatch>> + Send>,
         watermark: Option<i64>,
     },
 }
@@ -289,19 +308,45 @@ impl Feed {
                     *watermark,
                 )))
             }
-            FeedBatches::View {
-                changelogs,
-                watermark,
-            } => Ok(changelogs.next().map(|cl| {
+            FeedBatches::View { batches, watermark } => Ok(batches.next().transpose()?.map(|b| {
                 (
                     self.rel,
                     SourceBatch {
-                        changelog: cl,
+                        changelog: Changelog::inserts(b),
                         watermark_before: None,
                     },
                     *watermark,
                 )
             })),
         }
+    }
+}
+
+/// A view being built runs no round of the worker (where state is held to its budget):
+/// once its state and contents take more than half the state cache, or the process is over
+/// its memory limit, the coldest go to the spill store, down to a quarter of the cache.
+fn spill_while_building(
+    graph: &mut crate::dataflow::graph::Graph,
+    contents: &mut ZSet,
+    memory: &crate::state::memory::MemoryBudget,
+) {
+    let budget = crate::state::spill::cache_budget();
+    if budget == u64::MAX || crate::state::spill::store().is_none() {
+        return;
+    }
+    let footprint = graph.state_footprint() + contents.footprint();
+    if (footprint as u64) <= budget / 2 && !memory.over_limit() {
+        return;
+    }
+    let goal = (budget / 4) as usize;
+    if footprint <= goal {
+        return;
+    }
+    let share = (footprint - goal) as f64 / footprint as f64;
+    let mut freed = graph.evict_state(share);
+    let t = contents.state_table();
+    freed += t.evict((t.footprint() as f64 * share) as usize);
+    if freed > 0 {
+        crate::state::memory::give_back_freed();
     }
 }

@@ -199,7 +199,7 @@ pub fn restore_view(
     contents
         .state_table()
         .load(store, &contents_prefix(vc.oid))?;
-    contents.recount();
+    contents.recount()?;
     let (entries, bytes) = graph.state_size();
     let found = entries + contents.distinct_rows();
     if found as u64 != vc.keys {
@@ -302,6 +302,9 @@ pub(crate) struct Job {
     /// Prefixes whose stored keys go first (views dropped or rebuilt; everything of a
     /// full checkpoint), in the same commit.
     pub(crate) clear: Vec<Vec<u8>>,
+    /// Keys under `clear` the checkpoint wrote before its batch (large bases' chunks,
+    /// `StateTable::flush`): not cleared.
+    pub(crate) keep: Vec<Vec<u8>>,
     /// Every view's whole state (after a failure), not only what changed.
     pub(crate) full: bool,
     pub(crate) state_bytes: u64,
@@ -390,6 +393,7 @@ fn write(
         started_at_us,
         batch,
         clear,
+        keep,
         full,
         state_bytes,
         journals,
@@ -432,6 +436,9 @@ fn write(
             delete_prefixes(store, &clear, &mut deletes)?;
             let mut ops: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>> =
                 deletes.ops.into_iter().collect();
+            for k in &keep {
+                ops.remove(k);
+            }
             for (k, v) in batch.ops {
                 ops.insert(k, v);
             }
@@ -527,6 +534,7 @@ mod tests {
                 started_at_us: 0,
                 batch,
                 clear: if full { vec![b"Kv".to_vec()] } else { vec![] },
+                keep: Vec::new(),
                 full,
                 state_bytes: 0,
                 journals: Vec::new(),

@@ -136,12 +136,28 @@ impl Graph {
                     node: i,
                     name: op.name().to_owned(),
                     rows: op.state_rows(),
-                    bytes: op.state_tables().iter().map(|t| t.footprint()).sum(),
+                    bytes: op
+                        .state_tables()
+                        .iter()
+                        .map(|t| t.footprint())
+                        .sum::<usize>()
+                        + op.resident_bytes(),
                     spilled: op.state_tables().iter().map(|t| t.spilled_bytes()).sum(),
                 }),
                 _ => None,
             })
             .collect()
+    }
+
+    /// Bytes the operators hold in memory outside their state tables (it does not spill).
+    pub fn resident_bytes(&self) -> usize {
+        self.nodes
+            .iter()
+            .map(|n| match &n.kind {
+                NodeKind::Operator(op) => op.resident_bytes(),
+                _ => 0,
+            })
+            .sum()
     }
 
     /// Estimated bytes the operators' state tables take in memory.
@@ -194,7 +210,14 @@ impl Graph {
     /// operator can have several tables of one kind, e.g. a multiset per aggregate); see
     /// [`Graph::load_state`].
     /// The graph's own state (each node's watermark) is written under `prefix ++ "wm"`.
-    pub fn flush_state(&mut self, prefix: &[u8], batch: &mut WriteBatch) -> Result<FlushStats> {
+    /// `direct`: where a large table's new base is written chunk by chunk (see
+    /// `StateTable::flush`).
+    pub fn flush_state(
+        &mut self,
+        prefix: &[u8],
+        batch: &mut WriteBatch,
+        direct: Option<&dyn crate::state::store::Store>,
+    ) -> Result<FlushStats> {
         let mut total = FlushStats::default();
         let wm = encode_watermarks(&self.watermarks);
         if self.flushed_watermarks.as_deref() != Some(wm.as_slice()) {
@@ -210,13 +233,14 @@ impl Graph {
                 op.sync_state()?;
                 for (i, t) in op.state_tables().into_iter().enumerate() {
                     let p = table_prefix(prefix, id, i, t.decl().name);
-                    let s = t.flush(&p, batch);
+                    let s = t.flush(&p, batch, direct);
                     if let Some(e) = t.take_error() {
                         // a checkpoint without the entries it could not read is no checkpoint
                         return Err(crate::error::WeirError::internal(e));
                     }
                     total.keys += s.keys;
                     total.bytes += s.bytes;
+                    total.direct_keys.extend(s.direct_keys);
                 }
             }
         }

@@ -13,12 +13,16 @@ use tokio::sync::mpsc;
 use crate::dataflow::changelog::Changelog;
 use crate::dataflow::position::Position;
 use crate::error::{Result, WeirError};
-use crate::state::zset::ZSet;
+use crate::state::zset::{ZSet, ZSetRead};
 
 pub(crate) struct ViewData {
+    pub(crate) name: String,
     pub(crate) contents: ZSet,
     /// Epoch of the last change, for the snapshot cache.
     pub(crate) changed_at: u64,
+    /// The contents as batches at an epoch, kept while nothing has spilled (a read of a
+    /// view that spilled builds the part in memory anew and reads the rest from the spill
+    /// store).
     pub(crate) cache: Mutex<Option<(u64, Arc<Vec<RecordBatch>>)>>,
     /// A view whose maintenance failed (e.g. division by zero on a new row) stops and
     /// answers queries with the error.
@@ -28,19 +32,26 @@ pub(crate) struct ViewData {
 }
 
 impl ViewData {
-    pub(crate) fn snapshot(&self) -> Result<Arc<Vec<RecordBatch>>> {
+    /// A read of the contents as they are now (call under the publication lock: see
+    /// [`ZSet::read`]).
+    pub(crate) fn read(&self) -> Result<Arc<ZSetRead>> {
         if let Some(e) = &self.failed {
             return Err(WeirError::new("XX000", e.clone()));
         }
-        let mut cache = self.cache.lock();
-        if let Some((at, b)) = cache.as_ref()
-            && *at == self.changed_at
-        {
-            return Ok(b.clone());
+        if self.contents.spilled() {
+            let resident = Arc::new(self.contents.resident_batches()?);
+            return Ok(Arc::new(self.contents.read(&self.name, resident)?));
         }
-        let b = Arc::new(self.contents.to_batches()?);
-        *cache = Some((self.changed_at, b.clone()));
-        Ok(b)
+        let mut cache = self.cache.lock();
+        let resident = match cache.as_ref() {
+            Some((at, b)) if *at == self.changed_at => b.clone(),
+            _ => {
+                let b = Arc::new(self.contents.resident_batches()?);
+                *cache = Some((self.changed_at, b.clone()));
+                b
+            }
+        };
+        Ok(Arc::new(self.contents.read(&self.name, resident)?))
     }
 }
 
@@ -90,6 +101,10 @@ impl Published {
                     if let Err(e) = d.contents.apply(cl) {
                         d.failed = Some(e.message.clone());
                     }
+                }
+                // a spilled row that could not be read back: the contents are wrong now
+                if let Some(e) = d.contents.state_table().take_error() {
+                    d.failed = Some(e);
                 }
                 d.changed_at = epoch;
                 let watermark = d.watermark;
@@ -151,7 +166,8 @@ pub struct EpochChanges {
 /// order, without gaps. Dropping the receiver ends it.
 pub struct Subscription {
     pub epoch: u64,
-    pub snapshot: Arc<Vec<RecordBatch>>,
+    /// The view's contents at `epoch`.
+    pub snapshot: Arc<ZSetRead>,
     pub schema: SchemaRef,
     pub changes: mpsc::UnboundedReceiver<EpochChanges>,
     /// The last epoch the dataflow has sent (for waiting until a subscriber caught up).

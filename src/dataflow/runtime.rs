@@ -17,7 +17,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::arrow::record_batch::RecordBatch;
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::{mpsc, oneshot};
 use tracing::error;
@@ -37,7 +36,7 @@ pub use crate::dataflow::publication::{Backlog, EpochChanges, Subscription};
 pub use crate::dataflow::stats::{OperatorState, ViewStats};
 
 /// Contents of views by OID, all at one epoch.
-pub type ViewContents = HashMap<u32, Arc<Vec<RecordBatch>>>;
+pub type ViewContents = HashMap<u32, Arc<crate::state::zset::ZSetRead>>;
 
 pub enum Msg {
     Changes {
@@ -342,7 +341,7 @@ impl Dataflow {
         let mut out = HashMap::new();
         for v in views {
             if let Some(d) = p.views.get(v) {
-                out.insert(*v, d.snapshot()?);
+                out.insert(*v, d.read()?);
             }
         }
         Ok((p.epoch, out))
@@ -378,7 +377,7 @@ impl Dataflow {
             .views
             .get(&view)
             .ok_or_else(|| WeirError::internal(format!("view {view} is not maintained")))?;
-        let snapshot = d.snapshot()?;
+        let snapshot = d.read()?;
         let schema = d.contents.schema().clone();
         let epoch = p.epoch;
         let positions = p.positions.get(&view).cloned().unwrap_or_default();
@@ -400,12 +399,19 @@ impl Dataflow {
     }
 
     /// Register a view that cannot be maintained: queries of it answer `message`.
-    pub fn mark_failed(&self, oid: u32, schema: &SchemaRef, message: String) -> Result<()> {
+    pub fn mark_failed(
+        &self,
+        oid: u32,
+        name: &str,
+        schema: &SchemaRef,
+        message: String,
+    ) -> Result<()> {
         let mut p = self.published.write();
         let epoch = p.epoch;
         p.views.insert(
             oid,
             ViewData {
+                name: name.to_owned(),
                 contents: ZSet::new(schema.clone())?,
                 changed_at: epoch,
                 cache: Mutex::new(None),
@@ -455,6 +461,7 @@ impl Dataflow {
                     .map(|v| v.iter().filter(|s| !s.tx.is_closed()).count())
                     .unwrap_or(0),
                 contents_bytes: d.contents.bytes(),
+                contents_spilled: d.contents.spilled_bytes(),
             })
             .collect()
     }

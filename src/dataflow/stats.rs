@@ -12,6 +12,8 @@ pub struct ViewStats {
     pub subscribers: usize,
     /// Bytes of the view's contents (its Z-set's keys and counts).
     pub contents_bytes: usize,
+    /// Bytes of the contents spilled to the spill store.
+    pub contents_spilled: usize,
 }
 
 /// State held by one operator of a view's graph.

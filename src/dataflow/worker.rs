@@ -259,11 +259,19 @@ impl Worker {
             self.state_budget = (self.state_budget + configured / 100).min(configured);
         }
         let budget = self.state_budget.min(configured);
-        let total: usize = self
-            .graphs
-            .values_mut()
-            .map(|rt| rt.graph.state_footprint())
+        let contents: usize = self
+            .published
+            .read()
+            .views
+            .values()
+            .map(|d| d.contents.footprint())
             .sum();
+        let total: usize = contents
+            + self
+                .graphs
+                .values_mut()
+                .map(|rt| rt.graph.state_footprint())
+                .sum::<usize>();
         let mut goal = if total as u64 > budget {
             (budget as f64 * 0.9) as usize
         } else {
@@ -274,26 +282,40 @@ impl Worker {
             goal = goal.min(total / 4 * 3);
             self.state_budget = goal as u64;
         }
-        // nothing (left) to spill and views' contents (which cannot spill) small: writers
-        // need not wait for memory nothing will free. A view whose contents (or groups)
-        // grow keeps them waiting at the limit.
+        // nothing (left) to spill: writers need not wait for memory nothing will free.
+        // Over the limit by what views hold and cannot spill (an aggregate's groups), they
+        // go on up to a slack and then wait (a DROP or closing windows frees it); over it
+        // by what is not views' at all (caches, buffers, the allocator), they go on.
         let limit = self.memory.limit().unwrap_or(u64::MAX);
         let floor = (limit / 100).max(1 << 20) as usize;
-        let spilled_all = over_memory && total <= floor && {
-            let p = self.published.read();
-            let contents: usize = p.views.values().map(|d| d.contents.bytes()).sum();
-            (contents as u64) <= limit / 10
-        };
-        self.memory.set_spilled_all(spilled_all);
+        let spilled_all = over_memory && total <= floor;
+        let unspillable: usize = self
+            .graphs
+            .values()
+            .map(|rt| rt.graph.resident_bytes())
+            .sum();
+        self.memory
+            .set_spilled_all(spilled_all, spilled_all && unspillable as u64 <= limit / 10);
         if total <= goal || total == 0 {
             return;
         }
         let share = (total - goal) as f64 / total as f64;
-        let freed: usize = self
+        let mut freed: usize = self
             .graphs
             .values_mut()
             .map(|rt| rt.graph.evict_state(share))
             .sum();
+        if contents > 0 {
+            // views' contents are read by other threads: evicted under the publication
+            // lock (a reader's read is all in memory, or in memory and the spill store's
+            // read view, never half moved)
+            let mut p = self.published.write();
+            for d in p.views.values_mut() {
+                let t = d.contents.state_table();
+                let target = (t.footprint() as f64 * share) as usize;
+                freed += t.evict(target);
+            }
+        }
         tracing::debug!(total, goal, freed, over_memory, "state spilled");
         if freed > 0 {
             crate::state::memory::give_back_freed();
@@ -532,7 +554,7 @@ impl Worker {
         let started = std::time::Instant::now();
         let started_at_us = crate::dataflow::checkpoint::now_us();
         match self.cut(full) {
-            Ok((batch, state_bytes, epoch)) => {
+            Ok((batch, state_bytes, epoch, keep)) => {
                 self.changed = false;
                 self.force_full = false;
                 let mut clear = std::mem::take(&mut self.clear);
@@ -547,6 +569,7 @@ impl Worker {
                         started_at_us,
                         batch,
                         clear,
+                        keep,
                         full,
                         state_bytes,
                         journals,
@@ -606,11 +629,14 @@ impl Worker {
     }
 
     /// The checkpoint batch: (batch, state bytes in total, epoch).
-    fn cut(&mut self, full: bool) -> Result<(WriteBatch, u64, u64)> {
+    /// Also the store keys written straight to the store for it (see `FlushStats`).
+    fn cut(&mut self, full: bool) -> Result<(WriteBatch, u64, u64, Vec<Vec<u8>>)> {
         use crate::dataflow::checkpoint::{CHECKPOINT_FORMAT, contents_prefix, graph_prefix};
         let mut batch = WriteBatch::default();
         let mut state_bytes = 0u64;
         let mut views = Vec::new();
+        let store = self.writer.as_ref().map(|w| w.store.clone());
+        let mut keep: Vec<Vec<u8>> = Vec::new();
         // the graphs first, without holding readers off; the epoch cannot move meanwhile
         // (this thread is the only one that publishes)
         let (epoch, live): (u64, std::collections::HashSet<u32>) = {
@@ -634,7 +660,10 @@ impl Worker {
             if full {
                 rt.graph.rewrite_all_state();
             }
-            rt.graph.flush_state(&graph_prefix(*oid), &mut batch)?;
+            let flushed =
+                rt.graph
+                    .flush_state(&graph_prefix(*oid), &mut batch, store.as_deref())?;
+            keep.extend(flushed.direct_keys);
             let (entries, bytes) = rt.graph.state_size();
             state_bytes += bytes as u64;
             views.push(ViewCheckpoint {
@@ -666,7 +695,12 @@ impl Worker {
                 if full {
                     t.rewrite_all();
                 }
-                t.flush(&contents_prefix(v.oid), &mut batch);
+                let flushed = t.flush(&contents_prefix(v.oid), &mut batch, store.as_deref());
+                keep.extend(flushed.direct_keys);
+                if let Some(e) = t.take_error() {
+                    // a checkpoint without the rows it could not read or write is no checkpoint
+                    return Err(WeirError::internal(e));
+                }
                 v.keys += t.len() as u64;
                 state_bytes += t.bytes() as u64;
             }
@@ -700,7 +734,7 @@ impl Worker {
         };
         self.last_caught_up = manifest.sinks_caught_up.clone();
         crate::dataflow::checkpoint::put_manifest(&manifest, &mut batch)?;
-        Ok((batch, state_bytes, epoch))
+        Ok((batch, state_bytes, epoch, keep))
     }
 }
 

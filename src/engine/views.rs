@@ -842,6 +842,7 @@ impl Engine {
                     });
                     self.dataflow.mark_failed(
                         v.desc.oid,
+                        &v.desc.name,
                         &v.desc.schema(),
                         format!(
                             "materialized view \"{}\" could not be rebuilt: {}",

@@ -218,6 +218,8 @@ pub struct Aggregate {
     changed: Vec<u32>,
     is_changed: Vec<bool>,
     released: Vec<Box<[u8]>>,
+    /// Bytes of the live groups' keys (for [`Operator::resident_bytes`]).
+    key_bytes: usize,
 }
 
 fn linear_kind(name: &str) -> Option<LinearKind> {
@@ -283,6 +285,7 @@ impl Aggregate {
             global,
             groups_table: StateTable::new(GROUPS),
             changed: Vec::new(),
+            key_bytes: 0,
             is_changed: Vec::new(),
             released: Vec::new(),
         };
@@ -400,6 +403,7 @@ impl Aggregate {
             }
         };
         self.groups.insert(key.into(), g);
+        self.key_bytes += key.len();
         g
     }
 
@@ -817,6 +821,19 @@ impl Operator for Aggregate {
         &self.schema
     }
 
+    /// The per-group vectors and the key map (held in memory; their checkpoint form is
+    /// the `groups` table): per group slot its key (in the map and the slot list), row
+    /// count, flags, window end, map entry, and each linear aggregate's count and sum.
+    fn resident_bytes(&self) -> usize {
+        const SLOT: usize = 8 + 2 + 8 + 16 + 48;
+        let linear = self
+            .aggs
+            .iter()
+            .filter(|a| matches!(a.state, State::Linear(_)))
+            .count();
+        2 * self.key_bytes + self.keys.len() * (SLOT + 24 * linear)
+    }
+
     fn state_rows(&self) -> usize {
         self.groups.len()
             + self
@@ -860,6 +877,7 @@ impl Operator for Aggregate {
 
     fn restore_state(&mut self) -> Result<()> {
         self.groups = FastMap::default();
+        self.key_bytes = 0;
         self.keys.clear();
         self.row_counts.clear();
         self.free.clear();
@@ -1041,6 +1059,7 @@ impl Aggregate {
         let gi = g as usize;
         let key = std::mem::take(&mut self.keys[gi]);
         self.groups.remove(&key);
+        self.key_bytes -= key.len();
         self.released.push(key.clone());
         self.row_counts[gi] = 0;
         self.emitted.forget(&key);

@@ -451,12 +451,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = FjallStore::open(dir.path()).unwrap();
         let mut batch = WriteBatch::default();
-        let stats = live.flush_state(b"v1/", &mut batch).unwrap();
+        let stats = live.flush_state(b"v1/", &mut batch, None).unwrap();
         assert!(stats.keys >= 4, "{stats:?}");
         store.commit(batch, Durability::Sync).unwrap();
         // nothing changed: nothing more to write
         let mut again = WriteBatch::default();
-        assert_eq!(live.flush_state(b"v1/", &mut again).unwrap().keys, 0);
+        assert_eq!(live.flush_state(b"v1/", &mut again, None).unwrap().keys, 0);
 
         let mut restored = graph();
         restored.load_state(&store as &dyn Store, b"v1/").unwrap();

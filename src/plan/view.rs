@@ -1123,7 +1123,7 @@ mod tests {
             let mut live = Harness::new(tables, sql).await;
             let checkpoint = |h: &mut Harness| {
                 let mut batch = WriteBatch::default();
-                let stats = h.graph.flush_state(b"v/", &mut batch).unwrap();
+                let stats = h.graph.flush_state(b"v/", &mut batch, None).unwrap();
                 store.commit(batch, Durability::Sync).unwrap();
                 stats
             };

@@ -20,6 +20,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use crate::dataflow::changelog::Changelog;
 use crate::dataflow::runtime::{Backlog, EpochChanges, Subscription};
 use crate::error::{Result, WeirError};
+use crate::state::rows::BatchSource;
 use crate::state::zset::ZSet;
 
 pub const EPOCH_COLUMN: &str = "weir_epoch";
@@ -72,6 +73,9 @@ pub fn max_backlog_rows() -> usize {
 pub struct SubscribeStream {
     schema: SchemaRef,
     view_schema: SchemaRef,
+    /// The view's rows at the subscription's epoch, read a batch at a time (`weir_diff`
+    /// 1) before any change.
+    snapshot: Option<Box<dyn Iterator<Item = Result<RecordBatch>> + Send>>,
     ready: VecDeque<RecordBatch>,
     sub: Subscription,
     backlog: Option<Arc<Backlog>>,
@@ -86,26 +90,38 @@ impl SubscribeStream {
     ) -> Result<SubscribeStream> {
         let view_schema = sub.schema.clone();
         let schema = output_schema(&view_schema);
-        let mut s = SubscribeStream {
+        let snapshot = snapshot.then(|| sub.snapshot.clone().batches());
+        Ok(SubscribeStream {
             schema,
             view_schema,
+            snapshot,
             ready: VecDeque::new(),
             sub,
             backlog,
             ended: false,
-        };
-        if snapshot {
-            let epoch = s.sub.epoch;
-            let batches: Vec<RecordBatch> = s.sub.snapshot.iter().cloned().collect();
-            for b in batches {
-                if b.num_rows() > 0 {
+        })
+    }
+
+    /// The next batch of the snapshot (its rows with `weir_diff` 1), None once it is done.
+    fn next_of_snapshot(&mut self) -> Option<Result<RecordBatch>> {
+        loop {
+            let next = self.snapshot.as_mut()?.next();
+            match next {
+                None => {
+                    self.snapshot = None;
+                    return None;
+                }
+                Some(Err(e)) => {
+                    self.snapshot = None;
+                    return Some(Err(e));
+                }
+                Some(Ok(b)) if b.num_rows() == 0 => continue,
+                Some(Ok(b)) => {
                     let ones = Int64Array::from_value(1, b.num_rows());
-                    let out = s.with_meta(epoch, &b, ones)?;
-                    s.ready.push_back(out);
+                    return Some(self.with_meta(self.sub.epoch, &b, ones));
                 }
             }
         }
-        Ok(s)
     }
 
     pub fn schema(&self) -> SchemaRef {
@@ -115,6 +131,9 @@ impl SubscribeStream {
     /// The next batch, waiting for the view to change if nothing is ready; `None` once the
     /// view is gone.
     pub async fn next(&mut self) -> Option<Result<RecordBatch>> {
+        if let Some(b) = self.next_of_snapshot() {
+            return Some(b);
+        }
         loop {
             if let Some(b) = self.ready.pop_front() {
                 return Some(Ok(b));
@@ -140,6 +159,9 @@ impl SubscribeStream {
 
     /// A batch that is ready now, without waiting; `None` if there is none yet.
     pub fn try_next(&mut self) -> Option<Result<RecordBatch>> {
+        if let Some(b) = self.next_of_snapshot() {
+            return Some(b);
+        }
         loop {
             if let Some(b) = self.ready.pop_front() {
                 return Some(Ok(b));

@@ -245,10 +245,7 @@ impl Store for FjallStore {
         }
         let h = self.handle.read();
         let h = h.as_ref().ok_or_else(closed)?;
-        Ok(Box::new(FjallView {
-            snapshot: h.db.snapshot(),
-            data: h.data.clone(),
-        }))
+        Ok(Box::new(FjallView::of(&h.db, &h.data)))
     }
 
     /// Its memtables and the block cache (the process's one cache: the spill store's
@@ -267,9 +264,19 @@ impl Store for FjallStore {
 }
 
 /// A fjall snapshot: reads see the database as of its creation.
-struct FjallView {
+pub(crate) struct FjallView {
     snapshot: fjall::Snapshot,
     data: Keyspace,
+}
+
+impl FjallView {
+    /// A read view of `data` in `db`, as of now.
+    pub(crate) fn of(db: &Database, data: &Keyspace) -> FjallView {
+        FjallView {
+            snapshot: db.snapshot(),
+            data: data.clone(),
+        }
+    }
 }
 
 impl ReadView for FjallView {

@@ -45,6 +45,11 @@ pub struct MemoryBudget {
     /// the memory cannot spill). Writers then go on up to [`SPILLED_SLACK`] above the
     /// limit instead of waiting for memory that nothing will free.
     spilled_all: AtomicBool,
+    /// Set by the dataflow worker: views' state has all spilled and what views hold that
+    /// cannot spill is small (a tenth of the limit): the process is over its limit by
+    /// memory that is not views' (caches, buffers, what the allocator keeps), which no wait
+    /// frees. Writers go on.
+    not_views: AtomicBool,
     /// Times writers found the budget over the limit and waited (for `weir_memory`).
     pauses: AtomicU64,
     /// Near the limit: freed pages are purged at once (see [`eager_purge`]).
@@ -68,6 +73,7 @@ impl MemoryBudget {
             rss: AtomicU64::new(0),
             over: AtomicBool::new(false),
             spilled_all: AtomicBool::new(false),
+            not_views: AtomicBool::new(false),
             pauses: AtomicU64::new(0),
             eager: AtomicBool::new(false),
             reclaimers: parking_lot::Mutex::new(Vec::new()),
@@ -82,6 +88,7 @@ impl MemoryBudget {
             rss: AtomicU64::new(resident_bytes().unwrap_or(0)),
             over: AtomicBool::new(false),
             spilled_all: AtomicBool::new(false),
+            not_views: AtomicBool::new(false),
             pauses: AtomicU64::new(0),
             eager: AtomicBool::new(false),
             reclaimers: parking_lot::Mutex::new(Vec::new()),
@@ -124,7 +131,9 @@ impl MemoryBudget {
             rss >= self.limit
         };
         if now && !was {
-            // caches first: they are rebuilt on demand
+            // what threads freed and the allocator still holds goes back first
+            give_back_freed();
+            // caches next: they are rebuilt on demand
             let freed: usize = self.reclaimers.lock().iter().map(|r| r()).sum();
             if freed > 0 {
                 tracing::info!(freed = %crate::limits::format_size(freed), "memory limit reached: snapshot caches dropped");
@@ -180,6 +189,7 @@ impl MemoryBudget {
     /// would not free anything).
     pub fn must_wait(&self) -> bool {
         self.over.load(Ordering::Acquire)
+            && !self.not_views.load(Ordering::Acquire)
             && !(self.spilled_all.load(Ordering::Acquire)
                 && (self.rss.load(Ordering::Acquire) as f64)
                     < self.limit as f64 * (1.0 + SPILLED_SLACK))
@@ -190,14 +200,25 @@ impl MemoryBudget {
         self.over.load(Ordering::Acquire)
     }
 
-    /// The dataflow worker: whether views' state has all spilled (see `spilled_all`).
-    pub fn set_spilled_all(&self, all: bool) {
-        if self.spilled_all.swap(all, Ordering::AcqRel) != all && all {
+    /// The dataflow worker: whether views' state has all spilled, and whether what views
+    /// hold that cannot spill is small (see `spilled_all`, `not_views`).
+    pub fn set_spilled_all(&self, all: bool, not_views: bool) {
+        let was_not_views = self.not_views.swap(not_views, Ordering::AcqRel);
+        if self.spilled_all.swap(all, Ordering::AcqRel) != all && all && !not_views {
             tracing::warn!(
                 rss = %crate::limits::format_size(self.resident() as usize),
                 limit = %crate::limits::format_size(self.limit as usize),
                 "over the memory limit with views' state spilled: the rest cannot spill; \
                  sources and writers go on up to 25% over the limit"
+            );
+        }
+        static TOLD: AtomicBool = AtomicBool::new(false);
+        if not_views && !was_not_views && !TOLD.swap(true, Ordering::AcqRel) {
+            tracing::warn!(
+                rss = %crate::limits::format_size(self.resident() as usize),
+                limit = %crate::limits::format_size(self.limit as usize),
+                "over the memory limit, but not by views' state (it has spilled): sources \
+                 and writers go on; the limit may be too small for this server (logged once)"
             );
         }
     }
@@ -284,10 +305,20 @@ fn purge_delay() -> std::os::raw::c_long {
 /// turns purging eager there and lazy again well below it.
 pub fn eager_purge(on: bool) {
     let lazy = *LAZY_PURGE_DELAY.get_or_init(purge_delay);
-    let delay = if on { 0 } else { lazy };
+    // 1 ms, not 0: mimalloc 3 skips its pass over the purges already scheduled when the
+    // delay is 0, so what was freed before the switch would stay resident
+    let delay = if on { EAGER_PURGE_DELAY_MS } else { lazy };
     // SAFETY: setting an option is a store to mimalloc's option table; any thread may do it
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, delay) };
+    if on {
+        // purge now what was scheduled under the long delay (a forced collection purges
+        // every arena's scheduled ranges, whichever thread freed them)
+        give_back_freed();
+    }
 }
+
+/// The purge delay near the limit (mimalloc multiplies it by 10 for its arenas).
+const EAGER_PURGE_DELAY_MS: std::os::raw::c_long = 1;
 
 /// Give memory this thread freed back to the system now (mimalloc keeps freed pages a
 /// while otherwise: after a DROP the process stayed over its limit for seconds).
@@ -374,7 +405,11 @@ mod tests {
         let tight = MemoryBudget::start(1 << 20);
         std::thread::sleep(SAMPLE_EVERY * 3);
         assert!(tight.over(), "resident {} bytes", tight.resident());
-        assert_eq!(purge_delay(), 0, "eager purging near the limit");
+        assert_eq!(
+            purge_delay(),
+            EAGER_PURGE_DELAY_MS,
+            "eager purging near the limit"
+        );
         stop.store(true, Ordering::Release);
         let mut told = false;
         assert!(

@@ -92,6 +92,15 @@ impl SpillStore {
         b.commit().map_err(io)
     }
 
+    /// A consistent read of the spill store as of now (a fjall snapshot): a reader of a
+    /// view's contents takes it, with the contents' entries in memory, under the
+    /// publication lock, so evictions and reads-back after it change neither half.
+    pub fn read_view(&self) -> Box<dyn crate::state::store::ReadView> {
+        Box::new(crate::state::fjall_store::FjallView::of(
+            &self.db, &self.data,
+        ))
+    }
+
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         Ok(self.data.get(key).map_err(io)?.map(|v| v.to_vec()))
     }

@@ -47,7 +47,7 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use crate::error::{Result, WeirError};
-use crate::state::store::{Store, WriteBatch};
+use crate::state::store::{Durability, Store, WriteBatch};
 
 /// The format of stored state: our version and the arrow release whose row encoding the
 /// keys use. Part of every view's fingerprint; state written under another format is
@@ -74,10 +74,13 @@ pub struct TableDecl {
 }
 
 /// Numbers of one flush.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct FlushStats {
     pub keys: usize,
     pub bytes: usize,
+    /// Store keys written straight to the store (a large base's chunks): the checkpoint's
+    /// clearing of stale keys must leave them.
+    pub direct_keys: Vec<Vec<u8>>,
 }
 
 /// Keys are shared between the cache and the dirty set (marking a key dirty allocates
@@ -429,6 +432,18 @@ struct Stored {
 /// then the deltas in order.
 const BASE_TAG: u8 = b'b';
 const DELTA_TAG: u8 = b'd';
+/// `a`: the generation of the base snapshot in force (written with every new base, in the
+/// checkpoint's own commit; sorts before the blobs). A large base is written in commits of
+/// its own before the checkpoint's, so a crash can leave chunks of a newer generation that
+/// no checkpoint names: a load skips them.
+const MARK_TAG: u8 = b'a';
+/// A new base of a table this large (in memory and spilled) is written chunk by chunk
+/// straight to the store, not gathered in the checkpoint's batch in memory.
+const DIRECT_BASE_BYTES: usize = 4 * BLOB_BYTES;
+/// Chunks written straight to the store are this small: the store queues up to five
+/// memtables (each at least one value) before it stalls writers, and 8 MiB values held
+/// 92 MiB there while a 300 MiB base was written (heaptrack).
+const DIRECT_BLOB_BYTES: usize = 1 << 20;
 /// A base snapshot is cut into values of about this size.
 const BLOB_BYTES: usize = 8 << 20;
 /// Deltas may add up to the table's size (at least this much) before a new base is written.
@@ -482,6 +497,46 @@ impl BlobWriter {
         let crc = crc32fast::hash(&self.buf[5..]);
         self.buf[1..5].copy_from_slice(&crc.to_le_bytes());
         self.buf
+    }
+}
+
+/// Where the chunks of a new base go: straight into the store (a large table) or into the
+/// checkpoint's batch.
+struct BaseWriter<'a> {
+    prefix: &'a [u8],
+    base: u64,
+    chunks: u32,
+    direct: Option<&'a dyn Store>,
+    failed: Option<String>,
+}
+
+impl BaseWriter<'_> {
+    fn emit(
+        &mut self,
+        v: Vec<u8>,
+        stats: &mut FlushStats,
+        blobs: &mut Vec<Vec<u8>>,
+        batch: &mut WriteBatch,
+    ) {
+        let mut k = self.prefix.to_vec();
+        k.push(BASE_TAG);
+        k.extend_from_slice(&self.base.to_be_bytes());
+        k.extend_from_slice(&self.chunks.to_be_bytes());
+        self.chunks += 1;
+        stats.bytes += k.len() + v.len();
+        blobs.push(k.clone());
+        match self.direct {
+            Some(store) => {
+                stats.direct_keys.push(k.clone());
+                let mut wb = WriteBatch::default();
+                wb.put(k, v);
+                if let Err(e) = store.commit(wb, Durability::Buffered) {
+                    self.failed
+                        .get_or_insert(format!("cannot write a checkpoint chunk: {e}"));
+                }
+            }
+            None => batch.put(k, v),
+        }
     }
 }
 
@@ -862,12 +917,21 @@ impl StateTable {
         if sp.keys == 0 {
             return;
         }
-        let mut keys = Vec::new();
-        let r = store
-            .scan(&sp.id, Some(&sp.store_end()), &mut |k, _| {
-                keys.push(k.to_vec())
-            })
-            .and_then(|_| store.write(vec![], keys));
+        // deleted in batches: a table of millions of spilled entries is not listed at once
+        const DELETE_BATCH: usize = 16_384;
+        let mut keys = Vec::with_capacity(DELETE_BATCH);
+        let mut failed = None;
+        let r = store.scan(&sp.id, Some(&sp.store_end()), &mut |k, _| {
+            keys.push(k.to_vec());
+            if keys.len() >= DELETE_BATCH
+                && let Err(e) = store.write(vec![], std::mem::take(&mut keys))
+            {
+                failed.get_or_insert(e);
+            }
+        });
+        let r = r
+            .and_then(|_| store.write(vec![], keys))
+            .and_then(|_| failed.map_or(Ok(()), Err));
         store.add_bytes(-(sp.bytes as i64));
         if let Err(e) = r {
             // garbage on disk only: the directory is wiped at the next start
@@ -882,10 +946,32 @@ impl StateTable {
         self.cache.get_mut(key).map(|v| v.touched())
     }
 
-    /// Every entry of a table that never spills (a view's contents, read by other threads
-    /// under a lock), without marking anything read.
+    /// The spill-store key prefix of the table's spilled entries (each is stored under it
+    /// ++ its key), if it has spilled any.
+    pub fn spilled_prefix(&self) -> Option<Vec<u8>> {
+        self.spill
+            .as_ref()
+            .filter(|s| s.keys > 0)
+            .map(|s| s.id.to_vec())
+    }
+
+    /// Visit every spilled entry (read from the spill store, left there).
+    pub fn visit_spilled(&self, visit: &mut dyn FnMut(&[u8], &[u8])) -> Result<()> {
+        let (Some(sp), Some(store)) = (self.spill.as_ref(), crate::state::spill::store()) else {
+            return Ok(());
+        };
+        if sp.keys == 0 {
+            return Ok(());
+        }
+        store.scan(&sp.id, Some(&sp.store_end()), &mut |k, v| {
+            visit(k.get(8..).unwrap_or_default(), v)
+        })
+    }
+
+    /// The entries in memory, without marking anything read (a view's contents are read
+    /// this way by other threads under the publication lock; what has spilled is read with
+    /// [`spilled_prefix`](Self::spilled_prefix)).
     pub fn iter_resident(&self) -> Vec<(&[u8], &[u8])> {
-        debug_assert_eq!(self.spilled_keys(), 0, "a resident table spilled");
         match &self.cache {
             Cache::Ordered(m) => m.iter().map(|(k, v)| (k.as_ref(), v.as_slice())).collect(),
             Cache::Hashed(m) => m.iter().map(|(k, v)| (k.as_ref(), v.as_slice())).collect(),
@@ -1147,7 +1233,12 @@ impl StateTable {
     pub fn rewrite_all(&mut self) {
         self.tracking = false;
         self.log = Log::new();
-        self.stored = Stored::default();
+        // the generation counter goes on: chunks of an unnamed newer base may be in the
+        // store (written for a checkpoint that was lost)
+        self.stored = Stored {
+            base: self.stored.base,
+            ..Stored::default()
+        };
     }
 
     /// Write what changed since the last flush into `batch`, under `store_prefix`, and
@@ -1156,7 +1247,17 @@ impl StateTable {
     /// [`rewrite_all`](Self::rewrite_all), or once the deltas since the last base outweigh
     /// the table), which deletes the older blobs in the same batch. Few large values, not
     /// one store key per entry: writing and reading a checkpoint stays sequential.
-    pub fn flush(&mut self, store_prefix: &[u8], batch: &mut WriteBatch) -> FlushStats {
+    ///
+    /// A new base of a large table (see [`DIRECT_BASE_BYTES`]) is written to `direct` a
+    /// chunk at a time, in commits of its own (not synced: the checkpoint's commit syncs
+    /// the journal they are in), so a checkpoint holds one chunk of it in memory; the
+    /// checkpoint's batch then names its generation (see [`MARK_TAG`]).
+    pub fn flush(
+        &mut self,
+        store_prefix: &[u8],
+        batch: &mut WriteBatch,
+        direct: Option<&dyn Store>,
+    ) -> FlushStats {
         self.check_invariants();
         let mut stats = FlushStats::default();
         // deltas may add up to the table's size (in memory and spilled) before they are
@@ -1173,13 +1274,24 @@ impl StateTable {
             self.stored.delta_bytes = 0;
             self.stored.base += 1;
             let base = self.stored.base;
-            let mut chunks: Vec<Vec<u8>> = Vec::new();
+            let mut out = BaseWriter {
+                prefix: store_prefix,
+                base,
+                chunks: 0,
+                direct: direct.filter(|_| size >= DIRECT_BASE_BYTES),
+                failed: None,
+            };
+            let chunk_bytes = match out.direct {
+                Some(_) => DIRECT_BLOB_BYTES,
+                None => BLOB_BYTES,
+            };
             let mut blob = BlobWriter::new();
             for (k, v) in self.cache.entries() {
                 blob.put(k, v);
                 stats.keys += 1;
-                if blob.len() >= BLOB_BYTES {
-                    chunks.push(std::mem::replace(&mut blob, BlobWriter::new()).finish());
+                if blob.len() >= chunk_bytes {
+                    let full = std::mem::replace(&mut blob, BlobWriter::new()).finish();
+                    out.emit(full, &mut stats, &mut self.stored.blobs, batch);
                 }
             }
             // spilled entries are written from the spill store, one at a time
@@ -1187,29 +1299,29 @@ impl StateTable {
                 self.spill.as_deref().filter(|s| s.keys > 0),
                 crate::state::spill::store(),
             ) {
+                let blobs = &mut self.stored.blobs;
                 let r = store.scan(&sp.id, Some(&sp.store_end()), &mut |k, v| {
                     blob.put(k.get(8..).unwrap_or_default(), v);
                     stats.keys += 1;
-                    if blob.len() >= BLOB_BYTES {
-                        chunks.push(std::mem::replace(&mut blob, BlobWriter::new()).finish());
+                    if blob.len() >= chunk_bytes {
+                        let full = std::mem::replace(&mut blob, BlobWriter::new()).finish();
+                        out.emit(full, &mut stats, blobs, batch);
                     }
                 });
                 if let Err(e) = r {
-                    let msg = format!("cannot read spilled entries for a checkpoint: {e}");
-                    self.fail(msg);
+                    out.failed.get_or_insert(format!(
+                        "cannot read spilled entries for a checkpoint: {e}"
+                    ));
                 }
             }
-            if blob.entries > 0 || chunks.is_empty() {
-                chunks.push(blob.finish());
+            if blob.entries > 0 || out.chunks == 0 {
+                out.emit(blob.finish(), &mut stats, &mut self.stored.blobs, batch);
             }
-            for (i, v) in chunks.into_iter().enumerate() {
-                let mut k = store_prefix.to_vec();
-                k.push(BASE_TAG);
-                k.extend_from_slice(&base.to_be_bytes());
-                k.extend_from_slice(&(i as u32).to_be_bytes());
-                stats.bytes += k.len() + v.len();
-                self.stored.blobs.push(k.clone());
-                batch.put(k, v);
+            let mut mark = store_prefix.to_vec();
+            mark.push(MARK_TAG);
+            batch.put(mark, base.to_be_bytes().to_vec());
+            if let Some(msg) = out.failed {
+                self.fail(msg);
             }
             return stats;
         }
@@ -1245,8 +1357,19 @@ impl StateTable {
         self.stored = Stored::default();
         let name = self.decl.name;
         let budget = crate::state::spill::cache_budget();
+        // the base generation a checkpoint named (None: a checkpoint written before marks,
+        // with one generation only)
+        let mut marked: Option<u64> = None;
+        let mut named_found = false;
         store.scan_prefix(store_prefix, &mut |k, v| {
             let rest = &k[store_prefix.len()..];
+            if rest == [MARK_TAG] {
+                let id: [u8; 8] = v.try_into().map_err(|_| {
+                    WeirError::internal(format!("state table \"{name}\": corrupt base mark"))
+                })?;
+                marked = Some(u64::from_be_bytes(id));
+                return Ok(());
+            }
             let (tag, id) = match rest.split_first() {
                 Some((t, id)) if id.len() >= 8 => (
                     *t,
@@ -1260,7 +1383,16 @@ impl StateTable {
                 }
             };
             match tag {
-                BASE_TAG => self.stored.base = self.stored.base.max(id),
+                BASE_TAG => {
+                    self.stored.base = self.stored.base.max(id);
+                    if marked.is_some_and(|m| m != id) {
+                        // chunks of a base no checkpoint named (a crash while it was being
+                        // written): deleted with the next base, never read
+                        self.stored.blobs.push(k.to_vec());
+                        return Ok(());
+                    }
+                    named_found = true;
+                }
                 DELTA_TAG => {
                     self.stored.next_delta = self.stored.next_delta.max(id);
                     self.stored.delta_bytes += v.len();
@@ -1297,6 +1429,16 @@ impl StateTable {
         self.tracking = true;
         if let Some(e) = self.take_error() {
             return Err(WeirError::internal(e));
+        }
+        if let Some(m) = marked
+            && !named_found
+        {
+            return Err(WeirError::new(
+                crate::error::sqlstate::DATA_CORRUPTED,
+                format!(
+                    "state table \"{name}\": the base its checkpoint names (generation {m}) is missing"
+                ),
+            ));
         }
         Ok(())
     }
@@ -1414,7 +1556,6 @@ fn hex(b: &[u8]) -> String {
 mod tests {
     use super::*;
     use crate::state::fjall_store::FjallStore;
-    use crate::state::store::Durability;
 
     fn table() -> StateTable {
         StateTable::new(TableDecl {
@@ -1490,6 +1631,64 @@ mod tests {
         }
     }
 
+    /// A large table's new base goes to the store chunk by chunk (the checkpoint's batch
+    /// holds only the generation mark); a crash before the checkpoint's commit leaves
+    /// chunks no mark names, which a load skips and the next base deletes.
+    #[test]
+    fn a_large_base_is_written_in_chunks_before_the_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FjallStore::open(dir.path()).unwrap();
+        let mut t = table();
+        let value = vec![7u8; 1000];
+        let n = DIRECT_BASE_BYTES / 1000 + 100;
+        for i in 0..n as u64 {
+            t.put(&i64_key(i as i64), &value);
+        }
+        let mut batch = WriteBatch::default();
+        let stats = t.flush(b"p/", &mut batch, Some(&store));
+        assert_eq!(stats.keys, n);
+        let batch_bytes: usize = batch
+            .ops
+            .iter()
+            .map(|(k, v)| k.len() + v.as_ref().map_or(0, |v| v.len()))
+            .sum();
+        assert!(
+            batch_bytes < 1024,
+            "the base went into the batch: {batch_bytes} bytes"
+        );
+        store.commit(batch, Durability::Sync).unwrap();
+        let (_, got) = loaded(&store);
+        assert_eq!(got.len(), n);
+        // a second base whose checkpoint never commits: its chunks are in the store
+        t.put(&i64_key(-1), b"new");
+        t.rewrite_all();
+        let mut lost = WriteBatch::default();
+        t.flush(b"p/", &mut lost, Some(&store));
+        drop(lost);
+        let mut back = table();
+        back.load(&store, b"p/").unwrap();
+        assert_eq!(back.len(), n, "the unnamed generation is skipped");
+        assert!(back.get(&i64_key(-1)).is_none());
+        // the next base (from the loaded table, once its changes outweigh it) deletes the
+        // stale chunks too
+        let newer = vec![8u8; 1000];
+        for i in 0..n as u64 {
+            back.put(&i64_key(i as i64), &newer);
+        }
+        let mut batch = WriteBatch::default();
+        back.flush(b"p/", &mut batch, Some(&store));
+        store.commit(batch, Durability::Sync).unwrap();
+        let gens: std::collections::BTreeSet<Vec<u8>> =
+            crate::state::store::keys_with_prefix(&store, b"p/b")
+                .unwrap()
+                .into_iter()
+                .map(|k| k[3..11].to_vec())
+                .collect();
+        assert_eq!(gens.len(), 1, "one generation left");
+        let (_, got) = loaded(&store);
+        assert_eq!(got.len(), n);
+    }
+
     #[test]
     fn flush_writes_exactly_the_changed_keys_and_load_reads_them_back() {
         let dir = tempfile::tempdir().unwrap();
@@ -1499,7 +1698,7 @@ mod tests {
         t.put(b"k2", b"two");
         t.put(b"k3", b"three");
         let mut batch = WriteBatch::default();
-        let stats = t.flush(b"p/", &mut batch);
+        let stats = t.flush(b"p/", &mut batch, None);
         assert_eq!(stats.keys, 3);
         store.commit(batch, Durability::Sync).unwrap();
         assert_eq!(t.dirty_keys(), 0);
@@ -1511,7 +1710,7 @@ mod tests {
         t.delete(b"k2");
         t.put(b"k3", b"three");
         let mut batch = WriteBatch::default();
-        assert_eq!(t.flush(b"p/", &mut batch).keys, 3);
+        assert_eq!(t.flush(b"p/", &mut batch, None).keys, 3);
         store.commit(batch, Durability::Sync).unwrap();
 
         // a range delete frees a window in one call and is flushed as deletes
@@ -1520,7 +1719,7 @@ mod tests {
         t.put(b"w/2/a", b"x");
         assert_eq!(t.delete_prefix(b"w/1/"), 2);
         let mut batch = WriteBatch::default();
-        t.flush(b"p/", &mut batch);
+        t.flush(b"p/", &mut batch, None);
         store.commit(batch, Durability::Sync).unwrap();
 
         let (back, got) = loaded(&store);
@@ -1548,7 +1747,7 @@ mod tests {
             t.put(&key(i), &[1u8; 1000]);
         }
         let mut batch = WriteBatch::default();
-        t.flush(b"p/", &mut batch);
+        t.flush(b"p/", &mut batch, None);
         store.commit(batch, Durability::Sync).unwrap();
         // 9,000 changes of about 300 bytes: a log of several chunks (the table, 20 MB,
         // outweighs it: no new base)
@@ -1559,7 +1758,7 @@ mod tests {
             t.delete(&key(i));
         }
         let mut batch = WriteBatch::default();
-        let stats = t.flush(b"p/", &mut batch);
+        let stats = t.flush(b"p/", &mut batch, None);
         assert_eq!(stats.keys, 9_100);
         assert!(stats.bytes > 2 * LOG_CHUNK, "{stats:?}");
         store.commit(batch, Durability::Sync).unwrap();
@@ -1582,7 +1781,9 @@ mod tests {
             let mut k = Vec::new();
             store
                 .scan_prefix(b"p/", &mut |key, _| {
-                    k.push(key[2]);
+                    if key[2] != MARK_TAG {
+                        k.push(key[2]);
+                    }
                     Ok(())
                 })
                 .unwrap();
@@ -1592,7 +1793,7 @@ mod tests {
         t.put(b"small", b"1");
         let flush = |t: &mut StateTable| {
             let mut batch = WriteBatch::default();
-            t.flush(b"p/", &mut batch);
+            t.flush(b"p/", &mut batch, None);
             store.commit(batch, Durability::Sync).unwrap();
         };
         flush(&mut t);
@@ -1621,7 +1822,7 @@ mod tests {
             }
             back.delete(b"small");
             let mut batch = WriteBatch::default();
-            back.flush(b"p/", &mut batch);
+            back.flush(b"p/", &mut batch, None);
             store.commit(batch, Durability::Sync).unwrap();
         }
         let tags = blobs(&store);
@@ -1643,7 +1844,9 @@ mod tests {
         let mut victim = None;
         store
             .scan_prefix(b"p/", &mut |k, v| {
-                victim.get_or_insert_with(|| (k.to_vec(), v.to_vec()));
+                if k[2] != MARK_TAG {
+                    victim.get_or_insert_with(|| (k.to_vec(), v.to_vec()));
+                }
                 Ok(())
             })
             .unwrap();
@@ -1689,7 +1892,6 @@ mod tests {
 mod spill_tests {
     use super::*;
     use crate::state::fjall_store::FjallStore;
-    use crate::state::store::Durability;
     use rand::rngs::SmallRng;
     use rand::{Rng, SeedableRng};
 
@@ -1802,7 +2004,7 @@ mod spill_tests {
                 85..88 => {
                     // a checkpoint, then a restore from it into a fresh table
                     let mut batch = WriteBatch::default();
-                    t.flush(b"p/", &mut batch);
+                    t.flush(b"p/", &mut batch, None);
                     store.commit(batch, Durability::Buffered).unwrap();
                     if rng.random_bool(0.3) {
                         t = StateTable::new(decl(ordered));

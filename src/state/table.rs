@@ -44,15 +44,13 @@ use crate::dataflow::watermark::WatermarkSpec;
 use crate::error::{Result, WeirError, sqlstate};
 use crate::sql::types::SqlType;
 use crate::state::codec::{decode_batches, encode_batch};
+use crate::state::rows::{BatchSource, RowBatcher};
 use crate::state::store::{
     Cursor, Durability, ReadView, Store, WriteBatch, keys_with_prefix, purge_prefix,
 };
 
 /// Trim the log of a keyed or multiset table once this many entries accumulated.
 pub const COMPACT_AFTER_ENTRIES: u64 = 512;
-/// Rows per batch a scan hands out (fewer when they would pass [`SCAN_BATCH_BYTES`]).
-const SCAN_BATCH_ROWS: usize = 8192;
-const SCAN_BATCH_BYTES: usize = 4 << 20;
 /// The meta record's layout version (`T{oid}N`).
 const META_VERSION: u8 = 2;
 
@@ -1410,7 +1408,7 @@ pub struct TableScan {
 }
 
 impl TableScan {
-    /// The rows, in batches of at most [`SCAN_BATCH_ROWS`] rows (append-only tables: the
+    /// The rows, in batches of at most [`crate::state::rows::BATCH_ROWS`] rows (append-only tables: the
     /// batches as they were inserted, in arrival order).
     pub fn batches(&self) -> TableBatches {
         let t = &self.table;
@@ -1425,17 +1423,31 @@ impl TableScan {
             in_log: false,
             cursor,
             ready: VecDeque::new(),
-            carry: None,
+            rows: RowBatcher::new(),
             done: false,
         }
     }
 
-    pub fn schema(&self) -> SchemaRef {
+    pub fn table(&self) -> &Arc<TableStore> {
+        &self.table
+    }
+}
+
+impl BatchSource for TableScan {
+    fn name(&self) -> &str {
+        &self.table.name
+    }
+
+    fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    fn schema(&self) -> SchemaRef {
         self.table.schema()
     }
 
-    pub fn table(&self) -> &Arc<TableStore> {
-        &self.table
+    fn batches(self: Arc<Self>) -> Box<dyn Iterator<Item = Result<RecordBatch>> + Send> {
+        Box::new(TableScan::batches(&self))
     }
 }
 
@@ -1449,8 +1461,9 @@ pub struct TableBatches {
     cursor: Box<dyn Cursor>,
     /// Decoded batches not handed out yet (an append-only log entry may hold several).
     ready: VecDeque<RecordBatch>,
-    /// Multiset: a row and how many more copies of it are due.
-    carry: Option<(Vec<u8>, i64)>,
+    /// Keyed and multiset tables: the rows of the next batch.
+    rows: RowBatcher,
+    /// The cursor is at its end.
     done: bool,
 }
 
@@ -1462,6 +1475,9 @@ impl TableBatches {
         loop {
             if let Some(b) = self.ready.pop_front() {
                 return Ok(Some(b));
+            }
+            if self.done {
+                return Ok(None);
             }
             let (base, in_log) = (self.base, self.in_log);
             let view = self.view.clone();
@@ -1480,10 +1496,11 @@ impl TableBatches {
             }
             if !more {
                 if in_log {
-                    return Ok(self.ready.pop_front());
+                    self.done = true;
+                } else {
+                    self.in_log = true;
+                    self.cursor = self.view.cursor(&lp);
                 }
-                self.in_log = true;
-                self.cursor = self.view.cursor(&lp);
             }
         }
     }
@@ -1493,54 +1510,19 @@ impl TableBatches {
     fn next_stored(&mut self) -> Result<Option<RecordBatch>> {
         let t = self.table.clone();
         let keyed = t.key_conv.is_some();
-        // the rows' bytes back to back, and each row's range (a repeated row is one range
-        // listed several times)
-        let mut buf: Vec<u8> = Vec::new();
-        let mut ranges: Vec<(usize, usize)> = Vec::new();
-        let push = |buf: &mut Vec<u8>, ranges: &mut Vec<(usize, usize)>, row: &[u8], n: i64| {
-            let start = buf.len();
-            buf.extend_from_slice(row);
-            let room = SCAN_BATCH_ROWS - ranges.len();
-            let take = (n.max(0) as usize).min(room);
-            ranges.extend(std::iter::repeat_n((start, buf.len()), take));
-            n - take as i64
-        };
-        if let Some((row, n)) = self.carry.take() {
-            let left = push(&mut buf, &mut ranges, &row, n);
-            if left > 0 {
-                self.carry = Some((row, left));
-            }
-        }
-        while self.carry.is_none() && ranges.len() < SCAN_BATCH_ROWS && buf.len() < SCAN_BATCH_BYTES
-        {
-            let prefix_len = t.rows_prefix.len();
-            let mut carry = None;
+        let prefix_len = t.rows_prefix.len();
+        while !self.done && !self.rows.full() {
+            let rows = &mut self.rows;
             let more = self.cursor.next(&mut |k, v| {
-                if keyed {
-                    push(&mut buf, &mut ranges, v, 1);
-                } else {
-                    let row = &k[prefix_len..];
-                    let left = push(&mut buf, &mut ranges, row, read_count(v)?);
-                    if left > 0 {
-                        carry = Some((row.to_vec(), left));
-                    }
+                match keyed {
+                    true => rows.push(v, 1),
+                    false => rows.push(&k[prefix_len..], read_count(v)?),
                 }
                 Ok(())
             })?;
-            self.carry = carry;
-            if !more {
-                self.done = true;
-                break;
-            }
+            self.done = !more;
         }
-        if ranges.is_empty() {
-            return Ok(None);
-        }
-        let parser = t.row_conv.parser();
-        let cols = t
-            .row_conv
-            .convert_rows(ranges.iter().map(|&(a, b)| parser.parse(&buf[a..b])))?;
-        Ok(Some(RecordBatch::try_new(t.schema.clone(), cols)?))
+        self.rows.take(&t.row_conv, &t.schema)
     }
 }
 
@@ -1548,22 +1530,16 @@ impl Iterator for TableBatches {
     type Item = Result<RecordBatch>;
 
     fn next(&mut self) -> Option<Result<RecordBatch>> {
-        if self.done && self.carry.is_none() && self.ready.is_empty() {
-            return None;
-        }
         let next = match self.table.kind {
             TableKind::AppendOnly => self.next_appended(),
             _ => self.next_stored(),
         };
         match next {
-            Ok(Some(b)) => Some(Ok(b)),
-            Ok(None) => {
-                self.done = true;
-                None
-            }
+            Ok(b) => b.map(Ok),
             Err(e) => {
+                // nothing after an error
                 self.done = true;
-                self.carry = None;
+                self.rows = RowBatcher::new();
                 self.ready.clear();
                 Some(Err(e))
             }
@@ -1575,6 +1551,7 @@ impl Iterator for TableBatches {
 mod tests {
     use super::*;
     use crate::state::fjall_store::FjallStore;
+    use crate::state::rows::BATCH_ROWS;
     use datafusion::arrow::array::{Int64Array, StringArray};
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
 
@@ -1804,7 +1781,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn Store> = Arc::new(FjallStore::open(dir.path()).unwrap());
         let t = open(&store, TableKind::Multiset);
-        let n = SCAN_BATCH_ROWS + 100;
+        let n = BATCH_ROWS + 100;
         let keys = vec![7i64; n];
         let vals = vec!["x"; n];
         t.apply(Change::Insert(vec![
@@ -1817,7 +1794,7 @@ mod tests {
         let scan = t.scan().unwrap();
         let sizes: Vec<usize> = scan.batches().map(|b| b.unwrap().num_rows()).collect();
         assert_eq!(sizes.iter().sum::<usize>(), n);
-        assert!(sizes.iter().all(|s| *s <= SCAN_BATCH_ROWS), "{sizes:?}");
+        assert!(sizes.iter().all(|s| *s <= BATCH_ROWS), "{sizes:?}");
         assert_eq!(scan.rows as usize, n);
         let c = contents(&t);
         assert_eq!(c.first(), Some(&(1, "a".to_owned())));

@@ -3,13 +3,17 @@
 //! zero disappear. Materialized views and key-less tables keep their contents this way.
 //!
 //! The rows live in a [`StateTable`] (key: the row, value: its multiplicity), so a view's
-//! contents are checkpointed and reloaded like any operator state (a hashed table: point
-//! access only).
+//! contents are checkpointed, reloaded and spilled under the memory limit like any
+//! operator state (a hashed table: point access only). A reader on another thread takes a
+//! [`ZSetRead`] (the rows in memory as batches, plus a read view of the spilled ones) and
+//! streams it.
 //!
 //! Invariant: in a consistent relation every multiplicity is positive. A negative one means
 //! a retraction arrived for a row that was never inserted, i.e. an engine bug; it is kept
 //! (so the sum stays right if the matching insertion comes later), counted in
 //! [`ZSet::negative_rows`], and never shown by [`ZSet::to_batches`].
+
+use std::sync::Arc;
 
 use datafusion::arrow::array::Int64Array;
 use datafusion::arrow::datatypes::SchemaRef;
@@ -19,7 +23,9 @@ use datafusion::arrow::row::{RowConverter, SortField};
 use crate::dataflow::changelog::Changelog;
 use crate::error::Result;
 use crate::operators::FastMap;
+use crate::state::rows::{BatchSource, RowBatcher};
 use crate::state::state_table::{StateTable, TableDecl};
+use crate::state::store::{Cursor, ReadView};
 
 /// The state table of a Z-set.
 pub const ZSET_TABLE: TableDecl = TableDecl {
@@ -30,9 +36,6 @@ pub const ZSET_TABLE: TableDecl = TableDecl {
 };
 
 pub use crate::state::state_table::count_of;
-
-/// Rows per batch handed out by snapshots.
-pub const BATCH_ROWS: usize = 8192;
 
 pub struct ZSet {
     schema: SchemaRef,
@@ -47,13 +50,7 @@ pub struct ZSet {
 
 impl ZSet {
     pub fn new(schema: SchemaRef) -> Result<ZSet> {
-        let conv = RowConverter::new(
-            schema
-                .fields()
-                .iter()
-                .map(|f| SortField::new(f.data_type().clone()))
-                .collect(),
-        )?;
+        let conv = row_converter(&schema)?;
         Ok(ZSet {
             schema,
             conv,
@@ -95,27 +92,43 @@ impl ZSet {
         self.negative
     }
 
-    /// The state table holding the rows (for checkpoints and recovery).
-    /// Bytes of the contents' keys and counts.
+    /// Bytes of the contents' keys and counts in memory.
     pub fn bytes(&self) -> usize {
         self.rows.bytes()
     }
 
+    /// Bytes of the contents' keys and counts spilled.
+    pub fn spilled_bytes(&self) -> usize {
+        self.rows.spilled_bytes()
+    }
+
+    /// What the contents take in memory, as the state-cache budget counts it.
+    pub fn footprint(&self) -> usize {
+        self.rows.footprint()
+    }
+
+    /// The state table holding the rows (for checkpoints, recovery and spilling).
     pub fn state_table(&mut self) -> &mut StateTable {
         &mut self.rows
     }
 
-    /// After the state table was loaded: recompute the totals from it.
-    pub fn recount(&mut self) {
+    /// After the state table was loaded: recompute the totals from it (the entries in
+    /// memory and those that spilled while it loaded).
+    pub fn recount(&mut self) -> Result<()> {
         let mut total = 0i64;
         let mut negative = 0usize;
-        for (_, v) in self.rows.iter_resident() {
+        let mut count = |v: &[u8]| {
             let c = count_of(v);
             total += c.max(0);
             negative += usize::from(c < 0);
+        };
+        for (_, v) in self.rows.iter_resident() {
+            count(v);
         }
+        self.rows.visit_spilled(&mut |_, v| count(v))?;
         self.total = total;
         self.negative = negative;
+        Ok(())
     }
 
     pub fn apply(&mut self, cl: &Changelog) -> Result<()> {
@@ -148,50 +161,175 @@ impl ZSet {
         Ok(())
     }
 
-    /// The rows, each repeated by its multiplicity.
-    pub fn to_batches(&self) -> Result<Vec<RecordBatch>> {
-        let parser = self.conv.parser();
+    /// The rows held in memory as batches, each repeated by its multiplicity (all of them
+    /// unless the contents spilled).
+    pub fn resident_batches(&self) -> Result<Vec<RecordBatch>> {
+        let mut b = RowBatcher::new();
         let mut out = Vec::new();
-        let mut chunk: Vec<&[u8]> = Vec::with_capacity(BATCH_ROWS.min(self.len()));
         for (row, count) in self.rows.iter_resident() {
-            for _ in 0..count_of(count).max(0) {
-                chunk.push(row);
-                if chunk.len() == BATCH_ROWS {
-                    out.push(self.batch_of(&parser, &chunk)?);
-                    chunk.clear();
-                }
+            b.push(row, count_of(count));
+            while b.full() {
+                out.extend(b.take(&self.conv, &self.schema)?);
             }
         }
-        if !chunk.is_empty() {
-            out.push(self.batch_of(&parser, &chunk)?);
-        }
+        out.extend(b.take(&self.conv, &self.schema)?);
         Ok(out)
     }
 
-    /// The distinct rows with their multiplicities as weights.
+    /// The distinct rows held in memory with their multiplicities as weights (a Z-set
+    /// that never spills: an epoch's changes consolidated).
     pub fn to_changelogs(&self) -> Result<Vec<Changelog>> {
         let parser = self.conv.parser();
         let entries: Vec<(&[u8], &[u8])> = self.rows.iter_resident();
         let mut out = Vec::new();
-        for chunk in entries.chunks(BATCH_ROWS) {
-            let rows: Vec<&[u8]> = chunk.iter().map(|(r, _)| *r).collect();
-            let batch = self.batch_of(&parser, &rows)?;
+        for chunk in entries.chunks(crate::state::rows::BATCH_ROWS) {
+            let cols = self
+                .conv
+                .convert_rows(chunk.iter().map(|(r, _)| parser.parse(r)))?;
+            let batch = RecordBatch::try_new(self.schema.clone(), cols)?;
             let weights = Int64Array::from_iter_values(chunk.iter().map(|(_, c)| count_of(c)));
             out.push(Changelog::new(batch, weights));
         }
         Ok(out)
     }
 
-    fn batch_of(
-        &self,
-        parser: &datafusion::arrow::row::RowParser,
-        rows: &[&[u8]],
-    ) -> Result<RecordBatch> {
-        let cols = self
-            .conv
-            .convert_rows(rows.iter().map(|r| parser.parse(r)))?;
-        Ok(RecordBatch::try_new(self.schema.clone(), cols)?)
+    /// Whether some rows are spilled (not in memory).
+    pub fn spilled(&self) -> bool {
+        self.rows.spilled_prefix().is_some()
     }
+
+    /// A read of the contents as they are now, for a reader on another thread: the rows in
+    /// memory as batches (`resident`: built by the caller, or cached by it when nothing
+    /// spilled), and a read view of the spill store for the rest. Take it with the Z-set
+    /// still (under the lock that guards it): later changes, evictions and reads-back change
+    /// neither half.
+    pub fn read(&self, name: &str, resident: Arc<Vec<RecordBatch>>) -> Result<ZSetRead> {
+        let spilled = match (self.rows.spilled_prefix(), crate::state::spill::store()) {
+            (Some(prefix), Some(store)) => Some((Arc::from(store.read_view()), prefix)),
+            _ => None,
+        };
+        Ok(ZSetRead {
+            name: name.to_owned(),
+            schema: self.schema.clone(),
+            resident,
+            spilled,
+            rows: self.len() as u64,
+        })
+    }
+}
+
+/// A read of a Z-set at one moment (see [`ZSet::read`]): streamed a batch at a time, the
+/// rows in memory first, then the spilled ones from the spill store's read view.
+pub struct ZSetRead {
+    name: String,
+    schema: SchemaRef,
+    resident: Arc<Vec<RecordBatch>>,
+    /// The spill store as of the read, and the prefix of the Z-set's entries in it.
+    spilled: Option<(Arc<dyn ReadView>, Vec<u8>)>,
+    rows: u64,
+}
+
+impl ZSetRead {
+    /// An empty read (a view with no rows, or a failed one's stand-in).
+    pub fn empty(name: &str, schema: SchemaRef) -> ZSetRead {
+        ZSetRead {
+            name: name.to_owned(),
+            schema,
+            resident: Arc::new(Vec::new()),
+            spilled: None,
+            rows: 0,
+        }
+    }
+
+    /// All rows in one list of batches (callers that need them whole: a sink reconciling
+    /// its topic).
+    pub fn collect(self: &Arc<Self>) -> Result<Vec<RecordBatch>> {
+        self.clone().batches().collect()
+    }
+}
+
+impl BatchSource for ZSetRead {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn batches(self: Arc<Self>) -> Box<dyn Iterator<Item = Result<RecordBatch>> + Send> {
+        let resident: Vec<RecordBatch> = self.resident.iter().cloned().collect();
+        let spilled = self.spilled.as_ref().map(|(view, prefix)| SpilledRows {
+            cursor: view.cursor(prefix),
+            prefix_len: prefix.len(),
+            conv: row_converter(&self.schema),
+            schema: self.schema.clone(),
+            rows: RowBatcher::new(),
+            done: false,
+        });
+        Box::new(
+            resident
+                .into_iter()
+                .map(Ok)
+                .chain(spilled.into_iter().flatten()),
+        )
+    }
+}
+
+/// The spilled rows of a Z-set read, a batch at a time.
+struct SpilledRows {
+    cursor: Box<dyn Cursor>,
+    prefix_len: usize,
+    conv: Result<RowConverter>,
+    schema: SchemaRef,
+    rows: RowBatcher,
+    done: bool,
+}
+
+impl Iterator for SpilledRows {
+    type Item = Result<RecordBatch>;
+
+    fn next(&mut self) -> Option<Result<RecordBatch>> {
+        let conv = match &self.conv {
+            Ok(c) => c,
+            Err(e) => {
+                if self.done {
+                    return None;
+                }
+                self.done = true;
+                return Some(Err(e.clone()));
+            }
+        };
+        while !self.done && !self.rows.full() {
+            let (rows, n) = (&mut self.rows, self.prefix_len);
+            match self.cursor.next(&mut |k, v| {
+                rows.push(&k[n..], count_of(v));
+                Ok(())
+            }) {
+                Ok(more) => self.done = !more,
+                Err(e) => {
+                    self.done = true;
+                    self.rows = RowBatcher::new();
+                    return Some(Err(e));
+                }
+            }
+        }
+        self.rows.take(conv, &self.schema).transpose()
+    }
+}
+
+fn row_converter(schema: &SchemaRef) -> Result<RowConverter> {
+    Ok(RowConverter::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect(),
+    )?)
 }
 
 #[cfg(test)]
@@ -206,7 +344,7 @@ mod tests {
             .unwrap();
         z.apply(&changelog("k:i64 v:str", "- 1 a / - 2 b / + 3 c"))
             .unwrap();
-        assert_eq!(rows_of(&z.to_batches().unwrap()), vec!["1 a", "3 c"]);
+        assert_eq!(rows_of(&z.resident_batches().unwrap()), vec!["1 a", "3 c"]);
         assert_eq!(z.len(), 2);
         assert_eq!(z.distinct_rows(), 2);
         z.apply(&changelog("k:i64 v:str", "- 1 a / - 3 c")).unwrap();

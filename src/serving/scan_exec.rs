@@ -1,9 +1,9 @@
-//! `TableScanExec`: DataFusion's leaf for a full read of a table. It streams the rows of a
-//! [`TableScan`] (a consistent read view of the store taken when the query was planned)
-//! from a blocking task into a channel of two batches, so a query over a table larger than
-//! memory holds a couple of batches, not the table, and the store's reads never block the
-//! async runtime. Its statistics give the exact row count (a bare `count(*)` is answered
-//! without reading rows).
+//! `ScanExec`: DataFusion's leaf for a full read of a table or a view. It streams the rows
+//! of a [`BatchSource`] (a table's store read view, or a view's contents at one epoch,
+//! taken when the query was planned) from a blocking task into a channel of two batches, so
+//! a query over a relation larger than memory holds a couple of batches, not the relation,
+//! and store reads never block the async runtime. Its statistics give the exact row count
+//! (a bare `count(*)` is answered without reading rows).
 
 use std::fmt;
 use std::sync::Arc;
@@ -24,10 +24,10 @@ use datafusion::physical_plan::{
     SendableRecordBatchStream,
 };
 
-use crate::state::table::TableScan;
+use crate::state::rows::BatchSource;
 
-pub struct TableScanExec {
-    scan: Arc<TableScan>,
+pub struct ScanExec {
+    scan: Arc<dyn BatchSource>,
     /// The table's schema as the query sees it (columns nullable).
     schema: SchemaRef,
     projection: Option<Vec<usize>>,
@@ -36,19 +36,19 @@ pub struct TableScanExec {
     properties: Arc<PlanProperties>,
 }
 
-impl fmt::Debug for TableScanExec {
+impl fmt::Debug for ScanExec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "TableScanExec({})", self.scan.table().name)
+        write!(f, "ScanExec({})", self.scan.name())
     }
 }
 
-impl TableScanExec {
+impl ScanExec {
     pub fn try_new(
-        scan: TableScan,
+        scan: Arc<dyn BatchSource>,
         schema: SchemaRef,
         projection: Option<&Vec<usize>>,
         limit: Option<usize>,
-    ) -> DfResult<TableScanExec> {
+    ) -> DfResult<ScanExec> {
         let projected = project_schema(&schema, projection)?;
         let properties = PlanProperties::new(
             EquivalenceProperties::new(projected.clone()),
@@ -56,8 +56,8 @@ impl TableScanExec {
             EmissionType::Incremental,
             Boundedness::Bounded,
         );
-        Ok(TableScanExec {
-            scan: Arc::new(scan),
+        Ok(ScanExec {
+            scan,
             schema,
             projection: projection.cloned(),
             projected,
@@ -67,25 +67,25 @@ impl TableScanExec {
     }
 
     fn rows(&self) -> usize {
-        let rows = self.scan.rows as usize;
+        let rows = self.scan.rows() as usize;
         self.limit.map_or(rows, |l| l.min(rows))
     }
 }
 
-impl DisplayAs for TableScanExec {
+impl DisplayAs for ScanExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         write!(
             f,
-            "TableScanExec: table={}, rows={}",
-            self.scan.table().name,
+            "ScanExec: relation={}, rows={}",
+            self.scan.name(),
             self.rows()
         )
     }
 }
 
-impl ExecutionPlan for TableScanExec {
+impl ExecutionPlan for ScanExec {
     fn name(&self) -> &'static str {
-        "TableScanExec"
+        "ScanExec"
     }
 
     fn properties(&self) -> &Arc<PlanProperties> {
@@ -118,7 +118,7 @@ impl ExecutionPlan for TableScanExec {
     ) -> DfResult<SendableRecordBatchStream> {
         if partition != 0 {
             return Err(DataFusionError::Internal(format!(
-                "TableScanExec has one partition, not {partition}"
+                "ScanExec has one partition, not {partition}"
             )));
         }
         let mut builder = RecordBatchReceiverStreamBuilder::new(self.projected.clone(), 2);
