@@ -74,6 +74,15 @@ pub trait Operator: Send {
     fn resident_bytes(&self) -> usize {
         0
     }
+    /// Move about `share` of that working memory into the operator's state tables (which
+    /// then spill it); returns the bytes freed as `resident_bytes` counts them.
+    fn evict_resident(&mut self, _share: f64) -> usize {
+        0
+    }
+    /// Whether [`evict_resident`](Self::evict_resident) can free the working memory.
+    fn resident_spills(&self) -> bool {
+        false
+    }
     /// The operator's state tables (declared when it is built): the framework flushes
     /// their dirty keys at a checkpoint and reloads them at recovery.
     fn state_tables(&mut self) -> Vec<&mut crate::state::state_table::StateTable> {

@@ -46,18 +46,23 @@ async fn at_the_memory_limit_sources_pause_and_inserts_wait() {
         .await,
         vec![vec!["0", "t"]]
     );
-    // a view whose state grows with every row of an endless generator
+    // a view whose state grows with every row of an endless generator, in groups that
+    // cannot spill: a windowed aggregate's (its window, 1,000 days of 1 ms rows, never
+    // closes here)
     c.batch_execute(
         "CREATE TABLE notes (n INT); \
-         CREATE SOURCE ids (id BIGINT, pad VARCHAR) WITH (connector = 'datagen', \
+         CREATE SOURCE ids (id BIGINT, pad VARCHAR, ts TIMESTAMP, \
+           WATERMARK FOR ts AS ts - INTERVAL '1 second') WITH (connector = 'datagen', \
            fields.id.kind = 'sequence', fields.pad.length = '40'); \
-         CREATE MATERIALIZED VIEW per_id AS SELECT id, max(pad) AS pad, count(*) AS n FROM ids GROUP BY id",
+         CREATE MATERIALIZED VIEW per_id AS SELECT window_start, window_end, id, max(pad) AS pad, \
+           count(*) AS n FROM TUMBLE(ids, ts, INTERVAL '1000 days') \
+           GROUP BY window_start, window_end, id",
     )
     .await
     .unwrap();
-    // paused for good: spilling the view's state tables first brings memory under the limit
-    // a few times, but its groups and contents cannot spill and keep growing; wait until
-    // the source has stayed paused for 2 s
+    // paused for good: spilling the view's state tables and contents first brings memory
+    // under the limit a few times, but its groups cannot spill and keep growing; wait
+    // until the source has stayed paused for 2 s
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut paused_since: Option<Instant> = None;
     loop {
@@ -95,8 +100,11 @@ async fn at_the_memory_limit_sources_pause_and_inserts_wait() {
         "peak held {peak:.0} MiB (VmHWM {:.0} MiB) with a {limit_mib} MiB limit",
         peak_mib(server.pid().expect("pid"))
     );
+    // (measured 238-261 MiB held, debug build: batches in flight between the sampler's
+    // looks, the windowed aggregate's per-batch working memory, the spill store's buffers;
+    // 203 MiB when this view was a plain GROUP BY, whose groups now spill)
     assert!(
-        peak < limit_mib + 96.0,
+        peak < limit_mib + 128.0,
         "peak {peak} MiB over a {limit_mib} MiB limit"
     );
     // weir_memory says where it went: the view's state and contents

@@ -149,27 +149,29 @@ impl Graph {
             .collect()
     }
 
-    /// Bytes the operators hold in memory outside their state tables (it does not spill).
-    pub fn resident_bytes(&self) -> usize {
+    /// Bytes the operators hold in memory outside their state tables that cannot spill
+    /// (a windowed aggregate's groups).
+    pub fn unspillable_bytes(&self) -> usize {
         self.nodes
             .iter()
             .map(|n| match &n.kind {
-                NodeKind::Operator(op) => op.resident_bytes(),
+                NodeKind::Operator(op) if !op.resident_spills() => op.resident_bytes(),
                 _ => 0,
             })
             .sum()
     }
 
-    /// Estimated bytes the operators' state tables take in memory.
+    /// Estimated bytes the operators' state takes in memory: their state tables and their
+    /// working forms (`Operator::resident_bytes`).
     pub fn state_footprint(&mut self) -> usize {
         let mut n = 0;
         for node in self.nodes.iter_mut() {
             if let NodeKind::Operator(op) = &mut node.kind {
-                n += op
-                    .state_tables()
-                    .iter()
-                    .map(|t| t.footprint())
-                    .sum::<usize>();
+                n += op.resident_bytes()
+                    + op.state_tables()
+                        .iter()
+                        .map(|t| t.footprint())
+                        .sum::<usize>();
             }
         }
         n
@@ -181,6 +183,8 @@ impl Graph {
         let mut freed = 0;
         for node in self.nodes.iter_mut() {
             if let NodeKind::Operator(op) = &mut node.kind {
+                // working forms first (into the tables), then the tables spill
+                freed += op.evict_resident(share);
                 for t in op.state_tables() {
                     let target = (t.footprint() as f64 * share) as usize;
                     freed += t.evict(target);

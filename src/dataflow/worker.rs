@@ -283,17 +283,18 @@ impl Worker {
             self.state_budget = goal as u64;
         }
         // nothing (left) to spill: writers need not wait for memory nothing will free.
-        // Over the limit by what views hold and cannot spill (an aggregate's groups), they
+        // Over the limit by what views hold and cannot spill (a windowed aggregate's
+        // groups), they
         // go on up to a slack and then wait (a DROP or closing windows frees it); over it
         // by what is not views' at all (caches, buffers, the allocator), they go on.
         let limit = self.memory.limit().unwrap_or(u64::MAX);
         let floor = (limit / 100).max(1 << 20) as usize;
-        let spilled_all = over_memory && total <= floor;
         let unspillable: usize = self
             .graphs
             .values()
-            .map(|rt| rt.graph.resident_bytes())
+            .map(|rt| rt.graph.unspillable_bytes())
             .sum();
+        let spilled_all = over_memory && total.saturating_sub(unspillable) <= floor;
         self.memory
             .set_spilled_all(spilled_all, spilled_all && unspillable as u64 <= limit / 10);
         if total <= goal || total == 0 {

@@ -220,6 +220,14 @@ pub struct Aggregate {
     released: Vec<Box<[u8]>>,
     /// Bytes of the live groups' keys (for [`Operator::resident_bytes`]).
     key_bytes: usize,
+    /// Per group slot: read or written since the last eviction sweep (CLOCK).
+    touched: Vec<bool>,
+    /// Where the next eviction sweep starts.
+    hand: usize,
+    /// Some groups live only in `groups_table` (evicted, or not read back since a
+    /// restore): a group not in memory is looked up there before it is taken as new, and a
+    /// group deleted is deleted from the table at once.
+    groups_in_table: bool,
 }
 
 fn linear_kind(name: &str) -> Option<LinearKind> {
@@ -286,6 +294,9 @@ impl Aggregate {
             groups_table: StateTable::new(GROUPS),
             changed: Vec::new(),
             key_bytes: 0,
+            touched: Vec::new(),
+            hand: 0,
+            groups_in_table: false,
             is_changed: Vec::new(),
             released: Vec::new(),
         };
@@ -377,16 +388,34 @@ impl Aggregate {
 
     fn group_id(&mut self, key: &[u8]) -> u32 {
         if let Some(g) = self.groups.get(key) {
+            self.touched[*g as usize] = true;
             return *g;
         }
+        let g = self.new_slot(key);
+        if self.groups_in_table
+            && let Some(stored) = self.groups_table.get(key).map(|v| v.to_vec())
+        {
+            // a group evicted earlier: its state comes back from the table
+            if let Err(e) = self.decode_group(g as usize, &stored) {
+                tracing::error!(error = %e.message, "cannot read an evicted aggregate group back");
+                self.groups_table.delete(key);
+            }
+        }
+        g
+    }
+
+    /// A slot for a group not in memory: a free one or a new one, zeroed.
+    fn new_slot(&mut self, key: &[u8]) -> u32 {
         let g = match self.free.pop() {
             Some(g) => {
                 self.keys[g as usize] = key.into();
+                self.touched[g as usize] = true;
                 g
             }
             None => {
                 let g = self.keys.len() as u32;
                 self.keys.push(key.into());
+                self.touched.push(true);
                 self.row_counts.push(0);
                 self.is_dirty.push(false);
                 self.is_changed.push(false);
@@ -825,17 +854,88 @@ impl Operator for Aggregate {
     /// the `groups` table): per group slot its key (in the map and the slot list), row
     /// count, flags, window end, map entry, and each linear aggregate's count and sum.
     fn resident_bytes(&self) -> usize {
-        const SLOT: usize = 8 + 2 + 8 + 16 + 48;
+        // per slot: row count, flags, window end, the key's box; per live group: its map
+        // entry and its key's bytes twice
+        const SLOT: usize = 8 + 3 + 8 + 16;
+        const LIVE: usize = 48;
         let linear = self
             .aggs
             .iter()
             .filter(|a| matches!(a.state, State::Linear(_)))
             .count();
-        2 * self.key_bytes + self.keys.len() * (SLOT + 24 * linear)
+        2 * self.key_bytes + self.groups.len() * LIVE + self.keys.len() * (SLOT + 24 * linear)
+    }
+
+    fn resident_spills(&self) -> bool {
+        self.window.is_none() && !self.global
+    }
+
+    /// Move about `share` of the groups in memory (the least recently touched: a CLOCK
+    /// sweep over the slots) into `groups_table`, whose own eviction then spills them;
+    /// they are read back when touched. Not for windowed aggregates (closing a window walks
+    /// its groups) or a global one. Returns the bytes freed, as `resident_bytes` counts.
+    fn evict_resident(&mut self, share: f64) -> usize {
+        if self.window.is_some() || self.global || self.groups.is_empty() {
+            return 0;
+        }
+        let before = self.resident_bytes();
+        let want = ((self.groups.len() as f64) * share).ceil() as usize;
+        let slots = self.keys.len();
+        let mut evicted = 0usize;
+        let mut buf = Vec::new();
+        // two passes over the slots at most: the first clears the marks of touched groups
+        let mut steps = 0usize;
+        while evicted < want && steps < 2 * slots {
+            let gi = self.hand % slots;
+            self.hand = (self.hand + 1) % slots;
+            steps += 1;
+            let g = gi as u32;
+            if self.keys[gi].is_empty() && self.groups.get(&self.keys[gi]) != Some(&g) {
+                continue; // a free slot
+            }
+            if self.is_dirty[gi] {
+                continue; // changed in the epoch being run
+            }
+            if std::mem::take(&mut self.touched[gi]) {
+                continue;
+            }
+            // the group's state into the table (the checkpoint's change log has it), then
+            // out of memory
+            buf.clear();
+            self.encode_group(gi, &mut buf);
+            let key = std::mem::take(&mut self.keys[gi]);
+            self.groups_table.put(&key, &buf);
+            self.is_changed[gi] = false;
+            self.groups.remove(&key);
+            self.key_bytes -= key.len();
+            self.row_counts[gi] = 0;
+            for agg in self.aggs.iter_mut() {
+                if let State::Linear(l) = &mut agg.state {
+                    l.counts[gi] = 0;
+                    if let Some(s) = &mut l.sums {
+                        s.reset(gi);
+                    }
+                }
+            }
+            self.free.push(g);
+            evicted += 1;
+        }
+        if evicted > 0 {
+            self.groups_in_table = true;
+            self.groups.shrink_to_fit();
+        }
+        before.saturating_sub(self.resident_bytes())
     }
 
     fn state_rows(&self) -> usize {
-        self.groups.len()
+        // with groups out of memory the table has them (and most of those in memory): the
+        // larger of the two is the estimate
+        let groups = if self.groups_in_table {
+            self.groups.len().max(self.groups_table.len())
+        } else {
+            self.groups.len()
+        };
+        groups
             + self
                 .aggs
                 .iter()
@@ -862,6 +962,9 @@ impl Operator for Aggregate {
         let mut buf = Vec::new();
         for g in std::mem::take(&mut self.changed) {
             let gi = g as usize;
+            if !self.is_changed[gi] {
+                continue; // evicted since (and written then)
+            }
             self.is_changed[gi] = false;
             if self.groups.get(&self.keys[gi]) != Some(&g) {
                 continue; // released since
@@ -909,6 +1012,17 @@ impl Operator for Aggregate {
                     m.ensure_conv(&empty)?;
                 }
             }
+        }
+        self.touched.clear();
+        self.hand = 0;
+        if self.window.is_none() {
+            // groups are read back as they are touched (a windowed aggregate needs them all:
+            // closing a window walks its groups)
+            self.groups_in_table = true;
+            if self.global {
+                self.group_id(&[]);
+            }
+            return Ok(());
         }
         let mut stored: Vec<Entry> = self
             .groups_table
@@ -1060,7 +1174,12 @@ impl Aggregate {
         let key = std::mem::take(&mut self.keys[gi]);
         self.groups.remove(&key);
         self.key_bytes -= key.len();
-        self.released.push(key.clone());
+        if self.groups_in_table {
+            // a lookup before the next sync must not find the group in the table
+            self.groups_table.delete(&key);
+        } else {
+            self.released.push(key.clone());
+        }
         self.row_counts[gi] = 0;
         self.emitted.forget(&key);
         self.window_ends[gi] = i64::MAX;

@@ -1151,6 +1151,58 @@ mod tests {
         }
     }
 
+    /// An aggregate whose groups are evicted after every epoch (into its table, then to
+    /// the spill store) and read back when touched, and restored lazily from a flush,
+    /// emits exactly what one that keeps them in memory emits.
+    #[tokio::test]
+    async fn evicted_groups_answer_as_if_in_memory() {
+        use crate::state::fjall_store::FjallStore;
+        use crate::state::store::{Durability, Store, WriteBatch};
+        crate::state::spill::for_tests();
+        let tables: &[(&str, &str)] = &[("t", "k:str v:i64")];
+        let queries = [
+            "SELECT k, count(*) AS n, sum(v) AS s, avg(v) AS a, min(v) AS lo, max(v) AS hi \
+             FROM t GROUP BY k",
+            "SELECT v % 3 AS m, count(*) AS n, sum(v) AS s FROM t GROUP BY v % 3",
+        ];
+        let epochs: &[&[(&str, &str)]] = &[
+            &[("t", "+ a 1 / + a 5 / + b 2 / + c 9 / + d 4")],
+            &[("t", "+ a 5 / - b 2 / + b 4")],
+            &[("t", "- a 5 / + d 7 / + a 3")],
+            &[("t", "- c 9 / + e 6")],
+            &[("t", "- a 1 / - a 5 / + c 2")],
+            &[("t", "- d 7 / - d 4 / + d 1 / - b 4")],
+            &[("t", "+ b 8 / - a 3 / + f 0")],
+        ];
+        for sql in queries {
+            let dir = tempfile::tempdir().unwrap();
+            let store = FjallStore::open(dir.path()).unwrap();
+            let mut live = Harness::new(tables, sql).await;
+            let mut evicting = Harness::new(tables, sql).await;
+            for (i, e) in epochs.iter().enumerate() {
+                assert_eq!(evicting.epoch(e), live.epoch(e), "{sql}: epoch {i}");
+                let before = evicting.graph.state_footprint();
+                evicting.graph.evict_state(1.0);
+                let after = evicting.graph.state_footprint();
+                assert!(
+                    after < before,
+                    "{sql}: nothing evicted ({before} -> {after})"
+                );
+                if i == 3 {
+                    // a checkpoint and a restore: groups come back as they are touched
+                    let mut batch = WriteBatch::default();
+                    evicting.graph.flush_state(b"v/", &mut batch, None).unwrap();
+                    store.commit(batch, Durability::Sync).unwrap();
+                    evicting = Harness::new(tables, sql).await;
+                    evicting
+                        .graph
+                        .load_state(&store as &dyn Store, b"v/")
+                        .unwrap();
+                }
+            }
+        }
+    }
+
     #[tokio::test]
     async fn group_that_loses_its_last_row_disappears() {
         let mut h = Harness::new(
