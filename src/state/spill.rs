@@ -4,7 +4,8 @@
 //! Spilled entries are memory moved to disk, nothing more: checkpoints write a table's
 //! entries from memory and from here alike, recovery reads them back from the checkpoint,
 //! and the directory is wiped at every start (the server deletes `<data dir>/spill`).
-//! Writes are never synced (`PersistMode::Buffer`, manual journal persist): losing them
+//! Writes are never synced nor even flushed to the OS per batch (no persist mode: the
+//! journal's buffer is written out when it fills; manual journal persist): losing them
 //! in a crash loses nothing a checkpoint holds.
 //!
 //! Each state table that spills gets an 8-byte id ([`SpillStore::table_id`]); its entries
@@ -19,7 +20,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use fjall::{Database, Keyspace, KeyspaceCreateOptions};
 
 use crate::error::{Result, WeirError};
 
@@ -56,12 +57,30 @@ impl SpillStore {
                 Database::builder(dir)
                     .manual_journal_persist(true)
                     .journal_compression(fjall::CompressionType::None)
-                    .temporary(true),
+                    .temporary(true)
+                    // three workers, not fjall's two on this machine: with two, the first
+                    // passes each compaction request on to the second and, while the
+                    // second is busy compacting, keeps receiving and re-sending it (a
+                    // measured quarter of the CPU); a third takes the request instead
+                    .worker_threads(3),
             )
             .map_err(io)?;
         let data = db
             .keyspace("spill", || {
-                KeyspaceCreateOptions::default().max_memtable_size(memtable)
+                // filters and indexes of every level stay in memory (about 2 bytes a
+                // spilled entry): most reads here are of keys that were never spilled (a new
+                // group, a new value of a min/max), and a miss must cost a filter check, not
+                // a block read
+                KeyspaceCreateOptions::default()
+                    .max_memtable_size(memtable)
+                    .filter_block_pinning_policy(fjall::config::PinningPolicy::all(true))
+                    .index_block_pinning_policy(fjall::config::PinningPolicy::all(true))
+                    // more level-0 runs before they are merged down: spilled entries are
+                    // written once and mostly read by key (filters in memory), so fewer
+                    // rewrites of level 1 are worth the extra runs a scan merges
+                    .compaction_strategy(std::sync::Arc::new(
+                        fjall::compaction::Leveled::default().with_l0_threshold(8),
+                    ))
             })
             .map_err(io)?;
         Ok(SpillStore {
@@ -82,7 +101,9 @@ impl SpillStore {
         if puts.is_empty() && deletes.is_empty() {
             return Ok(());
         }
-        let mut b = self.db.batch().durability(Some(PersistMode::Buffer));
+        // no persist per batch: a write(2) per eviction and per read-back cost the dataflow
+        // thread more than the journal of a store nobody recovers is worth
+        let mut b = self.db.batch().durability(None);
         for (k, v) in puts {
             b.insert(&self.data, k, v);
         }

@@ -1092,24 +1092,68 @@ impl StateTable {
 
     /// The first (or with `last`, the last) entry whose key starts with `prefix`: what a
     /// min or max reads. Of spilled entries only that one comes back (a prefix read would
-    /// bring back the whole range: for a global min/max, every value).
+    /// bring back the whole range: for a global min/max, every value), and the store is
+    /// asked only when a spilled entry may lie beyond the edge of those in memory: what it
+    /// answers narrows the spilled ranges, so the next read of the same edge stays in
+    /// memory until more of the prefix spills.
     pub fn prefix_edge(&mut self, prefix: &[u8], last: bool) -> Option<(&[u8], &[u8])> {
         let end = prefix_end(prefix);
+        let ordered = self.decl.ordered;
+        let store = crate::state::spill::store();
         if let Some(sp) = self.spill.as_deref()
-            && sp.overlaps(self.decl.ordered, prefix, end.as_deref())
-            && let Some(store) = crate::state::spill::store()
+            && let Some(store) = store
+            && sp.overlaps(ordered, prefix, end.as_deref())
         {
-            let to = match &end {
-                Some(e) => sp.store_key(e),
-                None => sp.store_end(),
+            // the edge among the entries in memory, and where a spilled one would beat it
+            let in_memory: Option<Vec<u8>> = {
+                let hi: Bound<&[u8]> = match &end {
+                    Some(e) => Bound::Excluded(e.as_slice()),
+                    None => Bound::Unbounded,
+                };
+                let mut r = self
+                    .cache
+                    .ordered(self.decl.name)
+                    .range::<[u8], _>((Bound::Included(prefix), hi));
+                let e = if last { r.next_back() } else { r.next() };
+                e.map(|(k, _)| k.to_vec())
             };
-            match store.edge(&sp.store_key(prefix), &to, last) {
-                Ok(Some(k)) => {
-                    let k = k.get(8..).unwrap_or_default().to_vec();
-                    self.ensure_key(&k);
+            let (lo, hi): (Vec<u8>, Option<Vec<u8>>) = match (&in_memory, last) {
+                (None, _) => (prefix.to_vec(), end.clone()),
+                (Some(m), true) => {
+                    let mut after = m.clone();
+                    after.push(0);
+                    (after, end.clone())
                 }
-                Ok(None) => {}
-                Err(e) => self.fail(format!("cannot read a spilled entry back: {e}")),
+                (Some(m), false) => (prefix.to_vec(), Some(m.clone())),
+            };
+            if sp.overlaps(ordered, &lo, hi.as_deref()) {
+                let to = match &hi {
+                    Some(h) => sp.store_key(h),
+                    None => sp.store_end(),
+                };
+                match store.edge(&sp.store_key(&lo), &to, last) {
+                    Ok(Some(k)) => {
+                        let k = k.get(8..).unwrap_or_default().to_vec();
+                        // no spilled entry lies beyond `k` on this side of the prefix
+                        if let Some(sp) = self.spill.as_deref_mut() {
+                            if last {
+                                let mut after = k.clone();
+                                after.push(0);
+                                sp.remove_range(&after, end.as_deref());
+                            } else {
+                                sp.remove_range(prefix, Some(&k));
+                            }
+                        }
+                        self.ensure_key(&k);
+                    }
+                    Ok(None) => {
+                        // nothing spilled beyond the edge in memory
+                        if let Some(sp) = self.spill.as_deref_mut() {
+                            sp.remove_range(&lo, hi.as_deref());
+                        }
+                    }
+                    Err(e) => self.fail(format!("cannot read a spilled entry back: {e}")),
+                }
             }
         }
         let lo: Bound<Key> = Bound::Included(prefix.into());
