@@ -17,7 +17,8 @@
 //!
 //! Run: `cargo bench --bench nexmark` (`NEXMARK_EVENTS=1000000` to change N,
 //! `NEXMARK_QUERIES=q0,q5` to pick queries, `NEXMARK_SERVER_ARGS='--checkpoint-interval 0'`
-//! for flags of the server).
+//! for flags of the server; `WEIR_START_TIMEOUT_SECS=600` when a restart under a memory
+//! limit reads back more state than a minute allows: the server recovers before it listens).
 
 #[path = "../tests/harness.rs"]
 #[allow(dead_code)]

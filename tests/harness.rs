@@ -198,7 +198,15 @@ fn spawn(
             }
         }
     });
-    let deadline = Instant::now() + Duration::from_secs(60);
+    // a restart recovers its views before it listens: under a memory limit a large state
+    // takes minutes to read back (WEIR_START_TIMEOUT_SECS raises the wait, for benchmarks)
+    let start_timeout = Duration::from_secs(
+        std::env::var("WEIR_START_TIMEOUT_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(60),
+    );
+    let deadline = Instant::now() + start_timeout;
     loop {
         if let Ok(addr) = rx.recv_timeout(Duration::from_millis(100)) {
             return (child, addr);
@@ -211,7 +219,13 @@ fn spawn(
         }
         if Instant::now() > deadline {
             let _ = child.kill();
-            panic!("weir did not start within 60s");
+            let log = std::fs::read_to_string(log).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(20).collect();
+            panic!(
+                "weir did not start within {}s; the end of its log:\n{}",
+                start_timeout.as_secs(),
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
         }
     }
 }
