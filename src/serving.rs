@@ -463,16 +463,6 @@ pub fn nullable(schema: &SchemaRef) -> SchemaRef {
     ))
 }
 
-/// Spread batches over up to `n` partitions so scans run in parallel.
-pub fn split_partitions(batches: &[RecordBatch], n: usize) -> Vec<Vec<RecordBatch>> {
-    let n = n.max(1).min(batches.len().max(1));
-    let mut parts = vec![Vec::new(); n];
-    for (i, b) in batches.iter().enumerate() {
-        parts[i % n].push(b.clone());
-    }
-    parts
-}
-
 #[cfg(test)]
 mod point_query_tests {
     use super::*;

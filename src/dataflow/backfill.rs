@@ -343,9 +343,7 @@ fn spill_while_building(
         return;
     }
     let share = (footprint - goal) as f64 / footprint as f64;
-    let mut freed = graph.evict_state(share);
-    let t = contents.state_table();
-    freed += t.evict((t.footprint() as f64 * share) as usize);
+    let freed = graph.evict_state(share) + contents.state_table().evict_share(share);
     if freed > 0 {
         crate::state::memory::give_back_freed();
     }

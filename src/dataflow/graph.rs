@@ -186,8 +186,7 @@ impl Graph {
                 // working forms first (into the tables), then the tables spill
                 freed += op.evict_resident(share);
                 for t in op.state_tables() {
-                    let target = (t.footprint() as f64 * share) as usize;
-                    freed += t.evict(target);
+                    freed += t.evict_share(share);
                 }
             }
         }

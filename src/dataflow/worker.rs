@@ -284,9 +284,9 @@ impl Worker {
         }
         // nothing (left) to spill: writers need not wait for memory nothing will free.
         // Over the limit by what views hold and cannot spill (a windowed aggregate's
-        // groups), they
-        // go on up to a slack and then wait (a DROP or closing windows frees it); over it
-        // by what is not views' at all (caches, buffers, the allocator), they go on.
+        // groups), they go on up to a slack and then wait (a DROP or closing windows frees
+        // it); over it by what is not views' at all (caches, buffers, the allocator), they
+        // go on.
         let limit = self.memory.limit().unwrap_or(u64::MAX);
         let floor = (limit / 100).max(1 << 20) as usize;
         let unspillable: usize = self
@@ -312,9 +312,7 @@ impl Worker {
             // read view, never half moved)
             let mut p = self.published.write();
             for d in p.views.values_mut() {
-                let t = d.contents.state_table();
-                let target = (t.footprint() as f64 * share) as usize;
-                freed += t.evict(target);
+                freed += d.contents.state_table().evict_share(share);
             }
         }
         tracing::debug!(total, goal, freed, over_memory, "state spilled");

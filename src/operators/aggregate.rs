@@ -903,26 +903,18 @@ impl Operator for Aggregate {
             // out of memory
             buf.clear();
             self.encode_group(gi, &mut buf);
-            let key = std::mem::take(&mut self.keys[gi]);
-            self.groups_table.put(&key, &buf);
+            self.groups_table.put(&self.keys[gi], &buf);
             self.is_changed[gi] = false;
-            self.groups.remove(&key);
-            self.key_bytes -= key.len();
-            self.row_counts[gi] = 0;
-            for agg in self.aggs.iter_mut() {
-                if let State::Linear(l) = &mut agg.state {
-                    l.counts[gi] = 0;
-                    if let Some(s) = &mut l.sums {
-                        s.reset(gi);
-                    }
-                }
-            }
-            self.free.push(g);
+            self.vacate(gi);
             evicted += 1;
         }
         if evicted > 0 {
             self.groups_in_table = true;
-            self.groups.shrink_to_fit();
+            // give the map's memory back once it is mostly empty (not at every sweep: a
+            // shrink rehashes every live group)
+            if self.groups.capacity() > 4 * self.groups.len() + 1024 {
+                self.groups.shrink_to_fit();
+            }
         }
         before.saturating_sub(self.resident_bytes())
     }
@@ -1170,33 +1162,40 @@ impl Aggregate {
 
     /// Forget a group entirely (its emitted row, if any, stays where it went).
     fn release(&mut self, g: u32) {
-        let gi = g as usize;
-        let key = std::mem::take(&mut self.keys[gi]);
-        self.groups.remove(&key);
-        self.key_bytes -= key.len();
+        let key = self.vacate(g as usize);
         if self.groups_in_table {
             // a lookup before the next sync must not find the group in the table
             self.groups_table.delete(&key);
         } else {
             self.released.push(key.clone());
         }
-        self.row_counts[gi] = 0;
         self.emitted.forget(&key);
+        for agg in self.aggs.iter_mut() {
+            if let State::Multiset(m) = &mut agg.state {
+                m.entries.delete_prefix(&key);
+            }
+        }
+    }
+
+    /// Take group slot `gi` out of use (the group was released, or evicted into the
+    /// table): its key leaves the map, its state in memory is zeroed and the slot is free
+    /// for another group. Returns the key.
+    fn vacate(&mut self, gi: usize) -> Box<[u8]> {
+        let key = std::mem::take(&mut self.keys[gi]);
+        self.groups.remove(&key);
+        self.key_bytes -= key.len();
+        self.row_counts[gi] = 0;
         self.window_ends[gi] = i64::MAX;
         for agg in self.aggs.iter_mut() {
-            match &mut agg.state {
-                State::Linear(l) => {
-                    l.counts[gi] = 0;
-                    if let Some(s) = &mut l.sums {
-                        s.reset(gi);
-                    }
-                }
-                State::Multiset(m) => {
-                    m.entries.delete_prefix(&key);
+            if let State::Linear(l) = &mut agg.state {
+                l.counts[gi] = 0;
+                if let Some(s) = &mut l.sums {
+                    s.reset(gi);
                 }
             }
         }
-        self.free.push(g);
+        self.free.push(gi as u32);
+        key
     }
 
     fn emit(&mut self) -> Result<Vec<Changelog>> {

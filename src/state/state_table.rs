@@ -889,9 +889,7 @@ impl StateTable {
                     if let (Cache::Ordered(_), Some(first), Some(last)) =
                         (&self.cache, piece.first(), piece.last())
                     {
-                        let mut end = last.to_vec();
-                        end.push(0);
-                        sp.add_range(first.to_vec(), Some(end));
+                        sp.add_range(first.to_vec(), Some(successor(last)));
                     }
                 }
                 self.bytes -= moved;
@@ -904,6 +902,11 @@ impl StateTable {
         }
         self.check_invariants();
         freed
+    }
+
+    /// Evict about `share` (0..=1) of the table's footprint (see [`evict`](Self::evict)).
+    pub fn evict_share(&mut self, share: f64) -> usize {
+        self.evict((self.footprint() as f64 * share) as usize)
     }
 
     /// Delete whatever the table has spilled (it is being replaced or dropped).
@@ -1119,11 +1122,7 @@ impl StateTable {
             };
             let (lo, hi): (Vec<u8>, Option<Vec<u8>>) = match (&in_memory, last) {
                 (None, _) => (prefix.to_vec(), end.clone()),
-                (Some(m), true) => {
-                    let mut after = m.clone();
-                    after.push(0);
-                    (after, end.clone())
-                }
+                (Some(m), true) => (successor(m), end.clone()),
                 (Some(m), false) => (prefix.to_vec(), Some(m.clone())),
             };
             if sp.overlaps(ordered, &lo, hi.as_deref()) {
@@ -1137,9 +1136,7 @@ impl StateTable {
                         // no spilled entry lies beyond `k` on this side of the prefix
                         if let Some(sp) = self.spill.as_deref_mut() {
                             if last {
-                                let mut after = k.clone();
-                                after.push(0);
-                                sp.remove_range(&after, end.as_deref());
+                                sp.remove_range(&successor(&k), end.as_deref());
                             } else {
                                 sp.remove_range(prefix, Some(&k));
                             }
@@ -1508,6 +1505,14 @@ impl Drop for StateTable {
 
 /// The smallest key greater than every key starting with `prefix` (None: no such key,
 /// the prefix is empty or all 0xff).
+/// The least key after `key` (in byte order: `key` ++ 0).
+fn successor(key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(key.len() + 1);
+    k.extend_from_slice(key);
+    k.push(0);
+    k
+}
+
 pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
     let mut end = prefix.to_vec();
     while let Some(last) = end.pop() {
