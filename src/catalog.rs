@@ -7,6 +7,9 @@ pub mod information_schema;
 pub mod pg_catalog;
 pub mod pg_semantics;
 pub mod rewrite;
+pub mod roles;
+pub mod scram;
+pub mod secrets;
 pub mod system;
 pub mod value_limits;
 
@@ -120,6 +123,17 @@ pub struct RelationDesc {
     /// whose output never retracts): FORMAT PLAIN sinks need it.
     #[serde(default)]
     pub append_only: bool,
+    /// The role that created it (`relowner`); relations from before roles existed belong
+    /// to the bootstrap superuser.
+    #[serde(default = "bootstrap_owner")]
+    pub owner: u32,
+    /// Granted privileges (`relacl`); None: the owner's default, everything to the owner.
+    #[serde(default)]
+    pub acl: Option<Vec<roles::AclItem>>,
+}
+
+fn bootstrap_owner() -> u32 {
+    SUPERUSER_OID
 }
 
 impl RelationDesc {
@@ -170,7 +184,7 @@ impl RelationDesc {
 }
 
 /// OIDs are handed out in steps so a relation's index, constraint and row type get their own.
-const OID_STEP: u32 = 4;
+pub(crate) const OID_STEP: u32 = 4;
 
 /// A relation and the runtime object holding its data.
 pub struct Entry {
@@ -183,14 +197,18 @@ struct State {
     next_oid: u32,
     /// Bumped on every DDL; lets caches of catalog-derived data know when to rebuild.
     version: u64,
+    roles: roles::Roles,
+    secrets: BTreeMap<String, secrets::SecretDesc>,
 }
 
 pub struct Catalog {
     store: Arc<dyn Store>,
     state: RwLock<State>,
+    /// Opens secrets (set by [`Catalog::open_secrets`]).
+    secrets_key: RwLock<secrets::KeySlot>,
 }
 
-fn catalog_key(oid: u32) -> Vec<u8> {
+pub(crate) fn catalog_key(oid: u32) -> Vec<u8> {
     let mut k = b"C".to_vec();
     k.extend_from_slice(&oid.to_be_bytes());
     k
@@ -206,8 +224,12 @@ impl Catalog {
             descs.push(d);
             Ok(())
         })?;
+        let roles = roles::Roles::load(store.as_ref())?;
         let mut by_name = BTreeMap::new();
         let mut next_oid = FIRST_USER_OID;
+        for r in roles.by_oid.keys() {
+            next_oid = next_oid.max(r + OID_STEP);
+        }
         for desc in descs {
             next_oid = next_oid.max(desc.oid + OID_STEP);
             let table = Self::open_table(&store, &desc)?;
@@ -219,7 +241,10 @@ impl Catalog {
                 by_name,
                 next_oid,
                 version: 0,
+                roles,
+                secrets: BTreeMap::new(),
             }),
+            secrets_key: RwLock::new(secrets::KeySlot::default()),
         })
     }
 

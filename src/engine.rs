@@ -3,6 +3,7 @@
 
 mod client;
 pub use client::CopyRows;
+pub mod security;
 mod sinks;
 mod views;
 
@@ -100,6 +101,8 @@ pub struct EngineLimits {
     /// `--state-cache-size`, bytes (None: a third of the memory limit; no limit: state
     /// never spills).
     pub state_cache_size: Option<u64>,
+    /// `--secrets-key-file` (None: `secrets.key` in the data directory).
+    pub secrets_key_file: Option<PathBuf>,
 }
 
 impl Default for EngineLimits {
@@ -110,6 +113,7 @@ impl Default for EngineLimits {
             checkpoint_interval: Some(std::time::Duration::from_secs(1)),
             memory_limit: None,
             state_cache_size: None,
+            secrets_key_file: None,
         }
     }
 }
@@ -163,6 +167,7 @@ impl Engine {
             cache.clone(),
         )?);
         let catalog = Arc::new(Catalog::open(store.clone())?);
+        catalog.open_secrets(limits.secrets_key_file.as_deref(), data_dir)?;
         info!(
             relations = catalog.entries().len(),
             data_dir = %data_dir.display(),
@@ -209,7 +214,7 @@ impl Engine {
         let memory = Arc::new(crate::serving::memory::StatementMemoryPool::new(
             self.limits.query_memory_limit,
         ));
-        Session::new(
+        let session = Session::new(
             session_context(
                 self.catalog.clone(),
                 self.dataflow.clone(),
@@ -220,7 +225,27 @@ impl Engine {
             pinned,
             memory,
             self.limits.clone(),
-        )
+        );
+        let identity = session.identity.clone();
+        crate::catalog::functions::register_identity(
+            &session.ctx,
+            self.catalog.clone(),
+            Arc::new(move || {
+                let i = identity.read();
+                (i.current(), i.session_user)
+            }),
+        );
+        session
+    }
+
+    /// A session of `role` (a client that logged in as it).
+    pub fn session_for(&self, role: u32) -> Session {
+        let session = self.new_session();
+        *session.identity.write() = crate::server::session::Identity::of(role);
+        let name = self.catalog.role_name(role).unwrap_or_default();
+        session.set_identity("session_authorization", &name);
+        session.set_identity("role", "none");
+        session
     }
 
     /// Plan a statement without running it: parameter types and the result schema
@@ -298,7 +323,9 @@ impl Engine {
         if let Some(what) = write_kind(&parsed.stmt) {
             session.check_writable(what)?;
         }
+        self.check_privileges(session, &parsed.stmt)?;
         match &parsed.stmt {
+            Statement::Security(s) => self.security(session, s).await,
             Statement::CreateView(cv) => self.create_view(session, cv, &parsed.text, notices).await,
             Statement::ExplainView(cv) => self.explain_view(session, cv).await,
             Statement::Flush => {
@@ -320,12 +347,12 @@ impl Engine {
             Statement::Dml(q) => self.execute_dml(session, q, params).await,
             Statement::BulkInsert(scan) => self.bulk_insert(session, scan).await,
             Statement::CreateTable(ct) => {
-                self.create_table(ct, &parsed.text)?;
+                self.create_table(ct, &parsed.text, session.role())?;
                 Ok(Output::Command("CREATE TABLE".into()))
             }
             Statement::CreateSink(cs) => self.create_sink(session, cs, &parsed.text).await,
             Statement::CreateSource(cs) => {
-                self.create_source(cs, &parsed.text)?;
+                self.create_source(cs, &parsed.text, session.role())?;
                 Ok(Output::Command("CREATE SOURCE".into()))
             }
             Statement::Drop(d) => {
@@ -397,6 +424,20 @@ impl Engine {
             }
             Statement::SetVariable { name, value } => {
                 let n = Session::normalize(name);
+                // `SET role = x` is SET ROLE; `SET session_authorization = x` likewise
+                if n == "role" || n == "session_authorization" {
+                    use crate::sql::security::SecurityStmt;
+                    let v = value.trim().trim_matches('\'');
+                    let default =
+                        v.eq_ignore_ascii_case("none") || v.eq_ignore_ascii_case("default");
+                    let target = (!default).then(|| v.to_owned());
+                    let stmt = if n == "role" {
+                        SecurityStmt::SetRole(target)
+                    } else {
+                        SecurityStmt::SetSessionAuthorization(target)
+                    };
+                    return self.security(session, &stmt).await;
+                }
                 let stored = session.set(&n, value)?;
                 Ok(Output::SetVariable {
                     name: canonical_name(&n).to_owned(),
@@ -904,8 +945,8 @@ impl Engine {
         }
     }
 
-    fn create_source(&self, cs: &CreateSource, text: &str) -> Result<()> {
-        let o = connectors::options(&cs.with_options);
+    fn create_source(&self, cs: &CreateSource, text: &str, owner: u32) -> Result<()> {
+        let o = self.connector_options(&cs.with_options)?;
         let connector = o
             .get("connector")
             .map(|c| c.to_lowercase())
@@ -977,7 +1018,7 @@ impl Engine {
             options.push(("format".into(), f));
             options.push(("encode".into(), e));
             // options and columns must make a working consumer and decoder now
-            connectors::kafka::KafkaSpec::new(&connectors::options(&options), &columns)?;
+            connectors::kafka::KafkaSpec::new(&self.connector_options(&options)?, &columns)?;
         }
         let watermark = cs
             .watermark
@@ -1003,6 +1044,8 @@ impl Engine {
                 options,
                 emit_on_window_close: false,
                 append_only: true,
+                owner,
+                acl: None,
             })
         })?;
         if created {
@@ -1011,7 +1054,7 @@ impl Engine {
         Ok(())
     }
 
-    fn create_table(&self, ct: &CreateTable, text: &str) -> Result<()> {
+    fn create_table(&self, ct: &CreateTable, text: &str, owner: u32) -> Result<()> {
         if ct.with_options.is_empty()
             && let Some((f, _)) = &ct.format
         {
@@ -1093,6 +1136,8 @@ impl Engine {
                 options,
                 emit_on_window_close: false,
                 append_only: ct.append_only,
+                owner,
+                acl: None,
             })
         })?;
         if created {
@@ -1111,7 +1156,7 @@ impl Engine {
         ct: &CreateTable,
         columns: &[ColumnDesc],
     ) -> Result<Vec<(String, String)>> {
-        let o = connectors::options(&ct.with_options);
+        let o = self.connector_options(&ct.with_options)?;
         let connector = o.get("connector").map(|c| c.to_lowercase());
         if connector.as_deref() != Some("kafka") {
             return Err(WeirError::not_supported(match connector {
@@ -1180,7 +1225,7 @@ impl Engine {
         let Some(table) = entry.table.clone() else {
             return Ok(());
         };
-        let o = connectors::options(&entry.desc.options);
+        let o = self.connector_options(&entry.desc.options)?;
         let Some(format) = o
             .get("format")
             .and_then(|f| connectors::upsert::TableFormat::parse(f))

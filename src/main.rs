@@ -66,6 +66,43 @@ enum Command {
         /// read back on demand. Default: a third of --memory-limit.
         #[arg(long, value_name = "SIZE", value_parser = weir::limits::parse_size)]
         state_cache_size: Option<usize>,
+        /// Name of the bootstrap superuser, applied when the data directory is created
+        /// (default: weir).
+        #[arg(long, value_name = "NAME")]
+        superuser: Option<String>,
+        /// File holding the bootstrap superuser's password (its first line), applied when
+        /// the data directory is created. The environment variable WEIR_SUPERUSER_PASSWORD
+        /// does the same.
+        #[arg(long, value_name = "FILE")]
+        superuser_password_file: Option<PathBuf>,
+        /// Authentication rules in pg_hba.conf syntax (`hostssl all all 0.0.0.0/0
+        /// scram-sha-256`), first match wins; methods trust, reject, scram-sha-256,
+        /// password, cert. Without rules: trust on loopback until the superuser has a
+        /// password, then scram-sha-256 everywhere.
+        #[arg(long, value_name = "FILE")]
+        hba_file: Option<PathBuf>,
+        /// One authentication rule, as a line of --hba-file (repeatable; after the file's).
+        #[arg(long, value_name = "RULE")]
+        hba: Vec<String>,
+        /// Allow listening beyond loopback with no password and no rules: anyone who
+        /// reaches the port connects as any role. Logged as a warning.
+        #[arg(long)]
+        insecure: bool,
+        /// Server certificate chain (PEM) for TLS; with --tls-key, clients may use
+        /// sslmode=require / verify-full.
+        #[arg(long, value_name = "FILE", requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// Private key (PEM) of --tls-cert.
+        #[arg(long, value_name = "FILE", requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
+        /// CA certificate(s) (PEM) that sign client certificates; a `cert` rule logs a
+        /// client in as the role named by its certificate's CN.
+        #[arg(long, value_name = "FILE", requires = "tls_cert")]
+        tls_client_ca: Option<PathBuf>,
+        /// File holding the key that encrypts secrets at rest (32 bytes, or 64 hex
+        /// digits). Default: secrets.key in the data directory, generated with mode 0600.
+        #[arg(long, value_name = "FILE")]
+        secrets_key_file: Option<PathBuf>,
     },
 }
 
@@ -99,7 +136,38 @@ fn main() {
             checkpoint_interval,
             memory_limit,
             state_cache_size,
+            superuser,
+            superuser_password_file,
+            hba_file,
+            hba,
+            insecure,
+            tls_cert,
+            tls_key,
+            tls_client_ca,
+            secrets_key_file,
         } => {
+            let superuser_password = match &superuser_password_file {
+                Some(f) => match std::fs::read_to_string(f) {
+                    Ok(t) => Some(t.lines().next().unwrap_or("").to_owned()),
+                    Err(e) => {
+                        eprintln!(
+                            "weir: cannot read --superuser-password-file {}: {e}",
+                            f.display()
+                        );
+                        std::process::exit(1);
+                    }
+                },
+                None => std::env::var("WEIR_SUPERUSER_PASSWORD").ok(),
+            }
+            .filter(|p| !p.is_empty());
+            let tls = match (tls_cert, tls_key) {
+                (Some(cert), Some(key)) => Some(weir::server::tls::TlsConfig {
+                    cert,
+                    key,
+                    client_ca: tls_client_ca,
+                }),
+                _ => None,
+            };
             let rt = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 // planning recurses over statements; deep ones get a clean 54001 from the
@@ -124,6 +192,13 @@ fn main() {
                     .then_some(checkpoint_interval),
                 memory_limit: memory_limit.map(|l| l as u64),
                 state_cache_size: state_cache_size.map(|l| l as u64),
+                superuser,
+                superuser_password,
+                hba_file,
+                hba,
+                insecure,
+                tls,
+                secrets_key_file,
             })) {
                 eprintln!("weir: {e}");
                 std::process::exit(1);

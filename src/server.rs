@@ -1,6 +1,7 @@
 //! The Postgres wire protocol front end (pgwire): accepts connections, runs the startup
 //! handshake, and hands simple and extended queries to the engine.
 
+pub mod auth;
 pub mod connection;
 pub mod copy;
 pub mod encode;
@@ -9,6 +10,7 @@ pub mod params;
 pub mod session;
 pub mod settings;
 pub mod streaming;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -43,6 +45,21 @@ pub struct ServerConfig {
     pub memory_limit: Option<u64>,
     /// `--state-cache-size`, bytes (None: a third of the memory limit).
     pub state_cache_size: Option<u64>,
+    /// `--superuser`: the bootstrap superuser's name, at the first start.
+    pub superuser: Option<String>,
+    /// Its password (`--superuser-password-file` / `WEIR_SUPERUSER_PASSWORD`), at the first
+    /// start.
+    pub superuser_password: Option<String>,
+    /// `--hba-file`.
+    pub hba_file: Option<PathBuf>,
+    /// `--hba` rules.
+    pub hba: Vec<String>,
+    /// `--insecure`.
+    pub insecure: bool,
+    /// `--tls-cert`, `--tls-key`, `--tls-client-ca`.
+    pub tls: Option<tls::TlsConfig>,
+    /// `--secrets-key-file`.
+    pub secrets_key_file: Option<PathBuf>,
 }
 
 /// Open the database and serve until the process is stopped.
@@ -77,9 +94,17 @@ pub async fn serve(config: ServerConfig) -> Result<()> {
             checkpoint_interval: config.checkpoint_interval,
             memory_limit: Some(memory_limit),
             state_cache_size: config.state_cache_size,
+            secrets_key_file: config.secrets_key_file.clone(),
         },
     )
     .await?;
+    engine.catalog.bootstrap_superuser(
+        config.superuser.as_deref(),
+        config.superuser_password.as_deref(),
+    )?;
+    let auth = auth::AuthConfig::load(config.hba_file.as_deref(), &config.hba, config.insecure)?;
+    auth.check_listen(config.listen, &engine.catalog)?;
+    let tls = config.tls.as_ref().map(tls::acceptor).transpose()?;
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|e| WeirError::io(&format!("cannot listen on {}", config.listen), e))?;
@@ -105,14 +130,28 @@ pub async fn serve(config: ServerConfig) -> Result<()> {
     println!("listening on {addr}");
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
-    run(listener, engine, config.max_connections).await
+    let backend = Arc::new(WeirBackend::with_auth(engine, auth, tls));
+    run_backend(listener, backend, config.max_connections).await
 }
 
 /// Accept connections on a bound listener. When accepting fails (out of file descriptors,
 /// say) the loop waits, longer each time up to a second, and logs at most one line per
 /// five seconds, so an exhausted process neither spins nor fills its log.
 pub async fn run(listener: TcpListener, engine: Arc<Engine>, max_connections: usize) -> Result<()> {
-    let backend = Arc::new(WeirBackend::new(engine));
+    run_backend(
+        listener,
+        Arc::new(WeirBackend::new(engine)),
+        max_connections,
+    )
+    .await
+}
+
+/// [`run`] with a backend of its own (authentication and TLS set up).
+pub async fn run_backend(
+    listener: TcpListener,
+    backend: Arc<WeirBackend>,
+    max_connections: usize,
+) -> Result<()> {
     let slots = connection::ConnectionSlots::new(max_connections);
     let mut backoff = Duration::ZERO;
     let mut failures: u64 = 0;

@@ -7,6 +7,7 @@ pub mod depth;
 pub mod json;
 pub mod jsonb;
 pub mod parser;
+pub mod security;
 pub mod time;
 pub mod types;
 pub mod windows;

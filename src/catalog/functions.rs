@@ -8,7 +8,8 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, BooleanArray, Int32Array, ListBuilder, StringArray, StringBuilder, UInt32Array,
+    Array, ArrayRef, BooleanArray, BooleanBuilder, Int32Array, ListBuilder, StringArray,
+    StringBuilder, UInt32Array,
 };
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef};
@@ -25,7 +26,7 @@ use crate::catalog::pg_catalog::{
     format_type, namespace_name_of_oid, namespace_oid_of_name, relation_name_of_oid,
     relation_oid_of_name, type_oid_of_name,
 };
-use crate::catalog::{Catalog, DATABASE_NAME, SUPERUSER_NAME};
+use crate::catalog::{Catalog, DATABASE_NAME};
 use crate::sql::types::SqlType;
 
 /// `pg_typeof(x)`: the Postgres type name of its argument (`integer`, `jsonb`,
@@ -378,11 +379,6 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
     register_fn(ctx, "current_schema", DataType::Utf8, |_, rows| {
         Ok(constant_str(rows, Some("public")))
     });
-    for name in ["current_user", "session_user", "user", "current_role"] {
-        register_fn(ctx, name, DataType::Utf8, |_, rows| {
-            Ok(constant_str(rows, Some(SUPERUSER_NAME)))
-        });
-    }
     ctx.register_udf(ScalarUDF::new_from_impl(PgFunction {
         name: "current_schemas",
         signature: any_args(),
@@ -598,9 +594,18 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
     register_fn(ctx, "pg_encoding_to_char", DataType::Utf8, |_, rows| {
         Ok(constant_str(rows, Some("UTF8")))
     });
-    register_fn(ctx, "pg_get_userbyid", DataType::Utf8, |args, rows| {
-        map_u32_to_str(args, rows, |_| Some(SUPERUSER_NAME.to_owned()))
-    });
+    {
+        let catalog = catalog.clone();
+        register_fn(ctx, "pg_get_userbyid", DataType::Utf8, move |args, rows| {
+            map_u32_to_str(args, rows, |o| {
+                Some(
+                    catalog
+                        .role_name(o)
+                        .unwrap_or_else(|| format!("unknown (OID={o})")),
+                )
+            })
+        });
+    }
     for name in [
         "pg_table_is_visible",
         "pg_type_is_visible",
@@ -609,7 +614,6 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
         "pg_opclass_is_visible",
         "pg_operator_is_visible",
         "pg_conversion_is_visible",
-        "has_table_privilege",
         "has_schema_privilege",
         "has_database_privilege",
         "has_column_privilege",
@@ -785,12 +789,15 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
         Arc::new(namespace_oid_of_name),
         Arc::new(|o| namespace_name_of_oid(o).map(|s| s.to_owned())),
     );
-    reg_cast(
-        ctx,
-        "weir_regrole",
-        Arc::new(|s: &str| (s == SUPERUSER_NAME).then_some(crate::catalog::SUPERUSER_OID)),
-        Arc::new(|o| (o == crate::catalog::SUPERUSER_OID).then(|| SUPERUSER_NAME.to_owned())),
-    );
+    {
+        let (c1, c2) = (catalog.clone(), catalog.clone());
+        reg_cast(
+            ctx,
+            "weir_regrole",
+            Arc::new(move |s: &str| c1.role(s.trim_matches('"')).map(|r| r.oid)),
+            Arc::new(move |o| c2.role_name(o)),
+        );
+    }
     // regproc: the I/O functions of pg_proc, by name or OID
     reg_cast(
         ctx,
@@ -953,4 +960,121 @@ impl TypePlanner for WeirTypePlanner {
         };
         Ok(declared.map(|t| Arc::new(t.field("", true))))
     }
+}
+
+/// Who the session is, for the functions that answer it: `(current role, session user)`.
+pub type WhoAmI = Arc<dyn Fn() -> (u32, u32) + Send + Sync>;
+
+/// Register the functions that depend on the session's role: `current_user`,
+/// `session_user`, `user`, `current_role` and `has_table_privilege`.
+pub fn register_identity(ctx: &SessionContext, catalog: Arc<Catalog>, who: WhoAmI) {
+    for name in ["current_user", "user", "current_role"] {
+        let (catalog, who) = (catalog.clone(), who.clone());
+        register_fn(ctx, name, DataType::Utf8, move |_, rows| {
+            Ok(constant_str(rows, catalog.role_name(who().0).as_deref()))
+        });
+    }
+    {
+        let (catalog, who) = (catalog.clone(), who.clone());
+        register_fn(ctx, "session_user", DataType::Utf8, move |_, rows| {
+            Ok(constant_str(rows, catalog.role_name(who().1).as_deref()))
+        });
+    }
+    register_fn(
+        ctx,
+        "has_table_privilege",
+        DataType::Boolean,
+        move |args, rows| {
+            // (table, privilege) or (role, table, privilege); names or OIDs
+            let (role_arg, table_arg, priv_arg) = match args {
+                [t, p] => (None, t, p),
+                [r, t, p] => (Some(r), t, p),
+                _ => {
+                    return Err(datafusion::error::DataFusionError::Plan(
+                        "has_table_privilege takes (table, privilege) or (role, table, privilege)"
+                            .into(),
+                    ));
+                }
+            };
+            let role_at = |i: usize| -> DfResult<Option<u32>> {
+                let Some(a) = role_arg else {
+                    return Ok(Some(who().0));
+                };
+                if a.data_type().is_integer() {
+                    let v = as_u32(a)?;
+                    return Ok((!v.is_null(i)).then(|| v.value(i)));
+                }
+                let v = as_str(a)?;
+                if v.is_null(i) {
+                    return Ok(None);
+                }
+                match catalog.role(v.value(i)) {
+                    Some(r) => Ok(Some(r.oid)),
+                    None => Err(datafusion::error::DataFusionError::Execution(format!(
+                        "role \"{}\" does not exist",
+                        v.value(i)
+                    ))),
+                }
+            };
+            let tables_by_oid = table_arg.data_type().is_integer();
+            let table_oids = if tables_by_oid {
+                Some(as_u32(table_arg)?)
+            } else {
+                None
+            };
+            let table_names = if tables_by_oid {
+                None
+            } else {
+                Some(as_str(table_arg)?)
+            };
+            let privs = as_str(priv_arg)?;
+            let mut out = BooleanBuilder::with_capacity(rows);
+            for i in 0..rows {
+                let entry = match (&table_oids, &table_names) {
+                    (Some(o), _) if !o.is_null(i) => catalog.get_by_oid(o.value(i)),
+                    (_, Some(n)) if !n.is_null(i) => {
+                        match crate::catalog::pg_catalog::relation_oid_of_name(&catalog, n.value(i))
+                        {
+                            Some(o) => catalog.get_by_oid(o),
+                            None => {
+                                return Err(datafusion::error::DataFusionError::Execution(
+                                    format!("relation \"{}\" does not exist", n.value(i)),
+                                ));
+                            }
+                        }
+                    }
+                    _ => {
+                        out.append_null();
+                        continue;
+                    }
+                };
+                let (Some(role), false) = (role_at(i)?, privs.is_null(i)) else {
+                    out.append_null();
+                    continue;
+                };
+                let Some(entry) = entry else {
+                    // system catalogs: everyone reads them
+                    out.append_value(true);
+                    continue;
+                };
+                let mut any = false;
+                for word in privs.value(i).split(',') {
+                    let word = word.trim();
+                    let word = word
+                        .strip_suffix(" WITH GRANT OPTION")
+                        .unwrap_or(word)
+                        .trim();
+                    let p =
+                        crate::catalog::roles::Privilege::from_keyword(word).ok_or_else(|| {
+                            datafusion::error::DataFusionError::Execution(format!(
+                                "unrecognized privilege type: \"{word}\""
+                            ))
+                        })?;
+                    any |= catalog.has_privilege(role, &entry.desc, p);
+                }
+                out.append_value(any);
+            }
+            Ok(Arc::new(out.finish()))
+        },
+    );
 }

@@ -12,7 +12,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::error::Result as DfResult;
 
 use crate::catalog::pg_catalog::{GeneratedSchema, V, build_table};
-use crate::catalog::{Catalog, DATABASE_NAME, Entry, RelationKind, SUPERUSER_NAME};
+use crate::catalog::{Catalog, DATABASE_NAME, Entry, RelationKind};
 use crate::sql::types::SqlType as T;
 
 const TABLES: &[&str] = &[
@@ -110,7 +110,7 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     vec![
                         db(),
                         (*s).into(),
-                        SUPERUSER_NAME.into(),
+                        catalog.superuser_name().into(),
                         V::Null,
                         V::Null,
                         V::Null,

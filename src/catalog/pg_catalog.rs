@@ -22,7 +22,7 @@ use datafusion::error::Result as DfResult;
 
 use crate::catalog::{
     Catalog, DATABASE_NAME, DATABASE_OID, Entry, INFORMATION_SCHEMA_NAMESPACE_OID,
-    PG_CATALOG_NAMESPACE_OID, PUBLIC_NAMESPACE_OID, SUPERUSER_NAME, SUPERUSER_OID,
+    PG_CATALOG_NAMESPACE_OID, PUBLIC_NAMESPACE_OID, SUPERUSER_OID,
 };
 use crate::sql::types::{SqlType, array_oid};
 
@@ -500,7 +500,6 @@ pub fn io_proc_oid(name: &str) -> u32 {
 /// inheritance...). The query rewriter answers scalar subqueries over them with NULL.
 pub const ALWAYS_EMPTY: &[&str] = &[
     "pg_opclass",
-    "pg_auth_members",
     "pg_attrdef",
     "pg_description",
     "pg_shdescription",
@@ -644,14 +643,20 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 INFORMATION_SCHEMA_NAMESPACE_OID,
             ]
             .iter()
-            .map(|o| vec![V::from(*o), namespace_name(*o).into(), owner(), V::Null])
+            .map(|o| {
+                let acl = match (*o == PUBLIC_NAMESPACE_OID, catalog.schema_acl()) {
+                    (true, Some(acl)) => V::A(acl.into_iter().map(V::S).collect()),
+                    _ => V::Null,
+                };
+                vec![V::from(*o), namespace_name(*o).into(), owner(), acl]
+            })
             .collect(),
         )?,
         "pg_class" => {
             let mut rows = Vec::new();
             for e in &entries {
                 let d = &e.desc;
-                rows.push(class_row(
+                let mut row = class_row(
                     d.oid,
                     &d.name,
                     d.row_type_oid(),
@@ -660,7 +665,12 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     d.columns.len(),
                     d.pkey_index_oid().is_some(),
                     e.table.as_ref().map(|t| t.row_count()).unwrap_or(0) as f64,
-                ));
+                );
+                row[5] = d.owner.into();
+                if let Some(acl) = catalog.relation_acl(d) {
+                    row[28] = V::A(acl.into_iter().map(V::S).collect());
+                }
+                rows.push(row);
                 if let Some(idx) = d.pkey_index_oid() {
                     rows.push(class_row(
                         idx,
@@ -870,21 +880,32 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 ("rolbypassrls", b()),
                 ("rolconfig", arr(text())),
             ],
-            vec![vec![
-                owner(),
-                SUPERUSER_NAME.into(),
-                true.into(),
-                true.into(),
-                true.into(),
-                true.into(),
-                true.into(),
-                true.into(),
-                (-1i32).into(),
-                "********".into(),
-                V::Null,
-                true.into(),
-                V::Null,
-            ]],
+            catalog
+                .roles()
+                .into_iter()
+                .map(|r| {
+                    vec![
+                        V::I(r.oid as i64),
+                        r.name.as_str().into(),
+                        r.superuser.into(),
+                        r.inherit.into(),
+                        r.createrole.into(),
+                        r.createdb.into(),
+                        r.login.into(),
+                        r.superuser.into(),
+                        (-1i32).into(),
+                        // never the verifier: pg_roles shows a mask, as in Postgres
+                        if r.password.is_some() {
+                            "********".into()
+                        } else {
+                            V::Null
+                        },
+                        V::Null,
+                        r.superuser.into(),
+                        V::Null,
+                    ]
+                })
+                .collect(),
         )?,
         "pg_user" => build_table(
             &[
@@ -898,17 +919,55 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 ("valuntil", T::TimestampTz),
                 ("useconfig", arr(text())),
             ],
-            vec![vec![
-                SUPERUSER_NAME.into(),
-                owner(),
-                true.into(),
-                true.into(),
-                true.into(),
-                true.into(),
-                "********".into(),
-                V::Null,
-                V::Null,
-            ]],
+            catalog
+                .roles()
+                .into_iter()
+                .filter(|r| r.login)
+                .map(|r| {
+                    vec![
+                        r.name.as_str().into(),
+                        V::I(r.oid as i64),
+                        r.createdb.into(),
+                        r.superuser.into(),
+                        r.superuser.into(),
+                        r.superuser.into(),
+                        if r.password.is_some() {
+                            "********".into()
+                        } else {
+                            V::Null
+                        },
+                        V::Null,
+                        V::Null,
+                    ]
+                })
+                .collect(),
+        )?,
+        "pg_auth_members" => build_table(
+            &[
+                ("oid", oid()),
+                ("roleid", oid()),
+                ("member", oid()),
+                ("grantor", oid()),
+                ("admin_option", b()),
+            ],
+            catalog
+                .roles()
+                .into_iter()
+                .flat_map(|r| {
+                    r.member_of
+                        .iter()
+                        .map(|m| {
+                            vec![
+                                V::Null,
+                                V::I(m.role as i64),
+                                V::I(r.oid as i64),
+                                V::I(m.grantor as i64),
+                                m.admin.into(),
+                            ]
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .collect(),
         )?,
         "pg_am" => build_table(
             &[
@@ -1076,7 +1135,7 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     vec![
                         "public".into(),
                         e.desc.name.clone().into(),
-                        SUPERUSER_NAME.into(),
+                        catalog.role_name(e.desc.owner).unwrap_or_default().into(),
                         V::Null,
                         e.desc.pkey_index_oid().is_some().into(),
                         false.into(),
@@ -1148,13 +1207,6 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 })
                 .collect(),
         )?,
-        "pg_auth_members" => empty(&[
-            ("oid", oid()),
-            ("roleid", oid()),
-            ("member", oid()),
-            ("grantor", oid()),
-            ("admin_option", b()),
-        ])?,
         "pg_opclass" => empty(&[
             ("oid", oid()),
             ("opcmethod", oid()),
@@ -1286,7 +1338,7 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     vec![
                         "public".into(),
                         e.desc.name.clone().into(),
-                        SUPERUSER_NAME.into(),
+                        catalog.role_name(e.desc.owner).unwrap_or_default().into(),
                         V::Null,
                         false.into(),
                         true.into(),

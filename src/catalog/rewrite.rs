@@ -519,8 +519,9 @@ fn rewrite_expr(expr: &mut Expr) {
             if lname == "array"
                 && let FunctionArguments::Subquery(q) = &f.args
             {
-                *expr = if reads_only_empty_catalogs(q) {
-                    // ARRAY over no rows is empty (psql's \du asks pg_auth_members)
+                *expr = if reads_only_empty_catalogs(q) || requires_column_acl(q) {
+                    // ARRAY over no rows is empty (psql's \dp asks pg_policy, and the
+                    // columns with an ACL: Weir has no column privileges)
                     parse_expr("CAST(make_array() AS TEXT[])")
                 } else if unnests_reloptions(q) {
                     // psql's \d+ lists toast options: Weir has no storage options
@@ -784,6 +785,28 @@ fn unnests_reloptions(q: &ast::Query) -> bool {
 }
 
 fn array_of_subquery(q: ast::Query) -> Expr {
+    // a plain one-column SELECT aggregates in place, so a correlated one (psql's \du:
+    // `ARRAY(SELECT b.rolname ... WHERE m.member = r.oid)`) stays a correlated scalar
+    // subquery DataFusion can decorrelate (over no rows it is NULL, as the path below)
+    if let ast::SetExpr::Select(select) = q.body.as_ref()
+        && select.projection.len() == 1
+        && select.distinct.is_none()
+        && select.having.is_none()
+        && q.order_by.is_none()
+        && q.limit_clause.is_none()
+        && q.with.is_none()
+        && matches!(&select.group_by, ast::GroupByExpr::Expressions(e, _) if e.is_empty())
+        && let ast::SelectItem::UnnamedExpr(e) | ast::SelectItem::ExprWithAlias { expr: e, .. } =
+            &select.projection[0]
+    {
+        let mut inner = q.clone();
+        if let ast::SetExpr::Select(s) = inner.body.as_mut() {
+            s.projection = vec![ast::SelectItem::UnnamedExpr(parse_expr(&format!(
+                "array_agg({e})"
+            )))];
+        }
+        return Expr::Subquery(Box::new(inner));
+    }
     let sql = format!("(SELECT array_agg(weir_c) FROM ({q}) AS weir_s(weir_c))");
     let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
     match datafusion::sql::sqlparser::parser::Parser::new(&dialect)
@@ -794,6 +817,37 @@ fn array_of_subquery(q: ast::Query) -> Expr {
         // unreachable for a query that parsed; keep the original call so planning reports it
         Err(_) => Expr::Subquery(Box::new(q)),
     }
+}
+
+/// A SELECT whose WHERE requires `attacl IS NOT NULL`: Weir has no column privileges, so
+/// it has no rows (psql's \dp lists column privileges this way).
+fn requires_column_acl(q: &ast::Query) -> bool {
+    let ast::SetExpr::Select(select) = q.body.as_ref() else {
+        return false;
+    };
+    fn conjuncts(e: &Expr, out: &mut Vec<Expr>) {
+        match e {
+            Expr::BinaryOp {
+                left,
+                op: ast::BinaryOperator::And,
+                right,
+            } => {
+                conjuncts(left, out);
+                conjuncts(right, out);
+            }
+            Expr::Nested(inner) => conjuncts(inner, out),
+            other => out.push(other.clone()),
+        }
+    }
+    let mut all = Vec::new();
+    if let Some(w) = &select.selection {
+        conjuncts(w, &mut all);
+    }
+    all.iter().any(|c| {
+        matches!(c, Expr::IsNotNull(inner)
+            if matches!(inner.as_ref(), Expr::Identifier(i) if i.value.eq_ignore_ascii_case("attacl"))
+                || matches!(inner.as_ref(), Expr::CompoundIdentifier(p) if p.last().is_some_and(|i| i.value.eq_ignore_ascii_case("attacl"))))
+    })
 }
 
 /// A plain `SELECT expr FROM` catalog tables that never have rows (see
@@ -1015,22 +1069,52 @@ fn join_and(parts: Vec<Expr>) -> Option<Expr> {
 }
 
 fn contains_aggregate(e: &Expr) -> bool {
-    let text = e.to_string().to_lowercase();
-    [
-        "count(",
-        "sum(",
-        "avg(",
-        "min(",
-        "max(",
-        "array_agg(",
-        "string_agg(",
-        "bool_and(",
-        "bool_or(",
-        "first_value(",
-        "last_value(",
-    ]
-    .iter()
-    .any(|a| text.contains(a))
+    const AGGREGATES: &[&str] = &[
+        "count",
+        "sum",
+        "avg",
+        "min",
+        "max",
+        "array_agg",
+        "string_agg",
+        "bool_and",
+        "bool_or",
+        "first_value",
+        "last_value",
+    ];
+    /// Aggregate calls of this query level (not of subqueries inside it).
+    struct Finder {
+        depth: usize,
+        found: bool,
+    }
+    impl ast::Visitor for Finder {
+        type Break = ();
+        fn pre_visit_query(&mut self, _: &ast::Query) -> ControlFlow<()> {
+            self.depth += 1;
+            ControlFlow::Continue(())
+        }
+        fn post_visit_query(&mut self, _: &ast::Query) -> ControlFlow<()> {
+            self.depth -= 1;
+            ControlFlow::Continue(())
+        }
+        fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
+            if self.depth == 0
+                && let Expr::Function(f) = e
+                && last_name(&f.name)
+                    .is_some_and(|n| AGGREGATES.contains(&n.to_lowercase().as_str()))
+            {
+                self.found = true;
+                return ControlFlow::Break(());
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let mut f = Finder {
+        depth: 0,
+        found: false,
+    };
+    let _ = ast::Visit::visit(e, &mut f);
+    f.found
 }
 
 /// Postgres' name for an unnamed select item (FigureColname).
@@ -1270,6 +1354,14 @@ mod tests {
             .remove(0);
         rewrite_statement(&mut s).unwrap();
         s.to_string()
+    }
+
+    #[test]
+    fn correlated_array_subquery_aggregates_in_place() {
+        let out = rw(
+            "SELECT ARRAY(SELECT b.rolname FROM pg_catalog.pg_auth_members m JOIN pg_catalog.pg_roles b ON (m.roleid = b.oid) WHERE m.member = r.oid) AS memberof FROM pg_catalog.pg_roles r",
+        );
+        assert!(out.contains("SELECT array_agg(b.rolname) FROM"), "{out}");
     }
 
     #[test]

@@ -23,7 +23,7 @@ impl Engine {
         cs: &CreateSink,
         text: &str,
     ) -> Result<Output> {
-        let o = connectors::options(&cs.with_options);
+        let o = self.connector_options(&cs.with_options)?;
         match o.get("connector").map(|c| c.to_lowercase()).as_deref() {
             Some("kafka") => {}
             Some(other) => {
@@ -112,6 +112,8 @@ impl Engine {
                         options,
                         emit_on_window_close: false,
                         append_only: view.desc.append_only,
+                        owner: session.role(),
+                        acl: None,
                     })
                 })?;
             }
@@ -237,7 +239,7 @@ impl Engine {
         Vec<usize>,
         kafka_sink::SinkFormat,
     )> {
-        let o = connectors::options(&entry.desc.options);
+        let o = self.connector_options(&entry.desc.options)?;
         let format = o
             .get("format")
             .and_then(|f| kafka_sink::SinkFormat::parse(f))

@@ -202,6 +202,8 @@ impl Engine {
                 options: stored_options,
                 emit_on_window_close: cv.emit_on_window_close,
                 append_only,
+                owner: session.role(),
+                acl: None,
             })
         })?;
         let entry = self
@@ -289,8 +291,13 @@ impl Engine {
                                 watermark: None,
                             })
                             .await?;
-                        let mut spec =
-                            runner_spec(&e.desc, desc, r.relation, Share::Reader(r.clone()))?;
+                        let mut spec = runner_spec(
+                            &self.catalog,
+                            &e.desc,
+                            desc,
+                            r.relation,
+                            Share::Reader(r.clone()),
+                        )?;
                         if checkpoints && matches!(spec.kind, SourceKind::Kafka(_)) {
                             spec.journal = Some(crate::dataflow::journal::Journal::fresh(
                                 store.clone(),
@@ -329,8 +336,13 @@ impl Engine {
                     }
                     _ => {
                         // the source's history first, then the shared reader
-                        let mut spec =
-                            runner_spec(&e.desc, desc, rel, Share::Backfill(shared.clone()))?;
+                        let mut spec = runner_spec(
+                            &self.catalog,
+                            &e.desc,
+                            desc,
+                            rel,
+                            Share::Backfill(shared.clone()),
+                        )?;
                         let mut replay = Vec::new();
                         if checkpoints && matches!(spec.kind, SourceKind::Kafka(_)) {
                             // how its batches fall is recorded, so recovery re-forms them
@@ -652,7 +664,13 @@ impl Engine {
                     &e.desc.name,
                     position.clone(),
                 );
-                let mut spec = runner_spec(&e.desc, &e.desc, r.relation, Share::Reader(r.clone()))?;
+                let mut spec = runner_spec(
+                    &self.catalog,
+                    &e.desc,
+                    &e.desc,
+                    r.relation,
+                    Share::Reader(r.clone()),
+                )?;
                 let mut journal = Vec::new();
                 if matches!(spec.kind, SourceKind::Kafka(_)) {
                     let (j, entries) = crate::dataflow::journal::Journal::resume(
@@ -1114,12 +1132,13 @@ fn sink_resume(
 
 /// How to run a reader of a connector source: its shared reader, or `view`'s backfill.
 fn runner_spec(
+    catalog: &crate::catalog::Catalog,
     src: &RelationDesc,
     view: &RelationDesc,
     instance: u32,
     share: Share,
 ) -> Result<RunnerSpec> {
-    let o = connectors::options(&src.options);
+    let o = connectors::options(&catalog.resolve_secrets(&src.options)?);
     let connector = o.get("connector").cloned().unwrap_or_default();
     let watermark = src.watermark.as_ref().and_then(|w| {
         src.columns

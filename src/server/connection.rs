@@ -62,7 +62,8 @@ pub async fn serve(tcp: TcpStream, backend: Arc<WeirBackend>, refuse: Option<Wei
         STARTUP_TIMEOUT
     };
     let startup_deadline = tokio::time::Instant::now() + startup_limit;
-    let negotiated = tokio::time::timeout_at(startup_deadline, negotiate_tls(tcp, None)).await;
+    let negotiated =
+        tokio::time::timeout_at(startup_deadline, negotiate_tls(tcp, backend.tls.clone())).await;
     let framed = match negotiated {
         Ok(Ok(Some(f))) => f,
         Ok(Ok(None)) | Err(_) => return,
@@ -77,6 +78,11 @@ pub async fn serve(tcp: TcpStream, backend: Arc<WeirBackend>, refuse: Option<Wei
     let mut new_parts = FramedParts::new(guard, parts.codec);
     new_parts.write_buf = parts.write_buf;
     let mut socket: Socket = Framed::from_parts(new_parts);
+    if let MaybeTls::Tls(tls) = &socket.get_ref().inner {
+        let session = crate::server::tls::TlsSession::of(tls.get_ref().1);
+        info!(?peer, version = %session.version, cipher = %session.cipher, client_cn = ?session.client_cn, "TLS negotiated");
+        socket.session_extensions().insert(session);
+    }
     if let Err(e) = message_loop(&mut socket, &backend, refuse, startup_deadline).await {
         info!(?peer, error = %e, "connection closed with error");
     }
@@ -179,6 +185,15 @@ async fn message_loop(
         ))
         .catch_unwind()
         .await;
+        if starting
+            && socket
+                .session_extensions()
+                .get::<crate::server::handler::CloseConnection>()
+                .is_some()
+        {
+            let _ = socket.close().await;
+            return Ok(());
+        }
         match outcome {
             Ok(Ok(())) => {}
             Ok(Err(e)) => process_error(socket, e, is_extended).await?,

@@ -84,14 +84,28 @@ pub struct Prepared {
 /// The handlers of every connection.
 pub struct WeirBackend {
     handle: Arc<Handle>,
+    /// Offered to clients that ask for TLS (None: SSLRequest is answered `N`).
+    pub(crate) tls: Option<pgwire::tokio::tokio_rustls::TlsAcceptor>,
 }
 
 impl WeirBackend {
     pub fn new(engine: Arc<Engine>) -> Self {
+        Self::with_auth(engine, crate::server::auth::AuthConfig::default(), None)
+    }
+
+    /// A backend that authenticates clients by `auth` and offers TLS through `tls`.
+    pub fn with_auth(
+        engine: Arc<Engine>,
+        auth: crate::server::auth::AuthConfig,
+        tls: Option<pgwire::tokio::tokio_rustls::TlsAcceptor>,
+    ) -> Self {
         let default_memory = engine.limits.query_memory_limit;
         WeirBackend {
+            tls,
             handle: Arc::new(Handle {
                 engine,
+                auth,
+                mock_secret: crate::catalog::scram::random_bytes(32),
                 connections: Arc::new(ConnectionManager::new()),
                 cancels: Arc::new(CancelRegistry::default()),
                 parser: Arc::new(WeirQueryParser { default_memory }),
@@ -162,6 +176,10 @@ impl CancelHandler for WeirCancelHandler {
 /// Shared by all connections; per-connection state lives in the client's session extensions.
 pub struct Handle {
     engine: Arc<Engine>,
+    /// Who may connect, and how they prove it.
+    auth: crate::server::auth::AuthConfig,
+    /// Salts the mock SCRAM exchange of unknown roles (random per process).
+    mock_secret: Vec<u8>,
     connections: Arc<ConnectionManager>,
     cancels: Arc<CancelRegistry>,
     parser: Arc<WeirQueryParser>,
@@ -216,8 +234,13 @@ impl Handle {
         let interrupt = client
             .session_extensions()
             .get_or_insert_with(QueryCancel::default);
+        let role = client
+            .session_extensions()
+            .get::<LoggedIn>()
+            .map(|r| r.0)
+            .unwrap_or(crate::catalog::roles::PUBLIC);
         client.session_extensions().get_or_insert_with(|| {
-            let mut s = self.engine.new_session();
+            let mut s = self.engine.session_for(role);
             // the session's interrupts are the connection's cancel target
             s.interrupt = interrupt;
             Mutex::new(s)
@@ -245,7 +268,9 @@ impl Handle {
 }
 
 /// Server parameters sent after authentication.
-struct ServerParams;
+struct ServerParams {
+    superuser: bool,
+}
 
 impl ServerParameterProvider for ServerParams {
     fn server_parameters<C: ClientInfo>(&self, client: &C) -> Option<HashMap<String, String>> {
@@ -258,7 +283,11 @@ impl ServerParameterProvider for ServerParams {
         p.insert("standard_conforming_strings".into(), "on".into());
         p.insert("TimeZone".into(), "UTC".into());
         p.insert("IntervalStyle".into(), "postgres".into());
-        p.insert("is_superuser".into(), "on".into());
+        p.insert(
+            "is_superuser".into(),
+            if self.superuser { "on" } else { "off" }.into(),
+        );
+
         p.insert("in_hot_standby".into(), "off".into());
         p.insert("default_transaction_read_only".into(), "off".into());
         p.insert(
@@ -281,6 +310,31 @@ impl ServerParameterProvider for ServerParams {
     }
 }
 
+/// The role a connection logged in as (session extension, set when login succeeds).
+pub(crate) struct LoggedIn(pub u32);
+
+/// Set on a connection whose login failed: its FATAL error was sent; close it.
+pub(crate) struct CloseConnection;
+
+/// A login waiting for the client's next authentication message.
+enum LoginStep {
+    SaslInitial,
+    SaslFinal(Box<crate::catalog::scram::Exchange>),
+    Password,
+}
+
+struct Login {
+    user: String,
+    method: crate::server::auth::Method,
+    step: parking_lot::Mutex<Option<LoginStep>>,
+}
+
+fn fatal(code: &str, message: impl Into<String>) -> PgWireBackendMessage {
+    PgWireBackendMessage::ErrorResponse(
+        pgwire::error::ErrorInfo::new("FATAL".to_owned(), code.to_owned(), message.into()).into(),
+    )
+}
+
 #[async_trait]
 impl StartupHandler for Handle {
     async fn on_startup<C>(
@@ -293,34 +347,349 @@ impl StartupHandler for Handle {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        if let PgWireFrontendMessage::Startup(ref startup) = message {
-            protocol_negotiation(client, startup).await?;
-            save_startup_parameters_to_metadata(client, startup);
-            let (pid, key) = self.pids.generate(client);
-            client.set_pid_and_secret_key(pid, key.clone());
-            let cancel = client
-                .session_extensions()
-                .get_or_insert_with(QueryCancel::default);
-            let ckey = (pid, key.to_bytes());
-            self.cancels.map.lock().insert(ckey.clone(), cancel);
-            client.session_extensions().insert(CancelGuard {
-                key: ckey,
-                registry: self.cancels.clone(),
-            });
-            let (handle, guard) = self.connections.register(pid, key);
-            client
-                .session_extensions()
-                .insert::<Arc<ConnectionHandle>>(handle);
-            client.session_extensions().insert::<ConnectionGuard>(guard);
-            finish_authentication(client, &ServerParams).await?;
-            info!(
-                peer = %client.socket_addr(),
-                user = client.metadata().get(METADATA_USER).map(String::as_str).unwrap_or(""),
-                database = client.metadata().get("database").map(String::as_str).unwrap_or(""),
-                pid,
-                "session started"
-            );
+        use crate::error::sqlstate;
+        use crate::server::auth::Method;
+        use pgwire::messages::startup::Authentication;
+        match message {
+            PgWireFrontendMessage::Startup(ref startup) => {
+                protocol_negotiation(client, startup).await?;
+                save_startup_parameters_to_metadata(client, startup);
+                let user = client
+                    .metadata()
+                    .get(METADATA_USER)
+                    .cloned()
+                    .unwrap_or_default();
+                let database = client
+                    .metadata()
+                    .get("database")
+                    .cloned()
+                    .unwrap_or_else(|| user.clone());
+                let peer = client.socket_addr().ip();
+                let tls = client.is_secure();
+                let encryption = if tls {
+                    "SSL encryption"
+                } else {
+                    "no encryption"
+                };
+                let catalog = &self.engine.catalog;
+                let Some((method, origin)) =
+                    self.auth.method_for(catalog, peer, tls, &database, &user)
+                else {
+                    return self
+                        .refuse(
+                            client,
+                            &user,
+                            None,
+                            sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+                            format!("no pg_hba.conf entry for host \"{peer}\", user \"{user}\", database \"{database}\", {encryption}"),
+                            "no rule matches",
+                        )
+                        .await;
+                };
+                match method {
+                    Method::Reject => {
+                        self.refuse(
+                            client,
+                            &user,
+                            Some(method),
+                            sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+                            format!("pg_hba.conf rejects connection for host \"{peer}\", user \"{user}\", database \"{database}\", {encryption}"),
+                            &format!("rejected by {origin}"),
+                        )
+                        .await
+                    }
+                    Method::Trust => match catalog.role(&user) {
+                        Some(r) => self.logged_in(client, r).await,
+                        None => {
+                            self.refuse(
+                                client,
+                                &user,
+                                Some(method),
+                                sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+                                format!("role \"{user}\" does not exist"),
+                                "no such role",
+                            )
+                            .await
+                        }
+                    },
+                    Method::Cert => {
+                        let cn = client
+                            .session_extensions()
+                            .get::<crate::server::tls::TlsSession>()
+                            .and_then(|t| t.client_cn.clone());
+                        match (cn, catalog.role(&user)) {
+                            (None, _) => {
+                                self.refuse(
+                                    client,
+                                    &user,
+                                    Some(method),
+                                    sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+                                    "connection requires a valid client certificate".into(),
+                                    "no client certificate",
+                                )
+                                .await
+                            }
+                            (Some(cn), Some(r)) if cn == user => self.logged_in(client, r).await,
+                            (Some(cn), _) => {
+                                self.refuse(
+                                    client,
+                                    &user,
+                                    Some(method),
+                                    sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+                                    format!("certificate authentication failed for user \"{user}\""),
+                                    &format!("certificate CN \"{cn}\""),
+                                )
+                                .await
+                            }
+                        }
+                    }
+                    Method::ScramSha256 | Method::Password => {
+                        client.set_state(PgWireConnectionState::AuthenticationInProgress);
+                        let (ask, step) = if method == Method::Password {
+                            (Authentication::CleartextPassword, LoginStep::Password)
+                        } else {
+                            (
+                                Authentication::SASL(vec!["SCRAM-SHA-256".to_owned()]),
+                                LoginStep::SaslInitial,
+                            )
+                        };
+                        client.session_extensions().insert(Login {
+                            user,
+                            method,
+                            step: parking_lot::Mutex::new(Some(step)),
+                        });
+                        client
+                            .send(PgWireBackendMessage::Authentication(ask))
+                            .await?;
+                        Ok(())
+                    }
+                }
+            }
+            PgWireFrontendMessage::PasswordMessageFamily(msg) => {
+                let Some(login) = client.session_extensions().get::<Login>() else {
+                    return Err(PgWireError::InvalidStartupMessage);
+                };
+                let step = login.step.lock().take();
+                let user = login.user.clone();
+                let role = self.engine.catalog.role(&user);
+                let verifier = role
+                    .as_ref()
+                    .and_then(|r| r.password.as_deref())
+                    .and_then(crate::catalog::scram::Verifier::parse);
+                let wrong = format!("password authentication failed for user \"{user}\"");
+                match step {
+                    Some(LoginStep::SaslInitial) => {
+                        let first = msg.into_sasl_initial_response()?;
+                        if first.auth_method != "SCRAM-SHA-256" {
+                            return self
+                                .refuse(
+                                    client,
+                                    &user,
+                                    Some(login.method),
+                                    sqlstate::INVALID_PASSWORD,
+                                    wrong,
+                                    &format!("unsupported SASL mechanism {}", first.auth_method),
+                                )
+                                .await;
+                        }
+                        let data = first.data.unwrap_or_default();
+                        let started = match verifier {
+                            Some(v) => crate::catalog::scram::Exchange::start(v, &data),
+                            // unknown role or no password: the same exchange, failing at the end
+                            None => crate::catalog::scram::Exchange::mock(
+                                &user,
+                                &self.mock_secret,
+                                &data,
+                            ),
+                        };
+                        match started {
+                            Ok((exchange, server_first)) => {
+                                *login.step.lock() = Some(LoginStep::SaslFinal(Box::new(exchange)));
+                                client
+                                    .send(PgWireBackendMessage::Authentication(
+                                        Authentication::SASLContinue(
+                                            server_first.into_bytes().into(),
+                                        ),
+                                    ))
+                                    .await?;
+                                Ok(())
+                            }
+                            Err(e) => {
+                                self.refuse(
+                                    client,
+                                    &user,
+                                    Some(login.method),
+                                    sqlstate::INVALID_PASSWORD,
+                                    wrong,
+                                    &format!("{e:?}"),
+                                )
+                                .await
+                            }
+                        }
+                    }
+                    Some(LoginStep::SaslFinal(exchange)) => {
+                        let fin = msg.into_sasl_response()?;
+                        match (exchange.finish(&fin.data), role) {
+                            (Ok(server_final), Some(r)) => {
+                                client
+                                    .send(PgWireBackendMessage::Authentication(
+                                        Authentication::SASLFinal(server_final.into_bytes().into()),
+                                    ))
+                                    .await?;
+                                self.logged_in(client, r).await
+                            }
+                            (Err(e), role) => {
+                                let why = match (&e, &role) {
+                                    (_, None) => "no such role".to_owned(),
+                                    (_, Some(r)) if r.password.is_none() => {
+                                        "the role has no password".to_owned()
+                                    }
+                                    (crate::catalog::scram::ScramError::WrongProof, _) => {
+                                        "wrong password".to_owned()
+                                    }
+                                    (other, _) => format!("{other:?}"),
+                                };
+                                self.refuse(
+                                    client,
+                                    &user,
+                                    Some(login.method),
+                                    sqlstate::INVALID_PASSWORD,
+                                    wrong,
+                                    &why,
+                                )
+                                .await
+                            }
+                            (Ok(_), None) => {
+                                self.refuse(
+                                    client,
+                                    &user,
+                                    Some(login.method),
+                                    sqlstate::INVALID_PASSWORD,
+                                    wrong,
+                                    "no such role",
+                                )
+                                .await
+                            }
+                        }
+                    }
+                    Some(LoginStep::Password) => {
+                        let given = msg.into_password()?;
+                        match (verifier, role) {
+                            (Some(v), Some(r)) if v.matches(&given.password) => {
+                                self.logged_in(client, r).await
+                            }
+                            (_, role) => {
+                                let why = if role.is_none() {
+                                    "no such role"
+                                } else {
+                                    "wrong password"
+                                };
+                                self.refuse(
+                                    client,
+                                    &user,
+                                    Some(login.method),
+                                    sqlstate::INVALID_PASSWORD,
+                                    wrong,
+                                    why,
+                                )
+                                .await
+                            }
+                        }
+                    }
+                    None => Err(PgWireError::InvalidStartupMessage),
+                }
+            }
+            _ => Ok(()),
         }
+    }
+}
+
+impl Handle {
+    /// Refuse a login: logged (never with the password), answered after the failed-login
+    /// delay with a FATAL error, and the connection is closed.
+    async fn refuse<C>(
+        &self,
+        client: &mut C,
+        user: &str,
+        method: Option<crate::server::auth::Method>,
+        code: &'static str,
+        message: String,
+        why: &str,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        warn!(
+            peer = %client.socket_addr(),
+            user,
+            method = method.map(|m| m.name()).unwrap_or("none"),
+            reason = why,
+            "login failed"
+        );
+        tokio::time::sleep(crate::server::auth::FAILED_LOGIN_DELAY).await;
+        client.send(fatal(code, message)).await?;
+        client.session_extensions().insert(CloseConnection);
+        Ok(())
+    }
+
+    /// The client proved it is `role`: finish the startup.
+    async fn logged_in<C>(
+        &self,
+        client: &mut C,
+        role: crate::catalog::roles::RoleDesc,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if !role.login {
+            let method = client.session_extensions().get::<Login>().map(|l| l.method);
+            return self
+                .refuse(
+                    client,
+                    &role.name,
+                    method,
+                    crate::error::sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+                    format!("role \"{}\" is not permitted to log in", role.name),
+                    "NOLOGIN role",
+                )
+                .await;
+        }
+        client.session_extensions().insert(LoggedIn(role.oid));
+        let (pid, key) = self.pids.generate(client);
+        client.set_pid_and_secret_key(pid, key.clone());
+        let cancel = client
+            .session_extensions()
+            .get_or_insert_with(QueryCancel::default);
+        let ckey = (pid, key.to_bytes());
+        self.cancels.map.lock().insert(ckey.clone(), cancel);
+        client.session_extensions().insert(CancelGuard {
+            key: ckey,
+            registry: self.cancels.clone(),
+        });
+        let (handle, guard) = self.connections.register(pid, key);
+        client
+            .session_extensions()
+            .insert::<Arc<ConnectionHandle>>(handle);
+        client.session_extensions().insert::<ConnectionGuard>(guard);
+        finish_authentication(
+            client,
+            &ServerParams {
+                superuser: role.superuser,
+            },
+        )
+        .await?;
+        info!(
+            peer = %client.socket_addr(),
+            user = %role.name,
+            database = client.metadata().get("database").map(String::as_str).unwrap_or(""),
+            ssl = client.is_secure(),
+            pid,
+            "session started"
+        );
         Ok(())
     }
 }

@@ -151,6 +151,8 @@ pub struct Session {
     pub cursors: HashMap<String, Cursor>,
     /// A `COPY ... FROM STDIN` waiting for its data.
     pub copy_in: Option<crate::server::copy::CopyIn>,
+    /// Shared with the session's `current_user`, `session_user` and privilege functions.
+    pub identity: Arc<parking_lot::RwLock<Identity>>,
 }
 
 /// What a cursor reads from.
@@ -169,6 +171,32 @@ pub struct Cursor {
     pub leftover: Option<datafusion::arrow::record_batch::RecordBatch>,
     /// `WITH HOLD`: stays open after the transaction block ends.
     pub hold: bool,
+}
+
+/// Who a session is. Privileges are checked against [`Identity::current`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Identity {
+    /// The role that logged in: `SET SESSION AUTHORIZATION` needs it to be a superuser.
+    pub authenticated: u32,
+    /// `session_user`.
+    pub session_user: u32,
+    /// `SET ROLE` (None: NONE, the session user acts).
+    pub role: Option<u32>,
+}
+
+impl Identity {
+    pub fn of(role: u32) -> Identity {
+        Identity {
+            authenticated: role,
+            session_user: role,
+            role: None,
+        }
+    }
+
+    /// `current_user`: the role privileges are checked against.
+    pub fn current(&self) -> u32 {
+        self.role.unwrap_or(self.session_user)
+    }
 }
 
 /// The transaction state a client sees in ReadyForQuery.
@@ -241,7 +269,15 @@ impl Session {
             savepoints: Vec::new(),
             cursors: HashMap::new(),
             copy_in: None,
+            identity: Arc::new(parking_lot::RwLock::new(Identity::of(
+                crate::catalog::SUPERUSER_OID,
+            ))),
         }
+    }
+
+    /// The role privileges are checked against (`current_user`).
+    pub fn role(&self) -> u32 {
+        self.identity.read().current()
     }
 
     pub fn tx_state(&self) -> TxState {
@@ -277,6 +313,11 @@ impl Session {
     }
 
     /// Validate and set a setting (SET); returns the stored value.
+    /// Record `session_authorization` / `role` as SHOW and current_setting() report them.
+    pub fn set_identity(&self, name: &str, value: &str) {
+        self.settings.write().set_identity(name, value);
+    }
+
     pub fn set(&mut self, name: &str, value: &str) -> crate::error::Result<String> {
         let n = Self::normalize(name);
         if n == "transaction_read_only" {

@@ -301,18 +301,12 @@ pub fn validate(name: &str, value: &str, max_work_mem: usize) -> Result<String> 
                 )))
             }
         }
-        // there are no roles yet: every session is the superuser
-        "session_authorization" | "role" => {
-            if matches!(lower.as_str(), "default" | "none")
-                || lower == crate::catalog::SUPERUSER_NAME
-            {
-                Ok(v)
-            } else {
-                Err(WeirError::invalid_parameter(format!(
-                    "role \"{v}\" does not exist"
-                )))
-            }
-        }
+        // SET ROLE / SET SESSION AUTHORIZATION are checked and applied by the engine
+        // (`engine/security.rs`), which records the result with `set_identity`
+        "session_authorization" | "role" => Err(WeirError::new(
+            sqlstate::CANT_CHANGE_RUNTIME_PARAM,
+            format!("parameter \"{name}\" is set with SET ROLE / SET SESSION AUTHORIZATION"),
+        )),
         n if n.contains('.') => Ok(v),
         n => Err(WeirError::new(
             sqlstate::UNDEFINED_OBJECT,
@@ -356,10 +350,13 @@ impl SettingsStore {
         if let Some(v) = self.set.get(&n) {
             return Some(v.clone());
         }
-        if n == "session_authorization" {
-            return Some(crate::catalog::SUPERUSER_NAME.to_owned());
-        }
         self.defaults.get(&n).cloned()
+    }
+
+    /// Record the session's identity settings (`session_authorization`, `role`), which
+    /// RESET ALL does not change.
+    pub fn set_identity(&mut self, name: &str, value: &str) {
+        self.defaults.insert(name.to_owned(), value.to_owned());
     }
 
     /// Validate and set; returns the stored value.

@@ -328,9 +328,16 @@ pub fn parse_copy(p: &mut Parser) -> Result<Copy> {
     };
     if !ok {
         return Err(match target.token {
-            Token::SingleQuotedString(_) | Token::Word(_) => WeirError::not_supported(format!(
-                "COPY {} a file or program is not supported; use COPY ... {} (psql's \\copy)",
-                if from { "from" } else { "to" },
+            // nothing in SQL reads or writes the server's files or runs its programs
+            Token::SingleQuotedString(_) | Token::Word(_) => WeirError::new(
+                crate::error::sqlstate::INSUFFICIENT_PRIVILEGE,
+                format!(
+                    "permission denied to COPY {} a file or program",
+                    if from { "from" } else { "to" }
+                ),
+            )
+            .with_hint(format!(
+                "Weir never reads or writes files on the server from SQL; use COPY ... {} (psql's \\copy).",
                 if from { "FROM STDIN" } else { "TO STDOUT" }
             )),
             _ => syntax_near(&target),

@@ -78,6 +78,8 @@ pub enum Statement {
     DiscardAll,
     /// A large `INSERT ... VALUES` of literals, read without a syntax tree.
     BulkInsert(Box<crate::sql::bulk_insert::ScannedInsert>),
+    /// Roles, privileges, ownership and secrets (`sql/security.rs`).
+    Security(Box<crate::sql::security::SecurityStmt>),
 }
 
 /// Transaction modes of BEGIN / SET TRANSACTION.
@@ -450,7 +452,27 @@ fn parse_one(p: &mut Parser) -> Result<Statement> {
                 p.expect_keyword_is(Keyword::VIEW)?;
                 return parse_create_view(p).map(|c| Statement::CreateView(Box::new(c)));
             }
+            if matches!(&p.peek_nth_token(1).token, Token::Word(w) if w.quote_style.is_none()
+                && ["role", "user", "group", "secret"].iter().any(|k| w.value.eq_ignore_ascii_case(k)))
+            {
+                p.next_token();
+                return crate::sql::security::parse_create(p)
+                    .map(|s| Statement::Security(Box::new(s)));
+            }
             classify(p.parse_statement()?)
+        }
+        Keyword::ALTER => {
+            p.next_token();
+            if let Some(s) = crate::sql::security::parse_alter(p)? {
+                return Ok(Statement::Security(Box::new(s)));
+            }
+            p.prev_token();
+            classify(p.parse_statement()?)
+        }
+        Keyword::GRANT | Keyword::REVOKE => {
+            p.next_token();
+            crate::sql::security::parse_grant(p, w.keyword == Keyword::GRANT)
+                .map(|s| Statement::Security(Box::new(s)))
         }
         Keyword::EXPLAIN if matches!(&p.peek_nth_token(1).token, Token::Word(w) if w.keyword == Keyword::CREATE) =>
         {
@@ -479,7 +501,14 @@ fn parse_one(p: &mut Parser) -> Result<Statement> {
         Keyword::RESET => {
             p.next_token();
             let words = rest_words(p)?;
-            Ok(Statement::ResetVariable(words.join(" ")))
+            use crate::sql::security::SecurityStmt;
+            match words.join(" ").as_str() {
+                "role" => Ok(Statement::Security(Box::new(SecurityStmt::SetRole(None)))),
+                "session authorization" => Ok(Statement::Security(Box::new(
+                    SecurityStmt::SetSessionAuthorization(None),
+                ))),
+                _ => Ok(Statement::ResetVariable(words.join(" "))),
+            }
         }
         Keyword::BEGIN | Keyword::START => {
             let words = rest_words(p)?;
@@ -934,6 +963,16 @@ pub fn parse_with_options(p: &mut Parser) -> Result<Vec<(String, String)>> {
         let value = match t.token {
             Token::SingleQuotedString(s) => s,
             Token::Number(n, _) => n,
+            // `key = SECRET name`: the option names a secret, resolved when the
+            // connector is built; the catalog keeps the name only
+            Token::Word(w)
+                if w.quote_style.is_none()
+                    && w.value.eq_ignore_ascii_case("secret")
+                    && matches!(p.peek_token().token, Token::Word(_)) =>
+            {
+                let name = normalize_ident(&p.parse_identifier()?);
+                crate::catalog::secrets::secret_ref(&name)
+            }
             Token::Word(w) => w.value,
             _ => return Err(syntax_near(&t)),
         };
@@ -956,6 +995,8 @@ fn parse_drop(p: &mut Parser) -> Result<Statement> {
         DropKind::MaterializedView
     } else if parse_word(p, "SINK") {
         DropKind::Sink
+    } else if let Some(s) = crate::sql::security::parse_drop(p)? {
+        return Ok(Statement::Security(Box::new(s)));
     } else {
         // let sqlparser produce its error or a statement we refuse by name
         p.prev_token();
@@ -1000,6 +1041,9 @@ fn parse_set(p: &mut Parser) -> Result<Statement> {
     // SET [SESSION | LOCAL] ...
     if !p.parse_keyword(Keyword::SESSION) {
         let _ = p.parse_keyword(Keyword::LOCAL);
+    }
+    if let Some(s) = crate::sql::security::parse_set(p)? {
+        return Ok(Statement::Security(Box::new(s)));
     }
     if p.parse_keywords(&[Keyword::TIME, Keyword::ZONE]) {
         let value = rest_value(p)?;
