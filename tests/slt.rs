@@ -183,5 +183,5 @@ macro_rules! slt_tests {
 
 slt_tests!(
     tables, dml, types, queries, errors, session, restart, catalog, views, views_ddl, event_time,
-    sources, json, cursors, hardening,
+    sources, json, cursors, hardening, security,
 );

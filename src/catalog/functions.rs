@@ -364,6 +364,7 @@ impl ScalarUDFImpl for Length {
 
 /// Register every function on a session context.
 pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
+    register_server_file_refusals(ctx);
     ctx.register_udf(ScalarUDF::new_from_impl(PgTypeof {
         signature: Signature::any(1, Volatility::Immutable),
     }));
@@ -959,6 +960,32 @@ impl TypePlanner for WeirTypePlanner {
             _ => None,
         };
         Ok(declared.map(|t| Arc::new(t.field("", true))))
+    }
+}
+
+/// Functions that read or write the server's files: refused to everyone, superusers
+/// included (nothing in SQL touches the server's files; COPY is refused the same way).
+const SERVER_FILE_FUNCTIONS: &[&str] = &[
+    "pg_read_file",
+    "pg_read_binary_file",
+    "pg_ls_dir",
+    "pg_stat_file",
+    "pg_file_write",
+    "lo_import",
+    "lo_export",
+];
+
+fn register_server_file_refusals(ctx: &SessionContext) {
+    for name in SERVER_FILE_FUNCTIONS {
+        register_fn(ctx, name, DataType::Utf8, move |_, _| {
+            Err(datafusion::error::DataFusionError::External(Box::new(
+                crate::error::WeirError::new(
+                    crate::error::sqlstate::INSUFFICIENT_PRIVILEGE,
+                    format!("permission denied for function {name}"),
+                )
+                .with_hint("Weir never reads or writes files on the server from SQL."),
+            )))
+        });
     }
 }
 

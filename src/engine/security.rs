@@ -197,7 +197,7 @@ impl Engine {
                     CopySource::Subscribe(s) => self.require(role, &s.view, Privilege::Select),
                 },
             },
-            Statement::Checkpoint => Err(denied("must be superuser to run CHECKPOINT")),
+            Statement::Checkpoint => Err(denied("must be superuser to do CHECKPOINT")),
             // security statements check their own rules as they run
             _ => Ok(()),
         }
