@@ -183,6 +183,15 @@ impl RelationDesc {
     }
 }
 
+/// A client connection as `pg_stat_ssl` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionInfo {
+    pub user: String,
+    /// TLS version, cipher and key bits, client certificate DN and its issuer's DN;
+    /// None for a plain connection.
+    pub tls: Option<(String, String, i32, Option<String>, Option<String>)>,
+}
+
 /// OIDs are handed out in steps so a relation's index, constraint and row type get their own.
 pub(crate) const OID_STEP: u32 = 4;
 
@@ -204,6 +213,8 @@ struct State {
 pub struct Catalog {
     store: Arc<dyn Store>,
     state: RwLock<State>,
+    /// Client connections and their TLS state, for `pg_stat_ssl` (by backend pid).
+    pub connections: parking_lot::Mutex<BTreeMap<i32, ConnectionInfo>>,
     /// Opens secrets (set by [`Catalog::open_secrets`]).
     secrets_key: RwLock<secrets::KeySlot>,
 }
@@ -245,6 +256,7 @@ impl Catalog {
                 secrets: BTreeMap::new(),
             }),
             secrets_key: RwLock::new(secrets::KeySlot::default()),
+            connections: parking_lot::Mutex::new(BTreeMap::new()),
         })
     }
 

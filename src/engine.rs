@@ -210,6 +210,10 @@ impl Engine {
     }
 
     pub fn new_session(&self) -> Session {
+        self.new_session_with_pid(std::process::id() as i32)
+    }
+
+    fn new_session_with_pid(&self, pid: i32) -> Session {
         let pinned = Arc::new(PinnedViews::default());
         let memory = Arc::new(crate::serving::memory::StatementMemoryPool::new(
             self.limits.query_memory_limit,
@@ -234,13 +238,14 @@ impl Engine {
                 let i = identity.read();
                 (i.current(), i.session_user)
             }),
+            pid,
         );
         session
     }
 
     /// A session of `role` (a client that logged in as it).
-    pub fn session_for(&self, role: u32) -> Session {
-        let session = self.new_session();
+    pub fn session_for(&self, role: u32, pid: i32) -> Session {
+        let session = self.new_session_with_pid(pid);
         *session.identity.write() = crate::server::session::Identity::of(role);
         let name = self.catalog.role_name(role).unwrap_or_default();
         session.set_identity("session_authorization", &name);

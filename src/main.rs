@@ -200,7 +200,13 @@ fn main() {
                 tls,
                 secrets_key_file,
             })) {
-                eprintln!("weir: {e}");
+                eprintln!("weir: {}", e.message);
+                if let Some(d) = &e.detail {
+                    eprintln!("detail: {d}");
+                }
+                if let Some(h) = &e.hint {
+                    eprintln!("hint: {h}");
+                }
                 std::process::exit(1);
             }
         }

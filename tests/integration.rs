@@ -14,6 +14,7 @@ mod nexmark_queries;
 mod oracle;
 mod protocol;
 mod recovery;
+mod security;
 mod slt;
 mod subscribe;
 mod views;

@@ -324,7 +324,7 @@ fn startup(addr: &str, ssl_first: bool) -> TcpStream {
         assert_eq!(answer[0], b'N', "SSL must be declined");
     }
     let mut body = 196608i32.to_be_bytes().to_vec();
-    for kv in ["user", "node", "database", "weir"] {
+    for kv in ["user", "weir", "database", "weir"] {
         body.extend(cstr(kv));
     }
     body.push(0);

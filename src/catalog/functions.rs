@@ -404,12 +404,6 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
             Ok(Arc::new(b.finish()))
         }),
     }));
-    register_fn(ctx, "pg_backend_pid", DataType::Int32, |_, rows| {
-        Ok(Arc::new(Int32Array::from(vec![
-            std::process::id() as i32;
-            rows
-        ])))
-    });
     // json_build_object(k1, v1, ...): catalog queries (SQLAlchemy's column reflection) build
     // small objects with it
     register_fn(ctx, "json_build_object", DataType::Utf8, |args, rows| {
@@ -994,7 +988,11 @@ pub type WhoAmI = Arc<dyn Fn() -> (u32, u32) + Send + Sync>;
 
 /// Register the functions that depend on the session's role: `current_user`,
 /// `session_user`, `user`, `current_role` and `has_table_privilege`.
-pub fn register_identity(ctx: &SessionContext, catalog: Arc<Catalog>, who: WhoAmI) {
+pub fn register_identity(ctx: &SessionContext, catalog: Arc<Catalog>, who: WhoAmI, pid: i32) {
+    // the pid clients got in BackendKeyData (psycopg's `info.backend_pid`, pg_stat_ssl.pid)
+    register_fn(ctx, "pg_backend_pid", DataType::Int32, move |_, rows| {
+        Ok(Arc::new(Int32Array::from(vec![pid; rows])))
+    });
     for name in ["current_user", "user", "current_role"] {
         let (catalog, who) = (catalog.clone(), who.clone());
         register_fn(ctx, name, DataType::Utf8, move |_, rows| {
@@ -1060,12 +1058,18 @@ pub fn register_identity(ctx: &SessionContext, catalog: Arc<Catalog>, who: WhoAm
                 let entry = match (&table_oids, &table_names) {
                     (Some(o), _) if !o.is_null(i) => catalog.get_by_oid(o.value(i)),
                     (_, Some(n)) if !n.is_null(i) => {
-                        match crate::catalog::pg_catalog::relation_oid_of_name(&catalog, n.value(i))
-                        {
+                        // a name as SQL writes it: `t`, `public.t`, `"public"."t"`
+                        let parts: Vec<&str> =
+                            n.value(i).split('.').map(|p| p.trim_matches('"')).collect();
+                        let name = match parts.as_slice() {
+                            ["public", t] | ["pg_catalog", t] => (*t).to_owned(),
+                            _ => parts.join("."),
+                        };
+                        match crate::catalog::pg_catalog::relation_oid_of_name(&catalog, &name) {
                             Some(o) => catalog.get_by_oid(o),
                             None => {
-                                return Err(datafusion::error::DataFusionError::Execution(
-                                    format!("relation \"{}\" does not exist", n.value(i)),
+                                return Err(datafusion::error::DataFusionError::External(
+                                    Box::new(crate::error::WeirError::undefined_table(n.value(i))),
                                 ));
                             }
                         }

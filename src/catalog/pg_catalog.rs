@@ -372,6 +372,7 @@ const TABLES: &[&str] = &[
     "pg_opclass",
     "pg_auth_members",
     "pg_stat_activity",
+    "pg_stat_ssl",
     "pg_stat_user_tables",
 ];
 
@@ -1468,6 +1469,45 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                         rows.into(),
                         0i64.into(),
                     ]
+                })
+                .collect(),
+        )?,
+        "pg_stat_ssl" => build_table(
+            &[
+                ("pid", i4()),
+                ("ssl", b()),
+                ("version", text()),
+                ("cipher", text()),
+                ("bits", i4()),
+                ("client_dn", text()),
+                ("client_serial", text()),
+                ("issuer_dn", text()),
+            ],
+            catalog
+                .connections
+                .lock()
+                .iter()
+                .map(|(pid, c)| match &c.tls {
+                    None => vec![
+                        V::I(*pid as i64),
+                        false.into(),
+                        V::Null,
+                        V::Null,
+                        V::Null,
+                        V::Null,
+                        V::Null,
+                        V::Null,
+                    ],
+                    Some((version, cipher, bits, dn, issuer)) => vec![
+                        V::I(*pid as i64),
+                        true.into(),
+                        version.as_str().into(),
+                        cipher.as_str().into(),
+                        V::I(*bits as i64),
+                        dn.clone().map(V::S).unwrap_or(V::Null),
+                        V::Null,
+                        issuer.clone().map(V::S).unwrap_or(V::Null),
+                    ],
                 })
                 .collect(),
         )?,

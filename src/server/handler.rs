@@ -101,11 +101,12 @@ impl WeirBackend {
     ) -> Self {
         let default_memory = engine.limits.query_memory_limit;
         WeirBackend {
-            tls,
+            tls: tls.clone(),
             handle: Arc::new(Handle {
                 engine,
                 auth,
                 mock_secret: crate::catalog::scram::random_bytes(32),
+                tls_configured: tls.is_some(),
                 connections: Arc::new(ConnectionManager::new()),
                 cancels: Arc::new(CancelRegistry::default()),
                 parser: Arc::new(WeirQueryParser { default_memory }),
@@ -180,6 +181,8 @@ pub struct Handle {
     auth: crate::server::auth::AuthConfig,
     /// Salts the mock SCRAM exchange of unknown roles (random per process).
     mock_secret: Vec<u8>,
+    /// TLS is offered (`SHOW ssl`).
+    tls_configured: bool,
     connections: Arc<ConnectionManager>,
     cancels: Arc<CancelRegistry>,
     parser: Arc<WeirQueryParser>,
@@ -239,8 +242,11 @@ impl Handle {
             .get::<LoggedIn>()
             .map(|r| r.0)
             .unwrap_or(crate::catalog::roles::PUBLIC);
+        let pid = client.pid_and_secret_key().0;
+        let tls = self.tls_configured;
         client.session_extensions().get_or_insert_with(|| {
-            let mut s = self.engine.session_for(role);
+            let mut s = self.engine.session_for(role, pid);
+            s.set_identity("ssl", if tls { "on" } else { "off" });
             // the session's interrupts are the connection's cancel target
             s.interrupt = interrupt;
             Mutex::new(s)
@@ -312,6 +318,18 @@ impl ServerParameterProvider for ServerParams {
 
 /// The role a connection logged in as (session extension, set when login succeeds).
 pub(crate) struct LoggedIn(pub u32);
+
+/// Keeps a connection in `pg_stat_ssl` while it is open.
+struct Listed {
+    pid: i32,
+    catalog: Arc<crate::catalog::Catalog>,
+}
+
+impl Drop for Listed {
+    fn drop(&mut self) {
+        self.catalog.connections.lock().remove(&self.pid);
+    }
+}
 
 /// Set on a connection whose login failed: its FATAL error was sent; close it.
 pub(crate) struct CloseConnection;
@@ -675,6 +693,29 @@ impl Handle {
             .session_extensions()
             .insert::<Arc<ConnectionHandle>>(handle);
         client.session_extensions().insert::<ConnectionGuard>(guard);
+        let tls = client
+            .session_extensions()
+            .get::<crate::server::tls::TlsSession>()
+            .map(|t| {
+                (
+                    t.version.clone(),
+                    t.cipher.clone(),
+                    t.bits,
+                    t.client_dn.clone(),
+                    t.issuer_dn.clone(),
+                )
+            });
+        self.engine.catalog.connections.lock().insert(
+            pid,
+            crate::catalog::ConnectionInfo {
+                user: role.name.clone(),
+                tls,
+            },
+        );
+        client.session_extensions().insert(Listed {
+            pid,
+            catalog: self.engine.catalog.clone(),
+        });
         finish_authentication(
             client,
             &ServerParams {

@@ -41,6 +41,7 @@ pub const DEFAULT_SETTINGS: &[(&str, &str)] = &[
     ("max_connections", "1000"),
     ("max_identifier_length", "63"),
     ("max_index_keys", "32"),
+    ("password_encryption", "scram-sha-256"),
     ("row_security", "on"),
     ("search_path", "\"$user\", public"),
     ("server_encoding", "UTF8"),
@@ -224,6 +225,8 @@ pub fn validate(name: &str, value: &str, max_work_mem: usize) -> Result<String> 
             )
         }
         "intervalstyle" => only_default(lower == "postgres"),
+        // passwords are kept as SCRAM-SHA-256 verifiers only (md5 is password-equivalent)
+        "password_encryption" => only_default(lower == "scram-sha-256"),
         "standard_conforming_strings" => only_default(parse_bool(&lower) == Some(true)),
         "timezone" => only_default(matches!(
             lower.as_str(),

@@ -92,10 +92,13 @@ impl TlsSession {
             Some(v) => format!("{v:?}"),
             None => String::new(),
         };
+        // the IANA name (TLS 1.3's as OpenSSL prints it: TLS_AES_256_GCM_SHA384)
         let cipher = conn
             .negotiated_cipher_suite()
-            .map(|s| format!("{:?}", s.suite()))
+            .map(|s| format!("{:?}", s.suite()).replacen("TLS13_", "TLS_", 1))
             .unwrap_or_default();
+        // DNs as OpenSSL's one-line form, which pg_stat_ssl shows: /CN=carol/O=...
+        let oneline = |s: String| format!("/{}", s.replace(", ", "/"));
         let bits = if cipher.contains("128") { 128 } else { 256 };
         let cert = conn
             .peer_certificates()
@@ -110,10 +113,12 @@ impl TlsSession {
             client_cn: cert.as_ref().and_then(|c| c.subject_common_name()),
             client_dn: cert
                 .as_ref()
-                .and_then(|c| c.subject_name().user_friendly_str().ok()),
+                .and_then(|c| c.subject_name().user_friendly_str().ok())
+                .map(oneline),
             issuer_dn: cert
                 .as_ref()
-                .and_then(|c| c.issuer_name().user_friendly_str().ok()),
+                .and_then(|c| c.issuer_name().user_friendly_str().ok())
+                .map(oneline),
         }
     }
 }
