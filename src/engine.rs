@@ -214,6 +214,9 @@ impl Engine {
     }
 
     fn new_session_with_pid(&self, pid: i32) -> Session {
+        let identity = Arc::new(parking_lot::RwLock::new(
+            crate::server::session::Identity::of(crate::catalog::SUPERUSER_OID),
+        ));
         let pinned = Arc::new(PinnedViews::default());
         let memory = Arc::new(crate::serving::memory::StatementMemoryPool::new(
             self.limits.query_memory_limit,
@@ -225,12 +228,16 @@ impl Engine {
                 pinned.clone(),
                 memory.clone(),
                 &self.data_dir.join("spill"),
+                {
+                    let identity = identity.clone();
+                    Arc::new(move || identity.read().current())
+                },
             ),
             pinned,
             memory,
             self.limits.clone(),
+            identity.clone(),
         );
-        let identity = session.identity.clone();
         crate::catalog::functions::register_identity(
             &session.ctx,
             self.catalog.clone(),

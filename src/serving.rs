@@ -60,6 +60,7 @@ pub fn session_context(
     pinned: Arc<PinnedViews>,
     memory: Arc<memory::StatementMemoryPool>,
     spill_dir: &std::path::Path,
+    role: RoleOf,
 ) -> SessionContext {
     let mut config = SessionConfig::new()
         .with_default_catalog_and_schema(DATABASE_NAME, DEFAULT_SCHEMA)
@@ -116,6 +117,7 @@ pub fn session_context(
                 pg_catalog: pg.clone(),
                 dataflow,
                 pinned,
+                role,
             }),
             pg_catalog: pg,
             information_schema: Arc::new(crate::catalog::information_schema::schema(
@@ -169,7 +171,12 @@ struct PublicSchema {
     pg_catalog: Arc<GeneratedSchema>,
     dataflow: Arc<Dataflow>,
     pinned: Arc<PinnedViews>,
+    /// The session's current role: system tables show only what it may read.
+    role: RoleOf,
 }
+
+/// The current role of a session (`current_user`), asked when a system table is read.
+pub type RoleOf = Arc<dyn Fn() -> u32 + Send + Sync>;
 
 impl fmt::Debug for PublicSchema {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -215,6 +222,7 @@ impl SchemaProvider for PublicSchema {
             })));
         }
         if let Some(batch) = crate::catalog::system::build(name, &self.catalog, &self.dataflow)? {
+            let batch = crate::catalog::system::visible_rows(batch, &self.catalog, (self.role)())?;
             let mem = MemTable::try_new(batch.schema(), vec![vec![batch]])?;
             return Ok(Some(Arc::new(mem)));
         }

@@ -39,6 +39,60 @@ pub const TABLES: &[&str] = &[
     "weir_memory",
 ];
 
+/// The rows of a system table that `role` may see: a row about a view, source or sink is
+/// shown only to roles that may read it (SELECT; a sink: its owner's rights), so late
+/// events, dead letters and sizes of other roles' relations stay theirs. Superusers see all.
+pub fn visible_rows(batch: RecordBatch, catalog: &Catalog, role: u32) -> DfResult<RecordBatch> {
+    use datafusion::arrow::array::{Array, BooleanArray, StringArray};
+    if catalog.is_superuser(role) {
+        return Ok(batch);
+    }
+    let may_read = |name: &str| match catalog.get(name) {
+        None => false,
+        Some(e) if e.desc.kind == crate::catalog::RelationKind::Sink => {
+            catalog.has_owner_rights(role, e.desc.owner)
+        }
+        Some(e) => catalog.has_privilege(role, &e.desc, crate::catalog::roles::Privilege::Select),
+    };
+    let schema = batch.schema();
+    let mut keep = vec![true; batch.num_rows()];
+    for (i, field) in schema.fields().iter().enumerate() {
+        let is_name = matches!(field.name().as_str(), "view_name" | "source_name" | "sink_name");
+        let is_component = field.name() == "component";
+        if !is_name && !is_component {
+            continue;
+        }
+        let Some(col) = batch.column(i).as_any().downcast_ref::<StringArray>() else {
+            continue;
+        };
+        for (r, k) in keep.iter_mut().enumerate() {
+            if col.is_null(r) {
+                continue;
+            }
+            let v = col.value(r);
+            let name = if is_component {
+                // weir_memory: `view NAME: state` / `table NAME`
+                match v.strip_prefix("view ").or_else(|| v.strip_prefix("table ")) {
+                    Some(rest) => rest.split(':').next().unwrap_or(rest),
+                    None => continue,
+                }
+            } else {
+                v
+            };
+            if !may_read(name) {
+                *k = false;
+            }
+        }
+    }
+    if keep.iter().all(|k| *k) {
+        return Ok(batch);
+    }
+    Ok(datafusion::arrow::compute::filter_record_batch(
+        &batch,
+        &BooleanArray::from(keep),
+    )?)
+}
+
 fn ts(us: Option<i64>) -> V {
     match us {
         Some(v) => V::I(v),

@@ -247,6 +247,7 @@ impl Session {
         pinned: Arc<PinnedViews>,
         memory: Arc<crate::serving::memory::StatementMemoryPool>,
         limits: crate::engine::EngineLimits,
+        identity: Arc<parking_lot::RwLock<Identity>>,
     ) -> Self {
         let settings = Arc::new(parking_lot::RwLock::new(SettingsStore::new(
             memory.clone(),
@@ -269,9 +270,7 @@ impl Session {
             savepoints: Vec::new(),
             cursors: HashMap::new(),
             copy_in: None,
-            identity: Arc::new(parking_lot::RwLock::new(Identity::of(
-                crate::catalog::SUPERUSER_OID,
-            ))),
+            identity,
         }
     }
 
