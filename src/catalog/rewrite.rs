@@ -787,7 +787,7 @@ fn unnests_reloptions(q: &ast::Query) -> bool {
 fn array_of_subquery(q: ast::Query) -> Expr {
     // a plain one-column SELECT aggregates in place, so a correlated one (psql's \du:
     // `ARRAY(SELECT b.rolname ... WHERE m.member = r.oid)`) stays a correlated scalar
-    // subquery DataFusion can decorrelate (over no rows it is NULL, as the path below)
+    // subquery DataFusion can decorrelate
     if let ast::SetExpr::Select(select) = q.body.as_ref()
         && select.projection.len() == 1
         && select.distinct.is_none()
@@ -805,7 +805,8 @@ fn array_of_subquery(q: ast::Query) -> Expr {
                 "array_agg({e})"
             )))];
         }
-        return Expr::Subquery(Box::new(inner));
+        // ARRAY over no rows is `{}`: an empty list coerces to the aggregate's type
+        return call("coalesce", vec![Expr::Subquery(Box::new(inner)), call("make_array", vec![])]);
     }
     let sql = format!("(SELECT array_agg(weir_c) FROM ({q}) AS weir_s(weir_c))");
     let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
