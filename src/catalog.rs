@@ -187,9 +187,19 @@ impl RelationDesc {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectionInfo {
     pub user: String,
-    /// TLS version, cipher and key bits, client certificate DN and its issuer's DN;
     /// None for a plain connection.
-    pub tls: Option<(String, String, i32, Option<String>, Option<String>)>,
+    pub tls: Option<TlsInfo>,
+}
+
+/// What a TLS connection negotiated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsInfo {
+    pub version: String,
+    pub cipher: String,
+    pub bits: i32,
+    /// The verified client certificate's subject and issuer, OpenSSL's one-line form.
+    pub client_dn: Option<String>,
+    pub issuer_dn: Option<String>,
 }
 
 /// OIDs are handed out in steps so a relation's index, constraint and row type get their own.

@@ -1498,15 +1498,15 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                         V::Null,
                         V::Null,
                     ],
-                    Some((version, cipher, bits, dn, issuer)) => vec![
+                    Some(t) => vec![
                         V::I(*pid as i64),
                         true.into(),
-                        version.as_str().into(),
-                        cipher.as_str().into(),
-                        V::I(*bits as i64),
-                        dn.clone().map(V::S).unwrap_or(V::Null),
+                        t.version.as_str().into(),
+                        t.cipher.as_str().into(),
+                        V::I(t.bits as i64),
+                        t.client_dn.clone().map(V::S).unwrap_or(V::Null),
                         V::Null,
-                        issuer.clone().map(V::S).unwrap_or(V::Null),
+                        t.issuer_dn.clone().map(V::S).unwrap_or(V::Null),
                     ],
                 })
                 .collect(),

@@ -806,7 +806,10 @@ fn array_of_subquery(q: ast::Query) -> Expr {
             )))];
         }
         // ARRAY over no rows is `{}`: an empty list coerces to the aggregate's type
-        return call("coalesce", vec![Expr::Subquery(Box::new(inner)), call("make_array", vec![])]);
+        return call(
+            "coalesce",
+            vec![Expr::Subquery(Box::new(inner)), call("make_array", vec![])],
+        );
     }
     let sql = format!("(SELECT array_agg(weir_c) FROM ({q}) AS weir_s(weir_c))");
     let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};

@@ -57,7 +57,10 @@ pub fn visible_rows(batch: RecordBatch, catalog: &Catalog, role: u32) -> DfResul
     let schema = batch.schema();
     let mut keep = vec![true; batch.num_rows()];
     for (i, field) in schema.fields().iter().enumerate() {
-        let is_name = matches!(field.name().as_str(), "view_name" | "source_name" | "sink_name");
+        let is_name = matches!(
+            field.name().as_str(),
+            "view_name" | "source_name" | "sink_name"
+        );
         let is_component = field.name() == "component";
         if !is_name && !is_component {
             continue;

@@ -80,7 +80,7 @@ pub async fn serve(tcp: TcpStream, backend: Arc<WeirBackend>, refuse: Option<Wei
     let mut socket: Socket = Framed::from_parts(new_parts);
     if let MaybeTls::Tls(tls) = &socket.get_ref().inner {
         let session = crate::server::tls::TlsSession::of(tls.get_ref().1);
-        info!(?peer, version = %session.version, cipher = %session.cipher, client_cn = ?session.client_cn, "TLS negotiated");
+        info!(?peer, version = %session.info.version, cipher = %session.info.cipher, client_cn = ?session.client_cn, "TLS negotiated");
         socket.session_extensions().insert(session);
     }
     if let Err(e) = message_loop(&mut socket, &backend, refuse, startup_deadline).await {

@@ -696,15 +696,7 @@ impl Handle {
         let tls = client
             .session_extensions()
             .get::<crate::server::tls::TlsSession>()
-            .map(|t| {
-                (
-                    t.version.clone(),
-                    t.cipher.clone(),
-                    t.bits,
-                    t.client_dn.clone(),
-                    t.issuer_dn.clone(),
-                )
-            });
+            .map(|t| t.info.clone());
         self.engine.catalog.connections.lock().insert(
             pid,
             crate::catalog::ConnectionInfo {

@@ -72,16 +72,12 @@ pub fn acceptor(config: &TlsConfig) -> Result<TlsAcceptor> {
     Ok(TlsAcceptor::from(Arc::new(server)))
 }
 
-/// What a TLS connection negotiated, as `pg_stat_ssl` shows it.
+/// What a TLS connection negotiated (as `pg_stat_ssl` shows it), and the CN of the
+/// client certificate it presented, which `cert` rules compare with the role.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsSession {
-    pub version: String,
-    pub cipher: String,
-    pub bits: i32,
-    /// The verified client certificate's subject CN and DN, if one was presented.
+    pub info: crate::catalog::TlsInfo,
     pub client_cn: Option<String>,
-    pub client_dn: Option<String>,
-    pub issuer_dn: Option<String>,
 }
 
 impl TlsSession {
@@ -107,18 +103,20 @@ impl TlsSession {
                 x509_certificate::CapturedX509Certificate::from_der(c.as_ref().to_vec()).ok()
             });
         TlsSession {
-            version,
-            cipher,
-            bits,
+            info: crate::catalog::TlsInfo {
+                version,
+                cipher,
+                bits,
+                client_dn: cert
+                    .as_ref()
+                    .and_then(|c| c.subject_name().user_friendly_str().ok())
+                    .map(oneline),
+                issuer_dn: cert
+                    .as_ref()
+                    .and_then(|c| c.issuer_name().user_friendly_str().ok())
+                    .map(oneline),
+            },
             client_cn: cert.as_ref().and_then(|c| c.subject_common_name()),
-            client_dn: cert
-                .as_ref()
-                .and_then(|c| c.subject_name().user_friendly_str().ok())
-                .map(oneline),
-            issuer_dn: cert
-                .as_ref()
-                .and_then(|c| c.issuer_name().user_friendly_str().ok())
-                .map(oneline),
         }
     }
 }

@@ -296,7 +296,7 @@ pub fn parse_alter(p: &mut Parser) -> Result<Option<SecurityStmt>> {
 /// `DROP ROLE|USER|SECRET [IF EXISTS] names`, after DROP; None when it is another DROP.
 pub fn parse_drop(p: &mut Parser) -> Result<Option<SecurityStmt>> {
     let secret = parse_word(p, "SECRET");
-    if !secret && !(parse_word(p, "ROLE") || parse_word(p, "USER") || parse_word(p, "GROUP")) {
+    if !(secret || parse_word(p, "ROLE") || parse_word(p, "USER") || parse_word(p, "GROUP")) {
         return Ok(None);
     }
     let if_exists = p.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
