@@ -972,7 +972,7 @@ impl Handle {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        debug!(query, "simple query");
+        debug!(query = %crate::sql::security::loggable(query), "simple query");
         let memory = self.session(client).lock().await.memory.limit();
         let statements = match parse_within(query, memory) {
             Ok(s) => s,
@@ -1047,7 +1047,7 @@ impl Handle {
             match result {
                 Ok(()) => {}
                 Err((e, sent)) => {
-                    debug!(error = %e, statement = %parsed.text, "statement failed");
+                    debug!(error = %e, statement = %crate::sql::security::loggable(&parsed.text), "statement failed");
                     let mut e = e;
                     if session.in_transaction {
                         session.aborted = true;
@@ -1406,7 +1406,7 @@ impl ExtendedQueryHandler for Handle {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let parsed = &portal.statement.statement.parsed;
-        debug!(query = %parsed.text, "extended query");
+        debug!(query = %crate::sql::security::loggable(&parsed.text), "extended query");
         let cancel = self.begin_query(client);
         let session = self.session(client);
         let mut session = session.lock().await;

@@ -513,3 +513,19 @@ fn role_value(p: &mut Parser) -> Result<String> {
     }
     ident(p)
 }
+
+/// Statement text as it may be logged: text that may carry a password or a secret's value
+/// (`CREATE ROLE ... PASSWORD '...'`, `CREATE SECRET ... AS '...'`) is replaced by its
+/// first words.
+pub fn loggable(text: &str) -> std::borrow::Cow<'_, str> {
+    let lower = text.to_ascii_lowercase();
+    if lower.contains("password") || lower.contains("secret") {
+        let head: Vec<&str> = text.split_whitespace().take(3).collect();
+        std::borrow::Cow::Owned(format!(
+            "{} ... (not logged: may hold a password or secret)",
+            head.join(" ")
+        ))
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    }
+}
