@@ -41,14 +41,6 @@ pub fn secret_refs(options: &[(String, String)]) -> Vec<String> {
         .collect()
 }
 
-/// An option value as shown to users: a secret reference as `SECRET name`, never a value.
-pub fn display_value(value: &str) -> std::borrow::Cow<'_, str> {
-    match referenced(value) {
-        Some(n) => std::borrow::Cow::Owned(format!("SECRET {n}")),
-        None => std::borrow::Cow::Borrowed(value),
-    }
-}
-
 /// Length of a secrets key.
 pub const KEY_LEN: usize = 32;
 
@@ -374,5 +366,46 @@ mod tests {
             Some([0xab; 32])
         );
         assert_eq!(parse_key(b"short"), None);
+    }
+
+    /// Options name a secret; a connector gets its value; the key is generated (0600) at
+    /// the first secret and opens it again after a reopen; a lost key is an error that
+    /// says so, not garbage.
+    #[test]
+    fn options_resolve_secrets_across_reopen() {
+        use std::os::unix::fs::PermissionsExt as _;
+        use std::sync::Arc;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let open = || {
+            let store = crate::state::fjall_store::FjallStore::open(&dir.path().join("store"))
+                .expect("store");
+            let c = Catalog::open(Arc::new(store)).expect("catalog");
+            c.open_secrets(None, dir.path()).expect("secrets");
+            c
+        };
+        let c = open();
+        assert!(!dir.path().join("secrets.key").exists(), "no key before a secret");
+        c.create_secret("pw", "hunter2", 10, false).expect("create");
+        let mode = std::fs::metadata(dir.path().join("secrets.key"))
+            .expect("key file")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let options = vec![
+            ("topic".to_owned(), "t".to_owned()),
+            ("properties.sasl.password".to_owned(), secret_ref("pw")),
+        ];
+        assert_eq!(secret_refs(&options), vec!["pw".to_owned()]);
+        let resolved = c.resolve_secrets(&options).expect("resolve");
+        assert_eq!(resolved[1].1, "hunter2");
+        assert!(c.resolve_secrets(&[("k".into(), secret_ref("nosuch"))]).is_err());
+        drop(c);
+        let c = open();
+        assert_eq!(c.secret_value("pw").expect("value"), "hunter2");
+        drop(c);
+        std::fs::remove_file(dir.path().join("secrets.key")).expect("rm");
+        let c = open();
+        let e = c.secret_value("pw").expect_err("no key");
+        assert!(e.message.contains("secrets key file"), "{}", e.message);
     }
 }
