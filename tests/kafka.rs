@@ -1688,3 +1688,65 @@ async fn a_backfill_killed_mid_way_joins_after_the_restart() {
     crate::harness::wait_for_shared_reader(&c, "b").await;
     more(&c, &mut sent).await;
 }
+
+/// A connector option given as a secret reaches librdkafka resolved (a reference passed
+/// through unresolved is not a valid `security.protocol`): at CREATE, when the reader runs,
+/// and after a kill -9 (the secrets key unseals it again); a secret in use cannot be
+/// dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_in_connector_options() {
+    let broker = Broker::start();
+    broker.create_topic("sec_in", 1);
+    let mut server = TestServer::start();
+    let c = server.connect().await;
+    exec(
+        &c,
+        &format!(
+            "CREATE SECRET proto AS 'PLAINTEXT'; \
+             CREATE SOURCE s (a INT) WITH (connector = 'kafka', topic = 'sec_in', \
+               properties.bootstrap.server = '{}', properties.security.protocol = SECRET proto) \
+               FORMAT PLAIN ENCODE JSON; \
+             CREATE MATERIALIZED VIEW sv AS SELECT count(*) AS n, sum(a) AS total FROM s",
+            broker.bootstrap
+        ),
+    )
+    .await;
+    let produce = |v: &'static [u8]| {
+        broker
+            .producer()
+            .send_all("sec_in", &[(0, None, Some(v), None)])
+    };
+    produce(br#"{"a": 1}"#);
+    exec(&c, "FLUSH").await;
+    assert_eq!(rows(&c, "SELECT n, total FROM sv").await, vec!["1|1"]);
+    let e = c
+        .simple_query("DROP SECRET proto")
+        .await
+        .expect_err("in use");
+    assert!(
+        describe_error(&e).starts_with("2BP01"),
+        "{}",
+        describe_error(&e)
+    );
+    drop(c);
+    server.restart();
+    let c = server.connect().await;
+    produce(br#"{"a": 2}"#);
+    exec(&c, "FLUSH").await;
+    assert_eq!(rows(&c, "SELECT n, total FROM sv").await, vec!["2|3"]);
+    // a reference to a secret that does not exist is refused at CREATE
+    let e = c
+        .simple_query(&format!(
+            "CREATE SOURCE s2 (a INT) WITH (connector = 'kafka', topic = 'sec_in', \
+               properties.bootstrap.server = '{}', properties.sasl.password = SECRET nosuch) \
+               FORMAT PLAIN ENCODE JSON",
+            broker.bootstrap
+        ))
+        .await
+        .expect_err("no such secret");
+    assert!(
+        describe_error(&e).starts_with("42704: secret \"nosuch\" does not exist"),
+        "{}",
+        describe_error(&e)
+    );
+}

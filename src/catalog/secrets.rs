@@ -384,7 +384,10 @@ mod tests {
             c
         };
         let c = open();
-        assert!(!dir.path().join("secrets.key").exists(), "no key before a secret");
+        assert!(
+            !dir.path().join("secrets.key").exists(),
+            "no key before a secret"
+        );
         c.create_secret("pw", "hunter2", 10, false).expect("create");
         let mode = std::fs::metadata(dir.path().join("secrets.key"))
             .expect("key file")
@@ -398,7 +401,10 @@ mod tests {
         assert_eq!(secret_refs(&options), vec!["pw".to_owned()]);
         let resolved = c.resolve_secrets(&options).expect("resolve");
         assert_eq!(resolved[1].1, "hunter2");
-        assert!(c.resolve_secrets(&[("k".into(), secret_ref("nosuch"))]).is_err());
+        assert!(
+            c.resolve_secrets(&[("k".into(), secret_ref("nosuch"))])
+                .is_err()
+        );
         drop(c);
         let c = open();
         assert_eq!(c.secret_value("pw").expect("value"), "hunter2");
