@@ -1412,6 +1412,7 @@ fn write_kind(stmt: &Statement) -> Option<&'static str> {
         Statement::CreateView(_) => "CREATE MATERIALIZED VIEW",
         Statement::CreateSink(_) => "CREATE SINK",
         Statement::Drop(_) => "DROP",
+        Statement::Security(s) => return s.write_kind(),
         Statement::Copy(c) => match c.as_ref() {
             crate::sql::client_stmts::Copy::From { .. } => "COPY FROM",
             _ => return None,

@@ -107,6 +107,29 @@ pub enum SecurityStmt {
     },
 }
 
+impl SecurityStmt {
+    /// The statement's name when it changes the catalog (refused in a read-only
+    /// transaction); None for SET ROLE / SET SESSION AUTHORIZATION.
+    pub fn write_kind(&self) -> Option<&'static str> {
+        Some(match self {
+            SecurityStmt::CreateRole { .. } => "CREATE ROLE",
+            SecurityStmt::AlterRole { .. } | SecurityStmt::RenameRole { .. } => "ALTER ROLE",
+            SecurityStmt::DropRole { .. } => "DROP ROLE",
+            SecurityStmt::TablePrivileges { grant: true, .. }
+            | SecurityStmt::SchemaPrivileges { grant: true, .. }
+            | SecurityStmt::Membership { grant: true, .. } => "GRANT",
+            SecurityStmt::TablePrivileges { .. }
+            | SecurityStmt::SchemaPrivileges { .. }
+            | SecurityStmt::Membership { .. } => "REVOKE",
+            SecurityStmt::AlterOwner { .. } => "ALTER ... OWNER TO",
+            SecurityStmt::CreateSecret { .. } => "CREATE SECRET",
+            SecurityStmt::AlterSecret { .. } => "ALTER SECRET",
+            SecurityStmt::DropSecret { .. } => "DROP SECRET",
+            SecurityStmt::SetRole(_) | SecurityStmt::SetSessionAuthorization(_) => return None,
+        })
+    }
+}
+
 /// Go back to token index `start` (after a lookahead that did not match).
 fn rewind(p: &mut Parser, start: usize) {
     while p.index() > start {
