@@ -423,11 +423,15 @@ except psycopg.OperationalError as e:
         Command::new("node")
             .arg(clients_dir().join("node_security.js"))
             .arg(port.to_string())
+            .arg(&ca)
             .env("NODE_PATH", home().join(".cache/weir-node/node_modules")),
         "node_security.js",
         &server,
     );
-    assert_eq!(out, "node alice 1\nwrong 28P01\ndenied 42501\n");
+    assert_eq!(
+        out,
+        "node alice 1\nwrong 28P01\ndenied 42501\ntls true TLSv1.3\n"
+    );
 }
 
 #[test]
@@ -453,7 +457,15 @@ fn non_loopback_listen_without_authentication_refuses_to_start() {
         "{err}"
     );
     // each way to configure authentication (or --insecure) lets it start
+    let pw_file = dir.path().join("pw");
+    std::fs::write(&pw_file, "from-a-file\n").expect("write");
+    let pw_file = pw_file.display().to_string();
     for (extra, env, data) in [
+        (
+            vec!["--superuser-password-file", pw_file.as_str()],
+            vec![],
+            "f",
+        ),
         (vec!["--insecure"], vec![], "b"),
         (vec![], vec![("WEIR_SUPERUSER_PASSWORD", "pw-1")], "c"),
         (
@@ -566,4 +578,52 @@ async fn no_password_or_secret_in_clear_text_in_the_data_dir() {
     );
     assert!(ok, "{err}");
     assert!(out.contains(" app\n"), "{out}");
+}
+
+/// `--superuser NAME` and `--superuser-password-file` at the first start, and
+/// `--secrets-key-file`: the named file's key seals secrets (none is generated in the data
+/// directory), and without it the server cannot read them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn superuser_flags_and_secrets_key_file() {
+    let keys = tempfile::tempdir().expect("temp dir");
+    let key = keys.path().join("weir.key");
+    std::fs::write(&key, format!("{}\n", "5a".repeat(32))).expect("key");
+    let pw = keys.path().join("pw");
+    std::fs::write(&pw, "Adm1n-pw\n").expect("pw");
+    let (key_s, pw_s) = (key.display().to_string(), pw.display().to_string());
+    let mut server = TestServer::start_with(Options {
+        args: &[
+            "--superuser",
+            "admin",
+            "--superuser-password-file",
+            &pw_s,
+            "--secrets-key-file",
+            &key_s,
+        ],
+        ..Default::default()
+    });
+    let c = |s: &TestServer| format!("host=127.0.0.1 port={} user=admin dbname=weir", s.port());
+    // a password is set: loopback is no longer trusted
+    let (ok, _, err) = psql(&c(&server), None, &["SELECT 1"]);
+    assert!(!ok && err.contains("no password supplied"), "{err}");
+    let (ok, out, err) = psql(
+        &c(&server),
+        Some("Adm1n-pw"),
+        &[
+            "CREATE SECRET s AS 'v1'",
+            "SELECT current_user, rolsuper FROM pg_roles WHERE rolname = current_user",
+        ],
+    );
+    assert!(ok, "{err}");
+    assert!(out.contains(" admin        | t\n"), "{out}");
+    assert!(!server.data_dir().join("secrets.key").exists());
+    // the flags apply at the first start only: later ones change nothing
+    server.restart();
+    let (ok, out, err) = psql(
+        &c(&server),
+        Some("Adm1n-pw"),
+        &["ALTER SECRET s AS 'v2'", "SELECT count(*) FROM pg_roles"],
+    );
+    assert!(ok, "{err}");
+    assert!(out.contains("     1\n"), "{out}");
 }
