@@ -260,6 +260,23 @@ async fn passwords_rules_and_tls_with_real_clients() {
             "a failed login is answered after a delay"
         );
     }
+    // failures from one address are answered one after another: six guesses at once take
+    // six delays, not one
+    let started = Instant::now();
+    let guesses: Vec<_> = (0..6)
+        .map(|i| {
+            let c = conn(port, "alice", "sslmode=disable");
+            std::thread::spawn(move || psql(&c, Some(&format!("guess-{i}")), &["SELECT 1"]).0)
+        })
+        .collect();
+    for g in guesses {
+        assert!(!g.join().expect("guess"));
+    }
+    assert!(
+        started.elapsed() >= Duration::from_millis(2800),
+        "parallel guesses from one address took {:?}",
+        started.elapsed()
+    );
     let log = std::fs::read_to_string(server.log_path()).expect("log");
     assert!(log.contains("login failed") && log.contains("user=\"mallory\""));
     assert!(

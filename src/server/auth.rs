@@ -25,6 +25,35 @@ use crate::error::{Result, WeirError};
 /// How long a failed login waits before it is answered.
 pub const FAILED_LOGIN_DELAY: Duration = Duration::from_millis(500);
 
+/// Failed logins per client address: each waits [`FAILED_LOGIN_DELAY`] in turn, so one
+/// address gets at most two answers to wrong passwords a second however many connections
+/// it opens. An address's entry goes when its last failure is answered.
+#[derive(Default)]
+pub struct FailedLogins {
+    by_address: parking_lot::Mutex<
+        std::collections::HashMap<IpAddr, std::sync::Arc<tokio::sync::Mutex<()>>>,
+    >,
+}
+
+impl FailedLogins {
+    /// The lock a failure from `addr` waits on.
+    pub fn turn(&self, addr: IpAddr) -> std::sync::Arc<tokio::sync::Mutex<()>> {
+        self.by_address.lock().entry(addr).or_default().clone()
+    }
+
+    /// A failure from `addr` was answered.
+    pub fn done(&self, addr: IpAddr, turn: std::sync::Arc<tokio::sync::Mutex<()>>) {
+        let mut map = self.by_address.lock();
+        drop(turn);
+        if map
+            .get(&addr)
+            .is_some_and(|t| std::sync::Arc::strong_count(t) == 1)
+        {
+            map.remove(&addr);
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConnType {
     /// `host`: TLS or not.

@@ -107,6 +107,7 @@ impl WeirBackend {
                 auth,
                 mock_secret: crate::catalog::scram::random_bytes(32),
                 tls_configured: tls.is_some(),
+                failures: Default::default(),
                 connections: Arc::new(ConnectionManager::new()),
                 cancels: Arc::new(CancelRegistry::default()),
                 parser: Arc::new(WeirQueryParser { default_memory }),
@@ -183,6 +184,8 @@ pub struct Handle {
     mock_secret: Vec<u8>,
     /// TLS is offered (`SHOW ssl`).
     tls_configured: bool,
+    /// Failed logins in progress, per client address.
+    failures: crate::server::auth::FailedLogins,
     connections: Arc<ConnectionManager>,
     cancels: Arc<CancelRegistry>,
     parser: Arc<WeirQueryParser>,
@@ -646,7 +649,14 @@ impl Handle {
             reason = why,
             "login failed"
         );
-        tokio::time::sleep(crate::server::auth::FAILED_LOGIN_DELAY).await;
+        // failures from one address wait their turn: guessing over many connections at
+        // once from one address is no faster than one after another
+        let turn = self.failures.turn(client.socket_addr().ip());
+        {
+            let _held = turn.lock().await;
+            tokio::time::sleep(crate::server::auth::FAILED_LOGIN_DELAY).await;
+        }
+        self.failures.done(client.socket_addr().ip(), turn);
         client.send(fatal(code, message)).await?;
         client.session_extensions().insert(CloseConnection);
         Ok(())
