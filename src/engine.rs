@@ -267,6 +267,9 @@ impl Engine {
         session: &Session,
         parsed: &Parsed,
     ) -> Result<(Vec<Option<FieldRef>>, Option<SchemaRef>)> {
+        // a relation the role may not read does not show its columns either (Postgres
+        // refuses at Parse)
+        self.check_privileges(session, &parsed.stmt)?;
         match &parsed.stmt {
             Statement::Query(q) | Statement::Dml(q) => {
                 let plan = self.plan_ast(session, q).await?;

@@ -225,6 +225,7 @@ async fn passwords_rules_and_tls_with_real_clients() {
             "GRANT readers TO alice",
             "CREATE TABLE t (id INT PRIMARY KEY, v TEXT)",
             "INSERT INTO t VALUES (1, 'one')",
+            "CREATE TABLE hidden (secret_column TEXT)",
             "GRANT SELECT ON t TO readers",
             "SELECT current_user, session_user",
         ],
@@ -404,6 +405,24 @@ except psycopg.OperationalError as e:
         out,
         "psycopg alice True\nssl on\ndenied 42501\nrefused True\n"
     );
+
+    // the extended protocol: a statement over a relation the role may not read is refused
+    // at Parse/Describe, before its columns are described
+    let (client, connection) = tokio_postgres::connect(
+        &format!("host=127.0.0.1 port={port} user=alice password=alice-Pw-2 dbname=weir"),
+        tokio_postgres::NoTls,
+    )
+    .await
+    .expect("tokio-postgres with SCRAM");
+    tokio::spawn(connection);
+    client.prepare("SELECT v FROM t").await.expect("readable");
+    let e = client
+        .prepare("SELECT * FROM hidden")
+        .await
+        .expect_err("not readable");
+    let db = e.as_db_error().expect("db error");
+    assert_eq!(db.code().code(), "42501");
+    assert_eq!(db.message(), "permission denied for table hidden");
 
     // pgJDBC with SCRAM over TLS (ssl=true, verify-full)
     let jar = "/usr/share/java/postgresql.jar";
