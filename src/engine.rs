@@ -338,6 +338,7 @@ impl Engine {
         if let Some(what) = write_kind(&parsed.stmt) {
             session.check_writable(what)?;
         }
+        crate::metrics::global().query(query_kind(&parsed.stmt));
         self.check_privileges(session, &parsed.stmt)?;
         match &parsed.stmt {
             Statement::Security(s) => self.security(session, s).await,
@@ -1401,6 +1402,35 @@ fn check_tx_modes(modes: &crate::sql::parser::TxModes) -> Result<()> {
 }
 
 /// What a statement that writes is called in a read-only transaction's error.
+/// The `kind` label of `weir_queries_total`.
+fn query_kind(stmt: &Statement) -> &'static str {
+    match stmt {
+        Statement::Query(_) => "select",
+        Statement::Dml(q) => match q.as_ref() {
+            ast::Statement::Insert(_) => "insert",
+            ast::Statement::Update(_) => "update",
+            ast::Statement::Delete(_) => "delete",
+            _ => "other",
+        },
+        Statement::BulkInsert(_) => "insert",
+        Statement::Copy(_) => "copy",
+        Statement::Subscribe(_) | Statement::Declare(_) | Statement::Fetch(_) => "cursor",
+        Statement::CreateTable(_)
+        | Statement::CreateSource(_)
+        | Statement::CreateView(_)
+        | Statement::CreateSink(_)
+        | Statement::Drop(_)
+        | Statement::Security(_) => "ddl",
+        Statement::Begin(_)
+        | Statement::Commit
+        | Statement::Rollback
+        | Statement::Savepoint(_)
+        | Statement::Release(_)
+        | Statement::RollbackTo(_) => "transaction",
+        _ => "other",
+    }
+}
+
 fn write_kind(stmt: &Statement) -> Option<&'static str> {
     Some(match stmt {
         Statement::Dml(q) => match q.as_ref() {

@@ -11,6 +11,7 @@ pub mod dataflow;
 pub mod engine;
 pub mod error;
 pub mod limits;
+pub mod metrics;
 pub mod operators;
 pub mod plan;
 pub mod server;

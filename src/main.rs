@@ -103,6 +103,11 @@ enum Command {
         /// digits). Default: secrets.key in the data directory, generated with mode 0600.
         #[arg(long, value_name = "FILE")]
         secrets_key_file: Option<PathBuf>,
+        /// Address of the HTTP port: Prometheus /metrics, /healthz, /readyz. `off`
+        /// disables it. Beyond loopback, requests authenticate by the SQL port's rules
+        /// (HTTP Basic with a role's password). [default: 127.0.0.1:9348, skipped if taken]
+        #[arg(long, value_name = "ADDR|off", value_parser = http_listen)]
+        http_listen: Option<weir::server::http::HttpListen>,
     },
 }
 
@@ -112,6 +117,15 @@ struct AllowConnect(Option<Vec<weir::connectors::policy::EndpointPattern>>);
 
 fn allow_connect(text: &str) -> Result<AllowConnect, String> {
     weir::connectors::policy::parse_allow_connect(text).map(AllowConnect)
+}
+
+fn http_listen(text: &str) -> Result<weir::server::http::HttpListen, String> {
+    if text.eq_ignore_ascii_case("off") {
+        return Ok(weir::server::http::HttpListen::Off);
+    }
+    text.parse()
+        .map(weir::server::http::HttpListen::At)
+        .map_err(|e| format!("an address like 127.0.0.1:9348, or off: {e}"))
 }
 
 fn main() {
@@ -145,6 +159,7 @@ fn main() {
             tls_key,
             tls_client_ca,
             secrets_key_file,
+            http_listen,
         } => {
             let superuser_password = match &superuser_password_file {
                 Some(f) => match std::fs::read_to_string(f) {
@@ -199,6 +214,9 @@ fn main() {
                 insecure,
                 tls,
                 secrets_key_file,
+                http_listen: http_listen.unwrap_or(weir::server::http::HttpListen::Default(
+                    std::net::SocketAddr::from(([127, 0, 0, 1], 9348)),
+                )),
             })) {
                 eprintln!("weir: {}", e.message);
                 if let Some(d) = &e.detail {

@@ -6,6 +6,7 @@ pub mod connection;
 pub mod copy;
 pub mod encode;
 pub mod handler;
+pub mod http;
 pub mod params;
 pub mod session;
 pub mod settings;
@@ -60,6 +61,8 @@ pub struct ServerConfig {
     pub tls: Option<tls::TlsConfig>,
     /// `--secrets-key-file`.
     pub secrets_key_file: Option<PathBuf>,
+    /// `--http-listen`.
+    pub http_listen: http::HttpListen,
 }
 
 /// Open the database and serve until the process is stopped.
@@ -105,6 +108,7 @@ pub async fn serve(config: ServerConfig) -> Result<()> {
     let auth = auth::AuthConfig::load(config.hba_file.as_deref(), &config.hba, config.insecure)?;
     auth.check_listen(config.listen, &engine.catalog)?;
     let tls = config.tls.as_ref().map(tls::acceptor).transpose()?;
+    let http = http::start(config.http_listen, engine.clone(), auth.clone()).await?;
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|e| WeirError::io(&format!("cannot listen on {}", config.listen), e))?;
@@ -126,7 +130,10 @@ pub async fn serve(config: ServerConfig) -> Result<()> {
         },
         "weir is ready to accept connections"
     );
-    // one machine-readable line on stdout, for scripts and tests that listen on port 0
+    // machine-readable lines on stdout, for scripts and tests that listen on port 0
+    if let Some(h) = http {
+        println!("http listening on {h}");
+    }
     println!("listening on {addr}");
     use std::io::Write as _;
     let _ = std::io::stdout().flush();

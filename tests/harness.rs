@@ -11,6 +11,9 @@ use tokio_postgres::{Client, NoTls};
 pub struct TestServer {
     child: Option<Child>,
     pub addr: String,
+    /// The HTTP port (`/metrics`, `/healthz`, `/readyz`), when it listens.
+    #[allow(dead_code)]
+    pub http_addr: Option<String>,
     dir: tempfile::TempDir,
     env: Vec<(String, String)>,
     args: Vec<String>,
@@ -63,10 +66,11 @@ impl TestServer {
             .data_dir
             .clone()
             .unwrap_or_else(|| dir.path().join("data"));
-        let (child, addr) = spawn(&data, &dir.path().join("server.log"), &env, &args);
+        let (child, addr, http_addr) = spawn(&data, &dir.path().join("server.log"), &env, &args);
         TestServer {
             child: Some(child),
             addr,
+            http_addr,
             dir,
             env,
             args,
@@ -111,9 +115,11 @@ impl TestServer {
     /// data directory.
     pub fn restart(&mut self) {
         self.kill();
-        let (child, addr) = spawn(&self.data_dir(), &self.log_path(), &self.env, &self.args);
+        let (child, addr, http_addr) =
+            spawn(&self.data_dir(), &self.log_path(), &self.env, &self.args);
         self.child = Some(child);
         self.addr = addr;
+        self.http_addr = http_addr;
     }
 
     pub fn kill(&mut self) {
@@ -155,7 +161,7 @@ fn spawn(
     log: &Path,
     env: &[(String, String)],
     args: &[String],
-) -> (Child, String) {
+) -> (Child, String, Option<String>) {
     let log_file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -175,9 +181,16 @@ fn spawn(
         }
         None => Command::new(env!("CARGO_BIN_EXE_weir")),
     };
+    // the HTTP port on a free port too, unless the test names one
+    let http: &[&str] = if flags.iter().any(|f| f.as_str() == "--http-listen") {
+        &[]
+    } else {
+        &["--http-listen", "127.0.0.1:0"]
+    };
     let mut child = cmd
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(data_dir)
+        .args(http)
         .args(flags)
         .env(
             "WEIR_LOG",
@@ -192,9 +205,12 @@ fn spawn(
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut lines = BufReader::new(stdout).lines();
+        let mut http = None;
         while let Some(Ok(line)) = lines.next() {
-            if let Some(addr) = line.strip_prefix("listening on ") {
-                let _ = tx.send(addr.to_owned());
+            if let Some(addr) = line.strip_prefix("http listening on ") {
+                http = Some(addr.to_owned());
+            } else if let Some(addr) = line.strip_prefix("listening on ") {
+                let _ = tx.send((addr.to_owned(), http.clone()));
             }
         }
     });
@@ -208,8 +224,8 @@ fn spawn(
     );
     let deadline = Instant::now() + start_timeout;
     loop {
-        if let Ok(addr) = rx.recv_timeout(Duration::from_millis(100)) {
-            return (child, addr);
+        if let Ok((addr, http)) = rx.recv_timeout(Duration::from_millis(100)) {
+            return (child, addr, http);
         }
         if let Ok(Some(status)) = child.try_wait() {
             panic!(

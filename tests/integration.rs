@@ -11,6 +11,7 @@ mod kafka;
 mod memory;
 mod nexmark;
 mod nexmark_queries;
+mod observability;
 mod oracle;
 mod protocol;
 mod recovery;

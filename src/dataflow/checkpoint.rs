@@ -270,6 +270,9 @@ impl CheckpointLog {
     }
 
     fn record(&self, r: CheckpointRecord) {
+        let m = crate::metrics::global();
+        m.checkpoint_duration.observe(r.duration_ms / 1000.0);
+        m.checkpoint_bytes.set(r.bytes_written as i64);
         let mut h = self.checkpoints.lock();
         if h.len() >= HISTORY {
             h.pop_front();

@@ -1,0 +1,71 @@
+//! Metrics recorded where things happen (checkpoints, statements), for `/metrics`.
+//!
+//! Everything a scrape can read off the running system (rows, lag, watermarks, state,
+//! late rows, dead letters) is collected at scrape time from the same numbers the system
+//! tables show (`server/http.rs`); only events that leave no state behind are counted here:
+//! one histogram observation per checkpoint, one counter increment per statement. Nothing
+//! here is touched per row.
+
+use std::sync::OnceLock;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+/// The process's event metrics.
+pub struct Metrics {
+    /// Seconds each checkpoint took, committed or failed.
+    pub checkpoint_duration: Histogram,
+    /// Bytes the last checkpoint wrote.
+    pub checkpoint_bytes: Gauge,
+    /// Statements run, by kind (`select`, `insert`, `ddl`, ...).
+    pub queries: Family<Vec<(String, String)>, Counter>,
+}
+
+impl Metrics {
+    fn new() -> Metrics {
+        Metrics {
+            checkpoint_duration: Histogram::new([
+                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+            ]),
+            checkpoint_bytes: Gauge::default(),
+            queries: Family::default(),
+        }
+    }
+
+    /// Register these metrics (clones share their values) on a registry.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register_with_unit(
+            "weir_checkpoint_duration",
+            "Time each checkpoint took, from its barrier to durable",
+            Unit::Seconds,
+            self.checkpoint_duration.clone(),
+        );
+        registry.register_with_unit(
+            "weir_checkpoint",
+            "Bytes the last checkpoint wrote",
+            Unit::Bytes,
+            self.checkpoint_bytes.clone(),
+        );
+        registry.register(
+            "weir_queries",
+            "Statements run, by kind",
+            self.queries.clone(),
+        );
+    }
+
+    /// Count one statement of `kind`.
+    pub fn query(&self, kind: &'static str) {
+        self.queries
+            .get_or_create(&vec![("kind".to_owned(), kind.to_owned())])
+            .inc();
+    }
+}
+
+/// The process's metrics.
+pub fn global() -> &'static Metrics {
+    static METRICS: OnceLock<Metrics> = OnceLock::new();
+    METRICS.get_or_init(Metrics::new)
+}

@@ -1,0 +1,278 @@
+//! The HTTP port: `/metrics` scraped while a Kafka source and a Nexmark source run, parsed
+//! by Prometheus' own OpenMetrics parser (Python `prometheus_client`); `/healthz` and
+//! `/readyz`.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::broker::Broker;
+use crate::harness::TestServer;
+
+fn clients_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
+}
+
+/// The families of one scrape, by name (as the parser names them: counters without
+/// `_total`, units kept).
+fn scrape(server: &TestServer) -> BTreeMap<String, Value> {
+    let http = server.http_addr.as_ref().expect("the HTTP port listens");
+    let out = Command::new("python3")
+        .arg(clients_dir().join("scrape.py"))
+        .arg(format!("http://{http}/metrics"))
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "scrape failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        server.log_tail()
+    );
+    serde_json::from_slice(&out.stdout).expect("json")
+}
+
+/// The value of the sample `name` whose labels include all of `want`.
+fn sample(
+    families: &BTreeMap<String, Value>,
+    family: &str,
+    name: &str,
+    want: &[(&str, &str)],
+) -> Option<f64> {
+    families.get(family)?["samples"]
+        .as_array()?
+        .iter()
+        .find(|s| {
+            s[0] == name
+                && want
+                    .iter()
+                    .all(|(k, v)| s[1].get(*k).and_then(Value::as_str) == Some(*v))
+        })
+        .and_then(|s| s[2].as_f64())
+}
+
+fn kind(families: &BTreeMap<String, Value>, family: &str) -> String {
+    families
+        .get(family)
+        .and_then(|f| f["type"].as_str())
+        .unwrap_or("missing")
+        .to_owned()
+}
+
+fn get(server: &TestServer, path: &str) -> (u16, String) {
+    let http = server.http_addr.as_ref().expect("the HTTP port listens");
+    match ureq::get(&format!("http://{http}{path}")).call() {
+        Ok(mut r) => (
+            r.status().as_u16(),
+            r.body_mut().read_to_string().unwrap_or_default(),
+        ),
+        Err(ureq::Error::StatusCode(code)) => (code, String::new()),
+        Err(e) => panic!("GET {path}: {e}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_while_sources_run() {
+    let broker = Broker::start();
+    broker.create_topic("m_in", 2);
+    let server = TestServer::start();
+    assert_eq!(get(&server, "/healthz"), (200, "ok\n".into()));
+    let c = server.connect().await;
+    c.batch_execute(&format!(
+        "CREATE SOURCE kin (k INT, v INT) WITH (connector = 'kafka', topic = 'm_in', \
+           properties.bootstrap.server = '{}', scan.startup.mode = 'earliest') FORMAT PLAIN ENCODE JSON; \
+         CREATE MATERIALIZED VIEW kagg AS SELECT k, count(*) AS n FROM kin GROUP BY k; \
+         CREATE SOURCE bids WITH (connector = 'nexmark', nexmark.table.type = 'bid', \
+           nexmark.rows.per.second = '2000'); \
+         CREATE MATERIALIZED VIEW per_auction AS SELECT auction, count(*) AS n FROM bids GROUP BY auction",
+        broker.bootstrap
+    ))
+    .await
+    .expect("setup");
+    let records: Vec<Vec<u8>> = (0..200)
+        .map(|i| format!("{{\"k\": {}, \"v\": {i}}}", i % 7).into_bytes())
+        .collect();
+    let batch: Vec<_> = records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| ((i % 2) as i32, None, Some(r.as_slice()), None))
+        .collect();
+    broker.producer().send_all("m_in", &batch);
+    c.batch_execute("FLUSH").await.expect("flush");
+    c.batch_execute("CHECKPOINT").await.expect("checkpoint");
+    let first = scrape(&server);
+
+    // names, types and units as documented
+    for (family, t) in [
+        ("weir_source_rows", "counter"),
+        ("weir_source_lag_records", "gauge"),
+        ("weir_dead_letters", "counter"),
+        ("weir_view_rows", "gauge"),
+        ("weir_watermark_delay_seconds", "gauge"),
+        ("weir_state_rows", "gauge"),
+        ("weir_state_bytes", "gauge"),
+        ("weir_late_rows", "counter"),
+        ("weir_view_failed", "gauge"),
+        ("weir_connections", "gauge"),
+        ("weir_queries", "counter"),
+        ("weir_checkpoint_duration_seconds", "histogram"),
+        ("weir_checkpoint_bytes", "gauge"),
+        ("process_resident_memory_bytes", "gauge"),
+        ("process_cpu_seconds", "counter"),
+        ("process_open_fds", "gauge"),
+    ] {
+        assert_eq!(kind(&first, family), t, "{family}: {:?}", first.get(family));
+    }
+    // the Kafka partitions were read to their end: 200 rows, no lag
+    let kafka_rows: f64 = (0..2)
+        .map(|p| {
+            sample(
+                &first,
+                "weir_source_rows",
+                "weir_source_rows_total",
+                &[("source", "kin"), ("partition", &p.to_string())],
+            )
+            .unwrap_or_else(|| panic!("partition {p}: {:?}", first.get("weir_source_rows")))
+        })
+        .sum();
+    assert_eq!(kafka_rows, 200.0);
+    for p in 0..2 {
+        assert_eq!(
+            sample(
+                &first,
+                "weir_source_lag_records",
+                "weir_source_lag_records",
+                &[("source", "kin"), ("partition", &p.to_string())]
+            ),
+            Some(0.0),
+            "lag after FLUSH"
+        );
+    }
+    assert_eq!(
+        sample(
+            &first,
+            "weir_view_rows",
+            "weir_view_rows",
+            &[("view", "kagg")]
+        ),
+        Some(7.0)
+    );
+    assert!(
+        sample(
+            &first,
+            "weir_queries",
+            "weir_queries_total",
+            &[("kind", "ddl")]
+        )
+        .unwrap_or(0.0)
+            >= 4.0
+    );
+    assert!(
+        sample(
+            &first,
+            "weir_checkpoint_duration_seconds",
+            "weir_checkpoint_duration_seconds_count",
+            &[]
+        )
+        .unwrap_or(0.0)
+            >= 1.0
+    );
+    assert_eq!(
+        sample(&first, "weir_connections", "weir_connections", &[]),
+        Some(1.0)
+    );
+    // state per operator: the aggregate of kagg holds its 7 groups
+    let groups = first["weir_state_rows"]["samples"]
+        .as_array()
+        .expect("samples")
+        .iter()
+        .filter(|s| s[1]["view"] == "kagg")
+        .filter_map(|s| s[2].as_f64())
+        .fold(0.0, f64::max);
+    assert!(groups >= 7.0, "{:?}", first["weir_state_rows"]);
+
+    // the generator keeps producing: its counter grows between scrapes
+    let nexmark = |f: &BTreeMap<String, Value>| {
+        f["weir_source_rows"]["samples"]
+            .as_array()
+            .expect("samples")
+            .iter()
+            .filter(|s| s[1]["source"] == "bids")
+            .filter_map(|s| s[2].as_f64())
+            .sum::<f64>()
+    };
+    let before = nexmark(&first);
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let second = scrape(&server);
+    assert!(
+        nexmark(&second) > before,
+        "{before} -> {}",
+        nexmark(&second)
+    );
+    assert!(
+        sample(
+            &second,
+            "weir_queries",
+            "weir_queries_total",
+            &[("kind", "ddl")]
+        ) >= sample(
+            &first,
+            "weir_queries",
+            "weir_queries_total",
+            &[("kind", "ddl")]
+        )
+    );
+    assert_eq!(get(&server, "/readyz").0, 200);
+}
+
+/// `--http-listen off` runs without the port; an address beyond loopback asks for a role's
+/// password (HTTP Basic) once the SQL port would.
+#[test]
+fn http_port_off_and_authenticated() {
+    let off = TestServer::start_with(crate::harness::Options {
+        args: &["--http-listen", "off"],
+        ..Default::default()
+    });
+    assert!(off.http_addr.is_none());
+    drop(off);
+    let server = TestServer::start_with(crate::harness::Options {
+        env: &[("WEIR_SUPERUSER_PASSWORD", "h-pw")],
+        args: &["--http-listen", "0.0.0.0:0"],
+        ..Default::default()
+    });
+    let port = server
+        .http_addr
+        .as_ref()
+        .and_then(|a| a.rsplit(':').next())
+        .expect("port")
+        .to_owned();
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    match ureq::get(&url).call() {
+        Err(ureq::Error::StatusCode(401)) => {}
+        other => panic!("without credentials: {other:?}"),
+    }
+    let basic = |user: &str, pw: &str| {
+        use base64::Engine as _;
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pw}"))
+        )
+    };
+    match ureq::get(&url)
+        .header("Authorization", &basic("weir", "wrong"))
+        .call()
+    {
+        Err(ureq::Error::StatusCode(401)) => {}
+        other => panic!("wrong password: {other:?}"),
+    }
+    let mut ok = ureq::get(&url)
+        .header("Authorization", &basic("weir", "h-pw"))
+        .call()
+        .expect("with the superuser's password");
+    assert!(
+        ok.body_mut()
+            .read_to_string()
+            .expect("body")
+            .contains("# EOF")
+    );
+}
