@@ -344,6 +344,7 @@ impl Engine {
             Statement::Security(s) => self.security(session, s).await,
             Statement::CreateView(cv) => self.create_view(session, cv, &parsed.text, notices).await,
             Statement::ExplainView(cv) => self.explain_view(session, cv).await,
+            Statement::ExplainAnalyzeView(name) => self.explain_analyze_view(name),
             Statement::Flush => {
                 // generators that end and run unpaced are part of "everything so far"
                 self.dataflow.sources.catch_up().await?;
@@ -1405,7 +1406,9 @@ fn check_tx_modes(modes: &crate::sql::parser::TxModes) -> Result<()> {
 /// The `kind` label of `weir_queries_total`.
 fn query_kind(stmt: &Statement) -> &'static str {
     match stmt {
-        Statement::Query(_) => "select",
+        Statement::Query(_) | Statement::ExplainView(_) | Statement::ExplainAnalyzeView(_) => {
+            "select"
+        }
         Statement::Dml(q) => match q.as_ref() {
             ast::Statement::Insert(_) => "insert",
             ast::Statement::Update(_) => "update",

@@ -55,6 +55,7 @@ pub mod sqlstate {
     pub const LOCK_NOT_AVAILABLE: &str = "55P03";
     pub const CANT_CHANGE_RUNTIME_PARAM: &str = "55P02";
     pub const INVALID_PASSWORD: &str = "28P01";
+    pub const OBJECT_NOT_IN_PREREQUISITE_STATE: &str = "55000";
     pub const INVALID_GRANT_OPERATION: &str = "0LP01";
     pub const INVALID_AUTHORIZATION_SPECIFICATION: &str = "28000";
 }
@@ -66,8 +67,8 @@ pub fn code_from_str(code: &str) -> &'static str {
         "08P01", "0A000", "0LP01", "22000", "28000", "28P01", "22001", "22003", "22007", "22008",
         "22012", "22023", "22P02", "23502", "23505", "25001", "25006", "25P03", "26000", "2BP01",
         "42501", "42601", "42701", "42702", "42703", "42704", "42710", "42804", "42809", "42883",
-        "42P01", "42P07", "42P16", "53100", "53200", "53300", "53400", "54000", "54001", "55P02",
-        "55P03", "57014", "58030", "XX000",
+        "42P01", "42P07", "42P16", "53100", "53200", "53300", "53400", "54000", "54001", "55000",
+        "55P02", "55P03", "57014", "58030", "XX000",
     ];
     KNOWN
         .iter()

@@ -113,6 +113,8 @@ async fn metrics_while_sources_run() {
         ("weir_state_bytes", "gauge"),
         ("weir_late_rows", "counter"),
         ("weir_view_failed", "gauge"),
+        ("weir_operator_rows", "counter"),
+        ("weir_operator_busy_seconds", "counter"),
         ("weir_connections", "gauge"),
         ("weir_queries", "counter"),
         ("weir_checkpoint_duration_seconds", "histogram"),

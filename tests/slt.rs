@@ -182,6 +182,21 @@ macro_rules! slt_tests {
 }
 
 slt_tests!(
-    tables, dml, types, queries, errors, session, restart, catalog, views, views_ddl, event_time,
-    sources, json, cursors, hardening, security,
+    tables,
+    dml,
+    types,
+    queries,
+    errors,
+    session,
+    restart,
+    catalog,
+    views,
+    views_ddl,
+    event_time,
+    sources,
+    json,
+    cursors,
+    hardening,
+    security,
+    observability,
 );

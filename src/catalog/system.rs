@@ -150,7 +150,7 @@ pub fn build(
             let mut stats = dataflow.stats();
             stats.sort_by_key(|s| s.oid);
             for s in &stats {
-                for o in &s.operators {
+                for o in s.operators.iter().filter(|o| !o.source) {
                     rows.push(vec![
                         view_name(s.oid).into(),
                         o.node.into(),

@@ -73,6 +73,15 @@ pub struct Graph {
     output_delay: i64,
     /// The watermarks as last flushed (written again only when they change).
     flushed_watermarks: Option<Vec<u8>>,
+    /// What went through each node since the graph was built (per batch, not per row).
+    counters: Vec<NodeCounters>,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct NodeCounters {
+    rows_in: u64,
+    rows_out: u64,
+    busy_ns: u64,
 }
 
 impl Graph {
@@ -83,6 +92,7 @@ impl Graph {
             watermarks: Vec::new(),
             output_delay: 0,
             flushed_watermarks: None,
+            counters: Vec::new(),
         }
     }
 
@@ -126,25 +136,44 @@ impl Graph {
         v
     }
 
-    /// State rows per operator.
+    /// Every node: its state, what went through it, its watermark.
     pub fn operator_states(&mut self) -> Vec<crate::dataflow::stats::OperatorState> {
+        let labels: Vec<String> = (0..self.nodes.len()).map(|i| self.label(i)).collect();
+        let counters = &self.counters;
+        let watermarks = &self.watermarks;
         self.nodes
             .iter_mut()
             .enumerate()
-            .filter_map(|(i, n)| match &mut n.kind {
-                NodeKind::Operator(op) => Some(crate::dataflow::stats::OperatorState {
+            .map(|(i, n)| {
+                let c = counters.get(i).copied().unwrap_or_default();
+                let mut s = crate::dataflow::stats::OperatorState {
                     node: i,
-                    name: op.name().to_owned(),
-                    rows: op.state_rows(),
-                    bytes: op
-                        .state_tables()
-                        .iter()
-                        .map(|t| t.footprint())
-                        .sum::<usize>()
-                        + op.resident_bytes(),
-                    spilled: op.state_tables().iter().map(|t| t.spilled_bytes()).sum(),
-                }),
-                _ => None,
+                    label: labels[i].clone(),
+                    inputs: n.inputs.clone(),
+                    rows_in: c.rows_in,
+                    rows_out: c.rows_out,
+                    busy_ns: c.busy_ns,
+                    watermark: watermarks.get(i).copied().flatten(),
+                    ..Default::default()
+                };
+                match &mut n.kind {
+                    NodeKind::Operator(op) => {
+                        s.name = op.name().to_owned();
+                        s.rows = op.state_rows();
+                        s.bytes = op
+                            .state_tables()
+                            .iter()
+                            .map(|t| t.footprint())
+                            .sum::<usize>()
+                            + op.resident_bytes();
+                        s.spilled = op.state_tables().iter().map(|t| t.spilled_bytes()).sum();
+                    }
+                    NodeKind::Source { .. } => {
+                        s.name = "Source".to_owned();
+                        s.source = true;
+                    }
+                }
+                s
             })
             .collect()
     }
@@ -386,6 +415,9 @@ impl Graph {
         watermarks: &HashMap<u32, i64>,
     ) -> Result<EpochOutput> {
         let n = self.nodes.len();
+        if self.counters.len() < n {
+            self.counters.resize(n, NodeCounters::default());
+        }
         let mut consumers: Vec<Vec<(NodeId, usize)>> = vec![Vec::new(); n];
         for (id, node) in self.nodes.iter().enumerate() {
             for (port, input) in node.inputs.iter().enumerate() {
@@ -416,11 +448,15 @@ impl Graph {
             if let Some(w) = advanced {
                 self.watermarks[id] = Some(w);
             }
+            let started = std::time::Instant::now();
+            let mut rows_in = 0u64;
             let outputs: Vec<Changelog> = match &mut self.nodes[id].kind {
                 NodeKind::Source { relation, late, .. } => {
                     let mut outs = Vec::new();
                     for b in inputs.get(relation).map(|v| v.as_slice()).unwrap_or(&[]) {
-                        outs.push(admit(late.as_ref(), b)?);
+                        let admitted = admit(late.as_ref(), b)?;
+                        rows_in += admitted.len() as u64;
+                        outs.push(admitted);
                     }
                     outs
                 }
@@ -438,6 +474,7 @@ impl Graph {
                             let schema = parts[0].schema();
                             Changelog::concat(&schema, &parts)?
                         };
+                        rows_in += input.len() as u64;
                         outs.extend(op.on_changes(port, input)?);
                     }
                     if let Some(w) = advanced {
@@ -448,6 +485,10 @@ impl Graph {
                 }
             };
             let outputs: Vec<Changelog> = outputs.into_iter().filter(|c| !c.is_empty()).collect();
+            let c = &mut self.counters[id];
+            c.rows_in += rows_in;
+            c.rows_out += outputs.iter().map(|o| o.len() as u64).sum::<u64>();
+            c.busy_ns += started.elapsed().as_nanos() as u64;
             if id == self.output {
                 result.extend(outputs.iter().cloned());
             }
@@ -471,8 +512,16 @@ impl Graph {
 
     #[recursive::recursive]
     fn explain_node(&self, id: NodeId, depth: usize, lines: &mut Vec<String>) {
+        lines.push(format!("{}{}", "  ".repeat(depth), self.label(id)));
+        for i in &self.nodes[id].inputs {
+            self.explain_node(*i, depth + 1, lines);
+        }
+    }
+
+    /// How EXPLAIN prints node `id`.
+    fn label(&self, id: NodeId) -> String {
         let node = &self.nodes[id];
-        let text = match &node.kind {
+        match &node.kind {
             NodeKind::Source { name, late, .. } => match late {
                 Some(l) => format!(
                     "Source: {name} (admits event time >= watermark - {}us)",
@@ -488,10 +537,6 @@ impl Graph {
                     format!("{}: {d}", op.name())
                 }
             }
-        };
-        lines.push(format!("{}{text}", "  ".repeat(depth)));
-        for i in &node.inputs {
-            self.explain_node(*i, depth + 1, lines);
         }
     }
 }

@@ -16,14 +16,28 @@ pub struct ViewStats {
     pub contents_spilled: usize,
 }
 
-/// State held by one operator of a view's graph.
-#[derive(Debug, Clone)]
+/// One node of a view's graph (an operator, or a source it reads): its state and what
+/// went through it since the view started (EXPLAIN ANALYZE, `/metrics`).
+#[derive(Debug, Clone, Default)]
 pub struct OperatorState {
     pub node: usize,
     pub name: String,
+    /// The node as EXPLAIN prints it (`Aggregate: group by ...`).
+    pub label: String,
+    /// A source node (no state; `rows_in` are the changes it was given).
+    pub source: bool,
+    /// The nodes it reads, by index.
+    pub inputs: Vec<usize>,
     pub rows: usize,
     /// Bytes its state tables take in memory (keys, values and their overhead).
     pub bytes: usize,
     /// Bytes of keys and values its state tables spilled to disk.
     pub spilled: usize,
+    /// Change rows in and out, summed per batch.
+    pub rows_in: u64,
+    pub rows_out: u64,
+    /// Time spent in the operator's handlers.
+    pub busy_ns: u64,
+    /// Its output watermark, µs.
+    pub watermark: Option<i64>,
 }

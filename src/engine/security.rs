@@ -202,6 +202,7 @@ impl Engine {
                 self.require_select_query(role, &cv.query)
             }
             Statement::ExplainView(cv) => self.require_select_query(role, &cv.query),
+            Statement::ExplainAnalyzeView(name) => self.require(role, name, Privilege::Select),
             Statement::CreateSink(cs) => {
                 self.require_create(role)?;
                 self.require_secrets(role, &cs.with_options)?;

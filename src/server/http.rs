@@ -343,6 +343,8 @@ impl Collector for WeirCollector {
         let mut state_bytes = Vec::new();
         let mut late = Vec::new();
         let mut failed = Vec::new();
+        let mut operator_rows = Vec::new();
+        let mut busy = Vec::new();
         for s in &stats {
             let view = name_of(s.oid);
             view_rows.push((labels(&[("view", &view)]), ConstGauge::new(s.rows as i64)));
@@ -354,6 +356,23 @@ impl Collector for WeirCollector {
             }
             for o in &s.operators {
                 let operator = format!("{} {}", o.node, o.name);
+                for (direction, n) in [("in", o.rows_in), ("out", o.rows_out)] {
+                    operator_rows.push((
+                        labels(&[
+                            ("view", &view),
+                            ("operator", &operator),
+                            ("direction", direction),
+                        ]),
+                        ConstCounter::new(n),
+                    ));
+                }
+                busy.push((
+                    labels(&[("view", &view), ("operator", &operator)]),
+                    ConstCounter::new(o.busy_ns as f64 / 1e9),
+                ));
+                if o.source {
+                    continue;
+                }
                 let l = labels(&[("view", &view), ("operator", &operator)]);
                 state_rows.push((l.clone(), ConstGauge::new(o.rows as i64)));
                 state_bytes.push((l, ConstGauge::new((o.bytes + o.spilled) as i64)));
@@ -406,6 +425,22 @@ impl Collector for WeirCollector {
             None,
             MetricType::Counter,
             late,
+        )?;
+        family(
+            &mut encoder,
+            "weir_operator_rows",
+            "Change rows into and out of each node of a view's graph (sources included)",
+            None,
+            MetricType::Counter,
+            operator_rows,
+        )?;
+        family(
+            &mut encoder,
+            "weir_operator_busy",
+            "Time spent in each node of a view's graph",
+            Some(Unit::Seconds),
+            MetricType::Counter,
+            busy,
         )?;
         family(
             &mut encoder,

@@ -31,6 +31,9 @@ pub enum Statement {
     CreateSink(Box<CreateSink>),
     /// `EXPLAIN CREATE MATERIALIZED VIEW ...`: the dataflow graph, one operator per line.
     ExplainView(Box<CreateView>),
+    /// `EXPLAIN ANALYZE MATERIALIZED VIEW name`: the running view's graph with what went
+    /// through each operator since the view started.
+    ExplainAnalyzeView(String),
     /// Wait until every change acknowledged before is reflected in every view.
     Flush,
     /// `CHECKPOINT`: write a checkpoint of every view now and wait until it is durable.
@@ -484,6 +487,17 @@ fn parse_one(p: &mut Parser) -> Result<Statement> {
                 ));
             }
             parse_create_view(p).map(|c| Statement::ExplainView(Box::new(c)))
+        }
+        Keyword::EXPLAIN
+            if matches!(&p.peek_nth_token(1).token, Token::Word(w) if w.keyword == Keyword::ANALYZE)
+                && matches!(&p.peek_nth_token(2).token, Token::Word(w) if w.keyword == Keyword::MATERIALIZED) =>
+        {
+            p.next_token();
+            p.next_token();
+            p.next_token();
+            p.expect_keyword_is(Keyword::VIEW)?;
+            let name = relation_name(&p.parse_object_name(false)?)?;
+            Ok(Statement::ExplainAnalyzeView(name))
         }
         Keyword::FLUSH => {
             p.next_token();
