@@ -7,10 +7,11 @@
 //!   otherwise.
 //!
 //! On a loopback address anyone on the machine may read it (as the SQL port trusts
-//! loopback by default). On any other address every request is authenticated by the SQL
-//! port's rules (`auth.rs`) for the client's address: `trust` lets it in, `scram-sha-256` and
-//! `password` ask for HTTP Basic credentials of a role that may log in, anything else is
-//! refused.
+//! loopback by default). On any other address every `/metrics` request is authenticated by
+//! the SQL port's rules (`auth.rs`) for the client's address: `trust` lets it in,
+//! `scram-sha-256` and `password` ask for HTTP Basic credentials of a role that may log in,
+//! anything else is refused. `/healthz` and `/readyz` answer anyone (probes), and say
+//! nothing about what runs beyond a count.
 //!
 //! Metrics that are states of the running system (rows, lag, watermarks, state sizes, late
 //! rows, dead letters, connections) are read at each scrape from the same numbers the
@@ -182,34 +183,25 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
-async fn readyz(
-    State(state): State<Arc<HttpState>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-) -> Response {
-    if let Some(refused) = authorized(&state, peer, &headers) {
-        return refused;
-    }
-    // recovery runs before either port listens: what is left is the sources
-    let mut waiting = Vec::new();
-    for p in state.engine.dataflow.sources.progress() {
-        let running = p.done || matches!(p.status.as_str(), "running" | "joined");
-        if !running {
-            waiting.push(format!(
-                "source {} (for {}): {}{}",
-                p.source_name,
-                p.view_name,
-                p.status,
-                p.error.map(|e| format!(": {e}")).unwrap_or_default()
-            ));
-        }
-    }
-    if waiting.is_empty() {
+/// Ready: recovery finished (it runs before either port listens) and every source runs.
+/// Open to anyone who reaches the port, for orchestrators' probes: it says how many
+/// sources are not running, not which (`weir_sources` says which, to those who may read
+/// them).
+async fn readyz(State(state): State<Arc<HttpState>>) -> Response {
+    let waiting = state
+        .engine
+        .dataflow
+        .sources
+        .progress()
+        .into_iter()
+        .filter(|p| !(p.done || matches!(p.status.as_str(), "running" | "joined")))
+        .count();
+    if waiting == 0 {
         (StatusCode::OK, "ready\n").into_response()
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("not ready:\n{}\n", waiting.join("\n")),
+            format!("not ready: {waiting} source reader(s) not running (see weir_sources)\n"),
         )
             .into_response()
     }
