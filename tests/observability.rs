@@ -278,3 +278,116 @@ fn http_port_off_and_authenticated() {
             .contains("# EOF")
     );
 }
+
+/// The console in a real headless browser (Debian's chromium; `make test` installs it):
+/// two views, the page polls the JSON API and shows them with their rates; opening a view
+/// (the page's `#view=` link, what a click sets) draws its dataflow as SVG with the
+/// operators' names. The page needs no network beyond the server. A screenshot is saved
+/// under the test's temp dir and its path printed (`WEIR_KEEP_SCREENSHOT=1` keeps it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_in_headless_chromium() {
+    let server = TestServer::start();
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE SOURCE bids WITH (connector = 'nexmark', nexmark.table.type = 'bid', \
+           nexmark.rows.per.second = '1000'); \
+         CREATE MATERIALIZED VIEW per_auction AS SELECT auction, count(*) AS n FROM bids WHERE price > 10 GROUP BY auction; \
+         CREATE TABLE t (a INT); INSERT INTO t VALUES (1), (2); \
+         CREATE MATERIALIZED VIEW sums AS SELECT sum(a) AS s FROM t",
+    )
+    .await
+    .expect("setup");
+    // the server reads its counters every second: let it take two readings
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    let http = server.http_addr.clone().expect("the HTTP port listens");
+    let dir = tempfile::Builder::new()
+        .prefix("weir-console-")
+        .tempdir()
+        .expect("temp dir");
+    let chromium = |extra: &[&str], profile: &str| {
+        let out = Command::new("chromium")
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--virtual-time-budget=5000",
+            ])
+            .arg(format!(
+                "--user-data-dir={}",
+                dir.path().join(profile).display()
+            ))
+            .args(extra)
+            .arg(format!("http://{http}/#view=per_auction"))
+            .output()
+            .expect("chromium must be installed (make test installs it)");
+        assert!(
+            out.status.success(),
+            "chromium: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let dom = chromium(&["--dump-dom"], "p1");
+    // both views listed, per_auction with a non-zero rate of changes
+    let row = |view: &str| {
+        let start = dom
+            .find(&format!("data-view=\"{view}\""))
+            .unwrap_or_else(|| panic!("{view} not in the page:\n{dom}"));
+        let end = dom[start..]
+            .find("</tr>")
+            .map(|e| start + e)
+            .unwrap_or(dom.len());
+        dom[start..end].to_owned()
+    };
+    let cells = |r: &str| -> Vec<String> {
+        r.split("<td")
+            .skip(1)
+            .map(|c| {
+                let c = &c[c.find('>').map(|i| i + 1).unwrap_or(0)..];
+                c[..c.find('<').unwrap_or(c.len())].to_owned()
+            })
+            .collect()
+    };
+    let per_auction = cells(&row("per_auction"));
+    assert_eq!(per_auction[0], "per_auction", "{per_auction:?}");
+    let rate: f64 = per_auction[2].parse().unwrap_or(0.0);
+    assert!(rate > 0.0, "changes/s of per_auction: {per_auction:?}");
+    let sums = cells(&row("sums"));
+    assert_eq!(&sums[..2], &["sums".to_owned(), "1".to_owned()]);
+    // the selected view's dataflow, drawn, with its operators as EXPLAIN names them
+    assert!(dom.contains("Dataflow of per_auction"), "{dom}");
+    let svg = &dom[dom.find("<svg").expect("an SVG graph")..];
+    for name in [
+        "Source: bids",
+        "Filter: bids.price &gt; Int64(10)",
+        "Aggregate: group by [bids.auction]",
+        "rows/s",
+    ] {
+        assert!(svg.contains(name), "{name} not in the graph:\n{svg}");
+    }
+    assert!(
+        dom.contains("late rows 0 · dead letters 0 · reads bids"),
+        "{dom}"
+    );
+    let shot = dir.path().join("console.png");
+    chromium(
+        &[
+            "--window-size=1300,1800",
+            &format!("--screenshot={}", shot.display()),
+        ],
+        "p2",
+    );
+    let png = std::fs::read(&shot).expect("screenshot");
+    assert!(png.starts_with(b"\x89PNG") && png.len() > 10_000);
+    println!("console screenshot: {}", shot.display());
+    // the temp dir goes with the test unless asked to keep it (to look at the picture)
+    if std::env::var_os("WEIR_KEEP_SCREENSHOT").is_some() {
+        let kept = dir.keep();
+        println!("kept {}", kept.display());
+    }
+}

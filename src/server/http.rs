@@ -52,6 +52,8 @@ pub enum HttpListen {
 
 struct HttpState {
     engine: Arc<Engine>,
+    /// Edge rates of the drawn graphs.
+    rates: crate::server::console::Rates,
     registry: Registry,
     /// None on loopback: no authentication.
     auth: Option<AuthConfig>,
@@ -91,13 +93,36 @@ pub async fn start(
     }));
     let state = Arc::new(HttpState {
         engine,
+        rates: Default::default(),
         registry,
         auth: (!addr.ip().is_loopback()).then_some(auth),
     });
+    // the console's rates: the counters read every second
+    {
+        let state = Arc::downgrade(&state);
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(std::time::Duration::from_secs(1));
+            loop {
+                every.tick().await;
+                let Some(state) = state.upgrade() else {
+                    return;
+                };
+                let engine = state.engine.clone();
+                let tick = tokio::task::spawn_blocking(move || state.rates.tick(&engine)).await;
+                if tick.is_err() {
+                    return;
+                }
+            }
+        });
+    }
     let app = Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/", get(console_page))
+        .route("/api/v1/relations", get(api_relations))
+        .route("/api/v1/views/{name}", get(api_view))
+        .route("/api/v1/views/{name}/graph.svg", get(api_view_svg))
         .with_state(state);
     tokio::spawn(async move {
         let served = axum::serve(
@@ -177,6 +202,66 @@ async fn metrics(
         text,
     )
         .into_response()
+}
+
+async fn console_page(
+    State(state): State<Arc<HttpState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(refused) = authorized(&state, peer, &headers) {
+        return refused;
+    }
+    (
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        crate::server::console::PAGE,
+    )
+        .into_response()
+}
+
+async fn api_relations(
+    State(state): State<Arc<HttpState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(refused) = authorized(&state, peer, &headers) {
+        return refused;
+    }
+    axum::Json(crate::server::console::relations(
+        &state.engine,
+        &state.rates,
+    ))
+    .into_response()
+}
+
+async fn api_view(
+    State(state): State<Arc<HttpState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    axum::extract::Path(name): axum::extract::Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(refused) = authorized(&state, peer, &headers) {
+        return refused;
+    }
+    match crate::server::console::view(&state.engine, &state.rates, &name) {
+        Some(v) => axum::Json(v).into_response(),
+        None => (StatusCode::NOT_FOUND, "no such materialized view\n").into_response(),
+    }
+}
+
+async fn api_view_svg(
+    State(state): State<Arc<HttpState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    axum::extract::Path(name): axum::extract::Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(refused) = authorized(&state, peer, &headers) {
+        return refused;
+    }
+    match crate::server::console::graph_svg(&state.engine, &state.rates, &name) {
+        Some(svg) => ([(header::CONTENT_TYPE, "image/svg+xml")], svg).into_response(),
+        None => (StatusCode::NOT_FOUND, "no such materialized view\n").into_response(),
+    }
 }
 
 async fn healthz() -> &'static str {
