@@ -20,6 +20,9 @@ pub struct Metrics {
     pub checkpoint_duration: Histogram,
     /// Bytes the last checkpoint wrote.
     pub checkpoint_bytes: Gauge,
+    /// Seconds from a change's arrival to its epoch's publication (the oldest change of
+    /// each epoch: the epoch's worst case).
+    pub epoch_latency: Histogram,
     /// Statements run, by kind (`select`, `insert`, `ddl`, ...).
     pub queries: Family<Vec<(String, String)>, Counter>,
 }
@@ -31,6 +34,10 @@ impl Metrics {
                 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
             ]),
             checkpoint_bytes: Gauge::default(),
+            epoch_latency: Histogram::new([
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                10.0,
+            ]),
             queries: Family::default(),
         }
     }
@@ -48,6 +55,12 @@ impl Metrics {
             "Bytes the last checkpoint wrote",
             Unit::Bytes,
             self.checkpoint_bytes.clone(),
+        );
+        registry.register_with_unit(
+            "weir_view_epoch_latency",
+            "Time from a change's arrival to the publication of the epoch that holds it, for the oldest change of each epoch",
+            Unit::Seconds,
+            self.epoch_latency.clone(),
         );
         registry.register(
             "weir_queries",

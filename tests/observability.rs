@@ -119,6 +119,7 @@ async fn metrics_while_sources_run() {
         ("weir_queries", "counter"),
         ("weir_checkpoint_duration_seconds", "histogram"),
         ("weir_checkpoint_bytes", "gauge"),
+        ("weir_view_epoch_latency_seconds", "histogram"),
         ("process_resident_memory_bytes", "gauge"),
         ("process_cpu_seconds", "counter"),
         ("process_open_fds", "gauge"),

@@ -745,6 +745,7 @@ pub(crate) fn send_batch(
         watermark_before: before,
         watermark_after: after,
         position: Some(position),
+        arrived: std::time::Instant::now(),
     })
     .is_ok()
 }

@@ -47,6 +47,9 @@ pub enum Msg {
         watermark_after: Option<i64>,
         /// Where the relation's input stands after this change (see `position.rs`).
         position: Option<Position>,
+        /// When the change arrived (before any wait for room in the queue): the start of
+        /// `weir_view_epoch_latency_seconds`.
+        arrived: std::time::Instant,
     },
     Barrier(oneshot::Sender<u64>),
     /// The process is over `--memory-limit`: spill state (sent by the memory sampler;
@@ -198,6 +201,7 @@ impl Dataflow {
         let stats = Arc::new(Mutex::new(HashMap::new()));
         let sinks_caught_up: SinksCaughtUp = Arc::default();
         let worker = Worker {
+            oldest_arrival: None,
             rx,
             graphs: BTreeMap::new(),
             published: published.clone(),
@@ -487,6 +491,7 @@ impl crate::state::table::ChangeSink for Sink {
                 watermark_before,
                 watermark_after,
                 position: Some(Position::single(seq as i64)),
+                arrived: std::time::Instant::now(),
             })
             .is_err()
         {

@@ -40,6 +40,8 @@ pub(crate) struct ViewInputs {
 }
 
 pub(crate) struct Worker {
+    /// When the oldest change not yet published arrived (`weir_view_epoch_latency_seconds`).
+    pub(crate) oldest_arrival: Option<std::time::Instant>,
     pub(crate) rx: mpsc::Receiver<Msg>,
     pub(crate) graphs: BTreeMap<u32, ViewRuntime>,
     pub(crate) published: Arc<RwLock<Published>>,
@@ -107,38 +109,43 @@ impl Worker {
                         watermark_before,
                         watermark_after,
                         position,
-                    } => match self
-                        .fanout
-                        .get_mut(&relation)
-                        .map(|f| std::mem::take(&mut f.instances))
-                    {
-                        // a shared reader's batch: to every view's instance that joined it
-                        // (the list is taken out meanwhile: no copy of it per batch)
-                        Some(targets) => {
-                            self.advance(relation, watermark_after, position.as_ref());
-                            for t in &targets {
-                                self.take(
-                                    *t,
-                                    changelog.clone(),
-                                    watermark_before,
-                                    watermark_after,
-                                    position.as_ref(),
-                                    &mut pending,
-                                );
+                        arrived,
+                    } => {
+                        self.oldest_arrival =
+                            Some(self.oldest_arrival.map_or(arrived, |t| t.min(arrived)));
+                        match self
+                            .fanout
+                            .get_mut(&relation)
+                            .map(|f| std::mem::take(&mut f.instances))
+                        {
+                            // a shared reader's batch: to every view's instance that joined it
+                            // (the list is taken out meanwhile: no copy of it per batch)
+                            Some(targets) => {
+                                self.advance(relation, watermark_after, position.as_ref());
+                                for t in &targets {
+                                    self.take(
+                                        *t,
+                                        changelog.clone(),
+                                        watermark_before,
+                                        watermark_after,
+                                        position.as_ref(),
+                                        &mut pending,
+                                    );
+                                }
+                                if let Some(f) = self.fanout.get_mut(&relation) {
+                                    f.instances = targets;
+                                }
                             }
-                            if let Some(f) = self.fanout.get_mut(&relation) {
-                                f.instances = targets;
-                            }
+                            None => self.take(
+                                relation,
+                                changelog,
+                                watermark_before,
+                                watermark_after,
+                                position.as_ref(),
+                                &mut pending,
+                            ),
                         }
-                        None => self.take(
-                            relation,
-                            changelog,
-                            watermark_before,
-                            watermark_after,
-                            position.as_ref(),
-                            &mut pending,
-                        ),
-                    },
+                    }
                     Msg::Share {
                         shared,
                         source,
@@ -232,6 +239,8 @@ impl Worker {
                 }
             }
             self.epoch(pending);
+            // changes no view reads published nothing: they do not wait for a later epoch
+            self.oldest_arrival = None;
             let epoch = self.published.read().epoch;
             for b in barriers {
                 let _ = b.send(epoch);
@@ -517,6 +526,12 @@ impl Worker {
         self.published
             .write()
             .publish(deltas, failures, &self.watermarks, positions);
+        // every change that arrived before this epoch's inputs were cut is published now
+        if let Some(t) = self.oldest_arrival.take() {
+            crate::metrics::global()
+                .epoch_latency
+                .observe(t.elapsed().as_secs_f64());
+        }
         let mut stats = self.stats.lock();
         for (oid, rt) in self.graphs.iter_mut() {
             stats.insert(*oid, rt.graph.operator_states());

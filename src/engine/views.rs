@@ -827,6 +827,7 @@ impl Engine {
                         watermark_before: before,
                         watermark_after: wm,
                         position: Some(Position::single(seq as i64)),
+                        arrived: std::time::Instant::now(),
                     })
                     .await?;
             }
