@@ -278,6 +278,54 @@ fn http_port_off_and_authenticated() {
             .expect("body")
             .contains("# EOF")
     );
+    // the console's API shows a role only what it may read
+    let sql = Command::new("psql")
+        .arg(format!(
+            "host=127.0.0.1 port={} user=weir dbname=weir",
+            server.port()
+        ))
+        .args([
+            "-X",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-c",
+            "CREATE TABLE t (a INT)",
+            "-c",
+            "CREATE MATERIALIZED VIEW v AS SELECT count(*) AS n FROM t",
+            "-c",
+            "CREATE ROLE viewer LOGIN PASSWORD 'v-pw'",
+        ])
+        .env("PGPASSWORD", "h-pw")
+        .output()
+        .expect("psql");
+    assert!(
+        sql.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sql.stderr)
+    );
+    let views = |user: &str, pw: &str| -> Vec<String> {
+        let mut r = ureq::get(&format!("http://127.0.0.1:{port}/api/v1/relations"))
+            .header("Authorization", &basic(user, pw))
+            .call()
+            .expect("api");
+        let v: Value =
+            serde_json::from_str(&r.body_mut().read_to_string().expect("body")).expect("json");
+        v["views"]
+            .as_array()
+            .expect("views")
+            .iter()
+            .filter_map(|v| v["name"].as_str().map(str::to_owned))
+            .collect()
+    };
+    assert_eq!(views("weir", "h-pw"), vec!["v".to_owned()]);
+    assert!(views("viewer", "v-pw").is_empty());
+    match ureq::get(&format!("http://127.0.0.1:{port}/api/v1/views/v"))
+        .header("Authorization", &basic("viewer", "v-pw"))
+        .call()
+    {
+        Err(ureq::Error::StatusCode(404)) => {}
+        other => panic!("a view the role may not read: {other:?}"),
+    }
 }
 
 /// The console in a real headless browser (Debian's chromium; `make test` installs it):

@@ -99,7 +99,21 @@ fn ms(us: Option<i64>) -> Value {
     us.map(|u| json!(u / 1000)).unwrap_or(Value::Null)
 }
 
-pub fn relations(engine: &Engine, rates: &Rates) -> Value {
+/// Whether `role` (None: anyone the HTTP port lets in unnamed) may see a relation: SELECT on
+/// it, or the owner's rights on a sink, as in the system tables.
+fn may_see(engine: &Engine, role: Option<u32>, desc: &crate::catalog::RelationDesc) -> bool {
+    let Some(role) = role else {
+        return true;
+    };
+    let c = &engine.catalog;
+    if desc.kind == RelationKind::Sink {
+        c.has_owner_rights(role, desc.owner)
+    } else {
+        c.has_privilege(role, desc, crate::catalog::roles::Privilege::Select)
+    }
+}
+
+pub fn relations(engine: &Engine, rates: &Rates, role: Option<u32>) -> Value {
     let dataflow = &engine.dataflow;
     let catalog = &engine.catalog;
     let progress = dataflow.sources.progress();
@@ -109,6 +123,9 @@ pub fn relations(engine: &Engine, rates: &Rates) -> Value {
     let mut views = Vec::new();
     for e in catalog.entries() {
         let d = &e.desc;
+        if !may_see(engine, role, d) {
+            continue;
+        }
         match d.kind {
             RelationKind::Source => {
                 let readers: Vec<_> = progress
@@ -165,6 +182,11 @@ pub fn relations(engine: &Engine, rates: &Rates) -> Value {
         .sinks
         .rows()
         .into_iter()
+        .filter(|s| {
+            catalog
+                .get(&s.name)
+                .is_some_and(|e| may_see(engine, role, &e.desc))
+        })
         .map(|s| {
             json!({
                 "name": s.name, "view": s.view_name, "topic": s.topic, "format": s.format,
@@ -189,11 +211,16 @@ fn root(nodes: &[OperatorState]) -> Option<&OperatorState> {
         .max_by_key(|n| n.node)
 }
 
-fn view_stats(engine: &Engine, name: &str) -> Option<(u32, crate::dataflow::stats::ViewStats)> {
+fn view_stats(
+    engine: &Engine,
+    role: Option<u32>,
+    name: &str,
+) -> Option<(u32, crate::dataflow::stats::ViewStats)> {
     let entry = engine
         .catalog
         .get(name)
-        .filter(|e| e.desc.kind == RelationKind::MaterializedView)?;
+        .filter(|e| e.desc.kind == RelationKind::MaterializedView)
+        .filter(|e| may_see(engine, role, &e.desc))?;
     let s = engine
         .dataflow
         .stats()
@@ -202,8 +229,8 @@ fn view_stats(engine: &Engine, name: &str) -> Option<(u32, crate::dataflow::stat
     Some((entry.desc.oid, s))
 }
 
-pub fn view(engine: &Engine, rates: &Rates, name: &str) -> Option<Value> {
-    let (oid, s) = view_stats(engine, name)?;
+pub fn view(engine: &Engine, rates: &Rates, role: Option<u32>, name: &str) -> Option<Value> {
+    let (oid, s) = view_stats(engine, role, name)?;
     let sources: Vec<String> = engine
         .catalog
         .get_by_oid(oid)
@@ -278,8 +305,8 @@ fn human_bytes(b: usize) -> String {
 }
 
 /// The view's graph as SVG, drawn by layout-rs from a DOT description.
-pub fn graph_svg(engine: &Engine, rates: &Rates, name: &str) -> Option<String> {
-    let (_, s) = view_stats(engine, name)?;
+pub fn graph_svg(engine: &Engine, rates: &Rates, role: Option<u32>, name: &str) -> Option<String> {
+    let (_, s) = view_stats(engine, role, name)?;
     let mut dot = String::from("digraph {\n");
     for n in &s.operators {
         // one fact per line (`\n` in DOT)

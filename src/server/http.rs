@@ -140,7 +140,19 @@ pub async fn start(
 
 /// Whether a request may be answered (see the module's header).
 fn authorized(state: &HttpState, peer: SocketAddr, headers: &HeaderMap) -> Option<Response> {
-    let auth = state.auth.as_ref()?;
+    who(state, peer, headers).err()
+}
+
+/// Who a request is: Ok(None) for anyone (loopback, or a `trust` rule), Ok(Some(role)) for
+/// a role that gave its password; Err with the refusal otherwise.
+fn who(
+    state: &HttpState,
+    peer: SocketAddr,
+    headers: &HeaderMap,
+) -> std::result::Result<Option<u32>, Response> {
+    let Some(auth) = state.auth.as_ref() else {
+        return Ok(None);
+    };
     let catalog = &state.engine.catalog;
     let basic = headers
         .get(header::AUTHORIZATION)
@@ -159,26 +171,27 @@ fn authorized(state: &HttpState, peer: SocketAddr, headers: &HeaderMap) -> Optio
             .into_response()
     };
     match auth.method_for(catalog, peer.ip(), false, "weir", user) {
-        Some((Method::Trust, _)) => None,
+        Some((Method::Trust, _)) => Ok(None),
         Some((Method::ScramSha256 | Method::Password, _)) => {
             let Some((user, password)) = basic else {
-                return Some(challenge());
+                return Err(challenge());
             };
-            let ok = catalog.role(&user).is_some_and(|r| {
+            let role = catalog.role(&user).filter(|r| {
                 r.login
                     && r.password
                         .as_deref()
                         .and_then(crate::catalog::scram::Verifier::parse)
                         .is_some_and(|v| v.matches(&password))
             });
-            if ok {
-                None
-            } else {
-                warn!(%peer, user, "HTTP login failed");
-                Some(challenge())
+            match role {
+                Some(r) => Ok(Some(r.oid)),
+                None => {
+                    warn!(%peer, user, "HTTP login failed");
+                    Err(challenge())
+                }
             }
         }
-        _ => Some((StatusCode::FORBIDDEN, "forbidden\n").into_response()),
+        _ => Err((StatusCode::FORBIDDEN, "forbidden\n").into_response()),
     }
 }
 
@@ -224,12 +237,14 @@ async fn api_relations(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
 ) -> Response {
-    if let Some(refused) = authorized(&state, peer, &headers) {
-        return refused;
-    }
+    let role = match who(&state, peer, &headers) {
+        Ok(r) => r,
+        Err(refused) => return refused,
+    };
     axum::Json(crate::server::console::relations(
         &state.engine,
         &state.rates,
+        role,
     ))
     .into_response()
 }
@@ -240,10 +255,11 @@ async fn api_view(
     axum::extract::Path(name): axum::extract::Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    if let Some(refused) = authorized(&state, peer, &headers) {
-        return refused;
-    }
-    match crate::server::console::view(&state.engine, &state.rates, &name) {
+    let role = match who(&state, peer, &headers) {
+        Ok(r) => r,
+        Err(refused) => return refused,
+    };
+    match crate::server::console::view(&state.engine, &state.rates, role, &name) {
         Some(v) => axum::Json(v).into_response(),
         None => (StatusCode::NOT_FOUND, "no such materialized view\n").into_response(),
     }
@@ -255,10 +271,11 @@ async fn api_view_svg(
     axum::extract::Path(name): axum::extract::Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    if let Some(refused) = authorized(&state, peer, &headers) {
-        return refused;
-    }
-    match crate::server::console::graph_svg(&state.engine, &state.rates, &name) {
+    let role = match who(&state, peer, &headers) {
+        Ok(r) => r,
+        Err(refused) => return refused,
+    };
+    match crate::server::console::graph_svg(&state.engine, &state.rates, role, &name) {
         Some(svg) => ([(header::CONTENT_TYPE, "image/svg+xml")], svg).into_response(),
         None => (StatusCode::NOT_FOUND, "no such materialized view\n").into_response(),
     }
