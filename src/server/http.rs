@@ -140,7 +140,29 @@ pub async fn start(
 
 /// Whether a request may be answered (see the module's header).
 fn authorized(state: &HttpState, peer: SocketAddr, headers: &HeaderMap) -> Option<Response> {
-    who(state, peer, headers).err()
+    who(state, peer, headers).err().map(Refusal::into_response)
+}
+
+/// Why a request is refused.
+enum Refusal {
+    /// Credentials are needed (or were wrong): 401 with a Basic challenge.
+    Challenge,
+    /// No rule lets this address in: 403.
+    Forbidden,
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        match self {
+            Refusal::Challenge => (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Basic realm=\"weir\"")],
+                "authentication required\n",
+            )
+                .into_response(),
+            Refusal::Forbidden => (StatusCode::FORBIDDEN, "forbidden\n").into_response(),
+        }
+    }
 }
 
 /// Who a request is: Ok(None) for anyone (loopback, or a `trust` rule), Ok(Some(role)) for
@@ -149,7 +171,7 @@ fn who(
     state: &HttpState,
     peer: SocketAddr,
     headers: &HeaderMap,
-) -> std::result::Result<Option<u32>, Response> {
+) -> std::result::Result<Option<u32>, Refusal> {
     let Some(auth) = state.auth.as_ref() else {
         return Ok(None);
     };
@@ -162,19 +184,11 @@ fn who(
         .and_then(|b| String::from_utf8(b).ok())
         .and_then(|s| s.split_once(':').map(|(u, p)| (u.to_owned(), p.to_owned())));
     let user = basic.as_ref().map(|(u, _)| u.as_str()).unwrap_or("");
-    let challenge = || {
-        (
-            StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, "Basic realm=\"weir\"")],
-            "authentication required\n",
-        )
-            .into_response()
-    };
     match auth.method_for(catalog, peer.ip(), false, "weir", user) {
         Some((Method::Trust, _)) => Ok(None),
         Some((Method::ScramSha256 | Method::Password, _)) => {
             let Some((user, password)) = basic else {
-                return Err(challenge());
+                return Err(Refusal::Challenge);
             };
             let role = catalog.role(&user).filter(|r| {
                 r.login
@@ -187,11 +201,11 @@ fn who(
                 Some(r) => Ok(Some(r.oid)),
                 None => {
                     warn!(%peer, user, "HTTP login failed");
-                    Err(challenge())
+                    Err(Refusal::Challenge)
                 }
             }
         }
-        _ => Err((StatusCode::FORBIDDEN, "forbidden\n").into_response()),
+        _ => Err(Refusal::Forbidden),
     }
 }
 
@@ -239,7 +253,7 @@ async fn api_relations(
 ) -> Response {
     let role = match who(&state, peer, &headers) {
         Ok(r) => r,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     axum::Json(crate::server::console::relations(
         &state.engine,
@@ -257,7 +271,7 @@ async fn api_view(
 ) -> Response {
     let role = match who(&state, peer, &headers) {
         Ok(r) => r,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     match crate::server::console::view(&state.engine, &state.rates, role, &name) {
         Some(v) => axum::Json(v).into_response(),
@@ -273,7 +287,7 @@ async fn api_view_svg(
 ) -> Response {
     let role = match who(&state, peer, &headers) {
         Ok(r) => r,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     match crate::server::console::graph_svg(&state.engine, &state.rates, role, &name) {
         Some(svg) => ([(header::CONTENT_TYPE, "image/svg+xml")], svg).into_response(),
