@@ -75,6 +75,8 @@ pub struct Graph {
     flushed_watermarks: Option<Vec<u8>>,
     /// What went through each node since the graph was built (per batch, not per row).
     counters: Vec<NodeCounters>,
+    /// Each node's EXPLAIN line, made once (stats are taken every epoch).
+    labels: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -93,6 +95,7 @@ impl Graph {
             output_delay: 0,
             flushed_watermarks: None,
             counters: Vec::new(),
+            labels: Vec::new(),
         }
     }
 
@@ -138,7 +141,10 @@ impl Graph {
 
     /// Every node: its state, what went through it, its watermark.
     pub fn operator_states(&mut self) -> Vec<crate::dataflow::stats::OperatorState> {
-        let labels: Vec<String> = (0..self.nodes.len()).map(|i| self.label(i)).collect();
+        if self.labels.len() != self.nodes.len() {
+            self.labels = (0..self.nodes.len()).map(|i| self.label(i)).collect();
+        }
+        let labels = &self.labels;
         let counters = &self.counters;
         let watermarks = &self.watermarks;
         self.nodes
