@@ -1329,21 +1329,39 @@ fn watermark_desc(w: &WatermarkSpec, columns: &[ColumnDesc]) -> Result<Watermark
     })
 }
 
-/// Names of the relations a statement reads (normalized).
-fn referenced_relations(stmt: &ast::Statement) -> Vec<String> {
-    struct Names(Vec<String>);
+/// Names of the relations a statement reads (normalized): every relation it names except
+/// the names its WITH clauses define (a CTE may share a relation's name and hides it).
+pub(crate) fn referenced_relations(stmt: &ast::Statement) -> Vec<String> {
+    struct Names {
+        ctes: Vec<String>,
+        found: Vec<String>,
+    }
     impl ast::Visitor for Names {
         type Break = ();
+        fn pre_visit_query(&mut self, q: &ast::Query) -> std::ops::ControlFlow<()> {
+            if let Some(with) = &q.with {
+                for cte in &with.cte_tables {
+                    self.ctes
+                        .push(crate::sql::parser::normalize_ident(&cte.alias.name));
+                }
+            }
+            std::ops::ControlFlow::Continue(())
+        }
         fn pre_visit_relation(&mut self, r: &ast::ObjectName) -> std::ops::ControlFlow<()> {
-            if let Ok(n) = crate::sql::parser::relation_name(r) {
-                self.0.push(n);
+            if let Ok(n) = crate::sql::parser::relation_name(r)
+                && !(r.0.len() == 1 && self.ctes.contains(&n))
+            {
+                self.found.push(n);
             }
             std::ops::ControlFlow::Continue(())
         }
     }
-    let mut v = Names(Vec::new());
+    let mut v = Names {
+        ctes: Vec::new(),
+        found: Vec::new(),
+    };
     let _ = ast::Visit::visit(stmt, &mut v);
-    v.0
+    v.found
 }
 
 /// Statements DataFusion would run that change state or touch files: refused.

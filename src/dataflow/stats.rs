@@ -16,6 +16,17 @@ pub struct ViewStats {
     pub contents_spilled: usize,
 }
 
+impl ViewStats {
+    /// The view's output node: the one no other node reads.
+    pub fn output(&self) -> Option<&OperatorState> {
+        let nodes = &self.operators;
+        nodes
+            .iter()
+            .filter(|n| !nodes.iter().any(|m| m.inputs.contains(&n.node)))
+            .max_by_key(|n| n.node)
+    }
+}
+
 /// One node of a view's graph (an operator, or a source it reads): its state and what
 /// went through it since the view started (EXPLAIN ANALYZE, `/metrics`).
 #[derive(Debug, Clone, Default)]

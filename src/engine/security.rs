@@ -36,41 +36,6 @@ pub fn permission_denied(kind: crate::catalog::RelationKind, name: &str) -> Weir
     denied(format!("permission denied for {noun} {name}"))
 }
 
-/// The relations a statement reads, by name: every relation it names except the names its
-/// WITH clauses define (a CTE may share a table's name and then hides it).
-fn relations_read(stmt: &ast::Statement) -> Vec<String> {
-    struct Names {
-        ctes: Vec<String>,
-        found: Vec<String>,
-    }
-    impl ast::Visitor for Names {
-        type Break = ();
-        fn pre_visit_query(&mut self, q: &ast::Query) -> std::ops::ControlFlow<()> {
-            if let Some(with) = &q.with {
-                for cte in &with.cte_tables {
-                    self.ctes
-                        .push(crate::sql::parser::normalize_ident(&cte.alias.name));
-                }
-            }
-            std::ops::ControlFlow::Continue(())
-        }
-        fn pre_visit_relation(&mut self, r: &ast::ObjectName) -> std::ops::ControlFlow<()> {
-            if let Ok(n) = relation_name(r)
-                && !(r.0.len() == 1 && self.ctes.contains(&n))
-            {
-                self.found.push(n);
-            }
-            std::ops::ControlFlow::Continue(())
-        }
-    }
-    let mut v = Names {
-        ctes: Vec::new(),
-        found: Vec::new(),
-    };
-    let _ = ast::Visit::visit(stmt, &mut v);
-    v.found
-}
-
 fn table_factor_name(t: &ast::TableFactor) -> Option<String> {
     match t {
         ast::TableFactor::Table { name, .. } => relation_name(name).ok(),
@@ -110,7 +75,7 @@ impl Engine {
     }
 
     fn require_select_all(&self, role: u32, stmt: &ast::Statement) -> Result<()> {
-        for name in relations_read(stmt) {
+        for name in super::referenced_relations(stmt) {
             self.require(role, &name, Privilege::Select)?;
         }
         Ok(())
@@ -181,7 +146,7 @@ impl Engine {
                         self.require(role, t, Privilege::Select)?;
                     }
                 }
-                for name in relations_read(q) {
+                for name in super::referenced_relations(q) {
                     if Some(&name) != target.as_ref() {
                         self.require(role, &name, Privilege::Select)?;
                     }

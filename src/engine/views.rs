@@ -1047,11 +1047,7 @@ impl Engine {
         }
         let nodes = &stats.operators;
         // the output: the node no other node reads
-        let root = nodes
-            .iter()
-            .filter(|n| !nodes.iter().any(|m| m.inputs.contains(&n.node)))
-            .map(|n| n.node)
-            .max();
+        let root = stats.output().map(|n| n.node);
         fn render(
             nodes: &[crate::dataflow::stats::OperatorState],
             id: usize,
@@ -1091,17 +1087,7 @@ impl Engine {
         if let Some(r) = root {
             render(nodes, r, 0, &mut lines);
         }
-        let schema: SchemaRef = Arc::new(Schema::new(vec![Field::new(
-            "QUERY PLAN",
-            DataType::Utf8,
-            false,
-        )]));
-        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(StringArray::from(lines))])?;
-        Ok(Output::Batches {
-            schema,
-            batches: vec![batch],
-            tag: "EXPLAIN",
-        })
+        explain_output(lines)
     }
 
     pub(crate) async fn explain_view(&self, session: &Session, cv: &CreateView) -> Result<Output> {
@@ -1115,18 +1101,23 @@ impl Engine {
             )
             .await?;
         let lines = graph.explain();
-        let schema: SchemaRef = Arc::new(Schema::new(vec![Field::new(
-            "QUERY PLAN",
-            DataType::Utf8,
-            false,
-        )]));
-        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(StringArray::from(lines))])?;
-        Ok(Output::Batches {
-            schema,
-            batches: vec![batch],
-            tag: "EXPLAIN",
-        })
+        explain_output(lines)
     }
+}
+
+/// EXPLAIN's answer: one `QUERY PLAN` line per row.
+fn explain_output(lines: Vec<String>) -> Result<Output> {
+    let schema: SchemaRef = Arc::new(Schema::new(vec![Field::new(
+        "QUERY PLAN",
+        DataType::Utf8,
+        false,
+    )]));
+    let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(StringArray::from(lines))])?;
+    Ok(Output::Batches {
+        schema,
+        batches: vec![batch],
+        tag: "EXPLAIN",
+    })
 }
 
 /// `WITH (late_events = 'drop' | 'correct', allowed_lateness = '<interval>')`.

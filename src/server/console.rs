@@ -14,7 +14,6 @@ use std::time::Instant;
 use serde_json::{Value, json};
 
 use crate::catalog::RelationKind;
-use crate::dataflow::stats::OperatorState;
 use crate::engine::Engine;
 
 /// The page.
@@ -82,7 +81,7 @@ fn counters(engine: &Engine) -> HashMap<String, u64> {
         else {
             continue;
         };
-        if let Some(r) = root(&s.operators) {
+        if let Some(r) = s.output() {
             out.insert(format!("view:{name}"), r.rows_out);
         }
         for n in &s.operators {
@@ -162,7 +161,7 @@ pub fn relations(engine: &Engine, rates: &Rates, role: Option<u32>) -> Value {
                 let Some(s) = stats.iter().find(|s| s.oid == d.oid) else {
                     continue;
                 };
-                let root = root(&s.operators);
+                let root = s.output();
                 views.push(json!({
                     "name": d.name,
                     "rows": s.rows,
@@ -201,14 +200,6 @@ pub fn relations(engine: &Engine, rates: &Rates, role: Option<u32>) -> Value {
         "views": views,
         "sinks": sinks,
     })
-}
-
-/// The node no other node reads: the view's output.
-fn root(nodes: &[OperatorState]) -> Option<&OperatorState> {
-    nodes
-        .iter()
-        .filter(|n| !nodes.iter().any(|m| m.inputs.contains(&n.node)))
-        .max_by_key(|n| n.node)
 }
 
 fn view_stats(
