@@ -475,7 +475,8 @@ fn non_loopback_listen_without_authentication_refuses_to_start() {
     let dir = tempfile::tempdir().expect("temp dir");
     let serve = |extra: &[&str], env: &[(&str, &str)], data: &str| {
         let mut c = Command::new(env!("CARGO_BIN_EXE_weir"));
-        c.args(["serve", "--listen", "0.0.0.0:0", "--data-dir"])
+        c.args(["serve", "--listen", "0.0.0.0:0", "--http-listen", "off"])
+            .arg("--data-dir")
             .arg(dir.path().join(data))
             .args(extra)
             .env_remove("WEIR_SUPERUSER_PASSWORD")
