@@ -33,6 +33,7 @@ pub mod sqlstate {
     pub const DIVISION_BY_ZERO: &str = "22012";
     pub const DATETIME_FIELD_OVERFLOW: &str = "22008";
     pub const INVALID_DATETIME_FORMAT: &str = "22007";
+    pub const INVALID_REGULAR_EXPRESSION: &str = "2201B";
     pub const DATA_EXCEPTION: &str = "22000";
     pub const FEATURE_NOT_SUPPORTED: &str = "0A000";
     pub const DEPENDENT_OBJECTS_STILL_EXIST: &str = "2BP01";

@@ -3,8 +3,8 @@
 //! Weir's catalog, and a type planner that gives Postgres type names (`oid`, `name`,
 //! `jsonb`, `pg_catalog.text`) their Arrow types.
 
-use std::fmt;
-use std::hash::{Hash, Hasher};
+
+
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
@@ -27,6 +27,7 @@ use crate::catalog::pg_catalog::{
     relation_oid_of_name, type_oid_of_name,
 };
 use crate::catalog::{Catalog, DATABASE_NAME};
+use crate::sql::pg_functions::PgFunction;
 use crate::sql::types::SqlType;
 
 /// `pg_typeof(x)`: the Postgres type name of its argument (`integer`, `jsonb`,
@@ -75,67 +76,6 @@ pub fn version_string() -> String {
         crate::server::PG_VERSION,
         env!("CARGO_PKG_VERSION")
     )
-}
-
-type Imp = dyn Fn(&[ArrayRef], usize) -> DfResult<ArrayRef> + Send + Sync;
-type Ret = dyn Fn(&[DataType]) -> DataType + Send + Sync;
-
-/// A scalar function defined by a closure over whole argument arrays.
-struct PgFunction {
-    name: &'static str,
-    signature: Signature,
-    ret: Box<Ret>,
-    imp: Box<Imp>,
-}
-
-impl fmt::Debug for PgFunction {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "PgFunction({})", self.name)
-    }
-}
-impl PartialEq for PgFunction {
-    fn eq(&self, other: &Self) -> bool {
-        self.name == other.name
-    }
-}
-impl Eq for PgFunction {}
-impl Hash for PgFunction {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.name.hash(state)
-    }
-}
-
-impl ScalarUDFImpl for PgFunction {
-    fn name(&self) -> &str {
-        self.name
-    }
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-    fn return_type(&self, arg_types: &[DataType]) -> DfResult<DataType> {
-        Ok((self.ret)(arg_types))
-    }
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
-        let n = args.number_rows;
-        let scalar_only = args
-            .args
-            .iter()
-            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
-        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
-        let rows = if arrays.is_empty() || scalar_only {
-            1
-        } else {
-            n
-        };
-        let out = (self.imp)(&arrays, rows)?;
-        if scalar_only {
-            Ok(ColumnarValue::Scalar(
-                datafusion::common::ScalarValue::try_from_array(&out, 0)?,
-            ))
-        } else {
-            Ok(ColumnarValue::Array(out))
-        }
-    }
 }
 
 fn any_args() -> Signature {

@@ -114,6 +114,7 @@ impl VisitorMut for PgRewriter {
 
     fn post_visit_select(&mut self, select: &mut ast::Select) -> ControlFlow<Self::Break> {
         name_select_items(&mut select.projection);
+        set_returning_in_select_list(&mut select.projection);
         // only what the client sees: subqueries keep comparing OIDs
         if self.depth <= 1 {
             show_reg_casts(&mut select.projection);
@@ -356,8 +357,90 @@ pub fn backslash_pattern(pattern: &str, esc: char) -> String {
     out
 }
 
+/// `SELECT generate_series(1, 3)`: a set-returning function in the select list gives one
+/// row per element, as in Postgres (DataFusion's scalar `generate_series` gives a list).
+fn set_returning_in_select_list(items: &mut [SelectItem]) {
+    for item in items.iter_mut() {
+        let e = match item {
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e,
+            _ => continue,
+        };
+        if let Expr::Function(f) = e
+            && last_name(&f.name).as_deref() == Some("generate_series")
+        {
+            let inner = std::mem::replace(e, Expr::value(ast::Value::Null));
+            *e = call("unnest", vec![inner]);
+        }
+    }
+}
+
+/// A numeric literal with an exponent as Postgres reads it: an exact value whose scale is
+/// the mantissa's minus the exponent, never negative (`1e6` = 1000000, `1.50e1` = 15.0,
+/// `1.5e-3` = 0.0015). `None` when it is not such a literal or the exponent is huge.
+pub fn expand_exponent(text: &str) -> Option<String> {
+    let (mantissa, exp) = text.split_once(['e', 'E'])?;
+    let exp: i64 = exp.parse().ok()?;
+    if exp.abs() > 1000 {
+        return None;
+    }
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    if !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let mut digits = format!("{int}{frac}");
+    let scale = frac.len() as i64 - exp;
+    if scale <= 0 {
+        digits.push_str(&"0".repeat((-scale) as usize));
+        let t = digits.trim_start_matches('0');
+        return Some(if t.is_empty() { "0".into() } else { t.into() });
+    }
+    let scale = scale as usize;
+    if digits.len() <= scale {
+        digits = format!("{}{digits}", "0".repeat(scale + 1 - digits.len()));
+    }
+    let (i, f) = digits.split_at(digits.len() - scale);
+    let i = i.trim_start_matches('0');
+    Some(format!("{}.{f}", if i.is_empty() { "0" } else { i }))
+}
+
 fn rewrite_expr(expr: &mut Expr) {
     match expr {
+        Expr::Value(v) => {
+            if let ast::Value::Number(n, _) = &mut v.value
+                && let Some(plain) = expand_exponent(n)
+            {
+                *n = plain;
+            }
+        }
+        // Postgres' unary minus binds tighter than `^`: `-3 ^ 2` is `(-3) ^ 2` = 9
+        Expr::UnaryOp {
+            op: ast::UnaryOperator::Minus,
+            expr: inner,
+        } if matches!(
+            inner.as_ref(),
+            Expr::BinaryOp {
+                op: BinaryOperator::PGExp,
+                ..
+            }
+        ) =>
+        {
+            let mut e = std::mem::replace(inner.as_mut(), Expr::value(ast::Value::Null));
+            let mut slot = &mut e;
+            while let Expr::BinaryOp {
+                op: BinaryOperator::PGExp,
+                left,
+                ..
+            } = slot
+            {
+                slot = left.as_mut();
+            }
+            let operand = std::mem::replace(slot, Expr::value(ast::Value::Null));
+            *slot = Expr::UnaryOp {
+                op: ast::UnaryOperator::Minus,
+                expr: Box::new(operand),
+            };
+            *expr = e;
+        }
         // `(composite).field` → get_field(composite, 'field')
         Expr::CompoundFieldAccess { root, access_chain }
             if !matches!(
@@ -1385,6 +1468,16 @@ mod tests {
             ),
             "SELECT 1 AS x FROM c WHERE c.relname ~ '^(t)$'"
         );
+    }
+
+    #[test]
+    fn exponent_literals_as_postgres() {
+        assert_eq!(expand_exponent("1e6").as_deref(), Some("1000000"));
+        assert_eq!(expand_exponent("1.25e3").as_deref(), Some("1250"));
+        assert_eq!(expand_exponent("1.50e1").as_deref(), Some("15.0"));
+        assert_eq!(expand_exponent("1.5e-3").as_deref(), Some("0.0015"));
+        assert_eq!(expand_exponent("0e0").as_deref(), Some("0"));
+        assert_eq!(expand_exponent("12.5").as_deref(), None);
     }
 
     #[test]

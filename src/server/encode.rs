@@ -8,7 +8,6 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use bytes::{BufMut, BytesMut};
-use chrono::{DateTime, NaiveDate, NaiveDateTime, TimeZone as _, Utc};
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BinaryArray, Decimal128Array, GenericListArray, LargeStringArray,
     OffsetSizeTrait, StringArray, StringViewArray,
@@ -26,6 +25,10 @@ use pgwire::messages::data::DataRow;
 
 use crate::catalog::rewrite::display_column_name;
 use crate::error::{Result, WeirError};
+use crate::sql::pg_text::{
+    Writer, array_elem_text, bytea_text, date_text, decimal_text, float_text, interval_text,
+    time_text, timestamp_text,
+};
 use crate::sql::types::{SqlType, field_sql_type};
 
 /// Microseconds between 1970-01-01 and 2000-01-01 (the Postgres epoch).
@@ -433,6 +436,10 @@ fn encode_list<O: OffsetSizeTrait>(
         &mut cells,
     )?;
     let offsets = a.value_offsets();
+    let nested = matches!(
+        values.data_type(),
+        DataType::List(_) | DataType::LargeList(_)
+    );
     for (i, buf) in rows.iter_mut().enumerate() {
         if a.is_null(i) {
             buf.put_i32(-1);
@@ -462,6 +469,9 @@ fn encode_list<O: OffsetSizeTrait>(
                 let len = i32::from_be_bytes([cell[0], cell[1], cell[2], cell[3]]);
                 if len < 0 {
                     buf.put_slice(b"NULL");
+                } else if nested {
+                    // a multi-dimensional array: the inner arrays unquoted, `{{1,2},{3,4}}`
+                    buf.put_slice(&cell[4..]);
                 } else {
                     array_elem_text(buf, &cell[4..]);
                 }
@@ -474,35 +484,6 @@ fn encode_list<O: OffsetSizeTrait>(
     Ok(())
 }
 
-/// An array element in text form, quoted when Postgres would quote it.
-fn array_elem_text(buf: &mut BytesMut, v: &[u8]) {
-    let needs_quotes = v.is_empty()
-        || v.eq_ignore_ascii_case(b"null")
-        || v.iter()
-            .any(|c| matches!(c, b'{' | b'}' | b',' | b'"' | b'\\' | b' ' | b'\t' | b'\n'));
-    if !needs_quotes {
-        buf.put_slice(v);
-        return;
-    }
-    buf.put_u8(b'"');
-    for &c in v {
-        if c == b'"' || c == b'\\' {
-            buf.put_u8(b'\\');
-        }
-        buf.put_u8(c);
-    }
-    buf.put_u8(b'"');
-}
-
-struct Writer<'a>(&'a mut BytesMut);
-
-impl std::fmt::Write for Writer<'_> {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.0.put_slice(s.as_bytes());
-        Ok(())
-    }
-}
-
 fn int_out(b: &mut BytesMut, v: i64, binary: bool, width: u8) {
     if binary {
         match width {
@@ -513,90 +494,6 @@ fn int_out(b: &mut BytesMut, v: i64, binary: bool, width: u8) {
     } else {
         let _ = write!(Writer(b), "{v}");
     }
-}
-
-/// Postgres' float output: shortest exact digits; exponent form below 1e-4 or from 1e`limit`.
-fn float_text(b: &mut BytesMut, v: f64, as_f32: Option<f32>, limit: i32) {
-    if v.is_nan() {
-        b.put_slice(b"NaN");
-        return;
-    }
-    if v.is_infinite() {
-        b.put_slice(if v > 0.0 { b"Infinity" } else { b"-Infinity" });
-        return;
-    }
-    if v == 0.0 {
-        b.put_slice(if v.is_sign_negative() { b"-0" } else { b"0" });
-        return;
-    }
-    // shortest round-trip digits from Rust's formatter, as "d.ddde[-]x"
-    let s = match as_f32 {
-        Some(f) => format!("{f:e}"),
-        None => format!("{v:e}"),
-    };
-    let (mantissa, exp) = s.split_once('e').unwrap_or((&s, "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
-    let negative = mantissa.starts_with('-');
-    let digits: String = mantissa.chars().filter(|c| c.is_ascii_digit()).collect();
-    if negative {
-        b.put_u8(b'-');
-    }
-    if exp < -4 || exp >= limit {
-        b.put_slice(&digits.as_bytes()[..1]);
-        if digits.len() > 1 {
-            b.put_u8(b'.');
-            b.put_slice(&digits.as_bytes()[1..]);
-        }
-        let _ = write!(
-            Writer(b),
-            "e{}{:02}",
-            if exp < 0 { '-' } else { '+' },
-            exp.abs()
-        );
-    } else if exp < 0 {
-        b.put_slice(b"0.");
-        for _ in 0..(-exp - 1) {
-            b.put_u8(b'0');
-        }
-        b.put_slice(digits.as_bytes());
-    } else {
-        let int_len = exp as usize + 1;
-        if digits.len() <= int_len {
-            b.put_slice(digits.as_bytes());
-            for _ in digits.len()..int_len {
-                b.put_u8(b'0');
-            }
-        } else {
-            b.put_slice(&digits.as_bytes()[..int_len]);
-            b.put_u8(b'.');
-            b.put_slice(&digits.as_bytes()[int_len..]);
-        }
-    }
-}
-
-pub fn decimal_text(v: i128, scale: i8, trim: bool) -> String {
-    let negative = v < 0;
-    let mut digits = v.unsigned_abs().to_string();
-    let scale = scale.max(0) as usize;
-    if digits.len() <= scale {
-        digits = format!("{}{}", "0".repeat(scale - digits.len() + 1), digits);
-    }
-    let (int, frac) = digits.split_at(digits.len() - scale);
-    let frac = if trim {
-        frac.trim_end_matches('0')
-    } else {
-        frac
-    };
-    let mut out = String::with_capacity(digits.len() + 2);
-    if negative {
-        out.push('-');
-    }
-    out.push_str(int);
-    if !frac.is_empty() {
-        out.push('.');
-        out.push_str(frac);
-    }
-    out
 }
 
 /// NUMERIC binary format: base-10000 digit groups with weight, sign and display scale.
@@ -640,151 +537,6 @@ fn numeric_binary(b: &mut BytesMut, text: &str) {
     for g in groups {
         b.put_i16(g);
     }
-}
-
-fn bytea_text(b: &mut BytesMut, v: &[u8]) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    b.put_slice(b"\\x");
-    for byte in v {
-        b.put_u8(HEX[(byte >> 4) as usize]);
-        b.put_u8(HEX[(byte & 15) as usize]);
-    }
-}
-
-fn date_text(b: &mut BytesMut, days: i32) {
-    match NaiveDate::from_num_days_from_ce_opt(days + 719_163) {
-        Some(d) => write_date(b, d),
-        None => b.put_slice(b"infinity"),
-    }
-}
-
-fn write_date(b: &mut BytesMut, d: NaiveDate) {
-    use chrono::Datelike;
-    let (bc, year) = if d.year() <= 0 {
-        (true, 1 - d.year())
-    } else {
-        (false, d.year())
-    };
-    let _ = write!(Writer(b), "{:04}-{:02}-{:02}", year, d.month(), d.day());
-    if bc {
-        b.put_slice(b" BC");
-    }
-}
-
-fn write_fraction(b: &mut BytesMut, micros: u32) {
-    if micros > 0 {
-        let s = format!("{micros:06}");
-        b.put_u8(b'.');
-        b.put_slice(s.trim_end_matches('0').as_bytes());
-    }
-}
-
-fn time_text(b: &mut BytesMut, us: i64) {
-    let secs = us.div_euclid(1_000_000);
-    let frac = us.rem_euclid(1_000_000) as u32;
-    let _ = write!(
-        Writer(b),
-        "{:02}:{:02}:{:02}",
-        secs / 3600,
-        (secs / 60) % 60,
-        secs % 60
-    );
-    write_fraction(b, frac);
-}
-
-fn timestamp_text(b: &mut BytesMut, us: i64, with_tz: bool) {
-    let secs = us.div_euclid(1_000_000);
-    let frac = us.rem_euclid(1_000_000) as u32;
-    let Some(dt) = DateTime::<Utc>::from_timestamp(secs, 0) else {
-        b.put_slice(if us > 0 { b"infinity" } else { b"-infinity" });
-        return;
-    };
-    let naive: NaiveDateTime = Utc.from_utc_datetime(&dt.naive_utc()).naive_utc();
-    let d = naive.date();
-    let bc = {
-        use chrono::Datelike;
-        d.year() <= 0
-    };
-    {
-        use chrono::{Datelike, Timelike};
-        let year = if bc { 1 - d.year() } else { d.year() };
-        let _ = write!(
-            Writer(b),
-            "{:04}-{:02}-{:02} {:02}:{:02}:{:02}",
-            year,
-            d.month(),
-            d.day(),
-            naive.hour(),
-            naive.minute(),
-            naive.second()
-        );
-    }
-    write_fraction(b, frac);
-    if with_tz {
-        b.put_slice(b"+00");
-    }
-    if bc {
-        b.put_slice(b" BC");
-    }
-}
-
-/// Postgres' default (`IntervalStyle = postgres`) interval output.
-pub fn interval_text_string(months: i32, days: i32, micros: i64) -> String {
-    let mut b = BytesMut::new();
-    interval_text(&mut b, months, days, micros);
-    String::from_utf8_lossy(&b).into_owned()
-}
-
-fn interval_text(b: &mut BytesMut, months: i32, days: i32, micros: i64) {
-    let mut parts: Vec<String> = Vec::new();
-    let years = months / 12;
-    let mons = months % 12;
-    let plural = |n: i64, unit: &str| {
-        if n == 1 {
-            format!("{n} {unit}")
-        } else {
-            format!("{n} {unit}s")
-        }
-    };
-    if years != 0 {
-        parts.push(plural(years as i64, "year"));
-    }
-    if mons != 0 {
-        parts.push(if mons.abs() == 1 {
-            format!("{mons} mon")
-        } else {
-            format!("{mons} mons")
-        });
-    }
-    if days != 0 {
-        parts.push(plural(days as i64, "day"));
-    }
-    if micros != 0 || parts.is_empty() {
-        let neg = micros < 0;
-        let m = micros.unsigned_abs();
-        let secs = m / 1_000_000;
-        let frac = (m % 1_000_000) as u32;
-        let mut t = String::new();
-        if neg {
-            t.push('-');
-        } else if !parts.is_empty() && (months < 0 || days < 0) {
-            t.push('+');
-        }
-        let _ = write!(
-            t,
-            "{:02}:{:02}:{:02}",
-            secs / 3600,
-            (secs / 60) % 60,
-            secs % 60
-        );
-        if frac > 0 {
-            let s = format!("{frac:06}");
-            t.push('.');
-            t.push_str(s.trim_end_matches('0'));
-        }
-        parts.push(t);
-    }
-    b.put_slice(parts.join(" ").as_bytes());
 }
 
 /// Shared empty-row helper for command results.
@@ -836,6 +588,7 @@ mod tests {
     fn decimals_keep_scale() {
         assert_eq!(decimal_text(150, 2, false), "1.50");
         assert_eq!(decimal_text(-5, 3, false), "-0.005");
+        assert_eq!(decimal_text(-125, -1, false), "-1250");
         assert_eq!(decimal_text(15_000_000_000, 10, true), "1.5");
         assert_eq!(decimal_text(20_000_000_000, 10, true), "2");
     }

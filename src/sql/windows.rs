@@ -1,4 +1,4 @@
-//! Window table functions. `TUMBLE(src, ts, size [, offset])`, `HOP(src, ts, hop, size)`
+//! Window table functions. `TUMBLE(src, ts, size [, offset])`, `HOP(src, ts, hop, size [, offset])`
 //! and `SESSION(src, ts, gap)` in FROM are rewritten to derived tables that add
 //! `window_start` and `window_end`:
 //!
@@ -197,6 +197,17 @@ pub fn rewrite_table_factor(tf: &mut ast::TableFactor) -> Result<bool> {
         })
         .collect::<Result<_>>()?;
     let usage = |msg: &str| WeirError::syntax(format!("{}: {msg}", fname.to_uppercase()));
+    let most = match fname.as_str() {
+        "tumble" => 4,
+        "hop" => 5,
+        _ => 3,
+    };
+    if exprs.len() > most {
+        return Err(usage(&format!(
+            "takes at most {most} arguments, got {}",
+            exprs.len()
+        )));
+    }
     let src = match exprs.first() {
         Some(ast::Expr::Identifier(id)) => id.to_string(),
         Some(ast::Expr::CompoundIdentifier(ids)) => ids
@@ -250,9 +261,15 @@ pub fn rewrite_table_factor(tf: &mut ast::TableFactor) -> Result<bool> {
             if n > 1000 {
                 return Err(usage("a window may overlap at most 1000 hops"));
             }
+            // windows start at offset + k * hop, as TUMBLE's offset moves its windows
+            let offset = if exprs.len() > 4 {
+                micros(4, "offset")?
+            } else {
+                0
+            };
             let parts: Vec<String> = (0..n)
                 .map(|j| {
-                    let start = format!("{WINDOW_START}({ts}, {hop}, 0, {j})");
+                    let start = format!("{WINDOW_START}({ts}, {hop}, {offset}, {j})");
                     format!(
                         "SELECT *, {start} AS window_start, {WINDOW_END}({start}, {size}) AS window_end FROM {src}"
                     )

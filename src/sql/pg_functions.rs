@@ -1,0 +1,535 @@
+//! Postgres' own semantics for scalar functions whose DataFusion namesakes answer
+//! differently, registered over them (same name) on every session context, so ad-hoc
+//! queries and views both use them:
+//!
+//! - `make_date(-2024, 1, 26)` is 2024 BC (Postgres has no year 0);
+//! - `regexp_match` gives NULL for a group that did not take part (`{be,be,NULL,que}`)
+//!   and NULL for NULL flags; `regexp_replace` reads `\1`..`\9`, `\&` and `\\` in the
+//!   replacement and `g`/`i` flags; patterns match `.` across newlines, as Postgres' AREs;
+//! - `concat`/`concat_ws` show each argument by its output function (`t`, `{1,2}`);
+//! - `parse_ident('a."B"')` = `{a,B}`;
+//! - `to_char` with Postgres' template patterns for timestamps, dates, intervals and numbers
+//!   ([`crate::sql::to_char`]);
+//! - `weir_array_text(a)` is an array cast to text (`{a,b}`), put in by the analyzer rule
+//!   for casts of arrays to text.
+//!
+//! [`PgFunction`] (a closure over whole argument arrays) is the one way functions are
+//! defined here and in `catalog/functions.rs`.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use chrono::{Datelike, NaiveDate};
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, Date32Array, Int64Array, ListBuilder, StringArray, StringBuilder,
+};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, Field};
+use datafusion::common::{DataFusionError, Result as DfResult, ScalarValue};
+use datafusion::execution::context::SessionContext;
+use datafusion::logical_expr::{
+    ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature,
+    Volatility,
+};
+
+use crate::error::{WeirError, sqlstate};
+use crate::sql::pg_text::text_values;
+
+pub type Imp = dyn Fn(&[ArrayRef], usize) -> DfResult<ArrayRef> + Send + Sync;
+pub type Ret = dyn Fn(&[DataType]) -> DataType + Send + Sync;
+
+/// A scalar function defined by a closure over whole argument arrays (`rows` long, or one
+/// row when every argument is a constant).
+pub struct PgFunction {
+    pub name: &'static str,
+    pub signature: Signature,
+    pub ret: Box<Ret>,
+    pub imp: Box<Imp>,
+}
+
+impl fmt::Debug for PgFunction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PgFunction({})", self.name)
+    }
+}
+impl PartialEq for PgFunction {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+impl Eq for PgFunction {}
+impl Hash for PgFunction {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.name.hash(state)
+    }
+}
+
+impl ScalarUDFImpl for PgFunction {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, arg_types: &[DataType]) -> DfResult<DataType> {
+        Ok((self.ret)(arg_types))
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        let n = args.number_rows;
+        let scalar_only = args
+            .args
+            .iter()
+            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let rows = if arrays.is_empty() || scalar_only {
+            1
+        } else {
+            n
+        };
+        let out = (self.imp)(&arrays, rows)?;
+        if scalar_only {
+            Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?))
+        } else {
+            Ok(ColumnarValue::Array(out))
+        }
+    }
+}
+
+fn pg_error(code: &'static str, msg: impl Into<String>) -> DataFusionError {
+    DataFusionError::External(Box::new(WeirError::new(code, msg)))
+}
+
+fn strings(a: &ArrayRef) -> DfResult<StringArray> {
+    Ok(cast(a, &DataType::Utf8)?.as_string::<i32>().clone())
+}
+
+fn text_list() -> DataType {
+    DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true)))
+}
+
+fn immutable(
+    ctx: &SessionContext,
+    name: &'static str,
+    signature: TypeSignature,
+    ret: impl Fn(&[DataType]) -> DataType + Send + Sync + 'static,
+    imp: impl Fn(&[ArrayRef], usize) -> DfResult<ArrayRef> + Send + Sync + 'static,
+) {
+    ctx.register_udf(ScalarUDF::new_from_impl(PgFunction {
+        name,
+        signature: Signature::new(signature, Volatility::Immutable),
+        ret: Box::new(ret),
+        imp: Box::new(imp),
+    }));
+}
+
+pub const ARRAY_TEXT: &str = "weir_array_text";
+
+pub fn register(ctx: &SessionContext) {
+    immutable(
+        ctx,
+        "make_date",
+        TypeSignature::Any(3),
+        |_| DataType::Date32,
+        make_date,
+    );
+    for name in ["regexp_match", "regexp_replace"] {
+        immutable(
+            ctx,
+            name,
+            TypeSignature::VariadicAny,
+            move |_| {
+                if name == "regexp_match" {
+                    text_list()
+                } else {
+                    DataType::Utf8
+                }
+            },
+            move |args, rows| {
+                if name == "regexp_match" {
+                    regexp_match(args, rows)
+                } else {
+                    regexp_replace(args, rows)
+                }
+            },
+        );
+    }
+    immutable(
+        ctx,
+        "concat",
+        TypeSignature::VariadicAny,
+        |_| DataType::Utf8,
+        |args, rows| concat(None, args, rows),
+    );
+    immutable(
+        ctx,
+        "concat_ws",
+        TypeSignature::VariadicAny,
+        |_| DataType::Utf8,
+        |args, rows| match args.split_first() {
+            Some((sep, rest)) => concat(Some(&strings(sep)?), rest, rows),
+            None => Err(pg_error(
+                sqlstate::UNDEFINED_FUNCTION,
+                "function concat_ws() does not exist",
+            )),
+        },
+    );
+    immutable(
+        ctx,
+        "parse_ident",
+        TypeSignature::VariadicAny,
+        |_| text_list(),
+        parse_ident,
+    );
+    immutable(
+        ctx,
+        ARRAY_TEXT,
+        TypeSignature::Any(1),
+        |_| DataType::Utf8,
+        |args, _| Ok(Arc::new(text_values(&args[0])?)),
+    );
+    immutable(
+        ctx,
+        "to_char",
+        TypeSignature::Any(2),
+        |_| DataType::Utf8,
+        crate::sql::to_char::to_char,
+    );
+}
+
+/// `make_date(year, month, day)`: a negative year is BC (-1 = 1 BC), year 0 is refused.
+fn make_date(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
+    let int = |a: &ArrayRef| -> DfResult<Int64Array> {
+        Ok(cast(a, &DataType::Int64)?
+            .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+            .clone())
+    };
+    let (y, m, d) = (int(&args[0])?, int(&args[1])?, int(&args[2])?);
+    let mut out = Vec::with_capacity(rows);
+    for i in 0..rows {
+        if y.is_null(i) || m.is_null(i) || d.is_null(i) {
+            out.push(None);
+            continue;
+        }
+        let (yv, mv, dv) = (y.value(i), m.value(i), d.value(i));
+        let year = if yv < 0 { yv + 1 } else { yv };
+        let date = (yv != 0)
+            .then(|| {
+                NaiveDate::from_ymd_opt(
+                    i32::try_from(year).ok()?,
+                    u32::try_from(mv).ok()?,
+                    u32::try_from(dv).ok()?,
+                )
+            })
+            .flatten()
+            .ok_or_else(|| {
+                pg_error(
+                    sqlstate::DATETIME_FIELD_OVERFLOW,
+                    format!("date field value out of range: {yv}-{mv:02}-{dv:02}"),
+                )
+            })?;
+        out.push(Some(date.num_days_from_ce() - 719_163));
+    }
+    Ok(Arc::new(Date32Array::from(out)))
+}
+
+/// Compiled patterns of one call, by pattern and flags (a column of patterns compiles
+/// each distinct one once).
+#[derive(Default)]
+struct Patterns(HashMap<(String, String), regex::Regex>);
+
+impl Patterns {
+    fn get(&mut self, pattern: &str, flags: &str, func: &str) -> DfResult<&regex::Regex> {
+        let key = (pattern.to_owned(), flags.to_owned());
+        if !self.0.contains_key(&key) {
+            let mut b = regex::RegexBuilder::new(pattern);
+            // Postgres' AREs: `.` and bracket expressions match newlines unless `n`
+            b.dot_matches_new_line(true);
+            for f in flags.chars() {
+                match f {
+                    'i' => b.case_insensitive(true),
+                    'c' => b.case_insensitive(false),
+                    'n' | 'm' => b.dot_matches_new_line(false).multi_line(true),
+                    's' => b.dot_matches_new_line(true).multi_line(false),
+                    'x' => b.ignore_whitespace(true),
+                    'g' if func == "regexp_replace" => &mut b,
+                    'g' => {
+                        return Err(pg_error(
+                            sqlstate::INVALID_PARAMETER_VALUE,
+                            format!("{func}() does not support the \"global\" option"),
+                        ));
+                    }
+                    other => {
+                        return Err(pg_error(
+                            sqlstate::INVALID_PARAMETER_VALUE,
+                            format!("invalid regular expression option: \"{other}\""),
+                        ));
+                    }
+                };
+            }
+            let re = b.build().map_err(|e| {
+                pg_error(
+                    sqlstate::INVALID_REGULAR_EXPRESSION,
+                    format!("invalid regular expression: {e}"),
+                )
+            })?;
+            self.0.insert(key.clone(), re);
+        }
+        Ok(&self.0[&key])
+    }
+}
+
+/// Optional trailing flags argument: `Some(None)` = NULL flags (the result is NULL).
+fn flags_at(args: &[ArrayRef], at: usize) -> DfResult<Option<StringArray>> {
+    args.get(at).map(strings).transpose()
+}
+
+fn regexp_match(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
+    if !(2..=3).contains(&args.len()) {
+        return Err(pg_error(
+            sqlstate::UNDEFINED_FUNCTION,
+            "function regexp_match takes (text, pattern [, flags])",
+        ));
+    }
+    let (s, p) = (strings(&args[0])?, strings(&args[1])?);
+    let flags = flags_at(args, 2)?;
+    let mut pats = Patterns::default();
+    let mut out = ListBuilder::new(StringBuilder::new());
+    for i in 0..rows {
+        let f = match &flags {
+            Some(f) if f.is_null(i) => None,
+            Some(f) => Some(f.value(i)),
+            None => Some(""),
+        };
+        let (Some(f), false, false) = (f, s.is_null(i), p.is_null(i)) else {
+            out.append_null();
+            continue;
+        };
+        let re = pats.get(p.value(i), f, "regexp_match")?;
+        match re.captures(s.value(i)) {
+            None => out.append_null(),
+            Some(c) if c.len() == 1 => {
+                out.values().append_option(c.get(0).map(|m| m.as_str()));
+                out.append(true);
+            }
+            Some(c) => {
+                for g in c.iter().skip(1) {
+                    out.values().append_option(g.map(|m| m.as_str()));
+                }
+                out.append(true);
+            }
+        }
+    }
+    Ok(Arc::new(out.finish()))
+}
+
+/// Postgres' replacement text: `\1`..`\9` a group, `\&` the whole match, `\\` a backslash.
+fn expand_replacement(rep: &str, c: &regex::Captures<'_>, out: &mut String) {
+    let mut chars = rep.chars().peekable();
+    while let Some(ch) = chars.next() {
+        if ch != '\\' {
+            out.push(ch);
+            continue;
+        }
+        match chars.peek().copied() {
+            Some(d @ '1'..='9') => {
+                chars.next();
+                let g = d as usize - '0' as usize;
+                if let Some(m) = c.get(g) {
+                    out.push_str(m.as_str());
+                }
+            }
+            Some('&') => {
+                chars.next();
+                if let Some(m) = c.get(0) {
+                    out.push_str(m.as_str());
+                }
+            }
+            Some('\\') => {
+                chars.next();
+                out.push('\\');
+            }
+            _ => out.push('\\'),
+        }
+    }
+}
+
+fn regexp_replace(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
+    if !(3..=4).contains(&args.len()) {
+        return Err(pg_error(
+            sqlstate::UNDEFINED_FUNCTION,
+            "function regexp_replace takes (text, pattern, replacement [, flags])",
+        ));
+    }
+    let (s, p, r) = (
+        strings(&args[0])?,
+        strings(&args[1])?,
+        strings(&args[2])?,
+    );
+    let flags = flags_at(args, 3)?;
+    let mut pats = Patterns::default();
+    let mut out = StringBuilder::new();
+    let mut buf = String::new();
+    for i in 0..rows {
+        let f = match &flags {
+            Some(f) if f.is_null(i) => None,
+            Some(f) => Some(f.value(i)),
+            None => Some(""),
+        };
+        let (Some(f), false, false, false) = (f, s.is_null(i), p.is_null(i), r.is_null(i)) else {
+            out.append_null();
+            continue;
+        };
+        let global = f.contains('g');
+        let re = pats.get(p.value(i), f, "regexp_replace")?;
+        let text = s.value(i);
+        buf.clear();
+        let mut last = 0;
+        for c in re.captures_iter(text) {
+            let Some(m) = c.get(0) else { continue };
+            buf.push_str(&text[last..m.start()]);
+            expand_replacement(r.value(i), &c, &mut buf);
+            last = m.end();
+            if !global {
+                break;
+            }
+        }
+        buf.push_str(&text[last..]);
+        out.append_value(&buf);
+    }
+    Ok(Arc::new(out.finish()))
+}
+
+/// `concat(...)` (no separator) or `concat_ws(sep, ...)`: NULL arguments are skipped;
+/// `concat_ws` with a NULL separator is NULL.
+fn concat(sep: Option<&StringArray>, args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
+    let texts = args.iter().map(text_values).collect::<DfResult<Vec<_>>>()?;
+    let mut out = StringBuilder::new();
+    let mut buf = String::new();
+    for i in 0..rows {
+        if sep.is_some_and(|s| s.is_null(i)) {
+            out.append_null();
+            continue;
+        }
+        buf.clear();
+        let mut first = true;
+        for t in &texts {
+            if t.is_null(i) {
+                continue;
+            }
+            if !first && let Some(s) = sep {
+                buf.push_str(s.value(i));
+            }
+            first = false;
+            buf.push_str(t.value(i));
+        }
+        out.append_value(&buf);
+    }
+    Ok(Arc::new(out.finish()))
+}
+
+/// `parse_ident(text [, strict])`: a qualified identifier split into its names; quoted names
+/// keep their case (`""` is a quote), unquoted ones are lower-cased.
+fn parse_ident(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
+    let Some(first) = args.first() else {
+        return Err(pg_error(
+            sqlstate::UNDEFINED_FUNCTION,
+            "function parse_ident() does not exist",
+        ));
+    };
+    let s = strings(first)?;
+    let strict = match args.get(1) {
+        Some(a) => Some(cast(a, &DataType::Boolean)?.as_boolean().clone()),
+        None => None,
+    };
+    let mut out = ListBuilder::new(StringBuilder::new());
+    for i in 0..rows {
+        if s.is_null(i) || strict.as_ref().is_some_and(|b| b.is_null(i)) {
+            out.append_null();
+            continue;
+        }
+        let strict = strict.as_ref().is_none_or(|b| b.value(i));
+        for name in split_ident(s.value(i), strict)? {
+            out.values().append_value(name);
+        }
+        out.append(true);
+    }
+    Ok(Arc::new(out.finish()))
+}
+
+fn split_ident(text: &str, strict: bool) -> DfResult<Vec<String>> {
+    let bad = |detail: &str| {
+        pg_error(
+            sqlstate::INVALID_TEXT_REPRESENTATION,
+            format!("string is not a valid identifier: \"{text}\"{detail}"),
+        )
+    };
+    let mut names = Vec::new();
+    let mut chars = text.trim_start().chars().peekable();
+    loop {
+        let mut name = String::new();
+        if chars.peek() == Some(&'"') {
+            chars.next();
+            loop {
+                match chars.next() {
+                    Some('"') if chars.peek() == Some(&'"') => {
+                        chars.next();
+                        name.push('"');
+                    }
+                    Some('"') => break,
+                    Some(c) => name.push(c),
+                    None => return Err(bad("")),
+                }
+            }
+            if name.is_empty() {
+                return Err(bad(""));
+            }
+        } else {
+            while let Some(&c) = chars.peek() {
+                if c.is_alphanumeric() || c == '_' || c == '$' {
+                    name.push(c.to_ascii_lowercase());
+                    chars.next();
+                } else {
+                    break;
+                }
+            }
+            if name.is_empty() {
+                return Err(bad(""));
+            }
+        }
+        names.push(name);
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        match chars.peek() {
+            Some('.') => {
+                chars.next();
+                while chars.peek().is_some_and(|c| c.is_whitespace()) {
+                    chars.next();
+                }
+            }
+            None => break,
+            Some(_) if strict => return Err(bad("")),
+            Some(_) => break,
+        }
+    }
+    Ok(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers_split_as_postgres() {
+        assert_eq!(split_ident("a.b", true).ok(), Some(vec!["a".into(), "b".into()]));
+        assert_eq!(
+            split_ident("\"SomeSchema\".someTable", true).ok(),
+            Some(vec!["SomeSchema".into(), "sometable".into()])
+        );
+        assert!(split_ident("a.b c", true).is_err());
+        assert_eq!(split_ident("a.b c", false).ok(), Some(vec!["a".into(), "b".into()]));
+        assert!(split_ident("a.", true).is_err());
+    }
+}

@@ -1,0 +1,388 @@
+//! Postgres' text output of values (its types' output functions): floats shortest-exact
+//! with `e+NN` past 15 digits, numerics at their scale, `\\x` bytea, dates and timestamps
+//! with ` BC`, intervals as `1 year 2 mons 3 days 04:05:06`, array elements quoted as
+//! Postgres quotes them. The wire encoder and the Postgres-semantics functions both use it.
+
+use std::fmt::Write as _;
+
+use bytes::{BufMut, BytesMut};
+use chrono::{DateTime, NaiveDate, NaiveDateTime, TimeZone as _, Utc};
+
+/// An array element in text form, quoted when Postgres would quote it.
+pub fn array_elem_text(buf: &mut BytesMut, v: &[u8]) {
+    let needs_quotes = v.is_empty()
+        || v.eq_ignore_ascii_case(b"null")
+        || v.iter()
+            .any(|c| matches!(c, b'{' | b'}' | b',' | b'"' | b'\\' | b' ' | b'\t' | b'\n'));
+    if !needs_quotes {
+        buf.put_slice(v);
+        return;
+    }
+    buf.put_u8(b'"');
+    for &c in v {
+        if c == b'"' || c == b'\\' {
+            buf.put_u8(b'\\');
+        }
+        buf.put_u8(c);
+    }
+    buf.put_u8(b'"');
+}
+
+pub struct Writer<'a>(pub &'a mut BytesMut);
+
+impl std::fmt::Write for Writer<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.put_slice(s.as_bytes());
+        Ok(())
+    }
+}
+
+/// Postgres' float output: shortest exact digits; exponent form below 1e-4 or from 1e`limit`.
+pub fn float_text(b: &mut BytesMut, v: f64, as_f32: Option<f32>, limit: i32) {
+    if v.is_nan() {
+        b.put_slice(b"NaN");
+        return;
+    }
+    if v.is_infinite() {
+        b.put_slice(if v > 0.0 { b"Infinity" } else { b"-Infinity" });
+        return;
+    }
+    if v == 0.0 {
+        b.put_slice(if v.is_sign_negative() { b"-0" } else { b"0" });
+        return;
+    }
+    // shortest round-trip digits from Rust's formatter, as "d.ddde[-]x"
+    let s = match as_f32 {
+        Some(f) => format!("{f:e}"),
+        None => format!("{v:e}"),
+    };
+    let (mantissa, exp) = s.split_once('e').unwrap_or((&s, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let negative = mantissa.starts_with('-');
+    let digits: String = mantissa.chars().filter(|c| c.is_ascii_digit()).collect();
+    if negative {
+        b.put_u8(b'-');
+    }
+    if exp < -4 || exp >= limit {
+        b.put_slice(&digits.as_bytes()[..1]);
+        if digits.len() > 1 {
+            b.put_u8(b'.');
+            b.put_slice(&digits.as_bytes()[1..]);
+        }
+        let _ = write!(
+            Writer(b),
+            "e{}{:02}",
+            if exp < 0 { '-' } else { '+' },
+            exp.abs()
+        );
+    } else if exp < 0 {
+        b.put_slice(b"0.");
+        for _ in 0..(-exp - 1) {
+            b.put_u8(b'0');
+        }
+        b.put_slice(digits.as_bytes());
+    } else {
+        let int_len = exp as usize + 1;
+        if digits.len() <= int_len {
+            b.put_slice(digits.as_bytes());
+            for _ in digits.len()..int_len {
+                b.put_u8(b'0');
+            }
+        } else {
+            b.put_slice(&digits.as_bytes()[..int_len]);
+            b.put_u8(b'.');
+            b.put_slice(&digits.as_bytes()[int_len..]);
+        }
+    }
+}
+
+pub fn decimal_text(v: i128, scale: i8, trim: bool) -> String {
+    let negative = v < 0;
+    let mut digits = v.unsigned_abs().to_string();
+    if scale < 0 && v != 0 {
+        // a negative scale counts zeros left of the point: 1 at scale -6 is 1000000
+        digits.push_str(&"0".repeat(scale.unsigned_abs() as usize));
+    }
+    let scale = scale.max(0) as usize;
+    if digits.len() <= scale {
+        digits = format!("{}{}", "0".repeat(scale - digits.len() + 1), digits);
+    }
+    let (int, frac) = digits.split_at(digits.len() - scale);
+    let frac = if trim {
+        frac.trim_end_matches('0')
+    } else {
+        frac
+    };
+    let mut out = String::with_capacity(digits.len() + 2);
+    if negative {
+        out.push('-');
+    }
+    out.push_str(int);
+    if !frac.is_empty() {
+        out.push('.');
+        out.push_str(frac);
+    }
+    out
+}
+
+pub fn bytea_text(b: &mut BytesMut, v: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    b.put_slice(b"\\x");
+    for byte in v {
+        b.put_u8(HEX[(byte >> 4) as usize]);
+        b.put_u8(HEX[(byte & 15) as usize]);
+    }
+}
+
+pub fn date_text(b: &mut BytesMut, days: i32) {
+    match NaiveDate::from_num_days_from_ce_opt(days + 719_163) {
+        Some(d) => write_date(b, d),
+        None => b.put_slice(b"infinity"),
+    }
+}
+
+pub fn write_date(b: &mut BytesMut, d: NaiveDate) {
+    use chrono::Datelike;
+    let (bc, year) = if d.year() <= 0 {
+        (true, 1 - d.year())
+    } else {
+        (false, d.year())
+    };
+    let _ = write!(Writer(b), "{:04}-{:02}-{:02}", year, d.month(), d.day());
+    if bc {
+        b.put_slice(b" BC");
+    }
+}
+
+pub fn write_fraction(b: &mut BytesMut, micros: u32) {
+    if micros > 0 {
+        let s = format!("{micros:06}");
+        b.put_u8(b'.');
+        b.put_slice(s.trim_end_matches('0').as_bytes());
+    }
+}
+
+pub fn time_text(b: &mut BytesMut, us: i64) {
+    let secs = us.div_euclid(1_000_000);
+    let frac = us.rem_euclid(1_000_000) as u32;
+    let _ = write!(
+        Writer(b),
+        "{:02}:{:02}:{:02}",
+        secs / 3600,
+        (secs / 60) % 60,
+        secs % 60
+    );
+    write_fraction(b, frac);
+}
+
+pub fn timestamp_text(b: &mut BytesMut, us: i64, with_tz: bool) {
+    let secs = us.div_euclid(1_000_000);
+    let frac = us.rem_euclid(1_000_000) as u32;
+    let Some(dt) = DateTime::<Utc>::from_timestamp(secs, 0) else {
+        b.put_slice(if us > 0 { b"infinity" } else { b"-infinity" });
+        return;
+    };
+    let naive: NaiveDateTime = Utc.from_utc_datetime(&dt.naive_utc()).naive_utc();
+    let d = naive.date();
+    let bc = {
+        use chrono::Datelike;
+        d.year() <= 0
+    };
+    {
+        use chrono::{Datelike, Timelike};
+        let year = if bc { 1 - d.year() } else { d.year() };
+        let _ = write!(
+            Writer(b),
+            "{:04}-{:02}-{:02} {:02}:{:02}:{:02}",
+            year,
+            d.month(),
+            d.day(),
+            naive.hour(),
+            naive.minute(),
+            naive.second()
+        );
+    }
+    write_fraction(b, frac);
+    if with_tz {
+        b.put_slice(b"+00");
+    }
+    if bc {
+        b.put_slice(b" BC");
+    }
+}
+
+/// Postgres' default (`IntervalStyle = postgres`) interval output.
+pub fn interval_text_string(months: i32, days: i32, micros: i64) -> String {
+    let mut b = BytesMut::new();
+    interval_text(&mut b, months, days, micros);
+    String::from_utf8_lossy(&b).into_owned()
+}
+
+pub fn interval_text(b: &mut BytesMut, months: i32, days: i32, micros: i64) {
+    let mut parts: Vec<String> = Vec::new();
+    let years = months / 12;
+    let mons = months % 12;
+    let plural = |n: i64, unit: &str| {
+        if n == 1 {
+            format!("{n} {unit}")
+        } else {
+            format!("{n} {unit}s")
+        }
+    };
+    if years != 0 {
+        parts.push(plural(years as i64, "year"));
+    }
+    if mons != 0 {
+        parts.push(if mons.abs() == 1 {
+            format!("{mons} mon")
+        } else {
+            format!("{mons} mons")
+        });
+    }
+    if days != 0 {
+        parts.push(plural(days as i64, "day"));
+    }
+    if micros != 0 || parts.is_empty() {
+        let neg = micros < 0;
+        let m = micros.unsigned_abs();
+        let secs = m / 1_000_000;
+        let frac = (m % 1_000_000) as u32;
+        let mut t = String::new();
+        if neg {
+            t.push('-');
+        } else if !parts.is_empty() && (months < 0 || days < 0) {
+            t.push('+');
+        }
+        let _ = write!(
+            t,
+            "{:02}:{:02}:{:02}",
+            secs / 3600,
+            (secs / 60) % 60,
+            secs % 60
+        );
+        if frac > 0 {
+            let s = format!("{frac:06}");
+            t.push('.');
+            t.push_str(s.trim_end_matches('0'));
+        }
+        parts.push(t);
+    }
+    b.put_slice(parts.join(" ").as_bytes());
+}
+
+
+/// Each value of a column in Postgres' text form (its output function), NULL for NULL:
+/// what `concat`, `format`-like functions and a cast of an array to text show.
+pub fn text_values(
+    col: &datafusion::arrow::array::ArrayRef,
+) -> datafusion::common::Result<datafusion::arrow::array::StringArray> {
+    use datafusion::arrow::array::{Array, AsArray, StringArray};
+    use datafusion::arrow::compute::cast;
+    use datafusion::arrow::datatypes::{
+        DataType, Date32Type, Float32Type, Float64Type, IntervalMonthDayNanoType, IntervalUnit,
+        Time64MicrosecondType, TimeUnit, TimestampMicrosecondType,
+    };
+    let n = col.len();
+    let each = |f: &mut dyn FnMut(usize, &mut BytesMut)| -> StringArray {
+        let mut b = BytesMut::new();
+        (0..n)
+            .map(|i| {
+                if col.is_null(i) {
+                    return None;
+                }
+                b.clear();
+                f(i, &mut b);
+                Some(String::from_utf8_lossy(&b).into_owned())
+            })
+            .collect()
+    };
+    Ok(match col.data_type() {
+        DataType::Null => StringArray::new_null(n),
+        DataType::Boolean => {
+            let a = col.as_boolean();
+            each(&mut |i, b| b.put_slice(if a.value(i) { b"t" } else { b"f" }))
+        }
+        DataType::Float32 => {
+            let a = col.as_primitive::<Float32Type>();
+            each(&mut |i, b| float_text(b, a.value(i) as f64, Some(a.value(i)), 6))
+        }
+        DataType::Float64 => {
+            let a = col.as_primitive::<Float64Type>();
+            each(&mut |i, b| float_text(b, a.value(i), None, 15))
+        }
+        DataType::Decimal128(_, scale) => {
+            let a = col.as_primitive::<datafusion::arrow::datatypes::Decimal128Type>();
+            let scale = *scale;
+            each(&mut |i, b| b.put_slice(decimal_text(a.value(i), scale, false).as_bytes()))
+        }
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => {
+            let c = cast(col, &DataType::Binary)?;
+            let a = c.as_binary::<i32>();
+            each(&mut |i, b| bytea_text(b, a.value(i)))
+        }
+        DataType::Date32 | DataType::Date64 => {
+            let c = cast(col, &DataType::Date32)?;
+            let a = c.as_primitive::<Date32Type>();
+            each(&mut |i, b| date_text(b, a.value(i)))
+        }
+        DataType::Time32(_) | DataType::Time64(_) => {
+            let c = cast(col, &DataType::Time64(TimeUnit::Microsecond))?;
+            let a = c.as_primitive::<Time64MicrosecondType>();
+            each(&mut |i, b| time_text(b, a.value(i)))
+        }
+        DataType::Timestamp(_, tz) => {
+            let with_tz = tz.is_some();
+            let c = cast(col, &DataType::Timestamp(TimeUnit::Microsecond, None))?;
+            let a = c.as_primitive::<TimestampMicrosecondType>();
+            each(&mut |i, b| timestamp_text(b, a.value(i), with_tz))
+        }
+        DataType::Interval(_) => {
+            let c = cast(col, &DataType::Interval(IntervalUnit::MonthDayNano))?;
+            let a = c.as_primitive::<IntervalMonthDayNanoType>();
+            each(&mut |i, b| {
+                let v = a.value(i);
+                interval_text(b, v.months, v.days, v.nanoseconds / 1000)
+            })
+        }
+        DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(..) => {
+            let c = cast(col, &DataType::LargeList(list_field(col.data_type())))?;
+            let a = c.as_list::<i64>();
+            let nested = matches!(
+                a.values().data_type(),
+                DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(..)
+            );
+            let inner = text_values(a.values())?;
+            let offsets = a.value_offsets();
+            each(&mut |i, b| {
+                b.put_u8(b'{');
+                for (k, j) in (offsets[i] as usize..offsets[i + 1] as usize).enumerate() {
+                    if k > 0 {
+                        b.put_u8(b',');
+                    }
+                    if inner.is_null(j) {
+                        b.put_slice(b"NULL");
+                    } else if nested {
+                        b.put_slice(inner.value(j).as_bytes());
+                    } else {
+                        array_elem_text(b, inner.value(j).as_bytes());
+                    }
+                }
+                b.put_u8(b'}');
+            })
+        }
+        _ => {
+            let c = cast(col, &DataType::Utf8)?;
+            c.as_string::<i32>().clone()
+        }
+    })
+}
+
+fn list_field(
+    t: &datafusion::arrow::datatypes::DataType,
+) -> datafusion::arrow::datatypes::FieldRef {
+    use datafusion::arrow::datatypes::{DataType, Field};
+    match t {
+        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => f.clone(),
+        _ => std::sync::Arc::new(Field::new_list_field(DataType::Utf8, true)),
+    }
+}
