@@ -33,6 +33,7 @@ use datafusion::optimizer::AnalyzerRule;
 
 use crate::error::{WeirError, sqlstate};
 use crate::operators::float_sum::ExactSum;
+use crate::sql::pg_functions;
 
 /// Integer types whose arithmetic must not wrap, and how Postgres names them.
 fn integer_name(t: &DataType) -> Option<&'static str> {
@@ -564,6 +565,94 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
                 )),
             }
         }
+        Expr::BinaryExpr(BinaryExpr { left, op, right })
+            if matches!(
+                op,
+                Operator::Eq
+                    | Operator::NotEq
+                    | Operator::Lt
+                    | Operator::LtEq
+                    | Operator::Gt
+                    | Operator::GtEq
+                    | Operator::IsDistinctFrom
+                    | Operator::IsNotDistinctFrom
+            ) =>
+        {
+            let (l, lc, lt) = rewrite_expr(*left, schema)?;
+            let (r, rc, rt) = rewrite_expr(*right, schema)?;
+            let is_interval = |t: Option<DataType>, e: &Expr| {
+                matches!(type_of(e, t, schema), Some(DataType::Interval(_)))
+            };
+            if is_interval(lt, &l) && is_interval(rt, &r) {
+                // Postgres compares intervals with 1 month = 30 days, 1 day = 24 hours
+                let key = |e: Expr| pg_udf(pg_functions::INTERVAL_KEY).call(vec![e]);
+                return Ok((
+                    Expr::BinaryExpr(BinaryExpr::new(Box::new(key(l)), op, Box::new(key(r)))),
+                    true,
+                    Some(DataType::Boolean),
+                ));
+            }
+            Ok((
+                Expr::BinaryExpr(BinaryExpr::new(Box::new(l), op, Box::new(r))),
+                lc || rc,
+                Some(DataType::Boolean),
+            ))
+        }
+        Expr::Cast(datafusion::logical_expr::Cast { expr, field }) => {
+            let data_type = field.data_type().clone();
+            let (x, c, t) = rewrite_expr(*expr, schema)?;
+            let from = type_of(&x, t, schema);
+            match (&from, &data_type) {
+                // an array as text is Postgres' `{a,b}`
+                (
+                    Some(DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(..)),
+                    DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View,
+                ) => {
+                    let text = pg_udf(pg_functions::ARRAY_TEXT).call(vec![x]);
+                    let text = if data_type == DataType::Utf8 {
+                        text
+                    } else {
+                        cast(text, data_type.clone())
+                    };
+                    Ok((text, true, Some(data_type)))
+                }
+                // '-NaN'::float is Postgres' one NaN
+                (
+                    Some(DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View),
+                    DataType::Float32 | DataType::Float64,
+                ) => Ok((
+                    pg_udf(pg_functions::CANONICAL_NAN).call(vec![cast(x, data_type.clone())]),
+                    true,
+                    Some(data_type),
+                )),
+                _ => Ok((
+                    Expr::Cast(datafusion::logical_expr::Cast {
+                        expr: Box::new(x),
+                        field,
+                    }),
+                    c,
+                    Some(data_type),
+                )),
+            }
+        }
+        Expr::ScalarFunction(f) if f.func.name() == "array_element" && f.args.len() == 2 => {
+            // Postgres arrays have no negative subscripts: `a[-1]` is NULL, not the last
+            let mut args = Vec::with_capacity(2);
+            for a in f.args.iter().cloned() {
+                args.push(rewrite_expr(a, schema)?.0);
+            }
+            let index = cast(args[1].clone(), DataType::Int64);
+            let element = Expr::ScalarFunction(datafusion::logical_expr::expr::ScalarFunction {
+                func: f.func.clone(),
+                args,
+            });
+            let guarded = datafusion::logical_expr::when(
+                index.gt_eq(datafusion::logical_expr::lit(1i64)),
+                element,
+            )
+            .end()?;
+            Ok((guarded, true, None))
+        }
         Expr::Negative(inner) => {
             let (x, c, t) = rewrite_expr(*inner, schema)?;
             match type_of(&x, t, schema) {
@@ -613,6 +702,26 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
         }
     }
 }
+
+/// A Postgres-semantics function (`sql/pg_functions.rs`) by name, for the rewrites here.
+fn pg_udf(name: &'static str) -> Arc<ScalarUDF> {
+    PG_UDFS
+        .iter()
+        .find(|u| u.name() == name)
+        .cloned()
+        .unwrap_or_else(|| Arc::new(ScalarUDF::new_from_impl(pg_functions::udf(name))))
+}
+
+static PG_UDFS: std::sync::LazyLock<Vec<Arc<ScalarUDF>>> = std::sync::LazyLock::new(|| {
+    [
+        pg_functions::INTERVAL_KEY,
+        pg_functions::ARRAY_TEXT,
+        pg_functions::CANONICAL_NAN,
+    ]
+    .into_iter()
+    .map(|n| Arc::new(ScalarUDF::new_from_impl(pg_functions::udf(n))))
+    .collect()
+});
 
 /// `sum`/`avg` of floats become exact.
 fn rewrite_aggregate(mut agg: AggregateFunction, schema: &DFSchema) -> (Expr, bool) {

@@ -405,6 +405,31 @@ pub fn expand_exponent(text: &str) -> Option<String> {
 
 fn rewrite_expr(expr: &mut Expr) {
     match expr {
+        // `x op ANY(array)` / `ALL`: Postgres' three-valued logic over the elements
+        Expr::AnyOp {
+            compare_op, right, ..
+        }
+        | Expr::AllOp {
+            compare_op, right, ..
+        } if !matches!(right.as_ref(), Expr::Subquery(_)) => {
+            let op = compare_op.to_string();
+            let all = matches!(expr, Expr::AllOp { .. });
+            let (Expr::AnyOp { left, right, .. } | Expr::AllOp { left, right, .. }) = expr else {
+                return;
+            };
+            let null = || Expr::value(ast::Value::Null);
+            let l = std::mem::replace(left.as_mut(), null());
+            let r = std::mem::replace(right.as_mut(), null());
+            *expr = call(
+                crate::sql::pg_functions::ANY_OP,
+                vec![
+                    l,
+                    r,
+                    Expr::value(ast::Value::SingleQuotedString(op)),
+                    Expr::value(ast::Value::Boolean(all)),
+                ],
+            );
+        }
         Expr::Value(v) => {
             if let ast::Value::Number(n, _) = &mut v.value
                 && let Some(plain) = expand_exponent(n)

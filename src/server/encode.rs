@@ -547,6 +547,7 @@ pub fn no_fields() -> Arc<Vec<FieldInfo>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sql::pg_text::interval_text_string;
 
     fn f8(v: f64) -> String {
         let mut b = BytesMut::new();

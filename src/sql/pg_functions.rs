@@ -110,92 +110,244 @@ fn text_list() -> DataType {
 }
 
 fn immutable(
-    ctx: &SessionContext,
     name: &'static str,
     signature: TypeSignature,
     ret: impl Fn(&[DataType]) -> DataType + Send + Sync + 'static,
     imp: impl Fn(&[ArrayRef], usize) -> DfResult<ArrayRef> + Send + Sync + 'static,
-) {
-    ctx.register_udf(ScalarUDF::new_from_impl(PgFunction {
+) -> PgFunction {
+    PgFunction {
         name,
         signature: Signature::new(signature, Volatility::Immutable),
         ret: Box::new(ret),
         imp: Box::new(imp),
-    }));
+    }
 }
 
 pub const ARRAY_TEXT: &str = "weir_array_text";
+pub const INTERVAL_KEY: &str = "weir_interval_key";
+pub const CANONICAL_NAN: &str = "weir_canonical_nan";
+pub const ANY_OP: &str = "weir_any_op";
+
+/// Every function of this module.
+fn definitions() -> Vec<PgFunction> {
+    vec![
+        immutable(
+            "make_date",
+            TypeSignature::Any(3),
+            |_| DataType::Date32,
+            make_date,
+        ),
+        immutable(
+            "regexp_match",
+            TypeSignature::VariadicAny,
+            |_| text_list(),
+            regexp_match,
+        ),
+        immutable(
+            "regexp_replace",
+            TypeSignature::VariadicAny,
+            |_| DataType::Utf8,
+            regexp_replace,
+        ),
+        immutable(
+            "concat",
+            TypeSignature::VariadicAny,
+            |_| DataType::Utf8,
+            |args, rows| concat(None, args, rows),
+        ),
+        immutable(
+            "concat_ws",
+            TypeSignature::VariadicAny,
+            |_| DataType::Utf8,
+            |args, rows| match args.split_first() {
+                Some((sep, rest)) => concat(Some(&strings(sep)?), rest, rows),
+                None => Err(pg_error(
+                    sqlstate::UNDEFINED_FUNCTION,
+                    "function concat_ws() does not exist",
+                )),
+            },
+        ),
+        immutable(
+            "parse_ident",
+            TypeSignature::VariadicAny,
+            |_| text_list(),
+            parse_ident,
+        ),
+        immutable(
+            ARRAY_TEXT,
+            TypeSignature::Any(1),
+            |_| DataType::Utf8,
+            |args, _| Ok(Arc::new(text_values(&args[0])?)),
+        ),
+        immutable(
+            INTERVAL_KEY,
+            TypeSignature::Any(1),
+            |_| DataType::Decimal128(38, 0),
+            interval_key,
+        ),
+        immutable(
+            CANONICAL_NAN,
+            TypeSignature::Any(1),
+            |t| t.first().cloned().unwrap_or(DataType::Float64),
+            |args, _| Ok(canonical_nan_array(&args[0])),
+        ),
+        immutable(ANY_OP, TypeSignature::Any(4), |_| DataType::Boolean, any_op),
+        immutable(
+            "to_char",
+            TypeSignature::Any(2),
+            |_| DataType::Utf8,
+            crate::sql::to_char::to_char,
+        ),
+    ]
+}
+
+/// One function of this module by name (the analyzer rule puts some into plans).
+pub fn udf(name: &str) -> PgFunction {
+    definitions()
+        .into_iter()
+        .find(|f| f.name == name)
+        .unwrap_or_else(|| panic!("no Postgres-semantics function {name}"))
+}
 
 pub fn register(ctx: &SessionContext) {
-    immutable(
-        ctx,
-        "make_date",
-        TypeSignature::Any(3),
-        |_| DataType::Date32,
-        make_date,
-    );
-    for name in ["regexp_match", "regexp_replace"] {
-        immutable(
-            ctx,
-            name,
-            TypeSignature::VariadicAny,
-            move |_| {
-                if name == "regexp_match" {
-                    text_list()
-                } else {
-                    DataType::Utf8
-                }
-            },
-            move |args, rows| {
-                if name == "regexp_match" {
-                    regexp_match(args, rows)
-                } else {
-                    regexp_replace(args, rows)
-                }
-            },
-        );
+    for f in definitions() {
+        ctx.register_udf(ScalarUDF::new_from_impl(f));
     }
-    immutable(
-        ctx,
-        "concat",
-        TypeSignature::VariadicAny,
-        |_| DataType::Utf8,
-        |args, rows| concat(None, args, rows),
-    );
-    immutable(
-        ctx,
-        "concat_ws",
-        TypeSignature::VariadicAny,
-        |_| DataType::Utf8,
-        |args, rows| match args.split_first() {
-            Some((sep, rest)) => concat(Some(&strings(sep)?), rest, rows),
-            None => Err(pg_error(
-                sqlstate::UNDEFINED_FUNCTION,
-                "function concat_ws() does not exist",
-            )),
-        },
-    );
-    immutable(
-        ctx,
-        "parse_ident",
-        TypeSignature::VariadicAny,
-        |_| text_list(),
-        parse_ident,
-    );
-    immutable(
-        ctx,
-        ARRAY_TEXT,
-        TypeSignature::Any(1),
-        |_| DataType::Utf8,
-        |args, _| Ok(Arc::new(text_values(&args[0])?)),
-    );
-    immutable(
-        ctx,
-        "to_char",
-        TypeSignature::Any(2),
-        |_| DataType::Utf8,
-        crate::sql::to_char::to_char,
-    );
+}
+
+/// Floats with every NaN made the positive quiet NaN: Postgres has one NaN (equal to
+/// itself, greater than every number), where IEEE and arrow's total order have `-NaN` too.
+pub fn canonical_nan_array(a: &ArrayRef) -> ArrayRef {
+    use datafusion::arrow::datatypes::{Float32Type, Float64Type};
+    match a.data_type() {
+        DataType::Float64 => {
+            let p = a.as_primitive::<Float64Type>();
+            if !p.values().iter().any(|v| v.is_nan() && v.is_sign_negative()) {
+                return a.clone();
+            }
+            Arc::new(p.unary::<_, Float64Type>(|v| if v.is_nan() { f64::NAN } else { v }))
+        }
+        DataType::Float32 => {
+            let p = a.as_primitive::<Float32Type>();
+            if !p.values().iter().any(|v| v.is_nan() && v.is_sign_negative()) {
+                return a.clone();
+            }
+            Arc::new(p.unary::<_, Float32Type>(|v| if v.is_nan() { f32::NAN } else { v }))
+        }
+        _ => a.clone(),
+    }
+}
+
+/// A batch with its float columns' NaNs made canonical ([`canonical_nan_array`]).
+pub fn canonical_nans(
+    batch: datafusion::arrow::record_batch::RecordBatch,
+) -> datafusion::arrow::error::Result<datafusion::arrow::record_batch::RecordBatch> {
+    let mut cols = batch.columns().to_vec();
+    let mut changed = false;
+    for c in cols.iter_mut() {
+        let n = canonical_nan_array(c);
+        if !Arc::ptr_eq(&n, c) {
+            *c = n;
+            changed = true;
+        }
+    }
+    if !changed {
+        return Ok(batch);
+    }
+    datafusion::arrow::record_batch::RecordBatch::try_new(batch.schema(), cols)
+}
+
+/// An interval as one comparable number, as Postgres compares intervals: nanoseconds with
+/// a month of 30 days and a day of 24 hours (`interval '24 h' = interval '1 day'`).
+fn interval_key(args: &[ArrayRef], _rows: usize) -> DfResult<ArrayRef> {
+    use datafusion::arrow::array::Decimal128Array;
+    use datafusion::arrow::datatypes::{IntervalMonthDayNanoType, IntervalUnit};
+    let c = cast(&args[0], &DataType::Interval(IntervalUnit::MonthDayNano))?;
+    let a = c.as_primitive::<IntervalMonthDayNanoType>();
+    const DAY: i128 = 86_400_000_000_000;
+    let out: Decimal128Array = a
+        .iter()
+        .map(|v| {
+            v.map(|v| v.months as i128 * 30 * DAY + v.days as i128 * DAY + v.nanoseconds as i128)
+        })
+        .collect();
+    Ok(Arc::new(out.with_precision_and_scale(38, 0)?))
+}
+
+/// `x op ANY(array)` / `x op ALL(array)` with Postgres' three-valued logic: ANY is true if
+/// some comparison is true, else NULL if some is NULL, else false (an empty array: false);
+/// ALL is false if some comparison is false, else NULL if some is NULL, else true.
+fn any_op(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
+    use datafusion::arrow::array::{BooleanArray, UInt32Array};
+    use datafusion::arrow::compute::kernels::cmp;
+    use datafusion::arrow::compute::take;
+    if rows == 0 {
+        return Ok(Arc::new(BooleanArray::new_null(0)));
+    }
+    let op = strings(&args[2])?;
+    let all = cast(&args[3], &DataType::Boolean)?.as_boolean().value(0);
+    let op = if op.is_empty() { "=" } else { op.value(0) };
+    let list = match args[1].data_type() {
+        DataType::List(_) => args[1].clone(),
+        DataType::Null => return Ok(Arc::new(BooleanArray::new_null(rows))),
+        DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
+            cast(&args[1], &DataType::List(f.clone()))?
+        }
+        other => {
+            return Err(pg_error(
+                sqlstate::DATATYPE_MISMATCH,
+                format!("op ANY/ALL (array) requires array on right side, not {other}"),
+            ));
+        }
+    };
+    let list = list.as_list::<i32>();
+    let offsets = list.value_offsets();
+    let (base, end) = (offsets[0] as usize, offsets[rows] as usize);
+    let values = list.values().slice(base, end - base);
+    let mut idx = Vec::with_capacity(end - base);
+    for i in 0..rows {
+        idx.extend(std::iter::repeat_n(
+            i as u32,
+            (offsets[i + 1] - offsets[i]) as usize,
+        ));
+    }
+    let needle = cast(&args[0], values.data_type())?;
+    let needle = take(&needle, &UInt32Array::from(idx), None)?;
+    let r = match op {
+        "=" => cmp::eq(&needle, &values)?,
+        "<>" | "!=" => cmp::neq(&needle, &values)?,
+        "<" => cmp::lt(&needle, &values)?,
+        "<=" => cmp::lt_eq(&needle, &values)?,
+        ">" => cmp::gt(&needle, &values)?,
+        ">=" => cmp::gt_eq(&needle, &values)?,
+        other => {
+            return Err(pg_error(
+                sqlstate::FEATURE_NOT_SUPPORTED,
+                format!("operator {other} is not supported with ANY/ALL"),
+            ));
+        }
+    };
+    let out: BooleanArray = (0..rows)
+        .map(|i| {
+            if list.is_null(i) {
+                return None;
+            }
+            let (s, e) = (
+                offsets[i] as usize - base,
+                offsets[i + 1] as usize - base,
+            );
+            let mut unknown = false;
+            for j in s..e {
+                match (r.is_null(j), r.value(j)) {
+                    (true, _) => unknown = true,
+                    (false, v) if v != all => return Some(!all),
+                    _ => {}
+                }
+            }
+            if unknown { None } else { Some(all) }
+        })
+        .collect();
+    Ok(Arc::new(out))
 }
 
 /// `make_date(year, month, day)`: a negative year is BC (-1 = 1 BC), year 0 is refused.

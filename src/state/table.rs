@@ -1251,10 +1251,10 @@ impl TableStore {
     }
 
     /// Declared-type checks arrow types do not express: varchar(n) lengths, and `jsonb`
-    /// values (checked and stored in Postgres' canonical form, `sql::jsonb`). Returns the
-    /// batch as it is stored.
+    /// values (checked and stored in Postgres' canonical form, `sql::jsonb`); floats' NaNs
+    /// stored as the one NaN Postgres has. Returns the batch as it is stored.
     fn check_constraints(&self, batch: RecordBatch) -> Result<RecordBatch> {
-        let mut batch = batch;
+        let mut batch = crate::sql::pg_functions::canonical_nans(batch)?;
         for (i, t) in self.column_types.iter().enumerate() {
             if *t == SqlType::Jsonb
                 && let Some(col) = batch.column(i).as_any().downcast_ref::<StringArray>()
