@@ -312,9 +312,10 @@ impl Engine {
             ));
         }
         let state = session.ctx.state();
-        Ok(state
+        let plan = state
             .statement_to_plan(DfParserStatement::Statement(Box::new(stmt)))
-            .await?)
+            .await?;
+        Ok(crate::catalog::pg_semantics::fix_planned(plan)?)
     }
 
     pub async fn execute(

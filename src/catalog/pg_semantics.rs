@@ -503,6 +503,158 @@ impl AnalyzerRule for PgSemantics {
     }
 }
 
+/// Fixes a freshly planned statement needs before anything reads its schema (the
+/// analyzer rule runs later, and must keep the schema): `SELECT *` over USING joins in
+/// Postgres' column order.
+pub fn fix_planned(plan: LogicalPlan) -> DfResult<LogicalPlan> {
+    let mut changed = false;
+    Ok(plan
+        .transform_up_with_subqueries(|p| {
+            let (p, c) = star_over_using(p)?;
+            changed |= c;
+            Ok(if c {
+                Transformed::yes(p)
+            } else if changed {
+                Transformed::yes(p.recompute_schema()?)
+            } else {
+                Transformed::no(p)
+            })
+        })?
+        .data)
+}
+
+/// One output column of a FROM clause as Postgres orders `*`: the columns that are the
+/// same column (a USING pair, the preferred side first), and whether it is their COALESCE
+/// (a FULL JOIN's USING column).
+struct Slot {
+    cols: Vec<datafusion::common::Column>,
+    coalesce: bool,
+}
+
+fn star_slots(plan: &LogicalPlan) -> Vec<Slot> {
+    use datafusion::common::JoinConstraint;
+    use datafusion::logical_expr::JoinType;
+    match plan {
+        LogicalPlan::Join(j)
+            if matches!(
+                j.join_type,
+                JoinType::Inner | JoinType::Left | JoinType::Right | JoinType::Full
+            ) =>
+        {
+            let (left, right) = (star_slots(&j.left), star_slots(&j.right));
+            if j.join_constraint != JoinConstraint::Using {
+                return left.into_iter().chain(right).collect();
+            }
+            let pairs: Vec<(datafusion::common::Column, datafusion::common::Column)> = j
+                .on
+                .iter()
+                .filter_map(|(l, r)| match (l, r) {
+                    (Expr::Column(l), Expr::Column(r)) => Some((l.clone(), r.clone())),
+                    _ => None,
+                })
+                .collect();
+            let in_pair = |slot: &Slot, left_side: bool| {
+                pairs.iter().position(|(l, r)| {
+                    slot.cols
+                        .contains(if left_side { l } else { r })
+                })
+            };
+            let mut using: Vec<Option<Slot>> = pairs.iter().map(|_| None).collect();
+            let mut rest_left = Vec::new();
+            let mut rest_right = Vec::new();
+            for s in left {
+                match in_pair(&s, true) {
+                    Some(k) => using[k] = Some(s),
+                    None => rest_left.push(s),
+                }
+            }
+            for s in right {
+                match in_pair(&s, false) {
+                    Some(k) => {
+                        let l = using[k].take();
+                        let mut cols = match j.join_type {
+                            JoinType::Right => s.cols.clone(),
+                            _ => l.as_ref().map(|l| l.cols.clone()).unwrap_or_default(),
+                        };
+                        let other = match j.join_type {
+                            JoinType::Right => l.map(|l| l.cols).unwrap_or_default(),
+                            _ => s.cols,
+                        };
+                        cols.extend(other);
+                        using[k] = Some(Slot {
+                            cols,
+                            coalesce: j.join_type == JoinType::Full,
+                        });
+                    }
+                    None => rest_right.push(s),
+                }
+            }
+            using
+                .into_iter()
+                .flatten()
+                .chain(rest_left)
+                .chain(rest_right)
+                .collect()
+        }
+        LogicalPlan::Filter(f) => star_slots(&f.input),
+        _ => plan
+            .schema()
+            .columns()
+            .into_iter()
+            .map(|c| Slot {
+                cols: vec![c],
+                coalesce: false,
+            })
+            .collect(),
+    }
+}
+
+/// The projection of a marked `SELECT *` over USING joins, in Postgres' column order.
+fn star_over_using(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
+    let LogicalPlan::Projection(p) = &plan else {
+        return Ok((plan, false));
+    };
+    let marked = p.expr.last().is_some_and(|e| match e {
+        Expr::Alias(a) => a.name == pg_functions::STAR_OVER_USING,
+        _ => false,
+    });
+    if !marked {
+        return Ok((plan, false));
+    }
+    let mut exprs: Vec<Expr> = p.expr[..p.expr.len() - 1].to_vec();
+    if exprs.iter().all(|e| matches!(e, Expr::Column(_))) {
+        let mut used = vec![false; exprs.len()];
+        let mut ordered = Vec::with_capacity(exprs.len());
+        for slot in star_slots(&p.input) {
+            let found = exprs.iter().enumerate().position(|(i, e)| {
+                !used[i] && matches!(e, Expr::Column(c) if slot.cols.contains(c))
+            });
+            let Some(i) = found else { continue };
+            used[i] = true;
+            let name = match &exprs[i] {
+                Expr::Column(c) => c.name.clone(),
+                _ => continue,
+            };
+            ordered.push(if slot.coalesce {
+                datafusion::functions::expr_fn::coalesce(
+                    slot.cols.iter().cloned().map(Expr::Column).collect(),
+                )
+                .alias(name)
+            } else {
+                Expr::Column(slot.cols[0].clone())
+            });
+        }
+        for (i, e) in exprs.iter().enumerate() {
+            if !used[i] {
+                ordered.push(e.clone());
+            }
+        }
+        exprs = ordered;
+    }
+    let proj = datafusion::logical_expr::Projection::try_new(exprs, p.input.clone())?;
+    Ok((LogicalPlan::Projection(proj), true))
+}
+
 fn rewrite_node(plan: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
     let mut schema = DFSchema::empty();
     for input in plan.inputs() {

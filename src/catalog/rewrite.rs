@@ -115,6 +115,7 @@ impl VisitorMut for PgRewriter {
     fn post_visit_select(&mut self, select: &mut ast::Select) -> ControlFlow<Self::Break> {
         name_select_items(&mut select.projection);
         set_returning_in_select_list(&mut select.projection);
+        mark_star_over_using(select);
         // only what the client sees: subqueries keep comparing OIDs
         if self.depth <= 1 {
             show_reg_casts(&mut select.projection);
@@ -355,6 +356,38 @@ pub fn backslash_pattern(pattern: &str, esc: char) -> String {
         }
     }
     out
+}
+
+/// `SELECT * FROM a JOIN b USING (k)`: Postgres lists the USING columns first, then the
+/// left's other columns, then the right's. DataFusion's wildcard keeps one of each USING
+/// pair where it stands, so a marker item tells the analyzer rule
+/// (`pg_semantics::star_over_using`) to put the expanded columns in Postgres' order.
+fn mark_star_over_using(select: &mut ast::Select) {
+    fn has_using(t: &ast::TableWithJoins) -> bool {
+        t.joins.iter().any(|j| {
+            use ast::JoinOperator as J;
+            let c = match &j.join_operator {
+                J::Join(c)
+                | J::Inner(c)
+                | J::Left(c)
+                | J::LeftOuter(c)
+                | J::Right(c)
+                | J::RightOuter(c)
+                | J::FullOuter(c) => Some(c),
+                _ => None,
+            };
+            matches!(c, Some(ast::JoinConstraint::Using(_)))
+                || matches!(&j.relation, ast::TableFactor::NestedJoin { table_with_joins, .. } if has_using(table_with_joins))
+        }) || matches!(&t.relation, ast::TableFactor::NestedJoin { table_with_joins, .. } if has_using(table_with_joins))
+    }
+    if matches!(select.projection.as_slice(), [SelectItem::Wildcard(_)])
+        && select.from.iter().any(has_using)
+    {
+        select.projection.push(SelectItem::ExprWithAlias {
+            expr: call(crate::sql::pg_functions::STAR_OVER_USING, vec![]),
+            alias: Ident::with_quote('"', crate::sql::pg_functions::STAR_OVER_USING),
+        });
+    }
 }
 
 /// `SELECT generate_series(1, 3)`: a set-returning function in the select list gives one

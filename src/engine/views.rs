@@ -49,6 +49,7 @@ impl Engine {
                 ast::Statement::Query(Box::new(q)),
             )))
             .await?;
+        let plan = crate::catalog::pg_semantics::fix_planned(plan)?;
         if !plan.get_parameter_fields()?.is_empty() {
             return Err(WeirError::syntax(
                 "a materialized view cannot have parameters ($1)",

@@ -127,6 +127,9 @@ pub const ARRAY_TEXT: &str = "weir_array_text";
 pub const INTERVAL_KEY: &str = "weir_interval_key";
 pub const CANONICAL_NAN: &str = "weir_canonical_nan";
 pub const ANY_OP: &str = "weir_any_op";
+/// A marker the rewrite adds to `SELECT *` over a join with USING; the analyzer rule
+/// removes it (it never runs).
+pub const STAR_OVER_USING: &str = "weir_star_over_using";
 
 /// Every function of this module.
 fn definitions() -> Vec<PgFunction> {
@@ -192,6 +195,12 @@ fn definitions() -> Vec<PgFunction> {
             |args, _| Ok(canonical_nan_array(&args[0])),
         ),
         immutable(ANY_OP, TypeSignature::Any(4), |_| DataType::Boolean, any_op),
+        immutable(
+            STAR_OVER_USING,
+            TypeSignature::Nullary,
+            |_| DataType::Boolean,
+            |_, rows| Ok(Arc::new(datafusion::arrow::array::BooleanArray::new_null(rows))),
+        ),
         immutable(
             "to_char",
             TypeSignature::Any(2),
