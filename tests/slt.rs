@@ -107,32 +107,32 @@ pub async fn run_file(path: &Path) -> Result<(), String> {
         if i > 0 {
             server.restart();
         }
-        let conn = server.conn_string();
-        let mut runner = Runner::new(move || {
-            let conn = conn.clone();
-            async move {
-                let (client, connection) =
-                    tokio_postgres::connect(&conn, tokio_postgres::NoTls).await?;
-                tokio::spawn(async move {
-                    let _ = connection.await;
-                });
-                Ok::<_, PgError>(PgDb { client })
-            }
-        });
-        runner.with_column_validator(|_, _| true);
         let name = format!("{} (part {})", path.display(), i + 1);
-        runner
-            .run_script_with_name_async(segment, name.as_str())
+        run_script(server.conn_string(), segment, &name)
             .await
-            .map_err(|e| {
-                format!(
-                    "{}\nserver log tail:\n{}",
-                    e.display(true),
-                    server.log_tail()
-                )
-            })?;
+            .map_err(|e| format!("{e}\nserver log tail:\n{}", server.log_tail()))?;
     }
     Ok(())
+}
+
+/// Run an slt script over one connection string (Weir's, or a real Postgres').
+pub async fn run_script(conn: String, script: &str, name: &str) -> Result<(), String> {
+    let mut runner = Runner::new(move || {
+        let conn = conn.clone();
+        async move {
+            let (client, connection) =
+                tokio_postgres::connect(&conn, tokio_postgres::NoTls).await?;
+            tokio::spawn(async move {
+                let _ = connection.await;
+            });
+            Ok::<_, PgError>(PgDb { client })
+        }
+    });
+    runner.with_column_validator(|_, _| true);
+    runner
+        .run_script_with_name_async(script, name)
+        .await
+        .map_err(|e| e.display(true).to_string())
 }
 
 /// Split at `# restart` lines, padding later parts with blank lines so that reported line
@@ -199,4 +199,5 @@ slt_tests!(
     hardening,
     security,
     observability,
+    postgres_exact,
 );

@@ -3,8 +3,6 @@
 //! Weir's catalog, and a type planner that gives Postgres type names (`oid`, `name`,
 //! `jsonb`, `pg_catalog.text`) their Arrow types.
 
-
-
 use std::sync::Arc;
 
 use datafusion::arrow::array::{

@@ -545,19 +545,17 @@ fn star_slots(plan: &LogicalPlan) -> Vec<Slot> {
             if j.join_constraint != JoinConstraint::Using {
                 return left.into_iter().chain(right).collect();
             }
-            let pairs: Vec<(datafusion::common::Column, datafusion::common::Column)> = j
-                .on
-                .iter()
-                .filter_map(|(l, r)| match (l, r) {
-                    (Expr::Column(l), Expr::Column(r)) => Some((l.clone(), r.clone())),
-                    _ => None,
-                })
-                .collect();
+            let pairs: Vec<(datafusion::common::Column, datafusion::common::Column)> =
+                j.on.iter()
+                    .filter_map(|(l, r)| match (l, r) {
+                        (Expr::Column(l), Expr::Column(r)) => Some((l.clone(), r.clone())),
+                        _ => None,
+                    })
+                    .collect();
             let in_pair = |slot: &Slot, left_side: bool| {
-                pairs.iter().position(|(l, r)| {
-                    slot.cols
-                        .contains(if left_side { l } else { r })
-                })
+                pairs
+                    .iter()
+                    .position(|(l, r)| slot.cols.contains(if left_side { l } else { r }))
             };
             let mut using: Vec<Option<Slot>> = pairs.iter().map(|_| None).collect();
             let mut rest_left = Vec::new();
@@ -755,12 +753,24 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
             let (x, c, t) = rewrite_expr(*expr, schema)?;
             let from = type_of(&x, t, schema);
             match (&from, &data_type) {
-                // an array as text is Postgres' `{a,b}`
+                // text by the value's output function: `{a,b}`, `Infinity`, `1e+300`
                 (
-                    Some(DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(..)),
+                    Some(
+                        DataType::List(_)
+                        | DataType::LargeList(_)
+                        | DataType::FixedSizeList(..)
+                        | DataType::Float32
+                        | DataType::Float64
+                        | DataType::Date32
+                        | DataType::Timestamp(..)
+                        | DataType::Time64(_)
+                        | DataType::Interval(_)
+                        | DataType::Binary
+                        | DataType::LargeBinary,
+                    ),
                     DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View,
                 ) => {
-                    let text = pg_udf(pg_functions::ARRAY_TEXT).call(vec![x]);
+                    let text = pg_udf(pg_functions::TEXT_OUT).call(vec![x]);
                     let text = if data_type == DataType::Utf8 {
                         text
                     } else {
@@ -768,6 +778,23 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
                     };
                     Ok((text, true, Some(data_type)))
                 }
+                // to an integer: rounded, not truncated
+                (
+                    Some(
+                        DataType::Float32
+                        | DataType::Float64
+                        | DataType::Decimal128(..)
+                        | DataType::Decimal256(..),
+                    ),
+                    DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64,
+                ) => Ok((
+                    cast(
+                        pg_udf(pg_functions::ROUND_FOR_INT).call(vec![x]),
+                        data_type.clone(),
+                    ),
+                    true,
+                    Some(data_type),
+                )),
                 // '-NaN'::float is Postgres' one NaN
                 (
                     Some(DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View),
@@ -867,8 +894,9 @@ fn pg_udf(name: &'static str) -> Arc<ScalarUDF> {
 static PG_UDFS: std::sync::LazyLock<Vec<Arc<ScalarUDF>>> = std::sync::LazyLock::new(|| {
     [
         pg_functions::INTERVAL_KEY,
-        pg_functions::ARRAY_TEXT,
+        pg_functions::TEXT_OUT,
         pg_functions::CANONICAL_NAN,
+        pg_functions::ROUND_FOR_INT,
     ]
     .into_iter()
     .map(|n| Arc::new(ScalarUDF::new_from_impl(pg_functions::udf(n))))

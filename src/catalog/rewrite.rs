@@ -115,6 +115,11 @@ impl VisitorMut for PgRewriter {
     fn post_visit_select(&mut self, select: &mut ast::Select) -> ControlFlow<Self::Break> {
         name_select_items(&mut select.projection);
         set_returning_in_select_list(&mut select.projection);
+        for item in select.projection.iter_mut() {
+            if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } = item {
+                int4_literal(e);
+            }
+        }
         mark_star_over_using(select);
         // only what the client sees: subqueries keep comparing OIDs
         if self.depth <= 1 {
@@ -436,7 +441,144 @@ pub fn expand_exponent(text: &str) -> Option<String> {
     Some(format!("{}.{f}", if i.is_empty() { "0" } else { i }))
 }
 
+/// An integer literal that fits in 32 bits is Postgres' `integer` (DataFusion types every
+/// integer literal `bigint`), so `2147483647 + 1` overflows as in Postgres and `SELECT 1`
+/// is an `int4` column. Done where a literal is an operand or a select item, not where
+/// its form matters (ORDER BY ordinals, LIMIT, function arguments read as constants).
+fn int4_literal(e: &mut Expr) {
+    if let Expr::Value(v) = e
+        && let ast::Value::Number(n, false) = &v.value
+        && n.trim_start_matches('-')
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        && n.parse::<i32>().is_ok()
+    {
+        let lit = std::mem::replace(e, Expr::value(ast::Value::Null));
+        *e = Expr::Cast {
+            kind: CastKind::Cast,
+            expr: Box::new(lit),
+            data_type: ast::DataType::Int(None),
+            array: false,
+            format: None,
+        };
+    }
+}
+
+/// A literal too large for an exact numeric (over 38 digits, like `1e300`) is read as a
+/// double: Postgres' numeric would hold it, DataFusion's decimals cannot.
+fn huge_literal(e: &mut Expr) {
+    if let Expr::Value(v) = e
+        && let ast::Value::Number(n, _) = &v.value
+        && n.bytes().filter(u8::is_ascii_digit).count() > 38
+    {
+        let text = n.clone();
+        *e = Expr::Cast {
+            kind: CastKind::Cast,
+            expr: Box::new(Expr::value(ast::Value::SingleQuotedString(text))),
+            data_type: ast::DataType::DoublePrecision,
+            array: false,
+            format: None,
+        };
+    }
+}
+
+/// Integer literals that are operands of arithmetic or comparisons as `integer`.
+fn int4_operands(expr: &mut Expr) {
+    match expr {
+        Expr::BinaryOp { left, op, right }
+            if matches!(
+                op,
+                BinaryOperator::Plus
+                    | BinaryOperator::Minus
+                    | BinaryOperator::Multiply
+                    | BinaryOperator::Divide
+                    | BinaryOperator::Modulo
+                    | BinaryOperator::Eq
+                    | BinaryOperator::NotEq
+                    | BinaryOperator::Lt
+                    | BinaryOperator::LtEq
+                    | BinaryOperator::Gt
+                    | BinaryOperator::GtEq
+            ) =>
+        {
+            int4_literal(left);
+            int4_literal(right);
+        }
+        // Postgres folds the sign into the constant: `-2147483648` is an `integer`
+        // (parentheses too: `-(-2147483648)` is the constant 2147483648, a bigint)
+        Expr::UnaryOp {
+            op: ast::UnaryOperator::Minus,
+            expr: inner,
+        } => {
+            let mut x = inner.as_ref();
+            while let Expr::Nested(n) = x {
+                x = n;
+            }
+            let n = match x {
+                Expr::Value(v) => match &v.value {
+                    ast::Value::Number(n, false) => Some(n.clone()),
+                    _ => None,
+                },
+                Expr::Cast {
+                    expr: lit,
+                    data_type: ast::DataType::Int(None),
+                    ..
+                } => match lit.as_ref() {
+                    Expr::Value(v) => match &v.value {
+                        ast::Value::Number(n, false) => Some(n.clone()),
+                        _ => None,
+                    },
+                    _ => None,
+                },
+                _ => None,
+            };
+            if let Some(n) = n
+                && n.trim_start_matches('-')
+                    .bytes()
+                    .all(|b| b.is_ascii_digit())
+            {
+                let negated = match n.strip_prefix('-') {
+                    Some(p) => p.to_owned(),
+                    None => format!("-{n}"),
+                };
+                let mut lit = Expr::value(ast::Value::Number(negated, false));
+                int4_literal(&mut lit);
+                *expr = lit;
+            }
+        }
+        // the functions and CASE that unify their arguments' types
+        Expr::Function(f)
+            if matches!(
+                last_name(&f.name).as_deref(),
+                Some("nullif" | "coalesce" | "greatest" | "least")
+            ) =>
+        {
+            if let FunctionArguments::List(l) = &mut f.args {
+                for a in l.args.iter_mut() {
+                    if let ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e)) = a {
+                        int4_literal(e);
+                    }
+                }
+            }
+        }
+        Expr::Case {
+            conditions,
+            else_result,
+            ..
+        } => {
+            for c in conditions.iter_mut() {
+                int4_literal(&mut c.result);
+            }
+            if let Some(e) = else_result {
+                int4_literal(e);
+            }
+        }
+        _ => {}
+    }
+}
+
 fn rewrite_expr(expr: &mut Expr) {
+    int4_operands(expr);
     match expr {
         // `x op ANY(array)` / `ALL`: Postgres' three-valued logic over the elements
         Expr::AnyOp {
@@ -452,7 +594,11 @@ fn rewrite_expr(expr: &mut Expr) {
             };
             let null = || Expr::value(ast::Value::Null);
             let l = std::mem::replace(left.as_mut(), null());
-            let r = std::mem::replace(right.as_mut(), null());
+            let mut r = std::mem::replace(right.as_mut(), null());
+            // `x = ANY('{1,2}')`: the literal is an array
+            if let Some(arr) = array_literal(&r) {
+                r = arr;
+            }
             *expr = call(
                 crate::sql::pg_functions::ANY_OP,
                 vec![
@@ -464,11 +610,14 @@ fn rewrite_expr(expr: &mut Expr) {
             );
         }
         Expr::Value(v) => {
-            if let ast::Value::Number(n, _) = &mut v.value
+            if let ast::Value::Number(n, long) = &mut v.value
                 && let Some(plain) = expand_exponent(n)
             {
                 *n = plain;
+                // marks an exact numeric, never `integer` (`1e6` is numeric in Postgres)
+                *long = true;
             }
+            huge_literal(expr);
         }
         // Postgres' unary minus binds tighter than `^`: `-3 ^ 2` is `(-3) ^ 2` = 9
         Expr::UnaryOp {
@@ -1513,8 +1662,8 @@ mod tests {
     fn names_like_postgres() {
         assert_eq!(
             rw("SELECT count(*), version(), 1, 2, a FROM t"),
-            "SELECT count(*) AS \"count\", version() AS \"version\", 1 AS \"?column?\", \
-             2 AS \"?column?\u{1}1\", a FROM t"
+            "SELECT count(*) AS \"count\", version() AS \"version\", CAST(1 AS INT) AS \"?column?\", \
+             CAST(2 AS INT) AS \"?column?\u{1}1\", a FROM t"
         );
     }
 
@@ -1524,7 +1673,7 @@ mod tests {
             rw(
                 "SELECT 1 AS x FROM c WHERE c.relname OPERATOR(pg_catalog.~) '^(t)$' COLLATE pg_catalog.default"
             ),
-            "SELECT 1 AS x FROM c WHERE c.relname ~ '^(t)$'"
+            "SELECT CAST(1 AS INT) AS x FROM c WHERE c.relname ~ '^(t)$'"
         );
     }
 
@@ -1560,7 +1709,7 @@ mod tests {
         );
         assert_eq!(
             rw("SELECT 1 FROM c WHERE c.oid IN (SELECT 't'::regclass) AND c.oid = 'u'::regclass"),
-            "SELECT 1 AS \"?column?\" FROM c WHERE c.oid IN (SELECT weir_regclass('t') AS \"regclass\") AND c.oid = weir_regclass('u')"
+            "SELECT CAST(1 AS INT) AS \"?column?\" FROM c WHERE c.oid IN (SELECT weir_regclass('t') AS \"regclass\") AND c.oid = weir_regclass('u')"
         );
     }
 }

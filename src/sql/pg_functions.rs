@@ -10,8 +10,11 @@
 //! - `parse_ident('a."B"')` = `{a,B}`;
 //! - `to_char` with Postgres' template patterns for timestamps, dates, intervals and numbers
 //!   ([`crate::sql::to_char`]);
-//! - `weir_array_text(a)` is an array cast to text (`{a,b}`), put in by the analyzer rule
-//!   for casts of arrays to text.
+//! - `array_length` of an empty array (or past its dimensions) is NULL;
+//! - `weir_text_out(x)` is a cast to text by the value's output function (`{a,b}`,
+//!   `Infinity`, `2015-07-15 10:15:00`), `weir_round_for_int(x)` rounds a numeric (half away
+//!   from zero) or float (half to even) before a cast to an integer, as Postgres does: both
+//!   put in by the analyzer rule (`catalog/pg_semantics.rs`).
 //!
 //! [`PgFunction`] (a closure over whole argument arrays) is the one way functions are
 //! defined here and in `catalog/functions.rs`.
@@ -123,7 +126,8 @@ fn immutable(
     }
 }
 
-pub const ARRAY_TEXT: &str = "weir_array_text";
+pub const TEXT_OUT: &str = "weir_text_out";
+pub const ROUND_FOR_INT: &str = "weir_round_for_int";
 pub const INTERVAL_KEY: &str = "weir_interval_key";
 pub const CANONICAL_NAN: &str = "weir_canonical_nan";
 pub const ANY_OP: &str = "weir_any_op";
@@ -177,10 +181,31 @@ fn definitions() -> Vec<PgFunction> {
             parse_ident,
         ),
         immutable(
-            ARRAY_TEXT,
+            TEXT_OUT,
             TypeSignature::Any(1),
             |_| DataType::Utf8,
             |args, _| Ok(Arc::new(text_values(&args[0])?)),
+        ),
+        immutable(
+            ROUND_FOR_INT,
+            TypeSignature::Any(1),
+            |t| t.first().cloned().unwrap_or(DataType::Float64),
+            |args, _| round_for_int(&args[0]),
+        ),
+        immutable(
+            "abs",
+            TypeSignature::Any(1),
+            |t| match t.first() {
+                Some(t) if t.is_numeric() => t.clone(),
+                _ => DataType::Float64,
+            },
+            |args, _| abs(&args[0]),
+        ),
+        immutable(
+            "array_length",
+            TypeSignature::Any(2),
+            |_| DataType::Int32,
+            array_length,
         ),
         immutable(
             INTERVAL_KEY,
@@ -199,7 +224,11 @@ fn definitions() -> Vec<PgFunction> {
             STAR_OVER_USING,
             TypeSignature::Nullary,
             |_| DataType::Boolean,
-            |_, rows| Ok(Arc::new(datafusion::arrow::array::BooleanArray::new_null(rows))),
+            |_, rows| {
+                Ok(Arc::new(datafusion::arrow::array::BooleanArray::new_null(
+                    rows,
+                )))
+            },
         ),
         immutable(
             "to_char",
@@ -231,14 +260,22 @@ pub fn canonical_nan_array(a: &ArrayRef) -> ArrayRef {
     match a.data_type() {
         DataType::Float64 => {
             let p = a.as_primitive::<Float64Type>();
-            if !p.values().iter().any(|v| v.is_nan() && v.is_sign_negative()) {
+            if !p
+                .values()
+                .iter()
+                .any(|v| v.is_nan() && v.is_sign_negative())
+            {
                 return a.clone();
             }
             Arc::new(p.unary::<_, Float64Type>(|v| if v.is_nan() { f64::NAN } else { v }))
         }
         DataType::Float32 => {
             let p = a.as_primitive::<Float32Type>();
-            if !p.values().iter().any(|v| v.is_nan() && v.is_sign_negative()) {
+            if !p
+                .values()
+                .iter()
+                .any(|v| v.is_nan() && v.is_sign_negative())
+            {
                 return a.clone();
             }
             Arc::new(p.unary::<_, Float32Type>(|v| if v.is_nan() { f32::NAN } else { v }))
@@ -320,7 +357,25 @@ fn any_op(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
             (offsets[i + 1] - offsets[i]) as usize,
         ));
     }
-    let needle = cast(&args[0], values.data_type())?;
+    let numeric = |t: &DataType| t.is_numeric();
+    let textual =
+        |t: &DataType| matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View);
+    let (nt, vt) = (args[0].data_type(), values.data_type());
+    if (numeric(nt) && textual(vt)) || (textual(nt) && numeric(vt)) {
+        return Err(pg_error(
+            sqlstate::UNDEFINED_FUNCTION,
+            format!(
+                "operator does not exist: {} {op} {}",
+                if numeric(nt) { "integer" } else { "text" },
+                if numeric(vt) { "integer" } else { "text" }
+            ),
+        ));
+    }
+    // compare in the type both sides coerce to (a bigint with an integer[]: as bigints)
+    let common = datafusion::logical_expr::type_coercion::binary::comparison_coercion(nt, vt)
+        .unwrap_or_else(|| vt.clone());
+    let values = cast(&values, &common)?;
+    let needle = cast(&args[0], &common)?;
     let needle = take(&needle, &UInt32Array::from(idx), None)?;
     let r = match op {
         "=" => cmp::eq(&needle, &values)?,
@@ -341,10 +396,7 @@ fn any_op(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
             if list.is_null(i) {
                 return None;
             }
-            let (s, e) = (
-                offsets[i] as usize - base,
-                offsets[i + 1] as usize - base,
-            );
+            let (s, e) = (offsets[i] as usize - base, offsets[i + 1] as usize - base);
             let mut unknown = false;
             for j in s..e {
                 match (r.is_null(j), r.value(j)) {
@@ -354,6 +406,141 @@ fn any_op(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
                 }
             }
             if unknown { None } else { Some(all) }
+        })
+        .collect();
+    Ok(Arc::new(out))
+}
+
+/// Numeric half away from zero, floats half to even: what Postgres does casting to an integer.
+fn round_for_int(a: &ArrayRef) -> DfResult<ArrayRef> {
+    use datafusion::arrow::datatypes::{Decimal128Type, Float32Type, Float64Type};
+    Ok(match a.data_type() {
+        DataType::Float64 => Arc::new(
+            a.as_primitive::<Float64Type>()
+                .unary::<_, Float64Type>(f64::round_ties_even),
+        ),
+        DataType::Float32 => Arc::new(
+            a.as_primitive::<Float32Type>()
+                .unary::<_, Float32Type>(f32::round_ties_even),
+        ),
+        DataType::Decimal128(p, s) if *s > 0 => {
+            let d = 10i128.pow(*s as u32);
+            Arc::new(
+                a.as_primitive::<Decimal128Type>()
+                    .unary::<_, Decimal128Type>(|v| {
+                        let r = (v.abs() + d / 2) / d * d;
+                        if v < 0 { -r } else { r }
+                    })
+                    .with_precision_and_scale(*p, *s)?,
+            )
+        }
+        _ => a.clone(),
+    })
+}
+
+/// `abs(x)`, of an integer type raising 22003 for its minimum as Postgres does.
+fn abs(a: &ArrayRef) -> DfResult<ArrayRef> {
+    use datafusion::arrow::datatypes::{
+        Decimal128Type, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type,
+    };
+    let range = |name: &str| {
+        pg_error(
+            sqlstate::NUMERIC_VALUE_OUT_OF_RANGE,
+            format!("{name} out of range"),
+        )
+    };
+    Ok(match a.data_type() {
+        DataType::Int8 => Arc::new(
+            a.as_primitive::<Int8Type>()
+                .try_unary::<_, Int8Type, _>(|v| {
+                    v.checked_abs().ok_or_else(|| range("smallint"))
+                })?,
+        ),
+        DataType::Int16 => Arc::new(
+            a.as_primitive::<Int16Type>()
+                .try_unary::<_, Int16Type, _>(|v| {
+                    v.checked_abs().ok_or_else(|| range("smallint"))
+                })?,
+        ),
+        DataType::Int32 => Arc::new(
+            a.as_primitive::<Int32Type>()
+                .try_unary::<_, Int32Type, _>(|v| {
+                    v.checked_abs().ok_or_else(|| range("integer"))
+                })?,
+        ),
+        DataType::Int64 => Arc::new(
+            a.as_primitive::<Int64Type>()
+                .try_unary::<_, Int64Type, _>(|v| v.checked_abs().ok_or_else(|| range("bigint")))?,
+        ),
+        DataType::Float32 => Arc::new(
+            a.as_primitive::<Float32Type>()
+                .unary::<_, Float32Type>(f32::abs),
+        ),
+        DataType::Float64 => Arc::new(
+            a.as_primitive::<Float64Type>()
+                .unary::<_, Float64Type>(f64::abs),
+        ),
+        DataType::Decimal128(p, s) => Arc::new(
+            a.as_primitive::<Decimal128Type>()
+                .unary::<_, Decimal128Type>(i128::abs)
+                .with_precision_and_scale(*p, *s)?,
+        ),
+        t if t.is_unsigned_integer() => a.clone(),
+        DataType::Null => a.clone(),
+        _ => abs(&cast(a, &DataType::Float64)?)?,
+    })
+}
+
+/// `array_length(a, dim)`: NULL for an empty array or a dimension it does not have.
+fn array_length(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
+    use datafusion::arrow::array::Int32Array;
+    let dims = cast(&args[1], &DataType::Int64)?;
+    let dims = dims.as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+    let list = match args[0].data_type() {
+        DataType::Null => return Ok(Arc::new(Int32Array::new_null(rows))),
+        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
+            cast(&args[0], &DataType::LargeList(f.clone()))?
+        }
+        other => {
+            return Err(pg_error(
+                sqlstate::UNDEFINED_FUNCTION,
+                format!("function array_length({other}, integer) does not exist"),
+            ));
+        }
+    };
+    fn length_at(a: &dyn Array, i: usize, dim: i64) -> Option<i32> {
+        let l = a.as_list_opt::<i64>()?;
+        if l.is_null(i) {
+            return None;
+        }
+        let (s, e) = (
+            l.value_offsets()[i] as usize,
+            l.value_offsets()[i + 1] as usize,
+        );
+        if s == e {
+            return None;
+        }
+        if dim == 1 {
+            return Some((e - s) as i32);
+        }
+        let inner = cast(
+            l.values(),
+            &DataType::LargeList(match l.values().data_type() {
+                DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
+                    f.clone()
+                }
+                _ => return None,
+            }),
+        )
+        .ok()?;
+        length_at(inner.as_ref(), s, dim - 1)
+    }
+    let out: Int32Array = (0..rows)
+        .map(|i| {
+            if dims.is_null(i) || dims.value(i) < 1 {
+                return None;
+            }
+            length_at(list.as_ref(), i, dims.value(i))
         })
         .collect();
     Ok(Arc::new(out))
@@ -523,11 +710,7 @@ fn regexp_replace(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
             "function regexp_replace takes (text, pattern, replacement [, flags])",
         ));
     }
-    let (s, p, r) = (
-        strings(&args[0])?,
-        strings(&args[1])?,
-        strings(&args[2])?,
-    );
+    let (s, p, r) = (strings(&args[0])?, strings(&args[1])?, strings(&args[2])?);
     let flags = flags_at(args, 3)?;
     let mut pats = Patterns::default();
     let mut out = StringBuilder::new();
@@ -684,13 +867,19 @@ mod tests {
 
     #[test]
     fn identifiers_split_as_postgres() {
-        assert_eq!(split_ident("a.b", true).ok(), Some(vec!["a".into(), "b".into()]));
+        assert_eq!(
+            split_ident("a.b", true).ok(),
+            Some(vec!["a".into(), "b".into()])
+        );
         assert_eq!(
             split_ident("\"SomeSchema\".someTable", true).ok(),
             Some(vec!["SomeSchema".into(), "sometable".into()])
         );
         assert!(split_ident("a.b c", true).is_err());
-        assert_eq!(split_ident("a.b c", false).ok(), Some(vec!["a".into(), "b".into()]));
+        assert_eq!(
+            split_ident("a.b c", false).ok(),
+            Some(vec!["a".into(), "b".into()])
+        );
         assert!(split_ident("a.", true).is_err());
     }
 }

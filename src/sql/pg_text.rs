@@ -270,7 +270,6 @@ pub fn interval_text(b: &mut BytesMut, months: i32, days: i32, micros: i64) {
     b.put_slice(parts.join(" ").as_bytes());
 }
 
-
 /// Each value of a column in Postgres' text form (its output function), NULL for NULL:
 /// what `concat`, `format`-like functions and a cast of an array to text show.
 pub fn text_values(

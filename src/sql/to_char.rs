@@ -247,10 +247,9 @@ const DT_KEYS: &[&str] = &[
     "sssss", "SSSS", "ssss", "YYYY", "yyyy", "DAY", "Day", "day", "DDD", "ddd", "FF1", "FF2",
     "FF3", "FF4", "FF5", "FF6", "ff1", "ff2", "ff3", "ff4", "ff5", "ff6", "IYY", "iyy", "MON",
     "Mon", "mon", "TZH", "tzh", "TZM", "tzm", "YYY", "yyy", "AD", "ad", "AM", "am", "BC", "bc",
-    "CC", "cc", "DD", "dd", "DY", "Dy", "dy", "HH", "hh", "ID", "id", "IW", "iw", "IY", "iy",
-    "MI", "mi", "MM", "mm", "MS", "ms", "OF", "of", "PM", "pm", "RM", "rm", "SS", "ss", "TZ",
-    "tz", "US", "us", "WW", "ww", "YY", "yy", "D", "d", "I", "i", "J", "j", "Q", "q", "W", "w",
-    "Y", "y",
+    "CC", "cc", "DD", "dd", "DY", "Dy", "dy", "HH", "hh", "ID", "id", "IW", "iw", "IY", "iy", "MI",
+    "mi", "MM", "mm", "MS", "ms", "OF", "of", "PM", "pm", "RM", "rm", "SS", "ss", "TZ", "tz", "US",
+    "us", "WW", "ww", "YY", "yy", "D", "d", "I", "i", "J", "j", "Q", "q", "W", "w", "Y", "y",
 ];
 
 fn ordinal(n: i64, upper: bool) -> &'static str {
@@ -386,7 +385,11 @@ fn format_datetime(tm: &Tm, template: &str) -> DfResult<String> {
             "YY" => num(&mut out, tm.shown_year() % 100, 2),
             "Y" => num(&mut out, tm.shown_year() % 10, 1),
             "IYYY" => num(&mut out, iso.map(|w| w.year() as i64).unwrap_or(0), 4),
-            "IYY" => num(&mut out, iso.map(|w| w.year() as i64 % 1000).unwrap_or(0), 3),
+            "IYY" => num(
+                &mut out,
+                iso.map(|w| w.year() as i64 % 1000).unwrap_or(0),
+                3,
+            ),
             "IY" => num(&mut out, iso.map(|w| w.year() as i64 % 100).unwrap_or(0), 2),
             "I" => num(&mut out, iso.map(|w| w.year() as i64 % 10).unwrap_or(0), 1),
             "BC" | "AD" | "B.C." | "A.D." => {
@@ -859,11 +862,7 @@ fn format_number(n: Num, template: &str) -> DfResult<String> {
             } else {
                 ' '
             }),
-            NTok::Plus => out.push(if negative {
-                '-'
-            } else {
-                '+'
-            }),
+            NTok::Plus => out.push(if negative { '-' } else { '+' }),
             NTok::SignAny => out.push(if negative { '-' } else { '+' }),
             NTok::Angle => {
                 if negative {

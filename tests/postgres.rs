@@ -1,0 +1,399 @@
+//! Weir against a real PostgreSQL 15 the test starts itself (`initdb` + `pg_ctl` on a temp
+//! dir and a free port, as the `postgres` user when the tests run as root; stopped and
+//! removed on drop):
+//!
+//! - `sql-tests/postgres_exact.slt` run against Postgres, which proves its expected outputs
+//!   are Postgres' own (tests/slt.rs runs the same file against Weir);
+//! - a differential test: a few hundred generated scalar expressions (arithmetic with
+//!   overflow, casts, intervals, text functions, arrays, NULLs) through both, comparing the
+//!   text results (or that both refuse); it prints its seed and the first difference.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+
+use crate::harness::TestServer;
+
+const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
+
+pub struct Postgres {
+    dir: PathBuf,
+    port: u16,
+    as_postgres_user: bool,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+impl Postgres {
+    pub fn start() -> Postgres {
+        assert!(
+            Path::new(PG_BIN).join("postgres").exists(),
+            "PostgreSQL 15 is not installed at {PG_BIN} (make deps installs postgresql-15)"
+        );
+        let as_postgres_user = unsafe_is_root();
+        let dir = tempfile::Builder::new()
+            .prefix("weir-pg-")
+            .tempdir()
+            .expect("temp dir")
+            .keep();
+        let port = free_port();
+        let pg = Postgres {
+            dir,
+            port,
+            as_postgres_user,
+        };
+        if as_postgres_user {
+            let ok = Command::new("chown")
+                .args(["-R", "postgres"])
+                .arg(&pg.dir)
+                .status()
+                .expect("chown")
+                .success();
+            assert!(ok, "chown the Postgres temp dir");
+        }
+        let data = pg.dir.join("data");
+        pg.run(&format!(
+            "{PG_BIN}/initdb -D {} -A trust -U postgres --no-sync -E UTF8 --locale=C.UTF-8 >{}/initdb.log 2>&1",
+            data.display(),
+            pg.dir.display()
+        ));
+        pg.run(&format!(
+            "{PG_BIN}/pg_ctl -D {} -w -t 60 -l {}/log -o \"-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c TimeZone=UTC -c DateStyle='ISO, MDY' -c IntervalStyle=postgres -c extra_float_digits=1\" start >/dev/null",
+            data.display(),
+            pg.dir.display(),
+            pg.dir.display()
+        ));
+        pg
+    }
+
+    fn run(&self, cmd: &str) {
+        let status = if self.as_postgres_user {
+            Command::new("su").args(["postgres", "-c", cmd]).status()
+        } else {
+            Command::new("sh").args(["-c", cmd]).status()
+        }
+        .expect("run a Postgres command");
+        assert!(
+            status.success(),
+            "`{cmd}` failed; log: {}",
+            std::fs::read_to_string(self.dir.join("log"))
+                .or_else(|_| std::fs::read_to_string(self.dir.join("initdb.log")))
+                .unwrap_or_default()
+        );
+    }
+
+    pub fn conn_string(&self) -> String {
+        format!(
+            "host=127.0.0.1 port={} user=postgres dbname=postgres",
+            self.port
+        )
+    }
+
+    pub async fn connect(&self) -> Client {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match tokio_postgres::connect(&self.conn_string(), NoTls).await {
+                Ok((client, conn)) => {
+                    tokio::spawn(async move {
+                        let _ = conn.await;
+                    });
+                    return client;
+                }
+                Err(e) if Instant::now() < deadline => {
+                    let _ = e;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("connect to Postgres: {e}"),
+            }
+        }
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let cmd = format!(
+            "{PG_BIN}/pg_ctl -D {}/data -m immediate stop >/dev/null 2>&1",
+            self.dir.display()
+        );
+        let _ = if self.as_postgres_user {
+            Command::new("su").args(["postgres", "-c", &cmd]).status()
+        } else {
+            Command::new("sh").args(["-c", &cmd]).status()
+        };
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Postgres refuses to run as root: then its commands run as the `postgres` user.
+fn unsafe_is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_exact_slt_is_what_postgres_answers() {
+    let pg = Postgres::start();
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("sql-tests/postgres_exact.slt");
+    let text = std::fs::read_to_string(&path).expect("read the slt file");
+    crate::slt::run_script(
+        pg.conn_string(),
+        &text,
+        "postgres_exact.slt on PostgreSQL 15",
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// One result as text: the rows' values joined, or the error's SQLSTATE class.
+async fn answer(c: &Client, sql: &str) -> String {
+    match c.simple_query(sql).await {
+        Ok(msgs) => {
+            let mut out = Vec::new();
+            for m in msgs {
+                if let SimpleQueryMessage::Row(r) = m {
+                    out.push(
+                        (0..r.len())
+                            .map(|i| r.get(i).unwrap_or("NULL").to_owned())
+                            .collect::<Vec<_>>()
+                            .join("|"),
+                    );
+                }
+            }
+            out.join("\n")
+        }
+        Err(e) => format!(
+            "ERROR {}",
+            e.as_db_error()
+                .map(|d| d.code().code()[..2].to_owned())
+                .unwrap_or_else(|| "connection".into())
+        ),
+    }
+}
+
+/// Whether two answers differ only in how many trailing fraction zeros numbers have.
+fn same_numbers(a: &str, b: &str) -> bool {
+    let fields = |s: &str| -> Vec<String> { s.split(['|', '\n']).map(str::to_owned).collect() };
+    let (fa, fb) = (fields(a), fields(b));
+    let norm = |x: &str| -> Option<String> {
+        let (int, frac) = x.split_once('.')?;
+        if !int
+            .trim_start_matches('-')
+            .bytes()
+            .all(|c| c.is_ascii_digit())
+            || !frac.bytes().all(|c| c.is_ascii_digit())
+        {
+            return None;
+        }
+        let frac = frac.trim_end_matches('0');
+        Some(if frac.is_empty() {
+            int.to_owned()
+        } else {
+            format!("{int}.{frac}")
+        })
+    };
+    fa.len() == fb.len()
+        && fa.iter().zip(&fb).all(|(x, y)| {
+            x == y || matches!((norm(x).or(Some(x.clone())), norm(y).or(Some(y.clone()))), (Some(p), Some(q)) if p == q)
+        })
+}
+
+/// A small deterministic generator (xorshift), so a seed reproduces a run.
+struct Gen(u64);
+
+impl Gen {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn pick<'a>(&mut self, xs: &[&'a str]) -> &'a str {
+        xs[(self.next() % xs.len() as u64) as usize]
+    }
+    fn int(&mut self) -> String {
+        self.pick(&[
+            "0",
+            "1",
+            "-1",
+            "7",
+            "-13",
+            "42",
+            "2147483647",
+            "-2147483648",
+            "9223372036854775807",
+            "NULL::int",
+            "3::smallint",
+            "100000::bigint",
+        ])
+        .to_owned()
+    }
+    fn num(&mut self) -> String {
+        self.pick(&[
+            "1.5",
+            "-0.25",
+            "10.00",
+            "3.14159",
+            "1e3",
+            "2.5e-2",
+            "0.0",
+            "NULL::numeric",
+            "123.456",
+        ])
+        .to_owned()
+    }
+    fn float(&mut self) -> String {
+        self.pick(&[
+            "1.5::float8",
+            "'NaN'::float8",
+            "'-Infinity'::float8",
+            "0.1::float8",
+            "-2.5::float8",
+            "1e300::float8",
+            "3::real",
+            "NULL::float8",
+        ])
+        .to_owned()
+    }
+    fn text(&mut self) -> String {
+        self.pick(&[
+            "'abc'",
+            "'Hello World'",
+            "''",
+            "NULL::text",
+            "'a,b,,c'",
+            "'  pad  '",
+            "'héllo'",
+            "'123'",
+        ])
+        .to_owned()
+    }
+    fn interval(&mut self) -> String {
+        self.pick(&[
+            "interval '1 day'",
+            "interval '24 hours'",
+            "interval '1 mon'",
+            "interval '30 days'",
+            "interval '1 year 2 mons 3 days 04:05:06'",
+            "interval '-1 day'",
+            "interval '527:59:59'",
+            "interval '90 minutes'",
+            "NULL::interval",
+        ])
+        .to_owned()
+    }
+    fn array(&mut self) -> String {
+        self.pick(&[
+            "array[1,2,3]",
+            "array[1,NULL,3]",
+            "array[]::int[]",
+            "array['a','b']",
+            "array[NULL::int]",
+            "'{4,5}'::int[]",
+            "NULL::int[]",
+        ])
+        .to_owned()
+    }
+    fn expr(&mut self) -> String {
+        let (i, j) = (self.int(), self.int());
+        let (n, m) = (self.num(), self.num());
+        let (f, g) = (self.float(), self.float());
+        let (s, t) = (self.text(), self.text());
+        let (v, w) = (self.interval(), self.interval());
+        let a = self.array();
+        let cmp = self.pick(&["=", "<>", "<", "<=", ">", ">="]);
+        let arith = self.pick(&["+", "-", "*"]);
+        match self.next() % 30 {
+            0 => format!("{i} {arith} {j}"),
+            1 => format!("{i} / NULLIF({j}, 0)"),
+            2 => format!("{n} {arith} {m}"),
+            3 => format!("{i} {cmp} {j}"),
+            4 => format!("{f} {cmp} {g}"),
+            5 => format!("{v} {cmp} {w}"),
+            6 => format!("{v} + {w}"),
+            7 => format!("({i})::text"),
+            8 => format!("({n})::int"),
+            9 => format!("({f})::text"),
+            10 => format!("length({s})"),
+            11 => format!("upper({s}) || lower({t})"),
+            12 => format!("concat_ws('-', {s}, {i}, {n}, true)"),
+            13 => format!("coalesce({s}, {t}, 'x')"),
+            14 => format!("{s} {cmp} {t}"),
+            15 => format!("substr({s}, 2, 3)"),
+            16 => format!("replace({s}, 'l', 'L')"),
+            17 => format!("position('b' in {s})"),
+            18 => format!("{i} {cmp} ANY({a})"),
+            19 => format!("cardinality({a})"),
+            20 => format!("({a})[2]"),
+            21 => format!("array_length({a}, 1)"),
+            22 => format!("{a}::text"),
+            23 => format!("abs({i})"),
+            24 => format!("-({i})"),
+            25 => format!("{i} % NULLIF({j}, 0)"),
+            26 => format!("CASE WHEN {i} {cmp} {j} THEN {s} ELSE {t} END"),
+            27 => format!("{i} IS DISTINCT FROM {j}"),
+            28 => format!("trim({s})"),
+            _ => format!("greatest({i}, {j}), least({n}, {m})"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scalar_expressions_match_postgres() {
+    let seed: u64 = std::env::var("WEIR_PG_DIFF_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+                | 1
+        });
+    println!("scalar differential seed: {seed} (WEIR_PG_DIFF_SEED={seed} repeats it)");
+    let pg = Postgres::start();
+    let weir = TestServer::start();
+    let (p, w) = (pg.connect().await, weir.connect().await);
+    let mut g = Gen(seed);
+    let mut differences = Vec::new();
+    let mut scale_only = Vec::new();
+    let n = 400;
+    for _ in 0..n {
+        let e = g.expr();
+        let sql = format!("SELECT {e}");
+        let (a, b) = (answer(&p, &sql).await, answer(&w, &sql).await);
+        if a == b {
+            continue;
+        }
+        let line = format!("{sql}\n  postgres: {a}\n  weir:     {b}");
+        if same_numbers(&a, &b) {
+            scale_only.push(line);
+        } else {
+            differences.push(line);
+        }
+    }
+    // A known gap, counted and shown rather than hidden: Weir's numeric has one scale per
+    // column (Arrow decimals), Postgres' one per value, so `least(0.0, 3.14159)` is
+    // `0.00000` here and `0.0` there. The values must still be equal.
+    println!(
+        "{} of {n} answers equal in value but printed with another numeric scale:\n{}",
+        scale_only.len(),
+        scale_only.join("\n")
+    );
+    assert!(
+        differences.is_empty(),
+        "seed {seed}: {} of {n} expressions differ; the first:\n{}\n\nall of them:\n{}",
+        differences.len(),
+        differences[0],
+        differences.join("\n")
+    );
+}
