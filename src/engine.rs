@@ -2,6 +2,7 @@
 //! session. The wire protocol lives in `server`; this is what it calls.
 
 mod client;
+mod returning;
 pub use client::CopyRows;
 pub mod security;
 mod sinks;
@@ -271,6 +272,15 @@ impl Engine {
         // refuses at Parse)
         self.check_privileges(session, &parsed.stmt)?;
         match &parsed.stmt {
+            Statement::Dml(q) if returning::has_returning(q) => {
+                let mut q = (**q).clone();
+                let r = returning::take_returning(&mut q)
+                    .ok_or_else(|| WeirError::internal("RETURNING disappeared"))?;
+                let plan = self.plan_ast(session, &q).await?;
+                let params = parameter_types(&plan)?;
+                let shown = self.returning_plan(session, &r).await?;
+                Ok((params, Some(self.result_schema(&shown))))
+            }
             Statement::Query(q) | Statement::Dml(q) => {
                 let plan = self.plan_ast(session, q).await?;
                 let params = parameter_types(&plan)?;
@@ -691,12 +701,10 @@ impl Engine {
         q: &ast::Statement,
         params: Option<ParamValues>,
     ) -> Result<Output> {
+        if returning::has_returning(q) {
+            return self.execute_returning(session, q, params).await;
+        }
         if let ast::Statement::Insert(ins) = q {
-            if ins.returning.is_some() {
-                return Err(WeirError::not_supported(
-                    "INSERT ... RETURNING is not supported",
-                ));
-            }
             if ins.on.is_some() {
                 return Err(WeirError::not_supported(
                     "INSERT ... ON CONFLICT is not supported",
@@ -719,6 +727,56 @@ impl Engine {
                 }
             }
         }
+        let d = self.plan_dml(session, q, params).await?;
+        self.apply(session, &d.table, d.change, d.verb).await
+    }
+
+    /// A DML statement with RETURNING: the change, applied, then the list over its rows.
+    async fn execute_returning(
+        &self,
+        session: &mut Session,
+        q: &ast::Statement,
+        params: Option<ParamValues>,
+    ) -> Result<Output> {
+        let mut q = q.clone();
+        let r = returning::take_returning(&mut q)
+            .ok_or_else(|| WeirError::internal("RETURNING disappeared"))?;
+        // a bad RETURNING list fails before anything is written
+        self.returning_plan(session, &r).await?;
+        let PlannedDml {
+            table,
+            change,
+            verb,
+            _writer,
+        } = self.plan_dml(session, &q, params).await?;
+        let written = match &change {
+            Change::Insert(b) => b.clone(),
+            Change::Update { new, .. } => new.clone(),
+            Change::Delete(b) => b.clone(),
+            _ => vec![],
+        };
+        self.apply(session, &table, change, verb).await?;
+        drop(_writer);
+        let (schema, batches) = self.returning_rows(session, &r, written).await?;
+        Ok(Output::Batches {
+            schema,
+            batches,
+            tag: match verb {
+                "INSERT" => "INSERT 0",
+                "UPDATE" => "UPDATE",
+                _ => "DELETE",
+            },
+        })
+    }
+
+    /// Plan a DML statement into the change it makes (the rows it reads are read under the
+    /// table's writer lock, which the caller holds while it applies them).
+    async fn plan_dml(
+        &self,
+        session: &mut Session,
+        q: &ast::Statement,
+        params: Option<ParamValues>,
+    ) -> Result<PlannedDml> {
         let mut q = q.clone();
         self.normalize_insert_literals(&mut q);
         let plan = self.plan_ast(session, &q).await?;
@@ -758,14 +816,19 @@ impl Engine {
             return Err(append_only_error(&name, verb));
         }
         // one writer per table at a time: the rows a statement reads are the rows it changes
-        let _writer = lock_writer(session, &table).await?;
+        let writer = lock_writer(session, &table).await?;
         // reading the rows to change may stop anywhere; applying them may not
         let interrupt = session.interrupt.clone();
         let change = tokio::select! {
             c = plan_change(&session.ctx, &dml, &table) => c?,
             _ = interrupt.cancelled() => return Err(interrupt.error()),
         };
-        self.apply(session, &table, change, verb).await
+        Ok(PlannedDml {
+            table,
+            change,
+            verb,
+            _writer: writer,
+        })
     }
 
     /// A large literal INSERT read without a syntax tree (`sql::bulk_insert`); the general
@@ -1263,6 +1326,14 @@ impl Engine {
 
 /// The writer lock of a table for a statement of `session`, waiting at most its
 /// `lock_timeout` (55P03), and stopping when the statement is canceled or times out.
+/// A DML statement's change, planned while its table's writer lock is held.
+struct PlannedDml {
+    table: Arc<TableStore>,
+    change: Change,
+    verb: &'static str,
+    _writer: tokio::sync::OwnedMutexGuard<()>,
+}
+
 pub(crate) async fn lock_writer(
     session: &Session,
     table: &TableStore,

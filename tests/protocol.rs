@@ -241,7 +241,8 @@ async fn named_statements_portals_and_errors() {
     assert_eq!(sqlstate(&err), "42601");
     let err = c.prepare("SELECT * FROM nosuch").await.unwrap_err();
     assert_eq!(sqlstate(&err), "42P01");
-    let err = c.query("SELECT 1 / $1", &[&0i64]).await.unwrap_err();
+    // 1 is an integer, so $1 is one too, as in Postgres
+    let err = c.query("SELECT 1 / $1", &[&0i32]).await.unwrap_err();
     assert_eq!(sqlstate(&err), "22012");
     let err = c.prepare("SELECT 1; SELECT 2").await.unwrap_err();
     assert_eq!(sqlstate(&err), "42601");
