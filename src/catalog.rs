@@ -130,6 +130,9 @@ pub struct RelationDesc {
     /// Granted privileges (`relacl`); None: the owner's default, everything to the owner.
     #[serde(default)]
     pub acl: Option<Vec<roles::AclItem>>,
+    /// Column `DEFAULT` expressions (column name, SQL text), used by INSERT.
+    #[serde(default)]
+    pub defaults: Vec<(String, String)>,
 }
 
 fn bootstrap_owner() -> u32 {

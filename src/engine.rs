@@ -701,6 +701,14 @@ impl Engine {
         q: &ast::Statement,
         params: Option<ParamValues>,
     ) -> Result<Output> {
+        let filled;
+        let q = match self.fill_defaults(q)? {
+            Some(f) => {
+                filled = f;
+                &filled
+            }
+            None => q,
+        };
         if returning::has_returning(q) {
             return self.execute_returning(session, q, params).await;
         }
@@ -853,7 +861,13 @@ impl Engine {
             )
         })?;
         refuse_connector_table(&entry.desc, "INSERT into")?;
-        match crate::plan::insert_values::scanned_rows(scan, &entry.desc)? {
+        // a table with column defaults takes the general path, which fills them
+        let rows = if entry.desc.defaults.is_empty() {
+            crate::plan::insert_values::scanned_rows(scan, &entry.desc)?
+        } else {
+            None
+        };
+        match rows {
             Some(batch) => {
                 let _writer = lock_writer(session, &table).await?;
                 self.apply(session, &table, Change::Insert(vec![batch]), "INSERT")
@@ -1127,6 +1141,7 @@ impl Engine {
                 append_only: true,
                 owner,
                 acl: None,
+                defaults: vec![],
             })
         })?;
         if created {
@@ -1219,6 +1234,11 @@ impl Engine {
                 append_only: ct.append_only,
                 owner,
                 acl: None,
+                defaults: ct
+                    .columns
+                    .iter()
+                    .filter_map(|c| c.default.clone().map(|d| (c.name.clone(), d)))
+                    .collect(),
             })
         })?;
         if created {
@@ -1326,6 +1346,123 @@ impl Engine {
 
 /// The writer lock of a table for a statement of `session`, waiting at most its
 /// `lock_timeout` (55P03), and stopping when the statement is canceled or times out.
+impl Engine {
+    /// An INSERT with its table's column defaults made explicit: `DEFAULT` in VALUES and
+    /// the columns it leaves out get their `DEFAULT` expression (NULL without one), as
+    /// Postgres fills them. None when nothing changes.
+    fn fill_defaults(&self, q: &ast::Statement) -> Result<Option<ast::Statement>> {
+        let ast::Statement::Insert(ins) = q else {
+            return Ok(None);
+        };
+        let ast::TableObject::TableName(n) = &ins.table else {
+            return Ok(None);
+        };
+        let Some(entry) = crate::sql::parser::relation_name(n)
+            .ok()
+            .and_then(|n| self.catalog.get(&n))
+        else {
+            return Ok(None);
+        };
+        let is_default = |e: &ast::Expr| {
+            matches!(e, ast::Expr::Identifier(id) if id.quote_style.is_none() && id.value.eq_ignore_ascii_case("default"))
+        };
+        let values_use_default = ins.source.as_ref().is_some_and(|src| {
+            matches!(src.body.as_ref(), ast::SetExpr::Values(v) if v.rows.iter().flat_map(|r| r.content.iter()).any(is_default))
+        });
+        let defaults = &entry.desc.defaults;
+        if defaults.is_empty() && !values_use_default {
+            return Ok(None);
+        }
+        let default_of = |col: &str| -> Result<ast::Expr> {
+            match defaults.iter().find(|(c, _)| c == col) {
+                Some((_, text)) => crate::sql::parser::parse_expr_text(text),
+                None => Ok(ast::Expr::value(ast::Value::Null)),
+            }
+        };
+        let mut ins = ins.clone();
+        let table_cols: Vec<String> = entry.desc.columns.iter().map(|c| c.name.clone()).collect();
+        let Some(src) = ins.source.as_mut() else {
+            return Ok(None);
+        };
+        let width = match src.body.as_ref() {
+            ast::SetExpr::Values(v) => v.rows.first().map(|r| r.content.len()).unwrap_or(0),
+            _ => ins.columns.len(),
+        };
+        let named: Vec<String> = if ins.columns.is_empty() {
+            table_cols.iter().take(width).cloned().collect()
+        } else {
+            ins.columns
+                .iter()
+                .map(|c| crate::sql::parser::relation_name(c).unwrap_or_else(|_| c.to_string()))
+                .collect()
+        };
+        let missing: Vec<String> = defaults
+            .iter()
+            .map(|(c, _)| c.clone())
+            .filter(|c| !named.contains(c))
+            .collect();
+        match src.body.as_mut() {
+            ast::SetExpr::Values(v) => {
+                for row in v.rows.iter_mut() {
+                    for (k, e) in row.content.iter_mut().enumerate() {
+                        if is_default(e) {
+                            *e = default_of(named.get(k).map(String::as_str).unwrap_or(""))?;
+                        }
+                    }
+                    for c in &missing {
+                        row.content.push(default_of(c)?);
+                    }
+                }
+            }
+            _ if missing.is_empty() => {}
+            _ if ins.columns.is_empty() => {
+                // INSERT ... SELECT without a column list fills columns by position
+                return Ok(None);
+            }
+            _ => {
+                // INSERT (cols) SELECT ...: the defaults after the query's columns
+                let extra: Vec<String> = missing
+                    .iter()
+                    .map(|c| default_of(c).map(|e| e.to_string()))
+                    .collect::<Result<_>>()?;
+                let inner: Vec<String> = (0..named.len()).map(|k| format!("weir_c{k}")).collect();
+                let extra: Vec<String> = extra
+                    .iter()
+                    .enumerate()
+                    .map(|(k, e)| format!("{e} AS weir_d{k}"))
+                    .collect();
+                let sql = format!(
+                    "SELECT *, {} FROM ({}) AS weir_insert_source({})",
+                    extra.join(", "),
+                    src,
+                    inner.join(", ")
+                );
+                let parsed = crate::sql::parser::parse_tree(&sql, usize::MAX)?;
+                let Some(Statement::Query(qq)) = parsed.into_iter().next().map(|p| p.stmt) else {
+                    return Err(WeirError::internal("default-filling query did not parse"));
+                };
+                let ast::Statement::Query(qq) = *qq else {
+                    return Err(WeirError::internal("default-filling query is not a query"));
+                };
+                *src = qq;
+            }
+        }
+        if !missing.is_empty() {
+            if ins.columns.is_empty() {
+                ins.columns = named
+                    .iter()
+                    .map(|c| ast::ObjectName::from(vec![ast::Ident::with_quote('"', c.clone())]))
+                    .collect();
+            }
+            for c in &missing {
+                ins.columns
+                    .push(ast::ObjectName::from(vec![ast::Ident::with_quote('"', c.clone())]));
+            }
+        }
+        Ok(Some(ast::Statement::Insert(ins)))
+    }
+}
+
 /// A DML statement's change, planned while its table's writer lock is held.
 struct PlannedDml {
     table: Arc<TableStore>,

@@ -114,6 +114,7 @@ impl Engine {
                         append_only: view.desc.append_only,
                         owner: session.role(),
                         acl: None,
+                        defaults: vec![],
                     })
                 })?;
             }

@@ -205,6 +205,7 @@ impl Engine {
                 append_only,
                 owner: session.role(),
                 acl: None,
+                defaults: vec![],
             })
         })?;
         let entry = self

@@ -183,6 +183,8 @@ pub struct ColumnSpec {
     pub name: String,
     pub ty: SqlType,
     pub not_null: bool,
+    /// `DEFAULT expr`: the expression's SQL text.
+    pub default: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -616,6 +618,12 @@ pub fn normalize_ident(id: &Ident) -> String {
 }
 
 /// A relation name, which may be qualified with our schema (`public`) or database.
+/// One SQL expression from its text (a stored DEFAULT).
+pub fn parse_expr_text(text: &str) -> Result<ast::Expr> {
+    let dialect = PostgreSqlDialect {};
+    Ok(Parser::new(&dialect).try_with_sql(text)?.parse_expr()?)
+}
+
 pub fn relation_name(name: &ObjectName) -> Result<String> {
     let parts: Vec<String> = name
         .0
@@ -878,9 +886,26 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
             let col_name = normalize_ident(&def.name);
             let ty = SqlType::from_ast(&def.data_type)?;
             let mut not_null = false;
+            let mut default = None;
             for opt in &def.options {
                 match &opt.option {
                     ColumnOption::NotNull => not_null = true,
+                    ColumnOption::Default(e) => {
+                        let mut refs = None;
+                        let _ = ast::visit_expressions(e, |x: &ast::Expr| {
+                            if let ast::Expr::Identifier(_) | ast::Expr::CompoundIdentifier(_) = x {
+                                refs = Some(x.to_string());
+                            }
+                            std::ops::ControlFlow::<()>::Continue(())
+                        });
+                        if let Some(r) = refs {
+                            return Err(WeirError::new(
+                                crate::error::sqlstate::FEATURE_NOT_SUPPORTED,
+                                format!("cannot use column reference in DEFAULT expression: {r}"),
+                            ));
+                        }
+                        default = Some(e.to_string());
+                    }
                     ColumnOption::Null => not_null = false,
                     ColumnOption::PrimaryKey(_) => {
                         if primary_key.is_some() {
@@ -899,6 +924,7 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
                 name: col_name,
                 ty,
                 not_null,
+                default,
             });
         }
         if p.consume_token(&Token::Comma) {
