@@ -2,6 +2,7 @@
 //! session. The wire protocol lives in `server`; this is what it calls.
 
 mod client;
+mod on_conflict;
 mod returning;
 pub use client::CopyRows;
 pub mod security;
@@ -709,15 +710,12 @@ impl Engine {
             }
             None => q,
         };
-        if returning::has_returning(q) {
+        let on_conflict =
+            matches!(q, ast::Statement::Insert(i) if i.on.is_some() || i.table_alias.is_some());
+        if returning::has_returning(q) || on_conflict {
             return self.execute_returning(session, q, params).await;
         }
         if let ast::Statement::Insert(ins) = q {
-            if ins.on.is_some() {
-                return Err(WeirError::not_supported(
-                    "INSERT ... ON CONFLICT is not supported",
-                ));
-            }
             // literal rows skip planning
             if params.is_none()
                 && let ast::TableObject::TableName(n) = &ins.table
@@ -739,7 +737,8 @@ impl Engine {
         self.apply(session, &d.table, d.change, d.verb).await
     }
 
-    /// A DML statement with RETURNING: the change, applied, then the list over its rows.
+    /// A DML statement with RETURNING and/or an INSERT with ON CONFLICT: the change,
+    /// resolved against stored keys, applied, then the RETURNING list over its rows.
     async fn execute_returning(
         &self,
         session: &mut Session,
@@ -747,24 +746,50 @@ impl Engine {
         params: Option<ParamValues>,
     ) -> Result<Output> {
         let mut q = q.clone();
-        let r = returning::take_returning(&mut q)
-            .ok_or_else(|| WeirError::internal("RETURNING disappeared"))?;
+        let on = on_conflict::take_on_conflict(&mut q);
+        let r = returning::take_returning(&mut q);
+        // the alias served ON CONFLICT and RETURNING; the INSERT itself needs none
+        if let ast::Statement::Insert(ins) = &mut q {
+            ins.table_alias = None;
+        }
         // a bad RETURNING list fails before anything is written
-        self.returning_plan(session, &r).await?;
+        if let Some(r) = &r {
+            self.returning_plan(session, r).await?;
+        }
         let PlannedDml {
             table,
             change,
             verb,
             _writer,
         } = self.plan_dml(session, &q, params).await?;
-        let written = match &change {
-            Change::Insert(b) => b.clone(),
-            Change::Update { new, .. } => new.clone(),
-            Change::Delete(b) => b.clone(),
-            _ => vec![],
+        let (change, written) = match (on, change) {
+            (Some((on, alias)), Change::Insert(proposed)) => {
+                let name = table.name.clone();
+                let (change, written) = self
+                    .resolve_conflicts(session, &table, &name, alias, &on, proposed)
+                    .await?;
+                (change, vec![written])
+            }
+            (_, change) => {
+                let written = match &change {
+                    Change::Insert(b) => b.clone(),
+                    Change::Update { new, .. } => new.clone(),
+                    Change::Delete(b) => b.clone(),
+                    _ => vec![],
+                };
+                (change, written)
+            }
         };
-        self.apply(session, &table, change, verb).await?;
+        let count: usize = written.iter().map(|b| b.num_rows()).sum();
+        self.apply_change(session, &table, change, verb, None)
+            .await?;
         drop(_writer);
+        let Some(r) = r else {
+            return Ok(Output::Command(match verb {
+                "INSERT" => format!("INSERT 0 {count}"),
+                v => format!("{v} {count}"),
+            }));
+        };
         let (schema, batches) = self.returning_rows(session, &r, written).await?;
         Ok(Output::Batches {
             schema,
@@ -1363,9 +1388,7 @@ impl Engine {
         else {
             return Ok(None);
         };
-        let is_default = |e: &ast::Expr| {
-            matches!(e, ast::Expr::Identifier(id) if id.quote_style.is_none() && id.value.eq_ignore_ascii_case("default"))
-        };
+        let is_default = |e: &ast::Expr| matches!(e, ast::Expr::Identifier(id) if id.quote_style.is_none() && id.value.eq_ignore_ascii_case("default"));
         let values_use_default = ins.source.as_ref().is_some_and(|src| {
             matches!(src.body.as_ref(), ast::SetExpr::Values(v) if v.rows.iter().flat_map(|r| r.content.iter()).any(is_default))
         });
@@ -1456,7 +1479,10 @@ impl Engine {
             }
             for c in &missing {
                 ins.columns
-                    .push(ast::ObjectName::from(vec![ast::Ident::with_quote('"', c.clone())]));
+                    .push(ast::ObjectName::from(vec![ast::Ident::with_quote(
+                        '"',
+                        c.clone(),
+                    )]));
             }
         }
         Ok(Some(ast::Statement::Insert(ins)))

@@ -809,6 +809,35 @@ impl TableStore {
         Ok(Some(RecordBatch::try_new(self.schema.clone(), cols)?))
     }
 
+    /// For each row of `keys` (the primary-key columns, in key order), the index of its
+    /// stored row in the returned batch, or None: `INSERT ... ON CONFLICT` reads the rows
+    /// its proposed rows collide with this way. None when the table has no primary key.
+    pub fn lookup_each(
+        &self,
+        keys: &[ArrayRef],
+    ) -> Result<Option<(RecordBatch, Vec<Option<usize>>)>> {
+        let Some(kc) = &self.key_conv else {
+            return Ok(None);
+        };
+        let encoded = kc.convert_columns(keys)?;
+        let mut found: Vec<Vec<u8>> = Vec::new();
+        let mut at = Vec::with_capacity(encoded.num_rows());
+        for k in encoded.iter() {
+            match self.stored(k.data())? {
+                Some(v) => {
+                    at.push(Some(found.len()));
+                    found.push(v);
+                }
+                None => at.push(None),
+            }
+        }
+        let parser = self.row_conv.parser();
+        let cols = self
+            .row_conv
+            .convert_rows(found.iter().map(|v| parser.parse(v)))?;
+        Ok(Some((RecordBatch::try_new(self.schema.clone(), cols)?, at)))
+    }
+
     pub fn row_count(&self) -> usize {
         self.inner.lock().meta.rows as usize
     }
