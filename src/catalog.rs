@@ -65,6 +65,8 @@ pub enum RelationKind {
     /// clients can read (not in pg_class); one with `AS SELECT` runs its query as a view of
     /// its own under its OID.
     Sink,
+    /// `CREATE VIEW`: a named query, expanded where it is used (no storage, no dataflow).
+    View,
 }
 
 impl RelationKind {
@@ -78,6 +80,7 @@ impl RelationKind {
             // pg_foreign_table and a lateral pg_options_to_table)
             RelationKind::Source => "r",
             RelationKind::Sink => "",
+            RelationKind::View => "v",
         }
     }
 
@@ -92,6 +95,7 @@ impl RelationKind {
             RelationKind::MaterializedView => "materialized view",
             RelationKind::Source => "source",
             RelationKind::Sink => "sink",
+            RelationKind::View => "view",
         }
     }
 }
@@ -166,7 +170,7 @@ impl RelationDesc {
     pub fn table_kind(&self) -> TableKind {
         match self.kind {
             RelationKind::AppendOnlyTable | RelationKind::Source => TableKind::AppendOnly,
-            RelationKind::Sink => TableKind::Multiset,
+            RelationKind::Sink | RelationKind::View => TableKind::Multiset,
             RelationKind::Table | RelationKind::MaterializedView if self.primary_key.is_empty() => {
                 TableKind::Multiset
             }

@@ -3,6 +3,7 @@
 
 mod client;
 mod on_conflict;
+mod plain_views;
 mod returning;
 pub use client::CopyRows;
 pub mod security;
@@ -317,6 +318,7 @@ impl Engine {
 
     async fn plan_ast(&self, session: &Session, stmt: &ast::Statement) -> Result<LogicalPlan> {
         let mut stmt = stmt.clone();
+        self.expand_plain_views(&mut stmt)?;
         if rewrite_statement(&mut stmt)?.session_windows {
             return Err(WeirError::not_supported(
                 "SESSION windows can be used in materialized views only",
@@ -355,6 +357,7 @@ impl Engine {
         match &parsed.stmt {
             Statement::Security(s) => self.security(session, s).await,
             Statement::CreateView(cv) => self.create_view(session, cv, &parsed.text, notices).await,
+            Statement::CreatePlainView(v) => self.create_plain_view(session, v, &parsed.text).await,
             Statement::ExplainView(cv) => self.explain_view(session, cv).await,
             Statement::ExplainAnalyzeView(name) => self.explain_analyze_view(name),
             Statement::Flush => {
@@ -1674,6 +1677,7 @@ fn query_kind(stmt: &Statement) -> &'static str {
         Statement::CreateTable(_)
         | Statement::CreateSource(_)
         | Statement::CreateView(_)
+        | Statement::CreatePlainView(_)
         | Statement::CreateSink(_)
         | Statement::Drop(_)
         | Statement::Security(_) => "ddl",
@@ -1699,6 +1703,7 @@ fn write_kind(stmt: &Statement) -> Option<&'static str> {
         Statement::CreateTable(_) => "CREATE TABLE",
         Statement::CreateSource(_) => "CREATE SOURCE",
         Statement::CreateView(_) => "CREATE MATERIALIZED VIEW",
+        Statement::CreatePlainView(_) => "CREATE VIEW",
         Statement::CreateSink(_) => "CREATE SINK",
         Statement::Drop(_) => "DROP",
         Statement::Security(s) => return s.write_kind(),

@@ -31,6 +31,7 @@ pub fn permission_denied(kind: crate::catalog::RelationKind, name: &str) -> Weir
         K::MaterializedView => "materialized view",
         K::Source => "source",
         K::Sink => "sink",
+        K::View => "view",
         K::Table | K::AppendOnlyTable => "table",
     };
     denied(format!("permission denied for {noun} {name}"))
@@ -165,6 +166,13 @@ impl Engine {
             Statement::CreateView(cv) => {
                 self.require_create(role)?;
                 self.require_select_query(role, &cv.query)
+            }
+            Statement::CreatePlainView(v) => {
+                self.require_create(role)?;
+                if self.catalog.get(&v.name).is_some() {
+                    self.require_owner(role, &v.name)?;
+                }
+                self.require_select_query(role, &v.query)
             }
             Statement::ExplainView(cv) => self.require_select_query(role, &cv.query),
             Statement::ExplainAnalyzeView(name) => self.require(role, name, Privilege::Select),
@@ -602,6 +610,7 @@ impl Engine {
                         entry.desc.kind == crate::catalog::RelationKind::MaterializedView
                     }
                     DropKind::Sink => entry.desc.kind == crate::catalog::RelationKind::Sink,
+                    DropKind::View => entry.desc.kind == crate::catalog::RelationKind::View,
                 };
                 if !fits {
                     return Err(WeirError::new(
@@ -613,6 +622,7 @@ impl Engine {
                                 DropKind::Source => "source",
                                 DropKind::MaterializedView => "materialized view",
                                 DropKind::Sink => "sink",
+                                DropKind::View => "view",
                             }
                         ),
                     ));
@@ -651,6 +661,7 @@ impl Engine {
                         DropKind::Source => "ALTER SOURCE",
                         DropKind::MaterializedView => "ALTER MATERIALIZED VIEW",
                         DropKind::Sink => "ALTER SINK",
+                        DropKind::View => "ALTER VIEW",
                     }
                     .into(),
                 ))

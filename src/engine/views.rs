@@ -42,6 +42,7 @@ impl Engine {
     ) -> Result<(Graph, Vec<ColumnDesc>)> {
         let window = view_options(options, emit_on_window_close)?;
         let mut q = query.clone();
+        self.expand_plain_views(&mut q)?;
         rewrite_query(&mut q)?;
         let state = session.ctx.state();
         let plan = state
@@ -180,7 +181,9 @@ impl Engine {
                 cv.emit_on_window_close,
             )
             .await?;
-        let dependencies = graph.sources();
+        let mut dependencies = graph.sources();
+        // the plain views it reads (expanded into it) keep it from being dropped under it
+        dependencies.extend(self.expand_plain_views(&mut (*cv.query).clone())?);
         let query = cv.query.to_string();
         let correct = view_options(&cv.options, cv.emit_on_window_close)?.correct;
         let append_only = (cv.emit_on_window_close && !correct)
@@ -899,12 +902,14 @@ impl Engine {
             DropKind::Source => "source",
             DropKind::MaterializedView => "materialized view",
             DropKind::Sink => "sink",
+            DropKind::View => "view",
         };
         let matches = |k: RelationKind| match kind {
             DropKind::Table => k.is_table(),
             DropKind::Source => k == RelationKind::Source,
             DropKind::MaterializedView => k == RelationKind::MaterializedView,
             DropKind::Sink => k == RelationKind::Sink,
+            DropKind::View => k == RelationKind::View,
         };
         let mut targets = Vec::new();
         for name in names {
@@ -922,6 +927,7 @@ impl Engine {
                         RelationKind::Source => "DROP SOURCE",
                         RelationKind::MaterializedView => "DROP MATERIALIZED VIEW",
                         RelationKind::Sink => "DROP SINK",
+                        RelationKind::View => "DROP VIEW",
                     };
                     return Err(WeirError::new(
                         sqlstate::WRONG_OBJECT_TYPE,

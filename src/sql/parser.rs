@@ -83,6 +83,16 @@ pub enum Statement {
     BulkInsert(Box<crate::sql::bulk_insert::ScannedInsert>),
     /// Roles, privileges, ownership and secrets (`sql/security.rs`).
     Security(Box<crate::sql::security::SecurityStmt>),
+    /// `CREATE [OR REPLACE] VIEW name [(columns)] AS query`: a plain (not materialized) view.
+    CreatePlainView(Box<PlainView>),
+}
+
+#[derive(Debug, Clone)]
+pub struct PlainView {
+    pub name: String,
+    pub or_replace: bool,
+    pub columns: Vec<String>,
+    pub query: Box<ast::Query>,
 }
 
 /// Transaction modes of BEGIN / SET TRANSACTION.
@@ -159,6 +169,7 @@ pub enum DropKind {
     Source,
     MaterializedView,
     Sink,
+    View,
 }
 
 #[derive(Debug, Clone)]
@@ -597,6 +608,23 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
         ast::Statement::Insert(_) | ast::Statement::Update { .. } | ast::Statement::Delete(_) => {
             Ok(Statement::Dml(Box::new(stmt)))
         }
+        ast::Statement::CreateView(cv) if !cv.materialized && !cv.temporary => {
+            if !cv.options.to_string().is_empty() {
+                return Err(WeirError::not_supported(
+                    "CREATE VIEW ... WITH (options) is not supported",
+                ));
+            }
+            Ok(Statement::CreatePlainView(Box::new(PlainView {
+                name: relation_name(&cv.name)?,
+                or_replace: cv.or_replace,
+                columns: cv
+                    .columns
+                    .iter()
+                    .map(|c| normalize_ident(&c.name))
+                    .collect(),
+                query: cv.query,
+            })))
+        }
         other => {
             let text = other.to_string();
             let head: Vec<&str> = text.split_whitespace().take(2).collect();
@@ -1033,6 +1061,8 @@ fn parse_drop(p: &mut Parser) -> Result<Statement> {
         DropKind::Source
     } else if p.parse_keywords(&[Keyword::MATERIALIZED, Keyword::VIEW]) {
         DropKind::MaterializedView
+    } else if p.parse_keyword(Keyword::VIEW) {
+        DropKind::View
     } else if parse_word(p, "SINK") {
         DropKind::Sink
     } else if let Some(s) = crate::sql::security::parse_drop(p)? {
