@@ -485,22 +485,22 @@ fn huge_literal(e: &mut Expr) {
 /// Integer literals that are operands of arithmetic or comparisons as `integer`.
 fn int4_operands(expr: &mut Expr) {
     match expr {
-        Expr::BinaryOp { left, op, right }
-            if matches!(
-                op,
+        Expr::BinaryOp {
+            left,
+            op:
                 BinaryOperator::Plus
-                    | BinaryOperator::Minus
-                    | BinaryOperator::Multiply
-                    | BinaryOperator::Divide
-                    | BinaryOperator::Modulo
-                    | BinaryOperator::Eq
-                    | BinaryOperator::NotEq
-                    | BinaryOperator::Lt
-                    | BinaryOperator::LtEq
-                    | BinaryOperator::Gt
-                    | BinaryOperator::GtEq
-            ) =>
-        {
+                | BinaryOperator::Minus
+                | BinaryOperator::Multiply
+                | BinaryOperator::Divide
+                | BinaryOperator::Modulo
+                | BinaryOperator::Eq
+                | BinaryOperator::NotEq
+                | BinaryOperator::Lt
+                | BinaryOperator::LtEq
+                | BinaryOperator::Gt
+                | BinaryOperator::GtEq,
+            right,
+        } => {
             int4_literal(left);
             int4_literal(right);
         }

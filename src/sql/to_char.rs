@@ -455,11 +455,7 @@ fn format_datetime(tm: &Tm, template: &str) -> DfResult<String> {
             "W" => num(&mut out, (tm.day - 1) / 7 + 1, 1),
             "WW" => num(&mut out, (doy - 1) / 7 + 1, 2),
             "IW" => num(&mut out, iso.map(|w| w.week() as i64).unwrap_or(0), 2),
-            "Q" => {
-                if tm.month >= 1 {
-                    num(&mut out, (tm.month as i64 - 1) / 3 + 1, 1)
-                }
-            }
+            "Q" if tm.month >= 1 => num(&mut out, (tm.month as i64 - 1) / 3 + 1, 1),
             "CC" => {
                 let cc = if tm.year > 0 {
                     (tm.year + 99) / 100
@@ -497,21 +493,9 @@ fn format_datetime(tm: &Tm, template: &str) -> DfResult<String> {
                 num(&mut out, tm.micros / 10_i64.pow(6 - n), n as usize)
             }
             "SSSS" | "SSSSS" => num(&mut out, tm.hour * 3600 + tm.minute * 60 + tm.second, 1),
-            "TZ" => {
-                if tm.with_tz {
-                    out.push_str(if *key == "tz" { "utc" } else { "UTC" })
-                }
-            }
-            "OF" | "TZH" => {
-                if tm.with_tz {
-                    out.push_str("+00")
-                }
-            }
-            "TZM" => {
-                if tm.with_tz {
-                    out.push_str("00")
-                }
-            }
+            "TZ" if tm.with_tz => out.push_str(if *key == "tz" { "utc" } else { "UTC" }),
+            "OF" | "TZH" if tm.with_tz => out.push_str("+00"),
+            "TZM" if tm.with_tz => out.push_str("00"),
             _ => {}
         }
     }
