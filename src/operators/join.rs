@@ -14,7 +14,11 @@
 //!   below the watermark bound is the set of rows to free.
 //! - temporal join (`JOIN t FOR SYSTEM_TIME AS OF PROCTIME()`): the right side is a table
 //!   looked up when a left row arrives. Right changes update the state and emit nothing
-//!   (earlier output is not rewritten); left rows are not kept.
+//!   (earlier output is not rewritten). Over an insert-only left input left rows are not
+//!   kept; over a left input that retracts (a table with UPDATE/DELETE), what each left row
+//!   produced is kept (`emitted`: left row ++ output row -> multiplicity, `left_rows`: left
+//!   row -> multiplicity), and a retracted left row retracts exactly that output, whatever
+//!   the table holds now.
 //! - watermark: an interval join (`l.ts BETWEEN r.ts - X AND r.ts + Y`) frees rows that no
 //!   admitted row of the other side can match any more: a left row once
 //!   `ts_l - lo < watermark - lateness`, a right row once `ts_r + hi < watermark - lateness`
@@ -43,6 +47,18 @@ const ROWS: TableDecl = TableDecl {
     key: "join key ++ row",
     value: "multiplicity, match count, event time µs (3 x i64 LE)",
     ordered: true,
+};
+const EMITTED: TableDecl = TableDecl {
+    name: "emitted",
+    key: "left row ++ output row (temporal join over a retracting left input)",
+    value: "multiplicity (i64 LE)",
+    ordered: true,
+};
+const LEFT_ROWS: TableDecl = TableDecl {
+    name: "left_rows",
+    key: "left row (temporal join over a retracting left input)",
+    value: "multiplicity (i64 LE)",
+    ordered: false,
 };
 const BY_TIME: TableDecl = TableDecl {
     name: "by_time",
@@ -107,12 +123,28 @@ pub struct Join {
     join_type: JoinType,
     nulls_equal: bool,
     temporal: bool,
+    /// Temporal join whose left input retracts: what each left row produced, to retract it.
+    emitted: Option<Emitted>,
     interval: Option<IntervalBounds>,
     key_conv: RowConverter,
     filter: Option<Arc<dyn PhysicalExpr>>,
     sides: [Side; 2],
     schema: SchemaRef,
     text: String,
+}
+
+/// A temporal join's record of its output per left row.
+struct Emitted {
+    out_conv: RowConverter,
+    emitted: StateTable,
+    left_rows: StateTable,
+}
+
+fn i64_of(b: &[u8]) -> i64 {
+    b.get(..8)
+        .and_then(|x| x.try_into().ok())
+        .map(i64::from_le_bytes)
+        .unwrap_or(0)
 }
 
 impl Join {
@@ -163,6 +195,7 @@ impl Join {
             join_type,
             nulls_equal,
             temporal: false,
+            emitted: None,
             interval: None,
             key_conv: RowConverter::new(key_types.into_iter().map(SortField::new).collect())?,
             filter,
@@ -176,14 +209,160 @@ impl Join {
     }
 
     /// Make the right side a table looked up at processing time (inner or left join).
-    pub fn temporal(mut self) -> Result<Self> {
+    /// `left_retracts`: the left input may retract rows (then each left row's output is
+    /// kept, to retract it exactly).
+    pub fn temporal(mut self, left_retracts: bool) -> Result<Self> {
         if !matches!(self.join_type, JoinType::Inner | JoinType::Left) {
             return Err(WeirError::not_supported(
                 "a temporal join (FOR SYSTEM_TIME AS OF PROCTIME()) must be an inner or left join with the table on the right",
             ));
         }
         self.temporal = true;
+        if left_retracts {
+            self.emitted = Some(Emitted {
+                out_conv: RowConverter::new(
+                    self.schema
+                        .fields()
+                        .iter()
+                        .map(|f| SortField::new(f.data_type().clone()))
+                        .collect(),
+                )?,
+                emitted: StateTable::new(EMITTED),
+                left_rows: StateTable::new(LEFT_ROWS),
+            });
+        }
         Ok(self)
+    }
+
+    /// A temporal join's left delta over a retracting input: inserted rows are looked up
+    /// and their output recorded; retracted rows retract what they produced.
+    fn temporal_left(&mut self, input: Changelog) -> Result<Vec<Changelog>> {
+        let w = input.weights.values();
+        let ins: BooleanArray = w.iter().map(|w| Some(*w > 0)).collect();
+        let ret: BooleanArray = w.iter().map(|w| Some(*w < 0)).collect();
+        let filter = |m: &BooleanArray| -> Result<Changelog> {
+            let data = datafusion::arrow::compute::filter_record_batch(&input.data, m)?;
+            let weights = datafusion::arrow::compute::filter(&input.weights, m)?;
+            let weights = weights
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .ok_or_else(|| WeirError::internal("weights are not i64"))?
+                .clone();
+            Ok(Changelog::new(data, weights))
+        };
+        let mut out = Vec::new();
+        // retractions first: a row updated in this epoch retracts its old output, then
+        // its new version is looked up
+        let retracted = filter(&ret)?;
+        if !retracted.is_empty() {
+            out.extend(self.temporal_retract(&retracted)?);
+        }
+        let inserted = filter(&ins)?;
+        if !inserted.is_empty() {
+            let produced = self.probe(0, &inserted)?;
+            self.record_emitted(&inserted, &produced)?;
+            out.extend(produced);
+        }
+        Ok(out)
+    }
+
+    fn left_keys(&self, batch: &RecordBatch) -> Result<datafusion::arrow::row::Rows> {
+        Ok(self.sides[0].conv.convert_columns(batch.columns())?)
+    }
+
+    /// Remember, per left row, the rows its insertion produced.
+    fn record_emitted(&mut self, inserted: &Changelog, produced: &[Changelog]) -> Result<()> {
+        let left_n = self.sides[0].schema.fields().len();
+        let lrows = self.left_keys(&inserted.data)?;
+        let Some(em) = self.emitted.as_mut() else {
+            return Ok(());
+        };
+        for (i, r) in lrows.iter().enumerate() {
+            let w = inserted.weights.value(i);
+            em.left_rows.update(r.data(), |old| {
+                let n = old.map(i64_of).unwrap_or(0) + w;
+                (n != 0).then(|| n.to_le_bytes().to_vec())
+            });
+        }
+        let mut key = Vec::new();
+        for cl in produced {
+            let left_cols: Vec<ArrayRef> = cl.data.columns()[..left_n].to_vec();
+            let lk = self.sides[0].conv.convert_columns(&left_cols)?;
+            let Some(em) = self.emitted.as_mut() else {
+                return Ok(());
+            };
+            let ok = em.out_conv.convert_columns(cl.data.columns())?;
+            for i in 0..cl.len() {
+                key.clear();
+                key.extend_from_slice(lk.row(i).data());
+                key.extend_from_slice(ok.row(i).data());
+                let w = cl.weights.value(i);
+                em.emitted.update(&key, |old| {
+                    let n = old.map(i64_of).unwrap_or(0) + w;
+                    (n != 0).then(|| n.to_le_bytes().to_vec())
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Retract what retracted left rows produced: for a row held n times, each copy
+    /// retracts 1/n of its recorded output.
+    fn temporal_retract(&mut self, retracted: &Changelog) -> Result<Vec<Changelog>> {
+        let lrows = self.left_keys(&retracted.data)?;
+        let Some(em) = self.emitted.as_mut() else {
+            return Ok(vec![]);
+        };
+        let mut out_rows: Vec<Vec<u8>> = Vec::new();
+        let mut out_w: Vec<i64> = Vec::new();
+        for (i, r) in lrows.iter().enumerate() {
+            let lk = r.data();
+            let gone = -retracted.weights.value(i); // > 0 copies
+            let held = em.left_rows.get(lk).map(i64_of).unwrap_or(0);
+            if held <= 0 {
+                continue;
+            }
+            let outputs: Vec<(Vec<u8>, i64)> = em
+                .emitted
+                .prefix(lk)
+                .map(|(k, v)| (k.to_vec(), i64_of(v)))
+                .collect();
+            for (k, m) in outputs {
+                let take = if gone >= held { m } else { m * gone / held };
+                if take == 0 {
+                    continue;
+                }
+                out_rows.push(k[lk.len()..].to_vec());
+                out_w.push(-take);
+                let left = m - take;
+                if left == 0 {
+                    em.emitted.delete(&k);
+                } else {
+                    em.emitted.put(&k, &left.to_le_bytes());
+                }
+            }
+            let n = held - gone;
+            if n <= 0 {
+                em.left_rows.delete(lk);
+            } else {
+                em.left_rows.put(lk, &n.to_le_bytes());
+            }
+        }
+        if out_rows.is_empty() {
+            return Ok(vec![]);
+        }
+        let parser = em.out_conv.parser();
+        let cols = em
+            .out_conv
+            .convert_rows(out_rows.iter().map(|r| parser.parse(r)))?;
+        Ok(vec![Changelog::new(
+            RecordBatch::try_new_with_options(
+                self.schema.clone(),
+                cols,
+                &RecordBatchOptions::new().with_row_count(Some(out_rows.len())),
+            )?,
+            Int64Array::from(out_w),
+        )])
     }
 
     /// Free state by the watermark, given the join's time bounds.
@@ -276,7 +455,9 @@ impl Operator for Join {
     }
 
     fn state_rows(&self) -> usize {
-        self.sides[0].rows.len() + self.sides[1].rows.len()
+        self.sides[0].rows.len()
+            + self.sides[1].rows.len()
+            + self.emitted.as_ref().map(|e| e.emitted.len()).unwrap_or(0)
     }
 
     fn state_tables(&mut self) -> Vec<&mut StateTable> {
@@ -287,6 +468,10 @@ impl Operator for Join {
             if interval {
                 t.push(&mut side.by_time);
             }
+        }
+        if let Some(em) = self.emitted.as_mut() {
+            t.push(&mut em.emitted);
+            t.push(&mut em.left_rows);
         }
         t
     }
@@ -314,11 +499,22 @@ impl Operator for Join {
         if input.is_empty() {
             return Ok(vec![]);
         }
-        let (me, other) = (port, 1 - port);
-        if self.temporal && me == 1 {
+        if self.temporal && port == 1 {
             // the looked-up table changed: remember, emit nothing
-            return self.fold_into_state(me, &input, None).map(|_| vec![]);
+            return self.fold_into_state(port, &input, None).map(|_| vec![]);
         }
+        if self.temporal && self.emitted.is_some() {
+            return self.temporal_left(input);
+        }
+        self.probe(port, &input)
+    }
+}
+
+impl Join {
+    /// Join a delta on `port` with the other side's state, update match counts and fold
+    /// the delta into its side's state: the delta rule.
+    fn probe(&mut self, port: usize, input: &Changelog) -> Result<Vec<Changelog>> {
+        let (me, other) = (port, 1 - port);
         let batch = &input.data;
         let weights = input.weights.values();
         let n = batch.num_rows();
@@ -542,7 +738,7 @@ impl Operator for Join {
 
         // fold the delta into this side's state (a temporal join keeps no left rows)
         if !(self.temporal && me == 0) {
-            self.fold_into_state(me, &input, Some(&delta_matches))?;
+            self.fold_into_state(me, input, Some(&delta_matches))?;
         }
         Ok(out)
     }

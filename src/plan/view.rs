@@ -70,6 +70,8 @@ pub use crate::operators::WindowOptions;
 
 pub struct Lowering<'a> {
     resolve: Box<Resolver<'a>>,
+    /// Whether a relation only ever has rows inserted (append-only tables, sources).
+    append_only: Box<dyn Fn(&str) -> bool + 'a>,
     pub graph: Graph,
     window: WindowOptions,
     /// Windowed aggregates lowered (EMIT ON WINDOW CLOSE needs one).
@@ -79,16 +81,19 @@ pub struct Lowering<'a> {
 impl<'a> Lowering<'a> {
     /// Resolve relations in Weir's catalog (tables and materialized views).
     pub fn new(catalog: &'a Catalog) -> Self {
-        Self::with_resolver(Box::new(move |name| {
+        let mut l = Self::with_resolver(Box::new(move |name| {
             catalog
                 .get(name)
                 .map(|e| (e.desc.oid, e.desc.name.clone(), e.desc.schema()))
-        }))
+        }));
+        l.append_only = Box::new(move |name| catalog.get(name).is_some_and(|e| e.desc.append_only));
+        l
     }
 
     pub fn with_resolver(resolve: Box<Resolver<'a>>) -> Self {
         Lowering {
             resolve,
+            append_only: Box::new(|_| false),
             graph: Graph::new(),
             window: WindowOptions::default(),
             windowed_aggregates: 0,
@@ -311,7 +316,7 @@ impl<'a> Lowering<'a> {
                     text,
                 )?;
                 if reads_temporal(&j.right) {
-                    op = op.temporal()?;
+                    op = op.temporal(!self.insert_only(&j.left))?;
                 } else if reads_temporal(&j.left) {
                     return Err(unsupported(
                         "a temporal join with the table on the left (put `t FOR SYSTEM_TIME AS OF PROCTIME()` on the right)",
@@ -718,6 +723,21 @@ impl<'a> Lowering<'a> {
 }
 
 /// Whether a join input is the lookup side of a temporal join.
+impl Lowering<'_> {
+    /// Whether a plan's output only ever inserts: filters and projections over relations
+    /// that only have rows inserted.
+    fn insert_only(&self, plan: &LogicalPlan) -> bool {
+        match plan {
+            LogicalPlan::TableScan(t) => (self.append_only)(t.table_name.table()),
+            LogicalPlan::SubqueryAlias(s) => self.insert_only(&s.input),
+            LogicalPlan::Projection(p) => self.insert_only(&p.input),
+            LogicalPlan::Filter(f) => self.insert_only(&f.input),
+            LogicalPlan::Union(u) => u.inputs.iter().all(|i| self.insert_only(i)),
+            _ => false,
+        }
+    }
+}
+
 #[recursive::recursive]
 fn reads_temporal(plan: &LogicalPlan) -> bool {
     match plan {
