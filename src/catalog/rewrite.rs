@@ -121,6 +121,11 @@ impl VisitorMut for PgRewriter {
             }
         }
         mark_star_over_using(select);
+        for item in select.projection.iter_mut() {
+            if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } = item {
+                subquery_predicates_as_counts(e);
+            }
+        }
         // only what the client sees: subqueries keep comparing OIDs
         if self.depth <= 1 {
             show_reg_casts(&mut select.projection);
@@ -393,6 +398,98 @@ fn mark_star_over_using(select: &mut ast::Select) {
             alias: Ident::with_quote('"', crate::sql::pg_functions::STAR_OVER_USING),
         });
     }
+}
+
+/// `x IN (subquery)` and `EXISTS (subquery)` in a select list (also inside CASE), which
+/// DataFusion plans only in WHERE: as scalar `count(*)` subqueries, which it plans
+/// anywhere (correlated too), keeping Postgres' three-valued IN: true if some row equals
+/// x; else false if there are no rows; else NULL if x is NULL or some row is NULL; else
+/// false.
+fn subquery_predicates_as_counts(e: &mut Expr) {
+    struct Rewrite {
+        depth: usize,
+    }
+    impl VisitorMut for Rewrite {
+        type Break = ();
+        fn pre_visit_query(&mut self, _: &mut ast::Query) -> ControlFlow<()> {
+            self.depth += 1;
+            ControlFlow::Continue(())
+        }
+        fn post_visit_query(&mut self, _: &mut ast::Query) -> ControlFlow<()> {
+            self.depth -= 1;
+            ControlFlow::Continue(())
+        }
+        fn post_visit_expr(&mut self, e: &mut Expr) -> ControlFlow<()> {
+            if self.depth > 0 {
+                return ControlFlow::Continue(());
+            }
+            let replaced = match e {
+                Expr::Exists { subquery, negated } => count_query(subquery).map(|q| {
+                    let op = if *negated { "=" } else { ">" };
+                    parse_expr(&format!("(({q}) {op} 0)"))
+                }),
+                Expr::InSubquery {
+                    expr: x,
+                    subquery,
+                    negated,
+                } => {
+                    // over the subquery as a derived table whose one column is `c`, so
+                    // the outer expression cannot be captured by a name inside it
+                    let x = x.to_string();
+                    let over = |cond: &str| {
+                        Some(format!(
+                            "SELECT count(*) FROM ({subquery}) AS weir_sub(c) WHERE {cond}"
+                        ))
+                    };
+                    let found = over(&format!("weir_sub.c = ({x})"));
+                    let nulls = over("weir_sub.c IS NULL");
+                    let all = over("TRUE");
+                    match (found, nulls, all) {
+                        (Some(f), Some(n), Some(a)) => {
+                            let t = format!(
+                                "(CASE WHEN ({f}) > 0 THEN TRUE WHEN ({a}) = 0 THEN FALSE \
+                                 WHEN ({x}) IS NULL OR ({n}) > 0 THEN NULL ELSE FALSE END)"
+                            );
+                            Some(parse_expr(&if *negated { format!("(NOT {t})") } else { t }))
+                        }
+                        _ => None,
+                    }
+                }
+                _ => None,
+            };
+            if let Some(r) = replaced {
+                *e = r;
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let _ = e.visit(&mut Rewrite { depth: 0 });
+}
+
+/// `SELECT count(*) ...` over a subquery's rows: the subquery's own FROM and WHERE when it
+/// is a plain SELECT (so a correlation stays where DataFusion decorrelates it), else the
+/// subquery as a derived table.
+fn count_query(q: &ast::Query) -> Option<String> {
+    if let ast::SetExpr::Select(sel) = q.body.as_ref()
+        && q.with.is_none()
+        && !sel.from.is_empty()
+        && q.limit_clause.is_none()
+        && q.fetch.is_none()
+        && sel.distinct.is_none()
+        && sel.having.is_none()
+        && matches!(&sel.group_by, ast::GroupByExpr::Expressions(g, _) if g.is_empty())
+        && !sel.projection.iter().any(|i| match i {
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                contains_aggregate(e)
+            }
+            _ => false,
+        })
+    {
+        let mut sel = sel.clone();
+        sel.projection = vec![SelectItem::UnnamedExpr(parse_expr("count(*)"))];
+        return Some(sel.to_string());
+    }
+    Some(format!("SELECT count(*) FROM ({q}) AS weir_sub"))
 }
 
 /// `SELECT generate_series(1, 3)`: a set-returning function in the select list gives one
