@@ -10,6 +10,7 @@ pub mod rewrite;
 pub mod roles;
 pub mod scram;
 pub mod secrets;
+pub mod sequences;
 pub mod system;
 pub mod value_limits;
 
@@ -67,6 +68,8 @@ pub enum RelationKind {
     Sink,
     /// `CREATE VIEW`: a named query, expanded where it is used (no storage, no dataflow).
     View,
+    /// `CREATE SEQUENCE` (also made by `serial` and identity columns): a counter.
+    Sequence,
 }
 
 impl RelationKind {
@@ -81,6 +84,7 @@ impl RelationKind {
             RelationKind::Source => "r",
             RelationKind::Sink => "",
             RelationKind::View => "v",
+            RelationKind::Sequence => "S",
         }
     }
 
@@ -96,6 +100,7 @@ impl RelationKind {
             RelationKind::Source => "source",
             RelationKind::Sink => "sink",
             RelationKind::View => "view",
+            RelationKind::Sequence => "sequence",
         }
     }
 }
@@ -170,7 +175,7 @@ impl RelationDesc {
     pub fn table_kind(&self) -> TableKind {
         match self.kind {
             RelationKind::AppendOnlyTable | RelationKind::Source => TableKind::AppendOnly,
-            RelationKind::Sink | RelationKind::View => TableKind::Multiset,
+            RelationKind::Sink | RelationKind::View | RelationKind::Sequence => TableKind::Multiset,
             RelationKind::Table | RelationKind::MaterializedView if self.primary_key.is_empty() => {
                 TableKind::Multiset
             }
@@ -234,6 +239,8 @@ pub struct Catalog {
     pub connections: parking_lot::Mutex<BTreeMap<i32, ConnectionInfo>>,
     /// Opens secrets (set by [`Catalog::open_secrets`]).
     secrets_key: RwLock<secrets::KeySlot>,
+    /// Sequences' counters.
+    sequences: sequences::Sequences,
 }
 
 pub(crate) fn catalog_key(oid: u32) -> Vec<u8> {
@@ -274,6 +281,7 @@ impl Catalog {
             }),
             secrets_key: RwLock::new(secrets::KeySlot::default()),
             connections: parking_lot::Mutex::new(BTreeMap::new()),
+            sequences: sequences::Sequences::default(),
         })
     }
 

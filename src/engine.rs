@@ -358,6 +358,23 @@ impl Engine {
             Statement::Security(s) => self.security(session, s).await,
             Statement::CreateView(cv) => self.create_view(session, cv, &parsed.text, notices).await,
             Statement::CreatePlainView(v) => self.create_plain_view(session, v, &parsed.text).await,
+            Statement::CreateSequence(cs) => {
+                let spec = crate::catalog::sequences::SequenceSpec::new(
+                    cs.start,
+                    cs.increment,
+                    cs.min,
+                    cs.max,
+                    cs.cycle,
+                )?;
+                self.create_sequence(
+                    &cs.name,
+                    cs.if_not_exists,
+                    spec,
+                    &parsed.text,
+                    session.role(),
+                )?;
+                Ok(Output::Command("CREATE SEQUENCE".into()))
+            }
             Statement::ExplainView(cv) => self.explain_view(session, cv).await,
             Statement::ExplainAnalyzeView(name) => self.explain_analyze_view(name),
             Statement::Flush => {
@@ -1246,6 +1263,50 @@ impl Engine {
         } else {
             self.connector_table_options(ct, &columns)?
         };
+        // serial and identity columns: a sequence each, named as Postgres names it, whose
+        // nextval is the column's default (the table owns it: dropped with it)
+        let mut defaults: Vec<(String, String)> = ct
+            .columns
+            .iter()
+            .filter_map(|c| c.default.clone().map(|d| (c.name.clone(), d)))
+            .collect();
+        let mut options = options;
+        let mut owned = Vec::new();
+        if self.catalog.get(&ct.name).is_none() {
+            for c in &ct.columns {
+                let Some(id) = &c.identity else { continue };
+                let seq = format!("{}_{}_seq", ct.name, c.name);
+                let max = match c.ty {
+                    SqlType::Int2 => i16::MAX as i64,
+                    SqlType::Int4 => i32::MAX as i64,
+                    _ => i64::MAX,
+                };
+                let spec = crate::catalog::sequences::SequenceSpec::new(
+                    id.start,
+                    id.increment,
+                    id.min,
+                    id.max
+                        .or(Some(max))
+                        .filter(|_| id.increment.unwrap_or(1) > 0)
+                        .or(id.max),
+                    id.cycle,
+                )?;
+                owned.push((seq.clone(), spec));
+                defaults.push((c.name.clone(), format!("nextval('{seq}')")));
+                options.push(("weir.owned_sequence".into(), seq));
+                if id.always {
+                    options.push(("weir.identity_always".into(), c.name.clone()));
+                }
+            }
+        }
+        for (seq, _) in &owned {
+            if self.catalog.get(seq).is_some() {
+                return Err(WeirError::new(
+                    sqlstate::DUPLICATE_TABLE,
+                    format!("relation \"{seq}\" already exists"),
+                ));
+            }
+        }
         let created = self.catalog.create(&ct.name, ct.if_not_exists, |oid| {
             Ok(RelationDesc {
                 oid,
@@ -1262,14 +1323,13 @@ impl Engine {
                 append_only: ct.append_only,
                 owner,
                 acl: None,
-                defaults: ct
-                    .columns
-                    .iter()
-                    .filter_map(|c| c.default.clone().map(|d| (c.name.clone(), d)))
-                    .collect(),
+                defaults,
             })
         })?;
         if created {
+            for (seq, spec) in owned {
+                self.create_sequence(&seq, false, spec, "", owner)?;
+            }
             info!(table = %ct.name, "created table");
             if let Some(entry) = self.catalog.get(&ct.name) {
                 self.start_table_consumer(&entry)?;
@@ -1427,6 +1487,32 @@ impl Engine {
             .map(|(c, _)| c.clone())
             .filter(|c| !named.contains(c))
             .collect();
+        // GENERATED ALWAYS AS IDENTITY: only DEFAULT may be written there
+        for (k, v) in &entry.desc.options {
+            if k != "weir.identity_always" {
+                continue;
+            }
+            let Some(at) = named.iter().position(|c| c == v) else {
+                continue;
+            };
+            let explicit = match src.body.as_ref() {
+                ast::SetExpr::Values(vals) => vals
+                    .rows
+                    .iter()
+                    .any(|r| r.content.get(at).is_some_and(|e| !is_default(e))),
+                _ => true,
+            };
+            if explicit {
+                return Err(WeirError::new(
+                    "428C9",
+                    format!("cannot insert a non-DEFAULT value into column \"{v}\""),
+                )
+                .with_detail(format!(
+                    "Column \"{v}\" is an identity column defined as GENERATED ALWAYS."
+                ))
+                .with_hint("Use OVERRIDING SYSTEM VALUE to override."));
+            }
+        }
         match src.body.as_mut() {
             ast::SetExpr::Values(v) => {
                 for row in v.rows.iter_mut() {
@@ -1489,6 +1575,39 @@ impl Engine {
             }
         }
         Ok(Some(ast::Statement::Insert(ins)))
+    }
+}
+
+impl Engine {
+    /// Create a sequence relation.
+    fn create_sequence(
+        &self,
+        name: &str,
+        if_not_exists: bool,
+        spec: crate::catalog::sequences::SequenceSpec,
+        text: &str,
+        owner: u32,
+    ) -> Result<()> {
+        self.catalog.create(name, if_not_exists, |oid| {
+            Ok(RelationDesc {
+                oid,
+                name: name.to_owned(),
+                kind: RelationKind::Sequence,
+                columns: vec![],
+                primary_key: vec![],
+                watermark: None,
+                definition: text.to_owned(),
+                query: None,
+                dependencies: vec![],
+                options: spec.options(),
+                emit_on_window_close: false,
+                append_only: false,
+                owner,
+                acl: None,
+                defaults: vec![],
+            })
+        })?;
+        Ok(())
     }
 }
 
@@ -1678,6 +1797,7 @@ fn query_kind(stmt: &Statement) -> &'static str {
         | Statement::CreateSource(_)
         | Statement::CreateView(_)
         | Statement::CreatePlainView(_)
+        | Statement::CreateSequence(_)
         | Statement::CreateSink(_)
         | Statement::Drop(_)
         | Statement::Security(_) => "ddl",
@@ -1704,6 +1824,7 @@ fn write_kind(stmt: &Statement) -> Option<&'static str> {
         Statement::CreateSource(_) => "CREATE SOURCE",
         Statement::CreateView(_) => "CREATE MATERIALIZED VIEW",
         Statement::CreatePlainView(_) => "CREATE VIEW",
+        Statement::CreateSequence(_) => "CREATE SEQUENCE",
         Statement::CreateSink(_) => "CREATE SINK",
         Statement::Drop(_) => "DROP",
         Statement::Security(s) => return s.write_kind(),

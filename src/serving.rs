@@ -125,6 +125,7 @@ pub fn session_context(
             )),
         }),
     );
+    functions::register_sequences(&ctx, catalog.clone());
     functions::register(&ctx, catalog);
     crate::catalog::pg_semantics::register(&ctx);
     crate::catalog::value_limits::register(&ctx);

@@ -3,6 +3,8 @@
 //! Weir's catalog, and a type planner that gives Postgres type names (`oid`, `name`,
 //! `jsonb`, `pg_catalog.text`) their Arrow types.
 
+use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
@@ -1046,4 +1048,189 @@ pub fn register_identity(ctx: &SessionContext, catalog: Arc<Catalog>, who: WhoAm
             Ok(Arc::new(out.finish()))
         },
     );
+}
+
+/// `nextval`, `currval`, `setval`, `lastval` over the catalog's sequences. Volatile: one
+/// value per row. `currval`/`lastval` read what this session's `nextval` handed out.
+struct SequenceFn {
+    name: &'static str,
+    signature: Signature,
+    catalog: Arc<Catalog>,
+    /// (last value per sequence, last value of any) in this session
+    seen: Arc<parking_lot::Mutex<(std::collections::HashMap<u32, i64>, Option<i64>)>>,
+}
+
+impl fmt::Debug for SequenceFn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SequenceFn({})", self.name)
+    }
+}
+impl PartialEq for SequenceFn {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+impl Eq for SequenceFn {}
+impl Hash for SequenceFn {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.name.hash(state)
+    }
+}
+
+impl SequenceFn {
+    fn oid_of(&self, a: &ArrayRef, i: usize) -> DfResult<Option<u32>> {
+        if a.is_null(i) {
+            return Ok(None);
+        }
+        if a.data_type().is_integer() {
+            let c = as_u32(a)?;
+            return Ok(Some(c.value(i)));
+        }
+        let s = as_str(a)?;
+        let raw = s.value(i);
+        let name = if raw.starts_with('"') {
+            raw.trim_matches('"').to_owned()
+        } else {
+            raw.to_lowercase()
+        };
+        let oid = relation_oid_of_name(&self.catalog, &name)
+            .filter(|o| {
+                self.catalog
+                    .get_by_oid(*o)
+                    .is_some_and(|e| e.desc.kind == crate::catalog::RelationKind::Sequence)
+            })
+            .ok_or_else(|| {
+                datafusion::error::DataFusionError::External(Box::new(
+                    crate::error::WeirError::new(
+                        crate::error::sqlstate::UNDEFINED_TABLE,
+                        format!("relation \"{raw}\" does not exist"),
+                    ),
+                ))
+            })?;
+        Ok(Some(oid))
+    }
+}
+
+impl ScalarUDFImpl for SequenceFn {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> DfResult<DataType> {
+        Ok(DataType::Int64)
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        use datafusion::arrow::array::Int64Array;
+        let n = args.number_rows;
+        // one value per row, also for a constant argument
+        let arrays = args
+            .args
+            .iter()
+            .map(|a| a.to_array(n))
+            .collect::<DfResult<Vec<_>>>()?;
+        let err =
+            |e: crate::error::WeirError| datafusion::error::DataFusionError::External(Box::new(e));
+        let mut out = Vec::with_capacity(n);
+        for i in 0..n {
+            let v = match self.name {
+                "lastval" => Some(self.seen.lock().1.ok_or_else(|| {
+                    err(crate::error::WeirError::new(
+                        "55000",
+                        "lastval is not yet defined in this session",
+                    ))
+                })?),
+                _ => {
+                    let Some(oid) = self.oid_of(&arrays[0], i)? else {
+                        out.push(None);
+                        continue;
+                    };
+                    match self.name {
+                        "nextval" => {
+                            let v = self.catalog.nextval(oid).map_err(err)?;
+                            let mut s = self.seen.lock();
+                            s.0.insert(oid, v);
+                            s.1 = Some(v);
+                            Some(v)
+                        }
+                        "currval" => Some(self.seen.lock().0.get(&oid).copied().ok_or_else(
+                            || {
+                                err(crate::error::WeirError::new(
+                                    "55000",
+                                    format!(
+                                        "currval of sequence \"{}\" is not yet defined in this session",
+                                        self.catalog
+                                            .get_by_oid(oid)
+                                            .map(|e| e.desc.name.clone())
+                                            .unwrap_or_default()
+                                    ),
+                                ))
+                            },
+                        )?),
+                        _ => {
+                            let vals = cast(&arrays[1], &DataType::Int64)?;
+                            let vals = vals
+                                .as_any()
+                                .downcast_ref::<Int64Array>()
+                                .expect("cast to Int64 gives Int64Array")
+                                .clone();
+                            if vals.is_null(i) {
+                                out.push(None);
+                                continue;
+                            }
+                            let called = match arrays.get(2) {
+                                Some(b) => {
+                                    let b = cast(b, &DataType::Boolean)?;
+                                    let b = b
+                                        .as_any()
+                                        .downcast_ref::<BooleanArray>()
+                                        .expect("cast to Boolean gives BooleanArray")
+                                        .clone();
+                                    b.is_valid(i) && b.value(i)
+                                }
+                                None => true,
+                            };
+                            let v = self
+                                .catalog
+                                .setval(oid, vals.value(i), called)
+                                .map_err(err)?;
+                            if called {
+                                let mut s = self.seen.lock();
+                                s.0.insert(oid, v);
+                                s.1 = Some(v);
+                            }
+                            Some(v)
+                        }
+                    }
+                }
+            };
+            out.push(v);
+        }
+        Ok(ColumnarValue::Array(Arc::new(Int64Array::from(out))))
+    }
+}
+
+/// Register the sequence functions (with this session's currval/lastval memory).
+pub fn register_sequences(ctx: &SessionContext, catalog: Arc<Catalog>) {
+    let seen = Arc::new(parking_lot::Mutex::new((
+        std::collections::HashMap::new(),
+        None,
+    )));
+    for (name, sig) in [
+        ("nextval", TypeSignature::Any(1)),
+        ("currval", TypeSignature::Any(1)),
+        ("lastval", TypeSignature::Nullary),
+        (
+            "setval",
+            TypeSignature::OneOf(vec![TypeSignature::Any(2), TypeSignature::Any(3)]),
+        ),
+    ] {
+        ctx.register_udf(ScalarUDF::new_from_impl(SequenceFn {
+            name,
+            signature: Signature::new(sig, Volatility::Volatile),
+            catalog: catalog.clone(),
+            seen: seen.clone(),
+        }));
+    }
 }

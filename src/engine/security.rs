@@ -32,6 +32,7 @@ pub fn permission_denied(kind: crate::catalog::RelationKind, name: &str) -> Weir
         K::Source => "source",
         K::Sink => "sink",
         K::View => "view",
+        K::Sequence => "sequence",
         K::Table | K::AppendOnlyTable => "table",
     };
     denied(format!("permission denied for {noun} {name}"))
@@ -167,6 +168,7 @@ impl Engine {
                 self.require_create(role)?;
                 self.require_select_query(role, &cv.query)
             }
+            Statement::CreateSequence(_) => self.require_create(role),
             Statement::CreatePlainView(v) => {
                 self.require_create(role)?;
                 if self.catalog.get(&v.name).is_some() {
@@ -611,6 +613,7 @@ impl Engine {
                     }
                     DropKind::Sink => entry.desc.kind == crate::catalog::RelationKind::Sink,
                     DropKind::View => entry.desc.kind == crate::catalog::RelationKind::View,
+                    DropKind::Sequence => entry.desc.kind == crate::catalog::RelationKind::Sequence,
                 };
                 if !fits {
                     return Err(WeirError::new(
@@ -623,6 +626,7 @@ impl Engine {
                                 DropKind::MaterializedView => "materialized view",
                                 DropKind::Sink => "sink",
                                 DropKind::View => "view",
+                                DropKind::Sequence => "sequence",
                             }
                         ),
                     ));
@@ -662,6 +666,7 @@ impl Engine {
                         DropKind::MaterializedView => "ALTER MATERIALIZED VIEW",
                         DropKind::Sink => "ALTER SINK",
                         DropKind::View => "ALTER VIEW",
+                        DropKind::Sequence => "ALTER SEQUENCE",
                     }
                     .into(),
                 ))

@@ -903,6 +903,7 @@ impl Engine {
             DropKind::MaterializedView => "materialized view",
             DropKind::Sink => "sink",
             DropKind::View => "view",
+            DropKind::Sequence => "sequence",
         };
         let matches = |k: RelationKind| match kind {
             DropKind::Table => k.is_table(),
@@ -910,6 +911,7 @@ impl Engine {
             DropKind::MaterializedView => k == RelationKind::MaterializedView,
             DropKind::Sink => k == RelationKind::Sink,
             DropKind::View => k == RelationKind::View,
+            DropKind::Sequence => k == RelationKind::Sequence,
         };
         let mut targets = Vec::new();
         for name in names {
@@ -928,6 +930,7 @@ impl Engine {
                         RelationKind::MaterializedView => "DROP MATERIALIZED VIEW",
                         RelationKind::Sink => "DROP SINK",
                         RelationKind::View => "DROP VIEW",
+                        RelationKind::Sequence => "DROP SEQUENCE",
                     };
                     return Err(WeirError::new(
                         sqlstate::WRONG_OBJECT_TYPE,
@@ -1013,6 +1016,19 @@ impl Engine {
                     None => None,
                 };
                 self.catalog.drop_relation(&entry.desc.name)?;
+                if entry.desc.kind == RelationKind::Sequence {
+                    self.catalog.drop_sequence_state(entry.desc.oid)?;
+                }
+                // the sequences of its serial and identity columns go with the table
+                for (k, seq) in &entry.desc.options {
+                    if k == "weir.owned_sequence"
+                        && let Some(s) = self.catalog.get(seq)
+                        && s.desc.kind == RelationKind::Sequence
+                    {
+                        self.catalog.drop_relation(seq)?;
+                        self.catalog.drop_sequence_state(s.desc.oid)?;
+                    }
+                }
                 if entry.desc.kind == RelationKind::Source
                     || entry.desc.options.iter().any(|(k, _)| k == "connector")
                 {

@@ -126,8 +126,8 @@ pub fn relations(engine: &Engine, rates: &Rates, role: Option<u32>) -> Value {
             continue;
         }
         match d.kind {
-            // a plain view is a named query: nothing runs for it
-            RelationKind::View => {}
+            // a plain view is a named query and a sequence a counter: nothing runs for them
+            RelationKind::View | RelationKind::Sequence => {}
             RelationKind::Source => {
                 let readers: Vec<_> = progress
                     .iter()

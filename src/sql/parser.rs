@@ -85,6 +85,107 @@ pub enum Statement {
     Security(Box<crate::sql::security::SecurityStmt>),
     /// `CREATE [OR REPLACE] VIEW name [(columns)] AS query`: a plain (not materialized) view.
     CreatePlainView(Box<PlainView>),
+    /// `CREATE SEQUENCE [IF NOT EXISTS] name [options]`.
+    CreateSequence(Box<CreateSequence>),
+}
+
+#[derive(Debug, Clone)]
+pub struct CreateSequence {
+    pub name: String,
+    pub if_not_exists: bool,
+    pub start: Option<i64>,
+    pub increment: Option<i64>,
+    pub min: Option<i64>,
+    pub max: Option<i64>,
+    pub cycle: bool,
+}
+
+/// `CREATE SEQUENCE [IF NOT EXISTS] name` and its options in any order, as Postgres takes
+/// them (sqlparser wants a fixed order).
+fn parse_create_sequence(p: &mut Parser) -> Result<CreateSequence> {
+    let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
+    let name = relation_name(&p.parse_object_name(false)?)?;
+    let mut c = CreateSequence {
+        name,
+        if_not_exists,
+        start: None,
+        increment: None,
+        min: None,
+        max: None,
+        cycle: false,
+    };
+    let int = |p: &mut Parser| -> Result<i64> {
+        let neg = p.consume_token(&Token::Minus);
+        let t = p.next_token();
+        match &t.token {
+            Token::Number(n, _) => n
+                .parse::<i64>()
+                .map(|v| if neg { -v } else { v })
+                .map_err(|_| WeirError::syntax(format!("{n} is not a bigint"))),
+            _ => Err(syntax_near(&t)),
+        }
+    };
+    loop {
+        if parse_word(p, "INCREMENT") {
+            let _ = parse_word(p, "BY");
+            c.increment = Some(int(p)?);
+        } else if parse_word(p, "MINVALUE") {
+            c.min = Some(int(p)?);
+        } else if parse_word(p, "MAXVALUE") {
+            c.max = Some(int(p)?);
+        } else if parse_word(p, "START") {
+            let _ = parse_word(p, "WITH");
+            c.start = Some(int(p)?);
+        } else if parse_word(p, "CACHE") {
+            int(p)?;
+        } else if parse_word(p, "CYCLE") {
+            c.cycle = true;
+        } else if parse_word(p, "NO") {
+            if !(parse_word(p, "MINVALUE") || parse_word(p, "MAXVALUE") || parse_word(p, "CYCLE")) {
+                return Err(syntax_near(&p.peek_token()));
+            }
+        } else if parse_word(p, "AS") {
+            let t = p.parse_data_type()?;
+            if !matches!(
+                SqlType::from_ast(&t)?,
+                SqlType::Int2 | SqlType::Int4 | SqlType::Int8
+            ) {
+                return Err(WeirError::new(
+                    crate::error::sqlstate::INVALID_PARAMETER_VALUE,
+                    "sequence type must be smallint, integer, or bigint",
+                ));
+            }
+        } else if parse_word(p, "OWNED") {
+            let _ = parse_word(p, "BY");
+            let _ = p.parse_object_name(false)?;
+        } else {
+            break;
+        }
+    }
+    Ok(c)
+}
+
+/// Sequence options as numbers (`INCREMENT BY -1`, `START 100`...).
+pub fn sequence_options(
+    opts: &[ast::SequenceOptions],
+) -> Result<(Option<i64>, Option<i64>, Option<i64>, Option<i64>, bool)> {
+    let num = |e: &ast::Expr| -> Result<i64> {
+        let t = e.to_string().replace(' ', "");
+        t.parse::<i64>()
+            .map_err(|_| WeirError::syntax(format!("sequence option {e} is not an integer")))
+    };
+    let (mut start, mut inc, mut min, mut max, mut cycle) = (None, None, None, None, false);
+    for o in opts {
+        match o {
+            ast::SequenceOptions::IncrementBy(e, _) => inc = Some(num(e)?),
+            ast::SequenceOptions::MinValue(e) => min = e.as_ref().map(num).transpose()?,
+            ast::SequenceOptions::MaxValue(e) => max = e.as_ref().map(num).transpose()?,
+            ast::SequenceOptions::StartWith(e, _) => start = Some(num(e)?),
+            ast::SequenceOptions::Cache(_) => {}
+            ast::SequenceOptions::Cycle(no) => cycle = !*no,
+        }
+    }
+    Ok((start, inc, min, max, cycle))
 }
 
 #[derive(Debug, Clone)]
@@ -170,6 +271,7 @@ pub enum DropKind {
     MaterializedView,
     Sink,
     View,
+    Sequence,
 }
 
 #[derive(Debug, Clone)]
@@ -196,6 +298,20 @@ pub struct ColumnSpec {
     pub not_null: bool,
     /// `DEFAULT expr`: the expression's SQL text.
     pub default: Option<String>,
+    /// `serial`/`bigserial` or `GENERATED {ALWAYS | BY DEFAULT} AS IDENTITY`: filled from a
+    /// sequence of its own.
+    pub identity: Option<Identity>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Identity {
+    /// GENERATED ALWAYS: an INSERT may not give the column a value.
+    pub always: bool,
+    pub start: Option<i64>,
+    pub increment: Option<i64>,
+    pub min: Option<i64>,
+    pub max: Option<i64>,
+    pub cycle: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -455,6 +571,12 @@ fn parse_one(p: &mut Parser) -> Result<Statement> {
                 p.next_token();
                 return parse_create_source(p).map(|c| Statement::CreateSource(Box::new(c)));
             }
+            if matches!(&p.peek_nth_token(1).token, Token::Word(w) if w.keyword == Keyword::SEQUENCE)
+            {
+                p.next_token();
+                p.next_token();
+                return parse_create_sequence(p).map(|c| Statement::CreateSequence(Box::new(c)));
+            }
             if matches!(&p.peek_nth_token(1).token, Token::Word(w) if w.value.eq_ignore_ascii_case("sink"))
             {
                 p.next_token();
@@ -607,6 +729,25 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
         }
         ast::Statement::Insert(_) | ast::Statement::Update { .. } | ast::Statement::Delete(_) => {
             Ok(Statement::Dml(Box::new(stmt)))
+        }
+        ast::Statement::CreateSequence {
+            temporary: false,
+            if_not_exists,
+            name,
+            sequence_options,
+            owned_by: None,
+            ..
+        } => {
+            let (start, increment, min, max, cycle) = self::sequence_options(&sequence_options)?;
+            Ok(Statement::CreateSequence(Box::new(CreateSequence {
+                name: relation_name(&name)?,
+                if_not_exists,
+                start,
+                increment,
+                min,
+                max,
+                cycle,
+            })))
         }
         ast::Statement::CreateView(cv) if !cv.materialized && !cv.temporary => {
             if !cv.options.to_string().is_empty() {
@@ -912,12 +1053,58 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
         } else {
             let def = p.parse_column_def()?;
             let col_name = normalize_ident(&def.name);
-            let ty = SqlType::from_ast(&def.data_type)?;
-            let mut not_null = false;
+            let serial = match &def.data_type {
+                ast::DataType::Custom(n, a) if a.is_empty() => {
+                    match n.to_string().to_lowercase().as_str() {
+                        "smallserial" | "serial2" => Some(SqlType::Int2),
+                        "serial" | "serial4" => Some(SqlType::Int4),
+                        "bigserial" | "serial8" => Some(SqlType::Int8),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            };
+            let ty = match &serial {
+                Some(t) => t.clone(),
+                None => SqlType::from_ast(&def.data_type)?,
+            };
+            let mut not_null = serial.is_some();
             let mut default = None;
+            let mut identity = serial.map(|_| Identity {
+                always: false,
+                start: None,
+                increment: None,
+                min: None,
+                max: None,
+                cycle: false,
+            });
             for opt in &def.options {
                 match &opt.option {
                     ColumnOption::NotNull => not_null = true,
+                    ColumnOption::Generated {
+                        generated_as: g @ (ast::GeneratedAs::Always | ast::GeneratedAs::ByDefault),
+                        sequence_options,
+                        generation_expr: None,
+                        ..
+                    } => {
+                        if !matches!(ty, SqlType::Int2 | SqlType::Int4 | SqlType::Int8) {
+                            return Err(WeirError::new(
+                                crate::error::sqlstate::DATATYPE_MISMATCH,
+                                "identity column type must be smallint, integer, or bigint",
+                            ));
+                        }
+                        let (start, increment, min, max, cycle) =
+                            self::sequence_options(sequence_options.as_deref().unwrap_or(&[]))?;
+                        identity = Some(Identity {
+                            always: matches!(g, ast::GeneratedAs::Always),
+                            start,
+                            increment,
+                            min,
+                            max,
+                            cycle,
+                        });
+                        not_null = true;
+                    }
                     ColumnOption::Default(e) => {
                         let mut refs = None;
                         let _ = ast::visit_expressions(e, |x: &ast::Expr| {
@@ -948,11 +1135,17 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
                     }
                 }
             }
+            if identity.is_some() && default.is_some() {
+                return Err(WeirError::syntax(format!(
+                    "both default and identity specified for column \"{col_name}\""
+                )));
+            }
             columns.push(ColumnSpec {
                 name: col_name,
                 ty,
                 not_null,
                 default,
+                identity,
             });
         }
         if p.consume_token(&Token::Comma) {
@@ -1063,6 +1256,8 @@ fn parse_drop(p: &mut Parser) -> Result<Statement> {
         DropKind::MaterializedView
     } else if p.parse_keyword(Keyword::VIEW) {
         DropKind::View
+    } else if p.parse_keyword(Keyword::SEQUENCE) {
+        DropKind::Sequence
     } else if parse_word(p, "SINK") {
         DropKind::Sink
     } else if let Some(s) = crate::sql::security::parse_drop(p)? {

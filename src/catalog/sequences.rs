@@ -1,0 +1,262 @@
+//! Sequences (`CREATE SEQUENCE`, `serial`, `GENERATED ... AS IDENTITY`): a relation of kind
+//! `Sequence` whose parameters are its options (`start`, `increment`, `min`, `max`,
+//! `cycle`), and a counter. As in Postgres, values are handed out without transactions
+//! (a rolled-back INSERT leaves a gap) and a restart may skip values but never repeats one:
+//! the store holds, under `Q{oid}`, the highest value that may have been handed out, written
+//! (synchronously) once every [`RESERVE`] values, and a restart continues after it.
+
+use std::collections::HashMap;
+
+use crate::catalog::{Catalog, RelationDesc};
+use crate::error::{Result, WeirError};
+use crate::state::store::{Durability, WriteBatch};
+
+/// Values reserved per write of the counter (Postgres logs 32 ahead too).
+pub const RESERVE: i64 = 32;
+
+/// A sequence's parameters, from its relation's options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SequenceSpec {
+    pub start: i64,
+    pub increment: i64,
+    pub min: i64,
+    pub max: i64,
+    pub cycle: bool,
+}
+
+impl SequenceSpec {
+    /// Postgres' defaults for the given options (`None`: not given).
+    pub fn new(
+        start: Option<i64>,
+        increment: Option<i64>,
+        min: Option<i64>,
+        max: Option<i64>,
+        cycle: bool,
+    ) -> Result<SequenceSpec> {
+        let increment = increment.unwrap_or(1);
+        if increment == 0 {
+            return Err(WeirError::new("22023", "INCREMENT must not be zero"));
+        }
+        let (min, max) = if increment > 0 {
+            (min.unwrap_or(1), max.unwrap_or(i64::MAX))
+        } else {
+            (min.unwrap_or(i64::MIN), max.unwrap_or(-1))
+        };
+        if min >= max {
+            return Err(WeirError::new(
+                "22023",
+                format!("MINVALUE ({min}) must be less than MAXVALUE ({max})"),
+            ));
+        }
+        let start = start.unwrap_or(if increment > 0 { min } else { max });
+        if start < min || start > max {
+            return Err(WeirError::new(
+                "22023",
+                format!("START value ({start}) cannot be outside [{min}, {max}]"),
+            ));
+        }
+        Ok(SequenceSpec {
+            start,
+            increment,
+            min,
+            max,
+            cycle,
+        })
+    }
+
+    pub fn options(&self) -> Vec<(String, String)> {
+        vec![
+            ("start".into(), self.start.to_string()),
+            ("increment".into(), self.increment.to_string()),
+            ("min".into(), self.min.to_string()),
+            ("max".into(), self.max.to_string()),
+            ("cycle".into(), self.cycle.to_string()),
+        ]
+    }
+
+    pub fn from_options(options: &[(String, String)]) -> SequenceSpec {
+        let get = |k: &str| {
+            options
+                .iter()
+                .find(|(n, _)| n == k)
+                .and_then(|(_, v)| v.parse::<i64>().ok())
+        };
+        SequenceSpec {
+            start: get("start").unwrap_or(1),
+            increment: get("increment").unwrap_or(1),
+            min: get("min").unwrap_or(1),
+            max: get("max").unwrap_or(i64::MAX),
+            cycle: options.iter().any(|(k, v)| k == "cycle" && v == "true"),
+        }
+    }
+}
+
+/// A sequence's counter in memory.
+#[derive(Debug, Clone, Copy)]
+struct Counter {
+    /// The value `nextval` hands out next (None: past the end).
+    next: Option<i64>,
+    /// Values up to here (in the increment's direction) may have been handed out.
+    reserved: Option<i64>,
+}
+
+#[derive(Default)]
+pub struct Sequences {
+    counters: parking_lot::Mutex<HashMap<u32, Counter>>,
+}
+
+fn key(oid: u32) -> Vec<u8> {
+    let mut k = b"Q".to_vec();
+    k.extend_from_slice(&oid.to_be_bytes());
+    k
+}
+
+impl Catalog {
+    fn sequence_desc(&self, oid: u32) -> Result<RelationDesc> {
+        self.get_by_oid(oid)
+            .map(|e| e.desc.clone())
+            .filter(|d| d.kind == crate::catalog::RelationKind::Sequence)
+            .ok_or_else(|| {
+                WeirError::new(
+                    crate::error::sqlstate::UNDEFINED_TABLE,
+                    format!("sequence with OID {oid} does not exist"),
+                )
+            })
+    }
+
+    /// The next value of a sequence (`nextval`).
+    pub fn nextval(&self, oid: u32) -> Result<i64> {
+        let desc = self.sequence_desc(oid)?;
+        let spec = SequenceSpec::from_options(&desc.options);
+        let mut counters = self.sequences.counters.lock();
+        let c = match counters.get(&oid) {
+            Some(c) => *c,
+            None => {
+                let reserved = self
+                    .store()
+                    .get(&key(oid))?
+                    .and_then(|v| v.try_into().ok())
+                    .map(i64::from_be_bytes);
+                let next = match reserved {
+                    Some(r) => r.checked_add(spec.increment),
+                    None => Some(spec.start),
+                };
+                Counter { next, reserved }
+            }
+        };
+        let past_end = |v: Option<i64>| v.is_none_or(|v| v > spec.max || v < spec.min);
+        let v = match c.next {
+            n if !past_end(n) => n.unwrap_or(spec.start),
+            _ if spec.cycle => {
+                if spec.increment > 0 {
+                    spec.min
+                } else {
+                    spec.max
+                }
+            }
+            _ => {
+                return Err(WeirError::new(
+                    "2200H",
+                    format!(
+                        "nextval: reached {} value of sequence \"{}\" ({})",
+                        if spec.increment > 0 {
+                            "maximum"
+                        } else {
+                            "minimum"
+                        },
+                        desc.name,
+                        if spec.increment > 0 {
+                            spec.max
+                        } else {
+                            spec.min
+                        }
+                    ),
+                ));
+            }
+        };
+        let beyond = match c.reserved {
+            None => true,
+            Some(r) => {
+                if spec.increment > 0 {
+                    v > r || c.next.is_none()
+                } else {
+                    v < r || c.next.is_none()
+                }
+            }
+        };
+        let mut reserved = c.reserved;
+        if beyond || past_end(c.next) {
+            let r = v.saturating_add(spec.increment.saturating_mul(RESERVE - 1));
+            let r = r.clamp(spec.min, spec.max);
+            let mut wb = WriteBatch::default();
+            wb.put(key(oid), r.to_be_bytes().to_vec());
+            self.store().commit(wb, Durability::Sync)?;
+            reserved = Some(r);
+        }
+        counters.insert(
+            oid,
+            Counter {
+                next: v.checked_add(spec.increment),
+                reserved,
+            },
+        );
+        Ok(v)
+    }
+
+    /// `setval(seq, v, is_called)`: the next `nextval` gives v + increment (or v).
+    pub fn setval(&self, oid: u32, v: i64, is_called: bool) -> Result<i64> {
+        let desc = self.sequence_desc(oid)?;
+        let spec = SequenceSpec::from_options(&desc.options);
+        if v < spec.min || v > spec.max {
+            return Err(WeirError::new(
+                "22003",
+                format!(
+                    "setval: value {v} is out of bounds for sequence \"{}\" ({}..{})",
+                    desc.name, spec.min, spec.max
+                ),
+            ));
+        }
+        let next = if is_called {
+            v.checked_add(spec.increment)
+        } else {
+            Some(v)
+        };
+        // what a restart continues after: v itself once handed out, else the one before
+        let persisted = if is_called { v } else { v - spec.increment };
+        let mut wb = WriteBatch::default();
+        wb.put(key(oid), persisted.to_be_bytes().to_vec());
+        self.store().commit(wb, Durability::Sync)?;
+        self.sequences.counters.lock().insert(
+            oid,
+            Counter {
+                next,
+                reserved: Some(persisted),
+            },
+        );
+        Ok(v)
+    }
+
+    /// Forget a dropped sequence's counter.
+    pub(crate) fn drop_sequence_state(&self, oid: u32) -> Result<()> {
+        self.sequences.counters.lock().remove(&oid);
+        let mut wb = WriteBatch::default();
+        wb.delete(key(oid));
+        self.store().commit(wb, Durability::Sync)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn postgres_defaults() {
+        let s = SequenceSpec::new(None, None, None, None, false).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((s.start, s.min, s.max), (1, 1, i64::MAX));
+        let d =
+            SequenceSpec::new(None, Some(-1), None, None, false).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((d.start, d.min, d.max), (-1, i64::MIN, -1));
+        assert!(SequenceSpec::new(None, Some(0), None, None, false).is_err());
+        assert!(SequenceSpec::new(Some(0), None, None, None, false).is_err());
+    }
+}
