@@ -359,12 +359,13 @@ impl Engine {
             Statement::CreateView(cv) => self.create_view(session, cv, &parsed.text, notices).await,
             Statement::CreatePlainView(v) => self.create_plain_view(session, v, &parsed.text).await,
             Statement::CreateSequence(cs) => {
+                let o = &cs.options;
                 let spec = crate::catalog::sequences::SequenceSpec::new(
-                    cs.start,
-                    cs.increment,
-                    cs.min,
-                    cs.max,
-                    cs.cycle,
+                    o.start,
+                    o.increment,
+                    o.min,
+                    o.max,
+                    o.cycle,
                 )?;
                 self.create_sequence(
                     &cs.name,
@@ -1281,15 +1282,14 @@ impl Engine {
                     SqlType::Int4 => i32::MAX as i64,
                     _ => i64::MAX,
                 };
+                let o = &id.options;
+                let type_max = (o.increment.unwrap_or(1) > 0).then_some(max);
                 let spec = crate::catalog::sequences::SequenceSpec::new(
-                    id.start,
-                    id.increment,
-                    id.min,
-                    id.max
-                        .or(Some(max))
-                        .filter(|_| id.increment.unwrap_or(1) > 0)
-                        .or(id.max),
-                    id.cycle,
+                    o.start,
+                    o.increment,
+                    o.min,
+                    o.max.or(type_max),
+                    o.cycle,
                 )?;
                 owned.push((seq.clone(), spec));
                 defaults.push((c.name.clone(), format!("nextval('{seq}')")));

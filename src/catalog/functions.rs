@@ -1057,8 +1057,11 @@ struct SequenceFn {
     signature: Signature,
     catalog: Arc<Catalog>,
     /// (last value per sequence, last value of any) in this session
-    seen: Arc<parking_lot::Mutex<(std::collections::HashMap<u32, i64>, Option<i64>)>>,
+    seen: Arc<parking_lot::Mutex<SessionValues>>,
 }
+
+/// What this session's `nextval` handed out: per sequence, and the last of any.
+type SessionValues = (std::collections::HashMap<u32, i64>, Option<i64>);
 
 impl fmt::Debug for SequenceFn {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -93,6 +93,12 @@ pub enum Statement {
 pub struct CreateSequence {
     pub name: String,
     pub if_not_exists: bool,
+    pub options: SeqOptions,
+}
+
+/// A sequence's options as written (None: Postgres' default).
+#[derive(Debug, Clone, Default)]
+pub struct SeqOptions {
     pub start: Option<i64>,
     pub increment: Option<i64>,
     pub min: Option<i64>,
@@ -108,11 +114,7 @@ fn parse_create_sequence(p: &mut Parser) -> Result<CreateSequence> {
     let mut c = CreateSequence {
         name,
         if_not_exists,
-        start: None,
-        increment: None,
-        min: None,
-        max: None,
-        cycle: false,
+        options: SeqOptions::default(),
     };
     let int = |p: &mut Parser| -> Result<i64> {
         let neg = p.consume_token(&Token::Minus);
@@ -128,18 +130,18 @@ fn parse_create_sequence(p: &mut Parser) -> Result<CreateSequence> {
     loop {
         if parse_word(p, "INCREMENT") {
             let _ = parse_word(p, "BY");
-            c.increment = Some(int(p)?);
+            c.options.increment = Some(int(p)?);
         } else if parse_word(p, "MINVALUE") {
-            c.min = Some(int(p)?);
+            c.options.min = Some(int(p)?);
         } else if parse_word(p, "MAXVALUE") {
-            c.max = Some(int(p)?);
+            c.options.max = Some(int(p)?);
         } else if parse_word(p, "START") {
             let _ = parse_word(p, "WITH");
-            c.start = Some(int(p)?);
+            c.options.start = Some(int(p)?);
         } else if parse_word(p, "CACHE") {
             int(p)?;
         } else if parse_word(p, "CYCLE") {
-            c.cycle = true;
+            c.options.cycle = true;
         } else if parse_word(p, "NO") {
             if !(parse_word(p, "MINVALUE") || parse_word(p, "MAXVALUE") || parse_word(p, "CYCLE")) {
                 return Err(syntax_near(&p.peek_token()));
@@ -166,9 +168,7 @@ fn parse_create_sequence(p: &mut Parser) -> Result<CreateSequence> {
 }
 
 /// Sequence options as numbers (`INCREMENT BY -1`, `START 100`...).
-pub fn sequence_options(
-    opts: &[ast::SequenceOptions],
-) -> Result<(Option<i64>, Option<i64>, Option<i64>, Option<i64>, bool)> {
+pub fn sequence_options(opts: &[ast::SequenceOptions]) -> Result<SeqOptions> {
     let num = |e: &ast::Expr| -> Result<i64> {
         let t = e.to_string().replace(' ', "");
         t.parse::<i64>()
@@ -185,7 +185,13 @@ pub fn sequence_options(
             ast::SequenceOptions::Cycle(no) => cycle = !*no,
         }
     }
-    Ok((start, inc, min, max, cycle))
+    Ok(SeqOptions {
+        start,
+        increment: inc,
+        min,
+        max,
+        cycle,
+    })
 }
 
 #[derive(Debug, Clone)]
@@ -307,11 +313,7 @@ pub struct ColumnSpec {
 pub struct Identity {
     /// GENERATED ALWAYS: an INSERT may not give the column a value.
     pub always: bool,
-    pub start: Option<i64>,
-    pub increment: Option<i64>,
-    pub min: Option<i64>,
-    pub max: Option<i64>,
-    pub cycle: bool,
+    pub options: SeqOptions,
 }
 
 #[derive(Debug, Clone)]
@@ -737,18 +739,11 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
             sequence_options,
             owned_by: None,
             ..
-        } => {
-            let (start, increment, min, max, cycle) = self::sequence_options(&sequence_options)?;
-            Ok(Statement::CreateSequence(Box::new(CreateSequence {
-                name: relation_name(&name)?,
-                if_not_exists,
-                start,
-                increment,
-                min,
-                max,
-                cycle,
-            })))
-        }
+        } => Ok(Statement::CreateSequence(Box::new(CreateSequence {
+            name: relation_name(&name)?,
+            if_not_exists,
+            options: self::sequence_options(&sequence_options)?,
+        }))),
         ast::Statement::CreateView(cv) if !cv.materialized && !cv.temporary => {
             if !cv.options.to_string().is_empty() {
                 return Err(WeirError::not_supported(
@@ -1072,11 +1067,7 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
             let mut default = None;
             let mut identity = serial.map(|_| Identity {
                 always: false,
-                start: None,
-                increment: None,
-                min: None,
-                max: None,
-                cycle: false,
+                options: SeqOptions::default(),
             });
             for opt in &def.options {
                 match &opt.option {
@@ -1093,15 +1084,11 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
                                 "identity column type must be smallint, integer, or bigint",
                             ));
                         }
-                        let (start, increment, min, max, cycle) =
-                            self::sequence_options(sequence_options.as_deref().unwrap_or(&[]))?;
                         identity = Some(Identity {
                             always: matches!(g, ast::GeneratedAs::Always),
-                            start,
-                            increment,
-                            min,
-                            max,
-                            cycle,
+                            options: self::sequence_options(
+                                sequence_options.as_deref().unwrap_or(&[]),
+                            )?,
                         });
                         not_null = true;
                     }
