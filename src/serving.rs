@@ -131,6 +131,7 @@ pub fn session_context(
     crate::catalog::value_limits::register(&ctx);
     crate::sql::windows::register(&ctx);
     crate::sql::json::register(&ctx);
+    crate::sql::json_build::register(&ctx);
     crate::sql::pg_functions::register(&ctx);
     ctx
 }

@@ -5,6 +5,7 @@ pub mod bulk_insert;
 pub mod client_stmts;
 pub mod depth;
 pub mod json;
+pub mod json_build;
 pub mod jsonb;
 pub mod parser;
 pub mod pg_functions;

@@ -1,0 +1,547 @@
+//! Building JSON from SQL values, as Postgres does: `to_json`/`to_jsonb`, `row_to_json`,
+//! `json_build_object`/`jsonb_build_object`, `json_build_array`/`jsonb_build_array`, and
+//! the aggregates `json_agg`/`jsonb_agg`, `json_object_agg`/`jsonb_object_agg`.
+//!
+//! Values map as Postgres maps them: numbers stay numbers (NaN and infinities become
+//! strings), booleans `true`/`false`, text a JSON string, dates and timestamps ISO 8601
+//! strings (`2015-07-15T10:15:00`), arrays JSON arrays, records (`ROW(...)`, structs)
+//! objects with their field names (`f1`, `f2`... for an anonymous ROW), `jsonb` itself.
+//! `json` results keep Postgres' spacing for each function (`row_to_json` none,
+//! `json_build_object` `{"a" : 1}`); `jsonb` results are in jsonb's canonical form
+//! ([`crate::sql::jsonb::normalize`]) and typed `jsonb`.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, StringArray, StringBuilder};
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef};
+use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::common::{DataFusionError, Result as DfResult, ScalarValue};
+use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
+use datafusion::logical_expr::{
+    Accumulator, AggregateUDF, AggregateUDFImpl, ColumnarValue, ReturnFieldArgs,
+    ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature, Volatility,
+};
+use datafusion::prelude::SessionContext;
+
+use crate::error::{WeirError, sqlstate};
+use crate::sql::pg_text::text_values;
+use crate::sql::types::{PG_TYPE_KEY, SqlType, field_sql_type};
+
+fn ext(e: WeirError) -> DataFusionError {
+    DataFusionError::External(Box::new(e))
+}
+
+fn quote(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{08}' => out.push_str("\\b"),
+            '\u{0c}' => out.push_str("\\f"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// Each value of a column as JSON text (None for SQL NULL), `compact` without spaces
+/// after commas (json's `to_json`), else with them (jsonb's, and `json_agg`'s elements).
+pub fn json_values(
+    col: &ArrayRef,
+    field: Option<&Field>,
+    compact: bool,
+) -> DfResult<Vec<Option<String>>> {
+    let n = col.len();
+    let is_jsonb = field.and_then(field_sql_type) == Some(SqlType::Jsonb);
+    let sep = if compact { "," } else { ", " };
+    let texts = |col: &ArrayRef| text_values(col);
+    Ok(match col.data_type() {
+        DataType::Null => vec![None; n],
+        DataType::Boolean => {
+            let a = col.as_boolean();
+            (0..n)
+                .map(|i| (!a.is_null(i)).then(|| a.value(i).to_string()))
+                .collect()
+        }
+        t if t.is_integer() || matches!(t, DataType::Decimal128(..) | DataType::Decimal256(..)) => {
+            let s = texts(col)?;
+            (0..n)
+                .map(|i| (!s.is_null(i)).then(|| s.value(i).to_owned()))
+                .collect()
+        }
+        DataType::Float32 | DataType::Float64 => {
+            let s = texts(col)?;
+            (0..n)
+                .map(|i| {
+                    (!s.is_null(i)).then(|| {
+                        let v = s.value(i);
+                        if matches!(v, "NaN" | "Infinity" | "-Infinity") {
+                            format!("\"{v}\"")
+                        } else {
+                            v.to_owned()
+                        }
+                    })
+                })
+                .collect()
+        }
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View if is_jsonb => {
+            let s = datafusion::arrow::compute::cast(col, &DataType::Utf8)?;
+            let s = s.as_string::<i32>();
+            (0..n)
+                .map(|i| (!s.is_null(i)).then(|| s.value(i).to_owned()))
+                .collect()
+        }
+        DataType::Timestamp(..) | DataType::Date32 | DataType::Date64 | DataType::Time64(_) => {
+            let s = texts(col)?;
+            (0..n)
+                .map(|i| {
+                    (!s.is_null(i)).then(|| {
+                        let mut o = String::new();
+                        // ISO 8601, as Postgres writes timestamps in JSON
+                        let v = s.value(i).replacen(' ', "T", 1);
+                        let v = v
+                            .strip_suffix("+00")
+                            .map(|x| format!("{x}+00:00"))
+                            .unwrap_or(v);
+                        quote(&mut o, &v);
+                        o
+                    })
+                })
+                .collect()
+        }
+        DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(..) => {
+            let f = match col.data_type() {
+                DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
+                    f.clone()
+                }
+                _ => unreachable!("matched a list type"),
+            };
+            let l = datafusion::arrow::compute::cast(col, &DataType::LargeList(f.clone()))?;
+            let l = l.as_list::<i64>();
+            let inner = json_values(l.values(), Some(f.as_ref()), compact)?;
+            let offs = l.value_offsets();
+            (0..n)
+                .map(|i| {
+                    (!l.is_null(i)).then(|| {
+                        let items: Vec<&str> = (offs[i] as usize..offs[i + 1] as usize)
+                            .map(|j| inner[j].as_deref().unwrap_or("null"))
+                            .collect();
+                        format!("[{}]", items.join(sep))
+                    })
+                })
+                .collect()
+        }
+        DataType::Struct(fields) => {
+            let st = col.as_struct();
+            let cols: Vec<Vec<Option<String>>> = st
+                .columns()
+                .iter()
+                .zip(fields.iter())
+                .map(|(c, f)| json_values(c, Some(f.as_ref()), compact))
+                .collect::<DfResult<_>>()?;
+            let names: Vec<String> = fields
+                .iter()
+                .enumerate()
+                .map(|(k, f)| {
+                    // DataFusion names an anonymous ROW's fields c0, c1...; Postgres f1, f2...
+                    let anon = f
+                        .name()
+                        .strip_prefix('c')
+                        .is_some_and(|d| d.parse::<usize>() == Ok(k));
+                    if anon {
+                        format!("f{}", k + 1)
+                    } else {
+                        f.name().clone()
+                    }
+                })
+                .collect();
+            (0..n)
+                .map(|i| {
+                    (!st.is_null(i)).then(|| {
+                        let mut o = String::from("{");
+                        for (k, name) in names.iter().enumerate() {
+                            if k > 0 {
+                                o.push_str(sep);
+                            }
+                            quote(&mut o, name);
+                            o.push_str(if compact { ":" } else { ": " });
+                            o.push_str(cols[k][i].as_deref().unwrap_or("null"));
+                        }
+                        o.push('}');
+                        o
+                    })
+                })
+                .collect()
+        }
+        _ => {
+            let s = texts(col)?;
+            (0..n)
+                .map(|i| {
+                    (!s.is_null(i)).then(|| {
+                        let mut o = String::new();
+                        quote(&mut o, s.value(i));
+                        o
+                    })
+                })
+                .collect()
+        }
+    })
+}
+
+fn jsonb_field(name: &str) -> FieldRef {
+    Arc::new(
+        Field::new(name, DataType::Utf8, true).with_metadata(HashMap::from([(
+            PG_TYPE_KEY.to_owned(),
+            SqlType::Jsonb.display_name(),
+        )])),
+    )
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Build {
+    /// to_json / to_jsonb / row_to_json
+    Value,
+    /// json_build_object / jsonb_build_object
+    Object,
+    /// json_build_array / jsonb_build_array
+    Array,
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct JsonBuild {
+    name: &'static str,
+    build: Build,
+    jsonb: bool,
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for JsonBuild {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> DfResult<DataType> {
+        Ok(DataType::Utf8)
+    }
+    fn return_field_from_args(&self, _: ReturnFieldArgs) -> DfResult<FieldRef> {
+        Ok(if self.jsonb {
+            jsonb_field(self.name)
+        } else {
+            Arc::new(Field::new(self.name, DataType::Utf8, true))
+        })
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        let n = args.number_rows;
+        let arrays = args
+            .args
+            .iter()
+            .map(|a| a.to_array(n))
+            .collect::<DfResult<Vec<_>>>()?;
+        let compact = !self.jsonb;
+        let vals: Vec<Vec<Option<String>>> = arrays
+            .iter()
+            .zip(args.arg_fields.iter())
+            .map(|(a, f)| json_values(a, Some(f.as_ref()), compact))
+            .collect::<DfResult<_>>()?;
+        let mut out = StringBuilder::new();
+        for i in 0..n {
+            let text = match self.build {
+                Build::Value => vals.first().and_then(|v| v[i].clone()),
+                Build::Array => Some(format!(
+                    "[{}]",
+                    vals.iter()
+                        .map(|v| v[i].clone().unwrap_or_else(|| "null".into()))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )),
+                Build::Object => {
+                    if vals.len() % 2 != 0 {
+                        return Err(ext(WeirError::new(
+                            sqlstate::INVALID_PARAMETER_VALUE,
+                            "argument list must have even number of elements",
+                        )
+                        .with_hint(format!(
+                            "The arguments of {}() must consist of alternating keys and values.",
+                            self.name
+                        ))));
+                    }
+                    let keys = arrays
+                        .iter()
+                        .step_by(2)
+                        .map(text_values)
+                        .collect::<DfResult<Vec<StringArray>>>()?;
+                    let mut o = String::from("{");
+                    for (k, key) in keys.iter().enumerate() {
+                        if key.is_null(i) {
+                            return Err(ext(WeirError::new(
+                                sqlstate::INVALID_PARAMETER_VALUE,
+                                "null value not allowed for object key",
+                            )));
+                        }
+                        if k > 0 {
+                            o.push_str(", ");
+                        }
+                        quote(&mut o, key.value(i));
+                        o.push_str(" : ");
+                        o.push_str(vals[2 * k + 1][i].as_deref().unwrap_or("null"));
+                    }
+                    o.push('}');
+                    Some(o)
+                }
+            };
+            match text {
+                Some(t) if self.jsonb => {
+                    out.append_value(crate::sql::jsonb::normalize(&t).map_err(ext)?)
+                }
+                Some(t) => out.append_value(t),
+                None => out.append_null(),
+            }
+        }
+        let out: ArrayRef = Arc::new(out.finish());
+        if args
+            .args
+            .iter()
+            .all(|a| matches!(a, ColumnarValue::Scalar(_)))
+            && n == 1
+        {
+            return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?));
+        }
+        Ok(ColumnarValue::Array(out))
+    }
+}
+
+/// `json_agg`/`jsonb_agg` (an array of the rows' values) and `json_object_agg`/
+/// `jsonb_object_agg` (an object of key/value pairs), in the order rows arrive.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct JsonAgg {
+    name: &'static str,
+    object: bool,
+    jsonb: bool,
+    signature: Signature,
+}
+
+impl AggregateUDFImpl for JsonAgg {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> DfResult<DataType> {
+        Ok(DataType::Utf8)
+    }
+    fn return_field(&self, _: &[FieldRef]) -> DfResult<FieldRef> {
+        Ok(if self.jsonb {
+            jsonb_field(self.name)
+        } else {
+            Arc::new(Field::new(self.name, DataType::Utf8, true))
+        })
+    }
+    fn accumulator(&self, args: AccumulatorArgs) -> DfResult<Box<dyn Accumulator>> {
+        // `json_agg(x ORDER BY ...)`: the ordering columns follow the arguments
+        let order = if args.order_bys.is_empty() {
+            None
+        } else {
+            Some(RowConverter::new(
+                args.order_bys
+                    .iter()
+                    .map(|o| {
+                        Ok(SortField::new_with_options(
+                            o.expr.data_type(args.schema)?,
+                            o.options,
+                        ))
+                    })
+                    .collect::<DfResult<Vec<_>>>()?,
+            )?)
+        };
+        Ok(Box::new(JsonAggAcc {
+            object: self.object,
+            jsonb: self.jsonb,
+            fields: args
+                .exprs
+                .iter()
+                .map(|e| e.return_field(args.schema))
+                .collect::<DfResult<Vec<_>>>()?,
+            nargs: if self.object { 2 } else { 1 },
+            order,
+            items: Vec::new(),
+            keys: Vec::new(),
+        }))
+    }
+    fn state_fields(&self, args: StateFieldsArgs) -> DfResult<Vec<FieldRef>> {
+        Ok(vec![
+            Arc::new(Field::new(
+                format!("{}_items", args.name),
+                DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true))),
+                true,
+            )),
+            Arc::new(Field::new(
+                format!("{}_keys", args.name),
+                DataType::List(Arc::new(Field::new_list_field(DataType::Binary, true))),
+                true,
+            )),
+        ])
+    }
+}
+
+#[derive(Debug)]
+struct JsonAggAcc {
+    object: bool,
+    jsonb: bool,
+    fields: Vec<FieldRef>,
+    nargs: usize,
+    /// ORDER BY of the aggregate: its sort keys' encoding
+    order: Option<RowConverter>,
+    /// each row's piece: an element, or `"key" : value`
+    items: Vec<String>,
+    /// each piece's sort key (with ORDER BY)
+    keys: Vec<Vec<u8>>,
+}
+
+impl Accumulator for JsonAggAcc {
+    fn update_batch(&mut self, values: &[ArrayRef]) -> DfResult<()> {
+        let n = values.first().map(|v| v.len()).unwrap_or(0);
+        if let Some(conv) = &self.order {
+            let rows = conv.convert_columns(&values[self.nargs.min(values.len())..])?;
+            self.keys.extend(rows.iter().map(|r| r.as_ref().to_vec()));
+        }
+        let field = |k: usize| self.fields.get(k).map(|f| f.as_ref().clone());
+        if self.object {
+            let keys = text_values(&values[0])?;
+            let vals = json_values(&values[1], field(1).as_ref(), !self.jsonb)?;
+            for i in 0..n {
+                if keys.is_null(i) {
+                    return Err(ext(WeirError::new(
+                        sqlstate::INVALID_PARAMETER_VALUE,
+                        "field name must not be null",
+                    )));
+                }
+                let mut o = String::new();
+                quote(&mut o, keys.value(i));
+                o.push_str(" : ");
+                o.push_str(vals[i].as_deref().unwrap_or("null"));
+                self.items.push(o);
+            }
+        } else {
+            let vals = json_values(&values[0], field(0).as_ref(), !self.jsonb)?;
+            for v in vals {
+                self.items.push(v.unwrap_or_else(|| "null".into()));
+            }
+        }
+        Ok(())
+    }
+    fn evaluate(&mut self) -> DfResult<ScalarValue> {
+        if self.items.is_empty() {
+            return Ok(ScalarValue::Utf8(None));
+        }
+        if self.order.is_some() && self.keys.len() == self.items.len() {
+            let mut idx: Vec<usize> = (0..self.items.len()).collect();
+            idx.sort_by(|a, b| self.keys[*a].cmp(&self.keys[*b]));
+            self.items = idx.iter().map(|i| self.items[*i].clone()).collect();
+            self.keys = idx.iter().map(|i| self.keys[*i].clone()).collect();
+        }
+        let text = if self.object {
+            format!("{{ {} }}", self.items.join(", "))
+        } else {
+            format!("[{}]", self.items.join(", "))
+        };
+        Ok(ScalarValue::Utf8(Some(if self.jsonb {
+            crate::sql::jsonb::normalize(&text).map_err(ext)?
+        } else {
+            text
+        })))
+    }
+    fn size(&self) -> usize {
+        std::mem::size_of_val(self) + self.items.iter().map(|s| s.capacity() + 24).sum::<usize>()
+    }
+    fn state(&mut self) -> DfResult<Vec<ScalarValue>> {
+        let items: Vec<ScalarValue> = self
+            .items
+            .iter()
+            .map(|s| ScalarValue::Utf8(Some(s.clone())))
+            .collect();
+        let keys: Vec<ScalarValue> = self
+            .keys
+            .iter()
+            .map(|k| ScalarValue::Binary(Some(k.clone())))
+            .collect();
+        Ok(vec![
+            ScalarValue::List(ScalarValue::new_list_nullable(&items, &DataType::Utf8)),
+            ScalarValue::List(ScalarValue::new_list_nullable(&keys, &DataType::Binary)),
+        ])
+    }
+    fn merge_batch(&mut self, states: &[ArrayRef]) -> DfResult<()> {
+        let l = states[0].as_list::<i32>();
+        let k = states.get(1).map(|k| k.as_list::<i32>());
+        for i in 0..l.len() {
+            if l.is_null(i) {
+                continue;
+            }
+            let v = l.value(i);
+            let s = v.as_string::<i32>();
+            for j in 0..s.len() {
+                self.items.push(s.value(j).to_owned());
+            }
+            if let Some(k) = k
+                && !k.is_null(i)
+            {
+                let kv = k.value(i);
+                let b = kv.as_binary::<i32>();
+                for j in 0..b.len() {
+                    self.keys.push(b.value(j).to_vec());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+pub fn register(ctx: &SessionContext) {
+    let any = |n: usize| Signature::new(TypeSignature::Any(n), Volatility::Immutable);
+    let variadic = || {
+        Signature::one_of(
+            vec![TypeSignature::Nullary, TypeSignature::VariadicAny],
+            Volatility::Immutable,
+        )
+    };
+    for (name, build, jsonb, sig) in [
+        ("to_json", Build::Value, false, any(1)),
+        ("to_jsonb", Build::Value, true, any(1)),
+        ("row_to_json", Build::Value, false, any(1)),
+        ("json_build_object", Build::Object, false, variadic()),
+        ("jsonb_build_object", Build::Object, true, variadic()),
+        ("json_build_array", Build::Array, false, variadic()),
+        ("jsonb_build_array", Build::Array, true, variadic()),
+    ] {
+        ctx.register_udf(ScalarUDF::new_from_impl(JsonBuild {
+            name,
+            build,
+            jsonb,
+            signature: sig,
+        }));
+    }
+    for (name, object, jsonb) in [
+        ("json_agg", false, false),
+        ("jsonb_agg", false, true),
+        ("json_object_agg", true, false),
+        ("jsonb_object_agg", true, true),
+    ] {
+        ctx.register_udaf(AggregateUDF::new_from_impl(JsonAgg {
+            name,
+            object,
+            jsonb,
+            signature: any(if object { 2 } else { 1 }),
+        }));
+    }
+}
