@@ -266,7 +266,7 @@ impl ScalarUDFImpl for JsonBuild {
                         .join(", ")
                 )),
                 Build::Object => {
-                    if vals.len() % 2 != 0 {
+                    if !vals.len().is_multiple_of(2) {
                         return Err(ext(WeirError::new(
                             sqlstate::INVALID_PARAMETER_VALUE,
                             "argument list must have even number of elements",
@@ -420,7 +420,7 @@ impl Accumulator for JsonAggAcc {
         if self.object {
             let keys = text_values(&values[0])?;
             let vals = json_values(&values[1], field(1).as_ref(), !self.jsonb)?;
-            for i in 0..n {
+            for (i, v) in vals.iter().enumerate().take(n) {
                 if keys.is_null(i) {
                     return Err(ext(WeirError::new(
                         sqlstate::INVALID_PARAMETER_VALUE,
@@ -430,7 +430,7 @@ impl Accumulator for JsonAggAcc {
                 let mut o = String::new();
                 quote(&mut o, keys.value(i));
                 o.push_str(" : ");
-                o.push_str(vals[i].as_deref().unwrap_or("null"));
+                o.push_str(v.as_deref().unwrap_or("null"));
                 self.items.push(o);
             }
         } else {
