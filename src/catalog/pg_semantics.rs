@@ -510,7 +510,9 @@ pub fn fix_planned(plan: LogicalPlan) -> DfResult<LogicalPlan> {
     let mut changed = false;
     Ok(plan
         .transform_up_with_subqueries(|p| {
+            let (p, c1) = percentile_cont_in_double(p)?;
             let (p, c) = star_over_using(p)?;
+            let c = c || c1;
             changed |= c;
             Ok(if c {
                 Transformed::yes(p)
@@ -521,6 +523,53 @@ pub fn fix_planned(plan: LogicalPlan) -> DfResult<LogicalPlan> {
             })
         })?
         .data)
+}
+
+/// `percentile_cont` over `real` interpolates in double precision and returns it, as
+/// Postgres' does (DataFusion keeps the input's float width): its argument cast, the
+/// aggregate named as before.
+fn percentile_cont_in_double(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
+    let LogicalPlan::Aggregate(a) = &plan else {
+        return Ok((plan, false));
+    };
+    let schema = a.input.schema().clone();
+    let mut changed = false;
+    let mut exprs = Vec::with_capacity(a.aggr_expr.len());
+    for e in &a.aggr_expr {
+        let (inner, alias) = match e {
+            Expr::Alias(al) => (al.expr.as_ref(), Some(al.name.clone())),
+            other => (other, None),
+        };
+        if let Expr::AggregateFunction(f) = inner
+            && f.func.name() == "percentile_cont"
+            && let Some(first) = f.params.args.first()
+            && matches!(
+                first.get_type(&schema),
+                Ok(DataType::Float32 | DataType::Float16)
+            )
+        {
+            let name = alias.unwrap_or_else(|| e.schema_name().to_string());
+            let mut f = f.clone();
+            let arg = f.params.args.remove(0);
+            let wide = cast(arg.clone(), DataType::Float64);
+            f.params.args.insert(0, wide.clone());
+            for s in f.params.order_by.iter_mut() {
+                if s.expr == arg {
+                    s.expr = wide.clone();
+                }
+            }
+            exprs.push(Expr::AggregateFunction(f).alias(name));
+            changed = true;
+        } else {
+            exprs.push(e.clone());
+        }
+    }
+    if !changed {
+        return Ok((plan, false));
+    }
+    let agg =
+        datafusion::logical_expr::Aggregate::try_new(a.input.clone(), a.group_expr.clone(), exprs)?;
+    Ok((LogicalPlan::Aggregate(agg), true))
 }
 
 /// One output column of a FROM clause as Postgres orders `*`: the columns that are the
