@@ -132,6 +132,7 @@ pub fn session_context(
     crate::sql::windows::register(&ctx);
     crate::sql::json::register(&ctx);
     crate::sql::json_build::register(&ctx);
+    crate::sql::ordered_set::register(&ctx);
     crate::sql::pg_functions::register(&ctx);
     ctx
 }

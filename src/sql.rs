@@ -7,6 +7,7 @@ pub mod depth;
 pub mod json;
 pub mod json_build;
 pub mod jsonb;
+pub mod ordered_set;
 pub mod parser;
 pub mod pg_functions;
 pub mod pg_text;

@@ -705,6 +705,11 @@ fn parse_one(p: &mut Parser) -> Result<Statement> {
         Keyword::CLOSE => parse_close(p).map(Statement::Close),
         Keyword::COPY => parse_copy(p).map(|c| Statement::Copy(Box::new(c))),
         _ if at_subscribe(p) => parse_subscribe(p).map(Statement::Subscribe),
+        _ if matches!(&p.peek_token().token, Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case("do")) => {
+            Err(WeirError::not_supported(
+                "DO is not supported: Weir runs no procedural language (write the statements themselves, or a SQL-bodied query)",
+            ))
+        }
         Keyword::DISCARD => {
             p.next_token();
             let words = rest_words(p)?;
