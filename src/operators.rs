@@ -15,6 +15,7 @@ pub mod merge;
 pub mod project;
 pub mod session_window;
 pub mod top_n;
+pub mod unnest;
 
 use std::sync::Arc;
 

@@ -230,6 +230,36 @@ impl<'a> Lowering<'a> {
                     vec![input],
                 ))
             }
+            LogicalPlan::Unnest(u) => {
+                let [(list, _)] = u.list_type_columns.as_slice() else {
+                    return Err(unsupported(
+                        "more than one set-returning function (or a struct unnest) in a select list"
+                            .to_string(),
+                    ));
+                };
+                if !u.struct_type_columns.is_empty()
+                    || u.list_type_columns.iter().any(|(_, c)| c.depth != 1)
+                {
+                    return Err(unsupported("a nested or struct unnest".to_string()));
+                }
+                let input = self.lower(&u.input)?;
+                let text = u
+                    .exec_columns
+                    .iter()
+                    .map(|c| c.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                Ok(self.op(
+                    crate::operators::unnest::Unnest::new(
+                        *list,
+                        u.dependency_indices.clone(),
+                        u.options.preserve_nulls(),
+                        Arc::new(u.schema.as_arrow().clone()),
+                        text,
+                    ),
+                    vec![input],
+                ))
+            }
             LogicalPlan::Filter(f) => {
                 if let LogicalPlan::Window(w) = f.input.as_ref()
                     && let Some(node) = self.row_number_top_n(w, &f.predicate)?
