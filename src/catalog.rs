@@ -328,6 +328,46 @@ impl Catalog {
     }
 
     /// Views that read `oid` directly.
+    /// Replace a table's description (ALTER TABLE): under its new name, with its rows
+    /// rewritten in the new layout when `rows` is given (the old rows are purged first),
+    /// else its store reopened with the new schema. The caller holds the table's writer
+    /// lock.
+    pub fn replace_table(
+        &self,
+        old_name: &str,
+        desc: RelationDesc,
+        rows: Option<Vec<datafusion::arrow::record_batch::RecordBatch>>,
+    ) -> Result<()> {
+        let mut st = self.state.write();
+        if !st.by_name.contains_key(old_name) {
+            return Err(WeirError::undefined_table(old_name));
+        }
+        if desc.name != old_name && st.by_name.contains_key(&desc.name) {
+            return Err(WeirError::new(
+                sqlstate::DUPLICATE_TABLE,
+                format!("relation \"{}\" already exists", desc.name),
+            ));
+        }
+        if rows.is_some() {
+            TableStore::purge(self.store.as_ref(), desc.oid)?;
+        }
+        let mut wb = WriteBatch::default();
+        wb.put(catalog_key(desc.oid), roles::json(&desc)?);
+        self.store.commit(wb, Durability::Sync)?;
+        let table = Self::open_table(&self.store, &desc)?;
+        if let (Some(t), Some(rows)) = (&table, rows) {
+            let rows: Vec<_> = rows.into_iter().filter(|b| b.num_rows() > 0).collect();
+            if !rows.is_empty() {
+                t.apply(crate::state::table::Change::Insert(rows))?;
+            }
+        }
+        st.by_name.remove(old_name);
+        st.by_name
+            .insert(desc.name.clone(), Arc::new(Entry { desc, table }));
+        st.version += 1;
+        Ok(())
+    }
+
     pub fn dependents(&self, oid: u32) -> Vec<Arc<Entry>> {
         self.state
             .read()

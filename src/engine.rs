@@ -1,6 +1,7 @@
 //! The database: opens the store and catalog, and executes parsed statements for a
 //! session. The wire protocol lives in `server`; this is what it calls.
 
+mod alter_table;
 mod client;
 mod on_conflict;
 mod plain_views;
@@ -358,6 +359,7 @@ impl Engine {
             Statement::Security(s) => self.security(session, s).await,
             Statement::CreateView(cv) => self.create_view(session, cv, &parsed.text, notices).await,
             Statement::CreatePlainView(v) => self.create_plain_view(session, v, &parsed.text).await,
+            Statement::AlterTable(a) => self.alter_table(session, a).await,
             Statement::CreateSequence(cs) => {
                 let o = &cs.options;
                 let spec = crate::catalog::sequences::SequenceSpec::new(
@@ -1798,6 +1800,7 @@ fn query_kind(stmt: &Statement) -> &'static str {
         | Statement::CreateView(_)
         | Statement::CreatePlainView(_)
         | Statement::CreateSequence(_)
+        | Statement::AlterTable(_)
         | Statement::CreateSink(_)
         | Statement::Drop(_)
         | Statement::Security(_) => "ddl",
@@ -1825,6 +1828,7 @@ fn write_kind(stmt: &Statement) -> Option<&'static str> {
         Statement::CreateView(_) => "CREATE MATERIALIZED VIEW",
         Statement::CreatePlainView(_) => "CREATE VIEW",
         Statement::CreateSequence(_) => "CREATE SEQUENCE",
+        Statement::AlterTable(_) => "ALTER TABLE",
         Statement::CreateSink(_) => "CREATE SINK",
         Statement::Drop(_) => "DROP",
         Statement::Security(s) => return s.write_kind(),

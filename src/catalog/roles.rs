@@ -145,7 +145,7 @@ pub(crate) fn role_key(oid: u32) -> Vec<u8> {
 
 const SCHEMA_ACL_KEY: &[u8] = b"S\x00\x00\x08\x98";
 
-fn json<T: Serialize>(v: &T) -> Result<Vec<u8>> {
+pub(crate) fn json<T: Serialize>(v: &T) -> Result<Vec<u8>> {
     serde_json::to_vec(v).map_err(|e| WeirError::internal(e.to_string()))
 }
 

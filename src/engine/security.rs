@@ -169,6 +169,13 @@ impl Engine {
                 self.require_select_query(role, &cv.query)
             }
             Statement::CreateSequence(_) => self.require_create(role),
+            Statement::AlterTable(a) => {
+                let name = relation_name(&a.name)?;
+                if self.catalog.get(&name).is_some() {
+                    self.require_owner(role, &name)?;
+                }
+                Ok(())
+            }
             Statement::CreatePlainView(v) => {
                 self.require_create(role)?;
                 if self.catalog.get(&v.name).is_some() {

@@ -87,6 +87,8 @@ pub enum Statement {
     CreatePlainView(Box<PlainView>),
     /// `CREATE SEQUENCE [IF NOT EXISTS] name [options]`.
     CreateSequence(Box<CreateSequence>),
+    /// `ALTER TABLE name ...` (columns, renames, NOT NULL, defaults).
+    AlterTable(Box<ast::AlterTable>),
 }
 
 #[derive(Debug, Clone)]
@@ -736,6 +738,9 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
         }
         ast::Statement::Insert(_) | ast::Statement::Update { .. } | ast::Statement::Delete(_) => {
             Ok(Statement::Dml(Box::new(stmt)))
+        }
+        ast::Statement::AlterTable(a) if a.table_type.is_none() && a.location.is_none() => {
+            Ok(Statement::AlterTable(Box::new(a)))
         }
         ast::Statement::CreateSequence {
             temporary: false,

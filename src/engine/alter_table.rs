@@ -1,0 +1,325 @@
+//! `ALTER TABLE name` with `ADD COLUMN [IF NOT EXISTS] col type [DEFAULT expr] [NOT NULL]`,
+//! `DROP COLUMN [IF EXISTS] col`, `RENAME COLUMN a TO b`, `RENAME TO new`, `ALTER COLUMN
+//! col SET NOT NULL | DROP NOT NULL | SET DEFAULT expr | DROP DEFAULT`, several at once.
+//!
+//! Adding or dropping a column rewrites the table's rows in the new layout (existing rows
+//! get the default, evaluated once, or NULL), in one step under the table's writer lock;
+//! the rest changes only the catalog. A table that materialized or plain views read is not
+//! altered (2BP01): their plans and stored state name its columns. Postgres allows more
+//! (adding a column under a view, renaming); Weir refuses rather than break the views.
+
+use datafusion::arrow::array::{ArrayRef, new_null_array};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::sql::sqlparser::ast;
+
+use crate::catalog::{ColumnDesc, RelationKind};
+use crate::engine::{Engine, Output, lock_writer};
+use crate::error::{Result, WeirError, sqlstate};
+use crate::server::session::Session;
+use crate::sql::parser::{normalize_ident, relation_name};
+use crate::sql::types::SqlType;
+
+impl Engine {
+    pub(crate) async fn alter_table(
+        &self,
+        session: &Session,
+        alter: &ast::AlterTable,
+    ) -> Result<Output> {
+        let name = relation_name(&alter.name)?;
+        let Some(entry) = self.catalog.get(&name) else {
+            if alter.if_exists {
+                return Ok(Output::Command("ALTER TABLE".into()));
+            }
+            return Err(WeirError::undefined_table(&name));
+        };
+        if !entry.desc.kind.is_table() {
+            return Err(WeirError::new(
+                sqlstate::WRONG_OBJECT_TYPE,
+                format!("\"{name}\" is not a table"),
+            ));
+        }
+        if entry.desc.options.iter().any(|(k, _)| k == "connector") {
+            return Err(WeirError::not_supported(format!(
+                "cannot alter table \"{name}\": it is fed by a connector"
+            )));
+        }
+        if let Some(d) = self.catalog.dependents(entry.desc.oid).first() {
+            return Err(WeirError::new(
+                sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
+                format!("cannot alter table \"{name}\" because other objects depend on it"),
+            )
+            .with_detail(format!(
+                "{} \"{}\" depends on table \"{name}\"",
+                d.desc.kind.noun(),
+                d.desc.name
+            ))
+            .with_hint("Drop the dependent views first, and create them again after."));
+        }
+        let table = entry
+            .table
+            .clone()
+            .ok_or_else(|| WeirError::internal("a table without storage"))?;
+        let _writer = lock_writer(session, &table).await?;
+        let mut desc = entry.desc.clone();
+        // columns of the new layout: Some(old position) or None (added, with its value)
+        let mut layout: Vec<Option<usize>> = (0..desc.columns.len()).map(Some).collect();
+        let mut added: Vec<ArrayRef> = Vec::new();
+        let mut rewrite = false;
+        let rows_now = table.row_count();
+        let col_pos = |desc: &crate::catalog::RelationDesc, c: &str| {
+            desc.columns.iter().position(|x| x.name == c)
+        };
+        for op in &alter.operations {
+            match op {
+                ast::AlterTableOperation::AddColumn {
+                    if_not_exists,
+                    column_def,
+                    ..
+                } => {
+                    let col = normalize_ident(&column_def.name);
+                    if col_pos(&desc, &col).is_some() {
+                        if *if_not_exists {
+                            continue;
+                        }
+                        return Err(WeirError::new(
+                            sqlstate::DUPLICATE_COLUMN,
+                            format!("column \"{col}\" of relation \"{name}\" already exists"),
+                        ));
+                    }
+                    let ty = SqlType::from_ast(&column_def.data_type)?;
+                    let mut not_null = false;
+                    let mut default = None;
+                    for o in &column_def.options {
+                        match &o.option {
+                            ast::ColumnOption::NotNull => not_null = true,
+                            ast::ColumnOption::Null => not_null = false,
+                            ast::ColumnOption::Default(e) => default = Some(e.to_string()),
+                            other => {
+                                return Err(WeirError::not_supported(format!(
+                                    "ADD COLUMN with {other} is not supported"
+                                )));
+                            }
+                        }
+                    }
+                    // the value existing rows get: the default, evaluated once, or NULL
+                    let value = match &default {
+                        Some(d) => {
+                            let sql = format!("SELECT CAST(({d}) AS {})", ty.display_name());
+                            let out = self.run_scalar(session, &sql).await?;
+                            datafusion::common::ScalarValue::try_from_array(&out, 0)?
+                                .to_array_of_size(rows_now)?
+                        }
+                        None => new_null_array(&ty.arrow_type(), rows_now),
+                    };
+                    if not_null && value.null_count() > 0 {
+                        return Err(WeirError::new(
+                            sqlstate::NOT_NULL_VIOLATION,
+                            format!("column \"{col}\" of relation \"{name}\" contains null values"),
+                        ));
+                    }
+                    desc.columns.push(ColumnDesc {
+                        name: col.clone(),
+                        ty,
+                        nullable: !not_null,
+                    });
+                    if let Some(d) = default {
+                        desc.defaults.push((col, d));
+                    }
+                    layout.push(None);
+                    added.push(value);
+                    rewrite = true;
+                }
+                ast::AlterTableOperation::DropColumn {
+                    column_names,
+                    if_exists,
+                    ..
+                } => {
+                    for c in column_names {
+                        let col = normalize_ident(c);
+                        let Some(at) = col_pos(&desc, &col) else {
+                            if *if_exists {
+                                continue;
+                            }
+                            return Err(WeirError::new(
+                                sqlstate::UNDEFINED_COLUMN,
+                                format!("column \"{col}\" of relation \"{name}\" does not exist"),
+                            ));
+                        };
+                        if desc.primary_key.contains(&col) {
+                            return Err(WeirError::new(
+                                sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
+                                format!(
+                                    "cannot drop column {col} of table {name} because other objects depend on it"
+                                ),
+                            )
+                            .with_detail(format!(
+                                "constraint {name}_pkey on table {name} depends on column {col} of table {name}"
+                            )));
+                        }
+                        if desc.columns.len() == 1 {
+                            return Err(WeirError::not_supported(
+                                "a table must keep at least one column",
+                            ));
+                        }
+                        desc.columns.remove(at);
+                        desc.defaults.retain(|(d, _)| *d != col);
+                        layout.remove(at);
+                        rewrite = true;
+                    }
+                }
+                ast::AlterTableOperation::RenameColumn {
+                    old_column_name,
+                    new_column_name,
+                } => {
+                    let (old, new) = (
+                        normalize_ident(old_column_name),
+                        normalize_ident(new_column_name),
+                    );
+                    let Some(at) = col_pos(&desc, &old) else {
+                        return Err(WeirError::new(
+                            sqlstate::UNDEFINED_COLUMN,
+                            format!("column \"{old}\" does not exist"),
+                        ));
+                    };
+                    if col_pos(&desc, &new).is_some() {
+                        return Err(WeirError::new(
+                            sqlstate::DUPLICATE_COLUMN,
+                            format!("column \"{new}\" of relation \"{name}\" already exists"),
+                        ));
+                    }
+                    desc.columns[at].name = new.clone();
+                    for k in desc.primary_key.iter_mut() {
+                        if *k == old {
+                            *k = new.clone();
+                        }
+                    }
+                    for (c, _) in desc.defaults.iter_mut() {
+                        if *c == old {
+                            *c = new.clone();
+                        }
+                    }
+                    if let Some(w) = desc.watermark.as_mut()
+                        && w.column == old
+                    {
+                        return Err(WeirError::not_supported(
+                            "cannot rename the column a WATERMARK is declared on",
+                        ));
+                    }
+                }
+                ast::AlterTableOperation::RenameTable { table_name } => {
+                    let n = match table_name {
+                        ast::RenameTableNameKind::To(n) | ast::RenameTableNameKind::As(n) => n,
+                    };
+                    desc.name = relation_name(n)?;
+                }
+                ast::AlterTableOperation::AlterColumn { column_name, op } => {
+                    let col = normalize_ident(column_name);
+                    let Some(at) = col_pos(&desc, &col) else {
+                        return Err(WeirError::new(
+                            sqlstate::UNDEFINED_COLUMN,
+                            format!("column \"{col}\" of relation \"{name}\" does not exist"),
+                        ));
+                    };
+                    match op {
+                        ast::AlterColumnOperation::SetNotNull => {
+                            let sql =
+                                format!("SELECT count(*) FROM \"{name}\" WHERE \"{col}\" IS NULL");
+                            let nulls = self.run_scalar(session, &sql).await?;
+                            let n = datafusion::common::ScalarValue::try_from_array(&nulls, 0)?;
+                            if n != datafusion::common::ScalarValue::Int64(Some(0)) {
+                                return Err(WeirError::new(
+                                    sqlstate::NOT_NULL_VIOLATION,
+                                    format!(
+                                        "column \"{col}\" of relation \"{name}\" contains null values"
+                                    ),
+                                ));
+                            }
+                            desc.columns[at].nullable = false;
+                        }
+                        ast::AlterColumnOperation::DropNotNull => {
+                            if desc.primary_key.contains(&col) {
+                                return Err(WeirError::new(
+                                    sqlstate::INVALID_TABLE_DEFINITION,
+                                    format!("column \"{col}\" is in a primary key"),
+                                ));
+                            }
+                            desc.columns[at].nullable = true;
+                        }
+                        ast::AlterColumnOperation::SetDefault { value } => {
+                            desc.defaults.retain(|(c, _)| *c != col);
+                            desc.defaults.push((col, value.to_string()));
+                        }
+                        ast::AlterColumnOperation::DropDefault => {
+                            desc.defaults.retain(|(c, _)| *c != col);
+                        }
+                        other => {
+                            return Err(WeirError::not_supported(format!(
+                                "ALTER COLUMN ... {other} is not supported"
+                            )));
+                        }
+                    }
+                }
+                other => {
+                    return Err(WeirError::not_supported(format!(
+                        "ALTER TABLE ... {other} is not supported"
+                    )));
+                }
+            }
+        }
+        if entry.desc.kind == RelationKind::AppendOnlyTable && rewrite {
+            return Err(WeirError::not_supported(format!(
+                "cannot add or drop columns of APPEND ONLY table \"{name}\""
+            )));
+        }
+        let rows = if rewrite {
+            let schema = desc.schema();
+            let mut out = Vec::new();
+            let mut at_row = 0usize;
+            for b in table.scan()?.batches() {
+                let b = b?;
+                let n = b.num_rows();
+                let mut extra = 0usize;
+                let cols: Vec<ArrayRef> = layout
+                    .iter()
+                    .map(|l| match l {
+                        Some(i) => b.column(*i).clone(),
+                        None => {
+                            let c = added[extra].slice(at_row, n);
+                            extra += 1;
+                            c
+                        }
+                    })
+                    .collect();
+                at_row += n;
+                out.push(RecordBatch::try_new(schema.clone(), cols)?);
+            }
+            Some(out)
+        } else {
+            None
+        };
+        self.catalog.replace_table(&name, desc, rows)?;
+        Ok(Output::Command("ALTER TABLE".into()))
+    }
+
+    /// One value from a one-row query (a default, a count).
+    async fn run_scalar(&self, session: &Session, sql: &str) -> Result<ArrayRef> {
+        let parsed = crate::sql::parser::parse_tree(sql, usize::MAX)?;
+        let Some(crate::sql::parser::Statement::Query(q)) =
+            parsed.into_iter().next().map(|p| p.stmt)
+        else {
+            return Err(WeirError::internal("a scalar query did not parse"));
+        };
+        let plan = self.plan_ast(session, &q).await?;
+        let batches = session
+            .ctx
+            .execute_logical_plan(plan)
+            .await?
+            .collect()
+            .await?;
+        batches
+            .into_iter()
+            .find(|b| b.num_rows() > 0)
+            .map(|b| b.column(0).clone())
+            .ok_or_else(|| WeirError::internal("a scalar query returned no row"))
+    }
+}
