@@ -11,6 +11,7 @@ pub mod roles;
 pub mod scram;
 pub mod secrets;
 pub mod sequences;
+pub mod sql_functions;
 pub mod system;
 pub mod value_limits;
 
@@ -241,6 +242,8 @@ pub struct Catalog {
     secrets_key: RwLock<secrets::KeySlot>,
     /// Sequences' counters.
     sequences: sequences::Sequences,
+    /// SQL-bodied functions.
+    sql_functions: sql_functions::SqlFunctions,
 }
 
 pub(crate) fn catalog_key(oid: u32) -> Vec<u8> {
@@ -260,6 +263,7 @@ impl Catalog {
             Ok(())
         })?;
         let roles = roles::Roles::load(store.as_ref())?;
+        let sql_functions = sql_functions::SqlFunctions::load(store.as_ref())?;
         let mut by_name = BTreeMap::new();
         let mut next_oid = FIRST_USER_OID;
         for r in roles.by_oid.keys() {
@@ -282,6 +286,7 @@ impl Catalog {
             secrets_key: RwLock::new(secrets::KeySlot::default()),
             connections: parking_lot::Mutex::new(BTreeMap::new()),
             sequences: sequences::Sequences::default(),
+            sql_functions,
         })
     }
 

@@ -9,6 +9,7 @@ mod returning;
 pub use client::CopyRows;
 pub mod security;
 mod sinks;
+mod sql_functions;
 mod views;
 
 use std::path::{Path, PathBuf};
@@ -320,6 +321,7 @@ impl Engine {
     async fn plan_ast(&self, session: &Session, stmt: &ast::Statement) -> Result<LogicalPlan> {
         let mut stmt = stmt.clone();
         self.expand_plain_views(&mut stmt)?;
+        self.inline_sql_functions(&mut stmt)?;
         if rewrite_statement(&mut stmt)?.session_windows {
             return Err(WeirError::not_supported(
                 "SESSION windows can be used in materialized views only",
@@ -360,6 +362,8 @@ impl Engine {
             Statement::CreateView(cv) => self.create_view(session, cv, &parsed.text, notices).await,
             Statement::CreatePlainView(v) => self.create_plain_view(session, v, &parsed.text).await,
             Statement::AlterTable(a) => self.alter_table(session, a).await,
+            Statement::CreateFunction(f) => self.create_sql_function(session, f),
+            Statement::DropFunction(d) => self.drop_sql_function(d),
             Statement::CreateSequence(cs) => {
                 let o = &cs.options;
                 let spec = crate::catalog::sequences::SequenceSpec::new(
@@ -1801,6 +1805,8 @@ fn query_kind(stmt: &Statement) -> &'static str {
         | Statement::CreatePlainView(_)
         | Statement::CreateSequence(_)
         | Statement::AlterTable(_)
+        | Statement::CreateFunction(_)
+        | Statement::DropFunction(_)
         | Statement::CreateSink(_)
         | Statement::Drop(_)
         | Statement::Security(_) => "ddl",
@@ -1829,6 +1835,8 @@ fn write_kind(stmt: &Statement) -> Option<&'static str> {
         Statement::CreatePlainView(_) => "CREATE VIEW",
         Statement::CreateSequence(_) => "CREATE SEQUENCE",
         Statement::AlterTable(_) => "ALTER TABLE",
+        Statement::CreateFunction(_) => "CREATE FUNCTION",
+        Statement::DropFunction(_) => "DROP FUNCTION",
         Statement::CreateSink(_) => "CREATE SINK",
         Statement::Drop(_) => "DROP",
         Statement::Security(s) => return s.write_kind(),

@@ -168,7 +168,21 @@ impl Engine {
                 self.require_create(role)?;
                 self.require_select_query(role, &cv.query)
             }
-            Statement::CreateSequence(_) => self.require_create(role),
+            Statement::CreateSequence(_) | Statement::CreateFunction(_) => {
+                self.require_create(role)
+            }
+            Statement::DropFunction(d) => {
+                for fd in &d.func_desc {
+                    if let Ok(n) = relation_name(&fd.name)
+                        && let Some(f) = self.catalog.sql_function(&n)
+                        && f.owner != role
+                        && !self.catalog.is_superuser(role)
+                    {
+                        return Err(denied(format!("must be owner of function {n}")));
+                    }
+                }
+                Ok(())
+            }
             Statement::AlterTable(a) => {
                 let name = relation_name(&a.name)?;
                 if self.catalog.get(&name).is_some() {

@@ -43,6 +43,7 @@ impl Engine {
         let window = view_options(options, emit_on_window_close)?;
         let mut q = query.clone();
         self.expand_plain_views(&mut q)?;
+        self.inline_sql_functions(&mut q)?;
         rewrite_query(&mut q)?;
         let state = session.ctx.state();
         let plan = state

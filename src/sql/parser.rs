@@ -89,6 +89,9 @@ pub enum Statement {
     CreateSequence(Box<CreateSequence>),
     /// `ALTER TABLE name ...` (columns, renames, NOT NULL, defaults).
     AlterTable(Box<ast::AlterTable>),
+    /// `CREATE [OR REPLACE] FUNCTION ... LANGUAGE sql`.
+    CreateFunction(Box<ast::CreateFunction>),
+    DropFunction(Box<ast::DropFunction>),
 }
 
 #[derive(Debug, Clone)]
@@ -739,6 +742,8 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
         ast::Statement::Insert(_) | ast::Statement::Update { .. } | ast::Statement::Delete(_) => {
             Ok(Statement::Dml(Box::new(stmt)))
         }
+        ast::Statement::CreateFunction(f) => Ok(Statement::CreateFunction(Box::new(f))),
+        ast::Statement::DropFunction(d) => Ok(Statement::DropFunction(Box::new(d))),
         ast::Statement::AlterTable(a) if a.table_type.is_none() && a.location.is_none() => {
             Ok(Statement::AlterTable(Box::new(a)))
         }

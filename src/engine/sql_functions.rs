@@ -1,0 +1,288 @@
+//! `CREATE [OR REPLACE] FUNCTION name(params) RETURNS type LANGUAGE sql [IMMUTABLE | STABLE]
+//! AS 'SELECT expr'` (or `RETURN expr`), `DROP FUNCTION [IF EXISTS] name`, and their
+//! inlining: before a statement (or a materialized view) is planned, each call `name(args)`
+//! with the function's number of arguments becomes `CAST((body) AS type)` with the
+//! parameters (by name or `$n`) replaced by the arguments cast to their types, repeatedly
+//! for functions calling functions (at most 32 deep). Only one-expression bodies: a body
+//! with FROM, several statements or another language is refused (0A000).
+
+use std::ops::ControlFlow;
+
+use datafusion::sql::sqlparser::ast::{self, VisitMut, VisitorMut};
+
+use crate::catalog::sql_functions::SqlFunction;
+use crate::engine::{Engine, Output};
+use crate::error::{Result, WeirError, sqlstate};
+use crate::server::session::Session;
+use crate::sql::parser::{normalize_ident, parse_expr_text, relation_name};
+
+fn body_expr(f: &ast::CreateFunction) -> Result<ast::Expr> {
+    let unsupported = || {
+        WeirError::not_supported(
+            "a SQL function's body must be one expression: AS 'SELECT expr' or RETURN expr",
+        )
+    };
+    let text_body = |e: &ast::Expr| -> Result<ast::Expr> {
+        let text = match e {
+            ast::Expr::Value(v) => match &v.value {
+                ast::Value::SingleQuotedString(s)
+                | ast::Value::DollarQuotedString(ast::DollarQuotedString { value: s, .. }) => {
+                    s.clone()
+                }
+                _ => return Err(unsupported()),
+            },
+            _ => return Err(unsupported()),
+        };
+        let parsed = crate::sql::parser::parse_tree(text.trim().trim_end_matches(';'), usize::MAX)?;
+        let [p] = parsed.as_slice() else {
+            return Err(unsupported());
+        };
+        let crate::sql::parser::Statement::Query(q) = &p.stmt else {
+            return Err(unsupported());
+        };
+        let ast::Statement::Query(q) = q.as_ref() else {
+            return Err(unsupported());
+        };
+        let ast::SetExpr::Select(sel) = q.body.as_ref() else {
+            return Err(unsupported());
+        };
+        match (
+            sel.from.is_empty(),
+            sel.selection.is_none(),
+            sel.projection.as_slice(),
+        ) {
+            (true, true, [ast::SelectItem::UnnamedExpr(e)])
+            | (true, true, [ast::SelectItem::ExprWithAlias { expr: e, .. }]) => Ok(e.clone()),
+            _ => Err(unsupported()),
+        }
+    };
+    match &f.function_body {
+        Some(ast::CreateFunctionBody::AsBeforeOptions { body, .. })
+        | Some(ast::CreateFunctionBody::AsAfterOptions(body)) => text_body(body),
+        Some(ast::CreateFunctionBody::Return(e))
+        | Some(ast::CreateFunctionBody::AsReturnExpr(e)) => Ok(e.clone()),
+        _ => Err(unsupported()),
+    }
+}
+
+/// The body with its parameters replaced by the call's arguments.
+fn inline(f: &SqlFunction, args: &[ast::Expr]) -> Result<ast::Expr> {
+    let mut body = parse_expr_text(&f.body)?;
+    let typed: Vec<ast::Expr> = args
+        .iter()
+        .zip(&f.params)
+        .map(|(a, (_, ty))| parse_expr_text(&format!("CAST(({a}) AS {ty})")))
+        .collect::<Result<_>>()?;
+    struct Subst<'a> {
+        f: &'a SqlFunction,
+        args: &'a [ast::Expr],
+    }
+    impl VisitorMut for Subst<'_> {
+        type Break = ();
+        fn post_visit_expr(&mut self, e: &mut ast::Expr) -> ControlFlow<()> {
+            let at = match e {
+                ast::Expr::Identifier(id) => {
+                    let n = normalize_ident(id);
+                    self.f
+                        .params
+                        .iter()
+                        .position(|(p, _)| p.as_deref() == Some(n.as_str()))
+                }
+                ast::Expr::Value(v) => match &v.value {
+                    ast::Value::Placeholder(p) => p
+                        .strip_prefix('$')
+                        .and_then(|d| d.parse::<usize>().ok())
+                        .and_then(|d| d.checked_sub(1)),
+                    _ => None,
+                },
+                _ => None,
+            };
+            if let Some(i) = at
+                && let Some(a) = self.args.get(i)
+            {
+                *e = ast::Expr::Nested(Box::new(a.clone()));
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let _ = body.visit(&mut Subst { f, args: &typed });
+    parse_expr_text(&format!("CAST(({body}) AS {})", f.returns))
+}
+
+impl Engine {
+    pub(crate) fn create_sql_function(
+        &self,
+        session: &Session,
+        f: &ast::CreateFunction,
+    ) -> Result<Output> {
+        let lang = f
+            .language
+            .as_ref()
+            .map(|l| l.value.to_lowercase())
+            .unwrap_or_default();
+        if lang != "sql" {
+            return Err(WeirError::not_supported(format!(
+                "functions in LANGUAGE {} are not supported: only LANGUAGE sql",
+                if lang.is_empty() { "(none)" } else { &lang }
+            )));
+        }
+        let returns = match &f.return_type {
+            Some(ast::FunctionReturnType::DataType(t)) => t.to_string(),
+            Some(ast::FunctionReturnType::SetOf(_)) => {
+                return Err(WeirError::not_supported(
+                    "RETURNS SETOF functions are not supported",
+                ));
+            }
+            _ => return Err(WeirError::syntax("a function needs RETURNS type")),
+        };
+        let body = body_expr(f)?;
+        let params: Vec<(Option<String>, String)> = f
+            .args
+            .iter()
+            .flatten()
+            .map(|a| {
+                (
+                    a.name.as_ref().map(normalize_ident),
+                    a.data_type.to_string(),
+                )
+            })
+            .collect();
+        let name = relation_name(&f.name)?;
+        let def = SqlFunction {
+            name,
+            params,
+            returns,
+            body: body.to_string(),
+            owner: session.role(),
+        };
+        // it must inline into something that parses
+        let probe: Vec<ast::Expr> = def
+            .params
+            .iter()
+            .map(|_| ast::Expr::value(ast::Value::Null))
+            .collect();
+        inline(&def, &probe)?;
+        self.catalog.create_sql_function(def, f.or_replace)?;
+        Ok(Output::Command("CREATE FUNCTION".into()))
+    }
+
+    pub(crate) fn drop_sql_function(&self, d: &ast::DropFunction) -> Result<Output> {
+        for fd in &d.func_desc {
+            let name = relation_name(&fd.name)?;
+            // a view (plain or materialized) that calls it would not plan again
+            let calls = |q: &str| {
+                let q = q.to_lowercase();
+                q.match_indices(&name).any(|(at, _)| {
+                    let before = q[..at].chars().next_back();
+                    let after = q[at + name.len()..].trim_start().chars().next();
+                    !before.is_some_and(|c| c.is_alphanumeric() || c == '_') && after == Some('(')
+                })
+            };
+            if let Some(v) = self
+                .catalog
+                .entries()
+                .into_iter()
+                .find(|e| e.desc.query.as_deref().is_some_and(calls))
+            {
+                return Err(WeirError::new(
+                    sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
+                    format!("cannot drop function {name} because other objects depend on it"),
+                )
+                .with_detail(format!(
+                    "{} \"{}\" calls function {name}",
+                    v.desc.kind.noun(),
+                    v.desc.name
+                )));
+            }
+            if !self.catalog.drop_sql_function(&name)? && !d.if_exists {
+                return Err(WeirError::new(
+                    sqlstate::UNDEFINED_FUNCTION,
+                    format!("could not find a function named \"{name}\""),
+                ));
+            }
+        }
+        Ok(Output::Command("DROP FUNCTION".into()))
+    }
+
+    /// Inline every call of a SQL function.
+    pub(crate) fn inline_sql_functions<T: VisitMut>(&self, node: &mut T) -> Result<()> {
+        if !self.catalog.has_sql_functions() {
+            return Ok(());
+        }
+        struct Inline<'a> {
+            engine: &'a Engine,
+            changed: bool,
+            error: Option<WeirError>,
+        }
+        impl VisitorMut for Inline<'_> {
+            type Break = ();
+            fn post_visit_expr(&mut self, e: &mut ast::Expr) -> ControlFlow<()> {
+                let ast::Expr::Function(call) = e else {
+                    return ControlFlow::Continue(());
+                };
+                let Ok(name) = relation_name(&call.name) else {
+                    return ControlFlow::Continue(());
+                };
+                let Some(f) = self.engine.catalog.sql_function(&name) else {
+                    return ControlFlow::Continue(());
+                };
+                let ast::FunctionArguments::List(list) = &call.args else {
+                    if !f.params.is_empty() {
+                        return ControlFlow::Continue(());
+                    }
+                    match inline(&f, &[]) {
+                        Ok(x) => {
+                            *e = x;
+                            self.changed = true;
+                        }
+                        Err(err) => {
+                            self.error = Some(err);
+                            return ControlFlow::Break(());
+                        }
+                    }
+                    return ControlFlow::Continue(());
+                };
+                let args: Vec<ast::Expr> = list
+                    .args
+                    .iter()
+                    .filter_map(|a| match a {
+                        ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(x)) => Some(x.clone()),
+                        _ => None,
+                    })
+                    .collect();
+                if args.len() != list.args.len() || args.len() != f.params.len() {
+                    return ControlFlow::Continue(());
+                }
+                match inline(&f, &args) {
+                    Ok(x) => {
+                        *e = x;
+                        self.changed = true;
+                    }
+                    Err(err) => {
+                        self.error = Some(err);
+                        return ControlFlow::Break(());
+                    }
+                }
+                ControlFlow::Continue(())
+            }
+        }
+        for _ in 0..32 {
+            let mut v = Inline {
+                engine: self,
+                changed: false,
+                error: None,
+            };
+            let _ = node.visit(&mut v);
+            if let Some(e) = v.error {
+                return Err(e);
+            }
+            if !v.changed {
+                return Ok(());
+            }
+        }
+        Err(WeirError::new(
+            "54001",
+            "SQL functions call each other more than 32 deep",
+        ))
+    }
+}
