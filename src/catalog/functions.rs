@@ -574,13 +574,43 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
         "pg_get_triggerdef",
         "pg_get_ruledef",
         "pg_get_partkeydef",
-        // no serial columns or sequences
-        "pg_get_serial_sequence",
     ] {
         register_fn(ctx, name, DataType::Utf8, |_, rows| {
             Ok(constant_str(rows, None))
         });
     }
+    // pg_get_serial_sequence(table, column): the sequence a serial or identity column
+    // owns (`public.t_c_seq`), NULL for other columns
+    let cat = catalog.clone();
+    register_fn(
+        ctx,
+        "pg_get_serial_sequence",
+        DataType::Utf8,
+        move |args, rows| {
+            let (Some(t), Some(c)) = (args.first(), args.get(1)) else {
+                return Ok(constant_str(rows, None));
+            };
+            let (t, c) = (as_str(t)?, as_str(c)?);
+            Ok(Arc::new(
+                (0..rows)
+                    .map(|i| {
+                        if t.is_null(i) || c.is_null(i) {
+                            return None;
+                        }
+                        let table = t.value(i).trim_start_matches("public.").trim_matches('"');
+                        let seq = format!("{table}_{}_seq", c.value(i).trim_matches('"'));
+                        let entry = cat.get(table)?;
+                        entry
+                            .desc
+                            .options
+                            .iter()
+                            .any(|(k, v)| k == "weir.owned_sequence" && *v == seq)
+                            .then(|| format!("public.{seq}"))
+                    })
+                    .collect::<StringArray>(),
+            ))
+        },
+    );
     // pg_get_expr(text, oid [, pretty]): our stored expressions are already text
     register_fn(
         ctx,
