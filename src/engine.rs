@@ -362,6 +362,12 @@ impl Engine {
             Statement::CreateView(cv) => self.create_view(session, cv, &parsed.text, notices).await,
             Statement::CreatePlainView(v) => self.create_plain_view(session, v, &parsed.text).await,
             Statement::AlterTable(a) => self.alter_table(session, a).await,
+            Statement::RenameRelation {
+                kind,
+                name,
+                to,
+                if_exists,
+            } => self.rename_relation(*kind, name, to, *if_exists),
             Statement::CreateFunction(f) => self.create_sql_function(session, f),
             Statement::DropFunction(d) => self.drop_sql_function(d),
             Statement::CreateSequence(cs) => {
@@ -1805,6 +1811,7 @@ fn query_kind(stmt: &Statement) -> &'static str {
         | Statement::CreatePlainView(_)
         | Statement::CreateSequence(_)
         | Statement::AlterTable(_)
+        | Statement::RenameRelation { .. }
         | Statement::CreateFunction(_)
         | Statement::DropFunction(_)
         | Statement::CreateSink(_)
@@ -1835,6 +1842,7 @@ fn write_kind(stmt: &Statement) -> Option<&'static str> {
         Statement::CreatePlainView(_) => "CREATE VIEW",
         Statement::CreateSequence(_) => "CREATE SEQUENCE",
         Statement::AlterTable(_) => "ALTER TABLE",
+        Statement::RenameRelation { .. } => "ALTER",
         Statement::CreateFunction(_) => "CREATE FUNCTION",
         Statement::DropFunction(_) => "DROP FUNCTION",
         Statement::CreateSink(_) => "CREATE SINK",

@@ -323,3 +323,54 @@ impl Engine {
             .ok_or_else(|| WeirError::internal("a scalar query returned no row"))
     }
 }
+
+impl Engine {
+    /// `ALTER [MATERIALIZED] VIEW | SEQUENCE name RENAME TO new`: the catalog name only
+    /// (views run and are stored by OID). Refused while other views read it (their stored
+    /// queries name it).
+    pub(crate) fn rename_relation(
+        &self,
+        kind: crate::sql::parser::DropKind,
+        name: &str,
+        to: &str,
+        if_exists: bool,
+    ) -> Result<Output> {
+        use crate::sql::parser::DropKind;
+        let (noun, want, tag) = match kind {
+            DropKind::MaterializedView => (
+                "materialized view",
+                RelationKind::MaterializedView,
+                "ALTER MATERIALIZED VIEW",
+            ),
+            DropKind::View => ("view", RelationKind::View, "ALTER VIEW"),
+            _ => ("sequence", RelationKind::Sequence, "ALTER SEQUENCE"),
+        };
+        let Some(entry) = self.catalog.get(name) else {
+            if if_exists {
+                return Ok(Output::Command(tag.into()));
+            }
+            return Err(WeirError::undefined_table(name));
+        };
+        if entry.desc.kind != want {
+            return Err(WeirError::new(
+                sqlstate::WRONG_OBJECT_TYPE,
+                format!("\"{name}\" is not a {noun}"),
+            ));
+        }
+        if let Some(d) = self.catalog.dependents(entry.desc.oid).first() {
+            return Err(WeirError::new(
+                sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
+                format!("cannot rename {noun} \"{name}\" because other objects depend on it"),
+            )
+            .with_detail(format!(
+                "{} \"{}\" depends on {noun} \"{name}\"",
+                d.desc.kind.noun(),
+                d.desc.name
+            )));
+        }
+        let mut desc = entry.desc.clone();
+        desc.name = to.to_owned();
+        self.catalog.replace_table(name, desc, None)?;
+        Ok(Output::Command(tag.into()))
+    }
+}

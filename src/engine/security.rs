@@ -183,6 +183,12 @@ impl Engine {
                 }
                 Ok(())
             }
+            Statement::RenameRelation { name, .. } => {
+                if self.catalog.get(name).is_some() {
+                    self.require_owner(role, name)?;
+                }
+                self.require_create(role)
+            }
             Statement::AlterTable(a) => {
                 let name = relation_name(&a.name)?;
                 if self.catalog.get(&name).is_some() {

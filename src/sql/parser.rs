@@ -89,6 +89,13 @@ pub enum Statement {
     CreateSequence(Box<CreateSequence>),
     /// `ALTER TABLE name ...` (columns, renames, NOT NULL, defaults).
     AlterTable(Box<ast::AlterTable>),
+    /// `ALTER [MATERIALIZED] VIEW | SEQUENCE name RENAME TO new`.
+    RenameRelation {
+        kind: DropKind,
+        name: String,
+        to: String,
+        if_exists: bool,
+    },
     /// `CREATE [OR REPLACE] FUNCTION ... LANGUAGE sql`.
     CreateFunction(Box<ast::CreateFunction>),
     DropFunction(Box<ast::DropFunction>),
@@ -109,6 +116,45 @@ pub struct SeqOptions {
     pub min: Option<i64>,
     pub max: Option<i64>,
     pub cycle: bool,
+}
+
+/// `ALTER [MATERIALIZED] VIEW [IF EXISTS] name RENAME TO new` and `ALTER SEQUENCE name
+/// RENAME TO new` (after ALTER); None (nothing consumed) for anything else.
+fn parse_alter_rename(p: &mut Parser) -> Result<Option<Statement>> {
+    let start = p.index();
+    let kind = if p.parse_keywords(&[Keyword::MATERIALIZED, Keyword::VIEW]) {
+        DropKind::MaterializedView
+    } else if p.parse_keyword(Keyword::VIEW) {
+        DropKind::View
+    } else if p.parse_keyword(Keyword::SEQUENCE) {
+        DropKind::Sequence
+    } else {
+        return Ok(None);
+    };
+    let if_exists = p.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
+    let name = match p.parse_object_name(false) {
+        Ok(n) => relation_name(&n)?,
+        Err(_) => {
+            while p.index() > start {
+                p.prev_token();
+            }
+            return Ok(None);
+        }
+    };
+    if !p.parse_keyword(Keyword::RENAME) {
+        while p.index() > start {
+            p.prev_token();
+        }
+        return Ok(None);
+    }
+    p.expect_keyword_is(Keyword::TO)?;
+    let to = relation_name(&p.parse_object_name(false)?)?;
+    Ok(Some(Statement::RenameRelation {
+        kind,
+        name,
+        to,
+        if_exists,
+    }))
 }
 
 /// `CREATE SEQUENCE [IF NOT EXISTS] name` and its options in any order, as Postgres takes
@@ -610,6 +656,9 @@ fn parse_one(p: &mut Parser) -> Result<Statement> {
             p.next_token();
             if let Some(s) = crate::sql::security::parse_alter(p)? {
                 return Ok(Statement::Security(Box::new(s)));
+            }
+            if let Some(r) = parse_alter_rename(p)? {
+                return Ok(r);
             }
             p.prev_token();
             classify(p.parse_statement()?)
