@@ -319,6 +319,15 @@ impl Catalog {
         self.state.read().by_name.get(name).cloned()
     }
 
+    /// Whether some relation is of this kind (no copy of the catalog: asked per statement).
+    pub fn has_kind(&self, kind: RelationKind) -> bool {
+        self.state
+            .read()
+            .by_name
+            .values()
+            .any(|e| e.desc.kind == kind)
+    }
+
     pub fn entries(&self) -> Vec<Arc<Entry>> {
         self.state.read().by_name.values().cloned().collect()
     }
@@ -333,14 +342,16 @@ impl Catalog {
     }
 
     /// Views that read `oid` directly.
-    /// Replace a table's description (ALTER TABLE): under its new name, with its rows
-    /// rewritten in the new layout when `rows` is given (the old rows are purged first),
-    /// else its store reopened with the new schema. The caller holds the table's writer
-    /// lock.
+    /// Replace a relation's description (ALTER TABLE, renames), under its new name. With
+    /// `rows` (a table's rows in a new layout) the rows are written under a fresh OID
+    /// first and one commit then switches the catalog to it, so a crash at any point
+    /// leaves either the old table or the new one, whole (a crash before the switch leaves
+    /// the new OID's rows behind; `create` purges an OID before reusing it). The caller
+    /// holds the table's writer lock.
     pub fn replace_table(
         &self,
         old_name: &str,
-        desc: RelationDesc,
+        mut desc: RelationDesc,
         rows: Option<Vec<datafusion::arrow::record_batch::RecordBatch>>,
     ) -> Result<()> {
         let mut st = self.state.write();
@@ -353,19 +364,30 @@ impl Catalog {
                 format!("relation \"{}\" already exists", desc.name),
             ));
         }
-        if rows.is_some() {
+        let old_oid = desc.oid;
+        if let Some(rows) = rows {
+            desc.oid = st.next_oid;
+            st.next_oid += OID_STEP;
             TableStore::purge(self.store.as_ref(), desc.oid)?;
-        }
-        let mut wb = WriteBatch::default();
-        wb.put(catalog_key(desc.oid), roles::json(&desc)?);
-        self.store.commit(wb, Durability::Sync)?;
-        let table = Self::open_table(&self.store, &desc)?;
-        if let (Some(t), Some(rows)) = (&table, rows) {
-            let rows: Vec<_> = rows.into_iter().filter(|b| b.num_rows() > 0).collect();
-            if !rows.is_empty() {
-                t.apply(crate::state::table::Change::Insert(rows))?;
+            if let Some(t) = Self::open_table(&self.store, &desc)? {
+                let rows: Vec<_> = rows.into_iter().filter(|b| b.num_rows() > 0).collect();
+                if !rows.is_empty() {
+                    t.apply(crate::state::table::Change::Insert(rows))?;
+                }
             }
         }
+        let mut wb = WriteBatch::default();
+        if desc.oid != old_oid {
+            wb.delete(catalog_key(old_oid));
+        }
+        wb.put(catalog_key(desc.oid), roles::json(&desc)?);
+        self.store.commit(wb, Durability::Sync)?;
+        if desc.oid != old_oid
+            && let Err(e) = TableStore::purge(self.store.as_ref(), old_oid)
+        {
+            tracing::warn!(relation = %old_name, error = %e, "could not purge a rewritten table's old rows");
+        }
+        let table = Self::open_table(&self.store, &desc)?;
         st.by_name.remove(old_name);
         st.by_name
             .insert(desc.name.clone(), Arc::new(Entry { desc, table }));

@@ -713,12 +713,7 @@ impl Engine {
             return Err(error);
         };
         let schema = Arc::new(plan.schema().as_arrow().clone());
-        let batches = session
-            .ctx
-            .execute_logical_plan(plan)
-            .await?
-            .collect()
-            .await?;
+        let batches = collect_plan(session, plan).await?;
         if batches.iter().any(|b| b.num_rows() > 0) {
             return Err(error);
         }
@@ -1444,8 +1439,6 @@ impl Engine {
     }
 }
 
-/// The writer lock of a table for a statement of `session`, waiting at most its
-/// `lock_timeout` (55P03), and stopping when the statement is canceled or times out.
 impl Engine {
     /// An INSERT with its table's column defaults made explicit: `DEFAULT` in VALUES and
     /// the columns it leaves out get their `DEFAULT` expression (NULL without one), as
@@ -1468,7 +1461,7 @@ impl Engine {
             matches!(src.body.as_ref(), ast::SetExpr::Values(v) if v.rows.iter().flat_map(|r| r.content.iter()).any(is_default))
         });
         let defaults = &entry.desc.defaults;
-        if defaults.is_empty() && !values_use_default {
+        if defaults.is_empty() && !values_use_default && ins.source.is_some() {
             return Ok(None);
         }
         let default_of = |col: &str| -> Result<ast::Expr> {
@@ -1479,6 +1472,18 @@ impl Engine {
         };
         let mut ins = ins.clone();
         let table_cols: Vec<String> = entry.desc.columns.iter().map(|c| c.name.clone()).collect();
+        if ins.source.is_none() && ins.columns.is_empty() && ins.assignments.is_empty() {
+            // INSERT INTO t DEFAULT VALUES: one row of every column's default
+            let row: Vec<String> = table_cols
+                .iter()
+                .map(|c| default_of(c).map(|e| e.to_string()))
+                .collect::<Result<_>>()?;
+            ins.source = Some(crate::sql::parser::parse_query(&format!(
+                "VALUES ({})",
+                row.join(", ")
+            ))?);
+            return Ok(Some(ast::Statement::Insert(ins)));
+        }
         let Some(src) = ins.source.as_mut() else {
             return Ok(None);
         };
@@ -1561,14 +1566,7 @@ impl Engine {
                     src,
                     inner.join(", ")
                 );
-                let parsed = crate::sql::parser::parse_tree(&sql, usize::MAX)?;
-                let Some(Statement::Query(qq)) = parsed.into_iter().next().map(|p| p.stmt) else {
-                    return Err(WeirError::internal("default-filling query did not parse"));
-                };
-                let ast::Statement::Query(qq) = *qq else {
-                    return Err(WeirError::internal("default-filling query is not a query"));
-                };
-                *src = qq;
+                *src = crate::sql::parser::parse_query(&sql)?;
             }
         }
         if !missing.is_empty() {
@@ -1623,6 +1621,16 @@ impl Engine {
     }
 }
 
+/// Run a small plan to the end (RETURNING, a default, a probe): all its batches.
+pub(crate) async fn collect_plan(session: &Session, plan: LogicalPlan) -> Result<Vec<RecordBatch>> {
+    Ok(session
+        .ctx
+        .execute_logical_plan(plan)
+        .await?
+        .collect()
+        .await?)
+}
+
 /// A DML statement's change, planned while its table's writer lock is held.
 struct PlannedDml {
     table: Arc<TableStore>,
@@ -1631,6 +1639,8 @@ struct PlannedDml {
     _writer: tokio::sync::OwnedMutexGuard<()>,
 }
 
+/// The writer lock of a table for a statement of `session`, waiting at most its
+/// `lock_timeout` (55P03), and stopping when the statement is canceled or times out.
 pub(crate) async fn lock_writer(
     session: &Session,
     table: &TableStore,

@@ -3,8 +3,6 @@
 //! Weir's catalog, and a type planner that gives Postgres type names (`oid`, `name`,
 //! `jsonb`, `pg_catalog.text`) their Arrow types.
 
-use std::fmt;
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
@@ -1080,173 +1078,121 @@ pub fn register_identity(ctx: &SessionContext, catalog: Arc<Catalog>, who: WhoAm
     );
 }
 
-/// `nextval`, `currval`, `setval`, `lastval` over the catalog's sequences. Volatile: one
-/// value per row. `currval`/`lastval` read what this session's `nextval` handed out.
-struct SequenceFn {
-    name: &'static str,
-    signature: Signature,
-    catalog: Arc<Catalog>,
-    /// (last value per sequence, last value of any) in this session
-    seen: Arc<parking_lot::Mutex<SessionValues>>,
-}
-
 /// What this session's `nextval` handed out: per sequence, and the last of any.
 type SessionValues = (std::collections::HashMap<u32, i64>, Option<i64>);
 
-impl fmt::Debug for SequenceFn {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SequenceFn({})", self.name)
-    }
-}
-impl PartialEq for SequenceFn {
-    fn eq(&self, other: &Self) -> bool {
-        self.name == other.name
-    }
-}
-impl Eq for SequenceFn {}
-impl Hash for SequenceFn {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.name.hash(state)
-    }
+fn seq_err(e: crate::error::WeirError) -> datafusion::error::DataFusionError {
+    datafusion::error::DataFusionError::External(Box::new(e))
 }
 
-impl SequenceFn {
-    fn oid_of(&self, a: &ArrayRef, i: usize) -> DfResult<Option<u32>> {
-        if a.is_null(i) {
-            return Ok(None);
+/// The sequence a `nextval`-style argument names: an OID (`'s'::regclass`) or a name.
+fn sequence_oid(catalog: &Catalog, a: &ArrayRef, i: usize) -> DfResult<Option<u32>> {
+    if a.is_null(i) {
+        return Ok(None);
+    }
+    if a.data_type().is_integer() {
+        return Ok(Some(as_u32(a)?.value(i)));
+    }
+    let s = as_str(a)?;
+    let raw = s.value(i);
+    let name = if raw.starts_with('"') {
+        raw.trim_matches('"').to_owned()
+    } else {
+        raw.to_lowercase()
+    };
+    relation_oid_of_name(catalog, &name)
+        .filter(|o| {
+            catalog
+                .get_by_oid(*o)
+                .is_some_and(|e| e.desc.kind == crate::catalog::RelationKind::Sequence)
+        })
+        .map(Some)
+        .ok_or_else(|| {
+            seq_err(crate::error::WeirError::new(
+                crate::error::sqlstate::UNDEFINED_TABLE,
+                format!("relation \"{raw}\" does not exist"),
+            ))
+        })
+}
+
+/// One of `nextval`, `currval`, `setval`, `lastval` over a batch: one value per row.
+fn sequence_call(
+    name: &str,
+    catalog: &Catalog,
+    seen: &parking_lot::Mutex<SessionValues>,
+    args: &[ArrayRef],
+    rows: usize,
+) -> DfResult<ArrayRef> {
+    use datafusion::arrow::array::Int64Array;
+    let not_yet = |what: String| seq_err(crate::error::WeirError::new("55000", what));
+    let mut out = Vec::with_capacity(rows);
+    for i in 0..rows {
+        if name == "lastval" {
+            let v = seen.lock().1;
+            out.push(Some(v.ok_or_else(|| {
+                not_yet("lastval is not yet defined in this session".into())
+            })?));
+            continue;
         }
-        if a.data_type().is_integer() {
-            let c = as_u32(a)?;
-            return Ok(Some(c.value(i)));
-        }
-        let s = as_str(a)?;
-        let raw = s.value(i);
-        let name = if raw.starts_with('"') {
-            raw.trim_matches('"').to_owned()
-        } else {
-            raw.to_lowercase()
+        let Some(oid) = sequence_oid(catalog, &args[0], i)? else {
+            out.push(None);
+            continue;
         };
-        let oid = relation_oid_of_name(&self.catalog, &name)
-            .filter(|o| {
-                self.catalog
-                    .get_by_oid(*o)
-                    .is_some_and(|e| e.desc.kind == crate::catalog::RelationKind::Sequence)
-            })
-            .ok_or_else(|| {
-                datafusion::error::DataFusionError::External(Box::new(
-                    crate::error::WeirError::new(
-                        crate::error::sqlstate::UNDEFINED_TABLE,
-                        format!("relation \"{raw}\" does not exist"),
-                    ),
+        let v = match name {
+            "nextval" => catalog.nextval(oid).map_err(seq_err)?,
+            "currval" => seen.lock().0.get(&oid).copied().ok_or_else(|| {
+                not_yet(format!(
+                    "currval of sequence \"{}\" is not yet defined in this session",
+                    catalog
+                        .get_by_oid(oid)
+                        .map(|e| e.desc.name.clone())
+                        .unwrap_or_default()
                 ))
-            })?;
-        Ok(Some(oid))
-    }
-}
-
-impl ScalarUDFImpl for SequenceFn {
-    fn name(&self) -> &str {
-        self.name
-    }
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-    fn return_type(&self, _: &[DataType]) -> DfResult<DataType> {
-        Ok(DataType::Int64)
-    }
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
-        use datafusion::arrow::array::Int64Array;
-        let n = args.number_rows;
-        // one value per row, also for a constant argument
-        let arrays = args
-            .args
-            .iter()
-            .map(|a| a.to_array(n))
-            .collect::<DfResult<Vec<_>>>()?;
-        let err =
-            |e: crate::error::WeirError| datafusion::error::DataFusionError::External(Box::new(e));
-        let mut out = Vec::with_capacity(n);
-        for i in 0..n {
-            let v = match self.name {
-                "lastval" => Some(self.seen.lock().1.ok_or_else(|| {
-                    err(crate::error::WeirError::new(
-                        "55000",
-                        "lastval is not yet defined in this session",
-                    ))
-                })?),
-                _ => {
-                    let Some(oid) = self.oid_of(&arrays[0], i)? else {
-                        out.push(None);
-                        continue;
-                    };
-                    match self.name {
-                        "nextval" => {
-                            let v = self.catalog.nextval(oid).map_err(err)?;
-                            let mut s = self.seen.lock();
-                            s.0.insert(oid, v);
-                            s.1 = Some(v);
-                            Some(v)
-                        }
-                        "currval" => Some(self.seen.lock().0.get(&oid).copied().ok_or_else(
-                            || {
-                                err(crate::error::WeirError::new(
-                                    "55000",
-                                    format!(
-                                        "currval of sequence \"{}\" is not yet defined in this session",
-                                        self.catalog
-                                            .get_by_oid(oid)
-                                            .map(|e| e.desc.name.clone())
-                                            .unwrap_or_default()
-                                    ),
-                                ))
-                            },
-                        )?),
-                        _ => {
-                            let vals = cast(&arrays[1], &DataType::Int64)?;
-                            let vals = vals
-                                .as_any()
-                                .downcast_ref::<Int64Array>()
-                                .expect("cast to Int64 gives Int64Array")
-                                .clone();
-                            if vals.is_null(i) {
-                                out.push(None);
-                                continue;
-                            }
-                            let called = match arrays.get(2) {
-                                Some(b) => {
-                                    let b = cast(b, &DataType::Boolean)?;
-                                    let b = b
-                                        .as_any()
-                                        .downcast_ref::<BooleanArray>()
-                                        .expect("cast to Boolean gives BooleanArray")
-                                        .clone();
-                                    b.is_valid(i) && b.value(i)
-                                }
-                                None => true,
-                            };
-                            let v = self
-                                .catalog
-                                .setval(oid, vals.value(i), called)
-                                .map_err(err)?;
-                            if called {
-                                let mut s = self.seen.lock();
-                                s.0.insert(oid, v);
-                                s.1 = Some(v);
-                            }
-                            Some(v)
-                        }
-                    }
+            })?,
+            _ => {
+                let vals = cast(&args[1], &DataType::Int64)?;
+                let vals = vals
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .expect("cast to Int64 gives Int64Array");
+                if vals.is_null(i) {
+                    out.push(None);
+                    continue;
                 }
-            };
-            out.push(v);
+                let called = match args.get(2) {
+                    Some(b) => {
+                        let b = cast(b, &DataType::Boolean)?;
+                        let b = b
+                            .as_any()
+                            .downcast_ref::<BooleanArray>()
+                            .expect("cast to Boolean gives BooleanArray");
+                        b.is_valid(i) && b.value(i)
+                    }
+                    None => true,
+                };
+                let v = catalog
+                    .setval(oid, vals.value(i), called)
+                    .map_err(seq_err)?;
+                if !called {
+                    out.push(Some(v));
+                    continue;
+                }
+                v
+            }
+        };
+        if name != "currval" {
+            let mut s = seen.lock();
+            s.0.insert(oid, v);
+            s.1 = Some(v);
         }
-        Ok(ColumnarValue::Array(Arc::new(Int64Array::from(out))))
+        out.push(Some(v));
     }
+    Ok(Arc::new(Int64Array::from(out)))
 }
 
 /// Register the sequence functions (with this session's currval/lastval memory).
 pub fn register_sequences(ctx: &SessionContext, catalog: Arc<Catalog>) {
-    let seen = Arc::new(parking_lot::Mutex::new((
+    let seen: Arc<parking_lot::Mutex<SessionValues>> = Arc::new(parking_lot::Mutex::new((
         std::collections::HashMap::new(),
         None,
     )));
@@ -1259,11 +1205,12 @@ pub fn register_sequences(ctx: &SessionContext, catalog: Arc<Catalog>) {
             TypeSignature::OneOf(vec![TypeSignature::Any(2), TypeSignature::Any(3)]),
         ),
     ] {
-        ctx.register_udf(ScalarUDF::new_from_impl(SequenceFn {
+        let (catalog, seen) = (catalog.clone(), seen.clone());
+        ctx.register_udf(ScalarUDF::new_from_impl(PgFunction {
             name,
             signature: Signature::new(sig, Volatility::Volatile),
-            catalog: catalog.clone(),
-            seen: seen.clone(),
+            ret: Box::new(|_| DataType::Int64),
+            imp: Box::new(move |args, rows| sequence_call(name, &catalog, &seen, args, rows)),
         }));
     }
 }

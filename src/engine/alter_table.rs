@@ -3,8 +3,9 @@
 //! col SET NOT NULL | DROP NOT NULL | SET DEFAULT expr | DROP DEFAULT`, several at once.
 //!
 //! Adding or dropping a column rewrites the table's rows in the new layout (existing rows
-//! get the default, evaluated once, or NULL), in one step under the table's writer lock;
-//! the rest changes only the catalog. A table that materialized or plain views read is not
+//! get the default, evaluated once, or NULL) under a new OID, switched to in one commit
+//! (`Catalog::replace_table`: a crash leaves the old table or the new one), under the
+//! table's writer lock; the rest changes only the catalog. A table that materialized or plain views read is not
 //! altered (2BP01): their plans and stored state name its columns. Postgres allows more
 //! (adding a column under a view, renaming); Weir refuses rather than break the views.
 
@@ -303,19 +304,9 @@ impl Engine {
 
     /// One value from a one-row query (a default, a count).
     async fn run_scalar(&self, session: &Session, sql: &str) -> Result<ArrayRef> {
-        let parsed = crate::sql::parser::parse_tree(sql, usize::MAX)?;
-        let Some(crate::sql::parser::Statement::Query(q)) =
-            parsed.into_iter().next().map(|p| p.stmt)
-        else {
-            return Err(WeirError::internal("a scalar query did not parse"));
-        };
-        let plan = self.plan_ast(session, &q).await?;
-        let batches = session
-            .ctx
-            .execute_logical_plan(plan)
-            .await?
-            .collect()
-            .await?;
+        let q = crate::sql::parser::parse_query(sql)?;
+        let plan = self.plan_ast(session, &ast::Statement::Query(q)).await?;
+        let batches = crate::engine::collect_plan(session, plan).await?;
         batches
             .into_iter()
             .find(|b| b.num_rows() > 0)

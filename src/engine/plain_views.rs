@@ -12,13 +12,11 @@ use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{self, VisitMut, VisitorMut};
 
-use crate::catalog::rewrite::display_column_name;
-use crate::catalog::{ColumnDesc, RelationDesc, RelationKind};
+use crate::catalog::{RelationDesc, RelationKind};
 use crate::engine::{Engine, Output};
 use crate::error::{Result, WeirError, sqlstate};
 use crate::server::session::Session;
 use crate::sql::parser::{PlainView, relation_name};
-use crate::sql::types::field_sql_type;
 
 /// How deep views over views may go.
 pub const MAX_VIEW_DEPTH: usize = 32;
@@ -77,15 +75,8 @@ impl VisitorMut for Expand<'_> {
         let Some(text) = &entry.desc.query else {
             return ControlFlow::Continue(());
         };
-        let query = match crate::sql::parser::parse_tree(text, usize::MAX).map(|mut v| v.pop()) {
-            Ok(Some(p)) => match p.stmt {
-                crate::sql::parser::Statement::Query(q) => match *q {
-                    ast::Statement::Query(q) => q,
-                    _ => return ControlFlow::Continue(()),
-                },
-                _ => return ControlFlow::Continue(()),
-            },
-            Ok(None) => return ControlFlow::Continue(()),
+        let query = match crate::sql::parser::parse_query(text) {
+            Ok(q) => q,
             Err(e) => {
                 self.error = Some(e);
                 return ControlFlow::Break(());
@@ -131,12 +122,7 @@ impl Engine {
         &self,
         node: &mut T,
     ) -> Result<Vec<u32>> {
-        if !self
-            .catalog
-            .entries()
-            .iter()
-            .any(|e| e.desc.kind == RelationKind::View)
-        {
+        if !self.catalog.has_kind(RelationKind::View) {
             return Ok(vec![]);
         }
         let mut all = Vec::new();
@@ -180,38 +166,13 @@ impl Engine {
         // plan it: the query must be valid, and its columns are the view's
         let stmt = ast::Statement::Query(v.query.clone());
         let plan = self.plan_ast(session, &stmt).await?;
-        let fields: Vec<_> = plan.schema().fields().iter().cloned().collect();
-        if v.columns.len() > fields.len() {
+        if v.columns.len() > plan.schema().fields().len() {
             return Err(WeirError::syntax(
                 "CREATE VIEW specifies more column names than columns",
             ));
         }
-        let mut columns = Vec::with_capacity(fields.len());
-        let mut seen = HashSet::new();
-        for (i, f) in fields.iter().enumerate() {
-            let name = v
-                .columns
-                .get(i)
-                .cloned()
-                .unwrap_or_else(|| display_column_name(f.name()).to_owned());
-            if !seen.insert(name.clone()) {
-                return Err(WeirError::new(
-                    sqlstate::DUPLICATE_COLUMN,
-                    format!("column \"{name}\" specified more than once"),
-                ));
-            }
-            let ty = field_sql_type(f).ok_or_else(|| {
-                WeirError::not_supported(format!(
-                    "column \"{name}\" has type {}, which a view cannot show",
-                    f.data_type()
-                ))
-            })?;
-            columns.push(ColumnDesc {
-                name,
-                ty,
-                nullable: true,
-            });
-        }
+        let columns =
+            crate::engine::views::view_columns(plan.schema(), &v.columns, "a view cannot show")?;
         // what it reads, for DROP ... RESTRICT
         let mut q = (*v.query).clone();
         let mut dependencies = self.expand_plain_views(&mut q)?;

@@ -93,13 +93,8 @@ impl Engine {
     ) -> Result<LogicalPlan> {
         let items: Vec<String> = r.items.iter().map(|i| i.to_string()).collect();
         let sql = format!("SELECT {} FROM {}", items.join(", "), r.relation);
-        let parsed = crate::sql::parser::parse_tree(&sql, usize::MAX)?;
-        let Some(crate::sql::parser::Statement::Query(q)) =
-            parsed.into_iter().next().map(|p| p.stmt)
-        else {
-            return Err(WeirError::internal("RETURNING did not parse as a query"));
-        };
-        self.plan_ast(session, &q).await
+        let q = crate::sql::parser::parse_query(&sql)?;
+        self.plan_ast(session, &ast::Statement::Query(q)).await
     }
 
     /// The RETURNING rows over the rows a statement wrote.
@@ -142,12 +137,7 @@ impl Engine {
             return Err(WeirError::internal("RETURNING did not read its table"));
         }
         let schema = self.result_schema(&plan);
-        let batches = session
-            .ctx
-            .execute_logical_plan(plan)
-            .await?
-            .collect()
-            .await?;
+        let batches = crate::engine::collect_plan(session, plan).await?;
         Ok((schema, batches))
     }
 }

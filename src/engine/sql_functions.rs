@@ -33,16 +33,8 @@ fn body_expr(f: &ast::CreateFunction) -> Result<ast::Expr> {
             },
             _ => return Err(unsupported()),
         };
-        let parsed = crate::sql::parser::parse_tree(text.trim().trim_end_matches(';'), usize::MAX)?;
-        let [p] = parsed.as_slice() else {
-            return Err(unsupported());
-        };
-        let crate::sql::parser::Statement::Query(q) = &p.stmt else {
-            return Err(unsupported());
-        };
-        let ast::Statement::Query(q) = q.as_ref() else {
-            return Err(unsupported());
-        };
+        let q = crate::sql::parser::parse_query(text.trim().trim_end_matches(';'))
+            .map_err(|_| unsupported())?;
         let ast::SetExpr::Select(sel) = q.body.as_ref() else {
             return Err(unsupported());
         };

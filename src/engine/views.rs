@@ -59,36 +59,17 @@ impl Engine {
         }
         check_deterministic(&plan)?;
         // the view's columns: Postgres names, declared SQL types
-        let mut columns = Vec::new();
-        let mut seen = HashSet::new();
-        let mut conform = Vec::new();
-        for (q, f) in plan.schema().iter() {
-            let name = display_column_name(f.name()).to_owned();
-            if !seen.insert(name.clone()) {
-                return Err(WeirError::new(
-                    sqlstate::DUPLICATE_COLUMN,
-                    format!("column \"{name}\" specified more than once in the view"),
-                ));
-            }
-            let ty = field_sql_type(f).ok_or_else(|| {
-                WeirError::not_supported(format!(
-                    "column \"{name}\" has type {}, which a materialized view cannot store",
-                    f.data_type()
-                ))
-            })?;
+        let columns = view_columns(plan.schema(), &[], "a materialized view cannot store")?;
+        let mut conform = Vec::with_capacity(columns.len());
+        for ((q, f), c) in plan.schema().iter().zip(&columns) {
             let col = Expr::Column(datafusion::common::Column::new(q.cloned(), f.name()));
-            let target = ty.arrow_type();
+            let target = c.ty.arrow_type();
             let e = if f.data_type() == &target {
                 col
             } else {
                 col.cast_to(&target, plan.schema())?
             };
-            conform.push(e.alias(name.clone()));
-            columns.push(ColumnDesc {
-                name,
-                ty,
-                nullable: true,
-            });
+            conform.push(e.alias(c.name.clone()));
         }
         let plan = LogicalPlanBuilder::from(plan).project(conform)?.build()?;
         let optimized = state.optimize(&plan)?;
@@ -1284,6 +1265,42 @@ pub(crate) fn parse_query(sql: &str) -> Result<ast::Query> {
     let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
     let mut p = datafusion::sql::sqlparser::parser::Parser::new(&dialect).try_with_sql(sql)?;
     Ok(*p.parse_query()?)
+}
+
+/// A view's columns from its plan: Postgres' names (or `names`, given in the CREATE, for the
+/// first ones), each once, with the SQL type its values have (`unstorable` ends the refusal
+/// of a type without one).
+pub(crate) fn view_columns(
+    schema: &datafusion::common::DFSchema,
+    names: &[String],
+    unstorable: &str,
+) -> Result<Vec<ColumnDesc>> {
+    let mut columns = Vec::with_capacity(schema.fields().len());
+    let mut seen = HashSet::new();
+    for (i, f) in schema.fields().iter().enumerate() {
+        let name = names
+            .get(i)
+            .cloned()
+            .unwrap_or_else(|| display_column_name(f.name()).to_owned());
+        if !seen.insert(name.clone()) {
+            return Err(WeirError::new(
+                sqlstate::DUPLICATE_COLUMN,
+                format!("column \"{name}\" specified more than once in the view"),
+            ));
+        }
+        let ty = field_sql_type(f).ok_or_else(|| {
+            WeirError::not_supported(format!(
+                "column \"{name}\" has type {}, which {unstorable}",
+                f.data_type()
+            ))
+        })?;
+        columns.push(ColumnDesc {
+            name,
+            ty,
+            nullable: true,
+        });
+    }
+    Ok(columns)
 }
 
 #[cfg(test)]

@@ -281,7 +281,7 @@ impl Join {
             let w = inserted.weights.value(i);
             em.left_rows.update(r.data(), |old| {
                 let n = old.map(i64_of).unwrap_or(0) + w;
-                (n != 0).then(|| n.to_le_bytes().to_vec())
+                (n != 0).then(|| n.to_le_bytes())
             });
         }
         let mut key = Vec::new();
@@ -299,7 +299,7 @@ impl Join {
                 let w = cl.weights.value(i);
                 em.emitted.update(&key, |old| {
                     let n = old.map(i64_of).unwrap_or(0) + w;
-                    (n != 0).then(|| n.to_le_bytes().to_vec())
+                    (n != 0).then(|| n.to_le_bytes())
                 });
             }
         }

@@ -11,7 +11,6 @@
 //! ([`crate::sql::jsonb::normalize`]) and typed `jsonb`.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, StringArray, StringBuilder};
@@ -26,31 +25,12 @@ use datafusion::logical_expr::{
 use datafusion::prelude::SessionContext;
 
 use crate::error::{WeirError, sqlstate};
+use crate::sql::jsonb::write_str;
 use crate::sql::pg_text::text_values;
 use crate::sql::types::{PG_TYPE_KEY, SqlType, field_sql_type};
 
 fn ext(e: WeirError) -> DataFusionError {
     DataFusionError::External(Box::new(e))
-}
-
-fn quote(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{08}' => out.push_str("\\b"),
-            '\u{0c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
 }
 
 /// Each value of a column as JSON text (None for SQL NULL), `compact` without spaces
@@ -112,7 +92,7 @@ pub fn json_values(
                             .strip_suffix("+00")
                             .map(|x| format!("{x}+00:00"))
                             .unwrap_or(v);
-                        quote(&mut o, &v);
+                        write_str(&mut o, &v);
                         o
                     })
                 })
@@ -172,7 +152,7 @@ pub fn json_values(
                             if k > 0 {
                                 o.push_str(sep);
                             }
-                            quote(&mut o, name);
+                            write_str(&mut o, name);
                             o.push_str(if compact { ":" } else { ": " });
                             o.push_str(cols[k][i].as_deref().unwrap_or("null"));
                         }
@@ -188,7 +168,7 @@ pub fn json_values(
                 .map(|i| {
                     (!s.is_null(i)).then(|| {
                         let mut o = String::new();
-                        quote(&mut o, s.value(i));
+                        write_str(&mut o, s.value(i));
                         o
                     })
                 })
@@ -292,7 +272,7 @@ impl ScalarUDFImpl for JsonBuild {
                         if k > 0 {
                             o.push_str(", ");
                         }
-                        quote(&mut o, key.value(i));
+                        write_str(&mut o, key.value(i));
                         o.push_str(" : ");
                         o.push_str(vals[2 * k + 1][i].as_deref().unwrap_or("null"));
                     }
@@ -428,7 +408,7 @@ impl Accumulator for JsonAggAcc {
                     )));
                 }
                 let mut o = String::new();
-                quote(&mut o, keys.value(i));
+                write_str(&mut o, keys.value(i));
                 o.push_str(" : ");
                 o.push_str(v.as_deref().unwrap_or("null"));
                 self.items.push(o);

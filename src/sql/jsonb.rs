@@ -333,7 +333,8 @@ fn canonical_number(neg: bool, int: &[u8], frac: &[u8], exp: i64) -> String {
     out
 }
 
-fn write_str(out: &mut String, s: &str) {
+/// A JSON string literal of `s`, escaped as Postgres escapes it.
+pub(crate) fn write_str(out: &mut String, s: &str) {
     out.push('"');
     for c in s.chars() {
         match c {

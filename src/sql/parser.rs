@@ -846,6 +846,19 @@ pub fn normalize_ident(id: &Ident) -> String {
 }
 
 /// A relation name, which may be qualified with our schema (`public`) or database.
+/// One query from its text (a stored view, a query Weir writes itself): 42601 when the
+/// text is not exactly one query.
+pub fn parse_query(text: &str) -> Result<Box<ast::Query>> {
+    let mut parsed = parse_tree(text, usize::MAX)?;
+    match (parsed.pop().map(|p| p.stmt), parsed.is_empty()) {
+        (Some(Statement::Query(q)), true) => match *q {
+            ast::Statement::Query(q) => Ok(q),
+            _ => Err(WeirError::syntax("expected a query")),
+        },
+        _ => Err(WeirError::syntax("expected one query")),
+    }
+}
+
 /// One SQL expression from its text (a stored DEFAULT).
 pub fn parse_expr_text(text: &str) -> Result<ast::Expr> {
     let dialect = PostgreSqlDialect {};

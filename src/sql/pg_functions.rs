@@ -44,7 +44,7 @@ pub type Imp = dyn Fn(&[ArrayRef], usize) -> DfResult<ArrayRef> + Send + Sync;
 pub type Ret = dyn Fn(&[DataType]) -> DataType + Send + Sync;
 
 /// A scalar function defined by a closure over whole argument arrays (`rows` long, or one
-/// row when every argument is a constant).
+/// row when every argument is a constant and the function is not volatile).
 pub struct PgFunction {
     pub name: &'static str,
     pub signature: Signature,
@@ -79,18 +79,21 @@ impl ScalarUDFImpl for PgFunction {
     fn return_type(&self, arg_types: &[DataType]) -> DfResult<DataType> {
         Ok((self.ret)(arg_types))
     }
+    /// A volatile function (`nextval`) gets one row per input row even for constant
+    /// arguments; the others one row when every argument is a constant.
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
-        let n = args.number_rows;
-        let scalar_only = args
+        let volatile = self.signature.volatility == Volatility::Volatile;
+        let scalar_only = !volatile
+            && args
+                .args
+                .iter()
+                .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+        let rows = if scalar_only { 1 } else { args.number_rows };
+        let arrays = args
             .args
             .iter()
-            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
-        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
-        let rows = if arrays.is_empty() || scalar_only {
-            1
-        } else {
-            n
-        };
+            .map(|a| a.to_array(rows))
+            .collect::<DfResult<Vec<_>>>()?;
         let out = (self.imp)(&arrays, rows)?;
         if scalar_only {
             Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?))

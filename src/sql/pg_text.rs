@@ -282,18 +282,20 @@ pub fn text_values(
         Time64MicrosecondType, TimeUnit, TimestampMicrosecondType,
     };
     let n = col.len();
+    // one buffer for the column: each value's text is appended straight to the array
     let each = |f: &mut dyn FnMut(usize, &mut BytesMut)| -> StringArray {
         let mut b = BytesMut::new();
-        (0..n)
-            .map(|i| {
-                if col.is_null(i) {
-                    return None;
-                }
-                b.clear();
-                f(i, &mut b);
-                Some(String::from_utf8_lossy(&b).into_owned())
-            })
-            .collect()
+        let mut out = datafusion::arrow::array::StringBuilder::with_capacity(n, n * 8);
+        for i in 0..n {
+            if col.is_null(i) {
+                out.append_null();
+                continue;
+            }
+            b.clear();
+            f(i, &mut b);
+            out.append_value(String::from_utf8_lossy(&b));
+        }
+        out.finish()
     };
     Ok(match col.data_type() {
         DataType::Null => StringArray::new_null(n),
