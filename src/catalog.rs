@@ -143,6 +143,27 @@ pub struct RelationDesc {
     /// Column `DEFAULT` expressions (column name, SQL text), used by INSERT.
     #[serde(default)]
     pub defaults: Vec<(String, String)>,
+    /// `CREATE INDEX`es of a table.
+    #[serde(default)]
+    pub indexes: Vec<IndexDesc>,
+}
+
+/// A secondary index (`CREATE [UNIQUE] INDEX name ON table (columns)`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct IndexDesc {
+    pub oid: u32,
+    pub name: String,
+    pub columns: Vec<String>,
+    pub unique: bool,
+}
+
+/// An index as `pg_class`/`pg_index` show it: the primary key's or a secondary one.
+pub struct IndexInfo {
+    pub oid: u32,
+    pub name: String,
+    pub columns: Vec<String>,
+    pub unique: bool,
+    pub primary: bool,
 }
 
 fn bootstrap_owner() -> u32 {
@@ -166,6 +187,43 @@ impl RelationDesc {
     /// OID of the primary key constraint.
     pub fn pkey_constraint_oid(&self) -> Option<u32> {
         (!self.primary_key.is_empty()).then_some(self.oid + 2)
+    }
+
+    /// Every index of the relation: the primary key's, then the secondary ones.
+    pub fn all_indexes(&self) -> Vec<IndexInfo> {
+        let pkey = self.pkey_index_oid().map(|oid| IndexInfo {
+            oid,
+            name: format!("{}_pkey", self.name),
+            columns: self.primary_key.clone(),
+            unique: true,
+            primary: true,
+        });
+        pkey.into_iter()
+            .chain(self.indexes.iter().map(|i| IndexInfo {
+                oid: i.oid,
+                name: i.name.clone(),
+                columns: i.columns.clone(),
+                unique: i.unique,
+                primary: false,
+            }))
+            .collect()
+    }
+
+    /// The table layer's view of the secondary indexes (columns by position).
+    pub fn index_specs(&self) -> Vec<crate::state::table_index::IndexSpec> {
+        self.indexes
+            .iter()
+            .map(|i| crate::state::table_index::IndexSpec {
+                oid: i.oid,
+                name: i.name.clone(),
+                columns: i
+                    .columns
+                    .iter()
+                    .filter_map(|c| self.columns.iter().position(|d| &d.name == c))
+                    .collect(),
+                unique: i.unique,
+            })
+            .collect()
     }
 
     /// OID of the relation's row type in `pg_type`.
@@ -308,6 +366,7 @@ impl Catalog {
             desc.table_kind(),
             store.clone(),
             watermark,
+            desc.index_specs(),
         )?)))
     }
 
@@ -341,7 +400,31 @@ impl Catalog {
             .cloned()
     }
 
-    /// Views that read `oid` directly.
+    /// The table an index (secondary or a primary key's) belongs to, and the index.
+    pub fn index_by_name(&self, name: &str) -> Option<(Arc<Entry>, IndexInfo)> {
+        let st = self.state.read();
+        st.by_name.values().find_map(|e| {
+            e.desc
+                .all_indexes()
+                .into_iter()
+                .find(|i| i.name == name)
+                .map(|i| (e.clone(), i))
+        })
+    }
+
+    /// Whether a relation or an index has this name (they share Postgres' namespace).
+    pub fn name_in_use(&self, name: &str) -> bool {
+        self.get(name).is_some() || self.index_by_name(name).is_some()
+    }
+
+    /// An OID for an object that is not a relation of its own entry (an index).
+    pub fn reserve_oid(&self) -> u32 {
+        let mut st = self.state.write();
+        let oid = st.next_oid;
+        st.next_oid += OID_STEP;
+        oid
+    }
+
     /// Replace a relation's description (ALTER TABLE, renames), under its new name. With
     /// `rows` (a table's rows in a new layout) the rows are written under a fresh OID
     /// first and one commit then switches the catalog to it, so a crash at any point
@@ -418,7 +501,11 @@ impl Catalog {
         build: impl FnOnce(u32) -> Result<RelationDesc>,
     ) -> Result<bool> {
         let mut st = self.state.write();
-        if st.by_name.contains_key(name) {
+        let index_named = st
+            .by_name
+            .values()
+            .any(|e| e.desc.all_indexes().iter().any(|i| i.name == name));
+        if st.by_name.contains_key(name) || index_named {
             if if_not_exists {
                 return Ok(false);
             }

@@ -3,6 +3,7 @@
 
 mod alter_table;
 mod client;
+mod indexes;
 mod on_conflict;
 mod plain_views;
 mod returning;
@@ -417,10 +418,15 @@ impl Engine {
                 self.create_source(cs, &parsed.text, session.role())?;
                 Ok(Output::Command("CREATE SOURCE".into()))
             }
+            Statement::Drop(d) if d.kind == crate::sql::parser::DropKind::Index => {
+                self.drop_indexes(session, &d.names, d.if_exists, notices.as_ref())
+                    .await
+            }
             Statement::Drop(d) => {
                 self.drop_relations(&d.names, d.kind, d.if_exists, d.cascade)
                     .await
             }
+            Statement::CreateIndex(ci) => self.create_index(session, ci, notices.as_ref()).await,
             Statement::ShowRelations(which) => {
                 let names: Vec<String> = self
                     .catalog
@@ -1195,6 +1201,7 @@ impl Engine {
                 owner,
                 acl: None,
                 defaults: vec![],
+                indexes: vec![],
             })
         })?;
         if created {
@@ -1331,6 +1338,7 @@ impl Engine {
                 owner,
                 acl: None,
                 defaults,
+                indexes: vec![],
             })
         })?;
         if created {
@@ -1615,6 +1623,7 @@ impl Engine {
                 owner,
                 acl: None,
                 defaults: vec![],
+                indexes: vec![],
             })
         })?;
         Ok(())
@@ -1824,6 +1833,7 @@ fn query_kind(stmt: &Statement) -> &'static str {
         | Statement::RenameRelation { .. }
         | Statement::CreateFunction(_)
         | Statement::DropFunction(_)
+        | Statement::CreateIndex(_)
         | Statement::CreateSink(_)
         | Statement::Drop(_)
         | Statement::Security(_) => "ddl",
@@ -1855,6 +1865,7 @@ fn write_kind(stmt: &Statement) -> Option<&'static str> {
         Statement::RenameRelation { .. } => "ALTER",
         Statement::CreateFunction(_) => "CREATE FUNCTION",
         Statement::DropFunction(_) => "DROP FUNCTION",
+        Statement::CreateIndex(_) => "CREATE INDEX",
         Statement::CreateSink(_) => "CREATE SINK",
         Statement::Drop(_) => "DROP",
         Statement::Security(s) => return s.write_kind(),

@@ -14,6 +14,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use datafusion::arrow::array::ArrayRef;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::{CatalogProvider, SchemaProvider, Session, TableProvider};
@@ -23,6 +24,7 @@ use datafusion::execution::context::{SessionConfig, SessionContext};
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::scalar::ScalarValue;
 
 use crate::catalog::pg_catalog::GeneratedSchema;
 use crate::catalog::{Catalog, DATABASE_NAME, functions};
@@ -366,23 +368,27 @@ impl TableProvider for TableScanProvider {
         TableType::Base
     }
 
-    /// `pk_column = literal` filters let a keyed table read one key instead of its
-    /// snapshot; DataFusion still applies every filter to what the scan returns (Inexact).
+    /// `column = literal` and `column IN (literals)` filters on the primary key, or on the
+    /// leading columns of an index, let a table read those keys instead of all its rows;
+    /// DataFusion still applies every filter to what the scan returns (Inexact).
     fn supports_filters_pushdown(
         &self,
         filters: &[&Expr],
     ) -> DfResult<Vec<TableProviderFilterPushDown>> {
         let schema = self.table.schema();
+        let mut keyed: Vec<usize> = self.table.primary_key().unwrap_or(&[]).to_vec();
+        keyed.extend(
+            self.table
+                .indexes()
+                .iter()
+                .filter_map(|i| i.columns.first()),
+        );
         Ok(filters
             .iter()
-            .map(
-                |f| match (self.table.primary_key(), key_equality(f, &schema)) {
-                    (Some(pk), Some((col, _))) if pk.contains(&col) => {
-                        TableProviderFilterPushDown::Inexact
-                    }
-                    _ => TableProviderFilterPushDown::Unsupported,
-                },
-            )
+            .map(|f| match key_values(f, &schema) {
+                Some((col, _)) if keyed.contains(&col) => TableProviderFilterPushDown::Inexact,
+                _ => TableProviderFilterPushDown::Unsupported,
+            })
             .collect())
     }
 
@@ -412,30 +418,128 @@ impl TableProvider for TableScanProvider {
     }
 }
 
+/// The most keys a point query reads one by one (the product of its IN lists); more are
+/// read by a scan.
+const MAX_PROBES: usize = 1024;
+
 impl TableScanProvider {
-    /// The rows a point query by the whole primary key names (`pk = v` for every key
-    /// column), read by key; None when the filters do not name one key.
+    /// The rows a point query names: by the whole primary key, else by the leading columns
+    /// of the index that covers most of them (equalities and IN lists, every combination
+    /// of their values), read by key; None when the filters name no keys.
     fn point_lookup(&self, filters: &[Expr]) -> DfResult<Option<RecordBatch>> {
-        let Some(pk) = self.table.primary_key() else {
+        let schema = self.table.schema();
+        let wanted: Vec<(usize, Vec<ScalarValue>)> = filters
+            .iter()
+            .filter_map(|f| key_values(f, &schema))
+            .collect();
+        if wanted.is_empty() {
+            return Ok(None);
+        }
+        let values_of = |c: usize| wanted.iter().find(|(col, _)| *col == c).map(|(_, v)| v);
+        let err = |e: crate::error::WeirError| DataFusionError::External(Box::new(e));
+        if let Some(pk) = self.table.primary_key()
+            && let Some(keys) = probes(pk.iter().map(|&c| values_of(c)))?
+        {
+            tracing::debug!(table = %self.table.name, "point query by primary key");
+            return self.table.lookup(&keys).map_err(err);
+        }
+        let best = self
+            .table
+            .indexes()
+            .into_iter()
+            .map(|i| {
+                let n = i
+                    .columns
+                    .iter()
+                    .take_while(|&&c| values_of(c).is_some())
+                    .count();
+                (n, i)
+            })
+            .filter(|(n, _)| *n > 0)
+            .max_by_key(|(n, _)| *n);
+        let Some((n, index)) = best else {
             return Ok(None);
         };
-        let schema = self.table.schema();
-        let mut keys = Vec::with_capacity(pk.len());
-        for &c in pk {
-            let Some(v) = filters
-                .iter()
-                .filter_map(|f| key_equality(f, &schema))
-                .find(|(col, _)| *col == c)
-                .map(|(_, v)| v)
-            else {
-                return Ok(None);
+        let Some(probe) = probes(index.columns[..n].iter().map(|&c| values_of(c)))? else {
+            return Ok(None);
+        };
+        tracing::debug!(table = %self.table.name, index = %index.name, "point query by index");
+        self.table.index_lookup(index.oid, &probe).map_err(err)
+    }
+}
+
+/// Every combination of the given columns' values, as one array per column (None when a
+/// column has no values or there are more than [`MAX_PROBES`] combinations).
+fn probes<'a>(
+    columns: impl Iterator<Item = Option<&'a Vec<ScalarValue>>>,
+) -> DfResult<Option<Vec<ArrayRef>>> {
+    let columns: Option<Vec<&Vec<ScalarValue>>> = columns.collect();
+    let Some(columns) = columns else {
+        return Ok(None);
+    };
+    let total = columns
+        .iter()
+        .try_fold(1usize, |n, v| n.checked_mul(v.len()));
+    let Some(total) = total.filter(|t| *t <= MAX_PROBES) else {
+        return Ok(None);
+    };
+    let mut out = Vec::with_capacity(columns.len());
+    let mut repeat = total;
+    for values in &columns {
+        // each value of this column repeats for every combination of the columns after it
+        repeat /= values.len().max(1);
+        let row: Vec<ScalarValue> = (0..total)
+            .map(|i| values[(i / repeat) % values.len()].clone())
+            .collect();
+        out.push(ScalarValue::iter_to_array(row)?);
+    }
+    Ok(Some(out))
+}
+
+/// `column = literal` (either way round) or `column IN (literals)`, where each literal is of
+/// the column's type or converts to it and back unchanged (others can never be equal to a
+/// key and are left out): (column index, the values as the column's type). NULLs match
+/// nothing and are left out.
+fn key_values(f: &Expr, schema: &SchemaRef) -> Option<(usize, Vec<ScalarValue>)> {
+    use datafusion::logical_expr::expr::InList;
+    let exact = |lit: &ScalarValue, ty: &datafusion::arrow::datatypes::DataType| {
+        let v = lit.cast_to(ty).ok()?;
+        // only a lossless conversion names the same key
+        (v.cast_to(&lit.data_type()).ok()? == *lit).then_some(v)
+    };
+    match f {
+        Expr::InList(InList {
+            expr,
+            list,
+            negated: false,
+        }) => {
+            let Expr::Column(c) = expr.as_ref() else {
+                return None;
             };
-            keys.push(v.to_array_of_size(1)?);
+            let i = schema.index_of(&c.name).ok()?;
+            let ty = schema.field(i).data_type();
+            let mut values = Vec::with_capacity(list.len());
+            for e in list {
+                let Expr::Literal(v, _) = e else {
+                    return None;
+                };
+                if v.is_null() {
+                    continue;
+                }
+                // a value no key can equal leaves the others to look up; a repeated value
+                // is looked up once
+                if let Some(v) = exact(v, ty)
+                    && !values.contains(&v)
+                {
+                    values.push(v);
+                }
+            }
+            Some((i, values))
         }
-        tracing::debug!(table = %self.table.name, "point query by primary key");
-        self.table
-            .lookup(&keys)
-            .map_err(|e| DataFusionError::External(Box::new(e)))
+        _ => {
+            let (i, v) = key_equality(f, schema)?;
+            Some((i, vec![v]))
+        }
     }
 }
 

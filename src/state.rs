@@ -9,4 +9,5 @@ pub mod spill;
 pub mod state_table;
 pub mod store;
 pub mod table;
+pub mod table_index;
 pub mod zset;

@@ -669,19 +669,25 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
                             return None;
                         }
                         let oid = a.value(i);
-                        let e = entries
-                            .iter()
-                            .find(|e| e.desc.pkey_index_oid() == Some(oid))?;
+                        let (e, ix) = entries.iter().find_map(|e| {
+                            e.desc
+                                .all_indexes()
+                                .into_iter()
+                                .find(|i| i.oid == oid)
+                                .map(|i| (e, i))
+                        })?;
                         let k = column
                             .map(|c| if c.is_null(i) { 0 } else { c.value(i) })
                             .unwrap_or(0);
                         if k > 0 {
-                            return e.desc.primary_key.get(k as usize - 1).cloned();
+                            return ix.columns.get(k as usize - 1).cloned();
                         }
                         Some(format!(
-                            "CREATE UNIQUE INDEX {0}_pkey ON public.{0} USING btree ({1})",
+                            "CREATE {}INDEX {} ON public.{} USING btree ({})",
+                            if ix.unique { "UNIQUE " } else { "" },
+                            ix.name,
                             e.desc.name,
-                            e.desc.primary_key.join(", ")
+                            ix.columns.join(", ")
                         ))
                     })
                     .collect::<StringArray>(),

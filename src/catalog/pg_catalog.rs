@@ -554,10 +554,12 @@ pub fn relation_name_of_oid(catalog: &Catalog, oid: u32) -> Option<String> {
     catalog.entries().iter().find_map(|e| {
         if e.desc.oid == oid {
             Some(e.desc.name.clone())
-        } else if e.desc.pkey_index_oid() == Some(oid) {
-            Some(format!("{}_pkey", e.desc.name))
         } else {
-            None
+            e.desc
+                .all_indexes()
+                .into_iter()
+                .find(|i| i.oid == oid)
+                .map(|i| i.name)
         }
     })
 }
@@ -574,10 +576,12 @@ pub fn relation_oid_of_name(catalog: &Catalog, name: &str) -> Option<u32> {
     catalog.entries().iter().find_map(|e| {
         if e.desc.name == name {
             Some(e.desc.oid)
-        } else if format!("{}_pkey", e.desc.name) == name {
-            e.desc.pkey_index_oid()
         } else {
-            None
+            e.desc
+                .all_indexes()
+                .into_iter()
+                .find(|i| i.name == name)
+                .map(|i| i.oid)
         }
     })
 }
@@ -664,7 +668,7 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     relkind(e),
                     2,
                     d.columns.len(),
-                    d.pkey_index_oid().is_some(),
+                    !d.all_indexes().is_empty(),
                     e.table.as_ref().map(|t| t.row_count()).unwrap_or(0) as f64,
                 );
                 row[5] = d.owner.into();
@@ -672,17 +676,11 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     row[28] = V::A(acl.into_iter().map(V::S).collect());
                 }
                 rows.push(row);
-                if let Some(idx) = d.pkey_index_oid() {
-                    rows.push(class_row(
-                        idx,
-                        &format!("{}_pkey", d.name),
-                        0,
-                        "i",
-                        403,
-                        d.primary_key.len(),
-                        false,
-                        0.0,
-                    ));
+                for ix in d.all_indexes() {
+                    let mut row =
+                        class_row(ix.oid, &ix.name, 0, "i", 403, ix.columns.len(), false, 0.0);
+                    row[5] = d.owner.into();
+                    rows.push(row);
                 }
             }
             build_table(
@@ -729,10 +727,10 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 for (i, c) in d.columns.iter().enumerate() {
                     rows.push(attribute_row(d.oid, &c.name, &c.ty, i + 1, !c.nullable));
                 }
-                if let Some(idx) = d.pkey_index_oid() {
-                    for (i, k) in d.primary_key.iter().enumerate() {
+                for ix in d.all_indexes() {
+                    for (i, k) in ix.columns.iter().enumerate() {
                         if let Some(c) = d.columns.iter().find(|c| &c.name == k) {
-                            rows.push(attribute_row(idx, &c.name, &c.ty, i + 1, true));
+                            rows.push(attribute_row(ix.oid, &c.name, &c.ty, i + 1, ix.primary));
                         }
                     }
                 }
@@ -996,21 +994,21 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
             let mut rows = Vec::new();
             for e in &entries {
                 let d = &e.desc;
-                if let Some(idx) = d.pkey_index_oid() {
-                    let keys: Vec<V> = d
-                        .primary_key
+                for ix in d.all_indexes() {
+                    let keys: Vec<V> = ix
+                        .columns
                         .iter()
                         .filter_map(|k| d.columns.iter().position(|c| &c.name == k))
                         .map(|p| V::I(p as i64 + 1))
                         .collect();
                     rows.push(vec![
-                        idx.into(),
+                        ix.oid.into(),
                         d.oid.into(),
-                        d.primary_key.len().into(),
-                        d.primary_key.len().into(),
-                        true.into(),
+                        ix.columns.len().into(),
+                        ix.columns.len().into(),
+                        ix.unique.into(),
                         false.into(),
-                        true.into(),
+                        ix.primary.into(),
                         false.into(),
                         true.into(),
                         false.into(),
@@ -1138,7 +1136,7 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                         e.desc.name.clone().into(),
                         catalog.role_name(e.desc.owner).unwrap_or_default().into(),
                         V::Null,
-                        e.desc.pkey_index_oid().is_some().into(),
+                        (!e.desc.all_indexes().is_empty()).into(),
                         false.into(),
                         false.into(),
                         false.into(),

@@ -164,6 +164,8 @@ impl Engine {
                         }
                         desc.columns.remove(at);
                         desc.defaults.retain(|(d, _)| *d != col);
+                        // as in Postgres, an index on the column goes with it
+                        desc.indexes.retain(|i| !i.columns.contains(&col));
                         layout.remove(at);
                         rewrite = true;
                     }
@@ -195,6 +197,11 @@ impl Engine {
                         }
                     }
                     for (c, _) in desc.defaults.iter_mut() {
+                        if *c == old {
+                            *c = new.clone();
+                        }
+                    }
+                    for c in desc.indexes.iter_mut().flat_map(|i| i.columns.iter_mut()) {
                         if *c == old {
                             *c = new.clone();
                         }

@@ -249,6 +249,7 @@ impl Engine {
                 owner: session.role(),
                 acl: None,
                 defaults: vec![],
+                indexes: vec![],
             })
         })?;
         Ok(Output::Command("CREATE VIEW".into()))

@@ -216,9 +216,23 @@ impl Engine {
                 }
                 Ok(())
             }
+            Statement::Drop(d) if d.kind == DropKind::Index => {
+                for name in &d.names {
+                    if let Some((table, _)) = self.catalog.index_by_name(name) {
+                        self.require_owner(role, &table.desc.name)?;
+                    }
+                }
+                Ok(())
+            }
             Statement::Drop(d) => {
                 for name in &d.names {
                     self.require_owner(role, name)?;
+                }
+                Ok(())
+            }
+            Statement::CreateIndex(ci) => {
+                if self.catalog.get(&ci.table).is_some() {
+                    self.require_owner(role, &ci.table)?;
                 }
                 Ok(())
             }
@@ -641,6 +655,7 @@ impl Engine {
                     DropKind::Sink => entry.desc.kind == crate::catalog::RelationKind::Sink,
                     DropKind::View => entry.desc.kind == crate::catalog::RelationKind::View,
                     DropKind::Sequence => entry.desc.kind == crate::catalog::RelationKind::Sequence,
+                    DropKind::Index => false,
                 };
                 if !fits {
                     return Err(WeirError::new(
@@ -654,6 +669,7 @@ impl Engine {
                                 DropKind::Sink => "sink",
                                 DropKind::View => "view",
                                 DropKind::Sequence => "sequence",
+                                DropKind::Index => "index",
                             }
                         ),
                     ));
@@ -694,6 +710,7 @@ impl Engine {
                         DropKind::Sink => "ALTER SINK",
                         DropKind::View => "ALTER VIEW",
                         DropKind::Sequence => "ALTER SEQUENCE",
+                        DropKind::Index => "ALTER INDEX",
                     }
                     .into(),
                 ))

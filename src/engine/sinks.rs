@@ -115,6 +115,7 @@ impl Engine {
                         owner: session.role(),
                         acl: None,
                         defaults: vec![],
+                        indexes: vec![],
                     })
                 })?;
             }

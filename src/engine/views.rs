@@ -191,6 +191,7 @@ impl Engine {
                 owner: session.role(),
                 acl: None,
                 defaults: vec![],
+                indexes: vec![],
             })
         })?;
         let entry = self
@@ -886,6 +887,7 @@ impl Engine {
             DropKind::Sink => "sink",
             DropKind::View => "view",
             DropKind::Sequence => "sequence",
+            DropKind::Index => "index",
         };
         let matches = |k: RelationKind| match kind {
             DropKind::Table => k.is_table(),
@@ -894,6 +896,7 @@ impl Engine {
             DropKind::Sink => k == RelationKind::Sink,
             DropKind::View => k == RelationKind::View,
             DropKind::Sequence => k == RelationKind::Sequence,
+            DropKind::Index => false,
         };
         let mut targets = Vec::new();
         for name in names {

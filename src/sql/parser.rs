@@ -99,6 +99,63 @@ pub enum Statement {
     /// `CREATE [OR REPLACE] FUNCTION ... LANGUAGE sql`.
     CreateFunction(Box<ast::CreateFunction>),
     DropFunction(Box<ast::DropFunction>),
+    /// `CREATE [UNIQUE] INDEX [CONCURRENTLY] [IF NOT EXISTS] [name] ON table [USING btree
+    /// | hash] (columns) [INCLUDE (...)]`.
+    CreateIndex(Box<CreateIndex>),
+}
+
+#[derive(Debug, Clone)]
+pub struct CreateIndex {
+    pub name: Option<String>,
+    pub table: String,
+    pub columns: Vec<String>,
+    pub unique: bool,
+    pub if_not_exists: bool,
+}
+
+/// A `CREATE INDEX` sqlparser parsed, or a refusal of what it asks that Weir does not do.
+fn create_index(ci: ast::CreateIndex) -> Result<Statement> {
+    if let Some(using) = &ci.using {
+        let u = using.to_string().to_ascii_lowercase();
+        if u != "btree" && u != "hash" {
+            return Err(WeirError::not_supported(format!(
+                "index access method \"{u}\" is not supported (btree and hash are)"
+            )));
+        }
+    }
+    if ci.predicate.is_some() {
+        return Err(WeirError::not_supported(
+            "partial indexes (CREATE INDEX ... WHERE) are not supported",
+        ));
+    }
+    if ci.nulls_distinct == Some(false) {
+        return Err(WeirError::not_supported(
+            "NULLS NOT DISTINCT is not supported",
+        ));
+    }
+    if !ci.with.is_empty() || !ci.index_options.is_empty() || !ci.alter_options.is_empty() {
+        return Err(WeirError::not_supported(
+            "CREATE INDEX options are not supported",
+        ));
+    }
+    let columns = ci
+        .columns
+        .iter()
+        .map(|c| match &c.column.expr {
+            ast::Expr::Identifier(id) => Ok(normalize_ident(id)),
+            other => Err(WeirError::not_supported(format!(
+                "indexes on expressions are not supported: {other}"
+            ))
+            .with_hint("Index a column; a materialized view can compute the expression.")),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Statement::CreateIndex(Box::new(CreateIndex {
+        name: ci.name.as_ref().map(relation_name).transpose()?,
+        table: relation_name(&ci.table_name)?,
+        columns,
+        unique: ci.unique,
+        if_not_exists: ci.if_not_exists,
+    })))
 }
 
 #[derive(Debug, Clone)]
@@ -329,6 +386,7 @@ pub enum DropKind {
     Sink,
     View,
     Sequence,
+    Index,
 }
 
 #[derive(Debug, Clone)]
@@ -792,6 +850,7 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
             Ok(Statement::Dml(Box::new(stmt)))
         }
         ast::Statement::CreateFunction(f) => Ok(Statement::CreateFunction(Box::new(f))),
+        ast::Statement::CreateIndex(ci) => create_index(ci),
         ast::Statement::DropFunction(d) => Ok(Statement::DropFunction(Box::new(d))),
         ast::Statement::AlterTable(a) if a.table_type.is_none() && a.location.is_none() => {
             Ok(Statement::AlterTable(Box::new(a)))
@@ -1322,6 +1381,9 @@ fn parse_drop(p: &mut Parser) -> Result<Statement> {
         DropKind::View
     } else if p.parse_keyword(Keyword::SEQUENCE) {
         DropKind::Sequence
+    } else if p.parse_keyword(Keyword::INDEX) {
+        let _ = p.parse_keyword(Keyword::CONCURRENTLY);
+        DropKind::Index
     } else if parse_word(p, "SINK") {
         DropKind::Sink
     } else if let Some(s) = crate::sql::security::parse_drop(p)? {

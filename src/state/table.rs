@@ -48,6 +48,10 @@ use crate::state::rows::{BatchSource, RowBatcher};
 use crate::state::store::{
     Cursor, Durability, ReadView, Store, WriteBatch, keys_with_prefix, purge_prefix,
 };
+use crate::state::table_index::{
+    IndexSpec, SecondaryIndex, entries_prefix, marker_key, markers_prefix, multiset_value,
+    read_multiset_value,
+};
 
 /// Trim the log of a keyed or multiset table once this many entries accumulated.
 pub const COMPACT_AFTER_ENTRIES: u64 = 512;
@@ -221,6 +225,8 @@ struct Inner {
     log_entries: u64,
     /// Append-only tables: COPYs being staged (id -> their chunks so far).
     staging: HashMap<u64, Vec<StagedChunk>>,
+    /// Secondary indexes, kept in the same commits as the rows (`state/table_index.rs`).
+    indexes: Vec<Arc<SecondaryIndex>>,
 }
 
 pub struct TableStore {
@@ -348,6 +354,7 @@ impl TableStore {
         kind: TableKind,
         store: Arc<dyn Store>,
         watermark_spec: Option<(usize, i64)>,
+        indexes: Vec<IndexSpec>,
     ) -> Result<TableStore> {
         let sort_fields: Vec<SortField> = schema
             .fields()
@@ -377,6 +384,7 @@ impl TableStore {
                 meta: Meta::default(),
                 log_entries: 0,
                 staging: HashMap::new(),
+                indexes: Vec::new(),
             }),
             holds: Arc::new(Mutex::new(BTreeMap::new())),
             writer: Arc::new(tokio::sync::Mutex::new(())),
@@ -388,8 +396,206 @@ impl TableStore {
             None => table.convert_older_layout()?,
         };
         table.inner.lock().meta = meta;
+        table.open_indexes(indexes)?;
         table.finish_unfinished()?;
         Ok(table)
+    }
+
+    /// Take up the catalog's indexes: entries of indexes it no longer lists (a crash in
+    /// CREATE or DROP INDEX) are purged, an index with no marker is built.
+    fn open_indexes(&self, specs: Vec<IndexSpec>) -> Result<()> {
+        let table = table_prefix(self.oid);
+        let mp = markers_prefix(&table);
+        let mut marked = HashSet::new();
+        for k in keys_with_prefix(self.store.as_ref(), &mp)? {
+            let id = k[mp.len()..]
+                .try_into()
+                .map(u32::from_be_bytes)
+                .map_err(|_| WeirError::internal("corrupt index marker in store"))?;
+            if specs.iter().any(|s| s.oid == id) {
+                marked.insert(id);
+            } else {
+                self.purge_index(id)?;
+            }
+        }
+        for spec in specs {
+            if marked.contains(&spec.oid) {
+                let ix = Arc::new(SecondaryIndex::new(&table, spec, &self.schema)?);
+                self.inner.lock().indexes.push(ix);
+            } else {
+                self.create_index(spec)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Build a secondary index of the table's rows and keep it from now on. Refused for
+    /// append-only tables (their rows are the log, read in arrival order); a UNIQUE index
+    /// over duplicate values is refused (23505) and leaves nothing behind. Call with the
+    /// writer lock held (no DML runs meanwhile).
+    pub fn create_index(&self, spec: IndexSpec) -> Result<()> {
+        if self.kind == TableKind::AppendOnly {
+            return Err(WeirError::not_supported(format!(
+                "indexes on APPEND ONLY table \"{}\" are not supported",
+                self.name
+            ))
+            .with_hint(
+                "Its rows are kept as a log in arrival order; index a materialized view over it, or use a table with a PRIMARY KEY.",
+            ));
+        }
+        let table = table_prefix(self.oid);
+        let ix = Arc::new(SecondaryIndex::new(&table, spec, &self.schema)?);
+        let mut inner = self.inner.lock();
+        let mut wb = WriteBatch::default();
+        wb.put(marker_key(&table, ix.spec.oid), Vec::new());
+        self.store.commit(wb, Durability::Sync)?;
+        if let Err(e) = self.build_index(&ix) {
+            if let Err(p) = self.purge_index(ix.spec.oid) {
+                warn!(table = %self.name, error = %p, "could not purge a failed index build");
+            }
+            return Err(e);
+        }
+        inner.indexes.push(ix);
+        Ok(())
+    }
+
+    /// Write the entries of `ix` for every row, in commits of about 4 MiB (the marker is
+    /// already written: a crash midway leaves entries its next open purges).
+    fn build_index(&self, ix: &SecondaryIndex) -> Result<()> {
+        const CHUNK_ROWS: usize = 4096;
+        const CHUNK_BYTES: usize = 4 << 20;
+        let view = self.store.read_view()?;
+        let mut cursor = view.cursor(&self.rows_prefix);
+        let keyed = self.key_conv.is_some();
+        let plen = self.rows_prefix.len();
+        let mut seen_unique: HashSet<Vec<u8>> = HashSet::new();
+        loop {
+            // (row id, row, multiplicity)
+            let mut chunk: Vec<(Vec<u8>, Vec<u8>, i64)> = Vec::new();
+            let mut bytes = 0;
+            let mut more = true;
+            while more && chunk.len() < CHUNK_ROWS && bytes < CHUNK_BYTES {
+                more = cursor.next(&mut |k, v| {
+                    let id = k[plen..].to_vec();
+                    bytes += k.len() + v.len();
+                    match keyed {
+                        true => chunk.push((id, v.to_vec(), 1)),
+                        false => {
+                            let n = read_count(v)?;
+                            chunk.push((id.clone(), id, n));
+                        }
+                    }
+                    Ok(())
+                })?;
+            }
+            if chunk.is_empty() {
+                return Ok(());
+            }
+            let parser = self.row_conv.parser();
+            let cols = self
+                .row_conv
+                .convert_rows(chunk.iter().map(|(_, r, _)| parser.parse(r)))?;
+            let batch = RecordBatch::try_new(self.schema.clone(), cols)?;
+            let values = ix.encode(&batch)?;
+            let mut wb = WriteBatch::default();
+            for (i, (id, row, n)) in chunk.iter().enumerate() {
+                let v = values.row(i).data();
+                if ix.spec.unique
+                    && !ix.has_null(&batch, i)
+                    && (*n > 1 || !seen_unique.insert(v.to_vec()))
+                {
+                    return Err(ix.duplicated(&batch, i));
+                }
+                let value = match keyed {
+                    true => row.clone(),
+                    false => multiset_value(*n, v.len()),
+                };
+                wb.put(ix.key(v, id), value);
+            }
+            self.store.commit(wb, Durability::Buffered)?;
+            if !more {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Stop keeping index `oid` and delete its entries (DROP INDEX, after the catalog's
+    /// commit; a crash midway leaves entries the next open purges).
+    pub fn drop_index(&self, oid: u32) -> Result<()> {
+        self.inner.lock().indexes.retain(|i| i.spec.oid != oid);
+        self.purge_index(oid)
+    }
+
+    fn purge_index(&self, oid: u32) -> Result<()> {
+        let table = table_prefix(self.oid);
+        purge_prefix(self.store.as_ref(), &entries_prefix(&table, oid))?;
+        let mut wb = WriteBatch::default();
+        wb.delete(marker_key(&table, oid));
+        self.store.commit(wb, Durability::Sync)
+    }
+
+    /// The indexes the table keeps.
+    pub fn indexes(&self) -> Vec<IndexSpec> {
+        self.inner
+            .lock()
+            .indexes
+            .iter()
+            .map(|i| i.spec.clone())
+            .collect()
+    }
+
+    /// The rows whose leading indexed columns of index `oid` equal a row of `probe` (one
+    /// array per leading column, of the columns' types), read from one consistent view
+    /// of the store by prefix scans. None when the table has no such index.
+    pub fn index_lookup(&self, oid: u32, probe: &[ArrayRef]) -> Result<Option<RecordBatch>> {
+        let Some(ix) = self
+            .inner
+            .lock()
+            .indexes
+            .iter()
+            .find(|i| i.spec.oid == oid)
+            .cloned()
+        else {
+            return Ok(None);
+        };
+        let mut prefixes = ix.probe_prefixes(probe)?;
+        prefixes.sort();
+        prefixes.dedup();
+        let keyed = self.key_conv.is_some();
+        let view = self.store.read_view()?;
+        let mut rows = RowBatcher::new();
+        let mut out = Vec::new();
+        for p in prefixes {
+            let mut cursor = view.cursor(&p);
+            loop {
+                if rows.full()
+                    && let Some(b) = rows.take(&self.row_conv, &self.schema)?
+                {
+                    out.push(b);
+                }
+                let more = cursor.next(&mut |k, v| {
+                    match keyed {
+                        true => rows.push(v, 1),
+                        false => {
+                            let (n, len) = read_multiset_value(v)?;
+                            let start = ix.prefix.len() + len;
+                            let row = k.get(start..).ok_or_else(|| {
+                                WeirError::internal("corrupt index entry in store")
+                            })?;
+                            rows.push(row, n)
+                        }
+                    }
+                    Ok(())
+                })?;
+                if !more {
+                    break;
+                }
+            }
+        }
+        while let Some(b) = rows.take(&self.row_conv, &self.schema)? {
+            out.push(b);
+        }
+        Ok(Some(concat_batches(&self.schema, &out)?))
     }
 
     /// After a crash: undo the changes of a statement that applied several (a COPY) and
@@ -647,7 +853,7 @@ impl TableStore {
                     meta.rows += cl.len() as u64;
                     meta.watermark = self.advance(meta.watermark, &cl.data);
                 } else {
-                    self.write_rows(&cl, &mut wb, &mut meta)?;
+                    self.write_rows(&cl, &mut wb, &mut meta, &[])?;
                 }
             }
             if self.kind == TableKind::AppendOnly {
@@ -916,7 +1122,7 @@ impl TableStore {
             meta.bytes += entry.len() as u64;
             meta.watermark = self.advance(before.watermark, &changelog.data);
         } else {
-            self.write_rows(&changelog, &mut wb, &mut meta)?;
+            self.write_rows(&changelog, &mut wb, &mut meta, &inner.indexes)?;
         }
         wb.put(log_key(self.oid, meta.seq), entry);
         wb.put(meta_key(self.oid), meta.encode());
@@ -952,9 +1158,16 @@ impl TableStore {
     }
 
     /// The row writes of a keyed or multiset table's change, added to `wb`, with the row
-    /// count and stored bytes in `meta` moved by it. A key changed twice in one change
-    /// (an UPDATE that swaps keys) is written once, as it ends.
-    fn write_rows(&self, cl: &Changelog, wb: &mut WriteBatch, meta: &mut Meta) -> Result<()> {
+    /// count and stored bytes in `meta` moved by it, and the entries of its indexes. A key
+    /// changed twice in one change (an UPDATE that swaps keys) is written once, as it ends.
+    /// A UNIQUE index's conflict fails the change before anything is written.
+    fn write_rows(
+        &self,
+        cl: &Changelog,
+        wb: &mut WriteBatch,
+        meta: &mut Meta,
+        indexes: &[Arc<SecondaryIndex>],
+    ) -> Result<()> {
         let weights = cl.weights.values();
         let full = self.row_conv.convert_columns(cl.data.columns())?;
         let mut rows = meta.rows as i64;
@@ -976,6 +1189,36 @@ impl TableStore {
                         last.insert(k, None);
                     }
                 }
+                for ix in indexes {
+                    let values = ix.encode(&cl.data)?;
+                    // an entry is written if a row of the change has it, deleted if only
+                    // a retraction has it
+                    let mut entries: HashMap<Vec<u8>, Option<usize>> =
+                        HashMap::with_capacity(cl.len());
+                    for (i, w) in weights.iter().enumerate() {
+                        let k = ix.key(values.row(i).data(), keys.row(i).data());
+                        match *w > 0 {
+                            true => {
+                                entries.insert(k, Some(i));
+                            }
+                            false => {
+                                entries.entry(k).or_insert(None);
+                            }
+                        }
+                    }
+                    if ix.spec.unique {
+                        let added = entries.iter().filter_map(|(k, op)| op.map(|i| (k, i)));
+                        self.check_unique_index(ix, &cl.data, &values, added, &|k| {
+                            matches!(entries.get(k), Some(None))
+                        })?;
+                    }
+                    for (k, op) in entries {
+                        match op {
+                            Some(i) => wb.put(k, full.row(i).data().to_vec()),
+                            None => wb.delete(k),
+                        }
+                    }
+                }
                 for (k, op) in last {
                     match op {
                         Some(i) => wb.put(self.row_key(k), full.row(i).data().to_vec()),
@@ -984,11 +1227,14 @@ impl TableStore {
                 }
             }
             None => {
-                let mut deltas: HashMap<&[u8], i64> = HashMap::with_capacity(cl.len());
+                // each distinct row: (its net change, a row of the change that has it)
+                let mut deltas: HashMap<&[u8], (i64, usize)> = HashMap::with_capacity(cl.len());
                 for (i, w) in weights.iter().enumerate() {
-                    *deltas.entry(full.row(i).data()).or_default() += *w;
+                    deltas.entry(full.row(i).data()).or_insert((0, i)).0 += *w;
                 }
-                for (row, d) in deltas {
+                // (row, a change row that has it, its count after the change)
+                let mut counts: Vec<(&[u8], usize, i64)> = Vec::with_capacity(deltas.len());
+                for (row, (d, i)) in deltas {
                     if d == 0 {
                         continue;
                     }
@@ -1014,12 +1260,80 @@ impl TableStore {
                         }
                     }
                     rows += d;
+                    counts.push((row, i, count));
+                }
+                for ix in indexes {
+                    let values = ix.encode(&cl.data)?;
+                    let entries: Vec<(Vec<u8>, usize, i64)> = counts
+                        .iter()
+                        .map(|&(row, i, count)| (ix.key(values.row(i).data(), row), i, count))
+                        .collect();
+                    if ix.spec.unique {
+                        if let Some(&(_, i, _)) = entries
+                            .iter()
+                            .find(|(_, i, n)| *n > 1 && !ix.has_null(&cl.data, *i))
+                        {
+                            return Err(ix.duplicate(&cl.data, i));
+                        }
+                        let gone: HashSet<&[u8]> = entries
+                            .iter()
+                            .filter(|(_, _, n)| *n == 0)
+                            .map(|(k, _, _)| k.as_slice())
+                            .collect();
+                        let added = entries
+                            .iter()
+                            .filter(|(_, _, n)| *n > 0)
+                            .map(|(k, i, _)| (k, *i));
+                        self.check_unique_index(ix, &cl.data, &values, added, &|k| {
+                            gone.contains(k)
+                        })?;
+                    }
+                    for (k, i, count) in entries {
+                        match count {
+                            0 => wb.delete(k),
+                            n => wb.put(k, multiset_value(n, values.row(i).data().len())),
+                        }
+                    }
                 }
             }
         }
         debug_assert!(rows >= 0 && bytes >= 0, "table row count went negative");
         meta.rows = rows.max(0) as u64;
         meta.bytes = bytes.max(0) as u64;
+        Ok(())
+    }
+
+    /// Refuse (23505) a change whose `added` entries (key, row of `batch`) of UNIQUE index
+    /// `ix` share their indexed values with another added entry, or with a stored entry the
+    /// change does not remove (`removed`). Rows with a NULL indexed value never conflict.
+    fn check_unique_index<'a>(
+        &self,
+        ix: &SecondaryIndex,
+        batch: &RecordBatch,
+        values: &Rows,
+        added: impl Iterator<Item = (&'a Vec<u8>, usize)>,
+        removed: &dyn Fn(&[u8]) -> bool,
+    ) -> Result<()> {
+        let mut seen: HashMap<&[u8], &[u8]> = HashMap::new();
+        for (k, i) in added {
+            if ix.has_null(batch, i) {
+                continue;
+            }
+            let v = values.row(i).data();
+            if seen.insert(v, k).is_some_and(|other| other != k.as_slice()) {
+                return Err(ix.duplicate(batch, i));
+            }
+            let mut prefix = ix.prefix.clone();
+            prefix.extend_from_slice(v);
+            let mut clash = false;
+            self.store.scan_prefix(&prefix, &mut |stored, _| {
+                clash |= stored != k.as_slice() && !removed(stored);
+                Ok(())
+            })?;
+            if clash {
+                return Err(ix.duplicate(batch, i));
+            }
+        }
         Ok(())
     }
 
@@ -1612,6 +1926,7 @@ mod tests {
                 kind,
                 store.clone(),
                 None,
+                Vec::new(),
             )
             .unwrap(),
         )
@@ -1862,6 +2177,7 @@ mod tests {
                     TableKind::AppendOnly,
                     store.clone(),
                     Some((0, 5)),
+                    Vec::new(),
                 )
                 .unwrap(),
             )

@@ -1,0 +1,179 @@
+//! `CREATE [UNIQUE] INDEX [IF NOT EXISTS] [name] ON table (columns)` and `DROP INDEX [IF
+//! EXISTS] name, ...`.
+//!
+//! The index is built by the table store (`state/table_index.rs`) under the table's writer
+//! lock, so no change slips between the build and the first change it keeps; the catalog
+//! then lists it in one commit. Point queries (`col = v`, `col IN (...)` on the leading
+//! indexed columns) read it instead of the table (`serving.rs`). Indexes of materialized
+//! views are refused: a view's contents are not kept in the table store.
+
+use crate::catalog::{IndexDesc, RelationKind};
+use crate::engine::{Engine, Output, lock_writer};
+use crate::error::{Result, WeirError, sqlstate};
+use crate::server::session::Session;
+use crate::sql::parser::CreateIndex;
+use crate::state::table_index::IndexSpec;
+use tokio::sync::mpsc::UnboundedSender;
+
+impl Engine {
+    pub(crate) async fn create_index(
+        &self,
+        session: &Session,
+        ci: &CreateIndex,
+        notices: Option<&UnboundedSender<String>>,
+    ) -> Result<Output> {
+        let done = || Ok(Output::Command("CREATE INDEX".into()));
+        let Some(entry) = self.catalog.get(&ci.table) else {
+            return Err(WeirError::undefined_table(&ci.table));
+        };
+        match entry.desc.kind {
+            RelationKind::Table | RelationKind::AppendOnlyTable => {}
+            RelationKind::MaterializedView => {
+                return Err(WeirError::not_supported(format!(
+                    "indexes on materialized view \"{}\" are not supported",
+                    ci.table
+                ))
+                .with_hint(
+                    "A view's contents are kept by the dataflow, not the table store; a SINK into a table with an index serves the same point queries.",
+                ));
+            }
+            other => {
+                return Err(WeirError::new(
+                    sqlstate::WRONG_OBJECT_TYPE,
+                    format!("cannot create index on {} \"{}\"", other.noun(), ci.table),
+                ));
+            }
+        }
+        let mut positions = Vec::with_capacity(ci.columns.len());
+        for c in &ci.columns {
+            let Some(p) = entry.desc.columns.iter().position(|d| &d.name == c) else {
+                return Err(WeirError::new(
+                    sqlstate::UNDEFINED_COLUMN,
+                    format!("column \"{c}\" does not exist"),
+                ));
+            };
+            positions.push(p);
+        }
+        let name = match &ci.name {
+            Some(n) => {
+                if self.catalog.name_in_use(n) {
+                    if ci.if_not_exists {
+                        if let Some(p) = notices {
+                            let _ = p.send(format!("relation \"{n}\" already exists, skipping"));
+                        }
+                        return done();
+                    }
+                    return Err(WeirError::new(
+                        sqlstate::DUPLICATE_TABLE,
+                        format!("relation \"{n}\" already exists"),
+                    ));
+                }
+                n.clone()
+            }
+            // Postgres' choice: table_columns_idx, then with 1, 2, ... until free
+            None => {
+                let base = format!("{}_{}_idx", ci.table, ci.columns.join("_"));
+                let mut n = base.clone();
+                let mut k = 0;
+                while self.catalog.name_in_use(&n) {
+                    k += 1;
+                    n = format!("{base}{k}");
+                }
+                n
+            }
+        };
+        let table = entry
+            .table
+            .clone()
+            .ok_or_else(|| WeirError::internal("a table without storage"))?;
+        let _writer = lock_writer(session, &table).await?;
+        let oid = self.catalog.reserve_oid();
+        let spec = IndexSpec {
+            oid,
+            name: name.clone(),
+            columns: positions,
+            unique: ci.unique,
+        };
+        let t = table.clone();
+        tokio::task::spawn_blocking(move || t.create_index(spec))
+            .await
+            .map_err(|e| WeirError::internal(e.to_string()))??;
+        let desc = IndexDesc {
+            oid,
+            name: name.clone(),
+            columns: ci.columns.clone(),
+            unique: ci.unique,
+        };
+        let listed = self.catalog.alter_relation(&ci.table, |d| {
+            if d.oid != entry.desc.oid {
+                return Err(WeirError::new(
+                    "55006",
+                    format!("table \"{}\" changed while its index was built", ci.table),
+                ));
+            }
+            d.indexes.push(desc);
+            Ok(())
+        });
+        if let Err(e) = listed {
+            let t = table.clone();
+            let _ = tokio::task::spawn_blocking(move || t.drop_index(oid)).await;
+            return Err(e);
+        }
+        tracing::info!(index = %name, table = %ci.table, "created index");
+        done()
+    }
+
+    pub(crate) async fn drop_indexes(
+        &self,
+        session: &Session,
+        names: &[String],
+        if_exists: bool,
+        notices: Option<&UnboundedSender<String>>,
+    ) -> Result<Output> {
+        let mut targets = Vec::new();
+        for n in names {
+            match self.catalog.index_by_name(n) {
+                None if if_exists => {
+                    if let Some(p) = notices {
+                        let _ = p.send(format!("index \"{n}\" does not exist, skipping"));
+                    }
+                }
+                None => {
+                    return Err(WeirError::new(
+                        sqlstate::UNDEFINED_OBJECT,
+                        format!("index \"{n}\" does not exist"),
+                    ));
+                }
+                Some((entry, ix)) if ix.primary => {
+                    return Err(WeirError::new(
+                        sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
+                        format!(
+                            "cannot drop index {n} because constraint {n} on table {} requires it",
+                            entry.desc.name
+                        ),
+                    )
+                    .with_hint(format!(
+                        "You can drop constraint {n} on table {} instead.",
+                        entry.desc.name
+                    )));
+                }
+                Some((entry, ix)) => targets.push((entry, ix)),
+            }
+        }
+        for (entry, ix) in targets {
+            let Some(table) = entry.table.clone() else {
+                continue;
+            };
+            let _writer = lock_writer(session, &table).await?;
+            self.catalog.alter_relation(&entry.desc.name, |d| {
+                d.indexes.retain(|i| i.oid != ix.oid);
+                Ok(())
+            })?;
+            let oid = ix.oid;
+            tokio::task::spawn_blocking(move || table.drop_index(oid))
+                .await
+                .map_err(|e| WeirError::internal(e.to_string()))??;
+        }
+        Ok(Output::Command("DROP INDEX".into()))
+    }
+}

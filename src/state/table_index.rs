@@ -1,0 +1,201 @@
+//! Secondary indexes of keyed and multiset tables (`CREATE INDEX`).
+//!
+//! An index is a second ordering of a table's rows in the store, written in the same commit
+//! as every change to the rows, so it is never behind them and a crash cannot split them.
+//! Entry keys start with `T{oid}X` ++ the index's OID, then the `arrow_row` encoding of the
+//! indexed columns, then what tells rows apart:
+//! - keyed tables: ++ primary-key encoding -> the full row (a covering index: a lookup reads
+//!   no second key);
+//! - multiset tables: ++ full-row encoding -> multiplicity (i64 BE) ++ length of the
+//!   indexed columns' encoding (u32 BE), which finds where the row starts in the key.
+//!
+//! `arrow_row` encodes each column on its own and prefix-free, back to back, so the
+//! encoding of the first k indexed columns of a probe is a prefix of the key of every row
+//! with those values: a lookup by all indexed columns, or by a leading part of them, is one
+//! prefix scan. A marker `T{oid}I` ++ index OID is written before an index is built; a
+//! table opened with markers of indexes the catalog no longer lists (a crash in CREATE or
+//! DROP INDEX) purges their entries.
+//!
+//! `UNIQUE`: before a change is written, every row it adds is checked against the rows
+//! already under its indexed values (and the change's other rows); rows with a NULL in an
+//! indexed column never conflict (Postgres' NULLS DISTINCT).
+
+use datafusion::arrow::array::{Array, ArrayRef};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::row::{RowConverter, Rows, SortField};
+use datafusion::arrow::util::display::array_value_to_string;
+
+use crate::error::{Result, WeirError, sqlstate};
+
+/// What the table layer knows of an index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexSpec {
+    pub oid: u32,
+    /// For error messages (the unique constraint's name).
+    pub name: String,
+    /// Indexed columns (positions in the table), in index order.
+    pub columns: Vec<usize>,
+    pub unique: bool,
+}
+
+pub(crate) struct SecondaryIndex {
+    pub(crate) spec: IndexSpec,
+    conv: RowConverter,
+    /// `T{table oid}X` ++ index oid.
+    pub(crate) prefix: Vec<u8>,
+}
+
+/// `T{table oid}` ++ `kind` ++ index oid.
+fn index_key(table_prefix: &[u8], kind: u8, index: u32) -> Vec<u8> {
+    let mut k = table_prefix.to_vec();
+    k.push(kind);
+    k.extend_from_slice(&index.to_be_bytes());
+    k
+}
+
+/// The marker of index `index` of the table whose keys start with `table_prefix`.
+pub(crate) fn marker_key(table_prefix: &[u8], index: u32) -> Vec<u8> {
+    index_key(table_prefix, b'I', index)
+}
+
+/// Where markers are (one per index).
+pub(crate) fn markers_prefix(table_prefix: &[u8]) -> Vec<u8> {
+    let mut k = table_prefix.to_vec();
+    k.push(b'I');
+    k
+}
+
+/// Where the entries of index `index` are.
+pub(crate) fn entries_prefix(table_prefix: &[u8], index: u32) -> Vec<u8> {
+    index_key(table_prefix, b'X', index)
+}
+
+impl SecondaryIndex {
+    pub(crate) fn new(
+        table_prefix: &[u8],
+        spec: IndexSpec,
+        schema: &SchemaRef,
+    ) -> Result<SecondaryIndex> {
+        if spec.columns.is_empty() || spec.columns.iter().any(|&c| c >= schema.fields().len()) {
+            return Err(WeirError::internal(format!(
+                "index \"{}\" names columns the table does not have",
+                spec.name
+            )));
+        }
+        let conv = RowConverter::new(
+            spec.columns
+                .iter()
+                .map(|&c| SortField::new(schema.field(c).data_type().clone()))
+                .collect(),
+        )?;
+        let prefix = entries_prefix(table_prefix, spec.oid);
+        Ok(SecondaryIndex { spec, conv, prefix })
+    }
+
+    /// The indexed columns of `batch` (the table's columns), encoded.
+    pub(crate) fn encode(&self, batch: &RecordBatch) -> Result<Rows> {
+        let cols: Vec<ArrayRef> = self
+            .spec
+            .columns
+            .iter()
+            .map(|&c| batch.column(c).clone())
+            .collect();
+        Ok(self.conv.convert_columns(&cols)?)
+    }
+
+    /// Whether row `i` of `batch` has a NULL in an indexed column (it never conflicts).
+    pub(crate) fn has_null(&self, batch: &RecordBatch, i: usize) -> bool {
+        self.spec
+            .columns
+            .iter()
+            .any(|&c| batch.column(c).is_null(i))
+    }
+
+    /// The key of an entry: the prefix, the indexed values, what tells rows apart.
+    pub(crate) fn key(&self, values: &[u8], row_id: &[u8]) -> Vec<u8> {
+        let mut k = Vec::with_capacity(self.prefix.len() + values.len() + row_id.len());
+        k.extend_from_slice(&self.prefix);
+        k.extend_from_slice(values);
+        k.extend_from_slice(row_id);
+        k
+    }
+
+    /// The prefix every entry of rows with these values of the leading indexed columns
+    /// starts with: one per row of `probe` (one array per leading column, of the columns'
+    /// types).
+    pub(crate) fn probe_prefixes(&self, probe: &[ArrayRef]) -> Result<Vec<Vec<u8>>> {
+        let fields: Vec<SortField> = probe
+            .iter()
+            .map(|a| SortField::new(a.data_type().clone()))
+            .collect();
+        let conv = RowConverter::new(fields)?;
+        let rows = conv.convert_columns(probe)?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let mut k = self.prefix.clone();
+                k.extend_from_slice(r.data());
+                k
+            })
+            .collect())
+    }
+
+    /// `Key (a, b)=(1, x)` for row `i` of `batch`, as Postgres' details name a key.
+    pub(crate) fn key_text(&self, batch: &RecordBatch, i: usize) -> String {
+        let schema = batch.schema();
+        let names: Vec<&str> = self
+            .spec
+            .columns
+            .iter()
+            .map(|&c| schema.field(c).name().as_str())
+            .collect();
+        let values: Vec<String> = self
+            .spec
+            .columns
+            .iter()
+            .map(|&c| array_value_to_string(batch.column(c), i).unwrap_or_default())
+            .collect();
+        format!("Key ({})=({})", names.join(", "), values.join(", "))
+    }
+
+    /// 23505 for a change that would put row `i` of `batch` beside a row with the same
+    /// values, as Postgres words it.
+    pub(crate) fn duplicate(&self, batch: &RecordBatch, i: usize) -> WeirError {
+        WeirError::new(
+            sqlstate::UNIQUE_VIOLATION,
+            format!(
+                "duplicate key value violates unique constraint \"{}\"",
+                self.spec.name
+            ),
+        )
+        .with_detail(format!("{} already exists.", self.key_text(batch, i)))
+    }
+
+    /// 23505 for a UNIQUE index built over rows that repeat row `i`'s values.
+    pub(crate) fn duplicated(&self, batch: &RecordBatch, i: usize) -> WeirError {
+        WeirError::new(
+            sqlstate::UNIQUE_VIOLATION,
+            format!("could not create unique index \"{}\"", self.spec.name),
+        )
+        .with_detail(format!("{} is duplicated.", self.key_text(batch, i)))
+    }
+}
+
+/// A multiset entry's value: the multiplicity and where the row starts in the key.
+pub(crate) fn multiset_value(count: i64, values_len: usize) -> Vec<u8> {
+    let mut v = count.to_be_bytes().to_vec();
+    v.extend_from_slice(&(values_len as u32).to_be_bytes());
+    v
+}
+
+/// (multiplicity, length of the indexed values) of a multiset entry.
+pub(crate) fn read_multiset_value(v: &[u8]) -> Result<(i64, usize)> {
+    let corrupt = || WeirError::internal("corrupt index entry in store");
+    if v.len() != 12 {
+        return Err(corrupt());
+    }
+    let count = i64::from_be_bytes(v[..8].try_into().map_err(|_| corrupt())?);
+    let len = u32::from_be_bytes(v[8..].try_into().map_err(|_| corrupt())?);
+    Ok((count, len as usize))
+}
