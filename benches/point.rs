@@ -1,6 +1,7 @@
 //! Point queries by primary key on a large keyed table (release build): the table loaded
 //! with `COPY`, then `SELECT ... WHERE id = k` for random keys over the simple and the
-//! extended protocol (a prepared statement with `$1`), against a scan with a non-key filter.
+//! extended protocol (a prepared statement with `$1`), against a scan with a non-key filter,
+//! and that filter again through a secondary index (`CREATE INDEX`).
 //!
 //! Run: `cargo bench --bench point` (`POINT_ROWS=1000000` to change the table size).
 //! Results go in `docs/benchmarks.md`.
@@ -103,10 +104,37 @@ async fn main() {
             .expect("scan");
         scans.push(t.elapsed());
     }
+    // the same kind of filter through a secondary index (CREATE INDEX)
+    let t = Instant::now();
+    c.batch_execute("CREATE UNIQUE INDEX accounts_name ON accounts (name)")
+        .await
+        .expect("create index");
+    println!(
+        "CREATE UNIQUE INDEX over {rows} rows: {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    let mut indexed = Vec::with_capacity(n);
+    for _ in 0..n {
+        let k = next_key();
+        let t = Instant::now();
+        let r = c
+            .simple_query(&format!(
+                "SELECT id, balance FROM accounts WHERE name = 'acct-{k}'"
+            ))
+            .await
+            .expect("indexed query");
+        indexed.push(t.elapsed());
+        let found = r
+            .iter()
+            .filter(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(_)))
+            .count();
+        assert_eq!(found, 1, "name acct-{k}");
+    }
     for (what, mut v) in [
         ("point query, simple protocol", simple),
         ("point query, prepared ($1)", prepared),
         ("non-key filter (scan)", scans),
+        ("non-key filter through an index", indexed),
     ] {
         v.sort();
         println!(
