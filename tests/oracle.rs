@@ -115,6 +115,26 @@ const VIEWS: &[(&str, &str)] = &[
         "SELECT g, sum(f) AS s, avg(f) AS a, count(f) AS n FROM t4 GROUP BY g",
     ),
     ("v_float_global", "SELECT sum(f) AS s, avg(f) AS a FROM t4"),
+    // grouping sets: one aggregate per set, merged
+    (
+        "v_rollup",
+        "SELECT g, b, count(*) AS n, sum(v) AS s, max(s) AS hs, grouping(g, b) AS gid \
+         FROM t1 GROUP BY ROLLUP (g, b)",
+    ),
+    (
+        "v_cube",
+        "SELECT g, b, count(v) AS n FROM t1 GROUP BY CUBE (g, b)",
+    ),
+    (
+        "v_grouping_sets",
+        "SELECT g, s, count(*) AS n FROM t1 GROUP BY GROUPING SETS ((g), (g), (s), ())",
+    ),
+    // ordered-set aggregates under retractions
+    (
+        "v_ordered_set",
+        "SELECT g, percentile_disc(0.5) WITHIN GROUP (ORDER BY v) AS pd, \
+         mode() WITHIN GROUP (ORDER BY v) AS md FROM t1 GROUP BY g",
+    ),
 ];
 
 /// Doubles that break a running sum: huge ones that cancel, tiny ones they swallow, the

@@ -282,6 +282,9 @@ impl<'a> Lowering<'a> {
                 if let Some(gap) = session_gap(&a.input) {
                     return self.session_aggregate(input, a, gap);
                 }
+                if let [Expr::GroupingSet(gs)] = a.group_expr.as_slice() {
+                    return self.grouping_sets(input, a, gs);
+                }
                 self.aggregate(input, &a.input, &a.group_expr, &a.aggr_expr, &a.schema)
             }
             LogicalPlan::Distinct(Distinct::All(inner)) => {
@@ -513,6 +516,86 @@ impl<'a> Lowering<'a> {
             });
         }
         Ok(self.op(op, vec![input]))
+    }
+
+    /// `GROUP BY GROUPING SETS / ROLLUP / CUBE`: what they mean, built from parts that are
+    /// maintained already: one aggregate per grouping set over the same input, each
+    /// projected to the full output (the columns outside its set NULL, the
+    /// `__grouping_id` DataFusion's one-shot plan gives that set: a bit per grouping
+    /// column left out, above them the set's ordinal among equal sets), merged.
+    fn grouping_sets(
+        &mut self,
+        input: NodeId,
+        a: &datafusion::logical_expr::Aggregate,
+        gs: &datafusion::logical_expr::GroupingSet,
+    ) -> Result<NodeId> {
+        use datafusion::logical_expr::GroupingSet;
+        let distinct: Vec<Expr> = gs.distinct_expr().into_iter().cloned().collect();
+        let n = distinct.len();
+        let sets: Vec<Vec<Expr>> = match gs {
+            GroupingSet::Rollup(e) => (0..=e.len()).rev().map(|i| e[..i].to_vec()).collect(),
+            GroupingSet::Cube(e) => {
+                if e.len() > 12 {
+                    return Err(unsupported("CUBE of more than 12 expressions"));
+                }
+                (0..1u32 << e.len())
+                    .rev()
+                    .map(|m| {
+                        e.iter()
+                            .enumerate()
+                            .filter(|(i, _)| m & (1 << (e.len() - 1 - i)) != 0)
+                            .map(|(_, x)| x.clone())
+                            .collect()
+                    })
+                    .collect()
+            }
+            GroupingSet::GroupingSets(s) => s.clone(),
+        };
+        let id_type = a.schema.field(n).data_type().clone();
+        let out_schema = Arc::new(a.schema.as_arrow().clone());
+        let mut ordinals: std::collections::HashMap<u64, u64> = Default::default();
+        let mut branches = Vec::with_capacity(sets.len());
+        for set in sets {
+            let branch = datafusion::logical_expr::Aggregate::try_new(
+                a.input.clone(),
+                set.clone(),
+                a.aggr_expr.clone(),
+            )?;
+            let node = self.aggregate(input, &a.input, &set, &a.aggr_expr, &branch.schema)?;
+            let mut mask = 0u64;
+            let mut exprs = Vec::with_capacity(a.schema.fields().len());
+            for (j, d) in distinct.iter().enumerate() {
+                match set.iter().position(|e| e == d) {
+                    Some(k) => exprs.push(Expr::Column(branch.schema.columns()[k].clone())),
+                    None => {
+                        mask |= 1 << (n - 1 - j);
+                        let ty = a.schema.field(j).data_type();
+                        exprs.push(Expr::Literal(ScalarValue::try_new_null(ty)?, None));
+                    }
+                }
+            }
+            let ordinal = ordinals.entry(mask).or_insert(0);
+            let id = mask | (*ordinal << n);
+            *ordinal += 1;
+            exprs.push(Expr::Literal(
+                ScalarValue::UInt64(Some(id)).cast_to(&id_type)?,
+                None,
+            ));
+            for m in 0..a.aggr_expr.len() {
+                exprs.push(Expr::Column(branch.schema.columns()[set.len() + m].clone()));
+            }
+            let compiled = exprs
+                .iter()
+                .map(|e| compile(e, &branch.schema))
+                .collect::<Result<Vec<_>>>()?;
+            let text: Vec<String> = exprs.iter().map(|e| e.to_string()).collect();
+            branches.push(self.op(
+                Project::new(compiled, out_schema.clone(), text.join(", ")),
+                vec![node],
+            ));
+        }
+        let k = branches.len();
+        Ok(self.op(Merge::new(out_schema, k), branches))
     }
 
     /// GROUP BY over SESSION(...): sessions per non-window key.

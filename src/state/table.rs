@@ -2032,11 +2032,18 @@ mod tests {
                 for v in vocab {
                     let probe: Vec<ArrayRef> = vec![Arc::new(StringArray::from(vec![v]))];
                     let found = t.index_lookup(30000, &probe).unwrap().unwrap();
-                    let k = found.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+                    let k = found
+                        .column(0)
+                        .as_any()
+                        .downcast_ref::<Int64Array>()
+                        .unwrap();
                     let mut got: Vec<i64> = (0..found.num_rows()).map(|i| k.value(i)).collect();
                     got.sort();
-                    let mut want: Vec<i64> =
-                        model.iter().filter(|(_, m)| m == v).map(|(k, _)| *k).collect();
+                    let mut want: Vec<i64> = model
+                        .iter()
+                        .filter(|(_, m)| m == v)
+                        .map(|(k, _)| *k)
+                        .collect();
                     want.sort();
                     assert_eq!(got, want, "seed {seed}, {kind:?}, step {step}, value {v}");
                 }
