@@ -115,6 +115,11 @@ const VIEWS: &[(&str, &str)] = &[
         "SELECT g, sum(f) AS s, avg(f) AS a, count(f) AS n FROM t4 GROUP BY g",
     ),
     ("v_float_global", "SELECT sum(f) AS s, avg(f) AS a FROM t4"),
+    // NOT IN: a null-aware anti join (t3.x and t1.v both have NULLs)
+    (
+        "v_not_in",
+        "SELECT id, v FROM t1 WHERE v NOT IN (SELECT x FROM t3 WHERE x < 40)",
+    ),
     // grouping sets: one aggregate per set, merged
     (
         "v_rollup",

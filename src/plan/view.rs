@@ -300,9 +300,7 @@ impl<'a> Lowering<'a> {
             LogicalPlan::Distinct(Distinct::On(_)) => Err(unsupported("DISTINCT ON")),
             LogicalPlan::Join(j) => {
                 if j.null_aware {
-                    return Err(unsupported(
-                        "NOT IN (subquery) (use NOT EXISTS, which does not depend on NULLs)",
-                    ));
+                    return self.null_aware_anti_join(j);
                 }
                 let left = self.lower(&j.left)?;
                 let right = self.lower(&j.right)?;
@@ -596,6 +594,70 @@ impl<'a> Lowering<'a> {
         }
         let k = branches.len();
         Ok(self.op(Merge::new(out_schema, k), branches))
+    }
+
+    /// `x NOT IN (SELECT y ...)`, DataFusion's null-aware anti join, by what it means: the
+    /// rows of the plain anti join (no `y` equals `x`) whose `x` is not NULL, while no `y`
+    /// is NULL; every row when the subquery has no rows. The subquery's two facts (empty,
+    /// has a NULL) are one row, kept by a global aggregate and a DISTINCT (so a change of
+    /// the subquery that leaves them as they are reaches nothing else), joined to every
+    /// row on a constant key.
+    fn null_aware_anti_join(&mut self, j: &datafusion::logical_expr::Join) -> Result<NodeId> {
+        use datafusion::functions_aggregate::expr_fn::count;
+        use datafusion::logical_expr::{JoinType, case, lit};
+        let ([(l, r)], None, JoinType::LeftAnti) = (j.on.as_slice(), &j.filter, j.join_type) else {
+            return Err(unsupported(
+                "NOT IN over several columns or with a correlated condition (use NOT EXISTS)",
+            ));
+        };
+        let plain = LogicalPlan::Join(datafusion::logical_expr::Join {
+            null_aware: false,
+            ..j.clone()
+        });
+        let kept: Vec<Expr> = plain
+            .schema()
+            .columns()
+            .into_iter()
+            .map(Expr::Column)
+            .collect();
+        const KEY: &str = "__weir_not_in_key";
+        const KEY2: &str = "__weir_not_in_key2";
+        const EMPTY: &str = "__weir_not_in_empty";
+        const NULLS: &str = "__weir_not_in_nulls";
+        let facts = LogicalPlanBuilder::from((*j.right).clone())
+            .aggregate(
+                Vec::<Expr>::new(),
+                vec![
+                    count(lit(1i64)).alias("__weir_not_in_rows"),
+                    count(case(r.clone().is_null()).when(lit(true), lit(1i64)).end()?)
+                        .alias("__weir_not_in_null_rows"),
+                ],
+            )?
+            .project(vec![
+                datafusion::prelude::col("__weir_not_in_rows")
+                    .eq(lit(0i64))
+                    .alias(EMPTY),
+                datafusion::prelude::col("__weir_not_in_null_rows")
+                    .gt(lit(0i64))
+                    .alias(NULLS),
+                lit(1i64).alias(KEY2),
+            ])?
+            .distinct()?
+            .build()?;
+        let mut with_key = kept.clone();
+        with_key.push(lit(1i64).alias(KEY));
+        let plan = LogicalPlanBuilder::from(plain)
+            .project(with_key)?
+            .join(facts, JoinType::Inner, (vec![KEY], vec![KEY2]), None)?
+            .filter(
+                datafusion::prelude::col(EMPTY).or(l
+                    .clone()
+                    .is_not_null()
+                    .and(datafusion::prelude::col(NULLS).is_false())),
+            )?
+            .project(kept)?
+            .build()?;
+        self.lower(&plan)
     }
 
     /// GROUP BY over SESSION(...): sessions per non-window key.
