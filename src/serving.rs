@@ -109,7 +109,13 @@ pub fn session_context(
         .with_type_planner(Arc::new(functions::WeirTypePlanner))
         .with_analyzer_rule(Arc::new(crate::catalog::pg_semantics::PgSemantics))
         .build();
-    let ctx = SessionContext::new_with_state(state);
+    let mut ctx = SessionContext::new_with_state(state);
+    if let Err(e) = datafusion::execution::FunctionRegistry::register_expr_planner(
+        &mut ctx,
+        Arc::new(functions::WeirExprPlanner),
+    ) {
+        tracing::error!(error = %e, "cannot register the expression planner");
+    }
     let pg = Arc::new(GeneratedSchema::pg_catalog(catalog.clone()));
     ctx.register_catalog(
         DATABASE_NAME,

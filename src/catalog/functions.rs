@@ -1220,3 +1220,50 @@ pub fn register_sequences(ctx: &SessionContext, catalog: Arc<Catalog>) {
         }));
     }
 }
+
+/// Postgres types a quoted literal compared with an interval as an interval (`v = '1
+/// day'`); DataFusion finds no common type for interval and text.
+#[derive(Debug)]
+pub struct WeirExprPlanner;
+
+impl datafusion::logical_expr::planner::ExprPlanner for WeirExprPlanner {
+    fn plan_binary_op(
+        &self,
+        expr: datafusion::logical_expr::planner::RawBinaryExpr,
+        schema: &datafusion::common::DFSchema,
+    ) -> datafusion::error::Result<
+        datafusion::logical_expr::planner::PlannerResult<
+            datafusion::logical_expr::planner::RawBinaryExpr,
+        >,
+    > {
+        use datafusion::logical_expr::planner::PlannerResult;
+        use datafusion::logical_expr::{Expr, ExprSchemable};
+        use datafusion::scalar::ScalarValue;
+        use datafusion::sql::sqlparser::ast::BinaryOperator as B;
+        if !matches!(
+            expr.op,
+            B::Eq | B::NotEq | B::Lt | B::LtEq | B::Gt | B::GtEq
+        ) {
+            return Ok(PlannerResult::Original(expr));
+        }
+        let text = |e: &Expr| {
+            matches!(
+                e,
+                Expr::Literal(
+                    ScalarValue::Utf8(Some(_)) | ScalarValue::LargeUtf8(Some(_)),
+                    _
+                )
+            )
+        };
+        let interval = |e: &Expr| matches!(e.get_type(schema), Ok(DataType::Interval(_)));
+        let mut expr = expr;
+        if text(&expr.right) && interval(&expr.left) {
+            let t = expr.left.get_type(schema)?;
+            expr.right = datafusion::logical_expr::cast(expr.right, t);
+        } else if text(&expr.left) && interval(&expr.right) {
+            let t = expr.right.get_type(schema)?;
+            expr.left = datafusion::logical_expr::cast(expr.left, t);
+        }
+        Ok(PlannerResult::Original(expr))
+    }
+}

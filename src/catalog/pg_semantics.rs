@@ -499,8 +499,142 @@ impl AnalyzerRule for PgSemantics {
     }
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> DfResult<LogicalPlan> {
-        Ok(plan.transform_up_with_subqueries(rewrite_node)?.data)
+        let plan = plan.transform_up_with_subqueries(rewrite_node)?.data;
+        Ok(plan.transform_up_with_subqueries(interval_groups)?.data)
     }
+}
+
+fn is_interval(e: &Expr, schema: &DFSchema) -> bool {
+    matches!(e.get_type(schema), Ok(DataType::Interval(_)))
+}
+
+/// Intervals group, deduplicate and order in aggregates as Postgres compares them (1 day =
+/// 24 hours, 1 month = 30 days): `GROUP BY` and `DISTINCT` on an interval group by its
+/// normalised key and show one of the group's values (the least as stored);
+/// `count(DISTINCT i)` counts keys; `min`/`max` of intervals pick by key; `ORDER BY` an
+/// interval sorts by key. The output
+/// columns keep their names and order (a projection over the rewritten aggregate).
+fn interval_groups(plan: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
+    use datafusion::functions_aggregate::expr_fn::{first_value, min};
+    use datafusion::logical_expr::{Aggregate, Distinct, Projection};
+    let plan = match plan {
+        LogicalPlan::Distinct(Distinct::All(input))
+            if input
+                .schema()
+                .columns()
+                .into_iter()
+                .any(|c| is_interval(&Expr::Column(c), input.schema())) =>
+        {
+            let cols: Vec<Expr> = input
+                .schema()
+                .columns()
+                .into_iter()
+                .map(Expr::Column)
+                .collect();
+            LogicalPlan::Aggregate(Aggregate::try_new(input, cols, vec![])?)
+        }
+        LogicalPlan::Aggregate(a) => LogicalPlan::Aggregate(a),
+        LogicalPlan::Sort(mut sort)
+            if sort
+                .expr
+                .iter()
+                .any(|e| is_interval(&e.expr, sort.input.schema())) =>
+        {
+            // ORDER BY an interval: by its normalised key
+            for e in sort.expr.iter_mut() {
+                if is_interval(&e.expr, sort.input.schema()) {
+                    e.expr = pg_udf(pg_functions::INTERVAL_KEY).call(vec![e.expr.clone()]);
+                }
+            }
+            return Ok(Transformed::yes(LogicalPlan::Sort(sort)));
+        }
+        other => return Ok(Transformed::no(other)),
+    };
+    let LogicalPlan::Aggregate(a) = plan else {
+        return Ok(Transformed::no(plan));
+    };
+    let in_schema = a.input.schema().clone();
+    let key = |e: Expr| pg_udf(pg_functions::INTERVAL_KEY).call(vec![e]);
+    // aggregates over intervals: count(DISTINCT) by key, min/max by key
+    let mut changed = false;
+    let mut aggr = Vec::with_capacity(a.aggr_expr.len());
+    for e in &a.aggr_expr {
+        let (inner, name) = match e {
+            Expr::Alias(al) => (al.expr.as_ref(), al.name.clone()),
+            other => (other, other.schema_name().to_string()),
+        };
+        let Expr::AggregateFunction(f) = inner else {
+            aggr.push(e.clone());
+            continue;
+        };
+        let arg = match f.params.args.as_slice() {
+            [x] if is_interval(x, &in_schema) => x.clone(),
+            _ => {
+                aggr.push(e.clone());
+                continue;
+            }
+        };
+        let rewritten = match f.func.name() {
+            "count" if f.params.distinct => {
+                let mut f = f.clone();
+                f.params.args = vec![key(arg)];
+                Expr::AggregateFunction(f)
+            }
+            "min" | "max" if f.params.filter.is_none() => {
+                let asc = f.func.name() == "min";
+                // equal keys (1 day, 24 hours) in the stored order, for one answer
+                first_value(
+                    arg.clone(),
+                    vec![key(arg.clone()).sort(asc, false), arg.sort(asc, false)],
+                )
+            }
+            _ => {
+                aggr.push(e.clone());
+                continue;
+            }
+        };
+        changed = true;
+        aggr.push(rewritten.alias(name));
+    }
+    let grouping_sets = matches!(a.group_expr.as_slice(), [Expr::GroupingSet(_)]);
+    let interval_keys: Vec<usize> = match grouping_sets {
+        true => vec![],
+        false => (0..a.group_expr.len())
+            .filter(|&i| is_interval(&a.group_expr[i], &in_schema))
+            .collect(),
+    };
+    if interval_keys.is_empty() {
+        if !changed {
+            return Ok(Transformed::no(LogicalPlan::Aggregate(a)));
+        }
+        let out = Aggregate::try_new(a.input.clone(), a.group_expr.clone(), aggr)?;
+        return Ok(Transformed::yes(LogicalPlan::Aggregate(out)));
+    }
+    // group by the keys; each interval group's value comes back as the least of its group
+    let mut groups = a.group_expr.clone();
+    for (n, &i) in interval_keys.iter().enumerate() {
+        let g = groups[i].clone();
+        groups[i] = key(g.clone()).alias(format!("__weir_interval_key_{n}"));
+        aggr.push(min(g).alias(format!("__weir_interval_value_{n}")));
+    }
+    let n_aggr = a.aggr_expr.len();
+    let inner = Aggregate::try_new(a.input.clone(), groups, aggr)?;
+    let inner_cols = inner.schema.columns();
+    let n_groups = a.group_expr.len();
+    let mut exprs = Vec::with_capacity(a.schema.fields().len());
+    for (i, (q, f)) in a.schema.iter().enumerate() {
+        let from = if i < n_groups {
+            match interval_keys.iter().position(|&k| k == i) {
+                Some(n) => n_groups + n_aggr + n,
+                None => i,
+            }
+        } else {
+            i
+        };
+        exprs.push(Expr::Column(inner_cols[from].clone()).alias_qualified(q.cloned(), f.name()));
+    }
+    let projection = Projection::try_new(exprs, Arc::new(LogicalPlan::Aggregate(inner)))?;
+    Ok(Transformed::yes(LogicalPlan::Projection(projection)))
 }
 
 /// Fixes a freshly planned statement needs before anything reads its schema (the
