@@ -361,12 +361,14 @@ impl Catalog {
         Ok(Some(Arc::new(TableStore::open(
             desc.oid,
             &desc.name,
-            desc.schema(),
-            desc.columns.iter().map(|c| c.ty.clone()).collect(),
-            desc.table_kind(),
+            crate::state::table::TableLayout {
+                schema: desc.schema(),
+                column_types: desc.columns.iter().map(|c| c.ty.clone()).collect(),
+                kind: desc.table_kind(),
+                watermark,
+                indexes: desc.index_specs(),
+            },
             store.clone(),
-            watermark,
-            desc.index_specs(),
         )?)))
     }
 

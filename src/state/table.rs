@@ -65,6 +65,17 @@ pub enum TableKind {
     AppendOnly,
 }
 
+/// What a table is, as the catalog describes it to [`TableStore::open`].
+pub struct TableLayout {
+    pub schema: SchemaRef,
+    pub column_types: Vec<SqlType>,
+    pub kind: TableKind,
+    /// (event-time column, delay in µs) of a table with a WATERMARK.
+    pub watermark: Option<(usize, i64)>,
+    /// Its secondary indexes.
+    pub indexes: Vec<IndexSpec>,
+}
+
 /// What a DML statement asks of a table. Row batches have the table's schema.
 pub enum Change {
     Insert(Vec<RecordBatch>),
@@ -349,13 +360,16 @@ impl TableStore {
     pub fn open(
         oid: u32,
         name: &str,
-        schema: SchemaRef,
-        column_types: Vec<SqlType>,
-        kind: TableKind,
+        layout: TableLayout,
         store: Arc<dyn Store>,
-        watermark_spec: Option<(usize, i64)>,
-        indexes: Vec<IndexSpec>,
     ) -> Result<TableStore> {
+        let TableLayout {
+            schema,
+            column_types,
+            kind,
+            watermark: watermark_spec,
+            indexes,
+        } = layout;
         let sort_fields: Vec<SortField> = schema
             .fields()
             .iter()
@@ -1921,12 +1935,14 @@ mod tests {
             TableStore::open(
                 20000,
                 "t",
-                schema(),
-                vec![SqlType::Int8, SqlType::Text],
-                kind,
+                TableLayout {
+                    schema: schema(),
+                    column_types: vec![SqlType::Int8, SqlType::Text],
+                    kind,
+                    watermark: None,
+                    indexes: Vec::new(),
+                },
                 store.clone(),
-                None,
-                Vec::new(),
             )
             .unwrap(),
         )
@@ -1985,12 +2001,14 @@ mod tests {
                     TableStore::open(
                         20000,
                         "t",
-                        schema(),
-                        vec![SqlType::Int8, SqlType::Text],
-                        kind.clone(),
+                        TableLayout {
+                            schema: schema(),
+                            column_types: vec![SqlType::Int8, SqlType::Text],
+                            kind: kind.clone(),
+                            watermark: None,
+                            indexes: specs,
+                        },
                         store.clone(),
-                        None,
-                        specs,
                     )
                     .unwrap(),
                 )
@@ -2284,12 +2302,14 @@ mod tests {
                 TableStore::open(
                     20001,
                     "a",
-                    schema.clone(),
-                    vec![SqlType::Timestamp, SqlType::Text],
-                    TableKind::AppendOnly,
+                    TableLayout {
+                        schema: schema.clone(),
+                        column_types: vec![SqlType::Timestamp, SqlType::Text],
+                        kind: TableKind::AppendOnly,
+                        watermark: Some((0, 5)),
+                        indexes: Vec::new(),
+                    },
                     store.clone(),
-                    Some((0, 5)),
-                    Vec::new(),
                 )
                 .unwrap(),
             )
