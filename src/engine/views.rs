@@ -72,13 +72,14 @@ impl Engine {
             conform.push(e.alias(c.name.clone()));
         }
         let plan = LogicalPlanBuilder::from(plan).project(conform)?.build()?;
+        let plan = crate::plan::view::group_windows_by_end(plan)?;
         let optimized = state.optimize(&plan)?;
         let (mut graph, windowed) = Lowering::new(&self.catalog)
             .with_window_options(window.clone())
             .lower_view(&optimized)?;
         if window.emit_on_close && windowed == 0 {
             return Err(WeirError::not_supported(
-                "EMIT ON WINDOW CLOSE needs an aggregate grouped by window_start, window_end of TUMBLE, HOP or SESSION",
+                "EMIT ON WINDOW CLOSE needs an aggregate grouped by window_start or window_end of TUMBLE, HOP or SESSION",
             ));
         }
         // rows within the allowed lateness can still change the view: the watermark it
