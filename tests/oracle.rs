@@ -115,6 +115,11 @@ const VIEWS: &[(&str, &str)] = &[
         "SELECT g, sum(f) AS s, avg(f) AS a, count(f) AS n FROM t4 GROUP BY g",
     ),
     ("v_float_global", "SELECT sum(f) AS s, avg(f) AS a FROM t4"),
+    // a set-returning function in FROM over the row before it (implicit LATERAL)
+    (
+        "v_lateral_series",
+        "SELECT id, x FROM t1, generate_series(1, g % 4) AS x",
+    ),
     // NOT IN: a null-aware anti join (t3.x and t1.v both have NULLs)
     (
         "v_not_in",

@@ -102,8 +102,10 @@ impl VisitorMut for PgRewriter {
         ControlFlow::Continue(())
     }
 
-    fn pre_visit_query(&mut self, _q: &mut ast::Query) -> ControlFlow<Self::Break> {
+    fn pre_visit_query(&mut self, q: &mut ast::Query) -> ControlFlow<Self::Break> {
         self.depth += 1;
+        // before the functions in FROM are read as tables (`function_in_from`)
+        lateral_in_body(&mut q.body);
         ControlFlow::Continue(())
     }
 
@@ -500,13 +502,202 @@ fn set_returning_in_select_list(items: &mut [SelectItem]) {
             SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e,
             _ => continue,
         };
-        if let Expr::Function(f) = e
-            && last_name(&f.name).as_deref() == Some("generate_series")
-        {
-            let inner = std::mem::replace(e, Expr::value(ast::Value::Null));
-            *e = call("unnest", vec![inner]);
+        let Expr::Function(f) = e else {
+            continue;
+        };
+        let Some(name) = last_name(&f.name) else {
+            continue;
+        };
+        let list = match name.as_str() {
+            "generate_series" => None,
+            other => match json_set_returning(other) {
+                Some(list) => Some(list),
+                None => continue,
+            },
+        };
+        let mut inner = std::mem::replace(e, Expr::value(ast::Value::Null));
+        if let (Some(list), Expr::Function(f)) = (list, &mut inner) {
+            f.name = ast::ObjectName::from(vec![Ident::new(list)]);
+        }
+        *e = call("unnest", vec![inner]);
+        // the column is named after the function, as in Postgres
+        if let SelectItem::UnnamedExpr(x) = item {
+            let expr = std::mem::replace(x, Expr::value(ast::Value::Null));
+            *item = SelectItem::ExprWithAlias {
+                expr,
+                alias: Ident::new(name),
+            };
         }
     }
+}
+
+/// A set-returning function in FROM over the columns of the relation before it, as
+/// Postgres reads it (an implicit LATERAL): `FROM t, unnest(t.tags) AS tag`,
+/// `FROM t CROSS JOIN LATERAL jsonb_array_elements(t.doc) AS e` (also `generate_series`,
+/// `jsonb_array_elements_text`, `jsonb_object_keys`). It becomes the function in the select
+/// list of a derived table over the relation, under the relation's name: `FROM (SELECT t.*,
+/// unnest(t.tags) AS tag FROM t) AS t`, which is one row per element in queries and views
+/// alike. One relation before one function; other shapes are left as written.
+fn lateral_in_body(body: &mut ast::SetExpr) {
+    match body {
+        ast::SetExpr::Select(s) => lateral_set_returning(s),
+        ast::SetExpr::SetOperation { left, right, .. } => {
+            lateral_in_body(left);
+            lateral_in_body(right);
+        }
+        _ => {}
+    }
+}
+
+fn lateral_set_returning(select: &mut ast::Select) {
+    use ast::{JoinOperator, TableFactor};
+    let (relation, function) = match select.from.as_slice() {
+        [a, b] if a.joins.is_empty() && b.joins.is_empty() => (&a.relation, &b.relation),
+        [a] if a.joins.len() == 1
+            && matches!(
+                a.joins[0].join_operator,
+                JoinOperator::CrossJoin(_) | JoinOperator::CrossApply
+            ) =>
+        {
+            (&a.relation, &a.joins[0].relation)
+        }
+        _ => return,
+    };
+    let unnest_args: Vec<ast::FunctionArg>;
+    let (fname, args, alias) = match function {
+        TableFactor::Table {
+            name,
+            args: Some(args),
+            alias,
+            ..
+        } => (last_name(name), &args.args, alias),
+        TableFactor::Function {
+            name,
+            args,
+            alias,
+            with_ordinality: false,
+            ..
+        } => (last_name(name), args, alias),
+        TableFactor::UNNEST {
+            alias,
+            array_exprs,
+            with_offset: false,
+            with_ordinality: false,
+            ..
+        } => {
+            unnest_args = array_exprs
+                .iter()
+                .map(|e| ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e.clone())))
+                .collect();
+            (Some("unnest".to_owned()), &unnest_args, alias)
+        }
+        _ => return,
+    };
+    let Some(fname) = fname else {
+        return;
+    };
+    let list = match fname.as_str() {
+        "unnest" if args.len() == 1 => None,
+        "generate_series" => Some("generate_series"),
+        other => match json_set_returning(other) {
+            Some(l) => Some(l),
+            None => return,
+        },
+    };
+    // only a function of the relation's columns needs this (constants work as they are)
+    let arg_text: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let mut reads_columns = false;
+    for a in args {
+        let _ = ast::visit_expressions(a, |e| {
+            reads_columns |= matches!(e, Expr::Identifier(_) | Expr::CompoundIdentifier(_));
+            ControlFlow::<()>::Continue(())
+        });
+    }
+    if !reads_columns {
+        return;
+    }
+    let rel_name = match relation {
+        TableFactor::Table {
+            alias: Some(a),
+            args: None,
+            ..
+        }
+        | TableFactor::Derived { alias: Some(a), .. } => a.name.clone(),
+        TableFactor::Table {
+            name,
+            alias: None,
+            args: None,
+            ..
+        } => match name.0.last().and_then(|p| p.as_ident()) {
+            Some(i) => i.clone(),
+            None => return,
+        },
+        _ => return,
+    };
+    let (column, srf_alias) = match alias {
+        Some(a) if a.columns.len() > 1 => return,
+        Some(a) => (
+            a.columns
+                .first()
+                .map(|c| c.name.clone())
+                .unwrap_or_else(|| a.name.clone()),
+            Some(a.name.clone()),
+        ),
+        None => (Ident::new(fname.clone()), None),
+    };
+    let inner = match list {
+        None => arg_text.join(", "),
+        Some(l) => format!("{l}({})", arg_text.join(", ")),
+    };
+    let text = format!("SELECT {rel_name}.*, unnest({inner}) AS {column} FROM {relation}");
+    let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
+    let Ok(mut parsed) = datafusion::sql::sqlparser::parser::Parser::parse_sql(&dialect, &text)
+    else {
+        return;
+    };
+    let Some(ast::Statement::Query(q)) = parsed.pop() else {
+        return;
+    };
+    let derived = TableFactor::Derived {
+        lateral: false,
+        subquery: q,
+        alias: Some(ast::TableAlias {
+            explicit: true,
+            name: rel_name,
+            columns: vec![],
+            at: None,
+        }),
+        sample: None,
+    };
+    select.from = vec![ast::TableWithJoins {
+        relation: derived,
+        joins: vec![],
+    }];
+    // `alias.column` names the new column now
+    if let Some(sa) = srf_alias {
+        let _ = ast::visit_expressions_mut(select, |e| {
+            if let Expr::CompoundIdentifier(ids) = e
+                && ids.len() == 2
+                && ids[0].value == sa.value
+            {
+                *e = Expr::Identifier(ids[1].clone());
+            }
+            ControlFlow::<()>::Continue(())
+        });
+    }
+}
+
+/// The list-returning function behind a set-returning JSON function (unnested where it is
+/// called).
+fn json_set_returning(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "jsonb_array_elements" | "json_array_elements" => "weir_jsonb_array_elements",
+        "jsonb_array_elements_text" | "json_array_elements_text" => {
+            "weir_jsonb_array_elements_text"
+        }
+        "jsonb_object_keys" | "json_object_keys" => "weir_jsonb_object_keys",
+        _ => return None,
+    })
 }
 
 /// A numeric literal with an exponent as Postgres reads it: an exact value whose scale is

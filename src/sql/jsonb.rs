@@ -401,6 +401,83 @@ pub fn normalize(text: &str) -> Result<String, WeirError> {
     Ok(out)
 }
 
+fn parse(text: &str) -> Res<Node> {
+    let mut p = Parser {
+        s: text.as_bytes(),
+        at: 0,
+    };
+    let v = p.value(0)?;
+    p.ws();
+    if p.at != p.s.len() {
+        return Err(p.err("Expected end of input, but found more."));
+    }
+    Ok(v)
+}
+
+fn kind(n: &Node) -> &'static str {
+    match n {
+        Node::Null => "null",
+        Node::Bool(_) => "boolean",
+        Node::Number(_) => "number",
+        Node::Str(_) => "string",
+        Node::Array(_) => "array",
+        Node::Object(_) => "object",
+    }
+}
+
+fn invalid(message: String) -> WeirError {
+    WeirError::new(sqlstate::INVALID_PARAMETER_VALUE, message)
+}
+
+/// `jsonb_typeof`: `object`, `array`, `string`, `number`, `boolean` or `null`.
+pub fn type_of(text: &str) -> Res<&'static str> {
+    Ok(kind(&parse(text)?))
+}
+
+/// `jsonb_array_length` (22023 for a scalar or an object, as Postgres words it).
+pub fn array_length(text: &str) -> Res<i32> {
+    match parse(text)? {
+        Node::Array(items) => Ok(items.len() as i32),
+        Node::Object(_) => Err(invalid("cannot get array length of a non-array".into())),
+        _ => Err(invalid("cannot get array length of a scalar".into())),
+    }
+}
+
+/// `jsonb_array_elements` (each element as jsonb text) or, with `as_text`,
+/// `jsonb_array_elements_text` (strings without quotes, JSON null as SQL NULL).
+pub fn array_elements(text: &str, as_text: bool) -> Res<Vec<Option<String>>> {
+    match parse(text)? {
+        Node::Array(items) => Ok(items
+            .iter()
+            .map(|n| match (n, as_text) {
+                (Node::Null, true) => None,
+                (Node::Str(s), true) => Some(s.clone()),
+                (n, _) => {
+                    let mut out = String::new();
+                    write(&mut out, n);
+                    Some(out)
+                }
+            })
+            .collect()),
+        Node::Object(_) => Err(invalid("cannot extract elements from an object".into())),
+        _ => Err(invalid("cannot extract elements from a scalar".into())),
+    }
+}
+
+/// `jsonb_object_keys`, in the order Postgres stores them.
+pub fn object_keys(text: &str) -> Res<Vec<String>> {
+    match parse(text)? {
+        Node::Object(fields) => Ok(fields.into_iter().map(|(k, _)| k).collect()),
+        n => Err(invalid(format!(
+            "cannot call jsonb_object_keys on {}",
+            match n {
+                Node::Array(_) => "an array",
+                _ => "a scalar",
+            }
+        ))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

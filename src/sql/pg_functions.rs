@@ -111,6 +111,56 @@ fn strings(a: &ArrayRef) -> DfResult<StringArray> {
     Ok(cast(a, &DataType::Utf8)?.as_string::<i32>().clone())
 }
 
+/// A text result per JSON text (NULL for NULL).
+fn json_scalar(a: &ArrayRef, f: impl Fn(&str) -> Result<String, WeirError>) -> DfResult<ArrayRef> {
+    let a = strings(a)?;
+    let mut out = StringBuilder::with_capacity(a.len(), a.len() * 8);
+    for v in a.iter() {
+        match v {
+            Some(t) => out.append_value(f(t).map_err(|e| DataFusionError::External(Box::new(e)))?),
+            None => out.append_null(),
+        }
+    }
+    Ok(Arc::new(out.finish()))
+}
+
+fn json_length(a: &ArrayRef) -> DfResult<ArrayRef> {
+    let a = strings(a)?;
+    let mut out = datafusion::arrow::array::Int32Builder::with_capacity(a.len());
+    for v in a.iter() {
+        match v {
+            Some(t) => out.append_value(
+                crate::sql::jsonb::array_length(t)
+                    .map_err(|e| DataFusionError::External(Box::new(e)))?,
+            ),
+            None => out.append_null(),
+        }
+    }
+    Ok(Arc::new(out.finish()))
+}
+
+/// A list of texts per JSON text (what a set-returning JSON function unnests; NULL in,
+/// NULL out, which unnests to no rows).
+fn json_list(
+    a: &ArrayRef,
+    f: impl Fn(&str) -> Result<Vec<Option<String>>, WeirError>,
+) -> DfResult<ArrayRef> {
+    let a = strings(a)?;
+    let mut out = ListBuilder::new(StringBuilder::new());
+    for v in a.iter() {
+        match v {
+            Some(t) => {
+                for item in f(t).map_err(|e| DataFusionError::External(Box::new(e)))? {
+                    out.values().append_option(item);
+                }
+                out.append(true);
+            }
+            None => out.append(false),
+        }
+    }
+    Ok(Arc::new(out.finish()))
+}
+
 fn text_list() -> DataType {
     DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true)))
 }
@@ -231,6 +281,60 @@ fn definitions() -> Vec<PgFunction> {
                 Ok(Arc::new(datafusion::arrow::array::BooleanArray::new_null(
                     rows,
                 )))
+            },
+        ),
+        immutable(
+            "jsonb_typeof",
+            TypeSignature::Any(1),
+            |_| DataType::Utf8,
+            |args, _| {
+                json_scalar(&args[0], |t| {
+                    crate::sql::jsonb::type_of(t).map(|k| k.to_owned())
+                })
+            },
+        ),
+        immutable(
+            "json_typeof",
+            TypeSignature::Any(1),
+            |_| DataType::Utf8,
+            |args, _| {
+                json_scalar(&args[0], |t| {
+                    crate::sql::jsonb::type_of(t).map(|k| k.to_owned())
+                })
+            },
+        ),
+        immutable(
+            "jsonb_array_length",
+            TypeSignature::Any(1),
+            |_| DataType::Int32,
+            |args, _| json_length(&args[0]),
+        ),
+        immutable(
+            "json_array_length",
+            TypeSignature::Any(1),
+            |_| DataType::Int32,
+            |args, _| json_length(&args[0]),
+        ),
+        immutable(
+            "weir_jsonb_array_elements",
+            TypeSignature::Any(1),
+            |_| text_list(),
+            |args, _| json_list(&args[0], |t| crate::sql::jsonb::array_elements(t, false)),
+        ),
+        immutable(
+            "weir_jsonb_array_elements_text",
+            TypeSignature::Any(1),
+            |_| text_list(),
+            |args, _| json_list(&args[0], |t| crate::sql::jsonb::array_elements(t, true)),
+        ),
+        immutable(
+            "weir_jsonb_object_keys",
+            TypeSignature::Any(1),
+            |_| text_list(),
+            |args, _| {
+                json_list(&args[0], |t| {
+                    crate::sql::jsonb::object_keys(t).map(|k| k.into_iter().map(Some).collect())
+                })
             },
         ),
         immutable(
