@@ -1211,6 +1211,62 @@ impl Operator for Constant {
 
 /// Operator behaviour under retractions, driven through real plans: SQL over in-memory
 /// tables is planned by DataFusion, lowered, and fed readable changelog literals.
+/// `GROUP BY window_start` of a TUMBLE or HOP without `window_end`: the end is a function of
+/// the start (one window size), so grouping by both makes the same groups, and the end is
+/// what a windowed aggregate closes its groups by (EMIT ON WINDOW CLOSE, watermarks). Run on
+/// the planned view query before it is optimized (so the end is not pruned away): each such
+/// aggregate also groups by `window_end`, under a projection that drops it again.
+pub fn group_windows_by_end(plan: LogicalPlan) -> Result<LogicalPlan> {
+    use datafusion::common::tree_node::Transformed;
+    Ok(plan
+        .transform_up(|p| {
+            let LogicalPlan::Aggregate(a) = &p else {
+                return Ok(Transformed::no(p));
+            };
+            let in_schema = a.input.schema();
+            let named = |e: &Expr, n: &str| matches!(e, Expr::Column(c) if c.name == n);
+            let Some(Expr::Column(start)) = a.group_expr.iter().find(|e| named(e, "window_start"))
+            else {
+                return Ok(Transformed::no(p));
+            };
+            if a.group_expr
+                .iter()
+                .any(|e| named(e, "window_end") || matches!(e, Expr::GroupingSet(_)))
+            {
+                return Ok(Transformed::no(p));
+            }
+            let end = datafusion::common::Column::new(start.relation.clone(), "window_end");
+            if !in_schema.has_column(&end) {
+                return Ok(Transformed::no(p));
+            }
+            let mut groups = a.group_expr.clone();
+            groups.push(Expr::Column(end));
+            let wider = datafusion::logical_expr::Aggregate::try_new(
+                a.input.clone(),
+                groups,
+                a.aggr_expr.clone(),
+            )?;
+            let n = a.group_expr.len();
+            let cols = wider.schema.columns();
+            let keep: Vec<Expr> = a
+                .schema
+                .iter()
+                .enumerate()
+                .map(|(i, (q, f))| {
+                    // the original columns, skipping the added end (after the group keys)
+                    let from = if i < n { i } else { i + 1 };
+                    Expr::Column(cols[from].clone()).alias_qualified(q.cloned(), f.name())
+                })
+                .collect();
+            let projection = datafusion::logical_expr::Projection::try_new(
+                keep,
+                Arc::new(LogicalPlan::Aggregate(wider)),
+            )?;
+            Ok(Transformed::yes(LogicalPlan::Projection(projection)))
+        })?
+        .data)
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
@@ -1502,60 +1558,4 @@ mod tests {
         assert_eq!(h.epoch(&[("t", "- a 1")]), Vec::<String>::new());
         assert_eq!(h.epoch(&[("t", "- a 1")]), vec!["+ a 1", "- a 2"]);
     }
-}
-
-/// `GROUP BY window_start` of a TUMBLE or HOP without `window_end`: the end is a function of
-/// the start (one window size), so grouping by both makes the same groups, and the end is
-/// what a windowed aggregate closes its groups by (EMIT ON WINDOW CLOSE, watermarks). Run on
-/// the planned view query before it is optimized (so the end is not pruned away): each such
-/// aggregate also groups by `window_end`, under a projection that drops it again.
-pub fn group_windows_by_end(plan: LogicalPlan) -> Result<LogicalPlan> {
-    use datafusion::common::tree_node::Transformed;
-    Ok(plan
-        .transform_up(|p| {
-            let LogicalPlan::Aggregate(a) = &p else {
-                return Ok(Transformed::no(p));
-            };
-            let in_schema = a.input.schema();
-            let named = |e: &Expr, n: &str| matches!(e, Expr::Column(c) if c.name == n);
-            let Some(Expr::Column(start)) = a.group_expr.iter().find(|e| named(e, "window_start"))
-            else {
-                return Ok(Transformed::no(p));
-            };
-            if a.group_expr
-                .iter()
-                .any(|e| named(e, "window_end") || matches!(e, Expr::GroupingSet(_)))
-            {
-                return Ok(Transformed::no(p));
-            }
-            let end = datafusion::common::Column::new(start.relation.clone(), "window_end");
-            if !in_schema.has_column(&end) {
-                return Ok(Transformed::no(p));
-            }
-            let mut groups = a.group_expr.clone();
-            groups.push(Expr::Column(end));
-            let wider = datafusion::logical_expr::Aggregate::try_new(
-                a.input.clone(),
-                groups,
-                a.aggr_expr.clone(),
-            )?;
-            let n = a.group_expr.len();
-            let cols = wider.schema.columns();
-            let keep: Vec<Expr> = a
-                .schema
-                .iter()
-                .enumerate()
-                .map(|(i, (q, f))| {
-                    // the original columns, skipping the added end (after the group keys)
-                    let from = if i < n { i } else { i + 1 };
-                    Expr::Column(cols[from].clone()).alias_qualified(q.cloned(), f.name())
-                })
-                .collect();
-            let projection = datafusion::logical_expr::Projection::try_new(
-                keep,
-                Arc::new(LogicalPlan::Aggregate(wider)),
-            )?;
-            Ok(Transformed::yes(LogicalPlan::Projection(projection)))
-        })?
-        .data)
 }
