@@ -271,6 +271,11 @@ impl SqlType {
             DataType::UInt64 => SqlType::Numeric(Some((20, 0))),
             DataType::Float16 | DataType::Float32 => SqlType::Float4,
             DataType::Float64 => SqlType::Float8,
+            // what an unconstrained `numeric` is stored as (and what sum, min and max of one
+            // give): shown as one, without trailing zeros
+            DataType::Decimal128(NUMERIC_DEFAULT_PRECISION, NUMERIC_DEFAULT_SCALE) => {
+                SqlType::Numeric(None)
+            }
             DataType::Decimal32(p, s) | DataType::Decimal64(p, s) | DataType::Decimal128(p, s) => {
                 SqlType::Numeric(Some((*p, *s)))
             }
