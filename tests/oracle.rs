@@ -115,6 +115,26 @@ const VIEWS: &[(&str, &str)] = &[
         "SELECT g, sum(f) AS s, avg(f) AS a, count(f) AS n FROM t4 GROUP BY g",
     ),
     ("v_float_global", "SELECT sum(f) AS s, avg(f) AS a FROM t4"),
+    // window functions over every row (ORDER BY a key, so row numbers are determined)
+    (
+        "v_over_running",
+        "SELECT id, g, v, row_number() OVER (PARTITION BY g ORDER BY id) AS rn, \
+         sum(v) OVER (PARTITION BY g ORDER BY id) AS run, \
+         lag(v, 1, -1) OVER (PARTITION BY g ORDER BY id) AS prev, \
+         lead(s) OVER (PARTITION BY g ORDER BY id) AS nxt FROM t1",
+    ),
+    (
+        "v_over_ranks",
+        "SELECT id, rank() OVER (ORDER BY v) AS rk, dense_rank() OVER (ORDER BY v) AS dr, \
+         count(*) OVER (PARTITION BY g) AS n FROM t1",
+    ),
+    (
+        "v_over_frames",
+        "SELECT id, sum(v) OVER (PARTITION BY g ORDER BY id ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS ma, \
+         first_value(v) OVER (PARTITION BY g ORDER BY id) AS fv, \
+         min(v) OVER (PARTITION BY g ORDER BY id ROWS BETWEEN 1 PRECEDING AND 1 FOLLOWING) AS lo, \
+         max(v) OVER (PARTITION BY g) AS mx FROM t1",
+    ),
     // a set-returning function in FROM over the row before it (implicit LATERAL)
     (
         "v_lateral_series",

@@ -1,12 +1,16 @@
 //! `TopN`: the first rows by an ordering, per partition: `ORDER BY ... LIMIT n [OFFSET m]`
 //! (one partition) and `ROW_NUMBER() OVER (PARTITION BY p ORDER BY o) <= n` (with the row
-//! number as an output column).
+//! number as an output column); with no limit and window functions, the over-window
+//! operator (`OverWindow` in EXPLAIN): `f(...) OVER (PARTITION BY p ORDER BY o [frame])` for
+//! every row, each changed partition's window values computed again by DataFusion's window
+//! expressions over its rows in order.
 //!
 //! - input: one changelog stream.
 //! - output: per partition changed in an epoch, the difference between the rows it showed
-//!   and the rows it shows now (rows whose rank changed are retracted and re-emitted with
-//!   their new row number). Ties in the ordering are broken by the whole row, so the result
-//!   is deterministic.
+//!   and the rows it shows now (rows whose rank or window values changed are retracted and
+//!   re-emitted with the new ones). Ties in the ordering are broken by the whole row, so
+//!   the result is deterministic. An over-window recomputes a changed partition whole
+//!   (not only the range a change can reach) and emits only the rows that changed.
 //! - state (state tables): `rows`: per partition every input row (not only the top n, so
 //!   that a deleted top row can be replaced), key = partition ++ sort key ++ row, value =
 //!   sort key length ++ multiplicity, so a prefix scan reads a partition in output order;
@@ -25,6 +29,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::{Array, ArrayRef, UInt64Array};
 use datafusion::arrow::compute::{SortOptions, cast};
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::physical_expr::PhysicalExpr;
 
@@ -33,6 +38,16 @@ use crate::error::Result;
 use crate::operators::emitted::{Diff, Emitted};
 use crate::operators::{FastSet, Operator, evaluate};
 use crate::state::state_table::{StateTable, TableDecl, i64_key};
+
+/// Columns appended to the rows a partition shows.
+pub enum Numbering {
+    None,
+    /// The 1-based row number within the partition.
+    RowNumber,
+    /// Window functions over the partition in order (all with its PARTITION BY and ORDER
+    /// BY), one column each.
+    Window(Vec<Arc<dyn datafusion::physical_plan::WindowExpr>>),
+}
 
 pub struct SortKey {
     pub expr: Arc<dyn PhysicalExpr>,
@@ -89,8 +104,10 @@ pub struct TopN {
     out_conv: RowConverter,
     skip: usize,
     fetch: usize,
-    /// Append the 1-based row number within the partition as the last output column.
-    row_number: bool,
+    /// What is appended to each row shown.
+    numbering: Numbering,
+    /// The input's schema (the rows a partition holds).
+    in_schema: SchemaRef,
     rows: StateTable,
     emitted: Emitted,
     /// Partitions changed in this epoch (emitted and cleared at its end).
@@ -148,7 +165,7 @@ impl TopN {
         sort_by: Vec<SortKey>,
         skip: usize,
         fetch: usize,
-        row_number: bool,
+        numbering: Numbering,
         input_schema: SchemaRef,
         schema: SchemaRef,
         text: String,
@@ -172,10 +189,11 @@ impl TopN {
             )?,
             sort_by: sort_by.into_iter().map(|k| k.expr).collect(),
             row_conv: RowConverter::new(fields(&input_schema))?,
+            in_schema: input_schema.clone(),
             out_conv: RowConverter::new(fields(&schema))?,
             skip,
             fetch,
-            row_number,
+            numbering,
             rows: StateTable::new(ROWS),
             emitted: Emitted::new(),
             dirty: FastSet::default(),
@@ -216,7 +234,10 @@ fn visible<'a>(
 
 impl Operator for TopN {
     fn name(&self) -> &'static str {
-        "TopN"
+        match self.numbering {
+            Numbering::Window(_) => "OverWindow",
+            _ => "TopN",
+        }
     }
 
     fn details(&self) -> String {
@@ -260,7 +281,12 @@ impl Operator for TopN {
         } else {
             Some(self.part_conv.convert_columns(&pcols)?)
         };
-        let sorts = self.sort_conv.convert_columns(&scols)?;
+        // no ORDER BY (`OVER ()`): every row has the empty sort key
+        let sorts = if scols.is_empty() {
+            None
+        } else {
+            Some(self.sort_conv.convert_columns(&scols)?)
+        };
         let rows = self.row_conv.convert_columns(batch.columns())?;
         let ends = match &self.window {
             Some(wf) => Some(cast(
@@ -279,7 +305,10 @@ impl Operator for TopN {
                 Some(p) => p.row(i).data(),
                 None => &[],
             };
-            let sk = sorts.row(i).data();
+            let sk: &[u8] = match &sorts {
+                Some(s) => s.row(i).data(),
+                None => &[],
+            };
             key.clear();
             key.extend_from_slice(part);
             key.extend_from_slice(sk);
@@ -348,19 +377,32 @@ impl TopN {
             let mut cols = self
                 .row_conv
                 .convert_rows(now.iter().map(|r| row_parser.parse(r)))?;
-            if self.row_number {
-                let rn: ArrayRef = Arc::new(UInt64Array::from_iter_values(
-                    (1..=now.len() as u64).map(|r| r + self.skip as u64),
-                ));
-                let t = self
-                    .schema
-                    .field(self.schema.fields().len() - 1)
-                    .data_type();
-                cols.push(if rn.data_type() != t {
-                    cast(&rn, t)?
-                } else {
-                    rn
-                });
+            let n_in = cols.len();
+            match &self.numbering {
+                Numbering::None => {}
+                Numbering::RowNumber => {
+                    let rn: ArrayRef = Arc::new(UInt64Array::from_iter_values(
+                        (1..=now.len() as u64).map(|r| r + self.skip as u64),
+                    ));
+                    cols.push(rn);
+                }
+                Numbering::Window(exprs) => {
+                    let batch = RecordBatch::try_new_with_options(
+                        self.in_schema.clone(),
+                        cols.clone(),
+                        &RecordBatchOptions::new().with_row_count(Some(now.len())),
+                    )?;
+                    for e in exprs {
+                        cols.push(e.evaluate(&batch)?);
+                    }
+                }
+            }
+            // the declared types of the appended columns
+            for (i, c) in cols.iter_mut().enumerate().skip(n_in) {
+                let t = self.schema.field(i).data_type();
+                if c.data_type() != t {
+                    *c = cast(c, t)?;
+                }
             }
             let out = self.out_conv.convert_columns(&cols)?;
             let new_out: Vec<&[u8]> = out.iter().map(|r| r.data()).collect();
@@ -396,7 +438,7 @@ mod tests {
             }],
             0,
             2,
-            false,
+            Numbering::None,
             input.clone(),
             input.clone(),
             "top 2".into(),

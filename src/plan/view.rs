@@ -28,7 +28,7 @@ use crate::operators::filter::Filter;
 use crate::operators::join::Join;
 use crate::operators::merge::Merge;
 use crate::operators::project::Project;
-use crate::operators::top_n::{SortKey, TopN};
+use crate::operators::top_n::{Numbering, SortKey, TopN};
 use crate::operators::{Operator, compile};
 
 fn unsupported(what: impl Into<String>) -> WeirError {
@@ -433,9 +433,7 @@ impl<'a> Lowering<'a> {
                 )?;
                 Ok(self.constant(Changelog::inserts(batch), schema))
             }
-            LogicalPlan::Window(_) => Err(unsupported(
-                "a window function other than ROW_NUMBER() ... <= n",
-            )),
+            LogicalPlan::Window(w) => self.over_window(w),
             other => Err(unsupported(other.display().to_string())),
         }
     }
@@ -767,7 +765,7 @@ impl<'a> Lowering<'a> {
             keys,
             skip,
             fetch,
-            false,
+            Numbering::None,
             out.clone(),
             out,
             text,
@@ -793,6 +791,89 @@ impl<'a> Lowering<'a> {
                 })
             })
             .collect()
+    }
+
+    /// Window functions over every row (`sum(x) OVER (PARTITION BY p ORDER BY o ROWS ...)`,
+    /// `rank()`, `lag(x, 2, 0)`, ...): the ordered-partition operator (`top_n.rs`) keeping
+    /// each partition's rows in order, its window values computed by DataFusion's window
+    /// expressions. The functions of one window node must share their PARTITION BY and
+    /// ORDER BY (DataFusion plans one node per window otherwise).
+    fn over_window(&mut self, w: &datafusion::logical_expr::Window) -> Result<NodeId> {
+        let in_schema = w.input.schema();
+        let mut spec: Option<(Vec<Expr>, Vec<datafusion::logical_expr::SortExpr>)> = None;
+        let mut exprs = Vec::with_capacity(w.window_expr.len());
+        let props = ExecutionProps::new();
+        let ctx = PhysicalPlanningContext::default();
+        for e in &w.window_expr {
+            let inner = match e {
+                Expr::Alias(a) => a.expr.as_ref(),
+                other => other,
+            };
+            let Expr::WindowFunction(wf) = inner else {
+                return Err(unsupported(format!("window expression {e}")));
+            };
+            let p = &wf.params;
+            if p.filter.is_some() || p.distinct {
+                return Err(unsupported(format!(
+                    "window function {e} with FILTER or DISTINCT"
+                )));
+            }
+            match &spec {
+                None => spec = Some((p.partition_by.clone(), p.order_by.clone())),
+                Some((part, order)) if *part == p.partition_by && *order == p.order_by => {}
+                Some(_) => {
+                    return Err(unsupported(
+                        "window functions over different windows in one select list",
+                    ));
+                }
+            }
+            exprs.push(datafusion::physical_planner::create_window_expr(
+                e, in_schema, &props, &ctx,
+            )?);
+        }
+        let Some((partition_by, order_by)) = spec else {
+            return Err(unsupported("a window node without window functions"));
+        };
+        let input = self.lower(&w.input)?;
+        let parts = partition_by
+            .iter()
+            .map(|e| compile(e, in_schema))
+            .collect::<Result<Vec<_>>>()?;
+        let part_types = partition_by
+            .iter()
+            .map(|e| e.get_type(in_schema))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let keys = self.sort_keys(&order_by, in_schema)?;
+        let text = format!(
+            "{} over (partition by [{}] order by [{}])",
+            w.window_expr
+                .iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            partition_by
+                .iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            order_by
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let op = TopN::new(
+            parts,
+            part_types,
+            keys,
+            0,
+            usize::MAX,
+            Numbering::Window(exprs),
+            Arc::new(in_schema.as_arrow().clone()),
+            Arc::new(w.schema.as_arrow().clone()),
+            text,
+        )?;
+        Ok(self.op(op, vec![input]))
     }
 
     /// `Filter(rn <= n)` over `Window(row_number() OVER (PARTITION BY .. ORDER BY ..))`.
@@ -866,7 +947,7 @@ impl<'a> Lowering<'a> {
             keys,
             0,
             fetch,
-            true,
+            Numbering::RowNumber,
             Arc::new(in_schema.as_arrow().clone()),
             out.clone(),
             text,
