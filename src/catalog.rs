@@ -329,6 +329,10 @@ impl Catalog {
         }
         for desc in descs {
             next_oid = next_oid.max(desc.oid + OID_STEP);
+            // indexes have OIDs of their own, handed out from the same counter
+            for i in &desc.indexes {
+                next_oid = next_oid.max(i.oid + OID_STEP);
+            }
             let table = Self::open_table(&store, &desc)?;
             by_name.insert(desc.name.clone(), Arc::new(Entry { desc, table }));
         }

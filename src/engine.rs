@@ -591,14 +591,16 @@ impl Engine {
         q: &ast::Statement,
         params: Option<ParamValues>,
     ) -> Result<Output> {
-        // every view the query reads, at one epoch
-        let views: Vec<u32> = referenced_relations(q)
+        // every view the query reads, at one epoch; a query of one view with indexes is
+        // not pinned, so that it can look an index up (one view is at one epoch anyway)
+        let views: Vec<Arc<crate::catalog::Entry>> = referenced_relations(q)
             .iter()
             .filter_map(|n| self.catalog.get(n))
             .filter(|e| e.desc.kind == RelationKind::MaterializedView)
-            .map(|e| e.desc.oid)
             .collect();
-        if !views.is_empty() {
+        let indexed_alone = matches!(views.as_slice(), [v] if !v.desc.indexes.is_empty());
+        let views: Vec<u32> = views.iter().map(|e| e.desc.oid).collect();
+        if !views.is_empty() && !indexed_alone {
             let (_, pinned) = self.dataflow.snapshot(&views)?;
             session.pinned.pin(pinned);
         }

@@ -231,6 +231,7 @@ impl SchemaProvider for PublicSchema {
                 schema: nullable(&entry.desc.schema()),
                 dataflow: self.dataflow.clone(),
                 pinned: self.pinned.clone(),
+                indexes: entry.desc.index_specs(),
             })));
         }
         if let Some(batch) = crate::catalog::system::build(name, &self.catalog, &self.dataflow)? {
@@ -257,6 +258,8 @@ pub struct ViewScanProvider {
     schema: SchemaRef,
     dataflow: Arc<Dataflow>,
     pinned: Arc<PinnedViews>,
+    /// Its indexes (`CREATE INDEX` on the view).
+    indexes: Vec<crate::state::table_index::IndexSpec>,
 }
 
 impl fmt::Debug for ViewScanProvider {
@@ -275,24 +278,49 @@ impl TableProvider for ViewScanProvider {
         TableType::View
     }
 
+    /// Filters on the leading column of an index are looked up (Inexact: DataFusion
+    /// applies them again).
     fn supports_filters_pushdown(
         &self,
         filters: &[&Expr],
     ) -> DfResult<Vec<TableProviderFilterPushDown>> {
-        Ok(vec![
-            TableProviderFilterPushDown::Unsupported;
-            filters.len()
-        ])
+        let leading: Vec<usize> = self
+            .indexes
+            .iter()
+            .filter_map(|i| i.columns.first().copied())
+            .collect();
+        Ok(filters
+            .iter()
+            .map(|f| match key_values(f, &self.schema) {
+                Some((col, _)) if leading.contains(&col) => TableProviderFilterPushDown::Inexact,
+                _ => TableProviderFilterPushDown::Unsupported,
+            })
+            .collect())
     }
 
     async fn scan(
         &self,
-        _state: &dyn Session,
+        state: &dyn Session,
         projection: Option<&Vec<usize>>,
-        _filters: &[Expr],
+        filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let read = match self.pinned.get(self.oid) {
+        let pinned = self.pinned.get(self.oid);
+        // a query of this view alone is not pinned (`Engine::run_query`): it may read an
+        // index, as of now
+        if pinned.is_none()
+            && let Some((index, probe)) = index_probe(&self.indexes, filters, &self.schema)?
+            && let Some(found) = self
+                .dataflow
+                .view_index_lookup(self.oid, index.oid, &probe)
+                .map_err(|e| DataFusionError::External(Box::new(e)))?
+        {
+            tracing::debug!(view = %self.name, index = %index.name, "point query by index");
+            let found = RecordBatch::try_new(self.schema.clone(), found.columns().to_vec())?;
+            let mem = MemTable::try_new(self.schema.clone(), vec![vec![found]])?;
+            return mem.scan(state, projection, filters, limit).await;
+        }
+        let read = match pinned {
             Some(r) => r,
             None => self
                 .dataflow
@@ -449,29 +477,43 @@ impl TableScanProvider {
             tracing::debug!(table = %self.table.name, "point query by primary key");
             return self.table.lookup(&keys).map_err(err);
         }
-        let best = self
-            .table
-            .indexes()
-            .into_iter()
-            .map(|i| {
-                let n = i
-                    .columns
-                    .iter()
-                    .take_while(|&&c| values_of(c).is_some())
-                    .count();
-                (n, i)
-            })
-            .filter(|(n, _)| *n > 0)
-            .max_by_key(|(n, _)| *n);
-        let Some((n, index)) = best else {
-            return Ok(None);
-        };
-        let Some(probe) = probes(index.columns[..n].iter().map(|&c| values_of(c)))? else {
+        let Some((index, probe)) = index_probe(&self.table.indexes(), filters, &schema)? else {
             return Ok(None);
         };
         tracing::debug!(table = %self.table.name, index = %index.name, "point query by index");
         self.table.index_lookup(index.oid, &probe).map_err(err)
     }
+}
+
+/// The index whose leading columns the filters give most values for (equalities and IN
+/// lists), and those values' combinations as one array per column; None when no index
+/// fits or there are too many combinations.
+fn index_probe(
+    indexes: &[crate::state::table_index::IndexSpec],
+    filters: &[Expr],
+    schema: &SchemaRef,
+) -> DfResult<Option<(crate::state::table_index::IndexSpec, Vec<ArrayRef>)>> {
+    let wanted: Vec<(usize, Vec<ScalarValue>)> = filters
+        .iter()
+        .filter_map(|f| key_values(f, schema))
+        .collect();
+    let values_of = |c: usize| wanted.iter().find(|(col, _)| *col == c).map(|(_, v)| v);
+    let best = indexes
+        .iter()
+        .map(|i| {
+            let n = i
+                .columns
+                .iter()
+                .take_while(|&&c| values_of(c).is_some())
+                .count();
+            (n, i)
+        })
+        .filter(|(n, _)| *n > 0)
+        .max_by_key(|(n, _)| *n);
+    let Some((n, index)) = best else {
+        return Ok(None);
+    };
+    Ok(probes(index.columns[..n].iter().map(|&c| values_of(c)))?.map(|p| (index.clone(), p)))
 }
 
 /// Every combination of the given columns' values, as one array per column (None when a

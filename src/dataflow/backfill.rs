@@ -241,6 +241,12 @@ impl Worker {
                         watermark: self.watermarks.get(&oid).copied(),
                     },
                 );
+                // its indexes (CREATE INDEX on the view), built from the contents
+                if let Err(e) = p.reconcile_indexes(oid)
+                    && let Some(d) = p.views.get_mut(&oid)
+                {
+                    d.failed = Some(format!("could not build the view's indexes: {e}"));
+                }
                 drop(p);
                 self.stats.lock().insert(oid, graph.operator_states());
                 self.graphs.insert(oid, ViewRuntime { name, graph });

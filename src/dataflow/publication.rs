@@ -65,6 +65,8 @@ pub(crate) struct Published {
     pub(crate) positions: HashMap<u32, InputPositions>,
     /// Change subscriptions (sinks, SUBSCRIBE) by view.
     pub(crate) subscribers: HashMap<u32, Vec<Subscriber>>,
+    /// The secondary indexes each view's contents must keep (`CREATE INDEX`).
+    pub(crate) index_specs: HashMap<u32, Vec<crate::state::table_index::IndexSpec>>,
 }
 
 pub(crate) struct Subscriber {
@@ -77,6 +79,19 @@ pub(crate) struct Subscriber {
 }
 
 impl Published {
+    /// Make a view's contents keep exactly the indexes asked for it (building the new ones
+    /// from its rows); nothing when the view is not there.
+    pub(crate) fn reconcile_indexes(&mut self, view: u32) -> Result<()> {
+        let want = self.index_specs.get(&view).cloned().unwrap_or_default();
+        let Some(d) = self.views.get_mut(&view) else {
+            return Ok(());
+        };
+        if d.contents.index_specs() != want {
+            d.contents.set_indexes(&want)?;
+        }
+        Ok(())
+    }
+
     /// Complete an epoch: bump the epoch number, set each view's watermark, apply each
     /// view's changes to its contents and send them to its subscribers (a bounded
     /// subscriber too far behind is cut off), and mark views whose maintenance failed.

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::{mpsc, oneshot};
 use tracing::error;
@@ -197,6 +198,7 @@ impl Dataflow {
             views: HashMap::new(),
             positions: HashMap::new(),
             subscribers: HashMap::new(),
+            index_specs: HashMap::new(),
         }));
         let stats = Arc::new(Mutex::new(HashMap::new()));
         let sinks_caught_up: SinksCaughtUp = Arc::default();
@@ -337,6 +339,40 @@ impl Dataflow {
         self.send(Msg::Barrier(tx)).await?;
         rx.await
             .map_err(|_| WeirError::internal("the dataflow worker has stopped"))
+    }
+
+    /// Keep these secondary indexes of a view's contents (`CREATE INDEX` on a materialized
+    /// view): built now if the view runs, else when it starts; an empty list drops them.
+    pub fn set_view_indexes(
+        &self,
+        view: u32,
+        specs: Vec<crate::state::table_index::IndexSpec>,
+    ) -> Result<()> {
+        let mut p = self.published.write();
+        if specs.is_empty() {
+            p.index_specs.remove(&view);
+        } else {
+            p.index_specs.insert(view, specs);
+        }
+        p.reconcile_indexes(view)
+    }
+
+    /// The rows of a view an index finds (see [`crate::state::zset::ZSet::index_lookup`]),
+    /// as of now; None when the view or the index is not there (yet).
+    pub fn view_index_lookup(
+        &self,
+        view: u32,
+        index: u32,
+        probe: &[datafusion::arrow::array::ArrayRef],
+    ) -> Result<Option<RecordBatch>> {
+        let p = self.published.read();
+        let Some(d) = p.views.get(&view) else {
+            return Ok(None);
+        };
+        if let Some(e) = &d.failed {
+            return Err(WeirError::new("XX000", e.clone()));
+        }
+        d.contents.index_lookup(index, probe)
     }
 
     /// Contents of the given views, all at one epoch.

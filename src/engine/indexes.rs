@@ -4,8 +4,10 @@
 //! The index is built by the table store (`state/table_index.rs`) under the table's writer
 //! lock, so no change slips between the build and the first change it keeps; the catalog
 //! then lists it in one commit. Point queries (`col = v`, `col IN (...)` on the leading
-//! indexed columns) read it instead of the table (`serving.rs`). Indexes of materialized
-//! views are refused: a view's contents are not kept in the table store.
+//! indexed columns) read it instead of the table (`serving.rs`). An index of a materialized
+//! view is kept in the view's contents by the dataflow (`ZSet::set_indexes`), built when
+//! it is created and whenever the view starts; a query that reads that one view looks it
+//! up (a query over several views reads them all at one epoch, by scanning).
 
 use crate::catalog::{IndexDesc, RelationKind};
 use crate::engine::{Engine, Output, lock_writer};
@@ -26,17 +28,17 @@ impl Engine {
         let Some(entry) = self.catalog.get(&ci.table) else {
             return Err(WeirError::undefined_table(&ci.table));
         };
+        let view = entry.desc.kind == RelationKind::MaterializedView;
         match entry.desc.kind {
             RelationKind::Table | RelationKind::AppendOnlyTable => {}
-            RelationKind::MaterializedView => {
+            RelationKind::MaterializedView if ci.unique => {
                 return Err(WeirError::not_supported(format!(
-                    "indexes on materialized view \"{}\" are not supported",
+                    "UNIQUE indexes on materialized view \"{}\" are not supported",
                     ci.table
                 ))
-                .with_hint(
-                    "A view's contents are kept by the dataflow, not the table store; a SINK into a table with an index serves the same point queries.",
-                ));
+                .with_hint("A view's rows are what its query gives; nothing can be refused."));
             }
+            RelationKind::MaterializedView => {}
             other => {
                 return Err(WeirError::new(
                     sqlstate::WRONG_OBJECT_TYPE,
@@ -82,6 +84,24 @@ impl Engine {
                 n
             }
         };
+        if view {
+            // kept in the view's contents by the dataflow, built there now
+            let oid = self.catalog.reserve_oid();
+            let mut specs = Vec::new();
+            self.catalog.alter_relation(&ci.table, |d| {
+                d.indexes.push(IndexDesc {
+                    oid,
+                    name: name.clone(),
+                    columns: ci.columns.clone(),
+                    unique: false,
+                });
+                specs = d.index_specs();
+                Ok(())
+            })?;
+            self.dataflow.set_view_indexes(entry.desc.oid, specs)?;
+            tracing::info!(index = %name, view = %ci.table, "created index");
+            return done();
+        }
         let table = entry
             .table
             .clone()
@@ -162,6 +182,14 @@ impl Engine {
         }
         for (entry, ix) in targets {
             let Some(table) = entry.table.clone() else {
+                // a materialized view's index: its contents stop keeping it
+                let mut specs = Vec::new();
+                self.catalog.alter_relation(&entry.desc.name, |d| {
+                    d.indexes.retain(|i| i.oid != ix.oid);
+                    specs = d.index_specs();
+                    Ok(())
+                })?;
+                self.dataflow.set_view_indexes(entry.desc.oid, specs)?;
                 continue;
             };
             let _writer = lock_writer(session, &table).await?;

@@ -558,6 +558,13 @@ impl Engine {
             })
             .collect();
         views.sort_by_key(|e| e.desc.oid);
+        // the views' indexes are built as each view starts
+        for v in &views {
+            if !v.desc.indexes.is_empty() {
+                self.dataflow
+                    .set_view_indexes(v.desc.oid, v.desc.index_specs())?;
+            }
+        }
         let session = self.new_session();
         let log = self.dataflow.checkpoints.clone();
         let store = self.catalog.store().clone();

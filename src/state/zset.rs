@@ -15,17 +15,18 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::Int64Array;
+use datafusion::arrow::array::{ArrayRef, Int64Array};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::row::{RowConverter, SortField};
 
 use crate::dataflow::changelog::Changelog;
-use crate::error::Result;
+use crate::error::{Result, WeirError};
 use crate::operators::FastMap;
 use crate::state::rows::{BatchSource, RowBatcher};
 use crate::state::state_table::{StateTable, TableDecl};
 use crate::state::store::{Cursor, ReadView};
+use crate::state::table_index::{IndexSpec, SecondaryIndex};
 
 /// The state table of a Z-set.
 pub const ZSET_TABLE: TableDecl = TableDecl {
@@ -37,6 +38,46 @@ pub const ZSET_TABLE: TableDecl = TableDecl {
 
 pub use crate::state::state_table::count_of;
 
+/// The state table of a Z-set's secondary index (`CREATE INDEX` on a materialized view):
+/// derived from the rows, so never checkpointed (built again when the view is restored)
+/// and held in memory.
+pub const ZSET_INDEX_TABLE: TableDecl = TableDecl {
+    name: "index",
+    key: "index prefix ++ indexed values ++ row",
+    value: "multiplicity (i64 LE) ++ length of the indexed values (u32 LE)",
+    ordered: true,
+};
+
+/// A secondary index of a Z-set: its rows again, ordered by the indexed columns.
+struct ZIndex {
+    ix: SecondaryIndex,
+    entries: StateTable,
+}
+
+/// The multiplicity in an index entry's value (its first 8 bytes).
+fn entry_count(v: &[u8]) -> i64 {
+    v.get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map(i64::from_le_bytes)
+        .unwrap_or(0)
+}
+
+impl ZIndex {
+    /// Add `d` copies of `row` (with indexed values `values`).
+    fn add(&mut self, values: &[u8], row: &[u8], d: i64) {
+        let key = self.ix.key(values, row);
+        let old = self.entries.get(&key).map(entry_count).unwrap_or(0);
+        let new = old + d;
+        if new == 0 {
+            self.entries.delete(&key);
+        } else {
+            let mut v = new.to_le_bytes().to_vec();
+            v.extend_from_slice(&(values.len() as u32).to_le_bytes());
+            self.entries.put(&key, &v);
+        }
+    }
+}
+
 pub struct ZSet {
     schema: SchemaRef,
     conv: RowConverter,
@@ -46,6 +87,7 @@ pub struct ZSet {
     negative: usize,
     /// Holds a difference (negative multiplicities are expected), not a relation.
     delta: bool,
+    indexes: Vec<ZIndex>,
 }
 
 impl ZSet {
@@ -58,6 +100,7 @@ impl ZSet {
             total: 0,
             negative: 0,
             delta: false,
+            indexes: Vec::new(),
         })
     }
 
@@ -102,9 +145,90 @@ impl ZSet {
         self.rows.spilled_bytes()
     }
 
-    /// What the contents take in memory, as the state-cache budget counts it.
+    /// What the contents take in memory, as the state-cache budget counts it (their
+    /// indexes too, which stay in memory).
     pub fn footprint(&self) -> usize {
-        self.rows.footprint()
+        self.rows.footprint() + self.index_bytes()
+    }
+
+    /// Bytes of the secondary indexes' entries.
+    pub fn index_bytes(&self) -> usize {
+        self.indexes.iter().map(|i| i.entries.bytes()).sum()
+    }
+
+    /// The secondary indexes kept.
+    pub fn index_specs(&self) -> Vec<IndexSpec> {
+        self.indexes.iter().map(|i| i.ix.spec.clone()).collect()
+    }
+
+    /// Keep exactly these secondary indexes: drop the others, build the missing ones from
+    /// every row (the spilled ones too).
+    pub fn set_indexes(&mut self, specs: &[IndexSpec]) -> Result<()> {
+        self.indexes.retain(|i| specs.contains(&i.ix.spec));
+        for spec in specs {
+            if self.indexes.iter().any(|i| &i.ix.spec == spec) {
+                continue;
+            }
+            let mut z = ZIndex {
+                ix: SecondaryIndex::new(&[], spec.clone(), &self.schema)?,
+                entries: StateTable::new(ZSET_INDEX_TABLE),
+            };
+            let mut rows: Vec<(Vec<u8>, i64)> = self
+                .rows
+                .iter_resident()
+                .into_iter()
+                .map(|(r, c)| (r.to_vec(), count_of(c)))
+                .collect();
+            self.rows
+                .visit_spilled(&mut |r, c| rows.push((r.to_vec(), count_of(c))))?;
+            let parser = self.conv.parser();
+            for chunk in rows.chunks(crate::state::rows::BATCH_ROWS) {
+                let cols = self
+                    .conv
+                    .convert_rows(chunk.iter().map(|(r, _)| parser.parse(r)))?;
+                let batch = RecordBatch::try_new(self.schema.clone(), cols)?;
+                let values = z.ix.encode(&batch)?;
+                for (i, (row, count)) in chunk.iter().enumerate() {
+                    z.add(values.row(i).data(), row, *count);
+                }
+            }
+            self.indexes.push(z);
+        }
+        Ok(())
+    }
+
+    /// The rows whose leading indexed columns of index `oid` equal a row of `probe` (one
+    /// array per leading column, of the columns' types); None without such an index.
+    pub fn index_lookup(&self, oid: u32, probe: &[ArrayRef]) -> Result<Option<RecordBatch>> {
+        let Some(z) = self.indexes.iter().find(|i| i.ix.spec.oid == oid) else {
+            return Ok(None);
+        };
+        let mut prefixes = z.ix.probe_prefixes(probe)?;
+        prefixes.sort();
+        prefixes.dedup();
+        let mut b = RowBatcher::new();
+        let mut out = Vec::new();
+        for p in &prefixes {
+            for (k, v) in z.entries.prefix_resident(p) {
+                let len = v
+                    .get(8..12)
+                    .and_then(|l| l.try_into().ok())
+                    .map(u32::from_le_bytes)
+                    .ok_or_else(|| WeirError::internal("corrupt index entry"))?;
+                let row = k
+                    .get(z.ix.prefix.len() + len as usize..)
+                    .ok_or_else(|| WeirError::internal("corrupt index entry"))?;
+                b.push(row, entry_count(v));
+                while b.full() {
+                    out.extend(b.take(&self.conv, &self.schema)?);
+                }
+            }
+        }
+        out.extend(b.take(&self.conv, &self.schema)?);
+        Ok(Some(datafusion::arrow::compute::concat_batches(
+            &self.schema,
+            &out,
+        )?))
     }
 
     /// The state table holding the rows (for checkpoints, recovery and spilling).
@@ -137,12 +261,20 @@ impl ZSet {
         }
         let rows = self.conv.convert_columns(cl.data.columns())?;
         // consolidate within the batch first: fewer map operations for -x/+x pairs
-        let mut deltas: FastMap<&[u8], i64> =
+        let mut deltas: FastMap<&[u8], (i64, usize)> =
             FastMap::with_capacity_and_hasher(rows.num_rows(), Default::default());
         for (i, w) in cl.weights.values().iter().enumerate() {
-            *deltas.entry(rows.row(i).data()).or_default() += *w;
+            deltas.entry(rows.row(i).data()).or_insert((0, i)).0 += *w;
         }
-        for (row, d) in deltas {
+        for z in self.indexes.iter_mut() {
+            let values = z.ix.encode(&cl.data)?;
+            for (row, (d, i)) in deltas.iter() {
+                if *d != 0 {
+                    z.add(values.row(*i).data(), row, *d);
+                }
+            }
+        }
+        for (row, (d, _)) in deltas {
             if d == 0 {
                 continue;
             }
