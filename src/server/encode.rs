@@ -197,7 +197,15 @@ fn encode_column(col: &ArrayRef, plan: &ColumnPlan, rows: &mut [BytesMut]) -> Re
             return encode_column(&c, &plan2, rows);
         }
         DataType::UInt64 => {
-            let c = cast(col, &DataType::Decimal128(20, 0))?;
+            // bigint on the wire (a count past 2^63 fails the cast rather than wrap)
+            let c = datafusion::arrow::compute::cast_with_options(
+                col,
+                &DataType::Int64,
+                &datafusion::arrow::compute::CastOptions {
+                    safe: false,
+                    ..Default::default()
+                },
+            )?;
             return encode_column(&c, plan, rows);
         }
         DataType::Float32 => {

@@ -268,7 +268,8 @@ impl SqlType {
             DataType::Int64 => SqlType::Int8,
             // only catalog OIDs are UInt32 in Weir
             DataType::UInt32 => SqlType::Oid,
-            DataType::UInt64 => SqlType::Numeric(Some((20, 0))),
+            // what row_number(), rank() and cardinality() give: bigint, as in Postgres
+            DataType::UInt64 => SqlType::Int8,
             DataType::Float16 | DataType::Float32 => SqlType::Float4,
             DataType::Float64 => SqlType::Float8,
             // what an unconstrained `numeric` is stored as (and what sum, min and max of one
