@@ -137,6 +137,10 @@ const VIEWS: &[(&str, &str)] = &[
     ),
     // a set-returning function in FROM over the row before it (implicit LATERAL)
     (
+        "v_two_set_returning",
+        "SELECT id, unnest(ARRAY[v, g]) AS a, generate_series(1, g % 3) AS b FROM t1",
+    ),
+    (
         "v_lateral_series",
         "SELECT id, x FROM t1, generate_series(1, g % 4) AS x",
     ),

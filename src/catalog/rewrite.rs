@@ -596,9 +596,16 @@ fn lateral_set_returning(select: &mut ast::Select) {
     let Some(fname) = fname else {
         return;
     };
+    // jsonb_each[_text]: two columns, a list of keys and one of values side by side
+    let pair = match fname.as_str() {
+        "jsonb_each" | "json_each" => Some("weir_jsonb_each_values"),
+        "jsonb_each_text" | "json_each_text" => Some("weir_jsonb_each_text_values"),
+        _ => None,
+    };
     let list = match fname.as_str() {
         "unnest" if args.len() == 1 => None,
         "generate_series" => Some("generate_series"),
+        _ if pair.is_some() => Some("weir_jsonb_each_keys"),
         other => match json_set_returning(other) {
             Some(l) => Some(l),
             None => return,
@@ -634,22 +641,31 @@ fn lateral_set_returning(select: &mut ast::Select) {
         },
         _ => return,
     };
-    let (column, srf_alias) = match alias {
-        Some(a) if a.columns.len() > 1 => return,
-        Some(a) => (
-            a.columns
-                .first()
-                .map(|c| c.name.clone())
-                .unwrap_or_else(|| a.name.clone()),
+    let wanted_columns = if pair.is_some() { 2 } else { 1 };
+    let (columns, srf_alias): (Vec<Ident>, Option<Ident>) = match alias {
+        Some(a) if a.columns.len() > wanted_columns => return,
+        Some(a) if a.columns.len() == wanted_columns => (
+            a.columns.iter().map(|c| c.name.clone()).collect(),
             Some(a.name.clone()),
         ),
-        None => (Ident::new(fname.clone()), None),
+        // jsonb_each's columns are `key` and `value` unless named
+        Some(a) if pair.is_some() => (
+            vec![Ident::new("key"), Ident::new("value")],
+            Some(a.name.clone()),
+        ),
+        Some(a) => (vec![a.name.clone()], Some(a.name.clone())),
+        None if pair.is_some() => (vec![Ident::new("key"), Ident::new("value")], None),
+        None => (vec![Ident::new(fname.clone())], None),
     };
-    let inner = match list {
+    let call = |l: Option<&str>| match l {
         None => arg_text.join(", "),
         Some(l) => format!("{l}({})", arg_text.join(", ")),
     };
-    let text = format!("SELECT {rel_name}.*, unnest({inner}) AS {column} FROM {relation}");
+    let mut items = vec![format!("unnest({}) AS {}", call(list), columns[0])];
+    if let Some(values) = pair {
+        items.push(format!("unnest({}) AS {}", call(Some(values)), columns[1]));
+    }
+    let text = format!("SELECT {rel_name}.*, {} FROM {relation}", items.join(", "));
     let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
     let Ok(mut parsed) = datafusion::sql::sqlparser::parser::Parser::parse_sql(&dialect, &text)
     else {

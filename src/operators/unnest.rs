@@ -1,6 +1,7 @@
-//! `Unnest`: a set-returning function in a view's select list (`unnest(tags)`,
-//! `generate_series(1, n)`): each input row becomes one row per element of its list column,
-//! the other columns repeated.
+//! `Unnest`: set-returning functions in a view's select list (`unnest(tags)`,
+//! `generate_series(1, n)`, `jsonb_each` as two lists): each input row becomes one row per
+//! element of its list columns (side by side, the shorter padded with NULLs), the other
+//! columns repeated.
 //!
 //! - input: one changelog stream.
 //! - output: per input row, one row per element with the input row's weight. Linear:
@@ -20,8 +21,10 @@ use crate::error::{Result, WeirError};
 use crate::operators::Operator;
 
 pub struct Unnest {
-    /// The list column of the input.
-    list: usize,
+    /// The list columns of the input, unnested side by side (Postgres' several
+    /// set-returning functions in one select list: as many rows as the longest, the shorter
+    /// ones padded with NULLs).
+    lists: Vec<usize>,
     /// For each output column, the input column it comes from.
     sources: Vec<usize>,
     preserve_nulls: bool,
@@ -31,14 +34,14 @@ pub struct Unnest {
 
 impl Unnest {
     pub fn new(
-        list: usize,
+        lists: Vec<usize>,
         sources: Vec<usize>,
         preserve_nulls: bool,
         schema: SchemaRef,
         text: String,
     ) -> Self {
         Unnest {
-            list,
+            lists,
             sources,
             preserve_nulls,
             schema,
@@ -61,48 +64,61 @@ impl Operator for Unnest {
         if input.is_empty() {
             return Ok(vec![]);
         }
-        let col = input.data.column(self.list);
-        let field = match col.data_type() {
-            DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => f.clone(),
-            other => {
-                return Err(WeirError::internal(format!(
-                    "unnest of a non-list column ({other})"
-                )));
-            }
-        };
-        let list = cast(col, &DataType::LargeList(field))?;
-        let list = list.as_list::<i64>();
-        let offsets = list.value_offsets();
-        // (input row, element position or None for a kept NULL)
+        let mut lists = Vec::with_capacity(self.lists.len());
+        for &l in &self.lists {
+            let col = input.data.column(l);
+            let field = match col.data_type() {
+                DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
+                    f.clone()
+                }
+                other => {
+                    return Err(WeirError::internal(format!(
+                        "unnest of a non-list column ({other})"
+                    )));
+                }
+            };
+            lists.push(cast(col, &DataType::LargeList(field))?);
+        }
+        let lists: Vec<_> = lists.iter().map(|l| l.as_list::<i64>()).collect();
+        // (input row; per list, element position or None for a NULL)
         let mut rows: Vec<u64> = Vec::new();
-        let mut elems: Vec<Option<u64>> = Vec::new();
-        for i in 0..list.len() {
-            if list.is_null(i) {
+        let mut elems: Vec<Vec<Option<u64>>> = vec![Vec::new(); lists.len()];
+        for i in 0..input.data.num_rows() {
+            let len = |l: &&datafusion::arrow::array::LargeListArray| {
+                (!l.is_null(i)).then(|| (l.value_offsets()[i + 1] - l.value_offsets()[i]) as u64)
+            };
+            let lens: Vec<Option<u64>> = lists.iter().map(len).collect();
+            if lens.iter().all(Option::is_none) {
                 if self.preserve_nulls {
                     rows.push(i as u64);
-                    elems.push(None);
+                    for e in elems.iter_mut() {
+                        e.push(None);
+                    }
                 }
                 continue;
             }
-            for p in offsets[i]..offsets[i + 1] {
+            let n = lens.iter().map(|l| l.unwrap_or(0)).max().unwrap_or(0);
+            for p in 0..n {
                 rows.push(i as u64);
-                elems.push(Some(p as u64));
+                for (j, l) in lists.iter().enumerate() {
+                    let at = (lens[j].unwrap_or(0) > p).then(|| l.value_offsets()[i] as u64 + p);
+                    elems[j].push(at);
+                }
             }
         }
         if rows.is_empty() {
             return Ok(vec![]);
         }
         let row_idx = UInt64Array::from(rows);
-        let elem_idx = UInt64Array::from(elems);
+        let elem_idx: Vec<UInt64Array> = elems.into_iter().map(UInt64Array::from).collect();
         let cols = self
             .sources
             .iter()
             .zip(self.schema.fields())
             .map(|(&s, f)| -> Result<ArrayRef> {
-                let c = if s == self.list {
-                    take(list.values(), &elem_idx, None)?
-                } else {
-                    take(input.data.column(s), &row_idx, None)?
+                let c = match self.lists.iter().position(|&l| l == s) {
+                    Some(j) => take(lists[j].values(), &elem_idx[j], None)?,
+                    None => take(input.data.column(s), &row_idx, None)?,
                 };
                 Ok(if c.data_type() == f.data_type() {
                     c

@@ -231,12 +231,7 @@ impl<'a> Lowering<'a> {
                 ))
             }
             LogicalPlan::Unnest(u) => {
-                let [(list, _)] = u.list_type_columns.as_slice() else {
-                    return Err(unsupported(
-                        "more than one set-returning function (or a struct unnest) in a select list"
-                            .to_string(),
-                    ));
-                };
+                let lists: Vec<usize> = u.list_type_columns.iter().map(|(i, _)| *i).collect();
                 if !u.struct_type_columns.is_empty()
                     || u.list_type_columns.iter().any(|(_, c)| c.depth != 1)
                 {
@@ -251,7 +246,7 @@ impl<'a> Lowering<'a> {
                     .join(", ");
                 Ok(self.op(
                     crate::operators::unnest::Unnest::new(
-                        *list,
+                        lists,
                         u.dependency_indices.clone(),
                         u.options.preserve_nulls(),
                         Arc::new(u.schema.as_arrow().clone()),

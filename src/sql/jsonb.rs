@@ -464,6 +464,36 @@ pub fn array_elements(text: &str, as_text: bool) -> Res<Vec<Option<String>>> {
     }
 }
 
+/// `jsonb_each` (each value as jsonb text) or, with `as_text`, `jsonb_each_text` (strings
+/// without quotes, JSON null as SQL NULL): the object's (key, value) pairs in stored order.
+pub fn object_entries(text: &str, as_text: bool) -> Res<Vec<(String, Option<String>)>> {
+    match parse(text)? {
+        Node::Object(fields) => Ok(fields
+            .into_iter()
+            .map(|(k, n)| {
+                let v = match (&n, as_text) {
+                    (Node::Null, true) => None,
+                    (Node::Str(s), true) => Some(s.clone()),
+                    (n, _) => {
+                        let mut out = String::new();
+                        write(&mut out, n);
+                        Some(out)
+                    }
+                };
+                (k, v)
+            })
+            .collect()),
+        _ => Err(invalid(format!(
+            "cannot call {} on a non-object",
+            if as_text {
+                "jsonb_each_text"
+            } else {
+                "jsonb_each"
+            }
+        ))),
+    }
+}
+
 /// `jsonb_object_keys`, in the order Postgres stores them.
 pub fn object_keys(text: &str) -> Res<Vec<String>> {
     match parse(text)? {

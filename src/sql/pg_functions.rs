@@ -338,6 +338,39 @@ fn definitions() -> Vec<PgFunction> {
             },
         ),
         immutable(
+            "weir_jsonb_each_keys",
+            TypeSignature::Any(1),
+            |_| text_list(),
+            |args, _| {
+                json_list(&args[0], |t| {
+                    crate::sql::jsonb::object_entries(t, false)
+                        .map(|e| e.into_iter().map(|(k, _)| Some(k)).collect())
+                })
+            },
+        ),
+        immutable(
+            "weir_jsonb_each_values",
+            TypeSignature::Any(1),
+            |_| text_list(),
+            |args, _| {
+                json_list(&args[0], |t| {
+                    crate::sql::jsonb::object_entries(t, false)
+                        .map(|e| e.into_iter().map(|(_, v)| v).collect())
+                })
+            },
+        ),
+        immutable(
+            "weir_jsonb_each_text_values",
+            TypeSignature::Any(1),
+            |_| text_list(),
+            |args, _| {
+                json_list(&args[0], |t| {
+                    crate::sql::jsonb::object_entries(t, true)
+                        .map(|e| e.into_iter().map(|(_, v)| v).collect())
+                })
+            },
+        ),
+        immutable(
             "to_char",
             TypeSignature::Any(2),
             |_| DataType::Utf8,
