@@ -194,4 +194,18 @@ pub fn register(ctx: &SessionContext) {
         percentile: false,
         signature: Signature::new(TypeSignature::Any(1), Volatility::Immutable),
     }));
+    // the names streaming users write for DataFusion's sketches (HyperLogLog, t-digest);
+    // in a view they are recomputed from the group's values, which the view keeps
+    ctx.register_udaf(
+        datafusion::functions_aggregate::approx_distinct::approx_distinct_udaf()
+            .as_ref()
+            .clone()
+            .with_aliases(["approx_count_distinct"]),
+    );
+    ctx.register_udaf(
+        datafusion::functions_aggregate::approx_percentile_cont::approx_percentile_cont_udaf()
+            .as_ref()
+            .clone()
+            .with_aliases(["approx_percentile"]),
+    );
 }
