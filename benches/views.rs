@@ -4,12 +4,17 @@
 //!    table, with no view: the ingest baseline;
 //! 2. the same with a `GROUP BY k` (100k keys) count/sum view, then FLUSH;
 //! 3. the same with a join view (the stream joined with a 100k-row table, then grouped);
-//! 4. DataFusion running each view's query one-shot over the same rows.
+//! 4. the same with a `GROUP BY ROLLUP` view (a maintained aggregate per grouping set);
+//! 5. `W` rows (default 1 million) with a window-function view (a running sum per key,
+//!    100k partitions: every 100k-row statement changes every partition, which is computed
+//!    again whole), against its own no-view baseline;
+//! 6. DataFusion running each view's query one-shot over the same rows.
 //!
 //! Maintenance time = (ingest + FLUSH with the view) - (ingest without it). Reported:
 //! maintenance rows/s and its ratio to the one-shot query time.
 //!
-//! Run: `cargo bench --bench views` (`VIEW_BENCH_ROWS` to change N).
+//! Run: `cargo bench --bench views` (`VIEW_BENCH_ROWS` to change N,
+//! `VIEW_BENCH_WINDOW_ROWS` to change W).
 
 #[path = "../tests/harness.rs"]
 #[allow(dead_code)]
@@ -56,6 +61,9 @@ async fn main() {
         "CREATE TABLE base (k BIGINT, v BIGINT) APPEND ONLY; \
          CREATE TABLE ev_agg (k BIGINT, v BIGINT) APPEND ONLY; \
          CREATE TABLE ev_join (k BIGINT, v BIGINT) APPEND ONLY; \
+         CREATE TABLE ev_roll (k BIGINT, v BIGINT) APPEND ONLY; \
+         CREATE TABLE base_win (k BIGINT, v BIGINT) APPEND ONLY; \
+         CREATE TABLE ev_win (k BIGINT, v BIGINT) APPEND ONLY; \
          CREATE TABLE dim (k BIGINT PRIMARY KEY, name TEXT); \
          INSERT INTO dim SELECT g, 'name-' || CAST(g % 1000 AS TEXT) FROM generate_series(0, {}) AS g",
         KEYS - 1
@@ -84,14 +92,44 @@ async fn main() {
     let with_join = ingest(&c, "ev_join", rows).await;
     let one_shot_join = timed(&c, join_query).await;
 
-    let report = |name: &str, with: f64, one_shot: f64| {
-        let maintenance = (with - baseline).max(1e-9);
+    let roll_query = "SELECT k % 100 AS a, k % 7 AS b, count(*) AS n, sum(v) AS s FROM ev_roll \
+                      GROUP BY ROLLUP (k % 100, k % 7)";
+    c.batch_execute(&format!("CREATE MATERIALIZED VIEW rolled AS {roll_query}"))
+        .await
+        .expect("view");
+    let with_roll = ingest(&c, "ev_roll", rows).await;
+    let one_shot_roll = timed(&c, roll_query).await;
+
+    let win_rows: i64 = std::env::var("VIEW_BENCH_WINDOW_ROWS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000_000);
+    let win_baseline = ingest(&c, "base_win", win_rows).await;
+    let win_query = "SELECT k, v, sum(v) OVER (PARTITION BY k ORDER BY v) AS run FROM ev_win";
+    c.batch_execute(&format!("CREATE MATERIALIZED VIEW windowed AS {win_query}"))
+        .await
+        .expect("view");
+    let with_win = ingest(&c, "ev_win", win_rows).await;
+    let one_shot_win = timed(&c, win_query).await;
+    let state = c
+        .query_one(
+            "SELECT CAST(sum(state_rows) AS BIGINT) FROM weir_operator_state WHERE view_name = 'windowed'",
+            &[],
+        )
+        .await
+        .map(|r| r.get::<_, Option<i64>>(0).unwrap_or(0))
+        .unwrap_or(-1);
+
+    let report_with = |name: &str, n: i64, base: f64, with: f64, one_shot: f64| {
+        let maintenance = (with - base).max(1e-9);
         println!(
-            "| {name} | {rows} | {baseline:.1} s | {with:.1} s | {:.0} rows/s | {one_shot:.2} s | {:.1}x |",
-            rows as f64 / maintenance,
+            "| {name} | {n} | {base:.1} s | {with:.1} s | {:.0} rows/s | {one_shot:.2} s | {:.1}x |",
+            n as f64 / maintenance,
             maintenance / one_shot
         );
     };
+    let report =
+        |name: &str, with: f64, one_shot: f64| report_with(name, rows, baseline, with, one_shot);
     println!(
         "| view | rows | ingest, no view | ingest + FLUSH, with view | maintenance | one-shot query | maintenance / one-shot |"
     );
@@ -101,4 +139,20 @@ async fn main() {
         with_join,
         one_shot_join,
     );
+    report(
+        "GROUP BY ROLLUP (k % 100, k % 7): count, sum",
+        with_roll,
+        one_shot_roll,
+    );
+    report_with(
+        "sum(v) OVER (PARTITION BY k ORDER BY v), 100k partitions",
+        win_rows,
+        win_baseline,
+        with_win,
+        one_shot_win,
+    );
+    println!("window view state rows: {state}");
+    if let Some(pid) = server.pid() {
+        println!("server peak RSS: {:.0} MiB", harness::peak_mib(pid));
+    }
 }
