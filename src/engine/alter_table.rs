@@ -6,7 +6,9 @@
 //! get the default, evaluated once, or NULL) under a new OID, switched to in one commit
 //! (`Catalog::replace_table`: a crash leaves the old table or the new one), under the
 //! table's writer lock; the rest changes only the catalog. A table that materialized or plain views read is not
-//! altered (2BP01): their plans and stored state name its columns. Postgres allows more
+//! altered (2BP01): their plans and stored state name its columns (and `replace_table`
+//! opens the table's storage anew, without the dataflow's change sink); only its columns'
+//! defaults can change under views (in the catalog entry, in place). Postgres allows more
 //! (adding a column under a view, renaming); Weir refuses rather than break the views.
 
 use datafusion::arrow::array::{ArrayRef, new_null_array};
@@ -44,7 +46,19 @@ impl Engine {
                 "cannot alter table \"{name}\": it is fed by a connector"
             )));
         }
-        if let Some(d) = self.catalog.dependents(entry.desc.oid).first() {
+        // a column's default is the table's alone (views never see it): changed in the
+        // catalog entry in place, the table's storage and the views over it untouched
+        let defaults_only = alter.operations.iter().all(|op| {
+            matches!(
+                op,
+                ast::AlterTableOperation::AlterColumn {
+                    op: ast::AlterColumnOperation::SetDefault { .. }
+                        | ast::AlterColumnOperation::DropDefault,
+                    ..
+                }
+            )
+        });
+        if !defaults_only && let Some(d) = self.catalog.dependents(entry.desc.oid).first() {
             return Err(WeirError::new(
                 sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
                 format!("cannot alter table \"{name}\" because other objects depend on it"),
@@ -305,7 +319,14 @@ impl Engine {
         } else {
             None
         };
-        self.catalog.replace_table(&name, desc, rows)?;
+        if defaults_only {
+            self.catalog.alter_relation(&name, |d| {
+                d.defaults = desc.defaults.clone();
+                Ok(())
+            })?;
+        } else {
+            self.catalog.replace_table(&name, desc, rows)?;
+        }
         Ok(Output::Command("ALTER TABLE".into()))
     }
 
