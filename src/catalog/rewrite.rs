@@ -124,9 +124,10 @@ impl VisitorMut for PgRewriter {
             }
         }
         mark_star_over_using(select);
+        let outer = single_relation_name(select);
         for item in select.projection.iter_mut() {
             if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } = item {
-                subquery_predicates_as_counts(e);
+                subquery_predicates_as_counts(e, outer.as_ref());
             }
         }
         // only what the client sees: subqueries keep comparing OIDs
@@ -454,11 +455,12 @@ fn mark_star_over_using(select: &mut ast::Select) {
 /// anywhere (correlated too), keeping Postgres' three-valued IN: true if some row equals
 /// x; else false if there are no rows; else NULL if x is NULL or some row is NULL; else
 /// false.
-fn subquery_predicates_as_counts(e: &mut Expr) {
-    struct Rewrite {
+fn subquery_predicates_as_counts(e: &mut Expr, outer: Option<&Ident>) {
+    struct Rewrite<'a> {
         depth: usize,
+        outer: Option<&'a Ident>,
     }
-    impl VisitorMut for Rewrite {
+    impl VisitorMut for Rewrite<'_> {
         type Break = ();
         fn pre_visit_query(&mut self, _: &mut ast::Query) -> ControlFlow<()> {
             self.depth += 1;
@@ -484,15 +486,24 @@ fn subquery_predicates_as_counts(e: &mut Expr) {
                 } => {
                     // over the subquery as a derived table whose one column is `c`, so
                     // the outer expression cannot be captured by a name inside it
-                    let x = x.to_string();
-                    let over = |cond: &str| {
-                        Some(format!(
-                            "SELECT count(*) FROM ({subquery}) AS weir_sub(c) WHERE {cond}"
-                        ))
+                    let (found, nulls, all) = match correlated_in_counts(x, subquery, self.outer) {
+                        // a subquery that reads the outer row: counted where it stands
+                        Some((f, n, a)) => (Some(f), Some(n), Some(a)),
+                        None => {
+                            let x = x.to_string();
+                            let over = |cond: &str| {
+                                Some(format!(
+                                    "SELECT count(*) FROM ({subquery}) AS weir_sub(c) WHERE {cond}"
+                                ))
+                            };
+                            (
+                                over(&format!("weir_sub.c = ({x})")),
+                                over("weir_sub.c IS NULL"),
+                                over("TRUE"),
+                            )
+                        }
                     };
-                    let found = over(&format!("weir_sub.c = ({x})"));
-                    let nulls = over("weir_sub.c IS NULL");
-                    let all = over("TRUE");
+                    let x = x.to_string();
                     match (found, nulls, all) {
                         (Some(f), Some(n), Some(a)) => {
                             let t = format!(
@@ -512,7 +523,107 @@ fn subquery_predicates_as_counts(e: &mut Expr) {
             ControlFlow::Continue(())
         }
     }
-    let _ = e.visit(&mut Rewrite { depth: 0 });
+    let _ = e.visit(&mut Rewrite { depth: 0, outer });
+}
+
+/// The name of the one relation a select reads (its alias, else its table name).
+fn single_relation_name(select: &ast::Select) -> Option<Ident> {
+    match select.from.as_slice() {
+        [t] if t.joins.is_empty() => relation_alias(&t.relation),
+        _ => None,
+    }
+}
+
+fn relation_alias(tf: &ast::TableFactor) -> Option<Ident> {
+    match tf {
+        ast::TableFactor::Table { alias: Some(a), .. }
+        | ast::TableFactor::Derived { alias: Some(a), .. } => Some(a.name.clone()),
+        ast::TableFactor::Table {
+            name, alias: None, ..
+        } => name.0.last().and_then(|p| p.as_ident()).cloned(),
+        _ => None,
+    }
+}
+
+/// `x IN (SELECT e FROM ... WHERE ...)` whose subquery reads a column of an outer relation
+/// (a qualifier its FROM does not define): the three counts of the IN rewrite taken in the
+/// subquery itself, `x` qualified by the outer select's one relation so that no column of
+/// the subquery captures it (a derived table could not see the outer row). None when the
+/// subquery is not that simple, not correlated, or `x` cannot be qualified.
+fn correlated_in_counts(
+    x: &Expr,
+    q: &ast::Query,
+    outer: Option<&Ident>,
+) -> Option<(String, String, String)> {
+    let ast::SetExpr::Select(sel) = q.body.as_ref() else {
+        return None;
+    };
+    let [SelectItem::UnnamedExpr(item) | SelectItem::ExprWithAlias { expr: item, .. }] =
+        sel.projection.as_slice()
+    else {
+        return None;
+    };
+    if q.with.is_some()
+        || q.limit_clause.is_some()
+        || q.fetch.is_some()
+        || q.order_by.is_some()
+        || sel.distinct.is_some()
+        || sel.having.is_some()
+        || !matches!(&sel.group_by, ast::GroupByExpr::Expressions(g, _) if g.is_empty())
+        || contains_aggregate(item)
+    {
+        return None;
+    }
+    let mut inner: Vec<String> = Vec::new();
+    for t in &sel.from {
+        inner.extend(relation_alias(&t.relation).map(|i| i.value));
+        for j in &t.joins {
+            inner.extend(relation_alias(&j.relation).map(|i| i.value));
+        }
+    }
+    let mut correlated = false;
+    let _ = ast::visit_expressions(&sel.selection, |e| {
+        if let Expr::CompoundIdentifier(ids) = e
+            && ids.len() == 2
+            && !inner.contains(&ids[0].value)
+        {
+            correlated = true;
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    if !correlated {
+        return None;
+    }
+    // x's own columns, qualified by the outer relation
+    let mut x = x.clone();
+    let mut unqualified = false;
+    let _ = ast::visit_expressions_mut(&mut x, |e| {
+        if let Expr::Identifier(i) = e {
+            match outer {
+                Some(o) => *e = Expr::CompoundIdentifier(vec![o.clone(), i.clone()]),
+                None => unqualified = true,
+            }
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    if unqualified {
+        return None;
+    }
+    let count = |cond: String| {
+        let mut s = sel.clone();
+        s.projection = vec![SelectItem::UnnamedExpr(parse_expr("count(*)"))];
+        let all = match &s.selection {
+            Some(w) => format!("({w}) AND ({cond})"),
+            None => cond,
+        };
+        s.selection = Some(parse_expr(&all));
+        s.to_string()
+    };
+    Some((
+        count(format!("({item}) = ({x})")),
+        count(format!("({item}) IS NULL")),
+        count("TRUE".into()),
+    ))
 }
 
 /// `SELECT count(*) ...` over a subquery's rows: the subquery's own FROM and WHERE when it
