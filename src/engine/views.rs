@@ -72,14 +72,27 @@ impl Engine {
             conform.push(e.alias(c.name.clone()));
         }
         let plan = LogicalPlanBuilder::from(plan).project(conform)?.build()?;
+        // the event-time column, when the view reads one watermarked relation
+        let mut watermarked: Vec<String> =
+            crate::engine::referenced_relations(&ast::Statement::Query(Box::new(query.clone())))
+                .iter()
+                .filter_map(|n| self.catalog.get(n))
+                .filter_map(|e| e.desc.watermark.as_ref().map(|w| w.column.clone()))
+                .collect();
+        watermarked.dedup();
+        let ts = match watermarked.as_slice() {
+            [one] => Some(one.as_str()),
+            _ => None,
+        };
         let plan = crate::plan::view::group_windows_by_end(plan)?;
         let optimized = state.optimize(&plan)?;
         let (mut graph, windowed) = Lowering::new(&self.catalog)
             .with_window_options(window.clone())
+            .with_event_time(ts.map(str::to_owned))
             .lower_view(&optimized)?;
         if window.emit_on_close && windowed == 0 {
             return Err(WeirError::not_supported(
-                "EMIT ON WINDOW CLOSE needs an aggregate grouped by window_start or window_end of TUMBLE, HOP or SESSION",
+                "EMIT ON WINDOW CLOSE needs an aggregate grouped by window_start or window_end of TUMBLE, HOP or SESSION, or by the watermarked event-time column (or date_trunc of it)",
             ));
         }
         // rows within the allowed lateness can still change the view: the watermark it

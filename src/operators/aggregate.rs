@@ -182,8 +182,11 @@ struct Agg {
 /// How a windowed aggregate uses the watermark.
 #[derive(Debug, Clone)]
 pub struct WindowPolicy {
-    /// Position of `window_end` among the group keys.
+    /// Position of `window_end` among the group keys, or of the key the end follows from.
     pub end_key: usize,
+    /// The end is that key plus this (a group by the event time `ts`: 1 µs; by
+    /// `date_trunc('minute', ts)`: a minute); None when the key is the end.
+    pub end_step: Option<datafusion::arrow::datatypes::IntervalMonthDayNano>,
     pub lateness_us: i64,
     pub emit_on_close: bool,
     /// `late_events = 'correct'`: re-emit closed windows that admitted late rows.
@@ -1056,8 +1059,16 @@ impl Operator for Aggregate {
             Some(self.group_conv.convert_columns(&key_cols)?)
         };
         let ends = self.window.as_ref().and_then(|w| {
-            key_cols[w.end_key]
-                .as_any()
+            let key = &key_cols[w.end_key];
+            let end = match w.end_step {
+                None => key.clone(),
+                Some(step) => {
+                    let step =
+                        datafusion::arrow::array::IntervalMonthDayNanoArray::new_scalar(step);
+                    datafusion::arrow::compute::kernels::numeric::add(key, &step).ok()?
+                }
+            };
+            end.as_any()
                 .downcast_ref::<datafusion::arrow::array::TimestampMicrosecondArray>()
                 .cloned()
         });

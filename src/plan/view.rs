@@ -74,6 +74,10 @@ pub struct Lowering<'a> {
     append_only: Box<dyn Fn(&str) -> bool + 'a>,
     pub graph: Graph,
     window: WindowOptions,
+    /// The view's event-time column (the watermarked column of the one watermarked
+    /// relation it reads): a GROUP BY of it, or of `date_trunc(unit, it)`, closes by the
+    /// watermark like a window.
+    event_time: Option<String>,
     /// Windowed aggregates lowered (EMIT ON WINDOW CLOSE needs one).
     pub windowed_aggregates: usize,
 }
@@ -96,12 +100,18 @@ impl<'a> Lowering<'a> {
             append_only: Box::new(|_| false),
             graph: Graph::new(),
             window: WindowOptions::default(),
+            event_time: None,
             windowed_aggregates: 0,
         }
     }
 
     pub fn with_window_options(mut self, options: WindowOptions) -> Self {
         self.window = options;
+        self
+    }
+
+    pub fn with_event_time(mut self, column: Option<String>) -> Self {
+        self.event_time = column;
         self
     }
 
@@ -493,14 +503,35 @@ impl<'a> Lowering<'a> {
             Arc::new(physical_in.clone()),
             Arc::new(schema.as_arrow().clone()),
         )?;
-        // a GROUP BY key named window_end (TUMBLE/HOP) makes it a windowed aggregate
-        let end_key = (0..group_expr.len()).find(|i| {
-            schema.field(*i).name() == "window_end" && matches!(types[*i], DataType::Timestamp(..))
-        });
-        if let Some(end_key) = end_key {
+        // a GROUP BY key named window_end (TUMBLE/HOP) makes it a windowed aggregate, and so
+        // does a key of the event time or of date_trunc over it
+        let end_key = (0..group_expr.len())
+            .find(|i| {
+                schema.field(*i).name() == "window_end"
+                    && matches!(types[*i], DataType::Timestamp(..))
+            })
+            .map(|i| (i, None))
+            .or_else(|| {
+                let ts = self.event_time.as_deref()?;
+                (0..group_expr.len()).find_map(|i| {
+                    event_time_step(&group_expr[i], ts)
+                        .filter(|_| {
+                            matches!(
+                                types[i],
+                                DataType::Timestamp(
+                                    datafusion::arrow::datatypes::TimeUnit::Microsecond,
+                                    _
+                                )
+                            )
+                        })
+                        .map(|step| (i, Some(step)))
+                })
+            });
+        if let Some((end_key, end_step)) = end_key {
             self.windowed_aggregates += 1;
             op = op.with_window(crate::operators::aggregate::WindowPolicy {
                 end_key,
+                end_step,
                 lateness_us: self.window.lateness_us,
                 emit_on_close: self.window.emit_on_close,
                 correct: self.window.correct,
@@ -1285,8 +1316,38 @@ impl Operator for Constant {
     }
 }
 
-/// Operator behaviour under retractions, driven through real plans: SQL over in-memory
-/// tables is planned by DataFusion, lowered, and fed readable changelog literals.
+/// How far past a group key of the event time `ts` its group ends: 1 µs for `ts` itself,
+/// one unit for `date_trunc('unit', ts)`; None for any other key.
+fn event_time_step(
+    e: &Expr,
+    ts: &str,
+) -> Option<datafusion::arrow::datatypes::IntervalMonthDayNano> {
+    use datafusion::arrow::datatypes::IntervalMonthDayNano as I;
+    let is_ts = |e: &Expr| matches!(e, Expr::Column(c) if c.name == ts);
+    if is_ts(e) {
+        return Some(I::new(0, 0, 1_000));
+    }
+    let Expr::ScalarFunction(f) = e else {
+        return None;
+    };
+    if f.func.name() != "date_trunc" || f.args.len() != 2 || !is_ts(&f.args[1]) {
+        return None;
+    }
+    let Expr::Literal(ScalarValue::Utf8(Some(unit)), _) = &f.args[0] else {
+        return None;
+    };
+    Some(match unit.to_ascii_lowercase().as_str() {
+        "second" => I::new(0, 0, 1_000_000_000),
+        "minute" => I::new(0, 0, 60_000_000_000),
+        "hour" => I::new(0, 0, 3_600_000_000_000),
+        "day" => I::new(0, 1, 0),
+        "week" => I::new(0, 7, 0),
+        "month" => I::new(1, 0, 0),
+        "year" => I::new(12, 0, 0),
+        _ => return None,
+    })
+}
+
 /// `GROUP BY window_start` of a TUMBLE or HOP without `window_end`: the end is a function of
 /// the start (one window size), so grouping by both makes the same groups, and the end is
 /// what a windowed aggregate closes its groups by (EMIT ON WINDOW CLOSE, watermarks). Run on
@@ -1343,6 +1404,8 @@ pub fn group_windows_by_end(plan: LogicalPlan) -> Result<LogicalPlan> {
         .data)
 }
 
+/// Operator behaviour under retractions, driven through real plans: SQL over in-memory
+/// tables is planned by DataFusion, lowered, and fed readable changelog literals.
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
