@@ -165,15 +165,9 @@ fn aliased_using_join(tf: &mut ast::TableFactor) {
     if !using {
         return;
     }
-    let text = format!("SELECT * FROM {table_with_joins}");
-    let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
-    let Ok(mut parsed) = datafusion::sql::sqlparser::parser::Parser::parse_sql(&dialect, &text)
-    else {
-        return;
-    };
     // (not marked for Postgres' column order of chained USING joins: the marker column
     // would be seen through the alias before the analyzer removes it)
-    let Some(ast::Statement::Query(q)) = parsed.pop() else {
+    let Some(q) = parse_query_text(&format!("SELECT * FROM {table_with_joins}")) else {
         return;
     };
     *tf = ast::TableFactor::Derived {
@@ -555,23 +549,13 @@ fn correlated_in_counts(
     q: &ast::Query,
     outer: Option<&Ident>,
 ) -> Option<(String, String, String)> {
-    let ast::SetExpr::Select(sel) = q.body.as_ref() else {
-        return None;
-    };
+    let sel = plain_select(q)?;
     let [SelectItem::UnnamedExpr(item) | SelectItem::ExprWithAlias { expr: item, .. }] =
         sel.projection.as_slice()
     else {
         return None;
     };
-    if q.with.is_some()
-        || q.limit_clause.is_some()
-        || q.fetch.is_some()
-        || q.order_by.is_some()
-        || sel.distinct.is_some()
-        || sel.having.is_some()
-        || !matches!(&sel.group_by, ast::GroupByExpr::Expressions(g, _) if g.is_empty())
-        || contains_aggregate(item)
-    {
+    if contains_aggregate(item) {
         return None;
     }
     let mut inner: Vec<String> = Vec::new();
@@ -630,14 +614,7 @@ fn correlated_in_counts(
 /// is a plain SELECT (so a correlation stays where DataFusion decorrelates it), else the
 /// subquery as a derived table.
 fn count_query(q: &ast::Query) -> Option<String> {
-    if let ast::SetExpr::Select(sel) = q.body.as_ref()
-        && q.with.is_none()
-        && !sel.from.is_empty()
-        && q.limit_clause.is_none()
-        && q.fetch.is_none()
-        && sel.distinct.is_none()
-        && sel.having.is_none()
-        && matches!(&sel.group_by, ast::GroupByExpr::Expressions(g, _) if g.is_empty())
+    if let Some(sel) = plain_select(q)
         && !sel.projection.iter().any(|i| match i {
             SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
                 contains_aggregate(e)
@@ -650,6 +627,23 @@ fn count_query(q: &ast::Query) -> Option<String> {
         return Some(sel.to_string());
     }
     Some(format!("SELECT count(*) FROM ({q}) AS weir_sub"))
+}
+
+/// A query that is one SELECT over a FROM, without WITH, LIMIT, ORDER BY, DISTINCT,
+/// GROUP BY or HAVING: its rows can be counted by its own FROM and WHERE.
+fn plain_select(q: &ast::Query) -> Option<&ast::Select> {
+    let ast::SetExpr::Select(sel) = q.body.as_ref() else {
+        return None;
+    };
+    (q.with.is_none()
+        && !sel.from.is_empty()
+        && q.limit_clause.is_none()
+        && q.fetch.is_none()
+        && q.order_by.is_none()
+        && sel.distinct.is_none()
+        && sel.having.is_none()
+        && matches!(&sel.group_by, ast::GroupByExpr::Expressions(g, _) if g.is_empty()))
+    .then_some(sel)
 }
 
 /// `SELECT generate_series(1, 3)`: a set-returning function in the select list gives one
@@ -781,23 +775,11 @@ fn lateral_set_returning(select: &mut ast::Select) {
     if !reads_columns {
         return;
     }
-    let rel_name = match relation {
-        TableFactor::Table {
-            alias: Some(a),
-            args: None,
-            ..
-        }
-        | TableFactor::Derived { alias: Some(a), .. } => a.name.clone(),
-        TableFactor::Table {
-            name,
-            alias: None,
-            args: None,
-            ..
-        } => match name.0.last().and_then(|p| p.as_ident()) {
-            Some(i) => i.clone(),
-            None => return,
-        },
-        _ => return,
+    if matches!(relation, TableFactor::Table { args: Some(_), .. }) {
+        return;
+    }
+    let Some(rel_name) = relation_alias(relation) else {
+        return;
     };
     let wanted_columns = if pair.is_some() { 2 } else { 1 };
     let (columns, srf_alias): (Vec<Ident>, Option<Ident>) = match alias {
@@ -824,12 +806,7 @@ fn lateral_set_returning(select: &mut ast::Select) {
         items.push(format!("unnest({}) AS {}", call(Some(values)), columns[1]));
     }
     let text = format!("SELECT {rel_name}.*, {} FROM {relation}", items.join(", "));
-    let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
-    let Ok(mut parsed) = datafusion::sql::sqlparser::parser::Parser::parse_sql(&dialect, &text)
-    else {
-        return;
-    };
-    let Some(ast::Statement::Query(q)) = parsed.pop() else {
+    let Some(q) = parse_query_text(&text) else {
         return;
     };
     let derived = TableFactor::Derived {
@@ -1514,6 +1491,18 @@ fn plain_type(name: &str) -> ast::DataType {
             ObjectName(vec![ObjectNamePart::Identifier(Ident::new(other))]),
             vec![],
         ),
+    }
+}
+
+/// A query the rewrite wrote as text (None if it does not parse: the rewrite is skipped).
+fn parse_query_text(sql: &str) -> Option<Box<ast::Query>> {
+    let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
+    match datafusion::sql::sqlparser::parser::Parser::parse_sql(&dialect, sql)
+        .ok()?
+        .pop()?
+    {
+        ast::Statement::Query(q) => Some(q),
+        _ => None,
     }
 }
 

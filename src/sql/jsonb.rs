@@ -387,15 +387,7 @@ fn write(out: &mut String, n: &Node) {
 
 /// Check `text` as one JSON value and return it as Postgres prints the `jsonb` it stores.
 pub fn normalize(text: &str) -> Result<String, WeirError> {
-    let mut p = Parser {
-        s: text.as_bytes(),
-        at: 0,
-    };
-    let v = p.value(0)?;
-    p.ws();
-    if p.at != p.s.len() {
-        return Err(p.err("Expected end of input, but found more."));
-    }
+    let v = parse(text)?;
     let mut out = String::with_capacity(text.len());
     write(&mut out, &v);
     Ok(out)
@@ -443,22 +435,25 @@ pub fn array_length(text: &str) -> Res<i32> {
     }
 }
 
+/// An element or value as jsonb text, or with `as_text` as the `_text` functions give it
+/// (a string without quotes, JSON null as SQL NULL).
+fn element_text(n: &Node, as_text: bool) -> Option<String> {
+    match (n, as_text) {
+        (Node::Null, true) => None,
+        (Node::Str(s), true) => Some(s.clone()),
+        (n, _) => {
+            let mut out = String::new();
+            write(&mut out, n);
+            Some(out)
+        }
+    }
+}
+
 /// `jsonb_array_elements` (each element as jsonb text) or, with `as_text`,
 /// `jsonb_array_elements_text` (strings without quotes, JSON null as SQL NULL).
 pub fn array_elements(text: &str, as_text: bool) -> Res<Vec<Option<String>>> {
     match parse(text)? {
-        Node::Array(items) => Ok(items
-            .iter()
-            .map(|n| match (n, as_text) {
-                (Node::Null, true) => None,
-                (Node::Str(s), true) => Some(s.clone()),
-                (n, _) => {
-                    let mut out = String::new();
-                    write(&mut out, n);
-                    Some(out)
-                }
-            })
-            .collect()),
+        Node::Array(items) => Ok(items.iter().map(|n| element_text(n, as_text)).collect()),
         Node::Object(_) => Err(invalid("cannot extract elements from an object".into())),
         _ => Err(invalid("cannot extract elements from a scalar".into())),
     }
@@ -471,15 +466,7 @@ pub fn object_entries(text: &str, as_text: bool) -> Res<Vec<(String, Option<Stri
         Node::Object(fields) => Ok(fields
             .into_iter()
             .map(|(k, n)| {
-                let v = match (&n, as_text) {
-                    (Node::Null, true) => None,
-                    (Node::Str(s), true) => Some(s.clone()),
-                    (n, _) => {
-                        let mut out = String::new();
-                        write(&mut out, n);
-                        Some(out)
-                    }
-                };
+                let v = element_text(&n, as_text);
                 (k, v)
             })
             .collect()),

@@ -284,99 +284,68 @@ fn definitions() -> Vec<PgFunction> {
             },
         ),
         immutable(
-            "jsonb_typeof",
-            TypeSignature::Any(1),
-            |_| DataType::Utf8,
-            |args, _| {
-                json_scalar(&args[0], |t| {
-                    crate::sql::jsonb::type_of(t).map(|k| k.to_owned())
-                })
-            },
-        ),
-        immutable(
-            "json_typeof",
-            TypeSignature::Any(1),
-            |_| DataType::Utf8,
-            |args, _| {
-                json_scalar(&args[0], |t| {
-                    crate::sql::jsonb::type_of(t).map(|k| k.to_owned())
-                })
-            },
-        ),
-        immutable(
-            "jsonb_array_length",
-            TypeSignature::Any(1),
-            |_| DataType::Int32,
-            |args, _| json_length(&args[0]),
-        ),
-        immutable(
-            "json_array_length",
-            TypeSignature::Any(1),
-            |_| DataType::Int32,
-            |args, _| json_length(&args[0]),
-        ),
-        immutable(
-            "weir_jsonb_array_elements",
-            TypeSignature::Any(1),
-            |_| text_list(),
-            |args, _| json_list(&args[0], |t| crate::sql::jsonb::array_elements(t, false)),
-        ),
-        immutable(
-            "weir_jsonb_array_elements_text",
-            TypeSignature::Any(1),
-            |_| text_list(),
-            |args, _| json_list(&args[0], |t| crate::sql::jsonb::array_elements(t, true)),
-        ),
-        immutable(
-            "weir_jsonb_object_keys",
-            TypeSignature::Any(1),
-            |_| text_list(),
-            |args, _| {
-                json_list(&args[0], |t| {
-                    crate::sql::jsonb::object_keys(t).map(|k| k.into_iter().map(Some).collect())
-                })
-            },
-        ),
-        immutable(
-            "weir_jsonb_each_keys",
-            TypeSignature::Any(1),
-            |_| text_list(),
-            |args, _| {
-                json_list(&args[0], |t| {
-                    crate::sql::jsonb::object_entries(t, false)
-                        .map(|e| e.into_iter().map(|(k, _)| Some(k)).collect())
-                })
-            },
-        ),
-        immutable(
-            "weir_jsonb_each_values",
-            TypeSignature::Any(1),
-            |_| text_list(),
-            |args, _| {
-                json_list(&args[0], |t| {
-                    crate::sql::jsonb::object_entries(t, false)
-                        .map(|e| e.into_iter().map(|(_, v)| v).collect())
-                })
-            },
-        ),
-        immutable(
-            "weir_jsonb_each_text_values",
-            TypeSignature::Any(1),
-            |_| text_list(),
-            |args, _| {
-                json_list(&args[0], |t| {
-                    crate::sql::jsonb::object_entries(t, true)
-                        .map(|e| e.into_iter().map(|(_, v)| v).collect())
-                })
-            },
-        ),
-        immutable(
             "to_char",
             TypeSignature::Any(2),
             |_| DataType::Utf8,
             crate::sql::to_char::to_char,
         ),
     ]
+    .into_iter()
+    .chain(json_definitions())
+    .collect()
+}
+
+/// The JSON functions (each under its `json_` name too), and the lists the set-returning
+/// ones are unnested from (`rewrite.rs` calls those).
+fn json_definitions() -> Vec<PgFunction> {
+    use crate::sql::jsonb;
+    let mut out = Vec::new();
+    for n in ["jsonb_typeof", "json_typeof"] {
+        out.push(immutable(
+            n,
+            TypeSignature::Any(1),
+            |_| DataType::Utf8,
+            |args, _| json_scalar(&args[0], |t| jsonb::type_of(t).map(str::to_owned)),
+        ));
+    }
+    for n in ["jsonb_array_length", "json_array_length"] {
+        out.push(immutable(
+            n,
+            TypeSignature::Any(1),
+            |_| DataType::Int32,
+            |args, _| json_length(&args[0]),
+        ));
+    }
+    type ListOf = fn(&str) -> Result<Vec<Option<String>>, WeirError>;
+    let lists: [(&'static str, ListOf); 6] = [
+        ("weir_jsonb_array_elements", |t| {
+            jsonb::array_elements(t, false)
+        }),
+        ("weir_jsonb_array_elements_text", |t| {
+            jsonb::array_elements(t, true)
+        }),
+        ("weir_jsonb_object_keys", |t| {
+            jsonb::object_keys(t).map(|k| k.into_iter().map(Some).collect())
+        }),
+        ("weir_jsonb_each_keys", |t| {
+            jsonb::object_entries(t, false).map(|e| e.into_iter().map(|(k, _)| Some(k)).collect())
+        }),
+        ("weir_jsonb_each_values", |t| {
+            jsonb::object_entries(t, false).map(|e| e.into_iter().map(|(_, v)| v).collect())
+        }),
+        ("weir_jsonb_each_text_values", |t| {
+            jsonb::object_entries(t, true).map(|e| e.into_iter().map(|(_, v)| v).collect())
+        }),
+    ];
+    for (n, f) in lists {
+        out.push(immutable(
+            n,
+            TypeSignature::Any(1),
+            |_| text_list(),
+            move |args, _| json_list(&args[0], f),
+        ));
+    }
+    out
 }
 
 /// One function of this module by name (the analyzer rule puts some into plans).

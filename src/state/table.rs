@@ -1931,6 +1931,14 @@ mod tests {
     }
 
     fn open(store: &Arc<dyn Store>, kind: TableKind) -> Arc<TableStore> {
+        open_indexed(store, kind, Vec::new())
+    }
+
+    fn open_indexed(
+        store: &Arc<dyn Store>,
+        kind: TableKind,
+        indexes: Vec<IndexSpec>,
+    ) -> Arc<TableStore> {
         Arc::new(
             TableStore::open(
                 20000,
@@ -1940,7 +1948,7 @@ mod tests {
                     column_types: vec![SqlType::Int8, SqlType::Text],
                     kind,
                     watermark: None,
-                    indexes: Vec::new(),
+                    indexes,
                 },
                 store.clone(),
             )
@@ -1969,23 +1977,14 @@ mod tests {
     /// (a crash in DROP INDEX) is purged when the table opens. Seed: WEIR_INDEX_SEED.
     #[test]
     fn index_lookups_equal_filtered_scans() {
+        use rand::{Rng, SeedableRng};
         let seed: u64 = std::env::var("WEIR_INDEX_SEED")
             .ok()
             .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos() as u64)
-                    .unwrap_or(7)
-            });
-        println!("index_lookups_equal_filtered_scans seed {seed}");
-        let mut x = seed | 1;
-        let mut rnd = move |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
+            .unwrap_or_else(|| rand::rng().random());
+        println!("index_lookups_equal_filtered_scans seed {seed} (WEIR_INDEX_SEED to repeat)");
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut rnd = move |n: u64| rng.random_range(0..n);
         let vocab = ["a", "b", "c", "d"];
         let spec = |oid: u32| IndexSpec {
             oid,
@@ -1996,23 +1995,7 @@ mod tests {
         for kind in [TableKind::Keyed { pk: vec![0] }, TableKind::Multiset] {
             let dir = tempfile::tempdir().unwrap();
             let store: Arc<dyn Store> = Arc::new(FjallStore::open(dir.path()).unwrap());
-            let reopen = |specs: Vec<IndexSpec>| {
-                Arc::new(
-                    TableStore::open(
-                        20000,
-                        "t",
-                        TableLayout {
-                            schema: schema(),
-                            column_types: vec![SqlType::Int8, SqlType::Text],
-                            kind: kind.clone(),
-                            watermark: None,
-                            indexes: specs,
-                        },
-                        store.clone(),
-                    )
-                    .unwrap(),
-                )
-            };
+            let reopen = |specs: Vec<IndexSpec>| open_indexed(&store, kind.clone(), specs);
             let mut t = reopen(vec![spec(30000), spec(30004)]);
             let mut model: Vec<(i64, String)> = Vec::new();
             for step in 0..120 {

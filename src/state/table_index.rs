@@ -115,10 +115,17 @@ impl SecondaryIndex {
     /// The key of an entry: the prefix, the indexed values, what tells rows apart.
     pub(crate) fn key(&self, values: &[u8], row_id: &[u8]) -> Vec<u8> {
         let mut k = Vec::with_capacity(self.prefix.len() + values.len() + row_id.len());
-        k.extend_from_slice(&self.prefix);
-        k.extend_from_slice(values);
-        k.extend_from_slice(row_id);
+        self.key_into(&mut k, values, row_id);
         k
+    }
+
+    /// [`key`](Self::key) written into `buf` (cleared first), for callers that reuse one
+    /// buffer per row.
+    pub(crate) fn key_into(&self, buf: &mut Vec<u8>, values: &[u8], row_id: &[u8]) {
+        buf.clear();
+        buf.extend_from_slice(&self.prefix);
+        buf.extend_from_slice(values);
+        buf.extend_from_slice(row_id);
     }
 
     /// The prefix every entry of rows with these values of the leading indexed columns

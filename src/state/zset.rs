@@ -52,6 +52,8 @@ pub const ZSET_INDEX_TABLE: TableDecl = TableDecl {
 struct ZIndex {
     ix: SecondaryIndex,
     entries: StateTable,
+    /// The key being written (one buffer for every row).
+    key: Vec<u8>,
 }
 
 /// The multiplicity in an index entry's value (its first 8 bytes).
@@ -65,15 +67,16 @@ fn entry_count(v: &[u8]) -> i64 {
 impl ZIndex {
     /// Add `d` copies of `row` (with indexed values `values`).
     fn add(&mut self, values: &[u8], row: &[u8], d: i64) {
-        let key = self.ix.key(values, row);
-        let old = self.entries.get(&key).map(entry_count).unwrap_or(0);
+        self.ix.key_into(&mut self.key, values, row);
+        let old = self.entries.get(&self.key).map(entry_count).unwrap_or(0);
         let new = old + d;
         if new == 0 {
-            self.entries.delete(&key);
+            self.entries.delete(&self.key);
         } else {
-            let mut v = new.to_le_bytes().to_vec();
-            v.extend_from_slice(&(values.len() as u32).to_le_bytes());
-            self.entries.put(&key, &v);
+            let mut v = [0u8; 12];
+            v[..8].copy_from_slice(&new.to_le_bytes());
+            v[8..].copy_from_slice(&(values.len() as u32).to_le_bytes());
+            self.entries.put(&self.key, &v);
         }
     }
 }
@@ -172,6 +175,7 @@ impl ZSet {
             let mut z = ZIndex {
                 ix: SecondaryIndex::new(&[], spec.clone(), &self.schema)?,
                 entries: StateTable::new(ZSET_INDEX_TABLE),
+                key: Vec::new(),
             };
             let mut rows: Vec<(Vec<u8>, i64)> = self
                 .rows
