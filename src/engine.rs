@@ -332,7 +332,8 @@ impl Engine {
         let plan = state
             .statement_to_plan(DfParserStatement::Statement(Box::new(stmt)))
             .await?;
-        Ok(crate::catalog::pg_semantics::fix_planned(plan)?)
+        let plan = crate::catalog::pg_semantics::fix_planned(plan)?;
+        crate::plan::asof::plan(plan, crate::plan::asof::Mode::Query)
     }
 
     pub async fn execute(

@@ -7,6 +7,7 @@
 //! over the inputs at every epoch boundary.
 
 pub mod aggregate;
+pub mod asof_join;
 pub mod emitted;
 pub mod filter;
 pub mod float_sum;

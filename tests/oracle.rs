@@ -163,6 +163,15 @@ const VIEWS: &[(&str, &str)] = &[
         "v_grouping_sets",
         "SELECT g, s, count(*) AS n FROM t1 GROUP BY GROUPING SETS ((g), (g), (s), ())",
     ),
+    // ASOF joins: the latest t2 at or before, the earliest t3 after (t3 has duplicates)
+    (
+        "v_asof",
+        "SELECT t1.id, t2.id AS id2, t2.w FROM t1 ASOF JOIN t2 ON t1.g = t2.g AND t1.v >= t2.id",
+    ),
+    (
+        "v_asof_left",
+        "SELECT t1.id, t1.v, t3.x FROM t1 ASOF LEFT JOIN t3 ON t1.g = t3.k AND t1.v < t3.x",
+    ),
     // ordered-set aggregates under retractions
     (
         "v_ordered_set",

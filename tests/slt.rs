@@ -183,6 +183,7 @@ macro_rules! slt_tests {
 
 slt_tests!(
     tables,
+    asof_join,
     dml,
     types,
     queries,

@@ -303,6 +303,20 @@ impl ScalarUDFImpl for Length {
 /// Register every function on a session context.
 pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
     register_server_file_refusals(ctx);
+    // the parser's mark of an ASOF join (`plan::asof` removes it); reached only where a
+    // statement is not planned through `plan::asof`
+    ctx.register_udf(ScalarUDF::new_from_impl(PgFunction {
+        name: crate::sql::parser::ASOF_MARKER,
+        signature: Signature::nullary(Volatility::Volatile),
+        ret: Box::new(|_| DataType::Boolean),
+        imp: Box::new(|_, _| {
+            Err(datafusion::error::DataFusionError::External(Box::new(
+                crate::error::WeirError::not_supported(
+                    "ASOF JOIN is supported in queries and materialized views only",
+                ),
+            )))
+        }),
+    }));
     ctx.register_udf(ScalarUDF::new_from_impl(PgTypeof {
         signature: Signature::any(1, Volatility::Immutable),
     }));

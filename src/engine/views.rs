@@ -52,6 +52,7 @@ impl Engine {
             )))
             .await?;
         let plan = crate::catalog::pg_semantics::fix_planned(plan)?;
+        let plan = crate::plan::asof::plan(plan, crate::plan::asof::Mode::View)?;
         if !plan.get_parameter_fields()?.is_empty() {
             return Err(WeirError::syntax(
                 "a materialized view cannot have parameters ($1)",

@@ -367,6 +367,16 @@ impl<'a> Lowering<'a> {
                 Ok(self.op(op, vec![left, right]))
             }
             LogicalPlan::SubqueryAlias(s) => self.lower(&s.input),
+            LogicalPlan::Extension(e) => {
+                match e
+                    .node
+                    .as_any()
+                    .downcast_ref::<crate::plan::asof::AsofJoinNode>()
+                {
+                    Some(a) => self.asof_join(a),
+                    None => Err(unsupported(e.node.name())),
+                }
+            }
             LogicalPlan::Union(u) => {
                 let inputs = u
                     .inputs
@@ -1001,6 +1011,61 @@ impl<'a> Lowering<'a> {
             node = self.op(Filter::new(pred, out.clone(), c.to_string()), vec![node]);
         }
         Ok(Some(node))
+    }
+}
+
+impl Lowering<'_> {
+    /// An ASOF join (`plan/asof.rs`) as the `AsofJoin` operator; it frees state by the
+    /// watermark when both inputs only insert and both times are the watermarked column.
+    fn asof_join(&mut self, a: &crate::plan::asof::AsofJoinNode) -> Result<NodeId> {
+        use crate::operators::asof_join::{AsofJoin, time_type_supported};
+        let (ls, rs) = (a.left.schema(), a.right.schema());
+        let mut lk = Vec::new();
+        let mut rk = Vec::new();
+        let mut types = Vec::new();
+        for (l, r) in &a.on {
+            let lt = l.get_type(ls)?;
+            let r = if r.get_type(rs)? == lt {
+                r.clone()
+            } else {
+                r.clone().cast_to(&lt, rs)?
+            };
+            lk.push(compile(l, ls)?);
+            rk.push(compile(&r, rs)?);
+            types.push(lt);
+        }
+        for (e, s) in [(&a.left_time, ls), (&a.right_time, rs)] {
+            let t = e.get_type(s)?;
+            if !time_type_supported(&t) {
+                return Err(unsupported(format!(
+                    "an ASOF join on times of type {t} (times must be integers, dates or timestamps)"
+                )));
+            }
+        }
+        let times = [compile(&a.left_time, ls)?, compile(&a.right_time, rs)?];
+        let is_event_time = |e: &Expr| matches!(e, Expr::Column(c) if self.event_time.as_deref() == Some(c.name.as_str()));
+        let free = is_event_time(&a.left_time)
+            && is_event_time(&a.right_time)
+            && self.insert_only(&a.left)
+            && self.insert_only(&a.right);
+        let left = self.lower(&a.left)?;
+        let right = self.lower(&a.right)?;
+        let mut op = AsofJoin::new(
+            a.op,
+            a.join_type == datafusion::common::JoinType::Left,
+            Arc::new(ls.as_arrow().clone()),
+            Arc::new(rs.as_arrow().clone()),
+            lk,
+            rk,
+            types,
+            times,
+            Arc::new(a.schema.as_arrow().clone()),
+            a.condition_text(),
+        )?;
+        if free {
+            op = op.freeing_by_watermark(self.window.lateness_us);
+        }
+        Ok(self.op(op, vec![left, right]))
     }
 }
 

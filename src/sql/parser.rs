@@ -518,6 +518,7 @@ pub fn parse_tree(sql: &str, memory: usize) -> Result<Vec<Parsed>> {
         .map_err(|e| WeirError::syntax(format!("syntax error: {e}")))?;
     // before any tree exists: a statement too deep to plan is refused here (54001)
     crate::sql::depth::check(tokens.iter().map(|t| &t.token))?;
+    let tokens = mark_asof_joins(tokens)?;
     let (tokens, emit_marks) = preprocess(tokens);
     let mut p = Parser::new(&dialect)
         .with_recursion_limit(crate::sql::depth::MAX_PARSER_RECURSION)
@@ -553,6 +554,116 @@ pub fn parse_tree(sql: &str, memory: usize) -> Result<Vec<Parsed>> {
         let start = index.offset(first.span.start);
         let text = sql.get(start..end).unwrap_or(sql).trim().to_owned();
         out.push(Parsed { stmt, text });
+    }
+    Ok(out)
+}
+
+/// The marker function an ASOF join's ON condition starts with after [`mark_asof_joins`].
+pub const ASOF_MARKER: &str = "__weir_asof";
+
+/// `a ASOF [INNER | LEFT [OUTER]] JOIN b ON cond` (DuckDB's spelling, which sqlparser's
+/// Postgres dialect does not parse) becomes `a [LEFT] JOIN b ON __weir_asof() AND cond`:
+/// the marker conjunct tells the planner (`plan::asof`) that this join is an ASOF join.
+fn mark_asof_joins(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSpan>> {
+    let is_word = |t: &TokenWithSpan, w: &str| matches!(&t.token, Token::Word(x) if x.quote_style.is_none() && x.value.eq_ignore_ascii_case(w));
+    if !tokens.iter().any(|t| is_word(t, "ASOF")) {
+        return Ok(tokens);
+    }
+    let sig: Vec<usize> = tokens
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| !matches!(t.token, Token::Whitespace(_)))
+        .map(|(i, _)| i)
+        .collect();
+    let mut drop = vec![false; tokens.len()];
+    let mut marked_on: Vec<usize> = Vec::new();
+    for k in 0..sig.len() {
+        let word_at = |d: usize, w: &str| sig.get(k + d).is_some_and(|i| is_word(&tokens[*i], w));
+        if !word_at(0, "ASOF") {
+            continue;
+        }
+        // the words up to JOIN
+        let mut j = 1;
+        while j < 4 && !word_at(j, "JOIN") {
+            j += 1;
+        }
+        if !word_at(j, "JOIN") {
+            continue;
+        }
+        let kind: Vec<String> = (1..j)
+            .filter_map(|d| match &tokens[sig[k + d]].token {
+                Token::Word(w) => Some(w.value.to_uppercase()),
+                _ => None,
+            })
+            .collect();
+        match kind
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .as_slice()
+        {
+            [] | ["INNER"] | ["LEFT"] | ["LEFT", "OUTER"] => {}
+            other => {
+                return Err(WeirError::not_supported(format!(
+                    "ASOF {} JOIN is not supported: an ASOF join is inner or LEFT",
+                    other.join(" ")
+                )));
+            }
+        }
+        // its ON, at the same parenthesis depth, before the next clause
+        let mut depth = 0i32;
+        let mut on = None;
+        for &i in &sig[k + j + 1..] {
+            match &tokens[i].token {
+                Token::LParen => depth += 1,
+                Token::RParen if depth == 0 => break,
+                Token::RParen => depth -= 1,
+                Token::SemiColon | Token::EOF => break,
+                Token::Word(w) if depth == 0 && w.quote_style.is_none() => {
+                    if w.value.eq_ignore_ascii_case("ON") {
+                        on = Some(i);
+                        break;
+                    }
+                    if matches!(
+                        w.keyword,
+                        Keyword::JOIN | Keyword::WHERE | Keyword::GROUP | Keyword::USING
+                    ) {
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let Some(on) = on else {
+            return Err(WeirError::syntax(
+                "an ASOF join needs an ON condition: ON a.k = b.k AND a.ts >= b.ts",
+            ));
+        };
+        drop[sig[k]] = true;
+        marked_on.push(on);
+    }
+    let space = || Token::Whitespace(datafusion::sql::sqlparser::tokenizer::Whitespace::Space);
+    let mut out = Vec::with_capacity(tokens.len() + 6 * marked_on.len());
+    for (i, t) in tokens.into_iter().enumerate() {
+        if drop[i] {
+            continue;
+        }
+        let span = t.span;
+        let on = marked_on.contains(&i);
+        out.push(t);
+        if on {
+            for token in [
+                space(),
+                Token::make_word(ASOF_MARKER, None),
+                Token::LParen,
+                Token::RParen,
+                space(),
+                Token::make_keyword("AND"),
+                space(),
+            ] {
+                out.push(TokenWithSpan { token, span });
+            }
+        }
     }
     Ok(out)
 }
