@@ -8,7 +8,9 @@
 //! 5. `W` rows (default 1 million) with a window-function view (a running sum per key,
 //!    100k partitions: every 100k-row statement changes every partition, which is computed
 //!    again whole), against its own no-view baseline;
-//! 6. DataFusion running each view's query one-shot over the same rows.
+//! 6. `W` rows with an ASOF join view: each row picks the latest of 10 quotes of its key
+//!    (100k keys, 1M quotes in a table) at or before its value;
+//! 7. DataFusion running each view's query one-shot over the same rows.
 //!
 //! Maintenance time = (ingest + FLUSH with the view) - (ingest without it). Reported:
 //! maintenance rows/s and its ratio to the one-shot query time.
@@ -64,6 +66,8 @@ async fn main() {
          CREATE TABLE ev_roll (k BIGINT, v BIGINT) APPEND ONLY; \
          CREATE TABLE base_win (k BIGINT, v BIGINT) APPEND ONLY; \
          CREATE TABLE ev_win (k BIGINT, v BIGINT) APPEND ONLY; \
+         CREATE TABLE ev_asof (k BIGINT, v BIGINT) APPEND ONLY; \
+         CREATE TABLE quotes (k BIGINT, t BIGINT, px BIGINT); \
          CREATE TABLE dim (k BIGINT PRIMARY KEY, name TEXT); \
          INSERT INTO dim SELECT g, 'name-' || CAST(g % 1000 AS TEXT) FROM generate_series(0, {}) AS g",
         KEYS - 1
@@ -120,6 +124,19 @@ async fn main() {
         .map(|r| r.get::<_, Option<i64>>(0).unwrap_or(0))
         .unwrap_or(-1);
 
+    c.batch_execute(&format!(
+        "INSERT INTO quotes SELECT g % {KEYS}, g * 10, g FROM generate_series(0, {}) AS g",
+        KEYS * 10 - 1
+    ))
+    .await
+    .expect("quotes");
+    let asof_query = "SELECT e.k, e.v, q.px FROM ev_asof e ASOF JOIN quotes q ON e.k = q.k AND e.v >= q.t";
+    c.batch_execute(&format!("CREATE MATERIALIZED VIEW asof AS {asof_query}"))
+        .await
+        .expect("view");
+    let with_asof = ingest(&c, "ev_asof", win_rows).await;
+    let one_shot_asof = timed(&c, asof_query).await;
+
     let report_with = |name: &str, n: i64, base: f64, with: f64, one_shot: f64| {
         let maintenance = (with - base).max(1e-9);
         println!(
@@ -150,6 +167,13 @@ async fn main() {
         win_baseline,
         with_win,
         one_shot_win,
+    );
+    report_with(
+        "ASOF JOIN 1M quotes (100k keys) ON k AND v >= t",
+        win_rows,
+        win_baseline,
+        with_asof,
+        one_shot_asof,
     );
     println!("window view state rows: {state}");
     if let Some(pid) = server.pid() {
