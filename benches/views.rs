@@ -130,7 +130,8 @@ async fn main() {
     ))
     .await
     .expect("quotes");
-    let asof_query = "SELECT e.k, e.v, q.px FROM ev_asof e ASOF JOIN quotes q ON e.k = q.k AND e.v >= q.t";
+    let asof_query =
+        "SELECT e.k, e.v, q.px FROM ev_asof e ASOF JOIN quotes q ON e.k = q.k AND e.v >= q.t";
     c.batch_execute(&format!("CREATE MATERIALIZED VIEW asof AS {asof_query}"))
         .await
         .expect("view");

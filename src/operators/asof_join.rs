@@ -218,11 +218,16 @@ impl Prepared {
 /// A row's matches: the `b` time picked and the rows there, with multiplicities.
 type Matches = Vec<(Box<[u8]>, i64)>;
 
+/// A range of state keys.
+type KeyRange = (Bound<Vec<u8>>, Bound<Vec<u8>>);
+
+/// An output pair as row bytes: (a row, b row, weight).
+type Pair = (Box<[u8]>, Box<[u8]>, i64);
+
 /// Output being collected, as row bytes.
 #[derive(Default)]
 struct Collect {
-    /// (a row, b row, weight)
-    pairs: Vec<(Box<[u8]>, Box<[u8]>, i64)>,
+    pairs: Vec<Pair>,
     /// (a row, weight): NULL-extended
     alone: Vec<(Box<[u8]>, i64)>,
 }
@@ -371,7 +376,7 @@ impl AsofJoin {
 
     /// The range of left-rows keys a right change at (`key`, `t`) can reach, from the
     /// right rows as they are before it.
-    fn reach(&mut self, key: &[u8], t: i64) -> Option<(Bound<Vec<u8>>, Bound<Vec<u8>>)> {
+    fn reach(&mut self, key: &[u8], t: i64) -> Option<KeyRange> {
         let rows = &mut self.sides[1].rows;
         if self.op.latest() {
             // up to the next right time beyond t
