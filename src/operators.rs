@@ -15,6 +15,7 @@ pub mod join;
 pub mod merge;
 pub mod project;
 pub mod session_window;
+pub mod sketch;
 pub mod top_n;
 pub mod unnest;
 

@@ -171,6 +171,195 @@ struct Multiset {
 enum State {
     Linear(Linear),
     Multiset(Box<Multiset>),
+    Sketch(Box<SketchState>),
+}
+
+const SKETCHES: TableDecl = TableDecl {
+    name: "sketches",
+    key: "group key",
+    value: "the group's sketch (operators/sketch.rs encoding)",
+    ordered: false,
+};
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum SketchKind {
+    /// approx_count_distinct: a counting HyperLogLog.
+    Distinct,
+    /// approx_percentile(q): a DDSketch.
+    Percentile(f64),
+}
+
+/// An approximate aggregate kept as a retractable sketch per group (`sketch.rs`).
+struct SketchState {
+    kind: SketchKind,
+    /// The argument holding the values.
+    arg: usize,
+    /// Encodes values for hashing (distinct), made from the first batch's type.
+    conv: Option<RowConverter>,
+    /// group key -> encoded sketch
+    entries: StateTable,
+}
+
+impl SketchState {
+    /// approx_count_distinct(x) and approx_percentile(q) WITHIN GROUP (ORDER BY x) (in
+    /// ascending order) without DISTINCT or FILTER-dependent forms DataFusion adds.
+    fn of(func: &AggregateFunctionExpr, args: &[Arc<dyn PhysicalExpr>]) -> Option<SketchState> {
+        use datafusion::physical_expr::expressions::Literal;
+        if func.is_distinct() {
+            return None;
+        }
+        let literal =
+            |e: &Arc<dyn PhysicalExpr>| e.downcast_ref::<Literal>().map(|l| l.value().clone());
+        let arg = args.iter().position(|e| literal(e).is_none())?;
+        let kind = match func.fun().name() {
+            "approx_distinct" if args.len() == 1 => SketchKind::Distinct,
+            "approx_percentile_cont" => {
+                if func.order_bys().iter().any(|o| o.options.descending) {
+                    return None;
+                }
+                let q = args.iter().find_map(|e| {
+                    literal(e)?
+                        .cast_to(&DataType::Float64)
+                        .ok()
+                        .and_then(|v| match v {
+                            ScalarValue::Float64(Some(f)) if (0.0..=1.0).contains(&f) => Some(f),
+                            _ => None,
+                        })
+                })?;
+                SketchKind::Percentile(q)
+            }
+            _ => return None,
+        };
+        Some(SketchState {
+            kind,
+            arg,
+            conv: None,
+            entries: StateTable::new(SKETCHES),
+        })
+    }
+
+    fn update(
+        &mut self,
+        args: &[ArrayRef],
+        keep: Option<&BooleanArray>,
+        gids: &[u32],
+        keys: &[Box<[u8]>],
+        weights: &[i64],
+    ) -> Result<()> {
+        use crate::operators::sketch::{DdSketch, Hll};
+        let Some(col) = args.get(self.arg) else {
+            return Err(WeirError::internal("sketch aggregate without its argument"));
+        };
+        // each changed group's sketch, read once per batch
+        let mut hlls: FastMap<u32, Hll> = FastMap::default();
+        let mut dds: FastMap<u32, DdSketch> = FastMap::default();
+        match self.kind {
+            SketchKind::Distinct => {
+                if self.conv.is_none() {
+                    self.conv = Some(RowConverter::new(vec![SortField::new(
+                        col.data_type().clone(),
+                    )])?);
+                }
+                let Some(conv) = &self.conv else {
+                    return Ok(());
+                };
+                let rows = conv.convert_columns(std::slice::from_ref(col))?;
+                for (i, g) in gids.iter().enumerate() {
+                    if keep.is_some_and(|k| !k.value(i)) || col.is_null(i) {
+                        continue;
+                    }
+                    let h = match hlls.entry(*g) {
+                        std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+                        std::collections::hash_map::Entry::Vacant(v) => {
+                            let old = match self.entries.get(&keys[*g as usize]) {
+                                Some(b) => Hll::decode(b)?,
+                                None => Hll::default(),
+                            };
+                            v.insert(old)
+                        }
+                    };
+                    h.add(rows.row(i).data(), weights[i]);
+                }
+            }
+            SketchKind::Percentile(_) => {
+                let f = cast(col, &DataType::Float64)?;
+                let f = f.as_primitive::<Float64Type>();
+                for (i, g) in gids.iter().enumerate() {
+                    if keep.is_some_and(|k| !k.value(i)) || f.is_null(i) {
+                        continue;
+                    }
+                    let d = match dds.entry(*g) {
+                        std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+                        std::collections::hash_map::Entry::Vacant(v) => {
+                            let old = match self.entries.get(&keys[*g as usize]) {
+                                Some(b) => DdSketch::decode(b)?,
+                                None => DdSketch::default(),
+                            };
+                            v.insert(old)
+                        }
+                    };
+                    d.add(f.value(i), weights[i]);
+                }
+            }
+        }
+        let mut buf = Vec::new();
+        for (g, h) in hlls {
+            buf.clear();
+            h.encode(&mut buf);
+            self.store(&keys[g as usize], &buf, h == Hll::default());
+        }
+        for (g, d) in dds {
+            buf.clear();
+            d.encode(&mut buf);
+            self.store(&keys[g as usize], &buf, d.count() == 0);
+        }
+        Ok(())
+    }
+
+    fn store(&mut self, key: &[u8], sketch: &[u8], empty: bool) {
+        if empty {
+            self.entries.delete(key);
+        } else {
+            self.entries.put(key, sketch);
+        }
+    }
+
+    fn evaluate(
+        &mut self,
+        func: &AggregateFunctionExpr,
+        gids: &[u32],
+        keys: &[Box<[u8]>],
+    ) -> Result<ArrayRef> {
+        use crate::operators::sketch::{DdSketch, Hll};
+        let out_type = func.field().data_type().clone();
+        let arr: ArrayRef = match self.kind {
+            SketchKind::Distinct => {
+                let mut out = Vec::with_capacity(gids.len());
+                for g in gids {
+                    out.push(match self.entries.get(&keys[*g as usize]) {
+                        Some(b) => Hll::decode(b)?.estimate(),
+                        None => 0,
+                    });
+                }
+                Arc::new(UInt64Array::from(out))
+            }
+            SketchKind::Percentile(q) => {
+                let mut out = Vec::with_capacity(gids.len());
+                for g in gids {
+                    out.push(match self.entries.get(&keys[*g as usize]) {
+                        Some(b) => DdSketch::decode(b)?.quantile(q),
+                        None => None,
+                    });
+                }
+                Arc::new(Float64Array::from(out))
+            }
+        };
+        Ok(if arr.data_type() != &out_type {
+            cast(&arr, &out_type)?
+        } else {
+            arr
+        })
+    }
 }
 
 struct Agg {
@@ -361,6 +550,13 @@ impl Aggregate {
             }
             _ => None,
         };
+        if let Some(sk) = SketchState::of(func, &args) {
+            return Ok(Agg {
+                spec,
+                args,
+                state: State::Sketch(Box::new(sk)),
+            });
+        }
         let state = match linear {
             Some(l) => State::Linear(l),
             None => {
@@ -495,6 +691,7 @@ impl Aggregate {
         match &mut agg.state {
             State::Linear(l) => l.evaluate(&agg.spec.func, gids),
             State::Multiset(m) => m.evaluate(&agg.spec.func, gids, keys),
+            State::Sketch(sk) => sk.evaluate(&agg.spec.func, gids, keys),
         }
     }
 }
@@ -842,6 +1039,7 @@ impl Operator for Aggregate {
                     State::Linear(_) => "linear",
                     State::Multiset(m) if m.kind == MultisetKind::General => "multiset, recompute",
                     State::Multiset(_) => "multiset",
+                    State::Sketch(_) => "sketch",
                 };
                 format!("{} [{how}]", a.spec.text)
             })
@@ -936,6 +1134,7 @@ impl Operator for Aggregate {
                 .iter()
                 .map(|a| match &a.state {
                     State::Multiset(m) => m.entries.len(),
+                    State::Sketch(sk) => sk.entries.len(),
                     State::Linear(_) => 0,
                 })
                 .sum::<usize>()
@@ -945,6 +1144,7 @@ impl Operator for Aggregate {
         let mut t = vec![&mut self.groups_table, self.emitted.state_table()];
         t.extend(self.aggs.iter_mut().filter_map(|a| match &mut a.state {
             State::Multiset(m) => Some(&mut m.entries),
+            State::Sketch(sk) => Some(&mut sk.entries),
             State::Linear(_) => None,
         }));
         t
@@ -1006,6 +1206,7 @@ impl Operator for Aggregate {
                         .collect();
                     m.ensure_conv(&empty)?;
                 }
+                State::Sketch(_) => {}
             }
         }
         self.touched.clear();
@@ -1122,6 +1323,9 @@ impl Operator for Aggregate {
                     }
                     m.update(&cols, keep.as_ref(), &gids, &self.keys, weights)?;
                 }
+                State::Sketch(sk) => {
+                    sk.update(&args, keep.as_ref(), &gids, &self.keys, weights)?;
+                }
             }
         }
         Ok(vec![])
@@ -1182,8 +1386,12 @@ impl Aggregate {
         }
         self.emitted.forget(&key);
         for agg in self.aggs.iter_mut() {
-            if let State::Multiset(m) = &mut agg.state {
-                m.entries.delete_prefix(&key);
+            match &mut agg.state {
+                State::Multiset(m) => {
+                    m.entries.delete_prefix(&key);
+                }
+                State::Sketch(sk) => sk.entries.delete(&key),
+                State::Linear(_) => {}
             }
         }
     }
