@@ -564,6 +564,8 @@ pub const ASOF_MARKER: &str = "__weir_asof";
 /// `a ASOF [INNER | LEFT [OUTER]] JOIN b ON cond` (DuckDB's spelling, which sqlparser's
 /// Postgres dialect does not parse) becomes `a [LEFT] JOIN b ON __weir_asof() AND cond`:
 /// the marker conjunct tells the planner (`plan::asof`) that this join is an ASOF join.
+/// Snowflake's `ASOF JOIN b MATCH_CONDITION (c) [ON e]` becomes `... ON __weir_asof() AND
+/// (c) [AND e]`.
 fn mark_asof_joins(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSpan>> {
     let is_word = |t: &TokenWithSpan, w: &str| matches!(&t.token, Token::Word(x) if x.quote_style.is_none() && x.value.eq_ignore_ascii_case(w));
     if !tokens.iter().any(|t| is_word(t, "ASOF")) {
@@ -577,6 +579,8 @@ fn mark_asof_joins(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSpan>> {
         .collect();
     let mut drop = vec![false; tokens.len()];
     let mut marked_on: Vec<usize> = Vec::new();
+    let mut condition_words: Vec<usize> = Vec::new();
+    let mut on_to_and: Vec<usize> = Vec::new();
     for k in 0..sig.len() {
         let word_at = |d: usize, w: &str| sig.get(k + d).is_some_and(|i| is_word(&tokens[*i], w));
         if !word_at(0, "ASOF") {
@@ -610,9 +614,11 @@ fn mark_asof_joins(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSpan>> {
                 )));
             }
         }
-        // its ON, at the same parenthesis depth, before the next clause
+        // its ON (or Snowflake's MATCH_CONDITION (...) [ON ...]), at the same parenthesis
+        // depth, before the next clause
         let mut depth = 0i32;
         let mut on = None;
+        let mut match_condition = None;
         for &i in &sig[k + j + 1..] {
             match &tokens[i].token {
                 Token::LParen => depth += 1,
@@ -624,6 +630,11 @@ fn mark_asof_joins(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSpan>> {
                         on = Some(i);
                         break;
                     }
+                    if w.value.eq_ignore_ascii_case("MATCH_CONDITION") && match_condition.is_none()
+                    {
+                        match_condition = Some(i);
+                        continue;
+                    }
                     if matches!(
                         w.keyword,
                         Keyword::JOIN | Keyword::WHERE | Keyword::GROUP | Keyword::USING
@@ -634,13 +645,20 @@ fn mark_asof_joins(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSpan>> {
                 _ => {}
             }
         }
-        let Some(on) = on else {
-            return Err(WeirError::syntax(
-                "an ASOF join needs an ON condition: ON a.k = b.k AND a.ts >= b.ts",
-            ));
-        };
         drop[sig[k]] = true;
-        marked_on.push(on);
+        match (match_condition, on) {
+            (Some(mc), on) => {
+                // MATCH_CONDITION (c) [ON e] -> ON __weir_asof() AND (c) [AND e]
+                condition_words.push(mc);
+                on_to_and.extend(on);
+            }
+            (None, Some(on)) => marked_on.push(on),
+            (None, None) => {
+                return Err(WeirError::syntax(
+                    "an ASOF join needs an ON condition: ON a.k = b.k AND a.ts >= b.ts",
+                ));
+            }
+        }
     }
     let space = || Token::Whitespace(datafusion::sql::sqlparser::tokenizer::Whitespace::Space);
     let mut out = Vec::with_capacity(tokens.len() + 6 * marked_on.len());
@@ -649,8 +667,22 @@ fn mark_asof_joins(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSpan>> {
             continue;
         }
         let span = t.span;
-        let on = marked_on.contains(&i);
-        out.push(t);
+        if on_to_and.contains(&i) {
+            out.push(TokenWithSpan {
+                token: Token::make_keyword("AND"),
+                span,
+            });
+            continue;
+        }
+        let on = marked_on.contains(&i) || condition_words.contains(&i);
+        if condition_words.contains(&i) {
+            out.push(TokenWithSpan {
+                token: Token::make_keyword("ON"),
+                span,
+            });
+        } else {
+            out.push(t);
+        }
         if on {
             for token in [
                 space(),
