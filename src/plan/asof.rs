@@ -7,10 +7,11 @@
 //! The parser marks the join (`sql::parser::mark_asof_joins`: `ON __weir_asof() AND ...`);
 //! once DataFusion has planned it as a join with that marker in its condition, [`plan`]
 //! rewrites it:
-//! - for a one-shot query into plain relational algebra: the join on the keys and the time
-//!   comparison, `rank() OVER (PARTITION BY <every a column> ORDER BY b.ts DESC)` (ASC for
-//!   `<=`/`<`), and the rows of rank 1. Identical `a` rows share a partition, and each
-//!   copy keeps its own matches, so multiplicities are right.
+//! - for a one-shot query into plain relational algebra ([`one_shot`]): both sides' keys
+//!   and times in one union, a running max (min) of the right side's times per key in time
+//!   order gives each left time the time of its match, then two equi-joins (left -> that
+//!   time -> the right rows at it). O((n + m) log(n + m)), no pairs of rows beyond the
+//!   matches.
 //! - for a materialized view into an [`AsofJoinNode`], which the view planner lowers to
 //!   the incremental `AsofJoin` operator (`operators/asof_join.rs`). The node keeps
 //!   predicates from being pushed into its inputs: filtering `b` before an ASOF join is
@@ -274,37 +275,120 @@ fn rewrite_join(j: &datafusion::logical_expr::Join, mode: Mode) -> Result<Logica
                 schema: j.schema.clone(),
             }),
         })),
-        Mode::Query => {
-            let mut cond = Expr::BinaryExpr(BinaryExpr::new(
-                Box::new(left_time.clone()),
-                op.operator(),
-                Box::new(right_time.clone()),
-            ));
-            for (l, r) in on.iter().rev() {
-                cond = l.clone().eq(r.clone()).and(cond);
-            }
-            let joined = LogicalPlanBuilder::from((*j.left).clone())
-                .join_on((*j.right).clone(), j.join_type, Some(cond))?
-                .build()?;
-            let partition: Vec<Expr> = ls
-                .iter()
-                .map(|(q, f)| Expr::Column(Column::new(q.cloned(), f.name())))
-                .collect();
-            let rank = datafusion::functions_window::expr_fn::rank()
-                .partition_by(partition)
-                .order_by(vec![right_time.sort(!op.latest(), false)])
-                .build()?
-                .alias("__weir_asof_rank");
-            let out: Vec<Expr> = j
-                .schema
-                .iter()
-                .map(|(q, f)| Expr::Column(Column::new(q.cloned(), f.name())))
-                .collect();
-            Ok(LogicalPlanBuilder::from(joined)
-                .window(vec![rank])?
-                .filter(col("__weir_asof_rank").eq(lit(1u64)))?
-                .project(out)?
-                .build()?)
-        }
+        Mode::Query => one_shot(j, &on, &left_time, &right_time, op),
     }
+}
+
+/// An ASOF join as relational algebra DataFusion runs in O((n + m) log(n + m)): the keys
+/// and times of both sides in one union, ordered by time per key, where a running max
+/// (min, for the earliest match) of the right side's times gives each left time the time
+/// of its match; then two equi-joins, left -> (key, time, matched time) -> right rows at
+/// that time. At equal times the right row sorts first when it can match (`>=`, `<=`).
+fn one_shot(
+    j: &datafusion::logical_expr::Join,
+    on: &[(Expr, Expr)],
+    left_time: &Expr,
+    right_time: &Expr,
+    op: AsofOp,
+) -> Result<LogicalPlan> {
+    use datafusion::logical_expr::expr::WindowFunction;
+    use datafusion::logical_expr::type_coercion::binary::comparison_coercion;
+    use datafusion::logical_expr::{
+        ExprSchemable, WindowFrame, WindowFrameBound, WindowFrameUnits, WindowFunctionDefinition,
+        when,
+    };
+    let (ls, rs) = (j.left.schema(), j.right.schema());
+    let common = |l: &Expr, r: &Expr| -> Result<datafusion::arrow::datatypes::DataType> {
+        let (lt, rt) = (l.get_type(ls)?, r.get_type(rs)?);
+        comparison_coercion(&lt, &rt).ok_or_else(|| {
+            WeirError::not_supported(format!("an ASOF join cannot compare {lt} with {rt}"))
+        })
+    };
+    let key_types = on
+        .iter()
+        .map(|(l, r)| common(l, r))
+        .collect::<Result<Vec<_>>>()?;
+    let time_type = common(left_time, right_time)?;
+    let (a_tag, b_tag) = if op.inclusive() { (1i32, 0i32) } else { (0, 1) };
+    let side =
+        |plan: &LogicalPlan, keys: Vec<&Expr>, time: &Expr, tag: i32| -> Result<LogicalPlan> {
+            let mut exprs = Vec::with_capacity(keys.len() + 2);
+            for (i, (k, t)) in keys.iter().zip(&key_types).enumerate() {
+                exprs.push(
+                    (*k).clone()
+                        .cast_to(t, plan.schema())?
+                        .alias(format!("__k{i}")),
+                );
+            }
+            exprs.push(
+                time.clone()
+                    .cast_to(&time_type, plan.schema())?
+                    .alias("__t"),
+            );
+            exprs.push(lit(tag).alias("__tag"));
+            Ok(LogicalPlanBuilder::from(plan.clone())
+                .project(exprs)?
+                .build()?)
+        };
+    let a_side = side(
+        &j.left,
+        on.iter().map(|(l, _)| l).collect(),
+        left_time,
+        a_tag,
+    )?;
+    let b_side = side(
+        &j.right,
+        on.iter().map(|(_, r)| r).collect(),
+        right_time,
+        b_tag,
+    )?;
+    let keys: Vec<Expr> = (0..on.len()).map(|i| col(format!("__k{i}"))).collect();
+    let right_times = when(col("__tag").eq(lit(b_tag)), col("__t")).end()?;
+    let agg = if op.latest() {
+        datafusion::functions_aggregate::min_max::max_udaf()
+    } else {
+        datafusion::functions_aggregate::min_max::min_udaf()
+    };
+    let matched = Expr::from(WindowFunction::new(
+        WindowFunctionDefinition::AggregateUDF(agg),
+        vec![right_times],
+    ))
+    .partition_by(keys.clone())
+    .order_by(vec![
+        col("__t").sort(op.latest(), true),
+        col("__tag").sort(true, true),
+    ])
+    .window_frame(WindowFrame::new_bounds(
+        WindowFrameUnits::Rows,
+        WindowFrameBound::Preceding(datafusion::common::ScalarValue::UInt64(None)),
+        WindowFrameBound::CurrentRow,
+    ))
+    .build()?
+    .alias("__bt");
+    const BEST: &str = "__weir_asof_best";
+    let best = LogicalPlanBuilder::from(a_side)
+        .union(b_side)?
+        .window(vec![matched])?
+        .filter(col("__tag").eq(lit(a_tag)))?
+        .project(keys.into_iter().chain([col("__t"), col("__bt")]))?
+        .distinct()?
+        .alias(BEST)?
+        .build()?;
+    let b = |c: &str| Expr::Column(Column::new(Some(BEST), c));
+    let mut to_best = left_time.clone().eq(b("__t"));
+    let mut to_right = right_time.clone().eq(b("__bt"));
+    for (i, (l, r)) in on.iter().enumerate() {
+        to_best = to_best.and(l.clone().eq(b(&format!("__k{i}"))));
+        to_right = to_right.and(r.clone().eq(b(&format!("__k{i}"))));
+    }
+    let out: Vec<Expr> = j
+        .schema
+        .iter()
+        .map(|(q, f)| Expr::Column(Column::new(q.cloned(), f.name())))
+        .collect();
+    Ok(LogicalPlanBuilder::from((*j.left).clone())
+        .join_on(best, j.join_type, Some(to_best))?
+        .join_on((*j.right).clone(), j.join_type, Some(to_right))?
+        .project(out)?
+        .build()?)
 }
