@@ -22,7 +22,12 @@
 //!   in which the watermark passes it plus the allowed lateness, frees the partition
 //!   without retracting its rows (the windowed aggregate below frees the same windows then,
 //!   so no change can reach them any more).
-//! - checkpoint: the four tables (partitions changed in an epoch are emitted by its end).
+//!   An over-window under EMIT ON WINDOW CLOSE (ordered by the event time first, functions
+//!   that look only backwards) shows a row once `watermark - lateness` passes its event
+//!   time: its output is append-only. `pending` (event time ++ partition) says which
+//!   partitions have rows to show when the watermark moves. Its rows are not freed (the
+//!   window values are computed over the whole partition).
+//! - checkpoint: the tables above (partitions changed in an epoch are emitted by its end).
 
 use std::sync::Arc;
 
@@ -113,8 +118,38 @@ pub struct TopN {
     /// Partitions changed in this epoch (emitted and cleared at its end).
     dirty: FastSet<Box<[u8]>>,
     window: Option<WindowFree>,
+    /// EMIT ON WINDOW CLOSE of an over-window ordered by the event time.
+    close: Option<CloseOnWatermark>,
     schema: SchemaRef,
     text: String,
+}
+
+const PENDING: TableDecl = TableDecl {
+    name: "pending",
+    key: "event time (order-preserving i64) ++ partition",
+    value: "empty",
+    ordered: true,
+};
+
+/// An over-window under EMIT ON WINDOW CLOSE: a row is shown once the watermark (less the
+/// allowed lateness) has passed its event time, when no admitted row can come before it
+/// any more, and never changes after (the window functions look only backwards).
+struct CloseOnWatermark {
+    /// Column of the event time, in the input and in the output (the output is the
+    /// input's columns, then the window values).
+    ts_col: usize,
+    lateness_us: i64,
+    /// Rows with an event time below this are shown.
+    limit: Option<i64>,
+    /// Partitions with rows not shown yet, by those rows' times.
+    pending: StateTable,
+}
+
+fn micros(a: &ArrayRef) -> Result<ArrayRef> {
+    Ok(cast(
+        a,
+        &DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Microsecond, None),
+    )?)
 }
 
 /// Freeing of closed windows' partitions.
@@ -137,6 +172,18 @@ impl TopN {
             watermark: None,
             ends: StateTable::new(WINDOW_ENDS),
             closing: StateTable::new(CLOSING),
+        });
+        self
+    }
+
+    /// EMIT ON WINDOW CLOSE over window functions ordered by the event time in input
+    /// column `ts_col` (see [`CloseOnWatermark`]).
+    pub fn emit_on_close(mut self, ts_col: usize, lateness_us: i64) -> Self {
+        self.close = Some(CloseOnWatermark {
+            ts_col,
+            lateness_us,
+            limit: None,
+            pending: StateTable::new(PENDING),
         });
         self
     }
@@ -198,6 +245,7 @@ impl TopN {
             emitted: Emitted::new(),
             dirty: FastSet::default(),
             window: None,
+            close: None,
             schema,
             text,
         })
@@ -258,6 +306,9 @@ impl Operator for TopN {
             t.push(&mut wf.ends);
             t.push(&mut wf.closing);
         }
+        if let Some(c) = &mut self.close {
+            t.push(&mut c.pending);
+        }
         t
     }
 
@@ -295,6 +346,14 @@ impl Operator for TopN {
             )?),
             None => None,
         };
+        let times = match &self.close {
+            Some(c) => Some(micros(batch.column(c.ts_col))?),
+            None => None,
+        };
+        let times = times.as_ref().and_then(|a| {
+            a.as_any()
+                .downcast_ref::<datafusion::arrow::array::TimestampMicrosecondArray>()
+        });
         let ends = ends.as_ref().and_then(|a| {
             a.as_any()
                 .downcast_ref::<datafusion::arrow::array::TimestampMicrosecondArray>()
@@ -327,6 +386,14 @@ impl Operator for TopN {
             if !self.dirty.contains(part) {
                 self.dirty.insert(part.into());
             }
+            if let (Some(c), Some(t)) = (&mut self.close, times)
+                && *w > 0
+                && t.is_valid(i)
+            {
+                let mut k = i64_key(t.value(i)).to_vec();
+                k.extend_from_slice(part);
+                c.pending.put(&k, &[]);
+            }
             if let (Some(wf), Some(ends)) = (&mut self.window, ends)
                 && ends.is_valid(i)
             {
@@ -346,6 +413,18 @@ impl Operator for TopN {
     fn on_watermark(&mut self, watermark: i64) -> Result<Vec<Changelog>> {
         if let Some(wf) = &mut self.window {
             wf.watermark = Some(watermark);
+        }
+        if let Some(c) = &mut self.close {
+            let limit = watermark.saturating_sub(c.lateness_us);
+            if c.limit.is_none_or(|l| limit > l) {
+                c.limit = Some(limit);
+                // partitions with rows that close now are shown at the end of the epoch
+                for (_, part) in c.pending.take_up_to(limit.saturating_sub(1)) {
+                    if !self.dirty.contains(&part) {
+                        self.dirty.insert(part);
+                    }
+                }
+            }
         }
         Ok(vec![])
     }
@@ -402,6 +481,23 @@ impl TopN {
                 let t = self.schema.field(i).data_type();
                 if c.data_type() != t {
                     *c = cast(c, t)?;
+                }
+            }
+            if let Some(c) = &self.close {
+                // only the rows the watermark has passed
+                let t = micros(&cols[c.ts_col])?;
+                let t = t
+                    .as_any()
+                    .downcast_ref::<datafusion::arrow::array::TimestampMicrosecondArray>()
+                    .ok_or_else(|| {
+                        crate::error::WeirError::internal("event time is not a timestamp")
+                    })?;
+                let shown: datafusion::arrow::array::BooleanArray = t
+                    .iter()
+                    .map(|v| Some(matches!((v, c.limit), (Some(v), Some(l)) if v < l)))
+                    .collect();
+                for col in cols.iter_mut() {
+                    *col = datafusion::arrow::compute::filter(col, &shown)?;
                 }
             }
             let out = self.out_conv.convert_columns(&cols)?;

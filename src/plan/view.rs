@@ -870,6 +870,49 @@ impl<'a> Lowering<'a> {
         let Some((partition_by, order_by)) = spec else {
             return Err(unsupported("a window node without window functions"));
         };
+        // EMIT ON WINDOW CLOSE: rows shown once the watermark passes their event time,
+        // which must come first in the ORDER BY; the functions must not look ahead
+        let close = if self.window.emit_on_close {
+            let ts = order_by.first().and_then(|s| match &s.expr {
+                Expr::Column(c) if s.asc && self.event_time.as_deref() == Some(c.name.as_str()) => {
+                    in_schema.index_of_column(c).ok()
+                }
+                _ => None,
+            });
+            let Some(ts) = ts else {
+                return Err(unsupported(
+                    "EMIT ON WINDOW CLOSE over window functions not ordered by the watermarked event-time column (ascending) first",
+                ));
+            };
+            for e in &w.window_expr {
+                let inner = match e {
+                    Expr::Alias(a) => a.expr.as_ref(),
+                    other => other,
+                };
+                if let Expr::WindowFunction(wf) = inner {
+                    let name = wf.fun.name().to_lowercase();
+                    let ahead = matches!(
+                        &wf.params.window_frame.end_bound,
+                        datafusion::logical_expr::WindowFrameBound::Following(v)
+                            if v.is_null() || !matches!(v.cast_to(&DataType::UInt64), Ok(ScalarValue::UInt64(Some(0))))
+                    );
+                    if ahead
+                        || matches!(
+                            name.as_str(),
+                            "lead" | "ntile" | "percent_rank" | "cume_dist"
+                        )
+                    {
+                        return Err(unsupported(format!(
+                            "EMIT ON WINDOW CLOSE over {e}, which looks at rows after its own"
+                        )));
+                    }
+                }
+            }
+            self.windowed_aggregates += 1;
+            Some(ts)
+        } else {
+            None
+        };
         let input = self.lower(&w.input)?;
         let parts = partition_by
             .iter()
@@ -909,6 +952,10 @@ impl<'a> Lowering<'a> {
             Arc::new(w.schema.as_arrow().clone()),
             text,
         )?;
+        let op = match close {
+            Some(ts) => op.emit_on_close(ts, self.window.lateness_us),
+            None => op,
+        };
         Ok(self.op(op, vec![input]))
     }
 
