@@ -70,6 +70,11 @@ const VIEWS: &[ViewSpec] = &[
         lateness: 0,
     },
     ViewSpec {
+        name: "over_close",
+        sql: "CREATE MATERIALIZED VIEW over_close AS SELECT k, v, ts, sum(v) OVER (PARTITION BY k ORDER BY ts, v) AS run, row_number() OVER (PARTITION BY k ORDER BY ts, v) AS rn FROM ev EMIT ON WINDOW CLOSE",
+        lateness: 0,
+    },
+    ViewSpec {
         name: "joined",
         sql: "CREATE MATERIALIZED VIEW joined AS SELECT e.v, f.w FROM ev e JOIN ev2 f ON e.k = f.k AND e.ts BETWEEN f.ts - INTERVAL '5 seconds' AND f.ts + INTERVAL '5 seconds'",
         lateness: 0,
@@ -193,6 +198,34 @@ impl Model {
         out
     }
 
+    /// `over_close`: per key, the admitted rows in (ts, v) order with their running sum and
+    /// row number, those the watermark has passed.
+    fn over_close(&self) -> Vec<String> {
+        let wm = self.wm.get("ev").copied().flatten();
+        let mut by_key: BTreeMap<i64, Vec<&Row>> = BTreeMap::new();
+        for r in self
+            .admitted
+            .get("over_close")
+            .map(|v| v.as_slice())
+            .unwrap_or(&[])
+        {
+            by_key.entry(r.k).or_default().push(r);
+        }
+        let mut out = Vec::new();
+        for (k, mut rows) in by_key {
+            rows.sort_by_key(|r| (r.ts, r.v));
+            let mut run = 0;
+            for (i, r) in rows.iter().enumerate() {
+                run += r.v;
+                if wm.is_some_and(|w| r.ts < w) {
+                    out.push(format!("{k}|{}|{}|{run}|{}", r.v, pg_ts(r.ts), i + 1));
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
     fn sessions(&self, view: &str, gap: i64, closed_only: bool) -> Vec<String> {
         let wm = self.wm.get("ev").copied().flatten();
         let mut by_key: BTreeMap<i64, Vec<&Row>> = BTreeMap::new();
@@ -272,6 +305,13 @@ fn check(seed: u64, phase: usize, what: &str, got: Vec<String>, want: Vec<String
 
 async fn verify(c: &Client, m: &Model, seed: u64, phase: usize) {
     c.batch_execute("FLUSH").await.unwrap();
+    check(
+        seed,
+        phase,
+        "over_close",
+        rows(c, "SELECT k, v, ts, run, rn FROM over_close").await,
+        m.over_close(),
+    );
     let q = |v: &str| format!("SELECT window_start, window_end, k, n, s FROM {v}");
     check(
         seed,
