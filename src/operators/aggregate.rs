@@ -47,6 +47,7 @@ use crate::dataflow::changelog::Changelog;
 use crate::error::{Result, WeirError};
 use crate::operators::emitted::Emitted;
 use crate::operators::float_sum::ExactSum;
+use crate::operators::sketch::{DdSketch, Hll, Retractable};
 use crate::operators::{FastMap, Operator, evaluate, true_mask};
 use crate::state::state_table::{Reader, StateTable, TableDecl};
 use crate::state::zset::count_of;
@@ -200,6 +201,44 @@ struct SketchState {
     entries: StateTable,
 }
 
+/// Group `g`'s sketch among those changed in this batch, read from the table the first time.
+fn group_sketch<'m, S: Retractable>(
+    changed: &'m mut FastMap<u32, S>,
+    entries: &mut StateTable,
+    keys: &[Box<[u8]>],
+    g: u32,
+) -> Result<&'m mut S> {
+    Ok(match changed.entry(g) {
+        std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+        std::collections::hash_map::Entry::Vacant(v) => {
+            let old = match entries.get(&keys[g as usize]) {
+                Some(b) => S::decode(b)?,
+                None => S::default(),
+            };
+            v.insert(old)
+        }
+    })
+}
+
+/// Write the changed groups' sketches back (an empty one removes the group's entry).
+fn store_sketches<S: Retractable>(
+    changed: FastMap<u32, S>,
+    entries: &mut StateTable,
+    keys: &[Box<[u8]>],
+) {
+    let mut buf = Vec::new();
+    for (g, sketch) in changed {
+        let key = &keys[g as usize];
+        if sketch.is_empty() {
+            entries.delete(key);
+        } else {
+            buf.clear();
+            sketch.encode(&mut buf);
+            entries.put(key, &buf);
+        }
+    }
+}
+
 impl SketchState {
     /// approx_count_distinct(x) and approx_percentile(q) WITHIN GROUP (ORDER BY x) (in
     /// ascending order) without DISTINCT or FILTER-dependent forms DataFusion adds.
@@ -246,13 +285,10 @@ impl SketchState {
         keys: &[Box<[u8]>],
         weights: &[i64],
     ) -> Result<()> {
-        use crate::operators::sketch::{DdSketch, Hll};
         let Some(col) = args.get(self.arg) else {
             return Err(WeirError::internal("sketch aggregate without its argument"));
         };
         // each changed group's sketch, read once per batch
-        let mut hlls: FastMap<u32, Hll> = FastMap::default();
-        let mut dds: FastMap<u32, DdSketch> = FastMap::default();
         match self.kind {
             SketchKind::Distinct => {
                 if self.conv.is_none() {
@@ -264,64 +300,31 @@ impl SketchState {
                     return Ok(());
                 };
                 let rows = conv.convert_columns(std::slice::from_ref(col))?;
+                let mut changed: FastMap<u32, Hll> = FastMap::default();
                 for (i, g) in gids.iter().enumerate() {
                     if keep.is_some_and(|k| !k.value(i)) || col.is_null(i) {
                         continue;
                     }
-                    let h = match hlls.entry(*g) {
-                        std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
-                        std::collections::hash_map::Entry::Vacant(v) => {
-                            let old = match self.entries.get(&keys[*g as usize]) {
-                                Some(b) => Hll::decode(b)?,
-                                None => Hll::default(),
-                            };
-                            v.insert(old)
-                        }
-                    };
-                    h.add(rows.row(i).data(), weights[i]);
+                    group_sketch(&mut changed, &mut self.entries, keys, *g)?
+                        .add(rows.row(i).data(), weights[i]);
                 }
+                store_sketches(changed, &mut self.entries, keys);
             }
             SketchKind::Percentile(_) => {
                 let f = cast(col, &DataType::Float64)?;
                 let f = f.as_primitive::<Float64Type>();
+                let mut changed: FastMap<u32, DdSketch> = FastMap::default();
                 for (i, g) in gids.iter().enumerate() {
                     if keep.is_some_and(|k| !k.value(i)) || f.is_null(i) {
                         continue;
                     }
-                    let d = match dds.entry(*g) {
-                        std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
-                        std::collections::hash_map::Entry::Vacant(v) => {
-                            let old = match self.entries.get(&keys[*g as usize]) {
-                                Some(b) => DdSketch::decode(b)?,
-                                None => DdSketch::default(),
-                            };
-                            v.insert(old)
-                        }
-                    };
-                    d.add(f.value(i), weights[i]);
+                    group_sketch(&mut changed, &mut self.entries, keys, *g)?
+                        .add(f.value(i), weights[i]);
                 }
+                store_sketches(changed, &mut self.entries, keys);
             }
         }
-        let mut buf = Vec::new();
-        for (g, h) in hlls {
-            buf.clear();
-            h.encode(&mut buf);
-            self.store(&keys[g as usize], &buf, h == Hll::default());
-        }
-        for (g, d) in dds {
-            buf.clear();
-            d.encode(&mut buf);
-            self.store(&keys[g as usize], &buf, d.count() == 0);
-        }
         Ok(())
-    }
-
-    fn store(&mut self, key: &[u8], sketch: &[u8], empty: bool) {
-        if empty {
-            self.entries.delete(key);
-        } else {
-            self.entries.put(key, sketch);
-        }
     }
 
     fn evaluate(
@@ -330,7 +333,6 @@ impl SketchState {
         gids: &[u32],
         keys: &[Box<[u8]>],
     ) -> Result<ArrayRef> {
-        use crate::operators::sketch::{DdSketch, Hll};
         let out_type = func.field().data_type().clone();
         let arr: ArrayRef = match self.kind {
             SketchKind::Distinct => {

@@ -66,6 +66,38 @@ fn unzigzag(v: u64) -> i64 {
     ((v >> 1) as i64) ^ -((v & 1) as i64)
 }
 
+/// A sketch kept per group in a state table: read, changed, written back.
+pub trait Retractable: Default + Sized {
+    fn decode(bytes: &[u8]) -> Result<Self>;
+    fn encode(&self, out: &mut Vec<u8>);
+    /// Nothing left in it (the group's entry can go).
+    fn is_empty(&self) -> bool;
+}
+
+impl Retractable for Hll {
+    fn decode(bytes: &[u8]) -> Result<Self> {
+        Hll::decode(bytes)
+    }
+    fn encode(&self, out: &mut Vec<u8>) {
+        Hll::encode(self, out)
+    }
+    fn is_empty(&self) -> bool {
+        self.levels.iter().all(Vec::is_empty)
+    }
+}
+
+impl Retractable for DdSketch {
+    fn decode(bytes: &[u8]) -> Result<Self> {
+        DdSketch::decode(bytes)
+    }
+    fn encode(&self, out: &mut Vec<u8>) {
+        DdSketch::encode(self, out)
+    }
+    fn is_empty(&self) -> bool {
+        self.count() == 0
+    }
+}
+
 /// A counting HyperLogLog (see the module header).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hll {

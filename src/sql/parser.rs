@@ -558,6 +558,21 @@ pub fn parse_tree(sql: &str, memory: usize) -> Result<Vec<Parsed>> {
     Ok(out)
 }
 
+/// Whether a token is the unquoted word `w` (any case).
+fn is_word(t: &TokenWithSpan, w: &str) -> bool {
+    matches!(&t.token, Token::Word(x) if x.quote_style.is_none() && x.value.eq_ignore_ascii_case(w))
+}
+
+/// Indices of the tokens that are not whitespace.
+fn significant(tokens: &[TokenWithSpan]) -> Vec<usize> {
+    tokens
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| !matches!(t.token, Token::Whitespace(_)))
+        .map(|(i, _)| i)
+        .collect()
+}
+
 /// The marker function an ASOF join's ON condition starts with after [`mark_asof_joins`].
 pub const ASOF_MARKER: &str = "__weir_asof";
 
@@ -567,16 +582,10 @@ pub const ASOF_MARKER: &str = "__weir_asof";
 /// Snowflake's `ASOF JOIN b MATCH_CONDITION (c) [ON e]` becomes `... ON __weir_asof() AND
 /// (c) [AND e]`.
 fn mark_asof_joins(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSpan>> {
-    let is_word = |t: &TokenWithSpan, w: &str| matches!(&t.token, Token::Word(x) if x.quote_style.is_none() && x.value.eq_ignore_ascii_case(w));
     if !tokens.iter().any(|t| is_word(t, "ASOF")) {
         return Ok(tokens);
     }
-    let sig: Vec<usize> = tokens
-        .iter()
-        .enumerate()
-        .filter(|(_, t)| !matches!(t.token, Token::Whitespace(_)))
-        .map(|(i, _)| i)
-        .collect();
+    let sig = significant(&tokens);
     let mut drop = vec![false; tokens.len()];
     let mut marked_on: Vec<usize> = Vec::new();
     let mut condition_words: Vec<usize> = Vec::new();
@@ -706,14 +715,7 @@ fn mark_asof_joins(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSpan>> {
 /// - `tbl FOR SYSTEM_TIME AS OF PROCTIME()` becomes `__weir_temporal__tbl AS tbl`: the name
 ///   marks a temporal join's lookup side for the view planner.
 fn preprocess(tokens: Vec<TokenWithSpan>) -> (Vec<TokenWithSpan>, Vec<Location>) {
-    let is_word = |t: &TokenWithSpan, w: &str| matches!(&t.token, Token::Word(x) if x.quote_style.is_none() && x.value.eq_ignore_ascii_case(w));
-    // indices of non-whitespace tokens
-    let sig: Vec<usize> = tokens
-        .iter()
-        .enumerate()
-        .filter(|(_, t)| !matches!(t.token, Token::Whitespace(_)))
-        .map(|(i, _)| i)
-        .collect();
+    let sig = significant(&tokens);
     let mut drop = vec![false; tokens.len()];
     let mut replace: Vec<(usize, Vec<Token>)> = Vec::new();
     let mut marks = Vec::new();
