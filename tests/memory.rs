@@ -11,7 +11,10 @@ fn count(r: &[Vec<String>]) -> i64 {
     r[0][0].parse().unwrap()
 }
 
+// run alone too: under the parallel run's load the process dipped under the limit while
+// spilling and the INSERT that should wait went through (seen once, 12-02; passes alone)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "measures memory: run alone by `make test` (cargo test -- --ignored)"]
 async fn at_the_memory_limit_sources_pause_and_inserts_wait() {
     let limit_mib = 160.0;
     let server = TestServer::start_with(Options {

@@ -195,7 +195,7 @@ pub fn register(ctx: &SessionContext) {
         signature: Signature::new(TypeSignature::Any(1), Volatility::Immutable),
     }));
     // the names streaming users write for DataFusion's sketches (HyperLogLog, t-digest);
-    // in a view they are recomputed from the group's values, which the view keeps
+    // a view keeps retractable sketches of its own instead (operators/sketch.rs)
     ctx.register_udaf(
         datafusion::functions_aggregate::approx_distinct::approx_distinct_udaf()
             .as_ref()
