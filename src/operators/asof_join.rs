@@ -334,42 +334,44 @@ impl AsofJoin {
         })
     }
 
-    /// The right rows an `a` row of key `key` at time `t` pairs with.
-    fn matches(&mut self, key: &[u8], t: i64) -> Matches {
+    /// The time of the right rows an `a` row of key `key` at time `t` pairs with: the
+    /// latest (earliest) right time the comparison admits.
+    fn match_time(&mut self, key: &[u8], t: i64) -> Option<i64> {
         let rows = &mut self.sides[1].rows;
-        let found = if self.op.latest() {
-            let hi = if self.op.inclusive() {
-                match t.checked_add(1) {
-                    Some(t1) => Bound::Excluded(at(key, t1)),
-                    None => key_end(key),
-                }
-            } else {
-                Bound::Excluded(at(key, t))
+        let time_of = |k: &[u8]| i64_of_key(&k[key.len()..]);
+        if self.op.latest() {
+            // right times up to t (inclusive) or below it
+            let hi = match (self.op.inclusive(), t.checked_add(1)) {
+                (true, Some(t1)) => Bound::Excluded(at(key, t1)),
+                (true, None) => key_end(key),
+                (false, _) => Bound::Excluded(at(key, t)),
             };
             rows.range((Bound::Included(key), as_ref(&hi)))
                 .next_back()
-                .map(|(k, _)| i64_of_key(&k[key.len()..]))
+                .map(|(k, _)| time_of(k))
         } else {
+            // right times from t (inclusive) or above it
             let lo = if self.op.inclusive() {
-                Some(at(key, t))
+                at(key, t)
             } else {
-                t.checked_add(1).map(|t1| at(key, t1))
+                at(key, t.checked_add(1)?)
             };
-            match lo {
-                Some(lo) => {
-                    let hi = key_end(key);
-                    rows.range((Bound::Included(lo.as_slice()), as_ref(&hi)))
-                        .next()
-                        .map(|(k, _)| i64_of_key(&k[key.len()..]))
-                }
-                None => None,
-            }
-        };
-        let Some(best) = found else {
+            let hi = key_end(key);
+            rows.range((Bound::Included(lo.as_slice()), as_ref(&hi)))
+                .next()
+                .map(|(k, _)| time_of(k))
+        }
+    }
+
+    /// The right rows an `a` row of key `key` at time `t` pairs with.
+    fn matches(&mut self, key: &[u8], t: i64) -> Matches {
+        let Some(best) = self.match_time(key, t) else {
             return Vec::new();
         };
         let prefix = at(key, best);
-        rows.prefix(&prefix)
+        self.sides[1]
+            .rows
+            .prefix(&prefix)
             .map(|(k, v)| (k[prefix.len()..].into(), i64_of(v)))
             .collect()
     }
@@ -626,23 +628,7 @@ impl AsofJoin {
             let rk = &tk[8..];
             let (key, t) = (&rk[..kl], i64_of_key(&rk[kl..]));
             // settled: its match is a right row below the limit
-            let settled = {
-                let r = &mut self.sides[1].rows;
-                let lo = if self.op.inclusive() {
-                    Some(at(key, t))
-                } else {
-                    t.checked_add(1).map(|t1| at(key, t1))
-                };
-                let below = at(key, limit);
-                lo.is_some_and(|lo| {
-                    r.range((
-                        Bound::Included(lo.as_slice()),
-                        Bound::Excluded(below.as_slice()),
-                    ))
-                    .next()
-                    .is_some()
-                })
-            };
+            let settled = self.match_time(key, t).is_some_and(|m| m < limit);
             if settled {
                 self.sides[0].rows.delete(rk);
                 self.sides[0].by_time.delete(&tk);

@@ -340,10 +340,7 @@ impl Operator for TopN {
         };
         let rows = self.row_conv.convert_columns(batch.columns())?;
         let ends = match &self.window {
-            Some(wf) => Some(cast(
-                batch.column(wf.end_col),
-                &DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Microsecond, None),
-            )?),
+            Some(wf) => Some(micros(batch.column(wf.end_col))?),
             None => None,
         };
         let times = match &self.close {
