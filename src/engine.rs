@@ -329,6 +329,12 @@ impl Engine {
             ));
         }
         let state = session.ctx.state();
+        let _pending = crate::plan::match_recognize::prepare_statement(
+            &mut stmt,
+            &state,
+            crate::plan::asof::Mode::Query,
+        )
+        .await?;
         let plan = state
             .statement_to_plan(DfParserStatement::Statement(Box::new(stmt)))
             .await?;

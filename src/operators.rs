@@ -12,6 +12,7 @@ pub mod emitted;
 pub mod filter;
 pub mod float_sum;
 pub mod join;
+pub mod match_recognize;
 pub mod merge;
 pub mod project;
 pub mod session_window;

@@ -108,6 +108,7 @@ pub fn session_context(
         .with_default_features()
         .with_type_planner(Arc::new(functions::WeirTypePlanner))
         .with_analyzer_rule(Arc::new(crate::catalog::pg_semantics::PgSemantics))
+        .with_query_planner(Arc::new(crate::plan::match_recognize::WeirQueryPlanner))
         .build();
     let mut ctx = SessionContext::new_with_state(state);
     if let Err(e) = datafusion::execution::FunctionRegistry::register_expr_planner(
@@ -138,6 +139,10 @@ pub fn session_context(
     crate::catalog::pg_semantics::register(&ctx);
     crate::catalog::value_limits::register(&ctx);
     crate::sql::windows::register(&ctx);
+    ctx.register_udtf(
+        crate::plan::match_recognize::TABLE_FUNCTION,
+        Arc::new(crate::plan::match_recognize::MatchRecognizeFunction),
+    );
     crate::sql::json::register(&ctx);
     crate::sql::json_build::register(&ctx);
     crate::sql::ordered_set::register(&ctx);

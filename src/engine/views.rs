@@ -46,10 +46,15 @@ impl Engine {
         self.inline_sql_functions(&mut q)?;
         rewrite_query(&mut q)?;
         let state = session.ctx.state();
+        let mut stmt = ast::Statement::Query(Box::new(q));
+        let _pending = crate::plan::match_recognize::prepare_statement(
+            &mut stmt,
+            &state,
+            crate::plan::asof::Mode::View,
+        )
+        .await?;
         let plan = state
-            .statement_to_plan(DfParserStatement::Statement(Box::new(
-                ast::Statement::Query(Box::new(q)),
-            )))
+            .statement_to_plan(DfParserStatement::Statement(Box::new(stmt)))
             .await?;
         let plan = crate::catalog::pg_semantics::fix_planned(plan)?;
         let plan = crate::plan::asof::plan(plan, crate::plan::asof::Mode::View)?;

@@ -131,7 +131,7 @@ pub fn time_type_supported(t: &DataType) -> bool {
 }
 
 /// Times as i64: integers as they are, timestamps and dates as µs (UTC).
-fn times(a: &ArrayRef) -> Result<Int64Array> {
+pub(crate) fn times(a: &ArrayRef) -> Result<Int64Array> {
     let micros = |a: &ArrayRef, tz| -> Result<Int64Array> {
         let c = cast(a, &DataType::Timestamp(TimeUnit::Microsecond, tz))?;
         let p = c.as_primitive::<TimestampMicrosecondType>();
@@ -144,7 +144,7 @@ fn times(a: &ArrayRef) -> Result<Int64Array> {
             .as_primitive::<Int64Type>()
             .clone()),
         t => Err(WeirError::not_supported(format!(
-            "an ASOF join cannot compare times of type {t}"
+            "cannot compare times of type {t}"
         ))),
     }
 }

@@ -374,7 +374,14 @@ impl<'a> Lowering<'a> {
                     .downcast_ref::<crate::plan::asof::AsofJoinNode>()
                 {
                     Some(a) => self.asof_join(a),
-                    None => Err(unsupported(e.node.name())),
+                    None => match e
+                        .node
+                        .as_any()
+                        .downcast_ref::<crate::plan::match_recognize::MatchRecognizeNode>()
+                    {
+                        Some(m) => self.match_recognize(m),
+                        None => Err(unsupported(e.node.name())),
+                    },
                 }
             }
             LogicalPlan::Union(u) => {
@@ -1113,6 +1120,26 @@ impl Lowering<'_> {
             op = op.freeing_by_watermark(self.window.lateness_us);
         }
         Ok(self.op(op, vec![left, right]))
+    }
+}
+
+impl Lowering<'_> {
+    /// `MATCH_RECOGNIZE` as the `MatchRecognize` operator; in watermark mode when it
+    /// orders by the watermarked column of an input that only inserts.
+    fn match_recognize(
+        &mut self,
+        m: &crate::plan::match_recognize::MatchRecognizeNode,
+    ) -> Result<NodeId> {
+        use crate::operators::match_recognize::MatchRecognize;
+        let rec = m.spec.recognizer(m.input.schema(), &m.schema)?;
+        let by_watermark = matches!(&m.spec.time, Expr::Column(c) if self.event_time.as_deref() == Some(c.name.as_str()))
+            && self.insert_only(&m.input);
+        let input = self.lower(&m.input)?;
+        let mut op = MatchRecognize::new(rec)?;
+        if by_watermark {
+            op = op.by_watermark(self.window.lateness_us, self.window.correct);
+        }
+        Ok(self.op(op, vec![input]))
     }
 }
 

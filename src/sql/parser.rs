@@ -7,7 +7,7 @@ use datafusion::sql::sqlparser::ast::{self, ColumnOption, Ident, ObjectName, Tab
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::parser::Parser;
-use datafusion::sql::sqlparser::tokenizer::{Location, Token, TokenWithSpan};
+use datafusion::sql::sqlparser::tokenizer::{Location, Token, TokenWithSpan, Whitespace};
 
 use crate::error::{Result, WeirError};
 use crate::sql::client_stmts::{
@@ -519,8 +519,18 @@ pub fn parse_tree(sql: &str, memory: usize) -> Result<Vec<Parsed>> {
     // before any tree exists: a statement too deep to plan is refused here (54001)
     crate::sql::depth::check(tokens.iter().map(|t| &t.token))?;
     let tokens = mark_asof_joins(tokens)?;
+    let recognizes = tokens.iter().any(|t| is_word(t, "MATCH_RECOGNIZE"));
+    let tokens = move_within_into_define(tokens)?;
     let (tokens, emit_marks) = preprocess(tokens);
-    let mut p = Parser::new(&dialect)
+    // MATCH_RECOGNIZE is parsed by sqlparser only for dialects that declare it: the
+    // Postgres dialect with that one switch on (only for statements that use it)
+    let recognizing = WeirDialect;
+    let dialect: &dyn datafusion::sql::sqlparser::dialect::Dialect = if recognizes {
+        &recognizing
+    } else {
+        &dialect
+    };
+    let mut p = Parser::new(dialect)
         .with_recursion_limit(crate::sql::depth::MAX_PARSER_RECURSION)
         .with_tokens_with_locations(tokens);
     let index = LineIndex::new(sql);
@@ -571,6 +581,158 @@ fn significant(tokens: &[TokenWithSpan]) -> Vec<usize> {
         .filter(|(_, t)| !matches!(t.token, Token::Whitespace(_)))
         .map(|(i, _)| i)
         .collect()
+}
+
+/// The Postgres dialect with `MATCH_RECOGNIZE` parsed: every method the Postgres dialect
+/// overrides is delegated to it, and it reports itself as the Postgres dialect so the
+/// parser's Postgres-only paths stay on.
+#[derive(Debug)]
+struct WeirDialect;
+
+macro_rules! delegate_bool {
+    ($($m:ident),* $(,)?) => {
+        $(fn $m(&self) -> bool {
+            PostgreSqlDialect {}.$m()
+        })*
+    };
+}
+
+impl datafusion::sql::sqlparser::dialect::Dialect for WeirDialect {
+    fn dialect(&self) -> std::any::TypeId {
+        std::any::TypeId::of::<PostgreSqlDialect>()
+    }
+    fn supports_match_recognize(&self) -> bool {
+        true
+    }
+    fn identifier_quote_style(&self, identifier: &str) -> Option<char> {
+        PostgreSqlDialect {}.identifier_quote_style(identifier)
+    }
+    fn is_delimited_identifier_start(&self, ch: char) -> bool {
+        PostgreSqlDialect {}.is_delimited_identifier_start(ch)
+    }
+    fn is_identifier_start(&self, ch: char) -> bool {
+        PostgreSqlDialect {}.is_identifier_start(ch)
+    }
+    fn is_identifier_part(&self, ch: char) -> bool {
+        PostgreSqlDialect {}.is_identifier_part(ch)
+    }
+    fn is_reserved_for_identifier(
+        &self,
+        kw: datafusion::sql::sqlparser::keywords::Keyword,
+    ) -> bool {
+        PostgreSqlDialect {}.is_reserved_for_identifier(kw)
+    }
+    fn is_custom_operator_part(&self, ch: char) -> bool {
+        PostgreSqlDialect {}.is_custom_operator_part(ch)
+    }
+    fn get_next_precedence(
+        &self,
+        parser: &Parser,
+    ) -> Option<std::result::Result<u8, datafusion::sql::sqlparser::parser::ParserError>> {
+        PostgreSqlDialect {}.get_next_precedence(parser)
+    }
+    fn prec_value(&self, prec: datafusion::sql::sqlparser::dialect::Precedence) -> u8 {
+        PostgreSqlDialect {}.prec_value(prec)
+    }
+    delegate_bool!(
+        supports_unicode_string_literal,
+        supports_filter_during_aggregation,
+        supports_group_by_expr,
+        allow_extract_custom,
+        allow_extract_single_quotes,
+        supports_create_index_with_clause,
+        supports_explain_with_utility_options,
+        supports_listen_notify,
+        supports_factorial_operator,
+        supports_bitwise_shift_operators,
+        supports_comment_on,
+        supports_load_extension,
+        supports_named_fn_args_with_colon_operator,
+        supports_named_fn_args_with_expr_name,
+        supports_empty_projections,
+        supports_nested_comments,
+        supports_string_escape_constant,
+        supports_numeric_literal_underscores,
+        supports_array_typedef_with_brackets,
+        supports_geometric_types,
+        supports_set_names,
+        supports_alter_column_type_using,
+        supports_notnull_operator,
+        supports_interval_options,
+        supports_insert_table_alias,
+        supports_create_table_like_parenthesized,
+        supports_select_wildcard_with_alias,
+        supports_comma_separated_trim,
+        supports_xml_expressions,
+        supports_comment_optimizer_hint,
+    );
+}
+
+/// The name a `MATCH_RECOGNIZE`'s `WITHIN <interval>` is carried under in its DEFINE list.
+pub const WITHIN_SYMBOL: &str = "__weir_within";
+
+/// `... PATTERN (...) WITHIN <interval> DEFINE ...` (Flink's spelling, which sqlparser does
+/// not parse) becomes `... PATTERN (...) DEFINE __weir_within AS <interval>, ...`; the
+/// planner (`plan::match_recognize`) takes it out of the DEFINE list again.
+fn move_within_into_define(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSpan>> {
+    if !tokens.iter().any(|t| is_word(t, "MATCH_RECOGNIZE")) {
+        return Ok(tokens);
+    }
+    let mut tokens = tokens;
+    loop {
+        let sig = significant(&tokens);
+        // a WITHIN right after the closing parenthesis of PATTERN (...)
+        let mut found = None;
+        for k in 0..sig.len() {
+            if !is_word(&tokens[sig[k]], "PATTERN")
+                || !matches!(sig.get(k + 1).map(|i| &tokens[*i].token), Some(Token::LParen))
+            {
+                continue;
+            }
+            let mut depth = 0i32;
+            let mut j = k + 1;
+            while j < sig.len() {
+                match tokens[sig[j]].token {
+                    Token::LParen => depth += 1,
+                    Token::RParen => depth -= 1,
+                    _ => {}
+                }
+                if depth == 0 {
+                    break;
+                }
+                j += 1;
+            }
+            if sig.get(j + 1).is_some_and(|i| is_word(&tokens[*i], "WITHIN")) {
+                let define = (j + 2..sig.len()).find(|d| is_word(&tokens[sig[*d]], "DEFINE"));
+                let Some(d) = define else {
+                    return Err(syntax_near(&tokens[sig[j + 1]]));
+                };
+                found = Some((sig[j + 1], sig[d]));
+                break;
+            }
+        }
+        let Some((within, define)) = found else {
+            return Ok(tokens);
+        };
+        let interval: Vec<TokenWithSpan> = tokens[within + 1..define].to_vec();
+        if interval.iter().all(|t| matches!(t.token, Token::Whitespace(_))) {
+            return Err(syntax_near(&tokens[define]));
+        }
+        let mut out: Vec<TokenWithSpan> = Vec::with_capacity(tokens.len() + 6);
+        out.extend_from_slice(&tokens[..within]);
+        out.push(tokens[define].clone());
+        let space = || TokenWithSpan::wrap(Token::Whitespace(Whitespace::Space));
+        out.push(space());
+        out.push(TokenWithSpan::wrap(Token::make_word(WITHIN_SYMBOL, None)));
+        out.push(space());
+        out.push(TokenWithSpan::wrap(Token::make_keyword("AS")));
+        out.push(space());
+        out.extend(interval);
+        out.push(TokenWithSpan::wrap(Token::Comma));
+        out.push(space());
+        out.extend_from_slice(&tokens[define + 1..]);
+        tokens = out;
+    }
 }
 
 /// The marker function an ASOF join's ON condition starts with after [`mark_asof_joins`].
