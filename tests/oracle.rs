@@ -172,6 +172,22 @@ const VIEWS: &[(&str, &str)] = &[
         "v_asof_left",
         "SELECT t1.id, t1.v, t3.x FROM t1 ASOF LEFT JOIN t3 ON t1.g = t3.k AND t1.v < t3.x",
     ),
+    // MATCH_RECOGNIZE over tables: every row counts, re-scanned on any change
+    (
+        "v_match",
+        "SELECT * FROM t1 MATCH_RECOGNIZE (PARTITION BY g ORDER BY v \
+         MEASURES FIRST(x.id) AS first_id, LAST(y.id) AS last_id, COUNT(y.*) AS ny, \
+         sum(y.v) AS sy, z.s AS zs, MATCH_NUMBER() AS mn, CLASSIFIER() AS cl \
+         ONE ROW PER MATCH PATTERN (x y+ z?) \
+         DEFINE x AS b, y AS y.id > PREV(id), z AS v > FIRST(x.v) + 5) AS m",
+    ),
+    (
+        "v_match_next_row",
+        "SELECT * FROM t1 MATCH_RECOGNIZE (ORDER BY id \
+         MEASURES FIRST(p.id) AS p_id, LAST(q.id) AS q_id, COUNT(*) AS n, max(v) AS hv \
+         AFTER MATCH SKIP TO NEXT ROW PATTERN ((p | q){1,2} r) \
+         DEFINE p AS v > 50, q AS v < PREV(v), r AS g = 1) AS m",
+    ),
     // ordered-set aggregates under retractions
     (
         "v_ordered_set",

@@ -1496,14 +1496,7 @@ fn plain_type(name: &str) -> ast::DataType {
 
 /// A query the rewrite wrote as text (None if it does not parse: the rewrite is skipped).
 fn parse_query_text(sql: &str) -> Option<Box<ast::Query>> {
-    let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
-    match datafusion::sql::sqlparser::parser::Parser::parse_sql(&dialect, sql)
-        .ok()?
-        .pop()?
-    {
-        ast::Statement::Query(q) => Some(q),
-        _ => None,
-    }
+    crate::sql::parser::parse_query(sql).ok()
 }
 
 fn parse_expr(sql: &str) -> Expr {

@@ -1291,10 +1291,9 @@ fn runner_spec(
     })
 }
 
+/// A stored query, parsed as its statement was (the whole text: one query).
 pub(crate) fn parse_query(sql: &str) -> Result<ast::Query> {
-    let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
-    let mut p = datafusion::sql::sqlparser::parser::Parser::new(&dialect).try_with_sql(sql)?;
-    Ok(*p.parse_query()?)
+    crate::sql::parser::parse_query(sql).map(|q| *q)
 }
 
 /// A view's columns from its plan: Postgres' names (or `names`, given in the CREATE, for the

@@ -128,7 +128,10 @@ pub struct Define {
 pub enum MeasureRef {
     Col(ColRef),
     /// An aggregate over the match's rows of a variable (None: all of them).
-    Agg { var: Option<u16>, spec: AggSpec },
+    Agg {
+        var: Option<u16>,
+        spec: AggSpec,
+    },
     MatchNumber,
     Classifier,
 }
@@ -224,9 +227,7 @@ impl Recognizer {
             .iter()
             .map(|d| match d {
                 Some(d) if d.per_batch => {
-                    let ctx = context(batch, &d.schema, &d.refs, |r, i| {
-                        i.checked_sub(r.back)
-                    })?;
+                    let ctx = context(batch, &d.schema, &d.refs, |r, i| i.checked_sub(r.back))?;
                     let m = evaluate(&d.expr, &ctx)?;
                     let m = m
                         .as_any()
@@ -259,9 +260,7 @@ impl Recognizer {
         let idx: Vec<Option<u32>> = d
             .refs
             .iter()
-            .map(|r| {
-                resolve(r, start, classes, Some((pos, var))).map(|i| i as u32)
-            })
+            .map(|r| resolve(r, start, classes, Some((pos, var))).map(|i| i as u32))
             .collect();
         let one = rows.batch.slice(pos, 1);
         let mut cols: Vec<ArrayRef> = one.columns().to_vec();
@@ -390,7 +389,12 @@ impl Recognizer {
 
     /// One output row per match (partition columns, then measures), numbered from
     /// `number_base + 1`.
-    pub fn output(&self, batch: &RecordBatch, matches: &[Match], number_base: i64) -> Result<RecordBatch> {
+    pub fn output(
+        &self,
+        batch: &RecordBatch,
+        matches: &[Match],
+        number_base: i64,
+    ) -> Result<RecordBatch> {
         let n = matches.len();
         let starts = UInt32Array::from_iter_values(matches.iter().map(|m| m.start as u32));
         let mut cols: Vec<ArrayRef> = Vec::with_capacity(self.output_schema.fields().len());
@@ -404,9 +408,7 @@ impl Recognizer {
                     let idx = UInt32Array::from(
                         matches
                             .iter()
-                            .map(|m| {
-                                resolve(c, m.start, &m.classes, None).map(|i| i as u32)
-                            })
+                            .map(|m| resolve(c, m.start, &m.classes, None).map(|i| i as u32))
                             .collect::<Vec<_>>(),
                     );
                     take(batch.column(c.col), &idx, None)?
@@ -414,13 +416,13 @@ impl Recognizer {
                 MeasureRef::MatchNumber => Arc::new(Int64Array::from_iter_values(
                     (0..n as i64).map(|i| number_base + i + 1),
                 )),
-                MeasureRef::Classifier => Arc::new(StringArray::from_iter_values(
-                    matches.iter().map(|m| {
+                MeasureRef::Classifier => {
+                    Arc::new(StringArray::from_iter_values(matches.iter().map(|m| {
                         m.classes
                             .last()
                             .map_or("", |c| self.vars[*c as usize].as_str())
-                    }),
-                )),
+                    })))
+                }
                 MeasureRef::Agg { var, spec } => {
                     let mut values: Vec<ScalarValue> = Vec::with_capacity(n);
                     for m in matches {
@@ -460,11 +462,12 @@ impl Recognizer {
             refs,
             &RecordBatchOptions::new().with_row_count(Some(n)),
         )?;
-        for (m, field) in self
-            .measures
-            .iter()
-            .zip(self.output_schema.fields().iter().skip(self.partition.len()))
-        {
+        for (m, field) in self.measures.iter().zip(
+            self.output_schema
+                .fields()
+                .iter()
+                .skip(self.partition.len()),
+        ) {
             let a = evaluate(m, &ctx)?;
             cols.push(if a.data_type() != field.data_type() {
                 cast(&a, field.data_type())?
@@ -483,7 +486,12 @@ impl Recognizer {
 /// The row a reference reads, for a run from `start` whose rows so far got `classes`;
 /// `current` is the row being classified and its variable (DEFINE), None in MEASURES
 /// (the match is complete: `classes` covers it).
-fn resolve(r: &ColRef, start: usize, classes: &[u16], current: Option<(usize, u16)>) -> Option<usize> {
+fn resolve(
+    r: &ColRef,
+    start: usize,
+    classes: &[u16],
+    current: Option<(usize, u16)>,
+) -> Option<usize> {
     let at = |k: usize| start + k;
     let base = match r.row {
         RowRef::Current => current.map(|(p, _)| p),
@@ -516,7 +524,11 @@ fn context(
     let n = batch.num_rows();
     let mut cols: Vec<ArrayRef> = batch.columns().to_vec();
     for r in refs {
-        let idx = UInt32Array::from((0..n).map(|i| row_of(r, i).map(|x| x as u32)).collect::<Vec<_>>());
+        let idx = UInt32Array::from(
+            (0..n)
+                .map(|i| row_of(r, i).map(|x| x as u32))
+                .collect::<Vec<_>>(),
+        );
         cols.push(take(batch.column(r.col), &idx, None)?);
     }
     Ok(RecordBatch::try_new_with_options(
@@ -877,7 +889,9 @@ pub fn recognize_all(rec: &Recognizer, input: &RecordBatch) -> Result<RecordBatc
     let mut order: Vec<(Vec<u8>, usize)> = (0..input.num_rows())
         .filter(|i| ts.is_valid(*i))
         .map(|i| {
-            let mut k = keys.as_ref().map_or(Vec::new(), |k| k.row(i).data().to_vec());
+            let mut k = keys
+                .as_ref()
+                .map_or(Vec::new(), |k| k.row(i).data().to_vec());
             let key_len = k.len() as u32;
             k.extend_from_slice(&i64_key(ts.value(i)));
             k.extend_from_slice(rows.row(i).data());
@@ -963,12 +977,22 @@ mod tests {
         let ts = [1, 2, 3, 4];
         let b = batch(&ts);
         // all final, nothing more comes: one match of all four rows
-        let rows = Rows { batch: &b, ts: &ts, final_end: 4, frontier: None };
+        let rows = Rows {
+            batch: &b,
+            ts: &ts,
+            final_end: 4,
+            frontier: None,
+        };
         let s = r.scan(&rows, 0).unwrap();
         assert_eq!(s.matches.len(), 1);
         assert_eq!((s.matches[0].start, s.matches[0].end), (0, 4));
         // the last two rows not final: the greedy run waits, nothing is emitted
-        let rows = Rows { batch: &b, ts: &ts, final_end: 2, frontier: Some(3) };
+        let rows = Rows {
+            batch: &b,
+            ts: &ts,
+            final_end: 2,
+            frontier: Some(3),
+        };
         let s = r.scan(&rows, 0).unwrap();
         assert!(s.matches.is_empty());
         assert_eq!(s.waiting, Some(0));
@@ -982,13 +1006,29 @@ mod tests {
         let b = batch(&ts);
         // row at 5 is inside the first row's bound: no match from 0; from 5 the next row
         // (20) is beyond 5 + 10: match; from 20 the bound is open until the frontier
-        let rows = Rows { batch: &b, ts: &ts, final_end: 3, frontier: Some(25) };
+        let rows = Rows {
+            batch: &b,
+            ts: &ts,
+            final_end: 3,
+            frontier: Some(25),
+        };
         let s = r.scan(&rows, 0).unwrap();
-        assert_eq!(s.matches.iter().map(|m| m.start).collect::<Vec<_>>(), vec![1]);
+        assert_eq!(
+            s.matches.iter().map(|m| m.start).collect::<Vec<_>>(),
+            vec![1]
+        );
         assert_eq!(s.waiting, Some(2));
-        let rows = Rows { batch: &b, ts: &ts, final_end: 3, frontier: Some(30) };
+        let rows = Rows {
+            batch: &b,
+            ts: &ts,
+            final_end: 3,
+            frontier: Some(30),
+        };
         let s = r.scan(&rows, 0).unwrap();
-        assert_eq!(s.matches.iter().map(|m| m.start).collect::<Vec<_>>(), vec![1, 2]);
+        assert_eq!(
+            s.matches.iter().map(|m| m.start).collect::<Vec<_>>(),
+            vec![1, 2]
+        );
         assert_eq!(s.waiting, None);
     }
 }

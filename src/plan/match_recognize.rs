@@ -64,8 +64,8 @@ use datafusion::physical_plan::{
 use datafusion::physical_planner::{ExtensionPlanner, PhysicalPlanner};
 use datafusion::sql::sqlparser::ast::{
     self, AfterMatchSkip, FunctionArg, FunctionArgExpr, FunctionArguments, Ident,
-    MatchRecognizePattern, MatchRecognizeSymbol, RepetitionQuantifier, RowsPerMatch,
-    TableFactor, VisitMut, VisitorMut,
+    MatchRecognizePattern, MatchRecognizeSymbol, RepetitionQuantifier, RowsPerMatch, TableFactor,
+    VisitMut, VisitorMut,
 };
 use parking_lot::Mutex;
 
@@ -111,10 +111,8 @@ fn invalid(what: impl Into<String>) -> WeirError {
 
 /// How a statement's planning plans the input of a `MATCH_RECOGNIZE` (a query AST to a
 /// logical plan, with the same rewrites as the statement).
-pub type PlanInput<'a> = &'a (dyn Fn(
-    ast::Statement,
-) -> futures::future::BoxFuture<'a, Result<LogicalPlan>>
-         + Sync);
+pub type PlanInput<'a> =
+    &'a (dyn Fn(ast::Statement) -> futures::future::BoxFuture<'a, Result<LogicalPlan>> + Sync);
 
 /// Replace every `MATCH_RECOGNIZE` table of `stmt` by `__weir_match_recognize(id)`, with
 /// its node planned (inputs through `plan_input`). Keep the returned guard until the
@@ -188,12 +186,16 @@ impl TableFunctionImpl for MatchRecognizeFunction {
             [Expr::Literal(v, _)] => v.to_string().parse::<u64>().ok(),
             _ => None,
         };
-        let plan = id.and_then(|id| PENDING.lock().get(&id).cloned()).ok_or_else(|| {
-            datafusion::error::DataFusionError::Plan(format!(
-                "{TABLE_FUNCTION} is used by MATCH_RECOGNIZE only"
-            ))
-        })?;
-        Ok(Arc::new(datafusion::catalog::view::ViewTable::new(plan, None)))
+        let plan = id
+            .and_then(|id| PENDING.lock().get(&id).cloned())
+            .ok_or_else(|| {
+                datafusion::error::DataFusionError::Plan(format!(
+                    "{TABLE_FUNCTION} is used by MATCH_RECOGNIZE only"
+                ))
+            })?;
+        Ok(Arc::new(datafusion::catalog::view::ViewTable::new(
+            plan, None,
+        )))
     }
 }
 
@@ -453,7 +455,9 @@ async fn build(
         ));
     };
     if order.options.asc == Some(false) {
-        return Err(unsupported("ORDER BY ... DESC (rows are matched in time order)"));
+        return Err(unsupported(
+            "ORDER BY ... DESC (rows are matched in time order)",
+        ));
     }
     let time = plan_expr(state, order.expr.clone(), &in_schema)?;
     let time_type = time.get_type(&in_schema)?;
@@ -478,9 +482,16 @@ async fn build(
     for p in partition_by {
         let e = plan_expr(state, p, &in_schema)?;
         let Expr::Column(c) = &e else {
-            return Err(unsupported(format!("PARTITION BY {e} (partition by columns)")));
+            return Err(unsupported(format!(
+                "PARTITION BY {e} (partition by columns)"
+            )));
         };
-        out_fields.push(in_schema.field_with_unqualified_name(&c.name)?.as_ref().clone());
+        out_fields.push(
+            in_schema
+                .field_with_unqualified_name(&c.name)?
+                .as_ref()
+                .clone(),
+        );
         partition.push(e);
     }
 
@@ -496,7 +507,9 @@ async fn build(
             .iter()
             .map(|r| match r.0 {
                 RefKind::Col(c) => Ok(c),
-                _ => Err(unsupported("aggregates, MATCH_NUMBER or CLASSIFIER in DEFINE")),
+                _ => Err(unsupported(
+                    "aggregates, MATCH_NUMBER or CLASSIFIER in DEFINE",
+                )),
             })
             .collect::<Result<_>>()?;
         max_back = max_back.max(refs.iter().map(|r| r.back).max().unwrap_or(0));
@@ -525,7 +538,11 @@ async fn build(
         match kind {
             RefKind::Col(c) => {
                 max_back = max_back.max(c.back);
-                ref_fields.push(Field::new(name, in_schema.field(c.col).data_type().clone(), true));
+                ref_fields.push(Field::new(
+                    name,
+                    in_schema.field(c.col).data_type().clone(),
+                    true,
+                ));
                 refs.push(LRef::Col(*c));
             }
             RefKind::Agg(var) => {
@@ -599,7 +616,8 @@ fn context_schema(input: &DFSchema, refs: &[ColRef]) -> Result<DFSchema> {
 }
 
 fn interval_us(state: &SessionState, e: ast::Expr) -> Result<i64> {
-    let bad = || invalid("WITHIN needs a constant positive interval, e.g. WITHIN INTERVAL '30 minutes'");
+    let bad =
+        || invalid("WITHIN needs a constant positive interval, e.g. WITHIN INTERVAL '30 minutes'");
     let planned = plan_expr(state, e, &DFSchema::empty())?;
     let s = ExprSimplifier::new(SimplifyContext::builder().build());
     let v = match s.simplify(planned)? {
@@ -937,9 +955,13 @@ impl<'a> Rewriter<'a> {
                                 (_, v) => RowRef::Last(v),
                             },
                         };
-                        Ok(Some(self.push(RefKind::Col(ColRef { row, back, col }), None)))
+                        Ok(Some(
+                            self.push(RefKind::Col(ColRef { row, back, col }), None),
+                        ))
                     }
-                    "next" => Err(unsupported("NEXT (matches are decided on rows up to the current one)")),
+                    "next" => Err(unsupported(
+                        "NEXT (matches are decided on rows up to the current one)",
+                    )),
                     "match_number" if self.defining.is_none() => {
                         Ok(Some(self.push(RefKind::MatchNumber, None)))
                     }
@@ -975,7 +997,9 @@ impl<'a> Rewriter<'a> {
                                             [p] => p.as_ident().map(|i| self.var(i)).transpose()?,
                                             _ => None,
                                         };
-                                        note(Some(v.ok_or_else(|| invalid(format!("{q}.* is not a pattern variable")))?));
+                                        note(Some(v.ok_or_else(|| {
+                                            invalid(format!("{q}.* is not a pattern variable"))
+                                        })?));
                                         *a = FunctionArg::Unnamed(FunctionArgExpr::Wildcard);
                                     }
                                     FunctionArg::Unnamed(FunctionArgExpr::Wildcard) => note(None),
@@ -1005,10 +1029,9 @@ impl<'a> Rewriter<'a> {
                             return Err(e);
                         }
                         let var = var.flatten();
-                        Ok(Some(self.push(
-                            RefKind::Agg(var),
-                            Some(ast::Expr::Function(call)),
-                        )))
+                        Ok(Some(
+                            self.push(RefKind::Agg(var), Some(ast::Expr::Function(call))),
+                        ))
                     }
                     _ => Ok(None),
                 }
@@ -1303,9 +1326,10 @@ impl datafusion::execution::context::QueryPlanner for WeirQueryPlanner {
         logical_plan: &LogicalPlan,
         session_state: &dyn datafusion::catalog::Session,
     ) -> datafusion::common::Result<Arc<dyn ExecutionPlan>> {
-        let planner = datafusion::physical_planner::DefaultPhysicalPlanner::with_extension_planners(
-            vec![Arc::new(MatchRecognizePlanner)],
-        );
+        let planner =
+            datafusion::physical_planner::DefaultPhysicalPlanner::with_extension_planners(vec![
+                Arc::new(MatchRecognizePlanner),
+            ]);
         planner
             .create_physical_plan(logical_plan, session_state)
             .await

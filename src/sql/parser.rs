@@ -525,11 +525,8 @@ pub fn parse_tree(sql: &str, memory: usize) -> Result<Vec<Parsed>> {
     // MATCH_RECOGNIZE is parsed by sqlparser only for dialects that declare it: the
     // Postgres dialect with that one switch on (only for statements that use it)
     let recognizing = WeirDialect;
-    let dialect: &dyn datafusion::sql::sqlparser::dialect::Dialect = if recognizes {
-        &recognizing
-    } else {
-        &dialect
-    };
+    let dialect: &dyn datafusion::sql::sqlparser::dialect::Dialect =
+        if recognizes { &recognizing } else { &dialect };
     let mut p = Parser::new(dialect)
         .with_recursion_limit(crate::sql::depth::MAX_PARSER_RECURSION)
         .with_tokens_with_locations(tokens);
@@ -674,18 +671,24 @@ pub const WITHIN_SYMBOL: &str = "__weir_within";
 /// `... PATTERN (...) WITHIN <interval> DEFINE ...` (Flink's spelling, which sqlparser does
 /// not parse) becomes `... PATTERN (...) DEFINE __weir_within AS <interval>, ...`; the
 /// planner (`plan::match_recognize`) takes it out of the DEFINE list again.
+///
+/// Inside `PATTERN (...)` the Postgres tokenizer reads `?` (and `?|`) as its JSON
+/// operators; they become the `?` quantifier (and `|`) sqlparser's pattern parser expects.
 fn move_within_into_define(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSpan>> {
     if !tokens.iter().any(|t| is_word(t, "MATCH_RECOGNIZE")) {
         return Ok(tokens);
     }
-    let mut tokens = tokens;
+    let mut tokens = pattern_question_marks(tokens);
     loop {
         let sig = significant(&tokens);
         // a WITHIN right after the closing parenthesis of PATTERN (...)
         let mut found = None;
         for k in 0..sig.len() {
             if !is_word(&tokens[sig[k]], "PATTERN")
-                || !matches!(sig.get(k + 1).map(|i| &tokens[*i].token), Some(Token::LParen))
+                || !matches!(
+                    sig.get(k + 1).map(|i| &tokens[*i].token),
+                    Some(Token::LParen)
+                )
             {
                 continue;
             }
@@ -702,7 +705,10 @@ fn move_within_into_define(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSp
                 }
                 j += 1;
             }
-            if sig.get(j + 1).is_some_and(|i| is_word(&tokens[*i], "WITHIN")) {
+            if sig
+                .get(j + 1)
+                .is_some_and(|i| is_word(&tokens[*i], "WITHIN"))
+            {
                 let define = (j + 2..sig.len()).find(|d| is_word(&tokens[sig[*d]], "DEFINE"));
                 let Some(d) = define else {
                     return Err(syntax_near(&tokens[sig[j + 1]]));
@@ -715,7 +721,10 @@ fn move_within_into_define(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSp
             return Ok(tokens);
         };
         let interval: Vec<TokenWithSpan> = tokens[within + 1..define].to_vec();
-        if interval.iter().all(|t| matches!(t.token, Token::Whitespace(_))) {
+        if interval
+            .iter()
+            .all(|t| matches!(t.token, Token::Whitespace(_)))
+        {
             return Err(syntax_near(&tokens[define]));
         }
         let mut out: Vec<TokenWithSpan> = Vec::with_capacity(tokens.len() + 6);
@@ -733,6 +742,37 @@ fn move_within_into_define(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSp
         out.extend_from_slice(&tokens[define + 1..]);
         tokens = out;
     }
+}
+
+fn pattern_question_marks(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    let mut out: Vec<TokenWithSpan> = Vec::with_capacity(tokens.len());
+    // parenthesis depth inside PATTERN (...), when in one
+    let mut depth: Option<i32> = None;
+    let mut after_pattern = false;
+    for t in tokens {
+        let question = || TokenWithSpan::new(Token::Placeholder("?".into()), t.span);
+        match (&t.token, depth) {
+            (Token::Whitespace(_), _) => {}
+            (Token::LParen, None) if after_pattern => depth = Some(1),
+            (Token::LParen, Some(d)) => depth = Some(d + 1),
+            (Token::RParen, Some(d)) => depth = (d > 1).then_some(d - 1),
+            (Token::Question, Some(_)) => {
+                out.push(question());
+                continue;
+            }
+            (Token::QuestionPipe, Some(_)) => {
+                out.push(question());
+                out.push(TokenWithSpan::new(Token::Pipe, t.span));
+                continue;
+            }
+            _ => {}
+        }
+        if !matches!(t.token, Token::Whitespace(_)) {
+            after_pattern = is_word(&t, "PATTERN");
+        }
+        out.push(t);
+    }
+    out
 }
 
 /// The marker function an ASOF join's ON condition starts with after [`mark_asof_joins`].
