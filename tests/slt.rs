@@ -184,6 +184,7 @@ macro_rules! slt_tests {
 slt_tests!(
     tables,
     asof_join,
+    match_recognize,
     dml,
     types,
     queries,
