@@ -75,6 +75,16 @@ const VIEWS: &[ViewSpec] = &[
         lateness: 0,
     },
     ViewSpec {
+        name: "cep_drop",
+        sql: "CREATE MATERIALIZED VIEW cep_drop AS SELECT * FROM ev MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts MEASURES FIRST(a.ts) AS s, LAST(b.ts) AS e, COUNT(b.*) AS n, sum(b.v) AS sv PATTERN (a b+) WITHIN INTERVAL '30 seconds' DEFINE a AS v % 2 = 0, b AS v % 2 = 1) AS m",
+        lateness: 0,
+    },
+    ViewSpec {
+        name: "cep_fixed",
+        sql: "CREATE MATERIALIZED VIEW cep_fixed WITH (late_events = 'correct', allowed_lateness = '30 seconds') AS SELECT * FROM ev MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts MEASURES FIRST(a.ts) AS s, LAST(b.ts) AS e, COUNT(b.*) AS n, sum(b.v) AS sv PATTERN (a b+) WITHIN INTERVAL '30 seconds' DEFINE a AS v % 2 = 0, b AS v % 2 = 1) AS m",
+        lateness: 30 * SEC,
+    },
+    ViewSpec {
         name: "joined",
         sql: "CREATE MATERIALIZED VIEW joined AS SELECT e.v, f.w FROM ev e JOIN ev2 f ON e.k = f.k AND e.ts BETWEEN f.ts - INTERVAL '5 seconds' AND f.ts + INTERVAL '5 seconds'",
         lateness: 0,
@@ -226,6 +236,55 @@ impl Model {
         out
     }
 
+    /// `cep_*`: per key, the admitted rows in (ts, v) order; rows before the watermark are
+    /// final; from each start row in order: an even `v`, then the longest run of odd `v`
+    /// within 30 s of it; a run that reaches the last final row waits unless the watermark
+    /// has passed its 30 s (then nothing later can join it), and the scan stops there.
+    fn cep(&self, view: &str) -> Vec<String> {
+        let within = 30 * SEC;
+        let Some(wm) = self.wm.get("ev").copied().flatten() else {
+            return Vec::new();
+        };
+        let mut by_key: BTreeMap<i64, Vec<&Row>> = BTreeMap::new();
+        for r in self.admitted.get(view).map(|v| v.as_slice()).unwrap_or(&[]) {
+            by_key.entry(r.k).or_default().push(r);
+        }
+        let mut out = Vec::new();
+        for (k, mut rows) in by_key {
+            rows.sort_by_key(|r| (r.ts, r.v));
+            let fin: Vec<&Row> = rows.into_iter().filter(|r| r.ts < wm).collect();
+            let mut s = 0;
+            while s < fin.len() {
+                if fin[s].v % 2 != 0 {
+                    s += 1;
+                    continue;
+                }
+                let mut j = s + 1;
+                while j < fin.len() && fin[j].ts - fin[s].ts < within && fin[j].v % 2 != 0 {
+                    j += 1;
+                }
+                if j == fin.len() && wm < fin[s].ts + within {
+                    break;
+                }
+                if j == s + 1 {
+                    s += 1;
+                    continue;
+                }
+                let b = &fin[s + 1..j];
+                out.push(format!(
+                    "{k}|{}|{}|{}|{}",
+                    pg_ts(fin[s].ts),
+                    pg_ts(b[b.len() - 1].ts),
+                    b.len(),
+                    b.iter().map(|r| r.v).sum::<i64>()
+                ));
+                s = j;
+            }
+        }
+        out.sort();
+        out
+    }
+
     fn sessions(&self, view: &str, gap: i64, closed_only: bool) -> Vec<String> {
         let wm = self.wm.get("ev").copied().flatten();
         let mut by_key: BTreeMap<i64, Vec<&Row>> = BTreeMap::new();
@@ -312,6 +371,15 @@ async fn verify(c: &Client, m: &Model, seed: u64, phase: usize) {
         rows(c, "SELECT k, v, ts, run, rn FROM over_close").await,
         m.over_close(),
     );
+    for v in ["cep_drop", "cep_fixed"] {
+        check(
+            seed,
+            phase,
+            v,
+            rows(c, &format!("SELECT k, s, e, n, sv FROM {v}")).await,
+            m.cep(v),
+        );
+    }
     let q = |v: &str| format!("SELECT window_start, window_end, k, n, s FROM {v}");
     check(
         seed,
@@ -573,11 +641,14 @@ async fn state_stays_flat_on_an_endless_stream() {
          CREATE MATERIALIZED VIEW sessions AS SELECT k, window_start, window_end, count(*) AS n \
            FROM SESSION(ev, ts, INTERVAL '50 milliseconds') GROUP BY k, window_start, window_end; \
          CREATE MATERIALIZED VIEW pairs AS SELECT a.k, a.v AS av, b.v AS bv FROM ev a JOIN ev b \
-           ON a.k = b.k AND a.ts BETWEEN b.ts - INTERVAL '100 milliseconds' AND b.ts",
+           ON a.k = b.k AND a.ts BETWEEN b.ts - INTERVAL '100 milliseconds' AND b.ts; \
+         CREATE MATERIALIZED VIEW cep AS SELECT * FROM ev MATCH_RECOGNIZE (PARTITION BY k \
+           ORDER BY ts MEASURES FIRST(a.ts) AS s, COUNT(b.*) AS n PATTERN (a b+ c) \
+           WITHIN INTERVAL '1 second' DEFINE a AS v % 3 = 0, b AS v % 3 = 1, c AS v % 3 = 2) AS m",
     )
     .await
     .unwrap_or_else(|e| panic!("setup: {}", describe_error(&e)));
-    let views = ["tumbling", "closing", "hopping", "sessions", "pairs"];
+    let views = ["tumbling", "closing", "hopping", "sessions", "pairs", "cep"];
     for v in views {
         wait_for_rows(&c, v, 50_000).await;
     }

@@ -691,16 +691,33 @@ impl MatchRecognize {
         let Some(w) = self.watermark else {
             return Ok(());
         };
-        // free up to the last restart point that no admitted row can precede and no
-        // match spans
+        // free up to the last restart point that no match spans, of a scan decided by rows
+        // below `watermark - lateness` alone: no admitted row can come before those, or
+        // inside a WITHIN bound closed by that limit. (Under 'correct' the scan above also
+        // used rows up to the watermark, and a late row can still change what they decided.)
         let limit = w.saturating_sub(lateness);
+        let settled_scan;
+        let settled = if frontier == Some(limit) {
+            &scan
+        } else {
+            settled_scan = self.rec.scan(
+                &Rows {
+                    batch: &batch,
+                    ts: &ts,
+                    final_end: ts.partition_point(|t| *t < limit),
+                    frontier: Some(limit),
+                },
+                from,
+            )?;
+            &settled_scan
+        };
         let boundary = |b: usize| b == 0 || b == ts.len() || entry[b] != entry[b - 1];
         let mut cut: Option<(usize, usize)> = None;
         let mut m = 0;
         let mut max_end = 0;
-        for &b in &scan.landings {
-            while m < scan.matches.len() && scan.matches[m].start < b {
-                max_end = max_end.max(scan.matches[m].end);
+        for &b in &settled.landings {
+            while m < settled.matches.len() && settled.matches[m].start < b {
+                max_end = max_end.max(settled.matches[m].end);
                 m += 1;
             }
             if b > from && max_end <= b && boundary(b) && ts[b - 1] < limit {
@@ -748,11 +765,15 @@ impl MatchRecognize {
         if let (Some(s), Some(wn)) = (scan.waiting, self.rec.within) {
             consider(self.due(ts[s].saturating_add(wn).saturating_sub(1)));
         }
-        if let Some(&last) = scan.landings.last()
-            && last > 0
-            && cut.is_none_or(|(b, _)| b < last)
-        {
-            consider(ts[last - 1].saturating_add(lateness).saturating_add(1));
+        if frontier != Some(limit) {
+            // what the settled scan waits for
+            let settled_end = ts.partition_point(|t| *t < limit);
+            if settled_end < ts.len() {
+                consider(ts[settled_end].saturating_add(lateness).saturating_add(1));
+            }
+            if let (Some(s), Some(wn)) = (settled.waiting, self.rec.within) {
+                consider(ts[s].saturating_add(wn).saturating_add(lateness));
+            }
         }
         if let Some(d) = next {
             self.schedule(key, d);
