@@ -1064,11 +1064,7 @@ impl VisitorMut for StripVars<'_, '_> {
                     return ControlFlow::Break(());
                 }
             },
-            ast::Expr::Identifier(_) => {
-                if !self.found.contains(&None) {
-                    self.found.push(None);
-                }
-            }
+            ast::Expr::Identifier(_) if !self.found.contains(&None) => self.found.push(None),
             _ => {}
         }
         ControlFlow::Continue(())
