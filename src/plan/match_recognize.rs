@@ -158,11 +158,17 @@ pub async fn prepare(
             ControlFlow::Continue(())
         }
     }
+    // the statement's common table expressions, as written (an input may name one)
+    let ctes: Vec<ast::Cte> = match stmt {
+        ast::Statement::Query(q) => q.with.as_ref().map(|w| w.cte_tables.clone()),
+        _ => None,
+    }
+    .unwrap_or_default();
     let mut c = Collect(Vec::new());
     let _ = stmt.visit(&mut c);
     let guard = Pending(c.0.iter().map(|(id, _)| *id).collect());
     for (id, factor) in c.0 {
-        let node = build(factor, state, plan_input).await?;
+        let node = build(factor, &ctes, state, plan_input).await?;
         PENDING.lock().insert(
             id,
             LogicalPlan::Extension(Extension {
@@ -326,6 +332,7 @@ fn plan_expr(state: &SessionState, e: ast::Expr, schema: &DFSchema) -> Result<Ex
 
 async fn build(
     factor: TableFactor,
+    ctes: &[ast::Cte],
     state: &SessionState,
     plan_input: PlanInput<'_>,
 ) -> Result<MatchRecognizeNode> {
@@ -370,8 +377,27 @@ async fn build(
         Some(s) => return Err(unsupported(format!("AFTER MATCH SKIP {s}"))),
     };
     // the input, planned on its own
+    // an input that names a CTE of the statement is planned with it
+    let with = match table.as_ref() {
+        TableFactor::Table {
+            name, args: None, ..
+        } => ctes
+            .iter()
+            .find(|c| {
+                name.0.len() == 1
+                    && name.0[0]
+                        .as_ident()
+                        .is_some_and(|i| normalize_ident(i) == normalize_ident(&c.alias.name))
+            })
+            .map(|c| ast::With {
+                with_token: ast::helpers::attached_token::AttachedToken::empty(),
+                recursive: false,
+                cte_tables: vec![c.clone()],
+            }),
+        _ => None,
+    };
     let query = ast::Query {
-        with: None,
+        with,
         body: Box::new(ast::SetExpr::Select(Box::new(ast::Select {
             select_token: ast::helpers::attached_token::AttachedToken::empty(),
             optimizer_hints: vec![],
