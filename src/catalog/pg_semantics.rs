@@ -978,6 +978,19 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
                     true,
                     Some(data_type),
                 )),
+                // dates and timestamps as Postgres reads them (`sql::datetime_in`)
+                (Some(DataType::Utf8), t) if crate::sql::datetime_in::applies(t).is_some() => {
+                    let f = if crate::sql::datetime_in::applies(t) == Some(true) {
+                        pg_functions::TIMESTAMPTZ_IN
+                    } else {
+                        pg_functions::TIMESTAMP_IN
+                    };
+                    Ok((
+                        cast(pg_udf(f).call(vec![x]), data_type.clone()),
+                        true,
+                        Some(data_type),
+                    ))
+                }
                 // '-NaN'::float is Postgres' one NaN
                 (
                     Some(DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View),
@@ -1080,6 +1093,8 @@ static PG_UDFS: std::sync::LazyLock<Vec<Arc<ScalarUDF>>> = std::sync::LazyLock::
         pg_functions::TEXT_OUT,
         pg_functions::CANONICAL_NAN,
         pg_functions::ROUND_FOR_INT,
+        pg_functions::TIMESTAMP_IN,
+        pg_functions::TIMESTAMPTZ_IN,
     ]
     .into_iter()
     .map(|n| Arc::new(ScalarUDF::new_from_impl(pg_functions::udf(n))))

@@ -46,6 +46,12 @@ fn literal(e: &ast::Expr) -> Option<Option<String>> {
 fn adapt(text: String, ty: &SqlType) -> Option<String> {
     match ty {
         SqlType::Interval => Some(normalize_interval(&text).unwrap_or(text)),
+        SqlType::Timestamp | SqlType::Date => {
+            Some(crate::sql::datetime_in::normalize(&text, false).unwrap_or(text))
+        }
+        SqlType::TimestampTz => {
+            Some(crate::sql::datetime_in::normalize(&text, true).unwrap_or(text))
+        }
         // bytea literals take the general path (hex and escape forms)
         SqlType::Bytea => None,
         SqlType::Bool => match text.to_ascii_lowercase().as_str() {

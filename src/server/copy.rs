@@ -571,9 +571,24 @@ fn cast_text(
                 .collect();
             return cast_plain(&(Arc::new(normalized) as ArrayRef), target, text, &bad);
         }
-        SqlType::TimestampTz | SqlType::Timestamp => {
-            // Postgres prints a UTC offset as `+00`; the parser wants `+00:00`
-            let normalized: StringArray = text.iter().map(|v| v.map(normalize_offset)).collect();
+        SqlType::TimestampTz | SqlType::Timestamp | SqlType::Date => {
+            // Postgres prints a UTC offset as `+00`; the parser wants `+00:00`; and the
+            // forms Postgres reads that arrow does not (`crate::sql::datetime_in`)
+            let keep_zone = matches!(ty, SqlType::TimestampTz);
+            let normalized: StringArray = text
+                .iter()
+                .map(|v| {
+                    v.map(|v| {
+                        let v = crate::sql::datetime_in::normalize(v, keep_zone)
+                            .unwrap_or_else(|| v.to_owned());
+                        if matches!(ty, SqlType::Date) {
+                            v
+                        } else {
+                            normalize_offset(&v)
+                        }
+                    })
+                })
+                .collect();
             return cast_plain(&(Arc::new(normalized) as ArrayRef), target, text, &bad);
         }
         _ => {}

@@ -183,6 +183,9 @@ pub const TEXT_OUT: &str = "weir_text_out";
 pub const ROUND_FOR_INT: &str = "weir_round_for_int";
 pub const INTERVAL_KEY: &str = "weir_interval_key";
 pub const CANONICAL_NAN: &str = "weir_canonical_nan";
+/// Text as `timestamp` / `date` input (a zone ignored), and as `timestamptz` input.
+pub const TIMESTAMP_IN: &str = "weir_timestamp_in";
+pub const TIMESTAMPTZ_IN: &str = "weir_timestamptz_in";
 pub const ANY_OP: &str = "weir_any_op";
 /// A marker the rewrite adds to `SELECT *` over a join with USING; the analyzer rule
 /// removes it (it never runs).
@@ -273,6 +276,18 @@ fn definitions() -> Vec<PgFunction> {
             |args, _| Ok(canonical_nan_array(&args[0])),
         ),
         immutable(ANY_OP, TypeSignature::Any(4), |_| DataType::Boolean, any_op),
+        immutable(
+            TIMESTAMP_IN,
+            TypeSignature::Any(1),
+            |t| t.first().cloned().unwrap_or(DataType::Utf8),
+            |args, _| Ok(crate::sql::datetime_in::normalize_array(&args[0], false)),
+        ),
+        immutable(
+            TIMESTAMPTZ_IN,
+            TypeSignature::Any(1),
+            |t| t.first().cloned().unwrap_or(DataType::Utf8),
+            |args, _| Ok(crate::sql::datetime_in::normalize_array(&args[0], true)),
+        ),
         immutable(
             STAR_OVER_USING,
             TypeSignature::Nullary,

@@ -1,0 +1,141 @@
+//! Postgres' input text of dates and timestamps in the form arrow's cast reads: Postgres
+//! takes `2024-01-01 10:00` (no seconds), `9:05` (one-digit hour), `epoch`, and for
+//! `timestamp` (without time zone) ignores a zone written after the time, where arrow
+//! refuses the first three and converts the last to UTC. Every path that turns text into a
+//! date or timestamp (casts in queries, INSERT literals, COPY) passes it through here.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, AsArray, StringArray};
+use datafusion::arrow::datatypes::DataType;
+
+/// The text arrow should read for Postgres input `s`, or None to read `s` as it is.
+/// `keep_zone`: the target is `timestamptz` (a zone shifts the time); else a zone is
+/// ignored, as Postgres does for `timestamp` and `date`.
+pub fn normalize(s: &str, keep_zone: bool) -> Option<String> {
+    let t = s.trim();
+    if t.eq_ignore_ascii_case("epoch") {
+        return Some("1970-01-01T00:00:00".into());
+    }
+    let b = t.as_bytes();
+    let digits = |r: std::ops::Range<usize>| {
+        b.get(r.clone())
+            .is_some_and(|x| !x.is_empty() && x.iter().all(u8::is_ascii_digit))
+    };
+    // YYYY-MM-DD
+    if !(digits(0..4) && b.get(4) == Some(&b'-') && digits(5..7) && b.get(7) == Some(&b'-'))
+        || !digits(8..10)
+    {
+        return None;
+    }
+    let date = &t[..10];
+    if b.len() == 10 {
+        return (t.len() != s.len()).then(|| date.to_owned());
+    }
+    if !matches!(b[10], b' ' | b'T' | b't') {
+        return None;
+    }
+    let rest = t[11..].trim_start();
+    let r = rest.as_bytes();
+    // H or HH, then :MM
+    let h_len = r.iter().take_while(|c| c.is_ascii_digit()).count();
+    if !(1..=2).contains(&h_len) || r.get(h_len) != Some(&b':') {
+        return None;
+    }
+    let m_at = h_len + 1;
+    if !(r.len() >= m_at + 2 && r[m_at..m_at + 2].iter().all(u8::is_ascii_digit)) {
+        return None;
+    }
+    let mut end = m_at + 2;
+    let mut seconds = String::from(":00");
+    if r.get(end) == Some(&b':') {
+        let s_len = r[end + 1..]
+            .iter()
+            .take_while(|c| c.is_ascii_digit() || **c == b'.')
+            .count();
+        if s_len == 0 {
+            return None;
+        }
+        seconds = rest[end..end + 1 + s_len].to_owned();
+        end += 1 + s_len;
+    }
+    let zone = rest[end..].trim();
+    let mut out = format!(
+        "{date} {:0>2}:{}{seconds}",
+        &rest[..h_len],
+        &rest[m_at..m_at + 2]
+    );
+    if keep_zone && !zone.is_empty() {
+        out.push_str(zone);
+    }
+    (out != s).then_some(out)
+}
+
+/// [`normalize`] over a text array (other arrays are returned as they are).
+pub fn normalize_array(a: &ArrayRef, keep_zone: bool) -> ArrayRef {
+    let Some(s) = a.as_string_opt::<i32>() else {
+        return a.clone();
+    };
+    if !s
+        .iter()
+        .flatten()
+        .any(|v| normalize(v, keep_zone).is_some())
+    {
+        return a.clone();
+    }
+    let out: StringArray = s
+        .iter()
+        .map(|v| v.map(|v| normalize(v, keep_zone).unwrap_or_else(|| v.to_owned())))
+        .collect();
+    Arc::new(out)
+}
+
+/// Whether text cast to `t` goes through [`normalize`], and whether it keeps the zone.
+pub fn applies(t: &DataType) -> Option<bool> {
+    match t {
+        DataType::Timestamp(_, tz) => Some(tz.is_some()),
+        DataType::Date32 | DataType::Date64 => Some(false),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn postgres_forms_become_arrow_forms() {
+        assert_eq!(
+            normalize("2024-01-01 10:00", false).as_deref(),
+            Some("2024-01-01 10:00:00")
+        );
+        assert_eq!(
+            normalize("2024-01-01T10:00", true).as_deref(),
+            Some("2024-01-01 10:00:00")
+        );
+        assert_eq!(
+            normalize("2024-01-01 9:05:00", false).as_deref(),
+            Some("2024-01-01 09:05:00")
+        );
+        assert_eq!(
+            normalize("2024-01-01 10:00:00+02", false).as_deref(),
+            Some("2024-01-01 10:00:00")
+        );
+        assert_eq!(
+            normalize("2024-01-01 10:00:00.5 +05:30", true).as_deref(),
+            Some("2024-01-01 10:00:00.5+05:30")
+        );
+        assert_eq!(normalize("2024-01-01 10:00:00", false), None);
+        assert_eq!(normalize("2024-01-01", false), None);
+        assert_eq!(
+            normalize(" 2024-01-01 ", false).as_deref(),
+            Some("2024-01-01")
+        );
+        assert_eq!(
+            normalize("epoch", true).as_deref(),
+            Some("1970-01-01T00:00:00")
+        );
+        assert_eq!(normalize("garbage", true), None);
+        assert_eq!(normalize("2024-01-01 xx", true), None);
+    }
+}
