@@ -504,6 +504,13 @@ impl AnalyzerRule for PgSemantics {
     }
 }
 
+/// Whether an expression is `jsonb` (text whose field says so).
+fn is_jsonb(e: &Expr, schema: &DFSchema) -> bool {
+    e.to_field(schema).is_ok_and(|(_, f)| {
+        crate::sql::types::field_sql_type(&f) == Some(crate::sql::types::SqlType::Jsonb)
+    })
+}
+
 fn is_interval(e: &Expr, schema: &DFSchema) -> bool {
     matches!(e.get_type(schema), Ok(DataType::Interval(_)))
 }
@@ -534,6 +541,20 @@ fn interval_groups(plan: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
             LogicalPlan::Aggregate(Aggregate::try_new(input, cols, vec![])?)
         }
         LogicalPlan::Aggregate(a) => LogicalPlan::Aggregate(a),
+        LogicalPlan::Sort(mut sort)
+            if sort
+                .expr
+                .iter()
+                .any(|e| is_jsonb(&e.expr, sort.input.schema())) =>
+        {
+            // ORDER BY a jsonb: in Postgres' jsonb order (`sql::jsonb::sort_key`)
+            for e in sort.expr.iter_mut() {
+                if is_jsonb(&e.expr, sort.input.schema()) {
+                    e.expr = pg_udf(pg_functions::JSONB_SORT_KEY).call(vec![e.expr.clone()]);
+                }
+            }
+            return Ok(Transformed::yes(LogicalPlan::Sort(sort)));
+        }
         LogicalPlan::Sort(mut sort)
             if sort
                 .expr
@@ -916,6 +937,20 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
             let is_interval = |t: Option<DataType>, e: &Expr| {
                 matches!(type_of(e, t, schema), Some(DataType::Interval(_)))
             };
+            if matches!(
+                op,
+                Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq
+            ) && is_jsonb(&l, schema)
+                && is_jsonb(&r, schema)
+            {
+                // jsonb compares in Postgres' jsonb order
+                let key = |e: Expr| pg_udf(pg_functions::JSONB_SORT_KEY).call(vec![e]);
+                return Ok((
+                    Expr::BinaryExpr(BinaryExpr::new(Box::new(key(l)), op, Box::new(key(r)))),
+                    true,
+                    Some(DataType::Boolean),
+                ));
+            }
             if is_interval(lt, &l) && is_interval(rt, &r) {
                 // Postgres compares intervals with 1 month = 30 days, 1 day = 24 hours
                 let key = |e: Expr| pg_udf(pg_functions::INTERVAL_KEY).call(vec![e]);
@@ -978,6 +1013,21 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
                     true,
                     Some(data_type),
                 )),
+                // text to jsonb: checked and canonical (`sql::jsonb::normalize`)
+                (Some(DataType::Utf8), DataType::Utf8)
+                    if crate::sql::types::field_sql_type(&field)
+                        == Some(crate::sql::types::SqlType::Jsonb)
+                        && !is_jsonb(&x, schema) =>
+                {
+                    Ok((
+                        Expr::Cast(datafusion::logical_expr::Cast {
+                            expr: Box::new(pg_udf(pg_functions::JSONB_IN).call(vec![x])),
+                            field,
+                        }),
+                        true,
+                        Some(data_type),
+                    ))
+                }
                 // dates and timestamps as Postgres reads them (`sql::datetime_in`)
                 (Some(DataType::Utf8), t) if crate::sql::datetime_in::applies(t).is_some() => {
                     let f = if crate::sql::datetime_in::applies(t) == Some(true) {
@@ -1095,6 +1145,8 @@ static PG_UDFS: std::sync::LazyLock<Vec<Arc<ScalarUDF>>> = std::sync::LazyLock::
         pg_functions::ROUND_FOR_INT,
         pg_functions::TIMESTAMP_IN,
         pg_functions::TIMESTAMPTZ_IN,
+        pg_functions::JSONB_SORT_KEY,
+        pg_functions::JSONB_IN,
     ]
     .into_iter()
     .map(|n| Arc::new(ScalarUDF::new_from_impl(pg_functions::udf(n))))

@@ -406,6 +406,92 @@ fn parse(text: &str) -> Res<Node> {
     Ok(v)
 }
 
+/// A byte string that sorts as Postgres orders `jsonb` values: object > array > boolean >
+/// number > string > null, and (Postgres' historical quirk) an empty top-level array below
+/// null; objects by their number of pairs, then key, value, key, value ... in stored key
+/// order; arrays by length, then element by element; numbers by value (`1.5` = `1.50`);
+/// strings bytewise (the C collation); false < true.
+pub fn sort_key(text: &str) -> Res<Vec<u8>> {
+    let v = parse(text)?;
+    let mut out = Vec::with_capacity(text.len() + 8);
+    if matches!(&v, Node::Array(items) if items.is_empty()) {
+        out.push(0x01);
+        return Ok(out);
+    }
+    key_of(&mut out, &v);
+    Ok(out)
+}
+
+#[recursive::recursive]
+fn key_of(out: &mut Vec<u8>, n: &Node) {
+    match n {
+        Node::Null => out.push(0x02),
+        Node::Str(s) => {
+            out.push(0x03);
+            string_key(out, s);
+        }
+        Node::Number(s) => {
+            out.push(0x04);
+            number_key(out, s);
+        }
+        Node::Bool(b) => out.extend_from_slice(&[0x05, *b as u8]),
+        Node::Array(items) => {
+            out.push(0x06);
+            out.extend_from_slice(&(items.len() as u32).to_be_bytes());
+            for i in items {
+                key_of(out, i);
+            }
+        }
+        Node::Object(fields) => {
+            out.push(0x07);
+            out.extend_from_slice(&(fields.len() as u32).to_be_bytes());
+            for (k, v) in fields {
+                string_key(out, k);
+                key_of(out, v);
+            }
+        }
+    }
+}
+
+/// Bytes with 0x00 escaped as 0x00 0xFF, ended by 0x00 0x00: prefix-free, bytewise order.
+fn string_key(out: &mut Vec<u8>, s: &str) {
+    for &b in s.as_bytes() {
+        out.push(b);
+        if b == 0 {
+            out.push(0xFF);
+        }
+    }
+    out.extend_from_slice(&[0, 0]);
+}
+
+/// A canonical decimal's order-preserving key: sign class, then (for non-zero) the decimal
+/// exponent and the significant digits, complemented for negatives.
+fn number_key(out: &mut Vec<u8>, text: &str) {
+    let (neg, body) = match text.strip_prefix('-') {
+        Some(b) => (true, b),
+        None => (false, text),
+    };
+    let (int, frac) = body.split_once('.').unwrap_or((body, ""));
+    let all: Vec<u8> = int.bytes().chain(frac.bytes()).collect();
+    let Some(first) = all.iter().position(|d| *d != b'0') else {
+        out.push(0x80);
+        return;
+    };
+    let last = all.iter().rposition(|d| *d != b'0').unwrap_or(first);
+    let exp = int.len() as i64 - first as i64;
+    let mut mag = Vec::with_capacity(8 + last - first + 2);
+    mag.extend_from_slice(&((exp as i32 as u32) ^ 0x8000_0000).to_be_bytes());
+    mag.extend_from_slice(&all[first..=last]);
+    mag.push(0);
+    if neg {
+        out.push(0x7F);
+        out.extend(mag.iter().map(|b| !b));
+    } else {
+        out.push(0x81);
+        out.extend_from_slice(&mag);
+    }
+}
+
 fn kind(n: &Node) -> &'static str {
     match n {
         Node::Null => "null",

@@ -185,6 +185,10 @@ pub const INTERVAL_KEY: &str = "weir_interval_key";
 pub const CANONICAL_NAN: &str = "weir_canonical_nan";
 /// Text as `timestamp` / `date` input (a zone ignored), and as `timestamptz` input.
 pub const TIMESTAMP_IN: &str = "weir_timestamp_in";
+/// Text as `jsonb` input: checked and in its canonical form (`sql::jsonb::normalize`).
+pub const JSONB_IN: &str = "weir_jsonb_in";
+/// A `jsonb` value's sort key (`sql::jsonb::sort_key`).
+pub const JSONB_SORT_KEY: &str = "weir_jsonb_sort_key";
 pub const TIMESTAMPTZ_IN: &str = "weir_timestamptz_in";
 pub const ANY_OP: &str = "weir_any_op";
 /// A marker the rewrite adds to `SELECT *` over a join with USING; the analyzer rule
@@ -276,6 +280,31 @@ fn definitions() -> Vec<PgFunction> {
             |args, _| Ok(canonical_nan_array(&args[0])),
         ),
         immutable(ANY_OP, TypeSignature::Any(4), |_| DataType::Boolean, any_op),
+        immutable(
+            JSONB_IN,
+            TypeSignature::Any(1),
+            |_| DataType::Utf8,
+            |args, _| json_scalar(&args[0], crate::sql::jsonb::normalize),
+        ),
+        immutable(
+            JSONB_SORT_KEY,
+            TypeSignature::Any(1),
+            |_| DataType::Binary,
+            |args, _| {
+                let s = strings(&args[0])?;
+                let mut b = datafusion::arrow::array::BinaryBuilder::new();
+                for v in s.iter() {
+                    match v {
+                        None => b.append_null(),
+                        Some(t) => b.append_value(
+                            crate::sql::jsonb::sort_key(t)
+                                .map_err(|e| DataFusionError::External(Box::new(e)))?,
+                        ),
+                    }
+                }
+                Ok(Arc::new(b.finish()) as ArrayRef)
+            },
+        ),
         immutable(
             TIMESTAMP_IN,
             TypeSignature::Any(1),
