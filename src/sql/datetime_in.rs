@@ -23,8 +23,11 @@ pub fn normalize(s: &str, keep_zone: bool) -> Option<String> {
             .is_some_and(|x| !x.is_empty() && x.iter().all(u8::is_ascii_digit))
     };
     // YYYY-MM-DD
-    if !(digits(0..4) && b.get(4) == Some(&b'-') && digits(5..7) && b.get(7) == Some(&b'-'))
-        || !digits(8..10)
+    if !(digits(0..4)
+        && b.get(4) == Some(&b'-')
+        && digits(5..7)
+        && b.get(7) == Some(&b'-')
+        && digits(8..10))
     {
         return None;
     }
