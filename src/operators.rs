@@ -9,6 +9,7 @@
 pub mod aggregate;
 pub mod asof_join;
 pub mod emitted;
+pub mod event_rows;
 pub mod filter;
 pub mod float_sum;
 pub mod join;

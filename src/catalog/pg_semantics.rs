@@ -511,6 +511,18 @@ fn is_jsonb(e: &Expr, schema: &DFSchema) -> bool {
     })
 }
 
+/// The function whose value sorts `e` as Postgres orders its type, when arrow's order of
+/// its values differs.
+fn sort_key_function(e: &Expr, schema: &DFSchema) -> Option<&'static str> {
+    if is_interval(e, schema) {
+        Some(pg_functions::INTERVAL_KEY)
+    } else if is_jsonb(e, schema) {
+        Some(pg_functions::JSONB_SORT_KEY)
+    } else {
+        None
+    }
+}
+
 fn is_interval(e: &Expr, schema: &DFSchema) -> bool {
     matches!(e.get_type(schema), Ok(DataType::Interval(_)))
 }
@@ -545,26 +557,13 @@ fn interval_groups(plan: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
             if sort
                 .expr
                 .iter()
-                .any(|e| is_jsonb(&e.expr, sort.input.schema())) =>
+                .any(|e| sort_key_function(&e.expr, sort.input.schema()).is_some()) =>
         {
-            // ORDER BY a jsonb: in Postgres' jsonb order (`sql::jsonb::sort_key`)
+            // ORDER BY an interval: by its normalised key; a jsonb: in Postgres' jsonb
+            // order (`sql::jsonb::sort_key`)
             for e in sort.expr.iter_mut() {
-                if is_jsonb(&e.expr, sort.input.schema()) {
-                    e.expr = pg_udf(pg_functions::JSONB_SORT_KEY).call(vec![e.expr.clone()]);
-                }
-            }
-            return Ok(Transformed::yes(LogicalPlan::Sort(sort)));
-        }
-        LogicalPlan::Sort(mut sort)
-            if sort
-                .expr
-                .iter()
-                .any(|e| is_interval(&e.expr, sort.input.schema())) =>
-        {
-            // ORDER BY an interval: by its normalised key
-            for e in sort.expr.iter_mut() {
-                if is_interval(&e.expr, sort.input.schema()) {
-                    e.expr = pg_udf(pg_functions::INTERVAL_KEY).call(vec![e.expr.clone()]);
+                if let Some(f) = sort_key_function(&e.expr, sort.input.schema()) {
+                    e.expr = pg_udf(f).call(vec![e.expr.clone()]);
                 }
             }
             return Ok(Transformed::yes(LogicalPlan::Sort(sort)));

@@ -23,12 +23,14 @@
 //!   row breaking `quiet` followed within 2 days (an absence, emitted when the watermark
 //!   passes the bound). DEFINE conditions over the current row (and `PREV`) are evaluated
 //!   once per batch over Arrow columns; those with `FIRST`/`LAST` per step.
-//! - state (state tables): `rows`: partition ++ ts (order-preserving i64) ++ row ->
-//!   multiplicity; `progress`: partition -> rows kept only as `PREV` context before the
+//! - state (state tables): `rows`, `deadlines`, `next_deadline` as `event_rows.rs` keeps
+//!   them (partition ++ ts ++ row -> multiplicity; when a partition next needs a look);
+//!   `progress`: partition -> rows kept only as `PREV` context before the
 //!   next start row, matches before it; `emitted` (`emitted.rs`): match number ++ output
-//!   row; `deadlines` (deadline ++ partition) and `next_deadline`.
-//! - watermark: rows before a point where the scan restarted (no match spans it) and
-//!   below `watermark - allowed_lateness` are freed (but the `PREV` context), and their
+//!   row.
+//! - watermark: rows before a point where a scan decided by rows below `watermark -
+//!   allowed_lateness` alone restarted (no match spans it) are freed (but the `PREV`
+//!   context), and their
 //!   matches stop being tracked (they stay in the view). Each partition registers the
 //!   watermark at which it next needs a look (its first row not yet final, the `WITHIN`
 //!   bound of a waiting run), so a watermark step revisits only those partitions.
@@ -51,35 +53,16 @@ use crate::dataflow::changelog::Changelog;
 use crate::error::{Result, WeirError, sqlstate};
 use crate::operators::aggregate::AggSpec;
 use crate::operators::emitted::{Diff, Emitted};
-use crate::operators::{FastSet, Operator, evaluate, true_mask};
-use crate::state::state_table::{StateTable, TableDecl, i64_key, i64_of_key};
-use crate::state::zset::count_of;
+use crate::operators::event_rows::EventRows;
+use crate::operators::{Operator, evaluate, true_mask};
+use crate::state::state_table::{StateTable, TableDecl, i64_key};
 
-const ROWS: TableDecl = TableDecl {
-    name: "rows",
-    key: "partition ++ ts (order-preserving i64) ++ row",
-    value: "multiplicity (i64 LE)",
-    ordered: true,
-};
 const PROGRESS: TableDecl = TableDecl {
     name: "progress",
     key: "partition",
     value: "context rows kept (u32 LE) ++ matches before the next start (i64 LE)",
     ordered: false,
 };
-const DEADLINES: TableDecl = TableDecl {
-    name: "deadlines",
-    key: "deadline (order-preserving i64) ++ partition",
-    value: "empty",
-    ordered: true,
-};
-const NEXT_DEADLINE: TableDecl = TableDecl {
-    name: "next_deadline",
-    key: "partition",
-    value: "earliest registered deadline (i64 LE)",
-    ordered: false,
-};
-
 /// Backtracking steps one start row may take before the pattern is refused as too costly.
 const STEP_BUDGET: usize = 10_000_000;
 
@@ -547,12 +530,10 @@ pub struct MatchRecognize {
     /// Watermark mode: (allowed lateness µs, late_events = 'correct').
     event_time: Option<(i64, bool)>,
     watermark: Option<i64>,
-    rows: StateTable,
+    /// Rows per partition in time order, changed partitions, deadlines (`event_rows.rs`).
+    state: EventRows,
     progress: StateTable,
     emitted: Emitted,
-    deadlines: StateTable,
-    next_deadline: StateTable,
-    dirty: FastSet<Box<[u8]>>,
 }
 
 fn sort_fields(s: &SchemaRef) -> Vec<SortField> {
@@ -576,12 +557,9 @@ impl MatchRecognize {
             rec,
             event_time: None,
             watermark: None,
-            rows: StateTable::new(ROWS),
+            state: EventRows::new(),
             progress: StateTable::new(PROGRESS),
             emitted: Emitted::new(),
-            deadlines: StateTable::new(DEADLINES),
-            next_deadline: StateTable::new(NEXT_DEADLINE),
-            dirty: FastSet::default(),
         })
     }
 
@@ -609,23 +587,6 @@ impl MatchRecognize {
         t.saturating_add(l).saturating_add(1)
     }
 
-    fn schedule(&mut self, key: &[u8], d: i64) {
-        if self.watermark.is_some_and(|w| d <= w) {
-            return;
-        }
-        if self
-            .next_deadline
-            .get(key)
-            .is_some_and(|cur| count_of(cur) <= d)
-        {
-            return;
-        }
-        self.next_deadline.put(key, &d.to_le_bytes());
-        let mut k = i64_key(d).to_vec();
-        k.extend_from_slice(key);
-        self.deadlines.put(&k, &[]);
-    }
-
     /// Re-scan one partition; add its output change to `diff`.
     fn revisit(&mut self, key: &[u8], diff: &mut Diff) -> Result<()> {
         let (ctx_kept, before) = match self.progress.get(key) {
@@ -636,21 +597,30 @@ impl MatchRecognize {
             _ => (0, 0),
         };
         // the partition's rows, expanded by multiplicity, with the entry each came from
-        self.rows.fetch_prefix(key);
+        self.state.rows.fetch_prefix(key);
         let mut ts: Vec<i64> = Vec::new();
         let mut entry: Vec<usize> = Vec::new();
         let mut raw: Vec<&[u8]> = Vec::new();
-        let mut entry_keys: Vec<Box<[u8]>> = Vec::new();
-        for (e, (k, v)) in self.rows.prefix_resident(key).enumerate() {
-            let c = count_of(v);
-            let rest = &k[key.len()..];
-            entry_keys.push(k.into());
+        // the first time and row of each entry (to free up to one)
+        let mut entry_at: Vec<(i64, &[u8])> = Vec::new();
+        for (e, (t, row, c)) in self.state.key_rows(key).enumerate() {
+            entry_at.push((t, row));
             for _ in 0..c.max(0) {
-                ts.push(i64_of_key(rest));
+                ts.push(t);
                 entry.push(e);
-                raw.push(&rest[8..]);
+                raw.push(row);
             }
         }
+        let entry_keys: Vec<Vec<u8>> = entry_at
+            .iter()
+            .map(|(t, row)| {
+                let mut k = key.to_vec();
+                k.extend_from_slice(&i64_key(*t));
+                k.extend_from_slice(row);
+                k
+            })
+            .collect();
+        drop(entry_at);
         let parser = self.row_conv.parser();
         let cols = self
             .row_conv
@@ -736,10 +706,10 @@ impl MatchRecognize {
                     &[]
                 };
                 if first_kept.is_empty() {
-                    self.rows.delete_prefix(key);
+                    self.state.rows.delete_prefix(key);
                 } else {
                     let first_kept = first_kept.to_vec();
-                    self.rows.delete_range((
+                    self.state.rows.delete_range((
                         Bound::Included(key),
                         Bound::Excluded(first_kept.as_slice()),
                     ));
@@ -776,7 +746,7 @@ impl MatchRecognize {
             }
         }
         if let Some(d) = next {
-            self.schedule(key, d);
+            self.state.register(key, d, self.watermark);
         }
         Ok(())
     }
@@ -796,16 +766,16 @@ impl Operator for MatchRecognize {
     }
 
     fn state_rows(&self) -> usize {
-        self.rows.len()
+        self.state.rows.len()
     }
 
     fn state_tables(&mut self) -> Vec<&mut StateTable> {
         vec![
-            &mut self.rows,
+            &mut self.state.rows,
             &mut self.progress,
             self.emitted.state_table(),
-            &mut self.deadlines,
-            &mut self.next_deadline,
+            &mut self.state.deadlines,
+            &mut self.state.next_deadline,
         ]
     }
 
@@ -827,25 +797,9 @@ impl Operator for MatchRecognize {
         };
         let ts = self.rec.times(batch)?;
         let rows = self.row_conv.convert_columns(batch.columns())?;
-        let mut k: Vec<u8> = Vec::with_capacity(64);
-        for (i, w) in input.weights.values().iter().enumerate() {
-            // a row without a time has no place in the order
-            if ts.is_null(i) {
-                continue;
-            }
-            let key: &[u8] = match &keys {
-                Some(k) => k.row(i).data(),
-                None => &[],
-            };
-            k.clear();
-            k.extend_from_slice(key);
-            k.extend_from_slice(&i64_key(ts.value(i)));
-            k.extend_from_slice(rows.row(i).data());
-            self.rows.add_count(&k, *w);
-            if !self.dirty.contains(key) {
-                self.dirty.insert(key.into());
-            }
-        }
+        // a row without a time has no place in the order
+        self.state
+            .add(keys.as_ref(), &ts, &rows, input.weights.values());
         Ok(vec![])
     }
 
@@ -854,21 +808,15 @@ impl Operator for MatchRecognize {
             return Ok(vec![]);
         }
         self.watermark = Some(watermark);
-        for (d, k) in self.deadlines.take_up_to(watermark) {
-            if self.next_deadline.get(&k).map(count_of) == Some(d) {
-                self.next_deadline.delete(&k);
-            }
-            self.dirty.insert(k);
-        }
+        self.state.due(watermark);
         Ok(vec![])
     }
 
     fn on_epoch_end(&mut self) -> Result<Vec<Changelog>> {
-        if self.dirty.is_empty() {
+        let dirty = self.state.take_dirty();
+        if dirty.is_empty() {
             return Ok(vec![]);
         }
-        let mut dirty: Vec<Box<[u8]>> = self.dirty.drain().collect();
-        dirty.sort_unstable();
         let mut diff = Diff::default();
         for key in dirty {
             self.revisit(&key, &mut diff)?;

@@ -33,28 +33,9 @@ use crate::dataflow::changelog::Changelog;
 use crate::error::{Result, WeirError};
 use crate::operators::aggregate::AggSpec;
 use crate::operators::emitted::{Diff, Emitted};
-use crate::operators::{FastSet, Operator, evaluate, true_mask};
-use crate::state::state_table::{StateTable, TableDecl, i64_key, i64_of_key};
-use crate::state::zset::count_of;
-
-const ROWS: TableDecl = TableDecl {
-    name: "rows",
-    key: "key ++ event time (order-preserving i64) ++ row",
-    value: "multiplicity (i64 LE)",
-    ordered: true,
-};
-const DEADLINES: TableDecl = TableDecl {
-    name: "deadlines",
-    key: "deadline (order-preserving i64) ++ key",
-    value: "empty",
-    ordered: true,
-};
-const NEXT_DEADLINE: TableDecl = TableDecl {
-    name: "next_deadline",
-    key: "key",
-    value: "earliest registered deadline (i64 LE)",
-    ordered: false,
-};
+use crate::operators::event_rows::EventRows;
+use crate::operators::{Operator, evaluate, true_mask};
+use crate::state::state_table::{StateTable, i64_key};
 
 /// Where each output column of a group key comes from.
 #[derive(Debug, Clone, Copy)]
@@ -78,16 +59,12 @@ pub struct SessionAggregate {
     emit_on_close: bool,
     correct: bool,
     watermark: Option<i64>,
-    rows: StateTable,
+    /// Rows per key in event-time order, the keys changed in this epoch, and when a key
+    /// next needs a look as the watermark moves (a session of it closes under EMIT ON
+    /// WINDOW CLOSE, or can be freed).
+    state: EventRows,
     /// Output rows shown per key, each as session end ++ row.
     emitted: Emitted,
-    /// Keys changed in this epoch (emitted and cleared at its end).
-    dirty: FastSet<Box<[u8]>>,
-    /// When a key next needs a look as the watermark moves (a session of it closes under
-    /// EMIT ON WINDOW CLOSE, or can be freed): deadline ++ key, and each key's earliest
-    /// registered deadline. Only those keys are revisited, not every key.
-    deadlines: StateTable,
-    next_deadline: StateTable,
     out_conv: RowConverter,
     schema: SchemaRef,
     text: String,
@@ -132,11 +109,8 @@ impl SessionAggregate {
             emit_on_close: window.emit_on_close,
             correct: window.correct,
             watermark: None,
-            rows: StateTable::new(ROWS),
+            state: EventRows::new(),
             emitted: Emitted::new(),
-            dirty: FastSet::default(),
-            deadlines: StateTable::new(DEADLINES),
-            next_deadline: StateTable::new(NEXT_DEADLINE),
             out_conv: RowConverter::new(fields(&schema))?,
             schema,
             text,
@@ -153,8 +127,8 @@ impl SessionAggregate {
             }
         };
         let mut prev: Option<i64> = None;
-        self.rows.fetch_prefix(key);
-        for (t, _, _) in key_rows(&self.rows, key) {
+        self.state.rows.fetch_prefix(key);
+        for (t, _, _) in self.state.key_rows(key) {
             if let Some(p) = prev
                 && t - p >= self.gap_us
             {
@@ -169,23 +143,14 @@ impl SessionAggregate {
             consider(end);
             consider(end.saturating_add(self.lateness_us));
         }
-        let Some(d) = next else { return };
-        if self
-            .next_deadline
-            .get(key)
-            .is_some_and(|cur| count_of(cur) <= d)
-        {
-            return;
+        if let Some(d) = next {
+            self.state.register(key, d, wm);
         }
-        self.next_deadline.put(key, &d.to_le_bytes());
-        let mut k = i64_key(d).to_vec();
-        k.extend_from_slice(key);
-        self.deadlines.put(&k, &[]);
     }
 
     fn sessions<'a>(&'a self, key: &'a [u8]) -> Vec<Session<'a>> {
         let mut out: Vec<Session<'a>> = Vec::new();
-        for (t, row, count) in key_rows(&self.rows, key) {
+        for (t, row, count) in self.state.key_rows(key) {
             if count <= 0 {
                 continue;
             }
@@ -313,15 +278,15 @@ impl Operator for SessionAggregate {
     }
 
     fn state_rows(&self) -> usize {
-        self.rows.len()
+        self.state.rows.len()
     }
 
     fn state_tables(&mut self) -> Vec<&mut StateTable> {
         vec![
-            &mut self.rows,
+            &mut self.state.rows,
             self.emitted.state_table(),
-            &mut self.deadlines,
-            &mut self.next_deadline,
+            &mut self.state.deadlines,
+            &mut self.state.next_deadline,
         ]
     }
 
@@ -348,52 +313,30 @@ impl Operator for SessionAggregate {
             .ok_or_else(|| WeirError::internal("session event time is not a timestamp"))?
             .clone();
         let rows = self.row_conv.convert_columns(batch.columns())?;
-        let mut k: Vec<u8> = Vec::with_capacity(64);
-        for (i, w) in input.weights.values().iter().enumerate() {
-            // a row without event time belongs to no session
-            if ts.is_null(i) {
-                continue;
-            }
-            let key: &[u8] = match &keys {
-                Some(k) => k.row(i).data(),
-                None => &[],
-            };
-            k.clear();
-            k.extend_from_slice(key);
-            k.extend_from_slice(&i64_key(ts.value(i)));
-            k.extend_from_slice(rows.row(i).data());
-            self.rows.add_count(&k, *w);
-            if !self.dirty.contains(key) {
-                self.dirty.insert(key.into());
-            }
-        }
+        // a row without event time belongs to no session
+        self.state
+            .add(keys.as_ref(), &ts, &rows, input.weights.values());
         Ok(vec![])
     }
 
     fn on_watermark(&mut self, watermark: i64) -> Result<Vec<Changelog>> {
         self.watermark = Some(watermark);
         // keys with a session that closes or can be freed at this watermark
-        for (d, k) in self.deadlines.take_up_to(watermark) {
-            if self.next_deadline.get(&k).map(count_of) == Some(d) {
-                self.next_deadline.delete(&k);
-            }
-            self.dirty.insert(k);
-        }
+        self.state.due(watermark);
         Ok(vec![])
     }
 
     fn on_epoch_end(&mut self) -> Result<Vec<Changelog>> {
-        if self.dirty.is_empty() {
+        let dirty = self.state.take_dirty();
+        if dirty.is_empty() {
             return Ok(vec![]);
         }
-        let mut dirty: Vec<Box<[u8]>> = self.dirty.drain().collect();
-        dirty.sort_unstable();
         let wm = self.watermark;
         let final_only = self.emit_on_close && !self.correct;
         let mut diff = Diff::default();
         for key in dirty {
             let now: Vec<(i64, Box<[u8]>)> = {
-                self.rows.fetch_prefix(&key);
+                self.state.rows.fetch_prefix(&key);
                 let sessions = self.sessions(&key);
                 let shown: Vec<Session> = sessions
                     .into_iter()
@@ -431,8 +374,8 @@ impl Operator for SessionAggregate {
                 let limit = w.saturating_sub(self.lateness_us);
                 let mut last_closed: Option<i64> = None;
                 let mut prev: Option<i64> = None;
-                self.rows.fetch_prefix(&key);
-                for (t, _, _) in key_rows(&self.rows, &key) {
+                self.state.rows.fetch_prefix(&key);
+                for (t, _, _) in self.state.key_rows(&key) {
                     if let Some(p) = prev
                         && t - p >= self.gap_us
                         && p + self.gap_us <= limit
@@ -449,7 +392,8 @@ impl Operator for SessionAggregate {
                 if let Some(cut) = last_closed {
                     let mut hi = key.to_vec();
                     hi.extend_from_slice(&i64_key(cut.saturating_add(1)));
-                    self.rows
+                    self.state
+                        .rows
                         .delete_range((Bound::Included(&key[..]), Bound::Excluded(&hi[..])));
                     self.emitted
                         .forget_before(&key, &i64_key((cut + self.gap_us).saturating_add(1)));
@@ -467,15 +411,4 @@ impl Operator for SessionAggregate {
         };
         diff.into_changelogs(&self.out_conv, &self.schema)
     }
-}
-
-/// A key's rows in event-time order: (event time, row, multiplicity).
-fn key_rows<'a>(
-    rows: &'a StateTable,
-    key: &'a [u8],
-) -> impl Iterator<Item = (i64, &'a [u8], i64)> + 'a {
-    rows.prefix_resident(key).map(move |(k, v)| {
-        let rest = &k[key.len()..];
-        (i64_of_key(rest), &rest[8..], count_of(v))
-    })
 }
