@@ -119,6 +119,23 @@ pub fn evaluate(expr: &Arc<dyn PhysicalExpr>, batch: &RecordBatch) -> Result<Arr
     Ok(expr.evaluate(batch)?.into_array(batch.num_rows())?)
 }
 
+/// The key of each row of `batch` in row format (None when there are no key expressions:
+/// one key for all rows).
+pub fn key_rows(
+    exprs: &[Arc<dyn PhysicalExpr>],
+    conv: &datafusion::arrow::row::RowConverter,
+    batch: &RecordBatch,
+) -> Result<Option<datafusion::arrow::row::Rows>> {
+    if exprs.is_empty() {
+        return Ok(None);
+    }
+    let cols = exprs
+        .iter()
+        .map(|e| evaluate(e, batch))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Some(conv.convert_columns(&cols)?))
+}
+
 /// A predicate's result as a selection: NULL counts as false.
 pub fn true_mask(m: &BooleanArray) -> BooleanArray {
     if m.null_count() > 0 {

@@ -784,17 +784,7 @@ impl Operator for MatchRecognize {
             return Ok(vec![]);
         }
         let batch = &input.data;
-        let key_cols = self
-            .rec
-            .partition
-            .iter()
-            .map(|e| evaluate(e, batch))
-            .collect::<Result<Vec<_>>>()?;
-        let keys = if key_cols.is_empty() {
-            None
-        } else {
-            Some(self.key_conv.convert_columns(&key_cols)?)
-        };
+        let keys = crate::operators::key_rows(&self.rec.partition, &self.key_conv, batch)?;
         let ts = self.rec.times(batch)?;
         let rows = self.row_conv.convert_columns(batch.columns())?;
         // a row without a time has no place in the order

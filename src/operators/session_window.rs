@@ -295,16 +295,7 @@ impl Operator for SessionAggregate {
             return Ok(vec![]);
         }
         let batch = &input.data;
-        let key_cols = self
-            .keys
-            .iter()
-            .map(|e| evaluate(e, batch))
-            .collect::<Result<Vec<_>>>()?;
-        let keys = if key_cols.is_empty() {
-            None
-        } else {
-            Some(self.key_conv.convert_columns(&key_cols)?)
-        };
+        let keys = crate::operators::key_rows(&self.keys, &self.key_conv, batch)?;
         let ts = evaluate(&self.ts, batch)?;
         let ts = cast(&ts, &DataType::Timestamp(TimeUnit::Microsecond, None))?;
         let ts = ts
