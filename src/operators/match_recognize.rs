@@ -601,26 +601,13 @@ impl MatchRecognize {
         let mut ts: Vec<i64> = Vec::new();
         let mut entry: Vec<usize> = Vec::new();
         let mut raw: Vec<&[u8]> = Vec::new();
-        // the first time and row of each entry (to free up to one)
-        let mut entry_at: Vec<(i64, &[u8])> = Vec::new();
         for (e, (t, row, c)) in self.state.key_rows(key).enumerate() {
-            entry_at.push((t, row));
             for _ in 0..c.max(0) {
                 ts.push(t);
                 entry.push(e);
                 raw.push(row);
             }
         }
-        let entry_keys: Vec<Vec<u8>> = entry_at
-            .iter()
-            .map(|(t, row)| {
-                let mut k = key.to_vec();
-                k.extend_from_slice(&i64_key(*t));
-                k.extend_from_slice(row);
-                k
-            })
-            .collect();
-        drop(entry_at);
         let parser = self.row_conv.parser();
         let cols = self
             .row_conv
@@ -699,21 +686,18 @@ impl MatchRecognize {
             while keep > 0 && !boundary(keep) {
                 keep -= 1;
             }
-            if keep > 0 {
-                let first_kept: &[u8] = if keep < ts.len() {
-                    &entry_keys[entry[keep]]
-                } else {
-                    &[]
-                };
-                if first_kept.is_empty() {
-                    self.state.rows.delete_prefix(key);
-                } else {
-                    let first_kept = first_kept.to_vec();
-                    self.state.rows.delete_range((
-                        Bound::Included(key),
-                        Bound::Excluded(first_kept.as_slice()),
-                    ));
-                }
+            if keep >= ts.len() {
+                self.state.rows.delete_prefix(key);
+            } else if keep > 0 {
+                // the state key of the first row kept (its row bytes encoded again)
+                let one = batch.slice(keep, 1);
+                let row = self.row_conv.convert_columns(one.columns())?;
+                let mut first_kept = key.to_vec();
+                first_kept.extend_from_slice(&i64_key(ts[keep]));
+                first_kept.extend_from_slice(row.row(0).data());
+                self.state
+                    .rows
+                    .delete_range((Bound::Included(key), Bound::Excluded(first_kept.as_slice())));
             }
             let before = before + m as i64;
             self.emitted.forget_before(key, &i64_key(before + 1));
