@@ -188,6 +188,13 @@ const VIEWS: &[(&str, &str)] = &[
          AFTER MATCH SKIP TO NEXT ROW PATTERN ((p | q){1,2} r) \
          DEFINE p AS v > 50, q AS v < PREV(v), r AS g = 1) AS m",
     ),
+    (
+        "v_match_skip_to",
+        "SELECT * FROM t1 MATCH_RECOGNIZE (PARTITION BY b ORDER BY id \
+         MEASURES FIRST(x.id) AS x_id, LAST(y.id) AS y_id, COUNT(y.*) AS ny \
+         AFTER MATCH SKIP TO FIRST y PATTERN (x y{1,3}) \
+         DEFINE x AS v IS NOT NULL, y AS coalesce(v, 0) >= coalesce(PREV(v), 0)) AS m",
+    ),
     // ordered-set aggregates under retractions
     (
         "v_ordered_set",

@@ -119,9 +119,15 @@ pub enum MeasureRef {
     Classifier,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Skip {
     PastLastRow,
     ToNextRow,
+    /// To the first / last row classified as the variable; the row after the match's
+    /// first when that would not move forward (the standard raises an error there, which
+    /// would stop a view).
+    ToFirst(u16),
+    ToLast(u16),
 }
 
 /// The compiled `MATCH_RECOGNIZE`, shared by the view operator and the one-shot query.
@@ -354,9 +360,13 @@ impl Recognizer {
                         end,
                         classes,
                     });
+                    let m = out.matches.last().map(|m| &m.classes);
+                    let to = |found: Option<usize>| found.map_or(s + 1, |k| (s + k).max(s + 1));
                     s = match self.skip {
                         Skip::PastLastRow => end,
                         Skip::ToNextRow => s + 1,
+                        Skip::ToFirst(v) => to(m.and_then(|c| c.iter().position(|x| *x == v))),
+                        Skip::ToLast(v) => to(m.and_then(|c| c.iter().rposition(|x| *x == v))),
                     };
                 }
                 Outcome::None => s += 1,

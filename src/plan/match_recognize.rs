@@ -236,7 +236,7 @@ pub struct Spec {
     pub refs: Vec<LRef>,
     pub refs_schema: DFSchemaRef,
     pub measures: Vec<Expr>,
-    pub skip_to_next_row: bool,
+    pub skip: Skip,
     pub max_back: usize,
     pub text: String,
 }
@@ -310,13 +310,16 @@ fn unqualified(input: &DFSchema) -> Result<DFSchema> {
     ))?)
 }
 
+/// Types coerced and the expression simplified, as DataFusion's analyzer and optimizer
+/// would (some functions, e.g. `coalesce`, only run once simplified).
 fn coerce(expr: Expr, schema: &DFSchema) -> Result<Expr> {
     let s = ExprSimplifier::new(
         SimplifyContext::builder()
             .with_schema(Arc::new(schema.clone()))
             .build(),
     );
-    Ok(s.coerce(expr, schema)?)
+    let e = s.coerce(expr, schema)?;
+    Ok(s.simplify(e)?)
 }
 
 fn plan_expr(state: &SessionState, e: ast::Expr, schema: &DFSchema) -> Result<Expr> {
@@ -371,11 +374,6 @@ async fn build(
     if let Some(RowsPerMatch::AllRows(_)) = rows_per_match {
         return Err(unsupported("ALL ROWS PER MATCH (use ONE ROW PER MATCH)"));
     }
-    let skip_to_next_row = match after_match_skip {
-        None | Some(AfterMatchSkip::PastLastRow) => false,
-        Some(AfterMatchSkip::ToNextRow) => true,
-        Some(s) => return Err(unsupported(format!("AFTER MATCH SKIP {s}"))),
-    };
     // the input, planned on its own
     // an input that names a CTE of the statement is planned with it
     let with = match table.as_ref() {
@@ -444,6 +442,23 @@ async fn build(
     // variables: those of the pattern, then those only in DEFINE
     let mut vars: Vec<String> = Vec::new();
     pattern_vars(&pattern, &mut vars)?;
+    let skip_to = |v: &Ident| -> Result<u16> {
+        let n = normalize_ident(v);
+        vars.iter()
+            .position(|x| *x == n)
+            .map(|i| i as u16)
+            .ok_or_else(|| {
+                invalid(format!(
+                    "AFTER MATCH SKIP TO {n}: {n} is not a pattern variable"
+                ))
+            })
+    };
+    let skip = match &after_match_skip {
+        None | Some(AfterMatchSkip::PastLastRow) => Skip::PastLastRow,
+        Some(AfterMatchSkip::ToNextRow) => Skip::ToNextRow,
+        Some(AfterMatchSkip::ToFirst(v)) => Skip::ToFirst(skip_to(v)?),
+        Some(AfterMatchSkip::ToLast(v)) => Skip::ToLast(skip_to(v)?),
+    };
     let mut within_us = None;
     let mut defs: Vec<(String, ast::Expr)> = Vec::new();
     for s in symbols {
@@ -621,7 +636,7 @@ async fn build(
             refs,
             refs_schema: Arc::new(refs_schema),
             measures: planned_measures,
-            skip_to_next_row,
+            skip,
             max_back,
             text,
         }),
@@ -1189,11 +1204,7 @@ impl Spec {
             refs,
             refs_schema: Arc::new(self.refs_schema.as_arrow().clone()),
             measures,
-            skip: if self.skip_to_next_row {
-                Skip::ToNextRow
-            } else {
-                Skip::PastLastRow
-            },
+            skip: self.skip,
             input_schema: Arc::new(in_schema.as_arrow().clone()),
             output_schema: Arc::new(output.as_arrow().clone()),
             max_back: self.max_back,
