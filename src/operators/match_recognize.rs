@@ -826,48 +826,39 @@ pub fn recognize_all(rec: &Recognizer, input: &RecordBatch) -> Result<RecordBatc
             .map(|t| SortField::new(t.clone()))
             .collect(),
     )?;
-    let row_conv = RowConverter::new(sort_fields(&rec.input_schema))?;
-    let key_cols = rec
+    let keys = crate::operators::key_rows(&rec.partition, &key_conv, input)?;
+    let ts = rec.times(input)?;
+    // the view's order (`rows` table): partition, time, then the row's columns, encoded
+    // once for the batch
+    let mut fields: Vec<SortField> = rec
+        .partition_types
+        .iter()
+        .map(|t| SortField::new(t.clone()))
+        .collect();
+    fields.push(SortField::new(DataType::Int64));
+    fields.extend(sort_fields(&rec.input_schema));
+    let order_conv = RowConverter::new(fields)?;
+    let mut cols: Vec<ArrayRef> = rec
         .partition
         .iter()
         .map(|e| evaluate(e, input))
         .collect::<Result<Vec<_>>>()?;
-    let keys = if key_cols.is_empty() {
-        None
-    } else {
-        Some(key_conv.convert_columns(&key_cols)?)
-    };
-    let ts = rec.times(input)?;
-    let rows = row_conv.convert_columns(input.columns())?;
-    let mut order: Vec<(Vec<u8>, usize)> = (0..input.num_rows())
-        .filter(|i| ts.is_valid(*i))
-        .map(|i| {
-            let mut k = keys
-                .as_ref()
-                .map_or(Vec::new(), |k| k.row(i).data().to_vec());
-            let key_len = k.len() as u32;
-            k.extend_from_slice(&i64_key(ts.value(i)));
-            k.extend_from_slice(rows.row(i).data());
-            k.extend_from_slice(&key_len.to_le_bytes());
-            (k, i)
-        })
-        .collect();
-    order.sort_unstable();
+    cols.push(Arc::new(ts.clone()));
+    cols.extend(input.columns().iter().cloned());
+    let sort_rows = order_conv.convert_columns(&cols)?;
+    let mut order: Vec<usize> = (0..input.num_rows()).filter(|i| ts.is_valid(*i)).collect();
+    order.sort_unstable_by(|a, b| sort_rows.row(*a).cmp(&sort_rows.row(*b)));
+    let same_key = |a: usize, b: usize| keys.as_ref().is_none_or(|k| k.row(a) == k.row(b));
     let mut outs: Vec<RecordBatch> = Vec::new();
     let mut g = 0;
     while g < order.len() {
-        let key_of = |k: &Vec<u8>| {
-            let n = u32::from_le_bytes(k[k.len() - 4..].try_into().unwrap_or_default()) as usize;
-            k[..n].to_vec()
-        };
-        let key = key_of(&order[g].0);
         let mut h = g;
-        while h < order.len() && key_of(&order[h].0) == key {
+        while h < order.len() && same_key(order[g], order[h]) {
             h += 1;
         }
-        let idx = UInt32Array::from_iter_values(order[g..h].iter().map(|(_, i)| *i as u32));
+        let idx = UInt32Array::from_iter_values(order[g..h].iter().map(|i| *i as u32));
         let part = datafusion::arrow::compute::take_record_batch(input, &idx)?;
-        let pts: Vec<i64> = order[g..h].iter().map(|(_, i)| ts.value(*i)).collect();
+        let pts: Vec<i64> = order[g..h].iter().map(|i| ts.value(*i)).collect();
         let r = Rows {
             batch: &part,
             ts: &pts,

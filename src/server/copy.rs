@@ -579,12 +579,12 @@ fn cast_text(
                 .iter()
                 .map(|v| {
                     v.map(|v| {
-                        let v = crate::sql::datetime_in::normalize(v, keep_zone)
-                            .unwrap_or_else(|| v.to_owned());
+                        let n = crate::sql::datetime_in::normalize(v, keep_zone);
+                        let v = n.as_deref().unwrap_or(v);
                         if matches!(ty, SqlType::Date) {
-                            v
+                            v.to_owned()
                         } else {
-                            normalize_offset(&v)
+                            normalize_offset(v)
                         }
                     })
                 })

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, AsArray, StringArray};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, StringBuilder};
 use datafusion::arrow::datatypes::DataType;
 
 /// The text arrow should read for Postgres input `s`, or None to read `s` as it is.
@@ -84,23 +84,33 @@ pub fn normalize(s: &str, keep_zone: bool) -> Option<String> {
     (out != s).then_some(out)
 }
 
-/// [`normalize`] over a text array (other arrays are returned as they are).
+/// [`normalize`] over a text array (other arrays are returned as they are); one pass, and
+/// no copy when nothing changes.
 pub fn normalize_array(a: &ArrayRef, keep_zone: bool) -> ArrayRef {
     let Some(s) = a.as_string_opt::<i32>() else {
         return a.clone();
     };
-    if !s
-        .iter()
-        .flatten()
-        .any(|v| normalize(v, keep_zone).is_some())
-    {
-        return a.clone();
+    let mut out: Option<StringBuilder> = None;
+    for (i, v) in s.iter().enumerate() {
+        let n = v.and_then(|v| normalize(v, keep_zone));
+        if out.is_none() && n.is_some() {
+            let mut b = StringBuilder::with_capacity(s.len(), s.value_data().len() + 16);
+            for earlier in s.iter().take(i) {
+                b.append_option(earlier);
+            }
+            out = Some(b);
+        }
+        if let Some(b) = out.as_mut() {
+            match (n, v) {
+                (Some(n), _) => b.append_value(n),
+                (None, v) => b.append_option(v),
+            }
+        }
     }
-    let out: StringArray = s
-        .iter()
-        .map(|v| v.map(|v| normalize(v, keep_zone).unwrap_or_else(|| v.to_owned())))
-        .collect();
-    Arc::new(out)
+    match out {
+        Some(mut b) => Arc::new(b.finish()),
+        None => a.clone(),
+    }
 }
 
 /// Whether text cast to `t` goes through [`normalize`], and whether it keeps the zone.
