@@ -15,6 +15,7 @@ pub mod float_sum;
 pub mod join;
 pub mod match_recognize;
 pub mod merge;
+pub mod over_window;
 pub mod project;
 pub mod session_window;
 pub mod sketch;

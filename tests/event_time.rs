@@ -619,8 +619,8 @@ async fn wait_for_rows(c: &Client, view: &str, rows: i64) {
     }
 }
 
-/// On an endless stream (an unbounded datagen source), windowed aggregates, sessions and an
-/// interval join free their state as the watermark moves: state after 4x the rows is no
+/// On an endless stream (an unbounded datagen source), windowed aggregates, sessions, an
+/// interval join, MATCH_RECOGNIZE and window functions under EMIT ON WINDOW CLOSE free their state as the watermark moves: state after 4x the rows is no
 /// larger than a small multiple of what it was, while the rows keep flowing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn state_stays_flat_on_an_endless_stream() {
@@ -644,11 +644,17 @@ async fn state_stays_flat_on_an_endless_stream() {
            ON a.k = b.k AND a.ts BETWEEN b.ts - INTERVAL '100 milliseconds' AND b.ts; \
          CREATE MATERIALIZED VIEW cep AS SELECT * FROM ev MATCH_RECOGNIZE (PARTITION BY k \
            ORDER BY ts MEASURES FIRST(a.ts) AS s, COUNT(b.*) AS n PATTERN (a b+ c) \
-           WITHIN INTERVAL '1 second' DEFINE a AS v % 3 = 0, b AS v % 3 = 1, c AS v % 3 = 2) AS m",
+           WITHIN INTERVAL '1 second' DEFINE a AS v % 3 = 0, b AS v % 3 = 1, c AS v % 3 = 2) AS m; \
+         CREATE MATERIALIZED VIEW running AS SELECT k, ts, v, \
+           sum(v) OVER (PARTITION BY k ORDER BY ts) AS run, lag(v, 2) OVER (PARTITION BY k ORDER BY ts) AS prev, \
+           row_number() OVER (PARTITION BY k ORDER BY ts) AS rn, max(v) OVER (PARTITION BY k ORDER BY ts) AS hi \
+           FROM ev EMIT ON WINDOW CLOSE",
     )
     .await
     .unwrap_or_else(|e| panic!("setup: {}", describe_error(&e)));
-    let views = ["tumbling", "closing", "hopping", "sessions", "pairs", "cep"];
+    let views = [
+        "tumbling", "closing", "hopping", "sessions", "pairs", "cep", "running",
+    ];
     for v in views {
         wait_for_rows(&c, v, 50_000).await;
     }

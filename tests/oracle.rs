@@ -135,6 +135,33 @@ const VIEWS: &[(&str, &str)] = &[
          min(v) OVER (PARTITION BY g ORDER BY id ROWS BETWEEN 1 PRECEDING AND 1 FOLLOWING) AS lo, \
          max(v) OVER (PARTITION BY g) AS mx FROM t1",
     ),
+    // every continuation of a running value from the row before a changed range (count,
+    // max, min of text, first/last IGNORE NULLS, bool_or, sum), over peers (ORDER BY v
+    // has ties) and over rows stored twice (t3 has duplicates), and decimals
+    (
+        "v_over_carry",
+        "SELECT id, g, v, count(v) OVER w AS c, max(v) OVER w AS mx, min(s) OVER w AS mn, \
+         first_value(s) IGNORE NULLS OVER w AS fs, last_value(s) IGNORE NULLS OVER w AS ls, \
+         bool_or(b) OVER w AS bo, sum(v) OVER w AS sv, first_value(v) OVER w AS fv \
+         FROM t1 WINDOW w AS (PARTITION BY g ORDER BY v, id)",
+    ),
+    (
+        "v_over_peers",
+        "SELECT id, g, v, rank() OVER w AS rk, dense_rank() OVER w AS dr, count(*) OVER w AS c, \
+         sum(v) OVER w AS sv, max(s) OVER w AS ms FROM t1 WINDOW w AS (PARTITION BY g ORDER BY v)",
+    ),
+    (
+        "v_over_dups",
+        "SELECT k, x, sum(x) OVER (PARTITION BY k ORDER BY x) AS s, \
+         count(*) OVER (PARTITION BY k ORDER BY x ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS c, \
+         row_number() OVER (PARTITION BY k ORDER BY x) AS rn FROM t3",
+    ),
+    (
+        "v_over_decimal",
+        "SELECT id, g, w, sum(w) OVER (PARTITION BY g ORDER BY id) AS sw, \
+         lag(w, 2) OVER (PARTITION BY g ORDER BY id) AS l2, \
+         avg(w) OVER (PARTITION BY g ORDER BY id ROWS BETWEEN 3 PRECEDING AND 1 PRECEDING) AS a3 FROM t2",
+    ),
     // a set-returning function in FROM over the row before it (implicit LATERAL)
     (
         "v_two_set_returning",

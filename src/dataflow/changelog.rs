@@ -117,6 +117,7 @@ pub mod tests {
         match t {
             "i64" => DataType::Int64,
             "i32" => DataType::Int32,
+            "u64" => DataType::UInt64,
             "f64" => DataType::Float64,
             "str" => DataType::Utf8,
             "bool" => DataType::Boolean,

@@ -1,16 +1,13 @@
 //! `TopN`: the first rows by an ordering, per partition: `ORDER BY ... LIMIT n [OFFSET m]`
 //! (one partition) and `ROW_NUMBER() OVER (PARTITION BY p ORDER BY o) <= n` (with the row
-//! number as an output column); with no limit and window functions, the over-window
-//! operator (`OverWindow` in EXPLAIN): `f(...) OVER (PARTITION BY p ORDER BY o [frame])` for
-//! every row, each changed partition's window values computed again by DataFusion's window
-//! expressions over its rows in order.
+//! number as an output column). Window functions over every row are `over_window.rs`,
+//! which keeps its rows in the same `rows` layout.
 //!
 //! - input: one changelog stream.
 //! - output: per partition changed in an epoch, the difference between the rows it showed
-//!   and the rows it shows now (rows whose rank or window values changed are retracted and
-//!   re-emitted with the new ones). Ties in the ordering are broken by the whole row, so
-//!   the result is deterministic. An over-window recomputes a changed partition whole
-//!   (not only the range a change can reach) and emits only the rows that changed.
+//!   and the rows it shows now (rows whose rank changed are retracted and re-emitted with
+//!   the new one). Ties in the ordering are broken by the whole row, so the result is
+//!   deterministic.
 //! - state (state tables): `rows`: per partition every input row (not only the top n, so
 //!   that a deleted top row can be replaced), key = partition ++ sort key ++ row, value =
 //!   sort key length ++ multiplicity, so a prefix scan reads a partition in output order;
@@ -22,11 +19,6 @@
 //!   in which the watermark passes it plus the allowed lateness, frees the partition
 //!   without retracting its rows (the windowed aggregate below frees the same windows then,
 //!   so no change can reach them any more).
-//!   An over-window under EMIT ON WINDOW CLOSE (ordered by the event time first, functions
-//!   that look only backwards) shows a row once `watermark - lateness` passes its event
-//!   time: its output is append-only. `pending` (event time ++ partition) says which
-//!   partitions have rows to show when the watermark moves. Its rows are not freed (the
-//!   window values are computed over the whole partition).
 //! - checkpoint: the tables above (partitions changed in an epoch are emitted by its end).
 
 use std::sync::Arc;
@@ -34,7 +26,6 @@ use std::sync::Arc;
 use datafusion::arrow::array::{Array, ArrayRef, UInt64Array};
 use datafusion::arrow::compute::{SortOptions, cast};
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
-use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::physical_expr::PhysicalExpr;
 
@@ -49,9 +40,6 @@ pub enum Numbering {
     None,
     /// The 1-based row number within the partition.
     RowNumber,
-    /// Window functions over the partition in order (all with its PARTITION BY and ORDER
-    /// BY), one column each.
-    Window(Vec<Arc<dyn datafusion::physical_plan::WindowExpr>>),
 }
 
 pub struct SortKey {
@@ -60,7 +48,7 @@ pub struct SortKey {
     pub options: SortOptions,
 }
 
-const ROWS: TableDecl = TableDecl {
+pub(crate) const ROWS: TableDecl = TableDecl {
     name: "rows",
     key: "partition ++ sort key ++ row",
     value: "sort key length (u32 LE) ++ multiplicity (i64 LE)",
@@ -79,14 +67,14 @@ const CLOSING: TableDecl = TableDecl {
     ordered: true,
 };
 
-fn row_value(sk_len: u32, count: i64) -> [u8; 12] {
+pub(crate) fn row_value(sk_len: u32, count: i64) -> [u8; 12] {
     let mut v = [0u8; 12];
     v[..4].copy_from_slice(&sk_len.to_le_bytes());
     v[4..].copy_from_slice(&count.to_le_bytes());
     v
 }
 
-fn parse_row_value(v: &[u8]) -> (usize, i64) {
+pub(crate) fn parse_row_value(v: &[u8]) -> (usize, i64) {
     let sk = v
         .get(..4)
         .and_then(|b| b.try_into().ok())
@@ -111,41 +99,16 @@ pub struct TopN {
     fetch: usize,
     /// What is appended to each row shown.
     numbering: Numbering,
-    /// The input's schema (the rows a partition holds).
-    in_schema: SchemaRef,
     rows: StateTable,
     emitted: Emitted,
     /// Partitions changed in this epoch (emitted and cleared at its end).
     dirty: FastSet<Box<[u8]>>,
     window: Option<WindowFree>,
-    /// EMIT ON WINDOW CLOSE of an over-window ordered by the event time.
-    close: Option<CloseOnWatermark>,
     schema: SchemaRef,
     text: String,
 }
 
-const PENDING: TableDecl = TableDecl {
-    name: "pending",
-    key: "event time (order-preserving i64) ++ partition",
-    value: "empty",
-    ordered: true,
-};
-
-/// An over-window under EMIT ON WINDOW CLOSE: a row is shown once the watermark (less the
-/// allowed lateness) has passed its event time, when no admitted row can come before it
-/// any more, and never changes after (the window functions look only backwards).
-struct CloseOnWatermark {
-    /// Column of the event time, in the input and in the output (the output is the
-    /// input's columns, then the window values).
-    ts_col: usize,
-    lateness_us: i64,
-    /// Rows with an event time below this are shown.
-    limit: Option<i64>,
-    /// Partitions with rows not shown yet, by those rows' times.
-    pending: StateTable,
-}
-
-fn micros(a: &ArrayRef) -> Result<ArrayRef> {
+pub(crate) fn micros(a: &ArrayRef) -> Result<ArrayRef> {
     Ok(cast(
         a,
         &DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Microsecond, None),
@@ -172,18 +135,6 @@ impl TopN {
             watermark: None,
             ends: StateTable::new(WINDOW_ENDS),
             closing: StateTable::new(CLOSING),
-        });
-        self
-    }
-
-    /// EMIT ON WINDOW CLOSE over window functions ordered by the event time in input
-    /// column `ts_col` (see [`CloseOnWatermark`]).
-    pub fn emit_on_close(mut self, ts_col: usize, lateness_us: i64) -> Self {
-        self.close = Some(CloseOnWatermark {
-            ts_col,
-            lateness_us,
-            limit: None,
-            pending: StateTable::new(PENDING),
         });
         self
     }
@@ -236,7 +187,6 @@ impl TopN {
             )?,
             sort_by: sort_by.into_iter().map(|k| k.expr).collect(),
             row_conv: RowConverter::new(fields(&input_schema))?,
-            in_schema: input_schema.clone(),
             out_conv: RowConverter::new(fields(&schema))?,
             skip,
             fetch,
@@ -245,7 +195,6 @@ impl TopN {
             emitted: Emitted::new(),
             dirty: FastSet::default(),
             window: None,
-            close: None,
             schema,
             text,
         })
@@ -282,10 +231,7 @@ fn visible<'a>(
 
 impl Operator for TopN {
     fn name(&self) -> &'static str {
-        match self.numbering {
-            Numbering::Window(_) => "OverWindow",
-            _ => "TopN",
-        }
+        "TopN"
     }
 
     fn details(&self) -> String {
@@ -305,9 +251,6 @@ impl Operator for TopN {
         if let Some(wf) = &mut self.window {
             t.push(&mut wf.ends);
             t.push(&mut wf.closing);
-        }
-        if let Some(c) = &mut self.close {
-            t.push(&mut c.pending);
         }
         t
     }
@@ -343,14 +286,6 @@ impl Operator for TopN {
             Some(wf) => Some(micros(batch.column(wf.end_col))?),
             None => None,
         };
-        let times = match &self.close {
-            Some(c) => Some(micros(batch.column(c.ts_col))?),
-            None => None,
-        };
-        let times = times.as_ref().and_then(|a| {
-            a.as_any()
-                .downcast_ref::<datafusion::arrow::array::TimestampMicrosecondArray>()
-        });
         let ends = ends.as_ref().and_then(|a| {
             a.as_any()
                 .downcast_ref::<datafusion::arrow::array::TimestampMicrosecondArray>()
@@ -383,14 +318,6 @@ impl Operator for TopN {
             if !self.dirty.contains(part) {
                 self.dirty.insert(part.into());
             }
-            if let (Some(c), Some(t)) = (&mut self.close, times)
-                && *w > 0
-                && t.is_valid(i)
-            {
-                let mut k = i64_key(t.value(i)).to_vec();
-                k.extend_from_slice(part);
-                c.pending.put(&k, &[]);
-            }
             if let (Some(wf), Some(ends)) = (&mut self.window, ends)
                 && ends.is_valid(i)
             {
@@ -410,18 +337,6 @@ impl Operator for TopN {
     fn on_watermark(&mut self, watermark: i64) -> Result<Vec<Changelog>> {
         if let Some(wf) = &mut self.window {
             wf.watermark = Some(watermark);
-        }
-        if let Some(c) = &mut self.close {
-            let limit = watermark.saturating_sub(c.lateness_us);
-            if c.limit.is_none_or(|l| limit > l) {
-                c.limit = Some(limit);
-                // partitions with rows that close now are shown at the end of the epoch
-                for (_, part) in c.pending.take_up_to(limit.saturating_sub(1)) {
-                    if !self.dirty.contains(&part) {
-                        self.dirty.insert(part);
-                    }
-                }
-            }
         }
         Ok(vec![])
     }
@@ -462,39 +377,12 @@ impl TopN {
                     ));
                     cols.push(rn);
                 }
-                Numbering::Window(exprs) => {
-                    let batch = RecordBatch::try_new_with_options(
-                        self.in_schema.clone(),
-                        cols.clone(),
-                        &RecordBatchOptions::new().with_row_count(Some(now.len())),
-                    )?;
-                    for e in exprs {
-                        cols.push(e.evaluate(&batch)?);
-                    }
-                }
             }
             // the declared types of the appended columns
             for (i, c) in cols.iter_mut().enumerate().skip(n_in) {
                 let t = self.schema.field(i).data_type();
                 if c.data_type() != t {
                     *c = cast(c, t)?;
-                }
-            }
-            if let Some(c) = &self.close {
-                // only the rows the watermark has passed
-                let t = micros(&cols[c.ts_col])?;
-                let t = t
-                    .as_any()
-                    .downcast_ref::<datafusion::arrow::array::TimestampMicrosecondArray>()
-                    .ok_or_else(|| {
-                        crate::error::WeirError::internal("event time is not a timestamp")
-                    })?;
-                let shown: datafusion::arrow::array::BooleanArray = t
-                    .iter()
-                    .map(|v| Some(matches!((v, c.limit), (Some(v), Some(l)) if v < l)))
-                    .collect();
-                for col in cols.iter_mut() {
-                    *col = datafusion::arrow::compute::filter(col, &shown)?;
                 }
             }
             let out = self.out_conv.convert_columns(&cols)?;

@@ -27,6 +27,7 @@ use crate::operators::aggregate::{AggSpec, Aggregate};
 use crate::operators::filter::Filter;
 use crate::operators::join::Join;
 use crate::operators::merge::Merge;
+use crate::operators::over_window::{Carry, OverWindow, Reach, WindowFn};
 use crate::operators::project::Project;
 use crate::operators::top_n::{Numbering, SortKey, TopN};
 use crate::operators::{Operator, compile};
@@ -837,9 +838,9 @@ impl<'a> Lowering<'a> {
     }
 
     /// Window functions over every row (`sum(x) OVER (PARTITION BY p ORDER BY o ROWS ...)`,
-    /// `rank()`, `lag(x, 2, 0)`, ...): the ordered-partition operator (`top_n.rs`) keeping
+    /// `rank()`, `lag(x, 2, 0)`, ...): the over-window operator (`over_window.rs`) keeping
     /// each partition's rows in order, its window values computed by DataFusion's window
-    /// expressions. The functions of one window node must share their PARTITION BY and
+    /// expressions over the range a change affects (each function's [`Reach`]). The functions of one window node must share their PARTITION BY and
     /// ORDER BY (DataFusion plans one node per window otherwise).
     fn over_window(&mut self, w: &datafusion::logical_expr::Window) -> Result<NodeId> {
         let in_schema = w.input.schema();
@@ -870,9 +871,10 @@ impl<'a> Lowering<'a> {
                     ));
                 }
             }
-            exprs.push(datafusion::physical_planner::create_window_expr(
-                e, in_schema, &props, &ctx,
-            )?);
+            exprs.push(WindowFn {
+                expr: datafusion::physical_planner::create_window_expr(e, in_schema, &props, &ctx)?,
+                reach: reach(wf, &e.get_type(in_schema)?),
+            });
         }
         let Some((partition_by, order_by)) = spec else {
             return Err(unsupported("a window node without window functions"));
@@ -948,13 +950,11 @@ impl<'a> Lowering<'a> {
                 .collect::<Vec<_>>()
                 .join(", ")
         );
-        let op = TopN::new(
+        let op = OverWindow::new(
             parts,
             part_types,
             keys,
-            0,
-            usize::MAX,
-            Numbering::Window(exprs),
+            exprs,
             Arc::new(in_schema.as_arrow().clone()),
             Arc::new(w.schema.as_arrow().clone()),
             text,
@@ -1545,6 +1545,116 @@ pub fn group_windows_by_end(plan: LogicalPlan) -> Result<LogicalPlan> {
 
 /// Operator behaviour under retractions, driven through real plans: SQL over in-memory
 /// tables is planned by DataFusion, lowered, and fed readable changelog literals.
+/// What a window function's value for a row reads (see `operators/over_window.rs`):
+/// numbering functions every row before, `lag`/`lead` their offset, aggregates and
+/// `first_value`/`last_value`/`nth_value` their frame; with a carry when the frame runs
+/// from UNBOUNDED PRECEDING to the CURRENT ROW and the value continues from the row before.
+fn reach(wf: &WindowFunction, out_type: &DataType) -> Reach {
+    use datafusion::logical_expr::expr::NullTreatment;
+    use datafusion::logical_expr::{WindowFrameBound as B, WindowFrameUnits as U};
+    let p = &wf.params;
+    let name = wf.fun.name().to_lowercase();
+    let ignore_nulls = matches!(p.null_treatment, Some(NullTreatment::IgnoreNulls));
+    // a literal non-negative integer argument (a missing one: `default`)
+    let offset = |i: usize, default: i64| -> Option<i64> {
+        match p.args.get(i) {
+            None => Some(default),
+            Some(Expr::Literal(v, _)) => match v.cast_to(&DataType::Int64) {
+                Ok(ScalarValue::Int64(Some(n))) => Some(n),
+                _ => None,
+            },
+            Some(_) => None,
+        }
+    };
+    let numbering = |carry| Reach {
+        back: None,
+        ahead: Some(0),
+        carry: Some(carry),
+    };
+    match name.as_str() {
+        "row_number" | "dense_rank" => return numbering(Carry::Add),
+        "rank" => return numbering(Carry::Rank),
+        "percent_rank" | "cume_dist" | "ntile" => return Reach::ALL,
+        "lag" | "lead" => {
+            if ignore_nulls {
+                return Reach::ALL;
+            }
+            let Some(n) = offset(1, 1) else {
+                return Reach::ALL;
+            };
+            // lag(x, -n) is lead(x, n)
+            let n = if name == "lag" { n } else { -n };
+            let k = n.unsigned_abs() as usize;
+            return if n >= 0 {
+                Reach {
+                    back: Some(k),
+                    ahead: Some(0),
+                    carry: None,
+                }
+            } else {
+                Reach {
+                    back: Some(0),
+                    ahead: Some(k),
+                    carry: None,
+                }
+            };
+        }
+        _ => {}
+    }
+    let f = &p.window_frame;
+    let rows = |v: &ScalarValue| -> Option<usize> {
+        match v.cast_to(&DataType::UInt64) {
+            Ok(ScalarValue::UInt64(Some(n))) => Some(n as usize),
+            _ => None,
+        }
+    };
+    let exact = f.units == U::Rows;
+    let back = match &f.start_bound {
+        B::Preceding(v) if v.is_null() => None,
+        B::Preceding(v) if exact => rows(v),
+        B::CurrentRow | B::Following(_) => Some(0),
+        B::Preceding(_) => None,
+    };
+    let ahead = match &f.end_bound {
+        B::Following(v) if v.is_null() => None,
+        B::Following(v) if exact => rows(v),
+        B::CurrentRow | B::Preceding(_) => Some(0),
+        B::Following(_) => None,
+    };
+    let to_current = matches!(f.end_bound, B::CurrentRow);
+    let exact_sum = out_type.is_integer()
+        || matches!(
+            out_type,
+            DataType::Decimal32(..)
+                | DataType::Decimal64(..)
+                | DataType::Decimal128(..)
+                | DataType::Decimal256(..)
+        );
+    // last_value without IGNORE NULLS reads the frame's last row only
+    if name == "last_value" && !ignore_nulls && to_current {
+        return Reach {
+            back: Some(0),
+            ahead,
+            carry: None,
+        };
+    }
+    let carry = if back.is_none() && to_current {
+        match name.as_str() {
+            "count" => Some(Carry::Add),
+            "sum" if exact_sum => Some(Carry::Add),
+            "min" | "bool_and" => Some(Carry::Min),
+            "max" | "bool_or" => Some(Carry::Max),
+            "first_value" if ignore_nulls => Some(Carry::FirstNonNull),
+            "first_value" => Some(Carry::First),
+            "last_value" => Some(Carry::LastNonNull),
+            _ => None,
+        }
+    } else {
+        None
+    };
+    Reach { back, ahead, carry }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
