@@ -620,7 +620,8 @@ async fn wait_for_rows(c: &Client, view: &str, rows: i64) {
 }
 
 /// On an endless stream (an unbounded datagen source), windowed aggregates, sessions, an
-/// interval join, MATCH_RECOGNIZE and window functions under EMIT ON WINDOW CLOSE free their state as the watermark moves: state after 4x the rows is no
+/// interval join, MATCH_RECOGNIZE, window functions under EMIT ON WINDOW CLOSE and an ASOF
+/// join of two streams free their state as the watermark moves: state after 4x the rows is no
 /// larger than a small multiple of what it was, while the rows keep flowing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn state_stays_flat_on_an_endless_stream() {
@@ -648,12 +649,14 @@ async fn state_stays_flat_on_an_endless_stream() {
          CREATE MATERIALIZED VIEW running AS SELECT k, ts, v, \
            sum(v) OVER (PARTITION BY k ORDER BY ts) AS run, lag(v, 2) OVER (PARTITION BY k ORDER BY ts) AS prev, \
            row_number() OVER (PARTITION BY k ORDER BY ts) AS rn, max(v) OVER (PARTITION BY k ORDER BY ts) AS hi \
-           FROM ev EMIT ON WINDOW CLOSE",
+           FROM ev EMIT ON WINDOW CLOSE; \
+         CREATE MATERIALIZED VIEW asof AS SELECT a.k, a.ts, a.v, b.v AS before \
+           FROM ev a ASOF JOIN ev b ON a.k = b.k AND a.ts > b.ts",
     )
     .await
     .unwrap_or_else(|e| panic!("setup: {}", describe_error(&e)));
     let views = [
-        "tumbling", "closing", "hopping", "sessions", "pairs", "cep", "running",
+        "tumbling", "closing", "hopping", "sessions", "pairs", "cep", "running", "asof",
     ];
     for v in views {
         wait_for_rows(&c, v, 50_000).await;
