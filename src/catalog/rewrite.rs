@@ -107,6 +107,7 @@ impl VisitorMut for PgRewriter {
         self.depth += 1;
         // before the functions in FROM are read as tables (`function_in_from`)
         lateral_in_body(&mut q.body);
+        json_values_columns(&mut q.body);
         ControlFlow::Continue(())
     }
 
@@ -679,6 +680,65 @@ fn set_returning_in_select_list(items: &mut [SelectItem]) {
                 expr,
                 alias: Ident::new(name),
             };
+        }
+    }
+}
+
+/// `VALUES ('null'::jsonb), ('[]')`: Postgres resolves a VALUES column with one `jsonb`
+/// (or `json`) cast and otherwise untyped literals as that type, so the literals are cast
+/// too (DataFusion refuses a column whose rows disagree on the type's field metadata).
+fn json_values_columns(body: &mut ast::SetExpr) {
+    let ast::SetExpr::Values(values) = body else {
+        return;
+    };
+    let Some(width) = values.rows.first().map(|r| r.content.len()) else {
+        return;
+    };
+    for j in 0..width {
+        let mut target: Option<ast::DataType> = None;
+        let mut untyped = false;
+        for row in &values.rows {
+            match row.content.get(j) {
+                Some(Expr::Cast {
+                    data_type: t @ (ast::DataType::JSONB | ast::DataType::JSON),
+                    ..
+                }) => match &target {
+                    None => target = Some(t.clone()),
+                    Some(other) if other == t => {}
+                    // two different casts: left to the planner
+                    Some(_) => {
+                        target = None;
+                        break;
+                    }
+                },
+                Some(Expr::Value(v))
+                    if matches!(
+                        v.value,
+                        ast::Value::SingleQuotedString(_) | ast::Value::Null
+                    ) =>
+                {
+                    untyped = true;
+                }
+                _ => {
+                    target = None;
+                    break;
+                }
+            }
+        }
+        let Some(t) = target.filter(|_| untyped) else {
+            continue;
+        };
+        for row in values.rows.iter_mut() {
+            if let Some(e @ Expr::Value(_)) = row.content.get_mut(j) {
+                let inner = std::mem::replace(e, Expr::value(ast::Value::Null));
+                *e = Expr::Cast {
+                    kind: ast::CastKind::DoubleColon,
+                    expr: Box::new(inner),
+                    data_type: t.clone(),
+                    array: false,
+                    format: None,
+                };
+            }
         }
     }
 }
