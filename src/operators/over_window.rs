@@ -53,7 +53,7 @@ use datafusion::physical_plan::WindowExpr;
 use crate::dataflow::changelog::Changelog;
 use crate::error::{Result, WeirError};
 use crate::operators::emitted::{Diff, Emitted};
-use crate::operators::top_n::{ROWS, SortKey, micros, parse_row_value, row_value};
+use crate::operators::top_n::{ROWS, SortKey, add_row, micros, parse_row_value};
 use crate::operators::{FastMap, Operator, key_rows};
 use crate::state::state_table::{StateTable, TableDecl, i64_key, prefix_end};
 
@@ -183,24 +183,21 @@ fn joined(a: &[u8], b: &[u8]) -> Vec<u8> {
 }
 
 /// From the key `from` (sort key ++ row, its sort key `from_sk` bytes long; it need not be
-/// stored) `n` stored keys towards the partition's start, then on while they are peers of
-/// the last one reached: where a stretch starts so that it holds `n` rows before `from`
-/// and whole peer groups. Returns (key, its sort key length).
-fn walk_back(
-    rows: &mut StateTable,
+/// stored) `n` stored keys on through `keys` (a partition's keys beyond `from`, nearest
+/// first), then on while they are peers of the last one reached: where a stretch ends so
+/// that it holds `n` rows beyond `from` and whole peer groups. Returns (key, its sort key
+/// length).
+fn walk<'a>(
+    keys: impl Iterator<Item = (&'a [u8], &'a [u8])>,
     part: &[u8],
     from: &[u8],
     from_sk: usize,
     n: usize,
 ) -> (Vec<u8>, usize) {
-    let hi = joined(part, from);
     let mut at = from.to_vec();
     let mut at_sk = from_sk;
     let mut taken = 0usize;
-    for (k, v) in rows
-        .range((Bound::Included(part), Bound::Excluded(hi.as_slice())))
-        .rev()
-    {
+    for (k, v) in keys {
         let e = entry(part, k, v);
         if taken < n || e.sort_key() == at.get(..at_sk).unwrap_or_default() {
             at = e.suffix.into_vec();
@@ -213,7 +210,22 @@ fn walk_back(
     (at, at_sk)
 }
 
-/// As [`walk_back`], towards the partition's end.
+/// [`walk`] towards the partition's start.
+fn walk_back(
+    rows: &mut StateTable,
+    part: &[u8],
+    from: &[u8],
+    from_sk: usize,
+    n: usize,
+) -> (Vec<u8>, usize) {
+    let hi = joined(part, from);
+    let keys = rows
+        .range((Bound::Included(part), Bound::Excluded(hi.as_slice())))
+        .rev();
+    walk(keys, part, from, from_sk, n)
+}
+
+/// [`walk`] towards the partition's end.
 fn walk_ahead(
     rows: &mut StateTable,
     part: &[u8],
@@ -227,20 +239,8 @@ fn walk_ahead(
         Some(e) => Bound::Excluded(e.as_slice()),
         None => Bound::Unbounded,
     };
-    let mut at = from.to_vec();
-    let mut at_sk = from_sk;
-    let mut taken = 0usize;
-    for (k, v) in rows.range((Bound::Excluded(lo.as_slice()), hi)) {
-        let e = entry(part, k, v);
-        if taken < n || e.sort_key() == at.get(..at_sk).unwrap_or_default() {
-            at = e.suffix.into_vec();
-            at_sk = e.sk;
-            taken += 1;
-        } else {
-            break;
-        }
-    }
-    (at, at_sk)
+    let keys = rows.range((Bound::Excluded(lo.as_slice()), hi));
+    walk(keys, part, from, from_sk, n)
 }
 
 /// The partition's stored keys from `lo` (inclusive) to `hi` (inclusive; None: the end).
@@ -793,21 +793,7 @@ impl Operator for OverWindow {
         for (i, w) in input.weights.values().iter().enumerate() {
             let part: &[u8] = parts.as_ref().map_or(&[], |p| p.row(i).data());
             let sk: &[u8] = sorts.as_ref().map_or(&[], |s| s.row(i).data());
-            key.clear();
-            key.extend_from_slice(part);
-            key.extend_from_slice(sk);
-            key.extend_from_slice(rows.row(i).data());
-            let count = self
-                .rows
-                .get(&key)
-                .map(parse_row_value)
-                .map_or(0, |(_, c)| c)
-                + w;
-            if count == 0 {
-                self.rows.delete(&key);
-            } else {
-                self.rows.put(&key, &row_value(sk.len() as u32, count));
-            }
+            let count = add_row(&mut self.rows, &mut key, part, sk, rows.row(i).data(), *w);
             let suffix = &key[part.len()..];
             if let (Some(c), Some(t)) = (&mut self.close, times) {
                 // rows come at or after the limit: those before it are shown already

@@ -74,6 +74,29 @@ pub(crate) fn row_value(sk_len: u32, count: i64) -> [u8; 12] {
     v
 }
 
+/// Add `w` to the multiplicity of `row` (sort key `sk`) in partition `part` of a `rows`
+/// table; `key` is left holding the row's key. Returns the new multiplicity.
+pub(crate) fn add_row(
+    rows: &mut StateTable,
+    key: &mut Vec<u8>,
+    part: &[u8],
+    sk: &[u8],
+    row: &[u8],
+    w: i64,
+) -> i64 {
+    key.clear();
+    key.extend_from_slice(part);
+    key.extend_from_slice(sk);
+    key.extend_from_slice(row);
+    let count = rows.get(key).map(parse_row_value).map_or(0, |(_, c)| c) + w;
+    if count == 0 {
+        rows.delete(key);
+    } else {
+        rows.put(key, &row_value(sk.len() as u32, count));
+    }
+    count
+}
+
 pub(crate) fn parse_row_value(v: &[u8]) -> (usize, i64) {
     let sk = v
         .get(..4)
@@ -300,21 +323,7 @@ impl Operator for TopN {
                 Some(s) => s.row(i).data(),
                 None => &[],
             };
-            key.clear();
-            key.extend_from_slice(part);
-            key.extend_from_slice(sk);
-            key.extend_from_slice(rows.row(i).data());
-            let count = self
-                .rows
-                .get(&key)
-                .map(parse_row_value)
-                .map_or(0, |(_, c)| c)
-                + w;
-            if count == 0 {
-                self.rows.delete(&key);
-            } else {
-                self.rows.put(&key, &row_value(sk.len() as u32, count));
-            }
+            add_row(&mut self.rows, &mut key, part, sk, rows.row(i).data(), *w);
             if !self.dirty.contains(part) {
                 self.dirty.insert(part.into());
             }
