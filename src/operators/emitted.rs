@@ -71,6 +71,9 @@ impl Diff {
     }
 }
 
+/// Owners showing at most this many rows are diffed without a map.
+const FEW: usize = 4;
+
 pub struct Emitted {
     table: StateTable,
     key_buf: Vec<u8>,
@@ -106,6 +109,9 @@ impl Emitted {
     /// `key` now shows `rows` (output rows, repeated by multiplicity): record it, and add
     /// to `diff` the change from what it showed.
     pub fn replace(&mut self, key: &[u8], rows: &[&[u8]], diff: &mut Diff) {
+        if rows.len() <= FEW {
+            return self.replace_few(key, rows, diff);
+        }
         let mut delta: FastMap<&[u8], i64> = FastMap::default();
         for r in rows {
             *delta.entry(r).or_default() += 1;
@@ -119,23 +125,59 @@ impl Emitted {
             *delta.entry(r).or_default() -= c;
         }
         for (row, d) in delta {
-            if d == 0 {
-                continue;
-            }
-            for _ in 0..d.abs() {
-                if d > 0 {
-                    diff.insert.push(row.into());
-                } else {
-                    diff.retract.push(row.into());
+            self.record(key, row, d, diff);
+        }
+    }
+
+    /// [`replace`](Self::replace) for a few rows (an over-window's owner is one input
+    /// row): multiplicities by linear search in place of a map, and the rows shown before
+    /// copied only when they are no longer shown.
+    fn replace_few(&mut self, key: &[u8], rows: &[&[u8]], diff: &mut Diff) {
+        let mut delta: [(&[u8], i64); FEW] = [(&[], 0); FEW];
+        let mut n = 0;
+        for r in rows {
+            match delta[..n].iter_mut().find(|d| d.0 == *r) {
+                Some(d) => d.1 += 1,
+                None => {
+                    delta[n] = (r, 1);
+                    n += 1;
                 }
             }
-            self.key_buf.clear();
-            self.key_buf.extend_from_slice(key);
-            self.key_buf.extend_from_slice(row);
-            let k = std::mem::take(&mut self.key_buf);
-            self.table.add_count(&k, d);
-            self.key_buf = k;
         }
+        let mut gone: Vec<(Box<[u8]>, i64)> = Vec::new();
+        for (k, v) in self.table.prefix(key) {
+            let row = &k[key.len()..];
+            match delta[..n].iter_mut().find(|d| d.0 == row) {
+                Some(d) => d.1 -= count_of(v),
+                None => gone.push((row.into(), -count_of(v))),
+            }
+        }
+        for (row, d) in &delta[..n] {
+            self.record(key, row, *d, diff);
+        }
+        for (row, d) in &gone {
+            self.record(key, row, *d, diff);
+        }
+    }
+
+    /// `key` shows `row` `d` more times (fewer when negative).
+    fn record(&mut self, key: &[u8], row: &[u8], d: i64, diff: &mut Diff) {
+        if d == 0 {
+            return;
+        }
+        for _ in 0..d.abs() {
+            if d > 0 {
+                diff.insert.push(row.into());
+            } else {
+                diff.retract.push(row.into());
+            }
+        }
+        self.key_buf.clear();
+        self.key_buf.extend_from_slice(key);
+        self.key_buf.extend_from_slice(row);
+        let k = std::mem::take(&mut self.key_buf);
+        self.table.add_count(&k, d);
+        self.key_buf = k;
     }
 
     /// For owners that show at most one row (an aggregate's group): the row `key` shows.
@@ -211,6 +253,17 @@ mod tests {
         r.sort();
         assert_eq!(r, vec![&b"a"[..], b"b"]);
         assert_eq!(d.insert, vec![Box::from(&b"c"[..])]);
+        // more rows than the few-row path takes, duplicates on both sides
+        let mut d = Diff::default();
+        e.replace(b"p3", &[b"x", b"x", b"y", b"z", b"w", b"v"], &mut d);
+        let mut d = Diff::default();
+        e.replace(b"p3", &[b"x", b"y", b"y", b"u", b"v", b"w"], &mut d);
+        let mut r: Vec<&[u8]> = d.retract.iter().map(|r| r.as_ref()).collect();
+        r.sort();
+        let mut i: Vec<&[u8]> = d.insert.iter().map(|r| r.as_ref()).collect();
+        i.sort();
+        assert_eq!((r, i), (vec![&b"x"[..], b"z"], vec![&b"u"[..], b"y"]));
+        e.forget(b"p3");
         // p2 untouched; forgetting p1 retracts nothing
         e.forget(b"p1");
         assert_eq!(e.len(), 1);

@@ -150,6 +150,32 @@ struct Changed {
 /// continued from the row before (the fixed cost of continuing is about that many rows).
 const SHORT_PREFIX: usize = 16;
 
+/// What the functions together read around a row (from their [`Reach`]es).
+#[derive(Clone, Copy)]
+struct Span {
+    /// Rows after it (None: every one).
+    ahead: Option<usize>,
+    /// The most rows before it of the functions that read a bounded number.
+    back_bounded: usize,
+    /// Some function reads every row before it.
+    back_all: bool,
+    /// Some function continues from the row before a stretch ([`Carry`]).
+    carried: bool,
+}
+
+impl Span {
+    fn of(funcs: &[WindowFn]) -> Span {
+        Span {
+            ahead: funcs
+                .iter()
+                .try_fold(0usize, |m, f| f.reach.ahead.map(|a| m.max(a))),
+            back_bounded: funcs.iter().filter_map(|f| f.reach.back).max().unwrap_or(0),
+            back_all: funcs.iter().any(|f| f.reach.back.is_none()),
+            carried: funcs.iter().any(|f| f.reach.carried()),
+        }
+    }
+}
+
 /// One stored key of a partition: sort key ++ row, the sort key's length, multiplicity.
 struct Entry {
     suffix: Box<[u8]>,
@@ -321,6 +347,7 @@ pub struct OverWindow {
     /// The window value columns (the output's last ones): a row's values carried on.
     win_conv: RowConverter,
     funcs: Vec<WindowFn>,
+    span: Span,
     in_schema: SchemaRef,
     schema: SchemaRef,
     rows: StateTable,
@@ -368,6 +395,7 @@ impl OverWindow {
             row_conv: RowConverter::new(fields(&input_schema, 0))?,
             out_conv: RowConverter::new(fields(&schema, 0))?,
             win_conv: RowConverter::new(fields(&schema, n_in))?,
+            span: Span::of(&funcs),
             funcs,
             in_schema: input_schema,
             schema,
@@ -461,17 +489,12 @@ impl OverWindow {
     /// A view that updates: recompute the affected range of a changed partition and
     /// replace what its rows showed.
     fn emit_changed(&mut self, part: &[u8], ch: Changed, diff: &mut Diff) -> Result<()> {
-        let ahead = self
-            .funcs
-            .iter()
-            .try_fold(0usize, |m, f| f.reach.ahead.map(|a| m.max(a)));
-        let back_bounded = self
-            .funcs
-            .iter()
-            .filter_map(|f| f.reach.back)
-            .max()
-            .unwrap_or(0);
-        let back_all = self.funcs.iter().any(|f| f.reach.back.is_none());
+        let Span {
+            ahead,
+            back_bounded,
+            back_all,
+            carried,
+        } = self.span;
         // the first row whose value may change: its frame reaches the first change
         let (mut first, mut first_sk) = match ahead {
             Some(a) => walk_back(&mut self.rows, part, &ch.min, ch.min_sk, a),
@@ -479,7 +502,6 @@ impl OverWindow {
         };
         // functions reading every row before continue from the row before `first`, one
         // stored once (a row stored twice shows two sets of values)
-        let carried = self.funcs.iter().any(|f| f.reach.carried());
         let mut use_carry = carried;
         let mut prev: Option<(Vec<ArrayRef>, i64)> = None;
         if carried && !first.is_empty() {
@@ -487,21 +509,25 @@ impl OverWindow {
             // a partition with few rows before the change is read from its start: cheaper
             // than decoding and continuing the values of the row before
             let hi = joined(part, &first);
-            let near = self
-                .rows
-                .range((Bound::Included(part), Bound::Excluded(hi.as_slice())))
-                .rev()
-                .take(SHORT_PREFIX + 1)
-                .count();
-            let tries = if near > SHORT_PREFIX { 8 } else { 0 };
-            for _ in 0..tries {
-                let hi = joined(part, &first);
-                let before = self
+            let (mut before, near) = {
+                let mut keys = self
                     .rows
                     .range((Bound::Included(part), Bound::Excluded(hi.as_slice())))
-                    .next_back()
-                    .map(|(k, v)| entry(part, k, v));
-                let Some(b) = before else {
+                    .rev();
+                let before = keys.next().map(|(k, v)| entry(part, k, v));
+                (before, keys.take(SHORT_PREFIX).count())
+            };
+            let tries = if near == SHORT_PREFIX { 8 } else { 0 };
+            for i in 0..tries {
+                if i > 0 {
+                    let hi = joined(part, &first);
+                    before = self
+                        .rows
+                        .range((Bound::Included(part), Bound::Excluded(hi.as_slice())))
+                        .next_back()
+                        .map(|(k, v)| entry(part, k, v));
+                }
+                let Some(b) = before.take() else {
                     use_carry = true; // `first` starts the partition
                     break;
                 };
