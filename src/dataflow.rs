@@ -11,6 +11,7 @@ pub mod late;
 pub mod position;
 pub mod publication;
 pub mod runtime;
+pub mod shards;
 pub mod stats;
 pub mod watermark;
 pub mod worker;

@@ -109,6 +109,8 @@ pub struct EngineLimits {
     pub state_cache_size: Option<u64>,
     /// `--secrets-key-file` (None: `secrets.key` in the data directory).
     pub secrets_key_file: Option<PathBuf>,
+    /// `--workers`: the shards each new view's dataflow runs in.
+    pub workers: usize,
 }
 
 impl Default for EngineLimits {
@@ -120,6 +122,7 @@ impl Default for EngineLimits {
             memory_limit: None,
             state_cache_size: None,
             secrets_key_file: None,
+            workers: 1,
         }
     }
 }

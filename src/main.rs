@@ -56,6 +56,11 @@ enum Command {
         /// 0 turns checkpoints off: every restart rebuilds every view from its inputs.
         #[arg(long, default_value = "1s", value_name = "DURATION", value_parser = weir::limits::parse_duration)]
         checkpoint_interval: std::time::Duration,
+        /// Threads each view's dataflow runs on: its stateful operators are split into this
+        /// many shards by key (default: the number of cores). A view keeps the count it
+        /// was created with across restarts; it takes a new count when rebuilt.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
+        workers: Option<u16>,
         /// Most memory the server may hold (e.g. 256MiB, 4GB): above it, sources pause and
         /// INSERT/COPY wait until memory is freed. Default: 70% of the cgroup's memory
         /// limit or of the machine's memory (shown at start).
@@ -148,6 +153,7 @@ fn main() {
             max_connections,
             query_memory_limit,
             checkpoint_interval,
+            workers,
             memory_limit,
             state_cache_size,
             superuser,
@@ -205,6 +211,9 @@ fn main() {
                 query_memory_limit,
                 checkpoint_interval: (!checkpoint_interval.is_zero())
                     .then_some(checkpoint_interval),
+                workers: workers.map(usize::from).unwrap_or_else(|| {
+                    std::thread::available_parallelism().map_or(1, |n| n.get().min(256))
+                }),
                 memory_limit: memory_limit.map(|l| l as u64),
                 state_cache_size: state_cache_size.map(|l| l as u64),
                 superuser,

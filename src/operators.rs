@@ -52,6 +52,33 @@ pub struct WindowOptions {
     pub correct: bool,
 }
 
+/// How an operator's work splits across a view's shards (`weir serve --workers`): each
+/// shard is an instance of the operator with state of its own, and the graph routes every
+/// input row to the one shard that owns it (`dataflow/graph.rs`).
+#[derive(Clone)]
+pub enum Sharding {
+    /// One instance sees every row (a global aggregate, a cross join, a top-N over all
+    /// rows): the node runs unsharded.
+    Single,
+    /// No state across rows: any shard may take any row (rows stay where they are).
+    Any,
+    /// Rows with equal values of these expressions (evaluated on the port's input) belong
+    /// to one shard. Every port of a multi-input operator names expressions of the same
+    /// types, so equal keys on two ports meet in one shard.
+    Key(Vec<Arc<dyn PhysicalExpr>>),
+}
+
+impl Sharding {
+    /// Rows sharing these key expressions meet in one shard; no key means one instance.
+    pub fn by(keys: &[Arc<dyn PhysicalExpr>]) -> Sharding {
+        if keys.is_empty() {
+            Sharding::Single
+        } else {
+            Sharding::Key(keys.to_vec())
+        }
+    }
+}
+
 pub trait Operator: Send {
     /// The operator's name in code, shown by EXPLAIN.
     fn name(&self) -> &'static str;
@@ -69,6 +96,10 @@ pub trait Operator: Send {
     /// End of an epoch: emit what was held back to consolidate within the epoch.
     fn on_epoch_end(&mut self) -> Result<Vec<Changelog>> {
         Ok(Vec::new())
+    }
+    /// How rows arriving on `port` are split across shards (default: not at all).
+    fn sharding(&self, _port: usize) -> Sharding {
+        Sharding::Single
     }
     /// Rows of state held.
     fn state_rows(&self) -> usize {

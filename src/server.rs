@@ -43,6 +43,8 @@ pub struct ServerConfig {
     pub query_memory_limit: usize,
     /// `--checkpoint-interval` (None: off).
     pub checkpoint_interval: Option<std::time::Duration>,
+    /// `--workers`: shards per view.
+    pub workers: usize,
     /// `--memory-limit`, bytes (None: the default, a fraction of the machine's memory).
     pub memory_limit: Option<u64>,
     /// `--state-cache-size`, bytes (None: a third of the memory limit).
@@ -99,6 +101,7 @@ pub async fn serve(config: ServerConfig) -> Result<()> {
             memory_limit: Some(memory_limit),
             state_cache_size: config.state_cache_size,
             secrets_key_file: config.secrets_key_file.clone(),
+            workers: config.workers,
         },
     )
     .await?;
@@ -120,6 +123,7 @@ pub async fn serve(config: ServerConfig) -> Result<()> {
         %addr,
         data_dir = %config.data_dir.display(),
         max_connections = config.max_connections,
+        workers = config.workers,
         query_memory_limit = %crate::limits::format_size(config.query_memory_limit),
         checkpoint_interval = %match config.checkpoint_interval {
             None => "off".to_owned(),

@@ -187,10 +187,17 @@ fn spawn(
     } else {
         &["--http-listen", "127.0.0.1:0"]
     };
+    // every view in two shards unless a test says otherwise, whatever the machine's cores
+    let workers: &[&str] = if flags.iter().any(|f| f.as_str() == "--workers") {
+        &[]
+    } else {
+        &["--workers", "2"]
+    };
     let mut child = cmd
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(data_dir)
         .args(http)
+        .args(workers)
         .args(flags)
         .env(
             "WEIR_LOG",

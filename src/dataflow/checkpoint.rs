@@ -105,6 +105,14 @@ pub struct ViewCheckpoint {
     /// The view's own event-time watermark.
     pub watermark: Option<i64>,
     pub inputs: Vec<InputCheckpoint>,
+    /// The shards its graph ran in (`dataflow/shards.rs`): its state is restored into as
+    /// many.
+    #[serde(default = "one_shard")]
+    pub shards: usize,
+}
+
+fn one_shard() -> usize {
+    1
 }
 
 /// One input of a view, named by catalog OID (a table, a view, or a connector source whose
@@ -598,6 +606,7 @@ mod tests {
                 name: "v".into(),
                 fingerprint: "f".into(),
                 keys: 2,
+                shards: 2,
                 watermark: Some(5),
                 inputs: vec![InputCheckpoint {
                     relation: 1,

@@ -12,7 +12,8 @@ use datafusion::arrow::datatypes::SchemaRef;
 use crate::dataflow::changelog::Changelog;
 use crate::dataflow::late::LateLog;
 use crate::error::Result;
-use crate::operators::{Operator, filter_changelog};
+use crate::dataflow::shards::{Part, route, run_parallel};
+use crate::operators::{Operator, Sharding, filter_changelog};
 use crate::state::state_table::FlushStats;
 use crate::state::store::{Store, WriteBatch};
 
@@ -61,6 +62,28 @@ pub struct Node {
     /// Upstream nodes, one per input port.
     pub inputs: Vec<NodeId>,
     pub schema: SchemaRef,
+    /// The operator's instances for shards 1.. (`shards.rs`); empty when the node runs
+    /// unsharded (the instance in `kind` is shard 0).
+    pub more: Vec<Box<dyn Operator>>,
+}
+
+impl Node {
+    /// Every instance of the node's operator, shard 0 first (none for a source).
+    pub fn shards_mut(&mut self) -> impl Iterator<Item = &mut Box<dyn Operator>> {
+        let first = match &mut self.kind {
+            NodeKind::Operator(op) => Some(op),
+            NodeKind::Source { .. } => None,
+        };
+        first.into_iter().chain(self.more.iter_mut())
+    }
+
+    fn shards(&self) -> impl Iterator<Item = &Box<dyn Operator>> {
+        let first = match &self.kind {
+            NodeKind::Operator(op) => Some(op),
+            NodeKind::Source { .. } => None,
+        };
+        first.into_iter().chain(self.more.iter())
+    }
 }
 
 pub struct Graph {
@@ -77,6 +100,8 @@ pub struct Graph {
     counters: Vec<NodeCounters>,
     /// Each node's EXPLAIN line, made once (stats are taken every epoch).
     labels: Vec<String>,
+    /// How many shards the graph was planned with (`add_shards`).
+    shards: usize,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -96,7 +121,38 @@ impl Graph {
             flushed_watermarks: None,
             counters: Vec::new(),
             labels: Vec::new(),
+            shards: 1,
         }
+    }
+
+    /// Shards 1.. of the graph: the same plan lowered again, once per further shard. Each
+    /// operator that can split its work by key (`Operator::sharding`) keeps those
+    /// instances; the others (a global aggregate) run unsharded.
+    pub fn add_shards(&mut self, others: Vec<Graph>) -> Result<()> {
+        self.shards += others.len();
+        for other in others {
+            if other.nodes.len() != self.nodes.len() {
+                return Err(crate::error::WeirError::internal(
+                    "a view's shards were planned differently",
+                ));
+            }
+            for (node, o) in self.nodes.iter_mut().zip(other.nodes) {
+                let (NodeKind::Operator(op), NodeKind::Operator(o)) = (&node.kind, o.kind) else {
+                    continue;
+                };
+                let shardable = !node.inputs.is_empty()
+                    && (0..node.inputs.len()).all(|p| !matches!(op.sharding(p), Sharding::Single));
+                if shardable && o.name() == op.name() {
+                    node.more.push(o);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// How many shards the graph was planned with.
+    pub fn shard_count(&self) -> usize {
+        self.shards
     }
 
     /// See `output_delay`.
@@ -110,6 +166,7 @@ impl Graph {
             kind,
             inputs,
             schema,
+            more: Vec::new(),
         });
         self.watermarks.push(None);
         self.nodes.len() - 1
@@ -162,22 +219,24 @@ impl Graph {
                     watermark: watermarks.get(i).copied().flatten(),
                     ..Default::default()
                 };
-                match &mut n.kind {
-                    NodeKind::Operator(op) => {
-                        s.name = op.name().to_owned();
-                        s.rows = op.state_rows();
-                        s.bytes = op
-                            .state_tables()
-                            .iter()
-                            .map(|t| t.footprint())
-                            .sum::<usize>()
-                            + op.resident_bytes();
-                        s.spilled = op.state_tables().iter().map(|t| t.spilled_bytes()).sum();
-                    }
-                    NodeKind::Source { .. } => {
-                        s.name = "Source".to_owned();
-                        s.source = true;
-                    }
+                if let NodeKind::Source { .. } = &n.kind {
+                    s.name = "Source".to_owned();
+                    s.source = true;
+                }
+                for op in n.shards_mut() {
+                    s.name = op.name().to_owned();
+                    s.rows += op.state_rows();
+                    s.bytes += op
+                        .state_tables()
+                        .iter()
+                        .map(|t| t.footprint())
+                        .sum::<usize>()
+                        + op.resident_bytes();
+                    s.spilled += op
+                        .state_tables()
+                        .iter()
+                        .map(|t| t.spilled_bytes())
+                        .sum::<usize>();
                 }
                 s
             })
@@ -189,10 +248,9 @@ impl Graph {
     pub fn unspillable_bytes(&self) -> usize {
         self.nodes
             .iter()
-            .map(|n| match &n.kind {
-                NodeKind::Operator(op) if !op.resident_spills() => op.resident_bytes(),
-                _ => 0,
-            })
+            .flat_map(|n| n.shards())
+            .filter(|op| !op.resident_spills())
+            .map(|op| op.resident_bytes())
             .sum()
     }
 
@@ -201,7 +259,7 @@ impl Graph {
     pub fn state_footprint(&mut self) -> usize {
         let mut n = 0;
         for node in self.nodes.iter_mut() {
-            if let NodeKind::Operator(op) = &mut node.kind {
+            for op in node.shards_mut() {
                 n += op.resident_bytes()
                     + op.state_tables()
                         .iter()
@@ -217,7 +275,7 @@ impl Graph {
     pub fn evict_state(&mut self, share: f64) -> usize {
         let mut freed = 0;
         for node in self.nodes.iter_mut() {
-            if let NodeKind::Operator(op) = &mut node.kind {
+            for op in node.shards_mut() {
                 // working forms first (into the tables), then the tables spill
                 freed += op.evict_resident(share);
                 for t in op.state_tables() {
@@ -232,7 +290,7 @@ impl Graph {
     /// computed is published).
     fn state_error(&mut self) -> Result<()> {
         for node in self.nodes.iter_mut() {
-            if let NodeKind::Operator(op) = &mut node.kind {
+            for op in node.shards_mut() {
                 for t in op.state_tables() {
                     if let Some(e) = t.take_error() {
                         return Err(crate::error::WeirError::internal(e));
@@ -267,10 +325,10 @@ impl Graph {
             self.flushed_watermarks = Some(wm);
         }
         for (id, node) in self.nodes.iter_mut().enumerate() {
-            if let NodeKind::Operator(op) = &mut node.kind {
+            for (shard, op) in node.shards_mut().enumerate() {
                 op.sync_state()?;
                 for (i, t) in op.state_tables().into_iter().enumerate() {
-                    let p = table_prefix(prefix, id, i, t.decl().name);
+                    let p = table_prefix(prefix, id, shard, i, t.decl().name);
                     let s = t.flush(&p, batch, direct);
                     if let Some(e) = t.take_error() {
                         // a checkpoint without the entries it could not read is no checkpoint
@@ -296,9 +354,9 @@ impl Graph {
             self.flushed_watermarks = Some(v);
         }
         for (id, node) in self.nodes.iter_mut().enumerate() {
-            if let NodeKind::Operator(op) = &mut node.kind {
+            for (shard, op) in node.shards_mut().enumerate() {
                 for (i, t) in op.state_tables().into_iter().enumerate() {
-                    let p = table_prefix(prefix, id, i, t.decl().name);
+                    let p = table_prefix(prefix, id, shard, i, t.decl().name);
                     t.load(store, &p)?;
                 }
                 op.restore_state()?;
@@ -320,7 +378,7 @@ impl Graph {
     pub fn rewrite_all_state(&mut self) {
         self.flushed_watermarks = None;
         for node in self.nodes.iter_mut() {
-            if let NodeKind::Operator(op) = &mut node.kind {
+            for op in node.shards_mut() {
                 for t in op.state_tables() {
                     t.rewrite_all();
                 }
@@ -336,7 +394,7 @@ impl Graph {
         let mut entries = usize::from(self.flushed_watermarks.is_some());
         let mut bytes = 0;
         for node in self.nodes.iter_mut() {
-            if let NodeKind::Operator(op) = &mut node.kind {
+            for op in node.shards_mut() {
                 for t in op.state_tables() {
                     entries += t.len();
                     bytes += t.bytes();
@@ -351,6 +409,10 @@ impl Graph {
     /// carry node ids and table positions).
     pub fn fingerprint(&mut self) -> String {
         let mut out = self.explain().join("\n");
+        if self.shards > 1 {
+            // state keys carry shard numbers, and keys are routed by the shard count
+            out.push_str(&format!("\nshards: {}", self.shards));
+        }
         for (id, node) in self.nodes.iter_mut().enumerate() {
             match &mut node.kind {
                 NodeKind::Source { name, .. } => out.push_str(&format!("\n{id}: source {name}")),
@@ -430,7 +492,8 @@ impl Graph {
                 consumers[*input].push((id, port));
             }
         }
-        let mut pending: Vec<Vec<Vec<Changelog>>> = self
+        // what each node's input ports received, with the shard that produced it
+        let mut pending: Vec<Vec<Vec<Part>>> = self
             .nodes
             .iter()
             .map(|node| vec![Vec::new(); node.inputs.len()])
@@ -456,47 +519,31 @@ impl Graph {
             }
             let started = std::time::Instant::now();
             let mut rows_in = 0u64;
-            let outputs: Vec<Changelog> = match &mut self.nodes[id].kind {
+            let node = &mut self.nodes[id];
+            let outputs: Vec<Part> = match &mut node.kind {
                 NodeKind::Source { relation, late, .. } => {
                     let mut outs = Vec::new();
                     for b in inputs.get(relation).map(|v| v.as_slice()).unwrap_or(&[]) {
                         let admitted = admit(late.as_ref(), b)?;
                         rows_in += admitted.len() as u64;
-                        outs.push(admitted);
+                        outs.push((None, admitted));
                     }
                     outs
                 }
-                NodeKind::Operator(op) => {
-                    let mut outs = Vec::new();
-                    for (port, parts) in std::mem::take(&mut pending[id]).into_iter().enumerate() {
-                        let parts: Vec<Changelog> =
-                            parts.into_iter().filter(|c| !c.is_empty()).collect();
-                        if parts.is_empty() {
-                            continue;
-                        }
-                        let input = if parts.len() == 1 {
-                            parts.into_iter().next().expect("one part")
-                        } else {
-                            let schema = parts[0].schema();
-                            Changelog::concat(&schema, &parts)?
-                        };
-                        rows_in += input.len() as u64;
-                        outs.extend(op.on_changes(port, input)?);
-                    }
-                    if let Some(w) = advanced {
-                        outs.extend(op.on_watermark(w)?);
-                    }
-                    outs.extend(op.on_epoch_end()?);
+                NodeKind::Operator(_) => {
+                    let ports = std::mem::take(&mut pending[id]);
+                    let (outs, rows) = run_node(node, ports, advanced)?;
+                    rows_in += rows;
                     outs
                 }
             };
-            let outputs: Vec<Changelog> = outputs.into_iter().filter(|c| !c.is_empty()).collect();
+            let outputs: Vec<Part> = outputs.into_iter().filter(|(_, c)| !c.is_empty()).collect();
             let c = &mut self.counters[id];
             c.rows_in += rows_in;
-            c.rows_out += outputs.iter().map(|o| o.len() as u64).sum::<u64>();
+            c.rows_out += outputs.iter().map(|(_, o)| o.len() as u64).sum::<u64>();
             c.busy_ns += started.elapsed().as_nanos() as u64;
             if id == self.output {
-                result.extend(outputs.iter().cloned());
+                result.extend(outputs.iter().map(|(_, c)| c.clone()));
             }
             for (consumer, port) in &consumers[id] {
                 pending[*consumer][*port].extend(outputs.iter().cloned());
@@ -545,6 +592,78 @@ impl Graph {
             }
         }
     }
+}
+
+/// Run one operator node for an epoch: its inputs (per port, tagged with the shard that
+/// produced them) routed to its shards, each shard's changes, watermark and epoch end run
+/// (the shards in parallel when the node has enough rows), the outputs tagged with their
+/// shard. Returns them with the rows that came in.
+fn run_node(
+    node: &mut Node,
+    ports: Vec<Vec<Part>>,
+    advanced: Option<i64>,
+) -> Result<(Vec<Part>, u64)> {
+    let shards = 1 + node.more.len();
+    // per shard, per port: the changes it takes
+    let mut work: Vec<Vec<Option<Changelog>>> = vec![vec![None; ports.len()]; shards];
+    let mut rows = 0u64;
+    for (port, parts) in ports.into_iter().enumerate() {
+        let per_shard = if shards == 1 {
+            vec![parts.into_iter().map(|(_, c)| c).filter(|c| !c.is_empty()).collect()]
+        } else {
+            let sharding = match &node.kind {
+                NodeKind::Operator(op) => op.sharding(port),
+                NodeKind::Source { .. } => Sharding::Single,
+            };
+            route(&sharding, parts, shards)?
+        };
+        for (shard, parts) in per_shard.into_iter().enumerate() {
+            if parts.is_empty() {
+                continue;
+            }
+            let input = if parts.len() == 1 {
+                parts.into_iter().next().expect("one part")
+            } else {
+                let schema = parts[0].schema();
+                Changelog::concat(&schema, &parts)?
+            };
+            rows += input.len() as u64;
+            work[shard][port] = Some(input);
+        }
+    }
+    let run = |op: &mut Box<dyn Operator>, ins: Vec<Option<Changelog>>| -> Result<Vec<Changelog>> {
+        let mut outs = Vec::new();
+        for (port, input) in ins.into_iter().enumerate() {
+            if let Some(input) = input {
+                outs.extend(op.on_changes(port, input)?);
+            }
+        }
+        if let Some(w) = advanced {
+            outs.extend(op.on_watermark(w)?);
+        }
+        outs.extend(op.on_epoch_end()?);
+        Ok(outs)
+    };
+    let tag = |shard: usize| (shards > 1).then_some(shard);
+    let mut outputs = Vec::new();
+    if shards > 1 && rows as usize >= crate::dataflow::shards::parallel_min_rows() {
+        let jobs: Vec<Box<dyn FnOnce() -> Result<Vec<Changelog>> + Send + '_>> = node
+            .shards_mut()
+            .zip(work)
+            .map(|(op, ins)| {
+                let run = &run;
+                Box::new(move || run(op, ins)) as Box<dyn FnOnce() -> Result<_> + Send + '_>
+            })
+            .collect();
+        for (shard, r) in run_parallel(jobs).into_iter().enumerate() {
+            outputs.extend(r?.into_iter().map(|c| (tag(shard), c)));
+        }
+    } else {
+        for (shard, (op, ins)) in node.shards_mut().zip(work).enumerate() {
+            outputs.extend(run(op, ins)?.into_iter().map(|c| (tag(shard), c)));
+        }
+    }
+    Ok((outputs, rows))
 }
 
 /// The rows of a source batch a view admits; the others are logged as late. A row whose
@@ -621,11 +740,19 @@ fn decode_watermarks(v: &[u8], nodes: usize) -> Result<Vec<Option<i64>>> {
     Ok(out)
 }
 
-/// Where one state table of one node is stored.
-fn table_prefix(prefix: &[u8], node: NodeId, position: usize, table: &str) -> Vec<u8> {
+/// Where one state table of one node's shard is stored (shard 0 where an unsharded node's
+/// table is: the shard number goes in the node id's top byte).
+fn table_prefix(
+    prefix: &[u8],
+    node: NodeId,
+    shard: usize,
+    position: usize,
+    table: &str,
+) -> Vec<u8> {
+    debug_assert!(node < 1 << 24 && shard < 256);
     let mut p = Vec::with_capacity(prefix.len() + 6 + table.len() + 1);
     p.extend_from_slice(prefix);
-    p.extend_from_slice(&(node as u32).to_be_bytes());
+    p.extend_from_slice(&((node as u32) | ((shard as u32) << 24)).to_be_bytes());
     p.extend_from_slice(&(position as u16).to_be_bytes());
     p.extend_from_slice(table.as_bytes());
     p.push(0);

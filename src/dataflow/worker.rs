@@ -685,6 +685,7 @@ impl Worker {
                 name: rt.name.clone(),
                 fingerprint: info.fingerprint.clone(),
                 keys: entries as u64,
+                shards: rt.graph.shard_count(),
                 watermark: self.watermarks.get(oid).copied(),
                 inputs: info
                     .inputs

@@ -39,6 +39,7 @@ impl Engine {
         query: &ast::Query,
         options: &[(String, String)],
         emit_on_window_close: bool,
+        shards: usize,
     ) -> Result<(Graph, Vec<ColumnDesc>)> {
         let window = view_options(options, emit_on_window_close)?;
         let mut q = query.clone();
@@ -92,10 +93,18 @@ impl Engine {
         };
         let plan = crate::plan::view::group_windows_by_end(plan)?;
         let optimized = state.optimize(&plan)?;
-        let (mut graph, windowed) = Lowering::new(&self.catalog)
-            .with_window_options(window.clone())
-            .with_event_time(ts.map(str::to_owned))
-            .lower_view(&optimized)?;
+        let lower = || {
+            Lowering::new(&self.catalog)
+                .with_window_options(window.clone())
+                .with_event_time(ts.map(str::to_owned))
+                .lower_view(&optimized)
+        };
+        let (mut graph, windowed) = lower()?;
+        // shards 1..: the same plan again (`dataflow/shards.rs`)
+        let more = (1..shards.max(1))
+            .map(|_| lower().map(|(g, _)| g))
+            .collect::<Result<Vec<_>>>()?;
+        graph.add_shards(more)?;
         if window.emit_on_close && windowed == 0 {
             return Err(WeirError::not_supported(
                 "EMIT ON WINDOW CLOSE needs an aggregate grouped by window_start or window_end of TUMBLE, HOP or SESSION, or by the watermarked event-time column (or date_trunc of it)",
@@ -181,6 +190,7 @@ impl Engine {
                 &cv.query,
                 &cv.options,
                 cv.emit_on_window_close,
+                self.limits.workers,
             )
             .await?;
         let mut dependencies = graph.sources();
@@ -617,7 +627,7 @@ impl Engine {
                 crate::dataflow::checkpoint::forget_views(store.as_ref(), &gone)?;
             }
         }
-        let plan = |v: &crate::catalog::Entry| {
+        let plan = |v: &crate::catalog::Entry, shards: usize| {
             let session = &session;
             let desc = v.desc.clone();
             async move {
@@ -636,6 +646,7 @@ impl Engine {
                     &query,
                     view_options,
                     desc.emit_on_window_close,
+                    shards,
                 )
                 .await
                 .map(|(g, _)| g)
@@ -781,7 +792,11 @@ impl Engine {
                 rebuild.push((v, r));
                 continue;
             }
-            let result = match plan(&v).await {
+            // a view comes back with the shards its state was checkpointed in
+            if vc.shards != self.limits.workers {
+                info!(view = %v.desc.name, shards = vc.shards, workers = self.limits.workers, "the view keeps the shard count of its checkpoint; it takes --workers when rebuilt");
+            }
+            let result = match plan(&v, vc.shards).await {
                 Ok(graph) => {
                     self.start_view(&v.desc, graph, None, Some((m.epoch, vc)))
                         .await
@@ -855,7 +870,7 @@ impl Engine {
             if manifest.is_some() || why != "checkpoints are off" {
                 info!(view = %v.desc.name, reason = %why, "rebuilding materialized view from its inputs");
             }
-            let result = match plan(&v).await {
+            let result = match plan(&v, self.limits.workers).await {
                 Ok(graph) => self.start_view(&v.desc, graph, None, None).await,
                 Err(e) => Err(e),
             };
@@ -1134,6 +1149,7 @@ impl Engine {
                 &cv.query,
                 &cv.options,
                 cv.emit_on_window_close,
+                self.limits.workers,
             )
             .await?;
         let lines = graph.explain();
@@ -1347,6 +1363,7 @@ mod tests {
             name: "v".into(),
             fingerprint: String::new(),
             keys: 0,
+            shards: 1,
             watermark: None,
             inputs: vec![InputCheckpoint {
                 relation: 5,

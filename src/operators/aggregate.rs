@@ -1032,6 +1032,10 @@ impl Operator for Aggregate {
         "Aggregate"
     }
 
+    fn sharding(&self, _port: usize) -> crate::operators::Sharding {
+        crate::operators::Sharding::by(&self.group_exprs)
+    }
+
     fn details(&self) -> String {
         let aggs: Vec<String> = self
             .aggs

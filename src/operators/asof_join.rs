@@ -646,6 +646,10 @@ impl Operator for AsofJoin {
         "AsofJoin"
     }
 
+    fn sharding(&self, port: usize) -> crate::operators::Sharding {
+        crate::operators::Sharding::by(&self.sides[port].keys)
+    }
+
     fn details(&self) -> String {
         let mut t = self.text.clone();
         if self.free.is_some() {

@@ -37,6 +37,10 @@ impl Operator for Filter {
     fn name(&self) -> &'static str {
         "Filter"
     }
+
+    fn sharding(&self, _port: usize) -> crate::operators::Sharding {
+        crate::operators::Sharding::Any
+    }
     fn details(&self) -> String {
         self.text.clone()
     }

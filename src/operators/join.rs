@@ -436,6 +436,10 @@ impl Operator for Join {
         "Join"
     }
 
+    fn sharding(&self, port: usize) -> crate::operators::Sharding {
+        crate::operators::Sharding::by(&self.sides[port].keys)
+    }
+
     fn details(&self) -> String {
         let mut t = self.text.clone();
         if self.temporal {

@@ -751,6 +751,10 @@ impl Operator for MatchRecognize {
         "MatchRecognize"
     }
 
+    fn sharding(&self, _port: usize) -> crate::operators::Sharding {
+        crate::operators::Sharding::by(&self.rec.partition)
+    }
+
     fn details(&self) -> String {
         self.rec.text.clone()
     }

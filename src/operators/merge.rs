@@ -27,6 +27,10 @@ impl Operator for Merge {
     fn name(&self) -> &'static str {
         "Merge"
     }
+
+    fn sharding(&self, _port: usize) -> crate::operators::Sharding {
+        crate::operators::Sharding::Any
+    }
     fn details(&self) -> String {
         format!("{} inputs", self.inputs)
     }

@@ -780,6 +780,10 @@ impl Operator for OverWindow {
         "OverWindow"
     }
 
+    fn sharding(&self, _port: usize) -> crate::operators::Sharding {
+        crate::operators::Sharding::by(&self.partition_by)
+    }
+
     fn details(&self) -> String {
         self.text.clone()
     }

@@ -38,6 +38,10 @@ impl Operator for Project {
     fn name(&self) -> &'static str {
         "Project"
     }
+
+    fn sharding(&self, _port: usize) -> crate::operators::Sharding {
+        crate::operators::Sharding::Any
+    }
     fn details(&self) -> String {
         self.text.clone()
     }

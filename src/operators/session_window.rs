@@ -269,6 +269,10 @@ impl Operator for SessionAggregate {
         "SessionAggregate"
     }
 
+    fn sharding(&self, _port: usize) -> crate::operators::Sharding {
+        crate::operators::Sharding::by(&self.keys)
+    }
+
     fn details(&self) -> String {
         self.text.clone()
     }

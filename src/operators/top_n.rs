@@ -257,6 +257,10 @@ impl Operator for TopN {
         "TopN"
     }
 
+    fn sharding(&self, _port: usize) -> crate::operators::Sharding {
+        crate::operators::Sharding::by(&self.partition_by)
+    }
+
     fn details(&self) -> String {
         self.text.clone()
     }

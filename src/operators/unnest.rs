@@ -54,6 +54,10 @@ impl Operator for Unnest {
     fn name(&self) -> &'static str {
         "Unnest"
     }
+
+    fn sharding(&self, _port: usize) -> crate::operators::Sharding {
+        crate::operators::Sharding::Any
+    }
     fn details(&self) -> String {
         self.text.clone()
     }
