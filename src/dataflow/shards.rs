@@ -45,40 +45,53 @@ pub type Part = (Option<usize>, Changelog);
 /// Split the parts arriving on one port of a node with `n` shards: one list per shard.
 pub fn route(sharding: &Sharding, parts: Vec<Part>, n: usize) -> Result<Vec<Vec<Changelog>>> {
     let mut out: Vec<Vec<Changelog>> = vec![Vec::new(); n];
-    for (from, part) in parts {
-        if part.is_empty() {
-            continue;
-        }
-        match sharding {
-            Sharding::Single => {
-                return Err(WeirError::internal(
-                    "an unshardable operator was given shards",
+    match sharding {
+        Sharding::Single => Err(WeirError::internal(
+            "an unshardable operator was given shards",
+        )),
+        Sharding::Any => {
+            // rows already in a shard stay there; unsharded batches are cut into one even
+            // slice per shard, all of them together: shard 0 takes the first rows, shard 1
+            // the next, so reading the shards' outputs in shard order keeps the rows' order
+            // (a row's insert stays before its retraction)
+            let mut loose = Vec::new();
+            for (from, part) in parts {
+                match from {
+                    Some(s) if s < n => out[s].push(part),
+                    _ if part.is_empty() => {}
+                    _ => loose.push(part),
+                }
+            }
+            let loose = match loose.len() {
+                0 => return Ok(out),
+                1 => loose.pop().expect("one part"),
+                _ => Changelog::concat(&loose[0].schema(), &loose)?,
+            };
+            let len = loose.len();
+            if len < parallel_min_rows() {
+                out[0].push(loose);
+                return Ok(out);
+            }
+            let step = len.div_ceil(n);
+            for (s, shard) in out.iter_mut().enumerate() {
+                let start = s * step;
+                if start >= len {
+                    break;
+                }
+                let l = step.min(len - start);
+                shard.push(Changelog::new(
+                    loose.data.slice(start, l),
+                    loose.weights.slice(start, l),
                 ));
             }
-            Sharding::Any => match from {
-                Some(s) if s < n => out[s].push(part),
-                _ => {
-                    // an even slice per shard when worth it; a small batch stays whole
-                    let len = part.len();
-                    if len < parallel_min_rows() {
-                        out[0].push(part);
-                    } else {
-                        let step = len.div_ceil(n);
-                        for (s, shard) in out.iter_mut().enumerate() {
-                            let start = s * step;
-                            if start >= len {
-                                break;
-                            }
-                            let l = step.min(len - start);
-                            shard.push(Changelog::new(
-                                part.data.slice(start, l),
-                                part.weights.slice(start, l),
-                            ));
-                        }
-                    }
+            Ok(out)
+        }
+        Sharding::Key(exprs) => {
+            // parts in the order they came, each split by key: equal keys keep their order
+            for (_, part) in parts {
+                if part.is_empty() {
+                    continue;
                 }
-            },
-            Sharding::Key(exprs) => {
                 let cols = exprs
                     .iter()
                     .map(|e| evaluate(e, &part.data))
@@ -109,9 +122,9 @@ pub fn route(sharding: &Sharding, parts: Vec<Part>, n: usize) -> Result<Vec<Vec<
                     out[s].push(Changelog::new(data, weights));
                 }
             }
+            Ok(out)
         }
     }
-    Ok(out)
 }
 
 fn shard_of(hash: u64, n: usize) -> usize {
