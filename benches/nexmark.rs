@@ -6,8 +6,15 @@
 //! FLUSH's return, Nexmark events/s (N / time) and source rows/s, the view's rows, and the
 //! server's peak resident memory (VmHWM).
 //!
-//! Each view runs its own generator instances (one thread per source) beside the dataflow
-//! worker, so generation overlaps with maintenance on a 2-core machine.
+//! Each view runs its own generator instances (one thread per source, its large batches
+//! made in slices on the `weir-gen-K` threads) beside the dataflow worker (`weir-dataflow`
+//! and the view's shards on `weir-shard-K`), so generation overlaps with maintenance.
+//! The server's threads' CPU (from `/proc/<pid>/task/*/stat`, sampled every 100 ms from
+//! CREATE to FLUSH: a thread that ends is counted as of its last sample) is reported per
+//! kind: `df cpu` (dataflow and shard threads), `gen cpu` (source and generator threads),
+//! and `ev/df-cpu-s`, Nexmark events per CPU-second of the dataflow threads: the engine's
+//! cost without the generator's. The server runs with `--workers 2` unless
+//! `NEXMARK_SERVER_ARGS` says otherwise.
 //!
 //! With checkpoints on (the server's default, `--checkpoint-interval 1s`), after FLUSH a
 //! `CHECKPOINT` is taken and reported (its time and the bytes it wrote: the view's whole
@@ -49,12 +56,15 @@ async fn main() {
         .any(|w| w[0] == "--checkpoint-interval" && w[1] == "0");
     println!("nexmark: {events} events per query, server flags {server_args:?}");
     println!(
-        "{:<5} {:>12} {:>9} {:>13} {:>13} {:>11} {:>10} {:>9} {:>9} {:>9}",
+        "{:<5} {:>12} {:>9} {:>13} {:>13} {:>8} {:>8} {:>12} {:>11} {:>10} {:>9} {:>9} {:>9}",
         "query",
         "source rows",
         "secs",
         "events/s",
         "rows/s",
+        "df cpu",
+        "gen cpu",
+        "ev/df-cpu-s",
         "view rows",
         "peak MiB",
         "ckpt ms",
@@ -85,6 +95,8 @@ async fn main() {
             .await
             .expect("create source");
         }
+        let pid = server.pid().expect("server pid");
+        let sampler = CpuSampler::start(pid);
         let t = Instant::now();
         if let Err(e) = c
             .batch_execute(&format!(
@@ -98,6 +110,7 @@ async fn main() {
         }
         c.batch_execute("FLUSH").await.expect("flush");
         let secs = t.elapsed().as_secs_f64();
+        let (df_cpu, gen_cpu) = sampler.stop();
         let source_rows: i64 = c
             .query_one("SELECT sum(rows)::bigint FROM weir_sources", &[])
             .await
@@ -143,9 +156,84 @@ async fn main() {
             assert_eq!(n, view_rows, "{name}: rows changed across the restart");
         }
         println!(
-            "{name:<5} {source_rows:>12} {secs:>9.2} {:>13.0} {:>13.0} {view_rows:>11} {peak:>10.0} {ckpt_ms:>9.0} {ckpt_mib:>9.1} {restart:>9.2}",
+            "{name:<5} {source_rows:>12} {secs:>9.2} {:>13.0} {:>13.0} {df_cpu:>8.2} {gen_cpu:>8.2} {:>12.0} {view_rows:>11} {peak:>10.0} {ckpt_ms:>9.0} {ckpt_mib:>9.1} {restart:>9.2}",
             events as f64 / secs,
-            source_rows as f64 / secs
+            source_rows as f64 / secs,
+            events as f64 / df_cpu
         );
     }
+}
+
+/// Samples the server's per-thread CPU until stopped; see the header.
+struct CpuSampler {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    handle: std::thread::JoinHandle<std::collections::HashMap<u64, (String, f64)>>,
+    base: std::collections::HashMap<u64, (String, f64)>,
+}
+
+impl CpuSampler {
+    fn start(pid: u32) -> CpuSampler {
+        let base = thread_cpu(pid);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let handle = std::thread::spawn({
+            let stop = stop.clone();
+            move || {
+                let mut seen = std::collections::HashMap::new();
+                loop {
+                    let done = stop.load(std::sync::atomic::Ordering::Acquire);
+                    seen.extend(thread_cpu(pid));
+                    if done {
+                        return seen;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+            }
+        });
+        CpuSampler { stop, handle, base }
+    }
+
+    /// (dataflow CPU s, generator CPU s) since `start`.
+    fn stop(self) -> (f64, f64) {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        let seen = self.handle.join().expect("cpu sampler");
+        let (mut df, mut generator) = (0.0, 0.0);
+        for (tid, (name, cpu)) in seen {
+            let used = cpu - self.base.get(&tid).map_or(0.0, |(_, c)| *c);
+            if name.starts_with("weir-dataflow") || name.starts_with("weir-shard") {
+                df += used;
+            } else if name.starts_with("weir-src") || name.starts_with("weir-gen") {
+                generator += used;
+            }
+        }
+        (df, generator)
+    }
+}
+
+/// CPU seconds so far of each thread of `pid`: tid -> (name, seconds).
+fn thread_cpu(pid: u32) -> std::collections::HashMap<u64, (String, f64)> {
+    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let mut out = std::collections::HashMap::new();
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let Ok(tid) = e.file_name().to_string_lossy().parse::<u64>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // "tid (name) state ..." : utime and stime are fields 14 and 15
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let name = stat[open + 1..close].to_owned();
+        let rest: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        let ticks: f64 = rest
+            .get(11..13)
+            .map(|f| f.iter().filter_map(|x| x.parse::<f64>().ok()).sum())
+            .unwrap_or(0.0);
+        out.insert(tid, (name, ticks / tick));
+    }
+    out
 }

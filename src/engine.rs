@@ -135,6 +135,7 @@ impl Engine {
     pub async fn open_with(data_dir: &Path, limits: EngineLimits) -> Result<Arc<Engine>> {
         std::fs::create_dir_all(data_dir)
             .map_err(|e| WeirError::io(&format!("cannot create {}", data_dir.display()), e))?;
+        crate::parallel::set_workers(limits.workers);
         // files statements spilled before a crash are garbage now
         let spill = data_dir.join("spill");
         let _ = std::fs::remove_dir_all(&spill);

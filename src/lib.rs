@@ -13,6 +13,7 @@ pub mod error;
 pub mod limits;
 pub mod metrics;
 pub mod operators;
+pub mod parallel;
 pub mod plan;
 pub mod server;
 pub mod serving;

@@ -217,70 +217,108 @@ impl Generator for Nexmark {
             Some(r) => (r as usize).min(max_rows),
             None => max_rows,
         };
-        let mut cols: Vec<Col> = self
-            .columns
-            .iter()
-            .map(|c| match c.ty {
-                SqlType::Int8 => Col::I(Int64Builder::with_capacity(n)),
-                SqlType::Timestamp => Col::T(TimestampMicrosecondBuilder::with_capacity(n)),
-                _ => Col::S(StringBuilder::with_capacity(n, n * 16)),
-            })
-            .collect();
-        let names: Vec<&str> = self.columns.iter().map(|c| c.name.as_str()).collect();
-        for _ in 0..n {
-            let Some(event) = self.events.next() else {
-                break;
-            };
-            for (col, name) in cols.iter_mut().zip(&names) {
-                match (&event, col) {
-                    (Event::Bid(b), Col::I(c)) => c.append_value(match *name {
-                        "auction" => b.auction as i64,
-                        "bidder" => b.bidder as i64,
-                        _ => b.price as i64,
-                    }),
-                    (Event::Bid(b), Col::S(c)) => c.append_value(match *name {
-                        "channel" => &b.channel,
-                        "url" => &b.url,
-                        _ => &b.extra,
-                    }),
-                    (Event::Bid(b), Col::T(c)) => c.append_value(b.date_time as i64 * 1000),
-                    (Event::Auction(a), Col::I(c)) => c.append_value(match *name {
-                        "id" => a.id as i64,
-                        "initial_bid" => a.initial_bid as i64,
-                        "reserve" => a.reserve as i64,
-                        "seller" => a.seller as i64,
-                        _ => a.category as i64,
-                    }),
-                    (Event::Auction(a), Col::S(c)) => c.append_value(match *name {
-                        "item_name" => &a.item_name,
-                        "description" => &a.description,
-                        _ => &a.extra,
-                    }),
-                    (Event::Auction(a), Col::T(c)) => c.append_value(
-                        if *name == "expires" {
-                            a.expires
-                        } else {
-                            a.date_time
-                        } as i64
-                            * 1000,
-                    ),
-                    (Event::Person(p), Col::I(c)) => c.append_value(p.id as i64),
-                    (Event::Person(p), Col::S(c)) => c.append_value(match *name {
-                        "name" => &p.name,
-                        "email_address" => &p.email_address,
-                        "credit_card" => &p.credit_card,
-                        "city" => &p.city,
-                        "state" => &p.state,
-                        _ => &p.extra,
-                    }),
-                    (Event::Person(p), Col::T(c)) => c.append_value(p.date_time as i64 * 1000),
-                }
-            }
-        }
+        // a large batch is generated in one slice per worker: each slice's events are the
+        // ones a single generator would make at its offsets (each event is a function of
+        // its number), so the batch is the same whatever the number of workers
+        let slices = crate::parallel::workers().min(n / SLICE_MIN_ROWS).max(1);
+        let batch = if slices > 1 {
+            let start = self.events.offset();
+            let step = n.div_ceil(slices);
+            let (columns, schema) = (&self.columns, &self.schema);
+            let jobs: Vec<crate::parallel::Job<'_, RecordBatch>> = (0..slices)
+                .map(|i| (i * step, step.min(n - (i * step).min(n))))
+                .filter(|(_, len)| *len > 0)
+                .map(|(from, len)| {
+                    let mut events = self.events.clone().with_offset(start + from as u64);
+                    Box::new(move || build(columns, schema, &mut events, len))
+                        as crate::parallel::Job<'_, RecordBatch>
+                })
+                .collect();
+            let parts = crate::parallel::run_all(crate::parallel::Pool::Sources, jobs)
+                .into_iter()
+                .collect::<Result<Vec<_>>>()?;
+            self.events = std::mem::take(&mut self.events).with_offset(start + n as u64);
+            datafusion::arrow::compute::concat_batches(&self.schema, &parts)?
+        } else {
+            build(&self.columns, &self.schema, &mut self.events, n)?
+        };
         if let Some(r) = &mut self.remaining {
             *r -= n as u64;
         }
-        let arrays: Vec<ArrayRef> = cols.into_iter().map(Col::finish).collect();
-        Ok(Some(RecordBatch::try_new(self.schema.clone(), arrays)?))
+        Ok(Some(batch))
     }
+}
+
+/// Rows a generator batch slice must have at least (smaller batches are made on the
+/// source's own thread).
+const SLICE_MIN_ROWS: usize = 1024;
+
+/// The next `n` events of `events` as a batch of `columns`.
+fn build(
+    columns: &[ColumnDesc],
+    schema: &SchemaRef,
+    events: &mut nexmark::EventGenerator,
+    n: usize,
+) -> Result<RecordBatch> {
+    let mut cols: Vec<Col> = columns
+        .iter()
+        .map(|c| match c.ty {
+            SqlType::Int8 => Col::I(Int64Builder::with_capacity(n)),
+            SqlType::Timestamp => Col::T(TimestampMicrosecondBuilder::with_capacity(n)),
+            _ => Col::S(StringBuilder::with_capacity(n, n * 16)),
+        })
+        .collect();
+    let names: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
+    for _ in 0..n {
+        let Some(event) = events.next() else {
+            break;
+        };
+        for (col, name) in cols.iter_mut().zip(&names) {
+            match (&event, col) {
+                (Event::Bid(b), Col::I(c)) => c.append_value(match *name {
+                    "auction" => b.auction as i64,
+                    "bidder" => b.bidder as i64,
+                    _ => b.price as i64,
+                }),
+                (Event::Bid(b), Col::S(c)) => c.append_value(match *name {
+                    "channel" => &b.channel,
+                    "url" => &b.url,
+                    _ => &b.extra,
+                }),
+                (Event::Bid(b), Col::T(c)) => c.append_value(b.date_time as i64 * 1000),
+                (Event::Auction(a), Col::I(c)) => c.append_value(match *name {
+                    "id" => a.id as i64,
+                    "initial_bid" => a.initial_bid as i64,
+                    "reserve" => a.reserve as i64,
+                    "seller" => a.seller as i64,
+                    _ => a.category as i64,
+                }),
+                (Event::Auction(a), Col::S(c)) => c.append_value(match *name {
+                    "item_name" => &a.item_name,
+                    "description" => &a.description,
+                    _ => &a.extra,
+                }),
+                (Event::Auction(a), Col::T(c)) => c.append_value(
+                    if *name == "expires" {
+                        a.expires
+                    } else {
+                        a.date_time
+                    } as i64
+                        * 1000,
+                ),
+                (Event::Person(p), Col::I(c)) => c.append_value(p.id as i64),
+                (Event::Person(p), Col::S(c)) => c.append_value(match *name {
+                    "name" => &p.name,
+                    "email_address" => &p.email_address,
+                    "credit_card" => &p.credit_card,
+                    "city" => &p.city,
+                    "state" => &p.state,
+                    _ => &p.extra,
+                }),
+                (Event::Person(p), Col::T(c)) => c.append_value(p.date_time as i64 * 1000),
+            }
+        }
+    }
+    let arrays: Vec<ArrayRef> = cols.into_iter().map(Col::finish).collect();
+    Ok(RecordBatch::try_new(schema.clone(), arrays)?)
 }

@@ -11,8 +11,8 @@ use datafusion::arrow::datatypes::SchemaRef;
 
 use crate::dataflow::changelog::Changelog;
 use crate::dataflow::late::LateLog;
+use crate::dataflow::shards::{Part, route};
 use crate::error::Result;
-use crate::dataflow::shards::{Part, route, run_parallel};
 use crate::operators::{Operator, Sharding, filter_changelog};
 use crate::state::state_table::FlushStats;
 use crate::state::store::{Store, WriteBatch};
@@ -609,7 +609,13 @@ fn run_node(
     let mut rows = 0u64;
     for (port, parts) in ports.into_iter().enumerate() {
         let per_shard = if shards == 1 {
-            vec![parts.into_iter().map(|(_, c)| c).filter(|c| !c.is_empty()).collect()]
+            vec![
+                parts
+                    .into_iter()
+                    .map(|(_, c)| c)
+                    .filter(|c| !c.is_empty())
+                    .collect(),
+            ]
         } else {
             let sharding = match &node.kind {
                 NodeKind::Operator(op) => op.sharding(port),
@@ -647,15 +653,16 @@ fn run_node(
     let tag = |shard: usize| (shards > 1).then_some(shard);
     let mut outputs = Vec::new();
     if shards > 1 && rows as usize >= crate::dataflow::shards::parallel_min_rows() {
-        let jobs: Vec<Box<dyn FnOnce() -> Result<Vec<Changelog>> + Send + '_>> = node
+        let jobs: Vec<crate::parallel::Job<'_, Vec<Changelog>>> = node
             .shards_mut()
             .zip(work)
             .map(|(op, ins)| {
                 let run = &run;
-                Box::new(move || run(op, ins)) as Box<dyn FnOnce() -> Result<_> + Send + '_>
+                Box::new(move || run(op, ins)) as crate::parallel::Job<'_, _>
             })
             .collect();
-        for (shard, r) in run_parallel(jobs).into_iter().enumerate() {
+        let results = crate::parallel::run_all(crate::parallel::Pool::Shards, jobs);
+        for (shard, r) in results.into_iter().enumerate() {
             outputs.extend(r?.into_iter().map(|c| (tag(shard), c)));
         }
     } else {

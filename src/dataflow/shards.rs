@@ -4,8 +4,9 @@
 //! between stages, as dbsp's workers and Flink's key groups have it). Stateless operators
 //! keep rows in the shard they are in (a fused chain), and split an unsharded batch (a
 //! source's) into even slices. The shards of one node run in parallel once the node has
-//! enough rows to be worth a thread; an epoch still runs node after node, so it is
-//! complete when every shard of every node has run.
+//! enough rows to be worth handing to another thread (`parallel.rs`: the shard pool); an
+//! epoch still runs node after node, so it is complete when every shard of every node has
+//! run.
 //!
 //! Routing is a pure function of the key's values (a fixed-seed hash), so a restarted
 //! server routes every key to the shard whose checkpointed state holds it; the shard count
@@ -132,48 +133,6 @@ fn shard_of(hash: u64, n: usize) -> usize {
     ((hash as u128 * n as u128) >> 64) as usize
 }
 
-/// Run `jobs` (one per shard), the first on this thread and the others on threads of their
-/// own, and return their results in order; a panic in a job becomes an internal error.
-pub fn run_parallel<T: Send>(jobs: Vec<Box<dyn FnOnce() -> Result<T> + Send + '_>>) -> Vec<Result<T>> {
-    let mut jobs = jobs.into_iter();
-    let Some(first) = jobs.next() else {
-        return Vec::new();
-    };
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = jobs
-            .map(|job| {
-                std::thread::Builder::new()
-                    .name("weir-shard".into())
-                    .stack_size(crate::limits::THREAD_STACK_BYTES)
-                    .spawn_scoped(scope, job)
-            })
-            .collect();
-        let mut results = Vec::with_capacity(handles.len() + 1);
-        results.push(catch(first));
-        for h in handles {
-            results.push(match h {
-                Ok(h) => h.join().unwrap_or_else(|p| {
-                    Err(WeirError::internal(crate::dataflow::worker::panic_message(
-                        &p,
-                    )))
-                }),
-                Err(e) => Err(WeirError::internal(format!(
-                    "cannot start a shard thread: {e}"
-                ))),
-            });
-        }
-        results
-    })
-}
-
-fn catch<T>(job: Box<dyn FnOnce() -> Result<T> + Send + '_>) -> Result<T> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).unwrap_or_else(|p| {
-        Err(WeirError::internal(crate::dataflow::worker::panic_message(
-            &p,
-        )))
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,7 +155,13 @@ mod tests {
             assert!(!parts.is_empty(), "17 keys left shard {s} empty");
             for p in parts {
                 for i in 0..p.len() {
-                    let k = p.data.column(0).as_any().downcast_ref::<Int64Array>().unwrap().value(i);
+                    let k = p
+                        .data
+                        .column(0)
+                        .as_any()
+                        .downcast_ref::<Int64Array>()
+                        .unwrap()
+                        .value(i);
                     assert_eq!(*owner.entry(k).or_insert(s), s, "key {k} in two shards");
                 }
                 seen.push(p.clone());
@@ -214,8 +179,19 @@ mod tests {
         // stateless: a shard's rows stay in it; a large unsharded batch is sliced evenly
         let any = route(&Sharding::Any, vec![(Some(2), cl.clone())], 3).unwrap();
         assert_eq!(any[2].len(), 1);
-        let big: String = (0..3 * parallel_min_rows()).map(|i| format!("+ {i} 0\n")).collect();
-        let sliced = route(&Sharding::Any, vec![(None, changelog("k:i64 v:i64", &big))], 3).unwrap();
-        assert!(sliced.iter().all(|p| p.len() == 1 && p[0].len() == parallel_min_rows()));
+        let big: String = (0..3 * parallel_min_rows())
+            .map(|i| format!("+ {i} 0\n"))
+            .collect();
+        let sliced = route(
+            &Sharding::Any,
+            vec![(None, changelog("k:i64 v:i64", &big))],
+            3,
+        )
+        .unwrap();
+        assert!(
+            sliced
+                .iter()
+                .all(|p| p.len() == 1 && p[0].len() == parallel_min_rows())
+        );
     }
 }

@@ -756,10 +756,8 @@ impl Worker {
 /// An operator bug must not take every view down: the worker catches a panic, reports it
 /// as an internal error, and fails only the view it happened in.
 pub(crate) fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
-    let what = p
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".into());
-    format!("internal error in view maintenance: {what}")
+    format!(
+        "internal error in view maintenance: {}",
+        crate::parallel::panic_message(p)
+    )
 }
