@@ -129,6 +129,8 @@ pub struct Nexmark {
     total: Option<u64>,
     columns: Vec<ColumnDesc>,
     schema: SchemaRef,
+    /// Slices a large batch is made in (`--workers`).
+    slices: usize,
 }
 
 impl Nexmark {
@@ -177,6 +179,7 @@ impl Nexmark {
             total: remaining,
             columns: columns.to_vec(),
             schema,
+            slices: crate::parallel::workers(),
         })
     }
 }
@@ -220,7 +223,7 @@ impl Generator for Nexmark {
         // a large batch is generated in one slice per worker: each slice's events are the
         // ones a single generator would make at its offsets (each event is a function of
         // its number), so the batch is the same whatever the number of workers
-        let slices = crate::parallel::workers().min(n / SLICE_MIN_ROWS).max(1);
+        let slices = self.slices.min(n / SLICE_MIN_ROWS).max(1);
         let batch = if slices > 1 {
             let start = self.events.offset();
             let step = n.div_ceil(slices);
@@ -321,4 +324,38 @@ fn build(
     }
     let arrays: Vec<ArrayRef> = cols.into_iter().map(Col::finish).collect();
     Ok(RecordBatch::try_new(schema.clone(), arrays)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Batches made in slices on the generator threads are the batches one thread makes,
+    /// and a seek lands on the same events.
+    #[test]
+    fn slices_make_the_same_events_as_one_generator() {
+        for kind in ["bid", "auction", "person"] {
+            let o: Options = [
+                ("nexmark.table.type".to_owned(), kind.to_owned()),
+                ("nexmark.event.num".to_owned(), "1000000".to_owned()),
+            ]
+            .into_iter()
+            .collect();
+            let cols = columns(&o, &[]).unwrap();
+            let batches = |slices: usize, seek: u64| {
+                let mut g = Nexmark::new(&o, &cols).unwrap();
+                g.slices = slices;
+                g.seek(seek).unwrap();
+                let mut out = Vec::new();
+                for size in [4096, 3000, 100, 4096] {
+                    out.push(g.next_batch(size).unwrap().unwrap());
+                }
+                out
+            };
+            let one = batches(1, 0);
+            assert_eq!(one.iter().map(|b| b.num_rows()).sum::<usize>(), 11292);
+            assert_eq!(batches(3, 0), one, "{kind}");
+            assert_eq!(batches(2, 5000), batches(1, 5000), "{kind}");
+        }
+    }
 }
