@@ -179,7 +179,7 @@ impl Nexmark {
             total: remaining,
             columns: columns.to_vec(),
             schema,
-            slices: crate::parallel::workers(),
+            slices: generator_slices(),
         })
     }
 }
@@ -250,6 +250,17 @@ impl Generator for Nexmark {
         }
         Ok(Some(batch))
     }
+}
+
+/// Slices a large generator batch is made in: `--workers`, or `WEIR_GENERATOR_SLICES`
+/// (a tuning knob: on a machine whose cores the views already keep busy, slicing only adds
+/// hand-offs between threads).
+fn generator_slices() -> usize {
+    std::env::var("WEIR_GENERATOR_SLICES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(crate::parallel::workers)
+        .max(1)
 }
 
 /// Rows a generator batch slice must have at least (smaller batches are made on the

@@ -160,6 +160,9 @@ enum MultisetKind {
 
 struct Multiset {
     kind: MultisetKind,
+    /// Min/max over an input that only inserts: a group's value only moves one way, so
+    /// only its current pick is kept (one entry per group, not one per value).
+    extreme_only: bool,
     distinct: bool,
     conv: RowConverter,
     /// Columns the converter encodes (0 until the first batch fixes the value types).
@@ -571,6 +574,7 @@ impl Aggregate {
                 let conv = RowConverter::new(vec![])?;
                 State::Multiset(Box::new(Multiset {
                     kind,
+                    extreme_only: false,
                     distinct,
                     conv,
                     ncols: 0,
@@ -579,6 +583,19 @@ impl Aggregate {
             }
         };
         Ok(Agg { spec, args, state })
+    }
+
+    /// The input only ever inserts (an append-only table or a source through filters and
+    /// projections): min and max keep only each group's pick.
+    pub fn inserts_only(mut self) -> Self {
+        for agg in &mut self.aggs {
+            if let State::Multiset(m) = &mut agg.state
+                && matches!(m.kind, MultisetKind::Min | MultisetKind::Max)
+            {
+                m.extreme_only = true;
+            }
+        }
+        self
     }
 
     /// Make this a windowed aggregate.
@@ -888,6 +905,59 @@ fn scalars_to_array(values: Vec<ScalarValue>, t: &DataType) -> Result<ArrayRef> 
 }
 
 impl Multiset {
+    /// `update` for `extreme_only`: each changed group's best value of the batch (row
+    /// format orders as the values do) replaces the group's pick when it is better.
+    fn update_extreme(
+        &mut self,
+        rows: &Rows,
+        cols: &[ArrayRef],
+        keep: Option<&BooleanArray>,
+        gids: &[u32],
+        keys: &[Box<[u8]>],
+        weights: &[i64],
+    ) -> Result<()> {
+        let min = self.kind == MultisetKind::Min;
+        let better = |a: &[u8], b: &[u8]| if min { a < b } else { a > b };
+        let mut best: FastMap<u32, usize> = FastMap::default();
+        for (i, g) in gids.iter().enumerate() {
+            if keep.is_some_and(|k| !k.value(i)) || cols[0].is_null(i) || weights[i] == 0 {
+                continue;
+            }
+            if weights[i] < 0 {
+                return Err(crate::error::WeirError::internal(
+                    "a row was retracted from a min/max planned over an input that only inserts",
+                ));
+            }
+            best.entry(*g)
+                .and_modify(|b| {
+                    if better(rows.row(i).data(), rows.row(*b).data()) {
+                        *b = i;
+                    }
+                })
+                .or_insert(i);
+        }
+        let mut key = Vec::with_capacity(64);
+        for (g, i) in best {
+            let group = &keys[g as usize];
+            let new = rows.row(i);
+            let old = self
+                .entries
+                .prefix_edge(group, !min)
+                .map(|(k, _)| k.to_vec());
+            if let Some(old) = &old {
+                if !better(new.data(), &old[group.len()..]) {
+                    continue;
+                }
+                self.entries.delete(old);
+            }
+            key.clear();
+            key.extend_from_slice(group);
+            key.extend_from_slice(new.data());
+            self.entries.add_count(&key, 1);
+        }
+        Ok(())
+    }
+
     fn ensure_conv(&mut self, cols: &[ArrayRef]) -> Result<()> {
         if self.ncols != cols.len() {
             self.ncols = cols.len();
@@ -910,6 +980,9 @@ impl Multiset {
     ) -> Result<()> {
         self.ensure_conv(cols)?;
         let rows: Rows = self.conv.convert_columns(cols)?;
+        if self.extreme_only {
+            return self.update_extreme(&rows, cols, keep, gids, keys, weights);
+        }
         let skip_nulls = matches!(self.kind, MultisetKind::Min | MultisetKind::Max);
         let mut key = Vec::with_capacity(64);
         for (i, g) in gids.iter().enumerate() {
@@ -1044,6 +1117,7 @@ impl Operator for Aggregate {
                 let how = match &a.state {
                     State::Linear(_) => "linear",
                     State::Multiset(m) if m.kind == MultisetKind::General => "multiset, recompute",
+                    State::Multiset(m) if m.extreme_only => "inserts only: one value per group",
                     State::Multiset(_) => "multiset",
                     State::Sketch(_) => "sketch",
                 };

@@ -521,6 +521,9 @@ impl<'a> Lowering<'a> {
             Arc::new(physical_in.clone()),
             Arc::new(schema.as_arrow().clone()),
         )?;
+        if self.insert_only(input_plan) {
+            op = op.inserts_only();
+        }
         // a GROUP BY key named window_end (TUMBLE/HOP) makes it a windowed aggregate, and so
         // does a key of the event time or of date_trunc over it
         let end_key = (0..group_expr.len())
