@@ -395,7 +395,7 @@ async fn check_views(c: &Client, seed: u64, round: usize) {
 /// the memory limit in `args`, check that state did spill.
 async fn run_seed(seed: u64, args: &[&str], spilled: bool) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let workers = if seed % 2 == 0 { "2" } else { "1" };
+    let workers = if seed.is_multiple_of(2) { "2" } else { "1" };
     println!("seed {seed}: --workers {workers}");
     let mut args = args.to_vec();
     args.extend(["--workers", workers]);

@@ -57,6 +57,19 @@ impl Changelog {
         }
     }
 
+    /// The rows at `indices` (and their weights), in that order.
+    pub fn take(&self, indices: &dyn Array) -> Result<Changelog> {
+        use datafusion::arrow::array::AsArray;
+        let data = datafusion::arrow::compute::take_record_batch(&self.data, indices)?;
+        let weights = datafusion::arrow::compute::take(&self.weights, indices, None)?;
+        Ok(Changelog::new(
+            data,
+            weights
+                .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+                .clone(),
+        ))
+    }
+
     pub fn len(&self) -> usize {
         self.data.num_rows()
     }

@@ -14,8 +14,7 @@
 
 use std::sync::OnceLock;
 
-use datafusion::arrow::array::{Int64Array, UInt32Array};
-use datafusion::arrow::compute::{take, take_record_batch};
+use datafusion::arrow::array::UInt32Array;
 use datafusion::common::hash_utils::{RandomState, create_hashes};
 
 use crate::dataflow::changelog::Changelog;
@@ -112,15 +111,7 @@ pub fn route(sharding: &Sharding, parts: Vec<Part>, n: usize) -> Result<Vec<Vec<
                     if rows.is_empty() {
                         continue;
                     }
-                    let idx = UInt32Array::from(rows);
-                    let data = take_record_batch(&part.data, &idx)?;
-                    let weights = take(&part.weights, &idx, None)?;
-                    let weights = weights
-                        .as_any()
-                        .downcast_ref::<Int64Array>()
-                        .ok_or_else(|| WeirError::internal("weights are not Int64"))?
-                        .clone();
-                    out[s].push(Changelog::new(data, weights));
+                    out[s].push(part.take(&UInt32Array::from(rows))?);
                 }
             }
             Ok(out)
@@ -137,6 +128,7 @@ fn shard_of(hash: u64, n: usize) -> usize {
 mod tests {
     use super::*;
     use crate::dataflow::changelog::tests::{changelog, render};
+    use datafusion::arrow::array::Int64Array;
     use datafusion::physical_expr::expressions::Column;
     use std::sync::Arc;
 
@@ -167,7 +159,7 @@ mod tests {
                 seen.push(p.clone());
             }
         }
-        assert_eq!(render(&seen), render(&[cl.clone()]));
+        assert_eq!(render(&seen), render(std::slice::from_ref(&cl)));
         // routing is a function of the key alone: the same rows again (as a shard's
         // output, or after a restart) go where they went
         for (s, parts) in shards.iter().enumerate() {

@@ -553,7 +553,10 @@ impl Worker {
                         })
                         .collect();
                     oids.into_iter()
-                        .zip(crate::parallel::run_all(crate::parallel::Pool::Shards, jobs))
+                        .zip(crate::parallel::run_all(
+                            crate::parallel::Pool::Shards,
+                            jobs,
+                        ))
                         .map(|(o, r)| (o, r.and_then(|r| r)))
                         .collect()
                 } else {

@@ -11,7 +11,7 @@
 //! - watermark: passed through unchanged.
 //! - checkpoint: nothing.
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int64Array, UInt64Array};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, UInt64Array};
 use datafusion::arrow::compute::{cast, take};
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
@@ -131,11 +131,8 @@ impl Operator for Unnest {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let weights = take(&input.weights, &row_idx, None)?;
-        let weights = weights
-            .as_any()
-            .downcast_ref::<Int64Array>()
-            .ok_or_else(|| WeirError::internal("weights are not i64"))?
+        let weights = take(&input.weights, &row_idx, None)?
+            .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
             .clone();
         let data = RecordBatch::try_new_with_options(
             self.schema.clone(),
