@@ -16,6 +16,10 @@
 //!     bool_or, string_agg, array_agg, and any other aggregate): min/max read the first/last
 //!     value; the others are recomputed for changed groups by a fresh DataFusion
 //!     accumulator fed the group's values (ORDER BY inside the aggregate is honoured).
+//!     Over an input that only inserts (`Aggregate::inserts_only`), min/max keep only the
+//!     group's current pick in it (one entry per group).
+//! - shards (`--workers`): by the group key (`Operator::sharding`); a global aggregate runs
+//!   unsharded.
 //! - watermark: for a windowed aggregate (a GROUP BY key named `window_end`, from TUMBLE or
 //!   HOP), a window closes when the watermark reaches its end. With EMIT ON WINDOW CLOSE
 //!   a group's row is emitted only once its window closed (append-only output; under
