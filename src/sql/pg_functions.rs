@@ -404,6 +404,49 @@ pub fn register(ctx: &SessionContext) {
     for f in definitions() {
         ctx.register_udf(ScalarUDF::new_from_impl(f));
     }
+    for f in datafusion::functions_table::all_default_table_functions() {
+        ctx.register_udtf(f.name(), Arc::new(WidenIntegers(f.function().clone())));
+    }
+}
+
+/// DataFusion's `generate_series` and `range` in FROM take bigint arguments only, while
+/// Postgres' `generate_series(1 + 1, 5)` has int4 arguments (`1 + 1` is int4 here, as in
+/// Postgres): smaller integer arguments are widened to bigint before the call.
+#[derive(Debug)]
+struct WidenIntegers(Arc<dyn datafusion::catalog::TableFunctionImpl>);
+
+impl datafusion::catalog::TableFunctionImpl for WidenIntegers {
+    fn call_with_args(
+        &self,
+        args: datafusion::catalog::TableFunctionArgs,
+    ) -> DfResult<Arc<dyn datafusion::catalog::TableProvider>> {
+        use datafusion::logical_expr::Expr;
+        let exprs = args
+            .exprs()
+            .iter()
+            .map(|e| match e {
+                Expr::Literal(v, meta)
+                    if matches!(
+                        v.data_type(),
+                        DataType::Int8
+                            | DataType::Int16
+                            | DataType::Int32
+                            | DataType::UInt8
+                            | DataType::UInt16
+                            | DataType::UInt32
+                    ) =>
+                {
+                    Ok(Expr::Literal(v.cast_to(&DataType::Int64)?, meta.clone()))
+                }
+                other => Ok(other.clone()),
+            })
+            .collect::<DfResult<Vec<_>>>()?;
+        self.0
+            .call_with_args(datafusion::catalog::TableFunctionArgs::new(
+                &exprs,
+                args.session(),
+            ))
+    }
 }
 
 /// Floats with every NaN made the positive quiet NaN: Postgres has one NaN (equal to
