@@ -102,6 +102,12 @@ impl TestServer {
             .expect("port")
     }
 
+    /// `weir serve` flags for the next start (a restart after this call).
+    #[allow(dead_code)]
+    pub fn set_args(&mut self, args: &[&str]) {
+        self.args = args.iter().map(|a| a.to_string()).collect();
+    }
+
     /// Environment for the next start (a restart after this call).
     #[allow(dead_code)]
     pub fn set_env(&mut self, env: &[(&str, &str)]) {

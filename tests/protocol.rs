@@ -276,7 +276,9 @@ async fn cancel_request_stops_a_running_query() {
         .await
         .unwrap_err();
     assert_eq!(sqlstate(&err), "57014", "{}", describe_error(&err));
-    assert!(started.elapsed() < Duration::from_secs(30));
+    // run to its end the query takes hours; alone the cancel returns within seconds, but
+    // under the whole suite's load (2 cores, views in 2 shards) it has taken over 30 s
+    assert!(started.elapsed() < Duration::from_secs(120));
     canceller.await.unwrap().unwrap();
     // the connection survives a cancel
     assert_eq!(query_text(&c, "SELECT 42").await, vec![vec!["42"]]);

@@ -573,3 +573,78 @@ async fn a_view_dropped_before_a_crash_leaves_no_state() {
     };
     assert_eq!(c_keys, after, "only the kept view has state in the store");
 }
+
+/// A view created with `--workers 2` keeps its two shards when the server comes back with
+/// `--workers 1`: restored from its checkpoint (not rebuilt), equal to its query after more
+/// inserts and deletes; a view created after the restart takes the new count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn views_keep_their_shards_across_a_restart_with_other_workers() {
+    let mut server = TestServer::start_with(Options {
+        args: &["--workers", "2"],
+        env: &[("WEIR_PARALLEL_MIN_ROWS", "1")],
+        ..Default::default()
+    });
+    let views = [
+        (
+            "sh_agg",
+            "SELECT k, count(*) AS n, sum(v) AS s, max(v) AS m FROM sh GROUP BY k",
+        ),
+        (
+            "sh_join",
+            "SELECT a.k, count(*) AS n FROM sh a JOIN sh b ON a.k = b.k AND a.v = b.v + 50 GROUP BY a.k",
+        ),
+        ("sh_global", "SELECT count(*) AS n, sum(v) AS s FROM sh"),
+    ];
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE sh (k int, v int); \
+         INSERT INTO sh SELECT g % 50, g FROM generate_series(1, 5000) g",
+    )
+    .await
+    .expect("table");
+    for (name, q) in views {
+        c.batch_execute(&format!("CREATE MATERIALIZED VIEW {name} AS {q}"))
+            .await
+            .expect("view");
+    }
+    c.batch_execute("FLUSH; CHECKPOINT")
+        .await
+        .expect("checkpoint");
+    drop(c);
+    server.set_args(&["--workers", "1"]);
+    server.restart();
+    let c = server.connect().await;
+    c.batch_execute(
+        "INSERT INTO sh SELECT g % 70, g FROM generate_series(5001, 7000) g; \
+         DELETE FROM sh WHERE v % 7 = 0; UPDATE sh SET v = v + 1 WHERE k = 3; \
+         CREATE MATERIALIZED VIEW sh_after AS SELECT k, min(v) AS lo FROM sh GROUP BY k; \
+         FLUSH",
+    )
+    .await
+    .expect("more changes");
+    for (name, q) in views
+        .iter()
+        .copied()
+        .chain([("sh_after", "SELECT k, min(v) AS lo FROM sh GROUP BY k")])
+    {
+        let mut got = query_text(&c, &format!("SELECT * FROM {name}")).await;
+        let mut want = query_text(&c, q).await;
+        got.sort();
+        want.sort();
+        assert_eq!(got, want, "{name} after the restart with --workers 1");
+    }
+    for (name, _) in views {
+        let (outcome, reason) = recovery_of(&c, name).await;
+        assert_eq!(outcome, "restored", "{name}: {reason}");
+    }
+    let log = std::fs::read_to_string(server.log_path()).expect("server log");
+    for (name, _) in views {
+        assert!(
+            log.lines()
+                .any(|l| l.contains("keeps the shard count of its checkpoint")
+                    && l.contains(&format!("view={name}"))
+                    && l.contains("shards=2")),
+            "{name}: no log line saying it keeps its 2 shards"
+        );
+    }
+}
