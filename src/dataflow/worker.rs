@@ -485,112 +485,40 @@ impl Worker {
                 .map(|(o, _)| *o)
                 .collect()
         };
-        // views run in waves: a wave is every view none of whose inputs is a view still to
-        // run, so a view over a view sees its input's change of the same epoch, and the
-        // views of one wave (independent of each other) run in parallel
-        let mut todo: Vec<u32> = self
-            .graphs
-            .keys()
-            .filter(|o| !failed.contains(o))
-            .copied()
-            .collect();
-        while !todo.is_empty() {
-            let mut wave: Vec<u32> = todo
-                .iter()
-                .filter(|o| {
-                    self.graphs[o]
-                        .graph
-                        .sources()
-                        .iter()
-                        .all(|s| !todo.contains(s))
-                })
-                .copied()
-                .collect();
-            if wave.is_empty() {
-                // views cannot read each other in a cycle; never spin if they seem to
-                wave.push(todo[0]);
+        for (oid, rt) in self.graphs.iter_mut() {
+            if failed.contains(oid) || !rt.graph.sources().iter().any(|s| inputs.contains_key(s)) {
+                continue;
             }
-            todo.retain(|o| !wave.contains(o));
-            let runnable: Vec<u32> = wave
-                .into_iter()
-                .filter(|o| {
-                    self.graphs[o]
-                        .graph
-                        .sources()
-                        .iter()
-                        .any(|s| inputs.contains_key(s))
-                })
-                .collect();
-            let rows: usize = runnable
-                .iter()
-                .flat_map(|o| self.graphs[o].graph.sources())
-                .filter_map(|s| inputs.get(&s))
-                .flatten()
-                .map(|b| b.changelog.len())
-                .sum();
-            let results: Vec<(u32, Result<crate::dataflow::graph::EpochOutput>)> = {
-                let watermarks = &self.watermarks;
-                let inputs = &inputs;
-                let run = |rt: &mut ViewRuntime| {
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        rt.graph.run_epoch(inputs, watermarks)
-                    }))
-                    .unwrap_or_else(|p| Err(WeirError::internal(panic_message(&p))))
-                };
-                let views: Vec<(u32, &mut ViewRuntime)> = self
-                    .graphs
-                    .iter_mut()
-                    .filter(|(o, _)| runnable.contains(o))
-                    .map(|(o, rt)| (*o, rt))
-                    .collect();
-                if views.len() > 1 && rows >= crate::dataflow::shards::parallel_min_rows() {
-                    let oids: Vec<u32> = views.iter().map(|(o, _)| *o).collect();
-                    let jobs: Vec<crate::parallel::Job<'_, _>> = views
-                        .into_iter()
-                        .map(|(_, rt)| {
-                            let run = &run;
-                            Box::new(move || Ok(run(rt))) as crate::parallel::Job<'_, _>
-                        })
-                        .collect();
-                    oids.into_iter()
-                        .zip(crate::parallel::run_all(
-                            crate::parallel::Pool::Shards,
-                            jobs,
-                        ))
-                        .map(|(o, r)| (o, r.and_then(|r| r)))
-                        .collect()
-                } else {
-                    views.into_iter().map(|(o, rt)| (o, run(rt))).collect()
+            let watermarks = &self.watermarks;
+            let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                rt.graph.run_epoch(&inputs, watermarks)
+            }))
+            .unwrap_or_else(|p| Err(WeirError::internal(panic_message(&p))));
+            match run {
+                Ok(out) => {
+                    if let Some(w) = out.watermark {
+                        self.watermarks.insert(*oid, w);
+                    }
+                    if !out.changes.is_empty() {
+                        inputs.insert(
+                            *oid,
+                            out.changes
+                                .iter()
+                                .map(|c| SourceBatch {
+                                    changelog: c.clone(),
+                                    watermark_before: None,
+                                })
+                                .collect(),
+                        );
+                        deltas.push((*oid, out.changes));
+                    }
                 }
-            };
-            for (oid, run) in results {
-                match run {
-                    Ok(out) => {
-                        if let Some(w) = out.watermark {
-                            self.watermarks.insert(oid, w);
-                        }
-                        if !out.changes.is_empty() {
-                            inputs.insert(
-                                oid,
-                                out.changes
-                                    .iter()
-                                    .map(|c| SourceBatch {
-                                        changelog: c.clone(),
-                                        watermark_before: None,
-                                    })
-                                    .collect(),
-                            );
-                            deltas.push((oid, out.changes));
-                        }
-                    }
-                    Err(e) => {
-                        let name = &self.graphs[&oid].name;
-                        error!(view = %name, error = %e, "view maintenance failed; the view stops");
-                        failures.push((
-                            oid,
-                            format!("materialized view \"{}\" failed: {}", name, e.message),
-                        ));
-                    }
+                Err(e) => {
+                    error!(view = %rt.name, error = %e, "view maintenance failed; the view stops");
+                    failures.push((
+                        *oid,
+                        format!("materialized view \"{}\" failed: {}", rt.name, e.message),
+                    ));
                 }
             }
         }
