@@ -71,3 +71,34 @@ async fn nexmark_views_equal_their_queries() {
         }
     }
 }
+
+/// An unpaced generator makes its large batches in one slice per worker (`weir-gen-K`
+/// threads): the rows are those one generator makes, whatever `--workers` is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generator_slices_make_the_same_rows_as_one_generator() {
+    let mut answers = Vec::new();
+    for workers in ["1", "2"] {
+        let server = TestServer::start_with(crate::harness::Options {
+            args: &["--workers", workers],
+            ..Default::default()
+        });
+        let c = server.connect().await;
+        c.batch_execute(
+            "CREATE SOURCE bid WITH (connector = 'nexmark', nexmark.table.type = 'bid', \
+             nexmark.event.num = '300000'); \
+             CREATE MATERIALIZED VIEW all_bid AS SELECT * FROM bid; FLUSH",
+        )
+        .await
+        .expect("source");
+        answers.push(
+            rows(
+                &c,
+                "SELECT count(*), sum(auction), sum(bidder), sum(price), min(date_time), \
+                 max(date_time), sum(length(url)), count(DISTINCT extra) FROM all_bid",
+            )
+            .await,
+        );
+    }
+    assert_eq!(answers[0][0].split('|').next(), Some("276000"));
+    assert_eq!(answers[0], answers[1], "--workers 1 vs 2");
+}
