@@ -932,7 +932,9 @@ impl TypePlanner for WeirTypePlanner {
     fn plan_type_field(&self, sql_type: &ast::DataType) -> DfResult<Option<FieldRef>> {
         let declared = match sql_type {
             ast::DataType::JSON | ast::DataType::JSONB => Some(SqlType::Jsonb),
-            ast::DataType::Varchar(Some(_)) | ast::DataType::CharacterVarying(Some(_)) => {
+            // plain `varchar` too: the column is `character varying` on the wire, as in
+            // Postgres, and a cast to it drops another row's `varchar(n)`
+            ast::DataType::Varchar(_) | ast::DataType::CharacterVarying(_) => {
                 SqlType::from_ast(sql_type).ok()
             }
             ast::DataType::Numeric(_) | ast::DataType::Decimal(_) => {

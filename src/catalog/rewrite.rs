@@ -107,7 +107,7 @@ impl VisitorMut for PgRewriter {
         self.depth += 1;
         // before the functions in FROM are read as tables (`function_in_from`)
         lateral_in_body(&mut q.body);
-        json_values_columns(&mut q.body);
+        typed_values_columns(&mut q.body);
         ControlFlow::Continue(())
     }
 
@@ -684,10 +684,20 @@ fn set_returning_in_select_list(items: &mut [SelectItem]) {
     }
 }
 
-/// `VALUES ('null'::jsonb), ('[]')`: Postgres resolves a VALUES column with one `jsonb`
-/// (or `json`) cast and otherwise untyped literals as that type, so the literals are cast
-/// too (DataFusion refuses a column whose rows disagree on the type's field metadata).
-fn json_values_columns(body: &mut ast::SetExpr) {
+/// A VALUES column whose rows disagree on a type that carries field metadata (`jsonb`,
+/// `json`, `numeric`, `varchar(n)`): DataFusion refuses such a column ("Inconsistent
+/// metadata across values list"), Postgres resolves it to one type. So:
+///
+/// - `VALUES ('null'::jsonb), ('[]')`: one `jsonb` (or `json`) cast and otherwise untyped
+///   literals: the literals are cast too;
+/// - `VALUES (1.5::numeric), (2.25), (NULL)`: a `numeric` cast (any precision) and other
+///   rows: every row is cast to unconstrained `numeric` (Postgres' common type of numeric
+///   and the integer and numeric literals);
+/// - `VALUES ('abc'::varchar(5)), ('x')`: every row is cast to `varchar` without a length
+///   (Postgres' common type; no row is cut to a length another row declared).
+///
+/// Columns whose rows all carry the same cast, or none, are left as written.
+fn typed_values_columns(body: &mut ast::SetExpr) {
     let ast::SetExpr::Values(values) = body else {
         return;
     };
@@ -695,51 +705,79 @@ fn json_values_columns(body: &mut ast::SetExpr) {
         return;
     };
     for j in 0..width {
-        let mut target: Option<ast::DataType> = None;
-        let mut untyped = false;
-        for row in &values.rows {
-            match row.content.get(j) {
-                Some(Expr::Cast {
-                    data_type: t @ (ast::DataType::JSONB | ast::DataType::JSON),
-                    ..
-                }) => match &target {
-                    None => target = Some(t.clone()),
-                    Some(other) if other == t => {}
-                    // two different casts: left to the planner
-                    Some(_) => {
-                        target = None;
-                        break;
-                    }
-                },
-                Some(Expr::Value(v))
-                    if matches!(
-                        v.value,
-                        ast::Value::SingleQuotedString(_) | ast::Value::Null
-                    ) =>
-                {
-                    untyped = true;
-                }
-                _ => {
-                    target = None;
-                    break;
-                }
-            }
-        }
-        let Some(t) = target.filter(|_| untyped) else {
+        let casts: Vec<Option<&ast::DataType>> = values
+            .rows
+            .iter()
+            .map(|row| row.content.get(j).and_then(metadata_cast))
+            .collect();
+        let Some(first) = casts.iter().flatten().next().copied() else {
             continue;
         };
-        for row in values.rows.iter_mut() {
-            if let Some(e @ Expr::Value(_)) = row.content.get_mut(j) {
-                let inner = std::mem::replace(e, Expr::value(ast::Value::Null));
-                *e = Expr::Cast {
-                    kind: ast::CastKind::DoubleColon,
-                    expr: Box::new(inner),
-                    data_type: t.clone(),
-                    array: false,
-                    format: None,
-                };
-            }
+        if casts.iter().all(|c| *c == Some(first)) {
+            continue;
         }
+        let kinds: HashSet<u8> = casts.iter().flatten().map(|t| metadata_kind(t)).collect();
+        if kinds.len() != 1 {
+            continue; // e.g. jsonb and numeric: left to the planner, which names the clash
+        }
+        let target = match first {
+            ast::DataType::JSON | ast::DataType::JSONB => {
+                // only untyped literals follow a json cast (a text expression does not)
+                let untyped_only = values.rows.iter().all(|row| match row.content.get(j) {
+                    Some(e) if metadata_cast(e) == Some(first) => true,
+                    Some(Expr::Value(v)) => matches!(
+                        v.value,
+                        ast::Value::SingleQuotedString(_) | ast::Value::Null
+                    ),
+                    _ => false,
+                });
+                if !untyped_only {
+                    continue;
+                }
+                first.clone()
+            }
+            ast::DataType::Varchar(_) | ast::DataType::CharacterVarying(_) => {
+                ast::DataType::Varchar(None)
+            }
+            _ => ast::DataType::Numeric(ast::ExactNumberInfo::None),
+        };
+        for row in values.rows.iter_mut() {
+            let Some(e) = row.content.get_mut(j) else {
+                continue;
+            };
+            if metadata_cast(e) == Some(&target) {
+                continue;
+            }
+            let inner = std::mem::replace(e, Expr::value(ast::Value::Null));
+            *e = Expr::Cast {
+                kind: ast::CastKind::DoubleColon,
+                expr: Box::new(inner),
+                data_type: target.clone(),
+                array: false,
+                format: None,
+            };
+        }
+    }
+}
+
+/// The type of an explicit cast at the top of a VALUES cell (under a sign or parentheses)
+/// when that type carries field metadata.
+fn metadata_cast(e: &Expr) -> Option<&ast::DataType> {
+    match e {
+        Expr::Cast { data_type, .. } => (metadata_kind(data_type) != 0).then_some(data_type),
+        Expr::Nested(inner) => metadata_cast(inner),
+        Expr::UnaryOp { expr, .. } => metadata_cast(expr),
+        _ => None,
+    }
+}
+
+/// 1 = json/jsonb, 2 = numeric, 3 = varchar(n), 0 = a type without field metadata.
+fn metadata_kind(t: &ast::DataType) -> u8 {
+    match t {
+        ast::DataType::JSON | ast::DataType::JSONB => 1,
+        ast::DataType::Numeric(_) | ast::DataType::Decimal(_) | ast::DataType::Dec(_) => 2,
+        ast::DataType::Varchar(Some(_)) | ast::DataType::CharacterVarying(Some(_)) => 3,
+        _ => 0,
     }
 }
 
