@@ -75,7 +75,7 @@ pub fn session_context(
         opts.sql_parser.parse_float_as_decimal = true;
         opts.sql_parser.map_string_types_to_utf8view = false;
         opts.sql_parser.enable_ident_normalization = true;
-        opts.execution.time_zone = Some("+00:00".to_owned());
+        opts.execution.time_zone = Some(crate::sql::types::SESSION_ZONE.to_owned());
     }
     use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
     use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};

@@ -201,6 +201,30 @@ Access method: heap
         ),
         "id,name\n1,ann\n2,\"b,ob\"\n"
     );
+    // dates and timestamps in COPY: Postgres' infinities, a date alone for a timestamp
+    psql(
+        &server,
+        "CREATE TABLE spans (k int, t timestamp, d date, z timestamptz)",
+    );
+    let file = dir.path().join("spans.tsv");
+    std::fs::write(
+        &file,
+        "1\tinfinity\t-infinity\t-Infinity\n2\t2024-01-01 10:00\t2024-01-02\t2024-01-03\n",
+    )
+    .expect("write tsv");
+    let out = psql(&server, &format!("\\copy spans FROM '{}'", file.display()));
+    assert_eq!(out.trim(), "COPY 2");
+    assert_eq!(
+        psql(&server, "COPY (SELECT * FROM spans ORDER BY k) TO STDOUT"),
+        "1\tinfinity\t-infinity\t-infinity\n2\t2024-01-01 10:00:00\t2024-01-02\t2024-01-03 00:00:00+00\n"
+    );
+    assert_eq!(
+        psql(
+            &server,
+            "COPY (SELECT k FROM spans WHERE t = 'infinity' AND NOT isfinite(d)) TO STDOUT"
+        ),
+        "1\n"
+    );
 }
 
 /// Run a client program; its stdout, or a panic with its stderr and the server log.

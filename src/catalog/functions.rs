@@ -10,7 +10,7 @@ use datafusion::arrow::array::{
     StringBuilder, UInt32Array,
 };
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, Field, FieldRef};
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef, TimeUnit};
 use datafusion::common::Result as DfResult;
 use datafusion::execution::context::SessionContext;
 use datafusion::logical_expr::planner::TypePlanner;
@@ -930,6 +930,22 @@ pub struct WeirTypePlanner;
 
 impl TypePlanner for WeirTypePlanner {
     fn plan_type_field(&self, sql_type: &ast::DataType) -> DfResult<Option<FieldRef>> {
+        // `timestamp` / `timestamptz` are microseconds, as in Postgres (DataFusion's default
+        // is nanoseconds): casts and literals agree with table columns, and `infinity` (the
+        // type's ends) stays infinity when it meets a column
+        if let ast::DataType::Timestamp(None, tz) = sql_type {
+            let zone = match tz {
+                ast::TimezoneInfo::Tz | ast::TimezoneInfo::WithTimeZone => {
+                    Some(crate::sql::types::SESSION_ZONE.into())
+                }
+                _ => None,
+            };
+            return Ok(Some(Arc::new(Field::new(
+                "",
+                DataType::Timestamp(TimeUnit::Microsecond, zone),
+                true,
+            ))));
+        }
         let declared = match sql_type {
             ast::DataType::JSON | ast::DataType::JSONB => Some(SqlType::Jsonb),
             // plain `varchar` too: the column is `character varying` on the wire, as in

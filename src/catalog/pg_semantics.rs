@@ -885,6 +885,45 @@ fn rewrite_node(plan: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
     }
 }
 
+/// `column = 'text'` where DataFusion's coercion read the text at another time unit than
+/// the column's (a microsecond column meets text read as nanoseconds: both sides are cast
+/// to nanoseconds, and the simplifier later casts the constant back, dividing
+/// `infinity` into a finite instant): the text is read at the column's own type instead,
+/// and the column is not cast. `col` is `CAST(c AS timestamp(u2))` with `c` a timestamp of
+/// another unit, `text` a `weir_timestamp_in(...)` read (under a cast or not).
+fn text_timestamp_at_column_unit(
+    col: &Expr,
+    text: &Expr,
+    schema: &DFSchema,
+) -> Option<(Expr, Expr)> {
+    let Expr::Cast(datafusion::logical_expr::Cast { expr: c, field }) = col else {
+        return None;
+    };
+    let (DataType::Timestamp(to_unit, _), Ok(own @ DataType::Timestamp(from_unit, _))) =
+        (field.data_type(), c.get_type(schema))
+    else {
+        return None;
+    };
+    if to_unit == &from_unit {
+        return None;
+    }
+    let call = match text {
+        Expr::Cast(datafusion::logical_expr::Cast { expr, .. }) => expr.as_ref(),
+        other => other,
+    };
+    let Expr::ScalarFunction(f) = call else {
+        return None;
+    };
+    let name = match f.func.name() {
+        n if n == pg_functions::TIMESTAMP_IN => pg_functions::TIMESTAMP_IN,
+        n if n == pg_functions::TIMESTAMPTZ_IN => pg_functions::TIMESTAMPTZ_IN,
+        _ => return None,
+    };
+    let raw = f.args.first()?.clone();
+    let target = Expr::Literal(ScalarValue::try_from(&own).ok()?, None);
+    Some((*c.clone(), pg_udf(name).call(vec![raw, target])))
+}
+
 /// The type of an expression whose type the rewrite did not learn on the way up.
 fn type_of(e: &Expr, known: Option<DataType>, schema: &DFSchema) -> Option<DataType> {
     known.or_else(|| e.get_type(schema).ok())
@@ -933,6 +972,15 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
         {
             let (l, lc, lt) = rewrite_expr(*left, schema)?;
             let (r, rc, rt) = rewrite_expr(*right, schema)?;
+            if let Some((l, r)) = text_timestamp_at_column_unit(&l, &r, schema)
+                .or_else(|| text_timestamp_at_column_unit(&r, &l, schema).map(|(a, b)| (b, a)))
+            {
+                return Ok((
+                    Expr::BinaryExpr(BinaryExpr::new(Box::new(l), op, Box::new(r))),
+                    true,
+                    Some(DataType::Boolean),
+                ));
+            }
             let is_interval = |t: Option<DataType>, e: &Expr| {
                 matches!(type_of(e, t, schema), Some(DataType::Interval(_)))
             };
@@ -1034,8 +1082,9 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
                     } else {
                         pg_functions::TIMESTAMP_IN
                     };
+                    let target = Expr::Literal(ScalarValue::try_from(&data_type)?, None);
                     Ok((
-                        cast(pg_udf(f).call(vec![x]), data_type.clone()),
+                        cast(pg_udf(f).call(vec![x, target]), data_type.clone()),
                         true,
                         Some(data_type),
                     ))

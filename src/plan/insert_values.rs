@@ -96,19 +96,38 @@ pub fn literal_rows(ins: &ast::Insert, desc: &RelationDesc) -> Option<RecordBatc
     };
     for (k, &col) in targets.iter().enumerate() {
         let ty = &desc.columns[col].ty;
+        let dated = matches!(
+            ty,
+            SqlType::Date | SqlType::Timestamp | SqlType::TimestampTz
+        );
         let mut texts: Vec<Option<String>> = Vec::with_capacity(n);
+        // the literals as written, for `infinity` (dates and timestamps only)
+        let mut written: Vec<Option<String>> = Vec::new();
         for row in &values.rows {
             match literal(&row[k])? {
-                None => texts.push(None),
-                Some(t) => texts.push(Some(adapt(t, ty)?)),
+                None => {
+                    texts.push(None);
+                    if dated {
+                        written.push(None);
+                    }
+                }
+                Some(t) => {
+                    if dated {
+                        written.push(Some(t.clone()));
+                    }
+                    texts.push(Some(adapt(t, ty)?))
+                }
             }
         }
         let strings = StringArray::from(texts);
         let target: &DataType = schema.field(col).data_type();
-        let cast = cast_with_options(&strings, target, &options).ok()?;
+        let mut cast = cast_with_options(&strings, target, &options).ok()?;
         // a value the cast could not read: let the general path report it
         if cast.null_count() != strings.null_count() {
             return None;
+        }
+        if dated {
+            cast = crate::sql::datetime_in::with_infinities(&StringArray::from(written), cast);
         }
         columns[col] = cast;
     }

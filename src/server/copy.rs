@@ -589,7 +589,8 @@ fn cast_text(
                     })
                 })
                 .collect();
-            return cast_plain(&(Arc::new(normalized) as ArrayRef), target, text, &bad);
+            let parsed = cast_plain(&(Arc::new(normalized) as ArrayRef), target, text, &bad)?;
+            return Ok(crate::sql::datetime_in::with_infinities(text, parsed));
         }
         _ => {}
     }
@@ -600,7 +601,9 @@ fn cast_text(
 fn normalize_offset(v: &str) -> String {
     let b = v.as_bytes();
     let n = b.len();
+    // an offset follows a time (`10:00+02`); a date's own `-01` is not one
     if n > 3
+        && v[..n - 3].contains(':')
         && (b[n - 3] == b'+' || b[n - 3] == b'-')
         && b[n - 2].is_ascii_digit()
         && b[n - 1].is_ascii_digit()

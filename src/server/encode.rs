@@ -313,7 +313,11 @@ fn encode_column(col: &ArrayRef, plan: &ColumnPlan, rows: &mut [BytesMut]) -> Re
                 put(i, &mut |b| {
                     let d = a.value(i);
                     if binary {
-                        b.put_i32(d - PG_EPOCH_OFFSET_DAYS)
+                        // the infinities are the type's ends on the wire too
+                        b.put_i32(match d {
+                            i32::MAX | i32::MIN => d,
+                            _ => d - PG_EPOCH_OFFSET_DAYS,
+                        })
                     } else {
                         date_text(b, d)
                     }
@@ -348,7 +352,10 @@ fn encode_column(col: &ArrayRef, plan: &ColumnPlan, rows: &mut [BytesMut]) -> Re
                 put(i, &mut |b| {
                     let us = a.value(i);
                     if binary {
-                        b.put_i64(us - PG_EPOCH_OFFSET_US)
+                        b.put_i64(match us {
+                            i64::MAX | i64::MIN => us,
+                            _ => us - PG_EPOCH_OFFSET_US,
+                        })
                     } else {
                         timestamp_text(b, us, with_tz)
                     }

@@ -68,15 +68,22 @@ fn decode_binary(raw: &[u8], declared: &Type, i: usize) -> Result<ScalarValue> {
         17 => ScalarValue::Binary(Some(raw.to_vec())),
         18 | 19 | 25 | 114 | 705 | 1042 | 1043 => ScalarValue::Utf8(Some(utf8(raw, i)?)),
         3802 => ScalarValue::Utf8(Some(utf8(raw.get(1..).unwrap_or_default(), i)?)),
-        1082 => ScalarValue::Date32(Some(
-            i32::from_be_bytes(fixed(raw, i, "date")?) + PG_EPOCH_OFFSET_DAYS,
-        )),
+        1082 => ScalarValue::Date32(Some(date_from_pg(
+            i32::from_be_bytes(fixed(raw, i, "date")?),
+            i,
+        )?)),
         1114 => ScalarValue::TimestampMicrosecond(
-            Some(i64::from_be_bytes(fixed(raw, i, "timestamp")?) + PG_EPOCH_OFFSET_US),
+            Some(timestamp_from_pg(
+                i64::from_be_bytes(fixed(raw, i, "timestamp")?),
+                i,
+            )?),
             None,
         ),
         1184 => ScalarValue::TimestampMicrosecond(
-            Some(i64::from_be_bytes(fixed(raw, i, "timestamptz")?) + PG_EPOCH_OFFSET_US),
+            Some(timestamp_from_pg(
+                i64::from_be_bytes(fixed(raw, i, "timestamptz")?),
+                i,
+            )?),
             Some("UTC".into()),
         ),
         1700 => ScalarValue::Utf8(Some(numeric_from_binary(raw, i)?)),
@@ -538,4 +545,33 @@ mod tests {
         assert_eq!(v[1].value, ScalarValue::Utf8(None));
         assert_eq!(v[2].value, ScalarValue::Boolean(Some(true)));
     }
+}
+
+/// A binary timestamp (microseconds from 2000-01-01) as microseconds from 1970-01-01; the
+/// type's ends are Postgres' `infinity` / `-infinity` and stay the ends; a value that does
+/// not fit is an error, not a wrap.
+fn timestamp_from_pg(v: i64, i: usize) -> Result<i64> {
+    match v {
+        i64::MAX | i64::MIN => Ok(v),
+        _ => v
+            .checked_add(PG_EPOCH_OFFSET_US)
+            .ok_or_else(|| out_of_range(i)),
+    }
+}
+
+/// A binary date (days from 2000-01-01) as days from 1970-01-01, as [`timestamp_from_pg`].
+fn date_from_pg(v: i32, i: usize) -> Result<i32> {
+    match v {
+        i32::MAX | i32::MIN => Ok(v),
+        _ => v
+            .checked_add(PG_EPOCH_OFFSET_DAYS)
+            .ok_or_else(|| out_of_range(i)),
+    }
+}
+
+fn out_of_range(i: usize) -> WeirError {
+    WeirError::new(
+        sqlstate::DATETIME_FIELD_OVERFLOW,
+        format!("binary date/timestamp parameter {} is out of range", i + 1),
+    )
 }

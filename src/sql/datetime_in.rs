@@ -1,13 +1,19 @@
 //! Postgres' input text of dates and timestamps in the form arrow's cast reads: Postgres
 //! takes `2024-01-01 10:00` (no seconds), `9:05` (one-digit hour), `epoch`, and for
 //! `timestamp` (without time zone) ignores a zone written after the time, where arrow
-//! refuses the first three and converts the last to UTC. Every path that turns text into a
-//! date or timestamp (casts in queries, INSERT literals, COPY) passes it through here.
+//! refuses the first three and converts the last to UTC; and `infinity` / `-infinity`, which
+//! arrow has no text for ([`with_infinities`]). Every path that turns text into a date or
+//! timestamp (casts in queries, INSERT literals, COPY) passes it through here.
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, StringBuilder};
-use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::array::{
+    Array, ArrayRef, ArrowPrimitiveType, AsArray, PrimitiveArray, StringArray, StringBuilder,
+};
+use datafusion::arrow::datatypes::{
+    DataType, Date32Type, Date64Type, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType,
+    TimestampNanosecondType, TimestampSecondType,
+};
 
 /// The text arrow should read for Postgres input `s`, or None to read `s` as it is.
 /// `keep_zone`: the target is `timestamptz` (a zone shifts the time); else a zone is
@@ -16,6 +22,10 @@ pub fn normalize(s: &str, keep_zone: bool) -> Option<String> {
     let t = s.trim();
     if t.eq_ignore_ascii_case("epoch") {
         return Some("1970-01-01T00:00:00".into());
+    }
+    // read as a placeholder, replaced by the infinity after the cast ([`with_infinities`])
+    if infinity(t).is_some() {
+        return Some("1970-01-01".into());
     }
     let b = t.as_bytes();
     let digits = |r: std::ops::Range<usize>| {
@@ -110,6 +120,73 @@ pub fn normalize_array(a: &ArrayRef, keep_zone: bool) -> ArrayRef {
     match out {
         Some(mut b) => Arc::new(b.finish()),
         None => a.clone(),
+    }
+}
+
+/// `Some(true)` for Postgres' `infinity`, `Some(false)` for `-infinity` (any case, spaces
+/// around).
+pub fn infinity(s: &str) -> Option<bool> {
+    let t = s.trim();
+    let (positive, word) = match t.strip_prefix('-') {
+        Some(rest) => (false, rest),
+        None => (true, t),
+    };
+    word.eq_ignore_ascii_case("infinity").then_some(positive)
+}
+
+/// After `text` (Postgres input) was normalized ([`normalize`]) and cast to a date or
+/// timestamp type as `parsed`: the rows whose text was `infinity` / `-infinity` hold
+/// Postgres' infinities, the largest and smallest value of the type (as Postgres stores
+/// them: `DT_NOEND` / `DT_NOBEGIN`), which sort after and before every date. Other types,
+/// or no infinity in the text: `parsed` as it is.
+pub fn with_infinities(text: &dyn Array, parsed: ArrayRef) -> ArrayRef {
+    let Some(text) = text.as_string_opt::<i32>() else {
+        return parsed;
+    };
+    if text.len() != parsed.len()
+        || !text
+            .iter()
+            .any(|v| v.is_some_and(|v| infinity(v).is_some()))
+    {
+        return parsed;
+    }
+    fn patch<T: ArrowPrimitiveType>(
+        text: &StringArray,
+        parsed: &ArrayRef,
+        max: T::Native,
+        min: T::Native,
+    ) -> ArrayRef {
+        let a = parsed.as_primitive::<T>();
+        let values: Vec<T::Native> = (0..a.len())
+            .map(
+                |i| match text.is_valid(i).then(|| infinity(text.value(i))).flatten() {
+                    Some(true) => max,
+                    Some(false) => min,
+                    None => a.value(i),
+                },
+            )
+            .collect();
+        Arc::new(
+            PrimitiveArray::<T>::new(values.into(), a.nulls().cloned())
+                .with_data_type(parsed.data_type().clone()),
+        )
+    }
+    match parsed.data_type() {
+        DataType::Date32 => patch::<Date32Type>(text, &parsed, i32::MAX, i32::MIN),
+        DataType::Date64 => patch::<Date64Type>(text, &parsed, i64::MAX, i64::MIN),
+        DataType::Timestamp(TimeUnit::Second, _) => {
+            patch::<TimestampSecondType>(text, &parsed, i64::MAX, i64::MIN)
+        }
+        DataType::Timestamp(TimeUnit::Millisecond, _) => {
+            patch::<TimestampMillisecondType>(text, &parsed, i64::MAX, i64::MIN)
+        }
+        DataType::Timestamp(TimeUnit::Microsecond, _) => {
+            patch::<TimestampMicrosecondType>(text, &parsed, i64::MAX, i64::MIN)
+        }
+        DataType::Timestamp(TimeUnit::Nanosecond, _) => {
+            patch::<TimestampNanosecondType>(text, &parsed, i64::MAX, i64::MIN)
+        }
+        _ => parsed,
     }
 }
 

@@ -183,7 +183,9 @@ pub const TEXT_OUT: &str = "weir_text_out";
 pub const ROUND_FOR_INT: &str = "weir_round_for_int";
 pub const INTERVAL_KEY: &str = "weir_interval_key";
 pub const CANONICAL_NAN: &str = "weir_canonical_nan";
-/// Text as `timestamp` / `date` input (a zone ignored), and as `timestamptz` input.
+/// Text as `timestamp` / `date` input (a zone ignored), and as `timestamptz` input:
+/// `weir_timestamp_in(text, NULL::target)` is the text read as the second argument's type
+/// (`infinity` included).
 pub const TIMESTAMP_IN: &str = "weir_timestamp_in";
 /// Text as `jsonb` input: checked and in its canonical form (`sql::jsonb::normalize`).
 pub const JSONB_IN: &str = "weir_jsonb_in";
@@ -262,6 +264,12 @@ fn definitions() -> Vec<PgFunction> {
             |args, _| abs(&args[0]),
         ),
         immutable(
+            "isfinite",
+            TypeSignature::Any(1),
+            |_| DataType::Boolean,
+            |args, _| isfinite(&args[0]),
+        ),
+        immutable(
             "array_length",
             TypeSignature::Any(2),
             |_| DataType::Int32,
@@ -307,15 +315,15 @@ fn definitions() -> Vec<PgFunction> {
         ),
         immutable(
             TIMESTAMP_IN,
-            TypeSignature::Any(1),
-            |t| t.first().cloned().unwrap_or(DataType::Utf8),
-            |args, _| Ok(crate::sql::datetime_in::normalize_array(&args[0], false)),
+            TypeSignature::Any(2),
+            |t| t.get(1).cloned().unwrap_or(DataType::Utf8),
+            |args, _| timestamp_in(&args[0], args[1].data_type(), false),
         ),
         immutable(
             TIMESTAMPTZ_IN,
-            TypeSignature::Any(1),
-            |t| t.first().cloned().unwrap_or(DataType::Utf8),
-            |args, _| Ok(crate::sql::datetime_in::normalize_array(&args[0], true)),
+            TypeSignature::Any(2),
+            |t| t.get(1).cloned().unwrap_or(DataType::Utf8),
+            |args, _| timestamp_in(&args[0], args[1].data_type(), true),
         ),
         immutable(
             STAR_OVER_USING,
@@ -1078,4 +1086,54 @@ mod tests {
         );
         assert!(split_ident("a.", true).is_err());
     }
+}
+
+/// Postgres date/timestamp input text read as `target` ([`TIMESTAMP_IN`]).
+fn timestamp_in(text: &ArrayRef, target: &DataType, keep_zone: bool) -> DfResult<ArrayRef> {
+    let normalized = crate::sql::datetime_in::normalize_array(text, keep_zone);
+    // text that is no date is an error, not NULL (as the cast this function stands for)
+    let strict = datafusion::arrow::compute::CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    let parsed = datafusion::arrow::compute::cast_with_options(&normalized, target, &strict)?;
+    Ok(crate::sql::datetime_in::with_infinities(
+        text.as_ref(),
+        parsed,
+    ))
+}
+
+/// `isfinite(date | timestamp | timestamptz | interval)`: false for `infinity` and
+/// `-infinity` (the type's ends, `sql::datetime_in::with_infinities`); intervals are finite.
+fn isfinite(a: &ArrayRef) -> DfResult<ArrayRef> {
+    use datafusion::arrow::array::BooleanArray;
+    let finite: BooleanArray = match a.data_type() {
+        DataType::Date32 => {
+            let d = cast(a, &DataType::Int32)?;
+            d.as_primitive::<datafusion::arrow::datatypes::Int32Type>()
+                .iter()
+                .map(|v| v.map(|v| v != i32::MAX && v != i32::MIN))
+                .collect()
+        }
+        DataType::Date64 | DataType::Timestamp(..) => {
+            let t = cast(a, &DataType::Int64)?;
+            t.as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+                .iter()
+                .map(|v| v.map(|v| v != i64::MAX && v != i64::MIN))
+                .collect()
+        }
+        DataType::Interval(_) | DataType::Duration(_) => (0..a.len())
+            .map(|i| a.is_valid(i).then_some(true))
+            .collect(),
+        other => {
+            return Err(DataFusionError::External(Box::new(
+                WeirError::new(
+                    sqlstate::UNDEFINED_FUNCTION,
+                    format!("function isfinite({other}) does not exist"),
+                )
+                .with_hint("isfinite takes a date, timestamp, timestamptz or interval."),
+            )));
+        }
+    };
+    Ok(Arc::new(finite))
 }

@@ -135,9 +135,12 @@ pub fn bytea_text(b: &mut BytesMut, v: &[u8]) {
 }
 
 pub fn date_text(b: &mut BytesMut, days: i32) {
-    match NaiveDate::from_num_days_from_ce_opt(days + 719_163) {
+    match days
+        .checked_add(719_163)
+        .and_then(NaiveDate::from_num_days_from_ce_opt)
+    {
         Some(d) => write_date(b, d),
-        None => b.put_slice(b"infinity"),
+        None => b.put_slice(if days > 0 { b"infinity" } else { b"-infinity" }),
     }
 }
 

@@ -22,6 +22,10 @@ pub const PG_TYPE_KEY: &str = "weir.pg_type";
 /// Timezone used for TIMESTAMPTZ columns in Arrow.
 pub const UTC: &str = "UTC";
 
+/// The zone of `timestamptz` values computed in queries (DataFusion's `execution.time_zone`;
+/// a column's is [`UTC`]: the same instant either way).
+pub const SESSION_ZONE: &str = "+00:00";
+
 /// Default precision/scale of an unconstrained NUMERIC.
 pub const NUMERIC_DEFAULT_PRECISION: u8 = 38;
 pub const NUMERIC_DEFAULT_SCALE: i8 = 10;
