@@ -140,6 +140,10 @@ impl<'a> Lowering<'a> {
     fn lower(&mut self, plan: &LogicalPlan) -> Result<NodeId> {
         match plan {
             LogicalPlan::TableScan(scan) => {
+                if let Some(rows) = series_rows(scan)? {
+                    let schema: SchemaRef = rows.schema();
+                    return Ok(self.constant(Changelog::inserts(rows), schema));
+                }
                 let name = scan.table_name.table();
                 let lookup = name.starts_with(crate::serving::TEMPORAL_PREFIX);
                 let name = name
@@ -466,6 +470,7 @@ impl<'a> Lowering<'a> {
             Constant {
                 rows: Some(rows),
                 schema,
+                emitted: crate::state::state_table::StateTable::new(CONSTANT_EMITTED),
             },
             vec![],
         )
@@ -1433,12 +1438,26 @@ fn scalar_i64(v: &ScalarValue) -> Option<i64> {
     }
 }
 
-/// Rows that exist from the start (a query without FROM, or VALUES): emitted once, in the
-/// first epoch.
+/// Rows that exist from the start (a query without FROM, VALUES, `generate_series` in
+/// FROM): emitted once, in the first epoch of the view's life.
+///
+/// Input: none. Output: the rows as inserts, once. State: `emitted`, one entry once they
+/// were emitted. Watermark: none (the rows are not events). Checkpoint: the `emitted`
+/// entry, so a view restored from a checkpoint taken after the first epoch does not emit
+/// the rows a second time (its downstream state already holds them).
 struct Constant {
     rows: Option<Changelog>,
     schema: SchemaRef,
+    emitted: crate::state::state_table::StateTable,
 }
+
+const CONSTANT_EMITTED: crate::state::state_table::TableDecl =
+    crate::state::state_table::TableDecl {
+        name: "emitted",
+        key: "empty (one key)",
+        value: "empty: present once the rows were emitted",
+        ordered: false,
+    };
 
 impl Operator for Constant {
     fn name(&self) -> &'static str {
@@ -1454,7 +1473,20 @@ impl Operator for Constant {
         Ok(vec![])
     }
     fn on_epoch_end(&mut self) -> Result<Vec<Changelog>> {
-        Ok(self.rows.take().into_iter().collect())
+        let out: Vec<Changelog> = self.rows.take().into_iter().collect();
+        if !out.is_empty() {
+            self.emitted.put(b"", b"");
+        }
+        Ok(out)
+    }
+    fn state_tables(&mut self) -> Vec<&mut crate::state::state_table::StateTable> {
+        vec![&mut self.emitted]
+    }
+    fn restore_state(&mut self) -> Result<()> {
+        if self.emitted.get(b"").is_some() {
+            self.rows = None;
+        }
+        Ok(())
     }
 }
 
@@ -1949,4 +1981,53 @@ mod tests {
         assert_eq!(h.epoch(&[("t", "- a 1")]), Vec::<String>::new());
         assert_eq!(h.epoch(&[("t", "- a 1")]), vec!["+ a 1", "- a 2"]);
     }
+}
+
+/// The most rows `generate_series` / `range` in a materialized view's FROM may make: they
+/// are one constant input, held whole.
+pub const MAX_SERIES_ROWS: usize = 10_000_000;
+
+/// `generate_series(...)` / `range(...)` in FROM (DataFusion's table functions): its
+/// arguments are constants, so its rows are too; they become a constant input of the view
+/// (as `VALUES`), made here once. None for any other scan.
+fn series_rows(scan: &datafusion::logical_expr::TableScan) -> Result<Option<RecordBatch>> {
+    use datafusion::functions_table::generate_series::GenerateSeriesTable;
+    let Ok(provider) = datafusion::datasource::source_as_provider(&scan.source) else {
+        return Ok(None);
+    };
+    let any: &dyn std::any::Any = provider.as_ref();
+    let Some(series) = any.downcast_ref::<GenerateSeriesTable>() else {
+        return Ok(None);
+    };
+    if scan.fetch.is_some() {
+        return Err(unsupported("LIMIT without ORDER BY"));
+    }
+    let generator = series.as_generator(8192)?;
+    let mut parts = Vec::new();
+    let mut rows = 0usize;
+    while let Some(batch) = generator.write().generate_next_batch()? {
+        rows += batch.num_rows();
+        if rows > MAX_SERIES_ROWS {
+            return Err(WeirError::new(
+                crate::error::sqlstate::PROGRAM_LIMIT_EXCEEDED,
+                format!(
+                    "\"{}\" makes more than {MAX_SERIES_ROWS} rows, the most a materialized view holds as a constant input",
+                    scan.table_name
+                ),
+            )
+            .with_hint("Keep the series in a table and read the table in the view."));
+        }
+        parts.push(batch);
+    }
+    let whole = datafusion::arrow::compute::concat_batches(&provider.schema(), &parts)?;
+    let projected = match &scan.projection {
+        Some(cols) => whole.project(cols)?,
+        None => whole,
+    };
+    let schema: SchemaRef = Arc::new(scan.projected_schema.as_arrow().clone());
+    Ok(Some(RecordBatch::try_new_with_options(
+        schema,
+        projected.columns().to_vec(),
+        &RecordBatchOptions::new().with_row_count(Some(projected.num_rows())),
+    )?))
 }

@@ -29,7 +29,7 @@ use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, Date32Array, Int64Array, ListBuilder, StringArray, StringBuilder,
 };
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, Field};
+use datafusion::arrow::datatypes::{DataType, Field, TimeUnit};
 use datafusion::common::{DataFusionError, Result as DfResult, ScalarValue};
 use datafusion::execution::context::SessionContext;
 use datafusion::logical_expr::{
@@ -419,7 +419,8 @@ pub fn register(ctx: &SessionContext) {
 
 /// DataFusion's `generate_series` and `range` in FROM take bigint arguments only, while
 /// Postgres' `generate_series(1 + 1, 5)` has int4 arguments (`1 + 1` is int4 here, as in
-/// Postgres): smaller integer arguments are widened to bigint before the call.
+/// Postgres): smaller integer arguments are widened to bigint before the call, and
+/// timestamps (microseconds here) are given as the nanoseconds DataFusion reads.
 #[derive(Debug)]
 struct WidenIntegers(Arc<dyn datafusion::catalog::TableFunctionImpl>);
 
@@ -446,6 +447,17 @@ impl datafusion::catalog::TableFunctionImpl for WidenIntegers {
                 {
                     Ok(Expr::Literal(v.cast_to(&DataType::Int64)?, meta.clone()))
                 }
+                // timestamps are microseconds here (as in Postgres); DataFusion's series
+                // reads nanoseconds
+                Expr::Literal(v, meta) => match v.data_type() {
+                    DataType::Timestamp(unit, tz) if unit != TimeUnit::Nanosecond => {
+                        Ok(Expr::Literal(
+                            v.cast_to(&DataType::Timestamp(TimeUnit::Nanosecond, tz))?,
+                            meta.clone(),
+                        ))
+                    }
+                    _ => Ok(e.clone()),
+                },
                 other => Ok(other.clone()),
             })
             .collect::<DfResult<Vec<_>>>()?;
