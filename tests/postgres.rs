@@ -303,6 +303,29 @@ impl Gen {
         ])
         .to_owned()
     }
+    fn timestamp(&mut self) -> String {
+        self.pick(&[
+            "timestamp '2024-01-01 10:00:00'",
+            "timestamp '2024-02-29 23:59:59.5'",
+            "'2024-03-10 02:30'::timestamp",
+            "timestamp '1999-12-31 00:00'",
+            "'infinity'::timestamp",
+            "'-infinity'::timestamp",
+            "NULL::timestamp",
+        ])
+        .to_owned()
+    }
+    fn date(&mut self) -> String {
+        self.pick(&[
+            "date '2024-02-29'",
+            "date '2000-01-01'",
+            "'1970-01-01'::date",
+            "'infinity'::date",
+            "'-infinity'::date",
+            "NULL::date",
+        ])
+        .to_owned()
+    }
     fn expr(&mut self) -> String {
         let (i, j) = (self.int(), self.int());
         let (n, m) = (self.num(), self.num());
@@ -312,7 +335,19 @@ impl Gen {
         let a = self.array();
         let cmp = self.pick(&["=", "<>", "<", "<=", ">", ">="]);
         let arith = self.pick(&["+", "-", "*"]);
-        match self.next() % 30 {
+        let (x, y) = (self.timestamp(), self.timestamp());
+        let (d, e) = (self.date(), self.date());
+        match self.next() % 38 {
+            30 => format!("{x} {cmp} {y}"),
+            31 => format!("{d} {cmp} {e}"),
+            32 => format!("({x})::text, ({d})::text"),
+            33 => format!("isfinite({x}), isfinite({d})"),
+            34 => format!("({x})::date, ({d})::timestamp"),
+            35 => format!("to_char({x}, 'YYYY-MM-DD HH24:MI:SS')"),
+            36 => format!("greatest({x}, {y}), least({d}, {e})"),
+            // infinity is left out here: date_trunc of it is an error in Weir (a known gap)
+            37 if x.contains("infinity") => format!("({x})::text"),
+            37 => format!("date_trunc('month', {x})"),
             0 => format!("{i} {arith} {j}"),
             1 => format!("{i} / NULLIF({j}, 0)"),
             2 => format!("{n} {arith} {m}"),

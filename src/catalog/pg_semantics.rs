@@ -1075,6 +1075,25 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
                         Some(data_type),
                     ))
                 }
+                // date <-> timestamp: infinity stays infinity
+                (
+                    Some(DataType::Date32 | DataType::Timestamp(..)),
+                    DataType::Date32 | DataType::Timestamp(..),
+                ) if matches!(from, Some(DataType::Date32))
+                    != matches!(data_type, DataType::Date32) =>
+                {
+                    let target = Expr::Literal(ScalarValue::try_from(&data_type)?, None);
+                    Ok((
+                        Expr::Cast(datafusion::logical_expr::Cast {
+                            expr: Box::new(
+                                pg_udf(pg_functions::DATETIME_CAST).call(vec![x, target]),
+                            ),
+                            field,
+                        }),
+                        true,
+                        Some(data_type),
+                    ))
+                }
                 // dates and timestamps as Postgres reads them (`sql::datetime_in`)
                 (Some(DataType::Utf8), t) if crate::sql::datetime_in::applies(t).is_some() => {
                     let f = if crate::sql::datetime_in::applies(t) == Some(true) {
@@ -1193,6 +1212,7 @@ static PG_UDFS: std::sync::LazyLock<Vec<Arc<ScalarUDF>>> = std::sync::LazyLock::
         pg_functions::ROUND_FOR_INT,
         pg_functions::TIMESTAMP_IN,
         pg_functions::TIMESTAMPTZ_IN,
+        pg_functions::DATETIME_CAST,
         pg_functions::JSONB_SORT_KEY,
         pg_functions::JSONB_IN,
     ]

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, ArrowPrimitiveType, AsArray, PrimitiveArray, StringArray, StringBuilder,
+    Array, ArrayRef, ArrowPrimitiveType, AsArray, PrimitiveArray, StringBuilder,
 };
 use datafusion::arrow::datatypes::{
     DataType, Date32Type, Date64Type, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType,
@@ -150,44 +150,115 @@ pub fn with_infinities(text: &dyn Array, parsed: ArrayRef) -> ArrayRef {
     {
         return parsed;
     }
+    let ends: Vec<Option<bool>> = text.iter().map(|v| v.and_then(infinity)).collect();
+    set_ends(parsed, &ends)
+}
+
+/// Per row of a date or timestamp array: `Some(true)` at `infinity`, `Some(false)` at
+/// `-infinity`, None elsewhere; None for other types.
+fn ends_of(a: &ArrayRef) -> Option<Vec<Option<bool>>> {
+    let wide = match a.data_type() {
+        DataType::Date32 => {
+            let d = a.as_primitive::<Date32Type>();
+            return Some(
+                d.iter()
+                    .map(|v| match v {
+                        Some(i32::MAX) => Some(true),
+                        Some(i32::MIN) => Some(false),
+                        _ => None,
+                    })
+                    .collect(),
+            );
+        }
+        DataType::Date64 | DataType::Timestamp(..) => {
+            datafusion::arrow::compute::cast(a, &DataType::Int64).ok()?
+        }
+        _ => return None,
+    };
+    let w = wide.as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+    Some(
+        w.iter()
+            .map(|v| match v {
+                Some(i64::MAX) => Some(true),
+                Some(i64::MIN) => Some(false),
+                _ => None,
+            })
+            .collect(),
+    )
+}
+
+/// `a` (a date or timestamp array) with the rows marked in `ends` set to the type's ends.
+fn set_ends(a: ArrayRef, ends: &[Option<bool>]) -> ArrayRef {
     fn patch<T: ArrowPrimitiveType>(
-        text: &StringArray,
+        ends: &[Option<bool>],
         parsed: &ArrayRef,
         max: T::Native,
         min: T::Native,
     ) -> ArrayRef {
         let a = parsed.as_primitive::<T>();
         let values: Vec<T::Native> = (0..a.len())
-            .map(
-                |i| match text.is_valid(i).then(|| infinity(text.value(i))).flatten() {
-                    Some(true) => max,
-                    Some(false) => min,
-                    None => a.value(i),
-                },
-            )
+            .map(|i| match ends.get(i).copied().flatten() {
+                Some(true) => max,
+                Some(false) => min,
+                None => a.value(i),
+            })
             .collect();
         Arc::new(
             PrimitiveArray::<T>::new(values.into(), a.nulls().cloned())
                 .with_data_type(parsed.data_type().clone()),
         )
     }
-    match parsed.data_type() {
-        DataType::Date32 => patch::<Date32Type>(text, &parsed, i32::MAX, i32::MIN),
-        DataType::Date64 => patch::<Date64Type>(text, &parsed, i64::MAX, i64::MIN),
+    match a.data_type() {
+        DataType::Date32 => patch::<Date32Type>(ends, &a, i32::MAX, i32::MIN),
+        DataType::Date64 => patch::<Date64Type>(ends, &a, i64::MAX, i64::MIN),
         DataType::Timestamp(TimeUnit::Second, _) => {
-            patch::<TimestampSecondType>(text, &parsed, i64::MAX, i64::MIN)
+            patch::<TimestampSecondType>(ends, &a, i64::MAX, i64::MIN)
         }
         DataType::Timestamp(TimeUnit::Millisecond, _) => {
-            patch::<TimestampMillisecondType>(text, &parsed, i64::MAX, i64::MIN)
+            patch::<TimestampMillisecondType>(ends, &a, i64::MAX, i64::MIN)
         }
         DataType::Timestamp(TimeUnit::Microsecond, _) => {
-            patch::<TimestampMicrosecondType>(text, &parsed, i64::MAX, i64::MIN)
+            patch::<TimestampMicrosecondType>(ends, &a, i64::MAX, i64::MIN)
         }
         DataType::Timestamp(TimeUnit::Nanosecond, _) => {
-            patch::<TimestampNanosecondType>(text, &parsed, i64::MAX, i64::MIN)
+            patch::<TimestampNanosecondType>(ends, &a, i64::MAX, i64::MIN)
         }
-        _ => parsed,
+        _ => a,
     }
+}
+
+/// `f` (a function from dates/timestamps to dates/timestamps, such as a cast to another
+/// of those types or `date_trunc`) applied so that `infinity` and `-infinity` stay the
+/// ends: those rows are given `f` as the epoch (so `f` cannot overflow on them) and set
+/// to the result type's ends after it, as Postgres answers (`'infinity'::timestamp::date`
+/// is `infinity`). Other inputs: `f` as it is.
+pub fn keeping_infinities(
+    a: &ArrayRef,
+    f: impl FnOnce(&ArrayRef) -> datafusion::common::Result<ArrayRef>,
+) -> datafusion::common::Result<ArrayRef> {
+    let Some(ends) = ends_of(a).filter(|e| e.iter().any(Option::is_some)) else {
+        return f(a);
+    };
+    // the ends replaced by the epoch
+    let finite = match a.data_type() {
+        DataType::Date32 => {
+            let d = a.as_primitive::<Date32Type>();
+            Arc::new(
+                d.unary::<_, Date32Type>(|v| if v == i32::MAX || v == i32::MIN { 0 } else { v }),
+            ) as ArrayRef
+        }
+        _ => {
+            let w = datafusion::arrow::compute::cast(a, &DataType::Int64)?;
+            let w = w
+                .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+                .unary::<_, datafusion::arrow::datatypes::Int64Type>(|v| {
+                if v == i64::MAX || v == i64::MIN { 0 } else { v }
+            });
+            datafusion::arrow::compute::cast(&(Arc::new(w) as ArrayRef), a.data_type())?
+        }
+    };
+    let out = f(&finite)?;
+    Ok(set_ends(out, &ends))
 }
 
 /// Whether text cast to `t` goes through [`normalize`], and whether it keeps the zone.

@@ -187,6 +187,9 @@ pub const CANONICAL_NAN: &str = "weir_canonical_nan";
 /// `weir_timestamp_in(text, NULL::target)` is the text read as the second argument's type
 /// (`infinity` included).
 pub const TIMESTAMP_IN: &str = "weir_timestamp_in";
+/// `weir_datetime_cast(x, NULL::target)`: a date ↔ timestamp cast that keeps `infinity`
+/// and `-infinity` (`sql::datetime_in::keeping_infinities`).
+pub const DATETIME_CAST: &str = "weir_datetime_cast";
 /// Text as `jsonb` input: checked and in its canonical form (`sql::jsonb::normalize`).
 pub const JSONB_IN: &str = "weir_jsonb_in";
 /// A `jsonb` value's sort key (`sql::jsonb::sort_key`).
@@ -262,6 +265,23 @@ fn definitions() -> Vec<PgFunction> {
                 _ => DataType::Float64,
             },
             |args, _| abs(&args[0]),
+        ),
+        immutable(
+            DATETIME_CAST,
+            TypeSignature::Any(2),
+            |t| t.get(1).cloned().unwrap_or(DataType::Date32),
+            |args, _| {
+                let target = args[1].data_type().clone();
+                crate::sql::datetime_in::keeping_infinities(&args[0], |a| {
+                    let strict = datafusion::arrow::compute::CastOptions {
+                        safe: false,
+                        ..Default::default()
+                    };
+                    Ok(datafusion::arrow::compute::cast_with_options(
+                        a, &target, &strict,
+                    )?)
+                })
+            },
         ),
         immutable(
             "isfinite",
