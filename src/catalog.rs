@@ -460,8 +460,14 @@ impl Catalog {
             TableStore::purge(self.store.as_ref(), desc.oid)?;
             if let Some(t) = Self::open_table(&self.store, &desc)? {
                 let rows: Vec<_> = rows.into_iter().filter(|b| b.num_rows() > 0).collect();
-                if !rows.is_empty() {
-                    t.apply(crate::state::table::Change::Insert(rows))?;
+                if !rows.is_empty()
+                    && let Err(e) = t.apply(crate::state::table::Change::Insert(rows))
+                {
+                    // (a duplicate key after ALTER COLUMN TYPE): the old table stays, the
+                    // new rows go
+                    drop(t);
+                    let _ = TableStore::purge(self.store.as_ref(), desc.oid);
+                    return Err(e);
                 }
             }
         }

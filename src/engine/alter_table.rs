@@ -1,8 +1,10 @@
 //! `ALTER TABLE name` with `ADD COLUMN [IF NOT EXISTS] col type [DEFAULT expr] [NOT NULL]`,
 //! `DROP COLUMN [IF EXISTS] col`, `RENAME COLUMN a TO b`, `RENAME TO new`, `ALTER COLUMN
-//! col SET NOT NULL | DROP NOT NULL | SET DEFAULT expr | DROP DEFAULT`, several at once.
+//! col SET NOT NULL | DROP NOT NULL | SET DEFAULT expr | DROP DEFAULT | [SET DATA] TYPE t
+//! [USING expr]`, several at once (a type change not with ADD or DROP COLUMN).
 //!
-//! Adding or dropping a column rewrites the table's rows in the new layout (existing rows
+//! Adding or dropping a column, or changing a column's type (each row's value cast, or
+//! USING's, by one query over the table: [`Engine::retyped_rows`]), rewrites the table's rows in the new layout (existing rows
 //! get the default, evaluated once, or NULL) under a new OID, switched to in one commit
 //! (`Catalog::replace_table`: a crash leaves the old table or the new one), under the
 //! table's writer lock; the rest changes only the catalog. A table that materialized or plain views read is not
@@ -80,6 +82,8 @@ impl Engine {
         let mut layout: Vec<Option<usize>> = (0..desc.columns.len()).map(Some).collect();
         let mut added: Vec<ArrayRef> = Vec::new();
         let mut rewrite = false;
+        // columns whose type changes: (position, the SQL of the value each row gets)
+        let mut retyped: Vec<(usize, String)> = Vec::new();
         let rows_now = table.row_count();
         let col_pos = |desc: &crate::catalog::RelationDesc, c: &str| {
             desc.columns.iter().position(|x| x.name == c)
@@ -274,6 +278,42 @@ impl Engine {
                         ast::AlterColumnOperation::DropDefault => {
                             desc.defaults.retain(|(c, _)| *c != col);
                         }
+                        ast::AlterColumnOperation::SetDataType {
+                            data_type, using, ..
+                        } => {
+                            let ty = SqlType::from_ast(data_type)?;
+                            if let Some(w) = desc.watermark.as_ref()
+                                && w.column == col
+                            {
+                                return Err(WeirError::not_supported(
+                                    "cannot change the type of the column a WATERMARK is declared on",
+                                ));
+                            }
+                            // the value each row gets: USING's, or the column cast (only
+                            // where Postgres casts on assignment: no text -> integer)
+                            let from = match using {
+                                Some(u) => format!("({u})"),
+                                None => {
+                                    let old_ty = &desc.columns[at].ty;
+                                    if !assignment_cast(old_ty, &ty) {
+                                        let t = ty.display_name();
+                                        return Err(WeirError::new(
+                                            sqlstate::DATATYPE_MISMATCH,
+                                            format!(
+                                                "column \"{col}\" cannot be cast automatically to type {t}"
+                                            ),
+                                        )
+                                        .with_hint(format!(
+                                            "You might need to specify \"USING {col}::{t}\"."
+                                        )));
+                                    }
+                                    quote_ident(&entry.desc.columns[at].name)
+                                }
+                            };
+                            desc.columns[at].ty = ty;
+                            retyped.retain(|(p, _)| *p != at);
+                            retyped.push((at, from));
+                        }
                         other => {
                             return Err(WeirError::not_supported(format!(
                                 "ALTER COLUMN ... {other} is not supported"
@@ -288,12 +328,23 @@ impl Engine {
                 }
             }
         }
-        if entry.desc.kind == RelationKind::AppendOnlyTable && rewrite {
+        if entry.desc.kind == RelationKind::AppendOnlyTable && (rewrite || !retyped.is_empty()) {
             return Err(WeirError::not_supported(format!(
-                "cannot add or drop columns of APPEND ONLY table \"{name}\""
+                "cannot add or drop columns or change column types of APPEND ONLY table \"{name}\""
             )));
         }
-        let rows = if rewrite {
+        if rewrite && !retyped.is_empty() {
+            return Err(WeirError::not_supported(
+                "ALTER COLUMN ... TYPE together with ADD or DROP COLUMN in one ALTER TABLE",
+            )
+            .with_hint("Run them as separate ALTER TABLE statements."));
+        }
+        let rows = if !retyped.is_empty() {
+            Some(
+                self.retyped_rows(session, &entry.desc, &desc, &retyped)
+                    .await?,
+            )
+        } else if rewrite {
             let schema = desc.schema();
             let mut out = Vec::new();
             let mut at_row = 0usize;
@@ -328,6 +379,83 @@ impl Engine {
             self.catalog.replace_table(&name, desc, rows)?;
         }
         Ok(Output::Command("ALTER TABLE".into()))
+    }
+
+    /// The table's rows with the columns in `retyped` converted to their new types in
+    /// `desc` (`ALTER COLUMN ... TYPE t [USING expr]`): one query over the table (under its
+    /// writer lock) casts each such column, as Postgres' assignment casts do — a value that
+    /// does not convert fails the statement (22P02, 22003...), a `varchar(n)` value longer
+    /// than n is 22001 (not cut), a NULL where NOT NULL is 23502; duplicate keys after the
+    /// conversion are 23505 when the rows are written.
+    async fn retyped_rows(
+        &self,
+        session: &Session,
+        old: &crate::catalog::RelationDesc,
+        desc: &crate::catalog::RelationDesc,
+        retyped: &[(usize, String)],
+    ) -> Result<Vec<RecordBatch>> {
+        let items: Vec<String> = old
+            .columns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| match retyped.iter().find(|(p, _)| *p == i) {
+                Some((_, from)) => {
+                    let to = match &desc.columns[i].ty {
+                        // checked below rather than cut, as an assignment
+                        SqlType::Varchar(Some(_)) => "text".to_owned(),
+                        t => t.display_name(),
+                    };
+                    format!("CAST({from} AS {to})")
+                }
+                None => quote_ident(&c.name),
+            })
+            .collect();
+        let sql = format!(
+            "SELECT {} FROM {}",
+            items.join(", "),
+            quote_ident(&old.name)
+        );
+        let q = crate::sql::parser::parse_query(&sql)?;
+        let plan = self.plan_ast(session, &ast::Statement::Query(q)).await?;
+        let batches = crate::engine::collect_plan(session, plan).await?;
+        let schema = desc.schema();
+        let mut out = Vec::with_capacity(batches.len());
+        for b in batches {
+            let mut cols = Vec::with_capacity(b.num_columns());
+            for (i, c) in b.columns().iter().enumerate() {
+                let column = &desc.columns[i];
+                if !column.nullable && c.null_count() > 0 {
+                    return Err(WeirError::new(
+                        sqlstate::NOT_NULL_VIOLATION,
+                        format!(
+                            "column \"{}\" of relation \"{}\" contains null values",
+                            column.name, old.name
+                        ),
+                    ));
+                }
+                if let SqlType::Varchar(Some(n)) = column.ty
+                    && let Some(text) = c
+                        .as_any()
+                        .downcast_ref::<datafusion::arrow::array::StringArray>()
+                    && text
+                        .iter()
+                        .flatten()
+                        .any(|v| v.chars().count() > n as usize)
+                {
+                    return Err(WeirError::new(
+                        sqlstate::STRING_DATA_RIGHT_TRUNCATION,
+                        format!("value too long for type character varying({n})"),
+                    ));
+                }
+                // the same type, as the column stores it (a zone's name, a list field's)
+                cols.push(datafusion::arrow::compute::cast(
+                    c,
+                    schema.field(i).data_type(),
+                )?);
+            }
+            out.push(RecordBatch::try_new(schema.clone(), cols)?);
+        }
+        Ok(out)
     }
 
     /// One value from a one-row query (a default, a count).
@@ -391,5 +519,33 @@ impl Engine {
         desc.name = to.to_owned();
         self.catalog.replace_table(name, desc, None)?;
         Ok(Output::Command(tag.into()))
+    }
+}
+
+/// `name` as an SQL identifier (quoted when it needs to be).
+fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// Whether Postgres converts a `from` value to `to` on assignment (what `ALTER COLUMN ...
+/// TYPE` without USING does): within the numbers, to text, between the date and time types,
+/// and element-wise for arrays; not text to anything else, nor numbers to booleans.
+fn assignment_cast(from: &SqlType, to: &SqlType) -> bool {
+    use SqlType as T;
+    let number = |t: &SqlType| {
+        matches!(
+            t,
+            T::Int2 | T::Int4 | T::Int8 | T::Float4 | T::Float8 | T::Numeric(_)
+        )
+    };
+    let dated = |t: &SqlType| matches!(t, T::Date | T::Timestamp | T::TimestampTz);
+    match (from, to) {
+        _ if from == to => true,
+        (_, T::Text | T::Varchar(_)) => true,
+        (T::Varchar(_), _) => false,
+        (a, b) if number(a) && number(b) => true,
+        (a, b) if dated(a) && dated(b) => true,
+        (T::Array(a), T::Array(b)) => assignment_cast(a, b),
+        _ => false,
     }
 }

@@ -664,7 +664,8 @@ fn round_for_int(a: &ArrayRef) -> DfResult<ArrayRef> {
             Arc::new(
                 a.as_primitive::<Decimal128Type>()
                     .unary::<_, Decimal128Type>(|v| {
-                        let r = (v.abs() + d / 2) / d * d;
+                        // (saturating: a NULL slot may hold any bits)
+                        let r = v.saturating_abs().saturating_add(d / 2) / d * d;
                         if v < 0 { -r } else { r }
                     })
                     .with_precision_and_scale(*p, *s)?,
