@@ -443,19 +443,26 @@ impl TableStore {
         Ok(())
     }
 
-    /// Build a secondary index of the table's rows and keep it from now on. Refused for
-    /// append-only tables (their rows are the log, read in arrival order); a UNIQUE index
-    /// over duplicate values is refused (23505) and leaves nothing behind. Call with the
-    /// writer lock held (no DML runs meanwhile).
+    /// Build a secondary index of the table's rows and keep it from now on (of an
+    /// append-only table: its log, row by row; not UNIQUE); a UNIQUE index over duplicate
+    /// values is refused (23505) and leaves nothing behind. Call with the writer lock held
+    /// (no DML runs meanwhile).
     pub fn create_index(&self, spec: IndexSpec) -> Result<()> {
-        if self.kind == TableKind::AppendOnly {
+        if self.kind == TableKind::AppendOnly && spec.unique {
             return Err(WeirError::not_supported(format!(
-                "indexes on APPEND ONLY table \"{}\" are not supported",
+                "UNIQUE indexes on APPEND ONLY table \"{}\" are not supported",
                 self.name
             ))
             .with_hint(
-                "Its rows are kept as a log in arrival order; index a materialized view over it, or use a table with a PRIMARY KEY.",
+                "An APPEND ONLY table takes every row; use a table with a PRIMARY KEY to refuse duplicates.",
             ));
+        }
+        if self.kind == TableKind::AppendOnly && self.inner.lock().meta.base > 0 {
+            return Err(WeirError::not_supported(format!(
+                "indexes on APPEND ONLY table \"{}\", written by an older Weir, are not supported",
+                self.name
+            ))
+            .with_hint("Copy its rows into a new APPEND ONLY table and index that one."));
         }
         let table = table_prefix(self.oid);
         let ix = Arc::new(SecondaryIndex::new(&table, spec, &self.schema)?);
@@ -463,7 +470,7 @@ impl TableStore {
         let mut wb = WriteBatch::default();
         wb.put(marker_key(&table, ix.spec.oid), Vec::new());
         self.store.commit(wb, Durability::Sync)?;
-        if let Err(e) = self.build_index(&ix) {
+        if let Err(e) = self.build_index(&ix, inner.meta.seq) {
             if let Err(p) = self.purge_index(ix.spec.oid) {
                 warn!(table = %self.name, error = %p, "could not purge a failed index build");
             }
@@ -474,10 +481,39 @@ impl TableStore {
     }
 
     /// Write the entries of `ix` for every row, in commits of about 4 MiB (the marker is
-    /// already written: a crash midway leaves entries its next open purges).
-    fn build_index(&self, ix: &SecondaryIndex) -> Result<()> {
+    /// already written: a crash midway leaves entries its next open purges); `last`: the
+    /// table's newest log position.
+    fn build_index(&self, ix: &Arc<SecondaryIndex>, last: u64) -> Result<()> {
         const CHUNK_ROWS: usize = 4096;
         const CHUNK_BYTES: usize = 4 << 20;
+        if self.kind == TableKind::AppendOnly {
+            // the log is the table: every entry's rows, by their log position (up to
+            // `last`, the newest: the caller holds the table's lock)
+            let mut wb = WriteBatch::default();
+            let mut bytes = 0usize;
+            for seq in 1..=last {
+                let Some(entry) = self.store.get(&log_key(self.oid, seq))? else {
+                    continue; // an empty change takes a position and writes nothing
+                };
+                let mut row = 0u32;
+                for cl in self.entry_changelogs(&entry, &|k| self.store.get(k))? {
+                    bytes += self.append_index_entries(
+                        &mut wb,
+                        std::slice::from_ref(ix),
+                        seq,
+                        &cl,
+                        row,
+                    )?;
+                    row += cl.len() as u32;
+                }
+                if bytes >= CHUNK_BYTES {
+                    self.store
+                        .commit(std::mem::take(&mut wb), Durability::Buffered)?;
+                    bytes = 0;
+                }
+            }
+            return self.store.commit(wb, Durability::Buffered);
+        }
         let view = self.store.read_view()?;
         let mut cursor = view.cursor(&self.rows_prefix);
         let keyed = self.key_conv.is_some();
@@ -533,6 +569,38 @@ impl TableStore {
         }
     }
 
+    /// The entries of `indexes` for the rows of an append-only table's log entry `seq`
+    /// (`cl`, its rows numbered from `first_row`), added to `wb`: the indexed values ++ the
+    /// row's position (seq, row; u64 and u32 big-endian, unique and never changing) -> the
+    /// row (a covering index, as a keyed table's). Returns the bytes written.
+    fn append_index_entries(
+        &self,
+        wb: &mut WriteBatch,
+        indexes: &[Arc<SecondaryIndex>],
+        seq: u64,
+        cl: &Changelog,
+        first_row: u32,
+    ) -> Result<usize> {
+        if indexes.is_empty() || cl.is_empty() {
+            return Ok(0);
+        }
+        let full = self.row_conv.convert_columns(cl.data.columns())?;
+        let mut bytes = 0;
+        let mut id = [0u8; 12];
+        id[..8].copy_from_slice(&seq.to_be_bytes());
+        for ix in indexes {
+            let values = ix.encode(&cl.data)?;
+            for i in 0..cl.len() {
+                id[8..].copy_from_slice(&(first_row + i as u32).to_be_bytes());
+                let k = ix.key(values.row(i).data(), &id);
+                let v = full.row(i).data().to_vec();
+                bytes += k.len() + v.len();
+                wb.put(k, v);
+            }
+        }
+        Ok(bytes)
+    }
+
     /// Stop keeping index `oid` and delete its entries (DROP INDEX, after the catalog's
     /// commit; a crash midway leaves entries the next open purges).
     pub fn drop_index(&self, oid: u32) -> Result<()> {
@@ -575,7 +643,8 @@ impl TableStore {
         let mut prefixes = ix.probe_prefixes(probe)?;
         prefixes.sort();
         prefixes.dedup();
-        let keyed = self.key_conv.is_some();
+        // keyed and append-only tables' entries hold the row
+        let keyed = self.key_conv.is_some() || self.kind == TableKind::AppendOnly;
         let view = self.store.read_view()?;
         let mut rows = RowBatcher::new();
         let mut out = Vec::new();
@@ -753,6 +822,14 @@ impl TableStore {
             watermarks.push((wm_before, meta.watermark));
             let mut entry = STAGED_REF.to_vec();
             entry.extend_from_slice(&staged_key(self.oid, id, i as u32));
+            if !inner.indexes.is_empty() {
+                // the index entries of the chunk's rows, in the commit that shows them
+                let mut row = 0u32;
+                for cl in self.entry_changelogs(&entry, &|k| self.store.get(k))? {
+                    self.append_index_entries(&mut wb, &inner.indexes, meta.seq, &cl, row)?;
+                    row += cl.len() as u32;
+                }
+            }
             wb.put(log_key(self.oid, meta.seq), entry);
         }
         wb.put(meta_key(self.oid), meta.encode());
@@ -1135,6 +1212,7 @@ impl TableStore {
             meta.rows += changelog.len() as u64;
             meta.bytes += entry.len() as u64;
             meta.watermark = self.advance(before.watermark, &changelog.data);
+            self.append_index_entries(&mut wb, &inner.indexes, meta.seq, &changelog, 0)?;
         } else {
             self.write_rows(&changelog, &mut wb, &mut meta, &inner.indexes)?;
         }
@@ -2592,6 +2670,74 @@ mod tests {
     /// A COPY into an append-only table is staged unseen and published at once; one never
     /// published is dropped at the next open. Views replaying the log read the staged rows
     /// through the log's references.
+    /// An index of an append-only table: built over the rows already there (duplicates
+    /// included), kept by inserts and by a staged COPY only once it is published, the same
+    /// after reopening; lookups equal filtering a full scan. UNIQUE is refused.
+    #[test]
+    fn append_only_index_lookups_equal_filtered_scans() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(FjallStore::open(dir.path()).unwrap());
+        let spec = IndexSpec {
+            oid: 30000,
+            name: "ix".into(),
+            columns: vec![1],
+            unique: false,
+        };
+        let t = open(&store, TableKind::AppendOnly);
+        t.apply(Change::Insert(vec![batch(&[1, 2, 3], &["a", "b", "a"])]))
+            .unwrap();
+        t.apply(Change::Insert(vec![batch(&[1], &["a"])])).unwrap();
+        t.create_index(spec.clone()).unwrap();
+        assert!(
+            t.create_index(IndexSpec {
+                oid: 30004,
+                unique: true,
+                ..spec.clone()
+            })
+            .is_err()
+        );
+        t.apply(Change::Insert(vec![batch(&[4, 5], &["c", "a"])]))
+            .unwrap();
+        let id = t.stage_begin().unwrap();
+        t.stage(id, Change::Insert(vec![batch(&[6, 7], &["a", "d"])]))
+            .unwrap();
+        t.stage(id, Change::Insert(vec![batch(&[8], &["a"])]))
+            .unwrap();
+        let lookup = |t: &Arc<TableStore>, v: &str| {
+            let probe: Vec<ArrayRef> = vec![Arc::new(StringArray::from(vec![v]))];
+            let found = t.index_lookup(30000, &probe).unwrap().unwrap();
+            let k = found
+                .column(0)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap();
+            let mut got: Vec<i64> = (0..found.num_rows()).map(|i| k.value(i)).collect();
+            got.sort();
+            got
+        };
+        let scanned = |t: &Arc<TableStore>, v: &str| {
+            let mut want: Vec<i64> = contents(t)
+                .into_iter()
+                .filter(|(_, m)| m == v)
+                .map(|(k, _)| k)
+                .collect();
+            want.sort();
+            want
+        };
+        assert_eq!(lookup(&t, "a"), vec![1, 1, 3, 5], "staged rows unseen");
+        t.publish(id).unwrap();
+        for v in ["a", "b", "c", "d", "e"] {
+            assert_eq!(lookup(&t, v), scanned(&t, v), "value {v}");
+        }
+        assert_eq!(lookup(&t, "a"), vec![1, 1, 3, 5, 6, 8]);
+        drop(t);
+        let t = open_indexed(&store, TableKind::AppendOnly, vec![spec]);
+        t.apply(Change::Insert(vec![batch(&[9], &["d"])])).unwrap();
+        for v in ["a", "b", "c", "d", "e"] {
+            assert_eq!(lookup(&t, v), scanned(&t, v), "value {v} after reopening");
+        }
+    }
+
     #[test]
     fn staged_copies_are_seen_only_once_published() {
         let dir = tempfile::tempdir().unwrap();

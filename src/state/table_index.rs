@@ -1,4 +1,4 @@
-//! Secondary indexes of keyed and multiset tables (`CREATE INDEX`).
+//! Secondary indexes of keyed, multiset and append-only tables (`CREATE INDEX`).
 //!
 //! An index is a second ordering of a table's rows in the store, written in the same commit
 //! as every change to the rows, so it is never behind them and a crash cannot split them.
@@ -8,6 +8,9 @@
 //!   no second key);
 //! - multiset tables: ++ full-row encoding -> multiplicity (i64 BE) ++ length of the
 //!   indexed columns' encoding (u32 BE), which finds where the row starts in the key.
+//! - append-only tables: ++ the row's log position (seq u64 BE ++ row within the entry
+//!   u32 BE) -> the full row; written with the log entry (or, for a COPY, in the commit
+//!   that publishes it); never changed after. Not UNIQUE.
 //!
 //! `arrow_row` encodes each column on its own and prefix-free, back to back, so the
 //! encoding of the first k indexed columns of a probe is a prefix of the key of every row
