@@ -166,6 +166,19 @@ pub struct IndexInfo {
     pub primary: bool,
 }
 
+impl IndexInfo {
+    /// Its `CREATE INDEX` statement as `pg_get_indexdef` and `pg_indexes` give it.
+    pub fn definition(&self, relation: &str) -> String {
+        format!(
+            "CREATE {}INDEX {} ON public.{} USING btree ({})",
+            if self.unique { "UNIQUE " } else { "" },
+            self.name,
+            relation,
+            self.columns.join(", ")
+        )
+    }
+}
+
 fn bootstrap_owner() -> u32 {
     SUPERUSER_OID
 }

@@ -696,13 +696,7 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
                         if k > 0 {
                             return ix.columns.get(k as usize - 1).cloned();
                         }
-                        Some(format!(
-                            "CREATE {}INDEX {} ON public.{} USING btree ({})",
-                            if ix.unique { "UNIQUE " } else { "" },
-                            ix.name,
-                            e.desc.name,
-                            ix.columns.join(", ")
-                        ))
+                        Some(ix.definition(&e.desc.name))
                     })
                     .collect::<StringArray>(),
             ))

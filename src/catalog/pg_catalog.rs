@@ -357,6 +357,7 @@ const TABLES: &[&str] = &[
     "pg_tables",
     "pg_views",
     "pg_matviews",
+    "pg_indexes",
     "pg_tablespace",
     "pg_extension",
     "pg_trigger",
@@ -1314,12 +1315,49 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 })
                 .collect(),
         )?,
-        "pg_views" => empty(&[
-            ("schemaname", name()),
-            ("viewname", name()),
-            ("viewowner", name()),
-            ("definition", text()),
-        ])?,
+        "pg_views" => build_table(
+            &[
+                ("schemaname", name()),
+                ("viewname", name()),
+                ("viewowner", name()),
+                ("definition", text()),
+            ],
+            entries
+                .iter()
+                .filter(|e| relkind(e) == "v")
+                .map(|e| {
+                    vec![
+                        "public".into(),
+                        e.desc.name.clone().into(),
+                        catalog.role_name(e.desc.owner).unwrap_or_default().into(),
+                        e.desc.query.clone().unwrap_or_default().into(),
+                    ]
+                })
+                .collect(),
+        )?,
+        "pg_indexes" => build_table(
+            &[
+                ("schemaname", name()),
+                ("tablename", name()),
+                ("indexname", name()),
+                ("tablespace", name()),
+                ("indexdef", text()),
+            ],
+            entries
+                .iter()
+                .flat_map(|e| {
+                    e.desc.all_indexes().into_iter().map(move |ix| {
+                        vec![
+                            "public".into(),
+                            e.desc.name.clone().into(),
+                            ix.name.clone().into(),
+                            V::Null,
+                            ix.definition(&e.desc.name).into(),
+                        ]
+                    })
+                })
+                .collect(),
+        )?,
         "pg_matviews" => build_table(
             &[
                 ("schemaname", name()),
@@ -1339,7 +1377,7 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                         e.desc.name.clone().into(),
                         catalog.role_name(e.desc.owner).unwrap_or_default().into(),
                         V::Null,
-                        false.into(),
+                        (!e.desc.all_indexes().is_empty()).into(),
                         true.into(),
                         e.desc.query.clone().unwrap_or_default().into(),
                     ]
