@@ -125,6 +125,11 @@ impl Graph {
         }
     }
 
+    /// How many shards the graph runs in (1: unsharded).
+    pub fn shards(&self) -> usize {
+        self.shards
+    }
+
     /// Shards 1.. of the graph: the same plan lowered again, once per further shard. Each
     /// operator that can split its work by key (`Operator::sharding`) keeps those
     /// instances; the others (a global aggregate) run unsharded.

@@ -1152,7 +1152,13 @@ impl Engine {
                 self.limits.workers,
             )
             .await?;
-        let lines = graph.explain();
+        let mut lines = graph.explain();
+        if graph.shards() > 1 {
+            lines.push(format!(
+                "Shards: {} (operators with a key split their rows by a hash of it; a global aggregate runs once)",
+                graph.shards()
+            ));
+        }
         explain_output(lines)
     }
 }
