@@ -470,6 +470,14 @@ impl datafusion::catalog::TableFunctionImpl for WidenIntegers {
                 // timestamps are microseconds here (as in Postgres); DataFusion's series
                 // reads nanoseconds
                 Expr::Literal(v, meta) => match v.data_type() {
+                    // Postgres has no date series: dates are read as timestamptz
+                    DataType::Date32 => Ok(Expr::Literal(
+                        v.cast_to(&DataType::Timestamp(
+                            TimeUnit::Nanosecond,
+                            Some(crate::sql::types::SESSION_ZONE.into()),
+                        ))?,
+                        meta.clone(),
+                    )),
                     DataType::Timestamp(unit, tz) if unit != TimeUnit::Nanosecond => {
                         Ok(Expr::Literal(
                             v.cast_to(&DataType::Timestamp(TimeUnit::Nanosecond, tz))?,
