@@ -2179,6 +2179,61 @@ fn null_items(body: &mut ast::SetExpr) {
     }
 }
 
+/// `generate_series(timestamp '2024-01-01 00:00', ...)`: a table function's arguments are
+/// folded to constants when the function is planned, before the analyzer that reads
+/// Postgres' date and time input (`sql::datetime_in`) runs; so the text of a date or
+/// timestamp literal (typed, or cast with `::`) among them is put in the form arrow reads
+/// here.
+fn datetime_text_in_table_function_args(tf: &mut ast::TableFactor) {
+    let ast::TableFactor::Table {
+        args: Some(args), ..
+    } = tf
+    else {
+        return;
+    };
+    let keep_zone = |t: &ast::DataType| match t {
+        ast::DataType::Timestamp(_, tz) => Some(matches!(
+            tz,
+            ast::TimezoneInfo::Tz | ast::TimezoneInfo::WithTimeZone
+        )),
+        ast::DataType::Date => Some(false),
+        _ => None,
+    };
+    let fix = |v: &mut ast::Value, zone: bool| {
+        if let ast::Value::SingleQuotedString(text) = v
+            && let Some(n) = crate::sql::datetime_in::normalize(text, zone)
+            && crate::sql::datetime_in::infinity(text).is_none()
+        {
+            *text = n;
+        }
+    };
+    for arg in args.args.iter_mut() {
+        let (FunctionArg::Unnamed(FunctionArgExpr::Expr(e))
+        | FunctionArg::Named {
+            arg: FunctionArgExpr::Expr(e),
+            ..
+        }) = arg
+        else {
+            continue;
+        };
+        match e {
+            Expr::TypedString(ts) => {
+                if let Some(zone) = keep_zone(&ts.data_type) {
+                    fix(&mut ts.value.value, zone);
+                }
+            }
+            Expr::Cast {
+                expr, data_type, ..
+            } => {
+                if let (Some(zone), Expr::Value(v)) = (keep_zone(data_type), expr.as_mut()) {
+                    fix(&mut v.value, zone);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -2254,60 +2309,5 @@ mod tests {
             rw("SELECT 1 FROM c WHERE c.oid IN (SELECT 't'::regclass) AND c.oid = 'u'::regclass"),
             "SELECT CAST(1 AS INT) AS \"?column?\" FROM c WHERE c.oid IN (SELECT weir_regclass('t') AS \"regclass\") AND c.oid = weir_regclass('u')"
         );
-    }
-}
-
-/// `generate_series(timestamp '2024-01-01 00:00', ...)`: a table function's arguments are
-/// folded to constants when the function is planned, before the analyzer that reads
-/// Postgres' date and time input (`sql::datetime_in`) runs; so the text of a date or
-/// timestamp literal (typed, or cast with `::`) among them is put in the form arrow reads
-/// here.
-fn datetime_text_in_table_function_args(tf: &mut ast::TableFactor) {
-    let ast::TableFactor::Table {
-        args: Some(args), ..
-    } = tf
-    else {
-        return;
-    };
-    let keep_zone = |t: &ast::DataType| match t {
-        ast::DataType::Timestamp(_, tz) => Some(matches!(
-            tz,
-            ast::TimezoneInfo::Tz | ast::TimezoneInfo::WithTimeZone
-        )),
-        ast::DataType::Date => Some(false),
-        _ => None,
-    };
-    let fix = |v: &mut ast::Value, zone: bool| {
-        if let ast::Value::SingleQuotedString(text) = v
-            && let Some(n) = crate::sql::datetime_in::normalize(text, zone)
-            && crate::sql::datetime_in::infinity(text).is_none()
-        {
-            *text = n;
-        }
-    };
-    for arg in args.args.iter_mut() {
-        let (FunctionArg::Unnamed(FunctionArgExpr::Expr(e))
-        | FunctionArg::Named {
-            arg: FunctionArgExpr::Expr(e),
-            ..
-        }) = arg
-        else {
-            continue;
-        };
-        match e {
-            Expr::TypedString(ts) => {
-                if let Some(zone) = keep_zone(&ts.data_type) {
-                    fix(&mut ts.value.value, zone);
-                }
-            }
-            Expr::Cast {
-                expr, data_type, ..
-            } => {
-                if let (Some(zone), Expr::Value(v)) = (keep_zone(data_type), expr.as_mut()) {
-                    fix(&mut v.value, zone);
-                }
-            }
-            _ => {}
-        }
     }
 }

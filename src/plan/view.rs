@@ -1690,6 +1690,55 @@ fn reach(wf: &WindowFunction, out_type: &DataType) -> Reach {
     Reach { back, ahead, carry }
 }
 
+/// The most rows `generate_series` / `range` in a materialized view's FROM may make: they
+/// are one constant input, held whole.
+pub const MAX_SERIES_ROWS: usize = 10_000_000;
+
+/// `generate_series(...)` / `range(...)` in FROM (DataFusion's table functions): its
+/// arguments are constants, so its rows are too; they become a constant input of the view
+/// (as `VALUES`), made here once. None for any other scan.
+fn series_rows(scan: &datafusion::logical_expr::TableScan) -> Result<Option<RecordBatch>> {
+    use datafusion::functions_table::generate_series::GenerateSeriesTable;
+    let Ok(provider) = datafusion::datasource::source_as_provider(&scan.source) else {
+        return Ok(None);
+    };
+    let any: &dyn std::any::Any = provider.as_ref();
+    let Some(series) = any.downcast_ref::<GenerateSeriesTable>() else {
+        return Ok(None);
+    };
+    if scan.fetch.is_some() {
+        return Err(unsupported("LIMIT without ORDER BY"));
+    }
+    let generator = series.as_generator(8192)?;
+    let mut parts = Vec::new();
+    let mut rows = 0usize;
+    while let Some(batch) = generator.write().generate_next_batch()? {
+        rows += batch.num_rows();
+        if rows > MAX_SERIES_ROWS {
+            return Err(WeirError::new(
+                crate::error::sqlstate::PROGRAM_LIMIT_EXCEEDED,
+                format!(
+                    "\"{}\" makes more than {MAX_SERIES_ROWS} rows, the most a materialized view holds as a constant input",
+                    scan.table_name
+                ),
+            )
+            .with_hint("Keep the series in a table and read the table in the view."));
+        }
+        parts.push(batch);
+    }
+    let whole = datafusion::arrow::compute::concat_batches(&provider.schema(), &parts)?;
+    let projected = match &scan.projection {
+        Some(cols) => whole.project(cols)?,
+        None => whole,
+    };
+    let schema: SchemaRef = Arc::new(scan.projected_schema.as_arrow().clone());
+    Ok(Some(RecordBatch::try_new_with_options(
+        schema,
+        projected.columns().to_vec(),
+        &RecordBatchOptions::new().with_row_count(Some(projected.num_rows())),
+    )?))
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
@@ -1981,53 +2030,4 @@ mod tests {
         assert_eq!(h.epoch(&[("t", "- a 1")]), Vec::<String>::new());
         assert_eq!(h.epoch(&[("t", "- a 1")]), vec!["+ a 1", "- a 2"]);
     }
-}
-
-/// The most rows `generate_series` / `range` in a materialized view's FROM may make: they
-/// are one constant input, held whole.
-pub const MAX_SERIES_ROWS: usize = 10_000_000;
-
-/// `generate_series(...)` / `range(...)` in FROM (DataFusion's table functions): its
-/// arguments are constants, so its rows are too; they become a constant input of the view
-/// (as `VALUES`), made here once. None for any other scan.
-fn series_rows(scan: &datafusion::logical_expr::TableScan) -> Result<Option<RecordBatch>> {
-    use datafusion::functions_table::generate_series::GenerateSeriesTable;
-    let Ok(provider) = datafusion::datasource::source_as_provider(&scan.source) else {
-        return Ok(None);
-    };
-    let any: &dyn std::any::Any = provider.as_ref();
-    let Some(series) = any.downcast_ref::<GenerateSeriesTable>() else {
-        return Ok(None);
-    };
-    if scan.fetch.is_some() {
-        return Err(unsupported("LIMIT without ORDER BY"));
-    }
-    let generator = series.as_generator(8192)?;
-    let mut parts = Vec::new();
-    let mut rows = 0usize;
-    while let Some(batch) = generator.write().generate_next_batch()? {
-        rows += batch.num_rows();
-        if rows > MAX_SERIES_ROWS {
-            return Err(WeirError::new(
-                crate::error::sqlstate::PROGRAM_LIMIT_EXCEEDED,
-                format!(
-                    "\"{}\" makes more than {MAX_SERIES_ROWS} rows, the most a materialized view holds as a constant input",
-                    scan.table_name
-                ),
-            )
-            .with_hint("Keep the series in a table and read the table in the view."));
-        }
-        parts.push(batch);
-    }
-    let whole = datafusion::arrow::compute::concat_batches(&provider.schema(), &parts)?;
-    let projected = match &scan.projection {
-        Some(cols) => whole.project(cols)?,
-        None => whole,
-    };
-    let schema: SchemaRef = Arc::new(scan.projected_schema.as_arrow().clone());
-    Ok(Some(RecordBatch::try_new_with_options(
-        schema,
-        projected.columns().to_vec(),
-        &RecordBatchOptions::new().with_row_count(Some(projected.num_rows())),
-    )?))
 }

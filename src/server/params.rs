@@ -451,6 +451,35 @@ pub fn type_array_placeholders(stmt: &mut crate::sql::parser::Statement, types: 
     }
 }
 
+/// A binary timestamp (microseconds from 2000-01-01) as microseconds from 1970-01-01; the
+/// type's ends are Postgres' `infinity` / `-infinity` and stay the ends; a value that does
+/// not fit is an error, not a wrap.
+fn timestamp_from_pg(v: i64, i: usize) -> Result<i64> {
+    match v {
+        i64::MAX | i64::MIN => Ok(v),
+        _ => v
+            .checked_add(PG_EPOCH_OFFSET_US)
+            .ok_or_else(|| out_of_range(i)),
+    }
+}
+
+/// A binary date (days from 2000-01-01) as days from 1970-01-01, as [`timestamp_from_pg`].
+fn date_from_pg(v: i32, i: usize) -> Result<i32> {
+    match v {
+        i32::MAX | i32::MIN => Ok(v),
+        _ => v
+            .checked_add(PG_EPOCH_OFFSET_DAYS)
+            .ok_or_else(|| out_of_range(i)),
+    }
+}
+
+fn out_of_range(i: usize) -> WeirError {
+    WeirError::new(
+        sqlstate::DATETIME_FIELD_OVERFLOW,
+        format!("binary date/timestamp parameter {} is out of range", i + 1),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -545,33 +574,4 @@ mod tests {
         assert_eq!(v[1].value, ScalarValue::Utf8(None));
         assert_eq!(v[2].value, ScalarValue::Boolean(Some(true)));
     }
-}
-
-/// A binary timestamp (microseconds from 2000-01-01) as microseconds from 1970-01-01; the
-/// type's ends are Postgres' `infinity` / `-infinity` and stay the ends; a value that does
-/// not fit is an error, not a wrap.
-fn timestamp_from_pg(v: i64, i: usize) -> Result<i64> {
-    match v {
-        i64::MAX | i64::MIN => Ok(v),
-        _ => v
-            .checked_add(PG_EPOCH_OFFSET_US)
-            .ok_or_else(|| out_of_range(i)),
-    }
-}
-
-/// A binary date (days from 2000-01-01) as days from 1970-01-01, as [`timestamp_from_pg`].
-fn date_from_pg(v: i32, i: usize) -> Result<i32> {
-    match v {
-        i32::MAX | i32::MIN => Ok(v),
-        _ => v
-            .checked_add(PG_EPOCH_OFFSET_DAYS)
-            .ok_or_else(|| out_of_range(i)),
-    }
-}
-
-fn out_of_range(i: usize) -> WeirError {
-    WeirError::new(
-        sqlstate::DATETIME_FIELD_OVERFLOW,
-        format!("binary date/timestamp parameter {} is out of range", i + 1),
-    )
 }

@@ -1106,29 +1106,6 @@ fn split_ident(text: &str, strict: bool) -> DfResult<Vec<String>> {
     Ok(names)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn identifiers_split_as_postgres() {
-        assert_eq!(
-            split_ident("a.b", true).ok(),
-            Some(vec!["a".into(), "b".into()])
-        );
-        assert_eq!(
-            split_ident("\"SomeSchema\".someTable", true).ok(),
-            Some(vec!["SomeSchema".into(), "sometable".into()])
-        );
-        assert!(split_ident("a.b c", true).is_err());
-        assert_eq!(
-            split_ident("a.b c", false).ok(),
-            Some(vec!["a".into(), "b".into()])
-        );
-        assert!(split_ident("a.", true).is_err());
-    }
-}
-
 /// Postgres date/timestamp input text read as `target` ([`TIMESTAMP_IN`]).
 fn timestamp_in(text: &ArrayRef, target: &DataType, keep_zone: bool) -> DfResult<ArrayRef> {
     let normalized = crate::sql::datetime_in::normalize_array(text, keep_zone);
@@ -1177,4 +1154,27 @@ fn isfinite(a: &ArrayRef) -> DfResult<ArrayRef> {
         }
     };
     Ok(Arc::new(finite))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers_split_as_postgres() {
+        assert_eq!(
+            split_ident("a.b", true).ok(),
+            Some(vec!["a".into(), "b".into()])
+        );
+        assert_eq!(
+            split_ident("\"SomeSchema\".someTable", true).ok(),
+            Some(vec!["SomeSchema".into(), "sometable".into()])
+        );
+        assert!(split_ident("a.b c", true).is_err());
+        assert_eq!(
+            split_ident("a.b c", false).ok(),
+            Some(vec!["a".into(), "b".into()])
+        );
+        assert!(split_ident("a.", true).is_err());
+    }
 }
