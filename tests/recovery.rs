@@ -595,22 +595,13 @@ async fn views_keep_their_shards_across_a_restart_with_other_workers() {
         ),
         ("sh_global", "SELECT count(*) AS n, sum(v) AS s FROM sh"),
     ];
-    let c = server.connect().await;
-    c.batch_execute(
+    tables_views_checkpoint(
+        &server,
         "CREATE TABLE sh (k int, v int); \
          INSERT INTO sh SELECT g % 50, g FROM generate_series(1, 5000) g",
+        &views,
     )
-    .await
-    .expect("table");
-    for (name, q) in views {
-        c.batch_execute(&format!("CREATE MATERIALIZED VIEW {name} AS {q}"))
-            .await
-            .expect("view");
-    }
-    c.batch_execute("FLUSH; CHECKPOINT")
-        .await
-        .expect("checkpoint");
-    drop(c);
+    .await;
     server.set_args(&["--workers", "1"]);
     server.restart();
     let c = server.connect().await;
@@ -670,22 +661,13 @@ async fn constant_rows_are_not_emitted_again_after_a_restore() {
             "SELECT count(*) AS n FROM (SELECT 1 AS one UNION ALL SELECT 2) AS u",
         ),
     ];
-    let c = server.connect().await;
-    c.batch_execute(
+    tables_views_checkpoint(
+        &server,
         "CREATE TABLE cr (id int PRIMARY KEY, hr int); \
          INSERT INTO cr VALUES (1, 1), (2, 1), (3, 3), (4, 7)",
+        &views,
     )
-    .await
-    .expect("table");
-    for (name, q) in views {
-        c.batch_execute(&format!("CREATE MATERIALIZED VIEW {name} AS {q}"))
-            .await
-            .expect("view");
-    }
-    c.batch_execute("FLUSH; CHECKPOINT")
-        .await
-        .expect("checkpoint");
-    drop(c);
+    .await;
     for round in 0..2 {
         server.restart();
         let c = server.connect().await;
@@ -705,4 +687,19 @@ async fn constant_rows_are_not_emitted_again_after_a_restore() {
             assert_eq!(outcome, "restored", "{name}: {reason}");
         }
     }
+}
+
+/// Run `setup` (tables and rows), create each `(name, query)` as a materialized view, then
+/// FLUSH and CHECKPOINT.
+async fn tables_views_checkpoint(server: &TestServer, setup: &str, views: &[(&str, &str)]) {
+    let c = server.connect().await;
+    c.batch_execute(setup).await.expect("tables");
+    for (name, q) in views {
+        c.batch_execute(&format!("CREATE MATERIALIZED VIEW {name} AS {q}"))
+            .await
+            .expect("view");
+    }
+    c.batch_execute("FLUSH; CHECKPOINT")
+        .await
+        .expect("checkpoint");
 }

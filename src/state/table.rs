@@ -2034,6 +2034,20 @@ mod tests {
         )
     }
 
+    /// The first column (sorted) of the rows index `oid` finds for the text value `v`.
+    fn indexed_keys(t: &Arc<TableStore>, oid: u32, v: &str) -> Vec<i64> {
+        let probe: Vec<ArrayRef> = vec![Arc::new(StringArray::from(vec![v]))];
+        let found = t.index_lookup(oid, &probe).unwrap().unwrap();
+        let k = found
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap();
+        let mut got: Vec<i64> = (0..found.num_rows()).map(|i| k.value(i)).collect();
+        got.sort();
+        got
+    }
+
     fn contents(t: &Arc<TableStore>) -> Vec<(i64, String)> {
         let mut out = Vec::new();
         let scan = t.scan().unwrap();
@@ -2109,15 +2123,7 @@ mod tests {
                     t = reopen(vec![spec(30000), spec(30004)]);
                 }
                 for v in vocab {
-                    let probe: Vec<ArrayRef> = vec![Arc::new(StringArray::from(vec![v]))];
-                    let found = t.index_lookup(30000, &probe).unwrap().unwrap();
-                    let k = found
-                        .column(0)
-                        .as_any()
-                        .downcast_ref::<Int64Array>()
-                        .unwrap();
-                    let mut got: Vec<i64> = (0..found.num_rows()).map(|i| k.value(i)).collect();
-                    got.sort();
+                    let got = indexed_keys(&t, 30000, v);
                     let mut want: Vec<i64> = model
                         .iter()
                         .filter(|(_, m)| m == v)
@@ -2703,18 +2709,7 @@ mod tests {
             .unwrap();
         t.stage(id, Change::Insert(vec![batch(&[8], &["a"])]))
             .unwrap();
-        let lookup = |t: &Arc<TableStore>, v: &str| {
-            let probe: Vec<ArrayRef> = vec![Arc::new(StringArray::from(vec![v]))];
-            let found = t.index_lookup(30000, &probe).unwrap().unwrap();
-            let k = found
-                .column(0)
-                .as_any()
-                .downcast_ref::<Int64Array>()
-                .unwrap();
-            let mut got: Vec<i64> = (0..found.num_rows()).map(|i| k.value(i)).collect();
-            got.sort();
-            got
-        };
+        let lookup = |t: &Arc<TableStore>, v: &str| indexed_keys(t, 30000, v);
         let scanned = |t: &Arc<TableStore>, v: &str| {
             let mut want: Vec<i64> = contents(t)
                 .into_iter()
