@@ -482,3 +482,97 @@ fn node_postgres_style_untyped_text_parameters() {
     assert!(r.iter().any(|(k, _)| *k == b'D'));
     s.write_all(&msg(b'X', &[])).unwrap();
 }
+
+/// Postgres' `infinity` / `-infinity` dates and timestamps in binary, both ways: a driver's
+/// infinite parameters are stored as infinities (not wrapped), come back as its infinite
+/// values, compare in a parameterized WHERE, and read as text from a literal; a binary
+/// parameter the server's range cannot hold is 22008, not a wrapped value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn infinite_dates_and_timestamps_in_binary() {
+    use tokio_postgres::types::{Date, Timestamp};
+    let server = TestServer::start();
+    let c = server.connect().await;
+    c.batch_execute("CREATE TABLE inf (id INT PRIMARY KEY, d DATE, ts TIMESTAMP, tz TIMESTAMPTZ)")
+        .await
+        .unwrap();
+    c.execute(
+        "INSERT INTO inf VALUES (1, $1, $2, $3)",
+        &[
+            &Date::<NaiveDate>::PosInfinity,
+            &Timestamp::<NaiveDateTime>::NegInfinity,
+            &Timestamp::<DateTime<Utc>>::PosInfinity,
+        ],
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{}", describe_error(&e)));
+    c.batch_execute(
+        "INSERT INTO inf VALUES (2, '-infinity', 'infinity', '2024-01-02 03:04:05+00')",
+    )
+    .await
+    .unwrap();
+    let rows = c
+        .query("SELECT id, d, ts, tz FROM inf ORDER BY id", &[])
+        .await
+        .unwrap();
+    assert_eq!(rows[0].get::<_, Date<NaiveDate>>(1), Date::PosInfinity);
+    assert_eq!(
+        rows[0].get::<_, Timestamp<NaiveDateTime>>(2),
+        Timestamp::NegInfinity
+    );
+    assert_eq!(
+        rows[0].get::<_, Timestamp<DateTime<Utc>>>(3),
+        Timestamp::PosInfinity
+    );
+    assert_eq!(rows[1].get::<_, Date<NaiveDate>>(1), Date::NegInfinity);
+    assert_eq!(
+        rows[1].get::<_, Timestamp<NaiveDateTime>>(2),
+        Timestamp::PosInfinity
+    );
+    let found = c
+        .query(
+            "SELECT id FROM inf WHERE ts = $1",
+            &[&Timestamp::<NaiveDateTime>::PosInfinity],
+        )
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].get::<_, i32>(0), 2);
+    assert_eq!(
+        query_text(&c, "SELECT d, ts, tz FROM inf ORDER BY id").await,
+        vec![
+            vec!["infinity", "-infinity", "infinity"],
+            vec!["-infinity", "infinity", "2024-01-02 03:04:05+00"],
+        ]
+    );
+    // a finite binary timestamp one microsecond below the top of i64: moving it from
+    // Postgres' epoch (2000) to arrow's (1970) does not fit
+    let err = c
+        .execute(
+            "INSERT INTO inf (id, ts) VALUES (3, $1)",
+            &[&RawTimestamp(i64::MAX - 1)],
+        )
+        .await
+        .expect_err("out of range");
+    assert_eq!(sqlstate(&err), "22008", "{}", describe_error(&err));
+    assert_eq!(
+        query_text(&c, "SELECT count(*) FROM inf").await,
+        vec![vec!["2"]]
+    );
+}
+
+/// A timestamp parameter as the raw i64 Postgres sends (microseconds from 2000-01-01).
+#[derive(Debug)]
+struct RawTimestamp(i64);
+
+impl tokio_postgres::types::ToSql for RawTimestamp {
+    fn to_sql(
+        &self,
+        _: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<tokio_postgres::types::IsNull, Box<dyn Error + Sync + Send>> {
+        out.extend_from_slice(&self.0.to_be_bytes());
+        Ok(tokio_postgres::types::IsNull::No)
+    }
+    tokio_postgres::types::accepts!(TIMESTAMP);
+    tokio_postgres::types::to_sql_checked!();
+}

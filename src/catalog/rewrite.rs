@@ -717,8 +717,11 @@ fn typed_values_columns(body: &mut ast::SetExpr) {
         if casts.iter().all(|c| *c == Some(first)) {
             continue;
         }
-        let kinds: HashSet<u8> = casts.iter().flatten().map(|t| metadata_kind(t)).collect();
-        if kinds.len() != 1 {
+        if casts
+            .iter()
+            .flatten()
+            .any(|t| metadata_kind(t) != metadata_kind(first))
+        {
             continue; // e.g. jsonb and numeric: left to the planner, which names the clash
         }
         let target = match first {

@@ -307,7 +307,7 @@ impl Engine {
                                             "You might need to specify \"USING {col}::{t}\"."
                                         )));
                                     }
-                                    quote_ident(&entry.desc.columns[at].name)
+                                    quoted(&entry.desc.columns[at].name)
                                 }
                             };
                             desc.columns[at].ty = ty;
@@ -407,14 +407,10 @@ impl Engine {
                     };
                     format!("CAST({from} AS {to})")
                 }
-                None => quote_ident(&c.name),
+                None => quoted(&c.name),
             })
             .collect();
-        let sql = format!(
-            "SELECT {} FROM {}",
-            items.join(", "),
-            quote_ident(&old.name)
-        );
+        let sql = format!("SELECT {} FROM {}", items.join(", "), quoted(&old.name));
         let q = crate::sql::parser::parse_query(&sql)?;
         let plan = self.plan_ast(session, &ast::Statement::Query(q)).await?;
         let batches = crate::engine::collect_plan(session, plan).await?;
@@ -522,8 +518,9 @@ impl Engine {
     }
 }
 
-/// `name` as an SQL identifier (quoted when it needs to be).
-fn quote_ident(name: &str) -> String {
+/// `name` as an SQL identifier, always quoted (the SQL made here is parsed again, and
+/// `catalog::functions::quote_ident` leaves keywords such as `order` bare).
+fn quoted(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 

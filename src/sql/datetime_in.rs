@@ -7,13 +7,10 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{
-    Array, ArrayRef, ArrowPrimitiveType, AsArray, PrimitiveArray, StringBuilder,
-};
-use datafusion::arrow::datatypes::{
-    DataType, Date32Type, Date64Type, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType,
-    TimestampNanosecondType, TimestampSecondType,
-};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, StringBuilder};
+use datafusion::arrow::buffer::BooleanBuffer;
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, Int64Type};
 
 /// The text arrow should read for Postgres input `s`, or None to read `s` as it is.
 /// `keep_zone`: the target is `timestamptz` (a zone shifts the time); else a zone is
@@ -23,7 +20,8 @@ pub fn normalize(s: &str, keep_zone: bool) -> Option<String> {
     if t.eq_ignore_ascii_case("epoch") {
         return Some("1970-01-01T00:00:00".into());
     }
-    // read as a placeholder, replaced by the infinity after the cast ([`with_infinities`])
+    // read as a placeholder, replaced by the infinity after the cast: every caller that
+    // casts what this returns applies [`with_infinities`] to the result
     if infinity(t).is_some() {
         return Some("1970-01-01".into());
     }
@@ -154,111 +152,98 @@ pub fn with_infinities(text: &dyn Array, parsed: ArrayRef) -> ArrayRef {
     set_ends(parsed, &ends)
 }
 
-/// Per row of a date or timestamp array: `Some(true)` at `infinity`, `Some(false)` at
-/// `-infinity`, None elsewhere; None for other types.
-fn ends_of(a: &ArrayRef) -> Option<Vec<Option<bool>>> {
-    let wide = match a.data_type() {
-        DataType::Date32 => {
-            let d = a.as_primitive::<Date32Type>();
-            return Some(
-                d.iter()
-                    .map(|v| match v {
-                        Some(i32::MAX) => Some(true),
-                        Some(i32::MIN) => Some(false),
-                        _ => None,
-                    })
-                    .collect(),
-            );
-        }
-        DataType::Date64 | DataType::Timestamp(..) => {
-            datafusion::arrow::compute::cast(a, &DataType::Int64).ok()?
-        }
-        _ => return None,
+/// The smallest and largest value of a date or timestamp type (Postgres' `-infinity` and
+/// `infinity`), as i64; None for other types.
+fn ends(t: &DataType) -> Option<(i64, i64)> {
+    match t {
+        DataType::Date32 => Some((i32::MIN as i64, i32::MAX as i64)),
+        DataType::Date64 | DataType::Timestamp(..) => Some((i64::MIN, i64::MAX)),
+        _ => None,
+    }
+}
+
+/// A date or timestamp array's values as i64 (dates widened), nulls kept.
+fn widened(a: &ArrayRef) -> datafusion::common::Result<Int64Array> {
+    let w = match a.data_type() {
+        DataType::Date32 => cast(&cast(a, &DataType::Int32)?, &DataType::Int64)?,
+        _ => cast(a, &DataType::Int64)?,
     };
-    let w = wide.as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+    Ok(w.as_primitive::<Int64Type>().clone())
+}
+
+/// Per row of a date or timestamp array: `Some(true)` at `infinity`, `Some(false)` at
+/// `-infinity`, None elsewhere (and at NULL); None for other types.
+fn ends_of(a: &ArrayRef) -> Option<Vec<Option<bool>>> {
+    let (lo, hi) = ends(a.data_type())?;
+    let w = widened(a).ok()?;
     Some(
         w.iter()
             .map(|v| match v {
-                Some(i64::MAX) => Some(true),
-                Some(i64::MIN) => Some(false),
+                Some(v) if v == hi => Some(true),
+                Some(v) if v == lo => Some(false),
                 _ => None,
             })
             .collect(),
     )
 }
 
-/// `a` (a date or timestamp array) with the rows marked in `ends` set to the type's ends.
-fn set_ends(a: ArrayRef, ends: &[Option<bool>]) -> ArrayRef {
-    fn patch<T: ArrowPrimitiveType>(
-        ends: &[Option<bool>],
-        parsed: &ArrayRef,
-        max: T::Native,
-        min: T::Native,
-    ) -> ArrayRef {
-        let a = parsed.as_primitive::<T>();
-        let values: Vec<T::Native> = (0..a.len())
-            .map(|i| match ends.get(i).copied().flatten() {
-                Some(true) => max,
-                Some(false) => min,
-                None => a.value(i),
-            })
-            .collect();
-        Arc::new(
-            PrimitiveArray::<T>::new(values.into(), a.nulls().cloned())
-                .with_data_type(parsed.data_type().clone()),
-        )
+/// `a` (a date or timestamp array) with each row marked in `at` set to `value(marked)`.
+fn replace_rows(
+    a: &ArrayRef,
+    at: &[Option<bool>],
+    value: impl Fn(bool) -> i64,
+) -> datafusion::common::Result<ArrayRef> {
+    let w = widened(a)?;
+    let values: Vec<i64> = (0..w.len())
+        .map(|i| match at.get(i).copied().flatten() {
+            Some(end) => value(end),
+            None => w.value(i),
+        })
+        .collect();
+    let w: ArrayRef = Arc::new(Int64Array::new(values.into(), w.nulls().cloned()));
+    Ok(match a.data_type() {
+        DataType::Date32 => cast(&cast(&w, &DataType::Int32)?, &DataType::Date32)?,
+        t => cast(&w, t)?,
+    })
+}
+
+/// `a` with the rows marked in `at` set to the type's ends (`Some(true)`: `infinity`).
+fn set_ends(a: ArrayRef, at: &[Option<bool>]) -> ArrayRef {
+    let Some((lo, hi)) = ends(a.data_type()) else {
+        return a;
+    };
+    // (an integer array of the same length always converts back)
+    replace_rows(&a, at, |end| if end { hi } else { lo }).unwrap_or(a)
+}
+
+/// `isfinite(date | timestamp | timestamptz | interval)`: false at `infinity` and
+/// `-infinity`, NULL at NULL; intervals are finite. None for other types.
+pub fn isfinite(a: &ArrayRef) -> Option<BooleanArray> {
+    if matches!(a.data_type(), DataType::Interval(_) | DataType::Duration(_)) {
+        return Some(BooleanArray::new(
+            BooleanBuffer::new_set(a.len()),
+            a.nulls().cloned(),
+        ));
     }
-    match a.data_type() {
-        DataType::Date32 => patch::<Date32Type>(ends, &a, i32::MAX, i32::MIN),
-        DataType::Date64 => patch::<Date64Type>(ends, &a, i64::MAX, i64::MIN),
-        DataType::Timestamp(TimeUnit::Second, _) => {
-            patch::<TimestampSecondType>(ends, &a, i64::MAX, i64::MIN)
-        }
-        DataType::Timestamp(TimeUnit::Millisecond, _) => {
-            patch::<TimestampMillisecondType>(ends, &a, i64::MAX, i64::MIN)
-        }
-        DataType::Timestamp(TimeUnit::Microsecond, _) => {
-            patch::<TimestampMicrosecondType>(ends, &a, i64::MAX, i64::MIN)
-        }
-        DataType::Timestamp(TimeUnit::Nanosecond, _) => {
-            patch::<TimestampNanosecondType>(ends, &a, i64::MAX, i64::MIN)
-        }
-        _ => a,
-    }
+    let at = ends_of(a)?;
+    let finite: BooleanBuffer = at.iter().map(Option::is_none).collect();
+    Some(BooleanArray::new(finite, a.nulls().cloned()))
 }
 
 /// `f` (a function from dates/timestamps to dates/timestamps, such as a cast to another
-/// of those types or `date_trunc`) applied so that `infinity` and `-infinity` stay the
-/// ends: those rows are given `f` as the epoch (so `f` cannot overflow on them) and set
-/// to the result type's ends after it, as Postgres answers (`'infinity'::timestamp::date`
-/// is `infinity`). Other inputs: `f` as it is.
+/// of those types) applied so that `infinity` and `-infinity` stay the ends: those rows
+/// are given to `f` as the epoch (so `f` cannot overflow on them) and set to the result
+/// type's ends after it, as Postgres answers (`'infinity'::timestamp::date` is
+/// `infinity`). Other inputs: `f` as it is.
 pub fn keeping_infinities(
     a: &ArrayRef,
     f: impl FnOnce(&ArrayRef) -> datafusion::common::Result<ArrayRef>,
 ) -> datafusion::common::Result<ArrayRef> {
-    let Some(ends) = ends_of(a).filter(|e| e.iter().any(Option::is_some)) else {
+    let Some(at) = ends_of(a).filter(|e| e.iter().any(Option::is_some)) else {
         return f(a);
     };
-    // the ends replaced by the epoch
-    let finite = match a.data_type() {
-        DataType::Date32 => {
-            let d = a.as_primitive::<Date32Type>();
-            Arc::new(
-                d.unary::<_, Date32Type>(|v| if v == i32::MAX || v == i32::MIN { 0 } else { v }),
-            ) as ArrayRef
-        }
-        _ => {
-            let w = datafusion::arrow::compute::cast(a, &DataType::Int64)?;
-            let w = w
-                .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
-                .unary::<_, datafusion::arrow::datatypes::Int64Type>(|v| {
-                if v == i64::MAX || v == i64::MIN { 0 } else { v }
-            });
-            datafusion::arrow::compute::cast(&(Arc::new(w) as ArrayRef), a.data_type())?
-        }
-    };
-    let out = f(&finite)?;
-    Ok(set_ends(out, &ends))
+    let out = f(&replace_rows(a, &at, |_| 0)?)?;
+    Ok(set_ends(out, &at))
 }
 
 /// Whether text cast to `t` goes through [`normalize`], and whether it keeps the zone.
@@ -273,6 +258,56 @@ pub fn applies(t: &DataType) -> Option<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Infinities read from text, kept through a date <-> timestamp cast, and told apart by
+    /// `isfinite`, for each width (dates are i32, timestamps i64); NULL stays NULL.
+    #[test]
+    fn infinities_are_the_types_ends_and_survive_casts() {
+        use datafusion::arrow::array::{Date32Array, TimestampMicrosecondArray};
+        use datafusion::arrow::datatypes::TimeUnit;
+        let text: ArrayRef = Arc::new(datafusion::arrow::array::StringArray::from(vec![
+            Some(" Infinity"),
+            Some("2024-01-02"),
+            None,
+            Some("-infinity "),
+        ]));
+        let us = DataType::Timestamp(TimeUnit::Microsecond, None);
+        let parsed = cast(&normalize_array(&text, false), &us).unwrap();
+        let ts = with_infinities(text.as_ref(), parsed);
+        let got: Vec<Option<i64>> = ts
+            .as_any()
+            .downcast_ref::<TimestampMicrosecondArray>()
+            .unwrap()
+            .iter()
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                Some(i64::MAX),
+                Some(1_704_153_600_000_000),
+                None,
+                Some(i64::MIN)
+            ]
+        );
+        let dates = keeping_infinities(&ts, |a| Ok(cast(a, &DataType::Date32)?)).unwrap();
+        let got: Vec<Option<i32>> = dates
+            .as_any()
+            .downcast_ref::<Date32Array>()
+            .unwrap()
+            .iter()
+            .collect();
+        assert_eq!(
+            got,
+            vec![Some(i32::MAX), Some(19_724), None, Some(i32::MIN)]
+        );
+        let back = keeping_infinities(&dates, |a| Ok(cast(a, &us)?)).unwrap();
+        assert_eq!(&back, &ts);
+        for a in [&ts, &dates] {
+            let finite: Vec<Option<bool>> = isfinite(a).unwrap().iter().collect();
+            assert_eq!(finite, vec![Some(false), Some(true), None, Some(false)]);
+        }
+        assert!(isfinite(&text).is_none());
+    }
 
     #[test]
     fn postgres_forms_become_arrow_forms() {

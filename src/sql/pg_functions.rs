@@ -287,7 +287,13 @@ fn definitions() -> Vec<PgFunction> {
             "isfinite",
             TypeSignature::Any(1),
             |_| DataType::Boolean,
-            |args, _| isfinite(&args[0]),
+            |args, _| match crate::sql::datetime_in::isfinite(&args[0]) {
+                Some(finite) => Ok(Arc::new(finite) as ArrayRef),
+                None => Err(pg_error(
+                    sqlstate::UNDEFINED_FUNCTION,
+                    format!("function isfinite({}) does not exist", args[0].data_type()),
+                )),
+            },
         ),
         immutable(
             "array_length",
@@ -433,18 +439,19 @@ pub fn register(ctx: &SessionContext) {
         ctx.register_udf(ScalarUDF::new_from_impl(f));
     }
     for f in datafusion::functions_table::all_default_table_functions() {
-        ctx.register_udtf(f.name(), Arc::new(WidenIntegers(f.function().clone())));
+        ctx.register_udtf(f.name(), Arc::new(SeriesArgs(f.function().clone())));
     }
 }
 
-/// DataFusion's `generate_series` and `range` in FROM take bigint arguments only, while
-/// Postgres' `generate_series(1 + 1, 5)` has int4 arguments (`1 + 1` is int4 here, as in
-/// Postgres): smaller integer arguments are widened to bigint before the call, and
-/// timestamps (microseconds here) are given as the nanoseconds DataFusion reads.
+/// DataFusion's `generate_series` and `range` in FROM read their arguments in its own
+/// types: bigint only, while Postgres' `generate_series(1 + 1, 5)` has int4 arguments
+/// (`1 + 1` is int4 here, as in Postgres); timestamps in nanoseconds, while ours are
+/// microseconds; no dates, while Postgres reads a date series as timestamptz. The
+/// arguments are given to it so.
 #[derive(Debug)]
-struct WidenIntegers(Arc<dyn datafusion::catalog::TableFunctionImpl>);
+struct SeriesArgs(Arc<dyn datafusion::catalog::TableFunctionImpl>);
 
-impl datafusion::catalog::TableFunctionImpl for WidenIntegers {
+impl datafusion::catalog::TableFunctionImpl for SeriesArgs {
     fn call_with_args(
         &self,
         args: datafusion::catalog::TableFunctionArgs,
@@ -453,40 +460,27 @@ impl datafusion::catalog::TableFunctionImpl for WidenIntegers {
         let exprs = args
             .exprs()
             .iter()
-            .map(|e| match e {
-                Expr::Literal(v, meta)
-                    if matches!(
-                        v.data_type(),
-                        DataType::Int8
-                            | DataType::Int16
-                            | DataType::Int32
-                            | DataType::UInt8
-                            | DataType::UInt16
-                            | DataType::UInt32
-                    ) =>
-                {
-                    Ok(Expr::Literal(v.cast_to(&DataType::Int64)?, meta.clone()))
-                }
-                // timestamps are microseconds here (as in Postgres); DataFusion's series
-                // reads nanoseconds
-                Expr::Literal(v, meta) => match v.data_type() {
-                    // Postgres has no date series: dates are read as timestamptz
-                    DataType::Date32 => Ok(Expr::Literal(
-                        v.cast_to(&DataType::Timestamp(
-                            TimeUnit::Nanosecond,
-                            Some(crate::sql::types::SESSION_ZONE.into()),
-                        ))?,
-                        meta.clone(),
-                    )),
+            .map(|e| {
+                let Expr::Literal(v, meta) = e else {
+                    return Ok(e.clone());
+                };
+                let to = match v.data_type() {
+                    DataType::Int8
+                    | DataType::Int16
+                    | DataType::Int32
+                    | DataType::UInt8
+                    | DataType::UInt16
+                    | DataType::UInt32 => DataType::Int64,
+                    DataType::Date32 => DataType::Timestamp(
+                        TimeUnit::Nanosecond,
+                        Some(crate::sql::types::SESSION_ZONE.into()),
+                    ),
                     DataType::Timestamp(unit, tz) if unit != TimeUnit::Nanosecond => {
-                        Ok(Expr::Literal(
-                            v.cast_to(&DataType::Timestamp(TimeUnit::Nanosecond, tz))?,
-                            meta.clone(),
-                        ))
+                        DataType::Timestamp(TimeUnit::Nanosecond, tz)
                     }
-                    _ => Ok(e.clone()),
-                },
-                other => Ok(other.clone()),
+                    _ => return Ok(e.clone()),
+                };
+                Ok(Expr::Literal(v.cast_to(&to)?, meta.clone()))
             })
             .collect::<DfResult<Vec<_>>>()?;
         self.0
@@ -1119,41 +1113,6 @@ fn timestamp_in(text: &ArrayRef, target: &DataType, keep_zone: bool) -> DfResult
         text.as_ref(),
         parsed,
     ))
-}
-
-/// `isfinite(date | timestamp | timestamptz | interval)`: false for `infinity` and
-/// `-infinity` (the type's ends, `sql::datetime_in::with_infinities`); intervals are finite.
-fn isfinite(a: &ArrayRef) -> DfResult<ArrayRef> {
-    use datafusion::arrow::array::BooleanArray;
-    let finite: BooleanArray = match a.data_type() {
-        DataType::Date32 => {
-            let d = cast(a, &DataType::Int32)?;
-            d.as_primitive::<datafusion::arrow::datatypes::Int32Type>()
-                .iter()
-                .map(|v| v.map(|v| v != i32::MAX && v != i32::MIN))
-                .collect()
-        }
-        DataType::Date64 | DataType::Timestamp(..) => {
-            let t = cast(a, &DataType::Int64)?;
-            t.as_primitive::<datafusion::arrow::datatypes::Int64Type>()
-                .iter()
-                .map(|v| v.map(|v| v != i64::MAX && v != i64::MIN))
-                .collect()
-        }
-        DataType::Interval(_) | DataType::Duration(_) => (0..a.len())
-            .map(|i| a.is_valid(i).then_some(true))
-            .collect(),
-        other => {
-            return Err(DataFusionError::External(Box::new(
-                WeirError::new(
-                    sqlstate::UNDEFINED_FUNCTION,
-                    format!("function isfinite({other}) does not exist"),
-                )
-                .with_hint("isfinite takes a date, timestamp, timestamptz or interval."),
-            )));
-        }
-    };
-    Ok(Arc::new(finite))
 }
 
 #[cfg(test)]

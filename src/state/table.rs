@@ -2673,9 +2673,6 @@ mod tests {
         assert_eq!(contents(&t).len(), 3);
     }
 
-    /// A COPY into an append-only table is staged unseen and published at once; one never
-    /// published is dropped at the next open. Views replaying the log read the staged rows
-    /// through the log's references.
     /// An index of an append-only table: built over the rows already there (duplicates
     /// included), kept by inserts and by a staged COPY only once it is published, the same
     /// after reopening; lookups equal filtering a full scan. UNIQUE is refused.
@@ -2733,6 +2730,9 @@ mod tests {
         }
     }
 
+    /// A COPY into an append-only table is staged unseen and published at once; one never
+    /// published is dropped at the next open. Views replaying the log read the staged rows
+    /// through the log's references.
     #[test]
     fn staged_copies_are_seen_only_once_published() {
         let dir = tempfile::tempdir().unwrap();
