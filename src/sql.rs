@@ -5,6 +5,7 @@ pub mod bulk_insert;
 pub mod client_stmts;
 pub mod datetime_in;
 pub mod depth;
+pub mod extract;
 pub mod json;
 pub mod json_build;
 pub mod jsonb;

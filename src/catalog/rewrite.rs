@@ -1150,6 +1150,16 @@ fn rewrite_expr(expr: &mut Expr) {
                 ],
             );
         }
+        // Postgres 14+: `EXTRACT(field FROM x)` is the function `extract('field', x)`, a
+        // numeric (DataFusion plans it as its integer `date_part`)
+        Expr::Extract { field, expr: x, .. } => {
+            // (`EXTRACT('hour' FROM x)` names it quoted)
+            let field = field.to_string();
+            let field = field.trim_matches('\'').to_string();
+            let field = Expr::value(ast::Value::SingleQuotedString(field));
+            let x = std::mem::replace(x.as_mut(), Expr::value(ast::Value::Null));
+            *expr = call("extract", vec![field, x]);
+        }
         Expr::Value(v) => {
             if let ast::Value::Number(n, long) = &mut v.value
                 && let Some(plain) = expand_exponent(n)

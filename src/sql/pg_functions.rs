@@ -438,6 +438,12 @@ pub fn register(ctx: &SessionContext) {
     for f in definitions() {
         ctx.register_udf(ScalarUDF::new_from_impl(f));
     }
+    ctx.register_udf(ScalarUDF::new_from_impl(
+        crate::sql::extract::Extract::extract(),
+    ));
+    ctx.register_udf(ScalarUDF::new_from_impl(
+        crate::sql::extract::Extract::date_part(),
+    ));
     for f in datafusion::functions_table::all_default_table_functions() {
         ctx.register_udtf(f.name(), Arc::new(SeriesArgs(f.function().clone())));
     }
