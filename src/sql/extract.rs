@@ -201,7 +201,7 @@ pub struct Extract {
 }
 
 impl Extract {
-    pub fn extract() -> Extract {
+    pub fn numeric() -> Extract {
         Extract {
             numeric: true,
             signature: Signature::any(2, Volatility::Immutable),
@@ -559,9 +559,11 @@ mod tests {
 
     #[test]
     fn years_before_christ_count_as_postgres_counts_them() {
-        // astronomical 0 is 1 BC: year -1, decade -1, century -1, millennium -1
+        // astronomical 0 is 1 BC: year -1, decade 0 (Postgres' decade 0 is 1 BC to 9 AD),
+        // century -1, millennium -1; 11 BC is decade -1
         assert_eq!(year_part(Unit::Year, 0), -1);
-        assert_eq!(year_part(Unit::Decade, 0), -1);
+        assert_eq!(year_part(Unit::Decade, 0), 0);
+        assert_eq!(year_part(Unit::Decade, -10), -1);
         assert_eq!(year_part(Unit::Century, 0), -1);
         assert_eq!(year_part(Unit::Millennium, 0), -1);
         assert_eq!(year_part(Unit::Decade, 2024), 202);

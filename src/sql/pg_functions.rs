@@ -439,7 +439,7 @@ pub fn register(ctx: &SessionContext) {
         ctx.register_udf(ScalarUDF::new_from_impl(f));
     }
     ctx.register_udf(ScalarUDF::new_from_impl(
-        crate::sql::extract::Extract::extract(),
+        crate::sql::extract::Extract::numeric(),
     ));
     ctx.register_udf(ScalarUDF::new_from_impl(
         crate::sql::extract::Extract::date_part(),
