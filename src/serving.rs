@@ -6,6 +6,7 @@
 //!
 //! This module must not mutate anything: writes go through `plan::dml` and the table store.
 
+pub mod index_join;
 pub mod memory;
 pub mod scan_exec;
 pub mod subscribe;
@@ -109,6 +110,7 @@ pub fn session_context(
         .with_type_planner(Arc::new(functions::WeirTypePlanner))
         .with_analyzer_rule(Arc::new(crate::catalog::pg_semantics::PgSemantics))
         .with_query_planner(Arc::new(crate::plan::match_recognize::WeirQueryPlanner))
+        .with_physical_optimizer_rule(Arc::new(index_join::IndexJoin))
         .build();
     let mut ctx = SessionContext::new_with_state(state);
     if let Err(e) = datafusion::execution::FunctionRegistry::register_expr_planner(
@@ -444,16 +446,14 @@ impl TableProvider for TableScanProvider {
             let mem = MemTable::try_new(schema, vec![vec![found]])?;
             return mem.scan(state, projection, filters, limit).await;
         }
-        let scan = self
-            .table
-            .scan()
-            .map_err(|e| DataFusionError::External(Box::new(e)))?;
-        Ok(Arc::new(scan_exec::ScanExec::try_new(
-            Arc::new(scan),
-            schema,
-            projection,
-            limit,
-        )?))
+        let scan = Arc::new(
+            self.table
+                .scan()
+                .map_err(|e| DataFusionError::External(Box::new(e)))?,
+        );
+        Ok(Arc::new(
+            scan_exec::ScanExec::try_new(scan.clone(), schema, projection, limit)?.with_table(scan),
+        ))
     }
 }
 

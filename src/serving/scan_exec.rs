@@ -25,6 +25,7 @@ use datafusion::physical_plan::{
 };
 
 use crate::state::rows::BatchSource;
+use crate::state::table::TableScan;
 
 pub struct ScanExec {
     scan: Arc<dyn BatchSource>,
@@ -34,6 +35,9 @@ pub struct ScanExec {
     projected: SchemaRef,
     limit: Option<usize>,
     properties: Arc<PlanProperties>,
+    /// The same read as `scan` when it is a table's: what an index join looks keys up in
+    /// (`serving/index_join.rs`), so its lookups see what the scan would have read.
+    table: Option<Arc<TableScan>>,
 }
 
 impl fmt::Debug for ScanExec {
@@ -63,7 +67,30 @@ impl ScanExec {
             projected,
             limit,
             properties: Arc::new(properties),
+            table: None,
         })
+    }
+
+    /// A scan of a table's read (`scan` is that read).
+    pub fn with_table(mut self, table: Arc<TableScan>) -> ScanExec {
+        self.table = Some(table);
+        self
+    }
+
+    /// The table read and the columns it yields (positions in the table), for a table
+    /// scan without a LIMIT.
+    pub fn table_read(&self) -> Option<(&Arc<TableScan>, Vec<usize>)> {
+        let t = self.table.as_ref().filter(|_| self.limit.is_none())?;
+        let columns = match &self.projection {
+            Some(p) => p.clone(),
+            None => (0..self.schema.fields().len()).collect(),
+        };
+        Some((t, columns))
+    }
+
+    /// The scan's output schema (its projection of the table, columns nullable).
+    pub fn projected_schema(&self) -> &SchemaRef {
+        &self.projected
     }
 
     fn rows(&self) -> usize {

@@ -630,6 +630,17 @@ impl TableStore {
     /// array per leading column, of the columns' types), read from one consistent view
     /// of the store by prefix scans. None when the table has no such index.
     pub fn index_lookup(&self, oid: u32, probe: &[ArrayRef]) -> Result<Option<RecordBatch>> {
+        self.index_lookup_in(self.store.read_view()?.as_ref(), oid, probe)
+    }
+
+    /// [`TableStore::index_lookup`] in a given read view (a scan's, so a query's lookups
+    /// see what its scans see).
+    fn index_lookup_in(
+        &self,
+        view: &dyn ReadView,
+        oid: u32,
+        probe: &[ArrayRef],
+    ) -> Result<Option<RecordBatch>> {
         let Some(ix) = self
             .inner
             .lock()
@@ -645,7 +656,6 @@ impl TableStore {
         prefixes.dedup();
         // keyed and append-only tables' entries hold the row
         let keyed = self.key_conv.is_some() || self.kind == TableKind::AppendOnly;
-        let view = self.store.read_view()?;
         let mut rows = RowBatcher::new();
         let mut out = Vec::new();
         for p in prefixes {
@@ -1089,13 +1099,18 @@ impl TableStore {
     /// column, in key order, of the columns' types): one lookup per key, not a scan. None
     /// when the table has no primary key.
     pub fn lookup(&self, keys: &[ArrayRef]) -> Result<Option<RecordBatch>> {
+        self.lookup_in(self.store.read_view()?.as_ref(), keys)
+    }
+
+    /// [`TableStore::lookup`] in a given read view.
+    fn lookup_in(&self, view: &dyn ReadView, keys: &[ArrayRef]) -> Result<Option<RecordBatch>> {
         let Some(kc) = &self.key_conv else {
             return Ok(None);
         };
         let encoded = kc.convert_columns(keys)?;
         let mut found: Vec<Vec<u8>> = Vec::new();
         for k in encoded.iter() {
-            if let Some(v) = self.stored(k.data())? {
+            if let Some(v) = view.get(&self.row_key(k.data()))? {
                 found.push(v);
             }
         }
@@ -1865,6 +1880,17 @@ impl TableScan {
 
     pub fn table(&self) -> &Arc<TableStore> {
         &self.table
+    }
+
+    /// The rows with these primary keys as the scan sees them ([`TableStore::lookup`]).
+    pub fn lookup(&self, keys: &[ArrayRef]) -> Result<Option<RecordBatch>> {
+        self.table.lookup_in(self.view.as_ref(), keys)
+    }
+
+    /// The rows index `oid` finds for `probe`, as the scan sees them
+    /// ([`TableStore::index_lookup`]).
+    pub fn index_lookup(&self, oid: u32, probe: &[ArrayRef]) -> Result<Option<RecordBatch>> {
+        self.table.index_lookup_in(self.view.as_ref(), oid, probe)
     }
 }
 

@@ -1,0 +1,480 @@
+//! Joins that use a table's primary key or a secondary index (`CREATE INDEX`): an index
+//! nested-loop join, as Postgres plans one when the other side is small.
+//!
+//! The [`IndexJoin`] rule (run after DataFusion's physical optimizer) finds a hash join
+//! whose probe side is a full scan of a table (through repartitions, filters and
+//! projections) joined on plain columns that cover the table's
+//! primary key or the leading columns of one of its indexes, and whose result never shows
+//! the probe side's unmatched rows (inner, left, left semi/anti/mark and right semi joins;
+//! not a null-aware anti join, whose answer depends on the probe side's NULLs). It puts an
+//! [`IndexJoinExec`] over the join. At execution that node reads the build side, takes its
+//! distinct non-NULL keys and reads the matching rows by key from the scan's own read
+//! view (what the scan would have read), then runs the same join (same keys, filter,
+//! type and projection) over those rows in place of the scan. Rows a key cannot find
+//! cannot join, so the answer is the join's.
+//!
+//! More than [`MAX_KEYS`] distinct keys, or a key for more than a quarter of the table's
+//! rows, and it scans the table as the join would have (the build side is read once
+//! either way).
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, UInt32Array};
+use datafusion::arrow::compute::{concat, take};
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{JoinType, NullEquality};
+use datafusion::config::ConfigOptions;
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::TaskContext;
+use datafusion::execution::memory_pool::MemoryConsumer;
+use datafusion::physical_expr::{PhysicalExpr, PhysicalExprRef};
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::coop::CooperativeExec;
+use datafusion::physical_plan::execution_plan::{
+    Boundedness, EmissionType, replace_children_if_necessary,
+};
+use datafusion::physical_plan::expressions::Column;
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning,
+    PlanProperties, SendableRecordBatchStream, execute_stream,
+};
+use futures::{StreamExt, TryStreamExt};
+
+use crate::serving::scan_exec::ScanExec;
+use crate::state::table::TableScan;
+
+/// The most distinct keys looked up one by one; more and the table is scanned.
+pub const MAX_KEYS: usize = 10_000;
+
+/// What the keys are read by.
+#[derive(Clone, Debug)]
+enum Lookup {
+    PrimaryKey,
+    Index { oid: u32, name: String },
+}
+
+/// The physical optimizer rule: an [`IndexJoinExec`] over each hash join it applies to.
+#[derive(Debug)]
+pub struct IndexJoin;
+
+impl PhysicalOptimizerRule for IndexJoin {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        _config: &ConfigOptions,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        plan.transform_up(|p| {
+            Ok(match IndexJoinExec::over(&p) {
+                Some(node) => Transformed::yes(Arc::new(node) as Arc<dyn ExecutionPlan>),
+                None => Transformed::no(p),
+            })
+        })
+        .map(|t| t.data)
+    }
+    fn name(&self) -> &str {
+        "weir_index_join"
+    }
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+/// The probe side's table scan, reached through repartitions, filters and projections,
+/// and for each column of `plan`'s output the scan column it is (None: computed).
+fn probe_scan(plan: &Arc<dyn ExecutionPlan>) -> Option<(&ScanExec, Vec<Option<usize>>)> {
+    if let Some(scan) = plan.downcast_ref::<ScanExec>() {
+        let n = scan.projected_schema().fields().len();
+        return Some((scan, (0..n).map(Some).collect()));
+    }
+    let children = plan.children();
+    let [child] = children.as_slice() else {
+        return None;
+    };
+    let (scan, below) = probe_scan(child)?;
+    let through = |i: usize| below.get(i).copied().flatten();
+    let columns = if plan.is::<RepartitionExec>() || plan.is::<CooperativeExec>() {
+        below
+    } else if let Some(f) = plan.downcast_ref::<FilterExec>() {
+        match f.projection() {
+            Some(p) => p.iter().map(|&i| through(i)).collect(),
+            None => below,
+        }
+    } else if let Some(p) = plan.downcast_ref::<ProjectionExec>() {
+        p.expr()
+            .iter()
+            .map(|e| {
+                e.expr
+                    .downcast_ref::<Column>()
+                    .and_then(|c| through(c.index()))
+            })
+            .collect()
+    } else {
+        return None;
+    };
+    Some((scan, columns))
+}
+
+/// `plan` with its table scan (see [`probe_scan`]) replaced by `rows`.
+fn with_scan_replaced(
+    plan: &Arc<dyn ExecutionPlan>,
+    rows: &Arc<dyn ExecutionPlan>,
+) -> DfResult<Arc<dyn ExecutionPlan>> {
+    if plan.is::<ScanExec>() {
+        return Ok(rows.clone());
+    }
+    let child = plan
+        .children()
+        .first()
+        .map(|c| (*c).clone())
+        .ok_or_else(|| DataFusionError::Internal("index join: no scan below".into()))?;
+    replace_children_if_necessary(plan.clone(), vec![with_scan_replaced(&child, rows)?])
+}
+
+/// Key types whose stored key encoding equals SQL equality (not floats: -0.0 and NaN).
+fn lookup_type(t: &DataType) -> bool {
+    matches!(
+        t,
+        DataType::Boolean
+            | DataType::Int8
+            | DataType::Int16
+            | DataType::Int32
+            | DataType::Int64
+            | DataType::UInt8
+            | DataType::UInt16
+            | DataType::UInt32
+            | DataType::UInt64
+            | DataType::Utf8
+            | DataType::LargeUtf8
+            | DataType::Date32
+            | DataType::Timestamp(..)
+            | DataType::Decimal128(..)
+    )
+}
+
+/// A hash join whose probe side is read by key from a table's primary key or index.
+#[derive(Debug)]
+pub struct IndexJoinExec {
+    /// The [`HashJoinExec`] as DataFusion planned it.
+    join: Arc<dyn ExecutionPlan>,
+    lookup: Lookup,
+    /// For each column the lookup reads by (key or index order), its place in `on`.
+    keys: Vec<usize>,
+    table: String,
+    properties: Arc<PlanProperties>,
+}
+
+impl IndexJoinExec {
+    /// The node over `plan`, when `plan` is a hash join it applies to.
+    fn over(plan: &Arc<dyn ExecutionPlan>) -> Option<IndexJoinExec> {
+        let hj = plan.downcast_ref::<HashJoinExec>()?;
+        let probe_side_hidden = matches!(
+            hj.join_type(),
+            JoinType::Inner
+                | JoinType::Left
+                | JoinType::LeftSemi
+                | JoinType::LeftAnti
+                | JoinType::LeftMark
+                | JoinType::RightSemi
+        );
+        if !probe_side_hidden
+            || hj.null_aware
+            || hj.null_equality() != NullEquality::NullEqualsNothing
+            || matches!(
+                hj.properties().output_partitioning(),
+                Partitioning::Hash(..)
+            )
+        {
+            return None;
+        }
+        let (scan, at_scan) = probe_scan(hj.right())?;
+        let (read, columns) = scan.table_read()?;
+        let left_schema = hj.left().schema();
+        // the table column each join key reads, when it is a plain column of a type the
+        // build side gives it in
+        let key_columns: Vec<Option<usize>> = hj
+            .on()
+            .iter()
+            .map(|(l, r)| {
+                let c = at_scan
+                    .get(r.downcast_ref::<Column>()?.index())
+                    .copied()??;
+                let t = scan.projected_schema().field(c).data_type();
+                let same = l.data_type(&left_schema).ok()? == *t;
+                (same && lookup_type(t)).then_some(columns[c])
+            })
+            .collect();
+        let place = |col: usize| key_columns.iter().position(|k| *k == Some(col));
+        let table = read.table();
+        if let Some(pk) = table.primary_key()
+            && let Some(keys) = pk.iter().map(|&c| place(c)).collect::<Option<Vec<_>>>()
+        {
+            return Some(Self::new(plan, Lookup::PrimaryKey, keys, &table.name));
+        }
+        let (keys, index) = table
+            .indexes()
+            .into_iter()
+            .map(|i| {
+                let keys: Vec<usize> = i.columns.iter().map_while(|&c| place(c)).collect();
+                (keys, i)
+            })
+            .filter(|(keys, _)| !keys.is_empty())
+            .max_by_key(|(keys, _)| keys.len())?;
+        let lookup = Lookup::Index {
+            oid: index.oid,
+            name: index.name,
+        };
+        Some(Self::new(plan, lookup, keys, &table.name))
+    }
+
+    fn new(
+        join: &Arc<dyn ExecutionPlan>,
+        lookup: Lookup,
+        keys: Vec<usize>,
+        table: &str,
+    ) -> IndexJoinExec {
+        let properties = PlanProperties::new(
+            join.equivalence_properties().clone(),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Final,
+            Boundedness::Bounded,
+        );
+        IndexJoinExec {
+            join: join.clone(),
+            lookup,
+            keys,
+            table: table.to_owned(),
+            properties: Arc::new(properties),
+        }
+    }
+
+    fn hash_join(&self) -> DfResult<&HashJoinExec> {
+        self.join
+            .downcast_ref::<HashJoinExec>()
+            .ok_or_else(|| DataFusionError::Internal("index join over a non-hash join".into()))
+    }
+}
+
+impl DisplayAs for IndexJoinExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        match &self.lookup {
+            Lookup::PrimaryKey => write!(
+                f,
+                "IndexJoinExec: table={}, lookup=primary key, max_keys={MAX_KEYS}",
+                self.table
+            ),
+            Lookup::Index { name, .. } => write!(
+                f,
+                "IndexJoinExec: table={}, lookup=index {name}, max_keys={MAX_KEYS}",
+                self.table
+            ),
+        }
+    }
+}
+
+impl ExecutionPlan for IndexJoinExec {
+    fn name(&self) -> &'static str {
+        "IndexJoinExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.join]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<TreeNodeRecursion>,
+    ) -> DfResult<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    #[allow(deprecated)]
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let [join] = children.as_slice() else {
+            return Err(DataFusionError::Internal(
+                "an index join has one child".into(),
+            ));
+        };
+        match IndexJoinExec::over(join) {
+            Some(node) => Ok(Arc::new(node)),
+            None => Ok(join.clone()),
+        }
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> DfResult<SendableRecordBatchStream> {
+        if partition != 0 {
+            return Err(DataFusionError::Internal(format!(
+                "IndexJoinExec has one partition, not {partition}"
+            )));
+        }
+        let hj = self.hash_join()?;
+        let left = hj.left().clone();
+        let right = hj.right().clone();
+        let left_keys: Vec<PhysicalExprRef> =
+            self.keys.iter().map(|&k| hj.on()[k].0.clone()).collect();
+        let scan = probe_scan(&right)
+            .and_then(|(s, _)| Some((s.table_read()?, s.projected_schema().clone())))
+            .map(|((read, columns), schema)| (read.clone(), columns, schema))
+            .ok_or_else(|| DataFusionError::Internal("index join without its scan".into()))?;
+        let join = self.join.clone();
+        let lookup = self.lookup.clone();
+        let table = self.table.clone();
+        let schema = self.schema();
+        let run = async move {
+            // the build side, counted against the statement's memory while it is read
+            // here (the join counts it again as it builds its table from it)
+            let reservation = MemoryConsumer::new("IndexJoinExec").register(context.memory_pool());
+            let mut built = Vec::new();
+            let mut stream = execute_stream(left.clone(), context.clone())?;
+            while let Some(b) = stream.next().await {
+                let b = b?;
+                reservation.try_grow(b.get_array_memory_size())?;
+                built.push(b);
+            }
+            drop(stream);
+            let left_schema = left.schema();
+            let (read, columns, scan_schema) = scan;
+            let keys = distinct_keys(&built, &left_keys)?;
+            let rows = read.rows as usize;
+            let probe: Arc<dyn ExecutionPlan> = match keys {
+                Some(keys) if keys.first().map_or(0, |k| k.len()) <= rows / 4 => {
+                    let n = keys.first().map_or(0, |k| k.len());
+                    let found = tokio::task::spawn_blocking(move || {
+                        looked_up(&read, &lookup, &keys, &columns, &scan_schema)
+                    })
+                    .await
+                    .map_err(|e| DataFusionError::External(Box::new(e)))??;
+                    tracing::debug!(%table, keys = n, rows = found.num_rows(), "index join");
+                    let found: Arc<dyn ExecutionPlan> = MemorySourceConfig::try_new_exec(
+                        &[vec![found.clone()]],
+                        found.schema(),
+                        None,
+                    )?;
+                    with_scan_replaced(&right, &found)?
+                }
+                _ => {
+                    tracing::debug!(%table, "index join: too many keys, scanning");
+                    right
+                }
+            };
+            let built: Arc<dyn ExecutionPlan> =
+                MemorySourceConfig::try_new_exec(&[built], left_schema, None)?;
+            let hj = join.downcast_ref::<HashJoinExec>().ok_or_else(|| {
+                DataFusionError::Internal("index join over a non-hash join".into())
+            })?;
+            drop(reservation);
+            let rejoined = hj
+                .builder()
+                .with_new_children(vec![built, probe])?
+                .with_partition_mode(PartitionMode::CollectLeft)
+                .reset_state()
+                .build_exec()?;
+            execute_stream(rejoined, context)
+        };
+        let stream = futures::stream::once(run).try_flatten();
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            schema,
+            stream.boxed(),
+        )))
+    }
+}
+
+/// The distinct rows of the key expressions over `batches` without a NULL, one array per
+/// key; None when there are more than [`MAX_KEYS`].
+fn distinct_keys(
+    batches: &[RecordBatch],
+    exprs: &[PhysicalExprRef],
+) -> DfResult<Option<Vec<ArrayRef>>> {
+    let mut columns: Vec<Vec<ArrayRef>> = vec![Vec::new(); exprs.len()];
+    for b in batches {
+        for (e, col) in exprs.iter().zip(columns.iter_mut()) {
+            col.push(e.evaluate(b)?.into_array(b.num_rows())?);
+        }
+    }
+    let columns: Vec<ArrayRef> = columns
+        .iter()
+        .zip(exprs)
+        .map(|(parts, e)| {
+            if parts.is_empty() {
+                let t = match batches.first() {
+                    Some(b) => e.data_type(&b.schema())?,
+                    None => DataType::Null,
+                };
+                return Ok(datafusion::arrow::array::new_empty_array(&t));
+            }
+            let parts: Vec<&dyn datafusion::arrow::array::Array> =
+                parts.iter().map(|a| a.as_ref()).collect();
+            Ok(concat(&parts)?)
+        })
+        .collect::<DfResult<_>>()?;
+    let Some(first) = columns.first() else {
+        return Ok(Some(Vec::new()));
+    };
+    let conv = RowConverter::new(
+        columns
+            .iter()
+            .map(|c| SortField::new(c.data_type().clone()))
+            .collect(),
+    )?;
+    let rows = conv.convert_columns(&columns)?;
+    let mut seen: HashSet<&[u8]> = HashSet::new();
+    let mut keep: Vec<u32> = Vec::new();
+    for i in 0..first.len() {
+        if columns.iter().any(|c| c.is_null(i)) {
+            continue;
+        }
+        if seen.insert(rows.row(i).data()) {
+            if keep.len() == MAX_KEYS {
+                return Ok(None);
+            }
+            keep.push(i as u32);
+        }
+    }
+    let keep = UInt32Array::from(keep);
+    Ok(Some(
+        columns
+            .iter()
+            .map(|c| take(c.as_ref(), &keep, None))
+            .collect::<Result<_, _>>()?,
+    ))
+}
+
+/// The table's rows for `keys`, as the scan would have yielded them (its columns, its
+/// schema).
+fn looked_up(
+    read: &TableScan,
+    lookup: &Lookup,
+    keys: &[ArrayRef],
+    columns: &[usize],
+    schema: &SchemaRef,
+) -> DfResult<RecordBatch> {
+    let err = |e: crate::error::WeirError| DataFusionError::External(Box::new(e));
+    let found = match lookup {
+        Lookup::PrimaryKey => read.lookup(keys).map_err(err)?,
+        Lookup::Index { oid, .. } => read.index_lookup(*oid, keys).map_err(err)?,
+    }
+    .ok_or_else(|| DataFusionError::Internal("index join: the key or index is gone".into()))?;
+    let cols = columns.iter().map(|&c| found.column(c).clone()).collect();
+    Ok(RecordBatch::try_new(schema.clone(), cols)?)
+}
