@@ -584,6 +584,10 @@ async fn index_joins_answer_as_postgres() {
             true,
         ),
         (
+            "SELECT s.i, b.id FROM small s JOIN big b ON b.id = s.ref WHERE s.i < 0",
+            true,
+        ),
+        (
             "SELECT s.i, b.id FROM small s JOIN big b ON b.grp = s.g",
             true,
         ),

@@ -355,7 +355,7 @@ impl ExecutionPlan for IndexJoinExec {
             drop(stream);
             let left_schema = left.schema();
             let (read, columns, scan_schema) = scan;
-            let keys = distinct_keys(&built, &left_keys)?;
+            let keys = distinct_keys(&built, &left_schema, &left_keys)?;
             let rows = read.rows as usize;
             let probe: Arc<dyn ExecutionPlan> = match keys {
                 Some(keys) if keys.first().map_or(0, |k| k.len()) <= rows / 4 => {
@@ -400,10 +400,12 @@ impl ExecutionPlan for IndexJoinExec {
     }
 }
 
-/// The distinct rows of the key expressions over `batches` without a NULL, one array per
-/// key; None when there are more than [`MAX_KEYS`].
+/// The distinct rows of the key expressions over `batches` (of `schema`) without a NULL,
+/// one array per key (empty ones of the keys' types when there are no rows); None when
+/// there are more than [`MAX_KEYS`].
 fn distinct_keys(
     batches: &[RecordBatch],
+    schema: &SchemaRef,
     exprs: &[PhysicalExprRef],
 ) -> DfResult<Option<Vec<ArrayRef>>> {
     let mut columns: Vec<Vec<ArrayRef>> = vec![Vec::new(); exprs.len()];
@@ -417,10 +419,7 @@ fn distinct_keys(
         .zip(exprs)
         .map(|(parts, e)| {
             if parts.is_empty() {
-                let t = match batches.first() {
-                    Some(b) => e.data_type(&b.schema())?,
-                    None => DataType::Null,
-                };
+                let t = e.data_type(schema)?;
                 return Ok(datafusion::arrow::array::new_empty_array(&t));
             }
             let parts: Vec<&dyn datafusion::arrow::array::Array> =
