@@ -3,6 +3,7 @@
 
 pub mod bulk_insert;
 pub mod client_stmts;
+pub mod date_trunc;
 pub mod datetime_in;
 pub mod depth;
 pub mod extract;

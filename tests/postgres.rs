@@ -401,9 +401,7 @@ impl Gen {
             34 => format!("({x})::date, ({d})::timestamp"),
             35 => format!("to_char({x}, 'YYYY-MM-DD HH24:MI:SS')"),
             36 => format!("greatest({x}, {y}), least({d}, {e})"),
-            // infinity is left out here: date_trunc of it is an error in Weir (a known gap)
-            37 if x.contains("infinity") => format!("({x})::text"),
-            37 => format!("date_trunc('month', {x})"),
+            37 => format!("date_trunc('month', {x}), date_trunc('day', {d})"),
             0 => format!("{i} {arith} {j}"),
             1 => format!("{i} / NULLIF({j}, 0)"),
             2 => format!("{n} {arith} {m}"),

@@ -1127,6 +1127,30 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
                 )),
             }
         }
+        // `date_trunc(unit, date)`: the date as a `timestamptz` in microseconds, as
+        // Postgres reads it (DataFusion's coercion made it a nanosecond timestamp)
+        Expr::ScalarFunction(mut f)
+            if f.func.name() == "date_trunc"
+                && f.args.len() == 2
+                && matches!(&f.args[1], Expr::Cast(c)
+                    if matches!(c.expr.get_type(schema), Ok(DataType::Date32))) =>
+        {
+            if let Expr::Cast(c) = &mut f.args[1] {
+                let zone = Some(crate::sql::types::SESSION_ZONE.into());
+                let t =
+                    DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Microsecond, zone);
+                c.field = Arc::new(c.field.as_ref().clone().with_data_type(t));
+            }
+            let mut args = Vec::with_capacity(2);
+            for a in f.args {
+                args.push(rewrite_expr(a, schema)?.0);
+            }
+            let call = Expr::ScalarFunction(datafusion::logical_expr::expr::ScalarFunction {
+                func: f.func,
+                args,
+            });
+            Ok((call, true, None))
+        }
         Expr::ScalarFunction(f) if f.func.name() == "array_element" && f.args.len() == 2 => {
             // Postgres arrays have no negative subscripts: `a[-1]` is NULL, not the last
             let mut args = Vec::with_capacity(2);

@@ -187,6 +187,17 @@ fn ends_of(a: &ArrayRef) -> Option<Vec<Option<bool>>> {
     )
 }
 
+/// Whether a date or timestamp array may hold `infinity` or `-infinity`: one pass over
+/// its values, the check before [`keeping_infinities`] on a hot path (a NULL slot holding
+/// an end's bits is a false alarm, which `keeping_infinities` then ignores). False for
+/// other types.
+pub fn has_ends(a: &ArrayRef) -> bool {
+    let Some((lo, hi)) = ends(a.data_type()) else {
+        return false;
+    };
+    widened(a).is_ok_and(|w| w.values().iter().any(|&v| v == lo || v == hi))
+}
+
 /// `a` (a date or timestamp array) with each row marked in `at` set to `value(marked)`.
 fn replace_rows(
     a: &ArrayRef,
@@ -197,6 +208,8 @@ fn replace_rows(
     let values: Vec<i64> = (0..w.len())
         .map(|i| match at.get(i).copied().flatten() {
             Some(end) => value(end),
+            // (a NULL slot's bits can be an end's: zero, so no kernel overflows on it)
+            None if w.is_null(i) => 0,
             None => w.value(i),
         })
         .collect();
