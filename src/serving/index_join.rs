@@ -21,8 +21,7 @@ use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, UInt32Array};
-use datafusion::arrow::compute::{concat, take};
+use datafusion::arrow::array::{ArrayRef, new_empty_array};
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::row::{RowConverter, SortField};
@@ -355,10 +354,11 @@ impl ExecutionPlan for IndexJoinExec {
             drop(stream);
             let left_schema = left.schema();
             let (read, columns, scan_schema) = scan;
-            let keys = distinct_keys(&built, &left_schema, &left_keys)?;
-            let rows = read.rows as usize;
+            // (keys for more than a quarter of the table: scanning reads less)
+            let limit = MAX_KEYS.min(read.rows as usize / 4);
+            let keys = distinct_keys(&built, &left_schema, &left_keys, limit)?;
             let probe: Arc<dyn ExecutionPlan> = match keys {
-                Some(keys) if keys.first().map_or(0, |k| k.len()) <= rows / 4 => {
+                Some(keys) => {
                     let n = keys.first().map_or(0, |k| k.len());
                     let found = tokio::task::spawn_blocking(move || {
                         looked_up(&read, &lookup, &keys, &columns, &scan_schema)
@@ -401,61 +401,51 @@ impl ExecutionPlan for IndexJoinExec {
 }
 
 /// The distinct rows of the key expressions over `batches` (of `schema`) without a NULL,
-/// one array per key (empty ones of the keys' types when there are no rows); None when
-/// there are more than [`MAX_KEYS`].
+/// one array per key (empty ones of the keys' types when there are no rows); None as soon
+/// as there are more than `limit`. Batch by batch: a build side with too many keys is
+/// not encoded whole.
 fn distinct_keys(
     batches: &[RecordBatch],
     schema: &SchemaRef,
     exprs: &[PhysicalExprRef],
+    limit: usize,
 ) -> DfResult<Option<Vec<ArrayRef>>> {
-    let mut columns: Vec<Vec<ArrayRef>> = vec![Vec::new(); exprs.len()];
-    for b in batches {
-        for (e, col) in exprs.iter().zip(columns.iter_mut()) {
-            col.push(e.evaluate(b)?.into_array(b.num_rows())?);
-        }
-    }
-    let columns: Vec<ArrayRef> = columns
+    let types = exprs
         .iter()
-        .zip(exprs)
-        .map(|(parts, e)| {
-            if parts.is_empty() {
-                let t = e.data_type(schema)?;
-                return Ok(datafusion::arrow::array::new_empty_array(&t));
-            }
-            let parts: Vec<&dyn datafusion::arrow::array::Array> =
-                parts.iter().map(|a| a.as_ref()).collect();
-            Ok(concat(&parts)?)
-        })
-        .collect::<DfResult<_>>()?;
-    let Some(first) = columns.first() else {
+        .map(|e| e.data_type(schema))
+        .collect::<DfResult<Vec<_>>>()?;
+    if types.is_empty() {
         return Ok(Some(Vec::new()));
-    };
-    let conv = RowConverter::new(
-        columns
+    }
+    let conv = RowConverter::new(types.iter().cloned().map(SortField::new).collect())?;
+    // (an allocation per distinct key, at most `limit`)
+    let mut seen: HashSet<Vec<u8>> = HashSet::new();
+    for b in batches {
+        let columns = exprs
             .iter()
-            .map(|c| SortField::new(c.data_type().clone()))
-            .collect(),
-    )?;
-    let rows = conv.convert_columns(&columns)?;
-    let mut seen: HashSet<&[u8]> = HashSet::new();
-    let mut keep: Vec<u32> = Vec::new();
-    for i in 0..first.len() {
-        if columns.iter().any(|c| c.is_null(i)) {
-            continue;
-        }
-        if seen.insert(rows.row(i).data()) {
-            if keep.len() == MAX_KEYS {
-                return Ok(None);
+            .map(|e| e.evaluate(b)?.into_array(b.num_rows()))
+            .collect::<DfResult<Vec<_>>>()?;
+        let rows = conv.convert_columns(&columns)?;
+        for i in 0..b.num_rows() {
+            // NULL equals no key
+            if columns.iter().any(|c| c.is_null(i)) {
+                continue;
             }
-            keep.push(i as u32);
+            let row = rows.row(i).data();
+            if !seen.contains(row) {
+                if seen.len() == limit {
+                    return Ok(None);
+                }
+                seen.insert(row.to_vec());
+            }
         }
     }
-    let keep = UInt32Array::from(keep);
+    if seen.is_empty() {
+        return Ok(Some(types.iter().map(new_empty_array).collect()));
+    }
+    let parser = conv.parser();
     Ok(Some(
-        columns
-            .iter()
-            .map(|c| take(c.as_ref(), &keep, None))
-            .collect::<Result<_, _>>()?,
+        conv.convert_rows(seen.iter().map(|r| parser.parse(r)))?,
     ))
 }
 
