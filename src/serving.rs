@@ -327,6 +327,13 @@ impl TableProvider for ViewScanProvider {
             let mem = MemTable::try_new(self.schema.clone(), vec![vec![found]])?;
             return mem.scan(state, projection, filters, limit).await;
         }
+        // read alone and indexed: a join may look its keys up in the indexes
+        let keyed =
+            (pinned.is_none() && !self.indexes.is_empty()).then(|| scan_exec::KeyedRead::View {
+                dataflow: self.dataflow.clone(),
+                oid: self.oid,
+                indexes: self.indexes.clone(),
+            });
         let read = match pinned {
             Some(r) => r,
             None => self
@@ -337,12 +344,11 @@ impl TableProvider for ViewScanProvider {
                 .remove(&self.oid)
                 .unwrap_or_else(|| Arc::new(ZSetRead::empty(&self.name, self.schema.clone()))),
         };
-        Ok(Arc::new(scan_exec::ScanExec::try_new(
-            read,
-            self.schema.clone(),
-            projection,
-            limit,
-        )?))
+        let scan = scan_exec::ScanExec::try_new(read, self.schema.clone(), projection, limit)?;
+        Ok(Arc::new(match keyed {
+            Some(k) => scan.with_keyed(k),
+            None => scan,
+        }))
     }
 }
 
@@ -452,7 +458,8 @@ impl TableProvider for TableScanProvider {
                 .map_err(|e| DataFusionError::External(Box::new(e)))?,
         );
         Ok(Arc::new(
-            scan_exec::ScanExec::try_new(scan.clone(), schema, projection, limit)?.with_table(scan),
+            scan_exec::ScanExec::try_new(scan.clone(), schema, projection, limit)?
+                .with_keyed(scan_exec::KeyedRead::Table(scan)),
         ))
     }
 }

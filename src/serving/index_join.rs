@@ -1,21 +1,22 @@
-//! Joins that use a table's primary key or a secondary index (`CREATE INDEX`): an index
-//! nested-loop join, as Postgres plans one when the other side is small.
+//! Joins that use a table's primary key or a secondary index (`CREATE INDEX`), or a
+//! materialized view's index: an index nested-loop join, as Postgres plans one when the
+//! other side is small.
 //!
 //! The [`IndexJoin`] rule (run after DataFusion's physical optimizer) finds a hash join
-//! whose probe side is a full scan of a table (through repartitions, filters and
-//! projections) joined on plain columns that cover the table's
-//! primary key or the leading columns of one of its indexes, and whose result never shows
-//! the probe side's unmatched rows (inner, left, left semi/anti/mark and right semi joins;
-//! not a null-aware anti join, whose answer depends on the probe side's NULLs). It puts an
+//! whose probe side is a full scan (through repartitions, filters and projections) of a
+//! relation its rows can be read by key in ([`KeyedRead`]: a table, or a view its query
+//! reads alone), joined on plain columns that cover the table's primary key or the
+//! leading columns of one of its indexes, and whose result never shows the probe side's
+//! unmatched rows (inner, left, left semi/anti/mark and right semi joins; not a null-aware
+//! anti join, whose answer depends on the probe side's NULLs). It puts an
 //! [`IndexJoinExec`] over the join. At execution that node reads the build side, takes its
-//! distinct non-NULL keys and reads the matching rows by key from the scan's own read
-//! view (what the scan would have read), then runs the same join (same keys, filter,
-//! type and projection) over those rows in place of the scan. Rows a key cannot find
-//! cannot join, so the answer is the join's.
+//! distinct non-NULL keys and reads the matching rows by key (a table: from the scan's own
+//! read view, what the scan would have read; a view: at its current epoch), then runs the
+//! same join (same keys, filter, type and projection) over those rows in place of the
+//! scan. Rows a key cannot find cannot join, so the answer is the join's.
 //!
-//! More than [`MAX_KEYS`] distinct keys, or a key for more than a quarter of the table's
-//! rows, and it scans the table as the join would have (the build side is read once
-//! either way).
+//! More than [`MAX_KEYS`] distinct keys, or keys for more than a quarter of the scanned
+//! rows, and it scans as the join would have (the build side is read once either way).
 
 use std::collections::HashSet;
 use std::fmt;
@@ -50,8 +51,7 @@ use datafusion::physical_plan::{
 };
 use futures::{StreamExt, TryStreamExt};
 
-use crate::serving::scan_exec::ScanExec;
-use crate::state::table::TableScan;
+use crate::serving::scan_exec::{KeyedRead, ScanExec};
 
 /// The most distinct keys looked up one by one; more and the table is scanned.
 pub const MAX_KEYS: usize = 10_000;
@@ -197,7 +197,7 @@ impl IndexJoinExec {
             return None;
         }
         let (scan, at_scan) = probe_scan(hj.right())?;
-        let (read, columns) = scan.table_read()?;
+        let (read, columns) = scan.keyed_read()?;
         let left_schema = hj.left().schema();
         // the table column each join key reads, when it is a plain column of a type the
         // build side gives it in
@@ -214,13 +214,13 @@ impl IndexJoinExec {
             })
             .collect();
         let place = |col: usize| key_columns.iter().position(|k| *k == Some(col));
-        let table = read.table();
-        if let Some(pk) = table.primary_key()
+        let table = scan.relation().0;
+        if let Some(pk) = read.primary_key()
             && let Some(keys) = pk.iter().map(|&c| place(c)).collect::<Option<Vec<_>>>()
         {
-            return Some(Self::new(plan, Lookup::PrimaryKey, keys, &table.name));
+            return Some(Self::new(plan, Lookup::PrimaryKey, keys, table));
         }
-        let (keys, index) = table
+        let (keys, index) = read
             .indexes()
             .into_iter()
             .map(|i| {
@@ -233,7 +233,7 @@ impl IndexJoinExec {
             oid: index.oid,
             name: index.name,
         };
-        Some(Self::new(plan, lookup, keys, &table.name))
+        Some(Self::new(plan, lookup, keys, table))
     }
 
     fn new(
@@ -333,8 +333,15 @@ impl ExecutionPlan for IndexJoinExec {
         let left_keys: Vec<PhysicalExprRef> =
             self.keys.iter().map(|&k| hj.on()[k].0.clone()).collect();
         let scan = probe_scan(&right)
-            .and_then(|(s, _)| Some((s.table_read()?, s.projected_schema().clone())))
-            .map(|((read, columns), schema)| (read.clone(), columns, schema))
+            .and_then(|(s, _)| {
+                let (read, columns) = s.keyed_read()?;
+                Some((
+                    read.clone(),
+                    columns,
+                    s.projected_schema().clone(),
+                    s.relation().1,
+                ))
+            })
             .ok_or_else(|| DataFusionError::Internal("index join without its scan".into()))?;
         let join = self.join.clone();
         let lookup = self.lookup.clone();
@@ -353,9 +360,9 @@ impl ExecutionPlan for IndexJoinExec {
             }
             drop(stream);
             let left_schema = left.schema();
-            let (read, columns, scan_schema) = scan;
-            // (keys for more than a quarter of the table: scanning reads less)
-            let limit = MAX_KEYS.min(read.rows as usize / 4);
+            let (read, columns, scan_schema, rows) = scan;
+            // (keys for more than a quarter of the rows: scanning reads less)
+            let limit = MAX_KEYS.min(rows as usize / 4);
             let keys = distinct_keys(&built, &left_schema, &left_keys, limit)?;
             let probe: Arc<dyn ExecutionPlan> = match keys {
                 Some(keys) => {
@@ -452,7 +459,7 @@ fn distinct_keys(
 /// The table's rows for `keys`, as the scan would have yielded them (its columns, its
 /// schema).
 fn looked_up(
-    read: &TableScan,
+    read: &KeyedRead,
     lookup: &Lookup,
     keys: &[ArrayRef],
     columns: &[usize],
@@ -460,8 +467,8 @@ fn looked_up(
 ) -> DfResult<RecordBatch> {
     let err = |e: crate::error::WeirError| DataFusionError::External(Box::new(e));
     let found = match lookup {
-        Lookup::PrimaryKey => read.lookup(keys).map_err(err)?,
-        Lookup::Index { oid, .. } => read.index_lookup(*oid, keys).map_err(err)?,
+        Lookup::PrimaryKey => read.lookup(None, keys).map_err(err)?,
+        Lookup::Index { oid, .. } => read.lookup(Some(*oid), keys).map_err(err)?,
     }
     .ok_or_else(|| DataFusionError::Internal("index join: the key or index is gone".into()))?;
     let cols = columns.iter().map(|&c| found.column(c).clone()).collect();

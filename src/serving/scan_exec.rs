@@ -8,6 +8,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use datafusion::arrow::array::ArrayRef;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::stats::Precision;
@@ -24,8 +25,11 @@ use datafusion::physical_plan::{
     SendableRecordBatchStream,
 };
 
+use crate::dataflow::runtime::Dataflow;
+use crate::error::Result;
 use crate::state::rows::BatchSource;
 use crate::state::table::TableScan;
+use crate::state::table_index::IndexSpec;
 
 pub struct ScanExec {
     scan: Arc<dyn BatchSource>,
@@ -35,9 +39,54 @@ pub struct ScanExec {
     projected: SchemaRef,
     limit: Option<usize>,
     properties: Arc<PlanProperties>,
-    /// The same read as `scan` when it is a table's: what an index join looks keys up in
-    /// (`serving/index_join.rs`), so its lookups see what the scan would have read.
-    table: Option<Arc<TableScan>>,
+    /// What the scanned rows can also be read by key in (an index join,
+    /// `serving/index_join.rs`).
+    keyed: Option<KeyedRead>,
+}
+
+/// Where a scan's rows can be read by key instead of scanned.
+#[derive(Clone)]
+pub enum KeyedRead {
+    /// A table, by its primary key or an index, in the scan's own read view (the same
+    /// read as the scan's), so lookups see what the scan would have read.
+    Table(Arc<TableScan>),
+    /// A materialized view that its query reads alone (not pinned: one view is at one
+    /// epoch anyway), by its indexes, at the view's current epoch.
+    View {
+        dataflow: Arc<Dataflow>,
+        oid: u32,
+        indexes: Vec<IndexSpec>,
+    },
+}
+
+impl KeyedRead {
+    /// The primary key's columns (tables with one).
+    pub fn primary_key(&self) -> Option<Vec<usize>> {
+        match self {
+            KeyedRead::Table(t) => t.table().primary_key().map(<[usize]>::to_vec),
+            KeyedRead::View { .. } => None,
+        }
+    }
+
+    pub fn indexes(&self) -> Vec<IndexSpec> {
+        match self {
+            KeyedRead::Table(t) => t.table().indexes(),
+            KeyedRead::View { indexes, .. } => indexes.clone(),
+        }
+    }
+
+    /// The rows whose primary key (`index` None) or leading indexed columns equal a row
+    /// of `keys`, with all the relation's columns; None when the key or index is gone.
+    pub fn lookup(&self, index: Option<u32>, keys: &[ArrayRef]) -> Result<Option<RecordBatch>> {
+        match (self, index) {
+            (KeyedRead::Table(t), None) => t.lookup(keys),
+            (KeyedRead::Table(t), Some(ix)) => t.index_lookup(ix, keys),
+            (KeyedRead::View { .. }, None) => Ok(None),
+            (KeyedRead::View { dataflow, oid, .. }, Some(ix)) => {
+                dataflow.view_index_lookup(*oid, ix, keys)
+            }
+        }
+    }
 }
 
 impl fmt::Debug for ScanExec {
@@ -67,20 +116,20 @@ impl ScanExec {
             projected,
             limit,
             properties: Arc::new(properties),
-            table: None,
+            keyed: None,
         })
     }
 
-    /// A scan of a table's read (`scan` is that read).
-    pub fn with_table(mut self, table: Arc<TableScan>) -> ScanExec {
-        self.table = Some(table);
+    /// A scan whose rows can also be read by key in `keyed`.
+    pub fn with_keyed(mut self, keyed: KeyedRead) -> ScanExec {
+        self.keyed = Some(keyed);
         self
     }
 
-    /// The table read and the columns it yields (positions in the table), for a table
-    /// scan without a LIMIT.
-    pub fn table_read(&self) -> Option<(&Arc<TableScan>, Vec<usize>)> {
-        let t = self.table.as_ref().filter(|_| self.limit.is_none())?;
+    /// Where the rows can be read by key, and the columns the scan yields (positions in
+    /// the relation), for a scan without a LIMIT.
+    pub fn keyed_read(&self) -> Option<(&KeyedRead, Vec<usize>)> {
+        let t = self.keyed.as_ref().filter(|_| self.limit.is_none())?;
         let columns = match &self.projection {
             Some(p) => p.clone(),
             None => (0..self.schema.fields().len()).collect(),
@@ -88,9 +137,14 @@ impl ScanExec {
         Some((t, columns))
     }
 
-    /// The scan's output schema (its projection of the table, columns nullable).
+    /// The scan's output schema (its projection of the relation, columns nullable).
     pub fn projected_schema(&self) -> &SchemaRef {
         &self.projected
+    }
+
+    /// The relation's name and the rows the scan yields.
+    pub fn relation(&self) -> (&str, u64) {
+        (self.scan.name(), self.scan.rows())
     }
 
     fn rows(&self) -> usize {
