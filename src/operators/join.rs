@@ -33,7 +33,7 @@ use datafusion::arrow::array::{
 use datafusion::arrow::compute::take;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
-use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::JoinType;
 use datafusion::physical_expr::PhysicalExpr;
 
@@ -505,7 +505,10 @@ impl Operator for Join {
         }
         if self.temporal && port == 1 {
             // the looked-up table changed: remember, emit nothing
-            return self.fold_into_state(port, &input, None).map(|_| vec![]);
+            let (_, keys) = self.key_rows(port, &input.data)?;
+            return self
+                .fold_into_state(port, &input, None, keys.as_ref())
+                .map(|_| vec![]);
         }
         if self.temporal && self.emitted.is_some() {
             return self.temporal_left(input);
@@ -522,20 +525,11 @@ impl Join {
         let batch = &input.data;
         let weights = input.weights.values();
         let n = batch.num_rows();
-        let key_cols = self.sides[me]
-            .keys
-            .iter()
-            .map(|k| evaluate(k, batch))
-            .collect::<Result<Vec<_>>>()?;
+        // evaluated and encoded once: probing and folding into state both use them
+        let (key_cols, keys) = self.key_rows(me, batch)?;
         let key_has_null: Vec<bool> = (0..n)
             .map(|i| key_cols.iter().any(|c| c.is_null(i)))
             .collect();
-        // no key (a cross join): every row has the empty key
-        let keys = if key_cols.is_empty() {
-            None
-        } else {
-            Some(self.key_conv.convert_columns(&key_cols)?)
-        };
         let key_of = |i: usize| -> &[u8] {
             match &keys {
                 Some(k) => k.row(i).data(),
@@ -742,7 +736,7 @@ impl Join {
 
         // fold the delta into this side's state (a temporal join keeps no left rows)
         if !(self.temporal && me == 0) {
-            self.fold_into_state(me, input, Some(&delta_matches))?;
+            self.fold_into_state(me, input, Some(&delta_matches), keys.as_ref())?;
         }
         Ok(out)
     }
@@ -770,15 +764,9 @@ impl Join {
         })
     }
 
-    /// Add a delta to one side's state, with each row's match count when it is tracked.
-    fn fold_into_state(
-        &mut self,
-        me: usize,
-        input: &Changelog,
-        delta_matches: Option<&[i64]>,
-    ) -> Result<()> {
-        let batch = &input.data;
-        let weights = input.weights.values();
+    /// A delta's join-key columns on side `me` and their row encoding (None for a cross
+    /// join: every row has the empty key).
+    fn key_rows(&self, me: usize, batch: &RecordBatch) -> Result<(Vec<ArrayRef>, Option<Rows>)> {
         let key_cols = self.sides[me]
             .keys
             .iter()
@@ -789,6 +777,20 @@ impl Join {
         } else {
             Some(self.key_conv.convert_columns(&key_cols)?)
         };
+        Ok((key_cols, keys))
+    }
+
+    /// Add a delta to one side's state, with each row's match count when it is tracked;
+    /// `keys` are the delta's [`Join::key_rows`].
+    fn fold_into_state(
+        &mut self,
+        me: usize,
+        input: &Changelog,
+        delta_matches: Option<&[i64]>,
+        keys: Option<&Rows>,
+    ) -> Result<()> {
+        let batch = &input.data;
+        let weights = input.weights.values();
         let rows = self.sides[me].conv.convert_columns(batch.columns())?;
         let ts = self.interval_ts(me, batch);
         let track_me = self.tracks_matches(me);
@@ -796,7 +798,7 @@ impl Join {
         let side = &mut self.sides[me];
         let mut buf: Vec<u8> = Vec::with_capacity(64);
         for (i, w) in weights.iter().enumerate() {
-            let key: &[u8] = match &keys {
+            let key: &[u8] = match keys {
                 Some(k) => k.row(i).data(),
                 None => &[],
             };
