@@ -207,6 +207,21 @@ fn same_numbers(a: &str, b: &str) -> bool {
         })
 }
 
+/// The seed of a differential test: `WEIR_PG_DIFF_SEED`, else the clock's (odd, so the
+/// generator never starts at 0).
+fn diff_seed() -> u64 {
+    std::env::var("WEIR_PG_DIFF_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+                | 1
+        })
+}
+
 /// A small deterministic generator (xorshift), so a seed reproduces a run.
 struct Gen(u64);
 
@@ -438,16 +453,7 @@ impl Gen {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scalar_expressions_match_postgres() {
-    let seed: u64 = std::env::var("WEIR_PG_DIFF_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(1)
-                | 1
-        });
+    let seed = diff_seed();
     println!("scalar differential seed: {seed} (WEIR_PG_DIFF_SEED={seed} repeats it)");
     let pg = Postgres::start();
     let weir = TestServer::start();
@@ -493,16 +499,7 @@ async fn scalar_expressions_match_postgres() {
 /// checked to (EXPLAIN), and one with too many keys to scan instead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn index_joins_answer_as_postgres() {
-    let seed: u64 = std::env::var("WEIR_PG_DIFF_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(1)
-                | 1
-        });
+    let seed = diff_seed();
     println!("index join seed: {seed} (WEIR_PG_DIFF_SEED={seed} repeats it)");
     let pg = Postgres::start();
     let weir = TestServer::start();
