@@ -10,6 +10,7 @@ pub mod extract;
 pub mod json;
 pub mod json_build;
 pub mod jsonb;
+pub mod numeric;
 pub mod ordered_set;
 pub mod parser;
 pub mod pg_functions;

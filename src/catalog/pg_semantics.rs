@@ -33,6 +33,7 @@ use datafusion::optimizer::AnalyzerRule;
 
 use crate::error::{WeirError, sqlstate};
 use crate::operators::float_sum::ExactSum;
+use crate::sql::numeric::{NumericArith, NumericOp, as_decimal};
 use crate::sql::pg_functions;
 
 /// Integer types whose arithmetic must not wrap, and how Postgres names them.
@@ -666,7 +667,8 @@ pub fn fix_planned(plan: LogicalPlan) -> DfResult<LogicalPlan> {
         .transform_up_with_subqueries(|p| {
             let (p, c1) = percentile_cont_in_double(p)?;
             let (p, c) = star_over_using(p)?;
-            let c = c || c1;
+            let (p, c2) = numeric_operators(p)?;
+            let c = c || c1 || c2;
             changed |= c;
             Ok(if c {
                 Transformed::yes(p)
@@ -677,6 +679,116 @@ pub fn fix_planned(plan: LogicalPlan) -> DfResult<LogicalPlan> {
             })
         })?
         .data)
+}
+
+/// Numeric `*` and `/` as Postgres computes them (`sql::numeric`): put in place before
+/// type coercion, which then types what is built over them (a `CASE` branch, a comparison)
+/// with their types, and the plan's columns are typed as the values will be.
+fn numeric_operators(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
+    let mut schema = DFSchema::empty();
+    for input in plan.inputs() {
+        schema.merge(input.schema());
+    }
+    if let LogicalPlan::TableScan(ts) = &plan
+        && let Ok(s) =
+            DFSchema::try_from_qualified_schema(ts.table_name.clone(), &ts.source.schema())
+    {
+        schema.merge(&s);
+    }
+    let names = NamePreserver::new(&plan);
+    let t = plan.map_expressions(|expr| {
+        let saved = names.save(&expr);
+        let t = expr.transform_up(|e| {
+            if let Expr::ScalarFunction(f) = &e
+                && let Some(t) = integral_scale(f, &schema)
+            {
+                let mut f = f.clone();
+                // room for the carry first: DataFusion's ceil/floor of a decimal keep its
+                // type, and fail when the result does not fit it (`floor(-0.25)`)
+                if let Ok(DataType::Decimal128(p, s)) = f.args[0].get_type(&schema)
+                    && p < 38
+                {
+                    f.args[0] = cast(f.args[0].clone(), DataType::Decimal128(p + 1, s));
+                }
+                return Ok(Transformed::yes(cast(Expr::ScalarFunction(f), t)));
+            }
+            let Expr::BinaryExpr(BinaryExpr { left, op, right }) = e else {
+                return Ok(Transformed::no(e));
+            };
+            let nop = match op {
+                Operator::Multiply => NumericOp::Mul,
+                Operator::Divide => NumericOp::Div,
+                _ => {
+                    return Ok(Transformed::no(Expr::BinaryExpr(BinaryExpr {
+                        left,
+                        op,
+                        right,
+                    })));
+                }
+            };
+            let (lt, rt) = (left.get_type(&schema).ok(), right.get_type(&schema).ok());
+            let decimal = |t: &DataType| matches!(t, DataType::Decimal128(..));
+            if let (Some(lt), Some(rt)) = (&lt, &rt)
+                && (decimal(lt) || decimal(rt))
+                && let (Some(ld), Some(rd)) = (as_decimal(lt), as_decimal(rt))
+                && nop.result_type(&ld, &rd).is_some()
+            {
+                return Ok(Transformed::yes(
+                    NumericArith::udf(nop).call(vec![*left, *right]),
+                ));
+            }
+            Ok(Transformed::no(Expr::BinaryExpr(BinaryExpr {
+                left,
+                op,
+                right,
+            })))
+        })?;
+        Ok(if t.transformed {
+            Transformed::yes(saved.restore(t.data))
+        } else {
+            t
+        })
+    })?;
+    let changed = t.transformed;
+    let plan = if changed {
+        t.data.recompute_schema()?
+    } else {
+        t.data
+    };
+    Ok((plan, changed))
+}
+
+/// The type of `ceil`, `floor`, `trunc` and `trunc(x, n)` of a `numeric`, as Postgres
+/// scales their value (0 decimals, `n` decimals, also more than the argument's:
+/// `trunc(1.5, 2)` = `1.50`); DataFusion keeps the argument's scale (`ceil(1.5)` = `2.0`).
+/// `None` when the function keeps its type. The value is already integral at that scale,
+/// so the cast is exact.
+fn integral_scale(
+    f: &datafusion::logical_expr::expr::ScalarFunction,
+    schema: &DFSchema,
+) -> Option<DataType> {
+    let name = f.func.name();
+    if !matches!(name, "ceil" | "floor" | "trunc") {
+        return None;
+    }
+    let Ok(DataType::Decimal128(p, s)) = f.args.first()?.get_type(schema) else {
+        return None;
+    };
+    let n: i8 = match f.args.as_slice() {
+        [_] => 0,
+        [_, Expr::Literal(v, _)] if name == "trunc" => match v {
+            ScalarValue::Int64(Some(n)) => i8::try_from(*n).ok()?,
+            ScalarValue::Int32(Some(n)) => i8::try_from(*n).ok()?,
+            _ => return None,
+        },
+        _ => return None,
+    };
+    // a carry can add an integer digit (`ceil(9.5)` = 10)
+    let p = p as i16 - s as i16 + n as i16 + 1;
+    if n < 0 || n == s || p > 38 {
+        return None;
+    }
+    Some(DataType::Decimal128(p.max(1) as u8, n))
 }
 
 /// `percentile_cont` over `real` interpolates in double precision and returns it, as
@@ -1031,7 +1143,12 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
                         | DataType::Time64(_)
                         | DataType::Interval(_)
                         | DataType::Binary
-                        | DataType::LargeBinary,
+                        | DataType::LargeBinary
+                        // an unconstrained numeric: without its trailing zeros
+                        | DataType::Decimal128(
+                            crate::sql::types::NUMERIC_DEFAULT_PRECISION,
+                            crate::sql::types::NUMERIC_DEFAULT_SCALE,
+                        ),
                     ),
                     DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View,
                 ) => {
@@ -1267,6 +1384,9 @@ fn rewrite_aggregate(mut agg: AggregateFunction, schema: &DFSchema) -> (Expr, bo
 pub fn register(ctx: &datafusion::execution::context::SessionContext) {
     for op in [Op::Add, Op::Sub, Op::Mul, Op::Neg] {
         ctx.register_udf(checked_udf(op).as_ref().clone());
+    }
+    for op in [NumericOp::Mul, NumericOp::Div] {
+        ctx.register_udf(NumericArith::udf(op).as_ref().clone());
     }
     for avg in [false, true] {
         ctx.register_udaf(exact_udaf(avg).as_ref().clone());

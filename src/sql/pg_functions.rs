@@ -438,6 +438,13 @@ pub fn register(ctx: &SessionContext) {
     for f in definitions() {
         ctx.register_udf(ScalarUDF::new_from_impl(f));
     }
+    // Postgres' other name of `ceil`
+    ctx.register_udf(
+        datafusion::functions::math::ceil()
+            .as_ref()
+            .clone()
+            .with_aliases(["ceiling"]),
+    );
     ctx.register_udf(ScalarUDF::new_from_impl(
         crate::sql::extract::Extract::numeric(),
     ));

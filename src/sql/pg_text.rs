@@ -317,7 +317,10 @@ pub fn text_values(
         DataType::Decimal128(_, scale) => {
             let a = col.as_primitive::<datafusion::arrow::datatypes::Decimal128Type>();
             let scale = *scale;
-            each(&mut |i, b| b.put_slice(decimal_text(a.value(i), scale, false).as_bytes()))
+            // an unconstrained numeric without trailing zeros, as it is shown
+            let trim = crate::sql::types::SqlType::from_arrow(col.data_type())
+                == Some(crate::sql::types::SqlType::Numeric(None));
+            each(&mut |i, b| b.put_slice(decimal_text(a.value(i), scale, trim).as_bytes()))
         }
         DataType::Binary | DataType::LargeBinary | DataType::BinaryView => {
             let c = cast(col, &DataType::Binary)?;

@@ -1,0 +1,459 @@
+//! `numeric` multiplication and division as Postgres computes them, where DataFusion's
+//! decimal rules give other answers. `catalog/pg_semantics.rs` puts these in place of `*`
+//! and `/` after type coercion:
+//!
+//! - **`*` with an unconstrained `numeric` operand** (an Arrow decimal of precision 38, what
+//!   an unconstrained column, `x::numeric`, `sum` of one and a quotient are). DataFusion
+//!   types `Decimal(38,10) * Decimal(38,10)` as `Decimal(38,20)`: shown with 20 decimals,
+//!   and failing past 1.7·10^18 (the raw product overflows 128 bits). Here the exact
+//!   product is taken in 256 bits and rounded half away from zero at the larger of the
+//!   operands' scales, or 10 (an unconstrained `numeric`, shown without trailing zeros),
+//!   never more than the sum of the scales; it fails only past what 38 digits at that scale
+//!   hold (10^28 for two unconstrained operands, as storing the product would).
+//!   Products of two constrained operands (literals, `numeric(p,s)` columns) are left to
+//!   DataFusion, whose scale (the sum of the scales) is Postgres' exactly.
+//! - **`/` of decimals**. DataFusion truncates the quotient at a scale of its own (`1.0/3`
+//!   is `0.33333`, `2/3::numeric` ends in 6). Postgres rounds, keeping at least 16
+//!   significant digits. Here the quotient is rounded half away from zero at scale 20 when
+//!   the operands' precisions leave room for it, else 16 (never below either operand's
+//!   scale), so every quotient Postgres gives with up to that many decimals is the same
+//!   value here; a `numeric` is one scale per column (Arrow), so where Postgres shows fewer
+//!   decimals (`33333.333333333333`), Weir shows the same value with more
+//!   (`33333.3333333333333333`).
+//!
+//! Errors as Postgres: `division by zero` (22012), `numeric field overflow` (22003).
+//! One pass per batch over the raw 128-bit values; no per-row allocation.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, Decimal128Array, PrimitiveArray};
+use datafusion::arrow::compute::kernels::arity::try_binary;
+use datafusion::arrow::datatypes::{DataType, Decimal128Type, i256};
+use datafusion::common::{Result as DfResult, ScalarValue};
+use datafusion::error::DataFusionError;
+use datafusion::logical_expr::{
+    ColumnarValue, Expr, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+};
+
+use crate::error::{WeirError, sqlstate};
+
+/// Precision of an unconstrained `numeric` (and of what DataFusion computes from one).
+const UNCONSTRAINED_PRECISION: u8 = 38;
+/// Scale of an unconstrained `numeric` ([`crate::sql::types::NUMERIC_DEFAULT_SCALE`]).
+const UNCONSTRAINED_SCALE: i8 = crate::sql::types::NUMERIC_DEFAULT_SCALE;
+/// Postgres keeps at least this many significant digits in a quotient
+/// (`NUMERIC_MIN_SIG_DIGITS`).
+const MIN_SIG_DIGITS: i8 = 16;
+/// The scale of a quotient when its operands leave room: Postgres' for a quotient in
+/// [0.0001, 1).
+const ROOMY_QUOTIENT_SCALE: i8 = 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NumericOp {
+    Mul,
+    Div,
+}
+
+impl NumericOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            NumericOp::Mul => "weir_numeric_mul",
+            NumericOp::Div => "weir_numeric_div",
+        }
+    }
+
+    /// The type `l op r` has in Postgres' rules, or `None` where DataFusion's own operator
+    /// already answers as Postgres does (and is kept).
+    pub fn result_type(self, l: &DataType, r: &DataType) -> Option<DataType> {
+        let (&DataType::Decimal128(lp, ls), &DataType::Decimal128(rp, rs)) = (l, r) else {
+            return None;
+        };
+        match self {
+            // the exact product's scale, but no more than the operands' own (at least an
+            // unconstrained numeric's): 38 digits do not hold the 20 decimals of a product
+            // of two unconstrained numerics and the integer digits too
+            NumericOp::Mul => (lp == UNCONSTRAINED_PRECISION || rp == UNCONSTRAINED_PRECISION)
+                .then(|| {
+                    let scale = (ls.max(0) + rs.max(0))
+                        .min(ls.max(rs).max(UNCONSTRAINED_SCALE))
+                        .min(UNCONSTRAINED_PRECISION as i8);
+                    DataType::Decimal128(UNCONSTRAINED_PRECISION, scale)
+                }),
+            NumericOp::Div => {
+                // the quotient's integer digits are at most the dividend's plus the
+                // divisor's decimals (dividing by its smallest non-zero value)
+                let int_digits = (lp as i16 - ls as i16).max(0) + rs.max(0) as i16;
+                let room = UNCONSTRAINED_PRECISION as i16 - int_digits;
+                let scale = if room >= ROOMY_QUOTIENT_SCALE as i16 {
+                    ROOMY_QUOTIENT_SCALE
+                } else {
+                    MIN_SIG_DIGITS
+                };
+                let scale = scale.max(ls).max(rs).min(UNCONSTRAINED_PRECISION as i8);
+                Some(DataType::Decimal128(UNCONSTRAINED_PRECISION, scale))
+            }
+        }
+    }
+}
+
+/// The decimal an operand of numeric `*` or `/` is taken as: itself, or an integer's
+/// exact decimal (as DataFusion's coercion takes it). `None` for the rest (a float makes
+/// the operation a float one).
+pub fn as_decimal(t: &DataType) -> Option<DataType> {
+    Some(match t {
+        DataType::Decimal128(..) => t.clone(),
+        DataType::Int8 | DataType::UInt8 => DataType::Decimal128(3, 0),
+        DataType::Int16 | DataType::UInt16 => DataType::Decimal128(5, 0),
+        DataType::Int32 | DataType::UInt32 => DataType::Decimal128(10, 0),
+        DataType::Int64 => DataType::Decimal128(19, 0),
+        DataType::UInt64 => DataType::Decimal128(20, 0),
+        _ => return None,
+    })
+}
+
+/// `l * r` or `l / r` over decimals, typed by [`NumericOp::result_type`].
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct NumericArith {
+    op: NumericOp,
+    signature: Signature,
+}
+
+impl NumericArith {
+    pub fn udf(op: NumericOp) -> Arc<ScalarUDF> {
+        Arc::new(ScalarUDF::new_from_impl(NumericArith {
+            op,
+            signature: Signature::user_defined(Volatility::Immutable),
+        }))
+    }
+}
+
+fn pg_error(code: &'static str, msg: String, detail: Option<String>) -> DataFusionError {
+    let mut e = WeirError::new(code, msg);
+    if let Some(d) = detail {
+        e = e.with_detail(d);
+    }
+    DataFusionError::External(Box::new(e))
+}
+
+/// 10^n, saturating (never reached: scales are at most 38 each).
+fn pow10(n: u32) -> i256 {
+    i256::from_i128(10).checked_pow(n).unwrap_or(i256::MAX)
+}
+
+/// `n / d` rounded half away from zero (`d` > 0).
+fn div_round(n: i256, d: i256) -> i256 {
+    let (q, r) = (n.wrapping_div(d), n.wrapping_rem(d));
+    if r.wrapping_abs().wrapping_mul(i256::from_i128(2)) >= d {
+        if n.is_negative() {
+            q.wrapping_sub(i256::ONE)
+        } else {
+            q.wrapping_add(i256::ONE)
+        }
+    } else {
+        q
+    }
+}
+
+impl ScalarUDFImpl for NumericArith {
+    fn name(&self) -> &str {
+        self.op.name()
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, args: &[DataType]) -> DfResult<DataType> {
+        match args {
+            [l, r] => self
+                .op
+                .result_type(l, r)
+                .ok_or_else(|| DataFusionError::Plan(format!("{} of {l} and {r}", self.op.name()))),
+            _ => Err(DataFusionError::Plan(format!(
+                "{} takes two arguments",
+                self.op.name()
+            ))),
+        }
+    }
+    /// Integers are taken as their exact decimals, decimals as themselves.
+    fn coerce_types(&self, args: &[DataType]) -> DfResult<Vec<DataType>> {
+        args.iter()
+            .map(|t| {
+                as_decimal(t)
+                    .ok_or_else(|| DataFusionError::Plan(format!("{} of {t}", self.op.name())))
+            })
+            .collect()
+    }
+    /// A constant name (the planner aliases the expression back to its own).
+    fn schema_name(&self, _args: &[Expr]) -> DfResult<String> {
+        Ok(self.op.name().to_owned())
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        let n = args.number_rows;
+        let scalar = args
+            .args
+            .iter()
+            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+        let arrays = args
+            .args
+            .iter()
+            .map(|a| match a {
+                ColumnarValue::Array(a) => Ok(a.clone()),
+                ColumnarValue::Scalar(s) => s.to_array_of_size(if scalar { 1 } else { n }),
+            })
+            .collect::<DfResult<Vec<ArrayRef>>>()?;
+        let (DataType::Decimal128(_, ls), DataType::Decimal128(_, rs)) =
+            (arrays[0].data_type(), arrays[1].data_type())
+        else {
+            return Err(DataFusionError::Internal(format!(
+                "{} of {} and {}",
+                self.op.name(),
+                arrays[0].data_type(),
+                arrays[1].data_type()
+            )));
+        };
+        let DataType::Decimal128(p, s) = args.return_field.data_type().clone() else {
+            return Err(DataFusionError::Internal(format!(
+                "{} typed {}",
+                self.op.name(),
+                args.return_field.data_type()
+            )));
+        };
+        let result = arith(
+            self.op,
+            arrays[0].as_primitive::<Decimal128Type>(),
+            *ls,
+            arrays[1].as_primitive::<Decimal128Type>(),
+            *rs,
+            p,
+            s,
+        )?;
+        let result: ArrayRef = Arc::new(result);
+        if scalar {
+            Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(
+                &result, 0,
+            )?))
+        } else {
+            Ok(ColumnarValue::Array(result))
+        }
+    }
+}
+
+/// The kernel: each pair of raw values (at scales `ls`, `rs`) to the raw result at scale
+/// `s`, exact in 256 bits, rounded once.
+fn arith(
+    op: NumericOp,
+    l: &PrimitiveArray<Decimal128Type>,
+    ls: i8,
+    r: &PrimitiveArray<Decimal128Type>,
+    rs: i8,
+    p: u8,
+    s: i8,
+) -> DfResult<Decimal128Array> {
+    let limit = pow10(p as u32);
+    let overflow = || {
+        pg_error(
+            sqlstate::NUMERIC_VALUE_OUT_OF_RANGE,
+            "numeric field overflow".into(),
+            Some(format!(
+                "A field with precision {p}, scale {s} must round to an absolute value less than 10^{}.",
+                p as i16 - s as i16
+            )),
+        )
+    };
+    let out: PrimitiveArray<Decimal128Type> = match op {
+        NumericOp::Mul => {
+            // the exact product is at scale ls + rs
+            let shift = ls as i32 + rs as i32 - s as i32;
+            let factor = pow10(shift.unsigned_abs());
+            try_binary(l, r, |a, b| {
+                let exact = i256::from_i128(a).wrapping_mul(i256::from_i128(b));
+                let v = if shift >= 0 {
+                    Some(div_round(exact, factor))
+                } else {
+                    exact.checked_mul(factor)
+                };
+                match v {
+                    Some(v) if v.wrapping_abs() < limit => Ok(v.as_i128()),
+                    _ => Err(datafusion::arrow::error::ArrowError::ComputeError(
+                        "overflow".into(),
+                    )),
+                }
+            })
+            .map_err(|_| overflow())?
+        }
+        NumericOp::Div => {
+            // (a / 10^ls) / (b / 10^rs) at scale s = a * 10^(s + rs - ls) / b
+            let shift = s as i32 + rs as i32 - ls as i32;
+            let factor = pow10(shift.unsigned_abs());
+            let res = try_binary(l, r, |a, b| {
+                if b == 0 {
+                    return Err(datafusion::arrow::error::ArrowError::DivideByZero);
+                }
+                let a = i256::from_i128(a);
+                let (num, den) = if shift >= 0 {
+                    (a.checked_mul(factor), i256::from_i128(b))
+                } else {
+                    (Some(a), i256::from_i128(b).wrapping_mul(factor))
+                };
+                let Some(num) = num else {
+                    return Err(datafusion::arrow::error::ArrowError::ComputeError(
+                        "overflow".into(),
+                    ));
+                };
+                let q = if den.is_negative() {
+                    div_round(num.wrapping_neg(), den.wrapping_neg())
+                } else {
+                    div_round(num, den)
+                };
+                if q.wrapping_abs() < limit {
+                    Ok(q.as_i128())
+                } else {
+                    Err(datafusion::arrow::error::ArrowError::ComputeError(
+                        "overflow".into(),
+                    ))
+                }
+            });
+            match res {
+                Ok(v) => v,
+                Err(datafusion::arrow::error::ArrowError::DivideByZero) => {
+                    return Err(pg_error(
+                        sqlstate::DIVISION_BY_ZERO,
+                        "division by zero".into(),
+                        None,
+                    ));
+                }
+                Err(_) => return Err(overflow()),
+            }
+        }
+    };
+    Ok(out.with_precision_and_scale(p, s)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dec(vals: &[Option<i128>], p: u8, s: i8) -> Decimal128Array {
+        Decimal128Array::from(vals.to_vec())
+            .with_precision_and_scale(p, s)
+            .unwrap()
+    }
+
+    fn text(a: &Decimal128Array) -> Vec<String> {
+        (0..a.len())
+            .map(|i| {
+                if a.is_null(i) {
+                    "NULL".into()
+                } else {
+                    a.value_as_string(i)
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn products_of_unconstrained_are_exact_past_128_bits_and_rounded() {
+        let u = |v: &[Option<i128>]| dec(v, 38, 10);
+        // 1e15 * 1e10 (raw 1e25 * 1e20: past 128 bits), 1.5 * 2.25, NULL,
+        // 0.00000000005 rounded half away from zero both ways
+        let l = u(&[
+            Some(10i128.pow(25)),
+            Some(15_000_000_000),
+            None,
+            Some(5),
+            Some(-5),
+        ]);
+        let r = u(&[
+            Some(10i128.pow(20)),
+            Some(22_500_000_000),
+            Some(1),
+            Some(1_000_000_000),
+            Some(1_000_000_000),
+        ]);
+        let t = NumericOp::Mul
+            .result_type(l.data_type(), r.data_type())
+            .unwrap();
+        assert_eq!(t, DataType::Decimal128(38, 10));
+        let out = arith(NumericOp::Mul, &l, 10, &r, 10, 38, 10).unwrap();
+        assert_eq!(
+            text(&out),
+            [
+                "10000000000000000000000000.0000000000",
+                "3.3750000000",
+                "NULL",
+                "0.0000000001",
+                "-0.0000000001"
+            ]
+        );
+        // 10^27 * 10: past 10^28, an unconstrained numeric's integer digits
+        let big = u(&[Some(10i128.pow(37))]);
+        let ten = u(&[Some(10 * 10i128.pow(10))]);
+        let e = arith(NumericOp::Mul, &big, 10, &ten, 10, 38, 10).unwrap_err();
+        assert!(e.to_string().contains("numeric field overflow"), "{e}");
+        // two constrained operands keep DataFusion's exact product
+        assert_eq!(
+            NumericOp::Mul.result_type(&DataType::Decimal128(3, 2), &DataType::Decimal128(20, 0)),
+            None
+        );
+    }
+
+    #[test]
+    fn quotients_round_at_postgres_digits() {
+        // 2/3 with integer operands: room for 20 decimals, the last one rounded up
+        let t = NumericOp::Div
+            .result_type(&DataType::Decimal128(10, 0), &DataType::Decimal128(10, 0))
+            .unwrap();
+        assert_eq!(t, DataType::Decimal128(38, 20));
+        // a bigint dividend leaves 19 decimals: 16
+        let t = NumericOp::Div
+            .result_type(&DataType::Decimal128(19, 0), &DataType::Decimal128(2, 1))
+            .unwrap();
+        assert_eq!(t, DataType::Decimal128(38, 16));
+        let out = arith(
+            NumericOp::Div,
+            &dec(&[Some(2), Some(-2), Some(10), None], 20, 0),
+            0,
+            &dec(&[Some(3), Some(3), Some(-4), Some(0)], 20, 0),
+            0,
+            38,
+            20,
+        )
+        .unwrap();
+        assert_eq!(
+            text(&out),
+            [
+                "0.66666666666666666667",
+                "-0.66666666666666666667",
+                "-2.50000000000000000000",
+                "NULL"
+            ]
+        );
+        // unconstrained operands: 16 decimals (22 integer digits left)
+        let t = NumericOp::Div
+            .result_type(&DataType::Decimal128(38, 10), &DataType::Decimal128(38, 10))
+            .unwrap();
+        assert_eq!(t, DataType::Decimal128(38, 16));
+        let e = arith(
+            NumericOp::Div,
+            &dec(&[Some(1)], 38, 10),
+            10,
+            &dec(&[Some(0)], 38, 10),
+            10,
+            38,
+            16,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("division by zero"), "{e}");
+        // a divisor with more decimals than the result: shifted the other way
+        let out = arith(
+            NumericOp::Div,
+            &dec(&[Some(1)], 5, 0),
+            0,
+            &dec(&[Some(3 * 10i128.pow(30))], 38, 30),
+            30,
+            38,
+            20,
+        )
+        .unwrap();
+        assert_eq!(text(&out), ["0.33333333333333333333"]);
+    }
+}
