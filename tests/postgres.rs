@@ -442,7 +442,8 @@ impl Gen {
             "epoch",
             "julian",
         ];
-        match self.next() % 45 {
+        match self.next() % 46 {
+            45 => format!("{x} + {v}, {d} - {w}, {w} + {d}"),
             42 => format!("{n} / NULLIF({m}, 0)"),
             43 => format!("({n})::numeric * ({m})::numeric * ({i})::numeric"),
             44 => format!("ceil({n}), floor({m}), trunc({n}, 2), trunc({m})"),

@@ -681,7 +681,8 @@ pub fn fix_planned(plan: LogicalPlan) -> DfResult<LogicalPlan> {
         .data)
 }
 
-/// Numeric `*` and `/` as Postgres computes them (`sql::numeric`): put in place before
+/// Numeric `*` and `/` as Postgres computes them (`sql::numeric`), and `date ± interval`
+/// as the timestamp Postgres makes it: put in place before
 /// type coercion, which then types what is built over them (a `CASE` branch, a comparison)
 /// with their types, and the plan's columns are typed as the values will be.
 fn numeric_operators(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
@@ -715,6 +716,28 @@ fn numeric_operators(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
             let Expr::BinaryExpr(BinaryExpr { left, op, right }) = e else {
                 return Ok(Transformed::no(e));
             };
+            // `date ± interval` is a timestamp in Postgres (arrow's kernel keeps a date)
+            if matches!(op, Operator::Plus | Operator::Minus) {
+                let (lt, rt) = (left.get_type(&schema).ok(), right.get_type(&schema).ok());
+                let date = |t: &Option<DataType>| matches!(t, Some(DataType::Date32));
+                let interval = |t: &Option<DataType>| matches!(t, Some(DataType::Interval(_)));
+                let ts =
+                    DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Microsecond, None);
+                if date(&lt) && interval(&rt) {
+                    return Ok(Transformed::yes(Expr::BinaryExpr(BinaryExpr::new(
+                        Box::new(cast(*left, ts)),
+                        op,
+                        right,
+                    ))));
+                }
+                if op == Operator::Plus && interval(&lt) && date(&rt) {
+                    return Ok(Transformed::yes(Expr::BinaryExpr(BinaryExpr::new(
+                        left,
+                        op,
+                        Box::new(cast(*right, ts)),
+                    ))));
+                }
+            }
             let nop = match op {
                 Operator::Multiply => NumericOp::Mul,
                 Operator::Divide => NumericOp::Div,
@@ -1053,6 +1076,35 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
             let (r, rc, rt) = rewrite_expr(*right, schema)?;
             let lt = type_of(&l, lt, schema);
             let rt = type_of(&r, rt, schema);
+            // date/timestamp ± interval: the ends stay themselves (Postgres' answer)
+            let datetime = |t: &Option<DataType>| {
+                matches!(t, Some(DataType::Timestamp(..) | DataType::Date32))
+            };
+            let interval = |t: &Option<DataType>| matches!(t, Some(DataType::Interval(_)));
+            let (dt, iv, dt_type) = if datetime(&lt) && interval(&rt) {
+                (Some(l.clone()), Some(r.clone()), lt.clone())
+            } else if op == Operator::Plus && interval(&lt) && datetime(&rt) {
+                (Some(r.clone()), Some(l.clone()), rt.clone())
+            } else {
+                (None, None, None)
+            };
+            if let (Some(dt), Some(iv), Some(dt_type)) = (dt, iv, dt_type)
+                && matches!(op, Operator::Plus | Operator::Minus)
+                && Expr::BinaryExpr(BinaryExpr::new(
+                    Box::new(l.clone()),
+                    op,
+                    Box::new(r.clone()),
+                ))
+                .get_type(schema)
+                .is_ok_and(|t| t == dt_type)
+            {
+                let f = if op == Operator::Plus {
+                    pg_functions::DATETIME_PLUS
+                } else {
+                    pg_functions::DATETIME_MINUS
+                };
+                return Ok((pg_udf(f).call(vec![dt, iv]), true, Some(dt_type)));
+            }
             match (lt, rt) {
                 (Some(lt), Some(rt)) if lt == rt && integer_name(&lt).is_some() => {
                     let op = match op {
@@ -1354,6 +1406,8 @@ static PG_UDFS: std::sync::LazyLock<Vec<Arc<ScalarUDF>>> = std::sync::LazyLock::
         pg_functions::TIMESTAMP_IN,
         pg_functions::TIMESTAMPTZ_IN,
         pg_functions::DATETIME_CAST,
+        pg_functions::DATETIME_PLUS,
+        pg_functions::DATETIME_MINUS,
         pg_functions::JSONB_SORT_KEY,
         pg_functions::JSONB_IN,
     ]

@@ -1198,6 +1198,26 @@ fn interval_bounds(
                 matches!(s.field(i).data_type(), DataType::Timestamp(..)).then_some((i, 0))
             }
             Expr::Cast(c) => side_col(&c.expr, s),
+            // `ts ± interval` as the analyzer leaves it (the ends kept)
+            Expr::ScalarFunction(f)
+                if f.args.len() == 2
+                    && matches!(
+                        f.func.name(),
+                        crate::sql::pg_functions::DATETIME_PLUS
+                            | crate::sql::pg_functions::DATETIME_MINUS
+                    ) =>
+            {
+                let (i, off) = side_col(&f.args[0], s)?;
+                let d = interval_literal(&f.args[1])?;
+                Some((
+                    i,
+                    if f.func.name() == crate::sql::pg_functions::DATETIME_PLUS {
+                        off + d
+                    } else {
+                        off - d
+                    },
+                ))
+            }
             Expr::BinaryExpr(b) if matches!(b.op, BinOp::Plus | BinOp::Minus) => {
                 let (i, off) = side_col(&b.left, s)?;
                 let d = interval_literal(&b.right)?;

@@ -190,6 +190,11 @@ pub const TIMESTAMP_IN: &str = "weir_timestamp_in";
 /// `weir_datetime_cast(x, NULL::target)`: a date ↔ timestamp cast that keeps `infinity`
 /// and `-infinity` (`sql::datetime_in::keeping_infinities`).
 pub const DATETIME_CAST: &str = "weir_datetime_cast";
+/// `date | timestamp ± interval` with `infinity` and `-infinity` kept, as Postgres answers
+/// (arrow's kernel overflows on them); `catalog/pg_semantics.rs` puts these in place of the
+/// operators, `plan/view.rs` reads them as the operators for interval joins.
+pub const DATETIME_PLUS: &str = "weir_datetime_plus";
+pub const DATETIME_MINUS: &str = "weir_datetime_minus";
 /// Text as `jsonb` input: checked and in its canonical form (`sql::jsonb::normalize`).
 pub const JSONB_IN: &str = "weir_jsonb_in";
 /// A `jsonb` value's sort key (`sql::jsonb::sort_key`).
@@ -265,6 +270,18 @@ fn definitions() -> Vec<PgFunction> {
                 _ => DataType::Float64,
             },
             |args, _| abs(&args[0]),
+        ),
+        immutable(
+            DATETIME_PLUS,
+            TypeSignature::Any(2),
+            |t| t.first().cloned().unwrap_or(DataType::Date32),
+            |args, _| datetime_interval(args, false),
+        ),
+        immutable(
+            DATETIME_MINUS,
+            TypeSignature::Any(2),
+            |t| t.first().cloned().unwrap_or(DataType::Date32),
+            |args, _| datetime_interval(args, true),
         ),
         immutable(
             DATETIME_CAST,
@@ -427,6 +444,20 @@ fn json_definitions() -> Vec<PgFunction> {
 }
 
 /// One function of this module by name (the analyzer rule puts some into plans).
+/// `args[0] ± args[1]` (a date or timestamp and an interval) by arrow's kernel, the ends
+/// kept.
+fn datetime_interval(args: &[ArrayRef], minus: bool) -> DfResult<ArrayRef> {
+    use datafusion::arrow::compute::kernels::numeric;
+    let iv = &args[1];
+    crate::sql::datetime_in::keeping_infinities(&args[0], |a| {
+        Ok(if minus {
+            numeric::sub(a, iv)?
+        } else {
+            numeric::add(a, iv)?
+        })
+    })
+}
+
 pub fn udf(name: &str) -> PgFunction {
     definitions()
         .into_iter()
