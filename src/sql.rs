@@ -7,6 +7,7 @@ pub mod date_trunc;
 pub mod datetime_in;
 pub mod depth;
 pub mod extract;
+pub mod hooked;
 pub mod json;
 pub mod json_build;
 pub mod jsonb;

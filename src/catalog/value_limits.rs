@@ -3,22 +3,18 @@
 //! before building it: a value may hold at most 1 GB, as in Postgres, and one call over a
 //! batch of rows at most 1 GB in all. Past that the statement fails with 54000 ("requested
 //! length too large") instead of the server allocating it. Everything else is the wrapped
-//! DataFusion function's own.
-
-use std::sync::Arc;
+//! DataFusion function's own (`sql/hooked.rs`).
 
 use datafusion::arrow::array::{Array, AsArray};
-use datafusion::arrow::datatypes::{DataType, FieldRef};
+use datafusion::arrow::datatypes::DataType;
 use datafusion::common::{Result as DfResult, ScalarValue};
 use datafusion::error::DataFusionError;
 use datafusion::execution::FunctionRegistry;
 use datafusion::execution::context::SessionContext;
-use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
-use datafusion::logical_expr::{
-    ColumnarValue, Expr, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
-};
+use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF};
 
 use crate::limits::{MAX_VALUE_BYTES, value_too_large};
+use crate::sql::hooked::{CallHook, Hooked};
 
 /// How a function's output size follows from its arguments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -33,12 +29,6 @@ enum Growth {
     Replace,
     /// `range(start, stop [, step])`, `generate_series` as an array: that many elements.
     Range,
-}
-
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct Capped {
-    inner: Arc<ScalarUDF>,
-    growth: Growth,
 }
 
 /// The value of argument `k` at row `i` as an integer, where it is one.
@@ -105,11 +95,11 @@ fn rows(args: &[ColumnarValue], n: usize) -> usize {
     }
 }
 
-impl Capped {
+impl Growth {
     /// Bytes row `i` would produce (an upper bound).
     fn row_bytes(&self, args: &[ColumnarValue], i: usize) -> u128 {
         let n = |k: usize| args.get(k).and_then(|a| int_at(a, i)).unwrap_or(0).max(0) as u128;
-        match self.growth {
+        match self {
             Growth::Pad => n(1) * 4,
             Growth::Repeat => args.first().map(|a| len_at(a, i)).unwrap_or(0) * n(1),
             Growth::ArrayRepeat => n(1) * 8,
@@ -132,19 +122,17 @@ impl Capped {
         }
     }
 
-    fn check(&self, args: &[ColumnarValue], number_rows: usize) -> DfResult<()> {
+    fn check(&self, name: &str, args: &[ColumnarValue], number_rows: usize) -> DfResult<()> {
         let mut total: u128 = 0;
         for i in 0..rows(args, number_rows) {
             let b = self.row_bytes(args, i);
             if b > MAX_VALUE_BYTES as u128 {
-                return Err(DataFusionError::External(Box::new(value_too_large(
-                    self.inner.name(),
-                ))));
+                return Err(DataFusionError::External(Box::new(value_too_large(name))));
             }
             total += b;
             if total > MAX_VALUE_BYTES as u128 {
                 return Err(DataFusionError::External(Box::new(value_too_large(
-                    &format!("{} (over these rows together)", self.inner.name()),
+                    &format!("{name} (over these rows together)"),
                 ))));
             }
         }
@@ -152,31 +140,10 @@ impl Capped {
     }
 }
 
-impl ScalarUDFImpl for Capped {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn aliases(&self) -> &[String] {
-        self.inner.aliases()
-    }
-    fn signature(&self) -> &Signature {
-        self.inner.signature()
-    }
-    fn return_type(&self, args: &[DataType]) -> DfResult<DataType> {
-        self.inner.return_type(args)
-    }
-    fn return_field_from_args(&self, args: ReturnFieldArgs) -> DfResult<FieldRef> {
-        self.inner.return_field_from_args(args)
-    }
-    fn coerce_types(&self, args: &[DataType]) -> DfResult<Vec<DataType>> {
-        self.inner.coerce_types(args)
-    }
-    fn simplify(&self, args: Vec<Expr>, info: &SimplifyContext) -> DfResult<ExprSimplifyResult> {
-        self.inner.simplify(args, info)
-    }
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
-        self.check(&args.args, args.number_rows)?;
-        self.inner.invoke_with_args(args)
+impl CallHook for Growth {
+    fn call(&self, inner: &ScalarUDF, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        self.check(inner.name(), &args.args, args.number_rows)?;
+        inner.invoke_with_args(args)
     }
 }
 
@@ -193,7 +160,7 @@ pub fn register(ctx: &SessionContext) {
     ];
     for (name, g) in growth {
         if let Ok(inner) = ctx.udf(name) {
-            ctx.register_udf(ScalarUDF::new_from_impl(Capped { inner, growth: g }));
+            ctx.register_udf(Hooked::udf(inner, g));
         }
     }
 }

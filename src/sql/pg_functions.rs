@@ -482,9 +482,7 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udf(ScalarUDF::new_from_impl(
         crate::sql::extract::Extract::date_part(),
     ));
-    ctx.register_udf(ScalarUDF::new_from_impl(
-        crate::sql::date_trunc::DateTrunc::new(),
-    ));
+    ctx.register_udf(crate::sql::date_trunc::date_trunc());
     for f in datafusion::functions_table::all_default_table_functions() {
         ctx.register_udtf(f.name(), Arc::new(SeriesArgs(f.function().clone())));
     }
