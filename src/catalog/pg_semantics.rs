@@ -686,16 +686,7 @@ pub fn fix_planned(plan: LogicalPlan) -> DfResult<LogicalPlan> {
 /// type coercion, which then types what is built over them (a `CASE` branch, a comparison)
 /// with their types, and the plan's columns are typed as the values will be.
 fn numeric_operators(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
-    let mut schema = DFSchema::empty();
-    for input in plan.inputs() {
-        schema.merge(input.schema());
-    }
-    if let LogicalPlan::TableScan(ts) = &plan
-        && let Ok(s) =
-            DFSchema::try_from_qualified_schema(ts.table_name.clone(), &ts.source.schema())
-    {
-        schema.merge(&s);
-    }
+    let schema = expression_schema(&plan);
     let names = NamePreserver::new(&plan);
     let t = plan.map_expressions(|expr| {
         let saved = names.save(&expr);
@@ -991,17 +982,23 @@ fn star_over_using(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
     Ok((LogicalPlan::Projection(proj), true))
 }
 
-fn rewrite_node(plan: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
+/// The columns a node's expressions can name: its inputs', a scan's source's.
+fn expression_schema(plan: &LogicalPlan) -> DFSchema {
     let mut schema = DFSchema::empty();
     for input in plan.inputs() {
         schema.merge(input.schema());
     }
-    if let LogicalPlan::TableScan(ts) = &plan
+    if let LogicalPlan::TableScan(ts) = plan
         && let Ok(s) =
             DFSchema::try_from_qualified_schema(ts.table_name.clone(), &ts.source.schema())
     {
         schema.merge(&s);
     }
+    schema
+}
+
+fn rewrite_node(plan: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
+    let schema = expression_schema(&plan);
     let names = NamePreserver::new(&plan);
     let t = plan.map_expressions(|expr| {
         let saved = names.save(&expr);
