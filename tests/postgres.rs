@@ -415,6 +415,7 @@ impl Gen {
             "epoch",
             "milliseconds",
             "microseconds",
+            "julian",
         ]);
         let date_field = self.pick(&[
             "day", "dow", "doy", "week", "month", "quarter", "year", "century", "isoyear", "epoch",

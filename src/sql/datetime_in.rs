@@ -2,7 +2,9 @@
 //! takes `2024-01-01 10:00` (no seconds), `9:05` (one-digit hour), `epoch`, and for
 //! `timestamp` (without time zone) ignores a zone written after the time, where arrow
 //! refuses the first three and converts the last to UTC; and `infinity` / `-infinity`, which
-//! arrow has no text for ([`with_infinities`]). Every path that turns text into a date or
+//! arrow has no text for ([`with_infinities`]), and a trailing era (`BC`, `AD`; arrow reads
+//! no year before 1 in a timestamp: a BC year is read whole 400-year cycles later and moved
+//! back). Every path that turns text into a date or
 //! timestamp (casts in queries, INSERT literals, COPY) passes it through here.
 
 use std::sync::Arc;
@@ -17,6 +19,19 @@ use datafusion::arrow::datatypes::{DataType, Int64Type};
 /// ignored, as Postgres does for `timestamp` and `date`.
 pub fn normalize(s: &str, keep_zone: bool) -> Option<String> {
     let t = s.trim();
+    // `... BC` / `... AD`: read without the era, a BC year moved into the common era by
+    // whole 400-year cycles (the calendar repeats), moved back by [`with_infinities`]
+    if let Some((body, bc)) = era(t) {
+        let body = match bc {
+            false => body.to_owned(),
+            true => {
+                let cycles = bc_cycles(body)?;
+                let year: i64 = body.get(..4)?.parse().ok()?;
+                format!("{:04}{}", 1 - year + 400 * cycles, &body[4..])
+            }
+        };
+        return normalize(&body, keep_zone).or(Some(body));
+    }
     if t.eq_ignore_ascii_case("epoch") {
         return Some("1970-01-01T00:00:00".into());
     }
@@ -121,6 +136,36 @@ pub fn normalize_array(a: &ArrayRef, keep_zone: bool) -> ArrayRef {
     }
 }
 
+/// The text before a trailing era (` BC` / ` AD`, any case) and whether it is BC.
+fn era(t: &str) -> Option<(&str, bool)> {
+    let n = t.len();
+    if n < 4 || !t.is_char_boundary(n - 2) {
+        return None;
+    }
+    let (body, word) = t.split_at(n - 2);
+    if !body.ends_with([' ', '\t']) {
+        return None;
+    }
+    let bc = if word.eq_ignore_ascii_case("bc") {
+        true
+    } else if word.eq_ignore_ascii_case("ad") {
+        false
+    } else {
+        return None;
+    };
+    Some((body.trim_end(), bc))
+}
+
+/// For a BC date's text (`YYYY-...`, year 1 or later): the 400-year cycles its year is
+/// moved by to read as a year of the common era (1 BC is year 0, astronomically).
+fn bc_cycles(body: &str) -> Option<i64> {
+    let year: i64 = body.get(..4)?.parse().ok()?;
+    (year >= 1).then_some((year + 399) / 400)
+}
+
+/// Days in 400 years of the Gregorian calendar.
+const DAYS_PER_400_YEARS: i64 = 146_097;
+
 /// `Some(true)` for Postgres' `infinity`, `Some(false)` for `-infinity` (any case, spaces
 /// around).
 pub fn infinity(s: &str) -> Option<bool> {
@@ -135,21 +180,69 @@ pub fn infinity(s: &str) -> Option<bool> {
 /// After `text` (Postgres input) was normalized ([`normalize`]) and cast to a date or
 /// timestamp type as `parsed`: the rows whose text was `infinity` / `-infinity` hold
 /// Postgres' infinities, the largest and smallest value of the type (as Postgres stores
-/// them: `DT_NOEND` / `DT_NOBEGIN`), which sort after and before every date. Other types,
-/// or no infinity in the text: `parsed` as it is.
+/// them: `DT_NOEND` / `DT_NOBEGIN`), which sort after and before every date, and the rows
+/// whose text was BC are moved back to their year ([`back_to_bc`]). Other types, or no
+/// infinity or BC in the text: `parsed` as it is.
 pub fn with_infinities(text: &dyn Array, parsed: ArrayRef) -> ArrayRef {
     let Some(text) = text.as_string_opt::<i32>() else {
         return parsed;
     };
-    if text.len() != parsed.len()
-        || !text
-            .iter()
-            .any(|v| v.is_some_and(|v| infinity(v).is_some()))
+    if text.len() != parsed.len() {
+        return parsed;
+    }
+    let parsed = back_to_bc(text, parsed);
+    if !text
+        .iter()
+        .any(|v| v.is_some_and(|v| infinity(v).is_some()))
     {
         return parsed;
     }
     let ends: Vec<Option<bool>> = text.iter().map(|v| v.and_then(infinity)).collect();
     set_ends(parsed, &ends)
+}
+
+/// The rows whose text is a BC date or timestamp, read ([`normalize`]) whole 400-year
+/// cycles later, moved back by them. Other rows, types, or no BC text: as they are.
+fn back_to_bc(text: &datafusion::arrow::array::StringArray, parsed: ArrayRef) -> ArrayRef {
+    let cycles = |v: &str| {
+        let t = v.trim();
+        era(t).filter(|(_, bc)| *bc).and_then(|(b, _)| bc_cycles(b))
+    };
+    if !text.iter().any(|v| v.is_some_and(|v| cycles(v).is_some())) {
+        return parsed;
+    }
+    let per_day: i64 = match parsed.data_type() {
+        DataType::Date32 => 1,
+        DataType::Timestamp(u, _) => {
+            86_400
+                * match u {
+                    datafusion::arrow::datatypes::TimeUnit::Second => 1,
+                    datafusion::arrow::datatypes::TimeUnit::Millisecond => 1_000,
+                    datafusion::arrow::datatypes::TimeUnit::Microsecond => 1_000_000,
+                    datafusion::arrow::datatypes::TimeUnit::Nanosecond => 1_000_000_000,
+                }
+        }
+        _ => return parsed,
+    };
+    let Ok(w) = widened(&parsed) else {
+        return parsed;
+    };
+    let values: Vec<i64> = (0..w.len())
+        .map(
+            |i| match text.is_valid(i).then(|| cycles(text.value(i))).flatten() {
+                Some(k) if w.is_valid(i) => {
+                    w.value(i).saturating_sub(k * DAYS_PER_400_YEARS * per_day)
+                }
+                _ => w.value(i),
+            },
+        )
+        .collect();
+    let w: ArrayRef = Arc::new(Int64Array::new(values.into(), w.nulls().cloned()));
+    let back = match parsed.data_type() {
+        DataType::Date32 => cast(&w, &DataType::Int32).and_then(|a| cast(&a, &DataType::Date32)),
+        t => cast(&w, t),
+    };
+    back.unwrap_or(parsed)
 }
 
 /// The smallest and largest value of a date or timestamp type (Postgres' `-infinity` and

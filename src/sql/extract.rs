@@ -100,10 +100,13 @@ impl Unit {
         })
     }
 
-    /// Digits after the point of `extract`'s numeric (a date's epoch is whole seconds).
+    /// Digits after the point of `extract`'s numeric (a date's epoch is whole seconds; a
+    /// timestamp's julian day has its time of day as a fraction at Postgres' usual scale,
+    /// see [`julian_numeric`]).
     fn scale(self, kind: Kind) -> i8 {
         match self {
             Unit::Epoch if kind == Kind::Date => 0,
+            Unit::Julian if kind != Kind::Date => JULIAN_SCALE,
             Unit::Second | Unit::Epoch => 6,
             Unit::Milliseconds => 3,
             _ => 0,
@@ -242,10 +245,7 @@ impl Extract {
                 ),
             )
         })?;
-        // (Postgres' `extract(julian FROM timestamp)` is a numeric division whose scale
-        // Weir does not reproduce)
-        let julian_ts = self.numeric && unit == Unit::Julian && kind != Kind::Date;
-        if !kind.has(unit) || julian_ts {
+        if !kind.has(unit) {
             return Err(pg_error(
                 sqlstate::FEATURE_NOT_SUPPORTED,
                 format!(
@@ -369,12 +369,22 @@ impl Extract {
                     .collect()
             }
         };
-        // date_part's julian of a timestamp has the time of day as a fraction
-        let julian_fraction = !self.numeric && unit == Unit::Julian && kind != Kind::Date;
+        // the julian day of a timestamp has the time of day as a fraction
+        let julian_fraction = unit == Unit::Julian && kind != Kind::Date;
         Ok(if self.numeric {
             let scale = unit.scale(kind);
-            let values: Decimal128Array =
-                parts.into_iter().map(|p| p.and_then(Result::ok)).collect();
+            let values: Decimal128Array = parts
+                .into_iter()
+                .map(|p| {
+                    p.and_then(Result::ok).map(|v| {
+                        if julian_fraction {
+                            julian_numeric(v as i64)
+                        } else {
+                            v
+                        }
+                    })
+                })
+                .collect();
             Arc::new(values.with_precision_and_scale(38, scale)?)
         } else {
             let div = 10f64.powi(unit.scale(kind) as i32);
@@ -400,6 +410,25 @@ impl Extract {
             Arc::new(values)
         })
     }
+}
+
+/// The scale of `extract(julian FROM timestamp)`. Postgres' value is the day plus the time
+/// of day divided by 86400 as a numeric division, whose scale depends on the quotient:
+/// 20 digits from 8.64 s into the day on, 24 or 28 before; here always 20 (the same value
+/// where Postgres shows 20, and Postgres' value rounded at 20 where it shows more).
+const JULIAN_SCALE: i8 = 20;
+
+/// The julian day of a timestamp (microseconds since the epoch) at [`JULIAN_SCALE`],
+/// rounded half up as Postgres rounds a quotient.
+fn julian_numeric(us: i64) -> i128 {
+    let day = (us.div_euclid(USECS_PER_DAY) + UNIX_EPOCH_JDATE) as i128;
+    let of_day = us.rem_euclid(USECS_PER_DAY) as i128;
+    let unit = 10i128.pow(JULIAN_SCALE as u32);
+    // (a day's microseconds times 10^20 stay below 10^31)
+    let num = of_day * unit;
+    let den = USECS_PER_DAY as i128;
+    let fraction = num / den + if (num % den) * 2 >= den { 1 } else { 0 };
+    day * unit + fraction
 }
 
 /// Each row of a timestamp array as microseconds since the epoch; `Err` at the ends.
