@@ -371,6 +371,7 @@ impl Gen {
             "'infinity'::timestamp",
             "'-infinity'::timestamp",
             "NULL::timestamp",
+            "timestamp '0044-03-15 10:00 BC'",
         ])
         .to_owned()
     }
@@ -382,6 +383,7 @@ impl Gen {
             "'infinity'::date",
             "'-infinity'::date",
             "NULL::date",
+            "'0001-12-31 BC'::date",
         ])
         .to_owned()
     }

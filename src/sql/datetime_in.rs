@@ -356,6 +356,59 @@ pub fn keeping_infinities(
     Ok(set_ends(out, &at))
 }
 
+/// `f` (a function of timestamps that commutes with moving them by whole 400-year
+/// Gregorian cycles: same month, day, weekday and time, such as `date_trunc` up to `year`)
+/// applied to timestamps outside what a nanosecond count holds (before 1678 or after 2261,
+/// where arrow's and DataFusion's nanosecond kernels fail) by moving each such row by whole
+/// cycles into 1700..2200, and the result back. The usual batch, all of it in that range:
+/// `f` as it is, after one pass. Other types: `f` as it is.
+pub fn within_nanosecond_range(
+    a: &ArrayRef,
+    f: impl FnOnce(&ArrayRef) -> datafusion::common::Result<ArrayRef>,
+) -> datafusion::common::Result<ArrayRef> {
+    use datafusion::arrow::datatypes::TimeUnit;
+    let per_second: i64 = match a.data_type() {
+        DataType::Timestamp(TimeUnit::Second, _) => 1,
+        DataType::Timestamp(TimeUnit::Millisecond, _) => 1_000,
+        DataType::Timestamp(TimeUnit::Microsecond, _) => 1_000_000,
+        _ => return f(a),
+    };
+    // 1700-01-01 and 2200-01-01 (seconds since the epoch), 400 Gregorian years
+    let (lo, hi) = (-8_520_336_000 * per_second, 7_258_118_400 * per_second);
+    let cycle = DAYS_PER_400_YEARS * 86_400 * per_second;
+    let w = widened(a)?;
+    let shift_of = |v: i64| -> i64 {
+        if v < lo {
+            (lo - v + cycle - 1) / cycle
+        } else if v > hi {
+            -((v - hi + cycle - 1) / cycle)
+        } else {
+            0
+        }
+    };
+    if !w.iter().any(|v| v.is_some_and(|v| shift_of(v) != 0)) {
+        return f(a);
+    }
+    let shifts: Vec<i64> = w.iter().map(|v| v.map_or(0, shift_of)).collect();
+    let moved: Vec<i64> = w
+        .values()
+        .iter()
+        .zip(&shifts)
+        .map(|(v, k)| v.saturating_add(k * cycle))
+        .collect();
+    let moved: ArrayRef = Arc::new(Int64Array::new(moved.into(), w.nulls().cloned()));
+    let out = f(&cast(&moved, a.data_type())?)?;
+    let ow = widened(&out)?;
+    let back: Vec<i64> = ow
+        .values()
+        .iter()
+        .zip(&shifts)
+        .map(|(v, k)| v.saturating_sub(k * cycle))
+        .collect();
+    let back: ArrayRef = Arc::new(Int64Array::new(back.into(), ow.nulls().cloned()));
+    Ok(cast(&back, out.data_type())?)
+}
+
 /// Whether text cast to `t` goes through [`normalize`], and whether it keeps the zone.
 pub fn applies(t: &DataType) -> Option<bool> {
     match t {
