@@ -109,6 +109,7 @@ impl VisitorMut for PgRewriter {
         // before the functions in FROM are read as tables (`function_in_from`)
         lateral_in_body(&mut q.body);
         typed_values_columns(&mut q.body);
+        untyped_values_literals(&mut q.body);
         ControlFlow::Continue(())
     }
 
@@ -750,6 +751,64 @@ fn typed_values_columns(body: &mut ast::SetExpr) {
                 continue;
             };
             if metadata_cast(e) == Some(&target) {
+                continue;
+            }
+            let inner = std::mem::replace(e, Expr::value(ast::Value::Null));
+            *e = Expr::Cast {
+                kind: ast::CastKind::DoubleColon,
+                expr: Box::new(inner),
+                data_type: target.clone(),
+                array: false,
+                format: None,
+            };
+        }
+    }
+}
+
+/// A VALUES column with a row of an explicit type (`timestamp '...'`, `'...'::date`) and
+/// rows of quoted literals: the literals are of that type, as Postgres resolves an untyped
+/// literal to its column's type (DataFusion reads them as text and refuses the column:
+/// "Inconsistent data type across values list"). Other columns are left as written.
+fn untyped_values_literals(body: &mut ast::SetExpr) {
+    let ast::SetExpr::Values(values) = body else {
+        return;
+    };
+    let Some(width) = values.rows.first().map(|r| r.content.len()) else {
+        return;
+    };
+    let explicit = |e: &Expr| -> Option<ast::DataType> {
+        match e {
+            Expr::Cast { data_type, .. } => Some(data_type.clone()),
+            Expr::TypedString(ts) => Some(ts.data_type.clone()),
+            Expr::Interval(_) => Some(ast::DataType::Interval {
+                fields: None,
+                precision: None,
+            }),
+            _ => None,
+        }
+    };
+    let quoted = |e: &Expr| matches!(e, Expr::Value(v) if matches!(v.value, ast::Value::SingleQuotedString(_)));
+    for j in 0..width {
+        let Some(target) = values
+            .rows
+            .iter()
+            .find_map(|row| row.content.get(j).and_then(explicit))
+        else {
+            continue;
+        };
+        // text targets need nothing; json and the rest with metadata: `typed_values_columns`
+        if matches!(
+            target,
+            ast::DataType::Text | ast::DataType::Varchar(_) | ast::DataType::CharacterVarying(_)
+        ) || metadata_kind(&target) != 0
+        {
+            continue;
+        }
+        for row in values.rows.iter_mut() {
+            let Some(e) = row.content.get_mut(j) else {
+                continue;
+            };
+            if !quoted(e) {
                 continue;
             }
             let inner = std::mem::replace(e, Expr::value(ast::Value::Null));
