@@ -445,7 +445,17 @@ impl Gen {
             "epoch",
             "julian",
         ];
-        match self.next() % 46 {
+        let trunc_unit = self.pick(&[
+            "week",
+            "quarter",
+            "year",
+            "decade",
+            "century",
+            "millennium",
+            "hour",
+        ]);
+        match self.next() % 47 {
+            46 => format!("date_trunc('{trunc_unit}', {x}), date_trunc('{trunc_unit}', {d})"),
             45 => format!("{x} + {v}, {d} - {w}, {w} + {d}"),
             42 => format!("{n} / NULLIF({m}, 0)"),
             43 => format!("({n})::numeric * ({m})::numeric * ({i})::numeric"),

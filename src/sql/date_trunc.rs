@@ -7,6 +7,9 @@
 //! recognises `date_trunc` (the view planner's windows and event-time keys, its ordering
 //! and bounds for the optimizer) still does.
 
+use std::sync::Arc;
+
+use datafusion::arrow::array::ArrayRef;
 use datafusion::common::{Result as DfResult, ScalarValue};
 use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF};
 
@@ -30,6 +33,24 @@ impl CallHook for KeepEnds {
         let Some(ts) = args.args.get(1) else {
             return inner.invoke_with_args(args);
         };
+        if let Some(ColumnarValue::Scalar(
+            ScalarValue::Utf8(Some(u))
+            | ScalarValue::Utf8View(Some(u))
+            | ScalarValue::LargeUtf8(Some(u)),
+        )) = args.args.first()
+            && let Some(long) = LongUnit::of(u)
+        {
+            // to the year first (ends, old years as below), then to the year `long` starts
+            let mut by_year = args.clone();
+            by_year.args[0] = ColumnarValue::Scalar(ScalarValue::Utf8(Some("year".into())));
+            return Ok(match self.call(inner, by_year)? {
+                ColumnarValue::Array(a) => ColumnarValue::Array(long.starts_of_years(&a)?),
+                ColumnarValue::Scalar(v) => ColumnarValue::Scalar(ScalarValue::try_from_array(
+                    &long.starts_of_years(&v.to_array()?)?,
+                    0,
+                )?),
+            });
+        }
         let all_scalar = args
             .args
             .iter()
@@ -49,5 +70,73 @@ impl CallHook for KeepEnds {
         } else {
             ColumnarValue::Array(out)
         })
+    }
+}
+
+/// Units DataFusion's `date_trunc` does not have, computed from the year it truncates to.
+#[derive(Debug, Clone, Copy)]
+enum LongUnit {
+    Decade,
+    Century,
+    Millennium,
+}
+
+impl LongUnit {
+    fn of(unit: &str) -> Option<LongUnit> {
+        Some(match unit.trim().to_ascii_lowercase().as_str() {
+            "decade" | "decades" | "dec" | "decs" => LongUnit::Decade,
+            "century" | "centuries" | "c" | "cent" | "cents" => LongUnit::Century,
+            "millennium" | "millennia" | "millenniums" | "mil" | "mils" => LongUnit::Millennium,
+            _ => return None,
+        })
+    }
+
+    /// The first year (astronomical: 1 BC is 0) of the decade, century or millennium of
+    /// year `y`, by Postgres' rules (centuries and millennia start at years ending in 1;
+    /// BC ones run backwards from 1 BC).
+    fn start(self, y: i64) -> i64 {
+        match self {
+            LongUnit::Decade if y > 0 => (y / 10) * 10,
+            LongUnit::Decade => -((8 - (y - 1)) / 10) * 10,
+            LongUnit::Century if y > 0 => ((y + 99) / 100) * 100 - 99,
+            LongUnit::Century => -((99 - (y - 1)) / 100) * 100 + 1,
+            LongUnit::Millennium if y > 0 => ((y + 999) / 1000) * 1000 - 999,
+            LongUnit::Millennium => -((999 - (y - 1)) / 1000) * 1000 + 1,
+        }
+    }
+
+    /// Timestamps already truncated to their year, moved to the first year of `self`.
+    fn starts_of_years(self, a: &ArrayRef) -> DfResult<ArrayRef> {
+        use chrono::{DateTime, Datelike, NaiveDate};
+        use datafusion::arrow::array::{Array, AsArray, Int64Array};
+        use datafusion::arrow::compute::cast;
+        use datafusion::arrow::datatypes::{DataType, Int64Type, TimeUnit};
+        let per_second: i64 = match a.data_type() {
+            DataType::Timestamp(TimeUnit::Second, _) => 1,
+            DataType::Timestamp(TimeUnit::Millisecond, _) => 1_000,
+            DataType::Timestamp(TimeUnit::Microsecond, _) => 1_000_000,
+            DataType::Timestamp(TimeUnit::Nanosecond, _) => 1_000_000_000,
+            _ => return Ok(a.clone()),
+        };
+        let w = cast(a, &DataType::Int64)?;
+        let w = w.as_primitive::<Int64Type>();
+        let values: Vec<i64> = w
+            .iter()
+            .map(|v| match v {
+                // the ends stay themselves
+                Some(v) if v == i64::MIN || v == i64::MAX => v,
+                Some(v) => DateTime::from_timestamp(v.div_euclid(per_second), 0)
+                    .and_then(|dt| {
+                        let y = self.start(dt.year() as i64);
+                        NaiveDate::from_ymd_opt(i32::try_from(y).ok()?, 1, 1)
+                    })
+                    .and_then(|d| d.and_hms_opt(0, 0, 0))
+                    .map(|d| d.and_utc().timestamp().saturating_mul(per_second))
+                    .unwrap_or(v),
+                None => 0,
+            })
+            .collect();
+        let out: ArrayRef = Arc::new(Int64Array::new(values.into(), w.nulls().cloned()));
+        Ok(cast(&out, a.data_type())?)
     }
 }
