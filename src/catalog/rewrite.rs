@@ -746,22 +746,7 @@ fn typed_values_columns(body: &mut ast::SetExpr) {
             }
             _ => ast::DataType::Numeric(ast::ExactNumberInfo::None),
         };
-        for row in values.rows.iter_mut() {
-            let Some(e) = row.content.get_mut(j) else {
-                continue;
-            };
-            if metadata_cast(e) == Some(&target) {
-                continue;
-            }
-            let inner = std::mem::replace(e, Expr::value(ast::Value::Null));
-            *e = Expr::Cast {
-                kind: ast::CastKind::DoubleColon,
-                expr: Box::new(inner),
-                data_type: target.clone(),
-                array: false,
-                format: None,
-            };
-        }
+        cast_values_column(values, j, &target, |e| metadata_cast(e) != Some(&target));
     }
 }
 
@@ -804,22 +789,32 @@ fn untyped_values_literals(body: &mut ast::SetExpr) {
         {
             continue;
         }
-        for row in values.rows.iter_mut() {
-            let Some(e) = row.content.get_mut(j) else {
-                continue;
-            };
-            if !quoted(e) {
-                continue;
-            }
-            let inner = std::mem::replace(e, Expr::value(ast::Value::Null));
-            *e = Expr::Cast {
-                kind: ast::CastKind::DoubleColon,
-                expr: Box::new(inner),
-                data_type: target.clone(),
-                array: false,
-                format: None,
-            };
+        cast_values_column(values, j, &target, quoted);
+    }
+}
+
+/// Cast the cells of VALUES column `j` that `which` picks to `target`.
+fn cast_values_column(
+    values: &mut ast::Values,
+    j: usize,
+    target: &ast::DataType,
+    which: impl Fn(&Expr) -> bool,
+) {
+    for row in values.rows.iter_mut() {
+        let Some(e) = row.content.get_mut(j) else {
+            continue;
+        };
+        if !which(e) {
+            continue;
         }
+        let inner = std::mem::replace(e, Expr::value(ast::Value::Null));
+        *e = Expr::Cast {
+            kind: ast::CastKind::DoubleColon,
+            expr: Box::new(inner),
+            data_type: target.clone(),
+            array: false,
+            format: None,
+        };
     }
 }
 

@@ -264,7 +264,25 @@ fn arith(
             // the exact product is at scale ls + rs
             let shift = ls as i32 + rs as i32 - s as i32;
             let factor = pow10(shift.unsigned_abs());
+            // the usual product fits 128 bits: divided there (256-bit division is slow)
+            let factor128 = factor.to_i128().filter(|_| shift >= 0);
+            let limit128 = limit.to_i128().unwrap_or(i128::MAX);
             try_binary(l, r, |a, b| {
+                if let (Some(f), Some(p)) = (factor128, a.checked_mul(b)) {
+                    let (q, rem) = (p / f, p % f);
+                    let v = if rem.unsigned_abs() * 2 >= f.unsigned_abs() {
+                        q + p.signum()
+                    } else {
+                        q
+                    };
+                    return if v.unsigned_abs() < limit128.unsigned_abs() {
+                        Ok(v)
+                    } else {
+                        Err(datafusion::arrow::error::ArrowError::ComputeError(
+                            "overflow".into(),
+                        ))
+                    };
+                }
                 let exact = i256::from_i128(a).wrapping_mul(i256::from_i128(b));
                 let v = if shift >= 0 {
                     Some(div_round(exact, factor))
