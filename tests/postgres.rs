@@ -555,6 +555,35 @@ async fn scalar_expressions_match_postgres() {
     );
 }
 
+/// Result columns are named as Postgres names them: the same statements prepared on both,
+/// their column names compared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn result_column_names_are_postgres() {
+    let pg = Postgres::start();
+    let weir = TestServer::start();
+    let (p, w) = (pg.connect().await, weir.connect().await);
+    for c in [&p, &w] {
+        c.batch_execute("CREATE TABLE names_t (a int, b text, ts timestamp)")
+            .await
+            .expect("table");
+    }
+    let queries = [
+        "SELECT '2024-01-01'::date, '1'::int, '1.5'::numeric, 'abc'::text, '1 day'::interval",
+        "SELECT 5::bigint, (1 + 2)::text, a::text, b::varchar, CAST(ts AS date) FROM names_t",
+        "SELECT date '2024-01-01', timestamp '2024-01-01 10:00', interval '1 hour', 1 + 1, a FROM names_t",
+        "SELECT count(*), sum(a), upper(b), coalesce(b, 'x'), CASE WHEN a > 1 THEN 1 END FROM names_t GROUP BY a, b",
+        "SELECT extract(year FROM ts), date_trunc('day', ts), a * 2, -a, (a) FROM names_t",
+    ];
+    for q in queries {
+        let names = |s: tokio_postgres::Statement| -> Vec<String> {
+            s.columns().iter().map(|c| c.name().to_owned()).collect()
+        };
+        let want = names(p.prepare(q).await.expect("postgres prepares"));
+        let got = names(w.prepare(q).await.expect("weir prepares"));
+        assert_eq!(got, want, "column names of {q}");
+    }
+}
+
 /// Joins that read a table by its primary key or an index (`IndexJoinExec`) answer as
 /// Postgres does: the same tables (random keys with duplicates and NULLs, from a printed
 /// seed) in both, each join's sorted rows compared; the plans that should use an index are

@@ -2074,9 +2074,19 @@ fn figure_name(e: &Expr) -> Option<String> {
             // a cast of a cast of a constant is named after the outer type, as in Postgres
             // ('t'::regclass::oid is "oid")
             Expr::Function(f) if is_reg_cast_of_constant(f) => Some(type_column_name(data_type)),
-            inner => figure_name(inner).or_else(|| Some(type_column_name(data_type))),
+            // a cast of what has no name of its own (a constant, an operator) is named
+            // after the type, as in Postgres (`'2024-01-01'::date` is "date")
+            inner => match figure_name(inner) {
+                Some(n) if n != "?column?" => Some(n),
+                _ => Some(type_column_name(data_type)),
+            },
         },
-        Expr::Nested(inner) => figure_name(inner).or(Some("?column?".into())),
+        Expr::Nested(inner) => match inner.as_ref() {
+            // `(a)` is still named `a`
+            Expr::Identifier(id) => Some(id.value.to_lowercase()),
+            Expr::CompoundIdentifier(ids) => ids.last().map(|i| i.value.to_lowercase()),
+            inner => figure_name(inner).or(Some("?column?".into())),
+        },
         Expr::Case { .. } => Some("case".into()),
         Expr::Exists { .. } => Some("exists".into()),
         Expr::Array(_) => Some("array".into()),
