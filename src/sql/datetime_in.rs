@@ -227,22 +227,21 @@ fn back_to_bc(text: &datafusion::arrow::array::StringArray, parsed: ArrayRef) ->
     let Ok(w) = widened(&parsed) else {
         return parsed;
     };
-    let values: Vec<i64> = (0..w.len())
-        .map(
-            |i| match text.is_valid(i).then(|| cycles(text.value(i))).flatten() {
-                Some(k) if w.is_valid(i) => {
-                    w.value(i).saturating_sub(k * DAYS_PER_400_YEARS * per_day)
-                }
-                _ => w.value(i),
-            },
-        )
+    let shifts: Vec<i64> = (0..w.len())
+        .map(|i| {
+            text.is_valid(i)
+                .then(|| cycles(text.value(i)))
+                .flatten()
+                .unwrap_or(0)
+        })
         .collect();
-    let w: ArrayRef = Arc::new(Int64Array::new(values.into(), w.nulls().cloned()));
-    let back = match parsed.data_type() {
-        DataType::Date32 => cast(&w, &DataType::Int32).and_then(|a| cast(&a, &DataType::Date32)),
-        t => cast(&w, t),
-    };
-    back.unwrap_or(parsed)
+    moved_by(
+        &w,
+        &shifts,
+        -DAYS_PER_400_YEARS * per_day,
+        parsed.data_type(),
+    )
+    .unwrap_or(parsed)
 }
 
 /// The smallest and largest value of a date or timestamp type (Postgres' `-infinity` and
@@ -306,11 +305,10 @@ fn replace_rows(
             None => w.value(i),
         })
         .collect();
-    let w: ArrayRef = Arc::new(Int64Array::new(values.into(), w.nulls().cloned()));
-    Ok(match a.data_type() {
-        DataType::Date32 => cast(&cast(&w, &DataType::Int32)?, &DataType::Date32)?,
-        t => cast(&w, t)?,
-    })
+    from_widened(
+        Int64Array::new(values.into(), w.nulls().cloned()),
+        a.data_type(),
+    )
 }
 
 /// `a` with the rows marked in `at` set to the type's ends (`Some(true)`: `infinity`).
@@ -390,23 +388,34 @@ pub fn within_nanosecond_range(
         return f(a);
     }
     let shifts: Vec<i64> = w.iter().map(|v| v.map_or(0, shift_of)).collect();
-    let moved: Vec<i64> = w
+    let out = f(&moved_by(&w, &shifts, cycle, a.data_type())?)?;
+    moved_by(&widened(&out)?, &shifts, -cycle, out.data_type())
+}
+
+/// Widened values `w`, each moved by `shifts[i] * by`, as an array of `t` (a date or
+/// timestamp type), nulls kept.
+fn moved_by(
+    w: &Int64Array,
+    shifts: &[i64],
+    by: i64,
+    t: &DataType,
+) -> datafusion::common::Result<ArrayRef> {
+    let values: Vec<i64> = w
         .values()
         .iter()
-        .zip(&shifts)
-        .map(|(v, k)| v.saturating_add(k * cycle))
+        .zip(shifts)
+        .map(|(v, k)| v.saturating_add(k.saturating_mul(by)))
         .collect();
-    let moved: ArrayRef = Arc::new(Int64Array::new(moved.into(), w.nulls().cloned()));
-    let out = f(&cast(&moved, a.data_type())?)?;
-    let ow = widened(&out)?;
-    let back: Vec<i64> = ow
-        .values()
-        .iter()
-        .zip(&shifts)
-        .map(|(v, k)| v.saturating_sub(k * cycle))
-        .collect();
-    let back: ArrayRef = Arc::new(Int64Array::new(back.into(), ow.nulls().cloned()));
-    Ok(cast(&back, out.data_type())?)
+    from_widened(Int64Array::new(values.into(), w.nulls().cloned()), t)
+}
+
+/// i64 values back to the date or timestamp type they were widened from.
+fn from_widened(w: Int64Array, t: &DataType) -> datafusion::common::Result<ArrayRef> {
+    let w: ArrayRef = Arc::new(w);
+    Ok(match t {
+        DataType::Date32 => cast(&cast(&w, &DataType::Int32)?, &DataType::Date32)?,
+        t => cast(&w, t)?,
+    })
 }
 
 /// Whether text cast to `t` goes through [`normalize`], and whether it keeps the zone.
