@@ -609,8 +609,13 @@ fn run_node(
     advanced: Option<i64>,
 ) -> Result<(Vec<Part>, u64)> {
     let shards = 1 + node.more.len();
-    // per shard, per port: the changes it takes
-    let mut work: Vec<Vec<Option<Changelog>>> = vec![vec![None; ports.len()]; shards];
+    let takes_parts = match &node.kind {
+        NodeKind::Operator(op) => op.takes_parts(),
+        NodeKind::Source { .. } => false,
+    };
+    // per shard, per port: the changes it takes (one changelog unless the operator takes
+    // parts)
+    let mut work: Vec<Vec<Vec<Changelog>>> = vec![vec![Vec::new(); ports.len()]; shards];
     let mut rows = 0u64;
     for (port, parts) in ports.into_iter().enumerate() {
         let per_shard = if shards == 1 {
@@ -632,20 +637,19 @@ fn run_node(
             if parts.is_empty() {
                 continue;
             }
-            let input = if parts.len() == 1 {
-                parts.into_iter().next().expect("one part")
+            rows += parts.iter().map(|p| p.len() as u64).sum::<u64>();
+            work[shard][port] = if takes_parts || parts.len() == 1 {
+                parts
             } else {
                 let schema = parts[0].schema();
-                Changelog::concat(&schema, &parts)?
+                vec![Changelog::concat(&schema, &parts)?]
             };
-            rows += input.len() as u64;
-            work[shard][port] = Some(input);
         }
     }
-    let run = |op: &mut Box<dyn Operator>, ins: Vec<Option<Changelog>>| -> Result<Vec<Changelog>> {
+    let run = |op: &mut Box<dyn Operator>, ins: Vec<Vec<Changelog>>| -> Result<Vec<Changelog>> {
         let mut outs = Vec::new();
-        for (port, input) in ins.into_iter().enumerate() {
-            if let Some(input) = input {
+        for (port, parts) in ins.into_iter().enumerate() {
+            for input in parts {
                 outs.extend(op.on_changes(port, input)?);
             }
         }

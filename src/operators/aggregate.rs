@@ -6,7 +6,8 @@
 //!   GROUP BY there is exactly one row, also over an empty input (count 0, sum NULL), as in
 //!   Postgres.
 //! - state: group key -> group id (`arrow_row` keys), weighted row count per group, the
-//!   row each group shows (`emitted.rs`), and per aggregate either
+//!   row each group shows (`emitted.rs`, one row per key: a hashed table), and per
+//!   aggregate either
 //!   * a *linear* state (count, sum, avg): DataFusion's own partial-aggregate state
 //!     (`[count]`, `[sum]`, `[count, sum]`), maintained as Σ weight·value, plus the count
 //!     of non-NULL inputs so a sum returns to NULL; results come from DataFusion's
@@ -31,7 +32,7 @@
 //!   groups changed since the last checkpoint (`sync_state`) and rebuilt from it
 //!   (`restore_state`); one `multiset` table per multiset aggregate, keyed by group key.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
@@ -415,10 +416,9 @@ pub struct Aggregate {
     input_schema: SchemaRef,
     global: bool,
     groups_table: StateTable,
-    /// Groups changed since the last `sync_state`, and keys of groups released since.
+    /// Groups changed since the last `sync_state`.
     changed: Vec<u32>,
     is_changed: Vec<bool>,
-    released: Vec<Box<[u8]>>,
     /// Bytes of the live groups' keys (for [`Operator::resident_bytes`]).
     key_bytes: usize,
     /// Per group slot: read or written since the last eviction sweep (CLOCK).
@@ -483,7 +483,7 @@ impl Aggregate {
             groups: FastMap::default(),
             keys: Vec::new(),
             row_counts: Vec::new(),
-            emitted: Emitted::new(),
+            emitted: Emitted::one_per_key(),
             free: Vec::new(),
             dirty: Vec::new(),
             is_dirty: Vec::new(),
@@ -499,7 +499,6 @@ impl Aggregate {
             hand: 0,
             groups_in_table: false,
             is_changed: Vec::new(),
-            released: Vec::new(),
         };
         if global {
             // the one group of a global aggregate exists from the start
@@ -1113,6 +1112,11 @@ impl Operator for Aggregate {
         crate::operators::Sharding::by(&self.group_exprs)
     }
 
+    fn takes_parts(&self) -> bool {
+        // `on_changes` folds rows into the groups; rows are emitted at the epoch's end
+        true
+    }
+
     fn details(&self) -> String {
         let aggs: Vec<String> = self
             .aggs
@@ -1235,9 +1239,6 @@ impl Operator for Aggregate {
     }
 
     fn sync_state(&mut self) -> Result<()> {
-        for key in std::mem::take(&mut self.released) {
-            self.groups_table.delete(&key);
-        }
         let mut buf = Vec::new();
         for g in std::mem::take(&mut self.changed) {
             let gi = g as usize;
@@ -1267,7 +1268,6 @@ impl Operator for Aggregate {
         self.is_dirty.clear();
         self.is_changed.clear();
         self.changed.clear();
-        self.released.clear();
         self.window_ends.clear();
         self.by_end.clear();
         for a in self.aggs.iter_mut() {
@@ -1462,12 +1462,11 @@ impl Aggregate {
     /// Forget a group entirely (its emitted row, if any, stays where it went).
     fn release(&mut self, g: u32) {
         let key = self.vacate(g as usize);
-        if self.groups_in_table {
-            // a lookup before the next sync must not find the group in the table
-            self.groups_table.delete(&key);
-        } else {
-            self.released.push(key.clone());
-        }
+        // at once, not at the next sync: a lookup must not read the group back from an
+        // older checkpoint's entry (once groups live in the table, after an eviction), and
+        // a deferred delete would remove what an eviction writes for the group if it
+        // comes back before the sync
+        self.groups_table.delete(&key);
         self.emitted.forget(&key);
         for agg in self.aggs.iter_mut() {
             match &mut agg.state {
@@ -1542,12 +1541,17 @@ impl Aggregate {
             );
         }
         // groups that have rows (or the global group) get a new row
-        let live: Vec<u32> = dirty
+        let mut live: Vec<u32> = Vec::with_capacity(dirty.len());
+        // per dirty group, in order: its row in the new batch, if it has one
+        let new_rows: Vec<Option<usize>> = dirty
             .iter()
-            .copied()
-            .filter(|g| self.global || self.row_counts[*g as usize] > 0)
+            .map(|g| {
+                (self.global || self.row_counts[*g as usize] > 0).then(|| {
+                    live.push(*g);
+                    live.len() - 1
+                })
+            })
             .collect();
-        let mut new_rows: HashMap<u32, usize> = HashMap::new();
         let mut new_batch = None;
         let mut new_out_rows = None;
         if !live.is_empty() {
@@ -1574,24 +1578,19 @@ impl Aggregate {
             )?;
             new_out_rows = Some(self.out_conv.convert_columns(batch.columns())?);
             new_batch = Some(batch);
-            for (i, g) in live.iter().enumerate() {
-                new_rows.insert(*g, i);
-            }
         }
         let mut retract: Vec<Box<[u8]>> = Vec::new();
         let mut insert_idx: Vec<u32> = Vec::new();
-        for g in &dirty {
+        for (g, at) in dirty.iter().zip(&new_rows) {
             let gi = *g as usize;
-            let new_row = new_rows
-                .get(g)
-                .map(|i| new_out_rows.as_ref().expect("rows").row(*i).data());
+            let new_row = at.map(|i| new_out_rows.as_ref().expect("rows").row(i).data());
             let Some(old) = self.emitted.replace_one(&self.keys[gi], new_row) else {
                 continue; // unchanged
             };
             if let Some(old) = old {
                 retract.push(old);
             }
-            if let Some(i) = new_rows.get(g) {
+            if let Some(i) = at {
                 insert_idx.push(*i as u32);
             }
         }

@@ -52,7 +52,8 @@ use crate::state::store::{Durability, Store, WriteBatch};
 /// The format of stored state: our version and the arrow release whose row encoding the
 /// keys use. Part of every view's fingerprint; state written under another format is
 /// rebuilt, never decoded. (A unit test keeps the arrow release in step with Cargo.lock.)
-pub const STATE_FORMAT: &str = "weir-state-1 arrow-59";
+/// Version 2: an aggregate's shown rows are a hashed table keyed by group (`emitted.rs`).
+pub const STATE_FORMAT: &str = "weir-state-2 arrow-59";
 
 /// The first byte of every stored value: the layout of what follows.
 pub const VALUE_FORMAT: u8 = 1;
