@@ -239,6 +239,34 @@ impl ScalarUDFImpl for NumericArith {
 
 /// The kernel: each pair of raw values (at scales `ls`, `rs`) to the raw result at scale
 /// `s`, exact in 256 bits, rounded once.
+/// `a * factor / b` rounded half away from zero, in 128 bits: None when it does not fit
+/// (the caller divides in 256 bits then). `b` is not 0.
+fn div_scaled_i128(a: i128, factor: i128, b: i128) -> Option<i128> {
+    let num = a.checked_mul(factor)?;
+    let (q, r) = (num.checked_div(b)?, num.checked_rem(b)?);
+    // |r| < |b| <= 2^127, so 2|r| fits 128 unsigned bits
+    if r.unsigned_abs() * 2 >= b.unsigned_abs() {
+        Some(if (num < 0) != (b < 0) { q - 1 } else { q + 1 })
+    } else {
+        Some(q)
+    }
+}
+
+/// [`div_scaled_i128`] in 256 bits, for any shift (`shift < 0`: `a / (b * factor)`).
+fn div_scaled_i256(a: i128, b: i128, shift: i32, factor: i256) -> Option<i256> {
+    let a = i256::from_i128(a);
+    let (num, den) = if shift >= 0 {
+        (a.checked_mul(factor)?, i256::from_i128(b))
+    } else {
+        (a, i256::from_i128(b).wrapping_mul(factor))
+    };
+    Some(if den.is_negative() {
+        div_round(num.wrapping_neg(), den.wrapping_neg())
+    } else {
+        div_round(num, den)
+    })
+}
+
 fn arith(
     op: NumericOp,
     l: &PrimitiveArray<Decimal128Type>,
@@ -302,25 +330,26 @@ fn arith(
             // (a / 10^ls) / (b / 10^rs) at scale s = a * 10^(s + rs - ls) / b
             let shift = s as i32 + rs as i32 - ls as i32;
             let factor = pow10(shift.unsigned_abs());
+            // the usual quotient fits 128 bits: divided there (256-bit division is slow)
+            let factor128 = factor.to_i128().filter(|_| shift >= 0);
+            let limit128 = limit.to_i128().unwrap_or(i128::MAX);
             let res = try_binary(l, r, |a, b| {
                 if b == 0 {
                     return Err(datafusion::arrow::error::ArrowError::DivideByZero);
                 }
-                let a = i256::from_i128(a);
-                let (num, den) = if shift >= 0 {
-                    (a.checked_mul(factor), i256::from_i128(b))
-                } else {
-                    (Some(a), i256::from_i128(b).wrapping_mul(factor))
-                };
-                let Some(num) = num else {
+                if let Some(q) = factor128.and_then(|f| div_scaled_i128(a, f, b)) {
+                    return if q.unsigned_abs() < limit128.unsigned_abs() {
+                        Ok(q)
+                    } else {
+                        Err(datafusion::arrow::error::ArrowError::ComputeError(
+                            "overflow".into(),
+                        ))
+                    };
+                }
+                let Some(q) = div_scaled_i256(a, b, shift, factor) else {
                     return Err(datafusion::arrow::error::ArrowError::ComputeError(
                         "overflow".into(),
                     ));
-                };
-                let q = if den.is_negative() {
-                    div_round(num.wrapping_neg(), den.wrapping_neg())
-                } else {
-                    div_round(num, den)
                 };
                 if q.wrapping_abs() < limit {
                     Ok(q.as_i128())
@@ -412,6 +441,63 @@ mod tests {
             NumericOp::Mul.result_type(&DataType::Decimal128(3, 2), &DataType::Decimal128(20, 0)),
             None
         );
+    }
+
+    /// The 128-bit quotient is the 256-bit one wherever it answers, on values at the
+    /// edges (signs, halves, the largest operands) and on random ones.
+    #[test]
+    fn quotients_in_128_bits_are_the_256_bit_ones() {
+        let edges = [
+            0i128,
+            1,
+            -1,
+            5,
+            -5,
+            15,
+            -15,
+            25,
+            7,
+            -7,
+            999_999_999,
+            i128::MAX,
+            i128::MIN,
+            i128::MAX / 10,
+            i128::MIN / 10,
+            10i128.pow(30),
+            -(10i128.pow(30)),
+        ];
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut values: Vec<i128> = edges.to_vec();
+        for _ in 0..300 {
+            let digits = (next() % 36) as u32;
+            let v = (next() as i128 % 10i128.pow(digits.min(18)).max(1))
+                * 10i128.pow(digits.saturating_sub(18));
+            values.push(if next() % 2 == 0 { v } else { -v });
+        }
+        let mut fast = 0;
+        for shift in [0i32, 1, 2, 16, 20, 30, 38] {
+            let factor = pow10(shift as u32);
+            let f128 = factor.to_i128().expect("10^38 fits");
+            for &a in &values {
+                for &b in values.iter().filter(|b| **b != 0) {
+                    if let Some(q) = div_scaled_i128(a, f128, b) {
+                        fast += 1;
+                        assert_eq!(
+                            Some(i256::from_i128(q)),
+                            div_scaled_i256(a, b, shift, factor),
+                            "{a} * 10^{shift} / {b}"
+                        );
+                    }
+                }
+            }
+        }
+        assert!(fast > 100_000, "the 128-bit path answered {fast} times");
     }
 
     #[test]
