@@ -239,17 +239,21 @@ impl ScalarUDFImpl for NumericArith {
 
 /// The kernel: each pair of raw values (at scales `ls`, `rs`) to the raw result at scale
 /// `s`, exact in 256 bits, rounded once.
-/// `a * factor / b` rounded half away from zero, in 128 bits: None when it does not fit
-/// (the caller divides in 256 bits then). `b` is not 0.
-fn div_scaled_i128(a: i128, factor: i128, b: i128) -> Option<i128> {
-    let num = a.checked_mul(factor)?;
-    let (q, r) = (num.checked_div(b)?, num.checked_rem(b)?);
-    // |r| < |b| <= 2^127, so 2|r| fits 128 unsigned bits
-    if r.unsigned_abs() * 2 >= b.unsigned_abs() {
-        Some(if (num < 0) != (b < 0) { q - 1 } else { q + 1 })
+/// `n / d` rounded half away from zero in 128 bits (None: `MIN / -1`). `d` is not 0.
+fn div_round_i128(n: i128, d: i128) -> Option<i128> {
+    let (q, r) = (n.checked_div(d)?, n.checked_rem(d)?);
+    // |r| < |d| <= 2^127, so 2|r| fits 128 unsigned bits
+    if r.unsigned_abs() * 2 >= d.unsigned_abs() {
+        Some(if (n < 0) != (d < 0) { q - 1 } else { q + 1 })
     } else {
         Some(q)
     }
+}
+
+/// `a * factor / b` rounded half away from zero, in 128 bits: None when it does not fit
+/// (the caller divides in 256 bits then). `b` is not 0.
+fn div_scaled_i128(a: i128, factor: i128, b: i128) -> Option<i128> {
+    div_round_i128(a.checked_mul(factor)?, b)
 }
 
 /// [`div_scaled_i128`] in 256 bits, for any shift (`shift < 0`: `a / (b * factor)`).
@@ -296,13 +300,10 @@ fn arith(
             let factor128 = factor.to_i128().filter(|_| shift >= 0);
             let limit128 = limit.to_i128().unwrap_or(i128::MAX);
             try_binary(l, r, |a, b| {
-                if let (Some(f), Some(p)) = (factor128, a.checked_mul(b)) {
-                    let (q, rem) = (p / f, p % f);
-                    let v = if rem.unsigned_abs() * 2 >= f.unsigned_abs() {
-                        q + p.signum()
-                    } else {
-                        q
-                    };
+                if let Some(v) = factor128
+                    .zip(a.checked_mul(b))
+                    .and_then(|(f, p)| div_round_i128(p, f))
+                {
                     return if v.unsigned_abs() < limit128.unsigned_abs() {
                         Ok(v)
                     } else {
