@@ -88,11 +88,12 @@ pub trait Operator: Send {
     /// Changes arriving on input `port` (0 for single-input operators; 0 = left and
     /// 1 = right for joins). Returns the changes to emit now.
     fn on_changes(&mut self, port: usize, input: Changelog) -> Result<Vec<Changelog>>;
-    /// Whether `on_changes` only folds its input into state and emits at the epoch's end
-    /// (an aggregate): then an epoch's input on a port may come in several calls, one per
-    /// upstream batch, and the framework does not concatenate them first (10% of the
-    /// dataflow thread on Nexmark q5, whose HOP is a union of five projections). Others
-    /// get one call per port per epoch.
+    /// Whether an epoch's input on a port may come in several calls, one per upstream
+    /// batch, in order: true when `on_changes` only folds its input into state and emits
+    /// at the epoch's end (an aggregate) or maps each batch on its own (projections,
+    /// filters, unions, UNNEST). The framework then does not concatenate the batches
+    /// first (10% of the dataflow thread on Nexmark q5, whose HOP is a union of five
+    /// projections). Others get one call per port per epoch.
     fn takes_parts(&self) -> bool {
         false
     }

@@ -42,6 +42,9 @@ impl Operator for Project {
     fn sharding(&self, _port: usize) -> crate::operators::Sharding {
         crate::operators::Sharding::Any
     }
+    fn takes_parts(&self) -> bool {
+        true // each batch is mapped on its own
+    }
     fn details(&self) -> String {
         self.text.clone()
     }

@@ -58,6 +58,9 @@ impl Operator for Unnest {
     fn sharding(&self, _port: usize) -> crate::operators::Sharding {
         crate::operators::Sharding::Any
     }
+    fn takes_parts(&self) -> bool {
+        true // each batch is mapped on its own
+    }
     fn details(&self) -> String {
         self.text.clone()
     }
