@@ -88,9 +88,6 @@ const FEW: usize = 4;
 pub struct Emitted {
     table: StateTable,
     key_buf: Vec<u8>,
-    /// At most one row per owner, kept as the value of the owner's key
-    /// ([`EMITTED_ONE_TABLE`]); only `shown_one`, `replace_one` and `forget` apply.
-    one: bool,
 }
 
 impl Default for Emitted {
@@ -104,7 +101,6 @@ impl Emitted {
         Emitted {
             table: StateTable::new(EMITTED_TABLE),
             key_buf: Vec::new(),
-            one: false,
         }
     }
 
@@ -113,8 +109,13 @@ impl Emitted {
         Emitted {
             table: StateTable::new(EMITTED_ONE_TABLE),
             key_buf: Vec::new(),
-            one: true,
         }
+    }
+
+    /// At most one row per owner, kept as the value of the owner's key (the hashed
+    /// [`EMITTED_ONE_TABLE`]); only `shown_one`, `replace_one` and `forget` apply.
+    fn one(&self) -> bool {
+        !self.table.decl().ordered
     }
 
     pub fn state_table(&mut self) -> &mut StateTable {
@@ -133,7 +134,7 @@ impl Emitted {
     /// `key` now shows `rows` (output rows, repeated by multiplicity): record it, and add
     /// to `diff` the change from what it showed.
     pub fn replace(&mut self, key: &[u8], rows: &[&[u8]], diff: &mut Diff) {
-        debug_assert!(!self.one, "replace on a one-row-per-key Emitted");
+        debug_assert!(!self.one(), "replace on a one-row-per-key Emitted");
         if rows.len() <= FEW {
             return self.replace_few(key, rows, diff);
         }
@@ -207,7 +208,7 @@ impl Emitted {
 
     /// For owners that show at most one row (an aggregate's group): the row `key` shows.
     pub fn shown_one<'a>(&'a mut self, key: &'a [u8]) -> Option<&'a [u8]> {
-        if self.one {
+        if self.one() {
             return self.table.get(key);
         }
         self.table.prefix(key).next().map(|(k, _)| &k[key.len()..])
@@ -217,7 +218,7 @@ impl Emitted {
     /// None when that is what it showed already, else the row it showed before (which the
     /// caller retracts), if any.
     pub fn replace_one(&mut self, key: &[u8], new: Option<&[u8]>) -> Option<Option<Box<[u8]>>> {
-        if self.one {
+        if self.one() {
             // one lookup: the old row is read and replaced in place
             let mut old: Option<Option<Box<[u8]>>> = None;
             self.table.update(key, |shown| {
@@ -253,7 +254,7 @@ impl Emitted {
 
     /// Drop what `key` shows without retracting it.
     pub fn forget(&mut self, key: &[u8]) {
-        if self.one {
+        if self.one() {
             self.table.delete(key);
         } else {
             self.table.delete_prefix(key);
@@ -263,7 +264,7 @@ impl Emitted {
     /// Drop the rows of `key` that sort before `below` (rows that start with an
     /// order-preserving time, e.g. a session's end), without retracting them.
     pub fn forget_before(&mut self, key: &[u8], below: &[u8]) {
-        debug_assert!(!self.one, "forget_before on a one-row-per-key Emitted");
+        debug_assert!(!self.one(), "forget_before on a one-row-per-key Emitted");
         let mut hi = key.to_vec();
         hi.extend_from_slice(below);
         self.table.delete_range((
@@ -274,7 +275,7 @@ impl Emitted {
 
     /// The rows `key` shows, with multiplicities.
     pub fn rows<'a>(&'a mut self, key: &'a [u8]) -> impl Iterator<Item = (&'a [u8], i64)> + 'a {
-        debug_assert!(!self.one, "rows on a one-row-per-key Emitted");
+        debug_assert!(!self.one(), "rows on a one-row-per-key Emitted");
         self.table
             .prefix(key)
             .map(move |(k, v)| (&k[key.len()..], count_of(v)))

@@ -29,6 +29,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, Decimal128Array, PrimitiveArray};
 use datafusion::arrow::compute::kernels::arity::try_binary;
 use datafusion::arrow::datatypes::{DataType, Decimal128Type, i256};
+use datafusion::arrow::error::ArrowError;
 use datafusion::common::{Result as DfResult, ScalarValue};
 use datafusion::error::DataFusionError;
 use datafusion::logical_expr::{
@@ -280,52 +281,36 @@ fn arith(
     p: u8,
     s: i8,
 ) -> DfResult<Decimal128Array> {
-    let limit = pow10(p as u32);
-    let overflow = || {
-        pg_error(
-            sqlstate::NUMERIC_VALUE_OUT_OF_RANGE,
-            "numeric field overflow".into(),
-            Some(format!(
-                "A field with precision {p}, scale {s} must round to an absolute value less than 10^{}.",
-                p as i16 - s as i16
-            )),
-        )
+    // 10^p: a Decimal128's precision is at most 38, and 10^38 fits 128 bits
+    let limit = pow10(p as u32).to_i128().unwrap_or(i128::MAX);
+    // a value rounded to the result's scale (None: past 128 bits), checked against p
+    let fits = |v: Option<i128>| {
+        v.filter(|v| v.unsigned_abs() < limit.unsigned_abs())
+            .ok_or_else(|| ArrowError::ComputeError("numeric field overflow".into()))
     };
-    let out: PrimitiveArray<Decimal128Type> = match op {
+    let res: Result<PrimitiveArray<Decimal128Type>, ArrowError> = match op {
         NumericOp::Mul => {
             // the exact product is at scale ls + rs
             let shift = ls as i32 + rs as i32 - s as i32;
             let factor = pow10(shift.unsigned_abs());
             // the usual product fits 128 bits: divided there (256-bit division is slow)
             let factor128 = factor.to_i128().filter(|_| shift >= 0);
-            let limit128 = limit.to_i128().unwrap_or(i128::MAX);
             try_binary(l, r, |a, b| {
-                if let Some(v) = factor128
-                    .zip(a.checked_mul(b))
-                    .and_then(|(f, p)| div_round_i128(p, f))
-                {
-                    return if v.unsigned_abs() < limit128.unsigned_abs() {
-                        Ok(v)
-                    } else {
-                        Err(datafusion::arrow::error::ArrowError::ComputeError(
-                            "overflow".into(),
-                        ))
-                    };
-                }
-                let exact = i256::from_i128(a).wrapping_mul(i256::from_i128(b));
-                let v = if shift >= 0 {
-                    Some(div_round(exact, factor))
-                } else {
-                    exact.checked_mul(factor)
-                };
-                match v {
-                    Some(v) if v.wrapping_abs() < limit => Ok(v.as_i128()),
-                    _ => Err(datafusion::arrow::error::ArrowError::ComputeError(
-                        "overflow".into(),
-                    )),
-                }
+                fits(
+                    factor128
+                        .zip(a.checked_mul(b))
+                        .and_then(|(f, p)| div_round_i128(p, f))
+                        .or_else(|| {
+                            let exact = i256::from_i128(a).wrapping_mul(i256::from_i128(b));
+                            let v = if shift >= 0 {
+                                Some(div_round(exact, factor))
+                            } else {
+                                exact.checked_mul(factor)
+                            };
+                            v.and_then(|v| v.to_i128())
+                        }),
+                )
             })
-            .map_err(|_| overflow())?
         }
         NumericOp::Div => {
             // (a / 10^ls) / (b / 10^rs) at scale s = a * 10^(s + rs - ls) / b
@@ -333,44 +318,36 @@ fn arith(
             let factor = pow10(shift.unsigned_abs());
             // the usual quotient fits 128 bits: divided there (256-bit division is slow)
             let factor128 = factor.to_i128().filter(|_| shift >= 0);
-            let limit128 = limit.to_i128().unwrap_or(i128::MAX);
-            let res = try_binary(l, r, |a, b| {
+            try_binary(l, r, |a, b| {
                 if b == 0 {
-                    return Err(datafusion::arrow::error::ArrowError::DivideByZero);
+                    return Err(ArrowError::DivideByZero);
                 }
-                if let Some(q) = factor128.and_then(|f| div_scaled_i128(a, f, b)) {
-                    return if q.unsigned_abs() < limit128.unsigned_abs() {
-                        Ok(q)
-                    } else {
-                        Err(datafusion::arrow::error::ArrowError::ComputeError(
-                            "overflow".into(),
-                        ))
-                    };
-                }
-                let Some(q) = div_scaled_i256(a, b, shift, factor) else {
-                    return Err(datafusion::arrow::error::ArrowError::ComputeError(
-                        "overflow".into(),
-                    ));
-                };
-                if q.wrapping_abs() < limit {
-                    Ok(q.as_i128())
-                } else {
-                    Err(datafusion::arrow::error::ArrowError::ComputeError(
-                        "overflow".into(),
-                    ))
-                }
-            });
-            match res {
-                Ok(v) => v,
-                Err(datafusion::arrow::error::ArrowError::DivideByZero) => {
-                    return Err(pg_error(
-                        sqlstate::DIVISION_BY_ZERO,
-                        "division by zero".into(),
-                        None,
-                    ));
-                }
-                Err(_) => return Err(overflow()),
-            }
+                fits(
+                    factor128
+                        .and_then(|f| div_scaled_i128(a, f, b))
+                        .or_else(|| div_scaled_i256(a, b, shift, factor)?.to_i128()),
+                )
+            })
+        }
+    };
+    let out = match res {
+        Ok(v) => v,
+        Err(ArrowError::DivideByZero) => {
+            return Err(pg_error(
+                sqlstate::DIVISION_BY_ZERO,
+                "division by zero".into(),
+                None,
+            ));
+        }
+        Err(_) => {
+            return Err(pg_error(
+                sqlstate::NUMERIC_VALUE_OUT_OF_RANGE,
+                "numeric field overflow".into(),
+                Some(format!(
+                    "A field with precision {p}, scale {s} must round to an absolute value less than 10^{}.",
+                    p as i16 - s as i16
+                )),
+            ));
         }
     };
     Ok(out.with_precision_and_scale(p, s)?)
