@@ -449,12 +449,15 @@ impl Catalog {
     /// first and one commit then switches the catalog to it, so a crash at any point
     /// leaves either the old table or the new one, whole (a crash before the switch leaves
     /// the new OID's rows behind; `create` purges an OID before reusing it). The caller
-    /// holds the table's writer lock.
+    /// holds the table's writer lock. `dependents` gives, from the relation's OID after the
+    /// change, the new descriptions of the views that read it (their dependencies and
+    /// stored queries follow it), written in the same commit.
     pub fn replace_table(
         &self,
         old_name: &str,
         mut desc: RelationDesc,
         rows: Option<Vec<datafusion::arrow::record_batch::RecordBatch>>,
+        dependents: impl FnOnce(u32) -> Vec<RelationDesc>,
     ) -> Result<()> {
         let mut st = self.state.write();
         if !st.by_name.contains_key(old_name) {
@@ -489,7 +492,19 @@ impl Catalog {
             wb.delete(catalog_key(old_oid));
         }
         wb.put(catalog_key(desc.oid), roles::json(&desc)?);
+        let dependents = dependents(desc.oid);
+        for d in &dependents {
+            if !st.by_name.contains_key(&d.name) {
+                return Err(WeirError::undefined_table(&d.name));
+            }
+            wb.put(catalog_key(d.oid), roles::json(d)?);
+        }
         self.store.commit(wb, Durability::Sync)?;
+        for d in dependents {
+            let table = st.by_name.get(&d.name).and_then(|e| e.table.clone());
+            st.by_name
+                .insert(d.name.clone(), Arc::new(Entry { desc: d, table }));
+        }
         if desc.oid != old_oid
             && let Err(e) = TableStore::purge(self.store.as_ref(), old_oid)
         {

@@ -7,11 +7,18 @@
 //! USING's, by one query over the table: [`Engine::retyped_rows`]), rewrites the table's rows in the new layout (existing rows
 //! get the default, evaluated once, or NULL) under a new OID, switched to in one commit
 //! (`Catalog::replace_table`: a crash leaves the old table or the new one), under the
-//! table's writer lock; the rest changes only the catalog. A table that materialized or plain views read is not
-//! altered (2BP01): their plans and stored state name its columns (and `replace_table`
-//! opens the table's storage anew, without the dataflow's change sink); only its columns'
-//! defaults can change under views (in the catalog entry, in place). Postgres allows more
-//! (adding a column under a view, renaming); Weir refuses rather than break the views.
+//! table's writer lock; the rest changes only the catalog.
+//!
+//! Under views (materialized and plain, transitively), as in Postgres: a column a view reads
+//! cannot be dropped (2BP01; "reads" is decided from the view's text, conservatively: a `*`
+//! reads every column, a name reads the column of that name); added columns do not appear
+//! in a view that selected `*` (its stored query keeps its columns); a renamed table is
+//! followed by the views' stored queries. The materialized views over the table stop while
+//! it changes and are rebuilt from their inputs after, as at CREATE (subscriptions to them
+//! end). Not carried through, refused with 2BP01: renaming or retyping a column under a
+//! view (Postgres allows both where it can), and any change under a sink (a rebuilt sink
+//! would write its output again). Column defaults change in the catalog entry in place,
+//! views untouched.
 
 use datafusion::arrow::array::{ArrayRef, new_null_array};
 use datafusion::arrow::record_batch::RecordBatch;
@@ -60,7 +67,30 @@ impl Engine {
                 }
             )
         });
-        if !defaults_only && let Some(d) = self.catalog.dependents(entry.desc.oid).first() {
+        // the views over the table, transitively (none when only defaults change)
+        let dependents = match defaults_only {
+            true => Vec::new(),
+            false => self.views_over(entry.desc.oid),
+        };
+        // what the views cannot be carried through: a column renamed or retyped under them
+        // (their plans name and type it), and sinks (a rebuilt sink would write again)
+        let unsupported = alter.operations.iter().any(|op| {
+            matches!(
+                op,
+                ast::AlterTableOperation::RenameColumn { .. }
+                    | ast::AlterTableOperation::AlterColumn {
+                        op: ast::AlterColumnOperation::SetDataType { .. },
+                        ..
+                    }
+            )
+        });
+        let blocker = match unsupported {
+            true => dependents.first(),
+            false => dependents
+                .iter()
+                .find(|d| d.desc.kind == RelationKind::Sink),
+        };
+        if let Some(d) = blocker {
             return Err(WeirError::new(
                 sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
                 format!("cannot alter table \"{name}\" because other objects depend on it"),
@@ -70,7 +100,10 @@ impl Engine {
                 d.desc.kind.noun(),
                 d.desc.name
             ))
-            .with_hint("Drop the dependent views first, and create them again after."));
+            .with_hint(match d.desc.kind {
+                RelationKind::Sink => "A sink over the table cannot be rebuilt under it: drop the sink first, and create it again after.",
+                _ => "Weir renames and retypes columns only of tables no view reads: drop the dependent views first, and create them again after.",
+            }));
         }
         let table = entry
             .table
@@ -84,6 +117,8 @@ impl Engine {
         let mut rewrite = false;
         // columns whose type changes: (position, the SQL of the value each row gets)
         let mut retyped: Vec<(usize, String)> = Vec::new();
+        let mut dropped: Vec<String> = Vec::new();
+        let mut added_columns = false;
         let rows_now = table.row_count();
         let col_pos = |desc: &crate::catalog::RelationDesc, c: &str| {
             desc.columns.iter().position(|x| x.name == c)
@@ -147,6 +182,7 @@ impl Engine {
                     layout.push(None);
                     added.push(value);
                     rewrite = true;
+                    added_columns = true;
                 }
                 ast::AlterTableOperation::DropColumn {
                     column_names,
@@ -186,6 +222,7 @@ impl Engine {
                         desc.indexes.retain(|i| !i.columns.contains(&col));
                         layout.remove(at);
                         rewrite = true;
+                        dropped.push(col);
                     }
                 }
                 ast::AlterTableOperation::RenameColumn {
@@ -375,10 +412,92 @@ impl Engine {
                 d.defaults = desc.defaults.clone();
                 Ok(())
             })?;
-        } else {
-            self.catalog.replace_table(&name, desc, rows)?;
+            return Ok(Output::Command("ALTER TABLE".into()));
         }
+        // the views that read the table by name: refused where one reads a dropped column
+        // (2BP01, as Postgres); their stored queries follow a rename of the table and keep
+        // the columns they had where a `*` would now take an added column too
+        let new_name = (desc.name != name).then(|| desc.name.clone());
+        let mut queries: Vec<(String, String)> = Vec::new();
+        for d in &dependents {
+            let Some(q) = &d.desc.query else {
+                continue;
+            };
+            let (words, wildcard) = words_of(q);
+            if !words.contains(&name) {
+                continue;
+            }
+            if let Some(c) = dropped.iter().find(|c| wildcard || words.contains(*c)) {
+                let noun = d.desc.kind.noun();
+                return Err(WeirError::new(
+                    sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
+                    format!(
+                        "cannot drop column {c} of table {name} because other objects depend on it"
+                    ),
+                )
+                .with_detail(format!(
+                    "{noun} {} depends on column {c} of table {name}",
+                    d.desc.name
+                ))
+                .with_hint(format!("Drop {noun} {} first.", d.desc.name)));
+            }
+            let mut text = q.clone();
+            if added_columns && wildcard {
+                let cols: Vec<String> = d.desc.columns.iter().map(|c| quoted(&c.name)).collect();
+                text = format!("SELECT {} FROM ({text}) AS weir_view", cols.join(", "));
+            }
+            if let Some(new) = &new_name {
+                text = renamed_relation(&text, &name, new)?;
+            }
+            if text != *q {
+                queries.push((d.desc.name.clone(), text));
+            }
+        }
+        let old_oid = entry.desc.oid;
+        // the materialized views over the table stop while it changes and are rebuilt
+        // from their inputs after (as at CREATE)
+        self.stop_views(&dependents).await?;
+        // one commit: the table and the views' descriptions that follow it
+        let replaced = self.catalog.replace_table(&name, desc, rows, |new_oid| {
+            dependents
+                .iter()
+                .map(|d| {
+                    let mut v = d.desc.clone();
+                    for o in v.dependencies.iter_mut() {
+                        if *o == old_oid {
+                            *o = new_oid;
+                        }
+                    }
+                    if let Some((_, q)) = queries.iter().find(|(n, _)| *n == v.name) {
+                        v.query = Some(q.clone());
+                    }
+                    v
+                })
+                .collect()
+        });
+        drop(_writer);
+        let views: Vec<u32> = dependents.iter().map(|d| d.desc.oid).collect();
+        let rebuilt = self.rebuild_views(&views).await;
+        replaced?;
+        rebuilt?;
         Ok(Output::Command("ALTER TABLE".into()))
+    }
+
+    /// The views and sinks that read a relation, directly or through other views, oldest
+    /// first.
+    fn views_over(&self, oid: u32) -> Vec<std::sync::Arc<crate::catalog::Entry>> {
+        let mut out: Vec<std::sync::Arc<crate::catalog::Entry>> = Vec::new();
+        let mut stack = vec![oid];
+        while let Some(o) = stack.pop() {
+            for d in self.catalog.dependents(o) {
+                if !out.iter().any(|e| e.desc.oid == d.desc.oid) {
+                    stack.push(d.desc.oid);
+                    out.push(d);
+                }
+            }
+        }
+        out.sort_by_key(|e| e.desc.oid);
+        out
     }
 
     /// The table's rows with the columns in `retyped` converted to their new types in
@@ -468,9 +587,8 @@ impl Engine {
 }
 
 impl Engine {
-    /// `ALTER [MATERIALIZED] VIEW | SEQUENCE name RENAME TO new`: the catalog name only
-    /// (views run and are stored by OID). Refused while other views read it (their stored
-    /// queries name it).
+    /// `ALTER [MATERIALIZED] VIEW | SEQUENCE name RENAME TO new`: the catalog name, and the
+    /// stored queries of the views that read it (views run and are stored by OID).
     pub(crate) fn rename_relation(
         &self,
         kind: crate::sql::parser::DropKind,
@@ -500,22 +618,137 @@ impl Engine {
                 format!("\"{name}\" is not a {noun}"),
             ));
         }
-        if let Some(d) = self.catalog.dependents(entry.desc.oid).first() {
-            return Err(WeirError::new(
-                sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
-                format!("cannot rename {noun} \"{name}\" because other objects depend on it"),
-            )
-            .with_detail(format!(
-                "{} \"{}\" depends on {noun} \"{name}\"",
-                d.desc.kind.noun(),
-                d.desc.name
-            )));
+        // the views reading it follow the new name in their stored queries (they run by
+        // OID: nothing else changes); a sink made FROM it has no query to follow
+        let dependents = self.catalog.dependents(entry.desc.oid);
+        let mut queries = Vec::new();
+        for d in &dependents {
+            let Some(q) = d.desc.query.as_deref() else {
+                return Err(WeirError::new(
+                    sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
+                    format!("cannot rename {noun} \"{name}\" because other objects depend on it"),
+                )
+                .with_detail(format!(
+                    "{} \"{}\" depends on {noun} \"{name}\"",
+                    d.desc.kind.noun(),
+                    d.desc.name
+                )));
+            };
+            queries.push((d.desc.name.clone(), renamed_relation(q, name, to)?));
         }
         let mut desc = entry.desc.clone();
         desc.name = to.to_owned();
-        self.catalog.replace_table(name, desc, None)?;
+        // one commit: the relation under its new name and the views that follow it
+        self.catalog.replace_table(name, desc, None, |_| {
+            dependents
+                .iter()
+                .map(|d| {
+                    let mut v = d.desc.clone();
+                    if let Some((_, q)) = queries.iter().find(|(n, _)| *n == v.name) {
+                        v.query = Some(q.clone());
+                    }
+                    v
+                })
+                .collect()
+        })?;
         Ok(Output::Command(tag.into()))
     }
+}
+
+/// The names a query's text uses (identifiers as Postgres folds them) and whether it has a
+/// `*` or `x.*` select item: what decides, conservatively, whether a view reads a table
+/// (its name appears) and which of its columns (a name, or every column under a `*`).
+fn words_of(sql: &str) -> (std::collections::HashSet<String>, bool) {
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::keywords::Keyword;
+    use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+    let mut words = std::collections::HashSet::new();
+    let mut wildcard = false;
+    let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize() else {
+        // (a stored query always tokenizes) every word unknown: reads everything
+        return (words, true);
+    };
+    let mut last: Option<&Token> = None;
+    for t in &tokens {
+        match t {
+            Token::Whitespace(_) => continue,
+            Token::Word(w) => {
+                words.insert(match w.quote_style {
+                    Some(_) => w.value.clone(),
+                    None => w.value.to_lowercase(),
+                });
+            }
+            Token::Mul => {
+                let select_item = match last {
+                    None | Some(Token::Comma | Token::Period) => true,
+                    Some(Token::Word(w)) => matches!(
+                        w.keyword,
+                        Keyword::SELECT | Keyword::DISTINCT | Keyword::ALL
+                    ),
+                    _ => false,
+                };
+                wildcard |= select_item;
+            }
+            _ => {}
+        }
+        last = Some(t);
+    }
+    (words, wildcard)
+}
+
+/// A stored query with the relation `old` read as `new` (ALTER TABLE ... RENAME TO): each
+/// FROM item naming it, kept under its old name as the alias when it had none (so
+/// `old.col` still resolves), and a table-function argument naming it (`TUMBLE(old, ...)`).
+fn renamed_relation(sql: &str, old: &str, new: &str) -> Result<String> {
+    use datafusion::sql::sqlparser::ast::{VisitMut, VisitorMut};
+    struct Rename<'a> {
+        old: &'a str,
+        new: &'a str,
+    }
+    impl VisitorMut for Rename<'_> {
+        type Break = ();
+        fn pre_visit_table_factor(
+            &mut self,
+            tf: &mut ast::TableFactor,
+        ) -> std::ops::ControlFlow<()> {
+            if let ast::TableFactor::Table {
+                name, alias, args, ..
+            } = tf
+            {
+                match args {
+                    None => {
+                        if relation_name(name).is_ok_and(|n| n == self.old) {
+                            *name =
+                                ast::ObjectName::from(vec![ast::Ident::with_quote('"', self.new)]);
+                            if alias.is_none() {
+                                *alias = Some(ast::TableAlias {
+                                    explicit: true,
+                                    name: ast::Ident::with_quote('"', self.old),
+                                    columns: vec![],
+                                    at: None,
+                                });
+                            }
+                        }
+                    }
+                    Some(args) => {
+                        for a in args.args.iter_mut() {
+                            if let ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(
+                                ast::Expr::Identifier(i),
+                            )) = a
+                                && normalize_ident(i) == self.old
+                            {
+                                *i = ast::Ident::with_quote('"', self.new);
+                            }
+                        }
+                    }
+                }
+            }
+            std::ops::ControlFlow::Continue(())
+        }
+    }
+    let mut q = crate::sql::parser::parse_query(sql)?;
+    let _ = q.visit(&mut Rename { old, new });
+    Ok(q.to_string())
 }
 
 /// `name` as an SQL identifier, always quoted (the SQL made here is parsed again, and

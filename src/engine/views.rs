@@ -534,6 +534,124 @@ impl Engine {
         result
     }
 
+    /// Plan a maintained relation from its stored query (at a restart, or when a table
+    /// it reads is altered), with its stored options: the graph and the columns it has.
+    pub(crate) async fn plan_stored(
+        &self,
+        session: &Session,
+        desc: &RelationDesc,
+        shards: usize,
+    ) -> Result<(Graph, Vec<ColumnDesc>)> {
+        let sql = desc.query.clone().ok_or_else(|| {
+            WeirError::internal(format!("view {} has no stored query", desc.name))
+        })?;
+        let query = parse_query(&sql)?;
+        // a sink's options are its connector's
+        let view_options: &[(String, String)] = match desc.kind {
+            RelationKind::Sink => &[],
+            _ => &desc.options,
+        };
+        self.plan_view(
+            session,
+            &desc.name,
+            &query,
+            view_options,
+            desc.emit_on_window_close,
+            shards,
+        )
+        .await
+    }
+
+    /// Stop materialized views' dataflows, newest first, keeping their catalog entries
+    /// (an ALTER TABLE under them: [`Engine::rebuild_views`] starts them again).
+    pub(crate) async fn stop_views(&self, views: &[Arc<crate::catalog::Entry>]) -> Result<()> {
+        let mut views: Vec<_> = views
+            .iter()
+            .filter(|v| v.desc.kind == RelationKind::MaterializedView)
+            .collect();
+        views.sort_by_key(|v| std::cmp::Reverse(v.desc.oid));
+        for v in views {
+            self.leave_sources(v.desc.oid).await;
+            let (done, rx) = oneshot::channel();
+            self.dataflow
+                .send(Msg::Drop {
+                    oid: v.desc.oid,
+                    done,
+                })
+                .await?;
+            let _ = rx.await;
+            self.unobserve(&v.desc.dependencies);
+            info!(view = %v.desc.name, "stopped materialized view to rebuild it");
+        }
+        Ok(())
+    }
+
+    /// Start materialized views stopped by [`Engine::stop_views`] again, oldest first
+    /// (views over views find their inputs), each planned from its stored query as it
+    /// reads now and rebuilt from its inputs as at CREATE. A view that no longer plans
+    /// stays, failed, with its error (as at a restart); the first such error is returned.
+    /// Planned as at a restart (the view was checked against its owner's rights at CREATE),
+    /// not with the rights of whoever altered what it reads.
+    pub(crate) async fn rebuild_views(&self, oids: &[u32]) -> Result<()> {
+        let session = &self.new_session();
+        let mut oids = oids.to_vec();
+        oids.sort_unstable();
+        let mut first_error = None;
+        for oid in oids {
+            let Some(v) = self.catalog.get_by_oid(oid) else {
+                continue;
+            };
+            if v.desc.kind != RelationKind::MaterializedView {
+                continue;
+            }
+            let started = std::time::Instant::now();
+            let result = match self
+                .plan_stored(session, &v.desc, self.limits.workers)
+                .await
+            {
+                Ok((graph, columns)) => {
+                    // the columns' names and types stay; nullability may follow the inputs
+                    let same = columns.len() == v.desc.columns.len()
+                        && columns
+                            .iter()
+                            .zip(&v.desc.columns)
+                            .all(|(a, b)| a.name == b.name && a.ty == b.ty);
+                    if same {
+                        self.catalog.alter_relation(&v.desc.name, |d| {
+                            d.columns = columns.clone();
+                            Ok(())
+                        })?;
+                        let v = self.catalog.get_by_oid(oid).unwrap_or(v.clone());
+                        self.start_view(&v.desc, graph, None, None).await
+                    } else {
+                        Err(WeirError::internal("its columns would change"))
+                    }
+                }
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(_) => {
+                    info!(view = %v.desc.name, secs = started.elapsed().as_secs_f64(), "rebuilt materialized view");
+                }
+                Err(e) => {
+                    error!(view = %v.desc.name, error = %e, "cannot rebuild materialized view");
+                    let message = format!(
+                        "materialized view \"{}\" could not be rebuilt: {}",
+                        v.desc.name, e.message
+                    );
+                    self.dataflow.mark_failed(
+                        v.desc.oid,
+                        &v.desc.name,
+                        &v.desc.schema(),
+                        message.clone(),
+                    )?;
+                    first_error.get_or_insert(WeirError::internal(message));
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
     /// A view is gone (dropped, or it did not start): its backfill readers stop and the
     /// shared readers no view reads any more stop too.
     pub(crate) async fn leave_sources(&self, view: u32) {
@@ -631,25 +749,9 @@ impl Engine {
             let session = &session;
             let desc = v.desc.clone();
             async move {
-                let sql = desc.query.clone().ok_or_else(|| {
-                    WeirError::internal(format!("view {} has no stored query", desc.name))
-                })?;
-                let query = parse_query(&sql)?;
-                // a sink's options are its connector's
-                let view_options: &[(String, String)] = match desc.kind {
-                    RelationKind::Sink => &[],
-                    _ => &desc.options,
-                };
-                self.plan_view(
-                    session,
-                    &desc.name,
-                    &query,
-                    view_options,
-                    desc.emit_on_window_close,
-                    shards,
-                )
-                .await
-                .map(|(g, _)| g)
+                self.plan_stored(session, &desc, shards)
+                    .await
+                    .map(|(g, _)| g)
             }
         };
         // 1. restore
