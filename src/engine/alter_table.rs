@@ -15,9 +15,10 @@
 //! in a view that selected `*` (its stored query keeps its columns); a renamed table is
 //! followed by the views' stored queries. The materialized views over the table stop while
 //! it changes and are rebuilt from their inputs after, as at CREATE (subscriptions to them
-//! end). Not carried through, refused with 2BP01: renaming or retyping a column under a
-//! view (Postgres allows both where it can), and any change under a sink (a rebuilt sink
-//! would write its output again). Column defaults change in the catalog entry in place,
+//! end). A column a view reads keeps its type (0A000, as Postgres) and its name (2BP01:
+//! Postgres renames it in the view too; Weir's views are stored as text, and a column
+//! reference is not resolved to its table outside the planner). Any change under a sink is
+//! refused (2BP01: a rebuilt sink would write its output again). Column defaults change in the catalog entry in place,
 //! views untouched.
 
 use datafusion::arrow::array::{ArrayRef, new_null_array};
@@ -72,24 +73,11 @@ impl Engine {
             true => Vec::new(),
             false => self.views_over(entry.desc.oid),
         };
-        // what the views cannot be carried through: a column renamed or retyped under them
-        // (their plans name and type it), and sinks (a rebuilt sink would write again)
-        let unsupported = alter.operations.iter().any(|op| {
-            matches!(
-                op,
-                ast::AlterTableOperation::RenameColumn { .. }
-                    | ast::AlterTableOperation::AlterColumn {
-                        op: ast::AlterColumnOperation::SetDataType { .. },
-                        ..
-                    }
-            )
-        });
-        let blocker = match unsupported {
-            true => dependents.first(),
-            false => dependents
-                .iter()
-                .find(|d| d.desc.kind == RelationKind::Sink),
-        };
+        // a sink over the table (directly or through views) is not carried through: a
+        // rebuilt sink would write its output again
+        let blocker = dependents
+            .iter()
+            .find(|d| d.desc.kind == RelationKind::Sink);
         if let Some(d) = blocker {
             return Err(WeirError::new(
                 sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
@@ -100,10 +88,7 @@ impl Engine {
                 d.desc.kind.noun(),
                 d.desc.name
             ))
-            .with_hint(match d.desc.kind {
-                RelationKind::Sink => "A sink over the table cannot be rebuilt under it: drop the sink first, and create it again after.",
-                _ => "Weir renames and retypes columns only of tables no view reads: drop the dependent views first, and create them again after.",
-            }));
+            .with_hint("A sink over the table cannot be rebuilt under it: drop the sink first, and create it again after."));
         }
         let table = entry
             .table
@@ -118,6 +103,9 @@ impl Engine {
         // columns whose type changes: (position, the SQL of the value each row gets)
         let mut retyped: Vec<(usize, String)> = Vec::new();
         let mut dropped: Vec<String> = Vec::new();
+        // columns renamed (their old names) and retyped: a view must not read them
+        let mut renamed_columns: Vec<String> = Vec::new();
+        let mut retyped_columns: Vec<String> = Vec::new();
         let mut added_columns = false;
         let rows_now = table.row_count();
         let col_pos = |desc: &crate::catalog::RelationDesc, c: &str| {
@@ -246,6 +234,7 @@ impl Engine {
                         ));
                     }
                     desc.columns[at].name = new.clone();
+                    renamed_columns.push(old.clone());
                     for k in desc.primary_key.iter_mut() {
                         if *k == old {
                             *k = new.clone();
@@ -348,6 +337,7 @@ impl Engine {
                                 }
                             };
                             desc.columns[at].ty = ty;
+                            retyped_columns.push(col.clone());
                             retyped.retain(|(p, _)| *p != at);
                             retyped.push((at, from));
                         }
@@ -440,6 +430,38 @@ impl Engine {
                     d.desc.name
                 ))
                 .with_hint(format!("Drop {noun} {} first.", d.desc.name)));
+            }
+            // as Postgres: a column a view reads keeps its type (0A000)
+            if let Some(c) = retyped_columns
+                .iter()
+                .find(|c| wildcard || words.contains(*c))
+            {
+                return Err(WeirError::not_supported(
+                    "cannot alter type of a column used by a view or rule",
+                )
+                .with_detail(format!(
+                    "{} {} depends on column \"{c}\"",
+                    d.desc.kind.noun(),
+                    d.desc.name
+                )));
+            }
+            // Postgres renames the column in the views too; Weir's views are stored as text
+            if let Some(c) = renamed_columns
+                .iter()
+                .find(|c| wildcard || words.contains(*c))
+            {
+                return Err(WeirError::new(
+                    sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
+                    format!(
+                        "cannot rename column {c} of table {name} because other objects depend on it"
+                    ),
+                )
+                .with_detail(format!(
+                    "{} {} depends on column {c} of table {name}",
+                    d.desc.kind.noun(),
+                    d.desc.name
+                ))
+                .with_hint("Weir renames a column only where no view reads it: drop the views that read it first, and create them again after."));
             }
             let mut text = q.clone();
             if added_columns && wildcard {
@@ -673,6 +695,8 @@ fn words_of(sql: &str) -> (std::collections::HashSet<String>, bool) {
         match t {
             Token::Whitespace(_) => continue,
             Token::Word(w) => {
+                // a NATURAL join reads the columns both sides have without naming them
+                wildcard |= w.keyword == Keyword::NATURAL;
                 words.insert(match w.quote_style {
                     Some(_) => w.value.clone(),
                     None => w.value.to_lowercase(),
@@ -689,6 +713,7 @@ fn words_of(sql: &str) -> (std::collections::HashSet<String>, bool) {
                 };
                 wildcard |= select_item;
             }
+
             _ => {}
         }
         last = Some(t);
