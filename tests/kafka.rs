@@ -1367,12 +1367,16 @@ async fn late_decisions_survive_kill_9() {
         now_s += rng.random_range(3..12);
         let mut recs: Vec<(i32, Vec<u8>)> = Vec::new();
         for p in 0..2 {
-            for i in 0..rng.random_range(1..4) {
-                // the first row of a step is on time: every step changes per_win
-                let behind = if late_ones && (p, i) != (0, 0) {
-                    rng.random_range(0..25)
-                } else {
-                    0
+            // with late ones: one more row in partition 0, 25 s behind (late once both
+            // partitions' watermarks pass its window, so every seed has late rows)
+            let n = rng.random_range(1..4) + i64::from(late_ones && p == 0);
+            for i in 0..n {
+                // the first row of each partition in a step is on time: every step
+                // changes per_win and moves both partitions' watermarks
+                let behind = match (late_ones, i) {
+                    (false, _) | (true, 0) => 0,
+                    (true, i) if i == n - 1 && p == 0 => 25,
+                    _ => rng.random_range(0..25),
                 };
                 let t = (now_s - behind).max(0) * SEC + rng.random_range(0..1000) * 1000;
                 next_k += 1;

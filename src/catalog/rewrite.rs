@@ -124,6 +124,7 @@ impl VisitorMut for PgRewriter {
         for item in select.projection.iter_mut() {
             if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } = item {
                 int4_literal(e);
+                numeric_literal_with_its_scale(e);
             }
         }
         mark_star_over_using(select);
@@ -1010,6 +1011,56 @@ fn json_set_returning(name: &str) -> Option<&'static str> {
 /// A numeric literal with an exponent as Postgres reads it: an exact value whose scale is
 /// the mantissa's minus the exponent, never negative (`1e6` = 1000000, `1.50e1` = 15.0,
 /// `1.5e-3` = 0.0015). `None` when it is not such a literal or the exponent is huge.
+/// `1.50::numeric` (or `'1.50'::numeric`) as an operand of arithmetic or a select item: a
+/// `numeric` of the literal's own digits and scale, `numeric(3,2)`, where an unconstrained
+/// `numeric` would be Arrow's one scale of 10 shown without trailing zeros. Postgres keeps
+/// each value's scale, so `1.5::numeric * 2` is `3.0`; a literal is the one place the
+/// value's scale is known when planning. Not for `/`: Postgres' quotient scale depends on
+/// the operands' values (16 significant digits), which the quotient's type rule in
+/// `sql/numeric.rs` matches better for an unconstrained operand.
+fn numeric_literal_with_its_scale(e: &mut Expr) {
+    if let Expr::UnaryOp {
+        op: ast::UnaryOperator::Minus | ast::UnaryOperator::Plus,
+        expr: inner,
+    } = e
+    {
+        return numeric_literal_with_its_scale(inner);
+    }
+    let Expr::Cast {
+        expr: inner,
+        data_type:
+            data_type @ (ast::DataType::Numeric(ast::ExactNumberInfo::None)
+            | ast::DataType::Decimal(ast::ExactNumberInfo::None)),
+        ..
+    } = e
+    else {
+        return;
+    };
+    let text = match inner.as_ref() {
+        Expr::Value(v) => match &v.value {
+            ast::Value::Number(n, _) => n.clone(),
+            ast::Value::SingleQuotedString(t) => t.trim().to_owned(),
+            _ => return,
+        },
+        _ => return,
+    };
+    let plain = expand_exponent(&text).unwrap_or(text);
+    let digits = plain.strip_prefix(['-', '+']).unwrap_or(&plain);
+    let (int, frac) = digits.split_once('.').unwrap_or((digits, ""));
+    if !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit()) || digits.is_empty() {
+        return;
+    }
+    let int = int.trim_start_matches('0');
+    let precision = (int.len() + frac.len()).max(1);
+    if precision > 38 {
+        return;
+    }
+    *data_type = ast::DataType::Numeric(ast::ExactNumberInfo::PrecisionAndScale(
+        precision as u64,
+        frac.len() as i64,
+    ));
+}
+
 pub fn expand_exponent(text: &str) -> Option<String> {
     let (mantissa, exp) = text.split_once(['e', 'E'])?;
     let exp: i64 = exp.parse().ok()?;
@@ -1343,6 +1394,16 @@ fn rewrite_expr(expr: &mut Expr) {
             *expr = call(name, vec![l, r]);
         }
         Expr::BinaryOp { left, op, right } => {
+            if matches!(
+                op,
+                BinaryOperator::Plus
+                    | BinaryOperator::Minus
+                    | BinaryOperator::Multiply
+                    | BinaryOperator::Modulo
+            ) {
+                numeric_literal_with_its_scale(left);
+                numeric_literal_with_its_scale(right);
+            }
             // `indisprimary = 'f'`: Postgres reads the literal as a boolean
             if matches!(op, BinaryOperator::Eq | BinaryOperator::NotEq) {
                 let (l, r) = (is_bool_catalog_column(left), is_bool_catalog_column(right));
