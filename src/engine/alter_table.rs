@@ -15,10 +15,11 @@
 //! in a view that selected `*` (its stored query keeps its columns); a renamed table is
 //! followed by the views' stored queries. The materialized views over the table stop while
 //! it changes and are rebuilt from their inputs after, as at CREATE (subscriptions to them
-//! end). A column a view reads keeps its type (0A000, as Postgres) and its name (2BP01:
-//! Postgres renames it in the view too; Weir's views are stored as text, and a column
-//! reference is not resolved to its table outside the planner). Any change under a sink is
-//! refused (2BP01: a rebuilt sink would write its output again). Column defaults change in the catalog entry in place,
+//! end). A column a view reads keeps its type (0A000, as Postgres); renamed, the view reads
+//! the table through a derived table giving the column its old name (views are stored as
+//! text, and a column reference is not resolved to its table outside the planner), refused
+//! (2BP01) where the table is a window function's argument or temporally joined. Any change
+//! under a sink is refused (2BP01: a rebuilt sink would write its output again). Column defaults change in the catalog entry in place,
 //! views untouched.
 
 use datafusion::arrow::array::{ArrayRef, new_null_array};
@@ -105,6 +106,8 @@ impl Engine {
         let mut dropped: Vec<String> = Vec::new();
         // columns renamed (their old names) and retyped: a view must not read them
         let mut renamed_columns: Vec<String> = Vec::new();
+        // each renamed column's name now -> its name before the statement
+        let mut original_names: Vec<(String, String)> = Vec::new();
         let mut retyped_columns: Vec<String> = Vec::new();
         let mut added_columns = false;
         let rows_now = table.row_count();
@@ -235,6 +238,10 @@ impl Engine {
                     }
                     desc.columns[at].name = new.clone();
                     renamed_columns.push(old.clone());
+                    match original_names.iter_mut().find(|(now, _)| *now == old) {
+                        Some(o) => o.0 = new.clone(),
+                        None => original_names.push((new.clone(), old.clone())),
+                    }
                     for k in desc.primary_key.iter_mut() {
                         if *k == old {
                             *k = new.clone();
@@ -445,30 +452,52 @@ impl Engine {
                     d.desc.name
                 )));
             }
-            // Postgres renames the column in the views too; Weir's views are stored as text
-            if let Some(c) = renamed_columns
-                .iter()
-                .find(|c| wildcard || words.contains(*c))
-            {
-                return Err(WeirError::new(
-                    sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
-                    format!(
-                        "cannot rename column {c} of table {name} because other objects depend on it"
-                    ),
-                )
-                .with_detail(format!(
-                    "{} {} depends on column {c} of table {name}",
-                    d.desc.kind.noun(),
-                    d.desc.name
-                ))
-                .with_hint("Weir renames a column only where no view reads it: drop the views that read it first, and create them again after."));
-            }
             let mut text = q.clone();
             if added_columns && wildcard {
                 let cols: Vec<String> = d.desc.columns.iter().map(|c| quoted(&c.name)).collect();
                 text = format!("SELECT {} FROM ({text}) AS weir_view", cols.join(", "));
             }
-            if let Some(new) = &new_name {
+            let reads_renamed = renamed_columns
+                .iter()
+                .any(|c| wildcard || words.contains(c));
+            if reads_renamed {
+                // as in Postgres the view keeps reading the column under the name it had
+                // (and keeps its own column names): the table is read through a derived
+                // table giving the renamed columns their old names
+                let items: Vec<String> = desc
+                    .columns
+                    .iter()
+                    .map(
+                        |c| match original_names.iter().find(|(now, _)| *now == c.name) {
+                            Some((_, was)) => format!("{} AS {}", quoted(&c.name), quoted(was)),
+                            None => quoted(&c.name),
+                        },
+                    )
+                    .collect();
+                let from = format!("SELECT {} FROM {}", items.join(", "), quoted(&desc.name));
+                match read_through(&text, &name, &from)? {
+                    Some(t) => text = t,
+                    None => {
+                        let c = renamed_columns
+                            .iter()
+                            .find(|c| wildcard || words.contains(*c))
+                            .cloned()
+                            .unwrap_or_default();
+                        return Err(WeirError::new(
+                            sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
+                            format!(
+                                "cannot rename column {c} of table {name} because other objects depend on it"
+                            ),
+                        )
+                        .with_detail(format!(
+                            "{} {} reads table {name} in a window function or a temporal join",
+                            d.desc.kind.noun(),
+                            d.desc.name
+                        ))
+                        .with_hint("Drop the views that read it first, and create them again after."));
+                    }
+                }
+            } else if let Some(new) = &new_name {
                 text = renamed_relation(&text, &name, new)?;
             }
             if text != *q {
@@ -774,6 +803,74 @@ fn renamed_relation(sql: &str, old: &str, new: &str) -> Result<String> {
     let mut q = crate::sql::parser::parse_query(sql)?;
     let _ = q.visit(&mut Rename { old, new });
     Ok(q.to_string())
+}
+
+/// A stored query with each FROM item naming `table` read through the derived table
+/// `(from) AS alias` (the alias the item had, else the table's name), or None where the
+/// table is read in a way a derived table cannot stand for: as a table function's argument
+/// (`TUMBLE(t, ...)`) or with `FOR SYSTEM_TIME AS OF`.
+fn read_through(sql: &str, table: &str, from: &str) -> Result<Option<String>> {
+    use datafusion::sql::sqlparser::ast::{VisitMut, VisitorMut};
+    struct Through<'a> {
+        table: &'a str,
+        from: &'a ast::Query,
+        blocked: bool,
+    }
+    impl VisitorMut for Through<'_> {
+        type Break = ();
+        fn post_visit_table_factor(
+            &mut self,
+            tf: &mut ast::TableFactor,
+        ) -> std::ops::ControlFlow<()> {
+            let ast::TableFactor::Table {
+                name,
+                alias,
+                args,
+                version,
+                ..
+            } = tf
+            else {
+                return std::ops::ControlFlow::Continue(());
+            };
+            if let Some(args) = args {
+                self.blocked |= args.args.iter().any(|a| {
+                    matches!(a, ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(
+                        ast::Expr::Identifier(i),
+                    )) if normalize_ident(i) == self.table)
+                });
+                return std::ops::ControlFlow::Continue(());
+            }
+            if !relation_name(name).is_ok_and(|n| n == self.table) {
+                return std::ops::ControlFlow::Continue(());
+            }
+            if version.is_some() {
+                self.blocked = true;
+                return std::ops::ControlFlow::Continue(());
+            }
+            let alias = alias.clone().unwrap_or(ast::TableAlias {
+                explicit: true,
+                name: ast::Ident::with_quote('"', self.table),
+                columns: vec![],
+                at: None,
+            });
+            *tf = ast::TableFactor::Derived {
+                lateral: false,
+                subquery: Box::new(self.from.clone()),
+                alias: Some(alias),
+                sample: None,
+            };
+            std::ops::ControlFlow::Continue(())
+        }
+    }
+    let from = crate::sql::parser::parse_query(from)?;
+    let mut q = crate::sql::parser::parse_query(sql)?;
+    let mut v = Through {
+        table,
+        from: &from,
+        blocked: false,
+    };
+    let _ = q.visit(&mut v);
+    Ok((!v.blocked).then(|| q.to_string()))
 }
 
 /// `name` as an SQL identifier, always quoted (the SQL made here is parsed again, and
