@@ -1004,6 +1004,44 @@ impl StateTable {
         if self.spill.is_some() {
             self.ensure_key(key);
         }
+        // an ordered table: one descent of the B-tree whether the key is there or not (a
+        // lookup then an insert were two: most of an interval join's insert cost); the key
+        // is allocated either way, which a new key needs anyway
+        if let Cache::Ordered(m) = &mut self.cache {
+            match m.entry(Key::from(key)) {
+                std::collections::btree_map::Entry::Occupied(mut o) => {
+                    match f(Some(o.get().as_slice())) {
+                        Some(new) => {
+                            if new.as_slice() == o.get().as_slice() {
+                                return;
+                            }
+                            self.bytes = self.bytes - o.get().len() + new.len();
+                            if self.tracking {
+                                self.log.put(key, new.as_slice());
+                            }
+                            *o.get_mut() = new;
+                        }
+                        None => {
+                            let (k, v) = o.remove_entry();
+                            self.bytes -= k.len() + v.len();
+                            if self.tracking {
+                                self.log.delete(key);
+                            }
+                        }
+                    }
+                }
+                std::collections::btree_map::Entry::Vacant(slot) => {
+                    if let Some(new) = f(None) {
+                        self.bytes += key.len() + new.len();
+                        if self.tracking {
+                            self.log.put(key, new.as_slice());
+                        }
+                        slot.insert(new);
+                    }
+                }
+            }
+            return;
+        }
         if let Some(v) = self.cache.get_mut(key) {
             match f(Some(v.as_slice())) {
                 Some(new) => {
@@ -1225,6 +1263,23 @@ impl StateTable {
         if self.spill.is_some() {
             let (lo, hi) = half_open(range);
             self.ensure_range(&lo, hi.as_deref());
+        }
+        // from the first key on (what a watermark frees): the map is split where the
+        // range ends, one descent instead of a lookup per removed key
+        if let (Bound::Unbounded, Bound::Excluded(hi)) = range {
+            let name = self.decl.name;
+            let map = self.cache.ordered_mut(name);
+            let kept = map.split_off(hi);
+            let removed = std::mem::replace(map, kept);
+            let mut keys = Vec::with_capacity(removed.len());
+            for (k, v) in removed {
+                self.bytes -= k.len() + v.len();
+                if self.tracking {
+                    self.log.delete(&k);
+                }
+                keys.push(k);
+            }
+            return keys;
         }
         let keys: Vec<Key> = self
             .cache
