@@ -578,8 +578,9 @@ impl AsofJoin {
     /// latest one below it.
     fn free_latest(&mut self, limit: i64) {
         let [l, r] = &mut self.sides;
-        for (_, rk) in l.by_time.take_up_to(limit.saturating_sub(1)) {
-            l.rows.delete(&rk);
+        let freed = l.by_time.take_up_to(limit.saturating_sub(1));
+        for (_, rk) in freed.iter() {
+            l.rows.delete(rk);
         }
         // keys with right rows newly below the limit
         let lo = i64_key(self.swept);
@@ -635,8 +636,9 @@ impl AsofJoin {
             }
         }
         let r = &mut self.sides[1];
-        for (_, rk) in r.by_time.take_up_to(limit.saturating_sub(1)) {
-            r.rows.delete(&rk);
+        let freed = r.by_time.take_up_to(limit.saturating_sub(1));
+        for (_, rk) in freed.iter() {
+            r.rows.delete(rk);
         }
     }
 }

@@ -123,11 +123,12 @@ impl EventRows {
 
     /// The watermark reached `watermark`: the keys whose deadline came become dirty.
     pub fn due(&mut self, watermark: i64) {
-        for (d, k) in self.deadlines.take_up_to(watermark) {
-            if self.next_deadline.get(&k).map(count_of) == Some(d) {
-                self.next_deadline.delete(&k);
+        let due = self.deadlines.take_up_to(watermark);
+        for (d, k) in due.iter() {
+            if self.next_deadline.get(k).map(count_of) == Some(d) {
+                self.next_deadline.delete(k);
             }
-            self.dirty.insert(k);
+            self.dirty.insert(k.into());
         }
     }
 

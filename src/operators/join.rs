@@ -492,8 +492,9 @@ impl Operator for Join {
             if below == i64::MIN {
                 continue;
             }
-            for (_, k) in st.by_time.take_up_to(below - 1) {
-                st.rows.delete(&k);
+            let freed = st.by_time.take_up_to(below - 1);
+            for (_, k) in freed.iter() {
+                st.rows.delete(k);
             }
         }
         Ok(vec![])

@@ -890,8 +890,8 @@ impl Operator for OverWindow {
         let mut due: Vec<Box<[u8]>> = c
             .pending
             .take_up_to(limit.saturating_sub(1))
-            .into_iter()
-            .map(|(_, p)| p)
+            .iter()
+            .map(|(_, p)| p.into())
             .collect();
         due.sort_unstable();
         due.dedup();

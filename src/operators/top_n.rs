@@ -167,15 +167,15 @@ impl TopN {
         let Some(wm) = wf.watermark else { return };
         // every key `end ++ partition` with end <= watermark - lateness
         let closed = wf.closing.take_up_to(wm.saturating_sub(wf.lateness_us));
-        for (end, part) in closed {
-            let latest = wf.ends.get(&part).map(crate::state::zset::count_of);
+        for (end, part) in closed.iter() {
+            let latest = wf.ends.get(part).map(crate::state::zset::count_of);
             if latest != Some(end) {
                 continue; // the partition moved to a later end
             }
-            debug_assert!(!self.dirty.contains(&part), "freed after emitting");
-            wf.ends.delete(&part);
-            self.rows.delete_prefix(&part);
-            self.emitted.forget(&part);
+            debug_assert!(!self.dirty.contains(part), "freed after emitting");
+            wf.ends.delete(part);
+            self.rows.delete_prefix(part);
+            self.emitted.forget(part);
         }
     }
 

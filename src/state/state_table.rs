@@ -1299,19 +1299,16 @@ impl StateTable {
     }
 
     /// For a table whose keys start with a time ([`i64_key`]): remove every entry whose
-    /// time is at most `limit` and return them as (time, rest of the key), in order — what
-    /// a watermark frees.
-    pub fn take_up_to(&mut self, limit: i64) -> Vec<(i64, Box<[u8]>)> {
+    /// time is at most `limit` and return them ([`Taken::iter`]: time and the rest of the
+    /// key, in order) — what a watermark frees.
+    pub fn take_up_to(&mut self, limit: i64) -> Taken {
         let next = i64_key(limit.saturating_add(1));
         let range = if limit == i64::MAX {
             (Bound::Unbounded, Bound::Unbounded)
         } else {
             (Bound::Unbounded, Bound::Excluded(&next[..]))
         };
-        self.remove_range(range)
-            .iter()
-            .map(|k| (i64_of_key(k), k.get(8..).unwrap_or_default().into()))
-            .collect()
+        Taken(self.remove_range(range))
     }
 
     /// Delete every entry whose key starts with `prefix`; returns how many.
@@ -1569,6 +1566,26 @@ fn successor(key: &[u8]) -> Vec<u8> {
     k
 }
 
+/// Entries [`StateTable::take_up_to`] removed: their keys as they were (no copy per entry).
+pub struct Taken(Vec<Key>);
+
+impl Taken {
+    /// (time, rest of the key) of each entry, in key order.
+    pub fn iter(&self) -> impl Iterator<Item = (i64, &[u8])> {
+        self.0
+            .iter()
+            .map(|k| (i64_of_key(k), k.get(8..).unwrap_or_default()))
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
     let mut end = prefix.to_vec();
     while let Some(last) = end.pop() {
@@ -1721,12 +1738,8 @@ mod tests {
         }
         let taken = timed.take_up_to(5);
         assert_eq!(
-            taken,
-            vec![
-                (-3, Box::from(&b"y"[..])),
-                (5, b"w"[..].into()),
-                (5, b"x"[..].into())
-            ]
+            taken.iter().collect::<Vec<_>>(),
+            vec![(-3, &b"y"[..]), (5, &b"w"[..]), (5, &b"x"[..])]
         );
         assert_eq!(timed.len(), 1);
         assert_eq!(timed.take_up_to(i64::MAX).len(), 1);
