@@ -80,15 +80,7 @@ impl Engine {
             .iter()
             .find(|d| d.desc.kind == RelationKind::Sink);
         if let Some(d) = blocker {
-            return Err(WeirError::new(
-                sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
-                format!("cannot alter table \"{name}\" because other objects depend on it"),
-            )
-            .with_detail(format!(
-                "{} \"{}\" depends on table \"{name}\"",
-                d.desc.kind.noun(),
-                d.desc.name
-            ))
+            return Err(depended_on(&format!("alter table \"{name}\""), d, &format!("table \"{name}\""))
             .with_hint("A sink over the table cannot be rebuilt under it: drop the sink first, and create it again after."));
         }
         let table = entry
@@ -475,7 +467,8 @@ impl Engine {
                     )
                     .collect();
                 let from = format!("SELECT {} FROM {}", items.join(", "), quoted(&desc.name));
-                match read_through(&text, &name, &from)? {
+                let from = crate::sql::parser::parse_query(&from)?;
+                match reading(&text, &name, Reads::Through(&from))? {
                     Some(t) => text = t,
                     None => {
                         let c = renamed_columns
@@ -675,15 +668,11 @@ impl Engine {
         let mut queries = Vec::new();
         for d in &dependents {
             let Some(q) = d.desc.query.as_deref() else {
-                return Err(WeirError::new(
-                    sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
-                    format!("cannot rename {noun} \"{name}\" because other objects depend on it"),
-                )
-                .with_detail(format!(
-                    "{} \"{}\" depends on {noun} \"{name}\"",
-                    d.desc.kind.noun(),
-                    d.desc.name
-                )));
+                return Err(depended_on(
+                    &format!("rename {noun} \"{name}\""),
+                    d,
+                    &format!("{noun} \"{name}\""),
+                ));
             };
             queries.push((d.desc.name.clone(), renamed_relation(q, name, to)?));
         }
@@ -750,73 +739,40 @@ fn words_of(sql: &str) -> (std::collections::HashSet<String>, bool) {
     (words, wildcard)
 }
 
-/// A stored query with the relation `old` read as `new` (ALTER TABLE ... RENAME TO): each
-/// FROM item naming it, kept under its old name as the alias when it had none (so
-/// `old.col` still resolves), and a table-function argument naming it (`TUMBLE(old, ...)`).
-fn renamed_relation(sql: &str, old: &str, new: &str) -> Result<String> {
-    use datafusion::sql::sqlparser::ast::{VisitMut, VisitorMut};
-    struct Rename<'a> {
-        old: &'a str,
-        new: &'a str,
-    }
-    impl VisitorMut for Rename<'_> {
-        type Break = ();
-        fn pre_visit_table_factor(
-            &mut self,
-            tf: &mut ast::TableFactor,
-        ) -> std::ops::ControlFlow<()> {
-            if let ast::TableFactor::Table {
-                name, alias, args, ..
-            } = tf
-            {
-                match args {
-                    None => {
-                        if relation_name(name).is_ok_and(|n| n == self.old) {
-                            *name =
-                                ast::ObjectName::from(vec![ast::Ident::with_quote('"', self.new)]);
-                            if alias.is_none() {
-                                *alias = Some(ast::TableAlias {
-                                    explicit: true,
-                                    name: ast::Ident::with_quote('"', self.old),
-                                    columns: vec![],
-                                    at: None,
-                                });
-                            }
-                        }
-                    }
-                    Some(args) => {
-                        for a in args.args.iter_mut() {
-                            if let ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(
-                                ast::Expr::Identifier(i),
-                            )) = a
-                                && normalize_ident(i) == self.old
-                            {
-                                *i = ast::Ident::with_quote('"', self.new);
-                            }
-                        }
-                    }
-                }
-            }
-            std::ops::ControlFlow::Continue(())
-        }
-    }
-    let mut q = crate::sql::parser::parse_query(sql)?;
-    let _ = q.visit(&mut Rename { old, new });
-    Ok(q.to_string())
+/// 2BP01: "cannot {what} because other objects depend on it", naming the dependent.
+fn depended_on(what: &str, d: &crate::catalog::Entry, on: &str) -> WeirError {
+    WeirError::new(
+        sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
+        format!("cannot {what} because other objects depend on it"),
+    )
+    .with_detail(format!(
+        "{} \"{}\" depends on {on}",
+        d.desc.kind.noun(),
+        d.desc.name
+    ))
 }
 
-/// A stored query with each FROM item naming `table` read through the derived table
-/// `(from) AS alias` (the alias the item had, else the table's name), or None where the
-/// table is read in a way a derived table cannot stand for: as a table function's argument
-/// (`TUMBLE(t, ...)`) or with `FOR SYSTEM_TIME AS OF`.
-fn read_through(sql: &str, table: &str, from: &str) -> Result<Option<String>> {
+/// How a stored query is to read a table it names (see [`reading`]).
+enum Reads<'a> {
+    /// Under a new name (ALTER TABLE ... RENAME TO).
+    Renamed(&'a str),
+    /// Through a derived table (`(query) AS alias`: ALTER TABLE ... RENAME COLUMN).
+    Through(&'a ast::Query),
+}
+
+/// A stored query with each FROM item naming `table` changed as `how` says, under the alias
+/// it had or else the table's name (so `table.col` still resolves): renamed, or read
+/// through a derived table. A table-function argument naming it (`TUMBLE(t, ...)`) is
+/// renamed too, but cannot be read through a derived table, nor can a temporal join's
+/// table (`FOR SYSTEM_TIME AS OF`): None then.
+fn reading(sql: &str, table: &str, how: Reads<'_>) -> Result<Option<String>> {
     use datafusion::sql::sqlparser::ast::{VisitMut, VisitorMut};
-    struct Through<'a> {
+    struct Visit<'a> {
         table: &'a str,
-        from: &'a ast::Query,
+        how: Reads<'a>,
         blocked: bool,
     }
-    impl VisitorMut for Through<'_> {
+    impl VisitorMut for Visit<'_> {
         type Break = ();
         fn post_visit_table_factor(
             &mut self,
@@ -833,44 +789,60 @@ fn read_through(sql: &str, table: &str, from: &str) -> Result<Option<String>> {
                 return std::ops::ControlFlow::Continue(());
             };
             if let Some(args) = args {
-                self.blocked |= args.args.iter().any(|a| {
-                    matches!(a, ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(
+                for a in args.args.iter_mut() {
+                    if let ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(
                         ast::Expr::Identifier(i),
-                    )) if normalize_ident(i) == self.table)
-                });
+                    )) = a
+                        && normalize_ident(i) == self.table
+                    {
+                        match self.how {
+                            Reads::Renamed(new) => *i = ast::Ident::with_quote('"', new),
+                            Reads::Through(_) => self.blocked = true,
+                        }
+                    }
+                }
                 return std::ops::ControlFlow::Continue(());
             }
             if !relation_name(name).is_ok_and(|n| n == self.table) {
                 return std::ops::ControlFlow::Continue(());
             }
-            if version.is_some() {
-                self.blocked = true;
-                return std::ops::ControlFlow::Continue(());
-            }
-            let alias = alias.clone().unwrap_or(ast::TableAlias {
+            let alias = alias.get_or_insert_with(|| ast::TableAlias {
                 explicit: true,
                 name: ast::Ident::with_quote('"', self.table),
                 columns: vec![],
                 at: None,
             });
-            *tf = ast::TableFactor::Derived {
-                lateral: false,
-                subquery: Box::new(self.from.clone()),
-                alias: Some(alias),
-                sample: None,
-            };
+            match self.how {
+                Reads::Renamed(new) => {
+                    *name = ast::ObjectName::from(vec![ast::Ident::with_quote('"', new)]);
+                }
+                Reads::Through(_) if version.is_some() => self.blocked = true,
+                Reads::Through(from) => {
+                    *tf = ast::TableFactor::Derived {
+                        lateral: false,
+                        subquery: Box::new(from.clone()),
+                        alias: Some(alias.clone()),
+                        sample: None,
+                    };
+                }
+            }
             std::ops::ControlFlow::Continue(())
         }
     }
-    let from = crate::sql::parser::parse_query(from)?;
     let mut q = crate::sql::parser::parse_query(sql)?;
-    let mut v = Through {
+    let mut v = Visit {
         table,
-        from: &from,
+        how,
         blocked: false,
     };
     let _ = q.visit(&mut v);
     Ok((!v.blocked).then(|| q.to_string()))
+}
+
+/// [`reading`] under a new name (which cannot fail but for a query that does not parse).
+fn renamed_relation(sql: &str, old: &str, new: &str) -> Result<String> {
+    reading(sql, old, Reads::Renamed(new))?
+        .ok_or_else(|| WeirError::internal("a rename is always possible"))
 }
 
 /// `name` as an SQL identifier, always quoted (the SQL made here is parsed again, and
