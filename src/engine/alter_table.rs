@@ -483,7 +483,7 @@ impl Engine {
                             ),
                         )
                         .with_detail(format!(
-                            "{} {} reads table {name} in a window function or a temporal join",
+                            "{} {} reads table {name} in a window function, a temporal join or under a WITH query of its name",
                             d.desc.kind.noun(),
                             d.desc.name
                         ))
@@ -764,7 +764,8 @@ enum Reads<'a> {
 /// it had or else the table's name (so `table.col` still resolves): renamed, or read
 /// through a derived table. A table-function argument naming it (`TUMBLE(t, ...)`) is
 /// renamed too, but cannot be read through a derived table, nor can a temporal join's
-/// table (`FOR SYSTEM_TIME AS OF`): None then.
+/// table (`FOR SYSTEM_TIME AS OF`): None then, and None where a CTE of the table's name
+/// shadows it (which references are the table's is then the planner's to say).
 fn reading(sql: &str, table: &str, how: Reads<'_>) -> Result<Option<String>> {
     use datafusion::sql::sqlparser::ast::{VisitMut, VisitorMut};
     struct Visit<'a> {
@@ -774,6 +775,18 @@ fn reading(sql: &str, table: &str, how: Reads<'_>) -> Result<Option<String>> {
     }
     impl VisitorMut for Visit<'_> {
         type Break = ();
+        // a CTE of the table's name shadows it: its references are not the table's
+        fn pre_visit_query(&mut self, q: &mut ast::Query) -> std::ops::ControlFlow<()> {
+            if let Some(w) = &q.with
+                && w.cte_tables
+                    .iter()
+                    .any(|c| normalize_ident(&c.alias.name) == self.table)
+            {
+                self.blocked = true;
+            }
+            std::ops::ControlFlow::Continue(())
+        }
+
         fn post_visit_table_factor(
             &mut self,
             tf: &mut ast::TableFactor,
@@ -839,10 +852,13 @@ fn reading(sql: &str, table: &str, how: Reads<'_>) -> Result<Option<String>> {
     Ok((!v.blocked).then(|| q.to_string()))
 }
 
-/// [`reading`] under a new name (which cannot fail but for a query that does not parse).
+/// [`reading`] under a new name.
 fn renamed_relation(sql: &str, old: &str, new: &str) -> Result<String> {
-    reading(sql, old, Reads::Renamed(new))?
-        .ok_or_else(|| WeirError::internal("a rename is always possible"))
+    reading(sql, old, Reads::Renamed(new))?.ok_or_else(|| {
+        WeirError::not_supported(format!(
+            "cannot rename \"{old}\": a view over it has a WITH query of the same name"
+        ))
+    })
 }
 
 /// `name` as an SQL identifier, always quoted (the SQL made here is parsed again, and
