@@ -373,7 +373,7 @@ impl Engine {
             Statement::Security(s) => self.security(session, s).await,
             Statement::CreateView(cv) => self.create_view(session, cv, &parsed.text, notices).await,
             Statement::CreatePlainView(v) => self.create_plain_view(session, v, &parsed.text).await,
-            Statement::AlterTable(a) => self.alter_table(session, a).await,
+            Statement::AlterTable(a) => self.alter_table(session, a, notices.as_ref()).await,
             Statement::RenameRelation {
                 kind,
                 name,

@@ -38,6 +38,7 @@ impl Engine {
         &self,
         session: &Session,
         alter: &ast::AlterTable,
+        notices: Option<&tokio::sync::mpsc::UnboundedSender<String>>,
     ) -> Result<Output> {
         let name = relation_name(&alter.name)?;
         let Some(entry) = self.catalog.get(&name) else {
@@ -521,7 +522,7 @@ impl Engine {
         });
         drop(_writer);
         let views: Vec<u32> = dependents.iter().map(|d| d.desc.oid).collect();
-        let rebuilt = self.rebuild_views(&views).await;
+        let rebuilt = self.rebuild_views(&views, notices).await;
         replaced?;
         rebuilt?;
         Ok(Output::Command("ALTER TABLE".into()))

@@ -589,14 +589,17 @@ impl Engine {
     /// Start materialized views stopped by [`Engine::stop_views`] again, oldest first
     /// (views over views find their inputs), each planned from its stored query as it
     /// reads now and rebuilt from its inputs as at CREATE. A view that no longer plans
-    /// stays, failed, with its error (as at a restart); the first such error is returned.
-    /// Planned as at a restart (the view was checked against its owner's rights at CREATE),
-    /// not with the rights of whoever altered what it reads.
-    pub(crate) async fn rebuild_views(&self, oids: &[u32]) -> Result<()> {
+    /// stays, failed, with its error (as at a restart), told in a notice: what stopped the
+    /// views has committed. Planned as at a restart (the view was checked against its
+    /// owner's rights at CREATE), not with the rights of whoever altered what it reads.
+    pub(crate) async fn rebuild_views(
+        &self,
+        oids: &[u32],
+        notices: Option<&mpsc::UnboundedSender<String>>,
+    ) -> Result<()> {
         let session = &self.new_session();
         let mut oids = oids.to_vec();
         oids.sort_unstable();
-        let mut first_error = None;
         for oid in oids {
             let Some(v) = self.catalog.get_by_oid(oid) else {
                 continue;
@@ -632,6 +635,13 @@ impl Engine {
             match result {
                 Ok(_) => {
                     info!(view = %v.desc.name, secs = started.elapsed().as_secs_f64(), "rebuilt materialized view");
+                    if let Some(n) = notices {
+                        let _ = n.send(format!(
+                            "materialized view \"{}\" rebuilt in {:.1} s",
+                            v.desc.name,
+                            started.elapsed().as_secs_f64()
+                        ));
+                    }
                 }
                 Err(e) => {
                     error!(view = %v.desc.name, error = %e, "cannot rebuild materialized view");
@@ -639,17 +649,19 @@ impl Engine {
                         "materialized view \"{}\" could not be rebuilt: {}",
                         v.desc.name, e.message
                     );
+                    if let Some(n) = notices {
+                        let _ = n.send(message.clone());
+                    }
                     self.dataflow.mark_failed(
                         v.desc.oid,
                         &v.desc.name,
                         &v.desc.schema(),
-                        message.clone(),
+                        message,
                     )?;
-                    first_error.get_or_insert(WeirError::internal(message));
                 }
             }
         }
-        first_error.map_or(Ok(()), Err)
+        Ok(())
     }
 
     /// A view is gone (dropped, or it did not start): its backfill readers stop and the
