@@ -998,72 +998,54 @@ impl StateTable {
         self.upsert(key, |_| Some(Val::new(value)));
     }
 
-    /// Read-modify-write with one lookup of an existing key: `f` gets the current value
-    /// (None if absent) and returns the new one (None deletes).
+    /// Read-modify-write: `f` gets the current value (None if absent) and returns the new
+    /// one (None deletes). An ordered table walks its B-tree once whether the key is there
+    /// or not (a lookup then an insert were two: most of an interval join's insert cost;
+    /// the key is allocated either way, which a new key needs anyway); a hashed one looks
+    /// an existing key up once and allocates only a new key.
     fn upsert(&mut self, key: &[u8], f: impl FnOnce(Option<&[u8]>) -> Option<Val>) {
+        use std::collections::btree_map::Entry;
         if self.spill.is_some() {
             self.ensure_key(key);
         }
-        // an ordered table: one descent of the B-tree whether the key is there or not (a
-        // lookup then an insert were two: most of an interval join's insert cost); the key
-        // is allocated either way, which a new key needs anyway
-        if let Cache::Ordered(m) = &mut self.cache {
-            match m.entry(Key::from(key)) {
-                std::collections::btree_map::Entry::Occupied(mut o) => {
-                    match f(Some(o.get().as_slice())) {
-                        Some(new) => {
-                            if new.as_slice() == o.get().as_slice() {
-                                return;
-                            }
-                            self.bytes = self.bytes - o.get().len() + new.len();
-                            if self.tracking {
-                                self.log.put(key, new.as_slice());
-                            }
-                            *o.get_mut() = new;
-                        }
-                        None => {
-                            let (k, v) = o.remove_entry();
-                            self.bytes -= k.len() + v.len();
-                            if self.tracking {
-                                self.log.delete(key);
-                            }
-                        }
+        let bytes = &mut self.bytes;
+        let log = self.tracking.then_some(&mut self.log);
+        match &mut self.cache {
+            Cache::Ordered(m) => match m.entry(Key::from(key)) {
+                Entry::Occupied(mut o) => match f(Some(o.get().as_slice())) {
+                    Some(new) if new.as_slice() == o.get().as_slice() => {}
+                    Some(new) => {
+                        written(bytes, log, key, Some(o.get().len()), Some(new.as_slice()));
+                        *o.get_mut() = new;
                     }
-                }
-                std::collections::btree_map::Entry::Vacant(slot) => {
+                    None => written(bytes, log, key, Some(o.remove().len()), None),
+                },
+                Entry::Vacant(slot) => {
                     if let Some(new) = f(None) {
-                        self.bytes += key.len() + new.len();
-                        if self.tracking {
-                            self.log.put(key, new.as_slice());
-                        }
+                        written(bytes, log, key, None, Some(new.as_slice()));
                         slot.insert(new);
                     }
                 }
-            }
-            return;
-        }
-        if let Some(v) = self.cache.get_mut(key) {
-            match f(Some(v.as_slice())) {
-                Some(new) => {
-                    if new.as_slice() == v.as_slice() {
-                        return;
+            },
+            Cache::Hashed(m) => match m.get_mut(key) {
+                Some(v) => match f(Some(v.as_slice())) {
+                    Some(new) if new.as_slice() == v.as_slice() => {}
+                    Some(new) => {
+                        written(bytes, log, key, Some(v.len()), Some(new.as_slice()));
+                        *v = new;
                     }
-                    self.bytes = self.bytes - v.len() + new.len();
-                    if self.tracking {
-                        self.log.put(key, new.as_slice());
+                    None => {
+                        let old = m.remove(key).map(|v| v.len());
+                        written(bytes, log, key, old, None);
                     }
-                    *v = new;
+                },
+                None => {
+                    if let Some(new) = f(None) {
+                        written(bytes, log, key, None, Some(new.as_slice()));
+                        m.insert(key.into(), new);
+                    }
                 }
-                None => self.delete(key),
-            }
-            return;
-        }
-        if let Some(new) = f(None) {
-            self.bytes += key.len() + new.len();
-            if self.tracking {
-                self.log.put(key, new.as_slice());
-            }
-            self.cache.insert(key.into(), new);
+            },
         }
     }
 
@@ -1094,10 +1076,8 @@ impl StateTable {
             self.ensure_key(key);
         }
         if let Some((_, v)) = self.cache.remove_entry(key) {
-            self.bytes -= key.len() + v.len();
-            if self.tracking {
-                self.log.delete(key);
-            }
+            let log = self.tracking.then_some(&mut self.log);
+            written(&mut self.bytes, log, key, Some(v.len()), None);
         }
     }
 
@@ -1264,35 +1244,30 @@ impl StateTable {
             let (lo, hi) = half_open(range);
             self.ensure_range(&lo, hi.as_deref());
         }
-        // from the first key on (what a watermark frees): the map is split where the
-        // range ends, one descent instead of a lookup per removed key
+        let map = self.cache.ordered_mut(self.decl.name);
+        let mut log = self.tracking.then_some(&mut self.log);
+        let bytes = &mut self.bytes;
+        let mut keys = Vec::new();
+        let mut removed = |k: Key, v: Val| {
+            written(bytes, log.as_deref_mut(), &k, Some(v.len()), None);
+            keys.push(k);
+        };
         if let (Bound::Unbounded, Bound::Excluded(hi)) = range {
-            let name = self.decl.name;
-            let map = self.cache.ordered_mut(name);
+            // from the first key on (what a watermark frees): the map is split where the
+            // range ends, one descent instead of a lookup per removed key
             let kept = map.split_off(hi);
-            let removed = std::mem::replace(map, kept);
-            let mut keys = Vec::with_capacity(removed.len());
-            for (k, v) in removed {
-                self.bytes -= k.len() + v.len();
-                if self.tracking {
-                    self.log.delete(&k);
+            for (k, v) in std::mem::replace(map, kept) {
+                removed(k, v);
+            }
+        } else {
+            let in_range: Vec<Key> = map
+                .range::<[u8], _>(range)
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in in_range {
+                if let Some((k, v)) = map.remove_entry(&k) {
+                    removed(k, v);
                 }
-                keys.push(k);
-            }
-            return keys;
-        }
-        let keys: Vec<Key> = self
-            .cache
-            .ordered(self.decl.name)
-            .range::<[u8], _>(range)
-            .map(|(k, _)| k.clone())
-            .collect();
-        for k in &keys {
-            if let Some((_, v)) = self.cache.remove_entry(k) {
-                self.bytes -= k.len() + v.len();
-            }
-            if self.tracking {
-                self.log.delete(k);
             }
         }
         keys
@@ -1564,6 +1539,29 @@ fn successor(key: &[u8]) -> Vec<u8> {
     k.extend_from_slice(key);
     k.push(0);
     k
+}
+
+/// Account for a write of `key` whose value was `old` bytes long and is now `new` (None:
+/// absent): the cached bytes, and the change log when the table logs.
+fn written(
+    bytes: &mut usize,
+    log: Option<&mut Log>,
+    key: &[u8],
+    old: Option<usize>,
+    new: Option<&[u8]>,
+) {
+    if let Some(o) = old {
+        *bytes -= key.len() + o;
+    }
+    if let Some(n) = new {
+        *bytes += key.len() + n.len();
+    }
+    if let Some(log) = log {
+        match new {
+            Some(n) => log.put(key, n),
+            None => log.delete(key),
+        }
+    }
 }
 
 /// Entries [`StateTable::take_up_to`] removed: their keys as they were (no copy per entry).
@@ -1851,6 +1849,111 @@ mod tests {
         );
         assert_eq!(back.bytes(), t.bytes());
         assert_eq!(back.dirty_keys(), 0);
+    }
+
+    /// Every way of writing (put, update to a value, to the same value, to None, add_count,
+    /// delete, range deletes from the first key and from the middle, take_up_to), on an
+    /// ordered and a hashed table with the change log on: the table, its byte count and
+    /// what a flush writes (loaded back) stay equal to a model map.
+    #[test]
+    fn every_write_keeps_the_bytes_and_the_log_equal_to_a_model() {
+        for ordered in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let store = FjallStore::open(dir.path()).unwrap();
+            let decl = TableDecl {
+                name: "t",
+                key: "k",
+                value: "v",
+                ordered,
+            };
+            let mut t = StateTable::new(decl.clone());
+            let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+            let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+            let mut next = |n: u64| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed % n
+            };
+            for round in 0..6 {
+                for _ in 0..300 {
+                    let k = i64_key(next(64) as i64).to_vec();
+                    let v = vec![b'v'; next(40) as usize];
+                    match next(6) {
+                        0 => {
+                            t.put(&k, &v);
+                            model.insert(k, v);
+                        }
+                        1 => {
+                            t.update(&k, |_| (!v.is_empty()).then(|| v.clone()));
+                            match v.is_empty() {
+                                true => model.remove(&k),
+                                false => model.insert(k, v),
+                            };
+                        }
+                        2 => {
+                            // the same value again: no change, nothing logged
+                            if let Some(old) = model.get(&k) {
+                                t.put(&k, old);
+                            }
+                        }
+                        3 => {
+                            let (_, n) = t.add_count(&k, 1);
+                            match n {
+                                0 => model.remove(&k),
+                                n => model.insert(k, n.to_le_bytes().to_vec()),
+                            };
+                        }
+                        4 => {
+                            t.delete(&k);
+                            model.remove(&k);
+                        }
+                        _ if ordered => {
+                            let lo = i64_key(next(64) as i64);
+                            let hi = i64_key(next(64) as i64);
+                            if next(2) == 0 {
+                                let limit = i64_of_key(&hi);
+                                let taken: Vec<(i64, Vec<u8>)> = t
+                                    .take_up_to(limit)
+                                    .iter()
+                                    .map(|(at, rest)| (at, rest.to_vec()))
+                                    .collect();
+                                let want: Vec<(i64, Vec<u8>)> = model
+                                    .range(..=hi.to_vec())
+                                    .map(|(k, _)| (i64_of_key(k), k[8..].to_vec()))
+                                    .collect();
+                                assert_eq!(taken, want);
+                                model.retain(|k, _| k.as_slice() > &hi[..]);
+                            } else if lo <= hi {
+                                t.delete_range((
+                                    Bound::Included(&lo[..]),
+                                    Bound::Excluded(&hi[..]),
+                                ));
+                                model.retain(|k, _| {
+                                    k.as_slice() < &lo[..] || k.as_slice() >= &hi[..]
+                                });
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                let expect_bytes: usize = model.iter().map(|(k, v)| k.len() + v.len()).sum();
+                assert_eq!(t.bytes(), expect_bytes, "ordered {ordered}, round {round}");
+                let mut batch = WriteBatch::default();
+                t.flush(b"p/", &mut batch, None);
+                store.commit(batch, Durability::Sync).unwrap();
+                let mut back = StateTable::new(decl.clone());
+                back.load(&store, b"p/").unwrap();
+                let mut got: Vec<(Vec<u8>, Vec<u8>)> = back
+                    .iter()
+                    .into_iter()
+                    .map(|(k, v)| (k.to_vec(), v.to_vec()))
+                    .collect();
+                got.sort();
+                let want: Vec<(Vec<u8>, Vec<u8>)> = model.clone().into_iter().collect();
+                assert_eq!(got, want, "ordered {ordered}, round {round}");
+            }
+        }
     }
 
     /// A change log larger than a chunk is written as several delta blobs, read back in
