@@ -1,5 +1,5 @@
 //! Materialized views over the wire: consistent reads across views under concurrent
-//! writes, and backfill progress NOTICEs.
+//! writes, backfill progress NOTICEs, and views rebuilt under an ALTER TABLE.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -122,6 +122,60 @@ async fn long_backfill_reports_progress() {
         query_text(&c, "SELECT count(*), sum(n) FROM per_key").await,
         vec![vec!["50000", "1500000"]]
     );
+}
+
+/// An ALTER TABLE under materialized views (one over the other) rebuilds both, oldest
+/// first, each told in a NOTICE, and they keep being maintained; a view that does not read
+/// the table is not touched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alter_table_rebuilds_the_views_over_it_with_notices() {
+    let server = TestServer::start();
+    let (c, mut connection) = tokio_postgres::connect(&server.conn_string(), NoTls)
+        .await
+        .unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(Ok(m)) = messages.next().await {
+            if let AsyncMessage::Notice(n) = m {
+                let _ = tx.send(n.message().to_owned());
+            }
+        }
+    });
+    c.batch_execute(
+        "CREATE TABLE t (k INT, v INT); \
+         CREATE TABLE other (x INT); \
+         INSERT INTO t VALUES (1, 10), (2, 20), (1, 5); \
+         CREATE MATERIALIZED VIEW per_k AS SELECT k, sum(v) AS s FROM t GROUP BY k; \
+         CREATE MATERIALIZED VIEW top AS SELECT max(s) AS m FROM per_k; \
+         CREATE MATERIALIZED VIEW unrelated AS SELECT count(*) AS n FROM other",
+    )
+    .await
+    .unwrap();
+    while rx.try_recv().is_ok() {}
+    c.batch_execute(
+        "ALTER TABLE t ADD COLUMN w INT DEFAULT 1; ALTER TABLE t RENAME COLUMN v TO val",
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{}", describe_error(&e)));
+    let mut notices = Vec::new();
+    while let Ok(n) = rx.try_recv() {
+        notices.push(n);
+    }
+    let rebuilt: Vec<&str> = notices
+        .iter()
+        .filter_map(|n| n.strip_prefix("materialized view \""))
+        .filter_map(|n| n.split_once("\" rebuilt in ").map(|(v, _)| v))
+        .collect();
+    assert_eq!(rebuilt, ["per_k", "top", "per_k", "top"], "{notices:?}");
+    c.batch_execute("INSERT INTO t VALUES (2, 30, 0); FLUSH")
+        .await
+        .unwrap();
+    assert_eq!(
+        query_text(&c, "SELECT k, s FROM per_k ORDER BY k").await,
+        vec![vec!["1", "15"], vec!["2", "50"]]
+    );
+    assert_eq!(query_text(&c, "SELECT m FROM top").await, vec![vec!["50"]]);
 }
 
 /// One reader per generator source: a view created while the generator runs reads its

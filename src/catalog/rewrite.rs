@@ -1008,9 +1008,6 @@ fn json_set_returning(name: &str) -> Option<&'static str> {
     })
 }
 
-/// A numeric literal with an exponent as Postgres reads it: an exact value whose scale is
-/// the mantissa's minus the exponent, never negative (`1e6` = 1000000, `1.50e1` = 15.0,
-/// `1.5e-3` = 0.0015). `None` when it is not such a literal or the exponent is huge.
 /// `1.50::numeric` (or `'1.50'::numeric`) as an operand of arithmetic or a select item: a
 /// `numeric` of the literal's own digits and scale, `numeric(3,2)`, where an unconstrained
 /// `numeric` would be Arrow's one scale of 10 shown without trailing zeros. Postgres keeps
@@ -1061,6 +1058,9 @@ fn numeric_literal_with_its_scale(e: &mut Expr) {
     ));
 }
 
+/// A numeric literal with an exponent as Postgres reads it: an exact value whose scale is
+/// the mantissa's minus the exponent, never negative (`1e6` = 1000000, `1.50e1` = 15.0,
+/// `1.5e-3` = 0.0015). `None` when it is not such a literal or the exponent is huge.
 pub fn expand_exponent(text: &str) -> Option<String> {
     let (mantissa, exp) = text.split_once(['e', 'E'])?;
     let exp: i64 = exp.parse().ok()?;
@@ -1128,13 +1128,14 @@ fn huge_literal(e: &mut Expr) {
     }
 }
 
-/// Integer literals that are operands of arithmetic or comparisons as `integer`.
+/// Literals that are operands of arithmetic or comparisons typed as Postgres types them:
+/// integers as `integer`, and numeric literal casts with their own scale in `+ - * %`.
 fn int4_operands(expr: &mut Expr) {
     match expr {
         Expr::BinaryOp {
             left,
             op:
-                BinaryOperator::Plus
+                op @ (BinaryOperator::Plus
                 | BinaryOperator::Minus
                 | BinaryOperator::Multiply
                 | BinaryOperator::Divide
@@ -1144,11 +1145,21 @@ fn int4_operands(expr: &mut Expr) {
                 | BinaryOperator::Lt
                 | BinaryOperator::LtEq
                 | BinaryOperator::Gt
-                | BinaryOperator::GtEq,
+                | BinaryOperator::GtEq),
             right,
         } => {
             int4_literal(left);
             int4_literal(right);
+            if matches!(
+                op,
+                BinaryOperator::Plus
+                    | BinaryOperator::Minus
+                    | BinaryOperator::Multiply
+                    | BinaryOperator::Modulo
+            ) {
+                numeric_literal_with_its_scale(left);
+                numeric_literal_with_its_scale(right);
+            }
         }
         // Postgres folds the sign into the constant: `-2147483648` is an `integer`
         // (parentheses too: `-(-2147483648)` is the constant 2147483648, a bigint)
@@ -1394,16 +1405,6 @@ fn rewrite_expr(expr: &mut Expr) {
             *expr = call(name, vec![l, r]);
         }
         Expr::BinaryOp { left, op, right } => {
-            if matches!(
-                op,
-                BinaryOperator::Plus
-                    | BinaryOperator::Minus
-                    | BinaryOperator::Multiply
-                    | BinaryOperator::Modulo
-            ) {
-                numeric_literal_with_its_scale(left);
-                numeric_literal_with_its_scale(right);
-            }
             // `indisprimary = 'f'`: Postgres reads the literal as a boolean
             if matches!(op, BinaryOperator::Eq | BinaryOperator::NotEq) {
                 let (l, r) = (is_bool_catalog_column(left), is_bool_catalog_column(right));

@@ -18,8 +18,9 @@
 //! end). A column a view reads keeps its type (0A000, as Postgres); renamed, the view reads
 //! the table through a derived table giving the column its old name (views are stored as
 //! text, and a column reference is not resolved to its table outside the planner), refused
-//! (2BP01) where the table is a window function's argument or temporally joined. Any change
-//! under a sink is refused (2BP01: a rebuilt sink would write its output again). Column defaults change in the catalog entry in place,
+//! (2BP01) where the table is a window function's argument, temporally joined or shadowed
+//! by a WITH query of its name. Any change under a sink is refused (2BP01: a rebuilt sink
+//! would write its output again). Column defaults change in the catalog entry in place,
 //! views untouched.
 
 use datafusion::arrow::array::{ArrayRef, new_null_array};
@@ -96,13 +97,9 @@ impl Engine {
         let mut rewrite = false;
         // columns whose type changes: (position, the SQL of the value each row gets)
         let mut retyped: Vec<(usize, String)> = Vec::new();
+        // what the views over the table see change (added: `!added.is_empty()`)
         let mut dropped: Vec<String> = Vec::new();
-        // columns renamed (their old names) and retyped: a view must not read them
-        let mut renamed_columns: Vec<String> = Vec::new();
-        // each renamed column's name now -> its name before the statement
-        let mut original_names: Vec<(String, String)> = Vec::new();
-        let mut retyped_columns: Vec<String> = Vec::new();
-        let mut added_columns = false;
+        let mut renamed: Vec<(String, String)> = Vec::new();
         let rows_now = table.row_count();
         let col_pos = |desc: &crate::catalog::RelationDesc, c: &str| {
             desc.columns.iter().position(|x| x.name == c)
@@ -166,7 +163,6 @@ impl Engine {
                     layout.push(None);
                     added.push(value);
                     rewrite = true;
-                    added_columns = true;
                 }
                 ast::AlterTableOperation::DropColumn {
                     column_names,
@@ -230,10 +226,9 @@ impl Engine {
                         ));
                     }
                     desc.columns[at].name = new.clone();
-                    renamed_columns.push(old.clone());
-                    match original_names.iter_mut().find(|(now, _)| *now == old) {
+                    match renamed.iter_mut().find(|(now, _)| *now == old) {
                         Some(o) => o.0 = new.clone(),
-                        None => original_names.push((new.clone(), old.clone())),
+                        None => renamed.push((new.clone(), old.clone())),
                     }
                     for k in desc.primary_key.iter_mut() {
                         if *k == old {
@@ -337,7 +332,6 @@ impl Engine {
                                 }
                             };
                             desc.columns[at].ty = ty;
-                            retyped_columns.push(col.clone());
                             retyped.retain(|(p, _)| *p != at);
                             retyped.push((at, from));
                         }
@@ -404,121 +398,24 @@ impl Engine {
             })?;
             return Ok(Output::Command("ALTER TABLE".into()));
         }
-        // the views that read the table by name: refused where one reads a dropped column
-        // (2BP01, as Postgres); their stored queries follow a rename of the table and keep
-        // the columns they had where a `*` would now take an added column too
-        let new_name = (desc.name != name).then(|| desc.name.clone());
-        let mut queries: Vec<(String, String)> = Vec::new();
-        for d in &dependents {
-            let Some(q) = &d.desc.query else {
-                continue;
-            };
-            let (words, wildcard) = words_of(q);
-            if !words.contains(&name) {
-                continue;
-            }
-            if let Some(c) = dropped.iter().find(|c| wildcard || words.contains(*c)) {
-                let noun = d.desc.kind.noun();
-                return Err(WeirError::new(
-                    sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
-                    format!(
-                        "cannot drop column {c} of table {name} because other objects depend on it"
-                    ),
-                )
-                .with_detail(format!(
-                    "{noun} {} depends on column {c} of table {name}",
-                    d.desc.name
-                ))
-                .with_hint(format!("Drop {noun} {} first.", d.desc.name)));
-            }
-            // as Postgres: a column a view reads keeps its type (0A000)
-            if let Some(c) = retyped_columns
+        let changes = ColumnChanges {
+            dropped,
+            renamed,
+            // a type change comes without ADD or DROP COLUMN: positions are the old ones
+            retyped: retyped
                 .iter()
-                .find(|c| wildcard || words.contains(*c))
-            {
-                return Err(WeirError::not_supported(
-                    "cannot alter type of a column used by a view or rule",
-                )
-                .with_detail(format!(
-                    "{} {} depends on column \"{c}\"",
-                    d.desc.kind.noun(),
-                    d.desc.name
-                )));
-            }
-            let mut text = q.clone();
-            if added_columns && wildcard {
-                let cols: Vec<String> = d.desc.columns.iter().map(|c| quoted(&c.name)).collect();
-                text = format!("SELECT {} FROM ({text}) AS weir_view", cols.join(", "));
-            }
-            let reads_renamed = renamed_columns
-                .iter()
-                .any(|c| wildcard || words.contains(c));
-            if reads_renamed {
-                // as in Postgres the view keeps reading the column under the name it had
-                // (and keeps its own column names): the table is read through a derived
-                // table giving the renamed columns their old names
-                let items: Vec<String> = desc
-                    .columns
-                    .iter()
-                    .map(
-                        |c| match original_names.iter().find(|(now, _)| *now == c.name) {
-                            Some((_, was)) => format!("{} AS {}", quoted(&c.name), quoted(was)),
-                            None => quoted(&c.name),
-                        },
-                    )
-                    .collect();
-                let from = format!("SELECT {} FROM {}", items.join(", "), quoted(&desc.name));
-                let from = crate::sql::parser::parse_query(&from)?;
-                match reading(&text, &name, Reads::Through(&from))? {
-                    Some(t) => text = t,
-                    None => {
-                        let c = renamed_columns
-                            .iter()
-                            .find(|c| wildcard || words.contains(*c))
-                            .cloned()
-                            .unwrap_or_default();
-                        return Err(WeirError::new(
-                            sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
-                            format!(
-                                "cannot rename column {c} of table {name} because other objects depend on it"
-                            ),
-                        )
-                        .with_detail(format!(
-                            "{} {} reads table {name} in a window function, a temporal join or under a WITH query of its name",
-                            d.desc.kind.noun(),
-                            d.desc.name
-                        ))
-                        .with_hint("Drop the views that read it first, and create them again after."));
-                    }
-                }
-            } else if let Some(new) = &new_name {
-                text = renamed_relation(&text, &name, new)?;
-            }
-            if text != *q {
-                queries.push((d.desc.name.clone(), text));
-            }
-        }
+                .filter_map(|(at, _)| entry.desc.columns.get(*at).map(|c| c.name.clone()))
+                .collect(),
+            added: !added.is_empty(),
+        };
+        let queries = views_following(&name, &desc, &dependents, &changes)?;
         let old_oid = entry.desc.oid;
         // the materialized views over the table stop while it changes and are rebuilt
         // from their inputs after (as at CREATE)
         self.stop_views(&dependents).await?;
         // one commit: the table and the views' descriptions that follow it
         let replaced = self.catalog.replace_table(&name, desc, rows, |new_oid| {
-            dependents
-                .iter()
-                .map(|d| {
-                    let mut v = d.desc.clone();
-                    for o in v.dependencies.iter_mut() {
-                        if *o == old_oid {
-                            *o = new_oid;
-                        }
-                    }
-                    if let Some((_, q)) = queries.iter().find(|(n, _)| *n == v.name) {
-                        v.query = Some(q.clone());
-                    }
-                    v
-                })
-                .collect()
+            following(&dependents, &queries, old_oid, new_oid)
         });
         drop(_writer);
         let views: Vec<u32> = dependents.iter().map(|d| d.desc.oid).collect();
@@ -680,20 +577,129 @@ impl Engine {
         let mut desc = entry.desc.clone();
         desc.name = to.to_owned();
         // one commit: the relation under its new name and the views that follow it
+        let oid = entry.desc.oid;
         self.catalog.replace_table(name, desc, None, |_| {
-            dependents
-                .iter()
-                .map(|d| {
-                    let mut v = d.desc.clone();
-                    if let Some((_, q)) = queries.iter().find(|(n, _)| *n == v.name) {
-                        v.query = Some(q.clone());
-                    }
-                    v
-                })
-                .collect()
+            following(&dependents, &queries, oid, oid)
         })?;
         Ok(Output::Command(tag.into()))
     }
+}
+
+/// What an ALTER TABLE does to the columns the views over the table read.
+struct ColumnChanges {
+    dropped: Vec<String>,
+    /// (name now, name before the statement)
+    renamed: Vec<(String, String)>,
+    /// names before the statement
+    retyped: Vec<String>,
+    added: bool,
+}
+
+/// The stored queries of the views over `table` (whose new description is `desc`) after
+/// `changes`, for those that change: a view reading a dropped column refuses the statement
+/// (2BP01, as Postgres), one reading a retyped column too (0A000, as Postgres); a view that
+/// selected `*` keeps its columns when columns are added; a renamed column is read under
+/// its old name through a derived table; a renamed table is followed. Which columns a view
+/// reads is decided from its text ([`words_of`]).
+fn views_following(
+    table: &str,
+    desc: &crate::catalog::RelationDesc,
+    dependents: &[std::sync::Arc<crate::catalog::Entry>],
+    changes: &ColumnChanges,
+) -> Result<Vec<(String, String)>> {
+    let mut queries = Vec::new();
+    for d in dependents {
+        let Some(q) = &d.desc.query else {
+            continue;
+        };
+        let (words, wildcard) = words_of(q);
+        if !words.contains(table) {
+            continue;
+        }
+        let (noun, view) = (d.desc.kind.noun(), &d.desc.name);
+        let reads = |c: &&String| wildcard || words.contains(*c);
+        if let Some(c) = changes.dropped.iter().find(reads) {
+            return Err(WeirError::new(
+                sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
+                format!(
+                    "cannot drop column {c} of table {table} because other objects depend on it"
+                ),
+            )
+            .with_detail(format!(
+                "{noun} {view} depends on column {c} of table {table}"
+            ))
+            .with_hint(format!("Drop {noun} {view} first.")));
+        }
+        if let Some(c) = changes.retyped.iter().find(reads) {
+            return Err(WeirError::not_supported(
+                "cannot alter type of a column used by a view or rule",
+            )
+            .with_detail(format!("{noun} {view} depends on column \"{c}\"")));
+        }
+        let mut text = q.clone();
+        if changes.added && wildcard {
+            let cols: Vec<String> = d.desc.columns.iter().map(|c| quoted(&c.name)).collect();
+            text = format!("SELECT {} FROM ({text}) AS weir_view", cols.join(", "));
+        }
+        if let Some(c) = changes.renamed.iter().map(|(_, was)| was).find(reads) {
+            // as in Postgres the view keeps reading the column under the name it had (and
+            // keeps its own column names): the table read through a derived table giving
+            // the renamed columns their old names (under the table's new name, if any)
+            let items: Vec<String> = desc
+                .columns
+                .iter()
+                .map(
+                    |col| match changes.renamed.iter().find(|(now, _)| *now == col.name) {
+                        Some((_, was)) => format!("{} AS {}", quoted(&col.name), quoted(was)),
+                        None => quoted(&col.name),
+                    },
+                )
+                .collect();
+            let from = format!("SELECT {} FROM {}", items.join(", "), quoted(&desc.name));
+            let from = crate::sql::parser::parse_query(&from)?;
+            text = reading(&text, table, Reads::Through(&from))?.ok_or_else(|| {
+                WeirError::new(
+                    sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
+                    format!(
+                        "cannot rename column {c} of table {table} because other objects depend on it"
+                    ),
+                )
+                .with_detail(format!(
+                    "{noun} {view} reads table {table} in a window function, a temporal join or under a WITH query of its name"
+                ))
+                .with_hint("Drop the views that read it first, and create them again after.")
+            })?;
+        } else if desc.name != table {
+            text = renamed_relation(&text, table, &desc.name)?;
+        }
+        if text != *q {
+            queries.push((view.clone(), text));
+        }
+    }
+    Ok(queries)
+}
+
+/// The new descriptions of `dependents` after their relation changed: `queries` (view
+/// name, stored query) replace theirs, and `old_oid` in their dependencies is `new_oid`.
+fn following(
+    dependents: &[std::sync::Arc<crate::catalog::Entry>],
+    queries: &[(String, String)],
+    old_oid: u32,
+    new_oid: u32,
+) -> Vec<crate::catalog::RelationDesc> {
+    dependents
+        .iter()
+        .map(|d| {
+            let mut v = d.desc.clone();
+            for o in v.dependencies.iter_mut().filter(|o| **o == old_oid) {
+                *o = new_oid;
+            }
+            if let Some((_, q)) = queries.iter().find(|(n, _)| *n == v.name) {
+                v.query = Some(q.clone());
+            }
+            v
+        })
+        .collect()
 }
 
 /// The names a query's text uses (identifiers as Postgres folds them) and whether it has a
@@ -776,18 +782,6 @@ fn reading(sql: &str, table: &str, how: Reads<'_>) -> Result<Option<String>> {
     }
     impl VisitorMut for Visit<'_> {
         type Break = ();
-        // a CTE of the table's name shadows it: its references are not the table's
-        fn pre_visit_query(&mut self, q: &mut ast::Query) -> std::ops::ControlFlow<()> {
-            if let Some(w) = &q.with
-                && w.cte_tables
-                    .iter()
-                    .any(|c| normalize_ident(&c.alias.name) == self.table)
-            {
-                self.blocked = true;
-            }
-            std::ops::ControlFlow::Continue(())
-        }
-
         fn post_visit_table_factor(
             &mut self,
             tf: &mut ast::TableFactor,
@@ -844,6 +838,10 @@ fn reading(sql: &str, table: &str, how: Reads<'_>) -> Result<Option<String>> {
         }
     }
     let mut q = crate::sql::parser::parse_query(sql)?;
+    // a CTE of the table's name shadows it: its references are not the table's
+    if crate::engine::plain_views::cte_names(&q).contains(table) {
+        return Ok(None);
+    }
     let mut v = Visit {
         table,
         how,

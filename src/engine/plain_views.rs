@@ -22,7 +22,7 @@ use crate::sql::parser::{PlainView, relation_name};
 pub const MAX_VIEW_DEPTH: usize = 32;
 
 /// Names a statement defines as CTEs (they shadow views of the same name).
-fn cte_names<T: ast::Visit>(node: &T) -> HashSet<String> {
+pub(crate) fn cte_names<T: ast::Visit>(node: &T) -> HashSet<String> {
     struct Ctes(HashSet<String>);
     impl ast::Visitor for Ctes {
         type Break = ();

@@ -571,18 +571,25 @@ impl Engine {
             .collect();
         views.sort_by_key(|v| std::cmp::Reverse(v.desc.oid));
         for v in views {
-            self.leave_sources(v.desc.oid).await;
-            let (done, rx) = oneshot::channel();
-            self.dataflow
-                .send(Msg::Drop {
-                    oid: v.desc.oid,
-                    done,
-                })
-                .await?;
-            let _ = rx.await;
-            self.unobserve(&v.desc.dependencies);
+            self.stop_dataflow(&v.desc).await?;
             info!(view = %v.desc.name, "stopped materialized view to rebuild it");
         }
+        Ok(())
+    }
+
+    /// Take a maintained relation's graph out of the dataflow: its source readers leave,
+    /// the graph is dropped, its inputs are no longer observed for it.
+    async fn stop_dataflow(&self, desc: &RelationDesc) -> Result<()> {
+        self.leave_sources(desc.oid).await;
+        let (done, rx) = oneshot::channel();
+        self.dataflow
+            .send(Msg::Drop {
+                oid: desc.oid,
+                done,
+            })
+            .await?;
+        let _ = rx.await;
+        self.unobserve(&desc.dependencies);
         Ok(())
     }
 
@@ -1133,20 +1140,12 @@ impl Engine {
             if entry.desc.kind == RelationKind::Sink {
                 self.dataflow.sinks.stop(oid);
                 if entry.desc.query.is_some() {
-                    self.leave_sources(oid).await;
-                    let (done, rx) = oneshot::channel();
-                    self.dataflow.send(Msg::Drop { oid, done }).await?;
-                    let _ = rx.await;
-                    self.unobserve(&entry.desc.dependencies);
+                    self.stop_dataflow(&entry.desc).await?;
                 }
                 self.catalog.drop_relation(&entry.desc.name)?;
                 info!(sink = %entry.desc.name, "dropped sink");
             } else if entry.desc.kind == RelationKind::MaterializedView {
-                self.leave_sources(oid).await;
-                let (done, rx) = oneshot::channel();
-                self.dataflow.send(Msg::Drop { oid, done }).await?;
-                let _ = rx.await;
-                self.unobserve(&entry.desc.dependencies);
+                self.stop_dataflow(&entry.desc).await?;
                 self.catalog.drop_relation(&entry.desc.name)?;
                 info!(view = %entry.desc.name, "dropped materialized view");
             } else {
