@@ -10,6 +10,28 @@ use tokio_postgres::{AsyncMessage, NoTls};
 
 use crate::harness::{TestServer, describe_error, query_text};
 
+/// A client whose NOTICE messages arrive on the returned channel.
+async fn connect_with_notices(
+    server: &TestServer,
+) -> (
+    tokio_postgres::Client,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
+    let (c, mut connection) = tokio_postgres::connect(&server.conn_string(), NoTls)
+        .await
+        .unwrap();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(Ok(m)) = messages.next().await {
+            if let AsyncMessage::Notice(n) = m {
+                let _ = tx.send(n.message().to_owned());
+            }
+        }
+    });
+    (c, rx)
+}
+
 /// Two views of one table are always read at the same epoch: while a writer inserts, a
 /// query joining them never sees one ahead of the other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -74,18 +96,7 @@ async fn a_query_sees_all_views_at_one_epoch() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn long_backfill_reports_progress() {
     let server = TestServer::start();
-    let (c, mut connection) = tokio_postgres::connect(&server.conn_string(), NoTls)
-        .await
-        .unwrap();
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
-        while let Some(Ok(m)) = messages.next().await {
-            if let AsyncMessage::Notice(n) = m {
-                let _ = tx.send(n.message().to_owned());
-            }
-        }
-    });
+    let (c, mut rx) = connect_with_notices(&server).await;
     c.batch_execute(
         "CREATE TABLE big (k BIGINT, v BIGINT) APPEND ONLY; \
          INSERT INTO big SELECT g % 50000, g FROM generate_series(1, 1500000) AS g",
@@ -130,18 +141,7 @@ async fn long_backfill_reports_progress() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn alter_table_rebuilds_the_views_over_it_with_notices() {
     let server = TestServer::start();
-    let (c, mut connection) = tokio_postgres::connect(&server.conn_string(), NoTls)
-        .await
-        .unwrap();
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
-        while let Some(Ok(m)) = messages.next().await {
-            if let AsyncMessage::Notice(n) = m {
-                let _ = tx.send(n.message().to_owned());
-            }
-        }
-    });
+    let (c, mut rx) = connect_with_notices(&server).await;
     c.batch_execute(
         "CREATE TABLE t (k INT, v INT); \
          CREATE TABLE other (x INT); \
