@@ -6,4 +6,5 @@ pub mod asof;
 pub mod dml;
 pub mod insert_values;
 pub mod match_recognize;
+pub mod shared;
 pub mod view;

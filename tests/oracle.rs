@@ -190,6 +190,23 @@ const VIEWS: &[(&str, &str)] = &[
         "v_grouping_sets",
         "SELECT g, s, count(*) AS n FROM t1 GROUP BY GROUPING SETS ((g), (g), (s), ())",
     ),
+    // subplans computed once (`plan/shared.rs`): a self-join (both sides one node), two
+    // aggregates of one input in two key orders (q5's shape), one subquery twice in a union
+    (
+        "v_self_join",
+        "SELECT a.id, b.id AS id2, a.v + b.v AS vv FROM t1 a JOIN t1 b ON a.g = b.g AND a.id <> b.id",
+    ),
+    (
+        "v_shared_aggregate",
+        "SELECT x.g, x.b, x.n FROM (SELECT g, b, count(*) AS n FROM t1 GROUP BY g, b) x \
+         JOIN (SELECT max(n) AS mn, g FROM (SELECT b, g, count(*) AS n FROM t1 GROUP BY b, g) y \
+         GROUP BY g) m ON x.g = m.g AND x.n >= m.mn",
+    ),
+    (
+        "v_shared_union",
+        "SELECT g, sum(v) AS s FROM t1 WHERE v > 3 GROUP BY g \
+         UNION ALL SELECT g, sum(v) AS s FROM t1 WHERE v > 3 GROUP BY g",
+    ),
     // ASOF joins: the latest t2 at or before, the earliest t3 after (t3 has duplicates)
     (
         "v_asof",

@@ -561,18 +561,30 @@ impl Graph {
         })
     }
 
-    /// The graph, one operator per line, outputs first (EXPLAIN).
+    /// The graph, one operator per line, outputs first (EXPLAIN). A node that feeds several
+    /// consumers (a subplan computed once, `plan/shared.rs`) is shown in full under the
+    /// first and named again under the others.
     pub fn explain(&self) -> Vec<String> {
         let mut lines = Vec::new();
-        self.explain_node(self.output, 0, &mut lines);
+        let mut shown = vec![false; self.nodes.len()];
+        self.explain_node(self.output, 0, &mut lines, &mut shown);
         lines
     }
 
     #[recursive::recursive]
-    fn explain_node(&self, id: NodeId, depth: usize, lines: &mut Vec<String>) {
-        lines.push(format!("{}{}", "  ".repeat(depth), self.label(id)));
+    fn explain_node(&self, id: NodeId, depth: usize, lines: &mut Vec<String>, shown: &mut [bool]) {
+        let indent = "  ".repeat(depth);
+        if shown[id] && !self.nodes[id].inputs.is_empty() {
+            lines.push(format!(
+                "{indent}{} (computed once, shown above)",
+                self.label(id)
+            ));
+            return;
+        }
+        shown[id] = true;
+        lines.push(format!("{indent}{}", self.label(id)));
         for i in &self.nodes[id].inputs {
-            self.explain_node(*i, depth + 1, lines);
+            self.explain_node(*i, depth + 1, lines, shown);
         }
     }
 

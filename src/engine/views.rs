@@ -93,6 +93,10 @@ impl Engine {
         };
         let plan = crate::plan::view::group_windows_by_end(plan)?;
         let optimized = state.optimize(&plan)?;
+        // equal-meaning subplans made equal, so the lowering computes them once; an
+        // optimization only: a plan it cannot rewrite is lowered as it is
+        let optimized =
+            crate::plan::shared::canonical_subplans(optimized.clone()).unwrap_or(optimized);
         let lower = || {
             Lowering::new(&self.catalog)
                 .with_window_options(window.clone())

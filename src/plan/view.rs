@@ -81,6 +81,9 @@ pub struct Lowering<'a> {
     event_time: Option<String>,
     /// Windowed aggregates lowered (EMIT ON WINDOW CLOSE needs one).
     pub windowed_aggregates: usize,
+    /// Every subplan lowered, with its node: an equal subplan met again is that node, its
+    /// output feeding each consumer (`plan/shared.rs`).
+    lowered: std::collections::HashMap<LogicalPlan, NodeId>,
 }
 
 impl<'a> Lowering<'a> {
@@ -103,6 +106,7 @@ impl<'a> Lowering<'a> {
             window: WindowOptions::default(),
             event_time: None,
             windowed_aggregates: 0,
+            lowered: std::collections::HashMap::new(),
         }
     }
 
@@ -136,8 +140,18 @@ impl<'a> Lowering<'a> {
             .add(NodeKind::Operator(Box::new(op)), inputs, schema)
     }
 
-    #[recursive::recursive]
+    /// The node computing `plan`: the one made for an equal subplan before, or a new one.
     fn lower(&mut self, plan: &LogicalPlan) -> Result<NodeId> {
+        if let Some(id) = self.lowered.get(plan) {
+            return Ok(*id);
+        }
+        let id = self.lower_new(plan)?;
+        self.lowered.insert(plan.clone(), id);
+        Ok(id)
+    }
+
+    #[recursive::recursive]
+    fn lower_new(&mut self, plan: &LogicalPlan) -> Result<NodeId> {
         match plan {
             LogicalPlan::TableScan(scan) => {
                 if let Some(rows) = series_rows(scan)? {
