@@ -1167,15 +1167,26 @@ impl Lowering<'_> {
 
 /// Whether a join input is the lookup side of a temporal join.
 impl Lowering<'_> {
-    /// Whether a plan's output only ever inserts: filters and projections over relations
-    /// that only have rows inserted.
+    /// Whether a plan's output only ever inserts: filters, projections and unions over
+    /// relations that only have rows inserted, and inner and semi joins of such inputs (an
+    /// insert on either side only adds matches; an interval join freeing rows below the
+    /// watermark retracts nothing).
     fn insert_only(&self, plan: &LogicalPlan) -> bool {
+        use datafusion::common::JoinType;
         match plan {
             LogicalPlan::TableScan(t) => (self.append_only)(t.table_name.table()),
             LogicalPlan::SubqueryAlias(s) => self.insert_only(&s.input),
             LogicalPlan::Projection(p) => self.insert_only(&p.input),
             LogicalPlan::Filter(f) => self.insert_only(&f.input),
             LogicalPlan::Union(u) => u.inputs.iter().all(|i| self.insert_only(i)),
+            LogicalPlan::Join(j) => {
+                matches!(
+                    j.join_type,
+                    JoinType::Inner | JoinType::LeftSemi | JoinType::RightSemi
+                ) && !j.null_aware
+                    && self.insert_only(&j.left)
+                    && self.insert_only(&j.right)
+            }
             _ => false,
         }
     }
