@@ -42,7 +42,9 @@
 //! Invariant (asserted in debug builds): `bytes` is the sum of the cached keys' and
 //! values' lengths.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use hashbrown::HashMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -1027,22 +1029,22 @@ impl StateTable {
                     }
                 }
             },
-            Cache::Hashed(m) => match m.get_mut(key) {
-                Some(v) => match f(Some(v.as_slice())) {
-                    Some(new) if new.as_slice() == v.as_slice() => {}
-                    Some(new) => {
-                        written(bytes, log, key, Some(v.len()), Some(new.as_slice()));
-                        *v = new;
+            // one hash per write; the key is copied only when it is new
+            Cache::Hashed(m) => match m.entry_ref(key) {
+                hashbrown::hash_map::EntryRef::Occupied(mut o) => {
+                    match f(Some(o.get().as_slice())) {
+                        Some(new) if new.as_slice() == o.get().as_slice() => {}
+                        Some(new) => {
+                            written(bytes, log, key, Some(o.get().len()), Some(new.as_slice()));
+                            *o.get_mut() = new;
+                        }
+                        None => written(bytes, log, key, Some(o.remove().len()), None),
                     }
-                    None => {
-                        let old = m.remove(key).map(|v| v.len());
-                        written(bytes, log, key, old, None);
-                    }
-                },
-                None => {
+                }
+                hashbrown::hash_map::EntryRef::Vacant(slot) => {
                     if let Some(new) = f(None) {
                         written(bytes, log, key, None, Some(new.as_slice()));
-                        m.insert(key.into(), new);
+                        slot.insert(new);
                     }
                 }
             },
