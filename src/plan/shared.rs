@@ -98,33 +98,39 @@ fn align_group_orders(plan: LogicalPlan) -> Result<LogicalPlan> {
         if first.group_expr == a.group_expr {
             return Ok(Transformed::no(p));
         }
-        let aligned = Aggregate::try_new(
-            a.input.clone(),
-            first.group_expr.clone(),
-            a.aggr_expr.clone(),
-        )?;
-        // this aggregate's columns, taken by position from the aligned one
-        let n = a.group_expr.len();
-        let cols = aligned.schema.columns();
-        let back: Vec<Expr> = a
-            .schema
+        let groups = first.group_expr.clone();
+        // this aggregate's group key i is the aligned one's key at its place there
+        let place: Vec<usize> = a
+            .group_expr
             .iter()
             .enumerate()
-            .map(|(i, (q, f))| {
-                let from = if i < n {
-                    first
-                        .group_expr
-                        .iter()
-                        .position(|g| *g == a.group_expr[i])
-                        .unwrap_or(i)
-                } else {
-                    i
-                };
-                Expr::Column(cols[from].clone()).alias_qualified(q.cloned(), f.name())
-            })
+            .map(|(i, g)| groups.iter().position(|f| f == g).unwrap_or(i))
             .collect();
-        let projection = Projection::try_new(back, Arc::new(LogicalPlan::Aggregate(aligned)))?;
-        Ok(Transformed::yes(LogicalPlan::Projection(projection)))
+        let n = place.len();
+        let plan = regrouped(a, groups, |i| if i < n { place[i] } else { i })?;
+        Ok(Transformed::yes(plan))
     })?;
     Ok(out.data)
+}
+
+/// Aggregate `a` grouped by `groups` instead (its input and aggregates kept), under a
+/// projection giving `a`'s own columns, names and qualifiers: its column `i` is the new
+/// aggregate's column `source(i)`.
+pub fn regrouped(
+    a: &Aggregate,
+    groups: Vec<Expr>,
+    source: impl Fn(usize) -> usize,
+) -> datafusion::common::Result<LogicalPlan> {
+    let regrouped = Aggregate::try_new(a.input.clone(), groups, a.aggr_expr.clone())?;
+    let cols = regrouped.schema.columns();
+    let back: Vec<Expr> = a
+        .schema
+        .iter()
+        .enumerate()
+        .map(|(i, (q, f))| {
+            Expr::Column(cols[source(i)].clone()).alias_qualified(q.cloned(), f.name())
+        })
+        .collect();
+    let projection = Projection::try_new(back, Arc::new(LogicalPlan::Aggregate(regrouped)))?;
+    Ok(LogicalPlan::Projection(projection))
 }

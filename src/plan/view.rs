@@ -1597,28 +1597,11 @@ pub fn group_windows_by_end(plan: LogicalPlan) -> Result<LogicalPlan> {
             }
             let mut groups = a.group_expr.clone();
             groups.push(Expr::Column(end));
-            let wider = datafusion::logical_expr::Aggregate::try_new(
-                a.input.clone(),
-                groups,
-                a.aggr_expr.clone(),
-            )?;
+            // the original columns, skipping the added end (after the group keys)
             let n = a.group_expr.len();
-            let cols = wider.schema.columns();
-            let keep: Vec<Expr> = a
-                .schema
-                .iter()
-                .enumerate()
-                .map(|(i, (q, f))| {
-                    // the original columns, skipping the added end (after the group keys)
-                    let from = if i < n { i } else { i + 1 };
-                    Expr::Column(cols[from].clone()).alias_qualified(q.cloned(), f.name())
-                })
-                .collect();
-            let projection = datafusion::logical_expr::Projection::try_new(
-                keep,
-                Arc::new(LogicalPlan::Aggregate(wider)),
-            )?;
-            Ok(Transformed::yes(LogicalPlan::Projection(projection)))
+            let plan =
+                crate::plan::shared::regrouped(a, groups, |i| if i < n { i } else { i + 1 })?;
+            Ok(Transformed::yes(plan))
         })?
         .data)
 }
