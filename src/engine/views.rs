@@ -95,8 +95,13 @@ impl Engine {
         let optimized = state.optimize(&plan)?;
         // equal-meaning subplans made equal, so the lowering computes them once; an
         // optimization only: a plan it cannot rewrite is lowered as it is
-        let optimized =
-            crate::plan::shared::canonical_subplans(optimized.clone()).unwrap_or(optimized);
+        let optimized = match crate::plan::shared::canonical_subplans(optimized.clone()) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::debug!(error = %e, "common subplans of a view not made equal");
+                optimized
+            }
+        };
         let lower = || {
             Lowering::new(&self.catalog)
                 .with_window_options(window.clone())

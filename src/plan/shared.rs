@@ -27,10 +27,17 @@ use crate::error::Result;
 
 const COMMON_EXPR: &str = "__common_expr_";
 
-/// The plan with equal-meaning subplans made equal (see the module doc).
+/// The plan with equal-meaning subplans made equal (see the module doc). Its output is
+/// the plan's own (names and types), or this is an error.
 pub fn canonical_subplans(plan: LogicalPlan) -> Result<LogicalPlan> {
-    let plan = rename_common_exprs(plan)?;
-    align_group_orders(plan)
+    let before = plan.schema().clone();
+    let plan = align_group_orders(rename_common_exprs(plan)?)?;
+    if plan.schema().as_ref() != before.as_ref() {
+        return Err(crate::error::WeirError::internal(
+            "making common subplans equal changed the view's columns",
+        ));
+    }
+    Ok(plan)
 }
 
 /// `__common_expr_N` aliases named by their expression, in the order met bottom-up.
@@ -38,6 +45,9 @@ fn rename_common_exprs(plan: LogicalPlan) -> Result<LogicalPlan> {
     // old name -> new name; expression text -> new name
     let mut renamed: HashMap<String, String> = HashMap::new();
     let mut by_text: HashMap<String, String> = HashMap::new();
+    // once a name changed, every node above takes its schema again (a join or union
+    // passing a renamed column on keeps the one it was built with otherwise)
+    let mut any_renamed = false;
     let out = plan.transform_up(|p| {
         let p = p.map_expressions(|e| {
             e.transform_up(|e| match e {
@@ -58,12 +68,13 @@ fn rename_common_exprs(plan: LogicalPlan) -> Result<LogicalPlan> {
                     if name == a.name {
                         return Ok(Transformed::no(Expr::Alias(a)));
                     }
+                    any_renamed = true;
                     Ok(Transformed::yes(a.expr.alias_qualified(a.relation, name)))
                 }
                 other => Ok(Transformed::no(other)),
             })
         })?;
-        if !p.transformed {
+        if !p.transformed && !any_renamed {
             return Ok(p);
         }
         Ok(Transformed::yes(p.data.recompute_schema()?))
