@@ -1165,7 +1165,6 @@ impl Lowering<'_> {
     }
 }
 
-/// Whether a join input is the lookup side of a temporal join.
 impl Lowering<'_> {
     /// Whether a plan's output only ever inserts: filters, projections and unions over
     /// relations that only have rows inserted, and inner and semi joins of such inputs (an
@@ -1192,6 +1191,7 @@ impl Lowering<'_> {
     }
 }
 
+/// Whether a join input is the lookup side of a temporal join.
 #[recursive::recursive]
 fn reads_temporal(plan: &LogicalPlan) -> bool {
     match plan {

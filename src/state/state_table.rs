@@ -43,10 +43,10 @@
 //! values' lengths.
 
 use std::collections::BTreeMap;
-
-use hashbrown::HashMap;
 use std::ops::Bound;
 use std::sync::Arc;
+
+use hashbrown::HashMap;
 
 use crate::error::{Result, WeirError};
 use crate::state::store::{Durability, Store, WriteBatch};
@@ -1946,14 +1946,12 @@ mod tests {
                 store.commit(batch, Durability::Sync).unwrap();
                 let mut back = StateTable::new(decl.clone());
                 back.load(&store, b"p/").unwrap();
-                let mut got: Vec<(Vec<u8>, Vec<u8>)> = back
-                    .iter()
-                    .into_iter()
-                    .map(|(k, v)| (k.to_vec(), v.to_vec()))
-                    .collect();
-                got.sort();
                 let want: Vec<(Vec<u8>, Vec<u8>)> = model.clone().into_iter().collect();
-                assert_eq!(got, want, "ordered {ordered}, round {round}");
+                assert_eq!(
+                    spill_tests::sorted(&mut back),
+                    want,
+                    "ordered {ordered}, round {round}"
+                );
             }
         }
     }
@@ -2133,6 +2131,17 @@ mod spill_tests {
         (0..n).map(|_| rng.random_range(0..4u8)).collect()
     }
 
+    /// Every entry of `t` (spilled ones read back), in key order.
+    pub(super) fn sorted(t: &mut StateTable) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut all: Vec<(Vec<u8>, Vec<u8>)> = t
+            .iter()
+            .into_iter()
+            .map(|(k, v)| (k.to_vec(), v.to_vec()))
+            .collect();
+        all.sort();
+        all
+    }
+
     fn model_range(
         m: &BTreeMap<Vec<u8>, Vec<u8>>,
         lo: &[u8],
@@ -2244,13 +2253,7 @@ mod spill_tests {
             spilled_most = spilled_most.max(t.spilled_keys());
         }
         assert!(spilled_most > 10, "seed {seed}: nothing much ever spilled");
-        let mut all: Vec<(Vec<u8>, Vec<u8>)> = t
-            .iter()
-            .into_iter()
-            .map(|(k, v)| (k.to_vec(), v.to_vec()))
-            .collect();
-        all.sort();
-        assert_eq!(all, model_range(&m, &[], None), "seed {seed}");
+        assert_eq!(sorted(&mut t), model_range(&m, &[], None), "seed {seed}");
         assert_eq!(t.spilled_keys(), 0, "a full read brings everything back");
     }
 
