@@ -11,8 +11,9 @@
 //!
 //! Under views (materialized and plain, transitively), as in Postgres: a column a view reads
 //! cannot be dropped (2BP01; "reads" is decided from the view's text, conservatively: a `*`
-//! reads every column, a name reads the column of that name); added columns do not appear
-//! in a view that selected `*` (its stored query keeps its columns); a renamed table is
+//! reads every column, a name reads the column of that name); added columns are not seen
+//! by the views (a view that selected `*` or uses an added column's name reads the table
+//! through a derived table of its columns before the statement); a renamed table is
 //! followed by the views' stored queries. The materialized views over the table stop while
 //! it changes and are rebuilt from their inputs after, as at CREATE (subscriptions to them
 //! end). A column a view reads keeps its type (0A000, as Postgres); renamed, the view reads
@@ -406,7 +407,13 @@ impl Engine {
                 .iter()
                 .filter_map(|(at, _)| entry.desc.columns.get(*at).map(|c| c.name.clone()))
                 .collect(),
-            added: !added.is_empty(),
+            added: desc
+                .columns
+                .iter()
+                .zip(&layout)
+                .filter(|(_, was)| was.is_none())
+                .map(|(c, _)| c.name.clone())
+                .collect(),
         };
         let queries = views_following(&name, &desc, &dependents, &changes)?;
         let old_oid = entry.desc.oid;
@@ -592,7 +599,8 @@ struct ColumnChanges {
     renamed: Vec<(String, String)>,
     /// names before the statement
     retyped: Vec<String>,
-    added: bool,
+    /// names of the added columns
+    added: Vec<String>,
 }
 
 /// The stored queries of the views over `table` (whose new description is `desc`) after
@@ -637,17 +645,21 @@ fn views_following(
             .with_detail(format!("{noun} {view} depends on column \"{c}\"")));
         }
         let mut text = q.clone();
-        if changes.added && wildcard {
-            let cols: Vec<String> = d.desc.columns.iter().map(|c| quoted(&c.name)).collect();
-            text = format!("SELECT {} FROM ({text}) AS weir_view", cols.join(", "));
-        }
-        if let Some(c) = changes.renamed.iter().map(|(_, was)| was).find(reads) {
-            // as in Postgres the view keeps reading the column under the name it had (and
-            // keeps its own column names): the table read through a derived table giving
-            // the renamed columns their old names (under the table's new name, if any)
+        let renamed = changes.renamed.iter().map(|(_, was)| was).find(reads);
+        // an added column a view could see (under `*`, or by a name it uses, which would
+        // now be ambiguous or resolve to it): as in Postgres, whose views keep the columns
+        // they were created with, the view reads the table's columns as they were
+        let added = !changes.added.is_empty()
+            && (wildcard || changes.added.iter().any(|c| words.contains(c)));
+        let through = if renamed.is_some() || added {
+            // the table read through a derived table of its columns before the statement:
+            // renamed columns under their old names (so the view keeps reading them, and
+            // keeps its own column names), added ones left out (under the table's new
+            // name, if any)
             let items: Vec<String> = desc
                 .columns
                 .iter()
+                .filter(|col| !changes.added.contains(&col.name))
                 .map(
                     |col| match changes.renamed.iter().find(|(now, _)| *now == col.name) {
                         Some((_, was)) => format!("{} AS {}", quoted(&col.name), quoted(was)),
@@ -657,8 +669,14 @@ fn views_following(
                 .collect();
             let from = format!("SELECT {} FROM {}", items.join(", "), quoted(&desc.name));
             let from = crate::sql::parser::parse_query(&from)?;
-            text = reading(&text, table, Reads::Through(&from))?.ok_or_else(|| {
-                WeirError::new(
+            reading(&text, table, Reads::Through(&from))?
+        } else {
+            None
+        };
+        match (through, renamed) {
+            (Some(t), _) => text = t,
+            (None, Some(c)) => {
+                return Err(WeirError::new(
                     sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
                     format!(
                         "cannot rename column {c} of table {table} because other objects depend on it"
@@ -667,10 +685,22 @@ fn views_following(
                 .with_detail(format!(
                     "{noun} {view} reads table {table} in a window function, a temporal join or under a WITH query of its name"
                 ))
-                .with_hint("Drop the views that read it first, and create them again after.")
-            })?;
-        } else if desc.name != table {
-            text = renamed_relation(&text, table, &desc.name)?;
+                .with_hint("Drop the views that read it first, and create them again after."));
+            }
+            (None, None) => {
+                // not read through a derived table (none needed, or a window function's
+                // argument, a temporal join, a WITH query of its name): a `*` keeps its
+                // columns by a projection over the view; a name made ambiguous by an
+                // added column leaves the view failed at its rebuild (told in a NOTICE)
+                if added && wildcard {
+                    let cols: Vec<String> =
+                        d.desc.columns.iter().map(|c| quoted(&c.name)).collect();
+                    text = format!("SELECT {} FROM ({text}) AS weir_view", cols.join(", "));
+                }
+                if desc.name != table {
+                    text = renamed_relation(&text, table, &desc.name)?;
+                }
+            }
         }
         if text != *q {
             queries.push((view.clone(), text));
