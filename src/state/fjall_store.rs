@@ -50,6 +50,30 @@ impl StoreMemory {
     }
 }
 
+/// Memtables' worth of write buffer (active and sealed) past which a writer seals the
+/// active memtable itself (see [`bound_write_buffer`]): fjall's four sealed ones before it
+/// stalls, the active one and one more.
+const WRITE_BUFFER_MEMTABLES: u64 = 6;
+
+/// After a commit to `data` in `db` (memtables of `memtable` bytes): if the write buffer
+/// holds more than [`WRITE_BUFFER_MEMTABLES`] memtables' worth, seal the active memtable
+/// now. fjall seals a full memtable on a worker thread, by a request queued behind the
+/// flushes, and stalls writers only once four sealed memtables wait: when the disk is
+/// slower than the writer (each flush syncs the journal) the active memtable grows without
+/// bound meanwhile, 300 MiB of a checkpoint's 1 MiB chunks at a 2 MiB memtable on a disk
+/// throttled to 30 MB/s (docs/benchmarks.md). Sealed here, it counts toward the stall, so
+/// the next commit waits for flushes instead. (A keyspace keeps the memtable size it was
+/// created with: this also holds an older store to the size configured now.)
+/// `rotate_memtable` is hidden from fjall's docs but public; fjall is pinned by the lock.
+pub(crate) fn bound_write_buffer(db: &Database, data: &Keyspace, memtable: u64) {
+    if db.write_buffer_size() <= memtable.saturating_mul(WRITE_BUFFER_MEMTABLES) {
+        return;
+    }
+    if let Err(e) = data.rotate_memtable() {
+        warn!(error = %e, "could not seal a memtable of the store");
+    }
+}
+
 /// The process's block cache: fjall's, created once and given to every database opened
 /// with it, so the store and the spill store share one byte budget.
 #[derive(Clone)]
@@ -236,7 +260,9 @@ impl Store for FjallStore {
             self.broken.store(true, Ordering::Release);
             warn!(error = %e, "store write failed; the store will be reopened before the next write");
             io(e)
-        })
+        })?;
+        bound_write_buffer(&h.db, &h.data, self.memtable);
+        Ok(())
     }
 
     fn read_view(&self) -> Result<Box<dyn ReadView>> {

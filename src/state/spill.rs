@@ -27,6 +27,8 @@ use crate::error::{Result, WeirError};
 pub struct SpillStore {
     db: Database,
     data: Keyspace,
+    /// Its memtables' size (writers wait while several are full).
+    memtable: u64,
     next_table: AtomicU64,
     /// Bytes of keys and values spilled now, all tables.
     bytes: AtomicU64,
@@ -86,6 +88,7 @@ impl SpillStore {
         Ok(SpillStore {
             db,
             data,
+            memtable,
             next_table: AtomicU64::new(1),
             bytes: AtomicU64::new(0),
         })
@@ -110,7 +113,9 @@ impl SpillStore {
         for k in deletes {
             b.remove(&self.data, k);
         }
-        b.commit().map_err(io)
+        b.commit().map_err(io)?;
+        crate::state::fjall_store::bound_write_buffer(&self.db, &self.data, self.memtable);
+        Ok(())
     }
 
     /// A consistent read of the spill store as of now (a fjall snapshot): a reader of a
