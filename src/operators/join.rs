@@ -110,10 +110,58 @@ impl Entry {
     }
 }
 
+/// Rows of a side (or of the output) as arrow-row bytes. arrow-row encodes no rows at all
+/// for no columns, so rows of zero columns (a side nothing above reads, as under
+/// `count(*)` of a cross join) are encoded as one NULL column each, dropped when decoded.
+struct RowCodec {
+    conv: RowConverter,
+    no_columns: bool,
+}
+
+impl RowCodec {
+    fn new(fields: &datafusion::arrow::datatypes::Fields) -> Result<RowCodec> {
+        let no_columns = fields.is_empty();
+        let sort_fields = match no_columns {
+            true => vec![SortField::new(DataType::Null)],
+            false => fields
+                .iter()
+                .map(|f| SortField::new(f.data_type().clone()))
+                .collect(),
+        };
+        Ok(RowCodec {
+            conv: RowConverter::new(sort_fields)?,
+            no_columns,
+        })
+    }
+
+    /// The `n` rows of `columns`.
+    fn encode(&self, columns: &[ArrayRef], n: usize) -> Result<Rows> {
+        Ok(match self.no_columns {
+            true => self
+                .conv
+                .convert_columns(&[Arc::new(datafusion::arrow::array::NullArray::new(n))])?,
+            false => self.conv.convert_columns(columns)?,
+        })
+    }
+
+    fn parser(&self) -> datafusion::arrow::row::RowParser {
+        self.conv.parser()
+    }
+
+    /// The columns of `rows` (none for rows of zero columns).
+    fn decode<'a>(
+        &self,
+        rows: impl IntoIterator<Item = datafusion::arrow::row::Row<'a>>,
+    ) -> Result<Vec<ArrayRef>> {
+        let cols = self.conv.convert_rows(rows)?;
+        Ok(if self.no_columns { Vec::new() } else { cols })
+    }
+}
+
 struct Side {
     schema: SchemaRef,
     keys: Vec<Arc<dyn PhysicalExpr>>,
-    conv: RowConverter,
+    conv: RowCodec,
     rows: StateTable,
     /// Interval joins only.
     by_time: StateTable,
@@ -135,7 +183,7 @@ pub struct Join {
 
 /// A temporal join's record of its output per left row.
 struct Emitted {
-    out_conv: RowConverter,
+    out_conv: RowCodec,
     emitted: StateTable,
     left_rows: StateTable,
 }
@@ -178,13 +226,7 @@ impl Join {
         }
         let side = |schema: SchemaRef, keys| -> Result<Side> {
             Ok(Side {
-                conv: RowConverter::new(
-                    schema
-                        .fields()
-                        .iter()
-                        .map(|f| SortField::new(f.data_type().clone()))
-                        .collect(),
-                )?,
+                conv: RowCodec::new(schema.fields())?,
                 schema,
                 keys,
                 rows: StateTable::new(ROWS),
@@ -220,13 +262,7 @@ impl Join {
         self.temporal = true;
         if left_retracts {
             self.emitted = Some(Emitted {
-                out_conv: RowConverter::new(
-                    self.schema
-                        .fields()
-                        .iter()
-                        .map(|f| SortField::new(f.data_type().clone()))
-                        .collect(),
-                )?,
+                out_conv: RowCodec::new(self.schema.fields())?,
                 emitted: StateTable::new(EMITTED),
                 left_rows: StateTable::new(LEFT_ROWS),
             });
@@ -267,7 +303,7 @@ impl Join {
     }
 
     fn left_keys(&self, batch: &RecordBatch) -> Result<datafusion::arrow::row::Rows> {
-        Ok(self.sides[0].conv.convert_columns(batch.columns())?)
+        self.sides[0].conv.encode(batch.columns(), batch.num_rows())
     }
 
     /// Remember, per left row, the rows its insertion produced.
@@ -287,11 +323,11 @@ impl Join {
         let mut key = Vec::new();
         for cl in produced {
             let left_cols: Vec<ArrayRef> = cl.data.columns()[..left_n].to_vec();
-            let lk = self.sides[0].conv.convert_columns(&left_cols)?;
+            let lk = self.sides[0].conv.encode(&left_cols, cl.len())?;
             let Some(em) = self.emitted.as_mut() else {
                 return Ok(());
             };
-            let ok = em.out_conv.convert_columns(cl.data.columns())?;
+            let ok = em.out_conv.encode(cl.data.columns(), cl.len())?;
             for i in 0..cl.len() {
                 key.clear();
                 key.extend_from_slice(lk.row(i).data());
@@ -354,7 +390,7 @@ impl Join {
         let parser = em.out_conv.parser();
         let cols = em
             .out_conv
-            .convert_rows(out_rows.iter().map(|r| parser.parse(r)))?;
+            .decode(out_rows.iter().map(|r| parser.parse(r)))?;
         Ok(vec![Changelog::new(
             RecordBatch::try_new_with_options(
                 self.schema.clone(),
@@ -592,7 +628,7 @@ impl Join {
             let parser = self.sides[other].conv.parser();
             let theirs = self.sides[other]
                 .conv
-                .convert_rows((0..cand_delta.len()).map(|k| parser.parse(cand_row(k))))?;
+                .decode((0..cand_delta.len()).map(|k| parser.parse(cand_row(k))))?;
             let (left_cols, right_cols) = if me == 0 {
                 (mine, theirs)
             } else {
@@ -703,7 +739,7 @@ impl Join {
             let parser = self.sides[other].conv.parser();
             let cols = self.sides[other]
                 .conv
-                .convert_rows(flips.iter().map(|(r, _)| parser.parse(r)))?;
+                .decode(flips.iter().map(|(r, _)| parser.parse(r)))?;
             let b = self.side_rows_output(other, cols, flips.len())?;
             out.push(Changelog::new(
                 b,
@@ -792,7 +828,9 @@ impl Join {
     ) -> Result<()> {
         let batch = &input.data;
         let weights = input.weights.values();
-        let rows = self.sides[me].conv.convert_columns(batch.columns())?;
+        let rows = self.sides[me]
+            .conv
+            .encode(batch.columns(), batch.num_rows())?;
         let ts = self.interval_ts(me, batch);
         let track_me = self.tracks_matches(me);
         let interval = self.interval.is_some();
