@@ -415,7 +415,13 @@ impl Engine {
                 .map(|(c, _)| c.name.clone())
                 .collect(),
         };
-        let queries = views_following(&name, &desc, &dependents, &changes)?;
+        let mut read = std::collections::HashMap::new();
+        for d in &dependents {
+            if let Some(cols) = self.columns_read(session, d, &name).await {
+                read.insert(d.desc.name.clone(), cols);
+            }
+        }
+        let queries = views_following(&name, &desc, &dependents, &read, &changes)?;
         let old_oid = entry.desc.oid;
         // the materialized views over the table stop while it changes and are rebuilt
         // from their inputs after (as at CREATE)
@@ -592,6 +598,66 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// The columns of `table` that view `d`'s query reads, as Postgres records a view's
+    /// dependencies: every column its planned query refers to (before optimization, so a
+    /// column a subquery selects but nothing uses counts; a `*` is every column the table
+    /// had). A column is attributed to the table through its qualifier (the table's name
+    /// or an alias of it; a derived table of the same name counts too, conservatively).
+    /// None if the query does not plan here (the caller then decides from its text).
+    async fn columns_read(
+        &self,
+        session: &Session,
+        d: &crate::catalog::Entry,
+        table: &str,
+    ) -> Option<std::collections::HashSet<String>> {
+        use datafusion::common::tree_node::TreeNodeRecursion;
+        use datafusion::logical_expr::LogicalPlan;
+        let q = d.desc.query.as_deref()?;
+        let query = crate::sql::parser::parse_query(q).ok()?;
+        let plan = self
+            .plan_ast(session, &ast::Statement::Query(query))
+            .await
+            .ok()?;
+        let table_columns: std::collections::HashSet<String> = self
+            .catalog
+            .get(table)?
+            .desc
+            .columns
+            .iter()
+            .map(|c| c.name.clone())
+            .collect();
+        // the names the table's rows are qualified by: its own, and its aliases
+        let mut names = std::collections::HashSet::from([table.to_owned()]);
+        let _ = plan.apply_with_subqueries(|node| {
+            if let LogicalPlan::SubqueryAlias(a) = node
+                && let LogicalPlan::TableScan(t) = a.input.as_ref()
+                && t.table_name.table() == table
+            {
+                names.insert(a.alias.table().to_owned());
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+        let mut read = std::collections::HashSet::new();
+        let _ = plan.apply_with_subqueries(|node| {
+            for e in node.expressions() {
+                for c in e.column_refs() {
+                    let ours = match &c.relation {
+                        Some(r) => names.contains(r.table()),
+                        // unqualified: the table's if it has such a column
+                        None => true,
+                    };
+                    if ours && table_columns.contains(&c.name) {
+                        read.insert(c.name.clone());
+                    }
+                }
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+        Some(read)
+    }
+}
+
 /// What an ALTER TABLE does to the columns the views over the table read.
 struct ColumnChanges {
     dropped: Vec<String>,
@@ -608,11 +674,13 @@ struct ColumnChanges {
 /// (2BP01, as Postgres), one reading a retyped column too (0A000, as Postgres); a view that
 /// selected `*` keeps its columns when columns are added; a renamed column is read under
 /// its old name through a derived table; a renamed table is followed. Which columns a view
-/// reads is decided from its text ([`words_of`]).
+/// reads is what both its plan (`read`: [`Engine::columns_read`], if it planned) and its
+/// text ([`words_of`]) say it may read.
 fn views_following(
     table: &str,
     desc: &crate::catalog::RelationDesc,
     dependents: &[std::sync::Arc<crate::catalog::Entry>],
+    read: &std::collections::HashMap<String, std::collections::HashSet<String>>,
     changes: &ColumnChanges,
 ) -> Result<Vec<(String, String)>> {
     let mut queries = Vec::new();
@@ -625,7 +693,11 @@ fn views_following(
             continue;
         }
         let (noun, view) = (d.desc.kind.noun(), &d.desc.name);
-        let reads = |c: &&String| wildcard || words.contains(*c);
+        // both are conservative: the plan refers to every column a `*` of our own rewrites
+        // selects (a TUMBLE's derived table), the text to every column of a name it uses
+        let reads = |c: &&String| {
+            (wildcard || words.contains(*c)) && read.get(view).is_none_or(|cols| cols.contains(*c))
+        };
         if let Some(c) = changes.dropped.iter().find(reads) {
             return Err(WeirError::new(
                 sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
