@@ -10,8 +10,8 @@
 //! table's writer lock; the rest changes only the catalog.
 //!
 //! Under views (materialized and plain, transitively), as in Postgres: a column a view reads
-//! cannot be dropped (2BP01; "reads" is decided from the view's text, conservatively: a `*`
-//! reads every column, a name reads the column of that name); added columns are not seen
+//! cannot be dropped (2BP01; "reads" is what the view's planned query refers to, as
+//! Postgres records it, bounded by the names its text uses); added columns are not seen
 //! by the views (a view that selected `*` or uses an added column's name reads the table
 //! through a derived table of its columns before the statement); a renamed table is
 //! followed by the views' stored queries. The materialized views over the table stop while
