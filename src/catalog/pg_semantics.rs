@@ -691,6 +691,28 @@ fn numeric_operators(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
     let t = plan.map_expressions(|expr| {
         let saved = names.save(&expr);
         let t = expr.transform_up(|e| {
+            if let Expr::ScalarFunction(f) = &e {
+                let float = |x: &Expr| {
+                    matches!(
+                        x.get_type(&schema),
+                        Ok(DataType::Float64 | DataType::Float32)
+                    )
+                };
+                // `round(double precision)` rounds half to even (Postgres' is `rint`)
+                if f.func.name() == "round" && f.args.len() == 1 && float(&f.args[0]) {
+                    return Ok(Transformed::yes(
+                        pg_udf(pg_functions::ROUND_FOR_INT).call(f.args.clone()),
+                    ));
+                }
+                // `array_remove` removes every element equal to the value (DataFusion's
+                // the first only)
+                if f.func.name() == "array_remove" && f.args.len() == 2 {
+                    return Ok(Transformed::yes(
+                        datafusion::functions_nested::remove::array_remove_all_udf()
+                            .call(f.args.clone()),
+                    ));
+                }
+            }
             if let Expr::ScalarFunction(f) = &e
                 && let Some(t) = integral_scale(f, &schema)
             {
@@ -727,6 +749,24 @@ fn numeric_operators(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
                         op,
                         Box::new(cast(*right, ts)),
                     ))));
+                }
+            }
+            // a float divided by zero is an error in Postgres (IEEE: infinity or NaN)
+            if op == Operator::Divide {
+                let float = |x: &Expr| {
+                    matches!(
+                        x.get_type(&schema),
+                        Ok(DataType::Float64 | DataType::Float32)
+                    )
+                };
+                let number = |x: &Expr| {
+                    x.get_type(&schema)
+                        .is_ok_and(|t| t.is_numeric() || t == DataType::Null)
+                };
+                if (float(&left) || float(&right)) && number(&left) && number(&right) {
+                    return Ok(Transformed::yes(
+                        pg_udf(pg_functions::FLOAT_DIV).call(vec![*left, *right]),
+                    ));
                 }
             }
             let nop = match op {

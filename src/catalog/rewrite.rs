@@ -100,6 +100,9 @@ impl VisitorMut for PgRewriter {
     }
 
     fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<Self::Break> {
+        if let Err(e) = similar_to(expr) {
+            return ControlFlow::Break(e);
+        }
         rewrite_expr(expr);
         ControlFlow::Continue(())
     }
@@ -1061,6 +1064,48 @@ fn numeric_literal_with_its_scale(e: &mut Expr) {
 /// A numeric literal with an exponent as Postgres reads it: an exact value whose scale is
 /// the mantissa's minus the exponent, never negative (`1e6` = 1000000, `1.50e1` = 15.0,
 /// `1.5e-3` = 0.0015). `None` when it is not such a literal or the exponent is huge.
+/// A `SIMILAR TO` pattern as the regular expression Postgres matches it by
+/// (`similar_to_escape`): anchored at both ends, `%` any text, `_` any character, `.`,
+/// `^` and `$` themselves, `escape` (default backslash) making the next character
+/// literal; `|`, `*`, `+`, `?`, `{m,n}`, parentheses and bracket expressions as in a
+/// regular expression. `.` matches newlines, as in Postgres' AREs.
+pub fn similar_to_regex(pattern: &str, escape: Option<char>) -> String {
+    let mut out = String::from("(?s)^(?:");
+    let mut chars = pattern.chars();
+    let mut in_bracket = false;
+    while let Some(c) = chars.next() {
+        if Some(c) == escape {
+            match chars.next() {
+                Some(n) => out.push_str(&regex::escape(&n.to_string())),
+                None => out.push_str(&regex::escape(&c.to_string())),
+            }
+            continue;
+        }
+        if in_bracket {
+            if c == ']' {
+                in_bracket = false;
+            }
+            out.push(c);
+            continue;
+        }
+        match c {
+            '%' => out.push_str(".*"),
+            '_' => out.push('.'),
+            '[' => {
+                in_bracket = true;
+                out.push(c);
+            }
+            '.' | '^' | '$' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            _ => out.push(c),
+        }
+    }
+    out.push_str(")$");
+    out
+}
+
 pub fn expand_exponent(text: &str) -> Option<String> {
     let (mantissa, exp) = text.split_once(['e', 'E'])?;
     let exp: i64 = exp.parse().ok()?;
@@ -1234,6 +1279,56 @@ fn int4_operands(expr: &mut Expr) {
     }
 }
 
+/// `x [NOT] SIMILAR TO 'pattern' [ESCAPE 'c']` with a constant pattern: `x ~ regex` (or
+/// `!~`) with the regular expression Postgres makes of it ([`similar_to_regex`]).
+/// DataFusion read the pattern as an unanchored regex, `%` and `_` literal.
+fn similar_to(expr: &mut Expr) -> crate::error::Result<()> {
+    let Expr::SimilarTo {
+        negated,
+        expr: x,
+        pattern,
+        escape_char,
+    } = expr
+    else {
+        return Ok(());
+    };
+    let Expr::Value(v) = pattern.as_ref() else {
+        return Ok(());
+    };
+    let ast::Value::SingleQuotedString(text) = &v.value else {
+        return Ok(());
+    };
+    let escape = match escape_char.as_ref().map(|e| &e.value) {
+        None => Some('\\'),
+        Some(ast::Value::SingleQuotedString(e)) => {
+            let mut chars = e.chars();
+            match (chars.next(), chars.next()) {
+                (None, _) => None,
+                (Some(c), None) => Some(c),
+                _ => {
+                    return Err(
+                        crate::error::WeirError::new("22025", "invalid escape string")
+                            .with_hint("Escape string must be empty or one character."),
+                    );
+                }
+            }
+        }
+        Some(_) => return Ok(()),
+    };
+    let regex = similar_to_regex(text, escape);
+    let x = std::mem::replace(x.as_mut(), Expr::value(ast::Value::Null));
+    *expr = Expr::BinaryOp {
+        left: Box::new(x),
+        op: if *negated {
+            BinaryOperator::PGRegexNotMatch
+        } else {
+            BinaryOperator::PGRegexMatch
+        },
+        right: Box::new(Expr::value(ast::Value::SingleQuotedString(regex))),
+    };
+    Ok(())
+}
+
 fn rewrite_expr(expr: &mut Expr) {
     int4_operands(expr);
     match expr {
@@ -1381,6 +1476,34 @@ fn rewrite_expr(expr: &mut Expr) {
             expr: inner,
             ..
         } => normalize_bytea_literal(inner.as_mut()),
+        // an explicit cast to `varchar(n)` / `char(n)` cuts the text to n characters, as
+        // Postgres does (an assignment of a longer text fails instead: 22001)
+        Expr::Cast {
+            data_type:
+                ast::DataType::Varchar(Some(ast::CharacterLength::IntegerLength { length, .. }))
+                | ast::DataType::CharacterVarying(Some(ast::CharacterLength::IntegerLength {
+                    length,
+                    ..
+                }))
+                | ast::DataType::Char(Some(ast::CharacterLength::IntegerLength { length, .. }))
+                | ast::DataType::Character(Some(ast::CharacterLength::IntegerLength { length, .. })),
+            expr: inner,
+            ..
+        } if (1..=10_485_760).contains(length) => {
+            let n = *length;
+            let x = std::mem::replace(inner.as_mut(), Expr::value(ast::Value::Null));
+            let text = Expr::Cast {
+                kind: ast::CastKind::Cast,
+                expr: Box::new(x),
+                data_type: ast::DataType::Text,
+                array: false,
+                format: None,
+            };
+            **inner = call(
+                "left",
+                vec![text, Expr::value(ast::Value::Number(n.to_string(), false))],
+            );
+        }
         Expr::Collate { expr: inner, .. } => {
             *expr = std::mem::replace(inner.as_mut(), Expr::value(ast::Value::Null));
         }

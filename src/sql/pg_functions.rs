@@ -201,6 +201,9 @@ pub const JSONB_IN: &str = "weir_jsonb_in";
 pub const JSONB_SORT_KEY: &str = "weir_jsonb_sort_key";
 pub const TIMESTAMPTZ_IN: &str = "weir_timestamptz_in";
 pub const ANY_OP: &str = "weir_any_op";
+/// `x / y` with a float operand: `double precision` (`real` when both are), and
+/// `division by zero` (22012) for a zero divisor, as Postgres (IEEE gives infinity).
+pub const FLOAT_DIV: &str = "weir_float_div";
 /// A marker the rewrite adds to `SELECT *` over a join with USING; the analyzer rule
 /// removes it (it never runs).
 pub const STAR_OVER_USING: &str = "weir_star_over_using";
@@ -255,6 +258,15 @@ fn definitions() -> Vec<PgFunction> {
             TypeSignature::Any(1),
             |_| DataType::Utf8,
             |args, _| Ok(Arc::new(text_values(&args[0])?)),
+        ),
+        immutable(
+            FLOAT_DIV,
+            TypeSignature::Any(2),
+            |t| match t {
+                [DataType::Float32, DataType::Float32] => DataType::Float32,
+                _ => DataType::Float64,
+            },
+            float_div,
         ),
         immutable(
             ROUND_FOR_INT,
@@ -469,6 +481,25 @@ pub fn register(ctx: &SessionContext) {
     for f in definitions() {
         ctx.register_udf(ScalarUDF::new_from_impl(f));
     }
+    // Postgres' names of functions DataFusion has under others
+    ctx.register_udf(
+        datafusion::functions::math::signum()
+            .as_ref()
+            .clone()
+            .with_aliases(["sign"]),
+    );
+    ctx.register_udaf(
+        datafusion::functions_aggregate::bool_and_or::bool_and_udaf()
+            .as_ref()
+            .clone()
+            .with_aliases(["every"]),
+    );
+    ctx.register_udaf(
+        datafusion::functions_aggregate::variance::var_samp_udaf()
+            .as_ref()
+            .clone()
+            .with_aliases(["variance"]),
+    );
     // Postgres' other name of `ceil`
     ctx.register_udf(
         datafusion::functions::math::ceil()
@@ -720,6 +751,34 @@ fn round_for_int(a: &ArrayRef) -> DfResult<ArrayRef> {
         }
         _ => a.clone(),
     })
+}
+
+/// [`FLOAT_DIV`]: both operands in the result's float type, divided; a zero divisor of a
+/// row whose dividend is not NULL fails the whole call.
+fn float_div(args: &[ArrayRef], _rows: usize) -> DfResult<ArrayRef> {
+    use datafusion::arrow::datatypes::{Float32Type, Float64Type};
+    let t = match (args[0].data_type(), args[1].data_type()) {
+        (DataType::Float32, DataType::Float32) => DataType::Float32,
+        _ => DataType::Float64,
+    };
+    let (l, r) = (cast(&args[0], &t)?, cast(&args[1], &t)?);
+    // (a row with a NULL operand is NULL, the divisor not looked at)
+    let zero = match &t {
+        DataType::Float32 => r
+            .as_primitive::<Float32Type>()
+            .iter()
+            .enumerate()
+            .any(|(i, v)| v == Some(0.0) && l.is_valid(i)),
+        _ => r
+            .as_primitive::<Float64Type>()
+            .iter()
+            .enumerate()
+            .any(|(i, v)| v == Some(0.0) && l.is_valid(i)),
+    };
+    if zero {
+        return Err(pg_error(sqlstate::DIVISION_BY_ZERO, "division by zero"));
+    }
+    Ok(datafusion::arrow::compute::kernels::numeric::div(&l, &r)?)
 }
 
 /// `abs(x)`, of an integer type raising 22003 for its minimum as Postgres does.
