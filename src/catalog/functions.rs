@@ -1248,7 +1248,9 @@ pub fn register_sequences(ctx: &SessionContext, catalog: Arc<Catalog>) {
 }
 
 /// Postgres types a quoted literal compared with an interval as an interval (`v = '1
-/// day'`); DataFusion finds no common type for interval and text.
+/// day'`); DataFusion finds no common type for interval and text. `interval * number`
+/// (either order) and `interval / number` are Postgres' (`pg_functions::INTERVAL_MUL`,
+/// `INTERVAL_DIV`); DataFusion has no such operators and fails at planning.
 #[derive(Debug)]
 pub struct WeirExprPlanner;
 
@@ -1266,6 +1268,36 @@ impl datafusion::logical_expr::planner::ExprPlanner for WeirExprPlanner {
         use datafusion::logical_expr::{Expr, ExprSchemable};
         use datafusion::scalar::ScalarValue;
         use datafusion::sql::sqlparser::ast::BinaryOperator as B;
+        let interval = |e: &Expr| matches!(e.get_type(schema), Ok(DataType::Interval(_)));
+        let number = |e: &Expr| e.get_type(schema).is_ok_and(|t| t.is_numeric());
+        let scaled = |name: &'static str, iv: Expr, n: Expr| {
+            let f = ScalarUDF::new_from_impl(crate::sql::pg_functions::udf(name));
+            Ok(PlannerResult::Planned(Arc::new(f).call(vec![iv, n])))
+        };
+        match expr.op {
+            B::Multiply if interval(&expr.left) && number(&expr.right) => {
+                return scaled(
+                    crate::sql::pg_functions::INTERVAL_MUL,
+                    expr.left,
+                    expr.right,
+                );
+            }
+            B::Multiply if number(&expr.left) && interval(&expr.right) => {
+                return scaled(
+                    crate::sql::pg_functions::INTERVAL_MUL,
+                    expr.right,
+                    expr.left,
+                );
+            }
+            B::Divide if interval(&expr.left) && number(&expr.right) => {
+                return scaled(
+                    crate::sql::pg_functions::INTERVAL_DIV,
+                    expr.left,
+                    expr.right,
+                );
+            }
+            _ => {}
+        }
         if !matches!(
             expr.op,
             B::Eq | B::NotEq | B::Lt | B::LtEq | B::Gt | B::GtEq
@@ -1281,7 +1313,6 @@ impl datafusion::logical_expr::planner::ExprPlanner for WeirExprPlanner {
                 )
             )
         };
-        let interval = |e: &Expr| matches!(e.get_type(schema), Ok(DataType::Interval(_)));
         let mut expr = expr;
         if text(&expr.right) && interval(&expr.left) {
             let t = expr.left.get_type(schema)?;

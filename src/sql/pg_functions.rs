@@ -201,6 +201,11 @@ pub const JSONB_IN: &str = "weir_jsonb_in";
 pub const JSONB_SORT_KEY: &str = "weir_jsonb_sort_key";
 pub const TIMESTAMPTZ_IN: &str = "weir_timestamptz_in";
 pub const ANY_OP: &str = "weir_any_op";
+/// `interval * number` (either order) and `interval / number`, as Postgres computes them
+/// (`interval_mul`, `interval_div`): `weir_interval_mul(interval, factor)`,
+/// `weir_interval_div(interval, divisor)`.
+pub const INTERVAL_MUL: &str = "weir_interval_mul";
+pub const INTERVAL_DIV: &str = "weir_interval_div";
 /// `x / y` with a float operand: `double precision` (`real` when both are), and
 /// `division by zero` (22012) for a zero divisor, as Postgres (IEEE gives infinity).
 pub const FLOAT_DIV: &str = "weir_float_div";
@@ -258,6 +263,18 @@ fn definitions() -> Vec<PgFunction> {
             TypeSignature::Any(1),
             |_| DataType::Utf8,
             |args, _| Ok(Arc::new(text_values(&args[0])?)),
+        ),
+        immutable(
+            INTERVAL_MUL,
+            TypeSignature::Any(2),
+            |_| DataType::Interval(datafusion::arrow::datatypes::IntervalUnit::MonthDayNano),
+            |args, _| interval_scaled(args, false),
+        ),
+        immutable(
+            INTERVAL_DIV,
+            TypeSignature::Any(2),
+            |_| DataType::Interval(datafusion::arrow::datatypes::IntervalUnit::MonthDayNano),
+            |args, _| interval_scaled(args, true),
         ),
         immutable(
             FLOAT_DIV,
@@ -751,6 +768,66 @@ fn round_for_int(a: &ArrayRef) -> DfResult<ArrayRef> {
         }
         _ => a.clone(),
     })
+}
+
+/// [`INTERVAL_MUL`] / [`INTERVAL_DIV`]: each interval times (or divided by) its factor as
+/// Postgres' `interval_mul`/`interval_div` do: months and days scaled and truncated, the
+/// fractions of a month carried into days (30 a month) and of a day into the time (24 h a
+/// day), rounded to the microsecond. 22008 when a field leaves its range, 22012 for a
+/// zero divisor.
+fn interval_scaled(args: &[ArrayRef], divide: bool) -> DfResult<ArrayRef> {
+    use datafusion::arrow::array::IntervalMonthDayNanoArray;
+    use datafusion::arrow::datatypes::{
+        Float64Type, IntervalMonthDayNano, IntervalMonthDayNanoType,
+    };
+    const DAYS_PER_MONTH: f64 = 30.0;
+    const SECS_PER_DAY: f64 = 86_400.0;
+    let ts_round = |x: f64| (x * 1e6).round_ties_even() / 1e6;
+    let out_of_range = || pg_error(sqlstate::DATETIME_FIELD_OVERFLOW, "interval out of range");
+    let iv = args[0].as_primitive::<IntervalMonthDayNanoType>();
+    let f = cast(&args[1], &DataType::Float64)?;
+    let f = f.as_primitive::<Float64Type>();
+    let mut out = Vec::with_capacity(iv.len());
+    for i in 0..iv.len() {
+        if iv.is_null(i) || f.is_null(i) {
+            out.push(None);
+            continue;
+        }
+        let v = iv.value(i);
+        let factor = f.value(i);
+        if divide && factor == 0.0 {
+            return Err(pg_error(sqlstate::DIVISION_BY_ZERO, "division by zero"));
+        }
+        let scale = |x: f64| if divide { x / factor } else { x * factor };
+        let in_i32 = |x: f64| !x.is_nan() && x <= i32::MAX as f64 && x >= i32::MIN as f64;
+        let months = scale(v.months as f64);
+        let days = scale(v.days as f64);
+        if !in_i32(months) || !in_i32(days) {
+            return Err(out_of_range());
+        }
+        let (months_i, mut days_i) = (months as i32, days as i32);
+        let month_remainder_days = ts_round((months - months_i as f64) * DAYS_PER_MONTH);
+        let mut sec_remainder = ts_round(
+            (days - days_i as f64 + month_remainder_days - month_remainder_days.trunc())
+                * SECS_PER_DAY,
+        );
+        if sec_remainder.abs() >= SECS_PER_DAY {
+            let whole = (sec_remainder / SECS_PER_DAY).trunc();
+            days_i = days_i.saturating_add(whole as i32);
+            sec_remainder -= whole * SECS_PER_DAY;
+        }
+        days_i = days_i.saturating_add(month_remainder_days.trunc() as i32);
+        let micros = (scale(v.nanoseconds as f64 / 1000.0) + sec_remainder * 1e6).round_ties_even();
+        if micros.is_nan() || micros.abs() >= 9.2e18 / 1000.0 {
+            return Err(out_of_range());
+        }
+        out.push(Some(IntervalMonthDayNano::new(
+            months_i,
+            days_i,
+            micros as i64 * 1000,
+        )));
+    }
+    Ok(Arc::new(IntervalMonthDayNanoArray::from(out)))
 }
 
 /// [`FLOAT_DIV`]: both operands in the result's float type, divided; a zero divisor of a
