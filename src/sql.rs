@@ -15,6 +15,7 @@ pub mod numeric;
 pub mod ordered_set;
 pub mod parser;
 pub mod pg_functions;
+pub mod pg_math;
 pub mod pg_text;
 pub mod security;
 pub mod time;

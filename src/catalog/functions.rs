@@ -1270,6 +1270,7 @@ impl datafusion::logical_expr::planner::ExprPlanner for WeirExprPlanner {
         use datafusion::sql::sqlparser::ast::BinaryOperator as B;
         let interval = |e: &Expr| matches!(e.get_type(schema), Ok(DataType::Interval(_)));
         let number = |e: &Expr| e.get_type(schema).is_ok_and(|t| t.is_numeric());
+        let timestamp = |e: &Expr| matches!(e.get_type(schema), Ok(DataType::Timestamp(..)));
         let scaled = |name: &'static str, iv: Expr, n: Expr| {
             let f = ScalarUDF::new_from_impl(crate::sql::pg_functions::udf(name));
             Ok(PlannerResult::Planned(Arc::new(f).call(vec![iv, n])))
@@ -1295,6 +1296,16 @@ impl datafusion::logical_expr::planner::ExprPlanner for WeirExprPlanner {
                     expr.left,
                     expr.right,
                 );
+            }
+            // `timestamp - timestamp` has its whole days as days (`4 days 01:30:00`, not
+            // `97:30:00`), as Postgres' `timestamp_mi`
+            B::Minus if timestamp(&expr.left) && timestamp(&expr.right) => {
+                let f = ScalarUDF::new_from_impl(crate::sql::pg_functions::udf(
+                    crate::sql::pg_functions::TIMESTAMP_MI,
+                ));
+                return Ok(PlannerResult::Planned(
+                    Arc::new(f).call(vec![expr.left, expr.right]),
+                ));
             }
             _ => {}
         }

@@ -272,6 +272,50 @@ fn plain_args(l: &FunctionArgumentList) -> Vec<Expr> {
         .collect()
 }
 
+/// `make_interval(years, months, weeks, days, hours, mins, secs)`'s seven arguments in
+/// order, each given by position or by name, or `0`; none when a name is not one of them
+/// (the call is left to fail as an unknown function).
+fn make_interval_args(l: &FunctionArgumentList) -> Option<Vec<Expr>> {
+    const NAMES: [&str; 7] = ["years", "months", "weeks", "days", "hours", "mins", "secs"];
+    let mut slots: [Option<Expr>; 7] = Default::default();
+    for (i, a) in l.args.iter().enumerate() {
+        let (slot, e) = match a {
+            ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e)) => (i, e),
+            ast::FunctionArg::Named {
+                name,
+                arg: ast::FunctionArgExpr::Expr(e),
+                ..
+            } => (
+                NAMES
+                    .iter()
+                    .position(|n| n.eq_ignore_ascii_case(&name.value))?,
+                e,
+            ),
+            ast::FunctionArg::ExprNamed {
+                name: Expr::Identifier(name),
+                arg: ast::FunctionArgExpr::Expr(e),
+                ..
+            } => (
+                NAMES
+                    .iter()
+                    .position(|n| n.eq_ignore_ascii_case(&name.value))?,
+                e,
+            ),
+            _ => return None,
+        };
+        if slot >= NAMES.len() || slots[slot].is_some() {
+            return None;
+        }
+        slots[slot] = Some(e.clone());
+    }
+    Some(
+        slots
+            .into_iter()
+            .map(|s| s.unwrap_or_else(|| Expr::value(ast::Value::Number("0".into(), false))))
+            .collect(),
+    )
+}
+
 /// `'x'::regclass` and friends (rewritten into calls) on a constant.
 fn is_reg_cast_of_constant(f: &ast::Function) -> bool {
     last_name(&f.name).is_some_and(|n| n.starts_with("weir_reg"))
@@ -1252,7 +1296,7 @@ fn int4_operands(expr: &mut Expr) {
         Expr::Function(f)
             if matches!(
                 last_name(&f.name).as_deref(),
-                Some("nullif" | "coalesce" | "greatest" | "least")
+                Some("nullif" | "coalesce" | "greatest" | "least" | "mod")
             ) =>
         {
             if let FunctionArguments::List(l) = &mut f.args {
@@ -1617,6 +1661,27 @@ fn rewrite_expr(expr: &mut Expr) {
                     l.args.as_slice()
             {
                 *expr = call("unnest", vec![call("weir_expandarray", vec![arr.clone()])]);
+                return;
+            }
+            // make_interval's arguments by name (`days => 10`) or position, the ones not
+            // given 0 (`make_interval` has seven)
+            if lname == "make_interval"
+                && let FunctionArguments::List(l) = &f.args
+                && let Some(args) = make_interval_args(l)
+            {
+                *expr = call("make_interval", args);
+                return;
+            }
+            // age(x) is Postgres' `age(current_date::timestamp, x)`
+            if lname == "age"
+                && let FunctionArguments::List(l) = &f.args
+                && let [x] = plain_args(l).as_slice()
+                && l.args.len() == 1
+            {
+                *expr = call(
+                    "age",
+                    vec![parse_expr("CAST(current_date AS TIMESTAMP)"), x.clone()],
+                );
                 return;
             }
             // arrays are 1-based: array_upper is the length, array_lower 1

@@ -103,7 +103,7 @@ impl ScalarUDFImpl for PgFunction {
     }
 }
 
-fn pg_error(code: &'static str, msg: impl Into<String>) -> DataFusionError {
+pub(crate) fn pg_error(code: &'static str, msg: impl Into<String>) -> DataFusionError {
     DataFusionError::External(Box::new(WeirError::new(code, msg)))
 }
 
@@ -165,7 +165,7 @@ fn text_list() -> DataType {
     DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true)))
 }
 
-fn immutable(
+pub(crate) fn immutable(
     name: &'static str,
     signature: TypeSignature,
     ret: impl Fn(&[DataType]) -> DataType + Send + Sync + 'static,
@@ -205,6 +205,13 @@ pub const ANY_OP: &str = "weir_any_op";
 /// (`interval_mul`, `interval_div`): `weir_interval_mul(interval, factor)`,
 /// `weir_interval_div(interval, divisor)`.
 pub const INTERVAL_MUL: &str = "weir_interval_mul";
+/// `justify_hours(interval)`: whole 24 hours of the time as days; also what `timestamp -
+/// timestamp` gives (Postgres' `timestamp_mi`).
+pub const JUSTIFY_HOURS: &str = "justify_hours";
+/// `timestamp - timestamp` (either with a zone), as Postgres' `timestamp_mi`: the
+/// microseconds between them with whole days as days, `cannot subtract infinite
+/// timestamps` (22008) for an infinity.
+pub const TIMESTAMP_MI: &str = "weir_timestamp_mi";
 pub const INTERVAL_DIV: &str = "weir_interval_div";
 /// `x / y` with a float operand: `double precision` (`real` when both are), and
 /// `division by zero` (22012) for a zero divisor, as Postgres (IEEE gives infinity).
@@ -263,6 +270,37 @@ fn definitions() -> Vec<PgFunction> {
             TypeSignature::Any(1),
             |_| DataType::Utf8,
             |args, _| Ok(Arc::new(text_values(&args[0])?)),
+        ),
+        immutable(
+            JUSTIFY_HOURS,
+            TypeSignature::Exact(vec![interval_type()]),
+            |_| interval_type(),
+            |args, _| justify(&args[0], Justify::Hours),
+        ),
+        immutable(
+            "justify_days",
+            TypeSignature::Exact(vec![interval_type()]),
+            |_| interval_type(),
+            |args, _| justify(&args[0], Justify::Days),
+        ),
+        immutable(
+            "justify_interval",
+            TypeSignature::Exact(vec![interval_type()]),
+            |_| interval_type(),
+            |args, _| justify(&args[0], Justify::Both),
+        ),
+        immutable(
+            "make_interval",
+            TypeSignature::Any(7),
+            |_| interval_type(),
+            make_interval,
+        ),
+        immutable("age", TypeSignature::Any(2), |_| interval_type(), age),
+        immutable(
+            TIMESTAMP_MI,
+            TypeSignature::Any(2),
+            |_| interval_type(),
+            timestamp_mi,
         ),
         immutable(
             INTERVAL_MUL,
@@ -416,6 +454,7 @@ fn definitions() -> Vec<PgFunction> {
     ]
     .into_iter()
     .chain(json_definitions())
+    .chain(crate::sql::pg_math::definitions())
     .collect()
 }
 
@@ -516,6 +555,13 @@ pub fn register(ctx: &SessionContext) {
             .as_ref()
             .clone()
             .with_aliases(["variance"]),
+    );
+    // Postgres' name of `uuid()` (a text here: Weir has no uuid type)
+    ctx.register_udf(
+        datafusion::functions::string::uuid()
+            .as_ref()
+            .clone()
+            .with_aliases(["gen_random_uuid"]),
     );
     // Postgres' other name of `ceil`
     ctx.register_udf(
@@ -768,6 +814,271 @@ fn round_for_int(a: &ArrayRef) -> DfResult<ArrayRef> {
         }
         _ => a.clone(),
     })
+}
+
+fn interval_type() -> DataType {
+    DataType::Interval(datafusion::arrow::datatypes::IntervalUnit::MonthDayNano)
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Justify {
+    Hours,
+    Days,
+    Both,
+}
+
+/// `justify_hours` (24 hours of the time are a day), `justify_days` (30 days are a month)
+/// and `justify_interval` (both), each field then of one sign, as Postgres'
+/// `interval_justify_*`.
+fn justify(a: &ArrayRef, how: Justify) -> DfResult<ArrayRef> {
+    use datafusion::arrow::array::IntervalMonthDayNanoArray;
+    use datafusion::arrow::datatypes::{IntervalMonthDayNano, IntervalMonthDayNanoType};
+    const NANOS_PER_DAY: i64 = 86_400_000_000_000;
+    let overflow = || pg_error(sqlstate::DATETIME_FIELD_OVERFLOW, "interval out of range");
+    let a = a.as_primitive::<IntervalMonthDayNanoType>();
+    let mut out = Vec::with_capacity(a.len());
+    for v in a.iter() {
+        let Some(v) = v else {
+            out.push(None);
+            continue;
+        };
+        let (mut m, mut d, mut t) = (v.months, v.days, v.nanoseconds);
+        let whole_months = |m: &mut i32, d: &mut i32| -> DfResult<()> {
+            let w = *d / 30;
+            *d -= w * 30;
+            *m = m.checked_add(w).ok_or_else(overflow)?;
+            Ok(())
+        };
+        if how == Justify::Both && ((d > 0 && t > 0) || (d < 0 && t < 0)) {
+            whole_months(&mut m, &mut d)?;
+        }
+        if how != Justify::Days {
+            let w = t / NANOS_PER_DAY;
+            t -= w * NANOS_PER_DAY;
+            d = i32::try_from(w)
+                .ok()
+                .and_then(|w| d.checked_add(w))
+                .ok_or_else(overflow)?;
+        }
+        if how != Justify::Hours {
+            whole_months(&mut m, &mut d)?;
+            let t_sign = if how == Justify::Both { t } else { 0 };
+            if m > 0 && (d < 0 || (d == 0 && t_sign < 0)) {
+                d += 30;
+                m -= 1;
+            } else if m < 0 && (d > 0 || (d == 0 && t_sign > 0)) {
+                d -= 30;
+                m += 1;
+            }
+        }
+        if how != Justify::Days {
+            if d > 0 && t < 0 {
+                t += NANOS_PER_DAY;
+                d -= 1;
+            } else if d < 0 && t > 0 {
+                t -= NANOS_PER_DAY;
+                d += 1;
+            }
+        }
+        out.push(Some(IntervalMonthDayNano::new(m, d, t)));
+    }
+    Ok(Arc::new(IntervalMonthDayNanoArray::from(out)))
+}
+
+/// `make_interval(years, months, weeks, days, hours, mins, secs)` (the rewrite gives all
+/// seven, by name or position, 0 where not given), as Postgres': seconds rounded to the
+/// microsecond, half to even; 22008 past what an interval holds.
+fn make_interval(args: &[ArrayRef], _rows: usize) -> DfResult<ArrayRef> {
+    use datafusion::arrow::array::IntervalMonthDayNanoArray;
+    use datafusion::arrow::datatypes::{Float64Type, Int32Type, IntervalMonthDayNano};
+    let overflow = || pg_error(sqlstate::DATETIME_FIELD_OVERFLOW, "interval out of range");
+    let ints = args[..6]
+        .iter()
+        .map(|a| {
+            let t = a.data_type();
+            if !(t.is_integer() || t.is_null()) {
+                return Err(pg_error(
+                    sqlstate::UNDEFINED_FUNCTION,
+                    format!("function make_interval with an argument of type {t} does not exist"),
+                ));
+            }
+            Ok(cast(a, &DataType::Int32)?)
+        })
+        .collect::<DfResult<Vec<_>>>()?;
+    let ints: Vec<_> = ints.iter().map(|a| a.as_primitive::<Int32Type>()).collect();
+    let secs = cast(&args[6], &DataType::Float64)?;
+    let secs = secs.as_primitive::<Float64Type>();
+    let mut out = Vec::with_capacity(secs.len());
+    for i in 0..secs.len() {
+        if secs.is_null(i) || ints.iter().any(|a| a.is_null(i)) {
+            out.push(None);
+            continue;
+        }
+        let [y, mo, w, d, h, mi] = [0, 1, 2, 3, 4, 5].map(|k| ints[k].value(i));
+        let s = secs.value(i);
+        if !s.is_finite() {
+            return Err(overflow());
+        }
+        let months = y.checked_mul(12).and_then(|m| m.checked_add(mo));
+        let days = w.checked_mul(7).and_then(|x| x.checked_add(d));
+        let micros = (s * 1e6).round_ties_even();
+        let time = (h as i64)
+            .checked_mul(3_600_000_000)
+            .and_then(|t| t.checked_add(mi as i64 * 60_000_000))
+            .and_then(|t| {
+                (micros.abs() < 9.2e18)
+                    .then(|| t.checked_add(micros as i64))
+                    .flatten()
+            })
+            .and_then(|t| t.checked_mul(1000));
+        match (months, days, time) {
+            (Some(m), Some(d), Some(t)) => out.push(Some(IntervalMonthDayNano::new(m, d, t))),
+            _ => return Err(overflow()),
+        }
+    }
+    Ok(Arc::new(IntervalMonthDayNanoArray::from(out)))
+}
+
+/// [`TIMESTAMP_MI`]: `a - b` in microseconds, whole days as days (`justify_hours`: both
+/// parts of one sign), so spans past the 292 years an interval's nanoseconds hold are days.
+fn timestamp_mi(args: &[ArrayRef], _rows: usize) -> DfResult<ArrayRef> {
+    use datafusion::arrow::array::IntervalMonthDayNanoArray;
+    use datafusion::arrow::datatypes::{IntervalMonthDayNano, TimestampMicrosecondType};
+    const MICROS_PER_DAY: i64 = 86_400_000_000;
+    let micros = |a: &ArrayRef| -> DfResult<ArrayRef> {
+        Ok(cast(a, &DataType::Timestamp(TimeUnit::Microsecond, None))?)
+    };
+    let (l, r) = (micros(&args[0])?, micros(&args[1])?);
+    let (l, r) = (
+        l.as_primitive::<TimestampMicrosecondType>(),
+        r.as_primitive::<TimestampMicrosecondType>(),
+    );
+    let mut out = Vec::with_capacity(l.len());
+    for i in 0..l.len() {
+        if l.is_null(i) || r.is_null(i) {
+            out.push(None);
+            continue;
+        }
+        let (a, b) = (l.value(i), r.value(i));
+        let infinite = |v: i64| v == i64::MAX || v == i64::MIN;
+        if infinite(a) || infinite(b) {
+            return Err(pg_error(
+                sqlstate::DATETIME_FIELD_OVERFLOW,
+                "cannot subtract infinite timestamps",
+            ));
+        }
+        let diff = a
+            .checked_sub(b)
+            .ok_or_else(|| pg_error(sqlstate::DATETIME_FIELD_OVERFLOW, "interval out of range"))?;
+        // (truncating division: the day count and the rest have the difference's sign)
+        let days = i32::try_from(diff / MICROS_PER_DAY)
+            .map_err(|_| pg_error(sqlstate::DATETIME_FIELD_OVERFLOW, "interval out of range"))?;
+        let rest = diff % MICROS_PER_DAY;
+        out.push(Some(IntervalMonthDayNano::new(0, days, rest * 1000)));
+    }
+    Ok(Arc::new(IntervalMonthDayNanoArray::from(out)))
+}
+
+/// `age(a, b)`: `a - b` as years, months and days counted on the calendar (a month
+/// borrowed when the days go negative is the month `b` is in, or `a` when `a < b`), the
+/// rest as time, as Postgres' `timestamp_age`. (`age(x)` is rewritten to
+/// `age(current_date, x)`.) A timestamptz is read in the session zone (UTC).
+fn age(args: &[ArrayRef], _rows: usize) -> DfResult<ArrayRef> {
+    use chrono::Timelike;
+    use datafusion::arrow::array::IntervalMonthDayNanoArray;
+    use datafusion::arrow::datatypes::{IntervalMonthDayNano, TimestampMicrosecondType};
+    let out_of_range = || pg_error(sqlstate::DATETIME_FIELD_OVERFLOW, "timestamp out of range");
+    let as_ts = |a: &ArrayRef| -> DfResult<ArrayRef> {
+        match a.data_type() {
+            DataType::Timestamp(..) | DataType::Date32 | DataType::Null => {
+                Ok(cast(a, &DataType::Timestamp(TimeUnit::Microsecond, None))?)
+            }
+            t => Err(pg_error(
+                sqlstate::UNDEFINED_FUNCTION,
+                format!("function age with an argument of type {t} does not exist"),
+            )),
+        }
+    };
+    let (l, r) = (as_ts(&args[0])?, as_ts(&args[1])?);
+    let (l, r) = (
+        l.as_primitive::<TimestampMicrosecondType>(),
+        r.as_primitive::<TimestampMicrosecondType>(),
+    );
+    let days_in = |year: i32, month: u32| -> i64 {
+        let first = NaiveDate::from_ymd_opt(year, month, 1);
+        let next = if month == 12 {
+            NaiveDate::from_ymd_opt(year + 1, 1, 1)
+        } else {
+            NaiveDate::from_ymd_opt(year, month + 1, 1)
+        };
+        match (first, next) {
+            (Some(a), Some(b)) => (b - a).num_days(),
+            _ => 31,
+        }
+    };
+    let mut out = Vec::with_capacity(l.len());
+    for i in 0..l.len() {
+        if l.is_null(i) || r.is_null(i) {
+            out.push(None);
+            continue;
+        }
+        let (a, b) = (l.value(i), r.value(i));
+        let parts = |v: i64| {
+            chrono::DateTime::from_timestamp_micros(v)
+                .map(|t| t.naive_utc())
+                .ok_or_else(out_of_range)
+        };
+        let (ta, tb) = (parts(a)?, parts(b)?);
+        let field = |t: &chrono::NaiveDateTime| {
+            [
+                t.year() as i64,
+                t.month() as i64,
+                t.day() as i64,
+                t.hour() as i64,
+                t.minute() as i64,
+                t.second() as i64,
+                (t.nanosecond() / 1000) as i64,
+            ]
+        };
+        let (fa, fb) = (field(&ta), field(&tb));
+        let mut d: [i64; 7] = std::array::from_fn(|k| fa[k] - fb[k]);
+        let flip = a < b;
+        if flip {
+            d.iter_mut().for_each(|x| *x = -*x);
+        }
+        let [year, mon, mday, hour, min, sec, usec] = &mut d;
+        while *usec < 0 {
+            *usec += 1_000_000;
+            *sec -= 1;
+        }
+        while *sec < 0 {
+            *sec += 60;
+            *min -= 1;
+        }
+        while *min < 0 {
+            *min += 60;
+            *hour -= 1;
+        }
+        while *hour < 0 {
+            *hour += 24;
+            *mday -= 1;
+        }
+        while *mday < 0 {
+            let t = if flip { &ta } else { &tb };
+            *mday += days_in(t.year(), t.month());
+            *mon -= 1;
+        }
+        while *mon < 0 {
+            *mon += 12;
+            *year -= 1;
+        }
+        let sign = if flip { -1 } else { 1 };
+        let months = i32::try_from(sign * (*year * 12 + *mon)).map_err(|_| out_of_range())?;
+        let days = i32::try_from(sign * *mday).map_err(|_| out_of_range())?;
+        let micros = sign * (((*hour * 60 + *min) * 60 + *sec) * 1_000_000 + *usec);
+        out.push(Some(IntervalMonthDayNano::new(months, days, micros * 1000)));
+    }
+    Ok(Arc::new(IntervalMonthDayNanoArray::from(out)))
 }
 
 /// [`INTERVAL_MUL`] / [`INTERVAL_DIV`]: each interval times (or divided by) its factor as

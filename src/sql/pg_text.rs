@@ -236,7 +236,8 @@ pub fn interval_text(b: &mut BytesMut, months: i32, days: i32, micros: i64) {
         parts.push(plural(years as i64, "year"));
     }
     if mons != 0 {
-        parts.push(if mons.abs() == 1 {
+        // (`-1 mons`: Postgres' singular is for 1 only)
+        parts.push(if mons == 1 {
             format!("{mons} mon")
         } else {
             format!("{mons} mons")

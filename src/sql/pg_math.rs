@@ -1,0 +1,437 @@
+//! Postgres' math functions where DataFusion's namesakes answer otherwise, registered over
+//! them by [`crate::sql::pg_functions`]:
+//!
+//! - `ln`, `log` (base 10, or `log(b, x)`), `log10`, `sqrt`, `exp` and `power`/`pow`
+//!   compute in `double precision` as DataFusion's do, but where IEEE gives `-Infinity`,
+//!   `NaN` or an overflowed infinity Postgres raises: `cannot take logarithm of zero`
+//!   (2201E), `cannot take square root of a negative number` (2201F), `zero raised to a
+//!   negative power is undefined` (2201F), `value out of range: overflow` (22003);
+//! - `mod(a, b)`: the remainder with the dividend's sign, of the wider integer type (or
+//!   `numeric`, exactly), `division by zero` (22012) for a zero divisor;
+//! - `width_bucket(operand, low, high, count)`: the bucket of `count` equal-width buckets
+//!   (0 below, `count + 1` above), exact over `numeric` operands, as Postgres'
+//!   `width_bucket_float8` / `width_bucket_numeric`.
+//!
+//! A row with a NULL argument is NULL (every function here is strict). One pass per batch
+//! over the argument arrays.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, Float64Array, Int32Array};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, Decimal128Type, Float64Type, Int64Type, i256};
+use datafusion::common::Result as DfResult;
+use datafusion::logical_expr::TypeSignature;
+
+use crate::error::sqlstate;
+use crate::sql::pg_functions::{PgFunction, immutable, pg_error};
+
+const INVALID_ARGUMENT_FOR_LOG: &str = "2201E";
+const INVALID_ARGUMENT_FOR_POWER: &str = "2201F";
+const INVALID_ARGUMENT_FOR_WIDTH_BUCKET: &str = "2201G";
+
+type Checked1 = fn(f64) -> DfResult<f64>;
+
+/// Every function of this module.
+pub(crate) fn definitions() -> Vec<PgFunction> {
+    let unary: [(&'static str, Checked1); 4] = [
+        ("ln", |x| log_domain(x).map(|x| x.ln())),
+        ("log10", |x| log_domain(x).map(|x| x.log10())),
+        ("sqrt", |x| {
+            if x < 0.0 {
+                Err(pg_error(
+                    INVALID_ARGUMENT_FOR_POWER,
+                    "cannot take square root of a negative number",
+                ))
+            } else {
+                Ok(x.sqrt())
+            }
+        }),
+        ("exp", |x| in_range(x.exp(), &[x], x != f64::NEG_INFINITY)),
+    ];
+    let mut out: Vec<PgFunction> = unary
+        .into_iter()
+        .map(|(name, f)| {
+            immutable(
+                name,
+                TypeSignature::Any(1),
+                |_| DataType::Float64,
+                move |args, _| float_map(name, args, |v| f(v[0])),
+            )
+        })
+        .collect();
+    out.push(immutable(
+        "log",
+        TypeSignature::OneOf(vec![TypeSignature::Any(1), TypeSignature::Any(2)]),
+        |_| DataType::Float64,
+        |args, _| {
+            float_map("log", args, |v| match v {
+                [x] => log_domain(*x).map(|x| x.log10()),
+                [b, x] => {
+                    let (b, x) = (log_domain(*b)?, log_domain(*x)?);
+                    // (in the base's own logarithm where there is one: log(10, 1000) is 3)
+                    Ok(match b {
+                        1.0 => {
+                            return Err(pg_error(sqlstate::DIVISION_BY_ZERO, "division by zero"));
+                        }
+                        10.0 => x.log10(),
+                        2.0 => x.log2(),
+                        _ => x.ln() / b.ln(),
+                    })
+                }
+                _ => unreachable!("log has one or two arguments by its signature"),
+            })
+        },
+    ));
+    for name in ["power", "pow"] {
+        out.push(immutable(
+            name,
+            TypeSignature::Any(2),
+            |_| DataType::Float64,
+            move |args, _| float_map(name, args, |v| power(v[0], v[1])),
+        ));
+    }
+    out.push(immutable(
+        "mod",
+        TypeSignature::Any(2),
+        |t| match t {
+            [l, r] => mod_type(l, r).unwrap_or(DataType::Int32),
+            _ => DataType::Int32,
+        },
+        |args, _| modulo(&args[0], &args[1]),
+    ));
+    out.push(immutable(
+        "width_bucket",
+        TypeSignature::Any(4),
+        |_| DataType::Int32,
+        |args, _| width_bucket(args),
+    ));
+    out
+}
+
+fn log_domain(x: f64) -> DfResult<f64> {
+    if x == 0.0 {
+        Err(pg_error(
+            INVALID_ARGUMENT_FOR_LOG,
+            "cannot take logarithm of zero",
+        ))
+    } else if x < 0.0 {
+        Err(pg_error(
+            INVALID_ARGUMENT_FOR_LOG,
+            "cannot take logarithm of a negative number",
+        ))
+    } else {
+        Ok(x)
+    }
+}
+
+/// A finite result of finite arguments that came out infinite overflowed, one that came
+/// out zero (when `zero_is_underflow`) underflowed: both 22003 in Postgres.
+fn in_range(result: f64, args: &[f64], zero_is_underflow: bool) -> DfResult<f64> {
+    let finite_args = args.iter().all(|a| a.is_finite());
+    if result.is_infinite() && finite_args {
+        Err(pg_error(
+            sqlstate::NUMERIC_VALUE_OUT_OF_RANGE,
+            "value out of range: overflow",
+        ))
+    } else if result == 0.0 && zero_is_underflow && finite_args {
+        Err(pg_error(
+            sqlstate::NUMERIC_VALUE_OUT_OF_RANGE,
+            "value out of range: underflow",
+        ))
+    } else {
+        Ok(result)
+    }
+}
+
+/// Postgres' `dpow`: C's `pow` (which Rust's `powf` is) with its errors.
+fn power(x: f64, y: f64) -> DfResult<f64> {
+    if x.is_nan() || y.is_nan() {
+        return Ok(x.powf(y));
+    }
+    if x == 0.0 && y < 0.0 {
+        return Err(pg_error(
+            INVALID_ARGUMENT_FOR_POWER,
+            "zero raised to a negative power is undefined",
+        ));
+    }
+    if x < 0.0 && y.is_finite() && y.floor() != y {
+        return Err(pg_error(
+            INVALID_ARGUMENT_FOR_POWER,
+            "a negative number raised to a non-integer power yields a complex result",
+        ));
+    }
+    in_range(x.powf(y), &[x, y], x != 0.0)
+}
+
+/// Each row's arguments as doubles into `f`; NULL where one is NULL. Arguments must be
+/// numbers (or text, read as a number, as Postgres reads an untyped literal).
+fn float_map(
+    name: &str,
+    args: &[ArrayRef],
+    f: impl Fn(&[f64]) -> DfResult<f64>,
+) -> DfResult<ArrayRef> {
+    let cols = args
+        .iter()
+        .map(|a| {
+            let t = a.data_type();
+            if !(t.is_numeric() || matches!(t, DataType::Null | DataType::Utf8)) {
+                return Err(pg_error(
+                    sqlstate::UNDEFINED_FUNCTION,
+                    format!(
+                        "function {name}({}) does not exist",
+                        crate::sql::types::SqlType::from_arrow(t)
+                            .map(|t| t.display_name())
+                            .unwrap_or_else(|| t.to_string())
+                    ),
+                ));
+            }
+            Ok(cast(a, &DataType::Float64)?)
+        })
+        .collect::<DfResult<Vec<_>>>()?;
+    let cols: Vec<&Float64Array> = cols
+        .iter()
+        .map(|c| c.as_primitive::<Float64Type>())
+        .collect();
+    let rows = cols.first().map_or(0, |c| c.len());
+    let mut out = Vec::with_capacity(rows);
+    let mut row = vec![0.0; cols.len()];
+    for i in 0..rows {
+        if cols.iter().any(|c| c.is_null(i)) {
+            out.push(None);
+            continue;
+        }
+        for (slot, c) in row.iter_mut().zip(&cols) {
+            *slot = c.value(i);
+        }
+        out.push(Some(f(&row)?));
+    }
+    Ok(Arc::new(Float64Array::from(out)))
+}
+
+fn integer_rank(t: &DataType) -> Option<u8> {
+    match t {
+        DataType::Int8 | DataType::Int16 | DataType::UInt8 => Some(1),
+        DataType::Int32 | DataType::UInt16 => Some(2),
+        DataType::Int64 | DataType::UInt32 | DataType::Null => Some(3),
+        _ => None,
+    }
+}
+
+/// `mod`'s result type: the wider integer type of two integers, else `numeric` at the
+/// larger scale (Postgres' `numeric_mod`), else none (`mod` of a float does not exist).
+fn mod_type(l: &DataType, r: &DataType) -> Option<DataType> {
+    match (integer_rank(l), integer_rank(r)) {
+        (Some(a), Some(b)) => Some(match a.max(b) {
+            1 => DataType::Int16,
+            2 => DataType::Int32,
+            _ => DataType::Int64,
+        }),
+        _ => {
+            let scale = |t: &DataType| match t {
+                DataType::Decimal128(_, s) => Some(*s),
+                t if integer_rank(t).is_some() => Some(0),
+                _ => None,
+            };
+            let s = scale(l)?.max(scale(r)?);
+            Some(DataType::Decimal128(38, s))
+        }
+    }
+}
+
+fn modulo(l: &ArrayRef, r: &ArrayRef) -> DfResult<ArrayRef> {
+    let t = mod_type(l.data_type(), r.data_type()).ok_or_else(|| {
+        let name = |t: &DataType| {
+            crate::sql::types::SqlType::from_arrow(t)
+                .map(|t| t.display_name())
+                .unwrap_or_else(|| t.to_string())
+        };
+        pg_error(
+            sqlstate::UNDEFINED_FUNCTION,
+            format!(
+                "function mod({}, {}) does not exist",
+                name(l.data_type()),
+                name(r.data_type())
+            ),
+        )
+    })?;
+    let zero = || pg_error(sqlstate::DIVISION_BY_ZERO, "division by zero");
+    // computed in 64 (integers) or 128 bits (decimals at one scale), then cast back
+    let wide = match &t {
+        DataType::Decimal128(..) => t.clone(),
+        _ => DataType::Int64,
+    };
+    let (a, b) = (cast(l, &wide)?, cast(r, &wide)?);
+    let out: ArrayRef = match &wide {
+        DataType::Decimal128(p, s) => {
+            let (a, b) = (
+                a.as_primitive::<Decimal128Type>(),
+                b.as_primitive::<Decimal128Type>(),
+            );
+            let v =
+                datafusion::arrow::compute::kernels::arity::try_binary::<_, _, _, Decimal128Type>(
+                    a,
+                    b,
+                    |x, y| {
+                        if y == 0 {
+                            return Err(datafusion::arrow::error::ArrowError::DivideByZero);
+                        }
+                        Ok(x % y)
+                    },
+                )
+                .map_err(|_| zero())?;
+            Arc::new(v.with_precision_and_scale(*p, *s)?)
+        }
+        _ => {
+            let (a, b) = (a.as_primitive::<Int64Type>(), b.as_primitive::<Int64Type>());
+            let v = datafusion::arrow::compute::kernels::arity::try_binary::<_, _, _, Int64Type>(
+                a,
+                b,
+                |x, y| {
+                    if y == 0 {
+                        return Err(datafusion::arrow::error::ArrowError::DivideByZero);
+                    }
+                    // (i64::MIN % -1 is 0, as in Postgres, not an overflow)
+                    Ok(x.checked_rem(y).unwrap_or(0))
+                },
+            )
+            .map_err(|_| zero())?;
+            Arc::new(v)
+        }
+    };
+    Ok(cast(&out, &t)?)
+}
+
+/// `width_bucket(operand, low, high, count)`: exact (in 256 bits at one scale) when no
+/// argument is a float, else in doubles; Postgres' errors (2201G).
+fn width_bucket(args: &[ArrayRef]) -> DfResult<ArrayRef> {
+    let bad = |msg: &str| pg_error(INVALID_ARGUMENT_FOR_WIDTH_BUCKET, msg.to_owned());
+    let count = cast(&args[3], &DataType::Int32)?;
+    let count = count.as_primitive::<datafusion::arrow::datatypes::Int32Type>();
+    let exact_scale = args[..3]
+        .iter()
+        .map(|a| match a.data_type() {
+            DataType::Decimal128(_, s) => Some((*s).max(0)),
+            t if integer_rank(t).is_some() => Some(0),
+            _ => None,
+        })
+        .try_fold(0i8, |acc, s| s.map(|s| acc.max(s)));
+    let rows = count.len();
+    let mut out = Int32Array::builder(rows);
+    let above = |n: i32| {
+        n.checked_add(1)
+            .ok_or_else(|| pg_error(sqlstate::NUMERIC_VALUE_OUT_OF_RANGE, "integer out of range"))
+    };
+    match exact_scale {
+        Some(scale) => {
+            let cols = args[..3]
+                .iter()
+                .map(|a| Ok(cast(a, &DataType::Decimal128(38, scale))?))
+                .collect::<DfResult<Vec<_>>>()?;
+            let cols: Vec<_> = cols
+                .iter()
+                .map(|c| c.as_primitive::<Decimal128Type>())
+                .collect();
+            for i in 0..rows {
+                if count.is_null(i) || cols.iter().any(|c| c.is_null(i)) {
+                    out.append_null();
+                    continue;
+                }
+                let n = count.value(i);
+                if n <= 0 {
+                    return Err(bad("count must be greater than zero"));
+                }
+                let (x, lo, hi) = (cols[0].value(i), cols[1].value(i), cols[2].value(i));
+                // floor(n * (from - to the operand) / (from - to the far bound)) + 1: both
+                // differences positive, at most 2^128 each, the product within 2^160
+                let inside = |x: i128, from: i128, to: i128| {
+                    let wide = i256::from_i128;
+                    let num = wide(n as i128).wrapping_mul(wide(x).wrapping_sub(wide(from)));
+                    let den = wide(to).wrapping_sub(wide(from));
+                    let q = num.wrapping_div(den).as_i128().min(n as i128 - 1);
+                    q as i32 + 1
+                };
+                out.append_value(if lo < hi {
+                    if x < lo {
+                        0
+                    } else if x >= hi {
+                        above(n)?
+                    } else {
+                        inside(x, lo, hi)
+                    }
+                } else if lo > hi {
+                    if x > lo {
+                        0
+                    } else if x <= hi {
+                        above(n)?
+                    } else {
+                        inside(x, lo, hi)
+                    }
+                } else {
+                    return Err(bad("lower bound cannot equal upper bound"));
+                });
+            }
+        }
+        None => {
+            let cols = args[..3]
+                .iter()
+                .map(|a| Ok(cast(a, &DataType::Float64)?))
+                .collect::<DfResult<Vec<_>>>()?;
+            let cols: Vec<_> = cols
+                .iter()
+                .map(|c| c.as_primitive::<Float64Type>())
+                .collect();
+            for i in 0..rows {
+                if count.is_null(i) || cols.iter().any(|c| c.is_null(i)) {
+                    out.append_null();
+                    continue;
+                }
+                let n = count.value(i);
+                if n <= 0 {
+                    return Err(bad("count must be greater than zero"));
+                }
+                let (x, lo, hi) = (cols[0].value(i), cols[1].value(i), cols[2].value(i));
+                if x.is_nan() || lo.is_nan() || hi.is_nan() {
+                    return Err(bad("operand, lower bound, and upper bound cannot be NaN"));
+                }
+                if lo.is_infinite() || hi.is_infinite() {
+                    return Err(bad("lower and upper bounds must be finite"));
+                }
+                // the fraction of the way from `from` to `to`, halved first where the
+                // difference would overflow (as Postgres)
+                let fraction = |x: f64, from: f64, to: f64| {
+                    if (to - from).is_finite() {
+                        (x - from) / (to - from)
+                    } else {
+                        (x / 2.0 - from / 2.0) / (to / 2.0 - from / 2.0)
+                    }
+                };
+                let inside = |q: f64| {
+                    let b = (n as f64 * q).floor();
+                    // (the product can round up to n, which would be the next bucket)
+                    (b as i64).min(n as i64 - 1) as i32 + 1
+                };
+                out.append_value(if lo < hi {
+                    if x < lo {
+                        0
+                    } else if x >= hi {
+                        above(n)?
+                    } else {
+                        inside(fraction(x, lo, hi))
+                    }
+                } else if lo > hi {
+                    if x > lo {
+                        0
+                    } else if x <= hi {
+                        above(n)?
+                    } else {
+                        inside(fraction(x, lo, hi))
+                    }
+                } else {
+                    return Err(bad("lower bound cannot equal upper bound"));
+                });
+            }
+        }
+    }
+    Ok(Arc::new(out.finish()))
+}
