@@ -20,5 +20,6 @@ pub mod pg_text;
 pub mod security;
 pub mod time;
 pub mod to_char;
+pub mod to_timestamp;
 pub mod types;
 pub mod windows;

@@ -297,6 +297,18 @@ fn definitions() -> Vec<PgFunction> {
         ),
         immutable("age", TypeSignature::Any(2), |_| interval_type(), age),
         immutable(
+            "to_timestamp",
+            TypeSignature::OneOf(vec![TypeSignature::Any(1), TypeSignature::Any(2)]),
+            |_| crate::sql::to_timestamp::timestamptz_type(),
+            crate::sql::to_timestamp::to_timestamp,
+        ),
+        immutable(
+            "to_date",
+            TypeSignature::Any(2),
+            |_| DataType::Date32,
+            crate::sql::to_timestamp::to_date,
+        ),
+        immutable(
             TIMESTAMP_MI,
             TypeSignature::Any(2),
             |_| interval_type(),

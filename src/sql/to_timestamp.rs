@@ -1,0 +1,590 @@
+//! `to_timestamp(text, template)` and `to_date(text, template)`: text read by Postgres'
+//! template patterns (the ones `to_char` writes, [`crate::sql::to_char`]), and
+//! `to_timestamp(double precision)`, seconds since 1970-01-01 00:00 UTC.
+//!
+//! Read as Postgres' `DCH_from_char` does, outside FX mode: blanks before a field are
+//! skipped; a number is read to the next non-digit when `FM` is on it or what follows it in
+//! the template is not another number (`YYYY-MM`), else exactly its width (`YYYYMMDD`); a
+//! separator or blank in the template takes one separator or blank of the text if there is
+//! one there; `"quoted"` text skips as many characters; text after the template is ignored.
+//! Fields: `Y,YYY` `YYYY` `YYY` `YY` `Y` (fewer than four digits taken nearest 2020), `CC`,
+//! `J`, `BC`/`AD`, `MM`, `MONTH`/`MON` (any case), `DAY`/`DY` (read, not used), `DD`,
+//! `DDD`, `D`/`Q` (read, not used), `HH`/`HH12` (with `AM`/`PM`, else 1-12), `HH24`, `MI`,
+//! `SS`, `SSSS`, `MS`/`US`/`FF1`..`FF6` (digits after the point: `12.3` with `SS.MS` is
+//! 300 ms), `TZH`/`TZM`. A year not given is 1 BC, a month or day 1. The ISO week fields
+//! (`IYYY`, `IW`, `ID`, `IDDD`) and `WW`/`W` are refused (0A000); `TZ`/`OF` as Postgres 15
+//! (only `to_char`). Errors as Postgres': `invalid value "x" for "YYYY"` (22007),
+//! `date/time field value out of range` (22008).
+
+use std::sync::Arc;
+
+use chrono::NaiveDate;
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, Date32Builder, TimestampMicrosecondBuilder,
+};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, Float64Type};
+use datafusion::common::{DataFusionError, Result as DfResult};
+
+use crate::error::{WeirError, sqlstate};
+
+fn err(code: &'static str, msg: impl Into<String>) -> DataFusionError {
+    DataFusionError::External(Box::new(WeirError::new(code, msg)))
+}
+
+/// The result type of `to_timestamp`: `timestamptz`.
+pub fn timestamptz_type() -> DataType {
+    crate::sql::types::SqlType::TimestampTz.arrow_type()
+}
+
+/// `to_timestamp(seconds)` or `to_timestamp(text, template)`.
+pub fn to_timestamp(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
+    let mut out = TimestampMicrosecondBuilder::with_capacity(rows);
+    match args {
+        [secs] => {
+            let secs = cast(secs, &DataType::Float64)?;
+            for v in secs.as_primitive::<Float64Type>().iter() {
+                out.append_option(v.map(epoch_micros).transpose()?);
+            }
+        }
+        [text, template] => {
+            let (text, template) = (
+                cast(text, &DataType::Utf8)?,
+                cast(template, &DataType::Utf8)?,
+            );
+            let (text, template) = (text.as_string::<i32>(), template.as_string::<i32>());
+            for i in 0..rows {
+                if text.is_null(i) || template.is_null(i) {
+                    out.append_null();
+                    continue;
+                }
+                let f = read(text.value(i), template.value(i))?;
+                out.append_value(f.micros(text.value(i))?);
+            }
+        }
+        _ => {
+            return Err(err(
+                sqlstate::UNDEFINED_FUNCTION,
+                "function to_timestamp takes one or two arguments",
+            ));
+        }
+    }
+    Ok(Arc::new(out.finish().with_timezone_opt(
+        match timestamptz_type() {
+            DataType::Timestamp(_, tz) => tz,
+            _ => None,
+        },
+    )))
+}
+
+/// `to_date(text, template)`.
+pub fn to_date(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
+    let (text, template) = (
+        cast(&args[0], &DataType::Utf8)?,
+        cast(&args[1], &DataType::Utf8)?,
+    );
+    let (text, template) = (text.as_string::<i32>(), template.as_string::<i32>());
+    let mut out = Date32Builder::with_capacity(rows);
+    for i in 0..rows {
+        if text.is_null(i) || template.is_null(i) {
+            out.append_null();
+            continue;
+        }
+        let f = read(text.value(i), template.value(i))?;
+        let date = f.date(text.value(i))?;
+        let epoch = NaiveDate::from_ymd_opt(1970, 1, 1).unwrap_or_default();
+        out.append_value((date - epoch).num_days() as i32);
+    }
+    Ok(Arc::new(out.finish()))
+}
+
+/// Seconds since the epoch as microseconds, rounded; the infinities kept.
+fn epoch_micros(secs: f64) -> DfResult<i64> {
+    if secs == f64::INFINITY {
+        return Ok(i64::MAX);
+    }
+    if secs == f64::NEG_INFINITY {
+        return Ok(i64::MIN);
+    }
+    let us = (secs * 1e6).round();
+    // Postgres' range: 4714-11-24 BC to 294276 AD
+    if !(-210_866_803_200e6..9_224_318_016_000e6).contains(&us) {
+        return Err(err(
+            sqlstate::DATETIME_FIELD_OVERFLOW,
+            format!("timestamp out of range: \"{secs}\""),
+        ));
+    }
+    Ok(us as i64)
+}
+
+/// What the fields of a text said.
+#[derive(Default, Debug)]
+struct Fields {
+    year: Option<i64>,
+    /// digits of the year's field when it had fewer than four (`YY`: 2)
+    year_width: Option<usize>,
+    century: Option<i64>,
+    julian: Option<i64>,
+    bc: bool,
+    month: Option<i64>,
+    day: Option<i64>,
+    day_of_year: Option<i64>,
+    hour: Option<i64>,
+    /// whether the hour was a 12-hour clock's (`HH`, `HH12`)
+    clock12: bool,
+    pm: Option<bool>,
+    minute: i64,
+    second: i64,
+    seconds_of_day: Option<i64>,
+    micros: i64,
+    tz_minutes: i64,
+}
+
+/// The template's fields, longest first where one is the start of another.
+const KEYS: &[&str] = &[
+    "Y,YYY", "YYYY", "YYY", "YY", "Y", "IYYY", "IYY", "IY", "IDDD", "ID", "IW", "I", "CC", "J",
+    "B.C.", "A.D.", "BC", "AD", "A.M.", "P.M.", "AM", "PM", "MONTH", "MON", "MM", "DAY", "DY",
+    "DDD", "DD", "D", "HH24", "HH12", "HH", "MI", "SSSSS", "SSSS", "SS", "MS", "US", "FF1", "FF2",
+    "FF3", "FF4", "FF5", "FF6", "TZH", "TZM", "TZ", "OF", "WW", "W", "Q", "RM",
+];
+
+/// A field read as a number, and its width when read exactly.
+fn numeric_width(key: &str) -> Option<usize> {
+    Some(match key {
+        "Y,YYY" => 5,
+        "YYYY" | "SSSS" => 4,
+        "YYY" | "DDD" | "MS" => 3,
+        "YY" | "CC" | "MM" | "DD" | "HH24" | "HH12" | "HH" | "MI" | "SS" | "TZM" => 2,
+        "Y" | "D" | "Q" => 1,
+        "SSSSS" => 5,
+        "US" => 6,
+        "J" => 7,
+        "TZH" => 3,
+        k if k.starts_with("FF") => k[2..].parse().ok()?,
+        _ => return None,
+    })
+}
+
+const MONTHS: [&str; 12] = [
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+];
+const DAYS: [&str; 7] = [
+    "sunday",
+    "monday",
+    "tuesday",
+    "wednesday",
+    "thursday",
+    "friday",
+    "saturday",
+];
+
+enum Node {
+    /// a field (and how the template spelled it), with `FM` on it, with `TH` after it
+    Key(&'static str, String, bool, bool),
+    /// a blank or separator of the template
+    Separator,
+    /// quoted text or another character: skips as many characters of the text
+    Literal(usize),
+}
+
+fn nodes(template: &str) -> Vec<Node> {
+    let mut out = Vec::new();
+    let mut rest = template;
+    while !rest.is_empty() {
+        let mut fm = false;
+        let mut r = rest;
+        while r.len() >= 2
+            && (r[..2].eq_ignore_ascii_case("FM") || r[..2].eq_ignore_ascii_case("FX"))
+        {
+            fm |= r[..2].eq_ignore_ascii_case("FM");
+            r = &r[2..];
+        }
+        if let Some(key) = KEYS.iter().find(|k| {
+            r.len() >= k.len()
+                && r.is_char_boundary(k.len())
+                && r[..k.len()].eq_ignore_ascii_case(k)
+        }) {
+            let spelled = r[..key.len()].to_owned();
+            rest = &r[key.len()..];
+            // suffixes: an ordinal's letters (`5th`) are skipped after the number
+            let mut th = false;
+            for suffix in ["TH", "SP"] {
+                if rest.len() >= 2
+                    && rest.is_char_boundary(2)
+                    && rest[..2].eq_ignore_ascii_case(suffix)
+                {
+                    th |= suffix == "TH";
+                    rest = &rest[2..];
+                }
+            }
+            out.push(Node::Key(key, spelled, fm, th));
+            continue;
+        }
+        if r.len() < rest.len() {
+            rest = r;
+            continue;
+        }
+        let c = rest.chars().next().unwrap_or(' ');
+        if c == '"' {
+            let body = &rest[1..];
+            let end = body.find('"').unwrap_or(body.len());
+            out.push(Node::Literal(body[..end].chars().count()));
+            rest = body.get(end + 1..).unwrap_or("");
+        } else if c == '\\' && rest.len() > 1 {
+            out.push(Node::Literal(1));
+            let next = rest[1..].chars().next().map_or(0, char::len_utf8);
+            rest = &rest[1 + next..];
+        } else {
+            out.push(if c.is_alphanumeric() {
+                Node::Literal(1)
+            } else {
+                Node::Separator
+            });
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    out
+}
+
+fn invalid(value: &str, key: &str, detail: &str) -> DataFusionError {
+    DataFusionError::External(Box::new(
+        WeirError::new(
+            sqlstate::INVALID_DATETIME_FORMAT,
+            format!("invalid value \"{value}\" for \"{key}\""),
+        )
+        .with_detail(detail),
+    ))
+}
+
+fn read(text: &str, template: &str) -> DfResult<Fields> {
+    let nodes = nodes(template);
+    let mut f = Fields::default();
+    let mut s = text;
+    for (n, node) in nodes.iter().enumerate() {
+        // the template's fields past the end of the text are not read (as Postgres)
+        if s.is_empty() {
+            break;
+        }
+        match node {
+            Node::Separator => {
+                if let Some(c) = s.chars().next()
+                    && !c.is_alphanumeric()
+                {
+                    s = &s[c.len_utf8()..];
+                }
+            }
+            Node::Literal(k) => {
+                let skip: usize = s.chars().take(*k).map(char::len_utf8).sum();
+                s = &s[skip..];
+            }
+            Node::Key(upper, key, fm, th) => {
+                s = s.trim_start();
+                let upper = *upper;
+                let key = key.as_str();
+                if let Some(width) = numeric_width(upper) {
+                    // read to the next non-digit, or exactly the width before another number
+                    let next_is_number = matches!(nodes.get(n + 1),
+                        Some(Node::Key(k, ..)) if numeric_width(k).is_some());
+                    let greedy = *fm || !next_is_number;
+                    let (v, digits, rest) = number(s, key, upper, width, greedy)?;
+                    s = rest;
+                    if *th {
+                        let letters: usize = s
+                            .chars()
+                            .take(2)
+                            .take_while(|c| c.is_alphabetic())
+                            .map(char::len_utf8)
+                            .sum();
+                        s = &s[letters..];
+                    }
+                    set_number(&mut f, upper, v, digits)?;
+                    continue;
+                }
+                match upper {
+                    "MONTH" | "MON" => {
+                        let (i, rest) = name(s, &MONTHS, upper == "MON").ok_or_else(|| {
+                            invalid(
+                                s,
+                                key,
+                                "The given value did not match any of the allowed values for this field.",
+                            )
+                        })?;
+                        f.month = Some(i as i64 + 1);
+                        s = rest;
+                    }
+                    "DAY" | "DY" => {
+                        let (_, rest) = name(s, &DAYS, upper == "DY").ok_or_else(|| {
+                            invalid(
+                                s,
+                                key,
+                                "The given value did not match any of the allowed values for this field.",
+                            )
+                        })?;
+                        s = rest;
+                    }
+                    "AM" | "PM" | "A.M." | "P.M." => {
+                        let w = upper.len();
+                        let got = s.get(..w).unwrap_or("").to_ascii_uppercase();
+                        f.pm = Some(match got.as_str() {
+                            "AM" | "A.M." => false,
+                            "PM" | "P.M." => true,
+                            _ => {
+                                return Err(invalid(
+                                    s,
+                                    key,
+                                    "The given value did not match any of the allowed values for this field.",
+                                ));
+                            }
+                        });
+                        s = &s[w..];
+                    }
+                    "BC" | "AD" | "B.C." | "A.D." => {
+                        let w = upper.len();
+                        let got = s.get(..w).unwrap_or("").to_ascii_uppercase();
+                        f.bc = match got.as_str() {
+                            "BC" | "B.C." => true,
+                            "AD" | "A.D." => false,
+                            _ => {
+                                return Err(invalid(
+                                    s,
+                                    key,
+                                    "The given value did not match any of the allowed values for this field.",
+                                ));
+                            }
+                        };
+                        s = &s[w..];
+                    }
+                    "TZ" | "OF" => {
+                        return Err(err(
+                            sqlstate::FEATURE_NOT_SUPPORTED,
+                            format!("formatting field \"{key}\" is only supported in to_char"),
+                        ));
+                    }
+                    _ => {
+                        return Err(err(
+                            sqlstate::FEATURE_NOT_SUPPORTED,
+                            format!(
+                                "formatting field \"{key}\" is not supported in to_timestamp and to_date here"
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(f)
+}
+
+/// A full or three-letter name (any case) at the start of `s`: its index and the rest.
+fn name<'a>(s: &'a str, names: &[&str], abbreviated: bool) -> Option<(usize, &'a str)> {
+    names.iter().enumerate().find_map(|(i, n)| {
+        let n = if abbreviated { &n[..3] } else { n };
+        let head = s.get(..n.len())?;
+        head.eq_ignore_ascii_case(n).then(|| (i, &s[n.len()..]))
+    })
+}
+
+/// A number at the start of `s` (a sign allowed where a field may be negative): its value,
+/// how many digits it had, the rest.
+fn number<'a>(
+    s: &'a str,
+    shown_key: &str,
+    key: &str,
+    width: usize,
+    greedy: bool,
+) -> DfResult<(i64, usize, &'a str)> {
+    let signed = matches!(key, "TZH" | "J" | "YYYY" | "Y,YYY");
+    let b = s.as_bytes();
+    let mut i = 0;
+    let mut negative = false;
+    if signed && i < b.len() && (b[i] == b'-' || b[i] == b'+') {
+        negative = b[i] == b'-';
+        i += 1;
+    }
+    let start = i;
+    let limit = if greedy {
+        usize::MAX
+    } else {
+        start + width - usize::from(key == "TZH")
+    };
+    while i < b.len() && i < limit && (b[i].is_ascii_digit() || (key == "Y,YYY" && b[i] == b',')) {
+        i += 1;
+    }
+    let digits: String = s[start..i].chars().filter(|c| *c != ',').collect();
+    if digits.is_empty() {
+        let shown: String = s.chars().take(width.max(1)).collect();
+        return Err(invalid(&shown, shown_key, "Value must be an integer."));
+    }
+    let v: i64 = digits.parse().map_err(|_| {
+        err(
+            sqlstate::DATETIME_FIELD_OVERFLOW,
+            format!("value for \"{shown_key}\" in source string is out of range"),
+        )
+    })?;
+    Ok((if negative { -v } else { v }, digits.len(), &s[i..]))
+}
+
+fn set_number(f: &mut Fields, key: &str, v: i64, digits: usize) -> DfResult<()> {
+    match key {
+        "Y,YYY" | "YYYY" => f.year = Some(v),
+        "YYY" | "YY" | "Y" => {
+            f.year = Some(v);
+            f.year_width = Some(digits.min(key.len()));
+        }
+        "CC" => f.century = Some(v),
+        "J" => f.julian = Some(v),
+        "MM" => f.month = Some(v),
+        "DD" => f.day = Some(v),
+        "DDD" => f.day_of_year = Some(v),
+        "HH" | "HH12" => {
+            f.hour = Some(v);
+            f.clock12 = true;
+        }
+        "HH24" => f.hour = Some(v),
+        "MI" => f.minute = v,
+        "SS" => f.second = v,
+        "SSSS" | "SSSSS" => f.seconds_of_day = Some(v),
+        // digits after the point: `3` is 300 ms, `003` is 3 ms
+        "MS" => f.micros = v * 10i64.pow(3u32.saturating_sub(digits as u32)) * 1000,
+        "US" => f.micros = v * 10i64.pow(6u32.saturating_sub(digits as u32)),
+        k if k.starts_with("FF") => {
+            f.micros = v * 10i64.pow(6u32.saturating_sub(digits as u32));
+        }
+        "TZH" => f.tz_minutes += v * 60,
+        "TZM" => f.tz_minutes += if f.tz_minutes < 0 { -v } else { v },
+        _ => {} // D, Q: read, not used (as Postgres)
+    }
+    Ok(())
+}
+
+impl Fields {
+    fn out_of_range(text: &str) -> DataFusionError {
+        err(
+            sqlstate::DATETIME_FIELD_OVERFLOW,
+            format!("date/time field value out of range: \"{text}\""),
+        )
+    }
+
+    fn date(&self, text: &str) -> DfResult<NaiveDate> {
+        if let Some(j) = self.julian {
+            // Julian day 2440588 is 1970-01-01
+            let epoch = NaiveDate::from_ymd_opt(1970, 1, 1).unwrap_or_default();
+            return epoch
+                .checked_add_signed(chrono::Duration::days(j - 2_440_588))
+                .ok_or_else(|| Self::out_of_range(text));
+        }
+        let mut year = match (self.year, self.century) {
+            (Some(y), _) => match self.year_width {
+                // nearest 2020
+                Some(_) if y < 70 => y + 2000,
+                Some(_) if y < 100 => y + 1900,
+                Some(_) if y < 520 => y + 2000,
+                Some(_) if y < 1000 => y + 1000,
+                _ => y,
+            },
+            (None, Some(cc)) if cc > 0 => (cc - 1) * 100 + 1,
+            (None, Some(cc)) => cc * 100,
+            // no year: 1 BC, Postgres' year 0
+            (None, None) => 0,
+        };
+        if self.bc && (self.year.is_some() || self.century.is_some()) {
+            year = 1 - year;
+        }
+        let year = i32::try_from(year).map_err(|_| Self::out_of_range(text))?;
+        let date = match (self.month, self.day, self.day_of_year) {
+            (None, None, Some(doy)) => NaiveDate::from_yo_opt(year, doy as u32),
+            (m, d, _) => {
+                let (m, d) = (m.unwrap_or(1), d.unwrap_or(1));
+                if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
+                    None
+                } else {
+                    NaiveDate::from_ymd_opt(year, m as u32, d as u32)
+                }
+            }
+        };
+        date.ok_or_else(|| Self::out_of_range(text))
+    }
+
+    fn micros(&self, text: &str) -> DfResult<i64> {
+        let date = self.date(text)?;
+        let mut hour = self.hour.unwrap_or(0);
+        if self.clock12 || self.pm.is_some() {
+            if !(1..=12).contains(&hour) {
+                return Err(DataFusionError::External(Box::new(
+                    WeirError::new(
+                        sqlstate::DATETIME_FIELD_OVERFLOW,
+                        format!("hour \"{hour}\" is invalid for the 12-hour clock"),
+                    )
+                    .with_hint("Use the 24-hour clock, or give an hour between 1 and 12."),
+                )));
+            }
+            let pm = self.pm == Some(true);
+            if pm && hour < 12 {
+                hour += 12;
+            } else if !pm && hour == 12 {
+                hour = 0;
+            }
+        }
+        let time = match self.seconds_of_day {
+            Some(s) => s * 1_000_000,
+            None => {
+                if !(0..24).contains(&hour)
+                    || !(0..60).contains(&self.minute)
+                    || !(0..=60).contains(&self.second)
+                {
+                    return Err(Self::out_of_range(text));
+                }
+                ((hour * 60 + self.minute) * 60 + self.second) * 1_000_000
+            }
+        } + self.micros;
+        let epoch = NaiveDate::from_ymd_opt(1970, 1, 1).unwrap_or_default();
+        let days = (date - epoch).num_days();
+        Ok(days * 86_400_000_000 + time - self.tz_minutes * 60_000_000)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ts(text: &str, template: &str) -> String {
+        let micros = read(text, template)
+            .and_then(|f| f.micros(text))
+            .map_err(|e| e.to_string());
+        match micros {
+            Ok(us) => chrono::DateTime::from_timestamp_micros(us)
+                .map(|t| t.naive_utc().to_string())
+                .unwrap_or_default(),
+            Err(e) => format!("error: {e}"),
+        }
+    }
+
+    #[test]
+    fn templates_read_as_postgres_reads_them() {
+        assert_eq!(ts("05 Dec 2000", "DD Mon YYYY"), "2000-12-05 00:00:00");
+        assert_eq!(ts("20001205", "YYYYMMDD"), "2000-12-05 00:00:00");
+        assert_eq!(
+            ts("2000-12-05 01:45:30 PM", "YYYY-MM-DD HH:MI:SS AM"),
+            "2000-12-05 13:45:30"
+        );
+        assert_eq!(ts("12 am", "HH12 pm"), "0000-01-01 00:00:00");
+        assert_eq!(ts("12.3", "SS.MS"), "0000-01-01 00:00:12.300");
+        assert_eq!(ts("99-1-2", "YY-MM-DD"), "1999-01-02 00:00:00");
+        assert_eq!(ts("2024 060", "YYYY DDD"), "2024-02-29 00:00:00");
+        assert_eq!(ts("10:00 -03:30", "HH24:MI TZH:TZM"), "0000-01-01 13:30:00");
+        assert!(ts("2024-02-30", "YYYY-MM-DD").contains("out of range"));
+        assert!(ts("abcd", "YYYY").contains("invalid value \"abcd\" for \"YYYY\""));
+        assert!(ts("13", "HH").contains("12-hour clock"));
+    }
+}
