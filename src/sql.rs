@@ -19,6 +19,7 @@ pub mod pg_math;
 pub mod pg_text;
 pub mod security;
 pub mod time;
+pub mod time_zone;
 pub mod to_char;
 pub mod to_timestamp;
 pub mod types;

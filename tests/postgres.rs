@@ -459,7 +459,7 @@ impl Gen {
             52 if finite(&x) && finite(&d) => format!(
                 "to_timestamp(to_char({x}, 'YYYY-MM-DD HH24:MI:SS.US'), 'YYYY-MM-DD HH24:MI:SS.US'), to_date(to_char({d}, 'DD Mon YYYY BC'), 'DD Mon YYYY BC')"
             ),
-            52 => format!("to_date('2024-02-29', 'YYYY-MM-DD') + 1"),
+            52 => format!("{x} AT TIME ZONE 'America/New_York', {d} AT TIME ZONE 'Europe/Berlin'"),
             47 => format!("ln({f}), sqrt({g}), exp({f}), log({g})"),
             48 => format!("mod({i}, NULLIF({j}, 0)), mod({n}, NULLIF({m}, 0)), {f} ^ {g}"),
             49 => format!("width_bucket({f}, -10, 10, 4), width_bucket({n}, -5.5, 5.5, 3)"),

@@ -1415,6 +1415,16 @@ fn rewrite_expr(expr: &mut Expr) {
             let x = std::mem::replace(x.as_mut(), Expr::value(ast::Value::Null));
             *expr = call("extract", vec![field, x]);
         }
+        // `x AT TIME ZONE z` is Postgres' `timezone(z, x)` (DataFusion's cast to a zoned
+        // timestamp leaves a timestamptz's instant, and so its text, as it was)
+        Expr::AtTimeZone {
+            timestamp,
+            time_zone,
+        } => {
+            let x = std::mem::replace(timestamp.as_mut(), Expr::value(ast::Value::Null));
+            let z = std::mem::replace(time_zone.as_mut(), Expr::value(ast::Value::Null));
+            *expr = call("timezone", vec![z, x]);
+        }
         Expr::Value(v) => {
             if let ast::Value::Number(n, long) = &mut v.value
                 && let Some(plain) = expand_exponent(n)
@@ -2356,6 +2366,7 @@ fn figure_name(e: &Expr) -> Option<String> {
         },
         Expr::Interval(_) => Some("interval".into()),
         Expr::Extract { .. } => Some("extract".into()),
+        Expr::AtTimeZone { .. } => Some("timezone".into()),
         Expr::Substring { .. } => Some("substring".into()),
         Expr::Trim { .. } => Some("btrim".into()),
         Expr::Position { .. } => Some("position".into()),

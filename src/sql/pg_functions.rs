@@ -297,6 +297,12 @@ fn definitions() -> Vec<PgFunction> {
         ),
         immutable("age", TypeSignature::Any(2), |_| interval_type(), age),
         immutable(
+            "timezone",
+            TypeSignature::Any(2),
+            |t| crate::sql::time_zone::result_type(t.get(1).unwrap_or(&DataType::Null)),
+            crate::sql::time_zone::timezone,
+        ),
+        immutable(
             "to_timestamp",
             TypeSignature::OneOf(vec![TypeSignature::Any(1), TypeSignature::Any(2)]),
             |_| crate::sql::to_timestamp::timestamptz_type(),

@@ -1,0 +1,262 @@
+//! `x AT TIME ZONE zone` and `timezone(zone, x)`, as Postgres:
+//!
+//! - of a `timestamptz`: the wall-clock time in `zone` at that instant, a `timestamp`;
+//! - of a `timestamp` (or a date): that wall-clock time read in `zone`, a `timestamptz`. A
+//!   local time a daylight-saving change repeats is read as standard time; one it skips,
+//!   with the offset before the change (Postgres' `DetermineTimeZoneOffset`).
+//!
+//! Zones: Postgres' common abbreviations (fixed offsets: `PST`, `CET`), IANA names in any
+//! case (`america/new_york`), and numeric
+//! offsets in the POSIX sense Postgres gives a zone string (`'+05'` and `'UTC+5'` are five
+//! hours WEST of Greenwich); anything else is `time zone "x" not recognized` (22023). The
+//! infinities stay themselves.
+
+use std::str::FromStr;
+use std::sync::Arc;
+
+use chrono::{FixedOffset, NaiveDateTime, Offset, TimeZone};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, TimestampMicrosecondBuilder};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, TimeUnit, TimestampMicrosecondType};
+use datafusion::common::{DataFusionError, Result as DfResult};
+
+use crate::error::{WeirError, sqlstate};
+
+fn err(code: &'static str, msg: impl Into<String>) -> DataFusionError {
+    DataFusionError::External(Box::new(WeirError::new(code, msg)))
+}
+
+/// The result type of `timezone(zone, x)` for `x` of type `t`.
+pub fn result_type(t: &DataType) -> DataType {
+    match t {
+        DataType::Timestamp(_, Some(_)) | DataType::Date32 => {
+            DataType::Timestamp(TimeUnit::Microsecond, None)
+        }
+        _ => crate::sql::types::SqlType::TimestampTz.arrow_type(),
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Zone {
+    Named(chrono_tz::Tz),
+    Fixed(FixedOffset),
+}
+
+impl Zone {
+    fn parse(s: &str) -> DfResult<Zone> {
+        let t = s.trim();
+        let not_recognized = || {
+            err(
+                sqlstate::INVALID_PARAMETER_VALUE,
+                format!("time zone \"{s}\" not recognized"),
+            )
+        };
+        if let Some(off) = posix_offset(t) {
+            return FixedOffset::east_opt(off)
+                .map(Zone::Fixed)
+                .ok_or_else(not_recognized);
+        }
+        if let Some((_, off)) = ABBREVIATIONS
+            .iter()
+            .find(|(a, _)| a.eq_ignore_ascii_case(t))
+        {
+            return FixedOffset::east_opt(*off)
+                .map(Zone::Fixed)
+                .ok_or_else(not_recognized);
+        }
+        if let Ok(tz) = chrono_tz::Tz::from_str(t) {
+            return Ok(Zone::Named(tz));
+        }
+        chrono_tz::TZ_VARIANTS
+            .iter()
+            .find(|z| z.name().eq_ignore_ascii_case(t))
+            .map(|z| Zone::Named(*z))
+            .ok_or_else(not_recognized)
+    }
+
+    /// The zone's offset east of UTC, in seconds, at a UTC instant.
+    fn offset_at_utc(&self, utc: &NaiveDateTime) -> i64 {
+        match self {
+            Zone::Named(tz) => tz.offset_from_utc_datetime(utc).fix().local_minus_utc() as i64,
+            Zone::Fixed(f) => f.local_minus_utc() as i64,
+        }
+    }
+
+    /// The zone's offset east of UTC, in seconds, for a local wall-clock time.
+    fn offset_at_local(&self, local: &NaiveDateTime) -> i64 {
+        let Zone::Named(tz) = self else {
+            return self.offset_at_utc(local);
+        };
+        match tz.offset_from_local_datetime(local) {
+            chrono::LocalResult::Single(o) => o.fix().local_minus_utc() as i64,
+            // repeated: standard time, the smaller offset
+            chrono::LocalResult::Ambiguous(a, b) => {
+                (a.fix().local_minus_utc() as i64).min(b.fix().local_minus_utc() as i64)
+            }
+            // skipped: the offset in force before the change
+            chrono::LocalResult::None => {
+                let before = *local - chrono::Duration::hours(3);
+                tz.offset_from_utc_datetime(&before).fix().local_minus_utc() as i64
+            }
+        }
+    }
+}
+
+/// Zone abbreviations of Postgres' default set, each a fixed offset east of UTC in
+/// seconds; an abbreviation is read before a zone name (`CET` is +1 all year, as in
+/// Postgres, not the zone `CET`, which has summer time).
+const ABBREVIATIONS: &[(&str, i32)] = &[
+    ("ACST", 34200),
+    ("AEDT", 39600),
+    ("AEST", 36000),
+    ("AKDT", -28800),
+    ("AKST", -32400),
+    ("AWST", 28800),
+    ("BST", 3600),
+    ("CDT", -18000),
+    ("CEST", 7200),
+    ("CET", 3600),
+    ("CST", -21600),
+    ("EDT", -14400),
+    ("EEST", 10800),
+    ("EET", 7200),
+    ("EST", -18000),
+    ("GMT", 0),
+    ("HKT", 28800),
+    ("HST", -36000),
+    ("IST", 7200),
+    ("JST", 32400),
+    ("KST", 32400),
+    ("MDT", -21600),
+    ("MSK", 10800),
+    ("MST", -25200),
+    ("NZDT", 46800),
+    ("NZST", 43200),
+    ("PDT", -25200),
+    ("PST", -28800),
+    ("SGT", 28800),
+    ("UT", 0),
+    ("UTC", 0),
+    ("WET", 0),
+    ("Z", 0),
+    ("ZULU", 0),
+];
+
+/// A numeric zone string as POSIX reads it, as seconds EAST of UTC: `+05`, `-3:30`, `5`,
+/// `UTC+5`, `GMT-02:00` (the sign is west-positive, so `+05` is -5 hours).
+fn posix_offset(t: &str) -> Option<i32> {
+    let upper = t.to_ascii_uppercase();
+    let body = upper
+        .strip_prefix("UTC")
+        .or_else(|| upper.strip_prefix("GMT"))
+        .unwrap_or(&upper);
+    if body.is_empty() {
+        return None;
+    }
+    let (sign, digits) = match body.as_bytes()[0] {
+        b'+' => (1, &body[1..]),
+        b'-' => (-1, &body[1..]),
+        b'0'..=b'9' => (1, body),
+        _ => return None,
+    };
+    let mut parts = digits.split(':');
+    let h: i32 = parts.next()?.parse().ok()?;
+    let m: i32 = parts.next().map_or(Some(0), |p| p.parse().ok())?;
+    let s: i32 = parts.next().map_or(Some(0), |p| p.parse().ok())?;
+    if parts.next().is_some() || !(0..60).contains(&m) || !(0..60).contains(&s) || h > 168 {
+        return None;
+    }
+    Some(-sign * (h * 3600 + m * 60 + s))
+}
+
+/// `timezone(zone, x)` over whole columns.
+pub fn timezone(args: &[ArrayRef], _rows: usize) -> DfResult<ArrayRef> {
+    let zones = cast(&args[0], &DataType::Utf8)?;
+    let zones = zones.as_string::<i32>();
+    // (a date is a timestamptz here, as Postgres reads it: midnight in the session zone)
+    let to_local = matches!(
+        args[1].data_type(),
+        DataType::Timestamp(_, Some(_)) | DataType::Date32
+    );
+    let x = match args[1].data_type() {
+        DataType::Timestamp(..) | DataType::Date32 | DataType::Null => {
+            crate::sql::datetime_in::keeping_infinities(&args[1], |a| {
+                Ok(cast(a, &DataType::Timestamp(TimeUnit::Microsecond, None))?)
+            })?
+        }
+        t => {
+            return Err(err(
+                sqlstate::UNDEFINED_FUNCTION,
+                format!("function timezone(text, {t}) does not exist"),
+            ));
+        }
+    };
+    let x = x.as_primitive::<TimestampMicrosecondType>();
+    let mut out = TimestampMicrosecondBuilder::with_capacity(x.len());
+    let mut last: Option<(String, Zone)> = None;
+    for i in 0..x.len() {
+        if x.is_null(i) || zones.is_null(i) {
+            out.append_null();
+            continue;
+        }
+        let v = x.value(i);
+        if v == i64::MAX || v == i64::MIN {
+            out.append_value(v);
+            continue;
+        }
+        let name = zones.value(i);
+        let zone = match &last {
+            Some((n, z)) if n == name => *z,
+            _ => {
+                let z = Zone::parse(name)?;
+                last = Some((name.to_owned(), z));
+                z
+            }
+        };
+        let wall = chrono::DateTime::from_timestamp_micros(v)
+            .map(|t| t.naive_utc())
+            .ok_or_else(|| err(sqlstate::DATETIME_FIELD_OVERFLOW, "timestamp out of range"))?;
+        let shifted = if to_local {
+            v.checked_add(zone.offset_at_utc(&wall) * 1_000_000)
+        } else {
+            v.checked_sub(zone.offset_at_local(&wall) * 1_000_000)
+        };
+        out.append_value(
+            shifted
+                .ok_or_else(|| err(sqlstate::DATETIME_FIELD_OVERFLOW, "timestamp out of range"))?,
+        );
+    }
+    let out = out.finish();
+    Ok(match result_type(args[1].data_type()) {
+        DataType::Timestamp(_, tz) => Arc::new(out.with_timezone_opt(tz)),
+        _ => Arc::new(out),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zone_strings_read_as_postgres_reads_them() {
+        assert_eq!(posix_offset("+05"), Some(-5 * 3600));
+        assert_eq!(posix_offset("UTC+5"), Some(-5 * 3600));
+        assert_eq!(posix_offset("-03:30"), Some(3 * 3600 + 1800));
+        assert_eq!(posix_offset("Europe/Berlin"), None);
+        assert!(Zone::parse("america/new_york").is_ok());
+        assert!(Zone::parse("Nowhere/City").is_err());
+        let ny = Zone::parse("America/New_York").unwrap_or(Zone::Fixed(
+            FixedOffset::east_opt(0).unwrap_or_else(|| unreachable!()),
+        ));
+        // 2024-11-03 01:30 happens twice in New York: standard time (-5) is taken
+        let repeated = chrono::NaiveDate::from_ymd_opt(2024, 11, 3)
+            .and_then(|d| d.and_hms_opt(1, 30, 0))
+            .unwrap_or_default();
+        assert_eq!(ny.offset_at_local(&repeated), -5 * 3600);
+        // 2024-03-10 02:30 does not happen: the offset before the change (-5)
+        let skipped = chrono::NaiveDate::from_ymd_opt(2024, 3, 10)
+            .and_then(|d| d.and_hms_opt(2, 30, 0))
+            .unwrap_or_default();
+        assert_eq!(ny.offset_at_local(&skipped), -5 * 3600);
+    }
+}
