@@ -713,6 +713,8 @@ fn set_returning_in_select_list(items: &mut [SelectItem]) {
         };
         let list = match name.as_str() {
             "generate_series" => None,
+            // one text[] per match (every match with the `g` flag)
+            "regexp_matches" => Some(crate::sql::pg_functions::REGEXP_MATCHES),
             other => match json_set_returning(other) {
                 Some(list) => Some(list),
                 None => continue,
@@ -1414,6 +1416,22 @@ fn rewrite_expr(expr: &mut Expr) {
             let field = Expr::value(ast::Value::SingleQuotedString(field));
             let x = std::mem::replace(x.as_mut(), Expr::value(ast::Value::Null));
             *expr = call("extract", vec![field, x]);
+        }
+        // `substring(x FROM 'pattern')`: a text FROM is a regular expression (Postgres'
+        // `substring(text, text)`)
+        Expr::Substring {
+            expr: x,
+            substring_from: Some(from),
+            substring_for: None,
+            ..
+        } if matches!(
+            from.as_ref(),
+            Expr::Value(v) if matches!(v.value, ast::Value::SingleQuotedString(_))
+        ) =>
+        {
+            let x = std::mem::replace(x.as_mut(), Expr::value(ast::Value::Null));
+            let from = std::mem::replace(from.as_mut(), Expr::value(ast::Value::Null));
+            *expr = call(crate::sql::pg_functions::SUBSTRING_REGEX, vec![x, from]);
         }
         // `x AT TIME ZONE z` is Postgres' `timezone(z, x)` (DataFusion's cast to a zoned
         // timestamp leaves a timestamptz's instant, and so its text, as it was)
@@ -2289,6 +2307,11 @@ fn figure_name(e: &Expr) -> Option<String> {
         // operators rewritten into calls (`doc -> 'a'`) keep Postgres' name for operators
         Expr::Function(f) if last_name(&f.name).is_some_and(|n| n.starts_with("weir_json_")) => {
             Some("?column?".into())
+        }
+        Expr::Function(f)
+            if last_name(&f.name).as_deref() == Some(crate::sql::pg_functions::SUBSTRING_REGEX) =>
+        {
+            Some("substring".into())
         }
         // `x::regclass` and friends were rewritten into calls: named like the cast
         Expr::Function(f)

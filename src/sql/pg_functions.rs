@@ -212,6 +212,11 @@ pub const JUSTIFY_HOURS: &str = "justify_hours";
 /// microseconds between them with whole days as days, `cannot subtract infinite
 /// timestamps` (22008) for an infinity.
 pub const TIMESTAMP_MI: &str = "weir_timestamp_mi";
+/// `regexp_matches(text, pattern [, flags])`'s rows as one list per input row (the
+/// rewrite unnests it in the select list): each match's groups as a `text[]`.
+pub const REGEXP_MATCHES: &str = "weir_regexp_matches";
+/// `substring(text FROM pattern)`: the first match's first group, or the whole match.
+pub const SUBSTRING_REGEX: &str = "weir_substring_regex";
 pub const INTERVAL_DIV: &str = "weir_interval_div";
 /// `x / y` with a float operand: `double precision` (`real` when both are), and
 /// `division by zero` (22012) for a zero divisor, as Postgres (IEEE gives infinity).
@@ -234,6 +239,30 @@ fn definitions() -> Vec<PgFunction> {
             TypeSignature::VariadicAny,
             |_| text_list(),
             regexp_match,
+        ),
+        immutable(
+            REGEXP_MATCHES,
+            TypeSignature::VariadicAny,
+            |_| DataType::List(Arc::new(Field::new_list_field(text_list(), true))),
+            regexp_matches,
+        ),
+        immutable(
+            "quote_literal",
+            TypeSignature::Any(1),
+            |_| DataType::Utf8,
+            |args, _| quote_literal(&args[0], false),
+        ),
+        immutable(
+            "quote_nullable",
+            TypeSignature::Any(1),
+            |_| DataType::Utf8,
+            |args, _| quote_literal(&args[0], true),
+        ),
+        immutable(
+            SUBSTRING_REGEX,
+            TypeSignature::Any(2),
+            |_| DataType::Utf8,
+            substring_regex,
         ),
         immutable(
             "regexp_replace",
@@ -1340,6 +1369,14 @@ impl Patterns {
     fn get(&mut self, pattern: &str, flags: &str, func: &str) -> DfResult<&regex::Regex> {
         let key = (pattern.to_owned(), flags.to_owned());
         if !self.0.contains_key(&key) {
+            // `q`: the pattern is a literal string
+            let quoted;
+            let pattern = if flags.contains('q') {
+                quoted = regex::escape(pattern);
+                quoted.as_str()
+            } else {
+                pattern
+            };
             let mut b = regex::RegexBuilder::new(pattern);
             // Postgres' AREs: `.` and bracket expressions match newlines unless `n`
             b.dot_matches_new_line(true);
@@ -1350,7 +1387,8 @@ impl Patterns {
                     'n' | 'm' => b.dot_matches_new_line(false).multi_line(true),
                     's' => b.dot_matches_new_line(true).multi_line(false),
                     'x' => b.ignore_whitespace(true),
-                    'g' if func == "regexp_replace" => &mut b,
+                    'q' => &mut b,
+                    'g' if func == "regexp_replace" || func == "regexp_matches" => &mut b,
                     'g' => {
                         return Err(pg_error(
                             sqlstate::INVALID_PARAMETER_VALUE,
@@ -1417,6 +1455,104 @@ fn regexp_match(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
                 out.append(true);
             }
         }
+    }
+    Ok(Arc::new(out.finish()))
+}
+
+/// [`REGEXP_MATCHES`]: per row, its matches (all with `g`, else the first), each the
+/// list of its groups (or of the whole match when the pattern has none).
+fn regexp_matches(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
+    if !(2..=3).contains(&args.len()) {
+        return Err(pg_error(
+            sqlstate::UNDEFINED_FUNCTION,
+            "function regexp_matches takes (text, pattern [, flags])",
+        ));
+    }
+    let (s, p) = (strings(&args[0])?, strings(&args[1])?);
+    let flags = flags_at(args, 2)?;
+    let mut pats = Patterns::default();
+    let mut out = ListBuilder::new(ListBuilder::new(StringBuilder::new()));
+    for i in 0..rows {
+        let f = match &flags {
+            Some(f) if f.is_null(i) => None,
+            Some(f) => Some(f.value(i)),
+            None => Some(""),
+        };
+        let (Some(f), false, false) = (f, s.is_null(i), p.is_null(i)) else {
+            out.append_null();
+            continue;
+        };
+        let global = f.contains('g');
+        let re = pats.get(p.value(i), f, "regexp_matches")?;
+        for c in re.captures_iter(s.value(i)) {
+            let groups = out.values();
+            if c.len() == 1 {
+                groups.values().append_option(c.get(0).map(|m| m.as_str()));
+            } else {
+                for g in c.iter().skip(1) {
+                    groups.values().append_option(g.map(|m| m.as_str()));
+                }
+            }
+            groups.append(true);
+            if !global {
+                break;
+            }
+        }
+        out.append(true);
+    }
+    Ok(Arc::new(out.finish()))
+}
+
+/// `quote_literal(x)`: `x` by its output function as a string literal (quotes doubled, and
+/// backslashes, with an `E` prefix, when it has one); NULL is NULL, or the text `NULL` for
+/// `quote_nullable`.
+fn quote_literal(a: &ArrayRef, nullable: bool) -> DfResult<ArrayRef> {
+    // (a boolean's text is `true`, its cast to text, not its output `t`)
+    let texts = match a.data_type() {
+        DataType::Boolean => cast(a, &DataType::Utf8)?.as_string::<i32>().clone(),
+        _ => text_values(a)?,
+    };
+    let mut out = StringBuilder::new();
+    for v in texts.iter() {
+        match v {
+            None if nullable => out.append_value("NULL"),
+            None => out.append_null(),
+            Some(t) => {
+                let mut q = String::with_capacity(t.len() + 3);
+                if t.contains('\\') {
+                    q.push('E');
+                }
+                q.push('\'');
+                for c in t.chars() {
+                    if c == '\'' || c == '\\' {
+                        q.push(c);
+                    }
+                    q.push(c);
+                }
+                q.push('\'');
+                out.append_value(q);
+            }
+        }
+    }
+    Ok(Arc::new(out.finish()))
+}
+
+/// [`SUBSTRING_REGEX`]: the part of the text the pattern matches first, or its first
+/// parenthesized group when it has one; NULL without a match.
+fn substring_regex(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
+    let (s, p) = (strings(&args[0])?, strings(&args[1])?);
+    let mut pats = Patterns::default();
+    let mut out = StringBuilder::new();
+    for i in 0..rows {
+        if s.is_null(i) || p.is_null(i) {
+            out.append_null();
+            continue;
+        }
+        let re = pats.get(p.value(i), "", "substring")?;
+        let found =
+            re.captures(s.value(i))
+                .and_then(|c| if c.len() > 1 { c.get(1) } else { c.get(0) });
+        out.append_option(found.map(|m| m.as_str()));
     }
     Ok(Arc::new(out.finish()))
 }

@@ -101,6 +101,12 @@ pub(crate) fn definitions() -> Vec<PgFunction> {
         |args, _| modulo(&args[0], &args[1]),
     ));
     out.push(immutable(
+        "div",
+        TypeSignature::Any(2),
+        |_| DataType::Decimal128(38, 0),
+        |args, _| div(&args[0], &args[1]),
+    ));
+    out.push(immutable(
         "width_bucket",
         TypeSignature::Any(4),
         |_| DataType::Int32,
@@ -300,6 +306,45 @@ fn modulo(l: &ArrayRef, r: &ArrayRef) -> DfResult<ArrayRef> {
         }
     };
     Ok(cast(&out, &t)?)
+}
+
+/// `div(a, b)`: the integer quotient of two numerics, truncated toward zero (a `numeric`
+/// of scale 0), as Postgres' `numeric_div_trunc`; 22012 for a zero divisor.
+fn div(l: &ArrayRef, r: &ArrayRef) -> DfResult<ArrayRef> {
+    let scale = |t: &DataType| match t {
+        DataType::Decimal128(_, s) => Some((*s).max(0)),
+        t if integer_rank(t).is_some() => Some(0),
+        _ => None,
+    };
+    let (Some(a), Some(b)) = (scale(l.data_type()), scale(r.data_type())) else {
+        return Err(pg_error(
+            sqlstate::UNDEFINED_FUNCTION,
+            format!(
+                "function div({}, {}) does not exist",
+                l.data_type(),
+                r.data_type()
+            ),
+        ));
+    };
+    let t = DataType::Decimal128(38, a.max(b));
+    let (x, y) = (cast(l, &t)?, cast(r, &t)?);
+    let (x, y) = (
+        x.as_primitive::<Decimal128Type>(),
+        y.as_primitive::<Decimal128Type>(),
+    );
+    let q = datafusion::arrow::compute::kernels::arity::try_binary::<_, _, _, Decimal128Type>(
+        x,
+        y,
+        |x, y| {
+            if y == 0 {
+                return Err(datafusion::arrow::error::ArrowError::DivideByZero);
+            }
+            // (the same scale on both sides: the raw quotient is the integer quotient)
+            Ok(x.checked_div(y).unwrap_or(0))
+        },
+    )
+    .map_err(|_| pg_error(sqlstate::DIVISION_BY_ZERO, "division by zero"))?;
+    Ok(Arc::new(q.with_precision_and_scale(38, 0)?))
 }
 
 /// `width_bucket(operand, low, high, count)`: exact (in 256 bits at one scale) when no
