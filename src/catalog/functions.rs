@@ -903,19 +903,7 @@ fn reg_cast(ctx: &SessionContext, name: &'static str, to_oid: NameToOid, to_name
     }));
 }
 
-pub fn quote_ident(s: &str) -> String {
-    let plain = !s.is_empty()
-        && s.chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
-        && s.chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if plain {
-        s.to_owned()
-    } else {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    }
-}
+pub use crate::sql::pg_text::quote_ident;
 
 /// Gives Postgres type names their Arrow types, carrying the declared type in field
 /// metadata so results report it on the wire.

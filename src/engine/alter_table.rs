@@ -963,7 +963,7 @@ fn renamed_relation(sql: &str, old: &str, new: &str) -> Result<String> {
 }
 
 /// `name` as an SQL identifier, always quoted (the SQL made here is parsed again, and
-/// `catalog::functions::quote_ident` leaves keywords such as `order` bare).
+/// `sql::pg_text::quote_ident` leaves keywords such as `order` bare).
 fn quoted(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }

@@ -247,6 +247,12 @@ fn definitions() -> Vec<PgFunction> {
             regexp_matches,
         ),
         immutable(
+            "format",
+            TypeSignature::VariadicAny,
+            |_| DataType::Utf8,
+            format,
+        ),
+        immutable(
             "quote_literal",
             TypeSignature::Any(1),
             |_| DataType::Utf8,
@@ -1503,6 +1509,131 @@ fn regexp_matches(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
     Ok(Arc::new(out.finish()))
 }
 
+/// `format(template, args...)` as Postgres': `%s` an argument's text (NULL as nothing),
+/// `%I` an identifier (`quote_ident`; NULL is 22004), `%L` a literal (`quote_literal`;
+/// NULL as `NULL`), `%%`; an argument position `%2$s`, `-` and a width (`%-10s`, `%*s`).
+fn format(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
+    use crate::sql::pg_text::{quote_ident, quote_literal};
+    let Some((template, rest)) = args.split_first() else {
+        return Err(pg_error(
+            sqlstate::UNDEFINED_FUNCTION,
+            "function format() does not exist",
+        ));
+    };
+    let template = strings(template)?;
+    let values = rest
+        .iter()
+        .map(text_values)
+        .collect::<DfResult<Vec<StringArray>>>()?;
+    let bad = |msg: String| pg_error(sqlstate::INVALID_PARAMETER_VALUE, msg);
+    let bad_specifier = |msg: String| {
+        DataFusionError::External(Box::new(
+            WeirError::new(sqlstate::INVALID_PARAMETER_VALUE, msg)
+                .with_hint("For a single \"%\" use \"%%\"."),
+        ))
+    };
+    let mut out = StringBuilder::new();
+    for row in 0..rows {
+        if template.is_null(row) {
+            out.append_null();
+            continue;
+        }
+        let t = template.value(row);
+        let mut s = String::with_capacity(t.len() + 16);
+        let mut chars = t.chars().peekable();
+        let mut next_arg = 0usize;
+        while let Some(c) = chars.next() {
+            if c != '%' {
+                s.push(c);
+                continue;
+            }
+            if chars.peek() == Some(&'%') {
+                chars.next();
+                s.push('%');
+                continue;
+            }
+            // [position$][-][width | *][type]
+            let digits = |chars: &mut std::iter::Peekable<std::str::Chars<'_>>| {
+                let mut n: Option<usize> = None;
+                while let Some(d) = chars.peek().and_then(|c| c.to_digit(10)) {
+                    chars.next();
+                    n = Some(n.unwrap_or(0).saturating_mul(10).saturating_add(d as usize));
+                }
+                n
+            };
+            let mut position = None;
+            let mut left = false;
+            let mut width = digits(&mut chars);
+            if width.is_some() && chars.peek() == Some(&'$') {
+                chars.next();
+                position = width.take();
+            }
+            if chars.peek() == Some(&'-') {
+                chars.next();
+                left = true;
+            }
+            let arg = |i: usize| -> DfResult<Option<&str>> {
+                let a = values
+                    .get(i)
+                    .ok_or_else(|| bad("too few arguments for format()".into()))?;
+                Ok((!a.is_null(row)).then(|| a.value(row)))
+            };
+            if width.is_none() {
+                if chars.peek() == Some(&'*') {
+                    chars.next();
+                    let w: i64 = arg(next_arg)?.unwrap_or("0").trim().parse().map_err(|_| {
+                        bad("the width argument of format() must be an integer".into())
+                    })?;
+                    next_arg += 1;
+                    left |= w < 0;
+                    width = Some(w.unsigned_abs() as usize);
+                } else {
+                    width = digits(&mut chars);
+                }
+            }
+            let Some(kind) = chars.next() else {
+                return Err(bad_specifier("unterminated format() type specifier".into()));
+            };
+            let index = match position {
+                Some(0) => {
+                    return Err(bad(
+                        "format specifies argument 0, but arguments are numbered from 1".into(),
+                    ));
+                }
+                Some(p) => p - 1,
+                None => next_arg,
+            };
+            next_arg = index + 1;
+            let v = arg(index)?;
+            let text = match kind {
+                's' => v.unwrap_or("").to_owned(),
+                'I' => quote_ident(v.ok_or_else(|| {
+                    pg_error(
+                        "22004",
+                        "null values cannot be formatted as an SQL identifier",
+                    )
+                })?),
+                'L' => v.map_or_else(|| "NULL".to_owned(), quote_literal),
+                other => {
+                    return Err(bad_specifier(format!(
+                        "unrecognized format() type specifier \"{other}\""
+                    )));
+                }
+            };
+            let pad = width.unwrap_or(0).saturating_sub(text.chars().count());
+            if left {
+                s.push_str(&text);
+                s.extend(std::iter::repeat_n(' ', pad));
+            } else {
+                s.extend(std::iter::repeat_n(' ', pad));
+                s.push_str(&text);
+            }
+        }
+        out.append_value(s);
+    }
+    Ok(Arc::new(out.finish()))
+}
+
 /// `quote_literal(x)`: `x` by its output function as a string literal (quotes doubled, and
 /// backslashes, with an `E` prefix, when it has one); NULL is NULL, or the text `NULL` for
 /// `quote_nullable`.
@@ -1517,21 +1648,7 @@ fn quote_literal(a: &ArrayRef, nullable: bool) -> DfResult<ArrayRef> {
         match v {
             None if nullable => out.append_value("NULL"),
             None => out.append_null(),
-            Some(t) => {
-                let mut q = String::with_capacity(t.len() + 3);
-                if t.contains('\\') {
-                    q.push('E');
-                }
-                q.push('\'');
-                for c in t.chars() {
-                    if c == '\'' || c == '\\' {
-                        q.push(c);
-                    }
-                    q.push(c);
-                }
-                q.push('\'');
-                out.append_value(q);
-            }
+            Some(t) => out.append_value(crate::sql::pg_text::quote_literal(t)),
         }
     }
     Ok(Arc::new(out.finish()))
@@ -1549,9 +1666,9 @@ fn substring_regex(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
             continue;
         }
         let re = pats.get(p.value(i), "", "substring")?;
-        let found =
-            re.captures(s.value(i))
-                .and_then(|c| if c.len() > 1 { c.get(1) } else { c.get(0) });
+        let found = re
+            .captures(s.value(i))
+            .and_then(|c| if c.len() > 1 { c.get(1) } else { c.get(0) });
         out.append_option(found.map(|m| m.as_str()));
     }
     Ok(Arc::new(out.finish()))

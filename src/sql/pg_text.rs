@@ -394,3 +394,37 @@ fn list_field(
         _ => std::sync::Arc::new(Field::new_list_field(DataType::Utf8, true)),
     }
 }
+
+/// An identifier as Postgres' `quote_ident` writes it: bare when it is lower-case letters,
+/// digits and `_` (not starting with a digit), else double-quoted.
+pub fn quote_ident(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if plain {
+        s.to_owned()
+    } else {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    }
+}
+
+/// A text as Postgres' `quote_literal` writes it: single-quoted, quotes doubled, and
+/// backslashes doubled with an `E` before the literal when it has one.
+pub fn quote_literal(t: &str) -> String {
+    let mut q = String::with_capacity(t.len() + 3);
+    if t.contains('\\') {
+        q.push('E');
+    }
+    q.push('\'');
+    for c in t.chars() {
+        if c == '\'' || c == '\\' {
+            q.push(c);
+        }
+        q.push(c);
+    }
+    q.push('\'');
+    q
+}
