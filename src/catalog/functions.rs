@@ -1259,6 +1259,31 @@ impl datafusion::logical_expr::planner::ExprPlanner for WeirExprPlanner {
         let interval = |e: &Expr| matches!(e.get_type(schema), Ok(DataType::Interval(_)));
         let number = |e: &Expr| e.get_type(schema).is_ok_and(|t| t.is_numeric());
         let timestamp = |e: &Expr| matches!(e.get_type(schema), Ok(DataType::Timestamp(..)));
+        let jsonb = |e: &Expr| {
+            e.to_field(schema).is_ok_and(|(_, f)| {
+                crate::sql::types::field_sql_type(&f) == Some(crate::sql::types::SqlType::Jsonb)
+            })
+        };
+        let textual = |e: &Expr| {
+            matches!(
+                e.get_type(schema),
+                Ok(DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Null)
+            )
+        };
+        let text_literal = |e: &Expr| matches!(e, Expr::Literal(ScalarValue::Utf8(Some(_)), _));
+        let pg = |name: &'static str, args: Vec<Expr>| {
+            Arc::new(ScalarUDF::new_from_impl(crate::sql::pg_functions::udf(
+                name,
+            )))
+            .call(args)
+        };
+        // a jsonb result (a no-op cast carrying the type)
+        let as_jsonb = |e: Expr| {
+            Expr::Cast(datafusion::logical_expr::Cast::new_from_field(
+                Box::new(e),
+                Arc::new(crate::sql::types::SqlType::Jsonb.field("", true)),
+            ))
+        };
         let scaled = |name: &'static str, iv: Expr, n: Expr| {
             let f = ScalarUDF::new_from_impl(crate::sql::pg_functions::udf(name));
             Ok(PlannerResult::Planned(Arc::new(f).call(vec![iv, n])))
@@ -1284,6 +1309,45 @@ impl datafusion::logical_expr::planner::ExprPlanner for WeirExprPlanner {
                     expr.left,
                     expr.right,
                 );
+            }
+            // jsonb's operators: `?`, `?|`, `?&`, `@>`, `<@`, and `||` / `-` with a jsonb on
+            // the left (a quoted literal beside a jsonb is a jsonb, as Postgres resolves it)
+            B::Question | B::QuestionPipe | B::QuestionAnd if textual(&expr.left) => {
+                let name = match expr.op {
+                    B::Question => crate::sql::pg_functions::JSONB_EXISTS,
+                    B::QuestionPipe => crate::sql::pg_functions::JSONB_EXISTS_ANY,
+                    _ => crate::sql::pg_functions::JSONB_EXISTS_ALL,
+                };
+                return Ok(PlannerResult::Planned(pg(
+                    name,
+                    vec![expr.left, expr.right],
+                )));
+            }
+            B::AtArrow | B::ArrowAt if textual(&expr.left) && textual(&expr.right) => {
+                let (l, r) = if expr.op == B::AtArrow {
+                    (expr.left, expr.right)
+                } else {
+                    (expr.right, expr.left)
+                };
+                return Ok(PlannerResult::Planned(pg(
+                    crate::sql::pg_functions::JSONB_CONTAINS,
+                    vec![l, r],
+                )));
+            }
+            B::StringConcat
+                if (jsonb(&expr.left) && (jsonb(&expr.right) || text_literal(&expr.right)))
+                    || (jsonb(&expr.right) && text_literal(&expr.left)) =>
+            {
+                return Ok(PlannerResult::Planned(as_jsonb(pg(
+                    crate::sql::pg_functions::JSONB_CONCAT,
+                    vec![expr.left, expr.right],
+                ))));
+            }
+            B::Minus if jsonb(&expr.left) => {
+                return Ok(PlannerResult::Planned(as_jsonb(pg(
+                    crate::sql::pg_functions::JSONB_DELETE,
+                    vec![expr.left, expr.right],
+                ))));
             }
             // `timestamp - timestamp` has its whole days as days (`4 days 01:30:00`, not
             // `97:30:00`), as Postgres' `timestamp_mi`

@@ -4,8 +4,9 @@
 //!
 //! Like Postgres: a missing key, an index out of range or a non-container gives NULL; a
 //! negative index counts from the end; `->>` of a JSON string is the string itself, of
-//! JSON null is SQL NULL. A value that is not valid JSON is an error (22P02), as a bad
-//! jsonb literal would be. Each row's document is parsed (serde_json) for each call.
+//! JSON null is SQL NULL; a jsonb result is in its canonical form (`[1, 2]`, `1.50` kept).
+//! A value that is not valid JSON is an error (22P02), as a bad jsonb literal would be.
+//! Each row's document is parsed ([`crate::sql::jsonb`]) for each call.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,8 +19,8 @@ use datafusion::logical_expr::{
     Volatility,
 };
 use datafusion::prelude::SessionContext;
-use serde_json::Value;
 
+use crate::sql::jsonb::Step;
 use crate::sql::types::{PG_TYPE_KEY, SqlType};
 
 /// (function name, by path, result as text)
@@ -47,33 +48,6 @@ struct JsonFn {
     path: bool,
     text: bool,
     signature: Signature,
-}
-
-/// One step of a lookup: an object key, or (when it reads as one) an array index.
-enum Step {
-    Key(String),
-    Index(i64),
-}
-
-impl Step {
-    fn of(s: &str) -> Step {
-        match s.parse::<i64>() {
-            Ok(i) => Step::Index(i),
-            Err(_) => Step::Key(s.to_owned()),
-        }
-    }
-}
-
-fn lookup<'a>(v: &'a Value, step: &Step) -> Option<&'a Value> {
-    match (v, step) {
-        (Value::Object(m), Step::Key(k)) => m.get(k),
-        (Value::Object(m), Step::Index(i)) => m.get(&i.to_string()),
-        (Value::Array(a), Step::Index(i)) => {
-            let i = if *i < 0 { a.len() as i64 + i } else { *i };
-            usize::try_from(i).ok().and_then(|i| a.get(i))
-        }
-        _ => None,
-    }
 }
 
 /// `'{a,0,b}'` as path steps.
@@ -142,19 +116,9 @@ impl ScalarUDFImpl for JsonFn {
                 out.append_null();
                 continue;
             };
-            let doc: Value = serde_json::from_str(docs.value(i)).map_err(|e| {
-                DataFusionError::Execution(format!("invalid input syntax for type json: {e}"))
-            })?;
-            let mut at = Some(&doc);
-            for s in steps {
-                at = at.and_then(|v| lookup(v, s));
-            }
-            match at {
-                None => out.append_null(),
-                Some(Value::Null) if self.text => out.append_null(),
-                Some(Value::String(s)) if self.text => out.append_value(s),
-                Some(v) => out.append_value(v.to_string()),
-            }
+            let found = crate::sql::jsonb::get(docs.value(i), steps, self.text)
+                .map_err(|e| DataFusionError::External(Box::new(e)))?;
+            out.append_option(found);
         }
         let a: ArrayRef = Arc::new(out.finish());
         Ok(if scalar {

@@ -581,6 +581,192 @@ pub fn object_keys(text: &str) -> Res<Vec<String>> {
     }
 }
 
+/// One step of a path into a document: an object key, or an array index (negative from
+/// the end). A step that reads as an integer is both: a key of an object, an index of an
+/// array (as Postgres' `#>` reads `'{a,0}'`).
+pub enum Step {
+    Key(String),
+    Index(i64),
+}
+
+impl Step {
+    pub fn of(s: &str) -> Step {
+        match s.parse::<i64>() {
+            Ok(i) => Step::Index(i),
+            Err(_) => Step::Key(s.to_owned()),
+        }
+    }
+}
+
+fn step<'a>(n: &'a Node, st: &Step) -> Option<&'a Node> {
+    match (n, st) {
+        (Node::Object(m), Step::Key(k)) => m.iter().find(|(key, _)| key == k).map(|(_, v)| v),
+        (Node::Object(m), Step::Index(i)) => {
+            let k = i.to_string();
+            m.iter().find(|(key, _)| *key == k).map(|(_, v)| v)
+        }
+        (Node::Array(a), Step::Index(i)) => {
+            let i = if *i < 0 { a.len() as i64 + i } else { *i };
+            usize::try_from(i).ok().and_then(|i| a.get(i))
+        }
+        _ => None,
+    }
+}
+
+/// `->`, `->>`, `#>`, `#>>`: the value at `path` as jsonb text in its canonical form, or with
+/// `as_text` a string without quotes and JSON null as SQL NULL; NULL where the path leads
+/// nowhere.
+pub fn get(text: &str, path: &[Step], as_text: bool) -> Res<Option<String>> {
+    let doc = parse(text)?;
+    let mut at = Some(&doc);
+    for st in path {
+        at = at.and_then(|n| step(n, st));
+    }
+    Ok(at.and_then(|n| element_text(n, as_text)))
+}
+
+/// Whether two values are equal as jsonb (numbers by value).
+fn same(a: &Node, b: &Node) -> bool {
+    match (a, b) {
+        (Node::Number(x), Node::Number(y)) => {
+            let (mut kx, mut ky) = (Vec::new(), Vec::new());
+            number_key(&mut kx, x);
+            number_key(&mut ky, y);
+            kx == ky
+        }
+        (Node::Null, Node::Null) => true,
+        (Node::Bool(x), Node::Bool(y)) => x == y,
+        (Node::Str(x), Node::Str(y)) => x == y,
+        (Node::Array(x), Node::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same(a, b))
+        }
+        (Node::Object(x), Node::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .zip(y)
+                    .all(|((ka, va), (kb, vb))| ka == kb && same(va, vb))
+        }
+        _ => false,
+    }
+}
+
+/// Postgres' `@>`: every pair of an object on the right is in the left (recursively),
+/// every element of an array on the right is contained by some element of the left (and
+/// an array contains a scalar it has as an element, at the top level); scalars are equal.
+#[recursive::recursive]
+fn contains_node(a: &Node, b: &Node, top: bool) -> bool {
+    match (a, b) {
+        (Node::Object(x), Node::Object(y)) => y.iter().all(|(k, vb)| {
+            x.iter()
+                .find(|(ka, _)| ka == k)
+                .is_some_and(|(_, va)| contains_node(va, vb, false))
+        }),
+        (Node::Array(x), Node::Array(y)) => y.iter().all(|vb| match vb {
+            Node::Array(_) | Node::Object(_) => x.iter().any(|va| contains_node(va, vb, false)),
+            scalar => x.iter().any(|va| same(va, scalar)),
+        }),
+        (Node::Array(x), scalar) if top && !matches!(scalar, Node::Object(_)) => {
+            x.iter().any(|va| same(va, scalar))
+        }
+        (Node::Array(_) | Node::Object(_), _) | (_, Node::Array(_) | Node::Object(_)) => false,
+        (x, y) => same(x, y),
+    }
+}
+
+/// `a @> b`.
+pub fn contains(a: &str, b: &str) -> Res<bool> {
+    Ok(contains_node(&parse(a)?, &parse(b)?, true))
+}
+
+/// `?`: a top-level key of an object, or a string element of an array (or the string
+/// itself).
+pub fn has_key(text: &str, key: &str) -> Res<bool> {
+    Ok(match parse(text)? {
+        Node::Object(m) => m.iter().any(|(k, _)| k == key),
+        Node::Array(a) => a.iter().any(|n| matches!(n, Node::Str(s) if s == key)),
+        Node::Str(s) => s == key,
+        _ => false,
+    })
+}
+
+fn canonical(n: &Node) -> Res<String> {
+    let mut out = String::new();
+    write(&mut out, n);
+    // (objects built here re-read, so their keys are in Postgres' order, each once)
+    normalize(&out)
+}
+
+/// `a || b`: objects merged (the right's value for a key both have), arrays concatenated,
+/// a non-array side taken as a one-element array.
+pub fn concat(a: &str, b: &str) -> Res<String> {
+    let (a, b) = (parse(a)?, parse(b)?);
+    let out = match (a, b) {
+        (Node::Object(mut x), Node::Object(y)) => {
+            for (k, v) in y {
+                x.retain(|(key, _)| *key != k);
+                x.push((k, v));
+            }
+            Node::Object(x)
+        }
+        (a, b) => {
+            let items = |n: Node| match n {
+                Node::Array(items) => items,
+                other => vec![other],
+            };
+            let mut x = items(a);
+            x.extend(items(b));
+            Node::Array(x)
+        }
+    };
+    canonical(&out)
+}
+
+/// What `jsonb - x` removes.
+pub enum Removal<'a> {
+    /// a key of an object, or the equal string elements of an array
+    Key(&'a str),
+    /// several keys (`- text[]`)
+    Keys(Vec<&'a str>),
+    /// an array element (negative from the end)
+    Index(i64),
+}
+
+/// `a - x` as Postgres: 22023 for a key removed from a scalar or an index from an object.
+pub fn remove(text: &str, what: &Removal<'_>) -> Res<String> {
+    let doc = parse(text)?;
+    let gone = |k: &str| match what {
+        Removal::Key(key) => *key == k,
+        Removal::Keys(keys) => keys.contains(&k),
+        Removal::Index(_) => false,
+    };
+    let out = match (doc, what) {
+        (Node::Object(m), Removal::Key(_) | Removal::Keys(_)) => {
+            Node::Object(m.into_iter().filter(|(k, _)| !gone(k)).collect())
+        }
+        (Node::Array(a), Removal::Key(_) | Removal::Keys(_)) => Node::Array(
+            a.into_iter()
+                .filter(|n| !matches!(n, Node::Str(s) if gone(s)))
+                .collect(),
+        ),
+        (Node::Array(mut a), Removal::Index(i)) => {
+            let i = if *i < 0 { a.len() as i64 + i } else { *i };
+            if let Ok(i) = usize::try_from(i)
+                && i < a.len()
+            {
+                a.remove(i);
+            }
+            Node::Array(a)
+        }
+        (Node::Object(_), Removal::Index(_)) => {
+            return Err(invalid(
+                "cannot delete from object using integer index".into(),
+            ));
+        }
+        _ => return Err(invalid("cannot delete from scalar".into())),
+    };
+    canonical(&out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -511,11 +511,162 @@ fn definitions() -> Vec<PgFunction> {
     .collect()
 }
 
+/// `jsonb ? text`, `?|`, `?&`, `@>` (and `<@`, its operands swapped), `||` and `-`, as the
+/// expression planner plans them for `jsonb` operands (`catalog/functions.rs`).
+pub const JSONB_EXISTS: &str = "weir_jsonb_exists";
+pub const JSONB_EXISTS_ANY: &str = "weir_jsonb_exists_any";
+pub const JSONB_EXISTS_ALL: &str = "weir_jsonb_exists_all";
+pub const JSONB_CONTAINS: &str = "weir_jsonb_contains";
+pub const JSONB_CONCAT: &str = "weir_jsonb_concat";
+pub const JSONB_DELETE: &str = "weir_jsonb_delete";
+
+fn json_err(e: WeirError) -> DataFusionError {
+    DataFusionError::External(Box::new(e))
+}
+
+/// A boolean per row of `(document, right operand)`: NULL where either is NULL.
+fn jsonb_test(
+    args: &[ArrayRef],
+    rows: usize,
+    f: impl Fn(&str, &ArrayRef, usize) -> DfResult<bool>,
+) -> DfResult<ArrayRef> {
+    let docs = strings(&args[0])?;
+    let mut out = datafusion::arrow::array::BooleanBuilder::with_capacity(rows);
+    for i in 0..rows {
+        if docs.is_null(i) || args[1].is_null(i) {
+            out.append_null();
+        } else {
+            out.append_value(f(docs.value(i), &args[1], i)?);
+        }
+    }
+    Ok(Arc::new(out.finish()))
+}
+
+/// Row `i` of a `text[]` as its (non-NULL) strings.
+fn text_list_at(a: &ArrayRef, i: usize) -> DfResult<Vec<String>> {
+    let DataType::List(_) = a.data_type() else {
+        return Err(pg_error(
+            sqlstate::UNDEFINED_FUNCTION,
+            format!("operator does not exist: jsonb ?| {}", a.data_type()),
+        ));
+    };
+    let items = strings(&a.as_list::<i32>().value(i))?;
+    Ok(items.iter().flatten().map(str::to_owned).collect())
+}
+
+fn jsonb_operators() -> Vec<PgFunction> {
+    use crate::sql::jsonb;
+    vec![
+        immutable(
+            JSONB_EXISTS,
+            TypeSignature::Any(2),
+            |_| DataType::Boolean,
+            |args, rows| {
+                let keys = strings(&args[1])?;
+                jsonb_test(args, rows, |d, _, i| {
+                    jsonb::has_key(d, keys.value(i)).map_err(json_err)
+                })
+            },
+        ),
+        immutable(
+            JSONB_EXISTS_ANY,
+            TypeSignature::Any(2),
+            |_| DataType::Boolean,
+            |args, rows| {
+                jsonb_test(args, rows, |d, keys, i| {
+                    let mut any = false;
+                    for k in text_list_at(keys, i)? {
+                        any |= jsonb::has_key(d, &k).map_err(json_err)?;
+                    }
+                    Ok(any)
+                })
+            },
+        ),
+        immutable(
+            JSONB_EXISTS_ALL,
+            TypeSignature::Any(2),
+            |_| DataType::Boolean,
+            |args, rows| {
+                jsonb_test(args, rows, |d, keys, i| {
+                    let mut all = true;
+                    for k in text_list_at(keys, i)? {
+                        all &= jsonb::has_key(d, &k).map_err(json_err)?;
+                    }
+                    Ok(all)
+                })
+            },
+        ),
+        immutable(
+            JSONB_CONTAINS,
+            TypeSignature::Any(2),
+            |_| DataType::Boolean,
+            |args, rows| {
+                let right = strings(&args[1])?;
+                jsonb_test(args, rows, |d, _, i| {
+                    jsonb::contains(d, right.value(i)).map_err(json_err)
+                })
+            },
+        ),
+        immutable(
+            JSONB_CONCAT,
+            TypeSignature::Any(2),
+            |_| DataType::Utf8,
+            |args, rows| {
+                let (l, r) = (strings(&args[0])?, strings(&args[1])?);
+                let mut out = StringBuilder::with_capacity(rows, rows * 16);
+                for i in 0..rows {
+                    if l.is_null(i) || r.is_null(i) {
+                        out.append_null();
+                    } else {
+                        out.append_value(jsonb::concat(l.value(i), r.value(i)).map_err(json_err)?);
+                    }
+                }
+                Ok(Arc::new(out.finish()) as ArrayRef)
+            },
+        ),
+        immutable(
+            JSONB_DELETE,
+            TypeSignature::Any(2),
+            |_| DataType::Utf8,
+            |args, rows| {
+                let docs = strings(&args[0])?;
+                let what = &args[1];
+                let (keys, index) = match what.data_type() {
+                    t if t.is_integer() => (None, Some(cast(what, &DataType::Int64)?)),
+                    DataType::List(_) => (None, None),
+                    _ => (Some(strings(what)?), None),
+                };
+                let mut out = StringBuilder::with_capacity(rows, rows * 16);
+                for i in 0..rows {
+                    if docs.is_null(i) || what.is_null(i) {
+                        out.append_null();
+                        continue;
+                    }
+                    let listed;
+                    let removal = match (&keys, &index) {
+                        (Some(k), _) => jsonb::Removal::Key(k.value(i)),
+                        (_, Some(ix)) => jsonb::Removal::Index(
+                            ix.as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+                                .value(i),
+                        ),
+                        _ => {
+                            listed = text_list_at(what, i)?;
+                            jsonb::Removal::Keys(listed.iter().map(String::as_str).collect())
+                        }
+                    };
+                    out.append_value(jsonb::remove(docs.value(i), &removal).map_err(json_err)?);
+                }
+                Ok(Arc::new(out.finish()) as ArrayRef)
+            },
+        ),
+    ]
+}
+
 /// The JSON functions (each under its `json_` name too), and the lists the set-returning
 /// ones are unnested from (`rewrite.rs` calls those).
 fn json_definitions() -> Vec<PgFunction> {
     use crate::sql::jsonb;
-    let mut out = Vec::new();
+    let mut out = jsonb_operators();
     for n in ["jsonb_typeof", "json_typeof"] {
         out.push(immutable(
             n,
