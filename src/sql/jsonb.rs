@@ -721,6 +721,27 @@ pub fn concat(a: &str, b: &str) -> Res<String> {
     canonical(&out)
 }
 
+/// `jsonb_strip_nulls`: every object field whose value is null removed, at any depth
+/// (nulls in arrays stay).
+pub fn strip_nulls(text: &str) -> Res<String> {
+    #[recursive::recursive]
+    fn strip(n: Node) -> Node {
+        match n {
+            Node::Object(m) => Node::Object(
+                m.into_iter()
+                    .filter(|(_, v)| !matches!(v, Node::Null))
+                    .map(|(k, v)| (k, strip(v)))
+                    .collect(),
+            ),
+            Node::Array(a) => Node::Array(a.into_iter().map(strip).collect()),
+            other => other,
+        }
+    }
+    let mut out = String::new();
+    write(&mut out, &strip(parse(text)?));
+    Ok(out)
+}
+
 /// What `jsonb - x` removes.
 pub enum Removal<'a> {
     /// a key of an object, or the equal string elements of an array

@@ -103,6 +103,12 @@ impl ScalarUDFImpl for PgFunction {
     }
 }
 
+/// Whether row `i` is NULL, a NULL literal's column (of type `Null`, which has no null
+/// bitmap) included.
+fn is_null_at(a: &ArrayRef, i: usize) -> bool {
+    a.data_type() == &DataType::Null || a.is_null(i)
+}
+
 pub(crate) fn pg_error(code: &'static str, msg: impl Into<String>) -> DataFusionError {
     DataFusionError::External(Box::new(WeirError::new(code, msg)))
 }
@@ -332,6 +338,44 @@ fn definitions() -> Vec<PgFunction> {
         ),
         immutable("age", TypeSignature::Any(2), |_| interval_type(), age),
         immutable(
+            "make_timestamp",
+            TypeSignature::Any(6),
+            |_| DataType::Timestamp(TimeUnit::Microsecond, None),
+            make_timestamp,
+        ),
+        immutable(
+            "make_timestamptz",
+            TypeSignature::OneOf(vec![TypeSignature::Any(6), TypeSignature::Any(7)]),
+            |_| crate::sql::to_timestamp::timestamptz_type(),
+            |args, rows| {
+                let local = make_timestamp(&args[..6], rows)?;
+                match args.get(6) {
+                    // the wall-clock time read in the zone given
+                    Some(zone) => crate::sql::time_zone::timezone(&[zone.clone(), local], rows),
+                    // in the session's zone (UTC)
+                    None => Ok(cast(&local, &crate::sql::to_timestamp::timestamptz_type())?),
+                }
+            },
+        ),
+        immutable(
+            "make_time",
+            TypeSignature::Any(3),
+            |_| DataType::Time64(TimeUnit::Microsecond),
+            make_time,
+        ),
+        immutable(
+            "num_nulls",
+            TypeSignature::VariadicAny,
+            |_| DataType::Int32,
+            |args, rows| count_nulls(args, rows, true),
+        ),
+        immutable(
+            "num_nonnulls",
+            TypeSignature::VariadicAny,
+            |_| DataType::Int32,
+            |args, rows| count_nulls(args, rows, false),
+        ),
+        immutable(
             "timezone",
             TypeSignature::Any(2),
             |t| crate::sql::time_zone::result_type(t.get(1).unwrap_or(&DataType::Null)),
@@ -533,7 +577,7 @@ fn jsonb_test(
     let docs = strings(&args[0])?;
     let mut out = datafusion::arrow::array::BooleanBuilder::with_capacity(rows);
     for i in 0..rows {
-        if docs.is_null(i) || args[1].is_null(i) {
+        if docs.is_null(i) || is_null_at(&args[1], i) {
             out.append_null();
         } else {
             out.append_value(f(docs.value(i), &args[1], i)?);
@@ -554,9 +598,59 @@ fn text_list_at(a: &ArrayRef, i: usize) -> DfResult<Vec<String>> {
     Ok(items.iter().flatten().map(str::to_owned).collect())
 }
 
+/// `jsonb_extract_path(doc, VARIADIC keys)` (`#>` with the path as arguments), or with
+/// `as_text` `jsonb_extract_path_text` (`#>>`).
+fn extract_path(args: &[ArrayRef], rows: usize, as_text: bool) -> DfResult<ArrayRef> {
+    let Some((doc, path)) = args.split_first() else {
+        return Err(pg_error(
+            sqlstate::UNDEFINED_FUNCTION,
+            "function jsonb_extract_path() does not exist",
+        ));
+    };
+    let docs = strings(doc)?;
+    let path = path.iter().map(strings).collect::<DfResult<Vec<_>>>()?;
+    let mut out = StringBuilder::with_capacity(rows, rows * 8);
+    for i in 0..rows {
+        if docs.is_null(i) || path.iter().any(|p| p.is_null(i)) {
+            out.append_null();
+            continue;
+        }
+        let steps: Vec<_> = path
+            .iter()
+            .map(|p| crate::sql::jsonb::Step::of(p.value(i)))
+            .collect();
+        out.append_option(
+            crate::sql::jsonb::get(docs.value(i), &steps, as_text).map_err(json_err)?,
+        );
+    }
+    Ok(Arc::new(out.finish()))
+}
+
 fn jsonb_operators() -> Vec<PgFunction> {
     use crate::sql::jsonb;
-    vec![
+    let mut out = Vec::new();
+    for (name, as_text) in [
+        ("jsonb_extract_path", false),
+        ("json_extract_path", false),
+        ("jsonb_extract_path_text", true),
+        ("json_extract_path_text", true),
+    ] {
+        out.push(immutable(
+            name,
+            TypeSignature::VariadicAny,
+            |_| DataType::Utf8,
+            move |args, rows| extract_path(args, rows, as_text),
+        ));
+    }
+    for name in ["jsonb_strip_nulls", "json_strip_nulls"] {
+        out.push(immutable(
+            name,
+            TypeSignature::Any(1),
+            |_| DataType::Utf8,
+            |args, _| json_scalar(&args[0], jsonb::strip_nulls),
+        ));
+    }
+    out.extend(vec![
         immutable(
             JSONB_EXISTS,
             TypeSignature::Any(2),
@@ -638,7 +732,7 @@ fn jsonb_operators() -> Vec<PgFunction> {
                 };
                 let mut out = StringBuilder::with_capacity(rows, rows * 16);
                 for i in 0..rows {
-                    if docs.is_null(i) || what.is_null(i) {
+                    if docs.is_null(i) || is_null_at(what, i) {
                         out.append_null();
                         continue;
                     }
@@ -659,7 +753,8 @@ fn jsonb_operators() -> Vec<PgFunction> {
                 Ok(Arc::new(out.finish()) as ArrayRef)
             },
         ),
-    ]
+    ]);
+    out
 }
 
 /// The JSON functions (each under its `json_` name too), and the lists the set-returning
@@ -1515,6 +1610,84 @@ fn make_date(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
         out.push(Some(date.num_days_from_ce() - 719_163));
     }
     Ok(Arc::new(Date32Array::from(out)))
+}
+
+/// Microseconds of `hour:min:sec` (seconds rounded to the microsecond, half to even), as
+/// Postgres' `make_time` checks them: 22008 past 24:00:00.
+fn time_of_day(h: i64, mi: i64, sec: f64) -> DfResult<i64> {
+    let us = (sec * 1e6).round_ties_even();
+    let total = (h * 60 + mi) as f64 * 60e6 + us;
+    // (a second of 60, and 24:00:00 itself, are allowed, as Postgres allows them)
+    if !(0..=24).contains(&h)
+        || !(0..60).contains(&mi)
+        || !(0.0..=60e6).contains(&us)
+        || (h == 24 && (mi > 0 || us > 0.0))
+        || total > 86_400e6
+    {
+        return Err(pg_error(
+            sqlstate::DATETIME_FIELD_OVERFLOW,
+            format!("time field value out of range: {h}:{mi:02}:{sec:02}"),
+        ));
+    }
+    Ok(total as i64)
+}
+
+/// `make_timestamp(year, month, day, hour, min, sec)`: [`make_date`]'s day (BC for a
+/// negative year) at that time.
+fn make_timestamp(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
+    use datafusion::arrow::datatypes::{Float64Type, Int64Type};
+    let days = make_date(&args[..3], rows)?;
+    let days = days.as_primitive::<datafusion::arrow::datatypes::Date32Type>();
+    let int = |a: &ArrayRef| -> DfResult<Int64Array> {
+        Ok(cast(a, &DataType::Int64)?
+            .as_primitive::<Int64Type>()
+            .clone())
+    };
+    let (h, mi) = (int(&args[3])?, int(&args[4])?);
+    let sec = cast(&args[5], &DataType::Float64)?;
+    let sec = sec.as_primitive::<Float64Type>();
+    let mut out = datafusion::arrow::array::TimestampMicrosecondBuilder::with_capacity(rows);
+    for i in 0..rows {
+        if days.is_null(i) || h.is_null(i) || mi.is_null(i) || sec.is_null(i) {
+            out.append_null();
+            continue;
+        }
+        let t = time_of_day(h.value(i), mi.value(i), sec.value(i))?;
+        out.append_value(days.value(i) as i64 * 86_400_000_000 + t);
+    }
+    Ok(Arc::new(out.finish()))
+}
+
+/// `make_time(hour, min, sec)`.
+fn make_time(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
+    use datafusion::arrow::datatypes::{Float64Type, Int64Type};
+    let int = |a: &ArrayRef| -> DfResult<Int64Array> {
+        Ok(cast(a, &DataType::Int64)?
+            .as_primitive::<Int64Type>()
+            .clone())
+    };
+    let (h, mi) = (int(&args[0])?, int(&args[1])?);
+    let sec = cast(&args[2], &DataType::Float64)?;
+    let sec = sec.as_primitive::<Float64Type>();
+    let mut out = Vec::with_capacity(rows);
+    for i in 0..rows {
+        if h.is_null(i) || mi.is_null(i) || sec.is_null(i) {
+            out.push(None);
+            continue;
+        }
+        out.push(Some(time_of_day(h.value(i), mi.value(i), sec.value(i))?));
+    }
+    Ok(Arc::new(
+        datafusion::arrow::array::Time64MicrosecondArray::from(out),
+    ))
+}
+
+/// `num_nulls(...)` / `num_nonnulls(...)`: per row, how many arguments are (not) NULL.
+fn count_nulls(args: &[ArrayRef], rows: usize, nulls: bool) -> DfResult<ArrayRef> {
+    let out: Vec<i32> = (0..rows)
+        .map(|i| args.iter().filter(|a| is_null_at(a, i) == nulls).count() as i32)
+        .collect();
+    Ok(Arc::new(datafusion::arrow::array::Int32Array::from(out)))
 }
 
 /// Compiled patterns of one call, by pattern and flags (a column of patterns compiles
