@@ -836,39 +836,27 @@ pub fn register(ctx: &SessionContext) {
     for f in definitions() {
         ctx.register_udf(ScalarUDF::new_from_impl(f));
     }
-    // Postgres' names of functions DataFusion has under others
-    ctx.register_udf(
-        datafusion::functions::math::signum()
-            .as_ref()
-            .clone()
-            .with_aliases(["sign"]),
-    );
-    ctx.register_udaf(
-        datafusion::functions_aggregate::bool_and_or::bool_and_udaf()
-            .as_ref()
-            .clone()
-            .with_aliases(["every"]),
-    );
-    ctx.register_udaf(
-        datafusion::functions_aggregate::variance::var_samp_udaf()
-            .as_ref()
-            .clone()
-            .with_aliases(["variance"]),
-    );
-    // Postgres' name of `uuid()` (a text here: Weir has no uuid type)
-    ctx.register_udf(
-        datafusion::functions::string::uuid()
-            .as_ref()
-            .clone()
-            .with_aliases(["gen_random_uuid"]),
-    );
-    // Postgres' other name of `ceil`
-    ctx.register_udf(
-        datafusion::functions::math::ceil()
-            .as_ref()
-            .clone()
-            .with_aliases(["ceiling"]),
-    );
+    // Postgres' names of functions DataFusion has under others (`gen_random_uuid` is a
+    // text here: Weir has no uuid type)
+    for (f, alias) in [
+        (datafusion::functions::math::signum(), "sign"),
+        (datafusion::functions::math::ceil(), "ceiling"),
+        (datafusion::functions::string::uuid(), "gen_random_uuid"),
+    ] {
+        ctx.register_udf(f.as_ref().clone().with_aliases([alias]));
+    }
+    for (f, alias) in [
+        (
+            datafusion::functions_aggregate::bool_and_or::bool_and_udaf(),
+            "every",
+        ),
+        (
+            datafusion::functions_aggregate::variance::var_samp_udaf(),
+            "variance",
+        ),
+    ] {
+        ctx.register_udaf(f.as_ref().clone().with_aliases([alias]));
+    }
     ctx.register_udf(ScalarUDF::new_from_impl(
         crate::sql::extract::Extract::numeric(),
     ));

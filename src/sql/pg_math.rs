@@ -347,12 +347,46 @@ fn div(l: &ArrayRef, r: &ArrayRef) -> DfResult<ArrayRef> {
     Ok(Arc::new(q.with_precision_and_scale(38, 0)?))
 }
 
+/// The bucket of `x` between `lo` and `hi` (either order): 0 before `lo`, `n + 1` at or
+/// past `hi`, else `inside`'s bucket (1 to `n`).
+fn bucket<T: PartialOrd + Copy>(
+    x: T,
+    lo: T,
+    hi: T,
+    n: i32,
+    inside: impl Fn(T, T, T) -> i32,
+) -> DfResult<i32> {
+    let above = || {
+        n.checked_add(1)
+            .ok_or_else(|| pg_error(sqlstate::NUMERIC_VALUE_OUT_OF_RANGE, "integer out of range"))
+    };
+    let ascending = lo < hi;
+    if lo.partial_cmp(&hi) != Some(std::cmp::Ordering::Less)
+        && lo.partial_cmp(&hi) != Some(std::cmp::Ordering::Greater)
+    {
+        return Err(pg_error(
+            INVALID_ARGUMENT_FOR_WIDTH_BUCKET,
+            "lower bound cannot equal upper bound",
+        ));
+    }
+    let (before, past) = if ascending {
+        (x < lo, x >= hi)
+    } else {
+        (x > lo, x <= hi)
+    };
+    if before {
+        Ok(0)
+    } else if past {
+        above()
+    } else {
+        Ok(inside(x, lo, hi))
+    }
+}
+
 /// `width_bucket(operand, low, high, count)`: exact (in 256 bits at one scale) when no
 /// argument is a float, else in doubles; Postgres' errors (2201G).
 fn width_bucket(args: &[ArrayRef]) -> DfResult<ArrayRef> {
     let bad = |msg: &str| pg_error(INVALID_ARGUMENT_FOR_WIDTH_BUCKET, msg.to_owned());
-    let count = cast(&args[3], &DataType::Int32)?;
-    let count = count.as_primitive::<datafusion::arrow::datatypes::Int32Type>();
     let exact_scale = args[..3]
         .iter()
         .map(|a| match a.data_type() {
@@ -361,34 +395,11 @@ fn width_bucket(args: &[ArrayRef]) -> DfResult<ArrayRef> {
             _ => None,
         })
         .try_fold(0i8, |acc, s| s.map(|s| acc.max(s)));
-    let rows = count.len();
-    let mut out = Int32Array::builder(rows);
-    let above = |n: i32| {
-        n.checked_add(1)
-            .ok_or_else(|| pg_error(sqlstate::NUMERIC_VALUE_OUT_OF_RANGE, "integer out of range"))
-    };
     match exact_scale {
         Some(scale) => {
-            let cols = args[..3]
-                .iter()
-                .map(|a| Ok(cast(a, &DataType::Decimal128(38, scale))?))
-                .collect::<DfResult<Vec<_>>>()?;
-            let cols: Vec<_> = cols
-                .iter()
-                .map(|c| c.as_primitive::<Decimal128Type>())
-                .collect();
-            for i in 0..rows {
-                if count.is_null(i) || cols.iter().any(|c| c.is_null(i)) {
-                    out.append_null();
-                    continue;
-                }
-                let n = count.value(i);
-                if n <= 0 {
-                    return Err(bad("count must be greater than zero"));
-                }
-                let (x, lo, hi) = (cols[0].value(i), cols[1].value(i), cols[2].value(i));
-                // floor(n * (from - to the operand) / (from - to the far bound)) + 1: both
-                // differences positive, at most 2^128 each, the product within 2^160
+            each_bucket::<Decimal128Type>(args, &DataType::Decimal128(38, scale), |x, lo, hi, n| {
+                // floor(n * (the operand - from) / (the far bound - from)) + 1: both
+                // differences of one sign, at most 2^128 each, the product within 2^160
                 let inside = |x: i128, from: i128, to: i128| {
                     let wide = i256::from_i128;
                     let num = wide(n as i128).wrapping_mul(wide(x).wrapping_sub(wide(from)));
@@ -396,87 +407,62 @@ fn width_bucket(args: &[ArrayRef]) -> DfResult<ArrayRef> {
                     let q = num.wrapping_div(den).as_i128().min(n as i128 - 1);
                     q as i32 + 1
                 };
-                out.append_value(if lo < hi {
-                    if x < lo {
-                        0
-                    } else if x >= hi {
-                        above(n)?
-                    } else {
-                        inside(x, lo, hi)
-                    }
-                } else if lo > hi {
-                    if x > lo {
-                        0
-                    } else if x <= hi {
-                        above(n)?
-                    } else {
-                        inside(x, lo, hi)
-                    }
-                } else {
-                    return Err(bad("lower bound cannot equal upper bound"));
-                });
-            }
+                bucket(x, lo, hi, n, inside)
+            })
         }
-        None => {
-            let cols = args[..3]
-                .iter()
-                .map(|a| Ok(cast(a, &DataType::Float64)?))
-                .collect::<DfResult<Vec<_>>>()?;
-            let cols: Vec<_> = cols
-                .iter()
-                .map(|c| c.as_primitive::<Float64Type>())
-                .collect();
-            for i in 0..rows {
-                if count.is_null(i) || cols.iter().any(|c| c.is_null(i)) {
-                    out.append_null();
-                    continue;
-                }
-                let n = count.value(i);
-                if n <= 0 {
-                    return Err(bad("count must be greater than zero"));
-                }
-                let (x, lo, hi) = (cols[0].value(i), cols[1].value(i), cols[2].value(i));
-                if x.is_nan() || lo.is_nan() || hi.is_nan() {
-                    return Err(bad("operand, lower bound, and upper bound cannot be NaN"));
-                }
-                if lo.is_infinite() || hi.is_infinite() {
-                    return Err(bad("lower and upper bounds must be finite"));
-                }
-                // the fraction of the way from `from` to `to`, halved first where the
-                // difference would overflow (as Postgres)
-                let fraction = |x: f64, from: f64, to: f64| {
-                    if (to - from).is_finite() {
-                        (x - from) / (to - from)
-                    } else {
-                        (x / 2.0 - from / 2.0) / (to / 2.0 - from / 2.0)
-                    }
-                };
-                let inside = |q: f64| {
-                    let b = (n as f64 * q).floor();
-                    // (the product can round up to n, which would be the next bucket)
-                    (b as i64).min(n as i64 - 1) as i32 + 1
-                };
-                out.append_value(if lo < hi {
-                    if x < lo {
-                        0
-                    } else if x >= hi {
-                        above(n)?
-                    } else {
-                        inside(fraction(x, lo, hi))
-                    }
-                } else if lo > hi {
-                    if x > lo {
-                        0
-                    } else if x <= hi {
-                        above(n)?
-                    } else {
-                        inside(fraction(x, lo, hi))
-                    }
-                } else {
-                    return Err(bad("lower bound cannot equal upper bound"));
-                });
+        None => each_bucket::<Float64Type>(args, &DataType::Float64, |x, lo, hi, n| {
+            if x.is_nan() || lo.is_nan() || hi.is_nan() {
+                return Err(bad("operand, lower bound, and upper bound cannot be NaN"));
             }
+            if lo.is_infinite() || hi.is_infinite() {
+                return Err(bad("lower and upper bounds must be finite"));
+            }
+            // the fraction of the way from `from` to `to`, halved first where the
+            // difference would overflow (as Postgres)
+            let fraction = |x: f64, from: f64, to: f64| {
+                if (to - from).is_finite() {
+                    (x - from) / (to - from)
+                } else {
+                    (x / 2.0 - from / 2.0) / (to / 2.0 - from / 2.0)
+                }
+            };
+            bucket(x, lo, hi, n, |x, lo, hi| {
+                let b = (n as f64 * fraction(x, lo, hi)).floor();
+                // (the product can round up to n, which would be the next bucket)
+                (b as i64).min(n as i64 - 1) as i32 + 1
+            })
+        }),
+    }
+}
+
+/// `f(operand, low, high, count)` per row, the three read as `as_type`; NULL where an
+/// argument is NULL, 2201G for a count below 1.
+fn each_bucket<T: datafusion::arrow::datatypes::ArrowPrimitiveType>(
+    args: &[ArrayRef],
+    as_type: &DataType,
+    f: impl Fn(T::Native, T::Native, T::Native, i32) -> DfResult<i32>,
+) -> DfResult<ArrayRef> {
+    let count = cast(&args[3], &DataType::Int32)?;
+    let count = count.as_primitive::<datafusion::arrow::datatypes::Int32Type>();
+    let cols = args[..3]
+        .iter()
+        .map(|a| Ok(cast(a, as_type)?))
+        .collect::<DfResult<Vec<_>>>()?;
+    let cols: Vec<_> = cols.iter().map(|c| c.as_primitive::<T>()).collect();
+    let mut out = Int32Array::builder(count.len());
+    for i in 0..count.len() {
+        if count.is_null(i) || cols.iter().any(|c| c.is_null(i)) {
+            out.append_null();
+            continue;
         }
+        let n = count.value(i);
+        if n <= 0 {
+            return Err(pg_error(
+                INVALID_ARGUMENT_FOR_WIDTH_BUCKET,
+                "count must be greater than zero",
+            ));
+        }
+        out.append_value(f(cols[0].value(i), cols[1].value(i), cols[2].value(i), n)?);
     }
     Ok(Arc::new(out.finish()))
 }

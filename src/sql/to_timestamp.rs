@@ -334,36 +334,24 @@ fn read(text: &str, template: &str) -> DfResult<Fields> {
                         s = rest;
                     }
                     "AM" | "PM" | "A.M." | "P.M." => {
-                        let w = upper.len();
-                        let got = s.get(..w).unwrap_or("").to_ascii_uppercase();
-                        f.pm = Some(match got.as_str() {
-                            "AM" | "A.M." => false,
-                            "PM" | "P.M." => true,
-                            _ => {
-                                return Err(invalid(
-                                    s,
-                                    key,
-                                    "The given value did not match any of the allowed values for this field.",
-                                ));
-                            }
-                        });
-                        s = &s[w..];
+                        let (pm, rest) = marker(
+                            s,
+                            key,
+                            upper.len(),
+                            [("AM", false), ("A.M.", false), ("PM", true), ("P.M.", true)],
+                        )?;
+                        f.pm = Some(pm);
+                        s = rest;
                     }
                     "BC" | "AD" | "B.C." | "A.D." => {
-                        let w = upper.len();
-                        let got = s.get(..w).unwrap_or("").to_ascii_uppercase();
-                        f.bc = match got.as_str() {
-                            "BC" | "B.C." => true,
-                            "AD" | "A.D." => false,
-                            _ => {
-                                return Err(invalid(
-                                    s,
-                                    key,
-                                    "The given value did not match any of the allowed values for this field.",
-                                ));
-                            }
-                        };
-                        s = &s[w..];
+                        let (bc, rest) = marker(
+                            s,
+                            key,
+                            upper.len(),
+                            [("AD", false), ("A.D.", false), ("BC", true), ("B.C.", true)],
+                        )?;
+                        f.bc = bc;
+                        s = rest;
                     }
                     "TZ" | "OF" => {
                         return Err(err(
@@ -384,6 +372,25 @@ fn read(text: &str, template: &str) -> DfResult<Fields> {
         }
     }
     Ok(f)
+}
+
+/// A two-way marker (`AM`/`PM`, `BC`/`AD`, dotted or not, any case) `width` long at the
+/// start of `s`: the value its spelling in `forms` gives, and the rest.
+fn marker<'a>(
+    s: &'a str,
+    key: &str,
+    width: usize,
+    forms: [(&str, bool); 4],
+) -> DfResult<(bool, &'a str)> {
+    let got = s.get(..width).unwrap_or("").to_ascii_uppercase();
+    match forms.iter().find(|(form, _)| *form == got) {
+        Some((_, v)) => Ok((*v, &s[width..])),
+        None => Err(invalid(
+            s,
+            key,
+            "The given value did not match any of the allowed values for this field.",
+        )),
+    }
 }
 
 /// A full or three-letter name (any case) at the start of `s`: its index and the rest.
