@@ -1259,6 +1259,13 @@ impl datafusion::logical_expr::planner::ExprPlanner for WeirExprPlanner {
         let interval = |e: &Expr| matches!(e.get_type(schema), Ok(DataType::Interval(_)));
         let number = |e: &Expr| e.get_type(schema).is_ok_and(|t| t.is_numeric());
         let timestamp = |e: &Expr| matches!(e.get_type(schema), Ok(DataType::Timestamp(..)));
+        let datetime = |e: &Expr| {
+            matches!(
+                e.get_type(schema),
+                Ok(DataType::Timestamp(..) | DataType::Date32)
+            )
+        };
+        let time = |e: &Expr| matches!(e.get_type(schema), Ok(DataType::Time64(_)));
         let jsonb = |e: &Expr| {
             e.to_field(schema).is_ok_and(|(_, f)| {
                 crate::sql::types::field_sql_type(&f) == Some(crate::sql::types::SqlType::Jsonb)
@@ -1309,6 +1316,28 @@ impl datafusion::logical_expr::planner::ExprPlanner for WeirExprPlanner {
                     expr.left,
                     expr.right,
                 );
+            }
+            // `date | timestamp ± time`, `time + date`: the time as an interval (Postgres'
+            // implicit cast), then the datetime arithmetic as for an interval
+            B::Plus | B::Minus if datetime(&expr.left) && time(&expr.right) => {
+                let iv = pg(crate::sql::pg_functions::TIME_AS_INTERVAL, vec![expr.right]);
+                return Ok(PlannerResult::Original(
+                    datafusion::logical_expr::planner::RawBinaryExpr {
+                        op: expr.op,
+                        left: expr.left,
+                        right: iv,
+                    },
+                ));
+            }
+            B::Plus if time(&expr.left) && datetime(&expr.right) => {
+                let iv = pg(crate::sql::pg_functions::TIME_AS_INTERVAL, vec![expr.left]);
+                return Ok(PlannerResult::Original(
+                    datafusion::logical_expr::planner::RawBinaryExpr {
+                        op: expr.op,
+                        left: expr.right,
+                        right: iv,
+                    },
+                ));
             }
             // jsonb's operators: `?`, `?|`, `?&`, `@>`, `<@`, and `||` / `-` with a jsonb on
             // the left (a quoted literal beside a jsonb is a jsonb, as Postgres resolves it)

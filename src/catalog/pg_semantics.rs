@@ -707,6 +707,13 @@ fn numeric_operators(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
                 // `array_remove` removes every element equal to the value (DataFusion's
                 // the first only)
                 if f.func.name() == "array_remove" && f.args.len() == 2 {
+                    // of NULL: the NULL elements (Postgres compares with IS NOT DISTINCT
+                    // FROM; DataFusion's answer is NULL)
+                    if is_null_literal(&f.args[1]) {
+                        return Ok(Transformed::yes(
+                            pg_udf(pg_functions::ARRAY_REMOVE_NULLS).call(vec![f.args[0].clone()]),
+                        ));
+                    }
                     return Ok(Transformed::yes(
                         datafusion::functions_nested::remove::array_remove_all_udf()
                             .call(f.args.clone()),
@@ -1483,4 +1490,13 @@ pub fn register(ctx: &datafusion::execution::context::SessionContext) {
         ctx.register_udaf(exact_udaf(avg).as_ref().clone());
     }
     ctx.register_udaf(AggregateUDF::new_from_impl(PgSum::new()));
+}
+
+/// A NULL constant, cast or not (`NULL`, `NULL::int`).
+fn is_null_literal(e: &Expr) -> bool {
+    match e {
+        Expr::Literal(v, _) => v.is_null(),
+        Expr::Cast(c) => is_null_literal(&c.expr),
+        _ => false,
+    }
 }

@@ -715,6 +715,7 @@ fn set_returning_in_select_list(items: &mut [SelectItem]) {
             "generate_series" => None,
             // one text[] per match (every match with the `g` flag)
             "regexp_matches" => Some(crate::sql::pg_functions::REGEXP_MATCHES),
+            "regexp_split_to_table" => Some(crate::sql::pg_functions::REGEXP_SPLIT_TO_TABLE),
             other => match json_set_returning(other) {
                 Some(list) => Some(list),
                 None => continue,
@@ -1666,6 +1667,18 @@ fn rewrite_expr(expr: &mut Expr) {
                 )
             {
                 *expr = call(&lname, vec![]);
+                return;
+            }
+            // `localtimestamp` / `localtime`: the transaction's time without a zone
+            if matches!(f.args, FunctionArguments::None)
+                && matches!(lname.as_str(), "localtimestamp" | "localtime")
+            {
+                let to = if lname == "localtime" {
+                    "TIME"
+                } else {
+                    "TIMESTAMP"
+                };
+                *expr = parse_expr(&format!("CAST(now() AS {to})"));
                 return;
             }
             if lname == "array"

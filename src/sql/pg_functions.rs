@@ -223,6 +223,13 @@ pub const TIMESTAMP_MI: &str = "weir_timestamp_mi";
 pub const REGEXP_MATCHES: &str = "weir_regexp_matches";
 /// `substring(text FROM pattern)`: the first match's first group, or the whole match.
 pub const SUBSTRING_REGEX: &str = "weir_substring_regex";
+/// `array_remove(array, NULL)`: the array without its NULL elements.
+pub const ARRAY_REMOVE_NULLS: &str = "weir_array_remove_nulls";
+/// `regexp_split_to_table`'s rows as one list per input row (unnested by the rewrite).
+pub const REGEXP_SPLIT_TO_TABLE: &str = "weir_regexp_split_to_table";
+/// A `time` as the interval since midnight (`date + time`, `timestamp - time`: Postgres
+/// reads a time beside a date or timestamp as an interval).
+pub const TIME_AS_INTERVAL: &str = "weir_time_as_interval";
 pub const INTERVAL_DIV: &str = "weir_interval_div";
 /// `x / y` with a float operand: `double precision` (`real` when both are), and
 /// `division by zero` (22012) for a zero divisor, as Postgres (IEEE gives infinity).
@@ -269,6 +276,39 @@ fn definitions() -> Vec<PgFunction> {
             TypeSignature::Any(1),
             |_| DataType::Utf8,
             |args, _| quote_literal(&args[0], true),
+        ),
+        immutable(
+            TIME_AS_INTERVAL,
+            TypeSignature::Any(1),
+            |_| interval_type(),
+            |args, _| {
+                use datafusion::arrow::datatypes::{IntervalMonthDayNano, Time64NanosecondType};
+                let t = cast(&args[0], &DataType::Time64(TimeUnit::Nanosecond))?;
+                let out: datafusion::arrow::array::IntervalMonthDayNanoArray = t
+                    .as_primitive::<Time64NanosecondType>()
+                    .iter()
+                    .map(|v| v.map(|ns| IntervalMonthDayNano::new(0, 0, ns)))
+                    .collect();
+                Ok(Arc::new(out) as ArrayRef)
+            },
+        ),
+        immutable(
+            "regexp_split_to_array",
+            TypeSignature::VariadicAny,
+            |_| text_list(),
+            regexp_split,
+        ),
+        immutable(
+            REGEXP_SPLIT_TO_TABLE,
+            TypeSignature::VariadicAny,
+            |_| text_list(),
+            regexp_split,
+        ),
+        immutable(
+            ARRAY_REMOVE_NULLS,
+            TypeSignature::Any(1),
+            |t| t.first().cloned().unwrap_or(DataType::Null),
+            |args, _| array_without_nulls(&args[0]),
         ),
         immutable(
             SUBSTRING_REGEX,
@@ -1962,6 +2002,83 @@ fn quote_literal(a: &ArrayRef, nullable: bool) -> DfResult<ArrayRef> {
             None => out.append_null(),
             Some(t) => out.append_value(crate::sql::pg_text::quote_literal(t)),
         }
+    }
+    Ok(Arc::new(out.finish()))
+}
+
+/// [`ARRAY_REMOVE_NULLS`]: every list without its NULL elements, in one pass over the
+/// values (one filter, new offsets).
+fn array_without_nulls(a: &ArrayRef) -> DfResult<ArrayRef> {
+    use datafusion::arrow::array::{BooleanArray, ListArray};
+    use datafusion::arrow::buffer::OffsetBuffer;
+    let DataType::List(field) = a.data_type() else {
+        return Ok(a.clone());
+    };
+    let list = a.as_list::<i32>();
+    let values = list.values();
+    let keep: BooleanArray = (0..values.len())
+        .map(|i| Some(values.is_valid(i)))
+        .collect();
+    let kept = datafusion::arrow::compute::filter(values, &keep)?;
+    let mut offsets = Vec::with_capacity(list.len() + 1);
+    offsets.push(0i32);
+    let mut total = 0i32;
+    for w in list.value_offsets().windows(2) {
+        let (from, to) = (w[0] as usize, w[1] as usize);
+        total += (from..to).filter(|&j| values.is_valid(j)).count() as i32;
+        offsets.push(total);
+    }
+    // (values outside every list, before the first offset, are not kept by any row)
+    let first = list.value_offsets().first().copied().unwrap_or(0) as usize;
+    let skipped = (0..first).filter(|&j| values.is_valid(j)).count();
+    let kept = kept.slice(skipped, total as usize);
+    Ok(Arc::new(ListArray::try_new(
+        field.clone(),
+        OffsetBuffer::new(offsets.into()),
+        kept,
+        list.nulls().cloned(),
+    )?))
+}
+
+/// `regexp_split_to_array(text, pattern [, flags])`: the text between the pattern's
+/// matches; a match of nothing splits between characters, as Postgres (an empty match at
+/// the start or end, or right after a match, splits nothing).
+fn regexp_split(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
+    if !(2..=3).contains(&args.len()) {
+        return Err(pg_error(
+            sqlstate::UNDEFINED_FUNCTION,
+            "function regexp_split_to_array takes (text, pattern [, flags])",
+        ));
+    }
+    let (s, p) = (strings(&args[0])?, strings(&args[1])?);
+    let flags = flags_at(args, 2)?;
+    let mut pats = Patterns::default();
+    let mut out = ListBuilder::new(StringBuilder::new());
+    for i in 0..rows {
+        let f = match &flags {
+            Some(f) if f.is_null(i) => None,
+            Some(f) => Some(f.value(i)),
+            None => Some(""),
+        };
+        let (Some(f), false, false) = (f, s.is_null(i), p.is_null(i)) else {
+            out.append_null();
+            continue;
+        };
+        let re = pats.get(p.value(i), f, "regexp_split_to_array")?;
+        let text = s.value(i);
+        let mut start = 0;
+        for m in re.find_iter(text) {
+            // an empty match splits only between two characters it is not right after
+            if m.start() == m.end()
+                && (m.start() == 0 || m.start() >= text.len() || m.start() == start)
+            {
+                continue;
+            }
+            out.values().append_value(&text[start..m.start()]);
+            start = m.end();
+        }
+        out.values().append_value(&text[start..]);
+        out.append(true);
     }
     Ok(Arc::new(out.finish()))
 }
