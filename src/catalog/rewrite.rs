@@ -899,7 +899,10 @@ fn metadata_kind(t: &ast::DataType) -> u8 {
 /// alike. One relation before one function; other shapes are left as written.
 fn lateral_in_body(body: &mut ast::SetExpr) {
     match body {
-        ast::SetExpr::Select(s) => lateral_set_returning(s),
+        ast::SetExpr::Select(s) => {
+            lateral_set_returning(s);
+            standalone_set_returning(s);
+        }
         ast::SetExpr::SetOperation { left, right, .. } => {
             lateral_in_body(left);
             lateral_in_body(right);
@@ -988,21 +991,8 @@ fn lateral_set_returning(select: &mut ast::Select) {
     let Some(rel_name) = relation_alias(relation) else {
         return;
     };
-    let wanted_columns = if pair.is_some() { 2 } else { 1 };
-    let (columns, srf_alias): (Vec<Ident>, Option<Ident>) = match alias {
-        Some(a) if a.columns.len() > wanted_columns => return,
-        Some(a) if a.columns.len() == wanted_columns => (
-            a.columns.iter().map(|c| c.name.clone()).collect(),
-            Some(a.name.clone()),
-        ),
-        // jsonb_each's columns are `key` and `value` unless named
-        Some(a) if pair.is_some() => (
-            vec![Ident::new("key"), Ident::new("value")],
-            Some(a.name.clone()),
-        ),
-        Some(a) => (vec![a.name.clone()], Some(a.name.clone())),
-        None if pair.is_some() => (vec![Ident::new("key"), Ident::new("value")], None),
-        None => (vec![Ident::new(fname.clone())], None),
+    let Some((columns, srf_alias)) = srf_columns(&fname, alias.as_ref(), pair.is_some()) else {
+        return;
     };
     let call = |l: Option<&str>| match l {
         None => arg_text.join(", "),
@@ -1043,6 +1033,117 @@ fn lateral_set_returning(select: &mut ast::Select) {
             ControlFlow::<()>::Continue(())
         });
     }
+}
+
+/// The columns a set-returning function in FROM gives (named by its alias' column list,
+/// else `key`/`value` for `jsonb_each`, `value` for `jsonb_array_elements(_text)`, the
+/// alias, or the function's name, as Postgres names them) and the alias itself; none for
+/// more names than columns.
+fn srf_columns(
+    fname: &str,
+    alias: Option<&ast::TableAlias>,
+    pair: bool,
+) -> Option<(Vec<Ident>, Option<Ident>)> {
+    let wanted_columns = if pair { 2 } else { 1 };
+    let element = matches!(
+        fname,
+        "jsonb_array_elements"
+            | "json_array_elements"
+            | "jsonb_array_elements_text"
+            | "json_array_elements_text"
+    );
+    Some(match alias {
+        Some(a) if a.columns.len() > wanted_columns => return None,
+        Some(a) if a.columns.len() == wanted_columns => (
+            a.columns.iter().map(|c| c.name.clone()).collect(),
+            Some(a.name.clone()),
+        ),
+        // jsonb_each's columns are `key` and `value` unless named
+        Some(a) if pair => (
+            vec![Ident::new("key"), Ident::new("value")],
+            Some(a.name.clone()),
+        ),
+        Some(a) => (vec![a.name.clone()], Some(a.name.clone())),
+        None if pair => (vec![Ident::new("key"), Ident::new("value")], None),
+        None if element => (vec![Ident::new("value")], None),
+        None => (vec![Ident::new(fname)], None),
+    })
+}
+
+/// JSON set-returning functions of constants in FROM (`SELECT * FROM
+/// jsonb_each('{"a": 1}')`, also beside other relations or in a join): each a derived table
+/// of its unnested lists, `(SELECT unnest(keys(..)) AS key, unnest(values(..)) AS value) AS
+/// jsonb_each`, its columns named as Postgres names them. (A function of the columns of the
+/// relation before it is [`lateral_set_returning`]'s.)
+fn standalone_set_returning(select: &mut ast::Select) {
+    for twj in select.from.iter_mut() {
+        if let Some(t) = constant_srf_table(&twj.relation) {
+            twj.relation = t;
+        }
+        for j in twj.joins.iter_mut() {
+            if let Some(t) = constant_srf_table(&j.relation) {
+                j.relation = t;
+            }
+        }
+    }
+}
+
+fn constant_srf_table(tf: &ast::TableFactor) -> Option<ast::TableFactor> {
+    use ast::TableFactor;
+    let (fname, args, alias) = match tf {
+        TableFactor::Table {
+            name,
+            args: Some(args),
+            alias,
+            ..
+        } => (last_name(name)?, &args.args, alias),
+        TableFactor::Function {
+            name,
+            args,
+            alias,
+            with_ordinality: false,
+            ..
+        } => (last_name(name)?, args, alias),
+        _ => return None,
+    };
+    let pair = match fname.as_str() {
+        "jsonb_each" | "json_each" => Some("weir_jsonb_each_values"),
+        "jsonb_each_text" | "json_each_text" => Some("weir_jsonb_each_text_values"),
+        _ => None,
+    };
+    let list = match pair {
+        Some(_) => "weir_jsonb_each_keys",
+        None => json_set_returning(&fname)?,
+    };
+    let mut reads_columns = false;
+    for a in args {
+        let _ = ast::visit_expressions(a, |e| {
+            reads_columns |= matches!(e, Expr::Identifier(_) | Expr::CompoundIdentifier(_));
+            ControlFlow::<()>::Continue(())
+        });
+    }
+    if reads_columns {
+        return None;
+    }
+    let (columns, srf_alias) = srf_columns(&fname, alias.as_ref(), pair.is_some())?;
+    let arg_text: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let call = |l: &str| format!("unnest({l}({}))", arg_text.join(", "));
+    let mut items = vec![format!("{} AS {}", call(list), columns[0])];
+    if let Some(values) = pair {
+        items.push(format!("{} AS {}", call(values), columns[1]));
+    }
+    let q = parse_query_text(&format!("SELECT {}", items.join(", ")))?;
+    Some(TableFactor::Derived {
+        lateral: false,
+        subquery: q,
+        alias: Some(ast::TableAlias {
+            explicit: true,
+            name: srf_alias.unwrap_or_else(|| Ident::new(fname)),
+            columns: vec![],
+            at: None,
+        }),
+        sample: None,
+    })
 }
 
 /// The list-returning function behind a set-returning JSON function (unnested where it is
