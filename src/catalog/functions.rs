@@ -1372,6 +1372,12 @@ impl datafusion::logical_expr::planner::ExprPlanner for WeirExprPlanner {
                     vec![expr.left, expr.right],
                 ))));
             }
+            B::HashMinus if textual(&expr.left) => {
+                return Ok(PlannerResult::Planned(as_jsonb(pg(
+                    crate::sql::pg_functions::JSONB_DELETE_PATH,
+                    vec![expr.left, expr.right],
+                ))));
+            }
             B::Minus if jsonb(&expr.left) => {
                 return Ok(PlannerResult::Planned(as_jsonb(pg(
                     crate::sql::pg_functions::JSONB_DELETE,

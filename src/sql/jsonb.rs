@@ -721,6 +721,43 @@ pub fn concat(a: &str, b: &str) -> Res<String> {
     canonical(&out)
 }
 
+/// `jsonb_pretty`: one value per line, indented by four spaces, as Postgres prints it (an
+/// empty container too: `[` and `]` on two lines).
+pub fn pretty(text: &str) -> Res<String> {
+    #[recursive::recursive]
+    fn put(out: &mut String, n: &Node, depth: usize) {
+        let pad = |out: &mut String, d: usize| out.push_str(&"    ".repeat(d));
+        match n {
+            Node::Array(items) => {
+                out.push_str("[\n");
+                for (i, v) in items.iter().enumerate() {
+                    pad(out, depth + 1);
+                    put(out, v, depth + 1);
+                    out.push_str(if i + 1 < items.len() { ",\n" } else { "\n" });
+                }
+                pad(out, depth);
+                out.push(']');
+            }
+            Node::Object(fields) => {
+                out.push_str("{\n");
+                for (i, (k, v)) in fields.iter().enumerate() {
+                    pad(out, depth + 1);
+                    write_str(out, k);
+                    out.push_str(": ");
+                    put(out, v, depth + 1);
+                    out.push_str(if i + 1 < fields.len() { ",\n" } else { "\n" });
+                }
+                pad(out, depth);
+                out.push('}');
+            }
+            other => write(out, other),
+        }
+    }
+    let mut out = String::new();
+    put(&mut out, &parse(text)?, 0);
+    Ok(out)
+}
+
 /// `jsonb_strip_nulls`: every object field whose value is null removed, at any depth
 /// (nulls in arrays stay).
 pub fn strip_nulls(text: &str) -> Res<String> {
@@ -740,6 +777,139 @@ pub fn strip_nulls(text: &str) -> Res<String> {
     let mut out = String::new();
     write(&mut out, &strip(parse(text)?));
     Ok(out)
+}
+
+/// What [`edit_path`] does at the end of a path.
+pub enum PathEdit<'a> {
+    /// `jsonb_set`: replace (or, with `create`, add) the value there
+    Set { value: &'a str, create: bool },
+    /// `jsonb_insert`: insert before (or `after`) an array element, or add a new key
+    Insert { value: &'a str, after: bool },
+    /// `#-`: remove the element or key there
+    Delete,
+}
+
+fn not_an_integer(pos: usize, step: &str) -> WeirError {
+    WeirError::new(
+        sqlstate::INVALID_TEXT_REPRESENTATION,
+        format!("path element at position {pos} is not an integer: \"{step}\""),
+    )
+}
+
+/// `jsonb_set`, `jsonb_insert` and `#-` as Postgres: a path through objects (by key) and
+/// arrays (by index, negative from the end); a path that leads nowhere before its last step
+/// leaves the document as it was; 22023 for a scalar document (`cannot set path in
+/// scalar`, `cannot delete path in scalar`) or an existing key under `jsonb_insert`.
+pub fn edit_path(text: &str, path: &[&str], edit: &PathEdit<'_>) -> Res<String> {
+    let mut doc = parse(text)?;
+    let scalar = !matches!(doc, Node::Array(_) | Node::Object(_));
+    if scalar {
+        return Err(invalid(
+            match edit {
+                PathEdit::Delete => "cannot delete path in scalar",
+                _ => "cannot set path in scalar",
+            }
+            .into(),
+        ));
+    }
+    let value = match edit {
+        PathEdit::Set { value, .. } | PathEdit::Insert { value, .. } => Some(parse(value)?),
+        PathEdit::Delete => None,
+    };
+    if !path.is_empty() {
+        edit_at(&mut doc, path, 1, edit, value)?;
+    }
+    canonical(&doc)
+}
+
+#[recursive::recursive]
+fn edit_at(
+    n: &mut Node,
+    path: &[&str],
+    pos: usize,
+    edit: &PathEdit<'_>,
+    value: Option<Node>,
+) -> Res<()> {
+    let (step, rest) = (path[0], &path[1..]);
+    let last = rest.is_empty();
+    match n {
+        Node::Object(fields) => {
+            let at = fields.iter().position(|(k, _)| k == step);
+            if !last {
+                if let Some(i) = at {
+                    edit_at(&mut fields[i].1, rest, pos + 1, edit, value)?;
+                }
+                return Ok(());
+            }
+            match (edit, at) {
+                (PathEdit::Delete, Some(i)) => {
+                    fields.remove(i);
+                }
+                (PathEdit::Set { .. }, Some(i)) => {
+                    if let Some(v) = value {
+                        fields[i].1 = v;
+                    }
+                }
+                (PathEdit::Set { create: true, .. } | PathEdit::Insert { .. }, None) => {
+                    if let Some(v) = value {
+                        fields.push((step.to_owned(), v));
+                    }
+                }
+                (PathEdit::Insert { .. }, Some(_)) => {
+                    return Err(WeirError::new(
+                        sqlstate::INVALID_PARAMETER_VALUE,
+                        "cannot replace existing key",
+                    )
+                    .with_hint("Try using the function jsonb_set to replace key value."));
+                }
+                _ => {}
+            }
+        }
+        Node::Array(items) => {
+            let i: i64 = step.trim().parse().map_err(|_| not_an_integer(pos, step))?;
+            let len = items.len() as i64;
+            let idx = if i < 0 { len + i } else { i };
+            if !last {
+                if (0..len).contains(&idx) {
+                    edit_at(&mut items[idx as usize], rest, pos + 1, edit, value)?;
+                }
+                return Ok(());
+            }
+            match edit {
+                PathEdit::Delete => {
+                    if (0..len).contains(&idx) {
+                        items.remove(idx as usize);
+                    }
+                }
+                PathEdit::Set { create, .. } => {
+                    let Some(v) = value else { return Ok(()) };
+                    if (0..len).contains(&idx) {
+                        items[idx as usize] = v;
+                    } else if *create {
+                        // past either end: added at that end
+                        if idx < 0 {
+                            items.insert(0, v);
+                        } else {
+                            items.push(v);
+                        }
+                    }
+                }
+                PathEdit::Insert { after, .. } => {
+                    let Some(v) = value else { return Ok(()) };
+                    let at = if idx < 0 {
+                        0
+                    } else if idx >= len {
+                        len as usize
+                    } else {
+                        idx as usize + usize::from(*after)
+                    };
+                    items.insert(at, v);
+                }
+            }
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 /// What `jsonb - x` removes.

@@ -603,6 +603,43 @@ pub const JSONB_EXISTS_ALL: &str = "weir_jsonb_exists_all";
 pub const JSONB_CONTAINS: &str = "weir_jsonb_contains";
 pub const JSONB_CONCAT: &str = "weir_jsonb_concat";
 pub const JSONB_DELETE: &str = "weir_jsonb_delete";
+/// `jsonb #- text[]`.
+pub const JSONB_DELETE_PATH: &str = "weir_jsonb_delete_path";
+
+/// `jsonb_set(doc, path, value [, create])`, `jsonb_insert(doc, path, value [, after])` and
+/// `doc #- path` per row (the edit made of the row's value and flag); strict: NULL where an
+/// argument is NULL.
+fn edit_path(
+    args: &[ArrayRef],
+    rows: usize,
+    edit: impl for<'a> Fn(&'a str, Option<bool>) -> crate::sql::jsonb::PathEdit<'a>,
+) -> DfResult<ArrayRef> {
+    let docs = strings(&args[0])?;
+    let values = args.get(2).map(strings).transpose()?;
+    let flags = args
+        .get(3)
+        .map(|f| Ok::<_, DataFusionError>(cast(f, &DataType::Boolean)?.as_boolean().clone()))
+        .transpose()?;
+    let mut out = StringBuilder::with_capacity(rows, rows * 16);
+    for i in 0..rows {
+        if docs.is_null(i)
+            || is_null_at(&args[1], i)
+            || values.as_ref().is_some_and(|v| v.is_null(i))
+            || flags.as_ref().is_some_and(|f| f.is_null(i))
+        {
+            out.append_null();
+            continue;
+        }
+        let path = text_list_at(&args[1], i)?;
+        let path: Vec<&str> = path.iter().map(String::as_str).collect();
+        let e = edit(
+            values.as_ref().map_or("", |v| v.value(i)),
+            flags.as_ref().map(|f| f.value(i)),
+        );
+        out.append_value(crate::sql::jsonb::edit_path(docs.value(i), &path, &e).map_err(json_err)?);
+    }
+    Ok(Arc::new(out.finish()))
+}
 
 fn json_err(e: WeirError) -> DataFusionError {
     DataFusionError::External(Box::new(e))
@@ -628,10 +665,34 @@ fn jsonb_test(
 
 /// Row `i` of a `text[]` as its (non-NULL) strings.
 fn text_list_at(a: &ArrayRef, i: usize) -> DfResult<Vec<String>> {
+    if matches!(
+        a.data_type(),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+    ) {
+        // an array literal's text (`'{a,0,b}'`)
+        let t = strings(a)?;
+        let text = t.value(i).trim();
+        let inner = text
+            .strip_prefix('{')
+            .and_then(|r| r.strip_suffix('}'))
+            .ok_or_else(|| {
+                pg_error(
+                    sqlstate::INVALID_TEXT_REPRESENTATION,
+                    format!("malformed array literal: \"{text}\""),
+                )
+            })?;
+        if inner.trim().is_empty() {
+            return Ok(vec![]);
+        }
+        return Ok(inner
+            .split(',')
+            .map(|p| p.trim().trim_matches('"').to_owned())
+            .collect());
+    }
     let DataType::List(_) = a.data_type() else {
         return Err(pg_error(
             sqlstate::UNDEFINED_FUNCTION,
-            format!("operator does not exist: jsonb ?| {}", a.data_type()),
+            format!("a text[] was expected, not {}", a.data_type()),
         ));
     };
     let items = strings(&a.as_list::<i32>().value(i))?;
@@ -682,6 +743,40 @@ fn jsonb_operators() -> Vec<PgFunction> {
             move |args, rows| extract_path(args, rows, as_text),
         ));
     }
+    out.push(immutable(
+        "jsonb_pretty",
+        TypeSignature::Any(1),
+        |_| DataType::Utf8,
+        |args, _| json_scalar(&args[0], jsonb::pretty),
+    ));
+    out.push(immutable(
+        "jsonb_set",
+        TypeSignature::OneOf(vec![TypeSignature::Any(3), TypeSignature::Any(4)]),
+        |_| DataType::Utf8,
+        |args, rows| {
+            edit_path(args, rows, |value, flag| jsonb::PathEdit::Set {
+                value,
+                create: flag.unwrap_or(true),
+            })
+        },
+    ));
+    out.push(immutable(
+        "jsonb_insert",
+        TypeSignature::OneOf(vec![TypeSignature::Any(3), TypeSignature::Any(4)]),
+        |_| DataType::Utf8,
+        |args, rows| {
+            edit_path(args, rows, |value, flag| jsonb::PathEdit::Insert {
+                value,
+                after: flag.unwrap_or(false),
+            })
+        },
+    ));
+    out.push(immutable(
+        JSONB_DELETE_PATH,
+        TypeSignature::Any(2),
+        |_| DataType::Utf8,
+        |args, rows| edit_path(args, rows, |_, _| jsonb::PathEdit::Delete),
+    ));
     for name in ["jsonb_strip_nulls", "json_strip_nulls"] {
         out.push(immutable(
             name,
