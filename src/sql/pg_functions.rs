@@ -1873,17 +1873,23 @@ fn flags_at(args: &[ArrayRef], at: usize) -> DfResult<Option<StringArray>> {
     args.get(at).map(strings).transpose()
 }
 
-fn regexp_match(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
+/// Each row of a `(text, pattern [, flags])` call: `row(Some((regex, text, flags)))`, or
+/// `row(None)` where the text, pattern or flags are NULL (the result is NULL there).
+fn each_regex_row(
+    func: &str,
+    args: &[ArrayRef],
+    rows: usize,
+    mut row: impl FnMut(Option<(&regex::Regex, &str, &str)>) -> DfResult<()>,
+) -> DfResult<()> {
     if !(2..=3).contains(&args.len()) {
         return Err(pg_error(
             sqlstate::UNDEFINED_FUNCTION,
-            "function regexp_match takes (text, pattern [, flags])",
+            format!("function {func} takes (text, pattern [, flags])"),
         ));
     }
     let (s, p) = (strings(&args[0])?, strings(&args[1])?);
     let flags = flags_at(args, 2)?;
     let mut pats = Patterns::default();
-    let mut out = ListBuilder::new(StringBuilder::new());
     for i in 0..rows {
         let f = match &flags {
             Some(f) if f.is_null(i) => None,
@@ -1891,11 +1897,22 @@ fn regexp_match(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
             None => Some(""),
         };
         let (Some(f), false, false) = (f, s.is_null(i), p.is_null(i)) else {
-            out.append_null();
+            row(None)?;
             continue;
         };
-        let re = pats.get(p.value(i), f, "regexp_match")?;
-        match re.captures(s.value(i)) {
+        row(Some((pats.get(p.value(i), f, func)?, s.value(i), f)))?;
+    }
+    Ok(())
+}
+
+fn regexp_match(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
+    let mut out = ListBuilder::new(StringBuilder::new());
+    each_regex_row("regexp_match", args, rows, |r| {
+        let Some((re, text, _)) = r else {
+            out.append_null();
+            return Ok(());
+        };
+        match re.captures(text) {
             None => out.append_null(),
             Some(c) if c.len() == 1 => {
                 out.values().append_option(c.get(0).map(|m| m.as_str()));
@@ -1908,36 +1925,22 @@ fn regexp_match(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
                 out.append(true);
             }
         }
-    }
+        Ok(())
+    })?;
     Ok(Arc::new(out.finish()))
 }
 
 /// [`REGEXP_MATCHES`]: per row, its matches (all with `g`, else the first), each the
 /// list of its groups (or of the whole match when the pattern has none).
 fn regexp_matches(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
-    if !(2..=3).contains(&args.len()) {
-        return Err(pg_error(
-            sqlstate::UNDEFINED_FUNCTION,
-            "function regexp_matches takes (text, pattern [, flags])",
-        ));
-    }
-    let (s, p) = (strings(&args[0])?, strings(&args[1])?);
-    let flags = flags_at(args, 2)?;
-    let mut pats = Patterns::default();
     let mut out = ListBuilder::new(ListBuilder::new(StringBuilder::new()));
-    for i in 0..rows {
-        let f = match &flags {
-            Some(f) if f.is_null(i) => None,
-            Some(f) => Some(f.value(i)),
-            None => Some(""),
-        };
-        let (Some(f), false, false) = (f, s.is_null(i), p.is_null(i)) else {
+    each_regex_row("regexp_matches", args, rows, |r| {
+        let Some((re, text, flags)) = r else {
             out.append_null();
-            continue;
+            return Ok(());
         };
-        let global = f.contains('g');
-        let re = pats.get(p.value(i), f, "regexp_matches")?;
-        for c in re.captures_iter(s.value(i)) {
+        let global = flags.contains('g');
+        for c in re.captures_iter(text) {
             let groups = out.values();
             if c.len() == 1 {
                 groups.values().append_option(c.get(0).map(|m| m.as_str()));
@@ -1952,7 +1955,8 @@ fn regexp_matches(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
             }
         }
         out.append(true);
-    }
+        Ok(())
+    })?;
     Ok(Arc::new(out.finish()))
 }
 
@@ -2139,28 +2143,12 @@ fn array_without_nulls(a: &ArrayRef) -> DfResult<ArrayRef> {
 /// matches; a match of nothing splits between characters, as Postgres (an empty match at
 /// the start or end, or right after a match, splits nothing).
 fn regexp_split(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
-    if !(2..=3).contains(&args.len()) {
-        return Err(pg_error(
-            sqlstate::UNDEFINED_FUNCTION,
-            "function regexp_split_to_array takes (text, pattern [, flags])",
-        ));
-    }
-    let (s, p) = (strings(&args[0])?, strings(&args[1])?);
-    let flags = flags_at(args, 2)?;
-    let mut pats = Patterns::default();
     let mut out = ListBuilder::new(StringBuilder::new());
-    for i in 0..rows {
-        let f = match &flags {
-            Some(f) if f.is_null(i) => None,
-            Some(f) => Some(f.value(i)),
-            None => Some(""),
-        };
-        let (Some(f), false, false) = (f, s.is_null(i), p.is_null(i)) else {
+    each_regex_row("regexp_split_to_array", args, rows, |r| {
+        let Some((re, text, _)) = r else {
             out.append_null();
-            continue;
+            return Ok(());
         };
-        let re = pats.get(p.value(i), f, "regexp_split_to_array")?;
-        let text = s.value(i);
         let mut start = 0;
         for m in re.find_iter(text) {
             // an empty match splits only between two characters it is not right after
@@ -2174,7 +2162,8 @@ fn regexp_split(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
         }
         out.values().append_value(&text[start..]);
         out.append(true);
-    }
+        Ok(())
+    })?;
     Ok(Arc::new(out.finish()))
 }
 
