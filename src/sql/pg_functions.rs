@@ -79,6 +79,24 @@ impl ScalarUDFImpl for PgFunction {
     fn return_type(&self, arg_types: &[DataType]) -> DfResult<DataType> {
         Ok((self.ret)(arg_types))
     }
+    /// The result's field: a `jsonb` result carries the type (Arrow's is text), so an
+    /// operator over it (`jsonb_set(..) || '{..}'`) is jsonb's.
+    fn return_field_from_args(
+        &self,
+        args: datafusion::logical_expr::ReturnFieldArgs,
+    ) -> DfResult<datafusion::arrow::datatypes::FieldRef> {
+        let types: Vec<DataType> = args
+            .arg_fields
+            .iter()
+            .map(|f| f.data_type().clone())
+            .collect();
+        let field = Field::new(self.name, (self.ret)(&types), true);
+        Ok(Arc::new(if JSONB_RESULTS.contains(&self.name) {
+            crate::sql::types::SqlType::Jsonb.field(self.name, true)
+        } else {
+            field
+        }))
+    }
     /// A volatile function (`nextval`) gets one row per input row even for constant
     /// arguments; the others one row when every argument is a constant.
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
@@ -594,6 +612,19 @@ fn definitions() -> Vec<PgFunction> {
     .chain(crate::sql::pg_math::definitions())
     .collect()
 }
+
+/// The functions here whose result is a `jsonb` (typed as text in Arrow).
+const JSONB_RESULTS: &[&str] = &[
+    "jsonb_set",
+    "jsonb_insert",
+    "jsonb_extract_path",
+    "json_extract_path",
+    "jsonb_strip_nulls",
+    "json_strip_nulls",
+    JSONB_CONCAT,
+    JSONB_DELETE,
+    JSONB_DELETE_PATH,
+];
 
 /// `jsonb ? text`, `?|`, `?&`, `@>` (and `<@`, its operands swapped), `||` and `-`, as the
 /// expression planner plans them for `jsonb` operands (`catalog/functions.rs`).
