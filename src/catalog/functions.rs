@@ -157,58 +157,7 @@ fn size_pretty(bytes: i64) -> String {
     format!("{} PB", half_rounded(size))
 }
 
-/// The elements of a one-dimensional Postgres array literal (`{a,"b c",NULL}`); `None`
-/// when it is not one.
-pub fn parse_array_text(s: &str) -> Option<Vec<Option<String>>> {
-    let body = s.trim().strip_prefix('{')?.strip_suffix('}')?;
-    let mut out = Vec::new();
-    if body.trim().is_empty() {
-        return Some(out);
-    }
-    let mut chars = body.chars().peekable();
-    loop {
-        while chars.peek().is_some_and(|c| c.is_whitespace()) {
-            chars.next();
-        }
-        let mut item = String::new();
-        let quoted = chars.peek() == Some(&'"');
-        if quoted {
-            chars.next();
-            loop {
-                match chars.next()? {
-                    '\\' => item.push(chars.next()?),
-                    '"' => break,
-                    c => item.push(c),
-                }
-            }
-            while chars.peek().is_some_and(|c| c.is_whitespace()) {
-                chars.next();
-            }
-        } else {
-            while let Some(&c) = chars.peek() {
-                if c == ',' {
-                    break;
-                }
-                if c == '{' || c == '"' {
-                    return None;
-                }
-                item.push(c);
-                chars.next();
-            }
-            item = item.trim().to_owned();
-        }
-        out.push(if !quoted && item.eq_ignore_ascii_case("null") {
-            None
-        } else {
-            Some(item)
-        });
-        match chars.next() {
-            None => return Some(out),
-            Some(',') => continue,
-            Some(_) => return None,
-        }
-    }
-}
+pub use crate::sql::pg_text::parse_array_text;
 
 fn expand_fields(elem: DataType) -> datafusion::arrow::datatypes::Fields {
     vec![
@@ -1291,51 +1240,43 @@ impl datafusion::logical_expr::planner::ExprPlanner for WeirExprPlanner {
                 Arc::new(crate::sql::types::SqlType::Jsonb.field("", true)),
             ))
         };
-        let scaled = |name: &'static str, iv: Expr, n: Expr| {
-            let f = ScalarUDF::new_from_impl(crate::sql::pg_functions::udf(name));
-            Ok(PlannerResult::Planned(Arc::new(f).call(vec![iv, n])))
-        };
+        let planned =
+            |name: &'static str, args: Vec<Expr>| Ok(PlannerResult::Planned(pg(name, args)));
         match expr.op {
             B::Multiply if interval(&expr.left) && number(&expr.right) => {
-                return scaled(
+                return planned(
                     crate::sql::pg_functions::INTERVAL_MUL,
-                    expr.left,
-                    expr.right,
+                    vec![expr.left, expr.right],
                 );
             }
             B::Multiply if number(&expr.left) && interval(&expr.right) => {
-                return scaled(
+                return planned(
                     crate::sql::pg_functions::INTERVAL_MUL,
-                    expr.right,
-                    expr.left,
+                    vec![expr.right, expr.left],
                 );
             }
             B::Divide if interval(&expr.left) && number(&expr.right) => {
-                return scaled(
+                return planned(
                     crate::sql::pg_functions::INTERVAL_DIV,
-                    expr.left,
-                    expr.right,
+                    vec![expr.left, expr.right],
                 );
             }
             // `date | timestamp ± time`, `time + date`: the time as an interval (Postgres'
             // implicit cast), then the datetime arithmetic as for an interval
-            B::Plus | B::Minus if datetime(&expr.left) && time(&expr.right) => {
-                let iv = pg(crate::sql::pg_functions::TIME_AS_INTERVAL, vec![expr.right]);
+            B::Plus | B::Minus
+                if (datetime(&expr.left) && time(&expr.right))
+                    || (expr.op == B::Plus && time(&expr.left) && datetime(&expr.right)) =>
+            {
+                let (dt, t) = if time(&expr.right) {
+                    (expr.left, expr.right)
+                } else {
+                    (expr.right, expr.left)
+                };
                 return Ok(PlannerResult::Original(
                     datafusion::logical_expr::planner::RawBinaryExpr {
                         op: expr.op,
-                        left: expr.left,
-                        right: iv,
-                    },
-                ));
-            }
-            B::Plus if time(&expr.left) && datetime(&expr.right) => {
-                let iv = pg(crate::sql::pg_functions::TIME_AS_INTERVAL, vec![expr.left]);
-                return Ok(PlannerResult::Original(
-                    datafusion::logical_expr::planner::RawBinaryExpr {
-                        op: expr.op,
-                        left: expr.right,
-                        right: iv,
+                        left: dt,
+                        right: pg(crate::sql::pg_functions::TIME_AS_INTERVAL, vec![t]),
                     },
                 ));
             }
@@ -1347,10 +1288,7 @@ impl datafusion::logical_expr::planner::ExprPlanner for WeirExprPlanner {
                     B::QuestionPipe => crate::sql::pg_functions::JSONB_EXISTS_ANY,
                     _ => crate::sql::pg_functions::JSONB_EXISTS_ALL,
                 };
-                return Ok(PlannerResult::Planned(pg(
-                    name,
-                    vec![expr.left, expr.right],
-                )));
+                return planned(name, vec![expr.left, expr.right]);
             }
             B::AtArrow | B::ArrowAt if textual(&expr.left) && textual(&expr.right) => {
                 let (l, r) = if expr.op == B::AtArrow {
@@ -1358,10 +1296,7 @@ impl datafusion::logical_expr::planner::ExprPlanner for WeirExprPlanner {
                 } else {
                     (expr.right, expr.left)
                 };
-                return Ok(PlannerResult::Planned(pg(
-                    crate::sql::pg_functions::JSONB_CONTAINS,
-                    vec![l, r],
-                )));
+                return planned(crate::sql::pg_functions::JSONB_CONTAINS, vec![l, r]);
             }
             B::StringConcat
                 if (jsonb(&expr.left) && (jsonb(&expr.right) || text_literal(&expr.right)))
@@ -1387,12 +1322,10 @@ impl datafusion::logical_expr::planner::ExprPlanner for WeirExprPlanner {
             // `timestamp - timestamp` has its whole days as days (`4 days 01:30:00`, not
             // `97:30:00`), as Postgres' `timestamp_mi`
             B::Minus if timestamp(&expr.left) && timestamp(&expr.right) => {
-                let f = ScalarUDF::new_from_impl(crate::sql::pg_functions::udf(
+                return planned(
                     crate::sql::pg_functions::TIMESTAMP_MI,
-                ));
-                return Ok(PlannerResult::Planned(
-                    Arc::new(f).call(vec![expr.left, expr.right]),
-                ));
+                    vec![expr.left, expr.right],
+                );
             }
             _ => {}
         }

@@ -691,13 +691,13 @@ fn numeric_operators(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
     let t = plan.map_expressions(|expr| {
         let saved = names.save(&expr);
         let t = expr.transform_up(|e| {
+            let float = |x: &Expr| {
+                matches!(
+                    x.get_type(&schema),
+                    Ok(DataType::Float64 | DataType::Float32)
+                )
+            };
             if let Expr::ScalarFunction(f) = &e {
-                let float = |x: &Expr| {
-                    matches!(
-                        x.get_type(&schema),
-                        Ok(DataType::Float64 | DataType::Float32)
-                    )
-                };
                 // `round(double precision)` rounds half to even (Postgres' is `rint`)
                 if f.func.name() == "round" && f.args.len() == 1 && float(&f.args[0]) {
                     return Ok(Transformed::yes(
@@ -760,12 +760,6 @@ fn numeric_operators(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
             }
             // a float divided by zero is an error in Postgres (IEEE: infinity or NaN)
             if op == Operator::Divide {
-                let float = |x: &Expr| {
-                    matches!(
-                        x.get_type(&schema),
-                        Ok(DataType::Float64 | DataType::Float32)
-                    )
-                };
                 let number = |x: &Expr| {
                     x.get_type(&schema)
                         .is_ok_and(|t| t.is_numeric() || t == DataType::Null)

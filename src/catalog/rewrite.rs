@@ -927,19 +927,6 @@ fn lateral_set_returning(select: &mut ast::Select) {
     };
     let unnest_args: Vec<ast::FunctionArg>;
     let (fname, args, alias) = match function {
-        TableFactor::Table {
-            name,
-            args: Some(args),
-            alias,
-            ..
-        } => (last_name(name), &args.args, alias),
-        TableFactor::Function {
-            name,
-            args,
-            alias,
-            with_ordinality: false,
-            ..
-        } => (last_name(name), args, alias),
         TableFactor::UNNEST {
             alias,
             array_exprs,
@@ -951,38 +938,19 @@ fn lateral_set_returning(select: &mut ast::Select) {
                 .iter()
                 .map(|e| ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e.clone())))
                 .collect();
-            (Some("unnest".to_owned()), &unnest_args, alias)
+            ("unnest".to_owned(), unnest_args.as_slice(), alias)
         }
-        _ => return,
-    };
-    let Some(fname) = fname else {
-        return;
-    };
-    // jsonb_each[_text]: two columns, a list of keys and one of values side by side
-    let pair = match fname.as_str() {
-        "jsonb_each" | "json_each" => Some("weir_jsonb_each_values"),
-        "jsonb_each_text" | "json_each_text" => Some("weir_jsonb_each_text_values"),
-        _ => None,
-    };
-    let list = match fname.as_str() {
-        "unnest" if args.len() == 1 => None,
-        "generate_series" => Some("generate_series"),
-        _ if pair.is_some() => Some("weir_jsonb_each_keys"),
-        other => match json_set_returning(other) {
-            Some(l) => Some(l),
+        f => match function_factor(f) {
+            Some(f) => f,
             None => return,
         },
     };
-    // only a function of the relation's columns needs this (constants work as they are)
-    let arg_text: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    let mut reads_columns = false;
-    for a in args {
-        let _ = ast::visit_expressions(a, |e| {
-            reads_columns |= matches!(e, Expr::Identifier(_) | Expr::CompoundIdentifier(_));
-            ControlFlow::<()>::Continue(())
-        });
-    }
-    if !reads_columns {
+    // only a function of the relation's columns needs this (constants: see
+    // standalone_set_returning; `unnest` and `generate_series` of constants work as they are)
+    let Some(srf) = srf_items(&fname, args, alias.as_ref(), false) else {
+        return;
+    };
+    if !srf.reads_columns {
         return;
     }
     if matches!(relation, TableFactor::Table { args: Some(_), .. }) {
@@ -991,17 +959,7 @@ fn lateral_set_returning(select: &mut ast::Select) {
     let Some(rel_name) = relation_alias(relation) else {
         return;
     };
-    let Some((columns, srf_alias)) = srf_columns(&fname, alias.as_ref(), pair.is_some()) else {
-        return;
-    };
-    let call = |l: Option<&str>| match l {
-        None => arg_text.join(", "),
-        Some(l) => format!("{l}({})", arg_text.join(", ")),
-    };
-    let mut items = vec![format!("unnest({}) AS {}", call(list), columns[0])];
-    if let Some(values) = pair {
-        items.push(format!("unnest({}) AS {}", call(Some(values)), columns[1]));
-    }
+    let (items, srf_alias) = (srf.items, srf.alias);
     let text = format!("SELECT {rel_name}.*, {} FROM {relation}", items.join(", "));
     let Some(q) = parse_query_text(&text) else {
         return;
@@ -1089,31 +1047,77 @@ fn standalone_set_returning(select: &mut ast::Select) {
 }
 
 fn constant_srf_table(tf: &ast::TableFactor) -> Option<ast::TableFactor> {
-    use ast::TableFactor;
-    let (fname, args, alias) = match tf {
-        TableFactor::Table {
+    let (fname, args, alias) = function_factor(tf)?;
+    let srf = srf_items(&fname, args, alias.as_ref(), true)?;
+    if srf.reads_columns {
+        return None;
+    }
+    let q = parse_query_text(&format!("SELECT {}", srf.items.join(", ")))?;
+    Some(ast::TableFactor::Derived {
+        lateral: false,
+        subquery: q,
+        alias: Some(ast::TableAlias {
+            explicit: true,
+            name: srf.alias.unwrap_or_else(|| Ident::new(fname)),
+            columns: vec![],
+            at: None,
+        }),
+        sample: None,
+    })
+}
+
+/// A function call in FROM (`FROM f(args) AS a`): its name, arguments and alias.
+fn function_factor(
+    tf: &ast::TableFactor,
+) -> Option<(String, &[ast::FunctionArg], &Option<ast::TableAlias>)> {
+    match tf {
+        ast::TableFactor::Table {
             name,
             args: Some(args),
             alias,
             ..
-        } => (last_name(name)?, &args.args, alias),
-        TableFactor::Function {
+        } => Some((last_name(name)?, args.args.as_slice(), alias)),
+        ast::TableFactor::Function {
             name,
             args,
             alias,
             with_ordinality: false,
             ..
-        } => (last_name(name)?, args, alias),
-        _ => return None,
-    };
-    let pair = match fname.as_str() {
+        } => Some((last_name(name)?, args.as_slice(), alias)),
+        _ => None,
+    }
+}
+
+/// A set-returning function in FROM as select items: `unnest(list(args)) AS column` (and
+/// `jsonb_each`'s values beside its keys).
+struct SrfItems {
+    items: Vec<String>,
+    /// the alias the function was given (its columns' relation name)
+    alias: Option<Ident>,
+    /// whether the arguments name columns (of a relation before the function)
+    reads_columns: bool,
+}
+
+/// [`SrfItems`] of `fname(args)`: the JSON set-returning functions, and with `json_only`
+/// false also `unnest` of one array and `generate_series`; none for other functions or
+/// more alias columns than the function has.
+fn srf_items(
+    fname: &str,
+    args: &[ast::FunctionArg],
+    alias: Option<&ast::TableAlias>,
+    json_only: bool,
+) -> Option<SrfItems> {
+    // jsonb_each[_text]: two columns, a list of keys and one of values side by side
+    let pair = match fname {
         "jsonb_each" | "json_each" => Some("weir_jsonb_each_values"),
         "jsonb_each_text" | "json_each_text" => Some("weir_jsonb_each_text_values"),
         _ => None,
     };
-    let list = match pair {
-        Some(_) => "weir_jsonb_each_keys",
-        None => json_set_returning(&fname)?,
+    let list = match fname {
+        "unnest" if args.len() == 1 && !json_only => None,
+        "generate_series" if !json_only => Some("generate_series"),
+        _ if pair.is_some() => Some("weir_jsonb_each_keys"),
+        other => Some(json_set_returning(other)?),
     };
     let mut reads_columns = false;
     for a in args {
@@ -1122,27 +1126,20 @@ fn constant_srf_table(tf: &ast::TableFactor) -> Option<ast::TableFactor> {
             ControlFlow::<()>::Continue(())
         });
     }
-    if reads_columns {
-        return None;
-    }
-    let (columns, srf_alias) = srf_columns(&fname, alias.as_ref(), pair.is_some())?;
+    let (columns, alias) = srf_columns(fname, alias, pair.is_some())?;
     let arg_text: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    let call = |l: &str| format!("unnest({l}({}))", arg_text.join(", "));
-    let mut items = vec![format!("{} AS {}", call(list), columns[0])];
+    let call = |l: Option<&str>| match l {
+        None => arg_text.join(", "),
+        Some(l) => format!("{l}({})", arg_text.join(", ")),
+    };
+    let mut items = vec![format!("unnest({}) AS {}", call(list), columns[0])];
     if let Some(values) = pair {
-        items.push(format!("{} AS {}", call(values), columns[1]));
+        items.push(format!("unnest({}) AS {}", call(Some(values)), columns[1]));
     }
-    let q = parse_query_text(&format!("SELECT {}", items.join(", ")))?;
-    Some(TableFactor::Derived {
-        lateral: false,
-        subquery: q,
-        alias: Some(ast::TableAlias {
-            explicit: true,
-            name: srf_alias.unwrap_or_else(|| Ident::new(fname)),
-            columns: vec![],
-            at: None,
-        }),
-        sample: None,
+    Some(SrfItems {
+        items,
+        alias,
+        reads_columns,
     })
 }
 

@@ -50,22 +50,6 @@ struct JsonFn {
     signature: Signature,
 }
 
-/// `'{a,0,b}'` as path steps.
-fn parse_path(s: &str) -> DfResult<Vec<Step>> {
-    let inner = s
-        .trim()
-        .strip_prefix('{')
-        .and_then(|r| r.strip_suffix('}'))
-        .ok_or_else(|| DataFusionError::Execution(format!("malformed array literal: \"{s}\"")))?;
-    if inner.trim().is_empty() {
-        return Ok(vec![]);
-    }
-    Ok(inner
-        .split(',')
-        .map(|p| Step::of(p.trim().trim_matches('"')))
-        .collect())
-}
-
 impl ScalarUDFImpl for JsonFn {
     fn name(&self) -> &str {
         self.name
@@ -140,13 +124,11 @@ impl JsonFn {
             Ok(s.as_string::<i32>().value(0).to_owned())
         };
         Ok(Some(match (self.path, keys.data_type()) {
-            (true, DataType::List(_)) => {
-                let l = keys.as_list::<i32>().value(i);
-                let l = datafusion::arrow::compute::cast(&l, &DataType::Utf8)?;
-                let l = l.as_string::<i32>();
-                (0..l.len()).map(|j| Step::of(l.value(j))).collect()
-            }
-            (true, _) => parse_path(&text(keys)?)?,
+            // a text[], or an array literal's text (`'{a,0,b}'`)
+            (true, _) => crate::sql::pg_functions::text_list_at(keys, i)?
+                .iter()
+                .map(|s| Step::of(s))
+                .collect(),
             (false, t) if t.is_integer() => {
                 let s = text(keys)?;
                 vec![Step::Index(s.parse().unwrap_or(i64::MAX))]

@@ -106,11 +106,7 @@ impl<'a> Parser<'a> {
                         keep.push((k, v));
                     }
                 }
-                keep.sort_by(|(a, _), (b, _)| {
-                    a.len()
-                        .cmp(&b.len())
-                        .then_with(|| a.as_bytes().cmp(b.as_bytes()))
-                });
+                key_order(&mut keep);
                 Ok(Node::Object(keep))
             }
             Some(b'[') => {
@@ -527,11 +523,7 @@ fn element_text(n: &Node, as_text: bool) -> Option<String> {
     match (n, as_text) {
         (Node::Null, true) => None,
         (Node::Str(s), true) => Some(s.clone()),
-        (n, _) => {
-            let mut out = String::new();
-            write(&mut out, n);
-            Some(out)
-        }
+        (n, _) => Some(text_of(n)),
     }
 }
 
@@ -680,20 +672,36 @@ pub fn contains(a: &str, b: &str) -> Res<bool> {
 
 /// `?`: a top-level key of an object, or a string element of an array (or the string
 /// itself).
-pub fn has_key(text: &str, key: &str) -> Res<bool> {
-    Ok(match parse(text)? {
+/// With `all`, `?&` (every key there), else `?|` (any): the document read once.
+pub fn has_keys<K: AsRef<str>>(text: &str, keys: &[K], all: bool) -> Res<bool> {
+    let doc = parse(text)?;
+    let has = |key: &str| match &doc {
         Node::Object(m) => m.iter().any(|(k, _)| k == key),
         Node::Array(a) => a.iter().any(|n| matches!(n, Node::Str(s) if s == key)),
         Node::Str(s) => s == key,
         _ => false,
+    };
+    Ok(if all {
+        keys.iter().all(|k| has(k.as_ref()))
+    } else {
+        keys.iter().any(|k| has(k.as_ref()))
     })
 }
 
-fn canonical(n: &Node) -> Res<String> {
+/// An object's keys in Postgres' order: shorter first, then bytewise.
+fn key_order(fields: &mut [(String, Node)]) {
+    fields.sort_by(|(a, _), (b, _)| {
+        a.len()
+            .cmp(&b.len())
+            .then_with(|| a.as_bytes().cmp(b.as_bytes()))
+    });
+}
+
+/// A value's jsonb text (objects an edit built have had their keys put in order).
+fn text_of(n: &Node) -> String {
     let mut out = String::new();
     write(&mut out, n);
-    // (objects built here re-read, so their keys are in Postgres' order, each once)
-    normalize(&out)
+    out
 }
 
 /// `a || b`: objects merged (the right's value for a key both have), arrays concatenated,
@@ -706,6 +714,7 @@ pub fn concat(a: &str, b: &str) -> Res<String> {
                 x.retain(|(key, _)| *key != k);
                 x.push((k, v));
             }
+            key_order(&mut x);
             Node::Object(x)
         }
         (a, b) => {
@@ -718,7 +727,7 @@ pub fn concat(a: &str, b: &str) -> Res<String> {
             Node::Array(x)
         }
     };
-    canonical(&out)
+    Ok(text_of(&out))
 }
 
 /// `jsonb_pretty`: one value per line, indented by four spaces, as Postgres prints it (an
@@ -774,9 +783,7 @@ pub fn strip_nulls(text: &str) -> Res<String> {
             other => other,
         }
     }
-    let mut out = String::new();
-    write(&mut out, &strip(parse(text)?));
-    Ok(out)
+    Ok(text_of(&strip(parse(text)?)))
 }
 
 /// What [`edit_path`] does at the end of a path.
@@ -819,7 +826,7 @@ pub fn edit_path(text: &str, path: &[&str], edit: &PathEdit<'_>) -> Res<String> 
     if !path.is_empty() {
         edit_at(&mut doc, path, 1, edit, value)?;
     }
-    canonical(&doc)
+    Ok(text_of(&doc))
 }
 
 #[recursive::recursive]
@@ -853,6 +860,7 @@ fn edit_at(
                 (PathEdit::Set { create: true, .. } | PathEdit::Insert { .. }, None) => {
                     if let Some(v) = value {
                         fields.push((step.to_owned(), v));
+                        key_order(fields);
                     }
                 }
                 (PathEdit::Insert { .. }, Some(_)) => {
@@ -955,7 +963,7 @@ pub fn remove(text: &str, what: &Removal<'_>) -> Res<String> {
         }
         _ => return Err(invalid("cannot delete from scalar".into())),
     };
-    canonical(&out)
+    Ok(text_of(&out))
 }
 
 #[cfg(test)]

@@ -460,13 +460,13 @@ fn definitions() -> Vec<PgFunction> {
         immutable(
             INTERVAL_MUL,
             TypeSignature::Any(2),
-            |_| DataType::Interval(datafusion::arrow::datatypes::IntervalUnit::MonthDayNano),
+            |_| interval_type(),
             |args, _| interval_scaled(args, false),
         ),
         immutable(
             INTERVAL_DIV,
             TypeSignature::Any(2),
-            |_| DataType::Interval(datafusion::arrow::datatypes::IntervalUnit::MonthDayNano),
+            |_| interval_type(),
             |args, _| interval_scaled(args, true),
         ),
         immutable(
@@ -694,31 +694,22 @@ fn jsonb_test(
     Ok(Arc::new(out.finish()))
 }
 
-/// Row `i` of a `text[]` as its (non-NULL) strings.
-fn text_list_at(a: &ArrayRef, i: usize) -> DfResult<Vec<String>> {
+/// Row `i` of a `text[]` (or of an array literal's text, `'{a,0,b}'`) as its non-NULL
+/// strings.
+pub(crate) fn text_list_at(a: &ArrayRef, i: usize) -> DfResult<Vec<String>> {
     if matches!(
         a.data_type(),
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
     ) {
         // an array literal's text (`'{a,0,b}'`)
         let t = strings(a)?;
-        let text = t.value(i).trim();
-        let inner = text
-            .strip_prefix('{')
-            .and_then(|r| r.strip_suffix('}'))
-            .ok_or_else(|| {
-                pg_error(
-                    sqlstate::INVALID_TEXT_REPRESENTATION,
-                    format!("malformed array literal: \"{text}\""),
-                )
-            })?;
-        if inner.trim().is_empty() {
-            return Ok(vec![]);
-        }
-        return Ok(inner
-            .split(',')
-            .map(|p| p.trim().trim_matches('"').to_owned())
-            .collect());
+        let items = crate::sql::pg_text::parse_array_text(t.value(i)).ok_or_else(|| {
+            pg_error(
+                sqlstate::INVALID_TEXT_REPRESENTATION,
+                format!("malformed array literal: \"{}\"", t.value(i)),
+            )
+        })?;
+        return Ok(items.into_iter().flatten().collect());
     }
     let DataType::List(_) = a.data_type() else {
         return Err(pg_error(
@@ -824,7 +815,7 @@ fn jsonb_operators() -> Vec<PgFunction> {
             |args, rows| {
                 let keys = strings(&args[1])?;
                 jsonb_test(args, rows, |d, _, i| {
-                    jsonb::has_key(d, keys.value(i)).map_err(json_err)
+                    jsonb::has_keys(d, &[keys.value(i)], true).map_err(json_err)
                 })
             },
         ),
@@ -834,11 +825,7 @@ fn jsonb_operators() -> Vec<PgFunction> {
             |_| DataType::Boolean,
             |args, rows| {
                 jsonb_test(args, rows, |d, keys, i| {
-                    let mut any = false;
-                    for k in text_list_at(keys, i)? {
-                        any |= jsonb::has_key(d, &k).map_err(json_err)?;
-                    }
-                    Ok(any)
+                    jsonb::has_keys(d, &text_list_at(keys, i)?, false).map_err(json_err)
                 })
             },
         ),
@@ -848,11 +835,7 @@ fn jsonb_operators() -> Vec<PgFunction> {
             |_| DataType::Boolean,
             |args, rows| {
                 jsonb_test(args, rows, |d, keys, i| {
-                    let mut all = true;
-                    for k in text_list_at(keys, i)? {
-                        all &= jsonb::has_key(d, &k).map_err(json_err)?;
-                    }
-                    Ok(all)
+                    jsonb::has_keys(d, &text_list_at(keys, i)?, true).map_err(json_err)
                 })
             },
         ),

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, Float64Array, Int32Array};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Decimal128Type, Float64Type, Int64Type, i256};
-use datafusion::common::Result as DfResult;
+use datafusion::common::{DataFusionError, Result as DfResult};
 use datafusion::logical_expr::TypeSignature;
 
 use crate::error::sqlstate;
@@ -182,15 +182,7 @@ fn float_map(
         .map(|a| {
             let t = a.data_type();
             if !(t.is_numeric() || matches!(t, DataType::Null | DataType::Utf8)) {
-                return Err(pg_error(
-                    sqlstate::UNDEFINED_FUNCTION,
-                    format!(
-                        "function {name}({}) does not exist",
-                        crate::sql::types::SqlType::from_arrow(t)
-                            .map(|t| t.display_name())
-                            .unwrap_or_else(|| t.to_string())
-                    ),
-                ));
+                return Err(no_such_function(name, &[a]));
             }
             Ok(cast(a, &DataType::Float64)?)
         })
@@ -215,6 +207,32 @@ fn float_map(
     Ok(Arc::new(Float64Array::from(out)))
 }
 
+/// 42883, naming the function with its arguments' types as Postgres does.
+fn no_such_function(name: &str, args: &[&ArrayRef]) -> DataFusionError {
+    let types: Vec<String> = args
+        .iter()
+        .map(|a| {
+            let t = a.data_type();
+            crate::sql::types::SqlType::from_arrow(t)
+                .map(|t| t.display_name())
+                .unwrap_or_else(|| t.to_string())
+        })
+        .collect();
+    pg_error(
+        sqlstate::UNDEFINED_FUNCTION,
+        format!("function {name}({}) does not exist", types.join(", ")),
+    )
+}
+
+/// The scale an exact number (an integer, or a `numeric`) is computed at: none for a float.
+fn exact_scale(t: &DataType) -> Option<i8> {
+    match t {
+        DataType::Decimal128(_, s) => Some((*s).max(0)),
+        t if integer_rank(t).is_some() => Some(0),
+        _ => None,
+    }
+}
+
 fn integer_rank(t: &DataType) -> Option<u8> {
     match t {
         DataType::Int8 | DataType::Int16 | DataType::UInt8 => Some(1),
@@ -233,34 +251,16 @@ fn mod_type(l: &DataType, r: &DataType) -> Option<DataType> {
             2 => DataType::Int32,
             _ => DataType::Int64,
         }),
-        _ => {
-            let scale = |t: &DataType| match t {
-                DataType::Decimal128(_, s) => Some(*s),
-                t if integer_rank(t).is_some() => Some(0),
-                _ => None,
-            };
-            let s = scale(l)?.max(scale(r)?);
-            Some(DataType::Decimal128(38, s))
-        }
+        _ => Some(DataType::Decimal128(
+            38,
+            exact_scale(l)?.max(exact_scale(r)?),
+        )),
     }
 }
 
 fn modulo(l: &ArrayRef, r: &ArrayRef) -> DfResult<ArrayRef> {
-    let t = mod_type(l.data_type(), r.data_type()).ok_or_else(|| {
-        let name = |t: &DataType| {
-            crate::sql::types::SqlType::from_arrow(t)
-                .map(|t| t.display_name())
-                .unwrap_or_else(|| t.to_string())
-        };
-        pg_error(
-            sqlstate::UNDEFINED_FUNCTION,
-            format!(
-                "function mod({}, {}) does not exist",
-                name(l.data_type()),
-                name(r.data_type())
-            ),
-        )
-    })?;
+    let t =
+        mod_type(l.data_type(), r.data_type()).ok_or_else(|| no_such_function("mod", &[l, r]))?;
     let zero = || pg_error(sqlstate::DIVISION_BY_ZERO, "division by zero");
     // computed in 64 (integers) or 128 bits (decimals at one scale), then cast back
     let wide = match &t {
@@ -311,20 +311,8 @@ fn modulo(l: &ArrayRef, r: &ArrayRef) -> DfResult<ArrayRef> {
 /// `div(a, b)`: the integer quotient of two numerics, truncated toward zero (a `numeric`
 /// of scale 0), as Postgres' `numeric_div_trunc`; 22012 for a zero divisor.
 fn div(l: &ArrayRef, r: &ArrayRef) -> DfResult<ArrayRef> {
-    let scale = |t: &DataType| match t {
-        DataType::Decimal128(_, s) => Some((*s).max(0)),
-        t if integer_rank(t).is_some() => Some(0),
-        _ => None,
-    };
-    let (Some(a), Some(b)) = (scale(l.data_type()), scale(r.data_type())) else {
-        return Err(pg_error(
-            sqlstate::UNDEFINED_FUNCTION,
-            format!(
-                "function div({}, {}) does not exist",
-                l.data_type(),
-                r.data_type()
-            ),
-        ));
+    let (Some(a), Some(b)) = (exact_scale(l.data_type()), exact_scale(r.data_type())) else {
+        return Err(no_such_function("div", &[l, r]));
     };
     let t = DataType::Decimal128(38, a.max(b));
     let (x, y) = (cast(l, &t)?, cast(r, &t)?);
@@ -387,15 +375,11 @@ fn bucket<T: PartialOrd + Copy>(
 /// argument is a float, else in doubles; Postgres' errors (2201G).
 fn width_bucket(args: &[ArrayRef]) -> DfResult<ArrayRef> {
     let bad = |msg: &str| pg_error(INVALID_ARGUMENT_FOR_WIDTH_BUCKET, msg.to_owned());
-    let exact_scale = args[..3]
+    let scale = args[..3]
         .iter()
-        .map(|a| match a.data_type() {
-            DataType::Decimal128(_, s) => Some((*s).max(0)),
-            t if integer_rank(t).is_some() => Some(0),
-            _ => None,
-        })
+        .map(|a| exact_scale(a.data_type()))
         .try_fold(0i8, |acc, s| s.map(|s| acc.max(s)));
-    match exact_scale {
+    match scale {
         Some(scale) => {
             each_bucket::<Decimal128Type>(args, &DataType::Decimal128(38, scale), |x, lo, hi, n| {
                 // floor(n * (the operand - from) / (the far bound - from)) + 1: both

@@ -428,3 +428,56 @@ pub fn quote_literal(t: &str) -> String {
     q.push('\'');
     q
 }
+
+/// The elements of a one-dimensional Postgres array literal (`{a,"b c",NULL}`); `None`
+/// when it is not one.
+pub fn parse_array_text(s: &str) -> Option<Vec<Option<String>>> {
+    let body = s.trim().strip_prefix('{')?.strip_suffix('}')?;
+    let mut out = Vec::new();
+    if body.trim().is_empty() {
+        return Some(out);
+    }
+    let mut chars = body.chars().peekable();
+    loop {
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        let mut item = String::new();
+        let quoted = chars.peek() == Some(&'"');
+        if quoted {
+            chars.next();
+            loop {
+                match chars.next()? {
+                    '\\' => item.push(chars.next()?),
+                    '"' => break,
+                    c => item.push(c),
+                }
+            }
+            while chars.peek().is_some_and(|c| c.is_whitespace()) {
+                chars.next();
+            }
+        } else {
+            while let Some(&c) = chars.peek() {
+                if c == ',' {
+                    break;
+                }
+                if c == '{' || c == '"' {
+                    return None;
+                }
+                item.push(c);
+                chars.next();
+            }
+            item = item.trim().to_owned();
+        }
+        out.push(if !quoted && item.eq_ignore_ascii_case("null") {
+            None
+        } else {
+            Some(item)
+        });
+        match chars.next() {
+            None => return Some(out),
+            Some(',') => continue,
+            Some(_) => return None,
+        }
+    }
+}
