@@ -23,4 +23,5 @@ pub mod time_zone;
 pub mod to_char;
 pub mod to_timestamp;
 pub mod types;
+pub mod uuid;
 pub mod windows;

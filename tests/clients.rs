@@ -265,6 +265,7 @@ async fn python_drivers_and_sqlalchemy() {
         "psycopg2 copy error",
         "psycopg2 named cursor subscribe",
         "psycopg any list",
+        "psycopg uuid",
         "psycopg regclass parameter",
         "psycopg savepoints",
         "psycopg copy",
@@ -362,6 +363,7 @@ data|2|two|2.25|null
 data|3|three|null|2024-05-05 05:05:05.0
 copyin|2
 copyout|10,copied/11,\"with,comma\"/
+uuid|UUID|a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11|uuid|1
 error|23505
 after|20
 fetched|6

@@ -436,39 +436,6 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
                 .collect::<StringArray>(),
         ))
     });
-    // weir_parse_array('{1,2,NULL,"a b"}'): Postgres array text as text[] (array
-    // parameters; see server::params::type_array_placeholders)
-    ctx.register_udf(ScalarUDF::new_from_impl(PgFunction {
-        name: "weir_parse_array",
-        signature: Signature::any(1, Volatility::Immutable),
-        ret: Box::new(|_| DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true)))),
-        imp: Box::new(|args, rows| {
-            let mut b = ListBuilder::new(StringBuilder::new());
-            let Some(a) = args.first() else {
-                return Ok(Arc::new(b.finish()));
-            };
-            let a = as_str(a)?;
-            for i in 0..rows {
-                if a.is_null(i) {
-                    b.append(false);
-                    continue;
-                }
-                let Some(items) = parse_array_text(a.value(i)) else {
-                    return Err(datafusion::error::DataFusionError::External(Box::new(
-                        crate::error::WeirError::new(
-                            crate::error::sqlstate::INVALID_TEXT_REPRESENTATION,
-                            format!("malformed array literal: \"{}\"", a.value(i)),
-                        ),
-                    )));
-                };
-                for item in items {
-                    b.values().append_option(item);
-                }
-                b.append(true);
-            }
-            Ok(Arc::new(b.finish()))
-        }),
-    }));
     // LIKE ... ESCAPE 'c' with a pattern known only at run time (see the rewriter)
     register_fn(ctx, "weir_like_escape", DataType::Utf8, |args, rows| {
         let (Some(p), Some(e)) = (args.first(), args.get(1)) else {
@@ -879,6 +846,7 @@ impl TypePlanner for WeirTypePlanner {
         }
         let declared = match sql_type {
             ast::DataType::JSON | ast::DataType::JSONB => Some(SqlType::Jsonb),
+            ast::DataType::Uuid => Some(SqlType::Uuid),
             // plain `varchar` too: the column is `character varying` on the wire, as in
             // Postgres, and a cast to it drops another row's `varchar(n)`
             ast::DataType::Varchar(_) | ast::DataType::CharacterVarying(_) => {
@@ -1242,6 +1210,24 @@ impl datafusion::logical_expr::planner::ExprPlanner for WeirExprPlanner {
         };
         let planned =
             |name: &'static str, args: Vec<Expr>| Ok(PlannerResult::Planned(pg(name, args)));
+        // `array = '{1,2}'`: the text constant is read as the array's type (Postgres types an
+        // untyped literal by the other operand; the cast reads array text)
+        let list_type = |e: &Expr| match e.get_type(schema) {
+            Ok(t @ DataType::List(_)) => Some(t),
+            _ => None,
+        };
+        let comparison = matches!(
+            expr.op,
+            B::Eq | B::NotEq | B::Lt | B::LtEq | B::Gt | B::GtEq
+        );
+        let mut expr = expr;
+        if comparison {
+            if let (Some(t), true) = (list_type(&expr.left), text_literal(&expr.right)) {
+                expr.right = datafusion::logical_expr::cast(expr.right, t);
+            } else if let (Some(t), true) = (list_type(&expr.right), text_literal(&expr.left)) {
+                expr.left = datafusion::logical_expr::cast(expr.left, t);
+            }
+        }
         match expr.op {
             B::Multiply if interval(&expr.left) && number(&expr.right) => {
                 return planned(

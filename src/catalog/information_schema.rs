@@ -68,6 +68,7 @@ fn data_type(t: &T) -> (String, String) {
         T::Interval => "interval",
         T::Bytea => "bytea",
         T::Jsonb => "jsonb",
+        T::Uuid => "uuid",
         T::Oid => "oid",
         T::Name => "name",
         T::InternalChar => "char",

@@ -427,6 +427,7 @@ pub fn format_type(type_oid: u32, typmod: i32) -> Option<String> {
             25 => T::Text,
             26 => T::Oid,
             114 | 3802 => T::Jsonb,
+            2950 => T::Uuid,
             700 => T::Float4,
             701 => T::Float8,
             1043 => T::Varchar(None),

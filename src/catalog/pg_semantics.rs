@@ -35,6 +35,7 @@ use crate::error::{WeirError, sqlstate};
 use crate::operators::float_sum::ExactSum;
 use crate::sql::numeric::{NumericArith, NumericOp, as_decimal};
 use crate::sql::pg_functions;
+use crate::sql::types::SqlType;
 
 /// Integer types whose arithmetic must not wrap, and how Postgres names them.
 fn integer_name(t: &DataType) -> Option<&'static str> {
@@ -505,11 +506,42 @@ impl AnalyzerRule for PgSemantics {
     }
 }
 
+/// An expression's SQL type, by its field (its metadata tells `jsonb` and `uuid` from text).
+fn declared_type(e: &Expr, schema: &DFSchema) -> Option<crate::sql::types::SqlType> {
+    e.to_field(schema)
+        .ok()
+        .and_then(|(_, f)| crate::sql::types::field_sql_type(&f))
+}
+
 /// Whether an expression is `jsonb` (text whose field says so).
 fn is_jsonb(e: &Expr, schema: &DFSchema) -> bool {
-    e.to_field(schema).is_ok_and(|(_, f)| {
-        crate::sql::types::field_sql_type(&f) == Some(crate::sql::types::SqlType::Jsonb)
-    })
+    declared_type(e, schema) == Some(crate::sql::types::SqlType::Jsonb)
+}
+
+/// The function that reads text as a value of a text-stored type (checked, canonical).
+fn text_input_function(field: &Field) -> Option<&'static str> {
+    match crate::sql::types::field_sql_type(field)? {
+        crate::sql::types::SqlType::Jsonb => Some(pg_functions::JSONB_IN),
+        crate::sql::types::SqlType::Uuid => Some(pg_functions::UUID_IN),
+        _ => None,
+    }
+}
+
+/// `uuid_column = 'A0EEBC99-...'`: a text constant meeting a `uuid` is read as one
+/// (Postgres types the literal by the other side), so it compares canonical to canonical.
+fn as_uuid_if_constant_text(e: Expr, other_is_uuid: bool) -> (Expr, bool) {
+    let constant_text = matches!(&e, Expr::Literal(ScalarValue::Utf8(Some(_)), _));
+    if other_is_uuid && constant_text {
+        (
+            Expr::Cast(datafusion::logical_expr::Cast::new_from_field(
+                Box::new(pg_udf(pg_functions::UUID_IN).call(vec![e])),
+                Arc::new(crate::sql::types::SqlType::Uuid.field("", true)),
+            )),
+            true,
+        )
+    } else {
+        (e, false)
+    }
 }
 
 /// The function whose value sorts `e` as Postgres orders its type, when arrow's order of
@@ -1183,6 +1215,11 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
                     Some(DataType::Boolean),
                 ));
             }
+            let is_uuid = |e: &Expr| declared_type(e, schema) == Some(SqlType::Uuid);
+            let (l_uuid, r_uuid) = (is_uuid(&l), is_uuid(&r));
+            let (l, l_read) = as_uuid_if_constant_text(l, r_uuid);
+            let (r, r_read) = as_uuid_if_constant_text(r, l_uuid);
+            let (lc, rc) = (lc || l_read, rc || r_read);
             let is_interval = |t: Option<DataType>, e: &Expr| {
                 matches!(type_of(e, t, schema), Some(DataType::Interval(_)))
             };
@@ -1267,15 +1304,42 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
                     true,
                     Some(data_type),
                 )),
-                // text to jsonb: checked and canonical (`sql::jsonb::normalize`)
-                (Some(DataType::Utf8), DataType::Utf8)
-                    if crate::sql::types::field_sql_type(&field)
-                        == Some(crate::sql::types::SqlType::Jsonb)
-                        && !is_jsonb(&x, schema) =>
+                // text to an array: read as Postgres array text, then its elements cast
+                // (arrow's cast would make the whole text one element)
+                (Some(DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View), DataType::List(_)) => {
+                    let parsed = pg_udf(pg_functions::PARSE_ARRAY).call(vec![x]);
+                    let (e, _, _) = rewrite_expr(
+                        Expr::Cast(datafusion::logical_expr::Cast {
+                            expr: Box::new(parsed),
+                            field,
+                        }),
+                        schema,
+                    )?;
+                    Ok((e, true, Some(data_type)))
+                }
+                // text[] to uuid[]: each element checked and canonical
+                (Some(DataType::List(from_elem)), DataType::List(to_elem))
+                    if crate::sql::types::field_sql_type(to_elem) == Some(SqlType::Uuid)
+                        && crate::sql::types::field_sql_type(from_elem) != Some(SqlType::Uuid) =>
                 {
                     Ok((
                         Expr::Cast(datafusion::logical_expr::Cast {
-                            expr: Box::new(pg_udf(pg_functions::JSONB_IN).call(vec![x])),
+                            expr: Box::new(pg_udf(pg_functions::UUID_IN).call(vec![x])),
+                            field,
+                        }),
+                        true,
+                        Some(data_type),
+                    ))
+                }
+                // text to jsonb or uuid: checked and canonical (`sql::jsonb::normalize`,
+                // `sql::uuid::canonical`)
+                (Some(DataType::Utf8), DataType::Utf8)
+                    if let Some(input) = text_input_function(&field)
+                        && declared_type(&x, schema) != crate::sql::types::field_sql_type(&field) =>
+                {
+                    Ok((
+                        Expr::Cast(datafusion::logical_expr::Cast {
+                            expr: Box::new(pg_udf(input).call(vec![x])),
                             field,
                         }),
                         true,
@@ -1375,6 +1439,27 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
             )
             .end()?;
             Ok((guarded, true, None))
+        }
+        Expr::InList(il) => {
+            // `uuid_column IN ('A0EEBC99-...', ...)`: the constants read as uuids
+            let (x, mut changed, _) = rewrite_expr(*il.expr, schema)?;
+            let uuid = declared_type(&x, schema) == Some(SqlType::Uuid);
+            let mut list = Vec::with_capacity(il.list.len());
+            for item in il.list {
+                let (item, c, _) = rewrite_expr(item, schema)?;
+                let (item, read) = as_uuid_if_constant_text(item, uuid);
+                changed |= c || read;
+                list.push(item);
+            }
+            Ok((
+                Expr::InList(datafusion::logical_expr::expr::InList::new(
+                    Box::new(x),
+                    list,
+                    il.negated,
+                )),
+                changed,
+                Some(DataType::Boolean),
+            ))
         }
         Expr::Negative(inner) => {
             let (x, c, t) = rewrite_expr(*inner, schema)?;

@@ -1716,14 +1716,6 @@ fn rewrite_expr(expr: &mut Expr) {
                     }
                 }
             }
-            // '{a,b}' compared with an array: an array literal
-            if matches!(op, BinaryOperator::Eq | BinaryOperator::NotEq) {
-                for side in [left.as_mut(), right.as_mut()] {
-                    if let Some(arr) = array_literal(side) {
-                        *side = arr;
-                    }
-                }
-            }
             if let BinaryOperator::PGCustomBinaryOperator(parts) = op
                 && let Some(last) = parts.last()
             {
@@ -1903,12 +1895,6 @@ fn rewrite_expr(expr: &mut Expr) {
             kind,
             ..
         } => {
-            // '{1,2}'::int[]: the array literal as an ARRAY, then cast
-            if matches!(data_type, ast::DataType::Array(_))
-                && let Some(arr) = array_literal(inner)
-            {
-                **inner = arr;
-            }
             if *data_type == ast::DataType::Regclass {
                 let arg = std::mem::replace(inner.as_mut(), Expr::value(ast::Value::Null));
                 *expr = call("weir_regclass", vec![arg]);

@@ -72,6 +72,7 @@ impl JsonDecoder {
                 | SqlType::Numeric(_)
                 | SqlType::Text
                 | SqlType::Varchar(_)
+                | SqlType::Uuid
                 | SqlType::Date => Kind::Direct,
                 _ => {
                     return Err(WeirError::not_supported(format!(
@@ -283,6 +284,30 @@ pub(crate) fn finish(
                 }
                 a
             }
+            // any of uuid's input forms, stored canonical
+            SqlType::Uuid => match a.as_any().downcast_ref::<StringArray>() {
+                Some(s) => {
+                    let mut out = StringBuilder::with_capacity(s.len(), s.len() * 36);
+                    for (r, v) in s.iter().enumerate() {
+                        match v.map(crate::sql::uuid::canonical) {
+                            None => out.append_null(),
+                            Some(Ok(u)) => out.append_value(u),
+                            Some(Err(e)) => {
+                                if !bad[r] {
+                                    bad[r] = true;
+                                    errors.push((
+                                        good[r],
+                                        format!("column \"{}\": {}", c.name, e.message),
+                                    ));
+                                }
+                                out.append_null();
+                            }
+                        }
+                    }
+                    Arc::new(out.finish())
+                }
+                None => a,
+            },
             _ => a,
         };
         if !c.nullable {
@@ -385,6 +410,28 @@ mod tests {
             ty,
             nullable,
         }
+    }
+
+    #[test]
+    fn uuid_columns_are_stored_canonical_and_bad_ones_are_errors() {
+        let d = JsonDecoder::new(&[col("id", SqlType::Uuid, false)]).unwrap();
+        let msgs: Vec<Option<&[u8]>> = vec![
+            Some(br#"{"id": "A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11"}"#),
+            Some(br#"{"id": "not a uuid"}"#),
+            Some(br#"{"id": "{b0eebc99-9c0b4ef8-bb6d6bb9-bd380a11}"}"#),
+        ];
+        let out = d.decode(&msgs);
+        assert_eq!(out.rows, vec![0, 2]);
+        assert_eq!(out.errors.len(), 1);
+        assert_eq!(out.errors[0].0, 1);
+        assert!(
+            out.errors[0]
+                .1
+                .contains("invalid input syntax for type uuid")
+        );
+        let ids = datafusion::arrow::array::AsArray::as_string::<i32>(out.batch.column(0));
+        assert_eq!(ids.value(0), "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11");
+        assert_eq!(ids.value(1), "b0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11");
     }
 
     #[test]

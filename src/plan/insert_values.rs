@@ -52,8 +52,9 @@ fn adapt(text: String, ty: &SqlType) -> Option<String> {
         SqlType::TimestampTz => {
             Some(crate::sql::datetime_in::normalize(&text, true).unwrap_or(text))
         }
-        // bytea literals take the general path (hex and escape forms)
-        SqlType::Bytea => None,
+        // bytea literals take the general path (hex and escape forms), and so do arrays
+        // (Postgres array text: arrow's cast would make the whole text one element)
+        SqlType::Bytea | SqlType::Array(_) => None,
         SqlType::Bool => match text.to_ascii_lowercase().as_str() {
             "t" | "true" | "y" | "yes" | "on" | "1" => Some("true".into()),
             "f" | "false" | "n" | "no" | "off" | "0" => Some("false".into()),
@@ -264,6 +265,7 @@ pub fn scanned_rows(
             SqlType::Text
             | SqlType::Varchar(_)
             | SqlType::Jsonb
+            | SqlType::Uuid
             | SqlType::Int2
             | SqlType::Int4
             | SqlType::Int8

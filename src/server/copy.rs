@@ -562,6 +562,16 @@ fn cast_text(
             let a: ArrayRef = Arc::new(b.finish());
             return cast_plain(&a, target, text, &bad);
         }
+        SqlType::Uuid => {
+            // checked here to name the row; stored canonical by the table
+            if let Some(row) = text
+                .iter()
+                .position(|v| v.is_some_and(|v| crate::sql::uuid::parse(v).is_none()))
+            {
+                return Err(bad(row, text.value(row)));
+            }
+            return cast_plain(&(Arc::new(text.clone()) as ArrayRef), target, text, &bad);
+        }
         SqlType::Interval => {
             let normalized: StringArray = text
                 .iter()

@@ -68,7 +68,7 @@ fn type_size(t: &SqlType) -> i16 {
         | SqlType::Timestamp
         | SqlType::TimestampTz
         | SqlType::Time => 8,
-        SqlType::Interval => 16,
+        SqlType::Interval | SqlType::Uuid => 16,
         SqlType::Name => 64,
         _ => -1,
     }
@@ -264,12 +264,20 @@ fn encode_column(col: &ArrayRef, plan: &ColumnPlan, rows: &mut [BytesMut]) -> Re
         DataType::Utf8 => {
             let a = col.as_any().downcast_ref::<StringArray>().expect("Utf8");
             let jsonb_binary = binary && plan.ty == SqlType::Jsonb;
+            let uuid_binary = binary && plan.ty == SqlType::Uuid;
             for i in 0..n {
                 put(i, &mut |b| {
                     if jsonb_binary {
                         b.put_u8(1);
                     }
-                    b.put_slice(a.value(i).as_bytes())
+                    match uuid_binary
+                        .then(|| crate::sql::uuid::to_bytes(a.value(i)))
+                        .flatten()
+                    {
+                        // uuid's binary form: its 16 bytes
+                        Some(bytes) => b.put_slice(&bytes),
+                        None => b.put_slice(a.value(i).as_bytes()),
+                    }
                 });
             }
         }

@@ -87,6 +87,7 @@ fn decode_binary(raw: &[u8], declared: &Type, i: usize) -> Result<ScalarValue> {
             Some("UTC".into()),
         ),
         1700 => ScalarValue::Utf8(Some(numeric_from_binary(raw, i)?)),
+        2950 => ScalarValue::Utf8(Some(crate::sql::uuid::from_bytes(&fixed(raw, i, "uuid")?))),
         other => {
             return Err(WeirError::not_supported(format!(
                 "binary format for parameter {} of type OID {other} is not supported; send it as text",
@@ -240,6 +241,9 @@ pub fn decode(
                         protocol_error(format!("binary parameter {} needs a declared type", i + 1))
                     })?;
                     decode_binary(bytes, &dt, i)?
+                } else if declared_ty.as_ref().is_some_and(|t| t.oid() == 2950) {
+                    // a uuid in any of its input forms compares as the canonical one
+                    ScalarValue::Utf8(Some(crate::sql::uuid::canonical(&utf8(bytes, i)?)?))
                 } else {
                     ScalarValue::Utf8(Some(utf8(bytes, i)?))
                 };
@@ -339,6 +343,7 @@ pub fn type_array_placeholders(stmt: &mut crate::sql::parser::Statement, types: 
                 1700 => "NUMERIC",
                 1082 => "DATE",
                 1114 => "TIMESTAMP",
+                2950 => "UUID",
                 _ => return None,
             };
             let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
@@ -374,7 +379,7 @@ pub fn type_array_placeholders(stmt: &mut crate::sql::parser::Statement, types: 
     fn parse_call(arg: ast::Expr) -> ast::Expr {
         ast::Expr::Function(ast::Function {
             name: ast::ObjectName(vec![ast::ObjectNamePart::Identifier(ast::Ident::new(
-                "weir_parse_array",
+                crate::sql::pg_functions::PARSE_ARRAY,
             ))]),
             uses_odbc_syntax: false,
             parameters: ast::FunctionArguments::None,

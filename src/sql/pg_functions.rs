@@ -79,8 +79,8 @@ impl ScalarUDFImpl for PgFunction {
     fn return_type(&self, arg_types: &[DataType]) -> DfResult<DataType> {
         Ok((self.ret)(arg_types))
     }
-    /// The result's field: a `jsonb` result carries the type (Arrow's is text), so an
-    /// operator over it (`jsonb_set(..) || '{..}'`) is jsonb's.
+    /// The result's field: a `jsonb` or `uuid` result carries the type (Arrow's is text),
+    /// so an operator over it (`jsonb_set(..) || '{..}'`) is jsonb's.
     fn return_field_from_args(
         &self,
         args: datafusion::logical_expr::ReturnFieldArgs,
@@ -91,10 +91,9 @@ impl ScalarUDFImpl for PgFunction {
             .map(|f| f.data_type().clone())
             .collect();
         let field = Field::new(self.name, (self.ret)(&types), true);
-        Ok(Arc::new(if JSONB_RESULTS.contains(&self.name) {
-            crate::sql::types::SqlType::Jsonb.field(self.name, true)
-        } else {
-            field
+        Ok(Arc::new(match declared_result(self.name) {
+            Some(t) if t.arrow_type() == *field.data_type() => t.field(self.name, true),
+            _ => field,
         }))
     }
     /// A volatile function (`nextval`) gets one row per input row even for constant
@@ -135,8 +134,8 @@ fn strings(a: &ArrayRef) -> DfResult<StringArray> {
     Ok(cast(a, &DataType::Utf8)?.as_string::<i32>().clone())
 }
 
-/// A text result per JSON text (NULL for NULL).
-fn json_scalar(a: &ArrayRef, f: impl Fn(&str) -> Result<String, WeirError>) -> DfResult<ArrayRef> {
+/// A text result per text (NULL for NULL).
+fn map_text(a: &ArrayRef, f: impl Fn(&str) -> Result<String, WeirError>) -> DfResult<ArrayRef> {
     let a = strings(a)?;
     let mut out = StringBuilder::with_capacity(a.len(), a.len() * 8);
     for v in a.iter() {
@@ -221,6 +220,12 @@ pub const DATETIME_PLUS: &str = "weir_datetime_plus";
 pub const DATETIME_MINUS: &str = "weir_datetime_minus";
 /// Text as `jsonb` input: checked and in its canonical form (`sql::jsonb::normalize`).
 pub const JSONB_IN: &str = "weir_jsonb_in";
+/// Postgres array text (`'{1,2,NULL,"a b"}'`) as a `text[]`: what a cast of text to an
+/// array reads first (its elements are then cast to the element type), and array
+/// parameters (`server::params::type_array_placeholders`).
+pub const PARSE_ARRAY: &str = "weir_parse_array";
+/// Text as `uuid` input: checked and canonical (`sql::uuid::canonical`).
+pub const UUID_IN: &str = "weir_uuid_in";
 /// A `jsonb` value's sort key (`sql::jsonb::sort_key`).
 pub const JSONB_SORT_KEY: &str = "weir_jsonb_sort_key";
 pub const TIMESTAMPTZ_IN: &str = "weir_timestamptz_in";
@@ -557,8 +562,66 @@ fn definitions() -> Vec<PgFunction> {
             JSONB_IN,
             TypeSignature::Any(1),
             |_| DataType::Utf8,
-            |args, _| json_scalar(&args[0], crate::sql::jsonb::normalize),
+            |args, _| map_text(&args[0], crate::sql::jsonb::normalize),
         ),
+        immutable(
+            PARSE_ARRAY,
+            TypeSignature::Any(1),
+            |_| DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true))),
+            |args, _| {
+                let a = strings(&args[0])?;
+                let mut b = ListBuilder::new(StringBuilder::new());
+                for v in a.iter() {
+                    let Some(v) = v else {
+                        b.append(false);
+                        continue;
+                    };
+                    let items = crate::sql::pg_text::parse_array_text(v).ok_or_else(|| {
+                        pg_error(
+                            sqlstate::INVALID_TEXT_REPRESENTATION,
+                            format!("malformed array literal: \"{v}\""),
+                        )
+                    })?;
+                    for item in items {
+                        b.values().append_option(item);
+                    }
+                    b.append(true);
+                }
+                Ok(Arc::new(b.finish()))
+            },
+        ),
+        // over text, or over a text[]'s elements (`CAST($1 AS uuid[])`)
+        immutable(
+            UUID_IN,
+            TypeSignature::Any(1),
+            |t| match t.first() {
+                Some(list @ DataType::List(_)) => list.clone(),
+                _ => DataType::Utf8,
+            },
+            |args, _| {
+                let a = match args[0].data_type() {
+                    DataType::List(_) => args[0].clone(),
+                    _ => Arc::new(strings(&args[0])?) as ArrayRef,
+                };
+                Ok(
+                    crate::sql::pg_text::map_texts(&a, crate::sql::uuid::canonical)
+                        .map_err(json_err)?
+                        .unwrap_or(a),
+                )
+            },
+        ),
+        PgFunction {
+            name: "gen_random_uuid",
+            signature: Signature::nullary(Volatility::Volatile),
+            ret: Box::new(|_| DataType::Utf8),
+            imp: Box::new(|_, rows| {
+                let mut out = StringBuilder::with_capacity(rows, rows * 36);
+                for _ in 0..rows {
+                    out.append_value(crate::sql::uuid::random());
+                }
+                Ok(Arc::new(out.finish()))
+            }),
+        },
         immutable(
             JSONB_SORT_KEY,
             TypeSignature::Any(1),
@@ -611,6 +674,18 @@ fn definitions() -> Vec<PgFunction> {
     .chain(json_definitions())
     .chain(crate::sql::pg_math::definitions())
     .collect()
+}
+
+/// The declared type of a function's result where Arrow's (text) does not say it.
+fn declared_result(name: &str) -> Option<crate::sql::types::SqlType> {
+    use crate::sql::types::SqlType;
+    if JSONB_RESULTS.contains(&name) {
+        Some(SqlType::Jsonb)
+    } else if name == UUID_IN || name == "gen_random_uuid" {
+        Some(SqlType::Uuid)
+    } else {
+        None
+    }
 }
 
 /// The functions here whose result is a `jsonb` (typed as text in Arrow).
@@ -769,7 +844,7 @@ fn jsonb_operators() -> Vec<PgFunction> {
         "jsonb_pretty",
         TypeSignature::Any(1),
         |_| DataType::Utf8,
-        |args, _| json_scalar(&args[0], jsonb::pretty),
+        |args, _| map_text(&args[0], jsonb::pretty),
     ));
     out.push(immutable(
         "jsonb_set",
@@ -804,7 +879,7 @@ fn jsonb_operators() -> Vec<PgFunction> {
             name,
             TypeSignature::Any(1),
             |_| DataType::Utf8,
-            |args, _| json_scalar(&args[0], jsonb::strip_nulls),
+            |args, _| map_text(&args[0], jsonb::strip_nulls),
         ));
     }
     out.extend(vec![
@@ -916,7 +991,7 @@ fn json_definitions() -> Vec<PgFunction> {
             n,
             TypeSignature::Any(1),
             |_| DataType::Utf8,
-            |args, _| json_scalar(&args[0], |t| jsonb::type_of(t).map(str::to_owned)),
+            |args, _| map_text(&args[0], |t| jsonb::type_of(t).map(str::to_owned)),
         ));
     }
     for n in ["jsonb_array_length", "json_array_length"] {
@@ -985,12 +1060,10 @@ pub fn register(ctx: &SessionContext) {
     for f in definitions() {
         ctx.register_udf(ScalarUDF::new_from_impl(f));
     }
-    // Postgres' names of functions DataFusion has under others (`gen_random_uuid` is a
-    // text here: Weir has no uuid type)
+    // Postgres' names of functions DataFusion has under others
     for (f, alias) in [
         (datafusion::functions::math::signum(), "sign"),
         (datafusion::functions::math::ceil(), "ceiling"),
-        (datafusion::functions::string::uuid(), "gen_random_uuid"),
     ] {
         ctx.register_udf(f.as_ref().clone().with_aliases([alias]));
     }

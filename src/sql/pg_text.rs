@@ -429,6 +429,46 @@ pub fn quote_literal(t: &str) -> String {
     q
 }
 
+/// A text column (or a text[] column's elements) read by a type's input function (`jsonb`,
+/// `uuid`: checked, canonical). `None` when every value is already in its canonical form
+/// (or the column is not text), so a caller keeps its array.
+pub fn map_texts(
+    a: &datafusion::arrow::array::ArrayRef,
+    f: impl Fn(&str) -> crate::error::Result<String>,
+) -> crate::error::Result<Option<datafusion::arrow::array::ArrayRef>> {
+    use datafusion::arrow::array::{Array, AsArray, ListArray, StringBuilder};
+    use datafusion::arrow::datatypes::{DataType, Field};
+    use std::sync::Arc;
+    if let Some(list) = a.as_list_opt::<i32>() {
+        let Some(values) = map_texts(list.values(), f)? else {
+            return Ok(None);
+        };
+        let field = Arc::new(Field::new_list_field(DataType::Utf8, true));
+        return Ok(Some(Arc::new(ListArray::try_new(
+            field,
+            list.offsets().clone(),
+            values,
+            list.nulls().cloned(),
+        )?)));
+    }
+    let Some(s) = a.as_string_opt::<i32>() else {
+        return Ok(None);
+    };
+    let mut changed = false;
+    let mut out = StringBuilder::with_capacity(s.len(), s.value_data().len());
+    for v in s.iter() {
+        match v {
+            None => out.append_null(),
+            Some(v) => {
+                let n = f(v)?;
+                changed |= n != v;
+                out.append_value(n);
+            }
+        }
+    }
+    Ok(changed.then(|| Arc::new(out.finish()) as datafusion::arrow::array::ArrayRef))
+}
+
 /// The elements of a one-dimensional Postgres array literal (`{a,"b c",NULL}`); `None`
 /// when it is not one.
 pub fn parse_array_text(s: &str) -> Option<Vec<Option<String>>> {

@@ -49,6 +49,8 @@ pub enum SqlType {
     Interval,
     Bytea,
     Jsonb,
+    /// `uuid`, stored as its canonical text (`sql::uuid`).
+    Uuid,
     /// System types that catalog tables expose: `oid`, `name`, `"char"`.
     Oid,
     Name,
@@ -94,6 +96,7 @@ impl SqlType {
             D::Interval { .. } => SqlType::Interval,
             D::Bytea => SqlType::Bytea,
             D::JSONB | D::JSON => SqlType::Jsonb,
+            D::Uuid => SqlType::Uuid,
             D::Array(def) => match def {
                 ast::ArrayElemTypeDef::AngleBracket(t)
                 | ast::ArrayElemTypeDef::SquareBracket(t, _)
@@ -109,6 +112,7 @@ impl SqlType {
                 match n.trim_start_matches("pg_catalog.") {
                     "timestamptz" => SqlType::TimestampTz,
                     "jsonb" | "json" => SqlType::Jsonb,
+                    "uuid" => SqlType::Uuid,
                     "int2" => SqlType::Int2,
                     "int4" => SqlType::Int4,
                     "int8" => SqlType::Int8,
@@ -141,7 +145,7 @@ impl SqlType {
             SqlType::Numeric(None) => {
                 DataType::Decimal128(NUMERIC_DEFAULT_PRECISION, NUMERIC_DEFAULT_SCALE)
             }
-            SqlType::Text | SqlType::Varchar(_) | SqlType::Jsonb => DataType::Utf8,
+            SqlType::Text | SqlType::Varchar(_) | SqlType::Jsonb | SqlType::Uuid => DataType::Utf8,
             SqlType::Date => DataType::Date32,
             SqlType::Time => DataType::Time64(TimeUnit::Microsecond),
             SqlType::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
@@ -175,6 +179,7 @@ impl SqlType {
             SqlType::Interval => 1186,
             SqlType::Bytea => 17,
             SqlType::Jsonb => 3802,
+            SqlType::Uuid => 2950,
             SqlType::Oid => 26,
             SqlType::Name => 19,
             SqlType::InternalChar => 18,
@@ -212,6 +217,7 @@ impl SqlType {
             SqlType::Interval => "interval".into(),
             SqlType::Bytea => "bytea".into(),
             SqlType::Jsonb => "jsonb".into(),
+            SqlType::Uuid => "uuid".into(),
             SqlType::Oid => "oid".into(),
             SqlType::Name => "name".into(),
             SqlType::InternalChar => "\"char\"".into(),
@@ -238,6 +244,7 @@ impl SqlType {
             "interval" => SqlType::Interval,
             "bytea" => SqlType::Bytea,
             "jsonb" => SqlType::Jsonb,
+            "uuid" => SqlType::Uuid,
             "oid" => SqlType::Oid,
             "name" => SqlType::Name,
             "\"char\"" => SqlType::InternalChar,
@@ -340,6 +347,7 @@ pub fn array_oid(element_oid: u32) -> Option<u32> {
         1186 => 1187,
         1700 => 1231,
         3802 => 3807,
+        2950 => 2951,
         _ => return None,
     })
 }
@@ -405,6 +413,7 @@ mod tests {
             SqlType::Varchar(Some(20)),
             SqlType::TimestampTz,
             SqlType::Jsonb,
+            SqlType::Uuid,
         ] {
             assert_eq!(SqlType::from_display_name(&t.display_name()), Some(t));
         }

@@ -1700,32 +1700,23 @@ impl TableStore {
         Ok(concat_batches(&self.schema, &typed)?)
     }
 
-    /// Declared-type checks arrow types do not express: varchar(n) lengths, and `jsonb`
-    /// values (checked and stored in Postgres' canonical form, `sql::jsonb`); floats' NaNs
-    /// stored as the one NaN Postgres has. Returns the batch as it is stored.
+    /// Declared-type checks arrow types do not express: varchar(n) lengths, and `jsonb` and
+    /// `uuid` values (checked and stored in Postgres' canonical form, `sql::jsonb`,
+    /// `sql::uuid`); floats' NaNs stored as the one NaN Postgres has. Returns the batch as
+    /// it is stored.
     fn check_constraints(&self, batch: RecordBatch) -> Result<RecordBatch> {
         let mut batch = crate::sql::pg_functions::canonical_nans(batch)?;
         for (i, t) in self.column_types.iter().enumerate() {
-            if *t == SqlType::Jsonb
-                && let Some(col) = batch.column(i).as_any().downcast_ref::<StringArray>()
-            {
-                let mut changed = false;
-                let mut out: Vec<Option<String>> = Vec::with_capacity(col.len());
-                for v in col.iter() {
-                    match v {
-                        None => out.push(None),
-                        Some(v) => {
-                            let n = crate::sql::jsonb::normalize(v)?;
-                            changed |= n != v;
-                            out.push(Some(n));
-                        }
-                    }
-                }
-                if changed {
-                    let mut cols = batch.columns().to_vec();
-                    cols[i] = Arc::new(StringArray::from(out));
-                    batch = RecordBatch::try_new(batch.schema(), cols)?;
-                }
+            let canonical: fn(&str) -> Result<String> = match t {
+                SqlType::Jsonb => crate::sql::jsonb::normalize,
+                SqlType::Uuid => crate::sql::uuid::canonical,
+                SqlType::Array(e) if **e == SqlType::Uuid => crate::sql::uuid::canonical,
+                _ => continue,
+            };
+            if let Some(col) = crate::sql::pg_text::map_texts(batch.column(i), canonical)? {
+                let mut cols = batch.columns().to_vec();
+                cols[i] = col;
+                batch = RecordBatch::try_new(batch.schema(), cols)?;
             }
         }
         self.check_lengths(&batch)?;

@@ -55,6 +55,24 @@ public class JdbcCheck {
             java.io.StringWriter w = new java.io.StringWriter();
             cm.copyOut("COPY (SELECT id, name FROM jt WHERE id >= 10 ORDER BY id) TO STDOUT (FORMAT csv)", w);
             row("copyout", w.toString().replace("\n", "/"));
+            // uuid: setObject sends it in binary (16 bytes); getObject reads a java.util.UUID
+            try (Statement s = c.createStatement()) {
+                s.execute("CREATE TABLE ju (id uuid PRIMARY KEY, n int)");
+            }
+            UUID u = UUID.fromString("A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11");
+            try (PreparedStatement ps = c.prepareStatement("INSERT INTO ju VALUES (?, ?)")) {
+                ps.setObject(1, u);
+                ps.setInt(2, 1);
+                ps.executeUpdate();
+            }
+            try (PreparedStatement ps = c.prepareStatement("SELECT id, n FROM ju WHERE id = ?")) {
+                ps.setObject(1, u);
+                try (ResultSet rs = ps.executeQuery()) {
+                    while (rs.next())
+                        row("uuid", rs.getObject(1).getClass().getSimpleName(), rs.getObject(1),
+                            rs.getMetaData().getColumnTypeName(1), rs.getInt(2));
+                }
+            }
             c.setAutoCommit(false);
             try (Statement s = c.createStatement()) {
                 s.execute("INSERT INTO jt VALUES (20, 'kept', 1, NULL)");

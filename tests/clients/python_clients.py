@@ -136,6 +136,25 @@ def check_psycopg3():
     assert names == [("bob",), ("cat",)], names
     ok("psycopg any list")
 
+    # uuid: Python UUIDs in and out, as text and as binary parameters, and in lists
+    import uuid
+
+    conn.execute("CREATE TABLE py_uuid (id uuid PRIMARY KEY DEFAULT gen_random_uuid(), n int)")
+    u = uuid.UUID("A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11")
+    conn.execute("INSERT INTO py_uuid VALUES (%s, 1)", [u])
+    conn.cursor(binary=True).execute("INSERT INTO py_uuid VALUES (%b, 2)", [uuid.UUID(int=7)])
+    conn.execute("INSERT INTO py_uuid (n) VALUES (3)")
+    got = conn.execute("SELECT id, n FROM py_uuid WHERE id = %s", [u]).fetchall()
+    assert got == [(u, 1)], got
+    got = conn.cursor(binary=True).execute("SELECT id FROM py_uuid WHERE n = %b", [2]).fetchall()
+    assert got == [(uuid.UUID(int=7),)], got
+    got = conn.execute("SELECT n FROM py_uuid WHERE id = ANY(%s) ORDER BY n", [[u, uuid.UUID(int=7)]]).fetchall()
+    assert got == [(1,), (2,)], got
+    (generated,) = conn.execute("SELECT id FROM py_uuid WHERE n = 3").fetchone()
+    assert isinstance(generated, uuid.UUID) and generated.version == 4, generated
+    conn.execute("DROP TABLE py_uuid")
+    ok("psycopg uuid")
+
     # ::regclass on a bound parameter gives the table's pg_class OID
     (oid,) = conn.execute("SELECT %s::regclass::oid", ["orders"]).fetchone()
     (relname,) = conn.execute("SELECT relname FROM pg_class WHERE oid = %s", [oid]).fetchone()
