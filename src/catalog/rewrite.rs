@@ -1477,6 +1477,54 @@ fn similar_to(expr: &mut Expr) -> crate::error::Result<()> {
 fn rewrite_expr(expr: &mut Expr) {
     int4_operands(expr);
     match expr {
+        // `x BETWEEN SYMMETRIC a AND b` (marked by the parser): `(x BETWEEN a AND b) OR
+        // (x BETWEEN b AND a)`, as Postgres defines it; NOT of that for `NOT BETWEEN`
+        Expr::Between { low, .. }
+            if matches!(low.as_ref(), Expr::Function(f)
+                if f.name.to_string() == crate::sql::parser::SYMMETRIC_MARKER) =>
+        {
+            let null = || Expr::value(ast::Value::Null);
+            let Expr::Between {
+                expr: x,
+                negated,
+                low,
+                high,
+            } = std::mem::replace(expr, null())
+            else {
+                return;
+            };
+            let low = match *low {
+                Expr::Function(ast::Function {
+                    args: ast::FunctionArguments::List(mut list),
+                    ..
+                }) if list.args.len() == 1 => match list.args.remove(0) {
+                    ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e)) => e,
+                    _ => null(),
+                },
+                _ => null(),
+            };
+            let between = |a: &Expr, b: &Expr| {
+                Expr::Nested(Box::new(Expr::Between {
+                    expr: x.clone(),
+                    negated: false,
+                    low: Box::new(a.clone()),
+                    high: Box::new(b.clone()),
+                }))
+            };
+            let either = Expr::Nested(Box::new(Expr::BinaryOp {
+                left: Box::new(between(&low, &high)),
+                op: BinaryOperator::Or,
+                right: Box::new(between(&high, &low)),
+            }));
+            *expr = if negated {
+                Expr::Nested(Box::new(Expr::UnaryOp {
+                    op: ast::UnaryOperator::Not,
+                    expr: Box::new(either),
+                }))
+            } else {
+                either
+            };
+        }
         // `x op ANY(array)` / `ALL`: Postgres' three-valued logic over the elements
         Expr::AnyOp {
             compare_op, right, ..

@@ -950,7 +950,7 @@ fn reading(sql: &str, table: &str, how: Reads<'_>) -> Result<Option<String>> {
         blocked: false,
     };
     let _ = q.visit(&mut v);
-    Ok((!v.blocked).then(|| q.to_string()))
+    Ok((!v.blocked).then(|| crate::sql::parser::query_text(&q)))
 }
 
 /// [`reading`] under a new name.

@@ -183,7 +183,7 @@ impl Engine {
         );
         dependencies.sort_unstable();
         dependencies.dedup();
-        let query = v.query.to_string();
+        let query = crate::sql::parser::query_text(&v.query);
         if let Some(e) = existing {
             // Postgres' rule: the new query may add columns at the end, not change them
             if columns.len() < e.desc.columns.len() {

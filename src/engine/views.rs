@@ -205,7 +205,7 @@ impl Engine {
         let mut dependencies = graph.sources();
         // the plain views it reads (expanded into it) keep it from being dropped under it
         dependencies.extend(self.expand_plain_views(&mut (*cv.query).clone())?);
-        let query = cv.query.to_string();
+        let query = crate::sql::parser::query_text(&cv.query);
         let correct = view_options(&cv.options, cv.emit_on_window_close)?.correct;
         let append_only = (cv.emit_on_window_close && !correct)
             || graph.only_inserts(|oid| {

@@ -519,6 +519,7 @@ pub fn parse_tree(sql: &str, memory: usize) -> Result<Vec<Parsed>> {
     // before any tree exists: a statement too deep to plan is refused here (54001)
     crate::sql::depth::check(tokens.iter().map(|t| &t.token))?;
     let tokens = mark_asof_joins(tokens)?;
+    let tokens = mark_symmetric_between(tokens);
     let recognizes = tokens.iter().any(|t| is_word(t, "MATCH_RECOGNIZE"));
     let tokens = move_within_into_define(tokens)?;
     let (tokens, emit_marks) = preprocess(tokens);
@@ -769,6 +770,131 @@ fn pattern_question_marks(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
         }
         if !matches!(t.token, Token::Whitespace(_)) {
             after_pattern = is_word(&t, "PATTERN");
+        }
+        out.push(t);
+    }
+    out
+}
+
+/// The marker function [`mark_symmetric_between`] wraps a `BETWEEN SYMMETRIC`'s low bound in.
+pub const SYMMETRIC_MARKER: &str = "__weir_symmetric";
+
+/// A query's text to store (a view's definition): as sqlparser prints it, with a marked
+/// `BETWEEN SYMMETRIC` (see [`mark_symmetric_between`]) written back as the user wrote it.
+pub fn query_text(q: &ast::Query) -> String {
+    let text = q.to_string();
+    let marker = format!("BETWEEN {SYMMETRIC_MARKER}(");
+    if !text.contains(&marker) {
+        return text;
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find(&marker) {
+        out.push_str(&rest[..at]);
+        out.push_str("BETWEEN SYMMETRIC ");
+        rest = &rest[at + marker.len()..];
+        // the marker's closing parenthesis (quoted text and identifiers skipped)
+        let (mut depth, mut quote) = (0i32, None::<char>);
+        let mut close = None;
+        for (i, c) in rest.char_indices() {
+            match (quote, c) {
+                (Some(q), c) if c == q => quote = None,
+                (Some(_), _) => {}
+                (None, '\'' | '"') => quote = Some(c),
+                (None, '(') => depth += 1,
+                (None, ')') if depth == 0 => {
+                    close = Some(i);
+                    break;
+                }
+                (None, ')') => depth -= 1,
+                _ => {}
+            }
+        }
+        match close {
+            Some(i) => {
+                out.push_str(&rest[..i]);
+                rest = &rest[i + 1..];
+            }
+            None => break,
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `x [NOT] BETWEEN SYMMETRIC a AND b` (sqlparser does not parse SYMMETRIC) becomes
+/// `x [NOT] BETWEEN __weir_symmetric(a) AND b`, which `catalog::rewrite` turns into Postgres'
+/// meaning, `(x BETWEEN a AND b) OR (x BETWEEN b AND a)`; `BETWEEN ASYMMETRIC` is plain
+/// `BETWEEN`. The low bound ends at the first `AND` outside parentheses, brackets and
+/// `CASE ... END` (the grammar's rule: a bound binds tighter than `AND`).
+fn mark_symmetric_between(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    if !tokens
+        .iter()
+        .any(|t| is_word(t, "SYMMETRIC") || is_word(t, "ASYMMETRIC"))
+    {
+        return tokens;
+    }
+    let sig = significant(&tokens);
+    let mut drop = vec![false; tokens.len()];
+    let mut opens: Vec<usize> = Vec::new();
+    let mut closes: Vec<usize> = Vec::new();
+    for k in 0..sig.len() {
+        if !is_word(&tokens[sig[k]], "BETWEEN") {
+            continue;
+        }
+        let Some(&next) = sig.get(k + 1) else {
+            continue;
+        };
+        if is_word(&tokens[next], "ASYMMETRIC") {
+            drop[next] = true;
+            continue;
+        }
+        if !is_word(&tokens[next], "SYMMETRIC") {
+            continue;
+        }
+        let (mut depth, mut cases) = (0i64, 0i64);
+        let end = sig[k + 2..].iter().copied().find(|&i| {
+            let t = &tokens[i];
+            match &t.token {
+                Token::LParen | Token::LBracket => depth += 1,
+                Token::RParen | Token::RBracket => depth -= 1,
+                _ if is_word(t, "CASE") => cases += 1,
+                _ if is_word(t, "END") => cases -= 1,
+                _ => {}
+            }
+            depth == 0 && cases == 0 && is_word(t, "AND")
+        });
+        if let Some(end) = end {
+            opens.push(next);
+            closes.push(end);
+        }
+    }
+    let mut out = Vec::with_capacity(tokens.len() + 2 * opens.len());
+    for (i, t) in tokens.into_iter().enumerate() {
+        if drop[i] {
+            continue;
+        }
+        let span = t.span;
+        if opens.contains(&i) {
+            out.push(TokenWithSpan {
+                token: Token::make_word(SYMMETRIC_MARKER, None),
+                span,
+            });
+            out.push(TokenWithSpan {
+                token: Token::LParen,
+                span,
+            });
+            continue;
+        }
+        if closes.contains(&i) {
+            out.push(TokenWithSpan {
+                token: Token::RParen,
+                span,
+            });
+            out.push(TokenWithSpan {
+                token: Token::Whitespace(datafusion::sql::sqlparser::tokenizer::Whitespace::Space),
+                span,
+            });
         }
         out.push(t);
     }

@@ -546,6 +546,24 @@ fn definitions() -> Vec<PgFunction> {
             array_length,
         ),
         immutable(
+            "array_dims",
+            TypeSignature::Any(1),
+            |_| DataType::Utf8,
+            array_dims,
+        ),
+        immutable("chr", TypeSignature::Any(1), |_| DataType::Utf8, chr),
+        immutable(
+            "array_fill",
+            TypeSignature::OneOf(vec![TypeSignature::Any(2), TypeSignature::Any(3)]),
+            |t| {
+                DataType::List(Arc::new(Field::new_list_field(
+                    t.first().cloned().unwrap_or(DataType::Null),
+                    true,
+                )))
+            },
+            array_fill,
+        ),
+        immutable(
             INTERVAL_KEY,
             TypeSignature::Any(1),
             |_| DataType::Decimal128(38, 0),
@@ -1748,42 +1766,202 @@ fn array_length(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
             ));
         }
     };
-    fn length_at(a: &dyn Array, i: usize, dim: i64) -> Option<i32> {
-        let l = a.as_list_opt::<i64>()?;
-        if l.is_null(i) {
-            return None;
-        }
-        let (s, e) = (
-            l.value_offsets()[i] as usize,
-            l.value_offsets()[i + 1] as usize,
-        );
-        if s == e {
-            return None;
-        }
-        if dim == 1 {
-            return Some((e - s) as i32);
-        }
-        let inner = cast(
-            l.values(),
-            &DataType::LargeList(match l.values().data_type() {
-                DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
-                    f.clone()
-                }
-                _ => return None,
-            }),
-        )
-        .ok()?;
-        length_at(inner.as_ref(), s, dim - 1)
-    }
     let out: Int32Array = (0..rows)
         .map(|i| {
             if dims.is_null(i) || dims.value(i) < 1 {
                 return None;
             }
-            length_at(list.as_ref(), i, dims.value(i))
+            dim_length(list.as_ref(), i, dims.value(i))
         })
         .collect();
     Ok(Arc::new(out))
+}
+
+/// The length of row `i`'s dimension `dim` (1-based; a nested list is a dimension), NULL
+/// for an empty or NULL array or a dimension it does not have.
+fn dim_length(a: &dyn Array, i: usize, dim: i64) -> Option<i32> {
+    let l = a.as_list_opt::<i64>()?;
+    if l.is_null(i) {
+        return None;
+    }
+    let (s, e) = (
+        l.value_offsets()[i] as usize,
+        l.value_offsets()[i + 1] as usize,
+    );
+    if s == e {
+        return None;
+    }
+    if dim == 1 {
+        return Some((e - s) as i32);
+    }
+    let inner = cast(
+        l.values(),
+        &DataType::LargeList(match l.values().data_type() {
+            DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => f.clone(),
+            _ => return None,
+        }),
+    )
+    .ok()?;
+    dim_length(inner.as_ref(), s, dim - 1)
+}
+
+/// `chr(code)`: the character of a Unicode code point, with Postgres' errors: 54000 for 0,
+/// a surrogate and a code beyond Unicode, 22023 for a negative one.
+fn chr(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
+    let codes = cast(&args[0], &DataType::Int64)?;
+    let codes = codes.as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+    let mut out = StringBuilder::with_capacity(rows, rows);
+    for v in codes.iter() {
+        let Some(v) = v else {
+            out.append_null();
+            continue;
+        };
+        if v > i32::MAX as i64 || v < i32::MIN as i64 {
+            return Err(pg_error(
+                sqlstate::NUMERIC_VALUE_OUT_OF_RANGE,
+                "integer out of range",
+            ));
+        }
+        if v < 0 {
+            return Err(pg_error(
+                sqlstate::INVALID_PARAMETER_VALUE,
+                "character number must be positive",
+            ));
+        }
+        let code = v as u32;
+        let c = match code {
+            0 => {
+                return Err(pg_error(
+                    sqlstate::PROGRAM_LIMIT_EXCEEDED,
+                    "null character not permitted",
+                ));
+            }
+            0xD800..=0xDFFF => {
+                return Err(pg_error(
+                    sqlstate::PROGRAM_LIMIT_EXCEEDED,
+                    format!("requested character not valid for encoding: {code}"),
+                ));
+            }
+            _ => char::from_u32(code).ok_or_else(|| {
+                pg_error(
+                    sqlstate::PROGRAM_LIMIT_EXCEEDED,
+                    format!("requested character too large for encoding: {code}"),
+                )
+            })?,
+        };
+        out.append_value(c.encode_utf8(&mut [0u8; 4]));
+    }
+    Ok(Arc::new(out.finish()))
+}
+
+/// `array_fill(value, dims [, lower_bounds])`: a one-dimensional array of `dims[1]` copies
+/// (lower bound 1; Weir's arrays have no other bounds, nor a second dimension whose depth
+/// would depend on the value of `dims`: both refused with 0A000).
+fn array_fill(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
+    let value = &args[0];
+    if value.data_type() == &DataType::Null {
+        return Err(pg_error(
+            sqlstate::UNDEFINED_FUNCTION,
+            "could not determine polymorphic type because input has type unknown",
+        ));
+    }
+    let ints = |a: &ArrayRef, i: usize| -> DfResult<Option<Vec<i64>>> {
+        if is_null_at(a, i) {
+            return Ok(None);
+        }
+        text_list_at(a, i)?
+            .iter()
+            .map(|t| {
+                t.trim().parse::<i64>().map_err(|_| {
+                    pg_error(
+                        sqlstate::INVALID_TEXT_REPRESENTATION,
+                        format!("invalid input syntax for type integer: \"{t}\""),
+                    )
+                })
+            })
+            .collect::<DfResult<Vec<i64>>>()
+            .map(Some)
+    };
+    let mut take: Vec<u32> = Vec::new();
+    let mut offsets: Vec<i32> = Vec::with_capacity(rows + 1);
+    offsets.push(0);
+    for i in 0..rows {
+        let cannot_be_null =
+            || pg_error("22004", "dimension array or low bound array cannot be null");
+        let dims = ints(&args[1], i)?.ok_or_else(cannot_be_null)?;
+        if let Some(lb) = args.get(2) {
+            let lb = ints(lb, i)?.ok_or_else(cannot_be_null)?;
+            if lb.len() != dims.len() {
+                return Err(pg_error("2202E", "wrong number of array subscripts"));
+            }
+            if lb.iter().any(|&b| b != 1) {
+                return Err(pg_error(
+                    sqlstate::FEATURE_NOT_SUPPORTED,
+                    "array_fill with lower bounds other than 1 is not supported",
+                ));
+            }
+        }
+        let n = match dims.as_slice() {
+            [] => 0,
+            [n] => (*n).max(0),
+            _ => {
+                return Err(pg_error(
+                    sqlstate::FEATURE_NOT_SUPPORTED,
+                    "array_fill with more than one dimension is not supported",
+                ));
+            }
+        };
+        if n > 100_000_000 || take.len() as i64 + n > i32::MAX as i64 {
+            return Err(pg_error(
+                sqlstate::PROGRAM_LIMIT_EXCEEDED,
+                format!("array size exceeds the maximum allowed ({})", i32::MAX),
+            ));
+        }
+        take.extend(std::iter::repeat_n(i as u32, n as usize));
+        offsets.push(take.len() as i32);
+    }
+    let values = datafusion::arrow::compute::take(
+        value.as_ref(),
+        &datafusion::arrow::array::UInt32Array::from(take),
+        None,
+    )?;
+    Ok(Arc::new(datafusion::arrow::array::ListArray::try_new(
+        Arc::new(Field::new_list_field(value.data_type().clone(), true)),
+        datafusion::arrow::buffer::OffsetBuffer::new(offsets.into()),
+        values,
+        None,
+    )?))
+}
+
+/// `array_dims(a)`: `[1:2][1:3]`, each dimension's bounds (NULL for an empty array).
+fn array_dims(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
+    let list = match args[0].data_type() {
+        DataType::Null => return Ok(Arc::new(StringArray::new_null(rows))),
+        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
+            cast(&args[0], &DataType::LargeList(f.clone()))?
+        }
+        other => {
+            return Err(pg_error(
+                sqlstate::UNDEFINED_FUNCTION,
+                format!("function array_dims({other}) does not exist"),
+            ));
+        }
+    };
+    let mut out = StringBuilder::with_capacity(rows, rows * 6);
+    for i in 0..rows {
+        let mut text = String::new();
+        let mut dim = 1;
+        while let Some(n) = dim_length(list.as_ref(), i, dim) {
+            text.push_str(&format!("[1:{n}]"));
+            dim += 1;
+        }
+        if text.is_empty() {
+            out.append_null();
+        } else {
+            out.append_value(text);
+        }
+    }
+    Ok(Arc::new(out.finish()))
 }
 
 /// `make_date(year, month, day)`: a negative year is BC (-1 = 1 BC), year 0 is refused.

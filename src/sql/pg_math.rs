@@ -11,6 +11,9 @@
 //! - `width_bucket(operand, low, high, count)`: the bucket of `count` equal-width buckets
 //!   (0 below, `count + 1` above), exact over `numeric` operands, as Postgres'
 //!   `width_bucket_float8` / `width_bucket_numeric`.
+//! - `scale`, `min_scale` and `trim_scale` of a `numeric` (integers are numerics of scale
+//!   0): the digits shown (an unconstrained `numeric`'s own, a `numeric(p, s)`'s `s`), the
+//!   digits needed, and the value without its trailing zeros.
 //!
 //! A row with a NULL argument is NULL (every function here is strict). One pass per batch
 //! over the argument arrays.
@@ -112,7 +115,89 @@ pub(crate) fn definitions() -> Vec<PgFunction> {
         |_| DataType::Int32,
         |args, _| width_bucket(args),
     ));
+    for (name, trimmed) in [("scale", false), ("min_scale", true)] {
+        out.push(immutable(
+            name,
+            TypeSignature::Any(1),
+            |_| DataType::Int32,
+            move |args, _| scale(name, &args[0], trimmed),
+        ));
+    }
+    out.push(immutable(
+        "trim_scale",
+        TypeSignature::Any(1),
+        |t| trim_scale_type(t.first().unwrap_or(&DataType::Null)),
+        |args, _| {
+            let to = trim_scale_type(args[0].data_type());
+            if args[0].data_type() == &DataType::Null {
+                return Ok(datafusion::arrow::array::new_null_array(&to, args[0].len()));
+            }
+            if exact_scale(args[0].data_type()).is_none() {
+                return Err(no_such_function("trim_scale", &[&args[0]]));
+            }
+            Ok(cast(&args[0], &to)?)
+        },
+    ));
     out
+}
+
+/// `scale(numeric)`: the decimal digits shown, which for an unconstrained `numeric` (shown
+/// without trailing zeros) are the value's own and for a `numeric(p, s)` are `s`;
+/// `min_scale(numeric)`: the digits needed, without trailing zeros.
+fn scale(name: &str, a: &ArrayRef, trimmed: bool) -> DfResult<ArrayRef> {
+    let (declared, unconstrained) = match a.data_type() {
+        DataType::Null => return Ok(Arc::new(Int32Array::new_null(a.len()))),
+        DataType::Decimal128(p, s) => (
+            *s,
+            (*p, *s)
+                == (
+                    crate::sql::types::NUMERIC_DEFAULT_PRECISION,
+                    crate::sql::types::NUMERIC_DEFAULT_SCALE,
+                ),
+        ),
+        t if integer_rank(t).is_some() => (0, false),
+        _ => return Err(no_such_function(name, &[a])),
+    };
+    let d = cast(a, &DataType::Decimal128(38, declared))?;
+    let d = d.as_primitive::<Decimal128Type>();
+    let out: Int32Array = d
+        .iter()
+        .map(|v| {
+            v.map(|mut v| {
+                if !(trimmed || unconstrained) {
+                    return declared as i32;
+                }
+                let mut digits = declared.max(0) as i32;
+                while digits > 0 && v % 10 == 0 {
+                    v /= 10;
+                    digits -= 1;
+                }
+                digits
+            })
+        })
+        .collect();
+    Ok(Arc::new(out))
+}
+
+/// `trim_scale(numeric)`'s type: an unconstrained `numeric` (shown without trailing zeros)
+/// where the value fits one, else the argument's own.
+fn trim_scale_type(t: &DataType) -> DataType {
+    let unconstrained = DataType::Decimal128(
+        crate::sql::types::NUMERIC_DEFAULT_PRECISION,
+        crate::sql::types::NUMERIC_DEFAULT_SCALE,
+    );
+    match t {
+        DataType::Decimal128(p, s)
+            if *s <= crate::sql::types::NUMERIC_DEFAULT_SCALE
+                && (*p as i32 - *s as i32)
+                    <= (crate::sql::types::NUMERIC_DEFAULT_PRECISION as i32
+                        - crate::sql::types::NUMERIC_DEFAULT_SCALE as i32) =>
+        {
+            unconstrained
+        }
+        DataType::Decimal128(..) => t.clone(),
+        _ => unconstrained,
+    }
 }
 
 fn log_domain(x: f64) -> DfResult<f64> {
