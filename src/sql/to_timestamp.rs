@@ -11,9 +11,11 @@
 //! `J`, `BC`/`AD`, `MM`, `MONTH`/`MON` (any case), `DAY`/`DY` (read, not used), `DD`,
 //! `DDD`, `D`/`Q` (read, not used), `HH`/`HH12` (with `AM`/`PM`, else 1-12), `HH24`, `MI`,
 //! `SS`, `SSSS`, `MS`/`US`/`FF1`..`FF6` (digits after the point: `12.3` with `SS.MS` is
-//! 300 ms), `TZH`/`TZM`. A year not given is 1 BC, a month or day 1. The ISO week fields
-//! (`IYYY`, `IW`, `ID`, `IDDD`) and `WW`/`W` are refused (0A000); `TZ`/`OF` as Postgres 15
-//! (only `to_char`). Errors as Postgres': `invalid value "x" for "YYYY"` (22007),
+//! 300 ms), `TZH`/`TZM`, the ISO week date fields `IYYY` `IYY` `IY` `I` `IW` `ID` `IDDD`,
+//! and `WW` (week of the year: its first day) and `W` (week of the month: its first day).
+//! A year not given is 1 BC, a month or day 1, and a field read as 0 is not given (Postgres'
+//! rules, [`Fields::date`]); ISO and Gregorian date fields do not mix (22007). `TZ`/`OF` as
+//! Postgres 15 (only `to_char`). Errors as Postgres': `invalid value "x" for "YYYY"` (22007),
 //! `date/time field value out of range` (22008).
 
 use std::sync::Arc;
@@ -129,6 +131,15 @@ struct Fields {
     month: Option<i64>,
     day: Option<i64>,
     day_of_year: Option<i64>,
+    /// `WW` or `IW` (which one: `iso`)
+    week: Option<i64>,
+    /// `W`
+    week_of_month: Option<i64>,
+    /// `ID` (shifted to `D`'s numbering, Sunday = 1, as Postgres does) or `D` (unused)
+    weekday: Option<i64>,
+    /// the template's date convention: ISO week dates (`IYYY`, `IW`, `ID`, `IDDD`) or
+    /// Gregorian (`YYYY`, `MM`, `DD`, `DDD`, `WW`, ...); mixing them is an error
+    iso: Option<bool>,
     hour: Option<i64>,
     /// whether the hour was a 12-hour clock's (`HH`, `HH12`)
     clock12: bool,
@@ -152,10 +163,11 @@ const KEYS: &[&str] = &[
 fn numeric_width(key: &str) -> Option<usize> {
     Some(match key {
         "Y,YYY" => 5,
-        "YYYY" | "SSSS" => 4,
-        "YYY" | "DDD" | "MS" => 3,
-        "YY" | "CC" | "MM" | "DD" | "HH24" | "HH12" | "HH" | "MI" | "SS" | "TZM" => 2,
-        "Y" | "D" | "Q" => 1,
+        "YYYY" | "IYYY" | "SSSS" => 4,
+        "YYY" | "IYY" | "DDD" | "IDDD" | "MS" => 3,
+        "YY" | "IY" | "CC" | "MM" | "DD" | "WW" | "IW" | "HH24" | "HH12" | "HH" | "MI" | "SS"
+        | "TZM" => 2,
+        "Y" | "I" | "D" | "ID" | "W" | "Q" => 1,
         "SSSSS" => 5,
         "US" => 6,
         "J" => 7,
@@ -320,6 +332,7 @@ fn read(text: &str, template: &str) -> DfResult<Fields> {
                                 "The given value did not match any of the allowed values for this field.",
                             )
                         })?;
+                        set_mode(&mut f, false)?;
                         f.month = Some(i as i64 + 1);
                         s = rest;
                     }
@@ -442,10 +455,36 @@ fn number<'a>(
     Ok((if negative { -v } else { v }, digits.len(), &s[i..]))
 }
 
+/// The date convention a field belongs to (see [`Fields::iso`]).
+fn set_mode(f: &mut Fields, iso: bool) -> DfResult<()> {
+    match f.iso {
+        Some(m) if m != iso => Err(DataFusionError::External(Box::new(
+            WeirError::new(
+                sqlstate::INVALID_DATETIME_FORMAT,
+                "invalid combination of date conventions",
+            )
+            .with_hint(
+                "Do not mix Gregorian and ISO week date conventions in a formatting template.",
+            ),
+        ))),
+        _ => {
+            f.iso = Some(iso);
+            Ok(())
+        }
+    }
+}
+
 fn set_number(f: &mut Fields, key: &str, v: i64, digits: usize) -> DfResult<()> {
     match key {
-        "Y,YYY" | "YYYY" => f.year = Some(v),
-        "YYY" | "YY" | "Y" => {
+        "Y,YYY" | "YYYY" | "YYY" | "YY" | "Y" | "MM" | "DD" | "DDD" | "D" | "WW" | "W" => {
+            set_mode(f, false)?
+        }
+        "IYYY" | "IYY" | "IY" | "I" | "IW" | "ID" | "IDDD" => set_mode(f, true)?,
+        _ => {}
+    }
+    match key {
+        "Y,YYY" | "YYYY" | "IYYY" => f.year = Some(v),
+        "YYY" | "YY" | "Y" | "IYY" | "IY" | "I" => {
             f.year = Some(v);
             f.year_width = Some(digits.min(key.len()));
         }
@@ -453,7 +492,12 @@ fn set_number(f: &mut Fields, key: &str, v: i64, digits: usize) -> DfResult<()> 
         "J" => f.julian = Some(v),
         "MM" => f.month = Some(v),
         "DD" => f.day = Some(v),
-        "DDD" => f.day_of_year = Some(v),
+        "DDD" | "IDDD" => f.day_of_year = Some(v),
+        "WW" | "IW" => f.week = Some(v),
+        "W" => f.week_of_month = Some(v),
+        "D" => f.weekday = Some(v),
+        // Monday = 1 shifted to Sunday = 1 (`ID` 7 and 8 are Sunday)
+        "ID" => f.weekday = Some(if v + 1 > 7 { 1 } else { v + 1 }),
         "HH" | "HH12" => {
             f.hour = Some(v);
             f.clock12 = true;
@@ -470,7 +514,7 @@ fn set_number(f: &mut Fields, key: &str, v: i64, digits: usize) -> DfResult<()> 
         }
         "TZH" => f.tz_minutes += v * 60,
         "TZM" => f.tz_minutes += if f.tz_minutes < 0 { -v } else { v },
-        _ => {} // D, Q: read, not used (as Postgres)
+        _ => {} // Q: read, not used (as Postgres)
     }
     Ok(())
 }
@@ -483,14 +527,13 @@ impl Fields {
         )
     }
 
+    /// The date, in the order Postgres' `do_to_timestamp` applies the fields: the year (or
+    /// century), `J`, the week (`IW` with `ID` in ISO week dates; `WW` as a day of the year),
+    /// `W` (as a day of the month), `DD`, `MM`, and the day of the year where the month or
+    /// the day is still unset. A field read as 0 is unset, as in Postgres.
     fn date(&self, text: &str) -> DfResult<NaiveDate> {
-        if let Some(j) = self.julian {
-            // Julian day 2440588 is 1970-01-01
-            let epoch = NaiveDate::from_ymd_opt(1970, 1, 1).unwrap_or_default();
-            return epoch
-                .checked_add_signed(chrono::Duration::days(j - 2_440_588))
-                .ok_or_else(|| Self::out_of_range(text));
-        }
+        use chrono::Datelike;
+        let given = |v: Option<i64>| v.filter(|v| *v != 0);
         let mut year = match (self.year, self.century) {
             (Some(y), _) => match self.year_width {
                 // nearest 2020
@@ -508,19 +551,106 @@ impl Fields {
         if self.bc && (self.year.is_some() || self.century.is_some()) {
             year = 1 - year;
         }
-        let year = i32::try_from(year).map_err(|_| Self::out_of_range(text))?;
-        let date = match (self.month, self.day, self.day_of_year) {
-            (None, None, Some(doy)) => NaiveDate::from_yo_opt(year, doy as u32),
-            (m, d, _) => {
-                let (m, d) = (m.unwrap_or(1), d.unwrap_or(1));
-                if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
-                    None
-                } else {
-                    NaiveDate::from_ymd_opt(year, m as u32, d as u32)
+        let (mut month, mut day) = (1i64, 1i64);
+        let set = |d: NaiveDate, year: &mut i64, month: &mut i64, day: &mut i64| {
+            (*year, *month, *day) = (d.year() as i64, d.month() as i64, d.day() as i64);
+        };
+        let iso_week_1 = |year: i64| -> DfResult<NaiveDate> {
+            i32::try_from(year)
+                .ok()
+                .and_then(|y| NaiveDate::from_isoywd_opt(y, 1, chrono::Weekday::Mon))
+                .ok_or_else(|| Self::out_of_range(text))
+        };
+        let plus_days = |d: NaiveDate, n: i64| -> DfResult<NaiveDate> {
+            chrono::Duration::try_days(n)
+                .and_then(|n| d.checked_add_signed(n))
+                .ok_or_else(|| Self::out_of_range(text))
+        };
+        if let Some(j) = self.julian {
+            // Julian day 2440588 is 1970-01-01
+            let epoch = NaiveDate::from_ymd_opt(1970, 1, 1).unwrap_or_default();
+            set(
+                plus_days(epoch, j - 2_440_588)?,
+                &mut year,
+                &mut month,
+                &mut day,
+            );
+        }
+        let iso = self.iso == Some(true);
+        let mut day_of_year = given(self.day_of_year);
+        if let Some(week) = given(self.week) {
+            if iso {
+                // the week's Monday, or the day `ID` names (Sunday = 1 here)
+                let monday = plus_days(iso_week_1(year)?, (week - 1) * 7)?;
+                let offset = match given(self.weekday) {
+                    Some(1) => 6,
+                    Some(d) => d - 2,
+                    None => 0,
+                };
+                set(plus_days(monday, offset)?, &mut year, &mut month, &mut day);
+            } else {
+                day_of_year = Some((week - 1) * 7 + 1);
+            }
+        }
+        let mut dd = given(self.day);
+        if let Some(w) = given(self.week_of_month) {
+            dd = Some((w - 1) * 7 + 1);
+        }
+        if let Some(dd) = dd {
+            day = dd;
+        }
+        if let Some(mm) = given(self.month) {
+            month = mm;
+        }
+        if let Some(ddd) = day_of_year
+            && (month <= 1 || day <= 1)
+        {
+            if year == 0 && !self.bc {
+                return Err(err(
+                    sqlstate::INVALID_DATETIME_FORMAT,
+                    "cannot calculate day of year without year information",
+                ));
+            }
+            if iso {
+                let d = plus_days(iso_week_1(year)?, ddd - 1)?;
+                set(d, &mut year, &mut month, &mut day);
+            } else {
+                let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+                let lengths = [
+                    31,
+                    if leap { 29 } else { 28 },
+                    31,
+                    30,
+                    31,
+                    30,
+                    31,
+                    31,
+                    30,
+                    31,
+                    30,
+                    31,
+                ];
+                // the month the day of the year falls in (13 past the year's end) and the
+                // days before it
+                let (mut m, mut before) = (1i64, 0i64);
+                while m <= 12 && ddd > before + lengths[m as usize - 1] {
+                    before += lengths[m as usize - 1];
+                    m += 1;
+                }
+                if month <= 1 {
+                    month = m;
+                }
+                if day <= 1 {
+                    day = ddd - before;
                 }
             }
-        };
-        date.ok_or_else(|| Self::out_of_range(text))
+        }
+        let year = i32::try_from(year).map_err(|_| Self::out_of_range(text))?;
+        if !(1..=12).contains(&month) || !(1..=31).contains(&day) {
+            return Err(Self::out_of_range(text));
+        }
+        NaiveDate::from_ymd_opt(year, month as u32, day as u32)
+            .ok_or_else(|| Self::out_of_range(text))
     }
 
     fn micros(&self, text: &str) -> DfResult<i64> {
@@ -593,5 +723,12 @@ mod tests {
         assert!(ts("2024-02-30", "YYYY-MM-DD").contains("out of range"));
         assert!(ts("abcd", "YYYY").contains("invalid value \"abcd\" for \"YYYY\""));
         assert!(ts("13", "HH").contains("12-hour clock"));
+        assert_eq!(ts("2020-53-7", "IYYY-IW-ID"), "2021-01-03 00:00:00");
+        assert_eq!(ts("2024-364", "IYYY-IDDD"), "2024-12-29 00:00:00");
+        assert_eq!(ts("2024 10", "YYYY WW"), "2024-03-04 00:00:00");
+        assert_eq!(ts("2024-03 3", "YYYY-MM W"), "2024-03-15 00:00:00");
+        assert_eq!(ts("2024 03 060", "YYYY MM DDD"), "2024-03-29 00:00:00");
+        assert!(ts("2024-01", "YYYY-IW").contains("invalid combination of date conventions"));
+        assert!(ts("060", "DDD").contains("without year information"));
     }
 }
