@@ -8,6 +8,7 @@ pub mod datetime_in;
 pub mod depth;
 pub mod extract;
 pub mod hooked;
+pub mod interval_in;
 pub mod json;
 pub mod json_build;
 pub mod jsonb;

@@ -1221,6 +1221,18 @@ impl datafusion::logical_expr::planner::ExprPlanner for WeirExprPlanner {
             B::Eq | B::NotEq | B::Lt | B::LtEq | B::Gt | B::GtEq
         );
         let mut expr = expr;
+        // `interval ± '2 hours'`, `interval < '1 day'`: the text constant is an interval
+        let interval_type = |e: &Expr| match e.get_type(schema) {
+            Ok(t @ DataType::Interval(_)) => Some(t),
+            _ => None,
+        };
+        if comparison || matches!(expr.op, B::Plus | B::Minus) {
+            if let (Some(t), true) = (interval_type(&expr.left), text_literal(&expr.right)) {
+                expr.right = datafusion::logical_expr::cast(expr.right, t);
+            } else if let (Some(t), true) = (interval_type(&expr.right), text_literal(&expr.left)) {
+                expr.left = datafusion::logical_expr::cast(expr.left, t);
+            }
+        }
         if comparison {
             if let (Some(t), true) = (list_type(&expr.left), text_literal(&expr.right)) {
                 expr.right = datafusion::logical_expr::cast(expr.right, t);

@@ -1304,6 +1304,15 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
                     true,
                     Some(data_type),
                 )),
+                // text to an interval: Postgres' input forms (`sql::interval_in`)
+                (
+                    Some(DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View),
+                    DataType::Interval(_),
+                ) => Ok((
+                    cast(pg_udf(pg_functions::INTERVAL_IN).call(vec![x]), data_type.clone()),
+                    true,
+                    Some(data_type),
+                )),
                 // text to an array: read as Postgres array text, then its elements cast
                 // (arrow's cast would make the whole text one element)
                 (Some(DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View), DataType::List(_)) => {

@@ -1682,8 +1682,83 @@ fn rewrite_expr(expr: &mut Expr) {
                 *escape = None;
             }
         }
-        Expr::Interval(iv) => {
+        // (`INTERVAL '5' SECOND`: the field names the number's unit, DataFusion reads it)
+        Expr::Interval(iv) if iv.leading_field.is_none() => {
             normalize_interval_literal(iv.value.as_mut());
+        }
+        // `INTERVAL '1:30' HOUR TO MINUTE`: read, then cut below the last field (Postgres'
+        // AdjustIntervalForTypmod); `MINUTE TO SECOND` reads `a:b` as minutes:seconds
+        Expr::Interval(iv) if iv.last_field.is_some() => {
+            if let Expr::Value(v) = iv.value.as_mut()
+                && let ast::Value::SingleQuotedString(text) = &v.value
+            {
+                use ast::DateTimeField as F;
+                let minutes_seconds = matches!(
+                    (&iv.leading_field, &iv.last_field),
+                    (Some(F::Minute), Some(F::Second))
+                ) && text.matches(':').count() == 1;
+                // `'1-2' YEAR TO MONTH`: the SQL standard's years-months
+                let years_months = matches!(
+                    (&iv.leading_field, &iv.last_field),
+                    (Some(F::Year), Some(F::Month))
+                )
+                .then(|| {
+                    let t = text.trim();
+                    let (negative, t) = match t.strip_prefix('-') {
+                        Some(r) => (true, r),
+                        None => (false, t.strip_prefix('+').unwrap_or(t)),
+                    };
+                    let (y, m) = t.split_once('-')?;
+                    let (y, m): (i32, i32) = (y.parse().ok()?, m.parse().ok()?);
+                    let months = y.checked_mul(12)?.checked_add(m)?;
+                    Some(crate::sql::interval_in::Interval {
+                        months: if negative { -months } else { months },
+                        days: 0,
+                        micros: 0,
+                    })
+                })
+                .flatten();
+                let read = if years_months.is_some() {
+                    years_months
+                } else if minutes_seconds {
+                    crate::sql::interval_in::parse(&format!("0:{}", text.trim()))
+                } else {
+                    crate::sql::interval_in::parse(text)
+                };
+                if let Some(mut parsed) = read {
+                    let unit = match iv.last_field {
+                        Some(F::Year) => Some(-1),
+                        Some(F::Month) => Some(0),
+                        Some(F::Day) => Some(86_400_000_000),
+                        Some(F::Hour) => Some(3_600_000_000),
+                        Some(F::Minute) => Some(60_000_000),
+                        _ => None,
+                    };
+                    match unit {
+                        Some(-1) => {
+                            parsed.months = parsed.months / 12 * 12;
+                            parsed.days = 0;
+                            parsed.micros = 0;
+                        }
+                        Some(0) | Some(86_400_000_000) => {
+                            if unit == Some(0) {
+                                parsed.days = 0;
+                            }
+                            parsed.micros = 0;
+                        }
+                        Some(u) => parsed.micros = parsed.micros / u * u,
+                        None => {}
+                    }
+                    v.value = ast::Value::SingleQuotedString(format!(
+                        "{} months {} days {} microseconds",
+                        parsed.months, parsed.days, parsed.micros
+                    ));
+                    iv.leading_field = None;
+                    iv.last_field = None;
+                    iv.leading_precision = None;
+                    iv.fractional_seconds_precision = None;
+                }
+            }
         }
         Expr::Cast {
             data_type: ast::DataType::Interval { .. },
@@ -1981,6 +2056,14 @@ fn rewrite_expr(expr: &mut Expr) {
 /// Postgres interval text (`1 day 02:03:04`) in the unit form arrow parses
 /// (`1 day 2 hours 3 minutes 4 seconds`).
 pub fn normalize_interval(s: &str) -> Option<String> {
+    // Postgres' own input forms, read by Postgres' rules (`sql::interval_in`), in the one
+    // form arrow's parser reads exactly
+    if let Some(iv) = crate::sql::interval_in::parse(s) {
+        return Some(format!(
+            "{} months {} days {} microseconds",
+            iv.months, iv.days, iv.micros
+        ));
+    }
     let mut changed = false;
     let mut out: Vec<String> = Vec::new();
     for tok in s.split_whitespace() {
@@ -2795,13 +2878,23 @@ mod tests {
     fn postgres_interval_clock_form() {
         assert_eq!(
             normalize_interval("1 day 02:03:04.5").as_deref(),
-            Some("1 day 02 hours 03 minutes 04.5 seconds")
+            Some("0 months 1 days 7384500000 microseconds")
         );
         assert_eq!(
             normalize_interval("-01:30").as_deref(),
-            Some("-01 hours -30 minutes")
+            Some("0 months 0 days -5400000000 microseconds")
         );
-        assert_eq!(normalize_interval("3 days"), None);
+        let read = |t: &str| {
+            datafusion::arrow::compute::kernels::cast_utils::parse_interval_month_day_nano(
+                &normalize_interval(t).unwrap(),
+            )
+            .unwrap()
+        };
+        let v = read("-1 years -2 mons +3 days -04:05:06.5");
+        assert_eq!(
+            (v.months, v.days, v.nanoseconds),
+            (-14, 3, -14_706_500_000_000)
+        );
     }
 
     #[test]

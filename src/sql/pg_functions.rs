@@ -224,6 +224,8 @@ pub const JSONB_IN: &str = "weir_jsonb_in";
 /// array reads first (its elements are then cast to the element type), and array
 /// parameters (`server::params::type_array_placeholders`).
 pub const PARSE_ARRAY: &str = "weir_parse_array";
+/// Text as `interval` input, by Postgres' rules (`sql::interval_in`).
+pub const INTERVAL_IN: &str = "weir_interval_in";
 /// Text as `uuid` input: checked and canonical (`sql::uuid::canonical`).
 pub const UUID_IN: &str = "weir_uuid_in";
 /// A `jsonb` value's sort key (`sql::jsonb::sort_key`).
@@ -606,6 +608,42 @@ fn definitions() -> Vec<PgFunction> {
                     b.append(true);
                 }
                 Ok(Arc::new(b.finish()))
+            },
+        ),
+        immutable(
+            INTERVAL_IN,
+            TypeSignature::Any(1),
+            |_| DataType::Interval(datafusion::arrow::datatypes::IntervalUnit::MonthDayNano),
+            |args, _| {
+                use datafusion::arrow::datatypes::IntervalMonthDayNano;
+                let texts = strings(&args[0])?;
+                let mut out = Vec::with_capacity(texts.len());
+                for t in texts.iter() {
+                    out.push(match t {
+                        None => None,
+                        Some(t) => {
+                            let iv = crate::sql::interval_in::parse(t)
+                                .and_then(|iv| {
+                                    Some(IntervalMonthDayNano::new(
+                                        iv.months,
+                                        iv.days,
+                                        iv.micros.checked_mul(1000)?,
+                                    ))
+                                })
+                                .ok_or_else(|| {
+                                    pg_error(
+                                        sqlstate::INVALID_DATETIME_FORMAT,
+                                        format!("invalid input syntax for type interval: \"{t}\""),
+                                    )
+                                })?;
+                            Some(iv)
+                        }
+                    });
+                }
+                Ok(Arc::new(
+                    out.into_iter()
+                        .collect::<datafusion::arrow::array::IntervalMonthDayNanoArray>(),
+                ))
             },
         ),
         // over text, or over a text[]'s elements (`CAST($1 AS uuid[])`)
