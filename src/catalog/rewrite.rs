@@ -1477,6 +1477,25 @@ fn similar_to(expr: &mut Expr) -> crate::error::Result<()> {
 fn rewrite_expr(expr: &mut Expr) {
     int4_operands(expr);
     match expr {
+        // Postgres' prefix operators: `|/ x` square root, `||/ x` cube root, `@ x` absolute
+        // value, `~ x` bitwise not
+        Expr::UnaryOp {
+            op:
+                op @ (ast::UnaryOperator::PGSquareRoot
+                | ast::UnaryOperator::PGCubeRoot
+                | ast::UnaryOperator::PGAbs
+                | ast::UnaryOperator::BitwiseNot),
+            expr: inner,
+        } => {
+            let name = match op {
+                ast::UnaryOperator::PGSquareRoot => "sqrt",
+                ast::UnaryOperator::PGCubeRoot => "cbrt",
+                ast::UnaryOperator::PGAbs => "abs",
+                _ => crate::sql::pg_functions::BITWISE_NOT,
+            };
+            let arg = std::mem::replace(inner.as_mut(), Expr::value(ast::Value::Null));
+            *expr = call(name, vec![arg]);
+        }
         // `x BETWEEN SYMMETRIC a AND b` (marked by the parser): `(x BETWEEN a AND b) OR
         // (x BETWEEN b AND a)`, as Postgres defines it; NOT of that for `NOT BETWEEN`
         Expr::Between { low, .. }

@@ -226,6 +226,8 @@ pub const JSONB_IN: &str = "weir_jsonb_in";
 pub const PARSE_ARRAY: &str = "weir_parse_array";
 /// Text as `interval` input, by Postgres' rules (`sql::interval_in`).
 pub const INTERVAL_IN: &str = "weir_interval_in";
+/// `~ x`: an integer's bits flipped, of the integer's type.
+pub const BITWISE_NOT: &str = "weir_bitwise_not";
 /// Text as `uuid` input: checked and canonical (`sql::uuid::canonical`).
 pub const UUID_IN: &str = "weir_uuid_in";
 /// A `jsonb` value's sort key (`sql::jsonb::sort_key`).
@@ -644,6 +646,32 @@ fn definitions() -> Vec<PgFunction> {
                     out.into_iter()
                         .collect::<datafusion::arrow::array::IntervalMonthDayNanoArray>(),
                 ))
+            },
+        ),
+        immutable(
+            BITWISE_NOT,
+            TypeSignature::Any(1),
+            |t| t.first().cloned().unwrap_or(DataType::Int32),
+            |args, _| {
+                use datafusion::arrow::compute::kernels::bitwise::bitwise_not;
+                use datafusion::arrow::datatypes::{Int8Type, Int16Type, Int32Type, Int64Type};
+                let a = &args[0];
+                Ok(match a.data_type() {
+                    DataType::Int8 => Arc::new(bitwise_not(a.as_primitive::<Int8Type>())?),
+                    DataType::Int16 => Arc::new(bitwise_not(a.as_primitive::<Int16Type>())?),
+                    DataType::Int32 => Arc::new(bitwise_not(a.as_primitive::<Int32Type>())?),
+                    DataType::Int64 => Arc::new(bitwise_not(a.as_primitive::<Int64Type>())?),
+                    DataType::Null => a.clone(),
+                    other => {
+                        let t = crate::sql::types::SqlType::from_arrow(other)
+                            .map(|t| t.display_name())
+                            .unwrap_or_else(|| other.to_string());
+                        return Err(pg_error(
+                            sqlstate::UNDEFINED_FUNCTION,
+                            format!("operator does not exist: ~ {t}"),
+                        ));
+                    }
+                })
             },
         ),
         // over text, or over a text[]'s elements (`CAST($1 AS uuid[])`)
