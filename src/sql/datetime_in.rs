@@ -4,7 +4,7 @@
 //! refuses the first three and converts the last to UTC; and `infinity` / `-infinity`, which
 //! arrow has no text for ([`with_infinities`]), and a trailing era (`BC`, `AD`; arrow reads
 //! no year before 1 in a timestamp: a BC year is read whole 400-year cycles later and moved
-//! back). Every path that turns text into a date or
+//! back), and `now`, `today`, `tomorrow` and `yesterday`. Every path that turns text into a date or
 //! timestamp (casts in queries, INSERT literals, COPY) passes it through here.
 
 use std::sync::Arc;
@@ -34,6 +34,22 @@ pub fn normalize(s: &str, keep_zone: bool) -> Option<String> {
     }
     if t.eq_ignore_ascii_case("epoch") {
         return Some("1970-01-01T00:00:00".into());
+    }
+    // the moving words, read when the text is (Postgres reads a literal of them once, when
+    // the statement is parsed): the time now, midnight today, tomorrow, yesterday (UTC, the
+    // session's zone)
+    let now = chrono::Utc::now().naive_utc();
+    let midnight = |days: i64| {
+        (now.date() + chrono::Duration::days(days))
+            .format("%Y-%m-%dT00:00:00")
+            .to_string()
+    };
+    match t.to_ascii_lowercase().as_str() {
+        "now" => return Some(now.format("%Y-%m-%dT%H:%M:%S%.6f").to_string()),
+        "today" => return Some(midnight(0)),
+        "tomorrow" => return Some(midnight(1)),
+        "yesterday" => return Some(midnight(-1)),
+        _ => {}
     }
     // read as a placeholder, replaced by the infinity after the cast: every caller that
     // casts what this returns applies [`with_infinities`] to the result
