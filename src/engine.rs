@@ -419,6 +419,7 @@ impl Engine {
                 Err(e) => self.catalog_probe(session, q, e).await,
             },
             Statement::Dml(q) => self.execute_dml(session, q, params).await,
+            Statement::Truncate(tables) => self.truncate(session, tables).await,
             Statement::BulkInsert(scan) => self.bulk_insert(session, scan).await,
             Statement::CreateTable(ct) => {
                 self.create_table(ct, &parsed.text, session.role())?;
@@ -782,6 +783,38 @@ impl Engine {
         }
         let d = self.plan_dml(session, q, params).await?;
         self.apply(session, &d.table, d.change, d.verb).await
+    }
+
+    /// `TRUNCATE t [, ...]`: every table checked first (it exists, is a table rows may be
+    /// deleted from), then each emptied by a DELETE (in a transaction block, undone with
+    /// it).
+    async fn truncate(&self, session: &mut Session, tables: &[String]) -> Result<Output> {
+        for name in tables {
+            let entry = self
+                .catalog
+                .get(name)
+                .ok_or_else(|| WeirError::undefined_table(name))?;
+            if entry.table.is_none() {
+                return Err(WeirError::new(
+                    sqlstate::WRONG_OBJECT_TYPE,
+                    format!("\"{name}\" is not a table"),
+                ));
+            }
+            refuse_connector_table(&entry.desc, "TRUNCATE")?;
+            if entry.desc.kind == RelationKind::AppendOnlyTable {
+                return Err(append_only_error(name, "TRUNCATE"));
+            }
+        }
+        for name in tables {
+            let delete = crate::sql::parser::parse(&format!(
+                "DELETE FROM {}",
+                crate::sql::pg_text::quote_ident(name)
+            ))?;
+            if let Some(Statement::Dml(q)) = delete.into_iter().next().map(|p| p.stmt) {
+                Box::pin(self.execute_dml(session, &q, None)).await?;
+            }
+        }
+        Ok(Output::Command("TRUNCATE TABLE".into()))
     }
 
     /// A DML statement with RETURNING and/or an INSERT with ON CONFLICT: the change,

@@ -156,6 +156,10 @@ impl Engine {
                 Ok(())
             }
             Statement::BulkInsert(scan) => self.require(role, &scan.table, Privilege::Insert),
+            // (Postgres has a TRUNCATE privilege of its own; here it is DELETE's)
+            Statement::Truncate(tables) => tables
+                .iter()
+                .try_for_each(|t| self.require(role, t, Privilege::Delete)),
             Statement::CreateTable(ct) => {
                 self.require_create(role)?;
                 self.require_secrets(role, &ct.with_options)

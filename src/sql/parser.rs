@@ -87,6 +87,9 @@ pub enum Statement {
     CreatePlainView(Box<PlainView>),
     /// `CREATE SEQUENCE [IF NOT EXISTS] name [options]`.
     CreateSequence(Box<CreateSequence>),
+    /// `TRUNCATE [TABLE] t [, ...] [CONTINUE IDENTITY] [CASCADE | RESTRICT]`: the tables'
+    /// rows deleted (a DELETE of each).
+    Truncate(Vec<String>),
     /// `ALTER TABLE name ...` (columns, renames, NOT NULL, defaults).
     AlterTable(Box<ast::AlterTable>),
     /// `ALTER [MATERIALIZED] VIEW | SEQUENCE name RENAME TO new`.
@@ -1312,6 +1315,22 @@ fn parse_one(p: &mut Parser) -> Result<Statement> {
     }
 }
 
+/// A DELETE's target table and its alias, when it has one.
+fn delete_alias(d: &ast::Delete) -> Option<(ast::Ident, String)> {
+    let (ast::FromTable::WithFromKeyword(from) | ast::FromTable::WithoutKeyword(from)) = &d.from;
+    match &from.first()?.relation {
+        ast::TableFactor::Table {
+            name,
+            alias: Some(alias),
+            ..
+        } => Some((
+            name.0.last()?.as_ident()?.clone(),
+            normalize_ident(&alias.name),
+        )),
+        _ => None,
+    }
+}
+
 /// Route a statement sqlparser parsed: queries and DML go to DataFusion, the rest is refused
 /// with a message that names it.
 fn classify(stmt: ast::Statement) -> Result<Statement> {
@@ -1319,8 +1338,62 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
         ast::Statement::Query(_) | ast::Statement::Explain { .. } => {
             Ok(Statement::Query(Box::new(stmt)))
         }
+        // `DELETE FROM t USING u WHERE c`: the rows of t with a match, `WHERE EXISTS (SELECT
+        // 1 FROM u WHERE c)` (DataFusion plans no USING)
+        ast::Statement::Delete(mut d) if d.using.is_some() || delete_alias(&d).is_some() => {
+            // `DELETE FROM t AS a ... a.col`: DataFusion resolves no alias of the target, so
+            // its references are to the table's own name
+            if let Some((table, alias)) = delete_alias(&d) {
+                let (ast::FromTable::WithFromKeyword(from) | ast::FromTable::WithoutKeyword(from)) =
+                    &mut d.from;
+                if let Some(ast::TableFactor::Table { alias: a, .. }) =
+                    from.first_mut().map(|t| &mut t.relation)
+                {
+                    *a = None;
+                }
+                let _ = ast::visit_expressions_mut(&mut d, |e| {
+                    if let ast::Expr::CompoundIdentifier(ids) = e
+                        && ids.len() == 2
+                        && normalize_ident(&ids[0]) == alias
+                    {
+                        ids[0] = table.clone();
+                    }
+                    std::ops::ControlFlow::<()>::Continue(())
+                });
+            }
+            if d.using.is_none() {
+                return Ok(Statement::Dml(Box::new(ast::Statement::Delete(d))));
+            }
+            let using = d.using.take().unwrap_or_default();
+            let from: Vec<String> = using.iter().map(|t| t.to_string()).collect();
+            let text = match &d.selection {
+                Some(c) => format!("SELECT 1 FROM {} WHERE {c}", from.join(", ")),
+                None => format!("SELECT 1 FROM {}", from.join(", ")),
+            };
+            d.selection = Some(ast::Expr::Exists {
+                subquery: parse_query(&text)?,
+                negated: false,
+            });
+            Ok(Statement::Dml(Box::new(ast::Statement::Delete(d))))
+        }
         ast::Statement::Insert(_) | ast::Statement::Update { .. } | ast::Statement::Delete(_) => {
             Ok(Statement::Dml(Box::new(stmt)))
+        }
+        ast::Statement::Truncate(t) => {
+            if matches!(t.identity, Some(ast::TruncateIdentityOption::Restart)) {
+                return Err(WeirError::not_supported(
+                    "TRUNCATE ... RESTART IDENTITY is not supported; reset the sequence with setval",
+                ));
+            }
+            if t.partitions.is_some() || t.on_cluster.is_some() {
+                return Err(WeirError::not_supported(format!("{t} is not supported")));
+            }
+            let names = t
+                .table_names
+                .iter()
+                .map(|n| relation_name(&n.name))
+                .collect::<Result<Vec<_>>>()?;
+            Ok(Statement::Truncate(names))
         }
         ast::Statement::CreateFunction(f) => Ok(Statement::CreateFunction(Box::new(f))),
         ast::Statement::CreateIndex(ci) => create_index(ci),
