@@ -146,6 +146,10 @@ pub struct RelationDesc {
     /// `CREATE INDEX`es of a table.
     #[serde(default)]
     pub indexes: Vec<IndexDesc>,
+    /// A table's CHECK constraints: (name, expression text over its columns), checked on
+    /// every row an INSERT, UPDATE or COPY writes.
+    #[serde(default)]
+    pub checks: Vec<(String, String)>,
 }
 
 /// A secondary index (`CREATE [UNIQUE] INDEX name ON table (columns)`).
@@ -239,6 +243,14 @@ impl RelationDesc {
             .collect()
     }
 
+    /// OID of the relation's `k`th CHECK constraint (a range of its own: a relation's four
+    /// OIDs are taken; at most [`MAX_CHECKS`] a table).
+    pub fn check_constraint_oid(&self, k: usize) -> u32 {
+        CHECK_OID_BASE
+            .wrapping_add(self.oid.wrapping_mul(MAX_CHECKS as u32))
+            .wrapping_add(k as u32)
+    }
+
     /// OID of the relation's row type in `pg_type`.
     pub fn row_type_oid(&self) -> u32 {
         self.oid + 3
@@ -288,6 +300,10 @@ pub struct TlsInfo {
 
 /// OIDs are handed out in steps so a relation's index, constraint and row type get their own.
 pub(crate) const OID_STEP: u32 = 4;
+/// CHECK constraints' OIDs start here (see [`RelationDesc::check_constraint_oid`]).
+const CHECK_OID_BASE: u32 = 1 << 31;
+/// The CHECK constraints a table may have.
+pub const MAX_CHECKS: usize = 64;
 
 /// A relation and the runtime object holding its data.
 pub struct Entry {

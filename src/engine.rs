@@ -2,6 +2,7 @@
 //! session. The wire protocol lives in `server`; this is what it calls.
 
 mod alter_table;
+mod checks;
 mod client;
 mod indexes;
 mod on_conflict;
@@ -422,6 +423,9 @@ impl Engine {
             Statement::Truncate(tables) => self.truncate(session, tables).await,
             Statement::BulkInsert(scan) => self.bulk_insert(session, scan).await,
             Statement::CreateTable(ct) => {
+                if !ct.checks.is_empty() {
+                    self.check_table_checks(&session.ctx, ct)?;
+                }
                 self.create_table(ct, &parsed.text, session.role())?;
                 Ok(Output::Command("CREATE TABLE".into()))
             }
@@ -845,6 +849,15 @@ impl Engine {
         let (change, written) = match (on, change) {
             (Some((on, alias)), Change::Insert(proposed)) => {
                 let name = table.name.clone();
+                // the proposed rows meet the table's CHECKs before conflicts are looked at
+                // (Postgres checks them first), then the rows written do (`apply_change`)
+                if let Some(entry) = self.catalog.get(&name) {
+                    checks::enforce(
+                        &session.ctx,
+                        &entry.desc,
+                        &proposed.iter().collect::<Vec<_>>(),
+                    )?;
+                }
                 let (change, written) = self
                     .resolve_conflicts(session, &table, &name, alias, &on, proposed)
                     .await?;
@@ -1023,6 +1036,17 @@ impl Engine {
         // the last point where the statement can stop without having changed anything
         session.interrupt.check()?;
         session.check_writable(verb)?;
+        if let Some(entry) = self.catalog.get(&table.name)
+            && !entry.desc.checks.is_empty()
+        {
+            let written: Vec<&datafusion::arrow::array::RecordBatch> = match &change {
+                Change::Insert(b) => b.iter().collect(),
+                Change::Update { new, .. } => new.iter().collect(),
+                Change::Upsert { upserts, .. } => vec![upserts],
+                _ => vec![],
+            };
+            checks::enforce(&session.ctx, &entry.desc, &written)?;
+        }
         if matches!(change, Change::Insert(_)) {
             self.wait_for_memory(session, verb, table).await?;
         }
@@ -1248,12 +1272,48 @@ impl Engine {
                 acl: None,
                 defaults: vec![],
                 indexes: vec![],
+                checks: vec![],
             })
         })?;
         if created {
             info!(source = %cs.name, %connector, "created source");
         }
         Ok(())
+    }
+
+    /// A new table's CHECK constraints plan over its columns (`engine::checks`); a connector
+    /// table, whose rows arrive without a statement, takes none.
+    fn check_table_checks(
+        &self,
+        ctx: &datafusion::prelude::SessionContext,
+        ct: &CreateTable,
+    ) -> Result<()> {
+        if !ct.with_options.is_empty() {
+            return Err(WeirError::not_supported(
+                "a connector table cannot have CHECK constraints (filter its rows in a view)",
+            ));
+        }
+        if ct.checks.len() > crate::catalog::MAX_CHECKS {
+            return Err(WeirError::new(
+                sqlstate::PROGRAM_LIMIT_EXCEEDED,
+                format!(
+                    "a table can have at most {} CHECK constraints",
+                    crate::catalog::MAX_CHECKS
+                ),
+            ));
+        }
+        let schema = datafusion::arrow::datatypes::Schema::new(
+            ct.columns
+                .iter()
+                .map(|c| c.ty.field(&c.name, true))
+                .collect::<Vec<_>>(),
+        );
+        let checks: Vec<(String, String)> = ct
+            .checks
+            .iter()
+            .map(|c| (c.name.clone(), c.expr.clone()))
+            .collect();
+        checks::compile(ctx, &ct.name, &schema, &checks).map(|_| ())
     }
 
     fn create_table(&self, ct: &CreateTable, text: &str, owner: u32) -> Result<()> {
@@ -1385,6 +1445,11 @@ impl Engine {
                 acl: None,
                 defaults,
                 indexes: vec![],
+                checks: ct
+                    .checks
+                    .iter()
+                    .map(|c| (c.name.clone(), c.expr.clone()))
+                    .collect(),
             })
         })?;
         if created {
@@ -1670,6 +1735,7 @@ impl Engine {
                 acl: None,
                 defaults: vec![],
                 indexes: vec![],
+                checks: vec![],
             })
         })?;
         Ok(())

@@ -627,8 +627,15 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
             move |args, rows| {
                 map_u32_to_str(args, rows, |oid| {
                     catalog.entries().iter().find_map(|e| {
-                        (e.desc.pkey_constraint_oid() == Some(oid))
-                            .then(|| format!("PRIMARY KEY ({})", e.desc.primary_key.join(", ")))
+                        if e.desc.pkey_constraint_oid() == Some(oid) {
+                            return Some(format!(
+                                "PRIMARY KEY ({})",
+                                e.desc.primary_key.join(", ")
+                            ));
+                        }
+                        (0..e.desc.checks.len())
+                            .find(|&k| e.desc.check_constraint_oid(k) == oid)
+                            .map(|k| format!("CHECK ({})", e.desc.checks[k].1))
                     })
                 })
             },

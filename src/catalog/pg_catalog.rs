@@ -409,6 +409,21 @@ const BUILTIN_TYPES: &[(u32, &str, i16, &str)] = &[
     (4089, "regnamespace", 4, "N"),
 ];
 
+/// Whether a CHECK constraint's expression text names a column.
+pub fn check_reads(expr: &str, column: &str) -> bool {
+    let Ok(e) = crate::sql::parser::parse_expr_text(expr) else {
+        return false;
+    };
+    let mut found = false;
+    let _ = datafusion::sql::sqlparser::ast::visit_expressions(&e, |x| {
+        if let datafusion::sql::sqlparser::ast::Expr::Identifier(id) = x {
+            found |= crate::sql::parser::normalize_ident(id) == column;
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    found
+}
+
 fn type_name(oid: u32) -> Option<&'static str> {
     BUILTIN_TYPES.iter().find(|t| t.0 == oid).map(|t| t.1)
 }
@@ -674,6 +689,8 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     e.table.as_ref().map(|t| t.row_count()).unwrap_or(0) as f64,
                 );
                 row[5] = d.owner.into();
+                // relchecks: psql's \d lists "Check constraints" when it is not 0
+                row[18] = V::I(d.checks.len() as i64);
                 if let Some(acl) = catalog.relation_acl(d) {
                     row[28] = V::A(acl.into_iter().map(V::S).collect());
                 }
@@ -1085,6 +1102,39 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                         true.into(),
                         0i32.into(),
                         true.into(),
+                        V::A(keys),
+                        V::Null,
+                        V::Null,
+                    ]);
+                }
+                for (k, (name, expr)) in d.checks.iter().enumerate() {
+                    // the columns the expression names
+                    let keys: Vec<V> = d
+                        .columns
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, c)| check_reads(expr, &c.name))
+                        .map(|(p, _)| V::I(p as i64 + 1))
+                        .collect();
+                    rows.push(vec![
+                        d.check_constraint_oid(k).into(),
+                        name.clone().into(),
+                        PUBLIC_NAMESPACE_OID.into(),
+                        "c".into(),
+                        false.into(),
+                        false.into(),
+                        true.into(),
+                        d.oid.into(),
+                        0u32.into(),
+                        0u32.into(),
+                        0u32.into(),
+                        0u32.into(),
+                        " ".into(),
+                        " ".into(),
+                        " ".into(),
+                        true.into(),
+                        0i32.into(),
+                        false.into(),
                         V::A(keys),
                         V::Null,
                         V::Null,

@@ -201,6 +201,9 @@ impl Engine {
                         desc.defaults.retain(|(d, _)| *d != col);
                         // as in Postgres, an index on the column goes with it
                         desc.indexes.retain(|i| !i.columns.contains(&col));
+                        // and so does a CHECK constraint that reads it
+                        desc.checks
+                            .retain(|(_, e)| !crate::catalog::pg_catalog::check_reads(e, &col));
                         layout.remove(at);
                         rewrite = true;
                         dropped.push(col);
@@ -239,6 +242,24 @@ impl Engine {
                     for (c, _) in desc.defaults.iter_mut() {
                         if *c == old {
                             *c = new.clone();
+                        }
+                    }
+                    // a CHECK constraint reads the column under its new name
+                    for (_, e) in desc.checks.iter_mut() {
+                        if let Ok(mut x) = crate::sql::parser::parse_expr_text(e) {
+                            let _ = ast::visit_expressions_mut(&mut x, |id| {
+                                if let ast::Expr::Identifier(i) = id
+                                    && normalize_ident(i) == old
+                                {
+                                    *i = if crate::sql::pg_text::quote_ident(&new) == new {
+                                        ast::Ident::new(new.clone())
+                                    } else {
+                                        ast::Ident::with_quote('"', new.clone())
+                                    };
+                                }
+                                std::ops::ControlFlow::<()>::Continue(())
+                            });
+                            *e = x.to_string();
                         }
                     }
                     for c in desc.indexes.iter_mut().flat_map(|i| i.columns.iter_mut()) {

@@ -250,6 +250,7 @@ impl Engine {
                 acl: None,
                 defaults: vec![],
                 indexes: vec![],
+                checks: vec![],
             })
         })?;
         Ok(Output::Command("CREATE VIEW".into()))

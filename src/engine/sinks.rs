@@ -116,6 +116,7 @@ impl Engine {
                         acl: None,
                         defaults: vec![],
                         indexes: vec![],
+                        checks: vec![],
                     })
                 })?;
             }

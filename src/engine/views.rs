@@ -231,6 +231,7 @@ impl Engine {
                 acl: None,
                 defaults: vec![],
                 indexes: vec![],
+                checks: vec![],
             })
         })?;
         let entry = self

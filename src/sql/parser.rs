@@ -446,6 +446,8 @@ pub struct CreateTable {
     pub with_options: Vec<(String, String)>,
     /// `FORMAT x ENCODE y` of a connector table, lowercased.
     pub format: Option<(String, String)>,
+    /// `CHECK` constraints, column and table ones, in the order written.
+    pub checks: Vec<CheckSpec>,
 }
 
 /// `CREATE SOURCE name [(columns, WATERMARK FOR ...)] WITH (connector = ..., ...)
@@ -1497,7 +1499,7 @@ fn parse_create_table(p: &mut Parser) -> Result<CreateTable> {
     let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
     let name = relation_name(&p.parse_object_name(false)?)?;
     p.expect_token(&Token::LParen)?;
-    let (columns, primary_key, watermark) = parse_table_elements(p, &name)?;
+    let (columns, primary_key, watermark, checks) = parse_table_elements(p, &name)?;
     let mut append_only = false;
     let mut with_options = Vec::new();
     loop {
@@ -1520,6 +1522,7 @@ fn parse_create_table(p: &mut Parser) -> Result<CreateTable> {
         watermark,
         with_options,
         format,
+        checks,
     })
 }
 
@@ -1538,7 +1541,12 @@ fn parse_create_source(p: &mut Parser) -> Result<CreateSource> {
     let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
     let name = relation_name(&p.parse_object_name(false)?)?;
     let (columns, watermark) = if p.consume_token(&Token::LParen) {
-        let (columns, pk, watermark) = parse_table_elements(p, &name)?;
+        let (columns, pk, watermark, checks) = parse_table_elements(p, &name)?;
+        if !checks.is_empty() {
+            return Err(WeirError::not_supported(
+                "a source cannot have CHECK constraints (filter its rows in a view)",
+            ));
+        }
         if pk.is_some() {
             return Err(WeirError::new(
                 crate::error::sqlstate::INVALID_TABLE_DEFINITION,
@@ -1685,7 +1693,34 @@ fn hints_to_options(hints: Vec<ast::Expr>) -> Result<Vec<(String, String)>> {
         .collect()
 }
 
-type TableElements = (Vec<ColumnSpec>, Option<Vec<String>>, Option<WatermarkSpec>);
+type TableElements = (
+    Vec<ColumnSpec>,
+    Option<Vec<String>>,
+    Option<WatermarkSpec>,
+    Vec<CheckSpec>,
+);
+
+/// A `CHECK (expr)` constraint of a table: its name (given, or Postgres' `t_col_check` /
+/// `t_check`, numbered when taken) and its expression's text.
+#[derive(Debug, Clone)]
+pub struct CheckSpec {
+    pub name: String,
+    pub expr: String,
+}
+
+/// A CHECK constraint's name: the given one, else Postgres' (`base`, then `base1`, ...).
+fn check_name(given: Option<&ast::Ident>, base: String, taken: &[CheckSpec]) -> String {
+    if let Some(n) = given {
+        return normalize_ident(n);
+    }
+    let mut name = base.clone();
+    let mut k = 0;
+    while taken.iter().any(|c| c.name == name) {
+        k += 1;
+        name = format!("{base}{k}");
+    }
+    name
+}
 
 /// The parenthesized list of a CREATE TABLE / SOURCE after `(`: columns, constraints and a
 /// WATERMARK, through the closing `)`.
@@ -1693,6 +1728,7 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
     let mut columns = Vec::new();
     let mut primary_key: Option<Vec<String>> = None;
     let mut watermark = None;
+    let mut checks: Vec<CheckSpec> = Vec::new();
     loop {
         if parse_word(p, "WATERMARK") {
             p.expect_keyword_is(Keyword::FOR)?;
@@ -1721,9 +1757,31 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
                         .collect::<Result<Vec<_>>>()?;
                     primary_key = Some(cols);
                 }
+                TableConstraint::Check(c) if c.enforced != Some(false) => {
+                    // Postgres names a check of one column after it, others after the table
+                    let mut cols: Vec<String> = Vec::new();
+                    let _ = ast::visit_expressions(&c.expr, |x: &ast::Expr| {
+                        if let ast::Expr::Identifier(id) = x {
+                            let n = normalize_ident(id);
+                            if !cols.contains(&n) {
+                                cols.push(n);
+                            }
+                        }
+                        std::ops::ControlFlow::<()>::Continue(())
+                    });
+                    let base = match cols.as_slice() {
+                        [one] => format!("{name}_{one}_check"),
+                        _ => format!("{name}_check"),
+                    };
+                    let name = check_name(c.name.as_ref(), base, &checks);
+                    checks.push(CheckSpec {
+                        name,
+                        expr: c.expr.to_string(),
+                    });
+                }
                 other => {
                     return Err(WeirError::not_supported(format!(
-                        "table constraint {other} is not supported (only PRIMARY KEY)"
+                        "table constraint {other} is not supported (only PRIMARY KEY and CHECK)"
                     )));
                 }
             }
@@ -1791,6 +1849,14 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
                         default = Some(e.to_string());
                     }
                     ColumnOption::Null => not_null = false,
+                    ColumnOption::Check(c) if c.enforced != Some(false) => {
+                        let given = opt.name.as_ref().or(c.name.as_ref());
+                        let check = check_name(given, format!("{name}_{col_name}_check"), &checks);
+                        checks.push(CheckSpec {
+                            name: check,
+                            expr: c.expr.to_string(),
+                        });
+                    }
                     ColumnOption::PrimaryKey(_) => {
                         if primary_key.is_some() {
                             return Err(multiple_pk(name));
@@ -1823,7 +1889,7 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
         p.expect_token(&Token::RParen)?;
         break;
     }
-    Ok((columns, primary_key, watermark))
+    Ok((columns, primary_key, watermark, checks))
 }
 
 /// Consume a (non-reserved, maybe unknown to sqlparser) word if it is next.

@@ -1,0 +1,113 @@
+//! Tables' CHECK constraints (`CREATE TABLE t (n int CHECK (n > 0), CHECK (a < b))`):
+//! each is an expression over the table's columns, stored as text in the table's
+//! `RelationDesc::checks` and checked on every row an INSERT, UPDATE, upsert or COPY writes
+//! (`Engine::apply_change`), before anything is written: a row for which it is false (not
+//! NULL: NULL passes, as in Postgres) fails the statement with 23514 and Postgres' message
+//! and detail. Rows a connector table receives are not checked (such tables refuse CHECK).
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::datatypes::{DataType, Schema};
+use datafusion::common::DFSchema;
+use datafusion::execution::context::SessionContext;
+use datafusion::physical_expr::PhysicalExpr;
+
+use crate::catalog::RelationDesc;
+use crate::error::{Result, WeirError, sqlstate};
+
+const CHECK_VIOLATION: &str = "23514";
+
+/// The constraints planned over the table's columns; an expression that does not plan, is
+/// not boolean or reads a subquery is refused as Postgres refuses it.
+pub(crate) fn compile(
+    ctx: &SessionContext,
+    table: &str,
+    schema: &Schema,
+    checks: &[(String, String)],
+) -> Result<Vec<(String, Arc<dyn PhysicalExpr>)>> {
+    let df_schema = DFSchema::try_from_qualified_schema(table, schema)?;
+    checks
+        .iter()
+        .map(|(name, text)| {
+            let mut subquery = false;
+            let parsed = crate::sql::parser::parse_expr_text(text)?;
+            let _ = datafusion::sql::sqlparser::ast::visit_expressions(&parsed, |e| {
+                use datafusion::sql::sqlparser::ast::Expr as E;
+                subquery |= matches!(e, E::Subquery(_) | E::Exists { .. } | E::InSubquery { .. });
+                std::ops::ControlFlow::<()>::Continue(())
+            });
+            if subquery {
+                return Err(WeirError::not_supported(
+                    "cannot use subquery in check constraint",
+                ));
+            }
+            let expr = ctx.parse_sql_expr(text, &df_schema)?;
+            let phys = ctx.create_physical_expr(expr, &df_schema)?;
+            let t = phys.data_type(schema)?;
+            if t != DataType::Boolean {
+                let shown = crate::sql::types::SqlType::from_arrow(&t)
+                    .map(|t| t.display_name())
+                    .unwrap_or_else(|| t.to_string());
+                return Err(WeirError::new(
+                    sqlstate::DATATYPE_MISMATCH,
+                    format!("argument of CHECK must be type boolean, not type {shown}"),
+                ));
+            }
+            Ok((name.clone(), phys))
+        })
+        .collect()
+}
+
+/// Every row of `batches` (rows of the table, in its column order) against the table's
+/// constraints.
+pub(crate) fn enforce(
+    ctx: &SessionContext,
+    desc: &RelationDesc,
+    batches: &[&RecordBatch],
+) -> Result<()> {
+    if desc.checks.is_empty() {
+        return Ok(());
+    }
+    let schema = desc.schema();
+    for (name, check) in compile(ctx, &desc.name, &schema, &desc.checks)? {
+        for batch in batches {
+            let n = batch.num_rows();
+            if n == 0 {
+                continue;
+            }
+            let result = check.evaluate(batch)?.into_array(n)?;
+            let Some(ok) = result.as_boolean_opt() else {
+                continue;
+            };
+            if let Some(row) = (0..n).find(|&i| ok.is_valid(i) && !ok.value(i)) {
+                return Err(WeirError::new(
+                    CHECK_VIOLATION,
+                    format!(
+                        "new row for relation \"{}\" violates check constraint \"{name}\"",
+                        desc.name
+                    ),
+                )
+                .with_detail(format!("Failing row contains ({}).", row_text(batch, row))));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A row as Postgres' record output writes it in a constraint's detail: each value's text,
+/// `null` for NULL.
+fn row_text(batch: &RecordBatch, row: usize) -> String {
+    batch
+        .columns()
+        .iter()
+        .map(|c| {
+            let one = c.slice(row, 1);
+            match crate::sql::pg_text::text_values(&one) {
+                Ok(t) if t.is_valid(0) => t.value(0).to_owned(),
+                _ => "null".to_owned(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
