@@ -426,7 +426,15 @@ impl Engine {
                 if !ct.checks.is_empty() {
                     self.check_table_checks(&session.ctx, ct)?;
                 }
+                let existed = self.catalog.get(&ct.name).is_some();
+                let uniques = self.unique_indexes(ct)?;
                 self.create_table(ct, &parsed.text, session.role())?;
+                if !existed {
+                    // UNIQUE constraints: a unique index each, named as Postgres names them
+                    for ci in &uniques {
+                        Box::pin(self.create_index(session, ci, None)).await?;
+                    }
+                }
                 Ok(Output::Command("CREATE TABLE".into()))
             }
             Statement::CreateSink(cs) => self.create_sink(session, cs, &parsed.text).await,
@@ -1279,6 +1287,75 @@ impl Engine {
             info!(source = %cs.name, %connector, "created source");
         }
         Ok(())
+    }
+
+    /// The unique indexes that keep a new table's UNIQUE constraints (Postgres' names:
+    /// `t_a_b_key`, numbered when taken), checked before the table is created.
+    fn unique_indexes(&self, ct: &CreateTable) -> Result<Vec<crate::sql::parser::CreateIndex>> {
+        if ct.uniques.is_empty() {
+            return Ok(vec![]);
+        }
+        if ct.append_only || !ct.with_options.is_empty() {
+            return Err(WeirError::not_supported(format!(
+                "UNIQUE constraints on {} table \"{}\" are not supported",
+                if ct.append_only {
+                    "APPEND ONLY"
+                } else {
+                    "connector"
+                },
+                ct.name
+            )));
+        }
+        let mut out: Vec<crate::sql::parser::CreateIndex> = Vec::new();
+        for u in &ct.uniques {
+            // as Postgres: a constraint the primary key or an earlier one already keeps is
+            // not made twice
+            if u.name.is_none()
+                && (u.columns == ct.primary_key || out.iter().any(|o| o.columns == u.columns))
+            {
+                continue;
+            }
+            for c in &u.columns {
+                if !ct.columns.iter().any(|d| &d.name == c) {
+                    return Err(WeirError::new(
+                        sqlstate::UNDEFINED_COLUMN,
+                        format!("column \"{c}\" named in key does not exist"),
+                    ));
+                }
+            }
+            let taken = |n: &str| {
+                self.catalog.name_in_use(n)
+                    || n == ct.name
+                    || out.iter().any(|o| o.name.as_deref() == Some(n))
+            };
+            let name = match &u.name {
+                Some(n) if taken(n) => {
+                    return Err(WeirError::new(
+                        sqlstate::DUPLICATE_TABLE,
+                        format!("relation \"{n}\" already exists"),
+                    ));
+                }
+                Some(n) => n.clone(),
+                None => {
+                    let base = format!("{}_{}_key", ct.name, u.columns.join("_"));
+                    let mut n = base.clone();
+                    let mut k = 0;
+                    while taken(&n) {
+                        k += 1;
+                        n = format!("{base}{k}");
+                    }
+                    n
+                }
+            };
+            out.push(crate::sql::parser::CreateIndex {
+                name: Some(name),
+                table: ct.name.clone(),
+                columns: u.columns.clone(),
+                unique: true,
+                if_not_exists: false,
+            });
+        }
+        Ok(out)
     }
 
     /// A new table's CHECK constraints plan over its columns (`engine::checks`); a connector

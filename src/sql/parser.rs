@@ -448,6 +448,8 @@ pub struct CreateTable {
     pub format: Option<(String, String)>,
     /// `CHECK` constraints, column and table ones, in the order written.
     pub checks: Vec<CheckSpec>,
+    /// `UNIQUE` constraints, column and table ones.
+    pub uniques: Vec<UniqueSpec>,
 }
 
 /// `CREATE SOURCE name [(columns, WATERMARK FOR ...)] WITH (connector = ..., ...)
@@ -1499,7 +1501,7 @@ fn parse_create_table(p: &mut Parser) -> Result<CreateTable> {
     let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
     let name = relation_name(&p.parse_object_name(false)?)?;
     p.expect_token(&Token::LParen)?;
-    let (columns, primary_key, watermark, checks) = parse_table_elements(p, &name)?;
+    let (columns, primary_key, watermark, checks, uniques) = parse_table_elements(p, &name)?;
     let mut append_only = false;
     let mut with_options = Vec::new();
     loop {
@@ -1523,6 +1525,7 @@ fn parse_create_table(p: &mut Parser) -> Result<CreateTable> {
         with_options,
         format,
         checks,
+        uniques,
     })
 }
 
@@ -1541,7 +1544,12 @@ fn parse_create_source(p: &mut Parser) -> Result<CreateSource> {
     let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
     let name = relation_name(&p.parse_object_name(false)?)?;
     let (columns, watermark) = if p.consume_token(&Token::LParen) {
-        let (columns, pk, watermark, checks) = parse_table_elements(p, &name)?;
+        let (columns, pk, watermark, checks, uniques) = parse_table_elements(p, &name)?;
+        if !uniques.is_empty() {
+            return Err(WeirError::not_supported(
+                "a source cannot have UNIQUE constraints",
+            ));
+        }
         if !checks.is_empty() {
             return Err(WeirError::not_supported(
                 "a source cannot have CHECK constraints (filter its rows in a view)",
@@ -1698,7 +1706,16 @@ type TableElements = (
     Option<Vec<String>>,
     Option<WatermarkSpec>,
     Vec<CheckSpec>,
+    Vec<UniqueSpec>,
 );
+
+/// A `UNIQUE (cols)` constraint of a table: its columns and its name (given, or Postgres'
+/// `t_a_b_key`), kept by a unique index of that name.
+#[derive(Debug, Clone)]
+pub struct UniqueSpec {
+    pub name: Option<String>,
+    pub columns: Vec<String>,
+}
 
 /// A `CHECK (expr)` constraint of a table: its name (given, or Postgres' `t_col_check` /
 /// `t_check`, numbered when taken) and its expression's text.
@@ -1729,6 +1746,7 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
     let mut primary_key: Option<Vec<String>> = None;
     let mut watermark = None;
     let mut checks: Vec<CheckSpec> = Vec::new();
+    let mut uniques: Vec<UniqueSpec> = Vec::new();
     loop {
         if parse_word(p, "WATERMARK") {
             p.expect_keyword_is(Keyword::FOR)?;
@@ -1757,6 +1775,24 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
                         .collect::<Result<Vec<_>>>()?;
                     primary_key = Some(cols);
                 }
+                TableConstraint::Unique(u)
+                    if u.index_type.is_none() && u.index_options.is_empty() =>
+                {
+                    let cols = u
+                        .columns
+                        .iter()
+                        .map(|c| match &c.column.expr {
+                            ast::Expr::Identifier(id) => Ok(normalize_ident(id)),
+                            other => Err(WeirError::not_supported(format!(
+                                "UNIQUE on expression {other} is not supported"
+                            ))),
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                    uniques.push(UniqueSpec {
+                        name: u.name.as_ref().map(normalize_ident),
+                        columns: cols,
+                    });
+                }
                 TableConstraint::Check(c) if c.enforced != Some(false) => {
                     // Postgres names a check of one column after it, others after the table
                     let mut cols: Vec<String> = Vec::new();
@@ -1781,7 +1817,7 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
                 }
                 other => {
                     return Err(WeirError::not_supported(format!(
-                        "table constraint {other} is not supported (only PRIMARY KEY and CHECK)"
+                        "table constraint {other} is not supported (only PRIMARY KEY, UNIQUE and CHECK)"
                     )));
                 }
             }
@@ -1849,6 +1885,14 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
                         default = Some(e.to_string());
                     }
                     ColumnOption::Null => not_null = false,
+                    ColumnOption::Unique(u)
+                        if u.index_type.is_none() && u.index_options.is_empty() =>
+                    {
+                        uniques.push(UniqueSpec {
+                            name: opt.name.as_ref().or(u.name.as_ref()).map(normalize_ident),
+                            columns: vec![col_name.clone()],
+                        });
+                    }
                     ColumnOption::Check(c) if c.enforced != Some(false) => {
                         let given = opt.name.as_ref().or(c.name.as_ref());
                         let check = check_name(given, format!("{name}_{col_name}_check"), &checks);
@@ -1889,7 +1933,7 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
         p.expect_token(&Token::RParen)?;
         break;
     }
-    Ok((columns, primary_key, watermark, checks))
+    Ok((columns, primary_key, watermark, checks, uniques))
 }
 
 /// Consume a (non-reserved, maybe unknown to sqlparser) word if it is next.
