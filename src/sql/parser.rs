@@ -1383,6 +1383,16 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
         ast::Statement::Insert(_) | ast::Statement::Update { .. } | ast::Statement::Delete(_) => {
             Ok(Statement::Dml(Box::new(stmt)))
         }
+        // psycopg 3 sends DEALLOCATE ALL when a transaction with prepared statements fails;
+        // the protocol-level statements it names are replaced when a name is parsed again,
+        // so this only acknowledges (a deallocated name stays usable: see docs/sql.md)
+        ast::Statement::Deallocate { name, .. } => Ok(Statement::NoOp(
+            if name.quote_style.is_none() && name.value.eq_ignore_ascii_case("all") {
+                "DEALLOCATE ALL"
+            } else {
+                "DEALLOCATE"
+            },
+        )),
         ast::Statement::Truncate(t) => {
             if matches!(t.identity, Some(ast::TruncateIdentityOption::Restart)) {
                 return Err(WeirError::not_supported(

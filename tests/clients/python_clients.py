@@ -358,10 +358,47 @@ def check_sqlalchemy():
         ok(f"sqlalchemy {sqlalchemy.__version__.split('.')[0]}.x inspector over {driver}")
 
 
+def check_sqlalchemy_orm():
+    # what an ORM's create_all emits: UNIQUE, CHECK, a uuid key with a Python default
+    import uuid
+
+    import sqlalchemy
+    from sqlalchemy import CheckConstraint, Column, Integer, MetaData, String, Table, create_engine
+
+    engine = create_engine(f"postgresql+psycopg://weir@127.0.0.1:{PORT}/weir")
+    md = MetaData()
+    users = Table(
+        "orm_users",
+        md,
+        Column("id", Integer, primary_key=True),
+        Column("email", String(50), unique=True, nullable=False),
+        Column("age", Integer, CheckConstraint("age >= 0", name="age_not_negative")),
+        Column("token", sqlalchemy.Uuid, default=uuid.uuid4, nullable=False),
+    )
+    md.create_all(engine)
+    with engine.begin() as c:
+        c.execute(users.insert(), [{"id": 1, "email": "a@x", "age": 3}, {"id": 2, "email": "b@x", "age": 4}])
+    for bad in [{"id": 3, "email": "a@x", "age": 1}, {"id": 4, "email": "c@x", "age": -1}]:
+        try:
+            with engine.begin() as c:
+                c.execute(users.insert(), bad)
+            raise AssertionError(f"accepted {bad}")
+        except sqlalchemy.exc.IntegrityError:
+            pass
+    with engine.connect() as c:
+        rows = c.execute(sqlalchemy.select(users.c.id, users.c.token).order_by(users.c.id)).all()
+    assert [r[0] for r in rows] == [1, 2], rows
+    assert all(isinstance(r[1], uuid.UUID) for r in rows), rows
+    md.drop_all(engine)
+    engine.dispose()
+    ok("sqlalchemy orm create_all with unique, check and uuid")
+
+
 if WHAT == "all":
     setup()
     check_psycopg2()
     check_psycopg3()
     check_sqlalchemy()
+    check_sqlalchemy_orm()
 else:
     check_sqlalchemy()
