@@ -409,6 +409,42 @@ const BUILTIN_TYPES: &[(u32, &str, i16, &str)] = &[
     (4089, "regnamespace", 4, "N"),
 ];
 
+/// A `pg_constraint` row of a primary key (`p`, its index `index`) or a CHECK (`c`) of
+/// relation `relid` over the columns `keys` (1-based).
+fn constraint_row(
+    oid: u32,
+    name: String,
+    kind: &str,
+    relid: u32,
+    index: u32,
+    keys: Vec<V>,
+) -> Vec<V> {
+    vec![
+        oid.into(),
+        name.into(),
+        PUBLIC_NAMESPACE_OID.into(),
+        kind.into(),
+        false.into(),
+        false.into(),
+        true.into(),
+        relid.into(),
+        0u32.into(),
+        index.into(),
+        0u32.into(),
+        0u32.into(),
+        " ".into(),
+        " ".into(),
+        " ".into(),
+        true.into(),
+        0i32.into(),
+        // connoinherit: a primary key is not inherited, a CHECK is
+        (kind == "p").into(),
+        V::A(keys),
+        V::Null,
+        V::Null,
+    ]
+}
+
 /// Whether a CHECK constraint's expression text names a column.
 pub fn check_reads(expr: &str, column: &str) -> bool {
     let Ok(e) = crate::sql::parser::parse_expr_text(expr) else {
@@ -1083,29 +1119,14 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                         .filter_map(|k| d.columns.iter().position(|c| &c.name == k))
                         .map(|p| V::I(p as i64 + 1))
                         .collect();
-                    rows.push(vec![
-                        con.into(),
-                        format!("{}_pkey", d.name).into(),
-                        PUBLIC_NAMESPACE_OID.into(),
-                        "p".into(),
-                        false.into(),
-                        false.into(),
-                        true.into(),
-                        d.oid.into(),
-                        0u32.into(),
-                        idx.into(),
-                        0u32.into(),
-                        0u32.into(),
-                        " ".into(),
-                        " ".into(),
-                        " ".into(),
-                        true.into(),
-                        0i32.into(),
-                        true.into(),
-                        V::A(keys),
-                        V::Null,
-                        V::Null,
-                    ]);
+                    rows.push(constraint_row(
+                        con,
+                        format!("{}_pkey", d.name),
+                        "p",
+                        d.oid,
+                        idx,
+                        keys,
+                    ));
                 }
                 for (k, (name, expr)) in d.checks.iter().enumerate() {
                     // the columns the expression names
@@ -1116,29 +1137,14 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                         .filter(|(_, c)| check_reads(expr, &c.name))
                         .map(|(p, _)| V::I(p as i64 + 1))
                         .collect();
-                    rows.push(vec![
-                        d.check_constraint_oid(k).into(),
-                        name.clone().into(),
-                        PUBLIC_NAMESPACE_OID.into(),
-                        "c".into(),
-                        false.into(),
-                        false.into(),
-                        true.into(),
-                        d.oid.into(),
-                        0u32.into(),
-                        0u32.into(),
-                        0u32.into(),
-                        0u32.into(),
-                        " ".into(),
-                        " ".into(),
-                        " ".into(),
-                        true.into(),
-                        0i32.into(),
-                        false.into(),
-                        V::A(keys),
-                        V::Null,
-                        V::Null,
-                    ]);
+                    rows.push(constraint_row(
+                        d.check_constraint_oid(k),
+                        name.clone(),
+                        "c",
+                        d.oid,
+                        0,
+                        keys,
+                    ));
                 }
             }
             build_table(
