@@ -36,6 +36,198 @@ use crate::sql::parser::{normalize_ident, relation_name};
 use crate::sql::types::SqlType;
 
 impl Engine {
+    /// `ALTER TABLE t ADD [CONSTRAINT name] CHECK (expr) [NOT VALID] | UNIQUE (cols)` and
+    /// `DROP CONSTRAINT [IF EXISTS] name`, one after another: a CHECK is checked against
+    /// the rows already there (unless NOT VALID) and kept in the catalog entry, a UNIQUE is a
+    /// unique index (built over the rows, refusing duplicates), a dropped UNIQUE drops its
+    /// index. The primary key is neither added nor dropped here.
+    async fn alter_constraints(
+        &self,
+        session: &Session,
+        name: &str,
+        operations: &[ast::AlterTableOperation],
+        notices: Option<&tokio::sync::mpsc::UnboundedSender<String>>,
+    ) -> Result<Output> {
+        for op in operations {
+            let Some(entry) = self.catalog.get(name) else {
+                return Err(WeirError::undefined_table(name));
+            };
+            let desc = &entry.desc;
+            let exists = |n: &str| {
+                desc.checks.iter().any(|(c, _)| c == n)
+                    || desc.indexes.iter().any(|i| i.name == n)
+                    || n == format!("{name}_pkey")
+            };
+            match op {
+                ast::AlterTableOperation::AddConstraint {
+                    constraint: ast::TableConstraint::Check(c),
+                    not_valid,
+                } => {
+                    let expr = c.expr.to_string();
+                    let check = match &c.name {
+                        Some(n) => normalize_ident(n),
+                        None => {
+                            let cols: Vec<&str> = desc
+                                .columns
+                                .iter()
+                                .filter(|col| {
+                                    crate::catalog::pg_catalog::check_reads(&expr, &col.name)
+                                })
+                                .map(|col| col.name.as_str())
+                                .collect();
+                            let base = match cols.as_slice() {
+                                [one] => format!("{name}_{one}_check"),
+                                _ => format!("{name}_check"),
+                            };
+                            let mut n = base.clone();
+                            let mut k = 0;
+                            while exists(&n) {
+                                k += 1;
+                                n = format!("{base}{k}");
+                            }
+                            n
+                        }
+                    };
+                    if exists(&check) {
+                        return Err(WeirError::new(
+                            "42710",
+                            format!(
+                                "constraint \"{check}\" for relation \"{name}\" already exists"
+                            ),
+                        ));
+                    }
+                    if desc.checks.len() >= crate::catalog::MAX_CHECKS {
+                        return Err(WeirError::new(
+                            sqlstate::PROGRAM_LIMIT_EXCEEDED,
+                            format!(
+                                "a table can have at most {} CHECK constraints",
+                                crate::catalog::MAX_CHECKS
+                            ),
+                        ));
+                    }
+                    let new = vec![(check.clone(), expr.clone())];
+                    super::checks::compile(&session.ctx, name, &desc.schema(), &new)?;
+                    if !not_valid {
+                        // the rows already there must pass it (NULL passes)
+                        let q = format!(
+                            "SELECT count(*) FROM {} WHERE NOT ({expr})",
+                            crate::sql::pg_text::quote_ident(name)
+                        );
+                        let batches = session.ctx.sql(&q).await?.collect().await?;
+                        let failing = batches
+                            .first()
+                            .filter(|b| b.num_rows() > 0)
+                            .and_then(|b| {
+                                datafusion::arrow::array::AsArray::as_primitive_opt::<
+                                    datafusion::arrow::datatypes::Int64Type,
+                                >(b.column(0))
+                                .map(|a| a.value(0))
+                            })
+                            .unwrap_or(0);
+                        if failing > 0 {
+                            return Err(WeirError::new(
+                                "23514",
+                                format!(
+                                    "check constraint \"{check}\" of relation \"{name}\" is violated by some row"
+                                ),
+                            ));
+                        }
+                    }
+                    self.catalog.alter_relation(name, |d| {
+                        d.checks.push((check.clone(), expr.clone()));
+                        Ok(())
+                    })?;
+                }
+                ast::AlterTableOperation::AddConstraint {
+                    constraint: ast::TableConstraint::Unique(u),
+                    ..
+                } => {
+                    let cols = u
+                        .columns
+                        .iter()
+                        .map(|c| match &c.column.expr {
+                            ast::Expr::Identifier(id) => Ok(normalize_ident(id)),
+                            other => Err(WeirError::not_supported(format!(
+                                "UNIQUE on expression {other} is not supported"
+                            ))),
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                    let index = match &u.name {
+                        Some(n) => normalize_ident(n),
+                        None => {
+                            let base = format!("{name}_{}_key", cols.join("_"));
+                            let mut n = base.clone();
+                            let mut k = 0;
+                            while self.catalog.name_in_use(&n) {
+                                k += 1;
+                                n = format!("{base}{k}");
+                            }
+                            n
+                        }
+                    };
+                    if exists(&index) {
+                        return Err(WeirError::new(
+                            "42710",
+                            format!(
+                                "constraint \"{index}\" for relation \"{name}\" already exists"
+                            ),
+                        ));
+                    }
+                    let ci = crate::sql::parser::CreateIndex {
+                        name: Some(index),
+                        table: name.to_owned(),
+                        columns: cols,
+                        unique: true,
+                        if_not_exists: false,
+                    };
+                    Box::pin(self.create_index(session, &ci, notices)).await?;
+                }
+                ast::AlterTableOperation::DropConstraint {
+                    if_exists,
+                    name: constraint,
+                    ..
+                } => {
+                    let c = normalize_ident(constraint);
+                    if desc.checks.iter().any(|(n, _)| *n == c) {
+                        self.catalog.alter_relation(name, |d| {
+                            d.checks.retain(|(n, _)| *n != c);
+                            Ok(())
+                        })?;
+                    } else if desc.indexes.iter().any(|i| i.name == c && i.unique) {
+                        Box::pin(self.drop_indexes(
+                            session,
+                            std::slice::from_ref(&c),
+                            false,
+                            notices,
+                        ))
+                        .await?;
+                    } else if c == format!("{name}_pkey") {
+                        return Err(WeirError::not_supported(format!(
+                            "cannot drop the primary key of table \"{name}\""
+                        )));
+                    } else if *if_exists {
+                        if let Some(p) = notices {
+                            let _ = p.send(format!(
+                                "constraint \"{c}\" of relation \"{name}\" does not exist, skipping"
+                            ));
+                        }
+                    } else {
+                        return Err(WeirError::new(
+                            sqlstate::UNDEFINED_OBJECT,
+                            format!("constraint \"{c}\" of relation \"{name}\" does not exist"),
+                        ));
+                    }
+                }
+                other => {
+                    return Err(WeirError::not_supported(format!(
+                        "ALTER TABLE ... {other} is not supported (constraints: CHECK and UNIQUE)"
+                    )));
+                }
+            }
+        }
+        Ok(Output::Command("ALTER TABLE".into()))
+    }
+
     pub(crate) async fn alter_table(
         &self,
         session: &Session,
@@ -59,6 +251,20 @@ impl Engine {
             return Err(WeirError::not_supported(format!(
                 "cannot alter table \"{name}\": it is fed by a connector"
             )));
+        }
+        // constraints: the catalog entry and an index, never the table's rows or its views
+        if !alter.operations.is_empty()
+            && alter.operations.iter().all(|op| {
+                matches!(
+                    op,
+                    ast::AlterTableOperation::AddConstraint { .. }
+                        | ast::AlterTableOperation::DropConstraint { .. }
+                )
+            })
+        {
+            return self
+                .alter_constraints(session, &name, &alter.operations, notices)
+                .await;
         }
         // a column's default is the table's alone (views never see it): changed in the
         // catalog entry in place, the table's storage and the views over it untouched
