@@ -1336,16 +1336,10 @@ impl Engine {
                     ));
                 }
                 Some(n) => n.clone(),
-                None => {
-                    let base = format!("{}_{}_key", ct.name, u.columns.join("_"));
-                    let mut n = base.clone();
-                    let mut k = 0;
-                    while taken(&n) {
-                        k += 1;
-                        n = format!("{base}{k}");
-                    }
-                    n
-                }
+                None => crate::sql::parser::free_name(
+                    &format!("{}_{}_key", ct.name, u.columns.join("_")),
+                    taken,
+                ),
             };
             out.push(crate::sql::parser::CreateIndex {
                 name: Some(name),

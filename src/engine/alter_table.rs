@@ -79,13 +79,7 @@ impl Engine {
                                 [one] => format!("{name}_{one}_check"),
                                 _ => format!("{name}_check"),
                             };
-                            let mut n = base.clone();
-                            let mut k = 0;
-                            while exists(&n) {
-                                k += 1;
-                                n = format!("{base}{k}");
-                            }
-                            n
+                            crate::sql::parser::free_name(&base, exists)
                         }
                     };
                     if exists(&check) {
@@ -142,28 +136,13 @@ impl Engine {
                     constraint: ast::TableConstraint::Unique(u),
                     ..
                 } => {
-                    let cols = u
-                        .columns
-                        .iter()
-                        .map(|c| match &c.column.expr {
-                            ast::Expr::Identifier(id) => Ok(normalize_ident(id)),
-                            other => Err(WeirError::not_supported(format!(
-                                "UNIQUE on expression {other} is not supported"
-                            ))),
-                        })
-                        .collect::<Result<Vec<_>>>()?;
+                    let cols = crate::sql::parser::constraint_columns(&u.columns, "UNIQUE")?;
                     let index = match &u.name {
                         Some(n) => normalize_ident(n),
-                        None => {
-                            let base = format!("{name}_{}_key", cols.join("_"));
-                            let mut n = base.clone();
-                            let mut k = 0;
-                            while self.catalog.name_in_use(&n) {
-                                k += 1;
-                                n = format!("{base}{k}");
-                            }
-                            n
-                        }
+                        None => crate::sql::parser::free_name(
+                            &format!("{name}_{}_key", cols.join("_")),
+                            |n| self.catalog.name_in_use(n),
+                        ),
                     };
                     if exists(&index) {
                         return Err(WeirError::new(

@@ -73,16 +73,10 @@ impl Engine {
                 n.clone()
             }
             // Postgres' choice: table_columns_idx, then with 1, 2, ... until free
-            None => {
-                let base = format!("{}_{}_idx", ci.table, ci.columns.join("_"));
-                let mut n = base.clone();
-                let mut k = 0;
-                while self.catalog.name_in_use(&n) {
-                    k += 1;
-                    n = format!("{base}{k}");
-                }
-                n
-            }
+            None => crate::sql::parser::free_name(
+                &format!("{}_{}_idx", ci.table, ci.columns.join("_")),
+                |n| self.catalog.name_in_use(n),
+            ),
         };
         if view {
             // kept in the view's contents by the dataflow, built there now

@@ -1735,18 +1735,36 @@ pub struct CheckSpec {
     pub expr: String,
 }
 
-/// A CHECK constraint's name: the given one, else Postgres' (`base`, then `base1`, ...).
-fn check_name(given: Option<&ast::Ident>, base: String, taken: &[CheckSpec]) -> String {
-    if let Some(n) = given {
-        return normalize_ident(n);
-    }
-    let mut name = base.clone();
+/// `base`, or `base1`, `base2`, ... the first that `taken` does not hold: how Postgres
+/// names constraints and indexes it names itself.
+pub fn free_name(base: &str, taken: impl Fn(&str) -> bool) -> String {
+    let mut name = base.to_owned();
     let mut k = 0;
-    while taken.iter().any(|c| c.name == name) {
+    while taken(&name) {
         k += 1;
         name = format!("{base}{k}");
     }
     name
+}
+
+/// The columns of a PRIMARY KEY or UNIQUE constraint (`what`), plain column names only.
+pub fn constraint_columns(cols: &[ast::IndexColumn], what: &str) -> Result<Vec<String>> {
+    cols.iter()
+        .map(|c| match &c.column.expr {
+            ast::Expr::Identifier(id) => Ok(normalize_ident(id)),
+            other => Err(WeirError::not_supported(format!(
+                "{what} on expression {other} is not supported"
+            ))),
+        })
+        .collect()
+}
+
+/// A CHECK constraint's name: the given one, else Postgres' (`base`, then `base1`, ...).
+fn check_name(given: Option<&ast::Ident>, base: String, taken: &[CheckSpec]) -> String {
+    match given {
+        Some(n) => normalize_ident(n),
+        None => free_name(&base, |n| taken.iter().any(|c| c.name == n)),
+    }
 }
 
 /// The parenthesized list of a CREATE TABLE / SOURCE after `(`: columns, constraints and a
@@ -1773,34 +1791,14 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
                     if primary_key.is_some() {
                         return Err(multiple_pk(name));
                     }
-                    let cols = pk
-                        .columns
-                        .iter()
-                        .map(|c| match &c.column.expr {
-                            ast::Expr::Identifier(id) => Ok(normalize_ident(id)),
-                            other => Err(WeirError::not_supported(format!(
-                                "PRIMARY KEY on expression {other} is not supported"
-                            ))),
-                        })
-                        .collect::<Result<Vec<_>>>()?;
-                    primary_key = Some(cols);
+                    primary_key = Some(constraint_columns(&pk.columns, "PRIMARY KEY")?);
                 }
                 TableConstraint::Unique(u)
                     if u.index_type.is_none() && u.index_options.is_empty() =>
                 {
-                    let cols = u
-                        .columns
-                        .iter()
-                        .map(|c| match &c.column.expr {
-                            ast::Expr::Identifier(id) => Ok(normalize_ident(id)),
-                            other => Err(WeirError::not_supported(format!(
-                                "UNIQUE on expression {other} is not supported"
-                            ))),
-                        })
-                        .collect::<Result<Vec<_>>>()?;
                     uniques.push(UniqueSpec {
                         name: u.name.as_ref().map(normalize_ident),
-                        columns: cols,
+                        columns: constraint_columns(&u.columns, "UNIQUE")?,
                     });
                 }
                 TableConstraint::Check(c) if c.enforced != Some(false) => {
