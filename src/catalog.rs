@@ -159,6 +159,10 @@ pub struct IndexDesc {
     pub name: String,
     pub columns: Vec<String>,
     pub unique: bool,
+    /// The index keeps a UNIQUE constraint of the same name (listed in `pg_constraint`, its
+    /// OID the index's plus one; dropped with ALTER TABLE ... DROP CONSTRAINT).
+    #[serde(default)]
+    pub constraint: bool,
 }
 
 /// An index as `pg_class`/`pg_index` show it: the primary key's or a secondary one.

@@ -443,6 +443,24 @@ impl Engine {
                 Ok(Output::Command("CREATE SOURCE".into()))
             }
             Statement::Drop(d) if d.kind == crate::sql::parser::DropKind::Index => {
+                // an index that keeps a UNIQUE constraint goes with the constraint only
+                for n in &d.names {
+                    if let Some((e, _)) = self.catalog.index_by_name(n)
+                        && e.desc.indexes.iter().any(|i| &i.name == n && i.constraint)
+                    {
+                        return Err(WeirError::new(
+                            sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
+                            format!(
+                                "cannot drop index {n} because constraint {n} on table {} requires it",
+                                e.desc.name
+                            ),
+                        )
+                        .with_hint(format!(
+                            "You can drop constraint {n} on table {} instead.",
+                            e.desc.name
+                        )));
+                    }
+                }
                 self.drop_indexes(session, &d.names, d.if_exists, notices.as_ref())
                     .await
             }
@@ -1347,6 +1365,7 @@ impl Engine {
                 columns: u.columns.clone(),
                 unique: true,
                 if_not_exists: false,
+                constraint: true,
             });
         }
         Ok(out)

@@ -633,6 +633,14 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
                                 e.desc.primary_key.join(", ")
                             ));
                         }
+                        if let Some(ix) = e
+                            .desc
+                            .indexes
+                            .iter()
+                            .find(|i| i.constraint && i.oid + 1 == oid)
+                        {
+                            return Some(format!("UNIQUE ({})", ix.columns.join(", ")));
+                        }
                         (0..e.desc.checks.len())
                             .find(|&k| e.desc.check_constraint_oid(k) == oid)
                             .map(|k| format!("CHECK ({})", e.desc.checks[k].1))

@@ -49,6 +49,25 @@ fn yes_no(b: bool) -> V {
     if b { "YES".into() } else { "NO".into() }
 }
 
+/// A relation's primary key and UNIQUE constraints: (name, constraint_type, columns).
+fn key_constraints(d: &crate::catalog::RelationDesc) -> Vec<(String, &'static str, Vec<String>)> {
+    let pk = (!d.primary_key.is_empty()).then(|| {
+        (
+            format!("{}_pkey", d.name),
+            "PRIMARY KEY",
+            d.primary_key.clone(),
+        )
+    });
+    pk.into_iter()
+        .chain(
+            d.indexes
+                .iter()
+                .filter(|i| i.constraint)
+                .map(|i| (i.name.clone(), "UNIQUE", i.columns.clone())),
+        )
+        .collect()
+}
+
 /// `data_type` as the standard spells it, and the `udt_name` (Postgres' type name).
 fn data_type(t: &T) -> (String, String) {
     let udt = match t {
@@ -280,31 +299,46 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 ("enforced", T::Text),
             ],
             rels.iter()
-                .filter(|e| !e.desc.primary_key.is_empty())
-                .map(|e| {
-                    vec![
-                        db(),
-                        public(),
-                        format!("{}_pkey", e.desc.name).into(),
-                        db(),
-                        public(),
-                        e.desc.name.clone().into(),
-                        "PRIMARY KEY".into(),
-                        "NO".into(),
-                        "NO".into(),
-                        "YES".into(),
-                    ]
+                .flat_map(|e| {
+                    let checks = e.desc.checks.iter().map(|(n, _)| (n.clone(), "CHECK"));
+                    key_constraints(&e.desc)
+                        .into_iter()
+                        .map(|(n, kind, _)| (n, kind))
+                        .chain(checks)
+                        .map(|(n, kind)| {
+                            vec![
+                                db(),
+                                public(),
+                                n.into(),
+                                db(),
+                                public(),
+                                e.desc.name.clone().into(),
+                                kind.into(),
+                                "NO".into(),
+                                "NO".into(),
+                                "YES".into(),
+                            ]
+                        })
+                        .collect::<Vec<_>>()
                 })
                 .collect(),
         )?,
         "key_column_usage" | "constraint_column_usage" => {
             let mut rows = Vec::new();
-            for e in rels.iter().filter(|e| !e.desc.primary_key.is_empty()) {
-                for (k, col) in e.desc.primary_key.iter().enumerate() {
+            for e in rels.iter() {
+                for (constraint, k, col) in
+                    key_constraints(&e.desc)
+                        .into_iter()
+                        .flat_map(|(n, _, cols)| {
+                            cols.into_iter()
+                                .enumerate()
+                                .map(move |(k, c)| (n.clone(), k, c))
+                        })
+                {
                     let mut row = vec![
                         db(),
                         public(),
-                        format!("{}_pkey", e.desc.name).into(),
+                        constraint.into(),
                         db(),
                         public(),
                         e.desc.name.clone().into(),
@@ -353,7 +387,18 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 ("constraint_name", T::Name),
                 ("check_clause", T::Text),
             ],
-            vec![],
+            rels.iter()
+                .flat_map(|e| {
+                    e.desc.checks.iter().map(|(n, expr)| {
+                        vec![
+                            db(),
+                            public(),
+                            n.clone().into(),
+                            format!("(({expr}))").into(),
+                        ]
+                    })
+                })
+                .collect(),
         )?,
         "routines" => build_table(
             &[

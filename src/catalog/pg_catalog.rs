@@ -409,7 +409,8 @@ const BUILTIN_TYPES: &[(u32, &str, i16, &str)] = &[
     (4089, "regnamespace", 4, "N"),
 ];
 
-/// A `pg_constraint` row of a primary key (`p`, its index `index`) or a CHECK (`c`) of
+/// A `pg_constraint` row of a primary key (`p`), a UNIQUE (`u`; both with their index
+/// `index`) or a CHECK (`c`) of
 /// relation `relid` over the columns `keys` (1-based).
 fn constraint_row(
     oid: u32,
@@ -437,8 +438,8 @@ fn constraint_row(
         " ".into(),
         true.into(),
         0i32.into(),
-        // connoinherit: a primary key is not inherited, a CHECK is
-        (kind == "p").into(),
+        // connoinherit: a primary key or unique constraint is not inherited, a CHECK is
+        (kind != "c").into(),
         V::A(keys),
         V::Null,
         V::Null,
@@ -1125,6 +1126,22 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                         "p",
                         d.oid,
                         idx,
+                        keys,
+                    ));
+                }
+                for ix in d.indexes.iter().filter(|i| i.constraint) {
+                    let keys: Vec<V> = ix
+                        .columns
+                        .iter()
+                        .filter_map(|k| d.columns.iter().position(|c| &c.name == k))
+                        .map(|p| V::I(p as i64 + 1))
+                        .collect();
+                    rows.push(constraint_row(
+                        ix.oid + 1,
+                        ix.name.clone(),
+                        "u",
+                        d.oid,
+                        ix.oid,
                         keys,
                     ));
                 }

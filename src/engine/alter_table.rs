@@ -158,6 +158,7 @@ impl Engine {
                         columns: cols,
                         unique: true,
                         if_not_exists: false,
+                        constraint: true,
                     };
                     Box::pin(self.create_index(session, &ci, notices)).await?;
                 }

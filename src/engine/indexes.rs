@@ -88,6 +88,7 @@ impl Engine {
                     name: name.clone(),
                     columns: ci.columns.clone(),
                     unique: false,
+                    constraint: false,
                 });
                 specs = d.index_specs();
                 Ok(())
@@ -117,6 +118,7 @@ impl Engine {
             name: name.clone(),
             columns: ci.columns.clone(),
             unique: ci.unique,
+            constraint: ci.constraint,
         };
         let listed = self.catalog.alter_relation(&ci.table, |d| {
             if d.oid != entry.desc.oid {

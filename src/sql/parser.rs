@@ -114,6 +114,8 @@ pub struct CreateIndex {
     pub columns: Vec<String>,
     pub unique: bool,
     pub if_not_exists: bool,
+    /// Made for a UNIQUE constraint (`CREATE TABLE`, `ALTER TABLE ... ADD UNIQUE`).
+    pub constraint: bool,
 }
 
 /// A `CREATE INDEX` sqlparser parsed, or a refusal of what it asks that Weir does not do.
@@ -158,6 +160,7 @@ fn create_index(ci: ast::CreateIndex) -> Result<Statement> {
         columns,
         unique: ci.unique,
         if_not_exists: ci.if_not_exists,
+        constraint: false,
     })))
 }
 

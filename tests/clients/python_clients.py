@@ -389,6 +389,11 @@ def check_sqlalchemy_orm():
         rows = c.execute(sqlalchemy.select(users.c.id, users.c.token).order_by(users.c.id)).all()
     assert [r[0] for r in rows] == [1, 2], rows
     assert all(isinstance(r[1], uuid.UUID) for r in rows), rows
+    i = sqlalchemy.inspect(engine)
+    uniques = i.get_unique_constraints("orm_users")
+    assert [(u["name"], u["column_names"]) for u in uniques] == [("orm_users_email_key", ["email"])], uniques
+    checks = i.get_check_constraints("orm_users")
+    assert [(c["name"], c["sqltext"]) for c in checks] == [("age_not_negative", "age >= 0")], checks
     md.drop_all(engine)
     engine.dispose()
     ok("sqlalchemy orm create_all with unique, check and uuid")
