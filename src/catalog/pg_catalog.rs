@@ -409,6 +409,15 @@ const BUILTIN_TYPES: &[(u32, &str, i16, &str)] = &[
     (4089, "regnamespace", 4, "N"),
 ];
 
+/// The 1-based numbers of named columns of a relation (`conkey`).
+fn column_numbers(d: &crate::catalog::RelationDesc, names: &[String]) -> Vec<V> {
+    names
+        .iter()
+        .filter_map(|k| d.columns.iter().position(|c| &c.name == k))
+        .map(|p| V::I(p as i64 + 1))
+        .collect()
+}
+
 /// A `pg_constraint` row of a primary key (`p`), a UNIQUE (`u`; both with their index
 /// `index`) or a CHECK (`c`) of
 /// relation `relid` over the columns `keys` (1-based).
@@ -1114,12 +1123,7 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
             for e in &entries {
                 let d = &e.desc;
                 if let (Some(con), Some(idx)) = (d.pkey_constraint_oid(), d.pkey_index_oid()) {
-                    let keys: Vec<V> = d
-                        .primary_key
-                        .iter()
-                        .filter_map(|k| d.columns.iter().position(|c| &c.name == k))
-                        .map(|p| V::I(p as i64 + 1))
-                        .collect();
+                    let keys = column_numbers(d, &d.primary_key);
                     rows.push(constraint_row(
                         con,
                         format!("{}_pkey", d.name),
@@ -1130,12 +1134,7 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     ));
                 }
                 for ix in d.indexes.iter().filter(|i| i.constraint) {
-                    let keys: Vec<V> = ix
-                        .columns
-                        .iter()
-                        .filter_map(|k| d.columns.iter().position(|c| &c.name == k))
-                        .map(|p| V::I(p as i64 + 1))
-                        .collect();
+                    let keys = column_numbers(d, &ix.columns);
                     rows.push(constraint_row(
                         ix.oid + 1,
                         ix.name.clone(),
