@@ -2077,37 +2077,12 @@ fn rewrite_expr(expr: &mut Expr) {
 pub fn normalize_interval(s: &str) -> Option<String> {
     // Postgres' own input forms, read by Postgres' rules (`sql::interval_in`), in the one
     // form arrow's parser reads exactly
-    if let Some(iv) = crate::sql::interval_in::parse(s) {
-        return Some(format!(
+    crate::sql::interval_in::parse(s).map(|iv| {
+        format!(
             "{} months {} days {} microseconds",
             iv.months, iv.days, iv.micros
-        ));
-    }
-    let mut changed = false;
-    let mut out: Vec<String> = Vec::new();
-    for tok in s.split_whitespace() {
-        let (sign, body) = match tok.strip_prefix('-') {
-            Some(b) => ("-", b),
-            None => ("", tok.strip_prefix('+').unwrap_or(tok)),
-        };
-        let parts: Vec<&str> = body.split(':').collect();
-        let clock = parts.len() >= 2
-            && parts.len() <= 3
-            && parts
-                .iter()
-                .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit() || c == '.'));
-        if !clock {
-            out.push(tok.to_owned());
-            continue;
-        }
-        changed = true;
-        out.push(format!("{sign}{} hours", parts[0]));
-        out.push(format!("{sign}{} minutes", parts[1]));
-        if let Some(sec) = parts.get(2) {
-            out.push(format!("{sign}{sec} seconds"));
-        }
-    }
-    changed.then(|| out.join(" "))
+        )
+    })
 }
 
 /// Normalize a string literal holding an interval, in place.

@@ -573,13 +573,9 @@ fn cast_text(
             return cast_plain(&(Arc::new(text.clone()) as ArrayRef), target, text, &bad);
         }
         SqlType::Interval => {
-            let normalized: StringArray = text
-                .iter()
-                .map(|v| {
-                    v.map(|v| crate::catalog::rewrite::normalize_interval(v).unwrap_or(v.into()))
-                })
-                .collect();
-            return cast_plain(&(Arc::new(normalized) as ArrayRef), target, text, &bad);
+            return crate::sql::interval_in::to_array(text)
+                .map(|a| Arc::new(a) as ArrayRef)
+                .map_err(|row| bad(row, text.value(row)));
         }
         SqlType::TimestampTz | SqlType::Timestamp | SqlType::Date => {
             // Postgres prints a UTC offset as `+00`; the parser wants `+00:00`; and the

@@ -261,6 +261,32 @@ pub fn parse(text: &str) -> Option<Interval> {
     Some(out)
 }
 
+/// A text column read as intervals (NULL stays NULL), straight into arrow's month-day-nano
+/// values: `Err(row)` at the first text Postgres would refuse (or past arrow's ±292 years
+/// of time). One parse per value: COPY, casts of text and parameters read through here.
+pub fn to_array(
+    texts: &datafusion::arrow::array::StringArray,
+) -> Result<datafusion::arrow::array::IntervalMonthDayNanoArray, usize> {
+    use datafusion::arrow::datatypes::IntervalMonthDayNano;
+    texts
+        .iter()
+        .enumerate()
+        .map(|(row, t)| match t {
+            None => Ok(None),
+            Some(t) => parse(t)
+                .and_then(|iv| {
+                    Some(IntervalMonthDayNano::new(
+                        iv.months,
+                        iv.days,
+                        iv.micros.checked_mul(1000)?,
+                    ))
+                })
+                .map(Some)
+                .ok_or(row),
+        })
+        .collect()
+}
+
 /// ISO 8601 with designators, after its `P`: `1Y2M3W4DT5H6M7.5S`.
 fn iso8601(text: &str) -> Option<Interval> {
     let mut out = Interval::default();

@@ -617,35 +617,17 @@ fn definitions() -> Vec<PgFunction> {
             TypeSignature::Any(1),
             |_| DataType::Interval(datafusion::arrow::datatypes::IntervalUnit::MonthDayNano),
             |args, _| {
-                use datafusion::arrow::datatypes::IntervalMonthDayNano;
                 let texts = strings(&args[0])?;
-                let mut out = Vec::with_capacity(texts.len());
-                for t in texts.iter() {
-                    out.push(match t {
-                        None => None,
-                        Some(t) => {
-                            let iv = crate::sql::interval_in::parse(t)
-                                .and_then(|iv| {
-                                    Some(IntervalMonthDayNano::new(
-                                        iv.months,
-                                        iv.days,
-                                        iv.micros.checked_mul(1000)?,
-                                    ))
-                                })
-                                .ok_or_else(|| {
-                                    pg_error(
-                                        sqlstate::INVALID_DATETIME_FORMAT,
-                                        format!("invalid input syntax for type interval: \"{t}\""),
-                                    )
-                                })?;
-                            Some(iv)
-                        }
-                    });
+                match crate::sql::interval_in::to_array(&texts) {
+                    Ok(a) => Ok(Arc::new(a)),
+                    Err(row) => Err(pg_error(
+                        sqlstate::INVALID_DATETIME_FORMAT,
+                        format!(
+                            "invalid input syntax for type interval: \"{}\"",
+                            texts.value(row)
+                        ),
+                    )),
                 }
-                Ok(Arc::new(
-                    out.into_iter()
-                        .collect::<datafusion::arrow::array::IntervalMonthDayNanoArray>(),
-                ))
             },
         ),
         immutable(

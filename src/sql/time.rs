@@ -1,10 +1,8 @@
 //! Event-time helpers: fixed-length intervals in microseconds (window sizes, watermark
 //! delays, allowed lateness) and the shape of a WATERMARK expression.
 
-use datafusion::arrow::compute::kernels::cast_utils::parse_interval_month_day_nano;
 use datafusion::sql::sqlparser::ast;
 
-use crate::catalog::rewrite::normalize_interval;
 use crate::error::{Result, WeirError, sqlstate};
 
 pub const MICROS_PER_DAY: i64 = 86_400_000_000;
@@ -12,8 +10,7 @@ pub const MICROS_PER_DAY: i64 = 86_400_000_000;
 /// A fixed-length interval (`'5 seconds'`, `'1 day 02:00:00'`) in microseconds. Months and
 /// years are refused: their length depends on the date.
 pub fn interval_micros(text: &str) -> Result<i64> {
-    let t = normalize_interval(text).unwrap_or_else(|| text.to_owned());
-    let v = parse_interval_month_day_nano(&t).map_err(|_| {
+    let v = crate::sql::interval_in::parse(text).ok_or_else(|| {
         WeirError::new(
             sqlstate::INVALID_DATETIME_FORMAT,
             format!("invalid input syntax for type interval: \"{text}\""),
@@ -24,7 +21,15 @@ pub fn interval_micros(text: &str) -> Result<i64> {
             "interval \"{text}\" has months or years, whose length varies; use days"
         )));
     }
-    Ok(v.days as i64 * MICROS_PER_DAY + v.nanoseconds / 1000)
+    (v.days as i64)
+        .checked_mul(MICROS_PER_DAY)
+        .and_then(|d| d.checked_add(v.micros))
+        .ok_or_else(|| {
+            WeirError::new(
+                sqlstate::DATETIME_FIELD_OVERFLOW,
+                format!("interval out of range: \"{text}\""),
+            )
+        })
 }
 
 /// The microseconds of an interval literal: `INTERVAL '5 seconds'`, `INTERVAL '5' SECOND`,

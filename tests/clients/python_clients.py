@@ -195,6 +195,19 @@ def check_psycopg3():
     except RuntimeError:
         pass
     assert conn.execute("SELECT count(*) FROM orders WHERE id = 5000").fetchone() == (0,)
+    # interval text in Postgres' input forms, read once per value by COPY
+    conn.execute("CREATE TABLE py_iv (i interval)")
+    with conn.cursor().copy("COPY py_iv FROM STDIN") as cp:
+        cp.write("-1 day +2 hours\nP1W\n1 2:03:04\n")
+    got = [r[0] for r in conn.execute("SELECT i::text FROM py_iv ORDER BY i")]
+    assert got == ["-1 days +02:00:00", "1 day 02:03:04", "7 days"], got
+    try:
+        with conn.cursor().copy("COPY py_iv FROM STDIN") as cp:
+            cp.write("1 day\nbogus\n")
+        raise AssertionError("COPY read a bad interval")
+    except psycopg.errors.DataError as e:
+        assert "line 2" in str(e.diag.context), e.diag.context
+    conn.execute("DROP TABLE py_iv")
     # a COPY inside a transaction block goes with its ROLLBACK
     tx = psycopg.connect(DSN)
     with tx.cursor().copy("COPY orders (id, customer) FROM STDIN") as cp:
