@@ -150,6 +150,89 @@ pub struct RelationDesc {
     /// every row an INSERT, UPDATE or COPY writes.
     #[serde(default)]
     pub checks: Vec<(String, String)>,
+    /// A table's FOREIGN KEY constraints (`engine/foreign_keys.rs`).
+    #[serde(default)]
+    pub foreign_keys: Vec<ForeignKeyDesc>,
+}
+
+/// A FOREIGN KEY constraint of a table: its `columns` (a value of them, when none is NULL,
+/// must be a row's `ref_columns` in table `ref_table`, a primary key or unique index there).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ForeignKeyDesc {
+    /// Its `pg_constraint` OID.
+    pub oid: u32,
+    pub name: String,
+    pub columns: Vec<String>,
+    /// The referenced table, by name (followed by RENAME TO; a table rewritten by ALTER
+    /// TABLE changes OID, not name).
+    pub ref_table: String,
+    pub ref_columns: Vec<String>,
+    pub on_delete: FkAction,
+    pub on_update: FkAction,
+    /// MATCH FULL: all of `columns` NULL or none (else MATCH SIMPLE: any NULL passes).
+    #[serde(default)]
+    pub match_full: bool,
+}
+
+/// What happens to referencing rows when the referenced row goes or its key changes.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub enum FkAction {
+    NoAction,
+    Restrict,
+    Cascade,
+    SetNull,
+}
+
+impl FkAction {
+    /// `pg_constraint.confupdtype`/`confdeltype`.
+    pub fn code(self) -> &'static str {
+        match self {
+            FkAction::NoAction => "a",
+            FkAction::Restrict => "r",
+            FkAction::Cascade => "c",
+            FkAction::SetNull => "n",
+        }
+    }
+
+    /// As SQL writes it (`pg_get_constraintdef`, information_schema).
+    pub fn sql(self) -> &'static str {
+        match self {
+            FkAction::NoAction => "NO ACTION",
+            FkAction::Restrict => "RESTRICT",
+            FkAction::Cascade => "CASCADE",
+            FkAction::SetNull => "SET NULL",
+        }
+    }
+}
+
+impl ForeignKeyDesc {
+    /// Its definition as `pg_get_constraintdef` gives it.
+    pub fn definition(&self) -> String {
+        let q = |cols: &[String]| {
+            cols.iter()
+                .map(|c| crate::sql::pg_text::quote_ident(c))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut s = format!(
+            "FOREIGN KEY ({}) REFERENCES {}({})",
+            q(&self.columns),
+            crate::sql::pg_text::quote_ident(&self.ref_table),
+            q(&self.ref_columns)
+        );
+        if self.match_full {
+            s.push_str(" MATCH FULL");
+        }
+        if self.on_update != FkAction::NoAction {
+            s.push_str(" ON UPDATE ");
+            s.push_str(self.on_update.sql());
+        }
+        if self.on_delete != FkAction::NoAction {
+            s.push_str(" ON DELETE ");
+            s.push_str(self.on_delete.sql());
+        }
+        s
+    }
 }
 
 /// A secondary index (`CREATE [UNIQUE] INDEX name ON table (columns)`).

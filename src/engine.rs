@@ -4,6 +4,7 @@
 mod alter_table;
 mod checks;
 mod client;
+mod foreign_keys;
 mod indexes;
 mod on_conflict;
 mod plain_views;
@@ -420,7 +421,10 @@ impl Engine {
                 Err(e) => self.catalog_probe(session, q, e).await,
             },
             Statement::Dml(q) => self.execute_dml(session, q, params).await,
-            Statement::Truncate(tables) => self.truncate(session, tables).await,
+            Statement::Truncate(tables, cascade) => {
+                self.truncate(session, tables, *cascade, notices.as_ref())
+                    .await
+            }
             Statement::BulkInsert(scan) => self.bulk_insert(session, scan).await,
             Statement::CreateTable(ct) => {
                 if !ct.checks.is_empty() {
@@ -460,12 +464,25 @@ impl Engine {
                             e.desc.name
                         )));
                     }
+                    if let Some((e, ix)) = self.catalog.index_by_name(n)
+                        && let Some((child, fk)) =
+                            self.foreign_key_needing_index(&e.desc, n, &ix.columns)
+                    {
+                        return Err(WeirError::new(
+                            sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
+                            format!("cannot drop index {n} because other objects depend on it"),
+                        )
+                        .with_detail(format!(
+                            "constraint {fk} on table {child} depends on index {n}"
+                        ))
+                        .with_hint("Use DROP ... CASCADE to drop the dependent objects too."));
+                    }
                 }
                 self.drop_indexes(session, &d.names, d.if_exists, notices.as_ref())
                     .await
             }
             Statement::Drop(d) => {
-                self.drop_relations(&d.names, d.kind, d.if_exists, d.cascade)
+                self.drop_relations(&d.names, d.kind, d.if_exists, d.cascade, notices.as_ref())
                     .await
             }
             Statement::CreateIndex(ci) => self.create_index(session, ci, notices.as_ref()).await,
@@ -815,11 +832,70 @@ impl Engine {
         self.apply(session, &d.table, d.change, d.verb).await
     }
 
-    /// `TRUNCATE t [, ...]`: every table checked first (it exists, is a table rows may be
-    /// deleted from), then each emptied by a DELETE (in a transaction block, undone with
-    /// it).
-    async fn truncate(&self, session: &mut Session, tables: &[String]) -> Result<Output> {
-        for name in tables {
+    /// `TRUNCATE t [, ...] [CASCADE]`: every table checked first (it exists, is a table rows
+    /// may be deleted from; a table another table's foreign key references is truncated
+    /// with it: listed, or added by CASCADE), then each emptied by a DELETE (in a
+    /// transaction block, undone with it), referencing tables before those they reference.
+    async fn truncate(
+        &self,
+        session: &mut Session,
+        tables: &[String],
+        cascade: bool,
+        notices: Option<&tokio::sync::mpsc::UnboundedSender<String>>,
+    ) -> Result<Output> {
+        let mut tables: Vec<String> = tables.to_vec();
+        let mut k = 0;
+        while k < tables.len() {
+            for (child, _) in self.foreign_keys_to(&tables[k]) {
+                if tables.contains(&child.name) {
+                    continue;
+                }
+                if !cascade {
+                    return Err(WeirError::new(
+                        sqlstate::FEATURE_NOT_SUPPORTED,
+                        "cannot truncate a table referenced in a foreign key constraint",
+                    )
+                    .with_detail(format!(
+                        "Table \"{}\" references \"{}\".",
+                        child.name, tables[k]
+                    ))
+                    .with_hint(format!(
+                        "Truncate table \"{}\" at the same time, or use TRUNCATE ... CASCADE.",
+                        child.name
+                    )));
+                }
+                if !self.catalog.has_privilege(
+                    session.role(),
+                    &child,
+                    crate::catalog::roles::Privilege::Delete,
+                ) {
+                    return Err(WeirError::new(
+                        sqlstate::INSUFFICIENT_PRIVILEGE,
+                        format!("permission denied for table {}", child.name),
+                    ));
+                }
+                if let Some(p) = notices {
+                    let _ = p.send(format!("truncate cascades to table \"{}\"", child.name));
+                }
+                tables.push(child.name);
+            }
+            k += 1;
+        }
+        // referencing tables first: a table goes once no remaining one references it
+        let mut ordered: Vec<String> = Vec::with_capacity(tables.len());
+        let mut left = tables.clone();
+        while !left.is_empty() {
+            let free = left.iter().position(|t| {
+                !self
+                    .foreign_keys_to(t)
+                    .iter()
+                    .any(|(c, _)| &c.name != t && left.contains(&c.name))
+            });
+            // (a cycle of foreign keys: in the order given)
+            ordered.push(left.remove(free.unwrap_or(0)));
+        }
+        let tables = ordered;
+        for name in &tables {
             let entry = self
                 .catalog
                 .get(name)
@@ -835,7 +911,7 @@ impl Engine {
                 return Err(append_only_error(name, "TRUNCATE"));
             }
         }
-        for name in tables {
+        for name in &tables {
             let delete = crate::sql::parser::parse(&format!(
                 "DELETE FROM {}",
                 crate::sql::pg_text::quote_ident(name)
@@ -1062,7 +1138,8 @@ impl Engine {
         // the last point where the statement can stop without having changed anything
         session.interrupt.check()?;
         session.check_writable(verb)?;
-        if let Some(entry) = self.catalog.get(&table.name)
+        let entry = self.catalog.get(&table.name);
+        if let Some(entry) = &entry
             && !entry.desc.checks.is_empty()
         {
             let written: Vec<&datafusion::arrow::array::RecordBatch> = match &change {
@@ -1073,23 +1150,74 @@ impl Engine {
             };
             checks::enforce(&session.ctx, &entry.desc, &written)?;
         }
+        // foreign keys: checked, and the changes their actions make elsewhere
+        let effects = match &entry {
+            Some(e) => self.foreign_key_effects(session, &e.desc, &change).await?,
+            None => vec![],
+        };
         if matches!(change, Change::Insert(_)) {
             self.wait_for_memory(session, verb, table).await?;
         }
-        let t = table.clone();
-        let applied = tokio::task::spawn_blocking(move || match part {
-            Some(first) => t.apply_part(change, first),
-            None => t.apply(change),
-        })
-        .await
-        .map_err(|e| WeirError::internal(format!("write task failed: {e}")))??;
-        let seq = applied.hold.as_ref().map(|h| h.seq);
-        if (part.is_some() || session.in_transaction || session.implicit_transaction)
-            && let Some(hold) = applied.hold
-        {
-            session.undo.push((table.clone(), hold));
+        let keep = part.is_some() || session.in_transaction || session.implicit_transaction;
+        // the effects that come first, the change, the effects that follow it; a failure
+        // undoes what was applied
+        let (after, before): (Vec<_>, Vec<_>) = effects.into_iter().partition(|e| e.after);
+        let mut undo: Vec<(Arc<TableStore>, crate::state::table::LogHold)> = Vec::new();
+        // the referencing tables' writer locks, held until all is applied
+        let mut _writers = Vec::new();
+        let mut main = None;
+        let mut result: Result<()> = Ok(());
+        let steps = before
+            .into_iter()
+            .map(Some)
+            .chain(std::iter::once(None))
+            .chain(after.into_iter().map(Some));
+        let mut change = Some(change);
+        for step in steps {
+            let (t, c, is_main) = match step {
+                Some(e) => {
+                    _writers.push(e._writer);
+                    (e.table, e.change, false)
+                }
+                None => match change.take() {
+                    Some(c) => (table.clone(), c, true),
+                    None => break,
+                },
+            };
+            let t2 = t.clone();
+            let applied = tokio::task::spawn_blocking(move || match (is_main, part) {
+                (true, Some(first)) => t2.apply_part(c, first),
+                _ => t2.apply(c),
+            })
+            .await
+            .map_err(|e| WeirError::internal(format!("write task failed: {e}")))
+            .and_then(|r| r);
+            match applied {
+                Ok(mut a) => {
+                    if is_main {
+                        main = Some((a.rows, a.hold.as_ref().map(|h| h.seq)));
+                    }
+                    if let Some(h) = a.hold.take() {
+                        undo.push((t, h));
+                    }
+                }
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
         }
-        Ok((applied.rows, seq))
+        if let Err(e) = result {
+            // (a failed change applied nothing of its own)
+            for (t, hold) in undo.into_iter().rev() {
+                let _ = tokio::task::spawn_blocking(move || t.revert(&hold)).await;
+            }
+            return Err(e);
+        }
+        if keep {
+            session.undo.extend(undo);
+        }
+        main.ok_or_else(|| WeirError::internal("a change was not applied"))
     }
 
     /// Over --memory-limit, rows added wait until memory is freed (backpressure); a
@@ -1299,6 +1427,7 @@ impl Engine {
                 defaults: vec![],
                 indexes: vec![],
                 checks: vec![],
+                foreign_keys: vec![],
             })
         })?;
         if created {
@@ -1517,6 +1646,11 @@ impl Engine {
                 ));
             }
         }
+        let foreign_keys = if self.catalog.get(&ct.name).is_none() {
+            self.table_foreign_keys(ct)?
+        } else {
+            vec![]
+        };
         let created = self.catalog.create(&ct.name, ct.if_not_exists, |oid| {
             Ok(RelationDesc {
                 oid,
@@ -1540,6 +1674,7 @@ impl Engine {
                     .iter()
                     .map(|c| (c.name.clone(), c.expr.clone()))
                     .collect(),
+                foreign_keys,
             })
         })?;
         if created {
@@ -1552,6 +1687,59 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    /// A new table's FOREIGN KEY constraints, checked against the tables they reference (or
+    /// the new table itself) and named.
+    fn table_foreign_keys(&self, ct: &CreateTable) -> Result<Vec<crate::catalog::ForeignKeyDesc>> {
+        if ct.foreign_keys.is_empty() {
+            return Ok(vec![]);
+        }
+        if !ct.with_options.is_empty() {
+            return Err(WeirError::not_supported(
+                "a connector table cannot have FOREIGN KEY constraints (its rows arrive without a statement to refuse)",
+            ));
+        }
+        let me = foreign_keys::KeyShape {
+            name: ct.name.clone(),
+            columns: ct
+                .columns
+                .iter()
+                .map(|c| (c.name.clone(), c.ty.clone()))
+                .collect(),
+            primary_key: ct.primary_key.clone(),
+            uniques: ct.uniques.iter().map(|u| u.columns.clone()).collect(),
+        };
+        let mut out: Vec<crate::catalog::ForeignKeyDesc> = Vec::new();
+        for spec in &ct.foreign_keys {
+            let fk = self.resolve_foreign_key(&me, spec, |n| {
+                out.iter().any(|f| f.name == n)
+                    || ct.checks.iter().any(|c| c.name == n)
+                    || self.constraint_name_in_use(n)
+            })?;
+            if out.iter().any(|f| f.name == fk.name) {
+                return Err(WeirError::new(
+                    sqlstate::DUPLICATE_OBJECT,
+                    format!(
+                        "constraint \"{}\" for relation \"{}\" already exists",
+                        fk.name, ct.name
+                    ),
+                ));
+            }
+            out.push(fk);
+        }
+        Ok(out)
+    }
+
+    /// Whether a relation or a foreign key already has this name (Postgres picks the
+    /// names of constraints it names itself among the schema's).
+    pub(crate) fn constraint_name_in_use(&self, n: &str) -> bool {
+        self.catalog.name_in_use(n)
+            || self
+                .catalog
+                .entries()
+                .iter()
+                .any(|e| e.desc.foreign_keys.iter().any(|f| f.name == n))
     }
 
     /// Check a connector table's options (`WITH (connector = 'kafka', ...) FORMAT UPSERT |
@@ -1826,6 +2014,7 @@ impl Engine {
                 defaults: vec![],
                 indexes: vec![],
                 checks: vec![],
+                foreign_keys: vec![],
             })
         })?;
         Ok(())

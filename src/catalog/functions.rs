@@ -641,6 +641,9 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
                         {
                             return Some(format!("UNIQUE ({})", ix.columns.join(", ")));
                         }
+                        if let Some(fk) = e.desc.foreign_keys.iter().find(|f| f.oid == oid) {
+                            return Some(fk.definition());
+                        }
                         (0..e.desc.checks.len())
                             .find(|&k| e.desc.check_constraint_oid(k) == oid)
                             .map(|k| format!("CHECK ({})", e.desc.checks[k].1))
@@ -681,7 +684,11 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
             Arc::new(move |s: &str| relation_oid_of_name(&c2, s)),
             Arc::new({
                 let catalog = catalog.clone();
-                move |o: u32| relation_name_of_oid(&catalog, o)
+                // (OID 0 prints as `-`, as Postgres' regclassout writes InvalidOid)
+                move |o: u32| match o {
+                    0 => Some("-".to_owned()),
+                    o => relation_name_of_oid(&catalog, o),
+                }
             }),
         );
     }

@@ -68,6 +68,35 @@ fn key_constraints(d: &crate::catalog::RelationDesc) -> Vec<(String, &'static st
         .collect()
 }
 
+/// Each foreign key of the relations with the key constraint it references (its name and
+/// columns: the referenced table's primary key or unique index over those columns).
+fn foreign_constraints(
+    rels: &[std::sync::Arc<crate::catalog::Entry>],
+) -> Vec<(
+    &crate::catalog::RelationDesc,
+    &crate::catalog::ForeignKeyDesc,
+    Option<(String, Vec<String>)>,
+)> {
+    let mut out = Vec::new();
+    for e in rels {
+        for fk in &e.desc.foreign_keys {
+            let target = rels
+                .iter()
+                .find(|p| p.desc.name == fk.ref_table)
+                .and_then(|p| {
+                    p.desc.all_indexes().into_iter().find(|i| {
+                        i.unique
+                            && i.columns.len() == fk.ref_columns.len()
+                            && i.columns.iter().all(|c| fk.ref_columns.contains(c))
+                    })
+                })
+                .map(|i| (i.name, i.columns));
+            out.push((&e.desc, fk, target));
+        }
+    }
+    out
+}
+
 /// `data_type` as the standard spells it, and the `udt_name` (Postgres' type name).
 fn data_type(t: &T) -> (String, String) {
     let udt = match t {
@@ -301,10 +330,16 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
             rels.iter()
                 .flat_map(|e| {
                     let checks = e.desc.checks.iter().map(|(n, _)| (n.clone(), "CHECK"));
+                    let foreign = e
+                        .desc
+                        .foreign_keys
+                        .iter()
+                        .map(|f| (f.name.clone(), "FOREIGN KEY"));
                     key_constraints(&e.desc)
                         .into_iter()
                         .map(|(n, kind, _)| (n, kind))
                         .chain(checks)
+                        .chain(foreign)
                         .map(|(n, kind)| {
                             vec![
                                 db(),
@@ -351,6 +386,36 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     rows.push(row);
                 }
             }
+            // a foreign key: its own columns (key_column_usage, with their place in the
+            // referenced key) or the referenced ones (constraint_column_usage)
+            for (d, fk, target) in foreign_constraints(&rels) {
+                for (k, (col, rcol)) in fk.columns.iter().zip(&fk.ref_columns).enumerate() {
+                    let (table, column) = match name {
+                        "key_column_usage" => (&d.name, col),
+                        _ => (&fk.ref_table, rcol),
+                    };
+                    let mut row = vec![
+                        db(),
+                        public(),
+                        fk.name.clone().into(),
+                        db(),
+                        public(),
+                        table.clone().into(),
+                        column.clone().into(),
+                    ];
+                    if name == "key_column_usage" {
+                        row.push(V::I(k as i64 + 1));
+                        row.push(
+                            target
+                                .as_ref()
+                                .and_then(|(_, cols)| cols.iter().position(|c| c == rcol))
+                                .map(|p| V::I(p as i64 + 1))
+                                .unwrap_or(V::Null),
+                        );
+                    }
+                    rows.push(row);
+                }
+            }
             let mut cols = vec![
                 ("constraint_catalog", T::Name),
                 ("constraint_schema", T::Name),
@@ -378,7 +443,22 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 ("update_rule", T::Text),
                 ("delete_rule", T::Text),
             ],
-            vec![],
+            foreign_constraints(&rels)
+                .into_iter()
+                .map(|(_, fk, target)| {
+                    vec![
+                        db(),
+                        public(),
+                        fk.name.clone().into(),
+                        db(),
+                        public(),
+                        target.map(|(n, _)| V::S(n)).unwrap_or(V::Null),
+                        if fk.match_full { "FULL" } else { "NONE" }.into(),
+                        fk.on_update.sql().into(),
+                        fk.on_delete.sql().into(),
+                    ]
+                })
+                .collect(),
         )?,
         "check_constraints" => build_table(
             &[

@@ -418,9 +418,18 @@ fn column_numbers(d: &crate::catalog::RelationDesc, names: &[String]) -> Vec<V> 
         .collect()
 }
 
+/// What a foreign key's `pg_constraint` row says of the table it references.
+struct ForeignRef {
+    relid: u32,
+    on_update: &'static str,
+    on_delete: &'static str,
+    matching: &'static str,
+    keys: Vec<V>,
+}
+
 /// A `pg_constraint` row of a primary key (`p`), a UNIQUE (`u`; both with their index
-/// `index`) or a CHECK (`c`) of
-/// relation `relid` over the columns `keys` (1-based).
+/// `index`), a CHECK (`c`) or a FOREIGN KEY (`f`, with the referenced table's index and
+/// `foreign`) of relation `relid` over the columns `keys` (1-based).
 fn constraint_row(
     oid: u32,
     name: String,
@@ -428,7 +437,12 @@ fn constraint_row(
     relid: u32,
     index: u32,
     keys: Vec<V>,
+    foreign: Option<ForeignRef>,
 ) -> Vec<V> {
+    let (frel, fupd, fdel, fmatch, fkeys) = match foreign {
+        Some(f) => (f.relid, f.on_update, f.on_delete, f.matching, V::A(f.keys)),
+        None => (0, " ", " ", " ", V::Null),
+    };
     vec![
         oid.into(),
         name.into(),
@@ -441,16 +455,17 @@ fn constraint_row(
         0u32.into(),
         index.into(),
         0u32.into(),
-        0u32.into(),
-        " ".into(),
-        " ".into(),
-        " ".into(),
+        frel.into(),
+        fupd.into(),
+        fdel.into(),
+        fmatch.into(),
         true.into(),
         0i32.into(),
-        // connoinherit: a primary key or unique constraint is not inherited, a CHECK is
+        // connoinherit: a primary key, unique or foreign key constraint is not inherited,
+        // a CHECK is
         (kind != "c").into(),
         V::A(keys),
-        V::Null,
+        fkeys,
         V::Null,
     ]
 }
@@ -737,6 +752,13 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 row[5] = d.owner.into();
                 // relchecks: psql's \d lists "Check constraints" when it is not 0
                 row[18] = V::I(d.checks.len() as i64);
+                // relhastriggers: Postgres keeps foreign keys by triggers on both tables, and
+                // psql's \d lists "Foreign-key constraints" and "Referenced by" only then
+                row[20] = (!d.foreign_keys.is_empty()
+                    || entries
+                        .iter()
+                        .any(|o| o.desc.foreign_keys.iter().any(|f| f.ref_table == d.name)))
+                .into();
                 if let Some(acl) = catalog.relation_acl(d) {
                     row[28] = V::A(acl.into_iter().map(V::S).collect());
                 }
@@ -1131,6 +1153,7 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                         d.oid,
                         idx,
                         keys,
+                        None,
                     ));
                 }
                 for ix in d.indexes.iter().filter(|i| i.constraint) {
@@ -1142,6 +1165,7 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                         d.oid,
                         ix.oid,
                         keys,
+                        None,
                     ));
                 }
                 for (k, (name, expr)) in d.checks.iter().enumerate() {
@@ -1160,6 +1184,39 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                         d.oid,
                         0,
                         keys,
+                        None,
+                    ));
+                }
+                for fk in &d.foreign_keys {
+                    let Some(parent) = entries.iter().find(|p| p.desc.name == fk.ref_table) else {
+                        continue;
+                    };
+                    let p = &parent.desc;
+                    // the referenced table's index that makes its columns unique
+                    let index = p
+                        .all_indexes()
+                        .into_iter()
+                        .find(|i| {
+                            i.unique
+                                && i.columns.len() == fk.ref_columns.len()
+                                && i.columns.iter().all(|c| fk.ref_columns.contains(c))
+                        })
+                        .map(|i| i.oid)
+                        .unwrap_or(0);
+                    rows.push(constraint_row(
+                        fk.oid,
+                        fk.name.clone(),
+                        "f",
+                        d.oid,
+                        index,
+                        column_numbers(d, &fk.columns),
+                        Some(ForeignRef {
+                            relid: p.oid,
+                            on_update: fk.on_update.code(),
+                            on_delete: fk.on_delete.code(),
+                            matching: if fk.match_full { "f" } else { "s" },
+                            keys: column_numbers(p, &fk.ref_columns),
+                        }),
                     ));
                 }
             }

@@ -222,6 +222,35 @@ fn function_in_from(tf: &mut ast::TableFactor) {
         }
         return;
     }
+    // `pg_partition_ancestors(rel)`: a relation and the partitions it is one of, column
+    // `relid` (psql's \d reads a table's foreign keys through it); nothing is partitioned
+    // here, so the relation itself
+    if fname == "pg_partition_ancestors" {
+        let call = args
+            .args
+            .iter()
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
+        if let Ok(query) = datafusion::sql::sqlparser::parser::Parser::new(&dialect)
+            .try_with_sql(&format!("SELECT weir_regclass({call}) AS relid"))
+            .and_then(|mut p| p.parse_query())
+        {
+            *tf = ast::TableFactor::Derived {
+                lateral: false,
+                subquery: query,
+                alias: Some(alias.clone().unwrap_or(ast::TableAlias {
+                    explicit: true,
+                    name: Ident::new(fname),
+                    columns: vec![],
+                    at: None,
+                })),
+                sample: None,
+            };
+        }
+        return;
+    }
     if fname.starts_with("weir_")
         || fname.starts_with("pg_")
         || matches!(fname.as_str(), "tumble" | "hop" | "session")
@@ -1477,6 +1506,16 @@ fn similar_to(expr: &mut Expr) -> crate::error::Result<()> {
 fn rewrite_expr(expr: &mut Expr) {
     int4_operands(expr);
     match expr {
+        // `pg_partition_ancestors('rel')` in a select list: the relation itself (see
+        // `function_in_from`)
+        Expr::Function(f)
+            if last_name(&f.name).as_deref() == Some("pg_partition_ancestors")
+                && matches!(&f.args, ast::FunctionArguments::List(l)
+                    if matches!(plain_args(l).as_slice(), [Expr::Value(v)]
+                        if matches!(v.value, ast::Value::SingleQuotedString(_)))) =>
+        {
+            f.name = ast::ObjectName::from(vec![Ident::new("weir_regclass")]);
+        }
         // Postgres' prefix operators: `|/ x` square root, `||/ x` cube root, `@ x` absolute
         // value, `~ x` bitwise not
         Expr::UnaryOp {

@@ -56,6 +56,7 @@ impl Engine {
             let exists = |n: &str| {
                 desc.checks.iter().any(|(c, _)| c == n)
                     || desc.indexes.iter().any(|i| i.name == n)
+                    || desc.foreign_keys.iter().any(|f| f.name == n)
                     || n == format!("{name}_pkey")
             };
             match op {
@@ -162,13 +163,41 @@ impl Engine {
                     };
                     Box::pin(self.create_index(session, &ci, notices)).await?;
                 }
+                ast::AlterTableOperation::AddConstraint {
+                    constraint: ast::TableConstraint::ForeignKey(fk),
+                    not_valid,
+                } => {
+                    let spec = crate::sql::parser::ForeignKeySpec::from_ast(fk, None, None)?;
+                    self.add_foreign_key(session, name, &spec, *not_valid, exists)
+                        .await?;
+                }
                 ast::AlterTableOperation::DropConstraint {
                     if_exists,
                     name: constraint,
                     ..
                 } => {
                     let c = normalize_ident(constraint);
-                    if desc.checks.iter().any(|(n, _)| *n == c) {
+                    if let Some(ix) = desc.indexes.iter().find(|i| i.name == c && i.unique)
+                        && let Some((child, fk)) =
+                            self.foreign_key_needing_index(desc, &c, &ix.columns)
+                    {
+                        return Err(WeirError::new(
+                            sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
+                            format!(
+                                "cannot drop constraint {c} on table {name} because other objects depend on it"
+                            ),
+                        )
+                        .with_detail(format!(
+                            "constraint {fk} on table {child} depends on index {c}"
+                        ))
+                        .with_hint("Use DROP ... CASCADE to drop the dependent objects too."));
+                    }
+                    if desc.foreign_keys.iter().any(|f| f.name == c) {
+                        self.catalog.alter_relation(name, |d| {
+                            d.foreign_keys.retain(|f| f.name != c);
+                            Ok(())
+                        })?;
+                    } else if desc.checks.iter().any(|(n, _)| *n == c) {
                         self.catalog.alter_relation(name, |d| {
                             d.checks.retain(|(n, _)| *n != c);
                             Ok(())
@@ -200,7 +229,7 @@ impl Engine {
                 }
                 other => {
                     return Err(WeirError::not_supported(format!(
-                        "ALTER TABLE ... {other} is not supported (constraints: CHECK and UNIQUE)"
+                        "ALTER TABLE ... {other} is not supported (constraints: CHECK, UNIQUE and FOREIGN KEY)"
                     )));
                 }
             }
@@ -378,11 +407,37 @@ impl Engine {
                                 "constraint {name}_pkey on table {name} depends on column {col} of table {name}"
                             )));
                         }
+                        // a unique index on it that another table's foreign key needs
+                        for ix in desc.indexes.iter().filter(|i| i.columns.contains(&col)) {
+                            if let Some((child, fk)) =
+                                self.foreign_key_needing_index(&desc, &ix.name, &ix.columns)
+                                && child != name
+                            {
+                                return Err(WeirError::new(
+                                    sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
+                                    format!(
+                                        "cannot drop column {col} of table {name} because other objects depend on it"
+                                    ),
+                                )
+                                .with_detail(format!(
+                                    "constraint {fk} on table {child} depends on column {col} of table {}",
+                                    desc.name
+                                ))
+                                .with_hint(
+                                    "Use DROP ... CASCADE to drop the dependent objects too.",
+                                ));
+                            }
+                        }
                         if desc.columns.len() == 1 {
                             return Err(WeirError::not_supported(
                                 "a table must keep at least one column",
                             ));
                         }
+                        // as in Postgres, a foreign key over the column goes with it
+                        desc.foreign_keys.retain(|f| {
+                            !f.columns.contains(&col)
+                                && !(f.ref_table == name && f.ref_columns.contains(&col))
+                        });
                         desc.columns.remove(at);
                         desc.defaults.retain(|(d, _)| *d != col);
                         // as in Postgres, an index on the column goes with it
@@ -449,6 +504,15 @@ impl Engine {
                         }
                     }
                     for c in desc.indexes.iter_mut().flat_map(|i| i.columns.iter_mut()) {
+                        if *c == old {
+                            *c = new.clone();
+                        }
+                    }
+                    for c in desc
+                        .foreign_keys
+                        .iter_mut()
+                        .flat_map(|f| f.columns.iter_mut())
+                    {
                         if *c == old {
                             *c = new.clone();
                         }
@@ -539,6 +603,7 @@ impl Engine {
                                     quoted(&entry.desc.columns[at].name)
                                 }
                             };
+                            self.check_foreign_key_types(&desc, &col, &ty)?;
                             desc.columns[at].ty = ty;
                             retyped.retain(|(p, _)| *p != at);
                             retyped.push((at, from));
@@ -630,12 +695,28 @@ impl Engine {
         }
         let queries = views_following(&name, &desc, &dependents, &read, &changes)?;
         let old_oid = entry.desc.oid;
+        // foreign keys that reference the table (its own too) follow its new names
+        let column_names: Vec<(String, String)> = changes
+            .renamed
+            .iter()
+            .map(|(now, was)| (was.clone(), now.clone()))
+            .collect();
+        let new_name = desc.name.clone();
+        super::foreign_keys::follow_referenced(
+            &mut desc.foreign_keys,
+            &name,
+            &new_name,
+            &column_names,
+        );
+        let referencing = self.foreign_keys_following(&name, &new_name, &column_names);
         // the materialized views over the table stop while it changes and are rebuilt
         // from their inputs after (as at CREATE)
         self.stop_views(&dependents).await?;
-        // one commit: the table and the views' descriptions that follow it
+        // one commit: the table and the descriptions of the views and tables that follow it
         let replaced = self.catalog.replace_table(&name, desc, rows, |new_oid| {
-            following(&dependents, &queries, old_oid, new_oid)
+            let mut d = following(&dependents, &queries, old_oid, new_oid);
+            d.extend(referencing);
+            d
         });
         drop(_writer);
         let views: Vec<u32> = dependents.iter().map(|d| d.desc.oid).collect();

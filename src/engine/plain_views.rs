@@ -251,6 +251,7 @@ impl Engine {
                 defaults: vec![],
                 indexes: vec![],
                 checks: vec![],
+                foreign_keys: vec![],
             })
         })?;
         Ok(Output::Command("CREATE VIEW".into()))

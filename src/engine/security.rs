@@ -157,11 +157,14 @@ impl Engine {
             }
             Statement::BulkInsert(scan) => self.require(role, &scan.table, Privilege::Insert),
             // (Postgres has a TRUNCATE privilege of its own; here it is DELETE's)
-            Statement::Truncate(tables) => tables
+            Statement::Truncate(tables, _) => tables
                 .iter()
                 .try_for_each(|t| self.require(role, t, Privilege::Delete)),
             Statement::CreateTable(ct) => {
                 self.require_create(role)?;
+                for fk in &ct.foreign_keys {
+                    self.require(role, &fk.ref_table, Privilege::References)?;
+                }
                 self.require_secrets(role, &ct.with_options)
             }
             Statement::CreateSource(cs) => {
@@ -197,6 +200,20 @@ impl Engine {
                 let name = relation_name(&a.name)?;
                 if self.catalog.get(&name).is_some() {
                     self.require_owner(role, &name)?;
+                }
+                // a foreign key needs REFERENCES on the table it references
+                for op in &a.operations {
+                    if let datafusion::sql::sqlparser::ast::AlterTableOperation::AddConstraint {
+                        constraint: datafusion::sql::sqlparser::ast::TableConstraint::ForeignKey(fk),
+                        ..
+                    } = op
+                    {
+                        self.require(
+                            role,
+                            &relation_name(&fk.foreign_table)?,
+                            Privilege::References,
+                        )?;
+                    }
                 }
                 Ok(())
             }

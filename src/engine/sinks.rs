@@ -117,6 +117,7 @@ impl Engine {
                         defaults: vec![],
                         indexes: vec![],
                         checks: vec![],
+                        foreign_keys: vec![],
                     })
                 })?;
             }
@@ -140,6 +141,7 @@ impl Engine {
                         crate::sql::parser::DropKind::Sink,
                         true,
                         false,
+                        None,
                     )
                     .await?;
                     return Err(e);

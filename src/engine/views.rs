@@ -232,6 +232,7 @@ impl Engine {
                 defaults: vec![],
                 indexes: vec![],
                 checks: vec![],
+                foreign_keys: vec![],
             })
         })?;
         let entry = self
@@ -1052,6 +1053,7 @@ impl Engine {
         kind: DropKind,
         if_exists: bool,
         cascade: bool,
+        notices: Option<&tokio::sync::mpsc::UnboundedSender<String>>,
     ) -> Result<Output> {
         let noun = match kind {
             DropKind::Table => "table",
@@ -1140,6 +1142,55 @@ impl Engine {
                 }
                 stack.push(d.desc.oid);
             }
+        }
+        // foreign keys of tables that stay, referencing a table that goes: refused, or
+        // (CASCADE) the constraints go, as in Postgres (the tables stay)
+        let mut dropped_keys: Vec<(String, String)> = Vec::new();
+        for oid in &order {
+            let Some(e) = self.catalog.get_by_oid(*oid) else {
+                continue;
+            };
+            if !e.desc.kind.is_table() {
+                continue;
+            }
+            let keys: Vec<(String, String)> = self
+                .foreign_keys_to(&e.desc.name)
+                .into_iter()
+                .filter(|(child, _)| !order.contains(&child.oid))
+                .map(|(child, fk)| (child.name, fk.name))
+                .collect();
+            if !cascade && !keys.is_empty() {
+                return Err(WeirError::new(
+                    sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
+                    format!(
+                        "cannot drop table {} because other objects depend on it",
+                        e.desc.name
+                    ),
+                )
+                .with_detail(
+                    keys.iter()
+                        .map(|(child, fk)| {
+                            format!(
+                                "constraint {fk} on table {child} depends on table {}",
+                                e.desc.name
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                )
+                .with_hint("Use DROP ... CASCADE to drop the dependent objects too."));
+            }
+            dropped_keys.extend(keys);
+        }
+        for (child, fk) in &dropped_keys {
+            if let Some(p) = notices {
+                let _ = p.send(format!("drop cascades to constraint {fk} on table {child}"));
+            }
+            self.catalog.alter_relation(child, |d| {
+                d.foreign_keys.retain(|f| &f.name != fk);
+                Ok(())
+            })?;
+            info!(table = %child, constraint = %fk, "dropped foreign key (DROP ... CASCADE)");
         }
         // dependents before what they read: newest first
         order.sort_unstable_by(|a, b| b.cmp(a));

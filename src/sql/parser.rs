@@ -89,7 +89,8 @@ pub enum Statement {
     CreateSequence(Box<CreateSequence>),
     /// `TRUNCATE [TABLE] t [, ...] [CONTINUE IDENTITY] [CASCADE | RESTRICT]`: the tables'
     /// rows deleted (a DELETE of each).
-    Truncate(Vec<String>),
+    /// `TRUNCATE [TABLE] t [, ...] [CASCADE | RESTRICT]`: the tables, and CASCADE.
+    Truncate(Vec<String>, bool),
     /// `ALTER TABLE name ...` (columns, renames, NOT NULL, defaults).
     AlterTable(Box<ast::AlterTable>),
     /// `ALTER [MATERIALIZED] VIEW | SEQUENCE name RENAME TO new`.
@@ -453,6 +454,8 @@ pub struct CreateTable {
     pub checks: Vec<CheckSpec>,
     /// `UNIQUE` constraints, column and table ones.
     pub uniques: Vec<UniqueSpec>,
+    /// `FOREIGN KEY` / `REFERENCES` constraints, column and table ones.
+    pub foreign_keys: Vec<ForeignKeySpec>,
 }
 
 /// `CREATE SOURCE name [(columns, WATERMARK FOR ...)] WITH (connector = ..., ...)
@@ -1410,7 +1413,10 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
                 .iter()
                 .map(|n| relation_name(&n.name))
                 .collect::<Result<Vec<_>>>()?;
-            Ok(Statement::Truncate(names))
+            Ok(Statement::Truncate(
+                names,
+                matches!(t.cascade, Some(ast::CascadeOption::Cascade)),
+            ))
         }
         ast::Statement::CreateFunction(f) => Ok(Statement::CreateFunction(Box::new(f))),
         ast::Statement::CreateIndex(ci) => create_index(ci),
@@ -1514,7 +1520,14 @@ fn parse_create_table(p: &mut Parser) -> Result<CreateTable> {
     let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
     let name = relation_name(&p.parse_object_name(false)?)?;
     p.expect_token(&Token::LParen)?;
-    let (columns, primary_key, watermark, checks, uniques) = parse_table_elements(p, &name)?;
+    let TableElements {
+        columns,
+        primary_key,
+        watermark,
+        checks,
+        uniques,
+        foreign_keys,
+    } = parse_table_elements(p, &name)?;
     let mut append_only = false;
     let mut with_options = Vec::new();
     loop {
@@ -1539,6 +1552,7 @@ fn parse_create_table(p: &mut Parser) -> Result<CreateTable> {
         format,
         checks,
         uniques,
+        foreign_keys,
     })
 }
 
@@ -1557,7 +1571,19 @@ fn parse_create_source(p: &mut Parser) -> Result<CreateSource> {
     let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
     let name = relation_name(&p.parse_object_name(false)?)?;
     let (columns, watermark) = if p.consume_token(&Token::LParen) {
-        let (columns, pk, watermark, checks, uniques) = parse_table_elements(p, &name)?;
+        let TableElements {
+            columns,
+            primary_key: pk,
+            watermark,
+            checks,
+            uniques,
+            foreign_keys,
+        } = parse_table_elements(p, &name)?;
+        if !foreign_keys.is_empty() {
+            return Err(WeirError::not_supported(
+                "a source cannot have FOREIGN KEY constraints",
+            ));
+        }
         if !uniques.is_empty() {
             return Err(WeirError::not_supported(
                 "a source cannot have UNIQUE constraints",
@@ -1714,13 +1740,82 @@ fn hints_to_options(hints: Vec<ast::Expr>) -> Result<Vec<(String, String)>> {
         .collect()
 }
 
-type TableElements = (
-    Vec<ColumnSpec>,
-    Option<Vec<String>>,
-    Option<WatermarkSpec>,
-    Vec<CheckSpec>,
-    Vec<UniqueSpec>,
-);
+/// What the parenthesized list of a CREATE TABLE / SOURCE declares.
+struct TableElements {
+    columns: Vec<ColumnSpec>,
+    primary_key: Option<Vec<String>>,
+    watermark: Option<WatermarkSpec>,
+    checks: Vec<CheckSpec>,
+    uniques: Vec<UniqueSpec>,
+    foreign_keys: Vec<ForeignKeySpec>,
+}
+
+/// A `FOREIGN KEY (cols) REFERENCES t [(cols)] [MATCH FULL|SIMPLE] [ON DELETE a] [ON
+/// UPDATE a]` constraint (or a column's `REFERENCES t [(col)]`) as written: `ref_columns`
+/// empty means the referenced table's primary key.
+#[derive(Debug, Clone)]
+pub struct ForeignKeySpec {
+    pub name: Option<String>,
+    pub columns: Vec<String>,
+    pub ref_table: String,
+    pub ref_columns: Vec<String>,
+    pub on_delete: crate::catalog::FkAction,
+    pub on_update: crate::catalog::FkAction,
+    pub match_full: bool,
+}
+
+impl ForeignKeySpec {
+    /// Read sqlparser's constraint; `column`: the column it was written on, for a column's
+    /// `REFERENCES`. Refused (0A000) where Postgres would do what Weir does not: SET DEFAULT,
+    /// MATCH PARTIAL, DEFERRABLE.
+    pub fn from_ast(
+        fk: &ast::ForeignKeyConstraint,
+        name: Option<&ast::Ident>,
+        column: Option<&str>,
+    ) -> Result<ForeignKeySpec> {
+        use crate::catalog::FkAction;
+        let action = |a: &Option<ast::ReferentialAction>, on: &str| match a {
+            None | Some(ast::ReferentialAction::NoAction) => Ok(FkAction::NoAction),
+            Some(ast::ReferentialAction::Restrict) => Ok(FkAction::Restrict),
+            Some(ast::ReferentialAction::Cascade) => Ok(FkAction::Cascade),
+            Some(ast::ReferentialAction::SetNull) => Ok(FkAction::SetNull),
+            Some(ast::ReferentialAction::SetDefault) => Err(WeirError::not_supported(format!(
+                "ON {on} SET DEFAULT is not supported (NO ACTION, RESTRICT, CASCADE and SET NULL are)"
+            ))),
+        };
+        let match_full = match &fk.match_kind {
+            None | Some(ast::ConstraintReferenceMatchKind::Simple) => false,
+            Some(ast::ConstraintReferenceMatchKind::Full) => true,
+            Some(ast::ConstraintReferenceMatchKind::Partial) => {
+                return Err(WeirError::not_supported(
+                    "MATCH PARTIAL not yet implemented",
+                ));
+            }
+        };
+        if fk
+            .characteristics
+            .as_ref()
+            .is_some_and(|c| c.deferrable == Some(true) || c.initially.is_some())
+        {
+            return Err(WeirError::not_supported(
+                "DEFERRABLE foreign keys are not supported (each statement is checked as it ends)",
+            ));
+        }
+        let columns = match column {
+            Some(c) if fk.columns.is_empty() => vec![c.to_owned()],
+            _ => fk.columns.iter().map(normalize_ident).collect(),
+        };
+        Ok(ForeignKeySpec {
+            name: name.or(fk.name.as_ref()).map(normalize_ident),
+            columns,
+            ref_table: relation_name(&fk.foreign_table)?,
+            ref_columns: fk.referred_columns.iter().map(normalize_ident).collect(),
+            on_delete: action(&fk.on_delete, "DELETE")?,
+            on_update: action(&fk.on_update, "UPDATE")?,
+            match_full,
+        })
+    }
+}
 
 /// A `UNIQUE (cols)` constraint of a table: its columns and its name (given, or Postgres'
 /// `t_a_b_key`), kept by a unique index of that name.
@@ -1778,6 +1873,7 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
     let mut watermark = None;
     let mut checks: Vec<CheckSpec> = Vec::new();
     let mut uniques: Vec<UniqueSpec> = Vec::new();
+    let mut foreign_keys: Vec<ForeignKeySpec> = Vec::new();
     loop {
         if parse_word(p, "WATERMARK") {
             p.expect_keyword_is(Keyword::FOR)?;
@@ -1826,9 +1922,12 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
                         expr: c.expr.to_string(),
                     });
                 }
+                TableConstraint::ForeignKey(fk) => {
+                    foreign_keys.push(ForeignKeySpec::from_ast(&fk, None, None)?);
+                }
                 other => {
                     return Err(WeirError::not_supported(format!(
-                        "table constraint {other} is not supported (only PRIMARY KEY, UNIQUE and CHECK)"
+                        "table constraint {other} is not supported (only PRIMARY KEY, UNIQUE, CHECK and FOREIGN KEY)"
                     )));
                 }
             }
@@ -1912,6 +2011,13 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
                             expr: c.expr.to_string(),
                         });
                     }
+                    ColumnOption::ForeignKey(fk) => {
+                        foreign_keys.push(ForeignKeySpec::from_ast(
+                            fk,
+                            opt.name.as_ref(),
+                            Some(&col_name),
+                        )?);
+                    }
                     ColumnOption::PrimaryKey(_) => {
                         if primary_key.is_some() {
                             return Err(multiple_pk(name));
@@ -1944,7 +2050,14 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
         p.expect_token(&Token::RParen)?;
         break;
     }
-    Ok((columns, primary_key, watermark, checks, uniques))
+    Ok(TableElements {
+        columns,
+        primary_key,
+        watermark,
+        checks,
+        uniques,
+        foreign_keys,
+    })
 }
 
 /// Consume a (non-reserved, maybe unknown to sqlparser) word if it is next.
