@@ -68,15 +68,18 @@ fn key_constraints(d: &crate::catalog::RelationDesc) -> Vec<(String, &'static st
         .collect()
 }
 
+/// A foreign key, its table, and the referenced key constraint's name and columns.
+type ForeignConstraint<'a> = (
+    &'a crate::catalog::RelationDesc,
+    &'a crate::catalog::ForeignKeyDesc,
+    Option<(String, Vec<String>)>,
+);
+
 /// Each foreign key of the relations with the key constraint it references (its name and
 /// columns: the referenced table's primary key or unique index over those columns).
 fn foreign_constraints(
     rels: &[std::sync::Arc<crate::catalog::Entry>],
-) -> Vec<(
-    &crate::catalog::RelationDesc,
-    &crate::catalog::ForeignKeyDesc,
-    Option<(String, Vec<String>)>,
-)> {
+) -> Vec<ForeignConstraint<'_>> {
     let mut out = Vec::new();
     for e in rels {
         for fk in &e.desc.foreign_keys {

@@ -435,8 +435,8 @@ impl Engine {
                         }
                         // as in Postgres, a foreign key over the column goes with it
                         desc.foreign_keys.retain(|f| {
-                            !f.columns.contains(&col)
-                                && !(f.ref_table == name && f.ref_columns.contains(&col))
+                            !(f.columns.contains(&col)
+                                || f.ref_table == name && f.ref_columns.contains(&col))
                         });
                         desc.columns.remove(at);
                         desc.defaults.retain(|(d, _)| *d != col);

@@ -315,7 +315,7 @@ impl Engine {
             let probe: Vec<ArrayRef> = own
                 .iter()
                 .zip(&types)
-                .map(|(a, t)| Ok(cast_key(&take(a.as_ref(), &idx, None)?, t)?))
+                .map(|(a, t)| cast_key(&take(a.as_ref(), &idx, None)?, t))
                 .collect::<Result<_>>()?;
             let found = {
                 let t = ptable.clone();
