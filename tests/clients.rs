@@ -225,6 +225,46 @@ Access method: heap
         ),
         "1\n"
     );
+    // foreign keys: \d lists them on both tables; COPY's rows are checked
+    psql(&server, "CREATE TABLE fp (id int PRIMARY KEY)");
+    psql(
+        &server,
+        "CREATE TABLE fc (k int, pid int REFERENCES fp ON DELETE CASCADE)",
+    );
+    psql(&server, "INSERT INTO fp VALUES (1), (2)");
+    let d = psql(&server, "\\d fc");
+    assert!(
+        d.contains("Foreign-key constraints:\n    \"fc_pid_fkey\" FOREIGN KEY (pid) REFERENCES fp(id) ON DELETE CASCADE"),
+        "\\d fc:\n{d}"
+    );
+    let d = psql(&server, "\\d fp");
+    assert!(
+        d.contains("Referenced by:\n    TABLE \"fc\" CONSTRAINT \"fc_pid_fkey\" FOREIGN KEY (pid) REFERENCES fp(id) ON DELETE CASCADE"),
+        "\\d fp:\n{d}"
+    );
+    let file = dir.path().join("fc.tsv");
+    std::fs::write(&file, "1\t1\n2\t2\n3\t\\N\n").expect("write tsv");
+    let out = psql(&server, &format!("\\copy fc FROM '{}'", file.display()));
+    assert_eq!(out.trim(), "COPY 3");
+    std::fs::write(&file, "4\t1\n5\t7\n").expect("write tsv");
+    let bad = Command::new("psql")
+        .args(["-X", "-h", "127.0.0.1", "-p", &server.port().to_string()])
+        .args(["-U", "weir", "-d", "weir", "-c"])
+        .arg(format!("\\copy fc FROM '{}'", file.display()))
+        .output()
+        .expect("psql");
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        !bad.status.success()
+            && err.contains("violates foreign key constraint \"fc_pid_fkey\"")
+            && err.contains("Key (pid)=(7) is not present in table \"fp\"."),
+        "COPY of a row referencing nothing: {err}"
+    );
+    psql(&server, "DELETE FROM fp WHERE id = 1");
+    assert_eq!(
+        psql(&server, "COPY (SELECT k FROM fc ORDER BY k) TO STDOUT"),
+        "2\n3\n"
+    );
 }
 
 /// Run a client program; its stdout, or a panic with its stderr and the server log.
@@ -276,7 +316,7 @@ async fn python_drivers_and_sqlalchemy() {
         "psycopg subscribe disconnect",
         "sqlalchemy 2.x inspector over psycopg2",
         "sqlalchemy 2.x inspector over psycopg",
-        "sqlalchemy orm create_all with unique, check and uuid",
+        "sqlalchemy orm create_all with unique, check, foreign key and uuid",
     ] {
         assert!(
             out.contains(&format!("ok {check}\n")),

@@ -172,7 +172,7 @@ impl Engine {
         let ref_columns = if spec.ref_columns.is_empty() {
             if parent.primary_key.is_empty() {
                 return Err(WeirError::new(
-                    INVALID_FOREIGN_KEY,
+                    sqlstate::UNDEFINED_OBJECT,
                     format!(
                         "there is no primary key for referenced table \"{}\"",
                         parent.name
@@ -305,7 +305,13 @@ impl Engine {
                 )
                 .with_detail("MATCH FULL does not allow mixing of null and nonnull key values."));
             }
-            let checked: Vec<usize> = (0..n).filter(|&r| nulls[r] == 0).collect();
+            // each distinct key once
+            let own_types: Vec<DataType> = own.iter().map(|a| a.data_type().clone()).collect();
+            let own_keys = converter(&own_types)?.convert_columns(&own)?;
+            let mut seen: HashSet<&[u8]> = HashSet::new();
+            let checked: Vec<usize> = (0..n)
+                .filter(|&r| nulls[r] == 0 && seen.insert(own_keys.row(r).data()))
+                .collect();
             if checked.is_empty() {
                 continue;
             }

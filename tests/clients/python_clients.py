@@ -376,7 +376,7 @@ def check_sqlalchemy_orm():
     import uuid
 
     import sqlalchemy
-    from sqlalchemy import CheckConstraint, Column, Integer, MetaData, String, Table, create_engine
+    from sqlalchemy import CheckConstraint, Column, ForeignKey, Integer, MetaData, String, Table, create_engine
 
     engine = create_engine(f"postgresql+psycopg://weir@127.0.0.1:{PORT}/weir")
     md = MetaData()
@@ -387,6 +387,12 @@ def check_sqlalchemy_orm():
         Column("email", String(50), unique=True, nullable=False),
         Column("age", Integer, CheckConstraint("age >= 0", name="age_not_negative")),
         Column("token", sqlalchemy.Uuid, default=uuid.uuid4, nullable=False),
+    )
+    orders = Table(
+        "orm_orders",
+        md,
+        Column("id", Integer, primary_key=True),
+        Column("user_id", Integer, ForeignKey("orm_users.id", ondelete="CASCADE"), nullable=False),
     )
     md.create_all(engine)
     with engine.begin() as c:
@@ -407,9 +413,30 @@ def check_sqlalchemy_orm():
     assert [(u["name"], u["column_names"]) for u in uniques] == [("orm_users_email_key", ["email"])], uniques
     checks = i.get_check_constraints("orm_users")
     assert [(c["name"], c["sqltext"]) for c in checks] == [("age_not_negative", "age >= 0")], checks
+    # a foreign key: checked, cascaded, read back by the inspector
+    with engine.begin() as c:
+        c.execute(orders.insert(), [{"id": 10, "user_id": 1}, {"id": 11, "user_id": 2}])
+    try:
+        with engine.begin() as c:
+            c.execute(orders.insert(), {"id": 12, "user_id": 99})
+        raise AssertionError("accepted an order of no user")
+    except sqlalchemy.exc.IntegrityError as e:
+        assert "orm_orders_user_id_fkey" in str(e), e
+    with engine.begin() as c:
+        c.execute(users.delete().where(users.c.id == 1))
+    with engine.connect() as c:
+        left = c.execute(sqlalchemy.select(orders.c.id).order_by(orders.c.id)).scalars().all()
+    assert left == [11], left
+    fks = i.get_foreign_keys("orm_orders")
+    assert [
+        (f["name"], f["constrained_columns"], f["referred_table"], f["referred_columns"], f["options"])
+        for f in fks
+    ] == [("orm_orders_user_id_fkey", ["user_id"], "orm_users", ["id"], {"ondelete": "CASCADE"})], fks
+    order = [t for t, _ in i.get_sorted_table_and_fkc_names()]
+    assert order.index("orm_users") < order.index("orm_orders"), order
     md.drop_all(engine)
     engine.dispose()
-    ok("sqlalchemy orm create_all with unique, check and uuid")
+    ok("sqlalchemy orm create_all with unique, check, foreign key and uuid")
 
 
 if WHAT == "all":
