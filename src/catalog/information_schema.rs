@@ -124,6 +124,7 @@ fn data_type(t: &T) -> (String, String) {
         T::Name => "name",
         T::InternalChar => "char",
         T::Array(inner) => return ("ARRAY".into(), format!("_{}", data_type(inner).1)),
+        T::Vector(_) => return ("ARRAY".into(), t.display_name()),
     };
     let dt = match t {
         T::Varchar(_) => "character varying".to_owned(),

@@ -102,6 +102,10 @@ fn i4() -> T {
 fn arr(t: T) -> T {
     T::Array(Box::new(t))
 }
+/// `int2vector` (of `i2()`) or `oidvector` (of `oid()`).
+fn vector(t: T) -> T {
+    T::Vector(Box::new(t))
+}
 
 /// Build a catalog table from column specs and rows.
 pub fn build_table(columns: &[(&str, T)], rows: Vec<Vec<V>>) -> DfResult<RecordBatch> {
@@ -192,7 +196,7 @@ fn column<'a>(t: &T, cells: impl Iterator<Item = &'a V>) -> ArrayRef {
             }
             Arc::new(bld.finish())
         }
-        T::Array(elem) => match elem.as_ref() {
+        T::Array(elem) | T::Vector(elem) => match elem.as_ref() {
             T::Oid => {
                 let mut bld = ListBuilder::new(UInt32Builder::new())
                     .with_field(Arc::new(Field::new_list_field(elem.arrow_type(), true)));
@@ -390,6 +394,7 @@ const BUILTIN_TYPES: &[(u32, &str, i16, &str)] = &[
     (24, "regproc", 4, "N"),
     (25, "text", -1, "S"),
     (26, "oid", 4, "N"),
+    (30, "oidvector", -1, "A"),
     (114, "json", -1, "U"),
     (700, "float4", 4, "N"),
     (701, "float8", 8, "N"),
@@ -502,6 +507,8 @@ pub fn format_type(type_oid: u32, typmod: i32) -> Option<String> {
             23 => T::Int4,
             25 => T::Text,
             26 => T::Oid,
+            22 => T::Vector(Box::new(T::Int2)),
+            30 => T::Vector(Box::new(T::Oid)),
             114 | 3802 => T::Jsonb,
             2950 => T::Uuid,
             700 => T::Float4,
@@ -1130,12 +1137,12 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     ("indisready", b()),
                     ("indislive", b()),
                     ("indisreplident", b()),
-                    ("indkey", arr(i2())),
+                    ("indkey", vector(i2())),
                     ("indexprs", text()),
                     ("indpred", text()),
-                    ("indclass", arr(oid())),
-                    ("indcollation", arr(oid())),
-                    ("indoption", arr(i2())),
+                    ("indclass", vector(oid())),
+                    ("indcollation", vector(oid())),
+                    ("indoption", vector(i2())),
                 ],
                 rows,
             )?
@@ -1762,7 +1769,7 @@ fn attribute_row(relid: u32, name: &str, ty: &SqlType, num: usize, notnull: bool
         (-1i32).into(),
         V::I(len),
         num.into(),
-        (matches!(ty, T::Array(_)) as i32).into(),
+        (matches!(ty, T::Array(_) | T::Vector(_)) as i32).into(),
         (-1i32).into(),
         ty.typmod().into(),
         (len > 0 && len <= 8).into(),

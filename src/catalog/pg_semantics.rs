@@ -1256,6 +1256,19 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
             let data_type = field.data_type().clone();
             let (x, c, t) = rewrite_expr(*expr, schema)?;
             let from = type_of(&x, t, schema);
+            // an int2vector / oidvector's text: its elements separated by spaces (`1 2`)
+            if matches!(declared_type(&x, schema), Some(SqlType::Vector(_)))
+                && matches!(
+                    data_type,
+                    DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+                )
+            {
+                let text = datafusion::functions_nested::expr_fn::array_to_string(
+                    x,
+                    datafusion::logical_expr::lit(" "),
+                );
+                return Ok((cast(text, data_type.clone()), true, Some(data_type)));
+            }
             match (&from, &data_type) {
                 // text by the value's output function: `{a,b}`, `Infinity`, `1e+300`
                 (
@@ -1436,6 +1449,11 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
             let mut args = Vec::with_capacity(2);
             for a in f.args.iter().cloned() {
                 args.push(rewrite_expr(a, schema)?.0);
+            }
+            // an int2vector / oidvector (`pg_index.indkey`) counts from 0
+            if matches!(declared_type(&args[0], schema), Some(SqlType::Vector(_))) {
+                args[1] =
+                    cast(args[1].clone(), DataType::Int64) + datafusion::logical_expr::lit(1i64);
             }
             let index = cast(args[1].clone(), DataType::Int64);
             let element = Expr::ScalarFunction(datafusion::logical_expr::expr::ScalarFunction {

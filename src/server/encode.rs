@@ -443,9 +443,11 @@ fn encode_list<O: OffsetSizeTrait>(
     rows: &mut [BytesMut],
 ) -> Result<()> {
     let elem_ty = match &plan.ty {
-        SqlType::Array(e) => (**e).clone(),
+        SqlType::Array(e) | SqlType::Vector(e) => (**e).clone(),
         _ => SqlType::Text,
     };
+    // int2vector / oidvector: `1 2` in text, lower bound 0 in binary
+    let vector = matches!(plan.ty, SqlType::Vector(_));
     let binary = plan.format == FieldFormat::Binary;
     // encode all element values once, in the requested format, then frame each row's slice
     let values = a.values();
@@ -478,10 +480,17 @@ fn encode_list<O: OffsetSizeTrait>(
             buf.put_u32(elem_ty.oid());
             if n > 0 {
                 buf.put_i32(n as i32);
-                buf.put_i32(1); // lower bound
+                buf.put_i32(if vector { 0 } else { 1 }); // lower bound
                 for cell in &cells[start..end] {
                     buf.put_slice(cell);
                 }
+            }
+        } else if vector {
+            for (k, cell) in cells[start..end].iter().enumerate() {
+                if k > 0 {
+                    buf.put_u8(b' ');
+                }
+                buf.put_slice(cell.get(4..).unwrap_or_default());
             }
         } else {
             buf.put_u8(b'{');

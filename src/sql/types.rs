@@ -57,6 +57,9 @@ pub enum SqlType {
     InternalChar,
     /// A one-dimensional array of an element type (`int4[]`, `text[]`).
     Array(Box<SqlType>),
+    /// The system catalogs' `int2vector` (of `Int2`) and `oidvector` (of `Oid`): an array
+    /// whose text form is its elements separated by spaces (`pg_index.indkey` is `1 2`).
+    Vector(Box<SqlType>),
 }
 
 impl SqlType {
@@ -154,7 +157,7 @@ impl SqlType {
             SqlType::Bytea => DataType::Binary,
             SqlType::Oid => DataType::UInt32,
             SqlType::Name | SqlType::InternalChar => DataType::Utf8,
-            SqlType::Array(e) => {
+            SqlType::Array(e) | SqlType::Vector(e) => {
                 DataType::List(Arc::new(Field::new_list_field(e.arrow_type(), true)))
             }
         }
@@ -184,6 +187,8 @@ impl SqlType {
             SqlType::Name => 19,
             SqlType::InternalChar => 18,
             SqlType::Array(e) => array_oid(e.oid()).unwrap_or(1009),
+            SqlType::Vector(e) if **e == SqlType::Oid => 30,
+            SqlType::Vector(_) => 22,
         }
     }
 
@@ -222,6 +227,8 @@ impl SqlType {
             SqlType::Name => "name".into(),
             SqlType::InternalChar => "\"char\"".into(),
             SqlType::Array(e) => format!("{}[]", e.display_name()),
+            SqlType::Vector(e) if **e == SqlType::Oid => "oidvector".into(),
+            SqlType::Vector(_) => "int2vector".into(),
         }
     }
 
@@ -248,6 +255,8 @@ impl SqlType {
             "oid" => SqlType::Oid,
             "name" => SqlType::Name,
             "\"char\"" => SqlType::InternalChar,
+            "int2vector" => SqlType::Vector(Box::new(SqlType::Int2)),
+            "oidvector" => SqlType::Vector(Box::new(SqlType::Oid)),
             other => {
                 if let Some(elem) = other.strip_suffix("[]") {
                     return Some(SqlType::Array(Box::new(SqlType::from_display_name(elem)?)));

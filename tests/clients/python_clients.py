@@ -376,7 +376,7 @@ def check_sqlalchemy_orm():
     import uuid
 
     import sqlalchemy
-    from sqlalchemy import CheckConstraint, Column, ForeignKey, Integer, MetaData, String, Table, create_engine
+    from sqlalchemy import CheckConstraint, Column, ForeignKey, Index, Integer, MetaData, String, Table, create_engine
 
     engine = create_engine(f"postgresql+psycopg://weir@127.0.0.1:{PORT}/weir")
     md = MetaData()
@@ -393,6 +393,7 @@ def check_sqlalchemy_orm():
         md,
         Column("id", Integer, primary_key=True),
         Column("user_id", Integer, ForeignKey("orm_users.id", ondelete="CASCADE"), nullable=False),
+        Index("orm_orders_user_idx", "user_id", "id"),
     )
     md.create_all(engine)
     with engine.begin() as c:
@@ -432,6 +433,15 @@ def check_sqlalchemy_orm():
         (f["name"], f["constrained_columns"], f["referred_table"], f["referred_columns"], f["options"])
         for f in fks
     ] == [("orm_orders_user_id_fkey", ["user_id"], "orm_users", ["id"], {"ondelete": "CASCADE"})], fks
+    # indexes read back (pg_index.indkey is an int2vector, as the inspector expects)
+    indexes = i.get_indexes("orm_orders")
+    assert [(x["name"], x["unique"], x["column_names"]) for x in indexes] == [
+        ("orm_orders_user_idx", False, ["user_id", "id"])
+    ], indexes
+    indexes = i.get_indexes("orm_users")
+    assert [(x["name"], x["unique"], x["column_names"], x.get("duplicates_constraint")) for x in indexes] == [
+        ("orm_users_email_key", True, ["email"], "orm_users_email_key")
+    ], indexes
     order = [t for t, _ in i.get_sorted_table_and_fkc_names()]
     assert order.index("orm_users") < order.index("orm_orders"), order
     md.drop_all(engine)
