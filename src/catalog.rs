@@ -153,6 +153,16 @@ pub struct RelationDesc {
     /// A table's FOREIGN KEY constraints (`engine/foreign_keys.rs`).
     #[serde(default)]
     pub foreign_keys: Vec<ForeignKeyDesc>,
+    /// `COMMENT ON` the relation and its columns (`pg_description`, `obj_description`).
+    #[serde(default)]
+    pub comments: Comments,
+}
+
+/// A relation's comment and its columns' (by column name).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Comments {
+    pub relation: Option<String>,
+    pub columns: Vec<(String, String)>,
 }
 
 /// A FOREIGN KEY constraint of a table: its `columns` (a value of them, when none is NULL,

@@ -4,6 +4,7 @@
 mod alter_table;
 mod checks;
 mod client;
+mod comments;
 mod foreign_keys;
 mod indexes;
 mod on_conflict;
@@ -421,6 +422,7 @@ impl Engine {
                 Err(e) => self.catalog_probe(session, q, e).await,
             },
             Statement::Dml(q) => self.execute_dml(session, q, params).await,
+            Statement::Comment(c) => self.comment_on(c),
             Statement::Truncate(tables, cascade) => {
                 self.truncate(session, tables, *cascade, notices.as_ref())
                     .await
@@ -1428,6 +1430,7 @@ impl Engine {
                 indexes: vec![],
                 checks: vec![],
                 foreign_keys: vec![],
+                comments: Default::default(),
             })
         })?;
         if created {
@@ -1675,6 +1678,7 @@ impl Engine {
                     .map(|c| (c.name.clone(), c.expr.clone()))
                     .collect(),
                 foreign_keys,
+                comments: Default::default(),
             })
         })?;
         if created {
@@ -2015,6 +2019,7 @@ impl Engine {
                 indexes: vec![],
                 checks: vec![],
                 foreign_keys: vec![],
+                comments: Default::default(),
             })
         })?;
         Ok(())
@@ -2221,6 +2226,7 @@ fn query_kind(stmt: &Statement) -> &'static str {
         | Statement::CreatePlainView(_)
         | Statement::CreateSequence(_)
         | Statement::AlterTable(_)
+        | Statement::Comment(_)
         | Statement::RenameRelation { .. }
         | Statement::CreateFunction(_)
         | Statement::DropFunction(_)
@@ -2254,6 +2260,7 @@ fn write_kind(stmt: &Statement) -> Option<&'static str> {
         Statement::CreateSequence(_) => "CREATE SEQUENCE",
         Statement::AlterTable(_) => "ALTER TABLE",
         Statement::RenameRelation { .. } => "ALTER",
+        Statement::Comment(_) => "COMMENT",
         Statement::CreateFunction(_) => "CREATE FUNCTION",
         Statement::DropFunction(_) => "DROP FUNCTION",
         Statement::CreateIndex(_) => "CREATE INDEX",

@@ -316,7 +316,7 @@ async fn python_drivers_and_sqlalchemy() {
         "psycopg subscribe disconnect",
         "sqlalchemy 2.x inspector over psycopg2",
         "sqlalchemy 2.x inspector over psycopg",
-        "sqlalchemy orm create_all with unique, check, foreign key and uuid",
+        "sqlalchemy orm create_all with unique, check, foreign key, comments and uuid",
     ] {
         assert!(
             out.contains(&format!("ok {check}\n")),

@@ -494,9 +494,68 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
         DataType::Boolean,
         |_, rows| Ok(constant_bool(rows, false)),
     );
+    // obj_description(oid [, catalog]) / col_description(table oid, column number): what
+    // COMMENT ON gave a relation (catalog pg_class) or one of its columns
+    {
+        let catalog = catalog.clone();
+        register_fn(ctx, "obj_description", DataType::Utf8, move |args, rows| {
+            let Some(o) = args.first() else {
+                return Ok(constant_str(rows, None));
+            };
+            let o = as_u32(o)?;
+            let which = args.get(1).map(as_str).transpose()?;
+            let entries = catalog.entries();
+            Ok(Arc::new(
+                (0..rows)
+                    .map(|i| {
+                        if o.is_null(i)
+                            || which
+                                .as_ref()
+                                .is_some_and(|w| w.is_null(i) || w.value(i) != "pg_class")
+                        {
+                            return None;
+                        }
+                        entries
+                            .iter()
+                            .find(|e| e.desc.oid == o.value(i))
+                            .and_then(|e| e.desc.comments.relation.clone())
+                    })
+                    .collect::<StringArray>(),
+            ))
+        });
+    }
+    {
+        let catalog = catalog.clone();
+        register_fn(ctx, "col_description", DataType::Utf8, move |args, rows| {
+            let (Some(o), Some(n)) = (args.first(), args.get(1)) else {
+                return Ok(constant_str(rows, None));
+            };
+            let o = as_u32(o)?;
+            let n = cast(n, &DataType::Int64)?;
+            let n = datafusion::arrow::array::AsArray::as_primitive::<
+                datafusion::arrow::datatypes::Int64Type,
+            >(&n);
+            let entries = catalog.entries();
+            Ok(Arc::new(
+                (0..rows)
+                    .map(|i| {
+                        if o.is_null(i) || n.is_null(i) || n.value(i) < 1 {
+                            return None;
+                        }
+                        let e = entries.iter().find(|e| e.desc.oid == o.value(i))?;
+                        let col = e.desc.columns.get(n.value(i) as usize - 1)?;
+                        e.desc
+                            .comments
+                            .columns
+                            .iter()
+                            .find(|(c, _)| *c == col.name)
+                            .map(|(_, t)| t.clone())
+                    })
+                    .collect::<StringArray>(),
+            ))
+        });
+    }
     for name in [
-        "obj_description",
-        "col_description",
         "shobj_description",
         "pg_get_statisticsobjdef_columns",
         "pg_get_triggerdef",

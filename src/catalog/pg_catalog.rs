@@ -1361,12 +1361,40 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
             ("adnum", i2()),
             ("adbin", text()),
         ])?,
-        "pg_description" => empty(&[
-            ("objoid", oid()),
-            ("classoid", oid()),
-            ("objsubid", i4()),
-            ("description", text()),
-        ])?,
+        "pg_description" => {
+            // COMMENT ON a relation (objsubid 0) or its columns (their numbers)
+            let mut rows = Vec::new();
+            for e in &entries {
+                let d = &e.desc;
+                if let Some(t) = &d.comments.relation {
+                    rows.push(vec![
+                        d.oid.into(),
+                        1259u32.into(),
+                        V::I(0),
+                        t.clone().into(),
+                    ]);
+                }
+                for (col, t) in &d.comments.columns {
+                    if let Some(p) = d.columns.iter().position(|c| &c.name == col) {
+                        rows.push(vec![
+                            d.oid.into(),
+                            1259u32.into(),
+                            V::I(p as i64 + 1),
+                            t.clone().into(),
+                        ]);
+                    }
+                }
+            }
+            build_table(
+                &[
+                    ("objoid", oid()),
+                    ("classoid", oid()),
+                    ("objsubid", i4()),
+                    ("description", text()),
+                ],
+                rows,
+            )?
+        }
         "pg_shdescription" => empty(&[
             ("objoid", oid()),
             ("classoid", oid()),

@@ -440,6 +440,7 @@ impl Engine {
                         });
                         desc.columns.remove(at);
                         desc.defaults.retain(|(d, _)| *d != col);
+                        desc.comments.columns.retain(|(c, _)| *c != col);
                         // as in Postgres, an index on the column goes with it
                         desc.indexes.retain(|i| !i.columns.contains(&col));
                         // and so does a CHECK constraint that reads it
@@ -513,6 +514,11 @@ impl Engine {
                         .iter_mut()
                         .flat_map(|f| f.columns.iter_mut())
                     {
+                        if *c == old {
+                            *c = new.clone();
+                        }
+                    }
+                    for (c, _) in desc.comments.columns.iter_mut() {
                         if *c == old {
                             *c = new.clone();
                         }

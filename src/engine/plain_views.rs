@@ -252,6 +252,7 @@ impl Engine {
                 indexes: vec![],
                 checks: vec![],
                 foreign_keys: vec![],
+                comments: Default::default(),
             })
         })?;
         Ok(Output::Command("CREATE VIEW".into()))

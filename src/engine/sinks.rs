@@ -118,6 +118,7 @@ impl Engine {
                         indexes: vec![],
                         checks: vec![],
                         foreign_keys: vec![],
+                        comments: Default::default(),
                     })
                 })?;
             }

@@ -233,6 +233,7 @@ impl Engine {
                 indexes: vec![],
                 checks: vec![],
                 foreign_keys: vec![],
+                comments: Default::default(),
             })
         })?;
         let entry = self

@@ -93,6 +93,9 @@ pub enum Statement {
     Truncate(Vec<String>, bool),
     /// `ALTER TABLE name ...` (columns, renames, NOT NULL, defaults).
     AlterTable(Box<ast::AlterTable>),
+    /// `COMMENT ON TABLE | VIEW | MATERIALIZED VIEW | SEQUENCE name | COLUMN rel.col IS
+    /// 'text' | NULL`.
+    Comment(CommentOn),
     /// `ALTER [MATERIALIZED] VIEW | SEQUENCE name RENAME TO new`.
     RenameRelation {
         kind: DropKind,
@@ -456,6 +459,17 @@ pub struct CreateTable {
     pub uniques: Vec<UniqueSpec>,
     /// `FOREIGN KEY` / `REFERENCES` constraints, column and table ones.
     pub foreign_keys: Vec<ForeignKeySpec>,
+}
+
+/// `COMMENT ON kind name IS 'text' | NULL`: a relation's comment, or (`column`) one of its
+/// columns'.
+#[derive(Debug, Clone)]
+pub struct CommentOn {
+    pub kind: DropKind,
+    pub relation: String,
+    pub column: Option<String>,
+    /// None removes it.
+    pub text: Option<String>,
 }
 
 /// `CREATE SOURCE name [(columns, WATERMARK FOR ...)] WITH (connector = ..., ...)
@@ -1392,6 +1406,44 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
         // psycopg 3 sends DEALLOCATE ALL when a transaction with prepared statements fails;
         // the protocol-level statements it names are replaced when a name is parsed again,
         // so this only acknowledges (a deallocated name stays usable: see docs/sql.md)
+        ast::Statement::Comment {
+            object_type,
+            object_name,
+            comment,
+            ..
+        } => {
+            use ast::CommentObject as O;
+            let kind = match object_type {
+                O::Table | O::Column => DropKind::Table,
+                O::View => DropKind::View,
+                O::MaterializedView => DropKind::MaterializedView,
+                O::Sequence => DropKind::Sequence,
+                other => {
+                    return Err(WeirError::not_supported(format!(
+                        "COMMENT ON {other} is not supported (tables, views, materialized views, sequences and columns take comments)"
+                    )));
+                }
+            };
+            let (relation, column) = if matches!(object_type, O::Column) {
+                let mut parts = object_name.0.clone();
+                let col = parts.pop().and_then(|p| p.as_ident().map(normalize_ident));
+                if parts.is_empty() {
+                    return Err(WeirError::syntax(format!(
+                        "column name must be qualified: COMMENT ON COLUMN table.{} IS ...",
+                        object_name
+                    )));
+                }
+                (relation_name(&ast::ObjectName(parts))?, col)
+            } else {
+                (relation_name(&object_name)?, None)
+            };
+            Ok(Statement::Comment(CommentOn {
+                kind,
+                relation,
+                column,
+                text: comment,
+            }))
+        }
         ast::Statement::Deallocate { name, .. } => Ok(Statement::NoOp(
             if name.quote_style.is_none() && name.value.eq_ignore_ascii_case("all") {
                 "DEALLOCATE ALL"

@@ -391,9 +391,10 @@ def check_sqlalchemy_orm():
     orders = Table(
         "orm_orders",
         md,
-        Column("id", Integer, primary_key=True),
+        Column("id", Integer, primary_key=True, comment="the order number"),
         Column("user_id", Integer, ForeignKey("orm_users.id", ondelete="CASCADE"), nullable=False),
         Index("orm_orders_user_idx", "user_id", "id"),
+        comment="one row per order",
     )
     md.create_all(engine)
     with engine.begin() as c:
@@ -442,11 +443,15 @@ def check_sqlalchemy_orm():
     assert [(x["name"], x["unique"], x["column_names"], x.get("duplicates_constraint")) for x in indexes] == [
         ("orm_users_email_key", True, ["email"], "orm_users_email_key")
     ], indexes
+    # comments (COMMENT ON, emitted by create_all) read back
+    assert i.get_table_comment("orm_orders") == {"text": "one row per order"}, i.get_table_comment("orm_orders")
+    cols = {c["name"]: c.get("comment") for c in i.get_columns("orm_orders")}
+    assert cols == {"id": "the order number", "user_id": None}, cols
     order = [t for t, _ in i.get_sorted_table_and_fkc_names()]
     assert order.index("orm_users") < order.index("orm_orders"), order
     md.drop_all(engine)
     engine.dispose()
-    ok("sqlalchemy orm create_all with unique, check, foreign key and uuid")
+    ok("sqlalchemy orm create_all with unique, check, foreign key, comments and uuid")
 
 
 if WHAT == "all":
