@@ -405,6 +405,9 @@ data|3|three|null|2024-05-05 05:05:05.0
 copyin|2
 copyout|10,copied/11,\"with,comma\"/
 uuid|UUID|a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11|uuid|1
+fkerror|23503
+importedkey|jt|id|jfk|jt_id|1|3|0|jfk_jt_id_fkey|jt_pkey
+exportedkey|jfk|jfk_jt_id_fkey
 error|23505
 after|20
 fetched|6

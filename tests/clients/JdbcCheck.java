@@ -73,6 +73,26 @@ public class JdbcCheck {
                             rs.getMetaData().getColumnTypeName(1), rs.getInt(2));
                 }
             }
+            // a foreign key: refused rows are 23503; DatabaseMetaData reads it back
+            try (Statement s = c.createStatement()) {
+                s.execute("CREATE TABLE jfk (k int PRIMARY KEY, jt_id int REFERENCES jt ON DELETE CASCADE)");
+                s.execute("INSERT INTO jfk VALUES (1, 2)");
+                try {
+                    s.execute("INSERT INTO jfk VALUES (2, 99)");
+                } catch (SQLException e) {
+                    row("fkerror", e.getSQLState());
+                }
+            }
+            try (ResultSet rs = md.getImportedKeys(null, "public", "jfk")) {
+                while (rs.next())
+                    row("importedkey", rs.getString("PKTABLE_NAME"), rs.getString("PKCOLUMN_NAME"),
+                        rs.getString("FKTABLE_NAME"), rs.getString("FKCOLUMN_NAME"), rs.getInt("KEY_SEQ"),
+                        rs.getInt("UPDATE_RULE"), rs.getInt("DELETE_RULE"), rs.getString("FK_NAME"),
+                        rs.getString("PK_NAME"));
+            }
+            try (ResultSet rs = md.getExportedKeys(null, "public", "jt")) {
+                while (rs.next()) row("exportedkey", rs.getString("FKTABLE_NAME"), rs.getString("FK_NAME"));
+            }
             c.setAutoCommit(false);
             try (Statement s = c.createStatement()) {
                 s.execute("INSERT INTO jt VALUES (20, 'kept', 1, NULL)");
