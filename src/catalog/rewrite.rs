@@ -954,29 +954,18 @@ fn lateral_set_returning(select: &mut ast::Select) {
         }
         _ => return,
     };
-    let unnest_args: Vec<ast::FunctionArg>;
-    let (fname, args, alias) = match function {
-        TableFactor::UNNEST {
-            alias,
-            array_exprs,
-            with_offset: false,
-            with_ordinality: false,
-            ..
-        } => {
-            unnest_args = array_exprs
-                .iter()
-                .map(|e| ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e.clone())))
-                .collect();
-            ("unnest".to_owned(), unnest_args.as_slice(), alias)
-        }
-        f => match function_factor(f) {
-            Some(f) => f,
-            None => return,
-        },
+    let Some(FromFunction {
+        name: fname,
+        args,
+        alias,
+        ordinality,
+    }) = function_factor(function)
+    else {
+        return;
     };
     // only a function of the relation's columns needs this (constants: see
     // standalone_set_returning; `unnest` and `generate_series` of constants work as they are)
-    let Some(srf) = srf_items(&fname, args, alias.as_ref(), false) else {
+    let Some(srf) = srf_items(&fname, &args, alias.as_ref(), false, ordinality) else {
         return;
     };
     if !srf.reads_columns {
@@ -1030,8 +1019,20 @@ fn srf_columns(
     fname: &str,
     alias: Option<&ast::TableAlias>,
     pair: bool,
+    ordinality: bool,
 ) -> Option<(Vec<Ident>, Option<Ident>)> {
     let wanted_columns = if pair { 2 } else { 1 };
+    // WITH ORDINALITY: one more column, the last name given or `ordinality`
+    if ordinality {
+        let mut given = alias.cloned();
+        let ord = match given.as_mut() {
+            Some(a) if a.columns.len() == wanted_columns + 1 => a.columns.pop().map(|c| c.name),
+            _ => None,
+        };
+        let (mut columns, name) = srf_columns(fname, given.as_ref(), pair, false)?;
+        columns.push(ord.unwrap_or_else(|| Ident::new("ordinality")));
+        return Some((columns, name));
+    }
     let element = matches!(
         fname,
         "jsonb_array_elements"
@@ -1076,8 +1077,14 @@ fn standalone_set_returning(select: &mut ast::Select) {
 }
 
 fn constant_srf_table(tf: &ast::TableFactor) -> Option<ast::TableFactor> {
-    let (fname, args, alias) = function_factor(tf)?;
-    let srf = srf_items(&fname, args, alias.as_ref(), true)?;
+    let FromFunction {
+        name: fname,
+        args,
+        alias,
+        ordinality,
+    } = function_factor(tf)?;
+    // (`unnest` and `generate_series` of constants are DataFusion's, unless WITH ORDINALITY)
+    let srf = srf_items(&fname, &args, alias.as_ref(), !ordinality, ordinality)?;
     if srf.reads_columns {
         return None;
     }
@@ -1095,24 +1102,55 @@ fn constant_srf_table(tf: &ast::TableFactor) -> Option<ast::TableFactor> {
     })
 }
 
-/// A function call in FROM (`FROM f(args) AS a`): its name, arguments and alias.
-fn function_factor(
-    tf: &ast::TableFactor,
-) -> Option<(String, &[ast::FunctionArg], &Option<ast::TableAlias>)> {
+/// A function call in FROM (`FROM f(args) [WITH ORDINALITY] AS a`, `UNNEST(array)`).
+struct FromFunction {
+    name: String,
+    args: Vec<ast::FunctionArg>,
+    alias: Option<ast::TableAlias>,
+    ordinality: bool,
+}
+
+fn function_factor(tf: &ast::TableFactor) -> Option<FromFunction> {
     match tf {
         ast::TableFactor::Table {
             name,
             args: Some(args),
             alias,
+            with_ordinality,
             ..
-        } => Some((last_name(name)?, args.args.as_slice(), alias)),
+        } => Some(FromFunction {
+            name: last_name(name)?,
+            args: args.args.clone(),
+            alias: alias.clone(),
+            ordinality: *with_ordinality,
+        }),
         ast::TableFactor::Function {
             name,
             args,
             alias,
-            with_ordinality: false,
+            with_ordinality,
             ..
-        } => Some((last_name(name)?, args.as_slice(), alias)),
+        } => Some(FromFunction {
+            name: last_name(name)?,
+            args: args.clone(),
+            alias: alias.clone(),
+            ordinality: *with_ordinality,
+        }),
+        ast::TableFactor::UNNEST {
+            alias,
+            array_exprs,
+            with_offset: false,
+            with_ordinality,
+            ..
+        } => Some(FromFunction {
+            name: "unnest".to_owned(),
+            args: array_exprs
+                .iter()
+                .map(|e| ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e.clone())))
+                .collect(),
+            alias: alias.clone(),
+            ordinality: *with_ordinality,
+        }),
         _ => None,
     }
 }
@@ -1135,6 +1173,7 @@ fn srf_items(
     args: &[ast::FunctionArg],
     alias: Option<&ast::TableAlias>,
     json_only: bool,
+    ordinality: bool,
 ) -> Option<SrfItems> {
     // jsonb_each[_text]: two columns, a list of keys and one of values side by side
     let pair = match fname {
@@ -1155,7 +1194,7 @@ fn srf_items(
             ControlFlow::<()>::Continue(())
         });
     }
-    let (columns, alias) = srf_columns(fname, alias, pair.is_some())?;
+    let (columns, alias) = srf_columns(fname, alias, pair.is_some(), ordinality)?;
     let arg_text: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     let call = |l: Option<&str>| match l {
         None => arg_text.join(", "),
@@ -1164,6 +1203,14 @@ fn srf_items(
     let mut items = vec![format!("unnest({}) AS {}", call(list), columns[0])];
     if let Some(values) = pair {
         items.push(format!("unnest({}) AS {}", call(Some(values)), columns[1]));
+    }
+    // WITH ORDINALITY: each row's number, 1 up, beside it (unnested side by side)
+    if ordinality {
+        items.push(format!(
+            "unnest(range(CAST(1 AS bigint), CAST(cardinality({}) AS bigint) + CAST(1 AS bigint))) AS {}",
+            call(list),
+            columns[columns.len() - 1]
+        ));
     }
     Some(SrfItems {
         items,
