@@ -7,6 +7,7 @@ mod client;
 mod comments;
 mod foreign_keys;
 mod indexes;
+mod merge;
 mod on_conflict;
 mod plain_views;
 mod returning;
@@ -423,6 +424,7 @@ impl Engine {
             },
             Statement::Dml(q) => self.execute_dml(session, q, params).await,
             Statement::Comment(c) => self.comment_on(c),
+            Statement::Merge(m) => self.merge(session, m).await,
             Statement::Truncate(tables, cascade) => {
                 self.truncate(session, tables, *cascade, notices.as_ref())
                     .await
@@ -2218,6 +2220,7 @@ fn query_kind(stmt: &Statement) -> &'static str {
             _ => "other",
         },
         Statement::BulkInsert(_) => "insert",
+        Statement::Merge(_) => "merge",
         Statement::Copy(_) => "copy",
         Statement::Subscribe(_) | Statement::Declare(_) | Statement::Fetch(_) => "cursor",
         Statement::CreateTable(_)
@@ -2253,6 +2256,7 @@ fn write_kind(stmt: &Statement) -> Option<&'static str> {
             _ => "a data-modifying statement",
         },
         Statement::BulkInsert(_) => "INSERT",
+        Statement::Merge(_) => "MERGE",
         Statement::CreateTable(_) => "CREATE TABLE",
         Statement::CreateSource(_) => "CREATE SOURCE",
         Statement::CreateView(_) => "CREATE MATERIALIZED VIEW",

@@ -155,6 +155,37 @@ impl Engine {
                 }
                 Ok(())
             }
+            Statement::Merge(m) => {
+                // each action's privilege on the target, SELECT on it (the join reads it)
+                // and on what the source reads
+                let target = table_factor_name(&m.table);
+                if let Some(t) = &target {
+                    self.require(role, t, Privilege::Select)?;
+                    for c in &m.clauses {
+                        let p = match &c.action {
+                            ast::MergeAction::Insert(_) => Privilege::Insert,
+                            // (DO NOTHING arrives as an assignment to a marker)
+                            ast::MergeAction::Update(u)
+                                if u.assignments.iter().any(|a| {
+                                    a.target.to_string() == crate::sql::parser::MERGE_DO_NOTHING
+                                }) =>
+                            {
+                                continue;
+                            }
+                            ast::MergeAction::Update(_) => Privilege::Update,
+                            ast::MergeAction::Delete { .. } => Privilege::Delete,
+                        };
+                        self.require(role, t, p)?;
+                    }
+                }
+                let whole = ast::Statement::Merge(m.as_ref().clone());
+                for name in super::referenced_relations(&whole) {
+                    if Some(&name) != target.as_ref() {
+                        self.require(role, &name, Privilege::Select)?;
+                    }
+                }
+                Ok(())
+            }
             Statement::BulkInsert(scan) => self.require(role, &scan.table, Privilege::Insert),
             // (Postgres has a TRUNCATE privilege of its own; here it is DELETE's)
             Statement::Comment(c) => self.require_owner(role, &c.relation),

@@ -96,6 +96,8 @@ pub enum Statement {
     /// `COMMENT ON TABLE | VIEW | MATERIALIZED VIEW | SEQUENCE name | COLUMN rel.col IS
     /// 'text' | NULL`.
     Comment(CommentOn),
+    /// `MERGE INTO target USING source ON cond WHEN [NOT] MATCHED [AND c] THEN ...`.
+    Merge(Box<ast::Merge>),
     /// `ALTER [MATERIALIZED] VIEW | SEQUENCE name RENAME TO new`.
     RenameRelation {
         kind: DropKind,
@@ -547,6 +549,7 @@ pub fn parse_tree(sql: &str, memory: usize) -> Result<Vec<Parsed>> {
     crate::sql::depth::check(tokens.iter().map(|t| &t.token))?;
     let tokens = mark_asof_joins(tokens)?;
     let tokens = mark_symmetric_between(tokens);
+    let tokens = mark_merge_actions(tokens);
     let recognizes = tokens.iter().any(|t| is_word(t, "MATCH_RECOGNIZE"));
     let tokens = move_within_into_define(tokens)?;
     let (tokens, emit_marks) = preprocess(tokens);
@@ -800,6 +803,72 @@ fn pattern_question_marks(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
         }
         out.push(t);
     }
+    out
+}
+
+/// What [`mark_merge_actions`] writes for MERGE's `DO NOTHING` (an assignment to this
+/// column) and `INSERT DEFAULT VALUES` (a VALUES row of this identifier), which sqlparser
+/// does not parse.
+pub const MERGE_DO_NOTHING: &str = "__weir_do_nothing";
+pub const MERGE_DEFAULT_VALUES: &str = "__weir_default_values";
+
+/// In a MERGE: `THEN DO NOTHING` becomes `THEN UPDATE SET __weir_do_nothing = NULL` and
+/// `INSERT DEFAULT VALUES` becomes `INSERT VALUES (__weir_default_values)`, read back by
+/// `engine/merge.rs`.
+fn mark_merge_actions(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    let sig = significant(&tokens);
+    if !sig.first().is_some_and(|&i| is_word(&tokens[i], "MERGE")) {
+        return tokens;
+    }
+    let mut replace: Vec<(usize, usize, Vec<Token>)> = Vec::new();
+    for k in 0..sig.len() {
+        let at = |j: usize| sig.get(k + j).map(|&i| &tokens[i]);
+        if at(0).is_some_and(|t| is_word(t, "THEN"))
+            && at(1).is_some_and(|t| is_word(t, "DO"))
+            && at(2).is_some_and(|t| is_word(t, "NOTHING"))
+        {
+            replace.push((
+                sig[k + 1],
+                sig[k + 2],
+                vec![
+                    Token::make_keyword("UPDATE"),
+                    Token::Whitespace(Whitespace::Space),
+                    Token::make_keyword("SET"),
+                    Token::Whitespace(Whitespace::Space),
+                    Token::make_word(MERGE_DO_NOTHING, None),
+                    Token::Eq,
+                    Token::make_keyword("NULL"),
+                ],
+            ));
+        }
+        if at(0).is_some_and(|t| is_word(t, "INSERT"))
+            && at(1).is_some_and(|t| is_word(t, "DEFAULT"))
+            && at(2).is_some_and(|t| is_word(t, "VALUES"))
+        {
+            replace.push((
+                sig[k + 1],
+                sig[k + 2],
+                vec![
+                    Token::make_keyword("VALUES"),
+                    Token::LParen,
+                    Token::make_word(MERGE_DEFAULT_VALUES, None),
+                    Token::RParen,
+                ],
+            ));
+        }
+    }
+    if replace.is_empty() {
+        return tokens;
+    }
+    let mut out = Vec::with_capacity(tokens.len() + 8);
+    let mut i = 0;
+    for (from, to, with) in replace {
+        out.extend(tokens[i..from].iter().cloned());
+        let span = tokens[from].span;
+        out.extend(with.into_iter().map(|token| TokenWithSpan { token, span }));
+        i = to + 1;
+    }
+    out.extend(tokens[i..].iter().cloned());
     out
 }
 
@@ -1505,6 +1574,7 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
                 query: cv.query,
             })))
         }
+        ast::Statement::Merge(m) => Ok(Statement::Merge(Box::new(m))),
         other => {
             let text = other.to_string();
             let head: Vec<&str> = text.split_whitespace().take(2).collect();

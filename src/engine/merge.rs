@@ -1,0 +1,397 @@
+//! `MERGE INTO target [AS t] USING source [AS s] ON cond WHEN MATCHED [AND c] THEN UPDATE
+//! SET ... | DELETE | DO NOTHING, WHEN NOT MATCHED [AND c] THEN INSERT [(cols)] VALUES (...) |
+//! INSERT DEFAULT VALUES | DO NOTHING`, as Postgres 15 runs it.
+//!
+//! One query reads what the statement does, under the target's writer lock: the source
+//! LEFT JOIN the target (marked, so a missing match is told from a row of NULLs) on the
+//! condition, and for each joined row the first WHEN clause whose kind and condition hold
+//! and every target column's new value under that clause (cast to the column's type).
+//! Its rows become the statement's changes — the rows deleted, updated (old and new) and
+//! inserted — applied one after another through `Engine::apply_change` (so CHECK, NOT
+//! NULL, keys and foreign keys hold), all undone if one fails. A target row that two
+//! source rows would change is 21000, as in Postgres.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{AsArray, RecordBatch, UInt32Array};
+use datafusion::arrow::compute::{cast, take};
+use datafusion::arrow::datatypes::{Int64Type, Schema};
+use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::sql::sqlparser::ast;
+
+use crate::catalog::RelationKind;
+use crate::engine::{Engine, Output, collect_plan, lock_writer, refuse_connector_table};
+use crate::error::{Result, WeirError, sqlstate};
+use crate::server::session::Session;
+use crate::sql::parser::{MERGE_DEFAULT_VALUES, MERGE_DO_NOTHING, normalize_ident, relation_name};
+use crate::sql::pg_text::quote_ident;
+use crate::sql::types::SqlType;
+use crate::state::table::Change;
+
+/// What one WHEN clause does.
+enum Action {
+    Update,
+    Delete,
+    Insert,
+    Nothing,
+}
+
+impl Engine {
+    pub(crate) async fn merge(&self, session: &mut Session, m: &ast::Merge) -> Result<Output> {
+        let ast::TableFactor::Table {
+            name,
+            alias: talias,
+            ..
+        } = &m.table
+        else {
+            return Err(WeirError::syntax("MERGE INTO needs a table"));
+        };
+        let table_name = relation_name(name)?;
+        let entry = self
+            .catalog
+            .get(&table_name)
+            .ok_or_else(|| WeirError::undefined_table(&table_name))?;
+        let Some(table) = entry.table.clone() else {
+            return Err(WeirError::new(
+                sqlstate::WRONG_OBJECT_TYPE,
+                format!("cannot execute MERGE on relation \"{table_name}\"",),
+            )
+            .with_detail(format!(
+                "This operation is not supported for {}s.",
+                entry.desc.kind.noun()
+            )));
+        };
+        refuse_connector_table(&entry.desc, "MERGE into")?;
+        let desc = &entry.desc;
+        let target = talias
+            .as_ref()
+            .map(|a| normalize_ident(&a.name))
+            .unwrap_or_else(|| table_name.clone());
+        let t = quote_ident(&target);
+        let present = "__weir_present";
+        // each clause: its condition (kind and predicate) and each column's value under it
+        let mut conditions: Vec<String> = Vec::new();
+        let mut actions: Vec<Action> = Vec::new();
+        let mut values: Vec<Vec<String>> = vec![Vec::new(); desc.columns.len()];
+        for clause in &m.clauses {
+            let matched = match clause.clause_kind {
+                ast::MergeClauseKind::Matched => true,
+                ast::MergeClauseKind::NotMatched | ast::MergeClauseKind::NotMatchedByTarget => {
+                    false
+                }
+                ast::MergeClauseKind::NotMatchedBySource => {
+                    return Err(WeirError::not_supported(
+                        "WHEN NOT MATCHED BY SOURCE is not supported (Postgres 15 has no such clause)",
+                    ));
+                }
+            };
+            let mut cond = format!("{t}.{present} IS {}NULL", if matched { "NOT " } else { "" });
+            if let Some(p) = &clause.predicate {
+                cond = format!("{cond} AND ({p})");
+            }
+            let keep = |i: usize| format!("{t}.{}", quote_ident(&desc.columns[i].name));
+            let action = match &clause.action {
+                ast::MergeAction::Update(_) if !matched => {
+                    return Err(WeirError::syntax(
+                        "syntax error: UPDATE is not allowed in a WHEN NOT MATCHED clause",
+                    ));
+                }
+                ast::MergeAction::Delete { .. } if !matched => {
+                    return Err(WeirError::syntax(
+                        "syntax error: DELETE is not allowed in a WHEN NOT MATCHED clause",
+                    ));
+                }
+                ast::MergeAction::Insert(_) if matched => {
+                    return Err(WeirError::syntax(
+                        "syntax error: INSERT is not allowed in a WHEN MATCHED clause",
+                    ));
+                }
+                ast::MergeAction::Update(u) => {
+                    let nothing = u.assignments.iter().any(|a| {
+                        matches!(&a.target, ast::AssignmentTarget::ColumnName(c)
+                            if c.to_string() == MERGE_DO_NOTHING)
+                    });
+                    if nothing {
+                        for (i, v) in values.iter_mut().enumerate() {
+                            v.push(keep(i));
+                        }
+                        Action::Nothing
+                    } else {
+                        let mut set: Vec<Option<String>> = vec![None; desc.columns.len()];
+                        for a in &u.assignments {
+                            let ast::AssignmentTarget::ColumnName(c) = &a.target else {
+                                return Err(WeirError::not_supported(
+                                    "a tuple assignment in MERGE ... UPDATE SET",
+                                ));
+                            };
+                            let col =
+                                c.0.last()
+                                    .and_then(|p| p.as_ident())
+                                    .map(normalize_ident)
+                                    .unwrap_or_default();
+                            let Some(at) = desc.columns.iter().position(|x| x.name == col) else {
+                                return Err(WeirError::new(
+                                    sqlstate::UNDEFINED_COLUMN,
+                                    format!(
+                                        "column \"{col}\" of relation \"{table_name}\" does not exist"
+                                    ),
+                                ));
+                            };
+                            if set[at].is_some() {
+                                return Err(WeirError::syntax(format!(
+                                    "multiple assignments to same column \"{col}\""
+                                )));
+                            }
+                            set[at] = Some(a.value.to_string());
+                        }
+                        for (i, v) in values.iter_mut().enumerate() {
+                            v.push(set[i].clone().unwrap_or_else(|| keep(i)));
+                        }
+                        Action::Update
+                    }
+                }
+                ast::MergeAction::Delete { .. } => {
+                    for (i, v) in values.iter_mut().enumerate() {
+                        v.push(keep(i));
+                    }
+                    Action::Delete
+                }
+                ast::MergeAction::Insert(ins) => {
+                    let given: Vec<String> = match &ins.kind {
+                        ast::MergeInsertKind::Values(v) if v.rows.len() == 1 => {
+                            v.rows[0].content.iter().map(|e| e.to_string()).collect()
+                        }
+                        _ => {
+                            return Err(WeirError::syntax("MERGE ... INSERT takes one VALUES row"));
+                        }
+                    };
+                    let defaults = given.len() == 1 && given[0] == MERGE_DEFAULT_VALUES;
+                    let columns: Vec<String> = if ins.columns.is_empty() {
+                        desc.columns.iter().map(|c| c.name.clone()).collect()
+                    } else {
+                        ins.columns
+                            .iter()
+                            .map(|c| {
+                                c.0.last()
+                                    .and_then(|p| p.as_ident())
+                                    .map(normalize_ident)
+                                    .unwrap_or_default()
+                            })
+                            .collect()
+                    };
+                    if !defaults && given.len() > columns.len() {
+                        return Err(WeirError::syntax(
+                            "INSERT has more expressions than target columns",
+                        ));
+                    }
+                    if !defaults && given.len() < columns.len() && !ins.columns.is_empty() {
+                        return Err(WeirError::syntax(
+                            "INSERT has more target columns than expressions",
+                        ));
+                    }
+                    for c in &columns {
+                        if !desc.columns.iter().any(|x| &x.name == c) {
+                            return Err(WeirError::new(
+                                sqlstate::UNDEFINED_COLUMN,
+                                format!(
+                                    "column \"{c}\" of relation \"{table_name}\" does not exist"
+                                ),
+                            ));
+                        }
+                    }
+                    for (i, v) in values.iter_mut().enumerate() {
+                        let col = &desc.columns[i].name;
+                        let default = || {
+                            desc.defaults
+                                .iter()
+                                .find(|(c, _)| c == col)
+                                .map(|(_, d)| d.clone())
+                                .unwrap_or_else(|| "NULL".to_owned())
+                        };
+                        let value = match columns.iter().position(|c| c == col) {
+                            Some(k) if !defaults => match given.get(k) {
+                                Some(g) if g.eq_ignore_ascii_case("default") => default(),
+                                Some(g) => g.clone(),
+                                None => default(),
+                            },
+                            _ => default(),
+                        };
+                        v.push(value);
+                    }
+                    Action::Insert
+                }
+            };
+            conditions.push(cond);
+            actions.push(action);
+        }
+        if actions.is_empty() {
+            return Ok(Output::Command("MERGE 0".into()));
+        }
+        if entry.desc.kind == RelationKind::AppendOnlyTable
+            && actions
+                .iter()
+                .any(|a| matches!(a, Action::Update | Action::Delete))
+        {
+            return Err(crate::state::table::append_only_error(&table_name, "MERGE"));
+        }
+        // the query: source LEFT JOIN the marked target, the clause each row takes, the
+        // target's old values and each column's new value
+        let which = conditions
+            .iter()
+            .enumerate()
+            .map(|(k, c)| format!("WHEN {c} THEN {}", k + 1))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let mut items = vec![format!("CASE {which} ELSE 0 END AS __weir_clause")];
+        for (i, c) in desc.columns.iter().enumerate() {
+            items.push(format!("{t}.{}", quote_ident(&c.name)));
+            let to = match &c.ty {
+                // length checked where the row is written, as an assignment (not cut)
+                SqlType::Varchar(Some(_)) => "text".to_owned(),
+                ty => ty.display_name(),
+            };
+            let cases = conditions
+                .iter()
+                .zip(&values[i])
+                .map(|(c, v)| format!("WHEN {c} THEN CAST(({v}) AS {to})"))
+                .collect::<Vec<_>>()
+                .join(" ");
+            items.push(format!("CASE {cases} END"));
+        }
+        let sql = format!(
+            "SELECT {} FROM {} LEFT JOIN (SELECT *, true AS {present} FROM {}) AS {t} ON {}",
+            items.join(", "),
+            m.source,
+            quote_ident(&table_name),
+            m.on
+        );
+        let query = crate::sql::parser::parse_query(&sql)?;
+        let writer = lock_writer(session, &table).await?;
+        let plan = self
+            .plan_ast(session, &ast::Statement::Query(query))
+            .await?;
+        let batches = collect_plan(session, plan).await?;
+        // the rows each action takes
+        let schema = desc.schema();
+        // (NOT NULL is the table's to check, with Postgres' error, where rows are written)
+        let loose = Arc::new(Schema::new(
+            schema
+                .fields()
+                .iter()
+                .map(|f| f.as_ref().clone().with_nullable(true))
+                .collect::<Vec<_>>(),
+        ));
+        let ncols = desc.columns.len();
+        let mut deleted = Vec::new();
+        let mut updated_old = Vec::new();
+        let mut updated_new = Vec::new();
+        let mut inserted = Vec::new();
+        for b in batches.iter().filter(|b| b.num_rows() > 0) {
+            let clause = cast(b.column(0), &datafusion::arrow::datatypes::DataType::Int64)?;
+            let clause = clause.as_primitive::<Int64Type>();
+            let side = |offset: usize, rows: &[u32]| -> Result<RecordBatch> {
+                let idx = UInt32Array::from(rows.to_vec());
+                let cols = (0..ncols)
+                    .map(|i| {
+                        let c = take(b.column(1 + 2 * i + offset).as_ref(), &idx, None)?;
+                        Ok(cast(&c, schema.field(i).data_type())?)
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(RecordBatch::try_new(loose.clone(), cols)?)
+            };
+            let mut by_action: [Vec<u32>; 3] = Default::default();
+            for r in 0..b.num_rows() {
+                let k = clause.value(r);
+                if k < 1 {
+                    continue;
+                }
+                match actions[k as usize - 1] {
+                    Action::Delete => by_action[0].push(r as u32),
+                    Action::Update => by_action[1].push(r as u32),
+                    Action::Insert => by_action[2].push(r as u32),
+                    Action::Nothing => {}
+                }
+            }
+            if !by_action[0].is_empty() {
+                deleted.push(side(0, &by_action[0])?);
+            }
+            if !by_action[1].is_empty() {
+                updated_old.push(side(0, &by_action[1])?);
+                updated_new.push(side(1, &by_action[1])?);
+            }
+            if !by_action[2].is_empty() {
+                inserted.push(side(1, &by_action[2])?);
+            }
+        }
+        // a target row changed twice (two source rows matched it)
+        let conv = RowConverter::new(
+            schema
+                .fields()
+                .iter()
+                .map(|f| SortField::new(f.data_type().clone()))
+                .collect(),
+        )?;
+        let mut seen = HashSet::new();
+        for b in deleted.iter().chain(&updated_old) {
+            let rows = conv.convert_columns(b.columns())?;
+            for r in rows.iter() {
+                if !seen.insert(r.as_ref().to_vec()) {
+                    return Err(WeirError::new(
+                        "21000",
+                        "MERGE command cannot affect row a second time",
+                    )
+                    .with_hint(
+                        "Ensure that not more than one source row matches any one target row.",
+                    ));
+                }
+            }
+        }
+        let count: usize = deleted
+            .iter()
+            .chain(&updated_new)
+            .chain(&inserted)
+            .map(|b| b.num_rows())
+            .sum();
+        // applied as one statement: undone together if one part fails
+        let mark = session.undo.len();
+        let was_implicit = session.implicit_transaction;
+        session.implicit_transaction = true;
+        let mut result = Ok(());
+        let changes = [
+            (!deleted.is_empty()).then(|| (Change::Delete(deleted), "DELETE")),
+            (!updated_old.is_empty()).then(|| {
+                (
+                    Change::Update {
+                        old: updated_old,
+                        new: updated_new,
+                    },
+                    "UPDATE",
+                )
+            }),
+            (!inserted.is_empty()).then(|| (Change::Insert(inserted), "INSERT")),
+        ];
+        for (change, verb) in changes.into_iter().flatten() {
+            if let Err(e) = self.apply_change(session, &table, change, verb, None).await {
+                result = Err(e);
+                break;
+            }
+        }
+        session.implicit_transaction = was_implicit;
+        drop(writer);
+        let keep = session.in_transaction || was_implicit;
+        match result {
+            Err(e) => {
+                self.rollback_until(session, mark).await?;
+                Err(e)
+            }
+            Ok(()) => {
+                if !keep {
+                    // committed: the undo entries go
+                    session.undo.truncate(mark);
+                }
+                Ok(Output::Command(format!("MERGE {count}")))
+            }
+        }
+    }
+}
