@@ -1159,6 +1159,10 @@ impl Engine {
             Some(e) => self.foreign_key_effects(session, &e.desc, &change).await?,
             None => vec![],
         };
+        // and what is checked again once it is applied (concurrent writers)
+        let recheck = entry
+            .as_ref()
+            .and_then(|e| self.foreign_key_recheck(&e.desc, &change));
         if matches!(change, Change::Insert(_)) {
             self.wait_for_memory(session, verb, table).await?;
         }
@@ -1210,6 +1214,12 @@ impl Engine {
                     break;
                 }
             }
+        }
+        if result.is_ok()
+            && let (Some(e), Some(r)) = (&entry, &recheck)
+            && let Err(err) = self.recheck_foreign_keys(&e.desc, r).await
+        {
+            result = Err(err);
         }
         if let Err(e) = result {
             // (a failed change applied nothing of its own)

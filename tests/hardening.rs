@@ -759,3 +759,71 @@ async fn disk_full_is_53100_and_recovers_without_restart() {
     drop(c);
     server.kill();
 }
+
+/// Foreign keys under concurrent writers: one session keeps inserting rows that reference a
+/// key while another deletes that key. Either may fail (23503), but no referencing row may
+/// outlive its key: each side checks again after it writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_keys_hold_under_concurrent_writers() {
+    let server = TestServer::start();
+    let setup = server.connect().await;
+    setup
+        .batch_execute(
+            "CREATE TABLE fkc_p (id int PRIMARY KEY);
+             CREATE TABLE fkc_c (id int PRIMARY KEY, pid int REFERENCES fkc_p)",
+        )
+        .await
+        .expect("setup");
+    let inserter = server.connect().await;
+    let deleter = server.connect().await;
+    let (mut deleted, mut refused) = (0, 0);
+    for k in 0..60 {
+        setup
+            .execute(&format!("INSERT INTO fkc_p VALUES ({k})"), &[])
+            .await
+            .expect("parent");
+        let inserts = async {
+            let mut failed = 0;
+            for j in 0..6 {
+                if let Err(e) = inserter
+                    .execute(
+                        &format!("INSERT INTO fkc_c VALUES ({}, {k})", k * 10 + j),
+                        &[],
+                    )
+                    .await
+                {
+                    let code = e.as_db_error().map(|d| d.code().code().to_owned());
+                    assert_eq!(code.as_deref(), Some("23503"), "insert: {e}");
+                    failed += 1;
+                }
+            }
+            failed
+        };
+        let delete = async {
+            match deleter
+                .execute(&format!("DELETE FROM fkc_p WHERE id = {k}"), &[])
+                .await
+            {
+                Ok(n) => n,
+                Err(e) => {
+                    let code = e.as_db_error().map(|d| d.code().code().to_owned());
+                    assert_eq!(code.as_deref(), Some("23503"), "delete: {e}");
+                    0
+                }
+            }
+        };
+        let (failed, n) = tokio::join!(inserts, delete);
+        refused += failed;
+        deleted += n;
+    }
+    let orphans: i64 = setup
+        .query_one(
+            "SELECT count(*) FROM fkc_c WHERE pid NOT IN (SELECT id FROM fkc_p)",
+            &[],
+        )
+        .await
+        .expect("orphans")
+        .get(0);
+    println!("60 rounds: {deleted} parents deleted, {refused} inserts refused");
+    assert_eq!(orphans, 0, "rows reference deleted keys");
+}

@@ -23,9 +23,10 @@
 //! Referenced keys are looked up by the referenced table's primary key or a unique index;
 //! referencing rows by the referencing table's primary key, an index whose leading
 //! columns are the key columns, or else a scan of that table (as Postgres without an index
-//! on the referencing columns). Not serialized with other sessions: a row inserted into a
-//! referencing table while another session deletes its referenced row can outlive the
-//! check (Postgres takes a row lock; Weir has none).
+//! on the referencing columns). Sessions are not serialized by row locks as in Postgres:
+//! instead each change is checked again once applied ([`Engine::recheck_foreign_keys`])
+//! and undone when a racing session's change broke it, so of two racing statements at
+//! least one fails (23503) and no reference is left dangling.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -1048,5 +1049,151 @@ pub(crate) fn follow_referenced(
                 *c = n.clone();
             }
         }
+    }
+}
+
+/// What a change must still satisfy once applied: its written rows reference existing
+/// keys, and the keys it removed are referenced by nothing (see
+/// [`Engine::recheck_foreign_keys`]).
+pub(crate) struct Recheck {
+    written: Vec<RecordBatch>,
+    removed: Vec<RecordBatch>,
+}
+
+impl Engine {
+    /// The rows of `change` (to table `desc`) to check again once it is applied: None when
+    /// the table neither has nor is referenced by a foreign key.
+    pub(crate) fn foreign_key_recheck(
+        &self,
+        desc: &RelationDesc,
+        change: &Change,
+    ) -> Option<Recheck> {
+        let written = match change {
+            _ if desc.foreign_keys.is_empty() => vec![],
+            Change::Insert(b) => b.clone(),
+            Change::Update { old, new } => changed_rows(desc, old, new).unwrap_or_default(),
+            Change::Upsert { upserts, .. } => vec![upserts.clone()],
+            _ => vec![],
+        };
+        let referenced = self
+            .catalog
+            .entries()
+            .iter()
+            .any(|e| e.desc.foreign_keys.iter().any(|f| f.ref_table == desc.name));
+        let removed = match change {
+            _ if !referenced => vec![],
+            Change::Delete(old) | Change::Update { old, .. } => old.clone(),
+            _ => vec![],
+        };
+        (!written.is_empty() || !removed.is_empty()).then_some(Recheck { written, removed })
+    }
+
+    /// After a change of table `desc` is applied: its written rows still find their keys and
+    /// the keys it removed are referenced by no row. Checked before writing too
+    /// ([`Engine::foreign_key_effects`]); this second look, after the write, is what makes
+    /// two sessions racing (one inserting a row that references a key, the other deleting
+    /// that key) leave no dangling reference: whichever applies second sees the other's
+    /// change and fails (the caller undoes its change).
+    pub(crate) async fn recheck_foreign_keys(
+        &self,
+        desc: &RelationDesc,
+        recheck: &Recheck,
+    ) -> Result<()> {
+        if recheck.written.iter().any(|b| b.num_rows() > 0) {
+            for fk in &desc.foreign_keys {
+                self.check_references(desc, fk, &recheck.written).await?;
+            }
+        }
+        if recheck.removed.iter().all(|b| b.num_rows() == 0) {
+            return Ok(());
+        }
+        let Some(ptable) = self.catalog.get(&desc.name).and_then(|e| e.table.clone()) else {
+            return Ok(());
+        };
+        let pschema = desc.schema();
+        for (cdesc, fk) in self.foreign_keys_to(&desc.name) {
+            let pcols = positions(desc, &fk.ref_columns)?;
+            let ccols = positions(&cdesc, &fk.columns)?;
+            let ptypes: Vec<DataType> = pcols
+                .iter()
+                .map(|&i| pschema.field(i).data_type().clone())
+                .collect();
+            let conv = converter(&ptypes)?;
+            // the removed keys the table no longer has
+            let mut keys: Vec<Vec<ArrayRef>> = Vec::new();
+            for b in &recheck.removed {
+                let cols: Vec<ArrayRef> = pcols.iter().map(|&i| b.column(i).clone()).collect();
+                let valid: Vec<u32> = (0..b.num_rows())
+                    .filter(|&r| cols.iter().all(|c| c.is_valid(r)))
+                    .map(|r| r as u32)
+                    .collect();
+                if valid.is_empty() {
+                    continue;
+                }
+                let idx = datafusion::arrow::array::UInt32Array::from(valid);
+                keys.push(
+                    cols.iter()
+                        .map(|c| Ok(take(c.as_ref(), &idx, None)?))
+                        .collect::<Result<_>>()?,
+                );
+            }
+            let mut gone: Vec<Vec<ArrayRef>> = Vec::new();
+            for k in keys {
+                let (t, p, probe) = (ptable.clone(), pcols.clone(), k.clone());
+                let still = tokio::task::spawn_blocking(move || rows_matching(&t, &p, &probe))
+                    .await
+                    .map_err(|e| WeirError::internal(e.to_string()))??;
+                let mut present = HashSet::new();
+                for b in &still {
+                    let cols: Vec<ArrayRef> = pcols.iter().map(|&i| b.column(i).clone()).collect();
+                    add_rows(&mut present, &conv.convert_columns(&cols)?);
+                }
+                let rows = conv.convert_columns(&k)?;
+                let keep: Vec<u32> = (0..rows.num_rows())
+                    .filter(|&r| !present.contains(rows.row(r).as_ref()))
+                    .map(|r| r as u32)
+                    .collect();
+                if !keep.is_empty() {
+                    let idx = datafusion::arrow::array::UInt32Array::from(keep);
+                    gone.push(
+                        k.iter()
+                            .map(|c| Ok(take(c.as_ref(), &idx, None)?))
+                            .collect::<Result<_>>()?,
+                    );
+                }
+            }
+            let Some(ctable) = self.catalog.get(&cdesc.name).and_then(|e| e.table.clone()) else {
+                continue;
+            };
+            let cschema = cdesc.schema();
+            for k in gone {
+                let probe: Vec<ArrayRef> = k
+                    .iter()
+                    .zip(&ccols)
+                    .map(|(a, &i)| cast_key(a, cschema.field(i).data_type()))
+                    .collect::<Result<_>>()?;
+                let (t, c) = (ctable.clone(), ccols.clone());
+                let found = tokio::task::spawn_blocking(move || rows_matching(&t, &c, &probe))
+                    .await
+                    .map_err(|e| WeirError::internal(e.to_string()))??;
+                if let Some(b) = found.iter().find(|b| b.num_rows() > 0) {
+                    let cols: Vec<ArrayRef> = ccols.iter().map(|&i| b.column(i).clone()).collect();
+                    return Err(WeirError::new(
+                        FOREIGN_KEY_VIOLATION,
+                        format!(
+                            "update or delete on table \"{}\" violates foreign key constraint \"{}\" on table \"{}\"",
+                            desc.name, fk.name, cdesc.name
+                        ),
+                    )
+                    .with_detail(format!(
+                        "Key ({})=({}) is still referenced from table \"{}\".",
+                        fk.ref_columns.join(", "),
+                        key_text(&cols, 0),
+                        cdesc.name
+                    )));
+                }
+            }
+        }
+        Ok(())
     }
 }
