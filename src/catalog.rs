@@ -156,6 +156,10 @@ pub struct RelationDesc {
     /// `COMMENT ON` the relation and its columns (`pg_description`, `obj_description`).
     #[serde(default)]
     pub comments: Comments,
+    /// Constraints added `NOT VALID` (CHECK, FOREIGN KEY): the rows already there were not
+    /// checked, until `ALTER TABLE ... VALIDATE CONSTRAINT`.
+    #[serde(default)]
+    pub not_valid: Vec<String>,
 }
 
 /// A relation's comment and its columns' (by column name).

@@ -1443,6 +1443,7 @@ impl Engine {
                 checks: vec![],
                 foreign_keys: vec![],
                 comments: Default::default(),
+                not_valid: vec![],
             })
         })?;
         if created {
@@ -1691,6 +1692,7 @@ impl Engine {
                     .collect(),
                 foreign_keys,
                 comments: Default::default(),
+                not_valid: vec![],
             })
         })?;
         if created {
@@ -2032,6 +2034,7 @@ impl Engine {
                 checks: vec![],
                 foreign_keys: vec![],
                 comments: Default::default(),
+                not_valid: vec![],
             })
         })?;
         Ok(())

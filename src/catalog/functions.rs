@@ -684,6 +684,16 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
             "pg_get_constraintdef",
             DataType::Utf8,
             move |args, rows| {
+                // pg_get_constraintdef(oid, pretty): pretty leaves out the parentheses
+                // Postgres puts around an operator expression (the same for all rows here)
+                let pretty = match args.get(1) {
+                    Some(p) => {
+                        let p = cast(p, &DataType::Boolean)?;
+                        let p = datafusion::arrow::array::AsArray::as_boolean(&p);
+                        (0..p.len()).any(|i| p.is_valid(i) && p.value(i))
+                    }
+                    None => false,
+                };
                 map_u32_to_str(args, rows, |oid| {
                     catalog.entries().iter().find_map(|e| {
                         if e.desc.pkey_constraint_oid() == Some(oid) {
@@ -700,12 +710,39 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
                         {
                             return Some(format!("UNIQUE ({})", ix.columns.join(", ")));
                         }
+                        // NOT VALID said after a constraint added so and not validated since
+                        let not_valid = |name: &str, def: String| match e
+                            .desc
+                            .not_valid
+                            .iter()
+                            .any(|n| n == name)
+                        {
+                            true => format!("{def} NOT VALID"),
+                            false => def,
+                        };
                         if let Some(fk) = e.desc.foreign_keys.iter().find(|f| f.oid == oid) {
-                            return Some(fk.definition());
+                            return Some(not_valid(&fk.name, fk.definition()));
                         }
                         (0..e.desc.checks.len())
                             .find(|&k| e.desc.check_constraint_oid(k) == oid)
-                            .map(|k| format!("CHECK ({})", e.desc.checks[k].1))
+                            .map(|k| {
+                                let (name, expr) = &e.desc.checks[k];
+                                // Postgres prints an operator expression in parentheses
+                                // of its own: `CHECK ((a > 0))`, `CHECK (flag)`
+                                use datafusion::sql::sqlparser::ast::Expr as E;
+                                let bare = matches!(
+                                    crate::sql::parser::parse_expr_text(expr),
+                                    Ok(E::Identifier(_)
+                                        | E::CompoundIdentifier(_)
+                                        | E::Function(_)
+                                        | E::Nested(_))
+                                );
+                                let def = match bare || pretty {
+                                    true => format!("CHECK ({expr})"),
+                                    false => format!("CHECK (({expr}))"),
+                                };
+                                not_valid(name, def)
+                            })
                     })
                 })
             },

@@ -1227,6 +1227,20 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     ));
                 }
             }
+            // convalidated: false for a constraint added NOT VALID and not validated since
+            for row in rows.iter_mut() {
+                let relid = match row.get(7) {
+                    Some(V::I(r)) => *r,
+                    _ => continue,
+                };
+                if let Some(V::S(name)) = row.get(1)
+                    && entries
+                        .iter()
+                        .any(|e| e.desc.oid as i64 == relid && e.desc.not_valid.contains(name))
+                {
+                    row[6] = false.into();
+                }
+            }
             build_table(
                 &[
                     ("oid", oid()),

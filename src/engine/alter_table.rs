@@ -103,33 +103,14 @@ impl Engine {
                     let new = vec![(check.clone(), expr.clone())];
                     super::checks::compile(&session.ctx, name, &desc.schema(), &new)?;
                     if !not_valid {
-                        // the rows already there must pass it (NULL passes)
-                        let q = format!(
-                            "SELECT count(*) FROM {} WHERE NOT ({expr})",
-                            crate::sql::pg_text::quote_ident(name)
-                        );
-                        let batches = session.ctx.sql(&q).await?.collect().await?;
-                        let failing = batches
-                            .first()
-                            .filter(|b| b.num_rows() > 0)
-                            .and_then(|b| {
-                                datafusion::arrow::array::AsArray::as_primitive_opt::<
-                                    datafusion::arrow::datatypes::Int64Type,
-                                >(b.column(0))
-                                .map(|a| a.value(0))
-                            })
-                            .unwrap_or(0);
-                        if failing > 0 {
-                            return Err(WeirError::new(
-                                "23514",
-                                format!(
-                                    "check constraint \"{check}\" of relation \"{name}\" is violated by some row"
-                                ),
-                            ));
-                        }
+                        self.check_existing_rows(session, name, &check, &expr)
+                            .await?;
                     }
                     self.catalog.alter_relation(name, |d| {
                         d.checks.push((check.clone(), expr.clone()));
+                        if *not_valid {
+                            d.not_valid.push(check.clone());
+                        }
                         Ok(())
                     })?;
                 }
@@ -171,6 +152,35 @@ impl Engine {
                     self.add_foreign_key(session, name, &spec, *not_valid, exists)
                         .await?;
                 }
+                ast::AlterTableOperation::ValidateConstraint { name: constraint } => {
+                    // the rows already there checked now; then it is like any other
+                    let c = normalize_ident(constraint);
+                    if let Some((_, expr)) = desc.checks.iter().find(|(n, _)| *n == c) {
+                        if desc.not_valid.contains(&c) {
+                            self.check_existing_rows(session, name, &c, expr).await?;
+                        }
+                    } else if let Some(fk) = desc.foreign_keys.iter().find(|f| f.name == c) {
+                        if desc.not_valid.contains(&c) {
+                            self.validate_foreign_key(session, desc, fk).await?;
+                        }
+                    } else if !exists(&c) {
+                        return Err(WeirError::new(
+                            sqlstate::UNDEFINED_OBJECT,
+                            format!("constraint \"{c}\" of relation \"{name}\" does not exist"),
+                        ));
+                    } else {
+                        return Err(WeirError::new(
+                            sqlstate::WRONG_OBJECT_TYPE,
+                            format!(
+                                "constraint \"{c}\" of relation \"{name}\" is not a foreign key or check constraint"
+                            ),
+                        ));
+                    }
+                    self.catalog.alter_relation(name, |d| {
+                        d.not_valid.retain(|n| *n != c);
+                        Ok(())
+                    })?;
+                }
                 ast::AlterTableOperation::DropConstraint {
                     if_exists,
                     name: constraint,
@@ -195,11 +205,13 @@ impl Engine {
                     if desc.foreign_keys.iter().any(|f| f.name == c) {
                         self.catalog.alter_relation(name, |d| {
                             d.foreign_keys.retain(|f| f.name != c);
+                            d.not_valid.retain(|n| *n != c);
                             Ok(())
                         })?;
                     } else if desc.checks.iter().any(|(n, _)| *n == c) {
                         self.catalog.alter_relation(name, |d| {
                             d.checks.retain(|(n, _)| *n != c);
+                            d.not_valid.retain(|n| *n != c);
                             Ok(())
                         })?;
                     } else if desc.indexes.iter().any(|i| i.name == c && i.unique) {
@@ -237,6 +249,41 @@ impl Engine {
         Ok(Output::Command("ALTER TABLE".into()))
     }
 
+    /// The rows of table `name` pass CHECK constraint `check` (`expr`; NULL passes), or
+    /// 23514 as Postgres words it.
+    async fn check_existing_rows(
+        &self,
+        session: &Session,
+        name: &str,
+        check: &str,
+        expr: &str,
+    ) -> Result<()> {
+        let q = format!(
+            "SELECT count(*) FROM {} WHERE NOT ({expr})",
+            crate::sql::pg_text::quote_ident(name)
+        );
+        let batches = session.ctx.sql(&q).await?.collect().await?;
+        let failing = batches
+            .first()
+            .filter(|b| b.num_rows() > 0)
+            .and_then(|b| {
+                datafusion::arrow::array::AsArray::as_primitive_opt::<
+                    datafusion::arrow::datatypes::Int64Type,
+                >(b.column(0))
+                .map(|a| a.value(0))
+            })
+            .unwrap_or(0);
+        if failing > 0 {
+            return Err(WeirError::new(
+                "23514",
+                format!(
+                    "check constraint \"{check}\" of relation \"{name}\" is violated by some row"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     pub(crate) async fn alter_table(
         &self,
         session: &Session,
@@ -268,6 +315,7 @@ impl Engine {
                     op,
                     ast::AlterTableOperation::AddConstraint { .. }
                         | ast::AlterTableOperation::DropConstraint { .. }
+                        | ast::AlterTableOperation::ValidateConstraint { .. }
                 )
             })
         {

@@ -1012,25 +1012,39 @@ impl Engine {
         let fk = self.resolve_foreign_key(&KeyShape::of(&entry.desc), spec, |n| {
             exists(n) || self.constraint_name_in_use(n)
         })?;
-        let store = entry
-            .table
-            .clone()
-            .ok_or_else(|| WeirError::internal("a table without storage"))?;
-        let _writer = lock_writer(session, &store).await?;
         if !not_valid {
-            let rows: Vec<RecordBatch> = {
-                let t = store.clone();
-                tokio::task::spawn_blocking(move || t.scan()?.batches().collect::<Result<Vec<_>>>())
-                    .await
-                    .map_err(|e| WeirError::internal(e.to_string()))??
-            };
-            self.check_references(&entry.desc, &fk, &rows).await?;
+            self.validate_foreign_key(session, &entry.desc, &fk).await?;
         }
         self.catalog.alter_relation(table, |d| {
             d.foreign_keys.push(fk.clone());
+            if not_valid {
+                d.not_valid.push(fk.name.clone());
+            }
             Ok(())
         })?;
         Ok(())
+    }
+
+    /// Every row of table `desc` finds its key (ADD FOREIGN KEY, VALIDATE CONSTRAINT).
+    pub(crate) async fn validate_foreign_key(
+        &self,
+        session: &Session,
+        desc: &RelationDesc,
+        fk: &ForeignKeyDesc,
+    ) -> Result<()> {
+        let store = self
+            .catalog
+            .get(&desc.name)
+            .and_then(|e| e.table.clone())
+            .ok_or_else(|| WeirError::internal("a table without storage"))?;
+        let _writer = lock_writer(session, &store).await?;
+        let rows: Vec<RecordBatch> = {
+            let t = store.clone();
+            tokio::task::spawn_blocking(move || t.scan()?.batches().collect::<Result<Vec<_>>>())
+                .await
+                .map_err(|e| WeirError::internal(e.to_string()))??
+        };
+        self.check_references(desc, fk, &rows).await
     }
 }
 

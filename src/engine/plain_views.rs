@@ -253,6 +253,7 @@ impl Engine {
                 checks: vec![],
                 foreign_keys: vec![],
                 comments: Default::default(),
+                not_valid: vec![],
             })
         })?;
         Ok(Output::Command("CREATE VIEW".into()))

@@ -119,6 +119,7 @@ impl Engine {
                         checks: vec![],
                         foreign_keys: vec![],
                         comments: Default::default(),
+                        not_valid: vec![],
                     })
                 })?;
             }

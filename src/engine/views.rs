@@ -234,6 +234,7 @@ impl Engine {
                 checks: vec![],
                 foreign_keys: vec![],
                 comments: Default::default(),
+                not_valid: vec![],
             })
         })?;
         let entry = self
