@@ -727,6 +727,7 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
                             .find(|&k| e.desc.check_constraint_oid(k) == oid)
                             .map(|k| {
                                 let (name, expr) = &e.desc.checks[k];
+                                let shown = crate::sql::parser::user_text(expr);
                                 // Postgres prints an operator expression in parentheses
                                 // of its own: `CHECK ((a > 0))`, `CHECK (flag)`
                                 use datafusion::sql::sqlparser::ast::Expr as E;
@@ -738,8 +739,8 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
                                         | E::Nested(_))
                                 );
                                 let def = match bare || pretty {
-                                    true => format!("CHECK ({expr})"),
-                                    false => format!("CHECK (({expr}))"),
+                                    true => format!("CHECK ({shown})"),
+                                    false => format!("CHECK (({shown}))"),
                                 };
                                 not_valid(name, def)
                             })

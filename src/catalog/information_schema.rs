@@ -478,7 +478,7 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                             db(),
                             public(),
                             n.clone().into(),
-                            format!("(({expr}))").into(),
+                            format!("(({}))", crate::sql::parser::user_text(expr)).into(),
                         ]
                     })
                 })

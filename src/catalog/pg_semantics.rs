@@ -506,6 +506,12 @@ impl AnalyzerRule for PgSemantics {
     }
 }
 
+/// One expression over `schema` with Postgres' semantics applied, as this rule applies them
+/// to a plan's expressions (a CHECK constraint is planned as an expression, not a query).
+pub fn analyze_expr(e: Expr, schema: &DFSchema) -> DfResult<Expr> {
+    Ok(rewrite_expr(e, schema)?.0)
+}
+
 /// An expression's SQL type, by its field (its metadata tells `jsonb` and `uuid` from text).
 fn declared_type(e: &Expr, schema: &DFSchema) -> Option<crate::sql::types::SqlType> {
     e.to_field(schema)

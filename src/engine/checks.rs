@@ -4,6 +4,10 @@
 //! (`Engine::apply_change`), before anything is written: a row for which it is false (not
 //! NULL: NULL passes, as in Postgres) fails the statement with 23514 and Postgres' message
 //! and detail. Rows a connector table receives are not checked (such tables refuse CHECK).
+//! An expression means what it would in a query: it goes through the same syntax rewrites
+//! (`catalog::rewrite`) and Postgres-semantics rule (`catalog::pg_semantics`) before it is
+//! planned, so intervals compare normalized, integer arithmetic overflows with 22003, and
+//! `SIMILAR TO` and `BETWEEN SYMMETRIC` are Postgres'.
 
 use std::sync::Arc;
 
@@ -42,7 +46,29 @@ pub(crate) fn compile(
                     "cannot use subquery in check constraint",
                 ));
             }
-            let expr = ctx.parse_sql_expr(text, &df_schema)?;
+            // Postgres' meaning, as a query's expressions get it: the syntax rewrites
+            // (`catalog::rewrite`, on the expression as a query's select item), then the
+            // semantics rule over the planned expression
+            let mut q = crate::sql::parser::parse_query(&format!(
+                "SELECT {parsed} FROM {}",
+                crate::sql::pg_text::quote_ident(table)
+            ))?;
+            crate::catalog::rewrite::rewrite_query(&mut q)?;
+            let rewritten = match q.body.as_ref() {
+                datafusion::sql::sqlparser::ast::SetExpr::Select(s) => match s.projection.first() {
+                    // (the rewrite names the item as Postgres would: `?column?`)
+                    Some(
+                        datafusion::sql::sqlparser::ast::SelectItem::UnnamedExpr(e)
+                        | datafusion::sql::sqlparser::ast::SelectItem::ExprWithAlias {
+                            expr: e, ..
+                        },
+                    ) => e.to_string(),
+                    _ => text.clone(),
+                },
+                _ => text.clone(),
+            };
+            let expr = ctx.parse_sql_expr(&rewritten, &df_schema)?;
+            let expr = crate::catalog::pg_semantics::analyze_expr(expr, &df_schema)?;
             let phys = ctx.create_physical_expr(expr, &df_schema)?;
             let t = phys.data_type(schema)?;
             if t != DataType::Boolean {

@@ -878,13 +878,18 @@ pub const SYMMETRIC_MARKER: &str = "__weir_symmetric";
 /// A query's text to store (a view's definition): as sqlparser prints it, with a marked
 /// `BETWEEN SYMMETRIC` (see [`mark_symmetric_between`]) written back as the user wrote it.
 pub fn query_text(q: &ast::Query) -> String {
-    let text = q.to_string();
+    user_text(&q.to_string())
+}
+
+/// SQL text as sqlparser printed it (a query, a CHECK's expression) with each marked
+/// `BETWEEN SYMMETRIC` written back as the user wrote it.
+pub fn user_text(text: &str) -> String {
     let marker = format!("BETWEEN {SYMMETRIC_MARKER}(");
     if !text.contains(&marker) {
-        return text;
+        return text.to_owned();
     }
     let mut out = String::with_capacity(text.len());
-    let mut rest = text.as_str();
+    let mut rest = text;
     while let Some(at) = rest.find(&marker) {
         out.push_str(&rest[..at]);
         out.push_str("BETWEEN SYMMETRIC ");
