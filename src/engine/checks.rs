@@ -124,16 +124,5 @@ pub(crate) fn enforce(
 /// A row as Postgres' record output writes it in a constraint's detail: each value's text,
 /// `null` for NULL.
 fn row_text(batch: &RecordBatch, row: usize) -> String {
-    batch
-        .columns()
-        .iter()
-        .map(|c| {
-            let one = c.slice(row, 1);
-            match crate::sql::pg_text::text_values(&one) {
-                Ok(t) if t.is_valid(0) => t.value(0).to_owned(),
-                _ => "null".to_owned(),
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
+    crate::sql::pg_text::row_values_text(batch.columns(), row)
 }

@@ -597,19 +597,7 @@ impl Engine {
         };
         let refuse = |b: &RecordBatch, r: usize| {
             let cols: Vec<ArrayRef> = ccols.iter().map(|&i| b.column(i).clone()).collect();
-            WeirError::new(
-                FOREIGN_KEY_VIOLATION,
-                format!(
-                    "update or delete on table \"{}\" violates foreign key constraint \"{}\" on table \"{}\"",
-                    pdesc.name, fk.name, cdesc.name
-                ),
-            )
-            .with_detail(format!(
-                "Key ({})=({}) is still referenced from table \"{}\".",
-                fk.ref_columns.join(", "),
-                key_text(&cols, r),
-                cdesc.name
-            ))
+            still_referenced(&pdesc.name, fk, &cdesc.name, &cols, r)
         };
         if matches!(action, FkAction::NoAction | FkAction::Restrict) {
             let b = found
@@ -755,16 +743,30 @@ fn cast_key(a: &ArrayRef, t: &DataType) -> Result<ArrayRef> {
 
 /// A key's values as Postgres' error detail writes them: `1, abc`.
 fn key_text(cols: &[ArrayRef], row: usize) -> String {
-    cols.iter()
-        .map(|c| {
-            let one = c.slice(row, 1);
-            match crate::sql::pg_text::text_values(&one) {
-                Ok(t) if t.is_valid(0) => t.value(0).to_owned(),
-                _ => "null".to_owned(),
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
+    crate::sql::pg_text::row_values_text(cols, row)
+}
+
+/// 23503 for a key a change removes that a row of `child` still references (`cols`: that
+/// row's referencing columns, in `row` of them).
+fn still_referenced(
+    parent: &str,
+    fk: &ForeignKeyDesc,
+    child: &str,
+    cols: &[ArrayRef],
+    row: usize,
+) -> WeirError {
+    WeirError::new(
+        FOREIGN_KEY_VIOLATION,
+        format!(
+            "update or delete on table \"{parent}\" violates foreign key constraint \"{}\" on table \"{child}\"",
+            fk.name
+        ),
+    )
+    .with_detail(format!(
+        "Key ({})=({}) is still referenced from table \"{child}\".",
+        fk.ref_columns.join(", "),
+        key_text(cols, row),
+    ))
 }
 
 /// The new rows of an UPDATE whose referencing columns changed (the others were checked
@@ -1089,14 +1091,14 @@ impl Engine {
             Change::Upsert { upserts, .. } => vec![upserts.clone()],
             _ => vec![],
         };
-        let referenced = self
-            .catalog
-            .entries()
-            .iter()
-            .any(|e| e.desc.foreign_keys.iter().any(|f| f.ref_table == desc.name));
+        let referenced = || {
+            self.catalog
+                .entries()
+                .iter()
+                .any(|e| e.desc.foreign_keys.iter().any(|f| f.ref_table == desc.name))
+        };
         let removed = match change {
-            _ if !referenced => vec![],
-            Change::Delete(old) | Change::Update { old, .. } => old.clone(),
+            Change::Delete(old) | Change::Update { old, .. } if referenced() => old.clone(),
             _ => vec![],
         };
         (!written.is_empty() || !removed.is_empty()).then_some(Recheck { written, removed })
@@ -1192,19 +1194,7 @@ impl Engine {
                     .map_err(|e| WeirError::internal(e.to_string()))??;
                 if let Some(b) = found.iter().find(|b| b.num_rows() > 0) {
                     let cols: Vec<ArrayRef> = ccols.iter().map(|&i| b.column(i).clone()).collect();
-                    return Err(WeirError::new(
-                        FOREIGN_KEY_VIOLATION,
-                        format!(
-                            "update or delete on table \"{}\" violates foreign key constraint \"{}\" on table \"{}\"",
-                            desc.name, fk.name, cdesc.name
-                        ),
-                    )
-                    .with_detail(format!(
-                        "Key ({})=({}) is still referenced from table \"{}\".",
-                        fk.ref_columns.join(", "),
-                        key_text(&cols, 0),
-                        cdesc.name
-                    )));
+                    return Err(still_referenced(&desc.name, &fk, &cdesc.name, &cols, 0));
                 }
             }
         }

@@ -274,6 +274,23 @@ pub fn interval_text(b: &mut BytesMut, months: i32, days: i32, micros: i64) {
     b.put_slice(parts.join(" ").as_bytes());
 }
 
+/// One row of some columns as Postgres writes a row's values in an error's detail
+/// ("Failing row contains (1, abc, null).", "Key (a, b)=(1, 2)"): each value's text, `null`
+/// for NULL, joined by `, `.
+pub fn row_values_text(cols: &[datafusion::arrow::array::ArrayRef], row: usize) -> String {
+    use datafusion::arrow::array::Array;
+    cols.iter()
+        .map(|c| {
+            let one = c.slice(row, 1);
+            match text_values(&one) {
+                Ok(t) if t.is_valid(0) => t.value(0).to_owned(),
+                _ => "null".to_owned(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Each value of a column in Postgres' text form (its output function), NULL for NULL:
 /// what `concat`, `format`-like functions and a cast of an array to text show.
 pub fn text_values(
