@@ -279,14 +279,12 @@ impl Engine {
         let Some(ptable) = parent.table.clone() else {
             return Err(WeirError::internal("a referenced table without storage"));
         };
-        let pschema = parent.desc.schema();
-        let pcols = positions(&parent.desc, &fk.ref_columns)?;
-        let ccols = positions(desc, &fk.columns)?;
-        let types: Vec<DataType> = pcols
-            .iter()
-            .map(|&i| pschema.field(i).data_type().clone())
-            .collect();
-        let conv = converter(&types)?;
+        let KeyColumns {
+            pcols,
+            ccols,
+            ptypes: types,
+            conv,
+        } = KeyColumns::new(&parent.desc, desc, fk)?;
         for batch in rows {
             let n = batch.num_rows();
             if n == 0 {
@@ -333,13 +331,13 @@ impl Engine {
             };
             let mut present: HashSet<Vec<u8>> = HashSet::new();
             for b in &found {
-                let cols: Vec<ArrayRef> = pcols.iter().map(|&i| b.column(i).clone()).collect();
+                let cols: Vec<ArrayRef> = columns_at(b, &pcols);
                 add_rows(&mut present, &conv.convert_columns(&cols)?);
             }
             if fk.ref_table == desc.name {
                 // referencing its own table: the rows written together count
                 for b in rows {
-                    let cols: Vec<ArrayRef> = pcols.iter().map(|&i| b.column(i).clone()).collect();
+                    let cols: Vec<ArrayRef> = columns_at(b, &pcols);
                     add_rows(&mut present, &conv.convert_columns(&cols)?);
                 }
             }
@@ -496,24 +494,23 @@ impl Engine {
         gone: &HashMap<u32, Vec<RecordBatch>>,
     ) -> Result<Option<Step>> {
         let pschema = pdesc.schema();
-        let pcols = positions(pdesc, &fk.ref_columns)?;
-        let ccols = positions(cdesc, &fk.columns)?;
-        let ptypes: Vec<DataType> = pcols
-            .iter()
-            .map(|&i| pschema.field(i).data_type().clone())
-            .collect();
-        let conv = converter(&ptypes)?;
+        let KeyColumns {
+            pcols,
+            ccols,
+            ptypes,
+            conv,
+        } = KeyColumns::new(pdesc, cdesc, fk)?;
         // the keys the change removes: old rows' keys no new row has
         let mut kept: HashSet<Vec<u8>> = HashSet::new();
         for b in new.unwrap_or(&[]) {
-            let cols: Vec<ArrayRef> = pcols.iter().map(|&i| b.column(i).clone()).collect();
+            let cols: Vec<ArrayRef> = columns_at(b, &pcols);
             add_rows(&mut kept, &conv.convert_columns(&cols)?);
         }
         // removed key -> (batch, row) of its new row, for ON UPDATE CASCADE
         let mut removed: HashMap<Vec<u8>, (usize, usize)> = HashMap::new();
         let mut removed_keys: Vec<Vec<ArrayRef>> = Vec::new();
         for (bi, b) in old.iter().enumerate() {
-            let cols: Vec<ArrayRef> = pcols.iter().map(|&i| b.column(i).clone()).collect();
+            let cols: Vec<ArrayRef> = columns_at(b, &pcols);
             let rows = conv.convert_columns(&cols)?;
             let mut pick = Vec::new();
             for r in 0..b.num_rows() {
@@ -596,7 +593,7 @@ impl Engine {
             fk.on_delete
         };
         let refuse = |b: &RecordBatch, r: usize| {
-            let cols: Vec<ArrayRef> = ccols.iter().map(|&i| b.column(i).clone()).collect();
+            let cols: Vec<ArrayRef> = columns_at(b, &ccols);
             still_referenced(&pdesc.name, fk, &cdesc.name, &cols, r)
         };
         if matches!(action, FkAction::NoAction | FkAction::Restrict) {
@@ -693,6 +690,37 @@ impl Engine {
             after,
         }))
     }
+}
+
+/// A foreign key's columns by position in the referenced (`pcols`) and referencing
+/// (`ccols`) tables, the referenced ones' types, and a row encoder of keys of those types.
+struct KeyColumns {
+    pcols: Vec<usize>,
+    ccols: Vec<usize>,
+    ptypes: Vec<DataType>,
+    conv: RowConverter,
+}
+
+impl KeyColumns {
+    fn new(parent: &RelationDesc, child: &RelationDesc, fk: &ForeignKeyDesc) -> Result<KeyColumns> {
+        let pschema = parent.schema();
+        let pcols = positions(parent, &fk.ref_columns)?;
+        let ptypes: Vec<DataType> = pcols
+            .iter()
+            .map(|&i| pschema.field(i).data_type().clone())
+            .collect();
+        Ok(KeyColumns {
+            ccols: positions(child, &fk.columns)?,
+            conv: converter(&ptypes)?,
+            pcols,
+            ptypes,
+        })
+    }
+}
+
+/// The columns of a batch at these positions.
+fn columns_at(b: &RecordBatch, at: &[usize]) -> Vec<ArrayRef> {
+    at.iter().map(|&i| b.column(i).clone()).collect()
 }
 
 /// Positions of named columns in a relation.
@@ -874,7 +902,7 @@ pub(crate) fn rows_matching(
     let mut out = Vec::new();
     for b in table.scan()?.batches() {
         let b = b?;
-        let c: Vec<ArrayRef> = cols.iter().map(|&i| b.column(i).clone()).collect();
+        let c: Vec<ArrayRef> = columns_at(&b, cols);
         let rows = conv.convert_columns(&c)?;
         let mask: BooleanArray = (0..b.num_rows())
             .map(|r| Some(c.iter().all(|a| a.is_valid(r)) && wanted.contains(rows.row(r).as_ref())))
@@ -1126,19 +1154,14 @@ impl Engine {
         let Some(ptable) = self.catalog.get(&desc.name).and_then(|e| e.table.clone()) else {
             return Ok(());
         };
-        let pschema = desc.schema();
         for (cdesc, fk) in self.foreign_keys_to(&desc.name) {
-            let pcols = positions(desc, &fk.ref_columns)?;
-            let ccols = positions(&cdesc, &fk.columns)?;
-            let ptypes: Vec<DataType> = pcols
-                .iter()
-                .map(|&i| pschema.field(i).data_type().clone())
-                .collect();
-            let conv = converter(&ptypes)?;
+            let KeyColumns {
+                pcols, ccols, conv, ..
+            } = KeyColumns::new(desc, &cdesc, &fk)?;
             // the removed keys the table no longer has
             let mut keys: Vec<Vec<ArrayRef>> = Vec::new();
             for b in &recheck.removed {
-                let cols: Vec<ArrayRef> = pcols.iter().map(|&i| b.column(i).clone()).collect();
+                let cols: Vec<ArrayRef> = columns_at(b, &pcols);
                 let valid: Vec<u32> = (0..b.num_rows())
                     .filter(|&r| cols.iter().all(|c| c.is_valid(r)))
                     .map(|r| r as u32)
@@ -1161,7 +1184,7 @@ impl Engine {
                     .map_err(|e| WeirError::internal(e.to_string()))??;
                 let mut present = HashSet::new();
                 for b in &still {
-                    let cols: Vec<ArrayRef> = pcols.iter().map(|&i| b.column(i).clone()).collect();
+                    let cols: Vec<ArrayRef> = columns_at(b, &pcols);
                     add_rows(&mut present, &conv.convert_columns(&cols)?);
                 }
                 let rows = conv.convert_columns(&k)?;
@@ -1193,7 +1216,7 @@ impl Engine {
                     .await
                     .map_err(|e| WeirError::internal(e.to_string()))??;
                 if let Some(b) = found.iter().find(|b| b.num_rows() > 0) {
-                    let cols: Vec<ArrayRef> = ccols.iter().map(|&i| b.column(i).clone()).collect();
+                    let cols: Vec<ArrayRef> = columns_at(b, &ccols);
                     return Err(still_referenced(&desc.name, &fk, &cdesc.name, &cols, 0));
                 }
             }
