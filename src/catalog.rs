@@ -327,6 +327,16 @@ impl RelationDesc {
             .collect()
     }
 
+    /// A unique index (the primary key's or a secondary one) over exactly these columns, in
+    /// any order: what a foreign key referencing them rests on.
+    pub fn unique_index_over(&self, columns: &[String]) -> Option<IndexInfo> {
+        self.all_indexes().into_iter().find(|i| {
+            i.unique
+                && i.columns.len() == columns.len()
+                && i.columns.iter().all(|c| columns.contains(c))
+        })
+    }
+
     /// The table layer's view of the secondary indexes (columns by position).
     pub fn index_specs(&self) -> Vec<crate::state::table_index::IndexSpec> {
         self.indexes

@@ -86,13 +86,7 @@ fn foreign_constraints(
             let target = rels
                 .iter()
                 .find(|p| p.desc.name == fk.ref_table)
-                .and_then(|p| {
-                    p.desc.all_indexes().into_iter().find(|i| {
-                        i.unique
-                            && i.columns.len() == fk.ref_columns.len()
-                            && i.columns.iter().all(|c| fk.ref_columns.contains(c))
-                    })
-                })
+                .and_then(|p| p.desc.unique_index_over(&fk.ref_columns))
                 .map(|i| (i.name, i.columns));
             out.push((&e.desc, fk, target));
         }

@@ -1201,13 +1201,7 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     let p = &parent.desc;
                     // the referenced table's index that makes its columns unique
                     let index = p
-                        .all_indexes()
-                        .into_iter()
-                        .find(|i| {
-                            i.unique
-                                && i.columns.len() == fk.ref_columns.len()
-                                && i.columns.iter().all(|c| fk.ref_columns.contains(c))
-                        })
+                        .unique_index_over(&fk.ref_columns)
                         .map(|i| i.oid)
                         .unwrap_or(0);
                     rows.push(constraint_row(

@@ -494,23 +494,19 @@ impl Engine {
         gone: &HashMap<u32, Vec<RecordBatch>>,
     ) -> Result<Option<Step>> {
         let pschema = pdesc.schema();
-        let KeyColumns {
-            pcols,
-            ccols,
-            ptypes,
-            conv,
-        } = KeyColumns::new(pdesc, cdesc, fk)?;
+        let kc = KeyColumns::new(pdesc, cdesc, fk)?;
+        let (pcols, ccols, conv) = (&kc.pcols, &kc.ccols, &kc.conv);
         // the keys the change removes: old rows' keys no new row has
         let mut kept: HashSet<Vec<u8>> = HashSet::new();
         for b in new.unwrap_or(&[]) {
-            let cols: Vec<ArrayRef> = columns_at(b, &pcols);
+            let cols: Vec<ArrayRef> = columns_at(b, pcols);
             add_rows(&mut kept, &conv.convert_columns(&cols)?);
         }
         // removed key -> (batch, row) of its new row, for ON UPDATE CASCADE
         let mut removed: HashMap<Vec<u8>, (usize, usize)> = HashMap::new();
         let mut removed_keys: Vec<Vec<ArrayRef>> = Vec::new();
         for (bi, b) in old.iter().enumerate() {
-            let cols: Vec<ArrayRef> = columns_at(b, &pcols);
+            let cols: Vec<ArrayRef> = columns_at(b, pcols);
             let rows = conv.convert_columns(&cols)?;
             let mut pick = Vec::new();
             for r in 0..b.num_rows() {
@@ -567,12 +563,7 @@ impl Engine {
             && let Some(new) = new
         {
             for b in new {
-                let cols: Vec<ArrayRef> = ccols
-                    .iter()
-                    .zip(&ptypes)
-                    .map(|(&i, t)| cast_key(b.column(i), t))
-                    .collect::<Result<_>>()?;
-                let keys = conv.convert_columns(&cols)?;
+                let (cols, keys) = kc.encode_child(b)?;
                 let mask: BooleanArray = (0..b.num_rows())
                     .map(|r| {
                         Some(
@@ -593,7 +584,7 @@ impl Engine {
             fk.on_delete
         };
         let refuse = |b: &RecordBatch, r: usize| {
-            let cols: Vec<ArrayRef> = columns_at(b, &ccols);
+            let cols: Vec<ArrayRef> = columns_at(b, ccols);
             still_referenced(&pdesc.name, fk, &cdesc.name, &cols, r)
         };
         if matches!(action, FkAction::NoAction | FkAction::Restrict) {
@@ -616,7 +607,7 @@ impl Engine {
                     .iter()
                     .map(|b| {
                         let mut cols = b.columns().to_vec();
-                        for &i in &ccols {
+                        for &i in ccols {
                             cols[i] = new_null_array(cols[i].data_type(), b.num_rows());
                         }
                         if let Some(&i) = ccols.iter().find(|&&i| !cschema.field(i).is_nullable())
@@ -645,12 +636,7 @@ impl Engine {
                     }
                     let mut out = Vec::new();
                     for b in rows {
-                        let cols: Vec<ArrayRef> = ccols
-                            .iter()
-                            .zip(&ptypes)
-                            .map(|(&i, t)| cast_key(b.column(i), t))
-                            .collect::<Result<_>>()?;
-                        let keys = conv.convert_columns(&cols)?;
+                        let (_, keys) = kc.encode_child(b)?;
                         let idx = (0..b.num_rows())
                             .map(|r| {
                                 removed
@@ -715,6 +701,19 @@ impl KeyColumns {
             pcols,
             ptypes,
         })
+    }
+
+    /// A referencing row's key columns as the referenced columns' types, and their encoding
+    /// (comparable with the referenced keys').
+    fn encode_child(&self, b: &RecordBatch) -> Result<(Vec<ArrayRef>, Rows)> {
+        let cols: Vec<ArrayRef> = self
+            .ccols
+            .iter()
+            .zip(&self.ptypes)
+            .map(|(&i, t)| cast_key(b.column(i), t))
+            .collect::<Result<_>>()?;
+        let keys = self.conv.convert_columns(&cols)?;
+        Ok((cols, keys))
     }
 }
 
@@ -928,9 +927,8 @@ impl Engine {
         let others = table
             .all_indexes()
             .into_iter()
-            .filter(|i| i.unique && i.name != index && same_set(&i.columns, columns))
-            .count();
-        if others > 0 {
+            .any(|i| i.unique && i.name != index && same_set(&i.columns, columns));
+        if others {
             return None;
         }
         self.foreign_keys_to(&table.name)
