@@ -10,6 +10,7 @@ mod indexes;
 mod merge;
 mod on_conflict;
 mod plain_views;
+pub mod prepared;
 mod returning;
 pub use client::CopyRows;
 pub mod security;
@@ -315,6 +316,10 @@ impl Engine {
                 crate::sql::client_stmts::CursorQuery::Subscribe(_) => Ok((vec![], None)),
             },
             Statement::Fetch(f) => Ok((vec![], Some(self.cursor_schema(session, &f.cursor)?))),
+            Statement::Execute(e) => {
+                let body = self.executable(session, e)?;
+                Box::pin(self.describe(session, &body)).await
+            }
             Statement::ExplainView(_) => Ok((
                 vec![],
                 Some(Arc::new(Schema::new(vec![Field::new(
@@ -634,6 +639,12 @@ impl Engine {
             Statement::Fetch(f) => self.fetch(session, f).await,
             Statement::Close(name) => self.close(session, name.as_deref()),
             Statement::Copy(c) => self.copy(session, c).await,
+            Statement::Prepare(p) => self.prepare(session, p).await,
+            Statement::Execute(e) => {
+                let body = self.executable(session, e)?;
+                Box::pin(self.execute_with_notices(session, &body, None, notices)).await
+            }
+            Statement::Deallocate(name) => self.deallocate(session, name.as_deref()),
             Statement::DiscardAll => {
                 if session.in_transaction {
                     return Err(WeirError::new(
@@ -643,6 +654,7 @@ impl Engine {
                 }
                 session.reset("all");
                 session.cursors.clear();
+                session.prepared.clear();
                 Ok(Output::Command("DISCARD ALL".into()))
             }
         }

@@ -40,6 +40,9 @@ pub mod sqlstate {
     pub const PROTOCOL_VIOLATION: &str = "08P01";
     pub const QUERY_CANCELED: &str = "57014";
     pub const INVALID_SQL_STATEMENT_NAME: &str = "26000";
+    pub const DUPLICATE_PREPARED_STATEMENT: &str = "42P05";
+    /// `$n` where no parameter is bound (Postgres' undefined_parameter).
+    pub const NO_SUCH_PLACEHOLDER: &str = "42P02";
     pub const UNDEFINED_PARAMETER: &str = "42704";
     pub const ACTIVE_SQL_TRANSACTION: &str = "25001";
     pub const INTERNAL_ERROR: &str = "XX000";

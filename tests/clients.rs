@@ -308,6 +308,7 @@ async fn python_drivers_and_sqlalchemy() {
         "psycopg uuid",
         "psycopg regclass parameter",
         "psycopg savepoints",
+        "psycopg prepared statements",
         "psycopg copy",
         "psycopg subscribe stream",
         "psycopg server-side cursors",

@@ -203,9 +203,19 @@ impl Handle {
         params: Option<datafusion::common::ParamValues>,
     ) -> PgWireResult<Result<Output, WeirError>>
     where
-        C: Sink<PgWireBackendMessage> + Unpin + Send,
+        C: ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send,
+        C::PortalStore: PortalStore,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        // Postgres' statement names are one namespace: DEALLOCATE also removes a statement
+        // the client prepared with Parse (psycopg 3 deallocates its own so)
+        if let Statement::Deallocate(Some(name)) = &parsed.stmt
+            && !session.prepared.contains_key(name)
+            && client.portal_store().get_statement(name).is_some()
+        {
+            client.portal_store().rm_statement(name);
+            return Ok(Ok(Output::Command("DEALLOCATE".into())));
+        }
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
         let notices = session.wants_notices();
         let interrupt = session.interrupt.clone();
@@ -979,6 +989,7 @@ impl Handle {
     async fn simple_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<bool>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
@@ -1444,7 +1455,8 @@ impl Handle {
         timer: crate::server::session::TimeoutGuard,
     ) -> PgWireResult<Result<Response, WeirError>>
     where
-        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let parsed = &portal.statement.statement.parsed;

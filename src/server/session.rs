@@ -149,6 +149,8 @@ pub struct Session {
     pub savepoints: Vec<(String, usize)>,
     /// Open cursors by name.
     pub cursors: HashMap<String, Cursor>,
+    /// Statements `PREPARE`d in SQL, by name (`engine/prepared.rs`).
+    pub prepared: HashMap<String, crate::engine::prepared::SqlPrepared>,
     /// A `COPY ... FROM STDIN` waiting for its data.
     pub copy_in: Option<crate::server::copy::CopyIn>,
     /// Shared with the session's `current_user`, `session_user` and privilege functions.
@@ -269,6 +271,7 @@ impl Session {
             aborted: false,
             savepoints: Vec::new(),
             cursors: HashMap::new(),
+            prepared: HashMap::new(),
             copy_in: None,
             identity,
         }

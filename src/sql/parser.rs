@@ -111,6 +111,27 @@ pub enum Statement {
     /// `CREATE [UNIQUE] INDEX [CONCURRENTLY] [IF NOT EXISTS] [name] ON table [USING btree
     /// | hash] (columns) [INCLUDE (...)]`.
     CreateIndex(Box<CreateIndex>),
+    /// `PREPARE name [(types)] AS statement` (a query, INSERT, UPDATE, DELETE or MERGE).
+    Prepare(Box<PrepareStmt>),
+    /// `EXECUTE name [(arguments)]`.
+    Execute(Box<ExecuteStmt>),
+    /// `DEALLOCATE [PREPARE] name`, or `DEALLOCATE ALL` (`None`).
+    Deallocate(Option<String>),
+}
+
+/// `PREPARE name [(types)] AS body`: the body keeps its `$n` placeholders.
+#[derive(Debug, Clone)]
+pub struct PrepareStmt {
+    pub name: String,
+    pub types: Vec<ast::DataType>,
+    pub body: Parsed,
+}
+
+/// `EXECUTE name [(arguments)]`: each argument an expression standing for its `$n`.
+#[derive(Debug, Clone)]
+pub struct ExecuteStmt {
+    pub name: String,
+    pub args: Vec<ast::Expr>,
 }
 
 #[derive(Debug, Clone)]
@@ -1477,9 +1498,6 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
         ast::Statement::Insert(_) | ast::Statement::Update { .. } | ast::Statement::Delete(_) => {
             Ok(Statement::Dml(Box::new(stmt)))
         }
-        // psycopg 3 sends DEALLOCATE ALL when a transaction with prepared statements fails;
-        // the protocol-level statements it names are replaced when a name is parsed again,
-        // so this only acknowledges (a deallocated name stays usable: see docs/sql.md)
         ast::Statement::Comment {
             object_type,
             object_name,
@@ -1518,13 +1536,61 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
                 text: comment,
             }))
         }
-        ast::Statement::Deallocate { name, .. } => Ok(Statement::NoOp(
+        ast::Statement::Deallocate { name, .. } => Ok(Statement::Deallocate(
             if name.quote_style.is_none() && name.value.eq_ignore_ascii_case("all") {
-                "DEALLOCATE ALL"
+                None
             } else {
-                "DEALLOCATE"
+                Some(normalize_ident(&name))
             },
         )),
+        ast::Statement::Prepare {
+            name,
+            data_types,
+            statement,
+        } => {
+            let text = statement.to_string();
+            // what Postgres' grammar takes after PREPARE ... AS
+            if !matches!(
+                *statement,
+                ast::Statement::Query(_)
+                    | ast::Statement::Insert(_)
+                    | ast::Statement::Update(_)
+                    | ast::Statement::Delete(_)
+                    | ast::Statement::Merge(_)
+            ) {
+                let first = text.split_whitespace().next().unwrap_or_default();
+                return Err(
+                    WeirError::syntax(format!("syntax error at or near \"{first}\"")).with_hint(
+                        "PREPARE takes SELECT, VALUES, INSERT, UPDATE, DELETE or MERGE.",
+                    ),
+                );
+            }
+            let body = classify(*statement)?;
+            Ok(Statement::Prepare(Box::new(PrepareStmt {
+                name: normalize_ident(&name),
+                types: data_types,
+                body: Parsed { stmt: body, text },
+            })))
+        }
+        ast::Statement::Execute {
+            name: Some(name),
+            parameters,
+            immediate: false,
+            into,
+            using,
+            output: false,
+            default: false,
+            ..
+        } if into.is_empty() && using.is_empty() && name.0.len() == 1 => {
+            let name = name.0[0]
+                .as_ident()
+                .map(normalize_ident)
+                .ok_or_else(|| WeirError::syntax(format!("syntax error at or near \"{name}\"")))?;
+            Ok(Statement::Execute(Box::new(ExecuteStmt {
+                name,
+                args: parameters,
+            })))
+        }
         ast::Statement::Truncate(t) => {
             if matches!(t.identity, Some(ast::TruncateIdentityOption::Restart)) {
                 return Err(WeirError::not_supported(

@@ -175,6 +175,29 @@ def check_psycopg3():
     conn.execute("DELETE FROM orders WHERE id >= 100")
     ok("psycopg savepoints")
 
+    # statements psycopg prepares with Parse and deallocates in SQL when its cache is
+    # full (one namespace with PREPARE's, as in Postgres)
+    prep = psycopg.connect(DSN, autocommit=True, prepare_threshold=0)
+    prep.prepared_max = 2
+    for i in range(6):
+        assert prep.execute(f"SELECT %s::int + {i}", (i,)).fetchone() == (2 * i,)
+    try:
+        prep.execute("DEALLOCATE _pg3_0", prepare=False)
+        raise AssertionError("a statement psycopg evicted was not deallocated")
+    except psycopg.errors.InvalidSqlStatementName:
+        pass
+    prep.execute("PREPARE py_double (int) AS SELECT $1 * 2", prepare=False)
+    assert prep.execute("EXECUTE py_double(21)").fetchone() == (42,)
+    try:
+        prep.execute("EXECUTE py_double(%s)", (4,))
+        raise AssertionError("EXECUTE took a bound parameter")
+    except psycopg.errors.UndefinedParameter:
+        pass
+    prep.execute("DEALLOCATE ALL")
+    assert prep.execute("SELECT %s::text", ("after",)).fetchone() == ("after",)
+    prep.close()
+    ok("psycopg prepared statements")
+
     # COPY with psycopg's copy protocol objects
     with conn.cursor().copy("COPY orders (id, customer, amount) FROM STDIN") as cp:
         for i in range(200, 1200):
