@@ -12,6 +12,7 @@ mod on_conflict;
 mod plain_views;
 pub mod prepared;
 mod returning;
+mod schemas;
 pub use client::CopyRows;
 pub mod security;
 mod sinks;
@@ -645,6 +646,13 @@ impl Engine {
                 Box::pin(self.execute_with_notices(session, &body, None, notices)).await
             }
             Statement::Deallocate(name) => self.deallocate(session, name.as_deref()),
+            Statement::CreateSchema {
+                name,
+                if_not_exists,
+            } => schemas::create_schema(name, *if_not_exists, notices.as_ref()),
+            Statement::DropSchema { names, if_exists } => {
+                schemas::drop_schema(names, *if_exists, notices.as_ref())
+            }
             Statement::DiscardAll => {
                 if session.in_transaction {
                     return Err(WeirError::new(

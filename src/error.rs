@@ -41,6 +41,9 @@ pub mod sqlstate {
     pub const QUERY_CANCELED: &str = "57014";
     pub const INVALID_SQL_STATEMENT_NAME: &str = "26000";
     pub const DUPLICATE_PREPARED_STATEMENT: &str = "42P05";
+    pub const INVALID_SCHEMA_NAME: &str = "3F000";
+    pub const DUPLICATE_SCHEMA: &str = "42P06";
+    pub const RESERVED_NAME: &str = "42939";
     /// `$n` where no parameter is bound (Postgres' undefined_parameter).
     pub const NO_SUCH_PLACEHOLDER: &str = "42P02";
     pub const UNDEFINED_PARAMETER: &str = "42704";

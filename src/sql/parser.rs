@@ -117,6 +117,16 @@ pub enum Statement {
     Execute(Box<ExecuteStmt>),
     /// `DEALLOCATE [PREPARE] name`, or `DEALLOCATE ALL` (`None`).
     Deallocate(Option<String>),
+    /// `CREATE SCHEMA [IF NOT EXISTS] name [AUTHORIZATION role]`.
+    CreateSchema {
+        name: String,
+        if_not_exists: bool,
+    },
+    /// `DROP SCHEMA [IF EXISTS] name [, ...] [CASCADE | RESTRICT]`.
+    DropSchema {
+        names: Vec<String>,
+        if_exists: bool,
+    },
 }
 
 /// `PREPARE name [(types)] AS body`: the body keeps its `$n` placeholders.
@@ -1543,6 +1553,29 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
                 Some(normalize_ident(&name))
             },
         )),
+        ast::Statement::CreateSchema {
+            schema_name,
+            if_not_exists,
+            with: None,
+            options: None,
+            default_collate_spec: None,
+            clone: None,
+        } => {
+            let name = match &schema_name {
+                ast::SchemaName::Simple(n) | ast::SchemaName::NamedAuthorization(n, _) => {
+                    match n.0.as_slice() {
+                        [part] => part.as_ident().map(normalize_ident),
+                        _ => None,
+                    }
+                }
+                ast::SchemaName::UnnamedAuthorization(role) => Some(normalize_ident(role)),
+            }
+            .ok_or_else(|| WeirError::syntax(format!("invalid schema name {schema_name}")))?;
+            Ok(Statement::CreateSchema {
+                name,
+                if_not_exists,
+            })
+        }
         ast::Statement::Prepare {
             name,
             data_types,
@@ -2359,6 +2392,17 @@ fn parse_drop(p: &mut Parser) -> Result<Statement> {
         DropKind::Index
     } else if parse_word(p, "SINK") {
         DropKind::Sink
+    } else if p.parse_keyword(Keyword::SCHEMA) {
+        let if_exists = p.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
+        let names = p
+            .parse_comma_separated(|p| p.parse_identifier())?
+            .iter()
+            .map(normalize_ident)
+            .collect();
+        if !p.parse_keyword(Keyword::CASCADE) {
+            let _ = p.parse_keyword(Keyword::RESTRICT);
+        }
+        return Ok(Statement::DropSchema { names, if_exists });
     } else if let Some(s) = crate::sql::security::parse_drop(p)? {
         return Ok(Statement::Security(Box::new(s)));
     } else {
