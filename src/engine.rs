@@ -428,7 +428,7 @@ impl Engine {
                 Ok(out) => Ok(out),
                 Err(e) => self.catalog_probe(session, q, e).await,
             },
-            Statement::Dml(q) => self.execute_dml(session, q, params).await,
+            Statement::Dml(q) => self.execute_dml_fitted(session, q, params).await,
             Statement::Comment(c) => self.comment_on(c),
             Statement::Merge(m) => self.merge(session, m).await,
             Statement::Truncate(tables, cascade) => {
@@ -854,6 +854,82 @@ impl Engine {
         }
         let d = self.plan_dml(session, q, params).await?;
         self.apply(session, &d.table, d.change, d.verb).await
+    }
+
+    /// [`Self::execute_dml`], where an `INSERT ... query` whose query's width does not fit
+    /// (DataFusion's planning error) is refused as Postgres refuses it, or read as Postgres
+    /// reads it (see [`Self::insert_select_targets`]).
+    async fn execute_dml_fitted(
+        &self,
+        session: &mut Session,
+        q: &ast::Statement,
+        params: Option<ParamValues>,
+    ) -> Result<Output> {
+        match self.execute_dml(session, q, params.clone()).await {
+            Err(e)
+                if e.message
+                    .starts_with("Column count doesn't match insert query")
+                    || e.message.starts_with("Source table contains") =>
+            {
+                match self.insert_select_targets(session, q).await? {
+                    Some(fixed) => self.execute_dml(session, &fixed, params).await,
+                    None => Err(e),
+                }
+            }
+            r => r,
+        }
+    }
+
+    /// `INSERT INTO t [(cols)] query` whose query has another number of columns than the
+    /// targets: Postgres' error, or (no column list, fewer columns than the table) the
+    /// statement with the table's first columns listed, as Postgres reads it.
+    async fn insert_select_targets(
+        &self,
+        session: &Session,
+        q: &ast::Statement,
+    ) -> Result<Option<ast::Statement>> {
+        let ast::Statement::Insert(ins) = q else {
+            return Ok(None);
+        };
+        let (Some(source), ast::TableObject::TableName(n)) = (&ins.source, &ins.table) else {
+            return Ok(None);
+        };
+        let Some(entry) = crate::sql::parser::relation_name(n)
+            .ok()
+            .and_then(|n| self.catalog.get(&n))
+        else {
+            return Ok(None);
+        };
+        let width = self
+            .plan_ast(session, &ast::Statement::Query(source.clone()))
+            .await?
+            .schema()
+            .fields()
+            .len();
+        let targets = if ins.columns.is_empty() {
+            entry.desc.columns.len()
+        } else {
+            ins.columns.len()
+        };
+        if width > targets {
+            return Err(WeirError::syntax(
+                "INSERT has more expressions than target columns",
+            ));
+        }
+        if width == targets {
+            return Ok(None);
+        }
+        if !ins.columns.is_empty() {
+            return Err(WeirError::syntax(
+                "INSERT has more target columns than expressions",
+            ));
+        }
+        let mut ins = ins.clone();
+        ins.columns = entry.desc.columns[..width]
+            .iter()
+            .map(|c| ast::ObjectName::from(vec![ast::Ident::with_quote('"', c.name.clone())]))
+            .collect();
+        Ok(Some(ast::Statement::Insert(ins)))
     }
 
     /// `TRUNCATE t [, ...] [CASCADE]`: every table checked first (it exists, is a table rows
@@ -1895,8 +1971,38 @@ impl Engine {
         let values_use_default = ins.source.as_ref().is_some_and(|src| {
             matches!(src.body.as_ref(), ast::SetExpr::Values(v) if v.rows.iter().flat_map(|r| r.content.iter()).any(is_default))
         });
+        // Postgres' errors for VALUES rows that do not fit the target columns
+        if let Some(ast::SetExpr::Values(v)) = ins.source.as_ref().map(|s| s.body.as_ref()) {
+            let width = v.rows.first().map_or(0, |r| r.content.len());
+            if v.rows.iter().any(|r| r.content.len() != width) {
+                return Err(WeirError::syntax(
+                    "VALUES lists must all be the same length",
+                ));
+            }
+            let targets = if ins.columns.is_empty() {
+                entry.desc.columns.len()
+            } else {
+                ins.columns.len()
+            };
+            if width > targets {
+                return Err(WeirError::syntax(
+                    "INSERT has more expressions than target columns",
+                ));
+            }
+            if width < targets && !ins.columns.is_empty() {
+                return Err(WeirError::syntax(
+                    "INSERT has more target columns than expressions",
+                ));
+            }
+        }
+        // VALUES narrower than the table without a column list: the first columns (Postgres)
+        let short = ins.columns.is_empty()
+            && ins.source.as_ref().is_some_and(|src| {
+                matches!(src.body.as_ref(), ast::SetExpr::Values(v)
+                    if v.rows.first().is_some_and(|r| r.content.len() < entry.desc.columns.len()))
+            });
         let defaults = &entry.desc.defaults;
-        if defaults.is_empty() && !values_use_default && ins.source.is_some() {
+        if defaults.is_empty() && !values_use_default && !short && ins.source.is_some() {
             return Ok(None);
         }
         let default_of = |col: &str| -> Result<ast::Expr> {
@@ -2004,7 +2110,7 @@ impl Engine {
                 *src = crate::sql::parser::parse_query(&sql)?;
             }
         }
-        if !missing.is_empty() {
+        if !missing.is_empty() || short {
             if ins.columns.is_empty() {
                 ins.columns = named
                     .iter()

@@ -329,6 +329,9 @@ fn classify_plan_message(m: &str) -> WeirError {
         let short = name.rsplit('.').next().unwrap_or(name);
         return WeirError::undefined_table(short);
     }
+    if lower.starts_with("inconsistent data length across values list") {
+        return WeirError::syntax("VALUES lists must all be the same length");
+    }
     if lower.contains("invalid function") || lower.contains("no function matches") {
         return WeirError::new(sqlstate::UNDEFINED_FUNCTION, msg);
     }

@@ -37,9 +37,14 @@ impl std::error::Error for PgError {}
 impl From<tokio_postgres::Error> for PgError {
     fn from(e: tokio_postgres::Error) -> Self {
         match e.as_db_error() {
+            // the detail on a line of its own: `statement error (?s)(23502).*Failing row
+            // contains \(...\)` checks it (a pattern without `(?s)` sees the first line)
             Some(db) => PgError {
                 code: Some(db.code().code().to_owned()),
-                message: db.message().to_owned(),
+                message: match db.detail() {
+                    Some(d) => format!("{}\nDETAIL: {d}", db.message()),
+                    None => db.message().to_owned(),
+                },
             },
             None => PgError {
                 code: None,

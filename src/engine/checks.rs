@@ -96,6 +96,10 @@ pub(crate) fn enforce(
         return Ok(());
     }
     let schema = desc.schema();
+    // NOT NULL is reported before any CHECK, as in Postgres (the store checks it again)
+    for batch in batches {
+        crate::state::table::check_not_null(&desc.name, &schema, batch.columns())?;
+    }
     for (name, check) in compile(ctx, &desc.name, &schema, &desc.checks)? {
         for batch in batches {
             let n = batch.num_rows();

@@ -253,6 +253,11 @@ impl CopyIn {
                 ))
             })?;
         }
+        if let Some((row, e)) =
+            crate::state::table::not_null_violation(&self.table_name, &self.schema, &cols)
+        {
+            return Err(e.with_context(self.context(self.lines[row])));
+        }
         self.lines.clear();
         self.rows += n;
         let batch = RecordBatch::try_new(self.schema.clone(), cols)?;

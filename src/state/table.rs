@@ -1680,18 +1680,7 @@ impl TableStore {
         }
         // check NOT NULL before building the schema-typed batch (which would refuse it)
         for cols in &cols_of_all {
-            for (i, f) in self.schema.fields().iter().enumerate() {
-                if !f.is_nullable() && cols[i].null_count() > 0 {
-                    return Err(WeirError::new(
-                        sqlstate::NOT_NULL_VIOLATION,
-                        format!(
-                            "null value in column \"{}\" of relation \"{}\" violates not-null constraint",
-                            f.name(),
-                            self.name
-                        ),
-                    ));
-                }
-            }
+            check_not_null(&self.name, &self.schema, cols)?;
         }
         let typed: Vec<RecordBatch> = cols_of_all
             .into_iter()
@@ -1997,6 +1986,54 @@ impl Iterator for TableBatches {
             }
         }
     }
+}
+
+/// 23502 for the first row whose value in a NOT NULL column of `schema` is NULL, with
+/// Postgres' detail (the whole row). The store checks every write so; the engine calls it
+/// before a table's CHECK constraints, as Postgres checks NOT NULL first.
+pub fn check_not_null(
+    table: &str,
+    schema: &datafusion::arrow::datatypes::Schema,
+    cols: &[ArrayRef],
+) -> Result<()> {
+    match not_null_violation(table, schema, cols) {
+        Some((_, e)) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// [`check_not_null`]'s error and the row it is about: the first row (in order) with a
+/// NULL in a NOT NULL column, named by the first such column of the row.
+pub fn not_null_violation(
+    table: &str,
+    schema: &datafusion::arrow::datatypes::Schema,
+    cols: &[ArrayRef],
+) -> Option<(usize, WeirError)> {
+    let strict: Vec<usize> = (0..cols.len().min(schema.fields().len()))
+        .filter(|&i| !schema.field(i).is_nullable() && cols[i].null_count() > 0)
+        .collect();
+    if strict.is_empty() {
+        return None;
+    }
+    let rows = cols.first().map_or(0, |c| c.len());
+    let (row, col) = (0..rows).find_map(|r| {
+        strict
+            .iter()
+            .find(|&&i| cols[i].is_null(r))
+            .map(|&i| (r, i))
+    })?;
+    let e = WeirError::new(
+        sqlstate::NOT_NULL_VIOLATION,
+        format!(
+            "null value in column \"{}\" of relation \"{table}\" violates not-null constraint",
+            schema.field(col).name()
+        ),
+    )
+    .with_detail(format!(
+        "Failing row contains ({}).",
+        crate::sql::pg_text::row_values_text(cols, row)
+    ));
+    Some((row, e))
 }
 
 #[cfg(test)]
