@@ -121,6 +121,13 @@ impl VisitorMut for PgRewriter {
         ControlFlow::Continue(())
     }
 
+    fn pre_visit_select(&mut self, select: &mut ast::Select) -> ControlFlow<Self::Break> {
+        // named as written, before the expressions are rewritten (`array_upper(a, 1)` is
+        // "array_upper", `|/ x` is "?column?", whatever they become)
+        name_select_items(&mut select.projection);
+        ControlFlow::Continue(())
+    }
+
     fn post_visit_select(&mut self, select: &mut ast::Select) -> ControlFlow<Self::Break> {
         name_select_items(&mut select.projection);
         set_returning_in_select_list(&mut select.projection);
