@@ -109,6 +109,9 @@ impl VisitorMut for PgRewriter {
 
     fn pre_visit_query(&mut self, q: &mut ast::Query) -> ControlFlow<Self::Break> {
         self.depth += 1;
+        if let Err(e) = fetch_as_limit(q) {
+            return ControlFlow::Break(e);
+        }
         // before the functions in FROM are read as tables (`function_in_from`)
         lateral_in_body(&mut q.body);
         typed_values_columns(&mut q.body);
@@ -2612,6 +2615,43 @@ fn contains_aggregate(e: &Expr) -> bool {
     };
     let _ = ast::Visit::visit(e, &mut f);
     f.found
+}
+
+/// `[OFFSET n {ROW | ROWS}] FETCH {FIRST | NEXT} [n] {ROW | ROWS} ONLY`, the standard's
+/// LIMIT (Hibernate 6 and other standard SQL writers send it), is `LIMIT n` (1 without a
+/// count), as in Postgres.
+fn fetch_as_limit(q: &mut ast::Query) -> crate::error::Result<()> {
+    use crate::error::WeirError;
+    let Some(fetch) = q.fetch.take() else {
+        return Ok(());
+    };
+    if fetch.with_ties {
+        return Err(WeirError::not_supported(
+            "FETCH FIRST ... WITH TIES is not supported",
+        ));
+    }
+    if fetch.percent {
+        return Err(WeirError::syntax("syntax error at or near \"PERCENT\""));
+    }
+    let n = fetch
+        .quantity
+        .unwrap_or_else(|| Expr::value(ast::Value::Number("1".into(), false)));
+    match &mut q.limit_clause {
+        None => {
+            q.limit_clause = Some(ast::LimitClause::LimitOffset {
+                limit: Some(n),
+                offset: None,
+                limit_by: vec![],
+            })
+        }
+        Some(ast::LimitClause::LimitOffset { limit: None, .. }) => {
+            if let Some(ast::LimitClause::LimitOffset { limit, .. }) = &mut q.limit_clause {
+                *limit = Some(n);
+            }
+        }
+        Some(_) => return Err(WeirError::syntax("multiple LIMIT clauses not allowed")),
+    }
+    Ok(())
 }
 
 /// Postgres' name for an unnamed select item (FigureColname).
