@@ -1573,6 +1573,22 @@ fn rewrite_expr(expr: &mut Expr) {
         {
             f.name = ast::ObjectName::from(vec![Ident::new("weir_regclass")]);
         }
+        // `a && b`: the arrays overlap (share an element; NULL elements match nothing)
+        Expr::BinaryOp {
+            op: ast::BinaryOperator::PGOverlap,
+            left,
+            right,
+        } => {
+            let l = std::mem::replace(left.as_mut(), Expr::value(ast::Value::Null));
+            let r = std::mem::replace(right.as_mut(), Expr::value(ast::Value::Null));
+            *expr = call(
+                "array_has_any",
+                vec![
+                    call(crate::sql::pg_functions::ARRAY_REMOVE_NULLS, vec![l]),
+                    r,
+                ],
+            );
+        }
         // Postgres' prefix operators: `|/ x` square root, `||/ x` cube root, `@ x` absolute
         // value, `~ x` bitwise not
         Expr::UnaryOp {
