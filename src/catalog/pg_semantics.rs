@@ -704,7 +704,9 @@ pub fn fix_planned(plan: LogicalPlan) -> DfResult<LogicalPlan> {
     Ok(plan
         .transform_up_with_subqueries(|p| {
             let (p, c1) = percentile_cont_in_double(p)?;
+            let (p, c0) = bag_set_operation(p)?;
             let (p, c) = star_over_using(p)?;
+            let c = c || c0;
             let (p, c2) = numeric_operators(p)?;
             let c = c || c1 || c2;
             changed |= c;
@@ -1016,6 +1018,81 @@ fn star_slots(plan: &LogicalPlan) -> Vec<Slot> {
 }
 
 /// The projection of a marked `SELECT *` over USING joins, in Postgres' column order.
+/// `L INTERSECT ALL R` and `L EXCEPT ALL R` count copies, as Postgres does: a row n times
+/// in L and m times in R is min(n, m) times in the intersection and max(n - m, 0) times in
+/// the difference. DataFusion plans them as a semi / anti join of L with R (every copy of a
+/// row of L kept, or none); the rewrite marks R (`pg_functions::BAG_SET_OPERAND`, see
+/// `catalog::rewrite`), and here each side numbers the copies of each row (`row_number()`
+/// over the row's columns) and the join matches the copies too: copy k of a row of L is
+/// kept by the semi join when R has a k-th copy, by the anti join when it has not.
+fn bag_set_operation(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
+    use datafusion::common::{Column, NullEquality};
+    use datafusion::logical_expr::{ExprFunctionExt, JoinType, LogicalPlanBuilder};
+    let LogicalPlan::Join(j) = &plan else {
+        return Ok((plan, false));
+    };
+    // under the `SELECT *` over it and the aliases DataFusion adds to operands whose
+    // columns are named alike (`left`, `right`)
+    let mut operand = j.right.as_ref();
+    let marked = loop {
+        match operand {
+            LogicalPlan::SubqueryAlias(a) if a.alias.table() == pg_functions::BAG_SET_OPERAND => {
+                break true;
+            }
+            LogicalPlan::SubqueryAlias(a) => operand = a.input.as_ref(),
+            LogicalPlan::Projection(p) => operand = p.input.as_ref(),
+            _ => break false,
+        }
+    };
+    if !marked
+        || !matches!(j.join_type, JoinType::LeftSemi | JoinType::LeftAnti)
+        || j.null_equality != NullEquality::NullEqualsNull
+        || j.filter.is_some()
+    {
+        return Ok((plan, false));
+    }
+    const COPY: &str = "weir_copy";
+    let numbered = |input: &LogicalPlan, alias: &str| -> DfResult<LogicalPlan> {
+        let cols: Vec<Expr> = input
+            .schema()
+            .columns()
+            .into_iter()
+            .map(Expr::Column)
+            .collect();
+        let copy = datafusion::functions_window::expr_fn::row_number()
+            .partition_by(cols)
+            .build()?
+            .alias(COPY);
+        LogicalPlanBuilder::from(input.clone())
+            .window(vec![copy])?
+            .alias(alias)?
+            .build()
+    };
+    let keys = |plan: &LogicalPlan| -> Vec<Column> { plan.schema().columns() };
+    let left = numbered(&j.left, "weir_bag_l")?;
+    let right = numbered(&j.right, "weir_bag_r")?;
+    let (lk, rk) = (keys(&left), keys(&right));
+    // the left side's columns as they were named (qualifier and name)
+    let shown: Vec<Expr> = j
+        .left
+        .schema()
+        .iter()
+        .zip(left.schema().columns())
+        .map(|((q, f), c)| Expr::Column(c).alias_qualified(q.cloned(), f.name()))
+        .collect();
+    let built = LogicalPlanBuilder::from(left)
+        .join_detailed(
+            right,
+            j.join_type,
+            (lk, rk),
+            None,
+            NullEquality::NullEqualsNull,
+        )?
+        .project(shown)?
+        .build()?;
+    Ok((built, true))
+}
+
 fn star_over_using(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
     let LogicalPlan::Projection(p) = &plan else {
         return Ok((plan, false));

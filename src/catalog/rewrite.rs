@@ -112,6 +112,9 @@ impl VisitorMut for PgRewriter {
         if let Err(e) = fetch_as_limit(q) {
             return ControlFlow::Break(e);
         }
+        if let Err(e) = mark_bag_operands(&mut q.body) {
+            return ControlFlow::Break(e);
+        }
         // before the functions in FROM are read as tables (`function_in_from`)
         lateral_in_body(&mut q.body);
         typed_values_columns(&mut q.body);
@@ -2631,6 +2634,54 @@ fn contains_aggregate(e: &Expr) -> bool {
     };
     let _ = ast::Visit::visit(e, &mut f);
     f.found
+}
+
+/// The right operand of `INTERSECT ALL` / `EXCEPT ALL` under the alias
+/// `pg_functions::BAG_SET_OPERAND` (`SELECT * FROM (right) AS weir_bag_set_operand`): the
+/// mark by which `pg_semantics` finds the join DataFusion plans for it and counts copies.
+fn mark_bag_operands(body: &mut ast::SetExpr) -> crate::error::Result<()> {
+    let ast::SetExpr::SetOperation {
+        op,
+        set_quantifier,
+        left,
+        right,
+    } = body
+    else {
+        return Ok(());
+    };
+    mark_bag_operands(left)?;
+    mark_bag_operands(right)?;
+    if !matches!(op, ast::SetOperator::Intersect | ast::SetOperator::Except)
+        || !matches!(set_quantifier, ast::SetQuantifier::All)
+    {
+        return Ok(());
+    }
+    let mut wrapper = crate::sql::parser::parse_query(&format!(
+        "SELECT * FROM (SELECT 1) AS {}",
+        crate::sql::pg_functions::BAG_SET_OPERAND
+    ))?;
+    let ast::SetExpr::Select(select) = wrapper.body.as_mut() else {
+        return Ok(());
+    };
+    let Some(ast::TableFactor::Derived { subquery, .. }) =
+        select.from.first_mut().map(|t| &mut t.relation)
+    else {
+        return Ok(());
+    };
+    let operand = std::mem::replace(
+        right.as_mut(),
+        ast::SetExpr::Values(ast::Values {
+            explicit_row: false,
+            value_keyword: false,
+            rows: vec![],
+        }),
+    );
+    match operand {
+        ast::SetExpr::Query(q) => *subquery = q,
+        other => subquery.body = Box::new(other),
+    }
+    **right = *wrapper.body;
+    Ok(())
 }
 
 /// `[OFFSET n {ROW | ROWS}] FETCH {FIRST | NEXT} [n] {ROW | ROWS} ONLY`, the standard's

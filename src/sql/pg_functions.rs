@@ -250,6 +250,9 @@ pub const TIMESTAMP_MI: &str = "weir_timestamp_mi";
 pub const REGEXP_MATCHES: &str = "weir_regexp_matches";
 /// `substring(text FROM pattern)`: the first match's first group, or the whole match.
 pub const SUBSTRING_REGEX: &str = "weir_substring_regex";
+/// The alias the rewrite gives the right operand of `INTERSECT ALL` / `EXCEPT ALL`, which
+/// `catalog::pg_semantics` plans with copies counted.
+pub const BAG_SET_OPERAND: &str = "weir_bag_set_operand";
 /// `array_remove(array, NULL)`: the array without its NULL elements.
 pub const ARRAY_REMOVE_NULLS: &str = "weir_array_remove_nulls";
 /// `regexp_split_to_table`'s rows as one list per input row (unnested by the rewrite).
