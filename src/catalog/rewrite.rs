@@ -2678,7 +2678,7 @@ fn mark_bag_operands(body: &mut ast::SetExpr) -> crate::error::Result<()> {
     );
     match operand {
         ast::SetExpr::Query(q) => *subquery = q,
-        other => subquery.body = Box::new(other),
+        other => *subquery.body = other,
     }
     **right = *wrapper.body;
     Ok(())
