@@ -865,6 +865,7 @@ impl Engine {
         q: &ast::Statement,
         params: Option<ParamValues>,
     ) -> Result<Output> {
+        self.check_target_columns(q)?;
         match self.execute_dml(session, q, params.clone()).await {
             Err(e)
                 if e.message
@@ -878,6 +879,54 @@ impl Engine {
             }
             r => r,
         }
+    }
+
+    /// The columns an INSERT lists or an UPDATE sets exist in the table: Postgres' 42703
+    /// names the relation (`column "x" of relation "t" does not exist`).
+    fn check_target_columns(&self, q: &ast::Statement) -> Result<()> {
+        let (table, targets): (&ast::ObjectName, Vec<&ast::ObjectName>) = match q {
+            ast::Statement::Insert(ins) => match &ins.table {
+                ast::TableObject::TableName(n) => (n, ins.columns.iter().collect()),
+                _ => return Ok(()),
+            },
+            ast::Statement::Update(u) => match &u.table.relation {
+                ast::TableFactor::Table { name, .. } if u.table.joins.is_empty() => (
+                    name,
+                    u.assignments
+                        .iter()
+                        .flat_map(|a| match &a.target {
+                            ast::AssignmentTarget::ColumnName(c) => vec![c],
+                            ast::AssignmentTarget::Tuple(cs) => cs.iter().collect(),
+                        })
+                        .collect(),
+                ),
+                _ => return Ok(()),
+            },
+            _ => return Ok(()),
+        };
+        let Some(entry) = crate::sql::parser::relation_name(table)
+            .ok()
+            .and_then(|n| self.catalog.get(&n))
+        else {
+            return Ok(());
+        };
+        for t in targets {
+            // `SET t.col = ...` / `(col)`: the last part names the column
+            let Some(col) = t.0.last().and_then(|p| p.as_ident()) else {
+                continue;
+            };
+            let col = crate::sql::parser::normalize_ident(col);
+            if !entry.desc.columns.iter().any(|c| c.name == col) {
+                return Err(WeirError::new(
+                    sqlstate::UNDEFINED_COLUMN,
+                    format!(
+                        "column \"{col}\" of relation \"{}\" does not exist",
+                        entry.desc.name
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// `INSERT INTO t [(cols)] query` whose query has another number of columns than the

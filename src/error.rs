@@ -44,6 +44,7 @@ pub mod sqlstate {
     pub const INVALID_SCHEMA_NAME: &str = "3F000";
     pub const DUPLICATE_SCHEMA: &str = "42P06";
     pub const RESERVED_NAME: &str = "42939";
+    pub const GROUPING_ERROR: &str = "42803";
     /// `$n` where no parameter is bound (Postgres' undefined_parameter).
     pub const NO_SUCH_PLACEHOLDER: &str = "42P02";
     pub const UNDEFINED_PARAMETER: &str = "42704";
@@ -73,9 +74,9 @@ pub fn code_from_str(code: &str) -> &'static str {
     const KNOWN: &[&str] = &[
         "08P01", "0A000", "0LP01", "22000", "28000", "28P01", "22001", "22003", "22007", "22008",
         "22012", "22023", "22P02", "23502", "23505", "25001", "25006", "25P03", "26000", "2BP01",
-        "42501", "42601", "42701", "42702", "42703", "42704", "42710", "42804", "42809", "42883",
-        "42P01", "42P07", "42P16", "53100", "53200", "53300", "53400", "54000", "54001", "55000",
-        "55P02", "55P03", "57014", "58030", "XX000",
+        "42501", "42601", "42701", "42803", "42702", "42703", "42704", "42710", "42804", "42809",
+        "42883", "42P01", "42P07", "42P16", "53100", "53200", "53300", "53400", "54000", "54001",
+        "55000", "55P02", "55P03", "57014", "58030", "XX000",
     ];
     KNOWN
         .iter()
@@ -230,11 +231,18 @@ fn from_arrow(e: &ArrowError) -> WeirError {
     }
 }
 
-/// "Cannot cast string 'abc' to value of Int32 type" in Postgres' words.
+/// "Cannot cast string 'abc' to value of Int32 type" (and arrow's "Error parsing timestamp
+/// from '...'") in Postgres' words: 22P02 for numbers and booleans, 22007 for a date, time,
+/// timestamp or interval that is not one, 22008 for one whose month, day or time of day is
+/// out of range (`2024-02-30`, `25:00`).
 fn cast_message(m: &str) -> Option<WeirError> {
-    let rest = m.strip_prefix("Cannot cast string '")?;
-    let (value, rest) = rest.rsplit_once("' to value of ")?;
-    let ty = rest.strip_suffix(" type").unwrap_or(rest);
+    let (value, ty) = if let Some(rest) = m.strip_prefix("Cannot cast string '") {
+        let (value, rest) = rest.rsplit_once("' to value of ")?;
+        (value, rest.strip_suffix(" type").unwrap_or(rest))
+    } else {
+        let rest = m.strip_prefix("Error parsing timestamp from '")?;
+        (rest.split_once("'")?.0, "Timestamp")
+    };
     let pg = match ty {
         "Int16" => "smallint",
         "Int32" => "integer",
@@ -245,13 +253,62 @@ fn cast_message(m: &str) -> Option<WeirError> {
         t if t.starts_with("Decimal") => "numeric",
         t if t.starts_with("Timestamp") => "timestamp",
         t if t.starts_with("Date") => "date",
+        t if t.starts_with("Time") => "time",
         t if t.starts_with("Interval") => "interval",
         other => other,
     };
-    Some(WeirError::new(
-        sqlstate::INVALID_TEXT_REPRESENTATION,
+    Some(invalid_input(pg, value))
+}
+
+/// A value of type `pg` (Postgres' name) that does not read: 22P02 "invalid input syntax
+/// for type ...", 22007 for a date/time type, 22008 for a date or time written well but
+/// out of range. Casts, COPY and literal INSERTs all say it so.
+pub fn invalid_input(pg: &str, value: &str) -> WeirError {
+    let datetime = pg == "date" || pg.starts_with("time") || pg == "interval";
+    if datetime && pg != "interval" && datetime_field_out_of_range(value) {
+        return WeirError::new(
+            sqlstate::DATETIME_FIELD_OVERFLOW,
+            format!("date/time field value out of range: \"{value}\""),
+        );
+    }
+    WeirError::new(
+        if datetime {
+            sqlstate::INVALID_DATETIME_FORMAT
+        } else {
+            sqlstate::INVALID_TEXT_REPRESENTATION
+        },
         format!("invalid input syntax for type {pg}: \"{value}\""),
-    ))
+    )
+}
+
+/// A date `Y-M-D` and / or a time `H:M[:S]` written well whose month, day, hour, minute or
+/// second is past its range (Postgres' 22008 rather than a syntax error).
+fn datetime_field_out_of_range(value: &str) -> bool {
+    let numbers = |part: &str, sep: char| -> Option<Vec<u32>> {
+        part.split(sep)
+            .map(|n| {
+                let n = n.split('.').next()?;
+                (!n.is_empty() && n.len() <= 4 && n.bytes().all(|b| b.is_ascii_digit()))
+                    .then(|| n.parse().ok())
+                    .flatten()
+            })
+            .collect()
+    };
+    let mut out_of_range = false;
+    for part in value.trim().split([' ', 'T']) {
+        if let Some(d) = numbers(part, '-').filter(|d| d.len() == 3) {
+            let (y, m, day) = (d[0] as i32, d[1], d[2]);
+            let days = chrono::NaiveDate::from_ymd_opt(y, m.clamp(1, 12), 1)
+                .and_then(|f| f.checked_add_months(chrono::Months::new(1)))
+                .and_then(|n| n.pred_opt())
+                .map_or(31, |l| chrono::Datelike::day(&l));
+            out_of_range |= !(1..=12).contains(&m) || day == 0 || day > days;
+        } else if let Some(t) = numbers(part, ':').filter(|t| (2..=3).contains(&t.len())) {
+            let second = t.get(2).copied().unwrap_or(0);
+            out_of_range |= t[0] > 24 || t[1] > 59 || second > 60;
+        }
+    }
+    out_of_range
 }
 
 impl From<DataFusionError> for WeirError {
@@ -329,11 +386,24 @@ fn classify_plan_message(m: &str) -> WeirError {
         let short = name.rsplit('.').next().unwrap_or(name);
         return WeirError::undefined_table(short);
     }
+    if lower.contains("must appear in the group by clause")
+        && let Some(column) = msg
+            .split_once("column \"")
+            .and_then(|(_, rest)| rest.split_once('"'))
+            .map(|(c, _)| c)
+    {
+        return WeirError::new(
+            sqlstate::GROUPING_ERROR,
+            format!(
+                "column \"{column}\" must appear in the GROUP BY clause or be used in an aggregate function"
+            ),
+        );
+    }
     if lower.starts_with("inconsistent data length across values list") {
         return WeirError::syntax("VALUES lists must all be the same length");
     }
     if lower.contains("invalid function") || lower.contains("no function matches") {
-        return WeirError::new(sqlstate::UNDEFINED_FUNCTION, msg);
+        return undefined_function(&msg);
     }
     if lower.contains("cannot be cast") || lower.contains("cannot cast") {
         return WeirError::new(sqlstate::DATATYPE_MISMATCH, msg);
@@ -345,6 +415,55 @@ fn classify_plan_message(m: &str) -> WeirError {
         return WeirError::new(sqlstate::DATATYPE_MISMATCH, msg);
     }
     WeirError::new(sqlstate::SYNTAX_ERROR, msg)
+}
+
+/// DataFusion's "Invalid function 'f'" and "No function matches the given name and
+/// argument types 'f(Int64, Utf8)'" as Postgres says them: `function f(bigint, text) does
+/// not exist` (without the types when DataFusion does not name them), with Postgres' hint.
+fn undefined_function(msg: &str) -> WeirError {
+    let quoted = |after: &str| {
+        msg.split_once(after)
+            .and_then(|(_, rest)| rest.split_once('\''))
+            .map(|(q, _)| q.to_owned())
+    };
+    let signature = quoted("argument types '").map(|sig| match sig.split_once('(') {
+        Some((name, args)) => {
+            let args: Vec<String> = args
+                .trim_end_matches(')')
+                .split(',')
+                .map(str::trim)
+                .filter(|a| !a.is_empty())
+                .map(|a| match a {
+                    "Int16" => "smallint".to_owned(),
+                    "Int32" => "integer".to_owned(),
+                    "Int64" => "bigint".to_owned(),
+                    "Float32" => "real".to_owned(),
+                    "Float64" => "double precision".to_owned(),
+                    "Boolean" => "boolean".to_owned(),
+                    "Utf8" | "Utf8View" | "LargeUtf8" => "text".to_owned(),
+                    "Date32" => "date".to_owned(),
+                    "Null" => "unknown".to_owned(),
+                    t if t.starts_with("Decimal") => "numeric".to_owned(),
+                    t if t.starts_with("Timestamp") => "timestamp".to_owned(),
+                    t if t.starts_with("Interval") => "interval".to_owned(),
+                    t if t.starts_with("List") => "anyarray".to_owned(),
+                    other => other.to_lowercase(),
+                })
+                .collect();
+            format!("{}({})", name.to_lowercase(), args.join(", "))
+        }
+        None => sig,
+    });
+    match signature.or_else(|| quoted("Invalid function '")) {
+        Some(f) => WeirError::new(
+            sqlstate::UNDEFINED_FUNCTION,
+            format!("function {f} does not exist"),
+        )
+        .with_hint(
+            "No function matches the given name and argument types. You might need to add explicit type casts.",
+        ),
+        None => WeirError::new(sqlstate::UNDEFINED_FUNCTION, msg.to_owned()),
+    }
 }
 
 fn classify_execution_message(m: &str) -> WeirError {

@@ -222,9 +222,7 @@ impl SchemaProvider for PublicSchema {
             && entry.desc.kind != crate::catalog::RelationKind::Sink
         {
             if let Some(table) = &entry.table {
-                return Ok(Some(Arc::new(TableScanProvider {
-                    table: table.clone(),
-                })));
+                return Ok(Some(Arc::new(TableScanProvider::new(table.clone()))));
             }
             if entry.desc.kind == crate::catalog::RelationKind::Source {
                 return Ok(Some(Arc::new(SourceScanProvider {
@@ -395,6 +393,21 @@ impl TableProvider for SourceScanProvider {
 /// Scans a table: a point lookup by primary key, or a stream of all its rows.
 pub struct TableScanProvider {
     pub table: Arc<TableStore>,
+    /// Its primary key, for the planner: columns of the row are functionally dependent on
+    /// it, so `GROUP BY id` may select the row's other columns, as in Postgres.
+    constraints: datafusion::common::Constraints,
+}
+
+impl TableScanProvider {
+    pub fn new(table: Arc<TableStore>) -> TableScanProvider {
+        let constraints = datafusion::common::Constraints::new_unverified(
+            table
+                .primary_key()
+                .map(|k| vec![datafusion::common::Constraint::PrimaryKey(k.to_vec())])
+                .unwrap_or_default(),
+        );
+        TableScanProvider { table, constraints }
+    }
 }
 
 impl fmt::Debug for TableScanProvider {
@@ -413,6 +426,10 @@ impl TableProvider for TableScanProvider {
 
     fn table_type(&self) -> TableType {
         TableType::Base
+    }
+
+    fn constraints(&self) -> Option<&datafusion::common::Constraints> {
+        Some(&self.constraints)
     }
 
     /// `column = literal` and `column IN (literals)` filters on the primary key, or on the

@@ -1352,6 +1352,42 @@ impl datafusion::logical_expr::planner::ExprPlanner for WeirExprPlanner {
                 expr.left = datafusion::logical_expr::cast(expr.left, t);
             }
         }
+        // `'5' + 1`, `price * '2'`: the text constant is of the number's type (22P02 when
+        // it is not one), as Postgres types an untyped literal by the other operand
+        if matches!(
+            expr.op,
+            B::Plus | B::Minus | B::Multiply | B::Divide | B::Modulo
+        ) {
+            // beside a numeric, the constant is a numeric of its own digits (`q * '2'` keeps
+            // q's scale, as `q * 2` does)
+            let typed = |e: Expr, other: DataType| -> Expr {
+                let digits = match &e {
+                    Expr::Literal(ScalarValue::Utf8(Some(t)), _)
+                        if matches!(other, DataType::Decimal128(..)) =>
+                    {
+                        let t = t.trim().trim_start_matches(['-', '+']);
+                        let (int, frac) = t.split_once('.').unwrap_or((t, ""));
+                        let ok = !t.is_empty()
+                            && int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit())
+                            && int.len() + frac.len() <= 38;
+                        ok.then(|| ((int.len() + frac.len()).max(1), frac.len()))
+                    }
+                    _ => None,
+                };
+                match digits {
+                    Some((p, s)) => {
+                        datafusion::logical_expr::cast(e, DataType::Decimal128(p as u8, s as i8))
+                    }
+                    None => datafusion::logical_expr::cast(e, other),
+                }
+            };
+            let number_type = |e: &Expr| e.get_type(schema).ok().filter(|t| t.is_numeric());
+            if let (Some(t), true) = (number_type(&expr.left), text_literal(&expr.right)) {
+                expr.right = typed(expr.right, t);
+            } else if let (Some(t), true) = (number_type(&expr.right), text_literal(&expr.left)) {
+                expr.left = typed(expr.left, t);
+            }
+        }
         if comparison {
             if let (Some(t), true) = (list_type(&expr.left), text_literal(&expr.right)) {
                 expr.right = datafusion::logical_expr::cast(expr.right, t);

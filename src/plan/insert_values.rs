@@ -249,13 +249,7 @@ pub fn scanned_rows(
                         Some(t) => match adapt(t.to_owned(), ty) {
                             Some(a) => out.push(Some(a)),
                             None => {
-                                return Err(WeirError::new(
-                                    sqlstate::INVALID_TEXT_REPRESENTATION,
-                                    format!(
-                                        "invalid input syntax for type {}: \"{t}\"",
-                                        ty.display_name()
-                                    ),
-                                ));
+                                return Err(crate::error::invalid_input(&ty.display_name(), t));
                             }
                         },
                     }

@@ -502,18 +502,7 @@ fn cast_text(
     ty: &SqlType,
     target: &DataType,
 ) -> std::result::Result<ArrayRef, (usize, WeirError)> {
-    let bad = |row: usize, v: &str| {
-        (
-            row,
-            WeirError::new(
-                sqlstate::INVALID_TEXT_REPRESENTATION,
-                format!(
-                    "invalid input syntax for type {}: \"{v}\"",
-                    ty.display_name()
-                ),
-            ),
-        )
-    };
+    let bad = |row: usize, v: &str| (row, crate::error::invalid_input(&ty.display_name(), v));
     match ty {
         SqlType::Text | SqlType::Varchar(None) | SqlType::Name => {
             return cast_plain(&(Arc::new(text.clone()) as ArrayRef), target, text, &bad);
