@@ -18,6 +18,7 @@ pub mod security;
 mod sinks;
 mod sql_functions;
 mod views;
+mod whole_rows;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -335,6 +336,7 @@ impl Engine {
 
     async fn plan_ast(&self, session: &Session, stmt: &ast::Statement) -> Result<LogicalPlan> {
         let mut stmt = stmt.clone();
+        self.whole_row_references(&mut stmt);
         self.expand_plain_views(&mut stmt)?;
         self.inline_sql_functions(&mut stmt)?;
         if rewrite_statement(&mut stmt)?.session_windows {

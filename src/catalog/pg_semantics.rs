@@ -1359,6 +1359,7 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
                         DataType::List(_)
                         | DataType::LargeList(_)
                         | DataType::FixedSizeList(..)
+                        | DataType::Struct(_)
                         | DataType::Float32
                         | DataType::Float64
                         | DataType::Date32

@@ -43,6 +43,7 @@ impl Engine {
     ) -> Result<(Graph, Vec<ColumnDesc>)> {
         let window = view_options(options, emit_on_window_close)?;
         let mut q = query.clone();
+        self.whole_row_references(&mut q);
         self.expand_plain_views(&mut q)?;
         self.inline_sql_functions(&mut q)?;
         rewrite_query(&mut q)?;

@@ -414,6 +414,15 @@ fn encode_column(col: &ArrayRef, plan: &ColumnPlan, rows: &mut [BytesMut]) -> Re
                 buf.put_i32(-1);
             }
         }
+        DataType::Struct(_) => {
+            // a record, in its text form (clients read a record as text)
+            let c: ArrayRef = Arc::new(crate::sql::pg_text::text_values(col)?);
+            let plan2 = ColumnPlan {
+                ty: SqlType::Text,
+                format: plan.format,
+            };
+            return encode_column(&c, &plan2, rows);
+        }
         _ => {
             // anything else is shown as text, which every client can read
             let c = cast(col, &DataType::Utf8).map_err(|_| {

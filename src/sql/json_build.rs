@@ -434,7 +434,26 @@ impl Accumulator for JsonAggAcc {
         let text = if self.object {
             format!("{{ {} }}", self.items.join(", "))
         } else {
-            format!("[{}]", self.items.join(", "))
+            // json_agg of records or arrays puts each element after the first on a line
+            // of its own, as Postgres' json_agg does (jsonb's normal form has no newlines)
+            let structured = self.fields.first().is_some_and(|f| {
+                matches!(
+                    f.data_type(),
+                    DataType::Struct(_) | DataType::List(_) | DataType::LargeList(_)
+                )
+            });
+            let mut out = String::from("[");
+            for (i, item) in self.items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                    if structured && item != "null" {
+                        out.push_str("\n ");
+                    }
+                }
+                out.push_str(item);
+            }
+            out.push(']');
+            out
         };
         Ok(ScalarValue::Utf8(Some(if self.jsonb {
             crate::sql::jsonb::normalize(&text).map_err(ext)?

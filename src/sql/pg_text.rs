@@ -9,6 +9,25 @@ use bytes::{BufMut, BytesMut};
 use chrono::{DateTime, NaiveDate, NaiveDateTime, TimeZone as _, Utc};
 
 /// An array element in text form, quoted when Postgres would quote it.
+/// One field of a record's text (Postgres' record_out).
+fn record_field_text(buf: &mut BytesMut, v: &[u8]) {
+    let needs_quotes = v.is_empty()
+        || v.iter()
+            .any(|c| matches!(c, b'(' | b')' | b',' | b'"' | b'\\') || c.is_ascii_whitespace());
+    if !needs_quotes {
+        buf.put_slice(v);
+        return;
+    }
+    buf.put_u8(b'"');
+    for &c in v {
+        if c == b'"' || c == b'\\' {
+            buf.put_u8(c);
+        }
+        buf.put_u8(c);
+    }
+    buf.put_u8(b'"');
+}
+
 pub fn array_elem_text(buf: &mut BytesMut, v: &[u8]) {
     let needs_quotes = v.is_empty()
         || v.eq_ignore_ascii_case(b"null")
@@ -367,6 +386,29 @@ pub fn text_values(
             each(&mut |i, b| {
                 let v = a.value(i);
                 interval_text(b, v.months, v.days, v.nanoseconds / 1000)
+            })
+        }
+        // a record (`ROW(...)`, a whole-row reference) as Postgres' record_out: `(1,a)`,
+        // a NULL field empty, a field quoted when it is empty or holds one of `"\(),` or
+        // a space (`"` and `\` doubled inside)
+        DataType::Struct(_) => {
+            let s = col.as_struct();
+            let fields: Vec<StringArray> = s
+                .columns()
+                .iter()
+                .map(text_values)
+                .collect::<datafusion::common::Result<_>>()?;
+            each(&mut |i, b| {
+                b.put_u8(b'(');
+                for (k, f) in fields.iter().enumerate() {
+                    if k > 0 {
+                        b.put_u8(b',');
+                    }
+                    if f.is_valid(i) {
+                        record_field_text(b, f.value(i).as_bytes());
+                    }
+                }
+                b.put_u8(b')');
             })
         }
         DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(..) => {

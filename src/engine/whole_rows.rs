@@ -1,0 +1,263 @@
+//! Whole-row references: a relation's name (or alias) used as a value is its row, a record
+//! of its columns named as the columns (`row_to_json(t)`, `to_jsonb(t.*)`, `json_agg(o)`,
+//! `SELECT t FROM t` printing `(1,a)`), as in Postgres. Resolved in the syntax tree before
+//! planning (DataFusion has no such reference) into `named_struct('c1', t.c1, ...)`, for
+//! the catalog's relations (tables, sources, views, materialized views) named in the FROM
+//! clause of the same SELECT. A name that is also a column of one of them stays the column,
+//! as in Postgres; `count(t.*)` is left to DataFusion. Rows of a subquery or a CTE are not
+//! resolved (their columns are known only once planned): such a name stays unknown (42703).
+
+use std::collections::{HashMap, HashSet};
+use std::ops::ControlFlow;
+
+use datafusion::sql::sqlparser::ast::{self, Expr, Ident, VisitMut, VisitorMut};
+
+use crate::engine::Engine;
+use crate::sql::parser::{normalize_ident, relation_name};
+
+impl Engine {
+    pub(crate) fn whole_row_references<T: VisitMut + ast::Visit>(&self, node: &mut T) {
+        let ctes = super::plain_views::cte_names(node);
+        let mut v = Rows {
+            engine: self,
+            ctes: &ctes,
+        };
+        let _ = node.visit(&mut v);
+    }
+}
+
+struct Rows<'a> {
+    engine: &'a Engine,
+    ctes: &'a HashSet<String>,
+}
+
+impl Rows<'_> {
+    /// The relations of a FROM clause whose columns the catalog knows: the name they are
+    /// seen by, and their columns' names.
+    fn relations(&self, from: &[ast::TableWithJoins]) -> Vec<Relation> {
+        let mut out = Vec::new();
+        let factors = from
+            .iter()
+            .flat_map(|t| std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation)));
+        for f in factors {
+            let ast::TableFactor::Table {
+                name,
+                alias,
+                args: None,
+                ..
+            } = f
+            else {
+                continue;
+            };
+            let Ok(rel) = relation_name(name) else {
+                continue;
+            };
+            if name.0.len() == 1 && self.ctes.contains(&rel) {
+                continue;
+            }
+            let Some(entry) = self.engine.catalog.get(&rel) else {
+                continue;
+            };
+            let fields: Vec<String> = entry.desc.columns.iter().map(|c| c.name.clone()).collect();
+            let mut columns = fields.clone();
+            let seen = match alias {
+                Some(a) => {
+                    // `t AS x(a, b)`: read as x.a, x.b; the row's fields keep the table's
+                    // names, as in Postgres
+                    for (c, renamed) in columns.iter_mut().zip(&a.columns) {
+                        *c = normalize_ident(&renamed.name);
+                    }
+                    normalize_ident(&a.name)
+                }
+                None => rel,
+            };
+            out.push(Relation {
+                seen,
+                fields,
+                columns,
+            });
+        }
+        out
+    }
+}
+
+/// A relation of a FROM clause: the name it is seen by, its row's field names and the
+/// names its columns are read by there.
+struct Relation {
+    seen: String,
+    fields: Vec<String>,
+    columns: Vec<String>,
+}
+
+/// `named_struct('f1', "t"."c1", ...)`: the row of a relation.
+fn row_of(r: &Relation) -> Expr {
+    let args = r
+        .fields
+        .iter()
+        .zip(&r.columns)
+        .flat_map(|(f, c)| {
+            [
+                Expr::value(ast::Value::SingleQuotedString(f.clone())),
+                Expr::CompoundIdentifier(vec![
+                    Ident::with_quote('"', r.seen.clone()),
+                    Ident::with_quote('"', c.clone()),
+                ]),
+            ]
+        })
+        .map(|e| ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e)))
+        .collect();
+    Expr::Function(ast::Function {
+        name: ast::ObjectName::from(vec![Ident::new("named_struct")]),
+        uses_odbc_syntax: false,
+        parameters: ast::FunctionArguments::None,
+        args: ast::FunctionArguments::List(ast::FunctionArgumentList {
+            duplicate_treatment: None,
+            args,
+            clauses: vec![],
+        }),
+        filter: None,
+        null_treatment: None,
+        over: None,
+        within_group: vec![],
+    })
+}
+
+impl VisitorMut for Rows<'_> {
+    type Break = ();
+
+    fn pre_visit_select(&mut self, select: &mut ast::Select) -> ControlFlow<()> {
+        let relations = self.relations(&select.from);
+        if relations.is_empty() {
+            return ControlFlow::Continue(());
+        }
+        let columns: HashSet<&str> = relations
+            .iter()
+            .flat_map(|r| r.columns.iter().map(String::as_str))
+            .collect();
+        let rows: HashMap<String, Expr> = relations
+            .iter()
+            .filter(|r| !columns.contains(r.seen.as_str()))
+            .map(|r| (r.seen.clone(), row_of(r)))
+            .collect();
+        if rows.is_empty() {
+            return ControlFlow::Continue(());
+        }
+        let mut r = Replace {
+            rows: &rows,
+            depth: 0,
+        };
+        for item in select.projection.iter_mut() {
+            // `SELECT t`, `SELECT t::text`, `SELECT (t)`: named t, as Postgres names them
+            if let ast::SelectItem::UnnamedExpr(e) = item {
+                let named = row_name(e);
+                if let Some(name) = named.filter(|n| rows.contains_key(n)) {
+                    let alias = Ident::with_quote('"', name);
+                    let expr = std::mem::replace(e, Expr::value(ast::Value::Null));
+                    *item = ast::SelectItem::ExprWithAlias { expr, alias };
+                }
+            }
+            if let ast::SelectItem::UnnamedExpr(e)
+            | ast::SelectItem::ExprWithAlias { expr: e, .. } = item
+            {
+                let _ = e.visit(&mut r);
+            }
+        }
+        if let Some(e) = select.selection.as_mut() {
+            let _ = e.visit(&mut r);
+        }
+        if let Some(e) = select.having.as_mut() {
+            let _ = e.visit(&mut r);
+        }
+        if let ast::GroupByExpr::Expressions(exprs, _) = &mut select.group_by {
+            for e in exprs.iter_mut() {
+                let _ = e.visit(&mut r);
+            }
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+/// The relation a select item shows the row of, by Postgres' naming: `t`, `t.*`, `(t)`,
+/// `t::text`.
+fn row_name(e: &Expr) -> Option<String> {
+    match e {
+        Expr::Identifier(id) => Some(normalize_ident(id)),
+        Expr::QualifiedWildcard(name, _) => match name.0.as_slice() {
+            [part] => part.as_ident().map(normalize_ident),
+            _ => None,
+        },
+        Expr::Cast { expr, .. } | Expr::Nested(expr) => row_name(expr),
+        _ => None,
+    }
+}
+
+/// Whole-row names in the expressions of one SELECT (not in its subqueries, which have
+/// FROM clauses of their own) replaced by their rows.
+struct Replace<'a> {
+    rows: &'a HashMap<String, Expr>,
+    depth: usize,
+}
+
+impl VisitorMut for Replace<'_> {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, _: &mut ast::Query) -> ControlFlow<()> {
+        self.depth += 1;
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_query(&mut self, _: &mut ast::Query) -> ControlFlow<()> {
+        self.depth -= 1;
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_expr(&mut self, e: &mut Expr) -> ControlFlow<()> {
+        if self.depth > 0 {
+            return ControlFlow::Continue(());
+        }
+        match e {
+            Expr::Identifier(id) => {
+                if let Some(row) = self.rows.get(&normalize_ident(id)) {
+                    *e = row.clone();
+                }
+            }
+            // `(t.*)` as a value
+            Expr::QualifiedWildcard(name, _) => {
+                if let [part] = name.0.as_slice()
+                    && let Some(row) = part
+                        .as_ident()
+                        .and_then(|i| self.rows.get(&normalize_ident(i)))
+                {
+                    *e = row.clone();
+                }
+            }
+            // `f(t.*)`: the row as one argument (`count(t.*)` counts rows as it is)
+            Expr::Function(f)
+                if !f
+                    .name
+                    .0
+                    .last()
+                    .and_then(|p| p.as_ident())
+                    .is_some_and(|i| i.value.eq_ignore_ascii_case("count")) =>
+            {
+                if let ast::FunctionArguments::List(list) = &mut f.args {
+                    for arg in list.args.iter_mut() {
+                        if let ast::FunctionArg::Unnamed(ast::FunctionArgExpr::QualifiedWildcard(
+                            name,
+                        )) = arg
+                            && let [part] = name.0.as_slice()
+                            && let Some(row) = part
+                                .as_ident()
+                                .and_then(|i| self.rows.get(&normalize_ident(i)))
+                        {
+                            *arg =
+                                ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(row.clone()));
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        ControlFlow::Continue(())
+    }
+}
