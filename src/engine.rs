@@ -5,6 +5,7 @@ mod alter_table;
 mod checks;
 mod client;
 mod comments;
+mod create_table_as;
 mod foreign_keys;
 mod indexes;
 mod merge;
@@ -642,6 +643,7 @@ impl Engine {
             Statement::Fetch(f) => self.fetch(session, f).await,
             Statement::Close(name) => self.close(session, name.as_deref()),
             Statement::Copy(c) => self.copy(session, c).await,
+            Statement::CreateTableAs(c) => self.create_table_as(session, c, notices).await,
             Statement::Prepare(p) => self.prepare(session, p).await,
             Statement::Execute(e) => {
                 let body = self.executable(session, e)?;

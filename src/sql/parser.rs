@@ -117,6 +117,8 @@ pub enum Statement {
     Execute(Box<ExecuteStmt>),
     /// `DEALLOCATE [PREPARE] name`, or `DEALLOCATE ALL` (`None`).
     Deallocate(Option<String>),
+    /// `CREATE TABLE name [(columns)] AS query [WITH [NO] DATA]`, and `SELECT ... INTO name`.
+    CreateTableAs(Box<CreateTableAs>),
     /// `CREATE SCHEMA [IF NOT EXISTS] name [AUTHORIZATION role]`.
     CreateSchema {
         name: String,
@@ -127,6 +129,17 @@ pub enum Statement {
         names: Vec<String>,
         if_exists: bool,
     },
+}
+
+/// `CREATE TABLE name [(columns)] AS query [WITH [NO] DATA]`: a table of the query's
+/// columns (renamed by `columns`), filled with its rows unless WITH NO DATA.
+#[derive(Debug, Clone)]
+pub struct CreateTableAs {
+    pub name: String,
+    pub if_not_exists: bool,
+    pub columns: Vec<String>,
+    pub query: Box<ast::Query>,
+    pub with_data: bool,
 }
 
 /// `PREPARE name [(types)] AS body`: the body keeps its `$n` placeholders.
@@ -1276,10 +1289,18 @@ fn parse_one(p: &mut Parser) -> Result<Statement> {
     }
     match w.keyword {
         Keyword::CREATE => {
-            if matches!(&p.peek_nth_token(1).token, Token::Word(w) if w.keyword == Keyword::TABLE) {
+            // (UNLOGGED: every table is written durably here, more than Postgres promises)
+            let unlogged = matches!(&p.peek_nth_token(1).token, Token::Word(w) if w.keyword == Keyword::UNLOGGED)
+                && matches!(&p.peek_nth_token(2).token, Token::Word(w) if w.keyword == Keyword::TABLE);
+            if unlogged
+                || matches!(&p.peek_nth_token(1).token, Token::Word(w) if w.keyword == Keyword::TABLE)
+            {
                 p.next_token();
                 p.next_token();
-                return parse_create_table(p).map(|c| Statement::CreateTable(Box::new(c)));
+                if unlogged {
+                    p.next_token();
+                }
+                return parse_create_table(p);
             }
             if matches!(&p.peek_nth_token(1).token, Token::Word(w) if w.keyword == Keyword::SOURCE)
             {
@@ -1464,6 +1485,28 @@ fn delete_alias(d: &ast::Delete) -> Option<(ast::Ident, String)> {
 /// with a message that names it.
 fn classify(stmt: ast::Statement) -> Result<Statement> {
     match stmt {
+        // `SELECT ... INTO t FROM ...` creates t, as CREATE TABLE t AS does
+        ast::Statement::Query(mut q) if matches!(q.body.as_ref(), ast::SetExpr::Select(s) if s.into.is_some()) =>
+        {
+            let ast::SetExpr::Select(s) = q.body.as_mut() else {
+                return Err(WeirError::internal("SELECT INTO without its SELECT"));
+            };
+            let Some(into) = s.into.take() else {
+                return Err(WeirError::internal("SELECT INTO without INTO"));
+            };
+            if into.temporary {
+                return Err(WeirError::not_supported(
+                    "SELECT INTO TEMPORARY is not supported (there are no temporary tables)",
+                ));
+            }
+            Ok(Statement::CreateTableAs(Box::new(CreateTableAs {
+                name: relation_name(&into.name)?,
+                if_not_exists: false,
+                columns: vec![],
+                query: q,
+                with_data: true,
+            })))
+        }
         ast::Statement::Query(_) | ast::Statement::Explain { .. } => {
             Ok(Statement::Query(Box::new(stmt)))
         }
@@ -1742,9 +1785,49 @@ pub fn relation_name(name: &ObjectName) -> Result<String> {
     }
 }
 
-fn parse_create_table(p: &mut Parser) -> Result<CreateTable> {
+/// `CREATE TABLE [IF NOT EXISTS] name [(columns)] AS query [WITH [NO] DATA]`, or a table
+/// of declared columns.
+fn parse_create_table(p: &mut Parser) -> Result<Statement> {
     let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
     let name = relation_name(&p.parse_object_name(false)?)?;
+    // `(a, b) AS`: names for the query's columns, not column definitions
+    let named_columns = p.peek_token().token == Token::LParen
+        && matches!(p.peek_nth_token(1).token, Token::Word(_))
+        && matches!(p.peek_nth_token(2).token, Token::Comma | Token::RParen);
+    if named_columns || p.peek_keyword(Keyword::AS) {
+        let columns = if named_columns {
+            p.expect_token(&Token::LParen)?;
+            let cols = p.parse_comma_separated(|p| p.parse_identifier())?;
+            p.expect_token(&Token::RParen)?;
+            cols.iter().map(normalize_ident).collect()
+        } else {
+            vec![]
+        };
+        p.expect_keyword_is(Keyword::AS)?;
+        let query = p.parse_query()?;
+        let with_data = if p.parse_keyword(Keyword::WITH) {
+            let no = p.parse_keyword(Keyword::NO);
+            expect_word(p, "DATA")?;
+            !no
+        } else {
+            true
+        };
+        return Ok(Statement::CreateTableAs(Box::new(CreateTableAs {
+            name,
+            if_not_exists,
+            columns,
+            query,
+            with_data,
+        })));
+    }
+    parse_table_definition(p, name, if_not_exists).map(|c| Statement::CreateTable(Box::new(c)))
+}
+
+fn parse_table_definition(
+    p: &mut Parser,
+    name: String,
+    if_not_exists: bool,
+) -> Result<CreateTable> {
     p.expect_token(&Token::LParen)?;
     let TableElements {
         columns,
