@@ -289,6 +289,45 @@ fn bootstrap_owner() -> u32 {
 }
 
 impl RelationDesc {
+    /// A column's `DEFAULT` as Postgres shows it (`pg_attrdef`, `information_schema`,
+    /// psql's `\d`): a quoted constant with its column's type (`'x'::text`), a sequence's
+    /// `nextval('t_id_seq'::regclass)`, anything else as written. None without a default,
+    /// and for a `GENERATED ALWAYS AS IDENTITY` column (an identity, not a default).
+    pub fn column_default(&self, column: &str) -> Option<String> {
+        if self.is_identity_always(column) {
+            return None;
+        }
+        let (_, text) = self.defaults.iter().find(|(c, _)| c == column)?;
+        let text = text.trim();
+        if let Some(seq) = text
+            .strip_prefix("nextval('")
+            .and_then(|r| r.strip_suffix("')"))
+        {
+            return Some(format!("nextval('{seq}'::regclass)"));
+        }
+        let quoted = text.len() >= 2
+            && text.starts_with('\'')
+            && text.ends_with('\'')
+            && !text[1..text.len() - 1].replace("''", "").contains('\'');
+        if quoted && let Some(c) = self.columns.iter().find(|c| c.name == column) {
+            // the type without its modifiers: `'ab'::character varying`
+            let ty = c.ty.display_name();
+            let ty = match (ty.find('('), ty.find(')')) {
+                (Some(a), Some(b)) if a < b => format!("{}{}", &ty[..a], &ty[b + 1..]),
+                _ => ty,
+            };
+            return Some(format!("{text}::{ty}"));
+        }
+        Some(text.to_owned())
+    }
+
+    /// `GENERATED ALWAYS AS IDENTITY`.
+    pub fn is_identity_always(&self, column: &str) -> bool {
+        self.options
+            .iter()
+            .any(|(k, v)| k == "weir.identity_always" && v == column)
+    }
+
     pub fn schema(&self) -> SchemaRef {
         schema_of(
             self.columns

@@ -232,7 +232,7 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                         d.name.clone().into(),
                         c.name.clone().into(),
                         V::I(i as i64 + 1),
-                        V::Null,
+                        d.column_default(&c.name).map(V::from).unwrap_or(V::Null),
                         yes_no(nullable),
                         dt.into(),
                         opt(char_len),
@@ -244,7 +244,7 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                         db(),
                         "pg_catalog".into(),
                         udt.into(),
-                        "NO".into(),
+                        yes_no(d.is_identity_always(&c.name)),
                         "NEVER".into(),
                         yes_no(e.table.is_some()),
                     ]);

@@ -586,7 +586,6 @@ pub fn io_proc_oid(name: &str) -> u32 {
 /// inheritance...). The query rewriter answers scalar subqueries over them with NULL.
 pub const ALWAYS_EMPTY: &[&str] = &[
     "pg_opclass",
-    "pg_attrdef",
     "pg_description",
     "pg_shdescription",
     "pg_inherits",
@@ -819,7 +818,12 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
             for e in &entries {
                 let d = &e.desc;
                 for (i, c) in d.columns.iter().enumerate() {
-                    rows.push(attribute_row(d.oid, &c.name, &c.ty, i + 1, !c.nullable));
+                    let mut row = attribute_row(d.oid, &c.name, &c.ty, i + 1, !c.nullable);
+                    row[ATTHASDEF] = d.column_default(&c.name).is_some().into();
+                    if d.is_identity_always(&c.name) {
+                        row[ATTIDENTITY] = "a".into();
+                    }
+                    rows.push(row);
                 }
                 for ix in d.all_indexes() {
                     for (i, k) in ix.columns.iter().enumerate() {
@@ -1363,12 +1367,32 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
             ("opcdefault", b()),
             ("opckeytype", oid()),
         ])?,
-        "pg_attrdef" => empty(&[
-            ("oid", oid()),
-            ("adrelid", oid()),
-            ("adnum", i2()),
-            ("adbin", text()),
-        ])?,
+        // column defaults, as Postgres shows them (adbin holds the text pg_get_expr gives)
+        "pg_attrdef" => {
+            let mut rows = Vec::new();
+            for e in &entries {
+                let d = &e.desc;
+                for (i, c) in d.columns.iter().enumerate() {
+                    if let Some(text) = d.column_default(&c.name) {
+                        rows.push(vec![
+                            attrdef_oid(d.oid, i + 1).into(),
+                            d.oid.into(),
+                            (i as i32 + 1).into(),
+                            text.into(),
+                        ]);
+                    }
+                }
+            }
+            build_table(
+                &[
+                    ("oid", oid()),
+                    ("adrelid", oid()),
+                    ("adnum", i2()),
+                    ("adbin", text()),
+                ],
+                rows,
+            )?
+        }
         "pg_description" => {
             // COMMENT ON a relation (objsubid 0) or its columns (their numbers)
             let mut rows = Vec::new();
@@ -1782,6 +1806,18 @@ fn class_row(
         V::Null,
         V::Null,
     ]
+}
+
+/// Positions in [`attribute_row`]'s row.
+const ATTHASDEF: usize = 14;
+const ATTIDENTITY: usize = 16;
+
+/// A `pg_attrdef` row's OID: one per relation and column, stable while both exist.
+fn attrdef_oid(relid: u32, attnum: usize) -> u32 {
+    relid
+        .wrapping_mul(1601)
+        .wrapping_add(attnum as u32)
+        .max(crate::catalog::FIRST_USER_OID)
 }
 
 fn attribute_row(relid: u32, name: &str, ty: &SqlType, num: usize, notnull: bool) -> Vec<V> {

@@ -293,6 +293,9 @@ impl Engine {
         let name = relation_name(&alter.name)?;
         let Some(entry) = self.catalog.get(&name) else {
             if alter.if_exists {
+                if let Some(n) = notices {
+                    let _ = n.send(format!("relation \"{name}\" does not exist, skipping"));
+                }
                 return Ok(Output::Command("ALTER TABLE".into()));
             }
             return Err(WeirError::undefined_table(&name));

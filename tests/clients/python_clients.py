@@ -410,6 +410,8 @@ def check_sqlalchemy_orm():
         Column("email", String(50), unique=True, nullable=False),
         Column("age", Integer, CheckConstraint("age >= 0", name="age_not_negative")),
         Column("token", sqlalchemy.Uuid, default=uuid.uuid4, nullable=False),
+        Column("status", String(10), server_default="new"),
+        Column("joined", sqlalchemy.DateTime(timezone=True), server_default=sqlalchemy.func.now()),
     )
     orders = Table(
         "orm_orders",
@@ -436,6 +438,19 @@ def check_sqlalchemy_orm():
     i = sqlalchemy.inspect(engine)
     uniques = i.get_unique_constraints("orm_users")
     assert [(u["name"], u["column_names"]) for u in uniques] == [("orm_users_email_key", ["email"])], uniques
+    # server defaults: applied, and read back as Postgres shows them
+    with engine.connect() as c:
+        status = c.execute(sqlalchemy.select(users.c.status).where(users.c.id == 1)).scalar_one()
+    assert status == "new", status
+    defaults = {c["name"]: c["default"] for c in i.get_columns("orm_users")}
+    assert defaults == {
+        "id": "nextval('orm_users_id_seq'::regclass)",
+        "email": None,
+        "age": None,
+        "token": None,
+        "status": "'new'::character varying",
+        "joined": "now()",
+    }, defaults
     checks = i.get_check_constraints("orm_users")
     assert [(c["name"], c["sqltext"]) for c in checks] == [("age_not_negative", "age >= 0")], checks
     # a foreign key: checked, cascaded, read back by the inspector
