@@ -869,7 +869,20 @@ impl Engine {
         q: &ast::Statement,
         params: Option<ParamValues>,
     ) -> Result<Output> {
+        let expanded;
+        let q = match merge::expand_tuple_assignments(q)? {
+            Some(e) => {
+                expanded = e;
+                &expanded
+            }
+            None => q,
+        };
         self.check_target_columns(q)?;
+        if let ast::Statement::Update(u) = q
+            && u.from.is_some()
+        {
+            return self.update_from(session, u).await;
+        }
         match self.execute_dml(session, q, params.clone()).await {
             Err(e)
                 if e.message

@@ -39,6 +39,17 @@ enum Action {
 
 impl Engine {
     pub(crate) async fn merge(&self, session: &mut Session, m: &ast::Merge) -> Result<Output> {
+        self.merge_rows(session, m, false).await
+    }
+
+    /// [`Self::merge`]; with `first_match`, a target row two source rows match is changed
+    /// by the first (UPDATE ... FROM's rule) instead of refused (MERGE's).
+    async fn merge_rows(
+        &self,
+        session: &mut Session,
+        m: &ast::Merge,
+        first_match: bool,
+    ) -> Result<Output> {
         let ast::TableFactor::Table {
             name,
             alias: talias,
@@ -333,7 +344,26 @@ impl Engine {
                 .collect(),
         )?;
         let mut seen = HashSet::new();
+        if first_match {
+            // keep each target row's first update
+            let mut kept_old = Vec::with_capacity(updated_old.len());
+            let mut kept_new = Vec::with_capacity(updated_new.len());
+            for (old, new) in updated_old.iter().zip(&updated_new) {
+                let rows = conv.convert_columns(old.columns())?;
+                let keep: datafusion::arrow::array::BooleanArray = rows
+                    .iter()
+                    .map(|r| Some(seen.insert(r.as_ref().to_vec())))
+                    .collect();
+                kept_old.push(datafusion::arrow::compute::filter_record_batch(old, &keep)?);
+                kept_new.push(datafusion::arrow::compute::filter_record_batch(new, &keep)?);
+            }
+            updated_old = kept_old;
+            updated_new = kept_new;
+        }
         for b in deleted.iter().chain(&updated_old) {
+            if first_match {
+                break;
+            }
             let rows = conv.convert_columns(b.columns())?;
             for r in rows.iter() {
                 if !seen.insert(r.as_ref().to_vec()) {
@@ -392,6 +422,132 @@ impl Engine {
                 }
                 Ok(Output::Command(format!("MERGE {count}")))
             }
+        }
+    }
+}
+
+/// `UPDATE t SET (a, b) = (x, y)` and `SET (a, b) = (SELECT x, y FROM ...)`: one
+/// assignment per column (`a = x`, `b = (SELECT x FROM ...)`), as Postgres reads them.
+/// None when the statement has no tuple assignment.
+pub(crate) fn expand_tuple_assignments(q: &ast::Statement) -> Result<Option<ast::Statement>> {
+    let ast::Statement::Update(u) = q else {
+        return Ok(None);
+    };
+    if !u
+        .assignments
+        .iter()
+        .any(|a| matches!(a.target, ast::AssignmentTarget::Tuple(_)))
+    {
+        return Ok(None);
+    }
+    let mut u = u.clone();
+    let mut out = Vec::with_capacity(u.assignments.len());
+    for a in u.assignments.drain(..) {
+        let ast::AssignmentTarget::Tuple(cols) = a.target else {
+            out.push(a);
+            continue;
+        };
+        let values: Vec<ast::Expr> = match a.value {
+            ast::Expr::Tuple(v) => v,
+            ast::Expr::Subquery(q) => {
+                let ast::SetExpr::Select(s) = q.body.as_ref() else {
+                    return Err(WeirError::not_supported(
+                        "a multiple-column assignment from a query other than a SELECT",
+                    ));
+                };
+                (0..s.projection.len())
+                    .map(|k| {
+                        let mut one = q.clone();
+                        if let ast::SetExpr::Select(s) = one.body.as_mut() {
+                            let item = s.projection.remove(k);
+                            s.projection = vec![item];
+                        }
+                        ast::Expr::Subquery(one)
+                    })
+                    .collect()
+            }
+            other => vec![other],
+        };
+        if values.len() != cols.len() {
+            return Err(WeirError::syntax(
+                "number of columns does not match number of values",
+            ));
+        }
+        for (c, v) in cols.into_iter().zip(values) {
+            out.push(ast::Assignment {
+                target: ast::AssignmentTarget::ColumnName(c),
+                value: v,
+            });
+        }
+    }
+    u.assignments = out;
+    Ok(Some(ast::Statement::Update(u)))
+}
+
+impl Engine {
+    /// `UPDATE t [AS a] SET ... FROM f, ... [WHERE cond]`, run as `MERGE INTO t [AS a] USING
+    /// (f CROSS JOIN ...) ON cond WHEN MATCHED THEN UPDATE SET ...` (DataFusion plans no
+    /// UPDATE ... FROM). Where several rows of the FROM list match one target row, one of
+    /// them updates it (the first read), as in Postgres (which says: unspecified which).
+    pub(crate) async fn update_from(
+        &self,
+        session: &mut Session,
+        u: &ast::Update,
+    ) -> Result<Output> {
+        if u.returning.is_some() {
+            return Err(WeirError::not_supported(
+                "UPDATE ... FROM ... RETURNING is not supported",
+            ));
+        }
+        if !u.table.joins.is_empty() {
+            return Err(WeirError::syntax("UPDATE takes one table to update"));
+        }
+        let from = match &u.from {
+            Some(
+                ast::UpdateTableFromKind::AfterSet(f) | ast::UpdateTableFromKind::BeforeSet(f),
+            ) => f,
+            None => return Err(WeirError::internal("UPDATE ... FROM without FROM")),
+        };
+        let source = from
+            .iter()
+            .map(|t| {
+                if t.joins.is_empty() {
+                    t.relation.to_string()
+                } else {
+                    format!("({t})")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" CROSS JOIN ");
+        let source = if from.len() > 1 {
+            format!("({source})")
+        } else {
+            source
+        };
+        let on = u
+            .selection
+            .as_ref()
+            .map(|e| e.to_string())
+            .unwrap_or_else(|| "true".into());
+        let sets = u
+            .assignments
+            .iter()
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!(
+            "MERGE INTO {} USING {source} ON {on} WHEN MATCHED THEN UPDATE SET {sets}",
+            u.table.relation
+        );
+        let parsed = crate::sql::parser::parse(&sql)?;
+        let Some(crate::sql::parser::Statement::Merge(m)) =
+            parsed.into_iter().next().map(|p| p.stmt)
+        else {
+            return Err(WeirError::internal(format!("UPDATE ... FROM as {sql}")));
+        };
+        match self.merge_rows(session, &m, true).await {
+            Ok(Output::Command(tag)) => Ok(Output::Command(tag.replacen("MERGE", "UPDATE", 1))),
+            other => other,
         }
     }
 }
