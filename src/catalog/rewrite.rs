@@ -747,7 +747,12 @@ fn set_returning_in_select_list(items: &mut [SelectItem]) {
             SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e,
             _ => continue,
         };
-        let Expr::Function(f) = e else {
+        // `generate_series(...)::date`: the function's rows, each cast
+        let e = match e {
+            Expr::Cast { expr, .. } if matches!(expr.as_ref(), Expr::Function(_)) => expr.as_mut(),
+            other => other,
+        };
+        let Expr::Function(f) = &*e else {
             continue;
         };
         let Some(name) = last_name(&f.name) else {
@@ -758,6 +763,7 @@ fn set_returning_in_select_list(items: &mut [SelectItem]) {
             // one text[] per match (every match with the `g` flag)
             "regexp_matches" => Some(crate::sql::pg_functions::REGEXP_MATCHES),
             "regexp_split_to_table" => Some(crate::sql::pg_functions::REGEXP_SPLIT_TO_TABLE),
+            "string_to_table" => Some("string_to_array"),
             other => match json_set_returning(other) {
                 Some(list) => Some(list),
                 None => continue,

@@ -679,6 +679,22 @@ fn definitions() -> Vec<PgFunction> {
                 )
             },
         ),
+        // the time now, not the statement's start (now()): read once per batch of rows
+        PgFunction {
+            name: "clock_timestamp",
+            signature: Signature::nullary(Volatility::Volatile),
+            ret: Box::new(|_| crate::sql::types::SqlType::TimestampTz.arrow_type()),
+            imp: Box::new(|_, rows| {
+                let now = chrono::Utc::now().timestamp_micros();
+                let a = datafusion::arrow::array::TimestampMicrosecondArray::from(vec![now; rows]);
+                let DataType::Timestamp(_, tz) =
+                    crate::sql::types::SqlType::TimestampTz.arrow_type()
+                else {
+                    return Ok(Arc::new(a) as ArrayRef);
+                };
+                Ok(Arc::new(a.with_timezone_opt(tz)) as ArrayRef)
+            }),
+        },
         PgFunction {
             name: "gen_random_uuid",
             signature: Signature::nullary(Volatility::Volatile),
