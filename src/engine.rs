@@ -440,6 +440,14 @@ impl Engine {
             }
             Statement::BulkInsert(scan) => self.bulk_insert(session, scan).await,
             Statement::CreateTable(ct) => {
+                let expanded;
+                let ct = match &ct.like {
+                    Some(like) => {
+                        expanded = self.expand_like(ct, like)?;
+                        &expanded
+                    }
+                    None => ct.as_ref(),
+                };
                 if !ct.checks.is_empty() {
                     self.check_table_checks(&session.ctx, ct)?;
                 }

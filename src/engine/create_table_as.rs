@@ -5,8 +5,15 @@
 //! name query` (privileges, constraints and views as for any INSERT). The answer is
 //! Postgres' `SELECT n`. If filling fails the table is dropped again. No primary key,
 //! NOT NULL or defaults are carried over from the query's sources, as in Postgres.
+//!
+//! `CREATE TABLE t (LIKE source [INCLUDING ...] [, more columns and constraints])`: the
+//! source's columns first (names, types, NOT NULL), then its defaults (INCLUDING DEFAULTS),
+//! CHECK constraints (INCLUDING CONSTRAINTS) and primary key (INCLUDING INDEXES) as asked
+//! (ALL: all of them). Other indexes, comments and identities are not copied yet.
 
 use datafusion::sql::sqlparser::ast;
+
+use crate::sql::parser::{CheckSpec, ColumnSpec, CreateTable, LikeSpec};
 
 use crate::engine::{Engine, Output};
 use crate::error::{Result, WeirError, sqlstate};
@@ -101,6 +108,61 @@ impl Engine {
                 Err(e)
             }
         }
+    }
+}
+
+impl Engine {
+    /// The table `CREATE TABLE t (LIKE source ...)` declares, written out.
+    pub(crate) fn expand_like(&self, ct: &CreateTable, like: &LikeSpec) -> Result<CreateTable> {
+        let entry = self
+            .catalog
+            .get(&like.source)
+            .ok_or_else(|| WeirError::undefined_table(&like.source))?;
+        let d = &entry.desc;
+        let mut columns: Vec<ColumnSpec> = d
+            .columns
+            .iter()
+            .map(|c| ColumnSpec {
+                name: c.name.clone(),
+                ty: c.ty.clone(),
+                not_null: !c.nullable,
+                default: like
+                    .includes("defaults")
+                    .then(|| {
+                        d.defaults
+                            .iter()
+                            .find(|(n, _)| *n == c.name)
+                            .map(|(_, t)| t.clone())
+                    })
+                    .flatten(),
+                identity: None,
+            })
+            .collect();
+        columns.extend(ct.columns.iter().cloned());
+        let mut checks: Vec<CheckSpec> = if like.includes("constraints") {
+            d.checks
+                .iter()
+                .map(|(name, expr)| CheckSpec {
+                    name: name.clone(),
+                    expr: expr.clone(),
+                })
+                .collect()
+        } else {
+            vec![]
+        };
+        checks.extend(ct.checks.iter().cloned());
+        let primary_key = if ct.primary_key.is_empty() && like.includes("indexes") {
+            d.primary_key.clone()
+        } else {
+            ct.primary_key.clone()
+        };
+        Ok(CreateTable {
+            columns,
+            checks,
+            primary_key,
+            like: None,
+            ..ct.clone()
+        })
     }
 }
 

@@ -505,6 +505,23 @@ pub struct CreateTable {
     pub uniques: Vec<UniqueSpec>,
     /// `FOREIGN KEY` / `REFERENCES` constraints, column and table ones.
     pub foreign_keys: Vec<ForeignKeySpec>,
+    /// `LIKE source [INCLUDING ...]`: the source's columns come first.
+    pub like: Option<LikeSpec>,
+}
+
+/// `LIKE source [INCLUDING | EXCLUDING {DEFAULTS | CONSTRAINTS | INDEXES | COMMENTS |
+/// IDENTITY | ALL} ...]`: what is copied besides the columns (names, types, NOT NULL).
+#[derive(Debug, Clone)]
+pub struct LikeSpec {
+    pub source: String,
+    /// Lowercased words after INCLUDING (`all` for everything), EXCLUDINGs applied.
+    pub including: Vec<String>,
+}
+
+impl LikeSpec {
+    pub fn includes(&self, what: &str) -> bool {
+        self.including.iter().any(|w| w == what || w == "all")
+    }
 }
 
 /// `COMMENT ON kind name IS 'text' | NULL`: a relation's comment, or (`column`) one of its
@@ -1829,6 +1846,54 @@ fn parse_table_definition(
     if_not_exists: bool,
 ) -> Result<CreateTable> {
     p.expect_token(&Token::LParen)?;
+    // `LIKE source [INCLUDING | EXCLUDING what ...]` first, then the other elements
+    let like = if p.parse_keyword(Keyword::LIKE) {
+        let source = relation_name(&p.parse_object_name(false)?)?;
+        let mut including: Vec<String> = Vec::new();
+        loop {
+            let include = if parse_word(p, "INCLUDING") {
+                true
+            } else if parse_word(p, "EXCLUDING") {
+                false
+            } else {
+                break;
+            };
+            let what = p.parse_identifier()?.value.to_lowercase();
+            if include {
+                including.push(what);
+            } else if what == "all" {
+                including.clear();
+            } else {
+                including.retain(|w| *w != what);
+                if including.iter().any(|w| w == "all") {
+                    // ALL but this one
+                    including = ["defaults", "constraints", "indexes", "comments", "identity"]
+                        .iter()
+                        .map(|w| (*w).to_owned())
+                        .filter(|w| *w != what)
+                        .collect();
+                }
+            }
+        }
+        Some(LikeSpec { source, including })
+    } else {
+        None
+    };
+    let elements = if like.is_some() && p.consume_token(&Token::RParen) {
+        TableElements {
+            columns: vec![],
+            primary_key: None,
+            watermark: None,
+            checks: vec![],
+            uniques: vec![],
+            foreign_keys: vec![],
+        }
+    } else {
+        if like.is_some() {
+            p.expect_token(&Token::Comma)?;
+        }
+        parse_table_elements(p, &name)?
+    };
     let TableElements {
         columns,
         primary_key,
@@ -1836,7 +1901,7 @@ fn parse_table_definition(
         checks,
         uniques,
         foreign_keys,
-    } = parse_table_elements(p, &name)?;
+    } = elements;
     let mut append_only = false;
     let mut with_options = Vec::new();
     loop {
@@ -1862,6 +1927,7 @@ fn parse_table_definition(
         checks,
         uniques,
         foreign_keys,
+        like,
     })
 }
 
