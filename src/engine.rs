@@ -833,14 +833,8 @@ impl Engine {
         q: &ast::Statement,
         params: Option<ParamValues>,
     ) -> Result<Output> {
-        let filled;
-        let q = match self.fill_defaults(q)? {
-            Some(f) => {
-                filled = f;
-                &filled
-            }
-            None => q,
-        };
+        let filled = self.fill_defaults(q)?;
+        let q = filled.as_ref().unwrap_or(q);
         let on_conflict =
             matches!(q, ast::Statement::Insert(i) if i.on.is_some() || i.table_alias.is_some());
         if returning::has_returning(q) || on_conflict {
@@ -877,14 +871,8 @@ impl Engine {
         q: &ast::Statement,
         params: Option<ParamValues>,
     ) -> Result<Output> {
-        let expanded;
-        let q = match merge::expand_tuple_assignments(q)? {
-            Some(e) => {
-                expanded = e;
-                &expanded
-            }
-            None => q,
-        };
+        let expanded = merge::expand_tuple_assignments(q)?;
+        let q = expanded.as_ref().unwrap_or(q);
         self.check_target_columns(q)?;
         if let ast::Statement::Update(u) = q
             && u.from.is_some()
@@ -980,23 +968,8 @@ impl Engine {
             .schema()
             .fields()
             .len();
-        let targets = if ins.columns.is_empty() {
-            entry.desc.columns.len()
-        } else {
-            ins.columns.len()
-        };
-        if width > targets {
-            return Err(WeirError::syntax(
-                "INSERT has more expressions than target columns",
-            ));
-        }
-        if width == targets {
+        if !insert_fills_first_columns(width, ins, &entry.desc)? {
             return Ok(None);
-        }
-        if !ins.columns.is_empty() {
-            return Err(WeirError::syntax(
-                "INSERT has more target columns than expressions",
-            ));
         }
         let mut ins = ins.clone();
         ins.columns = entry.desc.columns[..width]
@@ -2053,21 +2026,7 @@ impl Engine {
                     "VALUES lists must all be the same length",
                 ));
             }
-            let targets = if ins.columns.is_empty() {
-                entry.desc.columns.len()
-            } else {
-                ins.columns.len()
-            };
-            if width > targets {
-                return Err(WeirError::syntax(
-                    "INSERT has more expressions than target columns",
-                ));
-            }
-            if width < targets && !ins.columns.is_empty() {
-                return Err(WeirError::syntax(
-                    "INSERT has more target columns than expressions",
-                ));
-            }
+            insert_fills_first_columns(width, ins, &entry.desc)?;
         }
         // VALUES narrower than the table without a column list: the first columns (Postgres)
         let short = ins.columns.is_empty()
@@ -2261,6 +2220,32 @@ struct PlannedDml {
 
 /// The writer lock of a table for a statement of `session`, waiting at most its
 /// `lock_timeout` (55P03), and stopping when the statement is canceled or times out.
+/// Rows `width` values wide into an INSERT's targets: Postgres' 42601 when there are more
+/// values than targets, or (columns listed) fewer; true when no columns are listed and the
+/// rows are narrower than the table (they fill its first columns).
+fn insert_fills_first_columns(
+    width: usize,
+    ins: &ast::Insert,
+    desc: &crate::catalog::RelationDesc,
+) -> Result<bool> {
+    let targets = if ins.columns.is_empty() {
+        desc.columns.len()
+    } else {
+        ins.columns.len()
+    };
+    if width > targets {
+        return Err(WeirError::syntax(
+            "INSERT has more expressions than target columns",
+        ));
+    }
+    if width < targets && !ins.columns.is_empty() {
+        return Err(WeirError::syntax(
+            "INSERT has more target columns than expressions",
+        ));
+    }
+    Ok(width < targets)
+}
+
 pub(crate) async fn lock_writer(
     session: &Session,
     table: &TableStore,

@@ -583,12 +583,7 @@ fn interval_groups(plan: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
                 .into_iter()
                 .any(|c| is_interval(&Expr::Column(c), input.schema())) =>
         {
-            let cols: Vec<Expr> = input
-                .schema()
-                .columns()
-                .into_iter()
-                .map(Expr::Column)
-                .collect();
+            let cols = column_exprs(&input);
             LogicalPlan::Aggregate(Aggregate::try_new(input, cols, vec![])?)
         }
         LogicalPlan::Aggregate(a) => LogicalPlan::Aggregate(a),
@@ -1053,14 +1048,8 @@ fn bag_set_operation(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
     }
     const COPY: &str = "weir_copy";
     let numbered = |input: &LogicalPlan, alias: &str| -> DfResult<LogicalPlan> {
-        let cols: Vec<Expr> = input
-            .schema()
-            .columns()
-            .into_iter()
-            .map(Expr::Column)
-            .collect();
         let copy = datafusion::functions_window::expr_fn::row_number()
-            .partition_by(cols)
+            .partition_by(column_exprs(input))
             .build()?
             .alias(COPY);
         LogicalPlanBuilder::from(input.clone())
@@ -1091,6 +1080,15 @@ fn bag_set_operation(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
         .project(shown)?
         .build()?;
     Ok((built, true))
+}
+
+/// Every column of a plan's output, as expressions.
+fn column_exprs(plan: &LogicalPlan) -> Vec<Expr> {
+    plan.schema()
+        .columns()
+        .into_iter()
+        .map(Expr::Column)
+        .collect()
 }
 
 fn star_over_using(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {

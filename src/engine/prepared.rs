@@ -21,6 +21,7 @@ use datafusion::sql::sqlparser::ast::{self, VisitMut, Visitor, VisitorMut};
 
 use crate::engine::{Engine, Output};
 use crate::error::{Result, WeirError, sqlstate};
+use crate::server::params::placeholder_index;
 use crate::server::session::Session;
 use crate::sql::parser::{ExecuteStmt, Parsed, PrepareStmt, Statement};
 
@@ -133,19 +134,6 @@ impl Engine {
 
 fn placeholder(i: usize) -> ast::Expr {
     ast::Expr::value(ast::Value::Placeholder(format!("${}", i + 1)))
-}
-
-/// `$n` as an index from 0.
-fn placeholder_index(e: &ast::Expr) -> Option<usize> {
-    match e {
-        ast::Expr::Value(v) => match &v.value {
-            ast::Value::Placeholder(p) => {
-                p.strip_prefix('$')?.parse::<usize>().ok()?.checked_sub(1)
-            }
-            _ => None,
-        },
-        _ => None,
-    }
 }
 
 /// The highest `$n` a body uses (0 for none).

@@ -365,17 +365,6 @@ pub fn type_array_placeholders(stmt: &mut crate::sql::parser::Statement, types: 
         elems: &'a [Option<ast::DataType>],
         untyped: &'a [bool],
     }
-    fn placeholder_index(e: &ast::Expr) -> Option<usize> {
-        match e {
-            ast::Expr::Value(v) => match &v.value {
-                ast::Value::Placeholder(p) => {
-                    p.strip_prefix('$')?.parse::<usize>().ok()?.checked_sub(1)
-                }
-                _ => None,
-            },
-            _ => None,
-        }
-    }
     fn parse_call(arg: ast::Expr) -> ast::Expr {
         ast::Expr::Function(ast::Function {
             name: ast::ObjectName(vec![ast::ObjectNamePart::Identifier(ast::Ident::new(
@@ -483,6 +472,20 @@ fn out_of_range(i: usize) -> WeirError {
         sqlstate::DATETIME_FIELD_OVERFLOW,
         format!("binary date/timestamp parameter {} is out of range", i + 1),
     )
+}
+
+/// `$n` as an index from 0.
+pub(crate) fn placeholder_index(e: &datafusion::sql::sqlparser::ast::Expr) -> Option<usize> {
+    use datafusion::sql::sqlparser::ast;
+    match e {
+        ast::Expr::Value(v) => match &v.value {
+            ast::Value::Placeholder(p) => {
+                p.strip_prefix('$')?.parse::<usize>().ok()?.checked_sub(1)
+            }
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 #[cfg(test)]

@@ -8,39 +8,36 @@ use std::fmt::Write as _;
 use bytes::{BufMut, BytesMut};
 use chrono::{DateTime, NaiveDate, NaiveDateTime, TimeZone as _, Utc};
 
-/// An array element in text form, quoted when Postgres would quote it.
-/// One field of a record's text (Postgres' record_out).
+/// One field of a record's text (Postgres' record_out): quoted when empty or holding one
+/// of `"\(),` or a space; inside quotes `"` and `\` are doubled.
 fn record_field_text(buf: &mut BytesMut, v: &[u8]) {
-    let needs_quotes = v.is_empty()
+    let quote = v.is_empty()
         || v.iter()
             .any(|c| matches!(c, b'(' | b')' | b',' | b'"' | b'\\') || c.is_ascii_whitespace());
-    if !needs_quotes {
-        buf.put_slice(v);
-        return;
-    }
-    buf.put_u8(b'"');
-    for &c in v {
-        if c == b'"' || c == b'\\' {
-            buf.put_u8(c);
-        }
-        buf.put_u8(c);
-    }
-    buf.put_u8(b'"');
+    put_maybe_quoted(buf, v, quote, true);
 }
 
+/// An array element in text form, quoted when Postgres would quote it (inside quotes `"`
+/// and `\` get a backslash).
 pub fn array_elem_text(buf: &mut BytesMut, v: &[u8]) {
-    let needs_quotes = v.is_empty()
+    let quote = v.is_empty()
         || v.eq_ignore_ascii_case(b"null")
         || v.iter()
             .any(|c| matches!(c, b'{' | b'}' | b',' | b'"' | b'\\' | b' ' | b'\t' | b'\n'));
-    if !needs_quotes {
+    put_maybe_quoted(buf, v, quote, false);
+}
+
+/// `v`, or `v` in double quotes with each `"` and `\` doubled (`double`) or preceded by
+/// a backslash.
+fn put_maybe_quoted(buf: &mut BytesMut, v: &[u8], quote: bool, double: bool) {
+    if !quote {
         buf.put_slice(v);
         return;
     }
     buf.put_u8(b'"');
     for &c in v {
         if c == b'"' || c == b'\\' {
-            buf.put_u8(b'\\');
+            buf.put_u8(if double { c } else { b'\\' });
         }
         buf.put_u8(c);
     }
