@@ -611,6 +611,7 @@ pub fn parse_tree(sql: &str, memory: usize) -> Result<Vec<Parsed>> {
     let tokens = mark_asof_joins(tokens)?;
     let tokens = mark_symmetric_between(tokens);
     let tokens = mark_merge_actions(tokens);
+    let tokens = table_as_select(tokens);
     let recognizes = tokens.iter().any(|t| is_word(t, "MATCH_RECOGNIZE"));
     let tokens = move_within_into_define(tokens)?;
     let (tokens, emit_marks) = preprocess(tokens);
@@ -930,6 +931,53 @@ fn mark_merge_actions(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
         i = to + 1;
     }
     out.extend(tokens[i..].iter().cloned());
+    out
+}
+
+/// `TABLE name` (a statement, a parenthesized subquery, or a set operation's operand after
+/// UNION / INTERSECT / EXCEPT [ALL]) is `SELECT * FROM name`, as in Postgres; sqlparser
+/// reads none of them.
+fn table_as_select(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    let sig = significant(&tokens);
+    let mut at_start = true;
+    let mut replace: Vec<usize> = Vec::new();
+    for (k, &i) in sig.iter().enumerate() {
+        let t = &tokens[i];
+        if at_start
+            && is_word(t, "TABLE")
+            && sig
+                .get(k + 1)
+                .is_some_and(|&j| matches!(tokens[j].token, Token::Word(_)))
+        {
+            replace.push(i);
+        }
+        at_start = matches!(t.token, Token::SemiColon | Token::LParen)
+            || ["UNION", "INTERSECT", "EXCEPT", "ALL"]
+                .iter()
+                .any(|w| is_word(t, w));
+    }
+    if replace.is_empty() {
+        return tokens;
+    }
+    let mut out = Vec::with_capacity(tokens.len() + 4 * replace.len());
+    for (i, t) in tokens.into_iter().enumerate() {
+        if replace.contains(&i) {
+            let span = t.span;
+            out.extend(
+                [
+                    Token::make_keyword("SELECT"),
+                    Token::Whitespace(Whitespace::Space),
+                    Token::Mul,
+                    Token::Whitespace(Whitespace::Space),
+                    Token::make_keyword("FROM"),
+                ]
+                .into_iter()
+                .map(|token| TokenWithSpan { token, span }),
+            );
+        } else {
+            out.push(t);
+        }
+    }
     out
 }
 
