@@ -4,8 +4,10 @@
 //! planning (DataFusion has no such reference) into `named_struct('c1', t.c1, ...)`, for
 //! the catalog's relations (tables, sources, views, materialized views) named in the FROM
 //! clause of the same SELECT. A name that is also a column of one of them stays the column,
-//! as in Postgres; `count(t.*)` is left to DataFusion. Rows of a subquery or a CTE are not
-//! resolved (their columns are known only once planned): such a name stays unknown (42703).
+//! as in Postgres; `count(t.*)` is left to DataFusion. A subquery in FROM or a CTE has a
+//! row too when its select list names its columns (`(SELECT id, name AS n FROM t) s`);
+//! one with `*` or an unnamed expression does not yet (its columns are known only once
+//! planned): such a name stays unknown (42703).
 
 use std::collections::{HashMap, HashSet};
 use std::ops::ControlFlow;
@@ -21,6 +23,7 @@ impl Engine {
         let mut v = Rows {
             engine: self,
             ctes: &ctes,
+            cte_columns: HashMap::new(),
         };
         let _ = node.visit(&mut v);
     }
@@ -29,6 +32,28 @@ impl Engine {
 struct Rows<'a> {
     engine: &'a Engine,
     ctes: &'a HashSet<String>,
+    /// The columns of the CTEs seen so far whose select lists name them.
+    cte_columns: HashMap<String, Vec<String>>,
+}
+
+/// The names of a query's columns when its select list says them (each item aliased, or a
+/// column): a derived table's or a CTE's row fields. None with a `*` or an unnamed
+/// expression.
+fn named_columns(q: &ast::Query) -> Option<Vec<String>> {
+    let ast::SetExpr::Select(s) = q.body.as_ref() else {
+        return None;
+    };
+    s.projection
+        .iter()
+        .map(|item| match item {
+            ast::SelectItem::ExprWithAlias { alias, .. } => Some(normalize_ident(alias)),
+            ast::SelectItem::UnnamedExpr(Expr::Identifier(id)) => Some(normalize_ident(id)),
+            ast::SelectItem::UnnamedExpr(Expr::CompoundIdentifier(ids)) => {
+                ids.last().map(normalize_ident)
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 impl Rows<'_> {
@@ -40,6 +65,24 @@ impl Rows<'_> {
             .iter()
             .flat_map(|t| std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation)));
         for f in factors {
+            // a subquery whose select list names its columns: `(SELECT a, b AS c ...) s`
+            if let ast::TableFactor::Derived {
+                subquery,
+                alias: Some(alias),
+                ..
+            } = f
+                && let Some(mut fields) = named_columns(subquery)
+            {
+                for (c, renamed) in fields.iter_mut().zip(&alias.columns) {
+                    *c = normalize_ident(&renamed.name);
+                }
+                out.push(Relation {
+                    seen: normalize_ident(&alias.name),
+                    columns: fields.clone(),
+                    fields,
+                });
+                continue;
+            }
             let ast::TableFactor::Table {
                 name,
                 alias,
@@ -53,6 +96,15 @@ impl Rows<'_> {
                 continue;
             };
             if name.0.len() == 1 && self.ctes.contains(&rel) {
+                // a CTE whose select list names its columns
+                if let Some(fields) = self.cte_columns.get(&rel) {
+                    let seen = alias.as_ref().map_or(rel, |a| normalize_ident(&a.name));
+                    out.push(Relation {
+                        seen,
+                        columns: fields.clone(),
+                        fields: fields.clone(),
+                    });
+                }
                 continue;
             }
             let Some(entry) = self.engine.catalog.get(&rel) else {
@@ -124,6 +176,30 @@ fn row_of(r: &Relation) -> Expr {
 
 impl VisitorMut for Rows<'_> {
     type Break = ();
+
+    fn pre_visit_query(&mut self, q: &mut ast::Query) -> ControlFlow<()> {
+        if let Some(with) = &q.with {
+            for cte in &with.cte_tables {
+                let name = normalize_ident(&cte.alias.name);
+                let columns = if cte.alias.columns.is_empty() {
+                    named_columns(&cte.query)
+                } else {
+                    Some(
+                        cte.alias
+                            .columns
+                            .iter()
+                            .map(|c| normalize_ident(&c.name))
+                            .collect(),
+                    )
+                };
+                match columns {
+                    Some(c) => self.cte_columns.insert(name, c),
+                    None => self.cte_columns.remove(&name),
+                };
+            }
+        }
+        ControlFlow::Continue(())
+    }
 
     fn pre_visit_select(&mut self, select: &mut ast::Select) -> ControlFlow<()> {
         let relations = self.relations(&select.from);
