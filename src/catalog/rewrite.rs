@@ -2785,12 +2785,11 @@ fn figure_name(e: &Expr) -> Option<String> {
             // a cast of a cast of a constant is named after the outer type, as in Postgres
             // ('t'::regclass::oid is "oid")
             Expr::Function(f) if is_reg_cast_of_constant(f) => Some(type_column_name(data_type)),
-            // a cast of what has no name of its own (a constant, an operator) is named
-            // after the type, as in Postgres (`'2024-01-01'::date` is "date")
-            inner => match figure_name(inner) {
-                Some(n) if n != "?column?" => Some(n),
-                _ => Some(type_column_name(data_type)),
-            },
+            // a cast of what has no strong name of its own (a constant, an operator, a
+            // CASE, another cast of those) is named after the type, as in Postgres
+            // (`'2024-01-01'::date` is "date", `'{}'::json::text` is "text")
+            inner if strongly_named(inner) => figure_name(inner),
+            _ => Some(type_column_name(data_type)),
         },
         Expr::Nested(inner) => match inner.as_ref() {
             // `(a)` is still named `a`
@@ -2826,6 +2825,32 @@ fn figure_name(e: &Expr) -> Option<String> {
         Expr::Floor { .. } => Some("floor".into()),
         Expr::TypedString(ts) => Some(type_column_name(&ts.data_type)),
         _ => Some("?column?".into()),
+    }
+}
+
+/// Whether Postgres names an expression itself rather than a cast around it (its
+/// FigureColname strength 2): a column, a function call (and the SQL forms that are one),
+/// a subquery, an ARRAY, or a cast or parentheses around one of those.
+fn strongly_named(e: &Expr) -> bool {
+    match e {
+        Expr::Identifier(_) | Expr::CompoundIdentifier(_) => true,
+        Expr::Function(f) => {
+            !is_reg_cast_of_constant(f)
+                && !last_name(&f.name).is_some_and(|n| n.starts_with("weir_json_"))
+        }
+        Expr::Extract { .. }
+        | Expr::Substring { .. }
+        | Expr::Trim { .. }
+        | Expr::Position { .. }
+        | Expr::Overlay { .. }
+        | Expr::Ceil { .. }
+        | Expr::Floor { .. }
+        | Expr::AtTimeZone { .. }
+        | Expr::Subquery(_)
+        | Expr::Exists { .. }
+        | Expr::Array(_) => true,
+        Expr::Nested(inner) | Expr::Cast { expr: inner, .. } => strongly_named(inner),
+        _ => false,
     }
 }
 

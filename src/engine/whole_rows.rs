@@ -297,6 +297,16 @@ impl VisitorMut for Replace<'_> {
                     *e = row.clone();
                 }
             }
+            // `t.col[1]`, `(t).col`: a column of t, not its row (the root was visited first)
+            Expr::CompoundFieldAccess { root, .. } => {
+                let inner = match root.as_ref() {
+                    Expr::Nested(x) => x.as_ref(),
+                    other => other,
+                };
+                if let Some((name, _)) = self.rows.iter().find(|(_, row)| **row == *inner) {
+                    **root = Expr::Identifier(Ident::with_quote('"', name.clone()));
+                }
+            }
             // `(t.*)` as a value
             Expr::QualifiedWildcard(name, _) => {
                 if let [part] = name.0.as_slice()
