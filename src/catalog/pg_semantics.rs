@@ -1306,11 +1306,20 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
             };
             if matches!(
                 op,
-                Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq
-            ) && is_jsonb(&l, schema)
-                && is_jsonb(&r, schema)
-            {
-                // jsonb compares in Postgres' jsonb order
+                Operator::Lt
+                    | Operator::LtEq
+                    | Operator::Gt
+                    | Operator::GtEq
+                    | Operator::Eq
+                    | Operator::NotEq
+            ) && {
+                // (a quoted constant beside a jsonb is a jsonb, as Postgres types it)
+                let text = |e: &Expr| matches!(e, Expr::Literal(ScalarValue::Utf8(Some(_)), _));
+                (is_jsonb(&l, schema) || text(&l))
+                    && (is_jsonb(&r, schema) || text(&r))
+                    && (is_jsonb(&l, schema) || is_jsonb(&r, schema))
+            } {
+                // jsonb compares in Postgres' jsonb order (numbers by value: 1 = 1.0)
                 let key = |e: Expr| pg_udf(pg_functions::JSONB_SORT_KEY).call(vec![e]);
                 return Ok((
                     Expr::BinaryExpr(BinaryExpr::new(Box::new(key(l)), op, Box::new(key(r)))),
