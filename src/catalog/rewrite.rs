@@ -235,6 +235,63 @@ fn function_in_from(tf: &mut ast::TableFactor) {
         }
         return;
     }
+    // `jsonb_to_record(j) AS r(a int, b text)` / `jsonb_to_recordset(j) AS r(...)` (and the
+    // json_ ones): a row (a row per array element) of the object's keys, each read as its
+    // column's type — `SELECT CAST(j->>'a' AS int) AS a, ...` over the object or over each
+    // element. The argument is read on its own (a constant or a parameter; a column of
+    // another FROM item, LATERAL, is not resolved here)
+    if let (
+        "jsonb_to_record" | "json_to_record" | "jsonb_to_recordset" | "json_to_recordset",
+        Some(a),
+    ) = (fname.as_str(), alias.as_ref())
+        && !a.columns.is_empty()
+        && a.columns.iter().all(|c| c.data_type.is_some())
+        && args.args.len() == 1
+    {
+        let arg = args.args[0].to_string();
+        let items = a
+            .columns
+            .iter()
+            .map(|c| {
+                let key = c.name.value.replace('\'', "''");
+                let ty = c
+                    .data_type
+                    .as_ref()
+                    .map(|t| t.to_string())
+                    .unwrap_or_default();
+                format!("CAST(weir_rec ->> '{key}' AS {ty}) AS {}", c.name)
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let source = if fname.ends_with("recordset") {
+            format!("SELECT jsonb_array_elements(CAST(({arg}) AS jsonb)) AS weir_rec")
+        } else {
+            format!("SELECT CAST(({arg}) AS jsonb) AS weir_rec")
+        };
+        let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
+        if let Ok(mut query) = datafusion::sql::sqlparser::parser::Parser::new(&dialect)
+            .try_with_sql(&format!("SELECT {items} FROM ({source}) AS weir_records"))
+            .and_then(|mut p| p.parse_query())
+        {
+            // (built after this factor's own rewrite: rewritten here, `->>` and the
+            // set-returning call included)
+            if rewrite_query(&mut query).is_err() {
+                return;
+            }
+            *tf = ast::TableFactor::Derived {
+                lateral: false,
+                subquery: query,
+                alias: Some(ast::TableAlias {
+                    explicit: true,
+                    name: a.name.clone(),
+                    columns: vec![],
+                    at: None,
+                }),
+                sample: None,
+            };
+        }
+        return;
+    }
     // `pg_partition_ancestors(rel)`: a relation and the partitions it is one of, column
     // `relid` (psql's \d reads a table's foreign keys through it); nothing is partitioned
     // here, so the relation itself
