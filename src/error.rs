@@ -269,7 +269,8 @@ pub fn invalid_input(pg: &str, value: &str) -> WeirError {
         return WeirError::new(
             sqlstate::DATETIME_FIELD_OVERFLOW,
             format!("date/time field value out of range: \"{value}\""),
-        );
+        )
+        .with_hint("Perhaps you need a different \"datestyle\" setting.");
     }
     WeirError::new(
         if datetime {

@@ -246,8 +246,14 @@ impl CopyIn {
             let c = &self.columns[t];
             let target = self.schema.field(t).data_type().clone();
             cols[t] = cast_text(&text, &c.ty, &target).map_err(|(row, e)| {
+                // Postgres' context names the value too: `COPY t, line 3, column c: "x"`
+                let value = if datafusion::arrow::array::Array::is_valid(&text, row) {
+                    format!(": \"{}\"", text.value(row))
+                } else {
+                    String::new()
+                };
                 e.with_context(format!(
-                    "{}, column {}",
+                    "{}, column {}{value}",
                     self.context(self.lines[row]),
                     c.name
                 ))
