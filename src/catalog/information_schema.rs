@@ -327,7 +327,16 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
             ],
             rels.iter()
                 .flat_map(|e| {
-                    let checks = e.desc.checks.iter().map(|(n, _)| (n.clone(), "CHECK"));
+                    let checks = e
+                        .desc
+                        .checks
+                        .iter()
+                        .map(|(n, _)| (n.clone(), "CHECK"))
+                        .chain(
+                            not_null_checks(&e.desc)
+                                .into_iter()
+                                .map(|(n, _)| (n, "CHECK")),
+                        );
                     let foreign = e
                         .desc
                         .foreign_keys
@@ -467,14 +476,18 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
             ],
             rels.iter()
                 .flat_map(|e| {
-                    e.desc.checks.iter().map(|(n, expr)| {
-                        vec![
-                            db(),
-                            public(),
-                            n.clone().into(),
-                            format!("(({}))", crate::sql::parser::user_text(expr)).into(),
-                        ]
-                    })
+                    e.desc
+                        .checks
+                        .iter()
+                        .map(|(n, expr)| {
+                            (
+                                n.clone(),
+                                format!("(({}))", crate::sql::parser::user_text(expr)),
+                            )
+                        })
+                        .chain(not_null_checks(&e.desc))
+                        .map(|(n, clause)| vec![db(), public(), n.into(), clause.into()])
+                        .collect::<Vec<_>>()
                 })
                 .collect(),
         )?,
@@ -505,4 +518,29 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
         )?,
         _ => return Ok(None),
     }))
+}
+
+/// A table's NOT NULL columns as Postgres 15 lists them among the CHECK constraints
+/// (`table_constraints`, `check_constraints`): named `{namespace}_{table}_{attnum}_not_null`,
+/// clause `col IS NOT NULL`. Only tables (a view's columns have no constraints).
+fn not_null_checks(d: &crate::catalog::RelationDesc) -> Vec<(String, String)> {
+    if !d.kind.is_table() {
+        return vec![];
+    }
+    d.columns
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| !c.nullable || d.primary_key.contains(&c.name))
+        .map(|(i, c)| {
+            (
+                format!(
+                    "{}_{}_{}_not_null",
+                    crate::catalog::PUBLIC_NAMESPACE_OID,
+                    d.oid,
+                    i + 1
+                ),
+                format!("{} IS NOT NULL", crate::sql::pg_text::quote_ident(&c.name)),
+            )
+        })
+        .collect()
 }
