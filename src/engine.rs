@@ -843,10 +843,7 @@ impl Engine {
         if let ast::Statement::Insert(ins) = q {
             // literal rows skip planning
             if params.is_none()
-                && let ast::TableObject::TableName(n) = &ins.table
-                && let Some(entry) = crate::sql::parser::relation_name(n)
-                    .ok()
-                    .and_then(|n| self.catalog.get(&n))
+                && let Some(entry) = self.insert_target(ins)
                 && let Some(table) = entry.table.clone()
             {
                 refuse_connector_table(&entry.desc, "INSERT into")?;
@@ -942,6 +939,17 @@ impl Engine {
         Ok(())
     }
 
+    /// An INSERT's target table's catalog entry (None for another statement or an unknown
+    /// target, which planning reports).
+    fn insert_target(&self, ins: &ast::Insert) -> Option<Arc<crate::catalog::Entry>> {
+        let ast::TableObject::TableName(n) = &ins.table else {
+            return None;
+        };
+        crate::sql::parser::relation_name(n)
+            .ok()
+            .and_then(|n| self.catalog.get(&n))
+    }
+
     /// `INSERT INTO t [(cols)] query` whose query has another number of columns than the
     /// targets: Postgres' error, or (no column list, fewer columns than the table) the
     /// statement with the table's first columns listed, as Postgres reads it.
@@ -953,13 +961,7 @@ impl Engine {
         let ast::Statement::Insert(ins) = q else {
             return Ok(None);
         };
-        let (Some(source), ast::TableObject::TableName(n)) = (&ins.source, &ins.table) else {
-            return Ok(None);
-        };
-        let Some(entry) = crate::sql::parser::relation_name(n)
-            .ok()
-            .and_then(|n| self.catalog.get(&n))
-        else {
+        let (Some(source), Some(entry)) = (&ins.source, self.insert_target(ins)) else {
             return Ok(None);
         };
         let width = self
@@ -2005,13 +2007,7 @@ impl Engine {
         let ast::Statement::Insert(ins) = q else {
             return Ok(None);
         };
-        let ast::TableObject::TableName(n) = &ins.table else {
-            return Ok(None);
-        };
-        let Some(entry) = crate::sql::parser::relation_name(n)
-            .ok()
-            .and_then(|n| self.catalog.get(&n))
-        else {
+        let Some(entry) = self.insert_target(ins) else {
             return Ok(None);
         };
         let is_default = |e: &ast::Expr| matches!(e, ast::Expr::Identifier(id) if id.quote_style.is_none() && id.value.eq_ignore_ascii_case("default"));
