@@ -359,21 +359,19 @@ impl Engine {
             }
             updated_old = kept_old;
             updated_new = kept_new;
-        }
-        for b in deleted.iter().chain(&updated_old) {
-            if first_match {
-                break;
-            }
-            let rows = conv.convert_columns(b.columns())?;
-            for r in rows.iter() {
-                if !seen.insert(r.as_ref().to_vec()) {
-                    return Err(WeirError::new(
-                        "21000",
-                        "MERGE command cannot affect row a second time",
-                    )
-                    .with_hint(
-                        "Ensure that not more than one source row matches any one target row.",
-                    ));
+        } else {
+            for b in deleted.iter().chain(&updated_old) {
+                let rows = conv.convert_columns(b.columns())?;
+                for r in rows.iter() {
+                    if !seen.insert(r.as_ref().to_vec()) {
+                        return Err(WeirError::new(
+                            "21000",
+                            "MERGE command cannot affect row a second time",
+                        )
+                        .with_hint(
+                            "Ensure that not more than one source row matches any one target row.",
+                        ));
+                    }
                 }
             }
         }

@@ -85,7 +85,7 @@ impl Engine {
         // an argument is evaluated on its own: it has no columns to refer to, and (as in
         // Postgres) no subqueries
         for arg in &e.args {
-            match first_column(arg) {
+            match first_reference(arg) {
                 Some(Reference::Column(column)) => {
                     return Err(WeirError::new(
                         sqlstate::UNDEFINED_COLUMN,
@@ -185,8 +185,8 @@ enum Reference {
     Subquery,
 }
 
-/// The first column or subquery an argument holds, if any.
-fn first_column(e: &ast::Expr) -> Option<Reference> {
+/// The first column, `$n` or subquery an argument holds, if any.
+fn first_reference(e: &ast::Expr) -> Option<Reference> {
     struct Columns(Option<Reference>);
     impl Visitor for Columns {
         type Break = ();
