@@ -303,7 +303,10 @@ impl RelationDesc {
             .strip_prefix("nextval('")
             .and_then(|r| r.strip_suffix("')"))
         {
-            return Some(format!("nextval('{seq}'::regclass)"));
+            return Some(format!(
+                "nextval('{}'::regclass)",
+                seq.strip_prefix("public.").unwrap_or(seq)
+            ));
         }
         let quoted = text.len() >= 2
             && text.starts_with('\'')
@@ -318,7 +321,7 @@ impl RelationDesc {
             };
             return Some(format!("{text}::{ty}"));
         }
-        Some(text.to_owned())
+        Some(crate::sql::parser::shown_expr(text))
     }
 
     /// `GENERATED ALWAYS AS IDENTITY`.

@@ -16,6 +16,7 @@ mod returning;
 mod schemas;
 pub use client::CopyRows;
 pub mod security;
+mod sequences;
 mod sinks;
 mod sql_functions;
 mod views;
@@ -383,7 +384,7 @@ impl Engine {
         crate::metrics::global().query(query_kind(&parsed.stmt));
         self.check_privileges(session, &parsed.stmt)?;
         match &parsed.stmt {
-            Statement::Security(s) => self.security(session, s).await,
+            Statement::Security(s) => self.security(session, s, notices.as_ref()).await,
             Statement::CreateView(cv) => self.create_view(session, cv, &parsed.text, notices).await,
             Statement::CreatePlainView(v) => self.create_plain_view(session, v, &parsed.text).await,
             Statement::AlterTable(a) => self.alter_table(session, a, notices.as_ref()).await,
@@ -397,22 +398,27 @@ impl Engine {
             Statement::DropFunction(d) => self.drop_sql_function(d),
             Statement::CreateSequence(cs) => {
                 let o = &cs.options;
+                let (min, max) = o.bounds(o.increment.unwrap_or(1) > 0);
                 let spec = crate::catalog::sequences::SequenceSpec::new(
                     o.start,
                     o.increment,
-                    o.min,
-                    o.max,
+                    min,
+                    max,
                     o.cycle,
                 )?;
-                self.create_sequence(
+                let created = self.create_sequence(
                     &cs.name,
                     cs.if_not_exists,
                     spec,
                     &parsed.text,
                     session.role(),
                 )?;
+                if created && let Some(owned_by) = &o.owned_by {
+                    self.sequence_owned_by(&cs.name, owned_by.as_ref())?;
+                }
                 Ok(Output::Command("CREATE SEQUENCE".into()))
             }
+            Statement::AlterSequence(a) => self.alter_sequence(a, notices.as_ref()),
             Statement::ExplainView(cv) => self.explain_view(session, cv).await,
             Statement::ExplainAnalyzeView(name) => self.explain_analyze_view(name),
             Statement::Flush => {
@@ -584,7 +590,7 @@ impl Engine {
                     } else {
                         SecurityStmt::SetSessionAuthorization(target)
                     };
-                    return self.security(session, &stmt).await;
+                    return self.security(session, &stmt, None).await;
                 }
                 let stored = session.set(&n, value)?;
                 Ok(Output::SetVariable {
@@ -2167,8 +2173,8 @@ impl Engine {
         spec: crate::catalog::sequences::SequenceSpec,
         text: &str,
         owner: u32,
-    ) -> Result<()> {
-        self.catalog.create(name, if_not_exists, |oid| {
+    ) -> Result<bool> {
+        let created = self.catalog.create(name, if_not_exists, |oid| {
             Ok(RelationDesc {
                 oid,
                 name: name.to_owned(),
@@ -2192,7 +2198,7 @@ impl Engine {
                 not_valid: vec![],
             })
         })?;
-        Ok(())
+        Ok(created)
     }
 }
 
@@ -2422,6 +2428,7 @@ fn query_kind(stmt: &Statement) -> &'static str {
         | Statement::CreateView(_)
         | Statement::CreatePlainView(_)
         | Statement::CreateSequence(_)
+        | Statement::AlterSequence(_)
         | Statement::AlterTable(_)
         | Statement::Comment(_)
         | Statement::RenameRelation { .. }
@@ -2456,6 +2463,7 @@ fn write_kind(stmt: &Statement) -> Option<&'static str> {
         Statement::CreateView(_) => "CREATE MATERIALIZED VIEW",
         Statement::CreatePlainView(_) => "CREATE VIEW",
         Statement::CreateSequence(_) => "CREATE SEQUENCE",
+        Statement::AlterSequence(_) => "ALTER SEQUENCE",
         Statement::AlterTable(_) => "ALTER TABLE",
         Statement::RenameRelation { .. } => "ALTER",
         Statement::Comment(_) => "COMMENT",

@@ -727,7 +727,7 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
                             .find(|&k| e.desc.check_constraint_oid(k) == oid)
                             .map(|k| {
                                 let (name, expr) = &e.desc.checks[k];
-                                let shown = crate::sql::parser::user_text(expr);
+                                let shown = crate::sql::parser::shown_expr(expr);
                                 // Postgres prints an operator expression in parentheses
                                 // of its own: `CHECK ((a > 0))`, `CHECK (flag)`
                                 use datafusion::sql::sqlparser::ast::Expr as E;

@@ -49,10 +49,16 @@ impl SequenceSpec {
             ));
         }
         let start = start.unwrap_or(if increment > 0 { min } else { max });
-        if start < min || start > max {
+        if start < min {
             return Err(WeirError::new(
                 "22023",
-                format!("START value ({start}) cannot be outside [{min}, {max}]"),
+                format!("START value ({start}) cannot be less than MINVALUE ({min})"),
+            ));
+        }
+        if start > max {
+            return Err(WeirError::new(
+                "22023",
+                format!("START value ({start}) cannot be greater than MAXVALUE ({max})"),
             ));
         }
         Ok(SequenceSpec {
@@ -234,6 +240,29 @@ impl Catalog {
             },
         );
         Ok(v)
+    }
+
+    /// New parameters for sequence `name` (ALTER SEQUENCE): the value handed out last stays
+    /// the last, the next one follows it by the new increment.
+    pub fn alter_sequence(&self, name: &str, old: SequenceSpec, spec: SequenceSpec) -> Result<()> {
+        let mut oid = None;
+        self.alter_relation(name, |d| {
+            oid = Some(d.oid);
+            d.options.retain(|(k, _)| {
+                !["start", "increment", "min", "max", "cycle"].contains(&k.as_str())
+            });
+            d.options.extend(spec.options());
+            Ok(())
+        })?;
+        if let Some(oid) = oid
+            && let Some(c) = self.sequences.counters.lock().get_mut(&oid)
+            && let Some(next) = c.next
+        {
+            c.next = next
+                .checked_sub(old.increment)
+                .and_then(|last| last.checked_add(spec.increment));
+        }
+        Ok(())
     }
 
     /// Forget a dropped sequence's counter.

@@ -210,6 +210,17 @@ impl Engine {
             Statement::CreateSequence(_) | Statement::CreateFunction(_) => {
                 self.require_create(role)
             }
+            Statement::AlterSequence(a) => {
+                if self.catalog.get(&a.name).is_some() {
+                    self.require_owner(role, &a.name)?;
+                }
+                if let Some(Some((t, _))) = &a.options.owned_by
+                    && self.catalog.get(t).is_some()
+                {
+                    self.require_owner(role, t)?;
+                }
+                Ok(())
+            }
             Statement::DropFunction(d) => {
                 for fd in &d.func_desc {
                     if let Ok(n) = relation_name(&fd.name)
@@ -343,6 +354,7 @@ impl Engine {
         &self,
         session: &mut Session,
         stmt: &SecurityStmt,
+        notices: Option<&tokio::sync::mpsc::UnboundedSender<String>>,
     ) -> Result<Output> {
         let role = session.role();
         match stmt {
@@ -694,13 +706,33 @@ impl Engine {
                     value: name,
                 })
             }
-            SecurityStmt::AlterOwner { kind, name, owner } => {
-                let entry = self
-                    .catalog
-                    .get(name)
-                    .ok_or_else(|| WeirError::undefined_table(name))?;
+            SecurityStmt::AlterOwner {
+                kind,
+                if_exists,
+                name,
+                owner,
+            } => {
+                let tag = match kind {
+                    DropKind::Table => "ALTER TABLE",
+                    DropKind::Source => "ALTER SOURCE",
+                    DropKind::MaterializedView => "ALTER MATERIALIZED VIEW",
+                    DropKind::Sink => "ALTER SINK",
+                    DropKind::View => "ALTER VIEW",
+                    DropKind::Sequence => "ALTER SEQUENCE",
+                    DropKind::Index => "ALTER INDEX",
+                };
+                let Some(entry) = self.catalog.get(name) else {
+                    if *if_exists {
+                        if let Some(n) = notices {
+                            let _ = n.send(format!("relation \"{name}\" does not exist, skipping"));
+                        }
+                        return Ok(Output::Command(tag.into()));
+                    }
+                    return Err(WeirError::undefined_table(name));
+                };
+                // as in Postgres, ALTER TABLE takes any relation but a sink
                 let fits = match kind {
-                    DropKind::Table => entry.desc.kind.is_table(),
+                    DropKind::Table => entry.desc.kind != crate::catalog::RelationKind::Sink,
                     DropKind::Source => entry.desc.kind == crate::catalog::RelationKind::Source,
                     DropKind::MaterializedView => {
                         entry.desc.kind == crate::catalog::RelationKind::MaterializedView
@@ -755,18 +787,7 @@ impl Engine {
                     }
                     Ok(())
                 })?;
-                Ok(Output::Command(
-                    match kind {
-                        DropKind::Table => "ALTER TABLE",
-                        DropKind::Source => "ALTER SOURCE",
-                        DropKind::MaterializedView => "ALTER MATERIALIZED VIEW",
-                        DropKind::Sink => "ALTER SINK",
-                        DropKind::View => "ALTER VIEW",
-                        DropKind::Sequence => "ALTER SEQUENCE",
-                        DropKind::Index => "ALTER INDEX",
-                    }
-                    .into(),
-                ))
+                Ok(Output::Command(tag.into()))
             }
             SecurityStmt::CreateSecret {
                 name,

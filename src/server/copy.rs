@@ -83,9 +83,11 @@ impl CopyIn {
         undo_mark: usize,
     ) -> Result<CopyIn> {
         for &t in &targets {
-            if matches!(columns[t].ty, SqlType::Array(_)) {
+            if let SqlType::Array(e) = &columns[t].ty
+                && matches!(e.as_ref(), SqlType::Array(_))
+            {
                 return Err(WeirError::not_supported(format!(
-                    "COPY into array column \"{}\" is not supported",
+                    "COPY into multi-dimensional array column \"{}\" is not supported",
                     columns[t].name
                 )));
             }
@@ -571,6 +573,52 @@ fn cast_text(
                 return Err(bad(row, text.value(row)));
             }
             return cast_plain(&(Arc::new(text.clone()) as ArrayRef), target, text, &bad);
+        }
+        SqlType::Array(elem) => {
+            // `{a,"b c",NULL}`: the elements of all rows read as one column of the
+            // element type (an element's error names its row)
+            let DataType::List(field) = target else {
+                return Err((0, WeirError::internal(format!("array column as {target}"))));
+            };
+            let mut items = StringBuilder::new();
+            let mut item_row = Vec::new();
+            let mut offsets = vec![0i32];
+            let mut valid = Vec::new();
+            for (row, v) in text.iter().enumerate() {
+                if let Some(v) = v {
+                    let elems = crate::sql::pg_text::parse_array_text(v).ok_or_else(|| {
+                        (
+                            row,
+                            WeirError::new(
+                                sqlstate::INVALID_TEXT_REPRESENTATION,
+                                format!("malformed array literal: \"{v}\""),
+                            ),
+                        )
+                    })?;
+                    for e in elems {
+                        items.append_option(e);
+                        item_row.push(row);
+                    }
+                }
+                let end = i32::try_from(item_row.len()).map_err(|_| {
+                    (
+                        row,
+                        WeirError::internal("COPY chunk with over 2^31 array elements"),
+                    )
+                })?;
+                offsets.push(end);
+                valid.push(v.is_some());
+            }
+            let values = cast_text(&items.finish(), elem, field.data_type())
+                .map_err(|(i, e)| (item_row.get(i).copied().unwrap_or(0), e))?;
+            let list = datafusion::arrow::array::ListArray::try_new(
+                field.clone(),
+                datafusion::arrow::buffer::OffsetBuffer::new(offsets.into()),
+                values,
+                Some(datafusion::arrow::buffer::NullBuffer::from(valid)),
+            )
+            .map_err(|e| (0, WeirError::from(e)))?;
+            return Ok(Arc::new(list));
         }
         SqlType::Interval => {
             return crate::sql::interval_in::to_array(text)

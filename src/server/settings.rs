@@ -20,9 +20,12 @@ pub const DEFAULT_SETTINGS: &[(&str, &str)] = &[
     ("application_name", ""),
     ("block_size", "8192"),
     ("bytea_output", "hex"),
+    ("check_function_bodies", "on"),
     ("client_encoding", "UTF8"),
     ("client_min_messages", "notice"),
     ("datestyle", "ISO, MDY"),
+    ("default_table_access_method", "heap"),
+    ("default_tablespace", ""),
     ("default_transaction_isolation", "read committed"),
     ("default_transaction_read_only", "off"),
     ("extra_float_digits", "1"),
@@ -54,6 +57,7 @@ pub const DEFAULT_SETTINGS: &[(&str, &str)] = &[
     ("transaction_isolation", "read committed"),
     ("transaction_read_only", "off"),
     ("work_mem", "2GB"),
+    ("xmloption", "content"),
 ];
 
 /// Settings that cannot be changed in a session (Postgres: 55P02).
@@ -247,12 +251,13 @@ pub fn validate(name: &str, value: &str, max_work_mem: usize) -> Result<String> 
             )),
         },
         "default_transaction_isolation" | "transaction_isolation" => isolation(name, &v),
-        "default_transaction_read_only" | "transaction_read_only" | "row_security" => {
-            match parse_bool(&lower) {
-                Some(b) => Ok(if b { "on" } else { "off" }.to_owned()),
-                None => Err(bad_value(name, &v, "expected a Boolean value")),
-            }
-        }
+        "default_transaction_read_only"
+        | "transaction_read_only"
+        | "row_security"
+        | "check_function_bodies" => match parse_bool(&lower) {
+            Some(b) => Ok(if b { "on" } else { "off" }.to_owned()),
+            None => Err(bad_value(name, &v, "expected a Boolean value")),
+        },
         "extra_float_digits" => match lower.parse::<i32>() {
             Ok(n) if (1..=3).contains(&n) => Ok(n.to_string()),
             Ok(n) if (-15..=0).contains(&n) => Err(WeirError::not_supported(format!(
@@ -284,8 +289,33 @@ pub fn validate(name: &str, value: &str, max_work_mem: usize) -> Result<String> 
             }
             Ok(crate::limits::format_size(bytes))
         }
+        // pg_dump's preamble sets these to their defaults: Weir has one storage, no
+        // tablespaces and no xml type
+        "default_table_access_method" => match lower.as_str() {
+            "heap" => Ok(lower),
+            _ => Err(bad_value(
+                name,
+                &v,
+                &format!("Table access method \"{v}\" does not exist."),
+            )),
+        },
+        "default_tablespace" => match lower.as_str() {
+            "" | "pg_default" => Ok(lower),
+            _ => Err(WeirError::not_supported(format!(
+                "tablespace \"{v}\" is not supported: Weir keeps all data in its --data-dir"
+            ))),
+        },
+        "xmloption" => match lower.as_str() {
+            "content" | "document" => Ok(lower),
+            _ => Err(bad_value(name, &v, "expected content or document")),
+        },
         "search_path" => {
-            // Weir has one schema for relations: a path must still find them in public
+            // Weir has one schema for relations: a path must still find them in public.
+            // The empty path (pg_dump's, which then qualifies every name) is taken too: an
+            // unqualified name still resolves in public
+            if v.trim().is_empty() || v.trim() == "\"\"" {
+                return Ok(v);
+            }
             let ok = v
                 .split(',')
                 .map(|p| p.trim().trim_matches('"').to_ascii_lowercase())

@@ -87,6 +87,7 @@ pub enum Statement {
     CreatePlainView(Box<PlainView>),
     /// `CREATE SEQUENCE [IF NOT EXISTS] name [options]`.
     CreateSequence(Box<CreateSequence>),
+    AlterSequence(Box<AlterSequence>),
     /// `TRUNCATE [TABLE] t [, ...] [CONTINUE IDENTITY] [CASCADE | RESTRICT]`: the tables'
     /// rows deleted (a DELETE of each).
     /// `TRUNCATE [TABLE] t [, ...] [CASCADE | RESTRICT]`: the tables, and CASCADE.
@@ -221,7 +222,7 @@ pub struct CreateSequence {
     pub options: SeqOptions,
 }
 
-/// A sequence's options as written (None: Postgres' default).
+/// A sequence's options as written (None: not written; at CREATE, Postgres' default).
 #[derive(Debug, Clone, Default)]
 pub struct SeqOptions {
     pub start: Option<i64>,
@@ -229,6 +230,51 @@ pub struct SeqOptions {
     pub min: Option<i64>,
     pub max: Option<i64>,
     pub cycle: bool,
+    /// `NO MINVALUE` / `NO MAXVALUE` / `NO CYCLE` written (ALTER: back to the default).
+    pub no_min: bool,
+    pub no_max: bool,
+    pub no_cycle: bool,
+    /// `AS smallint|integer|bigint`: the type's (min, max), the default bounds.
+    pub type_bounds: Option<(i64, i64)>,
+    /// ALTER's `RESTART [[WITH] n]`: Some(None) restarts at the start value.
+    pub restart: Option<Option<i64>>,
+    /// `OWNED BY table.column` (Some(Some)) or `OWNED BY NONE` (Some(None)).
+    pub owned_by: Option<Option<(String, String)>>,
+}
+
+impl SeqOptions {
+    /// The lower and upper bound written, or the default of the `AS` type (ascending
+    /// sequences default their maximum to it, descending ones their minimum).
+    pub fn bounds(&self, ascending: bool) -> (Option<i64>, Option<i64>) {
+        let (tmin, tmax) = match self.type_bounds {
+            Some((lo, hi)) => (Some(lo), Some(hi)),
+            None => (None, None),
+        };
+        (
+            self.min.or(if ascending { None } else { tmin }),
+            self.max.or(if ascending { tmax } else { None }),
+        )
+    }
+}
+
+/// `ALTER SEQUENCE [IF EXISTS] name options`.
+#[derive(Debug, Clone)]
+pub struct AlterSequence {
+    pub name: String,
+    pub if_exists: bool,
+    pub options: SeqOptions,
+}
+
+/// Moves the parser back to token index `start` (an earlier `p.index()`), never further:
+/// `prev_token` skips whitespace, so stepping back until the index is not above `start`
+/// can land on the word before it.
+pub fn rewind(p: &mut Parser, start: usize) {
+    while p.index() > start {
+        p.prev_token();
+    }
+    if p.index() < start {
+        p.next_token();
+    }
 }
 
 /// `ALTER [MATERIALIZED] VIEW [IF EXISTS] name RENAME TO new` and `ALTER SEQUENCE name
@@ -248,16 +294,12 @@ fn parse_alter_rename(p: &mut Parser) -> Result<Option<Statement>> {
     let name = match p.parse_object_name(false) {
         Ok(n) => relation_name(&n)?,
         Err(_) => {
-            while p.index() > start {
-                p.prev_token();
-            }
+            rewind(p, start);
             return Ok(None);
         }
     };
     if !p.parse_keyword(Keyword::RENAME) {
-        while p.index() > start {
-            p.prev_token();
-        }
+        rewind(p, start);
         return Ok(None);
     }
     p.expect_keyword_is(Keyword::TO)?;
@@ -275,11 +317,30 @@ fn parse_alter_rename(p: &mut Parser) -> Result<Option<Statement>> {
 fn parse_create_sequence(p: &mut Parser) -> Result<CreateSequence> {
     let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
     let name = relation_name(&p.parse_object_name(false)?)?;
-    let mut c = CreateSequence {
+    let options = parse_sequence_options(p, false)?;
+    Ok(CreateSequence {
         name,
         if_not_exists,
-        options: SeqOptions::default(),
-    };
+        options,
+    })
+}
+
+/// `ALTER SEQUENCE [IF EXISTS] name options` (after ALTER SEQUENCE).
+fn parse_alter_sequence(p: &mut Parser) -> Result<AlterSequence> {
+    let if_exists = p.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
+    let name = relation_name(&p.parse_object_name(false)?)?;
+    let options = parse_sequence_options(p, true)?;
+    Ok(AlterSequence {
+        name,
+        if_exists,
+        options,
+    })
+}
+
+/// A sequence's options in any order (`RESTART` only when `alter`), up to the first word
+/// that is not one.
+fn parse_sequence_options(p: &mut Parser, alter: bool) -> Result<SeqOptions> {
+    let mut o = SeqOptions::default();
     let int = |p: &mut Parser| -> Result<i64> {
         let neg = p.consume_token(&Token::Minus);
         let t = p.next_token();
@@ -291,44 +352,83 @@ fn parse_create_sequence(p: &mut Parser) -> Result<CreateSequence> {
             _ => Err(syntax_near(&t)),
         }
     };
+    let is_number = |p: &Parser| matches!(p.peek_token().token, Token::Number(..) | Token::Minus);
     loop {
         if parse_word(p, "INCREMENT") {
             let _ = parse_word(p, "BY");
-            c.options.increment = Some(int(p)?);
+            o.increment = Some(int(p)?);
         } else if parse_word(p, "MINVALUE") {
-            c.options.min = Some(int(p)?);
+            o.min = Some(int(p)?);
         } else if parse_word(p, "MAXVALUE") {
-            c.options.max = Some(int(p)?);
+            o.max = Some(int(p)?);
         } else if parse_word(p, "START") {
             let _ = parse_word(p, "WITH");
-            c.options.start = Some(int(p)?);
+            o.start = Some(int(p)?);
+        } else if alter && parse_word(p, "RESTART") {
+            let with = parse_word(p, "WITH");
+            o.restart = Some(if with || is_number(p) {
+                Some(int(p)?)
+            } else {
+                None
+            });
         } else if parse_word(p, "CACHE") {
             int(p)?;
         } else if parse_word(p, "CYCLE") {
-            c.options.cycle = true;
+            o.cycle = true;
         } else if parse_word(p, "NO") {
-            if !(parse_word(p, "MINVALUE") || parse_word(p, "MAXVALUE") || parse_word(p, "CYCLE")) {
+            if parse_word(p, "MINVALUE") {
+                o.no_min = true;
+            } else if parse_word(p, "MAXVALUE") {
+                o.no_max = true;
+            } else if parse_word(p, "CYCLE") {
+                o.no_cycle = true;
+            } else {
                 return Err(syntax_near(&p.peek_token()));
             }
         } else if parse_word(p, "AS") {
             let t = p.parse_data_type()?;
-            if !matches!(
-                SqlType::from_ast(&t)?,
-                SqlType::Int2 | SqlType::Int4 | SqlType::Int8
-            ) {
-                return Err(WeirError::new(
-                    crate::error::sqlstate::INVALID_PARAMETER_VALUE,
-                    "sequence type must be smallint, integer, or bigint",
-                ));
-            }
+            o.type_bounds = Some(match SqlType::from_ast(&t)? {
+                SqlType::Int2 => (i16::MIN as i64, i16::MAX as i64),
+                SqlType::Int4 => (i32::MIN as i64, i32::MAX as i64),
+                SqlType::Int8 => (i64::MIN, i64::MAX),
+                _ => {
+                    return Err(WeirError::new(
+                        crate::error::sqlstate::INVALID_PARAMETER_VALUE,
+                        "sequence type must be smallint, integer, or bigint",
+                    ));
+                }
+            });
         } else if parse_word(p, "OWNED") {
-            let _ = parse_word(p, "BY");
-            let _ = p.parse_object_name(false)?;
+            p.expect_keyword_is(Keyword::BY)?;
+            let n = p.parse_object_name(false)?;
+            o.owned_by = Some(match n.0.len() {
+                1 if n.to_string().eq_ignore_ascii_case("none") => None,
+                1 => {
+                    return Err(WeirError::syntax("invalid OWNED BY option")
+                        .with_hint("Specify OWNED BY table.column or OWNED BY NONE."));
+                }
+                _ => {
+                    let parts: Vec<String> =
+                        n.0.iter()
+                            .filter_map(|p| p.as_ident().map(normalize_ident))
+                            .collect();
+                    let [.., t, c] = parts.as_slice() else {
+                        return Err(WeirError::syntax(format!("invalid OWNED BY option: {n}")));
+                    };
+                    if parts.len() == 3 && parts[0] != "public" {
+                        return Err(WeirError::new(
+                            crate::error::sqlstate::INVALID_SCHEMA_NAME,
+                            format!("schema \"{}\" does not exist", parts[0]),
+                        ));
+                    }
+                    Some((t.clone(), c.clone()))
+                }
+            });
         } else {
             break;
         }
     }
-    Ok(c)
+    Ok(o)
 }
 
 /// Sequence options as numbers (`INCREMENT BY -1`, `START 100`...).
@@ -355,6 +455,7 @@ pub fn sequence_options(opts: &[ast::SequenceOptions]) -> Result<SeqOptions> {
         min,
         max,
         cycle,
+        ..Default::default()
     })
 }
 
@@ -990,6 +1091,39 @@ pub fn query_text(q: &ast::Query) -> String {
     user_text(&q.to_string())
 }
 
+/// A stored expression (a column default, a CHECK) shown as Postgres deparses it: cast
+/// types in Postgres' lower-case names (`'new'::text`, `(0)::numeric`, sqlparser prints
+/// `TEXT`), a sequence named for `::regclass` without the `public.` schema our one search
+/// path makes implicit (`nextval('t_id_seq'::regclass)`). Text that does not parse is
+/// returned as it is.
+pub fn shown_expr(text: &str) -> String {
+    let Ok(mut e) = parse_expr_text(text) else {
+        return user_text(text);
+    };
+    let _ = ast::visit_expressions_mut(&mut e, |x| {
+        if let ast::Expr::Cast {
+            expr, data_type, ..
+        } = x
+        {
+            let name = match SqlType::from_ast(data_type) {
+                Ok(t) => t.display_name(),
+                Err(_) => data_type.to_string().to_lowercase(),
+            };
+            if name == "regclass"
+                && let ast::Expr::Value(v) = expr.as_mut()
+                && let ast::Value::SingleQuotedString(s) = &mut v.value
+                && let Some(rest) = s.strip_prefix("public.")
+            {
+                *s = rest.to_owned();
+            }
+            *data_type =
+                ast::DataType::Custom(ObjectName::from(vec![ast::Ident::new(name)]), vec![]);
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    user_text(&e.to_string())
+}
+
 /// SQL text as sqlparser printed it (a query, a CHECK's expression) with each marked
 /// `BETWEEN SYMMETRIC` written back as the user wrote it.
 pub fn user_text(text: &str) -> String {
@@ -1408,6 +1542,9 @@ fn parse_one(p: &mut Parser) -> Result<Statement> {
             }
             if let Some(r) = parse_alter_rename(p)? {
                 return Ok(r);
+            }
+            if p.parse_keyword(Keyword::SEQUENCE) {
+                return parse_alter_sequence(p).map(|a| Statement::AlterSequence(Box::new(a)));
             }
             p.prev_token();
             classify(p.parse_statement()?)

@@ -10,7 +10,9 @@ use datafusion::sql::sqlparser::tokenizer::Token;
 
 use crate::catalog::roles::Privilege;
 use crate::error::{Result, WeirError};
-use crate::sql::parser::{DropKind, normalize_ident, parse_word, relation_name, syntax_near};
+use crate::sql::parser::{
+    DropKind, normalize_ident, parse_word, relation_name, rewind, syntax_near,
+};
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum RoleOption {
@@ -89,6 +91,7 @@ pub enum SecurityStmt {
     SetSessionAuthorization(Option<String>),
     AlterOwner {
         kind: DropKind,
+        if_exists: bool,
         name: String,
         owner: Grantee,
     },
@@ -127,17 +130,6 @@ impl SecurityStmt {
             SecurityStmt::DropSecret { .. } => "DROP SECRET",
             SecurityStmt::SetRole(_) | SecurityStmt::SetSessionAuthorization(_) => return None,
         })
-    }
-}
-
-/// Go back to token index `start` (after a lookahead that did not match).
-fn rewind(p: &mut Parser, start: usize) {
-    while p.index() > start {
-        p.prev_token();
-    }
-    // prev_token stops on a word; between it and `start` there was only whitespace
-    if p.index() < start {
-        p.next_token();
     }
 }
 
@@ -287,7 +279,8 @@ pub fn parse_alter(p: &mut Parser) -> Result<Option<SecurityStmt>> {
             options: role_options(p, false)?,
         }));
     }
-    // ALTER TABLE|SOURCE|MATERIALIZED VIEW|SINK name OWNER TO role
+    // ALTER TABLE|VIEW|SEQUENCE|SOURCE|MATERIALIZED VIEW|SINK [IF EXISTS] [ONLY] name
+    // OWNER TO role (pg_dump writes `ALTER TABLE name OWNER TO` for views and sequences too)
     let start = p.index();
     let kind = if p.parse_keyword(Keyword::TABLE) {
         DropKind::Table
@@ -295,11 +288,17 @@ pub fn parse_alter(p: &mut Parser) -> Result<Option<SecurityStmt>> {
         DropKind::Source
     } else if p.parse_keywords(&[Keyword::MATERIALIZED, Keyword::VIEW]) {
         DropKind::MaterializedView
+    } else if p.parse_keyword(Keyword::VIEW) {
+        DropKind::View
+    } else if p.parse_keyword(Keyword::SEQUENCE) {
+        DropKind::Sequence
     } else if parse_word(p, "SINK") {
         DropKind::Sink
     } else {
         return Ok(None);
     };
+    let if_exists = p.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
+    let _ = kind == DropKind::Table && p.parse_keyword(Keyword::ONLY);
     let Ok(name) = p.parse_object_name(false) else {
         rewind(p, start);
         return Ok(None);
@@ -311,6 +310,7 @@ pub fn parse_alter(p: &mut Parser) -> Result<Option<SecurityStmt>> {
     p.expect_keyword_is(Keyword::TO)?;
     Ok(Some(SecurityStmt::AlterOwner {
         kind,
+        if_exists,
         name: relation_name(&name)?,
         owner: grantee(p)?,
     }))

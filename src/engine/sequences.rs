@@ -1,0 +1,172 @@
+//! `ALTER SEQUENCE [IF EXISTS] name` with `INCREMENT [BY] n`, `MINVALUE n | NO MINVALUE`,
+//! `MAXVALUE n | NO MAXVALUE`, `START [WITH] n`, `RESTART [[WITH] n]`, `[NO] CYCLE`,
+//! `CACHE n` (accepted, values are reserved 32 at a time regardless), `AS type` and
+//! `OWNED BY table.column | NONE` — and `OWNED BY` at CREATE SEQUENCE.
+//!
+//! The options are the sequence's catalog entry; the counter (`catalog::sequences`) keeps
+//! the last value handed out: `nextval` after an ALTER continues from it with the new
+//! increment, as in Postgres, unless RESTART sets the next value. A sequence OWNED BY a
+//! table is dropped with it (the table's `weir.owned_sequence` option, which `serial` and
+//! identity columns set too); pg_dump restores `serial` columns this way.
+
+use crate::catalog::RelationKind;
+use crate::catalog::sequences::SequenceSpec;
+use crate::engine::{Engine, Output};
+use crate::error::{Result, WeirError, sqlstate};
+use crate::sql::parser::AlterSequence;
+
+impl Engine {
+    pub(crate) fn alter_sequence(
+        &self,
+        a: &AlterSequence,
+        notices: Option<&tokio::sync::mpsc::UnboundedSender<String>>,
+    ) -> Result<Output> {
+        let done = Ok(Output::Command("ALTER SEQUENCE".into()));
+        let Some(entry) = self.catalog.get(&a.name) else {
+            if a.if_exists {
+                if let Some(n) = notices {
+                    let _ = n.send(format!("relation \"{}\" does not exist, skipping", a.name));
+                }
+                return done;
+            }
+            return Err(WeirError::undefined_table(&a.name));
+        };
+        if entry.desc.kind != RelationKind::Sequence {
+            return Err(WeirError::new(
+                sqlstate::WRONG_OBJECT_TYPE,
+                format!("\"{}\" is not a sequence", a.name),
+            ));
+        }
+        let o = &a.options;
+        let old = SequenceSpec::from_options(&entry.desc.options);
+        let increment = o.increment.unwrap_or(old.increment);
+        let ascending = increment > 0;
+        let (min, max) = o.bounds(ascending);
+        // a bound not written keeps its value, unless NO ... asks for the default, or the
+        // direction changed (the old default bound of the other direction means nothing)
+        let flipped = (old.increment > 0) != ascending;
+        let keep = |written: Option<i64>, no: bool, old: i64| match (written, no) {
+            (Some(v), _) => Some(v),
+            (None, true) => None,
+            (None, false) if flipped => None,
+            (None, false) => Some(old),
+        };
+        let min = keep(min, o.no_min, old.min);
+        let max = keep(max, o.no_max, old.max);
+        let cycle = if o.cycle {
+            true
+        } else if o.no_cycle {
+            false
+        } else {
+            old.cycle
+        };
+        let spec = SequenceSpec::new(
+            Some(o.start.unwrap_or(old.start)),
+            Some(increment),
+            min,
+            max,
+            cycle,
+        )?;
+        let restart = o.restart.map(|r| r.unwrap_or(spec.start));
+        if let Some(r) = restart {
+            if r < spec.min {
+                return Err(WeirError::new(
+                    sqlstate::INVALID_PARAMETER_VALUE,
+                    format!(
+                        "RESTART value ({r}) cannot be less than MINVALUE ({})",
+                        spec.min
+                    ),
+                ));
+            }
+            if r > spec.max {
+                return Err(WeirError::new(
+                    sqlstate::INVALID_PARAMETER_VALUE,
+                    format!(
+                        "RESTART value ({r}) cannot be greater than MAXVALUE ({})",
+                        spec.max
+                    ),
+                ));
+            }
+        }
+        if let Some(owned_by) = &o.owned_by {
+            self.check_owned_by(owned_by.as_ref())?;
+        }
+        if spec != old {
+            self.catalog.alter_sequence(&a.name, old, spec)?;
+        }
+        if let Some(r) = restart {
+            self.catalog.setval(entry.desc.oid, r, false)?;
+        }
+        if let Some(owned_by) = &o.owned_by {
+            self.sequence_owned_by(&a.name, owned_by.as_ref())?;
+        }
+        done
+    }
+
+    /// `OWNED BY table.column` names a table of ours and one of its columns.
+    fn check_owned_by(&self, owned_by: Option<&(String, String)>) -> Result<()> {
+        let Some((table, column)) = owned_by else {
+            return Ok(());
+        };
+        let t = self
+            .catalog
+            .get(table)
+            .ok_or_else(|| WeirError::undefined_table(table))?;
+        if !t.desc.kind.is_table() {
+            return Err(WeirError::new(
+                sqlstate::WRONG_OBJECT_TYPE,
+                format!("sequence cannot be owned by relation \"{table}\""),
+            )
+            .with_detail(format!(
+                "This operation is not supported for {}s.",
+                t.desc.kind.noun()
+            )));
+        }
+        if !t.desc.columns.iter().any(|c| c.name == *column) {
+            return Err(WeirError::new(
+                sqlstate::UNDEFINED_COLUMN,
+                format!("column \"{column}\" of relation \"{table}\" does not exist"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Makes sequence `seq` owned by `owned_by`'s table (dropped with it), or by none.
+    pub(crate) fn sequence_owned_by(
+        &self,
+        seq: &str,
+        owned_by: Option<&(String, String)>,
+    ) -> Result<()> {
+        self.check_owned_by(owned_by)?;
+        let owners: Vec<String> = self
+            .catalog
+            .entries()
+            .into_iter()
+            .filter(|e| {
+                e.desc
+                    .options
+                    .iter()
+                    .any(|(k, v)| k == "weir.owned_sequence" && v == seq)
+            })
+            .map(|e| e.desc.name.clone())
+            .collect();
+        for t in owners {
+            if owned_by.is_some_and(|(o, _)| *o == t) {
+                return Ok(());
+            }
+            self.catalog.alter_relation(&t, |d| {
+                d.options
+                    .retain(|(k, v)| !(k == "weir.owned_sequence" && v == seq));
+                Ok(())
+            })?;
+        }
+        if let Some((table, _)) = owned_by {
+            self.catalog.alter_relation(table, |d| {
+                d.options
+                    .push(("weir.owned_sequence".into(), seq.to_owned()));
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+}
