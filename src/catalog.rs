@@ -339,6 +339,16 @@ impl RelationDesc {
         )
     }
 
+    /// The primary key constraint's (and its index's) name: as declared (`CONSTRAINT name
+    /// PRIMARY KEY`, kept through a RENAME of the table as in Postgres), else `<table>_pkey`.
+    pub fn pkey_name(&self) -> String {
+        self.options
+            .iter()
+            .find(|(k, _)| k == "weir.pkey_name")
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| format!("{}_pkey", self.name))
+    }
+
     /// OID of the primary key's index (a relation of its own in `pg_class`).
     pub fn pkey_index_oid(&self) -> Option<u32> {
         (!self.primary_key.is_empty()).then_some(self.oid + 1)
@@ -353,7 +363,7 @@ impl RelationDesc {
     pub fn all_indexes(&self) -> Vec<IndexInfo> {
         let pkey = self.pkey_index_oid().map(|oid| IndexInfo {
             oid,
-            name: format!("{}_pkey", self.name),
+            name: self.pkey_name(),
             columns: self.primary_key.clone(),
             unique: true,
             primary: true,
@@ -553,6 +563,7 @@ impl Catalog {
                 kind: desc.table_kind(),
                 watermark,
                 indexes: desc.index_specs(),
+                pkey_name: desc.pkey_name(),
             },
             store.clone(),
         )?)))

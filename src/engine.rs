@@ -419,15 +419,26 @@ impl Engine {
                 Ok(Output::Command("CREATE SEQUENCE".into()))
             }
             Statement::AlterSequence(a) => self.alter_sequence(a, notices.as_ref()),
+            Statement::AddIdentity(a) => self.add_identity(session, a, notices.as_ref()),
             Statement::ExplainView(cv) => self.explain_view(session, cv).await,
             Statement::ExplainAnalyzeView(name) => self.explain_analyze_view(name),
             Statement::Flush => {
-                // generators that end and run unpaced are part of "everything so far"
-                self.dataflow.sources.catch_up().await?;
-                self.dataflow.flush().await?;
-                // and sinks have committed what the views gave them
-                self.dataflow.sinks.catch_up().await?;
+                self.flush().await?;
                 Ok(Output::Command("FLUSH".into()))
+            }
+            Statement::Refresh(name) => {
+                let entry = self
+                    .catalog
+                    .get(name)
+                    .ok_or_else(|| WeirError::undefined_table(name))?;
+                if entry.desc.kind != RelationKind::MaterializedView {
+                    return Err(WeirError::new(
+                        sqlstate::WRONG_OBJECT_TYPE,
+                        format!("\"{name}\" is not a materialized view"),
+                    ));
+                }
+                self.flush().await?;
+                Ok(Output::Command("REFRESH MATERIALIZED VIEW".into()))
             }
             Statement::Checkpoint => {
                 self.dataflow.checkpoint().await?;
@@ -1778,6 +1789,11 @@ impl Engine {
             .filter_map(|c| c.default.clone().map(|d| (c.name.clone(), d)))
             .collect();
         let mut options = options;
+        if let Some(n) = &ct.primary_key_name
+            && *n != format!("{}_pkey", ct.name)
+        {
+            options.push(("weir.pkey_name".into(), n.clone()));
+        }
         let mut owned = Vec::new();
         if self.catalog.get(&ct.name).is_none() {
             for c in &ct.columns {
@@ -2165,8 +2181,18 @@ impl Engine {
 }
 
 impl Engine {
+    /// FLUSH: every view has taken in everything written before it.
+    async fn flush(&self) -> Result<()> {
+        // generators that end and run unpaced are part of "everything so far"
+        self.dataflow.sources.catch_up().await?;
+        self.dataflow.flush().await?;
+        // and sinks have committed what the views gave them
+        self.dataflow.sinks.catch_up().await?;
+        Ok(())
+    }
+
     /// Create a sequence relation.
-    fn create_sequence(
+    pub(crate) fn create_sequence(
         &self,
         name: &str,
         if_not_exists: bool,
@@ -2429,6 +2455,7 @@ fn query_kind(stmt: &Statement) -> &'static str {
         | Statement::CreatePlainView(_)
         | Statement::CreateSequence(_)
         | Statement::AlterSequence(_)
+        | Statement::AddIdentity(_)
         | Statement::AlterTable(_)
         | Statement::Comment(_)
         | Statement::RenameRelation { .. }
@@ -2464,6 +2491,7 @@ fn write_kind(stmt: &Statement) -> Option<&'static str> {
         Statement::CreatePlainView(_) => "CREATE VIEW",
         Statement::CreateSequence(_) => "CREATE SEQUENCE",
         Statement::AlterSequence(_) => "ALTER SEQUENCE",
+        Statement::AddIdentity(_) => "ALTER TABLE",
         Statement::AlterTable(_) => "ALTER TABLE",
         Statement::RenameRelation { .. } => "ALTER",
         Statement::Comment(_) => "COMMENT",

@@ -51,13 +51,8 @@ fn yes_no(b: bool) -> V {
 
 /// A relation's primary key and UNIQUE constraints: (name, constraint_type, columns).
 fn key_constraints(d: &crate::catalog::RelationDesc) -> Vec<(String, &'static str, Vec<String>)> {
-    let pk = (!d.primary_key.is_empty()).then(|| {
-        (
-            format!("{}_pkey", d.name),
-            "PRIMARY KEY",
-            d.primary_key.clone(),
-        )
-    });
+    let pk =
+        (!d.primary_key.is_empty()).then(|| (d.pkey_name(), "PRIMARY KEY", d.primary_key.clone()));
     pk.into_iter()
         .chain(
             d.indexes

@@ -1159,7 +1159,7 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     let keys = column_numbers(d, &d.primary_key);
                     rows.push(constraint_row(
                         con,
-                        format!("{}_pkey", d.name),
+                        d.pkey_name(),
                         "p",
                         d.oid,
                         idx,

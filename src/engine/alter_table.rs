@@ -1,9 +1,12 @@
 //! `ALTER TABLE name` with `ADD COLUMN [IF NOT EXISTS] col type [DEFAULT expr] [NOT NULL]`,
 //! `DROP COLUMN [IF EXISTS] col`, `RENAME COLUMN a TO b`, `RENAME TO new`, `ALTER COLUMN
 //! col SET NOT NULL | DROP NOT NULL | SET DEFAULT expr | DROP DEFAULT | [SET DATA] TYPE t
-//! [USING expr]`, several at once (a type change not with ADD or DROP COLUMN).
+//! [USING expr]`, `ADD [CONSTRAINT name] PRIMARY KEY (cols)`, `DROP CONSTRAINT <primary
+//! key>`, several at once (a type change not with ADD or DROP COLUMN).
 //!
-//! Adding or dropping a column, or changing a column's type (each row's value cast, or
+//! Adding or dropping a column or the primary key (rows are stored by their key: the rows
+//! are checked for a duplicate or NULL key first, as Postgres' index build does), or
+//! changing a column's type (each row's value cast, or
 //! USING's, by one query over the table: [`Engine::retyped_rows`]), rewrites the table's rows in the new layout (existing rows
 //! get the default, evaluated once, or NULL) under a new OID, switched to in one commit
 //! (`Catalog::replace_table`: a crash leaves the old table or the new one), under the
@@ -40,7 +43,8 @@ impl Engine {
     /// `DROP CONSTRAINT [IF EXISTS] name`, one after another: a CHECK is checked against
     /// the rows already there (unless NOT VALID) and kept in the catalog entry, a UNIQUE is a
     /// unique index (built over the rows, refusing duplicates), a dropped UNIQUE drops its
-    /// index. The primary key is neither added nor dropped here.
+    /// index. The primary key is neither added nor dropped here (`alter_table` rewrites
+    /// the table for it).
     async fn alter_constraints(
         &self,
         session: &Session,
@@ -57,7 +61,7 @@ impl Engine {
                 desc.checks.iter().any(|(c, _)| c == n)
                     || desc.indexes.iter().any(|i| i.name == n)
                     || desc.foreign_keys.iter().any(|f| f.name == n)
-                    || n == format!("{name}_pkey")
+                    || (!desc.primary_key.is_empty() && n == desc.pkey_name())
             };
             match op {
                 ast::AlterTableOperation::AddConstraint {
@@ -222,10 +226,6 @@ impl Engine {
                             notices,
                         ))
                         .await?;
-                    } else if c == format!("{name}_pkey") {
-                        return Err(WeirError::not_supported(format!(
-                            "cannot drop the primary key of table \"{name}\""
-                        )));
                     } else if *if_exists {
                         if let Some(p) = notices {
                             let _ = p.send(format!(
@@ -247,6 +247,58 @@ impl Engine {
             }
         }
         Ok(Output::Command("ALTER TABLE".into()))
+    }
+
+    /// The rows of table `name` may take `cols` as their primary key: no two share a key
+    /// (23505 as Postgres' index build words it) and no key column is NULL (23502).
+    async fn check_primary_key_rows(
+        &self,
+        session: &Session,
+        name: &str,
+        cols: &[String],
+        pk_name: &str,
+    ) -> Result<()> {
+        let list = cols
+            .iter()
+            .map(|c| quoted(c))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let key_text = cols
+            .iter()
+            .map(|c| format!("coalesce(CAST({} AS text), 'null')", quoted(c)))
+            .collect::<Vec<_>>()
+            .join(" || ', ' || ");
+        let sql = format!(
+            "SELECT min(k) FROM (SELECT {key_text} AS k FROM {} GROUP BY {list} HAVING count(*) > 1) d",
+            quoted(name)
+        );
+        let dup = self.run_scalar(session, &sql).await?;
+        if let datafusion::common::ScalarValue::Utf8(Some(key))
+        | datafusion::common::ScalarValue::Utf8View(Some(key)) =
+            datafusion::common::ScalarValue::try_from_array(&dup, 0)?
+        {
+            return Err(WeirError::new(
+                sqlstate::UNIQUE_VIOLATION,
+                format!("could not create unique index \"{pk_name}\""),
+            )
+            .with_detail(format!("Key ({})=({key}) is duplicated.", cols.join(", "))));
+        }
+        for c in cols {
+            let sql = format!(
+                "SELECT count(*) FROM {} WHERE {} IS NULL",
+                quoted(name),
+                quoted(c)
+            );
+            let nulls = self.run_scalar(session, &sql).await?;
+            let n = datafusion::common::ScalarValue::try_from_array(&nulls, 0)?;
+            if n != datafusion::common::ScalarValue::Int64(Some(0)) {
+                return Err(WeirError::new(
+                    sqlstate::NOT_NULL_VIOLATION,
+                    format!("column \"{c}\" of relation \"{name}\" contains null values"),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// The rows of table `name` pass CHECK constraint `check` (`expr`; NULL passes), or
@@ -312,6 +364,18 @@ impl Engine {
             )));
         }
         // constraints: the catalog entry and an index, never the table's rows or its views
+        // (but the primary key: the rows are stored by it, so the table is rewritten)
+        let pkey_name = entry.desc.pkey_name();
+        let primary_key_op = |op: &ast::AlterTableOperation| match op {
+            ast::AlterTableOperation::AddConstraint {
+                constraint: ast::TableConstraint::PrimaryKey(_),
+                ..
+            } => true,
+            ast::AlterTableOperation::DropConstraint { name: c, .. } => {
+                !entry.desc.primary_key.is_empty() && normalize_ident(c) == pkey_name
+            }
+            _ => false,
+        };
         if !alter.operations.is_empty()
             && alter.operations.iter().all(|op| {
                 matches!(
@@ -319,7 +383,7 @@ impl Engine {
                     ast::AlterTableOperation::AddConstraint { .. }
                         | ast::AlterTableOperation::DropConstraint { .. }
                         | ast::AlterTableOperation::ValidateConstraint { .. }
-                )
+                ) && !primary_key_op(op)
             })
         {
             return self
@@ -455,7 +519,8 @@ impl Engine {
                                 ),
                             )
                             .with_detail(format!(
-                                "constraint {name}_pkey on table {name} depends on column {col} of table {name}"
+                                "constraint {} on table {name} depends on column {col} of table {name}",
+                                desc.pkey_name()
                             )));
                         }
                         // a unique index on it that another table's foreign key needs
@@ -586,7 +651,85 @@ impl Engine {
                     let n = match table_name {
                         ast::RenameTableNameKind::To(n) | ast::RenameTableNameKind::As(n) => n,
                     };
+                    // as in Postgres, the primary key keeps its name
+                    if !desc.primary_key.is_empty() {
+                        let pk = desc.pkey_name();
+                        desc.options.retain(|(k, _)| k != "weir.pkey_name");
+                        desc.options.push(("weir.pkey_name".into(), pk));
+                    }
                     desc.name = relation_name(n)?;
+                    if desc.pkey_name() == format!("{}_pkey", desc.name) {
+                        desc.options.retain(|(k, _)| k != "weir.pkey_name");
+                    }
+                }
+                ast::AlterTableOperation::AddConstraint {
+                    constraint: ast::TableConstraint::PrimaryKey(pk),
+                    ..
+                } => {
+                    if !desc.primary_key.is_empty() {
+                        return Err(WeirError::new(
+                            sqlstate::INVALID_TABLE_DEFINITION,
+                            format!("multiple primary keys for table \"{name}\" are not allowed"),
+                        ));
+                    }
+                    let cols = crate::sql::parser::constraint_columns(&pk.columns, "PRIMARY KEY")?;
+                    let mut at = Vec::new();
+                    for c in &cols {
+                        // the rows are checked as stored: a column added by the same
+                        // statement is not there yet
+                        match col_pos(&entry.desc, c).filter(|_| col_pos(&desc, c).is_some()) {
+                            Some(i) => at.push(i),
+                            None => {
+                                return Err(WeirError::new(
+                                    sqlstate::UNDEFINED_COLUMN,
+                                    format!("column \"{c}\" of relation \"{name}\" does not exist"),
+                                ));
+                            }
+                        }
+                    }
+                    let pk_name = match &pk.name {
+                        Some(n) => normalize_ident(n),
+                        None => format!("{}_pkey", desc.name),
+                    };
+                    if self.catalog.name_in_use(&pk_name) {
+                        return Err(WeirError::new(
+                            sqlstate::DUPLICATE_TABLE,
+                            format!("relation \"{pk_name}\" already exists"),
+                        ));
+                    }
+                    self.check_primary_key_rows(session, &name, &cols, &pk_name)
+                        .await?;
+                    for c in &cols {
+                        if let Some(i) = col_pos(&desc, c) {
+                            desc.columns[i].nullable = false;
+                        }
+                    }
+                    desc.primary_key = cols;
+                    desc.options.retain(|(k, _)| k != "weir.pkey_name");
+                    if pk_name != format!("{}_pkey", desc.name) {
+                        desc.options.push(("weir.pkey_name".into(), pk_name));
+                    }
+                    rewrite = true;
+                }
+                op @ ast::AlterTableOperation::DropConstraint { .. } if primary_key_op(op) => {
+                    if let Some((child, fk)) =
+                        self.foreign_key_needing_index(&entry.desc, &pkey_name, &desc.primary_key)
+                    {
+                        return Err(WeirError::new(
+                            sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
+                            format!(
+                                "cannot drop constraint {pkey_name} on table {name} because other objects depend on it"
+                            ),
+                        )
+                        .with_detail(format!(
+                            "constraint {fk} on table {child} depends on index {pkey_name}"
+                        ))
+                        .with_hint("Use DROP ... CASCADE to drop the dependent objects too."));
+                    }
+                    // the columns stay NOT NULL, as in Postgres
+                    desc.primary_key.clear();
+                    desc.options.retain(|(k, _)| k != "weir.pkey_name");
+                    rewrite = true;
                 }
                 ast::AlterTableOperation::AlterColumn { column_name, op } => {
                     let col = normalize_ident(column_name);

@@ -210,6 +210,18 @@ impl Engine {
             Statement::CreateSequence(_) | Statement::CreateFunction(_) => {
                 self.require_create(role)
             }
+            Statement::Refresh(name) => {
+                if self.catalog.get(name).is_some() {
+                    self.require_owner(role, name)?;
+                }
+                Ok(())
+            }
+            Statement::AddIdentity(a) => {
+                if self.catalog.get(&a.table).is_some() {
+                    self.require_owner(role, &a.table)?;
+                }
+                self.require_create(role)
+            }
             Statement::AlterSequence(a) => {
                 if self.catalog.get(&a.name).is_some() {
                     self.require_owner(role, &a.name)?;

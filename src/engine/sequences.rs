@@ -1,7 +1,9 @@
 //! `ALTER SEQUENCE [IF EXISTS] name` with `INCREMENT [BY] n`, `MINVALUE n | NO MINVALUE`,
 //! `MAXVALUE n | NO MAXVALUE`, `START [WITH] n`, `RESTART [[WITH] n]`, `[NO] CYCLE`,
 //! `CACHE n` (accepted, values are reserved 32 at a time regardless), `AS type` and
-//! `OWNED BY table.column | NONE` — and `OWNED BY` at CREATE SEQUENCE.
+//! `OWNED BY table.column | NONE` — and `OWNED BY` at CREATE SEQUENCE; `ALTER TABLE t
+//! ALTER COLUMN c ADD GENERATED { ALWAYS | BY DEFAULT } AS IDENTITY [(options)]`, which
+//! makes an existing column an identity column as CREATE TABLE would have.
 //!
 //! The options are the sequence's catalog entry; the counter (`catalog::sequences`) keeps
 //! the last value handed out: `nextval` after an ALTER continues from it with the new
@@ -13,7 +15,9 @@ use crate::catalog::RelationKind;
 use crate::catalog::sequences::SequenceSpec;
 use crate::engine::{Engine, Output};
 use crate::error::{Result, WeirError, sqlstate};
-use crate::sql::parser::AlterSequence;
+use crate::server::session::Session;
+use crate::sql::parser::{AddIdentity, AlterSequence};
+use crate::sql::types::SqlType;
 
 impl Engine {
     pub(crate) fn alter_sequence(
@@ -100,6 +104,109 @@ impl Engine {
         if let Some(owned_by) = &o.owned_by {
             self.sequence_owned_by(&a.name, owned_by.as_ref())?;
         }
+        done
+    }
+
+    /// A column becomes an identity column: its own sequence (named as given, or
+    /// `<table>_<column>_seq`, bounded by the column's type), owned by the table, whose
+    /// nextval is the column's default; ALWAYS refuses values an INSERT gives it.
+    pub(crate) fn add_identity(
+        &self,
+        session: &Session,
+        a: &AddIdentity,
+        notices: Option<&tokio::sync::mpsc::UnboundedSender<String>>,
+    ) -> Result<Output> {
+        let done = Ok(Output::Command("ALTER TABLE".into()));
+        let Some(entry) = self.catalog.get(&a.table) else {
+            if a.if_exists {
+                if let Some(n) = notices {
+                    let _ = n.send(format!("relation \"{}\" does not exist, skipping", a.table));
+                }
+                return done;
+            }
+            return Err(WeirError::undefined_table(&a.table));
+        };
+        let (table, col) = (&a.table, &a.column);
+        if !entry.desc.kind.is_table() {
+            return Err(WeirError::new(
+                sqlstate::WRONG_OBJECT_TYPE,
+                format!("\"{table}\" is not a table"),
+            ));
+        }
+        let Some(c) = entry.desc.columns.iter().find(|c| c.name == *col) else {
+            return Err(WeirError::new(
+                sqlstate::UNDEFINED_COLUMN,
+                format!("column \"{col}\" of relation \"{table}\" does not exist"),
+            ));
+        };
+        let (lo, hi) = match c.ty {
+            SqlType::Int2 => (i16::MIN as i64, i16::MAX as i64),
+            SqlType::Int4 => (i32::MIN as i64, i32::MAX as i64),
+            SqlType::Int8 => (i64::MIN, i64::MAX),
+            _ => {
+                return Err(WeirError::new(
+                    sqlstate::INVALID_PARAMETER_VALUE,
+                    "identity column type must be smallint, integer, or bigint",
+                ));
+            }
+        };
+        let owned: Vec<&String> = entry
+            .desc
+            .options
+            .iter()
+            .filter(|(k, _)| k == "weir.owned_sequence")
+            .map(|(_, v)| v)
+            .collect();
+        let is_identity = entry.desc.defaults.iter().any(|(d, text)| {
+            d == col
+                && owned
+                    .iter()
+                    .any(|s| text.trim() == format!("nextval('{s}')"))
+        });
+        if is_identity || entry.desc.is_identity_always(col) {
+            return Err(WeirError::new(
+                "55000",
+                format!("column \"{col}\" of relation \"{table}\" is already an identity column"),
+            ));
+        }
+        if entry.desc.defaults.iter().any(|(d, _)| d == col) {
+            return Err(WeirError::new(
+                "55000",
+                format!("column \"{col}\" of relation \"{table}\" already has a default value"),
+            ));
+        }
+        if c.nullable {
+            return Err(WeirError::new(
+                "55000",
+                format!(
+                    "column \"{col}\" of relation \"{table}\" must be declared NOT NULL before identity can be added"
+                ),
+            ));
+        }
+        let o = &a.options;
+        let seq = match &o.sequence_name {
+            Some(n) => n.clone(),
+            None => crate::sql::parser::free_name(&format!("{table}_{col}_seq"), |n| {
+                self.catalog.name_in_use(n)
+            }),
+        };
+        let ascending = o.increment.unwrap_or(1) > 0;
+        let (min, max) = o.bounds(ascending);
+        let (min, max) = match ascending {
+            true => (min, max.or(Some(hi))),
+            false => (min.or(Some(lo)), max),
+        };
+        let spec = SequenceSpec::new(o.start, o.increment, min, max, o.cycle)?;
+        let text = format!("CREATE SEQUENCE {}", crate::sql::pg_text::quote_ident(&seq));
+        self.create_sequence(&seq, false, spec, &text, session.role())?;
+        self.catalog.alter_relation(table, |d| {
+            d.defaults.push((col.clone(), format!("nextval('{seq}')")));
+            d.options.push(("weir.owned_sequence".into(), seq.clone()));
+            if a.always {
+                d.options.push(("weir.identity_always".into(), col.clone()));
+            }
+            Ok(())
+        })?;
         done
     }
 

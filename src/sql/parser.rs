@@ -88,6 +88,9 @@ pub enum Statement {
     /// `CREATE SEQUENCE [IF NOT EXISTS] name [options]`.
     CreateSequence(Box<CreateSequence>),
     AlterSequence(Box<AlterSequence>),
+    AddIdentity(Box<AddIdentity>),
+    /// `REFRESH MATERIALIZED VIEW name`.
+    Refresh(String),
     /// `TRUNCATE [TABLE] t [, ...] [CONTINUE IDENTITY] [CASCADE | RESTRICT]`: the tables'
     /// rows deleted (a DELETE of each).
     /// `TRUNCATE [TABLE] t [, ...] [CASCADE | RESTRICT]`: the tables, and CASCADE.
@@ -240,6 +243,8 @@ pub struct SeqOptions {
     pub restart: Option<Option<i64>>,
     /// `OWNED BY table.column` (Some(Some)) or `OWNED BY NONE` (Some(None)).
     pub owned_by: Option<Option<(String, String)>>,
+    /// An identity column's `SEQUENCE NAME name` (pg_dump writes it).
+    pub sequence_name: Option<String>,
 }
 
 impl SeqOptions {
@@ -255,6 +260,17 @@ impl SeqOptions {
             self.max.or(if ascending { tmax } else { None }),
         )
     }
+}
+
+/// `ALTER TABLE [IF EXISTS] [ONLY] table ALTER [COLUMN] column ADD GENERATED { ALWAYS | BY
+/// DEFAULT } AS IDENTITY [( sequence options )]` (how pg_dump restores identity columns).
+#[derive(Debug, Clone)]
+pub struct AddIdentity {
+    pub table: String,
+    pub if_exists: bool,
+    pub column: String,
+    pub always: bool,
+    pub options: SeqOptions,
 }
 
 /// `ALTER SEQUENCE [IF EXISTS] name options`.
@@ -317,7 +333,7 @@ fn parse_alter_rename(p: &mut Parser) -> Result<Option<Statement>> {
 fn parse_create_sequence(p: &mut Parser) -> Result<CreateSequence> {
     let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
     let name = relation_name(&p.parse_object_name(false)?)?;
-    let options = parse_sequence_options(p, false)?;
+    let options = parse_sequence_options(p, SeqContext::Create)?;
     Ok(CreateSequence {
         name,
         if_not_exists,
@@ -329,7 +345,7 @@ fn parse_create_sequence(p: &mut Parser) -> Result<CreateSequence> {
 fn parse_alter_sequence(p: &mut Parser) -> Result<AlterSequence> {
     let if_exists = p.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
     let name = relation_name(&p.parse_object_name(false)?)?;
-    let options = parse_sequence_options(p, true)?;
+    let options = parse_sequence_options(p, SeqContext::Alter)?;
     Ok(AlterSequence {
         name,
         if_exists,
@@ -337,9 +353,65 @@ fn parse_alter_sequence(p: &mut Parser) -> Result<AlterSequence> {
     })
 }
 
-/// A sequence's options in any order (`RESTART` only when `alter`), up to the first word
-/// that is not one.
-fn parse_sequence_options(p: &mut Parser, alter: bool) -> Result<SeqOptions> {
+/// `ALTER TABLE ... ALTER [COLUMN] c ADD GENERATED ... AS IDENTITY [(options)]` after ALTER;
+/// None (nothing consumed) for any other ALTER.
+fn parse_alter_add_identity(p: &mut Parser) -> Result<Option<AddIdentity>> {
+    let start = p.index();
+    if !p.parse_keyword(Keyword::TABLE) {
+        return Ok(None);
+    }
+    let if_exists = p.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
+    let _ = p.parse_keyword(Keyword::ONLY);
+    let head = (|| -> Option<(ObjectName, ast::Ident)> {
+        let name = p.parse_object_name(false).ok()?;
+        if !p.parse_keyword(Keyword::ALTER) {
+            return None;
+        }
+        let _ = p.parse_keyword(Keyword::COLUMN);
+        let column = p.parse_identifier().ok()?;
+        p.parse_keywords(&[Keyword::ADD, Keyword::GENERATED])
+            .then_some((name, column))
+    })();
+    let Some((name, column)) = head else {
+        rewind(p, start);
+        return Ok(None);
+    };
+    let always = if p.parse_keyword(Keyword::ALWAYS) {
+        true
+    } else {
+        p.expect_keywords(&[Keyword::BY, Keyword::DEFAULT])?;
+        false
+    };
+    p.expect_keywords(&[Keyword::AS, Keyword::IDENTITY])?;
+    let options = if p.consume_token(&Token::LParen) {
+        let o = parse_sequence_options(p, SeqContext::Identity)?;
+        p.expect_token(&Token::RParen)?;
+        o
+    } else {
+        SeqOptions::default()
+    };
+    Ok(Some(AddIdentity {
+        table: relation_name(&name)?,
+        if_exists,
+        column: normalize_ident(&column),
+        always,
+        options,
+    }))
+}
+
+/// Where sequence options are written: each place takes a few of its own.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SeqContext {
+    Create,
+    /// `RESTART`
+    Alter,
+    /// `SEQUENCE NAME`
+    Identity,
+}
+
+/// A sequence's options in any order, up to the first word that is not one.
+fn parse_sequence_options(p: &mut Parser, at: SeqContext) -> Result<SeqOptions> {
+    let alter = at == SeqContext::Alter;
     let mut o = SeqOptions::default();
     let int = |p: &mut Parser| -> Result<i64> {
         let neg = p.consume_token(&Token::Minus);
@@ -371,6 +443,9 @@ fn parse_sequence_options(p: &mut Parser, alter: bool) -> Result<SeqOptions> {
             } else {
                 None
             });
+        } else if at == SeqContext::Identity && p.parse_keyword(Keyword::SEQUENCE) {
+            expect_word(p, "NAME")?;
+            o.sequence_name = Some(relation_name(&p.parse_object_name(false)?)?);
         } else if parse_word(p, "CACHE") {
             int(p)?;
         } else if parse_word(p, "CYCLE") {
@@ -595,6 +670,8 @@ pub struct CreateTable {
     pub if_not_exists: bool,
     pub columns: Vec<ColumnSpec>,
     pub primary_key: Vec<String>,
+    /// `CONSTRAINT name PRIMARY KEY (...)`: the name given (else `<table>_pkey`).
+    pub primary_key_name: Option<String>,
     pub append_only: bool,
     pub watermark: Option<WatermarkSpec>,
     pub with_options: Vec<(String, String)>,
@@ -1546,6 +1623,9 @@ fn parse_one(p: &mut Parser) -> Result<Statement> {
             if p.parse_keyword(Keyword::SEQUENCE) {
                 return parse_alter_sequence(p).map(|a| Statement::AlterSequence(Box::new(a)));
             }
+            if let Some(a) = parse_alter_add_identity(p)? {
+                return Ok(Statement::AddIdentity(Box::new(a)));
+            }
             p.prev_token();
             classify(p.parse_statement()?)
         }
@@ -1579,6 +1659,24 @@ fn parse_one(p: &mut Parser) -> Result<Statement> {
         Keyword::FLUSH => {
             p.next_token();
             Ok(Statement::Flush)
+        }
+        // `REFRESH MATERIALIZED VIEW [CONCURRENTLY] name [WITH [NO] DATA]`: views are kept
+        // up to date incrementally; a refresh waits for this one to have caught up (FLUSH)
+        Keyword::REFRESH => {
+            p.next_token();
+            p.expect_keywords(&[Keyword::MATERIALIZED, Keyword::VIEW])?;
+            let _ = p.parse_keyword(Keyword::CONCURRENTLY);
+            let name = relation_name(&p.parse_object_name(false)?)?;
+            if p.parse_keyword(Keyword::WITH) {
+                if p.parse_keyword(Keyword::NO) {
+                    expect_word(p, "DATA")?;
+                    return Err(WeirError::not_supported(
+                        "REFRESH MATERIALIZED VIEW ... WITH NO DATA is not supported: a materialized view here is always maintained",
+                    ));
+                }
+                expect_word(p, "DATA")?;
+            }
+            Ok(Statement::Refresh(name))
         }
         Keyword::DROP => parse_drop(p),
         Keyword::SHOW => {
@@ -2068,6 +2166,7 @@ fn parse_table_definition(
         TableElements {
             columns: vec![],
             primary_key: None,
+            primary_key_name: None,
             watermark: None,
             checks: vec![],
             uniques: vec![],
@@ -2082,6 +2181,7 @@ fn parse_table_definition(
     let TableElements {
         columns,
         primary_key,
+        primary_key_name,
         watermark,
         checks,
         uniques,
@@ -2105,6 +2205,7 @@ fn parse_table_definition(
         if_not_exists,
         columns,
         primary_key: primary_key.unwrap_or_default(),
+        primary_key_name,
         append_only,
         watermark,
         with_options,
@@ -2134,6 +2235,7 @@ fn parse_create_source(p: &mut Parser) -> Result<CreateSource> {
         let TableElements {
             columns,
             primary_key: pk,
+            primary_key_name: _,
             watermark,
             checks,
             uniques,
@@ -2304,6 +2406,7 @@ fn hints_to_options(hints: Vec<ast::Expr>) -> Result<Vec<(String, String)>> {
 struct TableElements {
     columns: Vec<ColumnSpec>,
     primary_key: Option<Vec<String>>,
+    primary_key_name: Option<String>,
     watermark: Option<WatermarkSpec>,
     checks: Vec<CheckSpec>,
     uniques: Vec<UniqueSpec>,
@@ -2430,6 +2533,7 @@ fn check_name(given: Option<&ast::Ident>, base: String, taken: &[CheckSpec]) -> 
 fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
     let mut columns = Vec::new();
     let mut primary_key: Option<Vec<String>> = None;
+    let mut primary_key_name = None;
     let mut watermark = None;
     let mut checks: Vec<CheckSpec> = Vec::new();
     let mut uniques: Vec<UniqueSpec> = Vec::new();
@@ -2451,6 +2555,7 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
                         return Err(multiple_pk(name));
                     }
                     primary_key = Some(constraint_columns(&pk.columns, "PRIMARY KEY")?);
+                    primary_key_name = pk.name.as_ref().map(normalize_ident);
                 }
                 TableConstraint::Unique(u)
                     if u.index_type.is_none() && u.index_options.is_empty() =>
@@ -2583,6 +2688,7 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
                             return Err(multiple_pk(name));
                         }
                         primary_key = Some(vec![col_name.clone()]);
+                        primary_key_name = opt.name.as_ref().map(normalize_ident);
                     }
                     other => {
                         return Err(WeirError::not_supported(format!(
@@ -2613,6 +2719,7 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
     Ok(TableElements {
         columns,
         primary_key,
+        primary_key_name,
         watermark,
         checks,
         uniques,
@@ -2652,6 +2759,12 @@ fn parse_create_view(p: &mut Parser) -> Result<CreateView> {
     };
     p.expect_keyword_is(Keyword::AS)?;
     let query = p.parse_query()?;
+    // `WITH [NO] DATA` (pg_dump writes WITH NO DATA, then REFRESH after the data): a
+    // view here is maintained from its creation, so it is populated either way
+    if p.parse_keyword(Keyword::WITH) {
+        let _ = p.parse_keyword(Keyword::NO);
+        expect_word(p, "DATA")?;
+    }
     // `EMIT ON WINDOW CLOSE` was turned into the statement's end by `preprocess`
     Ok(CreateView {
         name,

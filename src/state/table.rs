@@ -74,6 +74,8 @@ pub struct TableLayout {
     pub watermark: Option<(usize, i64)>,
     /// Its secondary indexes.
     pub indexes: Vec<IndexSpec>,
+    /// The primary key constraint's name (for a duplicate key's message).
+    pub pkey_name: String,
 }
 
 /// What a DML statement asks of a table. Row batches have the table's schema.
@@ -243,6 +245,7 @@ struct Inner {
 pub struct TableStore {
     pub oid: u32,
     pub name: String,
+    pub pkey_name: String,
     schema: SchemaRef,
     kind: TableKind,
     column_types: Vec<SqlType>,
@@ -369,6 +372,7 @@ impl TableStore {
             kind,
             watermark: watermark_spec,
             indexes,
+            pkey_name,
         } = layout;
         let sort_fields: Vec<SortField> = schema
             .fields()
@@ -387,6 +391,7 @@ impl TableStore {
         let table = TableStore {
             oid,
             name: name.to_owned(),
+            pkey_name,
             schema,
             kind,
             column_types,
@@ -1767,8 +1772,8 @@ impl TableStore {
         WeirError::new(
             sqlstate::UNIQUE_VIOLATION,
             format!(
-                "duplicate key value violates unique constraint \"{}_pkey\"",
-                self.name
+                "duplicate key value violates unique constraint \"{}\"",
+                self.pkey_name
             ),
         )
         .with_detail(format!(
@@ -2081,6 +2086,7 @@ mod tests {
                     kind,
                     watermark: None,
                     indexes,
+                    pkey_name: "t_pkey".into(),
                 },
                 store.clone(),
             )
@@ -2429,6 +2435,7 @@ mod tests {
                         kind: TableKind::AppendOnly,
                         watermark: Some((0, 5)),
                         indexes: Vec::new(),
+                        pkey_name: "a_pkey".into(),
                     },
                     store.clone(),
                 )
