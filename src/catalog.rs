@@ -294,7 +294,7 @@ impl RelationDesc {
     /// `nextval('t_id_seq'::regclass)`, anything else as written. None without a default,
     /// and for a `GENERATED ALWAYS AS IDENTITY` column (an identity, not a default).
     pub fn column_default(&self, column: &str) -> Option<String> {
-        if self.is_identity_always(column) {
+        if self.identity(column).is_some() {
             return None;
         }
         let (_, text) = self.defaults.iter().find(|(c, _)| c == column)?;
@@ -322,6 +322,18 @@ impl RelationDesc {
             return Some(format!("{text}::{ty}"));
         }
         Some(crate::sql::parser::shown_expr(text))
+    }
+
+    /// An identity column's kind, as `pg_attribute.attidentity`: `a` for `GENERATED ALWAYS
+    /// AS IDENTITY`, `d` for `BY DEFAULT` (a serial column is not one).
+    pub fn identity(&self, column: &str) -> Option<char> {
+        if self.is_identity_always(column) {
+            return Some('a');
+        }
+        self.options
+            .iter()
+            .any(|(k, v)| k == "weir.identity_by_default" && v == column)
+            .then_some('d')
     }
 
     /// `GENERATED ALWAYS AS IDENTITY`.

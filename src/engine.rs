@@ -432,10 +432,9 @@ impl Engine {
                     .get(name)
                     .ok_or_else(|| WeirError::undefined_table(name))?;
                 if entry.desc.kind != RelationKind::MaterializedView {
-                    return Err(WeirError::new(
-                        sqlstate::WRONG_OBJECT_TYPE,
-                        format!("\"{name}\" is not a materialized view"),
-                    ));
+                    return Err(WeirError::not_supported(format!(
+                        "\"{name}\" is not a materialized view"
+                    )));
                 }
                 self.flush().await?;
                 Ok(Output::Command("REFRESH MATERIALIZED VIEW".into()))
@@ -1818,6 +1817,8 @@ impl Engine {
                 options.push(("weir.owned_sequence".into(), seq));
                 if id.always {
                     options.push(("weir.identity_always".into(), c.name.clone()));
+                } else if !id.serial {
+                    options.push(("weir.identity_by_default".into(), c.name.clone()));
                 }
             }
         }

@@ -239,7 +239,7 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                         db(),
                         "pg_catalog".into(),
                         udt.into(),
-                        yes_no(d.is_identity_always(&c.name)),
+                        yes_no(d.identity(&c.name).is_some()),
                         "NEVER".into(),
                         yes_no(e.table.is_some()),
                     ]);

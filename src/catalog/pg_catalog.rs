@@ -820,8 +820,8 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 for (i, c) in d.columns.iter().enumerate() {
                     let mut row = attribute_row(d.oid, &c.name, &c.ty, i + 1, !c.nullable);
                     row[ATTHASDEF] = d.column_default(&c.name).is_some().into();
-                    if d.is_identity_always(&c.name) {
-                        row[ATTIDENTITY] = "a".into();
+                    if let Some(kind) = d.identity(&c.name) {
+                        row[ATTIDENTITY] = kind.to_string().into();
                     }
                     rows.push(row);
                 }

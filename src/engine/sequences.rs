@@ -163,7 +163,7 @@ impl Engine {
                     .iter()
                     .any(|s| text.trim() == format!("nextval('{s}')"))
         });
-        if is_identity || entry.desc.is_identity_always(col) {
+        if is_identity || entry.desc.identity(col).is_some() {
             return Err(WeirError::new(
                 "55000",
                 format!("column \"{col}\" of relation \"{table}\" is already an identity column"),
@@ -202,9 +202,11 @@ impl Engine {
         self.catalog.alter_relation(table, |d| {
             d.defaults.push((col.clone(), format!("nextval('{seq}')")));
             d.options.push(("weir.owned_sequence".into(), seq.clone()));
-            if a.always {
-                d.options.push(("weir.identity_always".into(), col.clone()));
-            }
+            let kind = match a.always {
+                true => "weir.identity_always",
+                false => "weir.identity_by_default",
+            };
+            d.options.push((kind.into(), col.clone()));
             Ok(())
         })?;
         done

@@ -654,6 +654,9 @@ pub struct ColumnSpec {
 pub struct Identity {
     /// GENERATED ALWAYS: an INSERT may not give the column a value.
     pub always: bool,
+    /// `serial`/`bigserial`: a column with a sequence's nextval as its default, not an
+    /// identity column in the catalogs.
+    pub serial: bool,
     pub options: SeqOptions,
 }
 
@@ -2618,6 +2621,7 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
             let mut default = None;
             let mut identity = serial.map(|_| Identity {
                 always: false,
+                serial: true,
                 options: SeqOptions::default(),
             });
             for opt in &def.options {
@@ -2637,6 +2641,7 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
                         }
                         identity = Some(Identity {
                             always: matches!(g, ast::GeneratedAs::Always),
+                            serial: false,
                             options: self::sequence_options(
                                 sequence_options.as_deref().unwrap_or(&[]),
                             )?,
