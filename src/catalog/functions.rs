@@ -968,9 +968,10 @@ impl TypePlanner for WeirTypePlanner {
             ast::DataType::Uuid => Some(SqlType::Uuid),
             // plain `varchar` too: the column is `character varying` on the wire, as in
             // Postgres, and a cast to it drops another row's `varchar(n)`
-            ast::DataType::Varchar(_) | ast::DataType::CharacterVarying(_) => {
-                SqlType::from_ast(sql_type).ok()
-            }
+            ast::DataType::Varchar(_)
+            | ast::DataType::CharacterVarying(_)
+            | ast::DataType::Char(_)
+            | ast::DataType::Character(_) => SqlType::from_ast(sql_type).ok(),
             ast::DataType::Numeric(_) | ast::DataType::Decimal(_) => {
                 SqlType::from_ast(sql_type).ok()
             }

@@ -101,6 +101,7 @@ fn data_type(t: &T) -> (String, String) {
         T::Numeric(_) => "numeric",
         T::Text => "text",
         T::Varchar(_) => "varchar",
+        T::Bpchar(_) => "bpchar",
         T::Date => "date",
         T::Time => "time",
         T::Timestamp => "timestamp",
@@ -117,6 +118,7 @@ fn data_type(t: &T) -> (String, String) {
     };
     let dt = match t {
         T::Varchar(_) => "character varying".to_owned(),
+        T::Bpchar(_) => "character".to_owned(),
         T::Numeric(_) => "numeric".to_owned(),
         T::InternalChar => "\"char\"".to_owned(),
         other => other.display_name(),
@@ -203,7 +205,9 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 for (i, c) in d.columns.iter().enumerate() {
                     let (dt, udt) = data_type(&c.ty);
                     let (char_len, precision, radix, scale, dt_precision) = match &c.ty {
-                        T::Varchar(n) => (n.map(|n| n as i64), None, None, None, None),
+                        T::Varchar(n) | T::Bpchar(n) => {
+                            (n.map(|n| n as i64), None, None, None, None)
+                        }
                         T::Int2 => (None, Some(16), Some(2), Some(0), None),
                         T::Int4 => (None, Some(32), Some(2), Some(0), None),
                         T::Int8 => (None, Some(64), Some(2), Some(0), None),

@@ -514,6 +514,7 @@ pub fn format_type(type_oid: u32, typmod: i32) -> Option<String> {
             700 => T::Float4,
             701 => T::Float8,
             1043 => T::Varchar(None),
+            1042 => T::Bpchar(None),
             1082 => T::Date,
             1083 => T::Time,
             1114 => T::Timestamp,
@@ -526,6 +527,7 @@ pub fn format_type(type_oid: u32, typmod: i32) -> Option<String> {
     let with_mod = |t: SqlType| -> SqlType {
         match t {
             T::Varchar(None) if typmod >= 4 => T::Varchar(Some((typmod - 4) as u32)),
+            T::Bpchar(None) if typmod >= 4 => T::Bpchar(Some((typmod - 4) as u32)),
             T::Numeric(None) if typmod >= 4 => {
                 let m = typmod - 4;
                 T::Numeric(Some(((m >> 16) as u8, (m & 0xffff) as i8)))

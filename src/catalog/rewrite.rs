@@ -1967,17 +1967,53 @@ fn rewrite_expr(expr: &mut Expr) {
             expr: inner,
             ..
         } => normalize_bytea_literal(inner.as_mut()),
-        // an explicit cast to `varchar(n)` / `char(n)` cuts the text to n characters, as
-        // Postgres does (an assignment of a longer text fails instead: 22001)
+        // `character` is `character(1)`
+        Expr::Cast {
+            data_type: t @ (ast::DataType::Char(None) | ast::DataType::Character(None)),
+            ..
+        } => {
+            *t = ast::DataType::Character(Some(ast::CharacterLength::IntegerLength {
+                length: 1,
+                unit: None,
+            }));
+            rewrite_expr(expr);
+        }
+        // an explicit cast to `char(n)` cuts the text to n characters and drops trailing
+        // blanks (they mean nothing to character(n); it is padded when sent)
+        Expr::Cast {
+            data_type:
+                ast::DataType::Char(Some(ast::CharacterLength::IntegerLength { length, .. }))
+                | ast::DataType::Character(Some(ast::CharacterLength::IntegerLength { length, .. })),
+            expr: inner,
+            ..
+        } if (1..=10_485_760).contains(length) => {
+            let n = *length;
+            let x = std::mem::replace(inner.as_mut(), Expr::value(ast::Value::Null));
+            let text = Expr::Cast {
+                kind: ast::CastKind::Cast,
+                expr: Box::new(x),
+                data_type: ast::DataType::Text,
+                array: false,
+                format: None,
+            };
+            let cut = call(
+                "left",
+                vec![text, Expr::value(ast::Value::Number(n.to_string(), false))],
+            );
+            **inner = call(
+                "rtrim",
+                vec![cut, Expr::value(ast::Value::SingleQuotedString(" ".into()))],
+            );
+        }
+        // an explicit cast to `varchar(n)` cuts the text to n characters, as Postgres does
+        // (an assignment of a longer text fails instead: 22001)
         Expr::Cast {
             data_type:
                 ast::DataType::Varchar(Some(ast::CharacterLength::IntegerLength { length, .. }))
                 | ast::DataType::CharacterVarying(Some(ast::CharacterLength::IntegerLength {
                     length,
                     ..
-                }))
-                | ast::DataType::Char(Some(ast::CharacterLength::IntegerLength { length, .. }))
-                | ast::DataType::Character(Some(ast::CharacterLength::IntegerLength { length, .. })),
+                })),
             expr: inner,
             ..
         } if (1..=10_485_760).contains(length) => {

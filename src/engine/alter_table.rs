@@ -1470,8 +1470,8 @@ fn assignment_cast(from: &SqlType, to: &SqlType) -> bool {
     let dated = |t: &SqlType| matches!(t, T::Date | T::Timestamp | T::TimestampTz);
     match (from, to) {
         _ if from == to => true,
-        (_, T::Text | T::Varchar(_)) => true,
-        (T::Varchar(_), _) => false,
+        (_, T::Text | T::Varchar(_) | T::Bpchar(_)) => true,
+        (T::Varchar(_) | T::Bpchar(_), _) => false,
         (a, b) if number(a) && number(b) => true,
         (a, b) if dated(a) && dated(b) => true,
         (T::Array(a), T::Array(b)) => assignment_cast(a, b),

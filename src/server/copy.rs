@@ -515,8 +515,16 @@ fn cast_text(
         SqlType::Text | SqlType::Varchar(None) | SqlType::Name => {
             return cast_plain(&(Arc::new(text.clone()) as ArrayRef), target, text, &bad);
         }
-        SqlType::Varchar(Some(n)) => {
-            for (row, v) in text.iter().enumerate() {
+        SqlType::Varchar(Some(n)) | SqlType::Bpchar(Some(n)) => {
+            // character(n): trailing blanks do not count (and are not stored)
+            let trimmed: StringArray = match ty {
+                SqlType::Bpchar(_) => text
+                    .iter()
+                    .map(|v| v.map(|v| v.trim_end_matches(' ')))
+                    .collect(),
+                _ => text.clone(),
+            };
+            for (row, v) in trimmed.iter().enumerate() {
                 if let Some(v) = v
                     && v.chars().count() > *n as usize
                 {
@@ -524,12 +532,12 @@ fn cast_text(
                         row,
                         WeirError::new(
                             sqlstate::STRING_DATA_RIGHT_TRUNCATION,
-                            format!("value too long for type character varying({n})"),
+                            format!("value too long for type {}", ty.display_name()),
                         ),
                     ));
                 }
             }
-            return cast_plain(&(Arc::new(text.clone()) as ArrayRef), target, text, &bad);
+            return cast_plain(&(Arc::new(trimmed) as ArrayRef), target, text, &bad);
         }
         SqlType::Jsonb => {
             for (row, v) in text.iter().enumerate() {

@@ -265,6 +265,19 @@ fn encode_column(col: &ArrayRef, plan: &ColumnPlan, rows: &mut [BytesMut]) -> Re
             let a = col.as_any().downcast_ref::<StringArray>().expect("Utf8");
             let jsonb_binary = binary && plan.ty == SqlType::Jsonb;
             let uuid_binary = binary && plan.ty == SqlType::Uuid;
+            // character(n) is stored without trailing blanks and sent padded to n
+            if let SqlType::Bpchar(Some(width)) = plan.ty {
+                for i in 0..n {
+                    put(i, &mut |b| {
+                        let v = a.value(i);
+                        b.put_slice(v.as_bytes());
+                        for _ in v.chars().count()..width as usize {
+                            b.put_u8(b' ');
+                        }
+                    });
+                }
+                return Ok(());
+            }
             for i in 0..n {
                 put(i, &mut |b| {
                     if jsonb_binary {

@@ -525,6 +525,11 @@ pub fn map_texts(
     Ok(changed.then(|| Arc::new(out.finish()) as datafusion::arrow::array::ArrayRef))
 }
 
+/// A `character(n)` value as stored: without its trailing blanks (Postgres ignores them).
+pub fn bpchar_stored(v: &str) -> crate::error::Result<String> {
+    Ok(v.trim_end_matches(' ').to_owned())
+}
+
 /// The elements of a one-dimensional Postgres array literal (`{a,"b c",NULL}`); `None`
 /// when it is not one.
 pub fn parse_array_text(s: &str) -> Option<Vec<Option<String>>> {

@@ -42,6 +42,10 @@ pub enum SqlType {
     Numeric(Option<(u8, i8)>),
     Text,
     Varchar(Option<u32>),
+    /// `character(n)` (`bpchar`): stored without its trailing blanks, which Postgres treats
+    /// as insignificant (comparisons, `length`, casts to text drop them), and padded to `n`
+    /// when sent. `None`: `bpchar` without a length (no padding).
+    Bpchar(Option<u32>),
     Date,
     Time,
     Timestamp,
@@ -85,11 +89,7 @@ impl SqlType {
             },
             D::Text | D::String(_) => SqlType::Text,
             D::Varchar(len) | D::CharacterVarying(len) => SqlType::Varchar(char_len(len)?),
-            D::Char(_) | D::Character(_) => {
-                return Err(WeirError::not_supported(
-                    "type character(n) is not supported; use varchar(n) or text",
-                ));
-            }
+            D::Char(len) | D::Character(len) => SqlType::Bpchar(Some(char_len(len)?.unwrap_or(1))),
             D::Date => SqlType::Date,
             D::Time(_, _) => SqlType::Time,
             D::Timestamp(_, tz) => match tz {
@@ -125,6 +125,7 @@ impl SqlType {
                     "bytea" => SqlType::Bytea,
                     "text" => SqlType::Text,
                     "varchar" => SqlType::Varchar(None),
+                    "bpchar" => SqlType::Bpchar(None),
                     "numeric" => SqlType::Numeric(None),
                     "oid" => SqlType::Oid,
                     "name" => SqlType::Name,
@@ -148,7 +149,11 @@ impl SqlType {
             SqlType::Numeric(None) => {
                 DataType::Decimal128(NUMERIC_DEFAULT_PRECISION, NUMERIC_DEFAULT_SCALE)
             }
-            SqlType::Text | SqlType::Varchar(_) | SqlType::Jsonb | SqlType::Uuid => DataType::Utf8,
+            SqlType::Text
+            | SqlType::Varchar(_)
+            | SqlType::Bpchar(_)
+            | SqlType::Jsonb
+            | SqlType::Uuid => DataType::Utf8,
             SqlType::Date => DataType::Date32,
             SqlType::Time => DataType::Time64(TimeUnit::Microsecond),
             SqlType::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
@@ -175,6 +180,7 @@ impl SqlType {
             SqlType::Numeric(_) => 1700,
             SqlType::Text => 25,
             SqlType::Varchar(_) => 1043,
+            SqlType::Bpchar(_) => 1042,
             SqlType::Date => 1082,
             SqlType::Time => 1083,
             SqlType::Timestamp => 1114,
@@ -195,7 +201,7 @@ impl SqlType {
     /// `pg_attribute.atttypmod`: -1, or the declared length/precision packed as Postgres does.
     pub fn typmod(&self) -> i32 {
         match self {
-            SqlType::Varchar(Some(n)) => *n as i32 + 4,
+            SqlType::Varchar(Some(n)) | SqlType::Bpchar(Some(n)) => *n as i32 + 4,
             SqlType::Numeric(Some((p, s))) => ((*p as i32) << 16 | (*s as i32 & 0xffff)) + 4,
             _ => -1,
         }
@@ -215,6 +221,8 @@ impl SqlType {
             SqlType::Text => "text".into(),
             SqlType::Varchar(Some(n)) => format!("character varying({n})"),
             SqlType::Varchar(None) => "character varying".into(),
+            SqlType::Bpchar(Some(n)) => format!("character({n})"),
+            SqlType::Bpchar(None) => "bpchar".into(),
             SqlType::Date => "date".into(),
             SqlType::Time => "time without time zone".into(),
             SqlType::Timestamp => "timestamp without time zone".into(),
@@ -244,6 +252,8 @@ impl SqlType {
             "numeric" => SqlType::Numeric(None),
             "text" => SqlType::Text,
             "character varying" => SqlType::Varchar(None),
+            "bpchar" => SqlType::Bpchar(None),
+            "character" => SqlType::Bpchar(Some(1)),
             "date" => SqlType::Date,
             "time without time zone" => SqlType::Time,
             "timestamp without time zone" => SqlType::Timestamp,
@@ -266,6 +276,11 @@ impl SqlType {
                     .and_then(|r| r.strip_suffix(')'))
                 {
                     SqlType::Varchar(Some(n.parse().ok()?))
+                } else if let Some(n) = other
+                    .strip_prefix("character(")
+                    .and_then(|r| r.strip_suffix(')'))
+                {
+                    SqlType::Bpchar(Some(n.parse().ok()?))
                 } else if let Some(ps) = other
                     .strip_prefix("numeric(")
                     .and_then(|r| r.strip_suffix(')'))
@@ -349,6 +364,7 @@ pub fn array_oid(element_oid: u32) -> Option<u32> {
         700 => 1021,
         701 => 1022,
         1043 => 1015,
+        1042 => 1014,
         1082 => 1182,
         1083 => 1183,
         1114 => 1115,

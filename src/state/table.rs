@@ -1704,6 +1704,8 @@ impl TableStore {
             let canonical: fn(&str) -> Result<String> = match t {
                 SqlType::Jsonb => crate::sql::jsonb::normalize,
                 SqlType::Uuid => crate::sql::uuid::canonical,
+                // trailing blanks mean nothing to character(n): stored without them
+                SqlType::Bpchar(Some(_)) => crate::sql::pg_text::bpchar_stored,
                 SqlType::Array(e) if **e == SqlType::Uuid => crate::sql::uuid::canonical,
                 _ => continue,
             };
@@ -1719,7 +1721,7 @@ impl TableStore {
 
     fn check_lengths(&self, batch: &RecordBatch) -> Result<()> {
         for (i, t) in self.column_types.iter().enumerate() {
-            if let SqlType::Varchar(Some(n)) = t {
+            if let SqlType::Varchar(Some(n)) | SqlType::Bpchar(Some(n)) = t {
                 let n = *n as usize;
                 let Some(col) = batch.column(i).as_any().downcast_ref::<StringArray>() else {
                     continue;
@@ -1729,7 +1731,7 @@ impl TableStore {
                     if v.len() > n && v.chars().count() > n {
                         return Err(WeirError::new(
                             sqlstate::STRING_DATA_RIGHT_TRUNCATION,
-                            format!("value too long for type character varying({n})"),
+                            format!("value too long for type {}", t.display_name()),
                         ));
                     }
                 }
