@@ -21,6 +21,7 @@ mod sinks;
 mod sql_functions;
 mod views;
 mod whole_rows;
+mod with_dml;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -290,6 +291,7 @@ impl Engine {
         // refuses at Parse)
         self.check_privileges(session, &parsed.stmt)?;
         match &parsed.stmt {
+            Statement::Query(q) if with_dml::applies(q) => self.describe_with_dml(session, q).await,
             Statement::Dml(q) if returning::has_returning(q) => {
                 let mut q = (**q).clone();
                 let r = returning::take_returning(&mut q)
@@ -442,6 +444,9 @@ impl Engine {
             Statement::Checkpoint => {
                 self.dataflow.checkpoint().await?;
                 Ok(Output::Command("CHECKPOINT".into()))
+            }
+            Statement::Query(q) if with_dml::applies(q) => {
+                self.run_with_dml(session, q, params).await
             }
             Statement::Query(q) => match self.run_query(session, q, params).await {
                 Ok(out) => Ok(out),
@@ -2390,7 +2395,7 @@ fn is_side_effecting(plan: &LogicalPlan) -> bool {
 
 /// Placeholder fields by position ($1 first), with the declared type of the column a
 /// placeholder is compared with or assigned to, where the planner knows it.
-fn parameter_types(plan: &LogicalPlan) -> Result<Vec<Option<FieldRef>>> {
+pub(crate) fn parameter_types(plan: &LogicalPlan) -> Result<Vec<Option<FieldRef>>> {
     let types = plan.get_parameter_fields()?;
     let mut out: Vec<(usize, Option<FieldRef>)> = types
         .into_iter()

@@ -36,6 +36,11 @@ pub struct RewriteInfo {
 }
 
 pub fn rewrite_statement(stmt: &mut ast::Statement) -> crate::error::Result<RewriteInfo> {
+    if let ast::Statement::Insert(ins) = stmt
+        && let Some(source) = ins.source.as_mut()
+    {
+        insert_nested_values(source);
+    }
     let mut r = PgRewriter::default();
     if let ControlFlow::Break(e) = stmt.visit(&mut r) {
         return Err(e);
@@ -49,6 +54,48 @@ pub fn rewrite_query(q: &mut ast::Query) -> crate::error::Result<RewriteInfo> {
         return Err(e);
     }
     Ok(r.info)
+}
+
+/// DataFusion plans every VALUES list inside an INSERT's source with the target table's
+/// schema (its width and types), so a VALUES of another shape in a derived table or WITH
+/// query fails (`INSERT INTO t SELECT 1, 'x', v FROM (VALUES (1), (2)) AS s(v)`:
+/// "Inconsistent data length across values list"). Such a nested VALUES becomes the
+/// `SELECT ... UNION ALL SELECT ...` of its rows (columns `column1`, ... as VALUES names
+/// them); the source's own VALUES keeps the table's types.
+fn insert_nested_values(source: &mut ast::Query) {
+    struct Nested {
+        top: bool,
+    }
+    impl ast::VisitorMut for Nested {
+        type Break = ();
+        fn pre_visit_query(&mut self, q: &mut ast::Query) -> ControlFlow<()> {
+            if std::mem::take(&mut self.top) {
+                return ControlFlow::Continue(());
+            }
+            if let ast::SetExpr::Values(v) = q.body.as_ref()
+                && !v.rows.is_empty()
+            {
+                let selects: Vec<String> = v
+                    .rows
+                    .iter()
+                    .map(|r| {
+                        let items: Vec<String> = r
+                            .content
+                            .iter()
+                            .enumerate()
+                            .map(|(i, e)| format!("{e} AS column{}", i + 1))
+                            .collect();
+                        format!("SELECT {}", items.join(", "))
+                    })
+                    .collect();
+                if let Some(u) = parse_query_text(&selects.join(" UNION ALL ")) {
+                    q.body = u.body;
+                }
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let _ = source.visit(&mut Nested { top: true });
 }
 
 #[derive(Default)]
@@ -1053,7 +1100,7 @@ fn lateral_set_returning(select: &mut ast::Select) {
     let Some(rel_name) = relation_alias(relation) else {
         return;
     };
-    let (items, srf_alias) = (srf.items, srf.alias);
+    let (items, names, srf_alias) = (srf.items, srf.names, srf.alias);
     let text = format!("SELECT {rel_name}.*, {} FROM {relation}", items.join(", "));
     let Some(q) = parse_query_text(&text) else {
         return;
@@ -1073,8 +1120,25 @@ fn lateral_set_returning(select: &mut ast::Select) {
         relation: derived,
         joins: vec![],
     }];
-    // `alias.column` names the new column now
+    // `alias.column` names the new column now, `alias.*` the new columns
     if let Some(sa) = srf_alias {
+        let mut projection = Vec::with_capacity(select.projection.len());
+        for item in std::mem::take(&mut select.projection) {
+            match item {
+                ast::SelectItem::QualifiedWildcard(
+                    ast::SelectItemQualifiedWildcardKind::ObjectName(o),
+                    _,
+                ) if o.0.len() == 1 && o.0[0].as_ident().is_some_and(|i| i.value == sa.value) => {
+                    projection.extend(
+                        names
+                            .iter()
+                            .map(|n| ast::SelectItem::UnnamedExpr(Expr::Identifier(n.clone()))),
+                    );
+                }
+                other => projection.push(other),
+            }
+        }
+        select.projection = projection;
         let _ = ast::visit_expressions_mut(select, |e| {
             if let Expr::CompoundIdentifier(ids) = e
                 && ids.len() == 2
@@ -1235,6 +1299,8 @@ fn function_factor(tf: &ast::TableFactor) -> Option<FromFunction> {
 /// `jsonb_each`'s values beside its keys).
 struct SrfItems {
     items: Vec<String>,
+    /// the columns the items give, in order
+    names: Vec<Ident>,
     /// the alias the function was given (its columns' relation name)
     alias: Option<Ident>,
     /// whether the arguments name columns (of a relation before the function)
@@ -1251,6 +1317,9 @@ fn srf_items(
     json_only: bool,
     ordinality: bool,
 ) -> Option<SrfItems> {
+    if fname == "unnest" && args.len() > 1 {
+        return multi_unnest_items(args, alias, ordinality);
+    }
     // jsonb_each[_text]: two columns, a list of keys and one of values side by side
     let pair = match fname {
         "jsonb_each" | "json_each" => Some("weir_jsonb_each_values"),
@@ -1290,7 +1359,68 @@ fn srf_items(
     }
     Some(SrfItems {
         items,
+        names: columns,
         alias,
+        reads_columns,
+    })
+}
+
+/// `unnest(a, b, ...) [WITH ORDINALITY] [AS t(names)]` in FROM: the arrays side by side,
+/// the shorter ones padded with NULLs, as Postgres zips them. The alias' column names name
+/// the columns in order (Postgres names the rest `unnest`: here the second and later are
+/// `unnest_2`, ..., a relation's columns needing distinct names); the ordinality column is
+/// the row's number, up to the longest array.
+fn multi_unnest_items(
+    args: &[ast::FunctionArg],
+    alias: Option<&ast::TableAlias>,
+    ordinality: bool,
+) -> Option<SrfItems> {
+    let given: Vec<Ident> = alias
+        .map(|a| a.columns.iter().map(|c| c.name.clone()).collect())
+        .unwrap_or_default();
+    let n = args.len();
+    if given.len() > n + usize::from(ordinality) {
+        return None;
+    }
+    let mut reads_columns = false;
+    for a in args {
+        let _ = ast::visit_expressions(a, |e| {
+            reads_columns |= matches!(e, Expr::Identifier(_) | Expr::CompoundIdentifier(_));
+            ControlFlow::<()>::Continue(())
+        });
+    }
+    let mut names: Vec<Ident> = (0..n)
+        .map(|i| {
+            given.get(i).cloned().unwrap_or_else(|| match i {
+                0 => Ident::new("unnest"),
+                _ => Ident::new(format!("unnest_{}", i + 1)),
+            })
+        })
+        .collect();
+    let mut items: Vec<String> = args
+        .iter()
+        .zip(&names)
+        .map(|(a, name)| format!("unnest({a}) AS {name}"))
+        .collect();
+    if ordinality {
+        let longest: Vec<String> = args
+            .iter()
+            .map(|a| format!("coalesce(cardinality({a}), 0)"))
+            .collect();
+        let name = given
+            .get(n)
+            .cloned()
+            .unwrap_or_else(|| Ident::new("ordinality"));
+        items.push(format!(
+            "unnest(range(CAST(1 AS bigint), CAST(greatest({}) AS bigint) + CAST(1 AS bigint))) AS {name}",
+            longest.join(", ")
+        ));
+        names.push(name);
+    }
+    Some(SrfItems {
+        items,
+        names,
+        alias: alias.map(|a| a.name.clone()),
         reads_columns,
     })
 }

@@ -198,6 +198,18 @@ def check_psycopg3():
     prep.close()
     ok("psycopg prepared statements")
 
+    # a data-modifying WITH with bound parameters (Parse/Describe plan it without running)
+    conn.execute("INSERT INTO orders VALUES (200, 'queued', 1, NULL), (201, 'queued', 2, NULL)")
+    moved = conn.execute(
+        "WITH d AS (DELETE FROM orders WHERE id >= %s RETURNING id, customer) "
+        "SELECT id, customer FROM d ORDER BY id",
+        (200,),
+    ).fetchall()
+    assert moved == [(200, "queued"), (201, "queued")], moved
+    left = conn.execute("SELECT count(*) FROM orders WHERE id >= 200").fetchone()
+    assert left == (0,), left
+    ok("psycopg data-modifying WITH")
+
     # COPY with psycopg's copy protocol objects
     with conn.cursor().copy("COPY orders (id, customer, amount) FROM STDIN") as cp:
         for i in range(200, 1200):
