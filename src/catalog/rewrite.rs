@@ -1438,6 +1438,22 @@ fn json_set_returning(name: &str) -> Option<&'static str> {
     })
 }
 
+/// The length an explicit cast to `varchar(n)` / `char(n)` cuts text to, and whether the
+/// type is blank-padded (`char(n)`).
+fn cut_to_length(t: &ast::DataType) -> Option<(u64, bool)> {
+    use ast::CharacterLength::IntegerLength;
+    let (length, blank_padded) = match t {
+        ast::DataType::Varchar(Some(IntegerLength { length, .. }))
+        | ast::DataType::CharacterVarying(Some(IntegerLength { length, .. })) => (*length, false),
+        ast::DataType::Char(Some(IntegerLength { length, .. }))
+        | ast::DataType::Character(Some(IntegerLength { length, .. })) => (*length, true),
+        _ => return None,
+    };
+    (1..=10_485_760)
+        .contains(&length)
+        .then_some((length, blank_padded))
+}
+
 /// `1.50::numeric` (or `'1.50'::numeric`) as an operand of arithmetic or a select item: a
 /// `numeric` of the literal's own digits and scale, `numeric(3,2)`, where an unconstrained
 /// `numeric` would be Arrow's one scale of 10 shown without trailing zeros. Postgres keeps
@@ -2108,16 +2124,17 @@ fn rewrite_expr(expr: &mut Expr) {
             }));
             rewrite_expr(expr);
         }
-        // an explicit cast to `char(n)` cuts the text to n characters and drops trailing
-        // blanks (they mean nothing to character(n); it is padded when sent)
+        // an explicit cast to `varchar(n)` / `char(n)` cuts the text to n characters, as
+        // Postgres does (an assignment of a longer text fails instead: 22001); `char(n)`
+        // also drops trailing blanks (they mean nothing to it; it is padded when sent)
         Expr::Cast {
-            data_type:
-                ast::DataType::Char(Some(ast::CharacterLength::IntegerLength { length, .. }))
-                | ast::DataType::Character(Some(ast::CharacterLength::IntegerLength { length, .. })),
+            data_type,
             expr: inner,
             ..
-        } if (1..=10_485_760).contains(length) => {
-            let n = *length;
+        } if cut_to_length(data_type).is_some() => {
+            let Some((n, blank_padded)) = cut_to_length(data_type) else {
+                return;
+            };
             let x = std::mem::replace(inner.as_mut(), Expr::value(ast::Value::Null));
             let text = Expr::Cast {
                 kind: ast::CastKind::Cast,
@@ -2130,36 +2147,13 @@ fn rewrite_expr(expr: &mut Expr) {
                 "left",
                 vec![text, Expr::value(ast::Value::Number(n.to_string(), false))],
             );
-            **inner = call(
-                "rtrim",
-                vec![cut, Expr::value(ast::Value::SingleQuotedString(" ".into()))],
-            );
-        }
-        // an explicit cast to `varchar(n)` cuts the text to n characters, as Postgres does
-        // (an assignment of a longer text fails instead: 22001)
-        Expr::Cast {
-            data_type:
-                ast::DataType::Varchar(Some(ast::CharacterLength::IntegerLength { length, .. }))
-                | ast::DataType::CharacterVarying(Some(ast::CharacterLength::IntegerLength {
-                    length,
-                    ..
-                })),
-            expr: inner,
-            ..
-        } if (1..=10_485_760).contains(length) => {
-            let n = *length;
-            let x = std::mem::replace(inner.as_mut(), Expr::value(ast::Value::Null));
-            let text = Expr::Cast {
-                kind: ast::CastKind::Cast,
-                expr: Box::new(x),
-                data_type: ast::DataType::Text,
-                array: false,
-                format: None,
+            **inner = match blank_padded {
+                true => call(
+                    "rtrim",
+                    vec![cut, Expr::value(ast::Value::SingleQuotedString(" ".into()))],
+                ),
+                false => cut,
             };
-            **inner = call(
-                "left",
-                vec![text, Expr::value(ast::Value::Number(n.to_string(), false))],
-            );
         }
         Expr::Collate { expr: inner, .. } => {
             *expr = std::mem::replace(inner.as_mut(), Expr::value(ast::Value::Null));

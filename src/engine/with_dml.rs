@@ -44,6 +44,21 @@ pub fn applies(stmt: &ast::Statement) -> bool {
             .any(|c| dml_of(&c.query.body).is_some())
 }
 
+/// A data-modifying WITH's statement (without its WITH) and its WITH.
+fn split_with(stmt: &ast::Statement) -> Result<(Box<ast::Query>, ast::With)> {
+    let ast::Statement::Query(q) = stmt else {
+        return Err(WeirError::internal(
+            "a data-modifying WITH that is not a query",
+        ));
+    };
+    let mut q = q.clone();
+    let with = q
+        .with
+        .take()
+        .ok_or_else(|| WeirError::internal("a data-modifying WITH without its WITH"))?;
+    Ok((q, with))
+}
+
 /// Parameter types found by planning another part: the first part that types `$n` types it.
 fn merge_params(into: &mut Vec<Option<FieldRef>>, more: Vec<Option<FieldRef>>) {
     if into.len() < more.len() {
@@ -112,17 +127,7 @@ impl Engine {
         stmt: &ast::Statement,
         params: Option<ParamValues>,
     ) -> Result<Output> {
-        let ast::Statement::Query(q) = stmt else {
-            return Err(WeirError::internal(
-                "a data-modifying WITH that is not a query",
-            ));
-        };
-        let mut q = q.clone();
-        let Some(mut with) = q.with.take() else {
-            return Err(WeirError::internal(
-                "a data-modifying WITH without its WITH",
-            ));
-        };
+        let (mut q, mut with) = split_with(stmt)?;
         if with.recursive {
             return Err(WeirError::not_supported(
                 "WITH RECURSIVE with a data-modifying statement is not supported",
@@ -212,17 +217,7 @@ impl Engine {
         session: &Session,
         stmt: &ast::Statement,
     ) -> Result<(Vec<Option<FieldRef>>, Option<SchemaRef>)> {
-        let ast::Statement::Query(q) = stmt else {
-            return Err(WeirError::internal(
-                "a data-modifying WITH that is not a query",
-            ));
-        };
-        let mut q = q.clone();
-        let Some(mut with) = q.with.take() else {
-            return Err(WeirError::internal(
-                "a data-modifying WITH without its WITH",
-            ));
-        };
+        let (mut q, mut with) = split_with(stmt)?;
         let mut params: Vec<Option<FieldRef>> = Vec::new();
         let mut silent = Vec::new();
         for i in 0..with.cte_tables.len() {
