@@ -39,16 +39,18 @@ enum Action {
 
 impl Engine {
     pub(crate) async fn merge(&self, session: &mut Session, m: &ast::Merge) -> Result<Output> {
-        self.merge_rows(session, m, false).await
+        self.merge_rows(session, m, false, None).await
     }
 
     /// [`Self::merge`]; with `first_match`, a target row two source rows match is changed
     /// by the first (UPDATE ... FROM's rule) instead of refused (MERGE's).
+    /// `updated`: where the rows as updated go (UPDATE ... FROM ... RETURNING reads them).
     async fn merge_rows(
         &self,
         session: &mut Session,
         m: &ast::Merge,
         first_match: bool,
+        updated: Option<&mut Vec<RecordBatch>>,
     ) -> Result<Output> {
         let ast::TableFactor::Table {
             name,
@@ -381,6 +383,9 @@ impl Engine {
             .chain(&inserted)
             .map(|b| b.num_rows())
             .sum();
+        if let Some(out) = updated {
+            out.extend(updated_new.iter().cloned());
+        }
         // applied as one statement: undone together if one part fails
         let mark = session.undo.len();
         let was_implicit = session.implicit_transaction;
@@ -422,6 +427,42 @@ impl Engine {
             }
         }
     }
+}
+
+/// The name a FROM item is known by: its alias, else its table's name.
+fn relation_label(tf: &ast::TableFactor) -> Option<String> {
+    match tf {
+        ast::TableFactor::Table { alias: Some(a), .. }
+        | ast::TableFactor::Derived { alias: Some(a), .. }
+        | ast::TableFactor::Function { alias: Some(a), .. } => Some(normalize_ident(&a.name)),
+        ast::TableFactor::Table { name, .. } => relation_name(name).ok(),
+        _ => None,
+    }
+}
+
+/// The FROM relation (of `names`) a RETURNING item reads by a qualified name, if any.
+fn reads_relation(item: &ast::SelectItem, names: &[String]) -> Option<String> {
+    if let ast::SelectItem::QualifiedWildcard(
+        ast::SelectItemQualifiedWildcardKind::ObjectName(o),
+        _,
+    ) = item
+        && let Some(n) = o.0.last().and_then(|p| p.as_ident()).map(normalize_ident)
+        && names.contains(&n)
+    {
+        return Some(n);
+    }
+    let mut found = None;
+    let _ = ast::visit_expressions(item, |e| {
+        if let ast::Expr::CompoundIdentifier(ids) = e
+            && ids.len() >= 2
+            && names.contains(&normalize_ident(&ids[ids.len() - 2]))
+        {
+            found = Some(normalize_ident(&ids[ids.len() - 2]));
+            return std::ops::ControlFlow::Break(());
+        }
+        std::ops::ControlFlow::Continue(())
+    });
+    found
 }
 
 /// `UPDATE t SET (a, b) = (x, y)` and `SET (a, b) = (SELECT x, y FROM ...)`: one
@@ -492,11 +533,6 @@ impl Engine {
         session: &mut Session,
         u: &ast::Update,
     ) -> Result<Output> {
-        if u.returning.is_some() {
-            return Err(WeirError::not_supported(
-                "UPDATE ... FROM ... RETURNING is not supported",
-            ));
-        }
         if !u.table.joins.is_empty() {
             return Err(WeirError::syntax("UPDATE takes one table to update"));
         }
@@ -543,9 +579,50 @@ impl Engine {
         else {
             return Err(WeirError::internal(format!("UPDATE ... FROM as {sql}")));
         };
-        match self.merge_rows(session, &m, true).await {
-            Ok(Output::Command(tag)) => Ok(Output::Command(tag.replacen("MERGE", "UPDATE", 1))),
-            other => other,
+        // RETURNING: of the updated rows (planned first, so that a list it cannot answer
+        // changes nothing); the FROM relations' columns are not kept with them
+        let returning = match &u.returning {
+            None => None,
+            Some(items) => {
+                let from_names: Vec<String> = from
+                    .iter()
+                    .flat_map(|t| {
+                        std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation))
+                    })
+                    .filter_map(relation_label)
+                    .collect();
+                if let Some(n) = items.iter().find_map(|i| reads_relation(i, &from_names)) {
+                    return Err(WeirError::not_supported(format!(
+                        "UPDATE ... FROM ... RETURNING of the columns of \"{n}\" is not supported: only the updated table's"
+                    )));
+                }
+                let mut stmt = ast::Statement::Update(u.clone());
+                let r = super::returning::take_returning(&mut stmt)
+                    .ok_or_else(|| WeirError::internal("RETURNING disappeared"))?;
+                self.returning_plan(session, &r).await?;
+                Some(r)
+            }
+        };
+        let mut written = Vec::new();
+        let out = self
+            .merge_rows(
+                session,
+                &m,
+                true,
+                returning.is_some().then_some(&mut written),
+            )
+            .await?;
+        if let Some(r) = returning {
+            let (schema, batches) = self.returning_rows(session, &r, written).await?;
+            return Ok(Output::Batches {
+                schema,
+                batches,
+                tag: "UPDATE",
+            });
+        }
+        match out {
+            Output::Command(tag) => Ok(Output::Command(tag.replacen("MERGE", "UPDATE", 1))),
+            other => Ok(other),
         }
     }
 }
