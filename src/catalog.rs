@@ -186,6 +186,12 @@ pub struct ForeignKeyDesc {
     /// MATCH FULL: all of `columns` NULL or none (else MATCH SIMPLE: any NULL passes).
     #[serde(default)]
     pub match_full: bool,
+    /// DEFERRABLE: in a transaction block its checks may wait for COMMIT (SET CONSTRAINTS).
+    #[serde(default)]
+    pub deferrable: bool,
+    /// INITIALLY DEFERRED: they do unless SET CONSTRAINTS says IMMEDIATE.
+    #[serde(default)]
+    pub initially_deferred: bool,
 }
 
 /// What happens to referencing rows when the referenced row goes or its key changes.
@@ -244,6 +250,12 @@ impl ForeignKeyDesc {
         if self.on_delete != FkAction::NoAction {
             s.push_str(" ON DELETE ");
             s.push_str(self.on_delete.sql());
+        }
+        if self.deferrable {
+            s.push_str(" DEFERRABLE");
+        }
+        if self.initially_deferred {
+            s.push_str(" INITIALLY DEFERRED");
         }
         s
     }

@@ -428,6 +428,10 @@ impl Engine {
                 self.flush().await?;
                 Ok(Output::Command("FLUSH".into()))
             }
+            Statement::SetConstraints { names, deferred } => {
+                self.set_constraints(session, names.as_deref(), *deferred, notices.as_ref())
+                    .await
+            }
             Statement::Refresh(name) => {
                 let entry = self
                     .catalog
@@ -648,6 +652,15 @@ impl Engine {
                 Ok(Output::Command("SET".into()))
             }
             Statement::Commit => {
+                // deferred constraints are checked now: one that fails rolls the block back
+                if session.in_transaction
+                    && !session.aborted
+                    && let Err(e) = self.check_deferred(session, None).await
+                {
+                    session.end_block();
+                    self.rollback(session).await?;
+                    return Err(e);
+                }
                 // COMMIT of a failed block rolls it back, as in Postgres
                 let tag = if session.aborted {
                     self.rollback(session).await?;
@@ -1383,7 +1396,7 @@ impl Engine {
         }
         if result.is_ok()
             && let (Some(e), Some(r)) = (&entry, &recheck)
-            && let Err(err) = self.recheck_foreign_keys(&e.desc, r).await
+            && let Err(err) = self.recheck_foreign_keys(session, &e.desc, r).await
         {
             result = Err(err);
         }

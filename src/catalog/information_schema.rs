@@ -336,17 +336,19 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                                 .into_iter()
                                 .map(|(n, _)| (n, "CHECK")),
                         );
-                    let foreign = e
-                        .desc
-                        .foreign_keys
-                        .iter()
-                        .map(|f| (f.name.clone(), "FOREIGN KEY"));
+                    let foreign = e.desc.foreign_keys.iter().map(|f| {
+                        (
+                            f.name.clone(),
+                            "FOREIGN KEY",
+                            (f.deferrable, f.initially_deferred),
+                        )
+                    });
                     key_constraints(&e.desc)
                         .into_iter()
-                        .map(|(n, kind, _)| (n, kind))
-                        .chain(checks)
+                        .map(|(n, kind, _)| (n, kind, (false, false)))
+                        .chain(checks.map(|(n, kind)| (n, kind, (false, false))))
                         .chain(foreign)
-                        .map(|(n, kind)| {
+                        .map(|(n, kind, (deferrable, deferred))| {
                             vec![
                                 db(),
                                 public(),
@@ -355,8 +357,8 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                                 public(),
                                 e.desc.name.clone().into(),
                                 kind.into(),
-                                "NO".into(),
-                                "NO".into(),
+                                yes_no(deferrable),
+                                yes_no(deferred),
                                 "YES".into(),
                             ]
                         })

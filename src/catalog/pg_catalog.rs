@@ -1225,6 +1225,11 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                             keys: column_numbers(p, &fk.ref_columns),
                         }),
                     ));
+                    // condeferrable, condeferred
+                    if let Some(row) = rows.last_mut() {
+                        row[4] = fk.deferrable.into();
+                        row[5] = fk.initially_deferred.into();
+                    }
                 }
             }
             // convalidated: false for a constraint added NOT VALID and not validated since

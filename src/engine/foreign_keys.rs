@@ -1,7 +1,11 @@
 //! FOREIGN KEY constraints (`REFERENCES p [(cols)]` on a column, `FOREIGN KEY (cols)
 //! REFERENCES p [(cols)] [MATCH FULL|SIMPLE] [ON DELETE a] [ON UPDATE a]` on a table, or
-//! added by `ALTER TABLE ... ADD`), as Postgres keeps them, each statement checked as it
-//! ends (no DEFERRABLE):
+//! added by `ALTER TABLE ... ADD`) [DEFERRABLE [INITIALLY DEFERRED]], as Postgres keeps
+//! them, each statement checked as it ends — but a DEFERRABLE key in a transaction block
+//! while deferred (INITIALLY DEFERRED, or SET CONSTRAINTS ... DEFERRED): its checks (the
+//! rows written find their keys; NO ACTION keys removed are not referenced) are recorded
+//! and made at COMMIT (or SET CONSTRAINTS ... IMMEDIATE) as `VALIDATE CONSTRAINT` makes
+//! them, over the whole referencing table; a failure there rolls the block back:
 //!
 //! - Declared: the referenced columns are the referenced table's primary key or the columns
 //!   of one of its unique indexes (42830 otherwise), of comparable types (42804); the
@@ -243,6 +247,8 @@ impl Engine {
             on_delete: spec.on_delete,
             on_update: spec.on_update,
             match_full: spec.match_full,
+            deferrable: spec.deferrable,
+            initially_deferred: spec.initially_deferred,
         })
     }
 
@@ -387,6 +393,10 @@ impl Engine {
             };
             if written.iter().any(|b| b.num_rows() > 0) {
                 for fk in &desc.foreign_keys {
+                    if session.fk_deferred(fk) {
+                        session.defer_check(&desc.name, &fk.name);
+                        continue;
+                    }
                     self.check_references(desc, fk, &written).await?;
                 }
             }
@@ -422,6 +432,16 @@ impl Engine {
                             "the statement's foreign key actions reach more than {MAX_CASCADE_STEPS} tables"
                         ),
                     ));
+                }
+                // NO ACTION of a deferred key: the referencing rows are looked at by COMMIT
+                let action = if new.is_some() {
+                    fk.on_update
+                } else {
+                    fk.on_delete
+                };
+                if action == FkAction::NoAction && session.fk_deferred(&fk) {
+                    session.defer_check(&cdesc.name, &fk.name);
+                    continue;
                 }
                 let Some(step) = self
                     .referencing_rows(&pdesc, &cdesc, &fk, &old, new.as_deref(), &gone)
@@ -1053,6 +1073,102 @@ impl Engine {
         Ok(())
     }
 
+    /// The deferred foreign key checks of the block (all, or those SET CONSTRAINTS ...
+    /// IMMEDIATE names): every row of each table they were deferred for finds its key now
+    /// (23503 otherwise). Checked ones are no longer pending.
+    pub(crate) async fn check_deferred(
+        &self,
+        session: &Session,
+        only: Option<&[String]>,
+    ) -> Result<()> {
+        let pending = std::mem::take(&mut session.deferred.lock().pending);
+        let mut left = Vec::new();
+        let mut result = Ok(());
+        for (table, name) in pending {
+            let Some(entry) = self.catalog.get(&table) else {
+                continue;
+            };
+            let Some(fk) = entry.desc.foreign_keys.iter().find(|f| f.name == name) else {
+                continue;
+            };
+            if result.is_err() || only.is_some_and(|names| !names.contains(&fk.name)) {
+                left.push((table, name));
+                continue;
+            }
+            result = self.validate_foreign_key(session, &entry.desc, fk).await;
+        }
+        session.deferred.lock().pending.extend(left);
+        result
+    }
+
+    /// `SET CONSTRAINTS { ALL | names } { DEFERRED | IMMEDIATE }`: for the rest of the
+    /// transaction block (a WARNING outside one, as Postgres); IMMEDIATE makes the pending
+    /// checks of those constraints now. Names are DEFERRABLE foreign keys (42704 unknown,
+    /// 42809 DEFERRED of one that is not deferrable).
+    pub(crate) async fn set_constraints(
+        &self,
+        session: &Session,
+        names: Option<&[String]>,
+        deferred: bool,
+        notices: Option<&tokio::sync::mpsc::UnboundedSender<String>>,
+    ) -> Result<crate::engine::Output> {
+        let done = Ok(crate::engine::Output::Command("SET CONSTRAINTS".into()));
+        if !session.in_transaction
+            && let Some(n) = notices
+        {
+            let _ =
+                n.send("WARNING: SET CONSTRAINTS can only be used in transaction blocks".into());
+        }
+        if let Some(names) = names {
+            let entries = self.catalog.entries();
+            for n in names {
+                let fk = entries
+                    .iter()
+                    .flat_map(|e| e.desc.foreign_keys.iter())
+                    .find(|f| f.name == *n);
+                let known = fk.is_some() || self.constraint_name_in_use(n);
+                match fk {
+                    Some(f) if f.deferrable => {}
+                    // only a DEFERRED of a constraint that cannot wait is refused
+                    _ if known && !deferred => {}
+                    _ if known => {
+                        return Err(WeirError::new(
+                            sqlstate::WRONG_OBJECT_TYPE,
+                            format!("constraint \"{n}\" is not deferrable"),
+                        ));
+                    }
+                    _ => {
+                        return Err(WeirError::new(
+                            sqlstate::UNDEFINED_OBJECT,
+                            format!("constraint \"{n}\" does not exist"),
+                        ));
+                    }
+                }
+            }
+        }
+        if !session.in_transaction {
+            return done;
+        }
+        {
+            let mut d = session.deferred.lock();
+            match names {
+                None => {
+                    d.all = Some(deferred);
+                    d.named.clear();
+                }
+                Some(names) => {
+                    for n in names {
+                        d.named.insert(n.clone(), deferred);
+                    }
+                }
+            }
+        }
+        if !deferred {
+            self.check_deferred(session, names).await?;
+        }
+        done
+    }
+
     /// Every row of table `desc` finds its key (ADD FOREIGN KEY, VALIDATE CONSTRAINT).
     pub(crate) async fn validate_foreign_key(
         &self,
@@ -1138,11 +1254,15 @@ impl Engine {
     /// change and fails (the caller undoes its change).
     pub(crate) async fn recheck_foreign_keys(
         &self,
+        session: &Session,
         desc: &RelationDesc,
         recheck: &Recheck,
     ) -> Result<()> {
         if recheck.written.iter().any(|b| b.num_rows() > 0) {
             for fk in &desc.foreign_keys {
+                if session.fk_deferred(fk) {
+                    continue;
+                }
                 self.check_references(desc, fk, &recheck.written).await?;
             }
         }
@@ -1153,6 +1273,9 @@ impl Engine {
             return Ok(());
         };
         for (cdesc, fk) in self.foreign_keys_to(&desc.name) {
+            if session.fk_deferred(&fk) {
+                continue;
+            }
             let KeyColumns {
                 pcols, ccols, conv, ..
             } = KeyColumns::new(desc, &cdesc, &fk)?;

@@ -820,9 +820,14 @@ async fn respond(
     })
 }
 
+/// A notice line for the client: NOTICE, or WARNING (01000) when it starts `WARNING: `.
 fn notice(line: String) -> PgWireBackendMessage {
+    let (severity, code, text) = match line.strip_prefix("WARNING: ") {
+        Some(rest) => ("WARNING", "01000", rest.to_owned()),
+        None => ("NOTICE", "00000", line),
+    };
     PgWireBackendMessage::NoticeResponse(
-        pgwire::error::ErrorInfo::new("NOTICE".into(), "00000".into(), line).into(),
+        pgwire::error::ErrorInfo::new(severity.into(), code.into(), text).into(),
     )
 }
 

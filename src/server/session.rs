@@ -120,6 +120,15 @@ pub fn interrupt_error(r: InterruptReason) -> crate::error::WeirError {
     }
 }
 
+/// A transaction block's deferred constraints: what SET CONSTRAINTS said (None: as each
+/// constraint is declared) and the foreign keys (table, constraint) whose checks wait.
+#[derive(Debug, Default)]
+pub struct DeferredChecks {
+    pub all: Option<bool>,
+    pub named: std::collections::HashMap<String, bool>,
+    pub pending: Vec<(String, String)>,
+}
+
 pub struct Session {
     pub ctx: SessionContext,
     /// Views pinned for the query being run (shared with the context's catalog).
@@ -147,6 +156,8 @@ pub struct Session {
     /// Savepoints of the transaction block, oldest first: name and the undo log's length
     /// when it was set.
     pub savepoints: Vec<(String, usize)>,
+    /// The block's deferred constraint checks (SET CONSTRAINTS, DEFERRABLE foreign keys).
+    pub deferred: parking_lot::Mutex<DeferredChecks>,
     /// Open cursors by name.
     pub cursors: HashMap<String, Cursor>,
     /// Statements `PREPARE`d in SQL, by name (`engine/prepared.rs`).
@@ -270,6 +281,7 @@ impl Session {
             implicit_transaction: false,
             aborted: false,
             savepoints: Vec::new(),
+            deferred: Default::default(),
             cursors: HashMap::new(),
             prepared: HashMap::new(),
             copy_in: None,
@@ -298,6 +310,30 @@ impl Session {
         self.aborted = false;
         self.savepoints.clear();
         self.cursors.retain(|_, c| c.hold);
+        *self.deferred.lock() = DeferredChecks::default();
+    }
+
+    /// Whether a check of DEFERRABLE foreign key `fk` waits for COMMIT now: in a transaction
+    /// block, as SET CONSTRAINTS last said for it (by name, else ALL), else as declared.
+    pub fn fk_deferred(&self, fk: &crate::catalog::ForeignKeyDesc) -> bool {
+        if !self.in_transaction || !fk.deferrable {
+            return false;
+        }
+        let d = self.deferred.lock();
+        d.named
+            .get(&fk.name)
+            .copied()
+            .or(d.all)
+            .unwrap_or(fk.initially_deferred)
+    }
+
+    /// Check foreign key `fk` of `table` at COMMIT (or at SET CONSTRAINTS ... IMMEDIATE).
+    pub fn defer_check(&self, table: &str, fk: &str) {
+        let mut d = self.deferred.lock();
+        let key = (table.to_owned(), fk.to_owned());
+        if !d.pending.contains(&key) {
+            d.pending.push(key);
+        }
     }
 
     /// Normalize a SHOW/SET name: lower case, multi-word aliases mapped.

@@ -91,6 +91,11 @@ pub enum Statement {
     AddIdentity(Box<AddIdentity>),
     /// `REFRESH MATERIALIZED VIEW name`.
     Refresh(String),
+    /// `SET CONSTRAINTS { ALL | names } { DEFERRED | IMMEDIATE }` (None: ALL).
+    SetConstraints {
+        names: Option<Vec<String>>,
+        deferred: bool,
+    },
     /// `TRUNCATE [TABLE] t [, ...] [CONTINUE IDENTITY] [CASCADE | RESTRICT]`: the tables'
     /// rows deleted (a DELETE of each).
     /// `TRUNCATE [TABLE] t [, ...] [CASCADE | RESTRICT]`: the tables, and CASCADE.
@@ -1688,6 +1693,28 @@ fn parse_one(p: &mut Parser) -> Result<Statement> {
         }
         Keyword::SET => {
             p.next_token();
+            // SET CONSTRAINTS { ALL | name [, ...] } { DEFERRED | IMMEDIATE }
+            if parse_word(p, "CONSTRAINTS") {
+                let names = if p.parse_keyword(Keyword::ALL) {
+                    None
+                } else {
+                    let mut names = Vec::new();
+                    loop {
+                        names.push(relation_name(&p.parse_object_name(false)?)?);
+                        if !p.consume_token(&Token::Comma) {
+                            break;
+                        }
+                    }
+                    Some(names)
+                };
+                let deferred = if parse_word(p, "DEFERRED") {
+                    true
+                } else {
+                    expect_word(p, "IMMEDIATE")?;
+                    false
+                };
+                return Ok(Statement::SetConstraints { names, deferred });
+            }
             parse_set(p)
         }
         Keyword::RESET => {
@@ -2428,12 +2455,14 @@ pub struct ForeignKeySpec {
     pub on_delete: crate::catalog::FkAction,
     pub on_update: crate::catalog::FkAction,
     pub match_full: bool,
+    pub deferrable: bool,
+    pub initially_deferred: bool,
 }
 
 impl ForeignKeySpec {
     /// Read sqlparser's constraint; `column`: the column it was written on, for a column's
     /// `REFERENCES`. Refused (0A000) where Postgres would do what Weir does not: SET DEFAULT,
-    /// MATCH PARTIAL, DEFERRABLE.
+    /// MATCH PARTIAL.
     pub fn from_ast(
         fk: &ast::ForeignKeyConstraint,
         name: Option<&ast::Ident>,
@@ -2458,13 +2487,22 @@ impl ForeignKeySpec {
                 ));
             }
         };
-        if fk
-            .characteristics
-            .as_ref()
-            .is_some_and(|c| c.deferrable == Some(true) || c.initially.is_some())
-        {
+        // INITIALLY DEFERRED implies DEFERRABLE, as in Postgres
+        let c = fk.characteristics.as_ref();
+        let initially_deferred =
+            c.and_then(|c| c.initially) == Some(ast::DeferrableInitial::Deferred);
+        let deferrable = match c.and_then(|c| c.deferrable) {
+            Some(false) if initially_deferred => {
+                return Err(WeirError::syntax(
+                    "constraint declared INITIALLY DEFERRED must be DEFERRABLE",
+                ));
+            }
+            Some(d) => d,
+            None => initially_deferred,
+        };
+        if c.and_then(|c| c.enforced) == Some(false) {
             return Err(WeirError::not_supported(
-                "DEFERRABLE foreign keys are not supported (each statement is checked as it ends)",
+                "NOT ENFORCED foreign keys are not supported",
             ));
         }
         let columns = match column {
@@ -2479,6 +2517,8 @@ impl ForeignKeySpec {
             on_delete: action(&fk.on_delete, "DELETE")?,
             on_update: action(&fk.on_update, "UPDATE")?,
             match_full,
+            deferrable,
+            initially_deferred,
         })
     }
 }
