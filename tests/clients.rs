@@ -286,6 +286,32 @@ fn clients_dir() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
 }
 
+/// Django 5 (psycopg 3): `migrate` of contrib.auth and a small app (DEFERRABLE INITIALLY
+/// DEFERRED foreign keys, pattern-ops indexes, identity, JSON and decimal fields), the ORM,
+/// and a dangling foreign key refused at COMMIT (tests/clients/django_check.py).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn django_migrations_and_orm() {
+    let server = TestServer::start();
+    let script = clients_dir().join("django_check.py");
+    let port = server.port().to_string();
+    let out = run_client(
+        &server,
+        Command::new("python3").arg(&script).arg(&port),
+        "django_check.py",
+    );
+    for check in [
+        "django migrate",
+        "django orm",
+        "django deferred foreign key",
+        "django cascade delete",
+    ] {
+        assert!(
+            out.contains(&format!("ok {check}\n")),
+            "missing {check}:\n{out}"
+        );
+    }
+}
+
 /// psycopg2, psycopg 3 and SQLAlchemy 2.x (both drivers) and 1.4 (psycopg2): queries,
 /// COPY, savepoints, SUBSCRIBE streams and named cursors, cancel, disconnect cleanup, and
 /// the inspector's answers (tests/clients/python_clients.py asserts each).
