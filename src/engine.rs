@@ -432,6 +432,24 @@ impl Engine {
                 self.set_constraints(session, names.as_deref(), *deferred, notices.as_ref())
                     .await
             }
+            // Weir keeps no planner statistics to gather (ANALYZE), and its store
+            // reclaims the space of deleted rows as it compacts (VACUUM): both check the
+            // relations they name, as Postgres does, and have nothing more to do
+            Statement::Maintenance { vacuum, tables } => {
+                let verb = if *vacuum { "VACUUM" } else { "ANALYZE" };
+                if *vacuum && session.in_transaction {
+                    return Err(WeirError::new(
+                        sqlstate::ACTIVE_SQL_TRANSACTION,
+                        "VACUUM cannot run inside a transaction block",
+                    ));
+                }
+                for t in tables {
+                    if self.catalog.get(t).is_none() {
+                        return Err(WeirError::undefined_table(t));
+                    }
+                }
+                Ok(Output::Command(verb.into()))
+            }
             Statement::Refresh(name) => {
                 let entry = self
                     .catalog

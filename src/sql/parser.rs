@@ -91,6 +91,11 @@ pub enum Statement {
     AddIdentity(Box<AddIdentity>),
     /// `REFRESH MATERIALIZED VIEW name`.
     Refresh(String),
+    /// `VACUUM ...` / `ANALYZE ...` of these relations (all: none named).
+    Maintenance {
+        vacuum: bool,
+        tables: Vec<String>,
+    },
     /// `SET CONSTRAINTS { ALL | names } { DEFERRED | IMMEDIATE }` (None: ALL).
     SetConstraints {
         names: Option<Vec<String>>,
@@ -331,6 +336,47 @@ fn parse_alter_rename(p: &mut Parser) -> Result<Option<Statement>> {
         to,
         if_exists,
     }))
+}
+
+/// `VACUUM [FULL] [FREEZE] [VERBOSE] [ANALYZE] [(options)] [table [(columns)], ...]` and
+/// `ANALYZE [VERBOSE] [(options)] [table [(columns)], ...]`, after the first word.
+fn parse_maintenance(p: &mut Parser, vacuum: bool) -> Result<Statement> {
+    if p.consume_token(&Token::LParen) {
+        // (option [value], ...): words and values, not checked beyond their form
+        let mut depth = 1;
+        while depth > 0 {
+            match p.next_token().token {
+                Token::LParen => depth += 1,
+                Token::RParen => depth -= 1,
+                Token::EOF => return Err(WeirError::syntax("unterminated option list")),
+                _ => {}
+            }
+        }
+    } else {
+        while ["FULL", "FREEZE", "VERBOSE", "ANALYZE", "ANALYSE"]
+            .iter()
+            .any(|w| (vacuum || *w == "VERBOSE") && parse_word(p, w))
+        {}
+    }
+    let mut tables = Vec::new();
+    if !matches!(p.peek_token().token, Token::EOF | Token::SemiColon) {
+        loop {
+            tables.push(relation_name(&p.parse_object_name(false)?)?);
+            if p.consume_token(&Token::LParen) {
+                loop {
+                    p.parse_identifier()?;
+                    if !p.consume_token(&Token::Comma) {
+                        break;
+                    }
+                }
+                p.expect_token(&Token::RParen)?;
+            }
+            if !p.consume_token(&Token::Comma) {
+                break;
+            }
+        }
+    }
+    Ok(Statement::Maintenance { vacuum, tables })
 }
 
 /// `CREATE SEQUENCE [IF NOT EXISTS] name` and its options in any order, as Postgres takes
@@ -1667,6 +1713,14 @@ fn parse_one(p: &mut Parser) -> Result<Statement> {
         Keyword::FLUSH => {
             p.next_token();
             Ok(Statement::Flush)
+        }
+        Keyword::VACUUM | Keyword::ANALYZE => {
+            p.next_token();
+            parse_maintenance(p, w.keyword == Keyword::VACUUM)
+        }
+        _ if w.quote_style.is_none() && w.value.eq_ignore_ascii_case("analyse") => {
+            p.next_token();
+            parse_maintenance(p, false)
         }
         // `REFRESH MATERIALIZED VIEW [CONCURRENTLY] name [WITH [NO] DATA]`: views are kept
         // up to date incrementally; a refresh waits for this one to have caught up (FLUSH)
