@@ -395,7 +395,7 @@ impl Engine {
                 name,
                 to,
                 if_exists,
-            } => self.rename_relation(*kind, name, to, *if_exists),
+            } => self.rename_relation(*kind, name, to, *if_exists, notices.as_ref()),
             Statement::CreateFunction(f) => self.create_sql_function(session, f),
             Statement::DropFunction(d) => self.drop_sql_function(d),
             Statement::CreateSequence(cs) => {

@@ -1030,6 +1030,47 @@ impl Engine {
 }
 
 impl Engine {
+    /// `ALTER INDEX [IF EXISTS] name RENAME TO new` (Django's RenameIndex): a secondary
+    /// index, a UNIQUE constraint's (the constraint is renamed with it, as in Postgres) or
+    /// the primary key's.
+    fn rename_index(&self, name: &str, to: &str) -> Result<Output> {
+        let done = Ok(Output::Command("ALTER INDEX".into()));
+        let Some((entry, info)) = self.catalog.index_by_name(name) else {
+            return Err(match self.catalog.get(name) {
+                Some(_) => WeirError::new(
+                    sqlstate::WRONG_OBJECT_TYPE,
+                    format!("\"{name}\" is not an index"),
+                ),
+                None => WeirError::undefined_table(name),
+            });
+        };
+        if name == to {
+            return done;
+        }
+        if self.catalog.name_in_use(to) {
+            return Err(WeirError::new(
+                sqlstate::DUPLICATE_TABLE,
+                format!("relation \"{to}\" already exists"),
+            ));
+        }
+        let table = entry.desc.name.clone();
+        self.catalog.alter_relation(&table, |d| {
+            if info.primary {
+                d.options.retain(|(k, _)| k != "weir.pkey_name");
+                if to != format!("{}_pkey", d.name) {
+                    d.options.push(("weir.pkey_name".into(), to.to_owned()));
+                }
+            } else if let Some(ix) = d.indexes.iter_mut().find(|i| i.oid == info.oid) {
+                ix.name = to.to_owned();
+            }
+            Ok(())
+        })?;
+        if let Some(t) = &entry.table {
+            t.rename_index((!info.primary).then_some(info.oid), to)?;
+        }
+        done
+    }
+
     /// `ALTER [MATERIALIZED] VIEW | SEQUENCE name RENAME TO new`: the catalog name, and the
     /// stored queries of the views that read it (views run and are stored by OID).
     pub(crate) fn rename_relation(
@@ -1038,8 +1079,21 @@ impl Engine {
         name: &str,
         to: &str,
         if_exists: bool,
+        notices: Option<&tokio::sync::mpsc::UnboundedSender<String>>,
     ) -> Result<Output> {
         use crate::sql::parser::DropKind;
+        let skipping = || {
+            if let Some(n) = notices {
+                let _ = n.send(format!("relation \"{name}\" does not exist, skipping"));
+            }
+        };
+        if kind == DropKind::Index {
+            if if_exists && self.catalog.index_by_name(name).is_none() {
+                skipping();
+                return Ok(Output::Command("ALTER INDEX".into()));
+            }
+            return self.rename_index(name, to);
+        }
         let (noun, want, tag) = match kind {
             DropKind::MaterializedView => (
                 "materialized view",
@@ -1051,6 +1105,7 @@ impl Engine {
         };
         let Some(entry) = self.catalog.get(name) else {
             if if_exists {
+                skipping();
                 return Ok(Output::Command(tag.into()));
             }
             return Err(WeirError::undefined_table(name));

@@ -94,7 +94,7 @@ impl Engine {
             }
             Some(ast::ConflictTarget::OnConstraint(name)) => {
                 let n = crate::sql::parser::relation_name(name)?;
-                if n != table.pkey_name {
+                if n != table.pkey_name() {
                     return Err(WeirError::new(
                         sqlstate::UNDEFINED_OBJECT,
                         format!("constraint \"{n}\" for table \"{table_name}\" does not exist"),

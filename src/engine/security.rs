@@ -248,6 +248,8 @@ impl Engine {
             Statement::RenameRelation { name, .. } => {
                 if self.catalog.get(name).is_some() {
                     self.require_owner(role, name)?;
+                } else if let Some((entry, _)) = self.catalog.index_by_name(name) {
+                    self.require_owner(role, &entry.desc.name)?;
                 }
                 self.require_create(role)
             }

@@ -313,6 +313,8 @@ fn parse_alter_rename(p: &mut Parser) -> Result<Option<Statement>> {
         DropKind::View
     } else if p.parse_keyword(Keyword::SEQUENCE) {
         DropKind::Sequence
+    } else if p.parse_keyword(Keyword::INDEX) {
+        DropKind::Index
     } else {
         return Ok(None);
     };

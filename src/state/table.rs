@@ -245,7 +245,8 @@ struct Inner {
 pub struct TableStore {
     pub oid: u32,
     pub name: String,
-    pub pkey_name: String,
+    /// The primary key's name (ALTER INDEX ... RENAME changes it).
+    pkey_name: parking_lot::RwLock<String>,
     schema: SchemaRef,
     kind: TableKind,
     column_types: Vec<SqlType>,
@@ -391,7 +392,7 @@ impl TableStore {
         let table = TableStore {
             oid,
             name: name.to_owned(),
-            pkey_name,
+            pkey_name: parking_lot::RwLock::new(pkey_name),
             schema,
             kind,
             column_types,
@@ -619,6 +620,33 @@ impl TableStore {
         let mut wb = WriteBatch::default();
         wb.delete(marker_key(&table, oid));
         self.store.commit(wb, Durability::Sync)
+    }
+
+    /// The primary key constraint's name.
+    pub fn pkey_name(&self) -> String {
+        self.pkey_name.read().clone()
+    }
+
+    /// An index renamed (ALTER INDEX ... RENAME, after the catalog's commit): the name
+    /// its errors give. `None`: the primary key's.
+    pub fn rename_index(&self, oid: Option<u32>, name: &str) -> Result<()> {
+        let Some(oid) = oid else {
+            *self.pkey_name.write() = name.to_owned();
+            return Ok(());
+        };
+        let mut inner = self.inner.lock();
+        for ix in inner.indexes.iter_mut().filter(|i| i.spec.oid == oid) {
+            let spec = IndexSpec {
+                name: name.to_owned(),
+                ..ix.spec.clone()
+            };
+            *ix = Arc::new(SecondaryIndex::new(
+                &table_prefix(self.oid),
+                spec,
+                &self.schema,
+            )?);
+        }
+        Ok(())
     }
 
     /// The indexes the table keeps.
@@ -1775,7 +1803,7 @@ impl TableStore {
             sqlstate::UNIQUE_VIOLATION,
             format!(
                 "duplicate key value violates unique constraint \"{}\"",
-                self.pkey_name
+                self.pkey_name()
             ),
         )
         .with_detail(format!(
