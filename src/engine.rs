@@ -477,8 +477,8 @@ impl Engine {
             Statement::Dml(q) => self.execute_dml_fitted(session, q, params).await,
             Statement::Comment(c) => self.comment_on(c),
             Statement::Merge(m) => self.merge(session, m).await,
-            Statement::Truncate(tables, cascade) => {
-                self.truncate(session, tables, *cascade, notices.as_ref())
+            Statement::Truncate(tables, cascade, restart) => {
+                self.truncate(session, tables, *cascade, *restart, notices.as_ref())
                     .await
             }
             Statement::BulkInsert(scan) => self.bulk_insert(session, scan).await,
@@ -1042,6 +1042,7 @@ impl Engine {
         session: &mut Session,
         tables: &[String],
         cascade: bool,
+        restart_identity: bool,
         notices: Option<&tokio::sync::mpsc::UnboundedSender<String>>,
     ) -> Result<Output> {
         let mut tables: Vec<String> = tables.to_vec();
@@ -1119,6 +1120,25 @@ impl Engine {
             ))?;
             if let Some(Statement::Dml(q)) = delete.into_iter().next().map(|p| p.stmt) {
                 Box::pin(self.execute_dml(session, &q, None)).await?;
+            }
+        }
+        // RESTART IDENTITY: the sequences the tables own (serial, identity, OWNED BY) start
+        // over (not undone by a ROLLBACK: sequences are not transactional here)
+        if restart_identity {
+            for name in &tables {
+                let Some(entry) = self.catalog.get(name) else {
+                    continue;
+                };
+                for (k, seq) in &entry.desc.options {
+                    if k == "weir.owned_sequence"
+                        && let Some(s) = self.catalog.get(seq)
+                        && s.desc.kind == RelationKind::Sequence
+                    {
+                        let spec =
+                            crate::catalog::sequences::SequenceSpec::from_options(&s.desc.options);
+                        self.catalog.setval(s.desc.oid, spec.start, false)?;
+                    }
+                }
             }
         }
         Ok(Output::Command("TRUNCATE TABLE".into()))

@@ -189,7 +189,7 @@ impl Engine {
             Statement::BulkInsert(scan) => self.require(role, &scan.table, Privilege::Insert),
             // (Postgres has a TRUNCATE privilege of its own; here it is DELETE's)
             Statement::Comment(c) => self.require_owner(role, &c.relation),
-            Statement::Truncate(tables, _) => tables
+            Statement::Truncate(tables, ..) => tables
                 .iter()
                 .try_for_each(|t| self.require(role, t, Privilege::Delete)),
             Statement::CreateTable(ct) => {

@@ -104,7 +104,8 @@ pub enum Statement {
     /// `TRUNCATE [TABLE] t [, ...] [CONTINUE IDENTITY] [CASCADE | RESTRICT]`: the tables'
     /// rows deleted (a DELETE of each).
     /// `TRUNCATE [TABLE] t [, ...] [CASCADE | RESTRICT]`: the tables, and CASCADE.
-    Truncate(Vec<String>, bool),
+    /// `TRUNCATE tables [RESTART IDENTITY] [CASCADE]`: (tables, cascade, restart identity).
+    Truncate(Vec<String>, bool, bool),
     /// `ALTER TABLE name ...` (columns, renames, NOT NULL, defaults).
     AlterTable(Box<ast::AlterTable>),
     /// `COMMENT ON TABLE | VIEW | MATERIALIZED VIEW | SEQUENCE name | COLUMN rel.col IS
@@ -2054,11 +2055,6 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
             })))
         }
         ast::Statement::Truncate(t) => {
-            if matches!(t.identity, Some(ast::TruncateIdentityOption::Restart)) {
-                return Err(WeirError::not_supported(
-                    "TRUNCATE ... RESTART IDENTITY is not supported; reset the sequence with setval",
-                ));
-            }
             if t.partitions.is_some() || t.on_cluster.is_some() {
                 return Err(WeirError::not_supported(format!("{t} is not supported")));
             }
@@ -2070,6 +2066,7 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
             Ok(Statement::Truncate(
                 names,
                 matches!(t.cascade, Some(ast::CascadeOption::Cascade)),
+                matches!(t.identity, Some(ast::TruncateIdentityOption::Restart)),
             ))
         }
         ast::Statement::CreateFunction(f) => Ok(Statement::CreateFunction(Box::new(f))),
@@ -2108,6 +2105,28 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
             })))
         }
         ast::Statement::Merge(m) => Ok(Statement::Merge(Box::new(m))),
+        // one database: creating it again is Postgres' 42P04 (Django's test runner with
+        // --keepdb takes that as "already there"), another is refused
+        ast::Statement::CreateDatabase {
+            db_name,
+            if_not_exists,
+            ..
+        } => {
+            let name = relation_name(&db_name)?;
+            if name != crate::catalog::DATABASE_NAME {
+                return Err(WeirError::not_supported(format!(
+                    "CREATE DATABASE is not supported: Weir serves one database, \"{}\"",
+                    crate::catalog::DATABASE_NAME
+                )));
+            }
+            if if_not_exists {
+                return Ok(Statement::NoOp("CREATE DATABASE"));
+            }
+            Err(WeirError::new(
+                "42P04",
+                format!("database \"{name}\" already exists"),
+            ))
+        }
         other => {
             let text = other.to_string();
             let head: Vec<&str> = text.split_whitespace().take(2).collect();
