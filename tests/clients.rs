@@ -304,6 +304,7 @@ async fn django_migrations_and_orm() {
         "django orm",
         "django deferred foreign key",
         "django cascade delete",
+        "django flush",
     ] {
         assert!(
             out.contains(&format!("ok {check}\n")),

@@ -1,8 +1,8 @@
 """Django 5 against Weir: `migrate` of contrib.auth, contenttypes and a small app (its
 foreign keys DEFERRABLE INITIALLY DEFERRED, varchar_pattern_ops indexes, identity columns,
 JSON and decimal fields), then the ORM: create, bulk_create, annotate/aggregate,
-select_related, a JSON containment filter, update, cascading delete, and a transaction
-whose dangling foreign key fails at COMMIT. Prints `ok <check>` per check (tests/clients.rs).
+select_related, a JSON containment filter, update, cascading delete, a transaction whose
+dangling foreign key fails at COMMIT, and `flush` (ids start over). Prints `ok <check>` per check (tests/clients.rs).
 
 Usage: django_check.py PORT
 """
@@ -112,6 +112,13 @@ def main():
     p.delete()
     assert Comment.objects.count() == 0
     ok("django cascade delete")
+
+    # flush: TRUNCATE ... RESTART IDENTITY CASCADE of every table; ids start over
+    call_command("flush", interactive=False, verbosity=0)
+    assert User.objects.count() == 0
+    again = User.objects.create_user("bob", password="pw")
+    assert again.id == 1, again.id
+    ok("django flush")
 
 
 if __name__ == "__main__":
