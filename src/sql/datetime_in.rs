@@ -4,7 +4,7 @@
 //! refuses the first three and converts the last to UTC; and `infinity` / `-infinity`, which
 //! arrow has no text for ([`with_infinities`]), and a trailing era (`BC`, `AD`; arrow reads
 //! no year before 1 in a timestamp: a BC year is read whole 400-year cycles later and moved
-//! back), and `now`, `today`, `tomorrow` and `yesterday`. Every path that turns text into a date or
+//! back), `now`, `today`, `tomorrow` and `yesterday`, and `24:00` (the next day's midnight). Every path that turns text into a date or
 //! timestamp (casts in queries, INSERT literals, COPY) passes it through here.
 
 use std::sync::Arc;
@@ -102,6 +102,23 @@ pub fn normalize(s: &str, keep_zone: bool) -> Option<String> {
         end += 1 + s_len;
     }
     let zone = rest[end..].trim();
+    // `24:00[:00]` is the next day's midnight, as Postgres reads it
+    if &rest[..h_len] == "24"
+        && &rest[m_at..m_at + 2] == "00"
+        && seconds
+            .trim_start_matches(':')
+            .bytes()
+            .all(|c| c == b'0' || c == b'.')
+    {
+        let next = chrono::NaiveDate::parse_from_str(date, "%Y-%m-%d")
+            .ok()?
+            .succ_opt()?;
+        let mut out = format!("{} 00:00:00", next.format("%Y-%m-%d"));
+        if keep_zone && !zone.is_empty() {
+            out.push_str(zone);
+        }
+        return Some(out);
+    }
     // what arrow reads as it is: no allocation for the common case
     let seconds_given = r.get(m_at + 2) == Some(&b':');
     if h_len == 2
