@@ -2398,6 +2398,23 @@ fn watermark_desc(w: &WatermarkSpec, columns: &[ColumnDesc]) -> Result<Watermark
     })
 }
 
+/// An ALTER's relation that is not there: with IF EXISTS, Postgres' NOTICE and the
+/// statement's tag (nothing done); else 42P01.
+pub(crate) fn missing_relation(
+    name: &str,
+    if_exists: bool,
+    notices: Option<&tokio::sync::mpsc::UnboundedSender<String>>,
+    tag: &str,
+) -> Result<Output> {
+    if !if_exists {
+        return Err(WeirError::undefined_table(name));
+    }
+    if let Some(n) = notices {
+        let _ = n.send(format!("relation \"{name}\" does not exist, skipping"));
+    }
+    Ok(Output::Command(tag.into()))
+}
+
 /// Names of the relations a statement reads (normalized): every relation it names except
 /// the names its WITH clauses define (a CTE may share a relation's name and hides it).
 pub(crate) fn referenced_relations(stmt: &ast::Statement) -> Vec<String> {

@@ -344,13 +344,7 @@ impl Engine {
     ) -> Result<Output> {
         let name = relation_name(&alter.name)?;
         let Some(entry) = self.catalog.get(&name) else {
-            if alter.if_exists {
-                if let Some(n) = notices {
-                    let _ = n.send(format!("relation \"{name}\" does not exist, skipping"));
-                }
-                return Ok(Output::Command("ALTER TABLE".into()));
-            }
-            return Err(WeirError::undefined_table(&name));
+            return crate::engine::missing_relation(&name, alter.if_exists, notices, "ALTER TABLE");
         };
         if !entry.desc.kind.is_table() {
             return Err(WeirError::new(
@@ -1082,15 +1076,9 @@ impl Engine {
         notices: Option<&tokio::sync::mpsc::UnboundedSender<String>>,
     ) -> Result<Output> {
         use crate::sql::parser::DropKind;
-        let skipping = || {
-            if let Some(n) = notices {
-                let _ = n.send(format!("relation \"{name}\" does not exist, skipping"));
-            }
-        };
         if kind == DropKind::Index {
             if if_exists && self.catalog.index_by_name(name).is_none() {
-                skipping();
-                return Ok(Output::Command("ALTER INDEX".into()));
+                return crate::engine::missing_relation(name, true, notices, "ALTER INDEX");
             }
             return self.rename_index(name, to);
         }
@@ -1104,11 +1092,7 @@ impl Engine {
             _ => ("sequence", RelationKind::Sequence, "ALTER SEQUENCE"),
         };
         let Some(entry) = self.catalog.get(name) else {
-            if if_exists {
-                skipping();
-                return Ok(Output::Command(tag.into()));
-            }
-            return Err(WeirError::undefined_table(name));
+            return crate::engine::missing_relation(name, if_exists, notices, tag);
         };
         if entry.desc.kind != want {
             return Err(WeirError::new(

@@ -736,13 +736,7 @@ impl Engine {
                     DropKind::Index => "ALTER INDEX",
                 };
                 let Some(entry) = self.catalog.get(name) else {
-                    if *if_exists {
-                        if let Some(n) = notices {
-                            let _ = n.send(format!("relation \"{name}\" does not exist, skipping"));
-                        }
-                        return Ok(Output::Command(tag.into()));
-                    }
-                    return Err(WeirError::undefined_table(name));
+                    return crate::engine::missing_relation(name, *if_exists, notices, tag);
                 };
                 // as in Postgres, ALTER TABLE takes any relation but a sink
                 let fits = match kind {

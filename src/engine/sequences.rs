@@ -27,13 +27,12 @@ impl Engine {
     ) -> Result<Output> {
         let done = Ok(Output::Command("ALTER SEQUENCE".into()));
         let Some(entry) = self.catalog.get(&a.name) else {
-            if a.if_exists {
-                if let Some(n) = notices {
-                    let _ = n.send(format!("relation \"{}\" does not exist, skipping", a.name));
-                }
-                return done;
-            }
-            return Err(WeirError::undefined_table(&a.name));
+            return crate::engine::missing_relation(
+                &a.name,
+                a.if_exists,
+                notices,
+                "ALTER SEQUENCE",
+            );
         };
         if entry.desc.kind != RelationKind::Sequence {
             return Err(WeirError::new(
@@ -118,13 +117,7 @@ impl Engine {
     ) -> Result<Output> {
         let done = Ok(Output::Command("ALTER TABLE".into()));
         let Some(entry) = self.catalog.get(&a.table) else {
-            if a.if_exists {
-                if let Some(n) = notices {
-                    let _ = n.send(format!("relation \"{}\" does not exist, skipping", a.table));
-                }
-                return done;
-            }
-            return Err(WeirError::undefined_table(&a.table));
+            return crate::engine::missing_relation(&a.table, a.if_exists, notices, "ALTER TABLE");
         };
         let (table, col) = (&a.table, &a.column);
         if !entry.desc.kind.is_table() {

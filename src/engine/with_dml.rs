@@ -73,16 +73,21 @@ fn merge_params(into: &mut Vec<Option<FieldRef>>, more: Vec<Option<FieldRef>>) {
 
 /// Whether `stmt` reads a relation of this (unqualified) name.
 fn reads(stmt: &ast::Statement, name: &str) -> bool {
-    ast::visit_relations(stmt, |r| {
-        if r.0.len() == 1
-            && let Some(i) = r.0[0].as_ident()
-            && normalize_ident(i) == name
+    unqualified_relations(stmt).contains(name)
+}
+
+/// The relations `stmt` names without a schema (the names a WITH query can have).
+fn unqualified_relations(stmt: &ast::Statement) -> HashSet<String> {
+    let mut out = HashSet::new();
+    let _ = ast::visit_relations(stmt, |r| {
+        if let [part] = r.0.as_slice()
+            && let Some(i) = part.as_ident()
         {
-            return ControlFlow::Break(());
+            out.insert(normalize_ident(i));
         }
-        ControlFlow::Continue(())
-    })
-    .is_break()
+        ControlFlow::<()>::Continue(())
+    });
+    out
 }
 
 /// The data-modifying statement a query body is, if it is one.
@@ -289,20 +294,12 @@ impl Engine {
         stmt: &ast::Statement,
         ctes: &[ast::Cte],
     ) -> Result<ast::Statement> {
-        let names: HashSet<String> = ctes
+        let read = unqualified_relations(stmt);
+        let used: HashSet<String> = ctes
             .iter()
             .map(|c| normalize_ident(&c.alias.name))
+            .filter(|n| read.contains(n))
             .collect();
-        let mut used = HashSet::new();
-        let _ = ast::visit_relations(stmt, |r| {
-            if r.0.len() == 1
-                && let Some(i) = r.0[0].as_ident()
-                && names.contains(&normalize_ident(i))
-            {
-                used.insert(normalize_ident(i));
-            }
-            ControlFlow::<()>::Continue(())
-        });
         if used.is_empty() {
             return Ok(stmt.clone());
         }

@@ -271,9 +271,7 @@ fn encode_column(col: &ArrayRef, plan: &ColumnPlan, rows: &mut [BytesMut]) -> Re
                     put(i, &mut |b| {
                         let v = a.value(i);
                         b.put_slice(v.as_bytes());
-                        for _ in v.chars().count()..width as usize {
-                            b.put_u8(b' ');
-                        }
+                        b.put_bytes(b' ', (width as usize).saturating_sub(v.chars().count()));
                     });
                 }
                 return Ok(());
