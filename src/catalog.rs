@@ -13,6 +13,7 @@ pub mod secrets;
 pub mod sequences;
 pub mod sql_functions;
 pub mod system;
+pub mod user_types;
 pub mod value_limits;
 
 use std::collections::BTreeMap;
@@ -518,6 +519,8 @@ pub struct Catalog {
     sequences: sequences::Sequences,
     /// SQL-bodied functions.
     sql_functions: sql_functions::SqlFunctions,
+    /// Enum types.
+    user_types: user_types::UserTypes,
 }
 
 pub(crate) fn catalog_key(oid: u32) -> Vec<u8> {
@@ -538,10 +541,14 @@ impl Catalog {
         })?;
         let roles = roles::Roles::load(store.as_ref())?;
         let sql_functions = sql_functions::SqlFunctions::load(store.as_ref())?;
+        let user_types = user_types::UserTypes::load(store.as_ref())?;
         let mut by_name = BTreeMap::new();
         let mut next_oid = FIRST_USER_OID;
         for r in roles.by_oid.keys() {
             next_oid = next_oid.max(r + OID_STEP);
+        }
+        if let Some(o) = user_types.max_oid() {
+            next_oid = next_oid.max(o + OID_STEP);
         }
         for desc in descs {
             next_oid = next_oid.max(desc.oid + OID_STEP);
@@ -565,6 +572,7 @@ impl Catalog {
             connections: parking_lot::Mutex::new(BTreeMap::new()),
             sequences: sequences::Sequences::default(),
             sql_functions,
+            user_types,
         })
     }
 
@@ -734,6 +742,11 @@ impl Catalog {
 
     pub fn version(&self) -> u64 {
         self.state.read().version
+    }
+
+    /// A DDL that changed no relation (a type) still changes what planning sees.
+    pub(crate) fn bump_version(&self) {
+        self.state.write().version += 1;
     }
 
     /// Create a relation: assigns its OID, persists it (fsynced) and opens its storage.

@@ -19,6 +19,7 @@ pub mod security;
 mod sequences;
 mod sinks;
 mod sql_functions;
+mod user_types;
 mod views;
 mod whole_rows;
 mod with_dml;
@@ -491,6 +492,21 @@ impl Engine {
                     }
                     None => ct.as_ref(),
                 };
+                let resolved;
+                let ct = if ct
+                    .columns
+                    .iter()
+                    .any(|c| matches!(&c.ty, SqlType::Enum(e) if e.oid == 0))
+                {
+                    let mut c = ct.clone();
+                    for col in &mut c.columns {
+                        self.catalog.resolve_sql_type(&mut col.ty)?;
+                    }
+                    resolved = c;
+                    &resolved
+                } else {
+                    ct
+                };
                 if !ct.checks.is_empty() {
                     self.check_table_checks(&session.ctx, ct)?;
                 }
@@ -544,6 +560,27 @@ impl Engine {
                 }
                 self.drop_indexes(session, &d.names, d.if_exists, notices.as_ref())
                     .await
+            }
+            Statement::Drop(d) if d.kind == crate::sql::parser::DropKind::Type => {
+                if d.cascade {
+                    for n in &d.names {
+                        if let Some(t) = self.catalog.enum_type(n)
+                            && let Some((rel, col)) = self.catalog.enum_type_users(t.oid).first()
+                        {
+                            return Err(WeirError::not_supported(format!(
+                                "DROP TYPE {n} CASCADE would drop column {col} of {rel}: dropping columns with their type is not supported"
+                            ))
+                            .with_hint(format!("ALTER TABLE {rel} DROP COLUMN {col} first.")));
+                        }
+                    }
+                }
+                self.drop_types(session, &d.names, d.if_exists, notices.as_ref())
+            }
+            Statement::CreateEnumType { name, labels } => {
+                self.create_enum_type(session, name, labels)
+            }
+            Statement::AlterType { name, op } => {
+                self.alter_type(session, name, op, notices.as_ref())
             }
             Statement::Drop(d) => {
                 self.drop_relations(&d.names, d.kind, d.if_exists, d.cascade, notices.as_ref())
@@ -2529,6 +2566,8 @@ fn query_kind(stmt: &Statement) -> &'static str {
         | Statement::CreatePlainView(_)
         | Statement::CreateSequence(_)
         | Statement::AlterSequence(_)
+        | Statement::CreateEnumType { .. }
+        | Statement::AlterType { .. }
         | Statement::AddIdentity(_)
         | Statement::AlterTable(_)
         | Statement::Comment(_)
@@ -2565,6 +2604,8 @@ fn write_kind(stmt: &Statement) -> Option<&'static str> {
         Statement::CreatePlainView(_) => "CREATE VIEW",
         Statement::CreateSequence(_) => "CREATE SEQUENCE",
         Statement::AlterSequence(_) => "ALTER SEQUENCE",
+        Statement::CreateEnumType { .. } => "CREATE TYPE",
+        Statement::AlterType { .. } => "ALTER TYPE",
         Statement::AddIdentity(_) => "ALTER TABLE",
         Statement::AlterTable(_) => "ALTER TABLE",
         Statement::RenameRelation { .. } => "ALTER",

@@ -107,7 +107,9 @@ pub fn session_context(
         .with_config(config)
         .with_runtime_env(runtime)
         .with_default_features()
-        .with_type_planner(Arc::new(functions::WeirTypePlanner))
+        .with_type_planner(Arc::new(functions::WeirTypePlanner {
+            catalog: catalog.clone(),
+        }))
         .with_analyzer_rule(Arc::new(crate::catalog::pg_semantics::PgSemantics))
         .with_query_planner(Arc::new(crate::plan::match_recognize::WeirQueryPlanner))
         .with_physical_optimizer_rule(Arc::new(index_join::IndexJoin))
@@ -147,6 +149,7 @@ pub fn session_context(
     );
     crate::sql::json::register(&ctx);
     crate::sql::json_build::register(&ctx);
+    crate::sql::enum_functions::register(&ctx);
     crate::sql::ordered_set::register(&ctx);
     crate::sql::pg_functions::register(&ctx);
     ctx

@@ -6,6 +6,7 @@ pub mod client_stmts;
 pub mod date_trunc;
 pub mod datetime_in;
 pub mod depth;
+pub mod enum_functions;
 pub mod extract;
 pub mod hooked;
 pub mod interval_in;

@@ -608,7 +608,8 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
             None => Ok(constant_str(rows, None)),
         },
     );
-    register_fn(ctx, "format_type", DataType::Utf8, |args, rows| {
+    let types = catalog.clone();
+    register_fn(ctx, "format_type", DataType::Utf8, move |args, rows| {
         let Some(t) = args.first() else {
             return Ok(constant_str(rows, None));
         };
@@ -629,7 +630,11 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
                     let typmod = m
                         .map(|m| if m.is_null(i) { -1 } else { m.value(i) })
                         .unwrap_or(-1);
-                    Some(format_type(t.value(i), typmod).unwrap_or_else(|| "???".to_owned()))
+                    Some(
+                        format_type(t.value(i), typmod)
+                            .or_else(|| types.user_type_name(t.value(i)))
+                            .unwrap_or_else(|| "???".to_owned()),
+                    )
                 })
                 .collect::<StringArray>(),
         ))
@@ -789,12 +794,15 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
             }),
         );
     }
-    reg_cast(
-        ctx,
-        "weir_regtype",
-        Arc::new(type_oid_of_name),
-        Arc::new(|o| format_type(o, -1)),
-    );
+    {
+        let (c1, c2) = (catalog.clone(), catalog.clone());
+        reg_cast(
+            ctx,
+            "weir_regtype",
+            Arc::new(move |s: &str| type_oid_of_name(s).or_else(|| c1.user_type_oid(s))),
+            Arc::new(move |o| format_type(o, -1).or_else(|| c2.user_type_name(o))),
+        );
+    }
     reg_cast(
         ctx,
         "weir_regnamespace",
@@ -828,14 +836,15 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
                 .map(|(_, n)| n.clone())
         }),
     );
-    register_fn(ctx, "to_regtype", DataType::UInt32, |args, rows| {
+    let types = catalog.clone();
+    register_fn(ctx, "to_regtype", DataType::UInt32, move |args, rows| {
         let Some(a) = args.first() else {
             return Ok(Arc::new(UInt32Array::new_null(rows)));
         };
         let s = as_str(a)?;
         Ok(Arc::new(
             s.iter()
-                .map(|v| v.and_then(type_oid_of_name))
+                .map(|v| v.and_then(|v| type_oid_of_name(v).or_else(|| types.user_type_oid(v))))
                 .collect::<UInt32Array>(),
         ))
     });
@@ -942,11 +951,27 @@ pub use crate::sql::pg_text::quote_ident;
 
 /// Gives Postgres type names their Arrow types, carrying the declared type in field
 /// metadata so results report it on the wire.
-#[derive(Debug)]
-pub struct WeirTypePlanner;
+/// Enum types (`CREATE TYPE ... AS ENUM`) are looked up in the catalog.
+pub struct WeirTypePlanner {
+    pub catalog: Arc<Catalog>,
+}
+
+impl std::fmt::Debug for WeirTypePlanner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WeirTypePlanner")
+    }
+}
 
 impl TypePlanner for WeirTypePlanner {
     fn plan_type_field(&self, sql_type: &ast::DataType) -> DfResult<Option<FieldRef>> {
+        if let ast::DataType::Custom(name, args) = sql_type
+            && args.is_empty()
+            && let Some(t) = self
+                .catalog
+                .enum_type(&crate::catalog::user_types::user_type_name(name))
+        {
+            return Ok(Some(Arc::new(t.sql_type().field("", true))));
+        }
         // `timestamp` / `timestamptz` are microseconds, as in Postgres (DataFusion's default
         // is nanoseconds): casts and literals agree with table columns, and `infinity` (the
         // type's ends) stays infinity when it meets a column

@@ -115,6 +115,7 @@ fn data_type(t: &T) -> (String, String) {
         T::InternalChar => "char",
         T::Array(inner) => return ("ARRAY".into(), format!("_{}", data_type(inner).1)),
         T::Vector(_) => return ("ARRAY".into(), t.display_name()),
+        T::Enum(e) => return ("USER-DEFINED".into(), e.name.clone()),
     };
     let dt = match t {
         T::Varchar(_) => "character varying".to_owned(),

@@ -490,6 +490,11 @@ pub fn check_reads(expr: &str, column: &str) -> bool {
     found
 }
 
+/// The OID of a built-in type's `pg_type` name (`int4`, `text`).
+pub fn builtin_type_oid(name: &str) -> Option<u32> {
+    BUILTIN_TYPES.iter().find(|t| t.1 == name).map(|t| t.0)
+}
+
 fn type_name(oid: u32) -> Option<&'static str> {
     BUILTIN_TYPES.iter().find(|t| t.0 == oid).map(|t| t.1)
 }
@@ -565,6 +570,7 @@ pub fn io_procs() -> &'static [(u32, String)] {
         let mut prefixes: Vec<String> = BUILTIN_TYPES.iter().map(|t| t.1.to_owned()).collect();
         prefixes.push("array_".into());
         prefixes.push("record_".into());
+        prefixes.push("enum_".into());
         let mut out = Vec::new();
         for p in prefixes {
             for suffix in ["in", "out", "recv", "send"] {
@@ -599,7 +605,6 @@ pub const ALWAYS_EMPTY: &[&str] = &[
     "pg_sequence",
     "pg_foreign_table",
     "pg_partitioned_table",
-    "pg_enum",
     "pg_range",
     "pg_event_trigger",
 ];
@@ -883,6 +888,25 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     rows.push(type_row(a, &format!("_{n}"), -1, "b", "A", 0, *o, 0));
                 }
             }
+            for t in catalog.enum_types() {
+                let mut row = type_row(t.oid, &t.name, 4, "e", "E", 0, 0, t.array_oid());
+                row[2] = PUBLIC_NAMESPACE_OID.into();
+                row[3] = t.owner.into();
+                rows.push(row);
+                let mut row = type_row(
+                    t.array_oid(),
+                    &format!("_{}", t.name),
+                    -1,
+                    "b",
+                    "A",
+                    0,
+                    t.oid,
+                    0,
+                );
+                row[2] = PUBLIC_NAMESPACE_OID.into();
+                row[3] = t.owner.into();
+                rows.push(row);
+            }
             for e in &entries {
                 rows.push(type_row(
                     e.desc.row_type_oid(),
@@ -923,6 +947,7 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     ("typndims", i4()),
                     ("typcollation", oid()),
                     ("typdefault", text()),
+                    ("typacl", arr(text())),
                 ],
                 rows,
             )?
@@ -1643,12 +1668,28 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
             ("partstrat", ch()),
             ("partnatts", i2()),
         ])?,
-        "pg_enum" => empty(&[
-            ("oid", oid()),
-            ("enumtypid", oid()),
-            ("enumsortorder", T::Float4),
-            ("enumlabel", name()),
-        ])?,
+        "pg_enum" => build_table(
+            &[
+                ("oid", oid()),
+                ("enumtypid", oid()),
+                ("enumsortorder", T::Float4),
+                ("enumlabel", name()),
+            ],
+            catalog
+                .enum_types()
+                .into_iter()
+                .flat_map(|t| {
+                    t.labels.into_iter().map(move |l| {
+                        vec![
+                            l.oid.into(),
+                            t.oid.into(),
+                            V::F(l.sort_order as f64),
+                            l.label.into(),
+                        ]
+                    })
+                })
+                .collect(),
+        )?,
         "pg_range" => empty(&[
             ("rngtypid", oid()),
             ("rngsubtype", oid()),
@@ -1886,6 +1927,7 @@ fn type_row(
     let io = match (typtype, category) {
         (_, "A") => "array_",
         ("c", _) => "record_",
+        ("e", _) => "enum_",
         _ => typname,
     };
     let collation: u32 = if matches!(oid, 25 | 1043 | 19 | 1042) {
@@ -1924,6 +1966,7 @@ fn type_row(
         (-1i32).into(),
         0i32.into(),
         collation.into(),
+        V::Null,
         V::Null,
     ]
 }

@@ -552,13 +552,50 @@ fn as_uuid_if_constant_text(e: Expr, other_is_uuid: bool) -> (Expr, bool) {
 
 /// The function whose value sorts `e` as Postgres orders its type, when arrow's order of
 /// its values differs.
-fn sort_key_function(e: &Expr, schema: &DFSchema) -> Option<&'static str> {
+fn sort_key(e: &Expr, schema: &DFSchema) -> Option<Expr> {
     if is_interval(e, schema) {
-        Some(pg_functions::INTERVAL_KEY)
+        Some(pg_udf(pg_functions::INTERVAL_KEY).call(vec![e.clone()]))
     } else if is_jsonb(e, schema) {
-        Some(pg_functions::JSONB_SORT_KEY)
+        Some(pg_udf(pg_functions::JSONB_SORT_KEY).call(vec![e.clone()]))
     } else {
-        None
+        enum_type(e, schema).map(|t| enum_sort_key(e.clone(), &t))
+    }
+}
+
+/// The enum type of an expression (a column of one, a cast to one).
+fn enum_type(e: &Expr, schema: &DFSchema) -> Option<crate::sql::types::EnumType> {
+    match declared_type(e, schema)? {
+        SqlType::Enum(t) => Some(t),
+        _ => None,
+    }
+}
+
+/// The type as the enum functions take it: its JSON, a constant.
+fn enum_type_literal(t: &crate::sql::types::EnumType) -> Expr {
+    datafusion::logical_expr::lit(serde_json::to_string(t).unwrap_or_default())
+}
+
+/// An enum value's position in its type's order: how enums sort and compare.
+fn enum_sort_key(e: Expr, t: &crate::sql::types::EnumType) -> Expr {
+    pg_udf(pg_functions::ENUM_SORT_KEY).call(vec![e, enum_type_literal(t)])
+}
+
+/// Text read as a value of the enum type (checked against its labels), typed as one.
+fn enum_in(e: Expr, t: &crate::sql::types::EnumType) -> Expr {
+    Expr::Cast(datafusion::logical_expr::Cast::new_from_field(
+        Box::new(pg_udf(pg_functions::ENUM_IN).call(vec![e, enum_type_literal(t)])),
+        Arc::new(SqlType::Enum(t.clone()).field("", true)),
+    ))
+}
+
+/// A text constant beside an enum is read as one (Postgres types the literal by the other
+/// side): `mood = 'nope'` is 22P02, as there.
+fn as_enum_if_constant_text(e: Expr, other: &Option<crate::sql::types::EnumType>) -> (Expr, bool) {
+    match other {
+        Some(t) if matches!(&e, Expr::Literal(ScalarValue::Utf8(Some(_)), _)) => {
+            (enum_in(e, t), true)
+        }
+        _ => (e, false),
     }
 }
 
@@ -591,13 +628,13 @@ fn interval_groups(plan: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
             if sort
                 .expr
                 .iter()
-                .any(|e| sort_key_function(&e.expr, sort.input.schema()).is_some()) =>
+                .any(|e| sort_key(&e.expr, sort.input.schema()).is_some()) =>
         {
             // ORDER BY an interval: by its normalised key; a jsonb: in Postgres' jsonb
-            // order (`sql::jsonb::sort_key`)
+            // order (`sql::jsonb::sort_key`); an enum: in its labels' order
             for e in sort.expr.iter_mut() {
-                if let Some(f) = sort_key_function(&e.expr, sort.input.schema()) {
-                    e.expr = pg_udf(f).call(vec![e.expr.clone()]);
+                if let Some(k) = sort_key(&e.expr, sort.input.schema()) {
+                    e.expr = k;
                 }
             }
             return Ok(Transformed::yes(LogicalPlan::Sort(sort)));
@@ -621,15 +658,19 @@ fn interval_groups(plan: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
             aggr.push(e.clone());
             continue;
         };
-        let arg = match f.params.args.as_slice() {
-            [x] if is_interval(x, &in_schema) => x.clone(),
+        // min/max of an enum: by its labels' order
+        let (arg, by): (Expr, Box<dyn Fn(Expr) -> Expr>) = match f.params.args.as_slice() {
+            [x] if is_interval(x, &in_schema) => (x.clone(), Box::new(key)),
+            [x] if let Some(t) = enum_type(x, &in_schema) => {
+                (x.clone(), Box::new(move |e| enum_sort_key(e, &t)))
+            }
             _ => {
                 aggr.push(e.clone());
                 continue;
             }
         };
         let rewritten = match f.func.name() {
-            "count" if f.params.distinct => {
+            "count" if f.params.distinct && is_interval(&arg, &in_schema) => {
                 let mut f = f.clone();
                 f.params.args = vec![key(arg)];
                 Expr::AggregateFunction(f)
@@ -639,7 +680,7 @@ fn interval_groups(plan: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
                 // equal keys (1 day, 24 hours) in the stored order, for one answer
                 first_value(
                     arg.clone(),
-                    vec![key(arg.clone()).sort(asc, false), arg.sort(asc, false)],
+                    vec![by(arg.clone()).sort(asc, false), arg.sort(asc, false)],
                 )
             }
             _ => {
@@ -1301,6 +1342,31 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
             let (l, l_read) = as_uuid_if_constant_text(l, r_uuid);
             let (r, r_read) = as_uuid_if_constant_text(r, l_uuid);
             let (lc, rc) = (lc || l_read, rc || r_read);
+            // enums: text constants read as the enum; order by the labels' order
+            let (l_enum, r_enum) = (enum_type(&l, schema), enum_type(&r, schema));
+            if l_enum.is_some() || r_enum.is_some() {
+                let (l, l_read) = as_enum_if_constant_text(l, &r_enum);
+                let (r, r_read) = as_enum_if_constant_text(r, &l_enum);
+                let ordering = matches!(
+                    op,
+                    Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq
+                );
+                if let Some(t) = l_enum.clone().or(r_enum.clone())
+                    && ordering
+                {
+                    let key = |e: Expr| enum_sort_key(e, &t);
+                    return Ok((
+                        Expr::BinaryExpr(BinaryExpr::new(Box::new(key(l)), op, Box::new(key(r)))),
+                        true,
+                        Some(DataType::Boolean),
+                    ));
+                }
+                return Ok((
+                    Expr::BinaryExpr(BinaryExpr::new(Box::new(l), op, Box::new(r))),
+                    lc || rc || l_read || r_read,
+                    Some(DataType::Boolean),
+                ));
+            }
             let is_interval = |t: Option<DataType>, e: &Expr| {
                 matches!(type_of(e, t, schema), Some(DataType::Interval(_)))
             };
@@ -1358,6 +1424,16 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
                     datafusion::logical_expr::lit(" "),
                 );
                 return Ok((cast(text, data_type.clone()), true, Some(data_type)));
+            }
+            // text (or another enum) to an enum: checked against its labels
+            if let Some(t) = crate::sql::types::field_enum_type(&field)
+                && enum_type(&x, schema).as_ref() != Some(&t)
+            {
+                let text = match &from {
+                    Some(DataType::Utf8) => x,
+                    _ => cast(x, DataType::Utf8),
+                };
+                return Ok((enum_in(text, &t), true, Some(data_type)));
             }
             match (&from, &data_type) {
                 // text by the value's output function: `{a,b}`, `Infinity`, `1e+300`
@@ -1562,10 +1638,13 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
             // `uuid_column IN ('A0EEBC99-...', ...)`: the constants read as uuids
             let (x, mut changed, _) = rewrite_expr(*il.expr, schema)?;
             let uuid = declared_type(&x, schema) == Some(SqlType::Uuid);
+            let an_enum = enum_type(&x, schema);
             let mut list = Vec::with_capacity(il.list.len());
             for item in il.list {
                 let (item, c, _) = rewrite_expr(item, schema)?;
                 let (item, read) = as_uuid_if_constant_text(item, uuid);
+                let (item, enum_read) = as_enum_if_constant_text(item, &an_enum);
+                let read = read || enum_read;
                 changed |= c || read;
                 list.push(item);
             }

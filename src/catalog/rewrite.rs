@@ -2525,12 +2525,12 @@ fn unnests_reloptions(q: &ast::Query) -> bool {
 fn array_of_subquery(q: ast::Query) -> Expr {
     // a plain one-column SELECT aggregates in place, so a correlated one (psql's \du:
     // `ARRAY(SELECT b.rolname ... WHERE m.member = r.oid)`) stays a correlated scalar
-    // subquery DataFusion can decorrelate
+    // subquery DataFusion can decorrelate; its ORDER BY orders the aggregate (psql's \dT+:
+    // `ARRAY(SELECT e.enumlabel ... WHERE e.enumtypid = t.oid ORDER BY e.enumsortorder)`)
     if let ast::SetExpr::Select(select) = q.body.as_ref()
         && select.projection.len() == 1
         && select.distinct.is_none()
         && select.having.is_none()
-        && q.order_by.is_none()
         && q.limit_clause.is_none()
         && q.with.is_none()
         && matches!(&select.group_by, ast::GroupByExpr::Expressions(e, _) if e.is_empty())
@@ -2538,9 +2538,14 @@ fn array_of_subquery(q: ast::Query) -> Expr {
             &select.projection[0]
     {
         let mut inner = q.clone();
+        let order = inner
+            .order_by
+            .take()
+            .map(|o| format!(" {o}"))
+            .unwrap_or_default();
         if let ast::SetExpr::Select(s) = inner.body.as_mut() {
             s.projection = vec![ast::SelectItem::UnnamedExpr(parse_expr(&format!(
-                "array_agg({e})"
+                "array_agg({e}{order})"
             )))];
         }
         // ARRAY over no rows is `{}`: an empty list coerces to the aggregate's type

@@ -207,9 +207,9 @@ impl Engine {
                 self.require_create(role)?;
                 self.require_select_query(role, &cv.query)
             }
-            Statement::CreateSequence(_) | Statement::CreateFunction(_) => {
-                self.require_create(role)
-            }
+            Statement::CreateSequence(_)
+            | Statement::CreateFunction(_)
+            | Statement::CreateEnumType { .. } => self.require_create(role),
             Statement::Refresh(name) => {
                 if self.catalog.get(name).is_some() {
                     self.require_owner(role, name)?;
@@ -734,6 +734,7 @@ impl Engine {
                     DropKind::View => "ALTER VIEW",
                     DropKind::Sequence => "ALTER SEQUENCE",
                     DropKind::Index => "ALTER INDEX",
+                    DropKind::Type => "ALTER TYPE",
                 };
                 let Some(entry) = self.catalog.get(name) else {
                     return crate::engine::missing_relation(name, *if_exists, notices, tag);
@@ -748,7 +749,7 @@ impl Engine {
                     DropKind::Sink => entry.desc.kind == crate::catalog::RelationKind::Sink,
                     DropKind::View => entry.desc.kind == crate::catalog::RelationKind::View,
                     DropKind::Sequence => entry.desc.kind == crate::catalog::RelationKind::Sequence,
-                    DropKind::Index => false,
+                    DropKind::Index | DropKind::Type => false,
                 };
                 if !fits {
                     return Err(WeirError::new(
@@ -763,6 +764,7 @@ impl Engine {
                                 DropKind::View => "view",
                                 DropKind::Sequence => "sequence",
                                 DropKind::Index => "index",
+                                DropKind::Type => "type",
                             }
                         ),
                     ));

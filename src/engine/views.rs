@@ -1066,6 +1066,7 @@ impl Engine {
             DropKind::View => "view",
             DropKind::Sequence => "sequence",
             DropKind::Index => "index",
+            DropKind::Type => "type",
         };
         let matches = |k: RelationKind| match kind {
             DropKind::Table => k.is_table(),
@@ -1074,7 +1075,7 @@ impl Engine {
             DropKind::Sink => k == RelationKind::Sink,
             DropKind::View => k == RelationKind::View,
             DropKind::Sequence => k == RelationKind::Sequence,
-            DropKind::Index => false,
+            DropKind::Index | DropKind::Type => false,
         };
         let mut targets = Vec::new();
         for name in names {

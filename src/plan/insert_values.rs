@@ -260,6 +260,7 @@ pub fn scanned_rows(
             | SqlType::Varchar(_)
             | SqlType::Jsonb
             | SqlType::Uuid
+            | SqlType::Enum(_)
             | SqlType::Int2
             | SqlType::Int4
             | SqlType::Int8

@@ -144,6 +144,33 @@ pub enum Statement {
         names: Vec<String>,
         if_exists: bool,
     },
+    /// `CREATE TYPE name AS ENUM ('label', ...)`.
+    CreateEnumType {
+        name: String,
+        labels: Vec<String>,
+    },
+    /// `ALTER TYPE name ...`.
+    AlterType {
+        name: String,
+        op: AlterTypeOp,
+    },
+}
+
+/// What an `ALTER TYPE` of an enum type does.
+#[derive(Debug, Clone)]
+pub enum AlterTypeOp {
+    /// `ADD VALUE [IF NOT EXISTS] 'label' [BEFORE | AFTER 'other']`.
+    AddValue {
+        label: String,
+        if_not_exists: bool,
+        position: crate::catalog::user_types::LabelPosition,
+    },
+    /// `RENAME VALUE 'a' TO 'b'`.
+    RenameValue { from: String, to: String },
+    /// `RENAME TO new`.
+    Rename(String),
+    /// `OWNER TO role`.
+    Owner(String),
 }
 
 /// `CREATE TABLE name [(columns)] AS query [WITH [NO] DATA]`: a table of the query's
@@ -673,6 +700,7 @@ pub enum DropKind {
     View,
     Sequence,
     Index,
+    Type,
 }
 
 #[derive(Debug, Clone)]
@@ -1680,6 +1708,9 @@ fn parse_one(p: &mut Parser) -> Result<Statement> {
             if p.parse_keyword(Keyword::SEQUENCE) {
                 return parse_alter_sequence(p).map(|a| Statement::AlterSequence(Box::new(a)));
             }
+            if p.parse_keyword(Keyword::TYPE) {
+                return parse_alter_type(p);
+            }
             if let Some(a) = parse_alter_add_identity(p)? {
                 return Ok(Statement::AddIdentity(Box::new(a)));
             }
@@ -2075,6 +2106,20 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
         ast::Statement::AlterTable(a) if a.table_type.is_none() && a.location.is_none() => {
             Ok(Statement::AlterTable(Box::new(a)))
         }
+        ast::Statement::CreateType {
+            name,
+            representation,
+        } => match representation {
+            Some(ast::UserDefinedTypeRepresentation::Enum { labels }) => {
+                Ok(Statement::CreateEnumType {
+                    name: crate::catalog::user_types::user_type_name(&name),
+                    labels: labels.into_iter().map(|l| l.value).collect(),
+                })
+            }
+            _ => Err(WeirError::not_supported(
+                "CREATE TYPE is supported for enum types (CREATE TYPE name AS ENUM (...)) only",
+            )),
+        },
         ast::Statement::CreateSequence {
             temporary: false,
             if_not_exists,
@@ -2728,9 +2773,17 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
                 }
                 _ => None,
             };
-            let ty = match &serial {
-                Some(t) => t.clone(),
-                None => SqlType::from_ast(&def.data_type)?,
+            let ty = match (&serial, &def.data_type) {
+                (Some(t), _) => t.clone(),
+                // a type of the catalog's (an enum): the engine looks it up
+                (None, ast::DataType::Custom(n, args))
+                    if args.is_empty() && SqlType::from_ast(&def.data_type).is_err() =>
+                {
+                    SqlType::Enum(crate::sql::types::EnumType::unresolved(
+                        crate::catalog::user_types::user_type_name(n),
+                    ))
+                }
+                (None, _) => SqlType::from_ast(&def.data_type)?,
             };
             let mut not_null = serial.is_some();
             let mut default = None;
@@ -2957,6 +3010,8 @@ fn parse_drop(p: &mut Parser) -> Result<Statement> {
     } else if p.parse_keyword(Keyword::INDEX) {
         let _ = p.parse_keyword(Keyword::CONCURRENTLY);
         DropKind::Index
+    } else if p.parse_keyword(Keyword::TYPE) {
+        DropKind::Type
     } else if parse_word(p, "SINK") {
         DropKind::Sink
     } else if p.parse_keyword(Keyword::SCHEMA) {
@@ -2995,6 +3050,50 @@ fn parse_drop(p: &mut Parser) -> Result<Statement> {
         if_exists,
         cascade,
     }))
+}
+
+/// `ALTER TYPE name { ADD VALUE ... | RENAME VALUE 'a' TO 'b' | RENAME TO n | OWNER TO r }`
+/// (after `ALTER TYPE`).
+fn parse_alter_type(p: &mut Parser) -> Result<Statement> {
+    let name = crate::catalog::user_types::user_type_name(&p.parse_object_name(false)?);
+    let label = |p: &mut Parser| -> Result<String> { Ok(p.parse_literal_string()?) };
+    let op = if p.parse_keyword(Keyword::ADD) {
+        expect_word(p, "VALUE")?;
+        let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
+        let l = label(p)?;
+        let position = if p.parse_keyword(Keyword::BEFORE) {
+            crate::catalog::user_types::LabelPosition::Before(label(p)?)
+        } else if p.parse_keyword(Keyword::AFTER) {
+            crate::catalog::user_types::LabelPosition::After(label(p)?)
+        } else {
+            crate::catalog::user_types::LabelPosition::Last
+        };
+        AlterTypeOp::AddValue {
+            label: l,
+            if_not_exists,
+            position,
+        }
+    } else if p.parse_keyword(Keyword::RENAME) {
+        if parse_word(p, "VALUE") {
+            let from = label(p)?;
+            p.expect_keyword_is(Keyword::TO)?;
+            AlterTypeOp::RenameValue {
+                from,
+                to: label(p)?,
+            }
+        } else {
+            p.expect_keyword_is(Keyword::TO)?;
+            AlterTypeOp::Rename(normalize_ident(&p.parse_identifier()?))
+        }
+    } else if p.parse_keyword(Keyword::OWNER) {
+        p.expect_keyword_is(Keyword::TO)?;
+        AlterTypeOp::Owner(normalize_ident(&p.parse_identifier()?))
+    } else {
+        return Err(WeirError::not_supported(
+            "ALTER TYPE supports ADD VALUE, RENAME VALUE, RENAME TO and OWNER TO",
+        ));
+    };
+    Ok(Statement::AlterType { name, op })
 }
 
 fn parse_show(p: &mut Parser) -> Result<Statement> {

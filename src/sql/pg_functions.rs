@@ -230,6 +230,11 @@ pub const INTERVAL_IN: &str = "weir_interval_in";
 pub const BITWISE_NOT: &str = "weir_bitwise_not";
 /// Text as `uuid` input: checked and canonical (`sql::uuid::canonical`).
 pub const UUID_IN: &str = "weir_uuid_in";
+/// `weir_enum_in(text, type)`: text as a value of an enum type (`type` is the type's
+/// JSON, `sql::types::ENUM_KEY`): each value checked to be one of its labels (22P02).
+pub const ENUM_IN: &str = "weir_enum_in";
+/// `weir_enum_sort_key(value, type)`: the label's position in its type's order.
+pub const ENUM_SORT_KEY: &str = "weir_enum_sort_key";
 /// A `jsonb` value's sort key (`sql::jsonb::sort_key`).
 pub const JSONB_SORT_KEY: &str = "weir_jsonb_sort_key";
 pub const TIMESTAMPTZ_IN: &str = "weir_timestamptz_in";
@@ -708,6 +713,43 @@ fn definitions() -> Vec<PgFunction> {
             }),
         },
         immutable(
+            ENUM_IN,
+            TypeSignature::Any(2),
+            |_| DataType::Utf8,
+            |args, _| {
+                let t = enum_type_arg(&args[1])?;
+                let s = strings(&args[0])?;
+                for v in s.iter().flatten() {
+                    if !t.labels.iter().any(|l| l == v) {
+                        return Err(DataFusionError::External(Box::new(t.invalid_input(v))));
+                    }
+                }
+                Ok(Arc::new(s) as ArrayRef)
+            },
+        ),
+        immutable(
+            ENUM_SORT_KEY,
+            TypeSignature::Any(2),
+            |_| DataType::Int32,
+            |args, _| {
+                let t = enum_type_arg(&args[1])?;
+                let s = strings(&args[0])?;
+                let positions: std::collections::HashMap<&str, i32> = t
+                    .labels
+                    .iter()
+                    .enumerate()
+                    .map(|(i, l)| (l.as_str(), i as i32))
+                    .collect();
+                // (a label added since the plan was made sorts after the ones it knew)
+                let unknown = t.labels.len() as i32;
+                let keys: datafusion::arrow::array::Int32Array = s
+                    .iter()
+                    .map(|v| v.map(|v| positions.get(v).copied().unwrap_or(unknown)))
+                    .collect();
+                Ok(Arc::new(keys) as ArrayRef)
+            },
+        ),
+        immutable(
             JSONB_SORT_KEY,
             TypeSignature::Any(1),
             |_| DataType::Binary,
@@ -759,6 +801,18 @@ fn definitions() -> Vec<PgFunction> {
     .chain(json_definitions())
     .chain(crate::sql::pg_math::definitions())
     .collect()
+}
+
+/// The enum type an `ENUM_IN` / `ENUM_SORT_KEY` call names (its JSON, a constant).
+fn enum_type_arg(a: &ArrayRef) -> DfResult<crate::sql::types::EnumType> {
+    let s = strings(a)?;
+    let json = s
+        .iter()
+        .flatten()
+        .next()
+        .ok_or_else(|| DataFusionError::Internal("an enum function without its type".into()))?;
+    serde_json::from_str(json)
+        .map_err(|e| DataFusionError::Internal(format!("an enum type does not decode: {e}")))
 }
 
 /// The declared type of a function's result where Arrow's (text) does not say it.

@@ -26,6 +26,42 @@ pub const UTC: &str = "UTC";
 /// a column's is [`UTC`]: the same instant either way).
 pub const SESSION_ZONE: &str = "+00:00";
 
+/// Field metadata key carrying an enum type (`CREATE TYPE ... AS ENUM`) as JSON
+/// ([`EnumType`]): its OID, name and labels in their order, so a result column knows its
+/// type's OID for the wire and its labels' order for sorting and comparing.
+pub const ENUM_KEY: &str = "weir.enum";
+
+/// An enum type (`CREATE TYPE name AS ENUM ('a', 'b')`): values are stored as their
+/// label's text; they sort and compare by the labels' declared order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnumType {
+    /// `pg_type.oid`; 0 while only the name is known (a column type the parser read,
+    /// before the engine looked it up in the catalog).
+    pub oid: u32,
+    pub name: String,
+    /// In their sort order.
+    pub labels: Vec<String>,
+}
+
+impl EnumType {
+    /// A type known only by name (see [`EnumType::oid`]).
+    pub fn unresolved(name: String) -> EnumType {
+        EnumType {
+            oid: 0,
+            name,
+            labels: Vec::new(),
+        }
+    }
+
+    /// Postgres' 22P02 for a text that is not one of the labels.
+    pub fn invalid_input(&self, text: &str) -> WeirError {
+        WeirError::new(
+            crate::error::sqlstate::INVALID_TEXT_REPRESENTATION,
+            format!("invalid input value for enum {}: \"{text}\"", self.name),
+        )
+    }
+}
+
 /// Default precision/scale of an unconstrained NUMERIC.
 pub const NUMERIC_DEFAULT_PRECISION: u8 = 38;
 pub const NUMERIC_DEFAULT_SCALE: i8 = 10;
@@ -55,6 +91,8 @@ pub enum SqlType {
     Jsonb,
     /// `uuid`, stored as its canonical text (`sql::uuid`).
     Uuid,
+    /// A user-defined enum type, stored as its label's text.
+    Enum(EnumType),
     /// System types that catalog tables expose: `oid`, `name`, `"char"`.
     Oid,
     Name,
@@ -153,7 +191,8 @@ impl SqlType {
             | SqlType::Varchar(_)
             | SqlType::Bpchar(_)
             | SqlType::Jsonb
-            | SqlType::Uuid => DataType::Utf8,
+            | SqlType::Uuid
+            | SqlType::Enum(_) => DataType::Utf8,
             SqlType::Date => DataType::Date32,
             SqlType::Time => DataType::Time64(TimeUnit::Microsecond),
             SqlType::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
@@ -189,6 +228,7 @@ impl SqlType {
             SqlType::Bytea => 17,
             SqlType::Jsonb => 3802,
             SqlType::Uuid => 2950,
+            SqlType::Enum(e) => e.oid,
             SqlType::Oid => 26,
             SqlType::Name => 19,
             SqlType::InternalChar => 18,
@@ -231,6 +271,7 @@ impl SqlType {
             SqlType::Bytea => "bytea".into(),
             SqlType::Jsonb => "jsonb".into(),
             SqlType::Uuid => "uuid".into(),
+            SqlType::Enum(e) => e.name.clone(),
             SqlType::Oid => "oid".into(),
             SqlType::Name => "name".into(),
             SqlType::InternalChar => "\"char\"".into(),
@@ -333,16 +374,30 @@ impl SqlType {
 
     /// The Arrow field of a column of this type, with the declared type in its metadata.
     pub fn field(&self, name: &str, nullable: bool) -> Field {
-        Field::new(name, self.arrow_type(), nullable).with_metadata(HashMap::from([(
-            PG_TYPE_KEY.to_owned(),
-            self.display_name(),
-        )]))
+        let mut meta = HashMap::from([(PG_TYPE_KEY.to_owned(), self.display_name())]);
+        if let SqlType::Enum(e) = self
+            && let Ok(json) = serde_json::to_string(e)
+        {
+            meta.insert(ENUM_KEY.to_owned(), json);
+        }
+        Field::new(name, self.arrow_type(), nullable).with_metadata(meta)
+    }
+
+    /// The enum type, when this is one.
+    pub fn as_enum(&self) -> Option<&EnumType> {
+        match self {
+            SqlType::Enum(e) => Some(e),
+            _ => None,
+        }
     }
 }
 
 /// The declared SQL type of a result field: from its metadata when a table column flows
 /// through unchanged, otherwise from its Arrow type.
 pub fn field_sql_type(field: &Field) -> Option<SqlType> {
+    if let Some(e) = field_enum_type(field) {
+        return Some(SqlType::Enum(e));
+    }
     if let Some(declared) = field.metadata().get(PG_TYPE_KEY)
         && let Some(t) = SqlType::from_display_name(declared)
         && t.arrow_type() == *field.data_type()
@@ -350,6 +405,15 @@ pub fn field_sql_type(field: &Field) -> Option<SqlType> {
         return Some(t);
     }
     SqlType::from_arrow(field.data_type())
+}
+
+/// The enum type a field's metadata names (a column of one, or a cast to one).
+pub fn field_enum_type(field: &Field) -> Option<EnumType> {
+    let json = field.metadata().get(ENUM_KEY)?;
+    if !matches!(field.data_type(), DataType::Utf8) {
+        return None;
+    }
+    serde_json::from_str(json).ok()
 }
 
 /// OIDs of the array types of our element types (`_int4` and friends).

@@ -32,7 +32,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, StringArray};
 use datafusion::arrow::compute::{concat_batches, filter_record_batch};
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::row::{RowConverter, Rows, SortField};
 use datafusion::arrow::util::display::array_value_to_string;
@@ -247,9 +247,11 @@ pub struct TableStore {
     pub name: String,
     /// The primary key's name (ALTER INDEX ... RENAME changes it).
     pkey_name: parking_lot::RwLock<String>,
-    schema: SchemaRef,
+    /// The columns' fields; their metadata carries declared types (an enum's labels,
+    /// which `ALTER TYPE ... ADD VALUE` changes: see [`TableStore::set_column_types`]).
+    schema: parking_lot::RwLock<SchemaRef>,
     kind: TableKind,
-    column_types: Vec<SqlType>,
+    column_types: parking_lot::RwLock<Vec<SqlType>>,
     row_conv: RowConverter,
     key_conv: Option<RowConverter>,
     store: Arc<dyn Store>,
@@ -393,9 +395,9 @@ impl TableStore {
             oid,
             name: name.to_owned(),
             pkey_name: parking_lot::RwLock::new(pkey_name),
-            schema,
+            schema: parking_lot::RwLock::new(schema),
             kind,
-            column_types,
+            column_types: parking_lot::RwLock::new(column_types),
             row_conv,
             key_conv,
             store,
@@ -440,7 +442,7 @@ impl TableStore {
         }
         for spec in specs {
             if marked.contains(&spec.oid) {
-                let ix = Arc::new(SecondaryIndex::new(&table, spec, &self.schema)?);
+                let ix = Arc::new(SecondaryIndex::new(&table, spec, &self.schema())?);
                 self.inner.lock().indexes.push(ix);
             } else {
                 self.create_index(spec)?;
@@ -471,7 +473,7 @@ impl TableStore {
             .with_hint("Copy its rows into a new APPEND ONLY table and index that one."));
         }
         let table = table_prefix(self.oid);
-        let ix = Arc::new(SecondaryIndex::new(&table, spec, &self.schema)?);
+        let ix = Arc::new(SecondaryIndex::new(&table, spec, &self.schema())?);
         let mut inner = self.inner.lock();
         let mut wb = WriteBatch::default();
         wb.put(marker_key(&table, ix.spec.oid), Vec::new());
@@ -551,7 +553,7 @@ impl TableStore {
             let cols = self
                 .row_conv
                 .convert_rows(chunk.iter().map(|(_, r, _)| parser.parse(r)))?;
-            let batch = RecordBatch::try_new(self.schema.clone(), cols)?;
+            let batch = RecordBatch::try_new(self.schema(), cols)?;
             let values = ix.encode(&batch)?;
             let mut wb = WriteBatch::default();
             for (i, (id, row, n)) in chunk.iter().enumerate() {
@@ -643,7 +645,7 @@ impl TableStore {
             *ix = Arc::new(SecondaryIndex::new(
                 &table_prefix(self.oid),
                 spec,
-                &self.schema,
+                &self.schema(),
             )?);
         }
         Ok(())
@@ -695,7 +697,7 @@ impl TableStore {
             let mut cursor = view.cursor(&p);
             loop {
                 if rows.full()
-                    && let Some(b) = rows.take(&self.row_conv, &self.schema)?
+                    && let Some(b) = rows.take(&self.row_conv, &self.schema())?
                 {
                     out.push(b);
                 }
@@ -718,10 +720,10 @@ impl TableStore {
                 }
             }
         }
-        while let Some(b) = rows.take(&self.row_conv, &self.schema)? {
+        while let Some(b) = rows.take(&self.row_conv, &self.schema())? {
             out.push(b);
         }
-        Ok(Some(concat_batches(&self.schema, &out)?))
+        Ok(Some(concat_batches(&self.schema(), &out)?))
     }
 
     /// After a crash: undo the changes of a statement that applied several (a COPY) and
@@ -932,14 +934,14 @@ impl TableStore {
         };
         decode_batches(bytes)?
             .iter()
-            .map(|b| Changelog::from_batch(b, &self.schema))
+            .map(|b| Changelog::from_batch(b, &self.schema()))
             .collect()
     }
 
     /// The change that undoes log entry `seq`.
     fn logged_undo(&self, seq: u64) -> Result<Change> {
         let parts = self.logged(seq)?;
-        Ok(Change::Revert(Changelog::concat(&self.schema, &parts)?))
+        Ok(Change::Revert(Changelog::concat(&self.schema(), &parts)?))
     }
 
     /// Remove whatever a dropped relation with this oid left in the store (a crash between
@@ -982,7 +984,7 @@ impl TableStore {
         for (_, bytes) in parts {
             let mut wb = WriteBatch::default();
             for b in decode_batches(bytes)? {
-                let cl = Changelog::from_batch(&b, &self.schema)?;
+                let cl = Changelog::from_batch(&b, &self.schema())?;
                 if self.kind == TableKind::AppendOnly {
                     meta.rows += cl.len() as u64;
                     meta.watermark = self.advance(meta.watermark, &cl.data);
@@ -1013,7 +1015,28 @@ impl TableStore {
     }
 
     pub fn schema(&self) -> SchemaRef {
-        self.schema.clone()
+        self.schema.read().clone()
+    }
+
+    /// New declared types of the same Arrow types (an enum type gained a label): values are
+    /// checked, and scans typed, by them from now on.
+    pub fn set_column_types(&self, types: Vec<SqlType>) {
+        let old = self.schema();
+        let fields: Vec<_> = old
+            .fields()
+            .iter()
+            .zip(&types)
+            .map(|(f, t)| Arc::new(t.field(f.name(), f.is_nullable())))
+            .collect();
+        debug_assert!(
+            fields
+                .iter()
+                .zip(old.fields().iter())
+                .all(|(a, b)| a.data_type() == b.data_type()),
+            "a retyped column keeps its Arrow type"
+        );
+        *self.schema.write() = Arc::new(Schema::new_with_metadata(fields, old.metadata().clone()));
+        *self.column_types.write() = types;
     }
 
     /// Start or stop forwarding applied changes.
@@ -1151,7 +1174,7 @@ impl TableStore {
         let cols = self
             .row_conv
             .convert_rows(found.iter().map(|v| parser.parse(v)))?;
-        Ok(Some(RecordBatch::try_new(self.schema.clone(), cols)?))
+        Ok(Some(RecordBatch::try_new(self.schema(), cols)?))
     }
 
     /// For each row of `keys` (the primary-key columns, in key order), the index of its
@@ -1180,7 +1203,7 @@ impl TableStore {
         let cols = self
             .row_conv
             .convert_rows(found.iter().map(|v| parser.parse(v)))?;
-        Ok(Some((RecordBatch::try_new(self.schema.clone(), cols)?, at)))
+        Ok(Some((RecordBatch::try_new(self.schema(), cols)?, at)))
     }
 
     pub fn row_count(&self) -> usize {
@@ -1537,7 +1560,7 @@ impl TableStore {
                 }
                 let n = cl.len();
                 let changelog = Changelog::concat(
-                    &self.schema,
+                    &self.schema(),
                     &[Changelog::retractions(retract), Changelog::inserts(insert)],
                 )?;
                 Ok((n, changelog))
@@ -1588,7 +1611,7 @@ impl TableStore {
                 }
                 let n = old.num_rows();
                 let cl = Changelog::concat(
-                    &self.schema,
+                    &self.schema(),
                     &[Changelog::retractions(old), Changelog::inserts(new)],
                 )?;
                 Ok((n, cl))
@@ -1666,11 +1689,11 @@ impl TableStore {
         let old_cols = self
             .row_conv
             .convert_rows(old.iter().map(|r| parser.parse(r)))?;
-        let old_batch = RecordBatch::try_new(self.schema.clone(), old_cols)?;
+        let old_batch = RecordBatch::try_new(self.schema(), old_cols)?;
         let mask: BooleanArray = unchanged.iter().map(|u| Some(!u)).collect();
         let new_batch = filter_record_batch(&new_batch, &mask)?;
         let cl = Changelog::concat(
-            &self.schema,
+            &self.schema(),
             &[
                 Changelog::retractions(old_batch),
                 Changelog::inserts(new_batch),
@@ -1690,15 +1713,15 @@ impl TableStore {
     fn conform(&self, batches: Vec<RecordBatch>) -> Result<RecordBatch> {
         let mut cols_of_all = Vec::with_capacity(batches.len());
         for b in &batches {
-            if b.num_columns() != self.schema.fields().len() {
+            if b.num_columns() != self.schema().fields().len() {
                 return Err(WeirError::internal(format!(
                     "change for \"{}\" has {} columns, table has {}",
                     self.name,
                     b.num_columns(),
-                    self.schema.fields().len()
+                    self.schema().fields().len()
                 )));
             }
-            for (i, f) in self.schema.fields().iter().enumerate() {
+            for (i, f) in self.schema().fields().iter().enumerate() {
                 if b.column(i).data_type() != f.data_type() {
                     return Err(WeirError::internal(format!(
                         "column \"{}\" of \"{}\": got {}, want {}",
@@ -1713,13 +1736,13 @@ impl TableStore {
         }
         // check NOT NULL before building the schema-typed batch (which would refuse it)
         for cols in &cols_of_all {
-            check_not_null(&self.name, &self.schema, cols)?;
+            check_not_null(&self.name, &self.schema(), cols)?;
         }
         let typed: Vec<RecordBatch> = cols_of_all
             .into_iter()
-            .map(|cols| RecordBatch::try_new(self.schema.clone(), cols))
+            .map(|cols| RecordBatch::try_new(self.schema(), cols))
             .collect::<std::result::Result<_, _>>()?;
-        Ok(concat_batches(&self.schema, &typed)?)
+        Ok(concat_batches(&self.schema(), &typed)?)
     }
 
     /// Declared-type checks arrow types do not express: varchar(n) lengths, and `jsonb` and
@@ -1728,7 +1751,12 @@ impl TableStore {
     /// it is stored.
     fn check_constraints(&self, batch: RecordBatch) -> Result<RecordBatch> {
         let mut batch = crate::sql::pg_functions::canonical_nans(batch)?;
-        for (i, t) in self.column_types.iter().enumerate() {
+        let column_types = self.column_types.read().clone();
+        for (i, t) in column_types.iter().enumerate() {
+            if let SqlType::Enum(e) = t {
+                check_enum_labels(e, batch.column(i))?;
+                continue;
+            }
             let canonical: fn(&str) -> Result<String> = match t {
                 SqlType::Jsonb => crate::sql::jsonb::normalize,
                 SqlType::Uuid => crate::sql::uuid::canonical,
@@ -1748,7 +1776,7 @@ impl TableStore {
     }
 
     fn check_lengths(&self, batch: &RecordBatch) -> Result<()> {
-        for (i, t) in self.column_types.iter().enumerate() {
+        for (i, t) in self.column_types.read().iter().enumerate() {
             if let SqlType::Varchar(Some(n)) | SqlType::Bpchar(Some(n)) = t {
                 let n = *n as usize;
                 let Some(col) = batch.column(i).as_any().downcast_ref::<StringArray>() else {
@@ -1791,9 +1819,10 @@ impl TableStore {
         let TableKind::Keyed { pk } = &self.kind else {
             return WeirError::internal("duplicate key on a table without key");
         };
+        let schema = self.schema();
         let names: Vec<&str> = pk
             .iter()
-            .map(|&i| self.schema.field(i).name().as_str())
+            .map(|&i| schema.field(i).name().as_str())
             .collect();
         let values: Vec<String> = pk
             .iter()
@@ -1998,7 +2027,7 @@ impl TableBatches {
             })?;
             self.done = !more;
         }
-        self.rows.take(&t.row_conv, &t.schema)
+        self.rows.take(&t.row_conv, &t.schema())
     }
 }
 
@@ -2026,6 +2055,23 @@ impl Iterator for TableBatches {
 /// 23502 for the first row whose value in a NOT NULL column of `schema` is NULL, with
 /// Postgres' detail (the whole row). The store checks every write so; the engine calls it
 /// before a table's CHECK constraints, as Postgres checks NOT NULL first.
+/// Every value of an enum column is one of its type's labels (Postgres' `enum_in`).
+fn check_enum_labels(t: &crate::sql::types::EnumType, col: &ArrayRef) -> Result<()> {
+    let Some(col) = col.as_any().downcast_ref::<StringArray>() else {
+        return Err(WeirError::internal(format!(
+            "a value of enum {} is not text",
+            t.name
+        )));
+    };
+    let labels: HashSet<&str> = t.labels.iter().map(String::as_str).collect();
+    for v in col.iter().flatten() {
+        if !labels.contains(v) {
+            return Err(t.invalid_input(v));
+        }
+    }
+    Ok(())
+}
+
 pub fn check_not_null(
     table: &str,
     schema: &datafusion::arrow::datatypes::Schema,

@@ -1,0 +1,134 @@
+//! Enum types: `CREATE TYPE name AS ENUM (...)`, `ALTER TYPE name ADD VALUE | RENAME VALUE
+//! | RENAME TO | OWNER TO`, `DROP TYPE [IF EXISTS] names [CASCADE | RESTRICT]` (the catalog
+//! side is `catalog/user_types.rs`).
+//!
+//! Values are stored as their label's text, so renaming a label would mean rewriting every
+//! row that holds it: `RENAME VALUE` is refused (0A000) while a column has the type, and
+//! `DROP TYPE ... CASCADE` does not drop the columns that use the type (refused as
+//! RESTRICT is, 2BP01) — both said in docs/sql.md.
+
+use crate::catalog::user_types::TypeDesc;
+use crate::engine::{Engine, Output};
+use crate::error::{Result, WeirError, sqlstate};
+use crate::server::session::Session;
+use crate::sql::parser::AlterTypeOp;
+
+type Notices<'a> = Option<&'a tokio::sync::mpsc::UnboundedSender<String>>;
+
+impl Engine {
+    pub(crate) fn create_enum_type(
+        &self,
+        session: &Session,
+        name: &str,
+        labels: &[String],
+    ) -> Result<Output> {
+        self.catalog
+            .create_enum_type(name, labels, session.role())?;
+        Ok(Output::Command("CREATE TYPE".into()))
+    }
+
+    /// The type, if the role may change it (its owner, a member of the owner, a superuser).
+    fn owned_type(&self, session: &Session, name: &str) -> Result<TypeDesc> {
+        let t = self.catalog.enum_type(name).ok_or_else(|| {
+            WeirError::new(
+                sqlstate::UNDEFINED_OBJECT,
+                format!("type \"{name}\" does not exist"),
+            )
+        })?;
+        if !self.catalog.has_owner_rights(session.role(), t.owner) {
+            return Err(crate::catalog::roles::denied(format!(
+                "must be owner of type {name}"
+            )));
+        }
+        Ok(t)
+    }
+
+    pub(crate) fn alter_type(
+        &self,
+        session: &Session,
+        name: &str,
+        op: &AlterTypeOp,
+        notices: Notices<'_>,
+    ) -> Result<Output> {
+        let t = self.owned_type(session, name)?;
+        match op {
+            AlterTypeOp::AddValue {
+                label,
+                if_not_exists,
+                position,
+            } => {
+                if !self
+                    .catalog
+                    .add_enum_label(name, label, position, *if_not_exists)?
+                    && let Some(n) = notices
+                {
+                    let _ = n.send(format!("enum label \"{label}\" already exists, skipping"));
+                }
+            }
+            AlterTypeOp::RenameValue { from, to } => {
+                if !t.labels.iter().any(|l| &l.label == from) {
+                    return Err(WeirError::invalid_parameter(format!(
+                        "\"{from}\" is not an existing enum label"
+                    )));
+                }
+                if t.labels.iter().any(|l| &l.label == to) {
+                    return Err(WeirError::new(
+                        sqlstate::DUPLICATE_OBJECT,
+                        format!("enum label \"{to}\" already exists"),
+                    ));
+                }
+                if let Some((rel, col)) = self.catalog.enum_type_users(t.oid).first() {
+                    return Err(WeirError::not_supported(format!(
+                        "cannot rename a value of enum {name} while column {col} of {rel} has the type: values are stored as their label"
+                    )));
+                }
+                self.catalog.alter_enum_type(name, |t| {
+                    for l in &mut t.labels {
+                        if &l.label == from {
+                            l.label = to.clone();
+                        }
+                    }
+                    Ok(())
+                })?;
+            }
+            AlterTypeOp::Rename(to) => {
+                self.catalog.alter_enum_type(name, |t| {
+                    t.name = to.clone();
+                    Ok(())
+                })?;
+            }
+            AlterTypeOp::Owner(role) => {
+                let owner = self
+                    .catalog
+                    .role(role)
+                    .ok_or_else(|| crate::catalog::roles::undefined_role(role))?
+                    .oid;
+                self.catalog.alter_enum_type(name, |t| {
+                    t.owner = owner;
+                    Ok(())
+                })?;
+            }
+        }
+        Ok(Output::Command("ALTER TYPE".into()))
+    }
+
+    pub(crate) fn drop_types(
+        &self,
+        session: &Session,
+        names: &[String],
+        if_exists: bool,
+        notices: Notices<'_>,
+    ) -> Result<Output> {
+        for name in names {
+            if self.catalog.enum_type(name).is_none() && if_exists {
+                if let Some(n) = notices {
+                    let _ = n.send(format!("type \"{name}\" does not exist, skipping"));
+                }
+                continue;
+            }
+            self.owned_type(session, name)?;
+            self.catalog.drop_enum_type(name)?;
+        }
+        Ok(Output::Command("DROP TYPE".into()))
+    }
+}
