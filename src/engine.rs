@@ -493,11 +493,10 @@ impl Engine {
                     None => ct.as_ref(),
                 };
                 let resolved;
-                let ct = if ct
-                    .columns
-                    .iter()
-                    .any(|c| matches!(&c.ty, SqlType::Enum(e) if e.oid == 0))
-                {
+                let ct = if ct.columns.iter().any(|c| match &c.ty {
+                    SqlType::Array(e) => matches!(e.as_ref(), SqlType::Enum(e) if e.oid == 0),
+                    t => matches!(t, SqlType::Enum(e) if e.oid == 0),
+                }) {
                     let mut c = ct.clone();
                     for col in &mut c.columns {
                         self.catalog.resolve_sql_type(&mut col.ty)?;
@@ -570,7 +569,7 @@ impl Engine {
                             return Err(WeirError::not_supported(format!(
                                 "DROP TYPE {n} CASCADE would drop column {col} of {rel}: dropping columns with their type is not supported"
                             ))
-                            .with_hint(format!("ALTER TABLE {rel} DROP COLUMN {col} first.")));
+                            .with_hint("Drop the columns (or the relations) that use the type first."));
                         }
                     }
                 }
@@ -1592,6 +1591,16 @@ impl Engine {
     }
 
     fn create_source(&self, cs: &CreateSource, text: &str, owner: u32) -> Result<()> {
+        if let Some(c) = cs.columns.iter().find(|c| {
+            matches!(&c.ty, SqlType::Enum(_))
+                || matches!(&c.ty, SqlType::Array(e) if matches!(e.as_ref(), SqlType::Enum(_)))
+        }) {
+            return Err(WeirError::not_supported(format!(
+                "column \"{}\" of source \"{}\": enum types are for table columns, not sources",
+                c.name, cs.name
+            ))
+            .with_hint("Declare the column text; a view can cast it (::type) where it is read."));
+        }
         let o = self.connector_options(&cs.with_options)?;
         let connector = o
             .get("connector")

@@ -773,13 +773,20 @@ async fn pg_dump_restores_into_weir() {
     let pg = Postgres::start();
     let weir = TestServer::start();
     let (p, w) = (pg.connect().await, weir.connect().await);
+    // (a label added by ALTER TYPE may be used once committed: a batch of its own)
+    p.batch_execute(
+        "CREATE TYPE order_state AS ENUM ('new', 'paid', 'shipped'); \
+         ALTER TYPE order_state ADD VALUE 'returned' BEFORE 'shipped';",
+    )
+    .await
+    .expect("the enum in Postgres");
     p.batch_execute(
         r#"
         CREATE TABLE customers (id serial PRIMARY KEY, name text NOT NULL,
             email varchar(100) UNIQUE, created timestamptz DEFAULT now(), vip boolean DEFAULT false);
         CREATE TABLE orders (id bigserial PRIMARY KEY, customer_id int REFERENCES customers(id),
             total numeric(10,2) CHECK (total >= 0), status text DEFAULT 'new', placed date,
-            tags text[], meta jsonb);
+            tags text[], meta jsonb, state order_state NOT NULL DEFAULT 'new');
         CREATE INDEX orders_customer_idx ON orders (customer_id);
         CREATE INDEX orders_status_placed ON orders (status, placed);
         COMMENT ON TABLE orders IS 'customer orders';
@@ -795,10 +802,10 @@ async fn pg_dump_restores_into_weir() {
             ('Ann', 'ann@x.org', '2024-01-01 10:00:00+00', true),
             ('Bob', NULL, '2024-02-01 11:30:00.25+00', false),
             ('Cé "quoted"', 'c@x.org', NULL, false);
-        INSERT INTO orders (customer_id, total, status, placed, tags, meta) VALUES
-            (1, 120.50, 'paid', '2024-01-02', '{a,"b c"}', '{"k": 1, "l": [1, "x"]}'),
-            (2, 9.99, 'new', '2024-02-03', NULL, NULL),
-            (1, 0, 'void', NULL, '{}', '[1, "x"]');
+        INSERT INTO orders (customer_id, total, status, placed, tags, meta, state) VALUES
+            (1, 120.50, 'paid', '2024-01-02', '{a,"b c"}', '{"k": 1, "l": [1, "x"]}', 'shipped'),
+            (2, 9.99, 'new', '2024-02-03', NULL, NULL, 'new'),
+            (1, 0, 'void', NULL, '{}', '[1, "x"]', 'returned');
         INSERT INTO kinds (code, b, u, iv, f8, f4, s2, t, ts, flag) VALUES
             ('ab', '\x00ff', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '1 day 02:00', 1.5, 2.25, 7,
              '10:11:12', '2024-01-01 00:00:00.5', true),
@@ -871,6 +878,10 @@ async fn pg_dump_restores_into_weir() {
          WHERE tablename IN ('customers', 'orders', 'kinds', 'notes') ORDER BY indexname",
         "SELECT obj_description('orders'::regclass, 'pg_class'), col_description('orders'::regclass, 3)",
         "SELECT pg_get_serial_sequence('customers', 'id'), pg_get_serial_sequence('notes', 'id')",
+        "SELECT id, state FROM orders ORDER BY state DESC, id",
+        "SELECT t.typname, t.typtype, e.enumlabel FROM pg_enum e \
+         JOIN pg_type t ON t.oid = e.enumtypid ORDER BY e.enumsortorder",
+        "SELECT udt_name FROM information_schema.columns WHERE table_name = 'orders' AND column_name = 'state'",
     ];
     for q in questions {
         assert_eq!(
@@ -890,6 +901,8 @@ async fn pg_dump_restores_into_weir() {
         "INSERT INTO orders (customer_id, total) VALUES (1, -1)",
         "INSERT INTO customers (name, email) VALUES ('dup', 'ann@x.org')",
         "INSERT INTO kinds (id) VALUES (10)",
+        "INSERT INTO orders (customer_id, total, state) VALUES (1, 1, 'lost')",
+        "SELECT count(*) FROM orders WHERE state > 'paid'",
     ];
     for q in next {
         assert_eq!(

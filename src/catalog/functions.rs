@@ -1000,6 +1000,15 @@ impl TypePlanner for WeirTypePlanner {
             ast::DataType::Numeric(_) | ast::DataType::Decimal(_) => {
                 SqlType::from_ast(sql_type).ok()
             }
+            ast::DataType::Custom(_, args) if args.is_empty() => {
+                match SqlType::from_ast(sql_type) {
+                    Ok(t) => Some(t),
+                    // neither built in nor the catalog's: Postgres' 42704
+                    Err(e) => {
+                        return Err(datafusion::error::DataFusionError::External(Box::new(e)));
+                    }
+                }
+            }
             ast::DataType::Custom(..) => SqlType::from_ast(sql_type).ok(),
             _ => None,
         };

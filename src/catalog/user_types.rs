@@ -203,6 +203,16 @@ impl Catalog {
 
     /// A type the parser knew only by name (see `EnumType::unresolved`) looked up.
     pub fn resolve_sql_type(&self, t: &mut SqlType) -> Result<()> {
+        if let SqlType::Array(inner) = t
+            && let SqlType::Enum(e) = inner.as_ref()
+        {
+            self.enum_type(&e.name)
+                .ok_or_else(|| undefined_type(&e.name))?;
+            return Err(WeirError::not_supported(format!(
+                "arrays of enum types ({}[]) are not supported",
+                e.name
+            )));
+        }
         if let SqlType::Enum(e) = t
             && e.oid == 0
         {

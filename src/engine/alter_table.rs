@@ -446,7 +446,7 @@ impl Engine {
                             format!("column \"{col}\" of relation \"{name}\" already exists"),
                         ));
                     }
-                    let ty = SqlType::from_ast(&column_def.data_type)?;
+                    let ty = self.catalog.resolve_type(&column_def.data_type)?;
                     let mut not_null = false;
                     let mut default = None;
                     for o in &column_def.options {
@@ -768,7 +768,7 @@ impl Engine {
                         ast::AlterColumnOperation::SetDataType {
                             data_type, using, ..
                         } => {
-                            let ty = SqlType::from_ast(data_type)?;
+                            let ty = self.catalog.resolve_type(data_type)?;
                             if let Some(w) = desc.watermark.as_ref()
                                 && w.column == col
                             {

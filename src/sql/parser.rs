@@ -1267,9 +1267,13 @@ pub fn shown_expr(text: &str) -> String {
             expr, data_type, ..
         } = x
         {
-            let name = match SqlType::from_ast(data_type) {
-                Ok(t) => t.display_name(),
-                Err(_) => data_type.to_string().to_lowercase(),
+            let name = match (SqlType::from_ast(data_type), &*data_type) {
+                (Ok(t), _) => t.display_name(),
+                // a type of the catalog's (an enum), by the name it resolves by
+                (Err(_), ast::DataType::Custom(n, args)) if args.is_empty() => {
+                    crate::catalog::user_types::user_type_name(n)
+                }
+                (Err(_), _) => data_type.to_string().to_lowercase(),
             };
             if name == "regclass"
                 && let ast::Expr::Value(v) = expr.as_mut()
@@ -2782,6 +2786,25 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
                     SqlType::Enum(crate::sql::types::EnumType::unresolved(
                         crate::catalog::user_types::user_type_name(n),
                     ))
+                }
+                // an array of one: refused by the engine, with the reason
+                (
+                    None,
+                    ast::DataType::Array(
+                        ast::ArrayElemTypeDef::SquareBracket(inner, _)
+                        | ast::ArrayElemTypeDef::AngleBracket(inner),
+                    ),
+                ) if matches!(inner.as_ref(), ast::DataType::Custom(_, a) if a.is_empty())
+                    && SqlType::from_ast(&def.data_type).is_err() =>
+                {
+                    let ast::DataType::Custom(n, _) = inner.as_ref() else {
+                        return Err(WeirError::internal("an array of a custom type"));
+                    };
+                    SqlType::Array(Box::new(SqlType::Enum(
+                        crate::sql::types::EnumType::unresolved(
+                            crate::catalog::user_types::user_type_name(n),
+                        ),
+                    )))
                 }
                 (None, _) => SqlType::from_ast(&def.data_type)?,
             };

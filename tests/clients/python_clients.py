@@ -504,11 +504,62 @@ def check_sqlalchemy_orm():
     ok("sqlalchemy orm create_all with unique, check, foreign key, comments and uuid")
 
 
+def check_sqlalchemy_enum():
+    # an Enum column as SQLAlchemy declares it: CREATE TYPE ... AS ENUM, values in label
+    # order, the inspector's get_enums (pg_enum) and column type, a bad label refused;
+    # over both drivers
+    import enum
+
+    import sqlalchemy
+    from sqlalchemy import Column, Integer, MetaData, Table, create_engine, select
+
+    class Mood(enum.Enum):
+        sad = 1
+        ok = 2
+        happy = 3
+
+    for driver in ["psycopg", "psycopg2"]:
+        engine = create_engine(f"postgresql+{driver}://weir@127.0.0.1:{PORT}/weir")
+        md = MetaData()
+        t = Table(
+            "sa_people",
+            md,
+            Column("id", Integer, primary_key=True),
+            Column("mood", sqlalchemy.Enum(Mood, name="sa_mood"), nullable=False),
+        )
+        md.create_all(engine)
+        with engine.begin() as c:
+            c.execute(t.insert(), [{"id": 1, "mood": Mood.happy}, {"id": 2, "mood": Mood.sad}, {"id": 3, "mood": Mood.ok}])
+        with engine.connect() as c:
+            rows = c.execute(select(t.c.id, t.c.mood).order_by(t.c.mood)).all()
+            assert [r[1] for r in rows] == [Mood.sad, Mood.ok, Mood.happy], rows
+            rows = c.execute(select(t.c.id).where(t.c.mood == Mood.happy)).all()
+            assert rows == [(1,)], rows
+            rows = c.execute(select(t.c.id).where(t.c.mood > Mood.sad).order_by(t.c.id)).all()
+            assert rows == [(1,), (3,)], rows
+        i = sqlalchemy.inspect(engine)
+        enums = i.get_enums()
+        assert enums == [{"name": "sa_mood", "schema": "public", "visible": True, "labels": ["sad", "ok", "happy"]}], enums
+        mood = {c["name"]: c["type"] for c in i.get_columns("sa_people")}["mood"]
+        assert isinstance(mood, sqlalchemy.Enum) and list(mood.enums) == ["sad", "ok", "happy"], mood
+        try:
+            with engine.begin() as c:
+                c.execute(sqlalchemy.text("insert into sa_people values (4, 'nope')"))
+            raise AssertionError("accepted a label the enum does not have")
+        except sqlalchemy.exc.DataError as e:
+            assert "invalid input value for enum sa_mood" in str(e), e
+        md.drop_all(engine)
+        assert sqlalchemy.inspect(engine).get_enums() == []
+        engine.dispose()
+    ok("sqlalchemy Enum: CREATE TYPE, label order, get_enums, bad label refused (psycopg 3 and 2)")
+
+
 if WHAT == "all":
     setup()
     check_psycopg2()
     check_psycopg3()
     check_sqlalchemy()
     check_sqlalchemy_orm()
+    check_sqlalchemy_enum()
 else:
     check_sqlalchemy()
