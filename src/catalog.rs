@@ -168,6 +168,12 @@ pub struct RelationDesc {
 pub struct Comments {
     pub relation: Option<String>,
     pub columns: Vec<(String, String)>,
+    /// `COMMENT ON INDEX` of the relation's indexes, by index name.
+    #[serde(default)]
+    pub indexes: Vec<(String, String)>,
+    /// `COMMENT ON CONSTRAINT name ON table`, by constraint name.
+    #[serde(default)]
+    pub constraints: Vec<(String, String)>,
 }
 
 /// A FOREIGN KEY constraint of a table: its `columns` (a value of them, when none is NULL,
@@ -382,6 +388,42 @@ impl RelationDesc {
     /// OID of the primary key constraint.
     pub fn pkey_constraint_oid(&self) -> Option<u32> {
         (!self.primary_key.is_empty()).then_some(self.oid + 2)
+    }
+
+    /// Every constraint's `pg_constraint` OID and name: the primary key, UNIQUE
+    /// constraints, CHECKs, foreign keys.
+    pub fn constraint_oids(&self) -> Vec<(u32, String)> {
+        let mut out = Vec::new();
+        if let Some(o) = self.pkey_constraint_oid() {
+            out.push((o, self.pkey_name()));
+        }
+        for ix in self.indexes.iter().filter(|i| i.constraint) {
+            out.push((ix.oid + 1, ix.name.clone()));
+        }
+        for (k, (name, _)) in self.checks.iter().enumerate() {
+            out.push((self.check_constraint_oid(k), name.clone()));
+        }
+        for fk in &self.foreign_keys {
+            out.push((fk.oid, fk.name.clone()));
+        }
+        out
+    }
+
+    /// The comments on this relation's indexes and constraints: (`pg_description.classoid`
+    /// — pg_class or pg_constraint —, object OID, text).
+    pub fn object_comments(&self) -> Vec<(u32, u32, String)> {
+        let mut out = Vec::new();
+        for ix in self.all_indexes() {
+            if let Some((_, t)) = self.comments.indexes.iter().find(|(n, _)| *n == ix.name) {
+                out.push((1259, ix.oid, t.clone()));
+            }
+        }
+        for (oid, name) in self.constraint_oids() {
+            if let Some((_, t)) = self.comments.constraints.iter().find(|(n, _)| *n == name) {
+                out.push((2606, oid, t.clone()));
+            }
+        }
+        out
     }
 
     /// Every index of the relation: the primary key's, then the secondary ones.

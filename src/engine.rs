@@ -476,7 +476,7 @@ impl Engine {
                 Err(e) => self.catalog_probe(session, q, e).await,
             },
             Statement::Dml(q) => self.execute_dml_fitted(session, q, params).await,
-            Statement::Comment(c) => self.comment_on(c),
+            Statement::Comment(c) => self.comment_on(session, c),
             Statement::Merge(m) => self.merge(session, m).await,
             Statement::Truncate(tables, cascade, restart) => {
                 self.truncate(session, tables, *cascade, *restart, notices.as_ref())
@@ -577,6 +577,15 @@ impl Engine {
             }
             Statement::CreateEnumType { name, labels } => {
                 self.create_enum_type(session, name, labels)
+            }
+            Statement::AlterColumnSetting {
+                table,
+                if_exists,
+                column,
+                what,
+                value,
+            } => {
+                self.alter_column_setting(table, *if_exists, column, what, value, notices.as_ref())
             }
             Statement::AlterType { name, op } => {
                 self.alter_type(session, name, op, notices.as_ref())
@@ -2577,6 +2586,7 @@ fn query_kind(stmt: &Statement) -> &'static str {
         | Statement::AlterSequence(_)
         | Statement::CreateEnumType { .. }
         | Statement::AlterType { .. }
+        | Statement::AlterColumnSetting { .. }
         | Statement::AddIdentity(_)
         | Statement::AlterTable(_)
         | Statement::Comment(_)
@@ -2615,6 +2625,7 @@ fn write_kind(stmt: &Statement) -> Option<&'static str> {
         Statement::AlterSequence(_) => "ALTER SEQUENCE",
         Statement::CreateEnumType { .. } => "CREATE TYPE",
         Statement::AlterType { .. } => "ALTER TYPE",
+        Statement::AlterColumnSetting { .. } => "ALTER TABLE",
         Statement::AddIdentity(_) => "ALTER TABLE",
         Statement::AlterTable(_) => "ALTER TABLE",
         Statement::RenameRelation { .. } => "ALTER",

@@ -505,20 +505,41 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
             let o = as_u32(o)?;
             let which = args.get(1).map(as_str).transpose()?;
             let entries = catalog.entries();
+            let types = catalog.enum_types();
             Ok(Arc::new(
                 (0..rows)
                     .map(|i| {
-                        if o.is_null(i)
-                            || which
-                                .as_ref()
-                                .is_some_and(|w| w.is_null(i) || w.value(i) != "pg_class")
-                        {
+                        if o.is_null(i) || which.as_ref().is_some_and(|w| w.is_null(i)) {
                             return None;
                         }
-                        entries
-                            .iter()
-                            .find(|e| e.desc.oid == o.value(i))
-                            .and_then(|e| e.desc.comments.relation.clone())
+                        let (oid, class) = (o.value(i), which.as_ref().map(|w| w.value(i)));
+                        // a relation's, an index's (pg_class), a constraint's, a type's
+                        let relation = (class.is_none() || class == Some("pg_class"))
+                            .then(|| entries.iter().find(|e| e.desc.oid == oid))
+                            .flatten()
+                            .and_then(|e| e.desc.comments.relation.clone());
+                        let class_oid = match class {
+                            None => None,
+                            Some("pg_class") => Some(1259),
+                            Some("pg_constraint") => Some(2606),
+                            Some("pg_type") => Some(1247),
+                            Some(_) => return None,
+                        };
+                        relation
+                            .or_else(|| {
+                                entries.iter().find_map(|e| {
+                                    e.desc.object_comments().into_iter().find_map(|(c, x, t)| {
+                                        (x == oid && class_oid.is_none_or(|k| k == c)).then_some(t)
+                                    })
+                                })
+                            })
+                            .or_else(|| {
+                                types
+                                    .iter()
+                                    .filter(|_| class_oid.is_none_or(|k| k == 1247))
+                                    .find(|t| t.oid == oid)
+                                    .and_then(|t| t.comment.clone())
+                            })
                     })
                     .collect::<StringArray>(),
             ))

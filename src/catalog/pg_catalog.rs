@@ -1448,6 +1448,15 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                         ]);
                     }
                 }
+                // its indexes' and constraints'
+                for (class, oid, t) in d.object_comments() {
+                    rows.push(vec![oid.into(), class.into(), V::I(0), t.into()]);
+                }
+            }
+            for t in catalog.enum_types() {
+                if let Some(c) = t.comment {
+                    rows.push(vec![t.oid.into(), 1247u32.into(), V::I(0), c.into()]);
+                }
             }
             build_table(
                 &[

@@ -37,6 +37,9 @@ pub struct TypeDesc {
     /// In sort order.
     pub labels: Vec<EnumLabel>,
     pub owner: u32,
+    /// `COMMENT ON TYPE`.
+    #[serde(default)]
+    pub comment: Option<String>,
 }
 
 impl TypeDesc {
@@ -265,6 +268,7 @@ impl Catalog {
             name: name.to_owned(),
             labels,
             owner,
+            comment: None,
         };
         let mut wb = WriteBatch::default();
         wb.put(key(oid), roles::json(&t)?);

@@ -39,6 +39,81 @@ use crate::sql::parser::{normalize_ident, relation_name};
 use crate::sql::types::SqlType;
 
 impl Engine {
+    /// `ALTER TABLE t ALTER [COLUMN] c SET STATISTICS n | STORAGE s | COMPRESSION m`
+    /// (pg_dump writes them): Weir keeps no planner statistics and stores rows its own way,
+    /// so each is checked as Postgres checks it and changes nothing.
+    pub(crate) fn alter_column_setting(
+        &self,
+        table: &str,
+        if_exists: bool,
+        column: &str,
+        what: &str,
+        value: &str,
+        notices: Option<&tokio::sync::mpsc::UnboundedSender<String>>,
+    ) -> Result<Output> {
+        let Some(entry) = self.catalog.get(table) else {
+            return crate::engine::missing_relation(table, if_exists, notices, "ALTER TABLE");
+        };
+        let col = entry
+            .desc
+            .columns
+            .iter()
+            .find(|c| c.name == column)
+            .ok_or_else(|| {
+                WeirError::new(
+                    sqlstate::UNDEFINED_COLUMN,
+                    format!("column \"{column}\" of relation \"{table}\" does not exist"),
+                )
+            })?;
+        match what {
+            "statistics" => {
+                let n: i64 = value.parse().unwrap_or(i64::MAX);
+                if n < -1 {
+                    return Err(WeirError::invalid_parameter(format!(
+                        "statistics target {n} is too low"
+                    )));
+                }
+                if n > 10_000
+                    && let Some(tx) = notices
+                {
+                    let _ = tx.send("WARNING: lowering statistics target to 10000".to_owned());
+                }
+            }
+            "storage" => {
+                if !["plain", "external", "extended", "main", "default"].contains(&value) {
+                    return Err(WeirError::invalid_parameter(format!(
+                        "invalid storage type \"{value}\""
+                    )));
+                }
+                let fixed_length = !matches!(
+                    col.ty,
+                    SqlType::Text
+                        | SqlType::Varchar(_)
+                        | SqlType::Bpchar(_)
+                        | SqlType::Numeric(_)
+                        | SqlType::Bytea
+                        | SqlType::Jsonb
+                        | SqlType::Array(_)
+                        | SqlType::Vector(_)
+                );
+                if fixed_length && !matches!(value, "plain" | "default") {
+                    return Err(WeirError::not_supported(format!(
+                        "column data type {} can only have storage PLAIN",
+                        col.ty.display_name()
+                    )));
+                }
+            }
+            _ => {
+                if !["pglz", "lz4", "default"].contains(&value) {
+                    return Err(WeirError::invalid_parameter(format!(
+                        "invalid compression method \"{value}\""
+                    )));
+                }
+            }
+        }
+        Ok(Output::Command("ALTER TABLE".into()))
+    }
+
     /// `ALTER TABLE t ADD [CONSTRAINT name] CHECK (expr) [NOT VALID] | UNIQUE (cols)` and
     /// `DROP CONSTRAINT [IF EXISTS] name`, one after another: a CHECK is checked against
     /// the rows already there (unless NOT VALID) and kept in the catalog entry, a UNIQUE is a

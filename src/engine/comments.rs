@@ -1,16 +1,61 @@
-//! `COMMENT ON TABLE | VIEW | MATERIALIZED VIEW | SEQUENCE name IS 'text' | NULL` and
-//! `COMMENT ON COLUMN relation.column IS ...`: kept in the relation's catalog entry
-//! (`RelationDesc::comments`, one commit), shown by `pg_description`, `obj_description`,
-//! `col_description` and so psql's `\d+` / `\dt+`; a column's follows RENAME COLUMN and goes
-//! with DROP COLUMN, all go with the relation.
+//! `COMMENT ON TABLE | VIEW | MATERIALIZED VIEW | SEQUENCE name IS 'text' | NULL`,
+//! `COMMENT ON COLUMN relation.column IS ...`, `COMMENT ON INDEX name` and `COMMENT ON
+//! CONSTRAINT name ON table`: kept in the relation's catalog entry (`RelationDesc::comments`,
+//! one commit; an index's and a constraint's by name, in the table's entry), shown by
+//! `pg_description`, `obj_description`, `col_description` and so psql's `\d+` / `\dt+`; a
+//! column's follows RENAME COLUMN and goes with DROP COLUMN, all go with the relation.
+//! `COMMENT ON TYPE` (an enum type) is kept with the type.
 
 use crate::catalog::RelationKind;
 use crate::engine::{Engine, Output};
 use crate::error::{Result, WeirError, sqlstate};
+use crate::server::session::Session;
 use crate::sql::parser::{CommentOn, DropKind};
 
 impl Engine {
-    pub(crate) fn comment_on(&self, c: &CommentOn) -> Result<Output> {
+    pub(crate) fn comment_on(&self, session: &Session, c: &CommentOn) -> Result<Output> {
+        // an empty comment is no comment, as in Postgres
+        let text = c.text.clone().filter(|t| !t.is_empty());
+        let role = session.role();
+        match c.kind {
+            DropKind::Type => {
+                let t = self.catalog.enum_type(&c.relation).ok_or_else(|| {
+                    WeirError::new(
+                        sqlstate::UNDEFINED_OBJECT,
+                        format!("type \"{}\" does not exist", c.relation),
+                    )
+                })?;
+                if !self.catalog.has_owner_rights(role, t.owner) {
+                    return Err(crate::catalog::roles::denied(format!(
+                        "must be owner of type {}",
+                        c.relation
+                    )));
+                }
+                self.catalog.alter_enum_type(&c.relation, |t| {
+                    t.comment = text.clone();
+                    Ok(())
+                })?;
+                return Ok(Output::Command("COMMENT".into()));
+            }
+            DropKind::Index => {
+                let (entry, _) = self
+                    .catalog
+                    .index_by_name(&c.relation)
+                    .ok_or_else(|| WeirError::undefined_table(&c.relation))?;
+                if !self.catalog.has_owner_rights(role, entry.desc.owner) {
+                    return Err(crate::catalog::roles::denied(format!(
+                        "must be owner of index {}",
+                        c.relation
+                    )));
+                }
+                self.catalog.alter_relation(&entry.desc.name, |d| {
+                    set_named(&mut d.comments.indexes, &c.relation, &text);
+                    Ok(())
+                })?;
+                return Ok(Output::Command("COMMENT".into()));
+            }
+            _ => {}
+        }
         let entry = self
             .catalog
             .get(&c.relation)
@@ -48,8 +93,22 @@ impl Engine {
                 ),
             ));
         }
-        // an empty comment is no comment, as in Postgres
-        let text = c.text.clone().filter(|t| !t.is_empty());
+        if let Some(con) = &c.constraint {
+            if !entry.desc.constraint_oids().iter().any(|(_, n)| n == con) {
+                return Err(WeirError::new(
+                    sqlstate::UNDEFINED_OBJECT,
+                    format!(
+                        "constraint \"{con}\" for table \"{}\" does not exist",
+                        c.relation
+                    ),
+                ));
+            }
+            self.catalog.alter_relation(&c.relation, |d| {
+                set_named(&mut d.comments.constraints, con, &text);
+                Ok(())
+            })?;
+            return Ok(Output::Command("COMMENT".into()));
+        }
         self.catalog.alter_relation(&c.relation, |d| {
             match &c.column {
                 None => d.comments.relation = text.clone(),
@@ -63,5 +122,13 @@ impl Engine {
             Ok(())
         })?;
         Ok(Output::Command("COMMENT".into()))
+    }
+}
+
+/// Set (or with None remove) the comment of a named object.
+fn set_named(list: &mut Vec<(String, String)>, name: &str, text: &Option<String>) {
+    list.retain(|(n, _)| n != name);
+    if let Some(t) = text {
+        list.push((name.to_owned(), t.clone()));
     }
 }

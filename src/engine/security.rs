@@ -253,6 +253,7 @@ impl Engine {
                 }
                 self.require_create(role)
             }
+            Statement::AlterColumnSetting { table, .. } => self.require_owner(role, table),
             Statement::AlterTable(a) => {
                 let name = relation_name(&a.name)?;
                 if self.catalog.get(&name).is_some() {

@@ -149,6 +149,16 @@ pub enum Statement {
         name: String,
         labels: Vec<String>,
     },
+    /// `ALTER TABLE t ALTER [COLUMN] c SET STATISTICS n | STORAGE s | COMPRESSION m`:
+    /// planner and storage settings Weir has no use for, checked as Postgres checks them.
+    AlterColumnSetting {
+        table: String,
+        if_exists: bool,
+        column: String,
+        /// `statistics`, `storage` or `compression`.
+        what: String,
+        value: String,
+    },
     /// `ALTER TYPE name ...`.
     AlterType {
         name: String,
@@ -436,25 +446,74 @@ fn parse_alter_sequence(p: &mut Parser) -> Result<AlterSequence> {
 
 /// `ALTER TABLE ... ALTER [COLUMN] c ADD GENERATED ... AS IDENTITY [(options)]` after ALTER;
 /// None (nothing consumed) for any other ALTER.
-fn parse_alter_add_identity(p: &mut Parser) -> Result<Option<AddIdentity>> {
+/// `TABLE [IF EXISTS] [ONLY] name ALTER [COLUMN] column` (after `ALTER`) when what follows
+/// is taken by `then`: (IF EXISTS, table, column); else None, nothing consumed.
+fn alter_column_head(
+    p: &mut Parser,
+    then: impl FnOnce(&mut Parser) -> bool,
+) -> Option<(bool, ObjectName, ast::Ident)> {
     let start = p.index();
-    if !p.parse_keyword(Keyword::TABLE) {
-        return Ok(None);
-    }
-    let if_exists = p.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
-    let _ = p.parse_keyword(Keyword::ONLY);
-    let head = (|| -> Option<(ObjectName, ast::Ident)> {
+    let head = (|| -> Option<(bool, ObjectName, ast::Ident)> {
+        if !p.parse_keyword(Keyword::TABLE) {
+            return None;
+        }
+        let if_exists = p.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
+        let _ = p.parse_keyword(Keyword::ONLY);
         let name = p.parse_object_name(false).ok()?;
         if !p.parse_keyword(Keyword::ALTER) {
             return None;
         }
         let _ = p.parse_keyword(Keyword::COLUMN);
         let column = p.parse_identifier().ok()?;
-        p.parse_keywords(&[Keyword::ADD, Keyword::GENERATED])
-            .then_some((name, column))
+        then(p).then_some((if_exists, name, column))
     })();
-    let Some((name, column)) = head else {
+    if head.is_none() {
         rewind(p, start);
+    }
+    head
+}
+
+/// `ALTER TABLE t ALTER [COLUMN] c SET { STATISTICS n | STORAGE s | COMPRESSION m }`.
+fn parse_alter_column_setting(p: &mut Parser) -> Result<Option<Statement>> {
+    let setting = |p: &mut Parser| {
+        let next = p.peek_nth_token(1);
+        let known = matches!(&next.token, Token::Word(w) if w.quote_style.is_none()
+            && ["statistics", "storage", "compression"].iter().any(|k| w.value.eq_ignore_ascii_case(k)));
+        known && p.parse_keyword(Keyword::SET)
+    };
+    let Some((if_exists, name, column)) = alter_column_head(p, setting) else {
+        return Ok(None);
+    };
+    let what = match p.next_token().token {
+        Token::Word(w) => w.value.to_ascii_lowercase(),
+        _ => return Err(WeirError::internal("a column setting without its name")),
+    };
+    let value = if what == "statistics" {
+        let negative = p.consume_token(&Token::Minus);
+        let n = p.parse_literal_uint()? as i64;
+        if negative { -n } else { n }.to_string()
+    } else {
+        match p.next_token().token {
+            Token::Word(w) => w.value.to_ascii_lowercase(),
+            other => {
+                return Err(WeirError::syntax(format!(
+                    "syntax error at or near \"{other}\""
+                )));
+            }
+        }
+    };
+    Ok(Some(Statement::AlterColumnSetting {
+        table: relation_name(&name)?,
+        if_exists,
+        column: normalize_ident(&column),
+        what,
+        value,
+    }))
+}
+
+fn parse_alter_add_identity(p: &mut Parser) -> Result<Option<AddIdentity>> {
+    let head = alter_column_head(p, |p| p.parse_keywords(&[Keyword::ADD, Keyword::GENERATED]));
+    let Some((if_exists, name, column)) = head else {
         return Ok(None);
     };
     let always = if p.parse_keyword(Keyword::ALWAYS) {
@@ -791,9 +850,13 @@ impl LikeSpec {
 /// columns'.
 #[derive(Debug, Clone)]
 pub struct CommentOn {
+    /// Table (also for a column or a constraint), View, MaterializedView, Sequence, Index
+    /// (`relation` is the index) or Type (`relation` is the type).
     pub kind: DropKind,
     pub relation: String,
     pub column: Option<String>,
+    /// `COMMENT ON CONSTRAINT name ON relation`.
+    pub constraint: Option<String>,
     /// None removes it.
     pub text: Option<String>,
 }
@@ -1718,6 +1781,9 @@ fn parse_one(p: &mut Parser) -> Result<Statement> {
             if let Some(a) = parse_alter_add_identity(p)? {
                 return Ok(Statement::AddIdentity(Box::new(a)));
             }
+            if let Some(s) = parse_alter_column_setting(p)? {
+                return Ok(s);
+            }
             p.prev_token();
             classify(p.parse_statement()?)
         }
@@ -1751,6 +1817,32 @@ fn parse_one(p: &mut Parser) -> Result<Statement> {
         Keyword::FLUSH => {
             p.next_token();
             Ok(Statement::Flush)
+        }
+        // `COMMENT ON CONSTRAINT name ON table IS 'text' | NULL` (sqlparser has no such form)
+        Keyword::COMMENT if matches!(&p.peek_nth_token(2).token, Token::Word(w) if w.keyword == Keyword::CONSTRAINT) =>
+        {
+            p.next_token();
+            p.expect_keyword_is(Keyword::ON)?;
+            p.expect_keyword_is(Keyword::CONSTRAINT)?;
+            let constraint = normalize_ident(&p.parse_identifier()?);
+            p.expect_keyword_is(Keyword::ON)?;
+            if parse_word(p, "DOMAIN") {
+                return Err(WeirError::not_supported("domains are not supported"));
+            }
+            let relation = relation_name(&p.parse_object_name(false)?)?;
+            p.expect_keyword_is(Keyword::IS)?;
+            let text = if p.parse_keyword(Keyword::NULL) {
+                None
+            } else {
+                Some(p.parse_literal_string()?)
+            };
+            Ok(Statement::Comment(CommentOn {
+                kind: DropKind::Table,
+                relation,
+                column: None,
+                constraint: Some(constraint),
+                text,
+            }))
         }
         Keyword::VACUUM | Keyword::ANALYZE => {
             p.next_token();
@@ -1985,9 +2077,11 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
                 O::View => DropKind::View,
                 O::MaterializedView => DropKind::MaterializedView,
                 O::Sequence => DropKind::Sequence,
+                O::Index => DropKind::Index,
+                O::Type => DropKind::Type,
                 other => {
                     return Err(WeirError::not_supported(format!(
-                        "COMMENT ON {other} is not supported (tables, views, materialized views, sequences and columns take comments)"
+                        "COMMENT ON {other} is not supported (tables, views, materialized views, sequences, columns, indexes, constraints and types take comments)"
                     )));
                 }
             };
@@ -2001,6 +2095,11 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
                     )));
                 }
                 (relation_name(&ast::ObjectName(parts))?, col)
+            } else if matches!(object_type, O::Type) {
+                (
+                    crate::catalog::user_types::user_type_name(&object_name),
+                    None,
+                )
             } else {
                 (relation_name(&object_name)?, None)
             };
@@ -2008,6 +2107,7 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
                 kind,
                 relation,
                 column,
+                constraint: None,
                 text: comment,
             }))
         }

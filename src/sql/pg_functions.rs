@@ -700,6 +700,18 @@ fn definitions() -> Vec<PgFunction> {
                 Ok(Arc::new(a.with_timezone_opt(tz)) as ArrayRef)
             }),
         },
+        // the wall clock as text, as Postgres' timeofday() writes it (in UTC, the server's zone)
+        PgFunction {
+            name: "timeofday",
+            signature: Signature::nullary(Volatility::Volatile),
+            ret: Box::new(|_| DataType::Utf8),
+            imp: Box::new(|_, rows| {
+                let now = chrono::Utc::now()
+                    .format("%a %b %d %H:%M:%S%.6f %Y UTC")
+                    .to_string();
+                Ok(Arc::new(StringArray::from(vec![now; rows])) as ArrayRef)
+            }),
+        },
         PgFunction {
             name: "gen_random_uuid",
             signature: Signature::nullary(Volatility::Volatile),
@@ -1205,6 +1217,16 @@ pub fn register(ctx: &SessionContext) {
         (datafusion::functions::math::ceil(), "ceiling"),
     ] {
         ctx.register_udf(f.as_ref().clone().with_aliases([alias]));
+    }
+    // the statement's start, as now() (the session's, with its zone) is here; in a
+    // transaction block Postgres' now() and transaction_timestamp() are the block's start
+    // (docs/sql.md)
+    if let Ok(now) = datafusion::execution::FunctionRegistry::udf(ctx, "now") {
+        ctx.register_udf(
+            now.as_ref()
+                .clone()
+                .with_aliases(["statement_timestamp", "transaction_timestamp"]),
+        );
     }
     for (f, alias) in [
         (
