@@ -390,6 +390,11 @@ impl RelationDesc {
         (!self.primary_key.is_empty()).then_some(self.oid + 2)
     }
 
+    /// `CREATE TEMP TABLE`: dropped when its session ends (and at start, after a crash).
+    pub fn is_temporary(&self) -> bool {
+        self.options.iter().any(|(k, _)| k == TEMPORARY_OPTION)
+    }
+
     /// Every constraint's `pg_constraint` OID and name: the primary key, UNIQUE
     /// constraints, CHECKs, foreign keys.
     pub fn constraint_oids(&self) -> Vec<(u32, String)> {
@@ -527,6 +532,9 @@ pub struct TlsInfo {
     pub client_dn: Option<String>,
     pub issuer_dn: Option<String>,
 }
+
+/// The option that marks a temporary table.
+pub const TEMPORARY_OPTION: &str = "weir.temporary";
 
 /// OIDs are handed out in steps so a relation's index, constraint and row type get their own.
 pub(crate) const OID_STEP: u32 = 4;
@@ -815,6 +823,24 @@ impl Catalog {
         }
         let oid = st.next_oid;
         let desc = build(oid)?;
+        // a view (materialized, plain) or a sink outlives the session of a temporary table
+        if !desc.kind.is_table()
+            && let Some(t) = st
+                .by_name
+                .values()
+                .find(|e| e.desc.is_temporary() && desc.dependencies.contains(&e.desc.oid))
+        {
+            if desc.kind == RelationKind::MaterializedView {
+                return Err(WeirError::not_supported(
+                    "materialized views must not use temporary tables or views",
+                ));
+            }
+            return Err(WeirError::not_supported(format!(
+                "{} \"{name}\" cannot read temporary table \"{}\": it would outlive the session",
+                desc.kind.noun(),
+                t.desc.name
+            )));
+        }
         // a relation dropped under this oid may have left data (a crash before its purge)
         TableStore::purge(self.store.as_ref(), oid)?;
         let mut wb = WriteBatch::default();

@@ -19,6 +19,7 @@ pub mod security;
 mod sequences;
 mod sinks;
 mod sql_functions;
+mod temp_tables;
 mod user_types;
 mod views;
 mod whole_rows;
@@ -220,6 +221,7 @@ impl Engine {
                 }));
         }
         engine.read_sink_progress();
+        engine.drop_leftover_temp_tables().await;
         engine.restore_views().await?;
         for entry in engine.catalog.entries() {
             if let Err(e) = engine.start_table_consumer(&entry) {
@@ -512,6 +514,11 @@ impl Engine {
                 let existed = self.catalog.get(&ct.name).is_some();
                 let uniques = self.unique_indexes(ct)?;
                 self.create_table(ct, &parsed.text, session.role())?;
+                if let Some(on_commit) = ct.temporary
+                    && !existed
+                {
+                    session.temp_tables.push((ct.name.clone(), on_commit));
+                }
                 if !existed {
                     // UNIQUE constraints: a unique index each, named as Postgres names them
                     for ci in &uniques {
@@ -684,6 +691,11 @@ impl Engine {
                 session.reset(name);
                 Ok(Output::Command("RESET".into()))
             }
+            Statement::NoOp("DISCARD TEMP") => {
+                let temp: Vec<String> = session.temp_tables.drain(..).map(|(n, _)| n).collect();
+                self.drop_temp_tables(&temp).await;
+                Ok(Output::Command("DISCARD TEMP".into()))
+            }
             Statement::NoOp(tag) => Ok(Output::Command((*tag).to_owned())),
             Statement::Begin(modes) => {
                 if session.in_transaction {
@@ -772,6 +784,8 @@ impl Engine {
                 session.reset("all");
                 session.cursors.clear();
                 session.prepared.clear();
+                let temp: Vec<String> = session.temp_tables.drain(..).map(|(n, _)| n).collect();
+                self.drop_temp_tables(&temp).await;
                 Ok(Output::Command("DISCARD ALL".into()))
             }
         }
@@ -1899,6 +1913,9 @@ impl Engine {
             .filter_map(|c| c.default.clone().map(|d| (c.name.clone(), d)))
             .collect();
         let mut options = options;
+        if ct.temporary.is_some() {
+            options.push((crate::catalog::TEMPORARY_OPTION.into(), "on".into()));
+        }
         if let Some(n) = &ct.primary_key_name
             && *n != format!("{}_pkey", ct.name)
         {

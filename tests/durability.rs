@@ -242,3 +242,64 @@ async fn index_equals_scan(server: &TestServer, round: &str) -> Vec<Vec<String>>
     }
     query_text(&c, "SELECT count(*) FROM ev WHERE k = 3").await
 }
+
+/// Temporary tables go with the session that made them: when its connection closes, and
+/// after a crash (the restart drops what a dead session left).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn temporary_tables_end_with_their_session() {
+    let mut server = TestServer::start();
+    let observer = server.connect().await;
+    {
+        let a = server.connect().await;
+        a.batch_execute("CREATE TEMP TABLE scratch (id int PRIMARY KEY, v text); INSERT INTO scratch VALUES (1, 'x')")
+            .await
+            .expect("temp table");
+        let n: i64 = a
+            .query_one("SELECT count(*) FROM scratch", &[])
+            .await
+            .expect("read it")
+            .get(0);
+        assert_eq!(n, 1);
+        assert_eq!(temp_count(&observer, "scratch").await, 1);
+    }
+    // the connection closed: its table goes (asynchronously, soon after)
+    let mut gone = false;
+    for _ in 0..100 {
+        if temp_count(&observer, "scratch").await == 0 {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(gone, "a closed session's temporary table is still there");
+    // a crash leaves one behind: the restart drops it, a permanent table stays
+    let b = server.connect().await;
+    b.batch_execute("CREATE TEMP TABLE left_over (a int); CREATE TABLE kept (a int); INSERT INTO kept VALUES (1)")
+        .await
+        .expect("tables");
+    server.restart();
+    let c = server.connect().await;
+    assert_eq!(temp_count(&c, "left_over").await, 0);
+    let err = c
+        .query("SELECT * FROM left_over", &[])
+        .await
+        .expect_err("the temporary table is gone");
+    assert!(describe_error(&err).starts_with("42P01"), "{err:?}");
+    let n: i64 = c
+        .query_one("SELECT count(*) FROM kept", &[])
+        .await
+        .expect("kept")
+        .get(0);
+    assert_eq!(n, 1);
+}
+
+/// How many temporary tables of this name `pg_class` lists.
+async fn temp_count(c: &tokio_postgres::Client, t: &str) -> i64 {
+    c.query_one(
+        "SELECT count(*) FROM pg_class WHERE relname = $1 AND relpersistence = 't'",
+        &[&t],
+    )
+    .await
+    .map(|r| r.get::<_, i64>(0))
+    .expect("pg_class")
+}

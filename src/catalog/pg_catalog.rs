@@ -775,6 +775,9 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 if let Some(acl) = catalog.relation_acl(d) {
                     row[28] = V::A(acl.into_iter().map(V::S).collect());
                 }
+                if d.is_temporary() {
+                    row[15] = "t".into();
+                }
                 rows.push(row);
                 for ix in d.all_indexes() {
                     let mut row =

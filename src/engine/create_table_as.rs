@@ -76,13 +76,17 @@ impl Engine {
             columns.push((name, ty));
         }
         let ddl = format!(
-            "CREATE TABLE {} ({})",
+            "CREATE {}TABLE {} ({}){}",
+            if c.temporary.is_some() { "TEMP " } else { "" },
             quote_ident(&c.name),
             columns
                 .iter()
                 .map(|(n, t)| format!("{} {}", quote_ident(n), t.display_name()))
                 .collect::<Vec<_>>()
-                .join(", ")
+                .join(", "),
+            c.temporary
+                .map(|o| format!(" ON COMMIT {}", o.sql()))
+                .unwrap_or_default()
         );
         let create = one(&ddl)?;
         Box::pin(self.execute_with_notices(session, &create, None, notices.clone())).await?;

@@ -222,21 +222,26 @@ impl Handle {
         // a statement that only reads can be stopped anywhere; one that writes checks its
         // interrupts itself where stopping changes nothing
         let abandonable = abandonable(&parsed.stmt);
-        let fut = self
-            .engine
-            .execute_with_notices(session, parsed, params, Some(tx));
-        tokio::pin!(fut);
-        let result = loop {
-            tokio::select! {
-                r = &mut fut => break r,
-                _ = interrupt.cancelled(), if abandonable => break Err(interrupt.error()),
-                Some(line) = rx.recv() => {
-                    if notices {
-                        client.send(notice(line)).await?;
+        let result = {
+            let fut = self
+                .engine
+                .execute_with_notices(session, parsed, params, Some(tx));
+            tokio::pin!(fut);
+            loop {
+                tokio::select! {
+                    r = &mut fut => break r,
+                    _ = interrupt.cancelled(), if abandonable => break Err(interrupt.error()),
+                    Some(line) = rx.recv() => {
+                        if notices {
+                            client.send(notice(line)).await?;
+                        }
                     }
                 }
             }
         };
+        if !session.in_transaction && !session.implicit_transaction {
+            self.engine.transaction_ended(session).await;
+        }
         while let Ok(line) = rx.try_recv() {
             if notices {
                 client.feed(notice(line)).await?;
@@ -260,6 +265,13 @@ impl Handle {
         client.session_extensions().get_or_insert_with(|| {
             let mut s = self.engine.session_for(role, pid);
             s.set_identity("ssl", if tls { "on" } else { "off" });
+            // the session's temporary tables go when the connection does
+            let engine = self.engine.clone();
+            s.on_close = Some(Box::new(move |tables| {
+                if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                    rt.spawn(async move { engine.drop_temp_tables(&tables).await });
+                }
+            }));
             // the session's interrupts are the connection's cancel target
             s.interrupt = interrupt;
             Mutex::new(s)
@@ -1097,6 +1109,7 @@ impl Handle {
         session.implicit_transaction = false;
         if !session.in_transaction && !copying {
             session.undo.clear();
+            self.engine.transaction_ended(&mut session).await;
         }
         Ok(copying)
     }

@@ -166,6 +166,10 @@ pub struct Session {
     pub copy_in: Option<crate::server::copy::CopyIn>,
     /// Shared with the session's `current_user`, `session_user` and privilege functions.
     pub identity: Arc<parking_lot::RwLock<Identity>>,
+    /// The temporary tables it created (`CREATE TEMP TABLE`), and their ON COMMIT.
+    pub temp_tables: Vec<(String, crate::sql::parser::OnCommit)>,
+    /// Drops the temporary tables when the session ends (set by the connection).
+    pub on_close: Option<Box<dyn FnOnce(Vec<String>) + Send + Sync>>,
 }
 
 /// What a cursor reads from.
@@ -223,6 +227,12 @@ pub enum TxState {
 impl Drop for Session {
     /// A connection that goes away inside a transaction block rolls it back, as in Postgres.
     fn drop(&mut self) {
+        let temp: Vec<String> = self.temp_tables.drain(..).map(|(n, _)| n).collect();
+        if let Some(close) = self.on_close.take()
+            && !temp.is_empty()
+        {
+            close(temp);
+        }
         let undo = std::mem::take(&mut self.undo);
         // a COPY cut off: its writer lock goes now, what it staged is dropped
         let copy = self.copy_in.take().map(|mut c| {
@@ -286,6 +296,8 @@ impl Session {
             prepared: HashMap::new(),
             copy_in: None,
             identity,
+            temp_tables: Vec::new(),
+            on_close: None,
         }
     }
 

@@ -183,12 +183,49 @@ pub enum AlterTypeOp {
     Owner(String),
 }
 
+/// `ON COMMIT` of a temporary table: what the end of each transaction (a block, or a
+/// statement outside one) does to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnCommit {
+    PreserveRows,
+    DeleteRows,
+    Drop,
+}
+
+impl OnCommit {
+    pub fn sql(self) -> &'static str {
+        match self {
+            OnCommit::PreserveRows => "PRESERVE ROWS",
+            OnCommit::DeleteRows => "DELETE ROWS",
+            OnCommit::Drop => "DROP",
+        }
+    }
+}
+
+/// `[ON COMMIT {PRESERVE ROWS | DELETE ROWS | DROP}]`.
+fn parse_on_commit(p: &mut Parser) -> Result<Option<OnCommit>> {
+    if !p.parse_keywords(&[Keyword::ON, Keyword::COMMIT]) {
+        return Ok(None);
+    }
+    Ok(Some(if p.parse_keyword(Keyword::DROP) {
+        OnCommit::Drop
+    } else if p.parse_keyword(Keyword::DELETE) {
+        expect_word(p, "ROWS")?;
+        OnCommit::DeleteRows
+    } else {
+        expect_word(p, "PRESERVE")?;
+        expect_word(p, "ROWS")?;
+        OnCommit::PreserveRows
+    }))
+}
+
 /// `CREATE TABLE name [(columns)] AS query [WITH [NO] DATA]`: a table of the query's
 /// columns (renamed by `columns`), filled with its rows unless WITH NO DATA.
 #[derive(Debug, Clone)]
 pub struct CreateTableAs {
     pub name: String,
     pub if_not_exists: bool,
+    pub temporary: Option<OnCommit>,
     pub columns: Vec<String>,
     pub query: Box<ast::Query>,
     pub with_data: bool,
@@ -812,6 +849,9 @@ pub struct WatermarkSpec {
 pub struct CreateTable {
     pub name: String,
     pub if_not_exists: bool,
+    /// `CREATE TEMP TABLE`: dropped when the session ends, and what its transactions'
+    /// ends do to it.
+    pub temporary: Option<OnCommit>,
     pub columns: Vec<ColumnSpec>,
     pub primary_key: Vec<String>,
     /// `CONSTRAINT name PRIMARY KEY (...)`: the name given (else `<table>_pkey`).
@@ -1728,7 +1768,18 @@ fn parse_one(p: &mut Parser) -> Result<Statement> {
                 if unlogged {
                     p.next_token();
                 }
-                return parse_create_table(p);
+                return parse_create_table(p, false);
+            }
+            // `CREATE [LOCAL | GLOBAL] {TEMP | TEMPORARY} TABLE`
+            let word = |n: usize, p: &Parser, k: &[Keyword]| matches!(&p.peek_nth_token(n).token, Token::Word(w) if k.contains(&w.keyword));
+            let scope = usize::from(word(1, p, &[Keyword::LOCAL, Keyword::GLOBAL]));
+            if word(1 + scope, p, &[Keyword::TEMP, Keyword::TEMPORARY])
+                && word(2 + scope, p, &[Keyword::TABLE])
+            {
+                for _ in 0..3 + scope {
+                    p.next_token();
+                }
+                return parse_create_table(p, true);
             }
             if matches!(&p.peek_nth_token(1).token, Token::Word(w) if w.keyword == Keyword::SOURCE)
             {
@@ -2008,14 +2059,10 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
             let Some(into) = s.into.take() else {
                 return Err(WeirError::internal("SELECT INTO without INTO"));
             };
-            if into.temporary {
-                return Err(WeirError::not_supported(
-                    "SELECT INTO TEMPORARY is not supported (there are no temporary tables)",
-                ));
-            }
             Ok(Statement::CreateTableAs(Box::new(CreateTableAs {
                 name: relation_name(&into.name)?,
                 if_not_exists: false,
+                temporary: into.temporary.then_some(OnCommit::PreserveRows),
                 columns: vec![],
                 query: q,
                 with_data: true,
@@ -2341,9 +2388,21 @@ pub fn relation_name(name: &ObjectName) -> Result<String> {
 
 /// `CREATE TABLE [IF NOT EXISTS] name [(columns)] AS query [WITH [NO] DATA]`, or a table
 /// of declared columns.
-fn parse_create_table(p: &mut Parser) -> Result<Statement> {
+fn parse_create_table(p: &mut Parser, temporary: bool) -> Result<Statement> {
     let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
     let name = relation_name(&p.parse_object_name(false)?)?;
+    let on_commit = |given: Option<OnCommit>| -> Result<Option<OnCommit>> {
+        match (temporary, given) {
+            (true, g) => Ok(Some(g.unwrap_or(OnCommit::PreserveRows))),
+            (false, None) => Ok(None),
+            (false, Some(_)) => Err(WeirError::new(
+                crate::error::sqlstate::INVALID_TABLE_DEFINITION,
+                "ON COMMIT can only be used on temporary tables",
+            )),
+        }
+    };
+    // `CREATE TEMP TABLE t ON COMMIT DROP AS query`
+    let early = parse_on_commit(p)?;
     // `(a, b) AS`: names for the query's columns, not column definitions
     let named_columns = p.peek_token().token == Token::LParen
         && matches!(p.peek_nth_token(1).token, Token::Word(_))
@@ -2357,6 +2416,7 @@ fn parse_create_table(p: &mut Parser) -> Result<Statement> {
         } else {
             vec![]
         };
+        let early = early.or(parse_on_commit(p)?);
         p.expect_keyword_is(Keyword::AS)?;
         let query = p.parse_query()?;
         let with_data = if p.parse_keyword(Keyword::WITH) {
@@ -2369,12 +2429,15 @@ fn parse_create_table(p: &mut Parser) -> Result<Statement> {
         return Ok(Statement::CreateTableAs(Box::new(CreateTableAs {
             name,
             if_not_exists,
+            temporary: on_commit(early)?,
             columns,
             query,
             with_data,
         })));
     }
-    parse_table_definition(p, name, if_not_exists).map(|c| Statement::CreateTable(Box::new(c)))
+    let mut c = parse_table_definition(p, name, if_not_exists)?;
+    c.temporary = on_commit(early.or(c.temporary))?;
+    Ok(Statement::CreateTable(Box::new(c)))
 }
 
 fn parse_table_definition(
@@ -2443,10 +2506,13 @@ fn parse_table_definition(
     } = elements;
     let mut append_only = false;
     let mut with_options = Vec::new();
+    let mut on_commit = None;
     loop {
         if parse_word(p, "APPEND") {
             expect_word(p, "ONLY")?;
             append_only = true;
+        } else if let Some(o) = parse_on_commit(p)? {
+            on_commit = Some(o);
         } else if p.parse_keyword(Keyword::WITH) {
             with_options = parse_with_options(p)?;
         } else {
@@ -2457,6 +2523,7 @@ fn parse_table_definition(
     Ok(CreateTable {
         name,
         if_not_exists,
+        temporary: on_commit,
         columns,
         primary_key: primary_key.unwrap_or_default(),
         primary_key_name,
