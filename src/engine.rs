@@ -261,6 +261,7 @@ impl Engine {
             self.limits.clone(),
             identity.clone(),
         );
+        crate::sql::transaction_time::register(&session.ctx, session.tx_start.clone());
         crate::catalog::functions::register_identity(
             &session.ctx,
             self.catalog.clone(),

@@ -24,6 +24,7 @@ pub mod time;
 pub mod time_zone;
 pub mod to_char;
 pub mod to_timestamp;
+pub mod transaction_time;
 pub mod types;
 pub mod uuid;
 pub mod windows;

@@ -170,6 +170,8 @@ pub struct Session {
     pub temp_tables: Vec<(String, crate::sql::parser::OnCommit)>,
     /// Drops the temporary tables when the session ends (set by the connection).
     pub on_close: Option<Box<dyn FnOnce(Vec<String>) + Send + Sync>>,
+    /// When the transaction block began: what `now()` answers inside it.
+    pub tx_start: crate::sql::transaction_time::TransactionStart,
 }
 
 /// What a cursor reads from.
@@ -298,6 +300,7 @@ impl Session {
             identity,
             temp_tables: Vec::new(),
             on_close: None,
+            tx_start: Default::default(),
         }
     }
 
@@ -318,6 +321,7 @@ impl Session {
     /// HOLD go with it.
     pub fn end_block(&mut self) {
         self.in_transaction = false;
+        *self.tx_start.write() = None;
         self.tx_read_only = false;
         self.aborted = false;
         self.savepoints.clear();
@@ -411,6 +415,7 @@ impl Session {
     /// Start a block's mode from the session default (BEGIN).
     pub fn begin_block(&mut self, read_only: Option<bool>) {
         self.in_transaction = true;
+        *self.tx_start.write() = Some(chrono::Utc::now());
         self.tx_read_only =
             read_only.unwrap_or_else(|| self.settings.read().flag("default_transaction_read_only"));
     }

@@ -1218,15 +1218,10 @@ pub fn register(ctx: &SessionContext) {
     ] {
         ctx.register_udf(f.as_ref().clone().with_aliases([alias]));
     }
-    // the statement's start, as now() (the session's, with its zone) is here; in a
-    // transaction block Postgres' now() and transaction_timestamp() are the block's start
-    // (docs/sql.md)
+    // the statement's start: DataFusion's now() (with the session's zone); now() itself is
+    // the transaction's start (`sql::transaction_time`, registered per session)
     if let Ok(now) = datafusion::execution::FunctionRegistry::udf(ctx, "now") {
-        ctx.register_udf(
-            now.as_ref()
-                .clone()
-                .with_aliases(["statement_timestamp", "transaction_timestamp"]),
-        );
+        ctx.register_udf(now.as_ref().clone().with_aliases(["statement_timestamp"]));
     }
     for (f, alias) in [
         (
