@@ -262,6 +262,7 @@ impl Engine {
             identity.clone(),
         );
         crate::sql::transaction_time::register(&session.ctx, session.tx_start.clone());
+        session.register_sleep();
         crate::catalog::functions::register_identity(
             &session.ctx,
             self.catalog.clone(),

@@ -274,6 +274,7 @@ impl Handle {
             }));
             // the session's interrupts are the connection's cancel target
             s.interrupt = interrupt;
+            s.register_sleep();
             Mutex::new(s)
         })
     }

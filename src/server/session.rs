@@ -413,6 +413,16 @@ impl Session {
     }
 
     /// Start a block's mode from the session default (BEGIN).
+    /// `pg_sleep` stops at this session's interrupts (registered again when the connection
+    /// puts its cancel target in place).
+    pub fn register_sleep(&self) {
+        let interrupt = self.interrupt.clone();
+        crate::sql::transaction_time::register_sleep(
+            &self.ctx,
+            Arc::new(move || interrupt.check()),
+        );
+    }
+
     pub fn begin_block(&mut self, read_only: Option<bool>) {
         self.in_transaction = true;
         *self.tx_start.write() = Some(chrono::Utc::now());

@@ -89,3 +89,62 @@ pub fn register(ctx: &datafusion::prelude::SessionContext, start: TransactionSta
         aliases: vec!["current_timestamp".into(), "transaction_timestamp".into()],
     }));
 }
+
+/// `pg_sleep(seconds)`: waits, and stops with the statement's cancel or timeout (`check`
+/// says whether one was raised: asked every 10 ms). Answers NULL (Postgres' `void`).
+pub fn register_sleep(
+    ctx: &datafusion::prelude::SessionContext,
+    check: Arc<dyn Fn() -> crate::error::Result<()> + Send + Sync>,
+) {
+    use datafusion::arrow::array::{Array, AsArray, StringArray};
+    use datafusion::arrow::datatypes::Float64Type;
+    let sleep = move |args: &[ColumnarValue]| -> DfResult<ColumnarValue> {
+        let seconds = match &args[0] {
+            ColumnarValue::Scalar(s) => match s.cast_to(&DataType::Float64)? {
+                ScalarValue::Float64(v) => vec![v],
+                _ => vec![None],
+            },
+            ColumnarValue::Array(a) => {
+                let a = datafusion::arrow::compute::cast(a, &DataType::Float64)?;
+                let a = a.as_primitive::<Float64Type>();
+                (0..a.len())
+                    .map(|i| (!a.is_null(i)).then(|| a.value(i)))
+                    .collect()
+            }
+        };
+        let total: f64 = seconds
+            .iter()
+            .flatten()
+            .filter(|s| s.is_finite() && **s > 0.0)
+            .sum();
+        let until = std::time::Instant::now() + std::time::Duration::from_secs_f64(total.min(1e9));
+        let wait = || -> DfResult<()> {
+            loop {
+                check().map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
+                let now = std::time::Instant::now();
+                if now >= until {
+                    return Ok(());
+                }
+                std::thread::sleep((until - now).min(std::time::Duration::from_millis(10)));
+            }
+        };
+        // a worker of the multi-threaded runtime hands its other tasks on while it waits
+        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(wait)?,
+            _ => wait()?,
+        }
+        Ok(match &args[0] {
+            ColumnarValue::Scalar(_) => ColumnarValue::Scalar(ScalarValue::Utf8(None)),
+            ColumnarValue::Array(a) => {
+                ColumnarValue::Array(Arc::new(StringArray::new_null(a.len())))
+            }
+        })
+    };
+    ctx.register_udf(datafusion::logical_expr::create_udf(
+        "pg_sleep",
+        vec![DataType::Float64],
+        DataType::Utf8,
+        datafusion::logical_expr::Volatility::Volatile,
+        Arc::new(sleep),
+    ));
+}
