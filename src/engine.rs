@@ -597,7 +597,7 @@ impl Engine {
                 self.alter_column_setting(table, *if_exists, column, what, value, notices.as_ref())
             }
             Statement::AlterType { name, op } => {
-                self.alter_type(session, name, op, notices.as_ref())
+                self.alter_type(session, name, op, notices.as_ref()).await
             }
             Statement::Drop(d) => {
                 self.drop_relations(&d.names, d.kind, d.if_exists, d.cascade, notices.as_ref())

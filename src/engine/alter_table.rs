@@ -997,7 +997,7 @@ impl Engine {
 
     /// The views and sinks that read a relation, directly or through other views, oldest
     /// first.
-    fn views_over(&self, oid: u32) -> Vec<std::sync::Arc<crate::catalog::Entry>> {
+    pub(crate) fn views_over(&self, oid: u32) -> Vec<std::sync::Arc<crate::catalog::Entry>> {
         let mut out: Vec<std::sync::Arc<crate::catalog::Entry>> = Vec::new();
         let mut stack = vec![oid];
         while let Some(o) = stack.pop() {

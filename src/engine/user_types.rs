@@ -2,6 +2,10 @@
 //! | RENAME TO | OWNER TO`, `DROP TYPE [IF EXISTS] names [CASCADE | RESTRICT]` (the catalog
 //! side is `catalog/user_types.rs`).
 //!
+//! A materialized view over a column of the type has the labels' order in its plan (and its
+//! checkpoint's fingerprint): `ADD VALUE` and `RENAME TO` stop such views, change the type,
+//! and rebuild them from their inputs, as ALTER TABLE does.
+//!
 //! Values are stored as their label's text, so renaming a label would mean rewriting every
 //! row that holds it: `RENAME VALUE` is refused (0A000) while a column has the type, and
 //! `DROP TYPE ... CASCADE` does not drop the columns that use the type (refused as
@@ -43,7 +47,7 @@ impl Engine {
         Ok(t)
     }
 
-    pub(crate) fn alter_type(
+    pub(crate) async fn alter_type(
         &self,
         session: &Session,
         name: &str,
@@ -51,6 +55,45 @@ impl Engine {
         notices: Notices<'_>,
     ) -> Result<Output> {
         let t = self.owned_type(session, name)?;
+        // the materialized views whose plans hold the type: over a relation with a column of
+        // it (directly or through other views)
+        let views: Vec<std::sync::Arc<crate::catalog::Entry>> =
+            if matches!(op, AlterTypeOp::AddValue { .. } | AlterTypeOp::Rename(_)) {
+                let mut views = Vec::new();
+                for (relation, _) in self.catalog.enum_type_users(t.oid) {
+                    if let Some(e) = self.catalog.get(&relation) {
+                        for v in self.views_over(e.desc.oid) {
+                            if !views
+                                .iter()
+                                .any(|x: &std::sync::Arc<crate::catalog::Entry>| {
+                                    x.desc.oid == v.desc.oid
+                                })
+                            {
+                                views.push(v);
+                            }
+                        }
+                    }
+                }
+                views
+            } else {
+                Vec::new()
+            };
+        self.stop_views(&views).await?;
+        let changed = self.change_type(&t, name, op, notices);
+        let oids: Vec<u32> = views.iter().map(|v| v.desc.oid).collect();
+        let rebuilt = self.rebuild_views(&oids, notices).await;
+        changed?;
+        rebuilt?;
+        Ok(Output::Command("ALTER TYPE".into()))
+    }
+
+    fn change_type(
+        &self,
+        t: &TypeDesc,
+        name: &str,
+        op: &AlterTypeOp,
+        notices: Notices<'_>,
+    ) -> Result<()> {
         match op {
             AlterTypeOp::AddValue {
                 label,
@@ -109,7 +152,7 @@ impl Engine {
                 })?;
             }
         }
-        Ok(Output::Command("ALTER TYPE".into()))
+        Ok(())
     }
 
     pub(crate) fn drop_types(
