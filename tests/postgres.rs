@@ -912,3 +912,107 @@ async fn pg_dump_restores_into_weir() {
         );
     }
 }
+
+/// COPY's options through psql's `\copy` (CSV with FORCE_NULL, FORCE_NOT_NULL, FORCE_QUOTE,
+/// HEADER MATCH, and their misuse): the same script's whole output from Postgres and Weir.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_options_answer_as_postgres() {
+    let pg = Postgres::start();
+    let weir = TestServer::start();
+    let script = r#"
+CREATE TABLE cp (a int, b text, c text);
+\copy cp from stdin with (format csv, force_null (b), force_not_null (c))
+1,"",
+2,x,""
+3,,
+\.
+SELECT a, b IS NULL AS b_null, c IS NULL AS c_null, c = '' AS c_empty FROM cp ORDER BY a;
+\copy cp to stdout with (format csv, force_quote (b))
+\copy cp to stdout with (format csv, force_quote *, header)
+\copy (SELECT a, c FROM cp ORDER BY a) to stdout with (format csv, force_quote (c))
+\copy cp from stdin with (format csv, header match)
+a,b,c
+4,y,z
+\.
+\copy cp from stdin with (format csv, header match)
+a,x,c
+5,y,z
+\.
+\copy cp from stdin with (format csv, header match)
+a,b
+\.
+\copy cp from stdin csv force not null c
+6,,
+\.
+SELECT a, b IS NULL, c IS NULL FROM cp WHERE a >= 4 ORDER BY a;
+\copy cp to stdout with (force_quote (b))
+\copy cp from stdin with (format csv, force_quote (b))
+\copy cp to stdout with (format csv, force_null (b))
+\copy cp to stdout with (format csv, force_not_null (b))
+\copy cp from stdin with (format csv, force_null (x))
+\copy cp (a, c) from stdin with (format csv, force_not_null (b))
+\copy cp to stdout with (format csv, force_quote (x))
+\copy cp from stdin with (format csv, force_null *)
+\copy cp to stdout with (format csv, header match)
+DROP TABLE cp;
+"#;
+    let file = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(file.path(), script).expect("write the script");
+    let run = |args: &[&str]| {
+        let out = Command::new("psql")
+            .args(["-X", "-q", "-v", "VERBOSITY=default"])
+            .args(args)
+            .arg("-f")
+            .arg(file.path())
+            .output()
+            .expect("psql must be installed");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // psql names the script file in its error lines: the same file for both
+        text
+    };
+    let pg_port = pg.port.to_string();
+    let weir_port = weir.port().to_string();
+    let expected = run(&[
+        "-h",
+        "127.0.0.1",
+        "-p",
+        &pg_port,
+        "-U",
+        "postgres",
+        "-d",
+        "postgres",
+    ]);
+    let got = run(&[
+        "-h",
+        "127.0.0.1",
+        "-p",
+        &weir_port,
+        "-U",
+        "weir",
+        "-d",
+        "weir",
+    ]);
+    assert!(
+        expected.contains("b_null") && expected.contains("column name mismatch"),
+        "the script did not run in Postgres: {expected}"
+    );
+    // errors at a statement's position (psql's LINE / caret lines) are Postgres' own
+    // parser's; the messages must be the same
+    let strip = |s: &str| -> String {
+        s.lines()
+            .filter(|l| {
+                !l.starts_with("LINE ") && l.trim() != "^" && !l.trim_start().starts_with('^')
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(
+        strip(&got),
+        strip(&expected),
+        "COPY options: Weir (left) vs Postgres (right)"
+    );
+}

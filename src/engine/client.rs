@@ -267,6 +267,18 @@ impl Engine {
                                 "COPY from source \"{t}\": a source is read by materialized views"
                             )));
                         }
+                        // FORCE_QUOTE names columns of the table (then of the COPY, below)
+                        if let Some(crate::sql::client_stmts::ForceColumns::Columns(cols)) =
+                            &options.force_quote
+                            && let Some(c) = cols
+                                .iter()
+                                .find(|c| !entry.desc.columns.iter().any(|d| &d.name == *c))
+                        {
+                            return Err(WeirError::new(
+                                sqlstate::UNDEFINED_COLUMN,
+                                format!("column \"{c}\" of relation \"{t}\" does not exist"),
+                            ));
+                        }
                         let cols = if columns.is_empty() {
                             "*".to_owned()
                         } else {
@@ -290,6 +302,20 @@ impl Engine {
                         }
                     }
                 };
+                // FORCE_QUOTE names columns of the output
+                if let Some(crate::sql::client_stmts::ForceColumns::Columns(cols)) =
+                    &options.force_quote
+                    && let Some(c) = cols.iter().find(|c| {
+                        !schema.fields().iter().any(|f| {
+                            crate::catalog::rewrite::display_column_name(f.name()) == c.as_str()
+                        })
+                    })
+                {
+                    return Err(WeirError::new(
+                        "42P10",
+                        format!("FORCE_QUOTE column \"{c}\" not referenced by COPY"),
+                    ));
+                }
                 Ok(Output::CopyOut {
                     schema,
                     rows,

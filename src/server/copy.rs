@@ -50,6 +50,9 @@ pub struct CopyIn {
     lines: Vec<usize>,
     line: usize,
     header_skipped: bool,
+    /// Per data field: FORCE_NULL / FORCE_NOT_NULL name its column.
+    force_null: Vec<bool>,
+    force_not_null: Vec<bool>,
     /// `\.` seen: the rest is ignored.
     ended: bool,
     /// Rows cast to the table's types, not applied yet.
@@ -92,6 +95,29 @@ impl CopyIn {
                 )));
             }
         }
+        // the FORCE options name columns the COPY reads
+        let forced = |what: &str, names: &[String]| -> Result<Vec<bool>> {
+            for n in names {
+                if !columns.iter().any(|c| &c.name == n) {
+                    return Err(WeirError::new(
+                        crate::error::sqlstate::UNDEFINED_COLUMN,
+                        format!("column \"{n}\" of relation \"{table_name}\" does not exist"),
+                    ));
+                }
+                if !targets.iter().any(|&t| &columns[t].name == n) {
+                    return Err(WeirError::new(
+                        "42P10",
+                        format!("{what} column \"{n}\" not referenced by COPY"),
+                    ));
+                }
+            }
+            Ok(targets
+                .iter()
+                .map(|&t| names.contains(&columns[t].name))
+                .collect())
+        };
+        let force_null = forced("FORCE_NULL", &options.force_null)?;
+        let force_not_null = forced("FORCE_NOT_NULL", &options.force_not_null)?;
         let text = targets.iter().map(|_| StringBuilder::new()).collect();
         Ok(CopyIn {
             table,
@@ -105,6 +131,8 @@ impl CopyIn {
             lines: Vec::new(),
             line: 0,
             header_skipped: false,
+            force_null,
+            force_not_null,
             ended: false,
             batches: Vec::new(),
             batch_bytes: 0,
@@ -175,11 +203,53 @@ impl CopyIn {
             }
             if self.options.header && !self.header_skipped {
                 self.header_skipped = true;
+                if self.options.header_match {
+                    self.match_header(fields, trim_eol(raw_line))?;
+                }
                 continue;
             }
             self.push_record(fields)?;
         }
         Ok(pos)
+    }
+
+    /// `HEADER MATCH`: the header line names the COPY's columns, in order.
+    fn match_header(&self, fields: Vec<Field<'_>>, line: &[u8]) -> Result<()> {
+        let context = format!(
+            "{}: \"{}\"",
+            self.context(self.line),
+            String::from_utf8_lossy(line)
+        );
+        if fields.len() != self.targets.len() {
+            return Err(WeirError::new(
+                "22P04",
+                format!(
+                    "wrong number of fields in header line: got {}, expected {}",
+                    fields.len(),
+                    self.targets.len()
+                ),
+            )
+            .with_context(context));
+        }
+        for (k, f) in fields.into_iter().enumerate() {
+            let got = match f {
+                Field::Text(raw) => unescape_text(raw).into_owned(),
+                Field::Csv { value, .. } => value.into_owned(),
+            };
+            let got = String::from_utf8_lossy(&got);
+            let want = &self.columns[self.targets[k]].name;
+            if got != want.as_str() {
+                return Err(WeirError::new(
+                    "22P04",
+                    format!(
+                        "column name mismatch in header line field {}: got \"{got}\", expected \"{want}\"",
+                        k + 1
+                    ),
+                )
+                .with_context(context));
+            }
+        }
+        Ok(())
     }
 
     fn push_record(&mut self, fields: Vec<Field<'_>>) -> Result<()> {
@@ -206,7 +276,9 @@ impl CopyIn {
                     }
                 }
                 Field::Csv { value, quoted } => {
-                    if !quoted && value == self.options.null.as_bytes() {
+                    // FORCE_NOT_NULL: never NULL; FORCE_NULL: NULL even when quoted
+                    let null_text = value == self.options.null.as_bytes();
+                    if null_text && !self.force_not_null[k] && (!quoted || self.force_null[k]) {
                         None
                     } else {
                         Some(value)
@@ -702,6 +774,8 @@ pub struct CopyWriter {
     plans: Vec<ColumnPlan>,
     options: CopyOptions,
     header: Option<Vec<String>>,
+    /// Per column: FORCE_QUOTE names it.
+    force_quote: Vec<bool>,
 }
 
 impl CopyWriter {
@@ -721,10 +795,20 @@ impl CopyWriter {
                 .map(|f| crate::catalog::rewrite::display_column_name(f.name()).to_owned())
                 .collect()
         });
+        let force_quote = schema
+            .fields()
+            .iter()
+            .map(|f| {
+                options.force_quote.as_ref().is_some_and(|c| {
+                    c.includes(crate::catalog::rewrite::display_column_name(f.name()))
+                })
+            })
+            .collect();
         CopyWriter {
             plans,
             options,
             header,
+            force_quote,
         }
     }
 
@@ -740,7 +824,7 @@ impl CopyWriter {
             if i > 0 {
                 out.put_u8(self.options.delimiter);
             }
-            self.put_value(&mut out, n.as_bytes());
+            self.put_value(&mut out, n.as_bytes(), false);
         }
         out.put_u8(b'\n');
         Some(out.freeze())
@@ -766,7 +850,7 @@ impl CopyWriter {
                 }
                 let v = &data[at..at + len as usize];
                 at += len as usize;
-                self.put_value(&mut line, v);
+                self.put_value(&mut line, v, self.force_quote[i]);
             }
             line.put_u8(b'\n');
             out.push(line.freeze());
@@ -774,7 +858,7 @@ impl CopyWriter {
         Ok(out)
     }
 
-    fn put_value(&self, out: &mut BytesMut, v: &[u8]) {
+    fn put_value(&self, out: &mut BytesMut, v: &[u8], force_quote: bool) {
         let o = &self.options;
         match o.format {
             CopyFormat::Text => {
@@ -796,7 +880,8 @@ impl CopyWriter {
                 }
             }
             CopyFormat::Csv => {
-                let needs = v.is_empty() && o.null.is_empty()
+                let needs = force_quote
+                    || v.is_empty() && o.null.is_empty()
                     || v == o.null.as_bytes()
                     || v.iter()
                         .any(|&b| b == o.delimiter || b == o.quote || b == b'\n' || b == b'\r')

@@ -57,8 +57,32 @@ pub struct CopyOptions {
     pub delimiter: u8,
     pub null: String,
     pub header: bool,
+    /// `HEADER MATCH`: the header line's names must be the columns'.
+    pub header_match: bool,
     pub quote: u8,
     pub escape: u8,
+    /// `FORCE_QUOTE (cols) | *` (CSV, TO): non-NULL values of these always quoted.
+    pub force_quote: Option<ForceColumns>,
+    /// `FORCE_NULL (cols)` (CSV, FROM): a quoted value equal to the NULL string is NULL.
+    pub force_null: Vec<String>,
+    /// `FORCE_NOT_NULL (cols)` (CSV, FROM): no value is NULL, an empty one is ''.
+    pub force_not_null: Vec<String>,
+}
+
+/// The columns a FORCE option names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ForceColumns {
+    All,
+    Columns(Vec<String>),
+}
+
+impl ForceColumns {
+    pub fn includes(&self, column: &str) -> bool {
+        match self {
+            ForceColumns::All => true,
+            ForceColumns::Columns(c) => c.iter().any(|x| x == column),
+        }
+    }
 }
 
 impl CopyOptions {
@@ -69,16 +93,24 @@ impl CopyOptions {
                 delimiter: b'\t',
                 null: "\\N".into(),
                 header: false,
+                header_match: false,
                 quote: b'"',
                 escape: b'"',
+                force_quote: None,
+                force_null: Vec::new(),
+                force_not_null: Vec::new(),
             },
             CopyFormat::Csv => CopyOptions {
                 format,
                 delimiter: b',',
                 null: String::new(),
                 header: false,
+                header_match: false,
                 quote: b'"',
                 escape: b'"',
+                force_quote: None,
+                force_null: Vec::new(),
+                force_not_null: Vec::new(),
             },
         }
     }
@@ -344,6 +376,28 @@ pub fn parse_copy(p: &mut Parser) -> Result<Copy> {
         });
     }
     let options = parse_copy_options(p)?;
+    // Postgres' checks of the FORCE options and HEADER MATCH against the direction
+    let wrong_way = |what: &str, only: &str| {
+        WeirError::new(
+            crate::error::sqlstate::FEATURE_NOT_SUPPORTED,
+            format!("COPY {what} only available using COPY {only}"),
+        )
+    };
+    if from && options.force_quote.is_some() {
+        return Err(wrong_way("force quote", "TO"));
+    }
+    if !from && !options.force_null.is_empty() {
+        return Err(wrong_way("force null", "FROM"));
+    }
+    if !from && !options.force_not_null.is_empty() {
+        return Err(wrong_way("force not null", "FROM"));
+    }
+    if !from && options.header_match {
+        return Err(WeirError::new(
+            crate::error::sqlstate::FEATURE_NOT_SUPPORTED,
+            "cannot use \"match\" with HEADER in COPY TO",
+        ));
+    }
     if from {
         let CopySource::Table(table) = source else {
             return Err(WeirError::syntax("COPY FROM needs a table name"));
@@ -371,10 +425,38 @@ pub fn parse_copy(p: &mut Parser) -> Result<Copy> {
 fn parse_copy_options(p: &mut Parser) -> Result<CopyOptions> {
     let _ = p.parse_keyword(Keyword::WITH);
     let mut pairs: Vec<(String, Option<String>)> = Vec::new();
+    let mut forced: Vec<(String, ForceColumns)> = Vec::new();
     if p.consume_token(&Token::LParen) {
         loop {
             let key = normalize_ident(&p.parse_identifier()?).to_lowercase();
             let t = p.peek_token();
+            // FORCE_QUOTE / FORCE_NULL / FORCE_NOT_NULL take `(columns)` or `*`
+            if key.starts_with("force_") {
+                let cols = if p.consume_token(&Token::Mul) {
+                    ForceColumns::All
+                } else if p.consume_token(&Token::LParen) {
+                    let mut cols = Vec::new();
+                    loop {
+                        cols.push(normalize_ident(&p.parse_identifier()?));
+                        if !p.consume_token(&Token::Comma) {
+                            break;
+                        }
+                    }
+                    p.expect_token(&Token::RParen)?;
+                    ForceColumns::Columns(cols)
+                } else {
+                    return Err(WeirError::new(
+                        crate::error::sqlstate::INVALID_PARAMETER_VALUE,
+                        format!("argument to option \"{key}\" must be a list of column names"),
+                    ));
+                };
+                forced.push((key, cols));
+                if p.consume_token(&Token::Comma) {
+                    continue;
+                }
+                p.expect_token(&Token::RParen)?;
+                break;
+            }
             let value = match &t.token {
                 Token::Comma | Token::RParen => None,
                 Token::SingleQuotedString(s) => {
@@ -408,6 +490,28 @@ fn parse_copy_options(p: &mut Parser) -> Result<CopyOptions> {
                 "binary" => pairs.push(("format".into(), Some("binary".into()))),
                 "csv" => pairs.push(("format".into(), Some("csv".into()))),
                 "header" => pairs.push(("header".into(), None)),
+                "force" => {
+                    let key = if word(p, "quote") {
+                        "force_quote"
+                    } else if p.parse_keywords(&[Keyword::NOT, Keyword::NULL]) {
+                        "force_not_null"
+                    } else if p.parse_keyword(Keyword::NULL) {
+                        "force_null"
+                    } else {
+                        return Err(syntax_near(&p.peek_token()));
+                    };
+                    let cols = if p.consume_token(&Token::Mul) {
+                        ForceColumns::All
+                    } else {
+                        ForceColumns::Columns(
+                            p.parse_comma_separated(|p| p.parse_identifier())?
+                                .iter()
+                                .map(normalize_ident)
+                                .collect(),
+                        )
+                    };
+                    forced.push((key.into(), cols));
+                }
                 "delimiter" | "null" | "quote" | "escape" => {
                     let _ = p.parse_keyword(Keyword::AS);
                     let v = p.next_token();
@@ -457,7 +561,10 @@ fn parse_copy_options(p: &mut Parser) -> Result<CopyOptions> {
             "header" => {
                 o.header = match v {
                     None => true,
-                    Some(v) if v == "match" => true,
+                    Some(v) if v == "match" => {
+                        o.header_match = true;
+                        true
+                    }
                     Some(v) => parse_bool("header", &v)?,
                 }
             }
@@ -480,6 +587,32 @@ fn parse_copy_options(p: &mut Parser) -> Result<CopyOptions> {
                 }
             }
             other => {
+                return Err(WeirError::new(
+                    "42601",
+                    format!("option \"{other}\" not recognized"),
+                ));
+            }
+        }
+    }
+    for (k, cols) in forced {
+        let what = k.replace('_', " ");
+        if format != CopyFormat::Csv {
+            return Err(WeirError::new(
+                crate::error::sqlstate::FEATURE_NOT_SUPPORTED,
+                format!("COPY {what} available only in CSV mode"),
+            ));
+        }
+        match (k.as_str(), cols) {
+            ("force_quote", c) => o.force_quote = Some(c),
+            ("force_null" | "force_not_null", ForceColumns::All) => {
+                return Err(WeirError::new(
+                    crate::error::sqlstate::INVALID_PARAMETER_VALUE,
+                    format!("argument to option \"{k}\" must be a list of column names"),
+                ));
+            }
+            ("force_null", ForceColumns::Columns(c)) => o.force_null = c,
+            ("force_not_null", ForceColumns::Columns(c)) => o.force_not_null = c,
+            (other, _) => {
                 return Err(WeirError::new(
                     "42601",
                     format!("option \"{other}\" not recognized"),
