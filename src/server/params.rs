@@ -88,6 +88,8 @@ fn decode_binary(raw: &[u8], declared: &Type, i: usize) -> Result<ScalarValue> {
         ),
         1700 => ScalarValue::Utf8(Some(numeric_from_binary(raw, i)?)),
         2950 => ScalarValue::Utf8(Some(crate::sql::uuid::from_bytes(&fixed(raw, i, "uuid")?))),
+        // user types (enums): their binary form is the label's text, as enum_recv reads it
+        o if o >= crate::catalog::FIRST_USER_OID => ScalarValue::Utf8(Some(utf8(raw, i)?)),
         other => {
             return Err(WeirError::not_supported(format!(
                 "binary format for parameter {} of type OID {other} is not supported; send it as text",

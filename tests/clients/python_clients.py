@@ -554,6 +554,39 @@ def check_sqlalchemy_enum():
     ok("sqlalchemy Enum: CREATE TYPE, label order, get_enums, bad label refused (psycopg 3 and 2)")
 
 
+def check_psycopg_enum():
+    # psycopg 3's enum adapter: EnumInfo.fetch reads pg_type/pg_enum; values go both ways
+    # in text and in binary (an enum's binary form is its label's text)
+    import enum
+
+    import psycopg
+    from psycopg.types.enum import EnumInfo, register_enum
+
+    with psycopg.connect(f"host=127.0.0.1 port={PORT} user=weir dbname=weir", autocommit=True) as c:
+        c.execute("CREATE TYPE pg3_mood AS ENUM ('sad', 'ok', 'happy')")
+        c.execute("CREATE TABLE pg3_people (id int PRIMARY KEY, m pg3_mood)")
+        info = EnumInfo.fetch(c, "pg3_mood")
+        assert info is not None and info.labels == ["sad", "ok", "happy"], info
+
+        class Mood(enum.Enum):
+            sad = "sad"
+            ok = "ok"
+            happy = "happy"
+
+        register_enum(info, c, Mood)
+        for binary in [False, True]:
+            cur = c.cursor(binary=binary)
+            cur.execute("DELETE FROM pg3_people")
+            cur.execute("INSERT INTO pg3_people VALUES (%s, %s), (%s, %s)", (1, Mood.happy, 2, Mood.sad))
+            cur.execute("SELECT id, m FROM pg3_people ORDER BY m")
+            assert cur.fetchall() == [(2, Mood.sad), (1, Mood.happy)], binary
+            cur.execute("SELECT id FROM pg3_people WHERE m > %s", (Mood.sad,))
+            assert cur.fetchall() == [(1,)], binary
+        c.execute("DROP TABLE pg3_people")
+        c.execute("DROP TYPE pg3_mood")
+    ok("psycopg 3 enum adapter, text and binary")
+
+
 if WHAT == "all":
     setup()
     check_psycopg2()
@@ -561,5 +594,6 @@ if WHAT == "all":
     check_sqlalchemy()
     check_sqlalchemy_orm()
     check_sqlalchemy_enum()
+    check_psycopg_enum()
 else:
     check_sqlalchemy()
