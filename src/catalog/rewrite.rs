@@ -3096,6 +3096,11 @@ fn type_column_name(t: &ast::DataType) -> String {
         D::Interval { .. } => "interval".into(),
         D::JSONB => "jsonb".into(),
         D::Bytea => "bytea".into(),
+        // a type of the catalog's (an enum): its name as it resolves (the last part)
+        D::Custom(n, args) if args.is_empty() => {
+            let name = crate::catalog::user_types::user_type_name(n);
+            name.rsplit('.').next().unwrap_or(&name).to_owned()
+        }
         other => other.to_string().to_lowercase(),
     }
 }

@@ -57,7 +57,10 @@ impl EnumType {
     pub fn invalid_input(&self, text: &str) -> WeirError {
         WeirError::new(
             crate::error::sqlstate::INVALID_TEXT_REPRESENTATION,
-            format!("invalid input value for enum {}: \"{text}\"", self.name),
+            format!(
+                "invalid input value for enum {}: \"{text}\"",
+                crate::sql::pg_text::quote_ident(&self.name)
+            ),
         )
     }
 }
@@ -271,7 +274,7 @@ impl SqlType {
             SqlType::Bytea => "bytea".into(),
             SqlType::Jsonb => "jsonb".into(),
             SqlType::Uuid => "uuid".into(),
-            SqlType::Enum(e) => e.name.clone(),
+            SqlType::Enum(e) => crate::sql::pg_text::quote_ident(&e.name),
             SqlType::Oid => "oid".into(),
             SqlType::Name => "name".into(),
             SqlType::InternalChar => "\"char\"".into(),
