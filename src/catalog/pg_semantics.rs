@@ -599,6 +599,18 @@ fn as_enum_if_constant_text(e: Expr, other: &Option<crate::sql::types::EnumType>
     }
 }
 
+/// What a GROUP BY / DISTINCT of `e` groups by when arrow's equality of its values is not
+/// Postgres': an interval's normalised key (1 day = 24 hours), a jsonb's value (1 = 1.0).
+fn group_key(e: &Expr, schema: &DFSchema) -> Option<Expr> {
+    if is_interval(e, schema) {
+        Some(pg_udf(pg_functions::INTERVAL_KEY).call(vec![e.clone()]))
+    } else if is_jsonb(e, schema) {
+        Some(pg_udf(pg_functions::JSONB_SORT_KEY).call(vec![e.clone()]))
+    } else {
+        None
+    }
+}
+
 fn is_interval(e: &Expr, schema: &DFSchema) -> bool {
     matches!(e.get_type(schema), Ok(DataType::Interval(_)))
 }
@@ -618,7 +630,7 @@ fn interval_groups(plan: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
                 .schema()
                 .columns()
                 .into_iter()
-                .any(|c| is_interval(&Expr::Column(c), input.schema())) =>
+                .any(|c| group_key(&Expr::Column(c), input.schema()).is_some()) =>
         {
             let cols = column_exprs(&input);
             LogicalPlan::Aggregate(Aggregate::try_new(input, cols, vec![])?)
@@ -658,9 +670,13 @@ fn interval_groups(plan: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
             aggr.push(e.clone());
             continue;
         };
-        // min/max of an enum: by its labels' order
+        // min/max of an enum: by its labels' order; count(DISTINCT) of a jsonb by value
         let (arg, by): (Expr, Box<dyn Fn(Expr) -> Expr>) = match f.params.args.as_slice() {
             [x] if is_interval(x, &in_schema) => (x.clone(), Box::new(key)),
+            [x] if f.func.name() == "count" && f.params.distinct && is_jsonb(x, &in_schema) => (
+                x.clone(),
+                Box::new(|e| pg_udf(pg_functions::JSONB_SORT_KEY).call(vec![e])),
+            ),
             [x] if let Some(t) = enum_type(x, &in_schema) => {
                 (x.clone(), Box::new(move |e| enum_sort_key(e, &t)))
             }
@@ -670,9 +686,9 @@ fn interval_groups(plan: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
             }
         };
         let rewritten = match f.func.name() {
-            "count" if f.params.distinct && is_interval(&arg, &in_schema) => {
+            "count" if f.params.distinct && enum_type(&arg, &in_schema).is_none() => {
                 let mut f = f.clone();
-                f.params.args = vec![key(arg)];
+                f.params.args = vec![by(arg)];
                 Expr::AggregateFunction(f)
             }
             "min" | "max" if f.params.filter.is_none() => {
@@ -695,7 +711,7 @@ fn interval_groups(plan: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
     let interval_keys: Vec<usize> = match grouping_sets {
         true => vec![],
         false => (0..a.group_expr.len())
-            .filter(|&i| is_interval(&a.group_expr[i], &in_schema))
+            .filter(|&i| group_key(&a.group_expr[i], &in_schema).is_some())
             .collect(),
     };
     if interval_keys.is_empty() {
@@ -705,12 +721,24 @@ fn interval_groups(plan: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
         let out = Aggregate::try_new(a.input.clone(), a.group_expr.clone(), aggr)?;
         return Ok(Transformed::yes(LogicalPlan::Aggregate(out)));
     }
-    // group by the keys; each interval group's value comes back as the least of its group
+    // group by the keys; each group's value comes back as the least of its group (an
+    // interval as stored), or its first (a jsonb)
     let mut groups = a.group_expr.clone();
+    let mut jsonb_values = Vec::new();
     for (n, &i) in interval_keys.iter().enumerate() {
         let g = groups[i].clone();
-        groups[i] = key(g.clone()).alias(format!("__weir_interval_key_{n}"));
-        aggr.push(min(g).alias(format!("__weir_interval_value_{n}")));
+        if is_jsonb(&g, &in_schema) {
+            jsonb_values.push(n);
+        }
+        let k = group_key(&g, &in_schema).unwrap_or_else(|| key(g.clone()));
+        groups[i] = k.alias(format!("__weir_interval_key_{n}"));
+        // (a jsonb group shows its first value, as Postgres' does)
+        let value = if jsonb_values.contains(&n) {
+            first_value(g, vec![])
+        } else {
+            min(g)
+        };
+        aggr.push(value.alias(format!("__weir_interval_value_{n}")));
     }
     let n_aggr = a.aggr_expr.len();
     let inner = Aggregate::try_new(a.input.clone(), groups, aggr)?;
@@ -726,7 +754,18 @@ fn interval_groups(plan: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
         } else {
             i
         };
-        exprs.push(Expr::Column(inner_cols[from].clone()).alias_qualified(q.cloned(), f.name()));
+        let value = Expr::Column(inner_cols[from].clone());
+        // a jsonb group's value is typed jsonb again (min gave text)
+        let value = match interval_keys.iter().position(|&k| k == i && i < n_groups) {
+            Some(n) if jsonb_values.contains(&n) => {
+                Expr::Cast(datafusion::logical_expr::Cast::new_from_field(
+                    Box::new(value),
+                    Arc::new(SqlType::Jsonb.field("", true)),
+                ))
+            }
+            _ => value,
+        };
+        exprs.push(value.alias_qualified(q.cloned(), f.name()));
     }
     let projection = Projection::try_new(exprs, Arc::new(LogicalPlan::Aggregate(inner)))?;
     Ok(Transformed::yes(LogicalPlan::Projection(projection)))
