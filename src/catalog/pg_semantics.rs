@@ -1300,6 +1300,24 @@ fn type_of(e: &Expr, known: Option<DataType>, schema: &DFSchema) -> Option<DataT
 #[recursive::recursive]
 fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<DataType>)> {
     match e {
+        // `jsonb IN (SELECT ...)`: by value, as jsonb's = (1 = 1.0): both sides keyed
+        Expr::InSubquery(mut ins)
+            if is_jsonb(&ins.expr, schema)
+                && ins.subquery.subquery.schema().fields().len() == 1 =>
+        {
+            let (x, _, _) = rewrite_expr(*ins.expr, schema)?;
+            let key = |e: Expr| pg_udf(pg_functions::JSONB_SORT_KEY).call(vec![e]);
+            let plan = ins.subquery.subquery.clone();
+            let (q, f) = plan.schema().qualified_field(0);
+            let column = Expr::Column(datafusion::common::Column::new(q.cloned(), f.name()));
+            let keyed = datafusion::logical_expr::Projection::try_new(
+                vec![key(column).alias(f.name())],
+                plan,
+            )?;
+            ins.subquery.subquery = Arc::new(LogicalPlan::Projection(keyed));
+            ins.expr = Box::new(key(x));
+            Ok((Expr::InSubquery(ins), true, Some(DataType::Boolean)))
+        }
         Expr::BinaryExpr(BinaryExpr { left, op, right })
             if matches!(op, Operator::Plus | Operator::Minus | Operator::Multiply) =>
         {
