@@ -955,6 +955,20 @@ SELECT a, b IS NULL, c IS NULL FROM cp WHERE a >= 4 ORDER BY a;
 \copy cp from stdin with (format csv, force_null *)
 \copy cp to stdout with (format csv, header match)
 DROP TABLE cp;
+CREATE TABLE ct (t time, ts timestamp);
+\copy ct (t) from stdin
+24:00
+allballs
+12:30:01.5
+\.
+SELECT t FROM ct ORDER BY t;
+\copy ct (t) from stdin
+bad
+\.
+\copy ct (ts) from stdin
+bad
+\.
+DROP TABLE ct;
 "#;
     let file = tempfile::NamedTempFile::new().expect("temp file");
     std::fs::write(file.path(), script).expect("write the script");

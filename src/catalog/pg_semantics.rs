@@ -1611,6 +1611,12 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
                         Some(data_type),
                     ))
                 }
+                // a time as Postgres reads it (`allballs`, `24:00`)
+                (Some(DataType::Utf8), DataType::Time64(_)) => Ok((
+                    cast(pg_udf(pg_functions::TIME_IN).call(vec![x]), data_type.clone()),
+                    true,
+                    Some(data_type),
+                )),
                 // dates and timestamps as Postgres reads them (`sql::datetime_in`)
                 (Some(DataType::Utf8), t) if crate::sql::datetime_in::applies(t).is_some() => {
                     let f = if crate::sql::datetime_in::applies(t) == Some(true) {

@@ -582,7 +582,13 @@ fn cast_text(
     ty: &SqlType,
     target: &DataType,
 ) -> std::result::Result<ArrayRef, (usize, WeirError)> {
-    let bad = |row: usize, v: &str| (row, crate::error::invalid_input(&ty.display_name(), v));
+    // (Postgres' input functions name `time` and `timestamp` so, without "without time zone")
+    let input_name = match ty {
+        SqlType::Time => "time".to_owned(),
+        SqlType::Timestamp => "timestamp".to_owned(),
+        other => other.display_name(),
+    };
+    let bad = |row: usize, v: &str| (row, crate::error::invalid_input(&input_name, v));
     match ty {
         SqlType::Text | SqlType::Varchar(None) | SqlType::Name => {
             return cast_plain(&(Arc::new(text.clone()) as ArrayRef), target, text, &bad);
@@ -699,6 +705,10 @@ fn cast_text(
             )
             .map_err(|e| (0, WeirError::from(e)))?;
             return Ok(Arc::new(list));
+        }
+        SqlType::Time => {
+            return crate::sql::datetime_in::time_in(&(Arc::new(text.clone()) as ArrayRef))
+                .map_err(|row| bad(row, text.value(row)));
         }
         SqlType::Interval => {
             return crate::sql::interval_in::to_array(text)

@@ -9,7 +9,9 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, StringBuilder};
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, Int64Array, StringArray, StringBuilder,
+};
 use datafusion::arrow::buffer::BooleanBuffer;
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Int64Type};
@@ -449,6 +451,75 @@ fn from_widened(w: Int64Array, t: &DataType) -> datafusion::common::Result<Array
         DataType::Date32 => cast(&cast(&w, &DataType::Int32)?, &DataType::Date32)?,
         t => cast(&w, t)?,
     })
+}
+
+/// A day's end: `24:00`, `24:00:00`, `24:00:00.000` (Postgres' one time past 23:59:59.999999).
+fn is_day_end(t: &str) -> bool {
+    let t = t.trim();
+    let rest = match t.strip_prefix("24:00") {
+        Some(r) => r,
+        None => return false,
+    };
+    let rest = rest.strip_prefix(":00").unwrap_or(rest);
+    match rest.strip_prefix('.') {
+        Some(f) => f.bytes().all(|b| b == b'0'),
+        None => rest.is_empty(),
+    }
+}
+
+/// Text as `time` (microseconds since midnight), as Postgres reads it: what arrow reads, and
+/// `allballs` (midnight) and `24:00[:00]` (the day's end, 86400 s). Returns the row of the
+/// first text that is no time.
+pub fn time_in(text: &ArrayRef) -> std::result::Result<ArrayRef, usize> {
+    use datafusion::arrow::array::Time64MicrosecondArray;
+    use datafusion::arrow::datatypes::TimeUnit;
+    let Some(s) = text.as_string_opt::<i32>() else {
+        return Err(0);
+    };
+    let special = |v: &str| is_day_end(v) || v.trim().eq_ignore_ascii_case("allballs");
+    // the words read as midnight, a day's end patched in after the cast
+    let read: ArrayRef = if s.iter().flatten().any(special) {
+        Arc::new(
+            s.iter()
+                .map(|v| v.map(|v| if special(v) { "00:00:00" } else { v.trim() }))
+                .collect::<StringArray>(),
+        )
+    } else {
+        text.clone()
+    };
+    let strict = datafusion::arrow::compute::CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    let target = DataType::Time64(TimeUnit::Microsecond);
+    let parsed = match datafusion::arrow::compute::cast_with_options(&read, &target, &strict) {
+        Ok(p) => p,
+        // which row: the first arrow does not read
+        Err(_) => {
+            let lenient = cast(&read, &target).map_err(|_| 0usize)?;
+            let row = (0..read.len())
+                .find(|&i| read.is_valid(i) && lenient.is_null(i))
+                .unwrap_or(0);
+            return Err(row);
+        }
+    };
+    if !s.iter().flatten().any(is_day_end) {
+        return Ok(parsed);
+    }
+    let parsed = parsed
+        .as_any()
+        .downcast_ref::<Time64MicrosecondArray>()
+        .ok_or(0usize)?;
+    Ok(Arc::new(
+        parsed
+            .iter()
+            .zip(s.iter())
+            .map(|(p, v)| match v {
+                Some(v) if is_day_end(v) => Some(86_400_000_000),
+                _ => p,
+            })
+            .collect::<Time64MicrosecondArray>(),
+    ))
 }
 
 /// Whether text cast to `t` goes through [`normalize`], and whether it keeps the zone.

@@ -230,6 +230,8 @@ pub const INTERVAL_IN: &str = "weir_interval_in";
 pub const BITWISE_NOT: &str = "weir_bitwise_not";
 /// Text as `uuid` input: checked and canonical (`sql::uuid::canonical`).
 pub const UUID_IN: &str = "weir_uuid_in";
+/// Text as `time`, as Postgres reads it (`sql::datetime_in::time_in`: `allballs`, `24:00`).
+pub const TIME_IN: &str = "weir_time_in";
 /// `weir_enum_in(text, type)`: text as a value of an enum type (`type` is the type's
 /// JSON, `sql::types::ENUM_KEY`): each value checked to be one of its labels (22P02).
 pub const ENUM_IN: &str = "weir_enum_in";
@@ -724,6 +726,21 @@ fn definitions() -> Vec<PgFunction> {
                 Ok(Arc::new(out.finish()))
             }),
         },
+        immutable(
+            TIME_IN,
+            TypeSignature::Any(1),
+            |_| DataType::Time64(datafusion::arrow::datatypes::TimeUnit::Microsecond),
+            |args, _| {
+                let text: ArrayRef = Arc::new(strings(&args[0])?);
+                crate::sql::datetime_in::time_in(&text).map_err(|row| {
+                    let s = text.as_string::<i32>();
+                    DataFusionError::External(Box::new(crate::error::invalid_input(
+                        "time",
+                        if s.is_valid(row) { s.value(row) } else { "" },
+                    )))
+                })
+            },
+        ),
         immutable(
             ENUM_IN,
             TypeSignature::Any(2),
