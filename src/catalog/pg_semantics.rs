@@ -533,6 +533,21 @@ fn text_input_function(field: &Field) -> Option<&'static str> {
     }
 }
 
+/// `code = 'ab '` with `code character(n)`: a quoted constant beside a `bpchar` is one, whose
+/// trailing blanks mean nothing (the column stores its values without them).
+fn as_bpchar_if_constant_text(e: Expr, other_is_bpchar: bool) -> (Expr, bool) {
+    match e {
+        Expr::Literal(ScalarValue::Utf8(Some(s)), m) if other_is_bpchar && s.ends_with(' ') => (
+            Expr::Literal(
+                ScalarValue::Utf8(Some(s.trim_end_matches(' ').to_owned())),
+                m,
+            ),
+            true,
+        ),
+        e => (e, false),
+    }
+}
+
 /// `uuid_column = 'A0EEBC99-...'`: a text constant meeting a `uuid` is read as one
 /// (Postgres types the literal by the other side), so it compares canonical to canonical.
 fn as_uuid_if_constant_text(e: Expr, other_is_uuid: bool) -> (Expr, bool) {
@@ -1399,6 +1414,11 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
             let (l, l_read) = as_uuid_if_constant_text(l, r_uuid);
             let (r, r_read) = as_uuid_if_constant_text(r, l_uuid);
             let (lc, rc) = (lc || l_read, rc || r_read);
+            let is_bpchar = |e: &Expr| matches!(declared_type(e, schema), Some(SqlType::Bpchar(_)));
+            let (l_bp, r_bp) = (is_bpchar(&l), is_bpchar(&r));
+            let (l, l_read) = as_bpchar_if_constant_text(l, r_bp);
+            let (r, r_read) = as_bpchar_if_constant_text(r, l_bp);
+            let (lc, rc) = (lc || l_read, rc || r_read);
             // enums: text constants read as the enum; order by the labels' order
             let (l_enum, r_enum) = (enum_type(&l, schema), enum_type(&r, schema));
             if l_enum.is_some() || r_enum.is_some() {
@@ -1701,13 +1721,15 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
             // `uuid_column IN ('A0EEBC99-...', ...)`: the constants read as uuids
             let (x, mut changed, _) = rewrite_expr(*il.expr, schema)?;
             let uuid = declared_type(&x, schema) == Some(SqlType::Uuid);
+            let bpchar = matches!(declared_type(&x, schema), Some(SqlType::Bpchar(_)));
             let an_enum = enum_type(&x, schema);
             let mut list = Vec::with_capacity(il.list.len());
             for item in il.list {
                 let (item, c, _) = rewrite_expr(item, schema)?;
                 let (item, read) = as_uuid_if_constant_text(item, uuid);
                 let (item, enum_read) = as_enum_if_constant_text(item, &an_enum);
-                let read = read || enum_read;
+                let (item, bpchar_read) = as_bpchar_if_constant_text(item, bpchar);
+                let read = read || enum_read || bpchar_read;
                 changed |= c || read;
                 list.push(item);
             }
