@@ -455,6 +455,102 @@ impl Engine {
                 }
                 Ok(Output::Command(verb.into()))
             }
+            // the store keeps indexes current and rows in key order itself: REINDEX and
+            // CLUSTER check what they name, as Postgres does, and have nothing to do
+            Statement::Reindex {
+                what,
+                name,
+                concurrently,
+            } => {
+                let in_block = |what: &str| {
+                    WeirError::new(
+                        sqlstate::ACTIVE_SQL_TRANSACTION,
+                        format!("{what} cannot run inside a transaction block"),
+                    )
+                };
+                if session.in_transaction && *concurrently {
+                    return Err(in_block("REINDEX CONCURRENTLY"));
+                }
+                let n = name.as_deref().unwrap_or_default();
+                let is_relation = |n: &str| {
+                    self.catalog.get(n).is_some_and(|e| {
+                        e.desc.kind.is_table() || e.desc.kind == RelationKind::MaterializedView
+                    })
+                };
+                match what.as_str() {
+                    "index" if self.catalog.index_by_name(n).is_some() => {}
+                    "index" if self.catalog.get(n).is_some() => {
+                        return Err(WeirError::new(
+                            sqlstate::WRONG_OBJECT_TYPE,
+                            format!("\"{n}\" is not an index"),
+                        ));
+                    }
+                    "table" if is_relation(n) => {}
+                    "table" if self.catalog.name_in_use(n) => {
+                        return Err(WeirError::new(
+                            sqlstate::WRONG_OBJECT_TYPE,
+                            format!("\"{n}\" is not a table or materialized view"),
+                        ));
+                    }
+                    "index" | "table" => return Err(WeirError::undefined_table(n)),
+                    kind => {
+                        if session.in_transaction {
+                            return Err(in_block(&format!("REINDEX {}", kind.to_uppercase())));
+                        }
+                        match (kind, name.as_deref()) {
+                            ("schema", Some("public" | "pg_catalog" | "information_schema")) => {}
+                            ("schema", other) => {
+                                return Err(WeirError::new(
+                                    sqlstate::INVALID_SCHEMA_NAME,
+                                    format!(
+                                        "schema \"{}\" does not exist",
+                                        other.unwrap_or_default()
+                                    ),
+                                ));
+                            }
+                            (_, None) => {}
+                            (_, Some(db)) if db == crate::catalog::DATABASE_NAME => {}
+                            (_, Some(_)) => {
+                                return Err(WeirError::not_supported(
+                                    "can only reindex the currently open database",
+                                ));
+                            }
+                        }
+                    }
+                }
+                Ok(Output::Command("REINDEX".into()))
+            }
+            Statement::Cluster { table, index } => {
+                let Some(t) = table else {
+                    if session.in_transaction {
+                        return Err(WeirError::new(
+                            sqlstate::ACTIVE_SQL_TRANSACTION,
+                            "CLUSTER cannot run inside a transaction block",
+                        ));
+                    }
+                    return Ok(Output::Command("CLUSTER".into()));
+                };
+                let entry = self
+                    .catalog
+                    .get(t)
+                    .ok_or_else(|| WeirError::undefined_table(t))?;
+                if !entry.desc.kind.is_table() && entry.desc.kind != RelationKind::MaterializedView
+                {
+                    return Err(WeirError::new(
+                        sqlstate::WRONG_OBJECT_TYPE,
+                        format!("\"{t}\" is not a table or materialized view"),
+                    ));
+                }
+                if let Some(i) = index
+                    && !entry.desc.all_indexes().iter().any(|x| &x.name == i)
+                {
+                    return Err(WeirError::new(
+                        sqlstate::UNDEFINED_OBJECT,
+                        format!("index \"{i}\" for table \"{t}\" does not exist"),
+                    ));
+                }
+                Ok(Output::Command("CLUSTER".into()))
+            }
             Statement::Refresh(name) => {
                 let entry = self
                     .catalog

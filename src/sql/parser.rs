@@ -96,6 +96,18 @@ pub enum Statement {
         vacuum: bool,
         tables: Vec<String>,
     },
+    /// `REINDEX [(options)] {INDEX | TABLE | SCHEMA | DATABASE | SYSTEM} [CONCURRENTLY] name`:
+    /// (what, its name, CONCURRENTLY).
+    Reindex {
+        what: String,
+        name: Option<String>,
+        concurrently: bool,
+    },
+    /// `CLUSTER [VERBOSE] [table [USING index]]`.
+    Cluster {
+        table: Option<String>,
+        index: Option<String>,
+    },
     /// `SET CONSTRAINTS { ALL | names } { DEFERRED | IMMEDIATE }` (None: ALL).
     SetConstraints {
         names: Option<Vec<String>>,
@@ -1898,6 +1910,55 @@ fn parse_one(p: &mut Parser) -> Result<Statement> {
         Keyword::VACUUM | Keyword::ANALYZE => {
             p.next_token();
             parse_maintenance(p, w.keyword == Keyword::VACUUM)
+        }
+        // `REINDEX` / `CLUSTER`: the store keeps its indexes and rows in key order itself
+        _ if w.quote_style.is_none() && w.value.eq_ignore_ascii_case("reindex") => {
+            p.next_token();
+            if p.consume_token(&Token::LParen) {
+                // (VERBOSE, TABLESPACE x, CONCURRENTLY): options, taken as given
+                while !p.consume_token(&Token::RParen) {
+                    if p.next_token().token == Token::EOF {
+                        return Err(WeirError::syntax("syntax error at end of input"));
+                    }
+                }
+            }
+            let what = match p.next_token().token {
+                Token::Word(w) => w.value.to_ascii_lowercase(),
+                other => {
+                    return Err(WeirError::syntax(format!(
+                        "syntax error at or near \"{other}\""
+                    )));
+                }
+            };
+            if !["index", "table", "schema", "database", "system"].contains(&what.as_str()) {
+                return Err(WeirError::syntax(format!(
+                    "syntax error at or near \"{what}\""
+                )));
+            }
+            let concurrently = p.parse_keyword(Keyword::CONCURRENTLY);
+            let name = match p.peek_token().token {
+                Token::EOF | Token::SemiColon => None,
+                _ => Some(relation_name(&p.parse_object_name(false)?)?),
+            };
+            Ok(Statement::Reindex {
+                what,
+                name,
+                concurrently,
+            })
+        }
+        _ if w.quote_style.is_none() && w.value.eq_ignore_ascii_case("cluster") => {
+            p.next_token();
+            let _ = p.parse_keyword(Keyword::VERBOSE);
+            let table = match p.peek_token().token {
+                Token::EOF | Token::SemiColon => None,
+                _ => Some(relation_name(&p.parse_object_name(false)?)?),
+            };
+            let index = if table.is_some() && p.parse_keyword(Keyword::USING) {
+                Some(relation_name(&p.parse_object_name(false)?)?)
+            } else {
+                None
+            };
+            Ok(Statement::Cluster { table, index })
         }
         _ if w.quote_style.is_none() && w.value.eq_ignore_ascii_case("analyse") => {
             p.next_token();
