@@ -566,15 +566,10 @@ fn as_uuid_if_constant_text(e: Expr, other_is_uuid: bool) -> (Expr, bool) {
 }
 
 /// The function whose value sorts `e` as Postgres orders its type, when arrow's order of
-/// its values differs.
+/// its values differs: the grouping key of an interval or a jsonb (which also orders them),
+/// an enum's label position.
 fn sort_key(e: &Expr, schema: &DFSchema) -> Option<Expr> {
-    if is_interval(e, schema) {
-        Some(pg_udf(pg_functions::INTERVAL_KEY).call(vec![e.clone()]))
-    } else if is_jsonb(e, schema) {
-        Some(pg_udf(pg_functions::JSONB_SORT_KEY).call(vec![e.clone()]))
-    } else {
-        enum_type(e, schema).map(|t| enum_sort_key(e.clone(), &t))
-    }
+    group_key(e, schema).or_else(|| enum_type(e, schema).map(|t| enum_sort_key(e.clone(), &t)))
 }
 
 /// The enum type of an expression (a column of one, a cast to one).
