@@ -625,11 +625,11 @@ fn is_interval(e: &Expr, schema: &DFSchema) -> bool {
     matches!(e.get_type(schema), Ok(DataType::Interval(_)))
 }
 
-/// Intervals group, deduplicate and order in aggregates as Postgres compares them (1 day =
-/// 24 hours, 1 month = 30 days): `GROUP BY` and `DISTINCT` on an interval group by its
-/// normalised key and show one of the group's values (the least as stored);
-/// `count(DISTINCT i)` counts keys; `min`/`max` of intervals pick by key; `ORDER BY` an
-/// interval sorts by key. The output
+/// Intervals, jsonb and enums group, deduplicate and order as Postgres compares them:
+/// `GROUP BY` and `DISTINCT` on an interval (1 day = 24 hours, 1 month = 30 days) or a jsonb
+/// (1 = 1.0) group by its key ([`group_key`]) and show one of the group's values (an
+/// interval's least as stored, a jsonb's first); `count(DISTINCT x)` counts keys; `min`/`max`
+/// of intervals and enums pick by key; `ORDER BY` sorts by [`sort_key`]. The output
 /// columns keep their names and order (a projection over the rewritten aggregate).
 fn interval_groups(plan: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
     use datafusion::functions_aggregate::expr_fn::{first_value, min};
