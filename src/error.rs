@@ -265,12 +265,19 @@ fn cast_message(m: &str) -> Option<WeirError> {
 /// out of range. Casts, COPY and literal INSERTs all say it so.
 pub fn invalid_input(pg: &str, value: &str) -> WeirError {
     let datetime = pg == "date" || pg.starts_with("time") || pg == "interval";
-    if datetime && pg != "interval" && datetime_field_out_of_range(value) {
-        return WeirError::new(
+    if datetime
+        && pg != "interval"
+        && let Some(date) = datetime_field_out_of_range(value)
+    {
+        let e = WeirError::new(
             sqlstate::DATETIME_FIELD_OVERFLOW,
             format!("date/time field value out of range: \"{value}\""),
-        )
-        .with_hint("Perhaps you need a different \"datestyle\" setting.");
+        );
+        // (Postgres hints at the date order only when a date's field is past its range)
+        return match date {
+            true => e.with_hint("Perhaps you need a different \"datestyle\" setting."),
+            false => e,
+        };
     }
     WeirError::new(
         if datetime {
@@ -283,8 +290,9 @@ pub fn invalid_input(pg: &str, value: &str) -> WeirError {
 }
 
 /// A date `Y-M-D` and / or a time `H:M[:S]` written well whose month, day, hour, minute or
-/// second is past its range (Postgres' 22008 rather than a syntax error).
-fn datetime_field_out_of_range(value: &str) -> bool {
+/// second is past its range (Postgres' 22008 rather than a syntax error): Some(true) when the
+/// month is (Postgres then hints at the date order), Some(false) for the other fields.
+fn datetime_field_out_of_range(value: &str) -> Option<bool> {
     let numbers = |part: &str, sep: char| -> Option<Vec<u32>> {
         part.split(sep)
             .map(|n| {
@@ -295,7 +303,7 @@ fn datetime_field_out_of_range(value: &str) -> bool {
             })
             .collect()
     };
-    let mut out_of_range = false;
+    let (mut date, mut time) = (false, false);
     for part in value.trim().split([' ', 'T']) {
         if let Some(d) = numbers(part, '-').filter(|d| d.len() == 3) {
             let (y, m, day) = (d[0] as i32, d[1], d[2]);
@@ -303,13 +311,23 @@ fn datetime_field_out_of_range(value: &str) -> bool {
                 .and_then(|f| f.checked_add_months(chrono::Months::new(1)))
                 .and_then(|n| n.pred_opt())
                 .map_or(31, |l| chrono::Datelike::day(&l));
-            out_of_range |= !(1..=12).contains(&m) || day == 0 || day > days;
+            // (a month past 12 is the one Postgres reads as a day/month mix-up and hints at)
+            date |= !(1..=12).contains(&m);
+            time |= day == 0 || day > days;
         } else if let Some(t) = numbers(part, ':').filter(|t| (2..=3).contains(&t.len())) {
             let second = t.get(2).copied().unwrap_or(0);
-            out_of_range |= t[0] > 24 || t[1] > 59 || second > 60;
+            // 24:00:00 is the one time in hour 24 (a day's end); past it is out of range
+            let past_day_end = t[0] == 24
+                && (t[1] > 0
+                    || second > 0
+                    || part.contains('.')
+                        && part
+                            .trim_end_matches('0')
+                            .ends_with(|c: char| c.is_ascii_digit() && c != '0'));
+            time |= t[0] > 24 || t[1] > 59 || second > 60 || past_day_end;
         }
     }
-    out_of_range
+    (date || time).then_some(date)
 }
 
 impl From<DataFusionError> for WeirError {

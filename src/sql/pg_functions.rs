@@ -2804,7 +2804,28 @@ fn timestamp_in(text: &ArrayRef, target: &DataType, keep_zone: bool) -> DfResult
         safe: false,
         ..Default::default()
     };
-    let parsed = datafusion::arrow::compute::cast_with_options(&normalized, target, &strict)?;
+    let parsed = match datafusion::arrow::compute::cast_with_options(&normalized, target, &strict)
+    {
+        Ok(p) => p,
+        // the text as written names the value (the normalized text is ours)
+        Err(e) => {
+            let lenient = cast(&normalized, target)?;
+            let Some(row) =
+                (0..text.len()).find(|&i| normalized.is_valid(i) && lenient.is_null(i))
+            else {
+                return Err(e.into());
+            };
+            let name = match target {
+                DataType::Date32 | DataType::Date64 => "date",
+                DataType::Timestamp(_, Some(_)) => "timestamp with time zone",
+                _ => "timestamp",
+            };
+            let written = text.as_string::<i32>();
+            return Err(DataFusionError::External(Box::new(
+                crate::error::invalid_input(name, written.value(row)),
+            )));
+        }
+    };
     Ok(crate::sql::datetime_in::with_infinities(
         text.as_ref(),
         parsed,
