@@ -2804,14 +2804,12 @@ fn timestamp_in(text: &ArrayRef, target: &DataType, keep_zone: bool) -> DfResult
         safe: false,
         ..Default::default()
     };
-    let parsed = match datafusion::arrow::compute::cast_with_options(&normalized, target, &strict)
-    {
+    let parsed = match datafusion::arrow::compute::cast_with_options(&normalized, target, &strict) {
         Ok(p) => p,
         // the text as written names the value (the normalized text is ours)
         Err(e) => {
             let lenient = cast(&normalized, target)?;
-            let Some(row) =
-                (0..text.len()).find(|&i| normalized.is_valid(i) && lenient.is_null(i))
+            let Some(row) = (0..text.len()).find(|&i| normalized.is_valid(i) && lenient.is_null(i))
             else {
                 return Err(e.into());
             };
