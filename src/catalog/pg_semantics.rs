@@ -1689,6 +1689,26 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
             });
             Ok((call, true, None))
         }
+        // `octet_length` of a character(n) counts its padding (Postgres' bpcharoctetlen);
+        // the value is stored without it
+        Expr::ScalarFunction(mut f)
+            if f.func.name() == "octet_length"
+                && f.args.len() == 1
+                && matches!(
+                    declared_type(&f.args[0], schema),
+                    Some(SqlType::Bpchar(Some(_)))
+                ) =>
+        {
+            let Some(SqlType::Bpchar(Some(n))) = declared_type(&f.args[0], schema) else {
+                return Ok((Expr::ScalarFunction(f), false, None));
+            };
+            let x = f.args.remove(0);
+            f.args = vec![datafusion::functions::unicode::expr_fn::rpad(vec![
+                x,
+                datafusion::logical_expr::lit(n as i64),
+            ])];
+            Ok((Expr::ScalarFunction(f), true, None))
+        }
         Expr::ScalarFunction(f) if f.func.name() == "array_element" && f.args.len() == 2 => {
             // Postgres arrays have no negative subscripts: `a[-1]` is NULL, not the last
             let mut args = Vec::with_capacity(2);
