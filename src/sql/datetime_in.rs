@@ -37,6 +37,11 @@ pub fn normalize(s: &str, keep_zone: bool) -> Option<String> {
     if t.eq_ignore_ascii_case("epoch") {
         return Some("1970-01-01T00:00:00".into());
     }
+    // `allballs` is midnight (`2024-01-01 allballs`)
+    if let Some(at) = t.to_ascii_lowercase().find("allballs") {
+        let spelled = format!("{}00:00:00{}", &t[..at], &t[at + "allballs".len()..]);
+        return normalize(&spelled, keep_zone).or(Some(spelled));
+    }
     // the moving words, read when the text is (Postgres reads a literal of them once, when
     // the statement is parsed): the time now, midnight today, tomorrow, yesterday (UTC, the
     // session's zone)
