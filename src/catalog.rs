@@ -573,6 +573,25 @@ pub struct Catalog {
     user_types: user_types::UserTypes,
 }
 
+/// Every catalog object stored as JSON under `prefix` (relations `C`, functions `F`, types
+/// `Y`), in key order; `what` names them when one does not decode.
+pub(crate) fn load_json<T: serde::de::DeserializeOwned>(
+    store: &dyn Store,
+    prefix: &[u8],
+    what: &str,
+) -> Result<Vec<T>> {
+    let mut out = Vec::new();
+    store.scan_prefix(prefix, &mut |_, v| {
+        out.push(
+            serde_json::from_slice(v).map_err(|e| {
+                WeirError::internal(format!("a stored {what} does not decode: {e}"))
+            })?,
+        );
+        Ok(())
+    })?;
+    Ok(out)
+}
+
 pub(crate) fn catalog_key(oid: u32) -> Vec<u8> {
     let mut k = b"C".to_vec();
     k.extend_from_slice(&oid.to_be_bytes());
@@ -582,13 +601,7 @@ pub(crate) fn catalog_key(oid: u32) -> Vec<u8> {
 impl Catalog {
     /// Load the catalog and open every table.
     pub fn open(store: Arc<dyn Store>) -> Result<Catalog> {
-        let mut descs = Vec::new();
-        store.scan_prefix(b"C", &mut |_, v| {
-            let d: RelationDesc = serde_json::from_slice(v)
-                .map_err(|e| WeirError::internal(format!("corrupt catalog entry: {e}")))?;
-            descs.push(d);
-            Ok(())
-        })?;
+        let descs: Vec<RelationDesc> = load_json(store.as_ref(), b"C", "catalog entry")?;
         let roles = roles::Roles::load(store.as_ref())?;
         let sql_functions = sql_functions::SqlFunctions::load(store.as_ref())?;
         let user_types = user_types::UserTypes::load(store.as_ref())?;

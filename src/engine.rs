@@ -584,28 +584,15 @@ impl Engine {
             }
             Statement::BulkInsert(scan) => self.bulk_insert(session, scan).await,
             Statement::CreateTable(ct) => {
-                let expanded;
-                let ct = match &ct.like {
-                    Some(like) => {
-                        expanded = self.expand_like(ct, like)?;
-                        &expanded
-                    }
-                    None => ct.as_ref(),
+                // LIKE's columns written out, and the types only the catalog knows (enums)
+                let mut ct = match &ct.like {
+                    Some(like) => self.expand_like(ct, like)?,
+                    None => ct.as_ref().clone(),
                 };
-                let resolved;
-                let ct = if ct.columns.iter().any(|c| match &c.ty {
-                    SqlType::Array(e) => matches!(e.as_ref(), SqlType::Enum(e) if e.oid == 0),
-                    t => matches!(t, SqlType::Enum(e) if e.oid == 0),
-                }) {
-                    let mut c = ct.clone();
-                    for col in &mut c.columns {
-                        self.catalog.resolve_sql_type(&mut col.ty)?;
-                    }
-                    resolved = c;
-                    &resolved
-                } else {
-                    ct
-                };
+                for col in &mut ct.columns {
+                    self.catalog.resolve_sql_type(&mut col.ty)?;
+                }
+                let ct = &ct;
                 if !ct.checks.is_empty() {
                     self.check_table_checks(&session.ctx, ct)?;
                 }
@@ -666,19 +653,7 @@ impl Engine {
                     .await
             }
             Statement::Drop(d) if d.kind == crate::sql::parser::DropKind::Type => {
-                if d.cascade {
-                    for n in &d.names {
-                        if let Some(t) = self.catalog.enum_type(n)
-                            && let Some((rel, col)) = self.catalog.enum_type_users(t.oid).first()
-                        {
-                            return Err(WeirError::not_supported(format!(
-                                "DROP TYPE {n} CASCADE would drop column {col} of {rel}: dropping columns with their type is not supported"
-                            ))
-                            .with_hint("Drop the columns (or the relations) that use the type first."));
-                        }
-                    }
-                }
-                self.drop_types(session, &d.names, d.if_exists, notices.as_ref())
+                self.drop_types(session, &d.names, d.if_exists, d.cascade, notices.as_ref())
             }
             Statement::CreateEnumType { name, labels } => {
                 self.create_enum_type(session, name, labels)

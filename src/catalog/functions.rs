@@ -653,7 +653,7 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
                         .unwrap_or(-1);
                     Some(
                         format_type(t.value(i), typmod)
-                            .or_else(|| types.user_type_name(t.value(i)))
+                            .or_else(|| types.user_type_shown(t.value(i)))
                             .unwrap_or_else(|| "???".to_owned()),
                     )
                 })
@@ -821,7 +821,7 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
             ctx,
             "weir_regtype",
             Arc::new(move |s: &str| type_oid_of_name(s).or_else(|| c1.user_type_oid(s))),
-            Arc::new(move |o| format_type(o, -1).or_else(|| c2.user_type_name(o))),
+            Arc::new(move |o| format_type(o, -1).or_else(|| c2.user_type_shown(o))),
         );
     }
     reg_cast(

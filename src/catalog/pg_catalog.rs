@@ -892,7 +892,8 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 }
             }
             for t in catalog.enum_types() {
-                let mut row = type_row(t.oid, &t.name, 4, "e", "E", 0, 0, t.array_oid());
+                let len = t.sql_type().typlen();
+                let mut row = type_row(t.oid, &t.name, len, "e", "E", 0, 0, t.array_oid());
                 row[2] = PUBLIC_NAMESPACE_OID.into();
                 row[3] = t.owner.into();
                 rows.push(row);

@@ -533,38 +533,6 @@ fn text_input_function(field: &Field) -> Option<&'static str> {
     }
 }
 
-/// `code = 'ab '` with `code character(n)`: a quoted constant beside a `bpchar` is one, whose
-/// trailing blanks mean nothing (the column stores its values without them).
-fn as_bpchar_if_constant_text(e: Expr, other_is_bpchar: bool) -> (Expr, bool) {
-    match e {
-        Expr::Literal(ScalarValue::Utf8(Some(s)), m) if other_is_bpchar && s.ends_with(' ') => (
-            Expr::Literal(
-                ScalarValue::Utf8(Some(s.trim_end_matches(' ').to_owned())),
-                m,
-            ),
-            true,
-        ),
-        e => (e, false),
-    }
-}
-
-/// `uuid_column = 'A0EEBC99-...'`: a text constant meeting a `uuid` is read as one
-/// (Postgres types the literal by the other side), so it compares canonical to canonical.
-fn as_uuid_if_constant_text(e: Expr, other_is_uuid: bool) -> (Expr, bool) {
-    let constant_text = matches!(&e, Expr::Literal(ScalarValue::Utf8(Some(_)), _));
-    if other_is_uuid && constant_text {
-        (
-            Expr::Cast(datafusion::logical_expr::Cast::new_from_field(
-                Box::new(pg_udf(pg_functions::UUID_IN).call(vec![e])),
-                Arc::new(crate::sql::types::SqlType::Uuid.field("", true)),
-            )),
-            true,
-        )
-    } else {
-        (e, false)
-    }
-}
-
 /// The function whose value sorts `e` as Postgres orders its type, when arrow's order of
 /// its values differs: the grouping key of an interval or a jsonb (which also orders them),
 /// an enum's label position.
@@ -598,13 +566,31 @@ fn enum_in(e: Expr, t: &crate::sql::types::EnumType) -> Expr {
     ))
 }
 
-/// A text constant beside an enum is read as one (Postgres types the literal by the other
-/// side): `mood = 'nope'` is 22P02, as there.
-fn as_enum_if_constant_text(e: Expr, other: &Option<crate::sql::types::EnumType>) -> (Expr, bool) {
+/// A quoted constant beside a value of a text-stored type is read as that type, as Postgres
+/// types an untyped literal by the other side: beside a `uuid` it is checked and canonical
+/// (`uuid_column = 'A0EEBC99-...'`), beside an enum checked against the labels (`m = 'nope'`
+/// is 22P02), beside a `character(n)` its trailing blanks go (`code = 'ab '`). Returns the
+/// expression and whether it changed.
+fn read_constant_beside(e: Expr, other: Option<&SqlType>) -> (Expr, bool) {
+    let Expr::Literal(ScalarValue::Utf8(Some(text)), meta) = &e else {
+        return (e, false);
+    };
     match other {
-        Some(t) if matches!(&e, Expr::Literal(ScalarValue::Utf8(Some(_)), _)) => {
-            (enum_in(e, t), true)
-        }
+        Some(SqlType::Uuid) => (
+            Expr::Cast(datafusion::logical_expr::Cast::new_from_field(
+                Box::new(pg_udf(pg_functions::UUID_IN).call(vec![e])),
+                Arc::new(SqlType::Uuid.field("", true)),
+            )),
+            true,
+        ),
+        Some(SqlType::Enum(t)) => (enum_in(e, t), true),
+        Some(SqlType::Bpchar(_)) if text.ends_with(' ') => (
+            Expr::Literal(
+                ScalarValue::Utf8(Some(text.trim_end_matches(' ').to_owned())),
+                meta.clone(),
+            ),
+            true,
+        ),
         _ => (e, false),
     }
 }
@@ -1404,38 +1390,25 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
                     Some(DataType::Boolean),
                 ));
             }
-            let is_uuid = |e: &Expr| declared_type(e, schema) == Some(SqlType::Uuid);
-            let (l_uuid, r_uuid) = (is_uuid(&l), is_uuid(&r));
-            let (l, l_read) = as_uuid_if_constant_text(l, r_uuid);
-            let (r, r_read) = as_uuid_if_constant_text(r, l_uuid);
+            // quoted constants read as the other side's type; enums order by their labels
+            let (l_type, r_type) = (declared_type(&l, schema), declared_type(&r, schema));
+            let (l, l_read) = read_constant_beside(l, r_type.as_ref());
+            let (r, r_read) = read_constant_beside(r, l_type.as_ref());
             let (lc, rc) = (lc || l_read, rc || r_read);
-            let is_bpchar = |e: &Expr| matches!(declared_type(e, schema), Some(SqlType::Bpchar(_)));
-            let (l_bp, r_bp) = (is_bpchar(&l), is_bpchar(&r));
-            let (l, l_read) = as_bpchar_if_constant_text(l, r_bp);
-            let (r, r_read) = as_bpchar_if_constant_text(r, l_bp);
-            let (lc, rc) = (lc || l_read, rc || r_read);
-            // enums: text constants read as the enum; order by the labels' order
-            let (l_enum, r_enum) = (enum_type(&l, schema), enum_type(&r, schema));
-            if l_enum.is_some() || r_enum.is_some() {
-                let (l, l_read) = as_enum_if_constant_text(l, &r_enum);
-                let (r, r_read) = as_enum_if_constant_text(r, &l_enum);
-                let ordering = matches!(
-                    op,
-                    Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq
-                );
-                if let Some(t) = l_enum.clone().or(r_enum.clone())
-                    && ordering
-                {
-                    let key = |e: Expr| enum_sort_key(e, &t);
-                    return Ok((
-                        Expr::BinaryExpr(BinaryExpr::new(Box::new(key(l)), op, Box::new(key(r)))),
-                        true,
-                        Some(DataType::Boolean),
-                    ));
-                }
+            let an_enum = [&l_type, &r_type].into_iter().find_map(|t| match t {
+                Some(SqlType::Enum(t)) => Some(t.clone()),
+                _ => None,
+            });
+            if let Some(t) = an_enum {
+                let (l, r) = match op {
+                    Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq => {
+                        (enum_sort_key(l, &t), enum_sort_key(r, &t))
+                    }
+                    _ => (l, r),
+                };
                 return Ok((
                     Expr::BinaryExpr(BinaryExpr::new(Box::new(l), op, Box::new(r))),
-                    lc || rc || l_read || r_read,
+                    true,
                     Some(DataType::Boolean),
                 ));
             }
@@ -1733,18 +1706,13 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
             Ok((guarded, true, None))
         }
         Expr::InList(il) => {
-            // `uuid_column IN ('A0EEBC99-...', ...)`: the constants read as uuids
+            // `uuid_column IN ('A0EEBC99-...', ...)`: the constants read as the column's type
             let (x, mut changed, _) = rewrite_expr(*il.expr, schema)?;
-            let uuid = declared_type(&x, schema) == Some(SqlType::Uuid);
-            let bpchar = matches!(declared_type(&x, schema), Some(SqlType::Bpchar(_)));
-            let an_enum = enum_type(&x, schema);
+            let x_type = declared_type(&x, schema);
             let mut list = Vec::with_capacity(il.list.len());
             for item in il.list {
                 let (item, c, _) = rewrite_expr(item, schema)?;
-                let (item, read) = as_uuid_if_constant_text(item, uuid);
-                let (item, enum_read) = as_enum_if_constant_text(item, &an_enum);
-                let (item, bpchar_read) = as_bpchar_if_constant_text(item, bpchar);
-                let read = read || enum_read || bpchar_read;
+                let (item, read) = read_constant_beside(item, x_type.as_ref());
                 changed |= c || read;
                 list.push(item);
             }

@@ -36,14 +36,10 @@ pub struct SqlFunctions {
 
 impl SqlFunctions {
     pub fn load(store: &dyn Store) -> Result<SqlFunctions> {
-        let mut by_name = BTreeMap::new();
-        store.scan_prefix(b"F", &mut |_, v| {
-            let f: SqlFunction = serde_json::from_slice(v).map_err(|e| {
-                WeirError::internal(format!("a stored function does not decode: {e}"))
-            })?;
-            by_name.insert(f.name.clone(), f);
-            Ok(())
-        })?;
+        let by_name = crate::catalog::load_json::<SqlFunction>(store, b"F", "function")?
+            .into_iter()
+            .map(|f| (f.name.clone(), f))
+            .collect();
         Ok(SqlFunctions {
             by_name: parking_lot::RwLock::new(by_name),
         })

@@ -96,13 +96,10 @@ pub struct UserTypes {
 
 impl UserTypes {
     pub fn load(store: &dyn Store) -> Result<UserTypes> {
-        let mut by_name = BTreeMap::new();
-        store.scan_prefix(b"Y", &mut |_, v| {
-            let t: TypeDesc = serde_json::from_slice(v)
-                .map_err(|e| WeirError::internal(format!("a stored type does not decode: {e}")))?;
-            by_name.insert(t.name.clone(), t);
-            Ok(())
-        })?;
+        let by_name = crate::catalog::load_json::<TypeDesc>(store, b"Y", "type")?
+            .into_iter()
+            .map(|t| (t.name.clone(), t))
+            .collect();
         Ok(UserTypes {
             by_name: parking_lot::RwLock::new(by_name),
         })
@@ -139,7 +136,7 @@ impl Catalog {
     }
 
     /// `format_type` / `::regtype` of a user type's OID (or its array type's).
-    pub fn user_type_name(&self, oid: u32) -> Option<String> {
+    pub fn user_type_shown(&self, oid: u32) -> Option<String> {
         self.user_types.by_name.read().values().find_map(|t| {
             if t.oid == oid {
                 Some(crate::sql::pg_text::quote_ident(&t.name))

@@ -85,18 +85,7 @@ impl Engine {
                         "invalid storage type \"{value}\""
                     )));
                 }
-                let fixed_length = !matches!(
-                    col.ty,
-                    SqlType::Text
-                        | SqlType::Varchar(_)
-                        | SqlType::Bpchar(_)
-                        | SqlType::Numeric(_)
-                        | SqlType::Bytea
-                        | SqlType::Jsonb
-                        | SqlType::Array(_)
-                        | SqlType::Vector(_)
-                );
-                if fixed_length && !matches!(value, "plain" | "default") {
+                if col.ty.typlen() > 0 && !matches!(value, "plain" | "default") {
                     return Err(WeirError::not_supported(format!(
                         "column data type {} can only have storage PLAIN",
                         col.ty.display_name()

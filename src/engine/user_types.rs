@@ -160,9 +160,19 @@ impl Engine {
         session: &Session,
         names: &[String],
         if_exists: bool,
+        cascade: bool,
         notices: Notices<'_>,
     ) -> Result<Output> {
         for name in names {
+            if cascade
+                && let Some(t) = self.catalog.enum_type(name)
+                && let Some((rel, col)) = self.catalog.enum_type_users(t.oid).first()
+            {
+                return Err(WeirError::not_supported(format!(
+                    "DROP TYPE {name} CASCADE would drop column {col} of {rel}: dropping columns with their type is not supported"
+                ))
+                .with_hint("Drop the columns (or the relations) that use the type first."));
+            }
             if self.catalog.enum_type(name).is_none() && if_exists {
                 if let Some(n) = notices {
                     let _ = n.send(format!("type \"{name}\" does not exist, skipping"));

@@ -249,7 +249,7 @@ pub fn scanned_rows(
                         Some(t) => match adapt(t.to_owned(), ty) {
                             Some(a) => out.push(Some(a)),
                             None => {
-                                return Err(crate::error::invalid_input(&ty.display_name(), t));
+                                return Err(crate::error::invalid_input(&ty.input_name(), t));
                             }
                         },
                     }

@@ -582,12 +582,7 @@ fn cast_text(
     ty: &SqlType,
     target: &DataType,
 ) -> std::result::Result<ArrayRef, (usize, WeirError)> {
-    // (Postgres' input functions name `time` and `timestamp` so, without "without time zone")
-    let input_name = match ty {
-        SqlType::Time => "time".to_owned(),
-        SqlType::Timestamp => "timestamp".to_owned(),
-        other => other.display_name(),
-    };
+    let input_name = ty.input_name();
     let bad = |row: usize, v: &str| (row, crate::error::invalid_input(&input_name, v));
     match ty {
         SqlType::Text | SqlType::Varchar(None) | SqlType::Name => {

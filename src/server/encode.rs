@@ -58,22 +58,6 @@ pub fn pg_wire_type(t: &SqlType) -> Type {
     })
 }
 
-fn type_size(t: &SqlType) -> i16 {
-    match t {
-        SqlType::Bool | SqlType::InternalChar => 1,
-        SqlType::Int2 => 2,
-        SqlType::Int4 | SqlType::Float4 | SqlType::Date | SqlType::Oid => 4,
-        SqlType::Int8
-        | SqlType::Float8
-        | SqlType::Timestamp
-        | SqlType::TimestampTz
-        | SqlType::Time => 8,
-        SqlType::Interval | SqlType::Uuid => 16,
-        SqlType::Name => 64,
-        _ => -1,
-    }
-}
-
 /// Row description fields for a schema, with the formats a client asked for.
 pub fn field_infos(schema: &Schema, format_for: impl Fn(usize) -> FieldFormat) -> Vec<FieldInfo> {
     schema
@@ -93,7 +77,7 @@ pub fn field_infos(schema: &Schema, format_for: impl Fn(usize) -> FieldFormat) -
                 format_for(i),
             )
             .with_type_modifier(t.typmod())
-            .with_type_size(type_size(&t))
+            .with_type_size(t.typlen())
         })
         .collect()
 }

@@ -748,11 +748,8 @@ fn definitions() -> Vec<PgFunction> {
             |args, _| {
                 let t = enum_type_arg(&args[1])?;
                 let s = strings(&args[0])?;
-                for v in s.iter().flatten() {
-                    if !t.labels.iter().any(|l| l == v) {
-                        return Err(DataFusionError::External(Box::new(t.invalid_input(v))));
-                    }
-                }
+                t.check(s.iter())
+                    .map_err(|e| DataFusionError::External(Box::new(e)))?;
                 Ok(Arc::new(s) as ArrayRef)
             },
         ),
@@ -2813,14 +2810,12 @@ fn timestamp_in(text: &ArrayRef, target: &DataType, keep_zone: bool) -> DfResult
             else {
                 return Err(e.into());
             };
-            let name = match target {
-                DataType::Date32 | DataType::Date64 => "date",
-                DataType::Timestamp(_, Some(_)) => "timestamp with time zone",
-                _ => "timestamp",
-            };
+            let name = crate::sql::types::SqlType::from_arrow(target)
+                .map(|t| t.input_name())
+                .unwrap_or_else(|| "timestamp".into());
             let written = text.as_string::<i32>();
             return Err(DataFusionError::External(Box::new(
-                crate::error::invalid_input(name, written.value(row)),
+                crate::error::invalid_input(&name, written.value(row)),
             )));
         }
     };

@@ -53,6 +53,17 @@ impl EnumType {
         }
     }
 
+    /// Every text is one of the labels (Postgres' `enum_in`), else 22P02 for the first that
+    /// is not: what a table checks on write and a cast to the type checks.
+    pub fn check<'a>(&self, texts: impl IntoIterator<Item = Option<&'a str>>) -> Result<()> {
+        let labels: std::collections::HashSet<&str> =
+            self.labels.iter().map(String::as_str).collect();
+        match texts.into_iter().flatten().find(|v| !labels.contains(v)) {
+            Some(v) => Err(self.invalid_input(v)),
+            None => Ok(()),
+        }
+    }
+
     /// Postgres' 22P02 for a text that is not one of the labels.
     pub fn invalid_input(&self, text: &str) -> WeirError {
         WeirError::new(
@@ -241,6 +252,23 @@ impl SqlType {
         }
     }
 
+    /// `pg_type.typlen`: the bytes of a fixed-length type, -1 for a variable-length one.
+    pub fn typlen(&self) -> i16 {
+        match self {
+            SqlType::Bool | SqlType::InternalChar => 1,
+            SqlType::Int2 => 2,
+            SqlType::Int4 | SqlType::Float4 | SqlType::Date | SqlType::Oid | SqlType::Enum(_) => 4,
+            SqlType::Int8
+            | SqlType::Float8
+            | SqlType::Timestamp
+            | SqlType::TimestampTz
+            | SqlType::Time => 8,
+            SqlType::Interval | SqlType::Uuid => 16,
+            SqlType::Name => 64,
+            _ => -1,
+        }
+    }
+
     /// `pg_attribute.atttypmod`: -1, or the declared length/precision packed as Postgres does.
     pub fn typmod(&self) -> i32 {
         match self {
@@ -281,6 +309,16 @@ impl SqlType {
             SqlType::Array(e) => format!("{}[]", e.display_name()),
             SqlType::Vector(e) if **e == SqlType::Oid => "oidvector".into(),
             SqlType::Vector(_) => "int2vector".into(),
+        }
+    }
+
+    /// The name Postgres' input function gives the type in its errors (`invalid input syntax
+    /// for type time: ...`): `time` and `timestamp` without "without time zone".
+    pub fn input_name(&self) -> String {
+        match self {
+            SqlType::Time => "time".into(),
+            SqlType::Timestamp => "timestamp".into(),
+            other => other.display_name(),
         }
     }
 

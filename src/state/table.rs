@@ -1751,10 +1751,16 @@ impl TableStore {
     /// it is stored.
     fn check_constraints(&self, batch: RecordBatch) -> Result<RecordBatch> {
         let mut batch = crate::sql::pg_functions::canonical_nans(batch)?;
-        let column_types = self.column_types.read().clone();
+        let column_types = self.column_types.read();
         for (i, t) in column_types.iter().enumerate() {
             if let SqlType::Enum(e) = t {
-                check_enum_labels(e, batch.column(i))?;
+                let Some(col) = batch.column(i).as_any().downcast_ref::<StringArray>() else {
+                    return Err(WeirError::internal(format!(
+                        "a value of enum {} is not text",
+                        e.name
+                    )));
+                };
+                e.check(col.iter())?;
                 continue;
             }
             let canonical: fn(&str) -> Result<String> = match t {
@@ -2055,23 +2061,6 @@ impl Iterator for TableBatches {
 /// 23502 for the first row whose value in a NOT NULL column of `schema` is NULL, with
 /// Postgres' detail (the whole row). The store checks every write so; the engine calls it
 /// before a table's CHECK constraints, as Postgres checks NOT NULL first.
-/// Every value of an enum column is one of its type's labels (Postgres' `enum_in`).
-fn check_enum_labels(t: &crate::sql::types::EnumType, col: &ArrayRef) -> Result<()> {
-    let Some(col) = col.as_any().downcast_ref::<StringArray>() else {
-        return Err(WeirError::internal(format!(
-            "a value of enum {} is not text",
-            t.name
-        )));
-    };
-    let labels: HashSet<&str> = t.labels.iter().map(String::as_str).collect();
-    for v in col.iter().flatten() {
-        if !labels.contains(v) {
-            return Err(t.invalid_input(v));
-        }
-    }
-    Ok(())
-}
-
 pub fn check_not_null(
     table: &str,
     schema: &datafusion::arrow::datatypes::Schema,
