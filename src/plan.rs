@@ -2,6 +2,7 @@
 //! module lowers what is Weir-specific (DML onto the table store now; dataflow graphs for
 //! materialized views later).
 
+pub mod apply;
 pub mod asof;
 pub mod dml;
 pub mod insert_values;

@@ -76,6 +76,9 @@ pub fn session_context(
         opts.sql_parser.parse_float_as_decimal = true;
         opts.sql_parser.map_string_types_to_utf8view = false;
         opts.sql_parser.enable_ident_normalization = true;
+        // a rule that fails (DataFusion's LATERAL decorrelation does on some filters) leaves
+        // the plan as it was: what it could not rewrite runs per row (`plan::apply`)
+        opts.optimizer.skip_failed_rules = true;
         opts.execution.time_zone = Some(crate::sql::types::SESSION_ZONE.to_owned());
     }
     use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
@@ -111,6 +114,8 @@ pub fn session_context(
             catalog: catalog.clone(),
         }))
         .with_analyzer_rule(Arc::new(crate::catalog::pg_semantics::PgSemantics))
+        .with_analyzer_rule(Arc::new(crate::plan::apply::SubqueryApply))
+        .with_optimizer_rules(crate::plan::apply::optimizer_rules())
         .with_query_planner(Arc::new(crate::plan::match_recognize::WeirQueryPlanner))
         .with_physical_optimizer_rule(Arc::new(index_join::IndexJoin))
         .build();

@@ -1348,7 +1348,8 @@ impl ExecutionPlan for MatchRecognizeExec {
     }
 }
 
-/// The query planner of sessions: DataFusion's, with the MATCH_RECOGNIZE node.
+/// The query planner of sessions: DataFusion's, with the MATCH_RECOGNIZE node and the
+/// correlated subqueries DataFusion leaves (`crate::plan::apply`).
 #[derive(Debug)]
 pub struct WeirQueryPlanner;
 
@@ -1362,7 +1363,12 @@ impl datafusion::execution::context::QueryPlanner for WeirQueryPlanner {
         let planner =
             datafusion::physical_planner::DefaultPhysicalPlanner::with_extension_planners(vec![
                 Arc::new(MatchRecognizePlanner),
+                Arc::new(crate::plan::apply::ApplyPlanner),
             ]);
+        if crate::plan::apply::needed(logical_plan) {
+            let plan = crate::plan::apply::rewrite(logical_plan.clone())?;
+            return planner.create_physical_plan(&plan, session_state).await;
+        }
         planner
             .create_physical_plan(logical_plan, session_state)
             .await

@@ -399,6 +399,10 @@ impl<'a> Lowering<'a> {
                         .downcast_ref::<crate::plan::match_recognize::MatchRecognizeNode>()
                     {
                         Some(m) => self.match_recognize(m),
+                        None if e.node.name() == "Apply" => Err(unsupported(
+                            "a correlated subquery that is not a join on equal columns \
+                             (one-shot queries run it per row)",
+                        )),
                         None => Err(unsupported(e.node.name())),
                     },
                 }
