@@ -1991,6 +1991,59 @@ fn rewrite_expr(expr: &mut Expr) {
             }
             *expr = e;
         }
+        // `x [NOT] [I]LIKE ANY (patterns)`: Postgres' three-valued ANY over the patterns
+        Expr::Like {
+            any: true,
+            escape_char: None,
+            ..
+        }
+        | Expr::ILike {
+            any: true,
+            escape_char: None,
+            ..
+        } => {
+            let ilike = matches!(expr, Expr::ILike { .. });
+            let (Expr::Like {
+                negated,
+                expr: x,
+                pattern,
+                ..
+            }
+            | Expr::ILike {
+                negated,
+                expr: x,
+                pattern,
+                ..
+            }) = expr
+            else {
+                return;
+            };
+            let op = match (ilike, *negated) {
+                (false, false) => "~~",
+                (false, true) => "!~~",
+                (true, false) => "~~*",
+                (true, true) => "!~~*",
+            };
+            let null = || Expr::value(ast::Value::Null);
+            let l = std::mem::replace(x.as_mut(), null());
+            let mut r = std::mem::replace(pattern.as_mut(), null());
+            if let Expr::Nested(inner) = &r {
+                r = inner.as_ref().clone();
+            }
+            // `LIKE ANY ('{a%,b%}')`: the literal is an array
+            if let Some(arr) = array_literal(&r) {
+                r = arr;
+            }
+            *expr = call(
+                crate::sql::pg_functions::ANY_OP,
+                vec![
+                    l,
+                    r,
+                    Expr::value(ast::Value::SingleQuotedString(op.into())),
+                    Expr::value(ast::Value::Boolean(false)),
+                ],
+            );
+        }
         Expr::Like {
             pattern,
             escape_char: escape @ Some(_),

@@ -1381,7 +1381,7 @@ fn interval_key(args: &[ArrayRef], _rows: usize) -> DfResult<ArrayRef> {
 /// ALL is false if some comparison is false, else NULL if some is NULL, else true.
 fn any_op(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
     use datafusion::arrow::array::{BooleanArray, UInt32Array};
-    use datafusion::arrow::compute::kernels::cmp;
+    use datafusion::arrow::compute::kernels::{cmp, comparison};
     use datafusion::arrow::compute::take;
     if rows == 0 {
         return Ok(Arc::new(BooleanArray::new_null(0)));
@@ -1427,9 +1427,15 @@ fn any_op(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
             ),
         ));
     }
-    // compare in the type both sides coerce to (a bigint with an integer[]: as bigints)
-    let common = datafusion::logical_expr::type_coercion::binary::comparison_coercion(nt, vt)
-        .unwrap_or_else(|| vt.clone());
+    let like = matches!(op, "~~" | "!~~" | "~~*" | "!~~*");
+    // compare in the type both sides coerce to (a bigint with an integer[]: as bigints);
+    // LIKE patterns as text
+    let common = if like {
+        DataType::Utf8
+    } else {
+        datafusion::logical_expr::type_coercion::binary::comparison_coercion(nt, vt)
+            .unwrap_or_else(|| vt.clone())
+    };
     let values = cast(&values, &common)?;
     let needle = cast(&args[0], &common)?;
     let needle = take(&needle, &UInt32Array::from(idx), None)?;
@@ -1440,6 +1446,11 @@ fn any_op(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
         "<=" => cmp::lt_eq(&needle, &values)?,
         ">" => cmp::gt(&needle, &values)?,
         ">=" => cmp::gt_eq(&needle, &values)?,
+        // x [NOT] [I]LIKE ANY (patterns)
+        "~~" => comparison::like(&needle, &values)?,
+        "!~~" => comparison::nlike(&needle, &values)?,
+        "~~*" => comparison::ilike(&needle, &values)?,
+        "!~~*" => comparison::nilike(&needle, &values)?,
         other => {
             return Err(pg_error(
                 sqlstate::FEATURE_NOT_SUPPORTED,
