@@ -988,6 +988,7 @@ pub fn parse_tree(sql: &str, memory: usize) -> Result<Vec<Parsed>> {
     crate::sql::depth::check(tokens.iter().map(|t| &t.token))?;
     let tokens = mark_asof_joins(tokens)?;
     let tokens = mark_symmetric_between(tokens);
+    let tokens = drop_collations(tokens)?;
     let tokens = mark_merge_actions(tokens);
     let tokens = table_as_select(tokens);
     let recognizes = tokens.iter().any(|t| is_word(t, "MATCH_RECOGNIZE"));
@@ -1452,6 +1453,59 @@ pub fn user_text(text: &str) -> String {
 /// meaning, `(x BETWEEN a AND b) OR (x BETWEEN b AND a)`; `BETWEEN ASYMMETRIC` is plain
 /// `BETWEEN`. The low bound ends at the first `AND` outside parentheses, brackets and
 /// `CASE ... END` (the grammar's rule: a bound binds tighter than `AND`).
+/// `COLLATE name` (after an expression, a column's type, in ORDER BY, in CREATE INDEX):
+/// the database's one collation is `C`, byte order, so a clause naming it (`"C"`,
+/// `"POSIX"`, `"default"`, `ucs_basic`, qualified by `pg_catalog` or not, as pg_dump
+/// writes them) changes nothing and is dropped here, before sqlparser (which reads COLLATE
+/// only after some expressions: not after a cast, not as a column option). Any other
+/// collation is 42704, as Postgres without that locale.
+fn drop_collations(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSpan>> {
+    if !tokens.iter().any(|t| is_word(t, "COLLATE")) {
+        return Ok(tokens);
+    }
+    let sig = significant(&tokens);
+    let mut drop = vec![false; tokens.len()];
+    let mut k = 0;
+    while k < sig.len() {
+        if !is_word(&tokens[sig[k]], "COLLATE") {
+            k += 1;
+            continue;
+        }
+        // the name: `x` or `schema.x`
+        let mut end = k + 1;
+        if sig
+            .get(end + 1)
+            .is_some_and(|&i| tokens[i].token == Token::Period)
+        {
+            end += 2;
+        }
+        let Some(Token::Word(w)) = sig.get(end).map(|&i| &tokens[i].token) else {
+            k += 1;
+            continue;
+        };
+        let name = match w.quote_style {
+            Some(_) => w.value.clone(),
+            None => w.value.to_lowercase(),
+        };
+        if !matches!(name.as_str(), "C" | "POSIX" | "default" | "ucs_basic") {
+            return Err(WeirError::new(
+                crate::error::sqlstate::UNDEFINED_OBJECT,
+                format!("collation \"{name}\" for encoding \"UTF8\" does not exist"),
+            ));
+        }
+        for &i in &sig[k..=end] {
+            drop[i] = true;
+        }
+        k = end + 1;
+    }
+    Ok(tokens
+        .into_iter()
+        .zip(drop)
+        .filter(|(_, d)| !d)
+        .map(|(t, _)| t)
+        .collect())
+}
+
 fn mark_symmetric_between(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
     if !tokens
         .iter()
