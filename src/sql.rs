@@ -23,6 +23,7 @@ pub mod security;
 pub mod time;
 pub mod time_zone;
 pub mod to_char;
+pub mod to_number;
 pub mod to_timestamp;
 pub mod transaction_time;
 pub mod types;

@@ -2319,6 +2319,21 @@ fn rewrite_expr(expr: &mut Expr) {
                 };
                 return;
             }
+            // `date_trunc(unit, ts, zone)` (Postgres 12): truncated in `zone`'s local time,
+            // `timezone(zone, date_trunc(unit, timezone(zone, ts)))`
+            if lname == "date_trunc"
+                && let FunctionArguments::List(l) = &f.args
+                && let [
+                    ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(unit)),
+                    ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(ts)),
+                    ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(zone)),
+                ] = l.args.as_slice()
+            {
+                let local = call("timezone", vec![zone.clone(), ts.clone()]);
+                let cut = call("date_trunc", vec![unit.clone(), local]);
+                *expr = call("timezone", vec![zone.clone(), cut]);
+                return;
+            }
             if lname == "_pg_expandarray"
                 && let FunctionArguments::List(l) = &f.args
                 && let [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(arr))] =

@@ -1256,6 +1256,9 @@ pub fn register(ctx: &SessionContext) {
         crate::sql::extract::Extract::date_part(),
     ));
     ctx.register_udf(crate::sql::date_trunc::date_trunc());
+    ctx.register_udf(ScalarUDF::new_from_impl(
+        crate::sql::to_number::ToNumber::default(),
+    ));
     for f in datafusion::functions_table::all_default_table_functions() {
         ctx.register_udtf(f.name(), Arc::new(SeriesArgs(f.function().clone())));
     }

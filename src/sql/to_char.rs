@@ -6,7 +6,7 @@
 //!   `CC`, `J`, `RM`/`rm`, `HH`/`HH12`, `HH24`, `MI`, `SS`, `MS`, `US`, `FF1`..`FF6`,
 //!   `SSSS`/`SSSSS`, `AM`/`PM`/`A.M.`/`P.M.` (and lower case), `BC`/`AD`/`B.C.`/`A.D.`,
 //!   `TZ`/`tz`/`TZH`/`TZM`/`OF` (sessions are UTC); the `FM` prefix (no padding), `FX`
-//!   (accepted), the `TH`/`th` suffix (ordinal), `SP` (accepted); `"quoted"` text and `\`
+//!   (accepted), `TM` (the C locale's English names, unpadded), the `TH`/`th` suffix (ordinal), `SP` (accepted); `"quoted"` text and `\`
 //!   escapes are copied.
 //! - Numbers (integers, numeric, real, double): `9`, `0`, `.`/`D`, `,`/`G`, `S`, `MI`,
 //!   `PL`, `SG`, `PR`, `EEEE`, `RN`/`rn`, `TH`/`th`, `FM`, `L` (the C locale's blank);
@@ -297,6 +297,10 @@ fn format_datetime(tm: &Tm, template: &str) -> DfResult<String> {
         let mut r = rest;
         loop {
             if r.len() >= 2 && r[..2].eq_ignore_ascii_case("FM") {
+                fill = true;
+                r = &r[2..];
+            } else if r.len() >= 2 && r[..2].eq_ignore_ascii_case("TM") {
+                // names in the locale's language (the C locale's: English), not padded
                 fill = true;
                 r = &r[2..];
             } else if r.len() >= 2 && r[..2].eq_ignore_ascii_case("FX") {
