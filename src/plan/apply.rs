@@ -400,6 +400,13 @@ fn extract(
 /// one outside a projection, filter or aggregate (`ORDER BY (SELECT ...)`), or one in a
 /// GROUP BY.
 fn refused_by_datafusion(node: &LogicalPlan, e: &Expr) -> bool {
+    if let Expr::ScalarSubquery(s)
+    | Expr::Exists(Exists { subquery: s, .. })
+    | Expr::InSubquery(InSubquery { subquery: s, .. }) = e
+        && skips_a_level(&s.subquery)
+    {
+        return true;
+    }
     let Expr::ScalarSubquery(s) = e else {
         return false;
     };
@@ -433,6 +440,75 @@ fn refused_by_datafusion(node: &LogicalPlan, e: &Expr) -> bool {
     }
 }
 
+/// A LATERAL subquery's query, under its alias and `Subquery` wrapper.
+fn unwrapped(mut plan: &LogicalPlan) -> &LogicalPlan {
+    while let LogicalPlan::SubqueryAlias(datafusion::logical_expr::SubqueryAlias {
+        input, ..
+    })
+    | LogicalPlan::Subquery(Subquery {
+        subquery: input, ..
+    }) = plan
+    {
+        plan = input.as_ref();
+    }
+    plan
+}
+
+/// The columns `plan`'s own nodes have, by the names SQL in `plan` can use (an aliased
+/// relation's, not the table's under the alias; not those of the subqueries in its
+/// expressions).
+fn own_columns(plan: &LogicalPlan) -> Vec<Column> {
+    use datafusion::common::tree_node::TreeNodeRecursion;
+    let mut own: Vec<Column> = Vec::new();
+    // a LATERAL subquery's alias and wrapper: its query is under them
+    let plan = unwrapped(plan);
+    let _ = plan.apply(|p| {
+        own.extend(p.schema().columns());
+        Ok(match p {
+            LogicalPlan::SubqueryAlias(_) => TreeNodeRecursion::Jump,
+            _ => TreeNodeRecursion::Continue,
+        })
+    });
+    own
+}
+
+/// Whether a subquery nested in `plan` reads a column of the query around `plan` (two
+/// levels up): DataFusion's decorrelation of `plan` then loses that column ("column does
+/// not exist"), so `plan` runs per row with it bound.
+fn skips_a_level(plan: &LogicalPlan) -> bool {
+    use datafusion::common::tree_node::TreeNodeRecursion;
+    let own = own_columns(plan);
+    let mut skips = false;
+    let _ = plan.apply(|p| {
+        for e in p.expressions() {
+            let _ = e.apply(|e| {
+                if let Expr::ScalarSubquery(s)
+                | Expr::Exists(Exists { subquery: s, .. })
+                | Expr::InSubquery(InSubquery { subquery: s, .. }) = e
+                {
+                    skips |= s
+                        .outer_ref_columns
+                        .iter()
+                        .any(|o| matches!(o, Expr::OuterReferenceColumn(_, c) if !own.contains(c)));
+                }
+                Ok(TreeNodeRecursion::Continue)
+            });
+        }
+        if let LogicalPlan::Subquery(s) = p {
+            skips |= s
+                .outer_ref_columns
+                .iter()
+                .any(|o| matches!(o, Expr::OuterReferenceColumn(_, c) if !own.contains(c)));
+        }
+        Ok(if skips {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    });
+    skips
+}
+
 /// Runs per row the correlated scalar subqueries DataFusion's invariants would refuse
 /// ([`refused_by_datafusion`]), before they are checked; the rest is left to DataFusion's
 /// decorrelation and then [`rewrite`].
@@ -445,8 +521,16 @@ impl datafusion::optimizer::AnalyzerRule for SubqueryApply {
         plan: LogicalPlan,
         _config: &datafusion::config::ConfigOptions,
     ) -> Result<LogicalPlan> {
-        plan.transform_up_with_subqueries(|p| extract(p, &refused_by_datafusion))
-            .data()
+        plan.transform_up_with_subqueries(|p| {
+            // a LATERAL subquery with a subquery in it that reads the query around both
+            if let LogicalPlan::Join(j) = &p
+                && skips_a_level(unwrapped(&j.right))
+            {
+                return lateral(p);
+            }
+            extract(p, &refused_by_datafusion)
+        })
+        .data()
     }
     fn name(&self) -> &str {
         "weir_subquery_apply"
@@ -526,12 +610,16 @@ impl ExtensionPlanner for ApplyPlanner {
             ));
         };
         let in_schema = logical.schema();
+        // (a subquery nested in the subquery may read the subquery's own columns: a
+        // column the subquery has is its own, or SQL would not have named it outer)
+        let own = own_columns(n.kind.plan());
         let mut outer: Vec<(Column, usize)> = Vec::new();
         n.kind.plan().apply_with_subqueries(|p| {
             for e in p.expressions() {
                 e.apply(|e| {
                     if let Expr::OuterReferenceColumn(_, c) = e
                         && !outer.iter().any(|(o, _)| o == c)
+                        && !own.contains(c)
                     {
                         // the query outside this one is bound before this is planned
                         let i = in_schema.index_of_column(c).map_err(|_| {
