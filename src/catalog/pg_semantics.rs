@@ -1662,6 +1662,26 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
             });
             Ok((call, true, None))
         }
+        // `generate_series(date, date, interval)` is Postgres' timestamptz series (there
+        // is no date one: the dates are cast), as `generate_series` in FROM already is
+        Expr::ScalarFunction(f)
+            if matches!(f.func.name(), "generate_series" | "range")
+                && f.args.len() == 3
+                && matches!(f.args[0].get_type(schema), Ok(DataType::Date32)) =>
+        {
+            let zone = Some(crate::sql::types::SESSION_ZONE.into());
+            let t = DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Nanosecond, zone);
+            let mut args = Vec::with_capacity(3);
+            for (i, a) in f.args.into_iter().enumerate() {
+                let a = rewrite_expr(a, schema)?.0;
+                args.push(if i < 2 { cast(a, t.clone()) } else { a });
+            }
+            let call = Expr::ScalarFunction(datafusion::logical_expr::expr::ScalarFunction {
+                func: f.func,
+                args,
+            });
+            Ok((call, true, None))
+        }
         // `octet_length` of a character(n) counts its padding (Postgres' bpcharoctetlen);
         // the value is stored without it
         Expr::ScalarFunction(mut f)

@@ -844,48 +844,86 @@ fn plain_select(q: &ast::Query) -> Option<&ast::Select> {
 }
 
 /// `SELECT generate_series(1, 3)`: a set-returning function in the select list gives one
-/// row per element, as in Postgres (DataFusion's scalar `generate_series` gives a list).
+/// row per element, as in Postgres (DataFusion's scalar `generate_series` gives a list),
+/// also inside an expression (`generate_series(...)::date = current_date`, `x + 1`,
+/// `coalesce(...)`).
 fn set_returning_in_select_list(items: &mut [SelectItem]) {
     for item in items.iter_mut() {
         let e = match item {
             SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e,
             _ => continue,
         };
-        // `generate_series(...)::date`: the function's rows, each cast
-        let e = match e {
-            Expr::Cast { expr, .. } if matches!(expr.as_ref(), Expr::Function(_)) => expr.as_mut(),
+        // `generate_series(...)` or `generate_series(...)::date`: named after the function
+        let whole: &Expr = match &*e {
+            Expr::Cast { expr, .. } => expr,
             other => other,
         };
-        let Expr::Function(f) = &*e else {
+        let name = match whole {
+            Expr::Function(f) => last_name(&f.name).filter(|n| srf_list(n).is_some()),
+            _ => None,
+        };
+        if !set_returning_inside(e) {
             continue;
-        };
-        let Some(name) = last_name(&f.name) else {
-            continue;
-        };
-        let list = match name.as_str() {
-            "generate_series" => None,
-            // one text[] per match (every match with the `g` flag)
-            "regexp_matches" => Some(crate::sql::pg_functions::REGEXP_MATCHES),
-            "regexp_split_to_table" => Some(crate::sql::pg_functions::REGEXP_SPLIT_TO_TABLE),
-            "string_to_table" => Some("string_to_array"),
-            other => match json_set_returning(other) {
-                Some(list) => Some(list),
-                None => continue,
-            },
-        };
-        let mut inner = std::mem::replace(e, Expr::value(ast::Value::Null));
-        if let (Some(list), Expr::Function(f)) = (list, &mut inner) {
-            f.name = ast::ObjectName::from(vec![Ident::new(list)]);
         }
-        *e = call("unnest", vec![inner]);
         // the column is named after the function, as in Postgres
-        if let SelectItem::UnnamedExpr(x) = item {
+        if let (Some(name), SelectItem::UnnamedExpr(x)) = (name, &mut *item) {
             let expr = std::mem::replace(x, Expr::value(ast::Value::Null));
             *item = SelectItem::ExprWithAlias {
                 expr,
                 alias: Ident::new(name),
             };
         }
+    }
+}
+
+/// For a set-returning function's name: the function giving its rows as one list (`None`:
+/// the function itself), or `None` outside for a function that returns one value.
+fn srf_list(name: &str) -> Option<Option<&'static str>> {
+    Some(match name {
+        "generate_series" => None,
+        // one text[] per match (every match with the `g` flag)
+        "regexp_matches" => Some(crate::sql::pg_functions::REGEXP_MATCHES),
+        "regexp_split_to_table" => Some(crate::sql::pg_functions::REGEXP_SPLIT_TO_TABLE),
+        "string_to_table" => Some("string_to_array"),
+        other => Some(json_set_returning(other)?),
+    })
+}
+
+/// Every set-returning function call in `e` (through casts, operators and function
+/// arguments; not into subqueries) as `unnest` of its list; whether there was one.
+fn set_returning_inside(e: &mut Expr) -> bool {
+    match e {
+        Expr::Function(f) => {
+            if let Some(list) = last_name(&f.name).and_then(|n| srf_list(&n)) {
+                let mut inner = std::mem::replace(e, Expr::value(ast::Value::Null));
+                if let (Some(list), Expr::Function(f)) = (list, &mut inner) {
+                    f.name = ast::ObjectName::from(vec![Ident::new(list)]);
+                }
+                *e = call("unnest", vec![inner]);
+                return true;
+            }
+            // (a list already unnested)
+            if last_name(&f.name).is_some_and(|n| n == "unnest") {
+                return false;
+            }
+            let mut any = false;
+            if let FunctionArguments::List(l) = &mut f.args {
+                for a in l.args.iter_mut() {
+                    if let ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(x)) = a {
+                        any |= set_returning_inside(x);
+                    }
+                }
+            }
+            any
+        }
+        Expr::Cast { expr, .. } | Expr::Nested(expr) | Expr::UnaryOp { expr, .. } => {
+            set_returning_inside(expr)
+        }
+        Expr::BinaryOp { left, right, .. } => {
+            let l = set_returning_inside(left);
+            set_returning_inside(right) || l
+        }
+        _ => false,
     }
 }
 
@@ -1039,6 +1077,70 @@ fn metadata_kind(t: &ast::DataType) -> u8 {
         ast::DataType::Numeric(_) | ast::DataType::Decimal(_) | ast::DataType::Dec(_) => 2,
         ast::DataType::Varchar(Some(_)) | ast::DataType::CharacterVarying(Some(_)) => 3,
         _ => 0,
+    }
+}
+
+/// [`rewrite_expr`]'s `generate_series(start, stop, step)`: a quoted step that is not a
+/// number is an interval (`'1 day'`: only a series of dates or timestamps takes one), a
+/// quoted bound beside a date or timestamp takes its type (`'2024-01-01'::date,
+/// '2024-01-31'`).
+fn series_text_arguments(args: &mut [ast::FunctionArg]) {
+    let expr_of = |a: &ast::FunctionArg| match a {
+        ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e)) => Some(e.clone()),
+        _ => None,
+    };
+    let quoted = |e: &Expr| match e {
+        Expr::Value(v) => match &v.value {
+            ast::Value::SingleQuotedString(t) => Some(t.clone()),
+            _ => None,
+        },
+        _ => None,
+    };
+    let temporal = |e: &Expr| -> Option<ast::DataType> {
+        let t = match e {
+            Expr::Cast { data_type, .. } => data_type.clone(),
+            Expr::TypedString(ts) => ts.data_type.clone(),
+            _ => return None,
+        };
+        matches!(
+            t,
+            ast::DataType::Date
+                | ast::DataType::Timestamp(..)
+                | ast::DataType::TimestampNtz(_)
+                | ast::DataType::Datetime(_)
+        )
+        .then_some(t)
+    };
+    let as_type = |text: String, ty: ast::DataType| {
+        ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(Expr::Cast {
+            kind: ast::CastKind::Cast,
+            expr: Box::new(Expr::value(ast::Value::SingleQuotedString(text))),
+            data_type: ty,
+            array: false,
+            format: None,
+        }))
+    };
+    if let Some(text) = expr_of(&args[2]).as_ref().and_then(quoted)
+        && text.trim().parse::<f64>().is_err()
+    {
+        args[2] = as_type(
+            text,
+            ast::DataType::Interval {
+                fields: None,
+                precision: None,
+            },
+        );
+    }
+    let (Some(a), Some(b)) = (expr_of(&args[0]), expr_of(&args[1])) else {
+        return;
+    };
+    let Some(ty) = temporal(&a).or_else(|| temporal(&b)) else {
+        return;
+    };
+    for i in 0..2 {
+        if let Some(text) = expr_of(&args[i]).as_ref().and_then(quoted) {
+            args[i] = as_type(text, ty.clone());
+        }
     }
 }
 
@@ -2318,6 +2420,15 @@ fn rewrite_expr(expr: &mut Expr) {
                     array_of_subquery((**q).clone())
                 };
                 return;
+            }
+            // `generate_series(start, stop, step)` of dates or timestamps with some of them
+            // written as text: typed as Postgres types unknown constants (the bounds as the
+            // other bound, the step as an interval)
+            if lname == "generate_series"
+                && let FunctionArguments::List(l) = &mut f.args
+                && l.args.len() == 3
+            {
+                series_text_arguments(&mut l.args);
             }
             // `date_trunc(unit, ts, zone)` (Postgres 12): truncated in `zone`'s local time,
             // `timezone(zone, date_trunc(unit, timezone(zone, ts)))`
