@@ -1137,9 +1137,9 @@ fn series_text_arguments(args: &mut [ast::FunctionArg]) {
     let Some(ty) = temporal(&a).or_else(|| temporal(&b)) else {
         return;
     };
-    for i in 0..2 {
-        if let Some(text) = expr_of(&args[i]).as_ref().and_then(quoted) {
-            args[i] = as_type(text, ty.clone());
+    for arg in args.iter_mut().take(2) {
+        if let Some(text) = expr_of(arg).as_ref().and_then(quoted) {
+            *arg = as_type(text, ty.clone());
         }
     }
 }
