@@ -109,6 +109,7 @@ fn data_type(t: &T) -> (String, String) {
         T::Interval => "interval",
         T::Bytea => "bytea",
         T::Jsonb => "jsonb",
+        T::Json => "json",
         T::Uuid => "uuid",
         T::Oid => "oid",
         T::Name => "name",

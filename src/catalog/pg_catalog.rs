@@ -514,7 +514,8 @@ pub fn format_type(type_oid: u32, typmod: i32) -> Option<String> {
             26 => T::Oid,
             22 => T::Vector(Box::new(T::Int2)),
             30 => T::Vector(Box::new(T::Oid)),
-            114 | 3802 => T::Jsonb,
+            114 => T::Json,
+            3802 => T::Jsonb,
             2950 => T::Uuid,
             700 => T::Float4,
             701 => T::Float8,
@@ -1907,7 +1908,7 @@ fn attribute_row(relid: u32, name: &str, ty: &SqlType, num: usize, notnull: bool
         ty.typmod().into(),
         (len > 0 && len <= 8).into(),
         "i".into(),
-        if len > 0 { "p" } else { "x" }.into(),
+        storage(len, ty.oid()).into(),
         "".into(),
         notnull.into(),
         false.into(),
@@ -1973,7 +1974,7 @@ fn type_row(
         io_proc_oid(&format!("{io}recv")).into(),
         io_proc_oid(&format!("{io}send")).into(),
         "i".into(),
-        "x".into(),
+        storage(len as i64, oid).into(),
         false.into(),
         0u32.into(),
         (-1i32).into(),
@@ -1982,6 +1983,18 @@ fn type_row(
         V::Null,
         V::Null,
     ]
+}
+
+/// Postgres' `typstorage` / `attstorage`: plain for fixed-length types, main for `numeric`,
+/// extended for the other variable-length ones.
+fn storage(len: i64, oid: u32) -> &'static str {
+    if len > 0 {
+        "p"
+    } else if oid == 1700 {
+        "m"
+    } else {
+        "x"
+    }
 }
 
 #[cfg(test)]

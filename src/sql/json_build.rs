@@ -41,7 +41,11 @@ pub fn json_values(
     compact: bool,
 ) -> DfResult<Vec<Option<String>>> {
     let n = col.len();
-    let is_jsonb = field.and_then(field_sql_type) == Some(SqlType::Jsonb);
+    // json and jsonb values are JSON already
+    let is_jsonb = matches!(
+        field.and_then(field_sql_type),
+        Some(SqlType::Jsonb | SqlType::Json)
+    );
     let sep = if compact { "," } else { ", " };
     let texts = |col: &ArrayRef| text_values(col);
     Ok(match col.data_type() {
@@ -177,6 +181,10 @@ pub fn json_values(
     })
 }
 
+fn json_field(name: &str) -> FieldRef {
+    Arc::new(SqlType::Json.field(name, true))
+}
+
 fn jsonb_field(name: &str) -> FieldRef {
     Arc::new(
         Field::new(name, DataType::Utf8, true).with_metadata(HashMap::from([(
@@ -218,7 +226,7 @@ impl ScalarUDFImpl for JsonBuild {
         Ok(if self.jsonb {
             jsonb_field(self.name)
         } else {
-            Arc::new(Field::new(self.name, DataType::Utf8, true))
+            json_field(self.name)
         })
     }
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
@@ -325,7 +333,7 @@ impl AggregateUDFImpl for JsonAgg {
         Ok(if self.jsonb {
             jsonb_field(self.name)
         } else {
-            Arc::new(Field::new(self.name, DataType::Utf8, true))
+            json_field(self.name)
         })
     }
     fn accumulator(&self, args: AccumulatorArgs) -> DfResult<Box<dyn Accumulator>> {

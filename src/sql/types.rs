@@ -103,6 +103,9 @@ pub enum SqlType {
     Interval,
     Bytea,
     Jsonb,
+    /// `json`: what the json functions (`json_build_object`, `to_json`, `json_agg`, ...)
+    /// return, as Postgres writes it (a column declared `json` is stored as `jsonb`).
+    Json,
     /// `uuid`, stored as its canonical text (`sql::uuid`).
     Uuid,
     /// A user-defined enum type, stored as its label's text.
@@ -205,6 +208,7 @@ impl SqlType {
             | SqlType::Varchar(_)
             | SqlType::Bpchar(_)
             | SqlType::Jsonb
+            | SqlType::Json
             | SqlType::Uuid
             | SqlType::Enum(_) => DataType::Utf8,
             SqlType::Date => DataType::Date32,
@@ -241,6 +245,7 @@ impl SqlType {
             SqlType::Interval => 1186,
             SqlType::Bytea => 17,
             SqlType::Jsonb => 3802,
+            SqlType::Json => 114,
             SqlType::Uuid => 2950,
             SqlType::Enum(e) => e.oid,
             SqlType::Oid => 26,
@@ -301,6 +306,7 @@ impl SqlType {
             SqlType::Interval => "interval".into(),
             SqlType::Bytea => "bytea".into(),
             SqlType::Jsonb => "jsonb".into(),
+            SqlType::Json => "json".into(),
             SqlType::Uuid => "uuid".into(),
             SqlType::Enum(e) => crate::sql::pg_text::quote_ident(&e.name),
             SqlType::Oid => "oid".into(),
@@ -343,6 +349,7 @@ impl SqlType {
             "interval" => SqlType::Interval,
             "bytea" => SqlType::Bytea,
             "jsonb" => SqlType::Jsonb,
+            "json" => SqlType::Json,
             "uuid" => SqlType::Uuid,
             "oid" => SqlType::Oid,
             "name" => SqlType::Name,
@@ -477,6 +484,7 @@ pub fn array_oid(element_oid: u32) -> Option<u32> {
         1186 => 1187,
         1700 => 1231,
         3802 => 3807,
+        114 => 199,
         2950 => 2951,
         _ => return None,
     })
@@ -543,6 +551,7 @@ mod tests {
             SqlType::Varchar(Some(20)),
             SqlType::TimestampTz,
             SqlType::Jsonb,
+            SqlType::Json,
             SqlType::Uuid,
         ] {
             assert_eq!(SqlType::from_display_name(&t.display_name()), Some(t));

@@ -587,6 +587,29 @@ def check_psycopg_enum():
     ok("psycopg 3 enum adapter, text and binary")
 
 
+def check_psycopg_json():
+    # json_build_object / json_agg are typed json (OID 114): psycopg 2 and 3 decode them into
+    # Python values, in text and (psycopg 3) binary
+    import psycopg
+    import psycopg2
+
+    with psycopg.connect(f"host=127.0.0.1 port={PORT} user=weir dbname=weir", autocommit=True) as c:
+        for binary in [False, True]:
+            cur = c.cursor(binary=binary)
+            cur.execute(
+                "SELECT json_build_object('a', 1, 'b', json_build_array('x', NULL)), "
+                "json_agg(g ORDER BY g), jsonb_build_object('k', 2.5) FROM generate_series(1, 3) g"
+            )
+            row = cur.fetchone()
+            assert row == ({"a": 1, "b": ["x", None]}, [1, 2, 3], {"k": 2.5}), (binary, row)
+    c2 = psycopg2.connect(host="127.0.0.1", port=PORT, user="weir", dbname="weir")
+    cur = c2.cursor()
+    cur.execute("SELECT json_agg(json_build_object('id', g) ORDER BY g) FROM generate_series(1, 2) g")
+    assert cur.fetchone()[0] == [{"id": 1}, {"id": 2}], "psycopg2 json"
+    c2.close()
+    ok("psycopg 2 and 3 decode json function results")
+
+
 if WHAT == "all":
     setup()
     check_psycopg2()
@@ -595,5 +618,6 @@ if WHAT == "all":
     check_sqlalchemy_orm()
     check_sqlalchemy_enum()
     check_psycopg_enum()
+    check_psycopg_json()
 else:
     check_sqlalchemy()
