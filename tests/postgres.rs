@@ -579,7 +579,7 @@ async fn result_column_names_are_postgres() {
     let weir = TestServer::start();
     let (p, w) = (pg.connect().await, weir.connect().await);
     for c in [&p, &w] {
-        c.batch_execute("CREATE TABLE names_t (a int, b text, ts timestamp)")
+        c.batch_execute("CREATE TABLE names_t (a int, b text, ts timestamp, tags text[])")
             .await
             .expect("table");
     }
@@ -589,6 +589,10 @@ async fn result_column_names_are_postgres() {
         "SELECT date '2024-01-01', timestamp '2024-01-01 10:00', interval '1 hour', 1 + 1, a FROM names_t",
         "SELECT count(*), sum(a), upper(b), coalesce(b, 'x'), CASE WHEN a > 1 THEN 1 END FROM names_t GROUP BY a, b",
         "SELECT extract(year FROM ts), date_trunc('day', ts), a * 2, -a, (a) FROM names_t",
+        "SELECT tags[1], tags[2:], (tags)[1], names_t.tags[1], (ARRAY[1,2])[1], ('{1}'::int[])[1] FROM names_t",
+        "SELECT x FROM unnest(ARRAY[1]) x",
+        "SELECT t.* FROM unnest(ARRAY[1]) AS t",
+        "SELECT json_build_object('a', 1), array_replace(ARRAY[1], 1, 2), to_number('1', '9')",
     ];
     for q in queries {
         let names = |s: tokio_postgres::Statement| -> Vec<String> {

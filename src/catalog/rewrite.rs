@@ -123,6 +123,7 @@ impl VisitorMut for PgRewriter {
             name.0.remove(0);
         }
         datetime_text_in_table_function_args(tf);
+        unnest_alias_names_column(tf);
         aliased_using_join(tf);
         match crate::sql::windows::rewrite_table_factor(tf) {
             Ok(session) => {
@@ -1144,6 +1145,32 @@ fn series_text_arguments(args: &mut [ast::FunctionArg]) {
     }
 }
 
+/// `FROM unnest(array) AS x [WITH ORDINALITY]`: a function of one column names it after
+/// its alias, as Postgres does (`SELECT x ...`, `t.*` is a column `t`), and the ordinality
+/// column `ordinality`.
+fn unnest_alias_names_column(tf: &mut ast::TableFactor) {
+    if let ast::TableFactor::UNNEST {
+        alias: Some(alias),
+        array_exprs,
+        with_offset: false,
+        with_ordinality,
+        ..
+    } = tf
+        && alias.columns.is_empty()
+        && array_exprs.len() == 1
+    {
+        let column = |name: Ident| ast::TableAliasColumnDef {
+            name,
+            data_type: None,
+        };
+        let mut columns = vec![column(alias.name.clone())];
+        if *with_ordinality {
+            columns.push(column(Ident::new("ordinality")));
+        }
+        alias.columns = columns;
+    }
+}
+
 /// A set-returning function in FROM over the columns of the relation before it, as
 /// Postgres reads it (an implicit LATERAL): `FROM t, unnest(t.tags) AS tag`,
 /// `FROM t CROSS JOIN LATERAL jsonb_array_elements(t.doc) AS e` (also `generate_series`,
@@ -2074,6 +2101,42 @@ fn rewrite_expr(expr: &mut Expr) {
             };
             *expr = e;
         }
+        // `a[:n]`, `a[m:]`, `a[:]`: a slice from the array's first or to its last element
+        Expr::CompoundFieldAccess { root, access_chain }
+            if access_chain.iter().any(|a| {
+                matches!(
+                    a,
+                    ast::AccessExpr::Subscript(ast::Subscript::Slice {
+                        lower_bound,
+                        upper_bound,
+                        ..
+                    }) if lower_bound.is_none() || upper_bound.is_none()
+                )
+            }) =>
+        {
+            let whole = root.as_ref().clone();
+            for a in access_chain.iter_mut() {
+                if let ast::AccessExpr::Subscript(ast::Subscript::Slice {
+                    lower_bound,
+                    upper_bound,
+                    ..
+                }) = a
+                {
+                    if lower_bound.is_none() {
+                        *lower_bound = Some(Expr::value(ast::Value::Number("1".into(), false)));
+                    }
+                    if upper_bound.is_none() {
+                        *upper_bound = Some(Expr::Cast {
+                            kind: ast::CastKind::Cast,
+                            expr: Box::new(call("cardinality", vec![whole.clone()])),
+                            data_type: ast::DataType::BigInt(None),
+                            array: false,
+                            format: None,
+                        });
+                    }
+                }
+            }
+        }
         // `(composite).field` → get_field(composite, 'field')
         Expr::CompoundFieldAccess { root, access_chain }
             if !matches!(
@@ -2429,6 +2492,38 @@ fn rewrite_expr(expr: &mut Expr) {
                 && l.args.len() == 3
             {
                 series_text_arguments(&mut l.args);
+            }
+            // Postgres' `array_replace` replaces every occurrence (DataFusion's the first)
+            if lname == "array_replace" {
+                f.name = ObjectName::from(vec![Ident::new("array_replace_all")]);
+                return;
+            }
+            // `regexp_substr(s, pattern)` (Postgres 15): the first match, whole
+            if lname == "regexp_substr"
+                && let FunctionArguments::List(l) = &f.args
+                && let [
+                    ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(text)),
+                    ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(pattern)),
+                ] = l.args.as_slice()
+            {
+                let group = |p: Expr| {
+                    let open = Expr::value(ast::Value::SingleQuotedString("(".into()));
+                    let close = Expr::value(ast::Value::SingleQuotedString(")".into()));
+                    Expr::Nested(Box::new(Expr::BinaryOp {
+                        left: Box::new(Expr::BinaryOp {
+                            left: Box::new(open),
+                            op: BinaryOperator::StringConcat,
+                            right: Box::new(p),
+                        }),
+                        op: BinaryOperator::StringConcat,
+                        right: Box::new(close),
+                    }))
+                };
+                *expr = call(
+                    crate::sql::pg_functions::SUBSTRING_REGEX,
+                    vec![text.clone(), group(pattern.clone())],
+                );
+                return;
             }
             // `date_trunc(unit, ts, zone)` (Postgres 12): truncated in `zone`'s local time,
             // `timezone(zone, date_trunc(unit, timezone(zone, ts)))`
@@ -3198,6 +3293,35 @@ fn figure_name(e: &Expr) -> Option<String> {
             Expr::CompoundIdentifier(ids) => ids.last().map(|i| i.value.to_lowercase()),
             inner => figure_name(inner).or(Some("?column?".into())),
         },
+        // `a[1]`, `(ARRAY[...])[2:3]`: named after the array; `(x).f`: after the field
+        Expr::CompoundFieldAccess { root, access_chain } => match access_chain.last() {
+            Some(ast::AccessExpr::Dot(Expr::Identifier(id))) => Some(id.value.to_lowercase()),
+            // `t.a[1]`: the field before the subscripts
+            Some(ast::AccessExpr::Subscript(_))
+                if let Some(ast::AccessExpr::Dot(Expr::Identifier(id))) = access_chain
+                    .iter()
+                    .rev()
+                    .find(|a| !matches!(a, ast::AccessExpr::Subscript(_))) =>
+            {
+                Some(id.value.to_lowercase())
+            }
+            Some(ast::AccessExpr::Subscript(_))
+                if access_chain
+                    .iter()
+                    .all(|a| matches!(a, ast::AccessExpr::Subscript(_))) =>
+            {
+                let mut root = root.as_ref();
+                while let Expr::Nested(inner) = root {
+                    root = inner;
+                }
+                match root {
+                    Expr::Identifier(id) => Some(id.value.to_lowercase()),
+                    Expr::CompoundIdentifier(ids) => ids.last().map(|i| i.value.to_lowercase()),
+                    other => figure_name(other).or(Some("?column?".into())),
+                }
+            }
+            _ => Some("?column?".into()),
+        },
         Expr::Case { .. } => Some("case".into()),
         Expr::Exists { .. } => Some("exists".into()),
         Expr::Array(_) => Some("array".into()),
@@ -3258,6 +3382,11 @@ fn strongly_named(e: &Expr) -> bool {
 fn type_column_name(t: &ast::DataType) -> String {
     use ast::DataType as D;
     match t {
+        // an array type is named after its elements' (`'{1}'::int[]` is "int4")
+        D::Array(
+            ast::ArrayElemTypeDef::SquareBracket(elem, _)
+            | ast::ArrayElemTypeDef::AngleBracket(elem),
+        ) => type_column_name(elem),
         D::Int(_) | D::Integer(_) | D::Int4(_) => "int4".into(),
         D::BigInt(_) | D::Int8(_) => "int8".into(),
         D::SmallInt(_) | D::Int2(_) => "int2".into(),

@@ -1,4 +1,5 @@
 //! Building JSON from SQL values, as Postgres does: `to_json`/`to_jsonb`, `row_to_json`,
+//! `array_to_json`,
 //! `json_build_object`/`jsonb_build_object`, `json_build_array`/`jsonb_build_array`, and
 //! the aggregates `json_agg`/`jsonb_agg`, `json_object_agg`/`jsonb_object_agg`.
 //!
@@ -526,6 +527,7 @@ pub fn register(ctx: &SessionContext) {
         ("to_json", Build::Value, false, any(1)),
         ("to_jsonb", Build::Value, true, any(1)),
         ("row_to_json", Build::Value, false, any(1)),
+        ("array_to_json", Build::Value, false, any(1)),
         ("json_build_object", Build::Object, false, variadic()),
         ("jsonb_build_object", Build::Object, true, variadic()),
         ("json_build_array", Build::Array, false, variadic()),
