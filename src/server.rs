@@ -1,6 +1,7 @@
 //! The Postgres wire protocol front end (pgwire): accepts connections, runs the startup
 //! handshake, and hands simple and extended queries to the engine.
 
+pub mod advisory_locks;
 pub mod auth;
 pub mod connection;
 pub mod console;

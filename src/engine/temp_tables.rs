@@ -56,9 +56,10 @@ impl Engine {
         }
     }
 
-    /// A transaction ended (a block, or a statement outside one): each of the session's
-    /// temporary tables gets its ON COMMIT.
+    /// A transaction ended (a block, or a statement outside one): the session's
+    /// transaction-level advisory locks go, each of its temporary tables gets its ON COMMIT.
     pub async fn transaction_ended(&self, session: &mut Session) {
+        crate::server::advisory_locks::transaction_ended(session.lock_holder);
         if session
             .temp_tables
             .iter()

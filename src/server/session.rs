@@ -170,6 +170,8 @@ pub struct Session {
     pub temp_tables: Vec<(String, crate::sql::parser::OnCommit)>,
     /// Drops the temporary tables when the session ends (set by the connection).
     pub on_close: Option<Box<dyn FnOnce(Vec<String>) + Send + Sync>>,
+    /// This session as the holder of advisory locks (`server/advisory_locks.rs`).
+    pub lock_holder: u64,
     /// When the transaction block began: what `now()` answers inside it.
     pub tx_start: crate::sql::transaction_time::TransactionStart,
 }
@@ -229,6 +231,7 @@ pub enum TxState {
 impl Drop for Session {
     /// A connection that goes away inside a transaction block rolls it back, as in Postgres.
     fn drop(&mut self) {
+        crate::server::advisory_locks::session_ended(self.lock_holder);
         let temp: Vec<String> = self.temp_tables.drain(..).map(|(n, _)| n).collect();
         if let Some(close) = self.on_close.take()
             && !temp.is_empty()
@@ -300,6 +303,7 @@ impl Session {
             identity,
             temp_tables: Vec::new(),
             on_close: None,
+            lock_holder: crate::server::advisory_locks::new_holder(),
             tx_start: Default::default(),
         }
     }
@@ -413,14 +417,14 @@ impl Session {
     }
 
     /// Start a block's mode from the session default (BEGIN).
-    /// `pg_sleep` stops at this session's interrupts (registered again when the connection
-    /// puts its cancel target in place).
+    /// `pg_sleep` and waiting advisory locks stop at this session's interrupts (registered
+    /// again when the connection puts its cancel target in place).
     pub fn register_sleep(&self) {
         let interrupt = self.interrupt.clone();
-        crate::sql::transaction_time::register_sleep(
-            &self.ctx,
-            Arc::new(move || interrupt.check()),
-        );
+        let check: Arc<dyn Fn() -> crate::error::Result<()> + Send + Sync> =
+            Arc::new(move || interrupt.check());
+        crate::sql::transaction_time::register_sleep(&self.ctx, check.clone());
+        crate::server::advisory_locks::register(&self.ctx, self.lock_holder, check);
     }
 
     pub fn begin_block(&mut self, read_only: Option<bool>) {
