@@ -224,7 +224,24 @@ pub fn register(
             Arc::new(f),
         )));
     }
-    // pg_try_advisory[_xact]_lock[_shared](key): at once; whether taken
+    // the functions answering a boolean per key: pg_try_* (at once; whether taken) and
+    // pg_advisory_unlock* (one session-level hold; whether there was one)
+    let boolean = |name: &str, op: Arc<dyn Fn(Key) -> bool + Send + Sync>| {
+        let f = move |args: &[ColumnarValue]| -> DfResult<ColumnarValue> {
+            let rows = rows_of(args);
+            let out: BooleanArray = keys(args, rows)?
+                .into_iter()
+                .map(|k| k.map(|k| op(k)))
+                .collect();
+            result(args, Arc::new(out))
+        };
+        ctx.register_udf(ScalarUDF::from(SimpleScalarUDF::new_with_signature(
+            name,
+            signature(),
+            DataType::Boolean,
+            Arc::new(f),
+        )));
+    };
     for (name, exclusive, level) in [
         ("pg_try_advisory_lock", true, Level::Session),
         ("pg_try_advisory_lock_shared", false, Level::Session),
@@ -235,40 +252,16 @@ pub fn register(
             Level::Transaction,
         ),
     ] {
-        let f = move |args: &[ColumnarValue]| -> DfResult<ColumnarValue> {
-            let rows = rows_of(args);
-            let out: BooleanArray = keys(args, rows)?
-                .into_iter()
-                .map(|k| k.map(|k| try_lock(session, k, exclusive, level)))
-                .collect();
-            result(args, Arc::new(out))
-        };
-        ctx.register_udf(ScalarUDF::from(SimpleScalarUDF::new_with_signature(
+        boolean(
             name,
-            signature(),
-            DataType::Boolean,
-            Arc::new(f),
-        )));
+            Arc::new(move |k| try_lock(session, k, exclusive, level)),
+        );
     }
-    // pg_advisory_unlock[_shared](key): one session-level hold; whether there was one
     for (name, exclusive) in [
         ("pg_advisory_unlock", true),
         ("pg_advisory_unlock_shared", false),
     ] {
-        let f = move |args: &[ColumnarValue]| -> DfResult<ColumnarValue> {
-            let rows = rows_of(args);
-            let out: BooleanArray = keys(args, rows)?
-                .into_iter()
-                .map(|k| k.map(|k| unlock(session, k, exclusive)))
-                .collect();
-            result(args, Arc::new(out))
-        };
-        ctx.register_udf(ScalarUDF::from(SimpleScalarUDF::new_with_signature(
-            name,
-            signature(),
-            DataType::Boolean,
-            Arc::new(f),
-        )));
+        boolean(name, Arc::new(move |k| unlock(session, k, exclusive)));
     }
     let unlock_all = move |_: &[ColumnarValue]| -> DfResult<ColumnarValue> {
         release(session, Some(Level::Session));
