@@ -784,6 +784,15 @@ impl Engine {
                 modes,
             } => {
                 check_tx_modes(modes)?;
+                // outside a block it changes nothing: Postgres warns
+                if !*session_default
+                    && !session.in_transaction
+                    && let Some(n) = notices.as_ref()
+                {
+                    let _ = n.send(
+                        "WARNING: SET TRANSACTION can only be used in transaction blocks".into(),
+                    );
+                }
                 if *session_default {
                     if let Some(i) = &modes.isolation {
                         session.set("default_transaction_isolation", i)?;

@@ -974,6 +974,19 @@ bad
 \.
 DROP TABLE ct;
 "#;
+    same_psql_output(
+        &pg,
+        &weir,
+        script,
+        &["b_null", "column name mismatch"],
+        "COPY options",
+    );
+}
+
+/// `script` run by psql against Postgres and against Weir prints the same (errors' LINE and
+/// caret lines aside: those are Postgres' own parser's); `ran` are texts Postgres' output
+/// must hold, to be sure the script really ran there.
+fn same_psql_output(pg: &Postgres, weir: &TestServer, script: &str, ran: &[&str], what: &str) {
     let file = tempfile::NamedTempFile::new().expect("temp file");
     std::fs::write(file.path(), script).expect("write the script");
     let run = |args: &[&str]| {
@@ -984,13 +997,12 @@ DROP TABLE ct;
             .arg(file.path())
             .output()
             .expect("psql must be installed");
-        let text = format!(
+        // psql names the script file in its error lines: the same file for both
+        format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
-        );
-        // psql names the script file in its error lines: the same file for both
-        text
+        )
     };
     let pg_port = pg.port.to_string();
     let weir_port = weir.port().to_string();
@@ -1014,12 +1026,12 @@ DROP TABLE ct;
         "-d",
         "weir",
     ]);
-    assert!(
-        expected.contains("b_null") && expected.contains("column name mismatch"),
-        "the script did not run in Postgres: {expected}"
-    );
-    // errors at a statement's position (psql's LINE / caret lines) are Postgres' own
-    // parser's; the messages must be the same
+    for r in ran {
+        assert!(
+            expected.contains(r),
+            "the script did not run in Postgres ({r}): {expected}"
+        );
+    }
     let strip = |s: &str| -> String {
         s.lines()
             .filter(|l| {
@@ -1031,6 +1043,34 @@ DROP TABLE ct;
     assert_eq!(
         strip(&got),
         strip(&expected),
-        "COPY options: Weir (left) vs Postgres (right)"
+        "{what}: Weir (left) vs Postgres (right)"
+    );
+}
+
+/// Notices and warnings a session gets, as Postgres sends them, and advisory locks across
+/// two psql sessions' statements (one session here: re-entrancy and unlocking).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_notices_answer_as_postgres() {
+    let pg = Postgres::start();
+    let weir = TestServer::start();
+    let script = r#"
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+SET CONSTRAINTS ALL DEFERRED;
+SELECT pg_advisory_lock(77), pg_advisory_lock(77), pg_try_advisory_lock(1, 2);
+SELECT pg_advisory_unlock(77), pg_advisory_unlock(77);
+SELECT pg_advisory_unlock_all();
+BEGIN;
+SELECT pg_try_advisory_xact_lock(78);
+SET TRANSACTION READ ONLY;
+COMMIT;
+SELECT 'a' COLLATE "C" < 'b' AS c_order, 'B' < 'a' COLLATE "POSIX" AS posix_order;
+SELECT 'a' COLLATE "de_DE";
+"#;
+    same_psql_output(
+        &pg,
+        &weir,
+        script,
+        &["SET TRANSACTION can only be used", "c_order"],
+        "session notices",
     );
 }
