@@ -591,6 +591,7 @@ async fn result_column_names_are_postgres() {
         "SELECT extract(year FROM ts), date_trunc('day', ts), a * 2, -a, (a) FROM names_t",
         "SELECT tags[1], tags[2:], (tags)[1], names_t.tags[1], (ARRAY[1,2])[1], ('{1}'::int[])[1] FROM names_t",
         "SELECT x FROM unnest(ARRAY[1]) x",
+        "SELECT (date '2024-01-01', date '2024-01-02') OVERLAPS (date '2024-01-02', date '2024-01-03')",
         "SELECT t.* FROM unnest(ARRAY[1]) AS t",
         "SELECT json_build_object('a', 1), array_replace(ARRAY[1], 1, 2), to_number('1', '9')",
     ];
