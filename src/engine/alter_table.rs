@@ -303,6 +303,71 @@ impl Engine {
                         ));
                     }
                 }
+                // `RENAME CONSTRAINT old TO new`: a CHECK, a FOREIGN KEY, or a UNIQUE or
+                // PRIMARY KEY constraint (with its index, as in Postgres); its comment and
+                // NOT VALID mark follow it
+                ast::AlterTableOperation::RenameConstraint { old_name, new_name } => {
+                    let (from, to) = (normalize_ident(old_name), normalize_ident(new_name));
+                    let d = self
+                        .catalog
+                        .get(name)
+                        .map(|e| e.desc.clone())
+                        .ok_or_else(|| WeirError::undefined_table(name))?;
+                    let pkey = (!d.primary_key.is_empty()).then(|| d.pkey_name());
+                    let names: Vec<String> = d
+                        .foreign_keys
+                        .iter()
+                        .map(|f| f.name.clone())
+                        .chain(d.checks.iter().map(|(n, _)| n.clone()))
+                        .chain(
+                            d.indexes
+                                .iter()
+                                .filter(|i| i.unique)
+                                .map(|i| i.name.clone()),
+                        )
+                        .chain(pkey.clone())
+                        .collect();
+                    if !names.contains(&from) {
+                        return Err(WeirError::new(
+                            sqlstate::UNDEFINED_OBJECT,
+                            format!("constraint \"{from}\" for table \"{name}\" does not exist"),
+                        ));
+                    }
+                    if from == to {
+                        continue;
+                    }
+                    if names.contains(&to) {
+                        return Err(WeirError::new(
+                            sqlstate::DUPLICATE_OBJECT,
+                            format!("constraint \"{to}\" for relation \"{name}\" already exists"),
+                        ));
+                    }
+                    let is_index = pkey.as_deref() == Some(from.as_str())
+                        || d.indexes.iter().any(|i| i.unique && i.name == from);
+                    if is_index {
+                        self.rename_index(&from, &to)?;
+                    }
+                    self.catalog.alter_relation(name, |d| {
+                        for f in d.foreign_keys.iter_mut().filter(|f| f.name == from) {
+                            f.name = to.clone();
+                        }
+                        for (n, _) in d.checks.iter_mut().filter(|(n, _)| *n == from) {
+                            *n = to.clone();
+                        }
+                        for n in d.not_valid.iter_mut().filter(|n| **n == from) {
+                            *n = to.clone();
+                        }
+                        for (n, _) in d
+                            .comments
+                            .constraints
+                            .iter_mut()
+                            .filter(|(n, _)| *n == from)
+                        {
+                            *n = to.clone();
+                        }
+                        Ok(())
+                    })?;
+                }
                 other => {
                     return Err(WeirError::not_supported(format!(
                         "ALTER TABLE ... {other} is not supported (constraints: CHECK, UNIQUE and FOREIGN KEY)"
@@ -441,6 +506,7 @@ impl Engine {
                     ast::AlterTableOperation::AddConstraint { .. }
                         | ast::AlterTableOperation::DropConstraint { .. }
                         | ast::AlterTableOperation::ValidateConstraint { .. }
+                        | ast::AlterTableOperation::RenameConstraint { .. }
                 ) && !primary_key_op(op)
             })
         {
