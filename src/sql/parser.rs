@@ -989,6 +989,7 @@ pub fn parse_tree(sql: &str, memory: usize) -> Result<Vec<Parsed>> {
     let tokens = mark_asof_joins(tokens)?;
     let tokens = mark_symmetric_between(tokens);
     let tokens = drop_collations(tokens)?;
+    refuse_partitioning(&tokens)?;
     let tokens = mark_merge_actions(tokens);
     let tokens = table_as_select(tokens);
     let recognizes = tokens.iter().any(|t| is_word(t, "MATCH_RECOGNIZE"));
@@ -1453,6 +1454,53 @@ pub fn user_text(text: &str) -> String {
 /// meaning, `(x BETWEEN a AND b) OR (x BETWEEN b AND a)`; `BETWEEN ASYMMETRIC` is plain
 /// `BETWEEN`. The low bound ends at the first `AND` outside parentheses, brackets and
 /// `CASE ... END` (the grammar's rule: a bound binds tighter than `AND`).
+/// `CREATE TABLE ... PARTITION BY RANGE|LIST|HASH (...)` and `CREATE TABLE ... PARTITION OF
+/// parent`: declarative partitioning is refused by name (0A000), not as a syntax error.
+fn refuse_partitioning(tokens: &[TokenWithSpan]) -> Result<()> {
+    if !tokens.iter().any(|t| is_word(t, "PARTITION")) {
+        return Ok(());
+    }
+    let sig = significant(tokens);
+    let word = |k: usize, w: &str| sig.get(k).is_some_and(|&i| is_word(&tokens[i], w));
+    // only in a CREATE TABLE statement (PARTITION BY is also a window's clause)
+    let mut in_create_table = false;
+    let mut depth = 0i64;
+    for k in 0..sig.len() {
+        let t = &tokens[sig[k]];
+        match &t.token {
+            Token::SemiColon => in_create_table = false,
+            Token::LParen => depth += 1,
+            Token::RParen => depth -= 1,
+            _ => {}
+        }
+        if is_word(t, "CREATE") {
+            // CREATE [GLOBAL|LOCAL] [TEMP|TEMPORARY|UNLOGGED] TABLE
+            let mut j = k + 1;
+            while ["GLOBAL", "LOCAL", "TEMP", "TEMPORARY", "UNLOGGED"]
+                .iter()
+                .any(|w| word(j, w))
+            {
+                j += 1;
+            }
+            in_create_table = word(j, "TABLE");
+            depth = 0;
+        }
+        if in_create_table
+            && depth == 0
+            && is_word(t, "PARTITION")
+            && (word(k + 1, "BY") || word(k + 1, "OF"))
+        {
+            return Err(WeirError::not_supported(
+                "partitioned tables (PARTITION BY, PARTITION OF) are not supported",
+            )
+            .with_hint(
+                "Create one table; an index on the partitioning column serves its range queries.",
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// `COLLATE name` (after an expression, a column's type, in ORDER BY, in CREATE INDEX):
 /// the database's one collation is `C`, byte order, so a clause naming it (`"C"`,
 /// `"POSIX"`, `"default"`, `ucs_basic`, qualified by `pg_catalog` or not, as pg_dump
