@@ -2261,6 +2261,51 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
                 return Ok(Statement::Dml(Box::new(ast::Statement::Delete(d))));
             }
             let using = d.using.take().unwrap_or_default();
+            // RETURNING reads only the deleted rows: a USING relation's columns are refused
+            // by name (they would not resolve: "column does not exist")
+            if let Some(items) = &d.returning {
+                let names: Vec<String> = using
+                    .iter()
+                    .flat_map(|t| {
+                        std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation))
+                    })
+                    .filter_map(|tf| match tf {
+                        ast::TableFactor::Table { alias: Some(a), .. }
+                        | ast::TableFactor::Derived { alias: Some(a), .. }
+                        | ast::TableFactor::Function { alias: Some(a), .. } => {
+                            Some(normalize_ident(&a.name))
+                        }
+                        ast::TableFactor::Table { name, .. } => relation_name(name).ok(),
+                        _ => None,
+                    })
+                    .collect();
+                let mut reads = None;
+                for item in items {
+                    if let ast::SelectItem::QualifiedWildcard(
+                        ast::SelectItemQualifiedWildcardKind::ObjectName(o),
+                        _,
+                    ) = item
+                        && let Some(n) = o.0.last().and_then(|p| p.as_ident()).map(normalize_ident)
+                        && names.contains(&n)
+                    {
+                        reads = Some(n);
+                    }
+                    let _ = ast::visit_expressions(item, |e| {
+                        if let ast::Expr::CompoundIdentifier(ids) = e
+                            && ids.len() >= 2
+                            && names.contains(&normalize_ident(&ids[ids.len() - 2]))
+                        {
+                            reads = Some(normalize_ident(&ids[ids.len() - 2]));
+                        }
+                        std::ops::ControlFlow::<()>::Continue(())
+                    });
+                }
+                if let Some(n) = reads {
+                    return Err(WeirError::not_supported(format!(
+                        "DELETE ... USING ... RETURNING of the columns of \"{n}\" is not supported: only the deleted table's"
+                    )));
+                }
+            }
             let from: Vec<String> = using.iter().map(|t| t.to_string()).collect();
             let text = match &d.selection {
                 Some(c) => format!("SELECT 1 FROM {} WHERE {c}", from.join(", ")),
