@@ -209,6 +209,21 @@ fn from_arrow(e: &ArrowError) -> WeirError {
                     );
                 }
             }
+            // arrow's own "Invalid input syntax for type interval: ..." is Postgres' text
+            const SYNTAX: &str = "invalid input syntax for type ";
+            if let Some(rest) = lower.strip_prefix(SYNTAX) {
+                let datetime = ["interval", "date", "time"]
+                    .iter()
+                    .any(|t| rest.starts_with(t));
+                return WeirError::new(
+                    if datetime {
+                        sqlstate::INVALID_DATETIME_FORMAT
+                    } else {
+                        sqlstate::INVALID_TEXT_REPRESENTATION
+                    },
+                    format!("{SYNTAX}{}", m.get(SYNTAX.len()..).unwrap_or_default()),
+                );
+            }
             if lower.contains("overflow")
                 || lower.contains("out of range")
                 || lower.starts_with("can't cast value")

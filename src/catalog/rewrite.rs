@@ -123,6 +123,16 @@ impl VisitorMut for PgRewriter {
             name.0.remove(0);
         }
         datetime_text_in_table_function_args(tf);
+        if let ast::TableFactor::Table {
+            name,
+            args: Some(args),
+            ..
+        } = tf
+            && last_name(name).as_deref() == Some("generate_series")
+            && args.args.len() == 3
+        {
+            series_text_arguments(&mut args.args);
+        }
         unnest_alias_names_column(tf);
         aliased_using_join(tf);
         match crate::sql::windows::rewrite_table_factor(tf) {
@@ -2559,22 +2569,11 @@ fn rewrite_expr(expr: &mut Expr) {
                     ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(pattern)),
                 ] = l.args.as_slice()
             {
-                let group = |p: Expr| {
-                    let open = Expr::value(ast::Value::SingleQuotedString("(".into()));
-                    let close = Expr::value(ast::Value::SingleQuotedString(")".into()));
-                    Expr::Nested(Box::new(Expr::BinaryOp {
-                        left: Box::new(Expr::BinaryOp {
-                            left: Box::new(open),
-                            op: BinaryOperator::StringConcat,
-                            right: Box::new(p),
-                        }),
-                        op: BinaryOperator::StringConcat,
-                        right: Box::new(close),
-                    }))
-                };
+                // the pattern as one group: substring's first group is the whole match
+                let whole = parse_expr(&format!("('(' || ({pattern}) || ')')"));
                 *expr = call(
                     crate::sql::pg_functions::SUBSTRING_REGEX,
-                    vec![text.clone(), group(pattern.clone())],
+                    vec![text.clone(), whole],
                 );
                 return;
             }

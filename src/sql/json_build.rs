@@ -11,7 +11,6 @@
 //! `json_build_object` `{"a" : 1}`); `jsonb` results are in jsonb's canonical form
 //! ([`crate::sql::jsonb::normalize`]) and typed `jsonb`.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, StringArray, StringBuilder};
@@ -28,7 +27,7 @@ use datafusion::prelude::SessionContext;
 use crate::error::{WeirError, sqlstate};
 use crate::sql::jsonb::write_str;
 use crate::sql::pg_text::text_values;
-use crate::sql::types::{PG_TYPE_KEY, SqlType, field_sql_type};
+use crate::sql::types::{SqlType, field_sql_type};
 
 fn ext(e: WeirError) -> DataFusionError {
     DataFusionError::External(Box::new(e))
@@ -187,12 +186,7 @@ fn json_field(name: &str) -> FieldRef {
 }
 
 fn jsonb_field(name: &str) -> FieldRef {
-    Arc::new(
-        Field::new(name, DataType::Utf8, true).with_metadata(HashMap::from([(
-            PG_TYPE_KEY.to_owned(),
-            SqlType::Jsonb.display_name(),
-        )])),
-    )
+    Arc::new(SqlType::Jsonb.field(name, true))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

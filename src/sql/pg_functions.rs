@@ -1278,53 +1278,8 @@ impl datafusion::catalog::TableFunctionImpl for SeriesArgs {
         args: datafusion::catalog::TableFunctionArgs,
     ) -> DfResult<Arc<dyn datafusion::catalog::TableProvider>> {
         use datafusion::logical_expr::Expr;
-        // a series of dates or timestamps: its bounds and step may be written as text
-        // (`generate_series('2024-01-01'::date, '2024-01-31', '1 day')`), as Postgres reads
-        // unknown-typed constants
-        let temporal = args.exprs().iter().take(2).find_map(|e| match e {
-            Expr::Literal(v, _)
-                if matches!(v.data_type(), DataType::Date32 | DataType::Timestamp(..)) =>
-            {
-                Some(v.data_type())
-            }
-            _ => None,
-        });
-        let text = |e: &Expr| match e {
-            Expr::Literal(
-                ScalarValue::Utf8(Some(t))
-                | ScalarValue::Utf8View(Some(t))
-                | ScalarValue::LargeUtf8(Some(t)),
-                _,
-            ) => Some(t.clone()),
-            _ => None,
-        };
-        let mut exprs = args.exprs().to_vec();
-        if let Some(temporal) = temporal {
-            for (i, e) in exprs.iter_mut().enumerate() {
-                let Some(t) = text(e) else {
-                    continue;
-                };
-                let v = if i < 2 {
-                    ScalarValue::Utf8(Some(t)).cast_to(&temporal)?
-                } else {
-                    let iv = crate::sql::interval_in::parse(&t).ok_or_else(|| {
-                        pg_error(
-                            sqlstate::INVALID_DATETIME_FORMAT,
-                            format!("invalid input syntax for type interval: \"{t}\""),
-                        )
-                    })?;
-                    ScalarValue::IntervalMonthDayNano(Some(
-                        datafusion::arrow::datatypes::IntervalMonthDayNano::new(
-                            iv.months,
-                            iv.days,
-                            iv.micros.saturating_mul(1000),
-                        ),
-                    ))
-                };
-                *e = Expr::Literal(v, None);
-            }
-        }
-        let exprs = exprs
+        let exprs = args
+            .exprs()
             .iter()
             .map(|e| {
                 let Expr::Literal(v, meta) = e else {
