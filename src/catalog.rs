@@ -161,6 +161,11 @@ pub struct RelationDesc {
     /// checked, until `ALTER TABLE ... VALIDATE CONSTRAINT`.
     #[serde(default)]
     pub not_valid: Vec<String>,
+    /// A table's stored generated columns (`GENERATED ALWAYS AS (expr) STORED`): (column
+    /// name, expression text over its other columns), computed on every row written
+    /// (`engine/generated.rs`).
+    #[serde(default)]
+    pub generated: Vec<(String, String)>,
 }
 
 /// A relation's comment and its columns' (by column name).
@@ -341,6 +346,23 @@ impl RelationDesc {
             return Some(format!("{text}::{ty}"));
         }
         Some(crate::sql::parser::shown_expr(text))
+    }
+
+    /// A stored generated column's expression (as written).
+    pub fn generation_expr(&self, column: &str) -> Option<&str> {
+        self.generated
+            .iter()
+            .find(|(c, _)| c == column)
+            .map(|(_, e)| e.as_str())
+    }
+
+    /// What `pg_attrdef.adbin` holds for a column, as `pg_get_expr` shows it: its DEFAULT,
+    /// or a generated column's expression (`(a * 2)`).
+    pub fn attrdef_text(&self, column: &str) -> Option<String> {
+        match self.generation_expr(column) {
+            Some(e) => Some(crate::sql::parser::shown_expr_deparsed(e)),
+            None => self.column_default(column),
+        }
     }
 
     /// An identity column's kind, as `pg_attribute.attidentity`: `a` for `GENERATED ALWAYS

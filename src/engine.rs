@@ -7,6 +7,7 @@ mod client;
 mod comments;
 mod create_table_as;
 mod foreign_keys;
+mod generated;
 mod indexes;
 mod merge;
 mod on_conflict;
@@ -595,6 +596,24 @@ impl Engine {
                 let ct = &ct;
                 if !ct.checks.is_empty() {
                     self.check_table_checks(&session.ctx, ct)?;
+                }
+                let generated = ct.generated();
+                if !generated.is_empty() {
+                    if !ct.with_options.is_empty() {
+                        return Err(WeirError::not_supported(
+                            "a connector table cannot have generated columns (compute them in a view)",
+                        ));
+                    }
+                    let columns: Vec<ColumnDesc> = ct
+                        .columns
+                        .iter()
+                        .map(|c| ColumnDesc {
+                            name: c.name.clone(),
+                            ty: c.ty.clone(),
+                            nullable: true,
+                        })
+                        .collect();
+                    generated::compile(&session.ctx, &ct.name, &columns, &generated)?;
                 }
                 let existed = self.catalog.get(&ct.name).is_some();
                 let uniques = self.unique_indexes(ct)?;
@@ -1310,6 +1329,12 @@ impl Engine {
             verb,
             _writer,
         } = self.plan_dml(session, &q, params).await?;
+        // the rows as written: with their generated columns (EXCLUDED and RETURNING read
+        // them; `apply_change` computes them again for every write)
+        let change = match self.catalog.get(&table.name) {
+            Some(e) => generated::fill_change(&session.ctx, &e.desc, change)?,
+            None => change,
+        };
         let (change, written) = match (on, change) {
             (Some((on, alias)), Change::Insert(proposed)) => {
                 let name = table.name.clone();
@@ -1325,7 +1350,12 @@ impl Engine {
                 let (change, written) = self
                     .resolve_conflicts(session, &table, &name, alias, &on, proposed)
                     .await?;
-                (change, vec![written])
+                // rows DO UPDATE changed compute theirs again
+                let written = match self.catalog.get(&name) {
+                    Some(e) => generated::fill_rows(&session.ctx, &e.desc, vec![written])?,
+                    None => vec![written],
+                };
+                (change, written)
             }
             (_, change) => {
                 let written = match &change {
@@ -1369,6 +1399,7 @@ impl Engine {
     ) -> Result<PlannedDml> {
         let mut q = q.clone();
         self.normalize_insert_literals(&mut q);
+        self.update_generated_columns(&mut q)?;
         let plan = self.plan_ast(session, &q).await?;
         let plan = match params {
             Some(p) => plan.with_param_values(p)?,
@@ -1421,6 +1452,52 @@ impl Engine {
         })
     }
 
+    /// An UPDATE's assignments to a stored generated column: `= DEFAULT` is kept as the
+    /// column itself (the write computes it again), anything else is refused as Postgres
+    /// refuses it (428C9).
+    fn update_generated_columns(&self, q: &mut ast::Statement) -> Result<()> {
+        let ast::Statement::Update(u) = q else {
+            return Ok(());
+        };
+        let ast::TableFactor::Table { name, .. } = &u.table.relation else {
+            return Ok(());
+        };
+        let Some(entry) = crate::sql::parser::relation_name(name)
+            .ok()
+            .and_then(|n| self.catalog.get(&n))
+        else {
+            return Ok(());
+        };
+        if entry.desc.generated.is_empty() {
+            return Ok(());
+        }
+        for a in u.assignments.iter_mut() {
+            let ast::AssignmentTarget::ColumnName(target) = &a.target else {
+                continue;
+            };
+            let Some(column) = target
+                .0
+                .last()
+                .and_then(|p| p.as_ident())
+                .map(crate::sql::parser::normalize_ident)
+            else {
+                continue;
+            };
+            if entry.desc.generation_expr(&column).is_none() {
+                continue;
+            }
+            match &a.value {
+                ast::Expr::Identifier(id)
+                    if id.quote_style.is_none() && id.value.eq_ignore_ascii_case("default") =>
+                {
+                    a.value = ast::Expr::Identifier(ast::Ident::with_quote('"', column));
+                }
+                _ => return Err(generated::not_default_error(&column, true)),
+            }
+        }
+        Ok(())
+    }
+
     /// A large literal INSERT read without a syntax tree (`sql::bulk_insert`); the general
     /// path when one of its columns needs it.
     async fn bulk_insert(
@@ -1444,7 +1521,7 @@ impl Engine {
         })?;
         refuse_connector_table(&entry.desc, "INSERT into")?;
         // a table with column defaults takes the general path, which fills them
-        let rows = if entry.desc.defaults.is_empty() {
+        let rows = if entry.desc.defaults.is_empty() && entry.desc.generated.is_empty() {
             crate::plan::insert_values::scanned_rows(scan, &entry.desc)?
         } else {
             None
@@ -1501,6 +1578,12 @@ impl Engine {
         session.interrupt.check()?;
         session.check_writable(verb)?;
         let entry = self.catalog.get(&table.name);
+        // stored generated columns take their values from the rows written (before the
+        // CHECKs, which read them)
+        let change = match &entry {
+            Some(e) => generated::fill_change(&session.ctx, &e.desc, change)?,
+            None => change,
+        };
         if let Some(entry) = &entry
             && !entry.desc.checks.is_empty()
         {
@@ -1812,6 +1895,7 @@ impl Engine {
                 foreign_keys: vec![],
                 comments: Default::default(),
                 not_valid: vec![],
+                generated: vec![],
             })
         })?;
         if created {
@@ -2071,6 +2155,7 @@ impl Engine {
                 foreign_keys,
                 comments: Default::default(),
                 not_valid: vec![],
+                generated: ct.generated(),
             })
         })?;
         if created {
@@ -2264,7 +2349,12 @@ impl Engine {
                     if v.rows.first().is_some_and(|r| r.content.len() < entry.desc.columns.len()))
             });
         let defaults = &entry.desc.defaults;
-        if defaults.is_empty() && !values_use_default && !short && ins.source.is_some() {
+        if defaults.is_empty()
+            && entry.desc.generated.is_empty()
+            && !values_use_default
+            && !short
+            && ins.source.is_some()
+        {
             return Ok(None);
         }
         let default_of = |col: &str| -> Result<ast::Expr> {
@@ -2307,11 +2397,16 @@ impl Engine {
             .map(|(c, _)| c.clone())
             .filter(|c| !named.contains(c))
             .collect();
-        // GENERATED ALWAYS AS IDENTITY: only DEFAULT may be written there
-        for (k, v) in &entry.desc.options {
-            if k != "weir.identity_always" {
-                continue;
-            }
+        // GENERATED ALWAYS AS IDENTITY and stored generated columns: only DEFAULT may be
+        // written there
+        let always = entry
+            .desc
+            .options
+            .iter()
+            .filter(|(k, _)| k == "weir.identity_always")
+            .map(|(_, v)| (v, false))
+            .chain(entry.desc.generated.iter().map(|(c, _)| (c, true)));
+        for (v, generated) in always {
             let Some(at) = named.iter().position(|c| c == v) else {
                 continue;
             };
@@ -2322,9 +2417,12 @@ impl Engine {
                     .any(|r| r.content.get(at).is_some_and(|e| !is_default(e))),
                 _ => true,
             };
+            if explicit && generated {
+                return Err(generated::not_default_error(v, false));
+            }
             if explicit {
                 return Err(WeirError::new(
-                    "428C9",
+                    sqlstate::GENERATED_ALWAYS,
                     format!("cannot insert a non-DEFAULT value into column \"{v}\""),
                 )
                 .with_detail(format!(
@@ -2433,6 +2531,7 @@ impl Engine {
                 foreign_keys: vec![],
                 comments: Default::default(),
                 not_valid: vec![],
+                generated: vec![],
             })
         })?;
         Ok(created)

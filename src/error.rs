@@ -45,6 +45,10 @@ pub mod sqlstate {
     pub const DUPLICATE_SCHEMA: &str = "42P06";
     pub const RESERVED_NAME: &str = "42939";
     pub const GROUPING_ERROR: &str = "42803";
+    pub const INVALID_OBJECT_DEFINITION: &str = "42P17";
+    pub const WINDOWING_ERROR: &str = "42P20";
+    pub const INVALID_COLUMN_REFERENCE: &str = "42P10";
+    pub const GENERATED_ALWAYS: &str = "428C9";
     /// `$n` where no parameter is bound (Postgres' undefined_parameter).
     pub const NO_SUCH_PLACEHOLDER: &str = "42P02";
     pub const UNDEFINED_PARAMETER: &str = "42704";

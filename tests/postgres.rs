@@ -1048,6 +1048,44 @@ fn same_psql_output(pg: &Postgres, weir: &TestServer, script: &str, ran: &[&str]
     );
 }
 
+/// Stored generated columns through psql: `\d`, COPY in and out (their columns left out, or
+/// refused by name), notices of ALTER TABLE, as Postgres answers them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generated_columns_answer_as_postgres() {
+    let pg = Postgres::start();
+    let weir = TestServer::start();
+    let script = r#"
+CREATE TABLE gc (a int, b int GENERATED ALWAYS AS (a * 2) STORED, c text);
+\d gc
+INSERT INTO gc (a, c) VALUES (1, 'x');
+\copy gc from stdin
+2	y
+3	\N
+\.
+\copy gc (a, b) from stdin
+\.
+\copy gc to stdout
+\copy gc (a, b) to stdout
+SELECT * FROM gc ORDER BY a;
+INSERT INTO gc VALUES (5, 10, 'z');
+UPDATE gc SET b = 1;
+ALTER TABLE gc ALTER COLUMN b DROP DEFAULT;
+ALTER TABLE gc ALTER COLUMN a DROP EXPRESSION IF EXISTS;
+ALTER TABLE gc ADD COLUMN d int GENERATED ALWAYS AS (a + length(c)) STORED;
+SELECT * FROM gc ORDER BY a;
+ALTER TABLE gc DROP COLUMN a CASCADE;
+\d gc
+DROP TABLE gc;
+"#;
+    same_psql_output(
+        &pg,
+        &weir,
+        script,
+        &["generated always as (a * 2) stored", "drop cascades to"],
+        "generated columns",
+    );
+}
+
 /// Notices and warnings a session gets, as Postgres sends them, and advisory locks across
 /// two psql sessions' statements (one session here: re-entrancy and unlocking).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

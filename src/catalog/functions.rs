@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, BooleanArray, BooleanBuilder, Int32Array, ListBuilder, StringArray,
+    Array, ArrayRef, AsArray, BooleanArray, BooleanBuilder, Int32Array, ListBuilder, StringArray,
     StringBuilder, UInt32Array,
 };
 use datafusion::arrow::compute::cast;
@@ -619,13 +619,34 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
             ))
         },
     );
-    // pg_get_expr(text, oid [, pretty]): our stored expressions are already text
+    // pg_get_expr(text, oid [, pretty]): our stored expressions are already text, as the
+    // deparser gives them; pretty drops the parentheses around the whole (`a * 2`)
     register_fn(
         ctx,
         "pg_get_expr",
         DataType::Utf8,
         |args, rows| match args.first() {
-            Some(a) => as_str(a).map(|s| Arc::new(s) as ArrayRef),
+            Some(a) => {
+                let texts = as_str(a)?;
+                let pretty = match args.get(2) {
+                    Some(p) => Some(cast(p, &DataType::Boolean)?),
+                    None => None,
+                };
+                let pretty = pretty.as_ref().map(|p| p.as_boolean());
+                Ok(Arc::new(
+                    (0..texts.len())
+                        .map(|i| {
+                            let t = texts.is_valid(i).then(|| texts.value(i))?;
+                            Some(match pretty {
+                                Some(p) if p.is_valid(i) && p.value(i) => {
+                                    crate::sql::parser::strip_outer_parens(t)
+                                }
+                                _ => t,
+                            })
+                        })
+                        .collect::<StringArray>(),
+                ) as ArrayRef)
+            }
             None => Ok(constant_str(rows, None)),
         },
     );
@@ -753,20 +774,16 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
                             .find(|&k| e.desc.check_constraint_oid(k) == oid)
                             .map(|k| {
                                 let (name, expr) = &e.desc.checks[k];
-                                let shown = crate::sql::parser::shown_expr(expr);
                                 // Postgres prints an operator expression in parentheses
                                 // of its own: `CHECK ((a > 0))`, `CHECK (flag)`
-                                use datafusion::sql::sqlparser::ast::Expr as E;
-                                let bare = matches!(
-                                    crate::sql::parser::parse_expr_text(expr),
-                                    Ok(E::Identifier(_)
-                                        | E::CompoundIdentifier(_)
-                                        | E::Function(_)
-                                        | E::Nested(_))
-                                );
-                                let def = match bare || pretty {
-                                    true => format!("CHECK ({shown})"),
-                                    false => format!("CHECK (({shown}))"),
+                                let def = match pretty {
+                                    true => {
+                                        format!("CHECK ({})", crate::sql::parser::shown_expr(expr))
+                                    }
+                                    false => format!(
+                                        "CHECK ({})",
+                                        crate::sql::parser::shown_expr_deparsed(expr)
+                                    ),
                                 };
                                 not_valid(name, def)
                             })

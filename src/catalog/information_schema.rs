@@ -246,7 +246,14 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                         "pg_catalog".into(),
                         udt.into(),
                         yes_no(d.identity(&c.name).is_some()),
-                        "NEVER".into(),
+                        match d.generation_expr(&c.name) {
+                            Some(_) => "ALWAYS",
+                            None => "NEVER",
+                        }
+                        .into(),
+                        d.generation_expr(&c.name)
+                            .map(|e| V::from(crate::sql::parser::shown_expr_deparsed(e)))
+                            .unwrap_or(V::Null),
                         yes_no(e.table.is_some()),
                     ]);
                 }
@@ -272,6 +279,7 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     ("udt_name", T::Name),
                     ("is_identity", T::Text),
                     ("is_generated", T::Text),
+                    ("generation_expression", T::Text),
                     ("is_updatable", T::Text),
                 ],
                 rows,

@@ -830,9 +830,12 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 let d = &e.desc;
                 for (i, c) in d.columns.iter().enumerate() {
                     let mut row = attribute_row(d.oid, &c.name, &c.ty, i + 1, !c.nullable);
-                    row[ATTHASDEF] = d.column_default(&c.name).is_some().into();
+                    row[ATTHASDEF] = d.attrdef_text(&c.name).is_some().into();
                     if let Some(kind) = d.identity(&c.name) {
                         row[ATTIDENTITY] = kind.to_string().into();
+                    }
+                    if d.generation_expr(&c.name).is_some() {
+                        row[ATTGENERATED] = "s".into();
                     }
                     rows.push(row);
                 }
@@ -1410,7 +1413,7 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
             for e in &entries {
                 let d = &e.desc;
                 for (i, c) in d.columns.iter().enumerate() {
-                    if let Some(text) = d.column_default(&c.name) {
+                    if let Some(text) = d.attrdef_text(&c.name) {
                         rows.push(vec![
                             attrdef_oid(d.oid, i + 1).into(),
                             d.oid.into(),
@@ -1873,6 +1876,7 @@ fn class_row(
 /// Positions in [`attribute_row`]'s row.
 const ATTHASDEF: usize = 14;
 const ATTIDENTITY: usize = 16;
+const ATTGENERATED: usize = 17;
 
 /// A `pg_attrdef` row's OID: one per relation and column, stable while both exist.
 fn attrdef_oid(relid: u32, attnum: usize) -> u32 {

@@ -66,6 +66,28 @@ impl Engine {
                 )
             })?;
         match what {
+            "drop expression" => {
+                if entry.desc.generation_expr(column).is_none() {
+                    let message = format!(
+                        "column \"{column}\" of relation \"{table}\" is not a stored generated column"
+                    );
+                    if value == "if exists" {
+                        if let Some(tx) = notices {
+                            let _ = tx.send(format!("{message}, skipping"));
+                        }
+                        return Ok(Output::Command("ALTER TABLE".into()));
+                    }
+                    return Err(WeirError::new(
+                        sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
+                        message,
+                    ));
+                }
+                // the values stay as they were computed; later writes keep what they bring
+                self.catalog.alter_relation(table, |d| {
+                    d.generated.retain(|(c, _)| c != column);
+                    Ok(())
+                })?;
+            }
             "statistics" => {
                 let n: i64 = value.parse().unwrap_or(i64::MAX);
                 if n < -1 {
@@ -549,6 +571,8 @@ impl Engine {
         // columns of the new layout: Some(old position) or None (added, with its value)
         let mut layout: Vec<Option<usize>> = (0..desc.columns.len()).map(Some).collect();
         let mut added: Vec<ArrayRef> = Vec::new();
+        // added generated columns declared NOT NULL (checked once computed)
+        let mut generated_not_null: Vec<String> = Vec::new();
         let mut rewrite = false;
         // columns whose type changes: (position, the SQL of the value each row gets)
         let mut retyped: Vec<(usize, String)> = Vec::new();
@@ -579,11 +603,19 @@ impl Engine {
                     let ty = self.catalog.resolve_type(&column_def.data_type)?;
                     let mut not_null = false;
                     let mut default = None;
+                    let mut generation = None;
                     for o in &column_def.options {
                         match &o.option {
                             ast::ColumnOption::NotNull => not_null = true,
                             ast::ColumnOption::Null => not_null = false,
                             ast::ColumnOption::Default(e) => default = Some(e.to_string()),
+                            ast::ColumnOption::Generated {
+                                generated_as: ast::GeneratedAs::ExpStored,
+                                generated_keyword: true,
+                                generation_expr: Some(e),
+                                generation_expr_mode: Some(ast::GeneratedExpressionMode::Stored),
+                                ..
+                            } if default.is_none() => generation = Some(e.to_string()),
                             other => {
                                 return Err(WeirError::not_supported(format!(
                                     "ADD COLUMN with {other} is not supported"
@@ -591,7 +623,25 @@ impl Engine {
                             }
                         }
                     }
-                    // the value existing rows get: the default, evaluated once, or NULL
+                    if generation.is_some() && default.is_some() {
+                        return Err(WeirError::syntax(format!(
+                            "both default and generation expression specified for column \"{col}\" of table \"{name}\""
+                        )));
+                    }
+                    if let Some(g) = &generation {
+                        // planned over the table as it will be (refusals as at CREATE TABLE)
+                        let mut columns = desc.columns.clone();
+                        columns.push(ColumnDesc {
+                            name: col.clone(),
+                            ty: ty.clone(),
+                            nullable: true,
+                        });
+                        let mut all = desc.generated.clone();
+                        all.push((col.clone(), g.clone()));
+                        super::generated::compile(&session.ctx, &name, &columns, &all)?;
+                    }
+                    // the value existing rows get: the default, evaluated once, or NULL (a
+                    // generated column's is computed over each row as it is rewritten)
                     let value = match &default {
                         Some(d) => {
                             let sql = format!("SELECT CAST(({d}) AS {})", ty.display_name());
@@ -601,7 +651,7 @@ impl Engine {
                         }
                         None => new_null_array(&ty.arrow_type(), rows_now),
                     };
-                    if not_null && value.null_count() > 0 {
+                    if not_null && generation.is_none() && value.null_count() > 0 {
                         return Err(WeirError::new(
                             sqlstate::NOT_NULL_VIOLATION,
                             format!("column \"{col}\" of relation \"{name}\" contains null values"),
@@ -613,7 +663,13 @@ impl Engine {
                         nullable: !not_null,
                     });
                     if let Some(d) = default {
-                        desc.defaults.push((col, d));
+                        desc.defaults.push((col.clone(), d));
+                    }
+                    if let Some(g) = generation {
+                        if not_null {
+                            generated_not_null.push(col.clone());
+                        }
+                        desc.generated.push((col, g));
                     }
                     layout.push(None);
                     added.push(value);
@@ -622,10 +678,57 @@ impl Engine {
                 ast::AlterTableOperation::DropColumn {
                     column_names,
                     if_exists,
+                    drop_behavior,
                     ..
                 } => {
-                    for c in column_names {
-                        let col = normalize_ident(c);
+                    let mut column_names: Vec<String> =
+                        column_names.iter().map(normalize_ident).collect();
+                    // a generated column reading a dropped one: refused, or dropped too
+                    // (CASCADE), as Postgres' dependencies have it
+                    let mut cascaded: Vec<String> = Vec::new();
+                    let mut k = 0;
+                    while k < column_names.len() {
+                        let col = column_names[k].clone();
+                        k += 1;
+                        let readers: Vec<String> = desc
+                            .generated
+                            .iter()
+                            .filter(|(g, e)| {
+                                *g != col
+                                    && !column_names.contains(g)
+                                    && crate::catalog::pg_catalog::check_reads(e, &col)
+                            })
+                            .map(|(g, _)| g.clone())
+                            .collect();
+                        for g in readers {
+                            if !matches!(drop_behavior, Some(ast::DropBehavior::Cascade)) {
+                                return Err(WeirError::new(
+                                    sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
+                                    format!(
+                                        "cannot drop column {col} of table {name} because other objects depend on it"
+                                    ),
+                                )
+                                .with_detail(format!(
+                                    "column {g} of table {name} depends on column {col} of table {name}"
+                                ))
+                                .with_hint("Use DROP ... CASCADE to drop the dependent objects too."));
+                            }
+                            cascaded.push(format!("drop cascades to column {g} of table {name}"));
+                            column_names.push(g);
+                        }
+                    }
+                    // one NOTICE, listing them in its detail when there are several
+                    if let Some(tx) = notices {
+                        let _ = match cascaded.len() {
+                            0 => Ok(()),
+                            1 => tx.send(cascaded.remove(0)),
+                            n => tx.send(format!(
+                                "drop cascades to {n} other objects\nDETAIL: {}",
+                                cascaded.join("\n")
+                            )),
+                        };
+                    }
+                    for col in column_names {
                         let Some(at) = col_pos(&desc, &col) else {
                             if *if_exists {
                                 continue;
@@ -680,6 +783,7 @@ impl Engine {
                         });
                         desc.columns.remove(at);
                         desc.defaults.retain(|(d, _)| *d != col);
+                        desc.generated.retain(|(g, _)| *g != col);
                         desc.comments.columns.retain(|(c, _)| *c != col);
                         // as in Postgres, an index on the column goes with it
                         desc.indexes.retain(|i| !i.columns.contains(&col));
@@ -726,22 +830,14 @@ impl Engine {
                             *c = new.clone();
                         }
                     }
-                    // a CHECK constraint reads the column under its new name
-                    for (_, e) in desc.checks.iter_mut() {
-                        if let Ok(mut x) = crate::sql::parser::parse_expr_text(e) {
-                            let _ = ast::visit_expressions_mut(&mut x, |id| {
-                                if let ast::Expr::Identifier(i) = id
-                                    && normalize_ident(i) == old
-                                {
-                                    *i = if crate::sql::pg_text::quote_ident(&new) == new {
-                                        ast::Ident::new(new.clone())
-                                    } else {
-                                        ast::Ident::with_quote('"', new.clone())
-                                    };
-                                }
-                                std::ops::ControlFlow::<()>::Continue(())
-                            });
-                            *e = x.to_string();
+                    // a CHECK constraint and a generated column read the column under its
+                    // new name
+                    for (_, e) in desc.checks.iter_mut().chain(desc.generated.iter_mut()) {
+                        rename_column_in(e, &old, &new);
+                    }
+                    for (c, _) in desc.generated.iter_mut() {
+                        if *c == old {
+                            *c = new.clone();
                         }
                     }
                     for c in desc.indexes.iter_mut().flat_map(|i| i.columns.iter_mut()) {
@@ -888,6 +984,20 @@ impl Engine {
                             }
                             desc.columns[at].nullable = true;
                         }
+                        ast::AlterColumnOperation::SetDefault { .. }
+                        | ast::AlterColumnOperation::DropDefault
+                            if desc.generation_expr(&col).is_some() =>
+                        {
+                            let e = WeirError::syntax(format!(
+                                "column \"{col}\" of relation \"{name}\" is a generated column"
+                            ));
+                            return Err(match op {
+                                ast::AlterColumnOperation::DropDefault => e.with_hint(
+                                    "Use ALTER TABLE ... ALTER COLUMN ... DROP EXPRESSION instead.",
+                                ),
+                                _ => e,
+                            });
+                        }
                         ast::AlterColumnOperation::SetDefault { value } => {
                             desc.defaults.retain(|(c, _)| *c != col);
                             desc.defaults.push((col, value.to_string()));
@@ -899,6 +1009,16 @@ impl Engine {
                             data_type, using, ..
                         } => {
                             let ty = self.catalog.resolve_type(data_type)?;
+                            if let Some((g, _)) = desc.generated.iter().find(|(g, e)| {
+                                *g != col && crate::catalog::pg_catalog::check_reads(e, &col)
+                            }) {
+                                return Err(WeirError::not_supported(
+                                    "cannot alter type of a column used by a generated column",
+                                )
+                                .with_detail(format!(
+                                    "Column \"{col}\" is used by generated column \"{g}\"."
+                                )));
+                            }
                             if let Some(w) = desc.watermark.as_ref()
                                 && w.column == col
                             {
@@ -983,6 +1103,17 @@ impl Engine {
                     .collect();
                 at_row += n;
                 out.push(RecordBatch::try_new(schema.clone(), cols)?);
+            }
+            // generated columns (an added one) computed over the rewritten rows
+            let out = super::generated::fill_rows(&session.ctx, &desc, out)?;
+            for c in &generated_not_null {
+                let at = col_pos(&desc, c).unwrap_or(0);
+                if out.iter().any(|b| b.column(at).null_count() > 0) {
+                    return Err(WeirError::new(
+                        sqlstate::NOT_NULL_VIOLATION,
+                        format!("column \"{c}\" of relation \"{name}\" contains null values"),
+                    ));
+                }
             }
             Some(out)
         } else {
@@ -1646,4 +1777,25 @@ fn assignment_cast(from: &SqlType, to: &SqlType) -> bool {
         (T::Array(a), T::Array(b)) => assignment_cast(a, b),
         _ => false,
     }
+}
+
+/// A stored expression's text (a CHECK's, a generated column's) reading column `old` as
+/// `new`; text that does not parse is left as it is.
+fn rename_column_in(text: &mut String, old: &str, new: &str) {
+    let Ok(mut x) = crate::sql::parser::parse_expr_text(text) else {
+        return;
+    };
+    let _ = ast::visit_expressions_mut(&mut x, |id| {
+        if let ast::Expr::Identifier(i) = id
+            && normalize_ident(i) == old
+        {
+            *i = if crate::sql::pg_text::quote_ident(new) == new {
+                ast::Ident::new(new)
+            } else {
+                ast::Ident::with_quote('"', new)
+            };
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    *text = x.to_string();
 }

@@ -229,7 +229,7 @@ impl Engine {
                     )
                 })?;
                 super::refuse_connector_table(&entry.desc, "COPY into")?;
-                let targets = target_columns(&entry.desc.columns, columns, table)?;
+                let targets = target_columns(&entry.desc, columns)?;
                 let copy = CopyIn::new(
                     store,
                     table.clone(),
@@ -279,13 +279,15 @@ impl Engine {
                                 format!("column \"{c}\" of relation \"{t}\" does not exist"),
                             ));
                         }
-                        let cols = if columns.is_empty() {
+                        let cols = if columns.is_empty() && entry.desc.generated.is_empty() {
                             "*".to_owned()
                         } else {
-                            target_columns(&entry.desc.columns, columns, t)?;
-                            columns
-                                .iter()
-                                .map(|c| format!("\"{}\"", c.replace('"', "\"\"")))
+                            target_columns(&entry.desc, columns)?
+                                .into_iter()
+                                .map(|i| {
+                                    let c = &entry.desc.columns[i].name;
+                                    format!("\"{}\"", c.replace('"', "\"\""))
+                                })
                                 .collect::<Vec<_>>()
                                 .join(", ")
                         };
@@ -473,14 +475,14 @@ fn undefined_cursor(name: &str) -> WeirError {
     )
 }
 
-/// Table column indexes of a COPY column list (all columns when empty).
-fn target_columns(
-    columns: &[crate::catalog::ColumnDesc],
-    names: &[String],
-    table: &str,
-) -> Result<Vec<usize>> {
+/// Table column indexes of a COPY column list (when empty: all columns but the stored
+/// generated ones, as in Postgres, which refuses those by name).
+fn target_columns(desc: &crate::catalog::RelationDesc, names: &[String]) -> Result<Vec<usize>> {
+    let (columns, table) = (&desc.columns, &desc.name);
     if names.is_empty() {
-        return Ok((0..columns.len()).collect());
+        return Ok((0..columns.len())
+            .filter(|&i| desc.generation_expr(&columns[i].name).is_none())
+            .collect());
     }
     let mut out = Vec::with_capacity(names.len());
     for n in names {
@@ -490,6 +492,13 @@ fn target_columns(
                 format!("column \"{n}\" of relation \"{table}\" does not exist"),
             )
         })?;
+        if desc.generation_expr(n).is_some() {
+            return Err(WeirError::new(
+                sqlstate::INVALID_COLUMN_REFERENCE,
+                format!("column \"{n}\" is a generated column"),
+            )
+            .with_detail("Generated columns cannot be used in COPY."));
+        }
         if out.contains(&i) {
             return Err(WeirError::new(
                 sqlstate::DUPLICATE_COLUMN,

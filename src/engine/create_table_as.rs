@@ -140,6 +140,10 @@ impl Engine {
                     })
                     .flatten(),
                 identity: None,
+                generated: like
+                    .includes("generated")
+                    .then(|| d.generation_expr(&c.name).map(str::to_owned))
+                    .flatten(),
             })
             .collect();
         columns.extend(ct.columns.iter().cloned());

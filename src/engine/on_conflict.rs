@@ -66,10 +66,23 @@ impl Engine {
         proposed: Vec<RecordBatch>,
     ) -> Result<(Change, RecordBatch)> {
         let schema = table.schema();
-        let pk: Vec<usize> = table
-            .primary_key()
-            .ok_or_else(no_matching_constraint)?
-            .to_vec();
+        let Some(pk) = table.primary_key() else {
+            // DO NOTHING without a target on a table that has nothing to conflict with: a
+            // plain INSERT, as in Postgres
+            let unique = self
+                .catalog
+                .get(table_name)
+                .is_some_and(|e| e.desc.indexes.iter().any(|i| i.unique));
+            if on.conflict_target.is_none()
+                && matches!(on.action, ast::OnConflictAction::DoNothing)
+                && !unique
+            {
+                let written = concat_batches(&schema, &proposed)?;
+                return Ok((Change::Insert(proposed), written));
+            }
+            return Err(no_matching_constraint());
+        };
+        let pk: Vec<usize> = pk.to_vec();
         let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
         match &on.conflict_target {
             Some(ast::ConflictTarget::Columns(cols)) => {

@@ -254,6 +254,7 @@ impl Engine {
                 foreign_keys: vec![],
                 comments: Default::default(),
                 not_valid: vec![],
+                generated: vec![],
             })
         })?;
         Ok(Output::Command("CREATE VIEW".into()))

@@ -120,6 +120,7 @@ impl Engine {
                         foreign_keys: vec![],
                         comments: Default::default(),
                         not_valid: vec![],
+                        generated: vec![],
                     })
                 })?;
             }

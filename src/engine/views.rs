@@ -236,6 +236,7 @@ impl Engine {
                 foreign_keys: vec![],
                 comments: Default::default(),
                 not_valid: vec![],
+                generated: vec![],
             })
         })?;
         let entry = self

@@ -833,15 +833,20 @@ async fn respond(
     })
 }
 
-/// A notice line for the client: NOTICE, or WARNING (01000) when it starts `WARNING: `.
+/// A notice line for the client: NOTICE, or WARNING (01000) when it starts `WARNING: `;
+/// what follows a `\nDETAIL: ` is its detail.
 fn notice(line: String) -> PgWireBackendMessage {
     let (severity, code, text) = match line.strip_prefix("WARNING: ") {
         Some(rest) => ("WARNING", "01000", rest.to_owned()),
         None => ("NOTICE", "00000", line),
     };
-    PgWireBackendMessage::NoticeResponse(
-        pgwire::error::ErrorInfo::new(severity.into(), code.into(), text).into(),
-    )
+    let (text, detail) = match text.split_once("\nDETAIL: ") {
+        Some((t, d)) => (t.to_owned(), Some(d.to_owned())),
+        None => (text, None),
+    };
+    let mut info = pgwire::error::ErrorInfo::new(severity.into(), code.into(), text);
+    info.detail = detail;
+    PgWireBackendMessage::NoticeResponse(info.into())
 }
 
 /// A result stream that ends with 57014 when the query is canceled or times out; `timer`

@@ -162,12 +162,14 @@ pub enum Statement {
         labels: Vec<String>,
     },
     /// `ALTER TABLE t ALTER [COLUMN] c SET STATISTICS n | STORAGE s | COMPRESSION m`:
-    /// planner and storage settings Weir has no use for, checked as Postgres checks them.
+    /// planner and storage settings Weir has no use for, checked as Postgres checks them;
+    /// and `ALTER [COLUMN] c DROP EXPRESSION [IF EXISTS]`.
     AlterColumnSetting {
         table: String,
         if_exists: bool,
         column: String,
-        /// `statistics`, `storage` or `compression`.
+        /// `statistics`, `storage` or `compression`; `drop expression` (value: `if exists`
+        /// or empty) for `DROP EXPRESSION [IF EXISTS]`.
         what: String,
         value: String,
     },
@@ -530,6 +532,21 @@ fn parse_alter_column_setting(p: &mut Parser) -> Result<Option<Statement>> {
             && ["statistics", "storage", "compression"].iter().any(|k| w.value.eq_ignore_ascii_case(k)));
         known && p.parse_keyword(Keyword::SET)
     };
+    let start = p.index();
+    // `DROP EXPRESSION [IF EXISTS]`: a stored generated column becomes a plain one
+    if let Some((if_exists, name, column)) =
+        alter_column_head(p, |p| parse_word(p, "DROP") && parse_word(p, "EXPRESSION"))
+    {
+        let skip_missing = p.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
+        return Ok(Some(Statement::AlterColumnSetting {
+            table: relation_name(&name)?,
+            if_exists,
+            column: normalize_ident(&column),
+            what: "drop expression".into(),
+            value: if skip_missing { "if exists" } else { "" }.into(),
+        }));
+    }
+    rewind(p, start);
     let Some((if_exists, name, column)) = alter_column_head(p, setting) else {
         return Ok(None);
     };
@@ -838,6 +855,9 @@ pub struct ColumnSpec {
     /// `serial`/`bigserial` or `GENERATED {ALWAYS | BY DEFAULT} AS IDENTITY`: filled from a
     /// sequence of its own.
     pub identity: Option<Identity>,
+    /// `GENERATED ALWAYS AS (expr) STORED`: the expression's SQL text
+    /// (`engine/generated.rs`).
+    pub generated: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -883,8 +903,18 @@ pub struct CreateTable {
     pub like: Option<LikeSpec>,
 }
 
+impl CreateTable {
+    /// The stored generated columns: (column, expression text).
+    pub fn generated(&self) -> Vec<(String, String)> {
+        self.columns
+            .iter()
+            .filter_map(|c| Some((c.name.clone(), c.generated.clone()?)))
+            .collect()
+    }
+}
+
 /// `LIKE source [INCLUDING | EXCLUDING {DEFAULTS | CONSTRAINTS | INDEXES | COMMENTS |
-/// IDENTITY | ALL} ...]`: what is copied besides the columns (names, types, NOT NULL).
+/// IDENTITY | GENERATED | ALL} ...]`: what is copied besides the columns (names, types, NOT NULL).
 #[derive(Debug, Clone)]
 pub struct LikeSpec {
     pub source: String,
@@ -1368,6 +1398,50 @@ pub const SYMMETRIC_MARKER: &str = "__weir_symmetric";
 /// `BETWEEN SYMMETRIC` (see [`mark_symmetric_between`]) written back as the user wrote it.
 pub fn query_text(q: &ast::Query) -> String {
     user_text(&q.to_string())
+}
+
+/// [`shown_expr`] in the parentheses Postgres' deparser gives an operator expression of its
+/// own (`(a > 0)`, `(a * 2)`; a column, a function call or a parenthesized expression stays
+/// bare): a CHECK's or a generated column's expression as `pg_get_expr` shows it.
+pub fn shown_expr_deparsed(text: &str) -> String {
+    let shown = shown_expr(text);
+    let bare = matches!(
+        parse_expr_text(text),
+        Ok(ast::Expr::Identifier(_)
+            | ast::Expr::CompoundIdentifier(_)
+            | ast::Expr::Function(_)
+            | ast::Expr::Nested(_))
+    );
+    match bare {
+        true => shown,
+        false => format!("({shown})"),
+    }
+}
+
+/// `(x)` without the parentheses that enclose all of it (`(a) + (b)` keeps its own).
+pub fn strip_outer_parens(text: &str) -> &str {
+    let Some(inner) = text.strip_prefix('(').and_then(|t| t.strip_suffix(')')) else {
+        return text;
+    };
+    // the first parenthesis must close at the very end (quoted text aside)
+    let mut depth = 1usize;
+    let mut quoted: Option<char> = None;
+    for c in inner.chars() {
+        match (quoted, c) {
+            (Some(q), c) if c == q => quoted = None,
+            (Some(_), _) => {}
+            (None, '\'' | '"') => quoted = Some(c),
+            (None, '(') => depth += 1,
+            (None, ')') => {
+                depth -= 1;
+                if depth == 0 {
+                    return text;
+                }
+            }
+            _ => {}
+        }
+    }
+    inner
 }
 
 /// A stored expression (a column default, a CHECK) shown as Postgres deparses it: cast
@@ -2675,11 +2749,18 @@ fn parse_table_definition(
                 including.retain(|w| *w != what);
                 if including.iter().any(|w| w == "all") {
                     // ALL but this one
-                    including = ["defaults", "constraints", "indexes", "comments", "identity"]
-                        .iter()
-                        .map(|w| (*w).to_owned())
-                        .filter(|w| *w != what)
-                        .collect();
+                    including = [
+                        "defaults",
+                        "constraints",
+                        "indexes",
+                        "comments",
+                        "identity",
+                        "generated",
+                    ]
+                    .iter()
+                    .map(|w| (*w).to_owned())
+                    .filter(|w| *w != what)
+                    .collect();
                 }
             }
         }
@@ -3185,6 +3266,7 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
             };
             let mut not_null = serial.is_some();
             let mut default = None;
+            let mut generated = None;
             let mut identity = serial.map(|_| Identity {
                 always: false,
                 serial: true,
@@ -3213,6 +3295,34 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
                             )?,
                         });
                         not_null = true;
+                    }
+                    ColumnOption::Generated {
+                        generated_as,
+                        generation_expr: Some(e),
+                        generation_expr_mode,
+                        generated_keyword,
+                        ..
+                    } => {
+                        // (sqlparser reads `GENERATED ALWAYS AS (e) STORED` as ExpStored,
+                        // and MySQL's `AS (e)` too, without the keyword)
+                        if !generated_keyword
+                            || !matches!(generated_as, ast::GeneratedAs::ExpStored)
+                            || !matches!(
+                                generation_expr_mode,
+                                Some(ast::GeneratedExpressionMode::Stored)
+                            )
+                        {
+                            // Postgres 15 knows only GENERATED ALWAYS AS (...) STORED
+                            return Err(WeirError::syntax(format!(
+                                "generated column \"{col_name}\" must be written GENERATED ALWAYS AS (...) STORED"
+                            )));
+                        }
+                        if generated.is_some() {
+                            return Err(WeirError::syntax(format!(
+                                "multiple generation clauses specified for column \"{col_name}\" of table \"{name}\""
+                            )));
+                        }
+                        generated = Some(e.to_string());
                     }
                     ColumnOption::Default(e) => {
                         let mut refs = None;
@@ -3273,12 +3383,25 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
                     "both default and identity specified for column \"{col_name}\""
                 )));
             }
+            if generated.is_some() {
+                let both = match (&default, &identity) {
+                    (Some(_), _) => Some("default"),
+                    (None, Some(_)) => Some("identity"),
+                    (None, None) => None,
+                };
+                if let Some(what) = both {
+                    return Err(WeirError::syntax(format!(
+                        "both {what} and generation expression specified for column \"{col_name}\" of table \"{name}\""
+                    )));
+                }
+            }
             columns.push(ColumnSpec {
                 name: col_name,
                 ty,
                 not_null,
                 default,
                 identity,
+                generated,
             });
         }
         if p.consume_token(&Token::Comma) {
