@@ -1,16 +1,22 @@
-//! `INSERT ... ON CONFLICT [(key columns) | ON CONSTRAINT t_pkey] DO NOTHING | DO UPDATE SET
-//! col = expr, ... [WHERE cond]`, over the primary key (Weir's one unique constraint).
+//! `INSERT ... ON CONFLICT [(columns) | ON CONSTRAINT name] DO NOTHING | DO UPDATE SET
+//! col = expr, ... [WHERE cond]`, over the primary key or a unique index (a UNIQUE
+//! constraint's or CREATE UNIQUE INDEX's) whose columns the target names; DO NOTHING
+//! without a target over all of them (on a table with none it is a plain INSERT).
 //!
 //! The INSERT is planned without its ON CONFLICT clause into the rows it proposes; their
-//! keys are read from the table (under the writer lock the caller holds); then:
+//! keys are read from the table (under the writer lock the caller holds: the primary key
+//! by point lookups, a unique index by its prefix lookups; a key holding a NULL conflicts
+//! with nothing); then:
 //! - DO NOTHING keeps the proposed rows whose key is neither stored nor proposed earlier in
 //!   the statement;
 //! - DO UPDATE inserts the rows without a stored key and, for the others, evaluates the SET
 //!   expressions and WHERE over the stored row (the table's name or alias) and the proposed
 //!   row (`excluded`), as Postgres does; a key proposed twice is 21000, as in Postgres.
 //!
-//! The result is one change that sets each affected key's row (`Change::Upsert`), applied
-//! in one commit, and the rows it wrote (for RETURNING and the row count).
+//! The result is one change that sets each affected key's row (`Change::Upsert`; a row
+//! whose primary key DO UPDATE changed has its old key deleted first), applied in one
+//! commit, and the rows it wrote (for RETURNING and the row count). DO UPDATE needs a
+//! primary key (0A000 without one: the change sets rows by their key).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -66,27 +72,37 @@ impl Engine {
         proposed: Vec<RecordBatch>,
     ) -> Result<(Change, RecordBatch)> {
         let schema = table.schema();
-        let Some(pk) = table.primary_key() else {
-            // DO NOTHING without a target on a table that has nothing to conflict with: a
-            // plain INSERT, as in Postgres
-            let unique = self
-                .catalog
-                .get(table_name)
-                .is_some_and(|e| e.desc.indexes.iter().any(|i| i.unique));
-            if on.conflict_target.is_none()
-                && matches!(on.action, ast::OnConflictAction::DoNothing)
-                && !unique
-            {
-                let written = concat_batches(&schema, &proposed)?;
-                return Ok((Change::Insert(proposed), written));
-            }
-            return Err(no_matching_constraint());
-        };
-        let pk: Vec<usize> = pk.to_vec();
         let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
-        match &on.conflict_target {
+        let pk: Option<Vec<usize>> = table.primary_key().map(<[usize]>::to_vec);
+        // the unique indexes (UNIQUE constraints' and CREATE UNIQUE INDEX's), by position
+        let uniques: Vec<(u32, String, Vec<usize>)> = self
+            .catalog
+            .get(table_name)
+            .map(|e| {
+                e.desc
+                    .indexes
+                    .iter()
+                    .filter(|i| i.unique)
+                    .filter_map(|i| {
+                        let cols = i
+                            .columns
+                            .iter()
+                            .map(|c| names.iter().position(|n| n == c))
+                            .collect::<Option<Vec<_>>>()?;
+                        Some((i.oid, i.name.clone(), cols))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let sorted = |v: &[usize]| {
+            let mut v = v.to_vec();
+            v.sort_unstable();
+            v
+        };
+        // the arbiters: the constraints a proposed row may conflict with (Postgres' words)
+        let arbiters: Vec<Arbiter> = match &on.conflict_target {
             Some(ast::ConflictTarget::Columns(cols)) => {
-                let mut want: Vec<usize> = cols
+                let want: Vec<usize> = cols
                     .iter()
                     .map(|c| {
                         let n = crate::sql::parser::normalize_ident(c);
@@ -98,20 +114,28 @@ impl Engine {
                         })
                     })
                     .collect::<Result<_>>()?;
-                let mut have = pk.clone();
-                want.sort_unstable();
-                have.sort_unstable();
-                if want != have {
+                let want = sorted(&want);
+                if let Some(k) = pk.as_ref().filter(|k| sorted(k) == want) {
+                    vec![Arbiter::Key(k.clone())]
+                } else if let Some((oid, _, cols)) =
+                    uniques.iter().find(|(_, _, c)| sorted(c) == want)
+                {
+                    vec![Arbiter::Unique(*oid, cols.clone())]
+                } else {
                     return Err(no_matching_constraint());
                 }
             }
             Some(ast::ConflictTarget::OnConstraint(name)) => {
                 let n = crate::sql::parser::relation_name(name)?;
-                if n != table.pkey_name() {
-                    return Err(WeirError::new(
-                        sqlstate::UNDEFINED_OBJECT,
-                        format!("constraint \"{n}\" for table \"{table_name}\" does not exist"),
-                    ));
+                match (&pk, uniques.iter().find(|(_, i, _)| *i == n)) {
+                    (Some(k), _) if n == table.pkey_name() => vec![Arbiter::Key(k.clone())],
+                    (_, Some((oid, _, cols))) => vec![Arbiter::Unique(*oid, cols.clone())],
+                    _ => {
+                        return Err(WeirError::new(
+                            sqlstate::UNDEFINED_OBJECT,
+                            format!("constraint \"{n}\" for table \"{table_name}\" does not exist"),
+                        ));
+                    }
                 }
             }
             None if matches!(on.action, ast::OnConflictAction::DoUpdate(_)) => {
@@ -119,34 +143,41 @@ impl Engine {
                     "ON CONFLICT DO UPDATE requires inference specification or constraint name",
                 ));
             }
-            None => {}
+            // DO NOTHING without a target: any unique constraint
+            None => pk
+                .iter()
+                .map(|k| Arbiter::Key(k.clone()))
+                .chain(
+                    uniques
+                        .iter()
+                        .map(|(oid, _, c)| Arbiter::Unique(*oid, c.clone())),
+                )
+                .collect(),
+        };
+        if matches!(on.action, ast::OnConflictAction::DoUpdate(_)) && pk.is_none() {
+            return Err(WeirError::not_supported(format!(
+                "ON CONFLICT DO UPDATE on table \"{table_name}\", which has no primary key"
+            ))
+            .with_hint("Give the table a PRIMARY KEY, or use DO NOTHING."));
         }
         let proposed = concat_batches(&schema, &proposed)?;
-        let keys: Vec<ArrayRef> = pk.iter().map(|&i| proposed.column(i).clone()).collect();
-        let (stored, at) = table
-            .lookup_each(&keys)?
-            .ok_or_else(no_matching_constraint)?;
-        // keys proposed more than once in this statement
-        let conv = RowConverter::new(
-            keys.iter()
-                .map(|k| SortField::new(k.data_type().clone()))
-                .collect(),
-        )?;
-        let rows = conv.convert_columns(&keys)?;
-        let mut first: HashMap<&[u8], usize> = HashMap::new();
-        let mut repeated = vec![false; proposed.num_rows()];
-        for (i, r) in rows.iter().enumerate() {
-            if first.insert(r.data(), i).is_some() {
-                repeated[i] = true;
-            }
+        // per arbiter: each proposed row's stored row (in `stored`), and whether its key was
+        // proposed earlier in the statement
+        let mut found: Vec<(RecordBatch, Vec<Option<usize>>, Vec<bool>)> = Vec::new();
+        for arbiter in &arbiters {
+            found.push(self.conflicts(table, arbiter, &proposed)?);
         }
+        let n = proposed.num_rows();
+        let conflicting: Vec<bool> = (0..n)
+            .map(|i| found.iter().any(|(_, at, rep)| at[i].is_some() || rep[i]))
+            .collect();
         let (insert_idx, conflict_idx): (Vec<u32>, Vec<u32>) = {
             let mut ins = Vec::new();
             let mut conf = Vec::new();
-            for i in 0..proposed.num_rows() {
-                match (at[i], repeated[i]) {
-                    (None, false) => ins.push(i as u32),
-                    _ => conf.push(i as u32),
+            for (i, c) in conflicting.iter().enumerate() {
+                match c {
+                    false => ins.push(i as u32),
+                    true => conf.push(i as u32),
                 }
             }
             (ins, conf)
@@ -161,9 +192,15 @@ impl Engine {
             Ok(RecordBatch::try_new(b.schema(), cols)?)
         };
         let inserted = pick(&proposed, &insert_idx)?;
+        // keys whose row DO UPDATE moved to another key (SET of a key column): deleted
+        let mut moved_keys: Option<RecordBatch> = None;
         let written = match &on.action {
             ast::OnConflictAction::DoNothing => inserted,
             ast::OnConflictAction::DoUpdate(up) => {
+                // one arbiter (the target named it)
+                let Some((stored, at, repeated)) = found.pop() else {
+                    return Err(no_matching_constraint());
+                };
                 if repeated.iter().any(|r| *r) {
                     return Err(WeirError::new(
                         "21000",
@@ -181,6 +218,12 @@ impl Engine {
                 let excluded = pick(&proposed, &conflict_idx)?;
                 let (updated, kept) =
                     self.updated_rows(session, table_name, alias, up, &old, &excluded)?;
+                if let Some(pk) = &pk {
+                    let kept_idx: Vec<u32> = (0..kept.len() as u32)
+                        .filter(|&k| kept[k as usize])
+                        .collect();
+                    moved_keys = moved(pk, &pick(&old, &kept_idx)?, &updated)?;
+                }
                 // the rows in the order they were proposed, as Postgres returns them
                 let mut order: Vec<(u32, u32)> = insert_idx
                     .iter()
@@ -200,9 +243,20 @@ impl Engine {
                 pick(&all, &perm)?
             }
         };
-        let order = (0..written.num_rows() as u32).map(|i| (false, i)).collect();
+        let Some(pk) = pk else {
+            // (DO NOTHING: rows to insert)
+            return Ok((Change::Insert(vec![written.clone()]), written));
+        };
         let key_fields: Vec<_> = pk.iter().map(|&i| schema.field(i).clone()).collect();
-        let deletes = RecordBatch::new_empty(Arc::new(Schema::new(key_fields)));
+        let deletes = match moved_keys {
+            Some(d) => d,
+            None => RecordBatch::new_empty(Arc::new(Schema::new(key_fields))),
+        };
+        // moved rows' old keys go first, then every written row is set
+        let order = (0..deletes.num_rows() as u32)
+            .map(|i| (true, i))
+            .chain((0..written.num_rows() as u32).map(|i| (false, i)))
+            .collect();
         Ok((
             Change::Upsert {
                 upserts: written.clone(),
@@ -211,6 +265,63 @@ impl Engine {
             },
             written,
         ))
+    }
+
+    /// Which proposed rows conflict with `arbiter`: the stored rows they meet (a batch, and
+    /// each proposed row's index in it) and whether the same key was proposed earlier in
+    /// the statement. A key with a NULL in it conflicts with nothing (as a unique index
+    /// has it).
+    fn conflicts(
+        &self,
+        table: &Arc<TableStore>,
+        arbiter: &Arbiter,
+        proposed: &RecordBatch,
+    ) -> Result<(RecordBatch, Vec<Option<usize>>, Vec<bool>)> {
+        let cols = match arbiter {
+            Arbiter::Key(c) | Arbiter::Unique(_, c) => c,
+        };
+        let keys: Vec<ArrayRef> = cols.iter().map(|&i| proposed.column(i).clone()).collect();
+        let conv = RowConverter::new(
+            keys.iter()
+                .map(|k| SortField::new(k.data_type().clone()))
+                .collect(),
+        )?;
+        let rows = conv.convert_columns(&keys)?;
+        let n = proposed.num_rows();
+        let has_null: Vec<bool> = (0..n).map(|i| keys.iter().any(|k| k.is_null(i))).collect();
+        let (stored, at) = match arbiter {
+            Arbiter::Key(_) => table
+                .lookup_each(&keys)?
+                .ok_or_else(no_matching_constraint)?,
+            Arbiter::Unique(oid, _) => {
+                let stored = table
+                    .index_lookup(*oid, &keys)?
+                    .ok_or_else(no_matching_constraint)?;
+                let stored_keys: Vec<ArrayRef> =
+                    cols.iter().map(|&i| stored.column(i).clone()).collect();
+                let stored_rows = conv.convert_columns(&stored_keys)?;
+                let by_key: HashMap<&[u8], usize> = stored_rows
+                    .iter()
+                    .enumerate()
+                    .map(|(k, r)| (r.data(), k))
+                    .collect();
+                let at = (0..n)
+                    .map(|i| match has_null[i] {
+                        true => None,
+                        false => by_key.get(rows.row(i).data()).copied(),
+                    })
+                    .collect();
+                (stored, at)
+            }
+        };
+        let mut first: HashMap<&[u8], usize> = HashMap::new();
+        let mut repeated = vec![false; n];
+        for (i, r) in rows.iter().enumerate() {
+            if !has_null[i] && first.insert(r.data(), i).is_some() {
+                repeated[i] = true;
+            }
+        }
+        Ok((stored, at, repeated))
     }
 
     /// DO UPDATE: the stored rows with the SET expressions applied, where WHERE holds.
@@ -281,4 +392,43 @@ impl Engine {
             }
         }
     }
+}
+
+/// A constraint INSERT ... ON CONFLICT checks proposed rows against.
+enum Arbiter {
+    /// The primary key (its column positions).
+    Key(Vec<usize>),
+    /// A unique index (its OID and column positions).
+    Unique(u32, Vec<usize>),
+}
+
+/// The primary keys of `old` rows that `new` (the same rows, updated) no longer has, or
+/// None when no key column changed.
+fn moved(pk: &[usize], old: &RecordBatch, new: &RecordBatch) -> Result<Option<RecordBatch>> {
+    let key_of =
+        |b: &RecordBatch| -> Vec<ArrayRef> { pk.iter().map(|&i| b.column(i).clone()).collect() };
+    let (o, n) = (key_of(old), key_of(new));
+    let conv = RowConverter::new(
+        o.iter()
+            .map(|k| SortField::new(k.data_type().clone()))
+            .collect(),
+    )?;
+    let (or, nr) = (conv.convert_columns(&o)?, conv.convert_columns(&n)?);
+    let changed: Vec<u32> = (0..old.num_rows())
+        .filter(|&i| or.row(i) != nr.row(i))
+        .map(|i| i as u32)
+        .collect();
+    if changed.is_empty() {
+        return Ok(None);
+    }
+    let idx = UInt32Array::from(changed);
+    let cols = o
+        .iter()
+        .map(|c| take(c, &idx, None))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let fields: Vec<_> = pk.iter().map(|&i| old.schema().field(i).clone()).collect();
+    Ok(Some(RecordBatch::try_new(
+        Arc::new(Schema::new(fields)),
+        cols,
+    )?))
 }
