@@ -1,6 +1,7 @@
 //! SQL text in: the statement parser (sqlparser's Postgres dialect plus Weir's streaming
 //! syntax) and the SQL type system.
 
+pub mod array_agg;
 pub mod bulk_insert;
 pub mod client_stmts;
 pub mod date_trunc;

@@ -1854,6 +1854,7 @@ pub fn register(ctx: &datafusion::execution::context::SessionContext) {
         ctx.register_udaf(exact_udaf(avg).as_ref().clone());
     }
     ctx.register_udaf(AggregateUDF::new_from_impl(PgSum::new()));
+    ctx.register_udaf(crate::sql::array_agg::PgArrayAgg::udaf());
 }
 
 /// A NULL constant, cast or not (`NULL`, `NULL::int`).

@@ -111,7 +111,17 @@ pub fn json_values(
             };
             let l = datafusion::arrow::compute::cast(col, &DataType::LargeList(f.clone()))?;
             let l = l.as_list::<i64>();
-            let inner = json_values(l.values(), Some(f.as_ref()), compact)?;
+            // the elements' Postgres type: the list field's own (`jsonb[]`: array_agg of a
+            // jsonb), else the element field's
+            let typed = match field.and_then(field_sql_type) {
+                Some(SqlType::Array(t)) => Some(t.field(f.name(), true)),
+                _ => None,
+            };
+            let inner = json_values(
+                l.values(),
+                Some(typed.as_ref().unwrap_or(f.as_ref())),
+                compact,
+            )?;
             let offs = l.value_offsets();
             (0..n)
                 .map(|i| {

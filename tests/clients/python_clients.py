@@ -610,6 +610,25 @@ def check_psycopg_json():
     ok("psycopg 2 and 3 decode json function results")
 
 
+def check_psycopg_typed_arrays():
+    # array_agg of uuid / jsonb is uuid[] / jsonb[] (as in Postgres): psycopg 3 hands out
+    # UUIDs and decoded JSON, in text and binary, not strings
+    import uuid
+    import psycopg
+
+    u1, u2 = "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "b0eebc99-9c0b-4ef8-bb6d-6bb9bd380a12"
+    with psycopg.connect(f"host=127.0.0.1 port={PORT} user=weir dbname=weir", autocommit=True) as c:
+        c.execute("CREATE TABLE py_arr (id uuid, doc jsonb, k int)")
+        c.execute("INSERT INTO py_arr VALUES (%s, '{\"a\": 1}', 1), (%s, '[2]', 1)", (u1, u2))
+        for binary in [False, True]:
+            cur = c.cursor(binary=binary)
+            cur.execute("SELECT array_agg(id ORDER BY id), array_agg(doc ORDER BY id) FROM py_arr GROUP BY k")
+            row = cur.fetchone()
+            assert row == ([uuid.UUID(u1), uuid.UUID(u2)], [{"a": 1}, [2]]), (binary, row)
+        c.execute("DROP TABLE py_arr")
+    ok("psycopg 3 reads array_agg of uuid and jsonb as uuid[] and jsonb[]")
+
+
 if WHAT == "all":
     setup()
     check_psycopg2()
@@ -618,6 +637,7 @@ if WHAT == "all":
     check_sqlalchemy_orm()
     check_sqlalchemy_enum()
     check_psycopg_enum()
+    check_psycopg_typed_arrays()
     check_psycopg_json()
 else:
     check_sqlalchemy()

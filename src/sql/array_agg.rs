@@ -1,0 +1,159 @@
+//! `array_agg(x)` typed as Postgres types it: an array of `x`'s own type. DataFusion's
+//! `array_agg` (which does all the work: ORDER BY, DISTINCT, FILTER, its groups
+//! accumulator) makes a list of the Arrow type alone, so `array_agg(uuid)`,
+//! `array_agg(jsonb)` or `array_agg(varchar)` came back as `text[]` (psycopg handing out
+//! strings where Postgres gives UUIDs and dicts). Here the result field says the array
+//! type (`uuid[]`) in its metadata ([`crate::sql::types::PG_TYPE_KEY`], where every Weir
+//! type that Arrow alone cannot tell is kept); the values are untouched (the element
+//! field inside the list stays as DataFusion makes it, so the list's Arrow type does not
+//! change).
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef};
+use datafusion::common::{Result as DfResult, ScalarValue};
+use datafusion::logical_expr::expr::{AggregateFunction, AggregateFunctionParams};
+use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
+use datafusion::logical_expr::utils::AggregateOrderSensitivity;
+use datafusion::logical_expr::{
+    Accumulator, AggregateUDF, AggregateUDFImpl, Expr, GroupsAccumulator, Operator, ReversedUDAF,
+    SetMonotonicity, Signature,
+};
+
+use crate::sql::types::{PG_TYPE_KEY, SqlType, field_sql_type};
+
+/// DataFusion's `array_agg`, with its result typed by its argument's Postgres type.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct PgArrayAgg {
+    inner: Arc<AggregateUDF>,
+}
+
+impl PgArrayAgg {
+    pub fn udaf() -> AggregateUDF {
+        AggregateUDF::new_from_impl(PgArrayAgg {
+            inner: datafusion::functions_aggregate::array_agg::array_agg_udaf(),
+        })
+    }
+
+    fn wrap(inner: Arc<dyn AggregateUDFImpl>) -> Arc<dyn AggregateUDFImpl> {
+        Arc::new(PgArrayAgg {
+            inner: Arc::new(AggregateUDF::new_from_shared_impl(inner)),
+        })
+    }
+}
+
+/// The array type of an element field whose Postgres type its metadata says (`uuid` →
+/// `uuid[]`); None where the Arrow type says it all.
+fn array_type_name(element: &Field) -> Option<String> {
+    element.metadata().get(PG_TYPE_KEY)?;
+    let t = field_sql_type(element)?;
+    Some(SqlType::Array(Box::new(t)).display_name())
+}
+
+impl AggregateUDFImpl for PgArrayAgg {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn aliases(&self) -> &[String] {
+        self.inner.aliases()
+    }
+    fn signature(&self) -> &Signature {
+        self.inner.signature()
+    }
+    fn return_type(&self, arg_types: &[DataType]) -> DfResult<DataType> {
+        self.inner.return_type(arg_types)
+    }
+    fn return_field(&self, arg_fields: &[FieldRef]) -> DfResult<FieldRef> {
+        let field = self.inner.inner().return_field(arg_fields)?;
+        let Some(name) = arg_fields.first().and_then(|f| array_type_name(f)) else {
+            return Ok(field);
+        };
+        let mut meta = field.metadata().clone();
+        meta.insert(PG_TYPE_KEY.to_owned(), name);
+        Ok(Arc::new(field.as_ref().clone().with_metadata(meta)))
+    }
+    fn accumulator(&self, acc_args: AccumulatorArgs) -> DfResult<Box<dyn Accumulator>> {
+        self.inner.accumulator(acc_args)
+    }
+    fn schema_name(&self, params: &AggregateFunctionParams) -> DfResult<String> {
+        self.inner.inner().schema_name(params)
+    }
+    fn human_display(&self, params: &AggregateFunctionParams) -> DfResult<String> {
+        self.inner.inner().human_display(params)
+    }
+    fn display_name(&self, params: &AggregateFunctionParams) -> DfResult<String> {
+        self.inner.inner().display_name(params)
+    }
+    fn state_fields(&self, args: StateFieldsArgs) -> DfResult<Vec<FieldRef>> {
+        self.inner.state_fields(args)
+    }
+    fn groups_accumulator_supported(&self, args: AccumulatorArgs) -> bool {
+        self.inner.groups_accumulator_supported(args)
+    }
+    fn create_groups_accumulator(
+        &self,
+        args: AccumulatorArgs,
+    ) -> DfResult<Box<dyn GroupsAccumulator>> {
+        self.inner.create_groups_accumulator(args)
+    }
+    fn create_sliding_accumulator(&self, args: AccumulatorArgs) -> DfResult<Box<dyn Accumulator>> {
+        self.inner.create_sliding_accumulator(args)
+    }
+    fn with_beneficial_ordering(
+        self: Arc<Self>,
+        beneficial_ordering: bool,
+    ) -> DfResult<Option<Arc<dyn AggregateUDFImpl>>> {
+        Ok(Arc::clone(self.inner.inner())
+            .with_beneficial_ordering(beneficial_ordering)?
+            .map(Self::wrap))
+    }
+    fn order_sensitivity(&self) -> AggregateOrderSensitivity {
+        self.inner.inner().order_sensitivity()
+    }
+    fn simplify(
+        &self,
+    ) -> Option<datafusion::logical_expr::function::AggregateFunctionSimplification> {
+        self.inner.simplify()
+    }
+    fn simplify_expr_op_literal(
+        &self,
+        agg_function: &AggregateFunction,
+        arg: &Expr,
+        op: Operator,
+        lit: &Expr,
+        arg_is_left: bool,
+    ) -> DfResult<Option<Expr>> {
+        self.inner
+            .inner()
+            .simplify_expr_op_literal(agg_function, arg, op, lit, arg_is_left)
+    }
+    fn reverse_expr(&self) -> ReversedUDAF {
+        match self.inner.inner().reverse_expr() {
+            ReversedUDAF::Reversed(r) => ReversedUDAF::Reversed(Arc::new(
+                AggregateUDF::new_from_shared_impl(Self::wrap(Arc::clone(r.inner()))),
+            )),
+            other => other,
+        }
+    }
+    fn coerce_types(&self, arg_types: &[DataType]) -> DfResult<Vec<DataType>> {
+        self.inner.coerce_types(arg_types)
+    }
+    fn is_nullable(&self) -> bool {
+        self.inner.is_nullable()
+    }
+    fn is_descending(&self) -> Option<bool> {
+        self.inner.is_descending()
+    }
+    fn default_value(&self, data_type: &DataType) -> DfResult<ScalarValue> {
+        self.inner.default_value(data_type)
+    }
+    fn supports_null_handling_clause(&self) -> bool {
+        self.inner.inner().supports_null_handling_clause()
+    }
+    fn supports_within_group_clause(&self) -> bool {
+        self.inner.inner().supports_within_group_clause()
+    }
+    fn set_monotonicity(&self, data_type: &DataType) -> SetMonotonicity {
+        self.inner.inner().set_monotonicity(data_type)
+    }
+}
