@@ -594,6 +594,7 @@ async fn result_column_names_are_postgres() {
         "SELECT (date '2024-01-01', date '2024-01-02') OVERLAPS (date '2024-01-02', date '2024-01-03')",
         "SELECT t.* FROM unnest(ARRAY[1]) AS t",
         "SELECT json_build_object('a', 1), array_replace(ARRAY[1], 1, 2), to_number('1', '9')",
+        "SELECT substr(b, 2, 1), substring(b, 1, 1), substring(b FROM 1), array_agg(a) FROM names_t GROUP BY b",
     ];
     for q in queries {
         let names = |s: tokio_postgres::Statement| -> Vec<String> {

@@ -3398,6 +3398,10 @@ fn figure_name(e: &Expr) -> Option<String> {
         Expr::Interval(_) => Some("interval".into()),
         Expr::Extract { .. } => Some("extract".into()),
         Expr::AtTimeZone { .. } => Some("timezone".into()),
+        // `substr(...)` is a function of its own name in Postgres
+        Expr::Substring {
+            shorthand: true, ..
+        } => Some("substr".into()),
         Expr::Substring { .. } => Some("substring".into()),
         Expr::Trim { .. } => Some("btrim".into()),
         Expr::Position { .. } => Some("position".into()),
