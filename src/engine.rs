@@ -604,15 +604,7 @@ impl Engine {
                             "a connector table cannot have generated columns (compute them in a view)",
                         ));
                     }
-                    let columns: Vec<ColumnDesc> = ct
-                        .columns
-                        .iter()
-                        .map(|c| ColumnDesc {
-                            name: c.name.clone(),
-                            ty: c.ty.clone(),
-                            nullable: true,
-                        })
-                        .collect();
+                    let columns = table_columns(ct);
                     generated::compile(&session.ctx, &ct.name, &columns, &generated)?;
                 }
                 let existed = self.catalog.get(&ct.name).is_some();
@@ -2047,15 +2039,7 @@ impl Engine {
                 "WATERMARK requires an APPEND ONLY table",
             ));
         }
-        let columns: Vec<ColumnDesc> = ct
-            .columns
-            .iter()
-            .map(|c| ColumnDesc {
-                name: c.name.clone(),
-                ty: c.ty.clone(),
-                nullable: !c.not_null && !ct.primary_key.contains(&c.name),
-            })
-            .collect();
+        let columns = table_columns(ct);
         let watermark = ct
             .watermark
             .as_ref()
@@ -2608,6 +2592,18 @@ pub(crate) async fn lock_writer(
             )),
         },
     }
+}
+
+/// A new table's columns as the catalog describes them (a primary key's are NOT NULL).
+fn table_columns(ct: &CreateTable) -> Vec<ColumnDesc> {
+    ct.columns
+        .iter()
+        .map(|c| ColumnDesc {
+            name: c.name.clone(),
+            ty: c.ty.clone(),
+            nullable: !c.not_null && !ct.primary_key.contains(&c.name),
+        })
+        .collect()
 }
 
 /// A table fed by a connector changes only through it.
