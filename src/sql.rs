@@ -1,7 +1,6 @@
 //! SQL text in: the statement parser (sqlparser's Postgres dialect plus Weir's streaming
 //! syntax) and the SQL type system.
 
-pub mod array_agg;
 pub mod bulk_insert;
 pub mod client_stmts;
 pub mod date_trunc;
@@ -27,6 +26,7 @@ pub mod to_char;
 pub mod to_number;
 pub mod to_timestamp;
 pub mod transaction_time;
+pub mod typed_arrays;
 pub mod types;
 pub mod uuid;
 pub mod windows;

@@ -830,6 +830,13 @@ fn numeric_operators(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
                             .call(f.args.clone()),
                     ));
                 }
+                // `ARRAY[...]` typed by its elements (`uuid[]`, `jsonb[]`): the SQL planner
+                // builds it with DataFusion's own `make_array`, not the session's
+                if f.func.name() == "make_array" && !f.args.is_empty() {
+                    return Ok(Transformed::yes(
+                        crate::sql::typed_arrays::make_array().call(f.args.clone()),
+                    ));
+                }
             }
             if let Expr::ScalarFunction(f) = &e
                 && let Some(t) = integral_scale(f, &schema)
@@ -1854,7 +1861,7 @@ pub fn register(ctx: &datafusion::execution::context::SessionContext) {
         ctx.register_udaf(exact_udaf(avg).as_ref().clone());
     }
     ctx.register_udaf(AggregateUDF::new_from_impl(PgSum::new()));
-    ctx.register_udaf(crate::sql::array_agg::PgArrayAgg::udaf());
+    ctx.register_udaf(crate::sql::typed_arrays::PgArrayAgg::udaf());
 }
 
 /// A NULL constant, cast or not (`NULL`, `NULL::int`).

@@ -3,7 +3,7 @@
 //! DataFusion's own, so that everything recognising the function by name still does. The
 //! one way Weir changes what a DataFusion function does at its call: `date_trunc` keeping
 //! the infinities (`sql/date_trunc.rs`), the functions whose output size is checked first
-//! (`catalog/value_limits.rs`).
+//! (`catalog/value_limits.rs`), `ARRAY[...]` typed by its elements (`sql/typed_arrays.rs`).
 
 use std::fmt::Debug;
 use std::hash::Hash;
@@ -21,6 +21,11 @@ use datafusion::logical_expr::{
 /// What runs in place of the wrapped function's call; `inner` is the function itself.
 pub trait CallHook: Debug + PartialEq + Eq + Hash + Send + Sync + 'static {
     fn call(&self, inner: &ScalarUDF, args: ScalarFunctionArgs) -> DfResult<ColumnarValue>;
+    /// The result's field: the function's own, unless the hook says more about it (its
+    /// Postgres type, in the metadata).
+    fn return_field(&self, inner: &ScalarUDF, args: ReturnFieldArgs) -> DfResult<FieldRef> {
+        inner.return_field_from_args(args)
+    }
 }
 
 /// `inner` with `hook` around its call.
@@ -50,7 +55,7 @@ impl<H: CallHook> ScalarUDFImpl for Hooked<H> {
         self.inner.return_type(arg_types)
     }
     fn return_field_from_args(&self, args: ReturnFieldArgs) -> DfResult<FieldRef> {
-        self.inner.return_field_from_args(args)
+        self.hook.return_field(&self.inner, args)
     }
     fn coerce_types(&self, arg_types: &[DataType]) -> DfResult<Vec<DataType>> {
         self.inner.coerce_types(arg_types)

@@ -611,7 +611,7 @@ def check_psycopg_json():
 
 
 def check_psycopg_typed_arrays():
-    # array_agg of uuid / jsonb is uuid[] / jsonb[] (as in Postgres): psycopg 3 hands out
+    # array_agg and ARRAY[] of uuid / jsonb are uuid[] / jsonb[] (as in Postgres): psycopg 3 hands out
     # UUIDs and decoded JSON, in text and binary, not strings
     import uuid
     import psycopg
@@ -625,8 +625,11 @@ def check_psycopg_typed_arrays():
             cur.execute("SELECT array_agg(id ORDER BY id), array_agg(doc ORDER BY id) FROM py_arr GROUP BY k")
             row = cur.fetchone()
             assert row == ([uuid.UUID(u1), uuid.UUID(u2)], [{"a": 1}, [2]]), (binary, row)
+            cur.execute("SELECT ARRAY[id], ARRAY[doc] FROM py_arr WHERE id = %s", (u1,))
+            row = cur.fetchone()
+            assert row == ([uuid.UUID(u1)], [{"a": 1}]), (binary, row)
         c.execute("DROP TABLE py_arr")
-    ok("psycopg 3 reads array_agg of uuid and jsonb as uuid[] and jsonb[]")
+    ok("psycopg 3 reads array_agg and ARRAY[] of uuid and jsonb as uuid[] and jsonb[]")
 
 
 if WHAT == "all":

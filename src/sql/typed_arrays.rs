@@ -1,4 +1,8 @@
-//! `array_agg(x)` typed as Postgres types it: an array of `x`'s own type. DataFusion's
+//! `array_agg(x)` and `ARRAY[x, ...]` typed as Postgres types them: an array of `x`'s own
+//! type. (`ARRAY[...]` is DataFusion's `make_array` with a hook, `sql/hooked.rs`, typing its
+//! result the same way; `catalog/pg_semantics.rs` puts it in place of the SQL planner's.)
+//!
+//! `array_agg(x)`: DataFusion's
 //! `array_agg` (which does all the work: ORDER BY, DISTINCT, FILTER, its groups
 //! accumulator) makes a list of the Arrow type alone, so `array_agg(uuid)`,
 //! `array_agg(jsonb)` or `array_agg(varchar)` came back as `text[]` (psycopg handing out
@@ -16,10 +20,11 @@ use datafusion::logical_expr::expr::{AggregateFunction, AggregateFunctionParams}
 use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion::logical_expr::utils::AggregateOrderSensitivity;
 use datafusion::logical_expr::{
-    Accumulator, AggregateUDF, AggregateUDFImpl, Expr, GroupsAccumulator, Operator, ReversedUDAF,
-    SetMonotonicity, Signature,
+    Accumulator, AggregateUDF, AggregateUDFImpl, ColumnarValue, Expr, GroupsAccumulator, Operator,
+    ReturnFieldArgs, ReversedUDAF, ScalarFunctionArgs, ScalarUDF, SetMonotonicity, Signature,
 };
 
+use crate::sql::hooked::{CallHook, Hooked};
 use crate::sql::types::{PG_TYPE_KEY, SqlType, field_sql_type};
 
 /// DataFusion's `array_agg`, with its result typed by its argument's Postgres type.
@@ -50,6 +55,53 @@ fn array_type_name(element: &Field) -> Option<String> {
     Some(SqlType::Array(Box::new(t)).display_name())
 }
 
+/// `field` saying it is an array of `element`'s Postgres type, where that type is one only
+/// the metadata tells.
+fn typed_by(field: FieldRef, element: Option<&FieldRef>) -> FieldRef {
+    let Some(name) = element.and_then(|f| array_type_name(f)) else {
+        return field;
+    };
+    let mut meta = field.metadata().clone();
+    meta.insert(PG_TYPE_KEY.to_owned(), name);
+    Arc::new(field.as_ref().clone().with_metadata(meta))
+}
+
+/// DataFusion's `make_array` (`ARRAY[...]`), its result typed by its elements.
+pub fn make_array() -> Arc<ScalarUDF> {
+    static TYPED: std::sync::OnceLock<Arc<ScalarUDF>> = std::sync::OnceLock::new();
+    TYPED
+        .get_or_init(|| {
+            Arc::new(Hooked::udf(
+                datafusion::functions_nested::make_array::make_array_udf(),
+                ElementTyped,
+            ))
+        })
+        .clone()
+}
+
+/// `ARRAY[a, b]`: typed by its elements' fields when they all say the same Postgres type.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct ElementTyped;
+
+impl CallHook for ElementTyped {
+    fn call(&self, inner: &ScalarUDF, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        inner.invoke_with_args(args)
+    }
+    fn return_field(&self, inner: &ScalarUDF, args: ReturnFieldArgs) -> DfResult<FieldRef> {
+        let first = args.arg_fields.first().cloned();
+        let declared = |f: &FieldRef| f.metadata().get(PG_TYPE_KEY).cloned();
+        let same = args
+            .arg_fields
+            .iter()
+            .all(|f| declared(f) == first.as_ref().and_then(declared));
+        let element = first.filter(|_| same);
+        Ok(typed_by(
+            inner.return_field_from_args(args)?,
+            element.as_ref(),
+        ))
+    }
+}
+
 impl AggregateUDFImpl for PgArrayAgg {
     fn name(&self) -> &str {
         self.inner.name()
@@ -65,12 +117,7 @@ impl AggregateUDFImpl for PgArrayAgg {
     }
     fn return_field(&self, arg_fields: &[FieldRef]) -> DfResult<FieldRef> {
         let field = self.inner.inner().return_field(arg_fields)?;
-        let Some(name) = arg_fields.first().and_then(|f| array_type_name(f)) else {
-            return Ok(field);
-        };
-        let mut meta = field.metadata().clone();
-        meta.insert(PG_TYPE_KEY.to_owned(), name);
-        Ok(Arc::new(field.as_ref().clone().with_metadata(meta)))
+        Ok(typed_by(field, arg_fields.first()))
     }
     fn accumulator(&self, acc_args: AccumulatorArgs) -> DfResult<Box<dyn Accumulator>> {
         self.inner.accumulator(acc_args)
