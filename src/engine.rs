@@ -1618,7 +1618,13 @@ impl Engine {
             let (t, c, is_main) = match step {
                 Some(e) => {
                     _writers.push(e._writer);
-                    (e.table, e.change, false)
+                    // a referencing table's rows a CASCADE / SET NULL changes: its generated
+                    // columns computed again
+                    let c = match self.catalog.get(&e.table.name) {
+                        Some(child) => generated::fill_change(&session.ctx, &child.desc, e.change)?,
+                        None => e.change,
+                    };
+                    (e.table, c, false)
                 }
                 None => match change.take() {
                     Some(c) => (table.clone(), c, true),

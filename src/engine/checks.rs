@@ -94,6 +94,7 @@ pub(crate) fn plan_table_expr(
     };
     let expr = ctx.parse_sql_expr(&rewritten, &df_schema)?;
     let expr = crate::catalog::pg_semantics::analyze_expr(expr, &df_schema)?;
+    let expr = crate::plan::coerced_and_simplified(expr, &df_schema)?;
     Ok((expr, df_schema))
 }
 

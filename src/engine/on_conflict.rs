@@ -343,6 +343,9 @@ impl Engine {
         let input = RecordBatch::try_new(Arc::new(both.as_arrow().clone()), cols)?;
         let eval = |text: String| -> Result<ArrayRef> {
             let e = session.ctx.parse_sql_expr(&text, &both)?;
+            // Postgres' semantics, coerced and simplified as a query's expressions are
+            let e = crate::catalog::pg_semantics::analyze_expr(e, &both)?;
+            let e = crate::plan::coerced_and_simplified(e, &both)?;
             let p = session.ctx.create_physical_expr(e, &both)?;
             Ok(p.evaluate(&input)?.into_array(input.num_rows())?)
         };

@@ -310,18 +310,6 @@ fn unqualified(input: &DFSchema) -> Result<DFSchema> {
     ))?)
 }
 
-/// Types coerced and the expression simplified, as DataFusion's analyzer and optimizer
-/// would (some functions, e.g. `coalesce`, only run once simplified).
-fn coerce(expr: Expr, schema: &DFSchema) -> Result<Expr> {
-    let s = ExprSimplifier::new(
-        SimplifyContext::builder()
-            .with_schema(Arc::new(schema.clone()))
-            .build(),
-    );
-    let e = s.coerce(expr, schema)?;
-    Ok(s.simplify(e)?)
-}
-
 fn plan_expr(state: &SessionState, e: ast::Expr, schema: &DFSchema) -> Result<Expr> {
     let e = state.create_logical_expr_from_sql_expr(
         ast::ExprWithAlias {
@@ -330,7 +318,7 @@ fn plan_expr(state: &SessionState, e: ast::Expr, schema: &DFSchema) -> Result<Ex
         },
         schema,
     )?;
-    coerce(e, schema)
+    crate::plan::coerced_and_simplified(e, schema)
 }
 
 async fn build(
