@@ -1830,11 +1830,12 @@ fn int4_operands(expr: &mut Expr) {
                 *expr = lit;
             }
         }
-        // the functions and CASE that unify their arguments' types
+        // the functions and CASE that unify their arguments' types (and `pg_typeof(1)`,
+        // which is integer)
         Expr::Function(f)
             if matches!(
                 last_name(&f.name).as_deref(),
-                Some("nullif" | "coalesce" | "greatest" | "least" | "mod")
+                Some("nullif" | "coalesce" | "greatest" | "least" | "mod" | "pg_typeof")
             ) =>
         {
             if let FunctionArguments::List(l) = &mut f.args {
@@ -1843,6 +1844,12 @@ fn int4_operands(expr: &mut Expr) {
                         int4_literal(e);
                     }
                 }
+            }
+        }
+        // `ARRAY[1, 2]` is an `integer[]`
+        Expr::Array(a) => {
+            for e in a.elem.iter_mut() {
+                int4_literal(e);
             }
         }
         Expr::Case {

@@ -251,6 +251,8 @@ impl SqlType {
             SqlType::Oid => 26,
             SqlType::Name => 19,
             SqlType::InternalChar => 18,
+            // (a multi-dimensional array is sent as text[]: its binary form here nests one
+            // array per element where Postgres' has one header with every dimension)
             SqlType::Array(e) => array_oid(e.oid()).unwrap_or(1009),
             SqlType::Vector(e) if **e == SqlType::Oid => 30,
             SqlType::Vector(_) => 22,
@@ -312,6 +314,8 @@ impl SqlType {
             SqlType::Oid => "oid".into(),
             SqlType::Name => "name".into(),
             SqlType::InternalChar => "\"char\"".into(),
+            // Postgres' array types have no dimensions: `integer[]` for `ARRAY[[1]]` too
+            SqlType::Array(e) if matches!(**e, SqlType::Array(_)) => e.display_name(),
             SqlType::Array(e) => format!("{}[]", e.display_name()),
             SqlType::Vector(e) if **e == SqlType::Oid => "oidvector".into(),
             SqlType::Vector(_) => "int2vector".into(),
