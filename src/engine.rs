@@ -1322,7 +1322,7 @@ impl Engine {
             _writer,
         } = self.plan_dml(session, &q, params).await?;
         // the rows as written: with their generated columns (EXCLUDED and RETURNING read
-        // them; `apply_change` computes them again for every write)
+        // them), computed once here (the change is then applied as it is)
         let change = match self.catalog.get(&table.name) {
             Some(e) => generated::fill_change(&session.ctx, &e.desc, change)?,
             None => change,
@@ -1342,12 +1342,7 @@ impl Engine {
                 let (change, written) = self
                     .resolve_conflicts(session, &table, &name, alias, &on, proposed)
                     .await?;
-                // rows DO UPDATE changed compute theirs again
-                let written = match self.catalog.get(&name) {
-                    Some(e) => generated::fill_rows(&session.ctx, &e.desc, vec![written])?,
-                    None => vec![written],
-                };
-                (change, written)
+                (change, vec![written])
             }
             (_, change) => {
                 let written = match &change {
@@ -1360,7 +1355,7 @@ impl Engine {
             }
         };
         let count: usize = written.iter().map(|b| b.num_rows()).sum();
-        self.apply_change(session, &table, change, verb, None)
+        self.apply_filled_change(session, &table, change, verb, None)
             .await?;
         drop(_writer);
         let Some(r) = r else {
@@ -1566,16 +1561,31 @@ impl Engine {
         verb: &str,
         part: Option<Option<u64>>,
     ) -> Result<(usize, Option<u64>)> {
+        // stored generated columns take their values from the rows written (before the
+        // CHECKs, which read them)
+        let change = match self.catalog.get(&table.name) {
+            Some(e) => generated::fill_change(&session.ctx, &e.desc, change)?,
+            None => change,
+        };
+        self.apply_filled_change(session, table, change, verb, part)
+            .await
+    }
+
+    /// [`apply_change`](Self::apply_change) of a change whose rows carry their generated
+    /// columns already (a DML statement computes them before RETURNING and ON CONFLICT
+    /// read them).
+    pub(crate) async fn apply_filled_change(
+        &self,
+        session: &mut Session,
+        table: &Arc<TableStore>,
+        change: Change,
+        verb: &str,
+        part: Option<Option<u64>>,
+    ) -> Result<(usize, Option<u64>)> {
         // the last point where the statement can stop without having changed anything
         session.interrupt.check()?;
         session.check_writable(verb)?;
         let entry = self.catalog.get(&table.name);
-        // stored generated columns take their values from the rows written (before the
-        // CHECKs, which read them)
-        let change = match &entry {
-            Some(e) => generated::fill_change(&session.ctx, &e.desc, change)?,
-            None => change,
-        };
         if let Some(entry) = &entry
             && !entry.desc.checks.is_empty()
         {

@@ -2,8 +2,10 @@
 //! and ALTER TABLE ... ADD COLUMN): the expression is kept as text in the table's
 //! `RelationDesc::generated` and computed, over the row's other columns, on every row an
 //! INSERT, UPDATE, upsert, MERGE or COPY writes (`Engine::apply_change`, before the CHECKs,
-//! which see the computed value), so the stored row, its changelog for the views and
-//! RETURNING all carry it. Whatever value a write brought for the column is replaced; the
+//! which see the computed value; a DML statement computes them once itself, before
+//! RETURNING and ON CONFLICT's EXCLUDED read them, and applies the change through
+//! `apply_filled_change`), so the stored row, its changelog for the views and RETURNING all
+//! carry it; a row ON CONFLICT DO UPDATE changes computes them again. Whatever value a write brought for the column is replaced; the
 //! statements refuse one that is not DEFAULT (428C9, as Postgres: `fill_defaults`, UPDATE's
 //! assignments, COPY's column list).
 //!

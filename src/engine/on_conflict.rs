@@ -218,6 +218,13 @@ impl Engine {
                 let excluded = pick(&proposed, &conflict_idx)?;
                 let (updated, kept) =
                     self.updated_rows(session, table_name, alias, up, &old, &excluded)?;
+                // the rows DO UPDATE changed compute their generated columns again
+                let updated = match self.catalog.get(table_name) {
+                    Some(e) => super::generated::fill_rows(&session.ctx, &e.desc, vec![updated])?
+                        .pop()
+                        .unwrap_or_else(|| RecordBatch::new_empty(schema.clone())),
+                    None => updated,
+                };
                 if let Some(pk) = &pk {
                     let kept_idx: Vec<u32> = (0..kept.len() as u32)
                         .filter(|&k| kept[k as usize])
