@@ -2317,6 +2317,27 @@ impl Engine {
     }
 }
 
+/// How many columns a query's select list has, when the syntax alone tells (no `*`):
+/// the leftmost SELECT of a set operation decides, as in Postgres.
+fn query_width(body: &ast::SetExpr) -> Option<usize> {
+    match body {
+        ast::SetExpr::Select(s) => s
+            .projection
+            .iter()
+            .all(|i| {
+                matches!(
+                    i,
+                    ast::SelectItem::UnnamedExpr(_) | ast::SelectItem::ExprWithAlias { .. }
+                )
+            })
+            .then_some(s.projection.len()),
+        ast::SetExpr::Query(q) => query_width(&q.body),
+        ast::SetExpr::SetOperation { left, .. } => query_width(left),
+        ast::SetExpr::Values(v) => v.rows.first().map(|r| r.content.len()),
+        _ => None,
+    }
+}
+
 impl Engine {
     /// An INSERT with its table's column defaults made explicit: `DEFAULT` in VALUES and
     /// the columns it leaves out get their `DEFAULT` expression (NULL without one), as
@@ -2382,6 +2403,8 @@ impl Engine {
         };
         let width = match src.body.as_ref() {
             ast::SetExpr::Values(v) => v.rows.first().map(|r| r.content.len()).unwrap_or(0),
+            // INSERT INTO t SELECT ... fills the first columns by position
+            body if ins.columns.is_empty() => query_width(body).unwrap_or(0),
             _ => ins.columns.len(),
         };
         let named: Vec<String> = if ins.columns.is_empty() {

@@ -1548,6 +1548,20 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
                 // text to an array: read as Postgres array text, then its elements cast
                 // (arrow's cast would make the whole text one element)
                 (Some(DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View), DataType::List(_)) => {
+                    // a constant of more than one dimension (`'{{1,2},{3,4}}'::int[]`): an
+                    // array of arrays, as `ARRAY[ARRAY[1,2],ARRAY[3,4]]` (Postgres' int[]
+                    // has any number of dimensions)
+                    if let Some((value, nested)) = multi_dimensional_literal(&x, &data_type)? {
+                        let field = Arc::new(field.as_ref().clone().with_data_type(nested.clone()));
+                        let (e, _, _) = rewrite_expr(
+                            Expr::Cast(datafusion::logical_expr::Cast {
+                                expr: Box::new(Expr::Literal(value, None)),
+                                field,
+                            }),
+                            schema,
+                        )?;
+                        return Ok((e, true, Some(nested)));
+                    }
                     let parsed = pg_udf(pg_functions::PARSE_ARRAY).call(vec![x]);
                     let (e, _, _) = rewrite_expr(
                         Expr::Cast(datafusion::logical_expr::Cast {
@@ -1709,6 +1723,25 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
             ])];
             Ok((Expr::ScalarFunction(f), true, None))
         }
+        // `to_hex` of an integer narrower than bigint is Postgres' int4 one: a negative
+        // value is its 32-bit two's complement (DataFusion's widens it to 64 bits)
+        Expr::ScalarFunction(mut f)
+            if f.func.name() == "to_hex"
+                && f.args.len() == 1
+                && matches!(
+                    f.args[0].get_type(schema),
+                    Ok(DataType::Int8 | DataType::Int16 | DataType::Int32)
+                ) =>
+        {
+            let x = cast(rewrite_expr(f.args.remove(0), schema)?.0, DataType::Int64);
+            let wrapped = datafusion::logical_expr::when(
+                x.clone().lt(datafusion::logical_expr::lit(0i64)),
+                x.clone() + datafusion::logical_expr::lit(1i64 << 32),
+            )
+            .otherwise(x)?;
+            f.args = vec![wrapped];
+            Ok((Expr::ScalarFunction(f), true, None))
+        }
         Expr::ScalarFunction(f) if f.func.name() == "array_element" && f.args.len() == 2 => {
             // Postgres arrays have no negative subscripts: `a[-1]` is NULL, not the last
             let mut args = Vec::with_capacity(2);
@@ -1804,6 +1837,91 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
 }
 
 /// A Postgres-semantics function (`sql/pg_functions.rs`) by name, for the rewrites here.
+/// A text constant holding a Postgres array literal of two or more dimensions, cast to an
+/// array type: the literal as nested text lists and the target type nested as deep (its
+/// element type kept). `None` for anything else (one dimension, not a constant).
+fn multi_dimensional_literal(
+    x: &Expr,
+    target: &DataType,
+) -> DfResult<Option<(ScalarValue, DataType)>> {
+    use crate::sql::pg_text::{ArrayTextItem, array_text_dims, parse_array_items};
+    use datafusion::arrow::array::{ListArray, StringArray};
+    use datafusion::arrow::buffer::OffsetBuffer;
+    let Expr::Literal(
+        ScalarValue::Utf8(Some(text))
+        | ScalarValue::LargeUtf8(Some(text))
+        | ScalarValue::Utf8View(Some(text)),
+        _,
+    ) = x
+    else {
+        return Ok(None);
+    };
+    let Some(items) = parse_array_items(text) else {
+        return Ok(None);
+    };
+    if !items.iter().any(|i| matches!(i, ArrayTextItem::Sub(_))) {
+        return Ok(None);
+    }
+    let malformed = |detail: &str| {
+        DataFusionError::External(Box::new(
+            WeirError::new(
+                sqlstate::INVALID_TEXT_REPRESENTATION,
+                format!("malformed array literal: \"{text}\""),
+            )
+            .with_detail(detail),
+        ))
+    };
+    let dims = array_text_dims(&items).map_err(malformed)?;
+    // the element type: the target's innermost
+    let mut element = target.clone();
+    while let DataType::List(f) = element {
+        element = f.data_type().clone();
+    }
+    // one level of lists per dimension, built bottom up over the flattened elements
+    let mut level: Vec<&ArrayTextItem> = items.iter().collect();
+    let mut lengths: Vec<Vec<usize>> = vec![vec![items.len()]];
+    for _ in 1..dims.len() {
+        let mut next = Vec::new();
+        let mut lens = Vec::with_capacity(level.len());
+        for i in level {
+            let ArrayTextItem::Sub(sub) = i else {
+                return Err(malformed(crate::sql::pg_text::MIXED_ELEMENTS));
+            };
+            lens.push(sub.len());
+            next.extend(sub.iter());
+        }
+        lengths.push(lens);
+        level = next;
+    }
+    let leaves: StringArray = level
+        .iter()
+        .map(|i| match i {
+            ArrayTextItem::Value(v) => Ok(v.as_deref()),
+            ArrayTextItem::Sub(_) => Err(malformed(crate::sql::pg_text::MIXED_ELEMENTS)),
+        })
+        .collect::<DfResult<Vec<_>>>()?
+        .into_iter()
+        .collect();
+    let mut array: ArrayRef = Arc::new(leaves);
+    let mut nested = element;
+    for lens in lengths.iter().rev() {
+        let item = Arc::new(Field::new_list_field(array.data_type().clone(), true));
+        array = Arc::new(ListArray::try_new(
+            item,
+            OffsetBuffer::from_lengths(lens.iter().copied()),
+            array,
+            None,
+        )?);
+        nested = DataType::List(Arc::new(Field::new_list_field(nested, true)));
+    }
+    // the outermost level is the one value
+    let DataType::List(_) = array.data_type() else {
+        return Ok(None);
+    };
+    let value = ScalarValue::List(Arc::new(array.as_list::<i32>().clone()));
+    Ok(Some((value, nested)))
+}
+
 fn pg_udf(name: &'static str) -> Arc<ScalarUDF> {
     PG_UDFS
         .iter()

@@ -1593,6 +1593,34 @@ fn cut_to_length(t: &ast::DataType) -> Option<(u64, bool)> {
         .then_some((length, blank_padded))
 }
 
+/// The array type a text constant cast to `t` has when the constant has more dimensions
+/// than `t` (`'{{1,2},{3,4}}'::int[]` is an `int[][]`): `t`'s element type with one array
+/// level per dimension. None otherwise.
+fn array_literal_type(x: &Expr, t: &ast::DataType) -> Option<ast::DataType> {
+    let Expr::Value(v) = x else {
+        return None;
+    };
+    let ast::Value::SingleQuotedString(text) = &v.value else {
+        return None;
+    };
+    let dims = crate::sql::pg_text::array_text_dims(&crate::sql::pg_text::parse_array_items(text)?)
+        .ok()?;
+    let mut declared = 0;
+    let mut element = t;
+    while let ast::DataType::Array(ast::ArrayElemTypeDef::SquareBracket(inner, _)) = element {
+        declared += 1;
+        element = inner;
+    }
+    if declared == 0 || declared >= dims.len() {
+        return None;
+    }
+    let mut nested = element.clone();
+    for _ in 0..dims.len() {
+        nested = ast::DataType::Array(ast::ArrayElemTypeDef::SquareBracket(Box::new(nested), None));
+    }
+    Some(nested)
+}
+
 /// `1.50::numeric` (or `'1.50'::numeric`) as an operand of arithmetic or a select item: a
 /// `numeric` of the literal's own digits and scale, `numeric(3,2)`, where an unconstrained
 /// `numeric` would be Arrow's one scale of 10 shown without trailing zeros. Postgres keeps
@@ -1831,11 +1859,11 @@ fn int4_operands(expr: &mut Expr) {
             }
         }
         // the functions and CASE that unify their arguments' types (and `pg_typeof(1)`,
-        // which is integer)
+        // which is integer, and `to_hex(-1)`, Postgres' int4 to_hex)
         Expr::Function(f)
             if matches!(
                 last_name(&f.name).as_deref(),
-                Some("nullif" | "coalesce" | "greatest" | "least" | "mod" | "pg_typeof")
+                Some("nullif" | "coalesce" | "greatest" | "least" | "mod" | "pg_typeof" | "to_hex")
             ) =>
         {
             if let FunctionArguments::List(l) = &mut f.args {
@@ -2389,6 +2417,18 @@ fn rewrite_expr(expr: &mut Expr) {
                     iv.leading_precision = None;
                     iv.fractional_seconds_precision = None;
                 }
+            }
+        }
+        // a text constant of a multi-dimensional array cast to an array type: the type
+        // gets the constant's dimensions (Postgres' `int[]` has any number of them), so
+        // `('{{1,2},{3,4}}'::int[])[2][1]` plans as `int[][]`
+        Expr::Cast {
+            data_type: t @ ast::DataType::Array(_),
+            expr: inner,
+            ..
+        } if array_literal_type(inner, t).is_some() => {
+            if let Some(nested) = array_literal_type(inner, t) {
+                *t = nested;
             }
         }
         Expr::Cast {

@@ -533,52 +533,134 @@ pub fn bpchar_stored(v: &str) -> crate::error::Result<String> {
 /// The elements of a one-dimensional Postgres array literal (`{a,"b c",NULL}`); `None`
 /// when it is not one.
 pub fn parse_array_text(s: &str) -> Option<Vec<Option<String>>> {
-    let body = s.trim().strip_prefix('{')?.strip_suffix('}')?;
-    let mut out = Vec::new();
-    if body.trim().is_empty() {
-        return Some(out);
+    parse_array_items(s)?
+        .into_iter()
+        .map(|i| match i {
+            ArrayTextItem::Value(v) => Some(v),
+            ArrayTextItem::Sub(_) => None,
+        })
+        .collect()
+}
+
+/// An element of a Postgres array literal: a value (`None`: NULL) or a sub-array
+/// (`{{1,2},{3,4}}`).
+#[derive(Debug, PartialEq)]
+pub enum ArrayTextItem {
+    Value(Option<String>),
+    Sub(Vec<ArrayTextItem>),
+}
+
+/// The elements of a Postgres array literal of any dimension; `None` when it is not one.
+pub fn parse_array_items(s: &str) -> Option<Vec<ArrayTextItem>> {
+    let mut chars = s.trim().chars().peekable();
+    if chars.next()? != '{' {
+        return None;
     }
-    let mut chars = body.chars().peekable();
-    loop {
+    let items = array_level(&mut chars)?;
+    chars.all(char::is_whitespace).then_some(items)
+}
+
+/// Why an array literal's nesting is not an array's (Postgres' DETAIL).
+pub const MIXED_ELEMENTS: &str = "Unexpected array element.";
+pub const RAGGED_DIMENSIONS: &str =
+    "Multidimensional arrays must have sub-arrays with matching dimensions.";
+
+/// The dimensions of a parsed array literal when it is rectangular, as Postgres requires:
+/// one length per level, outermost first; else why not ([`MIXED_ELEMENTS`],
+/// [`RAGGED_DIMENSIONS`]).
+pub fn array_text_dims(items: &[ArrayTextItem]) -> Result<Vec<usize>, &'static str> {
+    let mut dims = vec![items.len()];
+    let subs: Vec<&Vec<ArrayTextItem>> = items
+        .iter()
+        .filter_map(|i| match i {
+            ArrayTextItem::Sub(s) => Some(s),
+            ArrayTextItem::Value(_) => None,
+        })
+        .collect();
+    if subs.is_empty() {
+        return Ok(dims);
+    }
+    if subs.len() != items.len() {
+        return Err(MIXED_ELEMENTS);
+    }
+    let inner = array_text_dims(subs[0])?;
+    for s in &subs[1..] {
+        if array_text_dims(s)? != inner {
+            return Err(RAGGED_DIMENSIONS);
+        }
+    }
+    dims.extend(inner);
+    Ok(dims)
+}
+
+type Chars<'a> = std::iter::Peekable<std::str::Chars<'a>>;
+
+/// One `{...}` level, its opening brace already read.
+fn array_level(chars: &mut Chars<'_>) -> Option<Vec<ArrayTextItem>> {
+    let skip_blanks = |chars: &mut Chars<'_>| {
         while chars.peek().is_some_and(|c| c.is_whitespace()) {
             chars.next();
         }
-        let mut item = String::new();
-        let quoted = chars.peek() == Some(&'"');
-        if quoted {
-            chars.next();
-            loop {
-                match chars.next()? {
-                    '\\' => item.push(chars.next()?),
-                    '"' => break,
-                    c => item.push(c),
-                }
-            }
-            while chars.peek().is_some_and(|c| c.is_whitespace()) {
+    };
+    let mut out = Vec::new();
+    skip_blanks(chars);
+    if chars.peek() == Some(&'}') {
+        chars.next();
+        return Some(out);
+    }
+    loop {
+        skip_blanks(chars);
+        match chars.peek()? {
+            '{' => {
                 chars.next();
+                out.push(ArrayTextItem::Sub(array_level(chars)?));
             }
-        } else {
-            while let Some(&c) = chars.peek() {
-                if c == ',' {
-                    break;
+            '"' => {
+                chars.next();
+                let mut item = String::new();
+                loop {
+                    match chars.next()? {
+                        '\\' => item.push(chars.next()?),
+                        '"' => break,
+                        c => item.push(c),
+                    }
                 }
-                if c == '{' || c == '"' {
+                out.push(ArrayTextItem::Value(Some(item)));
+            }
+            _ => {
+                let mut item = String::new();
+                // trailing blanks are not part of an unquoted element; escaped ones are
+                let mut kept = 0;
+                while let Some(&c) = chars.peek() {
+                    match c {
+                        ',' | '}' => break,
+                        '{' | '"' => return None,
+                        '\\' => {
+                            chars.next();
+                            item.push(chars.next()?);
+                            kept = item.len();
+                            continue;
+                        }
+                        _ => item.push(c),
+                    }
+                    if !c.is_whitespace() {
+                        kept = item.len();
+                    }
+                    chars.next();
+                }
+                item.truncate(kept);
+                if item.is_empty() {
                     return None;
                 }
-                item.push(c);
-                chars.next();
+                let null = item.eq_ignore_ascii_case("null");
+                out.push(ArrayTextItem::Value((!null).then_some(item)));
             }
-            item = item.trim().to_owned();
         }
-        out.push(if !quoted && item.eq_ignore_ascii_case("null") {
-            None
-        } else {
-            Some(item)
-        });
-        match chars.next() {
-            None => return Some(out),
-            Some(',') => continue,
-            Some(_) => return None,
+        skip_blanks(chars);
+        match chars.next()? {
+            ',' => continue,
+            '}' => return Some(out),
+            _ => return None,
         }
     }
 }
