@@ -74,6 +74,14 @@ impl Changelog {
         self.data.num_rows()
     }
 
+    /// Rows `offset..offset + len` (no copy).
+    pub fn slice(&self, offset: usize, len: usize) -> Changelog {
+        Changelog {
+            data: self.data.slice(offset, len),
+            weights: self.weights.slice(offset, len),
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.data.num_rows() == 0
     }

@@ -20,6 +20,9 @@ use crate::state::store::{Store, WriteBatch};
 pub type NodeId = usize;
 
 /// A source's change with the event-time watermark in force when it arrived.
+/// Input rows one pass of a graph takes at most (see [`Graph::run_epoch`]).
+const PASS_ROWS: usize = 1 << 16;
+
 #[derive(Clone)]
 pub struct SourceBatch {
     pub changelog: Changelog,
@@ -102,6 +105,8 @@ pub struct Graph {
     labels: Vec<String>,
     /// How many shards the graph was planned with (`add_shards`).
     shards: usize,
+    /// Input rows one pass takes at most ([`PASS_ROWS`]; smaller in tests).
+    pub pass_rows: usize,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -122,6 +127,7 @@ impl Graph {
             counters: Vec::new(),
             labels: Vec::new(),
             shards: 1,
+            pass_rows: PASS_ROWS,
         }
     }
 
@@ -482,7 +488,67 @@ impl Graph {
 
     /// Run one epoch: the given changes of source relations in (with the watermarks the
     /// sources have after them), the change of the output relation out.
+    ///
+    /// The graph runs one operator at a time over everything an epoch brings, so what is in
+    /// flight grows with the epoch (every stage's output; a HOP's rows once per window). An
+    /// epoch of more than [`Graph::pass_rows`] input rows is run as several passes of at most that
+    /// many (each relation's rows in order), the sources' watermarks given to the last
+    /// pass only: the same state and the same final contents as one pass (the changes of
+    /// all passes are the epoch's change, published at once), with transient memory bounded
+    /// by the pass instead of the epoch. A group that several passes change is emitted
+    /// once per pass (-old/+new pairs that cancel out in the contents).
     pub fn run_epoch(
+        &mut self,
+        inputs: &HashMap<u32, Vec<SourceBatch>>,
+        watermarks: &HashMap<u32, i64>,
+    ) -> Result<EpochOutput> {
+        let total: usize = inputs.values().flatten().map(|b| b.changelog.len()).sum();
+        let limit = self.pass_rows.max(1);
+        if total <= limit {
+            return self.run_pass(inputs, watermarks);
+        }
+        let mut passes: Vec<HashMap<u32, Vec<SourceBatch>>> = Vec::new();
+        for (relation, batches) in inputs {
+            let (mut pass, mut filled) = (0usize, 0usize);
+            for b in batches {
+                let mut offset = 0;
+                while offset < b.changelog.len() {
+                    let n = (limit - filled).min(b.changelog.len() - offset);
+                    if passes.len() <= pass {
+                        passes.push(HashMap::new());
+                    }
+                    passes[pass]
+                        .entry(*relation)
+                        .or_default()
+                        .push(SourceBatch {
+                            changelog: b.changelog.slice(offset, n),
+                            watermark_before: b.watermark_before,
+                        });
+                    offset += n;
+                    filled += n;
+                    if filled == limit {
+                        pass += 1;
+                        filled = 0;
+                    }
+                }
+            }
+        }
+        let last = passes.len().saturating_sub(1);
+        let held = HashMap::new();
+        let mut out = EpochOutput {
+            changes: Vec::new(),
+            watermark: None,
+        };
+        for (i, pass) in passes.iter().enumerate() {
+            let r = self.run_pass(pass, if i == last { watermarks } else { &held })?;
+            out.changes.extend(r.changes);
+            out.watermark = r.watermark;
+        }
+        Ok(out)
+    }
+
+    /// One pass of the graph over `inputs`: each operator once, in order.
+    fn run_pass(
         &mut self,
         inputs: &HashMap<u32, Vec<SourceBatch>>,
         watermarks: &HashMap<u32, i64>,

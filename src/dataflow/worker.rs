@@ -24,6 +24,12 @@ use crate::state::store::WriteBatch;
 
 /// Messages drained into one epoch at most (bounds latency under load).
 const MAX_MESSAGES_PER_EPOCH: usize = 4096;
+/// Input rows drained into one epoch at most (a message is never split, so an epoch holds
+/// at least one): the graph runs an epoch one operator at a time over all of its input, so
+/// what an epoch holds in flight — every stage's output, a HOP's rows once per window —
+/// grows with it. A backlog (a COPY the views trail) is taken in epochs of about this
+/// size instead of at once (issue 18: HOP over 10M rows peaked at 3.1 GiB that way).
+const MAX_ROWS_PER_EPOCH: usize = 1 << 18;
 /// Over `--memory-limit`, state spills a quarter at most this often.
 const MEMORY_SPILL_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
 
@@ -92,10 +98,18 @@ pub(crate) struct Fanout {
 impl Worker {
     pub(crate) fn run(mut self) {
         while let Some(first) = self.rx.blocking_recv() {
+            let rows_of = |m: &Msg| match m {
+                Msg::Changes { changelog, .. } => changelog.len(),
+                _ => 0,
+            };
+            let mut rows = rows_of(&first);
             let mut msgs = vec![first];
-            while msgs.len() < MAX_MESSAGES_PER_EPOCH {
+            while msgs.len() < MAX_MESSAGES_PER_EPOCH && rows < MAX_ROWS_PER_EPOCH {
                 match self.rx.try_recv() {
-                    Ok(m) => msgs.push(m),
+                    Ok(m) => {
+                        rows += rows_of(&m);
+                        msgs.push(m);
+                    }
                     Err(_) => break,
                 }
             }
