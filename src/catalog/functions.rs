@@ -1027,7 +1027,8 @@ impl TypePlanner for WeirTypePlanner {
             ))));
         }
         let declared = match sql_type {
-            ast::DataType::JSON | ast::DataType::JSONB => Some(SqlType::Jsonb),
+            ast::DataType::JSONB => Some(SqlType::Jsonb),
+            ast::DataType::JSON => Some(SqlType::Json),
             ast::DataType::Uuid => Some(SqlType::Uuid),
             // plain `varchar` too: the column is `character varying` on the wire, as in
             // Postgres, and a cast to it drops another row's `varchar(n)`

@@ -528,6 +528,7 @@ fn is_jsonb(e: &Expr, schema: &DFSchema) -> bool {
 fn text_input_function(field: &Field) -> Option<&'static str> {
     match crate::sql::types::field_sql_type(field)? {
         crate::sql::types::SqlType::Jsonb => Some(pg_functions::JSONB_IN),
+        crate::sql::types::SqlType::Json => Some(pg_functions::JSON_IN),
         crate::sql::types::SqlType::Uuid => Some(pg_functions::UUID_IN),
         _ => None,
     }
@@ -1943,6 +1944,7 @@ static PG_UDFS: std::sync::LazyLock<Vec<Arc<ScalarUDF>>> = std::sync::LazyLock::
         pg_functions::DATETIME_MINUS,
         pg_functions::JSONB_SORT_KEY,
         pg_functions::JSONB_IN,
+        pg_functions::JSON_IN,
     ]
     .into_iter()
     .map(|n| Arc::new(ScalarUDF::new_from_impl(pg_functions::udf(n))))

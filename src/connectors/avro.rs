@@ -61,7 +61,10 @@ struct Framed {
 impl AvroDecoder {
     pub fn new(columns: &[ColumnDesc], o: &Options) -> Result<AvroDecoder> {
         for c in columns {
-            if matches!(c.ty, SqlType::Array(_) | SqlType::Interval | SqlType::Jsonb) {
+            if matches!(
+                c.ty,
+                SqlType::Array(_) | SqlType::Interval | SqlType::Jsonb | SqlType::Json
+            ) {
                 return Err(WeirError::not_supported(format!(
                     "ENCODE AVRO cannot decode column \"{}\" of type {}",
                     c.name,

@@ -95,7 +95,10 @@ impl CsvDecoder {
         for (k, c) in self.columns.iter().enumerate() {
             let text = read.column(k).clone();
             let strings = text.as_any().downcast_ref::<StringArray>();
-            let is_text = matches!(c.ty, SqlType::Text | SqlType::Varchar(_) | SqlType::Jsonb);
+            let is_text = matches!(
+                c.ty,
+                SqlType::Text | SqlType::Varchar(_) | SqlType::Jsonb | SqlType::Json
+            );
             // empty fields are NULL for non-text columns
             let text: ArrayRef = match strings {
                 Some(s) if !is_text => Arc::new(
@@ -107,12 +110,17 @@ impl CsvDecoder {
             };
             let col = match c.ty {
                 SqlType::Timestamp | SqlType::TimestampTz => text,
-                // JSON text, checked and stored in jsonb's canonical form
-                SqlType::Jsonb => match text.as_any().downcast_ref::<StringArray>() {
+                // JSON text, checked and stored in jsonb's canonical form (json: as written)
+                SqlType::Jsonb | SqlType::Json => match text.as_any().downcast_ref::<StringArray>()
+                {
                     Some(s) => {
+                        let read = match c.ty {
+                            SqlType::Json => crate::sql::jsonb::json_checked,
+                            _ => crate::sql::jsonb::normalize,
+                        };
                         let mut out: Vec<Option<String>> = Vec::with_capacity(s.len());
                         for (r, v) in s.iter().enumerate() {
-                            match v.map(crate::sql::jsonb::normalize) {
+                            match v.map(read) {
                                 None => out.push(None),
                                 Some(Ok(n)) => out.push(Some(n)),
                                 Some(Err(e)) => {

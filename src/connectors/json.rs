@@ -62,7 +62,7 @@ impl JsonDecoder {
         for c in columns {
             let kind = match c.ty {
                 SqlType::Timestamp | SqlType::TimestampTz => Kind::Timestamp,
-                SqlType::Jsonb => Kind::Jsonb,
+                SqlType::Jsonb | SqlType::Json => Kind::Jsonb,
                 SqlType::Bool
                 | SqlType::Int2
                 | SqlType::Int4

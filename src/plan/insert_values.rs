@@ -259,6 +259,7 @@ pub fn scanned_rows(
             SqlType::Text
             | SqlType::Varchar(_)
             | SqlType::Jsonb
+            | SqlType::Json
             | SqlType::Uuid
             | SqlType::Enum(_)
             | SqlType::Int2

@@ -612,7 +612,7 @@ fn cast_text(
             }
             return cast_plain(&(Arc::new(trimmed) as ArrayRef), target, text, &bad);
         }
-        SqlType::Jsonb => {
+        SqlType::Jsonb | SqlType::Json => {
             for (row, v) in text.iter().enumerate() {
                 if let Some(v) = v
                     && serde_json::from_str::<serde_json::Value>(v).is_err()

@@ -4,7 +4,8 @@
 //!
 //! Like Postgres: a missing key, an index out of range or a non-container gives NULL; a
 //! negative index counts from the end; `->>` of a JSON string is the string itself, of
-//! JSON null is SQL NULL; a jsonb result is in its canonical form (`[1, 2]`, `1.50` kept).
+//! JSON null is SQL NULL; a jsonb result is in its canonical form (`[1, 2]`, `1.50` kept),
+//! a `json` one (the operators on a `json` value) as its document writes it.
 //! A value that is not valid JSON is an error (22P02), as a bad jsonb literal would be.
 //! Each row's document is parsed ([`crate::sql::jsonb`]) for each call.
 
@@ -21,7 +22,7 @@ use datafusion::logical_expr::{
 use datafusion::prelude::SessionContext;
 
 use crate::sql::jsonb::Step;
-use crate::sql::types::{PG_TYPE_KEY, SqlType};
+use crate::sql::types::{PG_TYPE_KEY, SqlType, field_sql_type};
 
 /// (function name, by path, result as text)
 pub const FUNCTIONS: [(&str, bool, bool); 4] = [
@@ -60,15 +61,17 @@ impl ScalarUDFImpl for JsonFn {
     fn return_type(&self, _: &[DataType]) -> DfResult<DataType> {
         Ok(DataType::Utf8)
     }
-    fn return_field_from_args(&self, _: ReturnFieldArgs) -> DfResult<FieldRef> {
+    fn return_field_from_args(&self, args: ReturnFieldArgs) -> DfResult<FieldRef> {
         let f = Field::new(self.name, DataType::Utf8, true);
+        // `json -> k` is json, `jsonb -> k` jsonb
+        let ty = match args.arg_fields.first().map(|f| field_sql_type(f)) {
+            Some(Some(SqlType::Json)) => SqlType::Json,
+            _ => SqlType::Jsonb,
+        };
         Ok(Arc::new(if self.text {
             f
         } else {
-            f.with_metadata(HashMap::from([(
-                PG_TYPE_KEY.to_owned(),
-                SqlType::Jsonb.display_name(),
-            )]))
+            f.with_metadata(HashMap::from([(PG_TYPE_KEY.to_owned(), ty.display_name())]))
         }))
     }
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
@@ -86,6 +89,15 @@ impl ScalarUDFImpl for JsonFn {
             ColumnarValue::Array(_) => None,
         };
         let keys: ArrayRef = args.args[1].to_array(n)?;
+        // a `json` document is cut as written; a `jsonb` one is in its canonical form
+        let json = args
+            .arg_fields
+            .first()
+            .is_some_and(|f| field_sql_type(f) == Some(SqlType::Json));
+        let get = match json {
+            true => crate::sql::jsonb::get_json,
+            false => crate::sql::jsonb::get,
+        };
         let mut out = StringBuilder::with_capacity(n, n * 8);
         for i in 0..n {
             let row_steps;
@@ -100,7 +112,7 @@ impl ScalarUDFImpl for JsonFn {
                 out.append_null();
                 continue;
             };
-            let found = crate::sql::jsonb::get(docs.value(i), steps, self.text)
+            let found = get(docs.value(i), steps, self.text)
                 .map_err(|e| DataFusionError::External(Box::new(e)))?;
             out.append_option(found);
         }

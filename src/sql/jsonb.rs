@@ -381,6 +381,12 @@ fn write(out: &mut String, n: &Node) {
     }
 }
 
+/// Check `text` as one JSON value and return it unchanged: a `json` value is its text.
+pub fn json_checked(text: &str) -> Result<String, WeirError> {
+    parse(text)?;
+    Ok(text.to_owned())
+}
+
 /// Check `text` as one JSON value and return it as Postgres prints the `jsonb` it stores.
 pub fn normalize(text: &str) -> Result<String, WeirError> {
     let v = parse(text)?;
@@ -615,6 +621,98 @@ pub fn get(text: &str, path: &[Step], as_text: bool) -> Res<Option<String>> {
         at = at.and_then(|n| step(n, st));
     }
     Ok(at.and_then(|n| element_text(n, as_text)))
+}
+
+/// `->`, `->>`, `#>`, `#>>` on `json`: the value at `path` as the document writes it
+/// (Postgres' json operators cut it out of the text: white space and key order kept; of a
+/// repeated key, the last), or with `as_text` a string without quotes and JSON null as SQL
+/// NULL; NULL where the path leads nowhere. The whole document is checked first.
+pub fn get_json(text: &str, path: &[Step], as_text: bool) -> Res<Option<String>> {
+    parse(text)?;
+    let mut span = (0, text.len());
+    for st in path {
+        match raw_step(text, span, st)? {
+            Some(s) => span = s,
+            None => return Ok(None),
+        }
+    }
+    let raw = text[span.0..span.1].trim_matches([' ', '\t', '\n', '\r']);
+    Ok(match (as_text, raw.as_bytes().first()) {
+        (true, Some(b'"')) => Some(
+            Parser {
+                s: raw.as_bytes(),
+                at: 0,
+            }
+            .string()?,
+        ),
+        (true, _) if raw == "null" => None,
+        _ => Some(raw.to_owned()),
+    })
+}
+
+/// One step into the value at `span` of a checked document: the span of the member or
+/// element it names, if any.
+fn raw_step(text: &str, span: (usize, usize), st: &Step) -> Res<Option<(usize, usize)>> {
+    let mut p = Parser {
+        s: &text.as_bytes()[..span.1],
+        at: span.0,
+    };
+    p.ws();
+    let open = p.peek();
+    if !matches!(open, Some(b'{' | b'[')) {
+        return Ok(None);
+    }
+    p.at += 1;
+    p.ws();
+    if matches!(p.peek(), Some(b'}' | b']')) {
+        return Ok(None);
+    }
+    let key = match st {
+        Step::Key(k) => k.clone(),
+        Step::Index(i) => i.to_string(),
+    };
+    let mut found = None;
+    let mut elements = Vec::new();
+    loop {
+        p.ws();
+        let name = match open {
+            Some(b'{') => {
+                let name = p.string()?;
+                p.ws();
+                p.at += 1; // the colon
+                p.ws();
+                Some(name)
+            }
+            _ => None,
+        };
+        let start = p.at;
+        p.value(0)?;
+        let item = (start, p.at);
+        match name {
+            Some(n) if n == key => found = Some(item),
+            Some(_) => {}
+            None => elements.push(item),
+        }
+        p.ws();
+        match p.peek() {
+            Some(b',') => p.at += 1,
+            _ => break,
+        }
+    }
+    Ok(match (open, st) {
+        (Some(b'['), Step::Index(i)) => {
+            let i = if *i < 0 {
+                elements.len() as i64 + i
+            } else {
+                *i
+            };
+            usize::try_from(i)
+                .ok()
+                .and_then(|i| elements.get(i).copied())
+        }
+        (Some(b'['), Step::Key(_)) => None,
+        _ => found,
+    })
 }
 
 /// Whether two values are equal as jsonb (numbers by value).

@@ -220,6 +220,8 @@ pub const DATETIME_PLUS: &str = "weir_datetime_plus";
 pub const DATETIME_MINUS: &str = "weir_datetime_minus";
 /// Text as `jsonb` input: checked and in its canonical form (`sql::jsonb::normalize`).
 pub const JSONB_IN: &str = "weir_jsonb_in";
+/// Text as `json` input: checked, kept as written (`sql::jsonb::json_checked`).
+pub const JSON_IN: &str = "weir_json_in";
 /// Postgres array text (`'{1,2,NULL,"a b"}'`) as a `text[]`: what a cast of text to an
 /// array reads first (its elements are then cast to the element type), and array
 /// parameters (`server::params::type_array_placeholders`).
@@ -595,6 +597,12 @@ fn definitions() -> Vec<PgFunction> {
             TypeSignature::Any(1),
             |_| DataType::Utf8,
             |args, _| map_text(&args[0], crate::sql::jsonb::normalize),
+        ),
+        immutable(
+            JSON_IN,
+            TypeSignature::Any(1),
+            |_| DataType::Utf8,
+            |args, _| map_text(&args[0], crate::sql::jsonb::json_checked),
         ),
         immutable(
             PARSE_ARRAY,

@@ -103,8 +103,9 @@ pub enum SqlType {
     Interval,
     Bytea,
     Jsonb,
-    /// `json`: what the json functions (`json_build_object`, `to_json`, `json_agg`, ...)
-    /// return, as Postgres writes it (a column declared `json` is stored as `jsonb`).
+    /// `json`: the text as written (checked to be JSON; key order, white space and
+    /// duplicate keys kept, as Postgres keeps them), and what the json functions
+    /// (`json_build_object`, `to_json`, `json_agg`, ...) return.
     Json,
     /// `uuid`, stored as its canonical text (`sql::uuid`).
     Uuid,
@@ -153,7 +154,8 @@ impl SqlType {
             },
             D::Interval { .. } => SqlType::Interval,
             D::Bytea => SqlType::Bytea,
-            D::JSONB | D::JSON => SqlType::Jsonb,
+            D::JSONB => SqlType::Jsonb,
+            D::JSON => SqlType::Json,
             D::Uuid => SqlType::Uuid,
             D::Array(def) => match def {
                 ast::ArrayElemTypeDef::AngleBracket(t)
@@ -169,7 +171,8 @@ impl SqlType {
                 let n = name.to_string().to_ascii_lowercase();
                 match n.trim_start_matches("pg_catalog.") {
                     "timestamptz" => SqlType::TimestampTz,
-                    "jsonb" | "json" => SqlType::Jsonb,
+                    "jsonb" => SqlType::Jsonb,
+                    "json" => SqlType::Json,
                     "uuid" => SqlType::Uuid,
                     "int2" => SqlType::Int2,
                     "int4" => SqlType::Int4,

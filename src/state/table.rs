@@ -1765,6 +1765,7 @@ impl TableStore {
             }
             let canonical: fn(&str) -> Result<String> = match t {
                 SqlType::Jsonb => crate::sql::jsonb::normalize,
+                SqlType::Json => crate::sql::jsonb::json_checked,
                 SqlType::Uuid => crate::sql::uuid::canonical,
                 // trailing blanks mean nothing to character(n): stored without them
                 SqlType::Bpchar(Some(_)) => crate::sql::pg_text::bpchar_stored,
