@@ -20,6 +20,7 @@ pub mod security;
 mod sequences;
 mod sinks;
 mod sql_functions;
+pub(crate) mod table_locks;
 mod temp_tables;
 mod user_types;
 mod views;
@@ -579,6 +580,7 @@ impl Engine {
             Statement::Dml(q) => self.execute_dml_fitted(session, q, params).await,
             Statement::Comment(c) => self.comment_on(session, c),
             Statement::Merge(m) => self.merge(session, m).await,
+            Statement::Lock(l) => self.lock_tables(session, l).await,
             Statement::Truncate(tables, cascade, restart) => {
                 self.truncate(session, tables, *cascade, *restart, notices.as_ref())
                     .await
@@ -2339,6 +2341,41 @@ fn query_width(body: &ast::SetExpr) -> Option<usize> {
 }
 
 impl Engine {
+    /// `LOCK TABLE` (see `table_locks`): only in a transaction block (25P01, as Postgres);
+    /// each name a table (42P01 / 42809).
+    async fn lock_tables(
+        &self,
+        session: &mut Session,
+        l: &crate::sql::parser::LockStmt,
+    ) -> Result<Output> {
+        if !session.in_transaction {
+            return Err(WeirError::new(
+                "25P01",
+                "LOCK TABLE can only be used in transaction blocks",
+            ));
+        }
+        let mut tables = Vec::with_capacity(l.tables.len());
+        for name in &l.tables {
+            let entry = self
+                .catalog
+                .get(name)
+                .ok_or_else(|| WeirError::undefined_table(name))?;
+            let Some(t) = entry.table.clone() else {
+                return Err(WeirError::new(
+                    sqlstate::WRONG_OBJECT_TYPE,
+                    format!("cannot lock relation \"{name}\""),
+                )
+                .with_detail(format!(
+                    "This operation is not supported for {}s.",
+                    entry.desc.kind.noun()
+                )));
+            };
+            tables.push(t);
+        }
+        table_locks::lock_tables(session, &tables, l.excludes_writers, l.nowait).await?;
+        Ok(Output::Command("LOCK TABLE".into()))
+    }
+
     /// An INSERT with its table's column defaults made explicit: `DEFAULT` in VALUES and
     /// the columns it leaves out get their `DEFAULT` expression (NULL without one), as
     /// Postgres fills them. None when nothing changes.
@@ -2576,7 +2613,7 @@ struct PlannedDml {
     table: Arc<TableStore>,
     change: Change,
     verb: &'static str,
-    _writer: tokio::sync::OwnedMutexGuard<()>,
+    _writer: Option<table_locks::WriterLock>,
 }
 
 /// The writer lock of a table for a statement of `session`, waiting at most its
@@ -2607,31 +2644,7 @@ fn insert_fills_first_columns(
     Ok(width < targets)
 }
 
-pub(crate) async fn lock_writer(
-    session: &Session,
-    table: &TableStore,
-) -> Result<tokio::sync::OwnedMutexGuard<()>> {
-    let interrupt = session.interrupt.clone();
-    let wait = async {
-        tokio::select! {
-            g = table.writer.clone().lock_owned() => Ok(g),
-            _ = interrupt.cancelled() => Err(interrupt.error()),
-        }
-    };
-    match session.duration("lock_timeout") {
-        None => wait.await,
-        Some(limit) => match tokio::time::timeout(limit, wait).await {
-            Ok(r) => r,
-            Err(_) => Err(WeirError::new(
-                sqlstate::LOCK_NOT_AVAILABLE,
-                format!(
-                    "canceling statement due to lock timeout (waiting to write table \"{}\")",
-                    table.name
-                ),
-            )),
-        },
-    }
-}
+pub(crate) use table_locks::lock_writer;
 
 /// A new table's columns as the catalog describes them (a primary key's are NOT NULL).
 fn table_columns(ct: &CreateTable) -> Vec<ColumnDesc> {

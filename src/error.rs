@@ -65,6 +65,7 @@ pub mod sqlstate {
     pub const READ_ONLY_SQL_TRANSACTION: &str = "25006";
     pub const IDLE_IN_TRANSACTION_TIMEOUT: &str = "25P03";
     pub const LOCK_NOT_AVAILABLE: &str = "55P03";
+    pub const DEADLOCK_DETECTED: &str = "40P01";
     pub const CANT_CHANGE_RUNTIME_PARAM: &str = "55P02";
     pub const INVALID_PASSWORD: &str = "28P01";
     pub const OBJECT_NOT_IN_PREREQUISITE_STATE: &str = "55000";

@@ -827,3 +827,65 @@ async fn foreign_keys_hold_under_concurrent_writers() {
     println!("60 rounds: {deleted} parents deleted, {refused} inserts refused");
     assert_eq!(orphans, 0, "rows reference deleted keys");
 }
+
+/// LOCK TABLE: a writer of another session waits for the lock and goes on at COMMIT; two
+/// sessions that would wait for each other's locks get 40P01 in the one that closes the
+/// cycle instead of hanging, and the other then gets its lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_table_waits_and_a_deadlock_is_detected() {
+    let server = TestServer::start();
+    let a = server.connect().await;
+    let b = server.connect().await;
+    query_text(&a, "CREATE TABLE lk1 (id INT PRIMARY KEY)").await;
+    query_text(&a, "CREATE TABLE lk2 (id INT PRIMARY KEY)").await;
+
+    // B's INSERT waits until A commits
+    a.batch_execute("BEGIN; LOCK TABLE lk1").await.unwrap();
+    let started = Instant::now();
+    let insert = tokio::spawn(async move {
+        b.batch_execute("INSERT INTO lk1 VALUES (1)").await.unwrap();
+        (b, started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !insert.is_finished(),
+        "the INSERT did not wait for the lock"
+    );
+    a.batch_execute("INSERT INTO lk1 VALUES (2); COMMIT")
+        .await
+        .unwrap();
+    let (b, waited) = insert.await.unwrap();
+    assert!(waited >= Duration::from_millis(500), "waited {waited:?}");
+    assert_eq!(
+        query_text(&a, "SELECT count(*) FROM lk1").await,
+        vec![vec!["2".to_owned()]]
+    );
+
+    // A holds lk1 and waits for lk2; B holds lk2 and asks for lk1: B is the victim
+    a.batch_execute("BEGIN; LOCK TABLE lk1").await.unwrap();
+    b.batch_execute("BEGIN; LOCK TABLE lk2").await.unwrap();
+    let a_waits = tokio::spawn(async move {
+        let r = a.batch_execute("LOCK TABLE lk2").await;
+        (a, r)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!a_waits.is_finished(), "A did not wait for lk2");
+    let e = b
+        .batch_execute("INSERT INTO lk1 VALUES (3)")
+        .await
+        .expect_err("B closed a cycle of waits and was not refused");
+    assert_eq!(sqlstate(&e), "40P01", "{}", describe_error(&e));
+    b.batch_execute("ROLLBACK").await.unwrap();
+    let (a, r) = tokio::time::timeout(Duration::from_secs(10), a_waits)
+        .await
+        .expect("A still waits after B rolled back")
+        .unwrap();
+    r.unwrap();
+    a.batch_execute("INSERT INTO lk2 VALUES (1); COMMIT")
+        .await
+        .unwrap();
+    assert_eq!(
+        query_text(&b, "SELECT count(*) FROM lk2").await,
+        vec![vec!["1".to_owned()]]
+    );
+}

@@ -96,7 +96,7 @@ pub(crate) struct Effect {
     /// before.
     pub after: bool,
     /// The table's writer lock, unless the statement's own table (already held).
-    pub _writer: Option<tokio::sync::OwnedMutexGuard<()>>,
+    pub _writer: Option<crate::engine::table_locks::WriterLock>,
 }
 
 /// What a removed key does to the rows of one referencing table.
@@ -456,7 +456,7 @@ impl Engine {
                     continue;
                 };
                 let writer = if locked.insert(cdesc.oid) {
-                    Some(lock_writer(session, &ctable).await?)
+                    lock_writer(session, &ctable).await?
                 } else {
                     None
                 };

@@ -192,6 +192,16 @@ impl Engine {
             Statement::Truncate(tables, ..) => tables
                 .iter()
                 .try_for_each(|t| self.require(role, t, Privilege::Delete)),
+            // Postgres: SELECT for ACCESS SHARE, else UPDATE or DELETE (or TRUNCATE, which
+            // is DELETE's here)
+            Statement::Lock(l) => l.tables.iter().try_for_each(|t| {
+                if l.read_only {
+                    self.require(role, t, Privilege::Select)
+                } else {
+                    self.require(role, t, Privilege::Update)
+                        .or_else(|_| self.require(role, t, Privilege::Delete))
+                }
+            }),
             Statement::CreateTable(ct) => {
                 self.require_create(role)?;
                 for fk in &ct.foreign_keys {

@@ -62,7 +62,7 @@ pub struct CopyIn {
     /// Rows read (applied or not).
     pub rows: usize,
     /// The table's writer lock, held from the first chunk applied to the end of the COPY.
-    pub writer: Option<tokio::sync::OwnedMutexGuard<()>>,
+    pub writer: Option<Option<crate::engine::table_locks::WriterLock>>,
     /// The session's undo log length when the COPY began: a COPY that fails outside a
     /// transaction block undoes the chunks it applied back to here.
     pub undo_mark: usize,

@@ -148,6 +148,8 @@ pub struct Session {
     /// Changes made since the transaction (explicit, or the implicit one of a
     /// multi-statement query) began, to undo on ROLLBACK or error; oldest first.
     pub undo: Vec<(Arc<TableStore>, crate::state::table::LogHold)>,
+    /// Table locks LOCK TABLE took, held until the transaction block ends.
+    pub table_locks: Vec<crate::engine::table_locks::WriterLock>,
     /// Collect undo entries even outside BEGIN (a multi-statement simple query).
     pub implicit_transaction: bool,
     /// A statement failed inside the transaction block: everything but ROLLBACK [TO] is
@@ -293,6 +295,7 @@ impl Session {
             statement_timer: None,
             in_transaction: false,
             undo: Vec::new(),
+            table_locks: Vec::new(),
             implicit_transaction: false,
             aborted: false,
             savepoints: Vec::new(),
@@ -329,6 +332,7 @@ impl Session {
         self.tx_read_only = false;
         self.aborted = false;
         self.savepoints.clear();
+        self.table_locks.clear();
         self.cursors.retain(|_, c| c.hold);
         *self.deferred.lock() = DeferredChecks::default();
     }

@@ -23,6 +23,16 @@ pub struct Parsed {
     pub text: String,
 }
 
+/// `LOCK TABLE`: the tables, whether the mode excludes writers, whether it is ACCESS SHARE
+/// (a reader's, SELECT privilege enough) and NOWAIT.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LockStmt {
+    pub tables: Vec<String>,
+    pub excludes_writers: bool,
+    pub read_only: bool,
+    pub nowait: bool,
+}
+
 #[derive(Debug, Clone)]
 pub enum Statement {
     CreateTable(Box<CreateTable>),
@@ -118,6 +128,8 @@ pub enum Statement {
     /// `TRUNCATE [TABLE] t [, ...] [CASCADE | RESTRICT]`: the tables, and CASCADE.
     /// `TRUNCATE tables [RESTART IDENTITY] [CASCADE]`: (tables, cascade, restart identity).
     Truncate(Vec<String>, bool, bool),
+    /// `LOCK [TABLE] [ONLY] name [, ...] [IN mode MODE] [NOWAIT]`.
+    Lock(LockStmt),
     /// `ALTER TABLE name ...` (columns, renames, NOT NULL, defaults).
     AlterTable(Box<ast::AlterTable>),
     /// `COMMENT ON TABLE | VIEW | MATERIALIZED VIEW | SEQUENCE name | COLUMN rel.col IS
@@ -2517,6 +2529,26 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
                 name,
                 args: parameters,
             })))
+        }
+        ast::Statement::Lock(l) => {
+            use ast::LockTableMode as M;
+            let tables = l
+                .tables
+                .iter()
+                .map(|t| relation_name(&t.name))
+                .collect::<Result<Vec<_>>>()?;
+            // the modes that conflict with ROW EXCLUSIVE (what writers take); ACCESS
+            // EXCLUSIVE when no mode is named
+            let excludes_writers = matches!(
+                l.lock_mode,
+                None | Some(M::Share | M::ShareRowExclusive | M::Exclusive | M::AccessExclusive)
+            );
+            Ok(Statement::Lock(LockStmt {
+                tables,
+                excludes_writers,
+                read_only: matches!(l.lock_mode, Some(M::AccessShare)),
+                nowait: l.nowait,
+            }))
         }
         ast::Statement::Truncate(t) => {
             if t.partitions.is_some() || t.on_cluster.is_some() {
