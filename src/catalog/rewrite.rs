@@ -1948,6 +1948,7 @@ fn similar_to(expr: &mut Expr) -> crate::error::Result<()> {
 
 fn rewrite_expr(expr: &mut Expr) {
     int4_operands(expr);
+    distinct_aggregate_in_order(expr);
     match expr {
         // `pg_partition_ancestors('rel')` in a select list: the relation itself (see
         // `function_in_from`)
@@ -3186,6 +3187,46 @@ fn join_and(parts: Vec<Expr>) -> Option<Expr> {
         op: BinaryOperator::And,
         right: Box::new(b),
     })
+}
+
+/// `array_agg(DISTINCT x)`, `string_agg(DISTINCT x, ',')`, `json[b]_agg(DISTINCT x)`
+/// without an ORDER BY: ordered by `x`, as Postgres' answers are (it removes duplicates by
+/// sorting; DataFusion's hash set gave them in any order).
+fn distinct_aggregate_in_order(expr: &mut Expr) {
+    let Expr::Function(f) = expr else {
+        return;
+    };
+    if f.over.is_some()
+        || !matches!(
+            last_name(&f.name).as_deref(),
+            Some("array_agg" | "string_agg" | "json_agg" | "jsonb_agg")
+        )
+    {
+        return;
+    }
+    let FunctionArguments::List(l) = &mut f.args else {
+        return;
+    };
+    if l.duplicate_treatment != Some(ast::DuplicateTreatment::Distinct)
+        || l.clauses
+            .iter()
+            .any(|c| matches!(c, ast::FunctionArgumentClause::OrderBy(_)))
+    {
+        return;
+    }
+    let Some(ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(first))) = l.args.first() else {
+        return;
+    };
+    let by = ast::OrderByExpr {
+        expr: first.clone(),
+        options: ast::OrderByOptions {
+            asc: None,
+            nulls_first: None,
+        },
+        with_fill: None,
+    };
+    l.clauses
+        .push(ast::FunctionArgumentClause::OrderBy(vec![by]));
 }
 
 fn contains_aggregate(e: &Expr) -> bool {

@@ -367,6 +367,7 @@ impl AggregateUDFImpl for JsonAgg {
                 .map(|e| e.return_field(args.schema))
                 .collect::<DfResult<Vec<_>>>()?,
             nargs: if self.object { 2 } else { 1 },
+            distinct: args.is_distinct,
             order,
             items: Vec::new(),
             keys: Vec::new(),
@@ -394,6 +395,9 @@ struct JsonAggAcc {
     jsonb: bool,
     fields: Vec<FieldRef>,
     nargs: usize,
+    /// `json_agg(DISTINCT x ORDER BY x)`: each piece once (DataFusion leaves DISTINCT to an
+    /// aggregate with an ORDER BY).
+    distinct: bool,
     /// ORDER BY of the aggregate: its sort keys' encoding
     order: Option<RowConverter>,
     /// each row's piece: an element, or `"key" : value`
@@ -443,6 +447,17 @@ impl Accumulator for JsonAggAcc {
             idx.sort_by(|a, b| self.keys[*a].cmp(&self.keys[*b]));
             self.items = idx.iter().map(|i| self.items[*i].clone()).collect();
             self.keys = idx.iter().map(|i| self.keys[*i].clone()).collect();
+        }
+        if self.distinct {
+            let mut seen = std::collections::HashSet::new();
+            let mut kept = Vec::with_capacity(self.items.len());
+            for item in std::mem::take(&mut self.items) {
+                if seen.insert(item.clone()) {
+                    kept.push(item);
+                }
+            }
+            self.items = kept;
+            self.keys.clear();
         }
         let text = if self.object {
             format!("{{ {} }}", self.items.join(", "))
