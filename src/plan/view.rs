@@ -1839,6 +1839,18 @@ mod tests {
         }
     }
 
+    /// One query per kind of stateful operator, over `t (k, v)` and `u (k, w)`.
+    const STATEFUL_QUERIES: [&str; 6] = [
+        "SELECT k, count(*) AS n, sum(v) AS s, avg(v) AS a, min(v) AS lo, max(v) AS hi, \
+         count(DISTINCT v) AS d, string_agg(CAST(v AS VARCHAR), ',' ORDER BY v) AS l \
+         FROM t GROUP BY k",
+        "SELECT count(*) AS n, sum(v) AS s, max(v) AS hi FROM t",
+        "SELECT t.k, t.v, u.w FROM t JOIN u ON t.k = u.k",
+        "SELECT t.k, t.v, u.w FROM t LEFT JOIN u ON t.k = u.k AND t.v < u.w",
+        "SELECT * FROM t WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.k = t.k)",
+        "SELECT k, v FROM t ORDER BY v DESC, k LIMIT 3",
+    ];
+
     /// Every stateful operator, flushed to a store at two checkpoints and reloaded into a
     /// freshly planned graph, continues exactly as the graph that never stopped.
     #[tokio::test]
@@ -1846,16 +1858,7 @@ mod tests {
         use crate::state::fjall_store::FjallStore;
         use crate::state::store::{Durability, Store, WriteBatch};
         let tables: &[(&str, &str)] = &[("t", "k:str v:i64"), ("u", "k:str w:i64")];
-        let queries = [
-            "SELECT k, count(*) AS n, sum(v) AS s, avg(v) AS a, min(v) AS lo, max(v) AS hi, \
-             count(DISTINCT v) AS d, string_agg(CAST(v AS VARCHAR), ',' ORDER BY v) AS l \
-             FROM t GROUP BY k",
-            "SELECT count(*) AS n, sum(v) AS s, max(v) AS hi FROM t",
-            "SELECT t.k, t.v, u.w FROM t JOIN u ON t.k = u.k",
-            "SELECT t.k, t.v, u.w FROM t LEFT JOIN u ON t.k = u.k AND t.v < u.w",
-            "SELECT * FROM t WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.k = t.k)",
-            "SELECT k, v FROM t ORDER BY v DESC, k LIMIT 3",
-        ];
+        let queries = STATEFUL_QUERIES;
         let before: &[&[(&str, &str)]] = &[
             &[
                 ("t", "+ a 1 / + a 5 / + b 2 / + c 9"),
@@ -1912,16 +1915,7 @@ mod tests {
     #[tokio::test]
     async fn an_epoch_in_passes_changes_what_one_pass_changes() {
         let tables: &[(&str, &str)] = &[("t", "k:str v:i64"), ("u", "k:str w:i64")];
-        let queries = [
-            "SELECT k, count(*) AS n, sum(v) AS s, avg(v) AS a, min(v) AS lo, max(v) AS hi, \
-             count(DISTINCT v) AS d, string_agg(CAST(v AS VARCHAR), ',' ORDER BY v) AS l \
-             FROM t GROUP BY k",
-            "SELECT count(*) AS n, sum(v) AS s, max(v) AS hi FROM t",
-            "SELECT t.k, t.v, u.w FROM t JOIN u ON t.k = u.k",
-            "SELECT t.k, t.v, u.w FROM t LEFT JOIN u ON t.k = u.k AND t.v < u.w",
-            "SELECT * FROM t WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.k = t.k)",
-            "SELECT k, v FROM t ORDER BY v DESC, k LIMIT 3",
-        ];
+        let queries = STATEFUL_QUERIES;
         let epochs: &[&[(&str, &str)]] = &[
             &[
                 ("t", "+ a 1 / + a 5 / + b 2 / + c 9 / + a 7"),
