@@ -2616,8 +2616,6 @@ struct PlannedDml {
     _writer: Option<table_locks::WriterLock>,
 }
 
-/// The writer lock of a table for a statement of `session`, waiting at most its
-/// `lock_timeout` (55P03), and stopping when the statement is canceled or times out.
 /// Rows `width` values wide into an INSERT's targets: Postgres' 42601 when there are more
 /// values than targets, or (columns listed) fewer; true when no columns are listed and the
 /// rows are narrower than the table (they fill its first columns).

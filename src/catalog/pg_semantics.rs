@@ -1837,7 +1837,6 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
     }
 }
 
-/// A Postgres-semantics function (`sql/pg_functions.rs`) by name, for the rewrites here.
 /// A text constant holding a Postgres array literal of two or more dimensions, cast to an
 /// array type: the literal as nested text lists and the target type nested as deep (its
 /// element type kept). `None` for anything else (one dimension, not a constant).
@@ -1878,51 +1877,39 @@ fn multi_dimensional_literal(
     while let DataType::List(f) = element {
         element = f.data_type().clone();
     }
-    // one level of lists per dimension, built bottom up over the flattened elements
-    let mut level: Vec<&ArrayTextItem> = items.iter().collect();
-    let mut lengths: Vec<Vec<usize>> = vec![vec![items.len()]];
-    for _ in 1..dims.len() {
-        let mut next = Vec::new();
-        let mut lens = Vec::with_capacity(level.len());
-        for i in level {
-            let ArrayTextItem::Sub(sub) = i else {
-                return Err(malformed(crate::sql::pg_text::MIXED_ELEMENTS));
-            };
-            lens.push(sub.len());
-            next.extend(sub.iter());
+    // the literal is rectangular (`dims`): its leaves in order, then one level of lists per
+    // dimension, innermost first, each `dims[d]` long
+    fn leaves<'a>(items: &'a [ArrayTextItem], out: &mut Vec<Option<&'a str>>) {
+        for i in items {
+            match i {
+                ArrayTextItem::Value(v) => out.push(v.as_deref()),
+                ArrayTextItem::Sub(s) => leaves(s, out),
+            }
         }
-        lengths.push(lens);
-        level = next;
     }
-    let leaves: StringArray = level
-        .iter()
-        .map(|i| match i {
-            ArrayTextItem::Value(v) => Ok(v.as_deref()),
-            ArrayTextItem::Sub(_) => Err(malformed(crate::sql::pg_text::MIXED_ELEMENTS)),
-        })
-        .collect::<DfResult<Vec<_>>>()?
-        .into_iter()
-        .collect();
-    let mut array: ArrayRef = Arc::new(leaves);
+    let mut values = Vec::new();
+    leaves(&items, &mut values);
+    let mut array: ArrayRef = Arc::new(StringArray::from(values));
     let mut nested = element;
-    for lens in lengths.iter().rev() {
+    for d in (0..dims.len()).rev() {
+        // as many lists at this level as the levels above make
+        let outer: usize = dims[..d].iter().product();
+        let len = dims[d];
         let item = Arc::new(Field::new_list_field(array.data_type().clone(), true));
         array = Arc::new(ListArray::try_new(
             item,
-            OffsetBuffer::from_lengths(lens.iter().copied()),
+            OffsetBuffer::from_lengths(std::iter::repeat_n(len, outer)),
             array,
             None,
         )?);
         nested = DataType::List(Arc::new(Field::new_list_field(nested, true)));
     }
-    // the outermost level is the one value
-    let DataType::List(_) = array.data_type() else {
-        return Ok(None);
-    };
+    // the outermost level holds the one value
     let value = ScalarValue::List(Arc::new(array.as_list::<i32>().clone()));
     Ok(Some((value, nested)))
 }
 
+/// A Postgres-semantics function (`sql/pg_functions.rs`) by name, for the rewrites here.
 fn pg_udf(name: &'static str) -> Arc<ScalarUDF> {
     PG_UDFS
         .iter()

@@ -19,10 +19,10 @@ use crate::state::store::{Store, WriteBatch};
 
 pub type NodeId = usize;
 
-/// A source's change with the event-time watermark in force when it arrived.
 /// Input rows one pass of a graph takes at most (see [`Graph::run_epoch`]).
 const PASS_ROWS: usize = 1 << 16;
 
+/// A source's change with the event-time watermark in force when it arrived.
 #[derive(Clone)]
 pub struct SourceBatch {
     pub changelog: Changelog,

@@ -626,9 +626,9 @@ pub fn get(text: &str, path: &[Step], as_text: bool) -> Res<Option<String>> {
 /// `->`, `->>`, `#>`, `#>>` on `json`: the value at `path` as the document writes it
 /// (Postgres' json operators cut it out of the text: white space and key order kept; of a
 /// repeated key, the last), or with `as_text` a string without quotes and JSON null as SQL
-/// NULL; NULL where the path leads nowhere. The whole document is checked first.
+/// NULL; NULL where the path leads nowhere. The document is a `json` value, checked when it
+/// became one (`json_checked`); the walk reads only the members it passes.
 pub fn get_json(text: &str, path: &[Step], as_text: bool) -> Res<Option<String>> {
-    parse(text)?;
     let mut span = (0, text.len());
     for st in path {
         match raw_step(text, span, st)? {

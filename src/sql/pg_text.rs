@@ -562,12 +562,14 @@ pub fn parse_array_items(s: &str) -> Option<Vec<ArrayTextItem>> {
 
 /// Why an array literal's nesting is not an array's (Postgres' DETAIL).
 pub const MIXED_ELEMENTS: &str = "Unexpected array element.";
+/// An empty sub-array (`{{},{}}`), which Postgres refuses.
+pub const EMPTY_SUB_ARRAY: &str = "Unexpected \"}\" character.";
 pub const RAGGED_DIMENSIONS: &str =
     "Multidimensional arrays must have sub-arrays with matching dimensions.";
 
 /// The dimensions of a parsed array literal when it is rectangular, as Postgres requires:
 /// one length per level, outermost first; else why not ([`MIXED_ELEMENTS`],
-/// [`RAGGED_DIMENSIONS`]).
+/// [`RAGGED_DIMENSIONS`], [`EMPTY_SUB_ARRAY`]).
 pub fn array_text_dims(items: &[ArrayTextItem]) -> Result<Vec<usize>, &'static str> {
     let mut dims = vec![items.len()];
     let subs: Vec<&Vec<ArrayTextItem>> = items
@@ -582,6 +584,9 @@ pub fn array_text_dims(items: &[ArrayTextItem]) -> Result<Vec<usize>, &'static s
     }
     if subs.len() != items.len() {
         return Err(MIXED_ELEMENTS);
+    }
+    if subs.iter().any(|s| s.is_empty()) {
+        return Err(EMPTY_SUB_ARRAY);
     }
     let inner = array_text_dims(subs[0])?;
     for s in &subs[1..] {
