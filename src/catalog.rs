@@ -166,6 +166,11 @@ pub struct RelationDesc {
     /// (`engine/generated.rs`).
     #[serde(default)]
     pub generated: Vec<(String, String)>,
+    /// A materialized view's (or a sink query's) session TimeZone when it was created, where
+    /// it was not UTC: its plan reads and shows `timestamptz` there, also after a restart
+    /// (as [`crate::sql::time_zone::Zone::arg_text`] names it).
+    #[serde(default)]
+    pub time_zone: Option<String>,
 }
 
 /// A relation's comment and its columns' (by column name).

@@ -387,6 +387,7 @@ impl Engine {
         params: Option<ParamValues>,
         notices: Option<tokio::sync::mpsc::UnboundedSender<String>>,
     ) -> Result<Output> {
+        session.sync_time_zone();
         if let Some(what) = write_kind(&parsed.stmt) {
             session.check_writable(what)?;
         }
@@ -1054,7 +1055,7 @@ impl Engine {
             {
                 refuse_connector_table(&entry.desc, "INSERT into")?;
                 let _writer = lock_writer(session, &table).await?;
-                if let Some(batch) = literal_rows(ins, &entry.desc) {
+                if let Some(batch) = literal_rows(ins, &entry.desc, &session.time_zone()) {
                     return self
                         .apply(session, &table, Change::Insert(vec![batch]), "INSERT")
                         .await;
@@ -1906,6 +1907,7 @@ impl Engine {
                 comments: Default::default(),
                 not_valid: vec![],
                 generated: vec![],
+                time_zone: None,
             })
         })?;
         if created {
@@ -2158,6 +2160,7 @@ impl Engine {
                 comments: Default::default(),
                 not_valid: vec![],
                 generated: ct.generated(),
+                time_zone: None,
             })
         })?;
         if created {
@@ -2592,6 +2595,7 @@ impl Engine {
                 comments: Default::default(),
                 not_valid: vec![],
                 generated: vec![],
+                time_zone: None,
             })
         })?;
         Ok(created)

@@ -80,6 +80,7 @@ pub fn session_context(
         // the plan as it was: what it could not rewrite runs per row (`plan::apply`)
         opts.optimizer.skip_failed_rules = true;
         opts.execution.time_zone = Some(crate::sql::types::SESSION_ZONE.to_owned());
+        crate::sql::time_zone::set_plan_zone(opts, None);
     }
     use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
     use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};

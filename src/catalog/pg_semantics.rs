@@ -500,9 +500,149 @@ impl AnalyzerRule for PgSemantics {
         "weir_pg_semantics"
     }
 
-    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> DfResult<LogicalPlan> {
+    fn analyze(&self, plan: LogicalPlan, config: &ConfigOptions) -> DfResult<LogicalPlan> {
         let plan = plan.transform_up_with_subqueries(rewrite_node)?.data;
-        Ok(plan.transform_up_with_subqueries(interval_groups)?.data)
+        let plan = plan.transform_up_with_subqueries(interval_groups)?.data;
+        let zone = crate::sql::time_zone::plan_zone(config);
+        if zone.is_utc() {
+            return Ok(plan);
+        }
+        let zone = zone.arg_text();
+        Ok(plan
+            .transform_up_with_subqueries(|p| session_zone_node(p, &zone))?
+            .data)
+    }
+}
+
+/// A session whose TimeZone is not UTC reads and shows `timestamptz` in its zone, as
+/// Postgres: the functions that read or show one's wall-clock time get the zone as an extra
+/// argument (`TEXT_OUT`, `to_char`, `extract`/`date_part`, text read as timestamptz, `+`/`-`
+/// of an interval: days and months counted there); `date_trunc(unit, tstz)` truncates the
+/// wall-clock time there (`timezone(z, date_trunc(unit, timezone(z, x)))`); casts between
+/// `timestamptz` and `timestamp`, `date` or `time` go through `timezone(z, x)` (also the
+/// casts type coercion added, `timestamp_col = tstz_col`). Runs after [`rewrite_node`], on
+/// its forms. The zone is a constant of the plan: a materialized view keeps the zone it was
+/// created in (`RelationDesc::time_zone`).
+fn session_zone_node(plan: LogicalPlan, zone: &str) -> DfResult<Transformed<LogicalPlan>> {
+    let schema = expression_schema(&plan);
+    let names = NamePreserver::new(&plan);
+    let t = plan.map_expressions(|expr| {
+        let saved = names.save(&expr);
+        let t = expr.transform_up(|e| session_zone_expr(e, &schema, zone))?;
+        Ok(if t.transformed {
+            Transformed::yes(saved.restore(t.data))
+        } else {
+            t
+        })
+    })?;
+    if t.transformed {
+        t.map_data(|p| p.recompute_schema())
+    } else {
+        Ok(t)
+    }
+}
+
+fn is_timestamptz(t: &DataType) -> bool {
+    matches!(t, DataType::Timestamp(_, Some(_)))
+}
+
+/// Whether a value of type `t` holds a `timestamptz` (itself, or in an array or record).
+fn holds_timestamptz(t: &DataType) -> bool {
+    match t {
+        DataType::Timestamp(_, Some(_)) => true,
+        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
+            holds_timestamptz(f.data_type())
+        }
+        DataType::Struct(fields) => fields.iter().any(|f| holds_timestamptz(f.data_type())),
+        _ => false,
+    }
+}
+
+fn session_zone_expr(e: Expr, schema: &DFSchema, zone: &str) -> DfResult<Transformed<Expr>> {
+    use datafusion::logical_expr::lit;
+    let ty = |e: &Expr| e.get_type(schema).ok();
+    let at_zone = |x: Expr| pg_udf("timezone").call(vec![lit(zone), x]);
+    match e {
+        Expr::ScalarFunction(mut f) => {
+            let name = f.func.name().to_owned();
+            let arg_type = |i: usize| f.args.get(i).and_then(ty);
+            let tstz_at = |i: usize| arg_type(i).is_some_and(|t| is_timestamptz(&t));
+            let extra = match (name.as_str(), f.args.len()) {
+                (n, 2) if n == pg_functions::TIMESTAMPTZ_IN => true,
+                (n, 1) if n == pg_functions::TEXT_OUT => {
+                    arg_type(0).is_some_and(|t| holds_timestamptz(&t))
+                }
+                ("to_char", 2) => tstz_at(0),
+                ("extract" | "date_part", 2) => tstz_at(1),
+                (n, 2) if n == pg_functions::DATETIME_PLUS || n == pg_functions::DATETIME_MINUS => {
+                    tstz_at(0)
+                }
+                _ => false,
+            };
+            if extra {
+                f.args.push(lit(zone));
+                return Ok(Transformed::yes(Expr::ScalarFunction(f)));
+            }
+            match (name.as_str(), f.args.len()) {
+                // the wall-clock time truncated in the zone, read back there
+                ("date_trunc", 2) if tstz_at(1) => {
+                    let Some(out_type) = ty(&Expr::ScalarFunction(f.clone())) else {
+                        return Ok(Transformed::no(Expr::ScalarFunction(f)));
+                    };
+                    let x = f.args.remove(1);
+                    f.args.push(at_zone(x));
+                    let cut = at_zone(Expr::ScalarFunction(f));
+                    Ok(Transformed::yes(cast(cut, out_type)))
+                }
+                (n, 2) if n == pg_functions::DATETIME_CAST => {
+                    let (from, to) = (arg_type(0), arg_type(1));
+                    match (from, to) {
+                        // a timestamptz's date there
+                        (Some(DataType::Timestamp(_, Some(_))), Some(DataType::Date32)) => {
+                            let x = f.args.remove(0);
+                            f.args.insert(0, at_zone(x));
+                            Ok(Transformed::yes(Expr::ScalarFunction(f)))
+                        }
+                        // a date's midnight there
+                        (Some(DataType::Date32), Some(to @ DataType::Timestamp(_, Some(_)))) => {
+                            let x = f.args.remove(0);
+                            let naive = DataType::Timestamp(
+                                datafusion::arrow::datatypes::TimeUnit::Microsecond,
+                                None,
+                            );
+                            let midnight = pg_udf(pg_functions::DATETIME_CAST).call(vec![
+                                x,
+                                Expr::Literal(ScalarValue::try_from(&naive)?, None),
+                            ]);
+                            Ok(Transformed::yes(cast(at_zone(midnight), to)))
+                        }
+                        _ => Ok(Transformed::no(Expr::ScalarFunction(f))),
+                    }
+                }
+                _ => Ok(Transformed::no(Expr::ScalarFunction(f))),
+            }
+        }
+        Expr::Cast(datafusion::logical_expr::Cast { expr, field }) => {
+            let from = ty(&expr);
+            let through_zone = match (&from, field.data_type()) {
+                (Some(DataType::Timestamp(_, Some(_))), DataType::Timestamp(_, None))
+                | (Some(DataType::Timestamp(_, None)), DataType::Timestamp(_, Some(_))) => true,
+                (
+                    Some(DataType::Timestamp(_, Some(_))),
+                    DataType::Date32 | DataType::Date64 | DataType::Time32(_) | DataType::Time64(_),
+                ) => true,
+                _ => false,
+            };
+            Ok(if through_zone {
+                Transformed::yes(Expr::Cast(datafusion::logical_expr::Cast {
+                    expr: Box::new(at_zone(*expr)),
+                    field,
+                }))
+            } else {
+                Transformed::no(Expr::Cast(datafusion::logical_expr::Cast { expr, field }))
+            })
+        }
+        other => Ok(Transformed::no(other)),
     }
 }
 
@@ -1617,6 +1757,23 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
                             ),
                             field,
                         }),
+                        true,
+                        Some(data_type),
+                    ))
+                }
+                // the time of day of `infinity` is NULL, as in Postgres (arrow's cast fails)
+                (Some(DataType::Timestamp(..)), DataType::Time64(_) | DataType::Time32(_)) => {
+                    let finite = pg_udf("isfinite").call(vec![x.clone()]);
+                    let time = Expr::Cast(datafusion::logical_expr::Cast {
+                        expr: Box::new(x),
+                        field,
+                    });
+                    Ok((
+                        Expr::Case(datafusion::logical_expr::Case::new(
+                            None,
+                            vec![(Box::new(finite), Box::new(time))],
+                            None,
+                        )),
                         true,
                         Some(data_type),
                     ))

@@ -2568,14 +2568,18 @@ fn rewrite_expr(expr: &mut Expr) {
                 *expr = call(&lname, vec![]);
                 return;
             }
-            // `localtimestamp` / `localtime`: the transaction's time without a zone
+            // `localtimestamp` / `localtime` / `current_date`: the transaction's time
+            // without a zone (in the session's: `pg_semantics` casts in it)
             if matches!(f.args, FunctionArguments::None)
-                && matches!(lname.as_str(), "localtimestamp" | "localtime")
+                && matches!(
+                    lname.as_str(),
+                    "localtimestamp" | "localtime" | "current_date"
+                )
             {
-                let to = if lname == "localtime" {
-                    "TIME"
-                } else {
-                    "TIMESTAMP"
+                let to = match lname.as_str() {
+                    "localtime" => "TIME",
+                    "current_date" => "DATE",
+                    _ => "TIMESTAMP",
                 };
                 *expr = parse_expr(&format!("CAST(now() AS {to})"));
                 return;

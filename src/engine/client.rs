@@ -230,7 +230,7 @@ impl Engine {
                 })?;
                 super::refuse_connector_table(&entry.desc, "COPY into")?;
                 let targets = target_columns(&entry.desc, columns)?;
-                let copy = CopyIn::new(
+                let mut copy = CopyIn::new(
                     store,
                     table.clone(),
                     entry.desc.columns.clone(),
@@ -239,6 +239,7 @@ impl Engine {
                     options.clone(),
                     session.undo.len(),
                 )?;
+                copy.zone = session.time_zone();
                 let columns = copy.targets.len();
                 session.copy_in = Some(copy);
                 Ok(Output::CopyIn { columns })

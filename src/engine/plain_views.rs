@@ -255,6 +255,7 @@ impl Engine {
                 comments: Default::default(),
                 not_valid: vec![],
                 generated: vec![],
+                time_zone: None,
             })
         })?;
         Ok(Output::Command("CREATE VIEW".into()))

@@ -121,6 +121,7 @@ impl Engine {
                         comments: Default::default(),
                         not_valid: vec![],
                         generated: vec![],
+                        time_zone: None,
                     })
                 })?;
             }

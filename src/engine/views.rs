@@ -29,6 +29,15 @@ use crate::server::session::Session;
 use crate::sql::parser::{CreateView, DropKind};
 use crate::sql::types::field_sql_type;
 
+/// The TimeZone a view's `timestamptz` values are read and shown in while it is planned.
+#[derive(Clone, Copy)]
+pub(crate) enum ViewZone<'a> {
+    /// The planning session's (a new view, EXPLAIN).
+    Session,
+    /// The zone recorded with a stored view (`RelationDesc::time_zone`; `None`: UTC).
+    Stored(Option<&'a str>),
+}
+
 impl Engine {
     /// Plan a view's query and lower it to a dataflow graph whose output has exactly the
     /// view's declared column types and names.
@@ -40,6 +49,7 @@ impl Engine {
         options: &[(String, String)],
         emit_on_window_close: bool,
         shards: usize,
+        time_zone: ViewZone<'_>,
     ) -> Result<(Graph, Vec<ColumnDesc>)> {
         let window = view_options(options, emit_on_window_close)?;
         let mut q = query.clone();
@@ -47,7 +57,17 @@ impl Engine {
         self.expand_plain_views(&mut q)?;
         self.inline_sql_functions(&mut q)?;
         rewrite_query(&mut q)?;
-        let state = session.ctx.state();
+        let mut state = session.ctx.state();
+        // a stored view is planned in the zone it was created in, not the planning session's
+        if let ViewZone::Stored(zone) = time_zone {
+            let zone = match zone {
+                Some(z) => Some(crate::sql::time_zone::Zone::parse(z).map_err(|e| {
+                    WeirError::internal(format!("view {name}'s time zone \"{z}\": {e}"))
+                })?),
+                None => None,
+            };
+            crate::sql::time_zone::set_plan_zone(state.config_mut().options_mut(), zone);
+        }
         let mut stmt = ast::Statement::Query(Box::new(q));
         let _pending = crate::plan::match_recognize::prepare_statement(
             &mut stmt,
@@ -201,6 +221,7 @@ impl Engine {
                 &cv.options,
                 cv.emit_on_window_close,
                 self.limits.workers,
+                ViewZone::Session,
             )
             .await?;
         let mut dependencies = graph.sources();
@@ -237,6 +258,9 @@ impl Engine {
                 comments: Default::default(),
                 not_valid: vec![],
                 generated: vec![],
+                time_zone: Some(session.time_zone())
+                    .filter(|z| !z.is_utc())
+                    .map(|z| z.arg_text()),
             })
         })?;
         let entry = self
@@ -573,6 +597,7 @@ impl Engine {
             view_options,
             desc.emit_on_window_close,
             shards,
+            ViewZone::Stored(desc.time_zone.as_deref()),
         )
         .await
     }
@@ -1329,6 +1354,7 @@ impl Engine {
                 &cv.options,
                 cv.emit_on_window_close,
                 self.limits.workers,
+                ViewZone::Session,
             )
             .await?;
         let mut lines = graph.explain();

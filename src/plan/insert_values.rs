@@ -64,7 +64,13 @@ fn adapt(text: String, ty: &SqlType) -> Option<String> {
     }
 }
 
-pub fn literal_rows(ins: &ast::Insert, desc: &RelationDesc) -> Option<RecordBatch> {
+/// `zone`: the session's TimeZone, which a `timestamptz` literal without its own zone is a
+/// wall-clock time in.
+pub fn literal_rows(
+    ins: &ast::Insert,
+    desc: &RelationDesc,
+    zone: &crate::sql::time_zone::Zone,
+) -> Option<RecordBatch> {
     let source = ins.source.as_ref()?;
     if source.with.is_some() || source.order_by.is_some() || source.limit_clause.is_some() {
         return None;
@@ -128,7 +134,11 @@ pub fn literal_rows(ins: &ast::Insert, desc: &RelationDesc) -> Option<RecordBatc
             return None;
         }
         if dated {
-            cast = crate::sql::datetime_in::with_infinities(&StringArray::from(written), cast);
+            let written = StringArray::from(written);
+            cast = crate::sql::datetime_in::with_infinities(&written, cast);
+            if matches!(ty, SqlType::TimestampTz) {
+                cast = crate::sql::time_zone::read_in_zone(&written, cast, zone).ok()?;
+            }
         }
         columns[col] = cast;
     }

@@ -73,6 +73,9 @@ pub struct CopyIn {
     /// The first error in the data: later data is ignored and the COPY fails at CopyDone
     /// (the client keeps sending until then).
     pub error: Option<WeirError>,
+    /// The session's TimeZone: a `timestamptz` written without a zone is a wall-clock
+    /// time there.
+    pub zone: crate::sql::time_zone::Zone,
 }
 
 impl CopyIn {
@@ -142,6 +145,7 @@ impl CopyIn {
             first: None,
             staged: None,
             error: None,
+            zone: crate::sql::time_zone::Zone::utc(),
         })
     }
 
@@ -319,7 +323,7 @@ impl CopyIn {
             let text = self.text[k].finish();
             let c = &self.columns[t];
             let target = self.schema.field(t).data_type().clone();
-            cols[t] = cast_text(&text, &c.ty, &target).map_err(|(row, e)| {
+            cols[t] = cast_text(&text, &c.ty, &target, &self.zone).map_err(|(row, e)| {
                 // Postgres' context names the value too: `COPY t, line 3, column c: "x"`
                 let value = if datafusion::arrow::array::Array::is_valid(&text, row) {
                     format!(": \"{}\"", text.value(row))
@@ -581,6 +585,7 @@ fn cast_text(
     text: &StringArray,
     ty: &SqlType,
     target: &DataType,
+    zone: &crate::sql::time_zone::Zone,
 ) -> std::result::Result<ArrayRef, (usize, WeirError)> {
     let input_name = ty.input_name();
     let bad = |row: usize, v: &str| (row, crate::error::invalid_input(&input_name, v));
@@ -690,7 +695,7 @@ fn cast_text(
                 offsets.push(end);
                 valid.push(v.is_some());
             }
-            let values = cast_text(&items.finish(), elem, field.data_type())
+            let values = cast_text(&items.finish(), elem, field.data_type(), zone)
                 .map_err(|(i, e)| (item_row.get(i).copied().unwrap_or(0), e))?;
             let list = datafusion::arrow::array::ListArray::try_new(
                 field.clone(),
@@ -729,7 +734,12 @@ fn cast_text(
                 })
                 .collect();
             let parsed = cast_plain(&(Arc::new(normalized) as ArrayRef), target, text, &bad)?;
-            return Ok(crate::sql::datetime_in::with_infinities(text, parsed));
+            let parsed = crate::sql::datetime_in::with_infinities(text, parsed);
+            if keep_zone {
+                return crate::sql::time_zone::read_in_zone(text, parsed, zone)
+                    .map_err(|e| (0, WeirError::from(e)));
+            }
+            return Ok(parsed);
         }
         _ => {}
     }
@@ -784,13 +794,18 @@ pub struct CopyWriter {
 }
 
 impl CopyWriter {
-    pub fn new(schema: &SchemaRef, options: CopyOptions) -> CopyWriter {
+    pub fn new(
+        schema: &SchemaRef,
+        options: CopyOptions,
+        zone: crate::sql::time_zone::Zone,
+    ) -> CopyWriter {
         let plans = schema
             .fields()
             .iter()
             .map(|f| ColumnPlan {
                 ty: pg_type_of(f),
                 format: FieldFormat::Text,
+                zone,
             })
             .collect();
         let header = options.header.then(|| {
@@ -1013,7 +1028,7 @@ mod tests {
             ],
         )
         .unwrap();
-        let text = CopyWriter::new(&schema, opts(CopyFormat::Text));
+        let text = CopyWriter::new(&schema, opts(CopyFormat::Text), crate::sql::time_zone::Zone::utc());
         let lines: Vec<Bytes> = text.lines(&batch).unwrap();
         assert_eq!(
             lines,
@@ -1023,7 +1038,7 @@ mod tests {
                 Bytes::from_static(b"3\t\\N\n")
             ]
         );
-        let csv = CopyWriter::new(&schema, opts(CopyFormat::Csv));
+        let csv = CopyWriter::new(&schema, opts(CopyFormat::Csv), crate::sql::time_zone::Zone::utc());
         assert_eq!(
             csv.lines(&batch).unwrap(),
             vec![

@@ -29,6 +29,7 @@ use crate::sql::pg_text::{
     Writer, array_elem_text, bytea_text, date_text, decimal_text, float_text, interval_text,
     time_text, timestamp_text,
 };
+use crate::sql::time_zone::Zone;
 use crate::sql::types::{SqlType, field_sql_type};
 
 /// Microseconds between 1970-01-01 and 2000-01-01 (the Postgres epoch).
@@ -40,6 +41,8 @@ const PG_EPOCH_OFFSET_DAYS: i32 = 10_957;
 pub struct ColumnPlan {
     pub ty: SqlType,
     pub format: FieldFormat,
+    /// The session's TimeZone: a `timestamptz`'s text is its time there.
+    pub zone: Zone,
 }
 
 /// Postgres type for a result field: declared type when known, else derived from Arrow.
@@ -82,7 +85,7 @@ pub fn field_infos(schema: &Schema, format_for: impl Fn(usize) -> FieldFormat) -
         .collect()
 }
 
-pub fn column_plans(schema: &Schema, fields: &[FieldInfo]) -> Vec<ColumnPlan> {
+pub fn column_plans(schema: &Schema, fields: &[FieldInfo], zone: Zone) -> Vec<ColumnPlan> {
     schema
         .fields()
         .iter()
@@ -90,6 +93,7 @@ pub fn column_plans(schema: &Schema, fields: &[FieldInfo]) -> Vec<ColumnPlan> {
         .map(|(f, info)| ColumnPlan {
             ty: pg_type_of(f),
             format: info.format(),
+            zone,
         })
         .collect()
 }
@@ -177,6 +181,7 @@ fn encode_column(col: &ArrayRef, plan: &ColumnPlan, rows: &mut [BytesMut]) -> Re
             let plan2 = ColumnPlan {
                 ty: SqlType::Int4,
                 format: plan.format,
+                zone: plan.zone,
             };
             return encode_column(&c, &plan2, rows);
         }
@@ -350,7 +355,7 @@ fn encode_column(col: &ArrayRef, plan: &ColumnPlan, rows: &mut [BytesMut]) -> Re
         }
         DataType::Timestamp(TimeUnit::Microsecond, tz) => {
             let a = col.as_primitive::<TimestampMicrosecondType>();
-            let with_tz = tz.is_some();
+            let zone = tz.is_some().then_some(&plan.zone);
             for i in 0..n {
                 put(i, &mut |b| {
                     let us = a.value(i);
@@ -360,7 +365,7 @@ fn encode_column(col: &ArrayRef, plan: &ColumnPlan, rows: &mut [BytesMut]) -> Re
                             _ => us - PG_EPOCH_OFFSET_US,
                         })
                     } else {
-                        timestamp_text(b, us, with_tz)
+                        timestamp_text(b, us, zone)
                     }
                 });
             }
@@ -411,10 +416,11 @@ fn encode_column(col: &ArrayRef, plan: &ColumnPlan, rows: &mut [BytesMut]) -> Re
         }
         DataType::Struct(_) => {
             // a record, in its text form (clients read a record as text)
-            let c: ArrayRef = Arc::new(crate::sql::pg_text::text_values(col)?);
+            let c: ArrayRef = Arc::new(crate::sql::pg_text::text_values_in(col, &plan.zone)?);
             let plan2 = ColumnPlan {
                 ty: SqlType::Text,
                 format: plan.format,
+                zone: plan.zone,
             };
             return encode_column(&c, &plan2, rows);
         }
@@ -429,6 +435,7 @@ fn encode_column(col: &ArrayRef, plan: &ColumnPlan, rows: &mut [BytesMut]) -> Re
             let plan2 = ColumnPlan {
                 ty: SqlType::Text,
                 format: plan.format,
+                zone: plan.zone,
             };
             return encode_column(&c, &plan2, rows);
         }
@@ -461,6 +468,7 @@ fn encode_list<O: OffsetSizeTrait>(
         &ColumnPlan {
             ty: elem_ty.clone(),
             format: plan.format,
+            zone: plan.zone,
         },
         &mut cells,
     )?;

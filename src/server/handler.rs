@@ -265,6 +265,15 @@ impl Handle {
         client.session_extensions().get_or_insert_with(|| {
             let mut s = self.engine.session_for(role, pid);
             s.set_identity("ssl", if tls { "on" } else { "off" });
+            // as the session's defaults: RESET goes back to them, as in Postgres
+            for (name, value) in startup_settings(client.metadata()) {
+                if name == "work_mem" {
+                    // (it sizes the session's memory pool as it is set)
+                    let _ = s.set(&name, &value);
+                } else {
+                    s.set_identity(&name, &value);
+                }
+            }
             // the session's temporary tables go when the connection does
             let engine = self.engine.clone();
             s.on_close = Some(Box::new(move |tables| {
@@ -299,6 +308,44 @@ impl Handle {
     }
 }
 
+/// The settings a client's startup message asks for, checked, as (name, value to store):
+/// a `TimeZone` parameter (pgJDBC sends its JVM's zone; libpq `PGTZ`) and `-c name=value` /
+/// `--name=value` in `options` (libpq's `PGOPTIONS`). A value Weir would refuse in SET is
+/// left out (the default stays) with a warning in the log.
+fn startup_settings(metadata: &HashMap<String, String>) -> Vec<(String, String)> {
+    let mut asked: Vec<(String, String)> = Vec::new();
+    for (k, v) in metadata {
+        if k.eq_ignore_ascii_case("timezone") {
+            asked.push(("timezone".into(), v.clone()));
+        }
+    }
+    if let Some(options) = metadata.get("options") {
+        let mut words = options.split_whitespace();
+        while let Some(w) = words.next() {
+            let pair = match w {
+                "-c" => words.next(),
+                w => w.strip_prefix("--").or_else(|| w.strip_prefix("-c")),
+            };
+            if let Some((name, value)) = pair.and_then(|p| p.split_once('=')) {
+                asked.push((name.replace('-', "_"), value.to_owned()));
+            }
+        }
+    }
+    asked
+        .into_iter()
+        .filter_map(|(name, value)| {
+            let name = crate::server::settings::normalize(&name);
+            match crate::server::settings::validate(&name, &value, usize::MAX) {
+                Ok(stored) => Some((name, stored)),
+                Err(e) => {
+                    warn!(setting = %name, value = %value, error = %e.message, "a startup setting is not taken; its default stays");
+                    None
+                }
+            }
+        })
+        .collect()
+}
+
 /// Server parameters sent after authentication.
 struct ServerParams {
     superuser: bool,
@@ -313,7 +360,14 @@ impl ServerParameterProvider for ServerParams {
         p.insert("DateStyle".into(), "ISO, MDY".into());
         p.insert("integer_datetimes".into(), "on".into());
         p.insert("standard_conforming_strings".into(), "on".into());
-        p.insert("TimeZone".into(), "UTC".into());
+        p.insert(
+            "TimeZone".into(),
+            startup_settings(client.metadata())
+                .into_iter()
+                .rev()
+                .find(|(n, _)| n == "timezone")
+                .map_or_else(|| "UTC".into(), |(_, v)| v),
+        );
         p.insert("IntervalStyle".into(), "postgres".into());
         p.insert(
             "is_superuser".into(),
@@ -767,13 +821,14 @@ impl Handle {
 async fn respond(
     output: Output,
     format: &Format,
+    zone: crate::sql::time_zone::Zone,
     cancel: Arc<QueryCancel>,
     timer: Option<crate::server::session::TimeoutGuard>,
 ) -> Result<Response, WeirError> {
     Ok(match output {
         Output::Rows { schema, stream } => {
             let fields = Arc::new(field_infos(&schema, |i| format.format_for(i)));
-            let plans = column_plans(&schema, &fields);
+            let plans = column_plans(&schema, &fields, zone);
             let stream = cancellable(stream, cancel, timer);
             let rows = stream.flat_map(move |r| {
                 let items: Vec<PgWireResult<_>> = match r {
@@ -793,7 +848,7 @@ async fn respond(
             tag,
         } => {
             let fields = Arc::new(field_infos(&schema, |i| format.format_for(i)));
-            let plans = column_plans(&schema, &fields);
+            let plans = column_plans(&schema, &fields, zone);
             let mut rows = Vec::new();
             for b in &batches {
                 rows.extend(encode_batch(b, &plans)?.into_iter().map(Ok));
@@ -809,7 +864,7 @@ async fn respond(
         Output::Subscribe(sub) => {
             let schema = sub.schema();
             let fields = Arc::new(field_infos(&schema, |i| format.format_for(i)));
-            let plans = column_plans(&schema, &fields);
+            let plans = column_plans(&schema, &fields, zone);
             let mut q = QueryResponse::new(fields, subscribe_rows(sub, plans, cancel));
             q.set_command_tag("SUBSCRIBE");
             Response::Query(q)
@@ -822,7 +877,7 @@ async fn respond(
             rows,
             options,
         } => {
-            let writer = CopyWriter::new(&schema, options);
+            let writer = CopyWriter::new(&schema, options, zone);
             let columns = writer.columns();
             Response::CopyOut(CopyResponse::new(
                 0,
@@ -1067,7 +1122,7 @@ impl Handle {
                             .feed(PgWireBackendMessage::ParameterStatus(status))
                             .await?;
                     }
-                    respond(output, &Format::UnifiedText, cancel.clone(), None).await
+                    respond(output, &Format::UnifiedText, session.time_zone(), cancel.clone(), None).await
                 }
                 Err(e) => Err(e),
             };
@@ -1506,6 +1561,7 @@ impl Handle {
                 &portal.statement.parameter_types,
                 &inferred,
                 |i| portal.parameter_format.is_binary(i),
+                &session.time_zone(),
             ) {
                 Ok(p) => Some(p),
                 Err(e) => return Ok(Err(e)),
@@ -1522,9 +1578,9 @@ impl Handle {
         }
         if matches!(output, Output::CopyIn { .. }) {
             session.statement_timer = Some(timer);
-            return Ok(respond(output, &portal.result_column_format, cancel, None).await);
+            return Ok(respond(output, &portal.result_column_format, session.time_zone(), cancel, None).await);
         }
         // the timeout covers sending the rows, which pgwire does after this returns
-        Ok(respond(output, &portal.result_column_format, cancel, Some(timer)).await)
+        Ok(respond(output, &portal.result_column_format, session.time_zone(), cancel, Some(timer)).await)
     }
 }

@@ -206,11 +206,14 @@ pub(crate) fn numeric_from_binary(raw: &[u8], i: usize) -> Result<String> {
 
 /// Decode bound parameters. `declared` are the types the client gave at Parse (may be
 /// unknown), `inferred` what the planner expects; `binary(i)` tells the format of each.
+/// `zone`: the session's TimeZone, which a `timestamptz` written without its own zone is a
+/// wall-clock time in.
 pub fn decode(
     values: &[Option<Bytes>],
     declared: &[Option<Type>],
     inferred: &[Option<Field>],
     binary: impl Fn(usize) -> bool,
+    zone: &crate::sql::time_zone::Zone,
 ) -> Result<ParamValues> {
     let mut out = Vec::with_capacity(values.len());
     for (i, raw) in values.iter().enumerate() {
@@ -250,7 +253,7 @@ pub fn decode(
                     ScalarValue::Utf8(Some(utf8(bytes, i)?))
                 };
                 match &target {
-                    Some(t) if v.data_type() != *t => cast_param(&v, t, i)?,
+                    Some(t) if v.data_type() != *t => cast_param(&v, t, i, zone)?,
                     _ => v,
                 }
             }
@@ -260,7 +263,12 @@ pub fn decode(
     Ok(ParamValues::List(out.into_iter().map(Into::into).collect()))
 }
 
-fn cast_param(v: &ScalarValue, t: &DataType, i: usize) -> Result<ScalarValue> {
+fn cast_param(
+    v: &ScalarValue,
+    t: &DataType,
+    i: usize,
+    zone: &crate::sql::time_zone::Zone,
+) -> Result<ScalarValue> {
     // Postgres' boolean input accepts t/f/yes/no/on/off/1/0
     if let (DataType::Boolean, ScalarValue::Utf8(Some(s))) = (t, v) {
         let b = match s.trim().to_ascii_lowercase().as_str() {
@@ -275,11 +283,54 @@ fn cast_param(v: &ScalarValue, t: &DataType, i: usize) -> Result<ScalarValue> {
         };
         return Ok(ScalarValue::Boolean(Some(b)));
     }
+    // a timestamp for a timestamptz: that wall-clock time in the session's zone
+    if let (ScalarValue::TimestampMicrosecond(Some(local), None), DataType::Timestamp(_, Some(_))) =
+        (v, t)
+        && !zone.is_utc()
+    {
+        let utc = zone.utc_of_local_us(*local).ok_or_else(|| {
+            WeirError::new(sqlstate::DATETIME_FIELD_OVERFLOW, "timestamp out of range")
+        })?;
+        return Ok(ScalarValue::TimestampMicrosecond(Some(utc), Some("UTC".into())).cast_to(t)?);
+    }
     if let ScalarValue::Utf8(Some(text)) = v {
         if matches!(t, DataType::Interval(_))
             && let Some(n) = crate::catalog::rewrite::normalize_interval(text)
         {
-            return cast_param(&ScalarValue::Utf8(Some(n)), t, i);
+            return cast_param(&ScalarValue::Utf8(Some(n)), t, i, zone);
+        }
+        // dates and timestamps as a cast reads them (`sql::datetime_in`: `2024-01-01 10:00`,
+        // `infinity`, BC), a timestamptz without a zone in the session's
+        if let Some(keep_zone) = crate::sql::datetime_in::applies(t) {
+            let written = datafusion::arrow::array::StringArray::from(vec![text.as_str()]);
+            let normalized = crate::sql::datetime_in::normalize(text, keep_zone);
+            let readable = datafusion::arrow::array::StringArray::from(vec![
+                normalized.as_deref().unwrap_or(text),
+            ]);
+            let strict = datafusion::arrow::compute::CastOptions {
+                safe: false,
+                ..Default::default()
+            };
+            let bad = || {
+                WeirError::new(
+                    sqlstate::INVALID_TEXT_REPRESENTATION,
+                    format!(
+                        "invalid input syntax for type {}: \"{text}\"",
+                        SqlType::from_arrow(t)
+                            .map(|s| s.input_name())
+                            .unwrap_or_else(|| t.to_string())
+                    ),
+                )
+            };
+            let parsed = datafusion::arrow::compute::cast_with_options(&readable, t, &strict)
+                .map_err(|_| bad())?;
+            let parsed = crate::sql::datetime_in::with_infinities(&written, parsed);
+            let parsed = if keep_zone {
+                crate::sql::time_zone::read_in_zone(&written, parsed, zone)?
+            } else {
+                parsed
+            };
+            return Ok(ScalarValue::try_from_array(&parsed, 0)?);
         }
         if matches!(t, DataType::Binary)
             && let Some(hex) = text.strip_prefix("\\x")

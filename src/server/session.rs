@@ -394,6 +394,27 @@ impl Session {
         self.settings.write().reset(name);
     }
 
+    /// The session's TimeZone.
+    pub fn time_zone(&self) -> crate::sql::time_zone::Zone {
+        use crate::sql::time_zone::Zone;
+        self.get("timezone")
+            .and_then(|v| Zone::setting(&v))
+            .map_or_else(Zone::utc, |(z, _)| z)
+    }
+
+    /// Plans made in the session's context read and show `timestamptz` in its TimeZone
+    /// (called before each statement: SET and `set_config` change the setting).
+    pub fn sync_time_zone(&self) {
+        use crate::sql::time_zone::{plan_zone, set_plan_zone};
+        let zone = self.time_zone();
+        let state = self.ctx.state_ref();
+        let mut state = state.write();
+        let options = state.config_mut().options_mut();
+        if plan_zone(options) != zone {
+            set_plan_zone(options, Some(zone));
+        }
+    }
+
     /// Every setting with its current value.
     pub fn all(&self) -> Vec<(String, String)> {
         let mut all = self.settings.read().all();

@@ -232,10 +232,15 @@ pub fn validate(name: &str, value: &str, max_work_mem: usize) -> Result<String> 
         // passwords are kept as SCRAM-SHA-256 verifiers only (md5 is password-equivalent)
         "password_encryption" => only_default(lower == "scram-sha-256"),
         "standard_conforming_strings" => only_default(parse_bool(&lower) == Some(true)),
-        "timezone" => only_default(matches!(
-            lower.as_str(),
-            "utc" | "etc/utc" | "gmt" | "etc/gmt" | "z" | "zulu" | "+00" | "+00:00" | "0" | "uct"
-        )),
+        // any zone Postgres takes: the session's timestamptz values are read and shown in
+        // it (`sql::time_zone`)
+        "timezone" => crate::sql::time_zone::Zone::setting(&v)
+            .map(|(_, shown)| shown)
+            .ok_or_else(|| {
+                WeirError::invalid_parameter(format!(
+                    "invalid value for parameter \"TimeZone\": \"{v}\""
+                ))
+            }),
         "bytea_output" => only_default(lower == "hex"),
         "lc_messages" | "lc_monetary" | "lc_numeric" | "lc_time" => only_default(matches!(
             lower.as_str(),
@@ -465,7 +470,9 @@ mod tests {
                 .code,
             "0A000"
         );
-        assert_eq!(s.set("timezone", "Europe/Paris").unwrap_err().code, "22023");
+        assert_eq!(s.set("timezone", "PST").unwrap_err().code, "22023");
+        assert_eq!(s.set("timezone", "europe/paris").ok().as_deref(), Some("Europe/Paris"));
+        assert_eq!(s.set("timezone", "'+02'").ok().as_deref(), Some("<+02>-02"));
         assert_eq!(
             s.set("statement_timeout", "soon").unwrap_err().code,
             "22023"

@@ -203,6 +203,28 @@ fn bc_cycles(body: &str) -> Option<i64> {
     (year >= 1).then_some((year + 399) / 400)
 }
 
+/// Whether `timestamptz` input text names its instant itself (a zone or offset after the
+/// time: `+02`, `Z`, ` UTC`, ` Europe/Paris`; or `epoch`, `now`, `infinity`), rather than a
+/// wall-clock time, which is read in the session's zone.
+pub fn names_its_instant(s: &str) -> bool {
+    let t = s.trim();
+    let t = era(t).map_or(t, |(body, _)| body);
+    if infinity(t).is_some() || t.eq_ignore_ascii_case("epoch") || t.eq_ignore_ascii_case("now")
+    {
+        return true;
+    }
+    // the date, then a time of digits, `:` and `.`: what follows is a zone
+    let Some(rest) = t.get(10..) else {
+        return false;
+    };
+    let Some(time) = rest.strip_prefix([' ', 'T', 't']) else {
+        return !rest.trim().is_empty();
+    };
+    let time = time.trim_start();
+    let zone = time.trim_start_matches(|c: char| c.is_ascii_digit() || c == ':' || c == '.');
+    !zone.trim().is_empty()
+}
+
 /// Days in 400 years of the Gregorian calendar.
 const DAYS_PER_400_YEARS: i64 = 146_097;
 

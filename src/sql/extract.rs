@@ -32,7 +32,8 @@ use datafusion::arrow::datatypes::{
 };
 use datafusion::common::{DataFusionError, Result as DfResult, ScalarValue};
 use datafusion::logical_expr::{
-    ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDFImpl, Signature, Volatility,
+    ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDFImpl, Signature, TypeSignature,
+    Volatility,
 };
 
 use crate::error::{WeirError, sqlstate};
@@ -207,13 +208,21 @@ impl Extract {
     pub fn numeric() -> Extract {
         Extract {
             numeric: true,
-            signature: Signature::any(2, Volatility::Immutable),
+            // field, value [, the session zone a timestamptz is read in]
+            signature: Signature::one_of(
+                vec![TypeSignature::Any(2), TypeSignature::Any(3)],
+                Volatility::Immutable,
+            ),
         }
     }
     pub fn date_part() -> Extract {
         Extract {
             numeric: false,
-            signature: Signature::any(2, Volatility::Immutable),
+            // field, value [, the session zone a timestamptz is read in]
+            signature: Signature::one_of(
+                vec![TypeSignature::Any(2), TypeSignature::Any(3)],
+                Volatility::Immutable,
+            ),
         }
     }
 
@@ -308,7 +317,11 @@ impl ScalarUDFImpl for Extract {
         let scalar = matches!(args.args[1], ColumnarValue::Scalar(_));
         let value = args.args[1].to_array(if scalar { 1 } else { args.number_rows })?;
         let (unit, kind) = self.resolve(Some(unit), value.data_type())?;
-        let out = self.compute(unit, kind, &value)?;
+        let zone = match args.args.get(2) {
+            Some(z) => crate::sql::time_zone::zone_arg(Some(&z.to_array(1)?))?,
+            None => crate::sql::time_zone::Zone::utc(),
+        };
+        let out = self.compute(unit, kind, &value, &zone)?;
         Ok(if scalar {
             ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?)
         } else {
@@ -321,7 +334,13 @@ impl ScalarUDFImpl for Extract {
 type Part = Result<i128, bool>;
 
 impl Extract {
-    fn compute(&self, unit: Unit, kind: Kind, value: &ArrayRef) -> DfResult<ArrayRef> {
+    fn compute(
+        &self,
+        unit: Unit,
+        kind: Kind,
+        value: &ArrayRef,
+        zone: &crate::sql::time_zone::Zone,
+    ) -> DfResult<ArrayRef> {
         let parts: Vec<Option<Part>> = match kind {
             Kind::Date => {
                 let days = cast(value, &DataType::Date32)?;
@@ -336,11 +355,37 @@ impl Extract {
                     })
                     .collect()
             }
-            Kind::Timestamp | Kind::TimestampTz => {
+            Kind::Timestamp => {
                 let micros = timestamp_micros(value)?;
                 micros
                     .into_iter()
                     .map(|v| v.map(|v| v.map(|us| timestamp_part(unit, us))))
+                    .collect()
+            }
+            // a timestamptz's fields are its wall-clock time's in the session zone; its
+            // epoch is the instant's; `timezone*` are the zone's offset then
+            Kind::TimestampTz => {
+                let micros = timestamp_micros(value)?;
+                let utc = zone.is_utc();
+                micros
+                    .into_iter()
+                    .map(|v| {
+                        v.map(|v| {
+                            v.map(|us| {
+                                let offset = if utc { 0 } else { zone.offset_at_us(us) };
+                                match unit {
+                                    Unit::Epoch => timestamp_part(unit, us),
+                                    Unit::Timezone => offset as i128,
+                                    Unit::TimezoneHour => (offset / 3600) as i128,
+                                    Unit::TimezoneMinute => (offset / 60 % 60) as i128,
+                                    _ => timestamp_part(
+                                        unit,
+                                        us.saturating_add(offset * 1_000_000),
+                                    ),
+                                }
+                            })
+                        })
+                    })
                     .collect()
             }
             Kind::Time => {

@@ -387,9 +387,13 @@ fn definitions() -> Vec<PgFunction> {
         ),
         immutable(
             TEXT_OUT,
-            TypeSignature::Any(1),
+            // the value [, the session zone a timestamptz is shown in]
+            TypeSignature::OneOf(vec![TypeSignature::Any(1), TypeSignature::Any(2)]),
             |_| DataType::Utf8,
-            |args, _| Ok(Arc::new(text_values(&args[0])?)),
+            |args, _| {
+                let zone = crate::sql::time_zone::zone_arg(args.get(1))?;
+                Ok(Arc::new(crate::sql::pg_text::text_values_in(&args[0], &zone)?))
+            },
         ),
         immutable(
             JUSTIFY_HOURS,
@@ -516,13 +520,17 @@ fn definitions() -> Vec<PgFunction> {
         ),
         immutable(
             DATETIME_PLUS,
-            TypeSignature::Any(2),
+            // a date or timestamp, an interval [, the session zone a timestamptz's days and
+            // months are counted in]
+            TypeSignature::OneOf(vec![TypeSignature::Any(2), TypeSignature::Any(3)]),
             |t| t.first().cloned().unwrap_or(DataType::Date32),
             |args, _| datetime_interval(args, false),
         ),
         immutable(
             DATETIME_MINUS,
-            TypeSignature::Any(2),
+            // a date or timestamp, an interval [, the session zone a timestamptz's days and
+            // months are counted in]
+            TypeSignature::OneOf(vec![TypeSignature::Any(2), TypeSignature::Any(3)]),
             |t| t.first().cloned().unwrap_or(DataType::Date32),
             |args, _| datetime_interval(args, true),
         ),
@@ -810,9 +818,14 @@ fn definitions() -> Vec<PgFunction> {
         ),
         immutable(
             TIMESTAMPTZ_IN,
-            TypeSignature::Any(2),
+            // text, the target type [, the session zone a wall-clock time is read in]
+            TypeSignature::OneOf(vec![TypeSignature::Any(2), TypeSignature::Any(3)]),
             |t| t.get(1).cloned().unwrap_or(DataType::Utf8),
-            |args, _| timestamp_in(&args[0], args[1].data_type(), true),
+            |args, _| {
+                let parsed = timestamp_in(&args[0], args[1].data_type(), true)?;
+                let zone = crate::sql::time_zone::zone_arg(args.get(2))?;
+                crate::sql::time_zone::read_in_zone(args[0].as_ref(), parsed, &zone)
+            },
         ),
         immutable(
             STAR_OVER_USING,
@@ -826,7 +839,7 @@ fn definitions() -> Vec<PgFunction> {
         ),
         immutable(
             "to_char",
-            TypeSignature::Any(2),
+            TypeSignature::OneOf(vec![TypeSignature::Any(2), TypeSignature::Any(3)]),
             |_| DataType::Utf8,
             crate::sql::to_char::to_char,
         ),
@@ -1213,11 +1226,35 @@ fn json_definitions() -> Vec<PgFunction> {
 fn datetime_interval(args: &[ArrayRef], minus: bool) -> DfResult<ArrayRef> {
     use datafusion::arrow::compute::kernels::numeric;
     let iv = &args[1];
+    // a timestamptz in a session zone other than UTC: months and days are added to its
+    // wall-clock time there (a day across a daylight-saving change is 23 or 25 hours),
+    // the rest to the instant, as Postgres' timestamptz_pl_interval; arrow's arithmetic
+    // on a timestamp typed with the zone does exactly that
+    let zone = crate::sql::time_zone::zone_arg(args.get(2))?;
+    let in_zone = match args[0].data_type() {
+        DataType::Timestamp(unit, Some(tz)) if !zone.is_utc() => {
+            Some((DataType::Timestamp(*unit, Some(zone.arrow_tz().into())), tz.clone()))
+        }
+        _ => None,
+    };
     crate::sql::datetime_in::keeping_infinities(&args[0], |a| {
-        Ok(if minus {
-            numeric::sub(a, iv)?
+        let a = match &in_zone {
+            Some((zoned, _)) => cast(a, zoned)?,
+            None => a.clone(),
+        };
+        let out = if minus {
+            numeric::sub(&a, iv)?
         } else {
-            numeric::add(a, iv)?
+            numeric::add(&a, iv)?
+        };
+        Ok(match &in_zone {
+            Some((_, tz)) => {
+                let DataType::Timestamp(unit, _) = out.data_type() else {
+                    return Ok(out);
+                };
+                cast(&out, &DataType::Timestamp(*unit, Some(tz.clone())))?
+            }
+            None => out,
         })
     })
 }

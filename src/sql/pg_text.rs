@@ -194,7 +194,18 @@ pub fn time_text(b: &mut BytesMut, us: i64) {
     write_fraction(b, frac);
 }
 
-pub fn timestamp_text(b: &mut BytesMut, us: i64, with_tz: bool) {
+/// A timestamp's text; `zone`: a `timestamptz` shown in that zone (its wall-clock time and
+/// offset, `2024-03-10 08:00:00-04`), else a `timestamp`.
+pub fn timestamp_text(b: &mut BytesMut, us: i64, zone: Option<&crate::sql::time_zone::Zone>) {
+    let offset = match zone {
+        Some(z) if !z.is_utc() && us != i64::MAX && us != i64::MIN => Some(z.offset_at_us(us)),
+        Some(_) => Some(0),
+        None => None,
+    };
+    let us = match offset {
+        Some(o) if o != 0 => us.saturating_add(o * 1_000_000),
+        _ => us,
+    };
     let secs = us.div_euclid(1_000_000);
     let frac = us.rem_euclid(1_000_000) as u32;
     let Some(dt) = DateTime::<Utc>::from_timestamp(secs, 0) else {
@@ -222,11 +233,28 @@ pub fn timestamp_text(b: &mut BytesMut, us: i64, with_tz: bool) {
         );
     }
     write_fraction(b, frac);
-    if with_tz {
-        b.put_slice(b"+00");
+    if let Some(east) = offset {
+        write_offset(b, east);
     }
     if bc {
         b.put_slice(b" BC");
+    }
+}
+
+/// An offset east of UTC as Postgres writes it after a time: `+00`, `-05:30`, `+05:30:15`.
+pub fn write_offset(b: &mut BytesMut, east: i64) {
+    let a = east.unsigned_abs();
+    let _ = write!(
+        Writer(b),
+        "{}{:02}",
+        if east < 0 { '-' } else { '+' },
+        a / 3600
+    );
+    if a % 3600 != 0 {
+        let _ = write!(Writer(b), ":{:02}", a / 60 % 60);
+        if a % 60 != 0 {
+            let _ = write!(Writer(b), ":{:02}", a % 60);
+        }
     }
 }
 
@@ -308,9 +336,18 @@ pub fn row_values_text(cols: &[datafusion::arrow::array::ArrayRef], row: usize) 
 }
 
 /// Each value of a column in Postgres' text form (its output function), NULL for NULL:
-/// what `concat`, `format`-like functions and a cast of an array to text show.
+/// what `concat`, `format`-like functions and a cast of an array to text show
+/// (`timestamptz` in UTC: see [`text_values_in`]).
 pub fn text_values(
     col: &datafusion::arrow::array::ArrayRef,
+) -> datafusion::common::Result<datafusion::arrow::array::StringArray> {
+    text_values_in(col, &crate::sql::time_zone::Zone::utc())
+}
+
+/// [`text_values`] with `timestamptz` values shown in `zone` (the session's TimeZone).
+pub fn text_values_in(
+    col: &datafusion::arrow::array::ArrayRef,
+    zone: &crate::sql::time_zone::Zone,
 ) -> datafusion::common::Result<datafusion::arrow::array::StringArray> {
     use datafusion::arrow::array::{Array, AsArray, StringArray};
     use datafusion::arrow::compute::cast;
@@ -372,10 +409,10 @@ pub fn text_values(
             each(&mut |i, b| time_text(b, a.value(i)))
         }
         DataType::Timestamp(_, tz) => {
-            let with_tz = tz.is_some();
+            let zone = tz.is_some().then_some(zone);
             let c = cast(col, &DataType::Timestamp(TimeUnit::Microsecond, None))?;
             let a = c.as_primitive::<TimestampMicrosecondType>();
-            each(&mut |i, b| timestamp_text(b, a.value(i), with_tz))
+            each(&mut |i, b| timestamp_text(b, a.value(i), zone))
         }
         DataType::Interval(_) => {
             let c = cast(col, &DataType::Interval(IntervalUnit::MonthDayNano))?;
@@ -393,7 +430,7 @@ pub fn text_values(
             let fields: Vec<StringArray> = s
                 .columns()
                 .iter()
-                .map(text_values)
+                .map(|c| text_values_in(c, zone))
                 .collect::<datafusion::common::Result<_>>()?;
             each(&mut |i, b| {
                 b.put_u8(b'(');
@@ -415,7 +452,7 @@ pub fn text_values(
                 a.values().data_type(),
                 DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(..)
             );
-            let inner = text_values(a.values())?;
+            let inner = text_values_in(a.values(), zone)?;
             let offsets = a.value_offsets();
             each(&mut |i, b| {
                 b.put_u8(b'{');

@@ -22,6 +22,38 @@ use datafusion::common::{DataFusionError, Result as DfResult};
 
 use crate::error::{WeirError, sqlstate};
 
+datafusion::common::extensions_options! {
+    /// Weir's own settings in a DataFusion session's configuration, read by the planning
+    /// rules (`catalog/pg_semantics.rs`).
+    pub struct WeirOptions {
+        /// The session's TimeZone as [`Zone::arg_text`] names it; empty for UTC.
+        pub time_zone: String, default = String::new()
+    }
+}
+
+impl datafusion::common::config::ConfigExtension for WeirOptions {
+    const PREFIX: &'static str = "weir";
+}
+
+/// The session zone a plan is made in (UTC when the configuration has none).
+pub fn plan_zone(config: &datafusion::common::config::ConfigOptions) -> Zone {
+    config
+        .extensions
+        .get::<WeirOptions>()
+        .filter(|o| !o.time_zone.is_empty())
+        .and_then(|o| Zone::parse(&o.time_zone).ok())
+        .unwrap_or_else(Zone::utc)
+}
+
+/// Make plans of `config` in `zone` (`None`: UTC).
+pub fn set_plan_zone(config: &mut datafusion::common::config::ConfigOptions, zone: Option<Zone>) {
+    let text = zone.filter(|z| !z.is_utc()).map(|z| z.arg_text()).unwrap_or_default();
+    match config.extensions.get_mut::<WeirOptions>() {
+        Some(o) => o.time_zone = text,
+        None => config.extensions.insert(WeirOptions { time_zone: text }),
+    }
+}
+
 fn err(code: &'static str, msg: impl Into<String>) -> DataFusionError {
     DataFusionError::External(Box::new(WeirError::new(code, msg)))
 }
@@ -36,14 +68,164 @@ pub fn result_type(t: &DataType) -> DataType {
     }
 }
 
-#[derive(Clone, Copy)]
-enum Zone {
+/// A time zone: an IANA zone (its offsets change with the dates) or a fixed offset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Zone {
     Named(chrono_tz::Tz),
     Fixed(FixedOffset),
 }
 
 impl Zone {
-    fn parse(s: &str) -> DfResult<Zone> {
+    /// UTC, the default session zone.
+    pub fn utc() -> Zone {
+        Zone::Fixed(FixedOffset::east_opt(0).expect("a zero offset"))
+    }
+
+    pub fn is_utc(&self) -> bool {
+        match self {
+            Zone::Fixed(f) => f.local_minus_utc() == 0,
+            Zone::Named(tz) => matches!(
+                tz.name(),
+                "UTC" | "Etc/UTC" | "Etc/UCT" | "UCT" | "Universal" | "Etc/Universal" | "Zulu"
+                    | "Etc/Zulu"
+            ),
+        }
+    }
+
+    /// The session zone a `SET TIME ZONE` / `SET timezone` value names, and how SHOW then
+    /// shows it, as Postgres reads the setting: a number is hours EAST of UTC (`'+02'`,
+    /// `-7`, `5.5`; shown `<+02>-02`), a POSIX offset is hours west (`UTC+5`), else an IANA
+    /// zone name in any case (shown in its own case). Abbreviations that are not zone
+    /// names (`PST`) are refused, as Postgres refuses them.
+    pub fn setting(value: &str) -> Option<(Zone, String)> {
+        let t = value.trim();
+        let lower = t.to_ascii_lowercase();
+        if matches!(lower.as_str(), "local" | "default") {
+            return Some((Zone::utc(), "UTC".into()));
+        }
+        // `SET TIME ZONE INTERVAL '+05:30' HOUR TO MINUTE`: an offset east of UTC
+        if lower.starts_with("interval") {
+            let quoted = t.split('\'').nth(1)?.trim();
+            let (sign, body) = match quoted.as_bytes().first()? {
+                b'-' => (-1, &quoted[1..]),
+                b'+' => (1, &quoted[1..]),
+                _ => (1, quoted),
+            };
+            let mut parts = body.split(':');
+            let h: i32 = parts.next()?.trim().parse().ok()?;
+            let m: i32 = parts.next().map_or(Some(0), |p| p.trim().parse().ok())?;
+            let east = sign * (h * 3600 + m * 60);
+            let zone = FixedOffset::east_opt(east).map(Zone::Fixed)?;
+            return Some((zone, format!("<{0}>{1}", offset_text(east), offset_text(-east))));
+        }
+        if let Ok(hours) = t.parse::<f64>() {
+            if !hours.is_finite() || hours.abs() > 168.0 {
+                return None;
+            }
+            let east = (hours * 3600.0).round() as i32;
+            let zone = FixedOffset::east_opt(east).map(Zone::Fixed)?;
+            return Some((zone, format!("<{0}>{1}", offset_text(east), offset_text(-east))));
+        }
+        if let Some(east) = posix_offset(t) {
+            return FixedOffset::east_opt(east).map(|f| (Zone::Fixed(f), t.to_owned()));
+        }
+        // what SHOW showed for a number: `<+02>-02` (the POSIX part after the name)
+        if let Some(rest) = t.strip_prefix('<')
+            && let Some((_, posix)) = rest.split_once('>')
+        {
+            let east = posix_offset(posix)?;
+            return FixedOffset::east_opt(east).map(|f| (Zone::Fixed(f), t.to_owned()));
+        }
+        let tz = chrono_tz::Tz::from_str(t).ok().or_else(|| {
+            chrono_tz::TZ_VARIANTS
+                .iter()
+                .find(|z| z.name().eq_ignore_ascii_case(t))
+                .copied()
+        })?;
+        Some((Zone::Named(tz), tz.name().to_owned()))
+    }
+
+    /// The text [`Zone::parse`] (and so `timezone(zone, x)`) reads back as this zone: how a
+    /// plan names the session zone.
+    pub fn arg_text(&self) -> String {
+        match self {
+            Zone::Named(tz) => tz.name().to_owned(),
+            // POSIX: the sign is west-positive
+            Zone::Fixed(f) => {
+                let east = f.local_minus_utc();
+                if east == 0 {
+                    "UTC".into()
+                } else {
+                    let a = east.unsigned_abs();
+                    format!(
+                        "{}{:02}:{:02}:{:02}",
+                        if east > 0 { '-' } else { '+' },
+                        a / 3600,
+                        a / 60 % 60,
+                        a % 60
+                    )
+                }
+            }
+        }
+    }
+
+    /// The zone as an arrow timestamp type names it (`America/New_York`, `+05:30`): arrow's
+    /// calendar arithmetic on a timestamp of that type is done in the zone.
+    pub fn arrow_tz(&self) -> String {
+        match self {
+            Zone::Named(tz) => tz.name().to_owned(),
+            Zone::Fixed(f) => {
+                let east = f.local_minus_utc();
+                let a = east.unsigned_abs();
+                format!(
+                    "{}{:02}:{:02}",
+                    if east < 0 { '-' } else { '+' },
+                    a / 3600,
+                    a / 60 % 60
+                )
+            }
+        }
+    }
+
+    /// The instant of a wall-clock time in the zone (microseconds since the epoch, both),
+    /// a time a daylight-saving change repeats or skips read as [`timezone`] reads it.
+    pub fn utc_of_local_us(&self, local: i64) -> Option<i64> {
+        if local == i64::MAX || local == i64::MIN {
+            return Some(local);
+        }
+        let wall = chrono::DateTime::from_timestamp_micros(local)?.naive_utc();
+        local.checked_sub(self.offset_at_local(&wall) * 1_000_000)
+    }
+
+    /// The offset east of UTC, in seconds, at an instant (microseconds since the epoch).
+    pub fn offset_at_us(&self, us: i64) -> i64 {
+        match chrono::DateTime::from_timestamp_micros(us) {
+            Some(t) => self.offset_at_utc(&t.naive_utc()),
+            None => 0,
+        }
+    }
+
+    /// The zone's abbreviation at an instant, as `to_char`'s `TZ` shows it: `EDT`, `CET`;
+    /// a fixed offset (and a zone that has no letters for it) as its offset, `+02`.
+    pub fn abbreviation_at_us(&self, us: i64) -> String {
+        if let Zone::Named(tz) = self
+            && let Some(t) = chrono::DateTime::from_timestamp_micros(us)
+        {
+            use chrono_tz::OffsetName;
+            let o = tz.offset_from_utc_datetime(&t.naive_utc());
+            if let Some(a) = o.abbreviation()
+                && a.chars().all(|c| c.is_ascii_alphabetic())
+            {
+                return a.to_owned();
+            }
+        }
+        if self.is_utc() {
+            return "UTC".into();
+        }
+        offset_text(self.offset_at_us(us) as i32)
+    }
+
+    pub fn parse(s: &str) -> DfResult<Zone> {
         let t = s.trim();
         let not_recognized = || {
             err(
@@ -100,6 +282,13 @@ impl Zone {
             }
         }
     }
+}
+
+/// An offset east of UTC as Postgres writes it after a time: `+02`, `-05:30`.
+pub fn offset_text(east: i32) -> String {
+    let mut b = bytes::BytesMut::new();
+    crate::sql::pg_text::write_offset(&mut b, east as i64);
+    String::from_utf8_lossy(&b).into_owned()
 }
 
 /// Zone abbreviations of Postgres' default set, each a fixed offset east of UTC in
@@ -167,6 +356,67 @@ fn posix_offset(t: &str) -> Option<i32> {
         return None;
     }
     Some(-sign * (h * 3600 + m * 60 + s))
+}
+
+/// The session zone a plan passed a function as its extra argument (a constant, as
+/// [`Zone::arg_text`] names it); UTC without one.
+pub fn zone_arg(a: Option<&ArrayRef>) -> DfResult<Zone> {
+    let Some(a) = a else {
+        return Ok(Zone::utc());
+    };
+    let a = cast(a, &DataType::Utf8)?;
+    let a = a.as_string::<i32>();
+    match (0..a.len()).find(|&i| a.is_valid(i)) {
+        Some(i) => Zone::parse(a.value(i)),
+        None => Ok(Zone::utc()),
+    }
+}
+
+/// `timestamptz` values read from `text` with each wall-clock time taken as UTC (`parsed`),
+/// moved to `zone`: the rows whose text names no zone or instant
+/// ([`crate::sql::datetime_in::names_its_instant`]) are that wall-clock time in `zone`
+/// (a time a daylight-saving change repeats or skips read as [`timezone`] reads it).
+pub fn read_in_zone(text: &dyn Array, parsed: ArrayRef, zone: &Zone) -> DfResult<ArrayRef> {
+    let (Some(text), DataType::Timestamp(unit, tz)) =
+        (text.as_string_opt::<i32>(), parsed.data_type().clone())
+    else {
+        return Ok(parsed);
+    };
+    if zone.is_utc() || text.len() != parsed.len() {
+        return Ok(parsed);
+    }
+    let per_sec: i64 = match unit {
+        TimeUnit::Second => 1,
+        TimeUnit::Millisecond => 1_000,
+        TimeUnit::Microsecond => 1_000_000,
+        TimeUnit::Nanosecond => 1_000_000_000,
+    };
+    let values = cast(&parsed, &DataType::Int64)?;
+    let values = values.as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+    let mut out = Vec::with_capacity(values.len());
+    for i in 0..values.len() {
+        let v = values.value(i);
+        if values.is_null(i)
+            || v == i64::MAX
+            || v == i64::MIN
+            || crate::sql::datetime_in::names_its_instant(text.value(i))
+        {
+            out.push(v);
+            continue;
+        }
+        let wall = chrono::DateTime::from_timestamp(v.div_euclid(per_sec), 0)
+            .map(|t| t.naive_utc())
+            .ok_or_else(|| err(sqlstate::DATETIME_FIELD_OVERFLOW, "timestamp out of range"))?;
+        out.push(
+            v.checked_sub(zone.offset_at_local(&wall) * per_sec)
+                .ok_or_else(|| err(sqlstate::DATETIME_FIELD_OVERFLOW, "timestamp out of range"))?,
+        );
+    }
+    let ints = datafusion::arrow::array::Int64Array::new(
+        out.into(),
+        values.nulls().cloned(),
+    );
+    Ok(cast(&ints, &DataType::Timestamp(unit, tz))?)
 }
 
 /// `timezone(zone, x)` over whole columns.

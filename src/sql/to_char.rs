@@ -38,7 +38,10 @@ pub fn to_char(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
     let nulls = |i: usize| v.is_null(i) || fmt.is_null(i);
     match v.data_type() {
         DataType::Timestamp(..) | DataType::Date32 | DataType::Date64 | DataType::Time64(_) => {
-            let with_tz = matches!(v.data_type(), DataType::Timestamp(_, Some(_)));
+            // a timestamptz is shown in the session's zone (a third argument the planner
+            // adds: `catalog/pg_semantics.rs`), else UTC
+            let zone = crate::sql::time_zone::zone_arg(args.get(2))?;
+            let zone = matches!(v.data_type(), DataType::Timestamp(_, Some(_))).then_some(zone);
             let time_only = matches!(v.data_type(), DataType::Time64(_));
             let us = match v.data_type() {
                 // the raw count of the time's unit
@@ -64,7 +67,7 @@ pub fn to_char(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
                 let tm = if time_only {
                     Tm::of_time(micros)
                 } else {
-                    Tm::of_timestamp(micros, with_tz)
+                    Tm::of_timestamp(micros, zone)
                 };
                 match tm {
                     Some(tm) => out.append_value(format_datetime(&tm, fmt.value(i))?),
@@ -151,12 +154,16 @@ struct Tm {
     second: i64,
     micros: i64,
     date: Option<NaiveDate>,
-    with_tz: bool,
+    /// A `timestamptz`'s zone: its offset east of UTC (seconds) at the instant, the zone,
+    /// and the instant (for the zone's abbreviation then).
+    tz: Option<(i64, crate::sql::time_zone::Zone, i64)>,
     interval: bool,
 }
 
 impl Tm {
-    fn of_timestamp(us: i64, with_tz: bool) -> Option<Tm> {
+    fn of_timestamp(utc: i64, zone: Option<crate::sql::time_zone::Zone>) -> Option<Tm> {
+        let offset = zone.map_or(0, |z| z.offset_at_us(utc));
+        let us = utc.checked_add(offset * 1_000_000)?;
         let secs = us.div_euclid(1_000_000);
         let micros = us.rem_euclid(1_000_000);
         let dt: NaiveDateTime = chrono::DateTime::from_timestamp(secs, 0)?.naive_utc();
@@ -169,7 +176,7 @@ impl Tm {
             second: dt.second() as i64,
             micros,
             date: Some(dt.date()),
-            with_tz,
+            tz: zone.map(|z| (offset, z, utc)),
             interval: false,
         })
     }
@@ -184,7 +191,7 @@ impl Tm {
             second: secs % 60,
             micros: us.rem_euclid(1_000_000),
             date: None,
-            with_tz: false,
+            tz: None,
             interval: true,
         })
     }
@@ -199,7 +206,7 @@ impl Tm {
             second: secs % 60,
             micros: us % 1_000_000,
             date: None,
-            with_tz: false,
+            tz: None,
             interval: true,
         }
     }
@@ -497,9 +504,18 @@ fn format_datetime(tm: &Tm, template: &str) -> DfResult<String> {
                 num(&mut out, tm.micros / 10_i64.pow(6 - n), n as usize)
             }
             "SSSS" | "SSSSS" => num(&mut out, tm.hour * 3600 + tm.minute * 60 + tm.second, 1),
-            "TZ" if tm.with_tz => out.push_str(if *key == "tz" { "utc" } else { "UTC" }),
-            "OF" | "TZH" if tm.with_tz => out.push_str("+00"),
-            "TZM" if tm.with_tz => out.push_str("00"),
+            "TZ" if let Some((_, zone, at)) = &tm.tz => {
+                let a = zone.abbreviation_at_us(*at);
+                out.push_str(&if *key == "tz" { a.to_lowercase() } else { a });
+            }
+            "OF" if let Some((offset, ..)) = tm.tz => {
+                out.push_str(&crate::sql::time_zone::offset_text(offset as i32))
+            }
+            "TZH" if let Some((offset, ..)) = tm.tz => {
+                out.push(if offset < 0 { '-' } else { '+' });
+                num(&mut out, offset.abs() / 3600, 2);
+            }
+            "TZM" if let Some((offset, ..)) = tm.tz => num(&mut out, offset.abs() / 60 % 60, 2),
             _ => {}
         }
     }
