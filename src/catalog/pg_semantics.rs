@@ -610,10 +610,8 @@ fn session_zone_expr(e: Expr, schema: &DFSchema, zone: &str) -> DfResult<Transfo
                                 datafusion::arrow::datatypes::TimeUnit::Microsecond,
                                 None,
                             );
-                            let midnight = pg_udf(pg_functions::DATETIME_CAST).call(vec![
-                                x,
-                                Expr::Literal(ScalarValue::try_from(&naive)?, None),
-                            ]);
+                            let midnight = pg_udf(pg_functions::DATETIME_CAST)
+                                .call(vec![x, Expr::Literal(ScalarValue::try_from(&naive)?, None)]);
                             Ok(Transformed::yes(cast(at_zone(midnight), to)))
                         }
                         _ => Ok(Transformed::no(Expr::ScalarFunction(f))),
@@ -624,15 +622,19 @@ fn session_zone_expr(e: Expr, schema: &DFSchema, zone: &str) -> DfResult<Transfo
         }
         Expr::Cast(datafusion::logical_expr::Cast { expr, field }) => {
             let from = ty(&expr);
-            let through_zone = match (&from, field.data_type()) {
-                (Some(DataType::Timestamp(_, Some(_))), DataType::Timestamp(_, None))
-                | (Some(DataType::Timestamp(_, None)), DataType::Timestamp(_, Some(_))) => true,
+            let through_zone = matches!(
+                (&from, field.data_type()),
                 (
                     Some(DataType::Timestamp(_, Some(_))),
+                    DataType::Timestamp(_, None)
+                ) | (
+                    Some(DataType::Timestamp(_, None)),
+                    DataType::Timestamp(_, Some(_))
+                ) | (
+                    Some(DataType::Timestamp(_, Some(_))),
                     DataType::Date32 | DataType::Date64 | DataType::Time32(_) | DataType::Time64(_),
-                ) => true,
-                _ => false,
-            };
+                )
+            );
             Ok(if through_zone {
                 Transformed::yes(Expr::Cast(datafusion::logical_expr::Cast {
                     expr: Box::new(at_zone(*expr)),

@@ -29,27 +29,17 @@ use crate::server::session::Session;
 use crate::sql::parser::{CreateView, DropKind};
 use crate::sql::types::field_sql_type;
 
-/// The TimeZone a view's `timestamptz` values are read and shown in while it is planned.
-#[derive(Clone, Copy)]
-pub(crate) enum ViewZone<'a> {
-    /// The planning session's (a new view, EXPLAIN).
-    Session,
-    /// The zone recorded with a stored view (`RelationDesc::time_zone`; `None`: UTC).
-    Stored(Option<&'a str>),
-}
-
 impl Engine {
     /// Plan a view's query and lower it to a dataflow graph whose output has exactly the
     /// view's declared column types and names.
     pub(crate) async fn plan_view(
         &self,
-        session: &Session,
+        state: datafusion::execution::SessionState,
         name: &str,
         query: &ast::Query,
         options: &[(String, String)],
         emit_on_window_close: bool,
         shards: usize,
-        time_zone: ViewZone<'_>,
     ) -> Result<(Graph, Vec<ColumnDesc>)> {
         let window = view_options(options, emit_on_window_close)?;
         let mut q = query.clone();
@@ -57,17 +47,6 @@ impl Engine {
         self.expand_plain_views(&mut q)?;
         self.inline_sql_functions(&mut q)?;
         rewrite_query(&mut q)?;
-        let mut state = session.ctx.state();
-        // a stored view is planned in the zone it was created in, not the planning session's
-        if let ViewZone::Stored(zone) = time_zone {
-            let zone = match zone {
-                Some(z) => Some(crate::sql::time_zone::Zone::parse(z).map_err(|e| {
-                    WeirError::internal(format!("view {name}'s time zone \"{z}\": {e}"))
-                })?),
-                None => None,
-            };
-            crate::sql::time_zone::set_plan_zone(state.config_mut().options_mut(), zone);
-        }
         let mut stmt = ast::Statement::Query(Box::new(q));
         let _pending = crate::plan::match_recognize::prepare_statement(
             &mut stmt,
@@ -215,13 +194,12 @@ impl Engine {
         }
         let (graph, columns) = self
             .plan_view(
-                session,
+                session.ctx.state(),
                 &cv.name,
                 &cv.query,
                 &cv.options,
                 cv.emit_on_window_close,
                 self.limits.workers,
-                ViewZone::Session,
             )
             .await?;
         let mut dependencies = graph.sources();
@@ -590,14 +568,22 @@ impl Engine {
             RelationKind::Sink => &[],
             _ => &desc.options,
         };
+        // a stored view is planned in the zone it was created in, not the planning session's
+        let zone = match &desc.time_zone {
+            Some(z) => Some(crate::sql::time_zone::Zone::parse(z).map_err(|e| {
+                WeirError::internal(format!("view {}'s time zone \"{z}\": {e}", desc.name))
+            })?),
+            None => None,
+        };
+        let mut state = session.ctx.state();
+        crate::sql::time_zone::set_plan_zone(state.config_mut().options_mut(), zone);
         self.plan_view(
-            session,
+            state,
             &desc.name,
             &query,
             view_options,
             desc.emit_on_window_close,
             shards,
-            ViewZone::Stored(desc.time_zone.as_deref()),
         )
         .await
     }
@@ -1348,13 +1334,12 @@ impl Engine {
     pub(crate) async fn explain_view(&self, session: &Session, cv: &CreateView) -> Result<Output> {
         let (graph, _) = self
             .plan_view(
-                session,
+                session.ctx.state(),
                 &cv.name,
                 &cv.query,
                 &cv.options,
                 cv.emit_on_window_close,
                 self.limits.workers,
-                ViewZone::Session,
             )
             .await?;
         let mut lines = graph.explain();

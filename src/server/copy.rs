@@ -1028,7 +1028,11 @@ mod tests {
             ],
         )
         .unwrap();
-        let text = CopyWriter::new(&schema, opts(CopyFormat::Text), crate::sql::time_zone::Zone::utc());
+        let text = CopyWriter::new(
+            &schema,
+            opts(CopyFormat::Text),
+            crate::sql::time_zone::Zone::utc(),
+        );
         let lines: Vec<Bytes> = text.lines(&batch).unwrap();
         assert_eq!(
             lines,
@@ -1038,7 +1042,11 @@ mod tests {
                 Bytes::from_static(b"3\t\\N\n")
             ]
         );
-        let csv = CopyWriter::new(&schema, opts(CopyFormat::Csv), crate::sql::time_zone::Zone::utc());
+        let csv = CopyWriter::new(
+            &schema,
+            opts(CopyFormat::Csv),
+            crate::sql::time_zone::Zone::utc(),
+        );
         assert_eq!(
             csv.lines(&batch).unwrap(),
             vec![

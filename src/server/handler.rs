@@ -1122,7 +1122,14 @@ impl Handle {
                             .feed(PgWireBackendMessage::ParameterStatus(status))
                             .await?;
                     }
-                    respond(output, &Format::UnifiedText, session.time_zone(), cancel.clone(), None).await
+                    respond(
+                        output,
+                        &Format::UnifiedText,
+                        session.time_zone(),
+                        cancel.clone(),
+                        None,
+                    )
+                    .await
                 }
                 Err(e) => Err(e),
             };
@@ -1578,9 +1585,23 @@ impl Handle {
         }
         if matches!(output, Output::CopyIn { .. }) {
             session.statement_timer = Some(timer);
-            return Ok(respond(output, &portal.result_column_format, session.time_zone(), cancel, None).await);
+            return Ok(respond(
+                output,
+                &portal.result_column_format,
+                session.time_zone(),
+                cancel,
+                None,
+            )
+            .await);
         }
         // the timeout covers sending the rows, which pgwire does after this returns
-        Ok(respond(output, &portal.result_column_format, session.time_zone(), cancel, Some(timer)).await)
+        Ok(respond(
+            output,
+            &portal.result_column_format,
+            session.time_zone(),
+            cancel,
+            Some(timer),
+        )
+        .await)
     }
 }

@@ -583,8 +583,8 @@ mod tests {
             let t = Type::from_oid(oid).unwrap_or(Type::TEXT);
             let _ = decode_binary(&raw, &t, 0);
             let _ = numeric_from_binary(&raw, 0);
-            let _ = decode(&[Some(Bytes::from(raw.clone()))], &[Some(t.clone())], &[None], |_| true);
-            let _ = decode(&[Some(Bytes::from(raw))], &[Some(t)], &[None], |_| false);
+            let _ = decode(&[Some(Bytes::from(raw.clone()))], &[Some(t.clone())], &[None], |_| true, &crate::sql::time_zone::Zone::utc());
+            let _ = decode(&[Some(Bytes::from(raw))], &[Some(t)], &[None], |_| false, &crate::sql::time_zone::Zone::utc());
         }
 
         /// Well-formed numerics decode to the number they encode.
@@ -628,11 +628,49 @@ mod tests {
                 Some(Field::new("", DataType::Boolean, true)),
             ],
             |_| false,
+            &crate::sql::time_zone::Zone::utc(),
         )
         .unwrap();
         let ParamValues::List(v) = p else { panic!() };
         assert_eq!(v[0].value, ScalarValue::Int64(Some(42)));
         assert_eq!(v[1].value, ScalarValue::Utf8(None));
         assert_eq!(v[2].value, ScalarValue::Boolean(Some(true)));
+    }
+
+    #[test]
+    fn timestamptz_params_without_a_zone_are_wall_clock_times_in_the_session_zone() {
+        let tz = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
+        let ny = crate::sql::time_zone::Zone::setting("America/New_York")
+            .expect("a zone")
+            .0;
+        let p = decode(
+            &[
+                Some(Bytes::from_static(b"2024-07-01 12:00")),
+                Some(Bytes::from_static(b"2024-07-01 12:00:00+00")),
+                Some(Bytes::from(
+                    // 2024-07-01 12:00 as a binary timestamp (microseconds since 2000-01-01)
+                    (773_150_400_000_000i64).to_be_bytes().to_vec(),
+                )),
+            ],
+            &[None, None, Some(Type::TIMESTAMP)],
+            &[
+                Some(Field::new("", tz.clone(), true)),
+                Some(Field::new("", tz.clone(), true)),
+                Some(Field::new("", tz, true)),
+            ],
+            |i| i == 2,
+            &ny,
+        )
+        .unwrap();
+        let ParamValues::List(v) = p else { panic!() };
+        let noon_utc = 1_719_835_200_000_000i64;
+        let edt = 4 * 3_600_000_000i64;
+        let micros = |s: &ScalarValue| match s {
+            ScalarValue::TimestampMicrosecond(Some(v), Some(_)) => *v,
+            other => panic!("not a timestamptz: {other:?}"),
+        };
+        assert_eq!(micros(&v[0].value), noon_utc + edt);
+        assert_eq!(micros(&v[1].value), noon_utc);
+        assert_eq!(micros(&v[2].value), noon_utc + edt);
     }
 }

@@ -471,7 +471,10 @@ mod tests {
             "0A000"
         );
         assert_eq!(s.set("timezone", "PST").unwrap_err().code, "22023");
-        assert_eq!(s.set("timezone", "europe/paris").ok().as_deref(), Some("Europe/Paris"));
+        assert_eq!(
+            s.set("timezone", "europe/paris").ok().as_deref(),
+            Some("Europe/Paris")
+        );
         assert_eq!(s.set("timezone", "'+02'").ok().as_deref(), Some("<+02>-02"));
         assert_eq!(
             s.set("statement_timeout", "soon").unwrap_err().code,

@@ -209,8 +209,7 @@ fn bc_cycles(body: &str) -> Option<i64> {
 pub fn names_its_instant(s: &str) -> bool {
     let t = s.trim();
     let t = era(t).map_or(t, |(body, _)| body);
-    if infinity(t).is_some() || t.eq_ignore_ascii_case("epoch") || t.eq_ignore_ascii_case("now")
-    {
+    if infinity(t).is_some() || t.eq_ignore_ascii_case("epoch") || t.eq_ignore_ascii_case("now") {
         return true;
     }
     // the date, then a time of digits, `:` and `.`: what follows is a zone

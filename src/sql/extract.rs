@@ -378,10 +378,9 @@ impl Extract {
                                     Unit::Timezone => offset as i128,
                                     Unit::TimezoneHour => (offset / 3600) as i128,
                                     Unit::TimezoneMinute => (offset / 60 % 60) as i128,
-                                    _ => timestamp_part(
-                                        unit,
-                                        us.saturating_add(offset * 1_000_000),
-                                    ),
+                                    _ => {
+                                        timestamp_part(unit, us.saturating_add(offset * 1_000_000))
+                                    }
                                 }
                             })
                         })

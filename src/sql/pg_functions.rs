@@ -392,7 +392,9 @@ fn definitions() -> Vec<PgFunction> {
             |_| DataType::Utf8,
             |args, _| {
                 let zone = crate::sql::time_zone::zone_arg(args.get(1))?;
-                Ok(Arc::new(crate::sql::pg_text::text_values_in(&args[0], &zone)?))
+                Ok(Arc::new(crate::sql::pg_text::text_values_in(
+                    &args[0], &zone,
+                )?))
             },
         ),
         immutable(
@@ -1232,9 +1234,10 @@ fn datetime_interval(args: &[ArrayRef], minus: bool) -> DfResult<ArrayRef> {
     // on a timestamp typed with the zone does exactly that
     let zone = crate::sql::time_zone::zone_arg(args.get(2))?;
     let in_zone = match args[0].data_type() {
-        DataType::Timestamp(unit, Some(tz)) if !zone.is_utc() => {
-            Some((DataType::Timestamp(*unit, Some(zone.arrow_tz().into())), tz.clone()))
-        }
+        DataType::Timestamp(unit, Some(tz)) if !zone.is_utc() => Some((
+            DataType::Timestamp(*unit, Some(zone.arrow_tz().into())),
+            tz.clone(),
+        )),
         _ => None,
     };
     crate::sql::datetime_in::keeping_infinities(&args[0], |a| {

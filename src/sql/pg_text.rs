@@ -250,9 +250,9 @@ pub fn write_offset(b: &mut BytesMut, east: i64) {
         if east < 0 { '-' } else { '+' },
         a / 3600
     );
-    if a % 3600 != 0 {
+    if !a.is_multiple_of(3600) {
         let _ = write!(Writer(b), ":{:02}", a / 60 % 60);
-        if a % 60 != 0 {
+        if !a.is_multiple_of(60) {
             let _ = write!(Writer(b), ":{:02}", a % 60);
         }
     }

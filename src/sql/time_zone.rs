@@ -47,7 +47,10 @@ pub fn plan_zone(config: &datafusion::common::config::ConfigOptions) -> Zone {
 
 /// Make plans of `config` in `zone` (`None`: UTC).
 pub fn set_plan_zone(config: &mut datafusion::common::config::ConfigOptions, zone: Option<Zone>) {
-    let text = zone.filter(|z| !z.is_utc()).map(|z| z.arg_text()).unwrap_or_default();
+    let text = zone
+        .filter(|z| !z.is_utc())
+        .map(|z| z.arg_text())
+        .unwrap_or_default();
     match config.extensions.get_mut::<WeirOptions>() {
         Some(o) => o.time_zone = text,
         None => config.extensions.insert(WeirOptions { time_zone: text }),
@@ -86,7 +89,13 @@ impl Zone {
             Zone::Fixed(f) => f.local_minus_utc() == 0,
             Zone::Named(tz) => matches!(
                 tz.name(),
-                "UTC" | "Etc/UTC" | "Etc/UCT" | "UCT" | "Universal" | "Etc/Universal" | "Zulu"
+                "UTC"
+                    | "Etc/UTC"
+                    | "Etc/UCT"
+                    | "UCT"
+                    | "Universal"
+                    | "Etc/Universal"
+                    | "Zulu"
                     | "Etc/Zulu"
             ),
         }
@@ -105,7 +114,8 @@ impl Zone {
         }
         // `SET TIME ZONE INTERVAL '+05:30' HOUR TO MINUTE`: an offset east of UTC
         if lower.starts_with("interval") {
-            let quoted = t.split('\'').nth(1)?.trim();
+            let rest = t.get("interval".len()..)?.trim_start();
+            let quoted = rest.split_whitespace().next()?.trim_matches('\'');
             let (sign, body) = match quoted.as_bytes().first()? {
                 b'-' => (-1, &quoted[1..]),
                 b'+' => (1, &quoted[1..]),
@@ -116,7 +126,10 @@ impl Zone {
             let m: i32 = parts.next().map_or(Some(0), |p| p.trim().parse().ok())?;
             let east = sign * (h * 3600 + m * 60);
             let zone = FixedOffset::east_opt(east).map(Zone::Fixed)?;
-            return Some((zone, format!("<{0}>{1}", offset_text(east), offset_text(-east))));
+            return Some((
+                zone,
+                format!("<{0}>{1}", offset_text(east), offset_text(-east)),
+            ));
         }
         if let Ok(hours) = t.parse::<f64>() {
             if !hours.is_finite() || hours.abs() > 168.0 {
@@ -124,7 +137,10 @@ impl Zone {
             }
             let east = (hours * 3600.0).round() as i32;
             let zone = FixedOffset::east_opt(east).map(Zone::Fixed)?;
-            return Some((zone, format!("<{0}>{1}", offset_text(east), offset_text(-east))));
+            return Some((
+                zone,
+                format!("<{0}>{1}", offset_text(east), offset_text(-east)),
+            ));
         }
         if let Some(east) = posix_offset(t) {
             return FixedOffset::east_opt(east).map(|f| (Zone::Fixed(f), t.to_owned()));
@@ -412,10 +428,7 @@ pub fn read_in_zone(text: &dyn Array, parsed: ArrayRef, zone: &Zone) -> DfResult
                 .ok_or_else(|| err(sqlstate::DATETIME_FIELD_OVERFLOW, "timestamp out of range"))?,
         );
     }
-    let ints = datafusion::arrow::array::Int64Array::new(
-        out.into(),
-        values.nulls().cloned(),
-    );
+    let ints = datafusion::arrow::array::Int64Array::new(out.into(), values.nulls().cloned());
     Ok(cast(&ints, &DataType::Timestamp(unit, tz))?)
 }
 
@@ -486,6 +499,71 @@ pub fn timezone(args: &[ArrayRef], _rows: usize) -> DfResult<ArrayRef> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn session_zone_settings_read_and_show_as_postgres() {
+        let shown = |v: &str| Zone::setting(v).map(|(_, s)| s);
+        assert_eq!(
+            shown("america/new_york").as_deref(),
+            Some("America/New_York")
+        );
+        // a number is hours east; a POSIX offset hours west
+        assert_eq!(shown("+02").as_deref(), Some("<+02>-02"));
+        assert_eq!(shown("5.5").as_deref(), Some("<+05:30>-05:30"));
+        assert_eq!(
+            shown("INTERVAL '-03:30' HOUR TO MINUTE").as_deref(),
+            Some("<-03:30>+03:30")
+        );
+        assert_eq!(
+            shown("INTERVAL-03:30 HOUR TO MINUTE").as_deref(),
+            Some("<-03:30>+03:30")
+        );
+        assert_eq!(shown("UTC+5").as_deref(), Some("UTC+5"));
+        assert_eq!(shown("PST"), None);
+        assert_eq!(shown("Nowhere/City"), None);
+        // what SHOW showed reads back as the same zone
+        for v in ["+02", "5.5", "UTC+5", "America/New_York"] {
+            let (z, s) = Zone::setting(v).expect("a zone");
+            assert_eq!(Zone::setting(&s).map(|(z, _)| z), Some(z));
+            // and a plan's name of it too
+            assert_eq!(Zone::parse(&z.arg_text()).ok(), Some(z));
+        }
+        let (east2, _) = Zone::setting("+02").expect("a zone");
+        assert_eq!(east2.offset_at_us(0), 7200);
+        assert!(Zone::setting("UTC").is_some_and(|(z, _)| z.is_utc()));
+    }
+
+    #[test]
+    fn text_without_a_zone_is_a_wall_clock_time_in_the_session_zone() {
+        use datafusion::arrow::array::{StringArray, TimestampMicrosecondArray};
+        let ny = Zone::parse("America/New_York").expect("New York's zone");
+        let text = StringArray::from(vec![
+            Some("2024-07-01 12:00"),
+            Some("2024-07-01 12:00+00"),
+            Some("2024-07-01T12:00:00Z"),
+            Some("infinity"),
+            None,
+        ]);
+        let noon = 1_719_835_200_000_000i64;
+        let parsed: ArrayRef = Arc::new(
+            TimestampMicrosecondArray::from(vec![
+                Some(noon),
+                Some(noon),
+                Some(noon),
+                Some(i64::MAX),
+                None,
+            ])
+            .with_timezone("UTC"),
+        );
+        let read = read_in_zone(&text, parsed, &ny).expect("read");
+        let read = read.as_primitive::<TimestampMicrosecondType>();
+        // noon in New York (EDT) is 16:00 UTC; the rest name their instant
+        assert_eq!(read.value(0), noon + 4 * 3_600_000_000);
+        assert_eq!(read.value(1), noon);
+        assert_eq!(read.value(2), noon);
+        assert_eq!(read.value(3), i64::MAX);
+        assert!(read.is_null(4));
+    }
 
     #[test]
     fn zone_strings_read_as_postgres_reads_them() {
