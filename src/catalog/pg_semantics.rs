@@ -542,6 +542,20 @@ fn session_zone_node(plan: LogicalPlan, zone: &str) -> DfResult<Transformed<Logi
     }
 }
 
+/// The functions that write a `timestamptz` argument as a JSON string.
+const JSON_WRITERS: &[&str] = &[
+    "to_json",
+    "to_jsonb",
+    "json_build_object",
+    "jsonb_build_object",
+    "json_build_array",
+    "jsonb_build_array",
+    "json_agg",
+    "jsonb_agg",
+    "json_object_agg",
+    "jsonb_object_agg",
+];
+
 fn is_timestamptz(t: &DataType) -> bool {
     matches!(t, DataType::Timestamp(_, Some(_)))
 }
@@ -577,13 +591,65 @@ fn session_zone_expr(e: Expr, schema: &DFSchema, zone: &str) -> DfResult<Transfo
                 (n, 2) if n == pg_functions::DATETIME_PLUS || n == pg_functions::DATETIME_MINUS => {
                     tstz_at(0)
                 }
+                // the wall-clock time read in the zone
+                ("make_timestamptz", 6) => true,
                 _ => false,
             };
             if extra {
                 f.args.push(lit(zone));
                 return Ok(Transformed::yes(Expr::ScalarFunction(f)));
             }
+            // a JSON function's timestamptz: written in the zone
+            if JSON_WRITERS.contains(&name.as_str())
+                && f.args
+                    .iter()
+                    .any(|a| ty(a).is_some_and(|t| is_timestamptz(&t)))
+            {
+                for a in f.args.iter_mut() {
+                    if ty(a).is_some_and(|t| is_timestamptz(&t)) {
+                        let x = std::mem::replace(a, lit(ScalarValue::Null));
+                        *a = pg_udf(pg_functions::TIMESTAMPTZ_JSON).call(vec![x, lit(zone)]);
+                    }
+                }
+                return Ok(Transformed::yes(Expr::ScalarFunction(f)));
+            }
             match (name.as_str(), f.args.len()) {
+                // a timestamptz series steps its days and months on the wall clock there
+                // (DataFusion steps in its arguments' zone)
+                ("generate_series" | "range", 3) if tstz_at(0) && tstz_at(1) => {
+                    let Ok(z) = crate::sql::time_zone::Zone::parse(zone) else {
+                        return Ok(Transformed::no(Expr::ScalarFunction(f)));
+                    };
+                    for a in f.args.iter_mut().take(2) {
+                        if let Some(DataType::Timestamp(unit, _)) = ty(a) {
+                            let x = std::mem::replace(a, lit(ScalarValue::Null));
+                            *a = cast(x, DataType::Timestamp(unit, Some(z.arrow_tz().into())));
+                        }
+                    }
+                    Ok(Transformed::yes(Expr::ScalarFunction(f)))
+                }
+                // ages of wall-clock times in the zone (a day across a change is a day)
+                ("age", 2) if tstz_at(0) && tstz_at(1) => {
+                    let b = f.args.remove(1);
+                    let a = f.args.remove(0);
+                    f.args = vec![at_zone(a), at_zone(b)];
+                    Ok(Transformed::yes(Expr::ScalarFunction(f)))
+                }
+                // text read by a template without a zone field: a wall-clock time there
+                ("to_timestamp", 2)
+                    if !matches!(&f.args[1], Expr::Literal(ScalarValue::Utf8(Some(t)), _)
+                        if t.to_ascii_uppercase().contains("TZ") || t.to_ascii_uppercase().contains("OF")) =>
+                {
+                    let naive = DataType::Timestamp(
+                        datafusion::arrow::datatypes::TimeUnit::Microsecond,
+                        None,
+                    );
+                    let Some(out_type) = ty(&Expr::ScalarFunction(f.clone())) else {
+                        return Ok(Transformed::no(Expr::ScalarFunction(f)));
+                    };
+                    let wall = cast(Expr::ScalarFunction(f), naive);
+                    Ok(Transformed::yes(cast(at_zone(wall), out_type)))
+                }
                 // the wall-clock time truncated in the zone, read back there
                 ("date_trunc", 2) if tstz_at(1) => {
                     let Some(out_type) = ty(&Expr::ScalarFunction(f.clone())) else {
@@ -619,6 +685,22 @@ fn session_zone_expr(e: Expr, schema: &DFSchema, zone: &str) -> DfResult<Transfo
                 }
                 _ => Ok(Transformed::no(Expr::ScalarFunction(f))),
             }
+        }
+        // a JSON aggregate's timestamptz: written in the zone
+        Expr::AggregateFunction(mut f)
+            if JSON_WRITERS.contains(&f.func.name())
+                && f.params
+                    .args
+                    .iter()
+                    .any(|a| ty(a).is_some_and(|t| is_timestamptz(&t))) =>
+        {
+            for a in f.params.args.iter_mut() {
+                if ty(a).is_some_and(|t| is_timestamptz(&t)) {
+                    let x = std::mem::replace(a, lit(ScalarValue::Null));
+                    *a = pg_udf(pg_functions::TIMESTAMPTZ_JSON).call(vec![x, lit(zone)]);
+                }
+            }
+            Ok(Transformed::yes(Expr::AggregateFunction(f)))
         }
         Expr::Cast(datafusion::logical_expr::Cast { expr, field }) => {
             let from = ty(&expr);

@@ -3717,6 +3717,43 @@ fn datetime_text_in_table_function_args(tf: &mut ast::TableFactor) {
         else {
             continue;
         };
+        // a timestamptz's text without a zone is a wall-clock time in the session's zone,
+        // which the folding knows (`weir_timestamptz_in` without a zone argument reads in
+        // the zone of the configuration it runs under)
+        let zoneless_tstz = match &*e {
+            Expr::TypedString(ts) => {
+                keep_zone(&ts.data_type) == Some(true)
+                    && matches!(&ts.value.value, ast::Value::SingleQuotedString(t)
+                    if !crate::sql::datetime_in::names_its_instant(t))
+            }
+            Expr::Cast {
+                expr, data_type, ..
+            } => {
+                keep_zone(data_type) == Some(true)
+                    && matches!(expr.as_ref(), Expr::Value(v)
+                    if matches!(&v.value, ast::Value::SingleQuotedString(t)
+                        if !crate::sql::datetime_in::names_its_instant(t)))
+            }
+            _ => false,
+        };
+        if zoneless_tstz {
+            let text = match &*e {
+                Expr::TypedString(ts) => ts.value.value.clone(),
+                Expr::Cast { expr, .. } => match expr.as_ref() {
+                    Expr::Value(v) => v.value.clone(),
+                    _ => continue,
+                },
+                _ => continue,
+            };
+            *e = call(
+                crate::sql::pg_functions::TIMESTAMPTZ_IN,
+                vec![
+                    Expr::value(text),
+                    parse_expr("CAST(NULL AS TIMESTAMP WITH TIME ZONE)"),
+                ],
+            );
+            continue;
+        }
         match e {
             Expr::TypedString(ts) => {
                 if let Some(zone) = keep_zone(&ts.data_type) {

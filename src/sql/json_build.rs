@@ -29,6 +29,35 @@ use crate::sql::jsonb::write_str;
 use crate::sql::pg_text::text_values;
 use crate::sql::types::{SqlType, field_sql_type};
 
+/// A date or timestamp's text as Postgres writes it in JSON: ISO 8601, `T` between date
+/// and time, an offset with its minutes (`2024-03-10T01:30:00-05:00`).
+pub fn iso_timestamp_text(text: &str) -> String {
+    let mut v = text.replacen(' ', "T", 1);
+    // `...-05` / `...+00` (an offset of whole hours): Postgres adds `:00`
+    let b = v.as_bytes();
+    let n = b.len();
+    if n > 3
+        && matches!(b[n - 3], b'+' | b'-')
+        && b[n - 2].is_ascii_digit()
+        && b[n - 1].is_ascii_digit()
+        && v.contains('T')
+    {
+        v.push_str(":00");
+    }
+    v
+}
+
+/// `timestamptz` values as JSON text in a session zone (`catalog/pg_semantics.rs` gives a
+/// JSON function's timestamptz argument through this where the zone is not UTC): the same
+/// string the JSON functions write, shown in that zone.
+pub fn timestamptz_json_text(args: &[ArrayRef], _rows: usize) -> DfResult<ArrayRef> {
+    let zone = crate::sql::time_zone::zone_arg(args.get(1))?;
+    let text = crate::sql::pg_text::text_values_in(&args[0], &zone)?;
+    let out: datafusion::arrow::array::StringArray =
+        text.iter().map(|v| v.map(iso_timestamp_text)).collect();
+    Ok(Arc::new(out))
+}
+
 fn ext(e: WeirError) -> DataFusionError {
     DataFusionError::External(Box::new(e))
 }
@@ -90,13 +119,7 @@ pub fn json_values(
                 .map(|i| {
                     (!s.is_null(i)).then(|| {
                         let mut o = String::new();
-                        // ISO 8601, as Postgres writes timestamps in JSON
-                        let v = s.value(i).replacen(' ', "T", 1);
-                        let v = v
-                            .strip_suffix("+00")
-                            .map(|x| format!("{x}+00:00"))
-                            .unwrap_or(v);
-                        write_str(&mut o, &v);
+                        write_str(&mut o, &iso_timestamp_text(s.value(i)));
                         o
                     })
                 })

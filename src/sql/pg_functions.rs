@@ -111,6 +111,15 @@ impl ScalarUDFImpl for PgFunction {
             .iter()
             .map(|a| a.to_array(rows))
             .collect::<DfResult<Vec<_>>>()?;
+        // text read as timestamptz where the plan named no zone (a constant folded while
+        // planning: a table function's argument) is read in the configuration's zone
+        let mut arrays = arrays;
+        if self.name == TIMESTAMPTZ_IN && arrays.len() == 2 {
+            let zone = crate::sql::time_zone::plan_zone(&args.config_options);
+            if !zone.is_utc() {
+                arrays.push(Arc::new(StringArray::from(vec![zone.arg_text(); rows])));
+            }
+        }
         let out = (self.imp)(&arrays, rows)?;
         if scalar_only {
             Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?))
@@ -242,6 +251,9 @@ pub const ENUM_SORT_KEY: &str = "weir_enum_sort_key";
 /// A `jsonb` value's sort key (`sql::jsonb::sort_key`).
 pub const JSONB_SORT_KEY: &str = "weir_jsonb_sort_key";
 pub const TIMESTAMPTZ_IN: &str = "weir_timestamptz_in";
+/// A `timestamptz` as the JSON functions write it, in a session zone
+/// (`sql::json_build::timestamptz_json_text`).
+pub const TIMESTAMPTZ_JSON: &str = "weir_timestamptz_json";
 pub const ANY_OP: &str = "weir_any_op";
 /// `interval * number` (either order) and `interval / number`, as Postgres computes them
 /// (`interval_mul`, `interval_div`): `weir_interval_mul(interval, factor)`,
@@ -840,6 +852,12 @@ fn definitions() -> Vec<PgFunction> {
             },
         ),
         immutable(
+            TIMESTAMPTZ_JSON,
+            TypeSignature::Any(2),
+            |_| DataType::Utf8,
+            crate::sql::json_build::timestamptz_json_text,
+        ),
+        immutable(
             "to_char",
             TypeSignature::OneOf(vec![TypeSignature::Any(2), TypeSignature::Any(3)]),
             |_| DataType::Utf8,
@@ -1326,6 +1344,12 @@ impl datafusion::catalog::TableFunctionImpl for SeriesArgs {
         args: datafusion::catalog::TableFunctionArgs,
     ) -> DfResult<Arc<dyn datafusion::catalog::TableProvider>> {
         use datafusion::logical_expr::Expr;
+        // in a session zone other than UTC a timestamptz series counts its days and months
+        // on the wall clock there (DataFusion steps in its arguments' zone), and a date is
+        // its midnight there
+        let zone = crate::sql::time_zone::plan_zone(args.session().config_options());
+        let zoned = (!zone.is_utc())
+            .then(|| DataType::Timestamp(TimeUnit::Nanosecond, Some(zone.arrow_tz().into())));
         let exprs = args
             .exprs()
             .iter()
@@ -1333,6 +1357,31 @@ impl datafusion::catalog::TableFunctionImpl for SeriesArgs {
                 let Expr::Literal(v, meta) = e else {
                     return Ok(e.clone());
                 };
+                if let Some(zoned) = &zoned {
+                    match v {
+                        ScalarValue::Date32(Some(days)) => {
+                            let utc = zone
+                                .utc_of_local_us(*days as i64 * 86_400_000_000)
+                                .unwrap_or(i64::MAX);
+                            let v = ScalarValue::TimestampMicrosecond(Some(utc), None);
+                            let DataType::Timestamp(_, tz) = zoned else {
+                                return Ok(e.clone());
+                            };
+                            let v = v.cast_to(&DataType::Timestamp(TimeUnit::Nanosecond, None))?;
+                            let ScalarValue::TimestampNanosecond(ns, _) = v else {
+                                return Ok(e.clone());
+                            };
+                            return Ok(Expr::Literal(
+                                ScalarValue::TimestampNanosecond(ns, tz.clone()),
+                                meta.clone(),
+                            ));
+                        }
+                        v if matches!(v.data_type(), DataType::Timestamp(_, Some(_))) => {
+                            return Ok(Expr::Literal(v.cast_to(zoned)?, meta.clone()));
+                        }
+                        _ => {}
+                    }
+                }
                 let to = match v.data_type() {
                     DataType::Int8
                     | DataType::Int16
