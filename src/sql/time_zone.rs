@@ -158,7 +158,11 @@ impl Zone {
                 .find(|z| z.name().eq_ignore_ascii_case(t))
                 .copied()
         })?;
-        Some((Zone::Named(tz), tz.name().to_owned()))
+        let zone = Zone::Named(tz);
+        // UTC by another name (`Etc/UTC`, pgJDBC's on many machines) is the fixed zone:
+        // one check per value where timestamps are shown
+        let zone = if zone.is_utc() { Zone::utc() } else { zone };
+        Some((zone, tz.name().to_owned()))
     }
 
     /// The text [`Zone::parse`] (and so `timezone(zone, x)`) reads back as this zone: how a
