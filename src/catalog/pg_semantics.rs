@@ -591,8 +591,9 @@ fn session_zone_expr(e: Expr, schema: &DFSchema, zone: &str) -> DfResult<Transfo
                 (n, 2) if n == pg_functions::DATETIME_PLUS || n == pg_functions::DATETIME_MINUS => {
                     tstz_at(0)
                 }
-                // the wall-clock time read in the zone
-                ("make_timestamptz", 6) => true,
+                // the wall-clock time read in the zone (to_timestamp's, where its template
+                // reads no offset)
+                ("make_timestamptz", 6) | ("to_timestamp", 2) => true,
                 _ => false,
             };
             if extra {
@@ -634,21 +635,6 @@ fn session_zone_expr(e: Expr, schema: &DFSchema, zone: &str) -> DfResult<Transfo
                     let a = f.args.remove(0);
                     f.args = vec![at_zone(a), at_zone(b)];
                     Ok(Transformed::yes(Expr::ScalarFunction(f)))
-                }
-                // text read by a template without a zone field: a wall-clock time there
-                ("to_timestamp", 2)
-                    if !matches!(&f.args[1], Expr::Literal(ScalarValue::Utf8(Some(t)), _)
-                        if t.to_ascii_uppercase().contains("TZ") || t.to_ascii_uppercase().contains("OF")) =>
-                {
-                    let naive = DataType::Timestamp(
-                        datafusion::arrow::datatypes::TimeUnit::Microsecond,
-                        None,
-                    );
-                    let Some(out_type) = ty(&Expr::ScalarFunction(f.clone())) else {
-                        return Ok(Transformed::no(Expr::ScalarFunction(f)));
-                    };
-                    let wall = cast(Expr::ScalarFunction(f), naive);
-                    Ok(Transformed::yes(cast(at_zone(wall), out_type)))
                 }
                 // the wall-clock time truncated in the zone, read back there
                 ("date_trunc", 2) if tstz_at(1) => {

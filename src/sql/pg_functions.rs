@@ -480,7 +480,11 @@ fn definitions() -> Vec<PgFunction> {
         ),
         immutable(
             "to_timestamp",
-            TypeSignature::OneOf(vec![TypeSignature::Any(1), TypeSignature::Any(2)]),
+            TypeSignature::OneOf(vec![
+                TypeSignature::Any(1),
+                TypeSignature::Any(2),
+                TypeSignature::Any(3),
+            ]),
             |_| crate::sql::to_timestamp::timestamptz_type(),
             crate::sql::to_timestamp::to_timestamp,
         ),

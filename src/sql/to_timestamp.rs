@@ -49,7 +49,10 @@ pub fn to_timestamp(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
                 out.append_option(v.map(epoch_micros).transpose()?);
             }
         }
-        [text, template] => {
+        // text, template [, the session zone a time without TZH/TZM is a wall-clock time
+        // in (added by the planner, `catalog/pg_semantics.rs`)]
+        [text, template, zone @ ..] if zone.len() <= 1 => {
+            let zone = crate::sql::time_zone::zone_arg(zone.first())?;
             let (text, template) = (
                 cast(text, &DataType::Utf8)?,
                 cast(template, &DataType::Utf8)?,
@@ -61,7 +64,16 @@ pub fn to_timestamp(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
                     continue;
                 }
                 let f = read(text.value(i), template.value(i))?;
-                out.append_value(f.micros(text.value(i))?);
+                let micros = f.micros(text.value(i))?;
+                let upper = template.value(i).to_ascii_uppercase();
+                let local = !zone.is_utc() && !upper.contains("TZH") && !upper.contains("TZM");
+                out.append_value(if local {
+                    zone.utc_of_local_us(micros).ok_or_else(|| {
+                        err(sqlstate::DATETIME_FIELD_OVERFLOW, "timestamp out of range")
+                    })?
+                } else {
+                    micros
+                });
             }
         }
         _ => {
