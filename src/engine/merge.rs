@@ -440,31 +440,6 @@ fn relation_label(tf: &ast::TableFactor) -> Option<String> {
     }
 }
 
-/// The FROM relation (of `names`) a RETURNING item reads by a qualified name, if any.
-fn reads_relation(item: &ast::SelectItem, names: &[String]) -> Option<String> {
-    if let ast::SelectItem::QualifiedWildcard(
-        ast::SelectItemQualifiedWildcardKind::ObjectName(o),
-        _,
-    ) = item
-        && let Some(n) = o.0.last().and_then(|p| p.as_ident()).map(normalize_ident)
-        && names.contains(&n)
-    {
-        return Some(n);
-    }
-    let mut found = None;
-    let _ = ast::visit_expressions(item, |e| {
-        if let ast::Expr::CompoundIdentifier(ids) = e
-            && ids.len() >= 2
-            && names.contains(&normalize_ident(&ids[ids.len() - 2]))
-        {
-            found = Some(normalize_ident(&ids[ids.len() - 2]));
-            return std::ops::ControlFlow::Break(());
-        }
-        std::ops::ControlFlow::Continue(())
-    });
-    found
-}
-
 /// `UPDATE t SET (a, b) = (x, y)` and `SET (a, b) = (SELECT x, y FROM ...)`: one
 /// assignment per column (`a = x`, `b = (SELECT x FROM ...)`), as Postgres reads them.
 /// None when the statement has no tuple assignment.
@@ -591,10 +566,14 @@ impl Engine {
                     })
                     .filter_map(relation_label)
                     .collect();
-                if let Some(n) = items.iter().find_map(|i| reads_relation(i, &from_names)) {
+                if let Some(n) = items
+                    .iter()
+                    .find_map(|i| crate::sql::parser::returning_reads(i, &from_names))
+                {
                     return Err(WeirError::not_supported(format!(
                         "UPDATE ... FROM ... RETURNING of the columns of \"{n}\" is not supported: only the updated table's"
-                    )));
+                    ))
+                    .with_hint("Name the updated table's columns: RETURNING t.*, t.col."));
                 }
                 let mut stmt = ast::Statement::Update(u.clone());
                 let r = super::returning::take_returning(&mut stmt)

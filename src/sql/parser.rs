@@ -1408,6 +1408,38 @@ pub const SYMMETRIC_MARKER: &str = "__weir_symmetric";
 
 /// A query's text to store (a view's definition): as sqlparser prints it, with a marked
 /// `BETWEEN SYMMETRIC` (see [`mark_symmetric_between`]) written back as the user wrote it.
+/// The relation among `names` (the FROM / USING relations of an UPDATE or DELETE, by
+/// alias) a RETURNING item reads, if any: `c.name`, `c.*`, or a bare `*` (which in
+/// Postgres is every relation's columns, the first of `names` among them).
+pub fn returning_reads(item: &ast::SelectItem, names: &[String]) -> Option<String> {
+    match item {
+        ast::SelectItem::Wildcard(_) => return names.first().cloned(),
+        ast::SelectItem::QualifiedWildcard(
+            ast::SelectItemQualifiedWildcardKind::ObjectName(o),
+            _,
+        ) => {
+            if let Some(n) = o.0.last().and_then(|p| p.as_ident()).map(normalize_ident)
+                && names.contains(&n)
+            {
+                return Some(n);
+            }
+        }
+        _ => {}
+    }
+    let mut found = None;
+    let _ = ast::visit_expressions(item, |e| {
+        if let ast::Expr::CompoundIdentifier(ids) = e
+            && ids.len() >= 2
+            && names.contains(&normalize_ident(&ids[ids.len() - 2]))
+        {
+            found = Some(normalize_ident(&ids[ids.len() - 2]));
+            return std::ops::ControlFlow::Break(());
+        }
+        std::ops::ControlFlow::Continue(())
+    });
+    found
+}
+
 pub fn query_text(q: &ast::Query) -> String {
     user_text(&q.to_string())
 }
@@ -2365,31 +2397,12 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
                         _ => None,
                     })
                     .collect();
-                let mut reads = None;
-                for item in items {
-                    if let ast::SelectItem::QualifiedWildcard(
-                        ast::SelectItemQualifiedWildcardKind::ObjectName(o),
-                        _,
-                    ) = item
-                        && let Some(n) = o.0.last().and_then(|p| p.as_ident()).map(normalize_ident)
-                        && names.contains(&n)
-                    {
-                        reads = Some(n);
-                    }
-                    let _ = ast::visit_expressions(item, |e| {
-                        if let ast::Expr::CompoundIdentifier(ids) = e
-                            && ids.len() >= 2
-                            && names.contains(&normalize_ident(&ids[ids.len() - 2]))
-                        {
-                            reads = Some(normalize_ident(&ids[ids.len() - 2]));
-                        }
-                        std::ops::ControlFlow::<()>::Continue(())
-                    });
-                }
+                let reads = items.iter().find_map(|i| returning_reads(i, &names));
                 if let Some(n) = reads {
                     return Err(WeirError::not_supported(format!(
                         "DELETE ... USING ... RETURNING of the columns of \"{n}\" is not supported: only the deleted table's"
-                    )));
+                    ))
+                    .with_hint("Name the deleted table's columns: RETURNING t.*, t.col."));
                 }
             }
             let from: Vec<String> = using.iter().map(|t| t.to_string()).collect();
