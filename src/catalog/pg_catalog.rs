@@ -1382,7 +1382,9 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 .iter()
                 .map(|(n, v)| {
                     vec![
-                        (*n).into(),
+                        // the name as Postgres spells it (`TimeZone`); a query's `setting`
+                        // is the session's (`catalog/rewrite.rs::session_settings`)
+                        crate::server::settings::canonical_name(n).into(),
                         (*v).into(),
                         V::Null,
                         "Weir".into(),

@@ -135,6 +135,7 @@ impl VisitorMut for PgRewriter {
         }
         unnest_alias_names_column(tf);
         aliased_using_join(tf);
+        session_settings(tf);
         match crate::sql::windows::rewrite_table_factor(tf) {
             Ok(session) => {
                 self.info.session_windows |= session;
@@ -214,6 +215,45 @@ impl VisitorMut for PgRewriter {
         }
         ControlFlow::Continue(())
     }
+}
+
+/// `pg_settings` is the session's settings, as Postgres' view is (`current_setting(name)`
+/// per row: what SET changed shows; the catalog table has the defaults).
+fn session_settings(tf: &mut ast::TableFactor) {
+    let ast::TableFactor::Table {
+        name,
+        alias,
+        args: None,
+        ..
+    } = tf
+    else {
+        return;
+    };
+    let qualified_elsewhere = name.0.len() == 2
+        && !name.0[0]
+            .as_ident()
+            .is_some_and(|i| i.value.eq_ignore_ascii_case("pg_catalog"));
+    if qualified_elsewhere || last_name(name).as_deref() != Some("pg_settings") {
+        return;
+    }
+    let Some(q) = parse_query_text(
+        "SELECT name, current_setting(name) AS setting, unit, category, short_desc, context, \
+         vartype, source, boot_val, reset_val FROM pg_catalog.pg_settings",
+    ) else {
+        return;
+    };
+    let alias = alias.clone().unwrap_or_else(|| ast::TableAlias {
+        explicit: true,
+        name: Ident::new("pg_settings"),
+        columns: vec![],
+        at: None,
+    });
+    *tf = ast::TableFactor::Derived {
+        lateral: false,
+        subquery: q,
+        alias: Some(alias),
+        sample: None,
+    };
 }
 
 /// `(a JOIN b USING (k)) AS x`: Postgres' `x` has the join's columns as `SELECT *` shows
