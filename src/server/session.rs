@@ -387,11 +387,16 @@ impl Session {
             self.set_read_only(v == "on")?;
             return Ok(v);
         }
-        self.settings.write().set(&n, value)
+        let stored = self.settings.write().set(&n, value)?;
+        if n == "timezone" {
+            self.sync_time_zone();
+        }
+        Ok(stored)
     }
 
     pub fn reset(&mut self, name: &str) {
         self.settings.write().reset(name);
+        self.sync_time_zone();
     }
 
     /// The session's TimeZone.
