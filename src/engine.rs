@@ -752,7 +752,7 @@ impl Engine {
                     tag: "SHOW",
                 })
             }
-            Statement::SetVariable { name, value } => {
+            Statement::SetVariable { name, value, local } => {
                 let n = Session::normalize(name);
                 // `SET role = x` is SET ROLE; `SET session_authorization = x` likewise
                 if n == "role" || n == "session_authorization" {
@@ -768,11 +768,21 @@ impl Engine {
                     };
                     return self.security(session, &stmt, None).await;
                 }
-                let stored = session.set(&n, value)?;
-                Ok(Output::SetVariable {
-                    name: canonical_name(&n).to_owned(),
-                    value: stored,
-                })
+                match session.set_in_block(&n, value, *local)? {
+                    Some(stored) => Ok(Output::SetVariable {
+                        name: canonical_name(&n).to_owned(),
+                        value: stored,
+                    }),
+                    None => {
+                        if let Some(tx) = &notices {
+                            let _ = tx.send(
+                                "WARNING: SET LOCAL can only be used in transaction blocks"
+                                    .to_owned(),
+                            );
+                        }
+                        Ok(Output::Command("SET".into()))
+                    }
+                }
             }
             Statement::ResetVariable(name) => {
                 session.reset(name);
@@ -828,6 +838,7 @@ impl Engine {
                     && !session.aborted
                     && let Err(e) = self.check_deferred(session, None).await
                 {
+                    session.end_block_settings(false);
                     session.end_block();
                     self.rollback(session).await?;
                     return Err(e);
@@ -840,10 +851,12 @@ impl Engine {
                     session.undo.clear();
                     "COMMIT"
                 };
+                session.end_block_settings(tag == "COMMIT");
                 session.end_block();
                 Ok(Output::TransactionEnd(tag))
             }
             Statement::Rollback => {
+                session.end_block_settings(false);
                 session.end_block();
                 self.rollback(session).await?;
                 Ok(Output::TransactionEnd("ROLLBACK"))

@@ -309,14 +309,15 @@ impl Handle {
 }
 
 /// The settings a client's startup message asks for, checked, as (name, value to store):
-/// a `TimeZone` parameter (pgJDBC sends its JVM's zone; libpq `PGTZ`) and `-c name=value` /
+/// `application_name`, a `TimeZone` parameter (pgJDBC sends its JVM's zone; libpq `PGTZ`)
+/// and `-c name=value` /
 /// `--name=value` in `options` (libpq's `PGOPTIONS`). A value Weir would refuse in SET is
 /// left out (the default stays) with a warning in the log.
 fn startup_settings(metadata: &HashMap<String, String>) -> Vec<(String, String)> {
     let mut asked: Vec<(String, String)> = Vec::new();
     for (k, v) in metadata {
-        if k.eq_ignore_ascii_case("timezone") {
-            asked.push(("timezone".into(), v.clone()));
+        if k.eq_ignore_ascii_case("timezone") || k == "application_name" {
+            asked.push((k.to_ascii_lowercase(), v.clone()));
         }
     }
     if let Some(options) = metadata.get("options") {

@@ -148,6 +148,9 @@ pub struct Session {
     /// Changes made since the transaction (explicit, or the implicit one of a
     /// multi-statement query) began, to undo on ROLLBACK or error; oldest first.
     pub undo: Vec<(Arc<TableStore>, crate::state::table::LogHold)>,
+    /// Settings SET in the transaction block, oldest first: (name, the session's value
+    /// before, SET LOCAL) — see [`Session::end_block_settings`].
+    pub tx_settings: Vec<(String, Option<String>, bool)>,
     /// Table locks LOCK TABLE took, held until the transaction block ends.
     pub table_locks: Vec<crate::engine::table_locks::WriterLock>,
     /// Collect undo entries even outside BEGIN (a multi-statement simple query).
@@ -295,6 +298,7 @@ impl Session {
             statement_timer: None,
             in_transaction: false,
             undo: Vec::new(),
+            tx_settings: Vec::new(),
             table_locks: Vec::new(),
             implicit_transaction: false,
             aborted: false,
@@ -396,6 +400,44 @@ impl Session {
 
     pub fn reset(&mut self, name: &str) {
         self.settings.write().reset(name);
+        self.sync_time_zone();
+    }
+
+    /// SET inside a transaction block, as Postgres keeps it: undone by ROLLBACK, and with
+    /// `local` (SET LOCAL) also when the block commits. Outside a block: a plain SET, and a
+    /// SET LOCAL changes nothing (Postgres warns); returns the stored value, or None then.
+    pub fn set_in_block(
+        &mut self,
+        name: &str,
+        value: &str,
+        local: bool,
+    ) -> crate::error::Result<Option<String>> {
+        let n = Self::normalize(name);
+        if !self.in_transaction {
+            if local {
+                // checked all the same
+                crate::server::settings::validate(&n, value, usize::MAX)?;
+                return Ok(None);
+            }
+            return self.set(&n, value).map(Some);
+        }
+        let before = self.settings.read().session_value(&n);
+        let stored = self.set(&n, value)?;
+        self.tx_settings.push((n, before, local));
+        Ok(Some(stored))
+    }
+
+    /// The transaction block ends: the settings it SET go back (all of them after a
+    /// ROLLBACK, the SET LOCAL ones after a COMMIT), newest first.
+    pub fn end_block_settings(&mut self, committed: bool) {
+        let changed = std::mem::take(&mut self.tx_settings);
+        for (k, (name, before, local)) in changed.iter().enumerate().rev() {
+            // a SET after a SET LOCAL of the same name outlives the block
+            let kept_later = changed[k + 1..].iter().any(|(n, _, l)| n == name && !l);
+            if !committed || (*local && !kept_later) {
+                self.settings.write().restore(name, before.clone());
+            }
+        }
         self.sync_time_zone();
     }
 
@@ -562,7 +604,8 @@ fn register_current_setting(
         Arc::new(f),
     )));
     // set_config(name, value, is_local): sets it for the session and returns the value
-    // (is_local is treated as session-wide: there are no per-transaction settings)
+    // (is_local is treated as session-wide, and it is not undone by ROLLBACK: it sets the
+    // store directly, where SET / SET LOCAL go through `Session::set_in_block`)
     let set = move |args: &[ColumnarValue]| -> datafusion::error::Result<ColumnarValue> {
         let arrays = ColumnarValue::values_to_arrays(args)?;
         let names = datafusion::arrow::compute::cast(&arrays[0], &DataType::Utf8)?;

@@ -406,6 +406,22 @@ impl SettingsStore {
         Ok(v)
     }
 
+    /// The value the session SET for a setting (None: the default is in force).
+    pub fn session_value(&self, name: &str) -> Option<String> {
+        self.set.get(&normalize(name)).cloned()
+    }
+
+    /// Put back a value [`Self::session_value`] read (a transaction block's SET undone).
+    pub fn restore(&mut self, name: &str, value: Option<String>) {
+        match value {
+            Some(v) => {
+                self.apply(name, &v);
+                self.set.insert(name.to_owned(), v);
+            }
+            None => self.reset(name),
+        }
+    }
+
     /// Set without the read-only check (the transaction state Weir itself keeps).
     pub fn set_internal(&mut self, name: &str, value: &str) {
         self.set.insert(name.to_owned(), value.to_owned());

@@ -53,10 +53,12 @@ pub enum Statement {
     ShowRelations(RelationKindFilter),
     /// `SHOW name` for a session or server setting.
     ShowVariable(String),
-    /// `SET name = value` (also `SET SESSION`, `SET LOCAL`, `SET TIME ZONE`).
+    /// `SET name = value` (also `SET SESSION`, `SET TIME ZONE`); `local`: `SET LOCAL`, which
+    /// lasts until the transaction block ends.
     SetVariable {
         name: String,
         value: String,
+        local: bool,
     },
     /// `RESET name` / `RESET ALL`.
     ResetVariable(String),
@@ -3679,9 +3681,7 @@ fn parse_show(p: &mut Parser) -> Result<Statement> {
 
 fn parse_set(p: &mut Parser) -> Result<Statement> {
     // SET [SESSION | LOCAL] ...
-    if !p.parse_keyword(Keyword::SESSION) {
-        let _ = p.parse_keyword(Keyword::LOCAL);
-    }
+    let local = !p.parse_keyword(Keyword::SESSION) && p.parse_keyword(Keyword::LOCAL);
     if let Some(s) = crate::sql::security::parse_set(p)? {
         return Ok(Statement::Security(Box::new(s)));
     }
@@ -3690,6 +3690,7 @@ fn parse_set(p: &mut Parser) -> Result<Statement> {
         return Ok(Statement::SetVariable {
             name: "timezone".into(),
             value,
+            local,
         });
     }
     if p.parse_keywords(&[Keyword::CHARACTERISTICS, Keyword::AS, Keyword::TRANSACTION]) {
@@ -3720,7 +3721,7 @@ fn parse_set(p: &mut Parser) -> Result<Statement> {
         return Err(syntax_near(&p.peek_token()));
     }
     let value = rest_value(p)?;
-    Ok(Statement::SetVariable { name, value })
+    Ok(Statement::SetVariable { name, value, local })
 }
 
 /// The remaining tokens of a statement as lower-cased words (for SHOW/BEGIN/...).
@@ -3902,7 +3903,9 @@ mod tests {
             ),
         ] {
             match &parse(sql).unwrap()[0].stmt {
-                Statement::SetVariable { name: n, value: v } => {
+                Statement::SetVariable {
+                    name: n, value: v, ..
+                } => {
                     assert_eq!((n.as_str(), v.as_str()), (name, value), "{sql}")
                 }
                 other => panic!("{sql}: {other:?}"),
