@@ -33,9 +33,11 @@ impl Engine {
                 "SAVEPOINT can only be used in transaction blocks",
             ));
         }
-        session
-            .savepoints
-            .push((name.to_owned(), session.undo.len()));
+        session.savepoints.push((
+            name.to_owned(),
+            session.undo.len(),
+            session.tx_settings.len(),
+        ));
         Ok(Output::Command("SAVEPOINT".into()))
     }
 
@@ -49,7 +51,7 @@ impl Engine {
         session
             .savepoints
             .iter()
-            .rposition(|(n, _)| n == name)
+            .rposition(|(n, _, _)| n == name)
             .ok_or_else(|| {
                 WeirError::new(NO_SAVEPOINT, format!("savepoint \"{name}\" does not exist"))
             })
@@ -62,13 +64,14 @@ impl Engine {
         Ok(Output::Command("RELEASE".into()))
     }
 
-    /// `ROLLBACK TO name`: undo what was done since, keep the savepoint, and leave the
-    /// aborted state.
+    /// `ROLLBACK TO name`: undo what was done since (the settings SET since too), keep the
+    /// savepoint, and leave the aborted state.
     pub(super) async fn rollback_to(&self, session: &mut Session, name: &str) -> Result<Output> {
         let at = Self::find_savepoint(session, name, "ROLLBACK TO SAVEPOINT")?;
-        let keep = session.savepoints[at].1;
+        let (_, keep, settings) = session.savepoints[at];
         session.savepoints.truncate(at + 1);
         self.rollback_until(session, keep).await?;
+        session.rollback_settings_to(settings);
         session.aborted = false;
         Ok(Output::Command("ROLLBACK".into()))
     }

@@ -158,9 +158,9 @@ pub struct Session {
     /// A statement failed inside the transaction block: everything but ROLLBACK [TO] is
     /// refused until the block ends.
     pub aborted: bool,
-    /// Savepoints of the transaction block, oldest first: name and the undo log's length
-    /// when it was set.
-    pub savepoints: Vec<(String, usize)>,
+    /// Savepoints of the transaction block, oldest first: name, and the undo log's and
+    /// `tx_settings`' lengths when it was set.
+    pub savepoints: Vec<(String, usize, usize)>,
     /// The block's deferred constraint checks (SET CONSTRAINTS, DEFERRABLE foreign keys).
     pub deferred: parking_lot::Mutex<DeferredChecks>,
     /// Open cursors by name.
@@ -425,6 +425,18 @@ impl Session {
         let stored = self.set(&n, value)?;
         self.tx_settings.push((n, before, local));
         Ok(Some(stored))
+    }
+
+    /// ROLLBACK TO a savepoint: the settings SET since it go back, newest first.
+    pub fn rollback_settings_to(&mut self, len: usize) {
+        if len >= self.tx_settings.len() {
+            return;
+        }
+        let undone = self.tx_settings.split_off(len);
+        for (name, before, _) in undone.into_iter().rev() {
+            self.settings.write().restore(&name, before);
+        }
+        self.sync_time_zone();
     }
 
     /// The transaction block ends: the settings it SET go back (all of them after a
