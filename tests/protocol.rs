@@ -258,6 +258,86 @@ async fn named_statements_portals_and_errors() {
     c.batch_execute("SELECT 1").await.unwrap();
 }
 
+/// The TimeZone a driver asks for at connect (`-c TimeZone=...` in `options`; pgJDBC sends
+/// a `TimeZone` parameter): ParameterStatus and SHOW report it, timestamptz text is shown
+/// and read there, a binary `timestamp` bound to a timestamptz column is a wall-clock time
+/// there, and binary results stay the instant (UTC microseconds).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn startup_time_zone_reads_and_shows_timestamptz_there() {
+    let server = TestServer::start();
+    let conn = format!(
+        "{} options='-c TimeZone=America/New_York'",
+        server.conn_string()
+    );
+    let (c, connection) = tokio_postgres::connect(&conn, NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("connect: {e}"));
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    assert_eq!(
+        query_text(&c, "SHOW timezone").await,
+        vec![vec!["America/New_York".to_string()]]
+    );
+    query_text(
+        &c,
+        "CREATE TABLE tz_wire (id int PRIMARY KEY, t timestamptz)",
+    )
+    .await;
+    // text without a zone is New York's wall clock (EST in March before the change)
+    query_text(&c, "INSERT INTO tz_wire VALUES (1, '2024-03-10 01:30:00')").await;
+    // a binary timestamp parameter declared as timestamp, for a timestamptz column
+    let insert = c
+        .prepare_typed(
+            "INSERT INTO tz_wire VALUES ($1, $2)",
+            &[Type::INT4, Type::TIMESTAMP],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("prepare: {}", describe_error(&e)));
+    let wall: NaiveDateTime = NaiveDate::from_ymd_opt(2024, 7, 1)
+        .and_then(|d| d.and_hms_opt(12, 0, 0))
+        .expect("a date");
+    c.execute(&insert, &[&2i32, &wall])
+        .await
+        .unwrap_or_else(|e| panic!("insert: {}", describe_error(&e)));
+    // shown in the session's zone (text)
+    assert_eq!(
+        query_text(&c, "SELECT id, t, t::date FROM tz_wire ORDER BY id").await,
+        vec![
+            vec![
+                "1".to_string(),
+                "2024-03-10 01:30:00-05".into(),
+                "2024-03-10".into()
+            ],
+            vec![
+                "2".to_string(),
+                "2024-07-01 12:00:00-04".into(),
+                "2024-07-01".into()
+            ],
+        ]
+    );
+    // binary: the instants
+    let rows = c
+        .query("SELECT t FROM tz_wire ORDER BY id", &[])
+        .await
+        .unwrap_or_else(|e| panic!("select: {}", describe_error(&e)));
+    let got: Vec<DateTime<Utc>> = rows.iter().map(|r| r.get(0)).collect();
+    let want: Vec<DateTime<Utc>> = ["2024-03-10T06:30:00Z", "2024-07-01T16:00:00Z"]
+        .iter()
+        .map(|s| s.parse().expect("an instant"))
+        .collect();
+    assert_eq!(got, want);
+    // another session, in UTC, sees the same instants in UTC
+    let other = server.connect().await;
+    assert_eq!(
+        query_text(&other, "SELECT t FROM tz_wire ORDER BY id").await,
+        vec![
+            vec!["2024-03-10 06:30:00+00".to_string()],
+            vec!["2024-07-01 16:00:00+00".to_string()],
+        ]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_request_stops_a_running_query() {
     let server = TestServer::start();

@@ -556,6 +556,21 @@ const JSON_WRITERS: &[&str] = &[
     "jsonb_object_agg",
 ];
 
+/// A JSON function's `timestamptz` arguments given as the text the JSON functions write,
+/// shown in `zone`; whether there was one.
+fn json_in_zone(args: &mut [Expr], ty: &dyn Fn(&Expr) -> Option<DataType>, zone: &str) -> bool {
+    let mut changed = false;
+    for a in args.iter_mut() {
+        if ty(a).is_some_and(|t| is_timestamptz(&t)) {
+            let x = std::mem::replace(a, Expr::Literal(ScalarValue::Null, None));
+            *a = pg_udf(pg_functions::TIMESTAMPTZ_JSON)
+                .call(vec![x, datafusion::logical_expr::lit(zone)]);
+            changed = true;
+        }
+    }
+    changed
+}
+
 fn is_timestamptz(t: &DataType) -> bool {
     matches!(t, DataType::Timestamp(_, Some(_)))
 }
@@ -579,6 +594,10 @@ fn session_zone_expr(e: Expr, schema: &DFSchema, zone: &str) -> DfResult<Transfo
     match e {
         Expr::ScalarFunction(mut f) => {
             let name = f.func.name().to_owned();
+            // a JSON function's timestamptz: written in the zone
+            if JSON_WRITERS.contains(&name.as_str()) && json_in_zone(&mut f.args, &ty, zone) {
+                return Ok(Transformed::yes(Expr::ScalarFunction(f)));
+            }
             let arg_type = |i: usize| f.args.get(i).and_then(ty);
             let tstz_at = |i: usize| arg_type(i).is_some_and(|t| is_timestamptz(&t));
             let extra = match (name.as_str(), f.args.len()) {
@@ -598,20 +617,6 @@ fn session_zone_expr(e: Expr, schema: &DFSchema, zone: &str) -> DfResult<Transfo
             };
             if extra {
                 f.args.push(lit(zone));
-                return Ok(Transformed::yes(Expr::ScalarFunction(f)));
-            }
-            // a JSON function's timestamptz: written in the zone
-            if JSON_WRITERS.contains(&name.as_str())
-                && f.args
-                    .iter()
-                    .any(|a| ty(a).is_some_and(|t| is_timestamptz(&t)))
-            {
-                for a in f.args.iter_mut() {
-                    if ty(a).is_some_and(|t| is_timestamptz(&t)) {
-                        let x = std::mem::replace(a, lit(ScalarValue::Null));
-                        *a = pg_udf(pg_functions::TIMESTAMPTZ_JSON).call(vec![x, lit(zone)]);
-                    }
-                }
                 return Ok(Transformed::yes(Expr::ScalarFunction(f)));
             }
             match (name.as_str(), f.args.len()) {
@@ -673,20 +678,12 @@ fn session_zone_expr(e: Expr, schema: &DFSchema, zone: &str) -> DfResult<Transfo
             }
         }
         // a JSON aggregate's timestamptz: written in the zone
-        Expr::AggregateFunction(mut f)
-            if JSON_WRITERS.contains(&f.func.name())
-                && f.params
-                    .args
-                    .iter()
-                    .any(|a| ty(a).is_some_and(|t| is_timestamptz(&t))) =>
-        {
-            for a in f.params.args.iter_mut() {
-                if ty(a).is_some_and(|t| is_timestamptz(&t)) {
-                    let x = std::mem::replace(a, lit(ScalarValue::Null));
-                    *a = pg_udf(pg_functions::TIMESTAMPTZ_JSON).call(vec![x, lit(zone)]);
-                }
-            }
-            Ok(Transformed::yes(Expr::AggregateFunction(f)))
+        Expr::AggregateFunction(mut f) if JSON_WRITERS.contains(&f.func.name()) => {
+            Ok(if json_in_zone(&mut f.params.args, &ty, zone) {
+                Transformed::yes(Expr::AggregateFunction(f))
+            } else {
+                Transformed::no(Expr::AggregateFunction(f))
+            })
         }
         Expr::Cast(datafusion::logical_expr::Cast { expr, field }) => {
             let from = ty(&expr);
@@ -2159,6 +2156,9 @@ static PG_UDFS: std::sync::LazyLock<Vec<Arc<ScalarUDF>>> = std::sync::LazyLock::
         pg_functions::JSONB_SORT_KEY,
         pg_functions::JSONB_IN,
         pg_functions::JSON_IN,
+        pg_functions::TIMESTAMPTZ_JSON,
+        "timezone",
+        "isfinite",
     ]
     .into_iter()
     .map(|n| Arc::new(ScalarUDF::new_from_impl(pg_functions::udf(n))))

@@ -3761,30 +3761,23 @@ fn datetime_text_in_table_function_args(tf: &mut ast::TableFactor) {
         // which the folding knows (`weir_timestamptz_in` without a zone argument reads in
         // the zone of the configuration it runs under)
         let zoneless_tstz = match &*e {
-            Expr::TypedString(ts) => {
-                keep_zone(&ts.data_type) == Some(true)
-                    && matches!(&ts.value.value, ast::Value::SingleQuotedString(t)
-                    if !crate::sql::datetime_in::names_its_instant(t))
+            Expr::TypedString(ts) if keep_zone(&ts.data_type) == Some(true) => {
+                Some(&ts.value.value)
             }
             Expr::Cast {
                 expr, data_type, ..
-            } => {
-                keep_zone(data_type) == Some(true)
-                    && matches!(expr.as_ref(), Expr::Value(v)
-                    if matches!(&v.value, ast::Value::SingleQuotedString(t)
-                        if !crate::sql::datetime_in::names_its_instant(t)))
-            }
-            _ => false,
-        };
-        if zoneless_tstz {
-            let text = match &*e {
-                Expr::TypedString(ts) => ts.value.value.clone(),
-                Expr::Cast { expr, .. } => match expr.as_ref() {
-                    Expr::Value(v) => v.value.clone(),
-                    _ => continue,
-                },
-                _ => continue,
-            };
+            } if keep_zone(data_type) == Some(true) => match expr.as_ref() {
+                Expr::Value(v) => Some(&v.value),
+                _ => None,
+            },
+            _ => None,
+        }
+        .filter(|v| {
+            matches!(v, ast::Value::SingleQuotedString(t)
+            if !crate::sql::datetime_in::names_its_instant(t))
+        })
+        .cloned();
+        if let Some(text) = zoneless_tstz {
             *e = call(
                 crate::sql::pg_functions::TIMESTAMPTZ_IN,
                 vec![

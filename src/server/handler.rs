@@ -308,12 +308,10 @@ impl Handle {
     }
 }
 
-/// The settings a client's startup message asks for, checked, as (name, value to store):
-/// `application_name`, a `TimeZone` parameter (pgJDBC sends its JVM's zone; libpq `PGTZ`)
-/// and `-c name=value` /
-/// `--name=value` in `options` (libpq's `PGOPTIONS`). A value Weir would refuse in SET is
-/// left out (the default stays) with a warning in the log.
-fn startup_settings(metadata: &HashMap<String, String>) -> Vec<(String, String)> {
+/// The settings a client's startup message asks for, as (name, value) in the order given:
+/// `application_name`, a `TimeZone` parameter (pgJDBC sends its JVM's zone; libpq
+/// `PGTZ`) and `-c name=value` / `--name=value` in `options` (libpq's `PGOPTIONS`).
+fn startup_requests(metadata: &HashMap<String, String>) -> Vec<(String, String)> {
     let mut asked: Vec<(String, String)> = Vec::new();
     for (k, v) in metadata {
         if k.eq_ignore_ascii_case("timezone") || k == "application_name" {
@@ -328,14 +326,22 @@ fn startup_settings(metadata: &HashMap<String, String>) -> Vec<(String, String)>
                 w => w.strip_prefix("--").or_else(|| w.strip_prefix("-c")),
             };
             if let Some((name, value)) = pair.and_then(|p| p.split_once('=')) {
-                asked.push((name.replace('-', "_"), value.to_owned()));
+                asked.push((
+                    crate::server::settings::normalize(&name.replace('-', "_")),
+                    value.to_owned(),
+                ));
             }
         }
     }
     asked
+}
+
+/// [`startup_requests`] checked as SET checks them, as (name, value to store); a value
+/// Weir would refuse is left out (the default stays), with a warning in the log.
+fn startup_settings(metadata: &HashMap<String, String>) -> Vec<(String, String)> {
+    startup_requests(metadata)
         .into_iter()
         .filter_map(|(name, value)| {
-            let name = crate::server::settings::normalize(&name);
             match crate::server::settings::validate(&name, &value, usize::MAX) {
                 Ok(stored) => Some((name, stored)),
                 Err(e) => {
@@ -363,11 +369,13 @@ impl ServerParameterProvider for ServerParams {
         p.insert("standard_conforming_strings".into(), "on".into());
         p.insert(
             "TimeZone".into(),
-            startup_settings(client.metadata())
+            // the zone the session takes (`startup_settings`, which logs the refused)
+            startup_requests(client.metadata())
                 .into_iter()
                 .rev()
-                .find(|(n, _)| n == "timezone")
-                .map_or_else(|| "UTC".into(), |(_, v)| v),
+                .filter(|(n, _)| n == "timezone")
+                .find_map(|(_, v)| crate::sql::time_zone::Zone::setting(&v))
+                .map_or_else(|| "UTC".into(), |(_, shown)| shown),
         );
         p.insert("IntervalStyle".into(), "postgres".into());
         p.insert(

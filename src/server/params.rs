@@ -302,31 +302,13 @@ fn cast_param(
         // dates and timestamps as a cast reads them (`sql::datetime_in`: `2024-01-01 10:00`,
         // `infinity`, BC), a timestamptz without a zone in the session's
         if let Some(keep_zone) = crate::sql::datetime_in::applies(t) {
-            let written = datafusion::arrow::array::StringArray::from(vec![text.as_str()]);
-            let normalized = crate::sql::datetime_in::normalize(text, keep_zone);
-            let readable = datafusion::arrow::array::StringArray::from(vec![
-                normalized.as_deref().unwrap_or(text),
-            ]);
-            let strict = datafusion::arrow::compute::CastOptions {
-                safe: false,
-                ..Default::default()
-            };
-            let bad = || {
-                WeirError::new(
-                    sqlstate::INVALID_TEXT_REPRESENTATION,
-                    format!(
-                        "invalid input syntax for type {}: \"{text}\"",
-                        SqlType::from_arrow(t)
-                            .map(|s| s.input_name())
-                            .unwrap_or_else(|| t.to_string())
-                    ),
-                )
-            };
-            let parsed = datafusion::arrow::compute::cast_with_options(&readable, t, &strict)
-                .map_err(|_| bad())?;
-            let parsed = crate::sql::datetime_in::with_infinities(&written, parsed);
+            let written: datafusion::arrow::array::ArrayRef =
+                std::sync::Arc::new(datafusion::arrow::array::StringArray::from(vec![
+                    text.as_str(),
+                ]));
+            let parsed = crate::sql::pg_functions::timestamp_in(&written, t, keep_zone)?;
             let parsed = if keep_zone {
-                crate::sql::time_zone::read_in_zone(&written, parsed, zone)?
+                crate::sql::time_zone::read_in_zone(written.as_ref(), parsed, zone)?
             } else {
                 parsed
             };

@@ -2908,8 +2908,14 @@ fn split_ident(text: &str, strict: bool) -> DfResult<Vec<String>> {
     Ok(names)
 }
 
-/// Postgres date/timestamp input text read as `target` ([`TIMESTAMP_IN`]).
-fn timestamp_in(text: &ArrayRef, target: &DataType, keep_zone: bool) -> DfResult<ArrayRef> {
+/// Text read as a date or timestamp of type `target` as a cast reads it (Postgres' forms:
+/// `sql::datetime_in`); `keep_zone`: a `timestamptz` (a zone in the text shifts it). Each
+/// wall-clock time without a zone is taken as UTC (`time_zone::read_in_zone` moves it).
+pub(crate) fn timestamp_in(
+    text: &ArrayRef,
+    target: &DataType,
+    keep_zone: bool,
+) -> DfResult<ArrayRef> {
     let normalized = crate::sql::datetime_in::normalize_array(text, keep_zone);
     // text that is no date is an error, not NULL (as the cast this function stands for)
     let strict = datafusion::arrow::compute::CastOptions {

@@ -85,20 +85,31 @@ impl Zone {
     }
 
     pub fn is_utc(&self) -> bool {
+        use chrono_tz::Tz;
         match self {
             Zone::Fixed(f) => f.local_minus_utc() == 0,
             Zone::Named(tz) => matches!(
-                tz.name(),
-                "UTC"
-                    | "Etc/UTC"
-                    | "Etc/UCT"
-                    | "UCT"
-                    | "Universal"
-                    | "Etc/Universal"
-                    | "Zulu"
-                    | "Etc/Zulu"
+                tz,
+                Tz::UTC
+                    | Tz::Etc__UTC
+                    | Tz::Etc__UCT
+                    | Tz::UCT
+                    | Tz::Universal
+                    | Tz::Etc__Universal
+                    | Tz::Zulu
+                    | Tz::Etc__Zulu
             ),
         }
+    }
+
+    /// A fixed offset east of UTC (seconds) as a zone, and how SHOW shows a zone set as a
+    /// number (`<+02>-02`: its name, then the POSIX offset).
+    fn numeric(east: i32) -> Option<(Zone, String)> {
+        let zone = FixedOffset::east_opt(east).map(Zone::Fixed)?;
+        Some((
+            zone,
+            format!("<{0}>{1}", offset_text(east), offset_text(-east)),
+        ))
     }
 
     /// The session zone a `SET TIME ZONE` / `SET timezone` value names, and how SHOW then
@@ -124,23 +135,13 @@ impl Zone {
             let mut parts = body.split(':');
             let h: i32 = parts.next()?.trim().parse().ok()?;
             let m: i32 = parts.next().map_or(Some(0), |p| p.trim().parse().ok())?;
-            let east = sign * (h * 3600 + m * 60);
-            let zone = FixedOffset::east_opt(east).map(Zone::Fixed)?;
-            return Some((
-                zone,
-                format!("<{0}>{1}", offset_text(east), offset_text(-east)),
-            ));
+            return Zone::numeric(sign * (h * 3600 + m * 60));
         }
         if let Ok(hours) = t.parse::<f64>() {
             if !hours.is_finite() || hours.abs() > 168.0 {
                 return None;
             }
-            let east = (hours * 3600.0).round() as i32;
-            let zone = FixedOffset::east_opt(east).map(Zone::Fixed)?;
-            return Some((
-                zone,
-                format!("<{0}>{1}", offset_text(east), offset_text(-east)),
-            ));
+            return Zone::numeric((hours * 3600.0).round() as i32);
         }
         if let Some(east) = posix_offset(t) {
             return FixedOffset::east_opt(east).map(|f| (Zone::Fixed(f), t.to_owned()));
@@ -210,18 +211,29 @@ impl Zone {
     /// The instant of a wall-clock time in the zone (microseconds since the epoch, both),
     /// a time a daylight-saving change repeats or skips read as [`timezone`] reads it.
     pub fn utc_of_local_us(&self, local: i64) -> Option<i64> {
+        self.utc_of_local(local, 1_000_000)
+    }
+
+    /// [`Zone::utc_of_local_us`] for a count of `per_sec` units since the epoch.
+    fn utc_of_local(&self, local: i64, per_sec: i64) -> Option<i64> {
         if local == i64::MAX || local == i64::MIN {
             return Some(local);
         }
-        let wall = chrono::DateTime::from_timestamp_micros(local)?.naive_utc();
-        local.checked_sub(self.offset_at_local(&wall) * 1_000_000)
+        if let Zone::Fixed(f) = self {
+            return local.checked_sub(f.local_minus_utc() as i64 * per_sec);
+        }
+        let wall = chrono::DateTime::from_timestamp(local.div_euclid(per_sec), 0)?.naive_utc();
+        local.checked_sub(self.offset_at_local(&wall) * per_sec)
     }
 
     /// The offset east of UTC, in seconds, at an instant (microseconds since the epoch).
     pub fn offset_at_us(&self, us: i64) -> i64 {
-        match chrono::DateTime::from_timestamp_micros(us) {
-            Some(t) => self.offset_at_utc(&t.naive_utc()),
-            None => 0,
+        match self {
+            Zone::Fixed(f) => f.local_minus_utc() as i64,
+            Zone::Named(_) => match chrono::DateTime::from_timestamp_micros(us) {
+                Some(t) => self.offset_at_utc(&t.naive_utc()),
+                None => 0,
+            },
         }
     }
 
@@ -416,19 +428,12 @@ pub fn read_in_zone(text: &dyn Array, parsed: ArrayRef, zone: &Zone) -> DfResult
     let mut out = Vec::with_capacity(values.len());
     for i in 0..values.len() {
         let v = values.value(i);
-        if values.is_null(i)
-            || v == i64::MAX
-            || v == i64::MIN
-            || crate::sql::datetime_in::names_its_instant(text.value(i))
-        {
+        if values.is_null(i) || crate::sql::datetime_in::names_its_instant(text.value(i)) {
             out.push(v);
             continue;
         }
-        let wall = chrono::DateTime::from_timestamp(v.div_euclid(per_sec), 0)
-            .map(|t| t.naive_utc())
-            .ok_or_else(|| err(sqlstate::DATETIME_FIELD_OVERFLOW, "timestamp out of range"))?;
         out.push(
-            v.checked_sub(zone.offset_at_local(&wall) * per_sec)
+            zone.utc_of_local(v, per_sec)
                 .ok_or_else(|| err(sqlstate::DATETIME_FIELD_OVERFLOW, "timestamp out of range"))?,
         );
     }
