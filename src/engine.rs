@@ -1009,7 +1009,7 @@ impl Engine {
             let Some((table, hold)) = session.undo.pop() else {
                 break;
             };
-            let _writer = table.writer.lock().await;
+            let _writer = table_locks::lock_for_undo(session, &table).await;
             let t = table.clone();
             tokio::task::spawn_blocking(move || t.revert(&hold))
                 .await
@@ -1343,7 +1343,7 @@ impl Engine {
             Some(e) => generated::fill_change(&session.ctx, &e.desc, change)?,
             None => change,
         };
-        let (change, written) = match (on, change) {
+        let (changes, written) = match (on, change) {
             (Some((on, alias)), Change::Insert(proposed)) => {
                 let name = table.name.clone();
                 // the proposed rows meet the table's CHECKs before conflicts are looked at
@@ -1355,10 +1355,10 @@ impl Engine {
                         &proposed.iter().collect::<Vec<_>>(),
                     )?;
                 }
-                let (change, written) = self
+                let (changes, written) = self
                     .resolve_conflicts(session, &table, &name, alias, &on, proposed)
                     .await?;
-                (change, vec![written])
+                (changes, vec![written])
             }
             (_, change) => {
                 let written = match &change {
@@ -1367,13 +1367,20 @@ impl Engine {
                     Change::Delete(b) => b.clone(),
                     _ => vec![],
                 };
-                (change, written)
+                (vec![(change, verb)], written)
             }
         };
         let count: usize = written.iter().map(|b| b.num_rows()).sum();
-        self.apply_filled_change(session, &table, change, verb, None)
-            .await?;
-        drop(_writer);
+        if changes.len() == 1 {
+            for (change, verb) in changes {
+                self.apply_filled_change(session, &table, change, verb, None)
+                    .await?;
+            }
+            drop(_writer);
+        } else {
+            self.apply_as_one_statement(session, &table, changes, _writer, true)
+                .await?;
+        }
         let Some(r) = r else {
             return Ok(Output::Command(match verb {
                 "INSERT" => format!("INSERT 0 {count}"),
@@ -1585,6 +1592,53 @@ impl Engine {
         };
         self.apply_filled_change(session, table, change, verb, part)
             .await
+    }
+
+    /// Apply `changes` to `table` one after another as one statement: if one fails, those
+    /// before it are undone too (MERGE's deleted, updated and inserted rows; ON CONFLICT
+    /// DO UPDATE's updated and inserted rows on a table without a primary key). `writer`:
+    /// the table's writer lock the rows were read under, released before an undo (which
+    /// takes it). `filled`: the rows carry their generated columns already.
+    pub(crate) async fn apply_as_one_statement(
+        &self,
+        session: &mut Session,
+        table: &Arc<TableStore>,
+        changes: Vec<(Change, &'static str)>,
+        writer: Option<table_locks::WriterLock>,
+        filled: bool,
+    ) -> Result<()> {
+        let mark = session.undo.len();
+        let was_implicit = session.implicit_transaction;
+        session.implicit_transaction = true;
+        let mut result = Ok(());
+        for (change, verb) in changes {
+            let applied = match filled {
+                true => {
+                    self.apply_filled_change(session, table, change, verb, None)
+                        .await
+                }
+                false => self.apply_change(session, table, change, verb, None).await,
+            };
+            if let Err(e) = applied {
+                result = Err(e);
+                break;
+            }
+        }
+        session.implicit_transaction = was_implicit;
+        drop(writer);
+        match result {
+            Err(e) => {
+                self.rollback_until(session, mark).await?;
+                Err(e)
+            }
+            Ok(()) => {
+                if !(session.in_transaction || was_implicit) {
+                    // committed: the undo entries go
+                    session.undo.truncate(mark);
+                }
+                Ok(())
+            }
+        }
     }
 
     /// [`apply_change`](Self::apply_change) of a change whose rows carry their generated

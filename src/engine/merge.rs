@@ -386,11 +386,6 @@ impl Engine {
         if let Some(out) = updated {
             out.extend(updated_new.iter().cloned());
         }
-        // applied as one statement: undone together if one part fails
-        let mark = session.undo.len();
-        let was_implicit = session.implicit_transaction;
-        session.implicit_transaction = true;
-        let mut result = Ok(());
         let changes = [
             (!deleted.is_empty()).then(|| (Change::Delete(deleted), "DELETE")),
             (!updated_old.is_empty()).then(|| {
@@ -404,28 +399,15 @@ impl Engine {
             }),
             (!inserted.is_empty()).then(|| (Change::Insert(inserted), "INSERT")),
         ];
-        for (change, verb) in changes.into_iter().flatten() {
-            if let Err(e) = self.apply_change(session, &table, change, verb, None).await {
-                result = Err(e);
-                break;
-            }
-        }
-        session.implicit_transaction = was_implicit;
-        drop(writer);
-        let keep = session.in_transaction || was_implicit;
-        match result {
-            Err(e) => {
-                self.rollback_until(session, mark).await?;
-                Err(e)
-            }
-            Ok(()) => {
-                if !keep {
-                    // committed: the undo entries go
-                    session.undo.truncate(mark);
-                }
-                Ok(Output::Command(format!("MERGE {count}")))
-            }
-        }
+        self.apply_as_one_statement(
+            session,
+            &table,
+            changes.into_iter().flatten().collect(),
+            writer,
+            false,
+        )
+        .await?;
+        Ok(Output::Command(format!("MERGE {count}")))
     }
 }
 

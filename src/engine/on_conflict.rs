@@ -13,10 +13,12 @@
 //!   expressions and WHERE over the stored row (the table's name or alias) and the proposed
 //!   row (`excluded`), as Postgres does; a key proposed twice is 21000, as in Postgres.
 //!
-//! The result is one change that sets each affected key's row (`Change::Upsert`; a row
-//! whose primary key DO UPDATE changed has its old key deleted first), applied in one
-//! commit, and the rows it wrote (for RETURNING and the row count). DO UPDATE needs a
-//! primary key (0A000 without one: the change sets rows by their key).
+//! The result is the rows it wrote (for RETURNING and the row count) and the changes that
+//! write them: on a table with a primary key one change that sets each affected key's row
+//! (`Change::Upsert`; a row whose primary key DO UPDATE changed has its old key deleted
+//! first), applied in one commit; on a table without one (the arbiter is a unique index)
+//! the stored rows DO UPDATE changed (`Change::Update`, old and new) and the rows inserted
+//! (`Change::Insert`), applied as one statement (`Engine::apply_as_one_statement`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -70,7 +72,7 @@ impl Engine {
         alias: Option<String>,
         on: &ast::OnConflict,
         proposed: Vec<RecordBatch>,
-    ) -> Result<(Change, RecordBatch)> {
+    ) -> Result<(Vec<(Change, &'static str)>, RecordBatch)> {
         let schema = table.schema();
         let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
         let pk: Option<Vec<usize>> = table.primary_key().map(<[usize]>::to_vec);
@@ -154,12 +156,6 @@ impl Engine {
                 )
                 .collect(),
         };
-        if matches!(on.action, ast::OnConflictAction::DoUpdate(_)) && pk.is_none() {
-            return Err(WeirError::not_supported(format!(
-                "ON CONFLICT DO UPDATE on table \"{table_name}\", which has no primary key"
-            ))
-            .with_hint("Give the table a PRIMARY KEY, or use DO NOTHING."));
-        }
         let proposed = concat_batches(&schema, &proposed)?;
         // per arbiter: each proposed row's stored row (in `stored`), and whether its key was
         // proposed earlier in the statement
@@ -194,8 +190,10 @@ impl Engine {
         let inserted = pick(&proposed, &insert_idx)?;
         // keys whose row DO UPDATE moved to another key (SET of a key column): deleted
         let mut moved_keys: Option<RecordBatch> = None;
+        // without a primary key: the stored rows DO UPDATE changed, and their new values
+        let mut keyless_update: Option<(RecordBatch, RecordBatch)> = None;
         let written = match &on.action {
-            ast::OnConflictAction::DoNothing => inserted,
+            ast::OnConflictAction::DoNothing => inserted.clone(),
             ast::OnConflictAction::DoUpdate(up) => {
                 // one arbiter (the target named it)
                 let Some((stored, at, repeated)) = found.pop() else {
@@ -225,11 +223,13 @@ impl Engine {
                         .unwrap_or_else(|| RecordBatch::new_empty(schema.clone())),
                     None => updated,
                 };
-                if let Some(pk) = &pk {
-                    let kept_idx: Vec<u32> = (0..kept.len() as u32)
-                        .filter(|&k| kept[k as usize])
-                        .collect();
-                    moved_keys = moved(pk, &pick(&old, &kept_idx)?, &updated)?;
+                let kept_idx: Vec<u32> = (0..kept.len() as u32)
+                    .filter(|&k| kept[k as usize])
+                    .collect();
+                let changed = pick(&old, &kept_idx)?;
+                match &pk {
+                    Some(pk) => moved_keys = moved(pk, &changed, &updated)?,
+                    None => keyless_update = Some((changed, updated.clone())),
                 }
                 // the rows in the order they were proposed, as Postgres returns them
                 let mut order: Vec<(u32, u32)> = insert_idx
@@ -245,14 +245,33 @@ impl Engine {
                     }
                 }
                 order.sort_unstable();
-                let all = concat_batches(&schema, &[inserted, updated])?;
+                let all = concat_batches(&schema, &[inserted.clone(), updated])?;
                 let perm: Vec<u32> = order.into_iter().map(|(_, at)| at).collect();
                 pick(&all, &perm)?
             }
         };
         let Some(pk) = pk else {
-            // (DO NOTHING: rows to insert)
-            return Ok((Change::Insert(vec![written.clone()]), written));
+            // the stored rows updated, then the rows inserted (DO NOTHING: only those)
+            let (inserts, updates) = match keyless_update {
+                Some((old, new)) => (
+                    inserted,
+                    (old.num_rows() > 0).then(|| {
+                        (
+                            Change::Update {
+                                old: vec![old],
+                                new: vec![new],
+                            },
+                            "UPDATE",
+                        )
+                    }),
+                ),
+                None => (written.clone(), None),
+            };
+            // (an INSERT that writes nothing is still one: a read-only transaction refuses it)
+            let insert = (updates.is_none() || inserts.num_rows() > 0)
+                .then(|| (Change::Insert(vec![inserts]), "INSERT"));
+            let changes = updates.into_iter().chain(insert).collect();
+            return Ok((changes, written));
         };
         let key_fields: Vec<_> = pk.iter().map(|&i| schema.field(i).clone()).collect();
         let deletes = match moved_keys {
@@ -265,11 +284,14 @@ impl Engine {
             .chain((0..written.num_rows() as u32).map(|i| (false, i)))
             .collect();
         Ok((
-            Change::Upsert {
-                upserts: written.clone(),
-                deletes,
-                order,
-            },
+            vec![(
+                Change::Upsert {
+                    upserts: written.clone(),
+                    deletes,
+                    order,
+                },
+                "INSERT",
+            )],
             written,
         ))
     }

@@ -73,6 +73,19 @@ pub(crate) async fn lock_writer(
     acquire(session, table, false).await.map(Some)
 }
 
+/// The table's write lock for undoing `session`'s changes (ROLLBACK, a statement that
+/// failed part way): `None` when the session holds it already (LOCK TABLE), else waited for
+/// without a timeout (an undo does not give up).
+pub(crate) async fn lock_for_undo(session: &Session, table: &TableStore) -> Option<WriterLock> {
+    let key = key_of(table);
+    if holds(session, key) {
+        return None;
+    }
+    let g = table.writer.clone().lock_owned().await;
+    REGISTRY.lock().holders.insert(key, session_key(session));
+    Some(WriterLock { _guard: g, key })
+}
+
 async fn acquire(session: &Session, table: &TableStore, nowait: bool) -> Result<WriterLock> {
     let key = key_of(table);
     let me = session_key(session);
