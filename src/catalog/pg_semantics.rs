@@ -1968,27 +1968,58 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
             Ok((Expr::ScalarFunction(f), true, None))
         }
         Expr::ScalarFunction(f) if f.func.name() == "array_element" && f.args.len() == 2 => {
-            // Postgres arrays have no negative subscripts: `a[-1]` is NULL, not the last
-            let mut args = Vec::with_capacity(2);
-            for a in f.args.iter().cloned() {
-                args.push(rewrite_expr(a, schema)?.0);
+            // the whole chain `a[i][j]...` at once: the array and its subscripts, innermost
+            // first
+            let func = f.func.clone();
+            let mut subscripts = vec![f.args[1].clone()];
+            let mut base = f.args[0].clone();
+            while let Expr::ScalarFunction(g) = &base
+                && g.func.name() == "array_element"
+                && g.args.len() == 2
+            {
+                subscripts.push(g.args[1].clone());
+                base = g.args[0].clone();
             }
-            // an int2vector / oidvector (`pg_index.indkey`) counts from 0
-            if matches!(declared_type(&args[0], schema), Some(SqlType::Vector(_))) {
-                args[1] =
-                    cast(args[1].clone(), DataType::Int64) + datafusion::logical_expr::lit(1i64);
+            subscripts.reverse();
+            let mut element = rewrite_expr(base, schema)?.0;
+            // fewer subscripts than the array has dimensions (`a[1]` of `{{1,2},{3,4}}`):
+            // NULL in Postgres (a multi-dimensional array is not an array of arrays)
+            // (of the type the subscripts leave: the statement's columns are typed already)
+            if let Ok(t) = element.get_type(schema) {
+                let (mut depth, mut inner, mut left) = (0, t, None);
+                while let DataType::List(f) | DataType::LargeList(f) = inner {
+                    depth += 1;
+                    inner = f.data_type().clone();
+                    if depth == subscripts.len() {
+                        left = Some(inner.clone());
+                    }
+                }
+                if let Some(left) = left.filter(|_| subscripts.len() < depth) {
+                    return Ok((
+                        Expr::Literal(ScalarValue::try_from(&left)?, None),
+                        true,
+                        None,
+                    ));
+                }
             }
-            let index = cast(args[1].clone(), DataType::Int64);
-            let element = Expr::ScalarFunction(datafusion::logical_expr::expr::ScalarFunction {
-                func: f.func.clone(),
-                args,
-            });
-            let guarded = datafusion::logical_expr::when(
-                index.gt_eq(datafusion::logical_expr::lit(1i64)),
-                element,
-            )
-            .end()?;
-            Ok((guarded, true, None))
+            for (k, sub) in subscripts.into_iter().enumerate() {
+                let mut index = rewrite_expr(sub, schema)?.0;
+                // an int2vector / oidvector (`pg_index.indkey`) counts from 0
+                if k == 0 && matches!(declared_type(&element, schema), Some(SqlType::Vector(_))) {
+                    index = cast(index, DataType::Int64) + datafusion::logical_expr::lit(1i64);
+                }
+                let at = Expr::ScalarFunction(datafusion::logical_expr::expr::ScalarFunction {
+                    func: func.clone(),
+                    args: vec![element, index.clone()],
+                });
+                // Postgres arrays have no negative subscripts: `a[-1]` is NULL, not the last
+                element = datafusion::logical_expr::when(
+                    cast(index, DataType::Int64).gt_eq(datafusion::logical_expr::lit(1i64)),
+                    at,
+                )
+                .end()?;
+            }
+            Ok((element, true, None))
         }
         Expr::InList(il) => {
             // `uuid_column IN ('A0EEBC99-...', ...)`: the constants read as the column's type
