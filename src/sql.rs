@@ -2,6 +2,7 @@
 //! syntax) and the SQL type system.
 
 pub mod bulk_insert;
+pub mod bytea_codec;
 pub mod client_stmts;
 pub mod date_trunc;
 pub mod datetime_in;

@@ -987,7 +987,8 @@ pub fn fix_planned(plan: LogicalPlan) -> DfResult<LogicalPlan> {
             let (p, c) = star_over_using(p)?;
             let c = c || c0;
             let (p, c2) = numeric_operators(p)?;
-            let c = c || c1 || c2;
+            let (p, c3) = real_math_in_double(p)?;
+            let c = c || c1 || c2 || c3;
             changed |= c;
             Ok(if c {
                 Transformed::yes(p)
@@ -1038,6 +1039,40 @@ fn numeric_operators(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
                             .call(f.args.clone()),
                     ));
                 }
+                // `a @> b` / `b <@ a` and `a && b`: a NULL element matches nothing in
+                // Postgres (DataFusion's match NULL with NULL), and a NULL array makes
+                // `@>` NULL (DataFusion's is true)
+                if matches!(f.func.name(), "array_has_all" | "array_has_any") && f.args.len() == 2 {
+                    let (a, b) = (f.args[0].clone(), f.args[1].clone());
+                    let without_nulls =
+                        |x: Expr| pg_udf(pg_functions::ARRAY_REMOVE_NULLS).call(vec![x]);
+                    if f.func.name() == "array_has_any" {
+                        return Ok(Transformed::yes(f.func.call(vec![without_nulls(a), b])));
+                    }
+                    let cardinality = datafusion::functions_nested::expr_fn::cardinality;
+                    let no_null_in_b =
+                        cardinality(without_nulls(b.clone())).eq(cardinality(b.clone()));
+                    return Ok(Transformed::yes(
+                        datafusion::logical_expr::when(
+                            a.clone().is_null().or(b.clone().is_null()),
+                            Expr::Literal(ScalarValue::Boolean(None), None),
+                        )
+                        .otherwise(f.func.call(vec![a, b]).and(no_null_in_b))?,
+                    ));
+                }
+                // an empty array has no dimensions: NULL (DataFusion's says 1)
+                if f.func.name() == "array_ndims" && f.args.len() == 1 {
+                    let x = f.args[0].clone();
+                    let empty = datafusion::functions_nested::expr_fn::cardinality(x)
+                        .eq(datafusion::logical_expr::lit(0u64));
+                    return Ok(Transformed::yes(
+                        datafusion::logical_expr::when(
+                            empty,
+                            Expr::Literal(ScalarValue::UInt64(None), None),
+                        )
+                        .otherwise(e.clone())?,
+                    ));
+                }
                 // `ARRAY[...]` typed by its elements (`uuid[]`, `jsonb[]`): the SQL planner
                 // builds it with DataFusion's own `make_array`, not the session's
                 if f.func.name() == "make_array" && !f.args.is_empty() {
@@ -1047,12 +1082,12 @@ fn numeric_operators(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
                 }
             }
             if let Expr::ScalarFunction(f) = &e
-                && let Some(t) = integral_scale(f, &schema)
+                && let Some((arg, t)) = integral_scale(f, &schema)
             {
                 let mut f = f.clone();
                 // room for the carry first: DataFusion's ceil/floor of a decimal keep its
                 // type, and fail when the result does not fit it (`floor(-0.25)`)
-                if let Ok(DataType::Decimal128(p, s)) = f.args[0].get_type(&schema)
+                if let DataType::Decimal128(p, s) = arg
                     && p < 38
                 {
                     f.args[0] = cast(f.args[0].clone(), DataType::Decimal128(p + 1, s));
@@ -1139,25 +1174,30 @@ fn numeric_operators(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
     Ok((plan, changed))
 }
 
-/// The type of `ceil`, `floor`, `trunc` and `trunc(x, n)` of a `numeric`, as Postgres
-/// scales their value (0 decimals, `n` decimals, also more than the argument's:
-/// `trunc(1.5, 2)` = `1.50`); DataFusion keeps the argument's scale (`ceil(1.5)` = `2.0`).
-/// `None` when the function keeps its type. The value is already integral at that scale,
-/// so the cast is exact.
+/// The type of `ceil`, `floor`, `trunc`, `trunc(x, n)` and `round(x, n)` of a `numeric`,
+/// as Postgres scales their value (0 decimals, `n` decimals, also more than the
+/// argument's: `trunc(1.5, 2)` = `round(1.5, 2)` = `1.50`); DataFusion keeps the
+/// argument's scale (`ceil(1.5)` = `2.0`); `round(x, n)` and `trunc(x, n)` of an integer
+/// are `numeric` (`round(7, 2)` = `7.00`). Returns the type the argument is taken as (a
+/// decimal) and the result's, `None` when the function keeps its type. The value is
+/// already integral at that scale, so the cast is exact.
 fn integral_scale(
     f: &datafusion::logical_expr::expr::ScalarFunction,
     schema: &DFSchema,
-) -> Option<DataType> {
+) -> Option<(DataType, DataType)> {
     let name = f.func.name();
-    if !matches!(name, "ceil" | "floor" | "trunc") {
+    if !matches!(name, "ceil" | "floor" | "trunc" | "round") {
         return None;
     }
-    let Ok(DataType::Decimal128(p, s)) = f.args.first()?.get_type(schema) else {
+    let arg = f.args.first()?.get_type(schema).ok()?;
+    let integer = arg.is_integer() && f.args.len() == 2;
+    let arg = if integer { as_decimal(&arg)? } else { arg };
+    let DataType::Decimal128(p, s) = arg else {
         return None;
     };
     let n: i8 = match f.args.as_slice() {
-        [_] => 0,
-        [_, Expr::Literal(v, _)] if name == "trunc" => match v {
+        [_] if name != "round" => 0,
+        [_, Expr::Literal(v, _)] if name != "ceil" && name != "floor" => match v {
             ScalarValue::Int64(Some(n)) => i8::try_from(*n).ok()?,
             ScalarValue::Int32(Some(n)) => i8::try_from(*n).ok()?,
             _ => return None,
@@ -1166,10 +1206,59 @@ fn integral_scale(
     };
     // a carry can add an integer digit (`ceil(9.5)` = 10)
     let p = p as i16 - s as i16 + n as i16 + 1;
-    if n < 0 || n == s || p > 38 {
+    // (`round` to fewer decimals is DataFusion's already: only more are scaled here)
+    if n < 0 || (n == s && !integer) || p > 38 || (name == "round" && n < s) {
         return None;
     }
-    Some(DataType::Decimal128(p.max(1) as u8, n))
+    Some((arg, DataType::Decimal128(p.max(1) as u8, n)))
+}
+
+/// Postgres' math functions over `real` (`sqrt`, `sin`, `round`, `power`, ...) take and
+/// return double precision (only `abs` has a `real` form): a `real` argument is widened
+/// (DataFusion computes and shows them in single precision: `sin(3::real)` = `0.14112`).
+const DOUBLE_ONLY_MATH: &[&str] = &[
+    "sin", "cos", "tan", "cot", "asin", "acos", "atan", "atan2", "sinh", "cosh", "tanh", "asinh",
+    "acosh", "atanh", "degrees", "radians", "sqrt", "cbrt", "exp", "ln", "log", "log10", "log2",
+    "power", "pow", "ceil", "ceiling", "floor", "trunc", "round", "sign", "signum",
+];
+
+fn real_math_in_double(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
+    let schema = expression_schema(&plan);
+    let names = NamePreserver::new(&plan);
+    let single = |x: &Expr| {
+        matches!(
+            x.get_type(&schema),
+            Ok(DataType::Float32 | DataType::Float16)
+        )
+    };
+    let t = plan.map_expressions(|expr| {
+        let saved = names.save(&expr);
+        let t = expr.transform_up(|e| match e {
+            Expr::ScalarFunction(mut f)
+                if DOUBLE_ONLY_MATH.contains(&f.func.name()) && f.args.iter().any(single) =>
+            {
+                for a in f.args.iter_mut() {
+                    if single(a) {
+                        *a = cast(a.clone(), DataType::Float64);
+                    }
+                }
+                Ok(Transformed::yes(Expr::ScalarFunction(f)))
+            }
+            e => Ok(Transformed::no(e)),
+        })?;
+        Ok(if t.transformed {
+            Transformed::yes(saved.restore(t.data))
+        } else {
+            t
+        })
+    })?;
+    let changed = t.transformed;
+    let plan = if changed {
+        t.data.recompute_schema()?
+    } else {
+        t.data
+    };
+    Ok((plan, changed))
 }
 
 /// `percentile_cont` over `real` interpolates in double precision and returns it, as
@@ -1614,12 +1703,29 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
                 Some(SqlType::Enum(t)) => Some(t.clone()),
                 _ => None,
             });
+            let ordering = matches!(
+                op,
+                Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq
+            );
+            // arrays order with a NULL element after every value, as Postgres' do
+            let list = |e: &Expr| {
+                matches!(
+                    e.get_type(schema),
+                    Ok(DataType::List(_) | DataType::LargeList(_))
+                )
+            };
+            if ordering && list(&l) && l.get_type(schema).ok() == r.get_type(schema).ok() {
+                let key = |e: Expr| pg_udf(pg_functions::ARRAY_SORT_KEY).call(vec![e]);
+                return Ok((
+                    Expr::BinaryExpr(BinaryExpr::new(Box::new(key(l)), op, Box::new(key(r)))),
+                    true,
+                    Some(DataType::Boolean),
+                ));
+            }
             if let Some(t) = an_enum {
-                let (l, r) = match op {
-                    Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq => {
-                        (enum_sort_key(l, &t), enum_sort_key(r, &t))
-                    }
-                    _ => (l, r),
+                let (l, r) = match ordering {
+                    true => (enum_sort_key(l, &t), enum_sort_key(r, &t)),
+                    false => (l, r),
                 };
                 return Ok((
                     Expr::BinaryExpr(BinaryExpr::new(Box::new(l), op, Box::new(r))),
@@ -1741,6 +1847,15 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
                         pg_udf(pg_functions::ROUND_FOR_INT).call(vec![x]),
                         data_type.clone(),
                     ),
+                    true,
+                    Some(data_type),
+                )),
+                // text to bytea: Postgres' input forms (`\x` hex, or `\ooo` / `\\` escapes)
+                (
+                    Some(DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View),
+                    DataType::Binary | DataType::LargeBinary | DataType::BinaryView,
+                ) => Ok((
+                    cast(pg_udf(pg_functions::BYTEA_IN).call(vec![x]), data_type.clone()),
                     true,
                     Some(data_type),
                 )),

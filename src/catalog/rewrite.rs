@@ -2851,16 +2851,22 @@ pub fn normalize_interval_literal(e: &mut Expr) {
     }
 }
 
-/// A bytea literal in Postgres' hex input form (`'\\x0102'`) as a hex literal
-/// (`X'0102'`); other strings are taken as their bytes, as Postgres' escape form does.
+/// A bytea literal with a backslash (Postgres' hex form `'\\x0102'` or escapes
+/// `'a\\000b'`) as the hex literal of its bytes (`X'0102'`); other strings are their own
+/// bytes. A literal bytea input refuses is left for the cast to refuse (`weir_bytea_in`).
 pub fn normalize_bytea_literal(e: &mut Expr) {
     if let Expr::Value(v) = e
         && let ast::Value::SingleQuotedString(s) = &v.value
-        && let Some(hex) = s.strip_prefix("\\x")
-        && hex.len() % 2 == 0
-        && hex.chars().all(|c| c.is_ascii_hexdigit())
+        && s.contains('\\')
+        && let Ok(bytes) = crate::sql::bytea_codec::bytea_in(s)
     {
-        v.value = ast::Value::HexStringLiteral(hex.to_owned());
+        let mut hex = String::with_capacity(bytes.len() * 2);
+        crate::sql::bytea_codec::encode_into(
+            &bytes,
+            crate::sql::bytea_codec::Format::Hex,
+            &mut hex,
+        );
+        v.value = ast::Value::HexStringLiteral(hex);
     }
 }
 

@@ -638,12 +638,9 @@ fn cast_text(
             for (row, v) in text.iter().enumerate() {
                 match v {
                     None => b.append_null(),
-                    Some(v) => match v.strip_prefix("\\x") {
-                        Some(hex) => match crate::server::params::hex_decode(hex) {
-                            Some(bytes) => b.append_value(bytes),
-                            None => return Err(bad(row, v)),
-                        },
-                        None => b.append_value(v.as_bytes()),
+                    Some(v) => match crate::sql::bytea_codec::bytea_in(v) {
+                        Ok(bytes) => b.append_value(bytes),
+                        Err(_) => return Err(bad(row, v)),
                     },
                 }
             }

@@ -314,17 +314,10 @@ fn cast_param(
             };
             return Ok(ScalarValue::try_from_array(&parsed, 0)?);
         }
-        if matches!(t, DataType::Binary)
-            && let Some(hex) = text.strip_prefix("\\x")
-        {
-            return hex_decode(hex)
+        if matches!(t, DataType::Binary) {
+            return crate::sql::bytea_codec::bytea_in(text)
                 .map(|b| ScalarValue::Binary(Some(b)))
-                .ok_or_else(|| {
-                    WeirError::new(
-                        sqlstate::INVALID_TEXT_REPRESENTATION,
-                        format!("invalid hexadecimal data in bytea parameter ${}", i + 1),
-                    )
-                });
+                .map_err(|e| e.with_context(format!("unnamed portal parameter ${}", i + 1)));
         }
     }
     v.cast_to(t).map_err(|_| {
@@ -340,17 +333,6 @@ fn cast_param(
             ),
         )
     })
-}
-
-/// `0102ff` as bytes (bytea's hex format, after its `\\x`).
-pub(crate) fn hex_decode(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 /// Array parameters the client declared (`= ANY($1)` with a list, the idiomatic IN-list of

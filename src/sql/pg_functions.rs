@@ -235,6 +235,8 @@ pub const JSON_IN: &str = "weir_json_in";
 /// array reads first (its elements are then cast to the element type), and array
 /// parameters (`server::params::type_array_placeholders`).
 pub const PARSE_ARRAY: &str = "weir_parse_array";
+/// Text as `bytea` input (`sql::bytea_codec::bytea_in`).
+pub const BYTEA_IN: &str = "weir_bytea_in";
 /// Text as `interval` input, by Postgres' rules (`sql::interval_in`).
 pub const INTERVAL_IN: &str = "weir_interval_in";
 /// `~ x`: an integer's bits flipped, of the integer's type.
@@ -276,6 +278,10 @@ pub const SUBSTRING_REGEX: &str = "weir_substring_regex";
 pub const BAG_SET_OPERAND: &str = "weir_bag_set_operand";
 /// `array_remove(array, NULL)`: the array without its NULL elements.
 pub const ARRAY_REMOVE_NULLS: &str = "weir_array_remove_nulls";
+/// An array's key in Postgres' order of arrays: element by element, a NULL element after
+/// every value, a shorter array before its extensions (`{1,NULL}` > `{1,2}`; arrow's order
+/// puts a NULL element first). NULL for a NULL array.
+pub const ARRAY_SORT_KEY: &str = "weir_array_sort_key";
 /// `regexp_split_to_table`'s rows as one list per input row (unnested by the rewrite).
 pub const REGEXP_SPLIT_TO_TABLE: &str = "weir_regexp_split_to_table";
 /// A `time` as the interval since midnight (`date + time`, `timestamp - time`: Postgres
@@ -360,6 +366,12 @@ fn definitions() -> Vec<PgFunction> {
             TypeSignature::Any(1),
             |t| t.first().cloned().unwrap_or(DataType::Null),
             |args, _| array_without_nulls(&args[0]),
+        ),
+        immutable(
+            ARRAY_SORT_KEY,
+            TypeSignature::Any(1),
+            |_| DataType::Binary,
+            |args, _| array_sort_key(&args[0]),
         ),
         immutable(
             SUBSTRING_REGEX,
@@ -827,6 +839,25 @@ fn definitions() -> Vec<PgFunction> {
                 }
                 Ok(Arc::new(b.finish()) as ArrayRef)
             },
+        ),
+        // (in place of DataFusion's, which pads no base64 and knows no `escape`)
+        immutable(
+            "encode",
+            TypeSignature::Any(2),
+            |_| DataType::Utf8,
+            crate::sql::bytea_codec::encode,
+        ),
+        immutable(
+            "decode",
+            TypeSignature::Any(2),
+            |_| DataType::Binary,
+            crate::sql::bytea_codec::decode,
+        ),
+        immutable(
+            BYTEA_IN,
+            TypeSignature::Any(1),
+            |_| DataType::Binary,
+            crate::sql::bytea_codec::bytea_in_array,
         ),
         immutable(
             TIMESTAMP_IN,
@@ -2632,6 +2663,28 @@ fn quote_literal(a: &ArrayRef, nullable: bool) -> DfResult<ArrayRef> {
             None if nullable => out.append_value("NULL"),
             None => out.append_null(),
             Some(t) => out.append_value(crate::sql::pg_text::quote_literal(t)),
+        }
+    }
+    Ok(Arc::new(out.finish()))
+}
+
+/// [`ARRAY_SORT_KEY`]: the arrays' rows in arrow's row format with NULL elements last.
+fn array_sort_key(a: &ArrayRef) -> DfResult<ArrayRef> {
+    use datafusion::arrow::compute::SortOptions;
+    use datafusion::arrow::row::{RowConverter, SortField};
+    let conv = RowConverter::new(vec![SortField::new_with_options(
+        a.data_type().clone(),
+        SortOptions {
+            descending: false,
+            nulls_first: false,
+        },
+    )])?;
+    let rows = conv.convert_columns(std::slice::from_ref(a))?;
+    let mut out = datafusion::arrow::array::BinaryBuilder::with_capacity(a.len(), a.len() * 16);
+    for i in 0..a.len() {
+        match a.is_valid(i) {
+            true => out.append_value(rows.row(i).as_ref()),
+            false => out.append_null(),
         }
     }
     Ok(Arc::new(out.finish()))

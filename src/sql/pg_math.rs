@@ -6,6 +6,8 @@
 //!   `NaN` or an overflowed infinity Postgres raises: `cannot take logarithm of zero`
 //!   (2201E), `cannot take square root of a negative number` (2201F), `zero raised to a
 //!   negative power is undefined` (2201F), `value out of range: overflow` (22003);
+//! - `sin`, `cos`, `tan`, `cot` of an infinity, `asin`/`acos`/`atanh` outside [-1, 1] and
+//!   `acosh` below 1: `input is out of range` (22003) where IEEE gives NaN;
 //! - `mod(a, b)`: the remainder with the dividend's sign, of the wider integer type (or
 //!   `numeric`, exactly), `division by zero` (22012) for a zero divisor;
 //! - `width_bucket(operand, low, high, count)`: the bucket of `count` equal-width buckets
@@ -35,9 +37,21 @@ const INVALID_ARGUMENT_FOR_WIDTH_BUCKET: &str = "2201G";
 
 type Checked1 = fn(f64) -> DfResult<f64>;
 
+/// `x` when it is NaN or `inside` the function's domain, else Postgres' 22003.
+fn trig_domain(x: f64, inside: bool) -> DfResult<f64> {
+    if x.is_nan() || inside {
+        Ok(x)
+    } else {
+        Err(pg_error(
+            sqlstate::NUMERIC_VALUE_OUT_OF_RANGE,
+            "input is out of range",
+        ))
+    }
+}
+
 /// Every function of this module.
 pub(crate) fn definitions() -> Vec<PgFunction> {
-    let unary: [(&'static str, Checked1); 4] = [
+    let unary: [(&'static str, Checked1); 12] = [
         ("ln", |x| log_domain(x).map(|x| x.ln())),
         ("log10", |x| log_domain(x).map(|x| x.log10())),
         ("sqrt", |x| {
@@ -51,6 +65,23 @@ pub(crate) fn definitions() -> Vec<PgFunction> {
             }
         }),
         ("exp", |x| in_range(x.exp(), &[x], x != f64::NEG_INFINITY)),
+        // (NaN in, NaN out; an argument outside the domain is 22003, as Postgres' `dsin`..)
+        ("sin", |x| trig_domain(x, !x.is_infinite()).map(f64::sin)),
+        ("cos", |x| trig_domain(x, !x.is_infinite()).map(f64::cos)),
+        ("tan", |x| trig_domain(x, !x.is_infinite()).map(f64::tan)),
+        ("cot", |x| {
+            trig_domain(x, !x.is_infinite()).map(|x| 1.0 / x.tan())
+        }),
+        ("asin", |x| {
+            trig_domain(x, (-1.0..=1.0).contains(&x)).map(f64::asin)
+        }),
+        ("acos", |x| {
+            trig_domain(x, (-1.0..=1.0).contains(&x)).map(f64::acos)
+        }),
+        ("acosh", |x| trig_domain(x, x >= 1.0).map(f64::acosh)),
+        ("atanh", |x| {
+            trig_domain(x, (-1.0..=1.0).contains(&x)).map(f64::atanh)
+        }),
     ];
     let mut out: Vec<PgFunction> = unary
         .into_iter()
