@@ -988,7 +988,8 @@ pub fn fix_planned(plan: LogicalPlan) -> DfResult<LogicalPlan> {
             let c = c || c0;
             let (p, c2) = numeric_operators(p)?;
             let (p, c3) = real_math_in_double(p)?;
-            let c = c || c1 || c2 || c3;
+            let (p, c4) = nullable_scalar_subqueries(p)?;
+            let c = c || c1 || c2 || c3 || c4;
             changed |= c;
             Ok(if c {
                 Transformed::yes(p)
@@ -1211,6 +1212,55 @@ fn integral_scale(
         return None;
     }
     Some((arg, DataType::Decimal128(p.max(1) as u8, n)))
+}
+
+/// A scalar subquery is NULL when it has no rows, whatever its column's nullability; a
+/// subquery whose column is declared NOT NULL (and which may have no rows: not an
+/// aggregate without GROUP BY) gets its value wrapped in [`pg_functions::NULLABLE`], so the
+/// plan's schema allows the NULL and the simplifier does not fold `IS NULL` away.
+fn nullable_scalar_subqueries(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
+    use datafusion::logical_expr::{Projection, Subquery};
+    let t = plan.map_expressions(|expr| {
+        expr.transform_up(|e| {
+            let Expr::ScalarSubquery(sq) = &e else {
+                return Ok(Transformed::no(e));
+            };
+            let inner = sq.subquery.as_ref();
+            let schema = inner.schema();
+            if schema.fields().len() != 1 || schema.field(0).is_nullable() {
+                return Ok(Transformed::no(e));
+            }
+            // (an aggregate without GROUP BY has its one row; projections over it too)
+            let mut top = inner;
+            while let LogicalPlan::Projection(p) = top {
+                top = p.input.as_ref();
+            }
+            if matches!(top, LogicalPlan::Aggregate(a) if a.group_expr.is_empty()) {
+                return Ok(Transformed::no(e));
+            }
+            let (qualifier, field) = schema.qualified_field(0);
+            let column = Expr::Column(datafusion::common::Column::new(
+                qualifier.cloned(),
+                field.name(),
+            ));
+            let wrapped = pg_udf(pg_functions::NULLABLE)
+                .call(vec![column])
+                .alias_qualified(qualifier.cloned(), field.name());
+            let projection = Projection::try_new(vec![wrapped], sq.subquery.clone())?;
+            Ok(Transformed::yes(Expr::ScalarSubquery(Subquery {
+                subquery: Arc::new(LogicalPlan::Projection(projection)),
+                outer_ref_columns: sq.outer_ref_columns.clone(),
+                spans: sq.spans.clone(),
+            })))
+        })
+    })?;
+    let changed = t.transformed;
+    let plan = if changed {
+        t.data.recompute_schema()?
+    } else {
+        t.data
+    };
+    Ok((plan, changed))
 }
 
 /// Postgres' math functions over `real` (`sqrt`, `sin`, `round`, `power`, ...) take and

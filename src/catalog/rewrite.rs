@@ -2158,6 +2158,15 @@ fn rewrite_expr(expr: &mut Expr) {
             }
             huge_literal(expr);
         }
+        // `-interval '1 mon -2 days'` negates every field (DataFusion's planner puts the
+        // minus into the literal's text, negating its first): the interval's value negated
+        Expr::UnaryOp {
+            op: ast::UnaryOperator::Minus,
+            expr: inner,
+        } if matches!(inner.as_ref(), Expr::Interval(_)) => {
+            let iv = std::mem::replace(inner.as_mut(), Expr::value(ast::Value::Null));
+            *inner.as_mut() = Expr::Nested(Box::new(iv));
+        }
         // Postgres' unary minus binds tighter than `^`: `-3 ^ 2` is `(-3) ^ 2` = 9
         Expr::UnaryOp {
             op: ast::UnaryOperator::Minus,

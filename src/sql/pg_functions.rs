@@ -294,6 +294,11 @@ pub const FLOAT_DIV: &str = "weir_float_div";
 /// A marker the rewrite adds to `SELECT *` over a join with USING; the analyzer rule
 /// removes it (it never runs).
 pub const STAR_OVER_USING: &str = "weir_star_over_using";
+/// `weir_nullable(x)`: `x`, typed nullable. What a scalar subquery's value is wrapped in
+/// when its column is declared NOT NULL: a subquery of no rows is NULL, which DataFusion
+/// 55's nullability forgets (apache/datafusion#24513, fixed after 55.2):
+/// `SELECT (SELECT 1 WHERE false)` failed, `... IS NULL` was folded to false.
+pub const NULLABLE: &str = "weir_nullable";
 
 /// Every function of this module.
 fn definitions() -> Vec<PgFunction> {
@@ -366,6 +371,12 @@ fn definitions() -> Vec<PgFunction> {
             TypeSignature::Any(1),
             |t| t.first().cloned().unwrap_or(DataType::Null),
             |args, _| array_without_nulls(&args[0]),
+        ),
+        immutable(
+            NULLABLE,
+            TypeSignature::Any(1),
+            |t| t.first().cloned().unwrap_or(DataType::Null),
+            |args, _| Ok(args[0].clone()),
         ),
         immutable(
             ARRAY_SORT_KEY,

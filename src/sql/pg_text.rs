@@ -266,41 +266,35 @@ pub fn interval_text_string(months: i32, days: i32, micros: i64) -> String {
 }
 
 pub fn interval_text(b: &mut BytesMut, months: i32, days: i32, micros: i64) {
-    let mut parts: Vec<String> = Vec::new();
-    let years = months / 12;
-    let mons = months % 12;
-    let plural = |n: i64, unit: &str| {
-        if n == 1 {
-            format!("{n} {unit}")
-        } else {
-            format!("{n} {unit}s")
+    let mut t = String::new();
+    // as Postgres' `EncodeInterval`: a field after a negative one shows its `+`
+    let mut before_negative = false;
+    for (value, unit) in [(months / 12, "year"), (months % 12, "mon"), (days, "day")] {
+        if value == 0 {
+            continue;
         }
-    };
-    if years != 0 {
-        parts.push(plural(years as i64, "year"));
-    }
-    if mons != 0 {
+        if !t.is_empty() {
+            t.push(' ');
+        }
+        if before_negative && value > 0 {
+            t.push('+');
+        }
         // (`-1 mons`: Postgres' singular is for 1 only)
-        parts.push(if mons == 1 {
-            format!("{mons} mon")
-        } else {
-            format!("{mons} mons")
-        });
+        let _ = write!(t, "{value} {unit}{}", if value == 1 { "" } else { "s" });
+        before_negative = value < 0;
     }
-    if days != 0 {
-        parts.push(plural(days as i64, "day"));
-    }
-    if micros != 0 || parts.is_empty() {
-        let neg = micros < 0;
+    if micros != 0 || t.is_empty() {
+        if !t.is_empty() {
+            t.push(' ');
+        }
+        if micros < 0 {
+            t.push('-');
+        } else if before_negative {
+            t.push('+');
+        }
         let m = micros.unsigned_abs();
         let secs = m / 1_000_000;
         let frac = (m % 1_000_000) as u32;
-        let mut t = String::new();
-        if neg {
-            t.push('-');
-        } else if !parts.is_empty() && (months < 0 || days < 0) {
-            t.push('+');
-        }
         let _ = write!(
             t,
             "{:02}:{:02}:{:02}",
@@ -313,9 +307,8 @@ pub fn interval_text(b: &mut BytesMut, months: i32, days: i32, micros: i64) {
             t.push('.');
             t.push_str(s.trim_end_matches('0'));
         }
-        parts.push(t);
     }
-    b.put_slice(parts.join(" ").as_bytes());
+    b.put_slice(t.as_bytes());
 }
 
 /// One row of some columns as Postgres writes a row's values in an error's detail
