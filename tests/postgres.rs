@@ -455,7 +455,30 @@ impl Gen {
             "hour",
         ]);
         let finite = |t: &str| !t.contains("infinity");
-        match self.next() % 53 {
+        let ia = self.pick(&[
+            "array[1,2,3]",
+            "array[1,NULL,3]",
+            "array[]::int[]",
+            "array[NULL::int]",
+            "'{4,5}'::int[]",
+            "NULL::int[]",
+        ]);
+        match self.next() % 60 {
+            53 => format!(
+                "encode(({s})::bytea, 'base64'), encode(({s})::bytea || '\\x00ff5c'::bytea, 'escape'), decode(encode(({t})::bytea, 'hex'), 'hex')"
+            ),
+            54 => format!(
+                "sin(({f})::real), cosh(({g})::real), round(({f})::real), asin(({f}) / 1e300::float8)"
+            ),
+            55 => format!(
+                "{ia} @> array[1], array[1,NULL] <@ {ia}, {ia} && array[NULL::int, 3], array_ndims({ia})"
+            ),
+            56 => format!("{ia} {cmp} array[1, NULL], {ia} {cmp} '{{2}}'::int[]"),
+            57 => format!("round({n}, 3), round({i}, 2), trunc({i}, 1), round({n}, 1)"),
+            58 => format!("-{v}, {v} - {w}, {w} * -1"),
+            59 => format!(
+                "coalesce((SELECT x FROM (VALUES ({i})) t(x) WHERE x > 100), -1), (SELECT 1 WHERE {i} > 5) IS NULL"
+            ),
             52 if finite(&x) && finite(&d) => format!(
                 "to_timestamp(to_char({x}, 'YYYY-MM-DD HH24:MI:SS.US'), 'YYYY-MM-DD HH24:MI:SS.US'), to_date(to_char({d}, 'DD Mon YYYY BC'), 'DD Mon YYYY BC')"
             ),

@@ -1900,6 +1900,12 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
                     true,
                     Some(data_type),
                 )),
+                // double precision to real: out of range is 22003, not infinity or 0
+                (Some(DataType::Float64), DataType::Float32) => Ok((
+                    pg_udf(crate::sql::pg_math::FLOAT4_OF_FLOAT8).call(vec![x]),
+                    true,
+                    Some(data_type),
+                )),
                 // text to bytea: Postgres' input forms (`\x` hex, or `\ooo` / `\\` escapes)
                 (
                     Some(DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View),
@@ -2353,6 +2359,11 @@ static PG_UDFS: std::sync::LazyLock<Vec<Arc<ScalarUDF>>> = std::sync::LazyLock::
         pg_functions::JSONB_IN,
         pg_functions::JSON_IN,
         pg_functions::TIMESTAMPTZ_JSON,
+        pg_functions::BYTEA_IN,
+        pg_functions::ARRAY_SORT_KEY,
+        pg_functions::ARRAY_REMOVE_NULLS,
+        pg_functions::NULLABLE,
+        crate::sql::pg_math::FLOAT4_OF_FLOAT8,
         "timezone",
         "isfinite",
     ]

@@ -169,7 +169,50 @@ pub(crate) fn definitions() -> Vec<PgFunction> {
             Ok(cast(&args[0], &to)?)
         },
     ));
+    out.push(immutable(
+        FLOAT4_OF_FLOAT8,
+        TypeSignature::Any(1),
+        |_| DataType::Float32,
+        |args, _| float4_of_float8(&args[0]),
+    ));
     out
+}
+
+/// `double precision` to `real`, as Postgres' `dtof`: a finite value past real's range is
+/// `value out of range: overflow`, a non-zero one that becomes 0 `... underflow` (22003);
+/// arrow's cast gives infinity and 0.
+pub const FLOAT4_OF_FLOAT8: &str = "weir_float4_of_float8";
+
+fn float4_of_float8(a: &ArrayRef) -> DfResult<ArrayRef> {
+    let a = cast(a, &DataType::Float64)?;
+    let a = a.as_primitive::<Float64Type>();
+    let out: datafusion::arrow::array::Float32Array = a
+        .try_unary(|x| {
+            let r = x as f32;
+            if r.is_infinite() && x.is_finite() {
+                Err(datafusion::arrow::error::ArrowError::ComputeError(
+                    "overflow".into(),
+                ))
+            } else if r == 0.0 && x != 0.0 {
+                Err(datafusion::arrow::error::ArrowError::ComputeError(
+                    "underflow".into(),
+                ))
+            } else {
+                Ok(r)
+            }
+        })
+        .map_err(|e| {
+            let what = if e.to_string().contains("underflow") {
+                "underflow"
+            } else {
+                "overflow"
+            };
+            pg_error(
+                sqlstate::NUMERIC_VALUE_OUT_OF_RANGE,
+                format!("value out of range: {what}"),
+            )
+        })?;
+    Ok(Arc::new(out))
 }
 
 /// `scale(numeric)`: the decimal digits shown, which for an unconstrained `numeric` (shown
