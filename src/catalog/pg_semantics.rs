@@ -504,13 +504,42 @@ impl AnalyzerRule for PgSemantics {
         let plan = plan.transform_up_with_subqueries(rewrite_node)?.data;
         let plan = plan.transform_up_with_subqueries(interval_groups)?.data;
         let zone = crate::sql::time_zone::plan_zone(config);
-        if zone.is_utc() {
-            return Ok(plan);
-        }
-        let zone = zone.arg_text();
-        Ok(plan
-            .transform_up_with_subqueries(|p| session_zone_node(p, &zone))?
-            .data)
+        let plan = if zone.is_utc() {
+            plan
+        } else {
+            let zone = zone.arg_text();
+            plan.transform_up_with_subqueries(|p| session_zone_node(p, &zone))?
+                .data
+        };
+        Ok(plan.transform_up_with_subqueries(cast_nullability)?.data)
+    }
+}
+
+/// A cast to a type that carries its SQL type in its field (`x::numeric`, `::jsonb`) has
+/// a nullable target field; DataFusion 55 takes a cast's nullability from its input in the
+/// logical plan but from that field in the physical one, so a cast of a NOT NULL value
+/// moved into a projection of its own (common subexpressions: `sum(x::numeric),
+/// max(x::numeric)` over VALUES) failed "Physical input schema should be the same". The
+/// field gets the input's nullability (a cast of a value is never NULL).
+fn cast_nullability(plan: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
+    let schema = expression_schema(&plan);
+    let t = plan.map_expressions(|expr| {
+        expr.transform_up(|e| match e {
+            Expr::Cast(datafusion::logical_expr::Cast { expr, field })
+                if field.is_nullable() && matches!(expr.nullable(&schema), Ok(false)) =>
+            {
+                let field = Arc::new(field.as_ref().clone().with_nullable(false));
+                Ok(Transformed::yes(Expr::Cast(
+                    datafusion::logical_expr::Cast { expr, field },
+                )))
+            }
+            e => Ok(Transformed::no(e)),
+        })
+    })?;
+    if t.transformed {
+        t.map_data(|p| p.recompute_schema())
+    } else {
+        Ok(t)
     }
 }
 
@@ -989,7 +1018,8 @@ pub fn fix_planned(plan: LogicalPlan) -> DfResult<LogicalPlan> {
             let (p, c2) = numeric_operators(p)?;
             let (p, c3) = real_math_in_double(p)?;
             let (p, c4) = nullable_scalar_subqueries(p)?;
-            let c = c || c1 || c2 || c3 || c4;
+            let (p, c5) = numeric_avg(p)?;
+            let c = c || c1 || c2 || c3 || c4 || c5;
             changed |= c;
             Ok(if c {
                 Transformed::yes(p)
@@ -1212,6 +1242,87 @@ fn integral_scale(
         return None;
     }
     Some((arg, DataType::Decimal128(p.max(1) as u8, n)))
+}
+
+/// `avg` of integers and `numeric` is a `numeric` in Postgres, the quotient of the sum and
+/// the count by numeric division's rules (`sql::numeric`: `avg(1, 2, 4)` =
+/// `2.3333333333333333`); DataFusion's is a double for integers (`2.3333333333333335`) and
+/// 4 more decimals than the argument, truncated, for decimals. The aggregate computes
+/// `sum(x)` and `count(x)` instead (with the avg's DISTINCT and FILTER), and a projection
+/// over it divides them under the avg's column name; in a materialized view both are
+/// maintained incrementally as any sum and count are. (`avg(x) OVER (...)` is left as it
+/// is.)
+fn numeric_avg(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
+    use datafusion::logical_expr::{Aggregate, Projection};
+    let LogicalPlan::Aggregate(a) = &plan else {
+        return Ok((plan, false));
+    };
+    let in_schema = a.input.schema();
+    let exact = |t: &DataType| t.is_integer() || matches!(t, DataType::Decimal128(..));
+    let is_avg = |e: &Expr| -> Option<datafusion::logical_expr::expr::AggregateFunction> {
+        let inner = match e {
+            Expr::Alias(al) => al.expr.as_ref(),
+            other => other,
+        };
+        match inner {
+            Expr::AggregateFunction(f)
+                if matches!(f.func.name(), "avg" | "mean")
+                    && f.params.args.len() == 1
+                    && f.params.args[0]
+                        .get_type(in_schema)
+                        .is_ok_and(|t| exact(&t)) =>
+            {
+                Some(f.clone())
+            }
+            _ => None,
+        }
+    };
+    if !a.aggr_expr.iter().any(|e| is_avg(e).is_some()) {
+        return Ok((plan, false));
+    }
+    let n_groups = a.schema.fields().len() - a.aggr_expr.len();
+    let mut aggr = Vec::with_capacity(a.aggr_expr.len() + 1);
+    // per output aggregate: its position(s) in the new aggregate
+    let mut sources: Vec<Result<usize, (usize, usize)>> = Vec::new();
+    for (k, e) in a.aggr_expr.iter().enumerate() {
+        match is_avg(e) {
+            Some(f) => {
+                let with = |func: Arc<AggregateUDF>| {
+                    let mut g = f.clone();
+                    g.func = func;
+                    Expr::AggregateFunction(g)
+                };
+                let sum = with(datafusion::functions_aggregate::sum::sum_udaf());
+                let count = with(datafusion::functions_aggregate::count::count_udaf());
+                sources.push(Err((aggr.len(), aggr.len() + 1)));
+                aggr.push(sum.alias(format!("__weir_avg_sum_{k}")));
+                aggr.push(count.alias(format!("__weir_avg_count_{k}")));
+            }
+            None => {
+                sources.push(Ok(aggr.len()));
+                aggr.push(e.clone());
+            }
+        }
+    }
+    let inner = Aggregate::try_new(a.input.clone(), a.group_expr.clone(), aggr)?;
+    let cols = inner.schema.columns();
+    let mut exprs = Vec::with_capacity(a.schema.fields().len());
+    for (i, (q, f)) in a.schema.iter().enumerate() {
+        let value = if i < n_groups {
+            Expr::Column(cols[i].clone())
+        } else {
+            match sources[i - n_groups] {
+                Ok(at) => Expr::Column(cols[n_groups + at].clone()),
+                Err((sum, count)) => NumericArith::udf(NumericOp::Avg).call(vec![
+                    Expr::Column(cols[n_groups + sum].clone()),
+                    Expr::Column(cols[n_groups + count].clone()),
+                ]),
+            }
+        };
+        exprs.push(value.alias_qualified(q.cloned(), f.name()));
+    }
+    let projection = Projection::try_new(exprs, Arc::new(LogicalPlan::Aggregate(inner)))?;
+    Ok((LogicalPlan::Projection(projection), true))
 }
 
 /// A scalar subquery is NULL when it has no rows, whatever its column's nullability; a
@@ -2395,7 +2506,7 @@ pub fn register(ctx: &datafusion::execution::context::SessionContext) {
     for op in [Op::Add, Op::Sub, Op::Mul, Op::Neg] {
         ctx.register_udf(checked_udf(op).as_ref().clone());
     }
-    for op in [NumericOp::Mul, NumericOp::Div] {
+    for op in [NumericOp::Mul, NumericOp::Div, NumericOp::Avg] {
         ctx.register_udf(NumericArith::udf(op).as_ref().clone());
     }
     for avg in [false, true] {

@@ -588,6 +588,47 @@ impl Engine {
         .await
     }
 
+    /// A view rebuilt from its stored query at a restart has the columns this version plans
+    /// for it: the same names, but a type may differ from the one stored by the version
+    /// that created it (`avg` of integers was a double, is a `numeric` now); the catalog
+    /// takes the new types (the contents are computed again). Other changes are refused.
+    fn adopt_column_types(
+        &self,
+        v: &Arc<crate::catalog::Entry>,
+        columns: Vec<ColumnDesc>,
+    ) -> Result<Arc<crate::catalog::Entry>> {
+        let same_names = columns.len() == v.desc.columns.len()
+            && columns
+                .iter()
+                .zip(&v.desc.columns)
+                .all(|(a, b)| a.name == b.name);
+        if !same_names {
+            return Err(WeirError::internal("its columns would change"));
+        }
+        if columns
+            .iter()
+            .zip(&v.desc.columns)
+            .all(|(a, b)| a.ty == b.ty)
+        {
+            return Ok(v.clone());
+        }
+        for (a, b) in columns.iter().zip(&v.desc.columns) {
+            if a.ty != b.ty {
+                info!(view = %v.desc.name, column = %a.name, was = %b.ty.display_name(), now = %a.ty.display_name(), "a column of the rebuilt view has a new type");
+            }
+        }
+        self.catalog.alter_relation(&v.desc.name, |d| {
+            for (d, c) in d.columns.iter_mut().zip(&columns) {
+                d.ty = c.ty.clone();
+            }
+            Ok(())
+        })?;
+        Ok(self
+            .catalog
+            .get_by_oid(v.desc.oid)
+            .unwrap_or_else(|| v.clone()))
+    }
+
     /// Stop materialized views' dataflows, newest first, keeping their catalog entries
     /// (an ALTER TABLE under them: [`Engine::rebuild_views`] starts them again).
     pub(crate) async fn stop_views(&self, views: &[Arc<crate::catalog::Entry>]) -> Result<()> {
@@ -793,11 +834,7 @@ impl Engine {
         let plan = |v: &crate::catalog::Entry, shards: usize| {
             let session = &session;
             let desc = v.desc.clone();
-            async move {
-                self.plan_stored(session, &desc, shards)
-                    .await
-                    .map(|(g, _)| g)
-            }
+            async move { self.plan_stored(session, &desc, shards).await }
         };
         // 1. restore
         let mut restored: HashSet<u32> = HashSet::new();
@@ -944,7 +981,7 @@ impl Engine {
                 info!(view = %v.desc.name, shards = vc.shards, workers = self.limits.workers, "the view keeps the shard count of its checkpoint; it takes --workers when rebuilt");
             }
             let result = match plan(&v, vc.shards).await {
-                Ok(graph) => {
+                Ok((graph, _)) => {
                     self.start_view(&v.desc, graph, None, Some((m.epoch, vc)))
                         .await
                 }
@@ -1018,7 +1055,10 @@ impl Engine {
                 info!(view = %v.desc.name, reason = %why, "rebuilding materialized view from its inputs");
             }
             let result = match plan(&v, self.limits.workers).await {
-                Ok(graph) => self.start_view(&v.desc, graph, None, None).await,
+                Ok((graph, columns)) => match self.adopt_column_types(&v, columns) {
+                    Ok(v) => self.start_view(&v.desc, graph, None, None).await,
+                    Err(e) => Err(e),
+                },
                 Err(e) => Err(e),
             };
             match result {

@@ -53,6 +53,10 @@ const ROOMY_QUOTIENT_SCALE: i8 = 20;
 pub enum NumericOp {
     Mul,
     Div,
+    /// `avg` of integers or numerics: the sum divided by the count (`/`'s kernel), at
+    /// Postgres' 16 significant decimals (what it shows for an average from 1 to 9999), or
+    /// the argument's scale if larger.
+    Avg,
 }
 
 impl NumericOp {
@@ -60,6 +64,7 @@ impl NumericOp {
         match self {
             NumericOp::Mul => "weir_numeric_mul",
             NumericOp::Div => "weir_numeric_div",
+            NumericOp::Avg => "weir_numeric_avg",
         }
     }
 
@@ -80,6 +85,13 @@ impl NumericOp {
                         .min(UNCONSTRAINED_PRECISION as i8);
                     DataType::Decimal128(UNCONSTRAINED_PRECISION, scale)
                 }),
+            NumericOp::Avg => Some(DataType::Decimal128(
+                UNCONSTRAINED_PRECISION,
+                MIN_SIG_DIGITS
+                    .max(ls)
+                    .max(rs)
+                    .min(UNCONSTRAINED_PRECISION as i8),
+            )),
             NumericOp::Div => {
                 // the quotient's integer digits are at most the dividend's plus the
                 // divisor's decimals (dividing by its smallest non-zero value)
@@ -312,7 +324,7 @@ fn arith(
                 )
             })
         }
-        NumericOp::Div => {
+        NumericOp::Div | NumericOp::Avg => {
             // (a / 10^ls) / (b / 10^rs) at scale s = a * 10^(s + rs - ls) / b
             let shift = s as i32 + rs as i32 - ls as i32;
             let factor = pow10(shift.unsigned_abs());
