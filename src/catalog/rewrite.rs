@@ -181,8 +181,9 @@ impl VisitorMut for PgRewriter {
         ControlFlow::Continue(())
     }
 
-    fn post_visit_query(&mut self, _q: &mut ast::Query) -> ControlFlow<Self::Break> {
+    fn post_visit_query(&mut self, q: &mut ast::Query) -> ControlFlow<Self::Break> {
         self.depth = self.depth.saturating_sub(1);
+        distinct_cast_aggregates(q);
         ControlFlow::Continue(())
     }
 
@@ -3286,6 +3287,158 @@ fn distinct_aggregate_in_order(expr: &mut Expr) {
     };
     l.clauses
         .push(ast::FunctionArgumentClause::OrderBy(vec![by]));
+}
+
+/// The aggregate functions whose calls [`distinct_cast_aggregates`] tells apart.
+const CAST_SENSITIVE_AGGREGATES: &[&str] = &[
+    "count",
+    "sum",
+    "avg",
+    "min",
+    "max",
+    "array_agg",
+    "string_agg",
+    "bool_and",
+    "bool_or",
+    "every",
+    "json_agg",
+    "jsonb_agg",
+    "json_object_agg",
+    "jsonb_object_agg",
+    "stddev",
+    "stddev_pop",
+    "stddev_samp",
+    "variance",
+    "var_pop",
+    "var_samp",
+    "bit_and",
+    "bit_or",
+    "bit_xor",
+    "median",
+    "first_value",
+    "last_value",
+];
+
+/// DataFusion names an aggregate call without its arguments' casts (`sum(x::float8)` and
+/// `sum(x::real)` are both `sum(t.x)`), and an aggregate's calls must have distinct names:
+/// `SELECT min(ts), min(ts::date)` failed "column specified more than once" (Postgres
+/// answers; apache/datafusion#18975). Where one query level has calls that differ only in
+/// their casts, each argument with a cast is wrapped in `weir_typed(arg, 'arg as
+/// written')`, the argument itself under a name that keeps the cast apart; every occurrence
+/// (select list, HAVING, ORDER BY) the same way, so they still match.
+fn distinct_cast_aggregates(q: &mut ast::Query) {
+    use std::collections::HashMap;
+    fn without_casts<T: VisitMut + Clone>(x: &T) -> T {
+        let mut x = x.clone();
+        let _ = ast::visit_expressions_mut(&mut x, |e| {
+            while let Expr::Cast { expr, .. } = e {
+                *e = std::mem::replace(expr.as_mut(), Expr::value(ast::Value::Null));
+            }
+            ControlFlow::<()>::Continue(())
+        });
+        x
+    }
+    /// The aggregate calls of one query level (not of the subqueries inside it).
+    struct Calls<F: FnMut(&mut ast::Function)> {
+        depth: usize,
+        each: F,
+    }
+    impl<F: FnMut(&mut ast::Function)> VisitorMut for Calls<F> {
+        type Break = ();
+        fn pre_visit_query(&mut self, _: &mut ast::Query) -> ControlFlow<()> {
+            self.depth += 1;
+            ControlFlow::Continue(())
+        }
+        fn post_visit_query(&mut self, _: &mut ast::Query) -> ControlFlow<()> {
+            self.depth -= 1;
+            ControlFlow::Continue(())
+        }
+        fn pre_visit_expr(&mut self, e: &mut Expr) -> ControlFlow<()> {
+            if self.depth == 0
+                && let Expr::Function(f) = e
+                && f.over.is_none()
+                && last_name(&f.name)
+                    .is_some_and(|n| CAST_SENSITIVE_AGGREGATES.contains(&n.to_lowercase().as_str()))
+            {
+                (self.each)(f);
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let ast::SetExpr::Select(select) = q.body.as_mut() else {
+        return;
+    };
+    fn each_call(
+        select: &mut ast::Select,
+        order_by: &mut Option<ast::OrderBy>,
+        each: impl FnMut(&mut ast::Function),
+    ) {
+        let mut calls = Calls { depth: 0, each };
+        for item in select.projection.iter_mut() {
+            let _ = item.visit(&mut calls);
+        }
+        if let Some(h) = select.having.as_mut() {
+            let _ = h.visit(&mut calls);
+        }
+        if let Some(o) = order_by.as_mut() {
+            let _ = o.visit(&mut calls);
+        }
+    }
+    // each call's text by its text without casts
+    let mut by_plain: HashMap<String, HashSet<String>> = HashMap::new();
+    each_call(select, &mut q.order_by, |f| {
+        if let FunctionArguments::List(l) = &f.args {
+            by_plain
+                .entry(format!("{}({})", f.name, without_casts(l)))
+                .or_default()
+                .insert(f.to_string());
+        }
+    });
+    let clashing: HashSet<String> = by_plain
+        .into_values()
+        .filter(|calls| calls.len() > 1)
+        .flatten()
+        .collect();
+    if clashing.is_empty() {
+        return;
+    }
+    each_call(select, &mut q.order_by, |f| {
+        if !clashing.contains(&f.to_string()) {
+            return;
+        }
+        let FunctionArguments::List(l) = &mut f.args else {
+            return;
+        };
+        for a in l.args.iter_mut() {
+            if let FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) = a
+                && without_casts(e).to_string() != e.to_string()
+            {
+                let written = e.to_string();
+                let arg = std::mem::replace(e, Expr::value(ast::Value::Null));
+                *e = Expr::Function(ast::Function {
+                    name: ObjectName(vec![ObjectNamePart::Identifier(Ident::new(
+                        crate::sql::pg_functions::TYPED,
+                    ))]),
+                    uses_odbc_syntax: false,
+                    parameters: FunctionArguments::None,
+                    args: FunctionArguments::List(FunctionArgumentList {
+                        duplicate_treatment: None,
+                        args: vec![
+                            FunctionArg::Unnamed(FunctionArgExpr::Expr(arg)),
+                            FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::value(
+                                ast::Value::SingleQuotedString(written),
+                            ))),
+                        ],
+                        clauses: vec![],
+                    }),
+                    filter: None,
+                    null_treatment: None,
+                    over: None,
+                    within_group: vec![],
+                });
+            }
+        }
+    });
 }
 
 fn contains_aggregate(e: &Expr) -> bool {

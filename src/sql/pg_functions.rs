@@ -85,6 +85,14 @@ impl ScalarUDFImpl for PgFunction {
         &self,
         args: datafusion::logical_expr::ReturnFieldArgs,
     ) -> DfResult<datafusion::arrow::datatypes::FieldRef> {
+        // the identities keep their argument's field (its SQL type), made nullable
+        if (self.name == NULLABLE || self.name == TYPED)
+            && let Some(f) = args.arg_fields.first()
+        {
+            return Ok(Arc::new(
+                f.as_ref().clone().with_name(self.name).with_nullable(true),
+            ));
+        }
         let types: Vec<DataType> = args
             .arg_fields
             .iter()
@@ -299,6 +307,10 @@ pub const STAR_OVER_USING: &str = "weir_star_over_using";
 /// 55's nullability forgets (apache/datafusion#24513, fixed after 55.2):
 /// `SELECT (SELECT 1 WHERE false)` failed, `... IS NULL` was folded to false.
 pub const NULLABLE: &str = "weir_nullable";
+/// `weir_typed(x, 'x as written')`: `x`. What an aggregate's argument with a cast is
+/// wrapped in where another call differs from it only in casts
+/// (`catalog::rewrite::distinct_cast_aggregates`): the text keeps their names apart.
+pub const TYPED: &str = "weir_typed";
 
 /// Every function of this module.
 fn definitions() -> Vec<PgFunction> {
@@ -371,6 +383,12 @@ fn definitions() -> Vec<PgFunction> {
             TypeSignature::Any(1),
             |t| t.first().cloned().unwrap_or(DataType::Null),
             |args, _| array_without_nulls(&args[0]),
+        ),
+        immutable(
+            TYPED,
+            TypeSignature::Any(2),
+            |t| t.first().cloned().unwrap_or(DataType::Null),
+            |args, _| Ok(args[0].clone()),
         ),
         immutable(
             NULLABLE,
