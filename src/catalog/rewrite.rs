@@ -2492,6 +2492,24 @@ fn rewrite_expr(expr: &mut Expr) {
             expr: inner,
             ..
         } => normalize_bytea_literal(inner.as_mut()),
+        // a cast to `timestamp(p)`, `timestamptz(p)` or `time(p)`: to the type, rounded to p
+        // fractional digits (`now()::timestamp(0)`)
+        Expr::Cast {
+            data_type:
+                ast::DataType::Timestamp(precision @ Some(_), _)
+                | ast::DataType::Time(precision @ Some(_), _),
+            ..
+        } => {
+            let digits = precision.take().unwrap_or(6);
+            let cast = std::mem::replace(expr, Expr::value(ast::Value::Null));
+            *expr = call(
+                crate::sql::pg_functions::TIME_ROUND,
+                vec![
+                    cast,
+                    Expr::value(ast::Value::Number(digits.to_string(), false)),
+                ],
+            );
+        }
         // `character` is `character(1)`
         Expr::Cast {
             data_type: t @ (ast::DataType::Char(None) | ast::DataType::Character(None)),
@@ -3761,6 +3779,8 @@ fn type_column_name(t: &ast::DataType) -> String {
             "timestamptz".into()
         }
         D::Timestamp(..) => "timestamp".into(),
+        D::Time(_, ast::TimezoneInfo::Tz | ast::TimezoneInfo::WithTimeZone) => "timetz".into(),
+        D::Time(..) => "time".into(),
         D::Interval { .. } => "interval".into(),
         D::JSONB => "jsonb".into(),
         D::Bytea => "bytea".into(),

@@ -109,6 +109,19 @@ pub fn normalize(s: &str, keep_zone: bool) -> Option<String> {
         end += 1 + s_len;
     }
     let zone = rest[end..].trim();
+    // a zone by name (`America/New_York`, `PDT`): its offset at that wall-clock time
+    let named;
+    let zone = match keep_zone {
+        true => match named_zone_offset(date, &rest[..h_len], &rest[m_at..m_at + 2], seconds, zone)
+        {
+            Some(offset) => {
+                named = offset;
+                named.as_str()
+            }
+            None => zone,
+        },
+        false => zone,
+    };
     // `24:00[:00]` is the next day's midnight, as Postgres reads it
     if &rest[..h_len] == "24"
         && &rest[m_at..m_at + 2] == "00"
@@ -131,6 +144,7 @@ pub fn normalize(s: &str, keep_zone: bool) -> Option<String> {
     if h_len == 2
         && seconds_given
         && (keep_zone || zone.is_empty())
+        && zone == rest[end..].trim()
         && t.len() == s.len()
         && rest.len() == t.len() - 11
     {
@@ -145,6 +159,87 @@ pub fn normalize(s: &str, keep_zone: bool) -> Option<String> {
         out.push_str(zone);
     }
     (out != s).then_some(out)
+}
+
+/// Postgres' default time zone abbreviations (`timezone_abbreviations = 'Default'`) a
+/// timestamptz's text may end with, and their offsets (seconds east of UTC).
+const ZONE_ABBREVIATIONS: &[(&str, i32)] = &[
+    ("UTC", 0),
+    ("UT", 0),
+    ("GMT", 0),
+    ("Z", 0),
+    ("EST", -5 * 3600),
+    ("EDT", -4 * 3600),
+    ("CST", -6 * 3600),
+    ("CDT", -5 * 3600),
+    ("MST", -7 * 3600),
+    ("MDT", -6 * 3600),
+    ("PST", -8 * 3600),
+    ("PDT", -7 * 3600),
+    ("AKST", -9 * 3600),
+    ("AKDT", -8 * 3600),
+    ("HST", -10 * 3600),
+    ("WET", 0),
+    ("WEST", 3600),
+    ("BST", 3600),
+    ("CET", 3600),
+    ("CEST", 2 * 3600),
+    ("MET", 3600),
+    ("MEST", 2 * 3600),
+    ("EET", 2 * 3600),
+    ("EEST", 3 * 3600),
+    ("MSK", 3 * 3600),
+    ("IST", 2 * 3600),
+    ("JST", 9 * 3600),
+    ("KST", 9 * 3600),
+    ("HKT", 8 * 3600),
+    ("SGT", 8 * 3600),
+    ("AWST", 8 * 3600),
+    ("ACST", 9 * 3600 + 1800),
+    ("ACDT", 10 * 3600 + 1800),
+    ("AEST", 10 * 3600),
+    ("AEDT", 11 * 3600),
+    ("NZST", 12 * 3600),
+    ("NZDT", 13 * 3600),
+];
+
+/// A zone written by name after a time (`2024-03-10 02:30 America/New_York`, `... PDT`) as
+/// the numeric offset it has at that wall-clock time (`-05:00`): an abbreviation's fixed
+/// one, an IANA zone's by its rules, a skipped local time (a spring-forward gap) read with
+/// the offset before it and a repeated one as standard time, as Postgres and
+/// `AT TIME ZONE` read them. None when `zone` is not a name (an offset, nothing) or not one
+/// known (the cast then refuses the text).
+fn named_zone_offset(
+    date: &str,
+    hours: &str,
+    minutes: &str,
+    seconds: &str,
+    zone: &str,
+) -> Option<String> {
+    if !zone.starts_with(|c: char| c.is_ascii_alphabetic()) {
+        return None;
+    }
+    let offset = match ZONE_ABBREVIATIONS
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(zone))
+    {
+        Some((_, o)) => *o as i64,
+        None => {
+            let named = crate::sql::time_zone::Zone::parse(zone).ok()?;
+            let local = chrono::NaiveDateTime::parse_from_str(
+                &format!("{date} {hours}:{minutes}{seconds}"),
+                "%Y-%m-%d %H:%M:%S%.f",
+            )
+            .ok()?
+            .and_utc()
+            .timestamp_micros();
+            let utc = named.utc_of_local_us(local)?;
+            (local - utc) / 1_000_000
+        }
+    };
+    let sign = if offset < 0 { '-' } else { '+' };
+    let a = offset.unsigned_abs();
+    Some(format!("{sign}{:02}:{:02}", a / 3600, a / 60 % 60))
 }
 
 /// [`normalize`] over a text array (other arrays are returned as they are); one pass, and

@@ -311,6 +311,11 @@ pub const NULLABLE: &str = "weir_nullable";
 /// wrapped in where another call differs from it only in casts
 /// (`catalog::rewrite::distinct_cast_aggregates`): the text keeps their names apart.
 pub const TYPED: &str = "weir_typed";
+/// `weir_time_round(x, p)`: a `timestamp`, `timestamptz` or `time` rounded to `p`
+/// fractional digits of a second, half away from zero, as Postgres' `timestamp(p)` /
+/// `time(p)` do (`'23:59:59.5'::time(0)` is `24:00:00`); infinities stay. What a cast to a
+/// type with a precision becomes (`now()::timestamp(0)`).
+pub const TIME_ROUND: &str = "weir_time_round";
 
 /// Every function of this module.
 fn definitions() -> Vec<PgFunction> {
@@ -383,6 +388,12 @@ fn definitions() -> Vec<PgFunction> {
             TypeSignature::Any(1),
             |t| t.first().cloned().unwrap_or(DataType::Null),
             |args, _| array_without_nulls(&args[0]),
+        ),
+        immutable(
+            TIME_ROUND,
+            TypeSignature::Any(2),
+            |t| t.first().cloned().unwrap_or(DataType::Null),
+            |args, _| time_round(&args[0], &args[1]),
         ),
         immutable(
             TYPED,
@@ -2695,6 +2706,63 @@ fn quote_literal(a: &ArrayRef, nullable: bool) -> DfResult<ArrayRef> {
         }
     }
     Ok(Arc::new(out.finish()))
+}
+
+/// [`TIME_ROUND`]: each value's microseconds rounded to a multiple of 10^(6 - p).
+fn time_round(x: &ArrayRef, p: &ArrayRef) -> DfResult<ArrayRef> {
+    use datafusion::arrow::datatypes::{
+        Int64Type, Time64MicrosecondType, Time64NanosecondType, TimestampMicrosecondType,
+        TimestampNanosecondType,
+    };
+    let p = cast(p, &DataType::Int64)?;
+    let p = p.as_primitive::<Int64Type>();
+    let digits = match p.iter().flatten().next() {
+        None => return Ok(x.clone()),
+        Some(d) if d < 0 => {
+            return Err(pg_error(
+                sqlstate::INVALID_PARAMETER_VALUE,
+                format!("TIMESTAMP({d}) precision must not be negative"),
+            ));
+        }
+        Some(d) => d.min(6) as u32,
+    };
+    // (in the values' own unit: microseconds, or nanoseconds for a time)
+    let ns = matches!(
+        x.data_type(),
+        DataType::Time64(TimeUnit::Nanosecond) | DataType::Timestamp(TimeUnit::Nanosecond, _)
+    );
+    let unit = 10i64.pow(6 - digits) * if ns { 1000 } else { 1 };
+    // half away from zero; the infinities (the extremes) stay
+    let round = |v: i64| {
+        if v == i64::MAX || v == i64::MIN {
+            v
+        } else if v >= 0 {
+            (v + unit / 2) / unit * unit
+        } else {
+            -((-v + unit / 2) / unit * unit)
+        }
+    };
+    Ok(match x.data_type() {
+        DataType::Timestamp(TimeUnit::Microsecond, tz) => Arc::new(
+            x.as_primitive::<TimestampMicrosecondType>()
+                .unary::<_, TimestampMicrosecondType>(round)
+                .with_timezone_opt(tz.clone()),
+        ),
+        DataType::Timestamp(TimeUnit::Nanosecond, tz) => Arc::new(
+            x.as_primitive::<TimestampNanosecondType>()
+                .unary::<_, TimestampNanosecondType>(round)
+                .with_timezone_opt(tz.clone()),
+        ),
+        DataType::Time64(TimeUnit::Microsecond) => Arc::new(
+            x.as_primitive::<Time64MicrosecondType>()
+                .unary::<_, Time64MicrosecondType>(round),
+        ),
+        DataType::Time64(TimeUnit::Nanosecond) => Arc::new(
+            x.as_primitive::<Time64NanosecondType>()
+                .unary::<_, Time64NanosecondType>(round),
+        ),
+        _ => x.clone(),
+    })
 }
 
 /// [`ARRAY_SORT_KEY`]: the arrays' rows in arrow's row format with NULL elements last.
