@@ -387,6 +387,7 @@ impl Engine {
         params: Option<ParamValues>,
         notices: Option<tokio::sync::mpsc::UnboundedSender<String>>,
     ) -> Result<Output> {
+        session.settle_function_settings();
         session.sync_time_zone();
         if let Some(what) = write_kind(&parsed.stmt) {
             session.check_writable(what)?;

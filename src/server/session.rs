@@ -427,6 +427,29 @@ impl Session {
         Ok(Some(stored))
     }
 
+    /// What `set_config()` set in the statements before this one, taken in as SET / SET
+    /// LOCAL are: in a block, kept to be undone by ROLLBACK (and, `is_local`, when the
+    /// block ends); outside one, an `is_local` change lasted its statement's implicit
+    /// transaction and goes back now. Called before each statement.
+    pub fn settle_function_settings(&mut self) {
+        let changed = self.settings.write().take_journal();
+        if changed.is_empty() {
+            return;
+        }
+        if self.in_transaction {
+            self.tx_settings.extend(changed);
+        } else {
+            for (k, (name, before, local)) in changed.iter().enumerate().rev() {
+                // (a later session-wide set_config of the same name outlives it)
+                let kept_later = changed[k + 1..].iter().any(|(n, _, l)| n == name && !l);
+                if *local && !kept_later {
+                    self.settings.write().restore(name, before.clone());
+                }
+            }
+        }
+        self.sync_time_zone();
+    }
+
     /// ROLLBACK TO a savepoint: the settings SET since it go back, newest first.
     pub fn rollback_settings_to(&mut self, len: usize) {
         if len >= self.tx_settings.len() {
@@ -615,13 +638,14 @@ fn register_current_setting(
         DataType::Utf8,
         Arc::new(f),
     )));
-    // set_config(name, value, is_local): sets it for the session and returns the value
-    // (is_local is treated as session-wide, and it is not undone by ROLLBACK: it sets the
-    // store directly, where SET / SET LOCAL go through `Session::set_in_block`)
+    // set_config(name, value, is_local): sets it and returns the value; journaled, so the
+    // session keeps it as SET / SET LOCAL in its block (`Session::settle_function_settings`)
     let set = move |args: &[ColumnarValue]| -> datafusion::error::Result<ColumnarValue> {
         let arrays = ColumnarValue::values_to_arrays(args)?;
         let names = datafusion::arrow::compute::cast(&arrays[0], &DataType::Utf8)?;
         let values = datafusion::arrow::compute::cast(&arrays[1], &DataType::Utf8)?;
+        let locals = datafusion::arrow::compute::cast(&arrays[2], &DataType::Boolean)?;
+        let locals = locals.as_boolean();
         let (names, values) = (names.as_string::<i32>(), values.as_string::<i32>());
         let mut out = Vec::with_capacity(names.len());
         for i in 0..names.len() {
@@ -634,7 +658,8 @@ fn register_current_setting(
             } else {
                 values.value(i)
             };
-            match writer.write().set(names.value(i), v) {
+            let local = locals.is_valid(i) && locals.value(i);
+            match writer.write().set_from_function(names.value(i), v, local) {
                 Ok(stored) => out.push(Some(stored)),
                 Err(e) => return Err(datafusion::error::DataFusionError::External(Box::new(e))),
             }

@@ -360,6 +360,10 @@ pub struct SettingsStore {
     defaults: BTreeMap<String, String>,
     memory: Arc<StatementMemoryPool>,
     max_work_mem: usize,
+    /// What `set_config()` changed since the session last looked: (name, the value the
+    /// session had SET before, is_local), for the session to keep as a SET in its block
+    /// ([`crate::server::session::Session::settle_function_settings`]).
+    journal: Vec<(String, Option<String>, bool)>,
 }
 
 impl SettingsStore {
@@ -380,7 +384,22 @@ impl SettingsStore {
             defaults,
             memory,
             max_work_mem,
+            journal: Vec::new(),
         }
+    }
+
+    /// `set_config(name, value, is_local)`: [`set`](Self::set), journaled.
+    pub fn set_from_function(&mut self, name: &str, value: &str, local: bool) -> Result<String> {
+        let n = normalize(name);
+        let before = self.session_value(&n);
+        let v = self.set(&n, value)?;
+        self.journal.push((n, before, local));
+        Ok(v)
+    }
+
+    /// The `set_config()` changes since the last call, oldest first.
+    pub fn take_journal(&mut self) -> Vec<(String, Option<String>, bool)> {
+        std::mem::take(&mut self.journal)
     }
 
     pub fn get(&self, name: &str) -> Option<String> {
