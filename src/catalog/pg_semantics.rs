@@ -1019,7 +1019,8 @@ pub fn fix_planned(plan: LogicalPlan) -> DfResult<LogicalPlan> {
             let (p, c3) = real_math_in_double(p)?;
             let (p, c4) = nullable_scalar_subqueries(p)?;
             let (p, c5) = numeric_avg(p)?;
-            let c = c || c1 || c2 || c3 || c4 || c5;
+            let (p, c6) = numeric_window_avg(p)?;
+            let c = c || c1 || c2 || c3 || c4 || c5 || c6;
             changed |= c;
             Ok(if c {
                 Transformed::yes(p)
@@ -1322,6 +1323,83 @@ fn numeric_avg(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
         exprs.push(value.alias_qualified(q.cloned(), f.name()));
     }
     let projection = Projection::try_new(exprs, Arc::new(LogicalPlan::Aggregate(inner)))?;
+    Ok((LogicalPlan::Projection(projection), true))
+}
+
+/// [`numeric_avg`] for `avg(x) OVER (...)`: `sum(x) OVER (...)` and `count(x) OVER (...)`
+/// (the same window), divided in a projection over the window under the avg's name (in a
+/// materialized view both are running values, continued as rows arrive).
+fn numeric_window_avg(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
+    use datafusion::logical_expr::expr::{WindowFunction, WindowFunctionDefinition};
+    use datafusion::logical_expr::{Projection, Window};
+    let LogicalPlan::Window(w) = &plan else {
+        return Ok((plan, false));
+    };
+    let in_schema = w.input.schema();
+    let exact = |t: &DataType| t.is_integer() || matches!(t, DataType::Decimal128(..));
+    let is_avg = |e: &Expr| -> Option<WindowFunction> {
+        let inner = match e {
+            Expr::Alias(al) => al.expr.as_ref(),
+            other => other,
+        };
+        match inner {
+            Expr::WindowFunction(f)
+                if matches!(&f.fun, WindowFunctionDefinition::AggregateUDF(u)
+                    if matches!(u.name(), "avg" | "mean"))
+                    && f.params.args.len() == 1
+                    && f.params.args[0]
+                        .get_type(in_schema)
+                        .is_ok_and(|t| exact(&t)) =>
+            {
+                Some(f.as_ref().clone())
+            }
+            _ => None,
+        }
+    };
+    if !w.window_expr.iter().any(|e| is_avg(e).is_some()) {
+        return Ok((plan, false));
+    }
+    let n_input = in_schema.fields().len();
+    let mut exprs = Vec::with_capacity(w.window_expr.len() + 1);
+    let mut sources: Vec<Result<usize, (usize, usize)>> = Vec::new();
+    for (k, e) in w.window_expr.iter().enumerate() {
+        match is_avg(e) {
+            Some(f) => {
+                let with = |func: Arc<AggregateUDF>| {
+                    let mut g = f.clone();
+                    g.fun = WindowFunctionDefinition::AggregateUDF(func);
+                    Expr::WindowFunction(Box::new(g))
+                };
+                let sum = with(datafusion::functions_aggregate::sum::sum_udaf());
+                let count = with(datafusion::functions_aggregate::count::count_udaf());
+                sources.push(Err((exprs.len(), exprs.len() + 1)));
+                exprs.push(sum.alias(format!("__weir_window_avg_sum_{k}")));
+                exprs.push(count.alias(format!("__weir_window_avg_count_{k}")));
+            }
+            None => {
+                sources.push(Ok(exprs.len()));
+                exprs.push(e.clone());
+            }
+        }
+    }
+    let inner = Window::try_new(exprs, w.input.clone())?;
+    let cols = inner.schema.columns();
+    let mut out = Vec::with_capacity(w.schema.fields().len());
+    for (i, (q, f)) in w.schema.iter().enumerate() {
+        let value = if i < n_input {
+            Expr::Column(cols[i].clone())
+        } else {
+            match sources[i - n_input] {
+                Ok(at) => Expr::Column(cols[n_input + at].clone()),
+                Err((sum, count)) => NumericArith::udf(NumericOp::Avg).call(vec![
+                    Expr::Column(cols[n_input + sum].clone()),
+                    Expr::Column(cols[n_input + count].clone()),
+                ]),
+            }
+        };
+        out.push(value.alias_qualified(q.cloned(), f.name()));
+    }
+    let projection = Projection::try_new(out, Arc::new(LogicalPlan::Window(inner)))?;
     Ok((LogicalPlan::Projection(projection), true))
 }
 
