@@ -1254,153 +1254,163 @@ fn integral_scale(
 /// maintained incrementally as any sum and count are. (`avg(x) OVER (...)` is left as it
 /// is.)
 fn numeric_avg(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
-    use datafusion::logical_expr::{Aggregate, Projection};
+    use datafusion::logical_expr::Aggregate;
     let LogicalPlan::Aggregate(a) = &plan else {
         return Ok((plan, false));
     };
     let in_schema = a.input.schema();
-    let exact = |t: &DataType| t.is_integer() || matches!(t, DataType::Decimal128(..));
-    let is_avg = |e: &Expr| -> Option<datafusion::logical_expr::expr::AggregateFunction> {
-        let inner = match e {
-            Expr::Alias(al) => al.expr.as_ref(),
-            other => other,
-        };
-        match inner {
-            Expr::AggregateFunction(f)
-                if matches!(f.func.name(), "avg" | "mean")
-                    && f.params.args.len() == 1
-                    && f.params.args[0]
-                        .get_type(in_schema)
-                        .is_ok_and(|t| exact(&t)) =>
-            {
-                Some(f.clone())
-            }
-            _ => None,
+    let split = split_avgs(&a.aggr_expr, "avg", |e| match e {
+        Expr::AggregateFunction(f)
+            if matches!(f.func.name(), "avg" | "mean")
+                && f.params.args.len() == 1
+                && exact_avg_argument(&f.params.args[0], in_schema) =>
+        {
+            let with = |func: Arc<AggregateUDF>| {
+                let mut g = f.clone();
+                g.func = func;
+                Expr::AggregateFunction(g)
+            };
+            Some((
+                with(datafusion::functions_aggregate::sum::sum_udaf()),
+                with(datafusion::functions_aggregate::count::count_udaf()),
+            ))
         }
-    };
-    if !a.aggr_expr.iter().any(|e| is_avg(e).is_some()) {
+        _ => None,
+    });
+    let Some((exprs, sources)) = split else {
         return Ok((plan, false));
-    }
+    };
     let n_groups = a.schema.fields().len() - a.aggr_expr.len();
-    let mut aggr = Vec::with_capacity(a.aggr_expr.len() + 1);
-    // per output aggregate: its position(s) in the new aggregate
-    let mut sources: Vec<Result<usize, (usize, usize)>> = Vec::new();
-    for (k, e) in a.aggr_expr.iter().enumerate() {
-        match is_avg(e) {
-            Some(f) => {
-                let with = |func: Arc<AggregateUDF>| {
-                    let mut g = f.clone();
-                    g.func = func;
-                    Expr::AggregateFunction(g)
-                };
-                let sum = with(datafusion::functions_aggregate::sum::sum_udaf());
-                let count = with(datafusion::functions_aggregate::count::count_udaf());
-                sources.push(Err((aggr.len(), aggr.len() + 1)));
-                aggr.push(sum.alias(format!("__weir_avg_sum_{k}")));
-                aggr.push(count.alias(format!("__weir_avg_count_{k}")));
-            }
-            None => {
-                sources.push(Ok(aggr.len()));
-                aggr.push(e.clone());
-            }
-        }
-    }
-    let inner = Aggregate::try_new(a.input.clone(), a.group_expr.clone(), aggr)?;
-    let cols = inner.schema.columns();
-    let mut exprs = Vec::with_capacity(a.schema.fields().len());
-    for (i, (q, f)) in a.schema.iter().enumerate() {
-        let value = if i < n_groups {
-            Expr::Column(cols[i].clone())
-        } else {
-            match sources[i - n_groups] {
-                Ok(at) => Expr::Column(cols[n_groups + at].clone()),
-                Err((sum, count)) => NumericArith::udf(NumericOp::Avg).call(vec![
-                    Expr::Column(cols[n_groups + sum].clone()),
-                    Expr::Column(cols[n_groups + count].clone()),
-                ]),
-            }
-        };
-        exprs.push(value.alias_qualified(q.cloned(), f.name()));
-    }
-    let projection = Projection::try_new(exprs, Arc::new(LogicalPlan::Aggregate(inner)))?;
-    Ok((LogicalPlan::Projection(projection), true))
+    let inner = Aggregate::try_new(a.input.clone(), a.group_expr.clone(), exprs)?;
+    let inner_schema = inner.schema.clone();
+    let out = avg_projection(
+        &a.schema,
+        n_groups,
+        LogicalPlan::Aggregate(inner),
+        &inner_schema,
+        &sources,
+    )?;
+    Ok((out, true))
 }
 
 /// [`numeric_avg`] for `avg(x) OVER (...)`: `sum(x) OVER (...)` and `count(x) OVER (...)`
 /// (the same window), divided in a projection over the window under the avg's name (in a
 /// materialized view both are running values, continued as rows arrive).
 fn numeric_window_avg(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
-    use datafusion::logical_expr::expr::{WindowFunction, WindowFunctionDefinition};
-    use datafusion::logical_expr::{Projection, Window};
+    use datafusion::logical_expr::Window;
+    use datafusion::logical_expr::expr::WindowFunctionDefinition;
     let LogicalPlan::Window(w) = &plan else {
         return Ok((plan, false));
     };
     let in_schema = w.input.schema();
-    let exact = |t: &DataType| t.is_integer() || matches!(t, DataType::Decimal128(..));
-    let is_avg = |e: &Expr| -> Option<WindowFunction> {
-        let inner = match e {
-            Expr::Alias(al) => al.expr.as_ref(),
-            other => other,
-        };
-        match inner {
-            Expr::WindowFunction(f)
-                if matches!(&f.fun, WindowFunctionDefinition::AggregateUDF(u)
-                    if matches!(u.name(), "avg" | "mean"))
-                    && f.params.args.len() == 1
-                    && f.params.args[0]
-                        .get_type(in_schema)
-                        .is_ok_and(|t| exact(&t)) =>
-            {
-                Some(f.as_ref().clone())
-            }
-            _ => None,
+    let split = split_avgs(&w.window_expr, "window_avg", |e| match e {
+        Expr::WindowFunction(f)
+            if matches!(&f.fun, WindowFunctionDefinition::AggregateUDF(u)
+                if matches!(u.name(), "avg" | "mean"))
+                && f.params.args.len() == 1
+                && exact_avg_argument(&f.params.args[0], in_schema) =>
+        {
+            let with = |func: Arc<AggregateUDF>| {
+                let mut g = f.as_ref().clone();
+                g.fun = WindowFunctionDefinition::AggregateUDF(func);
+                Expr::WindowFunction(Box::new(g))
+            };
+            Some((
+                with(datafusion::functions_aggregate::sum::sum_udaf()),
+                with(datafusion::functions_aggregate::count::count_udaf()),
+            ))
         }
-    };
-    if !w.window_expr.iter().any(|e| is_avg(e).is_some()) {
+        _ => None,
+    });
+    let Some((exprs, sources)) = split else {
         return Ok((plan, false));
-    }
+    };
     let n_input = in_schema.fields().len();
-    let mut exprs = Vec::with_capacity(w.window_expr.len() + 1);
-    let mut sources: Vec<Result<usize, (usize, usize)>> = Vec::new();
-    for (k, e) in w.window_expr.iter().enumerate() {
-        match is_avg(e) {
-            Some(f) => {
-                let with = |func: Arc<AggregateUDF>| {
-                    let mut g = f.clone();
-                    g.fun = WindowFunctionDefinition::AggregateUDF(func);
-                    Expr::WindowFunction(Box::new(g))
-                };
-                let sum = with(datafusion::functions_aggregate::sum::sum_udaf());
-                let count = with(datafusion::functions_aggregate::count::count_udaf());
-                sources.push(Err((exprs.len(), exprs.len() + 1)));
-                exprs.push(sum.alias(format!("__weir_window_avg_sum_{k}")));
-                exprs.push(count.alias(format!("__weir_window_avg_count_{k}")));
+    let inner = Window::try_new(exprs, w.input.clone())?;
+    let inner_schema = inner.schema.clone();
+    let out = avg_projection(
+        &w.schema,
+        n_input,
+        LogicalPlan::Window(inner),
+        &inner_schema,
+        &sources,
+    )?;
+    Ok((out, true))
+}
+
+/// Whether `avg` of `x` is a `numeric` in Postgres: of an integer or a numeric.
+fn exact_avg_argument(x: &Expr, schema: &DFSchema) -> bool {
+    x.get_type(schema)
+        .is_ok_and(|t| t.is_integer() || matches!(t, DataType::Decimal128(..)))
+}
+
+/// Where an output column of a node split by [`split_avgs`] comes from: its own column, or
+/// the sum and count columns an avg became (positions among the node's new expressions).
+type AvgSource = Result<usize, (usize, usize)>;
+
+/// A node's expressions (aggregates, window functions) with each `avg` that `sum_count`
+/// takes apart replaced by its sum and its count (named `__weir_{tag}_sum_k`,
+/// `__weir_{tag}_count_k`), and where each original column now comes from; None when none
+/// is.
+fn split_avgs(
+    exprs: &[Expr],
+    tag: &str,
+    sum_count: impl Fn(&Expr) -> Option<(Expr, Expr)>,
+) -> Option<(Vec<Expr>, Vec<AvgSource>)> {
+    let unaliased = |e: &Expr| match e {
+        Expr::Alias(al) => al.expr.as_ref().clone(),
+        other => other.clone(),
+    };
+    if !exprs.iter().any(|e| sum_count(&unaliased(e)).is_some()) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(exprs.len() + 1);
+    let mut sources = Vec::with_capacity(exprs.len());
+    for (k, e) in exprs.iter().enumerate() {
+        match sum_count(&unaliased(e)) {
+            Some((sum, count)) => {
+                sources.push(Err((out.len(), out.len() + 1)));
+                out.push(sum.alias(format!("__weir_{tag}_sum_{k}")));
+                out.push(count.alias(format!("__weir_{tag}_count_{k}")));
             }
             None => {
-                sources.push(Ok(exprs.len()));
-                exprs.push(e.clone());
+                sources.push(Ok(out.len()));
+                out.push(e.clone());
             }
         }
     }
-    let inner = Window::try_new(exprs, w.input.clone())?;
-    let cols = inner.schema.columns();
-    let mut out = Vec::with_capacity(w.schema.fields().len());
-    for (i, (q, f)) in w.schema.iter().enumerate() {
-        let value = if i < n_input {
+    Some((out, sources))
+}
+
+/// The projection over `inner` (a node [`split_avgs`] split) that gives back the columns of
+/// `schema` (the node before): the first `n_pass` as they are, then each expression's
+/// column, an avg as its sum divided by its count (`NumericOp::Avg`), under its name.
+fn avg_projection(
+    schema: &DFSchema,
+    n_pass: usize,
+    inner: LogicalPlan,
+    inner_schema: &DFSchema,
+    sources: &[AvgSource],
+) -> DfResult<LogicalPlan> {
+    let cols = inner_schema.columns();
+    let mut exprs = Vec::with_capacity(schema.fields().len());
+    for (i, (q, f)) in schema.iter().enumerate() {
+        let value = if i < n_pass {
             Expr::Column(cols[i].clone())
         } else {
-            match sources[i - n_input] {
-                Ok(at) => Expr::Column(cols[n_input + at].clone()),
+            match sources[i - n_pass] {
+                Ok(at) => Expr::Column(cols[n_pass + at].clone()),
                 Err((sum, count)) => NumericArith::udf(NumericOp::Avg).call(vec![
-                    Expr::Column(cols[n_input + sum].clone()),
-                    Expr::Column(cols[n_input + count].clone()),
+                    Expr::Column(cols[n_pass + sum].clone()),
+                    Expr::Column(cols[n_pass + count].clone()),
                 ]),
             }
         };
-        out.push(value.alias_qualified(q.cloned(), f.name()));
+        exprs.push(value.alias_qualified(q.cloned(), f.name()));
     }
-    let projection = Projection::try_new(out, Arc::new(LogicalPlan::Window(inner)))?;
-    Ok((LogicalPlan::Projection(projection), true))
+    Ok(LogicalPlan::Projection(
+        datafusion::logical_expr::Projection::try_new(exprs, Arc::new(inner))?,
+    ))
 }
 
 /// A scalar subquery is NULL when it has no rows, whatever its column's nullability; a

@@ -699,11 +699,65 @@ fn mark_star_over_using(select: &mut ast::Select) {
 /// x; else false if there are no rows; else NULL if x is NULL or some row is NULL; else
 /// false.
 fn subquery_predicates_as_counts(e: &mut Expr, outer: Option<&Ident>) {
-    struct Rewrite<'a> {
+    this_level_exprs_mut(e, |e| {
+        let replaced = match e {
+            Expr::Exists { subquery, negated } => count_query(subquery).map(|q| {
+                let op = if *negated { "=" } else { ">" };
+                parse_expr(&format!("(({q}) {op} 0)"))
+            }),
+            Expr::InSubquery {
+                expr: x,
+                subquery,
+                negated,
+            } => {
+                // over the subquery as a derived table whose one column is `c`, so
+                // the outer expression cannot be captured by a name inside it
+                let (found, nulls, all) = match correlated_in_counts(x, subquery, outer) {
+                    // a subquery that reads the outer row: counted where it stands
+                    Some((f, n, a)) => (Some(f), Some(n), Some(a)),
+                    None => {
+                        let x = x.to_string();
+                        let over = |cond: &str| {
+                            Some(format!(
+                                "SELECT count(*) FROM ({subquery}) AS weir_sub(c) WHERE {cond}"
+                            ))
+                        };
+                        (
+                            over(&format!("weir_sub.c = ({x})")),
+                            over("weir_sub.c IS NULL"),
+                            over("TRUE"),
+                        )
+                    }
+                };
+                let x = x.to_string();
+                match (found, nulls, all) {
+                    (Some(f), Some(n), Some(a)) => {
+                        let t = format!(
+                            "(CASE WHEN ({f}) > 0 THEN TRUE WHEN ({a}) = 0 THEN FALSE \
+                         WHEN ({x}) IS NULL OR ({n}) > 0 THEN NULL ELSE FALSE END)"
+                        );
+                        Some(parse_expr(&if *negated { format!("(NOT {t})") } else { t }))
+                    }
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        if let Some(r) = replaced {
+            *e = r;
+        }
+    });
+}
+
+/// Visit the expressions of one query level in `node`, innermost first, leaving the
+/// subqueries inside it alone (they have FROM clauses and aggregates of their own; a
+/// subquery expression itself is visited, as an expression of this level).
+pub(crate) fn this_level_exprs_mut<T: VisitMut + ?Sized>(node: &mut T, f: impl FnMut(&mut Expr)) {
+    struct Level<F> {
         depth: usize,
-        outer: Option<&'a Ident>,
+        f: F,
     }
-    impl VisitorMut for Rewrite<'_> {
+    impl<F: FnMut(&mut Expr)> VisitorMut for Level<F> {
         type Break = ();
         fn pre_visit_query(&mut self, _: &mut ast::Query) -> ControlFlow<()> {
             self.depth += 1;
@@ -714,59 +768,13 @@ fn subquery_predicates_as_counts(e: &mut Expr, outer: Option<&Ident>) {
             ControlFlow::Continue(())
         }
         fn post_visit_expr(&mut self, e: &mut Expr) -> ControlFlow<()> {
-            if self.depth > 0 {
-                return ControlFlow::Continue(());
-            }
-            let replaced = match e {
-                Expr::Exists { subquery, negated } => count_query(subquery).map(|q| {
-                    let op = if *negated { "=" } else { ">" };
-                    parse_expr(&format!("(({q}) {op} 0)"))
-                }),
-                Expr::InSubquery {
-                    expr: x,
-                    subquery,
-                    negated,
-                } => {
-                    // over the subquery as a derived table whose one column is `c`, so
-                    // the outer expression cannot be captured by a name inside it
-                    let (found, nulls, all) = match correlated_in_counts(x, subquery, self.outer) {
-                        // a subquery that reads the outer row: counted where it stands
-                        Some((f, n, a)) => (Some(f), Some(n), Some(a)),
-                        None => {
-                            let x = x.to_string();
-                            let over = |cond: &str| {
-                                Some(format!(
-                                    "SELECT count(*) FROM ({subquery}) AS weir_sub(c) WHERE {cond}"
-                                ))
-                            };
-                            (
-                                over(&format!("weir_sub.c = ({x})")),
-                                over("weir_sub.c IS NULL"),
-                                over("TRUE"),
-                            )
-                        }
-                    };
-                    let x = x.to_string();
-                    match (found, nulls, all) {
-                        (Some(f), Some(n), Some(a)) => {
-                            let t = format!(
-                                "(CASE WHEN ({f}) > 0 THEN TRUE WHEN ({a}) = 0 THEN FALSE \
-                                 WHEN ({x}) IS NULL OR ({n}) > 0 THEN NULL ELSE FALSE END)"
-                            );
-                            Some(parse_expr(&if *negated { format!("(NOT {t})") } else { t }))
-                        }
-                        _ => None,
-                    }
-                }
-                _ => None,
-            };
-            if let Some(r) = replaced {
-                *e = r;
+            if self.depth == 0 {
+                (self.f)(e);
             }
             ControlFlow::Continue(())
         }
     }
-    let _ = e.visit(&mut Rewrite { depth: 0, outer });
+    let _ = node.visit(&mut Level { depth: 0, f });
 }
 
 /// The name of the one relation a select reads (its alias, else its table name).
@@ -3356,51 +3364,27 @@ fn distinct_cast_aggregates(q: &mut ast::Query) {
         });
         x
     }
-    /// The aggregate calls of one query level (not of the subqueries inside it).
-    struct Calls<F: FnMut(&mut ast::Function)> {
-        depth: usize,
-        each: F,
-    }
-    impl<F: FnMut(&mut ast::Function)> VisitorMut for Calls<F> {
-        type Break = ();
-        fn pre_visit_query(&mut self, _: &mut ast::Query) -> ControlFlow<()> {
-            self.depth += 1;
-            ControlFlow::Continue(())
-        }
-        fn post_visit_query(&mut self, _: &mut ast::Query) -> ControlFlow<()> {
-            self.depth -= 1;
-            ControlFlow::Continue(())
-        }
-        fn pre_visit_expr(&mut self, e: &mut Expr) -> ControlFlow<()> {
-            if self.depth == 0
-                && let Expr::Function(f) = e
+    let ast::SetExpr::Select(select) = q.body.as_mut() else {
+        return;
+    };
+    /// The aggregate calls of the select list, HAVING and ORDER BY of one query level.
+    fn each_call(
+        select: &mut ast::Select,
+        order_by: &mut Option<ast::OrderBy>,
+        mut each: impl FnMut(&mut ast::Function),
+    ) {
+        let mut call = |e: &mut Expr| {
+            if let Expr::Function(f) = e
                 && f.over.is_none()
                 && last_name(&f.name)
                     .is_some_and(|n| CAST_SENSITIVE_AGGREGATES.contains(&n.to_lowercase().as_str()))
             {
-                (self.each)(f);
+                each(f);
             }
-            ControlFlow::Continue(())
-        }
-    }
-    let ast::SetExpr::Select(select) = q.body.as_mut() else {
-        return;
-    };
-    fn each_call(
-        select: &mut ast::Select,
-        order_by: &mut Option<ast::OrderBy>,
-        each: impl FnMut(&mut ast::Function),
-    ) {
-        let mut calls = Calls { depth: 0, each };
-        for item in select.projection.iter_mut() {
-            let _ = item.visit(&mut calls);
-        }
-        if let Some(h) = select.having.as_mut() {
-            let _ = h.visit(&mut calls);
-        }
-        if let Some(o) = order_by.as_mut() {
-            let _ = o.visit(&mut calls);
-        }
+        };
+        this_level_exprs_mut(&mut select.projection, &mut call);
+        this_level_exprs_mut(&mut select.having, &mut call);
+        this_level_exprs_mut(order_by, &mut call);
     }
     // each call's text by its text without casts
     let mut by_plain: HashMap<String, HashSet<String>> = HashMap::new();

@@ -218,10 +218,6 @@ impl VisitorMut for Rows<'_> {
         if rows.is_empty() {
             return ControlFlow::Continue(());
         }
-        let mut r = Replace {
-            rows: &rows,
-            depth: 0,
-        };
         for item in select.projection.iter_mut() {
             // `SELECT t`, `SELECT t::text`, `SELECT (t)`: named t, as Postgres names them
             if let ast::SelectItem::UnnamedExpr(e) = item {
@@ -235,18 +231,18 @@ impl VisitorMut for Rows<'_> {
             if let ast::SelectItem::UnnamedExpr(e)
             | ast::SelectItem::ExprWithAlias { expr: e, .. } = item
             {
-                let _ = e.visit(&mut r);
+                replace_rows(e, &rows);
             }
         }
         if let Some(e) = select.selection.as_mut() {
-            let _ = e.visit(&mut r);
+            replace_rows(e, &rows);
         }
         if let Some(e) = select.having.as_mut() {
-            let _ = e.visit(&mut r);
+            replace_rows(e, &rows);
         }
         if let ast::GroupByExpr::Expressions(exprs, _) = &mut select.group_by {
             for e in exprs.iter_mut() {
-                let _ = e.visit(&mut r);
+                replace_rows(e, &rows);
             }
         }
         ControlFlow::Continue(())
@@ -269,31 +265,11 @@ fn row_name(e: &Expr) -> Option<String> {
 
 /// Whole-row names in the expressions of one SELECT (not in its subqueries, which have
 /// FROM clauses of their own) replaced by their rows.
-struct Replace<'a> {
-    rows: &'a HashMap<String, Expr>,
-    depth: usize,
-}
-
-impl VisitorMut for Replace<'_> {
-    type Break = ();
-
-    fn pre_visit_query(&mut self, _: &mut ast::Query) -> ControlFlow<()> {
-        self.depth += 1;
-        ControlFlow::Continue(())
-    }
-
-    fn post_visit_query(&mut self, _: &mut ast::Query) -> ControlFlow<()> {
-        self.depth -= 1;
-        ControlFlow::Continue(())
-    }
-
-    fn post_visit_expr(&mut self, e: &mut Expr) -> ControlFlow<()> {
-        if self.depth > 0 {
-            return ControlFlow::Continue(());
-        }
+fn replace_rows<T: ast::VisitMut + ?Sized>(node: &mut T, rows: &HashMap<String, Expr>) {
+    crate::catalog::rewrite::this_level_exprs_mut(node, |e| {
         match e {
             Expr::Identifier(id) => {
-                if let Some(row) = self.rows.get(&normalize_ident(id)) {
+                if let Some(row) = rows.get(&normalize_ident(id)) {
                     *e = row.clone();
                 }
             }
@@ -303,16 +279,14 @@ impl VisitorMut for Replace<'_> {
                     Expr::Nested(x) => x.as_ref(),
                     other => other,
                 };
-                if let Some((name, _)) = self.rows.iter().find(|(_, row)| **row == *inner) {
+                if let Some((name, _)) = rows.iter().find(|(_, row)| **row == *inner) {
                     **root = Expr::Identifier(Ident::with_quote('"', name.clone()));
                 }
             }
             // `(t.*)` as a value
             Expr::QualifiedWildcard(name, _) => {
                 if let [part] = name.0.as_slice()
-                    && let Some(row) = part
-                        .as_ident()
-                        .and_then(|i| self.rows.get(&normalize_ident(i)))
+                    && let Some(row) = part.as_ident().and_then(|i| rows.get(&normalize_ident(i)))
                 {
                     *e = row.clone();
                 }
@@ -332,9 +306,8 @@ impl VisitorMut for Replace<'_> {
                             name,
                         )) = arg
                             && let [part] = name.0.as_slice()
-                            && let Some(row) = part
-                                .as_ident()
-                                .and_then(|i| self.rows.get(&normalize_ident(i)))
+                            && let Some(row) =
+                                part.as_ident().and_then(|i| rows.get(&normalize_ident(i)))
                         {
                             *arg =
                                 ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(row.clone()));
@@ -344,6 +317,5 @@ impl VisitorMut for Replace<'_> {
             }
             _ => {}
         }
-        ControlFlow::Continue(())
-    }
+    });
 }
