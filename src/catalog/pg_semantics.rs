@@ -1039,171 +1039,153 @@ pub fn fix_planned(plan: LogicalPlan) -> DfResult<LogicalPlan> {
 /// with their types, and the plan's columns are typed as the values will be.
 fn numeric_operators(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
     let schema = expression_schema(&plan);
-    let names = NamePreserver::new(&plan);
-    let t = plan.map_expressions(|expr| {
-        let saved = names.save(&expr);
-        let t = expr.transform_up(|e| {
-            let float = |x: &Expr| {
-                matches!(
-                    x.get_type(&schema),
-                    Ok(DataType::Float64 | DataType::Float32)
-                )
-            };
-            if let Expr::ScalarFunction(f) = &e {
-                // `round(double precision)` rounds half to even (Postgres' is `rint`)
-                if f.func.name() == "round" && f.args.len() == 1 && float(&f.args[0]) {
-                    return Ok(Transformed::yes(
-                        pg_udf(pg_functions::ROUND_FOR_INT).call(f.args.clone()),
-                    ));
-                }
-                // `array_remove` removes every element equal to the value (DataFusion's
-                // the first only)
-                if f.func.name() == "array_remove" && f.args.len() == 2 {
-                    // of NULL: the NULL elements (Postgres compares with IS NOT DISTINCT
-                    // FROM; DataFusion's answer is NULL)
-                    if is_null_literal(&f.args[1]) {
-                        return Ok(Transformed::yes(
-                            pg_udf(pg_functions::ARRAY_REMOVE_NULLS).call(vec![f.args[0].clone()]),
-                        ));
-                    }
-                    return Ok(Transformed::yes(
-                        datafusion::functions_nested::remove::array_remove_all_udf()
-                            .call(f.args.clone()),
-                    ));
-                }
-                // `a @> b` / `b <@ a` and `a && b`: a NULL element matches nothing in
-                // Postgres (DataFusion's match NULL with NULL), and a NULL array makes
-                // `@>` NULL (DataFusion's is true)
-                if matches!(f.func.name(), "array_has_all" | "array_has_any") && f.args.len() == 2 {
-                    let (a, b) = (f.args[0].clone(), f.args[1].clone());
-                    let without_nulls =
-                        |x: Expr| pg_udf(pg_functions::ARRAY_REMOVE_NULLS).call(vec![x]);
-                    if f.func.name() == "array_has_any" {
-                        return Ok(Transformed::yes(f.func.call(vec![without_nulls(a), b])));
-                    }
-                    let cardinality = datafusion::functions_nested::expr_fn::cardinality;
-                    let no_null_in_b =
-                        cardinality(without_nulls(b.clone())).eq(cardinality(b.clone()));
-                    return Ok(Transformed::yes(
-                        datafusion::logical_expr::when(
-                            a.clone().is_null().or(b.clone().is_null()),
-                            Expr::Literal(ScalarValue::Boolean(None), None),
-                        )
-                        .otherwise(f.func.call(vec![a, b]).and(no_null_in_b))?,
-                    ));
-                }
-                // an empty array has no dimensions: NULL (DataFusion's says 1)
-                if f.func.name() == "array_ndims" && f.args.len() == 1 {
-                    let x = f.args[0].clone();
-                    let empty = datafusion::functions_nested::expr_fn::cardinality(x)
-                        .eq(datafusion::logical_expr::lit(0u64));
-                    return Ok(Transformed::yes(
-                        datafusion::logical_expr::when(
-                            empty,
-                            Expr::Literal(ScalarValue::UInt64(None), None),
-                        )
-                        .otherwise(e.clone())?,
-                    ));
-                }
-                // `ARRAY[...]` typed by its elements (`uuid[]`, `jsonb[]`): the SQL planner
-                // builds it with DataFusion's own `make_array`, not the session's
-                if f.func.name() == "make_array" && !f.args.is_empty() {
-                    return Ok(Transformed::yes(
-                        crate::sql::typed_arrays::make_array().call(f.args.clone()),
-                    ));
-                }
-            }
-            if let Expr::ScalarFunction(f) = &e
-                && let Some((arg, t)) = integral_scale(f, &schema)
-            {
-                let mut f = f.clone();
-                // room for the carry first: DataFusion's ceil/floor of a decimal keep its
-                // type, and fail when the result does not fit it (`floor(-0.25)`)
-                if let DataType::Decimal128(p, s) = arg
-                    && p < 38
-                {
-                    f.args[0] = cast(f.args[0].clone(), DataType::Decimal128(p + 1, s));
-                }
-                return Ok(Transformed::yes(cast(Expr::ScalarFunction(f), t)));
-            }
-            let Expr::BinaryExpr(BinaryExpr { left, op, right }) = e else {
-                return Ok(Transformed::no(e));
-            };
-            // `date ± interval` is a timestamp in Postgres (arrow's kernel keeps a date)
-            if matches!(op, Operator::Plus | Operator::Minus) {
-                let (lt, rt) = (left.get_type(&schema).ok(), right.get_type(&schema).ok());
-                let date = |t: &Option<DataType>| matches!(t, Some(DataType::Date32));
-                let interval = |t: &Option<DataType>| matches!(t, Some(DataType::Interval(_)));
-                let ts =
-                    DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Microsecond, None);
-                if date(&lt) && interval(&rt) {
-                    return Ok(Transformed::yes(Expr::BinaryExpr(BinaryExpr::new(
-                        Box::new(cast(*left, ts)),
-                        op,
-                        right,
-                    ))));
-                }
-                if op == Operator::Plus && interval(&lt) && date(&rt) {
-                    return Ok(Transformed::yes(Expr::BinaryExpr(BinaryExpr::new(
-                        left,
-                        op,
-                        Box::new(cast(*right, ts)),
-                    ))));
-                }
-            }
-            // a float divided by zero is an error in Postgres (IEEE: infinity or NaN)
-            if op == Operator::Divide {
-                let number = |x: &Expr| {
-                    x.get_type(&schema)
-                        .is_ok_and(|t| t.is_numeric() || t == DataType::Null)
-                };
-                if (float(&left) || float(&right)) && number(&left) && number(&right) {
-                    return Ok(Transformed::yes(
-                        pg_udf(pg_functions::FLOAT_DIV).call(vec![*left, *right]),
-                    ));
-                }
-            }
-            let nop = match op {
-                Operator::Multiply => NumericOp::Mul,
-                Operator::Divide => NumericOp::Div,
-                _ => {
-                    return Ok(Transformed::no(Expr::BinaryExpr(BinaryExpr {
-                        left,
-                        op,
-                        right,
-                    })));
-                }
-            };
-            let (lt, rt) = (left.get_type(&schema).ok(), right.get_type(&schema).ok());
-            let decimal = |t: &DataType| matches!(t, DataType::Decimal128(..));
-            if let (Some(lt), Some(rt)) = (&lt, &rt)
-                && (decimal(lt) || decimal(rt))
-                && let (Some(ld), Some(rd)) = (as_decimal(lt), as_decimal(rt))
-                && nop.result_type(&ld, &rd).is_some()
-            {
+    rewrite_plan_exprs(plan, |e| {
+        let float = |x: &Expr| {
+            matches!(
+                x.get_type(&schema),
+                Ok(DataType::Float64 | DataType::Float32)
+            )
+        };
+        if let Expr::ScalarFunction(f) = &e {
+            // `round(double precision)` rounds half to even (Postgres' is `rint`)
+            if f.func.name() == "round" && f.args.len() == 1 && float(&f.args[0]) {
                 return Ok(Transformed::yes(
-                    NumericArith::udf(nop).call(vec![*left, *right]),
+                    pg_udf(pg_functions::ROUND_FOR_INT).call(f.args.clone()),
                 ));
             }
-            Ok(Transformed::no(Expr::BinaryExpr(BinaryExpr {
-                left,
-                op,
-                right,
-            })))
-        })?;
-        Ok(if t.transformed {
-            Transformed::yes(saved.restore(t.data))
-        } else {
-            t
-        })
-    })?;
-    let changed = t.transformed;
-    let plan = if changed {
-        t.data.recompute_schema()?
-    } else {
-        t.data
-    };
-    Ok((plan, changed))
+            // `array_remove` removes every element equal to the value (DataFusion's
+            // the first only)
+            if f.func.name() == "array_remove" && f.args.len() == 2 {
+                // of NULL: the NULL elements (Postgres compares with IS NOT DISTINCT
+                // FROM; DataFusion's answer is NULL)
+                if is_null_literal(&f.args[1]) {
+                    return Ok(Transformed::yes(
+                        pg_udf(pg_functions::ARRAY_REMOVE_NULLS).call(vec![f.args[0].clone()]),
+                    ));
+                }
+                return Ok(Transformed::yes(
+                    datafusion::functions_nested::remove::array_remove_all_udf()
+                        .call(f.args.clone()),
+                ));
+            }
+            // `a @> b` / `b <@ a` and `a && b`: a NULL element matches nothing in
+            // Postgres (DataFusion's match NULL with NULL), and a NULL array makes
+            // `@>` NULL (DataFusion's is true)
+            if matches!(f.func.name(), "array_has_all" | "array_has_any") && f.args.len() == 2 {
+                let (a, b) = (f.args[0].clone(), f.args[1].clone());
+                let without_nulls =
+                    |x: Expr| pg_udf(pg_functions::ARRAY_REMOVE_NULLS).call(vec![x]);
+                if f.func.name() == "array_has_any" {
+                    return Ok(Transformed::yes(f.func.call(vec![without_nulls(a), b])));
+                }
+                let cardinality = datafusion::functions_nested::expr_fn::cardinality;
+                let no_null_in_b = cardinality(without_nulls(b.clone())).eq(cardinality(b.clone()));
+                return Ok(Transformed::yes(
+                    datafusion::logical_expr::when(
+                        a.clone().is_null().or(b.clone().is_null()),
+                        Expr::Literal(ScalarValue::Boolean(None), None),
+                    )
+                    .otherwise(f.func.call(vec![a, b]).and(no_null_in_b))?,
+                ));
+            }
+            // an empty array has no dimensions: NULL (DataFusion's says 1)
+            if f.func.name() == "array_ndims" && f.args.len() == 1 {
+                let x = f.args[0].clone();
+                let empty = datafusion::functions_nested::expr_fn::cardinality(x)
+                    .eq(datafusion::logical_expr::lit(0u64));
+                return Ok(Transformed::yes(
+                    datafusion::logical_expr::when(
+                        empty,
+                        Expr::Literal(ScalarValue::UInt64(None), None),
+                    )
+                    .otherwise(e.clone())?,
+                ));
+            }
+            // `ARRAY[...]` typed by its elements (`uuid[]`, `jsonb[]`): the SQL planner
+            // builds it with DataFusion's own `make_array`, not the session's
+            if f.func.name() == "make_array" && !f.args.is_empty() {
+                return Ok(Transformed::yes(
+                    crate::sql::typed_arrays::make_array().call(f.args.clone()),
+                ));
+            }
+        }
+        if let Expr::ScalarFunction(f) = &e
+            && let Some((arg, t)) = integral_scale(f, &schema)
+        {
+            let mut f = f.clone();
+            // room for the carry first: DataFusion's ceil/floor of a decimal keep its
+            // type, and fail when the result does not fit it (`floor(-0.25)`)
+            if let DataType::Decimal128(p, s) = arg
+                && p < 38
+            {
+                f.args[0] = cast(f.args[0].clone(), DataType::Decimal128(p + 1, s));
+            }
+            return Ok(Transformed::yes(cast(Expr::ScalarFunction(f), t)));
+        }
+        let Expr::BinaryExpr(BinaryExpr { left, op, right }) = e else {
+            return Ok(Transformed::no(e));
+        };
+        // `date ± interval` is a timestamp in Postgres (arrow's kernel keeps a date)
+        if matches!(op, Operator::Plus | Operator::Minus) {
+            let (lt, rt) = (left.get_type(&schema).ok(), right.get_type(&schema).ok());
+            let date = |t: &Option<DataType>| matches!(t, Some(DataType::Date32));
+            let interval = |t: &Option<DataType>| matches!(t, Some(DataType::Interval(_)));
+            let ts = DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Microsecond, None);
+            if date(&lt) && interval(&rt) {
+                return Ok(Transformed::yes(Expr::BinaryExpr(BinaryExpr::new(
+                    Box::new(cast(*left, ts)),
+                    op,
+                    right,
+                ))));
+            }
+            if op == Operator::Plus && interval(&lt) && date(&rt) {
+                return Ok(Transformed::yes(Expr::BinaryExpr(BinaryExpr::new(
+                    left,
+                    op,
+                    Box::new(cast(*right, ts)),
+                ))));
+            }
+        }
+        // a float divided by zero is an error in Postgres (IEEE: infinity or NaN)
+        if op == Operator::Divide {
+            let number = |x: &Expr| {
+                x.get_type(&schema)
+                    .is_ok_and(|t| t.is_numeric() || t == DataType::Null)
+            };
+            if (float(&left) || float(&right)) && number(&left) && number(&right) {
+                return Ok(Transformed::yes(
+                    pg_udf(pg_functions::FLOAT_DIV).call(vec![*left, *right]),
+                ));
+            }
+        }
+        let nop = match op {
+            Operator::Multiply => NumericOp::Mul,
+            Operator::Divide => NumericOp::Div,
+            _ => {
+                return Ok(Transformed::no(Expr::BinaryExpr(BinaryExpr {
+                    left,
+                    op,
+                    right,
+                })));
+            }
+        };
+        let (lt, rt) = (left.get_type(&schema).ok(), right.get_type(&schema).ok());
+        let decimal = |t: &DataType| matches!(t, DataType::Decimal128(..));
+        if let (Some(lt), Some(rt)) = (&lt, &rt)
+            && (decimal(lt) || decimal(rt))
+            && let (Some(ld), Some(rd)) = (as_decimal(lt), as_decimal(rt))
+            && nop.result_type(&ld, &rd).is_some()
+        {
+            return Ok(Transformed::yes(
+                NumericArith::udf(nop).call(vec![*left, *right]),
+            ));
+        }
+        Ok(Transformed::no(Expr::BinaryExpr(BinaryExpr {
+            left,
+            op,
+            right,
+        })))
+    })
 }
 
 /// The type of `ceil`, `floor`, `trunc`, `trunc(x, n)` and `round(x, n)` of a `numeric`,
@@ -1462,39 +1444,16 @@ fn nullable_scalar_subqueries(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)
     Ok((plan, changed))
 }
 
-/// Postgres' math functions over `real` (`sqrt`, `sin`, `round`, `power`, ...) take and
-/// return double precision (only `abs` has a `real` form): a `real` argument is widened
-/// (DataFusion computes and shows them in single precision: `sin(3::real)` = `0.14112`).
-const DOUBLE_ONLY_MATH: &[&str] = &[
-    "sin", "cos", "tan", "cot", "asin", "acos", "atan", "atan2", "sinh", "cosh", "tanh", "asinh",
-    "acosh", "atanh", "degrees", "radians", "sqrt", "cbrt", "exp", "ln", "log", "log10", "log2",
-    "power", "pow", "ceil", "ceiling", "floor", "trunc", "round", "sign", "signum",
-];
-
-fn real_math_in_double(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
-    let schema = expression_schema(&plan);
+/// Each expression of `plan` rewritten bottom-up by `f`, the plan's column names kept
+/// (its schema recomputed when something changed); whether something did.
+fn rewrite_plan_exprs(
+    plan: LogicalPlan,
+    mut f: impl FnMut(Expr) -> DfResult<Transformed<Expr>>,
+) -> DfResult<(LogicalPlan, bool)> {
     let names = NamePreserver::new(&plan);
-    let single = |x: &Expr| {
-        matches!(
-            x.get_type(&schema),
-            Ok(DataType::Float32 | DataType::Float16)
-        )
-    };
     let t = plan.map_expressions(|expr| {
         let saved = names.save(&expr);
-        let t = expr.transform_up(|e| match e {
-            Expr::ScalarFunction(mut f)
-                if DOUBLE_ONLY_MATH.contains(&f.func.name()) && f.args.iter().any(single) =>
-            {
-                for a in f.args.iter_mut() {
-                    if single(a) {
-                        *a = cast(a.clone(), DataType::Float64);
-                    }
-                }
-                Ok(Transformed::yes(Expr::ScalarFunction(f)))
-            }
-            e => Ok(Transformed::no(e)),
-        })?;
+        let t = expr.transform_up(&mut f)?;
         Ok(if t.transformed {
             Transformed::yes(saved.restore(t.data))
         } else {
@@ -1508,6 +1467,38 @@ fn real_math_in_double(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
         t.data
     };
     Ok((plan, changed))
+}
+
+/// Postgres' math functions over `real` (`sqrt`, `sin`, `round`, `power`, ...) take and
+/// return double precision (only `abs` has a `real` form): a `real` argument is widened
+/// (DataFusion computes and shows them in single precision: `sin(3::real)` = `0.14112`).
+const DOUBLE_ONLY_MATH: &[&str] = &[
+    "sin", "cos", "tan", "cot", "asin", "acos", "atan", "atan2", "sinh", "cosh", "tanh", "asinh",
+    "acosh", "atanh", "degrees", "radians", "sqrt", "cbrt", "exp", "ln", "log", "log10", "log2",
+    "power", "pow", "ceil", "ceiling", "floor", "trunc", "round", "sign", "signum",
+];
+
+fn real_math_in_double(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
+    let schema = expression_schema(&plan);
+    let single = |x: &Expr| {
+        matches!(
+            x.get_type(&schema),
+            Ok(DataType::Float32 | DataType::Float16)
+        )
+    };
+    rewrite_plan_exprs(plan, |e| match e {
+        Expr::ScalarFunction(mut f)
+            if DOUBLE_ONLY_MATH.contains(&f.func.name()) && f.args.iter().any(single) =>
+        {
+            for a in f.args.iter_mut() {
+                if single(a) {
+                    *a = cast(a.clone(), DataType::Float64);
+                }
+            }
+            Ok(Transformed::yes(Expr::ScalarFunction(f)))
+        }
+        e => Ok(Transformed::no(e)),
+    })
 }
 
 /// `percentile_cont` over `real` interpolates in double precision and returns it, as

@@ -3315,8 +3315,8 @@ fn distinct_aggregate_in_order(expr: &mut Expr) {
         .push(ast::FunctionArgumentClause::OrderBy(vec![by]));
 }
 
-/// The aggregate functions whose calls [`distinct_cast_aggregates`] tells apart.
-const CAST_SENSITIVE_AGGREGATES: &[&str] = &[
+/// Postgres' aggregate functions by name (what makes a call an aggregate at the AST).
+const AGGREGATES: &[&str] = &[
     "count",
     "sum",
     "avg",
@@ -3377,7 +3377,7 @@ fn distinct_cast_aggregates(q: &mut ast::Query) {
             if let Expr::Function(f) = e
                 && f.over.is_none()
                 && last_name(&f.name)
-                    .is_some_and(|n| CAST_SENSITIVE_AGGREGATES.contains(&n.to_lowercase().as_str()))
+                    .is_some_and(|n| AGGREGATES.contains(&n.to_lowercase().as_str()))
             {
                 each(f);
             }
@@ -3444,19 +3444,6 @@ fn distinct_cast_aggregates(q: &mut ast::Query) {
 }
 
 fn contains_aggregate(e: &Expr) -> bool {
-    const AGGREGATES: &[&str] = &[
-        "count",
-        "sum",
-        "avg",
-        "min",
-        "max",
-        "array_agg",
-        "string_agg",
-        "bool_and",
-        "bool_or",
-        "first_value",
-        "last_value",
-    ];
     /// Aggregate calls of this query level (not of subqueries inside it).
     struct Finder {
         depth: usize,
