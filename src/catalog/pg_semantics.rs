@@ -1053,6 +1053,17 @@ fn numeric_operators(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
                     pg_udf(pg_functions::ROUND_FOR_INT).call(f.args.clone()),
                 ));
             }
+            // `sign` of a float NaN is 0 in Postgres (`> 0`, `< 0`, else 0); DataFusion's
+            // signum passes the NaN through
+            if matches!(f.func.name(), "sign" | "signum") && f.args.len() == 1 && float(&f.args[0])
+            {
+                let x = f.args[0].clone();
+                let nan = datafusion::functions::math::expr_fn::isnan(x);
+                return Ok(Transformed::yes(
+                    datafusion::logical_expr::when(nan, datafusion::logical_expr::lit(0f64))
+                        .otherwise(e.clone())?,
+                ));
+            }
             // `array_remove` removes every element equal to the value (DataFusion's
             // the first only)
             if f.func.name() == "array_remove" && f.args.len() == 2 {
