@@ -364,6 +364,57 @@ async fn cancel_request_stops_a_running_query() {
     assert_eq!(query_text(&c, "SELECT 42").await, vec![vec!["42"]]);
 }
 
+/// A bytea parameter in text format, as a driver that sends text sends it: the escape form
+/// (`a\000b`, three bytes) and the hex form read as Postgres' byteain reads them, and a bad
+/// one is 22P02 with the connection still usable.
+#[test]
+fn text_bytea_parameters_read_as_postgres() {
+    let server = TestServer::start();
+    let mut s = startup(&server.addr, false);
+    let run = |s: &mut TcpStream, value: &str| -> Vec<(u8, Vec<u8>)> {
+        // Parse (unnamed, one parameter declared bytea: OID 17), Bind (text), Execute, Sync
+        let mut parse = cstr("");
+        parse.extend(cstr("SELECT encode($1, 'hex')"));
+        parse.extend(1i16.to_be_bytes());
+        parse.extend(17i32.to_be_bytes());
+        let mut bind = cstr("");
+        bind.extend(cstr(""));
+        bind.extend(1i16.to_be_bytes());
+        bind.extend(0i16.to_be_bytes());
+        bind.extend(1i16.to_be_bytes());
+        bind.extend((value.len() as i32).to_be_bytes());
+        bind.extend(value.as_bytes());
+        bind.extend(0i16.to_be_bytes());
+        let mut execute = cstr("");
+        execute.extend(0i32.to_be_bytes());
+        let mut out = msg(b'P', &parse);
+        out.extend(msg(b'B', &bind));
+        out.extend(msg(b'E', &execute));
+        out.extend(msg(b'S', &[]));
+        s.write_all(&out).unwrap();
+        read_until_ready(s)
+    };
+    let value_of = |msgs: &[(u8, Vec<u8>)]| -> Option<String> {
+        let (_, row) = msgs.iter().find(|(k, _)| *k == b'D')?;
+        // one column: int16 count, int32 length, the text
+        let len = i32::from_be_bytes(row[2..6].try_into().ok()?) as usize;
+        Some(String::from_utf8_lossy(&row[6..6 + len]).into_owned())
+    };
+    let msgs = run(&mut s, "a\\000b");
+    assert_eq!(value_of(&msgs).as_deref(), Some("610062"), "{msgs:?}");
+    let msgs = run(&mut s, "\\x00ff");
+    assert_eq!(value_of(&msgs).as_deref(), Some("00ff"), "{msgs:?}");
+    let msgs = run(&mut s, "a\\9");
+    let err = msgs.iter().find(|(k, _)| *k == b'E').expect("an error");
+    assert!(
+        String::from_utf8_lossy(&err.1).contains("C22P02"),
+        "{:?}",
+        String::from_utf8_lossy(&err.1)
+    );
+    let msgs = run(&mut s, "plain");
+    assert_eq!(value_of(&msgs).as_deref(), Some("706c61696e"), "{msgs:?}");
+}
+
 /// A frontend message: type byte, length, body.
 fn msg(kind: u8, body: &[u8]) -> Vec<u8> {
     let mut m = vec![kind];

@@ -18,7 +18,7 @@ use datafusion::arrow::array::{Array, ArrayRef, AsArray, Datum};
 use datafusion::arrow::compute::kernels::numeric;
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Float64Type};
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{DFSchema, ExprSchema, Result as DfResult, ScalarValue};
 use datafusion::error::DataFusionError;
 use datafusion::logical_expr::expr::{AggregateFunction, AggregateFunctionParams};
@@ -522,6 +522,19 @@ impl AnalyzerRule for PgSemantics {
 /// max(x::numeric)` over VALUES) failed "Physical input schema should be the same". The
 /// field gets the input's nullability (a cast of a value is never NULL).
 fn cast_nullability(plan: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
+    // (most nodes have no such cast: no schema is merged for them)
+    let mut any = false;
+    plan.apply_expressions(|e| {
+        any = e.exists(|x| Ok(matches!(x, Expr::Cast(c) if c.field.is_nullable())))?;
+        Ok(if any {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    })?;
+    if !any {
+        return Ok(Transformed::no(plan));
+    }
     let schema = expression_schema(&plan);
     let t = plan.map_expressions(|expr| {
         expr.transform_up(|e| match e {

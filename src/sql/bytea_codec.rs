@@ -289,11 +289,16 @@ pub fn decode(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
 /// space between pairs allowed), else the escape form (`\ooo`, `\\`).
 pub fn bytea_in(text: &str) -> Result<Vec<u8>, WeirError> {
     let mut out = Vec::with_capacity(text.len());
-    match text.strip_prefix("\\x") {
-        Some(hex) => decode_into(hex, Format::Hex, &mut out)?,
-        None => decode_into(text, Format::Escape, &mut out)?,
-    }
+    bytea_in_into(text, &mut out)?;
     Ok(out)
+}
+
+/// [`bytea_in`], appended to `out`.
+fn bytea_in_into(text: &str, out: &mut Vec<u8>) -> Result<(), WeirError> {
+    match text.strip_prefix("\\x") {
+        Some(hex) => decode_into(hex, Format::Hex, out),
+        None => decode_into(text, Format::Escape, out),
+    }
 }
 
 /// [`bytea_in`] over an array of texts.
@@ -301,11 +306,16 @@ pub fn bytea_in_array(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
     let texts = cast(&args[0], &DataType::Utf8)?;
     let texts = texts.as_string::<i32>();
     let mut out = BinaryBuilder::with_capacity(rows, rows * 16);
+    let mut bytes = Vec::new();
     for v in texts.iter() {
         match v {
             // (text without a backslash is its own bytes)
             Some(t) if !t.contains('\\') => out.append_value(t.as_bytes()),
-            Some(t) => out.append_value(bytea_in(t).map_err(external)?),
+            Some(t) => {
+                bytes.clear();
+                bytea_in_into(t, &mut bytes).map_err(external)?;
+                out.append_value(&bytes);
+            }
             None => out.append_null(),
         }
     }
