@@ -35,6 +35,9 @@ pub struct SpillStore {
 }
 
 static SPILL: OnceLock<SpillStore> = OnceLock::new();
+
+/// Bytes [`SpillStore::scan`] reads by one fjall iterator before it opens the next.
+const SCAN_PIECE_BYTES: usize = 4 << 20;
 /// Bytes the state tables may hold in memory together; u64::MAX: no limit (nothing spills).
 static CACHE_BUDGET: AtomicU64 = AtomicU64::new(u64::MAX);
 
@@ -132,21 +135,43 @@ impl SpillStore {
     }
 
     /// Visit the entries with keys in `[lo, hi)` (`hi` None: to the end), in key order.
+    ///
+    /// Read in pieces of about [`SCAN_PIECE_BYTES`], each by an iterator of its own that
+    /// resumes after the last key of the one before: an open fjall iterator keeps the
+    /// memtables and tables it started on alive (flushed or compacted meanwhile), and a
+    /// visit may be slow (a checkpoint writes what it visits to the store), so one iterator
+    /// over a large range held tens of MiB past `--memory-limit` on a slow disk. The
+    /// entries of the range must not change during the scan (they belong to the caller).
     pub fn scan(
         &self,
         lo: &[u8],
         hi: Option<&[u8]>,
         visit: &mut dyn FnMut(&[u8], &[u8]),
     ) -> Result<()> {
-        let iter = match hi {
-            Some(hi) => self.data.range(lo..hi),
-            None => self.data.range(lo..),
-        };
-        for guard in iter {
-            let (k, v) = guard.into_inner().map_err(io)?;
-            visit(&k, &v);
+        use std::ops::Bound;
+        let mut from = Bound::Included(lo.to_vec());
+        loop {
+            let to = match hi {
+                Some(hi) => Bound::Excluded(hi),
+                None => Bound::Unbounded,
+            };
+            let range = (from.as_ref().map(Vec::as_slice), to);
+            let mut read = 0usize;
+            let mut last = None;
+            for guard in self.data.range::<&[u8], _>(range) {
+                let (k, v) = guard.into_inner().map_err(io)?;
+                visit(&k, &v);
+                read += k.len() + v.len();
+                if read >= SCAN_PIECE_BYTES {
+                    last = Some(k.to_vec());
+                    break;
+                }
+            }
+            match last {
+                Some(k) => from = Bound::Excluded(k),
+                None => return Ok(()),
+            }
         }
-        Ok(())
     }
 
     /// The first (or with `last`, the last) key in `[lo, hi)`.
