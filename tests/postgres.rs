@@ -463,7 +463,7 @@ impl Gen {
             "'{4,5}'::int[]",
             "NULL::int[]",
         ]);
-        match self.next() % 60 {
+        match self.next() % 62 {
             53 => format!(
                 "encode(({s})::bytea, 'base64'), encode(({s})::bytea || '\\x00ff5c'::bytea, 'escape'), decode(encode(({t})::bytea, 'hex'), 'hex')"
             ),
@@ -479,6 +479,24 @@ impl Gen {
             59 => format!(
                 "coalesce((SELECT x FROM (VALUES ({i})) t(x) WHERE x > 100), -1), (SELECT 1 WHERE {i} > 5) IS NULL"
             ),
+            60 => {
+                let p = self.pick(&["'x?'", "'l*'", "',?'", "'[a-c]'", "'(.)(.)?'", "'b|$'"]);
+                format!(
+                    "regexp_replace({s}, {p}, '<\\1>', 'g'), regexp_count({t}, {p}), regexp_instr({s}, {p}, 1, 2), regexp_substr({t}, {p}, 2), (SELECT count(*) FROM regexp_matches({s}, {p}, 'g')), (SELECT max(r) FROM regexp_split_to_table({t}, {p}) AS r)"
+                )
+            }
+            61 => {
+                let doc = self.pick(&[
+                    "'\"str\"'",
+                    "'5'",
+                    "'null'",
+                    "'[1,\"x\",[2]]'",
+                    "'{\"1\":2,\"a\":[3]}'",
+                ]);
+                format!(
+                    "{doc}::jsonb -> ({i} % 3)::int, {doc}::jsonb ->> '1', {doc}::jsonb #>> '{{1}}', {doc}::json -> ({i} % 3)::int, {doc}::jsonb #> '{{a,-1}}'"
+                )
+            }
             52 if finite(&x) && finite(&d) => format!(
                 "to_timestamp(to_char({x}, 'YYYY-MM-DD HH24:MI:SS.US'), 'YYYY-MM-DD HH24:MI:SS.US'), to_date(to_char({d}, 'DD Mon YYYY BC'), 'DD Mon YYYY BC')"
             ),

@@ -1495,9 +1495,10 @@ struct SrfItems {
     reads_columns: bool,
 }
 
-/// [`SrfItems`] of `fname(args)`: the JSON set-returning functions, and with `json_only`
-/// false also `unnest` of one array and `generate_series`; none for other functions or
-/// more alias columns than the function has.
+/// [`SrfItems`] of `fname(args)`: the JSON set-returning functions, `regexp_matches`,
+/// `regexp_split_to_table` and `string_to_table`, and with `json_only` false also `unnest`
+/// of one array and `generate_series` (DataFusion's own table functions otherwise); none for
+/// other functions or more alias columns than the function has.
 fn srf_items(
     fname: &str,
     args: &[ast::FunctionArg],
@@ -1517,6 +1518,9 @@ fn srf_items(
     let list = match fname {
         "unnest" if args.len() == 1 && !json_only => None,
         "generate_series" if !json_only => Some("generate_series"),
+        "regexp_matches" => Some(crate::sql::pg_functions::REGEXP_MATCHES),
+        "regexp_split_to_table" => Some(crate::sql::pg_functions::REGEXP_SPLIT_TO_TABLE),
+        "string_to_table" => Some("string_to_array"),
         _ if pair.is_some() => Some("weir_jsonb_each_keys"),
         other => Some(json_set_returning(other)?),
     };

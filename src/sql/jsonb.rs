@@ -579,34 +579,52 @@ pub fn object_keys(text: &str) -> Res<Vec<String>> {
     }
 }
 
-/// One step of a path into a document: an object key, or an array index (negative from
-/// the end). A step that reads as an integer is both: a key of an object, an index of an
-/// array (as Postgres' `#>` reads `'{a,0}'`).
+/// One step into a document, as the operator that takes it reads it: `->` with text names
+/// only a member, with an integer only an element; a path element (`#>` reads `'{a,0}'`)
+/// is a member of an object and, if it reads as an integer, an element of an array.
 pub enum Step {
+    /// `-> 'text'`: an object's member (nothing in an array).
     Key(String),
+    /// `-> int`: an array's element, negative from the end (nothing in an object; a jsonb
+    /// scalar is a one-element array to it, as Postgres stores one).
     Index(i64),
+    /// An element of a path (`#>`, `jsonb_extract_path`): an object's member, or an
+    /// array's element if it reads as an integer.
+    Path(String),
 }
 
 impl Step {
     pub fn of(s: &str) -> Step {
-        match s.parse::<i64>() {
-            Ok(i) => Step::Index(i),
-            Err(_) => Step::Key(s.to_owned()),
+        Step::Path(s.to_owned())
+    }
+
+    /// The member name this step looks up in an object, if any.
+    fn key(&self) -> Option<&str> {
+        match self {
+            Step::Key(k) | Step::Path(k) => Some(k),
+            Step::Index(_) => None,
         }
+    }
+
+    /// The element this step picks from an array of `len` elements, if any.
+    fn element(&self, len: usize) -> Option<usize> {
+        let i = match self {
+            Step::Index(i) => *i,
+            Step::Path(p) => p.trim().parse::<i64>().ok()?,
+            Step::Key(_) => return None,
+        };
+        let i = if i < 0 { len as i64 + i } else { i };
+        usize::try_from(i).ok().filter(|&i| i < len)
     }
 }
 
 fn step<'a>(n: &'a Node, st: &Step) -> Option<&'a Node> {
-    match (n, st) {
-        (Node::Object(m), Step::Key(k)) => m.iter().find(|(key, _)| key == k).map(|(_, v)| v),
-        (Node::Object(m), Step::Index(i)) => {
-            let k = i.to_string();
-            m.iter().find(|(key, _)| *key == k).map(|(_, v)| v)
+    match n {
+        Node::Object(m) => {
+            let k = st.key()?;
+            m.iter().find(|(key, _)| key == k).map(|(_, v)| v)
         }
-        (Node::Array(a), Step::Index(i)) => {
-            let i = if *i < 0 { a.len() as i64 + i } else { *i };
-            usize::try_from(i).ok().and_then(|i| a.get(i))
-        }
+        Node::Array(a) => st.element(a.len()).map(|i| &a[i]),
         _ => None,
     }
 }
@@ -617,6 +635,11 @@ fn step<'a>(n: &'a Node, st: &Step) -> Option<&'a Node> {
 pub fn get(text: &str, path: &[Step], as_text: bool) -> Res<Option<String>> {
     let doc = parse(text)?;
     let mut at = Some(&doc);
+    // a scalar document is a one-element array to `->` (Postgres stores it as one)
+    if let ([st @ Step::Index(_)], false) = (path, matches!(doc, Node::Object(_) | Node::Array(_)))
+    {
+        return Ok(st.element(1).and_then(|_| element_text(&doc, as_text)));
+    }
     for st in path {
         at = at.and_then(|n| step(n, st));
     }
@@ -667,10 +690,6 @@ fn raw_step(text: &str, span: (usize, usize), st: &Step) -> Res<Option<(usize, u
     if matches!(p.peek(), Some(b'}' | b']')) {
         return Ok(None);
     }
-    let key = match st {
-        Step::Key(k) => k.clone(),
-        Step::Index(i) => i.to_string(),
-    };
     let mut found = None;
     let mut elements = Vec::new();
     loop {
@@ -689,7 +708,7 @@ fn raw_step(text: &str, span: (usize, usize), st: &Step) -> Res<Option<(usize, u
         p.value(0)?;
         let item = (start, p.at);
         match name {
-            Some(n) if n == key => found = Some(item),
+            Some(n) if Some(n.as_str()) == st.key() => found = Some(item),
             Some(_) => {}
             None => elements.push(item),
         }
@@ -699,18 +718,8 @@ fn raw_step(text: &str, span: (usize, usize), st: &Step) -> Res<Option<(usize, u
             _ => break,
         }
     }
-    Ok(match (open, st) {
-        (Some(b'['), Step::Index(i)) => {
-            let i = if *i < 0 {
-                elements.len() as i64 + i
-            } else {
-                *i
-            };
-            usize::try_from(i)
-                .ok()
-                .and_then(|i| elements.get(i).copied())
-        }
-        (Some(b'['), Step::Key(_)) => None,
+    Ok(match open {
+        Some(b'[') => st.element(elements.len()).map(|i| elements[i]),
         _ => found,
     })
 }

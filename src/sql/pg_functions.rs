@@ -420,6 +420,24 @@ fn definitions() -> Vec<PgFunction> {
             substring_regex,
         ),
         immutable(
+            "regexp_count",
+            TypeSignature::VariadicAny,
+            |_| DataType::Int32,
+            |args, rows| regexp_position(RegexpPosition::Count, args, rows),
+        ),
+        immutable(
+            "regexp_instr",
+            TypeSignature::VariadicAny,
+            |_| DataType::Int32,
+            |args, rows| regexp_position(RegexpPosition::Instr, args, rows),
+        ),
+        immutable(
+            "regexp_substr",
+            TypeSignature::VariadicAny,
+            |_| DataType::Utf8,
+            |args, rows| regexp_position(RegexpPosition::Substr, args, rows),
+        ),
+        immutable(
             "regexp_replace",
             TypeSignature::VariadicAny,
             |_| DataType::Utf8,
@@ -2471,6 +2489,155 @@ impl Patterns {
     }
 }
 
+/// The matches of `re` in `text` from byte `from` on, as Postgres finds them: each search
+/// starts where the last match ended, one character later after an empty match, so an
+/// empty match right after a match counts (`regexp_replace('aaa', 'a*', 'X', 'g')` is `XX`;
+/// the regex crate's own iterators skip such a match).
+fn pg_matches<'t>(
+    re: &regex::Regex,
+    text: &'t str,
+    from: usize,
+) -> impl Iterator<Item = regex::Captures<'t>> {
+    let mut at = from;
+    std::iter::from_fn(move || {
+        if at > text.len() {
+            return None;
+        }
+        let c = re.captures_at(text, at)?;
+        let m = c.get(0)?;
+        at = match m.is_empty() {
+            true => m.end() + text[m.end()..].chars().next().map_or(1, char::len_utf8),
+            false => m.end(),
+        };
+        Some(c)
+    })
+}
+
+/// Which of Postgres 15's positional regular expression functions [`regexp_position`] is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum RegexpPosition {
+    /// `regexp_count(text, pattern [, start [, flags]])`: how many matches.
+    Count,
+    /// `regexp_instr(text, pattern [, start [, n [, endoption [, flags [, subexpr]]]]])`:
+    /// where the n-th match (or its group `subexpr`) begins, or with `endoption` 1 the
+    /// character after it ends; 0 without one.
+    Instr,
+    /// `regexp_substr(text, pattern [, start [, n [, flags [, subexpr]]]])`: the n-th
+    /// match (or its group `subexpr`); NULL without one.
+    Substr,
+}
+
+/// [`RegexpPosition`]'s functions: `start` counts characters from 1; matches are found as
+/// [`pg_matches`] finds them; a NULL argument gives NULL; an out-of-range `start`, `n`,
+/// `endoption` or `subexpr` is 22023 naming it, as Postgres.
+fn regexp_position(kind: RegexpPosition, args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
+    use datafusion::arrow::array::{Int32Builder, Int64Array};
+    use datafusion::arrow::datatypes::Int64Type;
+    let (name, max, flags_pos, n_pos, end_pos, sub_pos) = match kind {
+        RegexpPosition::Count => ("regexp_count", 4, 3, None, None, None),
+        RegexpPosition::Instr => ("regexp_instr", 7, 5, Some(3), Some(4), Some(6)),
+        RegexpPosition::Substr => ("regexp_substr", 6, 4, Some(3), None, Some(5)),
+    };
+    if !(2..=max).contains(&args.len()) {
+        return Err(pg_error(
+            sqlstate::UNDEFINED_FUNCTION,
+            format!("function {name} does not take {} arguments", args.len()),
+        ));
+    }
+    let (s, p) = (strings(&args[0])?, strings(&args[1])?);
+    let int = |at: Option<usize>| -> DfResult<Option<Int64Array>> {
+        match at.and_then(|k| args.get(k)) {
+            Some(a) => Ok(Some(
+                cast(a, &DataType::Int64)?
+                    .as_primitive::<Int64Type>()
+                    .clone(),
+            )),
+            None => Ok(None),
+        }
+    };
+    let (start, n, end, sub) = (int(Some(2))?, int(n_pos)?, int(end_pos)?, int(sub_pos)?);
+    let flags = flags_at(args, flags_pos)?;
+    let mut pats = Patterns::default();
+    let mut ints = Int32Builder::with_capacity(rows);
+    let mut texts = StringBuilder::new();
+    for i in 0..rows {
+        let arg = |a: &Option<Int64Array>, default: i64| match a {
+            Some(a) if a.is_null(i) => None,
+            Some(a) => Some(a.value(i)),
+            None => Some(default),
+        };
+        let f = match &flags {
+            Some(f) if f.is_null(i) => None,
+            Some(f) => Some(f.value(i)),
+            None => Some(""),
+        };
+        let vals = (arg(&start, 1), arg(&n, 1), arg(&end, 0), arg(&sub, 0));
+        let (Some(start), Some(n), Some(end), Some(sub), Some(f), false, false) = (
+            vals.0,
+            vals.1,
+            vals.2,
+            vals.3,
+            f,
+            s.is_null(i),
+            p.is_null(i),
+        ) else {
+            match kind {
+                RegexpPosition::Substr => texts.append_null(),
+                _ => ints.append_null(),
+            }
+            continue;
+        };
+        for (what, v, ok) in [
+            ("start", start, start >= 1),
+            ("n", n, n >= 1),
+            ("endoption", end, end == 0 || end == 1),
+            ("subexpr", sub, sub >= 0),
+        ] {
+            if !ok {
+                return Err(pg_error(
+                    sqlstate::INVALID_PARAMETER_VALUE,
+                    format!("invalid value for parameter \"{what}\": {v}"),
+                ));
+            }
+        }
+        let re = pats.get(p.value(i), f, name)?;
+        let text = s.value(i);
+        // the byte where character `start` begins (past the end: no match)
+        let from = usize::try_from(start - 1)
+            .ok()
+            .and_then(|k| {
+                text.char_indices()
+                    .map(|(b, _)| b)
+                    .chain([text.len()])
+                    .nth(k)
+            })
+            .unwrap_or(text.len() + 1);
+        let mut found = pg_matches(re, text, from);
+        if kind == RegexpPosition::Count {
+            ints.append_value(i32::try_from(found.count()).unwrap_or(i32::MAX));
+            continue;
+        }
+        let group = usize::try_from(n - 1)
+            .ok()
+            .and_then(|k| found.nth(k))
+            .and_then(|c| c.get(usize::try_from(sub).ok()?));
+        match kind {
+            RegexpPosition::Substr => texts.append_option(group.map(|m| m.as_str())),
+            _ => {
+                let at = group.map_or(0, |m| {
+                    let b = if end == 1 { m.end() } else { m.start() };
+                    text[..b].chars().count() + 1
+                });
+                ints.append_value(i32::try_from(at).unwrap_or(i32::MAX));
+            }
+        }
+    }
+    Ok(match kind {
+        RegexpPosition::Substr => Arc::new(texts.finish()),
+        _ => Arc::new(ints.finish()),
+    })
+}
+
 /// Optional trailing flags argument: `Some(None)` = NULL flags (the result is NULL).
 fn flags_at(args: &[ArrayRef], at: usize) -> DfResult<Option<StringArray>> {
     args.get(at).map(strings).transpose()
@@ -2543,7 +2710,7 @@ fn regexp_matches(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
             return Ok(());
         };
         let global = flags.contains('g');
-        for c in re.captures_iter(text) {
+        for c in pg_matches(re, text, 0) {
             let groups = out.values();
             if c.len() == 1 {
                 groups.values().append_option(c.get(0).map(|m| m.as_str()));
@@ -2927,8 +3094,8 @@ fn regexp_replace(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
         let text = s.value(i);
         buf.clear();
         let mut last = 0;
-        for c in re.captures_iter(text) {
-            let Some(m) = c.get(0) else { continue };
+        for c in pg_matches(re, text, 0) {
+            let Some(m) = c.get(0) else { break };
             buf.push_str(&text[last..m.start()]);
             expand_replacement(r.value(i), &c, &mut buf);
             last = m.end();
