@@ -362,9 +362,27 @@ impl Engine {
             crate::plan::asof::Mode::Query,
         )
         .await?;
-        let plan = state
-            .statement_to_plan(DfParserStatement::Statement(Box::new(stmt)))
-            .await?;
+        // a result column name twice beside a wildcard (`SELECT *, a FROM t`) is planned
+        // again with the other items renamed, once per repeated name
+        let mut renames = 0;
+        let plan = loop {
+            let e = match state
+                .statement_to_plan(DfParserStatement::Statement(Box::new(stmt.clone())))
+                .await
+            {
+                Ok(plan) => break plan,
+                Err(e) => e,
+            };
+            match crate::catalog::rewrite::repeated_projection_name(&e.to_string()) {
+                Some(name)
+                    if renames < 16
+                        && crate::catalog::rewrite::rename_beside_wildcards(&mut stmt, &name) =>
+                {
+                    renames += 1;
+                }
+                _ => return Err(e.into()),
+            }
+        };
         let plan = crate::catalog::pg_semantics::fix_planned(plan)?;
         crate::plan::asof::plan(plan, crate::plan::asof::Mode::Query)
     }

@@ -3768,6 +3768,87 @@ fn type_column_name(t: &ast::DataType) -> String {
     }
 }
 
+/// The column name DataFusion refused as repeated in a projection ("Projections require
+/// unique expression names but the expression "t.a" at position 0 and ..."), without its
+/// qualifier: Postgres allows a result column name twice (`SELECT *, a FROM t`).
+pub fn repeated_projection_name(message: &str) -> Option<String> {
+    let rest = message
+        .split("Projections require unique expression names")
+        .nth(1)?;
+    let quoted = rest.split('"').nth(1)?;
+    Some(quoted.rsplit('.').next().unwrap_or(quoted).to_owned())
+}
+
+/// After DataFusion refused `name` as repeated: in every select list that has a wildcard,
+/// the other items named `name` get a [`DUPLICATE_NAME_MARKER`] name, which clients see as
+/// `name` (a wildcard's columns are only known to the planner, so [`name_select_items`]
+/// cannot number them). Whether an item was renamed.
+pub fn rename_beside_wildcards(stmt: &mut ast::Statement, name: &str) -> bool {
+    struct Rename<'a> {
+        name: &'a str,
+        renamed: bool,
+    }
+    fn in_body(body: &mut ast::SetExpr, r: &mut Rename) {
+        match body {
+            ast::SetExpr::Select(sel) => {
+                let wildcard = sel.projection.iter().any(|i| {
+                    matches!(
+                        i,
+                        SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..)
+                    )
+                });
+                if !wildcard {
+                    return;
+                }
+                for (k, item) in sel.projection.iter_mut().enumerate() {
+                    let named = match item {
+                        SelectItem::ExprWithAlias { alias, .. } => alias.value == r.name,
+                        SelectItem::UnnamedExpr(Expr::Identifier(id)) => {
+                            id.value.to_lowercase() == r.name
+                        }
+                        SelectItem::UnnamedExpr(Expr::CompoundIdentifier(ids)) => {
+                            ids.last().is_some_and(|i| i.value.to_lowercase() == r.name)
+                        }
+                        _ => false,
+                    };
+                    if !named {
+                        continue;
+                    }
+                    let alias =
+                        Ident::with_quote('"', format!("{}{DUPLICATE_NAME_MARKER}w{k}", r.name));
+                    match item {
+                        SelectItem::UnnamedExpr(e) => {
+                            let e = std::mem::replace(e, Expr::value(ast::Value::Null));
+                            *item = SelectItem::ExprWithAlias { expr: e, alias };
+                        }
+                        SelectItem::ExprWithAlias { alias: a, .. } => *a = alias,
+                        _ => {}
+                    }
+                    r.renamed = true;
+                }
+            }
+            ast::SetExpr::SetOperation { left, right, .. } => {
+                in_body(left, r);
+                in_body(right, r);
+            }
+            _ => {}
+        }
+    }
+    impl VisitorMut for Rename<'_> {
+        type Break = ();
+        fn pre_visit_query(&mut self, q: &mut ast::Query) -> ControlFlow<()> {
+            in_body(&mut q.body, self);
+            ControlFlow::Continue(())
+        }
+    }
+    let mut r = Rename {
+        name,
+        renamed: false,
+    };
+    let _ = stmt.visit(&mut r);
+    r.renamed
+}
+
 fn name_select_items(items: &mut [SelectItem]) {
     let mut used: HashSet<String> = HashSet::new();
     let mut counter = 0usize;
