@@ -463,7 +463,7 @@ impl Gen {
             "'{4,5}'::int[]",
             "NULL::int[]",
         ]);
-        match self.next() % 62 {
+        match self.next() % 63 {
             53 => format!(
                 "encode(({s})::bytea, 'base64'), encode(({s})::bytea || '\\x00ff5c'::bytea, 'escape'), decode(encode(({t})::bytea, 'hex'), 'hex')"
             ),
@@ -483,6 +483,19 @@ impl Gen {
                 let p = self.pick(&["'x?'", "'l*'", "',?'", "'[a-c]'", "'(.)(.)?'", "'b|$'"]);
                 format!(
                     "regexp_replace({s}, {p}, '<\\1>', 'g'), regexp_count({t}, {p}), regexp_instr({s}, {p}, 1, 2), regexp_substr({t}, {p}, 2), (SELECT count(*) FROM regexp_matches({s}, {p}, 'g')), (SELECT max(r) FROM regexp_split_to_table({t}, {p}) AS r)"
+                )
+            }
+            62 => {
+                let fmt = self.pick(&[
+                    "'999.99'",
+                    "'FM9999999999999999999.999'",
+                    "'S0.99999999999999999'",
+                    "'9.99EEEE'",
+                    "'999,999,999,999,999.9'",
+                    "'FM999PR'",
+                ]);
+                format!(
+                    "to_char({f}, {fmt}), to_char({f} * 1234.56789, {fmt}), to_char(({i})::real / 7, {fmt})"
                 )
             }
             61 => {

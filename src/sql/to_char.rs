@@ -89,6 +89,12 @@ pub fn to_char(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
             }
         }
         DataType::Float32 | DataType::Float64 => {
+            // DBL_DIG and FLT_DIG: the digits Postgres formats a float from
+            let dig = if v.data_type() == &DataType::Float32 {
+                6
+            } else {
+                15
+            };
             let c = cast(v, &DataType::Float64)?;
             let a = c.as_primitive::<Float64Type>();
             for i in 0..rows {
@@ -96,7 +102,7 @@ pub fn to_char(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
                     out.append_null();
                     continue;
                 }
-                out.append_value(format_number(Num::Float(a.value(i)), fmt.value(i))?);
+                out.append_value(format_number(Num::Float(a.value(i), dig), fmt.value(i))?);
             }
         }
         t if t.is_integer() || matches!(t, DataType::Decimal128(..) | DataType::Decimal256(..)) => {
@@ -130,7 +136,7 @@ pub fn to_char(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
                         format!("invalid input syntax for type numeric: \"{text}\""),
                     )
                 })?;
-                out.append_value(format_number(Num::Float(n), fmt.value(i))?);
+                out.append_value(format_number(Num::Float(n, 0), fmt.value(i))?);
             }
         }
         other => {
@@ -522,18 +528,20 @@ fn format_datetime(tm: &Tm, template: &str) -> DfResult<String> {
     Ok(out)
 }
 
-/// A number to format: exact (unscaled value and scale) or a float.
+/// A number to format: exact (unscaled value and scale) or a float with the significant
+/// digits Postgres prints of its type (15 for `double precision`, 6 for `real`; 0: no
+/// limit, an untyped literal read as a number).
 #[derive(Clone, Copy)]
 enum Num {
     Exact(i128, i8),
-    Float(f64),
+    Float(f64, usize),
 }
 
 impl Num {
     fn negative(self) -> bool {
         match self {
             Num::Exact(v, _) => v < 0,
-            Num::Float(f) => f < 0.0,
+            Num::Float(f, _) => f < 0.0,
         }
     }
     /// |value| rounded to `post` decimals: integer digits ("0" for none) and `post`
@@ -556,7 +564,7 @@ impl Num {
                     )
                 }
             }
-            Num::Float(f) => format!("{:.*}", post, f.abs()),
+            Num::Float(f, _) => format!("{:.*}", post, f.abs()),
         };
         let (i, f) = text.split_once('.').unwrap_or((&text, ""));
         let i = i.trim_start_matches('0');
@@ -568,7 +576,7 @@ impl Num {
     fn as_f64(self) -> f64 {
         match self {
             Num::Exact(v, s) => v as f64 / 10f64.powi(s as i32),
-            Num::Float(f) => f,
+            Num::Float(f, _) => f,
         }
     }
 }
@@ -697,8 +705,57 @@ fn format_number(n: Num, template: &str) -> DfResult<String> {
         let r = if upper { r } else { r.to_lowercase() };
         return Ok(if fill { r } else { format!("{r:>15}") });
     }
-    let point = toks.iter().position(|t| *t == NTok::Point);
     let is_digit = |t: &NTok| matches!(t, NTok::Nine | NTok::Zero);
+    let eeee = toks.contains(&NTok::Eeee);
+    // Postgres formats a float from its printf text: `NaN`, `Infinity`, or the value at
+    // `dig` significant digits; fraction positions past them are dropped, and the point
+    // with the fraction when the text has none (unless it overflows: then `#`s and the
+    // point)
+    let mut float_text = None;
+    if let Num::Float(f, dig) = n {
+        let point = toks.iter().position(|t| *t == NTok::Point);
+        let pre = toks[..point.unwrap_or(toks.len())]
+            .iter()
+            .filter(|t| is_digit(t))
+            .count();
+        let post = point.map_or(0, |p| toks[p..].iter().filter(|t| is_digit(t)).count());
+        if eeee && !f.is_finite() {
+            // `#` in every position but the point's, and the exponent's four
+            let mut body = "#".repeat(pre + post + 5);
+            body.insert(pre, '.');
+            body.truncate(pre + post + 5);
+            return Ok(if fill { body } else { format!(" {body}") });
+        }
+        let int_len = if f.is_nan() {
+            float_text = Some("NaN");
+            3
+        } else if f.is_infinite() {
+            float_text = Some("Infinity");
+            8
+        } else {
+            format!("{:.0}", f.abs()).len()
+        };
+        let keep = match (dig, eeee) {
+            (0, _) | (_, true) => post,
+            _ if int_len >= dig => 0,
+            _ => post.min(dig - int_len),
+        };
+        // the printf text has a point only with fraction digits; `#`s always do
+        let no_point = int_len <= pre && (keep == 0 || float_text.is_some());
+        let mut drop = if no_point { post } else { post - keep };
+        let mut at = toks.len();
+        while drop > 0 && at > point.unwrap_or(0) {
+            at -= 1;
+            if is_digit(&toks[at]) {
+                toks.remove(at);
+                drop -= 1;
+            }
+        }
+        if no_point && let Some(p) = point {
+            toks.remove(p);
+        }
+    }
+    let point = toks.iter().position(|t| *t == NTok::Point);
     let pre = toks
         .iter()
         .take(point.unwrap_or(toks.len()))
@@ -708,7 +765,7 @@ fn format_number(n: Num, template: &str) -> DfResult<String> {
         .map(|p| toks[p..].iter().filter(|t| is_digit(t)).count())
         .unwrap_or(0);
     let negative = n.negative();
-    if toks.contains(&NTok::Eeee) {
+    if eeee {
         let f = n.as_f64().abs();
         let s = format!("{:.*e}", post, f);
         let (m, e) = s.split_once('e').unwrap_or((&s, "0"));
@@ -725,7 +782,10 @@ fn format_number(n: Num, template: &str) -> DfResult<String> {
             format!("{sign}{body}")
         });
     }
-    let (int_digits, mut frac_digits) = n.digits(post);
+    let (int_digits, mut frac_digits) = match float_text {
+        Some(text) => (text.to_owned(), String::new()),
+        None => n.digits(post),
+    };
     let overflow = int_digits.len() > pre && !(int_digits == "0" && pre == 0);
     // FM drops trailing zeros in `9` fraction positions
     let frac_kinds: Vec<NTok> = point
@@ -777,7 +837,13 @@ fn format_number(n: Num, template: &str) -> DfResult<String> {
         .position(|t| *t == NTok::Sign)
         .is_some_and(|s| toks[..s].iter().all(|t| !is_digit(t) && *t != NTok::Point));
     let anchored: Option<char> = if toks.contains(&NTok::Angle) {
-        Some(if negative { '<' } else { ' ' })
+        Some(if negative {
+            '<'
+        } else if fill {
+            '\0'
+        } else {
+            ' '
+        })
     } else if sign_before {
         Some(if negative { '-' } else { '+' })
     } else if anchored_default {
@@ -849,7 +915,7 @@ fn format_number(n: Num, template: &str) -> DfResult<String> {
             }
             NTok::Group => {
                 if overflow || first_digit.is_some_and(|f| f < pos) {
-                    out.push(if overflow { '#' } else { ',' });
+                    out.push(',');
                 } else if !fill {
                     out.push(' ');
                 }
