@@ -38,6 +38,7 @@ static SPILL: OnceLock<SpillStore> = OnceLock::new();
 
 /// Bytes [`SpillStore::scan`] reads by one fjall iterator before it opens the next.
 const SCAN_PIECE_BYTES: usize = 4 << 20;
+
 /// Bytes the state tables may hold in memory together; u64::MAX: no limit (nothing spills).
 static CACHE_BUDGET: AtomicU64 = AtomicU64::new(u64::MAX);
 
