@@ -628,10 +628,50 @@ fn roman(mut n: i64) -> Option<String> {
     Some(s)
 }
 
+/// Postgres' rules for `EEEE`, checked in the order the patterns are written: it comes last
+/// (text may follow), once, and not after `FM`, `RN`, a sign pattern or `PR`
+/// (`flags_at`: where FM and RN were, as counts of the tokens before them). 42601.
+fn eeee_rules(toks: &[NTok], flags_at: &[usize]) -> DfResult<()> {
+    let syntax = |msg: &str| Err(err(sqlstate::SYNTAX_ERROR, msg));
+    let (mut seen, mut other) = (false, false);
+    for i in 0..=toks.len() {
+        if flags_at.contains(&i) {
+            if seen {
+                return syntax("\"EEEE\" must be the last pattern used");
+            }
+            other = true;
+        }
+        match toks.get(i) {
+            Some(NTok::Eeee) if seen => return syntax("cannot use \"EEEE\" twice"),
+            Some(NTok::Eeee) if other => {
+                return Err(DataFusionError::External(Box::new(
+                    WeirError::new(
+                        sqlstate::SYNTAX_ERROR,
+                        "\"EEEE\" is incompatible with other formats",
+                    )
+                    .with_detail(
+                        "\"EEEE\" may only be used together with digit and decimal point patterns.",
+                    ),
+                )));
+            }
+            Some(NTok::Eeee) => seen = true,
+            Some(NTok::Lit(_)) | None => {}
+            Some(_) if seen => return syntax("\"EEEE\" must be the last pattern used"),
+            Some(NTok::Sign | NTok::Minus | NTok::Plus | NTok::SignAny | NTok::Angle) => {
+                other = true;
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
 fn format_number(n: Num, template: &str) -> DfResult<String> {
     let mut toks = Vec::new();
     let mut fill = false;
     let mut roman_case: Option<bool> = None;
+    // where FM and RN were written (as a count of the tokens before them), for EEEE's rules
+    let mut flags_at = Vec::new();
     let mut chars = template.char_indices().peekable();
     while let Some((at, c)) = chars.next() {
         let rest = &template[at..];
@@ -639,6 +679,7 @@ fn format_number(n: Num, template: &str) -> DfResult<String> {
         match (c, two.as_deref()) {
             (_, Some("FM")) => {
                 fill = true;
+                flags_at.push(toks.len());
                 chars.next();
             }
             (_, Some("MI")) => {
@@ -659,6 +700,7 @@ fn format_number(n: Num, template: &str) -> DfResult<String> {
             }
             (_, Some("RN")) => {
                 roman_case = Some(c == 'R');
+                flags_at.push(toks.len());
                 chars.next();
             }
             (_, Some("TH")) => {
@@ -699,6 +741,7 @@ fn format_number(n: Num, template: &str) -> DfResult<String> {
             (c, _) => toks.push(NTok::Lit(c)),
         }
     }
+    eeee_rules(&toks, &flags_at)?;
     if let Some(upper) = roman_case {
         let v = n.as_f64().round() as i64;
         let r = roman(v).unwrap_or_else(|| "#".repeat(15));
