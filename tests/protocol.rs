@@ -373,23 +373,9 @@ fn text_bytea_parameters_read_as_postgres() {
     let mut s = startup(&server.addr, false);
     let run = |s: &mut TcpStream, value: &str| -> Vec<(u8, Vec<u8>)> {
         // Parse (unnamed, one parameter declared bytea: OID 17), Bind (text), Execute, Sync
-        let mut parse = cstr("");
-        parse.extend(cstr("SELECT encode($1, 'hex')"));
-        parse.extend(1i16.to_be_bytes());
-        parse.extend(17i32.to_be_bytes());
-        let mut bind = cstr("");
-        bind.extend(cstr(""));
-        bind.extend(1i16.to_be_bytes());
-        bind.extend(0i16.to_be_bytes());
-        bind.extend(1i16.to_be_bytes());
-        bind.extend((value.len() as i32).to_be_bytes());
-        bind.extend(value.as_bytes());
-        bind.extend(0i16.to_be_bytes());
-        let mut execute = cstr("");
-        execute.extend(0i32.to_be_bytes());
-        let mut out = msg(b'P', &parse);
-        out.extend(msg(b'B', &bind));
-        out.extend(msg(b'E', &execute));
+        let mut out = parse_msg("", "SELECT encode($1, 'hex')", &[17]);
+        out.extend(bind_text_msg("", &[value]));
+        out.extend(execute_msg());
         out.extend(msg(b'S', &[]));
         s.write_all(&out).unwrap();
         read_until_ready(s)
@@ -413,6 +399,39 @@ fn text_bytea_parameters_read_as_postgres() {
     );
     let msgs = run(&mut s, "plain");
     assert_eq!(value_of(&msgs).as_deref(), Some("706c61696e"), "{msgs:?}");
+}
+
+/// A Parse message: statement `name`, its text, the parameter types declared (OIDs).
+fn parse_msg(name: &str, sql: &str, oids: &[i32]) -> Vec<u8> {
+    let mut body = cstr(name);
+    body.extend(cstr(sql));
+    body.extend((oids.len() as i16).to_be_bytes());
+    for oid in oids {
+        body.extend(oid.to_be_bytes());
+    }
+    msg(b'P', &body)
+}
+
+/// A Bind message of the unnamed portal to `statement`, every parameter in text, the
+/// results in text.
+fn bind_text_msg(statement: &str, values: &[&str]) -> Vec<u8> {
+    let mut body = cstr("");
+    body.extend(cstr(statement));
+    body.extend(0i16.to_be_bytes());
+    body.extend((values.len() as i16).to_be_bytes());
+    for v in values {
+        body.extend((v.len() as i32).to_be_bytes());
+        body.extend(v.as_bytes());
+    }
+    body.extend(0i16.to_be_bytes());
+    msg(b'B', &body)
+}
+
+/// Execute of the unnamed portal, all rows.
+fn execute_msg() -> Vec<u8> {
+    let mut body = cstr("");
+    body.extend(0i32.to_be_bytes());
+    msg(b'E', &body)
 }
 
 /// A frontend message: type byte, length, body.
@@ -502,26 +521,12 @@ fn node_postgres_style_untyped_text_parameters() {
     assert!(r.iter().all(|(k, _)| *k != b'E'), "create failed");
 
     // Parse with zero parameter types, Bind text values, Describe portal, Execute, Sync
-    let mut parse = cstr("");
-    parse.extend(cstr("INSERT INTO p VALUES ($1, $2, $3)"));
-    parse.extend(0i16.to_be_bytes());
-    let mut bind = cstr("");
-    bind.extend(cstr(""));
-    bind.extend(0i16.to_be_bytes()); // all parameters in text
-    bind.extend(3i16.to_be_bytes());
-    for v in ["7", "19.99", "2024-05-06 07:08:09"] {
-        bind.extend((v.len() as i32).to_be_bytes());
-        bind.extend(v.as_bytes());
-    }
-    bind.extend(0i16.to_be_bytes());
-    let mut wire = msg(b'P', &parse);
-    wire.extend(msg(b'B', &bind));
+    let mut wire = parse_msg("", "INSERT INTO p VALUES ($1, $2, $3)", &[]);
+    wire.extend(bind_text_msg("", &["7", "19.99", "2024-05-06 07:08:09"]));
     let mut describe = vec![b'P'];
     describe.extend(cstr(""));
     wire.extend(msg(b'D', &describe));
-    let mut exec = cstr("");
-    exec.extend(0i32.to_be_bytes());
-    wire.extend(msg(b'E', &exec));
+    wire.extend(execute_msg());
     wire.extend(msg(b'S', &[]));
     s.write_all(&wire).unwrap();
     let r = read_until_ready(&mut s);
@@ -530,10 +535,7 @@ fn node_postgres_style_untyped_text_parameters() {
     assert_eq!(&r[3].1, b"INSERT 0 1\0");
 
     // statement Describe reports inferred parameter types (int4, numeric, timestamp)
-    let mut parse = cstr("s1");
-    parse.extend(cstr("SELECT price FROM p WHERE id = $1 AND seen < $2"));
-    parse.extend(0i16.to_be_bytes());
-    let mut wire = msg(b'P', &parse);
+    let mut wire = parse_msg("s1", "SELECT price FROM p WHERE id = $1 AND seen < $2", &[]);
     let mut describe = vec![b'S'];
     describe.extend(cstr("s1"));
     wire.extend(msg(b'D', &describe));
@@ -552,17 +554,8 @@ fn node_postgres_style_untyped_text_parameters() {
     assert!(r.iter().any(|(k, _)| *k == b'T'), "RowDescription for s1");
 
     // execute the named statement with text parameters and read the text result
-    let mut bind = cstr("");
-    bind.extend(cstr("s1"));
-    bind.extend(0i16.to_be_bytes());
-    bind.extend(2i16.to_be_bytes());
-    for v in ["7", "2025-01-01 00:00:00"] {
-        bind.extend((v.len() as i32).to_be_bytes());
-        bind.extend(v.as_bytes());
-    }
-    bind.extend(0i16.to_be_bytes());
-    let mut wire = msg(b'B', &bind);
-    wire.extend(msg(b'E', &exec));
+    let mut wire = bind_text_msg("s1", &["7", "2025-01-01 00:00:00"]);
+    wire.extend(execute_msg());
     wire.extend(msg(b'S', &[]));
     s.write_all(&wire).unwrap();
     let r = read_until_ready(&mut s);
@@ -571,34 +564,17 @@ fn node_postgres_style_untyped_text_parameters() {
     assert_eq!(&row[6..6 + len], b"19.99");
 
     // an empty query through Parse/Bind/Execute answers EmptyQueryResponse
-    let mut parse = cstr("");
-    parse.extend(cstr(""));
-    parse.extend(0i16.to_be_bytes());
-    let mut bind = cstr("");
-    bind.extend(cstr(""));
-    bind.extend(0i16.to_be_bytes());
-    bind.extend(0i16.to_be_bytes());
-    bind.extend(0i16.to_be_bytes());
-    let mut wire = msg(b'P', &parse);
-    wire.extend(msg(b'B', &bind));
-    wire.extend(msg(b'E', &exec));
+    let mut wire = parse_msg("", "", &[]);
+    wire.extend(bind_text_msg("", &[]));
+    wire.extend(execute_msg());
     wire.extend(msg(b'S', &[]));
     s.write_all(&wire).unwrap();
     let kinds: Vec<u8> = read_until_ready(&mut s).iter().map(|(k, _)| *k).collect();
     assert_eq!(kinds, b"12IZ".to_vec());
 
     // a bad text parameter is a clean error, and the session goes on
-    let mut bind = cstr("");
-    bind.extend(cstr("s1"));
-    bind.extend(0i16.to_be_bytes());
-    bind.extend(2i16.to_be_bytes());
-    for v in ["seven", "2025-01-01"] {
-        bind.extend((v.len() as i32).to_be_bytes());
-        bind.extend(v.as_bytes());
-    }
-    bind.extend(0i16.to_be_bytes());
-    let mut wire = msg(b'B', &bind);
-    wire.extend(msg(b'E', &exec));
+    let mut wire = bind_text_msg("s1", &["seven", "2025-01-01"]);
+    wire.extend(execute_msg());
     wire.extend(msg(b'S', &[]));
     s.write_all(&wire).unwrap();
     let r = read_until_ready(&mut s);

@@ -1032,8 +1032,7 @@ pub fn fix_planned(plan: LogicalPlan) -> DfResult<LogicalPlan> {
             let (p, c3) = real_math_in_double(p)?;
             let (p, c4) = nullable_scalar_subqueries(p)?;
             let (p, c5) = numeric_avg(p)?;
-            let (p, c6) = numeric_window_avg(p)?;
-            let c = c || c1 || c2 || c3 || c4 || c5 || c6;
+            let c = c || c1 || c2 || c3 || c4 || c5;
             changed |= c;
             Ok(if c {
                 Transformed::yes(p)
@@ -1254,94 +1253,73 @@ fn integral_scale(
 /// `avg` of integers and `numeric` is a `numeric` in Postgres, the quotient of the sum and
 /// the count by numeric division's rules (`sql::numeric`: `avg(1, 2, 4)` =
 /// `2.3333333333333333`); DataFusion's is a double for integers (`2.3333333333333335`) and
-/// 4 more decimals than the argument, truncated, for decimals. The aggregate computes
-/// `sum(x)` and `count(x)` instead (with the avg's DISTINCT and FILTER), and a projection
-/// over it divides them under the avg's column name; in a materialized view both are
-/// maintained incrementally as any sum and count are. (`avg(x) OVER (...)` is left as it
-/// is.)
+/// 4 more decimals than the argument, truncated, for decimals. An aggregate computes
+/// `sum(x)` and `count(x)` instead (with the avg's DISTINCT and FILTER), and so does a window
+/// for `avg(x) OVER (...)` (the same window); a projection over the node divides them under
+/// the avg's column name. In a materialized view both are maintained incrementally as any
+/// sum and count are (in a window, as running values continued as rows arrive).
 fn numeric_avg(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
-    use datafusion::logical_expr::Aggregate;
-    let LogicalPlan::Aggregate(a) = &plan else {
+    use datafusion::logical_expr::{Aggregate, Window};
+    let (exprs, in_schema, n_pass, tag) = match &plan {
+        LogicalPlan::Aggregate(a) => (
+            &a.aggr_expr,
+            a.input.schema(),
+            a.schema.fields().len() - a.aggr_expr.len(),
+            "avg",
+        ),
+        LogicalPlan::Window(w) => (
+            &w.window_expr,
+            w.input.schema(),
+            w.input.schema().fields().len(),
+            "window_avg",
+        ),
+        _ => return Ok((plan, false)),
+    };
+    let Some((exprs, sources)) = split_avgs(exprs, tag, |e| exact_avg_split(e, in_schema)) else {
         return Ok((plan, false));
     };
-    let in_schema = a.input.schema();
-    let split = split_avgs(&a.aggr_expr, "avg", |e| match e {
-        Expr::AggregateFunction(f)
-            if matches!(f.func.name(), "avg" | "mean")
-                && f.params.args.len() == 1
-                && exact_avg_argument(&f.params.args[0], in_schema) =>
-        {
-            let with = |func: Arc<AggregateUDF>| {
-                let mut g = f.clone();
-                g.func = func;
-                Expr::AggregateFunction(g)
-            };
-            Some((
-                with(datafusion::functions_aggregate::sum::sum_udaf()),
-                with(datafusion::functions_aggregate::count::count_udaf()),
-            ))
-        }
-        _ => None,
-    });
-    let Some((exprs, sources)) = split else {
-        return Ok((plan, false));
+    let inner = match &plan {
+        LogicalPlan::Aggregate(a) => LogicalPlan::Aggregate(Aggregate::try_new(
+            a.input.clone(),
+            a.group_expr.clone(),
+            exprs,
+        )?),
+        LogicalPlan::Window(w) => LogicalPlan::Window(Window::try_new(exprs, w.input.clone())?),
+        _ => return Ok((plan, false)),
     };
-    let n_groups = a.schema.fields().len() - a.aggr_expr.len();
-    let inner = Aggregate::try_new(a.input.clone(), a.group_expr.clone(), exprs)?;
-    let inner_schema = inner.schema.clone();
-    let out = avg_projection(
-        &a.schema,
-        n_groups,
-        LogicalPlan::Aggregate(inner),
-        &inner_schema,
-        &sources,
-    )?;
+    let inner_schema = inner.schema().clone();
+    let out = avg_projection(plan.schema(), n_pass, inner, &inner_schema, &sources)?;
     Ok((out, true))
 }
 
-/// [`numeric_avg`] for `avg(x) OVER (...)`: `sum(x) OVER (...)` and `count(x) OVER (...)`
-/// (the same window), divided in a projection over the window under the avg's name (in a
-/// materialized view both are running values, continued as rows arrive).
-fn numeric_window_avg(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
-    use datafusion::logical_expr::Window;
+/// `avg(x)` of an integer or numeric `x`, as an aggregate or over a window: the same call of
+/// `sum` and of `count` instead.
+fn exact_avg_split(e: &Expr, in_schema: &DFSchema) -> Option<(Expr, Expr)> {
+    use datafusion::functions_aggregate::{count::count_udaf, sum::sum_udaf};
     use datafusion::logical_expr::expr::WindowFunctionDefinition;
-    let LogicalPlan::Window(w) = &plan else {
-        return Ok((plan, false));
-    };
-    let in_schema = w.input.schema();
-    let split = split_avgs(&w.window_expr, "window_avg", |e| match e {
+    let is_avg = |name: &str| matches!(name, "avg" | "mean");
+    let exact = |args: &[Expr]| matches!(args, [x] if exact_avg_argument(x, in_schema));
+    let with: Box<dyn Fn(Arc<AggregateUDF>) -> Expr> = match e {
+        Expr::AggregateFunction(f) if is_avg(f.func.name()) && exact(&f.params.args) => {
+            Box::new(|func| {
+                let mut g = f.clone();
+                g.func = func;
+                Expr::AggregateFunction(g)
+            })
+        }
         Expr::WindowFunction(f)
-            if matches!(&f.fun, WindowFunctionDefinition::AggregateUDF(u)
-                if matches!(u.name(), "avg" | "mean"))
-                && f.params.args.len() == 1
-                && exact_avg_argument(&f.params.args[0], in_schema) =>
+            if matches!(&f.fun, WindowFunctionDefinition::AggregateUDF(u) if is_avg(u.name()))
+                && exact(&f.params.args) =>
         {
-            let with = |func: Arc<AggregateUDF>| {
+            Box::new(|func| {
                 let mut g = f.as_ref().clone();
                 g.fun = WindowFunctionDefinition::AggregateUDF(func);
                 Expr::WindowFunction(Box::new(g))
-            };
-            Some((
-                with(datafusion::functions_aggregate::sum::sum_udaf()),
-                with(datafusion::functions_aggregate::count::count_udaf()),
-            ))
+            })
         }
-        _ => None,
-    });
-    let Some((exprs, sources)) = split else {
-        return Ok((plan, false));
+        _ => return None,
     };
-    let n_input = in_schema.fields().len();
-    let inner = Window::try_new(exprs, w.input.clone())?;
-    let inner_schema = inner.schema.clone();
-    let out = avg_projection(
-        &w.schema,
-        n_input,
-        LogicalPlan::Window(inner),
-        &inner_schema,
-        &sources,
-    )?;
-    Ok((out, true))
+    Some((with(sum_udaf()), with(count_udaf())))
 }
 
 /// Whether `avg` of `x` is a `numeric` in Postgres: of an integer or a numeric.
@@ -1364,16 +1342,17 @@ fn split_avgs(
     sum_count: impl Fn(&Expr) -> Option<(Expr, Expr)>,
 ) -> Option<(Vec<Expr>, Vec<AvgSource>)> {
     let unaliased = |e: &Expr| match e {
-        Expr::Alias(al) => al.expr.as_ref().clone(),
-        other => other.clone(),
+        Expr::Alias(al) => sum_count(&al.expr),
+        other => sum_count(other),
     };
-    if !exprs.iter().any(|e| sum_count(&unaliased(e)).is_some()) {
+    let split: Vec<_> = exprs.iter().map(unaliased).collect();
+    if split.iter().all(Option::is_none) {
         return None;
     }
     let mut out = Vec::with_capacity(exprs.len() + 1);
     let mut sources = Vec::with_capacity(exprs.len());
-    for (k, e) in exprs.iter().enumerate() {
-        match sum_count(&unaliased(e)) {
+    for (k, (e, split)) in exprs.iter().zip(split).enumerate() {
+        match split {
             Some((sum, count)) => {
                 sources.push(Err((out.len(), out.len() + 1)));
                 out.push(sum.alias(format!("__weir_{tag}_sum_{k}")));

@@ -2434,24 +2434,24 @@ fn count_nulls(args: &[ArrayRef], rows: usize, nulls: bool) -> DfResult<ArrayRef
     Ok(Arc::new(datafusion::arrow::array::Int32Array::from(out)))
 }
 
-/// Compiled patterns of one call, by pattern and flags (a column of patterns compiles
-/// each distinct one once).
+/// Compiled patterns of one call, by flags and pattern (a column of patterns compiles
+/// each distinct one once; finding one allocates nothing).
 #[derive(Default)]
-struct Patterns(HashMap<(String, String), regex::Regex>);
+struct Patterns(HashMap<String, HashMap<String, regex::Regex>>);
 
 impl Patterns {
     fn get(&mut self, pattern: &str, flags: &str, func: &str) -> DfResult<&regex::Regex> {
-        let key = (pattern.to_owned(), flags.to_owned());
-        if !self.0.contains_key(&key) {
+        let known = self.0.get(flags).is_some_and(|m| m.contains_key(pattern));
+        if !known {
             // `q`: the pattern is a literal string
             let quoted;
-            let pattern = if flags.contains('q') {
+            let source = if flags.contains('q') {
                 quoted = regex::escape(pattern);
                 quoted.as_str()
             } else {
                 pattern
             };
-            let mut b = regex::RegexBuilder::new(pattern);
+            let mut b = regex::RegexBuilder::new(source);
             // Postgres' AREs: `.` and bracket expressions match newlines unless `n`
             b.dot_matches_new_line(true);
             for f in flags.chars() {
@@ -2483,9 +2483,12 @@ impl Patterns {
                     format!("invalid regular expression: {e}"),
                 )
             })?;
-            self.0.insert(key.clone(), re);
+            self.0
+                .entry(flags.to_owned())
+                .or_default()
+                .insert(pattern.to_owned(), re);
         }
-        Ok(&self.0[&key])
+        Ok(&self.0[flags][pattern])
     }
 }
 
