@@ -1438,13 +1438,16 @@ fn nullable_scalar_subqueries(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)
             })))
         })
     })?;
-    let changed = t.transformed;
-    let plan = if changed {
-        t.data.recompute_schema()?
-    } else {
-        t.data
-    };
-    Ok((plan, changed))
+    settled(t)
+}
+
+/// A plan whose expressions were rewritten, its schema recomputed if one changed, and
+/// whether one did.
+fn settled(t: Transformed<LogicalPlan>) -> DfResult<(LogicalPlan, bool)> {
+    match t.transformed {
+        true => Ok((t.data.recompute_schema()?, true)),
+        false => Ok((t.data, false)),
+    }
 }
 
 /// Each expression of `plan` rewritten bottom-up by `f`, the plan's column names kept
@@ -1463,13 +1466,7 @@ fn rewrite_plan_exprs(
             t
         })
     })?;
-    let changed = t.transformed;
-    let plan = if changed {
-        t.data.recompute_schema()?
-    } else {
-        t.data
-    };
-    Ok((plan, changed))
+    settled(t)
 }
 
 /// Postgres' math functions over `real` (`sqrt`, `sin`, `round`, `power`, ...) take and
