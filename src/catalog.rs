@@ -42,6 +42,7 @@ pub const SUPERUSER_NAME: &str = "weir";
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ColumnDesc {
     pub name: String,
+    #[serde(deserialize_with = "crate::sql::types::deserialize_stored")]
     pub ty: SqlType,
     pub nullable: bool,
 }

@@ -2770,7 +2770,7 @@ fn watermark_desc(w: &WatermarkSpec, columns: &[ColumnDesc]) -> Result<Watermark
             format!("watermark column \"{}\" does not exist", w.column),
         )
     })?;
-    if !matches!(col.ty, SqlType::Timestamp | SqlType::TimestampTz) {
+    if !matches!(col.ty, SqlType::Timestamp(_) | SqlType::TimestampTz(_)) {
         return Err(WeirError::new(
             sqlstate::DATATYPE_MISMATCH,
             format!(

@@ -1026,6 +1026,17 @@ impl TypePlanner for WeirTypePlanner {
                 true,
             ))));
         }
+        // `time` likewise (a cast of a column's microseconds to DataFusion's nanoseconds
+        // multiplied the junk under its NULLs: an overflow)
+        if let ast::DataType::Time(None, ast::TimezoneInfo::None | ast::TimezoneInfo::WithoutTimeZone) =
+            sql_type
+        {
+            return Ok(Some(Arc::new(Field::new(
+                "",
+                DataType::Time64(TimeUnit::Microsecond),
+                true,
+            ))));
+        }
         let declared = match sql_type {
             ast::DataType::JSONB => Some(SqlType::Jsonb),
             ast::DataType::JSON => Some(SqlType::Json),

@@ -103,9 +103,9 @@ fn data_type(t: &T) -> (String, String) {
         T::Varchar(_) => "varchar",
         T::Bpchar(_) => "bpchar",
         T::Date => "date",
-        T::Time => "time",
-        T::Timestamp => "timestamp",
-        T::TimestampTz => "timestamptz",
+        T::Time(_) => "time",
+        T::Timestamp(_) => "timestamp",
+        T::TimestampTz(_) => "timestamptz",
         T::Interval => "interval",
         T::Bytea => "bytea",
         T::Jsonb => "jsonb",
@@ -123,6 +123,10 @@ fn data_type(t: &T) -> (String, String) {
         T::Bpchar(_) => "character".to_owned(),
         T::Numeric(_) => "numeric".to_owned(),
         T::InternalChar => "\"char\"".to_owned(),
+        // the precision is in datetime_precision
+        T::Time(_) => T::Time(None).display_name(),
+        T::Timestamp(_) => T::Timestamp(None).display_name(),
+        T::TimestampTz(_) => T::TimestampTz(None).display_name(),
         other => other.display_name(),
     };
     (dt, udt.to_owned())
@@ -219,9 +223,10 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                             (None, Some(*p as i64), Some(10), Some(*s as i64), None)
                         }
                         T::Numeric(None) => (None, None, Some(10), None, None),
-                        T::Timestamp | T::TimestampTz | T::Time | T::Interval => {
-                            (None, None, None, None, Some(6))
+                        T::Timestamp(p) | T::TimestampTz(p) | T::Time(p) => {
+                            (None, None, None, None, Some(p.unwrap_or(6) as i64))
                         }
+                        T::Interval => (None, None, None, None, Some(6)),
                         T::Date => (None, None, None, None, Some(0)),
                         _ => (None, None, None, None, None),
                     };

@@ -178,11 +178,11 @@ fn column<'a>(t: &T, cells: impl Iterator<Item = &'a V>) -> ArrayRef {
             }
             Arc::new(bld.finish())
         }
-        T::Timestamp | T::TimestampTz => {
+        T::Timestamp(_) | T::TimestampTz(_) => {
             let vals: Vec<Option<i64>> = cells.map(int).collect();
             let a = datafusion::arrow::array::TimestampMicrosecondArray::from(vals);
             match t {
-                T::TimestampTz => Arc::new(a.with_timezone(crate::sql::types::UTC)),
+                T::TimestampTz(_) => Arc::new(a.with_timezone(crate::sql::types::UTC)),
                 _ => Arc::new(a),
             }
         }
@@ -522,9 +522,9 @@ pub fn format_type(type_oid: u32, typmod: i32) -> Option<String> {
             1043 => T::Varchar(None),
             1042 => T::Bpchar(None),
             1082 => T::Date,
-            1083 => T::Time,
-            1114 => T::Timestamp,
-            1184 => T::TimestampTz,
+            1083 => T::Time(None),
+            1114 => T::Timestamp(None),
+            1184 => T::TimestampTz(None),
             1186 => T::Interval,
             1700 => T::Numeric(None),
             _ => return None,
@@ -537,6 +537,11 @@ pub fn format_type(type_oid: u32, typmod: i32) -> Option<String> {
             T::Numeric(None) if typmod >= 4 => {
                 let m = typmod - 4;
                 T::Numeric(Some(((m >> 16) as u8, (m & 0xffff) as i8)))
+            }
+            T::Time(None) if (0..=6).contains(&typmod) => T::Time(Some(typmod as u8)),
+            T::Timestamp(None) if (0..=6).contains(&typmod) => T::Timestamp(Some(typmod as u8)),
+            T::TimestampTz(None) if (0..=6).contains(&typmod) => {
+                T::TimestampTz(Some(typmod as u8))
             }
             t => t,
         }
@@ -1008,7 +1013,7 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 ("rolreplication", b()),
                 ("rolconnlimit", i4()),
                 ("rolpassword", text()),
-                ("rolvaliduntil", T::TimestampTz),
+                ("rolvaliduntil", T::TimestampTz(None)),
                 ("rolbypassrls", b()),
                 ("rolconfig", arr(text())),
             ],
@@ -1048,7 +1053,7 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 ("userepl", b()),
                 ("usebypassrls", b()),
                 ("passwd", text()),
-                ("valuntil", T::TimestampTz),
+                ("valuntil", T::TimestampTz(None)),
                 ("useconfig", arr(text())),
             ],
             catalog
@@ -1893,7 +1898,7 @@ fn attribute_row(relid: u32, name: &str, ty: &SqlType, num: usize, notnull: bool
         T::Bool | T::InternalChar => 1,
         T::Int2 => 2,
         T::Int4 | T::Float4 | T::Date | T::Oid => 4,
-        T::Int8 | T::Float8 | T::Timestamp | T::TimestampTz | T::Time => 8,
+        T::Int8 | T::Float8 | T::Timestamp(_) | T::TimestampTz(_) | T::Time(_) => 8,
         T::Interval => 16,
         T::Name => 64,
         _ => -1,

@@ -123,7 +123,7 @@ pub fn build(
                     ("view_name", T::Text),
                     ("rows", T::Int8),
                     ("state_rows", T::Int8),
-                    ("watermark", T::Timestamp),
+                    ("watermark", T::Timestamp(None)),
                     ("late_rows_dropped", T::Int8),
                     ("failed", T::Text),
                     ("subscribers", T::Int8),
@@ -172,7 +172,7 @@ pub fn build(
         "weir_checkpoints" => build_table(
             &[
                 ("epoch", T::Int8),
-                ("started_at", T::TimestampTz),
+                ("started_at", T::TimestampTz(None)),
                 ("duration_ms", T::Float8),
                 ("bytes_written", T::Int8),
                 ("keys_written", T::Int8),
@@ -201,7 +201,7 @@ pub fn build(
         "weir_recovery" => build_table(
             &[
                 ("view_name", T::Text),
-                ("started_at", T::TimestampTz),
+                ("started_at", T::TimestampTz(None)),
                 ("duration_ms", T::Float8),
                 ("bytes_read", T::Int8),
                 ("outcome", T::Text),
@@ -302,7 +302,7 @@ pub fn build(
                     ("source_name", T::Text),
                     ("view_name", T::Text),
                     ("rows", T::Int8),
-                    ("watermark", T::Timestamp),
+                    ("watermark", T::Timestamp(None)),
                     ("status", T::Text),
                     ("dead_letters", T::Int8),
                     ("done", T::Bool),
@@ -390,8 +390,8 @@ pub fn build(
                     ("offset", T::Int8),
                     ("high_watermark", T::Int8),
                     ("lag", T::Int8),
-                    ("max_event_time", T::Timestamp),
-                    ("watermark", T::Timestamp),
+                    ("max_event_time", T::Timestamp(None)),
+                    ("watermark", T::Timestamp(None)),
                     ("rows", T::Int8),
                     ("rows_per_second", T::Float8),
                     ("dead_letters", T::Int8),
@@ -407,7 +407,7 @@ pub fn build(
                 ("offset", T::Int8),
                 ("raw", T::Bytea),
                 ("error", T::Text),
-                ("at", T::TimestampTz),
+                ("at", T::TimestampTz(None)),
             ],
             dataflow
                 .sources
@@ -430,9 +430,9 @@ pub fn build(
             &[
                 ("view_name", T::Text),
                 ("row", T::Text),
-                ("event_time", T::Timestamp),
-                ("watermark", T::Timestamp),
-                ("arrived", T::TimestampTz),
+                ("event_time", T::Timestamp(None)),
+                ("watermark", T::Timestamp(None)),
+                ("arrived", T::TimestampTz(None)),
             ],
             dataflow
                 .late

@@ -364,7 +364,7 @@ impl AvroDecoder {
             let a = batch.column(idx);
             // timestamps: typed ones cast in `finish`, text ones are parsed there
             let want = match c.ty {
-                SqlType::Timestamp | SqlType::TimestampTz => match a.data_type() {
+                SqlType::Timestamp(_) | SqlType::TimestampTz(_) => match a.data_type() {
                     DataType::Timestamp(_, _) => {
                         out.push(a.clone());
                         continue;
@@ -493,7 +493,7 @@ mod tests {
         let cols = [
             col("auction", SqlType::Int8),
             col("channel", SqlType::Varchar(Some(6))),
-            col("at", SqlType::Timestamp),
+            col("at", SqlType::Timestamp(None)),
         ];
         let o = Options::from([("schema.definition".to_string(), SCHEMA.to_string())]);
         let d = AvroDecoder::new(&cols, &o).unwrap();

@@ -109,7 +109,7 @@ impl CsvDecoder {
                 _ => text,
             };
             let col = match c.ty {
-                SqlType::Timestamp | SqlType::TimestampTz => text,
+                SqlType::Timestamp(_) | SqlType::TimestampTz(_) => text,
                 // JSON text, checked and stored in jsonb's canonical form (json: as written)
                 SqlType::Jsonb | SqlType::Json => match text.as_any().downcast_ref::<StringArray>()
                 {
@@ -294,7 +294,7 @@ mod tests {
         let cols = [
             col("id", SqlType::Int8, false),
             col("name", SqlType::Varchar(Some(5)), true),
-            col("ts", SqlType::Timestamp, true),
+            col("ts", SqlType::Timestamp(None), true),
         ];
         let o = Options::from([("csv.header".to_string(), "true".to_string())]);
         let d = CsvDecoder::new(&cols, &o).unwrap();

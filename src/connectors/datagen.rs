@@ -109,8 +109,8 @@ impl Datagen {
                     | SqlType::Numeric(_)
                     | SqlType::Text
                     | SqlType::Varchar(_)
-                    | SqlType::Timestamp
-                    | SqlType::TimestampTz
+                    | SqlType::Timestamp(_)
+                    | SqlType::TimestampTz(_)
             ) {
                 return Err(WeirError::not_supported(format!(
                     "datagen cannot generate {} (column \"{}\")",
@@ -210,7 +210,7 @@ impl Generator for Datagen {
                     let a: ArrayRef = Arc::new(b.finish());
                     cast(&a, &c.ty.arrow_type())?
                 }
-                SqlType::Timestamp | SqlType::TimestampTz => {
+                SqlType::Timestamp(_) | SqlType::TimestampTz(_) => {
                     let mut b = TimestampMicrosecondBuilder::with_capacity(n);
                     for r in rows.clone() {
                         b.append_value(

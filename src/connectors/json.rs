@@ -61,7 +61,7 @@ impl JsonDecoder {
         let mut read_fields = Vec::new();
         for c in columns {
             let kind = match c.ty {
-                SqlType::Timestamp | SqlType::TimestampTz => Kind::Timestamp,
+                SqlType::Timestamp(_) | SqlType::TimestampTz(_) => Kind::Timestamp,
                 SqlType::Jsonb | SqlType::Json => Kind::Jsonb,
                 SqlType::Bool
                 | SqlType::Int2
@@ -244,12 +244,12 @@ pub(crate) fn finish(
     for (c, a) in columns.iter().zip(raw) {
         let col: ArrayRef = match c.ty {
             // already typed (Avro): cast to the declared timestamp type
-            SqlType::Timestamp | SqlType::TimestampTz
+            SqlType::Timestamp(_) | SqlType::TimestampTz(_)
                 if matches!(a.data_type(), DataType::Timestamp(_, _)) =>
             {
                 cast(&a, &c.ty.arrow_type()).unwrap_or(a)
             }
-            SqlType::Timestamp | SqlType::TimestampTz => {
+            SqlType::Timestamp(_) | SqlType::TimestampTz(_) => {
                 let text = a
                     .as_any()
                     .downcast_ref::<StringArray>()
@@ -439,7 +439,7 @@ mod tests {
         let d = JsonDecoder::new(&[
             col("id", SqlType::Int8, false),
             col("name", SqlType::Varchar(Some(5)), true),
-            col("ts", SqlType::Timestamp, true),
+            col("ts", SqlType::Timestamp(None), true),
             col("meta", SqlType::Jsonb, true),
         ])
         .unwrap();

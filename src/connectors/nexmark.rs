@@ -52,7 +52,7 @@ fn default_columns(t: EventType) -> Vec<ColumnDesc> {
             c("credit_card", Text),
             c("city", Text),
             c("state", Text),
-            c("date_time", Timestamp),
+            c("date_time", Timestamp(None)),
             c("extra", Text),
         ],
         EventType::Auction => vec![
@@ -61,8 +61,8 @@ fn default_columns(t: EventType) -> Vec<ColumnDesc> {
             c("description", Text),
             c("initial_bid", Int8),
             c("reserve", Int8),
-            c("date_time", Timestamp),
-            c("expires", Timestamp),
+            c("date_time", Timestamp(None)),
+            c("expires", Timestamp(None)),
             c("seller", Int8),
             c("category", Int8),
             c("extra", Text),
@@ -73,7 +73,7 @@ fn default_columns(t: EventType) -> Vec<ColumnDesc> {
             c("price", Int8),
             c("channel", Text),
             c("url", Text),
-            c("date_time", Timestamp),
+            c("date_time", Timestamp(None)),
             c("extra", Text),
         ],
     }
@@ -278,7 +278,7 @@ fn build(
         .iter()
         .map(|c| match c.ty {
             SqlType::Int8 => Col::I(Int64Builder::with_capacity(n)),
-            SqlType::Timestamp => Col::T(TimestampMicrosecondBuilder::with_capacity(n)),
+            SqlType::Timestamp(_) => Col::T(TimestampMicrosecondBuilder::with_capacity(n)),
             _ => Col::S(StringBuilder::with_capacity(n, n * 16)),
         })
         .collect();

@@ -1767,13 +1767,14 @@ fn assignment_cast(from: &SqlType, to: &SqlType) -> bool {
             T::Int2 | T::Int4 | T::Int8 | T::Float4 | T::Float8 | T::Numeric(_)
         )
     };
-    let dated = |t: &SqlType| matches!(t, T::Date | T::Timestamp | T::TimestampTz);
+    let dated = |t: &SqlType| matches!(t, T::Date | T::Timestamp(_) | T::TimestampTz(_));
     match (from, to) {
         _ if from == to => true,
         (_, T::Text | T::Varchar(_) | T::Bpchar(_)) => true,
         (T::Varchar(_) | T::Bpchar(_), _) => false,
         (a, b) if number(a) && number(b) => true,
         (a, b) if dated(a) && dated(b) => true,
+        (T::Time(_), T::Time(_)) => true,
         (T::Array(a), T::Array(b)) => assignment_cast(a, b),
         _ => false,
     }

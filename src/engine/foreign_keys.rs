@@ -117,7 +117,7 @@ fn comparable(a: &SqlType, b: &SqlType) -> bool {
     let class = |t: &SqlType| match t {
         T::Int2 | T::Int4 | T::Int8 | T::Float4 | T::Float8 | T::Numeric(_) => 1,
         T::Text | T::Varchar(_) | T::Name => 2,
-        T::Date | T::Timestamp | T::TimestampTz => 3,
+        T::Date | T::Timestamp(_) | T::TimestampTz(_) => 3,
         _ => 0,
     };
     a.display_name() == b.display_name() || (class(a) != 0 && class(a) == class(b))

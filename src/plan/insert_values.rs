@@ -46,10 +46,10 @@ fn literal(e: &ast::Expr) -> Option<Option<String>> {
 fn adapt(text: String, ty: &SqlType) -> Option<String> {
     match ty {
         SqlType::Interval => Some(normalize_interval(&text).unwrap_or(text)),
-        SqlType::Timestamp | SqlType::Date => {
+        SqlType::Timestamp(_) | SqlType::Date => {
             Some(crate::sql::datetime_in::normalize(&text, false).unwrap_or(text))
         }
-        SqlType::TimestampTz => {
+        SqlType::TimestampTz(_) => {
             Some(crate::sql::datetime_in::normalize(&text, true).unwrap_or(text))
         }
         // bytea literals take the general path (hex and escape forms), and so do arrays
@@ -105,7 +105,7 @@ pub fn literal_rows(
         let ty = &desc.columns[col].ty;
         let dated = matches!(
             ty,
-            SqlType::Date | SqlType::Timestamp | SqlType::TimestampTz
+            SqlType::Date | SqlType::Timestamp(_) | SqlType::TimestampTz(_)
         );
         let mut texts: Vec<Option<String>> = Vec::with_capacity(n);
         // the literals as written, for `infinity` (dates and timestamps only)
@@ -136,7 +136,7 @@ pub fn literal_rows(
         if dated {
             let written = StringArray::from(written);
             cast = crate::sql::datetime_in::with_infinities(&written, cast);
-            if matches!(ty, SqlType::TimestampTz) {
+            if matches!(ty, SqlType::TimestampTz(_)) {
                 cast = crate::sql::time_zone::read_in_zone(&written, cast, zone).ok()?;
             }
         }
@@ -279,14 +279,14 @@ pub fn scanned_rows(
             | SqlType::Float8
             | SqlType::Numeric(_)
             | SqlType::Date
-            | SqlType::Timestamp
-            | SqlType::TimestampTz => value.texts.clone(),
+            | SqlType::Timestamp(_)
+            | SqlType::TimestampTz(_) => value.texts.clone(),
             _ => return Ok(None),
         };
         let target: &DataType = schema.field(col).data_type();
         if matches!(
             ty,
-            SqlType::Date | SqlType::Timestamp | SqlType::TimestampTz | SqlType::Numeric(_)
+            SqlType::Date | SqlType::Timestamp(_) | SqlType::TimestampTz(_) | SqlType::Numeric(_)
         ) {
             // forms arrow does not read (time zone names, BC dates, ...) take the general
             // path, which knows Postgres' input rules

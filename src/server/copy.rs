@@ -703,7 +703,7 @@ fn cast_text(
             .map_err(|e| (0, WeirError::from(e)))?;
             return Ok(Arc::new(list));
         }
-        SqlType::Time => {
+        SqlType::Time(_) => {
             return crate::sql::datetime_in::time_in(&(Arc::new(text.clone()) as ArrayRef))
                 .map_err(|row| bad(row, text.value(row)));
         }
@@ -712,10 +712,10 @@ fn cast_text(
                 .map(|a| Arc::new(a) as ArrayRef)
                 .map_err(|row| bad(row, text.value(row)));
         }
-        SqlType::TimestampTz | SqlType::Timestamp | SqlType::Date => {
+        SqlType::TimestampTz(_) | SqlType::Timestamp(_) | SqlType::Date => {
             // Postgres prints a UTC offset as `+00`; the parser wants `+00:00`; and the
             // forms Postgres reads that arrow does not (`crate::sql::datetime_in`)
-            let keep_zone = matches!(ty, SqlType::TimestampTz);
+            let keep_zone = matches!(ty, SqlType::TimestampTz(_));
             let normalized: StringArray = text
                 .iter()
                 .map(|v| {

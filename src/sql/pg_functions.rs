@@ -794,12 +794,12 @@ fn definitions() -> Vec<PgFunction> {
         PgFunction {
             name: "clock_timestamp",
             signature: Signature::nullary(Volatility::Volatile),
-            ret: Box::new(|_| crate::sql::types::SqlType::TimestampTz.arrow_type()),
+            ret: Box::new(|_| crate::sql::types::SqlType::TimestampTz(None).arrow_type()),
             imp: Box::new(|_, rows| {
                 let now = chrono::Utc::now().timestamp_micros();
                 let a = datafusion::arrow::array::TimestampMicrosecondArray::from(vec![now; rows]);
                 let DataType::Timestamp(_, tz) =
-                    crate::sql::types::SqlType::TimestampTz.arrow_type()
+                    crate::sql::types::SqlType::TimestampTz(None).arrow_type()
                 else {
                     return Ok(Arc::new(a) as ArrayRef);
                 };
@@ -2880,10 +2880,7 @@ fn quote_literal(a: &ArrayRef, nullable: bool) -> DfResult<ArrayRef> {
 
 /// [`TIME_ROUND`]: each value's microseconds rounded to a multiple of 10^(6 - p).
 fn time_round(x: &ArrayRef, p: &ArrayRef) -> DfResult<ArrayRef> {
-    use datafusion::arrow::datatypes::{
-        Int64Type, Time64MicrosecondType, Time64NanosecondType, TimestampMicrosecondType,
-        TimestampNanosecondType,
-    };
+    use datafusion::arrow::datatypes::Int64Type;
     let p = cast(p, &DataType::Int64)?;
     let p = p.as_primitive::<Int64Type>();
     let digits = match p.iter().flatten().next() {
@@ -2894,25 +2891,39 @@ fn time_round(x: &ArrayRef, p: &ArrayRef) -> DfResult<ArrayRef> {
                 format!("TIMESTAMP({d}) precision must not be negative"),
             ));
         }
-        Some(d) => d.min(6) as u32,
+        Some(d) => d.min(6) as u8,
     };
-    // (in the values' own unit: microseconds, or nanoseconds for a time)
+    Ok(round_fractional_seconds(x, digits).unwrap_or_else(|| x.clone()))
+}
+
+/// Times and timestamps rounded to `digits` fractional digits of a second, half away from
+/// zero, keeping the array's type and zone; the infinities (the extremes) stay. What a
+/// cast to `timestamp(p)` / `time(p)` does ([`TIME_ROUND`]) and what a column of such a
+/// type stores (`state::table`). `None`: not a time or timestamp, or all six digits kept.
+pub fn round_fractional_seconds(x: &ArrayRef, digits: u8) -> Option<ArrayRef> {
+    use datafusion::arrow::datatypes::{
+        Time64MicrosecondType, Time64NanosecondType, TimestampMicrosecondType,
+        TimestampNanosecondType,
+    };
+    if digits >= 6 {
+        return None;
+    }
+    // (in the values' own unit: microseconds, or nanoseconds)
     let ns = matches!(
         x.data_type(),
         DataType::Time64(TimeUnit::Nanosecond) | DataType::Timestamp(TimeUnit::Nanosecond, _)
     );
-    let unit = 10i64.pow(6 - digits) * if ns { 1000 } else { 1 };
-    // half away from zero; the infinities (the extremes) stay
+    let unit = 10i64.pow(6 - digits as u32) * if ns { 1000 } else { 1 };
     let round = |v: i64| {
         if v == i64::MAX || v == i64::MIN {
             v
         } else if v >= 0 {
-            (v + unit / 2) / unit * unit
+            v.saturating_add(unit / 2) / unit * unit
         } else {
-            -((-v + unit / 2) / unit * unit)
+            -((-v).saturating_add(unit / 2) / unit * unit)
         }
     };
-    Ok(match x.data_type() {
+    Some(match x.data_type() {
         DataType::Timestamp(TimeUnit::Microsecond, tz) => Arc::new(
             x.as_primitive::<TimestampMicrosecondType>()
                 .unary::<_, TimestampMicrosecondType>(round)
@@ -2931,7 +2942,18 @@ fn time_round(x: &ArrayRef, p: &ArrayRef) -> DfResult<ArrayRef> {
             x.as_primitive::<Time64NanosecondType>()
                 .unary::<_, Time64NanosecondType>(round),
         ),
-        _ => x.clone(),
+        // an array's elements (`timestamp(0)[]`)
+        DataType::List(field) => {
+            let list = x.as_list::<i32>();
+            let values = round_fractional_seconds(list.values(), digits)?;
+            Arc::new(datafusion::arrow::array::ListArray::new(
+                field.clone(),
+                list.offsets().clone(),
+                values,
+                list.nulls().cloned(),
+            ))
+        }
+        _ => return None,
     })
 }
 

@@ -67,7 +67,7 @@ pub fn result_type(t: &DataType) -> DataType {
         DataType::Timestamp(_, Some(_)) | DataType::Date32 => {
             DataType::Timestamp(TimeUnit::Microsecond, None)
         }
-        _ => crate::sql::types::SqlType::TimestampTz.arrow_type(),
+        _ => crate::sql::types::SqlType::TimestampTz(None).arrow_type(),
     }
 }
 

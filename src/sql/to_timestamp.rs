@@ -36,7 +36,7 @@ fn err(code: &'static str, msg: impl Into<String>) -> DataFusionError {
 
 /// The result type of `to_timestamp`: `timestamptz`.
 pub fn timestamptz_type() -> DataType {
-    crate::sql::types::SqlType::TimestampTz.arrow_type()
+    crate::sql::types::SqlType::TimestampTz(None).arrow_type()
 }
 
 /// `to_timestamp(seconds)` or `to_timestamp(text, template)`.

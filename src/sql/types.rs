@@ -97,9 +97,12 @@ pub enum SqlType {
     /// when sent. `None`: `bpchar` without a length (no padding).
     Bpchar(Option<u32>),
     Date,
-    Time,
-    Timestamp,
-    TimestampTz,
+    /// `time(p)`, `timestamp(p)`, `timestamptz(p)`: `p` the declared fractional-second
+    /// digits (0..=6; `None`: not declared, all six). Values written to a column of a
+    /// declared precision are rounded to it (`round_fractional_seconds`).
+    Time(Option<u8>),
+    Timestamp(Option<u8>),
+    TimestampTz(Option<u8>),
     Interval,
     Bytea,
     Jsonb,
@@ -147,10 +150,12 @@ impl SqlType {
             D::Varchar(len) | D::CharacterVarying(len) => SqlType::Varchar(char_len(len)?),
             D::Char(len) | D::Character(len) => SqlType::Bpchar(Some(char_len(len)?.unwrap_or(1))),
             D::Date => SqlType::Date,
-            D::Time(_, _) => SqlType::Time,
-            D::Timestamp(_, tz) => match tz {
-                ast::TimezoneInfo::WithTimeZone | ast::TimezoneInfo::Tz => SqlType::TimestampTz,
-                _ => SqlType::Timestamp,
+            D::Time(p, _) => SqlType::Time(seconds_precision(*p)?),
+            D::Timestamp(p, tz) => match tz {
+                ast::TimezoneInfo::WithTimeZone | ast::TimezoneInfo::Tz => {
+                    SqlType::TimestampTz(seconds_precision(*p)?)
+                }
+                _ => SqlType::Timestamp(seconds_precision(*p)?),
             },
             D::Interval { .. } => SqlType::Interval,
             D::Bytea => SqlType::Bytea,
@@ -170,7 +175,7 @@ impl SqlType {
             D::Custom(name, args) if args.is_empty() => {
                 let n = name.to_string().to_ascii_lowercase();
                 match n.trim_start_matches("pg_catalog.") {
-                    "timestamptz" => SqlType::TimestampTz,
+                    "timestamptz" => SqlType::TimestampTz(None),
                     "jsonb" => SqlType::Jsonb,
                     "json" => SqlType::Json,
                     "uuid" => SqlType::Uuid,
@@ -215,9 +220,9 @@ impl SqlType {
             | SqlType::Uuid
             | SqlType::Enum(_) => DataType::Utf8,
             SqlType::Date => DataType::Date32,
-            SqlType::Time => DataType::Time64(TimeUnit::Microsecond),
-            SqlType::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
-            SqlType::TimestampTz => DataType::Timestamp(TimeUnit::Microsecond, Some(UTC.into())),
+            SqlType::Time(_) => DataType::Time64(TimeUnit::Microsecond),
+            SqlType::Timestamp(_) => DataType::Timestamp(TimeUnit::Microsecond, None),
+            SqlType::TimestampTz(_) => DataType::Timestamp(TimeUnit::Microsecond, Some(UTC.into())),
             SqlType::Interval => DataType::Interval(IntervalUnit::MonthDayNano),
             SqlType::Bytea => DataType::Binary,
             SqlType::Oid => DataType::UInt32,
@@ -242,9 +247,9 @@ impl SqlType {
             SqlType::Varchar(_) => 1043,
             SqlType::Bpchar(_) => 1042,
             SqlType::Date => 1082,
-            SqlType::Time => 1083,
-            SqlType::Timestamp => 1114,
-            SqlType::TimestampTz => 1184,
+            SqlType::Time(_) => 1083,
+            SqlType::Timestamp(_) => 1114,
+            SqlType::TimestampTz(_) => 1184,
             SqlType::Interval => 1186,
             SqlType::Bytea => 17,
             SqlType::Jsonb => 3802,
@@ -270,9 +275,9 @@ impl SqlType {
             SqlType::Int4 | SqlType::Float4 | SqlType::Date | SqlType::Oid | SqlType::Enum(_) => 4,
             SqlType::Int8
             | SqlType::Float8
-            | SqlType::Timestamp
-            | SqlType::TimestampTz
-            | SqlType::Time => 8,
+            | SqlType::Timestamp(_)
+            | SqlType::TimestampTz(_)
+            | SqlType::Time(_) => 8,
             SqlType::Interval | SqlType::Uuid => 16,
             SqlType::Name => 64,
             _ => -1,
@@ -284,6 +289,11 @@ impl SqlType {
         match self {
             SqlType::Varchar(Some(n)) | SqlType::Bpchar(Some(n)) => *n as i32 + 4,
             SqlType::Numeric(Some((p, s))) => ((*p as i32) << 16 | (*s as i32 & 0xffff)) + 4,
+            SqlType::Time(Some(p)) | SqlType::Timestamp(Some(p)) | SqlType::TimestampTz(Some(p)) => {
+                *p as i32
+            }
+            // an array's is its element's
+            SqlType::Array(e) => e.typmod(),
             _ => -1,
         }
     }
@@ -305,9 +315,9 @@ impl SqlType {
             SqlType::Bpchar(Some(n)) => format!("character({n})"),
             SqlType::Bpchar(None) => "bpchar".into(),
             SqlType::Date => "date".into(),
-            SqlType::Time => "time without time zone".into(),
-            SqlType::Timestamp => "timestamp without time zone".into(),
-            SqlType::TimestampTz => "timestamp with time zone".into(),
+            SqlType::Time(p) => format!("time{} without time zone", precision_text(*p)),
+            SqlType::Timestamp(p) => format!("timestamp{} without time zone", precision_text(*p)),
+            SqlType::TimestampTz(p) => format!("timestamp{} with time zone", precision_text(*p)),
             SqlType::Interval => "interval".into(),
             SqlType::Bytea => "bytea".into(),
             SqlType::Jsonb => "jsonb".into(),
@@ -329,8 +339,8 @@ impl SqlType {
     /// for type time: ...`): `time` and `timestamp` without "without time zone".
     pub fn input_name(&self) -> String {
         match self {
-            SqlType::Time => "time".into(),
-            SqlType::Timestamp => "timestamp".into(),
+            SqlType::Time(_) => "time".into(),
+            SqlType::Timestamp(_) => "timestamp".into(),
             other => other.display_name(),
         }
     }
@@ -350,9 +360,9 @@ impl SqlType {
             "bpchar" => SqlType::Bpchar(None),
             "character" => SqlType::Bpchar(Some(1)),
             "date" => SqlType::Date,
-            "time without time zone" => SqlType::Time,
-            "timestamp without time zone" => SqlType::Timestamp,
-            "timestamp with time zone" => SqlType::TimestampTz,
+            "time without time zone" => SqlType::Time(None),
+            "timestamp without time zone" => SqlType::Timestamp(None),
+            "timestamp with time zone" => SqlType::TimestampTz(None),
             "interval" => SqlType::Interval,
             "bytea" => SqlType::Bytea,
             "jsonb" => SqlType::Jsonb,
@@ -383,6 +393,16 @@ impl SqlType {
                 {
                     let (p, s) = ps.split_once(',')?;
                     SqlType::Numeric(Some((p.parse().ok()?, s.parse().ok()?)))
+                } else if let Some((kind, rest)) = other.split_once('(')
+                    && let Some((p, zone)) = rest.split_once(") ")
+                {
+                    let p = Some(p.parse().ok().filter(|p| *p <= MAX_SECONDS_PRECISION)?);
+                    match (kind, zone) {
+                        ("time", "without time zone") => SqlType::Time(p),
+                        ("timestamp", "without time zone") => SqlType::Timestamp(p),
+                        ("timestamp", "with time zone") => SqlType::TimestampTz(p),
+                        _ => return None,
+                    }
                 } else {
                     return None;
                 }
@@ -413,9 +433,9 @@ impl SqlType {
             }
             DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => SqlType::Text,
             DataType::Date32 | DataType::Date64 => SqlType::Date,
-            DataType::Time32(_) | DataType::Time64(_) => SqlType::Time,
-            DataType::Timestamp(_, None) => SqlType::Timestamp,
-            DataType::Timestamp(_, Some(_)) => SqlType::TimestampTz,
+            DataType::Time32(_) | DataType::Time64(_) => SqlType::Time(None),
+            DataType::Timestamp(_, None) => SqlType::Timestamp(None),
+            DataType::Timestamp(_, Some(_)) => SqlType::TimestampTz(None),
             DataType::Interval(_) | DataType::Duration(_) => SqlType::Interval,
             DataType::Binary | DataType::LargeBinary | DataType::BinaryView => SqlType::Bytea,
             DataType::FixedSizeBinary(_) => SqlType::Bytea,
@@ -526,6 +546,41 @@ fn char_len(len: &Option<ast::CharacterLength>) -> Result<Option<u32>> {
     }
 }
 
+/// The most fractional-second digits a `time`/`timestamp` keeps (microseconds).
+pub const MAX_SECONDS_PRECISION: u8 = 6;
+
+/// A declared `time(p)`/`timestamp(p)` precision: more than 6 is 6 (Postgres warns and
+/// reduces it the same way).
+fn seconds_precision(p: Option<u64>) -> Result<Option<u8>> {
+    Ok(p.map(|p| p.min(MAX_SECONDS_PRECISION as u64) as u8))
+}
+
+/// `(3)` for a declared precision, nothing for none: as `format_type` prints it.
+fn precision_text(p: Option<u8>) -> String {
+    p.map(|p| format!("({p})")).unwrap_or_default()
+}
+
+/// A column's stored SQL type, read from a catalog written by any Weir: before `time`,
+/// `timestamp` and `timestamptz` carried a precision they were stored as the bare names
+/// (`"Timestamp"`), now as `{"Timestamp": null}`. Each bare name, at any depth (an array's
+/// element), is read as the type without a declared precision.
+pub fn deserialize_stored<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<SqlType, D::Error> {
+    fn upgrade(v: serde_json::Value) -> serde_json::Value {
+        use serde_json::Value;
+        match v {
+            Value::String(s) if matches!(s.as_str(), "Time" | "Timestamp" | "TimestampTz") => {
+                Value::Object([(s, Value::Null)].into_iter().collect())
+            }
+            Value::Object(m) => Value::Object(m.into_iter().map(|(k, v)| (k, upgrade(v))).collect()),
+            other => other,
+        }
+    }
+    let v = <serde_json::Value as serde::Deserialize>::deserialize(d)?;
+    serde_json::from_value(upgrade(v)).map_err(serde::de::Error::custom)
+}
+
 fn unknown_type(name: &str) -> WeirError {
     WeirError::new(
         crate::error::sqlstate::UNDEFINED_OBJECT,
@@ -556,7 +611,11 @@ mod tests {
             SqlType::Numeric(Some((10, 2))),
             SqlType::Numeric(None),
             SqlType::Varchar(Some(20)),
-            SqlType::TimestampTz,
+            SqlType::TimestampTz(None),
+            SqlType::TimestampTz(Some(2)),
+            SqlType::Timestamp(Some(0)),
+            SqlType::Time(Some(3)),
+            SqlType::Array(Box::new(SqlType::Timestamp(Some(6)))),
             SqlType::Jsonb,
             SqlType::Json,
             SqlType::Uuid,
@@ -570,5 +629,23 @@ mod tests {
         // Postgres: varchar(20) -> 24, numeric(10,2) -> 655366
         assert_eq!(SqlType::Varchar(Some(20)).typmod(), 24);
         assert_eq!(SqlType::Numeric(Some((10, 2))).typmod(), 655366);
+        assert_eq!(SqlType::Timestamp(Some(3)).typmod(), 3);
+        assert_eq!(SqlType::Time(None).typmod(), -1);
+    }
+
+    #[test]
+    fn catalogs_written_before_precisions_read() {
+        #[derive(serde::Deserialize)]
+        struct Col {
+            #[serde(deserialize_with = "deserialize_stored")]
+            ty: SqlType,
+        }
+        let old: Col = serde_json::from_str(r#"{"ty":{"Array":"TimestampTz"}}"#).unwrap();
+        assert_eq!(old.ty, SqlType::Array(Box::new(SqlType::TimestampTz(None))));
+        let old: Col = serde_json::from_str(r#"{"ty":"Time"}"#).unwrap();
+        assert_eq!(old.ty, SqlType::Time(None));
+        let now = serde_json::to_string(&SqlType::Timestamp(Some(3))).unwrap();
+        let read: Col = serde_json::from_str(&format!(r#"{{"ty":{now}}}"#)).unwrap();
+        assert_eq!(read.ty, SqlType::Timestamp(Some(3)));
     }
 }

@@ -1747,12 +1747,30 @@ impl TableStore {
 
     /// Declared-type checks arrow types do not express: varchar(n) lengths, and `jsonb` and
     /// `uuid` values (checked and stored in Postgres' canonical form, `sql::jsonb`,
-    /// `sql::uuid`); floats' NaNs stored as the one NaN Postgres has. Returns the batch as
-    /// it is stored.
+    /// `sql::uuid`); floats' NaNs stored as the one NaN Postgres has; times and timestamps
+    /// rounded to a declared precision (`timestamp(3)`). Returns the batch as it is stored.
     fn check_constraints(&self, batch: RecordBatch) -> Result<RecordBatch> {
         let mut batch = crate::sql::pg_functions::canonical_nans(batch)?;
         let column_types = self.column_types.read();
         for (i, t) in column_types.iter().enumerate() {
+            // timestamp(p) / time(p), and arrays of them: rounded to the declared
+            // fractional-second digits
+            let element = match t {
+                SqlType::Array(e) => e.as_ref(),
+                t => t,
+            };
+            if let SqlType::Timestamp(Some(p)) | SqlType::TimestampTz(Some(p)) | SqlType::Time(Some(p)) =
+                element
+            {
+                if let Some(col) =
+                    crate::sql::pg_functions::round_fractional_seconds(batch.column(i), *p)
+                {
+                    let mut cols = batch.columns().to_vec();
+                    cols[i] = col;
+                    batch = RecordBatch::try_new(batch.schema(), cols)?;
+                }
+                continue;
+            }
             if let SqlType::Enum(e) = t {
                 let Some(col) = batch.column(i).as_any().downcast_ref::<StringArray>() else {
                     return Err(WeirError::internal(format!(
@@ -2497,7 +2515,7 @@ mod tests {
                     "a",
                     TableLayout {
                         schema: schema.clone(),
-                        column_types: vec![SqlType::Timestamp, SqlType::Text],
+                        column_types: vec![SqlType::Timestamp(None), SqlType::Text],
                         kind: TableKind::AppendOnly,
                         watermark: Some((0, 5)),
                         indexes: Vec::new(),
@@ -2690,9 +2708,9 @@ mod tests {
             SqlType::Numeric(Some((12, 3))),
             SqlType::Text,
             SqlType::Date,
-            SqlType::Time,
-            SqlType::Timestamp,
-            SqlType::TimestampTz,
+            SqlType::Time(None),
+            SqlType::Timestamp(None),
+            SqlType::TimestampTz(None),
             SqlType::Interval,
             SqlType::Bytea,
             SqlType::Oid,

@@ -45,7 +45,7 @@ impl Include {
             Include::Partition => SqlType::Int4,
             Include::Offset => SqlType::Int8,
             Include::Key => SqlType::Bytea,
-            Include::Timestamp => SqlType::TimestampTz,
+            Include::Timestamp => SqlType::TimestampTz(None),
         }
     }
 }
