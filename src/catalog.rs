@@ -13,6 +13,7 @@ pub mod secrets;
 pub mod sequences;
 pub mod sql_functions;
 pub mod system;
+pub mod table_exprs;
 pub mod user_types;
 pub mod value_limits;
 
@@ -284,33 +285,84 @@ impl ForeignKeyDesc {
 pub struct IndexDesc {
     pub oid: u32,
     pub name: String,
+    /// Per key: the column's name, or for an expression key its text (as `expressions`).
     pub columns: Vec<String>,
     pub unique: bool,
+    /// Per key, when some key is an expression (`lower(email)`): Some(its SQL text), None
+    /// for a column. Empty: every key is a column.
+    #[serde(default)]
+    pub expressions: Vec<Option<String>>,
+    /// A partial index's predicate (`WHERE NOT deleted`), its SQL text.
+    #[serde(default)]
+    pub predicate: Option<String>,
     /// The index keeps a UNIQUE constraint of the same name (listed in `pg_constraint`, its
     /// OID the index's plus one; dropped with ALTER TABLE ... DROP CONSTRAINT).
     #[serde(default)]
     pub constraint: bool,
 }
 
+impl IndexDesc {
+    /// Whether the index's keys are computed (an expression key, or a partial index's
+    /// predicate): point queries, ON CONFLICT targets and foreign keys do not use it.
+    pub fn derived(&self) -> bool {
+        self.expressions.iter().any(Option::is_some) || self.predicate.is_some()
+    }
+
+    /// Key `k` as the catalog keeps it.
+    fn key(&self, k: usize) -> crate::catalog::table_exprs::KeyText<'_> {
+        use crate::catalog::table_exprs::KeyText;
+        match self.expressions.get(k) {
+            Some(Some(e)) => KeyText::Expression(e),
+            _ => KeyText::Column(&self.columns[k]),
+        }
+    }
+}
+
 /// An index as `pg_class`/`pg_index` show it: the primary key's or a secondary one.
 pub struct IndexInfo {
     pub oid: u32,
     pub name: String,
+    /// Per key: a column's name, or an expression's text.
     pub columns: Vec<String>,
+    /// Which keys are expressions (`pg_index.indkey` is 0 for them).
+    pub expression_keys: Vec<bool>,
+    pub predicate: Option<String>,
     pub unique: bool,
     pub primary: bool,
 }
 
 impl IndexInfo {
-    /// Its `CREATE INDEX` statement as `pg_get_indexdef` and `pg_indexes` give it.
-    pub fn definition(&self, relation: &str) -> String {
+    /// Its `CREATE INDEX` statement as `pg_get_indexdef` and `pg_indexes` give it (`pretty`:
+    /// as psql shows it, the predicate without parentheses).
+    pub fn definition(&self, relation: &str, pretty: bool) -> String {
+        let keys: Vec<String> = self
+            .columns
+            .iter()
+            .enumerate()
+            .map(|(k, c)| match self.expression_keys.get(k) {
+                Some(true) => crate::catalog::table_exprs::shown_key(c),
+                _ => c.clone(),
+            })
+            .collect();
         format!(
-            "CREATE {}INDEX {} ON public.{} USING btree ({})",
+            "CREATE {}INDEX {} ON public.{} USING btree ({}){}",
             if self.unique { "UNIQUE " } else { "" },
             self.name,
             relation,
-            self.columns.join(", ")
+            keys.join(", "),
+            self.predicate
+                .as_ref()
+                .map(|p| match pretty {
+                    true => format!(" WHERE {p}"),
+                    false => format!(" WHERE ({p})"),
+                })
+                .unwrap_or_default()
         )
+    }
+
+    /// Whether a key is an expression or the index is partial.
+    pub fn derived(&self) -> bool {
+        self.expression_keys.iter().any(|e| *e) || self.predicate.is_some()
     }
 }
 
@@ -465,6 +517,8 @@ impl RelationDesc {
             oid,
             name: self.pkey_name(),
             columns: self.primary_key.clone(),
+            expression_keys: Vec::new(),
+            predicate: None,
             unique: true,
             primary: true,
         });
@@ -473,6 +527,8 @@ impl RelationDesc {
                 oid: i.oid,
                 name: i.name.clone(),
                 columns: i.columns.clone(),
+                expression_keys: i.expressions.iter().map(Option::is_some).collect(),
+                predicate: i.predicate.clone(),
                 unique: i.unique,
                 primary: false,
             }))
@@ -480,30 +536,51 @@ impl RelationDesc {
     }
 
     /// A unique index (the primary key's or a secondary one) over exactly these columns, in
-    /// any order: what a foreign key referencing them rests on.
+    /// any order: what a foreign key referencing them rests on (not a partial or
+    /// expression index, as in Postgres).
     pub fn unique_index_over(&self, columns: &[String]) -> Option<IndexInfo> {
         self.all_indexes().into_iter().find(|i| {
             i.unique
+                && !i.derived()
                 && i.columns.len() == columns.len()
                 && i.columns.iter().all(|c| columns.contains(c))
         })
     }
 
-    /// The table layer's view of the secondary indexes (columns by position).
-    pub fn index_specs(&self) -> Vec<crate::state::table_index::IndexSpec> {
-        self.indexes
-            .iter()
-            .map(|i| crate::state::table_index::IndexSpec {
-                oid: i.oid,
-                name: i.name.clone(),
-                columns: i
+    /// The table layer's view of the secondary indexes (columns by position; an
+    /// expression or partial index's keys planned, `catalog::table_exprs`).
+    pub fn index_specs(&self) -> Result<Vec<crate::state::table_index::IndexSpec>> {
+        self.indexes.iter().map(|i| self.index_spec(i)).collect()
+    }
+
+    /// The table layer's view of one index of this relation.
+    pub fn index_spec(&self, i: &IndexDesc) -> Result<crate::state::table_index::IndexSpec> {
+        let derived: Option<Arc<dyn crate::state::table_index::DerivedKeys>> = match i.derived() {
+            true => {
+                let keys: Vec<_> = (0..i.columns.len()).map(|k| i.key(k)).collect();
+                Some(Arc::new(crate::catalog::table_exprs::IndexExprs::plan(
+                    &self.name,
+                    &self.schema(),
+                    &keys,
+                    i.predicate.as_deref(),
+                )?))
+            }
+            false => None,
+        };
+        Ok(crate::state::table_index::IndexSpec {
+            oid: i.oid,
+            name: i.name.clone(),
+            columns: match derived {
+                Some(_) => Vec::new(),
+                None => i
                     .columns
                     .iter()
                     .filter_map(|c| self.columns.iter().position(|d| &d.name == c))
                     .collect(),
-                unique: i.unique,
-            })
-            .collect()
+            },
+            unique: i.unique,
+            derived,
+        })
     }
 
     /// OID of the relation's `k`th CHECK constraint (a range of its own: a relation's four
@@ -685,7 +762,7 @@ impl Catalog {
                 column_types: desc.columns.iter().map(|c| c.ty.clone()).collect(),
                 kind: desc.table_kind(),
                 watermark,
-                indexes: desc.index_specs(),
+                indexes: desc.index_specs()?,
                 pkey_name: desc.pkey_name(),
             },
             store.clone(),

@@ -2058,6 +2058,8 @@ impl Engine {
                 name: Some(name),
                 table: ct.name.clone(),
                 columns: u.columns.clone(),
+                expressions: Vec::new(),
+                predicate: None,
                 unique: true,
                 if_not_exists: false,
                 constraint: true,

@@ -245,7 +245,10 @@ impl SchemaProvider for PublicSchema {
                 schema: nullable(&entry.desc.schema()),
                 dataflow: self.dataflow.clone(),
                 pinned: self.pinned.clone(),
-                indexes: entry.desc.index_specs(),
+                indexes: entry
+                    .desc
+                    .index_specs()
+                    .map_err(|e| DataFusionError::External(Box::new(e)))?,
             })));
         }
         if let Some(batch) = crate::catalog::system::build(name, &self.catalog, &self.dataflow)? {

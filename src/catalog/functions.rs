@@ -693,6 +693,12 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
             let column = column
                 .as_ref()
                 .and_then(|c| c.as_any().downcast_ref::<Int32Array>());
+            // pretty (psql's \d): a partial index's predicate without its parentheses
+            let pretty = match args.get(2) {
+                Some(p) => Some(cast(p, &DataType::Boolean)?),
+                None => None,
+            };
+            let pretty = pretty.as_ref().map(|p| p.as_boolean().clone());
             let Some(a) = args.first() else {
                 return Ok(constant_str(rows, None));
             };
@@ -718,7 +724,8 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
                         if k > 0 {
                             return ix.columns.get(k as usize - 1).cloned();
                         }
-                        Some(ix.definition(&e.desc.name))
+                        let pretty = pretty.as_ref().is_some_and(|p| p.is_valid(i) && p.value(i));
+                        Some(ix.definition(&e.desc.name, pretty))
                     })
                     .collect::<StringArray>(),
             ))
@@ -1028,8 +1035,10 @@ impl TypePlanner for WeirTypePlanner {
         }
         // `time` likewise (a cast of a column's microseconds to DataFusion's nanoseconds
         // multiplied the junk under its NULLs: an overflow)
-        if let ast::DataType::Time(None, ast::TimezoneInfo::None | ast::TimezoneInfo::WithoutTimeZone) =
-            sql_type
+        if let ast::DataType::Time(
+            None,
+            ast::TimezoneInfo::None | ast::TimezoneInfo::WithoutTimeZone,
+        ) = sql_type
         {
             return Ok(Some(Arc::new(Field::new(
                 "",

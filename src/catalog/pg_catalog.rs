@@ -540,9 +540,7 @@ pub fn format_type(type_oid: u32, typmod: i32) -> Option<String> {
             }
             T::Time(None) if (0..=6).contains(&typmod) => T::Time(Some(typmod as u8)),
             T::Timestamp(None) if (0..=6).contains(&typmod) => T::Timestamp(Some(typmod as u8)),
-            T::TimestampTz(None) if (0..=6).contains(&typmod) => {
-                T::TimestampTz(Some(typmod as u8))
-            }
+            T::TimestampTz(None) if (0..=6).contains(&typmod) => T::TimestampTz(Some(typmod as u8)),
             t => t,
         }
     };
@@ -1133,12 +1131,29 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
             for e in &entries {
                 let d = &e.desc;
                 for ix in d.all_indexes() {
+                    // an expression key is 0, its text in indexprs (Postgres keeps node trees)
                     let keys: Vec<V> = ix
                         .columns
                         .iter()
-                        .filter_map(|k| d.columns.iter().position(|c| &c.name == k))
-                        .map(|p| V::I(p as i64 + 1))
+                        .enumerate()
+                        .filter_map(|(i, k)| match ix.expression_keys.get(i) {
+                            Some(true) => Some(0),
+                            _ => d.columns.iter().position(|c| &c.name == k).map(|p| p + 1),
+                        })
+                        .map(|p| V::I(p as i64))
                         .collect();
+                    let expressions: Vec<&str> = ix
+                        .columns
+                        .iter()
+                        .zip(&ix.expression_keys)
+                        .filter(|(_, e)| **e)
+                        .map(|(c, _)| c.as_str())
+                        .collect();
+                    let indexprs = match expressions.is_empty() {
+                        true => V::Null,
+                        false => expressions.join(", ").into(),
+                    };
+                    let indpred = ix.predicate.clone().map(V::S).unwrap_or(V::Null);
                     rows.push(vec![
                         ix.oid.into(),
                         d.oid.into(),
@@ -1156,8 +1171,8 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                         true.into(),
                         false.into(),
                         V::A(keys.clone()),
-                        V::Null,
-                        V::Null,
+                        indexprs,
+                        indpred,
                         V::A(keys.iter().map(|_| V::I(0)).collect()),
                         V::A(keys.iter().map(|_| V::I(0)).collect()),
                         V::A(keys.iter().map(|_| V::I(0)).collect()),
@@ -1605,7 +1620,7 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                             e.desc.name.clone().into(),
                             ix.name.clone().into(),
                             V::Null,
-                            ix.definition(&e.desc.name).into(),
+                            ix.definition(&e.desc.name, false).into(),
                         ]
                     })
                 })

@@ -228,6 +228,8 @@ impl Engine {
                         name: Some(index),
                         table: name.to_owned(),
                         columns: cols,
+                        expressions: Vec::new(),
+                        predicate: None,
                         unique: true,
                         if_not_exists: false,
                         constraint: true,
@@ -785,8 +787,15 @@ impl Engine {
                         desc.defaults.retain(|(d, _)| *d != col);
                         desc.generated.retain(|(g, _)| *g != col);
                         desc.comments.columns.retain(|(c, _)| *c != col);
-                        // as in Postgres, an index on the column goes with it
-                        desc.indexes.retain(|i| !i.columns.contains(&col));
+                        // as in Postgres, an index on the column goes with it (an expression
+                        // or predicate that reads it too)
+                        desc.indexes.retain(|i| {
+                            let reads =
+                                |t: &String| crate::catalog::pg_catalog::check_reads(t, &col);
+                            !(i.columns.contains(&col)
+                                || i.expressions.iter().flatten().any(reads)
+                                || i.predicate.as_ref().is_some_and(reads))
+                        });
                         // and so does a CHECK constraint that reads it
                         desc.checks
                             .retain(|(_, e)| !crate::catalog::pg_catalog::check_reads(e, &col));
@@ -840,9 +849,20 @@ impl Engine {
                             *c = new.clone();
                         }
                     }
-                    for c in desc.indexes.iter_mut().flat_map(|i| i.columns.iter_mut()) {
-                        if *c == old {
-                            *c = new.clone();
+                    for ix in desc.indexes.iter_mut() {
+                        for (k, c) in ix.columns.iter_mut().enumerate() {
+                            match ix.expressions.get_mut(k) {
+                                // an expression key's text, kept in both places
+                                Some(Some(e)) => {
+                                    rename_column_in(e, &old, &new);
+                                    *c = e.clone();
+                                }
+                                _ if *c == old => *c = new.clone(),
+                                _ => {}
+                            }
+                        }
+                        if let Some(p) = ix.predicate.as_mut() {
+                            rename_column_in(p, &old, &new);
                         }
                     }
                     for c in desc

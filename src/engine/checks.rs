@@ -13,9 +13,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Schema};
-use datafusion::common::DFSchema;
 use datafusion::execution::context::SessionContext;
-use datafusion::logical_expr::Expr;
 use datafusion::physical_expr::PhysicalExpr;
 
 use crate::catalog::RelationDesc;
@@ -34,7 +32,13 @@ pub(crate) fn compile(
     checks
         .iter()
         .map(|(name, text)| {
-            let (expr, df_schema) = plan_table_expr(ctx, table, schema, text, "check constraint")?;
+            let (expr, df_schema) = crate::catalog::table_exprs::plan_table_expr(
+                ctx,
+                table,
+                schema,
+                text,
+                "check constraint",
+            )?;
             let phys = ctx.create_physical_expr(expr, &df_schema)?;
             let t = phys.data_type(schema)?;
             if t != DataType::Boolean {
@@ -49,53 +53,6 @@ pub(crate) fn compile(
             Ok((name.clone(), phys))
         })
         .collect()
-}
-
-/// An expression stored with a table (a CHECK, a generated column's), planned over a row of
-/// the table as a query's expression is: the syntax rewrites (`catalog::rewrite`, on the
-/// expression as a query's select item), then the semantics rule over the planned
-/// expression (the logical expression, and the schema to make it physical over). A subquery
-/// is refused (`what` names the place, as Postgres' message does).
-pub(crate) fn plan_table_expr(
-    ctx: &SessionContext,
-    table: &str,
-    schema: &Schema,
-    text: &str,
-    what: &str,
-) -> Result<(Expr, DFSchema)> {
-    let df_schema = DFSchema::try_from_qualified_schema(table, schema)?;
-    let mut subquery = false;
-    let parsed = crate::sql::parser::parse_expr_text(text)?;
-    let _ = datafusion::sql::sqlparser::ast::visit_expressions(&parsed, |e| {
-        use datafusion::sql::sqlparser::ast::Expr as E;
-        subquery |= matches!(e, E::Subquery(_) | E::Exists { .. } | E::InSubquery { .. });
-        std::ops::ControlFlow::<()>::Continue(())
-    });
-    if subquery {
-        return Err(WeirError::not_supported(format!(
-            "cannot use subquery in {what}"
-        )));
-    }
-    let mut q = crate::sql::parser::parse_query(&format!(
-        "SELECT {parsed} FROM {}",
-        crate::sql::pg_text::quote_ident(table)
-    ))?;
-    crate::catalog::rewrite::rewrite_query(&mut q)?;
-    let rewritten = match q.body.as_ref() {
-        datafusion::sql::sqlparser::ast::SetExpr::Select(s) => match s.projection.first() {
-            // (the rewrite names the item as Postgres would: `?column?`)
-            Some(
-                datafusion::sql::sqlparser::ast::SelectItem::UnnamedExpr(e)
-                | datafusion::sql::sqlparser::ast::SelectItem::ExprWithAlias { expr: e, .. },
-            ) => e.to_string(),
-            _ => text.to_owned(),
-        },
-        _ => text.to_owned(),
-    };
-    let expr = ctx.parse_sql_expr(&rewritten, &df_schema)?;
-    let expr = crate::catalog::pg_semantics::analyze_expr(expr, &df_schema)?;
-    let expr = crate::plan::coerced_and_simplified(expr, &df_schema)?;
-    Ok((expr, df_schema))
 }
 
 /// Every row of `batches` (rows of the table, in its column order) against the table's

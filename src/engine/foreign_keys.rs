@@ -76,7 +76,7 @@ impl KeyShape {
             uniques: desc
                 .indexes
                 .iter()
-                .filter(|i| i.unique)
+                .filter(|i| i.unique && !i.derived())
                 .map(|i| i.columns.clone())
                 .collect(),
         }
@@ -947,7 +947,7 @@ impl Engine {
         let others = table
             .all_indexes()
             .into_iter()
-            .any(|i| i.unique && i.name != index && same_set(&i.columns, columns));
+            .any(|i| i.unique && !i.derived() && i.name != index && same_set(&i.columns, columns));
         if others {
             return None;
         }

@@ -9,7 +9,7 @@
 //! statements refuse one that is not DEFAULT (428C9, as Postgres: `fill_defaults`, UPDATE's
 //! assignments, COPY's column list).
 //!
-//! The expression means what it would in a query (`checks::plan_table_expr`: the same
+//! The expression means what it would in a query (`catalog::table_exprs::plan_table_expr`: the same
 //! rewrites and Postgres-semantics rule as CHECKs), cast to the column's type as an
 //! assignment is. Refused as Postgres refuses them, when the table is created: a reference
 //! to another generated column (42P17), a function that is not immutable (42P17: `now()`,
@@ -61,7 +61,7 @@ pub(crate) fn compile(
                     .with_detail("A generated column cannot reference another generated column."));
                 }
             }
-            let (expr, df_schema) = super::checks::plan_table_expr(
+            let (expr, df_schema) = crate::catalog::table_exprs::plan_table_expr(
                 ctx,
                 table,
                 &schema,

@@ -1,6 +1,12 @@
 //! `CREATE [UNIQUE] INDEX [IF NOT EXISTS] [name] ON table (columns)` and `DROP INDEX [IF
 //! EXISTS] name, ...`.
 //!
+//! A key may be an expression (`lower(email)`) and an index of a table may be partial
+//! (`WHERE NOT deleted`): planned over the table's columns by `catalog::table_exprs` (only
+//! immutable functions), kept by the table store like a column index's entries (a row the
+//! predicate does not hold has none), so a UNIQUE one refuses duplicates among the rows
+//! it holds. Point queries, ON CONFLICT targets and foreign keys use column indexes only.
+//!
 //! The index is built by the table store (`state/table_index.rs`) under the table's writer
 //! lock, so no change slips between the build and the first change it keeps; the catalog
 //! then lists it in one commit. Point queries (`col = v`, `col IN (...)` on the leading
@@ -38,6 +44,17 @@ impl Engine {
                 ))
                 .with_hint("A view's rows are what its query gives; nothing can be refused."));
             }
+            RelationKind::MaterializedView
+                if !ci.expressions.is_empty() || ci.predicate.is_some() =>
+            {
+                return Err(WeirError::not_supported(format!(
+                    "expression and partial indexes on materialized view \"{}\" are not supported",
+                    ci.table
+                ))
+                .with_hint(
+                    "Compute the expression, or filter, in the view's query and index its column.",
+                ));
+            }
             RelationKind::MaterializedView => {}
             other => {
                 return Err(WeirError::new(
@@ -47,7 +64,10 @@ impl Engine {
             }
         }
         let mut positions = Vec::with_capacity(ci.columns.len());
-        for c in &ci.columns {
+        for (k, c) in ci.columns.iter().enumerate() {
+            if matches!(ci.expressions.get(k), Some(Some(_))) {
+                continue;
+            }
             let Some(p) = entry.desc.columns.iter().position(|d| &d.name == c) else {
                 return Err(WeirError::new(
                     sqlstate::UNDEFINED_COLUMN,
@@ -72,11 +92,23 @@ impl Engine {
                 }
                 n.clone()
             }
-            // Postgres' choice: table_columns_idx, then with 1, 2, ... until free
-            None => crate::sql::parser::free_name(
-                &format!("{}_{}_idx", ci.table, ci.columns.join("_")),
-                |n| self.catalog.name_in_use(n),
-            ),
+            // Postgres' choice: table_columns_idx (an expression key named by its function,
+            // or `expr`), then with 1, 2, ... until free
+            None => {
+                let keys: Vec<String> = ci
+                    .columns
+                    .iter()
+                    .enumerate()
+                    .map(|(k, c)| match ci.expressions.get(k) {
+                        Some(Some(e)) => expression_key_name(e),
+                        _ => c.clone(),
+                    })
+                    .collect();
+                crate::sql::parser::free_name(
+                    &format!("{}_{}_idx", ci.table, keys.join("_")),
+                    |n| self.catalog.name_in_use(n),
+                )
+            }
         };
         if view {
             // kept in the view's contents by the dataflow, built there now
@@ -87,10 +119,12 @@ impl Engine {
                     oid,
                     name: name.clone(),
                     columns: ci.columns.clone(),
+                    expressions: Vec::new(),
+                    predicate: None,
                     unique: false,
                     constraint: false,
                 });
-                specs = d.index_specs();
+                specs = d.index_specs()?;
                 Ok(())
             })?;
             self.dataflow.set_view_indexes(entry.desc.oid, specs)?;
@@ -103,23 +137,30 @@ impl Engine {
             .ok_or_else(|| WeirError::internal("a table without storage"))?;
         let _writer = lock_writer(session, &table).await?;
         let oid = self.catalog.reserve_oid();
-        let spec = IndexSpec {
+        let desc = IndexDesc {
             oid,
             name: name.clone(),
-            columns: positions,
+            columns: ci.columns.clone(),
+            expressions: ci.expressions.clone(),
+            predicate: ci.predicate.clone(),
             unique: ci.unique,
+            constraint: ci.constraint,
+        };
+        let spec = match desc.derived() {
+            // keys and predicate planned as the catalog plans them when it opens the table
+            true => entry.desc.index_spec(&desc)?,
+            false => IndexSpec {
+                oid,
+                name: name.clone(),
+                columns: positions,
+                unique: ci.unique,
+                derived: None,
+            },
         };
         let t = table.clone();
         tokio::task::spawn_blocking(move || t.create_index(spec))
             .await
             .map_err(|e| WeirError::internal(e.to_string()))??;
-        let desc = IndexDesc {
-            oid,
-            name: name.clone(),
-            columns: ci.columns.clone(),
-            unique: ci.unique,
-            constraint: ci.constraint,
-        };
         let listed = self.catalog.alter_relation(&ci.table, |d| {
             if d.oid != entry.desc.oid {
                 return Err(WeirError::new(
@@ -182,7 +223,7 @@ impl Engine {
                 let mut specs = Vec::new();
                 self.catalog.alter_relation(&entry.desc.name, |d| {
                     d.indexes.retain(|i| i.oid != ix.oid);
-                    specs = d.index_specs();
+                    specs = d.index_specs()?;
                     Ok(())
                 })?;
                 self.dataflow.set_view_indexes(entry.desc.oid, specs)?;
@@ -199,5 +240,19 @@ impl Engine {
                 .map_err(|e| WeirError::internal(e.to_string()))??;
         }
         Ok(Output::Command("DROP INDEX".into()))
+    }
+}
+
+/// How Postgres names an expression key in a default index name: the function's name for a
+/// call (`lower(email)`: `lower`), `expr` otherwise.
+fn expression_key_name(text: &str) -> String {
+    match crate::sql::parser::parse_expr_text(text) {
+        Ok(datafusion::sql::sqlparser::ast::Expr::Function(f)) => f
+            .name
+            .0
+            .last()
+            .map(|p| p.to_string().trim_matches('"').to_lowercase())
+            .unwrap_or_else(|| "expr".into()),
+        _ => "expr".into(),
     }
 }

@@ -795,7 +795,7 @@ impl Engine {
         for v in &views {
             if !v.desc.indexes.is_empty() {
                 self.dataflow
-                    .set_view_indexes(v.desc.oid, v.desc.index_specs())?;
+                    .set_view_indexes(v.desc.oid, v.desc.index_specs()?)?;
             }
         }
         let session = self.new_session();

@@ -318,7 +318,7 @@ fn plan_expr(state: &SessionState, e: ast::Expr, schema: &DFSchema) -> Result<Ex
         },
         schema,
     )?;
-    crate::plan::coerced_and_simplified(e, schema)
+    crate::catalog::table_exprs::coerced_and_simplified(e, schema)
 }
 
 async fn build(

@@ -278,7 +278,13 @@ pub struct ExecuteStmt {
 pub struct CreateIndex {
     pub name: Option<String>,
     pub table: String,
+    /// Per key: a column's name, or an expression key's text.
     pub columns: Vec<String>,
+    /// Per key: Some(the expression's text) for an expression key (`lower(email)`); empty
+    /// when every key is a column.
+    pub expressions: Vec<Option<String>>,
+    /// A partial index's `WHERE` predicate, its text.
+    pub predicate: Option<String>,
     pub unique: bool,
     pub if_not_exists: bool,
     /// Made for a UNIQUE constraint (`CREATE TABLE`, `ALTER TABLE ... ADD UNIQUE`).
@@ -295,11 +301,6 @@ fn create_index(ci: ast::CreateIndex) -> Result<Statement> {
             )));
         }
     }
-    if ci.predicate.is_some() {
-        return Err(WeirError::not_supported(
-            "partial indexes (CREATE INDEX ... WHERE) are not supported",
-        ));
-    }
     if ci.nulls_distinct == Some(false) {
         return Err(WeirError::not_supported(
             "NULLS NOT DISTINCT is not supported",
@@ -310,21 +311,33 @@ fn create_index(ci: ast::CreateIndex) -> Result<Statement> {
             "CREATE INDEX options are not supported",
         ));
     }
-    let columns = ci
-        .columns
-        .iter()
-        .map(|c| match &c.column.expr {
-            ast::Expr::Identifier(id) => Ok(normalize_ident(id)),
-            other => Err(WeirError::not_supported(format!(
-                "indexes on expressions are not supported: {other}"
-            ))
-            .with_hint("Index a column; a materialized view can compute the expression.")),
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let mut columns = Vec::with_capacity(ci.columns.len());
+    let mut expressions = Vec::with_capacity(ci.columns.len());
+    for c in &ci.columns {
+        let mut e = &c.column.expr;
+        while let ast::Expr::Nested(inner) = e {
+            e = inner;
+        }
+        match e {
+            ast::Expr::Identifier(id) => {
+                columns.push(normalize_ident(id));
+                expressions.push(None);
+            }
+            other => {
+                columns.push(other.to_string());
+                expressions.push(Some(other.to_string()));
+            }
+        }
+    }
+    if expressions.iter().all(Option::is_none) {
+        expressions.clear();
+    }
     Ok(Statement::CreateIndex(Box::new(CreateIndex {
         name: ci.name.as_ref().map(relation_name).transpose()?,
         table: relation_name(&ci.table_name)?,
         columns,
+        expressions,
+        predicate: ci.predicate.as_ref().map(|p| p.to_string()),
         unique: ci.unique,
         if_not_exists: ci.if_not_exists,
         constraint: false,

@@ -289,9 +289,9 @@ impl SqlType {
         match self {
             SqlType::Varchar(Some(n)) | SqlType::Bpchar(Some(n)) => *n as i32 + 4,
             SqlType::Numeric(Some((p, s))) => ((*p as i32) << 16 | (*s as i32 & 0xffff)) + 4,
-            SqlType::Time(Some(p)) | SqlType::Timestamp(Some(p)) | SqlType::TimestampTz(Some(p)) => {
-                *p as i32
-            }
+            SqlType::Time(Some(p))
+            | SqlType::Timestamp(Some(p))
+            | SqlType::TimestampTz(Some(p)) => *p as i32,
             // an array's is its element's
             SqlType::Array(e) => e.typmod(),
             _ => -1,
@@ -573,7 +573,9 @@ pub fn deserialize_stored<'de, D: serde::Deserializer<'de>>(
             Value::String(s) if matches!(s.as_str(), "Time" | "Timestamp" | "TimestampTz") => {
                 Value::Object([(s, Value::Null)].into_iter().collect())
             }
-            Value::Object(m) => Value::Object(m.into_iter().map(|(k, v)| (k, upgrade(v))).collect()),
+            Value::Object(m) => {
+                Value::Object(m.into_iter().map(|(k, v)| (k, upgrade(v))).collect())
+            }
             other => other,
         }
     }

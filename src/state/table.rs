@@ -49,8 +49,8 @@ use crate::state::store::{
     Cursor, Durability, ReadView, Store, WriteBatch, keys_with_prefix, purge_prefix,
 };
 use crate::state::table_index::{
-    IndexSpec, SecondaryIndex, entries_prefix, marker_key, markers_prefix, multiset_value,
-    read_multiset_value,
+    IndexKeys, IndexSpec, SecondaryIndex, entries_prefix, marker_key, markers_prefix,
+    multiset_value, read_multiset_value,
 };
 
 /// Trim the log of a keyed or multiset table once this many entries accumulated.
@@ -554,15 +554,18 @@ impl TableStore {
                 .row_conv
                 .convert_rows(chunk.iter().map(|(_, r, _)| parser.parse(r)))?;
             let batch = RecordBatch::try_new(self.schema(), cols)?;
-            let values = ix.encode(&batch)?;
+            let keys = ix.encode(&batch)?;
             let mut wb = WriteBatch::default();
             for (i, (id, row, n)) in chunk.iter().enumerate() {
-                let v = values.row(i).data();
+                if !keys.holds(i) {
+                    continue;
+                }
+                let v = keys.values(i);
                 if ix.spec.unique
-                    && !ix.has_null(&batch, i)
+                    && !keys.has_null(i)
                     && (*n > 1 || !seen_unique.insert(v.to_vec()))
                 {
-                    return Err(ix.duplicated(&batch, i));
+                    return Err(ix.duplicated(&keys, i));
                 }
                 let value = match keyed {
                     true => row.clone(),
@@ -597,10 +600,10 @@ impl TableStore {
         let mut id = [0u8; 12];
         id[..8].copy_from_slice(&seq.to_be_bytes());
         for ix in indexes {
-            let values = ix.encode(&cl.data)?;
-            for i in 0..cl.len() {
+            let keys = ix.encode(&cl.data)?;
+            for i in (0..cl.len()).filter(|&i| keys.holds(i)) {
                 id[8..].copy_from_slice(&(first_row + i as u32).to_be_bytes());
-                let k = ix.key(values.row(i).data(), &id);
+                let k = ix.key(keys.values(i), &id);
                 let v = full.row(i).data().to_vec();
                 bytes += k.len() + v.len();
                 wb.put(k, v);
@@ -1355,11 +1358,14 @@ impl TableStore {
                 for ix in indexes {
                     let values = ix.encode(&cl.data)?;
                     // an entry is written if a row of the change has it, deleted if only
-                    // a retraction has it
+                    // a retraction has it (rows the index does not hold have none)
                     let mut entries: HashMap<Vec<u8>, Option<usize>> =
                         HashMap::with_capacity(cl.len());
                     for (i, w) in weights.iter().enumerate() {
-                        let k = ix.key(values.row(i).data(), keys.row(i).data());
+                        if !values.holds(i) {
+                            continue;
+                        }
+                        let k = ix.key(values.values(i), keys.row(i).data());
                         match *w > 0 {
                             true => {
                                 entries.insert(k, Some(i));
@@ -1371,7 +1377,7 @@ impl TableStore {
                     }
                     if ix.spec.unique {
                         let added = entries.iter().filter_map(|(k, op)| op.map(|i| (k, i)));
-                        self.check_unique_index(ix, &cl.data, &values, added, &|k| {
+                        self.check_unique_index(ix, &values, added, &|k| {
                             matches!(entries.get(k), Some(None))
                         })?;
                     }
@@ -1429,14 +1435,15 @@ impl TableStore {
                     let values = ix.encode(&cl.data)?;
                     let entries: Vec<(Vec<u8>, usize, i64)> = counts
                         .iter()
-                        .map(|&(row, i, count)| (ix.key(values.row(i).data(), row), i, count))
+                        .filter(|&&(_, i, _)| values.holds(i))
+                        .map(|&(row, i, count)| (ix.key(values.values(i), row), i, count))
                         .collect();
                     if ix.spec.unique {
                         if let Some(&(_, i, _)) = entries
                             .iter()
-                            .find(|(_, i, n)| *n > 1 && !ix.has_null(&cl.data, *i))
+                            .find(|(_, i, n)| *n > 1 && !values.has_null(*i))
                         {
-                            return Err(ix.duplicate(&cl.data, i));
+                            return Err(ix.duplicate(&values, i));
                         }
                         let gone: HashSet<&[u8]> = entries
                             .iter()
@@ -1447,14 +1454,12 @@ impl TableStore {
                             .iter()
                             .filter(|(_, _, n)| *n > 0)
                             .map(|(k, i, _)| (k, *i));
-                        self.check_unique_index(ix, &cl.data, &values, added, &|k| {
-                            gone.contains(k)
-                        })?;
+                        self.check_unique_index(ix, &values, added, &|k| gone.contains(k))?;
                     }
                     for (k, i, count) in entries {
                         match count {
                             0 => wb.delete(k),
-                            n => wb.put(k, multiset_value(n, values.row(i).data().len())),
+                            n => wb.put(k, multiset_value(n, values.values(i).len())),
                         }
                     }
                 }
@@ -1472,19 +1477,18 @@ impl TableStore {
     fn check_unique_index<'a>(
         &self,
         ix: &SecondaryIndex,
-        batch: &RecordBatch,
-        values: &Rows,
+        values: &IndexKeys,
         added: impl Iterator<Item = (&'a Vec<u8>, usize)>,
         removed: &dyn Fn(&[u8]) -> bool,
     ) -> Result<()> {
         let mut seen: HashMap<&[u8], &[u8]> = HashMap::new();
         for (k, i) in added {
-            if ix.has_null(batch, i) {
+            if values.has_null(i) {
                 continue;
             }
-            let v = values.row(i).data();
+            let v = values.values(i);
             if seen.insert(v, k).is_some_and(|other| other != k.as_slice()) {
-                return Err(ix.duplicate(batch, i));
+                return Err(ix.duplicate(values, i));
             }
             let mut prefix = ix.prefix.clone();
             prefix.extend_from_slice(v);
@@ -1494,7 +1498,7 @@ impl TableStore {
                 Ok(())
             })?;
             if clash {
-                return Err(ix.duplicate(batch, i));
+                return Err(ix.duplicate(values, i));
             }
         }
         Ok(())
@@ -1759,8 +1763,9 @@ impl TableStore {
                 SqlType::Array(e) => e.as_ref(),
                 t => t,
             };
-            if let SqlType::Timestamp(Some(p)) | SqlType::TimestampTz(Some(p)) | SqlType::Time(Some(p)) =
-                element
+            if let SqlType::Timestamp(Some(p))
+            | SqlType::TimestampTz(Some(p))
+            | SqlType::Time(Some(p)) = element
             {
                 if let Some(col) =
                     crate::sql::pg_functions::round_fractional_seconds(batch.column(i), *p)
@@ -2227,6 +2232,7 @@ mod tests {
             name: format!("ix{oid}"),
             columns: vec![1],
             unique: false,
+            derived: None,
         };
         for kind in [TableKind::Keyed { pk: vec![0] }, TableKind::Multiset] {
             let dir = tempfile::tempdir().unwrap();
@@ -2830,6 +2836,7 @@ mod tests {
             name: "ix".into(),
             columns: vec![1],
             unique: false,
+            derived: None,
         };
         let t = open(&store, TableKind::AppendOnly);
         t.apply(Change::Insert(vec![batch(&[1, 2, 3], &["a", "b", "a"])]))

@@ -22,8 +22,16 @@
 //! `UNIQUE`: before a change is written, every row it adds is checked against the rows
 //! already under its indexed values (and the change's other rows); rows with a NULL in an
 //! indexed column never conflict (Postgres' NULLS DISTINCT).
+//!
+//! Expression and partial indexes (`CREATE INDEX ON t (lower(email)) WHERE NOT deleted`):
+//! their keys and which rows they hold are computed from the table's rows by a
+//! [`DerivedKeys`] the catalog plans from the index's SQL (this layer knows no SQL); the
+//! entries are the same as a column index's, and a row the predicate does not hold has
+//! none. Point queries do not read them (`IndexSpec::columns` is empty).
 
-use datafusion::arrow::array::{Array, ArrayRef};
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, BooleanArray};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::row::{RowConverter, Rows, SortField};
@@ -32,14 +40,79 @@ use datafusion::arrow::util::display::array_value_to_string;
 use crate::error::{Result, WeirError, sqlstate};
 
 /// What the table layer knows of an index.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct IndexSpec {
     pub oid: u32,
     /// For error messages (the unique constraint's name).
     pub name: String,
-    /// Indexed columns (positions in the table), in index order.
+    /// Indexed columns (positions in the table), in index order; empty when the keys are
+    /// derived.
     pub columns: Vec<usize>,
     pub unique: bool,
+    /// Keys computed from the rows (an expression or partial index), in place of `columns`.
+    pub derived: Option<Arc<dyn DerivedKeys>>,
+}
+
+impl PartialEq for IndexSpec {
+    fn eq(&self, other: &Self) -> bool {
+        self.oid == other.oid
+            && self.name == other.name
+            && self.columns == other.columns
+            && self.unique == other.unique
+            && self.derived.as_ref().map(|d| d.describe())
+                == other.derived.as_ref().map(|d| d.describe())
+    }
+}
+impl Eq for IndexSpec {}
+
+/// An index's keys computed from a table's rows: an expression index's values, a partial
+/// index's predicate. Made by the catalog from the index's SQL.
+pub trait DerivedKeys: Send + Sync + std::fmt::Debug {
+    /// For the rows of `batch` (the table's columns, in its order): one array per key, and
+    /// which rows the index holds (true; None: every row).
+    fn derive(&self, batch: &RecordBatch) -> Result<(Vec<ArrayRef>, Option<BooleanArray>)>;
+    /// The keys as an error's detail names them (`lower(email)`).
+    fn key_names(&self) -> Vec<String>;
+    /// What tells two derivations apart (the index's definition).
+    fn describe(&self) -> String;
+}
+
+/// A change's rows under an index: each row's indexed values encoded, the values
+/// themselves, and whether the index holds the row.
+pub(crate) struct IndexKeys {
+    pub(crate) rows: Rows,
+    values: Vec<ArrayRef>,
+    names: Vec<String>,
+    holds: Option<BooleanArray>,
+}
+
+impl IndexKeys {
+    /// Row `i`'s encoded indexed values.
+    pub(crate) fn values(&self, i: usize) -> &[u8] {
+        self.rows.row(i).data()
+    }
+
+    /// Whether the index has an entry for row `i` (a partial index's predicate is true).
+    pub(crate) fn holds(&self, i: usize) -> bool {
+        self.holds
+            .as_ref()
+            .is_none_or(|h| h.is_valid(i) && h.value(i))
+    }
+
+    /// Whether row `i` has a NULL indexed value (it never conflicts).
+    pub(crate) fn has_null(&self, i: usize) -> bool {
+        self.values.iter().any(|v| v.is_null(i))
+    }
+
+    /// `Key (a, b)=(1, x)` for row `i`, as Postgres' details name a key.
+    fn key_text(&self, i: usize) -> String {
+        let values: Vec<String> = self
+            .values
+            .iter()
+            .map(|v| array_value_to_string(v, i).unwrap_or_default())
+            .collect();
+        format!("Key ({})=({})", self.names.join(", "), values.join(", "))
+    }
 }
 
 pub(crate) struct SecondaryIndex {
@@ -80,39 +153,68 @@ impl SecondaryIndex {
         spec: IndexSpec,
         schema: &SchemaRef,
     ) -> Result<SecondaryIndex> {
-        if spec.columns.is_empty() || spec.columns.iter().any(|&c| c >= schema.fields().len()) {
+        let types: Vec<datafusion::arrow::datatypes::DataType> = match &spec.derived {
+            Some(d) => {
+                // the keys' types, from what they are over no rows
+                let (keys, _) = d.derive(&RecordBatch::new_empty(schema.clone()))?;
+                keys.iter().map(|k| k.data_type().clone()).collect()
+            }
+            None => {
+                if spec.columns.iter().any(|&c| c >= schema.fields().len()) {
+                    return Err(WeirError::internal(format!(
+                        "index \"{}\" names columns the table does not have",
+                        spec.name
+                    )));
+                }
+                spec.columns
+                    .iter()
+                    .map(|&c| schema.field(c).data_type().clone())
+                    .collect()
+            }
+        };
+        if types.is_empty() {
             return Err(WeirError::internal(format!(
-                "index \"{}\" names columns the table does not have",
+                "index \"{}\" has no keys",
                 spec.name
             )));
         }
-        let conv = RowConverter::new(
-            spec.columns
-                .iter()
-                .map(|&c| SortField::new(schema.field(c).data_type().clone()))
-                .collect(),
-        )?;
+        let conv = RowConverter::new(types.into_iter().map(SortField::new).collect())?;
         let prefix = entries_prefix(table_prefix, spec.oid);
         Ok(SecondaryIndex { spec, conv, prefix })
     }
 
-    /// The indexed columns of `batch` (the table's columns), encoded.
-    pub(crate) fn encode(&self, batch: &RecordBatch) -> Result<Rows> {
-        let cols: Vec<ArrayRef> = self
-            .spec
-            .columns
-            .iter()
-            .map(|&c| batch.column(c).clone())
-            .collect();
-        Ok(self.conv.convert_columns(&cols)?)
-    }
-
-    /// Whether row `i` of `batch` has a NULL in an indexed column (it never conflicts).
-    pub(crate) fn has_null(&self, batch: &RecordBatch, i: usize) -> bool {
-        self.spec
-            .columns
-            .iter()
-            .any(|&c| batch.column(c).is_null(i))
+    /// The rows of `batch` (the table's columns) under the index: their indexed values,
+    /// encoded, and which rows it holds.
+    pub(crate) fn encode(&self, batch: &RecordBatch) -> Result<IndexKeys> {
+        let (values, names, holds) = match &self.spec.derived {
+            Some(d) => {
+                let (values, holds) = d.derive(batch)?;
+                (values, d.key_names(), holds)
+            }
+            None => {
+                let schema = batch.schema();
+                let values = self
+                    .spec
+                    .columns
+                    .iter()
+                    .map(|&c| batch.column(c).clone())
+                    .collect();
+                let names = self
+                    .spec
+                    .columns
+                    .iter()
+                    .map(|&c| schema.field(c).name().clone())
+                    .collect();
+                (values, names, None)
+            }
+        };
+        let rows = self.conv.convert_columns(&values)?;
+        Ok(IndexKeys {
+            rows,
+            values,
+            names,
+            holds,
+        })
     }
 
     /// The key of an entry: the prefix, the indexed values, what tells rows apart.
@@ -151,27 +253,9 @@ impl SecondaryIndex {
             .collect())
     }
 
-    /// `Key (a, b)=(1, x)` for row `i` of `batch`, as Postgres' details name a key.
-    pub(crate) fn key_text(&self, batch: &RecordBatch, i: usize) -> String {
-        let schema = batch.schema();
-        let names: Vec<&str> = self
-            .spec
-            .columns
-            .iter()
-            .map(|&c| schema.field(c).name().as_str())
-            .collect();
-        let values: Vec<String> = self
-            .spec
-            .columns
-            .iter()
-            .map(|&c| array_value_to_string(batch.column(c), i).unwrap_or_default())
-            .collect();
-        format!("Key ({})=({})", names.join(", "), values.join(", "))
-    }
-
-    /// 23505 for a change that would put row `i` of `batch` beside a row with the same
-    /// values, as Postgres words it.
-    pub(crate) fn duplicate(&self, batch: &RecordBatch, i: usize) -> WeirError {
+    /// 23505 for a change that would put row `i` beside a row with the same values, as
+    /// Postgres words it.
+    pub(crate) fn duplicate(&self, keys: &IndexKeys, i: usize) -> WeirError {
         WeirError::new(
             sqlstate::UNIQUE_VIOLATION,
             format!(
@@ -179,16 +263,16 @@ impl SecondaryIndex {
                 self.spec.name
             ),
         )
-        .with_detail(format!("{} already exists.", self.key_text(batch, i)))
+        .with_detail(format!("{} already exists.", keys.key_text(i)))
     }
 
     /// 23505 for a UNIQUE index built over rows that repeat row `i`'s values.
-    pub(crate) fn duplicated(&self, batch: &RecordBatch, i: usize) -> WeirError {
+    pub(crate) fn duplicated(&self, keys: &IndexKeys, i: usize) -> WeirError {
         WeirError::new(
             sqlstate::UNIQUE_VIOLATION,
             format!("could not create unique index \"{}\"", self.spec.name),
         )
-        .with_detail(format!("{} is duplicated.", self.key_text(batch, i)))
+        .with_detail(format!("{} is duplicated.", keys.key_text(i)))
     }
 }
 

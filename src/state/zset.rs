@@ -193,7 +193,9 @@ impl ZSet {
                 let batch = RecordBatch::try_new(self.schema.clone(), cols)?;
                 let values = z.ix.encode(&batch)?;
                 for (i, (row, count)) in chunk.iter().enumerate() {
-                    z.add(values.row(i).data(), row, *count);
+                    if values.holds(i) {
+                        z.add(values.values(i), row, *count);
+                    }
                 }
             }
             self.indexes.push(z);
@@ -273,8 +275,8 @@ impl ZSet {
         for z in self.indexes.iter_mut() {
             let values = z.ix.encode(&cl.data)?;
             for (row, (d, i)) in deltas.iter() {
-                if *d != 0 {
-                    z.add(values.row(*i).data(), row, *d);
+                if *d != 0 && values.holds(*i) {
+                    z.add(values.values(*i), row, *d);
                 }
             }
         }
