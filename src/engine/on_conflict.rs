@@ -1,7 +1,9 @@
-//! `INSERT ... ON CONFLICT [(columns) | ON CONSTRAINT name] DO NOTHING | DO UPDATE SET
-//! col = expr, ... [WHERE cond]`, over the primary key or a unique index (a UNIQUE
-//! constraint's or CREATE UNIQUE INDEX's) whose columns the target names; DO NOTHING
-//! without a target over all of them (on a table with none it is a plain INSERT).
+//! `INSERT ... ON CONFLICT [(columns) [WHERE pred] | ON CONSTRAINT name] DO NOTHING | DO
+//! UPDATE SET col = expr, ... [WHERE cond]`, over the primary key or a unique index (a
+//! UNIQUE constraint's or CREATE UNIQUE INDEX's) whose columns the target names — a partial
+//! one when the target's WHERE is its predicate (as written, where Postgres proves the
+//! implication) —; DO NOTHING without a target over all of them, expression and partial
+//! indexes included (on a table with none it is a plain INSERT).
 //!
 //! The INSERT is planned without its ON CONFLICT clause into the rows it proposes; their
 //! keys are read from the table (under the writer lock the caller holds: the primary key
@@ -23,7 +25,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, UInt32Array};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, UInt32Array};
 use datafusion::arrow::compute::{cast, concat_batches, take};
 use datafusion::arrow::datatypes::Schema;
 use datafusion::arrow::record_batch::RecordBatch;
@@ -35,6 +37,7 @@ use crate::engine::Engine;
 use crate::error::{Result, WeirError, sqlstate};
 use crate::server::session::Session;
 use crate::state::table::{Change, TableStore};
+use crate::state::table_index::DerivedKeys;
 
 /// Take the ON CONFLICT clause off an INSERT (with the target's alias, if any).
 pub fn take_on_conflict(stmt: &mut ast::Statement) -> Option<(ast::OnConflict, Option<String>)> {
@@ -76,24 +79,47 @@ impl Engine {
         let schema = table.schema();
         let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
         let pk: Option<Vec<usize>> = table.primary_key().map(<[usize]>::to_vec);
-        // the unique indexes (UNIQUE constraints' and CREATE UNIQUE INDEX's), by position
-        let uniques: Vec<(u32, String, Vec<usize>)> = self
+        // the unique indexes (UNIQUE constraints' and CREATE UNIQUE INDEX's): (OID, name,
+        // column positions — none for an expression index —, the predicate of a partial one)
+        // and the arbiter each is
+        let specs = table.indexes();
+        let uniques: Vec<(
+            u32,
+            Option<String>,
+            Option<Vec<usize>>,
+            Option<String>,
+            Arbiter,
+        )> = self
             .catalog
             .get(table_name)
             .map(|e| {
                 e.desc
                     .indexes
                     .iter()
-                    // (an expression or partial index is no arbiter here: a conflict with
-                    // one is 23505)
-                    .filter(|i| i.unique && !i.derived())
+                    .filter(|i| i.unique)
                     .filter_map(|i| {
-                        let cols = i
-                            .columns
-                            .iter()
-                            .map(|c| names.iter().position(|n| n == c))
-                            .collect::<Option<Vec<_>>>()?;
-                        Some((i.oid, i.name.clone(), cols))
+                        let cols = match i.expressions.iter().any(Option::is_some) {
+                            true => None,
+                            false => Some(
+                                i.columns
+                                    .iter()
+                                    .map(|c| names.iter().position(|n| n == c))
+                                    .collect::<Option<Vec<_>>>()?,
+                            ),
+                        };
+                        let derived = match i.derived() {
+                            true => Some(specs.iter().find(|s| s.oid == i.oid)?.derived.clone()?),
+                            false => None,
+                        };
+                        let arbiter = Arbiter::Unique {
+                            oid: i.oid,
+                            columns: cols.clone().unwrap_or_default(),
+                            derived,
+                        };
+                        let predicate = i.predicate.as_deref().map(normalized);
+                        // (ON CONSTRAINT names a UNIQUE constraint, not a unique index)
+                        let constraint = i.constraint.then(|| i.name.clone());
+                        Some((i.oid, constraint, cols, predicate, arbiter))
                     })
                     .collect()
             })
@@ -106,6 +132,21 @@ impl Engine {
         // the arbiters: the constraints a proposed row may conflict with (Postgres' words)
         let arbiters: Vec<Arbiter> = match &on.conflict_target {
             Some(ast::ConflictTarget::Columns(cols)) => {
+                // `(cols) WHERE pred` (the parser carries the predicate as a last column):
+                // a partial index whose predicate it is
+                let mut predicate = None;
+                let cols: Vec<&ast::Ident> = cols
+                    .iter()
+                    .filter(
+                        |c| match c.value.strip_prefix(crate::sql::parser::CONFLICT_WHERE) {
+                            Some(p) => {
+                                predicate = Some(normalized(p));
+                                false
+                            }
+                            None => true,
+                        },
+                    )
+                    .collect();
                 let want: Vec<usize> = cols
                     .iter()
                     .map(|c| {
@@ -119,21 +160,27 @@ impl Engine {
                     })
                     .collect::<Result<_>>()?;
                 let want = sorted(&want);
+                // (a partial index only when the target's WHERE is its predicate; a target
+                // with a WHERE still takes a full index, as in Postgres)
                 if let Some(k) = pk.as_ref().filter(|k| sorted(k) == want) {
                     vec![Arbiter::Key(k.clone())]
-                } else if let Some((oid, _, cols)) =
-                    uniques.iter().find(|(_, _, c)| sorted(c) == want)
-                {
-                    vec![Arbiter::Unique(*oid, cols.clone())]
+                } else if let Some((.., arbiter)) = uniques.iter().find(|(_, _, c, p, _)| {
+                    c.as_ref().is_some_and(|c| sorted(c) == want)
+                        && (p.is_none() || *p == predicate)
+                }) {
+                    vec![arbiter.clone()]
                 } else {
                     return Err(no_matching_constraint());
                 }
             }
             Some(ast::ConflictTarget::OnConstraint(name)) => {
                 let n = crate::sql::parser::relation_name(name)?;
-                match (&pk, uniques.iter().find(|(_, i, _)| *i == n)) {
+                match (
+                    &pk,
+                    uniques.iter().find(|(_, i, ..)| i.as_ref() == Some(&n)),
+                ) {
                     (Some(k), _) if n == table.pkey_name() => vec![Arbiter::Key(k.clone())],
-                    (_, Some((oid, _, cols))) => vec![Arbiter::Unique(*oid, cols.clone())],
+                    (_, Some((.., arbiter))) => vec![arbiter.clone()],
                     _ => {
                         return Err(WeirError::new(
                             sqlstate::UNDEFINED_OBJECT,
@@ -151,11 +198,7 @@ impl Engine {
             None => pk
                 .iter()
                 .map(|k| Arbiter::Key(k.clone()))
-                .chain(
-                    uniques
-                        .iter()
-                        .map(|(oid, _, c)| Arbiter::Unique(*oid, c.clone())),
-                )
+                .chain(uniques.iter().map(|(.., arbiter)| arbiter.clone()))
                 .collect(),
         };
         let proposed = concat_batches(&schema, &proposed)?;
@@ -308,10 +351,18 @@ impl Engine {
         arbiter: &Arbiter,
         proposed: &RecordBatch,
     ) -> Result<(RecordBatch, Vec<Option<usize>>, Vec<bool>)> {
-        let cols = match arbiter {
-            Arbiter::Key(c) | Arbiter::Unique(_, c) => c,
+        // each row's key, and whether the index holds the row (a partial index's predicate)
+        let keys_of = |batch: &RecordBatch| -> Result<(Vec<ArrayRef>, Option<BooleanArray>)> {
+            match arbiter {
+                Arbiter::Unique {
+                    derived: Some(d), ..
+                } => d.derive(batch),
+                Arbiter::Key(c) | Arbiter::Unique { columns: c, .. } => {
+                    Ok((c.iter().map(|&i| batch.column(i).clone()).collect(), None))
+                }
+            }
         };
-        let keys: Vec<ArrayRef> = cols.iter().map(|&i| proposed.column(i).clone()).collect();
+        let (keys, holds) = keys_of(proposed)?;
         let conv = RowConverter::new(
             keys.iter()
                 .map(|k| SortField::new(k.data_type().clone()))
@@ -319,17 +370,24 @@ impl Engine {
         )?;
         let rows = conv.convert_columns(&keys)?;
         let n = proposed.num_rows();
-        let has_null: Vec<bool> = (0..n).map(|i| keys.iter().any(|k| k.is_null(i))).collect();
+        // (a row the index does not hold conflicts with nothing, as one with a NULL key)
+        let has_null: Vec<bool> = (0..n)
+            .map(|i| {
+                keys.iter().any(|k| k.is_null(i))
+                    || holds
+                        .as_ref()
+                        .is_some_and(|h| !(h.is_valid(i) && h.value(i)))
+            })
+            .collect();
         let (stored, at) = match arbiter {
             Arbiter::Key(_) => table
                 .lookup_each(&keys)?
                 .ok_or_else(no_matching_constraint)?,
-            Arbiter::Unique(oid, _) => {
+            Arbiter::Unique { oid, .. } => {
                 let stored = table
                     .index_lookup(*oid, &keys)?
                     .ok_or_else(no_matching_constraint)?;
-                let stored_keys: Vec<ArrayRef> =
-                    cols.iter().map(|&i| stored.column(i).clone()).collect();
+                let (stored_keys, _) = keys_of(&stored)?;
                 let stored_rows = conv.convert_columns(&stored_keys)?;
                 let by_key: HashMap<&[u8], usize> = stored_rows
                     .iter()
@@ -429,11 +487,31 @@ impl Engine {
 }
 
 /// A constraint INSERT ... ON CONFLICT checks proposed rows against.
+#[derive(Clone)]
 enum Arbiter {
     /// The primary key (its column positions).
     Key(Vec<usize>),
-    /// A unique index (its OID and column positions).
-    Unique(u32, Vec<usize>),
+    /// A unique index: its OID, its column positions, or for an expression or partial
+    /// index the keys the table store computes (`catalog::table_exprs`).
+    Unique {
+        oid: u32,
+        columns: Vec<usize>,
+        derived: Option<Arc<dyn DerivedKeys>>,
+    },
+}
+
+/// A predicate's text as it prints once parsed, without outer parentheses (what two
+/// spellings are compared by).
+fn normalized(text: &str) -> String {
+    match crate::sql::parser::parse_expr_text(text) {
+        Ok(mut e) => {
+            while let ast::Expr::Nested(inner) = e {
+                e = *inner;
+            }
+            e.to_string()
+        }
+        Err(_) => text.to_owned(),
+    }
 }
 
 /// The primary keys of `old` rows that `new` (the same rows, updated) no longer has, or

@@ -1902,6 +1902,11 @@ fn mark_asof_joins(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSpan>> {
 ///   position remembered (returned) so the statement gets the flag;
 /// - `tbl FOR SYSTEM_TIME AS OF PROCTIME()` becomes `__weir_temporal__tbl AS tbl`: the name
 ///   marks a temporal join's lookup side for the view planner.
+/// What `ON CONFLICT (cols) WHERE pred` becomes for sqlparser, which has no place for the
+/// predicate: a last target column named this prefix ++ the predicate's text
+/// (`engine/on_conflict.rs` takes it back out).
+pub const CONFLICT_WHERE: &str = "__weir_conflict_where__";
+
 fn preprocess(tokens: Vec<TokenWithSpan>) -> (Vec<TokenWithSpan>, Vec<Location>) {
     let sig = significant(&tokens);
     let mut drop = vec![false; tokens.len()];
@@ -1922,6 +1927,66 @@ fn preprocess(tokens: Vec<TokenWithSpan>) -> (Vec<TokenWithSpan>, Vec<Location>)
                 }
                 k += 4;
                 continue;
+            }
+        }
+        // `ON CONFLICT (cols) WHERE pred DO ...` (a partial index's inference, which
+        // sqlparser does not read): the predicate's text becomes a last target column
+        // named [`CONFLICT_WHERE`] ++ the text
+        if word_at(0, "ON")
+            && word_at(1, "CONFLICT")
+            && at(2).is_some_and(|t| t.token == Token::LParen)
+        {
+            let mut depth = 0;
+            let mut close = None;
+            for d in 2..sig.len() - k {
+                match at(d).map(|t| &t.token) {
+                    Some(Token::LParen) => depth += 1,
+                    Some(Token::RParen) => {
+                        depth -= 1;
+                        if depth == 0 {
+                            close = Some(d);
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(c) = close
+                && word_at(c + 1, "WHERE")
+            {
+                let mut end = None;
+                let mut depth = 0;
+                for d in c + 2..sig.len() - k {
+                    match at(d).map(|t| &t.token) {
+                        Some(Token::LParen) => depth += 1,
+                        Some(Token::RParen) => depth -= 1,
+                        Some(Token::Word(w))
+                            if depth == 0 && w.value.eq_ignore_ascii_case("DO") =>
+                        {
+                            end = Some(d);
+                            break;
+                        }
+                        _ => {}
+                    }
+                }
+                if let Some(e) = end.filter(|e| *e > c + 2) {
+                    // the predicate as written (its tokens, with the white space between)
+                    let text: String = tokens[sig[k + c + 2]..sig[k + e]]
+                        .iter()
+                        .map(|t| t.token.to_string())
+                        .collect();
+                    let marker = Token::Word(datafusion::sql::sqlparser::tokenizer::Word {
+                        value: format!("{CONFLICT_WHERE}{}", text.trim()),
+                        quote_style: Some('"'),
+                        keyword: Keyword::NoKeyword,
+                    });
+                    replace.push((sig[k + c], vec![Token::Comma, marker, Token::RParen]));
+                    for d in c + 1..e {
+                        drop[sig[k + d]] = true;
+                    }
+                    k += e;
+                    continue;
+                }
             }
         }
         if word_at(1, "FOR")
