@@ -79,17 +79,9 @@ impl Engine {
         let schema = table.schema();
         let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
         let pk: Option<Vec<usize>> = table.primary_key().map(<[usize]>::to_vec);
-        // the unique indexes (UNIQUE constraints' and CREATE UNIQUE INDEX's): (OID, name,
-        // column positions — none for an expression index —, the predicate of a partial one)
-        // and the arbiter each is
+        // the unique indexes (UNIQUE constraints' and CREATE UNIQUE INDEX's)
         let specs = table.indexes();
-        let uniques: Vec<(
-            u32,
-            Option<String>,
-            Option<Vec<usize>>,
-            Option<String>,
-            Arbiter,
-        )> = self
+        let uniques: Vec<UniqueIndex> = self
             .catalog
             .get(table_name)
             .map(|e| {
@@ -119,7 +111,12 @@ impl Engine {
                         let predicate = i.predicate.as_deref().map(normalized);
                         // (ON CONSTRAINT names a UNIQUE constraint, not a unique index)
                         let constraint = i.constraint.then(|| i.name.clone());
-                        Some((i.oid, constraint, cols, predicate, arbiter))
+                        Some(UniqueIndex {
+                            constraint,
+                            columns: cols,
+                            predicate,
+                            arbiter,
+                        })
                     })
                     .collect()
             })
@@ -164,11 +161,11 @@ impl Engine {
                 // with a WHERE still takes a full index, as in Postgres)
                 if let Some(k) = pk.as_ref().filter(|k| sorted(k) == want) {
                     vec![Arbiter::Key(k.clone())]
-                } else if let Some((.., arbiter)) = uniques.iter().find(|(_, _, c, p, _)| {
-                    c.as_ref().is_some_and(|c| sorted(c) == want)
-                        && (p.is_none() || *p == predicate)
+                } else if let Some(u) = uniques.iter().find(|u| {
+                    u.columns.as_ref().is_some_and(|c| sorted(c) == want)
+                        && (u.predicate.is_none() || u.predicate == predicate)
                 }) {
-                    vec![arbiter.clone()]
+                    vec![u.arbiter.clone()]
                 } else {
                     return Err(no_matching_constraint());
                 }
@@ -177,10 +174,10 @@ impl Engine {
                 let n = crate::sql::parser::relation_name(name)?;
                 match (
                     &pk,
-                    uniques.iter().find(|(_, i, ..)| i.as_ref() == Some(&n)),
+                    uniques.iter().find(|u| u.constraint.as_ref() == Some(&n)),
                 ) {
                     (Some(k), _) if n == table.pkey_name() => vec![Arbiter::Key(k.clone())],
-                    (_, Some((.., arbiter))) => vec![arbiter.clone()],
+                    (_, Some(u)) => vec![u.arbiter.clone()],
                     _ => {
                         return Err(WeirError::new(
                             sqlstate::UNDEFINED_OBJECT,
@@ -198,7 +195,7 @@ impl Engine {
             None => pk
                 .iter()
                 .map(|k| Arbiter::Key(k.clone()))
-                .chain(uniques.iter().map(|(.., arbiter)| arbiter.clone()))
+                .chain(uniques.iter().map(|u| u.arbiter.clone()))
                 .collect(),
         };
         let proposed = concat_batches(&schema, &proposed)?;
@@ -487,6 +484,17 @@ impl Engine {
 }
 
 /// A constraint INSERT ... ON CONFLICT checks proposed rows against.
+/// A unique index of the table, as the ON CONFLICT target is matched against it.
+struct UniqueIndex {
+    /// The UNIQUE constraint's name, when the index keeps one (`ON CONSTRAINT name`).
+    constraint: Option<String>,
+    /// Its column positions; None for an expression index.
+    columns: Option<Vec<usize>>,
+    /// A partial index's predicate ([`normalized`]).
+    predicate: Option<String>,
+    arbiter: Arbiter,
+}
+
 #[derive(Clone)]
 enum Arbiter {
     /// The primary key (its column positions).

@@ -1897,16 +1897,18 @@ fn mark_asof_joins(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSpan>> {
     Ok(out)
 }
 
+/// What `ON CONFLICT (cols) WHERE pred` becomes for sqlparser, which has no place for the
+/// predicate: a last target column named this prefix followed by the predicate's text
+/// (`engine/on_conflict.rs` takes it back out).
+pub const CONFLICT_WHERE: &str = "__weir_conflict_where__";
+
 /// Token rewrites for Weir's clauses that sqlparser's Postgres dialect cannot parse:
 /// - `EMIT ON WINDOW CLOSE` at the end of a statement becomes the statement's `;`, its
 ///   position remembered (returned) so the statement gets the flag;
 /// - `tbl FOR SYSTEM_TIME AS OF PROCTIME()` becomes `__weir_temporal__tbl AS tbl`: the name
-///   marks a temporal join's lookup side for the view planner.
-/// What `ON CONFLICT (cols) WHERE pred` becomes for sqlparser, which has no place for the
-/// predicate: a last target column named this prefix ++ the predicate's text
-/// (`engine/on_conflict.rs` takes it back out).
-pub const CONFLICT_WHERE: &str = "__weir_conflict_where__";
-
+///   marks a temporal join's lookup side for the view planner;
+/// - `ON CONFLICT (cols) WHERE pred DO` becomes `ON CONFLICT (cols, "<CONFLICT_WHERE>pred")
+///   DO`.
 fn preprocess(tokens: Vec<TokenWithSpan>) -> (Vec<TokenWithSpan>, Vec<Location>) {
     let sig = significant(&tokens);
     let mut drop = vec![false; tokens.len()];
