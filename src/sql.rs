@@ -14,6 +14,7 @@ pub mod interval_in;
 pub mod json;
 pub mod json_build;
 pub mod jsonb;
+pub mod jsonpath;
 pub mod numeric;
 pub mod ordered_set;
 pub mod parser;

@@ -463,7 +463,7 @@ impl Gen {
             "'{4,5}'::int[]",
             "NULL::int[]",
         ]);
-        match self.next() % 63 {
+        match self.next() % 64 {
             53 => format!(
                 "encode(({s})::bytea, 'base64'), encode(({s})::bytea || '\\x00ff5c'::bytea, 'escape'), decode(encode(({t})::bytea, 'hex'), 'hex')"
             ),
@@ -496,6 +496,30 @@ impl Gen {
                 ]);
                 format!(
                     "to_char({f}, {fmt}), to_char({f} * 1234.56789, {fmt}), to_char(({i})::real / 7, {fmt})"
+                )
+            }
+            63 => {
+                // SQL/JSON path over documents whose numbers are integers (`sql::jsonpath`
+                // reads numbers as doubles)
+                let doc = self.pick(&[
+                    "'{\"a\": [1, 2, 3], \"b\": {\"c\": \"x\"}}'",
+                    "'[{\"k\": 1}, {\"k\": -2}, {\"k\": null}]'",
+                    "'{\"a\": []}'",
+                    "'\"s\"'",
+                ]);
+                let path = self.pick(&[
+                    "'$.a[*] ? (@ > $n)'",
+                    "'$[*].k ? (@ != null)'",
+                    "'lax $.a.size()'",
+                    "'$.*'",
+                    "'$.a[last]'",
+                    "'$.a[0 to 1]'",
+                    "'$.b.* ? (@.type() == \"string\")'",
+                    "'$[*] ? (exists(@.k))'",
+                    "'$.b.c starts with \"x\"'",
+                ]);
+                format!(
+                    "jsonb_path_query_array({doc}, {path}, jsonb_build_object('n', ({i}) % 3)), jsonb_path_exists({doc}, {path}, jsonb_build_object('n', ({i}) % 3)), {doc}::jsonb @? {path}"
                 )
             }
             61 => {

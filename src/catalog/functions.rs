@@ -1482,6 +1482,33 @@ impl datafusion::logical_expr::planner::ExprPlanner for WeirExprPlanner {
                 expr.left = typed(expr.left, t);
             }
         }
+        // `real` beside an integer or a numeric: both as double precision, as Postgres
+        // resolves the operator (float48mul, float48eq, ...: `3::real * 1234.56789` is
+        // 3703.70367, double precision; two reals stay real)
+        if comparison
+            || matches!(
+                expr.op,
+                B::Plus | B::Minus | B::Multiply | B::Divide | B::Modulo
+            )
+        {
+            let real = |e: &Expr| {
+                matches!(
+                    e.get_type(schema),
+                    Ok(DataType::Float32 | DataType::Float16)
+                )
+            };
+            let exact = |e: &Expr| {
+                e.get_type(schema).is_ok_and(|t| {
+                    t.is_integer()
+                        || matches!(t, DataType::Decimal128(..) | DataType::Decimal256(..))
+                })
+            };
+            if (real(&expr.left) && exact(&expr.right)) || (exact(&expr.left) && real(&expr.right))
+            {
+                expr.left = datafusion::logical_expr::cast(expr.left, DataType::Float64);
+                expr.right = datafusion::logical_expr::cast(expr.right, DataType::Float64);
+            }
+        }
         if comparison {
             if let (Some(t), true) = (list_type(&expr.left), text_literal(&expr.right)) {
                 expr.right = datafusion::logical_expr::cast(expr.right, t);
@@ -1536,6 +1563,23 @@ impl datafusion::logical_expr::planner::ExprPlanner for WeirExprPlanner {
                     _ => crate::sql::pg_functions::JSONB_EXISTS_ALL,
                 };
                 return planned(name, vec![expr.left, expr.right]);
+            }
+            // `jsonb @? jsonpath` / `jsonb @@ jsonpath`: jsonb_path_exists / jsonb_path_match
+            // with no variables, silent (`sql::jsonpath`)
+            B::AtQuestion | B::AtAt if textual(&expr.left) => {
+                let name = match expr.op {
+                    B::AtQuestion => "jsonb_path_exists",
+                    _ => "jsonb_path_match",
+                };
+                let no_vars = Expr::Literal(
+                    ScalarValue::Utf8(Some(crate::sql::jsonpath::OPERATOR_VARS.into())),
+                    None,
+                );
+                let silent = Expr::Literal(ScalarValue::Boolean(Some(true)), None);
+                return Ok(PlannerResult::Planned(pg(
+                    name,
+                    vec![expr.left, expr.right, no_vars, silent],
+                )));
             }
             B::AtArrow | B::ArrowAt if textual(&expr.left) && textual(&expr.right) => {
                 let (l, r) = if expr.op == B::AtArrow {

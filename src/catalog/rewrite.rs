@@ -1626,6 +1626,7 @@ fn json_set_returning(name: &str) -> Option<&'static str> {
             "weir_jsonb_array_elements_text"
         }
         "jsonb_object_keys" | "json_object_keys" => "weir_jsonb_object_keys",
+        "jsonb_path_query" => crate::sql::jsonpath::PATH_QUERY,
         _ => return None,
     })
 }
@@ -2504,6 +2505,15 @@ fn rewrite_expr(expr: &mut Expr) {
             expr: inner,
             ..
         } => normalize_bytea_literal(inner.as_mut()),
+        // `'$.a[*]'::jsonpath`: the path's text, checked to parse
+        Expr::Cast {
+            data_type: ast::DataType::Custom(name, args),
+            expr: inner,
+            ..
+        } if args.is_empty() && last_name(name).is_some_and(|n| n == "jsonpath") => {
+            let x = std::mem::replace(inner.as_mut(), Expr::value(ast::Value::Null));
+            *expr = call(crate::sql::jsonpath::JSONPATH_IN, vec![x]);
+        }
         // a cast to `timestamp(p)`, `timestamptz(p)` or `time(p)`: to the type, rounded to p
         // fractional digits (`now()::timestamp(0)`)
         Expr::Cast {

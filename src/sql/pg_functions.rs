@@ -998,6 +998,8 @@ const JSONB_RESULTS: &[&str] = &[
     JSONB_CONCAT,
     JSONB_DELETE,
     JSONB_DELETE_PATH,
+    "jsonb_path_query_array",
+    "jsonb_path_query_first",
 ];
 
 /// `jsonb ? text`, `?|`, `?&`, `@>` (and `<@`, its operands swapped), `||` and `-`, as the
@@ -1330,6 +1332,7 @@ fn json_definitions() -> Vec<PgFunction> {
             move |args, _| json_list(&args[0], f),
         ));
     }
+    out.extend(crate::sql::jsonpath::definitions());
     out
 }
 

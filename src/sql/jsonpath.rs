@@ -1,0 +1,292 @@
+//! SQL/JSON path queries over `jsonb`, as Postgres has them: `jsonb_path_exists`,
+//! `jsonb_path_match`, `jsonb_path_query` (a set-returning function: a list here, unnested
+//! by the rewrite as the other set-returning JSON functions are), `jsonb_path_query_array`,
+//! `jsonb_path_query_first`, each `(target, path [, vars [, silent]])`, and the operators
+//! `jsonb @? jsonpath` (`jsonb_path_exists` silent) and `jsonb @@ jsonpath`
+//! (`jsonb_path_match` silent), which the expression planner maps to these functions.
+//!
+//! The path language (lax/strict, accessors, filters, arithmetic, item methods) is the
+//! `sql-json-path` crate's (RisingWave's implementation, tested against Postgres' own
+//! jsonpath regression tests); this module reads each row's document and path, maps the
+//! crate's errors to Postgres' SQLSTATEs and writes the results as canonical jsonb text.
+//! A `jsonpath` value is its text (a cast to `jsonpath` checks that it parses).
+//!
+//! Where it is not Postgres: the documents are read through `serde_json`, so a number is
+//! a 64-bit integer or a double (`1.50` comes back as `1.5`, arithmetic is in doubles where
+//! Postgres' is `numeric`); `.datetime()` and the `_tz` functions are not there.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, BooleanBuilder, ListBuilder, StringArray, StringBuilder,
+};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, Field};
+use datafusion::common::{DataFusionError, Result as DfResult};
+use datafusion::logical_expr::TypeSignature;
+use sql_json_path::{EvalError, JsonPath};
+
+use crate::sql::pg_functions::{PgFunction, immutable, pg_error};
+
+/// The list `jsonb_path_query` is computed as (the rewrite unnests it).
+pub const PATH_QUERY: &str = "weir_jsonb_path_query";
+/// A cast to `jsonpath`: the text, checked to parse.
+pub const JSONPATH_IN: &str = "weir_jsonpath_in";
+/// The `vars` argument the operators `@?` and `@@` pass: no variables given, so each one the
+/// path names is JSON null, as in Postgres (`$.a ? (@ > $x)` matches nothing; a function
+/// given `vars` without `x` is 42704 instead).
+pub const OPERATOR_VARS: &str = "weir_operator_vars";
+
+/// What one function gives for one row's matches.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Exists,
+    Match,
+    Query,
+    Array,
+    First,
+}
+
+/// The functions of this module.
+pub(crate) fn definitions() -> Vec<PgFunction> {
+    let args = || TypeSignature::OneOf((2..=4).map(TypeSignature::Any).collect());
+    let mut out = Vec::new();
+    for (name, kind) in [
+        ("jsonb_path_exists", Kind::Exists),
+        ("jsonb_path_match", Kind::Match),
+        (PATH_QUERY, Kind::Query),
+        ("jsonb_path_query_array", Kind::Array),
+        ("jsonb_path_query_first", Kind::First),
+    ] {
+        out.push(immutable(
+            name,
+            args(),
+            move |_| match kind {
+                Kind::Exists | Kind::Match => DataType::Boolean,
+                Kind::Query => {
+                    DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true)))
+                }
+                Kind::Array | Kind::First => DataType::Utf8,
+            },
+            move |args, rows| path_function(kind, args, rows),
+        ));
+    }
+    out.push(immutable(
+        JSONPATH_IN,
+        TypeSignature::Any(1),
+        |_| DataType::Utf8,
+        |args, _| {
+            let paths = cast(&args[0], &DataType::Utf8)?;
+            for p in paths.as_string::<i32>().iter().flatten() {
+                parse(p)?;
+            }
+            Ok(paths)
+        },
+    ));
+    out
+}
+
+/// A path's text parsed, or Postgres' 42601.
+fn parse(text: &str) -> DfResult<JsonPath> {
+    JsonPath::new(text).map_err(|e| {
+        pg_error(
+            crate::error::sqlstate::SYNTAX_ERROR,
+            format!("syntax error in jsonpath input \"{text}\": {e}"),
+        )
+    })
+}
+
+/// A path evaluation's error with Postgres' SQLSTATE.
+fn eval_error(e: EvalError) -> DataFusionError {
+    let code = match &e {
+        EvalError::NoKey(_) | EvalError::MemberAccess | EvalError::WildcardMemberAccess => "2203A",
+        EvalError::ArrayAccess | EvalError::WildcardArrayAccess | EvalError::SizeNotArray => {
+            "22039"
+        }
+        EvalError::ArrayIndexOutOfBounds | EvalError::ArrayIndexOutOfRange => "22033",
+        EvalError::NoVariable(_) => "42704",
+        EvalError::VarsNotObject => "22023",
+        EvalError::KeyValueNotObject => "2203C",
+        EvalError::DivisionByZero => "22012",
+        EvalError::DoubleOutOfRange => "22003",
+        EvalError::InvalidDouble | EvalError::DoubleTypeError | EvalError::MethodNotNumeric(_) => {
+            "2203B"
+        }
+        _ => "22038",
+    };
+    pg_error(code, e.to_string())
+}
+
+/// A jsonb document's text read for the path (22P02 if it is not JSON).
+fn document(text: &str) -> DfResult<serde_json::Value> {
+    serde_json::from_str(text).map_err(|_| {
+        pg_error(
+            crate::error::sqlstate::INVALID_TEXT_REPRESENTATION,
+            format!("invalid input syntax for type json: \"{text}\""),
+        )
+    })
+}
+
+/// One match as canonical jsonb text.
+fn jsonb_text(v: &serde_json::Value) -> DfResult<String> {
+    crate::sql::jsonb::normalize(&v.to_string()).map_err(|e| DataFusionError::External(Box::new(e)))
+}
+
+fn path_function(kind: Kind, args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
+    let text = |i: usize| -> DfResult<Option<StringArray>> {
+        match args.get(i) {
+            Some(a) => Ok(Some(cast(a, &DataType::Utf8)?.as_string::<i32>().clone())),
+            None => Ok(None),
+        }
+    };
+    let (docs, paths, vars) = (text(0)?, text(1)?, text(2)?);
+    let (Some(docs), Some(paths)) = (docs, paths) else {
+        return Err(pg_error(
+            "42883",
+            "a jsonpath function takes a target and a path",
+        ));
+    };
+    let silent = match args.get(3) {
+        Some(a) => Some(cast(a, &DataType::Boolean)?.as_boolean().clone()),
+        None => None,
+    };
+    // a constant path (the usual case) is parsed once
+    let mut parsed: Option<(String, JsonPath)> = None;
+    let mut bools = BooleanBuilder::with_capacity(rows);
+    let mut texts = StringBuilder::new();
+    let mut lists = ListBuilder::new(StringBuilder::new());
+    for i in 0..rows {
+        let row = |a: &StringArray| a.is_valid(i).then(|| a.value(i).to_owned());
+        let (Some(doc), Some(path)) = (row(&docs), row(&paths)) else {
+            push_null(kind, &mut bools, &mut texts, &mut lists);
+            continue;
+        };
+        // a NULL vars or silent argument makes the result NULL (the functions are strict)
+        let vars = match &vars {
+            Some(a) if a.is_null(i) => {
+                push_null(kind, &mut bools, &mut texts, &mut lists);
+                continue;
+            }
+            Some(a) => Some(a.value(i)),
+            None => None,
+        };
+        let silent = match &silent {
+            Some(s) if s.is_null(i) => {
+                push_null(kind, &mut bools, &mut texts, &mut lists);
+                continue;
+            }
+            Some(s) => s.value(i),
+            None => false,
+        };
+        if parsed.as_ref().is_none_or(|(t, _)| *t != path) {
+            parsed = Some((path.clone(), parse(&path)?));
+        }
+        let Some((_, jp)) = parsed.as_ref() else {
+            continue;
+        };
+        let doc = document(&doc)?;
+        let vars = match vars {
+            Some(OPERATOR_VARS) => Some(null_variables(&path)),
+            Some(v) => Some(document(v)?),
+            None => None,
+        };
+        let found = match &vars {
+            Some(v) => jp.query_with_vars(&doc, v),
+            None => jp.query(&doc),
+        };
+        let found: Vec<serde_json::Value> = match found {
+            Ok(nodes) => nodes.into_iter().map(|n| n.into_owned()).collect(),
+            // silent: the errors Postgres suppresses give no match (NULL for exists/match)
+            Err(e) if silent && e.can_silent() => {
+                match kind {
+                    Kind::Exists | Kind::Match => bools.append_null(),
+                    Kind::Query => lists.append(true),
+                    Kind::Array => texts.append_value("[]"),
+                    Kind::First => texts.append_null(),
+                }
+                continue;
+            }
+            Err(e) => return Err(eval_error(e)),
+        };
+        match kind {
+            Kind::Exists => bools.append_value(!found.is_empty()),
+            Kind::Match => match found.as_slice() {
+                [serde_json::Value::Bool(b)] => bools.append_value(*b),
+                [serde_json::Value::Null] => bools.append_null(),
+                _ if silent => bools.append_null(),
+                _ => return Err(eval_error(EvalError::ExpectSingleBoolean)),
+            },
+            Kind::Query => {
+                for v in &found {
+                    lists.values().append_value(jsonb_text(v)?);
+                }
+                lists.append(true);
+            }
+            Kind::Array => texts.append_value(jsonb_text(&serde_json::Value::Array(found))?),
+            Kind::First => match found.first() {
+                Some(v) => texts.append_value(jsonb_text(v)?),
+                None => texts.append_null(),
+            },
+        }
+    }
+    Ok(match kind {
+        Kind::Exists | Kind::Match => Arc::new(bools.finish()),
+        Kind::Query => Arc::new(lists.finish()),
+        Kind::Array | Kind::First => Arc::new(texts.finish()),
+    })
+}
+
+/// An object giving JSON null to every variable `path` names (`$x`, `$"x"`).
+fn null_variables(path: &str) -> serde_json::Value {
+    let mut vars = serde_json::Map::new();
+    let b = path.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            // a string literal of the path: skipped, escapes included
+            b'"' => {
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+            }
+            b'$' => {
+                i += 1;
+                let start = i;
+                if b.get(i) == Some(&b'"') {
+                    i += 1;
+                    while i < b.len() && b[i] != b'"' {
+                        i += if b[i] == b'\\' { 2 } else { 1 };
+                    }
+                    if let Some(name) = path.get(start + 1..i.min(b.len())) {
+                        vars.insert(name.to_owned(), serde_json::Value::Null);
+                    }
+                    i += 1;
+                    continue;
+                }
+                while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
+                    i += 1;
+                }
+                if i > start {
+                    vars.insert(path[start..i].to_owned(), serde_json::Value::Null);
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    serde_json::Value::Object(vars)
+}
+
+fn push_null(
+    kind: Kind,
+    bools: &mut BooleanBuilder,
+    texts: &mut StringBuilder,
+    lists: &mut ListBuilder<StringBuilder>,
+) {
+    match kind {
+        Kind::Exists | Kind::Match => bools.append_null(),
+        Kind::Query => lists.append(false),
+        Kind::Array | Kind::First => texts.append_null(),
+    }
+}
