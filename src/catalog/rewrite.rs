@@ -1917,7 +1917,17 @@ fn int4_operands(expr: &mut Expr) {
         Expr::Function(f)
             if matches!(
                 last_name(&f.name).as_deref(),
-                Some("nullif" | "coalesce" | "greatest" | "least" | "mod" | "pg_typeof" | "to_hex")
+                Some(
+                    "nullif"
+                        | "coalesce"
+                        | "greatest"
+                        | "least"
+                        | "mod"
+                        | "gcd"
+                        | "lcm"
+                        | "pg_typeof"
+                        | "to_hex"
+                )
             ) =>
         {
             if let FunctionArguments::List(l) = &mut f.args {

@@ -10,6 +10,8 @@
 //!   `acosh` below 1: `input is out of range` (22003) where IEEE gives NaN;
 //! - `mod(a, b)`: the remainder with the dividend's sign, of the wider integer type (or
 //!   `numeric`, exactly), `division by zero` (22012) for a zero divisor;
+//! - `gcd(a, b)`, `lcm(a, b)`: of `integer`s an `integer`, of `bigint`s a `bigint`, of
+//!   numerics exactly, past the type's range 22003;
 //! - `width_bucket(operand, low, high, count)`: the bucket of `count` equal-width buckets
 //!   (0 below, `count + 1` above), exact over `numeric` operands, as Postgres'
 //!   `width_bucket_float8` / `width_bucket_numeric`.
@@ -134,6 +136,17 @@ pub(crate) fn definitions() -> Vec<PgFunction> {
         },
         |args, _| modulo(&args[0], &args[1]),
     ));
+    for (name, lcm) in [("gcd", false), ("lcm", true)] {
+        out.push(immutable(
+            name,
+            TypeSignature::Any(2),
+            |t| match t {
+                [l, r] => gcd_type(l, r).unwrap_or(DataType::Int32),
+                _ => DataType::Int32,
+            },
+            move |args, _| gcd_lcm(name, &args[0], &args[1], lcm),
+        ));
+    }
     out.push(immutable(
         "div",
         TypeSignature::Any(2),
@@ -465,6 +478,66 @@ fn modulo(l: &ArrayRef, r: &ArrayRef) -> DfResult<ArrayRef> {
         }
     };
     Ok(cast(&out, &t)?)
+}
+
+/// `gcd`'s and `lcm`'s type: `integer` for two integers of at most 32 bits (Postgres has no
+/// smallint ones), `bigint` with a bigint, else `numeric` at the larger scale.
+fn gcd_type(l: &DataType, r: &DataType) -> Option<DataType> {
+    Some(match mod_type(l, r)? {
+        DataType::Int16 => DataType::Int32,
+        t => t,
+    })
+}
+
+/// `gcd(a, b)` / `lcm(a, b)` as Postgres': non-negative, `gcd(0, 0)` and `lcm(0, x)` 0,
+/// exact over numerics (computed on the values at one scale), and a result past the type's
+/// range `integer out of range` / `bigint out of range` (22003) where DataFusion's widened
+/// to bigint or overflowed (`lcm(2147483647, 4)`, `gcd(-2147483648, 0)`).
+fn gcd_lcm(name: &str, l: &ArrayRef, r: &ArrayRef, lcm: bool) -> DfResult<ArrayRef> {
+    let t =
+        gcd_type(l.data_type(), r.data_type()).ok_or_else(|| no_such_function(name, &[l, r]))?;
+    let scale = match &t {
+        DataType::Decimal128(_, s) => *s,
+        _ => 0,
+    };
+    let wide = DataType::Decimal128(38, scale);
+    let (a, b) = (cast(l, &wide)?, cast(r, &wide)?);
+    let (a, b) = (
+        a.as_primitive::<Decimal128Type>(),
+        b.as_primitive::<Decimal128Type>(),
+    );
+    let (max, message) = match &t {
+        DataType::Int32 => (i32::MAX as u128, "integer out of range"),
+        DataType::Int64 => (i64::MAX as u128, "bigint out of range"),
+        _ => (10u128.pow(38) - 1, "value overflows numeric format"),
+    };
+    let euclid = |mut x: u128, mut y: u128| {
+        while y != 0 {
+            (x, y) = (y, x % y);
+        }
+        x
+    };
+    let v = datafusion::arrow::compute::kernels::arity::try_binary::<_, _, _, Decimal128Type>(
+        a,
+        b,
+        |x, y| {
+            let (x, y) = (x.unsigned_abs(), y.unsigned_abs());
+            let g = euclid(x, y);
+            let v = match lcm {
+                false => Some(g),
+                true if x == 0 || y == 0 => Some(0),
+                true => (x / g).checked_mul(y),
+            };
+            v.filter(|v| *v <= max)
+                .map(|v| v as i128)
+                .ok_or_else(|| datafusion::arrow::error::ArrowError::ComputeError(message.into()))
+        },
+    )
+    .map_err(|_| pg_error(sqlstate::NUMERIC_VALUE_OUT_OF_RANGE, message))?;
+    Ok(cast(
+        &(Arc::new(v.with_precision_and_scale(38, scale)?) as ArrayRef),
+        &t,
+    )?)
 }
 
 /// `div(a, b)`: the integer quotient of two numerics, truncated toward zero (a `numeric`
