@@ -15,7 +15,8 @@ use crate::error::{WeirError, sqlstate};
 
 pub const MAX_DEPTH: usize = 1000;
 
-enum Node {
+#[derive(Debug, Clone)]
+pub(crate) enum Node {
     Null,
     Bool(bool),
     /// Canonical numeric text.
@@ -395,7 +396,9 @@ pub fn normalize(text: &str) -> Result<String, WeirError> {
     Ok(out)
 }
 
-fn parse(text: &str) -> Res<Node> {
+/// A document parsed into its canonical tree (keys in Postgres' order, numbers as their
+/// `numeric` text).
+pub(crate) fn parse(text: &str) -> Res<Node> {
     let mut p = Parser {
         s: text.as_bytes(),
         at: 0,
@@ -796,7 +799,7 @@ pub fn has_keys<K: AsRef<str>>(text: &str, keys: &[K], all: bool) -> Res<bool> {
 }
 
 /// An object's keys in Postgres' order: shorter first, then bytewise.
-fn key_order(fields: &mut [(String, Node)]) {
+pub(crate) fn key_order(fields: &mut [(String, Node)]) {
     fields.sort_by(|(a, _), (b, _)| {
         a.len()
             .cmp(&b.len())
@@ -805,7 +808,7 @@ fn key_order(fields: &mut [(String, Node)]) {
 }
 
 /// A value's jsonb text (objects an edit built have had their keys put in order).
-fn text_of(n: &Node) -> String {
+pub(crate) fn text_of(n: &Node) -> String {
     let mut out = String::new();
     write(&mut out, n);
     out

@@ -11,9 +11,12 @@
 //! crate's errors to Postgres' SQLSTATEs and writes the results as canonical jsonb text.
 //! A `jsonpath` value is its text (a cast to `jsonpath` checks that it parses).
 //!
-//! Where it is not Postgres: the documents are read through `serde_json`, so a number is
-//! a 64-bit integer or a double (`1.50` comes back as `1.5`, arithmetic is in doubles where
-//! Postgres' is `numeric`); `.datetime()` and the `_tz` functions are not there.
+//! The crate walks our own jsonb tree (`sql::jsonb::Node`, through the crate's `Json`
+//! traits implemented here), so what a path selects comes back as stored: `1.50` stays
+//! `1.50`, keys in Postgres' order. Where it is not Postgres: arithmetic and comparisons
+//! see a number as a 64-bit integer or a double (Postgres' are `numeric`), `.**` does not
+//! repeat what lax mode reaches twice, and `.datetime()` and the `_tz` functions are not
+//! there.
 
 use std::sync::Arc;
 
@@ -24,8 +27,10 @@ use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field};
 use datafusion::common::{DataFusionError, Result as DfResult};
 use datafusion::logical_expr::TypeSignature;
+use sql_json_path::json::{ArrayRef as JsonArray, Json, JsonRef, ObjectRef};
 use sql_json_path::{EvalError, JsonPath};
 
+use crate::sql::jsonb::Node;
 use crate::sql::pg_functions::{PgFunction, immutable, pg_error};
 
 /// The list `jsonb_path_query` is computed as (the rewrite unnests it).
@@ -118,18 +123,19 @@ fn eval_error(e: EvalError) -> DataFusionError {
 }
 
 /// A jsonb document's text read for the path (22P02 if it is not JSON).
-fn document(text: &str) -> DfResult<serde_json::Value> {
-    serde_json::from_str(text).map_err(|_| {
-        pg_error(
-            crate::error::sqlstate::INVALID_TEXT_REPRESENTATION,
-            format!("invalid input syntax for type json: \"{text}\""),
-        )
-    })
+fn document(text: &str) -> DfResult<Node> {
+    crate::sql::jsonb::parse(text).map_err(|e| DataFusionError::External(Box::new(e)))
 }
 
-/// One match as canonical jsonb text.
-fn jsonb_text(v: &serde_json::Value) -> DfResult<String> {
-    crate::sql::jsonb::normalize(&v.to_string()).map_err(|e| DataFusionError::External(Box::new(e)))
+/// One match as jsonb text (a number the path computed in its canonical `numeric` text).
+fn jsonb_text(v: &Node) -> DfResult<String> {
+    let text = crate::sql::jsonb::text_of(v);
+    match v {
+        Node::Number(_) => {
+            crate::sql::jsonb::normalize(&text).map_err(|e| DataFusionError::External(Box::new(e)))
+        }
+        _ => Ok(text),
+    }
 }
 
 fn path_function(kind: Kind, args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
@@ -194,7 +200,7 @@ fn path_function(kind: Kind, args: &[ArrayRef], rows: usize) -> DfResult<ArrayRe
             Some(v) => jp.query_with_vars(&doc, v),
             None => jp.query(&doc),
         };
-        let found: Vec<serde_json::Value> = match found {
+        let found: Vec<Node> = match found {
             Ok(nodes) => nodes.into_iter().map(|n| n.into_owned()).collect(),
             // silent: the errors Postgres suppresses give no match (NULL for exists/match)
             Err(e) if silent && e.can_silent() => {
@@ -211,8 +217,8 @@ fn path_function(kind: Kind, args: &[ArrayRef], rows: usize) -> DfResult<ArrayRe
         match kind {
             Kind::Exists => bools.append_value(!found.is_empty()),
             Kind::Match => match found.as_slice() {
-                [serde_json::Value::Bool(b)] => bools.append_value(*b),
-                [serde_json::Value::Null] => bools.append_null(),
+                [Node::Bool(b)] => bools.append_value(*b),
+                [Node::Null] => bools.append_null(),
                 _ if silent => bools.append_null(),
                 _ => return Err(eval_error(EvalError::ExpectSingleBoolean)),
             },
@@ -222,7 +228,7 @@ fn path_function(kind: Kind, args: &[ArrayRef], rows: usize) -> DfResult<ArrayRe
                 }
                 lists.append(true);
             }
-            Kind::Array => texts.append_value(jsonb_text(&serde_json::Value::Array(found))?),
+            Kind::Array => texts.append_value(jsonb_text(&Node::Array(found))?),
             Kind::First => match found.first() {
                 Some(v) => texts.append_value(jsonb_text(v)?),
                 None => texts.append_null(),
@@ -237,8 +243,8 @@ fn path_function(kind: Kind, args: &[ArrayRef], rows: usize) -> DfResult<ArrayRe
 }
 
 /// An object giving JSON null to every variable `path` names (`$x`, `$"x"`).
-fn null_variables(path: &str) -> serde_json::Value {
-    let mut vars = serde_json::Map::new();
+fn null_variables(path: &str) -> Node {
+    let mut vars: Vec<(String, Node)> = Vec::new();
     let b = path.as_bytes();
     let mut i = 0;
     while i < b.len() {
@@ -260,7 +266,7 @@ fn null_variables(path: &str) -> serde_json::Value {
                         i += if b[i] == b'\\' { 2 } else { 1 };
                     }
                     if let Some(name) = path.get(start + 1..i.min(b.len())) {
-                        vars.insert(name.to_owned(), serde_json::Value::Null);
+                        vars.push((name.to_owned(), Node::Null));
                     }
                     i += 1;
                     continue;
@@ -269,13 +275,13 @@ fn null_variables(path: &str) -> serde_json::Value {
                     i += 1;
                 }
                 if i > start {
-                    vars.insert(path[start..i].to_owned(), serde_json::Value::Null);
+                    vars.push((path[start..i].to_owned(), Node::Null));
                 }
             }
             _ => i += 1,
         }
     }
-    serde_json::Value::Object(vars)
+    Node::Object(vars)
 }
 
 fn push_null(
@@ -288,5 +294,159 @@ fn push_null(
         Kind::Exists | Kind::Match => bools.append_null(),
         Kind::Query => lists.append(false),
         Kind::Array | Kind::First => texts.append_null(),
+    }
+}
+
+// The crate's view of our jsonb tree: numbers are read as 64-bit integers or doubles for
+// arithmetic and comparisons; what a path selects is the stored node itself.
+
+impl Json for Node {
+    type Borrowed<'a> = &'a Node;
+
+    fn as_ref(&self) -> &Node {
+        self
+    }
+
+    fn null() -> Self {
+        Node::Null
+    }
+
+    fn bool(b: bool) -> Self {
+        Node::Bool(b)
+    }
+
+    fn from_u64(v: u64) -> Self {
+        Node::Number(v.to_string())
+    }
+
+    fn from_i64(v: i64) -> Self {
+        Node::Number(v.to_string())
+    }
+
+    fn from_f64(v: f64) -> Self {
+        // (non-finite numbers are no JSON: the crate computes only finite ones into values)
+        serde_json::Number::from_f64(v)
+            .map(|n| Node::Number(n.to_string()))
+            .unwrap_or(Node::Null)
+    }
+
+    fn from_number(n: serde_json::Number) -> Self {
+        Node::Number(n.to_string())
+    }
+
+    fn from_string(s: &str) -> Self {
+        Node::Str(s.to_owned())
+    }
+
+    fn object<'a, I: IntoIterator<Item = (&'a str, Self)>>(i: I) -> Self {
+        let mut fields: Vec<(String, Node)> =
+            i.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+        crate::sql::jsonb::key_order(&mut fields);
+        Node::Object(fields)
+    }
+}
+
+/// An array of the tree, borrowed.
+#[derive(Clone, Copy)]
+pub(crate) struct Items<'a>(&'a [Node]);
+
+/// An object of the tree, borrowed (its keys unique, in Postgres' order).
+#[derive(Clone, Copy)]
+pub(crate) struct Fields<'a>(&'a [(String, Node)]);
+
+impl<'a> JsonRef<'a> for &'a Node {
+    type Owned = Node;
+    type Array = Items<'a>;
+    type Object = Fields<'a>;
+
+    fn to_owned(self) -> Node {
+        self.clone()
+    }
+
+    fn null() -> Self {
+        &Node::Null
+    }
+
+    fn as_bool(self) -> Option<bool> {
+        match self {
+            Node::Bool(b) => Some(*b),
+            _ => None,
+        }
+    }
+
+    fn as_number(self) -> Option<serde_json::Number> {
+        match self {
+            Node::Number(text) => text
+                .parse::<i64>()
+                .map(serde_json::Number::from)
+                .ok()
+                .or_else(|| {
+                    text.parse::<f64>()
+                        .ok()
+                        .and_then(serde_json::Number::from_f64)
+                }),
+            _ => None,
+        }
+    }
+
+    fn as_str(self) -> Option<&'a str> {
+        match self {
+            Node::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    fn as_array(self) -> Option<Items<'a>> {
+        match self {
+            Node::Array(items) => Some(Items(items)),
+            _ => None,
+        }
+    }
+
+    fn as_object(self) -> Option<Fields<'a>> {
+        match self {
+            Node::Object(fields) => Some(Fields(fields)),
+            _ => None,
+        }
+    }
+
+    fn is_null(self) -> bool {
+        matches!(self, Node::Null)
+    }
+}
+
+impl<'a> JsonArray<'a> for Items<'a> {
+    type JsonRef = &'a Node;
+
+    fn len(self) -> usize {
+        self.0.len()
+    }
+
+    fn get(self, index: usize) -> Option<&'a Node> {
+        self.0.get(index)
+    }
+
+    fn list(self) -> Vec<&'a Node> {
+        self.0.iter().collect()
+    }
+}
+
+impl<'a> ObjectRef<'a> for Fields<'a> {
+    type JsonRef = &'a Node;
+
+    fn len(self) -> usize {
+        self.0.len()
+    }
+
+    fn get(self, key: &str) -> Option<&'a Node> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    fn list(self) -> Vec<(&'a str, &'a Node)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v)).collect()
+    }
+
+    fn list_value(self) -> Vec<&'a Node> {
+        self.0.iter().map(|(_, v)| v).collect()
     }
 }
