@@ -954,12 +954,16 @@ fn srf_list(name: &str) -> Option<Option<&'static str>> {
 fn set_returning_inside(e: &mut Expr) -> bool {
     match e {
         Expr::Function(f) => {
-            if let Some(list) = last_name(&f.name).and_then(|n| srf_list(&n)) {
+            let name = last_name(&f.name).unwrap_or_default();
+            if let Some(list) = srf_list(&name) {
                 let mut inner = std::mem::replace(e, Expr::value(ast::Value::Null));
                 if let (Some(list), Expr::Function(f)) = (list, &mut inner) {
                     f.name = ast::ObjectName::from(vec![Ident::new(list)]);
                 }
                 *e = call("unnest", vec![inner]);
+                if yields_jsonb(&name) {
+                    *e = jsonb_cast(std::mem::replace(e, Expr::value(ast::Value::Null)));
+                }
                 return true;
             }
             // (a list already unnested)
@@ -1537,9 +1541,26 @@ fn srf_items(
         None => arg_text.join(", "),
         Some(l) => format!("{l}({})", arg_text.join(", ")),
     };
-    let mut items = vec![format!("unnest({}) AS {}", call(list), columns[0])];
+    // (the rows of a jsonb function are jsonb: typed by a cast, so clients read them as
+    // jsonb, as Postgres sends them)
+    let (open, close) = match yields_jsonb(fname) {
+        true => ("CAST(", " AS jsonb)"),
+        false => ("", ""),
+    };
+    let mut items = match pair {
+        Some(_) => vec![format!("unnest({}) AS {}", call(list), columns[0])],
+        None => vec![format!(
+            "{open}unnest({}){close} AS {}",
+            call(list),
+            columns[0]
+        )],
+    };
     if let Some(values) = pair {
-        items.push(format!("unnest({}) AS {}", call(Some(values)), columns[1]));
+        items.push(format!(
+            "{open}unnest({}){close} AS {}",
+            call(Some(values)),
+            columns[1]
+        ));
     }
     // WITH ORDINALITY: each row's number, 1 up, beside it (unnested side by side)
     if ordinality {
@@ -1615,6 +1636,25 @@ fn multi_unnest_items(
         alias: alias.map(|a| a.name.clone()),
         reads_columns,
     })
+}
+
+/// Whether a set-returning function's rows (jsonb_each's values) are `jsonb`.
+fn yields_jsonb(name: &str) -> bool {
+    matches!(
+        name,
+        "jsonb_array_elements" | "jsonb_each" | "jsonb_path_query"
+    )
+}
+
+/// `CAST(e AS jsonb)`.
+fn jsonb_cast(e: Expr) -> Expr {
+    Expr::Cast {
+        kind: ast::CastKind::Cast,
+        expr: Box::new(e),
+        data_type: ast::DataType::JSONB,
+        array: false,
+        format: None,
+    }
 }
 
 /// The list-returning function behind a set-returning JSON function (unnested where it is
