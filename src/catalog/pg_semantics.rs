@@ -1772,6 +1772,42 @@ fn expression_schema(plan: &LogicalPlan) -> DFSchema {
 }
 
 fn rewrite_node(plan: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
+    // a UNION's schema is made once, from its inputs as first planned: a declared type its
+    // inputs no longer carry (a typed constant cast to the common type) is dropped, or the
+    // logical and physical schemas disagree (an internal error)
+    if let LogicalPlan::Union(u) = &plan
+        && u.schema.fields().iter().enumerate().any(|(i, f)| {
+            !f.metadata().is_empty()
+                && u.inputs
+                    .iter()
+                    .any(|input| input.schema().field(i).metadata() != f.metadata())
+        })
+    {
+        let LogicalPlan::Union(u) = plan else {
+            unreachable!("matched as a union above");
+        };
+        let fields: Vec<Arc<Field>> = u
+            .schema
+            .fields()
+            .iter()
+            .map(|f| Arc::new(f.as_ref().clone().with_metadata(Default::default())))
+            .collect();
+        let qualified = u
+            .schema
+            .iter()
+            .zip(fields)
+            .map(|((q, _), f)| (q.cloned(), f))
+            .collect();
+        let schema = Arc::new(DFSchema::new_with_metadata(
+            qualified,
+            u.schema.as_arrow().metadata().clone(),
+        )?);
+        let plan = LogicalPlan::Union(datafusion::logical_expr::Union {
+            inputs: u.inputs,
+            schema,
+        });
+        return Ok(Transformed::yes(rewrite_node(plan)?.data));
+    }
     let schema = expression_schema(&plan);
     let names = NamePreserver::new(&plan);
     let t = plan.map_expressions(|expr| {
@@ -2017,6 +2053,23 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
         Expr::Cast(datafusion::logical_expr::Cast { expr, field }) => {
             let data_type = field.data_type().clone();
             let (x, c, t) = rewrite_expr(*expr, schema)?;
+            // a typed constant (`2.25::numeric`, whose field names its declared type) cast to
+            // another type (UNION's common type) loses that type: DataFusion's logical cast
+            // kept the constant's metadata where the physical one drops it, an internal
+            // error in a plan that compares them (`VALUES (3.14159) UNION SELECT
+            // 2.25::numeric ORDER BY 1`)
+            let (x, c) = match x {
+                Expr::Literal(v, Some(_)) if v.data_type() != data_type => {
+                    (Expr::Literal(v, None), true)
+                }
+                Expr::Cast(datafusion::logical_expr::Cast { expr, field })
+                    if !field.metadata().is_empty() && *field.data_type() != data_type =>
+                {
+                    let cast = datafusion::logical_expr::Cast::new(expr, field.data_type().clone());
+                    (Expr::Cast(cast), true)
+                }
+                x => (x, c),
+            };
             let from = type_of(&x, t, schema);
             // an int2vector / oidvector's text: its elements separated by spaces (`1 2`)
             if matches!(declared_type(&x, schema), Some(SqlType::Vector(_)))

@@ -176,6 +176,7 @@ impl VisitorMut for PgRewriter {
         }
         // before the functions in FROM are read as tables (`function_in_from`)
         lateral_in_body(&mut q.body);
+        int4_values_in_from(&mut q.body);
         typed_values_columns(&mut q.body);
         untyped_values_literals(&mut q.body);
         ControlFlow::Continue(())
@@ -1856,6 +1857,30 @@ fn int4_literal(e: &mut Expr) {
             array: false,
             format: None,
         };
+    }
+}
+
+/// `FROM (VALUES (1), (2)) t(x)`: integer constants that fit are `integer`, as Postgres
+/// types them (DataFusion's are bigint: `(SELECT max(x) FROM (VALUES (2147483647)) t(x)) +
+/// 1` was 2147483648, Postgres' 22003); a column with a larger one is bigint still (their
+/// common type). Only VALUES in FROM: an INSERT's own VALUES takes the table's types.
+fn int4_values_in_from(body: &mut ast::SetExpr) {
+    let ast::SetExpr::Select(select) = body else {
+        return;
+    };
+    let factors = select.from.iter_mut().flat_map(|t| {
+        std::iter::once(&mut t.relation).chain(t.joins.iter_mut().map(|j| &mut j.relation))
+    });
+    for f in factors {
+        if let ast::TableFactor::Derived { subquery, .. } = f
+            && let ast::SetExpr::Values(v) = subquery.body.as_mut()
+        {
+            for row in v.rows.iter_mut() {
+                for e in row.content.iter_mut() {
+                    int4_literal(e);
+                }
+            }
+        }
     }
 }
 
