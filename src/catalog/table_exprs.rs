@@ -148,16 +148,7 @@ impl IndexExprs {
         let predicate = match predicate {
             Some(p) => {
                 let e = one(p, "index predicate")?;
-                let t = e.data_type(schema)?;
-                if t != DataType::Boolean {
-                    let shown = crate::sql::types::SqlType::from_arrow(&t)
-                        .map(|t| t.display_name())
-                        .unwrap_or_else(|| t.to_string());
-                    return Err(WeirError::new(
-                        sqlstate::DATATYPE_MISMATCH,
-                        format!("argument of WHERE must be type boolean, not type {shown}"),
-                    ));
-                }
+                require_boolean(&e, schema, "WHERE")?;
                 definition = format!("{definition} WHERE {p}");
                 Some(e)
             }
@@ -229,4 +220,24 @@ pub fn shown_key(text: &str) -> String {
         Ok(datafusion::sql::sqlparser::ast::Expr::Function(_)) => text.to_owned(),
         _ => format!("({text})"),
     }
+}
+
+/// Postgres' 42804 for a condition (a CHECK's, a partial index's `WHERE`) that is not
+/// boolean: `argument of WHERE must be type boolean, not type integer`.
+pub(crate) fn require_boolean(
+    e: &Arc<dyn PhysicalExpr>,
+    schema: &Schema,
+    what: &str,
+) -> Result<()> {
+    let t = e.data_type(schema)?;
+    if t == DataType::Boolean {
+        return Ok(());
+    }
+    let shown = crate::sql::types::SqlType::from_arrow(&t)
+        .map(|t| t.display_name())
+        .unwrap_or_else(|| t.to_string());
+    Err(WeirError::new(
+        sqlstate::DATATYPE_MISMATCH,
+        format!("argument of {what} must be type boolean, not type {shown}"),
+    ))
 }

@@ -12,12 +12,12 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
-use datafusion::arrow::datatypes::{DataType, Schema};
+use datafusion::arrow::datatypes::Schema;
 use datafusion::execution::context::SessionContext;
 use datafusion::physical_expr::PhysicalExpr;
 
 use crate::catalog::RelationDesc;
-use crate::error::{Result, WeirError, sqlstate};
+use crate::error::{Result, WeirError};
 
 const CHECK_VIOLATION: &str = "23514";
 
@@ -40,16 +40,7 @@ pub(crate) fn compile(
                 "check constraint",
             )?;
             let phys = ctx.create_physical_expr(expr, &df_schema)?;
-            let t = phys.data_type(schema)?;
-            if t != DataType::Boolean {
-                let shown = crate::sql::types::SqlType::from_arrow(&t)
-                    .map(|t| t.display_name())
-                    .unwrap_or_else(|| t.to_string());
-                return Err(WeirError::new(
-                    sqlstate::DATATYPE_MISMATCH,
-                    format!("argument of CHECK must be type boolean, not type {shown}"),
-                ));
-            }
+            crate::catalog::table_exprs::require_boolean(&phys, schema, "CHECK")?;
             Ok((name.clone(), phys))
         })
         .collect()
