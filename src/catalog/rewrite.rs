@@ -1211,8 +1211,23 @@ fn series_text_arguments(args: &mut [ast::FunctionArg]) {
 
 /// `FROM unnest(array) AS x [WITH ORDINALITY]`: a function of one column names it after
 /// its alias, as Postgres does (`SELECT x ...`, `t.*` is a column `t`), and the ordinality
-/// column `ordinality`.
+/// column `ordinality`; without an alias both the relation and its column are `unnest`.
 fn unnest_alias_names_column(tf: &mut ast::TableFactor) {
+    if let ast::TableFactor::UNNEST {
+        alias: alias @ None,
+        array_exprs,
+        with_offset: false,
+        ..
+    } = tf
+        && array_exprs.len() == 1
+    {
+        *alias = Some(ast::TableAlias {
+            explicit: true,
+            name: Ident::new("unnest"),
+            columns: Vec::new(),
+            at: None,
+        });
+    }
     if let ast::TableFactor::UNNEST {
         alias: Some(alias),
         array_exprs,
