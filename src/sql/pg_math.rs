@@ -6,6 +6,8 @@
 //!   `NaN` or an overflowed infinity Postgres raises: `cannot take logarithm of zero`
 //!   (2201E), `cannot take square root of a negative number` (2201F), `zero raised to a
 //!   negative power is undefined` (2201F), `value out of range: overflow` (22003);
+//! - `degrees` and `radians` by Postgres' constant (`x / RADIANS_PER_DEGREE`: DataFusion's
+//!   `x * (180 / pi)` differs in the last bit, `degrees(1e300)`);
 //! - `sin`, `cos`, `tan`, `cot` of an infinity, `asin`/`acos`/`atanh` outside [-1, 1] and
 //!   `acosh` below 1: `input is out of range` (22003) where IEEE gives NaN;
 //! - `mod(a, b)`: the remainder with the dividend's sign, of the wider integer type (or
@@ -39,6 +41,10 @@ const INVALID_ARGUMENT_FOR_WIDTH_BUCKET: &str = "2201G";
 
 type Checked1 = fn(f64) -> DfResult<f64>;
 
+/// Postgres' `RADIANS_PER_DEGREE` (float.h), what `degrees` and `radians` use.
+#[allow(clippy::excessive_precision)]
+const RADIANS_PER_DEGREE: f64 = 0.0174532925199432957692;
+
 /// `x` when it is NaN or `inside` the function's domain, else Postgres' 22003.
 fn trig_domain(x: f64, inside: bool) -> DfResult<f64> {
     if x.is_nan() || inside {
@@ -53,7 +59,7 @@ fn trig_domain(x: f64, inside: bool) -> DfResult<f64> {
 
 /// Every function of this module.
 pub(crate) fn definitions() -> Vec<PgFunction> {
-    let unary: [(&'static str, Checked1); 12] = [
+    let unary: [(&'static str, Checked1); 14] = [
         ("ln", |x| log_domain(x).map(|x| x.ln())),
         ("log10", |x| log_domain(x).map(|x| x.log10())),
         ("sqrt", |x| {
@@ -81,6 +87,14 @@ pub(crate) fn definitions() -> Vec<PgFunction> {
             trig_domain(x, (-1.0..=1.0).contains(&x)).map(f64::acos)
         }),
         ("acosh", |x| trig_domain(x, x >= 1.0).map(f64::acosh)),
+        // Postgres divides by (multiplies by) the radians in a degree; x * (180 / pi) can
+        // differ in the last bit (`degrees(1e300)`)
+        ("degrees", |x| {
+            in_range(x / RADIANS_PER_DEGREE, &[x], x != 0.0)
+        }),
+        ("radians", |x| {
+            in_range(x * RADIANS_PER_DEGREE, &[x], x != 0.0)
+        }),
         ("atanh", |x| {
             trig_domain(x, (-1.0..=1.0).contains(&x)).map(f64::atanh)
         }),
