@@ -195,7 +195,7 @@ impl From<ArrowError> for WeirError {
 fn from_arrow(e: &ArrowError) -> WeirError {
     match e {
         ArrowError::CastError(m) | ArrowError::ParseError(m) => {
-            if let Some(e) = cast_message(m) {
+            if let Some(e) = cast_message(m).or_else(|| numeric_overflow(m)) {
                 return e;
             }
             let lower = m.to_ascii_lowercase();
@@ -245,7 +245,8 @@ fn from_arrow(e: &ArrowError) -> WeirError {
         ArrowError::ArithmeticOverflow(m) => {
             WeirError::new(sqlstate::NUMERIC_VALUE_OUT_OF_RANGE, m.clone())
         }
-        ArrowError::InvalidArgumentError(m) => WeirError::new(sqlstate::DATA_EXCEPTION, m.clone()),
+        ArrowError::InvalidArgumentError(m) => numeric_overflow(m)
+            .unwrap_or_else(|| WeirError::new(sqlstate::DATA_EXCEPTION, m.clone())),
         ArrowError::NotYetImplemented(m) => WeirError::not_supported(m.clone()),
         other => WeirError::internal(other.to_string()),
     }
@@ -255,6 +256,57 @@ fn from_arrow(e: &ArrowError) -> WeirError {
 /// from '...'") in Postgres' words: 22P02 for numbers and booleans, 22007 for a date, time,
 /// timestamp or interval that is not one, 22008 for one whose month, day or time of day is
 /// out of range (`2024-02-30`, `25:00`).
+/// A value that a `numeric(p, s)` cannot hold, said as Postgres says it: arrow's "1234.50
+/// is too large to store in a Decimal128 of precision 5. Max is 999.99" is 22003 "numeric
+/// field overflow" with the detail "A field with precision 5, scale 2 must round to an
+/// absolute value less than 10^3."; an infinity cast to one "... cannot hold an infinite
+/// value."; NaN and infinity in an unconstrained `numeric` (which Postgres holds, Arrow's
+/// decimals cannot) are named as not supported (0A000).
+fn numeric_overflow(m: &str) -> Option<WeirError> {
+    let overflow = |detail: String| {
+        WeirError::new(
+            sqlstate::NUMERIC_VALUE_OUT_OF_RANGE,
+            "numeric field overflow",
+        )
+        .with_detail(detail)
+    };
+    if let Some((_, rest)) = m.split_once(" is too large to store in a Decimal128 of precision ") {
+        let (p, max) = rest.split_once(". Max is ")?;
+        let p: u32 = p.trim().parse().ok()?;
+        let s = max
+            .trim()
+            .split_once('.')
+            .map_or(0, |(_, f)| f.len() as u32);
+        let bound = match p.saturating_sub(s) {
+            0 => "1".to_owned(),
+            d => format!("10^{d}"),
+        };
+        return Some(overflow(format!(
+            "A field with precision {p}, scale {s} must round to an absolute value less than {bound}."
+        )));
+    }
+    let rest = m.strip_prefix("Cannot cast to Decimal128(")?;
+    let (ps, value) = rest.split_once("). Overflowing on ")?;
+    let (p, s) = ps.split_once(',')?;
+    let (p, s): (u8, i8) = (p.trim().parse().ok()?, s.trim().parse().ok()?);
+    let unconstrained = (p, s)
+        == (
+            crate::sql::types::NUMERIC_DEFAULT_PRECISION,
+            crate::sql::types::NUMERIC_DEFAULT_SCALE,
+        );
+    match value.trim() {
+        "NaN" | "nan" => Some(WeirError::not_supported(
+            "numeric NaN is not supported: a numeric holds only finite values here",
+        )),
+        _ if unconstrained => Some(WeirError::not_supported(
+            "numeric Infinity is not supported: a numeric holds only finite values here",
+        )),
+        _ => Some(overflow(format!(
+            "A field with precision {p}, scale {s} cannot hold an infinite value."
+        ))),
+    }
+}
+
 fn cast_message(m: &str) -> Option<WeirError> {
     let (value, ty) = if let Some(rest) = m.strip_prefix("Cannot cast string '") {
         let (value, rest) = rest.rsplit_once("' to value of ")?;
@@ -507,6 +559,9 @@ fn undefined_function(msg: &str) -> WeirError {
 
 fn classify_execution_message(m: &str) -> WeirError {
     let msg = clean(m);
+    if let Some(e) = numeric_overflow(&msg) {
+        return e;
+    }
     let lower = msg.to_ascii_lowercase();
     if lower.contains("divide by zero") || lower.contains("division by zero") {
         return WeirError::new(sqlstate::DIVISION_BY_ZERO, "division by zero");

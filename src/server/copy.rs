@@ -774,6 +774,20 @@ fn cast_plain(
     if out.null_count() != a.null_count() {
         for row in 0..out.len() {
             if out.is_null(row) && a.is_valid(row) {
+                // a number too large for its numeric(p, s): Postgres' "numeric field
+                // overflow" (the strict cast says which), not invalid input
+                if matches!(target, DataType::Decimal128(..)) {
+                    let strict = CastOptions {
+                        safe: false,
+                        ..Default::default()
+                    };
+                    if let Err(e) = cast_with_options(&a.slice(row, 1), target, &strict) {
+                        let e = WeirError::from(e);
+                        if e.code == sqlstate::NUMERIC_VALUE_OUT_OF_RANGE {
+                            return Err((row, e));
+                        }
+                    }
+                }
                 return Err(bad(row, text.value(row)));
             }
         }

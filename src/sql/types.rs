@@ -341,6 +341,8 @@ impl SqlType {
         match self {
             SqlType::Time(_) => "time".into(),
             SqlType::Timestamp(_) => "timestamp".into(),
+            SqlType::TimestampTz(_) => "timestamp with time zone".into(),
+            SqlType::Numeric(_) => "numeric".into(),
             other => other.display_name(),
         }
     }
