@@ -336,6 +336,17 @@ fn cast_message(m: &str) -> Option<WeirError> {
 /// for type ...", 22007 for a date/time type, 22008 for a date or time written well but
 /// out of range. Casts, COPY and literal INSERTs all say it so.
 pub fn invalid_input(pg: &str, value: &str) -> WeirError {
+    // an integer written well but past its type: Postgres' 22003, naming the value
+    if matches!(pg, "smallint" | "integer" | "bigint") {
+        let t = value.trim();
+        let digits = t.strip_prefix(['-', '+']).unwrap_or(t);
+        if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+            return WeirError::new(
+                sqlstate::NUMERIC_VALUE_OUT_OF_RANGE,
+                format!("value \"{value}\" is out of range for type {pg}"),
+            );
+        }
+    }
     let datetime = pg == "date" || pg.starts_with("time") || pg == "interval";
     if datetime
         && pg != "interval"
