@@ -2279,15 +2279,19 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
                         Some(data_type),
                     ))
                 }
-                // '-NaN'::float is Postgres' one NaN
+                // text as a float, as Postgres reads it (out of range 22003, '-NaN' the one
+                // NaN: `sql::pg_math::FLOAT_IN`)
                 (
                     Some(DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View),
                     DataType::Float32 | DataType::Float64,
-                ) => Ok((
-                    pg_udf(pg_functions::CANONICAL_NAN).call(vec![cast(x, data_type.clone())]),
-                    true,
-                    Some(data_type),
-                )),
+                ) => {
+                    let target = Expr::Literal(ScalarValue::try_from(&data_type)?, None);
+                    Ok((
+                        pg_udf(crate::sql::pg_math::FLOAT_IN).call(vec![x, target]),
+                        true,
+                        Some(data_type),
+                    ))
+                }
                 _ => Ok((
                     Expr::Cast(datafusion::logical_expr::Cast {
                         expr: Box::new(x),
@@ -2592,6 +2596,7 @@ static PG_UDFS: std::sync::LazyLock<Vec<Arc<ScalarUDF>>> = std::sync::LazyLock::
         pg_functions::INTERVAL_KEY,
         pg_functions::TEXT_OUT,
         pg_functions::CANONICAL_NAN,
+        crate::sql::pg_math::FLOAT_IN,
         pg_functions::ROUND_FOR_INT,
         pg_functions::TIMESTAMP_IN,
         pg_functions::TIMESTAMPTZ_IN,

@@ -129,8 +129,15 @@ pub fn literal_rows(
         let strings = StringArray::from(texts);
         let target: &DataType = schema.field(col).data_type();
         let mut cast = cast_with_options(&strings, target, &options).ok()?;
-        // a value the cast could not read: let the general path report it
-        if cast.null_count() != strings.null_count() {
+        // a value the cast could not read, or a float past its type's range: let the
+        // general path report it
+        if cast.null_count() != strings.null_count()
+            || (matches!(ty, SqlType::Float4 | SqlType::Float8)
+                && !matches!(
+                    crate::sql::pg_math::float_out_of_range(&strings, &cast),
+                    Ok(None)
+                ))
+        {
             return None;
         }
         if dated {
@@ -301,6 +308,13 @@ pub fn scanned_rows(
             columns[col] = cast;
         } else {
             columns[col] = cast_with_options(&texts, target, &options)?;
+            // a float past its type's range: 22003, as Postgres (arrow reads infinity or 0)
+            if matches!(ty, SqlType::Float4 | SqlType::Float8)
+                && let Some((_, e)) =
+                    crate::sql::pg_math::float_out_of_range(&texts, &columns[col])?
+            {
+                return Err(e);
+            }
         }
     }
     Ok(Some(nullable_batch(&schema, columns)?))

@@ -738,6 +738,17 @@ fn cast_text(
             }
             return Ok(parsed);
         }
+        SqlType::Float4 | SqlType::Float8 => {
+            let trimmed: StringArray = text.iter().map(|v| v.map(str::trim)).collect();
+            let parsed = cast_plain(&(Arc::new(trimmed) as ArrayRef), target, text, &bad)?;
+            // past the type's range: 22003, as Postgres (arrow reads infinity or 0)
+            if let Some(bad_row) = crate::sql::pg_math::float_out_of_range(text, &parsed)
+                .map_err(|e| (0, WeirError::from(e)))?
+            {
+                return Err(bad_row);
+            }
+            return Ok(parsed);
+        }
         _ => {}
     }
     let trimmed: StringArray = text.iter().map(|v| v.map(str::trim)).collect();

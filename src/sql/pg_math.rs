@@ -197,12 +197,81 @@ pub(crate) fn definitions() -> Vec<PgFunction> {
         },
     ));
     out.push(immutable(
+        FLOAT_IN,
+        TypeSignature::Any(2),
+        |t| t.get(1).cloned().unwrap_or(DataType::Float64),
+        |args, _| float_in(&args[0], args[1].data_type()),
+    ));
+    out.push(immutable(
         FLOAT4_OF_FLOAT8,
         TypeSignature::Any(1),
         |_| DataType::Float32,
         |args, _| float4_of_float8(&args[0]),
     ));
     out
+}
+
+/// `weir_float_in(text, NULL::target)`: text as `double precision` or `real` input, as
+/// Postgres reads it: a number past the type's range (`'1e400'::float8`, `'1e39'::real`)
+/// or one that underflows to zero (`'1e-400'`) is 22003 `"1e400" is out of range for type
+/// double precision` (arrow reads infinity or 0); `-NaN` is the one NaN.
+pub const FLOAT_IN: &str = "weir_float_in";
+
+fn float_in(text: &ArrayRef, target: &DataType) -> DfResult<ArrayRef> {
+    let strict = datafusion::arrow::compute::CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    let parsed = datafusion::arrow::compute::cast_with_options(text, target, &strict)?;
+    let texts = cast(text, &DataType::Utf8)?;
+    if let Some((_, e)) = float_out_of_range(texts.as_string::<i32>(), &parsed)? {
+        return Err(DataFusionError::External(Box::new(e)));
+    }
+    Ok(crate::sql::pg_functions::canonical_nan_array(&parsed))
+}
+
+/// The first row of `parsed` (floats read from `texts`) that is infinite or zero where its
+/// text says neither: Postgres' 22003 `"1e400" is out of range for type double precision`
+/// (every path that reads float text checks it: casts, INSERT literals, COPY).
+pub(crate) fn float_out_of_range(
+    texts: &datafusion::arrow::array::StringArray,
+    parsed: &ArrayRef,
+) -> DfResult<Option<(usize, crate::error::WeirError)>> {
+    let name = match parsed.data_type() {
+        DataType::Float32 => "real",
+        _ => "double precision",
+    };
+    let as_double = cast(parsed, &DataType::Float64)?;
+    let values = as_double.as_primitive::<Float64Type>();
+    for i in 0..values.len() {
+        if values.is_null(i) || texts.is_null(i) {
+            continue;
+        }
+        let v = values.value(i);
+        if v.is_finite() && v != 0.0 {
+            continue;
+        }
+        let written = texts.value(i);
+        let mantissa = written
+            .trim()
+            .trim_start_matches(['+', '-'])
+            .split(['e', 'E'])
+            .next()
+            .unwrap_or_default();
+        let spelled_infinite =
+            mantissa.eq_ignore_ascii_case("inf") || mantissa.eq_ignore_ascii_case("infinity");
+        let nonzero = mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b));
+        if (v.is_infinite() && !spelled_infinite) || (v == 0.0 && nonzero) {
+            return Ok(Some((
+                i,
+                crate::error::WeirError::new(
+                    sqlstate::NUMERIC_VALUE_OUT_OF_RANGE,
+                    format!("\"{written}\" is out of range for type {name}"),
+                ),
+            )));
+        }
+    }
+    Ok(None)
 }
 
 /// `double precision` to `real`, as Postgres' `dtof`: a finite value past real's range is
