@@ -2126,6 +2126,33 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
                     };
                     Ok((text, true, Some(data_type)))
                 }
+                // to boolean: only from integer (and text); Postgres has no cast from
+                // smallint, bigint, numeric or floats (42846). A bigint only when it is
+                // one for sure (a column, a cast): integer constants and expressions over
+                // them are bigint here where Postgres' are integer.
+                (
+                    Some(
+                        from @ (DataType::Int16
+                        | DataType::Float32
+                        | DataType::Float64
+                        | DataType::Decimal128(..)),
+                    ),
+                    DataType::Boolean,
+                ) | (Some(from @ DataType::Int64), DataType::Boolean)
+                    if *from != DataType::Int64
+                        || matches!(&x, Expr::Column(_) | Expr::Cast(_)) =>
+                {
+                    let shown = match from {
+                        DataType::Decimal128(..) => "numeric".to_owned(),
+                        other => SqlType::from_arrow(other)
+                            .map(|t| t.display_name())
+                            .unwrap_or_else(|| other.to_string()),
+                    };
+                    Err(DataFusionError::External(Box::new(crate::error::WeirError::new(
+                        "42846",
+                        format!("cannot cast type {shown} to boolean"),
+                    ))))
+                }
                 // to an integer: rounded, not truncated
                 (
                     Some(
