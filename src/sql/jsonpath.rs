@@ -184,11 +184,9 @@ fn path_function(kind: Kind, args: &[ArrayRef], rows: usize) -> DfResult<ArrayRe
             Some(s) => s.value(i),
             None => false,
         };
-        if parsed.as_ref().is_none_or(|(t, _)| *t != path) {
-            parsed = Some((path.clone(), parse(&path)?));
-        }
-        let Some((_, jp)) = parsed.as_ref() else {
-            continue;
+        let jp = match &mut parsed {
+            Some((text, jp)) if *text == path => &*jp,
+            slot => &slot.insert((path.clone(), parse(&path)?)).1,
         };
         let doc = document(&doc)?;
         let vars = match vars {
