@@ -963,7 +963,8 @@ fn set_returning_inside(e: &mut Expr) -> bool {
                 }
                 *e = call("unnest", vec![inner]);
                 if yields_jsonb(&name) {
-                    *e = jsonb_cast(std::mem::replace(e, Expr::value(ast::Value::Null)));
+                    let rows = std::mem::replace(e, Expr::value(ast::Value::Null));
+                    *e = call(crate::sql::pg_functions::JSONB_TYPED, vec![rows]);
                 }
                 return true;
             }
@@ -1557,10 +1558,11 @@ fn srf_items(
         None => arg_text.join(", "),
         Some(l) => format!("{l}({})", arg_text.join(", ")),
     };
-    // (the rows of a jsonb function are jsonb: typed by a cast, so clients read them as
-    // jsonb, as Postgres sends them)
+    // (the rows of a jsonb function are jsonb, canonical already: typed so, so clients
+    // read them as jsonb, as Postgres sends them)
+    let typed = format!("{}(", crate::sql::pg_functions::JSONB_TYPED);
     let (open, close) = match yields_jsonb(fname) {
-        true => ("CAST(", " AS jsonb)"),
+        true => (typed.as_str(), ")"),
         false => ("", ""),
     };
     let mut items = match pair {
@@ -1660,17 +1662,6 @@ fn yields_jsonb(name: &str) -> bool {
         name,
         "jsonb_array_elements" | "jsonb_each" | "jsonb_path_query"
     )
-}
-
-/// `CAST(e AS jsonb)`.
-fn jsonb_cast(e: Expr) -> Expr {
-    Expr::Cast {
-        kind: ast::CastKind::Cast,
-        expr: Box::new(e),
-        data_type: ast::DataType::JSONB,
-        array: false,
-        format: None,
-    }
 }
 
 /// The list-returning function behind a set-returning JSON function (unnested where it is

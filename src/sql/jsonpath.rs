@@ -156,14 +156,17 @@ fn path_function(kind: Kind, args: &[ArrayRef], rows: usize) -> DfResult<ArrayRe
         Some(a) => Some(cast(a, &DataType::Boolean)?.as_boolean().clone()),
         None => None,
     };
-    // a constant path (the usual case) is parsed once
-    let mut parsed: Option<(String, JsonPath)> = None;
+    // a constant path (the usual case) is parsed once: (its text, the path, the null
+    // variables the operators give it)
+    let mut parsed: Option<(String, JsonPath, Node)> = None;
     let mut bools = BooleanBuilder::with_capacity(rows);
     let mut texts = StringBuilder::new();
     let mut lists = ListBuilder::new(StringBuilder::new());
     for i in 0..rows {
-        let row = |a: &StringArray| a.is_valid(i).then(|| a.value(i).to_owned());
-        let (Some(doc), Some(path)) = (row(&docs), row(&paths)) else {
+        let (Some(doc), Some(path)) = (
+            docs.is_valid(i).then(|| docs.value(i)),
+            paths.is_valid(i).then(|| paths.value(i)),
+        ) else {
             push_null(kind, &mut bools, &mut texts, &mut lists);
             continue;
         };
@@ -184,17 +187,21 @@ fn path_function(kind: Kind, args: &[ArrayRef], rows: usize) -> DfResult<ArrayRe
             Some(s) => s.value(i),
             None => false,
         };
-        let jp = match &mut parsed {
-            Some((text, jp)) if *text == path => &*jp,
-            slot => &slot.insert((path.clone(), parse(&path)?)).1,
+        let (_, jp, nulls) = match &mut parsed {
+            Some(p) if p.0 == path => &*p,
+            slot => &*slot.insert((path.to_owned(), parse(path)?, null_variables(path))),
         };
-        let doc = document(&doc)?;
+        let doc = document(doc)?;
+        let given;
         let vars = match vars {
-            Some(OPERATOR_VARS) => Some(null_variables(&path)),
-            Some(v) => Some(document(v)?),
+            Some(OPERATOR_VARS) => Some(nulls),
+            Some(v) => {
+                given = document(v)?;
+                Some(&given)
+            }
             None => None,
         };
-        let found = match &vars {
+        let found = match vars {
             Some(v) => jp.query_with_vars(&doc, v),
             None => jp.query(&doc),
         };

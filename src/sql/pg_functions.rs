@@ -402,6 +402,12 @@ fn definitions() -> Vec<PgFunction> {
             |args, _| Ok(args[0].clone()),
         ),
         immutable(
+            JSONB_TYPED,
+            TypeSignature::Any(1),
+            |_| DataType::Utf8,
+            |args, _| Ok(cast(&args[0], &DataType::Utf8)?),
+        ),
+        immutable(
             NULLABLE,
             TypeSignature::Any(1),
             |t| t.first().cloned().unwrap_or(DataType::Null),
@@ -1000,7 +1006,12 @@ const JSONB_RESULTS: &[&str] = &[
     JSONB_DELETE_PATH,
     "jsonb_path_query_array",
     "jsonb_path_query_first",
+    JSONB_TYPED,
 ];
+
+/// `weir_jsonb_typed(text)`: the text itself, typed `jsonb` (what the rows of a jsonb
+/// set-returning function are wrapped in: already canonical jsonb text, not read again).
+pub const JSONB_TYPED: &str = "weir_jsonb_typed";
 
 /// `jsonb ? text`, `?|`, `?&`, `@>` (and `<@`, its operands swapped), `||` and `-`, as the
 /// expression planner plans them for `jsonb` operands (`catalog/functions.rs`).
