@@ -1063,6 +1063,60 @@ DROP TABLE ct;
     );
 }
 
+/// Dates, timestamps and times in COPY data, in the canonical form (read by COPY's one-pass
+/// reader) and in every other form (the general reading), mixed in one COPY and alone;
+/// days past their month; more than six fractional digits, rounded half to even to
+/// microseconds as Postgres rounds them (also in casts and INSERT literals), where a date
+/// ignores the time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_datetimes_answer_as_postgres() {
+    let pg = Postgres::start();
+    let weir = TestServer::start();
+    let script = r#"
+CREATE TABLE tc (a timestamp, b date, c timestamptz, d time, e bigint, f float8);
+\copy tc from stdin with (format csv)
+2024-01-01 10:00:00,2024-01-01,2024-01-01 10:00:00,10:00:00, 12 ,1.5
+2024-02-29T23:59:59.123456,2024-02-29,2024-02-29 23:59:59.5+02,23:59:59.9999999,-7, 2.5
+,,,,,
+2024-01-01 23:59:59.9999999,2024-01-01 23:59:59.9999999,2024-01-01 23:59:59.9999999 UTC,00:00:00.0000015,0,0
+\.
+SELECT * FROM tc ORDER BY e NULLS LAST;
+CREATE TABLE tc2 (a timestamp, b date);
+\copy tc2 from stdin with (format csv)
+2024-01-01 10:00:00,2024-01-01
+2024-01-01 10:00:00.5,2024-12-31
+2000-02-29 00:00:00,2000-02-29
+1999-12-31 23:59:59.999999,0001-01-01
+\.
+SELECT * FROM tc2 ORDER BY a;
+\copy tc2 from stdin with (format csv)
+2024-01-01 10:00:00,2024-02-30
+\.
+\copy tc2 from stdin with (format csv)
+2023-02-29 10:00:00,2024-02-01
+\.
+\copy tc2 from stdin with (format csv)
+2023-02-28 25:00:00,2024-02-01
+\.
+SELECT count(*) FROM tc2;
+SELECT '2024-01-01 00:00:00.0000005'::timestamp, '2024-01-01 00:00:00.0000015'::timestamp, '2024-01-01 00:00:00.1234567'::timestamp, '2024-01-01 23:59:59.9999999'::timestamp;
+SELECT '2024-01-01 00:00:00.0000025'::timestamptz, '2024-01-01 23:59:59.9999999+02'::timestamptz, '2024-01-01 23:59:59.9999999 America/New_York'::timestamptz;
+SELECT '10:00:00.0000005'::time, '10:00:00.9999996'::time, '23:59:59.9999999'::time, '10:00:00.00000150'::time;
+SELECT '2024-01-01 00:00:00.00000049999'::timestamp, '2024-01-01 23:59:59.9999999'::date, '2024-12-31 23:59:59.99999951'::timestamp;
+INSERT INTO tc VALUES ('2024-01-01 23:59:59.9999999', '2024-01-01 23:59:59.9999999', '2024-01-01 23:59:59.9999999', '23:59:59.9999999', 5, 5);
+SELECT * FROM tc WHERE e = 5;
+DROP TABLE tc;
+DROP TABLE tc2;
+"#;
+    same_psql_output(
+        &pg,
+        &weir,
+        script,
+        &["2024-02-29 23:59:59.123456", "date/time field value out of range", "24:00:00"],
+        "COPY dates and times",
+    );
+}
+
 /// `script` run by psql against Postgres and against Weir prints the same (errors' LINE and
 /// caret lines aside: those are Postgres' own parser's); `ran` are texts Postgres' output
 /// must hold, to be sure the script really ran there.

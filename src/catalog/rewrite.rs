@@ -4075,9 +4075,12 @@ fn datetime_text_in_table_function_args(tf: &mut ast::TableFactor) {
         ast::DataType::Date => Some(false),
         _ => None,
     };
-    let fix = |v: &mut ast::Value, zone: bool| {
+    let fix = |v: &mut ast::Value, zone: bool, t: &ast::DataType| {
         if let ast::Value::SingleQuotedString(text) = v
-            && let Some(n) = crate::sql::datetime_in::normalize(text, zone)
+            && let Some(n) = match t {
+                ast::DataType::Date => crate::sql::datetime_in::normalize_date(text),
+                _ => crate::sql::datetime_in::normalize(text, zone),
+            }
             && crate::sql::datetime_in::infinity(text).is_none()
         {
             *text = n;
@@ -4125,14 +4128,14 @@ fn datetime_text_in_table_function_args(tf: &mut ast::TableFactor) {
         match e {
             Expr::TypedString(ts) => {
                 if let Some(zone) = keep_zone(&ts.data_type) {
-                    fix(&mut ts.value.value, zone);
+                    fix(&mut ts.value.value, zone, &ts.data_type);
                 }
             }
             Expr::Cast {
                 expr, data_type, ..
             } => {
                 if let (Some(zone), Expr::Value(v)) = (keep_zone(data_type), expr.as_mut()) {
-                    fix(&mut v.value, zone);
+                    fix(&mut v.value, zone, data_type);
                 }
             }
             _ => {}

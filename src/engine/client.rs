@@ -364,8 +364,14 @@ impl Engine {
                     id
                 }
             };
+            // the chunk before this one is written while this one was read; one write in
+            // flight at a time keeps the chunks in order
+            Self::copy_in_staged(session).await?;
             let t = table.clone();
-            blocking(move || t.stage(id, Change::Insert(batches))).await?;
+            let write = tokio::task::spawn_blocking(move || t.stage(id, Change::Insert(batches)));
+            if let Some(copy) = session.copy_in.as_mut() {
+                copy.staging = Some(write);
+            }
             return Ok(());
         }
         if copy.writer.is_none() {
@@ -390,6 +396,18 @@ impl Engine {
             copy.first = seq;
         }
         Ok(())
+    }
+
+    /// Wait for the chunk of an append-only COPY still being written to the store; its
+    /// error is the COPY's.
+    async fn copy_in_staged(session: &mut Session) -> Result<()> {
+        match session.copy_in.as_mut().and_then(|c| c.staging.take()) {
+            Some(write) => write
+                .await
+                .map_err(|e| WeirError::internal(format!("write task failed: {e}")))?
+                .map(|_| ()),
+            None => Ok(()),
+        }
     }
 
     /// Bytes of parsed COPY rows applied as one change: a 32nd of `--memory-limit`,
@@ -428,6 +446,7 @@ impl Engine {
         copy.finish()?;
         let rows = copy.rows;
         self.copy_in_apply(session, true).await?;
+        Self::copy_in_staged(session).await?;
         let Some(copy) = session.copy_in.as_ref() else {
             return Err(WeirError::internal("the COPY ended while it was applied"));
         };
@@ -449,6 +468,9 @@ impl Engine {
     /// End the COPY in progress without applying more (CopyFail, or an error): drop what
     /// it staged; outside a transaction block, undo the chunks it applied.
     pub async fn copy_in_abort(&self, session: &mut Session) -> Result<()> {
+        // a chunk still being written is written before what was staged is dropped
+        // (its own error does not matter: the COPY fails anyway)
+        let _ = Self::copy_in_staged(session).await;
         let Some(mut copy) = session.copy_in.take() else {
             return Ok(());
         };

@@ -46,9 +46,12 @@ fn literal(e: &ast::Expr) -> Option<Option<String>> {
 fn adapt(text: String, ty: &SqlType) -> Option<String> {
     match ty {
         SqlType::Interval => Some(normalize_interval(&text).unwrap_or(text)),
-        SqlType::Timestamp(_) | SqlType::Date => {
+        SqlType::Timestamp(_) => {
             Some(crate::sql::datetime_in::normalize(&text, false).unwrap_or(text))
         }
+        SqlType::Date => Some(crate::sql::datetime_in::normalize_date(&text).unwrap_or(text)),
+        // rounded to microseconds by the general path (arrow's reading cuts digits off)
+        SqlType::Time(_) if crate::sql::datetime_in::time_rounds_up(&text) => None,
         SqlType::TimestampTz(_) => {
             Some(crate::sql::datetime_in::normalize(&text, true).unwrap_or(text))
         }

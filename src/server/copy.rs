@@ -70,6 +70,10 @@ pub struct CopyIn {
     pub first: Option<u64>,
     /// Append-only tables: the id of the chunks staged so far.
     pub staged: Option<u64>,
+    /// Append-only tables: the chunk being written to the store while the next one is
+    /// read (one at a time, in order); its result is awaited before the next chunk, the
+    /// publish or the discard.
+    pub staging: Option<tokio::task::JoinHandle<Result<usize>>>,
     /// The first error in the data: later data is ignored and the COPY fails at CopyDone
     /// (the client keeps sending until then).
     pub error: Option<WeirError>,
@@ -144,6 +148,7 @@ impl CopyIn {
             undo_mark,
             first: None,
             staged: None,
+            staging: None,
             error: None,
             zone: crate::sql::time_zone::Zone::utc(),
         })
@@ -712,6 +717,12 @@ fn cast_text(
                 .map(|a| Arc::new(a) as ArrayRef)
                 .map_err(|row| bad(row, text.value(row)));
         }
+        SqlType::Timestamp(_) | SqlType::Date
+            if let Some(read) = crate::sql::datetime_in::read_canonical(text, target) =>
+        {
+            // every value in the canonical form: read in one pass
+            return Ok(read);
+        }
         SqlType::TimestampTz(_) | SqlType::Timestamp(_) | SqlType::Date => {
             // Postgres prints a UTC offset as `+00`; the parser wants `+00:00`; and the
             // forms Postgres reads that arrow does not (`crate::sql::datetime_in`)
@@ -720,7 +731,10 @@ fn cast_text(
                 .iter()
                 .map(|v| {
                     v.map(|v| {
-                        let n = crate::sql::datetime_in::normalize(v, keep_zone);
+                        let n = match ty {
+                            SqlType::Date => crate::sql::datetime_in::normalize_date(v),
+                            _ => crate::sql::datetime_in::normalize(v, keep_zone),
+                        };
                         let v = n.as_deref().unwrap_or(v);
                         if matches!(ty, SqlType::Date) {
                             v.to_owned()
@@ -739,8 +753,7 @@ fn cast_text(
             return Ok(parsed);
         }
         SqlType::Float4 | SqlType::Float8 => {
-            let trimmed: StringArray = text.iter().map(|v| v.map(str::trim)).collect();
-            let parsed = cast_plain(&(Arc::new(trimmed) as ArrayRef), target, text, &bad)?;
+            let parsed = cast_plain(&trimmed(text), target, text, &bad)?;
             // past the type's range: 22003, as Postgres (arrow reads infinity or 0)
             if let Some(bad_row) = crate::sql::pg_math::float_out_of_range(text, &parsed)
                 .map_err(|e| (0, WeirError::from(e)))?
@@ -751,8 +764,25 @@ fn cast_text(
         }
         _ => {}
     }
-    let trimmed: StringArray = text.iter().map(|v| v.map(str::trim)).collect();
-    cast_plain(&(Arc::new(trimmed) as ArrayRef), target, text, &bad)
+    cast_plain(&trimmed(text), target, text, &bad)
+}
+
+/// The column without the blanks around its values (Postgres reads ` 12 ` as a number);
+/// the column itself, not a copy, when no value has any.
+fn trimmed(text: &StringArray) -> ArrayRef {
+    let blank = |b: &u8| b.is_ascii_whitespace();
+    let any = text.iter().flatten().any(|v| {
+        let b = v.as_bytes();
+        b.first().is_some_and(blank) || b.last().is_some_and(blank)
+    });
+    match any {
+        false => Arc::new(text.clone()),
+        true => Arc::new(
+            text.iter()
+                .map(|v| v.map(|v| v.trim_matches(|c: char| c.is_ascii_whitespace())))
+                .collect::<StringArray>(),
+        ),
+    }
 }
 
 fn normalize_offset(v: &str) -> String {

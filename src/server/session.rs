@@ -247,16 +247,20 @@ impl Drop for Session {
         // a COPY cut off: its writer lock goes now, what it staged is dropped
         let copy = self.copy_in.take().map(|mut c| {
             drop(c.writer.take());
-            (c.table.clone(), c.staged)
+            (c.table.clone(), c.staged, c.staging.take())
         });
-        if undo.is_empty() && !matches!(copy, Some((_, Some(_)))) {
+        if undo.is_empty() && !matches!(copy, Some((_, Some(_), _))) {
             return;
         }
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
         rt.spawn(async move {
-            if let Some((table, Some(id))) = copy {
+            if let Some((table, Some(id), staging)) = copy {
+                // a chunk still being written is written before the COPY's are dropped
+                if let Some(write) = staging {
+                    let _ = write.await;
+                }
                 let result = tokio::task::spawn_blocking(move || table.discard(id)).await;
                 if let Ok(Err(e)) = result {
                     tracing::warn!(error = %e, "dropping a cut-off COPY's staged rows failed");

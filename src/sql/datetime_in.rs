@@ -20,6 +20,16 @@ use datafusion::arrow::datatypes::{DataType, Int64Type};
 /// `keep_zone`: the target is `timestamptz` (a zone shifts the time); else a zone is
 /// ignored, as Postgres does for `timestamp` and `date`.
 pub fn normalize(s: &str, keep_zone: bool) -> Option<String> {
+    normalize_to(s, keep_zone, false)
+}
+
+/// [`normalize`] for a `date`: a time after the date is read and ignored (more than six
+/// fractional digits are not rounded into the next day).
+pub fn normalize_date(s: &str) -> Option<String> {
+    normalize_to(s, false, true)
+}
+
+fn normalize_to(s: &str, keep_zone: bool, date_only: bool) -> Option<String> {
     let t = s.trim();
     // `... BC` / `... AD`: read without the era, a BC year moved into the common era by
     // whole 400-year cycles (the calendar repeats), moved back by [`with_infinities`]
@@ -32,7 +42,7 @@ pub fn normalize(s: &str, keep_zone: bool) -> Option<String> {
                 format!("{:04}{}", 1 - year + 400 * cycles, &body[4..])
             }
         };
-        return normalize(&body, keep_zone).or(Some(body));
+        return normalize_to(&body, keep_zone, date_only).or(Some(body));
     }
     if t.eq_ignore_ascii_case("epoch") {
         return Some("1970-01-01T00:00:00".into());
@@ -40,7 +50,7 @@ pub fn normalize(s: &str, keep_zone: bool) -> Option<String> {
     // `allballs` is midnight (`2024-01-01 allballs`)
     if let Some(at) = t.to_ascii_lowercase().find("allballs") {
         let spelled = format!("{}00:00:00{}", &t[..at], &t[at + "allballs".len()..]);
-        return normalize(&spelled, keep_zone).or(Some(spelled));
+        return normalize_to(&spelled, keep_zone, date_only).or(Some(spelled));
     }
     // the moving words, read when the text is (Postgres reads a literal of them once, when
     // the statement is parsed): the time now, midnight today, tomorrow, yesterday (UTC, the
@@ -109,6 +119,25 @@ pub fn normalize(s: &str, keep_zone: bool) -> Option<String> {
         end += 1 + s_len;
     }
     let zone = rest[end..].trim();
+    // more than six fractional digits: rounded to microseconds, half to even, as Postgres
+    // rounds (arrow would cut them off)
+    if let Some((cut, up)) = round_fraction(seconds).filter(|_| !date_only) {
+        let local = chrono::NaiveDateTime::parse_from_str(
+            &format!("{date} {}:{}{cut}", &rest[..h_len], &rest[m_at..m_at + 2]),
+            "%Y-%m-%d %H:%M:%S%.f",
+        )
+        .ok()?;
+        let local = match up {
+            true => local.checked_add_signed(chrono::Duration::microseconds(1))?,
+            false => local,
+        };
+        let mut out = local.format("%Y-%m-%d %H:%M:%S%.6f").to_string();
+        if keep_zone && !zone.is_empty() {
+            out.push(' ');
+            out.push_str(zone);
+        }
+        return normalize_to(&out, keep_zone, date_only).or(Some(out));
+    }
     // a zone by name (`America/New_York`, `PDT`): its offset at that wall-clock time
     let named;
     let zone = match keep_zone {
@@ -159,6 +188,134 @@ pub fn normalize(s: &str, keep_zone: bool) -> Option<String> {
         out.push_str(zone);
     }
     (out != s).then_some(out)
+}
+
+/// Days from 1970-01-01 to the proleptic Gregorian date `y-m-d` (the civil-from-days
+/// inverse of Hinnant's algorithm). `m` in 1..=12, `d` valid for the month.
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m as i64 + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d as i64 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// The number written by the ASCII digits `b` (all digits, at most 9 of them).
+fn digits_value(b: &[u8]) -> Option<u32> {
+    let mut v = 0u32;
+    for &c in b {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        v = v * 10 + (c - b'0') as u32;
+    }
+    Some(v)
+}
+
+/// Days since 1970-01-01 of the canonical date text `YYYY-MM-DD` (year 1 to 9999, the
+/// day valid for the month), nothing before or after it; None for any other text, which
+/// the general reading ([`normalize`] and arrow's cast) then takes.
+pub fn iso_date_days(b: &[u8]) -> Option<i64> {
+    if b.len() != 10 || b[4] != b'-' || b[7] != b'-' {
+        return None;
+    }
+    let y = digits_value(&b[0..4])?;
+    let m = digits_value(&b[5..7])?;
+    let d = digits_value(&b[8..10])?;
+    if y == 0 || !(1..=12).contains(&m) || d == 0 {
+        return None;
+    }
+    let leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+    let month_days = match m {
+        2 if leap => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    };
+    if d > month_days {
+        return None;
+    }
+    Some(days_from_civil(y as i64, m, d))
+}
+
+/// Microseconds since 1970-01-01 00:00 of the canonical timestamp text
+/// `YYYY-MM-DD HH:MM:SS[.f]` (or `T` between date and time; one to six fractional
+/// digits; hour 0-23, minute and second 0-59; no zone, nothing around it): the form COPY
+/// data and clients' parameters almost always have, read without the general path's
+/// allocations. None for any other text, which the general reading then takes with its
+/// own rules (zones, eras, `24:00`, leap seconds, rounding of a seventh digit).
+pub fn iso_timestamp_us(b: &[u8]) -> Option<i64> {
+    if b.len() < 19 || !matches!(b[10], b' ' | b'T') || b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let days = iso_date_days(&b[..10])?;
+    let h = digits_value(&b[11..13])?;
+    let mi = digits_value(&b[14..16])?;
+    let s = digits_value(&b[17..19])?;
+    if h > 23 || mi > 59 || s > 59 {
+        return None;
+    }
+    let mut micros = 0i64;
+    if b.len() > 19 {
+        let frac = &b[20..];
+        if b[19] != b'.' || frac.is_empty() || frac.len() > 6 {
+            return None;
+        }
+        micros = digits_value(frac)? as i64 * 10i64.pow(6 - frac.len() as u32);
+    }
+    Some(((days * 24 + h as i64) * 60 + mi as i64) * 60_000_000 + s as i64 * 1_000_000 + micros)
+}
+
+/// A text column read as `timestamp` (microseconds, no zone) or `date` when every value
+/// in it has the canonical form ([`iso_timestamp_us`], [`iso_date_days`]): one pass, no
+/// allocation per row. None when any value has another form (or for other types): the
+/// caller then reads the column the general way.
+pub fn read_canonical(text: &datafusion::arrow::array::StringArray, to: &DataType) -> Option<ArrayRef> {
+    use datafusion::arrow::array::{Date32Array, TimestampMicrosecondArray};
+    use datafusion::arrow::datatypes::TimeUnit;
+    let nulls = text.nulls().cloned();
+    let valid = |i: usize| nulls.as_ref().is_none_or(|n| n.is_valid(i));
+    let bytes = |i: usize| text.value(i).as_bytes();
+    match to {
+        DataType::Timestamp(TimeUnit::Microsecond, None) => {
+            let mut out = Vec::with_capacity(text.len());
+            for i in 0..text.len() {
+                out.push(if valid(i) { iso_timestamp_us(bytes(i))? } else { 0 });
+            }
+            Some(Arc::new(TimestampMicrosecondArray::new(out.into(), nulls)))
+        }
+        DataType::Date32 => {
+            let mut out = Vec::with_capacity(text.len());
+            for i in 0..text.len() {
+                out.push(if valid(i) { i32::try_from(iso_date_days(bytes(i))?).ok()? } else { 0 });
+            }
+            Some(Arc::new(Date32Array::new(out.into(), nulls)))
+        }
+        _ => None,
+    }
+}
+
+/// Seconds text `:SS.fffffff...` with more than six fractional digits: the text cut to six
+/// and whether the cut-off digits round the sixth up (half to even, as Postgres' `rint`).
+/// None for six digits or fewer.
+fn round_fraction(seconds: &str) -> Option<(&str, bool)> {
+    let dot = seconds.find('.')?;
+    let frac = &seconds[dot + 1..];
+    if frac.len() <= 6 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let (kept, rest) = frac.split_at(6);
+    let rest = rest.as_bytes();
+    let up = match rest[0] {
+        b'6'..=b'9' => true,
+        b'5' if rest[1..].iter().any(|&b| b != b'0') => true,
+        // exactly half: to the even sixth digit
+        b'5' => (kept.as_bytes()[5] - b'0') % 2 == 1,
+        _ => false,
+    };
+    Some((&seconds[..dot + 7], up))
 }
 
 /// Postgres' default time zone abbreviations (`timezone_abbreviations = 'Default'`) a
@@ -244,13 +401,13 @@ fn named_zone_offset(
 
 /// [`normalize`] over a text array (other arrays are returned as they are); one pass, and
 /// no copy when nothing changes.
-pub fn normalize_array(a: &ArrayRef, keep_zone: bool) -> ArrayRef {
+pub fn normalize_array(a: &ArrayRef, keep_zone: bool, date_only: bool) -> ArrayRef {
     let Some(s) = a.as_string_opt::<i32>() else {
         return a.clone();
     };
     let mut out: Option<StringBuilder> = None;
     for (i, v) in s.iter().enumerate() {
-        let n = v.and_then(|v| normalize(v, keep_zone));
+        let n = v.and_then(|v| normalize_to(v, keep_zone, date_only));
         if out.is_none() && n.is_some() {
             let mut b = StringBuilder::with_capacity(s.len(), s.value_data().len() + 16);
             for earlier in s.iter().take(i) {
@@ -588,6 +745,20 @@ fn is_day_end(t: &str) -> bool {
     }
 }
 
+/// Whether the text of a time has more than six fractional digits that round its sixth
+/// up (half to even, as Postgres; arrow's reading cuts them off).
+pub fn time_rounds_up(v: &str) -> bool {
+    let v = v.trim();
+    let secs = match v.rfind(':') {
+        Some(at) => &v[at..],
+        None => return false,
+    };
+    let len = secs[1..]
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .map_or(secs.len(), |n| n + 1);
+    round_fraction(&secs[..len]).is_some_and(|(_, up)| up)
+}
+
 /// Text as `time` (microseconds since midnight), as Postgres reads it: what arrow reads, and
 /// `allballs` (midnight) and `24:00[:00]` (the day's end, 86400 s). Returns the row of the
 /// first text that is no time.
@@ -624,7 +795,10 @@ pub fn time_in(text: &ArrayRef) -> std::result::Result<ArrayRef, usize> {
             return Err(row);
         }
     };
-    if !s.iter().flatten().any(is_day_end) {
+    // more than six fractional digits round to microseconds (half to even) as Postgres
+    // rounds them, where arrow cuts them off; `23:59:59.9999999` is the day's end
+    let rounds_up = time_rounds_up;
+    if !s.iter().flatten().any(|v| is_day_end(v) || rounds_up(v)) {
         return Ok(parsed);
     }
     let parsed = parsed
@@ -637,6 +811,7 @@ pub fn time_in(text: &ArrayRef) -> std::result::Result<ArrayRef, usize> {
             .zip(s.iter())
             .map(|(p, v)| match v {
                 Some(v) if is_day_end(v) => Some(86_400_000_000),
+                Some(v) if rounds_up(v) => p.map(|p| p + 1),
                 _ => p,
             })
             .collect::<Time64MicrosecondArray>(),
@@ -656,6 +831,62 @@ pub fn applies(t: &DataType) -> Option<bool> {
 mod tests {
     use super::*;
 
+    /// The canonical-form reader agrees with chrono over every day from year 1 to 9999 at
+    /// a few times of day and fractions, and leaves every other form to the general path.
+    #[test]
+    fn canonical_timestamps_read_as_chrono_reads_them() {
+        let mut day = chrono::NaiveDate::from_ymd_opt(1, 1, 1).unwrap();
+        let end = chrono::NaiveDate::from_ymd_opt(9999, 12, 31).unwrap();
+        let mut k = 0u64;
+        loop {
+            let text = day.format("%Y-%m-%d").to_string();
+            let want_days = (day - chrono::NaiveDate::from_ymd_opt(1970, 1, 1).unwrap()).num_days();
+            assert_eq!(iso_date_days(text.as_bytes()), Some(want_days), "{text}");
+            if k % 97 == 0 {
+                let (h, m, s) = ((k % 24) as u32, (k % 60) as u32, (k / 7 % 60) as u32);
+                for frac in ["", ".5", ".123", ".000001", ".999999"] {
+                    let ts = format!("{text} {h:02}:{m:02}:{s:02}{frac}");
+                    let want = chrono::NaiveDateTime::parse_from_str(&ts, "%Y-%m-%d %H:%M:%S%.f")
+                        .unwrap()
+                        .and_utc()
+                        .timestamp_micros();
+                    assert_eq!(iso_timestamp_us(ts.as_bytes()), Some(want), "{ts}");
+                    let t_form = ts.replacen(' ', "T", 1);
+                    assert_eq!(iso_timestamp_us(t_form.as_bytes()), Some(want), "{t_form}");
+                }
+            }
+            if day == end {
+                break;
+            }
+            day = day.succ_opt().unwrap();
+            k += 1;
+        }
+        for other in [
+            "2024-02-30 00:00:00",
+            "2023-02-29 00:00:00",
+            "0000-01-01 00:00:00",
+            "2024-01-01 24:00:00",
+            "2024-01-01 23:59:60",
+            "2024-01-01 10:00",
+            "2024-01-01 9:00:00",
+            "2024-01-01 10:00:00.",
+            "2024-01-01 10:00:00.1234567",
+            "2024-01-01 10:00:00+02",
+            "2024-01-01 10:00:00 BC",
+            " 2024-01-01 10:00:00",
+            "2024-01-01 10:00:00 ",
+            "2024-1-01 10:00:00",
+            "epoch",
+            "infinity",
+            "2024-01-01T10:0a:00",
+        ] {
+            assert_eq!(iso_timestamp_us(other.as_bytes()), None, "{other}");
+        }
+        for other in ["2024-13-01", "2024-00-10", "2024-01-00", "2024-04-31", "2024-01-01x", "12024-01-01"] {
+            assert_eq!(iso_date_days(other.as_bytes()), None, "{other}");
+        }
+    }
+
     /// Infinities read from text, kept through a date <-> timestamp cast, and told apart by
     /// `isfinite`, for each width (dates are i32, timestamps i64); NULL stays NULL.
     #[test]
@@ -669,7 +900,7 @@ mod tests {
             Some("-infinity "),
         ]));
         let us = DataType::Timestamp(TimeUnit::Microsecond, None);
-        let parsed = cast(&normalize_array(&text, false), &us).unwrap();
+        let parsed = cast(&normalize_array(&text, false, false), &us).unwrap();
         let ts = with_infinities(text.as_ref(), parsed);
         let got: Vec<Option<i64>> = ts
             .as_any()

@@ -3272,7 +3272,11 @@ pub(crate) fn timestamp_in(
     target: &DataType,
     keep_zone: bool,
 ) -> DfResult<ArrayRef> {
-    let normalized = crate::sql::datetime_in::normalize_array(text, keep_zone);
+    let normalized = crate::sql::datetime_in::normalize_array(
+        text,
+        keep_zone,
+        matches!(target, DataType::Date32),
+    );
     // text that is no date is an error, not NULL (as the cast this function stands for)
     let strict = datafusion::arrow::compute::CastOptions {
         safe: false,
