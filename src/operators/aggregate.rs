@@ -392,90 +392,6 @@ pub struct WindowPolicy {
     pub correct: bool,
 }
 
-/// Most group keys are a few integers, dates or timestamps (an auction and a window). For
-/// them a batch's keys are read as up to [`FIXED_WORDS`] words per row straight from the
-/// columns, and looked up here: no row encoding of every row, and a key compared inline,
-/// not through a pointer to its bytes (a per-row lookup in `groups` was a fifth of the
-/// dataflow's time on hopping windows). A cache in front of `groups`, which stays the map
-/// of record: an entry here always names a live group of that key; a group may be missing
-/// here (created from a batch with NULL keys, restored, read back after an eviction), and
-/// is added when a batch of words next misses it.
-#[derive(Default)]
-struct FixedGroups {
-    map: FastMap<[u64; FIXED_WORDS], u32>,
-    /// Per group slot: its words, if it is in `map`.
-    of_slot: Vec<Option<[u64; FIXED_WORDS]>>,
-}
-
-/// At most this many group columns are looked up as words.
-const FIXED_WORDS: usize = 4;
-
-impl FixedGroups {
-    /// Each row's key as words, when every key column is an integer, date, time or
-    /// timestamp without NULLs (each column's values in one type, so equal words are equal
-    /// keys); None otherwise (the rows are then looked up by their encoded keys).
-    fn words(cols: &[ArrayRef]) -> Option<Vec<[u64; FIXED_WORDS]>> {
-        if cols.is_empty() || cols.len() > FIXED_WORDS {
-            return None;
-        }
-        let n = cols[0].len();
-        let mut out = vec![[0u64; FIXED_WORDS]; n];
-        for (c, col) in cols.iter().enumerate() {
-            if col.null_count() > 0
-                || !matches!(
-                    col.data_type(),
-                    DataType::Int8
-                        | DataType::Int16
-                        | DataType::Int32
-                        | DataType::Int64
-                        | DataType::UInt8
-                        | DataType::UInt16
-                        | DataType::UInt32
-                        | DataType::Date32
-                        | DataType::Date64
-                        | DataType::Time32(_)
-                        | DataType::Time64(_)
-                        | DataType::Timestamp(..)
-                )
-            {
-                return None;
-            }
-            let wide = cast(col, &DataType::Int64).ok()?;
-            for (w, v) in out.iter_mut().zip(wide.as_primitive::<Int64Type>().values()) {
-                w[c] = *v as u64;
-            }
-        }
-        Some(out)
-    }
-
-    fn insert(&mut self, words: [u64; FIXED_WORDS], g: u32) {
-        let gi = g as usize;
-        if self.of_slot.len() <= gi {
-            self.of_slot.resize(gi + 1, None);
-        }
-        if let Some(old) = self.of_slot[gi].replace(words) {
-            self.map.remove(&old);
-        }
-        self.map.insert(words, g);
-    }
-
-    /// Group slot `gi` is vacated: its words leave the map.
-    fn vacate(&mut self, gi: usize) {
-        if let Some(w) = self.of_slot.get_mut(gi).and_then(Option::take) {
-            self.map.remove(&w);
-        }
-    }
-
-    fn clear(&mut self) {
-        self.map = FastMap::default();
-        self.of_slot.clear();
-    }
-
-    fn bytes(&self) -> usize {
-        self.map.len() * 48 + self.of_slot.len() * 40
-    }
-}
-
 pub struct Aggregate {
     window: Option<WindowPolicy>,
     /// window_end (µs) per group, for windowed aggregates.
@@ -487,9 +403,6 @@ pub struct Aggregate {
     group_text: String,
     group_conv: RowConverter,
     groups: FastMap<Box<[u8]>, u32>,
-    /// Group keys of integer-like columns without NULLs, as words: looked up before
-    /// `groups` (see [`FixedGroups`]).
-    fixed: FixedGroups,
     keys: Vec<Box<[u8]>>,
     row_counts: Vec<i64>,
     /// The row each group shows (`emitted.rs`, one row per group key).
@@ -568,7 +481,6 @@ impl Aggregate {
             group_text,
             group_conv,
             groups: FastMap::default(),
-            fixed: FixedGroups::default(),
             keys: Vec::new(),
             row_counts: Vec::new(),
             emitted: Emitted::one_per_key(),
@@ -1240,10 +1152,7 @@ impl Operator for Aggregate {
             .iter()
             .filter(|a| matches!(a.state, State::Linear(_)))
             .count();
-        2 * self.key_bytes
-            + self.groups.len() * LIVE
-            + self.keys.len() * (SLOT + 24 * linear)
-            + self.fixed.bytes()
+        2 * self.key_bytes + self.groups.len() * LIVE + self.keys.len() * (SLOT + 24 * linear)
     }
 
     fn resident_spills(&self) -> bool {
@@ -1294,7 +1203,6 @@ impl Operator for Aggregate {
             // shrink rehashes every live group)
             if self.groups.capacity() > 4 * self.groups.len() + 1024 {
                 self.groups.shrink_to_fit();
-                self.fixed.map.shrink_to_fit();
             }
         }
         before.saturating_sub(self.resident_bytes())
@@ -1352,7 +1260,6 @@ impl Operator for Aggregate {
 
     fn restore_state(&mut self) -> Result<()> {
         self.groups = FastMap::default();
-        self.fixed.clear();
         self.key_bytes = 0;
         self.keys.clear();
         self.row_counts.clear();
@@ -1431,15 +1338,10 @@ impl Operator for Aggregate {
             .iter()
             .map(|e| evaluate(e, batch))
             .collect::<Result<Vec<_>>>()?;
-        // the keys as words where they can be (see `FixedGroups`), else encoded rows; the
-        // rows are encoded for words only when a group is missed
-        let words = match self.global {
-            true => None,
-            false => FixedGroups::words(&key_cols),
-        };
-        let mut keys = match self.global || words.is_some() {
-            true => None,
-            false => Some(self.group_conv.convert_columns(&key_cols)?),
+        let keys = if self.global {
+            None
+        } else {
+            Some(self.group_conv.convert_columns(&key_cols)?)
         };
         let ends = self.window.as_ref().and_then(|w| {
             let key = &key_cols[w.end_key];
@@ -1457,17 +1359,8 @@ impl Operator for Aggregate {
         });
         let mut gids: Vec<u32> = Vec::with_capacity(batch.num_rows());
         for i in 0..batch.num_rows() {
-            let word = words.as_ref().map(|w| w[i]);
-            let hit = word.as_ref().and_then(|w| self.fixed.map.get(w).copied());
-            if word.is_some() && hit.is_none() && keys.is_none() {
-                keys = Some(self.group_conv.convert_columns(&key_cols)?);
-            }
-            let g = match (hit, &keys) {
-                (Some(g), _) => {
-                    self.touched[g as usize] = true;
-                    g
-                }
-                (None, Some(k)) => {
+            let g = match &keys {
+                Some(k) => {
                     let before = self.groups.len();
                     let g = self.group_id(k.row(i).data());
                     if self.groups.len() > before
@@ -1477,12 +1370,9 @@ impl Operator for Aggregate {
                         self.window_ends[g as usize] = end;
                         self.by_end.entry(end).or_default().push(g);
                     }
-                    if let Some(w) = word {
-                        self.fixed.insert(w, g);
-                    }
                     g
                 }
-                (None, None) => 0,
+                None => 0,
             };
             self.row_counts[g as usize] += weights[i];
             self.mark(g);
@@ -1595,7 +1485,6 @@ impl Aggregate {
     fn vacate(&mut self, gi: usize) -> Box<[u8]> {
         let key = std::mem::take(&mut self.keys[gi]);
         self.groups.remove(&key);
-        self.fixed.vacate(gi);
         self.key_bytes -= key.len();
         self.row_counts[gi] = 0;
         self.window_ends[gi] = i64::MAX;
