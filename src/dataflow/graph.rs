@@ -20,7 +20,7 @@ use crate::state::store::{Store, WriteBatch};
 pub type NodeId = usize;
 
 /// Input rows one pass of a graph takes at most (see [`Graph::run_epoch`]).
-const PASS_ROWS: usize = 1 << 16;
+pub const PASS_ROWS: usize = 1 << 16;
 
 /// A source's change with the event-time watermark in force when it arrived.
 #[derive(Clone)]
@@ -492,11 +492,16 @@ impl Graph {
     /// The graph runs one operator at a time over everything an epoch brings, so what is in
     /// flight grows with the epoch (every stage's output; a HOP's rows once per window). An
     /// epoch of more than [`Graph::pass_rows`] input rows is run as several passes of at most that
-    /// many (each relation's rows in order), the sources' watermarks given to the last
-    /// pass only: the same state and the same final contents as one pass (the changes of
-    /// all passes are the epoch's change, published at once), with transient memory bounded
-    /// by the pass instead of the epoch. A group that several passes change is emitted
-    /// once per pass (-old/+new pairs that cancel out in the contents).
+    /// many (each relation's rows in order), with transient memory bounded by the pass
+    /// instead of the epoch; the changes of all passes are the epoch's change, published at
+    /// once. Each pass is given, per source, the watermark it had after the pass's rows:
+    /// the watermark before its first batch in a later pass (a batch cut between passes
+    /// gives the watermark before it), or the epoch's own when no later pass has its rows —
+    /// what the same rows cut into smaller epochs would give. Rows are admitted by the
+    /// watermark before their batch either way, so an admitted row never meets a window
+    /// freed by an earlier pass; windows close and free their state pass by pass, so what
+    /// is live stays the size of a pass, not of an epoch. A group that several passes
+    /// change is emitted once per pass (-old/+new pairs that cancel out in the contents).
     pub fn run_epoch(
         &mut self,
         inputs: &HashMap<u32, Vec<SourceBatch>>,
@@ -534,13 +539,27 @@ impl Graph {
             }
         }
         let last = passes.len().saturating_sub(1);
-        let held = HashMap::new();
+        let mut after: Vec<HashMap<u32, i64>> = vec![HashMap::new(); passes.len()];
+        for relation in inputs.keys() {
+            for (i, wms) in after.iter_mut().enumerate().take(last) {
+                let next = passes[i + 1..]
+                    .iter()
+                    .find_map(|p| p.get(relation).and_then(|b| b.first()));
+                let wm = match next {
+                    Some(b) => b.watermark_before,
+                    None => watermarks.get(relation).copied(),
+                };
+                if let Some(w) = wm {
+                    wms.insert(*relation, w);
+                }
+            }
+        }
         let mut out = EpochOutput {
             changes: Vec::new(),
             watermark: None,
         };
         for (i, pass) in passes.iter().enumerate() {
-            let r = self.run_pass(pass, if i == last { watermarks } else { &held })?;
+            let r = self.run_pass(pass, if i == last { watermarks } else { &after[i] })?;
             out.changes.extend(r.changes);
             out.watermark = r.watermark;
         }

@@ -344,7 +344,16 @@ impl Engine {
         let Some(copy) = session.copy_in.as_mut() else {
             return Ok(());
         };
-        if copy.error.is_some() || copy.batches.is_empty() || (!force && copy.batch_bytes < chunk) {
+        // into a table with a watermark, chunks of at most a graph pass's rows: each chunk
+        // carries the watermark after its rows, so the views close windows and free their
+        // state pass by pass (`Graph::run_epoch`) instead of once per 16 MiB
+        let rows: usize = copy.batches.iter().map(|b| b.num_rows()).sum();
+        let by_rows =
+            copy.table.watermark_spec().is_some() && rows >= crate::dataflow::graph::PASS_ROWS;
+        if copy.error.is_some()
+            || copy.batches.is_empty()
+            || (!force && copy.batch_bytes < chunk && !by_rows)
+        {
             return Ok(());
         }
         let table = copy.table.clone();

@@ -266,12 +266,23 @@ impl ZSet {
             return Ok(());
         }
         let rows = self.conv.convert_columns(cl.data.columns())?;
-        // consolidate within the batch first: fewer map operations for -x/+x pairs
-        let mut deltas: FastMap<&[u8], (i64, usize)> =
-            FastMap::with_capacity_and_hasher(rows.num_rows(), Default::default());
-        for (i, w) in cl.weights.values().iter().enumerate() {
-            deltas.entry(rows.row(i).data()).or_insert((0, i)).0 += *w;
-        }
+        let weights = cl.weights.values();
+        // consolidate within the batch first: fewer map operations for -x/+x pairs; a
+        // batch of inserts only (or retractions only) has none, and is applied row by row
+        let one_sign = weights.iter().all(|w| *w > 0) || weights.iter().all(|w| *w < 0);
+        let deltas: Vec<(&[u8], (i64, usize))> = match one_sign {
+            true => (0..rows.num_rows())
+                .map(|i| (rows.row(i).data(), (weights[i], i)))
+                .collect(),
+            false => {
+                let mut deltas: FastMap<&[u8], (i64, usize)> =
+                    FastMap::with_capacity_and_hasher(rows.num_rows(), Default::default());
+                for (i, w) in weights.iter().enumerate() {
+                    deltas.entry(rows.row(i).data()).or_insert((0, i)).0 += *w;
+                }
+                deltas.into_iter().collect()
+            }
+        };
         for z in self.indexes.iter_mut() {
             let values = z.ix.encode(&cl.data)?;
             for (row, (d, i)) in deltas.iter() {
