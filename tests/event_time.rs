@@ -680,3 +680,69 @@ async fn state_stays_flat_on_an_endless_stream() {
     let late = query_text(&c, "SELECT sum(late_rows_dropped) FROM weir_views").await;
     assert_eq!(late[0][0], "0", "the generator is in order");
 }
+
+/// One COPY of 300,000 rows into a table with a watermark: applied in chunks of a graph
+/// pass's rows, each with the watermark after its rows, so one epoch runs as passes that
+/// close windows (and free their state) as they go. Every windowed view — tumbling, hopping,
+/// EMIT ON WINDOW CLOSE — equals the same query run one-shot over the table (closed windows
+/// only for the last), with nothing dropped as late (the disorder is below the delay).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_run_in_passes_closes_windows_as_one_epoch_would() {
+    use futures::SinkExt;
+    const ROWS: i64 = 300_000;
+    let server = TestServer::start();
+    let c = server.connect().await;
+    let tumble = "SELECT k, window_start, count(*) AS n, sum(v) AS s \
+                  FROM TUMBLE(ev, ts, INTERVAL '10 seconds') GROUP BY k, window_start, window_end";
+    let hop = "SELECT k, window_start, max(v) AS m \
+               FROM HOP(ev, ts, INTERVAL '2 seconds', INTERVAL '10 seconds') GROUP BY k, window_start, window_end";
+    let closing = "SELECT window_start, window_end, count(*) AS n, sum(v) AS s \
+                   FROM TUMBLE(ev, ts, INTERVAL '5 seconds') GROUP BY window_start, window_end";
+    c.batch_execute(&format!(
+        "CREATE TABLE ev (k BIGINT, v BIGINT, ts TIMESTAMP, \
+           WATERMARK FOR ts AS ts - INTERVAL '2 seconds') APPEND ONLY; \
+         CREATE MATERIALIZED VIEW tumbling AS {tumble}; \
+         CREATE MATERIALIZED VIEW hopping AS {hop}; \
+         CREATE MATERIALIZED VIEW closing AS {closing} EMIT ON WINDOW CLOSE"
+    ))
+    .await
+    .unwrap_or_else(|e| panic!("setup: {}", describe_error(&e)));
+    let sink = c
+        .copy_in::<_, bytes::Bytes>("COPY ev FROM STDIN WITH (FORMAT csv)")
+        .await
+        .expect("copy starts");
+    futures::pin_mut!(sink);
+    let mut text = String::new();
+    for i in 0..ROWS {
+        // 1 ms apart, up to 999 ms out of order (below the 2 s delay)
+        let ts = BASE + i * 1_000 - (i * 7_919 % 1_000) * 1_000;
+        text.push_str(&format!("{},{},{}\n", i % 97, i % 1_000, ts_text(ts)));
+        if text.len() > 60_000 {
+            sink.send(bytes::Bytes::from(std::mem::take(&mut text)))
+                .await
+                .unwrap();
+        }
+    }
+    sink.send(bytes::Bytes::from(text)).await.unwrap();
+    assert_eq!(sink.finish().await.expect("COPY"), ROWS as u64);
+    c.batch_execute("FLUSH").await.unwrap();
+    for (view, sql) in [("tumbling", tumble), ("hopping", hop)] {
+        let got = rows(&c, &format!("SELECT * FROM {view}")).await;
+        let want = rows(&c, sql).await;
+        assert!(want.len() > 1_000, "{view}: {} windows", want.len());
+        assert_eq!(got, want, "{view} against the one-shot query");
+    }
+    let got = rows(&c, "SELECT * FROM closing").await;
+    let want = rows(
+        &c,
+        &format!(
+            "SELECT * FROM ({closing}) w \
+             WHERE window_end <= (SELECT max(ts) FROM ev) - INTERVAL '2 seconds'"
+        ),
+    )
+    .await;
+    assert!(want.len() > 50, "closing: {} windows", want.len());
+    assert_eq!(got, want, "closing against the one-shot query");
+    let late = query_text(&c, "SELECT sum(late_rows_dropped) FROM weir_views").await;
+    assert_eq!(late[0][0], "0", "no row is late");
+}
