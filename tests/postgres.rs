@@ -1112,7 +1112,11 @@ DROP TABLE tc2;
         &pg,
         &weir,
         script,
-        &["2024-02-29 23:59:59.123456", "date/time field value out of range", "24:00:00"],
+        &[
+            "2024-02-29 23:59:59.123456",
+            "date/time field value out of range",
+            "24:00:00",
+        ],
         "COPY dates and times",
     );
 }

@@ -272,7 +272,10 @@ pub fn iso_timestamp_us(b: &[u8]) -> Option<i64> {
 /// in it has the canonical form ([`iso_timestamp_us`], [`iso_date_days`]): one pass, no
 /// allocation per row. None when any value has another form (or for other types): the
 /// caller then reads the column the general way.
-pub fn read_canonical(text: &datafusion::arrow::array::StringArray, to: &DataType) -> Option<ArrayRef> {
+pub fn read_canonical(
+    text: &datafusion::arrow::array::StringArray,
+    to: &DataType,
+) -> Option<ArrayRef> {
     use datafusion::arrow::array::{Date32Array, TimestampMicrosecondArray};
     use datafusion::arrow::datatypes::TimeUnit;
     let nulls = text.nulls().cloned();
@@ -282,14 +285,22 @@ pub fn read_canonical(text: &datafusion::arrow::array::StringArray, to: &DataTyp
         DataType::Timestamp(TimeUnit::Microsecond, None) => {
             let mut out = Vec::with_capacity(text.len());
             for i in 0..text.len() {
-                out.push(if valid(i) { iso_timestamp_us(bytes(i))? } else { 0 });
+                out.push(if valid(i) {
+                    iso_timestamp_us(bytes(i))?
+                } else {
+                    0
+                });
             }
             Some(Arc::new(TimestampMicrosecondArray::new(out.into(), nulls)))
         }
         DataType::Date32 => {
             let mut out = Vec::with_capacity(text.len());
             for i in 0..text.len() {
-                out.push(if valid(i) { i32::try_from(iso_date_days(bytes(i))?).ok()? } else { 0 });
+                out.push(if valid(i) {
+                    i32::try_from(iso_date_days(bytes(i))?).ok()?
+                } else {
+                    0
+                });
             }
             Some(Arc::new(Date32Array::new(out.into(), nulls)))
         }
@@ -842,7 +853,7 @@ mod tests {
             let text = day.format("%Y-%m-%d").to_string();
             let want_days = (day - chrono::NaiveDate::from_ymd_opt(1970, 1, 1).unwrap()).num_days();
             assert_eq!(iso_date_days(text.as_bytes()), Some(want_days), "{text}");
-            if k % 97 == 0 {
+            if k.is_multiple_of(97) {
                 let (h, m, s) = ((k % 24) as u32, (k % 60) as u32, (k / 7 % 60) as u32);
                 for frac in ["", ".5", ".123", ".000001", ".999999"] {
                     let ts = format!("{text} {h:02}:{m:02}:{s:02}{frac}");
@@ -882,7 +893,14 @@ mod tests {
         ] {
             assert_eq!(iso_timestamp_us(other.as_bytes()), None, "{other}");
         }
-        for other in ["2024-13-01", "2024-00-10", "2024-01-00", "2024-04-31", "2024-01-01x", "12024-01-01"] {
+        for other in [
+            "2024-13-01",
+            "2024-00-10",
+            "2024-01-00",
+            "2024-04-31",
+            "2024-01-01x",
+            "12024-01-01",
+        ] {
             assert_eq!(iso_date_days(other.as_bytes()), None, "{other}");
         }
     }
