@@ -196,10 +196,12 @@ impl CopyIn {
     /// the final record needs no newline.
     fn parse(&mut self, buf: &[u8], last: bool) -> Result<usize> {
         let mut pos = 0;
+        // one vector of fields for every record (no allocation per row)
+        let mut fields: Vec<Field<'_>> = Vec::with_capacity(self.targets.len());
         while pos < buf.len() && !self.ended {
-            let Some((fields, next)) = (match self.options.format {
-                CopyFormat::Text => split_text(buf, pos, self.options.delimiter, last),
-                CopyFormat::Csv => split_csv(buf, pos, &self.options, last),
+            let Some(next) = (match self.options.format {
+                CopyFormat::Text => split_text(buf, pos, self.options.delimiter, last, &mut fields),
+                CopyFormat::Csv => split_csv(buf, pos, &self.options, last, &mut fields),
             }) else {
                 break;
             };
@@ -213,11 +215,11 @@ impl CopyIn {
             if self.options.header && !self.header_skipped {
                 self.header_skipped = true;
                 if self.options.header_match {
-                    self.match_header(fields, trim_eol(raw_line))?;
+                    self.match_header(std::mem::take(&mut fields), trim_eol(raw_line))?;
                 }
                 continue;
             }
-            self.push_record(fields)?;
+            self.push_record(&mut fields)?;
         }
         Ok(pos)
     }
@@ -261,7 +263,7 @@ impl CopyIn {
         Ok(())
     }
 
-    fn push_record(&mut self, fields: Vec<Field<'_>>) -> Result<()> {
+    fn push_record(&mut self, fields: &mut Vec<Field<'_>>) -> Result<()> {
         if fields.len() > self.targets.len() {
             return Err(
                 WeirError::new("22P04", "extra data after last expected column")
@@ -275,7 +277,7 @@ impl CopyIn {
                     .with_context(self.context(self.line)),
             );
         }
-        for (k, f) in fields.into_iter().enumerate() {
+        for (k, f) in fields.drain(..).enumerate() {
             let value = match f {
                 Field::Text(raw) => {
                     if raw == self.options.null.as_bytes() {
@@ -371,8 +373,16 @@ enum Field<'a> {
     },
 }
 
-/// One text-format record starting at `pos`: its fields and where the next record starts.
-fn split_text(buf: &[u8], pos: usize, delim: u8, last: bool) -> Option<(Vec<Field<'_>>, usize)> {
+/// One text-format record starting at `pos`: its fields (into `fields`, emptied first) and
+/// where the next record starts.
+fn split_text<'a>(
+    buf: &'a [u8],
+    pos: usize,
+    delim: u8,
+    last: bool,
+    fields: &mut Vec<Field<'a>>,
+) -> Option<usize> {
+    fields.clear();
     let end = match buf[pos..].iter().position(|&b| b == b'\n') {
         Some(i) => pos + i,
         None if last => buf.len(),
@@ -380,7 +390,6 @@ fn split_text(buf: &[u8], pos: usize, delim: u8, last: bool) -> Option<(Vec<Fiel
     };
     let next = (end + 1).min(buf.len());
     let line = trim_eol(&buf[pos..end]);
-    let mut fields = Vec::new();
     let mut start = 0;
     let mut i = 0;
     while i < line.len() {
@@ -395,7 +404,7 @@ fn split_text(buf: &[u8], pos: usize, delim: u8, last: bool) -> Option<(Vec<Fiel
         i += 1;
     }
     fields.push(Field::Text(&line[start.min(line.len())..]));
-    Some((fields, next))
+    Some(next)
 }
 
 /// Undo the text format's backslash escapes.
@@ -447,14 +456,16 @@ fn unescape_text(raw: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     std::borrow::Cow::Owned(out)
 }
 
-/// One CSV record starting at `pos` (quoted fields may hold newlines).
+/// One CSV record starting at `pos` (quoted fields may hold newlines): its fields (into
+/// `fields`, emptied first) and where the next record starts.
 fn split_csv<'a>(
     buf: &'a [u8],
     pos: usize,
     o: &CopyOptions,
     last: bool,
-) -> Option<(Vec<Field<'a>>, usize)> {
-    simple_csv_record(buf, pos, o).or_else(|| split_csv_general(buf, pos, o, last))
+    fields: &mut Vec<Field<'a>>,
+) -> Option<usize> {
+    simple_csv_record(buf, pos, o, fields).or_else(|| split_csv_general(buf, pos, o, last, fields))
 }
 
 /// The common CSV record, borrowed: every field either has no quote character at all or is
@@ -464,8 +475,9 @@ fn simple_csv_record<'a>(
     buf: &'a [u8],
     pos: usize,
     o: &CopyOptions,
-) -> Option<(Vec<Field<'a>>, usize)> {
-    let mut fields = Vec::new();
+    fields: &mut Vec<Field<'a>>,
+) -> Option<usize> {
+    fields.clear();
     let mut i = pos;
     loop {
         let (value, quoted, end) = if buf.get(i) == Some(&o.quote) {
@@ -502,7 +514,7 @@ fn simple_csv_record<'a>(
                     value: std::borrow::Cow::Borrowed(value),
                     quoted,
                 });
-                return Some((fields, end + 1));
+                return Some(end + 1);
             }
             // CRLF after a closing quote, a doubled quote, text after a quote, or the end
             _ => return None,
@@ -516,8 +528,9 @@ fn split_csv_general<'a>(
     pos: usize,
     o: &CopyOptions,
     last: bool,
-) -> Option<(Vec<Field<'a>>, usize)> {
-    let mut fields = Vec::new();
+    fields: &mut Vec<Field<'a>>,
+) -> Option<usize> {
+    fields.clear();
     let mut value = Vec::new();
     let mut quoted = false;
     let mut in_quotes = false;
@@ -566,7 +579,7 @@ fn split_csv_general<'a>(
                 value: value.into(),
                 quoted,
             });
-            return Some((fields, i + 1));
+            return Some(i + 1);
         } else {
             value.push(b);
         }
@@ -582,7 +595,7 @@ fn split_csv_general<'a>(
         value: value.into(),
         quoted,
     });
-    Some((fields, buf.len()))
+    Some(buf.len())
 }
 
 /// Cast a text column to a column type, as Postgres reads input text. Errors name the row.
@@ -979,6 +992,40 @@ impl CopyWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn text_rec(buf: &[u8], pos: usize, d: u8, last: bool) -> Option<(Vec<Field<'_>>, usize)> {
+        let mut f = Vec::new();
+        split_text(buf, pos, d, last, &mut f).map(|n| (f, n))
+    }
+
+    fn csv_rec<'a>(
+        buf: &'a [u8],
+        pos: usize,
+        o: &CopyOptions,
+        last: bool,
+    ) -> Option<(Vec<Field<'a>>, usize)> {
+        let mut f = Vec::new();
+        split_csv(buf, pos, o, last, &mut f).map(|n| (f, n))
+    }
+
+    fn general_rec<'a>(
+        buf: &'a [u8],
+        pos: usize,
+        o: &CopyOptions,
+        last: bool,
+    ) -> Option<(Vec<Field<'a>>, usize)> {
+        let mut f = Vec::new();
+        split_csv_general(buf, pos, o, last, &mut f).map(|n| (f, n))
+    }
+
+    fn simple_rec<'a>(
+        buf: &'a [u8],
+        pos: usize,
+        o: &CopyOptions,
+    ) -> Option<(Vec<Field<'a>>, usize)> {
+        let mut f = Vec::new();
+        simple_csv_record(buf, pos, o, &mut f).map(|n| (f, n))
+    }
     use crate::sql::client_stmts::CopyFormat;
 
     fn opts(format: CopyFormat) -> CopyOptions {
@@ -1014,15 +1061,15 @@ mod tests {
     #[test]
     fn text_records_unescape() {
         let buf = b"1\ta\\tb\t\\N\n2\tx\\\\y\\n\t\\101\npartial";
-        let (f, next) = split_text(buf, 0, b'\t', false).unwrap();
+        let (f, next) = text_rec(buf, 0, b'\t', false).unwrap();
         assert_eq!(texts(f), vec![Some("1".into()), Some("a\tb".into()), None]);
-        let (f, next) = split_text(buf, next, b'\t', false).unwrap();
+        let (f, next) = text_rec(buf, next, b'\t', false).unwrap();
         assert_eq!(
             texts(f),
             vec![Some("2".into()), Some("x\\y\n".into()), Some("A".into())]
         );
-        assert!(split_text(buf, next, b'\t', false).is_none());
-        let (f, end) = split_text(buf, next, b'\t', true).unwrap();
+        assert!(text_rec(buf, next, b'\t', false).is_none());
+        let (f, end) = text_rec(buf, next, b'\t', true).unwrap();
         assert_eq!(texts(f), vec![Some("partial".into())]);
         assert_eq!(end, buf.len());
     }
@@ -1031,7 +1078,7 @@ mod tests {
     fn csv_records_quote_and_null() {
         let o = opts(CopyFormat::Csv);
         let buf = b"1,\"a,\"\"b\"\"\nc\",,\"\"\r\n2";
-        let (f, next) = split_csv(buf, 0, &o, false).unwrap();
+        let (f, next) = csv_rec(buf, 0, &o, false).unwrap();
         assert_eq!(
             texts(f),
             vec![
@@ -1041,8 +1088,8 @@ mod tests {
                 Some("".into())
             ]
         );
-        assert!(split_csv(buf, next, &o, false).is_none());
-        let (f, _) = split_csv(buf, next, &o, true).unwrap();
+        assert!(csv_rec(buf, next, &o, false).is_none());
+        let (f, _) = csv_rec(buf, next, &o, true).unwrap();
         assert_eq!(texts(f), vec![Some("2".into())]);
     }
 
@@ -1056,12 +1103,12 @@ mod tests {
             b"4,\"multi\nline\",d\n",
             b"5,\"crlf\"\r\n",
         ] {
-            let general = texts(split_csv_general(rec, 0, &o, false).unwrap().0);
-            let any = texts(split_csv(rec, 0, &o, false).unwrap().0);
+            let general = texts(general_rec(rec, 0, &o, false).unwrap().0);
+            let any = texts(csv_rec(rec, 0, &o, false).unwrap().0);
             assert_eq!(general, any, "{}", String::from_utf8_lossy(rec));
         }
-        assert!(simple_csv_record(b"1,\"a\"\"b\"\n", 0, &o).is_none());
-        assert!(simple_csv_record(b"1,abc", 0, &o).is_none());
+        assert!(simple_rec(b"1,\"a\"\"b\"\n", 0, &o).is_none());
+        assert!(simple_rec(b"1,abc", 0, &o).is_none());
     }
 
     #[test]
