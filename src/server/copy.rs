@@ -993,39 +993,15 @@ impl CopyWriter {
 mod tests {
     use super::*;
 
-    fn text_rec(buf: &[u8], pos: usize, d: u8, last: bool) -> Option<(Vec<Field<'_>>, usize)> {
-        let mut f = Vec::new();
-        split_text(buf, pos, d, last, &mut f).map(|n| (f, n))
-    }
-
-    fn csv_rec<'a>(
-        buf: &'a [u8],
-        pos: usize,
-        o: &CopyOptions,
-        last: bool,
+    /// The fields a splitter reads, in a vector of their own, and where the next record
+    /// starts.
+    fn collect<'a>(
+        split: impl FnOnce(&mut Vec<Field<'a>>) -> Option<usize>,
     ) -> Option<(Vec<Field<'a>>, usize)> {
         let mut f = Vec::new();
-        split_csv(buf, pos, o, last, &mut f).map(|n| (f, n))
+        split(&mut f).map(|n| (f, n))
     }
 
-    fn general_rec<'a>(
-        buf: &'a [u8],
-        pos: usize,
-        o: &CopyOptions,
-        last: bool,
-    ) -> Option<(Vec<Field<'a>>, usize)> {
-        let mut f = Vec::new();
-        split_csv_general(buf, pos, o, last, &mut f).map(|n| (f, n))
-    }
-
-    fn simple_rec<'a>(
-        buf: &'a [u8],
-        pos: usize,
-        o: &CopyOptions,
-    ) -> Option<(Vec<Field<'a>>, usize)> {
-        let mut f = Vec::new();
-        simple_csv_record(buf, pos, o, &mut f).map(|n| (f, n))
-    }
     use crate::sql::client_stmts::CopyFormat;
 
     fn opts(format: CopyFormat) -> CopyOptions {
@@ -1061,15 +1037,15 @@ mod tests {
     #[test]
     fn text_records_unescape() {
         let buf = b"1\ta\\tb\t\\N\n2\tx\\\\y\\n\t\\101\npartial";
-        let (f, next) = text_rec(buf, 0, b'\t', false).unwrap();
+        let (f, next) = collect(|f| split_text(buf, 0, b'\t', false, f)).unwrap();
         assert_eq!(texts(f), vec![Some("1".into()), Some("a\tb".into()), None]);
-        let (f, next) = text_rec(buf, next, b'\t', false).unwrap();
+        let (f, next) = collect(|f| split_text(buf, next, b'\t', false, f)).unwrap();
         assert_eq!(
             texts(f),
             vec![Some("2".into()), Some("x\\y\n".into()), Some("A".into())]
         );
-        assert!(text_rec(buf, next, b'\t', false).is_none());
-        let (f, end) = text_rec(buf, next, b'\t', true).unwrap();
+        assert!(collect(|f| split_text(buf, next, b'\t', false, f)).is_none());
+        let (f, end) = collect(|f| split_text(buf, next, b'\t', true, f)).unwrap();
         assert_eq!(texts(f), vec![Some("partial".into())]);
         assert_eq!(end, buf.len());
     }
@@ -1078,7 +1054,7 @@ mod tests {
     fn csv_records_quote_and_null() {
         let o = opts(CopyFormat::Csv);
         let buf = b"1,\"a,\"\"b\"\"\nc\",,\"\"\r\n2";
-        let (f, next) = csv_rec(buf, 0, &o, false).unwrap();
+        let (f, next) = collect(|f| split_csv(buf, 0, &o, false, f)).unwrap();
         assert_eq!(
             texts(f),
             vec![
@@ -1088,8 +1064,8 @@ mod tests {
                 Some("".into())
             ]
         );
-        assert!(csv_rec(buf, next, &o, false).is_none());
-        let (f, _) = csv_rec(buf, next, &o, true).unwrap();
+        assert!(collect(|f| split_csv(buf, next, &o, false, f)).is_none());
+        let (f, _) = collect(|f| split_csv(buf, next, &o, true, f)).unwrap();
         assert_eq!(texts(f), vec![Some("2".into())]);
     }
 
@@ -1103,12 +1079,16 @@ mod tests {
             b"4,\"multi\nline\",d\n",
             b"5,\"crlf\"\r\n",
         ] {
-            let general = texts(general_rec(rec, 0, &o, false).unwrap().0);
-            let any = texts(csv_rec(rec, 0, &o, false).unwrap().0);
+            let general = texts(
+                collect(|f| split_csv_general(rec, 0, &o, false, f))
+                    .unwrap()
+                    .0,
+            );
+            let any = texts(collect(|f| split_csv(rec, 0, &o, false, f)).unwrap().0);
             assert_eq!(general, any, "{}", String::from_utf8_lossy(rec));
         }
-        assert!(simple_rec(b"1,\"a\"\"b\"\n", 0, &o).is_none());
-        assert!(simple_rec(b"1,abc", 0, &o).is_none());
+        assert!(collect(|f| simple_csv_record(b"1,\"a\"\"b\"\n", 0, &o, f)).is_none());
+        assert!(collect(|f| simple_csv_record(b"1,abc", 0, &o, f)).is_none());
     }
 
     #[test]
