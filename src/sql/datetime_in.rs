@@ -190,18 +190,6 @@ fn normalize_to(s: &str, keep_zone: bool, date_only: bool) -> Option<String> {
     (out != s).then_some(out)
 }
 
-/// Days from 1970-01-01 to the proleptic Gregorian date `y-m-d` (the civil-from-days
-/// inverse of Hinnant's algorithm). `m` in 1..=12, `d` valid for the month.
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m as i64 + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d as i64 - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
 /// The number written by the ASCII digits `b` (all digits, at most 9 of them).
 fn digits_value(b: &[u8]) -> Option<u32> {
     let mut v = 0u32;
@@ -224,20 +212,13 @@ pub fn iso_date_days(b: &[u8]) -> Option<i64> {
     let y = digits_value(&b[0..4])?;
     let m = digits_value(&b[5..7])?;
     let d = digits_value(&b[8..10])?;
-    if y == 0 || !(1..=12).contains(&m) || d == 0 {
+    if y == 0 {
         return None;
     }
-    let leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
-    let month_days = match m {
-        2 if leap => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    };
-    if d > month_days {
-        return None;
-    }
-    Some(days_from_civil(y as i64, m, d))
+    use chrono::Datelike;
+    // chrono checks the day against the month; 719,163 days from 0001-01-01 to 1970-01-01
+    let date = chrono::NaiveDate::from_ymd_opt(y as i32, m, d)?;
+    Some(date.num_days_from_ce() as i64 - 719_163)
 }
 
 /// Microseconds since 1970-01-01 00:00 of the canonical timestamp text
@@ -278,34 +259,29 @@ pub fn read_canonical(
 ) -> Option<ArrayRef> {
     use datafusion::arrow::array::{Date32Array, TimestampMicrosecondArray};
     use datafusion::arrow::datatypes::TimeUnit;
+    let read: fn(&[u8]) -> Option<i64> = match to {
+        DataType::Timestamp(TimeUnit::Microsecond, None) => iso_timestamp_us,
+        DataType::Date32 => iso_date_days,
+        _ => return None,
+    };
     let nulls = text.nulls().cloned();
-    let valid = |i: usize| nulls.as_ref().is_none_or(|n| n.is_valid(i));
-    let bytes = |i: usize| text.value(i).as_bytes();
-    match to {
-        DataType::Timestamp(TimeUnit::Microsecond, None) => {
-            let mut out = Vec::with_capacity(text.len());
-            for i in 0..text.len() {
-                out.push(if valid(i) {
-                    iso_timestamp_us(bytes(i))?
-                } else {
-                    0
-                });
-            }
-            Some(Arc::new(TimestampMicrosecondArray::new(out.into(), nulls)))
-        }
-        DataType::Date32 => {
-            let mut out = Vec::with_capacity(text.len());
-            for i in 0..text.len() {
-                out.push(if valid(i) {
-                    i32::try_from(iso_date_days(bytes(i))?).ok()?
-                } else {
-                    0
-                });
-            }
-            Some(Arc::new(Date32Array::new(out.into(), nulls)))
-        }
-        _ => None,
+    let mut out = Vec::with_capacity(text.len());
+    for i in 0..text.len() {
+        let valid = nulls.as_ref().is_none_or(|n| n.is_valid(i));
+        out.push(if valid {
+            read(text.value(i).as_bytes())?
+        } else {
+            0
+        });
     }
+    Some(match to {
+        DataType::Date32 => {
+            // years 1 to 9999: every day count fits an i32
+            let days = out.into_iter().map(|d| d as i32).collect::<Vec<_>>();
+            Arc::new(Date32Array::new(days.into(), nulls))
+        }
+        _ => Arc::new(TimestampMicrosecondArray::new(out.into(), nulls)),
+    })
 }
 
 /// Seconds text `:SS.fffffff...` with more than six fractional digits: the text cut to six
@@ -808,8 +784,11 @@ pub fn time_in(text: &ArrayRef) -> std::result::Result<ArrayRef, usize> {
     };
     // more than six fractional digits round to microseconds (half to even) as Postgres
     // rounds them, where arrow cuts them off; `23:59:59.9999999` is the day's end
-    let rounds_up = time_rounds_up;
-    if !s.iter().flatten().any(|v| is_day_end(v) || rounds_up(v)) {
+    if !s
+        .iter()
+        .flatten()
+        .any(|v| is_day_end(v) || time_rounds_up(v))
+    {
         return Ok(parsed);
     }
     let parsed = parsed
@@ -822,7 +801,7 @@ pub fn time_in(text: &ArrayRef) -> std::result::Result<ArrayRef, usize> {
             .zip(s.iter())
             .map(|(p, v)| match v {
                 Some(v) if is_day_end(v) => Some(86_400_000_000),
-                Some(v) if rounds_up(v) => p.map(|p| p + 1),
+                Some(v) if time_rounds_up(v) => p.map(|p| p + 1),
                 _ => p,
             })
             .collect::<Time64MicrosecondArray>(),
