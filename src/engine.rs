@@ -365,6 +365,7 @@ impl Engine {
         // a result column name twice beside a wildcard (`SELECT *, a FROM t`) is planned
         // again with the other items renamed, once per repeated name
         let mut renames = 0;
+        let mut expansions = 0;
         let plan = loop {
             let e = match state
                 .statement_to_plan(DfParserStatement::Statement(Box::new(stmt.clone())))
@@ -379,6 +380,14 @@ impl Engine {
                         && crate::catalog::rewrite::rename_beside_wildcards(&mut stmt, &name) =>
                 {
                     renames += 1;
+                }
+                // the name comes from a second wildcard: it is expanded, then named (a
+                // round per level of subqueries in FROM)
+                Some(_) if expansions < 4 => {
+                    expansions += 1;
+                    if !expand_repeated_wildcards(&state, &mut stmt, expansions).await? {
+                        return Err(e.into());
+                    }
                 }
                 _ => return Err(e.into()),
             }
@@ -2408,6 +2417,41 @@ impl Engine {
         info!(table = %entry.desc.name, "kafka table consumer started");
         Ok(())
     }
+}
+
+/// `SELECT *, *`: each wildcard after the first in a top-level select list is planned
+/// alone over the same FROM and replaced by the columns it stands for (see
+/// `rewrite::repeated_wildcard_probes`). Whether any was.
+async fn expand_repeated_wildcards(
+    state: &datafusion::execution::SessionState,
+    stmt: &mut ast::Statement,
+    round: usize,
+) -> Result<bool> {
+    let mut columns = Vec::new();
+    for probe in crate::catalog::rewrite::repeated_wildcard_probes(stmt) {
+        // a probe over a select list not expanded yet (an inner one's wildcards repeat)
+        // fails: that list waits for the next round
+        let Ok(plan) = state
+            .statement_to_plan(DfParserStatement::Statement(Box::new(probe)))
+            .await
+        else {
+            columns.push(None);
+            continue;
+        };
+        columns.push(Some(
+            plan.schema()
+                .iter()
+                .map(|(qualifier, field)| {
+                    let mut parts: Vec<String> = qualifier.map(|q| q.to_vec()).unwrap_or_default();
+                    parts.push(field.name().clone());
+                    parts
+                })
+                .collect(),
+        ));
+    }
+    Ok(crate::catalog::rewrite::expand_repeated_wildcards(
+        stmt, columns, round,
+    ))
 }
 
 /// How many columns a query's select list has, when the syntax alone tells (no `*`):

@@ -3870,6 +3870,147 @@ pub fn repeated_projection_name(message: &str) -> Option<String> {
     Some(quoted.rsplit('.').next().unwrap_or(quoted).to_owned())
 }
 
+/// Call `f` on the select lists of a statement's top-level query (both sides of set
+/// operations) and of the subqueries in their FROM, inner ones first, in one order, for
+/// [`repeated_wildcard_probes`] and [`expand_repeated_wildcards`].
+fn each_top_select(stmt: &mut ast::Statement, f: &mut dyn FnMut(&mut ast::Select)) {
+    fn walk(body: &mut ast::SetExpr, f: &mut dyn FnMut(&mut ast::Select)) {
+        match body {
+            ast::SetExpr::Select(sel) => {
+                for t in sel.from.iter_mut() {
+                    in_factor(&mut t.relation, f);
+                    for j in t.joins.iter_mut() {
+                        in_factor(&mut j.relation, f);
+                    }
+                }
+                f(sel);
+            }
+            ast::SetExpr::SetOperation { left, right, .. } => {
+                walk(left, f);
+                walk(right, f);
+            }
+            ast::SetExpr::Query(q) => walk(&mut q.body, f),
+            _ => {}
+        }
+    }
+    fn in_factor(t: &mut ast::TableFactor, f: &mut dyn FnMut(&mut ast::Select)) {
+        match t {
+            ast::TableFactor::Derived { subquery, .. } => walk(&mut subquery.body, f),
+            ast::TableFactor::NestedJoin {
+                table_with_joins, ..
+            } => {
+                in_factor(&mut table_with_joins.relation, f);
+                for j in table_with_joins.joins.iter_mut() {
+                    in_factor(&mut j.relation, f);
+                }
+            }
+            _ => {}
+        }
+    }
+    if let ast::Statement::Query(q) = stmt {
+        walk(&mut q.body, f);
+    }
+}
+
+fn is_wildcard(item: &SelectItem) -> bool {
+    matches!(
+        item,
+        SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..)
+    )
+}
+
+/// `SELECT *, *` / `SELECT t.*, t.*` (Postgres lists the columns twice; DataFusion refuses
+/// the repeated names): for every wildcard after the first in a select list of the
+/// top-level query, a query of that wildcard alone over the same FROM (and WITH), whose
+/// planned columns name what it stands for. In the order [`expand_repeated_wildcards`]
+/// takes the columns back.
+pub fn repeated_wildcard_probes(stmt: &ast::Statement) -> Vec<ast::Statement> {
+    let ast::Statement::Query(q) = stmt else {
+        return Vec::new();
+    };
+    let mut copy = stmt.clone();
+    let mut probes = Vec::new();
+    each_top_select(&mut copy, &mut |sel| {
+        let wild: Vec<usize> = (0..sel.projection.len())
+            .filter(|k| is_wildcard(&sel.projection[*k]))
+            .collect();
+        for k in wild.iter().skip(1) {
+            let mut one = sel.clone();
+            one.projection = vec![sel.projection[*k].clone()];
+            one.distinct = None;
+            one.selection = None;
+            one.group_by = ast::GroupByExpr::Expressions(vec![], vec![]);
+            one.having = None;
+            one.qualify = None;
+            one.named_window.clear();
+            one.sort_by.clear();
+            let mut probe = (**q).clone();
+            probe.body = Box::new(ast::SetExpr::Select(Box::new(one)));
+            probe.order_by = None;
+            probe.limit_clause = None;
+            probe.fetch = None;
+            probes.push(ast::Statement::Query(Box::new(probe)));
+        }
+    });
+    probes
+}
+
+/// Replace the wildcards [`repeated_wildcard_probes`] probed by the columns each stands
+/// for (`columns`: per probe, each column's qualifier parts and name, None where the
+/// probe did not plan), as qualified column references named apart with a
+/// [`DUPLICATE_NAME_MARKER`] (numbered by `round` and position); the first wildcard of
+/// each list stays. Whether anything was replaced.
+pub fn expand_repeated_wildcards(
+    stmt: &mut ast::Statement,
+    columns: Vec<Option<Vec<Vec<String>>>>,
+    round: usize,
+) -> bool {
+    let mut columns = columns.into_iter();
+    let mut changed = false;
+    let mut n = 0usize;
+    each_top_select(stmt, &mut |sel| {
+        let wild: Vec<usize> = (0..sel.projection.len())
+            .filter(|k| is_wildcard(&sel.projection[*k]))
+            .collect();
+        let lists: Vec<(usize, Vec<Vec<String>>)> = wild
+            .iter()
+            .skip(1)
+            .filter_map(|k| columns.next().flatten().map(|c| (*k, c)))
+            .collect();
+        // back to front, so the earlier positions stay where they are
+        for (k, cols) in lists.into_iter().rev() {
+            let items: Vec<SelectItem> = cols
+                .into_iter()
+                .map(|parts| {
+                    // named apart (clients see the column's own name): a name given again
+                    // could be renamed where an inner list's item has it too
+                    n += 1;
+                    let alias = Ident::with_quote(
+                        '"',
+                        format!(
+                            "{}{DUPLICATE_NAME_MARKER}e{round}.{n}",
+                            display_column_name(parts.last().map(String::as_str).unwrap_or(""))
+                        ),
+                    );
+                    let mut ids: Vec<Ident> = parts
+                        .into_iter()
+                        .map(|p| Ident::with_quote('"', p))
+                        .collect();
+                    let expr = if ids.len() == 1 {
+                        Expr::Identifier(ids.remove(0))
+                    } else {
+                        Expr::CompoundIdentifier(ids)
+                    };
+                    SelectItem::ExprWithAlias { expr, alias }
+                })
+                .collect();
+            sel.projection.splice(k..k + 1, items);
+            changed = true;
+        }
+    });
+    changed
+}
+
 /// After DataFusion refused `name` as repeated: in every select list that has a wildcard,
 /// the other items named `name` get a [`DUPLICATE_NAME_MARKER`] name, which clients see as
 /// `name` (a wildcard's columns are only known to the planner, so [`name_select_items`]
