@@ -374,7 +374,7 @@ impl Engine {
                 Ok(plan) => break plan,
                 Err(e) => e,
             };
-            match crate::catalog::rewrite::repeated_projection_name(&e.to_string()) {
+            match crate::error::repeated_projection_name(&e.to_string()) {
                 Some(name)
                     if renames < 16
                         && crate::catalog::rewrite::rename_beside_wildcards(&mut stmt, &name) =>

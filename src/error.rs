@@ -477,6 +477,17 @@ fn clean(m: &str) -> String {
     m.lines().next().unwrap_or(m).trim().to_owned()
 }
 
+/// The column name DataFusion refused as repeated in a projection ("Projections require
+/// unique expression names but the expression "t.a" at position 0 and ..."), without its
+/// qualifier: Postgres allows a result column name twice (`SELECT *, a FROM t`).
+pub fn repeated_projection_name(message: &str) -> Option<String> {
+    let rest = message
+        .split("Projections require unique expression names")
+        .nth(1)?;
+    let quoted = rest.split('"').nth(1)?;
+    Some(quoted.rsplit('.').next().unwrap_or(quoted).to_owned())
+}
+
 fn classify_plan_message(m: &str) -> WeirError {
     let msg = clean(m);
     let lower = msg.to_ascii_lowercase();
@@ -499,6 +510,14 @@ fn classify_plan_message(m: &str) -> WeirError {
             format!(
                 "column \"{column}\" must appear in the GROUP BY clause or be used in an aggregate function"
             ),
+        );
+    }
+    // a result column name twice where Postgres refuses it too (a materialized view's
+    // list; a plain query's repeated names are renamed before this is seen)
+    if let Some(name) = repeated_projection_name(&msg) {
+        return WeirError::new(
+            sqlstate::DUPLICATE_COLUMN,
+            format!("column \"{name}\" specified more than once"),
         );
     }
     if lower.starts_with("inconsistent data length across values list") {

@@ -3859,17 +3859,6 @@ fn type_column_name(t: &ast::DataType) -> String {
     }
 }
 
-/// The column name DataFusion refused as repeated in a projection ("Projections require
-/// unique expression names but the expression "t.a" at position 0 and ..."), without its
-/// qualifier: Postgres allows a result column name twice (`SELECT *, a FROM t`).
-pub fn repeated_projection_name(message: &str) -> Option<String> {
-    let rest = message
-        .split("Projections require unique expression names")
-        .nth(1)?;
-    let quoted = rest.split('"').nth(1)?;
-    Some(quoted.rsplit('.').next().unwrap_or(quoted).to_owned())
-}
-
 /// Call `f` on the select lists of a statement's top-level query (both sides of set
 /// operations) and of the subqueries in their FROM, inner ones first, in one order, for
 /// [`repeated_wildcard_probes`] and [`expand_repeated_wildcards`].
