@@ -287,6 +287,33 @@ impl Engine {
         session
     }
 
+    /// [`Self::describe`] of an INSERT, UPDATE or DELETE.
+    pub(crate) async fn describe_dml(
+        &self,
+        session: &Session,
+        q: &ast::Statement,
+    ) -> Result<(Vec<Option<FieldRef>>, Option<SchemaRef>)> {
+        if merge::joins_other_relations(q) {
+            return self.describe_join_dml(session, q).await;
+        }
+        if returning::has_returning(q) {
+            let mut q = q.clone();
+            let r = returning::take_returning(&mut q)
+                .ok_or_else(|| WeirError::internal("RETURNING disappeared"))?;
+            let plan = self.plan_ast(session, &q).await?;
+            let params = parameter_types(&plan)?;
+            let shown = self.returning_plan(session, &r).await?;
+            return Ok((params, Some(self.result_schema(&shown))));
+        }
+        let plan = self.plan_ast(session, q).await?;
+        let params = parameter_types(&plan)?;
+        let schema = match &plan {
+            LogicalPlan::Dml(_) => None,
+            p => Some(self.result_schema(p)),
+        };
+        Ok((params, schema))
+    }
+
     /// Plan a statement without running it: parameter types and the result schema
     /// (None when it returns no rows). Used by the extended protocol's Describe.
     pub async fn describe(
@@ -299,16 +326,8 @@ impl Engine {
         self.check_privileges(session, &parsed.stmt)?;
         match &parsed.stmt {
             Statement::Query(q) if with_dml::applies(q) => self.describe_with_dml(session, q).await,
-            Statement::Dml(q) if returning::has_returning(q) => {
-                let mut q = (**q).clone();
-                let r = returning::take_returning(&mut q)
-                    .ok_or_else(|| WeirError::internal("RETURNING disappeared"))?;
-                let plan = self.plan_ast(session, &q).await?;
-                let params = parameter_types(&plan)?;
-                let shown = self.returning_plan(session, &r).await?;
-                Ok((params, Some(self.result_schema(&shown))))
-            }
-            Statement::Query(q) | Statement::Dml(q) => {
+            Statement::Dml(q) => self.describe_dml(session, q).await,
+            Statement::Query(q) => {
                 let plan = self.plan_ast(session, q).await?;
                 let params = parameter_types(&plan)?;
                 let schema = match &plan {
@@ -1122,7 +1141,12 @@ impl Engine {
         if let ast::Statement::Update(u) = q
             && u.from.is_some()
         {
-            return self.update_from(session, u).await;
+            return self.update_from(session, u, params).await;
+        }
+        if let ast::Statement::Delete(d) = q
+            && d.using.is_some()
+        {
+            return self.delete_using(session, d, params).await;
         }
         match self.execute_dml(session, q, params.clone()).await {
             Err(e)

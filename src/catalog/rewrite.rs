@@ -3661,7 +3661,7 @@ fn fetch_as_limit(q: &mut ast::Query) -> crate::error::Result<()> {
 
 /// Postgres' name for an unnamed select item (FigureColname).
 #[recursive::recursive]
-fn figure_name(e: &Expr) -> Option<String> {
+pub(crate) fn figure_name(e: &Expr) -> Option<String> {
     match e {
         Expr::Identifier(_) | Expr::CompoundIdentifier(_) => None,
         // operators rewritten into calls (`doc -> 'a'`) keep Postgres' name for operators

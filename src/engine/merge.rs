@@ -18,6 +18,7 @@ use datafusion::arrow::array::{AsArray, RecordBatch, UInt32Array};
 use datafusion::arrow::compute::{cast, take};
 use datafusion::arrow::datatypes::{Int64Type, Schema};
 use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::common::ParamValues;
 use datafusion::sql::sqlparser::ast;
 
 use crate::catalog::RelationKind;
@@ -29,6 +30,16 @@ use crate::sql::pg_text::quote_ident;
 use crate::sql::types::SqlType;
 use crate::state::table::Change;
 
+/// UPDATE ... FROM ... RETURNING that reads the FROM relations: its items, rewritten to
+/// read the MERGE query's join (the target's columns as their new values), are added to
+/// that query; the values of the rows updated (each target row's first match) come back.
+pub(crate) struct JoinReturning<'a> {
+    pub items: Vec<String>,
+    /// The items' columns, as the result's (set by the MERGE).
+    pub schema: Option<datafusion::arrow::datatypes::SchemaRef>,
+    pub rows: &'a mut Vec<RecordBatch>,
+}
+
 /// What one WHEN clause does.
 enum Action {
     Update,
@@ -39,7 +50,7 @@ enum Action {
 
 impl Engine {
     pub(crate) async fn merge(&self, session: &mut Session, m: &ast::Merge) -> Result<Output> {
-        self.merge_rows(session, m, false, None).await
+        self.merge_rows(session, m, false, None, None, None).await
     }
 
     /// [`Self::merge`]; with `first_match`, a target row two source rows match is changed
@@ -51,6 +62,8 @@ impl Engine {
         m: &ast::Merge,
         first_match: bool,
         updated: Option<&mut Vec<RecordBatch>>,
+        mut join_returning: Option<&mut JoinReturning<'_>>,
+        params: Option<ParamValues>,
     ) -> Result<Output> {
         let ast::TableFactor::Table {
             name,
@@ -259,11 +272,7 @@ impl Engine {
         let mut items = vec![format!("CASE {which} ELSE 0 END AS __weir_clause")];
         for (i, c) in desc.columns.iter().enumerate() {
             items.push(format!("{t}.{}", quote_ident(&c.name)));
-            let to = match &c.ty {
-                // length checked where the row is written, as an assignment (not cut)
-                SqlType::Varchar(Some(_)) => "text".to_owned(),
-                ty => ty.display_name(),
-            };
+            let to = assigned_type(&c.ty);
             let cases = conditions
                 .iter()
                 .zip(&values[i])
@@ -271,6 +280,11 @@ impl Engine {
                 .collect::<Vec<_>>()
                 .join(" ");
             items.push(format!("CASE {cases} END"));
+        }
+        // the RETURNING items after the MERGE's own columns
+        let base = items.len();
+        if let Some(jr) = &join_returning {
+            items.extend(jr.items.iter().cloned());
         }
         let sql = format!(
             "SELECT {} FROM {} LEFT JOIN (SELECT *, true AS {present} FROM {}) AS {t} ON {}",
@@ -284,6 +298,15 @@ impl Engine {
         let plan = self
             .plan_ast(session, &ast::Statement::Query(query))
             .await?;
+        // an UPDATE ... FROM's or DELETE ... USING's parameters, bound
+        let plan = match params {
+            Some(p) => plan.with_param_values(p)?,
+            None => plan,
+        };
+        if let Some(jr) = join_returning.as_deref_mut() {
+            let shown = self.result_schema(&plan);
+            jr.schema = Some(Arc::new(Schema::new(shown.fields()[base..].to_vec())));
+        }
         let batches = collect_plan(session, plan).await?;
         // the rows each action takes
         let schema = desc.schema();
@@ -299,6 +322,10 @@ impl Engine {
         let mut deleted = Vec::new();
         let mut updated_old = Vec::new();
         let mut updated_new = Vec::new();
+        // the RETURNING values of the deleted and the updated rows, batch for batch with
+        // `deleted` and `updated_new`
+        let mut deleted_returning = Vec::new();
+        let mut updated_returning = Vec::new();
         let mut inserted = Vec::new();
         for b in batches.iter().filter(|b| b.num_rows() > 0) {
             let clause = cast(b.column(0), &datafusion::arrow::datatypes::DataType::Int64)?;
@@ -326,12 +353,28 @@ impl Engine {
                     Action::Nothing => {}
                 }
             }
+            // the RETURNING columns of these rows
+            let returned = |rows: &[u32]| -> Result<RecordBatch> {
+                let idx = UInt32Array::from(rows.to_vec());
+                let cols = b.columns()[base..]
+                    .iter()
+                    .map(|c| Ok(take(c.as_ref(), &idx, None)?))
+                    .collect::<Result<Vec<_>>>()?;
+                let fields = b.schema().fields()[base..].to_vec();
+                Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)?)
+            };
             if !by_action[0].is_empty() {
                 deleted.push(side(0, &by_action[0])?);
+                if join_returning.is_some() {
+                    deleted_returning.push(returned(&by_action[0])?);
+                }
             }
             if !by_action[1].is_empty() {
                 updated_old.push(side(0, &by_action[1])?);
                 updated_new.push(side(1, &by_action[1])?);
+                if join_returning.is_some() {
+                    updated_returning.push(returned(&by_action[1])?);
+                }
             }
             if !by_action[2].is_empty() {
                 inserted.push(side(1, &by_action[2])?);
@@ -347,10 +390,28 @@ impl Engine {
         )?;
         let mut seen = HashSet::new();
         if first_match {
-            // keep each target row's first update
+            // keep each target row's first delete ...
+            let mut kept_deleted = Vec::with_capacity(deleted.len());
+            let mut kept_deleted_returning = Vec::with_capacity(deleted_returning.len());
+            for (k, old) in deleted.iter().enumerate() {
+                let rows = conv.convert_columns(old.columns())?;
+                let keep: datafusion::arrow::array::BooleanArray = rows
+                    .iter()
+                    .map(|r| Some(seen.insert(r.as_ref().to_vec())))
+                    .collect();
+                kept_deleted.push(datafusion::arrow::compute::filter_record_batch(old, &keep)?);
+                if let Some(r) = deleted_returning.get(k) {
+                    kept_deleted_returning
+                        .push(datafusion::arrow::compute::filter_record_batch(r, &keep)?);
+                }
+            }
+            deleted = kept_deleted;
+            deleted_returning = kept_deleted_returning;
+            // ... and first update
             let mut kept_old = Vec::with_capacity(updated_old.len());
             let mut kept_new = Vec::with_capacity(updated_new.len());
-            for (old, new) in updated_old.iter().zip(&updated_new) {
+            let mut kept_returning = Vec::with_capacity(updated_returning.len());
+            for (k, (old, new)) in updated_old.iter().zip(&updated_new).enumerate() {
                 let rows = conv.convert_columns(old.columns())?;
                 let keep: datafusion::arrow::array::BooleanArray = rows
                     .iter()
@@ -358,9 +419,13 @@ impl Engine {
                     .collect();
                 kept_old.push(datafusion::arrow::compute::filter_record_batch(old, &keep)?);
                 kept_new.push(datafusion::arrow::compute::filter_record_batch(new, &keep)?);
+                if let Some(r) = updated_returning.get(k) {
+                    kept_returning.push(datafusion::arrow::compute::filter_record_batch(r, &keep)?);
+                }
             }
             updated_old = kept_old;
             updated_new = kept_new;
+            updated_returning = kept_returning;
         } else {
             for b in deleted.iter().chain(&updated_old) {
                 let rows = conv.convert_columns(b.columns())?;
@@ -386,6 +451,10 @@ impl Engine {
         if let Some(out) = updated {
             out.extend(updated_new.iter().cloned());
         }
+        if let Some(jr) = join_returning {
+            jr.rows.extend(deleted_returning);
+            jr.rows.extend(updated_returning);
+        }
         let changes = [
             (!deleted.is_empty()).then(|| (Change::Delete(deleted), "DELETE")),
             (!updated_old.is_empty()).then(|| {
@@ -408,6 +477,475 @@ impl Engine {
         )
         .await?;
         Ok(Output::Command(format!("MERGE {count}")))
+    }
+}
+
+/// The type a column's new value is cast to in the MERGE query (a `varchar(n)`'s length is
+/// checked where the row is written, as an assignment: not cut here).
+fn assigned_type(ty: &SqlType) -> String {
+    match ty {
+        SqlType::Varchar(Some(_)) => "text".to_owned(),
+        ty => ty.display_name(),
+    }
+}
+
+impl Engine {
+    /// UPDATE ... FROM ... RETURNING's items as select items over the MERGE query's join
+    /// (see [`JoinReturning`]): the target's columns — qualified by its name or alias, or
+    /// unqualified where no FROM relation has the name (42702 where one has) — become
+    /// their new values; `*` is the target's columns then every FROM relation's, the
+    /// target's `t.*` its columns. Each item keeps the name Postgres gives it, made unique
+    /// with the duplicate-name marker clients do not see.
+    async fn returning_over_join(
+        &self,
+        session: &Session,
+        relation: &ast::TableFactor,
+        assignments: &[ast::Assignment],
+        returning: &[ast::SelectItem],
+        source: &str,
+        from_names: &[String],
+    ) -> Result<Vec<String>> {
+        let ast::TableFactor::Table { name, alias, .. } = relation else {
+            return Err(WeirError::syntax("UPDATE takes one table to update"));
+        };
+        let table_name = relation_name(name)?;
+        let entry = self
+            .catalog
+            .get(&table_name)
+            .ok_or_else(|| WeirError::undefined_table(&table_name))?;
+        let label = alias
+            .as_ref()
+            .map(|a| normalize_ident(&a.name))
+            .unwrap_or_else(|| table_name.clone());
+        let t = quote_ident(&label);
+        // each target column's new value
+        let mut new_values: Vec<(String, String)> = entry
+            .desc
+            .columns
+            .iter()
+            .map(|c| (c.name.clone(), format!("{t}.{}", quote_ident(&c.name))))
+            .collect();
+        for a in assignments {
+            let ast::AssignmentTarget::ColumnName(c) = &a.target else {
+                continue;
+            };
+            let col =
+                c.0.last()
+                    .and_then(|p| p.as_ident())
+                    .map(normalize_ident)
+                    .unwrap_or_default();
+            if let (Some(slot), Some(desc)) = (
+                new_values.iter_mut().find(|(n, _)| *n == col),
+                entry.desc.columns.iter().find(|c| c.name == col),
+            ) {
+                slot.1 = format!("CAST(({}) AS {})", a.value, assigned_type(&desc.ty));
+            }
+        }
+        let mut parsed: Vec<(String, ast::Expr)> = new_values
+            .iter()
+            .map(|(n, v)| Ok((n.clone(), crate::sql::parser::parse_expr_text(v)?)))
+            .collect::<Result<_>>()?;
+        // a stored generated column's new value: its expression over the others' new values
+        // (it reads no generated column)
+        for (gcol, gexpr) in &entry.desc.generated {
+            let (Some(at), Some(desc)) = (
+                parsed.iter().position(|(n, _)| n == gcol),
+                entry.desc.columns.iter().find(|c| c.name == *gcol),
+            ) else {
+                continue;
+            };
+            let mut e = crate::sql::parser::parse_expr_text(gexpr)?;
+            let _ = ast::visit_expressions_mut(&mut e, |x| {
+                if let ast::Expr::Identifier(id) = &*x
+                    && let Some((_, v)) = parsed.iter().find(|(n, _)| *n == normalize_ident(id))
+                {
+                    *x = ast::Expr::Nested(Box::new(v.clone()));
+                }
+                std::ops::ControlFlow::<()>::Continue(())
+            });
+            let text = format!("CAST(({e}) AS {})", assigned_type(&desc.ty));
+            new_values[at].1 = text.clone();
+            parsed[at].1 = crate::sql::parser::parse_expr_text(&text)?;
+        }
+        let source_columns = self.source_columns(session, source).await?;
+        let marker = crate::catalog::rewrite::DUPLICATE_NAME_MARKER;
+        let named = |expr: &dyn std::fmt::Display, name: &str, k: usize| {
+            format!("{expr} AS {}", quote_ident(&format!("{name}{marker}r{k}")))
+        };
+        let target_columns = |k: usize| -> Vec<String> {
+            new_values
+                .iter()
+                .enumerate()
+                .map(|(i, (n, v))| named(v, n, k * 1000 + i))
+                .collect()
+        };
+        let rewrite = |e: &ast::Expr| -> Result<ast::Expr> {
+            let mut e = e.clone();
+            let mut ambiguous = None;
+            let _ = ast::visit_expressions_mut(&mut e, |x| {
+                let col = match &*x {
+                    ast::Expr::CompoundIdentifier(ids)
+                        if ids.len() == 2 && normalize_ident(&ids[0]) == label =>
+                    {
+                        normalize_ident(&ids[1])
+                    }
+                    ast::Expr::Identifier(id) => {
+                        let col = normalize_ident(id);
+                        if source_columns.contains(&col) && parsed.iter().any(|(n, _)| *n == col) {
+                            ambiguous = Some(col);
+                            return std::ops::ControlFlow::Break(());
+                        }
+                        col
+                    }
+                    _ => return std::ops::ControlFlow::Continue(()),
+                };
+                if let Some((_, v)) = parsed.iter().find(|(n, _)| *n == col) {
+                    *x = ast::Expr::Nested(Box::new(v.clone()));
+                }
+                std::ops::ControlFlow::Continue(())
+            });
+            match ambiguous {
+                Some(col) => Err(WeirError::new(
+                    sqlstate::AMBIGUOUS_COLUMN,
+                    format!("column reference \"{col}\" is ambiguous"),
+                )),
+                None => Ok(e),
+            }
+        };
+        let mut out = Vec::new();
+        for (k, item) in returning.iter().enumerate() {
+            match item {
+                ast::SelectItem::Wildcard(_) => {
+                    out.extend(target_columns(k));
+                    out.extend(from_names.iter().map(|n| format!("{}.*", quote_ident(n))));
+                }
+                ast::SelectItem::QualifiedWildcard(
+                    ast::SelectItemQualifiedWildcardKind::ObjectName(o),
+                    _,
+                ) if o
+                    .0
+                    .last()
+                    .and_then(|p| p.as_ident())
+                    .map(normalize_ident)
+                    .as_deref()
+                    == Some(label.as_str()) =>
+                {
+                    out.extend(target_columns(k));
+                }
+                ast::SelectItem::UnnamedExpr(e) => {
+                    let name = match e {
+                        ast::Expr::Identifier(id) => normalize_ident(id),
+                        ast::Expr::CompoundIdentifier(ids) => {
+                            ids.last().map(normalize_ident).unwrap_or_default()
+                        }
+                        e => crate::catalog::rewrite::figure_name(e)
+                            .unwrap_or_else(|| "?column?".into()),
+                    };
+                    out.push(named(&rewrite(e)?, &name, k));
+                }
+                ast::SelectItem::ExprWithAlias { expr, alias } => {
+                    out.push(named(&rewrite(expr)?, &alias.value, k));
+                }
+                other => out.push(other.to_string()),
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Engine {
+    /// Whether a RETURNING list of an UPDATE ... FROM or DELETE ... USING reads the other
+    /// relations (`source`): by their names, or by a column name the target does not have
+    /// or they have too (ambiguous: refused when the list is rewritten).
+    async fn returning_reads_join(
+        &self,
+        session: &Session,
+        target: &ast::TableFactor,
+        items: &[ast::SelectItem],
+        from_names: &[String],
+        source: &str,
+    ) -> Result<bool> {
+        if items
+            .iter()
+            .any(|i| crate::sql::parser::returning_reads(i, from_names).is_some())
+        {
+            return Ok(true);
+        }
+        let mut unqualified = HashSet::new();
+        for i in items {
+            let _ = ast::visit_expressions(i, |e| {
+                if let ast::Expr::Identifier(id) = e {
+                    unqualified.insert(normalize_ident(id));
+                }
+                std::ops::ControlFlow::<()>::Continue(())
+            });
+        }
+        if unqualified.is_empty() {
+            return Ok(false);
+        }
+        let target_columns: HashSet<String> = match target {
+            ast::TableFactor::Table { name, .. } => relation_name(name)
+                .ok()
+                .and_then(|n| self.catalog.get(&n))
+                .map(|e| e.desc.columns.iter().map(|c| c.name.clone()).collect())
+                .unwrap_or_default(),
+            _ => HashSet::new(),
+        };
+        if !unqualified.is_subset(&target_columns) {
+            return Ok(true);
+        }
+        Ok(self
+            .source_columns(session, source)
+            .await?
+            .iter()
+            .any(|c| unqualified.contains(c)))
+    }
+
+    /// The column names of an UPDATE's FROM or a DELETE's USING relations.
+    async fn source_columns(&self, session: &Session, source: &str) -> Result<HashSet<String>> {
+        let probe = crate::sql::parser::parse_query(&format!("SELECT * FROM {source}"))?;
+        let plan = self
+            .plan_ast(session, &ast::Statement::Query(probe))
+            .await?;
+        Ok(plan
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect())
+    }
+
+    /// Run a MERGE (UPDATE ... FROM's or DELETE ... USING's, each target row's first match)
+    /// with RETURNING items over its join (see [`JoinReturning`]): the rows it returns.
+    async fn merge_returning(
+        &self,
+        session: &mut Session,
+        m: &ast::Merge,
+        items: Vec<String>,
+        tag: &'static str,
+        params: Option<ParamValues>,
+    ) -> Result<Output> {
+        let mut rows = Vec::new();
+        let mut jr = JoinReturning {
+            items,
+            schema: None,
+            rows: &mut rows,
+        };
+        self.merge_rows(session, m, true, None, Some(&mut jr), params)
+            .await?;
+        let schema = jr
+            .schema
+            .ok_or_else(|| WeirError::internal("RETURNING's columns were not planned"))?;
+        let batches = rows
+            .into_iter()
+            .map(|b| Ok(RecordBatch::try_new(schema.clone(), b.columns().to_vec())?))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Output::Batches {
+            schema,
+            batches,
+            tag,
+        })
+    }
+
+    /// `DELETE FROM t USING u WHERE c [RETURNING ...]`: the rows of t with a match. Run as
+    /// `DELETE ... WHERE EXISTS (SELECT 1 FROM u WHERE c)` (DataFusion plans no USING),
+    /// unless RETURNING reads the USING relations: then as a MERGE that deletes each
+    /// target row at its first match and returns the items over that match, as Postgres.
+    pub(crate) async fn delete_using(
+        &self,
+        session: &mut Session,
+        d: &ast::Delete,
+        params: Option<ParamValues>,
+    ) -> Result<Output> {
+        let using = d.using.as_deref().unwrap_or_default();
+        let (ast::FromTable::WithFromKeyword(from) | ast::FromTable::WithoutKeyword(from)) =
+            &d.from;
+        let [target] = from.as_slice() else {
+            return Err(WeirError::syntax("DELETE takes one table to delete from"));
+        };
+        let from_names: Vec<String> = using
+            .iter()
+            .flat_map(|t| std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation)))
+            .filter_map(relation_label)
+            .collect();
+        let source = join_source(using);
+        let reads_join = match &d.returning {
+            Some(items) => {
+                self.returning_reads_join(session, &target.relation, items, &from_names, &source)
+                    .await?
+            }
+            None => false,
+        };
+        let Some(items) = d.returning.as_ref().filter(|_| reads_join) else {
+            let exists = crate::sql::parser::delete_using_as_exists(d.clone())?;
+            return Box::pin(self.execute_dml_fitted(
+                session,
+                &ast::Statement::Delete(exists),
+                params,
+            ))
+            .await;
+        };
+        if !target.joins.is_empty() {
+            return Err(WeirError::syntax("DELETE takes one table to delete from"));
+        }
+        let on = d
+            .selection
+            .as_ref()
+            .map(|e| e.to_string())
+            .unwrap_or_else(|| "true".into());
+        let sql = format!(
+            "MERGE INTO {} USING {source} ON {on} WHEN MATCHED THEN DELETE",
+            target.relation
+        );
+        let parsed = crate::sql::parser::parse(&sql)?;
+        let Some(crate::sql::parser::Statement::Merge(m)) =
+            parsed.into_iter().next().map(|p| p.stmt)
+        else {
+            return Err(WeirError::internal(format!("DELETE ... USING as {sql}")));
+        };
+        let items = self
+            .returning_over_join(session, &target.relation, &[], items, &source, &from_names)
+            .await?;
+        self.merge_returning(session, &m, items, "DELETE", params)
+            .await
+    }
+}
+
+/// The FROM list of an UPDATE ... FROM or the USING list of a DELETE ... USING as one
+/// relation: its items cross-joined.
+fn join_source(from: &[ast::TableWithJoins]) -> String {
+    let source = from
+        .iter()
+        .map(|t| {
+            if t.joins.is_empty() {
+                t.relation.to_string()
+            } else {
+                format!("({t})")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" CROSS JOIN ");
+    if from.len() > 1 {
+        format!("({source})")
+    } else {
+        source
+    }
+}
+
+/// Whether a DML statement reads other relations beside its target: `UPDATE ... FROM`,
+/// `DELETE ... USING` (run by [`Engine::update_from`] and [`Engine::delete_using`]).
+pub(crate) fn joins_other_relations(q: &ast::Statement) -> bool {
+    match q {
+        ast::Statement::Update(u) => u.from.is_some(),
+        ast::Statement::Delete(d) => d.using.is_some(),
+        _ => false,
+    }
+}
+
+impl Engine {
+    /// Describe of an UPDATE ... FROM or DELETE ... USING: the parameters of its join (the
+    /// condition, the SET values, the RETURNING items over the join) and its RETURNING
+    /// columns, planned as `SELECT sets, items FROM from CROSS JOIN target WHERE cond`.
+    pub(crate) async fn describe_join_dml(
+        &self,
+        session: &Session,
+        q: &ast::Statement,
+    ) -> Result<(
+        Vec<Option<datafusion::arrow::datatypes::FieldRef>>,
+        Option<datafusion::arrow::datatypes::SchemaRef>,
+    )> {
+        let (target, from, assignments, selection, returning) = match q {
+            ast::Statement::Update(u) => match &u.from {
+                Some(
+                    ast::UpdateTableFromKind::AfterSet(f) | ast::UpdateTableFromKind::BeforeSet(f),
+                ) => (
+                    &u.table,
+                    f.as_slice(),
+                    u.assignments.as_slice(),
+                    &u.selection,
+                    &u.returning,
+                ),
+                None => return Err(WeirError::internal("UPDATE ... FROM without FROM")),
+            },
+            ast::Statement::Delete(d) => {
+                let (ast::FromTable::WithFromKeyword(t) | ast::FromTable::WithoutKeyword(t)) =
+                    &d.from;
+                let [target] = t.as_slice() else {
+                    return Err(WeirError::syntax("DELETE takes one table to delete from"));
+                };
+                let using = d.using.as_deref().unwrap_or_default();
+                (target, using, &[][..], &d.selection, &d.returning)
+            }
+            _ => {
+                return Err(WeirError::internal(
+                    "describe_join_dml of another statement",
+                ));
+            }
+        };
+        let from_names: Vec<String> = from
+            .iter()
+            .flat_map(|t| std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation)))
+            .filter_map(relation_label)
+            .collect();
+        let source = join_source(from);
+        let over_join = match returning {
+            Some(items) => {
+                self.returning_reads_join(session, &target.relation, items, &from_names, &source)
+                    .await?
+            }
+            None => false,
+        };
+        let items = match returning {
+            Some(items) if over_join => {
+                self.returning_over_join(
+                    session,
+                    &target.relation,
+                    assignments,
+                    items,
+                    &source,
+                    &from_names,
+                )
+                .await?
+            }
+            _ => vec!["1".to_owned()],
+        };
+        let sets: Vec<String> = assignments.iter().map(|a| a.value.to_string()).collect();
+        let on = selection
+            .as_ref()
+            .map(|e| e.to_string())
+            .unwrap_or_else(|| "true".into());
+        let sql = format!(
+            "SELECT {} FROM {source} CROSS JOIN {} WHERE {on}",
+            sets.iter()
+                .chain(&items)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", "),
+            target.relation
+        );
+        let query = crate::sql::parser::parse_query(&sql)?;
+        let plan = self
+            .plan_ast(session, &ast::Statement::Query(query))
+            .await?;
+        let params = super::parameter_types(&plan)?;
+        let schema = match returning {
+            None => None,
+            Some(_) if over_join => {
+                let shown = self.result_schema(&plan);
+                Some(Arc::new(Schema::new(shown.fields()[sets.len()..].to_vec())))
+            }
+            Some(_) => {
+                let mut stmt = q.clone();
+                if let ast::Statement::Delete(d) = &mut stmt {
+                    d.using = None;
+                }
+                let r = super::returning::take_returning(&mut stmt)
+                    .ok_or_else(|| WeirError::internal("RETURNING disappeared"))?;
+                let shown = self.returning_plan(session, &r).await?;
+                Some(self.result_schema(&shown))
+            }
+        };
+        Ok((params, schema))
     }
 }
 
@@ -489,6 +1027,7 @@ impl Engine {
         &self,
         session: &mut Session,
         u: &ast::Update,
+        params: Option<ParamValues>,
     ) -> Result<Output> {
         if !u.table.joins.is_empty() {
             return Err(WeirError::syntax("UPDATE takes one table to update"));
@@ -499,22 +1038,7 @@ impl Engine {
             ) => f,
             None => return Err(WeirError::internal("UPDATE ... FROM without FROM")),
         };
-        let source = from
-            .iter()
-            .map(|t| {
-                if t.joins.is_empty() {
-                    t.relation.to_string()
-                } else {
-                    format!("({t})")
-                }
-            })
-            .collect::<Vec<_>>()
-            .join(" CROSS JOIN ");
-        let source = if from.len() > 1 {
-            format!("({source})")
-        } else {
-            source
-        };
+        let source = join_source(from);
         let on = u
             .selection
             .as_ref()
@@ -537,26 +1061,35 @@ impl Engine {
             return Err(WeirError::internal(format!("UPDATE ... FROM as {sql}")));
         };
         // RETURNING: of the updated rows (planned first, so that a list it cannot answer
-        // changes nothing); the FROM relations' columns are not kept with them
+        // changes nothing); one that reads the FROM relations is evaluated in the MERGE's
+        // own query, over each updated row's match
+        let from_names: Vec<String> = from
+            .iter()
+            .flat_map(|t| std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation)))
+            .filter_map(relation_label)
+            .collect();
+        if let Some(items) = &u.returning
+            && self
+                .returning_reads_join(session, &u.table.relation, items, &from_names, &source)
+                .await?
+        {
+            let items = self
+                .returning_over_join(
+                    session,
+                    &u.table.relation,
+                    &u.assignments,
+                    items,
+                    &source,
+                    &from_names,
+                )
+                .await?;
+            return self
+                .merge_returning(session, &m, items, "UPDATE", params)
+                .await;
+        }
         let returning = match &u.returning {
             None => None,
-            Some(items) => {
-                let from_names: Vec<String> = from
-                    .iter()
-                    .flat_map(|t| {
-                        std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation))
-                    })
-                    .filter_map(relation_label)
-                    .collect();
-                if let Some(n) = items
-                    .iter()
-                    .find_map(|i| crate::sql::parser::returning_reads(i, &from_names))
-                {
-                    return Err(WeirError::not_supported(format!(
-                        "UPDATE ... FROM ... RETURNING of the columns of \"{n}\" is not supported: only the updated table's"
-                    ))
-                    .with_hint("Name the updated table's columns: RETURNING t.*, t.col."));
-                }
+            Some(_) => {
                 let mut stmt = ast::Statement::Update(u.clone());
                 let r = super::returning::take_returning(&mut stmt)
                     .ok_or_else(|| WeirError::internal("RETURNING disappeared"))?;
@@ -571,6 +1104,8 @@ impl Engine {
                 &m,
                 true,
                 returning.is_some().then_some(&mut written),
+                None,
+                params,
             )
             .await?;
         if let Some(r) = returning {

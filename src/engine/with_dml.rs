@@ -232,6 +232,15 @@ impl Engine {
             let mut dml = self
                 .reading_ctes(session, &dml, &with.cte_tables[..i])
                 .await?;
+            if super::merge::joins_other_relations(&dml) {
+                let (p, schema) = self.describe_join_dml(session, &dml).await?;
+                merge_params(&mut params, p);
+                match schema {
+                    Some(schema) => *with.cte_tables[i].query = constant_rows(&schema, &[])?,
+                    None => silent.push(i),
+                }
+                continue;
+            }
             let returning = super::returning::take_returning(&mut dml);
             let plan = self.plan_ast(session, &dml).await?;
             merge_params(&mut params, super::parameter_types(&plan)?);
@@ -251,6 +260,12 @@ impl Engine {
             None => {
                 q.with = Some(with);
                 (ast::Statement::Query(q), None)
+            }
+            Some(dml) if super::merge::joins_other_relations(&dml) => {
+                let dml = self.reading_ctes(session, &dml, &with.cte_tables).await?;
+                let (p, schema) = self.describe_join_dml(session, &dml).await?;
+                merge_params(&mut params, p);
+                return Ok((params, schema));
             }
             Some(mut dml) => {
                 let r = super::returning::take_returning(&mut dml);
@@ -381,10 +396,20 @@ fn constant_rows(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<ast::Que
                 "a RETURNING list of this type cannot be read by the statement",
             )
         })?;
+    // each column by the name a client sees, where no other column has it
+    let shown: Vec<&str> = schema
+        .fields()
+        .iter()
+        .map(|f| crate::catalog::rewrite::display_column_name(f.name()))
+        .collect();
     let names: Vec<String> = schema
         .fields()
         .iter()
-        .map(|f| quote_ident(f.name()))
+        .zip(&shown)
+        .map(|(f, n)| match shown.iter().filter(|m| *m == n).count() {
+            1 => quote_ident(n),
+            _ => quote_ident(f.name()),
+        })
         .collect();
     let mut rows: Vec<String> = Vec::new();
     for b in batches {

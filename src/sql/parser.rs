@@ -2436,66 +2436,9 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
         }
         // `DELETE FROM t USING u WHERE c`: the rows of t with a match, `WHERE EXISTS (SELECT
         // 1 FROM u WHERE c)` (DataFusion plans no USING)
-        ast::Statement::Delete(mut d) if d.using.is_some() || delete_alias(&d).is_some() => {
-            // `DELETE FROM t AS a ... a.col`: DataFusion resolves no alias of the target, so
-            // its references are to the table's own name
-            if let Some((table, alias)) = delete_alias(&d) {
-                let (ast::FromTable::WithFromKeyword(from) | ast::FromTable::WithoutKeyword(from)) =
-                    &mut d.from;
-                if let Some(ast::TableFactor::Table { alias: a, .. }) =
-                    from.first_mut().map(|t| &mut t.relation)
-                {
-                    *a = None;
-                }
-                let _ = ast::visit_expressions_mut(&mut d, |e| {
-                    if let ast::Expr::CompoundIdentifier(ids) = e
-                        && ids.len() == 2
-                        && normalize_ident(&ids[0]) == alias
-                    {
-                        ids[0] = table.clone();
-                    }
-                    std::ops::ControlFlow::<()>::Continue(())
-                });
-            }
-            if d.using.is_none() {
-                return Ok(Statement::Dml(Box::new(ast::Statement::Delete(d))));
-            }
-            let using = d.using.take().unwrap_or_default();
-            // RETURNING reads only the deleted rows: a USING relation's columns are refused
-            // by name (they would not resolve: "column does not exist")
-            if let Some(items) = &d.returning {
-                let names: Vec<String> = using
-                    .iter()
-                    .flat_map(|t| {
-                        std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation))
-                    })
-                    .filter_map(|tf| match tf {
-                        ast::TableFactor::Table { alias: Some(a), .. }
-                        | ast::TableFactor::Derived { alias: Some(a), .. }
-                        | ast::TableFactor::Function { alias: Some(a), .. } => {
-                            Some(normalize_ident(&a.name))
-                        }
-                        ast::TableFactor::Table { name, .. } => relation_name(name).ok(),
-                        _ => None,
-                    })
-                    .collect();
-                let reads = items.iter().find_map(|i| returning_reads(i, &names));
-                if let Some(n) = reads {
-                    return Err(WeirError::not_supported(format!(
-                        "DELETE ... USING ... RETURNING of the columns of \"{n}\" is not supported: only the deleted table's"
-                    ))
-                    .with_hint("Name the deleted table's columns: RETURNING t.*, t.col."));
-                }
-            }
-            let from: Vec<String> = using.iter().map(|t| t.to_string()).collect();
-            let text = match &d.selection {
-                Some(c) => format!("SELECT 1 FROM {} WHERE {c}", from.join(", ")),
-                None => format!("SELECT 1 FROM {}", from.join(", ")),
-            };
-            d.selection = Some(ast::Expr::Exists {
-                subquery: parse_query(&text)?,
-                negated: false,
-            });
+        // (kept with its USING: the engine runs it, `Engine::delete_using`)
+        ast::Statement::Delete(mut d) if d.using.is_none() && delete_alias(&d).is_some() => {
+            strip_delete_alias(&mut d);
             Ok(Statement::Dml(Box::new(ast::Statement::Delete(d))))
         }
         ast::Statement::Insert(_) | ast::Statement::Update { .. } | ast::Statement::Delete(_) => {
@@ -2767,6 +2710,70 @@ pub fn parse_query(text: &str) -> Result<Box<ast::Query>> {
 }
 
 /// One SQL expression from its text (a stored DEFAULT).
+/// `DELETE FROM t AS a ... a.col`: DataFusion resolves no alias of the target, so its
+/// references become the table's own name.
+fn strip_delete_alias(d: &mut ast::Delete) {
+    let Some((table, alias)) = delete_alias(d) else {
+        return;
+    };
+    let (ast::FromTable::WithFromKeyword(from) | ast::FromTable::WithoutKeyword(from)) =
+        &mut d.from;
+    if let Some(ast::TableFactor::Table { alias: a, .. }) =
+        from.first_mut().map(|t| &mut t.relation)
+    {
+        *a = None;
+    }
+    let _ = ast::visit_expressions_mut(d, |e| {
+        if let ast::Expr::CompoundIdentifier(ids) = e
+            && ids.len() == 2
+            && normalize_ident(&ids[0]) == alias
+        {
+            ids[0] = table.clone();
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+}
+
+/// `DELETE FROM t [AS a] USING u WHERE c` as `DELETE FROM t WHERE EXISTS (SELECT 1 FROM u
+/// WHERE c)` (DataFusion plans no USING; see [`strip_delete_alias`]), where RETURNING reads only the deleted rows (a USING
+/// relation's columns named in it are refused by name: they would not resolve).
+pub fn delete_using_as_exists(mut d: ast::Delete) -> Result<ast::Delete> {
+    strip_delete_alias(&mut d);
+    let Some(using) = d.using.take() else {
+        return Ok(d);
+    };
+    if let Some(items) = &d.returning {
+        let names: Vec<String> = using
+            .iter()
+            .flat_map(|t| std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation)))
+            .filter_map(|tf| match tf {
+                ast::TableFactor::Table { alias: Some(a), .. }
+                | ast::TableFactor::Derived { alias: Some(a), .. }
+                | ast::TableFactor::Function { alias: Some(a), .. } => {
+                    Some(normalize_ident(&a.name))
+                }
+                ast::TableFactor::Table { name, .. } => relation_name(name).ok(),
+                _ => None,
+            })
+            .collect();
+        if let Some(n) = items.iter().find_map(|i| returning_reads(i, &names)) {
+            return Err(WeirError::internal(format!(
+                "DELETE ... USING ... RETURNING reads \"{n}\" but was run as DELETE ... WHERE EXISTS"
+            )));
+        }
+    }
+    let from: Vec<String> = using.iter().map(|t| t.to_string()).collect();
+    let text = match &d.selection {
+        Some(c) => format!("SELECT 1 FROM {} WHERE {c}", from.join(", ")),
+        None => format!("SELECT 1 FROM {}", from.join(", ")),
+    };
+    d.selection = Some(ast::Expr::Exists {
+        subquery: parse_query(&text)?,
+        negated: false,
+    });
+    Ok(d)
+}
+
 pub fn parse_expr_text(text: &str) -> Result<ast::Expr> {
     let dialect = PostgreSqlDialect {};
     Ok(Parser::new(&dialect).try_with_sql(text)?.parse_expr()?)

@@ -210,6 +210,36 @@ def check_psycopg3():
     assert left == (0,), left
     ok("psycopg data-modifying WITH")
 
+    # UPDATE ... FROM and DELETE ... USING with bound parameters, RETURNING the other
+    # relation's columns (expected values from PostgreSQL 15), prepared and not
+    conn.execute("CREATE TABLE py_jt (id int PRIMARY KEY, v int)")
+    conn.execute("CREATE TABLE py_js (id int PRIMARY KEY, w int, note text)")
+    conn.execute("INSERT INTO py_jt VALUES (1, 10), (2, 20), (3, 30)")
+    conn.execute("INSERT INTO py_js VALUES (1, 100, 'one'), (2, 200, 'two'), (3, 300, 'three')")
+    for prepare, add in ((False, 5), (True, 6)):
+        cur = conn.execute(
+            "UPDATE py_jt t SET v = s.w + %s FROM py_js s WHERE t.id = s.id AND s.id = %s "
+            "RETURNING t.v, s.note",
+            (add, 1),
+            prepare=prepare,
+        )
+        assert [d.name for d in cur.description] == ["v", "note"], cur.description
+        assert cur.fetchall() == [(100 + add, "one")]
+        assert cur.statusmessage == "UPDATE 1", cur.statusmessage
+    cur = conn.execute(
+        "DELETE FROM py_jt t USING py_js s WHERE t.id = s.id AND s.w = %s RETURNING s.note, t.v",
+        (200,),
+        prepare=True,
+    )
+    assert cur.fetchall() == [("two", 20)] and cur.statusmessage == "DELETE 1"
+    cur = conn.execute(
+        "DELETE FROM py_jt t USING py_js s WHERE t.id = s.id AND s.w = %s", (300,), prepare=True
+    )
+    assert cur.statusmessage == "DELETE 1", cur.statusmessage
+    assert conn.execute("SELECT id, v FROM py_jt").fetchall() == [(1, 106)]
+    conn.execute("DROP TABLE py_jt, py_js")
+    ok("psycopg UPDATE ... FROM and DELETE ... USING RETURNING")
+
     # COPY with psycopg's copy protocol objects
     with conn.cursor().copy("COPY orders (id, customer, amount) FROM STDIN") as cp:
         for i in range(200, 1200):
