@@ -107,10 +107,17 @@ pub fn session_context(
             Arc::new(RuntimeEnv::default())
         }
     };
-    let state = SessionStateBuilder::new()
+    let mut builder = SessionStateBuilder::new()
         .with_config(config)
         .with_runtime_env(runtime)
-        .with_default_features()
+        .with_default_features();
+    // Postgres' operator rules first: DataFusion's own planners would take `array ||
+    // 'literal'` as array_append (Postgres: array_cat) before ours saw it; ours plans
+    // only binary operators and passes the rest on
+    if let Some(planners) = builder.expr_planners() {
+        planners.insert(0, Arc::new(functions::WeirExprPlanner));
+    }
+    let state = builder
         .with_type_planner(Arc::new(functions::WeirTypePlanner {
             catalog: catalog.clone(),
         }))
@@ -120,13 +127,7 @@ pub fn session_context(
         .with_query_planner(Arc::new(crate::plan::match_recognize::WeirQueryPlanner))
         .with_physical_optimizer_rule(Arc::new(index_join::IndexJoin))
         .build();
-    let mut ctx = SessionContext::new_with_state(state);
-    if let Err(e) = datafusion::execution::FunctionRegistry::register_expr_planner(
-        &mut ctx,
-        Arc::new(functions::WeirExprPlanner),
-    ) {
-        tracing::error!(error = %e, "cannot register the expression planner");
-    }
+    let ctx = SessionContext::new_with_state(state);
     let pg = Arc::new(GeneratedSchema::pg_catalog(catalog.clone()));
     ctx.register_catalog(
         DATABASE_NAME,

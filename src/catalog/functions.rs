@@ -1509,11 +1509,53 @@ impl datafusion::logical_expr::planner::ExprPlanner for WeirExprPlanner {
                 expr.right = datafusion::logical_expr::cast(expr.right, DataType::Float64);
             }
         }
-        if comparison {
-            if let (Some(t), true) = (list_type(&expr.left), text_literal(&expr.right)) {
+        // ... and beside an array in `@>`, `<@`, `&&` and `||` (`tags @> '{b}'`, `a || '{3}'`
+        // is array_cat, as Postgres resolves it)
+        if comparison
+            || matches!(
+                expr.op,
+                B::AtArrow | B::ArrowAt | B::PGOverlap | B::StringConcat
+            )
+        {
+            let typed = if let (Some(t), true) = (list_type(&expr.left), text_literal(&expr.right))
+            {
                 expr.right = datafusion::logical_expr::cast(expr.right, t);
+                true
             } else if let (Some(t), true) = (list_type(&expr.right), text_literal(&expr.left)) {
                 expr.left = datafusion::logical_expr::cast(expr.left, t);
+                true
+            } else {
+                false
+            };
+            // planned here: DataFusion's own array operators were offered the text first
+            use datafusion::functions_nested::expr_fn as nested;
+            match expr.op {
+                B::AtArrow if typed => {
+                    return Ok(PlannerResult::Planned(nested::array_has_all(
+                        expr.left, expr.right,
+                    )));
+                }
+                B::ArrowAt if typed => {
+                    return Ok(PlannerResult::Planned(nested::array_has_all(
+                        expr.right, expr.left,
+                    )));
+                }
+                // NULL elements match nothing (as `a && b` of two arrays, `catalog/rewrite.rs`)
+                B::PGOverlap if typed => {
+                    return Ok(PlannerResult::Planned(nested::array_has_any(
+                        pg(
+                            crate::sql::pg_functions::ARRAY_REMOVE_NULLS,
+                            vec![expr.left],
+                        ),
+                        expr.right,
+                    )));
+                }
+                B::StringConcat if typed => {
+                    return Ok(PlannerResult::Planned(nested::array_concat(vec![
+                        expr.left, expr.right,
+                    ])));
+                }
+                _ => {}
             }
         }
         match expr.op {

@@ -2095,12 +2095,14 @@ fn rewrite_expr(expr: &mut Expr) {
         {
             f.name = ast::ObjectName::from(vec![Ident::new("weir_regclass")]);
         }
-        // `a && b`: the arrays overlap (share an element; NULL elements match nothing)
+        // `a && b`: the arrays overlap (share an element; NULL elements match nothing); a
+        // quoted literal's type is the other side's, so `a && '{x}'` is left to the planner
+        // (`WeirExprPlanner`)
         Expr::BinaryOp {
             op: ast::BinaryOperator::PGOverlap,
             left,
             right,
-        } => {
+        } if !is_string_literal(left) && !is_string_literal(right) => {
             let l = std::mem::replace(left.as_mut(), Expr::value(ast::Value::Null));
             let r = std::mem::replace(right.as_mut(), Expr::value(ast::Value::Null));
             *expr = call(
@@ -4271,6 +4273,11 @@ fn datetime_text_in_table_function_args(tf: &mut ast::TableFactor) {
             _ => {}
         }
     }
+}
+
+/// A quoted literal (`'{a,b}'`), whose type Postgres takes from the other operand.
+fn is_string_literal(e: &Expr) -> bool {
+    matches!(e, Expr::Value(v) if matches!(v.value, ast::Value::SingleQuotedString(_)))
 }
 
 #[cfg(test)]

@@ -27,6 +27,7 @@ use crate::error::{Result, WeirError, sqlstate};
 use crate::plan::view::{Lowering, WindowOptions, check_deterministic};
 use crate::server::session::Session;
 use crate::sql::parser::{CreateView, DropKind};
+use crate::sql::pg_text::quote_ident;
 use crate::sql::types::field_sql_type;
 
 impl Engine {
@@ -1173,10 +1174,13 @@ impl Engine {
                         .get_by_oid(oid)
                         .map(|e| e.desc.name.clone())
                         .unwrap_or_default();
+                    // names as Postgres' object descriptions give them: quoted only where
+                    // they need it
+                    let name = quote_ident(&name);
                     return Err(WeirError::new(
                         sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
                         format!(
-                            "cannot drop {} \"{name}\" because other objects depend on it",
+                            "cannot drop {} {name} because other objects depend on it",
                             {
                                 self.catalog
                                     .get_by_oid(oid)
@@ -1186,9 +1190,9 @@ impl Engine {
                         ),
                     )
                     .with_detail(format!(
-                        "{} \"{}\" depends on {} \"{name}\"",
+                        "{} {} depends on {} {name}",
                         d.desc.kind.noun(),
-                        d.desc.name,
+                        quote_ident(&d.desc.name),
                         self.catalog
                             .get_by_oid(oid)
                             .map(|e| e.desc.kind.noun())
