@@ -2,6 +2,7 @@
 //! OIDs, persisted in the store under `C{oid}` as JSON so it survives restarts. The
 //! `pg_catalog` tables clients query are built from it ([`pg_catalog`]).
 
+pub mod float_over_numeric;
 pub mod functions;
 pub mod information_schema;
 pub mod pg_catalog;

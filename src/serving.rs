@@ -117,6 +117,13 @@ pub fn session_context(
     if let Some(planners) = builder.expr_planners() {
         planners.insert(0, Arc::new(functions::WeirExprPlanner));
     }
+    // a float beside a numeric resolves as the float, before DataFusion's type coercion
+    // would make both decimals (`catalog/float_over_numeric.rs`)
+    *builder.analyzer() = Some(datafusion::optimizer::Analyzer::with_rules(vec![
+        Arc::new(datafusion::optimizer::analyzer::resolve_grouping_function::ResolveGroupingFunction::new()),
+        Arc::new(crate::catalog::float_over_numeric::FloatOverNumeric),
+        Arc::new(datafusion::optimizer::analyzer::type_coercion::TypeCoercion::new()),
+    ]));
     let state = builder
         .with_type_planner(Arc::new(functions::WeirTypePlanner {
             catalog: catalog.clone(),

@@ -1213,7 +1213,8 @@ fn numeric_operators(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
 
 /// The type of `ceil`, `floor`, `trunc`, `trunc(x, n)` and `round(x, n)` of a `numeric`,
 /// as Postgres scales their value (0 decimals, `n` decimals, also more than the
-/// argument's: `trunc(1.5, 2)` = `round(1.5, 2)` = `1.50`); DataFusion keeps the
+/// argument's: `trunc(1.5, 2)` = `round(1.5, 2)` = `1.50`, none for a negative `n`:
+/// `trunc(1234.5, -2)` = `1200`); DataFusion keeps the
 /// argument's scale (`ceil(1.5)` = `2.0`); `round(x, n)` and `trunc(x, n)` of an integer
 /// are `numeric` (`round(7, 2)` = `7.00`). Returns the type the argument is taken as (a
 /// decimal) and the result's, `None` when the function keeps its type. The value is
@@ -1232,22 +1233,32 @@ fn integral_scale(
     let DataType::Decimal128(p, s) = arg else {
         return None;
     };
+    // a constant number of decimals (`-3` is a negation of 3, maybe cast to the argument
+    // type the function takes)
+    fn constant(e: &Expr) -> Option<i64> {
+        match e {
+            Expr::Literal(ScalarValue::Int64(Some(n)), _) => Some(*n),
+            Expr::Literal(ScalarValue::Int32(Some(n)), _) => Some(*n as i64),
+            Expr::Negative(e) => constant(e).map(|n| -n),
+            Expr::Cast(c) => constant(&c.expr),
+            _ => None,
+        }
+    }
     let n: i8 = match f.args.as_slice() {
         [_] if name != "round" => 0,
-        [_, Expr::Literal(v, _)] if name != "ceil" && name != "floor" => match v {
-            ScalarValue::Int64(Some(n)) => i8::try_from(*n).ok()?,
-            ScalarValue::Int32(Some(n)) => i8::try_from(*n).ok()?,
-            _ => return None,
-        },
+        [_, e] if name != "ceil" && name != "floor" => i8::try_from(constant(e)?).ok()?,
         _ => return None,
     };
+    // to tens, hundreds (`trunc(x, -3)`): no decimals
+    let scale = n.max(0);
     // a carry can add an integer digit (`ceil(9.5)` = 10)
-    let p = p as i16 - s as i16 + n as i16 + 1;
-    // (`round` to fewer decimals is DataFusion's already: only more are scaled here)
-    if n < 0 || (n == s && !integer) || p > 38 || (name == "round" && n < s) {
+    let p = p as i16 - s as i16 + scale as i16 + 1;
+    // (`round` to fewer decimals is DataFusion's already: only more, or none for a
+    // negative `n`, are scaled here)
+    if (scale == s && !integer) || p > 38 || (name == "round" && (0..s).contains(&n)) {
         return None;
     }
-    Some((arg, DataType::Decimal128(p.max(1) as u8, n)))
+    Some((arg, DataType::Decimal128(p.max(1) as u8, scale)))
 }
 
 /// `avg` of integers and `numeric` is a `numeric` in Postgres, the quotient of the sum and
