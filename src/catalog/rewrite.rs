@@ -134,6 +134,7 @@ impl VisitorMut for PgRewriter {
             series_text_arguments(&mut args.args);
         }
         unnest_alias_names_column(tf);
+        values_alias_padded(tf);
         aliased_using_join(tf);
         session_settings(tf);
         match crate::sql::windows::rewrite_table_factor(tf) {
@@ -4271,6 +4272,29 @@ fn datetime_text_in_table_function_args(tf: &mut ast::TableFactor) {
                 }
             }
             _ => {}
+        }
+    }
+}
+
+/// `(VALUES (1, 'a')) t(id)`: an alias naming fewer columns than a VALUES list has leaves
+/// the rest their own names (`column2`), as Postgres does; DataFusion refuses the alias.
+fn values_alias_padded(tf: &mut ast::TableFactor) {
+    if let ast::TableFactor::Derived {
+        subquery,
+        alias: Some(alias),
+        ..
+    } = tf
+        && !alias.columns.is_empty()
+        && let ast::SetExpr::Values(v) = subquery.body.as_ref()
+        && let Some(width) = v.rows.first().map(|r| r.len())
+    {
+        for i in alias.columns.len()..width {
+            alias
+                .columns
+                .push(ast::TableAliasColumnDef::from_name(format!(
+                    "column{}",
+                    i + 1
+                )));
         }
     }
 }

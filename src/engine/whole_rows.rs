@@ -5,8 +5,9 @@
 //! the catalog's relations (tables, sources, views, materialized views) named in the FROM
 //! clause of the same SELECT. A name that is also a column of one of them stays the column,
 //! as in Postgres; `count(t.*)` is left to DataFusion. A subquery in FROM or a CTE has a
-//! row too when its select list names its columns (`(SELECT id, name AS n FROM t) s`);
-//! one with `*` or an unnamed expression does not yet (its columns are known only once
+//! row too when its select list names its columns (`(SELECT id, name AS n FROM t) s`), and
+//! a VALUES list (`(VALUES (1, 'a')) t(id, name)`); one with `*` or an unnamed expression
+//! does not yet (its columns are known only once
 //! planned): such a name stays unknown (42703).
 
 use std::collections::{HashMap, HashSet};
@@ -76,6 +77,32 @@ impl Rows<'_> {
                 for (c, renamed) in fields.iter_mut().zip(&alias.columns) {
                     *c = normalize_ident(&renamed.name);
                 }
+                out.push(Relation {
+                    seen: normalize_ident(&alias.name),
+                    columns: fields.clone(),
+                    fields,
+                });
+                continue;
+            }
+            // a VALUES list: `(VALUES (1, 'a')) t(id, name)`, its columns `column1`... where
+            // the alias does not name them
+            if let ast::TableFactor::Derived {
+                subquery,
+                alias: Some(alias),
+                ..
+            } = f
+                && let ast::SetExpr::Values(v) = subquery.body.as_ref()
+                && let Some(first) = v.rows.first()
+            {
+                let fields: Vec<String> = (0..first.len())
+                    .map(|i| {
+                        alias
+                            .columns
+                            .get(i)
+                            .map(|c| normalize_ident(&c.name))
+                            .unwrap_or_else(|| format!("column{}", i + 1))
+                    })
+                    .collect();
                 out.push(Relation {
                     seen: normalize_ident(&alias.name),
                     columns: fields.clone(),
