@@ -148,6 +148,12 @@ impl VisitorMut for PgRewriter {
     }
 
     fn pre_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<Self::Break> {
+        if let Err(e) = row_in_subquery_width(expr) {
+            return ControlFlow::Break(e);
+        }
+        if let Some(e) = row_in_subquery(expr, false) {
+            *expr = e;
+        }
         // `pg_catalog.pg_class.relname` → `pg_class.relname` (SQLAlchemy qualifies every
         // column so; the catalog rewrites below look at `table.column` pairs)
         if let Expr::CompoundIdentifier(ids) = expr
@@ -190,6 +196,9 @@ impl VisitorMut for PgRewriter {
     }
 
     fn pre_visit_select(&mut self, select: &mut ast::Select) -> ControlFlow<Self::Break> {
+        if let Some(w) = select.selection.as_mut() {
+            row_in_subquery_conjuncts(w);
+        }
         // named as written, before the expressions are rewritten (`array_upper(a, 1)` is
         // "array_upper", `|/ x` is "?column?", whatever they become)
         name_select_items(&mut select.projection);
@@ -4295,6 +4304,245 @@ fn values_alias_padded(tf: &mut ast::TableFactor) {
                     "column{}",
                     i + 1
                 )));
+        }
+    }
+}
+
+/// `(a, b) IN (subquery)`: a row compared with each row of the subquery, which DataFusion
+/// does not plan (one column only). As Postgres: true if some row equals it (every column
+/// equal), else NULL if some row has no column unequal (a NULL decides), else false; NOT
+/// IN its negation. With `exists_only` (a WHERE conjunct, where only true keeps a row) the
+/// one EXISTS, a semi join. The subquery's columns are renamed `weir_cN`, so the row's own
+/// expressions (correlated references inside the EXISTS) resolve to the outer query.
+fn row_in_subquery(e: &Expr, exists_only: bool) -> Option<Expr> {
+    let Expr::InSubquery {
+        expr,
+        subquery,
+        negated,
+    } = e
+    else {
+        return None;
+    };
+    let Expr::Tuple(items) = expr.as_ref() else {
+        return None;
+    };
+    // (a width that does not fit is refused where the expression is visited)
+    if row_in_subquery_width(e).is_err() {
+        return None;
+    }
+    // a plain SELECT (no aggregate, grouping, DISTINCT, LIMIT): the comparisons join its
+    // own WHERE, so correlated references stay where they were written; else over the
+    // subquery as a derived table
+    // (only where the row's own expressions cannot be captured by the subquery's FROM: each
+    // column they read is qualified by a name that FROM does not have)
+    let plain = plain_rows_select(subquery).filter(|s| {
+        let inner: HashSet<String> = s
+            .from
+            .iter()
+            .flat_map(|t| std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation)))
+            .filter_map(|tf| match tf {
+                ast::TableFactor::Table { alias: Some(a), .. }
+                | ast::TableFactor::Derived { alias: Some(a), .. }
+                | ast::TableFactor::Function { alias: Some(a), .. } => {
+                    Some(a.name.value.to_lowercase())
+                }
+                ast::TableFactor::Table { name, .. } => last_name(name),
+                _ => None,
+            })
+            .collect();
+        let captured = ast::visit_expressions(items, |e| match e {
+            Expr::Identifier(_) => ControlFlow::Break(()),
+            Expr::CompoundIdentifier(ids)
+                if ids.len() < 2 || inner.contains(&ids[ids.len() - 2].value.to_lowercase()) =>
+            {
+                ControlFlow::Break(())
+            }
+            _ => ControlFlow::Continue(()),
+        })
+        .is_break();
+        s.projection.len() == items.len() && !captured
+    });
+    let (from, compared): (String, Vec<String>) = match plain {
+        Some(sel) => {
+            let from = sel
+                .from
+                .iter()
+                .map(|t| t.to_string())
+                .collect::<Vec<_>>()
+                .join(", ");
+            let from = match &sel.selection {
+                Some(w) => format!("{from} WHERE ({w})"),
+                None => from,
+            };
+            let compared = sel
+                .projection
+                .iter()
+                .map(|i| match i {
+                    SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                        Some(format!("({e})"))
+                    }
+                    _ => None,
+                })
+                .collect::<Option<Vec<_>>>()?;
+            (from, compared)
+        }
+        None => {
+            let cols: Vec<String> = (1..=items.len()).map(|i| format!("weir_c{i}")).collect();
+            let from = format!("({subquery}) AS weir_row({})", cols.join(", "));
+            (from, cols.iter().map(|c| format!("weir_row.{c}")).collect())
+        }
+    };
+    // (`FROM x WHERE c` continues with AND, a bare FROM with WHERE)
+    let joiner = if plain.is_some_and(|s| s.selection.is_some()) {
+        "AND"
+    } else {
+        "WHERE"
+    };
+    let eq = |i: usize| format!("{} = ({})", compared[i], items[i]);
+    let all_equal = (0..items.len()).map(eq).collect::<Vec<_>>().join(" AND ");
+    let none_unequal = (0..items.len())
+        .map(|i| format!("({}) IS NOT FALSE", eq(i)))
+        .collect::<Vec<_>>()
+        .join(" AND ");
+    let text = if exists_only && !negated {
+        format!("EXISTS (SELECT 1 FROM {from} {joiner} {all_equal})")
+    } else {
+        let t = format!(
+            "(CASE WHEN EXISTS (SELECT 1 FROM {from} {joiner} {all_equal}) THEN TRUE \
+             WHEN EXISTS (SELECT 1 FROM {from} {joiner} {none_unequal}) THEN NULL ELSE FALSE END)"
+        );
+        if *negated { format!("(NOT {t})") } else { t }
+    };
+    let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
+    datafusion::sql::sqlparser::parser::Parser::new(&dialect)
+        .try_with_sql(&text)
+        .and_then(|mut p| p.parse_expr())
+        .ok()
+}
+
+/// A [`plain_select`] without an aggregate or window call (whose rows are not its FROM's
+/// filtered by its WHERE).
+fn plain_rows_select(q: &ast::Query) -> Option<&ast::Select> {
+    let sel = plain_select(q)?;
+    if !sel.named_window.is_empty() || sel.qualify.is_some() {
+        return None;
+    }
+    // an aggregate or window call makes the select one row (or per-row windows)
+    const AGGREGATES: &[&str] = &[
+        "count",
+        "sum",
+        "avg",
+        "min",
+        "max",
+        "array_agg",
+        "string_agg",
+        "bool_and",
+        "bool_or",
+        "every",
+        "json_agg",
+        "jsonb_agg",
+        "json_object_agg",
+        "jsonb_object_agg",
+        "stddev",
+        "stddev_pop",
+        "stddev_samp",
+        "variance",
+        "var_pop",
+        "var_samp",
+        "mode",
+        "percentile_cont",
+        "percentile_disc",
+        "bit_and",
+        "bit_or",
+        "bit_xor",
+        "corr",
+        "covar_pop",
+        "covar_samp",
+        "regr_slope",
+        "regr_intercept",
+        "regr_count",
+        "regr_r2",
+        "regr_avgx",
+        "regr_avgy",
+        "regr_sxx",
+        "regr_syy",
+        "regr_sxy",
+        "first_value",
+        "last_value",
+        "approx_distinct",
+        "approx_percentile_cont",
+        "median",
+        "grouping",
+        "xmlagg",
+        "range_agg",
+        "any_value",
+    ];
+    let aggregate = ast::visit_expressions(&sel.projection, |e| match e {
+        Expr::Function(f)
+            if f.over.is_some()
+                || f.filter.is_some()
+                || !f.within_group.is_empty()
+                || last_name(&f.name).is_some_and(|n| AGGREGATES.contains(&n.as_str())) =>
+        {
+            ControlFlow::Break(())
+        }
+        Expr::Subquery(_) => ControlFlow::Break(()),
+        _ => ControlFlow::Continue(()),
+    })
+    .is_break();
+    (!aggregate).then_some(sel)
+}
+
+/// `(a, b) IN (subquery)` whose subquery's width is known from its text (a select list
+/// without `*`, a VALUES list) and is not the row's: 42601, as Postgres.
+fn row_in_subquery_width(e: &Expr) -> crate::error::Result<()> {
+    let Expr::InSubquery { expr, subquery, .. } = e else {
+        return Ok(());
+    };
+    let Expr::Tuple(items) = expr.as_ref() else {
+        return Ok(());
+    };
+    let width = match subquery.body.as_ref() {
+        ast::SetExpr::Select(sel)
+            if !sel.projection.iter().any(|i| {
+                matches!(
+                    i,
+                    SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..)
+                )
+            }) =>
+        {
+            Some(sel.projection.len())
+        }
+        ast::SetExpr::Values(v) => v.rows.first().map(|r| r.len()),
+        _ => None,
+    };
+    match width {
+        Some(w) if w > items.len() => Err(crate::error::WeirError::syntax(
+            "subquery has too many columns",
+        )),
+        Some(w) if w < items.len() => Err(crate::error::WeirError::syntax(
+            "subquery has too few columns",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// [`row_in_subquery`] of the conjuncts of a WHERE clause: each as its EXISTS.
+fn row_in_subquery_conjuncts(e: &mut Expr) {
+    match e {
+        Expr::BinaryOp {
+            left,
+            op: ast::BinaryOperator::And,
+            right,
+        } => {
+            row_in_subquery_conjuncts(left);
+            row_in_subquery_conjuncts(right);
+        }
+        Expr::Nested(inner) => row_in_subquery_conjuncts(inner),
+        _ => {
+            if let Some(x) = row_in_subquery(e, true) {
+                *e = x;
+            }
         }
     }
 }
