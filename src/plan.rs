@@ -5,6 +5,7 @@
 pub mod apply;
 pub mod asof;
 pub mod dml;
+pub mod global_aggregate_filters;
 pub mod insert_values;
 pub mod match_recognize;
 pub mod shared;

@@ -290,6 +290,12 @@ impl datafusion::optimizer::OptimizerRule for LeftoverSubqueries {
 /// DataFusion's optimizer rules with [`LeftoverSubqueries`] after `decorrelate_lateral_join`.
 pub fn optimizer_rules() -> Vec<Arc<dyn datafusion::optimizer::OptimizerRule + Send + Sync>> {
     let mut rules = datafusion::optimizer::Optimizer::new().rules;
+    // filters stay over global aggregates (`plan/global_aggregate_filters.rs`)
+    for r in rules.iter_mut() {
+        if r.name() == "push_down_filter" {
+            *r = Arc::new(super::global_aggregate_filters::FiltersAboveGlobalAggregates(r.clone()));
+        }
+    }
     let at = rules
         .iter()
         .position(|r| r.name() == "decorrelate_lateral_join")
