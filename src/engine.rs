@@ -287,7 +287,7 @@ impl Engine {
         session
     }
 
-    /// [`Self::describe`] of an INSERT, UPDATE or DELETE.
+    /// [`Self::describe`] of an INSERT, UPDATE or DELETE (or of a query: its plan).
     pub(crate) async fn describe_dml(
         &self,
         session: &Session,
@@ -326,16 +326,7 @@ impl Engine {
         self.check_privileges(session, &parsed.stmt)?;
         match &parsed.stmt {
             Statement::Query(q) if with_dml::applies(q) => self.describe_with_dml(session, q).await,
-            Statement::Dml(q) => self.describe_dml(session, q).await,
-            Statement::Query(q) => {
-                let plan = self.plan_ast(session, q).await?;
-                let params = parameter_types(&plan)?;
-                let schema = match &plan {
-                    LogicalPlan::Dml(_) => None,
-                    p => Some(self.result_schema(p)),
-                };
-                Ok((params, schema))
-            }
+            Statement::Dml(q) | Statement::Query(q) => self.describe_dml(session, q).await,
             Statement::ShowVariable(name) => Ok((vec![], Some(show_schema(name)))),
             Statement::ShowRelations(_) => Ok((vec![], Some(show_relations_schema()))),
             Statement::Subscribe(s) => Ok((vec![], Some(self.subscribe_schema(s)?))),

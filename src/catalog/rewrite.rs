@@ -3071,11 +3071,15 @@ fn parse_query_text(sql: &str) -> Option<Box<ast::Query>> {
 }
 
 fn parse_expr(sql: &str) -> Expr {
+    try_parse_expr(sql).unwrap_or_else(|| Expr::value(ast::Value::Null))
+}
+
+fn try_parse_expr(sql: &str) -> Option<Expr> {
     let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
     datafusion::sql::sqlparser::parser::Parser::new(&dialect)
         .try_with_sql(sql)
         .and_then(|mut p| p.parse_expr())
-        .unwrap_or_else(|_| Expr::value(ast::Value::Null))
+        .ok()
 }
 
 /// `SELECT ... FROM unnest(x.reloptions) ...`: storage options, which Weir never has.
@@ -3450,6 +3454,24 @@ const AGGREGATES: &[&str] = &[
     "median",
     "first_value",
     "last_value",
+    "mode",
+    "percentile_cont",
+    "percentile_disc",
+    "corr",
+    "covar_pop",
+    "covar_samp",
+    "regr_slope",
+    "regr_intercept",
+    "regr_count",
+    "regr_r2",
+    "regr_avgx",
+    "regr_avgy",
+    "regr_sxx",
+    "regr_syy",
+    "regr_sxy",
+    "approx_distinct",
+    "approx_percentile_cont",
+    "any_value",
 ];
 
 /// DataFusion names an aggregate call without its arguments' casts (`sum(x::float8)` and
@@ -4340,20 +4362,14 @@ fn row_in_subquery(e: &Expr, exists_only: bool) -> Option<Expr> {
             .from
             .iter()
             .flat_map(|t| std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation)))
-            .filter_map(|tf| match tf {
-                ast::TableFactor::Table { alias: Some(a), .. }
-                | ast::TableFactor::Derived { alias: Some(a), .. }
-                | ast::TableFactor::Function { alias: Some(a), .. } => {
-                    Some(a.name.value.to_lowercase())
-                }
-                ast::TableFactor::Table { name, .. } => last_name(name),
-                _ => None,
-            })
+            .filter_map(crate::sql::parser::relation_label)
             .collect();
         let captured = ast::visit_expressions(items, |e| match e {
             Expr::Identifier(_) => ControlFlow::Break(()),
             Expr::CompoundIdentifier(ids)
-                if ids.len() < 2 || inner.contains(&ids[ids.len() - 2].value.to_lowercase()) =>
+                if ids.len() < 2
+                    || inner
+                        .contains(&crate::sql::parser::normalize_ident(&ids[ids.len() - 2])) =>
             {
                 ControlFlow::Break(())
             }
@@ -4413,11 +4429,7 @@ fn row_in_subquery(e: &Expr, exists_only: bool) -> Option<Expr> {
         );
         if *negated { format!("(NOT {t})") } else { t }
     };
-    let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
-    datafusion::sql::sqlparser::parser::Parser::new(&dialect)
-        .try_with_sql(&text)
-        .and_then(|mut p| p.parse_expr())
-        .ok()
+    try_parse_expr(&text)
 }
 
 /// A [`plain_select`] without an aggregate or window call (whose rows are not its FROM's
@@ -4428,61 +4440,13 @@ fn plain_rows_select(q: &ast::Query) -> Option<&ast::Select> {
         return None;
     }
     // an aggregate or window call makes the select one row (or per-row windows)
-    const AGGREGATES: &[&str] = &[
-        "count",
-        "sum",
-        "avg",
-        "min",
-        "max",
-        "array_agg",
-        "string_agg",
-        "bool_and",
-        "bool_or",
-        "every",
-        "json_agg",
-        "jsonb_agg",
-        "json_object_agg",
-        "jsonb_object_agg",
-        "stddev",
-        "stddev_pop",
-        "stddev_samp",
-        "variance",
-        "var_pop",
-        "var_samp",
-        "mode",
-        "percentile_cont",
-        "percentile_disc",
-        "bit_and",
-        "bit_or",
-        "bit_xor",
-        "corr",
-        "covar_pop",
-        "covar_samp",
-        "regr_slope",
-        "regr_intercept",
-        "regr_count",
-        "regr_r2",
-        "regr_avgx",
-        "regr_avgy",
-        "regr_sxx",
-        "regr_syy",
-        "regr_sxy",
-        "first_value",
-        "last_value",
-        "approx_distinct",
-        "approx_percentile_cont",
-        "median",
-        "grouping",
-        "xmlagg",
-        "range_agg",
-        "any_value",
-    ];
     let aggregate = ast::visit_expressions(&sel.projection, |e| match e {
         Expr::Function(f)
             if f.over.is_some()
                 || f.filter.is_some()
                 || !f.within_group.is_empty()
-                || last_name(&f.name).is_some_and(|n| AGGREGATES.contains(&n.as_str())) =>
+                || last_name(&f.name)
+                    .is_some_and(|n| AGGREGATES.contains(&n.to_lowercase().as_str())) =>
         {
             ControlFlow::Break(())
         }

@@ -25,7 +25,9 @@ use crate::catalog::RelationKind;
 use crate::engine::{Engine, Output, collect_plan, lock_writer, refuse_connector_table};
 use crate::error::{Result, WeirError, sqlstate};
 use crate::server::session::Session;
-use crate::sql::parser::{MERGE_DEFAULT_VALUES, MERGE_DO_NOTHING, normalize_ident, relation_name};
+use crate::sql::parser::{
+    MERGE_DEFAULT_VALUES, MERGE_DO_NOTHING, normalize_ident, relation_label, relation_name,
+};
 use crate::sql::pg_text::quote_ident;
 use crate::sql::types::SqlType;
 use crate::state::table::Change;
@@ -946,17 +948,6 @@ impl Engine {
             }
         };
         Ok((params, schema))
-    }
-}
-
-/// The name a FROM item is known by: its alias, else its table's name.
-fn relation_label(tf: &ast::TableFactor) -> Option<String> {
-    match tf {
-        ast::TableFactor::Table { alias: Some(a), .. }
-        | ast::TableFactor::Derived { alias: Some(a), .. }
-        | ast::TableFactor::Function { alias: Some(a), .. } => Some(normalize_ident(&a.name)),
-        ast::TableFactor::Table { name, .. } => relation_name(name).ok(),
-        _ => None,
     }
 }
 

@@ -2746,15 +2746,7 @@ pub fn delete_using_as_exists(mut d: ast::Delete) -> Result<ast::Delete> {
         let names: Vec<String> = using
             .iter()
             .flat_map(|t| std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation)))
-            .filter_map(|tf| match tf {
-                ast::TableFactor::Table { alias: Some(a), .. }
-                | ast::TableFactor::Derived { alias: Some(a), .. }
-                | ast::TableFactor::Function { alias: Some(a), .. } => {
-                    Some(normalize_ident(&a.name))
-                }
-                ast::TableFactor::Table { name, .. } => relation_name(name).ok(),
-                _ => None,
-            })
+            .filter_map(relation_label)
             .collect();
         if let Some(n) = items.iter().find_map(|i| returning_reads(i, &names)) {
             return Err(WeirError::internal(format!(
@@ -2777,6 +2769,17 @@ pub fn delete_using_as_exists(mut d: ast::Delete) -> Result<ast::Delete> {
 pub fn parse_expr_text(text: &str) -> Result<ast::Expr> {
     let dialect = PostgreSqlDialect {};
     Ok(Parser::new(&dialect).try_with_sql(text)?.parse_expr()?)
+}
+
+/// The name a FROM item is known by: its alias, else its table's name.
+pub fn relation_label(tf: &ast::TableFactor) -> Option<String> {
+    match tf {
+        ast::TableFactor::Table { alias: Some(a), .. }
+        | ast::TableFactor::Derived { alias: Some(a), .. }
+        | ast::TableFactor::Function { alias: Some(a), .. } => Some(normalize_ident(&a.name)),
+        ast::TableFactor::Table { name, .. } => relation_name(name).ok(),
+        _ => None,
+    }
 }
 
 pub fn relation_name(name: &ObjectName) -> Result<String> {
