@@ -288,7 +288,7 @@ impl Engine {
     }
 
     /// [`Self::describe`] of an INSERT, UPDATE or DELETE (or of a query: its plan).
-    pub(crate) async fn describe_dml(
+    pub(crate) async fn describe_statement(
         &self,
         session: &Session,
         q: &ast::Statement,
@@ -326,7 +326,7 @@ impl Engine {
         self.check_privileges(session, &parsed.stmt)?;
         match &parsed.stmt {
             Statement::Query(q) if with_dml::applies(q) => self.describe_with_dml(session, q).await,
-            Statement::Dml(q) | Statement::Query(q) => self.describe_dml(session, q).await,
+            Statement::Dml(q) | Statement::Query(q) => self.describe_statement(session, q).await,
             Statement::ShowVariable(name) => Ok((vec![], Some(show_schema(name)))),
             Statement::ShowRelations(_) => Ok((vec![], Some(show_relations_schema()))),
             Statement::Subscribe(s) => Ok((vec![], Some(self.subscribe_schema(s)?))),

@@ -119,11 +119,17 @@ pub fn session_context(
     }
     // a float beside a numeric resolves as the float, before DataFusion's type coercion
     // would make both decimals (`catalog/float_over_numeric.rs`)
-    *builder.analyzer() = Some(datafusion::optimizer::Analyzer::with_rules(vec![
-        Arc::new(datafusion::optimizer::analyzer::resolve_grouping_function::ResolveGroupingFunction::new()),
+    let mut analyzer = datafusion::optimizer::Analyzer::new();
+    let at = analyzer
+        .rules
+        .iter()
+        .position(|r| r.name() == "type_coercion")
+        .unwrap_or(0);
+    analyzer.rules.insert(
+        at,
         Arc::new(crate::catalog::float_over_numeric::FloatOverNumeric),
-        Arc::new(datafusion::optimizer::analyzer::type_coercion::TypeCoercion::new()),
-    ]));
+    );
+    *builder.analyzer() = Some(analyzer);
     let state = builder
         .with_type_planner(Arc::new(functions::WeirTypePlanner {
             catalog: catalog.clone(),

@@ -21,7 +21,6 @@ use datafusion::arrow::datatypes::{DataType, Field};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Column, DFSchema, Result, ScalarValue};
-use datafusion::logical_expr::expr::{Case, ScalarFunction};
 use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan, Projection, Union, Values, cast};
 use datafusion::optimizer::AnalyzerRule;
 
@@ -64,91 +63,51 @@ fn node(plan: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
         other => Transformed::no(other),
     };
     let changed = plan.transformed;
-    let plan = plan.data;
-    let schema = input_schema(&plan);
-    let out = plan.map_expressions(|e| e.transform_up(|e| expr(e, &schema)))?;
-    Ok(if changed {
-        Transformed::yes(out.data)
-    } else {
-        out
-    })
+    let schema = crate::catalog::pg_semantics::expression_schema(&plan.data);
+    let mut out = plan
+        .data
+        .map_expressions(|e| e.transform_up(|e| expr(e, &schema)))?;
+    out.transformed |= changed;
+    Ok(out)
 }
 
-/// What a node's expressions read: its inputs' columns.
-fn input_schema(plan: &LogicalPlan) -> DFSchema {
-    let mut schema = DFSchema::empty();
-    for input in plan.inputs() {
-        schema.merge(input.schema());
-    }
-    schema
-}
-
-/// The decimal ones among `args` cast to the float they resolve to with the rest.
-fn floated(args: Vec<Expr>, schema: &DFSchema) -> Result<(Vec<Expr>, bool)> {
-    let types: Vec<DataType> = args
+/// The decimal ones among `values` cast, in place, to the float they resolve to with the
+/// rest. Whether any was.
+fn floated(values: Vec<&mut Expr>, schema: &DFSchema) -> Result<bool> {
+    let types: Vec<DataType> = values
         .iter()
         .map(|a| a.get_type(schema))
         .collect::<Result<_>>()?;
     let Some(float) = float_over_numeric(&types) else {
-        return Ok((args, false));
+        return Ok(false);
     };
-    let args = args
-        .into_iter()
-        .zip(&types)
-        .map(|(a, t)| {
-            if decimal(t) {
-                cast(a, float.clone())
-            } else {
-                a
-            }
-        })
-        .collect();
-    Ok((args, true))
+    for (v, t) in values.into_iter().zip(&types) {
+        if decimal(t) {
+            *v = cast(std::mem::take(v), float.clone());
+        }
+    }
+    Ok(true)
 }
 
-fn expr(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
-    match e {
-        Expr::Case(c) => {
-            let n = c.when_then_expr.len();
-            let (whens, thens): (Vec<_>, Vec<_>) =
-                c.when_then_expr.into_iter().map(|(w, t)| (w, *t)).unzip();
-            let mut values = thens;
-            let has_else = c.else_expr.is_some();
-            values.extend(c.else_expr.map(|e| *e));
-            let (mut values, changed) = floated(values, schema)?;
-            let else_expr = if has_else {
-                values.pop().map(Box::new)
-            } else {
-                None
-            };
-            debug_assert_eq!(values.len(), n);
-            let case = Expr::Case(Case {
-                expr: c.expr,
-                when_then_expr: whens
-                    .into_iter()
-                    .zip(values.into_iter().map(Box::new))
-                    .collect(),
-                else_expr,
-            });
-            Ok(if changed {
-                Transformed::yes(case)
-            } else {
-                Transformed::no(case)
-            })
-        }
+fn expr(mut e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
+    let changed = match &mut e {
+        // the values a CASE gives: its THENs and its ELSE
+        Expr::Case(c) => floated(
+            c.when_then_expr
+                .iter_mut()
+                .map(|(_, t)| t.as_mut())
+                .chain(c.else_expr.as_deref_mut())
+                .collect(),
+            schema,
+        )?,
         Expr::ScalarFunction(f)
             if matches!(f.func.name(), "coalesce" | "nullif" | "greatest" | "least") =>
         {
-            let (args, changed) = floated(f.args, schema)?;
-            let call = Expr::ScalarFunction(ScalarFunction { func: f.func, args });
-            Ok(if changed {
-                Transformed::yes(call)
-            } else {
-                Transformed::no(call)
-            })
+            floated(f.args.iter_mut().collect(), schema)?
         }
-        other => Ok(Transformed::no(other)),
-    }
+        _ => false,
+    };
+    Ok(Transformed::new_transformed(e, changed))
 }
 
 /// A UNION's inputs with each decimal column that meets a float in another input cast to

@@ -1768,7 +1768,7 @@ fn star_over_using(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
 }
 
 /// The columns a node's expressions can name: its inputs', a scan's source's.
-fn expression_schema(plan: &LogicalPlan) -> DFSchema {
+pub(crate) fn expression_schema(plan: &LogicalPlan) -> DFSchema {
     let mut schema = DFSchema::empty();
     for input in plan.inputs() {
         schema.merge(input.schema());

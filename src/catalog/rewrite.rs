@@ -4046,12 +4046,7 @@ pub fn rename_beside_wildcards(stmt: &mut ast::Statement, name: &str) -> bool {
     fn in_body(body: &mut ast::SetExpr, r: &mut Rename) {
         match body {
             ast::SetExpr::Select(sel) => {
-                let wildcard = sel.projection.iter().any(|i| {
-                    matches!(
-                        i,
-                        SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..)
-                    )
-                });
+                let wildcard = sel.projection.iter().any(is_wildcard);
                 if !wildcard {
                     return;
                 }
@@ -4358,11 +4353,8 @@ fn row_in_subquery(e: &Expr, exists_only: bool) -> Option<Expr> {
     // (only where the row's own expressions cannot be captured by the subquery's FROM: each
     // column they read is qualified by a name that FROM does not have)
     let plain = plain_rows_select(subquery).filter(|s| {
-        let inner: HashSet<String> = s
-            .from
-            .iter()
-            .flat_map(|t| std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation)))
-            .filter_map(crate::sql::parser::relation_label)
+        let inner: HashSet<String> = crate::sql::parser::relation_labels(&s.from)
+            .into_iter()
             .collect();
         let captured = ast::visit_expressions(items, |e| match e {
             Expr::Identifier(_) => ControlFlow::Break(()),
@@ -4378,7 +4370,8 @@ fn row_in_subquery(e: &Expr, exists_only: bool) -> Option<Expr> {
         .is_break();
         s.projection.len() == items.len() && !captured
     });
-    let (from, compared): (String, Vec<String>) = match plain {
+    // the relation the rows are read from, its own condition and each compared value
+    let (from, filter, compared): (String, Option<String>, Vec<String>) = match plain {
         Some(sel) => {
             let from = sel
                 .from
@@ -4386,10 +4379,6 @@ fn row_in_subquery(e: &Expr, exists_only: bool) -> Option<Expr> {
                 .map(|t| t.to_string())
                 .collect::<Vec<_>>()
                 .join(", ");
-            let from = match &sel.selection {
-                Some(w) => format!("{from} WHERE ({w})"),
-                None => from,
-            };
             let compared = sel
                 .projection
                 .iter()
@@ -4400,33 +4389,42 @@ fn row_in_subquery(e: &Expr, exists_only: bool) -> Option<Expr> {
                     _ => None,
                 })
                 .collect::<Option<Vec<_>>>()?;
-            (from, compared)
+            (
+                from,
+                sel.selection.as_ref().map(|w| format!("({w})")),
+                compared,
+            )
         }
         None => {
             let cols: Vec<String> = (1..=items.len()).map(|i| format!("weir_c{i}")).collect();
             let from = format!("({subquery}) AS weir_row({})", cols.join(", "));
-            (from, cols.iter().map(|c| format!("weir_row.{c}")).collect())
+            (
+                from,
+                None,
+                cols.iter().map(|c| format!("weir_row.{c}")).collect(),
+            )
         }
     };
-    // (`FROM x WHERE c` continues with AND, a bare FROM with WHERE)
-    let joiner = if plain.is_some_and(|s| s.selection.is_some()) {
-        "AND"
-    } else {
-        "WHERE"
-    };
     let eq = |i: usize| format!("{} = ({})", compared[i], items[i]);
-    let all_equal = (0..items.len()).map(eq).collect::<Vec<_>>().join(" AND ");
-    let none_unequal = (0..items.len())
-        .map(|i| format!("({}) IS NOT FALSE", eq(i)))
-        .collect::<Vec<_>>()
-        .join(" AND ");
+    // `EXISTS` of the rows where every column compares as `test` says
+    let exists = |test: &dyn Fn(String) -> String| {
+        let conds: Vec<String> = filter
+            .iter()
+            .cloned()
+            .chain((0..items.len()).map(|i| test(eq(i))))
+            .collect();
+        format!(
+            "EXISTS (SELECT 1 FROM {from} WHERE {})",
+            conds.join(" AND ")
+        )
+    };
+    let equal = exists(&|c| c);
     let text = if exists_only && !negated {
-        format!("EXISTS (SELECT 1 FROM {from} {joiner} {all_equal})")
+        equal
     } else {
-        let t = format!(
-            "(CASE WHEN EXISTS (SELECT 1 FROM {from} {joiner} {all_equal}) THEN TRUE \
-             WHEN EXISTS (SELECT 1 FROM {from} {joiner} {none_unequal}) THEN NULL ELSE FALSE END)"
-        );
+        let not_unequal = exists(&|c| format!("({c}) IS NOT FALSE"));
+        let t =
+            format!("(CASE WHEN {equal} THEN TRUE WHEN {not_unequal} THEN NULL ELSE FALSE END)");
         if *negated { format!("(NOT {t})") } else { t }
     };
     try_parse_expr(&text)
@@ -4467,14 +4465,7 @@ fn row_in_subquery_width(e: &Expr) -> crate::error::Result<()> {
         return Ok(());
     };
     let width = match subquery.body.as_ref() {
-        ast::SetExpr::Select(sel)
-            if !sel.projection.iter().any(|i| {
-                matches!(
-                    i,
-                    SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..)
-                )
-            }) =>
-        {
+        ast::SetExpr::Select(sel) if !sel.projection.iter().any(is_wildcard) => {
             Some(sel.projection.len())
         }
         ast::SetExpr::Values(v) => v.rows.first().map(|r| r.len()),

@@ -26,7 +26,7 @@ use crate::engine::{Engine, Output, collect_plan, lock_writer, refuse_connector_
 use crate::error::{Result, WeirError, sqlstate};
 use crate::server::session::Session;
 use crate::sql::parser::{
-    MERGE_DEFAULT_VALUES, MERGE_DO_NOTHING, normalize_ident, relation_label, relation_name,
+    MERGE_DEFAULT_VALUES, MERGE_DO_NOTHING, normalize_ident, relation_labels, relation_name,
 };
 use crate::sql::pg_text::quote_ident;
 use crate::sql::types::SqlType;
@@ -392,42 +392,32 @@ impl Engine {
         )?;
         let mut seen = HashSet::new();
         if first_match {
-            // keep each target row's first delete ...
-            let mut kept_deleted = Vec::with_capacity(deleted.len());
-            let mut kept_deleted_returning = Vec::with_capacity(deleted_returning.len());
-            for (k, old) in deleted.iter().enumerate() {
+            // keep each target row's first delete, then its first update (by its old values)
+            let mut first = |old: &RecordBatch| -> Result<datafusion::arrow::array::BooleanArray> {
                 let rows = conv.convert_columns(old.columns())?;
-                let keep: datafusion::arrow::array::BooleanArray = rows
+                Ok(rows
                     .iter()
                     .map(|r| Some(seen.insert(r.as_ref().to_vec())))
-                    .collect();
-                kept_deleted.push(datafusion::arrow::compute::filter_record_batch(old, &keep)?);
-                if let Some(r) = deleted_returning.get(k) {
-                    kept_deleted_returning
-                        .push(datafusion::arrow::compute::filter_record_batch(r, &keep)?);
+                    .collect())
+            };
+            let keep = |batches: &mut Vec<RecordBatch>,
+                        masks: &[datafusion::arrow::array::BooleanArray]|
+             -> Result<()> {
+                for (b, m) in batches.iter_mut().zip(masks) {
+                    *b = datafusion::arrow::compute::filter_record_batch(b, m)?;
                 }
-            }
-            deleted = kept_deleted;
-            deleted_returning = kept_deleted_returning;
-            // ... and first update
-            let mut kept_old = Vec::with_capacity(updated_old.len());
-            let mut kept_new = Vec::with_capacity(updated_new.len());
-            let mut kept_returning = Vec::with_capacity(updated_returning.len());
-            for (k, (old, new)) in updated_old.iter().zip(&updated_new).enumerate() {
-                let rows = conv.convert_columns(old.columns())?;
-                let keep: datafusion::arrow::array::BooleanArray = rows
-                    .iter()
-                    .map(|r| Some(seen.insert(r.as_ref().to_vec())))
-                    .collect();
-                kept_old.push(datafusion::arrow::compute::filter_record_batch(old, &keep)?);
-                kept_new.push(datafusion::arrow::compute::filter_record_batch(new, &keep)?);
-                if let Some(r) = updated_returning.get(k) {
-                    kept_returning.push(datafusion::arrow::compute::filter_record_batch(r, &keep)?);
-                }
-            }
-            updated_old = kept_old;
-            updated_new = kept_new;
-            updated_returning = kept_returning;
+                Ok(())
+            };
+            let masks = deleted.iter().map(&mut first).collect::<Result<Vec<_>>>()?;
+            keep(&mut deleted, &masks)?;
+            keep(&mut deleted_returning, &masks)?;
+            let masks = updated_old
+                .iter()
+                .map(&mut first)
+                .collect::<Result<Vec<_>>>()?;
+            keep(&mut updated_old, &masks)?;
+            keep(&mut updated_new, &masks)?;
+            keep(&mut updated_returning, &masks)?;
         } else {
             for b in deleted.iter().chain(&updated_old) {
                 let rows = conv.convert_columns(b.columns())?;
@@ -482,6 +472,23 @@ impl Engine {
     }
 }
 
+/// The value an UPDATE's SET list assigns to `column`, if it does.
+fn assignment_of<'a>(assignments: &'a [ast::Assignment], column: &str) -> Option<&'a ast::Expr> {
+    assignments.iter().find_map(|a| match &a.target {
+        ast::AssignmentTarget::ColumnName(c)
+            if c.0
+                .last()
+                .and_then(|p| p.as_ident())
+                .map(normalize_ident)
+                .as_deref()
+                == Some(column) =>
+        {
+            Some(&a.value)
+        }
+        _ => None,
+    })
+}
+
 /// The type a column's new value is cast to in the MERGE query (a `varchar(n)`'s length is
 /// checked where the row is written, as an assignment: not cut here).
 fn assigned_type(ty: &SqlType) -> String {
@@ -520,35 +527,31 @@ impl Engine {
             .map(|a| normalize_ident(&a.name))
             .unwrap_or_else(|| table_name.clone());
         let t = quote_ident(&label);
-        // each target column's new value
-        let mut new_values: Vec<(String, String)> = entry
+        // each target column's new value: itself, its assigned value cast to its type, or
+        // for a stored generated column its expression over the others' new values (it
+        // reads no generated column)
+        let assigned = |value: &dyn std::fmt::Display, ty: &SqlType| {
+            crate::sql::parser::parse_expr_text(&format!(
+                "CAST(({value}) AS {})",
+                assigned_type(ty)
+            ))
+        };
+        let mut parsed: Vec<(String, ast::Expr)> = entry
             .desc
             .columns
             .iter()
-            .map(|c| (c.name.clone(), format!("{t}.{}", quote_ident(&c.name))))
-            .collect();
-        for a in assignments {
-            let ast::AssignmentTarget::ColumnName(c) = &a.target else {
-                continue;
-            };
-            let col =
-                c.0.last()
-                    .and_then(|p| p.as_ident())
-                    .map(normalize_ident)
-                    .unwrap_or_default();
-            if let (Some(slot), Some(desc)) = (
-                new_values.iter_mut().find(|(n, _)| *n == col),
-                entry.desc.columns.iter().find(|c| c.name == col),
-            ) {
-                slot.1 = format!("CAST(({}) AS {})", a.value, assigned_type(&desc.ty));
-            }
-        }
-        let mut parsed: Vec<(String, ast::Expr)> = new_values
-            .iter()
-            .map(|(n, v)| Ok((n.clone(), crate::sql::parser::parse_expr_text(v)?)))
+            .map(|c| {
+                let value = assignment_of(assignments, &c.name)
+                    .map(|v| assigned(v, &c.ty))
+                    .unwrap_or_else(|| {
+                        crate::sql::parser::parse_expr_text(&format!(
+                            "{t}.{}",
+                            quote_ident(&c.name)
+                        ))
+                    })?;
+                Ok((c.name.clone(), value))
+            })
             .collect::<Result<_>>()?;
-        // a stored generated column's new value: its expression over the others' new values
-        // (it reads no generated column)
         for (gcol, gexpr) in &entry.desc.generated {
             let (Some(at), Some(desc)) = (
                 parsed.iter().position(|(n, _)| n == gcol),
@@ -565,9 +568,7 @@ impl Engine {
                 }
                 std::ops::ControlFlow::<()>::Continue(())
             });
-            let text = format!("CAST(({e}) AS {})", assigned_type(&desc.ty));
-            new_values[at].1 = text.clone();
-            parsed[at].1 = crate::sql::parser::parse_expr_text(&text)?;
+            parsed[at].1 = assigned(&e, &desc.ty)?;
         }
         let source_columns = self.source_columns(session, source).await?;
         let marker = crate::catalog::rewrite::DUPLICATE_NAME_MARKER;
@@ -575,7 +576,7 @@ impl Engine {
             format!("{expr} AS {}", quote_ident(&format!("{name}{marker}r{k}")))
         };
         let target_columns = |k: usize| -> Vec<String> {
-            new_values
+            parsed
                 .iter()
                 .enumerate()
                 .map(|(i, (n, v))| named(v, n, k * 1000 + i))
@@ -765,11 +766,7 @@ impl Engine {
         let [target] = from.as_slice() else {
             return Err(WeirError::syntax("DELETE takes one table to delete from"));
         };
-        let from_names: Vec<String> = using
-            .iter()
-            .flat_map(|t| std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation)))
-            .filter_map(relation_label)
-            .collect();
+        let from_names: Vec<String> = relation_labels(using);
         let source = join_source(using);
         let reads_join = match &d.returning {
             Some(items) => {
@@ -790,26 +787,32 @@ impl Engine {
         if !target.joins.is_empty() {
             return Err(WeirError::syntax("DELETE takes one table to delete from"));
         }
-        let on = d
-            .selection
-            .as_ref()
-            .map(|e| e.to_string())
-            .unwrap_or_else(|| "true".into());
-        let sql = format!(
-            "MERGE INTO {} USING {source} ON {on} WHEN MATCHED THEN DELETE",
-            target.relation
-        );
-        let parsed = crate::sql::parser::parse(&sql)?;
-        let Some(crate::sql::parser::Statement::Merge(m)) =
-            parsed.into_iter().next().map(|p| p.stmt)
-        else {
-            return Err(WeirError::internal(format!("DELETE ... USING as {sql}")));
-        };
+        let m = merge_over(&target.relation, &source, d.selection.as_ref(), "DELETE")?;
         let items = self
             .returning_over_join(session, &target.relation, &[], items, &source, &from_names)
             .await?;
         self.merge_returning(session, &m, items, "DELETE", params)
             .await
+    }
+}
+
+/// `MERGE INTO target USING source ON cond WHEN MATCHED THEN action`: what UPDATE ... FROM
+/// and DELETE ... USING run as (no condition: every pair matches).
+fn merge_over(
+    target: &ast::TableFactor,
+    source: &str,
+    cond: Option<&ast::Expr>,
+    action: &str,
+) -> Result<ast::Merge> {
+    let on = cond.map_or_else(|| "true".to_owned(), |e| e.to_string());
+    let sql = format!("MERGE INTO {target} USING {source} ON {on} WHEN MATCHED THEN {action}");
+    match crate::sql::parser::parse(&sql)?
+        .into_iter()
+        .next()
+        .map(|p| p.stmt)
+    {
+        Some(crate::sql::parser::Statement::Merge(m)) => Ok(*m),
+        _ => Err(WeirError::internal(format!("not a MERGE: {sql}"))),
     }
 }
 
@@ -884,11 +887,7 @@ impl Engine {
                 ));
             }
         };
-        let from_names: Vec<String> = from
-            .iter()
-            .flat_map(|t| std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation)))
-            .filter_map(relation_label)
-            .collect();
+        let from_names: Vec<String> = relation_labels(from);
         let source = join_source(from);
         let over_join = match returning {
             Some(items) => {
@@ -1030,35 +1029,22 @@ impl Engine {
             None => return Err(WeirError::internal("UPDATE ... FROM without FROM")),
         };
         let source = join_source(from);
-        let on = u
-            .selection
-            .as_ref()
-            .map(|e| e.to_string())
-            .unwrap_or_else(|| "true".into());
         let sets = u
             .assignments
             .iter()
             .map(|a| a.to_string())
             .collect::<Vec<_>>()
             .join(", ");
-        let sql = format!(
-            "MERGE INTO {} USING {source} ON {on} WHEN MATCHED THEN UPDATE SET {sets}",
-            u.table.relation
-        );
-        let parsed = crate::sql::parser::parse(&sql)?;
-        let Some(crate::sql::parser::Statement::Merge(m)) =
-            parsed.into_iter().next().map(|p| p.stmt)
-        else {
-            return Err(WeirError::internal(format!("UPDATE ... FROM as {sql}")));
-        };
+        let m = merge_over(
+            &u.table.relation,
+            &source,
+            u.selection.as_ref(),
+            &format!("UPDATE SET {sets}"),
+        )?;
         // RETURNING: of the updated rows (planned first, so that a list it cannot answer
         // changes nothing); one that reads the FROM relations is evaluated in the MERGE's
         // own query, over each updated row's match
-        let from_names: Vec<String> = from
-            .iter()
-            .flat_map(|t| std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation)))
-            .filter_map(relation_label)
-            .collect();
+        let from_names: Vec<String> = relation_labels(from);
         if let Some(items) = &u.returning
             && self
                 .returning_reads_join(session, &u.table.relation, items, &from_names, &source)

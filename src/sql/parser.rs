@@ -2743,11 +2743,7 @@ pub fn delete_using_as_exists(mut d: ast::Delete) -> Result<ast::Delete> {
         return Ok(d);
     };
     if let Some(items) = &d.returning {
-        let names: Vec<String> = using
-            .iter()
-            .flat_map(|t| std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation)))
-            .filter_map(relation_label)
-            .collect();
+        let names: Vec<String> = relation_labels(&using);
         if let Some(n) = items.iter().find_map(|i| returning_reads(i, &names)) {
             return Err(WeirError::internal(format!(
                 "DELETE ... USING ... RETURNING reads \"{n}\" but was run as DELETE ... WHERE EXISTS"
@@ -2769,6 +2765,15 @@ pub fn delete_using_as_exists(mut d: ast::Delete) -> Result<ast::Delete> {
 pub fn parse_expr_text(text: &str) -> Result<ast::Expr> {
     let dialect = PostgreSqlDialect {};
     Ok(Parser::new(&dialect).try_with_sql(text)?.parse_expr()?)
+}
+
+/// The names the items of a FROM list (and their joins) are known by (see
+/// [`relation_label`]).
+pub fn relation_labels(from: &[ast::TableWithJoins]) -> Vec<String> {
+    from.iter()
+        .flat_map(|t| std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation)))
+        .filter_map(relation_label)
+        .collect()
 }
 
 /// The name a FROM item is known by: its alias, else its table's name.

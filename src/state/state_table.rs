@@ -165,7 +165,7 @@ impl KeyView for Probe<'_> {
 
 impl PartialEq for dyn KeyView + '_ {
     fn eq(&self, other: &Self) -> bool {
-        self.head() == other.head() && self.bytes() == other.bytes()
+        self.cmp(other).is_eq()
     }
 }
 
@@ -177,11 +177,14 @@ impl PartialOrd for dyn KeyView + '_ {
     }
 }
 
+/// The order of ordered-table keys: by head, then by the whole bytes (see [`OrdKey`]).
+fn key_order(a: (u128, &[u8]), b: (u128, &[u8])) -> std::cmp::Ordering {
+    a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1))
+}
+
 impl Ord for dyn KeyView + '_ {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.head()
-            .cmp(&other.head())
-            .then_with(|| self.bytes().cmp(other.bytes()))
+        key_order((self.head(), self.bytes()), (other.head(), other.bytes()))
     }
 }
 
@@ -193,7 +196,7 @@ impl<'a> std::borrow::Borrow<dyn KeyView + 'a> for OrdKey {
 
 impl PartialEq for OrdKey {
     fn eq(&self, other: &Self) -> bool {
-        self.head == other.head && self.key == other.key
+        self.cmp(other).is_eq()
     }
 }
 
@@ -207,9 +210,7 @@ impl PartialOrd for OrdKey {
 
 impl Ord for OrdKey {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.head
-            .cmp(&other.head)
-            .then_with(|| self.key[..].cmp(&other.key[..]))
+        key_order((self.head, &self.key), (other.head, &other.key))
     }
 }
 
