@@ -461,6 +461,9 @@ impl Engine {
                     &parsed.text,
                     session.role(),
                 )?;
+                if !created && let Some(n) = &notices {
+                    let _ = n.send(format!("relation \"{}\" already exists, skipping", cs.name));
+                }
                 if created && let Some(owned_by) = &o.owned_by {
                     self.sequence_owned_by(&cs.name, owned_by.as_ref())?;
                 }
@@ -649,6 +652,12 @@ impl Engine {
                     generated::compile(&session.ctx, &ct.name, &columns, &generated)?;
                 }
                 let existed = self.catalog.get(&ct.name).is_some();
+                if existed
+                    && ct.if_not_exists
+                    && let Some(n) = &notices
+                {
+                    let _ = n.send(format!("relation \"{}\" already exists, skipping", ct.name));
+                }
                 let uniques = self.unique_indexes(ct)?;
                 self.create_table(ct, &parsed.text, session.role())?;
                 if let Some(on_commit) = ct.temporary

@@ -1250,3 +1250,34 @@ SELECT 'a' COLLATE "de_DE";
         "session notices",
     );
 }
+
+/// IF EXISTS / IF NOT EXISTS on something missing or already there: the NOTICE each sends,
+/// as Postgres words it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skipping_notices_answer_as_postgres() {
+    let pg = Postgres::start();
+    let weir = TestServer::start();
+    let script = r#"
+CREATE TABLE sk (a int);
+CREATE TABLE IF NOT EXISTS sk (a int);
+CREATE SEQUENCE sk_seq;
+CREATE SEQUENCE IF NOT EXISTS sk_seq;
+CREATE INDEX sk_a ON sk (a);
+CREATE INDEX IF NOT EXISTS sk_a ON sk (a);
+DROP TABLE IF EXISTS sk_nope;
+DROP TABLE IF EXISTS sk_nope, sk;
+DROP VIEW IF EXISTS sk_view;
+DROP MATERIALIZED VIEW IF EXISTS sk_mv;
+DROP SEQUENCE IF EXISTS sk_seq2, sk_seq;
+DROP INDEX IF EXISTS sk_a;
+DROP TYPE IF EXISTS sk_type;
+ALTER TABLE IF EXISTS sk RENAME TO sk2;
+"#;
+    same_psql_output(
+        &pg,
+        &weir,
+        script,
+        &["already exists, skipping", "does not exist, skipping"],
+        "skipping notices",
+    );
+}

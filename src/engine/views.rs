@@ -1133,7 +1133,12 @@ impl Engine {
         let mut targets = Vec::new();
         for name in names {
             match self.catalog.get(name) {
-                None if if_exists => continue,
+                None if if_exists => {
+                    if let Some(n) = notices {
+                        let _ = n.send(format!("{noun} \"{name}\" does not exist, skipping"));
+                    }
+                    continue;
+                }
                 None => {
                     return Err(WeirError::new(
                         sqlstate::UNDEFINED_TABLE,
