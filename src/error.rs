@@ -242,14 +242,43 @@ fn from_arrow(e: &ArrowError) -> WeirError {
             }
         }
         ArrowError::DivideByZero => WeirError::new(sqlstate::DIVISION_BY_ZERO, "division by zero"),
-        ArrowError::ArithmeticOverflow(m) => {
-            WeirError::new(sqlstate::NUMERIC_VALUE_OUT_OF_RANGE, m.clone())
-        }
+        ArrowError::ArithmeticOverflow(m) => WeirError::new(
+            sqlstate::NUMERIC_VALUE_OUT_OF_RANGE,
+            integer_overflow_type(m).map_or_else(|| m.clone(), |t| format!("{t} out of range")),
+        ),
         ArrowError::InvalidArgumentError(m) => numeric_overflow(m)
             .unwrap_or_else(|| WeirError::new(sqlstate::DATA_EXCEPTION, m.clone())),
         ArrowError::NotYetImplemented(m) => WeirError::not_supported(m.clone()),
         other => WeirError::internal(other.to_string()),
     }
+}
+
+/// The Postgres integer type an arrow overflow message ("Overflow happened on: -2147483648 /
+/// -1") was computed in: the narrowest whose range holds both operands but not the exact
+/// result (the kernels do not name their type).
+fn integer_overflow_type(m: &str) -> Option<&'static str> {
+    let rest = m.strip_prefix("Overflow happened on: ")?;
+    let mut parts = rest.split_whitespace();
+    let (l, op, r) = (parts.next()?, parts.next()?, parts.next()?);
+    let (l, r): (i128, i128) = (l.parse().ok()?, r.parse().ok()?);
+    let exact = match op {
+        "+" => l.checked_add(r),
+        "-" => l.checked_sub(r),
+        "*" => l.checked_mul(r),
+        "/" => l.checked_div(r),
+        _ => None,
+    }?;
+    [
+        ("smallint", i16::MIN as i128, i16::MAX as i128),
+        ("integer", i32::MIN as i128, i32::MAX as i128),
+        ("bigint", i64::MIN as i128, i64::MAX as i128),
+    ]
+    .into_iter()
+    .find(|(_, lo, hi)| {
+        let holds = |v: i128| (*lo..=*hi).contains(&v);
+        holds(l) && holds(r) && !holds(exact)
+    })
+    .map(|(t, _, _)| t)
 }
 
 /// "Cannot cast string 'abc' to value of Int32 type" (and arrow's "Error parsing timestamp
@@ -621,6 +650,22 @@ fn classify_execution_message(m: &str) -> WeirError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn integer_overflow_names_the_type() {
+        for (m, t) in [
+            ("Overflow happened on: -2147483648 / -1", Some("integer")),
+            (
+                "Overflow happened on: -9223372036854775808 / -1",
+                Some("bigint"),
+            ),
+            ("Overflow happened on: -32768 / -1", Some("smallint")),
+            ("Overflow happened on: 2147483647 + 1", Some("integer")),
+            ("Overflow happened on: 1.5 * 2", None),
+        ] {
+            assert_eq!(integer_overflow_type(m), t, "{m}");
+        }
+    }
 
     #[test]
     fn table_not_found_maps_to_42p01() {

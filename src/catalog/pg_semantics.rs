@@ -1199,6 +1199,17 @@ fn numeric_operators(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
             && let (Some(ld), Some(rd)) = (as_decimal(lt), as_decimal(rt))
             && nop.result_type(&ld, &rd).is_some()
         {
+            // a quotient of two constants at the scale Postgres gives that quotient
+            if nop == NumericOp::Div
+                && let (Some((l, ls)), Some((r, rs))) =
+                    (constant_decimal(&left), constant_decimal(&right))
+                && let Some((q, s)) = crate::sql::numeric::constant_quotient(l, ls, r, rs)
+            {
+                return Ok(Transformed::yes(Expr::Literal(
+                    ScalarValue::Decimal128(Some(q), 38, s),
+                    None,
+                )));
+            }
             return Ok(Transformed::yes(
                 NumericArith::udf(nop).call(vec![*left, *right]),
             ));
@@ -1209,6 +1220,59 @@ fn numeric_operators(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
             right,
         })))
     })
+}
+
+/// A constant integer or decimal operand (maybe cast, maybe negated) as a raw decimal
+/// value and its scale; `None` for anything else, NULL included.
+fn constant_decimal(e: &Expr) -> Option<(i128, i8)> {
+    match e {
+        Expr::Literal(v, _) => match v {
+            ScalarValue::Decimal128(Some(v), _, s) => Some((*v, *s)),
+            ScalarValue::Int8(Some(v)) => Some((*v as i128, 0)),
+            ScalarValue::Int16(Some(v)) => Some((*v as i128, 0)),
+            ScalarValue::Int32(Some(v)) => Some((*v as i128, 0)),
+            ScalarValue::Int64(Some(v)) => Some((*v as i128, 0)),
+            _ => None,
+        },
+        Expr::Cast(c) => {
+            let (v, s) = constant_decimal(&c.expr)?;
+            let fits = |bits: u32| s == 0 && v.unsigned_abs() < (1u128 << (bits - 1));
+            match *c.field.data_type() {
+                // an unconstrained `numeric` keeps the value's own scale
+                DataType::Decimal128(p, to)
+                    if (p, to)
+                        == (
+                            crate::sql::types::NUMERIC_DEFAULT_PRECISION,
+                            crate::sql::types::NUMERIC_DEFAULT_SCALE,
+                        ) =>
+                {
+                    Some((v, s))
+                }
+                // `numeric(p, s)`: that scale, rounded half away from zero
+                DataType::Decimal128(_, to) if to >= 0 => {
+                    let shift = to as i32 - s as i32;
+                    let f = 10i128.checked_pow(shift.unsigned_abs())?;
+                    let v = if shift >= 0 {
+                        v.checked_mul(f)?
+                    } else {
+                        let (q, r) = (v / f, v % f);
+                        if r.unsigned_abs() * 2 >= f.unsigned_abs() {
+                            q + v.signum()
+                        } else {
+                            q
+                        }
+                    };
+                    Some((v, to))
+                }
+                DataType::Int16 if fits(16) => Some((v, s)),
+                DataType::Int32 if fits(32) => Some((v, s)),
+                DataType::Int64 if fits(64) => Some((v, s)),
+                _ => None,
+            }
+        }
+        Expr::Negative(x) => constant_decimal(x).and_then(|(v, s)| Some((v.checked_neg()?, s))),
+        _ => None,
+    }
 }
 
 /// The type of `ceil`, `floor`, `trunc`, `trunc(x, n)` and `round(x, n)` of a `numeric`,

@@ -2256,6 +2256,10 @@ fn rewrite_expr(expr: &mut Expr) {
             *expr = call("timezone", vec![z, x]);
         }
         Expr::Value(v) => {
+            // `U&'\0041'` is text like any string constant (its escapes already read)
+            if let ast::Value::UnicodeStringLiteral(t) = &mut v.value {
+                v.value = ast::Value::SingleQuotedString(std::mem::take(t));
+            }
             if let ast::Value::Number(n, long) = &mut v.value
                 && let Some(plain) = expand_exponent(n)
             {

@@ -1,7 +1,7 @@
 //! Whole-row references: a relation's name (or alias) used as a value is its row, a record
 //! of its columns named as the columns (`row_to_json(t)`, `to_jsonb(t.*)`, `json_agg(o)`,
 //! `SELECT t FROM t` printing `(1,a)`), as in Postgres. Resolved in the syntax tree before
-//! planning (DataFusion has no such reference) into `named_struct('c1', t.c1, ...)`, for
+//! planning (DataFusion has no such reference) into `weir_record('c1', t.c1, ...)`, for
 //! the catalog's relations (tables, sources, views, materialized views) named in the FROM
 //! clause of the same SELECT. A name that is also a column of one of them stays the column,
 //! as in Postgres; `count(t.*)` is left to DataFusion. A subquery in FROM or a CTE has a
@@ -168,7 +168,7 @@ struct Relation {
     columns: Vec<String>,
 }
 
-/// `named_struct('f1', "t"."c1", ...)`: the row of a relation.
+/// `weir_record('f1', "t"."c1", ...)`: the row of a relation.
 fn row_of(r: &Relation) -> Expr {
     let args = r
         .fields
@@ -186,7 +186,7 @@ fn row_of(r: &Relation) -> Expr {
         .map(|e| ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e)))
         .collect();
     Expr::Function(ast::Function {
-        name: ast::ObjectName::from(vec![Ident::new("named_struct")]),
+        name: ast::ObjectName::from(vec![Ident::new(crate::sql::json_build::RECORD)]),
         uses_odbc_syntax: false,
         parameters: ast::FunctionArguments::None,
         args: ast::FunctionArguments::List(ast::FunctionArgumentList {

@@ -557,7 +557,80 @@ impl Accumulator for JsonAggAcc {
     }
 }
 
+/// `weir_record('f1', v1, ...)`: a record of named fields, what a whole-row reference
+/// (`row_to_json(t)`, `json_agg(t)`) becomes. DataFusion's `named_struct` is the same
+/// record but drops its fields' declared types (metadata), so a `jsonb` column inside
+/// would be written as a JSON string; here each field keeps its argument's.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Record {
+    signature: Signature,
+}
+
+pub const RECORD: &str = "weir_record";
+
+impl ScalarUDFImpl for Record {
+    fn name(&self) -> &str {
+        RECORD
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> DfResult<DataType> {
+        Err(DataFusionError::Internal(
+            "weir_record's type follows from its arguments' fields".into(),
+        ))
+    }
+    fn return_field_from_args(&self, args: ReturnFieldArgs) -> DfResult<FieldRef> {
+        if args.arg_fields.is_empty() || !args.arg_fields.len().is_multiple_of(2) {
+            return Err(DataFusionError::Plan(format!(
+                "{RECORD} takes pairs of a field name and a value"
+            )));
+        }
+        let fields = args
+            .scalar_arguments
+            .iter()
+            .step_by(2)
+            .zip(args.arg_fields.iter().skip(1).step_by(2))
+            .map(|(name, f)| {
+                let name = name
+                    .and_then(|v| v.try_as_str().flatten())
+                    .filter(|n| !n.is_empty())
+                    .ok_or_else(|| {
+                        DataFusionError::Plan(format!("{RECORD}'s field names are constant text"))
+                    })?;
+                Ok(Field::new(name, f.data_type().clone(), true)
+                    .with_metadata(f.metadata().clone()))
+            })
+            .collect::<DfResult<Vec<Field>>>()?;
+        Ok(Arc::new(Field::new(
+            RECORD,
+            DataType::Struct(fields.into()),
+            true,
+        )))
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        let DataType::Struct(fields) = args.return_field.data_type() else {
+            return Err(DataFusionError::Internal(format!(
+                "{RECORD} returns a struct"
+            )));
+        };
+        let n = args.number_rows;
+        let columns = args
+            .args
+            .iter()
+            .skip(1)
+            .step_by(2)
+            .map(|a| a.to_array(n))
+            .collect::<DfResult<Vec<_>>>()?;
+        let st = datafusion::arrow::array::StructArray::try_new(fields.clone(), columns, None)?;
+        Ok(ColumnarValue::Array(Arc::new(st)))
+    }
+}
+
 pub fn register(ctx: &SessionContext) {
+    ctx.register_udf(ScalarUDF::new_from_impl(Record {
+        signature: Signature::variadic_any(Volatility::Immutable),
+    }));
     let any = |n: usize| Signature::new(TypeSignature::Any(n), Volatility::Immutable);
     let variadic = || {
         Signature::one_of(

@@ -19,7 +19,8 @@
 //!   scale), so every quotient Postgres gives with up to that many decimals is the same
 //!   value here; a `numeric` is one scale per column (Arrow), so where Postgres shows fewer
 //!   decimals (`33333.333333333333`), Weir shows the same value with more
-//!   (`33333.3333333333333333`).
+//!   (`33333.3333333333333333`). A quotient of two constants is computed when planning
+//!   ([`constant_quotient`]) at exactly Postgres' scale for those values.
 //!
 //! Errors as Postgres: `division by zero` (22012), `numeric field overflow` (22003).
 //! One pass per batch over the raw 128-bit values; no per-row allocation.
@@ -122,6 +123,67 @@ pub fn as_decimal(t: &DataType) -> Option<DataType> {
         DataType::UInt64 => DataType::Decimal128(20, 0),
         _ => return None,
     })
+}
+
+/// A number's weight and first digit in Postgres' base-10000 `numeric` form (`raw` at
+/// `scale` decimals): the first non-zero digit group stands for 10000^weight. Zero is
+/// weight 0, digit 0.
+fn base10000_head(raw: i128, scale: i8) -> (i32, u128) {
+    let v = raw.unsigned_abs();
+    if v == 0 {
+        return (0, 0);
+    }
+    let scale = scale.max(0) as u32;
+    let unit = 10u128.pow(scale);
+    let int = v / unit;
+    if int > 0 {
+        let digits = int.ilog10() as i32 + 1;
+        let weight = (digits - 1) / 4;
+        return (weight, int / 10000u128.pow(weight as u32));
+    }
+    // only decimals: padded to whole groups of four, the first non-zero group
+    let groups = scale.div_ceil(4);
+    let frac = (v % unit) * 10u128.pow(groups * 4 - scale);
+    for k in 1..=groups {
+        let g = (frac / 10000u128.pow(groups - k)) % 10000;
+        if g != 0 {
+            return (-(k as i32), g);
+        }
+    }
+    (0, 0)
+}
+
+/// The scale Postgres gives the quotient of these two values (`select_div_scale`): at
+/// least 16 significant digits, at least either operand's scale.
+pub fn quotient_scale(l: i128, ls: i8, r: i128, rs: i8) -> i32 {
+    let (w1, d1) = base10000_head(l, ls);
+    let (w2, d2) = base10000_head(r, rs);
+    let mut qweight = w1 - w2;
+    if d1 <= d2 {
+        qweight -= 1;
+    }
+    (MIN_SIG_DIGITS as i32 - qweight * 4)
+        .max(ls as i32)
+        .max(rs as i32)
+        .max(0)
+}
+
+/// `l / r` of two constants as Postgres computes it, at the scale it gives this quotient
+/// (`5.0 / 2` is `2.5000000000000000`, `1 / 3.0` `0.33333333333333333333`, `100000 / 3.0`
+/// `33333.333333333333`): raw value and scale. `None` when the divisor is zero (the
+/// division's own error then) or the quotient does not fit 38 digits at that scale.
+pub fn constant_quotient(l: i128, ls: i8, r: i128, rs: i8) -> Option<(i128, i8)> {
+    if r == 0 {
+        return None;
+    }
+    let s = quotient_scale(l, ls, r, rs);
+    let s = i8::try_from(s)
+        .ok()
+        .filter(|s| *s <= UNCONSTRAINED_PRECISION as i8)?;
+    let la = Decimal128Array::from(vec![l]);
+    let ra = Decimal128Array::from(vec![r]);
+    let q = arith(NumericOp::Div, &la, ls, &ra, rs, UNCONSTRAINED_PRECISION, s).ok()?;
+    (!q.is_null(0)).then(|| (q.value(0), s))
 }
 
 /// `l * r` or `l / r` over decimals, typed by [`NumericOp::result_type`].
@@ -549,5 +611,41 @@ mod tests {
         )
         .unwrap();
         assert_eq!(text(&out), ["0.33333333333333333333"]);
+    }
+}
+
+#[cfg(test)]
+mod quotient_scale_tests {
+    use super::*;
+
+    /// Scales and values Postgres 15 gives (`SELECT 5.0 / 2` ...).
+    #[test]
+    fn constant_quotients_are_postgres() {
+        let cases: &[(i128, i8, i128, i8, i128, i8)] = &[
+            // 5.0 / 2 = 2.5000000000000000
+            (50, 1, 2, 0, 25_000_000_000_000_000, 16),
+            // 1 / 3.0 = 0.33333333333333333333
+            (1, 0, 30, 1, 33_333_333_333_333_333_333, 20),
+            // 100000 / 3.0 = 33333.333333333333
+            (100_000, 0, 30, 1, 33_333_333_333_333_333, 12),
+            // 171 / 16.0 = 10.6875000000000000
+            (171, 0, 160, 1, 106_875_000_000_000_000, 16),
+            // -7.5 / 2.5 = -3.0000000000000000 (first digits 7 > 2)
+            (-75, 1, 25, 1, -30_000_000_000_000_000, 16),
+            // 2.5 / 7.5 = 0.33333333333333333333 (2 <= 7: one weight less)
+            (25, 1, 75, 1, 33_333_333_333_333_333_333, 20),
+            // 0.00012 / 1 = 0.000120000000000000000000 (weight -1: 24 decimals)
+            (12, 5, 1, 0, 120_000_000_000_000_000_000, 24),
+            // 0 / 5 = 0.00000000000000000000
+            (0, 0, 5, 0, 0, 20),
+        ];
+        for &(l, ls, r, rs, want, want_s) in cases {
+            assert_eq!(
+                constant_quotient(l, ls, r, rs),
+                Some((want, want_s)),
+                "{l}e-{ls} / {r}e-{rs}"
+            );
+        }
+        assert_eq!(constant_quotient(1, 0, 0, 0), None);
     }
 }
