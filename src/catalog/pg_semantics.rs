@@ -1790,14 +1790,39 @@ fn star_over_using(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
     let LogicalPlan::Projection(p) = &plan else {
         return Ok((plan, false));
     };
-    let marked = p.expr.last().is_some_and(|e| match e {
+    // the marker stands after the star's columns; an ORDER BY of what the select list
+    // lacks adds its keys after it, and a projection above the sort keeps the select
+    // list's columns (the marker among them, last)
+    let Some(at) = p.expr.iter().position(|e| match e {
         Expr::Alias(a) => a.name == pg_functions::STAR_OVER_USING,
         _ => false,
-    });
-    if !marked {
-        return Ok((plan, false));
-    }
-    let mut exprs: Vec<Expr> = p.expr[..p.expr.len() - 1].to_vec();
+    }) else {
+        let Some(k) = p
+            .expr
+            .iter()
+            .position(|e| matches!(e, Expr::Column(c) if c.name == pg_functions::STAR_OVER_USING))
+        else {
+            return Ok((plan, false));
+        };
+        if !p.expr.iter().all(|e| matches!(e, Expr::Column(_))) {
+            return Ok((plan, false));
+        }
+        // the star's columns below, already in Postgres' order, then the select list's
+        // other items (without the sort keys after them)
+        let exprs: Vec<Expr> = p
+            .input
+            .schema()
+            .columns()
+            .into_iter()
+            .take(k)
+            .map(Expr::Column)
+            .chain(p.expr[k + 1..].iter().cloned())
+            .collect();
+        let proj = datafusion::logical_expr::Projection::try_new(exprs, p.input.clone())?;
+        return Ok((LogicalPlan::Projection(proj), true));
+    };
+    let extras: Vec<Expr> = p.expr[at + 1..].to_vec();
+    let mut exprs: Vec<Expr> = p.expr[..at].to_vec();
     if exprs.iter().all(|e| matches!(e, Expr::Column(_))) {
         let mut used = vec![false; exprs.len()];
         let mut ordered = Vec::with_capacity(exprs.len());
@@ -1807,17 +1832,21 @@ fn star_over_using(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
             });
             let Some(i) = found else { continue };
             used[i] = true;
-            let name = match &exprs[i] {
-                Expr::Column(c) => c.name.clone(),
-                _ => continue,
+            let Expr::Column(star) = &exprs[i] else {
+                continue;
             };
+            // under the name the star gave it, so that a sort above (`ORDER BY 1`, the
+            // merged column) reads the merged value
+            let (qualifier, name) = (star.relation.clone(), star.name.clone());
             ordered.push(if slot.coalesce {
                 datafusion::functions::expr_fn::coalesce(
                     slot.cols.iter().cloned().map(Expr::Column).collect(),
                 )
-                .alias(name)
-            } else {
+                .alias_qualified(qualifier, name)
+            } else if slot.cols[0] == *star {
                 Expr::Column(slot.cols[0].clone())
+            } else {
+                Expr::Column(slot.cols[0].clone()).alias_qualified(qualifier, name)
             });
         }
         for (i, e) in exprs.iter().enumerate() {
@@ -1827,6 +1856,7 @@ fn star_over_using(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
         }
         exprs = ordered;
     }
+    exprs.extend(extras);
     let proj = datafusion::logical_expr::Projection::try_new(exprs, p.input.clone())?;
     Ok((LogicalPlan::Projection(proj), true))
 }

@@ -181,6 +181,7 @@ impl VisitorMut for PgRewriter {
         if let Err(e) = mark_bag_operands(&mut q.body) {
             return ControlFlow::Break(e);
         }
+        outer_using_references(q);
         // before the functions in FROM are read as tables (`function_in_from`)
         lateral_in_body(&mut q.body);
         int4_values_in_from(&mut q.body);
@@ -306,6 +307,116 @@ fn aliased_using_join(tf: &mut ast::TableFactor) {
         alias: Some(alias.clone()),
         sample: None,
     };
+}
+
+/// An unqualified USING column of a join is, as in Postgres, the left side's column
+/// (INNER, LEFT), the right side's (RIGHT) or `COALESCE(left, right)` (FULL): DataFusion
+/// reads it as the left side's, or in a WHERE calls it ambiguous. Written out here in the
+/// select list, WHERE,
+/// GROUP BY, HAVING and ORDER BY of the query's own level (an ORDER BY name that is also
+/// an output column's alias stays that column), for a join whose two sides are named
+/// relations (the first join of its FROM item; a longer chain is left as it is).
+fn outer_using_references(q: &mut ast::Query) {
+    use ast::JoinOperator as J;
+    let ast::SetExpr::Select(select) = q.body.as_mut() else {
+        return;
+    };
+    let mut merged: Vec<(String, Expr)> = Vec::new();
+    for t in &select.from {
+        let Some(j) = t.joins.first() else { continue };
+        #[derive(PartialEq)]
+        enum Side {
+            Left,
+            Right,
+            Both,
+        }
+        let (c, side_of) = match &j.join_operator {
+            J::Join(c) | J::Inner(c) | J::Left(c) | J::LeftOuter(c) => (c, Side::Left),
+            J::Right(c) | J::RightOuter(c) => (c, Side::Right),
+            J::FullOuter(c) => (c, Side::Both),
+            _ => continue,
+        };
+        let ast::JoinConstraint::Using(cols) = c else {
+            continue;
+        };
+        let (Some(l), Some(r)) = (relation_alias(&t.relation), relation_alias(&j.relation)) else {
+            continue;
+        };
+        for col in cols {
+            let Some(name) = col.0.last().and_then(|p| p.as_ident()) else {
+                continue;
+            };
+            let side = |rel: &Ident| Expr::CompoundIdentifier(vec![rel.clone(), name.clone()]);
+            let e = match side_of {
+                Side::Left => side(&l),
+                Side::Right => side(&r),
+                Side::Both => call("coalesce", vec![side(&l), side(&r)]),
+            };
+            merged.push((crate::sql::parser::normalize_ident(name), e));
+        }
+    }
+    if merged.is_empty() {
+        return;
+    }
+    let replace = |e: &mut Expr| {
+        if let Expr::Identifier(i) = e
+            && let Some((_, m)) = merged
+                .iter()
+                .find(|(n, _)| *n == crate::sql::parser::normalize_ident(i))
+        {
+            *e = Expr::Nested(Box::new(m.clone()));
+        }
+    };
+    let mut outputs: Vec<String> = Vec::new();
+    for item in select.projection.iter_mut() {
+        match item {
+            SelectItem::UnnamedExpr(e) => {
+                // still shown under its own name
+                if let Expr::Identifier(i) = e
+                    && merged
+                        .iter()
+                        .any(|(n, _)| *n == crate::sql::parser::normalize_ident(i))
+                {
+                    let alias = i.clone();
+                    let mut x = e.clone();
+                    this_level_exprs_mut(&mut x, replace);
+                    *item = SelectItem::ExprWithAlias { expr: x, alias };
+                } else {
+                    this_level_exprs_mut(e, replace);
+                }
+            }
+            SelectItem::ExprWithAlias { expr, alias } => {
+                outputs.push(crate::sql::parser::normalize_ident(alias));
+                this_level_exprs_mut(expr, replace);
+            }
+            _ => {}
+        }
+    }
+    if let Some(w) = select.selection.as_mut() {
+        this_level_exprs_mut(w, replace);
+    }
+    if let ast::GroupByExpr::Expressions(exprs, _) = &mut select.group_by {
+        for e in exprs {
+            this_level_exprs_mut(e, replace);
+        }
+    }
+    if let Some(h) = select.having.as_mut() {
+        this_level_exprs_mut(h, replace);
+    }
+    if let Some(ast::OrderBy {
+        kind: ast::OrderByKind::Expressions(items),
+        ..
+    }) = q.order_by.as_mut()
+    {
+        for item in items {
+            if let Expr::Identifier(i) = &item.expr
+                && outputs.contains(&crate::sql::parser::normalize_ident(i))
+            {
+                continue;
+            }
+            this_level_exprs_mut(&mut item.expr, replace);
+        }
+    }
 }
 
 /// Functions in FROM, as Postgres reads them: a table function aliased without a column
@@ -694,13 +805,23 @@ fn mark_star_over_using(select: &mut ast::Select) {
                 || matches!(&j.relation, ast::TableFactor::NestedJoin { table_with_joins, .. } if has_using(table_with_joins))
         }) || matches!(&t.relation, ast::TableFactor::NestedJoin { table_with_joins, .. } if has_using(table_with_joins))
     }
-    if matches!(select.projection.as_slice(), [SelectItem::Wildcard(_)])
-        && select.from.iter().any(has_using)
-    {
-        select.projection.push(SelectItem::ExprWithAlias {
-            expr: call(crate::sql::pg_functions::STAR_OVER_USING, vec![]),
-            alias: Ident::with_quote('"', crate::sql::pg_functions::STAR_OVER_USING),
+    // `*` first, maybe more items after it (not another star): the marker goes right
+    // after the star's columns
+    let star_first = matches!(select.projection.first(), Some(SelectItem::Wildcard(_)))
+        && !select.projection[1..].iter().any(|i| {
+            matches!(
+                i,
+                SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..)
+            )
         });
+    if star_first && select.from.iter().any(has_using) {
+        select.projection.insert(
+            1,
+            SelectItem::ExprWithAlias {
+                expr: call(crate::sql::pg_functions::STAR_OVER_USING, vec![]),
+                alias: Ident::with_quote('"', crate::sql::pg_functions::STAR_OVER_USING),
+            },
+        );
     }
 }
 

@@ -2110,7 +2110,7 @@ fn abs(a: &ArrayRef) -> DfResult<ArrayRef> {
         ),
         DataType::Decimal128(p, s) => Arc::new(
             a.as_primitive::<Decimal128Type>()
-                .unary::<_, Decimal128Type>(i128::abs)
+                .unary::<_, Decimal128Type>(i128::wrapping_abs)
                 .with_precision_and_scale(*p, *s)?,
         ),
         t if t.is_unsigned_integer() => a.clone(),
