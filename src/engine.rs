@@ -72,7 +72,8 @@ pub enum Output {
     },
     /// A command with its completion tag (`CREATE TABLE`, `INSERT 0 3`).
     Command(String),
-    TransactionStart,
+    /// BEGIN or START TRANSACTION (its command tag).
+    TransactionStart(&'static str),
     TransactionEnd(&'static str),
     /// A setting changed; reported to the client when it is one clients track.
     SetVariable {
@@ -842,13 +843,24 @@ impl Engine {
             }
             Statement::NoOp(tag) => Ok(Output::Command((*tag).to_owned())),
             Statement::Begin(modes) => {
+                // the command tag names the statement as written
+                let tag = if parsed
+                    .text
+                    .trim_start()
+                    .get(..5)
+                    .is_some_and(|w| w.eq_ignore_ascii_case("start"))
+                {
+                    "START TRANSACTION"
+                } else {
+                    "BEGIN"
+                };
                 if session.in_transaction {
                     // Postgres warns and stays in the block
-                    return Ok(Output::TransactionStart);
+                    return Ok(Output::TransactionStart(tag));
                 }
                 check_tx_modes(modes)?;
                 session.begin_block(modes.read_only);
-                Ok(Output::TransactionStart)
+                Ok(Output::TransactionStart(tag))
             }
             Statement::SetTransaction {
                 session_default,

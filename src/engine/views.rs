@@ -1172,39 +1172,67 @@ impl Engine {
                 continue;
             }
             order.push(oid);
-            for d in self.catalog.dependents(oid) {
-                if !cascade && !target_oids.contains(&d.desc.oid) {
-                    let name = self
+            let dependents = self.catalog.dependents(oid);
+            if !cascade
+                && dependents
+                    .iter()
+                    .any(|d| !target_oids.contains(&d.desc.oid))
+            {
+                let (name, noun) = self
+                    .catalog
+                    .get_by_oid(oid)
+                    .map(|e| (e.desc.name.clone(), e.desc.kind.noun()))
+                    .unwrap_or_else(|| (String::new(), "relation"));
+                // names as Postgres' object descriptions give them: quoted only where
+                // they need it
+                let name = quote_ident(&name);
+                // every dependent that stays, as Postgres lists them: in the order they
+                // were made (a foreign key by its table's)
+                let mut lines: Vec<(u32, String)> = dependents
+                    .iter()
+                    .filter(|d| !target_oids.contains(&d.desc.oid))
+                    .map(|d| {
+                        (
+                            d.desc.oid,
+                            format!(
+                                "{} {} depends on {noun} {name}",
+                                d.desc.kind.noun(),
+                                quote_ident(&d.desc.name)
+                            ),
+                        )
+                    })
+                    .collect();
+                if noun == "table" {
+                    let table = self
                         .catalog
                         .get_by_oid(oid)
                         .map(|e| e.desc.name.clone())
                         .unwrap_or_default();
-                    // names as Postgres' object descriptions give them: quoted only where
-                    // they need it
-                    let name = quote_ident(&name);
-                    return Err(WeirError::new(
-                        sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
-                        format!(
-                            "cannot drop {} {name} because other objects depend on it",
-                            {
-                                self.catalog
-                                    .get_by_oid(oid)
-                                    .map(|e| e.desc.kind.noun())
-                                    .unwrap_or("relation")
-                            }
-                        ),
-                    )
-                    .with_detail(format!(
-                        "{} {} depends on {} {name}",
-                        d.desc.kind.noun(),
-                        quote_ident(&d.desc.name),
-                        self.catalog
-                            .get_by_oid(oid)
-                            .map(|e| e.desc.kind.noun())
-                            .unwrap_or("relation")
-                    ))
-                    .with_hint("Use DROP ... CASCADE to drop the dependent objects too."));
+                    lines.extend(
+                        self.foreign_keys_to(&table)
+                            .into_iter()
+                            .filter(|(child, _)| !target_oids.contains(&child.oid))
+                            .map(|(child, fk)| {
+                                (
+                                    child.oid,
+                                    format!(
+                                        "constraint {} on table {} depends on table {name}",
+                                        fk.name, child.name
+                                    ),
+                                )
+                            }),
+                    );
                 }
+                lines.sort_by_key(|(o, _)| *o);
+                let detail: Vec<String> = lines.into_iter().map(|(_, l)| l).collect();
+                return Err(WeirError::new(
+                    sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
+                    format!("cannot drop {noun} {name} because other objects depend on it"),
+                )
+                .with_detail(detail.join("\n"))
+                .with_hint("Use DROP ... CASCADE to drop the dependent objects too."));
+            }
+            for d in dependents {
                 stack.push(d.desc.oid);
             }
         }

@@ -867,7 +867,7 @@ async fn respond(
             Response::Query(q)
         }
         Output::Command(tag) => Response::Execution(Tag::new(&tag)),
-        Output::TransactionStart => Response::TransactionStart(Tag::new("BEGIN")),
+        Output::TransactionStart(tag) => Response::TransactionStart(Tag::new(tag)),
         Output::TransactionEnd(tag) => Response::TransactionEnd(Tag::new(tag)),
         Output::SetVariable { .. } => Response::Execution(Tag::new("SET")),
         Output::Subscribe(sub) => {
