@@ -1407,9 +1407,7 @@ pub fn register(ctx: &SessionContext) {
     }
     // the statement's start: DataFusion's now() (with the session's zone); now() itself is
     // the transaction's start (`sql::transaction_time`, registered per session)
-    if let Ok(now) = datafusion::execution::FunctionRegistry::udf(ctx, "now") {
-        ctx.register_udf(now.as_ref().clone().with_aliases(["statement_timestamp"]));
-    }
+    crate::sql::transaction_time::register_statement_timestamp(ctx);
     for (f, alias) in [
         (
             datafusion::functions_aggregate::bool_and_or::bool_and_udaf(),

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use datafusion::arrow::datatypes::{DataType, FieldRef};
+use datafusion::arrow::datatypes::{DataType, FieldRef, TimeUnit};
 use datafusion::common::{Result as DfResult, ScalarValue};
 use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
 use datafusion::logical_expr::{
@@ -19,15 +19,25 @@ pub type TransactionStart = Arc<parking_lot::RwLock<Option<DateTime<Utc>>>>;
 
 #[derive(Debug)]
 struct TransactionNow {
-    /// DataFusion's `now()`: its type and, outside a block, its answer.
+    name: &'static str,
+    /// DataFusion's `now()`: its zone and, outside a block, its answer (in nanoseconds,
+    /// given here in microseconds: Postgres' resolution and every other timestamp's here,
+    /// so that comparing one with `now()` casts nothing, and `'infinity'` or a date past
+    /// 2262 compares without overflowing nanoseconds).
     inner: Arc<ScalarUDF>,
-    start: TransactionStart,
+    /// The session's block start; None for `statement_timestamp()`.
+    start: Option<TransactionStart>,
     aliases: Vec<String>,
 }
 
 impl PartialEq for TransactionNow {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.start, &other.start)
+        self.name == other.name
+            && match (&self.start, &other.start) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (None, None) => true,
+                _ => false,
+            }
     }
 }
 
@@ -36,12 +46,23 @@ impl Eq for TransactionNow {}
 impl std::hash::Hash for TransactionNow {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         "weir_transaction_now".hash(state);
+        self.name.hash(state);
+    }
+}
+
+/// A nanosecond timestamp (DataFusion's `now()`) in microseconds, same zone.
+fn in_micros(v: ScalarValue) -> ScalarValue {
+    match v {
+        ScalarValue::TimestampNanosecond(ns, tz) => {
+            ScalarValue::TimestampMicrosecond(ns.map(|n| n.div_euclid(1000)), tz)
+        }
+        other => other,
     }
 }
 
 impl ScalarUDFImpl for TransactionNow {
     fn name(&self) -> &str {
-        "now"
+        self.name
     }
     fn aliases(&self) -> &[String] {
         &self.aliases
@@ -53,14 +74,31 @@ impl ScalarUDFImpl for TransactionNow {
         datafusion::common::internal_err!("return_field_from_args is asked instead")
     }
     fn return_field_from_args(&self, args: ReturnFieldArgs) -> DfResult<FieldRef> {
-        self.inner.return_field_from_args(args)
+        let f = self.inner.return_field_from_args(args)?;
+        let DataType::Timestamp(_, tz) = f.data_type() else {
+            return Ok(f);
+        };
+        let t = DataType::Timestamp(TimeUnit::Microsecond, tz.clone());
+        Ok(Arc::new(f.as_ref().clone().with_data_type(t)))
     }
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
-        self.inner.invoke_with_args(args)
+        let to = args.return_field.data_type().clone();
+        match self.inner.invoke_with_args(args)? {
+            ColumnarValue::Scalar(v) => Ok(ColumnarValue::Scalar(in_micros(v))),
+            ColumnarValue::Array(a) => Ok(ColumnarValue::Array(
+                datafusion::arrow::compute::cast(&a, &to)?,
+            )),
+        }
     }
     fn simplify(&self, args: Vec<Expr>, info: &SimplifyContext) -> DfResult<ExprSimplifyResult> {
-        let Some(start) = *self.start.read() else {
-            return self.inner.simplify(args, info);
+        let Some(start) = self.start.as_ref().and_then(|s| *s.read()) else {
+            return Ok(match self.inner.simplify(args, info)? {
+                ExprSimplifyResult::Simplified(Expr::Literal(v, meta)) => {
+                    ExprSimplifyResult::Simplified(Expr::Literal(in_micros(v), meta))
+                }
+                ExprSimplifyResult::Simplified(e) => ExprSimplifyResult::Simplified(e),
+                ExprSimplifyResult::Original(args) => ExprSimplifyResult::Original(args),
+            });
         };
         let field = self.inner.return_field_from_args(ReturnFieldArgs {
             arg_fields: &[],
@@ -70,7 +108,7 @@ impl ScalarUDFImpl for TransactionNow {
             return self.inner.simplify(args, info);
         };
         Ok(ExprSimplifyResult::Simplified(Expr::Literal(
-            ScalarValue::TimestampNanosecond(start.timestamp_nanos_opt(), tz.clone()),
+            ScalarValue::TimestampMicrosecond(Some(start.timestamp_micros()), tz.clone()),
             None,
         )))
     }
@@ -83,10 +121,34 @@ pub fn register(ctx: &datafusion::prelude::SessionContext, start: TransactionSta
         tracing::error!("no now() to wrap");
         return;
     };
+    // (DataFusion's own, if an earlier registration wrapped it already)
+    let inner = match inner.inner().downcast_ref::<TransactionNow>() {
+        Some(t) => t.inner.clone(),
+        None => inner,
+    };
     ctx.register_udf(ScalarUDF::new_from_impl(TransactionNow {
+        name: "now",
         inner,
-        start,
+        start: Some(start),
         aliases: vec!["current_timestamp".into(), "transaction_timestamp".into()],
+    }));
+}
+
+/// `statement_timestamp()`: the statement's start (DataFusion's `now()`, in microseconds).
+pub fn register_statement_timestamp(ctx: &datafusion::prelude::SessionContext) {
+    let Ok(inner) = datafusion::execution::FunctionRegistry::udf(ctx, "now") else {
+        tracing::error!("no now() to wrap");
+        return;
+    };
+    let inner = match inner.inner().downcast_ref::<TransactionNow>() {
+        Some(t) => t.inner.clone(),
+        None => inner,
+    };
+    ctx.register_udf(ScalarUDF::new_from_impl(TransactionNow {
+        name: "statement_timestamp",
+        inner,
+        start: None,
+        aliases: vec![],
     }));
 }
 
