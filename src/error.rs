@@ -416,6 +416,11 @@ fn datetime_field_out_of_range(value: &str) -> Option<bool> {
             .collect()
     };
     let (mut date, mut time) = (false, false);
+    // a free-form date (`Feb 30 2024`, `13/15/2024`) as the ISO text it is read as
+    let iso = (!crate::sql::datetime_in::iso_date_prefix(value.trim().as_bytes()))
+        .then(|| crate::sql::datetime_in::free_form(value.trim()))
+        .flatten();
+    let value = iso.as_deref().unwrap_or(value);
     for part in value.trim().split([' ', 'T']) {
         if let Some(d) = numbers(part, '-').filter(|d| d.len() == 3) {
             let (y, m, day) = (d[0] as i32, d[1], d[2]);

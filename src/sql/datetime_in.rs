@@ -31,6 +31,12 @@ pub fn normalize_date(s: &str) -> Option<String> {
 
 fn normalize_to(s: &str, keep_zone: bool, date_only: bool) -> Option<String> {
     let t = s.trim();
+    // anything but ISO 8601's `YYYY-MM-DD...`: Postgres' other spellings, written as ISO
+    if !iso_date_prefix(t.as_bytes())
+        && let Some(iso) = free_form(t)
+    {
+        return normalize_to(&iso, keep_zone, date_only).or(Some(iso));
+    }
     // `... BC` / `... AD`: read without the era, a BC year moved into the common era by
     // whole 400-year cycles (the calendar repeats), moved back by [`with_infinities`]
     if let Some((body, bc)) = era(t) {
@@ -188,6 +194,232 @@ fn normalize_to(s: &str, keep_zone: bool, date_only: bool) -> Option<String> {
         out.push_str(zone);
     }
     (out != s).then_some(out)
+}
+
+/// Whether `b` starts with `YYYY-MM-DD`.
+pub fn iso_date_prefix(b: &[u8]) -> bool {
+    b.len() >= 10
+        && b[..4].iter().all(u8::is_ascii_digit)
+        && b[4] == b'-'
+        && b[5..7].iter().all(u8::is_ascii_digit)
+        && b[7] == b'-'
+        && b[8..10].iter().all(u8::is_ascii_digit)
+}
+
+/// The month a name or its abbreviation stands for (`March`, `mar`, `Sept`).
+fn month_named(w: &str) -> Option<u32> {
+    const MONTHS: [&str; 12] = [
+        "january",
+        "february",
+        "march",
+        "april",
+        "may",
+        "june",
+        "july",
+        "august",
+        "september",
+        "october",
+        "november",
+        "december",
+    ];
+    let w = w.to_ascii_lowercase();
+    if w == "sept" {
+        return Some(9);
+    }
+    MONTHS
+        .iter()
+        .position(|m| w.len() >= 3 && m.starts_with(w.as_str()) && (w.len() == 3 || w == *m))
+        .map(|i| i as u32 + 1)
+}
+
+fn weekday_named(w: &str) -> bool {
+    const DAYS: [&str; 7] = [
+        "sunday",
+        "monday",
+        "tuesday",
+        "wednesday",
+        "thursday",
+        "friday",
+        "saturday",
+    ];
+    let w = w.to_ascii_lowercase();
+    DAYS.iter()
+        .any(|d| w.len() >= 3 && d.starts_with(w.as_str()) && (w.len() == 3 || w == *d))
+}
+
+/// Postgres' free-form date and timestamp input (DateStyle MDY, as its default) written as
+/// `YYYY-MM-DD[ HH:MM:SS[.f]][ zone][ BC]`: `2024/03/15`, `03/15/2024`, `3/5/24`,
+/// `15 March 2024`, `March 15, 2024`, `Fri Mar 15 10:20:30 2024`, `15-Mar-2024`,
+/// `2024-Mar-15`, `2024.03.15`, with `10:20 PM`, `+0530`, `UTC`, `BC`. None for text it
+/// does not read (arrow then reads it as it is, or refuses it).
+pub fn free_form(t: &str) -> Option<String> {
+    let b = t.as_bytes();
+    let mut i = 0;
+    let mut month: Option<u32> = None;
+    // the date's numbers as written, and the parts of a separated date (`03/15/2024`)
+    let mut loose: Vec<&str> = Vec::new();
+    let mut parts: Option<Vec<&str>> = None;
+    let mut time: Option<String> = None;
+    let mut pm: Option<bool> = None;
+    let mut zone: Option<&str> = None;
+    let mut bc = false;
+    while i < b.len() {
+        let c = b[i];
+        if c.is_ascii_whitespace() || c == b',' {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        if c.is_ascii_alphabetic() {
+            while i < b.len() && (b[i].is_ascii_alphanumeric() || matches!(b[i], b'_' | b'/')) {
+                i += 1;
+            }
+            let w = &t[start..i];
+            let lower = w.to_ascii_lowercase();
+            match lower.as_str() {
+                "am" | "a.m." => pm = Some(false),
+                "pm" | "p.m." => pm = Some(true),
+                "bc" => bc = true,
+                "ad" => {}
+                _ if weekday_named(w) => {}
+                _ if month.is_none() && parts.is_none() && month_named(w).is_some() => {
+                    month = month_named(w);
+                }
+                // a zone by name after the time (`UTC`, `Z`, `America/New_York`)
+                _ if time.is_some() && zone.is_none() => zone = Some(w),
+                _ => return None,
+            }
+            continue;
+        }
+        if c.is_ascii_digit() {
+            while i < b.len() && b[i].is_ascii_digit() {
+                i += 1;
+            }
+            match b.get(i) {
+                Some(b':') => {
+                    // H:MM[:SS[.f]]
+                    if time.is_some() {
+                        return None;
+                    }
+                    while i < b.len() && (b[i].is_ascii_digit() || matches!(b[i], b':' | b'.')) {
+                        i += 1;
+                    }
+                    let f: Vec<&str> = t[start..i].split(':').collect();
+                    let (h, m, sec) = match f.as_slice() {
+                        [h, m] => (*h, *m, "00"),
+                        [h, m, s] => (*h, *m, *s),
+                        _ => return None,
+                    };
+                    let ok = |x: &str, n: usize| {
+                        (1..=n).contains(&x.len()) && x.bytes().all(|c| c.is_ascii_digit())
+                    };
+                    let (si, sf) = sec.split_once('.').unwrap_or((sec, ""));
+                    if !(ok(h, 2) && m.len() == 2 && ok(m, 2) && ok(si, 2))
+                        || !sf.bytes().all(|c| c.is_ascii_digit())
+                    {
+                        return None;
+                    }
+                    let frac = if sf.is_empty() {
+                        String::new()
+                    } else {
+                        format!(".{sf}")
+                    };
+                    time = Some(format!("{h:0>2}:{m}:{si:0>2}{frac}"));
+                }
+                Some(&sep @ (b'-' | b'/' | b'.'))
+                    if parts.is_none()
+                        && time.is_none()
+                        && b.get(i + 1).is_some_and(u8::is_ascii_alphanumeric) =>
+                {
+                    // a separated date: its parts are digits or a month's name
+                    while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == sep) {
+                        i += 1;
+                    }
+                    parts = Some(t[start..i].split(sep as char).collect());
+                }
+                _ => loose.push(&t[start..i]),
+            }
+            continue;
+        }
+        if matches!(c, b'+' | b'-') && time.is_some() && zone.is_none() {
+            i += 1;
+            while i < b.len() && (b[i].is_ascii_digit() || b[i] == b':') {
+                i += 1;
+            }
+            zone = Some(&t[start..i]);
+            continue;
+        }
+        return None;
+    }
+    // the date's year, month and day as written (strings keep the year's digit count)
+    let (y, m, d): (&str, u32, &str) = match (parts.as_deref(), month) {
+        (Some([a, b2, c]), None) => {
+            let named = [a, b2, c].iter().position(|p| month_named(p).is_some());
+            match named {
+                // 15-Mar-2024, 2024-Mar-15
+                Some(1) if loose.is_empty() => {
+                    let m = month_named(b2)?;
+                    if a.len() >= 3 {
+                        (*a, m, *c)
+                    } else {
+                        (*c, m, *a)
+                    }
+                }
+                Some(_) => return None,
+                // 2024/03/15 (a year first), else 03/15/2024 (month, day, year)
+                None if loose.is_empty() => {
+                    if a.len() >= 3 {
+                        (*a, b2.parse().ok()?, *c)
+                    } else {
+                        (*c, a.parse().ok()?, *b2)
+                    }
+                }
+                None => return None,
+            }
+        }
+        (None, Some(m)) => match loose.as_slice() {
+            // March 15, 2024 / 15 March 2024 / 2024 March 15
+            [a, c] => {
+                if a.len() >= 3 {
+                    (*a, m, *c)
+                } else {
+                    (*c, m, *a)
+                }
+            }
+            _ => return None,
+        },
+        _ => return None,
+    };
+    let day: u32 = d.parse().ok()?;
+    let mut year: i64 = y.parse().ok()?;
+    if !d.bytes().all(|c| c.is_ascii_digit()) || d.len() > 2 || y.is_empty() {
+        return None;
+    }
+    // a year of one or two digits is the nearest to 2020 (Postgres: 70-99 are 19xx)
+    if y.len() <= 2 && !bc {
+        year += if year < 70 { 2000 } else { 1900 };
+    }
+    let mut out = format!("{year:04}-{m:02}-{day:02}");
+    if let Some(tm) = time {
+        let (h, rest) = tm.split_once(':')?;
+        let mut h: u32 = h.parse().ok()?;
+        match pm {
+            Some(true) if h < 12 => h += 12,
+            Some(false) if h == 12 => h = 0,
+            _ => {}
+        }
+        out.push_str(&format!(" {h:02}:{rest}"));
+        if let Some(z) = zone {
+            out.push(' ');
+            out.push_str(z);
+        }
+    } else if pm.is_some() || zone.is_some() {
+        return None;
+    }
+    if bc {
+        out.push_str(" BC");
+    }
+    Some(out)
 }
 
 /// The number written by the ASCII digits `b` (all digits, at most 9 of them).
@@ -506,6 +738,11 @@ pub fn with_infinities(text: &dyn Array, parsed: ArrayRef) -> ArrayRef {
 fn back_to_bc(text: &datafusion::arrow::array::StringArray, parsed: ArrayRef) -> ArrayRef {
     let cycles = |v: &str| {
         let t = v.trim();
+        // (a free-form date's era is read off its ISO spelling)
+        let iso = (!iso_date_prefix(t.as_bytes()))
+            .then(|| free_form(t))
+            .flatten();
+        let t = iso.as_deref().unwrap_or(t);
         era(t).filter(|(_, bc)| *bc).and_then(|(b, _)| bc_cycles(b))
     };
     if !text.iter().any(|v| v.is_some_and(|v| cycles(v).is_some())) {

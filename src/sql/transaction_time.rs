@@ -85,9 +85,9 @@ impl ScalarUDFImpl for TransactionNow {
         let to = args.return_field.data_type().clone();
         match self.inner.invoke_with_args(args)? {
             ColumnarValue::Scalar(v) => Ok(ColumnarValue::Scalar(in_micros(v))),
-            ColumnarValue::Array(a) => Ok(ColumnarValue::Array(
-                datafusion::arrow::compute::cast(&a, &to)?,
-            )),
+            ColumnarValue::Array(a) => Ok(ColumnarValue::Array(datafusion::arrow::compute::cast(
+                &a, &to,
+            )?)),
         }
     }
     fn simplify(&self, args: Vec<Expr>, info: &SimplifyContext) -> DfResult<ExprSimplifyResult> {
