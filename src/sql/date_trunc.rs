@@ -24,6 +24,23 @@ pub fn date_trunc() -> ScalarUDF {
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct KeepEnds;
 
+/// The timestamps with 0 under their NULLs: DataFusion's kernel computes every slot, and a
+/// NULL's may hold any value (one near `i64::MIN` overflows its arithmetic).
+fn zero_null_slots(a: &ArrayRef) -> DfResult<ArrayRef> {
+    use datafusion::arrow::array::{Array, AsArray, Int64Array};
+    use datafusion::arrow::datatypes::{DataType, Int64Type};
+    if a.null_count() == 0 || !matches!(a.data_type(), DataType::Timestamp(..)) {
+        return Ok(a.clone());
+    }
+    let w = datafusion::arrow::compute::cast(a, &DataType::Int64)?;
+    let w = w.as_primitive::<Int64Type>();
+    let values: Vec<i64> = (0..w.len())
+        .map(|i| if w.is_null(i) { 0 } else { w.value(i) })
+        .collect();
+    let zeroed = Int64Array::new(values.into(), w.nulls().cloned());
+    Ok(datafusion::arrow::compute::cast(&zeroed, a.data_type())?)
+}
+
 impl CallHook for KeepEnds {
     /// The timestamp (second argument) with its ends replaced before DataFusion's call and
     /// put back after, and years DataFusion's nanosecond arithmetic cannot hold (before
@@ -56,7 +73,7 @@ impl CallHook for KeepEnds {
             .iter()
             .all(|a| matches!(a, ColumnarValue::Scalar(_)));
         let rows = if all_scalar { 1 } else { args.number_rows };
-        let ts = ts.to_array(rows)?;
+        let ts = zero_null_slots(&ts.to_array(rows)?)?;
         let out = keeping_infinities(&ts, |finite| {
             within_nanosecond_range(finite, |ts| {
                 let mut call = args.clone();
