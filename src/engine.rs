@@ -472,6 +472,7 @@ impl Engine {
             }
             Statement::AlterSequence(a) => self.alter_sequence(a, notices.as_ref()),
             Statement::AddIdentity(a) => self.add_identity(session, a, notices.as_ref()),
+            Statement::AlterIdentity(a) => self.alter_identity(a, notices.as_ref()),
             Statement::ExplainView(cv) => self.explain_view(session, cv).await,
             Statement::ExplainAnalyzeView(name) => self.explain_analyze_view(name),
             Statement::Flush => {
@@ -3004,6 +3005,7 @@ fn query_kind(stmt: &Statement) -> &'static str {
         | Statement::AlterType { .. }
         | Statement::AlterColumnSetting { .. }
         | Statement::AddIdentity(_)
+        | Statement::AlterIdentity(_)
         | Statement::AlterTable(_)
         | Statement::Comment(_)
         | Statement::RenameRelation { .. }
@@ -3042,7 +3044,7 @@ fn write_kind(stmt: &Statement) -> Option<&'static str> {
         Statement::CreateEnumType { .. } => "CREATE TYPE",
         Statement::AlterType { .. } => "ALTER TYPE",
         Statement::AlterColumnSetting { .. } => "ALTER TABLE",
-        Statement::AddIdentity(_) => "ALTER TABLE",
+        Statement::AddIdentity(_) | Statement::AlterIdentity(_) => "ALTER TABLE",
         Statement::AlterTable(_) => "ALTER TABLE",
         Statement::RenameRelation { .. } => "ALTER",
         Statement::Comment(_) => "COMMENT",

@@ -232,6 +232,12 @@ impl Engine {
                 }
                 self.require_create(role)
             }
+            Statement::AlterIdentity(a) => {
+                if self.catalog.get(&a.table).is_some() {
+                    self.require_owner(role, &a.table)?;
+                }
+                Ok(())
+            }
             Statement::AlterSequence(a) => {
                 if self.catalog.get(&a.name).is_some() {
                     self.require_owner(role, &a.name)?;

@@ -16,7 +16,7 @@ use crate::catalog::sequences::SequenceSpec;
 use crate::engine::{Engine, Output};
 use crate::error::{Result, WeirError, sqlstate};
 use crate::server::session::Session;
-use crate::sql::parser::{AddIdentity, AlterSequence};
+use crate::sql::parser::{AddIdentity, AlterIdentity, AlterSequence};
 use crate::sql::types::SqlType;
 
 impl Engine {
@@ -202,6 +202,94 @@ impl Engine {
             d.options.push((kind.into(), col.clone()));
             Ok(())
         })?;
+        done
+    }
+
+    /// `ALTER TABLE t ALTER COLUMN c SET GENERATED ... | SET option | RESTART ... | DROP
+    /// IDENTITY`: an identity column's kind, its sequence's options, or the identity itself
+    /// (its default and its sequence go; the column stays).
+    pub(crate) fn alter_identity(
+        &self,
+        a: &AlterIdentity,
+        notices: Option<&tokio::sync::mpsc::UnboundedSender<String>>,
+    ) -> Result<Output> {
+        let done = Ok(Output::Command("ALTER TABLE".into()));
+        let Some(entry) = self.catalog.get(&a.table) else {
+            return crate::engine::missing_relation(&a.table, a.if_exists, notices, "ALTER TABLE");
+        };
+        let (table, col) = (&a.table, &a.column);
+        if !entry.desc.columns.iter().any(|c| c.name == *col) {
+            return Err(WeirError::new(
+                sqlstate::UNDEFINED_COLUMN,
+                format!("column \"{col}\" of relation \"{table}\" does not exist"),
+            ));
+        }
+        let not_identity =
+            format!("column \"{col}\" of relation \"{table}\" is not an identity column");
+        let Some(kind) = entry.desc.identity(col) else {
+            if a.drop == Some(true) {
+                if let Some(n) = notices {
+                    let _ = n.send(format!("{not_identity}, skipping"));
+                }
+                return done;
+            }
+            return Err(WeirError::new("55000", not_identity));
+        };
+        // its sequence: the one its default takes the next value of
+        let seq = entry.desc.defaults.iter().find_map(|(d, text)| {
+            (d == col)
+                .then(|| {
+                    text.trim()
+                        .strip_prefix("nextval('")
+                        .and_then(|r| r.strip_suffix("')"))
+                        .map(str::to_owned)
+                })
+                .flatten()
+        });
+        let Some(seq) = seq else {
+            return Err(WeirError::internal(format!(
+                "identity column {table}.{col} without its sequence"
+            )));
+        };
+        let kinds = ["weir.identity_always", "weir.identity_by_default"];
+        if a.drop.is_some() {
+            self.catalog.alter_relation(table, |d| {
+                d.defaults.retain(|(c, _)| c != col);
+                d.options.retain(|(k, v)| {
+                    !(kinds.contains(&k.as_str()) && v == col
+                        || k == "weir.owned_sequence" && *v == seq)
+                });
+                Ok(())
+            })?;
+            if let Some(s) = self.catalog.get(&seq)
+                && s.desc.kind == RelationKind::Sequence
+            {
+                self.catalog.drop_relation(&seq)?;
+                self.catalog.drop_sequence_state(s.desc.oid)?;
+            }
+            return done;
+        }
+        if let Some(always) = a.generated
+            && always != (kind == 'a')
+        {
+            self.catalog.alter_relation(table, |d| {
+                d.options
+                    .retain(|(k, v)| !(kinds.contains(&k.as_str()) && v == col));
+                d.options
+                    .push((kinds[usize::from(!always)].into(), col.clone()));
+                Ok(())
+            })?;
+        }
+        if a.options != crate::sql::parser::SeqOptions::default() {
+            self.alter_sequence(
+                &AlterSequence {
+                    name: seq,
+                    if_exists: false,
+                    options: a.options.clone(),
+                },
+                notices,
+            )?;
+        }
         done
     }
 

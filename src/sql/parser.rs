@@ -101,6 +101,7 @@ pub enum Statement {
     CreateSequence(Box<CreateSequence>),
     AlterSequence(Box<AlterSequence>),
     AddIdentity(Box<AddIdentity>),
+    AlterIdentity(Box<AlterIdentity>),
     /// `REFRESH MATERIALIZED VIEW name`.
     Refresh(String),
     /// `VACUUM ...` / `ANALYZE ...` of these relations (all: none named).
@@ -352,7 +353,7 @@ pub struct CreateSequence {
 }
 
 /// A sequence's options as written (None: not written; at CREATE, Postgres' default).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct SeqOptions {
     pub start: Option<i64>,
     pub increment: Option<i64>,
@@ -602,6 +603,93 @@ fn parse_alter_column_setting(p: &mut Parser) -> Result<Option<Statement>> {
         what,
         value,
     }))
+}
+
+/// `ALTER TABLE [IF EXISTS] t ALTER [COLUMN] c` then `SET GENERATED { ALWAYS | BY DEFAULT }`,
+/// `SET sequence_option`, `RESTART [[WITH] n]` (any of them, one after another), or
+/// `DROP IDENTITY [IF EXISTS]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlterIdentity {
+    pub table: String,
+    pub if_exists: bool,
+    pub column: String,
+    /// `SET GENERATED ALWAYS` (true) / `BY DEFAULT` (false).
+    pub generated: Option<bool>,
+    /// The options for the identity's sequence (RESTART among them).
+    pub options: SeqOptions,
+    /// `DROP IDENTITY`: Some(IF EXISTS written).
+    pub drop: Option<bool>,
+}
+
+fn parse_alter_identity(p: &mut Parser) -> Result<Option<AlterIdentity>> {
+    const OPTIONS: [&str; 9] = [
+        "generated",
+        "increment",
+        "minvalue",
+        "maxvalue",
+        "start",
+        "restart",
+        "cache",
+        "cycle",
+        "no",
+    ];
+    let word = |t: &Token| match t {
+        Token::Word(w) if w.quote_style.is_none() => w.value.to_ascii_lowercase(),
+        _ => String::new(),
+    };
+    let head = alter_column_head(p, |p| {
+        let (a, b) = (
+            word(&p.peek_token().token),
+            word(&p.peek_nth_token(1).token),
+        );
+        a == "restart"
+            || (a == "set" && OPTIONS.contains(&b.as_str()))
+            || (a == "drop" && b == "identity")
+    });
+    let Some((if_exists, name, column)) = head else {
+        return Ok(None);
+    };
+    let mut a = AlterIdentity {
+        table: relation_name(&name)?,
+        if_exists,
+        column: normalize_ident(&column),
+        generated: None,
+        options: SeqOptions::default(),
+        drop: None,
+    };
+    if parse_word(p, "DROP") {
+        expect_word(p, "IDENTITY")?;
+        a.drop = Some(p.parse_keywords(&[Keyword::IF, Keyword::EXISTS]));
+        return Ok(Some(a));
+    }
+    loop {
+        let set = parse_word(p, "SET");
+        if set && parse_word(p, "GENERATED") {
+            a.generated = Some(if p.parse_keyword(Keyword::ALWAYS) {
+                true
+            } else {
+                p.expect_keywords(&[Keyword::BY, Keyword::DEFAULT])?;
+                false
+            });
+            continue;
+        }
+        if !set && word(&p.peek_token().token) != "restart" {
+            break;
+        }
+        // one option (SET's) or RESTART: the sequence's own parser, merged in
+        let o = parse_sequence_options(p, SeqContext::Alter)?;
+        let m = &mut a.options;
+        m.start = o.start.or(m.start);
+        m.increment = o.increment.or(m.increment);
+        m.min = o.min.or(m.min);
+        m.max = o.max.or(m.max);
+        m.cycle |= o.cycle;
+        m.no_min |= o.no_min;
+        m.no_max |= o.no_max;
+        m.no_cycle |= o.no_cycle;
+        m.restart = o.restart.or(m.restart);
+    }
+    Ok(Some(a))
 }
 
 fn parse_alter_add_identity(p: &mut Parser) -> Result<Option<AddIdentity>> {
@@ -2145,6 +2233,9 @@ fn parse_one(p: &mut Parser) -> Result<Statement> {
             }
             if let Some(a) = parse_alter_add_identity(p)? {
                 return Ok(Statement::AddIdentity(Box::new(a)));
+            }
+            if let Some(a) = parse_alter_identity(p)? {
+                return Ok(Statement::AlterIdentity(Box::new(a)));
             }
             if let Some(s) = parse_alter_column_setting(p)? {
                 return Ok(s);
