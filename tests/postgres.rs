@@ -1281,3 +1281,39 @@ ALTER TABLE IF EXISTS sk RENAME TO sk2;
         "skipping notices",
     );
 }
+
+/// COPY's CSV options through psql, in and out, as Postgres reads and writes them: a QUOTE
+/// of its own (ESCAPE follows it unless given), FORCE_QUOTE, NULL, HEADER, quoted fields
+/// with delimiters, quotes and newlines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_csv_options_answer_as_postgres() {
+    let pg = Postgres::start();
+    let weir = TestServer::start();
+    let script = r#"
+CREATE TABLE cpx (id int, s text, n numeric(6,2), b boolean);
+INSERT INTO cpx VALUES (1, 'plain', 1.5, true), (2, E'tab\there, "quote", comma', NULL, false), (3, '', -0.01, NULL), (4, E'new\nline\\back', 0, true);
+\copy (select * from cpx order by id) to stdout with (format csv, header)
+\copy (select id, s from cpx order by id) to stdout with (format csv, delimiter ';', quote '''', force_quote (s))
+\copy (select * from cpx order by id) to stdout with (format csv, null 'NULL')
+\copy (select s from cpx where id = 2) to stdout with (format csv, quote '''', escape '\')
+COPY cpx (id, s) FROM stdin WITH (format csv, quote '''');
+30,'it''s "x"'
+31,'a,b'
+\.
+COPY cpx (id, s) FROM stdin WITH (format csv, header true);
+id,s
+32,"quoted, with comma"
+33,""
+34,
+\.
+SELECT id, s, s IS NULL AS null_s FROM cpx WHERE id >= 30 ORDER BY id;
+DROP TABLE cpx;
+"#;
+    same_psql_output(
+        &pg,
+        &weir,
+        script,
+        &["2;'tab\there, \"quote\", comma'", "quoted, with comma"],
+        "COPY CSV options",
+    );
+}

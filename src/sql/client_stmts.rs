@@ -544,6 +544,8 @@ fn parse_copy_options(p: &mut Parser) -> Result<CopyOptions> {
         }
     };
     let mut o = CopyOptions::defaults(format);
+    // ESCAPE defaults to QUOTE (a doubled quote), whatever QUOTE is
+    let escape_given = pairs.iter().any(|(k, _)| k == "escape");
     for (k, v) in pairs {
         let one_byte = |what: &str, v: &Option<String>| -> Result<u8> {
             match v.as_deref().map(str::as_bytes) {
@@ -574,7 +576,12 @@ fn parse_copy_options(p: &mut Parser) -> Result<CopyOptions> {
                     format!("COPY {k} available only in CSV mode"),
                 ));
             }
-            "quote" => o.quote = one_byte("quote", &v)?,
+            "quote" => {
+                o.quote = one_byte("quote", &v)?;
+                if !escape_given {
+                    o.escape = o.quote;
+                }
+            }
             "escape" => o.escape = one_byte("escape", &v)?,
             "encoding" => {
                 if !matches!(
