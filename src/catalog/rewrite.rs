@@ -3946,7 +3946,14 @@ pub(crate) fn figure_name(e: &Expr) -> Option<String> {
             shorthand: true, ..
         } => Some("substr".into()),
         Expr::Substring { .. } => Some("substring".into()),
-        Expr::Trim { .. } => Some("btrim".into()),
+        Expr::Trim { trim_where, .. } => Some(
+            match trim_where {
+                Some(ast::TrimWhereField::Leading) => "ltrim",
+                Some(ast::TrimWhereField::Trailing) => "rtrim",
+                _ => "btrim",
+            }
+            .into(),
+        ),
         Expr::Position { .. } => Some("position".into()),
         Expr::Overlay { .. } => Some("overlay".into()),
         Expr::Ceil { .. } => Some("ceil".into()),

@@ -1133,6 +1133,7 @@ pub fn parse_tree(sql: &str, memory: usize) -> Result<Vec<Parsed>> {
     crate::sql::depth::check(tokens.iter().map(|t| &t.token))?;
     let tokens = mark_asof_joins(tokens)?;
     let tokens = mark_symmetric_between(tokens);
+    let tokens = trim_spaces_by_default(tokens);
     let tokens = drop_collations(tokens)?;
     refuse_partitioning(&tokens)?;
     let tokens = mark_merge_actions(tokens);
@@ -1773,6 +1774,38 @@ fn drop_collations(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSpan>> {
         .filter(|(_, d)| !d)
         .map(|(t, _)| t)
         .collect())
+}
+
+/// `trim(LEADING | TRAILING | BOTH FROM x)`, which sqlparser does not read without the
+/// characters to trim: the spaces Postgres trims then, written in (`trim(LEADING ' ' FROM x)`).
+fn trim_spaces_by_default(mut tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    if !tokens.iter().any(|t| is_word(t, "TRIM")) {
+        return tokens;
+    }
+    let sig = significant(&tokens);
+    let mut at = Vec::new();
+    for k in 0..sig.len().saturating_sub(3) {
+        let t = |j: usize| &tokens[sig[k + j]];
+        if is_word(t(0), "TRIM")
+            && t(1).token == Token::LParen
+            && (is_word(t(2), "LEADING") || is_word(t(2), "TRAILING") || is_word(t(2), "BOTH"))
+            && is_word(t(3), "FROM")
+        {
+            at.push(sig[k + 3]);
+        }
+    }
+    for i in at.into_iter().rev() {
+        let span = tokens[i].span;
+        tokens.insert(
+            i,
+            TokenWithSpan::new(Token::Whitespace(Whitespace::Space), span),
+        );
+        tokens.insert(
+            i,
+            TokenWithSpan::new(Token::SingleQuotedString(" ".into()), span),
+        );
+    }
+    tokens
 }
 
 fn mark_symmetric_between(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
