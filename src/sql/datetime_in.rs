@@ -314,9 +314,8 @@ pub fn free_form(t: &str) -> Option<String> {
                         (1..=n).contains(&x.len()) && x.bytes().all(|c| c.is_ascii_digit())
                     };
                     let (si, sf) = sec.split_once('.').unwrap_or((sec, ""));
-                    if !(ok(h, 2) && m.len() == 2 && ok(m, 2) && ok(si, 2))
-                        || !sf.bytes().all(|c| c.is_ascii_digit())
-                    {
+                    let digits = sf.bytes().all(|c| c.is_ascii_digit());
+                    if !(ok(h, 2) && m.len() == 2 && ok(m, 2) && ok(si, 2) && digits) {
                         return None;
                     }
                     let frac = if sf.is_empty() {
