@@ -857,6 +857,10 @@ impl Engine {
                 };
                 if session.in_transaction {
                     // Postgres warns and stays in the block
+                    if let Some(n) = notices.as_ref() {
+                        let _ =
+                            n.send("WARNING: there is already a transaction in progress".into());
+                    }
                     return Ok(Output::TransactionStart(tag));
                 }
                 check_tx_modes(modes)?;
@@ -893,6 +897,7 @@ impl Engine {
                 Ok(Output::Command("SET".into()))
             }
             Statement::Commit => {
+                no_transaction_warning(session, notices.as_ref());
                 // deferred constraints are checked now: one that fails rolls the block back
                 if session.in_transaction
                     && !session.aborted
@@ -916,6 +921,7 @@ impl Engine {
                 Ok(Output::TransactionEnd(tag))
             }
             Statement::Rollback => {
+                no_transaction_warning(session, notices.as_ref());
                 session.end_block_settings(false);
                 session.end_block();
                 self.rollback(session).await?;
@@ -2872,6 +2878,19 @@ fn watermark_desc(w: &WatermarkSpec, columns: &[ColumnDesc]) -> Result<Watermark
 
 /// An ALTER's relation that is not there: with IF EXISTS, Postgres' NOTICE and the
 /// statement's tag (nothing done); else 42P01.
+/// COMMIT or ROLLBACK outside a transaction block: Postgres warns (and does nothing).
+fn no_transaction_warning(
+    session: &Session,
+    notices: Option<&tokio::sync::mpsc::UnboundedSender<String>>,
+) {
+    if !session.in_transaction
+        && !session.implicit_transaction
+        && let Some(n) = notices
+    {
+        let _ = n.send("WARNING: there is no transaction in progress".into());
+    }
+}
+
 pub(crate) fn missing_relation(
     name: &str,
     if_exists: bool,

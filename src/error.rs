@@ -465,10 +465,10 @@ fn from_datafusion(e: &DataFusionError) -> WeirError {
         DataFusionError::ArrowError(ae, _) => from_arrow(ae),
         DataFusionError::SQL(pe, _) => WeirError::from(clone_parser_error(pe)),
         DataFusionError::SchemaError(se, _) => match se.as_ref() {
-            SchemaError::FieldNotFound { field, .. } => WeirError::new(
-                sqlstate::UNDEFINED_COLUMN,
-                format!("column \"{}\" does not exist", field.name),
-            ),
+            SchemaError::FieldNotFound {
+                field,
+                valid_fields,
+            } => missing_column(field, valid_fields),
             SchemaError::AmbiguousReference { field } => WeirError::new(
                 sqlstate::AMBIGUOUS_COLUMN,
                 format!("column reference \"{}\" is ambiguous", field.name),
@@ -498,6 +498,80 @@ fn from_datafusion(e: &DataFusionError) -> WeirError {
     }
 }
 
+/// 42703 for a column that is not there, worded as Postgres words it (`column "nme" does
+/// not exist`, `column er.nme does not exist` when qualified), with its hint at the nearest
+/// column the query could read: Levenshtein distance at most half the written name's
+/// length (Postgres' `errorMissingColumn`), the best one, or the best two when they are of
+/// different relations.
+fn missing_column(
+    field: &datafusion::common::Column,
+    valid: &[datafusion::common::Column],
+) -> WeirError {
+    let written = &field.name;
+    let message = match &field.relation {
+        Some(r) => format!("column {}.{written} does not exist", r.table()),
+        None => format!("column \"{written}\" does not exist"),
+    };
+    let e = WeirError::new(sqlstate::UNDEFINED_COLUMN, message);
+    let limit = written.chars().count() / 2;
+    let mut best: Vec<&datafusion::common::Column> = Vec::new();
+    let mut best_d = usize::MAX;
+    for c in valid {
+        if let Some(r) = &field.relation
+            && c.relation.as_ref().is_none_or(|q| q.table() != r.table())
+        {
+            continue;
+        }
+        // (internal columns, `weir_...` markers, are no suggestion)
+        if c.name.starts_with("weir_") || c.name.starts_with("__") {
+            continue;
+        }
+        let d = levenshtein(&c.name, written);
+        if d > limit || d > best_d {
+            continue;
+        }
+        if d < best_d {
+            best_d = d;
+            best.clear();
+        }
+        if !best.iter().any(|b| b.relation == c.relation) {
+            best.push(c);
+        }
+    }
+    let name = |c: &datafusion::common::Column| match &c.relation {
+        Some(r) => format!("\"{}.{}\"", r.table(), c.name),
+        None => format!("\"{}\"", c.name),
+    };
+    match best.as_slice() {
+        [one] => e.with_hint(format!(
+            "Perhaps you meant to reference the column {}.",
+            name(one)
+        )),
+        [a, b] => e.with_hint(format!(
+            "Perhaps you meant to reference the column {} or the column {}.",
+            name(a),
+            name(b)
+        )),
+        _ => e,
+    }
+}
+
+/// Edit distance (insertions, deletions, substitutions of characters, each 1).
+fn levenshtein(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != *cb))
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
 fn clone_parser_error(e: &ParserError) -> ParserError {
     match e {
         ParserError::TokenizerError(m) => ParserError::TokenizerError(m.clone()),
@@ -525,6 +599,26 @@ pub fn repeated_projection_name(message: &str) -> Option<String> {
 fn classify_plan_message(m: &str) -> WeirError {
     let msg = clean(m);
     let lower = msg.to_ascii_lowercase();
+    // DataFusion's words for what Postgres words so
+    if let Some(rest) = msg.strip_prefix("Order by column out of bounds, specified: ") {
+        let n = rest.split(',').next().unwrap_or(rest);
+        return WeirError::new(
+            "42P10",
+            format!("ORDER BY position {n} is not in select list"),
+        );
+    }
+    if lower.starts_with("for select distinct, order by expressions") {
+        return WeirError::new(
+            "42P10",
+            "for SELECT DISTINCT, ORDER BY expressions must appear in select list",
+        );
+    }
+    if lower.starts_with("limit must be >= 0") {
+        return WeirError::new("2201W", "LIMIT must not be negative");
+    }
+    if lower.starts_with("offset must be >=0") || lower.starts_with("offset must be >= 0") {
+        return WeirError::new("2201X", "OFFSET must not be negative");
+    }
     if let Some(name) = lower
         .strip_prefix("table '")
         .and_then(|rest| rest.strip_suffix("' not found"))

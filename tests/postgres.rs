@@ -1317,3 +1317,41 @@ DROP TABLE cpx;
         "COPY CSV options",
     );
 }
+
+/// Everyday mistakes, and the errors, hints and warnings Postgres answers them with: a
+/// misspelt column (the hint names the nearest one), ORDER BY past the select list, a
+/// negative LIMIT/OFFSET, COMMIT and BEGIN where they do nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mistakes_answer_as_postgres() {
+    let pg = Postgres::start();
+    let weir = TestServer::start();
+    let script = r#"
+CREATE TABLE mis (id int PRIMARY KEY, name text NOT NULL, amount numeric(5,2));
+CREATE TABLE mis2 (id int, names text);
+SELECT nme FROM mis;
+SELECT mis.nme FROM mis;
+SELECT zzzzzz FROM mis;
+SELECT nam FROM mis, mis2;
+SELECT id FROM mis ORDER BY 5;
+SELECT DISTINCT id FROM mis ORDER BY name;
+SELECT * FROM mis LIMIT -1;
+SELECT * FROM mis OFFSET -1;
+SELECT (SELECT id FROM mis UNION SELECT 2);
+COMMIT;
+ROLLBACK;
+BEGIN;
+BEGIN;
+COMMIT;
+DROP TABLE mis, mis2;
+"#;
+    same_psql_output(
+        &pg,
+        &weir,
+        script,
+        &[
+            "Perhaps you meant to reference the column",
+            "LIMIT must not be negative",
+        ],
+        "mistakes",
+    );
+}

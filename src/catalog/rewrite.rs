@@ -3924,20 +3924,30 @@ pub(crate) fn figure_name(e: &Expr) -> Option<String> {
         Expr::Case { .. } => Some("case".into()),
         Expr::Exists { .. } => Some("exists".into()),
         Expr::Array(_) => Some("array".into()),
-        Expr::Subquery(q) => match q.body.as_ref() {
-            ast::SetExpr::Select(s) => match s.projection.first() {
-                Some(SelectItem::ExprWithAlias { alias, .. }) => Some(alias.value.clone()),
-                Some(SelectItem::UnnamedExpr(Expr::Identifier(id))) => {
-                    Some(id.value.to_lowercase())
-                }
-                Some(SelectItem::UnnamedExpr(Expr::CompoundIdentifier(ids))) => {
-                    ids.last().map(|i| i.value.to_lowercase())
-                }
-                Some(SelectItem::UnnamedExpr(inner)) => figure_name(inner),
+        Expr::Subquery(q) => {
+            // the first column's name (of a set operation: its leftmost operand's)
+            let mut body = q.body.as_ref();
+            while let ast::SetExpr::SetOperation { left, .. } = body {
+                body = left.as_ref();
+            }
+            if let ast::SetExpr::Query(inner) = body {
+                body = inner.body.as_ref();
+            }
+            match body {
+                ast::SetExpr::Select(s) => match s.projection.first() {
+                    Some(SelectItem::ExprWithAlias { alias, .. }) => Some(alias.value.clone()),
+                    Some(SelectItem::UnnamedExpr(Expr::Identifier(id))) => {
+                        Some(id.value.to_lowercase())
+                    }
+                    Some(SelectItem::UnnamedExpr(Expr::CompoundIdentifier(ids))) => {
+                        ids.last().map(|i| i.value.to_lowercase())
+                    }
+                    Some(SelectItem::UnnamedExpr(inner)) => figure_name(inner),
+                    _ => Some("?column?".into()),
+                },
                 _ => Some("?column?".into()),
-            },
-            _ => Some("?column?".into()),
-        },
+            }
+        }
         Expr::Interval(_) => Some("interval".into()),
         Expr::Extract { .. } => Some("extract".into()),
         Expr::AtTimeZone { .. } => Some("timezone".into()),
