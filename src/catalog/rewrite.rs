@@ -3790,9 +3790,7 @@ fn fetch_as_limit(q: &mut ast::Query) -> crate::error::Result<()> {
         return Ok(());
     };
     if fetch.with_ties {
-        return Err(WeirError::not_supported(
-            "FETCH FIRST ... WITH TIES is not supported",
-        ));
+        return with_ties(q, fetch);
     }
     if fetch.percent {
         return Err(WeirError::syntax("syntax error at or near \"PERCENT\""));
@@ -3815,6 +3813,125 @@ fn fetch_as_limit(q: &mut ast::Query) -> crate::error::Result<()> {
         }
         Some(_) => return Err(WeirError::syntax("multiple LIMIT clauses not allowed")),
     }
+    Ok(())
+}
+
+/// `ORDER BY keys [OFFSET m] FETCH FIRST n ROWS WITH TIES`: the rows after the first m,
+/// up to the n-th and every row tied with it, as a filter over the select's rows numbered
+/// and ranked in that order:
+///
+/// ```sql
+/// SELECT * EXCLUDE (rank, row, cut) FROM (
+///   SELECT *, max(CASE WHEN row = m + n THEN rank END) OVER () AS cut
+///   FROM (SELECT items, rank() OVER (ORDER BY keys) AS rank,
+///                row_number() OVER (ORDER BY keys) AS row FROM ...) AS t) AS t
+/// WHERE row > m AND (cut IS NULL OR rank <= cut) ORDER BY row
+/// ```
+///
+/// A key that is an output column's position or alias is that column's expression. For a
+/// plain SELECT (not DISTINCT, not a set operation).
+fn with_ties(q: &mut ast::Query, fetch: ast::Fetch) -> crate::error::Result<()> {
+    use crate::error::WeirError;
+    let keys = match &q.order_by {
+        Some(ast::OrderBy {
+            kind: ast::OrderByKind::Expressions(items),
+            ..
+        }) if !items.is_empty() => items.clone(),
+        _ => {
+            return Err(WeirError::syntax(
+                "WITH TIES cannot be specified without ORDER BY clause",
+            ));
+        }
+    };
+    let ast::SetExpr::Select(select) = q.body.as_ref() else {
+        return Err(WeirError::not_supported(
+            "FETCH FIRST ... WITH TIES over a set operation is not supported",
+        ));
+    };
+    if select.distinct.is_some() {
+        return Err(WeirError::not_supported(
+            "FETCH FIRST ... WITH TIES with DISTINCT is not supported",
+        ));
+    }
+    let offset = match q.limit_clause.take() {
+        None => "0".to_owned(),
+        Some(ast::LimitClause::LimitOffset {
+            limit: None,
+            offset: Some(o),
+            ..
+        }) => format!("({})", o.value),
+        Some(_) => return Err(WeirError::syntax("multiple LIMIT clauses not allowed")),
+    };
+    let n = fetch
+        .quantity
+        .map_or_else(|| "1".to_owned(), |n| format!("({n})"));
+    // keys in the select's own terms
+    let mut resolved = Vec::with_capacity(keys.len());
+    for mut k in keys {
+        let item = match &k.expr {
+            Expr::Value(v) => match &v.value {
+                ast::Value::Number(p, _) => p
+                    .parse::<usize>()
+                    .ok()
+                    .and_then(|p| p.checked_sub(1))
+                    .and_then(|p| select.projection.get(p)),
+                _ => None,
+            },
+            Expr::Identifier(id) => select.projection.iter().find(|i| {
+                matches!(i, SelectItem::ExprWithAlias { alias, .. }
+                    if crate::sql::parser::normalize_ident(alias) == crate::sql::parser::normalize_ident(id))
+            }),
+            _ => None,
+        };
+        match item {
+            Some(SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. }) => {
+                k.expr = e.clone();
+            }
+            Some(_) => {
+                return Err(WeirError::not_supported(
+                    "FETCH FIRST ... WITH TIES ordered by a position of a star",
+                ));
+            }
+            None => {}
+        }
+        resolved.push(k.to_string());
+    }
+    let keys = resolved.join(", ");
+    let mut inner = select.as_ref().clone();
+    for (f, name) in [("rank", "weir_ties_rank"), ("row_number", "weir_ties_row")] {
+        inner.projection.push(SelectItem::ExprWithAlias {
+            expr: parse_expr(&format!("{f}() OVER (ORDER BY {keys})")),
+            alias: Ident::new(name),
+        });
+    }
+    let with = q.with.take();
+    let mut inner_q = q.clone();
+    inner_q.body = Box::new(ast::SetExpr::Select(Box::new(inner)));
+    inner_q.order_by = None;
+    inner_q.limit_clause = None;
+    let text = format!(
+        "SELECT * FROM (SELECT *, max(CASE WHEN weir_ties_row = {offset} + {n} THEN weir_ties_rank END) \
+         OVER () AS weir_ties_cut FROM ({inner_q}) AS weir_ties_in) AS weir_ties \
+         WHERE weir_ties_row > {offset} AND (weir_ties_cut IS NULL OR weir_ties_rank <= weir_ties_cut) \
+         ORDER BY weir_ties_row"
+    );
+    let Some(mut outer) = parse_query_text(&text) else {
+        return Err(WeirError::internal(
+            "FETCH ... WITH TIES: the rewrite did not parse",
+        ));
+    };
+    if let ast::SetExpr::Select(s) = outer.body.as_mut()
+        && let Some(SelectItem::Wildcard(opts)) = s.projection.first_mut()
+    {
+        opts.opt_exclude = Some(ast::ExcludeSelectItem::Multiple(vec![
+            Ident::new("weir_ties_rank").into(),
+            Ident::new("weir_ties_row").into(),
+            Ident::new("weir_ties_cut").into(),
+        ]));
+    }
+    // the WITH clause stays outermost (the inner query reads it)
+    outer.with = with;
+    *q = *outer;
     Ok(())
 }
 
