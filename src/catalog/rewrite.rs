@@ -3906,7 +3906,7 @@ fn with_ties(q: &mut ast::Query, fetch: ast::Fetch) -> crate::error::Result<()> 
     }
     let with = q.with.take();
     let mut inner_q = q.clone();
-    inner_q.body = Box::new(ast::SetExpr::Select(Box::new(inner)));
+    *inner_q.body = ast::SetExpr::Select(Box::new(inner));
     inner_q.order_by = None;
     inner_q.limit_clause = None;
     let text = format!(
