@@ -1663,8 +1663,10 @@ fn srf_items(
     }
     // jsonb_each[_text]: two columns, a list of keys and one of values side by side
     let pair = match fname {
-        "jsonb_each" | "json_each" => Some("weir_jsonb_each_values"),
-        "jsonb_each_text" | "json_each_text" => Some("weir_jsonb_each_text_values"),
+        "jsonb_each" => Some("weir_jsonb_each_values"),
+        "json_each" => Some("weir_json_each_values"),
+        "jsonb_each_text" => Some("weir_jsonb_each_text_values"),
+        "json_each_text" => Some("weir_json_each_text_values"),
         _ => None,
     };
     let list = match fname {
@@ -1673,6 +1675,7 @@ fn srf_items(
         "regexp_matches" => Some(crate::sql::pg_functions::REGEXP_MATCHES),
         "regexp_split_to_table" => Some(crate::sql::pg_functions::REGEXP_SPLIT_TO_TABLE),
         "string_to_table" => Some("string_to_array"),
+        "json_each" | "json_each_text" => Some("weir_json_each_keys"),
         _ if pair.is_some() => Some("weir_jsonb_each_keys"),
         other => Some(json_set_returning(other)?),
     };
@@ -1803,7 +1806,8 @@ fn json_set_returning(name: &str) -> Option<&'static str> {
         "jsonb_array_elements_text" | "json_array_elements_text" => {
             "weir_jsonb_array_elements_text"
         }
-        "jsonb_object_keys" | "json_object_keys" => "weir_jsonb_object_keys",
+        "jsonb_object_keys" => "weir_jsonb_object_keys",
+        "json_object_keys" => "weir_json_object_keys",
         "jsonb_path_query" => crate::sql::jsonpath::PATH_QUERY,
         _ => return None,
     })

@@ -29,6 +29,9 @@ pub(crate) enum Node {
 struct Parser<'a> {
     s: &'a [u8],
     at: usize,
+    /// `json`'s reading: an object's keys as written, repeated ones kept (else `jsonb`'s:
+    /// the last of a repeated key, in Postgres' key order).
+    document: bool,
 }
 
 type Res<T> = Result<T, WeirError>;
@@ -99,6 +102,9 @@ impl<'a> Parser<'a> {
                         }
                         _ => return Err(self.err("Expected \",\" or \"}\".")),
                     }
+                }
+                if self.document {
+                    return Ok(Node::Object(fields));
                 }
                 // last value of a repeated key wins; then Postgres' key order
                 let mut keep: Vec<(String, Node)> = Vec::with_capacity(fields.len());
@@ -399,9 +405,16 @@ pub fn normalize(text: &str) -> Result<String, WeirError> {
 /// A document parsed into its canonical tree (keys in Postgres' order, numbers as their
 /// `numeric` text).
 pub(crate) fn parse(text: &str) -> Res<Node> {
+    parse_as(text, false)
+}
+
+/// [`parse`], or with `document` a `json` document's reading: its objects' keys as
+/// written, repeated ones kept (`json_object_keys`, `json_each` list them so).
+fn parse_as(text: &str, document: bool) -> Res<Node> {
     let mut p = Parser {
         s: text.as_bytes(),
         at: 0,
+        document,
     };
     let v = p.value(0)?;
     p.ws();
@@ -548,8 +561,12 @@ pub fn array_elements(text: &str, as_text: bool) -> Res<Vec<Option<String>>> {
 
 /// `jsonb_each` (each value as jsonb text) or, with `as_text`, `jsonb_each_text` (strings
 /// without quotes, JSON null as SQL NULL): the object's (key, value) pairs in stored order.
-pub fn object_entries(text: &str, as_text: bool) -> Res<Vec<(String, Option<String>)>> {
-    match parse(text)? {
+pub fn object_entries(
+    text: &str,
+    as_text: bool,
+    document: bool,
+) -> Res<Vec<(String, Option<String>)>> {
+    match parse_as(text, document)? {
         Node::Object(fields) => Ok(fields
             .into_iter()
             .map(|(k, n)| {
@@ -569,8 +586,8 @@ pub fn object_entries(text: &str, as_text: bool) -> Res<Vec<(String, Option<Stri
 }
 
 /// `jsonb_object_keys`, in the order Postgres stores them.
-pub fn object_keys(text: &str) -> Res<Vec<String>> {
-    match parse(text)? {
+pub fn object_keys(text: &str, document: bool) -> Res<Vec<String>> {
+    match parse_as(text, document)? {
         Node::Object(fields) => Ok(fields.into_iter().map(|(k, _)| k).collect()),
         n => Err(invalid(format!(
             "cannot call jsonb_object_keys on {}",
@@ -668,6 +685,7 @@ pub fn get_json(text: &str, path: &[Step], as_text: bool) -> Res<Option<String>>
             Parser {
                 s: raw.as_bytes(),
                 at: 0,
+                document: false,
             }
             .string()?,
         ),
@@ -682,6 +700,7 @@ fn raw_step(text: &str, span: (usize, usize), st: &Step) -> Res<Option<(usize, u
     let mut p = Parser {
         s: &text.as_bytes()[..span.1],
         at: span.0,
+        document: false,
     };
     p.ws();
     let open = p.peek();

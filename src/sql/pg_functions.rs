@@ -1315,7 +1315,8 @@ fn json_definitions() -> Vec<PgFunction> {
         ));
     }
     type ListOf = fn(&str) -> Result<Vec<Option<String>>, WeirError>;
-    let lists: [(&'static str, ListOf); 6] = [
+    // (`weir_json_...`: a `json` document's keys as written, repeated ones kept)
+    let lists: [(&'static str, ListOf); 10] = [
         ("weir_jsonb_array_elements", |t| {
             jsonb::array_elements(t, false)
         }),
@@ -1323,16 +1324,30 @@ fn json_definitions() -> Vec<PgFunction> {
             jsonb::array_elements(t, true)
         }),
         ("weir_jsonb_object_keys", |t| {
-            jsonb::object_keys(t).map(|k| k.into_iter().map(Some).collect())
+            jsonb::object_keys(t, false).map(|k| k.into_iter().map(Some).collect())
+        }),
+        ("weir_json_object_keys", |t| {
+            jsonb::object_keys(t, true).map(|k| k.into_iter().map(Some).collect())
         }),
         ("weir_jsonb_each_keys", |t| {
-            jsonb::object_entries(t, false).map(|e| e.into_iter().map(|(k, _)| Some(k)).collect())
+            jsonb::object_entries(t, false, false)
+                .map(|e| e.into_iter().map(|(k, _)| Some(k)).collect())
+        }),
+        ("weir_json_each_keys", |t| {
+            jsonb::object_entries(t, false, true)
+                .map(|e| e.into_iter().map(|(k, _)| Some(k)).collect())
         }),
         ("weir_jsonb_each_values", |t| {
-            jsonb::object_entries(t, false).map(|e| e.into_iter().map(|(_, v)| v).collect())
+            jsonb::object_entries(t, false, false).map(|e| e.into_iter().map(|(_, v)| v).collect())
+        }),
+        ("weir_json_each_values", |t| {
+            jsonb::object_entries(t, false, true).map(|e| e.into_iter().map(|(_, v)| v).collect())
         }),
         ("weir_jsonb_each_text_values", |t| {
-            jsonb::object_entries(t, true).map(|e| e.into_iter().map(|(_, v)| v).collect())
+            jsonb::object_entries(t, true, false).map(|e| e.into_iter().map(|(_, v)| v).collect())
+        }),
+        ("weir_json_each_text_values", |t| {
+            jsonb::object_entries(t, true, true).map(|e| e.into_iter().map(|(_, v)| v).collect())
         }),
     ];
     for (n, f) in lists {
