@@ -2391,6 +2391,18 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
                         Some(data_type),
                     ))
                 }
+                // a numeric as Postgres reads it (`1e3`, `-1.5E-2`)
+                (
+                    Some(DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View),
+                    DataType::Decimal128(..),
+                ) => Ok((
+                    cast(
+                        pg_udf(pg_functions::NUMERIC_IN).call(vec![x]),
+                        data_type.clone(),
+                    ),
+                    true,
+                    Some(data_type),
+                )),
                 // a time as Postgres reads it (`allballs`, `24:00`)
                 (Some(DataType::Utf8), DataType::Time64(_)) => Ok((
                     cast(pg_udf(pg_functions::TIME_IN).call(vec![x]), data_type.clone()),

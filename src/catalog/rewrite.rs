@@ -1890,7 +1890,7 @@ fn numeric_literal_with_its_scale(e: &mut Expr) {
         },
         _ => return,
     };
-    let plain = expand_exponent(&text).unwrap_or(text);
+    let plain = crate::sql::numeric::expand_exponent(&text).unwrap_or(text);
     let digits = plain.strip_prefix(['-', '+']).unwrap_or(&plain);
     let (int, frac) = digits.split_once('.').unwrap_or((digits, ""));
     if !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit()) || digits.is_empty() {
@@ -1950,32 +1950,6 @@ pub fn similar_to_regex(pattern: &str, escape: Option<char>) -> String {
     }
     out.push_str(")$");
     out
-}
-
-pub fn expand_exponent(text: &str) -> Option<String> {
-    let (mantissa, exp) = text.split_once(['e', 'E'])?;
-    let exp: i64 = exp.parse().ok()?;
-    if exp.abs() > 1000 {
-        return None;
-    }
-    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
-    if !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let mut digits = format!("{int}{frac}");
-    let scale = frac.len() as i64 - exp;
-    if scale <= 0 {
-        digits.push_str(&"0".repeat((-scale) as usize));
-        let t = digits.trim_start_matches('0');
-        return Some(if t.is_empty() { "0".into() } else { t.into() });
-    }
-    let scale = scale as usize;
-    if digits.len() <= scale {
-        digits = format!("{}{digits}", "0".repeat(scale + 1 - digits.len()));
-    }
-    let (i, f) = digits.split_at(digits.len() - scale);
-    let i = i.trim_start_matches('0');
-    Some(format!("{}.{f}", if i.is_empty() { "0" } else { i }))
 }
 
 /// An integer literal that fits in 32 bits is Postgres' `integer` (DataFusion types every
@@ -2386,7 +2360,7 @@ fn rewrite_expr(expr: &mut Expr) {
                 v.value = ast::Value::SingleQuotedString(std::mem::take(t));
             }
             if let ast::Value::Number(n, long) = &mut v.value
-                && let Some(plain) = expand_exponent(n)
+                && let Some(plain) = crate::sql::numeric::expand_exponent(n)
             {
                 *n = plain;
                 // marks an exact numeric, never `integer` (`1e6` is numeric in Postgres)
@@ -4813,12 +4787,30 @@ mod tests {
 
     #[test]
     fn exponent_literals_as_postgres() {
-        assert_eq!(expand_exponent("1e6").as_deref(), Some("1000000"));
-        assert_eq!(expand_exponent("1.25e3").as_deref(), Some("1250"));
-        assert_eq!(expand_exponent("1.50e1").as_deref(), Some("15.0"));
-        assert_eq!(expand_exponent("1.5e-3").as_deref(), Some("0.0015"));
-        assert_eq!(expand_exponent("0e0").as_deref(), Some("0"));
-        assert_eq!(expand_exponent("12.5").as_deref(), None);
+        assert_eq!(
+            crate::sql::numeric::expand_exponent("1e6").as_deref(),
+            Some("1000000")
+        );
+        assert_eq!(
+            crate::sql::numeric::expand_exponent("1.25e3").as_deref(),
+            Some("1250")
+        );
+        assert_eq!(
+            crate::sql::numeric::expand_exponent("1.50e1").as_deref(),
+            Some("15.0")
+        );
+        assert_eq!(
+            crate::sql::numeric::expand_exponent("1.5e-3").as_deref(),
+            Some("0.0015")
+        );
+        assert_eq!(
+            crate::sql::numeric::expand_exponent("0e0").as_deref(),
+            Some("0")
+        );
+        assert_eq!(
+            crate::sql::numeric::expand_exponent("12.5").as_deref(),
+            None
+        );
     }
 
     #[test]

@@ -50,6 +50,7 @@ fn adapt(text: String, ty: &SqlType) -> Option<String> {
             Some(crate::sql::datetime_in::normalize(&text, false).unwrap_or(text))
         }
         SqlType::Date => Some(crate::sql::datetime_in::normalize_date(&text).unwrap_or(text)),
+        SqlType::Numeric(_) => Some(crate::sql::numeric::numeric_text(&text).unwrap_or(text)),
         // rounded to microseconds by the general path (arrow's reading cuts digits off)
         SqlType::Time(_) if crate::sql::datetime_in::time_rounds_up(&text) => None,
         SqlType::TimestampTz(_) => {

@@ -765,6 +765,11 @@ fn cast_text(
             }
             return Ok(parsed);
         }
+        SqlType::Numeric(_) => {
+            let plain = crate::sql::numeric::numeric_text_array(&trimmed(text))
+                .map_err(|e| (0, WeirError::from(e)))?;
+            return cast_plain(&plain, target, text, &bad);
+        }
         SqlType::Float4 | SqlType::Float8 => {
             let parsed = cast_plain(&trimmed(text), target, text, &bad)?;
             // past the type's range: 22003, as Postgres (arrow reads infinity or 0)

@@ -314,6 +314,12 @@ fn cast_param(
             };
             return Ok(ScalarValue::try_from_array(&parsed, 0)?);
         }
+        // a numeric with an exponent (`1E+3`: Python's Decimal writes one so)
+        if matches!(t, DataType::Decimal128(..))
+            && let Some(plain) = crate::sql::numeric::numeric_text(text)
+        {
+            return cast_param(&ScalarValue::Utf8(Some(plain)), t, i, zone);
+        }
         if matches!(t, DataType::Binary) {
             return crate::sql::bytea_codec::bytea_in(text)
                 .map(|b| ScalarValue::Binary(Some(b)))
@@ -338,7 +344,9 @@ fn cast_param(
 /// Array parameters the client declared (`= ANY($1)` with a list, the idiomatic IN-list of
 /// psycopg and node-postgres): the planner cannot type a bare placeholder there, so each
 /// `$n` declared as an array becomes `CAST(weir_parse_array($n) AS elem[])`. The value
-/// arrives as Postgres array text (`{1,2,3}`).
+/// arrives as Postgres array text (`{1,2,3}`). A `$n` declared `numeric`, `real` or `double
+/// precision` becomes `CAST($n AS that)`: the planner would type it by its place (`$1 * 2`:
+/// an integer, and `1.5` read as one).
 pub fn type_array_placeholders(stmt: &mut crate::sql::parser::Statement, types: &[Option<Type>]) {
     use datafusion::sql::sqlparser::ast::{self, VisitMut, VisitorMut};
     use std::ops::ControlFlow;
@@ -370,6 +378,18 @@ pub fn type_array_placeholders(stmt: &mut crate::sql::parser::Statement, types: 
                 .ok()
         })
         .collect();
+    // numbers the client declared wider than the placeholder's place would type it
+    // (`$1 * 2` is an integer to the planner; psycopg declares a Decimal `numeric` and a
+    // float `float8`): the declared type, as Postgres takes it
+    let scalars: Vec<Option<ast::DataType>> = types
+        .iter()
+        .map(|t| match t.as_ref().map(|t| t.oid()) {
+            Some(1700) => Some(ast::DataType::Numeric(ast::ExactNumberInfo::None)),
+            Some(701) => Some(ast::DataType::DoublePrecision),
+            Some(700) => Some(ast::DataType::Real),
+            _ => None,
+        })
+        .collect();
     // placeholders the client sent without a type (node-postgres sends every parameter so)
     let untyped: Vec<bool> = types
         .iter()
@@ -380,6 +400,7 @@ pub fn type_array_placeholders(stmt: &mut crate::sql::parser::Statement, types: 
         .collect();
     struct Typer<'a> {
         elems: &'a [Option<ast::DataType>],
+        scalars: &'a [Option<ast::DataType>],
         untyped: &'a [bool],
     }
     fn parse_call(arg: ast::Expr) -> ast::Expr {
@@ -441,12 +462,25 @@ pub fn type_array_placeholders(stmt: &mut crate::sql::parser::Statement, types: 
                     array: false,
                     format: None,
                 };
+            } else if let ast::Expr::Value(v) = e
+                && let ast::Value::Placeholder(p) = &v.value
+                && let Some(n) = p.strip_prefix('$').and_then(|n| n.parse::<usize>().ok())
+                && let Some(Some(dt)) = n.checked_sub(1).and_then(|i| self.scalars.get(i))
+            {
+                *e = ast::Expr::Cast {
+                    kind: ast::CastKind::Cast,
+                    expr: Box::new(e.clone()),
+                    data_type: dt.clone(),
+                    array: false,
+                    format: None,
+                };
             }
             ControlFlow::Continue(())
         }
     }
     let mut t = Typer {
         elems: &elems,
+        scalars: &scalars,
         untyped: &untyped,
     };
     match stmt {

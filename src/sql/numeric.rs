@@ -125,6 +125,70 @@ pub fn as_decimal(t: &DataType) -> Option<DataType> {
     })
 }
 
+/// An unsigned number with an exponent (`1.25e3`) written without it (`1250`), with the
+/// scale Postgres gives it (`1.50e1` is `15.0`); None without an exponent or for anything
+/// else.
+pub fn expand_exponent(text: &str) -> Option<String> {
+    let (mantissa, exp) = text.split_once(['e', 'E'])?;
+    let exp: i64 = exp.parse().ok()?;
+    if exp.abs() > 1000 {
+        return None;
+    }
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    if !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let mut digits = format!("{int}{frac}");
+    let scale = frac.len() as i64 - exp;
+    if scale <= 0 {
+        digits.push_str(&"0".repeat((-scale) as usize));
+        let t = digits.trim_start_matches('0');
+        return Some(if t.is_empty() { "0".into() } else { t.into() });
+    }
+    let scale = scale as usize;
+    if digits.len() <= scale {
+        digits = format!("{}{digits}", "0".repeat(scale + 1 - digits.len()));
+    }
+    let (i, f) = digits.split_at(digits.len() - scale);
+    let i = i.trim_start_matches('0');
+    Some(format!("{}.{f}", if i.is_empty() { "0" } else { i }))
+}
+
+/// Text a `numeric` is read from, in the form arrow's cast reads: an exponent written out
+/// (`1e3` is `1000`, `-1.5E-2` `-0.015`, as Postgres reads them), blanks around it dropped.
+/// None when the text is read as it is.
+pub fn numeric_text(text: &str) -> Option<String> {
+    if !text.bytes().any(|b| b == b'e' || b == b'E') {
+        return None;
+    }
+    let t = text.trim();
+    let (sign, body) = match t.as_bytes().first() {
+        Some(b'-') => ("-", &t[1..]),
+        Some(b'+') => ("", &t[1..]),
+        _ => ("", t),
+    };
+    let plain = expand_exponent(body)?;
+    Some(format!("{sign}{plain}"))
+}
+
+/// [`numeric_text`] over a column: the column itself when no value has an exponent.
+pub fn numeric_text_array(a: &ArrayRef) -> DfResult<ArrayRef> {
+    let s = datafusion::arrow::compute::cast(a, &DataType::Utf8)?;
+    let s = s.as_string::<i32>();
+    if !s
+        .iter()
+        .flatten()
+        .any(|v| v.bytes().any(|b| b == b'e' || b == b'E'))
+    {
+        return Ok(a.clone());
+    }
+    let out: datafusion::arrow::array::StringArray = s
+        .iter()
+        .map(|v| v.map(|v| numeric_text(v).unwrap_or_else(|| v.to_owned())))
+        .collect();
+    Ok(Arc::new(out))
+}
+
 /// A number's weight and first digit in Postgres' base-10000 `numeric` form (`raw` at
 /// `scale` decimals): the first non-zero digit group stands for 10000^weight. Zero is
 /// weight 0, digit 0.

@@ -253,6 +253,9 @@ pub const BITWISE_NOT: &str = "weir_bitwise_not";
 pub const UUID_IN: &str = "weir_uuid_in";
 /// Text as `time`, as Postgres reads it (`sql::datetime_in::time_in`: `allballs`, `24:00`).
 pub const TIME_IN: &str = "weir_time_in";
+/// Text as `numeric` input: `weir_numeric_in(text)` is the text arrow's cast reads for it
+/// (an exponent written out: `sql::numeric::numeric_text`).
+pub const NUMERIC_IN: &str = "weir_numeric_in";
 /// `weir_enum_in(text, type)`: text as a value of an enum type (`type` is the type's
 /// JSON, `sql::types::ENUM_KEY`): each value checked to be one of its labels (22P02).
 pub const ENUM_IN: &str = "weir_enum_in";
@@ -836,6 +839,12 @@ fn definitions() -> Vec<PgFunction> {
                 Ok(Arc::new(out.finish()))
             }),
         },
+        immutable(
+            NUMERIC_IN,
+            TypeSignature::Any(1),
+            |_| DataType::Utf8,
+            |args, _| crate::sql::numeric::numeric_text_array(&args[0]),
+        ),
         immutable(
             TIME_IN,
             TypeSignature::Any(1),

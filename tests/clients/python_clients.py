@@ -155,6 +155,17 @@ def check_psycopg3():
     conn.execute("DROP TABLE py_uuid")
     ok("psycopg uuid")
 
+    # numbers bound wider than their place: a float or a Decimal times an integer constant
+    # stays a float or a numeric (the planner typed `%s * 2` an integer: 1.5 became 2), a
+    # Decimal with an exponent reads as Postgres reads it
+    import decimal
+
+    got = conn.execute("SELECT %s * 2, %s * 2, %s * 2", (1.5, decimal.Decimal("1.5"), decimal.Decimal("1E+2"))).fetchone()
+    assert got == (3.0, decimal.Decimal("3"), decimal.Decimal("200")), got
+    (big,) = conn.execute("SELECT %s + 1", (2**70,)).fetchone()
+    assert big == 2**70 + 1, big
+    ok("psycopg float and Decimal parameters keep their types")
+
     # ::regclass on a bound parameter gives the table's pg_class OID
     (oid,) = conn.execute("SELECT %s::regclass::oid", ["orders"]).fetchone()
     (relname,) = conn.execute("SELECT relname FROM pg_class WHERE oid = %s", [oid]).fetchone()
