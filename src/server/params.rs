@@ -87,6 +87,20 @@ fn decode_binary(raw: &[u8], declared: &Type, i: usize) -> Result<ScalarValue> {
             Some("UTC".into()),
         ),
         1700 => ScalarValue::Utf8(Some(numeric_from_binary(raw, i)?)),
+        // microseconds, days, months (interval_recv)
+        1186 => {
+            let b: [u8; 16] = fixed(raw, i, "interval")?;
+            let us = i64::from_be_bytes(b[..8].try_into().unwrap_or_default());
+            let days = i32::from_be_bytes(b[8..12].try_into().unwrap_or_default());
+            let months = i32::from_be_bytes(b[12..].try_into().unwrap_or_default());
+            ScalarValue::IntervalMonthDayNano(Some(
+                datafusion::arrow::datatypes::IntervalMonthDayNano::new(
+                    months,
+                    days,
+                    us.checked_mul(1000).ok_or_else(|| out_of_range(i))?,
+                ),
+            ))
+        }
         2950 => ScalarValue::Utf8(Some(crate::sql::uuid::from_bytes(&fixed(raw, i, "uuid")?))),
         // user types (enums): their binary form is the label's text, as enum_recv reads it
         o if o >= crate::catalog::FIRST_USER_OID => ScalarValue::Utf8(Some(utf8(raw, i)?)),
@@ -344,9 +358,10 @@ fn cast_param(
 /// Array parameters the client declared (`= ANY($1)` with a list, the idiomatic IN-list of
 /// psycopg and node-postgres): the planner cannot type a bare placeholder there, so each
 /// `$n` declared as an array becomes `CAST(weir_parse_array($n) AS elem[])`. The value
-/// arrives as Postgres array text (`{1,2,3}`). A `$n` declared `numeric`, `real` or `double
-/// precision` becomes `CAST($n AS that)`: the planner would type it by its place (`$1 * 2`:
-/// an integer, and `1.5` read as one).
+/// arrives as Postgres array text (`{1,2,3}`). A `$n` declared an integer, `numeric`,
+/// `real`, `double precision`, `boolean`, `date`, `timestamp[tz]`, `interval` or `uuid` becomes `CAST($n AS
+/// that)`: the planner would type it by its place (`$1 * 2`: an integer, and `1.5` read as
+/// one; `$1 + interval '1 day'`: an interval).
 pub fn type_array_placeholders(stmt: &mut crate::sql::parser::Statement, types: &[Option<Type>]) {
     use datafusion::sql::sqlparser::ast::{self, VisitMut, VisitorMut};
     use std::ops::ControlFlow;
@@ -387,6 +402,18 @@ pub fn type_array_placeholders(stmt: &mut crate::sql::parser::Statement, types: 
             Some(1700) => Some(ast::DataType::Numeric(ast::ExactNumberInfo::None)),
             Some(701) => Some(ast::DataType::DoublePrecision),
             Some(700) => Some(ast::DataType::Real),
+            Some(16) => Some(ast::DataType::Boolean),
+            Some(21) => Some(ast::DataType::SmallInt(None)),
+            Some(23) => Some(ast::DataType::Integer(None)),
+            Some(20) => Some(ast::DataType::BigInt(None)),
+            Some(1082) => Some(ast::DataType::Date),
+            Some(1114) => Some(ast::DataType::Timestamp(None, ast::TimezoneInfo::None)),
+            Some(1184) => Some(ast::DataType::Timestamp(None, ast::TimezoneInfo::Tz)),
+            Some(1186) => Some(ast::DataType::Interval {
+                fields: None,
+                precision: None,
+            }),
+            Some(2950) => Some(ast::DataType::Uuid),
             _ => None,
         })
         .collect();
@@ -402,6 +429,9 @@ pub fn type_array_placeholders(stmt: &mut crate::sql::parser::Statement, types: 
         elems: &'a [Option<ast::DataType>],
         scalars: &'a [Option<ast::DataType>],
         untyped: &'a [bool],
+        /// Inside a table function's arguments (`generate_series(1, $1)` in FROM), which
+        /// must stay constants the planner reads: no cast put around a `$n` there.
+        in_table_function: usize,
     }
     fn parse_call(arg: ast::Expr) -> ast::Expr {
         ast::Expr::Function(ast::Function {
@@ -423,6 +453,18 @@ pub fn type_array_placeholders(stmt: &mut crate::sql::parser::Statement, types: 
     }
     impl VisitorMut for Typer<'_> {
         type Break = ();
+        fn pre_visit_table_factor(&mut self, tf: &mut ast::TableFactor) -> ControlFlow<()> {
+            if matches!(tf, ast::TableFactor::Table { args: Some(_), .. }) {
+                self.in_table_function += 1;
+            }
+            ControlFlow::Continue(())
+        }
+        fn post_visit_table_factor(&mut self, tf: &mut ast::TableFactor) -> ControlFlow<()> {
+            if matches!(tf, ast::TableFactor::Table { args: Some(_), .. }) {
+                self.in_table_function -= 1;
+            }
+            ControlFlow::Continue(())
+        }
         fn pre_visit_expr(&mut self, e: &mut ast::Expr) -> ControlFlow<()> {
             // `x = ANY($n)` with an untyped $n: the elements compare as text (`{1,2}`)
             if let ast::Expr::AnyOp {
@@ -462,7 +504,8 @@ pub fn type_array_placeholders(stmt: &mut crate::sql::parser::Statement, types: 
                     array: false,
                     format: None,
                 };
-            } else if let ast::Expr::Value(v) = e
+            } else if self.in_table_function == 0
+                && let ast::Expr::Value(v) = e
                 && let ast::Value::Placeholder(p) = &v.value
                 && let Some(n) = p.strip_prefix('$').and_then(|n| n.parse::<usize>().ok())
                 && let Some(Some(dt)) = n.checked_sub(1).and_then(|i| self.scalars.get(i))
@@ -482,6 +525,7 @@ pub fn type_array_placeholders(stmt: &mut crate::sql::parser::Statement, types: 
         elems: &elems,
         scalars: &scalars,
         untyped: &untyped,
+        in_table_function: 0,
     };
     match stmt {
         crate::sql::parser::Statement::Query(q) | crate::sql::parser::Statement::Dml(q) => {

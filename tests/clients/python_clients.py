@@ -166,6 +166,31 @@ def check_psycopg3():
     assert big == 2**70 + 1, big
     ok("psycopg float and Decimal parameters keep their types")
 
+    # dates, timestamps, intervals, uuids and ints bound where the place alone would type
+    # them otherwise (`%s + interval`: an interval; `SELECT %s`: text)
+    import datetime
+
+    got = conn.execute(
+        "SELECT %s + interval '1 day', %s + interval '1 hour', %s - 1, %s * 2, %s, %s",
+        (
+            datetime.date(2024, 1, 31),
+            datetime.datetime(2024, 1, 31, 10, 0),
+            datetime.date(2024, 3, 1),
+            datetime.timedelta(hours=1, minutes=30),
+            uuid.UUID(int=5),
+            7,
+        ),
+    ).fetchone()
+    assert got == (
+        datetime.datetime(2024, 2, 1, 0, 0),
+        datetime.datetime(2024, 1, 31, 11, 0),
+        datetime.date(2024, 2, 29),
+        datetime.timedelta(hours=3),
+        uuid.UUID(int=5),
+        7,
+    ), got
+    ok("psycopg date, timestamp, interval, uuid and int parameters keep their types")
+
     # ::regclass on a bound parameter gives the table's pg_class OID
     (oid,) = conn.execute("SELECT %s::regclass::oid", ["orders"]).fetchone()
     (relname,) = conn.execute("SELECT relname FROM pg_class WHERE oid = %s", [oid]).fetchone()
