@@ -1517,11 +1517,30 @@ impl datafusion::logical_expr::planner::ExprPlanner for WeirExprPlanner {
                 B::AtArrow | B::ArrowAt | B::PGOverlap | B::StringConcat
             )
         {
-            let typed = if let (Some(t), true) = (list_type(&expr.left), text_literal(&expr.right))
-            {
+            // a parameter sent without a type beside an array (psycopg's list of str, an
+            // array's text): read as that array's text
+            let untyped = |e: &Expr| matches!(e, Expr::Placeholder(p) if p.field.is_none());
+            if !comparison {
+                if list_type(&expr.left).is_some() && untyped(&expr.right) {
+                    expr.right = pg(crate::sql::pg_functions::PARSE_ARRAY, vec![expr.right]);
+                } else if list_type(&expr.right).is_some() && untyped(&expr.left) {
+                    expr.left = pg(crate::sql::pg_functions::PARSE_ARRAY, vec![expr.left]);
+                }
+            }
+            let parsed_text = |e: &Expr| {
+                matches!(e, Expr::ScalarFunction(f)
+                    if f.func.name() == crate::sql::pg_functions::PARSE_ARRAY)
+            };
+            let typed = if let (Some(t), true) = (
+                list_type(&expr.left),
+                text_literal(&expr.right) || parsed_text(&expr.right),
+            ) {
                 expr.right = datafusion::logical_expr::cast(expr.right, t);
                 true
-            } else if let (Some(t), true) = (list_type(&expr.right), text_literal(&expr.left)) {
+            } else if let (Some(t), true) = (
+                list_type(&expr.right),
+                text_literal(&expr.left) || parsed_text(&expr.left),
+            ) {
                 expr.left = datafusion::logical_expr::cast(expr.left, t);
                 true
             } else {

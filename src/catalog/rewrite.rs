@@ -2205,13 +2205,17 @@ fn rewrite_expr(expr: &mut Expr) {
             f.name = ast::ObjectName::from(vec![Ident::new("weir_regclass")]);
         }
         // `a && b`: the arrays overlap (share an element; NULL elements match nothing); a
-        // quoted literal's type is the other side's, so `a && '{x}'` is left to the planner
-        // (`WeirExprPlanner`)
+        // quoted literal's or a parameter's type is the other side's, so `a && '{x}'` and
+        // `a && $1` are left to the planner (`WeirExprPlanner`)
         Expr::BinaryOp {
             op: ast::BinaryOperator::PGOverlap,
             left,
             right,
-        } if !is_string_literal(left) && !is_string_literal(right) => {
+        } if !is_string_literal(left)
+            && !is_string_literal(right)
+            && !is_placeholder(left)
+            && !is_placeholder(right) =>
+        {
             let l = std::mem::replace(left.as_mut(), Expr::value(ast::Value::Null));
             let r = std::mem::replace(right.as_mut(), Expr::value(ast::Value::Null));
             *expr = call(
@@ -3911,6 +3915,10 @@ fn with_ties(q: &mut ast::Query, fetch: ast::Fetch) -> crate::error::Result<()> 
     outer.with = with;
     *q = *outer;
     Ok(())
+}
+
+fn is_placeholder(e: &Expr) -> bool {
+    matches!(e, Expr::Value(v) if matches!(v.value, ast::Value::Placeholder(_)))
 }
 
 /// Postgres' name for an unnamed select item (FigureColname).

@@ -334,6 +334,32 @@ fn cast_param(
         {
             return cast_param(&ScalarValue::Utf8(Some(plain)), t, i, zone);
         }
+        // an array's text for an array the client sent untyped (psycopg sends a list of
+        // str so): its elements, as an array literal reads them
+        if let DataType::List(_) | DataType::LargeList(_) = t
+            && text.trim_start().starts_with('{')
+        {
+            let items = crate::sql::pg_text::parse_array_text(text).ok_or_else(|| {
+                WeirError::new(
+                    sqlstate::INVALID_TEXT_REPRESENTATION,
+                    format!("malformed array literal: \"{text}\""),
+                )
+            })?;
+            let values: Vec<ScalarValue> = items.into_iter().map(ScalarValue::Utf8).collect();
+            let list = ScalarValue::List(ScalarValue::new_list(&values, &DataType::Utf8, true));
+            return list.cast_to(t).map_err(|_| {
+                WeirError::new(
+                    sqlstate::INVALID_TEXT_REPRESENTATION,
+                    format!(
+                        "invalid input syntax for parameter ${}: {text} is not a valid {}",
+                        i + 1,
+                        SqlType::from_arrow(t)
+                            .map(|s| s.display_name())
+                            .unwrap_or_else(|| t.to_string())
+                    ),
+                )
+            });
+        }
         if matches!(t, DataType::Binary) {
             return crate::sql::bytea_codec::bytea_in(text)
                 .map(|b| ScalarValue::Binary(Some(b)))

@@ -191,6 +191,32 @@ def check_psycopg3():
     ), got
     ok("psycopg date, timestamp, interval, uuid and int parameters keep their types")
 
+    # lists of str (sent untyped, as array text) into text[] columns, also by executemany;
+    # array operators beside such a list; ON CONFLICT with parameters in its clause
+    conn.execute("CREATE TABLE py_pa (id int PRIMARY KEY, tags text[], amt numeric)")
+    conn.execute("INSERT INTO py_pa VALUES (%s, %s, %s)", (1, ["x", "y"], 1))
+    conn.cursor().executemany(
+        "INSERT INTO py_pa VALUES (%s, %s, %s)", [(2, ["a", "b,c", None, 'q"r'], 2)]
+    )
+    got = conn.execute("SELECT id, tags FROM py_pa ORDER BY id").fetchall()
+    assert got == [(1, ["x", "y"]), (2, ["a", "b,c", None, 'q"r'])], got
+    got = conn.execute("SELECT id FROM py_pa WHERE tags && %s ORDER BY id", (["x", "b,c"],)).fetchall()
+    assert got == [(1,), (2,)], got
+    got = conn.execute(
+        "INSERT INTO py_pa AS t (id, amt) VALUES (%s, %s) ON CONFLICT (id) DO UPDATE "
+        "SET amt = t.amt * %s WHERE t.amt < %s RETURNING t.id, t.amt",
+        (1, 5, decimal.Decimal("2"), 100),
+    ).fetchall()
+    assert got == [(1, decimal.Decimal("2"))], got
+    got = conn.execute(
+        "INSERT INTO py_pa (id, tags) VALUES (%s, %s) ON CONFLICT (id) DO UPDATE "
+        "SET tags = excluded.tags || %s RETURNING tags",
+        (2, ["z"], ["w"]),
+    ).fetchall()
+    assert got == [(["z", "w"],)], got
+    conn.execute("DROP TABLE py_pa")
+    ok("psycopg lists of str, array operators and ON CONFLICT with parameters")
+
     # ::regclass on a bound parameter gives the table's pg_class OID
     (oid,) = conn.execute("SELECT %s::regclass::oid", ["orders"]).fetchone()
     (relname,) = conn.execute("SELECT relname FROM pg_class WHERE oid = %s", [oid]).fetchone()
