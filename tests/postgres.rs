@@ -1355,3 +1355,35 @@ DROP TABLE mis, mis2;
         "mistakes",
     );
 }
+
+/// DROP ... CASCADE says what else it drops, in one NOTICE (views, views over views,
+/// foreign keys of other tables), as Postgres does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cascade_notices_answer_as_postgres() {
+    let pg = Postgres::start();
+    let weir = TestServer::start();
+    let script = r#"
+CREATE TABLE cdd (a int PRIMARY KEY);
+CREATE VIEW cdv1 AS SELECT * FROM cdd;
+CREATE VIEW cdv2 AS SELECT a FROM cdv1;
+CREATE TABLE cdc (a int REFERENCES cdd);
+DROP TABLE cdd CASCADE;
+CREATE TABLE cdd (a int PRIMARY KEY);
+CREATE VIEW cdv3 AS SELECT * FROM cdd;
+DROP TABLE cdd CASCADE;
+CREATE TABLE cdd (a int PRIMARY KEY);
+ALTER TABLE cdc ADD FOREIGN KEY (a) REFERENCES cdd;
+DROP TABLE cdd CASCADE;
+DROP TABLE cdc;
+"#;
+    same_psql_output(
+        &pg,
+        &weir,
+        script,
+        &[
+            "drop cascades to 3 other objects",
+            "drop cascades to view cdv3",
+        ],
+        "cascade notices",
+    );
+}

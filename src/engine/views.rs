@@ -1275,10 +1275,43 @@ impl Engine {
             }
             dropped_keys.extend(keys);
         }
-        for (child, fk) in &dropped_keys {
-            if let Some(p) = notices {
-                let _ = p.send(format!("drop cascades to constraint {fk} on table {child}"));
+        // what CASCADE takes beside the named relations, in one NOTICE as Postgres says it
+        // (in the order the objects were made; a foreign key by its table's)
+        if let Some(p) = notices {
+            let mut cascaded: Vec<(u32, String)> = order
+                .iter()
+                .filter(|o| !target_oids.contains(o))
+                .filter_map(|o| self.catalog.get_by_oid(*o))
+                .map(|e| {
+                    (
+                        e.desc.oid,
+                        format!(
+                            "drop cascades to {} {}",
+                            e.desc.kind.noun(),
+                            quote_ident(&e.desc.name)
+                        ),
+                    )
+                })
+                .collect();
+            for (child, fk) in &dropped_keys {
+                let oid = self.catalog.get(child).map_or(u32::MAX, |e| e.desc.oid);
+                cascaded.push((
+                    oid,
+                    format!("drop cascades to constraint {fk} on table {child}"),
+                ));
             }
+            cascaded.sort_by_key(|(o, _)| *o);
+            let mut lines: Vec<String> = cascaded.into_iter().map(|(_, l)| l).collect();
+            let _ = match lines.len() {
+                0 => Ok(()),
+                1 => p.send(lines.remove(0)),
+                n => p.send(format!(
+                    "drop cascades to {n} other objects\nDETAIL: {}",
+                    lines.join("\n")
+                )),
+            };
+        }
+        for (child, fk) in &dropped_keys {
             self.catalog.alter_relation(child, |d| {
                 d.foreign_keys.retain(|f| &f.name != fk);
                 Ok(())
