@@ -104,6 +104,14 @@ fn decode_binary(raw: &[u8], declared: &Type, i: usize) -> Result<ScalarValue> {
         2950 => ScalarValue::Utf8(Some(crate::sql::uuid::from_bytes(&fixed(raw, i, "uuid")?))),
         // user types (enums): their binary form is the label's text, as enum_recv reads it
         o if o >= crate::catalog::FIRST_USER_OID => ScalarValue::Utf8(Some(utf8(raw, i)?)),
+        // a one-dimensional array (array_recv): its elements decoded by their type, given on
+        // as the array's text, which the array parameter's cast reads
+        _ if matches!(declared.kind(), postgres_types::Kind::Array(_)) => {
+            let postgres_types::Kind::Array(elem) = declared.kind() else {
+                unreachable!("matched an array type")
+            };
+            ScalarValue::Utf8(Some(array_text_from_binary(raw, elem, i)?))
+        }
         other => {
             return Err(WeirError::not_supported(format!(
                 "binary format for parameter {} of type OID {other} is not supported; send it as text",
@@ -111,6 +119,64 @@ fn decode_binary(raw: &[u8], declared: &Type, i: usize) -> Result<ScalarValue> {
             )));
         }
     })
+}
+
+/// A binary array parameter (ndim, has-null flag, element OID, per dimension its length
+/// and lower bound, then each element's length and bytes; -1 for NULL) as Postgres array
+/// text (`{1,NULL,3}`, `{"a b","c"}`).
+fn array_text_from_binary(raw: &[u8], elem: &Type, i: usize) -> Result<String> {
+    let bad = || {
+        protocol_error(format!(
+            "incorrect binary data format in bind parameter {} (array)",
+            i + 1
+        ))
+    };
+    let int = |at: usize| -> Result<i32> {
+        raw.get(at..at + 4)
+            .and_then(|b| b.try_into().ok())
+            .map(i32::from_be_bytes)
+            .ok_or_else(bad)
+    };
+    let ndim = int(0)?;
+    if ndim == 0 {
+        return Ok("{}".into());
+    }
+    if ndim != 1 {
+        return Err(WeirError::not_supported(format!(
+            "binary array parameter {} with {ndim} dimensions (send it as text)",
+            i + 1
+        )));
+    }
+    let len = usize::try_from(int(12)?).map_err(|_| bad())?;
+    let mut at = 20;
+    let mut items = Vec::with_capacity(len.min(1 << 16));
+    for _ in 0..len {
+        let n = int(at)?;
+        at += 4;
+        if n < 0 {
+            items.push("NULL".to_owned());
+            continue;
+        }
+        let n = n as usize;
+        let bytes = raw.get(at..at + n).ok_or_else(bad)?;
+        at += n;
+        let v = decode_binary(bytes, elem, i)?;
+        let a = v.to_array()?;
+        let text = crate::sql::pg_text::text_values(&a)?;
+        let t = text.value(0);
+        // quoted as array_out quotes: always, with `"` and `\` escaped
+        let mut q = String::with_capacity(t.len() + 2);
+        q.push('"');
+        for c in t.chars() {
+            if c == '"' || c == '\\' {
+                q.push('\\');
+            }
+            q.push(c);
+        }
+        q.push('"');
+        items.push(q);
+    }
+    Ok(format!("{{{}}}", items.join(",")))
 }
 
 fn utf8(raw: &[u8], i: usize) -> Result<String> {

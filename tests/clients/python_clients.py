@@ -217,6 +217,20 @@ def check_psycopg3():
     conn.execute("DROP TABLE py_pa")
     ok("psycopg lists of str, array operators and ON CONFLICT with parameters")
 
+    # binary parameters: arrays (array_recv's format) of text, ints with NULLs, dates
+    conn.execute("CREATE TABLE py_pb (t text[], n int[], d date[])")
+    b = conn.cursor(binary=True)
+    b.execute(
+        "INSERT INTO py_pb VALUES (%b, %b, %b)",
+        (["a b", 'q"r', "s\\t", None, ""], [1, None, 3], [datetime.date(2024, 1, 1)]),
+    )
+    got = conn.execute("SELECT t, n, d FROM py_pb").fetchone()
+    assert got == (["a b", 'q"r', "s\\t", None, ""], [1, None, 3], [datetime.date(2024, 1, 1)]), got
+    (hit,) = b.execute("SELECT 3 = ANY(%b)", ([1, 2, 3],)).fetchone()
+    assert hit is True, hit
+    conn.execute("DROP TABLE py_pb")
+    ok("psycopg binary array parameters")
+
     # ::regclass on a bound parameter gives the table's pg_class OID
     (oid,) = conn.execute("SELECT %s::regclass::oid", ["orders"]).fetchone()
     (relname,) = conn.execute("SELECT relname FROM pg_class WHERE oid = %s", [oid]).fetchone()
