@@ -476,6 +476,8 @@ types 2024-01-02T03:04:05.000Z [1,2] true 1.5 null
 error 22012 division by zero
 after [{"id":10}]
 error 42P01 relation "missing" does not exist
+bytea [0,1,255]
+error 22P02 invalid input syntax for type integer: "1.5"
 "#
     );
 }

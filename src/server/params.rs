@@ -322,10 +322,13 @@ pub fn decode(
             },
             Some(bytes) => {
                 let v = if binary(i) {
-                    let dt = declared_ty.clone().ok_or_else(|| {
-                        protocol_error(format!("binary parameter {} needs a declared type", i + 1))
-                    })?;
-                    decode_binary(bytes, &dt, i)?
+                    match declared_ty.clone() {
+                        Some(dt) => decode_binary(bytes, &dt, i)?,
+                        // no type from the client nor from the place (`$1::bytea`, a cast
+                        // the planner does not type its operand by): the bytes themselves,
+                        // as node-postgres sends a Buffer
+                        None => ScalarValue::Binary(Some(bytes.to_vec())),
+                    }
                 } else if declared_ty.as_ref().is_some_and(|t| t.oid() == 2950) {
                     // a uuid in any of its input forms compares as the canonical one
                     ScalarValue::Utf8(Some(crate::sql::uuid::canonical(&utf8(bytes, i)?)?))
@@ -433,17 +436,28 @@ fn cast_param(
         }
     }
     v.cast_to(t).map_err(|_| {
+        // Postgres' words for the value, and where it came from as context
+        let ty = SqlType::from_arrow(t)
+            .map(|s| s.display_name())
+            .unwrap_or_else(|| t.to_string());
+        let ty = match ty.as_str() {
+            "int4" => "integer".to_owned(),
+            "int8" => "bigint".to_owned(),
+            "int2" => "smallint".to_owned(),
+            "float8" => "double precision".to_owned(),
+            "float4" => "real".to_owned(),
+            "bool" => "boolean".to_owned(),
+            _ => ty,
+        };
+        let shown = match v {
+            ScalarValue::Utf8(Some(s)) => s.clone(),
+            other => other.to_string(),
+        };
         WeirError::new(
             sqlstate::INVALID_TEXT_REPRESENTATION,
-            format!(
-                "invalid input syntax for parameter ${}: {} is not a valid {}",
-                i + 1,
-                v,
-                SqlType::from_arrow(t)
-                    .map(|s| s.display_name())
-                    .unwrap_or_else(|| t.to_string())
-            ),
+            format!("invalid input syntax for type {ty}: \"{shown}\""),
         )
+        .with_context(format!("unnamed portal parameter ${} = '{shown}'", i + 1))
     })
 }
 

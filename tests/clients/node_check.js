@@ -22,5 +22,9 @@ const { Client } = require('pg');
   await c.query('COMMIT');
   console.log('after', JSON.stringify((await c.query('SELECT id FROM nt WHERE id >= 10 ORDER BY id')).rows));
   try { await c.query('SELECT * FROM missing'); } catch (e) { console.log('error', e.code, e.message); }
+  // a Buffer goes in binary without a type; a bad value for an inferred type is 22P02
+  const buf = (await c.query('SELECT $1::bytea AS b', [Buffer.from([0, 1, 255])])).rows[0].b;
+  console.log('bytea', JSON.stringify([...buf]));
+  try { await c.query('SELECT $1 * 2 AS x', [1.5]); } catch (e) { console.log('error', e.code, e.message); }
   await c.end();
 })().catch(e => { console.error('FAILED', e.stack); process.exit(1); });
