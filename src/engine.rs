@@ -1172,6 +1172,7 @@ impl Engine {
         q: &ast::Statement,
         params: Option<ParamValues>,
     ) -> Result<Output> {
+        self.refuse_view_target(q)?;
         let expanded = merge::expand_tuple_assignments(q)?;
         let q = expanded.as_ref().unwrap_or(q);
         self.check_target_columns(q)?;
@@ -1197,6 +1198,44 @@ impl Engine {
                 }
             }
             r => r,
+        }
+    }
+
+    /// INSERT, UPDATE or DELETE of a plain view: 55000, as Postgres says it of a view it
+    /// cannot update (a view is expanded where it is read, and none is automatically
+    /// updatable here).
+    fn refuse_view_target(&self, q: &ast::Statement) -> Result<()> {
+        let (name, verb) = match q {
+            ast::Statement::Insert(ins) => match &ins.table {
+                ast::TableObject::TableName(n) => (n, "insert into"),
+                _ => return Ok(()),
+            },
+            ast::Statement::Update(u) => match &u.table.relation {
+                ast::TableFactor::Table { name, .. } => (name, "update"),
+                _ => return Ok(()),
+            },
+            ast::Statement::Delete(d) => match &d.from {
+                ast::FromTable::WithFromKeyword(t) | ast::FromTable::WithoutKeyword(t) => {
+                    match t.first().map(|t| &t.relation) {
+                        Some(ast::TableFactor::Table { name, .. }) => (name, "delete from"),
+                        _ => return Ok(()),
+                    }
+                }
+            },
+            _ => return Ok(()),
+        };
+        let Ok(name) = crate::sql::parser::relation_name(name) else {
+            return Ok(());
+        };
+        match self.catalog.get(&name) {
+            Some(e) if e.desc.kind == RelationKind::View => Err(WeirError::new(
+                "55000",
+                format!("cannot {verb} view \"{name}\""),
+            )
+            .with_detail(
+                "Views are not automatically updatable here: write to the tables they read.",
+            )),
+            _ => Ok(()),
         }
     }
 
