@@ -1194,11 +1194,7 @@ impl Engine {
                     .map(|d| {
                         (
                             d.desc.oid,
-                            format!(
-                                "{} {} depends on {noun} {name}",
-                                d.desc.kind.noun(),
-                                quote_ident(&d.desc.name)
-                            ),
+                            format!("{} depends on {noun} {name}", described(&d.desc)),
                         )
                     })
                     .collect();
@@ -1285,11 +1281,7 @@ impl Engine {
                 .map(|e| {
                     (
                         e.desc.oid,
-                        format!(
-                            "drop cascades to {} {}",
-                            e.desc.kind.noun(),
-                            quote_ident(&e.desc.name)
-                        ),
+                        format!("drop cascades to {}", described(&e.desc)),
                     )
                 })
                 .collect();
@@ -1652,6 +1644,12 @@ pub(crate) fn view_columns(
         });
     }
     Ok(columns)
+}
+
+/// A relation as Postgres' object descriptions name it: its kind, then its name quoted only
+/// where it needs it (`view dv1`, `materialized view "My MV"`).
+fn described(d: &crate::catalog::RelationDesc) -> String {
+    format!("{} {}", d.kind.noun(), quote_ident(&d.name))
 }
 
 #[cfg(test)]

@@ -208,42 +208,20 @@ pub fn iso_date_prefix(b: &[u8]) -> bool {
 
 /// The month a name or its abbreviation stands for (`March`, `mar`, `Sept`).
 fn month_named(w: &str) -> Option<u32> {
-    const MONTHS: [&str; 12] = [
-        "january",
-        "february",
-        "march",
-        "april",
-        "may",
-        "june",
-        "july",
-        "august",
-        "september",
-        "october",
-        "november",
-        "december",
-    ];
     let w = w.to_ascii_lowercase();
     if w == "sept" {
         return Some(9);
     }
-    MONTHS
+    crate::sql::to_timestamp::MONTHS
         .iter()
         .position(|m| w.len() >= 3 && m.starts_with(w.as_str()) && (w.len() == 3 || w == *m))
         .map(|i| i as u32 + 1)
 }
 
 fn weekday_named(w: &str) -> bool {
-    const DAYS: [&str; 7] = [
-        "sunday",
-        "monday",
-        "tuesday",
-        "wednesday",
-        "thursday",
-        "friday",
-        "saturday",
-    ];
     let w = w.to_ascii_lowercase();
-    DAYS.iter()
+    crate::sql::to_timestamp::DAYS
+        .iter()
         .any(|d| w.len() >= 3 && d.starts_with(w.as_str()) && (w.len() == 3 || w == *d))
 }
 

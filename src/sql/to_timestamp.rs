@@ -189,7 +189,7 @@ fn numeric_width(key: &str) -> Option<usize> {
     })
 }
 
-const MONTHS: [&str; 12] = [
+pub(crate) const MONTHS: [&str; 12] = [
     "january",
     "february",
     "march",
@@ -203,7 +203,7 @@ const MONTHS: [&str; 12] = [
     "november",
     "december",
 ];
-const DAYS: [&str; 7] = [
+pub(crate) const DAYS: [&str; 7] = [
     "sunday",
     "monday",
     "tuesday",

@@ -117,25 +117,26 @@ impl ScalarUDFImpl for TransactionNow {
 /// Put the session's `now()` (and `current_timestamp`, `transaction_timestamp()`) in place
 /// of DataFusion's.
 pub fn register(ctx: &datafusion::prelude::SessionContext, start: TransactionStart) {
-    let Ok(inner) = datafusion::execution::FunctionRegistry::udf(ctx, "now") else {
-        tracing::error!("no now() to wrap");
-        return;
-    };
-    // (DataFusion's own, if an earlier registration wrapped it already)
-    let inner = match inner.inner().downcast_ref::<TransactionNow>() {
-        Some(t) => t.inner.clone(),
-        None => inner,
-    };
-    ctx.register_udf(ScalarUDF::new_from_impl(TransactionNow {
-        name: "now",
-        inner,
-        start: Some(start),
-        aliases: vec!["current_timestamp".into(), "transaction_timestamp".into()],
-    }));
+    wrap_now(
+        ctx,
+        "now",
+        Some(start),
+        vec!["current_timestamp".into(), "transaction_timestamp".into()],
+    );
 }
 
 /// `statement_timestamp()`: the statement's start (DataFusion's `now()`, in microseconds).
 pub fn register_statement_timestamp(ctx: &datafusion::prelude::SessionContext) {
+    wrap_now(ctx, "statement_timestamp", None, vec![]);
+}
+
+/// DataFusion's `now()` (unwrapped, if a registration before wrapped it) under `name`.
+fn wrap_now(
+    ctx: &datafusion::prelude::SessionContext,
+    name: &'static str,
+    start: Option<TransactionStart>,
+    aliases: Vec<String>,
+) {
     let Ok(inner) = datafusion::execution::FunctionRegistry::udf(ctx, "now") else {
         tracing::error!("no now() to wrap");
         return;
@@ -145,10 +146,10 @@ pub fn register_statement_timestamp(ctx: &datafusion::prelude::SessionContext) {
         None => inner,
     };
     ctx.register_udf(ScalarUDF::new_from_impl(TransactionNow {
-        name: "statement_timestamp",
+        name,
         inner,
-        start: None,
-        aliases: vec![],
+        start,
+        aliases,
     }));
 }
 
