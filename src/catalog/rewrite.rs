@@ -2410,6 +2410,65 @@ fn rewrite_expr(expr: &mut Expr) {
             };
             *expr = e;
         }
+        // `(a1, a2) = (b1, b2)` is `a1 = b1 AND a2 = b2` (and `<>` its negation), three-valued
+        // as in Postgres: a NULL element with the rest equal makes it NULL (a struct
+        // comparison would call two NULLs equal)
+        Expr::BinaryOp {
+            left,
+            op: op @ (BinaryOperator::Eq | BinaryOperator::NotEq),
+            right,
+        } if matches!((row_items(left), row_items(right)), (Some(a), Some(b)) if a.len() == b.len() && a.len() > 1) =>
+        {
+            let (Some(a), Some(b)) = (row_items(left), row_items(right)) else {
+                return;
+            };
+            let equal = a
+                .iter()
+                .zip(b)
+                .map(|(x, y)| format!("(({x}) = ({y}))"))
+                .collect::<Vec<_>>()
+                .join(" AND ");
+            let text = match op {
+                BinaryOperator::Eq => format!("({equal})"),
+                _ => format!("(NOT ({equal}))"),
+            };
+            if let Some(e) = try_parse_expr(&text) {
+                *expr = e;
+            }
+        }
+        // `(a1, a2) < (b1, b2)` (and `<=`, `>`, `>=`): element by element, the first pair
+        // that differs decides; a pair with a NULL before that makes it NULL; all equal is
+        // `<=`/`>=`'s true, `<`/`>`'s false, as Postgres compares rows
+        Expr::BinaryOp {
+            left,
+            op:
+                op @ (BinaryOperator::Lt
+                | BinaryOperator::LtEq
+                | BinaryOperator::Gt
+                | BinaryOperator::GtEq),
+            right,
+        } if matches!((row_items(left), row_items(right)), (Some(a), Some(b)) if a.len() == b.len() && a.len() > 1) =>
+        {
+            let (Some(a), Some(b)) = (row_items(left), row_items(right)) else {
+                return;
+            };
+            let strict = match op {
+                BinaryOperator::Lt | BinaryOperator::LtEq => "<",
+                _ => ">",
+            };
+            let all_equal = matches!(op, BinaryOperator::LtEq | BinaryOperator::GtEq);
+            let mut text = String::from("(CASE");
+            for (x, y) in a.iter().zip(b) {
+                text.push_str(&format!(
+                    " WHEN ({x}) IS NULL OR ({y}) IS NULL THEN NULL \
+                     WHEN ({x}) <> ({y}) THEN ({x}) {strict} ({y})"
+                ));
+            }
+            text.push_str(&format!(" ELSE {all_equal} END)"));
+            if let Some(e) = try_parse_expr(&text) {
+                *expr = e;
+            }
+        }
         // `(s1, e1) OVERLAPS (s2, e2)`: Postgres' rule (each pair ordered; an interval as
         // the second element is a length): the later start is before the other's end, or
         // the starts are equal
@@ -3915,6 +3974,15 @@ fn with_ties(q: &mut ast::Query, fetch: ast::Fetch) -> crate::error::Result<()> 
     outer.with = with;
     *q = *outer;
     Ok(())
+}
+
+/// The elements of a row constructor: `(a, b)` or `ROW(a, b)`.
+fn row_items(e: &Expr) -> Option<&[Expr]> {
+    match e {
+        Expr::Tuple(items) => Some(items),
+        Expr::Nested(inner) => row_items(inner),
+        _ => None,
+    }
 }
 
 fn is_placeholder(e: &Expr) -> bool {
