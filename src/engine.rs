@@ -1449,14 +1449,7 @@ impl Engine {
         params: Option<ParamValues>,
     ) -> Result<Output> {
         let mut q = q.clone();
-        // the clause's own `$n` (`DO UPDATE SET n = t.n + $3`) bound in place: it is
-        // planned apart from the INSERT
-        let on = on_conflict::take_on_conflict(&mut q).map(|(mut c, alias)| {
-            if let Some(p) = &params {
-                bind_placeholders(&mut c, p);
-            }
-            (c, alias)
-        });
+        let on = on_conflict::take_on_conflict(&mut q);
         let r = returning::take_returning(&mut q);
         // the alias served ON CONFLICT and RETURNING; the INSERT itself needs none
         if let ast::Statement::Insert(ins) = &mut q {
@@ -1471,7 +1464,7 @@ impl Engine {
             change,
             verb,
             _writer,
-        } = self.plan_dml(session, &q, params).await?;
+        } = self.plan_dml(session, &q, params.clone()).await?;
         // the rows as written: with their generated columns (EXCLUDED and RETURNING read
         // them), computed once here (the change is then applied as it is)
         let change = match self.catalog.get(&table.name) {
@@ -1491,7 +1484,17 @@ impl Engine {
                     )?;
                 }
                 let (changes, written) = self
-                    .resolve_conflicts(session, &table, &name, alias, &on, proposed)
+                    .resolve_conflicts(
+                        session,
+                        &table,
+                        &name,
+                        &on_conflict::Clause {
+                            on: &on,
+                            alias,
+                            params: params.as_ref(),
+                        },
+                        proposed,
+                    )
                     .await?;
                 (changes, vec![written])
             }
@@ -2942,54 +2945,6 @@ fn watermark_desc(w: &WatermarkSpec, columns: &[ColumnDesc]) -> Result<Watermark
 
 /// An ALTER's relation that is not there: with IF EXISTS, Postgres' NOTICE and the
 /// statement's tag (nothing done); else 42P01.
-/// Each `$n` in `node` replaced by its bound value as a constant of the value's type
-/// (`CAST('text' AS type)`; text as a quoted constant; NULL as NULL), for a part of a
-/// statement planned on its own.
-pub(crate) fn bind_placeholders<T: ast::VisitMut>(node: &mut T, params: &ParamValues) {
-    let ParamValues::List(values) = params else {
-        return;
-    };
-    let _ = ast::visit_expressions_mut(node, |e| {
-        if let Some(i) = crate::server::params::placeholder_index(e)
-            && let Some(v) = values.get(i)
-        {
-            *e = scalar_as_constant(&v.value);
-        }
-        std::ops::ControlFlow::<()>::Continue(())
-    });
-}
-
-/// A value as SQL: its Postgres text cast to its type, or NULL.
-fn scalar_as_constant(v: &datafusion::common::ScalarValue) -> ast::Expr {
-    use datafusion::arrow::array::Array;
-    let null = ast::Expr::value(ast::Value::Null);
-    if v.is_null() {
-        return null;
-    }
-    let Ok(a) = v.to_array() else {
-        return null;
-    };
-    let Ok(text) = crate::sql::pg_text::text_values(&a) else {
-        return null;
-    };
-    if text.is_null(0) {
-        return null;
-    }
-    // text as a quoted constant, typed by its place as a parameter sent as text is
-    // (`tags || $1` with `{w}`: an array)
-    if matches!(v, datafusion::common::ScalarValue::Utf8(_)) {
-        return ast::Expr::value(ast::Value::SingleQuotedString(text.value(0).to_owned()));
-    }
-    let ty = crate::sql::types::SqlType::from_arrow(&v.data_type())
-        .map(|t| t.display_name())
-        .unwrap_or_else(|| "text".into());
-    crate::sql::parser::parse_expr_text(&format!(
-        "CAST({} AS {ty})",
-        crate::sql::pg_text::quote_literal(text.value(0))
-    ))
-    .unwrap_or(null)
-}
-
 /// COMMIT or ROLLBACK outside a transaction block: Postgres warns (and does nothing).
 fn no_transaction_warning(
     session: &Session,

@@ -4862,34 +4862,6 @@ mod tests {
     }
 
     #[test]
-    fn exponent_literals_as_postgres() {
-        assert_eq!(
-            crate::sql::numeric::expand_exponent("1e6").as_deref(),
-            Some("1000000")
-        );
-        assert_eq!(
-            crate::sql::numeric::expand_exponent("1.25e3").as_deref(),
-            Some("1250")
-        );
-        assert_eq!(
-            crate::sql::numeric::expand_exponent("1.50e1").as_deref(),
-            Some("15.0")
-        );
-        assert_eq!(
-            crate::sql::numeric::expand_exponent("1.5e-3").as_deref(),
-            Some("0.0015")
-        );
-        assert_eq!(
-            crate::sql::numeric::expand_exponent("0e0").as_deref(),
-            Some("0")
-        );
-        assert_eq!(
-            crate::sql::numeric::expand_exponent("12.5").as_deref(),
-            None
-        );
-    }
-
-    #[test]
     fn postgres_interval_clock_form() {
         assert_eq!(
             normalize_interval("1 day 02:03:04.5").as_deref(),

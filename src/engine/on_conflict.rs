@@ -30,7 +30,9 @@ use datafusion::arrow::compute::{cast, concat_batches, take};
 use datafusion::arrow::datatypes::Schema;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::row::{RowConverter, SortField};
-use datafusion::common::DFSchema;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::{DFSchema, ParamValues};
+use datafusion::logical_expr::Expr;
 use datafusion::sql::sqlparser::ast;
 
 use crate::engine::Engine;
@@ -58,6 +60,14 @@ pub fn take_on_conflict(stmt: &mut ast::Statement) -> Option<(ast::OnConflict, O
     }
 }
 
+/// An INSERT's ON CONFLICT clause, the name its target is seen by (its alias), and the
+/// statement's bound parameters (the clause's own `$n`).
+pub(crate) struct Clause<'a> {
+    pub on: &'a ast::OnConflict,
+    pub alias: Option<String>,
+    pub params: Option<&'a ParamValues>,
+}
+
 fn no_matching_constraint() -> WeirError {
     WeirError::new(
         "42P10",
@@ -72,10 +82,10 @@ impl Engine {
         session: &Session,
         table: &Arc<TableStore>,
         table_name: &str,
-        alias: Option<String>,
-        on: &ast::OnConflict,
+        clause: &Clause<'_>,
         proposed: Vec<RecordBatch>,
     ) -> Result<(Vec<(Change, &'static str)>, RecordBatch)> {
+        let on = clause.on;
         let schema = table.schema();
         let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
         let pk: Option<Vec<usize>> = table.primary_key().map(<[usize]>::to_vec);
@@ -257,7 +267,7 @@ impl Engine {
                 let old = pick(&stored, &stored_idx)?;
                 let excluded = pick(&proposed, &conflict_idx)?;
                 let (updated, kept) =
-                    self.updated_rows(session, table_name, alias, up, &old, &excluded)?;
+                    self.updated_rows(session, table_name, clause, up, &old, &excluded)?;
                 // the rows DO UPDATE changed compute their generated columns again
                 let updated = match self.catalog.get(table_name) {
                     Some(e) => super::generated::fill_rows(&session.ctx, &e.desc, vec![updated])?
@@ -415,20 +425,35 @@ impl Engine {
         &self,
         session: &Session,
         table_name: &str,
-        alias: Option<String>,
+        clause: &Clause<'_>,
         up: &ast::DoUpdate,
         old: &RecordBatch,
         excluded: &RecordBatch,
     ) -> Result<(RecordBatch, Vec<bool>)> {
         let schema = old.schema();
-        let target = alias.unwrap_or_else(|| table_name.to_owned());
-        let both = DFSchema::try_from_qualified_schema(target.as_str(), &schema)?
+        let params = clause.params;
+        let target = clause.alias.as_deref().unwrap_or(table_name);
+        let both = DFSchema::try_from_qualified_schema(target, &schema)?
             .join(&DFSchema::try_from_qualified_schema("excluded", &schema)?)?;
         let mut cols: Vec<ArrayRef> = old.columns().to_vec();
         cols.extend(excluded.columns().iter().cloned());
         let input = RecordBatch::try_new(Arc::new(both.as_arrow().clone()), cols)?;
         let eval = |text: String| -> Result<ArrayRef> {
             let e = session.ctx.parse_sql_expr(&text, &both)?;
+            // the clause's own `$n` (`DO UPDATE SET n = t.n + $3`): the statement's bound
+            // values, as DataFusion binds a plan's
+            let e = match params {
+                Some(p) => e
+                    .transform(|e| match e {
+                        Expr::Placeholder(ph) => Ok(Transformed::yes(Expr::Literal(
+                            p.get_placeholders_with_values(&ph.id)?.value,
+                            None,
+                        ))),
+                        e => Ok(Transformed::no(e)),
+                    })?
+                    .data,
+                None => e,
+            };
             // Postgres' semantics, coerced and simplified as a query's expressions are
             let e = crate::catalog::pg_semantics::analyze_expr(e, &both)?;
             let e = crate::catalog::table_exprs::coerced_and_simplified(e, &both)?;

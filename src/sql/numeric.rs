@@ -682,6 +682,31 @@ mod tests {
 mod quotient_scale_tests {
     use super::*;
 
+    /// Exponent literals and numeric input text read as Postgres reads them.
+    #[test]
+    fn exponents_written_out() {
+        for (text, want) in [
+            ("1e6", Some("1000000")),
+            ("1.25e3", Some("1250")),
+            ("1.50e1", Some("15.0")),
+            ("1.5e-3", Some("0.0015")),
+            ("0e0", Some("0")),
+            ("12.5", None),
+        ] {
+            assert_eq!(expand_exponent(text).as_deref(), want, "{text}");
+        }
+        for (text, want) in [
+            (" -2.5E+1 ", Some("-25")),
+            ("+1e3", Some("1000")),
+            ("1.5e-2", Some("0.015")),
+            ("12.5", None),
+            ("1e", None),
+            ("abc", None),
+        ] {
+            assert_eq!(numeric_text(text).as_deref(), want, "{text}");
+        }
+    }
+
     /// Scales and values Postgres 15 gives (`SELECT 5.0 / 2` ...).
     #[test]
     fn constant_quotients_are_postgres() {
