@@ -471,56 +471,28 @@ fn cast_param(
 pub fn type_array_placeholders(stmt: &mut crate::sql::parser::Statement, types: &[Option<Type>]) {
     use datafusion::sql::sqlparser::ast::{self, VisitMut, VisitorMut};
     use std::ops::ControlFlow;
+    // an array's elements in any of these types (text included); a scalar in one that
+    // the placeholder's place could type otherwise (`$1 * 2` is an integer to the planner;
+    // psycopg declares a Decimal `numeric`, a float `float8`): the declared type, as
+    // Postgres takes it (text keeps being typed by its place)
     let elems: Vec<Option<ast::DataType>> = types
         .iter()
         .map(|t| {
-            let t = t.as_ref()?;
-            let postgres_types::Kind::Array(elem) = t.kind() else {
+            let postgres_types::Kind::Array(elem) = t.as_ref()?.kind() else {
                 return None;
             };
-            let name = match elem.oid() {
-                16 => "BOOLEAN",
-                20 => "BIGINT",
-                21 => "SMALLINT",
-                23 => "INTEGER",
-                25 | 1043 | 19 => "TEXT",
-                700 => "REAL",
-                701 => "DOUBLE PRECISION",
-                1700 => "NUMERIC",
-                1082 => "DATE",
-                1114 => "TIMESTAMP",
-                2950 => "UUID",
-                _ => return None,
-            };
-            let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
-            datafusion::sql::sqlparser::parser::Parser::new(&dialect)
-                .try_with_sql(&format!("{name}[]"))
-                .and_then(|mut p| p.parse_data_type())
-                .ok()
+            let e = declared_sql_type(elem.oid())?;
+            Some(ast::DataType::Array(ast::ArrayElemTypeDef::SquareBracket(
+                Box::new(e),
+                None,
+            )))
         })
         .collect();
-    // numbers the client declared wider than the placeholder's place would type it
-    // (`$1 * 2` is an integer to the planner; psycopg declares a Decimal `numeric` and a
-    // float `float8`): the declared type, as Postgres takes it
     let scalars: Vec<Option<ast::DataType>> = types
         .iter()
-        .map(|t| match t.as_ref().map(|t| t.oid()) {
-            Some(1700) => Some(ast::DataType::Numeric(ast::ExactNumberInfo::None)),
-            Some(701) => Some(ast::DataType::DoublePrecision),
-            Some(700) => Some(ast::DataType::Real),
-            Some(16) => Some(ast::DataType::Boolean),
-            Some(21) => Some(ast::DataType::SmallInt(None)),
-            Some(23) => Some(ast::DataType::Integer(None)),
-            Some(20) => Some(ast::DataType::BigInt(None)),
-            Some(1082) => Some(ast::DataType::Date),
-            Some(1114) => Some(ast::DataType::Timestamp(None, ast::TimezoneInfo::None)),
-            Some(1184) => Some(ast::DataType::Timestamp(None, ast::TimezoneInfo::Tz)),
-            Some(1186) => Some(ast::DataType::Interval {
-                fields: None,
-                precision: None,
-            }),
-            Some(2950) => Some(ast::DataType::Uuid),
-            _ => None,
+        .map(|t| {
+            let oid = t.as_ref()?.oid();
+            declared_sql_type(oid).filter(|_| !matches!(oid, 25 | 1043 | 19))
         })
         .collect();
     // placeholders the client sent without a type (node-postgres sends every parameter so)
@@ -644,6 +616,30 @@ pub fn type_array_placeholders(stmt: &mut crate::sql::parser::Statement, types: 
         }
         _ => {}
     }
+}
+
+/// The SQL type of a type OID a client declares for a parameter (or an array's elements).
+fn declared_sql_type(oid: u32) -> Option<datafusion::sql::sqlparser::ast::DataType> {
+    use datafusion::sql::sqlparser::ast::{DataType as T, ExactNumberInfo, TimezoneInfo};
+    Some(match oid {
+        16 => T::Boolean,
+        20 => T::BigInt(None),
+        21 => T::SmallInt(None),
+        23 => T::Integer(None),
+        25 | 1043 | 19 => T::Text,
+        700 => T::Real,
+        701 => T::DoublePrecision,
+        1700 => T::Numeric(ExactNumberInfo::None),
+        1082 => T::Date,
+        1114 => T::Timestamp(None, TimezoneInfo::None),
+        1184 => T::Timestamp(None, TimezoneInfo::Tz),
+        1186 => T::Interval {
+            fields: None,
+            precision: None,
+        },
+        2950 => T::Uuid,
+        _ => return None,
+    })
 }
 
 /// A binary timestamp (microseconds from 2000-01-01) as microseconds from 1970-01-01; the
