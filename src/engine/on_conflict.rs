@@ -443,15 +443,16 @@ impl Engine {
             // the clause's own `$n` (`DO UPDATE SET n = t.n + $3`): the statement's bound
             // values, as DataFusion binds a plan's
             let e = match params {
-                Some(p) => e
-                    .transform(|e| match e {
+                Some(p) => {
+                    e.transform(|e| match e {
                         Expr::Placeholder(ph) => Ok(Transformed::yes(Expr::Literal(
                             p.get_placeholders_with_values(&ph.id)?.value,
                             None,
                         ))),
                         e => Ok(Transformed::no(e)),
                     })?
-                    .data,
+                    .data
+                }
                 None => e,
             };
             // Postgres' semantics, coerced and simplified as a query's expressions are
