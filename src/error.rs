@@ -253,6 +253,38 @@ fn from_arrow(e: &ArrowError) -> WeirError {
     }
 }
 
+/// A pattern the `regex` crate refused, in Postgres' words (its regex library's messages:
+/// `invalid regular expression: parentheses () not balanced`), from the crate's error text
+/// ("regex parse error: ... error: unclosed group"); None when `text` is no such error.
+pub fn regex_error(text: &str) -> Option<WeirError> {
+    let (_, rest) = text.split_once("regex parse error:")?;
+    let reason = rest
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("error: "))
+        .unwrap_or("invalid pattern")
+        .trim();
+    let pg = match reason {
+        "unclosed group" | "unopened group" => "parentheses () not balanced",
+        "unclosed character class" => "brackets [] not balanced",
+        "repetition operator missing expression" => "quantifier operand invalid",
+        r if r.starts_with("invalid repetition count range") => "invalid repetition count(s)",
+        r if r.starts_with("repetition quantifier expects a valid decimal")
+            || r.starts_with("unclosed counted repetition") =>
+        {
+            "braces {} not balanced"
+        }
+        r if r.starts_with("invalid escape") || r.starts_with("incomplete escape") => {
+            "invalid escape \\ sequence"
+        }
+        r if r.starts_with("invalid character class range") => "invalid character range",
+        r => r,
+    };
+    Some(WeirError::new(
+        sqlstate::INVALID_REGULAR_EXPRESSION,
+        format!("invalid regular expression: {pg}"),
+    ))
+}
+
 /// The Postgres integer type an arrow overflow message ("Overflow happened on: -2147483648 /
 /// -1") was computed in: the narrowest whose range holds both operands but not the exact
 /// result (the kernels do not name their type).
@@ -454,6 +486,14 @@ impl From<DataFusionError> for WeirError {
 }
 
 fn from_datafusion(e: &DataFusionError) -> WeirError {
+    // a pattern DataFusion's regex kernels could not compile, whatever wraps it
+    if let DataFusionError::ArrowError(..)
+    | DataFusionError::Execution(_)
+    | DataFusionError::Internal(_) = e
+        && let Some(r) = regex_error(&e.to_string())
+    {
+        return r;
+    }
     match e {
         DataFusionError::Context(_, inner) => from_datafusion(inner),
         DataFusionError::Shared(inner) => from_datafusion(inner),
@@ -627,6 +667,17 @@ fn classify_plan_message(m: &str) -> WeirError {
         let short = name.rsplit('.').next().unwrap_or(name);
         return WeirError::undefined_table(short);
     }
+    // a HAVING over no aggregate and no GROUP BY: Postgres names its first column
+    if let Some(rest) = msg.strip_prefix("HAVING clause references: ")
+        && let Some(column) = first_column_reference(rest)
+    {
+        return WeirError::new(
+            sqlstate::GROUPING_ERROR,
+            format!(
+                "column \"{column}\" must appear in the GROUP BY clause or be used in an aggregate function"
+            ),
+        );
+    }
     if lower.contains("must appear in the group by clause")
         && let Some(column) = msg
             .split_once("column \"")
@@ -664,6 +715,41 @@ fn classify_plan_message(m: &str) -> WeirError {
         return WeirError::new(sqlstate::DATATYPE_MISMATCH, msg);
     }
     WeirError::new(sqlstate::SYNTAX_ERROR, msg)
+}
+
+/// The first qualified column (`t.id`) in DataFusion's display of an expression, outside
+/// its quoted literals (`Utf8("a.b")`).
+fn first_column_reference(expr: &str) -> Option<&str> {
+    let bytes = expr.as_bytes();
+    let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => {
+                // a quoted literal: skip to its closing quote
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    i += 1;
+                }
+                i += 1;
+            }
+            b if word(b) && (i == 0 || !word(bytes[i - 1])) => {
+                let start = i;
+                while i < bytes.len() && (word(bytes[i]) || bytes[i] == b'.') {
+                    i += 1;
+                }
+                let token = &expr[start..i];
+                let qualified = token.contains('.')
+                    && !bytes[start].is_ascii_digit()
+                    && bytes.get(i) != Some(&b'(');
+                if qualified {
+                    return Some(token);
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    None
 }
 
 /// DataFusion's "Invalid function 'f'" and "No function matches the given name and

@@ -322,6 +322,165 @@ pub fn bytea_in_array(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
     Ok(Arc::new(out.finish()))
 }
 
+/// A `bytea` argument: bytes as they are, text (an untyped literal, `'\x0102'`) read as
+/// Postgres reads a `bytea` literal.
+fn bytea_arg(a: &ArrayRef) -> DfResult<ArrayRef> {
+    match a.data_type() {
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
+            bytea_in_array(std::slice::from_ref(a), a.len())
+        }
+        _ => Ok(cast(a, &DataType::Binary)?),
+    }
+}
+
+/// `get_byte(bytea, n)`: the n-th byte (from 0) as an integer; 2202E past the end, as
+/// Postgres words it (`index 5 out of valid range, 0..1`).
+pub fn get_byte(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
+    let bytes = bytea_arg(&args[0])?;
+    let bytes = bytes.as_binary::<i32>();
+    let index = cast(&args[1], &DataType::Int64)?;
+    let index = index.as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+    let mut out = datafusion::arrow::array::Int32Builder::with_capacity(rows);
+    for i in 0..rows {
+        let (k, j) = (
+            if bytes.len() == 1 { 0 } else { i },
+            if index.len() == 1 { 0 } else { i },
+        );
+        if bytes.is_null(k) || index.is_null(j) {
+            out.append_null();
+            continue;
+        }
+        let (b, n) = (bytes.value(k), index.value(j));
+        match usize::try_from(n).ok().and_then(|n| b.get(n)) {
+            Some(v) => out.append_value(i32::from(*v)),
+            None => {
+                return Err(external(WeirError::new(
+                    "2202E",
+                    format!("index {n} out of valid range, 0..{}", b.len() as i64 - 1),
+                )));
+            }
+        }
+    }
+    Ok(Arc::new(out.finish()))
+}
+
+/// The encodings `convert_from`/`convert_to` know: UTF8 (the database's) and LATIN1.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Encoding {
+    Utf8,
+    Latin1,
+}
+
+fn encoding_named(name: &str) -> Result<Encoding, WeirError> {
+    let key: String = name
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .collect::<String>()
+        .to_ascii_uppercase();
+    match key.as_str() {
+        "UTF8" | "UNICODE" | "SQLASCII" => Ok(Encoding::Utf8),
+        "LATIN1" | "ISO88591" => Ok(Encoding::Latin1),
+        _ => Err(WeirError::new(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            format!("invalid source encoding name \"{name}\""),
+        )),
+    }
+}
+
+/// `convert_from(bytea, encoding)`: the bytes read as text in that encoding; bytes that
+/// are not that encoding are 22021, as Postgres (`invalid byte sequence for encoding
+/// "UTF8": 0xff`).
+pub fn convert_from(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
+    let bytes = bytea_arg(&args[0])?;
+    let bytes = bytes.as_binary::<i32>();
+    let names = cast(&args[1], &DataType::Utf8)?;
+    let names = names.as_string::<i32>();
+    let mut out = StringBuilder::with_capacity(rows, rows * 16);
+    for i in 0..rows {
+        let (k, j) = (
+            if bytes.len() == 1 { 0 } else { i },
+            if names.len() == 1 { 0 } else { i },
+        );
+        if bytes.is_null(k) || names.is_null(j) {
+            out.append_null();
+            continue;
+        }
+        let b = bytes.value(k);
+        match encoding_named(names.value(j)).map_err(external)? {
+            Encoding::Utf8 => match std::str::from_utf8(b) {
+                Ok(t) if !t.contains('\0') => out.append_value(t),
+                Ok(_) => {
+                    return Err(external(WeirError::new(
+                        "22021",
+                        "invalid byte sequence for encoding \"UTF8\": 0x00",
+                    )));
+                }
+                Err(e) => {
+                    let bad = b.get(e.valid_up_to()).copied().unwrap_or_default();
+                    return Err(external(WeirError::new(
+                        "22021",
+                        format!("invalid byte sequence for encoding \"UTF8\": 0x{bad:02x}"),
+                    )));
+                }
+            },
+            Encoding::Latin1 => {
+                let t: String = b.iter().map(|&c| char::from(c)).collect();
+                out.append_value(t);
+            }
+        }
+    }
+    Ok(Arc::new(out.finish()))
+}
+
+/// `convert_to(text, encoding)`: the text's bytes in that encoding; a character the
+/// encoding has no byte for is 22P05, as Postgres words it.
+pub fn convert_to(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
+    let texts = cast(&args[0], &DataType::Utf8)?;
+    let texts = texts.as_string::<i32>();
+    let names = cast(&args[1], &DataType::Utf8)?;
+    let names = names.as_string::<i32>();
+    let mut out = BinaryBuilder::with_capacity(rows, rows * 16);
+    let mut buf = Vec::new();
+    for i in 0..rows {
+        let (k, j) = (
+            if texts.len() == 1 { 0 } else { i },
+            if names.len() == 1 { 0 } else { i },
+        );
+        if texts.is_null(k) || names.is_null(j) {
+            out.append_null();
+            continue;
+        }
+        let t = texts.value(k);
+        match encoding_named(names.value(j)).map_err(external)? {
+            Encoding::Utf8 => out.append_value(t.as_bytes()),
+            Encoding::Latin1 => {
+                buf.clear();
+                for c in t.chars() {
+                    let code = u32::from(c);
+                    if code > 0xff {
+                        let mut utf8 = [0u8; 4];
+                        let hex: Vec<String> = c
+                            .encode_utf8(&mut utf8)
+                            .bytes()
+                            .map(|b| format!("0x{b:02x}"))
+                            .collect();
+                        return Err(external(WeirError::new(
+                            "22P05",
+                            format!(
+                                "character with byte sequence {} in encoding \"UTF8\" has no equivalent in encoding \"LATIN1\"",
+                                hex.join(" ")
+                            ),
+                        )));
+                    }
+                    buf.push(code as u8);
+                }
+                out.append_value(&buf);
+            }
+        }
+    }
+    Ok(Arc::new(out.finish()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

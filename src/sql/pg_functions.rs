@@ -927,6 +927,24 @@ fn definitions() -> Vec<PgFunction> {
             crate::sql::bytea_codec::decode,
         ),
         immutable(
+            "get_byte",
+            TypeSignature::Any(2),
+            |_| DataType::Int32,
+            crate::sql::bytea_codec::get_byte,
+        ),
+        immutable(
+            "convert_from",
+            TypeSignature::Any(2),
+            |_| DataType::Utf8,
+            crate::sql::bytea_codec::convert_from,
+        ),
+        immutable(
+            "convert_to",
+            TypeSignature::Any(2),
+            |_| DataType::Binary,
+            crate::sql::bytea_codec::convert_to,
+        ),
+        immutable(
             BYTEA_IN,
             TypeSignature::Any(1),
             |_| DataType::Binary,
@@ -1421,6 +1439,14 @@ pub fn udf(name: &str) -> PgFunction {
 pub fn register(ctx: &SessionContext) {
     for f in definitions() {
         ctx.register_udf(ScalarUDF::new_from_impl(f));
+    }
+    // the functions behind jsonb's `?`, `?|`, `?&` operators, under their Postgres names
+    for (name, alias) in [
+        (JSONB_EXISTS, "jsonb_exists"),
+        (JSONB_EXISTS_ANY, "jsonb_exists_any"),
+        (JSONB_EXISTS_ALL, "jsonb_exists_all"),
+    ] {
+        ctx.register_udf(ScalarUDF::new_from_impl(udf(name)).with_aliases([alias]));
     }
     // Postgres' names of functions DataFusion has under others
     for (f, alias) in [
@@ -2514,10 +2540,14 @@ impl Patterns {
                 };
             }
             let re = b.build().map_err(|e| {
-                pg_error(
-                    sqlstate::INVALID_REGULAR_EXPRESSION,
-                    format!("invalid regular expression: {e}"),
-                )
+                let text = e.to_string();
+                let pg = crate::error::regex_error(&text).unwrap_or_else(|| {
+                    crate::error::WeirError::new(
+                        sqlstate::INVALID_REGULAR_EXPRESSION,
+                        format!("invalid regular expression: {text}"),
+                    )
+                });
+                DataFusionError::External(Box::new(pg))
             })?;
             self.0
                 .entry(flags.to_owned())
