@@ -99,6 +99,9 @@ pub struct WeirError {
     pub hint: Option<String>,
     /// Where it happened (`COPY t, line 3`): the CONTEXT line clients print.
     pub context: Option<String>,
+    /// The character (from 1) of the query text the error points at: psql prints the
+    /// line and a caret under it, JDBC says `Position: n`.
+    pub position: Option<u32>,
 }
 
 pub type Result<T, E = WeirError> = std::result::Result<T, E>;
@@ -111,7 +114,12 @@ impl WeirError {
             detail: None,
             hint: None,
             context: None,
+            position: None,
         }
+    }
+    pub fn with_position(mut self, position: usize) -> Self {
+        self.position = u32::try_from(position).ok();
+        self
     }
     pub fn with_context(mut self, context: impl Into<String>) -> Self {
         self.context = Some(context.into());
@@ -156,6 +164,7 @@ impl WeirError {
         info.detail = self.detail;
         info.hint = self.hint;
         info.where_context = self.context;
+        info.position = self.position.map(|p| p.to_string());
         info
     }
 }

@@ -8,6 +8,7 @@ pub mod date_trunc;
 pub mod datetime_in;
 pub mod depth;
 pub mod enum_functions;
+pub mod error_position;
 pub mod extract;
 pub mod hooked;
 pub mod interval_in;

@@ -1125,6 +1125,28 @@ DROP TABLE tc2;
 /// caret lines aside: those are Postgres' own parser's); `ran` are texts Postgres' output
 /// must hold, to be sure the script really ran there.
 fn same_psql_output(pg: &Postgres, weir: &TestServer, script: &str, ran: &[&str], what: &str) {
+    psql_output_compared(pg, weir, script, ran, what, false)
+}
+
+/// [`same_psql_output`], the `LINE n:` and caret lines (the error's position) compared too.
+fn same_psql_output_and_places(
+    pg: &Postgres,
+    weir: &TestServer,
+    script: &str,
+    ran: &[&str],
+    what: &str,
+) {
+    psql_output_compared(pg, weir, script, ran, what, true)
+}
+
+fn psql_output_compared(
+    pg: &Postgres,
+    weir: &TestServer,
+    script: &str,
+    ran: &[&str],
+    what: &str,
+    places: bool,
+) {
     let file = tempfile::NamedTempFile::new().expect("temp file");
     std::fs::write(file.path(), script).expect("write the script");
     let run = |args: &[&str]| {
@@ -1173,7 +1195,10 @@ fn same_psql_output(pg: &Postgres, weir: &TestServer, script: &str, ran: &[&str]
     let strip = |s: &str| -> String {
         s.lines()
             .filter(|l| {
-                !l.starts_with("LINE ") && l.trim() != "^" && !l.trim_start().starts_with('^')
+                places
+                    || (!l.starts_with("LINE ")
+                        && l.trim() != "^"
+                        && !l.trim_start().starts_with('^'))
             })
             .collect::<Vec<_>>()
             .join("\n")
@@ -1353,6 +1378,50 @@ DROP TABLE mis, mis2;
             "LIMIT must not be negative",
         ],
         "mistakes",
+    );
+}
+
+/// Errors point where Postgres points (psql's `LINE n:` and caret): syntax errors at the
+/// token, in Postgres' words (`syntax error at or near ";"`, `unterminated quoted
+/// string`); a missing column, table or function at its name; a
+/// literal that is no value of its type at the literal; also in the second line of a
+/// statement and in the second statement of a message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn error_places_answer_as_postgres() {
+    let pg = Postgres::start();
+    let weir = TestServer::start();
+    let script = r#"
+CREATE TABLE plc (id int PRIMARY KEY, name text NOT NULL, born date);
+INSERT INTO plc VALUES (1, 'a', '2020-01-01');
+SELECT 1 +;
+selec 1;
+SELECT id,
+  name FROM plc WHERE;
+SELECT nosuch FROM plc;
+SELECT plc.nosuch
+  FROM plc;
+SELECT * FROM nosuch_table;
+SELECT * FROM public.nosuch_table;
+SELECT 'abc'::int;
+SELECT * FROM plc WHERE id = 'x1';
+INSERT INTO plc VALUES (2, 'b', '2020-13-45');
+INSERT INTO plc (id, name, nosuch) VALUES (3, 'c', 1);
+UPDATE plc SET nosuch = 1;
+ALTER TABLE plc DROP COLUMN nosuch;
+SELECT id FROM plc GROUP BY name;
+SELECT 1; SELECT nosuch FROM plc;
+DROP TABLE plc;
+SELECT 1, 'it''s"#;
+    same_psql_output_and_places(
+        &pg,
+        &weir,
+        script,
+        &[
+            "LINE 2:",
+            "syntax error at or near",
+            "unterminated quoted string",
+        ],
+        "error places",
     );
 }
 

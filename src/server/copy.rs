@@ -330,7 +330,8 @@ impl CopyIn {
             let text = self.text[k].finish();
             let c = &self.columns[t];
             let target = self.schema.field(t).data_type().clone();
-            cols[t] = cast_text(&text, &c.ty, &target, &self.zone).map_err(|(row, e)| {
+            cols[t] = cast_text(&text, &c.ty, &target, &self.zone).map_err(|b| {
+                let (row, e) = *b;
                 // Postgres' context names the value too: `COPY t, line 3, column c: "x"`
                 let value = if datafusion::arrow::array::Array::is_valid(&text, row) {
                     format!(": \"{}\"", text.value(row))
@@ -598,15 +599,18 @@ fn split_csv_general<'a>(
     Some(buf.len())
 }
 
+/// A value COPY could not read: the row (in the batch) and why.
+type CastError = Box<(usize, WeirError)>;
+
 /// Cast a text column to a column type, as Postgres reads input text. Errors name the row.
 fn cast_text(
     text: &StringArray,
     ty: &SqlType,
     target: &DataType,
     zone: &crate::sql::time_zone::Zone,
-) -> std::result::Result<ArrayRef, (usize, WeirError)> {
+) -> std::result::Result<ArrayRef, CastError> {
     let input_name = ty.input_name();
-    let bad = |row: usize, v: &str| (row, crate::error::invalid_input(&input_name, v));
+    let bad = |row: usize, v: &str| Box::new((row, crate::error::invalid_input(&input_name, v)));
     match ty {
         SqlType::Text | SqlType::Varchar(None) | SqlType::Name => {
             return cast_plain(&(Arc::new(text.clone()) as ArrayRef), target, text, &bad);
@@ -624,13 +628,13 @@ fn cast_text(
                 if let Some(v) = v
                     && v.chars().count() > *n as usize
                 {
-                    return Err((
+                    return Err(Box::new((
                         row,
                         WeirError::new(
                             sqlstate::STRING_DATA_RIGHT_TRUNCATION,
                             format!("value too long for type {}", ty.display_name()),
                         ),
-                    ));
+                    )));
                 }
             }
             return cast_plain(&(Arc::new(trimmed) as ArrayRef), target, text, &bad);
@@ -640,13 +644,13 @@ fn cast_text(
                 if let Some(v) = v
                     && serde_json::from_str::<serde_json::Value>(v).is_err()
                 {
-                    return Err((
+                    return Err(Box::new((
                         row,
                         WeirError::new(
                             sqlstate::INVALID_TEXT_REPRESENTATION,
                             format!("invalid input syntax for type json: \"{v}\""),
                         ),
-                    ));
+                    )));
                 }
             }
             return cast_plain(&(Arc::new(text.clone()) as ArrayRef), target, text, &bad);
@@ -679,7 +683,10 @@ fn cast_text(
             // `{a,"b c",NULL}`: the elements of all rows read as one column of the
             // element type (an element's error names its row)
             let DataType::List(field) = target else {
-                return Err((0, WeirError::internal(format!("array column as {target}"))));
+                return Err(Box::new((
+                    0,
+                    WeirError::internal(format!("array column as {target}")),
+                )));
             };
             let mut items = StringBuilder::new();
             let mut item_row = Vec::new();
@@ -710,15 +717,18 @@ fn cast_text(
                 offsets.push(end);
                 valid.push(v.is_some());
             }
-            let values = cast_text(&items.finish(), elem, field.data_type(), zone)
-                .map_err(|(i, e)| (item_row.get(i).copied().unwrap_or(0), e))?;
+            let values =
+                cast_text(&items.finish(), elem, field.data_type(), zone).map_err(|b| {
+                    let (i, e) = *b;
+                    Box::new((item_row.get(i).copied().unwrap_or(0), e))
+                })?;
             let list = datafusion::arrow::array::ListArray::try_new(
                 field.clone(),
                 datafusion::arrow::buffer::OffsetBuffer::new(offsets.into()),
                 values,
                 Some(datafusion::arrow::buffer::NullBuffer::from(valid)),
             )
-            .map_err(|e| (0, WeirError::from(e)))?;
+            .map_err(|e| Box::new((0, WeirError::from(e))))?;
             return Ok(Arc::new(list));
         }
         SqlType::Time(_) => {
@@ -761,22 +771,22 @@ fn cast_text(
             let parsed = crate::sql::datetime_in::with_infinities(text, parsed);
             if keep_zone {
                 return crate::sql::time_zone::read_in_zone(text, parsed, zone)
-                    .map_err(|e| (0, WeirError::from(e)));
+                    .map_err(|e| Box::new((0, WeirError::from(e))));
             }
             return Ok(parsed);
         }
         SqlType::Numeric(_) => {
             let plain = crate::sql::numeric::numeric_text_array(&trimmed(text))
-                .map_err(|e| (0, WeirError::from(e)))?;
+                .map_err(|e| Box::new((0, WeirError::from(e))))?;
             return cast_plain(&plain, target, text, &bad);
         }
         SqlType::Float4 | SqlType::Float8 => {
             let parsed = cast_plain(&trimmed(text), target, text, &bad)?;
             // past the type's range: 22003, as Postgres (arrow reads infinity or 0)
             if let Some(bad_row) = crate::sql::pg_math::float_out_of_range(text, &parsed)
-                .map_err(|e| (0, WeirError::from(e)))?
+                .map_err(|e| Box::new((0, WeirError::from(e))))?
             {
-                return Err(bad_row);
+                return Err(Box::new(bad_row));
             }
             return Ok(parsed);
         }
@@ -823,13 +833,13 @@ fn cast_plain(
     a: &ArrayRef,
     target: &DataType,
     text: &StringArray,
-    bad: &dyn Fn(usize, &str) -> (usize, WeirError),
-) -> std::result::Result<ArrayRef, (usize, WeirError)> {
+    bad: &dyn Fn(usize, &str) -> CastError,
+) -> std::result::Result<ArrayRef, CastError> {
     let opts = CastOptions {
         safe: true,
         ..Default::default()
     };
-    let out = cast_with_options(a, target, &opts).map_err(|e| (0, WeirError::from(e)))?;
+    let out = cast_with_options(a, target, &opts).map_err(|e| Box::new((0, WeirError::from(e))))?;
     if out.null_count() != a.null_count() {
         for row in 0..out.len() {
             if out.is_null(row) && a.is_valid(row) {
@@ -843,7 +853,7 @@ fn cast_plain(
                     if let Err(e) = cast_with_options(&a.slice(row, 1), target, &strict) {
                         let e = WeirError::from(e);
                         if e.code == sqlstate::NUMERIC_VALUE_OUT_OF_RANGE {
-                            return Err((row, e));
+                            return Err(Box::new((row, e)));
                         }
                     }
                 }

@@ -135,6 +135,36 @@ fn err(e: WeirError) -> PgWireError {
     e.into_pgwire()
 }
 
+/// `e` with the place in the query string it points at, when it has none yet and the
+/// statement's text shows it (`sql/error_position.rs`).
+fn placed(e: WeirError, parsed: &Parsed) -> WeirError {
+    place_in(e, &parsed.text, parsed.offset)
+}
+
+fn place_in(e: WeirError, text: &str, offset: usize) -> WeirError {
+    crate::sql::error_position::place(e, text, offset)
+}
+
+/// A statement's text and how many characters of the query string precede it: what an
+/// error raised while its rows stream out is placed in.
+#[derive(Clone)]
+struct Place {
+    text: Arc<str>,
+    offset: usize,
+}
+
+impl Place {
+    fn of(parsed: &Parsed) -> Self {
+        Place {
+            text: parsed.text.as_str().into(),
+            offset: parsed.offset,
+        }
+    }
+    fn apply(&self, e: WeirError) -> WeirError {
+        place_in(e, &self.text, self.offset)
+    }
+}
+
 impl PgWireServerHandlers for WeirBackend {
     fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
         self.handle.clone()
@@ -833,6 +863,7 @@ async fn respond(
     zone: crate::sql::time_zone::Zone,
     cancel: Arc<QueryCancel>,
     timer: Option<crate::server::session::TimeoutGuard>,
+    place: Place,
 ) -> Result<Response, WeirError> {
     Ok(match output {
         Output::Rows { schema, stream } => {
@@ -845,7 +876,7 @@ async fn respond(
                         Ok(rows) => rows.into_iter().map(Ok).collect(),
                         Err(e) => vec![Err(e.into_pgwire())],
                     },
-                    Err(e) => vec![Err(e.into_pgwire())],
+                    Err(e) => vec![Err(place.apply(e).into_pgwire())],
                 };
                 stream::iter(items)
             });
@@ -1137,6 +1168,7 @@ impl Handle {
                         session.time_zone(),
                         cancel.clone(),
                         None,
+                        Place::of(parsed),
                     )
                     .await
                 }
@@ -1163,7 +1195,7 @@ impl Handle {
                 Ok(()) => {}
                 Err((e, sent)) => {
                     debug!(error = %e, statement = %crate::sql::security::loggable(&parsed.text), "statement failed");
-                    let mut e = e;
+                    let mut e = placed(e, parsed);
                     if session.in_transaction {
                         session.aborted = true;
                     } else if let Err(undo_err) = self.engine.rollback(&mut session).await {
@@ -1485,7 +1517,7 @@ impl ExtendedQueryHandler for Handle {
         let (types, fields, _) = self
             .describe(&session, stmt, &Format::UnifiedText)
             .await
-            .map_err(err)?;
+            .map_err(|e| err(placed(e, &stmt.statement.parsed)))?;
         Ok(DescribeStatementResponse::new(types, fields))
     }
 
@@ -1505,7 +1537,7 @@ impl ExtendedQueryHandler for Handle {
         let (_, fields, _) = self
             .describe(&session, &portal.statement, &portal.result_column_format)
             .await
-            .map_err(err)?;
+            .map_err(|e| err(placed(e, &portal.statement.statement.parsed)))?;
         Ok(DescribePortalResponse::new(fields))
     }
 
@@ -1536,7 +1568,7 @@ impl ExtendedQueryHandler for Handle {
         if result.is_err() && session.in_transaction {
             session.aborted = true;
         }
-        result.map_err(err)
+        result.map_err(|e| err(placed(e, parsed)))
     }
 }
 
@@ -1600,6 +1632,7 @@ impl Handle {
                 session.time_zone(),
                 cancel,
                 None,
+                Place::of(parsed),
             )
             .await);
         }
@@ -1610,6 +1643,7 @@ impl Handle {
             session.time_zone(),
             cancel,
             Some(timer),
+            Place::of(parsed),
         )
         .await)
     }

@@ -207,6 +207,7 @@ where
             copy.detail = info.detail.clone();
             copy.hint = info.hint.clone();
             copy.where_context = info.where_context.clone();
+            copy.position = info.position.clone();
             copy
         }
         other => WeirError::internal(other.to_string()).into_error_info(),

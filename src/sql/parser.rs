@@ -21,6 +21,9 @@ use crate::sql::types::SqlType;
 pub struct Parsed {
     pub stmt: Statement,
     pub text: String,
+    /// How many characters of the query string come before `text` (error positions are
+    /// the query string's).
+    pub offset: usize,
 }
 
 /// `LOCK TABLE`: the tables, whether the mode excludes writers, whether it is ACCESS SHARE
@@ -1106,6 +1109,7 @@ pub fn parse_within(sql: &str, memory: usize) -> Result<Vec<Parsed>> {
         return Ok(vec![Parsed {
             stmt: Statement::BulkInsert(Box::new(scan)),
             text: format!("{text}..."),
+            offset: 0,
         }]);
     }
     parse_tree(sql, memory)
@@ -1128,7 +1132,12 @@ pub fn parse_tree(sql: &str, memory: usize) -> Result<Vec<Parsed>> {
     let dialect = PostgreSqlDialect {};
     let tokens = datafusion::sql::sqlparser::tokenizer::Tokenizer::new(&dialect, sql)
         .tokenize_with_location()
-        .map_err(|e| WeirError::syntax(format!("syntax error: {e}")))?;
+        .map_err(|e| {
+            pg_syntax_error(
+                WeirError::syntax(format!("syntax error: {e}")),
+                &LineIndex::new(sql),
+            )
+        })?;
     // before any tree exists: a statement too deep to plan is refused here (54001)
     crate::sql::depth::check(tokens.iter().map(|t| &t.token))?;
     let tokens = mark_asof_joins(tokens)?;
@@ -1157,7 +1166,7 @@ pub fn parse_tree(sql: &str, memory: usize) -> Result<Vec<Parsed>> {
         if first.token == Token::EOF {
             break;
         }
-        let mut stmt = parse_one(&mut p)?;
+        let mut stmt = parse_one(&mut p).map_err(|e| pg_syntax_error(e, &index))?;
         let next = p.peek_token();
         // `EMIT ON WINDOW CLOSE` ended the statement (see `preprocess`)
         if emit_marks.contains(&next.span.start) {
@@ -1165,11 +1174,11 @@ pub fn parse_tree(sql: &str, memory: usize) -> Result<Vec<Parsed>> {
                 Statement::CreateView(cv) | Statement::ExplainView(cv) => {
                     cv.emit_on_window_close = true
                 }
-                _ => return Err(syntax_near(&next)),
+                _ => return Err(syntax_near(&next).with_position(index.position(next.span.start))),
             }
         }
         if next.token != Token::SemiColon && next.token != Token::EOF {
-            return Err(syntax_near(&next));
+            return Err(syntax_near(&next).with_position(index.position(next.span.start)));
         }
         // text from the first token to just before the terminator
         let end = if next.token == Token::EOF {
@@ -1179,7 +1188,8 @@ pub fn parse_tree(sql: &str, memory: usize) -> Result<Vec<Parsed>> {
         };
         let start = index.offset(first.span.start);
         let text = sql.get(start..end).unwrap_or(sql).trim().to_owned();
-        out.push(Parsed { stmt, text });
+        let offset = sql.get(..start).map_or(0, |before| before.chars().count());
+        out.push(Parsed { stmt, text, offset });
     }
     Ok(out)
 }
@@ -2170,6 +2180,49 @@ fn preprocess(tokens: Vec<TokenWithSpan>) -> (Vec<TokenWithSpan>, Vec<Location>)
     (out, marks)
 }
 
+/// sqlparser's syntax errors ("Expected: an expression, found: ; at Line: 1, Column: 11")
+/// as Postgres words them (`syntax error at or near ";"`, `syntax error at end of input`,
+/// `unterminated quoted string at or near "'abc"`), pointing at that place. Other errors
+/// pass unchanged.
+fn pg_syntax_error(e: WeirError, index: &LineIndex) -> WeirError {
+    if e.code != crate::error::sqlstate::SYNTAX_ERROR || e.position.is_some() {
+        return e;
+    }
+    let Some((head, place)) = e.message.rsplit_once(" at Line: ") else {
+        return e;
+    };
+    let Some((line, column)) = place.split_once(", Column: ") else {
+        return e;
+    };
+    let (Ok(line), Ok(column)) = (line.trim().parse::<u64>(), column.trim().parse::<u64>()) else {
+        return e;
+    };
+    let loc = Location { line, column };
+    let position = index.position(loc);
+    let rest = index.sql.get(index.offset(loc)..).unwrap_or_default();
+    let message = if head.contains("Unterminated string literal")
+        || head.contains("Unterminated dollar-quoted")
+        || head.contains("Unterminated encoded string literal")
+    {
+        format!("unterminated quoted string at or near \"{rest}\"")
+    } else if head.contains("Unterminated multi-line comment") {
+        "unterminated /* comment at or near".to_owned() + &format!(" \"{rest}\"")
+    } else if let Some((_, found)) = head.rsplit_once("found: ") {
+        if found == "EOF" {
+            "syntax error at end of input".to_owned()
+        } else {
+            format!("syntax error at or near \"{found}\"")
+        }
+    } else {
+        return e.with_position(position);
+    };
+    WeirError {
+        message,
+        position: u32::try_from(position).ok(),
+        ..e
+    }
+}
+
 pub(crate) fn syntax_near(t: &TokenWithSpan) -> WeirError {
     if t.token == Token::EOF {
         WeirError::syntax("syntax error at end of input")
@@ -2670,7 +2723,11 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
             Ok(Statement::Prepare(Box::new(PrepareStmt {
                 name: normalize_ident(&name),
                 types: data_types,
-                body: Parsed { stmt: body, text },
+                body: Parsed {
+                    stmt: body,
+                    text,
+                    offset: 0,
+                },
             })))
         }
         ast::Statement::Execute {
@@ -4024,6 +4081,14 @@ impl<'a> LineIndex<'a> {
             }
         }
         LineIndex { sql, line_starts }
+    }
+
+    /// The character (from 1) at `loc`, as Postgres counts an error's position.
+    fn position(&self, loc: Location) -> usize {
+        let byte = self.offset(loc);
+        self.sql
+            .get(..byte)
+            .map_or(1, |before| before.chars().count() + 1)
     }
 
     fn offset(&self, loc: Location) -> usize {

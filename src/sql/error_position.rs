@@ -1,0 +1,306 @@
+//! Where in a statement's text an error points, as Postgres reports it (the `P` field of
+//! ErrorResponse: psql prints `LINE 1: ...` and a caret, JDBC `Position: n`).
+//!
+//! Postgres knows the place from its parse tree. Here the error names what it is about
+//! (`column "nme" does not exist`, `relation "x" does not exist`, `function f(integer)
+//! does not exist`, `invalid input syntax for type integer: "abc"`), and the statement's
+//! tokens are searched for it: the place is given only when exactly one token (or one
+//! `qualifier.name` pair, one `name(` call, one literal) matches, so a caret is never at
+//! the wrong one of two. Syntax errors carry their place from the parser already
+//! (`sql/parser.rs`).
+
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
+
+use crate::error::{WeirError, sqlstate};
+
+/// What an error is about, as it can be found among the tokens.
+#[derive(Debug, PartialEq)]
+enum Target {
+    /// an identifier, `qualifier.name` when qualified
+    Name {
+        qualifier: Option<String>,
+        name: String,
+    },
+    /// a function's name followed by `(`
+    Call(String),
+    /// a quoted literal's value
+    Literal(String),
+}
+
+fn target(e: &WeirError, is_dml: bool) -> Option<Target> {
+    let m = e.message.as_str();
+    let name = |text: &str| {
+        let (qualifier, name) = match text.rsplit_once('.') {
+            Some((q, n)) => (Some(q.to_owned()), n.to_owned()),
+            None => (None, text.to_owned()),
+        };
+        Target::Name { qualifier, name }
+    };
+    match e.code {
+        // (an INSERT's or UPDATE's target column)
+        // (Postgres places it in an INSERT or UPDATE, not in ALTER TABLE)
+        sqlstate::UNDEFINED_COLUMN if m.contains("\" of relation \"") => {
+            if !is_dml {
+                return None;
+            }
+            let rest = m.strip_prefix("column \"")?;
+            let (column, _) = rest.split_once("\" of relation \"")?;
+            Some(Target::Name {
+                qualifier: None,
+                name: column.to_owned(),
+            })
+        }
+        sqlstate::UNDEFINED_COLUMN => {
+            let rest = m.strip_prefix("column ")?.strip_suffix(" does not exist")?;
+            match rest.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
+                Some(unqualified) => Some(Target::Name {
+                    qualifier: None,
+                    name: unqualified.to_owned(),
+                }),
+                None => Some(name(rest)),
+            }
+        }
+        sqlstate::UNDEFINED_TABLE => {
+            let rest = m
+                .strip_prefix("relation \"")?
+                .strip_suffix("\" does not exist")?;
+            Some(Target::Name {
+                qualifier: None,
+                name: rest.to_owned(),
+            })
+        }
+        sqlstate::AMBIGUOUS_COLUMN => {
+            let rest = m
+                .strip_prefix("column reference \"")?
+                .strip_suffix("\" is ambiguous")?;
+            Some(name(rest))
+        }
+        sqlstate::GROUPING_ERROR => {
+            let rest = m.strip_prefix("column \"")?;
+            let (column, _) = rest.split_once("\" must appear in the GROUP BY clause")?;
+            Some(name(column))
+        }
+        sqlstate::UNDEFINED_FUNCTION => {
+            let rest = m.strip_prefix("function ")?;
+            let f = match rest.split_once('(') {
+                Some((f, _)) => f,
+                None => rest.strip_suffix(" does not exist")?,
+            };
+            Some(Target::Call(f.rsplit('.').next().unwrap_or(f).to_owned()))
+        }
+        sqlstate::INVALID_TEXT_REPRESENTATION
+        | sqlstate::INVALID_DATETIME_FORMAT
+        | sqlstate::DATETIME_FIELD_OVERFLOW => {
+            let (_, value) = m.split_once(": \"")?;
+            let value = value.strip_suffix('"')?;
+            let known = m.starts_with("invalid input syntax for type ")
+                || m.starts_with("malformed array literal")
+                || m.starts_with("date/time field value out of range")
+                || m.starts_with("invalid value for ");
+            known.then(|| Target::Literal(value.to_owned()))
+        }
+        _ => None,
+    }
+}
+
+/// Whether a token is the identifier `name` as Postgres folds it (an unquoted word in any
+/// case; a quoted one exactly).
+fn is_name(t: &Token, name: &str) -> bool {
+    match t {
+        Token::Word(w) if w.quote_style.is_some() => w.value == name,
+        Token::Word(w) => w.value.to_lowercase() == name,
+        _ => false,
+    }
+}
+
+/// `e` pointing at its place in `text` (`offset` characters into the query string), when
+/// it has none yet and exactly one place is what it names; a relation written with its
+/// schema is named so (`relation "public.t" does not exist`), as Postgres names it.
+pub fn place(e: WeirError, text: &str, offset: usize) -> WeirError {
+    if e.position.is_some() {
+        return e;
+    }
+    match locate(&e, text) {
+        Some((p, Some(written))) => WeirError {
+            message: format!("relation \"{written}\" does not exist"),
+            ..e
+        }
+        .with_position(offset + p),
+        Some((p, None)) => e.with_position(offset + p),
+        None => e,
+    }
+}
+
+/// The character (from 1) of `text` the error `e` points at, when exactly one place in
+/// the text is what the error names; and for a relation written `schema.name`, that.
+fn locate(e: &WeirError, text: &str) -> Option<(usize, Option<String>)> {
+    let first_word = text
+        .split(|c: char| !c.is_ascii_alphabetic())
+        .find(|w| !w.is_empty())
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    let target = target(
+        e,
+        matches!(first_word.as_str(), "insert" | "update" | "with"),
+    )?;
+    let tokens: Vec<TokenWithSpan> = Tokenizer::new(&PostgreSqlDialect {}, text)
+        .tokenize_with_location()
+        .ok()?
+        .into_iter()
+        .filter(|t| !matches!(t.token, Token::Whitespace(_)))
+        .collect();
+    let next = |i: usize| tokens.get(i).map(|t| &t.token);
+    let after_period = |i: usize| i > 0 && tokens[i - 1].token == Token::Period;
+    let matches = |target: &Target| -> Vec<usize> {
+        (0..tokens.len())
+            .filter(|&i| {
+                let t = &tokens[i].token;
+                match target {
+                    // `q.name`, pointed at from q
+                    Target::Name {
+                        qualifier: Some(q),
+                        name,
+                    } => {
+                        is_name(t, q)
+                            && next(i + 1) == Some(&Token::Period)
+                            && next(i + 2).is_some_and(|n| is_name(n, name))
+                    }
+                    // a name that is no call, no qualifier and (but for a relation, which
+                    // may be schema-qualified) not qualified itself
+                    Target::Name {
+                        qualifier: None,
+                        name,
+                    } => {
+                        is_name(t, name)
+                            && !matches!(next(i + 1), Some(Token::LParen | Token::Period))
+                            && (!after_period(i) || e.code == sqlstate::UNDEFINED_TABLE)
+                    }
+                    Target::Call(f) => is_name(t, f) && next(i + 1) == Some(&Token::LParen),
+                    Target::Literal(v) => matches!(
+                        t,
+                        Token::SingleQuotedString(s)
+                        | Token::EscapedStringLiteral(s)
+                        | Token::NationalStringLiteral(s) if s == v
+                    ),
+                }
+            })
+            .collect()
+    };
+    let mut found = matches(&target);
+    // a column named `t.id` written `id`
+    if found.is_empty()
+        && let Target::Name {
+            qualifier: Some(_),
+            name,
+        } = &target
+    {
+        found = matches(&Target::Name {
+            qualifier: None,
+            name: name.clone(),
+        });
+    }
+    let [mut i] = found[..] else {
+        return None;
+    };
+    // a schema-qualified relation is pointed at from its schema
+    let mut written = None;
+    if e.code == sqlstate::UNDEFINED_TABLE
+        && after_period(i)
+        && i >= 2
+        && let (Token::Word(schema), Token::Word(name)) = (&tokens[i - 2].token, &tokens[i].token)
+    {
+        written = Some(format!("{}.{}", folded(schema), folded(name)));
+        i -= 2;
+    }
+    let first = &tokens[i];
+    // (sqlparser counts columns in characters, from 1)
+    let start = first.span.start;
+    let before: usize = text
+        .split('\n')
+        .take(start.line.saturating_sub(1) as usize)
+        .map(|l| l.chars().count() + 1)
+        .sum();
+    Some((before + start.column as usize, written))
+}
+
+/// An identifier as Postgres folds it: unquoted in lower case, quoted as written.
+fn folded(w: &datafusion::sql::sqlparser::tokenizer::Word) -> String {
+    match w.quote_style {
+        Some(_) => w.value.clone(),
+        None => w.value.to_lowercase(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(code: &'static str, message: &str, text: &str) -> Option<usize> {
+        locate(&WeirError::new(code, message), text).map(|(p, _)| p)
+    }
+
+    #[test]
+    fn points_at_the_one_place_named() {
+        let col = |m: &str, t: &str| at(sqlstate::UNDEFINED_COLUMN, m, t);
+        assert_eq!(
+            col("column \"nosuch\" does not exist", "select nosuch from t"),
+            Some(8)
+        );
+        assert_eq!(
+            col("column \"nosuch\" does not exist", "select NoSuch from t"),
+            Some(8)
+        );
+        assert_eq!(
+            col("column t.x does not exist", "select a,\n  t.x from t"),
+            Some(13)
+        );
+        // twice: no place rather than perhaps the wrong one
+        assert_eq!(
+            col("column \"x\" does not exist", "select x from t where x > 1"),
+            None
+        );
+        // a string with the name in it is no reference to it
+        assert_eq!(
+            col("column \"x\" does not exist", "select 'x', x from t"),
+            Some(13)
+        );
+        assert_eq!(
+            at(
+                sqlstate::UNDEFINED_TABLE,
+                "relation \"nosuch\" does not exist",
+                "select * from public.nosuch"
+            ),
+            Some(15)
+        );
+        assert_eq!(
+            at(
+                sqlstate::UNDEFINED_FUNCTION,
+                "function nofn(integer) does not exist",
+                "select nofn(1), nofn"
+            ),
+            Some(8)
+        );
+        assert_eq!(
+            at(
+                sqlstate::INVALID_TEXT_REPRESENTATION,
+                "invalid input syntax for type integer: \"abc\"",
+                "insert into t values (1, 'abc')"
+            ),
+            Some(26)
+        );
+        assert_eq!(
+            at(
+                sqlstate::GROUPING_ERROR,
+                "column \"t.id\" must appear in the GROUP BY clause or be used in an aggregate function",
+                "select id from t group by name"
+            ),
+            Some(8)
+        );
+        // an error that names nothing in the text has no place
+        assert_eq!(
+            at(sqlstate::DIVISION_BY_ZERO, "division by zero", "select 1/0"),
+            None
+        );
+    }
+}
