@@ -5,6 +5,7 @@
 pub mod float_over_numeric;
 pub mod functions;
 pub mod information_schema;
+pub mod matched_types;
 pub mod pg_catalog;
 pub mod pg_semantics;
 pub mod rewrite;

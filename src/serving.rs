@@ -129,6 +129,12 @@ pub fn session_context(
         at,
         Arc::new(crate::catalog::float_over_numeric::FloatOverNumeric),
     );
+    // values of different kinds in one UNION column, CASE, COALESCE are refused as
+    // Postgres refuses them, before the coercion would make them text
+    // (`catalog/matched_types.rs`)
+    analyzer
+        .rules
+        .insert(at, Arc::new(crate::catalog::matched_types::MatchedTypes));
     *builder.analyzer() = Some(analyzer);
     let state = builder
         .with_type_planner(Arc::new(functions::WeirTypePlanner {
