@@ -1373,6 +1373,44 @@ pub fn register_sequences(ctx: &SessionContext, catalog: Arc<Catalog>) {
 pub struct WeirExprPlanner;
 
 impl datafusion::logical_expr::planner::ExprPlanner for WeirExprPlanner {
+    /// `doc['key']`, `doc[0]` over a `jsonb` (or `json`): Postgres' subscripts, the same as
+    /// `doc -> 'key'` / `doc -> 0` (DataFusion would take the text for a struct).
+    fn plan_field_access(
+        &self,
+        expr: datafusion::logical_expr::planner::RawFieldAccessExpr,
+        schema: &datafusion::common::DFSchema,
+    ) -> datafusion::error::Result<
+        datafusion::logical_expr::planner::PlannerResult<
+            datafusion::logical_expr::planner::RawFieldAccessExpr,
+        >,
+    > {
+        use crate::sql::types::{SqlType, field_sql_type};
+        use datafusion::logical_expr::planner::PlannerResult;
+        use datafusion::logical_expr::{Expr, ExprSchemable, GetFieldAccess};
+        let json = expr
+            .expr
+            .to_field(schema)
+            .is_ok_and(|(_, f)| matches!(field_sql_type(&f), Some(SqlType::Jsonb | SqlType::Json)));
+        if !json {
+            return Ok(PlannerResult::Original(expr));
+        }
+        let key = match expr.field_access {
+            GetFieldAccess::NamedStructField { name } => Expr::Literal(name, None),
+            GetFieldAccess::ListIndex { key } => *key,
+            GetFieldAccess::ListRange { .. } => {
+                return Err(datafusion::error::DataFusionError::External(Box::new(
+                    crate::error::WeirError::new(
+                        crate::error::sqlstate::DATATYPE_MISMATCH,
+                        "jsonb subscript does not support slices",
+                    ),
+                )));
+            }
+        };
+        Ok(PlannerResult::Planned(
+            Arc::new(crate::sql::json::json_get()).call(vec![expr.expr, key]),
+        ))
+    }
+
     fn plan_binary_op(
         &self,
         expr: datafusion::logical_expr::planner::RawBinaryExpr,

@@ -43,6 +43,17 @@ pub fn register(ctx: &SessionContext) {
     }
 }
 
+/// `weir_json_get` (`doc -> key`), for the planner of jsonb subscripts (`doc['key']`).
+pub fn json_get() -> ScalarUDF {
+    let (name, path, text) = FUNCTIONS[0];
+    ScalarUDF::new_from_impl(JsonFn {
+        name,
+        path,
+        text,
+        signature: Signature::any(2, Volatility::Immutable),
+    })
+}
+
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct JsonFn {
     name: &'static str,
