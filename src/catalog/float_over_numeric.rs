@@ -116,12 +116,11 @@ fn union(u: Union) -> Result<Transformed<LogicalPlan>> {
     let width = u.schema.fields().len();
     let floats: Vec<Option<DataType>> = (0..width)
         .map(|i| {
-            let types: Vec<&DataType> = u
-                .inputs
-                .iter()
-                .filter_map(|p| p.schema().fields().get(i).map(|f| f.data_type()))
-                .collect();
-            float_over_numeric(types.iter().copied())
+            let mut types = Vec::new();
+            for input in &u.inputs {
+                leaf_types(input, i, &mut types);
+            }
+            float_over_numeric(types.iter())
         })
         .collect();
     if floats.iter().all(Option::is_none) {
@@ -164,6 +163,29 @@ fn union(u: Union) -> Result<Transformed<LogicalPlan>> {
     Ok(Transformed::yes(LogicalPlan::Union(
         Union::try_new_with_loose_types(inputs)?,
     )))
+}
+
+/// The types column `i` of a UNION input has: its own, or where the input is itself a
+/// UNION (`a UNION b UNION c` nests them; before the coercion a UNION's schema is its first
+/// input's) each of its inputs'.
+fn leaf_types(plan: &LogicalPlan, i: usize, out: &mut Vec<DataType>) {
+    match plan {
+        LogicalPlan::Union(u) => {
+            for input in &u.inputs {
+                leaf_types(input, i, out);
+            }
+        }
+        LogicalPlan::Distinct(datafusion::logical_expr::Distinct::All(input)) => {
+            leaf_types(input, i, out)
+        }
+        other => out.extend(
+            other
+                .schema()
+                .fields()
+                .get(i)
+                .map(|f| f.data_type().clone()),
+        ),
+    }
 }
 
 /// A VALUES column DataFusion typed as the decimal its float and decimal rows resolve to,
