@@ -1385,7 +1385,9 @@ DROP TABLE mis, mis2;
 /// token, in Postgres' words (`syntax error at or near ";"`, `unterminated quoted
 /// string`); a missing column, table or function at its name; a
 /// literal that is no value of its type at the literal; also in the second line of a
-/// statement and in the second statement of a message.
+/// statement and in the second statement of a message. Text that is no JSON is refused in
+/// Postgres' words: the DETAIL its JSON lexer or parser gives (`Token "x" is invalid.`,
+/// `Expected ":", but found "1".`) and the CONTEXT (`JSON data, line 1: {"a":x...`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn error_places_answer_as_postgres() {
     let pg = Postgres::start();
@@ -1410,6 +1412,20 @@ UPDATE plc SET nosuch = 1;
 ALTER TABLE plc DROP COLUMN nosuch;
 SELECT id FROM plc GROUP BY name;
 SELECT 1; SELECT nosuch FROM plc;
+SELECT '{"a":x}'::jsonb;
+SELECT '{"a":1,}'::jsonb;
+SELECT '[1,2'::json;
+SELECT '{"a":1} x'::jsonb;
+SELECT E'{"a":\n  tru}'::jsonb;
+SELECT '{"a": "\u00zz"}'::jsonb;
+SELECT '[1,2,]'::jsonb, 'ok';
+SELECT '{"a" 1}'::jsonb;
+SELECT '"abc'::jsonb;
+SELECT '{"a":"b\q"}'::jsonb;
+SELECT E'"a\tb"'::jsonb;
+SELECT '{"a":1, "b":2, "c":3, "d":4, "e":5, "f":6, "g":7, "h":8, "i": x}'::jsonb;
+SELECT '01'::jsonb;
+SELECT '-'::jsonb;
 DROP TABLE plc;
 SELECT 1, 'it''s"#;
     same_psql_output_and_places(

@@ -26,6 +26,8 @@ enum Target {
     Call(String),
     /// a quoted literal's value
     Literal(String),
+    /// a quoted literal that is no JSON, for this reason (Postgres' message names no value)
+    BadJson(String),
 }
 
 fn target(e: &WeirError, is_dml: bool) -> Option<Target> {
@@ -88,6 +90,9 @@ fn target(e: &WeirError, is_dml: bool) -> Option<Target> {
                 None => rest.strip_suffix(" does not exist")?,
             };
             Some(Target::Call(f.rsplit('.').next().unwrap_or(f).to_owned()))
+        }
+        sqlstate::INVALID_TEXT_REPRESENTATION if m == "invalid input syntax for type json" => {
+            Some(Target::BadJson(e.detail.clone()?))
         }
         sqlstate::INVALID_TEXT_REPRESENTATION
         | sqlstate::INVALID_DATETIME_FORMAT
@@ -177,6 +182,12 @@ fn locate(e: &WeirError, text: &str) -> Option<(usize, Option<String>)> {
                             && (!after_period(i) || e.code == sqlstate::UNDEFINED_TABLE)
                     }
                     Target::Call(f) => is_name(t, f) && next(i + 1) == Some(&Token::LParen),
+                    Target::BadJson(why) => matches!(
+                        t,
+                        Token::SingleQuotedString(s) | Token::EscapedStringLiteral(s)
+                            if crate::sql::jsonb::parse(s)
+                                .is_err_and(|e| e.detail.as_deref() == Some(why.as_str()))
+                    ),
                     Target::Literal(v) => matches!(
                         t,
                         Token::SingleQuotedString(s)

@@ -36,16 +36,218 @@ struct Parser<'a> {
 
 type Res<T> = Result<T, WeirError>;
 
-fn syntax(text: &str, what: &str) -> WeirError {
-    let shown: String = text.chars().take(60).collect();
+/// Postgres' error for text that is no JSON: `invalid input syntax for type json`, the
+/// problem as its lexer or parser words it in the DETAIL, and where in the CONTEXT (`JSON
+/// data, line 1: {"a":x...`): the line up to the end of the offending token, at most 49
+/// bytes of it (`...` before when cut, and after when more input follows on that line).
+fn syntax_at(s: &[u8], detail: String, end: usize) -> WeirError {
+    let end = end.min(s.len());
+    let line_start = s[..end]
+        .iter()
+        .rposition(|&c| c == b'\n')
+        .map_or(0, |i| i + 1);
+    let line = 1 + s[..end].iter().filter(|&&c| c == b'\n').count();
+    let mut start = line_start;
+    while end - start >= 50 {
+        start += 1;
+        // (never inside a character)
+        while start < end && (s[start] & 0xC0) == 0x80 {
+            start += 1;
+        }
+    }
+    if start - line_start <= 3 {
+        start = line_start;
+    }
+    let prefix = if start > line_start { "..." } else { "" };
+    let suffix = if end < s.len() && !matches!(s[end], b'\n' | b'\r') {
+        "..."
+    } else {
+        ""
+    };
     WeirError::new(
         sqlstate::INVALID_TEXT_REPRESENTATION,
-        format!("invalid input syntax for type json: \"{shown}\""),
+        "invalid input syntax for type json",
     )
-    .with_detail(what.to_owned())
+    .with_detail(detail)
+    .with_context(format!(
+        "JSON data, line {line}: {prefix}{}{suffix}",
+        String::from_utf8_lossy(&s[start..end])
+    ))
+}
+
+/// A byte of a JSON word (Postgres' `JSON_ALPHANUMERIC_CHAR`).
+fn word_byte(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_' || c >= 0x80
+}
+
+/// The token at a place, as Postgres' JSON lexer reads it.
+enum Lexed {
+    End,
+    /// a well-formed token, up to `end`
+    Token {
+        end: usize,
+    },
+    /// no token: what Postgres says (`Token "x" is invalid.`) and where it stops
+    Invalid {
+        detail: String,
+        end: usize,
+    },
 }
 
 impl<'a> Parser<'a> {
+    /// The token starting at `self.at`, without moving.
+    fn lex(&self) -> Lexed {
+        let s = self.s;
+        let at = self.at;
+        let Some(&c) = s.get(at) else {
+            return Lexed::End;
+        };
+        let invalid = |end: usize| Lexed::Invalid {
+            detail: format!(
+                "Token \"{}\" is invalid.",
+                String::from_utf8_lossy(&s[at..end])
+            ),
+            end,
+        };
+        match c {
+            b'{' | b'}' | b'[' | b']' | b',' | b':' => Lexed::Token { end: at + 1 },
+            b'"' => {
+                let mut p = Parser {
+                    s,
+                    at,
+                    document: self.document,
+                };
+                match p.string() {
+                    Ok(_) => Lexed::Token { end: p.at },
+                    Err(e) => Lexed::Invalid {
+                        detail: e.detail.unwrap_or_default(),
+                        end: p.at,
+                    },
+                }
+            }
+            b'-' | b'0'..=b'9' => {
+                let mut i = at + usize::from(c == b'-');
+                let digits = |i: &mut usize| {
+                    let from = *i;
+                    while s.get(*i).is_some_and(u8::is_ascii_digit) {
+                        *i += 1;
+                    }
+                    *i > from
+                };
+                let mut ok = match s.get(i) {
+                    Some(b'0') => {
+                        i += 1;
+                        true
+                    }
+                    _ => digits(&mut i),
+                };
+                if ok && s.get(i) == Some(&b'.') {
+                    i += 1;
+                    ok = digits(&mut i);
+                }
+                if ok && matches!(s.get(i), Some(b'e' | b'E')) {
+                    i += 1;
+                    if matches!(s.get(i), Some(b'+' | b'-')) {
+                        i += 1;
+                    }
+                    ok = digits(&mut i);
+                }
+                // a number run on into letters or digits is one bad token
+                while s.get(i).is_some_and(|&b| word_byte(b)) {
+                    i += 1;
+                    ok = false;
+                }
+                if ok {
+                    Lexed::Token { end: i }
+                } else {
+                    invalid(i)
+                }
+            }
+            c if word_byte(c) => {
+                let mut i = at;
+                while s.get(i).is_some_and(|&b| word_byte(b)) {
+                    i += 1;
+                }
+                match &s[at..i] {
+                    b"true" | b"false" | b"null" => Lexed::Token { end: i },
+                    _ => invalid(i),
+                }
+            }
+            _ => {
+                // one character, all its bytes
+                let mut i = at + 1;
+                while s.get(i).is_some_and(|&b| (b & 0xC0) == 0x80) {
+                    i += 1;
+                }
+                invalid(i)
+            }
+        }
+    }
+
+    /// The error where `expected` was wanted at `self.at`: the input ended, the token
+    /// there is no token, or `Expected {expected}, but found "{token}".`
+    fn expected(&mut self, expected: &str) -> WeirError {
+        self.ws();
+        match self.lex() {
+            Lexed::End => self.ended(),
+            Lexed::Invalid { detail, end } => syntax_at(self.s, detail, end),
+            Lexed::Token { end } => syntax_at(
+                self.s,
+                format!(
+                    "Expected {expected}, but found \"{}\".",
+                    String::from_utf8_lossy(&self.s[self.at..end])
+                ),
+                end,
+            ),
+        }
+    }
+
+    fn ended(&self) -> WeirError {
+        syntax_at(
+            self.s,
+            "The input string ended unexpectedly.".into(),
+            self.s.len(),
+        )
+    }
+
+    /// A string with no closing quote: one bad token to the end (Postgres' lexer).
+    fn unterminated(&self, open: usize) -> WeirError {
+        syntax_at(
+            self.s,
+            format!(
+                "Token \"{}\" is invalid.",
+                String::from_utf8_lossy(&self.s[open..])
+            ),
+            self.s.len(),
+        )
+    }
+
+    /// The bad token starting at `start`, as Postgres' lexer names it.
+    fn bad_token(&self, start: usize) -> WeirError {
+        let p = Parser {
+            s: self.s,
+            at: start,
+            document: self.document,
+        };
+        match p.lex() {
+            Lexed::End => self.ended(),
+            Lexed::Invalid { detail, end } => syntax_at(self.s, detail, end),
+            Lexed::Token { end } => syntax_at(
+                self.s,
+                format!(
+                    "Token \"{}\" is invalid.",
+                    String::from_utf8_lossy(&self.s[start..end])
+                ),
+                end,
+            ),
+        }
+    }
+
+    /// An error inside a string, its context ending at `end`.
+    fn in_string(&self, detail: impl Into<String>, end: usize) -> WeirError {
+        syntax_at(self.s, detail.into(), end)
+    }
+
     fn ws(&mut self) {
         while self.at < self.s.len() && matches!(self.s[self.at], b' ' | b'\t' | b'\n' | b'\r') {
             self.at += 1;
@@ -56,13 +258,12 @@ impl<'a> Parser<'a> {
         self.s.get(self.at).copied()
     }
 
-    fn err(&self, what: &str) -> WeirError {
-        syntax(&String::from_utf8_lossy(self.s), what)
-    }
-
     // grows its stack as it recurses: any thread may read jsonb (consumers' threads too)
+    /// The value at `self.at`; where a token that starts none is, Postgres' `Expected
+    /// {expected}, but found ...` (`JSON value`, or `array element or "]"` first in an
+    /// array).
     #[recursive::recursive]
-    fn value(&mut self, depth: usize) -> Res<Node> {
+    fn value(&mut self, depth: usize, expected: &str) -> Res<Node> {
         if depth > MAX_DEPTH {
             return Err(WeirError::new(
                 sqlstate::STATEMENT_TOO_COMPLEX,
@@ -71,7 +272,7 @@ impl<'a> Parser<'a> {
         }
         self.ws();
         match self.peek() {
-            None => Err(self.err("The input string ended unexpectedly.")),
+            None => Err(self.ended()),
             Some(b'{') => {
                 self.at += 1;
                 let mut fields: Vec<(String, Node)> = Vec::new();
@@ -80,18 +281,20 @@ impl<'a> Parser<'a> {
                     self.at += 1;
                     return Ok(Node::Object(fields));
                 }
+                let mut key_expected = "string or \"}\"";
                 loop {
                     self.ws();
                     if self.peek() != Some(b'"') {
-                        return Err(self.err("Expected string or \"}\"."));
+                        return Err(self.expected(key_expected));
                     }
+                    key_expected = "string";
                     let k = self.string()?;
                     self.ws();
                     if self.peek() != Some(b':') {
-                        return Err(self.err("Expected \":\"."));
+                        return Err(self.expected("\":\""));
                     }
                     self.at += 1;
-                    let v = self.value(depth + 1)?;
+                    let v = self.value(depth + 1, "JSON value")?;
                     fields.push((k, v));
                     self.ws();
                     match self.peek() {
@@ -100,7 +303,7 @@ impl<'a> Parser<'a> {
                             self.at += 1;
                             break;
                         }
-                        _ => return Err(self.err("Expected \",\" or \"}\".")),
+                        _ => return Err(self.expected("\",\" or \"}\"")),
                     }
                 }
                 if self.document {
@@ -124,8 +327,10 @@ impl<'a> Parser<'a> {
                     self.at += 1;
                     return Ok(Node::Array(items));
                 }
+                let mut element_expected = "array element or \"]\"";
                 loop {
-                    items.push(self.value(depth + 1)?);
+                    items.push(self.value(depth + 1, element_expected)?);
+                    element_expected = "JSON value";
                     self.ws();
                     match self.peek() {
                         Some(b',') => self.at += 1,
@@ -133,26 +338,27 @@ impl<'a> Parser<'a> {
                             self.at += 1;
                             break;
                         }
-                        _ => return Err(self.err("Expected \",\" or \"]\".")),
+                        _ => return Err(self.expected("\",\" or \"]\"")),
                     }
                 }
                 Ok(Node::Array(items))
             }
             Some(b'"') => Ok(Node::Str(self.string()?)),
-            Some(b't') => self.word("true", Node::Bool(true)),
-            Some(b'f') => self.word("false", Node::Bool(false)),
-            Some(b'n') => self.word("null", Node::Null),
-            Some(c) if c == b'-' || c.is_ascii_digit() => self.number(),
-            Some(_) => Err(self.err("Token is invalid.")),
-        }
-    }
-
-    fn word(&mut self, w: &str, node: Node) -> Res<Node> {
-        if self.s[self.at..].starts_with(w.as_bytes()) {
-            self.at += w.len();
-            Ok(node)
-        } else {
-            Err(self.err("Token is invalid."))
+            _ => match self.lex() {
+                Lexed::End => Err(self.ended()),
+                Lexed::Invalid { detail, end } => Err(syntax_at(self.s, detail, end)),
+                Lexed::Token { end } => {
+                    let node = match &self.s[self.at..end] {
+                        b"true" => Node::Bool(true),
+                        b"false" => Node::Bool(false),
+                        b"null" => Node::Null,
+                        [b'-' | b'0'..=b'9', ..] => return self.number(),
+                        _ => return Err(self.expected(expected)),
+                    };
+                    self.at = end;
+                    Ok(node)
+                }
+            },
         }
     }
 
@@ -162,25 +368,32 @@ impl<'a> Parser<'a> {
             .get(self.at..self.at + 4)
             .and_then(|h| std::str::from_utf8(h).ok())
             .and_then(|h| u32::from_str_radix(h, 16).ok())
-            .ok_or_else(|| self.err("\"\\u\" must be followed by four hexadecimal digits."))?;
+            .ok_or_else(|| {
+                // (the context runs to the first character that is not a hex digit)
+                let bad = (self.at..self.s.len().min(self.at + 4))
+                    .find(|&i| !self.s[i].is_ascii_hexdigit())
+                    .map_or(self.s.len(), |i| i + 1);
+                self.in_string("\"\\u\" must be followed by four hexadecimal digits.", bad)
+            })?;
         self.at += 4;
         Ok(h)
     }
 
     fn string(&mut self) -> Res<String> {
         // at the opening quote
+        let open = self.at;
         self.at += 1;
         let mut out: Vec<u8> = Vec::new();
         loop {
             let Some(c) = self.peek() else {
-                return Err(self.err("The input string ended unexpectedly."));
+                return Err(self.unterminated(open));
             };
             self.at += 1;
             match c {
                 b'"' => break,
                 b'\\' => {
                     let Some(e) = self.peek() else {
-                        return Err(self.err("The input string ended unexpectedly."));
+                        return Err(self.unterminated(open));
                     };
                     self.at += 1;
                     match e {
@@ -197,22 +410,25 @@ impl<'a> Parser<'a> {
                             if (0xD800..0xDC00).contains(&cp) {
                                 // a surrogate pair
                                 if self.s.get(self.at..self.at + 2) != Some(b"\\u") {
-                                    return Err(self.err(
+                                    return Err(self.in_string(
                                         "Unicode high surrogate must not follow a high surrogate.",
+                                        self.at,
                                     ));
                                 }
                                 self.at += 2;
                                 let lo = self.hex4()?;
                                 if !(0xDC00..0xE000).contains(&lo) {
-                                    return Err(self.err(
+                                    return Err(self.in_string(
                                         "Unicode low surrogate must follow a high surrogate.",
+                                        self.at,
                                     ));
                                 }
                                 cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
                             } else if (0xDC00..0xE000).contains(&cp) {
-                                return Err(
-                                    self.err("Unicode low surrogate must follow a high surrogate.")
-                                );
+                                return Err(self.in_string(
+                                    "Unicode low surrogate must follow a high surrogate.",
+                                    self.at,
+                                ));
                             }
                             if cp == 0 {
                                 return Err(WeirError::new(
@@ -221,21 +437,31 @@ impl<'a> Parser<'a> {
                                 )
                                 .with_detail("\\u0000 cannot be converted to text."));
                             }
-                            let ch = char::from_u32(cp)
-                                .ok_or_else(|| self.err("Invalid Unicode escape."))?;
+                            let ch = char::from_u32(cp).ok_or_else(|| {
+                                self.in_string("Invalid Unicode escape value.", self.at)
+                            })?;
                             let mut b = [0u8; 4];
                             out.extend_from_slice(ch.encode_utf8(&mut b).as_bytes());
                         }
-                        _ => return Err(self.err("Escape sequence is invalid.")),
+                        other => {
+                            return Err(self.in_string(
+                                format!("Escape sequence \"\\{}\" is invalid.", char::from(other)),
+                                self.at,
+                            ));
+                        }
                     }
                 }
                 c if c < 0x20 => {
-                    return Err(self.err("Character with value 0x00 through 0x1F must be escaped."));
+                    return Err(self.in_string(
+                        format!("Character with value 0x{c:02x} must be escaped."),
+                        self.at - 1,
+                    ));
                 }
                 c => out.push(c),
             }
         }
-        String::from_utf8(out).map_err(|_| self.err("The string is not valid UTF-8."))
+        String::from_utf8(out)
+            .map_err(|_| self.in_string("The string is not valid UTF-8.", self.at))
     }
 
     fn number(&mut self) -> Res<Node> {
@@ -250,7 +476,7 @@ impl<'a> Parser<'a> {
         }
         let int = &self.s[int_start..self.at];
         if int.is_empty() || (int.len() > 1 && int[0] == b'0') {
-            return Err(self.err("Token is invalid."));
+            return Err(self.bad_token(start));
         }
         let mut frac: &[u8] = &[];
         if self.peek() == Some(b'.') {
@@ -261,7 +487,7 @@ impl<'a> Parser<'a> {
             }
             frac = &self.s[f..self.at];
             if frac.is_empty() {
-                return Err(self.err("Token is invalid."));
+                return Err(self.bad_token(start));
             }
         }
         let mut exp: i64 = 0;
@@ -278,7 +504,7 @@ impl<'a> Parser<'a> {
             }
             let digits = &self.s[e..self.at];
             if digits.is_empty() {
-                return Err(self.err("Token is invalid."));
+                return Err(self.bad_token(start));
             }
             let v: i64 = std::str::from_utf8(digits)
                 .ok()
@@ -416,10 +642,10 @@ fn parse_as(text: &str, document: bool) -> Res<Node> {
         at: 0,
         document,
     };
-    let v = p.value(0)?;
+    let v = p.value(0, "JSON value")?;
     p.ws();
     if p.at != p.s.len() {
-        return Err(p.err("Expected end of input, but found more."));
+        return Err(p.expected("end of input"));
     }
     Ok(v)
 }
@@ -727,7 +953,7 @@ fn raw_step(text: &str, span: (usize, usize), st: &Step) -> Res<Option<(usize, u
             _ => None,
         };
         let start = p.at;
-        p.value(0)?;
+        p.value(0, "JSON value")?;
         let item = (start, p.at);
         match name {
             Some(n) if Some(n.as_str()) == st.key() => found = Some(item),
