@@ -1426,6 +1426,16 @@ SELECT E'"a\tb"'::jsonb;
 SELECT '{"a":1, "b":2, "c":3, "d":4, "e":5, "f":6, "g":7, "h":8, "i": x}'::jsonb;
 SELECT '01'::jsonb;
 SELECT '-'::jsonb;
+CREATE TABLE plc_json (id int, j jsonb);
+COPY plc_json FROM STDIN;
+1	{"a":1}
+2	{"a":x}
+\.
+COPY plc_json FROM STDIN (FORMAT csv);
+1,"[1,2"
+\.
+SELECT count(*) FROM plc_json;
+DROP TABLE plc_json;
 DROP TABLE plc;
 SELECT 1, 'it''s"#;
     same_psql_output_and_places(

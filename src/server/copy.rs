@@ -338,11 +338,17 @@ impl CopyIn {
                 } else {
                     String::new()
                 };
-                e.with_context(format!(
+                // (after the value's own context, as Postgres stacks them)
+                let copy = format!(
                     "{}, column {}{value}",
                     self.context(self.lines[row]),
                     c.name
-                ))
+                );
+                let context = match &e.context {
+                    Some(inner) => format!("{inner}\n{copy}"),
+                    None => copy,
+                };
+                e.with_context(context)
             })?;
         }
         if let Some((row, e)) =
@@ -640,17 +646,12 @@ fn cast_text(
             return cast_plain(&(Arc::new(trimmed) as ArrayRef), target, text, &bad);
         }
         SqlType::Jsonb | SqlType::Json => {
+            // (checked as Postgres reads it: its words for what is wrong, and where)
             for (row, v) in text.iter().enumerate() {
                 if let Some(v) = v
-                    && serde_json::from_str::<serde_json::Value>(v).is_err()
+                    && let Err(e) = crate::sql::jsonb::parse(v)
                 {
-                    return Err(Box::new((
-                        row,
-                        WeirError::new(
-                            sqlstate::INVALID_TEXT_REPRESENTATION,
-                            format!("invalid input syntax for type json: \"{v}\""),
-                        ),
-                    )));
+                    return Err(Box::new((row, e)));
                 }
             }
             return cast_plain(&(Arc::new(text.clone()) as ArrayRef), target, text, &bad);
