@@ -1397,6 +1397,7 @@ CREATE TABLE plc (id int PRIMARY KEY, name text NOT NULL, born date);
 INSERT INTO plc VALUES (1, 'a', '2020-01-01');
 SELECT 1 +;
 selec 1;
+SELECT 1 + * 2;
 SELECT id,
   name FROM plc WHERE;
 SELECT nosuch FROM plc;

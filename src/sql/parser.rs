@@ -2189,6 +2189,15 @@ fn pg_syntax_error(e: WeirError, index: &LineIndex) -> WeirError {
         return e;
     }
     let Some((head, place)) = e.message.rsplit_once(" at Line: ") else {
+        // (sqlparser names no place for the end of the text)
+        if e.message.ends_with("found: EOF") {
+            let end = index.sql.chars().count() + 1;
+            return WeirError {
+                message: "syntax error at end of input".to_owned(),
+                position: u32::try_from(end).ok(),
+                ..e
+            };
+        }
         return e;
     };
     let Some((line, column)) = place.split_once(", Column: ") else {
