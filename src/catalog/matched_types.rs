@@ -15,7 +15,7 @@
 
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{DFSchema, Result, ScalarValue};
 use datafusion::error::DataFusionError;
 use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan};
@@ -33,11 +33,7 @@ impl AnalyzerRule for MatchedTypes {
     }
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        plan.apply_with_subqueries(|node| {
-            check_node(node)?;
-            Ok(TreeNodeRecursion::Continue)
-        })?;
-        Ok(plan)
+        Ok(plan.transform_up_with_subqueries(node)?.data)
     }
 }
 
@@ -81,16 +77,16 @@ fn untyped(e: &Expr) -> bool {
     }
 }
 
-/// One value's type for the check: its kind and its Postgres name; None where it takes
-/// the others' type.
-type Typed = Option<(Kind, String)>;
+/// One value's type for the check: its kind, its Postgres name and its Arrow type; None
+/// where it takes the others' type.
+type Typed = Option<(Kind, String, DataType)>;
 
 fn typed_field(field: &datafusion::arrow::datatypes::Field) -> Typed {
     let k = kind(field.data_type())?;
     let name = field_sql_type(field)
         .or_else(|| SqlType::from_arrow(field.data_type()))
         .map_or_else(|| field.data_type().to_string(), |t| t.display_name());
-    Some((k, name))
+    Some((k, name, field.data_type().clone()))
 }
 
 fn typed_expr(e: &Expr, schema: &DFSchema) -> Typed {
@@ -101,13 +97,17 @@ fn typed_expr(e: &Expr, schema: &DFSchema) -> Typed {
     typed_field(&field)
 }
 
-/// 42804 where two of `values` (in Postgres' order) are of different kinds.
-fn matched(what: &str, values: impl IntoIterator<Item = Typed>) -> Result<()> {
-    let mut first: Option<(Kind, String)> = None;
-    for (k, name) in values.into_iter().flatten() {
+/// 42804 where two of `values` (in Postgres' order) are of different kinds; else the
+/// type the first typed one has (what an untyped literal among them is read as).
+fn matched(
+    what: &str,
+    values: impl IntoIterator<Item = Typed>,
+) -> Result<Option<(Kind, DataType)>> {
+    let mut first: Option<(Kind, String, DataType)> = None;
+    for (k, name, t) in values.into_iter().flatten() {
         match &first {
-            None => first = Some((k, name)),
-            Some((fk, fname)) if *fk != k => {
+            None => first = Some((k, name, t)),
+            Some((fk, fname, _)) if *fk != k => {
                 return Err(DataFusionError::External(Box::new(WeirError::new(
                     sqlstate::DATATYPE_MISMATCH,
                     format!("{what} types {fname} and {name} cannot be matched"),
@@ -116,7 +116,33 @@ fn matched(what: &str, values: impl IntoIterator<Item = Typed>) -> Result<()> {
             Some(_) => {}
         }
     }
-    Ok(())
+    Ok(first.map(|(k, _, t)| (k, t)))
+}
+
+/// A quoted literal (not NULL), which Postgres reads as the type its neighbours resolve
+/// to: `coalesce(d, '2021-01-01')` is a date, `CASE ... THEN 1 ELSE '0' END` an integer.
+fn text_literal(e: &Expr) -> bool {
+    match e {
+        Expr::Alias(a) => text_literal(&a.expr),
+        Expr::Literal(v, _) => matches!(
+            v,
+            ScalarValue::Utf8(Some(_))
+                | ScalarValue::LargeUtf8(Some(_))
+                | ScalarValue::Utf8View(Some(_))
+        ),
+        _ => false,
+    }
+}
+
+/// `e` read as `to` where it is a quoted literal and `to` is no text.
+fn read_as(e: &mut Expr, to: &Option<(Kind, DataType)>) -> bool {
+    match to {
+        Some((k, t)) if *k != Kind::Text && text_literal(e) => {
+            *e = datafusion::logical_expr::cast(std::mem::take(e), t.clone());
+            true
+        }
+        _ => false,
+    }
 }
 
 /// The type of a set operation's input's column `i`: as its projection writes it (a
@@ -130,7 +156,74 @@ fn input_column(input: &LogicalPlan, i: usize) -> Typed {
     }
 }
 
-fn check_node(node: &LogicalPlan) -> Result<()> {
+fn node(plan: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
+    check_set_operation(&plan)?;
+    let plan = match plan {
+        LogicalPlan::Union(u) => union_literals(u)?,
+        other => other,
+    };
+    let schema = crate::catalog::pg_semantics::expression_schema(&plan);
+    let t = plan.map_expressions(|e| e.transform_up(|e| expr(e, &schema)))?;
+    if t.transformed {
+        t.map_data(|p| p.recompute_schema())
+    } else {
+        Ok(t)
+    }
+}
+
+/// A UNION's quoted literals (`SELECT id FROM t UNION SELECT '7'`) read as the type of the
+/// column's first typed input, as Postgres reads them (`'x'` beside an integer is 22P02).
+fn union_literals(u: datafusion::logical_expr::Union) -> Result<LogicalPlan> {
+    let width = u.schema.fields().len();
+    let targets: Vec<Option<(Kind, DataType)>> = (0..width)
+        .map(|i| matched("UNION", u.inputs.iter().map(|input| input_column(input, i))))
+        .collect::<Result<_>>()?;
+    let reads = |p: &datafusion::logical_expr::Projection| {
+        p.expr
+            .iter()
+            .zip(&targets)
+            .any(|(e, to)| matches!(to, Some((k, _)) if *k != Kind::Text) && text_literal(e))
+    };
+    if !u
+        .inputs
+        .iter()
+        .any(|i| matches!(i.as_ref(), LogicalPlan::Projection(p) if reads(p)))
+    {
+        return Ok(LogicalPlan::Union(u));
+    }
+    let inputs = u
+        .inputs
+        .into_iter()
+        .map(|input| match input.as_ref() {
+            LogicalPlan::Projection(p) if reads(p) => {
+                let names = p.schema.clone();
+                let exprs = p
+                    .expr
+                    .iter()
+                    .zip(&targets)
+                    .enumerate()
+                    .map(|(i, (e, to))| {
+                        let mut e = e.clone();
+                        if read_as(&mut e, to) {
+                            let (q, f) = names.qualified_field(i);
+                            e = e.alias_qualified(q.cloned(), f.name());
+                        }
+                        e
+                    })
+                    .collect();
+                Ok(std::sync::Arc::new(LogicalPlan::Projection(
+                    datafusion::logical_expr::Projection::try_new(exprs, p.input.clone())?,
+                )))
+            }
+            _ => Ok(input),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(LogicalPlan::Union(
+        datafusion::logical_expr::Union::try_new_with_loose_types(inputs)?,
+    ))
+}
+
+fn check_set_operation(node: &LogicalPlan) -> Result<()> {
     match node {
         LogicalPlan::Union(u) => {
             for i in 0..u.schema.fields().len() {
@@ -157,35 +250,44 @@ fn check_node(node: &LogicalPlan) -> Result<()> {
         }
         _ => {}
     }
-    let schema = crate::catalog::pg_semantics::expression_schema(node);
-    node.apply_expressions(|e| {
-        e.apply(|e| {
-            check_expr(e, &schema)?;
-            Ok(TreeNodeRecursion::Continue)
-        })
-    })?;
     Ok(())
 }
 
-fn check_expr(e: &Expr, schema: &DFSchema) -> Result<()> {
-    match e {
-        Expr::Case(c) => matched(
-            "CASE",
-            c.else_expr
-                .iter()
-                .map(|x| x.as_ref())
-                .chain(c.when_then_expr.iter().map(|(_, t)| t.as_ref()))
-                .map(|x| typed_expr(x, schema)),
-        ),
+fn expr(mut e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
+    let changed = match &mut e {
+        Expr::Case(c) => {
+            let to = matched(
+                "CASE",
+                c.else_expr
+                    .iter()
+                    .map(|x| x.as_ref())
+                    .chain(c.when_then_expr.iter().map(|(_, t)| t.as_ref()))
+                    .map(|x| typed_expr(x, schema)),
+            )?;
+            let mut changed = false;
+            for (_, t) in c.when_then_expr.iter_mut() {
+                changed |= read_as(t, &to);
+            }
+            if let Some(x) = c.else_expr.as_mut() {
+                changed |= read_as(x, &to);
+            }
+            changed
+        }
         Expr::ScalarFunction(f) => {
             let what = match f.func.name() {
                 "coalesce" => "COALESCE",
                 "greatest" => "GREATEST",
                 "least" => "LEAST",
-                _ => return Ok(()),
+                _ => return Ok(Transformed::no(e)),
             };
-            matched(what, f.args.iter().map(|a| typed_expr(a, schema)))
+            let to = matched(what, f.args.iter().map(|a| typed_expr(a, schema)))?;
+            let mut changed = false;
+            for a in f.args.iter_mut() {
+                changed |= read_as(a, &to);
+            }
+            changed
         }
-        _ => Ok(()),
-    }
+        _ => false,
+    };
+    Ok(Transformed::new_transformed(e, changed))
 }

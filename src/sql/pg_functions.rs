@@ -1429,6 +1429,92 @@ fn datetime_interval(args: &[ArrayRef], minus: bool) -> DfResult<ArrayRef> {
     })
 }
 
+/// DataFusion's `coalesce`, except that its arguments type as Postgres types them when
+/// DataFusion finds no common type: a text among others of one kind is read as that kind
+/// (`coalesce(end_date, '9999-12-31')` is a date). Only a quoted literal gets that far:
+/// `catalog/matched_types.rs` reads it as its neighbours' type before the coercion, and
+/// refuses a text column beside a date (42804), as Postgres does; without this, planning
+/// refused the literal first ("function coalesce(date, text) does not exist").
+#[derive(Debug)]
+struct PgCoalesce {
+    inner: Arc<dyn datafusion::logical_expr::ScalarUDFImpl>,
+}
+
+impl PartialEq for PgCoalesce {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+impl Eq for PgCoalesce {}
+impl Hash for PgCoalesce {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        "weir_coalesce".hash(state);
+    }
+}
+
+impl datafusion::logical_expr::ScalarUDFImpl for PgCoalesce {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn signature(&self) -> &Signature {
+        self.inner.signature()
+    }
+    fn return_type(&self, args: &[DataType]) -> DfResult<DataType> {
+        self.inner.return_type(args)
+    }
+    fn return_field_from_args(
+        &self,
+        args: datafusion::logical_expr::ReturnFieldArgs,
+    ) -> DfResult<datafusion::arrow::datatypes::FieldRef> {
+        self.inner.return_field_from_args(args)
+    }
+    fn simplify(
+        &self,
+        args: Vec<datafusion::logical_expr::Expr>,
+        info: &datafusion::logical_expr::simplify::SimplifyContext,
+    ) -> DfResult<datafusion::logical_expr::simplify::ExprSimplifyResult> {
+        self.inner.simplify(args, info)
+    }
+    fn invoke_with_args(
+        &self,
+        args: datafusion::logical_expr::ScalarFunctionArgs,
+    ) -> DfResult<datafusion::logical_expr::ColumnarValue> {
+        self.inner.invoke_with_args(args)
+    }
+    fn conditional_arguments<'a>(
+        &self,
+        args: &'a [datafusion::logical_expr::Expr],
+    ) -> Option<(
+        Vec<&'a datafusion::logical_expr::Expr>,
+        Vec<&'a datafusion::logical_expr::Expr>,
+    )> {
+        self.inner.conditional_arguments(args)
+    }
+    fn short_circuits(&self) -> bool {
+        self.inner.short_circuits()
+    }
+    fn coerce_types(&self, args: &[DataType]) -> DfResult<Vec<DataType>> {
+        let theirs = self.inner.coerce_types(args);
+        if theirs.is_ok() {
+            return theirs;
+        }
+        let textual = |t: &DataType| {
+            matches!(
+                t,
+                DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Null
+            )
+        };
+        let others: Vec<DataType> = args.iter().filter(|t| !textual(t)).cloned().collect();
+        match others.is_empty() {
+            true => theirs,
+            false => match self.inner.coerce_types(&others) {
+                Ok(common) => Ok(vec![common[0].clone(); args.len()]),
+                Err(_) => theirs,
+            },
+        }
+    }
+}
+
 pub fn udf(name: &str) -> PgFunction {
     definitions()
         .into_iter()
@@ -1440,6 +1526,9 @@ pub fn register(ctx: &SessionContext) {
     for f in definitions() {
         ctx.register_udf(ScalarUDF::new_from_impl(f));
     }
+    ctx.register_udf(ScalarUDF::new_from_impl(PgCoalesce {
+        inner: datafusion::functions::core::coalesce().inner().clone(),
+    }));
     // the functions behind jsonb's `?`, `?|`, `?&` operators, under their Postgres names
     for (name, alias) in [
         (JSONB_EXISTS, "jsonb_exists"),
