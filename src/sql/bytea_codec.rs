@@ -225,6 +225,11 @@ pub fn decode_into(text: &str, format: Format, out: &mut Vec<u8>) -> Result<(), 
     Ok(())
 }
 
+/// The row of an argument to read for row `i`: a constant argument has only one.
+fn row(len: usize, i: usize) -> usize {
+    if len == 1 { 0 } else { i }
+}
+
 fn external(e: WeirError) -> DataFusionError {
     DataFusionError::External(Box::new(e))
 }
@@ -234,7 +239,7 @@ fn format_at(
     formats: &datafusion::arrow::array::StringArray,
     i: usize,
 ) -> DfResult<Option<Format>> {
-    let k = if formats.len() == 1 { 0 } else { i };
+    let k = row(formats.len(), i);
     if formats.is_null(k) {
         return Ok(None);
     }
@@ -250,7 +255,7 @@ pub fn encode(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
     let mut out = StringBuilder::with_capacity(rows, rows * 16);
     let mut text = String::new();
     for i in 0..rows {
-        let k = if bytes.len() == 1 { 0 } else { i };
+        let k = row(bytes.len(), i);
         match format_at(formats, i)? {
             Some(f) if !bytes.is_null(k) => {
                 text.clear();
@@ -272,7 +277,7 @@ pub fn decode(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
     let mut out = BinaryBuilder::with_capacity(rows, rows * 16);
     let mut bytes = Vec::new();
     for i in 0..rows {
-        let k = if texts.len() == 1 { 0 } else { i };
+        let k = row(texts.len(), i);
         match format_at(formats, i)? {
             Some(f) if !texts.is_null(k) => {
                 bytes.clear();
@@ -342,10 +347,7 @@ pub fn get_byte(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
     let index = index.as_primitive::<datafusion::arrow::datatypes::Int64Type>();
     let mut out = datafusion::arrow::array::Int32Builder::with_capacity(rows);
     for i in 0..rows {
-        let (k, j) = (
-            if bytes.len() == 1 { 0 } else { i },
-            if index.len() == 1 { 0 } else { i },
-        );
+        let (k, j) = (row(bytes.len(), i), row(index.len(), i));
         if bytes.is_null(k) || index.is_null(j) {
             out.append_null();
             continue;
@@ -397,10 +399,7 @@ pub fn convert_from(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
     let names = names.as_string::<i32>();
     let mut out = StringBuilder::with_capacity(rows, rows * 16);
     for i in 0..rows {
-        let (k, j) = (
-            if bytes.len() == 1 { 0 } else { i },
-            if names.len() == 1 { 0 } else { i },
-        );
+        let (k, j) = (row(bytes.len(), i), row(names.len(), i));
         if bytes.is_null(k) || names.is_null(j) {
             out.append_null();
             continue;
@@ -442,10 +441,7 @@ pub fn convert_to(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
     let mut out = BinaryBuilder::with_capacity(rows, rows * 16);
     let mut buf = Vec::new();
     for i in 0..rows {
-        let (k, j) = (
-            if texts.len() == 1 { 0 } else { i },
-            if names.len() == 1 { 0 } else { i },
-        );
+        let (k, j) = (row(texts.len(), i), row(names.len(), i));
         if texts.is_null(k) || names.is_null(j) {
             out.append_null();
             continue;

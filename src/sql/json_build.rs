@@ -230,6 +230,8 @@ enum Build {
     Object,
     /// json_build_array / jsonb_build_array
     Array,
+    /// json_object / jsonb_object (from text arrays)
+    FromArrays,
 }
 
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -264,6 +266,9 @@ impl ScalarUDFImpl for JsonBuild {
             .iter()
             .map(|a| a.to_array(n))
             .collect::<DfResult<Vec<_>>>()?;
+        if self.build == Build::FromArrays {
+            return object_from_arrays(self.name, self.jsonb, &arrays, n);
+        }
         let compact = !self.jsonb;
         let vals: Vec<Vec<Option<String>>> = arrays
             .iter()
@@ -274,6 +279,8 @@ impl ScalarUDFImpl for JsonBuild {
         for i in 0..n {
             let text = match self.build {
                 Build::Value => vals.first().and_then(|v| v[i].clone()),
+                // (built by `object_from_arrays` before the values are read)
+                Build::FromArrays => None,
                 Build::Array => Some(format!(
                     "[{}]",
                     vals.iter()
@@ -627,16 +634,6 @@ impl ScalarUDFImpl for Record {
     }
 }
 
-/// `json_object(text[])` / `jsonb_object(text[])` (keys and values alternating) and
-/// `json_object(keys text[], values text[])`: an object of text values (a NULL value is
-/// JSON null), keys in the order written (`json`) or jsonb's.
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct ObjectFromArrays {
-    name: &'static str,
-    jsonb: bool,
-    signature: Signature,
-}
-
 /// The text elements of a `text[]` argument at row `i` (NULL elements kept), from a list
 /// or from an array literal's text (`'{a,1,b,2}'`); None for a NULL array.
 fn text_elements(a: &ArrayRef, i: usize) -> DfResult<Option<Vec<Option<String>>>> {
@@ -658,111 +655,91 @@ fn text_elements(a: &ArrayRef, i: usize) -> DfResult<Option<Vec<Option<String>>>
         })
 }
 
-impl ScalarUDFImpl for ObjectFromArrays {
-    fn name(&self) -> &str {
-        self.name
-    }
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-    fn return_type(&self, _: &[DataType]) -> DfResult<DataType> {
-        Ok(DataType::Utf8)
-    }
-    fn return_field_from_args(&self, _: ReturnFieldArgs) -> DfResult<FieldRef> {
-        Ok(if self.jsonb {
-            jsonb_field(self.name)
-        } else {
-            json_field(self.name)
-        })
-    }
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
-        let n = args.number_rows;
-        let arrays = args
-            .args
-            .iter()
-            .map(|a| a.to_array(n))
-            .collect::<DfResult<Vec<_>>>()?;
-        let mut out = StringBuilder::new();
-        for i in 0..n {
-            let pairs: Vec<(Option<String>, Option<String>)> = match arrays.as_slice() {
-                [one] => {
-                    let Some(items) = text_elements(one, i)? else {
-                        out.append_null();
-                        continue;
-                    };
-                    if !items.len().is_multiple_of(2) {
-                        return Err(ext(WeirError::new(
-                            "2202E",
-                            "array must have even number of elements",
-                        )));
-                    }
-                    items
-                        .chunks(2)
-                        .map(|c| (c[0].clone(), c[1].clone()))
-                        .collect()
-                }
-                [keys, values] => {
-                    let (Some(k), Some(v)) = (text_elements(keys, i)?, text_elements(values, i)?)
-                    else {
-                        out.append_null();
-                        continue;
-                    };
-                    if k.len() != v.len() {
-                        return Err(ext(WeirError::new("2202E", "mismatched array dimensions")));
-                    }
-                    k.into_iter().zip(v).collect()
-                }
-                _ => {
-                    return Err(ext(WeirError::new(
-                        sqlstate::UNDEFINED_FUNCTION,
-                        format!("function {}() takes one or two text arrays", self.name),
-                    )));
-                }
-            };
-            let mut o = String::from("{");
-            for (k, (key, value)) in pairs.iter().enumerate() {
-                let Some(key) = key else {
-                    return Err(ext(WeirError::new(
-                        "22004",
-                        "null value not allowed for object key",
-                    )));
+/// `json_object(text[])` / `jsonb_object(text[])` (keys and values alternating) and
+/// `json_object(keys text[], values text[])`: an object of text values (a NULL value is
+/// JSON null), keys in the order written (`json`) or jsonb's.
+fn object_from_arrays(
+    name: &str,
+    jsonb: bool,
+    arrays: &[ArrayRef],
+    n: usize,
+) -> DfResult<ColumnarValue> {
+    let mut out = StringBuilder::new();
+    for i in 0..n {
+        let pairs: Vec<(Option<String>, Option<String>)> = match arrays {
+            [one] => {
+                let Some(items) = text_elements(one, i)? else {
+                    out.append_null();
+                    continue;
                 };
-                if k > 0 {
-                    o.push_str(", ");
+                if !items.len().is_multiple_of(2) {
+                    return Err(ext(WeirError::new(
+                        "2202E",
+                        "array must have even number of elements",
+                    )));
                 }
-                write_str(&mut o, key);
-                o.push_str(" : ");
-                match value {
-                    Some(v) => write_str(&mut o, v),
-                    None => o.push_str("null"),
-                }
+                items
+                    .chunks(2)
+                    .map(|c| (c[0].clone(), c[1].clone()))
+                    .collect()
             }
-            o.push('}');
-            if self.jsonb {
-                out.append_value(crate::sql::jsonb::normalize(&o).map_err(ext)?);
-            } else {
-                out.append_value(o);
+            [keys, values] => {
+                let (Some(k), Some(v)) = (text_elements(keys, i)?, text_elements(values, i)?)
+                else {
+                    out.append_null();
+                    continue;
+                };
+                if k.len() != v.len() {
+                    return Err(ext(WeirError::new("2202E", "mismatched array dimensions")));
+                }
+                k.into_iter().zip(v).collect()
+            }
+            _ => {
+                return Err(ext(WeirError::new(
+                    sqlstate::UNDEFINED_FUNCTION,
+                    format!("function {}() takes one or two text arrays", name),
+                )));
+            }
+        };
+        let mut o = String::from("{");
+        for (k, (key, value)) in pairs.iter().enumerate() {
+            let Some(key) = key else {
+                return Err(ext(WeirError::new(
+                    "22004",
+                    "null value not allowed for object key",
+                )));
+            };
+            if k > 0 {
+                o.push_str(", ");
+            }
+            write_str(&mut o, key);
+            o.push_str(" : ");
+            match value {
+                Some(v) => write_str(&mut o, v),
+                None => o.push_str("null"),
             }
         }
-        Ok(ColumnarValue::Array(Arc::new(out.finish())))
+        o.push('}');
+        if jsonb {
+            out.append_value(crate::sql::jsonb::normalize(&o).map_err(ext)?);
+        } else {
+            out.append_value(o);
+        }
     }
+    Ok(ColumnarValue::Array(Arc::new(out.finish())))
 }
 
 pub fn register(ctx: &SessionContext) {
-    for (name, jsonb) in [("json_object", false), ("jsonb_object", true)] {
-        ctx.register_udf(ScalarUDF::new_from_impl(ObjectFromArrays {
-            name,
-            jsonb,
-            signature: Signature::one_of(
-                vec![TypeSignature::Any(1), TypeSignature::Any(2)],
-                Volatility::Immutable,
-            ),
-        }));
-    }
     ctx.register_udf(ScalarUDF::new_from_impl(Record {
         signature: Signature::variadic_any(Volatility::Immutable),
     }));
     let any = |n: usize| Signature::new(TypeSignature::Any(n), Volatility::Immutable);
+    let one_or_two = || {
+        Signature::one_of(
+            vec![TypeSignature::Any(1), TypeSignature::Any(2)],
+            Volatility::Immutable,
+        )
+    };
     let variadic = || {
         Signature::one_of(
             vec![TypeSignature::Nullary, TypeSignature::VariadicAny],
@@ -778,6 +755,8 @@ pub fn register(ctx: &SessionContext) {
         ("jsonb_build_object", Build::Object, true, variadic()),
         ("json_build_array", Build::Array, false, variadic()),
         ("jsonb_build_array", Build::Array, true, variadic()),
+        ("json_object", Build::FromArrays, false, one_or_two()),
+        ("jsonb_object", Build::FromArrays, true, one_or_two()),
     ] {
         ctx.register_udf(ScalarUDF::new_from_impl(JsonBuild {
             name,

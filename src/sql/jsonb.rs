@@ -188,17 +188,23 @@ impl<'a> Parser<'a> {
     /// there is no token, or `Expected {expected}, but found "{token}".`
     fn expected(&mut self, expected: &str) -> WeirError {
         self.ws();
-        match self.lex() {
+        self.lexed_error(self.lex(), self.at, Some(expected))
+    }
+
+    /// The error for what was lexed at `start`: the input's end, a bad token, or a good
+    /// token where `expected` was wanted (without: the token itself named bad).
+    fn lexed_error(&self, lexed: Lexed, start: usize, expected: Option<&str>) -> WeirError {
+        match lexed {
             Lexed::End => self.ended(),
             Lexed::Invalid { detail, end } => syntax_at(self.s, detail, end),
-            Lexed::Token { end } => syntax_at(
-                self.s,
-                format!(
-                    "Expected {expected}, but found \"{}\".",
-                    String::from_utf8_lossy(&self.s[self.at..end])
-                ),
-                end,
-            ),
+            Lexed::Token { end } => {
+                let token = String::from_utf8_lossy(&self.s[start..end]);
+                let detail = match expected {
+                    Some(expected) => format!("Expected {expected}, but found \"{token}\"."),
+                    None => format!("Token \"{token}\" is invalid."),
+                };
+                syntax_at(self.s, detail, end)
+            }
         }
     }
 
@@ -229,18 +235,7 @@ impl<'a> Parser<'a> {
             at: start,
             document: self.document,
         };
-        match p.lex() {
-            Lexed::End => self.ended(),
-            Lexed::Invalid { detail, end } => syntax_at(self.s, detail, end),
-            Lexed::Token { end } => syntax_at(
-                self.s,
-                format!(
-                    "Token \"{}\" is invalid.",
-                    String::from_utf8_lossy(&self.s[start..end])
-                ),
-                end,
-            ),
-        }
+        self.lexed_error(p.lex(), start, None)
     }
 
     /// An error inside a string, its context ending at `end`.
