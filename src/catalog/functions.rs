@@ -1680,6 +1680,12 @@ impl datafusion::logical_expr::planner::ExprPlanner for WeirExprPlanner {
                     vec![expr.left, expr.right, no_vars, silent],
                 )));
             }
+            // `text ^@ prefix`: starts_with
+            B::PGStartsWith => {
+                return Ok(PlannerResult::Planned(
+                    datafusion::functions::string::starts_with().call(vec![expr.left, expr.right]),
+                ));
+            }
             B::AtArrow | B::ArrowAt if textual(&expr.left) && textual(&expr.right) => {
                 let (l, r) = if expr.op == B::AtArrow {
                     (expr.left, expr.right)

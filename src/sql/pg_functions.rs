@@ -164,6 +164,50 @@ fn map_text(a: &ArrayRef, f: impl Fn(&str) -> Result<String, WeirError>) -> DfRe
     Ok(Arc::new(out.finish()))
 }
 
+/// `upper`/`lower` as Postgres has them in a UTF-8 locale (glibc's `towupper`/`towlower`):
+/// character by character, a character whose upper case is several characters kept as it
+/// is (`upper('straße')` is `STRAßE`; DataFusion's full Unicode mapping made it `STRASSE`).
+/// One buffer for all rows.
+fn change_case(a: &ArrayRef, upper: bool) -> DfResult<ArrayRef> {
+    let a = strings(a)?;
+    let mut out = StringBuilder::with_capacity(a.len(), a.value_data().len());
+    let mut buf = String::new();
+    for v in a.iter() {
+        let Some(t) = v else {
+            out.append_null();
+            continue;
+        };
+        buf.clear();
+        if t.is_ascii() {
+            buf.push_str(t);
+            if upper {
+                buf.make_ascii_uppercase();
+            } else {
+                buf.make_ascii_lowercase();
+            }
+        } else {
+            for c in t.chars() {
+                // (the one character with a longer lower case, `İ`, is `i` to glibc)
+                buf.push(if upper {
+                    single(c.to_uppercase(), c)
+                } else {
+                    c.to_lowercase().next().unwrap_or(c)
+                });
+            }
+        }
+        out.append_value(&buf);
+    }
+    Ok(Arc::new(out.finish()))
+}
+
+/// The one character a case mapping gives, or `c` where it gives several.
+fn single(mut mapped: impl Iterator<Item = char>, c: char) -> char {
+    match (mapped.next(), mapped.next()) {
+        (Some(m), None) => m,
+        _ => c,
+    }
+}
+
 fn json_length(a: &ArrayRef) -> DfResult<ArrayRef> {
     let a = strings(a)?;
     let mut out = datafusion::arrow::array::Int32Builder::with_capacity(a.len());
@@ -925,6 +969,18 @@ fn definitions() -> Vec<PgFunction> {
             TypeSignature::Any(2),
             |_| DataType::Binary,
             crate::sql::bytea_codec::decode,
+        ),
+        immutable(
+            "upper",
+            TypeSignature::Any(1),
+            |_| DataType::Utf8,
+            |args, _| change_case(&args[0], true),
+        ),
+        immutable(
+            "lower",
+            TypeSignature::Any(1),
+            |_| DataType::Utf8,
+            |args, _| change_case(&args[0], false),
         ),
         immutable(
             "get_byte",
