@@ -726,39 +726,26 @@ fn classify_plan_message(m: &str) -> WeirError {
     WeirError::new(sqlstate::SYNTAX_ERROR, msg)
 }
 
-/// The first qualified column (`t.id`) in DataFusion's display of an expression, outside
-/// its quoted literals (`Utf8("a.b")`).
-fn first_column_reference(expr: &str) -> Option<&str> {
-    let bytes = expr.as_bytes();
-    let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'"' => {
-                // a quoted literal: skip to its closing quote
-                i += 1;
-                while i < bytes.len() && bytes[i] != b'"' {
-                    i += 1;
-                }
-                i += 1;
-            }
-            b if word(b) && (i == 0 || !word(bytes[i - 1])) => {
-                let start = i;
-                while i < bytes.len() && (word(bytes[i]) || bytes[i] == b'.') {
-                    i += 1;
-                }
-                let token = &expr[start..i];
-                let qualified = token.contains('.')
-                    && !bytes[start].is_ascii_digit()
-                    && bytes.get(i) != Some(&b'(');
-                if qualified {
-                    return Some(token);
-                }
-            }
-            _ => i += 1,
+/// The first qualified column (`t.id`) in DataFusion's display of an expression (read with
+/// sqlparser's tokenizer: a quoted literal `Utf8("a.b")` is one token, a call `f.g(` none).
+fn first_column_reference(expr: &str) -> Option<String> {
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+    let mut tokens: Vec<Token> = Tokenizer::new(&PostgreSqlDialect {}, expr)
+        .tokenize()
+        .ok()?
+        .into_iter()
+        .filter(|t| !matches!(t, Token::Whitespace(_)))
+        .collect();
+    tokens.push(Token::EOF);
+    tokens.windows(4).find_map(|w| match w {
+        [Token::Word(q), Token::Period, Token::Word(c), next]
+            if q.quote_style.is_none() && *next != Token::LParen =>
+        {
+            Some(format!("{}.{}", q.value, c.value))
         }
-    }
-    None
+        _ => None,
+    })
 }
 
 /// DataFusion's "Invalid function 'f'" and "No function matches the given name and

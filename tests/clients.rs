@@ -332,6 +332,7 @@ async fn python_drivers_and_sqlalchemy() {
         "psycopg2 copy error",
         "psycopg2 named cursor subscribe",
         "psycopg any list",
+        "psycopg error positions",
         "psycopg uuid",
         "psycopg regclass parameter",
         "psycopg savepoints",

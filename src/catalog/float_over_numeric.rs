@@ -90,22 +90,11 @@ fn floated(values: Vec<&mut Expr>, schema: &DFSchema) -> Result<bool> {
 }
 
 fn expr(mut e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
-    let changed = match &mut e {
-        // the values a CASE gives: its THENs and its ELSE
-        Expr::Case(c) => floated(
-            c.when_then_expr
-                .iter_mut()
-                .map(|(_, t)| t.as_mut())
-                .chain(c.else_expr.as_deref_mut())
-                .collect(),
-            schema,
-        )?,
-        Expr::ScalarFunction(f)
-            if matches!(f.func.name(), "coalesce" | "nullif" | "greatest" | "least") =>
-        {
-            floated(f.args.iter_mut().collect(), schema)?
-        }
-        _ => false,
+    // the values a CASE gives (its THENs and ELSE), the arguments of COALESCE, NULLIF,
+    // GREATEST, LEAST
+    let changed = match crate::catalog::matched_types::resolved_values(&mut e) {
+        Some((_, values)) => floated(values, schema)?,
+        None => false,
     };
     Ok(Transformed::new_transformed(e, changed))
 }

@@ -253,37 +253,41 @@ fn check_set_operation(node: &LogicalPlan) -> Result<()> {
     Ok(())
 }
 
-fn expr(mut e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
-    let changed = match &mut e {
-        Expr::Case(c) => {
-            let to = matched(
-                "CASE",
-                c.else_expr
-                    .iter()
-                    .map(|x| x.as_ref())
-                    .chain(c.when_then_expr.iter().map(|(_, t)| t.as_ref()))
-                    .map(|x| typed_expr(x, schema)),
-            )?;
-            let mut changed = false;
-            for (_, t) in c.when_then_expr.iter_mut() {
-                changed |= read_as(t, &to);
-            }
-            if let Some(x) = c.else_expr.as_mut() {
-                changed |= read_as(x, &to);
-            }
-            changed
-        }
+/// The values Postgres resolves to one type in `e`, in its order (a CASE's ELSE, then its
+/// THENs; the arguments of COALESCE, GREATEST, LEAST, NULLIF), with the construct's name as
+/// its errors give it. `float_over_numeric.rs` resolves the same values.
+pub(crate) fn resolved_values(e: &mut Expr) -> Option<(&'static str, Vec<&mut Expr>)> {
+    match e {
+        Expr::Case(c) => Some((
+            "CASE",
+            c.else_expr
+                .as_deref_mut()
+                .into_iter()
+                .chain(c.when_then_expr.iter_mut().map(|(_, t)| t.as_mut()))
+                .collect(),
+        )),
         Expr::ScalarFunction(f) => {
             let what = match f.func.name() {
                 "coalesce" => "COALESCE",
                 "greatest" => "GREATEST",
                 "least" => "LEAST",
-                _ => return Ok(Transformed::no(e)),
+                "nullif" => "NULLIF",
+                _ => return None,
             };
-            let to = matched(what, f.args.iter().map(|a| typed_expr(a, schema)))?;
+            Some((what, f.args.iter_mut().collect()))
+        }
+        _ => None,
+    }
+}
+
+fn expr(mut e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
+    let changed = match resolved_values(&mut e) {
+        // (NULLIF of two kinds is Postgres' "operator does not exist", not refused here)
+        Some((what, values)) if what != "NULLIF" => {
+            let to = matched(what, values.iter().map(|v| typed_expr(v, schema)))?;
             let mut changed = false;
-            for a in f.args.iter_mut() {
-                changed |= read_as(a, &to);
+            for v in values {
+                changed |= read_as(v, &to);
             }
             changed
         }

@@ -120,18 +120,7 @@ impl Engine {
             return crate::engine::missing_relation(&a.table, a.if_exists, notices, "ALTER TABLE");
         };
         let (table, col) = (&a.table, &a.column);
-        if !entry.desc.kind.is_table() {
-            return Err(WeirError::new(
-                sqlstate::WRONG_OBJECT_TYPE,
-                format!("\"{table}\" is not a table"),
-            ));
-        }
-        let Some(c) = entry.desc.columns.iter().find(|c| c.name == *col) else {
-            return Err(WeirError::new(
-                sqlstate::UNDEFINED_COLUMN,
-                format!("column \"{col}\" of relation \"{table}\" does not exist"),
-            ));
-        };
+        let c = identity_column(&entry, table, col)?;
         let (lo, hi) = match c.ty {
             SqlType::Int2 => (i16::MIN as i64, i16::MAX as i64),
             SqlType::Int4 => (i32::MIN as i64, i32::MAX as i64),
@@ -218,12 +207,7 @@ impl Engine {
             return crate::engine::missing_relation(&a.table, a.if_exists, notices, "ALTER TABLE");
         };
         let (table, col) = (&a.table, &a.column);
-        if !entry.desc.columns.iter().any(|c| c.name == *col) {
-            return Err(WeirError::new(
-                sqlstate::UNDEFINED_COLUMN,
-                format!("column \"{col}\" of relation \"{table}\" does not exist"),
-            ));
-        }
+        identity_column(&entry, table, col)?;
         let not_identity =
             format!("column \"{col}\" of relation \"{table}\" is not an identity column");
         let Some(kind) = entry.desc.identity(col) else {
@@ -359,4 +343,30 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// The column an identity ALTER names: 42809 where the relation is no table, 42703 where
+/// it has no such column.
+fn identity_column<'e>(
+    entry: &'e crate::catalog::Entry,
+    table: &str,
+    col: &str,
+) -> Result<&'e crate::catalog::ColumnDesc> {
+    if !entry.desc.kind.is_table() {
+        return Err(WeirError::new(
+            sqlstate::WRONG_OBJECT_TYPE,
+            format!("\"{table}\" is not a table"),
+        ));
+    }
+    entry
+        .desc
+        .columns
+        .iter()
+        .find(|c| c.name == col)
+        .ok_or_else(|| {
+            WeirError::new(
+                sqlstate::UNDEFINED_COLUMN,
+                format!("column \"{col}\" of relation \"{table}\" does not exist"),
+            )
+        })
 }

@@ -649,7 +649,7 @@ fn cast_text(
             // (checked as Postgres reads it: its words for what is wrong, and where)
             for (row, v) in text.iter().enumerate() {
                 if let Some(v) = v
-                    && let Err(e) = crate::sql::jsonb::parse(v)
+                    && let Err(e) = crate::sql::jsonb::check(v)
                 {
                     return Err(Box::new((row, e)));
                 }

@@ -138,11 +138,7 @@ fn err(e: WeirError) -> PgWireError {
 /// `e` with the place in the query string it points at, when it has none yet and the
 /// statement's text shows it (`sql/error_position.rs`).
 fn placed(e: WeirError, parsed: &Parsed) -> WeirError {
-    place_in(e, &parsed.text, parsed.offset)
-}
-
-fn place_in(e: WeirError, text: &str, offset: usize) -> WeirError {
-    crate::sql::error_position::place(e, text, offset)
+    crate::sql::error_position::place(e, &parsed.text, parsed.offset)
 }
 
 /// A statement's text and how many characters of the query string precede it: what an
@@ -156,12 +152,12 @@ struct Place {
 impl Place {
     fn of(parsed: &Parsed) -> Self {
         Place {
-            text: parsed.text.as_str().into(),
+            text: parsed.text.clone(),
             offset: parsed.offset,
         }
     }
     fn apply(&self, e: WeirError) -> WeirError {
-        place_in(e, &self.text, self.offset)
+        crate::sql::error_position::place(e, &self.text, self.offset)
     }
 }
 

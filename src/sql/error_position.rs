@@ -185,7 +185,7 @@ fn locate(e: &WeirError, text: &str) -> Option<(usize, Option<String>)> {
                     Target::BadJson(why) => matches!(
                         t,
                         Token::SingleQuotedString(s) | Token::EscapedStringLiteral(s)
-                            if crate::sql::jsonb::parse(s)
+                            if crate::sql::jsonb::check(s)
                                 .is_err_and(|e| e.detail.as_deref() == Some(why.as_str()))
                     ),
                     Target::Literal(v) => matches!(

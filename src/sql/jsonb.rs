@@ -625,6 +625,12 @@ pub fn normalize(text: &str) -> Result<String, WeirError> {
 
 /// A document parsed into its canonical tree (keys in Postgres' order, numbers as their
 /// `numeric` text).
+/// Whether `text` is one JSON value (Postgres' errors where not), read as a `json`
+/// document is: keys neither sorted nor deduplicated, as a check needs no more.
+pub(crate) fn check(text: &str) -> Res<()> {
+    parse_as(text, true).map(drop)
+}
+
 pub(crate) fn parse(text: &str) -> Res<Node> {
     parse_as(text, false)
 }

@@ -20,7 +20,9 @@ use crate::sql::types::SqlType;
 #[derive(Debug, Clone)]
 pub struct Parsed {
     pub stmt: Statement,
-    pub text: String,
+    /// The statement as written (shared: an error raised while its rows stream out is
+    /// placed in it).
+    pub text: std::sync::Arc<str>,
     /// How many characters of the query string come before `text` (error positions are
     /// the query string's).
     pub offset: usize,
@@ -1108,7 +1110,7 @@ pub fn parse_within(sql: &str, memory: usize) -> Result<Vec<Parsed>> {
         let text: String = sql.chars().take(200).collect();
         return Ok(vec![Parsed {
             stmt: Statement::BulkInsert(Box::new(scan)),
-            text: format!("{text}..."),
+            text: format!("{text}...").into(),
             offset: 0,
         }]);
     }
@@ -1160,6 +1162,8 @@ pub fn parse_tree(sql: &str, memory: usize) -> Result<Vec<Parsed>> {
         .with_tokens_with_locations(tokens);
     let index = LineIndex::new(sql);
     let mut out = Vec::new();
+    // (byte, characters before it) of the last statement's start
+    let mut counted = (0usize, 0usize);
     loop {
         while p.consume_token(&Token::SemiColon) {}
         let first = p.peek_token();
@@ -1187,9 +1191,15 @@ pub fn parse_tree(sql: &str, memory: usize) -> Result<Vec<Parsed>> {
             index.offset(next.span.start)
         };
         let start = index.offset(first.span.start);
-        let text = sql.get(start..end).unwrap_or(sql).trim().to_owned();
-        let offset = sql.get(..start).map_or(0, |before| before.chars().count());
-        out.push(Parsed { stmt, text, offset });
+        let text = sql.get(start..end).unwrap_or(sql).trim().into();
+        // (counted on from the statement before: a long script is read once)
+        counted.1 += sql.get(counted.0..start).map_or(0, |s| s.chars().count());
+        counted.0 = start;
+        out.push(Parsed {
+            stmt,
+            text,
+            offset: counted.1,
+        });
     }
     Ok(out)
 }
@@ -2215,7 +2225,7 @@ fn pg_syntax_error(e: WeirError, index: &LineIndex) -> WeirError {
     {
         format!("unterminated quoted string at or near \"{rest}\"")
     } else if head.contains("Unterminated multi-line comment") {
-        "unterminated /* comment at or near".to_owned() + &format!(" \"{rest}\"")
+        format!("unterminated /* comment at or near \"{rest}\"")
     } else if let Some((_, found)) = head.rsplit_once("found: ") {
         if found == "EOF" {
             "syntax error at end of input".to_owned()
@@ -2734,7 +2744,7 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
                 types: data_types,
                 body: Parsed {
                     stmt: body,
-                    text,
+                    text: text.into(),
                     offset: 0,
                 },
             })))
@@ -4126,8 +4136,12 @@ mod tests {
     fn splits_statements_with_text() {
         let v = parse("SELECT 1; select 'a;b' ;\n-- only a comment\n").unwrap();
         assert_eq!(v.len(), 2);
-        assert_eq!(v[0].text, "SELECT 1");
-        assert_eq!(v[1].text, "select 'a;b'");
+        assert_eq!(&*v[0].text, "SELECT 1");
+        assert_eq!(&*v[1].text, "select 'a;b'");
+        // where each starts, in characters of the whole text (error positions count so)
+        let v = parse("SELECT 'é'; SELECT 2;\n  SELECT 3").unwrap();
+        let offsets: Vec<usize> = v.iter().map(|p| p.offset).collect();
+        assert_eq!(offsets, [0, 12, 24]);
         assert!(parse("  -- nothing\n ; ;").unwrap().is_empty());
     }
 

@@ -136,6 +136,24 @@ def check_psycopg3():
     assert names == [("bob",), ("cat",)], names
     ok("psycopg any list")
 
+    # an error's position through the extended protocol (psycopg 3 sends Parse/Bind/Execute):
+    # the missing column, the unreadable parameterless literal, a syntax error's token
+    for sql, where in [
+        ("SELECT nosuch FROM orders WHERE id = %s", 8),
+        ("SELECT id FROM orders WHERE id = 'x1' AND id = %s", 34),
+        ("SELECT id FROM orders WHERE id = %s +", None),
+    ]:
+        try:
+            conn.execute(sql, [1])
+            raise AssertionError(f"{sql} should fail")
+        except psycopg.Error as e:
+            got = e.diag.statement_position
+            if where is None:
+                assert e.sqlstate == "42601" and got is not None, (sql, e.sqlstate, got)
+            else:
+                assert got == str(where), (sql, got, e.diag.message_primary)
+    ok("psycopg error positions")
+
     # uuid: Python UUIDs in and out, as text and as binary parameters, and in lists
     import uuid
 
