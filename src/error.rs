@@ -806,6 +806,12 @@ fn classify_execution_message(m: &str) -> WeirError {
     if lower.contains("divide by zero") || lower.contains("division by zero") {
         return WeirError::new(sqlstate::DIVISION_BY_ZERO, "division by zero");
     }
+    if lower.contains("scalar subquery returned more than one row") {
+        return WeirError::new(
+            "21000",
+            "more than one row returned by a subquery used as an expression",
+        );
+    }
     if lower.contains("overflow") || lower.contains("out of range") {
         // arrow's kernels name the array type: say it as Postgres does
         for (arrow, pg) in [

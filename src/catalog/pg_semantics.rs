@@ -1790,9 +1790,46 @@ fn star_over_using(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
     let LogicalPlan::Projection(p) = &plan else {
         return Ok((plan, false));
     };
+    // the renaming of a derived table's columns (`AS s(x, y, z)`, the marker named last by
+    // `rewrite::renamed_star_over_using`) over a star whose marker is gone: the names, but
+    // the marker's, go to the columns below in their (Postgres') order
+    let renamed = |e: &Expr| matches!(e, Expr::Alias(a) if matches!(*a.expr, Expr::Column(_)));
+    if let Some(Expr::Alias(last)) = p.expr.last()
+        && last.name == pg_functions::STAR_OVER_USING
+        && p.expr.iter().all(renamed)
+        && p.input.schema().fields().len() + 1 == p.expr.len()
+    {
+        let exprs: Vec<Expr> = p
+            .input
+            .schema()
+            .columns()
+            .into_iter()
+            .zip(&p.expr)
+            .map(|(c, e)| match e {
+                Expr::Alias(a) => Expr::Column(c).alias(a.name.clone()),
+                other => other.clone(),
+            })
+            .collect();
+        let proj = datafusion::logical_expr::Projection::try_new(exprs, p.input.clone())?;
+        return Ok((LogicalPlan::Projection(proj), true));
+    }
     // the marker stands after the star's columns; an ORDER BY of what the select list
     // lacks adds its keys after it, and a projection above the sort keeps the select
     // list's columns (the marker among them, last)
+    // `s.*` over such a derived table read its marker column, now gone below
+    let is_marker =
+        |e: &Expr| matches!(e, Expr::Column(c) if c.name == pg_functions::STAR_OVER_USING);
+    if p.expr.iter().any(is_marker)
+        && p.input
+            .schema()
+            .fields()
+            .iter()
+            .all(|f| f.name() != pg_functions::STAR_OVER_USING)
+    {
+        let exprs: Vec<Expr> = p.expr.iter().filter(|e| !is_marker(e)).cloned().collect();
+        let proj = datafusion::logical_expr::Projection::try_new(exprs, p.input.clone())?;
+        return Ok((LogicalPlan::Projection(proj), true));
+    }
     let Some(at) = p.expr.iter().position(|e| match e {
         Expr::Alias(a) => a.name == pg_functions::STAR_OVER_USING,
         _ => false,

@@ -133,9 +133,13 @@ impl VisitorMut for PgRewriter {
         {
             series_text_arguments(&mut args.args);
         }
+        if let ast::TableFactor::UNNEST { array_exprs, .. } = tf {
+            array_exprs.iter_mut().for_each(all_elements);
+        }
         unnest_alias_names_column(tf);
         values_alias_padded(tf);
         aliased_using_join(tf);
+        renamed_star_over_using(tf);
         session_settings(tf);
         match crate::sql::windows::rewrite_table_factor(tf) {
             Ok(session) => {
@@ -168,6 +172,17 @@ impl VisitorMut for PgRewriter {
     fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<Self::Break> {
         if let Err(e) = similar_to(expr) {
             return ControlFlow::Break(e);
+        }
+        // `x = ANY (SELECT a, b ...)`, refused before it becomes `ARRAY(SELECT ...)`
+        if let Expr::AnyOp { right, .. } | Expr::AllOp { right, .. } = expr
+            && let Expr::Subquery(q) = right.as_ref()
+            && let ast::SetExpr::Select(s) = q.body.as_ref()
+            && s.projection.len() > 1
+        {
+            return ControlFlow::Break(crate::error::WeirError::new(
+                crate::error::sqlstate::SYNTAX_ERROR,
+                "subquery has too many columns",
+            ));
         }
         rewrite_expr(expr);
         ControlFlow::Continue(())
@@ -801,8 +816,10 @@ fn mark_star_over_using(select: &mut ast::Select) {
                 | J::FullOuter(c) => Some(c),
                 _ => None,
             };
-            matches!(c, Some(ast::JoinConstraint::Using(_)))
-                || matches!(&j.relation, ast::TableFactor::NestedJoin { table_with_joins, .. } if has_using(table_with_joins))
+            matches!(
+                c,
+                Some(ast::JoinConstraint::Using(_) | ast::JoinConstraint::Natural)
+            ) || matches!(&j.relation, ast::TableFactor::NestedJoin { table_with_joins, .. } if has_using(table_with_joins))
         }) || matches!(&t.relation, ast::TableFactor::NestedJoin { table_with_joins, .. } if has_using(table_with_joins))
     }
     // `*` first, maybe more items after it (not another star): the marker goes right
@@ -822,6 +839,32 @@ fn mark_star_over_using(select: &mut ast::Select) {
                 alias: Ident::with_quote('"', crate::sql::pg_functions::STAR_OVER_USING),
             },
         );
+    }
+}
+
+/// `(SELECT * FROM a JOIN b USING (k)) AS s(x, y, z)` (also a plain view over such a
+/// join, expanded so): the subquery's marker item is a column too until the analyzer rule
+/// takes it out, so the alias names one more, the marker, last; the rule
+/// (`pg_semantics::star_over_using`) then gives the names to the columns in Postgres' order.
+fn renamed_star_over_using(tf: &mut ast::TableFactor) {
+    let ast::TableFactor::Derived {
+        subquery,
+        alias: Some(alias),
+        ..
+    } = tf
+    else {
+        return;
+    };
+    let marker = crate::sql::pg_functions::STAR_OVER_USING;
+    let marked = matches!(subquery.body.as_ref(), ast::SetExpr::Select(s)
+        if s.projection.iter().any(|i| matches!(i,
+            SelectItem::ExprWithAlias { alias, .. } if alias.value == marker)));
+    if marked && !alias.columns.is_empty() && !alias.columns.iter().any(|c| c.name.value == marker)
+    {
+        alias.columns.push(ast::TableAliasColumnDef {
+            name: Ident::with_quote('"', marker),
+            data_type: None,
+        });
     }
 }
 
@@ -1338,6 +1381,19 @@ fn series_text_arguments(args: &mut [ast::FunctionArg]) {
         if let Some(text) = expr_of(arg).as_ref().and_then(quoted) {
             *arg = as_type(text, ty.clone());
         }
+    }
+}
+
+/// An argument of `unnest` as the array's elements in one dimension
+/// (`pg_functions::ARRAY_ELEMENTS`): Postgres unnests a two-dimensional array into its
+/// elements, DataFusion into its rows.
+/// (Not around our own lists of rows: `regexp_matches` in FROM is `unnest` of a list of
+/// `text[]` rows, `weir_regexp_matches(...)`, and the other `weir_` ones.)
+fn all_elements(e: &mut Expr) {
+    let ours = matches!(e, Expr::Function(f)
+        if last_name(&f.name).is_some_and(|n| n.starts_with("weir_")));
+    if !ours {
+        *e = call(crate::sql::pg_functions::ARRAY_ELEMENTS, vec![e.clone()]);
     }
 }
 
@@ -2293,13 +2349,11 @@ fn rewrite_expr(expr: &mut Expr) {
                 either
             };
         }
-        // `x op ANY(array)` / `ALL`: Postgres' three-valued logic over the elements
-        Expr::AnyOp {
-            compare_op, right, ..
-        }
-        | Expr::AllOp {
-            compare_op, right, ..
-        } if !matches!(right.as_ref(), Expr::Subquery(_)) => {
+        // `x op ANY(array)` / `ALL`: Postgres' three-valued logic over the elements; over a
+        // subquery, the same over `ARRAY(subquery)` (DataFusion's own plan of `x > ANY
+        // (SELECT c FROM t)` resolves an outer `t.c` to the subquery's `t.c` when both read
+        // `t`: `c > ANY (SELECT c FROM g WHERE a = 1)` compared each row with itself)
+        Expr::AnyOp { compare_op, .. } | Expr::AllOp { compare_op, .. } => {
             let op = compare_op.to_string();
             let all = matches!(expr, Expr::AllOp { .. });
             let (Expr::AnyOp { left, right, .. } | Expr::AllOp { left, right, .. }) = expr else {
@@ -2307,7 +2361,10 @@ fn rewrite_expr(expr: &mut Expr) {
             };
             let null = || Expr::value(ast::Value::Null);
             let l = std::mem::replace(left.as_mut(), null());
-            let mut r = std::mem::replace(right.as_mut(), null());
+            let mut r = match std::mem::replace(right.as_mut(), null()) {
+                Expr::Subquery(q) => array_of_subquery(*q),
+                r => r,
+            };
             // `x = ANY('{1,2}')`: the literal is an array
             if let Some(arr) = array_literal(&r) {
                 r = arr;
@@ -2957,6 +3014,15 @@ fn rewrite_expr(expr: &mut Expr) {
             {
                 series_text_arguments(&mut l.args);
             }
+            if lname == "unnest"
+                && let FunctionArguments::List(l) = &mut f.args
+            {
+                for arg in &mut l.args {
+                    if let ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e)) = arg {
+                        all_elements(e);
+                    }
+                }
+            }
             // Postgres' `array_replace` replaces every occurrence (DataFusion's the first)
             if lname == "array_replace" {
                 f.name = ObjectName::from(vec![Ident::new("array_replace_all")]);
@@ -3273,6 +3339,7 @@ fn array_of_subquery(q: ast::Query) -> Expr {
         && matches!(&select.group_by, ast::GroupByExpr::Expressions(e, _) if e.is_empty())
         && let ast::SelectItem::UnnamedExpr(e) | ast::SelectItem::ExprWithAlias { expr: e, .. } =
             &select.projection[0]
+        && !contains_aggregate(e)
     {
         let mut inner = q.clone();
         let order = inner

@@ -41,6 +41,49 @@ pub(crate) fn cte_names<T: ast::Visit>(node: &T) -> HashSet<String> {
     v.0
 }
 
+/// `FROM t AS x(a)` naming fewer columns than `t` has: the others keep their names, as in
+/// Postgres (DataFusion refuses a partial list: "Source table contains 2 columns but only 1
+/// names given as column alias"); naming more is 42P10, in Postgres' words.
+struct PadAliases<'a> {
+    engine: &'a Engine,
+    ctes: HashSet<String>,
+}
+
+impl VisitorMut for PadAliases<'_> {
+    type Break = WeirError;
+    fn post_visit_table_factor(&mut self, tf: &mut ast::TableFactor) -> ControlFlow<WeirError> {
+        if let ast::TableFactor::Table {
+            name,
+            alias: Some(alias),
+            args: None,
+            ..
+        } = tf
+            && !alias.columns.is_empty()
+            && let Ok(n) = relation_name(name)
+            && !self.ctes.contains(&n)
+            && let Some(entry) = self.engine.catalog.get(&n)
+            && alias.columns.len() != entry.desc.columns.len()
+        {
+            let (named, has) = (alias.columns.len(), entry.desc.columns.len());
+            if named > has {
+                return ControlFlow::Break(WeirError::new(
+                    "42P10",
+                    format!(
+                        "table \"{}\" has {has} columns available but {named} columns specified",
+                        crate::sql::parser::normalize_ident(&alias.name)
+                    ),
+                ));
+            }
+            let rest = entry.desc.columns[alias.columns.len()..].iter();
+            alias.columns.extend(rest.map(|c| ast::TableAliasColumnDef {
+                name: ast::Ident::with_quote('"', c.name.clone()),
+                data_type: None,
+            }));
+        }
+        ControlFlow::Continue(())
+    }
+}
+
 struct Expand<'a> {
     engine: &'a Engine,
     ctes: HashSet<String>,
@@ -122,6 +165,13 @@ impl Engine {
         &self,
         node: &mut T,
     ) -> Result<Vec<u32>> {
+        let mut pad = PadAliases {
+            engine: self,
+            ctes: cte_names(node),
+        };
+        if let ControlFlow::Break(e) = node.visit(&mut pad) {
+            return Err(e);
+        }
         if !self.catalog.has_kind(RelationKind::View) {
             return Ok(vec![]);
         }

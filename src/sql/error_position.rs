@@ -28,6 +28,8 @@ enum Target {
     Literal(String),
     /// a quoted literal that is no JSON, for this reason (Postgres' message names no value)
     BadJson(String),
+    /// a number written as it is (`ORDER BY 5`)
+    Number(String),
 }
 
 fn target(e: &WeirError, is_dml: bool) -> Option<Target> {
@@ -90,6 +92,12 @@ fn target(e: &WeirError, is_dml: bool) -> Option<Target> {
                 None => rest.strip_suffix(" does not exist")?,
             };
             Some(Target::Call(f.rsplit('.').next().unwrap_or(f).to_owned()))
+        }
+        "42P10" => {
+            let n = m
+                .strip_prefix("ORDER BY position ")?
+                .strip_suffix(" is not in select list")?;
+            Some(Target::Number(n.to_owned()))
         }
         sqlstate::INVALID_TEXT_REPRESENTATION if m == "invalid input syntax for type json" => {
             Some(Target::BadJson(e.detail.clone()?))
@@ -188,6 +196,7 @@ fn locate(e: &WeirError, text: &str) -> Option<(usize, Option<String>)> {
                             if crate::sql::jsonb::check(s)
                                 .is_err_and(|e| e.detail.as_deref() == Some(why.as_str()))
                     ),
+                    Target::Number(v) => matches!(t, Token::Number(n, _) if n == v),
                     Target::Literal(v) => matches!(
                         t,
                         Token::SingleQuotedString(s)
@@ -307,6 +316,14 @@ mod tests {
                 "select id from t group by name"
             ),
             Some(8)
+        );
+        assert_eq!(
+            at(
+                "42P10",
+                "ORDER BY position 5 is not in select list",
+                "select a from g order by 1, 5"
+            ),
+            Some(29)
         );
         // an error that names nothing in the text has no place
         assert_eq!(

@@ -287,6 +287,10 @@ pub const JSON_IN: &str = "weir_json_in";
 /// array reads first (its elements are then cast to the element type), and array
 /// parameters (`server::params::type_array_placeholders`).
 pub const PARSE_ARRAY: &str = "weir_parse_array";
+/// `weir_array_elements(a)`: the elements of a multi-dimensional array as one dimension,
+/// what `unnest` gives one row each in Postgres (DataFusion's `unnest` of a nested list gives
+/// its sub-lists); `catalog/rewrite.rs` puts it around `unnest`'s arguments.
+pub const ARRAY_ELEMENTS: &str = "weir_array_elements";
 /// Text as `bytea` input (`sql::bytea_codec::bytea_in`).
 pub const BYTEA_IN: &str = "weir_bytea_in";
 /// Text as `interval` input, by Postgres' rules (`sql::interval_in`).
@@ -717,6 +721,18 @@ fn definitions() -> Vec<PgFunction> {
             array_dims,
         ),
         immutable("chr", TypeSignature::Any(1), |_| DataType::Utf8, chr),
+        immutable(
+            ARRAY_ELEMENTS,
+            TypeSignature::Any(1),
+            |t| t.first().map(elements_type).unwrap_or(DataType::Null),
+            |args, _| array_elements(&args[0]),
+        ),
+        immutable(
+            "trim_array",
+            TypeSignature::Any(2),
+            |t| t.first().cloned().unwrap_or(DataType::Null),
+            trim_array,
+        ),
         immutable(
             "array_fill",
             TypeSignature::OneOf(vec![TypeSignature::Any(2), TypeSignature::Any(3)]),
@@ -2493,6 +2509,91 @@ fn array_fill(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
         datafusion::arrow::buffer::OffsetBuffer::new(offsets.into()),
         values,
         None,
+    )?))
+}
+
+/// The type of [`ARRAY_ELEMENTS`]' result: a list of the innermost element type.
+fn elements_type(t: &DataType) -> DataType {
+    match t {
+        DataType::List(f) if matches!(f.data_type(), DataType::List(_)) => {
+            elements_type(f.data_type())
+        }
+        other => other.clone(),
+    }
+}
+
+/// [`ARRAY_ELEMENTS`]: each row's elements in storage order, whatever the array's
+/// dimensions; a one-dimensional array (or anything else) as it is.
+fn array_elements(a: &ArrayRef) -> DfResult<ArrayRef> {
+    let DataType::List(f) = a.data_type() else {
+        return Ok(a.clone());
+    };
+    let DataType::List(inner_field) = f.data_type() else {
+        return Ok(a.clone());
+    };
+    let outer = a.as_list::<i32>();
+    let inner = outer.values().as_list::<i32>();
+    // row i's sub-arrays are inner[o[i]..o[i + 1]], their elements inner.values()[p[o[i]]..]
+    let (o, p) = (outer.value_offsets(), inner.value_offsets());
+    let offsets: Vec<i32> = o.iter().map(|&k| p[k as usize]).collect();
+    let flat = datafusion::arrow::array::ListArray::try_new(
+        inner_field.clone(),
+        datafusion::arrow::buffer::OffsetBuffer::new(offsets.into()),
+        inner.values().clone(),
+        outer.nulls().cloned(),
+    )?;
+    array_elements(&(Arc::new(flat) as ArrayRef))
+}
+
+/// `trim_array(a, n)`: `a` without its last `n` elements (of the first dimension: a
+/// two-dimensional array loses rows), NULL when either is; 2202E when `n` is negative or
+/// more than the array holds, as in Postgres.
+fn trim_array(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
+    let DataType::List(field) = args[0].data_type() else {
+        return match args[0].data_type() {
+            DataType::Null => Ok(args[0].clone()),
+            other => Err(pg_error(
+                sqlstate::UNDEFINED_FUNCTION,
+                format!("function trim_array({other}, integer) does not exist"),
+            )),
+        };
+    };
+    let list = args[0].as_list::<i32>();
+    let n = cast(&args[1], &DataType::Int64)?;
+    let n = n.as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+    let mut take: Vec<u32> = Vec::new();
+    let mut offsets: Vec<i32> = Vec::with_capacity(rows + 1);
+    let mut valid: Vec<bool> = Vec::with_capacity(rows);
+    offsets.push(0);
+    for i in 0..rows {
+        if list.is_null(i) || n.is_null(i) {
+            valid.push(false);
+            offsets.push(take.len() as i32);
+            continue;
+        }
+        let (start, end) = (list.value_offsets()[i], list.value_offsets()[i + 1]);
+        let len = i64::from(end - start);
+        let cut = n.value(i);
+        if !(0..=len).contains(&cut) {
+            return Err(pg_error(
+                "2202E",
+                format!("number of elements to trim must be between 0 and {len}"),
+            ));
+        }
+        take.extend((start..end - cut as i32).map(|k| k as u32));
+        valid.push(true);
+        offsets.push(take.len() as i32);
+    }
+    let values = datafusion::arrow::compute::take(
+        list.values().as_ref(),
+        &datafusion::arrow::array::UInt32Array::from(take),
+        None,
+    )?;
+    Ok(Arc::new(datafusion::arrow::array::ListArray::try_new(
+        field.clone(),
+        datafusion::arrow::buffer::OffsetBuffer::new(offsets.into()),
+        values,
+        Some(valid.into()),
     )?))
 }
 
