@@ -1137,6 +1137,14 @@ impl Engine {
         q: &ast::Statement,
         params: Option<ParamValues>,
     ) -> Result<Output> {
+        if let ast::Statement::Insert(ins) = q {
+            crate::plan::insert_values::columns_once(ins.columns.iter().map(|c| {
+                c.0.last()
+                    .and_then(|p| p.as_ident())
+                    .map(crate::sql::parser::normalize_ident)
+                    .unwrap_or_default()
+            }))?;
+        }
         let filled = self.fill_defaults(q)?;
         let q = filled.as_ref().unwrap_or(q);
         let on_conflict =

@@ -208,9 +208,17 @@ fn from_arrow(e: &ArrowError) -> WeirError {
                 return e;
             }
             let lower = m.to_ascii_lowercase();
-            // "Can't cast value 4294967294 to type Int32": Postgres says "integer out of range"
-            if lower.starts_with("can't cast value") {
-                let pg = match m.rsplit("to type ").next().map(str::trim) {
+            // "Can't cast value 4294967294 to type Int32" (and a decimal's "value of 1e20 is
+            // out of range Int64"): Postgres says "integer out of range"
+            let integer_type = if lower.starts_with("can't cast value") {
+                m.rsplit("to type ").next()
+            } else if lower.starts_with("value of ") {
+                m.rsplit("is out of range ").next()
+            } else {
+                None
+            };
+            if integer_type.is_some() {
+                let pg = match integer_type.map(str::trim) {
                     Some("Int16") => Some("smallint"),
                     Some("Int32") => Some("integer"),
                     Some("Int64") => Some("bigint"),
@@ -378,7 +386,10 @@ fn numeric_overflow(m: &str) -> Option<WeirError> {
 }
 
 fn cast_message(m: &str) -> Option<WeirError> {
-    let (value, ty) = if let Some(rest) = m.strip_prefix("Cannot cast string '") {
+    let (value, ty) = if let Some(rest) = m
+        .strip_prefix("Cannot cast string '")
+        .or_else(|| m.strip_prefix("Cannot cast value '"))
+    {
         let (value, rest) = rest.rsplit_once("' to value of ")?;
         (value, rest.strip_suffix(" type").unwrap_or(rest))
     } else {
@@ -814,10 +825,14 @@ fn classify_execution_message(m: &str) -> WeirError {
     }
     if lower.contains("overflow") || lower.contains("out of range") {
         // arrow's kernels name the array type: say it as Postgres does
+        // (a numeric cast to an integer: "value of 1e20 is out of range Int64")
         for (arrow, pg) in [
             ("int16array", "smallint"),
             ("int32array", "integer"),
             ("int64array", "bigint"),
+            ("is out of range int16", "smallint"),
+            ("is out of range int32", "integer"),
+            ("is out of range int64", "bigint"),
         ] {
             if lower.contains(arrow) {
                 return WeirError::new(

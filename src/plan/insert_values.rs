@@ -193,6 +193,7 @@ pub fn scanned_rows(
     desc: &RelationDesc,
 ) -> crate::error::Result<Option<RecordBatch>> {
     use crate::error::{WeirError, sqlstate};
+    columns_once(scan.columns.iter().cloned())?;
     let targets: Vec<usize> = if scan.columns.is_empty() {
         (0..desc.columns.len()).collect()
     } else {
@@ -322,4 +323,18 @@ pub fn scanned_rows(
         }
     }
     Ok(Some(nullable_batch(&schema, columns)?))
+}
+
+/// An INSERT's target columns, each named once (Postgres' 42701).
+pub fn columns_once(names: impl Iterator<Item = String>) -> crate::error::Result<()> {
+    let mut seen = std::collections::HashSet::new();
+    for n in names {
+        if !seen.insert(n.clone()) {
+            return Err(crate::error::WeirError::new(
+                "42701",
+                format!("column \"{n}\" specified more than once"),
+            ));
+        }
+    }
+    Ok(())
 }

@@ -93,6 +93,12 @@ fn target(e: &WeirError, is_dml: bool) -> Option<Target> {
             };
             Some(Target::Call(f.rsplit('.').next().unwrap_or(f).to_owned()))
         }
+        sqlstate::NUMERIC_VALUE_OUT_OF_RANGE => {
+            // `'9999999999'::int`
+            let rest = m.strip_prefix("value \"")?;
+            let (value, _) = rest.split_once("\" is out of range for type ")?;
+            Some(Target::Literal(value.to_owned()))
+        }
         "42P10" => {
             let n = m
                 .strip_prefix("ORDER BY position ")?
