@@ -514,6 +514,11 @@ fn from_datafusion(e: &DataFusionError) -> WeirError {
     {
         return r;
     }
+    if let DataFusionError::Plan(m) | DataFusionError::Internal(m) = e
+        && let Some(w) = no_matching_signature(m)
+    {
+        return w;
+    }
     match e {
         DataFusionError::Context(_, inner) => from_datafusion(inner),
         DataFusionError::Shared(inner) => from_datafusion(inner),
@@ -770,27 +775,10 @@ fn undefined_function(msg: &str) -> WeirError {
     };
     let signature = quoted("argument types '").map(|sig| match sig.split_once('(') {
         Some((name, args)) => {
-            let args: Vec<String> = args
-                .trim_end_matches(')')
-                .split(',')
-                .map(str::trim)
+            let args: Vec<String> = top_level_items(args.strip_suffix(')').unwrap_or(args))
+                .into_iter()
                 .filter(|a| !a.is_empty())
-                .map(|a| match a {
-                    "Int16" => "smallint".to_owned(),
-                    "Int32" => "integer".to_owned(),
-                    "Int64" => "bigint".to_owned(),
-                    "Float32" => "real".to_owned(),
-                    "Float64" => "double precision".to_owned(),
-                    "Boolean" => "boolean".to_owned(),
-                    "Utf8" | "Utf8View" | "LargeUtf8" => "text".to_owned(),
-                    "Date32" => "date".to_owned(),
-                    "Null" => "unknown".to_owned(),
-                    t if t.starts_with("Decimal") => "numeric".to_owned(),
-                    t if t.starts_with("Timestamp") => "timestamp".to_owned(),
-                    t if t.starts_with("Interval") => "interval".to_owned(),
-                    t if t.starts_with("List") => "anyarray".to_owned(),
-                    other => other.to_lowercase(),
-                })
+                .map(pg_type_of_arrow_text)
                 .collect();
             format!("{}({})", name.to_lowercase(), args.join(", "))
         }
@@ -806,6 +794,100 @@ fn undefined_function(msg: &str) -> WeirError {
         ),
         None => WeirError::new(sqlstate::UNDEFINED_FUNCTION, msg.to_owned()),
     }
+}
+
+/// `a, Decimal128(10, 2), b` split at its top-level commas, each trimmed.
+fn top_level_items(text: &str) -> Vec<&str> {
+    let (mut items, mut depth, mut start) = (Vec::new(), 0i32, 0);
+    for (i, c) in text.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(text[start..i].trim());
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(text[start..].trim());
+    items
+}
+
+/// An Arrow type as DataFusion prints it (`Int64`, `Decimal128(10, 2)`, `List(Int64)`), in
+/// Postgres' name (`bigint`, `numeric`, `bigint[]`).
+fn pg_type_of_arrow_text(t: &str) -> String {
+    match t {
+        "Int16" => "smallint".to_owned(),
+        "Int32" => "integer".to_owned(),
+        "Int64" => "bigint".to_owned(),
+        "Float32" => "real".to_owned(),
+        "Float64" => "double precision".to_owned(),
+        "Boolean" => "boolean".to_owned(),
+        "Utf8" | "Utf8View" | "LargeUtf8" => "text".to_owned(),
+        "Date32" => "date".to_owned(),
+        "Null" => "unknown".to_owned(),
+        t if t.starts_with("Decimal") => "numeric".to_owned(),
+        t if t.starts_with("Timestamp") => "timestamp".to_owned(),
+        t if t.starts_with("Interval") => "interval".to_owned(),
+        t if t.starts_with("List(") => {
+            let inner = t["List(".len()..].strip_suffix(')').unwrap_or_default();
+            let inner = inner
+                .strip_prefix("nullable ")
+                .or_else(|| inner.strip_prefix("non-null "))
+                .unwrap_or(inner);
+            match pg_type_of_arrow_text(inner) {
+                known if !known.contains(['(', ' ', ':']) || known == "double precision" => {
+                    format!("{known}[]")
+                }
+                _ => "anyarray".to_owned(),
+            }
+        }
+        other => other.to_lowercase(),
+    }
+}
+
+/// "Function 'round' failed to match any signature, errors: ... expects 2 arguments but
+/// received 1 ... but received List(Decimal(2, 1)) (DataType: List(Decimal128(2, 1)))": no
+/// such function for these arguments (their type named when there is one argument, the only
+/// one DataFusion names).
+fn no_matching_signature(m: &str) -> Option<WeirError> {
+    if !m.contains("failed to match any signature") {
+        return None;
+    }
+    let name = m
+        .split_once("Function '")
+        .and_then(|(_, r)| r.split_once('\''))
+        .map_or("?", |(n, _)| n);
+    let one_argument =
+        m.contains("arguments but received 1,") || m.contains("arguments but received 1.");
+    let args = m
+        .split_once("(DataType: ")
+        .filter(|_| one_argument)
+        .map(|(_, rest)| {
+            // the type, up to its own closing parenthesis
+            let mut depth = 0i32;
+            let end = rest
+                .char_indices()
+                .find(|&(_, c)| {
+                    depth += match c {
+                        '(' => 1,
+                        ')' => -1,
+                        _ => 0,
+                    };
+                    depth < 0
+                })
+                .map_or(rest.len(), |(i, _)| i);
+            format!("({})", pg_type_of_arrow_text(&rest[..end]))
+        })
+        .unwrap_or_default();
+    Some(WeirError::new(
+        sqlstate::UNDEFINED_FUNCTION,
+        format!("function {}{args} does not exist", name.to_lowercase()),
+    )
+    .with_hint(
+        "No function matches the given name and argument types. You might need to add explicit type casts.",
+    ))
 }
 
 fn classify_execution_message(m: &str) -> WeirError {

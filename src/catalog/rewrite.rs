@@ -2249,6 +2249,7 @@ fn similar_to(expr: &mut Expr) -> crate::error::Result<()> {
 fn rewrite_expr(expr: &mut Expr) {
     int4_operands(expr);
     distinct_aggregate_in_order(expr);
+    percentiles_of_an_array(expr);
     match expr {
         // `pg_partition_ancestors('rel')` in a select list: the relation itself (see
         // `function_in_from`)
@@ -3657,6 +3658,46 @@ fn distinct_aggregate_in_order(expr: &mut Expr) {
     };
     l.clauses
         .push(ast::FunctionArgumentClause::OrderBy(vec![by]));
+}
+
+/// `percentile_cont(ARRAY[0.25, 0.5]) WITHIN GROUP (ORDER BY x)` (also `percentile_disc`):
+/// the array of each fraction's percentile, as Postgres answers it, written as `ARRAY[
+/// percentile_cont(0.25) WITHIN GROUP (ORDER BY x), ...]` (an array written out; an array
+/// value from elsewhere is left to the planner, which refuses it).
+fn percentiles_of_an_array(expr: &mut Expr) {
+    let Expr::Function(f) = expr else { return };
+    let Some(name) = last_name(&f.name) else {
+        return;
+    };
+    if !matches!(name.as_str(), "percentile_cont" | "percentile_disc") || f.within_group.is_empty()
+    {
+        return;
+    }
+    let FunctionArguments::List(l) = &f.args else {
+        return;
+    };
+    let [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(Expr::Array(arr)))] =
+        l.args.as_slice()
+    else {
+        return;
+    };
+    let elem = arr
+        .elem
+        .iter()
+        .map(|fraction| {
+            let mut one = f.clone();
+            if let FunctionArguments::List(l) = &mut one.args {
+                l.args = vec![ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(
+                    fraction.clone(),
+                ))];
+            }
+            Expr::Function(one)
+        })
+        .collect();
+    *expr = Expr::Array(ast::Array {
+        elem,
+        named: arr.named,
+    });
 }
 
 /// Postgres' aggregate functions by name (what makes a call an aggregate at the AST).
