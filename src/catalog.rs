@@ -621,12 +621,32 @@ impl RelationDesc {
     }
 }
 
-/// A client connection as `pg_stat_ssl` shows it.
+/// A client connection as `pg_stat_ssl` and `pg_stat_activity` show it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectionInfo {
     pub user: String,
     /// None for a plain connection.
     pub tls: Option<TlsInfo>,
+    /// The client's address and port.
+    pub client: Option<std::net::SocketAddr>,
+    /// When the connection logged in (microseconds since the epoch).
+    pub backend_start: i64,
+    pub activity: Activity,
+}
+
+/// What a connection is doing, as `pg_stat_activity` shows it: updated by the server when
+/// a statement starts and when it ends.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Activity {
+    /// `active`, `idle`, `idle in transaction`, `idle in transaction (aborted)`.
+    pub state: &'static str,
+    /// The statement running, or the last one run.
+    pub query: Option<Arc<str>>,
+    pub application_name: String,
+    /// Microseconds since the epoch.
+    pub query_start: Option<i64>,
+    pub xact_start: Option<i64>,
+    pub state_change: i64,
 }
 
 /// What a TLS connection negotiated.

@@ -8,7 +8,7 @@ use std::process::Command;
 use serde_json::Value;
 
 use crate::broker::Broker;
-use crate::harness::TestServer;
+use crate::harness::{TestServer, query_text};
 
 fn clients_dir() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
@@ -439,4 +439,104 @@ async fn console_in_headless_chromium() {
         let kept = dir.keep();
         println!("kept {}", kept.display());
     }
+}
+
+/// `pg_stat_activity` lists every connection: its user, application_name, address, the
+/// statement it runs (state `active`) or ran last (`idle`, `idle in transaction`), and when.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_stat_activity_shows_what_connections_run() {
+    let server = TestServer::start();
+    let (sleeper, connection) = tokio_postgres::connect(
+        &format!("{} application_name=sleeper", server.conn_string()),
+        tokio_postgres::NoTls,
+    )
+    .await
+    .expect("connect");
+    tokio::spawn(connection);
+    let watcher = server.connect().await;
+    let sleeper_pid: i32 = sleeper
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .expect("pid")
+        .get(0);
+    let sleeping = tokio::spawn(async move {
+        sleeper
+            .batch_execute("SELECT pg_sleep(1.5)")
+            .await
+            .expect("sleep");
+        sleeper
+    });
+    let query = format!(
+        "SELECT usename, application_name, client_addr, state, query, query_start >= backend_start, \
+         xact_start IS NOT NULL FROM pg_stat_activity WHERE pid = {sleeper_pid}"
+    );
+    let mut seen = Vec::new();
+    for _ in 0..50 {
+        seen = query_text(&watcher, &query).await;
+        if seen.first().is_some_and(|r| r[3] == "active") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        seen,
+        vec![vec![
+            "weir".to_string(),
+            "sleeper".into(),
+            "127.0.0.1".into(),
+            "active".into(),
+            "SELECT pg_sleep(1.5)".into(),
+            "t".into(),
+            "t".into(),
+        ]]
+    );
+    let sleeper = sleeping.await.expect("joined");
+    let state = format!(
+        "SELECT state, query, xact_start IS NULL FROM pg_stat_activity WHERE pid = {sleeper_pid}"
+    );
+    assert_eq!(
+        query_text(&watcher, &state).await,
+        vec![vec![
+            "idle".to_string(),
+            "SELECT pg_sleep(1.5)".into(),
+            "t".into()
+        ]]
+    );
+    sleeper
+        .batch_execute("BEGIN; SELECT 1")
+        .await
+        .expect("begin");
+    assert_eq!(
+        query_text(&watcher, &state).await,
+        vec![vec![
+            "idle in transaction".to_string(),
+            "BEGIN; SELECT 1".into(),
+            "f".into()
+        ]]
+    );
+    // the watcher sees itself running the query it runs
+    assert_eq!(
+        query_text(
+            &watcher,
+            "SELECT state, query FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+        )
+        .await,
+        vec![vec![
+            "active".to_string(),
+            "SELECT state, query FROM pg_stat_activity WHERE pid = pg_backend_pid()".into()
+        ]]
+    );
+    drop(sleeper);
+    for _ in 0..50 {
+        let n = query_text(
+            &watcher,
+            &format!("SELECT count(*) FROM pg_stat_activity WHERE pid = {sleeper_pid}"),
+        )
+        .await;
+        if n == vec![vec!["0".to_string()]] {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("a closed connection stays in pg_stat_activity");
 }

@@ -157,6 +157,98 @@ fn size_pretty(bytes: i64) -> String {
     format!("{} PB", half_rounded(size))
 }
 
+/// Postgres' `pg_size_bytes`: `1.5 GB` as 1610612736 (a number, maybe with a fraction and
+/// an exponent, then `bytes`, `kB`, `MB`, `GB`, `TB` or `PB` in any case, powers of 1024;
+/// Postgres 15's units), rounded half away from zero; 22023 for anything else, as Postgres
+/// words it.
+fn size_bytes(text: &str) -> crate::error::Result<i64> {
+    use crate::error::{WeirError, sqlstate};
+    let invalid = || {
+        WeirError::new(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            format!("invalid size: \"{text}\""),
+        )
+    };
+    let t = text.trim();
+    let number_end = t
+        .char_indices()
+        .find(|&(i, c)| {
+            !(c.is_ascii_digit()
+                || c == '.'
+                || ((c == '-' || c == '+') && (i == 0 || t[..i].ends_with(['e', 'E'])))
+                || ((c == 'e' || c == 'E')
+                    && t[i + 1..]
+                        .starts_with(|d: char| d.is_ascii_digit() || d == '-' || d == '+')))
+        })
+        .map_or(t.len(), |(i, _)| i);
+    let (number, unit) = (&t[..number_end], t[number_end..].trim());
+    // the number as digits and a power of ten: digits * 10^exp
+    let (mantissa, exp) = match number.find(['e', 'E']) {
+        Some(i) => (
+            &number[..i],
+            number[i + 1..].parse::<i32>().map_err(|_| invalid())?,
+        ),
+        None => (number, 0),
+    };
+    let negative = mantissa.starts_with('-');
+    let mantissa = mantissa.trim_start_matches(['-', '+']);
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    if (int.is_empty() && frac.is_empty())
+        || !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit())
+    {
+        return Err(invalid());
+    }
+    let multiplier: i128 = match unit.to_ascii_lowercase().as_str() {
+        "" | "bytes" => 1,
+        "kb" => 1 << 10,
+        "mb" => 1 << 20,
+        "gb" => 1 << 30,
+        "tb" => 1 << 40,
+        "pb" => 1 << 50,
+        _ => {
+            return Err(invalid()
+                .with_detail(format!("Invalid size unit: \"{unit}\"."))
+                .with_hint(
+                    "Valid units are \"bytes\", \"kB\", \"MB\", \"GB\", \"TB\", and \"PB\".",
+                ));
+        }
+    };
+    let out_of_range =
+        || WeirError::new(sqlstate::NUMERIC_VALUE_OUT_OF_RANGE, "bigint out of range");
+    let digits: String = format!("{int}{frac}");
+    let digits = digits.trim_start_matches('0');
+    let scale = frac.len() as i32 - exp;
+    if digits.len() > 30 || !(-20..=60).contains(&scale) {
+        return if digits.is_empty() {
+            Ok(0)
+        } else {
+            Err(out_of_range())
+        };
+    }
+    let value: i128 = if digits.is_empty() {
+        0
+    } else {
+        digits.parse().map_err(|_| invalid())?
+    };
+    let scaled = value.checked_mul(multiplier).ok_or_else(out_of_range)?;
+    let bytes = if scale <= 0 {
+        scaled
+            .checked_mul(
+                10i128
+                    .checked_pow((-scale) as u32)
+                    .ok_or_else(out_of_range)?,
+            )
+            .ok_or_else(out_of_range)?
+    } else if scale > 38 {
+        0
+    } else {
+        let d = 10i128.pow(scale as u32);
+        (scaled + d / 2) / d
+    };
+    let bytes = if negative { -bytes } else { bytes };
+    i64::try_from(bytes).map_err(|_| out_of_range())
+}
+
 pub use crate::sql::pg_text::parse_array_text;
 
 fn expand_fields(elem: DataType) -> datafusion::arrow::datatypes::Fields {
@@ -435,6 +527,25 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
                 .map(|v| v.map(size_pretty))
                 .collect::<StringArray>(),
         ))
+    });
+    register_fn(ctx, "pg_size_bytes", DataType::Int64, |args, rows| {
+        let Some(a) = args.first() else {
+            return Ok(Arc::new(datafusion::arrow::array::Int64Array::new_null(
+                rows,
+            )));
+        };
+        let a = as_str(a)?;
+        let mut out = datafusion::arrow::array::Int64Builder::with_capacity(rows);
+        for v in a.iter() {
+            match v {
+                None => out.append_null(),
+                Some(text) => out.append_value(
+                    size_bytes(text)
+                        .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?,
+                ),
+            }
+        }
+        Ok(Arc::new(out.finish()))
     });
     // LIKE ... ESCAPE 'c' with a pattern known only at run time (see the rewriter)
     register_fn(ctx, "weir_like_escape", DataType::Utf8, |args, rows| {
@@ -1121,6 +1232,78 @@ pub fn register_identity(ctx: &SessionContext, catalog: Arc<Catalog>, who: WhoAm
         let (catalog, who) = (catalog.clone(), who.clone());
         register_fn(ctx, "session_user", DataType::Utf8, move |_, rows| {
             Ok(constant_str(rows, catalog.role_name(who().1).as_deref()))
+        });
+    }
+    {
+        let (catalog, who) = (catalog.clone(), who.clone());
+        register_fn(ctx, "pg_has_role", DataType::Boolean, move |args, rows| {
+            // (role, privilege) or (user, role, privilege); names or OIDs
+            let (user_arg, role_arg, priv_arg) = match args {
+                [r, p] => (None, r, p),
+                [u, r, p] => (Some(u), r, p),
+                _ => {
+                    return Err(datafusion::error::DataFusionError::Plan(
+                        "pg_has_role takes (role, privilege) or (user, role, privilege)".into(),
+                    ));
+                }
+            };
+            let role_at = |a: &ArrayRef, i: usize| -> DfResult<Option<u32>> {
+                if a.data_type().is_integer() {
+                    let v = as_u32(a)?;
+                    return Ok((!v.is_null(i)).then(|| v.value(i)));
+                }
+                let v = as_str(a)?;
+                if v.is_null(i) {
+                    return Ok(None);
+                }
+                match catalog.role(v.value(i)) {
+                    Some(r) => Ok(Some(r.oid)),
+                    None => Err(datafusion::error::DataFusionError::External(Box::new(
+                        crate::error::WeirError::new(
+                            crate::error::sqlstate::UNDEFINED_OBJECT,
+                            format!("role \"{}\" does not exist", v.value(i)),
+                        ),
+                    ))),
+                }
+            };
+            let privs = as_str(priv_arg)?;
+            let mut out = BooleanBuilder::with_capacity(rows);
+            for i in 0..rows {
+                let user = match user_arg {
+                    Some(u) => role_at(u, i)?,
+                    None => Some(who().0),
+                };
+                let (Some(user), Some(role), false) =
+                    (user, role_at(role_arg, i)?, privs.is_null(i))
+                else {
+                    out.append_null();
+                    continue;
+                };
+                let mut any = false;
+                for word in privs.value(i).split(',') {
+                    let word = word.trim();
+                    let word = word
+                        .strip_suffix(" WITH ADMIN OPTION")
+                        .unwrap_or(word)
+                        .trim();
+                    any |= match word.to_ascii_uppercase().as_str() {
+                        // a member (directly or through other roles), or a superuser
+                        "MEMBER" | "SET" => user == role || catalog.is_member_of(user, role),
+                        // has the role's privileges now (inherits them)
+                        "USAGE" => catalog.has_owner_rights(user, role),
+                        _ => {
+                            return Err(datafusion::error::DataFusionError::External(Box::new(
+                                crate::error::WeirError::new(
+                                    crate::error::sqlstate::INVALID_PARAMETER_VALUE,
+                                    format!("unrecognized privilege type: \"{word}\""),
+                                ),
+                            )));
+                        }
+                    };
+                }
+                out.append_value(any);
+            }
+            Ok(Arc::new(out.finish()))
         });
     }
     register_fn(

@@ -1831,16 +1831,80 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 })
                 .collect(),
         )?,
-        "pg_stat_activity" => empty(&[
-            ("datid", oid()),
-            ("datname", name()),
-            ("pid", i4()),
-            ("usename", name()),
-            ("application_name", text()),
-            ("client_addr", text()),
-            ("state", text()),
-            ("query", text()),
-        ])?,
+        "pg_stat_activity" => {
+            let ts = || T::TimestampTz(None);
+            let micros = |t: Option<i64>| t.map(V::I).unwrap_or(V::Null);
+            build_table(
+                &[
+                    ("datid", oid()),
+                    ("datname", name()),
+                    ("pid", i4()),
+                    ("leader_pid", i4()),
+                    ("usesysid", oid()),
+                    ("usename", name()),
+                    ("application_name", text()),
+                    ("client_addr", text()),
+                    ("client_hostname", text()),
+                    ("client_port", i4()),
+                    ("backend_start", ts()),
+                    ("xact_start", ts()),
+                    ("query_start", ts()),
+                    ("state_change", ts()),
+                    ("wait_event_type", text()),
+                    ("wait_event", text()),
+                    ("state", text()),
+                    ("backend_xid", T::Int8),
+                    ("backend_xmin", T::Int8),
+                    ("query_id", T::Int8),
+                    ("query", text()),
+                    ("backend_type", text()),
+                ],
+                // (copied out first: no catalog lock is taken under the connections' lock)
+                catalog
+                    .connections
+                    .lock()
+                    .iter()
+                    .map(|(pid, c)| (*pid, c.clone()))
+                    .collect::<Vec<_>>()
+                    .iter()
+                    .map(|(pid, c)| {
+                        let a = &c.activity;
+                        vec![
+                            V::I(DATABASE_OID as i64),
+                            DATABASE_NAME.into(),
+                            V::I(*pid as i64),
+                            V::Null,
+                            catalog
+                                .role(&c.user)
+                                .map(|r| V::I(r.oid as i64))
+                                .unwrap_or(V::Null),
+                            c.user.as_str().into(),
+                            a.application_name.as_str().into(),
+                            c.client
+                                .map(|s| V::S(s.ip().to_string()))
+                                .unwrap_or(V::Null),
+                            V::Null,
+                            c.client.map(|s| V::I(s.port() as i64)).unwrap_or(V::Null),
+                            V::I(c.backend_start),
+                            micros(a.xact_start),
+                            micros(a.query_start),
+                            V::I(a.state_change),
+                            V::Null,
+                            V::Null,
+                            a.state.into(),
+                            V::Null,
+                            V::Null,
+                            V::Null,
+                            a.query
+                                .as_deref()
+                                .map(|q| V::S(q.to_owned()))
+                                .unwrap_or(V::Null),
+                            "client backend".into(),
+                        ]
+                    })
+                    .collect(),
+            )?
+        }
         _ => return Ok(None),
     }))
 }

@@ -315,6 +315,44 @@ impl Handle {
     }
 
     /// The connection's cancel target, reset for a new query.
+    /// `pg_stat_activity`: the connection runs `query` (None: it finished what it ran),
+    /// in the session's state and under its application_name.
+    fn note_activity<C: ClientInfo>(
+        &self,
+        client: &C,
+        session: &Session,
+        query: Option<&Arc<str>>,
+    ) {
+        let (pid, _) = client.pid_and_secret_key();
+        let mut connections = self.engine.catalog.connections.lock();
+        let Some(c) = connections.get_mut(&pid) else {
+            return;
+        };
+        let now = now_micros();
+        let a = &mut c.activity;
+        a.state = match (query.is_some(), session.tx_state()) {
+            (true, _) => "active",
+            (false, TxState::Idle) => "idle",
+            (false, TxState::InBlock) => "idle in transaction",
+            (false, TxState::Failed) => "idle in transaction (aborted)",
+        };
+        if let Some(q) = query {
+            a.query = Some(q.clone());
+            a.query_start = Some(now);
+        }
+        a.xact_start = match (session.in_transaction, a.xact_start, query.is_some()) {
+            (true, Some(t), _) => Some(t),
+            (true, None, _) | (false, _, true) => Some(now),
+            (false, _, false) => None,
+        };
+        if let Some(name) = session.get("application_name")
+            && name != a.application_name
+        {
+            a.application_name = name;
+        }
+        a.state_change = now;
+    }
+
     fn begin_query<C: ClientInfo>(&self, client: &C) -> Arc<QueryCancel> {
         let c = client
             .session_extensions()
@@ -819,11 +857,27 @@ impl Handle {
             .session_extensions()
             .get::<crate::server::tls::TlsSession>()
             .map(|t| t.info.clone());
+        let now = now_micros();
+        let application_name = client
+            .metadata()
+            .get("application_name")
+            .cloned()
+            .unwrap_or_default();
         self.engine.catalog.connections.lock().insert(
             pid,
             crate::catalog::ConnectionInfo {
                 user: role.name.clone(),
                 tls,
+                client: Some(client.socket_addr()),
+                backend_start: now,
+                activity: crate::catalog::Activity {
+                    state: "idle",
+                    query: None,
+                    application_name,
+                    query_start: None,
+                    xact_start: None,
+                    state_change: now,
+                },
             },
         );
         client.session_extensions().insert(Listed {
@@ -1004,6 +1058,11 @@ fn check_aborted<C: ClientInfo>(
     Ok(())
 }
 
+/// Now, in microseconds since the epoch (`pg_stat_activity`'s times).
+fn now_micros() -> i64 {
+    chrono::Utc::now().timestamp_micros()
+}
+
 fn wire_status(s: TxState) -> TransactionStatus {
     match s {
         TxState::Idle => TransactionStatus::Idle,
@@ -1132,6 +1191,7 @@ impl Handle {
         let last = statements.len() - 1;
         // several statements in one message run as one implicit transaction, as in Postgres
         session.implicit_transaction = statements.len() > 1;
+        let whole: Option<Arc<str>> = (statements.len() > 1).then(|| query.into());
         let mut copying = false;
         for (i, parsed) in statements.iter().enumerate() {
             // statement_timeout applies to each statement of the message
@@ -1139,6 +1199,12 @@ impl Handle {
                 cancel.reset();
             }
             let timer = cancel.arm(statement_timeout(&session, &parsed.stmt));
+            // (Postgres shows the message's whole text)
+            let text = match &whole {
+                Some(w) => w,
+                None => &parsed.text,
+            };
+            self.note_activity(client, &session, Some(text));
             let result = match check_aborted(client, &mut session, &parsed.stmt) {
                 Err(e) => Err(e),
                 Ok(())
@@ -1215,6 +1281,9 @@ impl Handle {
         if !session.in_transaction && !copying {
             session.undo.clear();
             self.engine.transaction_ended(&mut session).await;
+        }
+        if !copying {
+            self.note_activity(client, &session, None);
         }
         Ok(copying)
     }
@@ -1558,12 +1627,15 @@ impl ExtendedQueryHandler for Handle {
             &session,
             &portal.statement.statement.parsed.stmt,
         ));
+        self.note_activity(client, &session, Some(&parsed.text));
         let result = self
             .execute_portal(client, &mut session, portal, cancel, timer)
-            .await?;
-        if result.is_err() && session.in_transaction {
+            .await;
+        if matches!(&result, Ok(Err(_))) && session.in_transaction {
             session.aborted = true;
         }
+        self.note_activity(client, &session, None);
+        let result = result?;
         result.map_err(|e| err(placed(e, parsed)))
     }
 }
