@@ -621,9 +621,20 @@ impl RelationDesc {
     }
 }
 
+/// What `pg_cancel_backend` and `pg_terminate_backend` do to a connection (the server's
+/// interrupt of it).
+pub trait BackendSignals: Send + Sync {
+    /// Cancel the statement it runs (57014), as a cancel request does.
+    fn cancel(&self);
+    /// Stop what it runs and close it (FATAL 57P01).
+    fn terminate(&self);
+}
+
 /// A client connection as `pg_stat_ssl` and `pg_stat_activity` show it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct ConnectionInfo {
+    /// Reaches the connection (None in tests that list connections only).
+    pub signals: Option<Arc<dyn BackendSignals>>,
     pub user: String,
     /// None for a plain connection.
     pub tls: Option<TlsInfo>,

@@ -540,3 +540,108 @@ async fn pg_stat_activity_shows_what_connections_run() {
     }
     panic!("a closed connection stays in pg_stat_activity");
 }
+
+/// `pg_cancel_backend` stops another connection's statement (57014) and leaves it open;
+/// `pg_terminate_backend` closes it (57P01); a role that is not a superuser may signal only
+/// its own role's connections; an unknown pid is `false`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_cancel_and_terminate_backend() {
+    let server = TestServer::start();
+    let admin = server.connect().await;
+    let victim = server.connect().await;
+    let pid: i32 = victim
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .expect("pid")
+        .get(0);
+    let wait_active = |q: &'static str| {
+        let admin = &admin;
+        async move {
+            for _ in 0..100 {
+                let rows = query_text(
+                    admin,
+                    &format!("SELECT count(*) FROM pg_stat_activity WHERE pid = {pid} AND state = 'active' AND query = '{q}'"),
+                )
+                .await;
+                if rows == vec![vec!["1".to_string()]] {
+                    return;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+            }
+            panic!("{q} never ran");
+        }
+    };
+    let (victim, e) = {
+        let sleeping = tokio::spawn(async move {
+            let r = victim.batch_execute("SELECT pg_sleep(30)").await;
+            (victim, r)
+        });
+        wait_active("SELECT pg_sleep(30)").await;
+        assert_eq!(
+            query_text(&admin, &format!("SELECT pg_cancel_backend({pid})")).await,
+            vec![vec!["t".to_string()]]
+        );
+        let (victim, r) = sleeping.await.expect("joined");
+        (victim, r.expect_err("the sleep is canceled"))
+    };
+    assert_eq!(crate::harness::sqlstate(&e), "57014", "{e:?}");
+    // still open
+    assert_eq!(
+        query_text(&victim, "SELECT 1").await,
+        vec![vec!["1".to_string()]]
+    );
+    // signalling what is not a connection of this server
+    assert_eq!(
+        query_text(
+            &admin,
+            "SELECT pg_cancel_backend(-7), pg_terminate_backend(-7)"
+        )
+        .await,
+        vec![vec!["f".to_string(), "f".into()]]
+    );
+    // a role without superuser may not signal the superuser's connection
+    admin
+        .batch_execute("CREATE ROLE plain LOGIN PASSWORD 'pw'")
+        .await
+        .expect("role");
+    let (plain, connection) = tokio_postgres::connect(
+        &format!(
+            "host=127.0.0.1 port={} user=plain password=pw dbname=weir",
+            server.port()
+        ),
+        tokio_postgres::NoTls,
+    )
+    .await
+    .expect("connect as plain");
+    tokio::spawn(connection);
+    let refused = plain
+        .batch_execute(&format!("SELECT pg_terminate_backend({pid})"))
+        .await
+        .expect_err("refused");
+    assert_eq!(crate::harness::sqlstate(&refused), "42501", "{refused:?}");
+    // terminated: the idle connection is closed by the server
+    assert_eq!(
+        query_text(&admin, &format!("SELECT pg_terminate_backend({pid})")).await,
+        vec![vec!["t".to_string()]]
+    );
+    for _ in 0..100 {
+        if victim.is_closed() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+    }
+    assert!(victim.is_closed(), "the terminated connection is closed");
+    assert!(victim.batch_execute("SELECT 1").await.is_err());
+    for _ in 0..100 {
+        let n = query_text(
+            &admin,
+            &format!("SELECT count(*) FROM pg_stat_activity WHERE pid = {pid}"),
+        )
+        .await;
+        if n == vec![vec!["0".to_string()]] {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+    }
+    panic!("the terminated connection stays in pg_stat_activity");
+}

@@ -1234,6 +1234,68 @@ pub fn register_identity(ctx: &SessionContext, catalog: Arc<Catalog>, who: WhoAm
             Ok(constant_str(rows, catalog.role_name(who().1).as_deref()))
         });
     }
+    for (name, terminate) in [("pg_cancel_backend", false), ("pg_terminate_backend", true)] {
+        let (catalog, who) = (catalog.clone(), who.clone());
+        register_fn(ctx, name, DataType::Boolean, move |args, rows| {
+            // (pid) or, terminating, (pid, timeout): the timeout is not waited for
+            let Some(pids) = args.first() else {
+                return Err(datafusion::error::DataFusionError::Plan(format!(
+                    "{name} takes a backend's pid"
+                )));
+            };
+            let pids = cast(pids, &DataType::Int32)?;
+            let pids = pids.as_primitive::<datafusion::arrow::datatypes::Int32Type>();
+            let me = who().0;
+            let mut out = BooleanBuilder::with_capacity(rows);
+            for i in 0..rows {
+                if pids.is_null(i) {
+                    out.append_null();
+                    continue;
+                }
+                let target = catalog
+                    .connections
+                    .lock()
+                    .get(&pids.value(i))
+                    .map(|c| (c.user.clone(), c.signals.clone()));
+                // not a connection of this server: false (Postgres also warns)
+                let Some((user, Some(signals))) = target else {
+                    out.append_value(false);
+                    continue;
+                };
+                let target_role = catalog.role(&user);
+                let target_super = target_role.as_ref().is_some_and(|r| r.superuser);
+                let allowed = catalog.is_superuser(me)
+                    || (!target_super
+                        && target_role
+                            .is_some_and(|r| r.oid == me || catalog.is_member_of(me, r.oid)));
+                if !allowed {
+                    let message = match (terminate, target_super) {
+                        (false, true) => "must be a superuser to cancel superuser query",
+                        (true, true) => "must be a superuser to terminate superuser process",
+                        (false, false) => {
+                            "must be a member of the role whose query is being canceled or member of pg_signal_backend"
+                        }
+                        (true, false) => {
+                            "must be a member of the role whose process is being terminated or member of pg_signal_backend"
+                        }
+                    };
+                    return Err(datafusion::error::DataFusionError::External(Box::new(
+                        crate::error::WeirError::new(
+                            crate::error::sqlstate::INSUFFICIENT_PRIVILEGE,
+                            message,
+                        ),
+                    )));
+                }
+                if terminate {
+                    signals.terminate();
+                } else {
+                    signals.cancel();
+                }
+                out.append_value(true);
+            }
+            Ok(Arc::new(out.finish()))
+        });
+    }
     {
         let (catalog, who) = (catalog.clone(), who.clone());
         register_fn(ctx, "pg_has_role", DataType::Boolean, move |args, rows| {

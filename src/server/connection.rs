@@ -124,27 +124,60 @@ async fn message_loop(
             PgWireConnectionState::AwaitingStartup
                 | PgWireConnectionState::AuthenticationInProgress
         );
-        let next = if starting {
-            match tokio::time::timeout_at(startup_deadline, socket.next()).await {
-                Ok(m) => m,
-                Err(_) => return Ok(()),
-            }
-        } else if let Some(limit) = idle_limit(socket, &handle) {
-            match tokio::time::timeout(limit, socket.next()).await {
-                Ok(m) => m,
-                Err(_) => {
-                    info!(peer = %socket.socket_addr(), "idle-in-transaction timeout");
-                    send_fatal(
-                        socket,
-                        sqlstate::IDLE_IN_TRANSACTION_TIMEOUT,
-                        "terminating connection due to idle-in-transaction timeout",
-                    )
-                    .await;
-                    return Ok(());
+        // pg_terminate_backend
+        let interrupt = socket
+            .session_extensions()
+            .get::<crate::server::handler::QueryCancel>();
+        if interrupt.as_ref().is_some_and(|i| i.terminated()) {
+            info!(peer = %socket.socket_addr(), "terminated by pg_terminate_backend");
+            send_fatal(
+                socket,
+                crate::server::session::ADMIN_SHUTDOWN,
+                "terminating connection due to administrator command",
+            )
+            .await;
+            return Ok(());
+        }
+        // the next message; Stop when the connection ends without one (its FATAL sent)
+        enum Next<M> {
+            Message(M),
+            Stop,
+        }
+        let waiting = async {
+            if starting {
+                match tokio::time::timeout_at(startup_deadline, socket.next()).await {
+                    Ok(m) => Next::Message(m),
+                    Err(_) => Next::Stop,
                 }
+            } else if let Some(limit) = idle_limit(socket, &handle) {
+                match tokio::time::timeout(limit, socket.next()).await {
+                    Ok(m) => Next::Message(m),
+                    Err(_) => {
+                        info!(peer = %socket.socket_addr(), "idle-in-transaction timeout");
+                        send_fatal(
+                            socket,
+                            sqlstate::IDLE_IN_TRANSACTION_TIMEOUT,
+                            "terminating connection due to idle-in-transaction timeout",
+                        )
+                        .await;
+                        Next::Stop
+                    }
+                }
+            } else {
+                Next::Message(socket.next().await)
             }
-        } else {
-            socket.next().await
+        };
+        let next = match interrupt.filter(|_| !starting) {
+            // (or pg_terminate_backend, while it waits)
+            Some(i) => tokio::select! {
+                n = waiting => n,
+                _ = i.until_terminated() => continue,
+            },
+            None => waiting.await,
+        };
+        let next = match next {
+            Next::Message(m) => m,
+            Next::Stop => return Ok(()),
         };
         let msg = match next {
             None => return Ok(()),

@@ -843,7 +843,7 @@ impl Handle {
             .session_extensions()
             .get_or_insert_with(QueryCancel::default);
         let ckey = (pid, key.to_bytes());
-        self.cancels.map.lock().insert(ckey.clone(), cancel);
+        self.cancels.map.lock().insert(ckey.clone(), cancel.clone());
         client.session_extensions().insert(CancelGuard {
             key: ckey,
             registry: self.cancels.clone(),
@@ -866,6 +866,7 @@ impl Handle {
         self.engine.catalog.connections.lock().insert(
             pid,
             crate::catalog::ConnectionInfo {
+                signals: Some(cancel.clone()),
                 user: role.name.clone(),
                 tls,
                 client: Some(client.socket_addr()),

@@ -19,6 +19,8 @@ pub use crate::server::settings::{DEFAULT_SETTINGS, canonical_name, is_reported}
 pub enum InterruptReason {
     UserRequest = 1,
     StatementTimeout = 2,
+    /// `pg_terminate_backend`: the connection closes.
+    Terminate = 3,
 }
 
 /// Interrupts of the statement a connection is running: a cancel request or its
@@ -28,9 +30,44 @@ pub enum InterruptReason {
 pub struct Interrupt {
     flag: std::sync::atomic::AtomicU8,
     notify: tokio::sync::Notify,
+    /// `pg_terminate_backend` was called: never reset, the connection closes.
+    terminated: std::sync::atomic::AtomicBool,
+}
+
+impl crate::catalog::BackendSignals for Interrupt {
+    fn cancel(&self) {
+        self.raise(InterruptReason::UserRequest);
+    }
+    fn terminate(&self) {
+        self.terminated
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        // a statement running stops with the reason; a reset flag would lose it, so the
+        // flag is forced
+        self.flag.store(
+            InterruptReason::Terminate as u8,
+            std::sync::atomic::Ordering::SeqCst,
+        );
+        self.notify.notify_waiters();
+    }
 }
 
 impl Interrupt {
+    /// Whether `pg_terminate_backend` asked the connection to close.
+    pub fn terminated(&self) -> bool {
+        self.terminated.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Wait until `pg_terminate_backend` asks the connection to close.
+    pub async fn until_terminated(&self) {
+        loop {
+            let notified = self.notify.notified();
+            if self.terminated() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
     pub fn cancel(&self) {
         self.raise(InterruptReason::UserRequest);
     }
@@ -46,13 +83,16 @@ impl Interrupt {
     }
 
     pub fn reset(&self) {
-        self.flag.store(0, std::sync::atomic::Ordering::SeqCst);
+        if !self.terminated() {
+            self.flag.store(0, std::sync::atomic::Ordering::SeqCst);
+        }
     }
 
     pub fn reason(&self) -> Option<InterruptReason> {
         match self.flag.load(std::sync::atomic::Ordering::SeqCst) {
             1 => Some(InterruptReason::UserRequest),
             2 => Some(InterruptReason::StatementTimeout),
+            3 => Some(InterruptReason::Terminate),
             _ => None,
         }
     }
@@ -107,6 +147,9 @@ impl Drop for TimeoutGuard {
     }
 }
 
+/// Postgres' `admin_shutdown`, what `pg_terminate_backend` ends a connection with.
+pub const ADMIN_SHUTDOWN: &str = "57P01";
+
 pub fn interrupt_error(r: InterruptReason) -> crate::error::WeirError {
     match r {
         InterruptReason::UserRequest => crate::error::WeirError::new(
@@ -116,6 +159,10 @@ pub fn interrupt_error(r: InterruptReason) -> crate::error::WeirError {
         InterruptReason::StatementTimeout => crate::error::WeirError::new(
             crate::error::sqlstate::QUERY_CANCELED,
             "canceling statement due to statement timeout",
+        ),
+        InterruptReason::Terminate => crate::error::WeirError::new(
+            ADMIN_SHUTDOWN,
+            "terminating connection due to administrator command",
         ),
     }
 }
