@@ -1055,17 +1055,20 @@ impl Engine {
     /// A plan's output columns, each marked with the table column it reads when it is a
     /// plain column of a table, source or view (the table OID and attribute number clients
     /// see in RowDescription, as Postgres reports them).
+    /// (Also a column renamed, or read through a subquery: `SELECT name AS "Name"`, `SELECT
+    /// x.name FROM (SELECT name FROM t) x` are `t.name` to Postgres' clients.)
     fn result_schema(&self, plan: &LogicalPlan) -> SchemaRef {
         let fields: Vec<Field> = plan
             .schema()
             .iter()
             .map(|(q, f)| {
                 let mut f = f.as_ref().clone();
-                if let Some(q) = q
+                let column = datafusion::common::Column::new(q.cloned(), f.name());
+                if let Some((q, name)) = column_origin(plan, &column)
                     && matches!(q.schema(), None | Some("public"))
                     && let Some(e) = self.catalog.get(q.table())
                     && e.desc.kind != RelationKind::Sink
-                    && let Some(pos) = e.desc.columns.iter().position(|c| c.name == *f.name())
+                    && let Some(pos) = e.desc.columns.iter().position(|c| c.name == name)
                 {
                     let mut md = f.metadata().clone();
                     md.insert(TABLE_OID_KEY.into(), e.desc.oid.to_string());
@@ -2860,6 +2863,68 @@ pub(crate) async fn collect_plan(session: &Session, plan: LogicalPlan) -> Result
         .await?
         .collect()
         .await?)
+}
+
+/// The relation column a plan's output column `c` reads unchanged (through renames,
+/// filters, sorts, limits, joins and subqueries), as (relation, column name).
+fn column_origin(
+    plan: &LogicalPlan,
+    c: &datafusion::common::Column,
+) -> Option<(datafusion::common::TableReference, String)> {
+    use datafusion::logical_expr::Expr;
+    match plan {
+        LogicalPlan::TableScan(ts) => {
+            let ours = c
+                .relation
+                .as_ref()
+                .is_none_or(|r| r.resolved_eq(&ts.table_name));
+            (ours && ts.projected_schema.has_column(c))
+                .then(|| (ts.table_name.clone(), c.name.clone()))
+        }
+        LogicalPlan::Projection(p) => {
+            let i = p.schema.index_of_column(c).ok()?;
+            let mut e = p.expr.get(i)?;
+            while let Expr::Alias(a) = e {
+                e = &a.expr;
+            }
+            match e {
+                Expr::Column(inner) => column_origin(&p.input, inner),
+                _ => None,
+            }
+        }
+        LogicalPlan::SubqueryAlias(s) => {
+            let i = s.schema.index_of_column(c).ok()?;
+            let (q, f) = s.input.schema().qualified_field(i);
+            column_origin(
+                &s.input,
+                &datafusion::common::Column::new(q.cloned(), f.name()),
+            )
+        }
+        LogicalPlan::Filter(_)
+        | LogicalPlan::Sort(_)
+        | LogicalPlan::Limit(_)
+        | LogicalPlan::Repartition(_)
+        | LogicalPlan::Distinct(datafusion::logical_expr::Distinct::All(_)) => {
+            column_origin(plan.inputs().first()?, c)
+        }
+        // a GROUP BY column (the aggregate's first outputs), a window's input column
+        LogicalPlan::Aggregate(a) => {
+            let i = a.schema.index_of_column(c).ok()?;
+            match a.group_expr.get(i)? {
+                Expr::Column(inner) => column_origin(&a.input, inner),
+                _ => None,
+            }
+        }
+        LogicalPlan::Window(w) if w.input.schema().has_column(c) => column_origin(&w.input, c),
+        LogicalPlan::Join(j) => {
+            if j.left.schema().has_column(c) {
+                column_origin(&j.left, c)
+            } else {
+                column_origin(&j.right, c)
+            }
+        }
+        _ => None,
+    }
 }
 
 /// A DML statement's change, planned while its table's writer lock is held.

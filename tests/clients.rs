@@ -431,6 +431,10 @@ rsmd|amount|numeric|jt
 rsmd|at|timestamp|jt
 data|2|two|2.25|null
 data|3|three|null|2024-05-05 05:05:05.0
+rsmd2|Name|jt|0|20|0
+rsmd2|a2||2|0|0
+rsmd2|a3||2|12|3
+rsmd2|id|jt|0|10|0
 copyin|2
 copyout|10,copied/11,\"with,comma\"/
 uuid|UUID|a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11|uuid|1

@@ -72,6 +72,14 @@ pub fn field_infos(schema: &Schema, format_for: impl Fn(usize) -> FieldFormat) -
             let md = |k: &str| f.metadata().get(k).and_then(|v| v.parse::<i64>().ok());
             let table = md(crate::engine::TABLE_OID_KEY).map(|o| o as i32);
             let column = md(crate::engine::ATTNUM_KEY).map(|a| a as i16);
+            // a numeric computed by the query (`amount * 2`, `sum(amount)`, `1.5`) has no
+            // declared precision and scale in Postgres (-1); a column or cast declared
+            // `numeric(p, s)` has them
+            let declared = f.metadata().contains_key(crate::sql::types::PG_TYPE_KEY);
+            let typmod = match t {
+                SqlType::Numeric(_) if !declared => -1,
+                _ => t.typmod(),
+            };
             FieldInfo::new(
                 display_column_name(f.name()).to_owned(),
                 table,
@@ -79,7 +87,7 @@ pub fn field_infos(schema: &Schema, format_for: impl Fn(usize) -> FieldFormat) -
                 pg_wire_type(&t),
                 format_for(i),
             )
-            .with_type_modifier(t.typmod())
+            .with_type_modifier(typmod)
             .with_type_size(t.typlen())
         })
         .collect()

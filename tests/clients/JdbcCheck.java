@@ -48,6 +48,14 @@ public class JdbcCheck {
                     while (rs.next()) row("data", rs.getInt(1), rs.getString(2), rs.getBigDecimal(3), rs.getTimestamp(4));
                 }
             }
+            // a renamed table column keeps its table (and nullability); a computed numeric
+            // has no declared precision and scale, a cast to numeric(p, s) has them
+            try (Statement s = c.createStatement();
+                 ResultSet rs = s.executeQuery("SELECT name AS \"Name\", amount * 2 AS a2, amount::numeric(12, 3) AS a3, x.id FROM jt, (SELECT id FROM jt) x WHERE x.id = jt.id AND false")) {
+                ResultSetMetaData m = rs.getMetaData();
+                for (int i = 1; i <= m.getColumnCount(); i++)
+                    row("rsmd2", m.getColumnLabel(i), m.getTableName(i), m.isNullable(i), m.getPrecision(i), m.getScale(i));
+            }
             CopyManager cm = new CopyManager((BaseConnection) c);
             long n = cm.copyIn("COPY jt FROM STDIN (FORMAT csv)",
                 new java.io.StringReader("10,copied,1.25,2024-01-02 03:04:05\n11,\"with,comma\",,\n"));
