@@ -1171,6 +1171,14 @@ pub fn parse_tree(sql: &str, memory: usize) -> Result<Vec<Parsed>> {
             break;
         }
         let mut stmt = parse_one(&mut p).map_err(|e| pg_syntax_error(e, &index))?;
+        if let Statement::Query(q) | Statement::Dml(q) = &stmt
+            && let Some((word, at)) = reserved_word_as_name(q)
+        {
+            return Err(
+                WeirError::syntax(format!("syntax error at or near \"{word}\""))
+                    .with_position(index.position(at)),
+            );
+        }
         let next = p.peek_token();
         // `EMIT ON WINDOW CLOSE` ended the statement (see `preprocess`)
         if emit_marks.contains(&next.span.start) {
@@ -1202,6 +1210,123 @@ pub fn parse_tree(sql: &str, memory: usize) -> Result<Vec<Parsed>> {
         });
     }
     Ok(out)
+}
+
+/// Postgres' reserved words that sqlparser takes as a name where a name stands (`SELECT 1 +
+/// FROM t` reads a column "from"; `SELECT FROM WHERE` a table "where"): Postgres refuses
+/// them there, a syntax error at the word. (Not the ones that are values or functions
+/// without parentheses: `current_date`, `user`, `default`, ...)
+const RESERVED: &[&str] = &[
+    "all",
+    "analyse",
+    "analyze",
+    "and",
+    "any",
+    "as",
+    "asc",
+    "asymmetric",
+    "both",
+    "case",
+    "cast",
+    "check",
+    "collate",
+    "column",
+    "constraint",
+    "create",
+    "deferrable",
+    "desc",
+    "distinct",
+    "do",
+    "else",
+    "end",
+    "except",
+    "fetch",
+    "for",
+    "foreign",
+    "from",
+    "grant",
+    "group",
+    "having",
+    "in",
+    "initially",
+    "intersect",
+    "into",
+    "lateral",
+    "leading",
+    "limit",
+    "not",
+    "offset",
+    "on",
+    "only",
+    "or",
+    "order",
+    "placing",
+    "primary",
+    "references",
+    "returning",
+    "select",
+    "some",
+    "symmetric",
+    "table",
+    "then",
+    "to",
+    "trailing",
+    "union",
+    "unique",
+    "using",
+    "variadic",
+    "when",
+    "where",
+    "window",
+    "with",
+];
+
+/// The first reserved word a query or DML statement uses as an unquoted column or table
+/// name, and where it is.
+fn reserved_word_as_name(stmt: &ast::Statement) -> Option<(String, Location)> {
+    use std::ops::ControlFlow;
+    struct Find;
+    fn reserved(i: &ast::Ident) -> ControlFlow<(String, Location)> {
+        if i.quote_style.is_none() && RESERVED.contains(&i.value.to_ascii_lowercase().as_str()) {
+            return ControlFlow::Break((i.value.clone(), i.span.start));
+        }
+        ControlFlow::Continue(())
+    }
+    impl ast::Visitor for Find {
+        type Break = (String, Location);
+        fn pre_visit_expr(&mut self, e: &ast::Expr) -> ControlFlow<Self::Break> {
+            // (after a period any word is a name: `t.select`)
+            match e {
+                ast::Expr::Identifier(i) => reserved(i),
+                ast::Expr::CompoundIdentifier(ids) => {
+                    ids.first().map_or(ControlFlow::Continue(()), reserved)
+                }
+                ast::Expr::Function(f) if f.name.0.len() == 1 => f.name.0[0]
+                    .as_ident()
+                    .map_or(ControlFlow::Continue(()), reserved),
+                _ => ControlFlow::Continue(()),
+            }
+        }
+        fn pre_visit_relation(&mut self, r: &ast::ObjectName) -> ControlFlow<Self::Break> {
+            r.0.first()
+                .and_then(|p| p.as_ident())
+                .map_or(ControlFlow::Continue(()), reserved)
+        }
+        fn pre_visit_table_factor(&mut self, t: &ast::TableFactor) -> ControlFlow<Self::Break> {
+            let alias = match t {
+                ast::TableFactor::Table { alias, .. }
+                | ast::TableFactor::Derived { alias, .. }
+                | ast::TableFactor::Function { alias, .. }
+                | ast::TableFactor::UNNEST { alias, .. } => alias.as_ref(),
+                _ => None,
+            };
+            alias.map_or(ControlFlow::Continue(()), |a| reserved(&a.name))
+        }
+    }
+    match ast::Visit::visit(stmt, &mut Find) {
+        ControlFlow::Break(found) => Some(found),
+        ControlFlow::Continue(()) => None,
+    }
 }
 
 /// Whether a token is the unquoted word `w` (any case).
