@@ -679,6 +679,7 @@ impl Engine {
                     let _ = n.send(format!("relation \"{}\" already exists, skipping", ct.name));
                 }
                 let uniques = self.unique_indexes(ct)?;
+                self.check_constant_defaults(session, ct).await?;
                 self.create_table(ct, &parsed.text, session.role())?;
                 if let Some(on_commit) = ct.temporary
                     && !existed
@@ -2231,6 +2232,32 @@ impl Engine {
             .map(|c| (c.name.clone(), c.expr.clone()))
             .collect();
         checks::compile(ctx, &ct.name, &schema, &checks).map(|_| ())
+    }
+
+    /// A column default that is a quoted literal (`DEFAULT 'x'`, `DEFAULT 'x'::int`) must
+    /// read as the column's type: Postgres reads such a literal when it parses the CREATE
+    /// and refuses `a int DEFAULT 'x'` there (22P02), not at the first INSERT. (Other
+    /// defaults, `DEFAULT 99999999999` in an integer column too, fail per row, as there.)
+    async fn check_constant_defaults(&self, session: &Session, ct: &CreateTable) -> Result<()> {
+        for c in &ct.columns {
+            let Some(d) = &c.default else { continue };
+            let Ok(e) = crate::sql::parser::parse_expr_text(d) else {
+                continue;
+            };
+            let literal = |e: &ast::Expr| {
+                matches!(e, ast::Expr::Value(v) if matches!(v.value,
+                    ast::Value::SingleQuotedString(_) | ast::Value::EscapedStringLiteral(_)))
+            };
+            let quoted = match &e {
+                ast::Expr::Cast { expr, .. } => literal(expr),
+                other => literal(other),
+            };
+            if quoted {
+                let sql = format!("SELECT CAST(({d}) AS {})", c.ty.display_name());
+                self.run_scalar(session, &sql).await?;
+            }
+        }
+        Ok(())
     }
 
     fn create_table(&self, ct: &CreateTable, text: &str, owner: u32) -> Result<()> {

@@ -1292,7 +1292,7 @@ impl Engine {
     }
 
     /// One value from a one-row query (a default, a count).
-    async fn run_scalar(&self, session: &Session, sql: &str) -> Result<ArrayRef> {
+    pub(crate) async fn run_scalar(&self, session: &Session, sql: &str) -> Result<ArrayRef> {
         let q = crate::sql::parser::parse_query(sql)?;
         let plan = self.plan_ast(session, &ast::Statement::Query(q)).await?;
         let batches = crate::engine::collect_plan(session, plan).await?;

@@ -154,11 +154,21 @@ pub fn place(e: WeirError, text: &str, offset: usize) -> WeirError {
 /// The character (from 1) of `text` the error `e` points at, when exactly one place in
 /// the text is what the error names; and for a relation written `schema.name`, that.
 fn locate(e: &WeirError, text: &str) -> Option<(usize, Option<String>)> {
-    let first_word = text
+    let mut words = text
         .split(|c: char| !c.is_ascii_alphabetic())
-        .find(|w| !w.is_empty())
-        .unwrap_or_default()
-        .to_ascii_lowercase();
+        .filter(|w| !w.is_empty())
+        .map(|w| w.to_ascii_lowercase());
+    let first_word = words.next().unwrap_or_default();
+    // Postgres places no error of these utility statements (their names are looked up
+    // without a place in the text)
+    let second = words.next().unwrap_or_default();
+    if matches!(
+        first_word.as_str(),
+        "alter" | "truncate" | "comment" | "grant" | "revoke" | "drop"
+    ) || (first_word == "create" && matches!(second.as_str(), "index" | "unique"))
+    {
+        return None;
+    }
     let target = target(
         e,
         matches!(first_word.as_str(), "insert" | "update" | "with"),
