@@ -1032,7 +1032,8 @@ pub fn fix_planned(plan: LogicalPlan) -> DfResult<LogicalPlan> {
             let (p, c3) = real_math_in_double(p)?;
             let (p, c4) = nullable_scalar_subqueries(p)?;
             let (p, c5) = numeric_avg(p)?;
-            let c = c || c1 || c2 || c3 || c4 || c5;
+            let (p, c6) = recursive_term_metadata(p)?;
+            let c = c || c1 || c2 || c3 || c4 || c5 || c6;
             changed |= c;
             Ok(if c {
                 Transformed::yes(p)
@@ -1043,6 +1044,56 @@ pub fn fix_planned(plan: LogicalPlan) -> DfResult<LogicalPlan> {
             })
         })?
         .data)
+}
+
+/// `WITH RECURSIVE t AS (SELECT ARRAY[id] ... UNION ALL SELECT t.path || c.id ...)`: the
+/// recursive term's rows must have the first term's schema to the field metadata (its
+/// declared types: `integer[]`), which a computed column lacks ("Cannot project plan column
+/// 3 to expected output field 'path': field metadata differs"); the recursive term's
+/// columns are given the first term's metadata where they carry less.
+fn recursive_term_metadata(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
+    let LogicalPlan::RecursiveQuery(r) = &plan else {
+        return Ok((plan, false));
+    };
+    let (first, rest) = (r.static_term.schema(), r.recursive_term.schema());
+    if first.fields().len() != rest.fields().len() {
+        return Ok((plan, false));
+    }
+    let mut changed = false;
+    let exprs: Vec<Expr> = rest
+        .iter()
+        .zip(first.fields())
+        .map(|((q, f), want)| {
+            let column = Expr::Column(datafusion::common::Column::new(q.cloned(), f.name()));
+            let lacks = f.metadata() != want.metadata()
+                && f.metadata()
+                    .iter()
+                    .all(|(k, v)| want.metadata().get(k) == Some(v));
+            if lacks {
+                changed = true;
+                column.alias_qualified_with_metadata(
+                    q.cloned(),
+                    f.name(),
+                    Some(datafusion::common::metadata::FieldMetadata::from(
+                        want.metadata(),
+                    )),
+                )
+            } else {
+                column
+            }
+        })
+        .collect();
+    if !changed {
+        return Ok((plan, false));
+    }
+    let LogicalPlan::RecursiveQuery(mut r) = plan else {
+        return Err(datafusion::error::DataFusionError::Internal(
+            "matched a recursive query above".into(),
+        ));
+    };
+    let projected = datafusion::logical_expr::Projection::try_new(exprs, r.recursive_term.clone())?;
+    r.recursive_term = Arc::new(LogicalPlan::Projection(projected));
+    Ok((LogicalPlan::RecursiveQuery(r), true))
 }
 
 /// Numeric `*` and `/` as Postgres computes them (`sql::numeric`), and `date ± interval`

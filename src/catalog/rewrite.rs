@@ -2250,6 +2250,8 @@ fn rewrite_expr(expr: &mut Expr) {
     int4_operands(expr);
     distinct_aggregate_in_order(expr);
     percentiles_of_an_array(expr);
+    concatenated_null(expr);
+    overlaps_operator(expr);
     match expr {
         // `pg_partition_ancestors('rel')` in a select list: the relation itself (see
         // `function_in_from`)
@@ -3341,8 +3343,35 @@ fn array_of_subquery(q: ast::Query) -> Expr {
         && let ast::SelectItem::UnnamedExpr(e) | ast::SelectItem::ExprWithAlias { expr: e, .. } =
             &select.projection[0]
         && !contains_aggregate(e)
+        && !has_set_returning(e)
     {
         let mut inner = q.clone();
+        // the select list's one column, by position or alias, is its expression inside
+        // the aggregate (`ARRAY(SELECT x FROM t ORDER BY 1)`)
+        let alias = match &select.projection[0] {
+            ast::SelectItem::ExprWithAlias { alias, .. } => {
+                Some(crate::sql::parser::normalize_ident(alias))
+            }
+            _ => None,
+        };
+        if let Some(ast::OrderBy {
+            kind: ast::OrderByKind::Expressions(items),
+            ..
+        }) = inner.order_by.as_mut()
+        {
+            for item in items {
+                let itself = match &item.expr {
+                    Expr::Value(v) => matches!(&v.value, ast::Value::Number(n, _) if n == "1"),
+                    Expr::Identifier(i) => {
+                        alias.as_deref() == Some(crate::sql::parser::normalize_ident(i).as_str())
+                    }
+                    _ => false,
+                };
+                if itself {
+                    item.expr = e.clone();
+                }
+            }
+        }
         let order = inner
             .order_by
             .take()
@@ -3359,7 +3388,10 @@ fn array_of_subquery(q: ast::Query) -> Expr {
             vec![Expr::Subquery(Box::new(inner)), call("make_array", vec![])],
         );
     }
-    let sql = format!("(SELECT array_agg(weir_c) FROM ({q}) AS weir_s(weir_c))");
+    let sql = match ordered_elements(&q) {
+        Some(sql) => sql,
+        None => format!("(SELECT array_agg(weir_c) FROM ({q}) AS weir_s(weir_c))"),
+    };
     let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
     match datafusion::sql::sqlparser::parser::Parser::new(&dialect)
         .try_with_sql(&sql)
@@ -3369,6 +3401,66 @@ fn array_of_subquery(q: ast::Query) -> Expr {
         // unreachable for a query that parsed; keep the original call so planning reports it
         Err(_) => Expr::Subquery(Box::new(q)),
     }
+}
+
+/// `ARRAY(SELECT e FROM ... ORDER BY k)` whose `e` cannot go inside the aggregate (a
+/// set-returning function): the order keys become columns of the subquery and order the
+/// aggregate (a derived table's ORDER BY alone would not order it), `ORDER BY 1` or the
+/// column's alias being `e` itself.
+fn ordered_elements(q: &ast::Query) -> Option<String> {
+    let ast::SetExpr::Select(select) = q.body.as_ref() else {
+        return None;
+    };
+    let Some(ast::OrderBy {
+        kind: ast::OrderByKind::Expressions(items),
+        ..
+    }) = q.order_by.as_ref()
+    else {
+        return None;
+    };
+    let (e, alias) = match select.projection.as_slice() {
+        [SelectItem::UnnamedExpr(e)] => (e, None),
+        [SelectItem::ExprWithAlias { expr, alias }] => {
+            (expr, Some(crate::sql::parser::normalize_ident(alias)))
+        }
+        _ => return None,
+    };
+    let mut inner = q.clone();
+    inner.order_by = None;
+    let mut projection = vec![SelectItem::ExprWithAlias {
+        expr: e.clone(),
+        alias: Ident::new("weir_c"),
+    }];
+    let mut keys = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let itself = match &item.expr {
+            Expr::Value(v) => matches!(&v.value, ast::Value::Number(n, _) if n == "1"),
+            Expr::Identifier(id) => {
+                alias.as_deref() == Some(crate::sql::parser::normalize_ident(id).as_str())
+            }
+            _ => false,
+        };
+        let key = Ident::new(format!("weir_k{i}"));
+        projection.push(SelectItem::ExprWithAlias {
+            expr: if itself { e.clone() } else { item.expr.clone() },
+            alias: key.clone(),
+        });
+        keys.push(
+            ast::OrderByExpr {
+                expr: Expr::Identifier(key),
+                options: item.options.clone(),
+                with_fill: None,
+            }
+            .to_string(),
+        );
+    }
+    if let ast::SetExpr::Select(s) = inner.body.as_mut() {
+        s.projection = projection;
+    }
+    Some(format!(
+        "(SELECT array_agg(weir_c ORDER BY {}) FROM ({inner}) AS weir_s)",
+        keys.join(", ")
+    ))
 }
 
 /// A SELECT whose WHERE requires `attacl IS NOT NULL`: Weir has no column privileges, so
@@ -3698,6 +3790,96 @@ fn percentiles_of_an_array(expr: &mut Expr) {
         elem,
         named: arr.named,
     });
+}
+
+/// `(s1, e1) OVERLAPS (s2, e2)`: Postgres' `overlaps(s1, e1, s2, e2)`.
+fn overlaps_operator(expr: &mut Expr) {
+    if let Expr::BinaryOp {
+        left,
+        op: BinaryOperator::Overlaps,
+        right,
+    } = expr
+        && let (Expr::Tuple(l), Expr::Tuple(r)) = (left.as_ref(), right.as_ref())
+        && l.len() == 2
+        && r.len() == 2
+    {
+        let args = l.iter().chain(r.iter()).cloned().collect();
+        *expr = call("overlaps", args);
+    }
+}
+
+/// `x || NULL` and `NULL || x` with an untyped NULL: Postgres reads the NULL as `x`'s type,
+/// so an array is itself (`array_cat`: `ARRAY[1] || NULL` is `{1}`; DataFusion appended a
+/// NULL element) and text is NULL (`pg_functions::CONCAT_NULL`); `array_cat(x, NULL)` and
+/// `array_cat(NULL, x)` are `x`.
+fn concatenated_null(expr: &mut Expr) {
+    let is_null = |e: &Expr| matches!(e, Expr::Value(v) if v.value == ast::Value::Null);
+    match expr {
+        Expr::BinaryOp {
+            left,
+            op: BinaryOperator::StringConcat,
+            right,
+        } if is_null(left) != is_null(right) => {
+            let other = if is_null(left) { right } else { left };
+            let other = std::mem::replace(other.as_mut(), Expr::value(ast::Value::Null));
+            *expr = call(crate::sql::pg_functions::CONCAT_NULL, vec![other]);
+        }
+        // (`NULL || NULL`: text)
+        Expr::BinaryOp {
+            left,
+            op: BinaryOperator::StringConcat,
+            right,
+        } if is_null(left) && is_null(right) => *expr = parse_expr("CAST(NULL AS TEXT)"),
+        Expr::Function(f) if last_name(&f.name).as_deref() == Some("array_cat") => {
+            let FunctionArguments::List(l) = &f.args else {
+                return;
+            };
+            if let [
+                ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(a)),
+                ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(b)),
+            ] = l.args.as_slice()
+                && is_null(a) != is_null(b)
+            {
+                *expr = if is_null(a) { b.clone() } else { a.clone() };
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Whether `e` calls a set-returning function (at its own level, not in subqueries).
+fn has_set_returning(e: &Expr) -> bool {
+    struct Finder {
+        depth: usize,
+        found: bool,
+    }
+    impl ast::Visitor for Finder {
+        type Break = ();
+        fn pre_visit_query(&mut self, _: &ast::Query) -> ControlFlow<()> {
+            self.depth += 1;
+            ControlFlow::Continue(())
+        }
+        fn post_visit_query(&mut self, _: &ast::Query) -> ControlFlow<()> {
+            self.depth -= 1;
+            ControlFlow::Continue(())
+        }
+        fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
+            if self.depth == 0
+                && let Expr::Function(f) = e
+                && last_name(&f.name).is_some_and(|n| n == "unnest" || srf_list(&n).is_some())
+            {
+                self.found = true;
+                return ControlFlow::Break(());
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let mut f = Finder {
+        depth: 0,
+        found: false,
+    };
+    let _ = ast::Visit::visit(e, &mut f);
+    f.found
 }
 
 /// Postgres' aggregate functions by name (what makes a call an aggregate at the AST).

@@ -291,6 +291,10 @@ pub const PARSE_ARRAY: &str = "weir_parse_array";
 /// what `unnest` gives one row each in Postgres (DataFusion's `unnest` of a nested list gives
 /// its sub-lists); `catalog/rewrite.rs` puts it around `unnest`'s arguments.
 pub const ARRAY_ELEMENTS: &str = "weir_array_elements";
+/// `weir_concat_null(x)`: `x || NULL` with an untyped NULL, as Postgres resolves it: an
+/// array is itself (the NULL is an array: `array_cat`), anything else NULL (`catalog/
+/// rewrite.rs`).
+pub const CONCAT_NULL: &str = "weir_concat_null";
 /// Text as `bytea` input (`sql::bytea_codec::bytea_in`).
 pub const BYTEA_IN: &str = "weir_bytea_in";
 /// Text as `interval` input, by Postgres' rules (`sql::interval_in`).
@@ -726,6 +730,30 @@ fn definitions() -> Vec<PgFunction> {
             TypeSignature::Any(1),
             |t| t.first().map(elements_type).unwrap_or(DataType::Null),
             |args, _| array_elements(&args[0]),
+        ),
+        immutable(
+            "overlaps",
+            TypeSignature::Any(4),
+            |_| DataType::Boolean,
+            overlaps,
+        ),
+        immutable(
+            CONCAT_NULL,
+            TypeSignature::Any(1),
+            |t| match t.first() {
+                Some(DataType::Null) | None => DataType::Utf8,
+                Some(t) => t.clone(),
+            },
+            |args, rows| match args[0].data_type() {
+                DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(..) => {
+                    Ok(args[0].clone())
+                }
+                DataType::Null => Ok(datafusion::arrow::array::new_null_array(
+                    &DataType::Utf8,
+                    rows,
+                )),
+                other => Ok(datafusion::arrow::array::new_null_array(other, rows)),
+            },
         ),
         immutable(
             "trim_array",
@@ -2510,6 +2538,90 @@ fn array_fill(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
         values,
         None,
     )?))
+}
+
+/// `(s1, e1) OVERLAPS (s2, e2)` and `overlaps(s1, e1, s2, e2)`: whether two periods of
+/// dates, timestamps or times overlap, each the half-open `[start, end)` (an instant when
+/// start = end; ends given as intervals are added to their starts), by Postgres'
+/// `overlaps_timestamp` with its NULL rules (an end before its start swaps them).
+fn overlaps(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
+    use datafusion::arrow::datatypes::{Int64Type, TimeUnit};
+    let micros = |a: &ArrayRef| -> DfResult<Int64Array> {
+        let a = match a.data_type() {
+            DataType::Time32(_) | DataType::Time64(_) => cast(
+                &cast(a, &DataType::Time64(TimeUnit::Microsecond))?,
+                &DataType::Int64,
+            )?,
+            DataType::Null => cast(a, &DataType::Int64)?,
+            DataType::Timestamp(_, _) | DataType::Date32 | DataType::Date64 => cast(
+                &cast(a, &DataType::Timestamp(TimeUnit::Microsecond, None))?,
+                &DataType::Int64,
+            )?,
+            other => {
+                return Err(pg_error(
+                    sqlstate::UNDEFINED_FUNCTION,
+                    format!("function overlaps({other}) does not exist"),
+                ));
+            }
+        };
+        Ok(a.as_primitive::<Int64Type>().clone())
+    };
+    // an end written as an interval: its start plus it
+    let end = |start: &ArrayRef, e: &ArrayRef| -> DfResult<Int64Array> {
+        if matches!(e.data_type(), DataType::Interval(_)) {
+            let s = match start.data_type() {
+                DataType::Date32 | DataType::Date64 => {
+                    cast(start, &DataType::Timestamp(TimeUnit::Microsecond, None))?
+                }
+                _ => start.clone(),
+            };
+            let sum = datafusion::arrow::compute::kernels::numeric::add(&s, e)?;
+            micros(&sum)
+        } else {
+            micros(e)
+        }
+    };
+    let (s1, e1) = (micros(&args[0])?, end(&args[0], &args[1])?);
+    let (s2, e2) = (micros(&args[2])?, end(&args[2], &args[3])?);
+    let at = |a: &Int64Array, i: usize| (!a.is_null(i)).then(|| a.value(i));
+    let mut out = datafusion::arrow::array::BooleanBuilder::with_capacity(rows);
+    for i in 0..rows {
+        // a period: (start, end) with start <= end; a NULL start takes the end's place
+        let period = |s: Option<i64>, e: Option<i64>| match (s, e) {
+            (None, None) => None,
+            (None, Some(e)) => Some((e, None)),
+            (Some(s), None) => Some((s, None)),
+            (Some(s), Some(e)) => Some(if s > e { (e, Some(s)) } else { (s, Some(e)) }),
+        };
+        let (Some((ts1, te1)), Some((ts2, te2))) = (
+            period(at(&s1, i), at(&e1, i)),
+            period(at(&s2, i), at(&e2, i)),
+        ) else {
+            out.append_null();
+            continue;
+        };
+        let answer = if ts1 > ts2 {
+            match (te2, te1) {
+                (None, _) => None,
+                (Some(te2), _) if ts1 < te2 => Some(true),
+                (_, None) => None,
+                _ => Some(false),
+            }
+        } else if ts1 < ts2 {
+            match (te1, te2) {
+                (None, _) => None,
+                (Some(te1), _) if ts2 < te1 => Some(true),
+                (_, None) => None,
+                _ => Some(false),
+            }
+        } else if te1.is_none() || te2.is_none() {
+            None
+        } else {
+            Some(true)
+        };
+        out.append_option(answer);
+    }
+    Ok(Arc::new(out.finish()))
 }
 
 /// The type of [`ARRAY_ELEMENTS`]' result: a list of the innermost element type.
