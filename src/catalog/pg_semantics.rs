@@ -1219,6 +1219,13 @@ fn numeric_operators(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
                     Box::new(cast(*right, ts)),
                 ))));
             }
+            // `date - date` is an integer of days (DataFusion's a bigint)
+            if op == Operator::Minus && date(&lt) && date(&rt) {
+                return Ok(Transformed::yes(cast(
+                    Expr::BinaryExpr(BinaryExpr::new(left, op, right)),
+                    DataType::Int32,
+                )));
+            }
         }
         // a float divided by zero is an error in Postgres (IEEE: infinity or NaN)
         if op == Operator::Divide {
