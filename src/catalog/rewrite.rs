@@ -215,6 +215,10 @@ impl VisitorMut for PgRewriter {
         if let Some(w) = select.selection.as_mut() {
             row_in_subquery_conjuncts(w);
         }
+        // `GROUP BY ()` (alone: one group of every row; beside other keys: nothing)
+        if let ast::GroupByExpr::Expressions(exprs, _) = &mut select.group_by {
+            exprs.retain(|e| !matches!(e, Expr::Tuple(t) if t.is_empty()));
+        }
         // named as written, before the expressions are rewritten (`array_upper(a, 1)` is
         // "array_upper", `|/ x` is "?column?", whatever they become)
         name_select_items(&mut select.projection);
