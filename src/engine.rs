@@ -1573,6 +1573,7 @@ impl Engine {
             .catalog
             .get(&name)
             .ok_or_else(|| WeirError::undefined_table(&name))?;
+        assignments_convert(&dml.input, &entry.desc)?;
         let table = entry.table.clone().ok_or_else(|| {
             WeirError::new(
                 sqlstate::WRONG_OBJECT_TYPE,
@@ -2682,6 +2683,7 @@ impl Engine {
                 ));
             }
             insert_fills_first_columns(width, ins, &entry.desc)?;
+            values_convert(v, ins, &entry.desc)?;
         }
         // VALUES narrower than the table without a column list: the first columns (Postgres)
         let short = ins.columns.is_empty()
@@ -2890,6 +2892,180 @@ pub(crate) async fn collect_plan(session: &Session, plan: LogicalPlan) -> Result
         .await?
         .collect()
         .await?)
+}
+
+/// An INSERT's VALUES written as numbers or Booleans convert to their columns as Postgres
+/// reads them (DataFusion types a VALUES list by the table, so `VALUES (1)` into a Boolean
+/// column was `true`, into a date a day of 1970): 42804 where the column is not of that
+/// kind or text (see [`assignments_convert`] for other sources).
+fn values_convert(
+    values: &ast::Values,
+    ins: &ast::Insert,
+    desc: &crate::catalog::RelationDesc,
+) -> Result<()> {
+    let targets: Vec<Option<&ColumnDesc>> = if ins.columns.is_empty() {
+        desc.columns.iter().map(Some).collect()
+    } else {
+        ins.columns
+            .iter()
+            .map(|c| {
+                let n = crate::sql::parser::normalize_ident(c.0.last()?.as_ident()?);
+                desc.columns.iter().find(|d| d.name == n)
+            })
+            .collect()
+    };
+    for row in &values.rows {
+        for (e, column) in row.content.iter().zip(&targets) {
+            let Some(column) = column else { continue };
+            let value = match e {
+                ast::Expr::Value(v) => Some(&v.value),
+                ast::Expr::UnaryOp {
+                    op: ast::UnaryOperator::Minus | ast::UnaryOperator::Plus,
+                    expr,
+                } => match expr.as_ref() {
+                    ast::Expr::Value(v) if matches!(v.value, ast::Value::Number(..)) => {
+                        Some(&v.value)
+                    }
+                    _ => None,
+                },
+                _ => None,
+            };
+            let kind = match value {
+                Some(ast::Value::Number(n, _)) => {
+                    if n.contains(['.', 'e', 'E']) {
+                        "numeric"
+                    } else if n.parse::<i32>().is_ok() {
+                        "integer"
+                    } else if n.parse::<i64>().is_ok() {
+                        "bigint"
+                    } else {
+                        "numeric"
+                    }
+                }
+                Some(ast::Value::Boolean(_)) => "boolean",
+                _ => continue,
+            };
+            let fits = match &column.ty {
+                SqlType::Int2
+                | SqlType::Int4
+                | SqlType::Int8
+                | SqlType::Float4
+                | SqlType::Float8
+                | SqlType::Numeric(_)
+                | SqlType::Oid => kind != "boolean",
+                SqlType::Bool => kind == "boolean",
+                SqlType::Date
+                | SqlType::Time(_)
+                | SqlType::Timestamp(_)
+                | SqlType::TimestampTz(_)
+                | SqlType::Interval
+                | SqlType::Bytea
+                | SqlType::Uuid
+                | SqlType::Array(_) => false,
+                // text, varchar, char, json, enums, ...: written as text
+                _ => true,
+            };
+            if !fits {
+                return Err(WeirError::new(
+                    sqlstate::DATATYPE_MISMATCH,
+                    format!(
+                        "column \"{}\" is of type {} but expression is of type {kind}",
+                        column.name,
+                        column.ty.display_name()
+                    ),
+                )
+                .with_hint("You will need to rewrite or cast the expression."));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The values an INSERT or UPDATE writes convert to their columns' types as Postgres'
+/// assignment casts do: a number, Boolean, date, time or interval does not become a value
+/// of another of these kinds (`UPDATE t SET d = 5` with `d` a date, `b = 1` with `b` a
+/// Boolean: 42804, where an Arrow cast would make `1970-01-06` and `true`). Text becomes
+/// anything (a quoted literal is read as the column's type), and anything becomes text.
+fn assignments_convert(input: &LogicalPlan, desc: &crate::catalog::RelationDesc) -> Result<()> {
+    use datafusion::logical_expr::{Cast, Expr, ExprSchemable, TryCast};
+    let LogicalPlan::Projection(p) = input else {
+        return Ok(());
+    };
+    #[derive(PartialEq, Clone, Copy)]
+    enum Kind {
+        Number,
+        Boolean,
+        Date,
+        Timestamp,
+        Time,
+        Interval,
+        Other,
+    }
+    let kind = |t: &DataType| match t {
+        t if t.is_numeric() => Kind::Number,
+        DataType::Boolean => Kind::Boolean,
+        DataType::Date32 | DataType::Date64 => Kind::Date,
+        DataType::Timestamp(..) => Kind::Timestamp,
+        DataType::Time32(_) | DataType::Time64(_) => Kind::Time,
+        DataType::Interval(_) => Kind::Interval,
+        _ => Kind::Other,
+    };
+    let input_schema = p.input.schema();
+    for (e, field) in p.expr.iter().zip(p.schema.fields()) {
+        let mut e = e;
+        while let Expr::Alias(a) = e {
+            e = &a.expr;
+        }
+        let (Expr::Cast(Cast { expr, .. }) | Expr::TryCast(TryCast { expr, .. })) = e else {
+            continue;
+        };
+        let Ok(from) = expr.get_type(input_schema.as_ref()) else {
+            continue;
+        };
+        let (k_from, k_to) = (kind(&from), kind(field.data_type()));
+        let allowed = k_from == k_to
+            || k_from == Kind::Other
+            || k_to == Kind::Other
+            // Postgres' assignment casts between these kinds
+            || matches!(
+                (k_from, k_to),
+                (Kind::Date, Kind::Timestamp)
+                    | (Kind::Timestamp, Kind::Date)
+                    | (Kind::Timestamp, Kind::Time)
+                    | (Kind::Interval, Kind::Time)
+                    | (Kind::Time, Kind::Interval)
+            );
+        if allowed {
+            continue;
+        }
+        let Some(column) = desc.columns.iter().find(|c| c.name == *field.name()) else {
+            continue;
+        };
+        // (an integer constant that fits is Postgres' `integer`)
+        let from = match expr.as_ref() {
+            Expr::Literal(datafusion::common::ScalarValue::Int64(Some(v)), _)
+                if i32::try_from(*v).is_ok() =>
+            {
+                DataType::Int32
+            }
+            _ => from,
+        };
+        let shown = match crate::sql::types::SqlType::from_arrow(&from) {
+            Some(SqlType::Numeric(_)) => "numeric".to_owned(),
+            Some(t) => t.display_name(),
+            None => from.to_string(),
+        };
+        return Err(WeirError::new(
+            sqlstate::DATATYPE_MISMATCH,
+            format!(
+                "column \"{}\" is of type {} but expression is of type {shown}",
+                column.name,
+                column.ty.display_name()
+            ),
+        )
+        .with_hint("You will need to rewrite or cast the expression."));
+    }
+    Ok(())
 }
 
 /// The relation column a plan's output column `c` reads unchanged (through renames,
