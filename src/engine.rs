@@ -1629,9 +1629,10 @@ impl Engine {
         else {
             return Ok(());
         };
-        if entry.desc.generated.is_empty() {
-            return Ok(());
-        }
+        let is_default = |e: &ast::Expr| {
+            matches!(e, ast::Expr::Identifier(id)
+                if id.quote_style.is_none() && id.value.eq_ignore_ascii_case("default"))
+        };
         for a in u.assignments.iter_mut() {
             let ast::AssignmentTarget::ColumnName(target) = &a.target else {
                 continue;
@@ -1645,6 +1646,13 @@ impl Engine {
                 continue;
             };
             if entry.desc.generation_expr(&column).is_none() {
+                // `SET c = DEFAULT`: the column's default (NULL without one)
+                if is_default(&a.value) {
+                    a.value = match entry.desc.defaults.iter().find(|(c, _)| *c == column) {
+                        Some((_, d)) => crate::sql::parser::parse_expr_text(d)?,
+                        None => ast::Expr::value(ast::Value::Null),
+                    };
+                }
                 continue;
             }
             match &a.value {
