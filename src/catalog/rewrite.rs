@@ -2533,59 +2533,6 @@ fn rewrite_expr(expr: &mut Expr) {
                 *expr = e;
             }
         }
-        // `(s1, e1) OVERLAPS (s2, e2)`: Postgres' rule (each pair ordered; an interval as
-        // the second element is a length): the later start is before the other's end, or
-        // the starts are equal
-        Expr::BinaryOp {
-            left,
-            op: BinaryOperator::Overlaps,
-            right,
-        } if matches!((left.as_ref(), right.as_ref()), (Expr::Tuple(a), Expr::Tuple(b)) if a.len() == 2 && b.len() == 2) =>
-        {
-            let (Expr::Tuple(a), Expr::Tuple(b)) = (left.as_ref(), right.as_ref()) else {
-                return;
-            };
-            let period = |p: &[Expr]| -> (String, String) {
-                let start = format!("({})", p[0]);
-                let is_interval = matches!(&p[1], Expr::Interval(_))
-                    || matches!(
-                        &p[1],
-                        Expr::Cast {
-                            data_type: ast::DataType::Interval { .. },
-                            ..
-                        }
-                    );
-                let end = if is_interval {
-                    format!("({start} + {})", p[1])
-                } else {
-                    format!("({})", p[1])
-                };
-                // a NULL start takes the end's place; otherwise the earlier one starts
-                (
-                    format!(
-                        "(CASE WHEN {start} IS NULL THEN {end} WHEN {end} < {start} THEN {end} ELSE {start} END)"
-                    ),
-                    format!(
-                        "(CASE WHEN {start} IS NULL THEN NULL WHEN {end} < {start} THEN {start} ELSE {end} END)"
-                    ),
-                )
-            };
-            let ((s1, e1), (s2, e2)) = (period(a), period(b));
-            // NULL where Postgres' timestamp_overlaps answers NULL
-            let later = |s: &str, e_other: &str, e_own: &str| {
-                format!(
-                    "CASE WHEN {e_other} IS NULL THEN NULL WHEN {s} < {e_other} THEN true WHEN {e_own} IS NULL THEN NULL ELSE false END"
-                )
-            };
-            *expr = parse_expr(&format!(
-                "(CASE WHEN {s1} IS NULL OR {s2} IS NULL THEN NULL \
-                 WHEN {s1} > {s2} THEN {} \
-                 WHEN {s1} < {s2} THEN {} \
-                 ELSE CASE WHEN {e1} IS NULL OR {e2} IS NULL THEN NULL ELSE true END END)",
-                later(&s1, &e2, &e1),
-                later(&s2, &e1, &e2)
-            ));
-        }
         // `a[:n]`, `a[m:]`, `a[:]`: a slice from the array's first or to its last element
         Expr::CompoundFieldAccess { root, access_chain }
             if access_chain.iter().any(|a| {

@@ -737,6 +737,21 @@ fn definitions() -> Vec<PgFunction> {
             |_| DataType::Boolean,
             overlaps,
         ),
+        // `ROW(a, b)`: a record whose fields are f1, f2, ... as Postgres names them
+        // (DataFusion's `row` names them c0, c1, ...), so `(ROW(1, 2)).f2` reads one
+        immutable(
+            "row",
+            TypeSignature::VariadicAny,
+            |t| DataType::Struct(row_fields(t)),
+            |args, _| {
+                let types: Vec<DataType> = args.iter().map(|a| a.data_type().clone()).collect();
+                Ok(Arc::new(datafusion::arrow::array::StructArray::try_new(
+                    row_fields(&types),
+                    args.to_vec(),
+                    None,
+                )?))
+            },
+        ),
         immutable(
             CONCAT_NULL,
             TypeSignature::Any(1),
@@ -2622,6 +2637,15 @@ fn overlaps(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
         out.append_option(answer);
     }
     Ok(Arc::new(out.finish()))
+}
+
+/// The fields of `ROW(...)` of these types: f1, f2, ...
+fn row_fields(types: &[DataType]) -> datafusion::arrow::datatypes::Fields {
+    types
+        .iter()
+        .enumerate()
+        .map(|(i, t)| Field::new(format!("f{}", i + 1), t.clone(), true))
+        .collect()
 }
 
 /// The type of [`ARRAY_ELEMENTS`]' result: a list of the innermost element type.
