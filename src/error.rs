@@ -678,6 +678,9 @@ fn classify_plan_message(m: &str) -> WeirError {
             "for SELECT DISTINCT, ORDER BY expressions must appear in select list",
         );
     }
+    if let Some(e) = operator_does_not_exist(&msg) {
+        return e;
+    }
     if lower.starts_with("limit must be >= 0") {
         return WeirError::new("2201W", "LIMIT must not be negative");
     }
@@ -796,6 +799,65 @@ fn undefined_function(msg: &str) -> WeirError {
     }
 }
 
+/// DataFusion's type coercion failures of an operator in Postgres' words: "Cannot coerce
+/// arithmetic expression Int32 + Utf8 to valid types" (also comparisons and `||`) is 42883
+/// `operator does not exist: integer + text`; a non-Boolean operand of AND/OR is 42804
+/// `argument of AND must be type boolean, not type integer`.
+fn operator_does_not_exist(msg: &str) -> Option<WeirError> {
+    let operands = [
+        ("Cannot coerce arithmetic expression ", " to valid types"),
+        (
+            "Cannot infer common argument type for comparison operation ",
+            "",
+        ),
+        (
+            "Cannot infer common string type for string concat operation ",
+            "",
+        ),
+        (
+            "Cannot infer common argument type for logical boolean operation ",
+            "",
+        ),
+    ]
+    .iter()
+    .find_map(|(head, tail)| {
+        let rest = msg.strip_prefix(head)?;
+        Some(
+            rest.strip_suffix(tail)
+                .unwrap_or(rest)
+                .trim_end_matches('.'),
+        )
+    })?;
+    // "Int32 + Utf8": the operator is the one word between the two types
+    let items: Vec<&str> = operands.split(' ').collect();
+    let at = items.iter().position(|w| {
+        !w.is_empty() && w.chars().all(|c| !c.is_alphanumeric())
+            || w.eq_ignore_ascii_case("and")
+            || w.eq_ignore_ascii_case("or")
+    })?;
+    let (left, op, right) = (items[..at].join(" "), items[at], items[at + 1..].join(" "));
+    let (l, r) = (pg_type_of_arrow_text(&left), pg_type_of_arrow_text(&right));
+    if op.eq_ignore_ascii_case("and") || op.eq_ignore_ascii_case("or") {
+        let other = if l == "boolean" { r } else { l };
+        return Some(WeirError::new(
+            sqlstate::DATATYPE_MISMATCH,
+            format!(
+                "argument of {} must be type boolean, not type {other}",
+                op.to_uppercase()
+            ),
+        ));
+    }
+    Some(
+        WeirError::new(
+            sqlstate::UNDEFINED_FUNCTION,
+            format!("operator does not exist: {l} {op} {r}"),
+        )
+        .with_hint(
+            "No operator matches the given name and argument types. You might need to add explicit type casts.",
+        ),
+    )
+}
+
 /// `a, Decimal128(10, 2), b` split at its top-level commas, each trimmed.
 fn top_level_items(text: &str) -> Vec<&str> {
     let (mut items, mut depth, mut start) = (Vec::new(), 0i32, 0);
@@ -828,8 +890,13 @@ fn pg_type_of_arrow_text(t: &str) -> String {
         "Date32" => "date".to_owned(),
         "Null" => "unknown".to_owned(),
         t if t.starts_with("Decimal") => "numeric".to_owned(),
-        t if t.starts_with("Timestamp") => "timestamp".to_owned(),
+        // "Timestamp(µs)", "Timestamp(Microsecond, Some(\"UTC\"))"
+        t if t.starts_with("Timestamp") && (t.contains("Some(") || t.contains(", \"")) => {
+            "timestamp with time zone".to_owned()
+        }
+        t if t.starts_with("Timestamp") => "timestamp without time zone".to_owned(),
         t if t.starts_with("Interval") => "interval".to_owned(),
+        t if t.starts_with("Time") => "time without time zone".to_owned(),
         t if t.starts_with("List(") => {
             let inner = t["List(".len()..].strip_suffix(')').unwrap_or_default();
             let inner = inner

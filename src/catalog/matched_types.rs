@@ -145,6 +145,34 @@ fn read_as(e: &mut Expr, to: &Option<(Kind, DataType)>) -> bool {
     }
 }
 
+/// A quoted literal read as `to` now (Postgres reads it when it parses: `i IN (1, 'x')` is
+/// 22P02 `invalid input syntax for type integer: "x"` whatever the rows), replaced by the
+/// value; false for anything else.
+fn read_literal_now(e: &mut Expr, to: &DataType, pg_name: &str) -> Result<bool> {
+    let Expr::Literal(v, _) = &*e else {
+        return Ok(false);
+    };
+    let text = match v {
+        ScalarValue::Utf8(Some(t))
+        | ScalarValue::LargeUtf8(Some(t))
+        | ScalarValue::Utf8View(Some(t)) => t.clone(),
+        _ => return Ok(false),
+    };
+    let strict = datafusion::arrow::compute::CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    match v.cast_to_with_options(to, &strict) {
+        Ok(read) if !read.is_null() => {
+            *e = Expr::Literal(read, None);
+            Ok(true)
+        }
+        _ => Err(DataFusionError::External(Box::new(
+            crate::error::invalid_input(pg_name, &text),
+        ))),
+    }
+}
+
 /// The type of a set operation's input's column `i`: as its projection writes it (a
 /// literal there is untyped), else as its schema says.
 fn input_column(input: &LogicalPlan, i: usize) -> Typed {
@@ -281,6 +309,66 @@ pub(crate) fn resolved_values(e: &mut Expr) -> Option<(&'static str, Vec<&mut Ex
 }
 
 fn expr(mut e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
+    use datafusion::logical_expr::{BinaryExpr, Operator};
+    let kind_of = |x: &Expr| typed_expr(x, schema).map(|(k, name, t)| (k, name, t));
+    match &mut e {
+        // a searched CASE's conditions are Booleans (`CASE WHEN i THEN ...`: 42804)
+        Expr::Case(c) if c.expr.is_none() => {
+            for (when, _) in &c.when_then_expr {
+                if let Some((k, name, _)) = kind_of(when)
+                    && k != Kind::Boolean
+                {
+                    return Err(DataFusionError::External(Box::new(WeirError::new(
+                        sqlstate::DATATYPE_MISMATCH,
+                        format!("argument of CASE/WHEN must be type boolean, not type {name}"),
+                    ))));
+                }
+            }
+        }
+        // `b = 'yes'`: a quoted literal compared with a Boolean is read as one
+        Expr::BinaryExpr(BinaryExpr { left, op, right })
+            if matches!(
+                op,
+                Operator::Eq
+                    | Operator::NotEq
+                    | Operator::Lt
+                    | Operator::LtEq
+                    | Operator::Gt
+                    | Operator::GtEq
+                    | Operator::IsDistinctFrom
+                    | Operator::IsNotDistinctFrom
+            ) =>
+        {
+            let boolean = |x: &Expr| match kind_of(x) {
+                Some((Kind::Boolean, name, t)) => Some((name, t)),
+                _ => None,
+            };
+            let (to_left, to_right) = (boolean(right), boolean(left));
+            let changed = match (to_left, to_right) {
+                (Some((name, t)), _) => read_literal_now(left.as_mut(), &t, &name)?,
+                (_, Some((name, t))) => read_literal_now(right.as_mut(), &t, &name)?,
+                _ => false,
+            };
+            if changed {
+                return Ok(Transformed::yes(e));
+            }
+        }
+        // `i IN (1, 'x')`: the quoted literals are read as the value's type (22P02 for 'x')
+        Expr::InList(l) => {
+            if let Some((k, name, t)) = kind_of(&l.expr)
+                && k != Kind::Text
+            {
+                let mut changed = false;
+                for item in l.list.iter_mut() {
+                    changed |= read_literal_now(item, &t, &name)?;
+                }
+                if changed {
+                    return Ok(Transformed::yes(e));
+                }
+            }
+        }
+        _ => {}
+    }
     let changed = match resolved_values(&mut e) {
         // (NULLIF of two kinds is Postgres' "operator does not exist", not refused here)
         Some((what, values)) if what != "NULLIF" => {
