@@ -2954,13 +2954,7 @@ fn values_convert(
                 _ => continue,
             };
             let fits = match &column.ty {
-                SqlType::Int2
-                | SqlType::Int4
-                | SqlType::Int8
-                | SqlType::Float4
-                | SqlType::Float8
-                | SqlType::Numeric(_)
-                | SqlType::Oid => kind != "boolean",
+                t if t.is_number() || *t == SqlType::Oid => kind != "boolean",
                 SqlType::Bool => kind == "boolean",
                 SqlType::Date
                 | SqlType::Time(_)
@@ -2974,15 +2968,11 @@ fn values_convert(
                 _ => true,
             };
             if !fits {
-                return Err(WeirError::new(
-                    sqlstate::DATATYPE_MISMATCH,
-                    format!(
-                        "column \"{}\" is of type {} but expression is of type {kind}",
-                        column.name,
-                        column.ty.display_name()
-                    ),
-                )
-                .with_hint("You will need to rewrite or cast the expression."));
+                return Err(crate::plan::insert_values::assignment_mismatch(
+                    &column.name,
+                    &column.ty,
+                    kind,
+                ));
             }
         }
     }
@@ -3063,15 +3053,11 @@ fn assignments_convert(input: &LogicalPlan, desc: &crate::catalog::RelationDesc)
             Some(t) => t.display_name(),
             None => from.to_string(),
         };
-        return Err(WeirError::new(
-            sqlstate::DATATYPE_MISMATCH,
-            format!(
-                "column \"{}\" is of type {} but expression is of type {shown}",
-                column.name,
-                column.ty.display_name()
-            ),
-        )
-        .with_hint("You will need to rewrite or cast the expression."));
+        return Err(crate::plan::insert_values::assignment_mismatch(
+            &column.name,
+            &column.ty,
+            &shown,
+        ));
     }
     Ok(())
 }

@@ -441,6 +441,18 @@ async fn console_in_headless_chromium() {
     }
 }
 
+/// Whether `sql` answers the one row `want` within about three seconds (asked every 30 ms).
+async fn answers_soon(client: &tokio_postgres::Client, sql: &str, want: &[&str]) -> bool {
+    let want = vec![want.iter().map(|w| w.to_string()).collect::<Vec<_>>()];
+    for _ in 0..100 {
+        if query_text(client, sql).await == want {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+    }
+    false
+}
+
 /// `pg_stat_activity` lists every connection: its user, application_name, address, the
 /// statement it runs (state `active`) or ran last (`idle`, `idle in transaction`), and when.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -470,25 +482,19 @@ async fn pg_stat_activity_shows_what_connections_run() {
         "SELECT usename, application_name, client_addr, state, query, query_start >= backend_start, \
          xact_start IS NOT NULL FROM pg_stat_activity WHERE pid = {sleeper_pid}"
     );
-    let mut seen = Vec::new();
-    for _ in 0..50 {
-        seen = query_text(&watcher, &query).await;
-        if seen.first().is_some_and(|r| r[3] == "active") {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert_eq!(
-        seen,
-        vec![vec![
-            "weir".to_string(),
-            "sleeper".into(),
-            "127.0.0.1".into(),
-            "active".into(),
-            "SELECT pg_sleep(1.5)".into(),
-            "t".into(),
-            "t".into(),
-        ]]
+    let want = [
+        "weir",
+        "sleeper",
+        "127.0.0.1",
+        "active",
+        "SELECT pg_sleep(1.5)",
+        "t",
+        "t",
+    ];
+    assert!(
+        answers_soon(&watcher, &query, &want).await,
+        "{:?}",
+        query_text(&watcher, &query).await
     );
     let sleeper = sleeping.await.expect("joined");
     let state = format!(
@@ -527,18 +533,15 @@ async fn pg_stat_activity_shows_what_connections_run() {
         ]]
     );
     drop(sleeper);
-    for _ in 0..50 {
-        let n = query_text(
+    assert!(
+        answers_soon(
             &watcher,
             &format!("SELECT count(*) FROM pg_stat_activity WHERE pid = {sleeper_pid}"),
+            &["0"]
         )
-        .await;
-        if n == vec![vec!["0".to_string()]] {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    panic!("a closed connection stays in pg_stat_activity");
+        .await,
+        "a closed connection stays in pg_stat_activity"
+    );
 }
 
 /// `pg_cancel_backend` stops another connection's statement (57014) and leaves it open;
@@ -554,29 +557,18 @@ async fn pg_cancel_and_terminate_backend() {
         .await
         .expect("pid")
         .get(0);
-    let wait_active = |q: &'static str| {
-        let admin = &admin;
-        async move {
-            for _ in 0..100 {
-                let rows = query_text(
-                    admin,
-                    &format!("SELECT count(*) FROM pg_stat_activity WHERE pid = {pid} AND state = 'active' AND query = '{q}'"),
-                )
-                .await;
-                if rows == vec![vec!["1".to_string()]] {
-                    return;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(30)).await;
-            }
-            panic!("{q} never ran");
-        }
-    };
     let (victim, e) = {
         let sleeping = tokio::spawn(async move {
             let r = victim.batch_execute("SELECT pg_sleep(30)").await;
             (victim, r)
         });
-        wait_active("SELECT pg_sleep(30)").await;
+        let running = format!(
+            "SELECT count(*) FROM pg_stat_activity WHERE pid = {pid} AND state = 'active' AND query = 'SELECT pg_sleep(30)'"
+        );
+        assert!(
+            answers_soon(&admin, &running, &["1"]).await,
+            "the sleep never ran"
+        );
         assert_eq!(
             query_text(&admin, &format!("SELECT pg_cancel_backend({pid})")).await,
             vec![vec!["t".to_string()]]
@@ -632,16 +624,13 @@ async fn pg_cancel_and_terminate_backend() {
     }
     assert!(victim.is_closed(), "the terminated connection is closed");
     assert!(victim.batch_execute("SELECT 1").await.is_err());
-    for _ in 0..100 {
-        let n = query_text(
+    assert!(
+        answers_soon(
             &admin,
             &format!("SELECT count(*) FROM pg_stat_activity WHERE pid = {pid}"),
+            &["0"]
         )
-        .await;
-        if n == vec![vec!["0".to_string()]] {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
-    }
-    panic!("the terminated connection stays in pg_stat_activity");
+        .await,
+        "the terminated connection stays in pg_stat_activity"
+    );
 }

@@ -1212,6 +1212,27 @@ fn register_server_file_refusals(ctx: &SessionContext) {
     }
 }
 
+/// Row `i` of a role argument, by OID or by name (NULL: None); 42704 for a name no role has.
+fn role_oid_at(catalog: &Catalog, a: &ArrayRef, i: usize) -> DfResult<Option<u32>> {
+    if a.data_type().is_integer() {
+        let v = as_u32(a)?;
+        return Ok((!v.is_null(i)).then(|| v.value(i)));
+    }
+    let v = as_str(a)?;
+    if v.is_null(i) {
+        return Ok(None);
+    }
+    match catalog.role(v.value(i)) {
+        Some(r) => Ok(Some(r.oid)),
+        None => Err(datafusion::error::DataFusionError::External(Box::new(
+            crate::error::WeirError::new(
+                crate::error::sqlstate::UNDEFINED_OBJECT,
+                format!("role \"{}\" does not exist", v.value(i)),
+            ),
+        ))),
+    }
+}
+
 /// Who the session is, for the functions that answer it: `(current role, session user)`.
 pub type WhoAmI = Arc<dyn Fn() -> (u32, u32) + Send + Sync>;
 
@@ -1309,25 +1330,7 @@ pub fn register_identity(ctx: &SessionContext, catalog: Arc<Catalog>, who: WhoAm
                     ));
                 }
             };
-            let role_at = |a: &ArrayRef, i: usize| -> DfResult<Option<u32>> {
-                if a.data_type().is_integer() {
-                    let v = as_u32(a)?;
-                    return Ok((!v.is_null(i)).then(|| v.value(i)));
-                }
-                let v = as_str(a)?;
-                if v.is_null(i) {
-                    return Ok(None);
-                }
-                match catalog.role(v.value(i)) {
-                    Some(r) => Ok(Some(r.oid)),
-                    None => Err(datafusion::error::DataFusionError::External(Box::new(
-                        crate::error::WeirError::new(
-                            crate::error::sqlstate::UNDEFINED_OBJECT,
-                            format!("role \"{}\" does not exist", v.value(i)),
-                        ),
-                    ))),
-                }
-            };
+            let role_at = |a: &ArrayRef, i: usize| role_oid_at(&catalog, a, i);
             let privs = as_str(priv_arg)?;
             let mut out = BooleanBuilder::with_capacity(rows);
             for i in 0..rows {
@@ -1385,23 +1388,9 @@ pub fn register_identity(ctx: &SessionContext, catalog: Arc<Catalog>, who: WhoAm
                 }
             };
             let role_at = |i: usize| -> DfResult<Option<u32>> {
-                let Some(a) = role_arg else {
-                    return Ok(Some(who().0));
-                };
-                if a.data_type().is_integer() {
-                    let v = as_u32(a)?;
-                    return Ok((!v.is_null(i)).then(|| v.value(i)));
-                }
-                let v = as_str(a)?;
-                if v.is_null(i) {
-                    return Ok(None);
-                }
-                match catalog.role(v.value(i)) {
-                    Some(r) => Ok(Some(r.oid)),
-                    None => Err(datafusion::error::DataFusionError::Execution(format!(
-                        "role \"{}\" does not exist",
-                        v.value(i)
-                    ))),
+                match role_arg {
+                    Some(a) => role_oid_at(&catalog, a, i),
+                    None => Ok(Some(who().0)),
                 }
             };
             let tables_by_oid = table_arg.data_type().is_integer();

@@ -309,8 +309,8 @@ pub(crate) fn resolved_values(e: &mut Expr) -> Option<(&'static str, Vec<&mut Ex
 }
 
 fn expr(mut e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
-    use datafusion::logical_expr::{BinaryExpr, Operator};
-    let kind_of = |x: &Expr| typed_expr(x, schema).map(|(k, name, t)| (k, name, t));
+    use datafusion::logical_expr::BinaryExpr;
+    let kind_of = |x: &Expr| typed_expr(x, schema);
     match &mut e {
         // a searched CASE's conditions are Booleans (`CASE WHEN i THEN ...`: 42804)
         Expr::Case(c) if c.expr.is_none() => {
@@ -326,19 +326,8 @@ fn expr(mut e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
             }
         }
         // `b = 'yes'`: a quoted literal compared with a Boolean is read as one
-        Expr::BinaryExpr(BinaryExpr { left, op, right })
-            if matches!(
-                op,
-                Operator::Eq
-                    | Operator::NotEq
-                    | Operator::Lt
-                    | Operator::LtEq
-                    | Operator::Gt
-                    | Operator::GtEq
-                    | Operator::IsDistinctFrom
-                    | Operator::IsNotDistinctFrom
-            ) =>
-        {
+        // (`supports_propagation`: the comparisons, and the regex matches)
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) if op.supports_propagation() => {
             let boolean = |x: &Expr| match kind_of(x) {
                 Some((Kind::Boolean, name, t)) => Some((name, t)),
                 _ => None,

@@ -3399,7 +3399,7 @@ fn ordered_elements(q: &ast::Query) -> Option<String> {
         keys.push(
             ast::OrderByExpr {
                 expr: Expr::Identifier(key),
-                options: item.options.clone(),
+                options: item.options,
                 with_fill: None,
             }
             .to_string(),
@@ -3800,37 +3800,7 @@ fn concatenated_null(expr: &mut Expr) {
 
 /// Whether `e` calls a set-returning function (at its own level, not in subqueries).
 fn has_set_returning(e: &Expr) -> bool {
-    struct Finder {
-        depth: usize,
-        found: bool,
-    }
-    impl ast::Visitor for Finder {
-        type Break = ();
-        fn pre_visit_query(&mut self, _: &ast::Query) -> ControlFlow<()> {
-            self.depth += 1;
-            ControlFlow::Continue(())
-        }
-        fn post_visit_query(&mut self, _: &ast::Query) -> ControlFlow<()> {
-            self.depth -= 1;
-            ControlFlow::Continue(())
-        }
-        fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
-            if self.depth == 0
-                && let Expr::Function(f) = e
-                && last_name(&f.name).is_some_and(|n| n == "unnest" || srf_list(&n).is_some())
-            {
-                self.found = true;
-                return ControlFlow::Break(());
-            }
-            ControlFlow::Continue(())
-        }
-    }
-    let mut f = Finder {
-        depth: 0,
-        found: false,
-    };
-    let _ = ast::Visit::visit(e, &mut f);
-    f.found
+    calls_at_this_level(e, |n| n == "unnest" || srf_list(n).is_some())
 }
 
 /// Postgres' aggregate functions by name (what makes a call an aggregate at the AST).
@@ -3980,12 +3950,18 @@ fn distinct_cast_aggregates(q: &mut ast::Query) {
 }
 
 fn contains_aggregate(e: &Expr) -> bool {
-    /// Aggregate calls of this query level (not of subqueries inside it).
-    struct Finder {
+    calls_at_this_level(e, |n| AGGREGATES.contains(&n.to_lowercase().as_str()))
+}
+
+/// Whether `e` calls a function whose name `named` accepts, at its own query level (not in
+/// subqueries inside it).
+fn calls_at_this_level(e: &Expr, named: impl Fn(&str) -> bool) -> bool {
+    struct Finder<F> {
         depth: usize,
         found: bool,
+        named: F,
     }
-    impl ast::Visitor for Finder {
+    impl<F: Fn(&str) -> bool> ast::Visitor for Finder<F> {
         type Break = ();
         fn pre_visit_query(&mut self, _: &ast::Query) -> ControlFlow<()> {
             self.depth += 1;
@@ -3998,8 +3974,7 @@ fn contains_aggregate(e: &Expr) -> bool {
         fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
             if self.depth == 0
                 && let Expr::Function(f) = e
-                && last_name(&f.name)
-                    .is_some_and(|n| AGGREGATES.contains(&n.to_lowercase().as_str()))
+                && last_name(&f.name).is_some_and(|n| (self.named)(&n))
             {
                 self.found = true;
                 return ControlFlow::Break(());
@@ -4010,6 +3985,7 @@ fn contains_aggregate(e: &Expr) -> bool {
     let mut f = Finder {
         depth: 0,
         found: false,
+        named,
     };
     let _ = ast::Visit::visit(e, &mut f);
     f.found

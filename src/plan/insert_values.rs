@@ -235,27 +235,9 @@ pub fn scanned_rows(
     for (value, &col) in scan.values.iter().zip(&targets) {
         let c = &desc.columns[col];
         let ty = &c.ty;
-        let numeric = matches!(
-            ty,
-            SqlType::Int2
-                | SqlType::Int4
-                | SqlType::Int8
-                | SqlType::Float4
-                | SqlType::Float8
-                | SqlType::Numeric(_)
-        );
+        let numeric = ty.is_number();
         let textual = matches!(ty, SqlType::Text | SqlType::Varchar(_));
-        let mismatch = |kind: &str| {
-            WeirError::new(
-                sqlstate::DATATYPE_MISMATCH,
-                format!(
-                    "column \"{}\" is of type {} but expression is of type {kind}",
-                    c.name,
-                    ty.display_name()
-                ),
-            )
-            .with_hint("You will need to rewrite or cast the expression.")
-        };
+        let mismatch = |kind: &str| assignment_mismatch(&c.name, ty, kind);
         if value.kinds.boolean && !(textual || *ty == SqlType::Bool) {
             return Err(mismatch("boolean"));
         }
@@ -337,4 +319,17 @@ pub fn columns_once(names: impl Iterator<Item = String>) -> crate::error::Result
         }
     }
     Ok(())
+}
+
+/// A value of type `kind` (Postgres' name) written to a column it does not convert to on
+/// assignment: 42804, in Postgres' words.
+pub fn assignment_mismatch(column: &str, ty: &SqlType, kind: &str) -> crate::error::WeirError {
+    crate::error::WeirError::new(
+        crate::error::sqlstate::DATATYPE_MISMATCH,
+        format!(
+            "column \"{column}\" is of type {} but expression is of type {kind}",
+            ty.display_name()
+        ),
+    )
+    .with_hint("You will need to rewrite or cast the expression.")
 }

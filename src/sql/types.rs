@@ -126,6 +126,19 @@ pub enum SqlType {
 }
 
 impl SqlType {
+    /// One of Postgres' numeric types (its category N but `oid`).
+    pub fn is_number(&self) -> bool {
+        matches!(
+            self,
+            SqlType::Int2
+                | SqlType::Int4
+                | SqlType::Int8
+                | SqlType::Float4
+                | SqlType::Float8
+                | SqlType::Numeric(_)
+        )
+    }
+
     pub fn from_ast(dt: &ast::DataType) -> Result<SqlType> {
         use ast::DataType as D;
         Ok(match dt {
