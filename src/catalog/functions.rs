@@ -913,12 +913,37 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
     {
         let catalog = catalog.clone();
         register_fn(ctx, "pg_get_viewdef", DataType::Utf8, move |args, rows| {
-            map_u32_to_str(args, rows, |oid| {
+            let definition = |oid: u32| {
                 catalog
                     .get_by_oid(oid)
                     .and_then(|e| e.desc.query.clone())
                     .map(|q| format!(" {q};"))
-            })
+            };
+            // (also by name: `pg_get_viewdef('v')`, Postgres' older form)
+            if let Some(names) = args.first().filter(|a| {
+                matches!(
+                    a.data_type(),
+                    DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+                )
+            }) {
+                let names = as_str(names)?;
+                let mut out = Vec::with_capacity(names.len());
+                for n in names.iter() {
+                    out.push(match n {
+                        None => None,
+                        Some(n) => match relation_oid_of_name(&catalog, n) {
+                            Some(oid) => definition(oid),
+                            None => {
+                                return Err(datafusion::error::DataFusionError::External(
+                                    Box::new(crate::error::WeirError::undefined_table(n)),
+                                ));
+                            }
+                        },
+                    });
+                }
+                return Ok(Arc::new(StringArray::from(out)));
+            }
+            map_u32_to_str(args, rows, definition)
         });
     }
     register_fn(ctx, "quote_ident", DataType::Utf8, |args, rows| {

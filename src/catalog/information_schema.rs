@@ -20,6 +20,7 @@ const TABLES: &[&str] = &[
     "tables",
     "columns",
     "views",
+    "sequences",
     "table_constraints",
     "key_column_usage",
     "referential_constraints",
@@ -34,12 +35,13 @@ pub fn schema(catalog: Arc<Catalog>) -> GeneratedSchema {
     GeneratedSchema::new("information_schema", catalog, TABLES, build)
 }
 
-/// The relations clients see (sinks are not relations).
+/// The relations clients see as tables and views (sinks are not relations; sequences are
+/// not in `information_schema.tables` or `columns`, as in Postgres).
 fn relations(catalog: &Catalog) -> Vec<Arc<Entry>> {
     let mut v: Vec<_> = catalog
         .entries()
         .into_iter()
-        .filter(|e| e.desc.kind != RelationKind::Sink)
+        .filter(|e| !matches!(e.desc.kind, RelationKind::Sink | RelationKind::Sequence))
         .collect();
     v.sort_by(|a, b| a.desc.name.cmp(&b.desc.name));
     v
@@ -134,7 +136,7 @@ fn data_type(t: &T) -> (String, String) {
 
 fn table_type(kind: RelationKind) -> &'static str {
     match kind {
-        RelationKind::MaterializedView => "VIEW",
+        RelationKind::MaterializedView | RelationKind::View => "VIEW",
         _ => "BASE TABLE",
     }
 }
@@ -303,8 +305,15 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 ("is_trigger_deletable", T::Text),
                 ("is_trigger_insertable_into", T::Text),
             ],
+            // (plain views, as in Postgres, and the materialized views, which are Weir's
+            // views: a BI tool listing views finds them)
             rels.iter()
-                .filter(|e| e.desc.kind == RelationKind::MaterializedView)
+                .filter(|e| {
+                    matches!(
+                        e.desc.kind,
+                        RelationKind::MaterializedView | RelationKind::View
+                    )
+                })
                 .map(|e| {
                     vec![
                         db(),
@@ -325,6 +334,51 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     ]
                 })
                 .collect(),
+        )?,
+        "sequences" => build_table(
+            &[
+                ("sequence_catalog", T::Name),
+                ("sequence_schema", T::Name),
+                ("sequence_name", T::Name),
+                ("data_type", T::Text),
+                ("numeric_precision", T::Int4),
+                ("numeric_precision_radix", T::Int4),
+                ("numeric_scale", T::Int4),
+                ("start_value", T::Text),
+                ("minimum_value", T::Text),
+                ("maximum_value", T::Text),
+                ("increment", T::Text),
+                ("cycle_option", T::Text),
+            ],
+            {
+                let mut seqs: Vec<_> = catalog
+                    .entries()
+                    .into_iter()
+                    .filter(|e| e.desc.kind == RelationKind::Sequence)
+                    .collect();
+                seqs.sort_by(|a, b| a.desc.name.cmp(&b.desc.name));
+                seqs.iter()
+                    .map(|e| {
+                        let s =
+                            crate::catalog::sequences::SequenceSpec::from_options(&e.desc.options);
+                        let t = s.type_name();
+                        vec![
+                            db(),
+                            public(),
+                            e.desc.name.clone().into(),
+                            t.into(),
+                            V::I(if t == "integer" { 32 } else { 64 }),
+                            V::I(2),
+                            V::I(0),
+                            s.start.to_string().into(),
+                            s.min.to_string().into(),
+                            s.max.to_string().into(),
+                            s.increment.to_string().into(),
+                            yes_no(s.cycle),
+                        ]
+                    })
+                    .collect()
+            },
         )?,
         "table_constraints" => build_table(
             &[

@@ -1687,16 +1687,36 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
             ("refobjsubid", i4()),
             ("deptype", ch()),
         ])?,
-        "pg_sequence" => empty(&[
-            ("seqrelid", oid()),
-            ("seqtypid", oid()),
-            ("seqstart", T::Int8),
-            ("seqincrement", T::Int8),
-            ("seqmax", T::Int8),
-            ("seqmin", T::Int8),
-            ("seqcache", T::Int8),
-            ("seqcycle", b()),
-        ])?,
+        "pg_sequence" => build_table(
+            &[
+                ("seqrelid", oid()),
+                ("seqtypid", oid()),
+                ("seqstart", T::Int8),
+                ("seqincrement", T::Int8),
+                ("seqmax", T::Int8),
+                ("seqmin", T::Int8),
+                ("seqcache", T::Int8),
+                ("seqcycle", b()),
+            ],
+            catalog
+                .entries()
+                .into_iter()
+                .filter(|e| e.desc.kind == crate::catalog::RelationKind::Sequence)
+                .map(|e| {
+                    let s = crate::catalog::sequences::SequenceSpec::from_options(&e.desc.options);
+                    vec![
+                        e.desc.oid.into(),
+                        V::I(if s.type_name() == "integer" { 23 } else { 20 }),
+                        V::I(s.start),
+                        V::I(s.increment),
+                        V::I(s.max),
+                        V::I(s.min),
+                        V::I(1),
+                        s.cycle.into(),
+                    ]
+                })
+                .collect(),
+        )?,
         "pg_foreign_table" => empty(&[
             ("ftrelid", oid()),
             ("ftserver", oid()),

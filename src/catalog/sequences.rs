@@ -70,6 +70,17 @@ impl SequenceSpec {
         })
     }
 
+    /// The sequence's type as Postgres shows it: `integer` for one bounded by an integer's
+    /// range (`serial`, `AS integer`), else `bigint` (Weir keeps no declared type: a bigint
+    /// sequence whose bound is exactly 2147483647 shows as integer).
+    pub fn type_name(&self) -> &'static str {
+        if self.max == i64::from(i32::MAX) || self.min == i64::from(i32::MIN) {
+            "integer"
+        } else {
+            "bigint"
+        }
+    }
+
     pub fn options(&self) -> Vec<(String, String)> {
         vec![
             ("start".into(), self.start.to_string()),
