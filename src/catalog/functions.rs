@@ -528,6 +528,27 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
                 .collect::<StringArray>(),
         ))
     });
+    // `pg_settings.setting` of the session's value: in the setting's unit
+    // (`catalog/rewrite.rs::session_settings`)
+    register_fn(ctx, "weir_setting_in_unit", DataType::Utf8, |args, rows| {
+        let (Some(names), Some(values)) = (args.first(), args.get(1)) else {
+            return Ok(constant_str(rows, None));
+        };
+        let (names, values) = (as_str(names)?, as_str(values)?);
+        Ok(Arc::new(
+            names
+                .iter()
+                .zip(values.iter())
+                .map(|(n, v)| match (n, v) {
+                    (Some(n), Some(v)) => Some(crate::server::settings::in_unit(
+                        &crate::server::settings::normalize(n),
+                        v,
+                    )),
+                    _ => None,
+                })
+                .collect::<StringArray>(),
+        ))
+    });
     register_fn(ctx, "pg_size_bytes", DataType::Int64, |args, rows| {
         let Some(a) = args.first() else {
             return Ok(Arc::new(datafusion::arrow::array::Int64Array::new_null(

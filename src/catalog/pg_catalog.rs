@@ -367,6 +367,7 @@ const TABLES: &[&str] = &[
     "pg_trigger",
     "pg_rewrite",
     "pg_depend",
+    "pg_sequences",
     "pg_sequence",
     "pg_foreign_table",
     "pg_partitioned_table",
@@ -1405,15 +1406,17 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                         // the name as Postgres spells it (`TimeZone`); a query's `setting`
                         // is the session's (`catalog/rewrite.rs::session_settings`)
                         crate::server::settings::canonical_name(n).into(),
-                        (*v).into(),
-                        V::Null,
+                        crate::server::settings::in_unit(n, v).into(),
+                        crate::server::settings::unit_of(n)
+                            .map(V::from)
+                            .unwrap_or(V::Null),
                         "Weir".into(),
                         V::Null,
                         "user".into(),
-                        "string".into(),
+                        crate::server::settings::vartype_of(n, v).into(),
                         "default".into(),
-                        (*v).into(),
-                        (*v).into(),
+                        crate::server::settings::in_unit(n, v).into(),
+                        crate::server::settings::in_unit(n, v).into(),
                     ]
                 })
                 .collect(),
@@ -1687,6 +1690,46 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
             ("refobjsubid", i4()),
             ("deptype", ch()),
         ])?,
+        "pg_sequences" => build_table(
+            &[
+                ("schemaname", name()),
+                ("sequencename", name()),
+                ("sequenceowner", name()),
+                // (Postgres' is a regtype: its text is the same)
+                ("data_type", text()),
+                ("start_value", T::Int8),
+                ("min_value", T::Int8),
+                ("max_value", T::Int8),
+                ("increment_by", T::Int8),
+                ("cycle", b()),
+                ("cache_size", T::Int8),
+                ("last_value", T::Int8),
+            ],
+            catalog
+                .entries()
+                .into_iter()
+                .filter(|e| e.desc.kind == crate::catalog::RelationKind::Sequence)
+                .map(|e| {
+                    let s = crate::catalog::sequences::SequenceSpec::from_options(&e.desc.options);
+                    vec![
+                        "public".into(),
+                        e.desc.name.clone().into(),
+                        catalog.role_name(e.desc.owner).map(V::S).unwrap_or(V::Null),
+                        s.type_name().into(),
+                        V::I(s.start),
+                        V::I(s.min),
+                        V::I(s.max),
+                        V::I(s.increment),
+                        s.cycle.into(),
+                        V::I(1),
+                        catalog
+                            .sequence_last_value(e.desc.oid)
+                            .map(V::I)
+                            .unwrap_or(V::Null),
+                    ]
+                })
+                .collect(),
+        )?,
         "pg_sequence" => build_table(
             &[
                 ("seqrelid", oid()),

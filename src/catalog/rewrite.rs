@@ -269,8 +269,9 @@ fn session_settings(tf: &mut ast::TableFactor) {
         return;
     }
     let Some(q) = parse_query_text(
-        "SELECT name, current_setting(name) AS setting, unit, category, short_desc, context, \
-         vartype, source, boot_val, reset_val FROM pg_catalog.pg_settings",
+        "SELECT name, weir_setting_in_unit(name, current_setting(name)) AS setting, unit, \
+         category, short_desc, context, vartype, source, boot_val, reset_val \
+         FROM pg_catalog.pg_settings",
     ) else {
         return;
     };

@@ -141,6 +141,26 @@ impl Catalog {
             })
     }
 
+    /// The value `nextval` gave last (`pg_sequences.last_value`): this process's last, else
+    /// the value reserved ahead on disk (after a restart; Postgres also shows the value it
+    /// logged ahead), None for a sequence never used.
+    pub fn sequence_last_value(&self, oid: u32) -> Option<i64> {
+        let desc = self.sequence_desc(oid).ok()?;
+        let spec = SequenceSpec::from_options(&desc.options);
+        if let Some(c) = self.sequences.counters.lock().get(&oid) {
+            return c
+                .next
+                .and_then(|n| n.checked_sub(spec.increment))
+                .or(c.reserved);
+        }
+        self.store()
+            .get(&key(oid))
+            .ok()
+            .flatten()
+            .and_then(|v| v.try_into().ok())
+            .map(i64::from_be_bytes)
+    }
+
     /// The next value of a sequence (`nextval`).
     pub fn nextval(&self, oid: u32) -> Result<i64> {
         let desc = self.sequence_desc(oid)?;

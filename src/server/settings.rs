@@ -165,6 +165,44 @@ pub fn parse_duration(v: &str) -> Option<Duration> {
     Some(Duration::from_micros((ms * 1000.0) as u64))
 }
 
+/// The unit `pg_settings` gives a setting's value in (Postgres' base units), for those
+/// that have one.
+pub fn unit_of(name: &str) -> Option<&'static str> {
+    match name {
+        "statement_timeout" | "lock_timeout" | "idle_in_transaction_session_timeout" => Some("ms"),
+        "work_mem" => Some("kB"),
+        _ => None,
+    }
+}
+
+/// A setting's value as `pg_settings.setting` shows it: in [`unit_of`]'s unit where it has
+/// one (`work_mem = '2GB'` is `2097152`, `statement_timeout = '5s'` is `5000`), else as set.
+pub fn in_unit(name: &str, value: &str) -> String {
+    match unit_of(name) {
+        Some("ms") => parse_duration(value)
+            .map(|d| d.as_millis().to_string())
+            .unwrap_or_else(|| value.to_owned()),
+        Some("kB") => crate::limits::parse_size_with(value, 1024)
+            .map(|b| (b / 1024).to_string())
+            .unwrap_or_else(|_| value.to_owned()),
+        _ => value.to_owned(),
+    }
+}
+
+/// `pg_settings.vartype`: `integer` for the settings with a unit and the numbers, `bool`
+/// for the on/off ones, else `string`.
+pub fn vartype_of(name: &str, default: &str) -> &'static str {
+    if unit_of(name).is_some()
+        || (!default.is_empty() && default.bytes().all(|b| b.is_ascii_digit()))
+    {
+        "integer"
+    } else if matches!(default, "on" | "off") {
+        "bool"
+    } else {
+        "string"
+    }
+}
+
 /// A time setting as Postgres shows it: the largest unit that divides it (`1s`, `90s`,
 /// `1500ms`, `2min`), `0` when off.
 pub fn format_duration(d: Duration) -> String {
