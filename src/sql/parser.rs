@@ -1145,6 +1145,7 @@ pub fn parse_tree(sql: &str, memory: usize) -> Result<Vec<Parsed>> {
     let tokens = mark_asof_joins(tokens)?;
     let tokens = mark_symmetric_between(tokens);
     let tokens = trim_spaces_by_default(tokens);
+    let tokens = weaker_row_locks(tokens);
     let tokens = drop_collations(tokens)?;
     refuse_partitioning(&tokens)?;
     let tokens = mark_merge_actions(tokens);
@@ -1949,6 +1950,31 @@ fn trim_spaces_by_default(mut tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> 
             i,
             TokenWithSpan::new(Token::SingleQuotedString(" ".into()), span),
         );
+    }
+    tokens
+}
+
+/// `FOR NO KEY UPDATE` and `FOR KEY SHARE` (Postgres' weaker row locks, which sqlparser does
+/// not read) as `FOR UPDATE` and `FOR SHARE`, which Weir accepts and takes no row locks for
+/// (a SELECT ... FOR UPDATE reads as a SELECT; see docs/sql.md), so the strength changes
+/// nothing.
+fn weaker_row_locks(mut tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    if !tokens.iter().any(|t| is_word(t, "KEY")) {
+        return tokens;
+    }
+    let sig = significant(&tokens);
+    let mut drop = Vec::new();
+    for k in 0..sig.len() {
+        let t = |j: usize| sig.get(k + j).map(|&i| &tokens[i]);
+        let word = |j: usize, w: &str| t(j).is_some_and(|t| is_word(t, w));
+        if word(0, "FOR") && word(1, "NO") && word(2, "KEY") && word(3, "UPDATE") {
+            drop.extend([sig[k + 1], sig[k + 2]]);
+        } else if word(0, "FOR") && word(1, "KEY") && word(2, "SHARE") {
+            drop.push(sig[k + 1]);
+        }
+    }
+    for i in drop.into_iter().rev() {
+        tokens.remove(i);
     }
     tokens
 }
