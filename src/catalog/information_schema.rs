@@ -351,16 +351,10 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 ("cycle_option", T::Text),
             ],
             {
-                let mut seqs: Vec<_> = catalog
-                    .entries()
+                catalog
+                    .sequences()
                     .into_iter()
-                    .filter(|e| e.desc.kind == RelationKind::Sequence)
-                    .collect();
-                seqs.sort_by(|a, b| a.desc.name.cmp(&b.desc.name));
-                seqs.iter()
-                    .map(|e| {
-                        let s =
-                            crate::catalog::sequences::SequenceSpec::from_options(&e.desc.options);
+                    .map(|(e, s)| {
                         let t = s.type_name();
                         vec![
                             db(),

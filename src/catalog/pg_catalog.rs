@@ -1706,11 +1706,9 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 ("last_value", T::Int8),
             ],
             catalog
-                .entries()
+                .sequences()
                 .into_iter()
-                .filter(|e| e.desc.kind == crate::catalog::RelationKind::Sequence)
-                .map(|e| {
-                    let s = crate::catalog::sequences::SequenceSpec::from_options(&e.desc.options);
+                .map(|(e, s)| {
                     vec![
                         "public".into(),
                         e.desc.name.clone().into(),
@@ -1742,11 +1740,9 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 ("seqcycle", b()),
             ],
             catalog
-                .entries()
+                .sequences()
                 .into_iter()
-                .filter(|e| e.desc.kind == crate::catalog::RelationKind::Sequence)
-                .map(|e| {
-                    let s = crate::catalog::sequences::SequenceSpec::from_options(&e.desc.options);
+                .map(|(e, s)| {
                     vec![
                         e.desc.oid.into(),
                         V::I(if s.type_name() == "integer" { 23 } else { 20 }),

@@ -141,6 +141,22 @@ impl Catalog {
             })
     }
 
+    /// Every sequence with its parameters, by name (what `pg_sequence`, `pg_sequences` and
+    /// `information_schema.sequences` list).
+    pub fn sequences(&self) -> Vec<(std::sync::Arc<crate::catalog::Entry>, SequenceSpec)> {
+        let mut v: Vec<_> = self
+            .entries()
+            .into_iter()
+            .filter(|e| e.desc.kind == crate::catalog::RelationKind::Sequence)
+            .map(|e| {
+                let spec = SequenceSpec::from_options(&e.desc.options);
+                (e, spec)
+            })
+            .collect();
+        v.sort_by(|a, b| a.0.desc.name.cmp(&b.0.desc.name));
+        v
+    }
+
     /// The value `nextval` gave last (`pg_sequences.last_value`): this process's last, else
     /// the value reserved ahead on disk (after a restart; Postgres also shows the value it
     /// logged ahead), None for a sequence never used.
