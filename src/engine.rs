@@ -2691,7 +2691,7 @@ impl Engine {
                 ));
             }
             insert_fills_first_columns(width, ins, &entry.desc)?;
-            values_convert(v, ins, &entry.desc)?;
+            crate::plan::insert_values::values_convert(v, ins, &entry.desc)?;
         }
         // VALUES narrower than the table without a column list: the first columns (Postgres)
         let short = ins.columns.is_empty()
@@ -2902,83 +2902,6 @@ pub(crate) async fn collect_plan(session: &Session, plan: LogicalPlan) -> Result
         .await?)
 }
 
-/// An INSERT's VALUES written as numbers or Booleans convert to their columns as Postgres
-/// reads them (DataFusion types a VALUES list by the table, so `VALUES (1)` into a Boolean
-/// column was `true`, into a date a day of 1970): 42804 where the column is not of that
-/// kind or text (see [`assignments_convert`] for other sources).
-fn values_convert(
-    values: &ast::Values,
-    ins: &ast::Insert,
-    desc: &crate::catalog::RelationDesc,
-) -> Result<()> {
-    let targets: Vec<Option<&ColumnDesc>> = if ins.columns.is_empty() {
-        desc.columns.iter().map(Some).collect()
-    } else {
-        ins.columns
-            .iter()
-            .map(|c| {
-                let n = crate::sql::parser::normalize_ident(c.0.last()?.as_ident()?);
-                desc.columns.iter().find(|d| d.name == n)
-            })
-            .collect()
-    };
-    for row in &values.rows {
-        for (e, column) in row.content.iter().zip(&targets) {
-            let Some(column) = column else { continue };
-            let value = match e {
-                ast::Expr::Value(v) => Some(&v.value),
-                ast::Expr::UnaryOp {
-                    op: ast::UnaryOperator::Minus | ast::UnaryOperator::Plus,
-                    expr,
-                } => match expr.as_ref() {
-                    ast::Expr::Value(v) if matches!(v.value, ast::Value::Number(..)) => {
-                        Some(&v.value)
-                    }
-                    _ => None,
-                },
-                _ => None,
-            };
-            let kind = match value {
-                Some(ast::Value::Number(n, _)) => {
-                    if n.contains(['.', 'e', 'E']) {
-                        "numeric"
-                    } else if n.parse::<i32>().is_ok() {
-                        "integer"
-                    } else if n.parse::<i64>().is_ok() {
-                        "bigint"
-                    } else {
-                        "numeric"
-                    }
-                }
-                Some(ast::Value::Boolean(_)) => "boolean",
-                _ => continue,
-            };
-            let fits = match &column.ty {
-                t if t.is_number() || *t == SqlType::Oid => kind != "boolean",
-                SqlType::Bool => kind == "boolean",
-                SqlType::Date
-                | SqlType::Time(_)
-                | SqlType::Timestamp(_)
-                | SqlType::TimestampTz(_)
-                | SqlType::Interval
-                | SqlType::Bytea
-                | SqlType::Uuid
-                | SqlType::Array(_) => false,
-                // text, varchar, char, json, enums, ...: written as text
-                _ => true,
-            };
-            if !fits {
-                return Err(crate::plan::insert_values::assignment_mismatch(
-                    &column.name,
-                    &column.ty,
-                    kind,
-                ));
-            }
-        }
-    }
-    Ok(())
-}
-
 /// The values an INSERT or UPDATE writes convert to their columns' types as Postgres'
 /// assignment casts do: a number, Boolean, date, time or interval does not become a value
 /// of another of these kinds (`UPDATE t SET d = 5` with `d` a date, `b = 1` with `b` a
@@ -2988,25 +2911,6 @@ fn assignments_convert(input: &LogicalPlan, desc: &crate::catalog::RelationDesc)
     use datafusion::logical_expr::{Cast, Expr, ExprSchemable, TryCast};
     let LogicalPlan::Projection(p) = input else {
         return Ok(());
-    };
-    #[derive(PartialEq, Clone, Copy)]
-    enum Kind {
-        Number,
-        Boolean,
-        Date,
-        Timestamp,
-        Time,
-        Interval,
-        Other,
-    }
-    let kind = |t: &DataType| match t {
-        t if t.is_numeric() => Kind::Number,
-        DataType::Boolean => Kind::Boolean,
-        DataType::Date32 | DataType::Date64 => Kind::Date,
-        DataType::Timestamp(..) => Kind::Timestamp,
-        DataType::Time32(_) | DataType::Time64(_) => Kind::Time,
-        DataType::Interval(_) => Kind::Interval,
-        _ => Kind::Other,
     };
     let input_schema = p.input.schema();
     for (e, field) in p.expr.iter().zip(p.schema.fields()) {
@@ -3020,19 +2924,7 @@ fn assignments_convert(input: &LogicalPlan, desc: &crate::catalog::RelationDesc)
         let Ok(from) = expr.get_type(input_schema.as_ref()) else {
             continue;
         };
-        let (k_from, k_to) = (kind(&from), kind(field.data_type()));
-        let allowed = k_from == k_to
-            || k_from == Kind::Other
-            || k_to == Kind::Other
-            // Postgres' assignment casts between these kinds
-            || matches!(
-                (k_from, k_to),
-                (Kind::Date, Kind::Timestamp)
-                    | (Kind::Timestamp, Kind::Date)
-                    | (Kind::Timestamp, Kind::Time)
-                    | (Kind::Interval, Kind::Time)
-                    | (Kind::Time, Kind::Interval)
-            );
+        let allowed = crate::catalog::matched_types::assignable(&from, field.data_type());
         if allowed {
             continue;
         }

@@ -38,7 +38,7 @@ impl AnalyzerRule for MatchedTypes {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(crate) enum Kind {
     Text,
     Number,
     Boolean,
@@ -48,7 +48,7 @@ enum Kind {
     Bytes,
 }
 
-fn kind(t: &DataType) -> Option<Kind> {
+pub(crate) fn kind(t: &DataType) -> Option<Kind> {
     Some(match t {
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => Kind::Text,
         t if t.is_integer() || t.is_floating() => Kind::Number,
@@ -60,6 +60,23 @@ fn kind(t: &DataType) -> Option<Kind> {
         DataType::Binary | DataType::LargeBinary | DataType::BinaryView => Kind::Bytes,
         _ => return None,
     })
+}
+
+/// Whether a value of type `from` converts to `to` where it is written to a column, as
+/// Postgres' assignment casts convert: within a kind, from and to text, date ↔ timestamp,
+/// timestamp → time, time ↔ interval (a number does not become a Boolean, a date or bytes).
+pub(crate) fn assignable(from: &DataType, to: &DataType) -> bool {
+    let (Some(f), Some(t)) = (kind(from), kind(to)) else {
+        return true;
+    };
+    f == t
+        || f == Kind::Text
+        || t == Kind::Text
+        || matches!(
+            (f, t),
+            (Kind::Interval, Kind::Time) | (Kind::Time, Kind::Interval)
+        )
+        || (f == Kind::DateTime && t == Kind::Time && matches!(from, DataType::Timestamp(..)))
 }
 
 /// A value whose type Postgres has not decided: a quoted literal or NULL.

@@ -235,13 +235,11 @@ pub fn scanned_rows(
     for (value, &col) in scan.values.iter().zip(&targets) {
         let c = &desc.columns[col];
         let ty = &c.ty;
-        let numeric = ty.is_number();
-        let textual = matches!(ty, SqlType::Text | SqlType::Varchar(_));
         let mismatch = |kind: &str| assignment_mismatch(&c.name, ty, kind);
-        if value.kinds.boolean && !(textual || *ty == SqlType::Bool) {
+        if value.kinds.boolean && !literal_fits(ty, true) {
             return Err(mismatch("boolean"));
         }
-        if value.kinds.number && !(numeric || textual) {
+        if value.kinds.number && !literal_fits(ty, false) {
             return Err(mismatch("numeric"));
         }
         let texts: StringArray = match ty {
@@ -321,6 +319,18 @@ pub fn columns_once(names: impl Iterator<Item = String>) -> crate::error::Result
     Ok(())
 }
 
+/// Whether a Boolean (`boolean`) or number literal written to a column of type `ty` converts
+/// to it as Postgres' assignment casts do: into its own kind or a string type.
+pub fn literal_fits(ty: &SqlType, boolean: bool) -> bool {
+    let textual = matches!(ty, SqlType::Text | SqlType::Varchar(_) | SqlType::Bpchar(_));
+    textual
+        || if boolean {
+            *ty == SqlType::Bool
+        } else {
+            ty.is_number() || *ty == SqlType::Oid
+        }
+}
+
 /// A value of type `kind` (Postgres' name) written to a column it does not convert to on
 /// assignment: 42804, in Postgres' words.
 pub fn assignment_mismatch(column: &str, ty: &SqlType, kind: &str) -> crate::error::WeirError {
@@ -332,4 +342,67 @@ pub fn assignment_mismatch(column: &str, ty: &SqlType, kind: &str) -> crate::err
         ),
     )
     .with_hint("You will need to rewrite or cast the expression.")
+}
+
+/// An INSERT's VALUES written as numbers or Booleans convert to their columns as Postgres
+/// reads them (DataFusion types a VALUES list by the table, so `VALUES (1)` into a Boolean
+/// column was `true`, into a date a day of 1970): 42804 where the column is not of that
+/// kind or text (see `engine.rs::assignments_convert` for other sources).
+pub fn values_convert(
+    values: &ast::Values,
+    ins: &ast::Insert,
+    desc: &crate::catalog::RelationDesc,
+) -> crate::error::Result<()> {
+    let targets: Vec<Option<&crate::catalog::ColumnDesc>> = if ins.columns.is_empty() {
+        desc.columns.iter().map(Some).collect()
+    } else {
+        ins.columns
+            .iter()
+            .map(|c| {
+                let n = crate::sql::parser::normalize_ident(c.0.last()?.as_ident()?);
+                desc.columns.iter().find(|d| d.name == n)
+            })
+            .collect()
+    };
+    for row in &values.rows {
+        for (e, column) in row.content.iter().zip(&targets) {
+            let Some(column) = column else { continue };
+            let value = match e {
+                ast::Expr::Value(v) => Some(&v.value),
+                ast::Expr::UnaryOp {
+                    op: ast::UnaryOperator::Minus | ast::UnaryOperator::Plus,
+                    expr,
+                } => match expr.as_ref() {
+                    ast::Expr::Value(v) if matches!(v.value, ast::Value::Number(..)) => {
+                        Some(&v.value)
+                    }
+                    _ => None,
+                },
+                _ => None,
+            };
+            let boolean = match value {
+                Some(ast::Value::Number(..)) => false,
+                Some(ast::Value::Boolean(_)) => true,
+                _ => continue,
+            };
+            if !literal_fits(&column.ty, boolean) {
+                // (the literal's type as Postgres names it, for the message)
+                let kind = match value {
+                    Some(ast::Value::Number(n, _)) if !n.contains(['.', 'e', 'E']) => {
+                        if n.parse::<i32>().is_ok() {
+                            "integer"
+                        } else if n.parse::<i64>().is_ok() {
+                            "bigint"
+                        } else {
+                            "numeric"
+                        }
+                    }
+                    Some(ast::Value::Number(..)) => "numeric",
+                    _ => "boolean",
+                };
+                return Err(assignment_mismatch(&column.name, &column.ty, kind));
+            }
+        }
+    }
+    Ok(())
 }

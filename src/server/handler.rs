@@ -314,7 +314,6 @@ impl Handle {
         })
     }
 
-    /// The connection's cancel target, reset for a new query.
     /// `pg_stat_activity`: the connection runs `query` (None: it finished what it ran),
     /// in the session's state and under its application_name.
     fn note_activity<C: ClientInfo>(
@@ -353,6 +352,7 @@ impl Handle {
         a.state_change = now;
     }
 
+    /// The connection's cancel target, reset for a new query.
     fn begin_query<C: ClientInfo>(&self, client: &C) -> Arc<QueryCancel> {
         let c = client
             .session_extensions()
