@@ -153,6 +153,16 @@ pub fn session_context(
         .build();
     let ctx = SessionContext::new_with_state(state);
     let pg = Arc::new(GeneratedSchema::pg_catalog(catalog.clone()));
+    let information_schema = Arc::new(crate::catalog::information_schema::schema(catalog.clone()));
+    // the system relations' columns for pg_attribute (once per process: they are fixed)
+    crate::catalog::pg_catalog::set_system_schemas(|namespace, name| {
+        let schema = if namespace == crate::catalog::INFORMATION_SCHEMA_NAMESPACE_OID {
+            &information_schema
+        } else {
+            &pg
+        };
+        schema.build_batch(name).ok().flatten().map(|b| b.schema())
+    });
     ctx.register_catalog(
         DATABASE_NAME,
         Arc::new(WeirCatalogProvider {
@@ -164,9 +174,7 @@ pub fn session_context(
                 role,
             }),
             pg_catalog: pg,
-            information_schema: Arc::new(crate::catalog::information_schema::schema(
-                catalog.clone(),
-            )),
+            information_schema,
         }),
     );
     functions::register_sequences(&ctx, catalog.clone());

@@ -114,6 +114,17 @@ Indexes:
             && d.contains(" date_time | timestamp without time zone "),
         "\\d person:\n{d}"
     );
+    // the system catalogs describe too, and `information_schema` is not on the search path
+    let d = psql(&server, "\\d pg_namespace");
+    assert!(
+        d.contains("Table \"pg_catalog.pg_namespace\"") && d.contains(" nspname  | name "),
+        "\\d pg_namespace:\n{d}"
+    );
+    let d = psql(&server, "\\d information_schema.tables");
+    assert!(
+        d.contains("View \"information_schema.tables\"") && d.contains(" table_schema "),
+        "\\d information_schema.tables:\n{d}"
+    );
 }
 
 /// psql's `+` variants, roles and materialized views, as Postgres prints them.

@@ -601,8 +601,34 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
             })
         });
     }
-    for name in [
+    // a relation is visible unless it lives in `information_schema` (not on the search
+    // path: psql's `\d tables` does not find `information_schema.tables`)
+    register_fn(
+        ctx,
         "pg_table_is_visible",
+        DataType::Boolean,
+        |args, rows| {
+            let Some(a) = args.first() else {
+                return Ok(constant_bool(rows, true));
+            };
+            let a = as_u32(a)?;
+            Ok(Arc::new(
+                a.iter()
+                    .map(|o| {
+                        o.map(|o| {
+                            !crate::catalog::pg_catalog::SYSTEM_RELATIONS
+                                .iter()
+                                .any(|r| {
+                                    r.oid == o
+                                        && r.namespace != crate::catalog::PG_CATALOG_NAMESPACE_OID
+                                })
+                        })
+                    })
+                    .collect::<BooleanArray>(),
+            ))
+        },
+    );
+    for name in [
         "pg_type_is_visible",
         "pg_function_is_visible",
         "pg_collation_is_visible",
@@ -1074,15 +1100,21 @@ type OidToName = Arc<dyn Fn(u32) -> Option<String> + Send + Sync>;
 /// result column, where Postgres prints the name either way (the rewriter uses it for
 /// casts that are a whole select item).
 fn reg_cast(ctx: &SessionContext, name: &'static str, to_oid: NameToOid, to_name: OidToName) {
+    use crate::error::sqlstate;
+    // what a name that names nothing is, in Postgres' words
+    let (code, what) = match name {
+        "weir_regclass" => (sqlstate::UNDEFINED_TABLE, "relation"),
+        "weir_regtype" => (sqlstate::UNDEFINED_OBJECT, "type"),
+        "weir_regnamespace" => (sqlstate::INVALID_SCHEMA_NAME, "schema"),
+        "weir_regrole" => (sqlstate::UNDEFINED_OBJECT, "role"),
+        _ => (sqlstate::UNDEFINED_FUNCTION, "function"),
+    };
     let lookup = {
         let to_oid = to_oid.clone();
         move |n: &str| -> DfResult<u32> {
             to_oid(n).or_else(|| n.parse::<u32>().ok()).ok_or_else(|| {
                 datafusion::error::DataFusionError::External(Box::new(
-                    crate::error::WeirError::new(
-                        crate::error::sqlstate::UNDEFINED_OBJECT,
-                        format!("object \"{n}\" does not exist"),
-                    ),
+                    crate::error::WeirError::new(code, format!("{what} \"{n}\" does not exist")),
                 ))
             })
         }

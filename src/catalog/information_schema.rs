@@ -11,7 +11,7 @@ use std::sync::Arc;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::error::Result as DfResult;
 
-use crate::catalog::pg_catalog::{GeneratedSchema, V, build_table};
+use crate::catalog::pg_catalog::{GeneratedSchema, V, build_table, system_relations};
 use crate::catalog::{Catalog, DATABASE_NAME, Entry, RelationKind};
 use crate::sql::types::SqlType as T;
 
@@ -134,6 +134,66 @@ fn data_type(t: &T) -> (String, String) {
     (dt, udt.to_owned())
 }
 
+/// Positions in [`column_row`]'s row of `information_schema.columns`.
+const COLUMN_DEFAULT: usize = 5;
+const IS_IDENTITY: usize = 17;
+const IS_GENERATED: usize = 18;
+const GENERATION_EXPRESSION: usize = 19;
+const IS_UPDATABLE: usize = 20;
+
+/// A row of `information_schema.columns` for a column of a type: no default, not an
+/// identity, not generated, not updatable (the caller sets those).
+fn column_row(
+    schema: V,
+    table: &str,
+    column: &str,
+    position: usize,
+    ty: &T,
+    nullable: bool,
+) -> Vec<V> {
+    let (dt, udt) = data_type(ty);
+    let (char_len, precision, radix, scale, dt_precision) = match ty {
+        T::Varchar(n) | T::Bpchar(n) => (n.map(|n| n as i64), None, None, None, None),
+        T::Int2 => (None, Some(16), Some(2), Some(0), None),
+        T::Int4 => (None, Some(32), Some(2), Some(0), None),
+        T::Int8 => (None, Some(64), Some(2), Some(0), None),
+        T::Float4 => (None, Some(24), Some(2), None, None),
+        T::Float8 => (None, Some(53), Some(2), None, None),
+        T::Numeric(Some((p, s))) => (None, Some(*p as i64), Some(10), Some(*s as i64), None),
+        T::Numeric(None) => (None, None, Some(10), None, None),
+        T::Timestamp(p) | T::TimestampTz(p) | T::Time(p) => {
+            (None, None, None, None, Some(p.unwrap_or(6) as i64))
+        }
+        T::Interval => (None, None, None, None, Some(6)),
+        T::Date => (None, None, None, None, Some(0)),
+        _ => (None, None, None, None, None),
+    };
+    let opt = |v: Option<i64>| v.map(V::I).unwrap_or(V::Null);
+    vec![
+        V::from(DATABASE_NAME),
+        schema,
+        table.into(),
+        column.into(),
+        V::I(position as i64),
+        V::Null,
+        yes_no(nullable),
+        dt.into(),
+        opt(char_len),
+        opt(char_len.map(|n| n * 4)),
+        opt(precision),
+        opt(radix),
+        opt(scale),
+        opt(dt_precision),
+        V::from(DATABASE_NAME),
+        "pg_catalog".into(),
+        udt.into(),
+        "NO".into(),
+        "NEVER".into(),
+        V::Null,
+        "NO".into(),
+    ]
+}
+
 fn table_type(kind: RelationKind) -> &'static str {
     match kind {
         RelationKind::MaterializedView | RelationKind::View => "VIEW",
@@ -204,6 +264,23 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                         V::Null,
                     ]
                 })
+                .chain(system_relations().map(|(r, _)| {
+                    let table = r.kind == "r";
+                    vec![
+                        db(),
+                        r.schema_name().into(),
+                        r.name.into(),
+                        if table { "BASE TABLE" } else { "VIEW" }.into(),
+                        V::Null,
+                        V::Null,
+                        V::Null,
+                        V::Null,
+                        V::Null,
+                        yes_no(table),
+                        "NO".into(),
+                        V::Null,
+                    ]
+                }))
                 .collect(),
         )?,
         "columns" => {
@@ -211,58 +288,26 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
             for e in &rels {
                 let d = &e.desc;
                 for (i, c) in d.columns.iter().enumerate() {
-                    let (dt, udt) = data_type(&c.ty);
-                    let (char_len, precision, radix, scale, dt_precision) = match &c.ty {
-                        T::Varchar(n) | T::Bpchar(n) => {
-                            (n.map(|n| n as i64), None, None, None, None)
-                        }
-                        T::Int2 => (None, Some(16), Some(2), Some(0), None),
-                        T::Int4 => (None, Some(32), Some(2), Some(0), None),
-                        T::Int8 => (None, Some(64), Some(2), Some(0), None),
-                        T::Float4 => (None, Some(24), Some(2), None, None),
-                        T::Float8 => (None, Some(53), Some(2), None, None),
-                        T::Numeric(Some((p, s))) => {
-                            (None, Some(*p as i64), Some(10), Some(*s as i64), None)
-                        }
-                        T::Numeric(None) => (None, None, Some(10), None, None),
-                        T::Timestamp(p) | T::TimestampTz(p) | T::Time(p) => {
-                            (None, None, None, None, Some(p.unwrap_or(6) as i64))
-                        }
-                        T::Interval => (None, None, None, None, Some(6)),
-                        T::Date => (None, None, None, None, Some(0)),
-                        _ => (None, None, None, None, None),
-                    };
-                    let opt = |v: Option<i64>| v.map(V::I).unwrap_or(V::Null);
                     let nullable = c.nullable && !d.primary_key.contains(&c.name);
-                    rows.push(vec![
-                        db(),
-                        public(),
-                        d.name.clone().into(),
-                        c.name.clone().into(),
-                        V::I(i as i64 + 1),
-                        d.column_default(&c.name).map(V::from).unwrap_or(V::Null),
-                        yes_no(nullable),
-                        dt.into(),
-                        opt(char_len),
-                        opt(char_len.map(|n| n * 4)),
-                        opt(precision),
-                        opt(radix),
-                        opt(scale),
-                        opt(dt_precision),
-                        db(),
-                        "pg_catalog".into(),
-                        udt.into(),
-                        yes_no(d.identity(&c.name).is_some()),
-                        match d.generation_expr(&c.name) {
-                            Some(_) => "ALWAYS",
-                            None => "NEVER",
-                        }
-                        .into(),
-                        d.generation_expr(&c.name)
-                            .map(|e| V::from(crate::sql::parser::shown_expr_deparsed(e)))
-                            .unwrap_or(V::Null),
-                        yes_no(e.table.is_some()),
-                    ]);
+                    let mut row = column_row(public(), &d.name, &c.name, i + 1, &c.ty, nullable);
+                    row[COLUMN_DEFAULT] = d.column_default(&c.name).map(V::from).unwrap_or(V::Null);
+                    row[IS_IDENTITY] = yes_no(d.identity(&c.name).is_some());
+                    if let Some(g) = d.generation_expr(&c.name) {
+                        row[IS_GENERATED] = "ALWAYS".into();
+                        row[GENERATION_EXPRESSION] =
+                            crate::sql::parser::shown_expr_deparsed(g).into();
+                    }
+                    row[IS_UPDATABLE] = yes_no(e.table.is_some());
+                    rows.push(row);
+                }
+            }
+            for (r, schema) in system_relations() {
+                for (i, f) in schema.iter().flat_map(|s| s.fields().iter()).enumerate() {
+                    let ty = crate::sql::types::field_sql_type(f).unwrap_or(T::Text);
+                    let schema = r.schema_name().into();
+                    let mut row = column_row(schema, r.name, f.name(), i + 1, &ty, true);
+                    row[IS_UPDATABLE] = yes_no(r.kind == "r");
+                    rows.push(row);
                 }
             }
             build_table(
@@ -607,4 +652,25 @@ fn not_null_checks(d: &crate::catalog::RelationDesc) -> Vec<(String, String)> {
             )
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::pg_catalog::SYSTEM_RELATIONS;
+
+    /// Every generated view of `information_schema` is listed (once) among the system
+    /// relations (so it is in `pg_class`).
+    #[test]
+    fn views_are_system_relations() {
+        for t in TABLES {
+            let n = SYSTEM_RELATIONS
+                .iter()
+                .filter(|r| {
+                    r.namespace == crate::catalog::INFORMATION_SCHEMA_NAMESPACE_OID && r.name == *t
+                })
+                .count();
+            assert_eq!(n, 1, "information_schema.{t} listed {n} times");
+        }
+    }
 }

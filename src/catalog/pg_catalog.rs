@@ -14,7 +14,7 @@ use datafusion::arrow::array::{
     ArrayRef, BooleanBuilder, Float32Builder, Int16Builder, Int32Builder, Int64Builder,
     ListBuilder, StringBuilder, UInt32Builder,
 };
-use datafusion::arrow::datatypes::{Field, Schema};
+use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::{SchemaProvider, TableProvider};
 use datafusion::datasource::MemTable;
@@ -312,6 +312,14 @@ impl GeneratedSchema {
     /// `pg_catalog`.
     pub fn pg_catalog(catalog: Arc<Catalog>) -> Self {
         Self::new("pg_catalog", catalog, TABLES, build)
+    }
+
+    /// One of the schema's tables as it is now (`None`: not one of its tables).
+    pub fn build_batch(&self, name: &str) -> DfResult<Option<RecordBatch>> {
+        if !self.tables.contains(&name) {
+            return Ok(None);
+        }
+        (self.build)(name, &self.catalog)
     }
 }
 
@@ -614,38 +622,167 @@ pub const ALWAYS_EMPTY: &[&str] = &[
     "pg_event_trigger",
 ];
 
-/// System catalogs with Postgres' own OIDs (so `'pg_class'::regclass` is 1259 as clients
-/// expect, e.g. in `pg_description.classoid` filters).
-pub const SYSTEM_RELATIONS: &[(u32, &str)] = &[
-    (1213, "pg_tablespace"),
-    (1247, "pg_type"),
-    (1249, "pg_attribute"),
-    (1255, "pg_proc"),
-    (1259, "pg_class"),
-    (1260, "pg_authid"),
-    (1262, "pg_database"),
-    (2224, "pg_sequence"),
-    (2396, "pg_shdescription"),
-    (2601, "pg_am"),
-    (2604, "pg_attrdef"),
-    (2606, "pg_constraint"),
-    (2608, "pg_depend"),
-    (2609, "pg_description"),
-    (2610, "pg_index"),
-    (2611, "pg_inherits"),
-    (2612, "pg_language"),
-    (2615, "pg_namespace"),
-    (2616, "pg_opclass"),
-    (2618, "pg_rewrite"),
-    (2620, "pg_trigger"),
-    (3079, "pg_extension"),
-    (3456, "pg_collation"),
-    (3501, "pg_enum"),
+/// A relation of `pg_catalog` or `information_schema`: listed in `pg_class` and
+/// `pg_attribute` (so `\\d pg_class`, `'pg_class'::regclass` and tools browsing the system
+/// schemas work) with PostgreSQL 15's OID (`pg_class` is 1259, as clients expect in
+/// `pg_description.classoid` filters), its schema, and its kind: `r` a catalog, `v` a view.
+#[derive(Debug, Clone, Copy)]
+pub struct SystemRelation {
+    pub oid: u32,
+    pub namespace: u32,
+    pub name: &'static str,
+    pub kind: &'static str,
+}
+
+impl SystemRelation {
+    const fn new(oid: u32, namespace: u32, name: &'static str, kind: &'static str) -> Self {
+        SystemRelation {
+            oid,
+            namespace,
+            name,
+            kind,
+        }
+    }
+
+    /// `pg_catalog` or `information_schema`.
+    pub fn schema_name(&self) -> &'static str {
+        namespace_name(self.namespace)
+    }
+
+    /// The name as `regclass` prints it: qualified unless its schema is searched
+    /// (`pg_catalog` always is, `information_schema` is not).
+    pub fn shown_name(&self) -> String {
+        if self.namespace == PG_CATALOG_NAMESPACE_OID {
+            self.name.to_owned()
+        } else {
+            format!("{}.{}", self.schema_name(), self.name)
+        }
+    }
+}
+
+/// Every generated relation of `pg_catalog` ([`TABLES`]) and `information_schema` (OIDs of
+/// PostgreSQL 15's `initdb`; `system_relations_are_listed` checks the list is whole).
+pub const SYSTEM_RELATIONS: &[SystemRelation] = &[
+    SystemRelation::new(1213, PG_CATALOG_NAMESPACE_OID, "pg_tablespace", "r"),
+    SystemRelation::new(1247, PG_CATALOG_NAMESPACE_OID, "pg_type", "r"),
+    SystemRelation::new(1249, PG_CATALOG_NAMESPACE_OID, "pg_attribute", "r"),
+    SystemRelation::new(1255, PG_CATALOG_NAMESPACE_OID, "pg_proc", "r"),
+    SystemRelation::new(1259, PG_CATALOG_NAMESPACE_OID, "pg_class", "r"),
+    SystemRelation::new(1260, PG_CATALOG_NAMESPACE_OID, "pg_authid", "r"),
+    SystemRelation::new(1261, PG_CATALOG_NAMESPACE_OID, "pg_auth_members", "r"),
+    SystemRelation::new(1262, PG_CATALOG_NAMESPACE_OID, "pg_database", "r"),
+    SystemRelation::new(2224, PG_CATALOG_NAMESPACE_OID, "pg_sequence", "r"),
+    SystemRelation::new(2396, PG_CATALOG_NAMESPACE_OID, "pg_shdescription", "r"),
+    SystemRelation::new(2601, PG_CATALOG_NAMESPACE_OID, "pg_am", "r"),
+    SystemRelation::new(2604, PG_CATALOG_NAMESPACE_OID, "pg_attrdef", "r"),
+    SystemRelation::new(2606, PG_CATALOG_NAMESPACE_OID, "pg_constraint", "r"),
+    SystemRelation::new(2608, PG_CATALOG_NAMESPACE_OID, "pg_depend", "r"),
+    SystemRelation::new(2609, PG_CATALOG_NAMESPACE_OID, "pg_description", "r"),
+    SystemRelation::new(2610, PG_CATALOG_NAMESPACE_OID, "pg_index", "r"),
+    SystemRelation::new(2611, PG_CATALOG_NAMESPACE_OID, "pg_inherits", "r"),
+    SystemRelation::new(2612, PG_CATALOG_NAMESPACE_OID, "pg_language", "r"),
+    SystemRelation::new(2615, PG_CATALOG_NAMESPACE_OID, "pg_namespace", "r"),
+    SystemRelation::new(2616, PG_CATALOG_NAMESPACE_OID, "pg_opclass", "r"),
+    SystemRelation::new(2618, PG_CATALOG_NAMESPACE_OID, "pg_rewrite", "r"),
+    SystemRelation::new(2620, PG_CATALOG_NAMESPACE_OID, "pg_trigger", "r"),
+    SystemRelation::new(3079, PG_CATALOG_NAMESPACE_OID, "pg_extension", "r"),
+    SystemRelation::new(3118, PG_CATALOG_NAMESPACE_OID, "pg_foreign_table", "r"),
+    SystemRelation::new(3256, PG_CATALOG_NAMESPACE_OID, "pg_policy", "r"),
+    SystemRelation::new(3350, PG_CATALOG_NAMESPACE_OID, "pg_partitioned_table", "r"),
+    SystemRelation::new(3381, PG_CATALOG_NAMESPACE_OID, "pg_statistic_ext", "r"),
+    SystemRelation::new(3456, PG_CATALOG_NAMESPACE_OID, "pg_collation", "r"),
+    SystemRelation::new(3466, PG_CATALOG_NAMESPACE_OID, "pg_event_trigger", "r"),
+    SystemRelation::new(3501, PG_CATALOG_NAMESPACE_OID, "pg_enum", "r"),
+    SystemRelation::new(3541, PG_CATALOG_NAMESPACE_OID, "pg_range", "r"),
+    SystemRelation::new(6104, PG_CATALOG_NAMESPACE_OID, "pg_publication", "r"),
+    SystemRelation::new(6106, PG_CATALOG_NAMESPACE_OID, "pg_publication_rel", "r"),
+    SystemRelation::new(
+        6237,
+        PG_CATALOG_NAMESPACE_OID,
+        "pg_publication_namespace",
+        "r",
+    ),
+    SystemRelation::new(12000, PG_CATALOG_NAMESPACE_OID, "pg_roles", "v"),
+    SystemRelation::new(12014, PG_CATALOG_NAMESPACE_OID, "pg_user", "v"),
+    SystemRelation::new(12028, PG_CATALOG_NAMESPACE_OID, "pg_views", "v"),
+    SystemRelation::new(12033, PG_CATALOG_NAMESPACE_OID, "pg_tables", "v"),
+    SystemRelation::new(12038, PG_CATALOG_NAMESPACE_OID, "pg_matviews", "v"),
+    SystemRelation::new(12043, PG_CATALOG_NAMESPACE_OID, "pg_indexes", "v"),
+    SystemRelation::new(12048, PG_CATALOG_NAMESPACE_OID, "pg_sequences", "v"),
+    SystemRelation::new(12104, PG_CATALOG_NAMESPACE_OID, "pg_settings", "v"),
+    SystemRelation::new(12161, PG_CATALOG_NAMESPACE_OID, "pg_stat_user_tables", "v"),
+    SystemRelation::new(12222, PG_CATALOG_NAMESPACE_OID, "pg_stat_activity", "v"),
+    SystemRelation::new(12249, PG_CATALOG_NAMESPACE_OID, "pg_stat_ssl", "v"),
+    SystemRelation::new(
+        13260,
+        INFORMATION_SCHEMA_NAMESPACE_OID,
+        "check_constraints",
+        "v",
+    ),
+    SystemRelation::new(13295, INFORMATION_SCHEMA_NAMESPACE_OID, "columns", "v"),
+    SystemRelation::new(
+        13300,
+        INFORMATION_SCHEMA_NAMESPACE_OID,
+        "constraint_column_usage",
+        "v",
+    ),
+    SystemRelation::new(
+        13329,
+        INFORMATION_SCHEMA_NAMESPACE_OID,
+        "key_column_usage",
+        "v",
+    ),
+    SystemRelation::new(13334, INFORMATION_SCHEMA_NAMESPACE_OID, "parameters", "v"),
+    SystemRelation::new(
+        13339,
+        INFORMATION_SCHEMA_NAMESPACE_OID,
+        "referential_constraints",
+        "v",
+    ),
+    SystemRelation::new(13377, INFORMATION_SCHEMA_NAMESPACE_OID, "routines", "v"),
+    SystemRelation::new(13382, INFORMATION_SCHEMA_NAMESPACE_OID, "schemata", "v"),
+    SystemRelation::new(13386, INFORMATION_SCHEMA_NAMESPACE_OID, "sequences", "v"),
+    SystemRelation::new(
+        13411,
+        INFORMATION_SCHEMA_NAMESPACE_OID,
+        "table_constraints",
+        "v",
+    ),
+    SystemRelation::new(13425, INFORMATION_SCHEMA_NAMESPACE_OID, "tables", "v"),
+    SystemRelation::new(13483, INFORMATION_SCHEMA_NAMESPACE_OID, "views", "v"),
 ];
 
+/// The columns of each system relation, as its generated table has them. Set once by the
+/// query layer that knows every generated schema ([`set_system_schemas`]); until then
+/// the system relations have no columns in `pg_attribute`.
+static SYSTEM_SCHEMAS: std::sync::OnceLock<Vec<(u32, SchemaRef)>> = std::sync::OnceLock::new();
+
+/// Record the system relations' columns: `schema_of(namespace, name)` builds the relation
+/// without system rows (its schema does not depend on them). Only the first call counts.
+pub fn set_system_schemas(schema_of: impl Fn(u32, &str) -> Option<SchemaRef>) {
+    SYSTEM_SCHEMAS.get_or_init(|| {
+        SYSTEM_RELATIONS
+            .iter()
+            .filter_map(|r| schema_of(r.namespace, r.name).map(|s| (r.oid, s)))
+            .collect()
+    });
+}
+
+/// Each system relation with its columns (none before [`set_system_schemas`]).
+pub fn system_relations()
+-> impl Iterator<Item = (&'static SystemRelation, Option<&'static SchemaRef>)> {
+    let schemas = SYSTEM_SCHEMAS.get();
+    SYSTEM_RELATIONS.iter().map(move |r| {
+        (
+            r,
+            schemas.and_then(|s| s.iter().find(|(o, _)| *o == r.oid).map(|(_, s)| s)),
+        )
+    })
+}
+
 pub fn relation_name_of_oid(catalog: &Catalog, oid: u32) -> Option<String> {
-    if let Some((_, n)) = SYSTEM_RELATIONS.iter().find(|(o, _)| *o == oid) {
-        return Some((*n).to_owned());
+    if let Some(r) = SYSTEM_RELATIONS.iter().find(|r| r.oid == oid) {
+        return Some(r.shown_name());
     }
     catalog.entries().iter().find_map(|e| {
         if e.desc.oid == oid {
@@ -660,23 +797,41 @@ pub fn relation_name_of_oid(catalog: &Catalog, oid: u32) -> Option<String> {
     })
 }
 
+/// A relation's OID by its name as SQL writes it (`t`, `public.t`, `pg_catalog.pg_class`,
+/// `information_schema.tables`); an unqualified name is looked up in `pg_catalog` first, then
+/// among Weir's relations, as Postgres' search path does.
 pub fn relation_oid_of_name(catalog: &Catalog, name: &str) -> Option<u32> {
-    let name = name
-        .trim_start_matches("public.")
-        .trim_matches('"')
-        .to_owned();
-    let system = name.trim_start_matches("pg_catalog.");
-    if let Some((o, _)) = SYSTEM_RELATIONS.iter().find(|(_, n)| *n == system) {
-        return Some(*o);
+    let name = name.trim_matches('"');
+    let (schema, rel) = match name.split_once('.') {
+        Some((s, r)) if namespace_oid_of_name(s.trim_matches('"')).is_some() => {
+            (Some(s.trim_matches('"')), r.trim_matches('"'))
+        }
+        _ => (None, name),
+    };
+    let system = |ns: u32| {
+        SYSTEM_RELATIONS
+            .iter()
+            .find(|r| r.namespace == ns && r.name == rel)
+            .map(|r| r.oid)
+    };
+    match schema {
+        Some("information_schema") => return system(INFORMATION_SCHEMA_NAMESPACE_OID),
+        Some("pg_catalog") => return system(PG_CATALOG_NAMESPACE_OID),
+        _ if schema.is_none() => {
+            if let Some(o) = system(PG_CATALOG_NAMESPACE_OID) {
+                return Some(o);
+            }
+        }
+        _ => {}
     }
     catalog.entries().iter().find_map(|e| {
-        if e.desc.name == name {
+        if e.desc.name == rel {
             Some(e.desc.oid)
         } else {
             e.desc
                 .all_indexes()
                 .into_iter()
-                .find(|i| i.name == name)
+                .find(|i| i.name == rel)
                 .map(|i| i.oid)
         }
     })
@@ -791,6 +946,14 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     rows.push(row);
                 }
             }
+            for (r, schema) in system_relations() {
+                // catalogs are heap tables (access method 2), views have none
+                let am = if r.kind == "r" { 2 } else { 0 };
+                let natts = schema.map_or(0, |s| s.fields().len());
+                let mut row = class_row(r.oid, r.name, 0, r.kind, am, natts, false, 0.0);
+                row[2] = r.namespace.into();
+                rows.push(row);
+            }
             build_table(
                 &[
                     ("oid", oid()),
@@ -849,6 +1012,12 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                             rows.push(attribute_row(ix.oid, &c.name, &c.ty, i + 1, ix.primary));
                         }
                     }
+                }
+            }
+            for (r, schema) in system_relations() {
+                for (i, f) in schema.iter().flat_map(|s| s.fields().iter()).enumerate() {
+                    let ty = crate::sql::types::field_sql_type(f).unwrap_or(T::Text);
+                    rows.push(attribute_row(r.oid, f.name(), &ty, i + 1, false));
                 }
             }
             build_table(
@@ -2149,6 +2318,28 @@ fn storage(len: i64, oid: u32) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every generated relation of `pg_catalog` is listed (once) among the system relations,
+    /// and their OIDs are distinct and below the first user OID.
+    #[test]
+    fn system_relations_are_listed() {
+        for t in TABLES {
+            let n = SYSTEM_RELATIONS
+                .iter()
+                .filter(|r| r.namespace == PG_CATALOG_NAMESPACE_OID && r.name == *t)
+                .count();
+            assert_eq!(n, 1, "pg_catalog.{t} listed {n} times");
+        }
+        for (i, r) in SYSTEM_RELATIONS.iter().enumerate() {
+            assert!(r.oid < crate::catalog::FIRST_USER_OID, "{}", r.name);
+            assert!(r.kind == "r" || r.kind == "v", "{}", r.name);
+            assert!(
+                SYSTEM_RELATIONS[..i].iter().all(|o| o.oid != r.oid),
+                "{} has another's OID",
+                r.name
+            );
+        }
+    }
 
     /// The rewriter answers subqueries over these with NULL: they must really be empty.
     #[test]
