@@ -16,6 +16,7 @@ pub mod prepared;
 mod returning;
 mod schemas;
 pub use client::CopyRows;
+mod schema_undo;
 pub mod security;
 mod sequences;
 mod sinks;
@@ -47,7 +48,7 @@ use crate::dataflow::runtime::Dataflow;
 use crate::error::{Result, WeirError, sqlstate};
 use crate::plan::dml::plan_change;
 use crate::plan::insert_values::literal_rows;
-use crate::server::session::{Session, canonical_name};
+use crate::server::session::{Session, Undo, canonical_name};
 use crate::serving::{PinnedViews, session_context};
 use crate::sql::parser::{
     CreateSource, CreateTable, Parsed, RelationKindFilter, Statement, WatermarkSpec,
@@ -436,7 +437,29 @@ impl Engine {
     }
 
     /// Execute, sending progress lines of long statements (view backfills) to `notices`.
+    /// A schema change inside a transaction block (or a multi-statement query) leaves in
+    /// the undo log what reverses it (`engine/schema_undo.rs`).
     pub async fn execute_with_notices(
+        &self,
+        session: &mut Session,
+        parsed: &Parsed,
+        params: Option<ParamValues>,
+        notices: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+    ) -> Result<Output> {
+        let before = ((session.in_transaction || session.implicit_transaction)
+            && changes_schema(&parsed.stmt))
+        .then(|| self.schema_mark());
+        let out = self
+            .execute_statement(session, parsed, params, notices)
+            .await;
+        if let (Some(before), Ok(_)) = (&before, &out) {
+            let undo = self.schema_undo(before);
+            session.undo.extend(undo);
+        }
+        out
+    }
+
+    async fn execute_statement(
         &self,
         session: &mut Session,
         parsed: &Parsed,
@@ -943,12 +966,13 @@ impl Engine {
                 no_transaction_warning(session, notices.as_ref());
                 session.end_block_settings(false);
                 session.end_block();
-                self.rollback(session).await?;
+                let kept = self.rollback_until(session, 0).await?;
+                kept_changes_warning(&kept, notices.as_ref());
                 Ok(Output::TransactionEnd("ROLLBACK"))
             }
             Statement::Savepoint(name) => self.savepoint(session, name),
             Statement::Release(name) => self.release(session, name),
-            Statement::RollbackTo(name) => self.rollback_to(session, name).await,
+            Statement::RollbackTo(name) => self.rollback_to(session, name, notices.as_ref()).await,
             Statement::Subscribe(s) => Ok(Output::Subscribe(self.subscribe(s)?)),
             Statement::Declare(d) => self.declare(session, d, params).await,
             Statement::Fetch(f) => self.fetch(session, f).await,
@@ -1088,22 +1112,80 @@ impl Engine {
     /// Undo the session's uncommitted changes, newest first. Each undo is itself a durable
     /// change (views see the retractions).
     pub async fn rollback(&self, session: &mut Session) -> Result<()> {
-        self.rollback_until(session, 0).await
+        self.rollback_until(session, 0).await.map(|_| ())
     }
 
-    /// Undo changes until `keep` remain in the undo log (a savepoint's mark).
-    pub(crate) async fn rollback_until(&self, session: &mut Session, keep: usize) -> Result<()> {
+    /// Undo changes until `keep` remain in the undo log (a savepoint's mark), newest
+    /// first. Returns the schema changes passed that could not be undone.
+    pub(crate) async fn rollback_until(
+        &self,
+        session: &mut Session,
+        keep: usize,
+    ) -> Result<Vec<String>> {
+        let mut irreversible = Vec::new();
         while session.undo.len() > keep {
-            let Some((table, hold)) = session.undo.pop() else {
+            let Some(entry) = session.undo.pop() else {
                 break;
             };
-            let _writer = table_locks::lock_for_undo(session, &table).await;
-            let t = table.clone();
-            tokio::task::spawn_blocking(move || t.revert(&hold))
-                .await
-                .map_err(|e| WeirError::internal(format!("rollback task failed: {e}")))??;
+            match entry {
+                Undo::Rows(table, hold) => {
+                    let _writer = table_locks::lock_for_undo(session, &table).await;
+                    let t = table.clone();
+                    tokio::task::spawn_blocking(move || t.revert(&hold))
+                        .await
+                        .map_err(|e| WeirError::internal(format!("rollback task failed: {e}")))??;
+                }
+                Undo::Schema(sql) => {
+                    // run as a statement of its own (it records no undo of its own)
+                    let (in_block, implicit) =
+                        (session.in_transaction, session.implicit_transaction);
+                    session.in_transaction = false;
+                    session.implicit_transaction = false;
+                    let result = Box::pin(self.run_undo_statement(session, &sql)).await;
+                    session.in_transaction = in_block;
+                    session.implicit_transaction = implicit;
+                    result?;
+                }
+                Undo::Irreversible(what) => irreversible.push(what),
+            }
+        }
+        Ok(irreversible)
+    }
+
+    /// One statement of the undo log.
+    async fn run_undo_statement(&self, session: &mut Session, sql: &str) -> Result<()> {
+        for parsed in crate::sql::parser::parse(sql)? {
+            self.execute(session, &parsed, None).await.map_err(|e| {
+                WeirError::internal(format!("undoing a schema change ({sql}) failed: {e}"))
+            })?;
         }
         Ok(())
+    }
+
+    /// Undo the log of a transaction block whose connection went away (newest first), in
+    /// a session of its own.
+    pub async fn rollback_detached(&self, mut undo: Vec<Undo>) {
+        let mut session = self.new_session();
+        while let Some(entry) = undo.pop() {
+            match entry {
+                Undo::Rows(table, hold) => {
+                    let _writer = table.writer.lock().await;
+                    let t = table.clone();
+                    let result = tokio::task::spawn_blocking(move || t.revert(&hold)).await;
+                    if let Ok(Err(e)) = result {
+                        tracing::warn!(table = %table.name, error = %e, "rollback on disconnect failed");
+                    }
+                }
+                Undo::Schema(sql) => {
+                    if let Err(e) = Box::pin(self.run_undo_statement(&mut session, &sql)).await {
+                        tracing::warn!(error = %e, "rollback on disconnect failed");
+                    }
+                }
+                Undo::Irreversible(what) => {
+                    tracing::warn!(statement = %what, "a transaction block rolled back on disconnect kept a schema change it cannot undo");
+                }
+            }
+        }
     }
 
     /// A catalog query that did not plan: answer it exactly if the rows it selects from are
@@ -1907,7 +1989,9 @@ impl Engine {
             return Err(e);
         }
         if keep {
-            session.undo.extend(undo);
+            session
+                .undo
+                .extend(undo.into_iter().map(|(t, h)| Undo::Rows(t, h)));
         }
         main.ok_or_else(|| WeirError::internal("a change was not applied"))
     }
@@ -3108,6 +3192,43 @@ fn watermark_desc(w: &WatermarkSpec, columns: &[ColumnDesc]) -> Result<Watermark
 /// An ALTER's relation that is not there: with IF EXISTS, Postgres' NOTICE and the
 /// statement's tag (nothing done); else 42P01.
 /// COMMIT or ROLLBACK outside a transaction block: Postgres warns (and does nothing).
+/// Statements that change the schema (what [`Engine::schema_undo`] may have to reverse).
+fn changes_schema(stmt: &Statement) -> bool {
+    matches!(
+        stmt,
+        Statement::CreateView(_)
+            | Statement::CreatePlainView(_)
+            | Statement::AlterTable(_)
+            | Statement::RenameRelation { .. }
+            | Statement::CreateFunction(_)
+            | Statement::DropFunction(_)
+            | Statement::CreateSequence(_)
+            | Statement::AddIdentity(_)
+            | Statement::CreateTable(_)
+            | Statement::CreateTableAs(_)
+            | Statement::CreateSink(_)
+            | Statement::CreateSource(_)
+            | Statement::Drop(_)
+            | Statement::CreateEnumType { .. }
+            | Statement::AlterColumnSetting { .. }
+            | Statement::CreateIndex(_)
+    )
+}
+
+/// A ROLLBACK passed schema changes it could not undo (a DROP, a column's type): say which.
+pub(crate) fn kept_changes_warning(
+    kept: &[String],
+    notices: Option<&tokio::sync::mpsc::UnboundedSender<String>>,
+) {
+    if let Some(n) = notices {
+        for what in kept {
+            let _ = n.send(format!(
+                "WARNING: ROLLBACK did not undo \"{what}\": Weir applies it at once and cannot take it back"
+            ));
+        }
+    }
+}
+
 fn no_transaction_warning(
     session: &Session,
     notices: Option<&tokio::sync::mpsc::UnboundedSender<String>>,

@@ -889,3 +889,84 @@ async fn lock_table_waits_and_a_deadlock_is_detected() {
         vec![vec!["1".to_owned()]]
     );
 }
+
+/// Schema changes roll back with their transaction: a multi-statement query that fails
+/// undoes its CREATE TABLE, a connection that goes away inside a block takes its CREATE
+/// TABLE and ADD COLUMN back, and a ROLLBACK past a DROP TABLE (which it cannot undo)
+/// says so in a WARNING.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schema_changes_roll_back_with_their_block() {
+    let server = TestServer::start();
+    let c = server.connect().await;
+    query_text(&c, "CREATE TABLE kept (a int)").await;
+    query_text(&c, "INSERT INTO kept VALUES (1)").await;
+    // one simple-protocol message: an implicit transaction
+    let e = c
+        .simple_query("CREATE TABLE made (a int); INSERT INTO made VALUES ('x')")
+        .await
+        .expect_err("the insert fails");
+    assert_eq!(sqlstate(&e), "22P02", "{}", describe_error(&e));
+    assert_eq!(
+        error_code(&c, "SELECT * FROM made").await,
+        "42P01",
+        "the failed query's CREATE TABLE must be undone"
+    );
+    // a connection that goes away inside a block
+    let gone = server.connect().await;
+    for sql in [
+        "BEGIN",
+        "CREATE TABLE made2 (a int)",
+        "ALTER TABLE kept ADD COLUMN b int DEFAULT 5",
+        "INSERT INTO kept VALUES (2, 3)",
+    ] {
+        query_text(&gone, sql).await;
+    }
+    drop(gone);
+    let mut undone = false;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let tables = query_text(
+            &c,
+            "SELECT count(*) FROM pg_class WHERE relname IN ('made2', 'kept')",
+        )
+        .await;
+        let columns = query_text(
+            &c,
+            "SELECT count(*) FROM information_schema.columns WHERE table_name = 'kept'",
+        )
+        .await;
+        if tables == vec![vec!["1"]] && columns == vec![vec!["1"]] {
+            undone = true;
+            break;
+        }
+    }
+    assert!(undone, "the closed connection's block must be rolled back");
+    assert_eq!(query_text(&c, "SELECT * FROM kept").await, vec![vec!["1"]]);
+    // DROP TABLE in a block is applied at once: the ROLLBACK past it warns
+    let out = std::process::Command::new("psql")
+        .args([
+            "-X",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &server.port().to_string(),
+            "-U",
+            "weir",
+            "-d",
+            "weir",
+            "-c",
+            "BEGIN",
+            "-c",
+            "DROP TABLE kept",
+            "-c",
+            "ROLLBACK",
+        ])
+        .output()
+        .expect("psql runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("WARNING:  ROLLBACK did not undo \"DROP TABLE kept\""),
+        "psql said: {stderr}"
+    );
+    alive(&server).await;
+}

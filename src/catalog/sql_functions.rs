@@ -51,6 +51,11 @@ impl Catalog {
         self.sql_functions.by_name.read().get(name).cloned()
     }
 
+    /// The names of the SQL functions (`CREATE FUNCTION ... LANGUAGE sql`).
+    pub fn sql_function_names(&self) -> Vec<String> {
+        self.sql_functions.by_name.read().keys().cloned().collect()
+    }
+
     pub fn has_sql_functions(&self) -> bool {
         !self.sql_functions.by_name.read().is_empty()
     }

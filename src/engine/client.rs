@@ -66,11 +66,17 @@ impl Engine {
 
     /// `ROLLBACK TO name`: undo what was done since (the settings SET since too), keep the
     /// savepoint, and leave the aborted state.
-    pub(super) async fn rollback_to(&self, session: &mut Session, name: &str) -> Result<Output> {
+    pub(super) async fn rollback_to(
+        &self,
+        session: &mut Session,
+        name: &str,
+        notices: Option<&tokio::sync::mpsc::UnboundedSender<String>>,
+    ) -> Result<Output> {
         let at = Self::find_savepoint(session, name, "ROLLBACK TO SAVEPOINT")?;
         let (_, keep, settings) = session.savepoints[at];
         session.savepoints.truncate(at + 1);
-        self.rollback_until(session, keep).await?;
+        let kept = self.rollback_until(session, keep).await?;
+        super::kept_changes_warning(&kept, notices);
         session.rollback_settings_to(settings);
         session.aborted = false;
         Ok(Output::Command("ROLLBACK".into()))

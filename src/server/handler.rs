@@ -302,9 +302,12 @@ impl Handle {
             }
             // the session's temporary tables go when the connection does
             let engine = self.engine.clone();
-            s.on_close = Some(Box::new(move |tables| {
+            s.on_close = Some(Box::new(move |tables, undo| {
                 if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                    rt.spawn(async move { engine.drop_temp_tables(&tables).await });
+                    rt.spawn(async move {
+                        engine.rollback_detached(undo).await;
+                        engine.drop_temp_tables(&tables).await
+                    });
                 }
             }));
             // the session's interrupts are the connection's cancel target

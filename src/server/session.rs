@@ -194,7 +194,7 @@ pub struct Session {
     pub in_transaction: bool,
     /// Changes made since the transaction (explicit, or the implicit one of a
     /// multi-statement query) began, to undo on ROLLBACK or error; oldest first.
-    pub undo: Vec<(Arc<TableStore>, crate::state::table::LogHold)>,
+    pub undo: Vec<Undo>,
     /// Settings SET in the transaction block, oldest first: (name, the session's value
     /// before, SET LOCAL) — see [`Session::end_block_settings`].
     pub tx_settings: Vec<(String, Option<String>, bool)>,
@@ -220,12 +220,28 @@ pub struct Session {
     pub identity: Arc<parking_lot::RwLock<Identity>>,
     /// The temporary tables it created (`CREATE TEMP TABLE`), and their ON COMMIT.
     pub temp_tables: Vec<(String, crate::sql::parser::OnCommit)>,
-    /// Drops the temporary tables when the session ends (set by the connection).
-    pub on_close: Option<Box<dyn FnOnce(Vec<String>) + Send + Sync>>,
+    /// When the session ends (set by the connection): undoes what its open transaction
+    /// block changed (the undo log, oldest first) and drops its temporary tables.
+    pub on_close: Option<OnClose>,
     /// This session as the holder of advisory locks (`server/advisory_locks.rs`).
     pub lock_holder: u64,
     /// When the transaction block began: what `now()` answers inside it.
     pub tx_start: crate::sql::transaction_time::TransactionStart,
+}
+
+/// What the connection does when its session ends: given the session's temporary tables
+/// and the undo log of a transaction block left open.
+pub type OnClose = Box<dyn FnOnce(Vec<String>, Vec<Undo>) + Send + Sync>;
+
+/// One entry of a transaction's undo log (run newest first by ROLLBACK).
+pub enum Undo {
+    /// Rows a statement wrote: the table's log from the hold on is reverted.
+    Rows(Arc<TableStore>, crate::state::table::LogHold),
+    /// A schema change: the statement that reverses it (`engine/schema_undo.rs`).
+    Schema(String),
+    /// A schema change that cannot be reversed (the statement, for the WARNING of the
+    /// ROLLBACK that passes it).
+    Irreversible(String),
 }
 
 /// What a cursor reads from.
@@ -285,12 +301,20 @@ impl Drop for Session {
     fn drop(&mut self) {
         crate::server::advisory_locks::session_ended(self.lock_holder);
         let temp: Vec<String> = self.temp_tables.drain(..).map(|(n, _)| n).collect();
+        let mut undo = std::mem::take(&mut self.undo);
         if let Some(close) = self.on_close.take()
-            && !temp.is_empty()
+            && (!temp.is_empty() || !undo.is_empty())
         {
-            close(temp);
+            // (the connection's engine undoes rows and schema changes, in order)
+            close(temp, std::mem::take(&mut undo));
         }
-        let undo = std::mem::take(&mut self.undo);
+        let undo: Vec<_> = undo
+            .into_iter()
+            .filter_map(|u| match u {
+                Undo::Rows(table, hold) => Some((table, hold)),
+                _ => None,
+            })
+            .collect();
         // a COPY cut off: its writer lock goes now, what it staged is dropped
         let copy = self.copy_in.take().map(|mut c| {
             drop(c.writer.take());

@@ -1,0 +1,308 @@
+//! Schema changes inside a transaction block are undone by `ROLLBACK` (and `ROLLBACK TO
+//! SAVEPOINT`, and the failure of a multi-statement query), as in Postgres: `BEGIN; CREATE
+//! TABLE t ...; ROLLBACK` leaves no `t`.
+//!
+//! Like the block's row changes (applied at once, undone by their inverse), a schema change
+//! is applied when its statement runs; what undoes it is found by comparing the catalog
+//! before and after the statement ([`SchemaMark`]) and kept in the session's undo log as
+//! the statements that reverse it, run newest first:
+//!
+//! - a new relation, index, type or function is dropped (`CREATE TABLE t` → `DROP TABLE
+//!   t`; the indexes and sequences made with a new table go with it);
+//! - a renamed relation or column is renamed back, a column added is dropped, a NOT NULL or
+//!   a default set or dropped is put back, a constraint added is dropped, a plain view
+//!   replaced gets its old query back;
+//! - what cannot be reversed from the catalog alone — a relation or column dropped (its
+//!   rows are gone), a column's type changed, a materialized view redefined — stays
+//!   applied; the ROLLBACK that passes it says so in a WARNING (docs/GUARANTEES.md).
+
+use std::collections::HashSet;
+
+use crate::catalog::{RelationDesc, RelationKind};
+use crate::server::session::Undo;
+use crate::sql::pg_text::quote_ident;
+
+use super::Engine;
+
+/// The schema objects of the catalog at one moment.
+pub(crate) struct SchemaMark {
+    relations: Vec<RelationDesc>,
+    types: HashSet<String>,
+    functions: HashSet<String>,
+}
+
+/// The statement keyword of a relation kind (`DROP <kind> name`, `ALTER <kind> ...`).
+fn keyword(kind: RelationKind) -> &'static str {
+    match kind {
+        RelationKind::Table | RelationKind::AppendOnlyTable => "TABLE",
+        RelationKind::MaterializedView => "MATERIALIZED VIEW",
+        RelationKind::Source => "SOURCE",
+        RelationKind::Sink => "SINK",
+        RelationKind::View => "VIEW",
+        RelationKind::Sequence => "SEQUENCE",
+    }
+}
+
+impl Engine {
+    /// The catalog's schema objects now (taken before a schema change in a block).
+    pub(crate) fn schema_mark(&self) -> SchemaMark {
+        SchemaMark {
+            relations: self
+                .catalog
+                .entries()
+                .iter()
+                .map(|e| e.desc.clone())
+                .collect(),
+            types: self
+                .catalog
+                .enum_types()
+                .into_iter()
+                .map(|t| t.name)
+                .collect(),
+            functions: self.catalog.sql_function_names().into_iter().collect(),
+        }
+    }
+
+    /// What undoes the schema changes made since `before`, in the order to run it (the
+    /// inverse of the last change first).
+    pub(crate) fn schema_undo(&self, before: &SchemaMark) -> Vec<Undo> {
+        let after = self.schema_mark();
+        let mut undo = Vec::new();
+        let old_names: HashSet<&str> = before.relations.iter().map(|d| d.name.as_str()).collect();
+        // the same relation before and after: by OID, or by name (ALTER TABLE may rewrite a
+        // table under a new OID)
+        let earlier = |d: &RelationDesc| {
+            before
+                .relations
+                .iter()
+                .find(|b| b.oid == d.oid && b.kind == d.kind)
+                .or_else(|| {
+                    before.relations.iter().find(|b| {
+                        b.name == d.name
+                            && b.kind == d.kind
+                            && !after.relations.iter().any(|a| a.oid == b.oid)
+                    })
+                })
+        };
+        let mut new_relations: Vec<&RelationDesc> = Vec::new();
+        for d in &after.relations {
+            match earlier(d) {
+                None => new_relations.push(d),
+                Some(b) => undo.extend(altered(b, d)),
+            }
+        }
+        // new relations: newest first (what reads a relation was made after it), a new
+        // table's own sequences last (DROP ... IF EXISTS: dropping the table may take them)
+        new_relations.sort_by_key(|d| {
+            let rank = match d.kind {
+                RelationKind::Sequence => 1,
+                _ => 0,
+            };
+            // (newest first: what reads a relation was made after it)
+            (rank, std::cmp::Reverse(d.oid))
+        });
+        for d in new_relations {
+            if old_names.contains(d.name.as_str()) {
+                // (a relation of the same name and another kind replaced: not reversible)
+                continue;
+            }
+            undo.push(Undo::Schema(format!(
+                "DROP {} IF EXISTS {}",
+                keyword(d.kind),
+                quote_ident(&d.name)
+            )));
+        }
+        // dropped relations: a plain view is made again from its query (the oldest first:
+        // views over it were made after it); what holds rows or runs cannot be
+        let mut dropped: Vec<&RelationDesc> = before
+            .relations
+            .iter()
+            .filter(|b| {
+                b.kind != RelationKind::Sink
+                    && !after
+                        .relations
+                        .iter()
+                        .any(|a| a.oid == b.oid || (a.name == b.name && a.kind == b.kind))
+            })
+            .collect();
+        dropped.sort_by_key(|b| b.oid);
+        for b in dropped {
+            let name = quote_ident(&b.name);
+            undo.push(match (&b.kind, &b.query) {
+                (RelationKind::View, Some(q)) => {
+                    let columns: Vec<String> =
+                        b.columns.iter().map(|c| quote_ident(&c.name)).collect();
+                    Undo::Schema(format!(
+                        "CREATE VIEW {name} ({}) AS {q}",
+                        columns.join(", ")
+                    ))
+                }
+                _ => Undo::Irreversible(format!("DROP {} {name}", keyword(b.kind))),
+            });
+        }
+        for t in after.types.difference(&before.types) {
+            undo.push(Undo::Schema(format!(
+                "DROP TYPE IF EXISTS {}",
+                quote_ident(t)
+            )));
+        }
+        for f in after.functions.difference(&before.functions) {
+            undo.push(Undo::Schema(format!(
+                "DROP FUNCTION IF EXISTS {}",
+                quote_ident(f)
+            )));
+        }
+        // the log runs newest first: the statements above run in their order
+        undo.reverse();
+        undo
+    }
+}
+
+/// What undoes the changes to one relation (`b` before, `a` after), in the order to run it
+/// (the statements name it as it is after).
+fn altered(b: &RelationDesc, a: &RelationDesc) -> Vec<Undo> {
+    let mut out = Vec::new();
+    let kw = keyword(a.kind);
+    let rel = quote_ident(&a.name);
+    let alter = |what: String| Undo::Schema(format!("ALTER TABLE {rel} {what}"));
+    if matches!(a.kind, RelationKind::View | RelationKind::MaterializedView) {
+        // a plain view replaced: its old query back (by CREATE OR REPLACE when the old
+        // query has the view's columns first; else dropped and made again); a materialized
+        // view's old query is not
+        if b.query != a.query {
+            // (CREATE OR REPLACE keeps the columns there are: the old query must have them
+            // first)
+            let prefix = a.columns.len() <= b.columns.len()
+                && a.columns
+                    .iter()
+                    .zip(&b.columns)
+                    .all(|(n, o)| o.name == n.name && o.ty == n.ty);
+            match (a.kind, &b.query) {
+                (RelationKind::View, Some(q)) if prefix => {
+                    out.push(Undo::Schema(format!("CREATE OR REPLACE VIEW {rel} AS {q}")));
+                }
+                (RelationKind::View, Some(q)) => {
+                    out.push(Undo::Schema(format!(
+                        "DROP VIEW {rel}; CREATE VIEW {rel} AS {q}"
+                    )));
+                }
+                _ => out.push(Undo::Irreversible(format!("CREATE OR REPLACE {kw} {rel}"))),
+            }
+        }
+        if b.name != a.name {
+            out.push(Undo::Schema(format!(
+                "ALTER {kw} {rel} RENAME TO {}",
+                quote_ident(&b.name)
+            )));
+        }
+        return out;
+    }
+    // constraints and indexes added
+    let old_indexes: HashSet<&str> = b.indexes.iter().map(|i| i.name.as_str()).collect();
+    for ix in &a.indexes {
+        if !old_indexes.contains(ix.name.as_str()) {
+            out.push(if ix.constraint {
+                alter(format!("DROP CONSTRAINT {}", quote_ident(&ix.name)))
+            } else {
+                Undo::Schema(format!("DROP INDEX IF EXISTS {}", quote_ident(&ix.name)))
+            });
+        }
+    }
+    let new_index_names: HashSet<&str> = a.indexes.iter().map(|i| i.name.as_str()).collect();
+    for ix in &b.indexes {
+        if !new_index_names.contains(ix.name.as_str()) {
+            out.push(Undo::Irreversible(format!(
+                "DROP INDEX {}",
+                quote_ident(&ix.name)
+            )));
+        }
+    }
+    if b.primary_key.is_empty() && !a.primary_key.is_empty() {
+        out.push(alter(format!(
+            "DROP CONSTRAINT {}",
+            quote_ident(&a.pkey_name())
+        )));
+    }
+    for (name, _) in &a.checks {
+        if !b.checks.iter().any(|(n, _)| n == name) {
+            out.push(alter(format!("DROP CONSTRAINT {}", quote_ident(name))));
+        }
+    }
+    for fk in &a.foreign_keys {
+        if !b.foreign_keys.iter().any(|f| f.name == fk.name) {
+            out.push(alter(format!("DROP CONSTRAINT {}", quote_ident(&fk.name))));
+        }
+    }
+    // columns: renamed (same place, other name), added (past the old ones), dropped
+    let old_names: Vec<&str> = b.columns.iter().map(|c| c.name.as_str()).collect();
+    let new_names: Vec<&str> = a.columns.iter().map(|c| c.name.as_str()).collect();
+    let renamed = old_names.len() == new_names.len()
+        && old_names
+            .iter()
+            .zip(&new_names)
+            .filter(|(o, n)| o != n)
+            .count()
+            == 1;
+    let rename_column = renamed
+        .then(|| old_names.iter().zip(&new_names).find(|(o, n)| o != n))
+        .flatten()
+        .map(|(o, n)| {
+            alter(format!(
+                "RENAME COLUMN {} TO {}",
+                quote_ident(n),
+                quote_ident(o)
+            ))
+        });
+    if !renamed {
+        for c in &a.columns {
+            if !old_names.contains(&c.name.as_str()) {
+                out.push(alter(format!("DROP COLUMN {}", quote_ident(&c.name))));
+            }
+        }
+        for c in &b.columns {
+            if !new_names.contains(&c.name.as_str()) {
+                out.push(Undo::Irreversible(format!(
+                    "ALTER TABLE {rel} DROP COLUMN {}",
+                    quote_ident(&c.name)
+                )));
+            }
+        }
+    }
+    // a column kept (under its old name, or renamed): its NOT NULL, default and type
+    for (i, c) in a.columns.iter().enumerate() {
+        let was = if renamed {
+            b.columns.get(i)
+        } else {
+            b.columns.iter().find(|o| o.name == c.name)
+        };
+        let Some(was) = was else { continue };
+        let col = quote_ident(&c.name);
+        if was.nullable != c.nullable {
+            let to = if was.nullable { "DROP" } else { "SET" };
+            out.push(alter(format!("ALTER COLUMN {col} {to} NOT NULL")));
+        }
+        let (old_default, new_default) = (b.column_default(&was.name), a.column_default(&c.name));
+        if old_default != new_default && b.identity(&was.name).is_none() {
+            out.push(alter(match old_default {
+                Some(d) => format!("ALTER COLUMN {col} SET DEFAULT {d}"),
+                None => format!("ALTER COLUMN {col} DROP DEFAULT"),
+            }));
+        }
+        if was.ty != c.ty {
+            out.push(Undo::Irreversible(format!(
+                "ALTER TABLE {rel} ALTER COLUMN {col} TYPE {}",
+                c.ty.display_name()
+            )));
+        }
+    }
+    // the column's name back after the statements above that name it
+    out.extend(rename_column);
+    // the relation's name back last (the statements above name it by its new name)
+    if b.name != a.name {
+        out.push(Undo::Schema(format!(
+            "ALTER {kw} {rel} RENAME TO {}",
+            quote_ident(&b.name)
+        )));
+    }
+    out
+}
