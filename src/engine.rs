@@ -449,9 +449,8 @@ impl Engine {
         let before = ((session.in_transaction || session.implicit_transaction)
             && changes_schema(&parsed.stmt))
         .then(|| self.schema_mark());
-        let out = self
-            .execute_statement(session, parsed, params, notices)
-            .await;
+        // (boxed: the statement's future is large, and deep expressions plan on this stack)
+        let out = Box::pin(self.execute_statement(session, parsed, params, notices)).await;
         if let (Some(before), Ok(_)) = (&before, &out) {
             let undo = self.schema_undo(before);
             session.undo.extend(undo);
