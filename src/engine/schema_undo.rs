@@ -10,11 +10,13 @@
 //! - a new relation, index, type or function is dropped (`CREATE TABLE t` → `DROP TABLE
 //!   t`; the indexes and sequences made with a new table go with it);
 //! - a renamed relation or column is renamed back, a column added is dropped, a NOT NULL or
-//!   a default set or dropped is put back, a constraint added is dropped, a plain view
-//!   replaced gets its old query back;
-//! - what cannot be reversed from the catalog alone — a relation or column dropped (its
-//!   rows are gone), a column's type changed, a materialized view redefined — stays
-//!   applied; the ROLLBACK that passes it says so in a WARNING (docs/GUARANTEES.md).
+//!   a default set or dropped is put back, a constraint or index added is dropped and one
+//!   dropped is made again from its definition, a plain view replaced or dropped gets its
+//!   old query back;
+//! - what cannot be reversed from the catalog alone — a table, materialized view or source
+//!   dropped, a column dropped (their rows are gone), a column's type changed, a
+//!   materialized view redefined — stays applied; the ROLLBACK that passes it says so in a
+//!   WARNING (docs/GUARANTEES.md).
 
 use std::collections::HashSet;
 
@@ -208,15 +210,6 @@ fn altered(b: &RelationDesc, a: &RelationDesc) -> Vec<Undo> {
             });
         }
     }
-    let new_index_names: HashSet<&str> = a.indexes.iter().map(|i| i.name.as_str()).collect();
-    for ix in &b.indexes {
-        if !new_index_names.contains(ix.name.as_str()) {
-            out.push(Undo::Irreversible(format!(
-                "DROP INDEX {}",
-                quote_ident(&ix.name)
-            )));
-        }
-    }
     if b.primary_key.is_empty() && !a.primary_key.is_empty() {
         out.push(alter(format!(
             "DROP CONSTRAINT {}",
@@ -232,6 +225,77 @@ fn altered(b: &RelationDesc, a: &RelationDesc) -> Vec<Undo> {
         if !b.foreign_keys.iter().any(|f| f.name == fk.name) {
             out.push(alter(format!("DROP CONSTRAINT {}", quote_ident(&fk.name))));
         }
+    }
+    // indexes and constraints dropped: made again from their definitions (the key and
+    // unique ones before the foreign keys that need them); not for a table renamed or
+    // whose columns changed in the same statement (the definitions name the old ones)
+    let same_columns = b.name == a.name
+        && b.columns.len() == a.columns.len()
+        && b.columns
+            .iter()
+            .zip(&a.columns)
+            .all(|(o, n)| o.name == n.name);
+    let list = |cols: &[String]| {
+        cols.iter()
+            .map(|c| quote_ident(c))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut remade = Vec::new();
+    if !b.primary_key.is_empty() && a.primary_key.is_empty() {
+        remade.push(alter(format!(
+            "ADD CONSTRAINT {} PRIMARY KEY ({})",
+            quote_ident(&b.pkey_name()),
+            list(&b.primary_key)
+        )));
+    }
+    let new_index_names: HashSet<&str> = a.indexes.iter().map(|i| i.name.as_str()).collect();
+    let old_infos = b.all_indexes();
+    for ix in &b.indexes {
+        if new_index_names.contains(ix.name.as_str()) {
+            continue;
+        }
+        remade.push(if ix.constraint {
+            alter(format!(
+                "ADD CONSTRAINT {} UNIQUE ({})",
+                quote_ident(&ix.name),
+                list(&ix.columns)
+            ))
+        } else {
+            match old_infos.iter().find(|i| i.name == ix.name) {
+                Some(info) => Undo::Schema(info.definition(&b.name, true)),
+                None => Undo::Irreversible(format!("DROP INDEX {}", quote_ident(&ix.name))),
+            }
+        });
+    }
+    for (name, expr) in &b.checks {
+        if !a.checks.iter().any(|(n, _)| n == name) {
+            remade.push(alter(format!(
+                "ADD CONSTRAINT {} CHECK ({expr})",
+                quote_ident(name)
+            )));
+        }
+    }
+    for fk in &b.foreign_keys {
+        if !a.foreign_keys.iter().any(|f| f.name == fk.name) {
+            remade.push(alter(format!(
+                "ADD CONSTRAINT {} FOREIGN KEY ({}) REFERENCES {} ({}) ON DELETE {} ON UPDATE {}",
+                quote_ident(&fk.name),
+                list(&fk.columns),
+                quote_ident(&fk.ref_table),
+                list(&fk.ref_columns),
+                fk.on_delete.sql(),
+                fk.on_update.sql()
+            )));
+        }
+    }
+    if same_columns {
+        out.extend(remade);
+    } else {
+        out.extend(remade.into_iter().map(|u| match u {
+            Undo::Schema(sql) => Undo::Irreversible(sql),
+            other => other,
+        }));
     }
     // columns: renamed (same place, other name), added (past the old ones), dropped
     let old_names: Vec<&str> = b.columns.iter().map(|c| c.name.as_str()).collect();
