@@ -191,6 +191,7 @@ pub fn session_context(
     crate::sql::enum_functions::register(&ctx);
     crate::sql::ordered_set::register(&ctx);
     crate::sql::pg_functions::register(&ctx);
+    crate::sql::variance::register(&ctx);
     ctx
 }
 

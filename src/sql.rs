@@ -32,4 +32,5 @@ pub mod transaction_time;
 pub mod typed_arrays;
 pub mod types;
 pub mod uuid;
+pub mod variance;
 pub mod windows;

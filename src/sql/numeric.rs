@@ -275,12 +275,12 @@ fn pg_error(code: &'static str, msg: String, detail: Option<String>) -> DataFusi
 }
 
 /// 10^n, saturating (never reached: scales are at most 38 each).
-fn pow10(n: u32) -> i256 {
+pub(crate) fn pow10(n: u32) -> i256 {
     i256::from_i128(10).checked_pow(n).unwrap_or(i256::MAX)
 }
 
 /// `n / d` rounded half away from zero (`d` > 0).
-fn div_round(n: i256, d: i256) -> i256 {
+pub(crate) fn div_round(n: i256, d: i256) -> i256 {
     let (q, r) = (n.wrapping_div(d), n.wrapping_rem(d));
     if r.wrapping_abs().wrapping_mul(i256::from_i128(2)) >= d {
         if n.is_negative() {
