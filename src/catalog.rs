@@ -2,6 +2,7 @@
 //! OIDs, persisted in the store under `C{oid}` as JSON so it survives restarts. The
 //! `pg_catalog` tables clients query are built from it ([`pg_catalog`]).
 
+pub mod extensions;
 pub mod float_over_numeric;
 pub mod functions;
 pub mod information_schema;
@@ -707,6 +708,8 @@ pub struct Catalog {
     sequences: sequences::Sequences,
     /// SQL-bodied functions.
     sql_functions: sql_functions::SqlFunctions,
+    /// Installed extensions.
+    extensions: extensions::Extensions,
     /// Enum types.
     user_types: user_types::UserTypes,
 }
@@ -742,6 +745,7 @@ impl Catalog {
         let descs: Vec<RelationDesc> = load_json(store.as_ref(), b"C", "catalog entry")?;
         let roles = roles::Roles::load(store.as_ref())?;
         let sql_functions = sql_functions::SqlFunctions::load(store.as_ref())?;
+        let extensions = extensions::Extensions::load(store.as_ref())?;
         let user_types = user_types::UserTypes::load(store.as_ref())?;
         let mut by_name = BTreeMap::new();
         let mut next_oid = FIRST_USER_OID;
@@ -773,6 +777,7 @@ impl Catalog {
             connections: parking_lot::Mutex::new(BTreeMap::new()),
             sequences: sequences::Sequences::default(),
             sql_functions,
+            extensions,
             user_types,
         })
     }

@@ -991,6 +991,22 @@ impl Engine {
             Statement::DropSchema { names, if_exists } => {
                 schemas::drop_schema(names, *if_exists, notices.as_ref())
             }
+            Statement::CreateExtension {
+                name,
+                if_not_exists,
+                schema,
+                version,
+            } => schemas::create_extension(
+                &self.catalog,
+                name,
+                *if_not_exists,
+                schema.as_deref(),
+                version.as_deref(),
+                notices.as_ref(),
+            ),
+            Statement::DropExtension { names, if_exists } => {
+                schemas::drop_extension(&self.catalog, names, *if_exists, notices.as_ref())
+            }
             Statement::DiscardAll => {
                 if session.in_transaction {
                     return Err(WeirError::new(
@@ -3211,6 +3227,8 @@ fn changes_schema(stmt: &Statement) -> bool {
             | Statement::CreateEnumType { .. }
             | Statement::AlterColumnSetting { .. }
             | Statement::CreateIndex(_)
+            | Statement::CreateExtension { .. }
+            | Statement::DropExtension { .. }
     )
 }
 
@@ -3382,6 +3400,8 @@ fn query_kind(stmt: &Statement) -> &'static str {
         | Statement::CreateIndex(_)
         | Statement::CreateSink(_)
         | Statement::Drop(_)
+        | Statement::CreateExtension { .. }
+        | Statement::DropExtension { .. }
         | Statement::Security(_) => "ddl",
         Statement::Begin(_)
         | Statement::Commit
@@ -3421,6 +3441,8 @@ fn write_kind(stmt: &Statement) -> Option<&'static str> {
         Statement::CreateIndex(_) => "CREATE INDEX",
         Statement::CreateSink(_) => "CREATE SINK",
         Statement::Drop(_) => "DROP",
+        Statement::CreateExtension { .. } => "CREATE EXTENSION",
+        Statement::DropExtension { .. } => "DROP EXTENSION",
         Statement::Security(s) => return s.write_kind(),
         Statement::Copy(c) => match c.as_ref() {
             crate::sql::client_stmts::Copy::From { .. } => "COPY FROM",

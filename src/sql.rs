@@ -9,6 +9,7 @@ pub mod datetime_in;
 pub mod depth;
 pub mod enum_functions;
 pub mod error_position;
+pub mod extension_functions;
 pub mod extract;
 pub mod hooked;
 pub mod interval_in;

@@ -372,6 +372,7 @@ const TABLES: &[&str] = &[
     "pg_indexes",
     "pg_tablespace",
     "pg_extension",
+    "pg_available_extensions",
     "pg_trigger",
     "pg_rewrite",
     "pg_depend",
@@ -703,6 +704,12 @@ pub const SYSTEM_RELATIONS: &[SystemRelation] = &[
         "r",
     ),
     SystemRelation::new(12000, PG_CATALOG_NAMESPACE_OID, "pg_roles", "v"),
+    SystemRelation::new(
+        12081,
+        PG_CATALOG_NAMESPACE_OID,
+        "pg_available_extensions",
+        "v",
+    ),
     SystemRelation::new(12014, PG_CATALOG_NAMESPACE_OID, "pg_user", "v"),
     SystemRelation::new(12028, PG_CATALOG_NAMESPACE_OID, "pg_views", "v"),
     SystemRelation::new(12033, PG_CATALOG_NAMESPACE_OID, "pg_tables", "v"),
@@ -1824,14 +1831,60 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 })
                 .collect(),
         )?,
-        "pg_extension" => empty(&[
-            ("oid", oid()),
-            ("extname", name()),
-            ("extowner", oid()),
-            ("extnamespace", oid()),
-            ("extrelocatable", b()),
-            ("extversion", text()),
-        ])?,
+        "pg_extension" => build_table(
+            &[
+                ("oid", oid()),
+                ("extname", name()),
+                ("extowner", oid()),
+                ("extnamespace", oid()),
+                ("extrelocatable", b()),
+                ("extversion", text()),
+                ("extconfig", arr(oid())),
+                ("extcondition", arr(text())),
+            ],
+            catalog
+                .installed_extensions()
+                .iter()
+                .map(|a| {
+                    vec![
+                        a.oid.into(),
+                        a.name.into(),
+                        owner(),
+                        a.namespace.into(),
+                        a.relocatable.into(),
+                        a.version.into(),
+                        V::Null,
+                        V::Null,
+                    ]
+                })
+                .collect(),
+        )?,
+        "pg_available_extensions" => {
+            let installed = catalog.installed_extensions();
+            build_table(
+                &[
+                    ("name", name()),
+                    ("default_version", text()),
+                    ("installed_version", text()),
+                    ("comment", text()),
+                ],
+                crate::catalog::extensions::AVAILABLE
+                    .iter()
+                    .map(|a| {
+                        vec![
+                            a.name.into(),
+                            a.version.into(),
+                            if installed.iter().any(|i| i.name == a.name) {
+                                a.version.into()
+                            } else {
+                                V::Null
+                            },
+                            a.comment.into(),
+                        ]
+                    })
+                    .collect(),
+            )?
+        }
         "pg_trigger" => empty(&[
             ("oid", oid()),
             ("tgrelid", oid()),
@@ -1991,7 +2044,26 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     false.into(),
                     true.into(),
                 ],
-            ],
+            ]
+            .into_iter()
+            // the language of an installed plpgsql (which Weir lists and does not run:
+            // `LANGUAGE plpgsql` functions are 0A000)
+            .chain(
+                catalog
+                    .installed_extensions()
+                    .iter()
+                    .filter(|a| a.name == "plpgsql")
+                    .map(|_| {
+                        vec![
+                            13563u32.into(),
+                            "plpgsql".into(),
+                            owner(),
+                            true.into(),
+                            true.into(),
+                        ]
+                    }),
+            )
+            .collect(),
         )?,
         // Metabase reads row estimates here: tables give their row count
         "pg_stat_user_tables" => build_table(

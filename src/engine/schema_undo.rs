@@ -7,8 +7,9 @@
 //! before and after the statement ([`SchemaMark`]) and kept in the session's undo log as
 //! the statements that reverse it, run newest first:
 //!
-//! - a new relation, index, type or function is dropped (`CREATE TABLE t` → `DROP TABLE
-//!   t`; the indexes and sequences made with a new table go with it);
+//! - a new relation, index, type, function or extension is dropped (`CREATE TABLE t` →
+//!   `DROP TABLE t`; the indexes and sequences made with a new table go with it), an
+//!   extension dropped is created again;
 //! - a renamed relation or column is renamed back, a column added is dropped, a NOT NULL or
 //!   a default set or dropped is put back, a constraint or index added is dropped and one
 //!   dropped is made again from its definition, a plain view replaced or dropped gets its
@@ -31,6 +32,7 @@ pub(crate) struct SchemaMark {
     relations: Vec<RelationDesc>,
     types: HashSet<String>,
     functions: HashSet<String>,
+    extensions: HashSet<&'static str>,
 }
 
 /// The statement keyword of a relation kind (`DROP <kind> name`, `ALTER <kind> ...`).
@@ -62,6 +64,12 @@ impl Engine {
                 .map(|t| t.name)
                 .collect(),
             functions: self.catalog.sql_function_names().into_iter().collect(),
+            extensions: self
+                .catalog
+                .installed_extensions()
+                .iter()
+                .map(|a| a.name)
+                .collect(),
         }
     }
 
@@ -152,6 +160,18 @@ impl Engine {
             undo.push(Undo::Schema(format!(
                 "DROP FUNCTION IF EXISTS {}",
                 quote_ident(f)
+            )));
+        }
+        for e in after.extensions.difference(&before.extensions) {
+            undo.push(Undo::Schema(format!(
+                "DROP EXTENSION IF EXISTS {}",
+                quote_ident(e)
+            )));
+        }
+        for e in before.extensions.difference(&after.extensions) {
+            undo.push(Undo::Schema(format!(
+                "CREATE EXTENSION IF NOT EXISTS {}",
+                quote_ident(e)
             )));
         }
         // the log runs newest first: the statements above run in their order

@@ -76,3 +76,80 @@ pub(crate) fn drop_schema(
     }
     Ok(Output::Command("DROP SCHEMA".into()))
 }
+
+/// `CREATE EXTENSION [IF NOT EXISTS] name [SCHEMA s] [VERSION v]`: one Weir has built in
+/// (`catalog/extensions.rs`), in its own schema at its one version.
+pub(crate) fn create_extension(
+    catalog: &crate::catalog::Catalog,
+    name: &str,
+    if_not_exists: bool,
+    schema: Option<&str>,
+    version: Option<&str>,
+    notices: Option<&Notices>,
+) -> Result<Output> {
+    let installed = catalog
+        .installed_extensions()
+        .iter()
+        .any(|a| a.name == name);
+    if installed {
+        if !if_not_exists {
+            return Err(WeirError::new(
+                sqlstate::DUPLICATE_OBJECT,
+                format!("extension \"{name}\" already exists"),
+            ));
+        }
+        if let Some(n) = notices {
+            let _ = n.send(format!("extension \"{name}\" already exists, skipping"));
+        }
+        return Ok(Output::Command("CREATE EXTENSION".into()));
+    }
+    if let Some(s) = schema
+        && !exists(s)
+    {
+        return Err(WeirError::new(
+            sqlstate::INVALID_SCHEMA_NAME,
+            format!("schema \"{s}\" does not exist"),
+        ));
+    }
+    if let (Some(a), Some(v)) = (crate::catalog::extensions::available(name), version)
+        && v != a.version
+    {
+        return Err(WeirError::new(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            format!(
+                "extension \"{name}\" has no installation script nor update path for version \"{v}\""
+            ),
+        ));
+    }
+    catalog.create_extension(name)?;
+    Ok(Output::Command("CREATE EXTENSION".into()))
+}
+
+/// `DROP EXTENSION [IF EXISTS] name [, ...]`: all or none (a name not installed fails the
+/// statement before anything is dropped, unless IF EXISTS).
+pub(crate) fn drop_extension(
+    catalog: &crate::catalog::Catalog,
+    names: &[String],
+    if_exists: bool,
+    notices: Option<&Notices>,
+) -> Result<Output> {
+    let installed = catalog.installed_extensions();
+    for name in names {
+        if installed.iter().any(|a| a.name == name) {
+            continue;
+        }
+        if !if_exists {
+            return Err(WeirError::new(
+                sqlstate::UNDEFINED_OBJECT,
+                format!("extension \"{name}\" does not exist"),
+            ));
+        }
+        if let Some(n) = notices {
+            let _ = n.send(format!("extension \"{name}\" does not exist, skipping"));
+        }
+    }
+    for name in names {
+        catalog.drop_extension(name)?;
+    }
+    Ok(Output::Command("DROP EXTENSION".into()))
+}

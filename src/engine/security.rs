@@ -220,6 +220,13 @@ impl Engine {
             Statement::CreateSequence(_)
             | Statement::CreateFunction(_)
             | Statement::CreateEnumType { .. } => self.require_create(role),
+            // (Postgres: the extensions Weir has are trusted ones, created by whoever may
+            // create in the database; dropping one is its owner's, the superuser's)
+            Statement::CreateExtension { .. } => self.require_create(role),
+            Statement::DropExtension { names, .. } => Err(denied(format!(
+                "must be owner of extension {}",
+                names.first().map(String::as_str).unwrap_or_default()
+            ))),
             Statement::Refresh(name) => {
                 if self.catalog.get(name).is_some() {
                     self.require_owner(role, name)?;

@@ -166,6 +166,18 @@ pub enum Statement {
     Deallocate(Option<String>),
     /// `CREATE TABLE name [(columns)] AS query [WITH [NO] DATA]`, and `SELECT ... INTO name`.
     CreateTableAs(Box<CreateTableAs>),
+    /// `CREATE EXTENSION [IF NOT EXISTS] name [WITH] [SCHEMA s] [VERSION v] [CASCADE]`.
+    CreateExtension {
+        name: String,
+        if_not_exists: bool,
+        schema: Option<String>,
+        version: Option<String>,
+    },
+    /// `DROP EXTENSION [IF EXISTS] name [, ...] [CASCADE | RESTRICT]`.
+    DropExtension {
+        names: Vec<String>,
+        if_exists: bool,
+    },
     /// `CREATE SCHEMA [IF NOT EXISTS] name [AUTHORIZATION role]`.
     CreateSchema {
         name: String,
@@ -2844,6 +2856,16 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
                 Some(normalize_ident(&name))
             },
         )),
+        ast::Statement::CreateExtension(ce) => Ok(Statement::CreateExtension {
+            name: normalize_ident(&ce.name),
+            if_not_exists: ce.if_not_exists,
+            schema: ce.schema.as_ref().map(normalize_ident),
+            version: ce.version.as_ref().map(|v| v.value.clone()),
+        }),
+        ast::Statement::DropExtension(de) => Ok(Statement::DropExtension {
+            names: de.names.iter().map(normalize_ident).collect(),
+            if_exists: de.if_exists,
+        }),
         ast::Statement::CreateSchema {
             schema_name,
             if_not_exists,

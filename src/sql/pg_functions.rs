@@ -1128,7 +1128,10 @@ fn declared_result(name: &str) -> Option<crate::sql::types::SqlType> {
     use crate::sql::types::SqlType;
     if JSONB_RESULTS.contains(&name) {
         Some(SqlType::Jsonb)
-    } else if name == UUID_IN || name == "gen_random_uuid" {
+    } else if name == UUID_IN
+        || name == "gen_random_uuid"
+        || crate::sql::extension_functions::UUID_RESULTS.contains(&name)
+    {
         Some(SqlType::Uuid)
     } else {
         None
