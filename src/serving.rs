@@ -192,6 +192,7 @@ pub fn session_context(
     crate::sql::ordered_set::register(&ctx);
     crate::sql::pg_functions::register(&ctx);
     crate::sql::variance::register(&ctx);
+    crate::sql::regression::register(&ctx);
     crate::sql::extension_functions::register(&ctx);
     ctx
 }

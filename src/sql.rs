@@ -23,6 +23,7 @@ pub mod parser;
 pub mod pg_functions;
 pub mod pg_math;
 pub mod pg_text;
+pub mod regression;
 pub mod security;
 pub mod time;
 pub mod time_zone;
