@@ -500,7 +500,16 @@ fn function_in_from(tf: &mut ast::TableFactor) {
                     .as_ref()
                     .map(|t| t.to_string())
                     .unwrap_or_default();
-                format!("CAST(weir_rec ->> '{key}' AS {ty}) AS {}", c.name)
+                // (an array column reads a JSON array's elements)
+                let array = matches!(c.data_type, Some(ast::DataType::Array(_)));
+                match array {
+                    true => format!(
+                        "CAST({}(weir_rec -> '{key}') AS {ty}) AS {}",
+                        crate::sql::pg_functions::JSONB_ARRAY_TEXT,
+                        c.name
+                    ),
+                    false => format!("CAST(weir_rec ->> '{key}' AS {ty}) AS {}", c.name),
+                }
             })
             .collect::<Vec<_>>()
             .join(", ");

@@ -8,7 +8,8 @@
 //! row too when its select list names its columns (`(SELECT id, name AS n FROM t) s`), and
 //! a VALUES list (`(VALUES (1, 'a')) t(id, name)`); one with `*` or an unnamed expression
 //! does not yet (its columns are known only once
-//! planned): such a name stays unknown (42703).
+//! planned): such a name stays unknown (42703). A relation's row type read from JSON
+//! (`jsonb_populate_recordset(NULL::t, j)`) is its columns too.
 
 use std::collections::{HashMap, HashSet};
 use std::ops::ControlFlow;
@@ -203,6 +204,90 @@ fn row_of(r: &Relation) -> Expr {
 
 impl VisitorMut for Rows<'_> {
     type Break = ();
+
+    /// `json[b]_populate_record[set](NULL::t, j)` in FROM: the object's (each element's)
+    /// keys read as `t`'s columns — `jsonb_to_record[set](j) AS alias(col type, ...)` with
+    /// the relation's columns, which `catalog/rewrite.rs` reads as it reads those.
+    /// (PostgREST writes its bulk inserts this way.)
+    fn pre_visit_table_factor(&mut self, tf: &mut ast::TableFactor) -> ControlFlow<()> {
+        let ast::TableFactor::Table {
+            name,
+            args: Some(args),
+            alias,
+            ..
+        } = tf
+        else {
+            return ControlFlow::Continue(());
+        };
+        let fname = name
+            .0
+            .last()
+            .and_then(|p| p.as_ident())
+            .map(normalize_ident)
+            .unwrap_or_default();
+        let set = match fname.as_str() {
+            "json_populate_record" | "jsonb_populate_record" => false,
+            "json_populate_recordset" | "jsonb_populate_recordset" => true,
+            _ => return ControlFlow::Continue(()),
+        };
+        let [
+            ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(Expr::Cast {
+                expr: base,
+                data_type: ast::DataType::Custom(row_type, _),
+                ..
+            })),
+            json,
+        ] = args.args.as_slice()
+        else {
+            return ControlFlow::Continue(());
+        };
+        if !matches!(base.as_ref(), Expr::Value(v) if matches!(v.value, ast::Value::Null)) {
+            return ControlFlow::Continue(());
+        }
+        let Some(entry) = relation_name(row_type)
+            .ok()
+            .and_then(|n| self.engine.catalog.get(&n))
+        else {
+            return ControlFlow::Continue(());
+        };
+        let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
+        let columns: Option<Vec<ast::TableAliasColumnDef>> = entry
+            .desc
+            .columns
+            .iter()
+            .map(|c| {
+                let ty = datafusion::sql::sqlparser::parser::Parser::new(&dialect)
+                    .try_with_sql(&c.ty.display_name())
+                    .and_then(|mut p| p.parse_data_type())
+                    .ok()?;
+                Some(ast::TableAliasColumnDef {
+                    name: Ident::with_quote('"', c.name.clone()),
+                    data_type: Some(ty),
+                })
+            })
+            .collect();
+        let Some(columns) = columns else {
+            return ControlFlow::Continue(());
+        };
+        let new_name = if set {
+            "jsonb_to_recordset"
+        } else {
+            "jsonb_to_record"
+        };
+        *name = ast::ObjectName::from(vec![Ident::new(new_name)]);
+        args.args = vec![json.clone()];
+        let alias_name = alias
+            .as_ref()
+            .map(|a| a.name.clone())
+            .unwrap_or_else(|| Ident::new(fname));
+        *alias = Some(ast::TableAlias {
+            explicit: true,
+            name: alias_name,
+            columns,
+            at: None,
+        });
+        ControlFlow::Continue(())
+    }
 
     fn pre_visit_query(&mut self, q: &mut ast::Query) -> ControlFlow<()> {
         if let Some(with) = &q.with {

@@ -264,6 +264,8 @@ pub(crate) fn immutable(
 }
 
 pub const TEXT_OUT: &str = "weir_text_out";
+/// A jsonb value as the text elements of an array column (`jsonb_to_record`'s arrays).
+pub const JSONB_ARRAY_TEXT: &str = "weir_jsonb_array_text";
 pub const ROUND_FOR_INT: &str = "weir_round_for_int";
 pub const INTERVAL_KEY: &str = "weir_interval_key";
 pub const CANONICAL_NAN: &str = "weir_canonical_nan";
@@ -811,6 +813,48 @@ fn definitions() -> Vec<PgFunction> {
             TypeSignature::Any(1),
             |_| DataType::Utf8,
             |args, _| map_text(&args[0], crate::sql::jsonb::json_checked),
+        ),
+        // a jsonb value read as an array column reads it (`jsonb_to_record`, populate):
+        // a JSON array's elements as text (strings unquoted, null as NULL), a JSON string
+        // as an array literal (`"{1,2}"`), JSON null as NULL
+        immutable(
+            JSONB_ARRAY_TEXT,
+            TypeSignature::Any(1),
+            |_| DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true))),
+            |args, _| {
+                let a = strings(&args[0])?;
+                let mut b = ListBuilder::new(StringBuilder::new());
+                for v in a.iter() {
+                    let Some(v) = v else {
+                        b.append(false);
+                        continue;
+                    };
+                    let bad = |m: String| pg_error(sqlstate::INVALID_TEXT_REPRESENTATION, m);
+                    let items = match crate::sql::jsonb::type_of(v)
+                        .map_err(|e| bad(e.to_string()))?
+                    {
+                        "array" => crate::sql::jsonb::array_elements(v, true)
+                            .map_err(|e| bad(e.to_string()))?,
+                        "string" => {
+                            let t = crate::sql::jsonb::get(v, &[], true)
+                                .map_err(|e| bad(e.to_string()))?
+                                .unwrap_or_default();
+                            crate::sql::pg_text::parse_array_text(&t)
+                                .ok_or_else(|| bad(format!("malformed array literal: \"{t}\"")))?
+                        }
+                        "null" => {
+                            b.append(false);
+                            continue;
+                        }
+                        _ => return Err(bad(format!("expected JSON array, got {v}"))),
+                    };
+                    for item in items {
+                        b.values().append_option(item);
+                    }
+                    b.append(true);
+                }
+                Ok(Arc::new(b.finish()))
+            },
         ),
         immutable(
             PARSE_ARRAY,
