@@ -631,6 +631,26 @@ pub trait BackendSignals: Send + Sync {
     fn terminate(&self);
 }
 
+/// A lock a connection holds, as `pg_locks` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldLock {
+    /// The holding connection's backend pid.
+    pub pid: i32,
+    /// `advisory` (the only kind listed yet).
+    pub locktype: &'static str,
+    /// An advisory lock's key as Postgres shows it: (classid, objid, objsubid) — a bigint
+    /// key is its high and low halves with objsubid 1, two integers are themselves with 2.
+    pub key: (u32, u32, i16),
+    /// `ExclusiveLock` or `ShareLock`.
+    pub mode: &'static str,
+}
+
+/// The locks the server's sessions hold (the server's advisory locks), for `pg_locks`:
+/// set by the server so that the catalog never names it.
+pub trait LockListing: Send + Sync {
+    fn held(&self) -> Vec<HeldLock>;
+}
+
 /// A client connection as `pg_stat_ssl` and `pg_stat_activity` show it.
 #[derive(Clone)]
 pub struct ConnectionInfo {
@@ -710,6 +730,8 @@ pub struct Catalog {
     sql_functions: sql_functions::SqlFunctions,
     /// Installed extensions.
     extensions: extensions::Extensions,
+    /// What lists the locks sessions hold (`pg_locks`), once the server set it.
+    lock_listing: RwLock<Option<Arc<dyn LockListing>>>,
     /// Enum types.
     user_types: user_types::UserTypes,
 }
@@ -778,6 +800,7 @@ impl Catalog {
             sequences: sequences::Sequences::default(),
             sql_functions,
             extensions,
+            lock_listing: RwLock::new(None),
             user_types,
         })
     }
@@ -805,6 +828,20 @@ impl Catalog {
             },
             store.clone(),
         )?)))
+    }
+
+    /// The server's locks, for `pg_locks`.
+    pub fn set_lock_listing(&self, listing: Arc<dyn LockListing>) {
+        *self.lock_listing.write() = Some(listing);
+    }
+
+    /// The locks sessions hold now (none before the server set its listing).
+    pub fn held_locks(&self) -> Vec<HeldLock> {
+        self.lock_listing
+            .read()
+            .as_ref()
+            .map(|l| l.held())
+            .unwrap_or_default()
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {

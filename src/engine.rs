@@ -282,6 +282,7 @@ impl Engine {
     /// A session of `role` (a client that logged in as it).
     pub fn session_for(&self, role: u32, pid: i32) -> Session {
         let session = self.new_session_with_pid(pid);
+        crate::server::advisory_locks::set_pid(session.lock_holder, pid);
         *session.identity.write() = crate::server::session::Identity::of(role);
         let name = self.catalog.role_name(role).unwrap_or_default();
         session.set_identity("session_authorization", &name);

@@ -106,6 +106,10 @@ pub async fn serve(config: ServerConfig) -> Result<()> {
         },
     )
     .await?;
+    // pg_locks lists the sessions' advisory locks
+    engine
+        .catalog
+        .set_lock_listing(std::sync::Arc::new(advisory_locks::Listing));
     engine.catalog.bootstrap_superuser(
         config.superuser.as_deref(),
         config.superuser_password.as_deref(),

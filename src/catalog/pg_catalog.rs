@@ -373,6 +373,7 @@ const TABLES: &[&str] = &[
     "pg_tablespace",
     "pg_extension",
     "pg_available_extensions",
+    "pg_locks",
     "pg_trigger",
     "pg_rewrite",
     "pg_depend",
@@ -711,6 +712,7 @@ pub const SYSTEM_RELATIONS: &[SystemRelation] = &[
         "v",
     ),
     SystemRelation::new(12014, PG_CATALOG_NAMESPACE_OID, "pg_user", "v"),
+    SystemRelation::new(12073, PG_CATALOG_NAMESPACE_OID, "pg_locks", "v"),
     SystemRelation::new(12028, PG_CATALOG_NAMESPACE_OID, "pg_views", "v"),
     SystemRelation::new(12033, PG_CATALOG_NAMESPACE_OID, "pg_tables", "v"),
     SystemRelation::new(12038, PG_CATALOG_NAMESPACE_OID, "pg_matviews", "v"),
@@ -1854,6 +1856,52 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                         a.relocatable.into(),
                         a.version.into(),
                         V::Null,
+                        V::Null,
+                    ]
+                })
+                .collect(),
+        )?,
+        // the locks sessions hold: advisory locks, granted (Weir takes no row locks;
+        // LOCK TABLE's writer locks and waits are not listed yet)
+        "pg_locks" => build_table(
+            &[
+                ("locktype", text()),
+                ("database", oid()),
+                ("relation", oid()),
+                ("page", i4()),
+                ("tuple", i2()),
+                ("virtualxid", text()),
+                ("transactionid", T::Int8),
+                ("classid", oid()),
+                ("objid", oid()),
+                ("objsubid", i2()),
+                ("virtualtransaction", text()),
+                ("pid", i4()),
+                ("mode", text()),
+                ("granted", b()),
+                ("fastpath", b()),
+                ("waitstart", T::TimestampTz(None)),
+            ],
+            catalog
+                .held_locks()
+                .into_iter()
+                .map(|l| {
+                    vec![
+                        l.locktype.into(),
+                        DATABASE_OID.into(),
+                        V::Null,
+                        V::Null,
+                        V::Null,
+                        V::Null,
+                        V::Null,
+                        l.key.0.into(),
+                        l.key.1.into(),
+                        V::I(l.key.2 as i64),
+                        format!("{}/1", l.pid).into(),
+                        V::I(l.pid as i64),
+                        l.mode.into(),
+                        true.into(),
+                        false.into(),
                         V::Null,
                     ]
                 })

@@ -11,7 +11,7 @@
 //!
 //! Differences: no deadlock detection (two sessions waiting on each other wait until a
 //! statement_timeout or cancel); `pg_advisory_unlock` of a lock not held answers false
-//! without Postgres' WARNING; the locks are not listed in `pg_locks`.
+//! without Postgres' WARNING; `pg_locks` lists the locks held (granted), not the waits.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -63,6 +63,49 @@ static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
 /// A new session's name as a lock holder.
 pub fn new_holder() -> u64 {
     NEXT_SESSION.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The backend pid of each client session's holder name (for `pg_locks`).
+static PIDS: LazyLock<Mutex<HashMap<u64, i32>>> = LazyLock::new(Default::default);
+
+/// `holder` is the session of the connection with this backend pid.
+pub fn set_pid(holder: u64, pid: i32) {
+    PIDS.lock().insert(holder, pid);
+}
+
+/// The advisory locks held now, per holding connection, as `pg_locks` shows them.
+pub struct Listing;
+
+impl crate::catalog::LockListing for Listing {
+    fn held(&self) -> Vec<crate::catalog::HeldLock> {
+        let pids = PIDS.lock().clone();
+        let locks = LOCKS.lock();
+        let mut out = Vec::new();
+        for ((space, k), h) in locks.iter() {
+            let key = match space {
+                1 => ((*k >> 32) as u32, *k as u32, 1),
+                _ => ((*k >> 32) as u32, *k as u32, 2),
+            };
+            for (mode, holders) in [("ExclusiveLock", &h.exclusive), ("ShareLock", &h.shared)] {
+                // (a session holding it at both levels, or several times, is one row)
+                let mut sessions: Vec<u64> = holders.keys().map(|(s, _)| *s).collect();
+                sessions.sort_unstable();
+                sessions.dedup();
+                for s in sessions {
+                    if let Some(pid) = pids.get(&s) {
+                        out.push(crate::catalog::HeldLock {
+                            pid: *pid,
+                            locktype: "advisory",
+                            key,
+                            mode,
+                        });
+                    }
+                }
+            }
+        }
+        out.sort_by_key(|l| (l.pid, l.key));
+        out
+    }
 }
 
 fn try_lock(session: u64, key: Key, exclusive: bool, level: Level) -> bool {
@@ -127,6 +170,7 @@ pub fn transaction_ended(session: u64) {
 /// The connection of `session` ended: every lock it held goes.
 pub fn session_ended(session: u64) {
     release(session, None);
+    PIDS.lock().remove(&session);
 }
 
 /// The lock keys of a call's rows: one bigint, or two integers.
