@@ -1709,12 +1709,12 @@ pub fn register(ctx: &SessionContext) {
     // the statement's start: DataFusion's now() (with the session's zone); now() itself is
     // the transaction's start (`sql::transaction_time`, registered per session)
     crate::sql::transaction_time::register_statement_timestamp(ctx);
-    for (f, alias) in [(
-        datafusion::functions_aggregate::bool_and_or::bool_and_udaf(),
-        "every",
-    )] {
-        ctx.register_udaf(f.as_ref().clone().with_aliases([alias]));
-    }
+    ctx.register_udaf(
+        datafusion::functions_aggregate::bool_and_or::bool_and_udaf()
+            .as_ref()
+            .clone()
+            .with_aliases(["every"]),
+    );
     ctx.register_udf(ScalarUDF::new_from_impl(
         crate::sql::extract::Extract::numeric(),
     ));
