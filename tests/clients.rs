@@ -6,25 +6,7 @@ use std::process::Command;
 use crate::harness::TestServer;
 
 fn psql(server: &TestServer, command: &str) -> String {
-    let out = Command::new("psql")
-        .args([
-            "-X",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &server.port().to_string(),
-            "-U",
-            "weir",
-            "-d",
-            "weir",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-c",
-            command,
-        ])
-        .env("PGCONNECT_TIMEOUT", "10")
-        .output()
-        .expect("psql must be installed (the README test command installs postgresql-client)");
+    let out = crate::harness::psql_run(server, &["-v", "ON_ERROR_STOP=1", "-c", command]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success() && stderr.trim().is_empty(),

@@ -943,26 +943,10 @@ async fn schema_changes_roll_back_with_their_block() {
     assert!(undone, "the closed connection's block must be rolled back");
     assert_eq!(query_text(&c, "SELECT * FROM kept").await, vec![vec!["1"]]);
     // DROP TABLE in a block is applied at once: the ROLLBACK past it warns
-    let out = std::process::Command::new("psql")
-        .args([
-            "-X",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &server.port().to_string(),
-            "-U",
-            "weir",
-            "-d",
-            "weir",
-            "-c",
-            "BEGIN",
-            "-c",
-            "DROP TABLE kept",
-            "-c",
-            "ROLLBACK",
-        ])
-        .output()
-        .expect("psql runs");
+    let out = crate::harness::psql_run(
+        &server,
+        &["-c", "BEGIN", "-c", "DROP TABLE kept", "-c", "ROLLBACK"],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("WARNING:  ROLLBACK did not undo \"DROP TABLE kept\""),

@@ -260,6 +260,29 @@ fn spawn(
 }
 
 /// Run one statement with the simple protocol and return rows as text (NULL as "NULL").
+/// `psql -X` as user weir against the test server with these further arguments (`-c`
+/// commands, variables): its whole output.
+pub fn psql_run(server: &TestServer, args: &[&str]) -> std::process::Output {
+    let port = server.port().to_string();
+    let mut all = vec![
+        "-X",
+        "-h",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-U",
+        "weir",
+        "-d",
+        "weir",
+    ];
+    all.extend_from_slice(args);
+    std::process::Command::new("psql")
+        .args(&all)
+        .env("PGCONNECT_TIMEOUT", "10")
+        .output()
+        .expect("psql must be installed (the README test command installs postgresql-client)")
+}
+
 pub async fn query_text(client: &Client, sql: &str) -> Vec<Vec<String>> {
     let msgs = client
         .simple_query(sql)

@@ -32,7 +32,7 @@ pub(crate) struct SchemaMark {
     relations: Vec<RelationDesc>,
     types: HashSet<String>,
     functions: HashSet<String>,
-    extensions: HashSet<&'static str>,
+    extensions: HashSet<String>,
 }
 
 /// The statement keyword of a relation kind (`DROP <kind> name`, `ALTER <kind> ...`).
@@ -68,7 +68,7 @@ impl Engine {
                 .catalog
                 .installed_extensions()
                 .iter()
-                .map(|a| a.name)
+                .map(|a| a.name.to_owned())
                 .collect(),
         }
     }
@@ -150,34 +150,47 @@ impl Engine {
                 _ => Undo::Irreversible(format!("DROP {} {name}", keyword(b.kind))),
             });
         }
-        for t in after.types.difference(&before.types) {
-            undo.push(Undo::Schema(format!(
-                "DROP TYPE IF EXISTS {}",
-                quote_ident(t)
-            )));
-        }
-        for f in after.functions.difference(&before.functions) {
-            undo.push(Undo::Schema(format!(
-                "DROP FUNCTION IF EXISTS {}",
-                quote_ident(f)
-            )));
-        }
-        for e in after.extensions.difference(&before.extensions) {
-            undo.push(Undo::Schema(format!(
-                "DROP EXTENSION IF EXISTS {}",
-                quote_ident(e)
-            )));
-        }
-        for e in before.extensions.difference(&after.extensions) {
-            undo.push(Undo::Schema(format!(
-                "CREATE EXTENSION IF NOT EXISTS {}",
-                quote_ident(e)
-            )));
-        }
+        // types, functions and extensions: the new ones dropped, an extension dropped made
+        // again
+        let named = |made: Vec<&String>, gone: Vec<&String>, what: &str, remake: bool| {
+            let mut out: Vec<Undo> = made
+                .into_iter()
+                .map(|n| Undo::Schema(format!("DROP {what} IF EXISTS {}", quote_ident(n))))
+                .collect();
+            if remake {
+                out.extend(gone.into_iter().map(|n| {
+                    Undo::Schema(format!("CREATE {what} IF NOT EXISTS {}", quote_ident(n)))
+                }));
+            }
+            out
+        };
+        undo.extend(named(
+            diff(&after.types, &before.types),
+            vec![],
+            "TYPE",
+            false,
+        ));
+        undo.extend(named(
+            diff(&after.functions, &before.functions),
+            vec![],
+            "FUNCTION",
+            false,
+        ));
+        undo.extend(named(
+            diff(&after.extensions, &before.extensions),
+            diff(&before.extensions, &after.extensions),
+            "EXTENSION",
+            true,
+        ));
         // the log runs newest first: the statements above run in their order
         undo.reverse();
         undo
     }
+}
+
+/// The names in `a` and not in `b`.
+fn diff<'a>(a: &'a HashSet<String>, b: &'a HashSet<String>) -> Vec<&'a String> {
+    a.difference(b).collect()
 }
 
 /// What undoes the changes to one relation (`b` before, `a` after), in the order to run it

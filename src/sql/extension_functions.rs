@@ -117,13 +117,7 @@ fn definitions() -> Vec<PgFunction> {
         name: "uuid_generate_v4",
         signature: Signature::nullary(Volatility::Volatile),
         ret: Box::new(|_| DataType::Utf8),
-        imp: Box::new(|_, rows| {
-            let mut out = StringBuilder::with_capacity(rows, rows * 36);
-            for _ in 0..rows {
-                out.append_value(crate::sql::uuid::random());
-            }
-            Ok(Arc::new(out.finish()) as ArrayRef)
-        }),
+        imp: Box::new(|_, rows| Ok(crate::sql::uuid::random_column(rows))),
     });
     out.push(PgFunction {
         name: "uuid_generate_v3",

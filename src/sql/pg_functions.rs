@@ -249,6 +249,28 @@ fn text_list() -> DataType {
     DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true)))
 }
 
+/// A list of texts per row of `a`, each text read by `items` (None: a NULL list); a NULL
+/// text is a NULL list.
+fn text_lists(
+    a: &ArrayRef,
+    items: impl Fn(&str) -> DfResult<Option<Vec<Option<String>>>>,
+) -> DfResult<ArrayRef> {
+    let a = strings(a)?;
+    let mut b = ListBuilder::new(StringBuilder::new());
+    for v in a.iter() {
+        match v.map(&items).transpose()?.flatten() {
+            Some(list) => {
+                for item in list {
+                    b.values().append_option(item);
+                }
+                b.append(true);
+            }
+            None => b.append(false),
+        }
+    }
+    Ok(Arc::new(b.finish()))
+}
+
 pub(crate) fn immutable(
     name: &'static str,
     signature: TypeSignature,
@@ -822,38 +844,28 @@ fn definitions() -> Vec<PgFunction> {
             TypeSignature::Any(1),
             |_| DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true))),
             |args, _| {
-                let a = strings(&args[0])?;
-                let mut b = ListBuilder::new(StringBuilder::new());
-                for v in a.iter() {
-                    let Some(v) = v else {
-                        b.append(false);
-                        continue;
-                    };
+                text_lists(&args[0], |v| {
                     let bad = |m: String| pg_error(sqlstate::INVALID_TEXT_REPRESENTATION, m);
-                    let items = match crate::sql::jsonb::type_of(v)
-                        .map_err(|e| bad(e.to_string()))?
-                    {
-                        "array" => crate::sql::jsonb::array_elements(v, true)
-                            .map_err(|e| bad(e.to_string()))?,
+                    let kind = crate::sql::jsonb::type_of(v).map_err(|e| bad(e.to_string()))?;
+                    Ok(match kind {
+                        "array" => Some(
+                            crate::sql::jsonb::array_elements(v, true)
+                                .map_err(|e| bad(e.to_string()))?,
+                        ),
                         "string" => {
                             let t = crate::sql::jsonb::get(v, &[], true)
                                 .map_err(|e| bad(e.to_string()))?
                                 .unwrap_or_default();
-                            crate::sql::pg_text::parse_array_text(&t)
-                                .ok_or_else(|| bad(format!("malformed array literal: \"{t}\"")))?
+                            Some(
+                                crate::sql::pg_text::parse_array_text(&t).ok_or_else(|| {
+                                    bad(format!("malformed array literal: \"{t}\""))
+                                })?,
+                            )
                         }
-                        "null" => {
-                            b.append(false);
-                            continue;
-                        }
+                        "null" => None,
                         _ => return Err(bad(format!("expected JSON array, got {v}"))),
-                    };
-                    for item in items {
-                        b.values().append_option(item);
-                    }
-                    b.append(true);
-                }
-                Ok(Arc::new(b.finish()))
+                    })
+                })
             },
         ),
         immutable(
@@ -861,25 +873,16 @@ fn definitions() -> Vec<PgFunction> {
             TypeSignature::Any(1),
             |_| DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true))),
             |args, _| {
-                let a = strings(&args[0])?;
-                let mut b = ListBuilder::new(StringBuilder::new());
-                for v in a.iter() {
-                    let Some(v) = v else {
-                        b.append(false);
-                        continue;
-                    };
-                    let items = crate::sql::pg_text::parse_array_text(v).ok_or_else(|| {
-                        pg_error(
-                            sqlstate::INVALID_TEXT_REPRESENTATION,
-                            format!("malformed array literal: \"{v}\""),
-                        )
-                    })?;
-                    for item in items {
-                        b.values().append_option(item);
-                    }
-                    b.append(true);
-                }
-                Ok(Arc::new(b.finish()))
+                text_lists(&args[0], |v| {
+                    crate::sql::pg_text::parse_array_text(v)
+                        .map(Some)
+                        .ok_or_else(|| {
+                            pg_error(
+                                sqlstate::INVALID_TEXT_REPRESENTATION,
+                                format!("malformed array literal: \"{v}\""),
+                            )
+                        })
+                })
             },
         ),
         immutable(
@@ -978,13 +981,7 @@ fn definitions() -> Vec<PgFunction> {
             name: "gen_random_uuid",
             signature: Signature::nullary(Volatility::Volatile),
             ret: Box::new(|_| DataType::Utf8),
-            imp: Box::new(|_, rows| {
-                let mut out = StringBuilder::with_capacity(rows, rows * 36);
-                for _ in 0..rows {
-                    out.append_value(crate::sql::uuid::random());
-                }
-                Ok(Arc::new(out.finish()))
-            }),
+            imp: Box::new(|_, rows| Ok(crate::sql::uuid::random_column(rows))),
         },
         immutable(
             NUMERIC_IN,

@@ -67,6 +67,15 @@ pub fn random() -> String {
     from_bytes(uuid::Uuid::new_v4().as_bytes())
 }
 
+/// `rows` random uuids (`gen_random_uuid()`, `uuid_generate_v4()`).
+pub fn random_column(rows: usize) -> datafusion::arrow::array::ArrayRef {
+    let mut out = datafusion::arrow::array::StringBuilder::with_capacity(rows, rows * 36);
+    for _ in 0..rows {
+        out.append_value(random());
+    }
+    std::sync::Arc::new(out.finish())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
