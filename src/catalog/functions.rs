@@ -537,6 +537,26 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
             Ok(Arc::new(datafusion::arrow::array::Int64Array::from(out)))
         });
     }
+    // Weir is never a standby replaying another's log
+    register_fn(ctx, "pg_is_in_recovery", DataType::Boolean, |_, rows| {
+        Ok(constant_bool(rows, false))
+    });
+    // when the server process started (uptime panels)
+    register_fn(
+        ctx,
+        "pg_postmaster_start_time",
+        DataType::Timestamp(
+            datafusion::arrow::datatypes::TimeUnit::Microsecond,
+            Some("+00:00".into()),
+        ),
+        |_, rows| {
+            let start = crate::metrics::process_start_micros();
+            Ok(Arc::new(
+                datafusion::arrow::array::TimestampMicrosecondArray::from(vec![start; rows])
+                    .with_timezone("+00:00"),
+            ))
+        },
+    );
     {
         let catalog = catalog.clone();
         register_fn(ctx, "pg_database_size", DataType::Int64, move |_, rows| {

@@ -594,7 +594,7 @@ impl Collector for WeirCollector {
                 vec![(Vec::new(), ConstGauge::new(limit as i64))],
             )?;
         }
-        if let Some((cpu, start)) = process_times() {
+        if let Some((cpu, start)) = crate::metrics::process_times() {
             family(
                 &mut encoder,
                 "process_cpu",
@@ -624,29 +624,4 @@ impl Collector for WeirCollector {
         }
         Ok(())
     }
-}
-
-/// CPU seconds used and start time (Unix seconds) of this process, from /proc.
-fn process_times() -> Option<(f64, f64)> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // fields after the command (which may hold spaces) in parentheses
-    let rest = stat.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // f[0] is field 3 (state): utime is field 14, stime 15, starttime 22
-    let ticks = 100.0; // sysconf(_SC_CLK_TCK) on Linux
-    let utime: f64 = f.get(11)?.parse().ok()?;
-    let stime: f64 = f.get(12)?.parse().ok()?;
-    let start_ticks: f64 = f.get(19)?.parse().ok()?;
-    let uptime: f64 = std::fs::read_to_string("/proc/uptime")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .ok()?
-        .as_secs_f64();
-    let boot = now - uptime;
-    Some(((utime + stime) / ticks, boot + start_ticks / ticks))
 }
