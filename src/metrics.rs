@@ -25,6 +25,12 @@ pub struct Metrics {
     pub epoch_latency: Histogram,
     /// Statements run, by kind (`select`, `insert`, `ddl`, ...).
     pub queries: Family<Vec<(String, String)>, Counter>,
+    /// Transactions ended, by `outcome` (`commit`, `rollback`): a statement outside a
+    /// block, or a block (`pg_stat_database.xact_commit` / `xact_rollback`).
+    pub transactions: Family<Vec<(String, String)>, Counter>,
+    /// Rows statements wrote or returned to clients, by `op` (`inserted`, `updated`,
+    /// `deleted`, `returned`): `pg_stat_database.tup_*`. Counted per statement or batch.
+    pub rows: Family<Vec<(String, String)>, Counter>,
 }
 
 impl Metrics {
@@ -39,6 +45,8 @@ impl Metrics {
                 10.0,
             ]),
             queries: Family::default(),
+            transactions: Family::default(),
+            rows: Family::default(),
         }
     }
 
@@ -67,6 +75,16 @@ impl Metrics {
             "Statements run, by kind",
             self.queries.clone(),
         );
+        registry.register(
+            "weir_transactions",
+            "Transactions ended, by outcome (commit, rollback)",
+            self.transactions.clone(),
+        );
+        registry.register(
+            "weir_rows",
+            "Rows statements inserted, updated, deleted or returned to clients",
+            self.rows.clone(),
+        );
     }
 
     /// Count one statement of `kind`.
@@ -74,6 +92,53 @@ impl Metrics {
         self.queries
             .get_or_create(&vec![("kind".to_owned(), kind.to_owned())])
             .inc();
+    }
+
+    /// Count one transaction's end.
+    pub fn transaction(&self, committed: bool) {
+        let outcome = if committed { "commit" } else { "rollback" };
+        self.transactions
+            .get_or_create(&vec![("outcome".to_owned(), outcome.to_owned())])
+            .inc();
+    }
+
+    /// Count `n` rows of `op` (`inserted`, `updated`, `deleted`, `returned`).
+    pub fn rows(&self, op: &'static str, n: u64) {
+        if n > 0 {
+            self.rows
+                .get_or_create(&vec![("op".to_owned(), op.to_owned())])
+                .inc_by(n);
+        }
+    }
+
+    /// The rows of `op` counted so far.
+    pub fn rows_of(&self, op: &'static str) -> u64 {
+        self.rows
+            .get_or_create(&vec![("op".to_owned(), op.to_owned())])
+            .get()
+    }
+
+    /// The transactions ended so far with this outcome.
+    pub fn transactions_of(&self, committed: bool) -> u64 {
+        let outcome = if committed { "commit" } else { "rollback" };
+        self.transactions
+            .get_or_create(&vec![("outcome".to_owned(), outcome.to_owned())])
+            .get()
+    }
+
+    /// A statement's completion tag: the rows it wrote (`INSERT 0 3`, `UPDATE 2`,
+    /// `DELETE 1`, `COPY 5` from a client).
+    pub fn rows_written(&self, tag: &str) {
+        let mut words = tag.split_whitespace();
+        let op = match words.next() {
+            Some("INSERT") | Some("COPY") => "inserted",
+            Some("UPDATE") => "updated",
+            Some("DELETE") => "deleted",
+            _ => return,
+        };
+        if let Some(n) = words.last().and_then(|n| n.parse::<u64>().ok()) {
+            self.rows(op, n);
+        }
     }
 }
 

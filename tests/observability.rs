@@ -634,3 +634,54 @@ async fn pg_cancel_and_terminate_backend() {
         "the terminated connection stays in pg_stat_activity"
     );
 }
+
+/// This database's row of `pg_stat_database`: backends, commits, rollbacks, rows returned,
+/// inserted, updated, deleted.
+async fn database_stats(c: &tokio_postgres::Client) -> Vec<i64> {
+    let r = query_text(
+        c,
+        "SELECT numbackends, xact_commit, xact_rollback, tup_returned, tup_inserted, tup_updated, tup_deleted FROM pg_stat_database WHERE datname = current_database()",
+    )
+    .await;
+    r[0].iter()
+        .map(|v| v.parse::<i64>().expect("a count"))
+        .collect()
+}
+
+/// `pg_stat_database` counts what happened since the server started: connections,
+/// transactions committed and rolled back (a statement outside a block is one), rows
+/// written and returned — what pgAdmin's dashboard and Grafana's panels read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_stat_database_counts_transactions_and_rows() {
+    let server = TestServer::start();
+    let c = server.connect().await;
+    let before = database_stats(&c).await;
+    assert!(before[0] >= 1, "this connection is a backend: {before:?}");
+    query_text(&c, "CREATE TABLE counted (a int)").await;
+    query_text(&c, "INSERT INTO counted VALUES (1), (2), (3)").await;
+    query_text(&c, "UPDATE counted SET a = a + 10 WHERE a > 1").await;
+    query_text(&c, "DELETE FROM counted WHERE a = 1").await;
+    assert_eq!(
+        query_text(&c, "SELECT * FROM counted ORDER BY a")
+            .await
+            .len(),
+        2
+    );
+    assert!(c.simple_query("SELECT 1 / 0").await.is_err());
+    for sql in ["BEGIN", "INSERT INTO counted VALUES (7)", "ROLLBACK"] {
+        query_text(&c, sql).await;
+    }
+    let after = database_stats(&c).await;
+    let delta: Vec<i64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    // statements: the first stats read, CREATE, INSERT, UPDATE, DELETE, SELECT commit; the
+    // division and the block roll back (the second stats read counts after it answers)
+    assert_eq!(delta[1], 6, "commits: {delta:?}");
+    assert_eq!(delta[2], 2, "rollbacks: {delta:?}");
+    // rows returned: the first stats row and the two rows selected
+    assert_eq!(delta[3], 3, "returned: {delta:?}");
+    assert_eq!(
+        &delta[4..],
+        &[4, 2, 1],
+        "inserted, updated, deleted: {delta:?}"
+    );
+}

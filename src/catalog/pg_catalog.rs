@@ -374,6 +374,7 @@ const TABLES: &[&str] = &[
     "pg_extension",
     "pg_available_extensions",
     "pg_locks",
+    "pg_stat_database",
     "pg_trigger",
     "pg_rewrite",
     "pg_depend",
@@ -713,6 +714,7 @@ pub const SYSTEM_RELATIONS: &[SystemRelation] = &[
     ),
     SystemRelation::new(12014, PG_CATALOG_NAMESPACE_OID, "pg_user", "v"),
     SystemRelation::new(12073, PG_CATALOG_NAMESPACE_OID, "pg_locks", "v"),
+    SystemRelation::new(12266, PG_CATALOG_NAMESPACE_OID, "pg_stat_database", "v"),
     SystemRelation::new(12028, PG_CATALOG_NAMESPACE_OID, "pg_views", "v"),
     SystemRelation::new(12033, PG_CATALOG_NAMESPACE_OID, "pg_tables", "v"),
     SystemRelation::new(12038, PG_CATALOG_NAMESPACE_OID, "pg_matviews", "v"),
@@ -1861,6 +1863,76 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 })
                 .collect(),
         )?,
+        // the database's activity: connections, transactions ended and rows written and
+        // returned since the server started (`metrics`); what Weir does not count (blocks
+        // read and hit, temp files, deadlocks, session times) is NULL
+        "pg_stat_database" => {
+            let m = crate::metrics::global();
+            let n = |v: u64| V::I(v as i64);
+            build_table(
+                &[
+                    ("datid", oid()),
+                    ("datname", name()),
+                    ("numbackends", i4()),
+                    ("xact_commit", T::Int8),
+                    ("xact_rollback", T::Int8),
+                    ("blks_read", T::Int8),
+                    ("blks_hit", T::Int8),
+                    ("tup_returned", T::Int8),
+                    ("tup_fetched", T::Int8),
+                    ("tup_inserted", T::Int8),
+                    ("tup_updated", T::Int8),
+                    ("tup_deleted", T::Int8),
+                    ("conflicts", T::Int8),
+                    ("temp_files", T::Int8),
+                    ("temp_bytes", T::Int8),
+                    ("deadlocks", T::Int8),
+                    ("checksum_failures", T::Int8),
+                    ("checksum_last_failure", T::TimestampTz(None)),
+                    ("blk_read_time", T::Float8),
+                    ("blk_write_time", T::Float8),
+                    ("session_time", T::Float8),
+                    ("active_time", T::Float8),
+                    ("idle_in_transaction_time", T::Float8),
+                    ("sessions", T::Int8),
+                    ("sessions_abandoned", T::Int8),
+                    ("sessions_fatal", T::Int8),
+                    ("sessions_killed", T::Int8),
+                    ("stats_reset", T::TimestampTz(None)),
+                ],
+                vec![vec![
+                    DATABASE_OID.into(),
+                    DATABASE_NAME.into(),
+                    V::I(catalog.connections.lock().len() as i64),
+                    n(m.transactions_of(true)),
+                    n(m.transactions_of(false)),
+                    V::Null,
+                    V::Null,
+                    n(m.rows_of("returned")),
+                    V::Null,
+                    n(m.rows_of("inserted")),
+                    n(m.rows_of("updated")),
+                    n(m.rows_of("deleted")),
+                    // (no standby: no recovery conflicts)
+                    V::I(0),
+                    V::Null,
+                    V::Null,
+                    V::Null,
+                    V::Null,
+                    V::Null,
+                    V::Null,
+                    V::Null,
+                    V::Null,
+                    V::Null,
+                    V::Null,
+                    V::Null,
+                    V::Null,
+                    V::Null,
+                    V::Null,
+                    V::Null,
+                ]],
+            )?
+        }
         // the locks sessions hold: advisory locks, granted (Weir takes no row locks;
         // LOCK TABLE's writer locks and waits are not listed yet)
         "pg_locks" => build_table(

@@ -477,7 +477,9 @@ impl Engine {
             let t = table.clone();
             blocking(move || t.end_statement()).await?;
         }
-        Ok(format!("COPY {rows}"))
+        let tag = format!("COPY {rows}");
+        crate::metrics::global().rows_written(&tag);
+        Ok(tag)
     }
 
     /// End the COPY in progress without applying more (CopyFail, or an error): drop what

@@ -265,7 +265,36 @@ impl Handle {
                 }
             }
         };
+        if let Ok(Output::Command(tag)) = &result {
+            crate::metrics::global().rows_written(tag);
+        }
+        let mut result = result;
         if !session.in_transaction && !session.implicit_transaction {
+            // a statement outside a block, or COMMIT / ROLLBACK, ended a transaction (a
+            // streamed result's when its rows end: an error may come while they stream)
+            if !matches!(parsed.stmt, Statement::Begin(_)) {
+                let committed = match &mut result {
+                    Ok(Output::Rows { stream, .. }) => {
+                        let taken = std::mem::replace(
+                            stream,
+                            Box::pin(
+                                datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
+                                    stream.schema(),
+                                    futures::stream::empty(),
+                                ),
+                            ),
+                        );
+                        *stream = counted_transaction(taken);
+                        None
+                    }
+                    Ok(Output::TransactionEnd(tag)) => Some(*tag == "COMMIT"),
+                    Ok(_) => Some(true),
+                    Err(_) => Some(false),
+                };
+                if let Some(committed) = committed {
+                    crate::metrics::global().transaction(committed);
+                }
+            }
             self.engine.transaction_ended(session).await;
         }
         while let Ok(line) = rx.try_recv() {
@@ -927,7 +956,11 @@ async fn respond(
             let rows = stream.flat_map(move |r| {
                 let items: Vec<PgWireResult<_>> = match r {
                     Ok(b) => match encode_batch(&b, &plans) {
-                        Ok(rows) => rows.into_iter().map(Ok).collect(),
+                        Ok(rows) => {
+                            // (rows returned, for pg_stat_database: one count per batch)
+                            crate::metrics::global().rows("returned", rows.len() as u64);
+                            rows.into_iter().map(Ok).collect()
+                        }
                         Err(e) => vec![Err(e.into_pgwire())],
                     },
                     Err(e) => vec![Err(place.apply(e).into_pgwire())],
@@ -947,6 +980,7 @@ async fn respond(
             for b in &batches {
                 rows.extend(encode_batch(b, &plans)?.into_iter().map(Ok));
             }
+            crate::metrics::global().rows("returned", rows.len() as u64);
             let mut q = QueryResponse::new(fields, stream::iter(rows));
             q.set_command_tag(tag);
             Response::Query(q)
@@ -1719,4 +1753,29 @@ impl Handle {
         )
         .await)
     }
+}
+
+/// A streamed result of a statement outside a block: its transaction is counted when its
+/// rows end (committed) or fail (rolled back); one dropped part-way is not counted.
+fn counted_transaction(
+    stream: datafusion::execution::SendableRecordBatchStream,
+) -> datafusion::execution::SendableRecordBatchStream {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let schema = stream.schema();
+    let failed = Arc::new(AtomicBool::new(false));
+    let seen = failed.clone();
+    let rows = stream.inspect(move |r| {
+        if r.is_err() && !seen.swap(true, Ordering::Relaxed) {
+            crate::metrics::global().transaction(false);
+        }
+    });
+    let end = stream::once(async move {
+        if !failed.load(Ordering::Relaxed) {
+            crate::metrics::global().transaction(true);
+        }
+    })
+    .filter_map(|_| async { None });
+    Box::pin(
+        datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema, rows.chain(end)),
+    )
 }
