@@ -1231,6 +1231,8 @@ impl Handle {
         session.implicit_transaction = statements.len() > 1;
         let whole: Option<Arc<str>> = (statements.len() > 1).then(|| query.into());
         let mut copying = false;
+        // (a message of several statements is one transaction for pg_stat_database)
+        let mut failed = false;
         for (i, parsed) in statements.iter().enumerate() {
             // statement_timeout applies to each statement of the message
             if cancel.reason() == Some(crate::server::session::InterruptReason::StatementTimeout) {
@@ -1294,6 +1296,7 @@ impl Handle {
             match result {
                 Ok(()) => {}
                 Err((e, sent)) => {
+                    failed = true;
                     debug!(error = %e, statement = %crate::sql::security::loggable(&parsed.text), "statement failed");
                     let mut e = placed(e, parsed);
                     if session.in_transaction {
@@ -1317,6 +1320,9 @@ impl Handle {
         }
         session.implicit_transaction = false;
         if !session.in_transaction && !copying {
+            if statements.len() > 1 {
+                crate::metrics::global().transaction(!failed);
+            }
             session.undo.clear();
             self.engine.transaction_ended(&mut session).await;
         }
