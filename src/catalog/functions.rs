@@ -1601,6 +1601,16 @@ pub fn register_identity(ctx: &SessionContext, catalog: Arc<Catalog>, who: WhoAm
 /// The relation a `regclass` argument names: an OID, or a name as SQL writes it (42P01 when
 /// no relation has it).
 fn relation_arg(catalog: &Catalog, a: &ArrayRef, i: usize) -> DfResult<Option<u32>> {
+    relation_arg_where(catalog, a, i, |_| true)
+}
+
+/// [`relation_arg`] of the relations `keep` takes (42P01 for a name of another).
+fn relation_arg_where(
+    catalog: &Catalog,
+    a: &ArrayRef,
+    i: usize,
+    keep: impl Fn(u32) -> bool,
+) -> DfResult<Option<u32>> {
     if a.is_null(i) || a.data_type() == &DataType::Null {
         return Ok(None);
     }
@@ -1615,6 +1625,7 @@ fn relation_arg(catalog: &Catalog, a: &ArrayRef, i: usize) -> DfResult<Option<u3
         raw.to_lowercase()
     };
     relation_oid_of_name(catalog, &name)
+        .filter(|o| keep(*o))
         .map(Some)
         .ok_or_else(|| {
             datafusion::error::DataFusionError::External(Box::new(
@@ -1632,32 +1643,11 @@ fn seq_err(e: crate::error::WeirError) -> datafusion::error::DataFusionError {
 
 /// The sequence a `nextval`-style argument names: an OID (`'s'::regclass`) or a name.
 fn sequence_oid(catalog: &Catalog, a: &ArrayRef, i: usize) -> DfResult<Option<u32>> {
-    if a.is_null(i) {
-        return Ok(None);
-    }
-    if a.data_type().is_integer() {
-        return Ok(Some(as_u32(a)?.value(i)));
-    }
-    let s = as_str(a)?;
-    let raw = s.value(i);
-    let name = if raw.starts_with('"') {
-        raw.trim_matches('"').to_owned()
-    } else {
-        raw.to_lowercase()
-    };
-    relation_oid_of_name(catalog, &name)
-        .filter(|o| {
-            catalog
-                .get_by_oid(*o)
-                .is_some_and(|e| e.desc.kind == crate::catalog::RelationKind::Sequence)
-        })
-        .map(Some)
-        .ok_or_else(|| {
-            seq_err(crate::error::WeirError::new(
-                crate::error::sqlstate::UNDEFINED_TABLE,
-                format!("relation \"{raw}\" does not exist"),
-            ))
-        })
+    relation_arg_where(catalog, a, i, |o| {
+        catalog
+            .get_by_oid(o)
+            .is_some_and(|e| e.desc.kind == crate::catalog::RelationKind::Sequence)
+    })
 }
 
 /// One of `nextval`, `currval`, `setval`, `lastval` over a batch: one value per row.
