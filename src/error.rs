@@ -957,6 +957,26 @@ fn no_matching_signature(m: &str) -> Option<WeirError> {
     ))
 }
 
+/// `function name(type, ...) does not exist` (42883) with Postgres' hint, the arguments
+/// named by their SQL types: what a function answers for argument types it has no form for.
+pub fn no_function_for(name: &str, args: &[datafusion::arrow::datatypes::DataType]) -> WeirError {
+    let types: Vec<String> = args
+        .iter()
+        .map(|t| {
+            crate::sql::types::SqlType::from_arrow(t)
+                .map(|t| t.display_name())
+                .unwrap_or_else(|| t.to_string())
+        })
+        .collect();
+    WeirError::new(
+        sqlstate::UNDEFINED_FUNCTION,
+        format!("function {name}({}) does not exist", types.join(", ")),
+    )
+    .with_hint(
+        "No function matches the given name and argument types. You might need to add explicit type casts.",
+    )
+}
+
 fn classify_execution_message(m: &str) -> WeirError {
     let msg = clean(m);
     if let Some(e) = numeric_overflow(&msg) {

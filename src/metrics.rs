@@ -31,10 +31,30 @@ pub struct Metrics {
     /// Rows statements wrote or returned to clients, by `op` (`inserted`, `updated`,
     /// `deleted`, `returned`): `pg_stat_database.tup_*`. Counted per statement or batch.
     pub rows: Family<Vec<(String, String)>, Counter>,
+    /// The families' counters, taken once (they share their values with the families):
+    /// counting is one atomic add, no label lookup. Commit, rollback.
+    transaction_counters: [Counter; 2],
+    /// Inserted, updated, deleted, returned.
+    row_counters: [Counter; 4],
+}
+
+/// The `op` labels of [`Metrics::rows`], in [`Metrics::row_counters`]' order.
+const ROW_OPS: [&str; 4] = ["inserted", "updated", "deleted", "returned"];
+
+/// One counter of a family, by its one label.
+fn labelled(family: &Family<Vec<(String, String)>, Counter>, key: &str, value: &str) -> Counter {
+    family
+        .get_or_create(&vec![(key.to_owned(), value.to_owned())])
+        .clone()
 }
 
 impl Metrics {
     fn new() -> Metrics {
+        let transactions = Family::default();
+        let rows = Family::default();
+        let transaction_counters =
+            ["commit", "rollback"].map(|o| labelled(&transactions, "outcome", o));
+        let row_counters = ROW_OPS.map(|op| labelled(&rows, "op", op));
         Metrics {
             checkpoint_duration: Histogram::new([
                 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -45,8 +65,10 @@ impl Metrics {
                 10.0,
             ]),
             queries: Family::default(),
-            transactions: Family::default(),
-            rows: Family::default(),
+            transactions,
+            rows,
+            transaction_counters,
+            row_counters,
         }
     }
 
@@ -96,34 +118,27 @@ impl Metrics {
 
     /// Count one transaction's end.
     pub fn transaction(&self, committed: bool) {
-        let outcome = if committed { "commit" } else { "rollback" };
-        self.transactions
-            .get_or_create(&vec![("outcome".to_owned(), outcome.to_owned())])
-            .inc();
+        self.transaction_counters[usize::from(!committed)].inc();
     }
 
-    /// Count `n` rows of `op` (`inserted`, `updated`, `deleted`, `returned`).
+    /// Count `n` rows of `op` (one of [`ROW_OPS`]).
     pub fn rows(&self, op: &'static str, n: u64) {
-        if n > 0 {
-            self.rows
-                .get_or_create(&vec![("op".to_owned(), op.to_owned())])
-                .inc_by(n);
+        if let Some(at) = ROW_OPS.iter().position(|o| *o == op) {
+            self.row_counters[at].inc_by(n);
         }
     }
 
     /// The rows of `op` counted so far.
     pub fn rows_of(&self, op: &'static str) -> u64 {
-        self.rows
-            .get_or_create(&vec![("op".to_owned(), op.to_owned())])
-            .get()
+        ROW_OPS
+            .iter()
+            .position(|o| *o == op)
+            .map_or(0, |at| self.row_counters[at].get())
     }
 
     /// The transactions ended so far with this outcome.
     pub fn transactions_of(&self, committed: bool) -> u64 {
-        let outcome = if committed { "commit" } else { "rollback" };
-        self.transactions
-            .get_or_create(&vec![("outcome".to_owned(), outcome.to_owned())])
-            .get()
+        self.transaction_counters[usize::from(!committed)].get()
     }
 
     /// A statement's completion tag: the rows it wrote (`INSERT 0 3`, `UPDATE 2`,

@@ -273,26 +273,23 @@ impl Handle {
             // a statement outside a block, or COMMIT / ROLLBACK, ended a transaction (a
             // streamed result's when its rows end: an error may come while they stream)
             if !matches!(parsed.stmt, Statement::Begin(_)) {
-                let committed = match &mut result {
-                    Ok(Output::Rows { stream, .. }) => {
-                        let taken = std::mem::replace(
-                            stream,
-                            Box::pin(
-                                datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
-                                    stream.schema(),
-                                    futures::stream::empty(),
-                                ),
-                            ),
-                        );
-                        *stream = counted_transaction(taken);
-                        None
-                    }
+                let committed = match &result {
+                    Ok(Output::Rows { .. }) => None,
                     Ok(Output::TransactionEnd(tag)) => Some(*tag == "COMMIT"),
                     Ok(_) => Some(true),
                     Err(_) => Some(false),
                 };
-                if let Some(committed) = committed {
-                    crate::metrics::global().transaction(committed);
+                match committed {
+                    Some(committed) => crate::metrics::global().transaction(committed),
+                    None => {
+                        result = result.map(|o| match o {
+                            Output::Rows { schema, stream } => Output::Rows {
+                                schema,
+                                stream: counted_transaction(stream),
+                            },
+                            o => o,
+                        })
+                    }
                 }
             }
             self.engine.transaction_ended(session).await;

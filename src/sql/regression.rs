@@ -78,19 +78,7 @@ impl AggregateUDFImpl for Regression {
         match args {
             [y, x] if numeric(y) && numeric(x) => Ok(vec![DataType::Float64, DataType::Float64]),
             _ => Err(datafusion::common::DataFusionError::External(Box::new(
-                crate::error::WeirError::new(
-                    crate::error::sqlstate::UNDEFINED_FUNCTION,
-                    format!(
-                        "function {}({}) does not exist",
-                        self.name,
-                        args.iter()
-                            .map(|t| crate::sql::types::SqlType::from_arrow(t)
-                                .map(|t| t.display_name())
-                                .unwrap_or_else(|| t.to_string()))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                ),
+                crate::error::no_function_for(self.name, args),
             ))),
         }
     }

@@ -93,16 +93,7 @@ impl AggregateUDFImpl for Variance {
     fn coerce_types(&self, args: &[DataType]) -> DfResult<Vec<DataType>> {
         match args {
             [t] => input_type(t).map(|t| vec![t]).ok_or_else(|| {
-                DataFusionError::External(Box::new(WeirError::new(
-                    sqlstate::UNDEFINED_FUNCTION,
-                    format!(
-                        "function {}({}) does not exist",
-                        self.name,
-                        crate::sql::types::SqlType::from_arrow(t)
-                            .map(|t| t.display_name())
-                            .unwrap_or_else(|| t.to_string())
-                    ),
-                )))
+                DataFusionError::External(Box::new(crate::error::no_function_for(self.name, args)))
             }),
             _ => Err(DataFusionError::Plan(format!(
                 "{} takes one argument",
