@@ -12,6 +12,7 @@ pub mod json;
 pub mod kafka;
 pub mod kafka_sink;
 pub mod nexmark;
+pub mod nexmark_columns;
 pub mod policy;
 pub mod runner;
 pub mod shared;

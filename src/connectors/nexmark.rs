@@ -1,21 +1,18 @@
-//! The Nexmark generator (`connector = 'nexmark'`), on the `nexmark` crate: person, auction
-//! or bid rows with Nexmark's schema. Options: `nexmark.table.type` (person | auction |
+//! The Nexmark generator (`connector = 'nexmark'`): person, auction or bid rows with
+//! Nexmark's schema, the `nexmark` crate's events written column by column
+//! (`nexmark_columns.rs`). Options: `nexmark.table.type` (person | auction |
 //! bid), `nexmark.event.num` (events of all types to generate; default unbounded),
 //! `nexmark.seed` (first event id; default 0), `nexmark.base.time` (event time of the first
 //! event, ms since the epoch; default 2024-01-01), `nexmark.event.rate` (events per
 //! second of event time; default 10,000). Deterministic for given options.
 
-use std::sync::Arc;
-
-use datafusion::arrow::array::{
-    ArrayRef, Int64Builder, StringBuilder, TimestampMicrosecondBuilder,
-};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use nexmark::config::NexmarkConfig;
-use nexmark::event::{Event, EventType};
+use nexmark::event::EventType;
 
 use crate::catalog::ColumnDesc;
+use crate::connectors::nexmark_columns::EventColumns;
 use crate::connectors::{Generator, Options, opt_u64};
 use crate::error::{Result, WeirError};
 use crate::sql::types::{SqlType, schema_of};
@@ -122,12 +119,13 @@ pub fn columns(o: &Options, declared: &[ColumnDesc]) -> Result<Vec<ColumnDesc>> 
 }
 
 pub struct Nexmark {
-    events: nexmark::EventGenerator,
+    events: EventColumns,
+    /// Events of this type made so far (the next one's number among its type).
+    offset: u64,
     /// Events of this type still to generate (None: unbounded).
     remaining: Option<u64>,
     /// Events of this type the source yields in all (None: unbounded).
     total: Option<u64>,
-    columns: Vec<ColumnDesc>,
     schema: SchemaRef,
     /// Slices a large batch is made in (`--workers`).
     slices: usize,
@@ -171,32 +169,15 @@ impl Nexmark {
             } as u64;
             total * share / denom.max(1)
         });
-        let events = nexmark::EventGenerator::new(cfg).with_type_filter(kind);
         let schema = schema_of(columns.iter().map(|c| (c.name.as_str(), &c.ty, c.nullable)));
         Ok(Nexmark {
-            events,
+            events: EventColumns::new(cfg, kind, columns, schema.clone())?,
+            offset: 0,
             remaining,
             total: remaining,
-            columns: columns.to_vec(),
             schema,
             slices: generator_slices(),
         })
-    }
-}
-
-enum Col {
-    I(Int64Builder),
-    S(StringBuilder),
-    T(TimestampMicrosecondBuilder),
-}
-
-impl Col {
-    fn finish(self) -> ArrayRef {
-        match self {
-            Col::I(mut b) => Arc::new(b.finish()),
-            Col::S(mut b) => Arc::new(b.finish()),
-            Col::T(mut b) => Arc::new(b.finish()),
-        }
     }
 }
 
@@ -206,8 +187,8 @@ impl Generator for Nexmark {
     }
 
     fn seek(&mut self, rows: u64) -> Result<()> {
-        // the crate's offset counts events of the filtered type, as `rows` does
-        self.events = std::mem::take(&mut self.events).with_offset(rows);
+        // the offset counts events of this type, as `rows` does
+        self.offset = rows;
         if let Some(total) = self.total {
             self.remaining = Some(total.saturating_sub(rows));
         }
@@ -224,27 +205,26 @@ impl Generator for Nexmark {
         // ones a single generator would make at its offsets (each event is a function of
         // its number), so the batch is the same whatever the number of workers
         let slices = self.slices.min(n / SLICE_MIN_ROWS).max(1);
+        let start = self.offset;
         let batch = if slices > 1 {
-            let start = self.events.offset();
             let step = n.div_ceil(slices);
-            let (columns, schema) = (&self.columns, &self.schema);
+            let events = &self.events;
             let jobs: Vec<crate::parallel::Job<'_, RecordBatch>> = (0..slices)
                 .map(|i| (i * step, step.min(n - (i * step).min(n))))
                 .filter(|(_, len)| *len > 0)
                 .map(|(from, len)| {
-                    let mut events = self.events.clone().with_offset(start + from as u64);
-                    Box::new(move || build(columns, schema, &mut events, len))
+                    Box::new(move || events.batch(start + from as u64, len))
                         as crate::parallel::Job<'_, RecordBatch>
                 })
                 .collect();
             let parts = crate::parallel::run_all(crate::parallel::Pool::Sources, jobs)
                 .into_iter()
                 .collect::<Result<Vec<_>>>()?;
-            self.events = std::mem::take(&mut self.events).with_offset(start + n as u64);
             datafusion::arrow::compute::concat_batches(&self.schema, &parts)?
         } else {
-            build(&self.columns, &self.schema, &mut self.events, n)?
+            self.events.batch(start, n)?
         };
+        self.offset = start + n as u64;
         if let Some(r) = &mut self.remaining {
             *r -= n as u64;
         }
@@ -266,76 +246,6 @@ fn generator_slices() -> usize {
 /// Rows a generator batch slice must have at least (smaller batches are made on the
 /// source's own thread).
 const SLICE_MIN_ROWS: usize = 1024;
-
-/// The next `n` events of `events` as a batch of `columns`.
-fn build(
-    columns: &[ColumnDesc],
-    schema: &SchemaRef,
-    events: &mut nexmark::EventGenerator,
-    n: usize,
-) -> Result<RecordBatch> {
-    let mut cols: Vec<Col> = columns
-        .iter()
-        .map(|c| match c.ty {
-            SqlType::Int8 => Col::I(Int64Builder::with_capacity(n)),
-            SqlType::Timestamp(_) => Col::T(TimestampMicrosecondBuilder::with_capacity(n)),
-            _ => Col::S(StringBuilder::with_capacity(n, n * 16)),
-        })
-        .collect();
-    let names: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
-    for _ in 0..n {
-        let Some(event) = events.next() else {
-            break;
-        };
-        for (col, name) in cols.iter_mut().zip(&names) {
-            match (&event, col) {
-                (Event::Bid(b), Col::I(c)) => c.append_value(match *name {
-                    "auction" => b.auction as i64,
-                    "bidder" => b.bidder as i64,
-                    _ => b.price as i64,
-                }),
-                (Event::Bid(b), Col::S(c)) => c.append_value(match *name {
-                    "channel" => &b.channel,
-                    "url" => &b.url,
-                    _ => &b.extra,
-                }),
-                (Event::Bid(b), Col::T(c)) => c.append_value(b.date_time as i64 * 1000),
-                (Event::Auction(a), Col::I(c)) => c.append_value(match *name {
-                    "id" => a.id as i64,
-                    "initial_bid" => a.initial_bid as i64,
-                    "reserve" => a.reserve as i64,
-                    "seller" => a.seller as i64,
-                    _ => a.category as i64,
-                }),
-                (Event::Auction(a), Col::S(c)) => c.append_value(match *name {
-                    "item_name" => &a.item_name,
-                    "description" => &a.description,
-                    _ => &a.extra,
-                }),
-                (Event::Auction(a), Col::T(c)) => c.append_value(
-                    if *name == "expires" {
-                        a.expires
-                    } else {
-                        a.date_time
-                    } as i64
-                        * 1000,
-                ),
-                (Event::Person(p), Col::I(c)) => c.append_value(p.id as i64),
-                (Event::Person(p), Col::S(c)) => c.append_value(match *name {
-                    "name" => &p.name,
-                    "email_address" => &p.email_address,
-                    "credit_card" => &p.credit_card,
-                    "city" => &p.city,
-                    "state" => &p.state,
-                    _ => &p.extra,
-                }),
-                (Event::Person(p), Col::T(c)) => c.append_value(p.date_time as i64 * 1000),
-            }
-        }
-    }
-    let arrays: Vec<ArrayRef> = cols.into_iter().map(Col::finish).collect();
-    Ok(RecordBatch::try_new(schema.clone(), arrays)?)
-}
 
 #[cfg(test)]
 mod tests {
