@@ -91,10 +91,10 @@ fn letter(rng: &mut SmallRng) -> u8 {
 
 /// `len` letters appended to `out`.
 #[inline]
-fn letters(rng: &mut SmallRng, len: usize, out: &mut Vec<u8>) {
+fn letters(rng: &mut SmallRng, len: usize, out: &mut String) {
     out.reserve(len);
     for _ in 0..len {
-        out.push(letter(rng));
+        out.push(char::from(letter(rng)));
     }
 }
 
@@ -198,10 +198,9 @@ impl Out {
             b.append_value(v)
         }
     }
-    fn text(&mut self, v: &[u8]) {
+    fn text(&mut self, v: &str) {
         if let Out::S(b) = self {
-            // the bytes are ASCII letters, digits and the tables' ASCII text
-            b.append_value(std::str::from_utf8(v).unwrap_or_default())
+            b.append_value(v)
         }
     }
     fn millis(&mut self, ms: u64) {
@@ -365,7 +364,7 @@ impl EventColumns {
                 _ => Out::S(StringBuilder::with_capacity(n, n * 32)),
             })
             .collect();
-        let mut scratch = Vec::with_capacity(256);
+        let mut scratch = String::with_capacity(256);
         for i in 0..n as u64 {
             let number = self.event_number(offset + i);
             match self.kind {
@@ -386,7 +385,7 @@ impl EventColumns {
         }
     }
     #[inline]
-    fn put_text(&self, outs: &mut [Out], f: Field, v: &[u8]) {
+    fn put_text(&self, outs: &mut [Out], f: Field, v: &str) {
         if let Some(i) = self.targets.get(f) {
             outs[i].text(v)
         }
@@ -405,7 +404,7 @@ impl EventColumns {
         f: Field,
         rng: &mut SmallRng,
         len: usize,
-        s: &mut Vec<u8>,
+        s: &mut String,
     ) {
         if let Some(i) = self.targets.get(f) {
             s.clear();
@@ -423,7 +422,7 @@ impl EventColumns {
         rng: &mut SmallRng,
         current: usize,
         average: usize,
-        s: &mut Vec<u8>,
+        s: &mut String,
     ) {
         if self.targets.wants(Field::Extra) {
             let len = extra_len(rng, current, average);
@@ -432,7 +431,7 @@ impl EventColumns {
     }
 
     /// The crate's `Bid::new`.
-    fn bid(&self, number: usize, outs: &mut [Out], s: &mut Vec<u8>) {
+    fn bid(&self, number: usize, outs: &mut [Out], s: &mut String) {
         let c = &self.cfg;
         let id = c.first_event_id + number;
         let time = self.timestamp(number);
@@ -450,13 +449,12 @@ impl EventColumns {
         let price = price(rng);
         let (channel, url) = if rng.gen_range(0..c.hot_channel_ratio) > 0 {
             let i = rng.gen_range(0..c.hot_channels.len());
-            (c.hot_channels[i].as_bytes(), c.hot_urls[i].as_bytes())
+            (c.hot_channels[i].as_str(), c.hot_urls[i].as_str())
         } else {
-            let (ch, url) = CHANNEL_URLS
+            CHANNEL_URLS
                 .choose(rng)
                 .map(|(a, b)| (a.as_str(), b.as_str()))
-                .unwrap_or_default();
-            (ch.as_bytes(), url.as_bytes())
+                .unwrap_or_default()
         };
         self.put_int(
             outs,
@@ -472,7 +470,7 @@ impl EventColumns {
     }
 
     /// The crate's `Auction::new`.
-    fn auction(&self, number: usize, outs: &mut [Out], s: &mut Vec<u8>) {
+    fn auction(&self, number: usize, outs: &mut [Out], s: &mut String) {
         let c = &self.cfg;
         let id = c.first_event_id + number;
         let time = self.timestamp(number);
@@ -507,7 +505,7 @@ impl EventColumns {
     }
 
     /// The crate's `Person::new`.
-    fn person(&self, number: usize, outs: &mut [Out], s: &mut Vec<u8>) {
+    fn person(&self, number: usize, outs: &mut [Out], s: &mut String) {
         let c = &self.cfg;
         let id = c.first_event_id + number;
         let time = self.timestamp(number);
@@ -522,18 +520,18 @@ impl EventColumns {
         let name_len = first.len() + 1 + last.len();
         if self.targets.wants(Field::Name) {
             s.clear();
-            s.extend_from_slice(first.as_bytes());
-            s.push(b' ');
-            s.extend_from_slice(last.as_bytes());
+            s.push_str(first);
+            s.push(' ');
+            s.push_str(last);
             self.put_text(outs, Field::Name, s);
         }
         // `{7 letters}@{5 letters}.com`
         if self.targets.wants(Field::EmailAddress) {
             s.clear();
             letters(rng, 7, s);
-            s.push(b'@');
+            s.push('@');
             letters(rng, 5, s);
-            s.extend_from_slice(b".com");
+            s.push_str(".com");
             self.put_text(outs, Field::EmailAddress, s);
         } else {
             skip_letters(rng, 12);
@@ -543,21 +541,18 @@ impl EventColumns {
         for g in 0..4 {
             let v: i32 = rng.gen_range(0..10000);
             if g > 0 {
-                s.push(b' ');
+                s.push(' ');
             }
             let v = v as u32;
-            s.extend_from_slice(&[
-                b'0' + (v / 1000) as u8,
-                b'0' + (v / 100 % 10) as u8,
-                b'0' + (v / 10 % 10) as u8,
-                b'0' + (v % 10) as u8,
-            ]);
+            for d in [v / 1000, v / 100 % 10, v / 10 % 10, v % 10] {
+                s.push(char::from(b'0' + d as u8));
+            }
         }
         self.put_text(outs, Field::CreditCard, s);
         let city = c.us_cities.choose(rng).map_or("", String::as_str);
         let state = c.us_states.choose(rng).map_or("", String::as_str);
-        self.put_text(outs, Field::City, city.as_bytes());
-        self.put_text(outs, Field::State, state.as_bytes());
+        self.put_text(outs, Field::City, city);
+        self.put_text(outs, Field::State, state);
         self.put_time(outs, Field::DateTime, time);
         // 8 + name + email (17) + credit card (19) + city + state
         let current = 8 + name_len + 17 + 19 + city.len() + state.len();
