@@ -196,6 +196,17 @@ impl Generator for Nexmark {
     }
 
     fn next_batch(&mut self, max_rows: usize) -> Result<Option<RecordBatch>> {
+        match self.next_batches(max_rows)? {
+            None => Ok(None),
+            Some(parts) if parts.len() == 1 => Ok(parts.into_iter().next()),
+            Some(parts) => Ok(Some(datafusion::arrow::compute::concat_batches(
+                &self.schema,
+                &parts,
+            )?)),
+        }
+    }
+
+    fn next_batches(&mut self, max_rows: usize) -> Result<Option<Vec<RecordBatch>>> {
         let n = match self.remaining {
             Some(0) => return Ok(None),
             Some(r) => (r as usize).min(max_rows),
@@ -203,10 +214,10 @@ impl Generator for Nexmark {
         };
         // a large batch is generated in one slice per worker: each slice's events are the
         // ones a single generator would make at its offsets (each event is a function of
-        // its number), so the batch is the same whatever the number of workers
+        // its number), so the rows are the same whatever the number of workers
         let slices = self.slices.min(n / SLICE_MIN_ROWS).max(1);
         let start = self.offset;
-        let batch = if slices > 1 {
+        let parts = if slices > 1 {
             let step = n.div_ceil(slices);
             let events = &self.events;
             let jobs: Vec<crate::parallel::Job<'_, RecordBatch>> = (0..slices)
@@ -217,18 +228,17 @@ impl Generator for Nexmark {
                         as crate::parallel::Job<'_, RecordBatch>
                 })
                 .collect();
-            let parts = crate::parallel::run_all(crate::parallel::Pool::Sources, jobs)
+            crate::parallel::run_all(crate::parallel::Pool::Sources, jobs)
                 .into_iter()
-                .collect::<Result<Vec<_>>>()?;
-            datafusion::arrow::compute::concat_batches(&self.schema, &parts)?
+                .collect::<Result<Vec<_>>>()?
         } else {
-            self.events.batch(start, n)?
+            vec![self.events.batch(start, n)?]
         };
         self.offset = start + n as u64;
         if let Some(r) = &mut self.remaining {
             *r -= n as u64;
         }
-        Ok(Some(batch))
+        Ok(Some(parts))
     }
 }
 
