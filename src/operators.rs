@@ -19,6 +19,7 @@ pub mod over_window;
 pub mod project;
 pub mod session_window;
 pub mod sketch;
+pub mod slot_index;
 pub mod top_n;
 pub mod unnest;
 

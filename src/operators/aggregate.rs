@@ -53,6 +53,7 @@ use crate::error::{Result, WeirError};
 use crate::operators::emitted::Emitted;
 use crate::operators::float_sum::ExactSum;
 use crate::operators::sketch::{DdSketch, Hll, Retractable};
+use crate::operators::slot_index::SlotIndex;
 use crate::operators::{FastMap, Operator, evaluate, true_mask};
 use crate::state::state_table::{Reader, StateTable, TableDecl};
 use crate::state::zset::count_of;
@@ -402,7 +403,8 @@ pub struct Aggregate {
     group_exprs: Vec<Arc<dyn PhysicalExpr>>,
     group_text: String,
     group_conv: RowConverter,
-    groups: FastMap<Box<[u8]>, u32>,
+    /// Group keys to their slots (the keys are `keys`).
+    groups: SlotIndex,
     keys: Vec<Box<[u8]>>,
     row_counts: Vec<i64>,
     /// The row each group shows (`emitted.rs`, one row per group key).
@@ -480,7 +482,7 @@ impl Aggregate {
             group_exprs,
             group_text,
             group_conv,
-            groups: FastMap::default(),
+            groups: SlotIndex::default(),
             keys: Vec::new(),
             row_counts: Vec::new(),
             emitted: Emitted::one_per_key(),
@@ -608,11 +610,12 @@ impl Aggregate {
     }
 
     fn group_id(&mut self, key: &[u8]) -> u32 {
-        if let Some(g) = self.groups.get(key) {
-            self.touched[*g as usize] = true;
-            return *g;
+        let hash = self.groups.hash(key);
+        if let Some(g) = self.groups.find(&self.keys, hash, key) {
+            self.touched[g as usize] = true;
+            return g;
         }
-        let g = self.new_slot(key);
+        let g = self.new_slot(key, hash);
         if self.groups_in_table
             && let Some(stored) = self.groups_table.get(key).map(|v| v.to_vec())
         {
@@ -626,7 +629,7 @@ impl Aggregate {
     }
 
     /// A slot for a group not in memory: a free one or a new one, zeroed.
-    fn new_slot(&mut self, key: &[u8]) -> u32 {
+    fn new_slot(&mut self, key: &[u8], hash: u64) -> u32 {
         let g = match self.free.pop() {
             Some(g) => {
                 self.keys[g as usize] = key.into();
@@ -652,7 +655,7 @@ impl Aggregate {
                 g
             }
         };
-        self.groups.insert(key.into(), g);
+        self.groups.insert(g, hash);
         self.key_bytes += key.len();
         g
     }
@@ -1140,19 +1143,19 @@ impl Operator for Aggregate {
     }
 
     /// The per-group vectors and the key map (held in memory; their checkpoint form is
-    /// the `groups` table): per group slot its key (in the map and the slot list), row
+    /// the `groups` table): per group slot its key (in the slot list, indexed by `SlotIndex`), row
     /// count, flags, window end, map entry, and each linear aggregate's count and sum.
     fn resident_bytes(&self) -> usize {
-        // per slot: row count, flags, window end, the key's box; per live group: its map
-        // entry and its key's bytes twice
-        const SLOT: usize = 8 + 3 + 8 + 16;
-        const LIVE: usize = 48;
+        // per slot: row count, flags, window end, the key's box and hash; per live group:
+        // its index entry and its key's bytes
+        const SLOT: usize = 8 + 3 + 8 + 16 + 8;
+        const LIVE: usize = 8;
         let linear = self
             .aggs
             .iter()
             .filter(|a| matches!(a.state, State::Linear(_)))
             .count();
-        2 * self.key_bytes + self.groups.len() * LIVE + self.keys.len() * (SLOT + 24 * linear)
+        self.key_bytes + self.groups.len() * LIVE + self.keys.len() * (SLOT + 24 * linear)
     }
 
     fn resident_spills(&self) -> bool {
@@ -1179,7 +1182,7 @@ impl Operator for Aggregate {
             self.hand = (self.hand + 1) % slots;
             steps += 1;
             let g = gi as u32;
-            if self.keys[gi].is_empty() && self.groups.get(&self.keys[gi]) != Some(&g) {
+            if !self.groups.contains_slot(g) {
                 continue; // a free slot
             }
             if self.is_dirty[gi] {
@@ -1246,7 +1249,7 @@ impl Operator for Aggregate {
                 continue; // evicted since (and written then)
             }
             self.is_changed[gi] = false;
-            if self.groups.get(&self.keys[gi]) != Some(&g) {
+            if !self.groups.contains_slot(g) {
                 continue; // released since
             }
             buf.clear();
@@ -1259,7 +1262,7 @@ impl Operator for Aggregate {
     }
 
     fn restore_state(&mut self) -> Result<()> {
-        self.groups = FastMap::default();
+        self.groups.clear();
         self.key_bytes = 0;
         self.keys.clear();
         self.row_counts.clear();
@@ -1483,8 +1486,8 @@ impl Aggregate {
     /// table): its key leaves the map, its state in memory is zeroed and the slot is free
     /// for another group. Returns the key.
     fn vacate(&mut self, gi: usize) -> Box<[u8]> {
+        self.groups.remove_slot(gi as u32);
         let key = std::mem::take(&mut self.keys[gi]);
-        self.groups.remove(&key);
         self.key_bytes -= key.len();
         self.row_counts[gi] = 0;
         self.window_ends[gi] = i64::MAX;
