@@ -446,12 +446,22 @@ impl EventColumns {
         }
     }
 
+    /// Event `number`'s id, event time and random draws (seeded by its id), as the crate's
+    /// `Event::new` starts every event.
+    fn event_start(&self, number: usize) -> (usize, u64, SmallRng) {
+        let id = self.cfg.first_event_id + number;
+        (
+            id,
+            self.timestamp(number),
+            SmallRng::seed_from_u64(id as u64),
+        )
+    }
+
     /// The crate's `Bid::new`.
     fn bid(&self, number: usize, outs: &mut [Out], s: &mut String) {
         let c = &self.cfg;
-        let id = c.first_event_id + number;
-        let time = self.timestamp(number);
-        let rng = &mut SmallRng::seed_from_u64(id as u64);
+        let (id, time, mut rng) = self.event_start(number);
+        let rng = &mut rng;
         let auction = if 0 < rng.gen_range(0..c.hot_auction_ratio) {
             (self.auction_last_id(id) / HOT_AUCTION_RATIO) * HOT_AUCTION_RATIO
         } else {
@@ -488,9 +498,8 @@ impl EventColumns {
     /// The crate's `Auction::new`.
     fn auction(&self, number: usize, outs: &mut [Out], s: &mut String) {
         let c = &self.cfg;
-        let id = c.first_event_id + number;
-        let time = self.timestamp(number);
-        let rng = &mut SmallRng::seed_from_u64(id as u64);
+        let (id, time, mut rng) = self.event_start(number);
+        let rng = &mut rng;
         self.put_int(
             outs,
             Field::Id,
@@ -523,9 +532,8 @@ impl EventColumns {
     /// The crate's `Person::new`.
     fn person(&self, number: usize, outs: &mut [Out], s: &mut String) {
         let c = &self.cfg;
-        let id = c.first_event_id + number;
-        let time = self.timestamp(number);
-        let rng = &mut SmallRng::seed_from_u64(id as u64);
+        let (id, time, mut rng) = self.event_start(number);
+        let rng = &mut rng;
         self.put_int(
             outs,
             Field::Id,
@@ -584,45 +592,17 @@ mod tests {
     use datafusion::arrow::datatypes::{Int64Type, TimestampMicrosecondType};
     use nexmark::event::Event;
 
+    /// Every column of the table type, in the crate's field order.
     fn all_columns(kind: EventType) -> Vec<ColumnDesc> {
-        let names: &[&str] = match kind {
-            EventType::Bid => &[
-                "auction",
-                "bidder",
-                "price",
-                "channel",
-                "url",
-                "date_time",
-                "extra",
-            ],
-            EventType::Auction => &[
-                "id",
-                "item_name",
-                "description",
-                "initial_bid",
-                "reserve",
-                "date_time",
-                "expires",
-                "seller",
-                "category",
-                "extra",
-            ],
-            EventType::Person => &[
-                "id",
-                "name",
-                "email_address",
-                "credit_card",
-                "city",
-                "state",
-                "date_time",
-                "extra",
-            ],
-        };
-        names
-            .iter()
-            .map(|n| ColumnDesc {
-                name: (*n).into(),
-                ty: match *n {
+        let sample = nexmark::EventGenerator::default()
+            .with_type_filter(kind)
+            .next()
+            .unwrap();
+        crate_fields(&sample)
+            .into_iter()
+            .map(|(name, _)| ColumnDesc {
+                name: name.into(),
+                ty: match name {
                     "date_time" | "expires" => SqlType::Timestamp(None),
                     "channel" | "url" | "extra" | "item_name" | "description" | "name"
                     | "email_address" | "credit_card" | "city" | "state" => SqlType::Text,
