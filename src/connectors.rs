@@ -31,12 +31,6 @@ pub trait Generator: Send {
     fn schema(&self) -> SchemaRef;
     /// The next batch of at most `max_rows` rows, or None when the source is exhausted.
     fn next_batch(&mut self, max_rows: usize) -> Result<Option<RecordBatch>>;
-    /// The next rows as batches that follow one another (at most `max_rows` rows in all),
-    /// or None when the source is exhausted: a generator that makes a large batch in
-    /// slices on several threads hands the slices over as they are, uncopied.
-    fn next_batches(&mut self, max_rows: usize) -> Result<Option<Vec<RecordBatch>>> {
-        Ok(self.next_batch(max_rows)?.map(|b| vec![b]))
-    }
     /// Continue as if `rows` rows had been generated already (a restored view resumes
     /// its instance from the checkpoint): the rows that follow are exactly the ones a run
     /// from the start would produce after them, in O(1).

@@ -196,7 +196,10 @@ impl Generator for Nexmark {
     }
 
     fn next_batch(&mut self, max_rows: usize) -> Result<Option<RecordBatch>> {
-        match self.next_batches(max_rows)? {
+        // one batch per call, whatever the slices: batches are cut at fixed row counts
+        // (`limit` from the source's start), so a generator restored at a checkpoint's
+        // position makes the batches (and late decisions) of a run that never stopped
+        match self.make_slices(max_rows)? {
             None => Ok(None),
             Some(parts) if parts.len() == 1 => Ok(parts.into_iter().next()),
             Some(parts) => Ok(Some(datafusion::arrow::compute::concat_batches(
@@ -205,8 +208,11 @@ impl Generator for Nexmark {
             )?)),
         }
     }
+}
 
-    fn next_batches(&mut self, max_rows: usize) -> Result<Option<Vec<RecordBatch>>> {
+impl Nexmark {
+    /// The next at most `max_rows` rows, in slices made in parallel (one per worker).
+    fn make_slices(&mut self, max_rows: usize) -> Result<Option<Vec<RecordBatch>>> {
         let n = match self.remaining {
             Some(0) => return Ok(None),
             Some(r) => (r as usize).min(max_rows),

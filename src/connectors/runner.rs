@@ -632,47 +632,39 @@ fn run(
                 continue;
             }
         }
-        let parts = match generator.next_batches(limit) {
+        let batch = match generator.next_batch(limit) {
             Ok(Some(b)) => b,
             Ok(None) => break Ok(()),
             Err(e) => break Err(e.message),
         };
-        if parts.iter().all(|b| b.num_rows() == 0) {
+        if batch.num_rows() == 0 {
             break Ok(());
         }
-        // each part is a batch of its own, in order, with its own position and watermark
-        let mut sent = true;
-        for batch in parts.into_iter().filter(|b| b.num_rows() > 0) {
-            let before = watermark;
-            if let Some(w) = spec.watermark {
-                watermark = WatermarkSpec::new(w).after_batch(watermark, &batch);
-            }
-            let n = batch.num_rows() as u64;
-            let position = Position::single((rows + n) as i64);
-            if !send_batch(
-                &tx,
-                spec.instance,
-                batch,
-                before,
-                watermark,
-                position.clone(),
-            ) {
-                sent = false;
-                break;
-            }
-            if let Share::Reader(shared) = &spec.share {
-                shared.published(&position);
-            }
-            rows += n;
-            progress.rows.store(rows, Ordering::Release);
-            if let Some(w) = watermark {
-                progress.watermark.store(w, Ordering::Release);
-            }
+        let before = watermark;
+        if let Some(w) = spec.watermark {
+            watermark = WatermarkSpec::new(w).after_batch(watermark, &batch);
         }
-        if !sent {
+        let n = batch.num_rows() as u64;
+        let position = Position::single((rows + n) as i64);
+        if !send_batch(
+            &tx,
+            spec.instance,
+            batch,
+            before,
+            watermark,
+            position.clone(),
+        ) {
             break Err(gone.into());
         }
+        if let Share::Reader(shared) = &spec.share {
+            shared.published(&position);
+        }
+        rows += n;
         batches += 1;
+        progress.rows.store(rows, Ordering::Release);
+        if let Some(w) = watermark {
+            progress.watermark.store(w, Ordering::Release);
+        }
         if batches.is_multiple_of(BATCHES_PER_BARRIER) && !wait_for_views(&tx) {
             break Err("the dataflow worker has stopped".into());
         }
