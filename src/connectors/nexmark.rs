@@ -197,7 +197,7 @@ impl Generator for Nexmark {
 
     fn next_batch(&mut self, max_rows: usize) -> Result<Option<RecordBatch>> {
         // one batch per call, whatever the slices: batches are cut at fixed row counts
-        // (`limit` from the source's start), so a generator restored at a checkpoint's
+        // (the runner's batch size, counted from the source's start), so a generator restored at a checkpoint's
         // position makes the batches (and late decisions) of a run that never stopped
         match self.make_slices(max_rows)? {
             None => Ok(None),

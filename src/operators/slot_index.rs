@@ -34,11 +34,6 @@ impl SlotIndex {
             .copied()
     }
 
-    /// The slot of `key`.
-    pub fn get(&self, keys: &[Box<[u8]>], key: &[u8]) -> Option<u32> {
-        self.find(keys, self.hash(key), key)
-    }
-
     /// Whether slot `g` is in the index (a live group; free slots are not).
     pub fn contains_slot(&self, g: u32) -> bool {
         self.hashes
@@ -94,36 +89,40 @@ impl SlotIndex {
 mod tests {
     use super::*;
 
+    fn get(ix: &SlotIndex, keys: &[Box<[u8]>], key: &[u8]) -> Option<u32> {
+        ix.find(keys, ix.hash(key), key)
+    }
+
     #[test]
     fn slots_are_found_by_key_and_removed_by_slot() {
         let mut keys: Vec<Box<[u8]>> = Vec::new();
         let mut ix = SlotIndex::default();
         for i in 0..10_000u32 {
             let k: Box<[u8]> = i.to_be_bytes().into();
-            assert_eq!(ix.get(&keys, &k), None);
+            assert_eq!(get(&ix, &keys, &k), None);
             let h = ix.hash(&k);
             keys.push(k);
             ix.insert(i, h);
         }
         assert_eq!(ix.len(), 10_000);
         for i in (0..10_000u32).step_by(3) {
-            assert_eq!(ix.get(&keys, &i.to_be_bytes()), Some(i));
+            assert_eq!(get(&ix, &keys, &i.to_be_bytes()), Some(i));
             ix.remove_slot(i);
             keys[i as usize] = Box::default();
             assert!(!ix.contains_slot(i));
         }
         assert_eq!(ix.len(), 10_000 - 3334);
         assert!(ix.contains_slot(1));
-        assert_eq!(ix.get(&keys, &3u32.to_be_bytes()), None);
-        assert_eq!(ix.get(&keys, &4u32.to_be_bytes()), Some(4));
+        assert_eq!(get(&ix, &keys, &3u32.to_be_bytes()), None);
+        assert_eq!(get(&ix, &keys, &4u32.to_be_bytes()), Some(4));
         ix.shrink_to_fit();
-        assert_eq!(ix.get(&keys, &9998u32.to_be_bytes()), Some(9998));
+        assert_eq!(get(&ix, &keys, &9998u32.to_be_bytes()), Some(9998));
         // a freed slot taken by another key
         let k: Box<[u8]> = b"other".as_slice().into();
         let h = ix.hash(&k);
         keys[0] = k;
         ix.insert(0, h);
-        assert_eq!(ix.get(&keys, b"other"), Some(0));
+        assert_eq!(get(&ix, &keys, b"other"), Some(0));
         assert!(ix.contains_slot(0));
     }
 }
