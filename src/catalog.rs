@@ -9,6 +9,7 @@ pub mod information_schema;
 pub mod matched_types;
 pub mod pg_catalog;
 pub mod pg_semantics;
+pub mod pg_stat;
 pub mod rewrite;
 pub mod roles;
 pub mod scram;

@@ -9,5 +9,6 @@ pub mod spill;
 pub mod state_table;
 pub mod store;
 pub mod table;
+pub mod table_activity;
 pub mod table_index;
 pub mod zset;

@@ -1442,6 +1442,11 @@ COPY plc_json FROM STDIN (FORMAT csv);
 \.
 SELECT count(*) FROM plc_json;
 DROP TABLE plc_json;
+SELECT * FROM plc WHERE id = name;
+SELECT * FROM plc WHERE name <> id;
+SELECT * FROM plc WHERE born = name || 'x';
+SELECT id AS k FROM plc ORDER BY k + 1;
+SELECT count(*) AS n FROM plc GROUP BY name ORDER BY n + 0;
 DROP TABLE plc;
 SELECT 1, 'it''s"#;
     same_psql_output_and_places(

@@ -325,6 +325,48 @@ pub(crate) fn resolved_values(e: &mut Expr) -> Option<(&'static str, Vec<&mut Ex
     }
 }
 
+/// 42883 where a comparison has a text value on one side and a number, date, time,
+/// interval, Boolean or bytes value on the other, both of them typed: Postgres has no such
+/// operator (`integer = text`), where DataFusion's coercion would read the text as the
+/// other type per row (and fail on the first row that is no number). A quoted literal, NULL
+/// and a parameter take the other side's type and are left alone (`i = '1'`).
+fn comparable(
+    left: &Expr,
+    op: datafusion::logical_expr::Operator,
+    right: &Expr,
+    schema: &DFSchema,
+) -> Result<()> {
+    use datafusion::logical_expr::Operator;
+    let op = match op {
+        Operator::Eq | Operator::IsDistinctFrom | Operator::IsNotDistinctFrom => "=",
+        Operator::NotEq => "<>",
+        Operator::Lt => "<",
+        Operator::LtEq => "<=",
+        Operator::Gt => ">",
+        Operator::GtEq => ">=",
+        _ => return Ok(()),
+    };
+    let typed = |x: &Expr| match x {
+        Expr::Placeholder(_) => None,
+        x => typed_expr(x, schema),
+    };
+    let (Some((lk, lname, _)), Some((rk, rname, _))) = (typed(left), typed(right)) else {
+        return Ok(());
+    };
+    if (lk == Kind::Text) == (rk == Kind::Text) {
+        return Ok(());
+    }
+    Err(DataFusionError::External(Box::new(
+        WeirError::new(
+            sqlstate::UNDEFINED_FUNCTION,
+            format!("operator does not exist: {lname} {op} {rname}"),
+        )
+        .with_hint(
+            "No operator matches the given name and argument types. You might need to add explicit type casts.",
+        ),
+    )))
+}
+
 fn expr(mut e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
     use datafusion::logical_expr::BinaryExpr;
     let kind_of = |x: &Expr| typed_expr(x, schema);
@@ -345,6 +387,7 @@ fn expr(mut e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
         // `b = 'yes'`: a quoted literal compared with a Boolean is read as one
         // (`supports_propagation`: the comparisons, and the regex matches)
         Expr::BinaryExpr(BinaryExpr { left, op, right }) if op.supports_propagation() => {
+            comparable(left, *op, right, schema)?;
             let boolean = |x: &Expr| match kind_of(x) {
                 Some((Kind::Boolean, name, t)) => Some((name, t)),
                 _ => None,
@@ -361,6 +404,14 @@ fn expr(mut e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
         }
         // `i IN (1, 'x')`: the quoted literals are read as the value's type (22P02 for 'x')
         Expr::InList(l) => {
+            for item in &l.list {
+                comparable(
+                    &l.expr,
+                    datafusion::logical_expr::Operator::Eq,
+                    item,
+                    schema,
+                )?;
+            }
             if let Some((k, name, t)) = kind_of(&l.expr)
                 && k != Kind::Text
             {

@@ -274,6 +274,17 @@ fn column<'a>(t: &T, cells: impl Iterator<Item = &'a V>) -> ArrayRef {
             }
             Arc::new(bld.finish())
         }
+        // V::I: seconds
+        T::Interval => {
+            use datafusion::arrow::datatypes::IntervalMonthDayNano;
+            let mut bld = datafusion::arrow::array::IntervalMonthDayNanoBuilder::new();
+            for v in cells {
+                bld.append_option(
+                    int(v).map(|s| IntervalMonthDayNano::new(0, 0, s * 1_000_000_000)),
+                );
+            }
+            Arc::new(bld.finish())
+        }
         // other types appear only as all-NULL columns in catalog tables
         other => datafusion::arrow::array::new_null_array(&other.arrow_type(), cells.count()),
     }
@@ -390,7 +401,19 @@ const TABLES: &[&str] = &[
     "pg_auth_members",
     "pg_stat_activity",
     "pg_stat_ssl",
+    "pg_stat_all_tables",
     "pg_stat_user_tables",
+    "pg_statio_all_tables",
+    "pg_statio_user_tables",
+    "pg_stat_all_indexes",
+    "pg_stat_user_indexes",
+    "pg_statio_all_indexes",
+    "pg_statio_user_indexes",
+    "pg_stat_bgwriter",
+    "pg_stat_replication",
+    "pg_replication_slots",
+    "pg_timezone_names",
+    "pg_timezone_abbrevs",
 ];
 
 /// Built-in types: (oid, name, len, category, element oid for arrays).
@@ -721,7 +744,34 @@ pub const SYSTEM_RELATIONS: &[SystemRelation] = &[
     SystemRelation::new(12043, PG_CATALOG_NAMESPACE_OID, "pg_indexes", "v"),
     SystemRelation::new(12048, PG_CATALOG_NAMESPACE_OID, "pg_sequences", "v"),
     SystemRelation::new(12104, PG_CATALOG_NAMESPACE_OID, "pg_settings", "v"),
+    SystemRelation::new(12122, PG_CATALOG_NAMESPACE_OID, "pg_timezone_abbrevs", "v"),
+    SystemRelation::new(12126, PG_CATALOG_NAMESPACE_OID, "pg_timezone_names", "v"),
+    SystemRelation::new(12142, PG_CATALOG_NAMESPACE_OID, "pg_stat_all_tables", "v"),
     SystemRelation::new(12161, PG_CATALOG_NAMESPACE_OID, "pg_stat_user_tables", "v"),
+    SystemRelation::new(12170, PG_CATALOG_NAMESPACE_OID, "pg_statio_all_tables", "v"),
+    SystemRelation::new(
+        12179,
+        PG_CATALOG_NAMESPACE_OID,
+        "pg_statio_user_tables",
+        "v",
+    ),
+    SystemRelation::new(12183, PG_CATALOG_NAMESPACE_OID, "pg_stat_all_indexes", "v"),
+    SystemRelation::new(12192, PG_CATALOG_NAMESPACE_OID, "pg_stat_user_indexes", "v"),
+    SystemRelation::new(
+        12196,
+        PG_CATALOG_NAMESPACE_OID,
+        "pg_statio_all_indexes",
+        "v",
+    ),
+    SystemRelation::new(
+        12205,
+        PG_CATALOG_NAMESPACE_OID,
+        "pg_statio_user_indexes",
+        "v",
+    ),
+    SystemRelation::new(12227, PG_CATALOG_NAMESPACE_OID, "pg_stat_replication", "v"),
+    SystemRelation::new(12257, PG_CATALOG_NAMESPACE_OID, "pg_replication_slots", "v"),
+    SystemRelation::new(12289, PG_CATALOG_NAMESPACE_OID, "pg_stat_bgwriter", "v"),
     SystemRelation::new(12222, PG_CATALOG_NAMESPACE_OID, "pg_stat_activity", "v"),
     SystemRelation::new(12249, PG_CATALOG_NAMESPACE_OID, "pg_stat_ssl", "v"),
     SystemRelation::new(
@@ -895,6 +945,9 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
         .into_iter()
         .filter(|e| e.desc.kind != crate::catalog::RelationKind::Sink)
         .collect();
+    if let Some(b) = super::pg_stat::build(table, &entries) {
+        return b.map(Some);
+    }
     let owner = || V::I(SUPERUSER_OID as i64);
     Ok(Some(match table {
         "pg_namespace" => build_table(
@@ -2184,33 +2237,6 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     }),
             )
             .collect(),
-        )?,
-        // Metabase reads row estimates here: tables give their row count
-        "pg_stat_user_tables" => build_table(
-            &[
-                ("relid", oid()),
-                ("schemaname", name()),
-                ("relname", name()),
-                ("seq_scan", T::Int8),
-                ("n_tup_ins", T::Int8),
-                ("n_live_tup", T::Int8),
-                ("n_dead_tup", T::Int8),
-            ],
-            entries
-                .iter()
-                .map(|e| {
-                    let rows = e.table.as_ref().map(|t| t.row_count()).unwrap_or(0);
-                    vec![
-                        e.desc.oid.into(),
-                        "public".into(),
-                        e.desc.name.clone().into(),
-                        0i64.into(),
-                        0i64.into(),
-                        rows.into(),
-                        0i64.into(),
-                    ]
-                })
-                .collect(),
         )?,
         "pg_stat_ssl" => build_table(
             &[

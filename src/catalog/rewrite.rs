@@ -197,6 +197,7 @@ impl VisitorMut for PgRewriter {
             return ControlFlow::Break(e);
         }
         outer_using_references(q);
+        order_by_reads_input_columns(q, self.depth == 1);
         // before the functions in FROM are read as tables (`function_in_from`)
         lateral_in_body(&mut q.body);
         int4_values_in_from(&mut q.body);
@@ -435,6 +436,91 @@ fn outer_using_references(q: &mut ast::Query) {
                 continue;
             }
             this_level_exprs_mut(&mut item.expr, replace);
+        }
+    }
+}
+
+/// An ORDER BY item that is an expression (not a bare name) reads the input's columns,
+/// never the select list's output names (Postgres: `SELECT -i AS i FROM t ORDER BY i + 0`
+/// sorts by the column `i`; `SELECT i AS a FROM t ORDER BY a + 1` is 42703 `column "a" does
+/// not exist`), where DataFusion would take the output name first. A name in such an item
+/// that is also an output name is qualified by the select's one relation, so it can only
+/// be the column (the error names it unqualified again: `error_position.rs`). In the
+/// statement's own select the output is renamed too (a [`DUPLICATE_NAME_MARKER`] name,
+/// which clients see as written, bare ORDER BY names following it; DataFusion cannot sort
+/// by a column `t.i` beside an output `i`: "ambiguous"). A select reading several
+/// relations is left as it is, and so is a subquery's (its outputs are read by name).
+fn order_by_reads_input_columns(q: &mut ast::Query, top: bool) {
+    let ast::SetExpr::Select(select) = q.body.as_mut() else {
+        return;
+    };
+    if !top {
+        return;
+    }
+    let Some(relation) = single_relation_name(select) else {
+        return;
+    };
+    let outputs: HashSet<String> = select
+        .projection
+        .iter()
+        .filter_map(|item| match item {
+            SelectItem::ExprWithAlias { expr, alias } => {
+                let name = crate::sql::parser::normalize_ident(alias);
+                let same_column = matches!(expr, Expr::Identifier(i)
+                    if crate::sql::parser::normalize_ident(i) == name);
+                (!same_column).then_some(name)
+            }
+            _ => None,
+        })
+        .collect();
+    if outputs.is_empty() {
+        return;
+    }
+    let Some(ast::OrderBy {
+        kind: ast::OrderByKind::Expressions(items),
+        ..
+    }) = q.order_by.as_mut()
+    else {
+        return;
+    };
+    let bare = |e: &Expr| match e {
+        Expr::Identifier(_) | Expr::Value(_) => true,
+        Expr::Nested(inner) => matches!(inner.as_ref(), Expr::Identifier(_)),
+        _ => false,
+    };
+    let mut qualified: HashSet<String> = HashSet::new();
+    for item in items.iter_mut().filter(|item| !bare(&item.expr)) {
+        this_level_exprs_mut(&mut item.expr, |e| {
+            if let Expr::Identifier(i) = e
+                && let name = crate::sql::parser::normalize_ident(i)
+                && outputs.contains(&name)
+            {
+                *e = Expr::CompoundIdentifier(vec![relation.clone(), i.clone()]);
+                qualified.insert(name);
+            }
+        });
+    }
+    if qualified.is_empty() {
+        return;
+    }
+    let renamed = |name: &str, k: usize| format!("{name}{DUPLICATE_NAME_MARKER}o{k}");
+    for (k, item) in select.projection.iter_mut().enumerate() {
+        if let SelectItem::ExprWithAlias { alias, .. } = item
+            && let name = crate::sql::parser::normalize_ident(alias)
+            && qualified.contains(&name)
+        {
+            for by in items.iter_mut() {
+                let reference = match &mut by.expr {
+                    Expr::Nested(inner) => inner.as_mut(),
+                    e => e,
+                };
+                if let Expr::Identifier(i) = reference
+                    && crate::sql::parser::normalize_ident(i) == name
+                {
+                    *i = Ident::with_quote('"', renamed(&name, k));
+                }
+            }
+            *alias = Ident::with_quote('"', renamed(&name, k));
         }
     }
 }

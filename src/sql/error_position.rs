@@ -10,6 +10,7 @@
 //! (`sql/parser.rs`).
 
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
 
 use crate::error::{WeirError, sqlstate};
@@ -30,6 +31,8 @@ enum Target {
     BadJson(String),
     /// a number written as it is (`ORDER BY 5`)
     Number(String),
+    /// an operator's symbol (`operator does not exist: integer = text`)
+    Operator(String),
 }
 
 fn target(e: &WeirError, is_dml: bool) -> Option<Target> {
@@ -84,6 +87,15 @@ fn target(e: &WeirError, is_dml: bool) -> Option<Target> {
             let rest = m.strip_prefix("column \"")?;
             let (column, _) = rest.split_once("\" must appear in the GROUP BY clause")?;
             Some(name(column))
+        }
+        sqlstate::UNDEFINED_FUNCTION if m.starts_with("operator does not exist: ") => {
+            // `integer = text`: the symbol between the two type names (a prefix
+            // operator's message has one name)
+            let words: Vec<&str> = m["operator does not exist: ".len()..].split(' ').collect();
+            let op = words
+                .iter()
+                .find(|w| !w.is_empty() && w.chars().all(|c| "+-*/<>=~!@#%^&|`?".contains(c)))?;
+            Some(Target::Operator((*op).to_owned()))
         }
         sqlstate::UNDEFINED_FUNCTION => {
             let rest = m.strip_prefix("function ")?;
@@ -141,19 +153,19 @@ pub fn place(e: WeirError, text: &str, offset: usize) -> WeirError {
         return e;
     }
     match locate(&e, text) {
-        Some((p, Some(written))) => WeirError {
-            message: format!("relation \"{written}\" does not exist"),
-            ..e
+        Some((p, Some((code, message)))) => {
+            WeirError { code, message, ..e }.with_position(offset + p)
         }
-        .with_position(offset + p),
         Some((p, None)) => e.with_position(offset + p),
         None => e,
     }
 }
 
 /// The character (from 1) of `text` the error `e` points at, when exactly one place in
-/// the text is what the error names; and for a relation written `schema.name`, that.
-fn locate(e: &WeirError, text: &str) -> Option<(usize, Option<String>)> {
+/// the text is what the error names; and the message as Postgres words it where that
+/// depends on the text: a relation written `schema.name` is named so, a column qualified
+/// by a rewrite (`rewrite.rs`, an ORDER BY expression's name) as it was written.
+fn locate(e: &WeirError, text: &str) -> Option<(usize, Option<(&'static str, String)>)> {
     let mut words = text
         .split(|c: char| !c.is_ascii_alphabetic())
         .filter(|w| !w.is_empty())
@@ -213,6 +225,9 @@ fn locate(e: &WeirError, text: &str) -> Option<(usize, Option<String>)> {
                                 .is_err_and(|e| e.detail.as_deref() == Some(why.as_str()))
                     ),
                     Target::Number(v) => matches!(t, Token::Number(n, _) if n == v),
+                    Target::Operator(op) => {
+                        !matches!(t, Token::Word(_) | Token::Number(..)) && t.to_string() == *op
+                    }
                     Target::Literal(v) => matches!(
                         t,
                         Token::SingleQuotedString(s)
@@ -224,29 +239,45 @@ fn locate(e: &WeirError, text: &str) -> Option<(usize, Option<String>)> {
             .collect()
     };
     let mut found = matches(&target);
-    // a column named `t.id` written `id`
+    let mut message = None;
+    // a column named `t.id` written `id` (not where it names an output: `AS id`)
     if found.is_empty()
         && let Target::Name {
             qualifier: Some(_),
             name,
         } = &target
     {
+        let after_as = |i: usize| {
+            i > 0 && matches!(&tokens[i - 1].token, Token::Word(w) if w.keyword == Keyword::AS)
+        };
         found = matches(&Target::Name {
             qualifier: None,
             name: name.clone(),
         });
+        let output_name = found.iter().any(|&i| after_as(i));
+        found.retain(|&i| !after_as(i));
+        // (an output name qualified by the ORDER BY rewrite: no such column; DataFusion
+        // may find it missing from GROUP BY before it finds it missing)
+        if e.code == sqlstate::UNDEFINED_COLUMN
+            || (e.code == sqlstate::GROUPING_ERROR && output_name)
+        {
+            message = Some((
+                sqlstate::UNDEFINED_COLUMN,
+                format!("column \"{name}\" does not exist"),
+            ));
+        }
     }
     let [mut i] = found[..] else {
         return None;
     };
     // a schema-qualified relation is pointed at from its schema
-    let mut written = None;
     if e.code == sqlstate::UNDEFINED_TABLE
         && after_period(i)
         && i >= 2
         && let (Token::Word(schema), Token::Word(name)) = (&tokens[i - 2].token, &tokens[i].token)
     {
-        written = Some(format!("{}.{}", folded(schema), folded(name)));
+        let written = format!("{}.{}", folded(schema), folded(name));
+        message = Some((e.code, format!("relation \"{written}\" does not exist")));
         i -= 2;
     }
     let first = &tokens[i];
@@ -257,7 +288,7 @@ fn locate(e: &WeirError, text: &str) -> Option<(usize, Option<String>)> {
         .take(start.line.saturating_sub(1) as usize)
         .map(|l| l.chars().count() + 1)
         .sum();
-    Some((before + start.column as usize, written))
+    Some((before + start.column as usize, message))
 }
 
 /// An identifier as Postgres folds it: unquoted in lower case, quoted as written.

@@ -316,6 +316,46 @@ impl Zone {
     }
 }
 
+/// A named zone as `pg_timezone_names` shows it now.
+pub struct ZoneNow {
+    pub name: &'static str,
+    pub abbrev: String,
+    /// seconds east of UTC
+    pub utc_offset: i32,
+    pub is_dst: bool,
+}
+
+/// Every named zone, with its abbreviation, offset and summer time at this moment, by name.
+pub fn zones_now() -> Vec<ZoneNow> {
+    use chrono_tz::OffsetComponents;
+    let now = chrono::Utc::now();
+    let mut zones: Vec<ZoneNow> = chrono_tz::TZ_VARIANTS
+        .iter()
+        .map(|tz| {
+            let o = tz.offset_from_utc_datetime(&now.naive_utc());
+            ZoneNow {
+                name: tz.name(),
+                abbrev: Zone::Named(*tz).abbreviation_at_us(now.timestamp_micros()),
+                utc_offset: o.fix().local_minus_utc(),
+                is_dst: !o.dst_offset().is_zero(),
+            }
+        })
+        .collect();
+    zones.sort_by_key(|z| z.name);
+    zones
+}
+
+/// The abbreviations a time zone may be written as (`pg_timezone_abbrevs`): each with its
+/// offset east of UTC in seconds and whether it names summer time.
+pub fn abbreviations() -> impl Iterator<Item = (&'static str, i32, bool)> {
+    const SUMMER: &[&str] = &[
+        "AEDT", "AKDT", "BST", "CDT", "CEST", "EDT", "EEST", "MDT", "NZDT", "PDT",
+    ];
+    ABBREVIATIONS
+        .iter()
+        .map(|(a, off)| (*a, *off, SUMMER.contains(a)))
+}
+
 /// An offset east of UTC as Postgres writes it after a time: `+02`, `-05:30`.
 pub fn offset_text(east: i32) -> String {
     let mut b = bytes::BytesMut::new();

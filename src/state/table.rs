@@ -267,6 +267,8 @@ pub struct TableStore {
     sink: parking_lot::RwLock<Option<Arc<dyn ChangeSink>>>,
     /// (event-time column, delay in µs) of a table with a WATERMARK.
     watermark_spec: Option<(usize, i64)>,
+    /// Scans, lookups and writes since the server started (`pg_stat_all_tables`).
+    pub activity: super::table_activity::TableActivity,
 }
 
 fn log_prefix(oid: u32) -> Vec<u8> {
@@ -412,6 +414,7 @@ impl TableStore {
             writer: Arc::new(tokio::sync::Mutex::new(())),
             sink: parking_lot::RwLock::new(None),
             watermark_spec,
+            activity: Default::default(),
         };
         let meta = match table.store.get(&meta_key(oid))? {
             Some(b) => Meta::decode(&b)?,
@@ -616,6 +619,7 @@ impl TableStore {
     /// commit; a crash midway leaves entries the next open purges).
     pub fn drop_index(&self, oid: u32) -> Result<()> {
         self.inner.lock().indexes.retain(|i| i.spec.oid != oid);
+        self.activity.forget_index(oid);
         self.purge_index(oid)
     }
 
@@ -726,7 +730,9 @@ impl TableStore {
         while let Some(b) = rows.take(&self.row_conv, &self.schema())? {
             out.push(b);
         }
-        Ok(Some(concat_batches(&self.schema(), &out)?))
+        let found = concat_batches(&self.schema(), &out)?;
+        self.activity.looked_up(oid, found.num_rows() as u64);
+        Ok(Some(found))
     }
 
     /// After a crash: undo the changes of a statement that applied several (a COPY) and
@@ -1125,6 +1131,7 @@ impl TableStore {
     pub fn scan(self: &Arc<Self>) -> Result<TableScan> {
         let inner = self.inner.lock();
         let view: Arc<dyn ReadView> = Arc::from(self.store.read_view()?);
+        self.activity.scanned(inner.meta.rows);
         Ok(TableScan {
             table: self.clone(),
             view,
@@ -1173,6 +1180,8 @@ impl TableStore {
                 found.push(v);
             }
         }
+        self.activity
+            .looked_up(super::table_activity::PRIMARY_KEY, found.len() as u64);
         let parser = self.row_conv.parser();
         let cols = self
             .row_conv
@@ -1261,8 +1270,31 @@ impl TableStore {
         mut wb: WriteBatch,
         part: Option<Option<u64>>,
     ) -> Result<Applied> {
+        use super::table_activity::Written;
         let mut inner = self.inner.lock();
+        // (an undone change stays counted, as in Postgres; a changelog topic's operations
+        // are counted from what they changed)
+        let counted: Option<fn(u64) -> Written> = match &change {
+            Change::Insert(_) => Some(Written::Inserted),
+            Change::Update { .. } => Some(Written::Updated),
+            Change::Delete(_) => Some(Written::Deleted),
+            Change::Revert(_) | Change::Upsert { .. } => None,
+        };
+        let upsert = matches!(change, Change::Upsert { .. });
         let (rows, changelog) = self.prepare(change)?;
+        if let Some(written) = counted {
+            self.activity.wrote(written(rows as u64));
+        } else if upsert {
+            let added = changelog
+                .weights
+                .values()
+                .iter()
+                .filter(|w| **w > 0)
+                .count();
+            self.activity.wrote(Written::Inserted(added as u64));
+            self.activity
+                .wrote(Written::Deleted((changelog.len() - added) as u64));
+        }
         if changelog.is_empty() {
             if !wb.is_empty() {
                 self.store.commit(wb, Durability::Sync)?;
