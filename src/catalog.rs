@@ -711,6 +711,11 @@ pub struct Entry {
 
 struct State {
     by_name: BTreeMap<String, Arc<Entry>>,
+    /// Relations a transaction block dropped, by oid: gone from `by_name` (no statement
+    /// sees them) but still stored, until the block commits ([`Catalog::finish_drop`]) or
+    /// rolls back ([`Catalog::reattach_relation`]); a crash before the commit finds them
+    /// stored, as the block never happened.
+    detached: BTreeMap<u32, Arc<Entry>>,
     next_oid: u32,
     /// Bumped on every DDL; lets caches of catalog-derived data know when to rebuild.
     version: u64,
@@ -791,6 +796,7 @@ impl Catalog {
             store,
             state: RwLock::new(State {
                 by_name,
+                detached: BTreeMap::new(),
                 next_oid,
                 version: 0,
                 roles,
@@ -1049,6 +1055,66 @@ impl Catalog {
         st.by_name
             .insert(name.to_owned(), Arc::new(Entry { desc, table }));
         Ok(true)
+    }
+
+    /// Drop a relation in a transaction block: it is no longer seen, but its catalog entry
+    /// and data stay until [`finish_drop`](Self::finish_drop) (the block commits) or
+    /// [`reattach_relation`](Self::reattach_relation) (it rolls back). False when it did
+    /// not exist.
+    pub fn detach_relation(&self, name: &str) -> bool {
+        let mut st = self.state.write();
+        let Some(entry) = st.by_name.remove(name) else {
+            return false;
+        };
+        st.detached.insert(entry.desc.oid, entry);
+        st.version += 1;
+        true
+    }
+
+    /// Whether a transaction block dropped this relation and has not ended yet.
+    pub fn is_detached(&self, oid: u32) -> bool {
+        self.state.read().detached.contains_key(&oid)
+    }
+
+    /// Bring back a relation a transaction block dropped (its ROLLBACK). Fails when a
+    /// relation of its name was made meanwhile (by another session); it stays detached.
+    pub fn reattach_relation(&self, oid: u32) -> Result<()> {
+        let mut st = self.state.write();
+        let Some(entry) = st.detached.get(&oid).cloned() else {
+            return Ok(());
+        };
+        if st.by_name.contains_key(&entry.desc.name) {
+            return Err(WeirError::new(
+                sqlstate::DUPLICATE_TABLE,
+                format!(
+                    "cannot restore the dropped relation \"{}\": another of that name was made meanwhile",
+                    entry.desc.name
+                ),
+            ));
+        }
+        st.detached.remove(&oid);
+        st.by_name.insert(entry.desc.name.clone(), entry);
+        st.version += 1;
+        Ok(())
+    }
+
+    /// Finish dropping a relation a transaction block dropped (its COMMIT): as
+    /// [`drop_relation`](Self::drop_relation), and a sequence's counter goes too.
+    pub fn finish_drop(&self, oid: u32) -> Result<()> {
+        let Some(entry) = self.state.read().detached.get(&oid).cloned() else {
+            return Ok(());
+        };
+        let mut wb = WriteBatch::default();
+        wb.delete(catalog_key(oid));
+        self.store.commit(wb, Durability::Sync)?;
+        self.state.write().detached.remove(&oid);
+        if entry.desc.kind == RelationKind::Sequence {
+            self.drop_sequence_state(oid)?;
+        }
+        if let Err(e) = TableStore::purge(self.store.as_ref(), oid) {
+            tracing::warn!(relation = %entry.desc.name, error = %e, "could not purge a dropped relation's data");
+        }
+        Ok(())
     }
 
     /// Drop a relation: its catalog entry goes in one commit, then its data is purged in

@@ -776,8 +776,16 @@ impl Engine {
                 self.alter_type(session, name, op, notices.as_ref()).await
             }
             Statement::Drop(d) => {
-                self.drop_relations(&d.names, d.kind, d.if_exists, d.cascade, notices.as_ref())
-                    .await
+                let in_block = session.in_transaction || session.implicit_transaction;
+                self.drop_relations(
+                    &d.names,
+                    d.kind,
+                    d.if_exists,
+                    d.cascade,
+                    notices.as_ref(),
+                    in_block,
+                )
+                .await
             }
             Statement::CreateIndex(ci) => self.create_index(session, ci, notices.as_ref()).await,
             Statement::ShowRelations(which) => {
@@ -955,7 +963,7 @@ impl Engine {
                     self.rollback(session).await?;
                     "ROLLBACK"
                 } else {
-                    session.undo.clear();
+                    self.commit_undo(session);
                     "COMMIT"
                 };
                 session.end_block_settings(tag == "COMMIT");
@@ -1163,9 +1171,38 @@ impl Engine {
                     result?;
                 }
                 Undo::Irreversible(what) => irreversible.push(what),
+                Undo::Reattach(oid) => {
+                    if let Some(what) = self.reattach(oid) {
+                        irreversible.push(what);
+                    }
+                }
             }
         }
         Ok(irreversible)
+    }
+
+    /// Bring back a relation the block dropped; when that cannot be (a relation of its
+    /// name was made meanwhile) the drop is finished and the statement returned, for the
+    /// ROLLBACK's WARNING.
+    fn reattach(&self, oid: u32) -> Option<String> {
+        let e = self.catalog.reattach_relation(oid).err()?;
+        tracing::warn!(error = %e, "a rolled back DROP could not be undone");
+        if let Err(e) = self.catalog.finish_drop(oid) {
+            tracing::warn!(error = %e, "could not finish a dropped relation");
+        }
+        Some(e.message)
+    }
+
+    /// A transaction's end as committed: the drops it made are finished (their catalog
+    /// entries and data go), and nothing is left to undo.
+    pub fn commit_undo(&self, session: &mut Session) {
+        for entry in std::mem::take(&mut session.undo) {
+            if let Undo::Reattach(oid) = entry
+                && let Err(e) = self.catalog.finish_drop(oid)
+            {
+                tracing::warn!(error = %e, "could not finish a dropped relation");
+            }
+        }
     }
 
     /// One statement of the undo log.
@@ -1199,6 +1236,9 @@ impl Engine {
                 }
                 Undo::Irreversible(what) => {
                     tracing::warn!(statement = %what, "a transaction block rolled back on disconnect kept a schema change it cannot undo");
+                }
+                Undo::Reattach(oid) => {
+                    self.reattach(oid);
                 }
             }
         }

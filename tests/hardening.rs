@@ -942,15 +942,90 @@ async fn schema_changes_roll_back_with_their_block() {
     }
     assert!(undone, "the closed connection's block must be rolled back");
     assert_eq!(query_text(&c, "SELECT * FROM kept").await, vec![vec!["1"]]);
-    // DROP TABLE in a block is applied at once: the ROLLBACK past it warns
+    // DROP TABLE in a block waits for the block's end: a ROLLBACK brings the table back
+    // with its rows and its serial column's sequence
+    query_text(&c, "CREATE TABLE counted (id serial, a int)").await;
+    query_text(&c, "INSERT INTO counted (a) VALUES (10), (20)").await;
     let out = crate::harness::psql_run(
         &server,
-        &["-c", "BEGIN", "-c", "DROP TABLE kept", "-c", "ROLLBACK"],
+        &[
+            "-c",
+            "BEGIN",
+            "-c",
+            "DROP TABLE kept, counted",
+            "-c",
+            "ROLLBACK",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("WARNING"), "psql said: {stderr}");
+    assert_eq!(query_text(&c, "SELECT * FROM kept").await, vec![vec!["1"]]);
+    query_text(&c, "INSERT INTO counted (a) VALUES (30)").await;
+    assert_eq!(
+        query_text(&c, "SELECT id, a FROM counted ORDER BY id").await,
+        vec![vec!["1", "10"], vec!["2", "20"], vec!["3", "30"]]
+    );
+    // a materialized view dropped in a block is gone at once: the ROLLBACK past it warns
+    query_text(
+        &c,
+        "CREATE MATERIALIZED VIEW kept_n AS SELECT count(*) AS n FROM kept",
+    )
+    .await;
+    let out = crate::harness::psql_run(
+        &server,
+        &[
+            "-c",
+            "BEGIN",
+            "-c",
+            "DROP MATERIALIZED VIEW kept_n",
+            "-c",
+            "ROLLBACK",
+        ],
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("WARNING:  ROLLBACK did not undo \"DROP TABLE kept\""),
+        stderr.contains("WARNING:  ROLLBACK did not undo \"DROP MATERIALIZED VIEW kept_n\""),
         "psql said: {stderr}"
     );
     alive(&server).await;
+}
+
+/// A table dropped in a transaction block is dropped when the block commits: a crash
+/// (SIGKILL) before the COMMIT finds the table with its rows after the restart, one after
+/// it finds none, and its name is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drop_in_a_block_is_dropped_at_its_commit() {
+    let mut server = TestServer::start();
+    let c = server.connect().await;
+    query_text(&c, "CREATE TABLE dropped_late (id int PRIMARY KEY, v text)").await;
+    query_text(&c, "INSERT INTO dropped_late VALUES (1, 'a'), (2, 'b')").await;
+    query_text(&c, "BEGIN").await;
+    query_text(&c, "DROP TABLE dropped_late").await;
+    let other = server.connect().await;
+    assert_eq!(
+        error_code(&other, "SELECT * FROM dropped_late").await,
+        "42P01",
+        "a dropped table is not seen while its block runs"
+    );
+    server.kill();
+    server.restart();
+    let c = server.connect().await;
+    assert_eq!(
+        query_text(&c, "SELECT * FROM dropped_late ORDER BY id").await,
+        vec![vec!["1", "a"], vec!["2", "b"]],
+        "the block never committed: the table stays"
+    );
+    query_text(&c, "BEGIN").await;
+    query_text(&c, "DROP TABLE dropped_late").await;
+    query_text(&c, "COMMIT").await;
+    server.kill();
+    server.restart();
+    let c = server.connect().await;
+    assert_eq!(error_code(&c, "SELECT * FROM dropped_late").await, "42P01");
+    query_text(&c, "CREATE TABLE dropped_late (x int)").await;
+    assert!(
+        query_text(&c, "SELECT * FROM dropped_late")
+            .await
+            .is_empty()
+    );
 }

@@ -14,10 +14,14 @@
 //!   a default set or dropped is put back, a constraint or index added is dropped and one
 //!   dropped is made again from its definition, a plain view replaced or dropped gets its
 //!   old query back;
-//! - what cannot be reversed from the catalog alone — a table, materialized view or source
-//!   dropped, a column dropped (their rows are gone), a column's type changed, a
-//!   materialized view redefined — stays applied; the ROLLBACK that passes it says so in a
-//!   WARNING (docs/GUARANTEES.md).
+//! - a table or sequence dropped is not dropped until the block commits: it is detached
+//!   from the catalog (no statement sees it; its entry and rows stay stored) and brought
+//!   back by the rollback (`Catalog::detach_relation`, [`Undo::Reattach`]); the commit
+//!   finishes the drop (`Engine::commit_undo`). A crash before the commit finds it stored;
+//! - what cannot be reversed from the catalog alone — a materialized view, source or
+//!   connector table dropped, a column dropped (their rows are gone), a column's type
+//!   changed, a materialized view redefined — stays applied; the ROLLBACK that passes it
+//!   says so in a WARNING (docs/GUARANTEES.md).
 
 use std::collections::HashSet;
 
@@ -147,6 +151,7 @@ impl Engine {
                         columns.join(", ")
                     ))
                 }
+                _ if self.catalog.is_detached(b.oid) => Undo::Reattach(b.oid),
                 _ => Undo::Irreversible(format!("DROP {} {name}", keyword(b.kind))),
             });
         }

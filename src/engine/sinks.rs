@@ -146,6 +146,7 @@ impl Engine {
                         true,
                         false,
                         None,
+                        false,
                     )
                     .await?;
                     return Err(e);

@@ -33,6 +33,7 @@ impl Engine {
                     true,
                     false,
                     None,
+                    false,
                 )
                 .await
             {

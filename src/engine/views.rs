@@ -1110,6 +1110,7 @@ impl Engine {
         if_exists: bool,
         cascade: bool,
         notices: Option<&tokio::sync::mpsc::UnboundedSender<String>>,
+        in_block: bool,
     ) -> Result<Output> {
         let noun = match kind {
             DropKind::Table => "table",
@@ -1327,6 +1328,31 @@ impl Engine {
                 self.stop_dataflow(&entry.desc).await?;
                 self.catalog.drop_relation(&entry.desc.name)?;
                 info!(view = %entry.desc.name, "dropped materialized view");
+            } else if in_block
+                && matches!(
+                    entry.desc.kind,
+                    RelationKind::Table | RelationKind::AppendOnlyTable | RelationKind::Sequence
+                )
+                && !entry.desc.options.iter().any(|(k, _)| k == "connector")
+            {
+                // in a transaction block: kept until the block ends, so a ROLLBACK brings
+                // it back (`engine/schema_undo.rs`); its serial columns' sequences likewise
+                let _writer = match &entry.table {
+                    Some(t) => Some(t.writer.lock().await),
+                    None => None,
+                };
+                self.catalog.detach_relation(&entry.desc.name);
+                for (k, seq) in &entry.desc.options {
+                    if k == "weir.owned_sequence"
+                        && self
+                            .catalog
+                            .get(seq)
+                            .is_some_and(|s| s.desc.kind == RelationKind::Sequence)
+                    {
+                        self.catalog.detach_relation(seq);
+                    }
+                }
+                info!(relation = %entry.desc.name, kind = entry.desc.kind.noun(), "dropped (until the transaction block ends)");
             } else {
                 // a connector table's consumer stops before the table goes
                 self.dataflow.sources.stop_view(oid);

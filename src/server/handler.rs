@@ -1320,7 +1320,7 @@ impl Handle {
             if statements.len() > 1 {
                 crate::metrics::global().transaction(!failed);
             }
-            session.undo.clear();
+            self.engine.commit_undo(&mut session);
             self.engine.transaction_ended(&mut session).await;
         }
         if !copying {
@@ -1382,7 +1382,7 @@ impl CopyHandler for Handle {
         let result = self.engine.copy_in_done(&mut session).await;
         session.statement_timer = None;
         if !session.in_transaction {
-            session.undo.clear();
+            self.engine.commit_undo(&mut session);
         }
         match result {
             Ok(tag) => {

@@ -242,6 +242,9 @@ pub enum Undo {
     /// A schema change that cannot be reversed (the statement, for the WARNING of the
     /// ROLLBACK that passes it).
     Irreversible(String),
+    /// A table or sequence the block dropped, by oid: brought back by a rollback, its
+    /// drop finished by the commit (`Catalog::detach_relation`).
+    Reattach(u32),
 }
 
 /// What a cursor reads from.
