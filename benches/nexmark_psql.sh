@@ -13,7 +13,7 @@ D=$(mktemp -d)
 "$BIN" serve --data-dir "$D/data" --listen 127.0.0.1:0 --http-listen off --workers "$W" \
   --checkpoint-interval 0 2>"$D/err" &
 PID=$!
-trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null; rm -rf "$D"' EXIT
+trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null || true; rm -rf "$D"' EXIT
 for _ in $(seq 1 150); do grep -q 'addr=127.0.0.1:' "$D/err" 2>/dev/null && break; sleep 0.2; done
 PORT=$(grep -o 'addr=127.0.0.1:[0-9]*' "$D/err" | tail -1 | cut -d: -f2)
 P="psql -X -q -h 127.0.0.1 -p $PORT -U weir -d weir"

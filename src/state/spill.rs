@@ -226,11 +226,27 @@ pub fn cache_budget() -> u64 {
     CACHE_BUDGET.load(Ordering::Relaxed)
 }
 
-/// Tests: a spill store in a temporary directory, installed once per test process.
+/// Tests: a spill store in a temporary directory, installed once per test process. (A
+/// static is never dropped, so the directory outlives the process: those of test processes
+/// that have ended are removed here.)
 #[cfg(test)]
 pub fn for_tests() -> &'static SpillStore {
     SPILL.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("weir-spill-test-{}", std::process::id()));
+        let tmp = std::env::temp_dir();
+        if let Ok(entries) = std::fs::read_dir(&tmp) {
+            for e in entries.flatten() {
+                let name = e.file_name();
+                let ended = name
+                    .to_str()
+                    .and_then(|n| n.strip_prefix("weir-spill-test-"))
+                    .and_then(|pid| pid.parse::<u32>().ok())
+                    .is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists());
+                if ended {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
+        let dir = tmp.join(format!("weir-spill-test-{}", std::process::id()));
         let cache = crate::state::fjall_store::BlockCache::new(4 << 20);
         SpillStore::open(&dir, &cache, 1 << 20).expect("open a test spill store")
     })
