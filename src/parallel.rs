@@ -85,24 +85,7 @@ pub fn run_all<T: Send>(which: Pool, jobs: Vec<Job<'_, T>>) -> Vec<Result<T>> {
         .collect()
 }
 
-/// Start `job` on `which` pool and return at once (a generator's next slices, made while
-/// its last batch goes to the views); a panic in it is caught and given to `job`'s own
-/// error path by `catch`. False when there is no pool: nothing was started.
-pub fn spawn(which: Pool, job: impl FnOnce() + Send + 'static) -> bool {
-    match pool(which) {
-        Some(pool) => {
-            pool.spawn(move || {
-                if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)) {
-                    tracing::error!(panic = %panic_message(&p), "a background job panicked");
-                }
-            });
-            true
-        }
-        None => false,
-    }
-}
-
-pub(crate) fn catch<T>(job: Job<'_, T>) -> Result<T> {
+fn catch<T>(job: Job<'_, T>) -> Result<T> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).unwrap_or_else(|p| {
         Err(WeirError::internal(format!(
             "internal error in a parallel job: {}",

@@ -6,8 +6,6 @@
 //! event, ms since the epoch; default 2024-01-01), `nexmark.event.rate` (events per
 //! second of event time; default 10,000). Deterministic for given options.
 
-use std::sync::Arc;
-
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use nexmark::config::NexmarkConfig;
@@ -121,10 +119,7 @@ pub fn columns(o: &Options, declared: &[ColumnDesc]) -> Result<Vec<ColumnDesc>> 
 }
 
 pub struct Nexmark {
-    /// (shared with the pool's jobs that make the next batch's slices ahead)
-    events: Arc<EventColumns>,
-    /// The pool's slices of the next batch, started when the last batch was made.
-    ahead: Option<Ahead>,
+    events: EventColumns,
     /// Events of this type made so far (the next one's number among its type).
     offset: u64,
     /// Events of this type still to generate (None: unbounded).
@@ -176,8 +171,7 @@ impl Nexmark {
         });
         let schema = schema_of(columns.iter().map(|c| (c.name.as_str(), &c.ty, c.nullable)));
         Ok(Nexmark {
-            events: Arc::new(EventColumns::new(cfg, kind, columns, schema.clone())?),
-            ahead: None,
+            events: EventColumns::new(cfg, kind, columns, schema.clone())?,
             offset: 0,
             remaining,
             total: remaining,
@@ -195,7 +189,6 @@ impl Generator for Nexmark {
     fn seek(&mut self, rows: u64) -> Result<()> {
         // the offset counts events of this type, as `rows` does
         self.offset = rows;
-        self.ahead = None;
         if let Some(total) = self.total {
             self.remaining = Some(total.saturating_sub(rows));
         }
@@ -217,114 +210,41 @@ impl Generator for Nexmark {
     }
 }
 
-/// Slices of a batch being made on the pool ahead of time: the batch's first event and
-/// rows, and the slices (all but the first, which the source's thread makes when it asks
-/// for the batch) as they finish.
-struct Ahead {
-    start: u64,
-    rows: usize,
-    slices: usize,
-    done: std::sync::mpsc::Receiver<(usize, Result<RecordBatch>)>,
-}
-
-/// A batch of `n` rows cut into `slices` (from, len) ranges, none empty.
-fn slice_ranges(n: usize, slices: usize) -> Vec<(usize, usize)> {
-    let step = n.div_ceil(slices.max(1));
-    (0..slices)
-        .map(|i| (i * step, step.min(n - (i * step).min(n))))
-        .filter(|(_, len)| *len > 0)
-        .collect()
-}
-
 impl Nexmark {
     /// The next at most `max_rows` rows, in slices made in parallel (one per worker).
-    ///
-    /// Each slice's events are the ones a single generator would make at its offsets (each
-    /// event is a function of its number), so the rows are the same whatever the number of
-    /// workers. Slices are made ahead: when a batch is made, the pool starts on the next
-    /// batch's slices but the first (assuming it will be asked for as many rows, which the
-    /// runner does), so the pool works while the batch goes to the views and this thread
-    /// makes the first slice when asked. A call for another batch (other rows, a seek)
-    /// makes its slices afresh; what was made ahead is dropped.
     fn make_slices(&mut self, max_rows: usize) -> Result<Option<Vec<RecordBatch>>> {
         let n = match self.remaining {
             Some(0) => return Ok(None),
             Some(r) => (r as usize).min(max_rows),
             None => max_rows,
         };
+        // a large batch is generated in one slice per worker: each slice's events are the
+        // ones a single generator would make at its offsets (each event is a function of
+        // its number), so the rows are the same whatever the number of workers
+        let slices = self.slices.min(n / SLICE_MIN_ROWS).max(1);
         let start = self.offset;
-        let ranges = slice_ranges(n, self.slices.min(n / SLICE_MIN_ROWS).max(1));
-        let ahead = self
-            .ahead
-            .take()
-            .filter(|a| a.start == start && a.rows == n && a.slices == ranges.len());
-        let parts = match ahead {
-            Some(a) => {
-                let mut parts: Vec<Option<RecordBatch>> = vec![None; ranges.len()];
-                parts[0] = Some(self.events.batch(start, ranges[0].1)?);
-                for _ in 1..ranges.len() {
-                    let (i, slice) = a
-                        .done
-                        .recv()
-                        .map_err(|_| WeirError::internal("a generator slice was not made"))?;
-                    parts[i] = Some(slice?);
-                }
-                parts.into_iter().flatten().collect()
-            }
-            None if ranges.len() > 1 => {
-                let events = &self.events;
-                let jobs: Vec<crate::parallel::Job<'_, RecordBatch>> = ranges
-                    .iter()
-                    .map(|&(from, len)| {
-                        Box::new(move || events.batch(start + from as u64, len))
-                            as crate::parallel::Job<'_, RecordBatch>
-                    })
-                    .collect();
-                crate::parallel::run_all(crate::parallel::Pool::Sources, jobs)
-                    .into_iter()
-                    .collect::<Result<Vec<_>>>()?
-            }
-            None => vec![self.events.batch(start, n)?],
+        let parts = if slices > 1 {
+            let step = n.div_ceil(slices);
+            let events = &self.events;
+            let jobs: Vec<crate::parallel::Job<'_, RecordBatch>> = (0..slices)
+                .map(|i| (i * step, step.min(n - (i * step).min(n))))
+                .filter(|(_, len)| *len > 0)
+                .map(|(from, len)| {
+                    Box::new(move || events.batch(start + from as u64, len))
+                        as crate::parallel::Job<'_, RecordBatch>
+                })
+                .collect();
+            crate::parallel::run_all(crate::parallel::Pool::Sources, jobs)
+                .into_iter()
+                .collect::<Result<Vec<_>>>()?
+        } else {
+            vec![self.events.batch(start, n)?]
         };
         self.offset = start + n as u64;
         if let Some(r) = &mut self.remaining {
             *r -= n as u64;
         }
-        self.start_ahead(max_rows);
         Ok(Some(parts))
-    }
-
-    /// Start the pool on the next batch's slices but the first, for a call asking for
-    /// `max_rows` rows again.
-    fn start_ahead(&mut self, max_rows: usize) {
-        let n = match self.remaining {
-            Some(r) => (r as usize).min(max_rows),
-            None => max_rows,
-        };
-        let ranges = slice_ranges(n, self.slices.min(n / SLICE_MIN_ROWS).max(1));
-        if ranges.len() < 2 {
-            return;
-        }
-        let (tx, done) = std::sync::mpsc::channel();
-        let start = self.offset;
-        for (i, &(from, len)) in ranges.iter().enumerate().skip(1) {
-            let (events, tx) = (self.events.clone(), tx.clone());
-            let job = move || {
-                let slice =
-                    crate::parallel::catch(Box::new(|| events.batch(start + from as u64, len)));
-                // (the batch may have been dropped: another was asked for)
-                let _ = tx.send((i, slice));
-            };
-            if !crate::parallel::spawn(crate::parallel::Pool::Sources, job) {
-                return;
-            }
-        }
-        self.ahead = Some(Ahead {
-            start,
-            rows: n,
-            slices: ranges.len(),
-            done,
-        });
     }
 }
 
@@ -347,14 +267,14 @@ const SLICE_MIN_ROWS: usize = 1024;
 mod tests {
     use super::*;
 
-    /// Batches made in slices on the generator threads (also ahead of time) are the
-    /// batches one thread makes, and a seek lands on the same events.
+    /// Batches made in slices on the generator threads are the batches one thread makes,
+    /// and a seek lands on the same events.
     #[test]
     fn slices_make_the_same_events_as_one_generator() {
         for kind in ["bid", "auction", "person"] {
             let o: Options = [
                 ("nexmark.table.type".to_owned(), kind.to_owned()),
-                ("nexmark.event.num".to_owned(), "10000000".to_owned()),
+                ("nexmark.event.num".to_owned(), "1000000".to_owned()),
             ]
             .into_iter()
             .collect();
@@ -364,14 +284,13 @@ mod tests {
                 g.slices = slices;
                 g.seek(seek).unwrap();
                 let mut out = Vec::new();
-                // (equal sizes in a row take the slices made ahead; another size not)
-                for size in [4096, 4096, 3000, 100, 4096, 4096] {
+                for size in [4096, 3000, 100, 4096] {
                     out.push(g.next_batch(size).unwrap().unwrap());
                 }
                 out
             };
             let one = batches(1, 0);
-            assert_eq!(one.iter().map(|b| b.num_rows()).sum::<usize>(), 19484);
+            assert_eq!(one.iter().map(|b| b.num_rows()).sum::<usize>(), 11292);
             assert_eq!(batches(3, 0), one, "{kind}");
             assert_eq!(batches(2, 5000), batches(1, 5000), "{kind}");
         }
