@@ -16,6 +16,7 @@ pub mod sqlstate {
     pub const UNDEFINED_TABLE: &str = "42P01";
     pub const UNDEFINED_COLUMN: &str = "42703";
     pub const UNDEFINED_FUNCTION: &str = "42883";
+    pub const AMBIGUOUS_FUNCTION: &str = "42725";
     pub const UNDEFINED_OBJECT: &str = "42704";
     pub const DUPLICATE_TABLE: &str = "42P07";
     pub const DUPLICATE_COLUMN: &str = "42701";

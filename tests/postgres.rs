@@ -1447,6 +1447,8 @@ SELECT * FROM plc WHERE name <> id;
 SELECT * FROM plc WHERE born = name || 'x';
 SELECT id AS k FROM plc ORDER BY k + 1;
 SELECT count(*) AS n FROM plc GROUP BY name ORDER BY n + 0;
+SELECT sum('1');
+SELECT stddev_pop('x');
 DROP TABLE plc;
 SELECT 1, 'it''s"#;
     same_psql_output_and_places(

@@ -11,7 +11,8 @@
 //! those when planning). The kinds are Postgres' type categories as Arrow sees them:
 //! text (text, varchar, json, jsonb, uuid...), numbers, booleans, dates and timestamps,
 //! times, intervals, bytes; the order of the message is Postgres' (a CASE's ELSE first,
-//! then its THENs).
+//! then its THENs). Likewise a comparison of text with another kind has no operator (42883
+//! `operator does not exist: integer = text`).
 
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;

@@ -173,6 +173,9 @@ impl VisitorMut for PgRewriter {
         if let Err(e) = similar_to(expr) {
             return ControlFlow::Break(e);
         }
+        if let Err(e) = aggregate_literal_arguments(expr) {
+            return ControlFlow::Break(e);
+        }
         // `x = ANY (SELECT a, b ...)`, refused before it becomes `ARRAY(SELECT ...)`
         if let Expr::AnyOp { right, .. } | Expr::AllOp { right, .. } = expr
             && let Expr::Subquery(q) = right.as_ref()
@@ -438,6 +441,68 @@ fn outer_using_references(q: &mut ast::Query) {
             this_level_exprs_mut(&mut item.expr, replace);
         }
     }
+}
+
+/// Aggregates whose arguments are `double precision` only, in Postgres.
+const FLOAT_AGGREGATES: &[&str] = &[
+    "stddev",
+    "stddev_samp",
+    "stddev_pop",
+    "variance",
+    "var_samp",
+    "var_pop",
+    "corr",
+    "covar_pop",
+    "covar_samp",
+    "regr_count",
+    "regr_sxx",
+    "regr_syy",
+    "regr_sxy",
+    "regr_avgx",
+    "regr_avgy",
+    "regr_r2",
+    "regr_slope",
+    "regr_intercept",
+];
+
+/// A quoted literal given to an aggregate, as Postgres resolves it (it has no type yet):
+/// to one of `double precision` arguments it is a `double precision` (`stddev('1')`;
+/// `'x'` is 22P02), to `sum` or `avg` (candidates of every number type, none best) 42725
+/// `function sum(unknown) is not unique`.
+fn aggregate_literal_arguments(expr: &mut Expr) -> crate::error::Result<()> {
+    let Expr::Function(f) = expr else {
+        return Ok(());
+    };
+    let FunctionArguments::List(list) = &mut f.args else {
+        return Ok(());
+    };
+    let name = last_name(&f.name).unwrap_or_default();
+    let quoted = |e: &Expr| is_string_literal(e);
+    let args = list.args.iter_mut().filter_map(|a| match a {
+        FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e),
+        _ => None,
+    });
+    if FLOAT_AGGREGATES.contains(&name.as_str()) {
+        for e in args.filter(|e| quoted(e)) {
+            let literal = std::mem::replace(e, Expr::value(ast::Value::Null));
+            *e = Expr::Cast {
+                kind: ast::CastKind::DoubleColon,
+                expr: Box::new(literal),
+                data_type: ast::DataType::DoublePrecision,
+                array: false,
+                format: None,
+            };
+        }
+    } else if matches!(name.as_str(), "sum" | "avg") && args.into_iter().any(|e| quoted(e)) {
+        return Err(crate::error::WeirError::new(
+            crate::error::sqlstate::AMBIGUOUS_FUNCTION,
+            format!("function {name}(unknown) is not unique"),
+        )
+        .with_hint(
+            "Could not choose a best candidate function. You might need to add explicit type casts.",
+        ));
+    }
+    Ok(())
 }
 
 /// An ORDER BY item that is an expression (not a bare name) reads the input's columns,

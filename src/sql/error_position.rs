@@ -97,7 +97,7 @@ fn target(e: &WeirError, is_dml: bool) -> Option<Target> {
                 .find(|w| !w.is_empty() && w.chars().all(|c| "+-*/<>=~!@#%^&|`?".contains(c)))?;
             Some(Target::Operator((*op).to_owned()))
         }
-        sqlstate::UNDEFINED_FUNCTION => {
+        sqlstate::UNDEFINED_FUNCTION | sqlstate::AMBIGUOUS_FUNCTION => {
             let rest = m.strip_prefix("function ")?;
             let f = match rest.split_once('(') {
                 Some((f, _)) => f,
