@@ -783,6 +783,9 @@ impl Catalog {
         if let Some(o) = user_types.max_oid() {
             next_oid = next_oid.max(o + OID_STEP);
         }
+        if let Some(o) = sql_functions.max_oid() {
+            next_oid = next_oid.max(o + OID_STEP);
+        }
         for desc in descs {
             next_oid = next_oid.max(desc.oid + OID_STEP);
             // indexes have OIDs of their own, handed out from the same counter
@@ -792,7 +795,7 @@ impl Catalog {
             let table = Self::open_table(&store, &desc)?;
             by_name.insert(desc.name.clone(), Arc::new(Entry { desc, table }));
         }
-        Ok(Catalog {
+        let catalog = Catalog {
             store,
             state: RwLock::new(State {
                 by_name,
@@ -809,7 +812,9 @@ impl Catalog {
             extensions,
             lock_listing: RwLock::new(None),
             user_types,
-        })
+        };
+        catalog.number_sql_functions(|| catalog.reserve_oid());
+        Ok(catalog)
     }
 
     fn open_table(store: &Arc<dyn Store>, desc: &RelationDesc) -> Result<Option<Arc<TableStore>>> {

@@ -1248,6 +1248,38 @@ DROP TABLE gc;
     );
 }
 
+/// SQL functions as psql and the catalogs show them: a call's column is named after the
+/// function, `\df` lists it with its signature, `pg_proc`, `information_schema.routines`
+/// and `parameters` describe it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_functions_answer_as_postgres() {
+    let pg = Postgres::start();
+    let weir = TestServer::start();
+    let script = r#"
+CREATE FUNCTION addx(a integer, b integer) RETURNS integer LANGUAGE sql IMMUTABLE AS $$ SELECT a + b $$;
+CREATE FUNCTION twice(bigint) RETURNS bigint LANGUAGE sql AS 'SELECT $1 * 2';
+SELECT addx(1, 2), twice(21), addx(1, 2) + 1;
+SELECT addx(1, 2) AS s;
+\df addx
+\df
+SELECT proname, prorettype::regtype, proargtypes, prokind, prolang, proargnames FROM pg_proc WHERE proname IN ('addx', 'twice') ORDER BY 1;
+SELECT routine_name, routine_type, data_type FROM information_schema.routines WHERE routine_schema = 'public' ORDER BY 1;
+SELECT p.parameter_name, p.data_type, p.ordinal_position FROM information_schema.parameters p JOIN information_schema.routines r USING (specific_name) WHERE r.routine_name = 'addx' ORDER BY 3;
+CREATE OR REPLACE FUNCTION addx(a integer, b integer) RETURNS integer LANGUAGE sql AS $$ SELECT a + b + 1 $$;
+SELECT count(DISTINCT oid) FROM pg_proc WHERE proname = 'addx';
+DROP FUNCTION addx;
+DROP FUNCTION twice;
+\df
+"#;
+    same_psql_output(
+        &pg,
+        &weir,
+        script,
+        &["a integer, b integer", "{a,b}", "FUNCTION"],
+        "SQL functions",
+    );
+}
+
 /// Notices and warnings a session gets, as Postgres sends them, and advisory locks across
 /// two psql sessions' statements (one session here: re-entrancy and unlocking).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -710,6 +710,34 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
         DataType::Boolean,
         |_, rows| Ok(constant_bool(rows, false)),
     );
+    // pg_get_function_result(oid) / pg_get_function_arguments(oid) /
+    // pg_get_function_identity_arguments(oid): a SQL function's signature as psql's \df
+    // shows it (`integer`; `a integer, b integer`); NULL for another OID
+    for (name, result) in [
+        ("pg_get_function_result", true),
+        ("pg_get_function_arguments", false),
+        ("pg_get_function_identity_arguments", false),
+    ] {
+        let catalog = catalog.clone();
+        register_fn(ctx, name, DataType::Utf8, move |args, rows| {
+            let Some(a) = args.first() else {
+                return Ok(constant_str(rows, None));
+            };
+            let a = as_u32(a)?;
+            Ok(Arc::new(
+                a.iter()
+                    .map(|o| {
+                        let f = catalog.sql_function_by_oid(o?)?;
+                        Some(if result {
+                            crate::catalog::sql_functions::SqlFunction::type_named(&f.returns).0
+                        } else {
+                            f.arguments_text()
+                        })
+                    })
+                    .collect::<StringArray>(),
+            ))
+        });
+    }
     // obj_description(oid [, catalog]) / col_description(table oid, column number): what
     // COMMENT ON gave a relation (catalog pg_class) or one of its columns
     {

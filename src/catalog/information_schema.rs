@@ -611,7 +611,26 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 ("routine_type", T::Text),
                 ("data_type", T::Text),
             ],
-            vec![],
+            // the SQL functions (`specific_name` is the name and OID, as in Postgres)
+            catalog
+                .sql_functions()
+                .into_iter()
+                .map(|f| {
+                    let specific = format!("{}_{}", f.name, f.oid);
+                    vec![
+                        db(),
+                        "public".into(),
+                        specific.into(),
+                        db(),
+                        "public".into(),
+                        f.name.clone().into(),
+                        "FUNCTION".into(),
+                        crate::catalog::sql_functions::SqlFunction::type_named(&f.returns)
+                            .0
+                            .into(),
+                    ]
+                })
+                .collect(),
         )?,
         "parameters" => build_table(
             &[
@@ -623,7 +642,29 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 ("parameter_name", T::Name),
                 ("data_type", T::Text),
             ],
-            vec![],
+            catalog
+                .sql_functions()
+                .into_iter()
+                .flat_map(|f| {
+                    let specific = format!("{}_{}", f.name, f.oid);
+                    f.params
+                        .into_iter()
+                        .enumerate()
+                        .map(move |(i, (name, ty))| {
+                            vec![
+                                db(),
+                                "public".into(),
+                                specific.clone().into(),
+                                V::I(i as i64 + 1),
+                                "IN".into(),
+                                name.map(V::S).unwrap_or(V::Null),
+                                crate::catalog::sql_functions::SqlFunction::type_named(&ty)
+                                    .0
+                                    .into(),
+                            ]
+                        })
+                })
+                .collect(),
         )?,
         _ => return Ok(None),
     }))

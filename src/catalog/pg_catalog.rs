@@ -1796,7 +1796,7 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 ("prokind", ch()),
                 ("proretset", b()),
                 ("prorettype", oid()),
-                ("proargtypes", arr(oid())),
+                ("proargtypes", vector(oid())),
                 ("proargnames", arr(text())),
                 ("prosrc", text()),
             ],
@@ -1817,6 +1817,44 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                         n.clone().into(),
                     ]
                 })
+                // the SQL functions (`CREATE FUNCTION ... LANGUAGE sql`: prolang 14)
+                .chain(catalog.sql_functions().into_iter().map(|f| {
+                    let named = f.params.iter().any(|(n, _)| n.is_some());
+                    vec![
+                        f.oid.into(),
+                        f.name.clone().into(),
+                        PUBLIC_NAMESPACE_OID.into(),
+                        V::I(f.owner as i64),
+                        14u32.into(),
+                        "f".into(),
+                        false.into(),
+                        crate::catalog::sql_functions::SqlFunction::type_named(&f.returns)
+                            .1
+                            .into(),
+                        V::A(
+                            f.params
+                                .iter()
+                                .map(|(_, t)| {
+                                    V::I(
+                                        crate::catalog::sql_functions::SqlFunction::type_named(t).1
+                                            as i64,
+                                    )
+                                })
+                                .collect(),
+                        ),
+                        if named {
+                            V::A(
+                                f.params
+                                    .iter()
+                                    .map(|(n, _)| V::S(n.clone().unwrap_or_default()))
+                                    .collect(),
+                            )
+                        } else {
+                            V::Null
+                        },
+                        f.body.clone().into(),
+                    ]
+                }))
                 .collect(),
         )?,
         "pg_views" => build_table(

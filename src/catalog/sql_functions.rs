@@ -13,6 +13,10 @@ use crate::state::store::{Durability, Store, WriteBatch};
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct SqlFunction {
+    /// `pg_proc.oid` (0 in a store written before functions had one: given one when the
+    /// catalog opens).
+    #[serde(default)]
+    pub oid: u32,
     pub name: String,
     /// (parameter name, SQL type)
     pub params: Vec<(Option<String>, String)>,
@@ -44,6 +48,41 @@ impl SqlFunctions {
             by_name: parking_lot::RwLock::new(by_name),
         })
     }
+
+    /// The largest OID a function has.
+    pub fn max_oid(&self) -> Option<u32> {
+        self.by_name.read().values().map(|f| f.oid).max()
+    }
+}
+
+impl SqlFunction {
+    /// `integer`, as Postgres names a type written in a function's signature (as written
+    /// when Weir has no such type), and the type's OID (0 then).
+    pub fn type_named(written: &str) -> (String, u32) {
+        let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
+        datafusion::sql::sqlparser::parser::Parser::new(&dialect)
+            .try_with_sql(written)
+            .and_then(|mut p| p.parse_data_type())
+            .ok()
+            .and_then(|t| crate::sql::types::SqlType::from_ast(&t).ok())
+            .map(|t| (t.display_name(), t.oid()))
+            .unwrap_or_else(|| (written.to_lowercase(), 0))
+    }
+
+    /// `pg_get_function_arguments`: `a integer, b integer`.
+    pub fn arguments_text(&self) -> String {
+        self.params
+            .iter()
+            .map(|(name, ty)| {
+                let ty = Self::type_named(ty).0;
+                match name {
+                    Some(n) => format!("{} {ty}", crate::sql::pg_text::quote_ident(n)),
+                    None => ty,
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 }
 
 impl Catalog {
@@ -60,7 +99,46 @@ impl Catalog {
         !self.sql_functions.by_name.read().is_empty()
     }
 
-    pub fn create_sql_function(&self, f: SqlFunction, or_replace: bool) -> Result<()> {
+    /// The SQL function with this `pg_proc` OID.
+    pub fn sql_function_by_oid(&self, oid: u32) -> Option<SqlFunction> {
+        self.sql_functions
+            .by_name
+            .read()
+            .values()
+            .find(|f| f.oid == oid)
+            .cloned()
+    }
+
+    /// Every SQL function, by name.
+    pub fn sql_functions(&self) -> Vec<SqlFunction> {
+        self.sql_functions
+            .by_name
+            .read()
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Give the functions of an older store (no OID) one each; the largest OID in use.
+    pub(crate) fn number_sql_functions(&self, mut next: impl FnMut() -> u32) {
+        for f in self.sql_functions.by_name.write().values_mut() {
+            if f.oid == 0 {
+                f.oid = next();
+            }
+        }
+    }
+
+    pub fn create_sql_function(&self, mut f: SqlFunction, or_replace: bool) -> Result<()> {
+        let old_oid = self
+            .sql_functions
+            .by_name
+            .read()
+            .get(&f.name)
+            .map(|o| o.oid);
+        f.oid = match old_oid {
+            Some(o) if o != 0 => o,
+            _ => self.reserve_oid(),
+        };
         let mut fs = self.sql_functions.by_name.write();
         if fs.contains_key(&f.name) && !or_replace {
             return Err(WeirError::new(

@@ -141,6 +141,7 @@ impl Engine {
             .collect();
         let name = relation_name(&f.name)?;
         let def = SqlFunction {
+            oid: 0,
             name,
             params,
             returns,
@@ -213,6 +214,28 @@ impl Engine {
         }
         impl VisitorMut for Inline<'_> {
             type Break = ();
+            /// A call that is a select item is named after its function, as in Postgres
+            /// (`SELECT addx(1, 2)` gives column `addx`), not after what it inlines to.
+            fn pre_visit_select(&mut self, select: &mut ast::Select) -> ControlFlow<()> {
+                for item in select.projection.iter_mut() {
+                    if let ast::SelectItem::UnnamedExpr(ast::Expr::Function(call)) = item
+                        && let Ok(name) = relation_name(&call.name)
+                        && self.engine.catalog.sql_function(&name).is_some()
+                    {
+                        let expr = std::mem::replace(
+                            item,
+                            ast::SelectItem::UnnamedExpr(ast::Expr::value(ast::Value::Null)),
+                        );
+                        if let ast::SelectItem::UnnamedExpr(expr) = expr {
+                            *item = ast::SelectItem::ExprWithAlias {
+                                expr,
+                                alias: ast::Ident::with_quote('"', name),
+                            };
+                        }
+                    }
+                }
+                ControlFlow::Continue(())
+            }
             fn post_visit_expr(&mut self, e: &mut ast::Expr) -> ControlFlow<()> {
                 let ast::Expr::Function(call) = e else {
                     return ControlFlow::Continue(());
