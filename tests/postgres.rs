@@ -1267,6 +1267,11 @@ SELECT routine_name, routine_type, data_type FROM information_schema.routines WH
 SELECT p.parameter_name, p.data_type, p.ordinal_position FROM information_schema.parameters p JOIN information_schema.routines r USING (specific_name) WHERE r.routine_name = 'addx' ORDER BY 3;
 CREATE OR REPLACE FUNCTION addx(a integer, b integer) RETURNS integer LANGUAGE sql AS $$ SELECT a + b + 1 $$;
 SELECT count(DISTINCT oid) FROM pg_proc WHERE proname = 'addx';
+CREATE FUNCTION fx(a int, b numeric(10,2), c varchar(5)) RETURNS int LANGUAGE sql STABLE AS 'select a * 2';
+SELECT pg_get_functiondef('fx'::regproc);
+SELECT 'fx'::regproc, pg_get_function_arguments('fx'::regproc);
+SELECT proname, prosrc, provolatile, proparallel, pronargs, pg_get_function_sqlbody(oid) FROM pg_proc WHERE proname IN ('fx', 'addx') ORDER BY 1;
+DROP FUNCTION fx;
 DROP FUNCTION addx;
 DROP FUNCTION twice;
 \df
@@ -1275,7 +1280,12 @@ DROP FUNCTION twice;
         &pg,
         &weir,
         script,
-        &["a integer, b integer", "{a,b}", "FUNCTION"],
+        &[
+            "a integer, b integer",
+            "{a,b}",
+            "FUNCTION",
+            "$function$select a * 2$function$",
+        ],
         "SQL functions",
     );
 }

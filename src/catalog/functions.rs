@@ -711,12 +711,15 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
         |_, rows| Ok(constant_bool(rows, false)),
     );
     // pg_get_function_result(oid) / pg_get_function_arguments(oid) /
-    // pg_get_function_identity_arguments(oid): a SQL function's signature as psql's \df
-    // shows it (`integer`; `a integer, b integer`); NULL for another OID
-    for (name, result) in [
-        ("pg_get_function_result", true),
-        ("pg_get_function_arguments", false),
-        ("pg_get_function_identity_arguments", false),
+    // pg_get_function_identity_arguments(oid) / pg_get_functiondef(oid): a SQL function's
+    // signature as psql's \df shows it (`integer`; `a integer, b integer`), its CREATE
+    // statement, and (pg_get_function_sqlbody) a `RETURN expr` body; NULL for another OID
+    for (name, what) in [
+        ("pg_get_function_result", 0),
+        ("pg_get_function_arguments", 1),
+        ("pg_get_function_identity_arguments", 1),
+        ("pg_get_functiondef", 2),
+        ("pg_get_function_sqlbody", 3),
     ] {
         let catalog = catalog.clone();
         register_fn(ctx, name, DataType::Utf8, move |args, rows| {
@@ -728,11 +731,16 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
                 a.iter()
                     .map(|o| {
                         let f = catalog.sql_function_by_oid(o?)?;
-                        Some(if result {
-                            crate::catalog::sql_functions::SqlFunction::type_named(&f.returns).0
-                        } else {
-                            f.arguments_text()
-                        })
+                        match what {
+                            0 => Some(
+                                crate::catalog::sql_functions::SqlFunction::type_named(&f.returns)
+                                    .0,
+                            ),
+                            1 => Some(f.arguments_text()),
+                            2 => Some(f.definition()),
+                            // (a `RETURN expr` body; one `AS '...'` is `prosrc`)
+                            _ => f.source.is_none().then(|| format!("RETURN {}", f.body)),
+                        }
                     })
                     .collect::<StringArray>(),
             ))
@@ -1132,22 +1140,28 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
             Arc::new(move |o| c2.role_name(o)),
         );
     }
-    // regproc: the I/O functions of pg_proc, by name or OID
+    // regproc: the I/O functions of pg_proc and the SQL functions, by name or OID
+    let (c1, c2) = (catalog.clone(), catalog.clone());
     reg_cast(
         ctx,
         "weir_regproc",
-        Arc::new(|n: &str| {
+        Arc::new(move |n: &str| {
             let n = n.trim_start_matches("pg_catalog.").trim_matches('"');
             crate::catalog::pg_catalog::io_procs()
                 .iter()
                 .find(|(_, name)| name == n)
                 .map(|(o, _)| *o)
+                .or_else(|| {
+                    let n = n.trim_start_matches("public.").trim_matches('"');
+                    c1.sql_function(n).map(|f| f.oid)
+                })
         }),
-        Arc::new(|o| {
+        Arc::new(move |o| {
             crate::catalog::pg_catalog::io_procs()
                 .iter()
                 .find(|(oid, _)| *oid == o)
                 .map(|(_, n)| n.clone())
+                .or_else(|| c2.sql_function_by_oid(o).map(|f| f.name))
         }),
     );
     let types = catalog.clone();

@@ -1786,63 +1786,106 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
             ("prqual", text()),
             ("prattrs", arr(i2())),
         ])?,
-        "pg_proc" => build_table(
-            &[
-                ("oid", oid()),
-                ("proname", name()),
-                ("pronamespace", oid()),
-                ("proowner", oid()),
-                ("prolang", oid()),
-                ("prokind", ch()),
-                ("proretset", b()),
-                ("prorettype", oid()),
-                ("proargtypes", vector(oid())),
-                ("proargnames", arr(text())),
-                ("prosrc", text()),
-            ],
-            io_procs()
-                .iter()
-                .map(|(o, n)| {
-                    vec![
-                        V::from(*o),
-                        n.clone().into(),
-                        PG_CATALOG_NAMESPACE_OID.into(),
-                        owner(),
-                        12u32.into(),
-                        "f".into(),
-                        false.into(),
-                        0u32.into(),
-                        V::A(vec![]),
-                        V::Null,
-                        n.clone().into(),
-                    ]
-                })
-                // the SQL functions (`CREATE FUNCTION ... LANGUAGE sql`: prolang 14)
-                .chain(catalog.sql_functions().into_iter().map(|f| {
-                    let named = f.params.iter().any(|(n, _)| n.is_some());
-                    vec![
-                        f.oid.into(),
-                        f.name.clone().into(),
-                        PUBLIC_NAMESPACE_OID.into(),
-                        V::I(f.owner as i64),
-                        14u32.into(),
-                        "f".into(),
-                        false.into(),
-                        crate::catalog::sql_functions::SqlFunction::type_named(&f.returns)
-                            .1
-                            .into(),
-                        V::A(
-                            f.params
-                                .iter()
-                                .map(|(_, t)| {
-                                    V::I(
-                                        crate::catalog::sql_functions::SqlFunction::type_named(t).1
-                                            as i64,
-                                    )
-                                })
-                                .collect(),
-                        ),
-                        if named {
+        // the type I/O functions (`internal`) and the SQL functions (`CREATE FUNCTION ...
+        // LANGUAGE sql`), with Postgres' columns in its order
+        "pg_proc" => {
+            use crate::catalog::sql_functions::SqlFunction;
+            let row = |oid: V,
+                       name: V,
+                       namespace: u32,
+                       owner: V,
+                       lang: u32,
+                       volatile: &str,
+                       ret: u32,
+                       args: Vec<u32>,
+                       names: V,
+                       src: V| {
+                let cost = if lang == 14 { 100.0 } else { 1.0 };
+                vec![
+                    oid,
+                    name,
+                    namespace.into(),
+                    owner,
+                    lang.into(),
+                    V::F(cost),
+                    V::F(0.0),
+                    0u32.into(),
+                    0u32.into(),
+                    "f".into(),
+                    false.into(),
+                    false.into(),
+                    (lang != 14).into(),
+                    false.into(),
+                    volatile.into(),
+                    "u".into(),
+                    V::I(args.len() as i64),
+                    V::I(0),
+                    ret.into(),
+                    V::A(args.into_iter().map(|a| V::I(a as i64)).collect()),
+                    V::Null,
+                    V::Null,
+                    names,
+                    V::Null,
+                    V::Null,
+                    src,
+                    V::Null,
+                    V::Null,
+                    V::Null,
+                    V::Null,
+                ]
+            };
+            build_table(
+                &[
+                    ("oid", oid()),
+                    ("proname", name()),
+                    ("pronamespace", oid()),
+                    ("proowner", oid()),
+                    ("prolang", oid()),
+                    ("procost", T::Float4),
+                    ("prorows", T::Float4),
+                    ("provariadic", oid()),
+                    ("prosupport", oid()),
+                    ("prokind", ch()),
+                    ("prosecdef", b()),
+                    ("proleakproof", b()),
+                    ("proisstrict", b()),
+                    ("proretset", b()),
+                    ("provolatile", ch()),
+                    ("proparallel", ch()),
+                    ("pronargs", T::Int2),
+                    ("pronargdefaults", T::Int2),
+                    ("prorettype", oid()),
+                    ("proargtypes", vector(oid())),
+                    ("proallargtypes", arr(oid())),
+                    ("proargmodes", arr(ch())),
+                    ("proargnames", arr(text())),
+                    ("proargdefaults", T::Text),
+                    ("protrftypes", arr(oid())),
+                    ("prosrc", text()),
+                    ("probin", text()),
+                    ("prosqlbody", T::Text),
+                    ("proconfig", arr(text())),
+                    ("proacl", arr(text())),
+                ],
+                io_procs()
+                    .iter()
+                    .map(|(o, n)| {
+                        row(
+                            V::from(*o),
+                            n.clone().into(),
+                            PG_CATALOG_NAMESPACE_OID,
+                            owner(),
+                            12,
+                            "i",
+                            0,
+                            vec![],
+                            V::Null,
+                            n.clone().into(),
+                        )
+                    })
+                    .chain(catalog.sql_functions().into_iter().map(|f| {
+                        let named = f.params.iter().any(|(n, _)| n.is_some());
+                        let names = if named {
                             V::A(
                                 f.params
                                     .iter()
@@ -1851,12 +1894,26 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                             )
                         } else {
                             V::Null
-                        },
-                        f.body.clone().into(),
-                    ]
-                }))
-                .collect(),
-        )?,
+                        };
+                        row(
+                            f.oid.into(),
+                            f.name.clone().into(),
+                            PUBLIC_NAMESPACE_OID,
+                            V::I(f.owner as i64),
+                            14,
+                            f.volatility.as_deref().unwrap_or("v"),
+                            SqlFunction::type_named(&f.returns).1,
+                            f.params
+                                .iter()
+                                .map(|(_, t)| SqlFunction::type_named(t).1)
+                                .collect(),
+                            names,
+                            f.source.clone().unwrap_or_default().into(),
+                        )
+                    }))
+                    .collect(),
+            )?
+        }
         "pg_views" => build_table(
             &[
                 ("schemaname", name()),

@@ -24,6 +24,12 @@ pub struct SqlFunction {
     pub returns: String,
     /// The body: one SQL expression over the parameters (by name or `$n`).
     pub body: String,
+    /// The body as written in `AS '...'` (`pg_proc.prosrc`); None for `RETURN expr`.
+    #[serde(default)]
+    pub source: Option<String>,
+    /// `pg_proc.provolatile`: `i`, `s` or `v` (None: `v`, Postgres' default).
+    #[serde(default)]
+    pub volatility: Option<String>,
     pub owner: u32,
 }
 
@@ -56,17 +62,52 @@ impl SqlFunctions {
 }
 
 impl SqlFunction {
-    /// `integer`, as Postgres names a type written in a function's signature (as written
-    /// when Weir has no such type), and the type's OID (0 then).
+    /// `integer`, as Postgres names a type written in a function's signature (without its
+    /// modifiers: `numeric(10,2)` is `numeric` there; as written when Weir has no such
+    /// type), and the type's OID (0 then).
     pub fn type_named(written: &str) -> (String, u32) {
+        use crate::sql::types::SqlType;
         let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
         datafusion::sql::sqlparser::parser::Parser::new(&dialect)
             .try_with_sql(written)
             .and_then(|mut p| p.parse_data_type())
             .ok()
-            .and_then(|t| crate::sql::types::SqlType::from_ast(&t).ok())
-            .map(|t| (t.display_name(), t.oid()))
+            .and_then(|t| SqlType::from_ast(&t).ok())
+            .map(|t| match t {
+                SqlType::Numeric(_) => SqlType::Numeric(None),
+                SqlType::Varchar(_) => SqlType::Varchar(None),
+                SqlType::Time(_) => SqlType::Time(None),
+                SqlType::Timestamp(_) => SqlType::Timestamp(None),
+                SqlType::TimestampTz(_) => SqlType::TimestampTz(None),
+                t => t,
+            })
+            .map(|t| {
+                let name = match t {
+                    SqlType::Bpchar(_) => "character".to_owned(),
+                    ref t => t.display_name(),
+                };
+                (name, t.oid())
+            })
             .unwrap_or_else(|| (written.to_lowercase(), 0))
+    }
+
+    /// `pg_get_functiondef`: the CREATE statement as Postgres writes it back.
+    pub fn definition(&self) -> String {
+        let volatility = match self.volatility.as_deref() {
+            Some("i") => " IMMUTABLE\n",
+            Some("s") => " STABLE\n",
+            _ => "",
+        };
+        let body = match &self.source {
+            Some(src) => format!("AS $function${src}$function$"),
+            None => format!("RETURN {}", self.body),
+        };
+        format!(
+            "CREATE OR REPLACE FUNCTION public.{}({})\n RETURNS {}\n LANGUAGE sql\n{volatility}{body}\n",
+            crate::sql::pg_text::quote_ident(&self.name),
+            self.arguments_text(),
+            Self::type_named(&self.returns).0,
+        )
     }
 
     /// `pg_get_function_arguments`: `a integer, b integer`.

@@ -140,12 +140,36 @@ impl Engine {
             })
             .collect();
         let name = relation_name(&f.name)?;
+        let source = match &f.function_body {
+            Some(ast::CreateFunctionBody::AsBeforeOptions { body, .. })
+            | Some(ast::CreateFunctionBody::AsAfterOptions(body)) => match body {
+                ast::Expr::Value(v) => match &v.value {
+                    ast::Value::SingleQuotedString(s)
+                    | ast::Value::DollarQuotedString(ast::DollarQuotedString {
+                        value: s, ..
+                    }) => Some(s.clone()),
+                    _ => None,
+                },
+                _ => None,
+            },
+            _ => None,
+        };
+        let volatility = f.behavior.as_ref().map(|b| {
+            match b {
+                ast::FunctionBehavior::Immutable => "i",
+                ast::FunctionBehavior::Stable => "s",
+                ast::FunctionBehavior::Volatile => "v",
+            }
+            .to_owned()
+        });
         let def = SqlFunction {
             oid: 0,
             name,
             params,
             returns,
             body: body.to_string(),
+            source,
+            volatility,
             owner: session.role(),
         };
         // it must inline into something that parses (check_function_bodies = off, as
