@@ -1290,6 +1290,37 @@ DROP FUNCTION twice;
     );
 }
 
+/// The system column `tableoid` of a table and a catalog, and the psql commands that read
+/// it (`\dd`) or a function's definition (`\sf`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn table_oid_and_describe_answer_as_postgres() {
+    let pg = Postgres::start();
+    let weir = TestServer::start();
+    let script = r#"
+CREATE TABLE tq (a int, CONSTRAINT tq_pos CHECK (a > 0));
+INSERT INTO tq VALUES (1);
+SELECT tableoid = 'tq'::regclass, a FROM tq;
+SELECT t.tableoid::regclass, t.a FROM tq t;
+SELECT count(*) > 0 FROM pg_class c WHERE c.tableoid = 'pg_class'::regclass;
+SELECT c.relname FROM pg_class c JOIN tq ON c.oid = tq.tableoid;
+\dd tq
+CREATE FUNCTION tqf(x int) RETURNS int LANGUAGE sql IMMUTABLE AS 'select x + 1';
+\sf tqf
+DROP FUNCTION tqf;
+DROP TABLE tq;
+"#;
+    same_psql_output(
+        &pg,
+        &weir,
+        script,
+        &[
+            "Object descriptions",
+            "CREATE OR REPLACE FUNCTION public.tqf",
+        ],
+        "tableoid and describe",
+    );
+}
+
 /// Notices and warnings a session gets, as Postgres sends them, and advisory locks across
 /// two psql sessions' statements (one session here: re-entrancy and unlocking).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -691,6 +691,7 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
         "pg_function_is_visible",
         "pg_collation_is_visible",
         "pg_opclass_is_visible",
+        "pg_opfamily_is_visible",
         "pg_operator_is_visible",
         "pg_conversion_is_visible",
         "has_schema_privilege",

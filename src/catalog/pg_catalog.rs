@@ -398,6 +398,7 @@ const TABLES: &[&str] = &[
     "pg_event_trigger",
     "pg_language",
     "pg_opclass",
+    "pg_opfamily",
     "pg_auth_members",
     "pg_stat_activity",
     "pg_stat_ssl",
@@ -633,6 +634,7 @@ pub fn io_proc_oid(name: &str) -> u32 {
 /// inheritance...). The query rewriter answers scalar subqueries over them with NULL.
 pub const ALWAYS_EMPTY: &[&str] = &[
     "pg_opclass",
+    "pg_opfamily",
     "pg_description",
     "pg_shdescription",
     "pg_inherits",
@@ -709,6 +711,7 @@ pub const SYSTEM_RELATIONS: &[SystemRelation] = &[
     SystemRelation::new(2612, PG_CATALOG_NAMESPACE_OID, "pg_language", "r"),
     SystemRelation::new(2615, PG_CATALOG_NAMESPACE_OID, "pg_namespace", "r"),
     SystemRelation::new(2616, PG_CATALOG_NAMESPACE_OID, "pg_opclass", "r"),
+    SystemRelation::new(2753, PG_CATALOG_NAMESPACE_OID, "pg_opfamily", "r"),
     SystemRelation::new(2618, PG_CATALOG_NAMESPACE_OID, "pg_rewrite", "r"),
     SystemRelation::new(2620, PG_CATALOG_NAMESPACE_OID, "pg_trigger", "r"),
     SystemRelation::new(3079, PG_CATALOG_NAMESPACE_OID, "pg_extension", "r"),
@@ -1654,6 +1657,13 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 })
                 .collect(),
         )?,
+        "pg_opfamily" => empty(&[
+            ("oid", oid()),
+            ("opfmethod", oid()),
+            ("opfname", name()),
+            ("opfnamespace", oid()),
+            ("opfowner", oid()),
+        ])?,
         "pg_opclass" => empty(&[
             ("oid", oid()),
             ("opcmethod", oid()),

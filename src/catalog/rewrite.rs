@@ -226,6 +226,7 @@ impl VisitorMut for PgRewriter {
         // named as written, before the expressions are rewritten (`array_upper(a, 1)` is
         // "array_upper", `|/ x` is "?column?", whatever they become)
         name_select_items(&mut select.projection);
+        table_oid_column(select);
         ControlFlow::Continue(())
     }
 
@@ -441,6 +442,88 @@ fn outer_using_references(q: &mut ast::Query) {
             this_level_exprs_mut(&mut item.expr, replace);
         }
     }
+}
+
+/// Postgres' system column `tableoid` (the OID of the relation a row is in: psql's `\dd`
+/// joins catalogs on it), read from a relation of this select's FROM: the relation's OID,
+/// as `'name'::regclass::oid`. Qualified by the relation's name or alias, or unqualified
+/// when the select reads one relation.
+fn table_oid_column(select: &mut ast::Select) {
+    let mut relations: Vec<(String, String)> = Vec::new();
+    for t in &select.from {
+        for tf in std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation)) {
+            if let ast::TableFactor::Table {
+                name,
+                alias,
+                args: None,
+                ..
+            } = tf
+            {
+                let written = name.to_string();
+                let shown = match alias {
+                    Some(a) => crate::sql::parser::normalize_ident(&a.name),
+                    None => last_name(name).unwrap_or_default(),
+                };
+                relations.push((shown, written));
+            }
+        }
+    }
+    if relations.is_empty() {
+        return;
+    }
+    let is_tableoid = |i: &Ident| crate::sql::parser::normalize_ident(i) == "tableoid";
+    let oid_of = |written: &str| {
+        let regclass = Expr::Cast {
+            kind: CastKind::DoubleColon,
+            expr: Box::new(Expr::value(ast::Value::SingleQuotedString(
+                written.to_owned(),
+            ))),
+            data_type: ast::DataType::Custom(
+                ObjectName::from(vec![Ident::new("regclass")]),
+                vec![],
+            ),
+            array: false,
+            format: None,
+        };
+        Expr::Cast {
+            kind: CastKind::DoubleColon,
+            expr: Box::new(regclass),
+            data_type: ast::DataType::Custom(ObjectName::from(vec![Ident::new("oid")]), vec![]),
+            array: false,
+            format: None,
+        }
+    };
+    let target = |e: &Expr| -> Option<String> {
+        match e {
+            Expr::CompoundIdentifier(parts) if parts.len() == 2 && is_tableoid(&parts[1]) => {
+                let q = crate::sql::parser::normalize_ident(&parts[0]);
+                relations
+                    .iter()
+                    .find(|(shown, _)| *shown == q)
+                    .map(|(_, w)| w.clone())
+            }
+            Expr::Identifier(i) if is_tableoid(i) && relations.len() == 1 => {
+                Some(relations[0].1.clone())
+            }
+            _ => None,
+        }
+    };
+    // a select item keeps its name
+    for item in select.projection.iter_mut() {
+        if let SelectItem::UnnamedExpr(e) = item
+            && let Some(w) = target(e)
+        {
+            *item = SelectItem::ExprWithAlias {
+                expr: oid_of(&w),
+                alias: Ident::new("tableoid"),
+            };
+        }
+    }
+    this_level_exprs_mut(select, |e| {
+        if let Some(w) = target(e) {
+            *e = oid_of(&w);
+        }
+    });
 }
 
 /// Aggregates whose arguments are `double precision` only, in Postgres.
