@@ -15,30 +15,15 @@
 //! view store, not counted here: its row count is shown, its counters are 0. Weir has no
 //! replication: `pg_stat_replication` and `pg_replication_slots` are empty.
 
+use std::sync::Arc;
+
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::error::Result as DfResult;
 
 use super::pg_catalog::{V, build_table};
-use crate::catalog::Entry;
+use crate::catalog::{Entry, IndexInfo};
 use crate::sql::types::SqlType as T;
 use crate::state::table_activity::{ActivityCounts, PRIMARY_KEY};
-
-/// The views this module builds.
-pub const VIEWS: &[&str] = &[
-    "pg_stat_all_tables",
-    "pg_stat_user_tables",
-    "pg_statio_all_tables",
-    "pg_statio_user_tables",
-    "pg_stat_all_indexes",
-    "pg_stat_user_indexes",
-    "pg_statio_all_indexes",
-    "pg_statio_user_indexes",
-    "pg_stat_bgwriter",
-    "pg_stat_replication",
-    "pg_replication_slots",
-    "pg_timezone_names",
-    "pg_timezone_abbrevs",
-];
 
 fn counted(e: &Entry) -> bool {
     matches!(e.desc.kind.relkind(), "r" | "m" | "p" | "t")
@@ -63,17 +48,78 @@ fn n(v: u64) -> V {
     V::I(v as i64)
 }
 
-/// `view`'s rows, None when it is not one of [`VIEWS`].
-pub fn build(view: &str, entries: &[std::sync::Arc<Entry>]) -> Option<DfResult<RecordBatch>> {
-    let tables = || entries.iter().filter(|e| counted(e));
+/// The columns every per-table view starts with, then `more`.
+fn table_columns(more: Vec<(&'static str, T)>) -> Vec<(&'static str, T)> {
+    let mut c = vec![
+        ("relid", T::Oid),
+        ("schemaname", T::Name),
+        ("relname", T::Name),
+    ];
+    c.extend(more);
+    c
+}
+
+/// The columns every per-index view starts with, then `more`.
+fn index_columns(more: Vec<(&'static str, T)>) -> Vec<(&'static str, T)> {
+    let mut c = vec![
+        ("relid", T::Oid),
+        ("indexrelid", T::Oid),
+        ("schemaname", T::Name),
+        ("relname", T::Name),
+        ("indexrelname", T::Name),
+    ];
+    c.extend(more);
+    c
+}
+
+/// One row per table and materialized view: its leading columns, then `more`'s.
+fn table_rows(entries: &[Arc<Entry>], more: impl Fn(&Entry) -> Vec<V>) -> Vec<Vec<V>> {
+    entries
+        .iter()
+        .filter(|e| counted(e))
+        .map(|e| {
+            let mut row = vec![
+                e.desc.oid.into(),
+                schema_of(e).into(),
+                e.desc.name.clone().into(),
+            ];
+            row.extend(more(e));
+            row
+        })
+        .collect()
+}
+
+/// One row per index of a table or materialized view: its leading columns, then `more`'s
+/// (given the table's activity and the index).
+fn index_rows(
+    entries: &[Arc<Entry>],
+    more: impl Fn(&ActivityCounts, &IndexInfo) -> Vec<V>,
+) -> Vec<Vec<V>> {
+    let mut rows = Vec::new();
+    for e in entries.iter().filter(|e| counted(e)) {
+        let a = activity(e);
+        for ix in e.desc.all_indexes() {
+            let mut row = vec![
+                e.desc.oid.into(),
+                ix.oid.into(),
+                schema_of(e).into(),
+                e.desc.name.clone().into(),
+                ix.name.clone().into(),
+            ];
+            row.extend(more(&a, &ix));
+            rows.push(row);
+        }
+    }
+    rows
+}
+
+/// `view`'s rows, None when it is not one of this module's views.
+pub fn build(view: &str, entries: &[Arc<Entry>]) -> Option<DfResult<RecordBatch>> {
     let i8 = || T::Int8;
     let ts = || T::TimestampTz(None);
     Some(match view {
         "pg_stat_all_tables" | "pg_stat_user_tables" => build_table(
-            &[
-                ("relid", T::Oid),
-                ("schemaname", T::Name),
-                ("relname", T::Name),
+            &table_columns(vec![
                 ("seq_scan", i8()),
                 ("seq_tup_read", i8()),
                 ("idx_scan", i8()),
@@ -94,128 +140,70 @@ pub fn build(view: &str, entries: &[std::sync::Arc<Entry>]) -> Option<DfResult<R
                 ("autovacuum_count", i8()),
                 ("analyze_count", i8()),
                 ("autoanalyze_count", i8()),
-            ],
-            tables()
-                .map(|e| {
-                    let a = activity(e);
-                    let rows = e.table.as_ref().map_or(0, |t| t.row_count()) as u64;
-                    // (Postgres: NULL index counters for a table without indexes)
-                    let indexed = !e.desc.all_indexes().is_empty();
-                    let ix = |v: u64| if indexed { n(v) } else { V::Null };
-                    vec![
-                        e.desc.oid.into(),
-                        schema_of(e).into(),
-                        e.desc.name.clone().into(),
-                        n(a.seq_scan),
-                        n(a.seq_tup_read),
-                        ix(a.idx_scan),
-                        ix(a.idx_tup_fetch),
-                        n(a.tup_ins),
-                        n(a.tup_upd),
-                        n(a.tup_del),
-                        n(0),
-                        n(rows),
-                        n(0),
-                        n(a.tup_ins + a.tup_upd + a.tup_del),
-                        n(a.tup_ins),
-                        V::Null,
-                        V::Null,
-                        V::Null,
-                        V::Null,
-                        n(0),
-                        n(0),
-                        n(0),
-                        n(0),
-                    ]
-                })
-                .collect(),
+            ]),
+            table_rows(entries, |e| {
+                let a = activity(e);
+                let rows = e.table.as_ref().map_or(0, |t| t.row_count()) as u64;
+                // (Postgres: NULL index counters for a table without indexes)
+                let indexed = !e.desc.all_indexes().is_empty();
+                let ix = |v: u64| if indexed { n(v) } else { V::Null };
+                vec![
+                    n(a.seq_scan),
+                    n(a.seq_tup_read),
+                    ix(a.idx_scan),
+                    ix(a.idx_tup_fetch),
+                    n(a.tup_ins),
+                    n(a.tup_upd),
+                    n(a.tup_del),
+                    n(0),
+                    n(rows),
+                    n(0),
+                    n(a.tup_ins + a.tup_upd + a.tup_del),
+                    n(a.tup_ins),
+                    V::Null,
+                    V::Null,
+                    V::Null,
+                    V::Null,
+                    n(0),
+                    n(0),
+                    n(0),
+                    n(0),
+                ]
+            }),
         ),
         "pg_statio_all_tables" | "pg_statio_user_tables" => build_table(
-            &[
-                ("relid", T::Oid),
-                ("schemaname", T::Name),
-                ("relname", T::Name),
-                ("heap_blks_read", i8()),
-                ("heap_blks_hit", i8()),
-                ("idx_blks_read", i8()),
-                ("idx_blks_hit", i8()),
-                ("toast_blks_read", i8()),
-                ("toast_blks_hit", i8()),
-                ("tidx_blks_read", i8()),
-                ("tidx_blks_hit", i8()),
-            ],
-            tables()
-                .map(|e| {
-                    let mut row = vec![
-                        e.desc.oid.into(),
-                        schema_of(e).into(),
-                        e.desc.name.clone().into(),
-                    ];
-                    row.resize(11, V::Null);
-                    row
-                })
+            &table_columns(
+                [
+                    "heap_blks_read",
+                    "heap_blks_hit",
+                    "idx_blks_read",
+                    "idx_blks_hit",
+                    "toast_blks_read",
+                    "toast_blks_hit",
+                    "tidx_blks_read",
+                    "tidx_blks_hit",
+                ]
+                .into_iter()
+                .map(|c| (c, i8()))
                 .collect(),
+            ),
+            table_rows(entries, |_| vec![V::Null; 8]),
         ),
         "pg_stat_all_indexes" | "pg_stat_user_indexes" => build_table(
-            &[
-                ("relid", T::Oid),
-                ("indexrelid", T::Oid),
-                ("schemaname", T::Name),
-                ("relname", T::Name),
-                ("indexrelname", T::Name),
+            &index_columns(vec![
                 ("idx_scan", i8()),
                 ("idx_tup_read", i8()),
                 ("idx_tup_fetch", i8()),
-            ],
-            tables()
-                .flat_map(|e| {
-                    let a = activity(e);
-                    e.desc
-                        .all_indexes()
-                        .into_iter()
-                        .map(move |ix| {
-                            let key = if ix.primary { PRIMARY_KEY } else { ix.oid };
-                            let used = a.indexes.get(&key).copied().unwrap_or_default();
-                            vec![
-                                e.desc.oid.into(),
-                                ix.oid.into(),
-                                schema_of(e).into(),
-                                e.desc.name.clone().into(),
-                                ix.name.into(),
-                                n(used.scans),
-                                n(used.rows),
-                                n(used.rows),
-                            ]
-                        })
-                        .collect::<Vec<_>>()
-                })
-                .collect(),
+            ]),
+            index_rows(entries, |a, ix| {
+                let key = if ix.primary { PRIMARY_KEY } else { ix.oid };
+                let used = a.indexes.get(&key).copied().unwrap_or_default();
+                vec![n(used.scans), n(used.rows), n(used.rows)]
+            }),
         ),
         "pg_statio_all_indexes" | "pg_statio_user_indexes" => build_table(
-            &[
-                ("relid", T::Oid),
-                ("indexrelid", T::Oid),
-                ("schemaname", T::Name),
-                ("relname", T::Name),
-                ("indexrelname", T::Name),
-                ("idx_blks_read", i8()),
-                ("idx_blks_hit", i8()),
-            ],
-            tables()
-                .flat_map(|e| {
-                    e.desc.all_indexes().into_iter().map(move |ix| {
-                        vec![
-                            e.desc.oid.into(),
-                            ix.oid.into(),
-                            schema_of(e).into(),
-                            e.desc.name.clone().into(),
-                            ix.name.into(),
-                            V::Null,
-                            V::Null,
-                        ]
-                    })
-                })
-                .collect(),
+            &index_columns(vec![("idx_blks_read", i8()), ("idx_blks_hit", i8())]),
+            index_rows(entries, |_, _| vec![V::Null, V::Null]),
         ),
         // one row, as in Postgres; the counters of a background writer Weir does not have
         // are NULL, `stats_reset` is when the server started
