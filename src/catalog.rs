@@ -761,6 +761,19 @@ pub(crate) fn load_json<T: serde::de::DeserializeOwned>(
     Ok(out)
 }
 
+/// 42701 for a table column named like one of Postgres' system columns (`tableoid`,
+/// `ctid`, `xmin`, ...), as Postgres refuses it: `tableoid` reads as the relation's OID.
+pub fn check_column_name(name: &str) -> Result<()> {
+    const SYSTEM_COLUMNS: &[&str] = &["tableoid", "cmax", "xmax", "cmin", "xmin", "ctid"];
+    if SYSTEM_COLUMNS.contains(&name) {
+        return Err(WeirError::new(
+            sqlstate::DUPLICATE_COLUMN,
+            format!("column name \"{name}\" conflicts with a system column name"),
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn catalog_key(oid: u32) -> Vec<u8> {
     let mut k = b"C".to_vec();
     k.extend_from_slice(&oid.to_be_bytes());

@@ -2426,6 +2426,7 @@ impl Engine {
         }
         let mut seen = std::collections::HashSet::new();
         for c in &ct.columns {
+            crate::catalog::check_column_name(&c.name)?;
             if !seen.insert(c.name.as_str()) {
                 return Err(WeirError::new(
                     sqlstate::DUPLICATE_COLUMN,

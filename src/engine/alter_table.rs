@@ -593,6 +593,7 @@ impl Engine {
                     ..
                 } => {
                     let col = normalize_ident(&column_def.name);
+                    crate::catalog::check_column_name(&col)?;
                     if col_pos(&desc, &col).is_some() {
                         if *if_not_exists {
                             continue;
@@ -818,6 +819,9 @@ impl Engine {
                             format!("column \"{old}\" does not exist"),
                         ));
                     };
+                    if desc.kind.is_table() {
+                        crate::catalog::check_column_name(&new)?;
+                    }
                     if col_pos(&desc, &new).is_some() {
                         return Err(WeirError::new(
                             sqlstate::DUPLICATE_COLUMN,

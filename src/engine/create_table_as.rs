@@ -55,6 +55,7 @@ impl Engine {
             let name = c.columns.get(i).cloned().unwrap_or_else(|| {
                 crate::catalog::rewrite::display_column_name(f.name()).to_owned()
             });
+            crate::catalog::check_column_name(&name)?;
             if columns.iter().any(|(n, _)| *n == name) {
                 return Err(WeirError::new(
                     sqlstate::DUPLICATE_COLUMN,
