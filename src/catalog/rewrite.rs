@@ -45,7 +45,48 @@ pub fn rewrite_statement(stmt: &mut ast::Statement) -> crate::error::Result<Rewr
     if let ControlFlow::Break(e) = stmt.visit(&mut r) {
         return Err(e);
     }
+    // (after the select items are named: the column stays `current_setting`)
+    settings_read_after_set_config(stmt);
     Ok(r.info)
+}
+
+/// In a statement that calls `set_config`, `current_setting` reads the setting when it is
+/// evaluated, after a `set_config` before it (`SELECT set_config('x', '1', false),
+/// current_setting('x')` is `1 | 1`, as in Postgres): it becomes the volatile
+/// `weir_current_setting` (elsewhere it is read once, when the statement is planned).
+fn settings_read_after_set_config(stmt: &mut ast::Statement) {
+    struct Calls {
+        name: &'static str,
+        found: bool,
+        rename_to: Option<&'static str>,
+    }
+    impl VisitorMut for Calls {
+        type Break = ();
+        fn pre_visit_expr(&mut self, e: &mut Expr) -> ControlFlow<()> {
+            if let Expr::Function(f) = e
+                && last_name(&f.name).as_deref() == Some(self.name)
+            {
+                self.found = true;
+                if let Some(to) = self.rename_to {
+                    f.name = ObjectName::from(vec![Ident::new(to)]);
+                }
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let mut sets = Calls {
+        name: "set_config",
+        found: false,
+        rename_to: None,
+    };
+    let _ = stmt.visit(&mut sets);
+    if sets.found {
+        let _ = stmt.visit(&mut Calls {
+            name: "current_setting",
+            found: false,
+            rename_to: Some("weir_current_setting"),
+        });
+    }
 }
 
 pub fn rewrite_query(q: &mut ast::Query) -> crate::error::Result<RewriteInfo> {

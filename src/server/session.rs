@@ -703,19 +703,27 @@ fn register_current_setting(
         Ok(ColumnarValue::Array(Arc::new(StringArray::from(out))))
     };
     use datafusion::logical_expr::{ScalarUDF, Signature, SimpleScalarUDF, TypeSignature};
-    let signature = Signature::one_of(
-        vec![
-            TypeSignature::Exact(vec![DataType::Utf8]),
-            TypeSignature::Exact(vec![DataType::Utf8, DataType::Boolean]),
-        ],
-        Volatility::Stable,
-    );
-    ctx.register_udf(ScalarUDF::from(SimpleScalarUDF::new_with_signature(
-        "current_setting",
-        signature,
-        DataType::Utf8,
-        Arc::new(f),
-    )));
+    let f = Arc::new(f);
+    // (stable: read once per statement; `weir_current_setting`, volatile, is what a
+    // statement that also calls set_config reads, per row after it: `rewrite.rs`)
+    for (name, volatility) in [
+        ("current_setting", Volatility::Stable),
+        ("weir_current_setting", Volatility::Volatile),
+    ] {
+        let signature = Signature::one_of(
+            vec![
+                TypeSignature::Exact(vec![DataType::Utf8]),
+                TypeSignature::Exact(vec![DataType::Utf8, DataType::Boolean]),
+            ],
+            volatility,
+        );
+        ctx.register_udf(ScalarUDF::from(SimpleScalarUDF::new_with_signature(
+            name,
+            signature,
+            DataType::Utf8,
+            f.clone(),
+        )));
+    }
     // set_config(name, value, is_local): sets it and returns the value; journaled, so the
     // session keeps it as SET / SET LOCAL in its block (`Session::settle_function_settings`)
     let set = move |args: &[ColumnarValue]| -> datafusion::error::Result<ColumnarValue> {
