@@ -630,12 +630,15 @@ pub fn io_proc_oid(name: &str) -> u32 {
         .unwrap_or(0)
 }
 
-/// Catalog tables Weir never puts rows in (no defaults, sequences, comments, triggers,
-/// inheritance...). The query rewriter answers scalar subqueries over them with NULL.
+/// Catalog tables Weir never puts rows in (no triggers, inheritance, policies...). The
+/// query rewriter answers scalar subqueries over them with NULL. One exception, a known
+/// wrong answer kept for a client: `pg_sequence` has rows (sequences), but the subquery
+/// SQLAlchemy's reflection asks over it (`json_build_object` of outer references) does not
+/// plan in DataFusion, so such subqueries are NULL (identity options unknown). The one
+/// that had rows and was listed, `pg_description`, is not any more.
 pub const ALWAYS_EMPTY: &[&str] = &[
     "pg_opclass",
     "pg_opfamily",
-    "pg_description",
     "pg_shdescription",
     "pg_inherits",
     "pg_policy",
@@ -2664,7 +2667,8 @@ mod tests {
         }
     }
 
-    /// The rewriter answers subqueries over these with NULL: they must really be empty.
+    /// The rewriter answers subqueries over these with NULL: they must really be empty
+    /// (but `pg_sequence`, see [`ALWAYS_EMPTY`]).
     #[test]
     fn always_empty_tables_have_no_rows() {
         let dir = tempfile::tempdir().expect("temp dir");
