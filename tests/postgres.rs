@@ -1291,7 +1291,7 @@ DROP FUNCTION twice;
 }
 
 /// The system column `tableoid` of a table and a catalog, and the psql commands that read
-/// it (`\dd`) or a function's definition (`\sf`).
+/// it (`\dd`), a function's definition (`\sf`) or extensions' comments (`\dx`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn table_oid_and_describe_answer_as_postgres() {
     let pg = Postgres::start();
@@ -1308,6 +1308,10 @@ CREATE FUNCTION tqf(x int) RETURNS int LANGUAGE sql IMMUTABLE AS 'select x + 1';
 \sf tqf
 DROP FUNCTION tqf;
 DROP TABLE tq;
+CREATE EXTENSION IF NOT EXISTS pgcrypto;
+\dx
+SELECT extname, obj_description(oid, 'pg_extension') FROM pg_extension ORDER BY extname;
+DROP EXTENSION pgcrypto;
 "#;
     same_psql_output(
         &pg,
@@ -1316,6 +1320,7 @@ DROP TABLE tq;
         &[
             "Object descriptions",
             "CREATE OR REPLACE FUNCTION public.tqf",
+            "cryptographic functions",
         ],
         "tableoid and describe",
     );

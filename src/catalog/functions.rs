@@ -766,7 +766,8 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
                             return None;
                         }
                         let (oid, class) = (o.value(i), which.as_ref().map(|w| w.value(i)));
-                        // a relation's, an index's (pg_class), a constraint's, a type's
+                        // a relation's, an index's (pg_class), a constraint's, a type's, an
+                        // extension's
                         let relation = (class.is_none() || class == Some("pg_class"))
                             .then(|| entries.iter().find(|e| e.desc.oid == oid))
                             .flatten()
@@ -776,6 +777,7 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
                             Some("pg_class") => Some(1259),
                             Some("pg_constraint") => Some(2606),
                             Some("pg_type") => Some(1247),
+                            Some("pg_extension") => Some(3079),
                             Some(_) => return None,
                         };
                         relation
@@ -792,6 +794,14 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
                                     .filter(|_| class_oid.is_none_or(|k| k == 1247))
                                     .find(|t| t.oid == oid)
                                     .and_then(|t| t.comment.clone())
+                            })
+                            .or_else(|| {
+                                catalog
+                                    .installed_extensions()
+                                    .iter()
+                                    .filter(|_| class_oid.is_none_or(|k| k == 3079))
+                                    .find(|x| x.oid == oid)
+                                    .map(|x| x.comment.to_owned())
                             })
                     })
                     .collect::<StringArray>(),

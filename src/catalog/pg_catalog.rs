@@ -1737,6 +1737,15 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     rows.push(vec![t.oid.into(), 1247u32.into(), V::I(0), c.into()]);
                 }
             }
+            // installed extensions' comments (classoid pg_extension), as psql's \dx shows
+            for x in catalog.installed_extensions() {
+                rows.push(vec![
+                    x.oid.into(),
+                    3079u32.into(),
+                    V::I(0),
+                    x.comment.into(),
+                ]);
+            }
             build_table(
                 &[
                     ("objoid", oid()),
