@@ -160,7 +160,7 @@ impl Catalog {
             .collect()
     }
 
-    /// Give the functions of an older store (no OID) one each; the largest OID in use.
+    /// Give each function of an older store (stored without an OID) one from `next`.
     pub(crate) fn number_sql_functions(&self, mut next: impl FnMut() -> u32) {
         for f in self.sql_functions.by_name.write().values_mut() {
             if f.oid == 0 {
