@@ -567,28 +567,6 @@ fn table_oid_column(select: &mut ast::Select) {
     });
 }
 
-/// Aggregates whose arguments are `double precision` only, in Postgres.
-const FLOAT_AGGREGATES: &[&str] = &[
-    "stddev",
-    "stddev_samp",
-    "stddev_pop",
-    "variance",
-    "var_samp",
-    "var_pop",
-    "corr",
-    "covar_pop",
-    "covar_samp",
-    "regr_count",
-    "regr_sxx",
-    "regr_syy",
-    "regr_sxy",
-    "regr_avgx",
-    "regr_avgy",
-    "regr_r2",
-    "regr_slope",
-    "regr_intercept",
-];
-
 /// A quoted literal given to an aggregate, as Postgres resolves it (it has no type yet):
 /// to one of `double precision` arguments it is a `double precision` (`stddev('1')`;
 /// `'x'` is 22P02), to `sum` or `avg` (candidates of every number type, none best) 42725
@@ -606,7 +584,12 @@ fn aggregate_literal_arguments(expr: &mut Expr) -> crate::error::Result<()> {
         FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e),
         _ => None,
     });
-    if FLOAT_AGGREGATES.contains(&name.as_str()) {
+    // (Postgres' variance and regression aggregates take double precision only)
+    let float_only = crate::sql::variance::AGGREGATES
+        .iter()
+        .any(|(n, ..)| *n == name)
+        || crate::sql::regression::is_regression(&name);
+    if float_only {
         for e in args.filter(|e| quoted(e)) {
             let literal = std::mem::replace(e, Expr::value(ast::Value::Null));
             *e = Expr::Cast {

@@ -195,24 +195,11 @@ impl Generator for Nexmark {
         Ok(())
     }
 
+    /// The next at most `max_rows` rows. Batches are cut at fixed row counts (the runner's
+    /// batch size, counted from the source's start), so a generator restored at a
+    /// checkpoint's position makes the batches (and late decisions) of a run that never
+    /// stopped; a large batch is made in slices, one per worker, put together into one.
     fn next_batch(&mut self, max_rows: usize) -> Result<Option<RecordBatch>> {
-        // one batch per call, whatever the slices: batches are cut at fixed row counts
-        // (the runner's batch size, counted from the source's start), so a generator restored at a checkpoint's
-        // position makes the batches (and late decisions) of a run that never stopped
-        match self.make_slices(max_rows)? {
-            None => Ok(None),
-            Some(parts) if parts.len() == 1 => Ok(parts.into_iter().next()),
-            Some(parts) => Ok(Some(datafusion::arrow::compute::concat_batches(
-                &self.schema,
-                &parts,
-            )?)),
-        }
-    }
-}
-
-impl Nexmark {
-    /// The next at most `max_rows` rows, in slices made in parallel (one per worker).
-    fn make_slices(&mut self, max_rows: usize) -> Result<Option<Vec<RecordBatch>>> {
         let n = match self.remaining {
             Some(0) => return Ok(None),
             Some(r) => (r as usize).min(max_rows),
@@ -220,10 +207,10 @@ impl Nexmark {
         };
         // a large batch is generated in one slice per worker: each slice's events are the
         // ones a single generator would make at its offsets (each event is a function of
-        // its number), so the rows are the same whatever the number of workers
+        // its number), so the batch is the same whatever the number of workers
         let slices = self.slices.min(n / SLICE_MIN_ROWS).max(1);
         let start = self.offset;
-        let parts = if slices > 1 {
+        let batch = if slices > 1 {
             let step = n.div_ceil(slices);
             let events = &self.events;
             let jobs: Vec<crate::parallel::Job<'_, RecordBatch>> = (0..slices)
@@ -234,17 +221,18 @@ impl Nexmark {
                         as crate::parallel::Job<'_, RecordBatch>
                 })
                 .collect();
-            crate::parallel::run_all(crate::parallel::Pool::Sources, jobs)
+            let parts = crate::parallel::run_all(crate::parallel::Pool::Sources, jobs)
                 .into_iter()
-                .collect::<Result<Vec<_>>>()?
+                .collect::<Result<Vec<_>>>()?;
+            datafusion::arrow::compute::concat_batches(&self.schema, &parts)?
         } else {
-            vec![self.events.batch(start, n)?]
+            self.events.batch(start, n)?
         };
         self.offset = start + n as u64;
         if let Some(r) = &mut self.remaining {
             *r -= n as u64;
         }
-        Ok(Some(parts))
+        Ok(Some(batch))
     }
 }
 

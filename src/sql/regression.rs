@@ -42,22 +42,30 @@ struct Regression {
     signature: Signature,
 }
 
+/// The twelve, by name.
+const AGGREGATES: [(&str, Kind); 12] = [
+    ("corr", Kind::Corr),
+    ("covar_pop", Kind::CovarPop),
+    ("covar_samp", Kind::CovarSamp),
+    ("regr_count", Kind::Count),
+    ("regr_sxx", Kind::Sxx),
+    ("regr_syy", Kind::Syy),
+    ("regr_sxy", Kind::Sxy),
+    ("regr_avgx", Kind::AvgX),
+    ("regr_avgy", Kind::AvgY),
+    ("regr_r2", Kind::R2),
+    ("regr_slope", Kind::Slope),
+    ("regr_intercept", Kind::Intercept),
+];
+
+/// Whether `name` is one of the twelve.
+pub fn is_regression(name: &str) -> bool {
+    AGGREGATES.iter().any(|(n, _)| *n == name)
+}
+
 /// Register the twelve, replacing DataFusion's.
 pub fn register(ctx: &SessionContext) {
-    for (name, kind) in [
-        ("corr", Kind::Corr),
-        ("covar_pop", Kind::CovarPop),
-        ("covar_samp", Kind::CovarSamp),
-        ("regr_count", Kind::Count),
-        ("regr_sxx", Kind::Sxx),
-        ("regr_syy", Kind::Syy),
-        ("regr_sxy", Kind::Sxy),
-        ("regr_avgx", Kind::AvgX),
-        ("regr_avgy", Kind::AvgY),
-        ("regr_r2", Kind::R2),
-        ("regr_slope", Kind::Slope),
-        ("regr_intercept", Kind::Intercept),
-    ] {
+    for (name, kind) in AGGREGATES {
         ctx.register_udaf(AggregateUDF::new_from_impl(Regression {
             name,
             kind,

@@ -42,16 +42,19 @@ struct Variance {
     signature: Signature,
 }
 
+/// The six: (name, population, deviation).
+pub const AGGREGATES: [(&str, bool, bool); 6] = [
+    ("variance", false, false),
+    ("var_samp", false, false),
+    ("var_pop", true, false),
+    ("stddev", false, true),
+    ("stddev_samp", false, true),
+    ("stddev_pop", true, true),
+];
+
 /// Register the six, replacing DataFusion's.
 pub fn register(ctx: &SessionContext) {
-    for (name, population, deviation) in [
-        ("variance", false, false),
-        ("var_samp", false, false),
-        ("var_pop", true, false),
-        ("stddev", false, true),
-        ("stddev_samp", false, true),
-        ("stddev_pop", true, true),
-    ] {
+    for (name, population, deviation) in AGGREGATES {
         ctx.register_udaf(AggregateUDF::new_from_impl(Variance {
             name,
             population,
