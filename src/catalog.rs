@@ -716,6 +716,12 @@ struct State {
     /// rolls back ([`Catalog::reattach_relation`]); a crash before the commit finds them
     /// stored, as the block never happened.
     detached: BTreeMap<u32, Arc<Entry>>,
+    /// Tables a transaction block rewrote (DROP COLUMN, ALTER COLUMN TYPE, ...), by their
+    /// old oid: the old entry, its rows still stored, until the block commits
+    /// ([`Catalog::finish_rewrite`]) or rolls back ([`Catalog::undo_rewrite`]). Their
+    /// rows are listed under [`purge_key`] in the store, so a crash before either purges
+    /// them at the next open (the rewrite, a completed statement, stays).
+    rewritten: BTreeMap<u32, Arc<Entry>>,
     next_oid: u32,
     /// Bumped on every DDL; lets caches of catalog-derived data know when to rebuild.
     version: u64,
@@ -780,9 +786,35 @@ pub(crate) fn catalog_key(oid: u32) -> Vec<u8> {
     k
 }
 
+/// The key that lists a relation's stored rows as to be purged: rows no catalog entry
+/// reaches any more but kept until a transaction block ends (a table's rows before the
+/// block rewrote it). [`Catalog::open`] purges what is listed.
+fn purge_key(oid: u32) -> Vec<u8> {
+    let mut k = b"P".to_vec();
+    k.extend_from_slice(&oid.to_be_bytes());
+    k
+}
+
 impl Catalog {
     /// Load the catalog and open every table.
     pub fn open(store: Arc<dyn Store>) -> Result<Catalog> {
+        // rows a transaction block kept for its rollback when the server stopped in it
+        let mut to_purge = Vec::new();
+        store.scan_prefix(b"P", &mut |k, _| {
+            to_purge.push(k.to_vec());
+            Ok(())
+        })?;
+        for key in to_purge {
+            let oid = key
+                .get(1..5)
+                .and_then(|b| b.try_into().ok())
+                .map(u32::from_be_bytes)
+                .ok_or_else(|| WeirError::internal("a stored purge key is malformed"))?;
+            TableStore::purge(store.as_ref(), oid)?;
+            let mut wb = WriteBatch::default();
+            wb.delete(key);
+            store.commit(wb, Durability::Sync)?;
+        }
         let descs: Vec<RelationDesc> = load_json(store.as_ref(), b"C", "catalog entry")?;
         let roles = roles::Roles::load(store.as_ref())?;
         let sql_functions = sql_functions::SqlFunctions::load(store.as_ref())?;
@@ -813,6 +845,7 @@ impl Catalog {
             state: RwLock::new(State {
                 by_name,
                 detached: BTreeMap::new(),
+                rewritten: BTreeMap::new(),
                 next_oid,
                 version: 0,
                 roles,
@@ -931,12 +964,15 @@ impl Catalog {
     /// the new OID's rows behind; `create` purges an OID before reusing it). The caller
     /// holds the table's writer lock. `dependents` gives, from the relation's OID after the
     /// change, the new descriptions of the views that read it (their dependencies and
-    /// stored queries follow it), written in the same commit.
+    /// stored queries follow it), written in the same commit. With `in_block` (a
+    /// transaction block rewrites the rows) the old rows stay stored until the block ends:
+    /// [`finish_rewrite`](Self::finish_rewrite) or [`undo_rewrite`](Self::undo_rewrite).
     pub fn replace_table(
         &self,
         old_name: &str,
         mut desc: RelationDesc,
         rows: Option<Vec<datafusion::arrow::record_batch::RecordBatch>>,
+        in_block: bool,
         dependents: impl FnOnce(u32) -> Vec<RelationDesc>,
     ) -> Result<()> {
         let mut st = self.state.write();
@@ -968,8 +1004,12 @@ impl Catalog {
             }
         }
         let mut wb = WriteBatch::default();
+        let keep_old = in_block && desc.oid != old_oid;
         if desc.oid != old_oid {
             wb.delete(catalog_key(old_oid));
+        }
+        if keep_old {
+            wb.put(purge_key(old_oid), Vec::new());
         }
         wb.put(catalog_key(desc.oid), roles::json(&desc)?);
         let dependents = dependents(desc.oid);
@@ -985,7 +1025,11 @@ impl Catalog {
             st.by_name
                 .insert(d.name.clone(), Arc::new(Entry { desc: d, table }));
         }
-        if desc.oid != old_oid
+        if keep_old {
+            if let Some(old) = st.by_name.get(old_name).cloned() {
+                st.rewritten.insert(old_oid, old);
+            }
+        } else if desc.oid != old_oid
             && let Err(e) = TableStore::purge(self.store.as_ref(), old_oid)
         {
             tracing::warn!(relation = %old_name, error = %e, "could not purge a rewritten table's old rows");
@@ -1116,6 +1160,102 @@ impl Catalog {
         Ok(())
     }
 
+    /// Whether a transaction block rewrote the table of this (old) oid and has not ended.
+    pub fn is_rewritten(&self, oid: u32) -> bool {
+        self.state.read().rewritten.contains_key(&oid)
+    }
+
+    /// A block that rewrote a table committed: the table's old rows go.
+    pub fn finish_rewrite(&self, old_oid: u32) -> Result<()> {
+        let Some(entry) = self.state.write().rewritten.remove(&old_oid) else {
+            return Ok(());
+        };
+        TableStore::purge(self.store.as_ref(), old_oid)?;
+        let mut wb = WriteBatch::default();
+        wb.delete(purge_key(old_oid));
+        self.store.commit(wb, Durability::Sync)?;
+        tracing::debug!(relation = %entry.desc.name, "a rewritten table's old rows purged");
+        Ok(())
+    }
+
+    /// A block that rewrote a table rolled back: the table as it was before (its old
+    /// entry, its rows still stored) takes the place of the rewritten one (`new_oid`),
+    /// and the relations the rewrite changed (`others`: views following the table,
+    /// tables whose foreign keys named it) get their descriptions from before, in one
+    /// commit; then the rewritten rows are purged. The caller holds the table's writer
+    /// lock and has stopped the materialized views over it. Fails, keeping the rewrite,
+    /// when the rewritten table is gone or another relation took the old name (another
+    /// session, meanwhile).
+    pub fn undo_rewrite(&self, old_oid: u32, new_oid: u32, others: &[RelationDesc]) -> Result<()> {
+        let mut st = self.state.write();
+        let Some(old) = st.rewritten.get(&old_oid).cloned() else {
+            return Ok(());
+        };
+        let Some(new_name) = st
+            .by_name
+            .values()
+            .find(|e| e.desc.oid == new_oid)
+            .map(|e| e.desc.name.clone())
+        else {
+            return Err(WeirError::new(
+                sqlstate::UNDEFINED_TABLE,
+                format!(
+                    "cannot restore table \"{}\": the rewritten table is gone",
+                    old.desc.name
+                ),
+            ));
+        };
+        if new_name != old.desc.name && st.by_name.contains_key(&old.desc.name) {
+            return Err(WeirError::new(
+                sqlstate::DUPLICATE_TABLE,
+                format!(
+                    "cannot restore table \"{}\": another relation of that name was made meanwhile",
+                    old.desc.name
+                ),
+            ));
+        }
+        let mut wb = WriteBatch::default();
+        wb.delete(catalog_key(new_oid));
+        wb.put(catalog_key(old_oid), roles::json(&old.desc)?);
+        wb.delete(purge_key(old_oid));
+        wb.put(purge_key(new_oid), Vec::new());
+        let others: Vec<&RelationDesc> = others
+            .iter()
+            .filter(|d| st.by_name.values().any(|e| e.desc.oid == d.oid))
+            .collect();
+        for d in &others {
+            wb.put(catalog_key(d.oid), roles::json(d)?);
+        }
+        self.store.commit(wb, Durability::Sync)?;
+        st.rewritten.remove(&old_oid);
+        st.by_name.remove(&new_name);
+        for d in others {
+            let current = st
+                .by_name
+                .iter()
+                .find(|(_, e)| e.desc.oid == d.oid)
+                .map(|(n, e)| (n.clone(), e.table.clone()));
+            if let Some((name, table)) = current {
+                st.by_name.remove(&name);
+                st.by_name.insert(
+                    d.name.clone(),
+                    Arc::new(Entry {
+                        desc: d.clone(),
+                        table,
+                    }),
+                );
+            }
+        }
+        st.by_name.insert(old.desc.name.clone(), old);
+        st.version += 1;
+        drop(st);
+        TableStore::purge(self.store.as_ref(), new_oid)?;
+        let mut wb = WriteBatch::default();
+        wb.delete(purge_key(new_oid));
+        self.store.commit(wb, Durability::Sync)?;
+        Ok(())
+    }
+
     /// Finish dropping a relation a transaction block dropped (its COMMIT): as
     /// [`drop_relation`](Self::drop_relation), and a sequence's counter goes too.
     pub fn finish_drop(&self, oid: u32) -> Result<()> {
@@ -1153,5 +1293,120 @@ impl Catalog {
             tracing::warn!(relation = %name, error = %e, "could not purge a dropped relation's data");
         }
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::store::keys_with_prefix;
+    use datafusion::arrow::array::{Int32Array, StringArray};
+    use datafusion::arrow::record_batch::RecordBatch;
+
+    fn column(name: &str, ty: SqlType) -> ColumnDesc {
+        ColumnDesc {
+            name: name.into(),
+            ty,
+            nullable: true,
+        }
+    }
+
+    /// A table `t (id int, a text)` with two rows, and its rewrite without `a`.
+    fn table_and_rewrite(c: &Catalog) -> (RelationDesc, Vec<RecordBatch>) {
+        let json = serde_json::json!({
+            "oid": 0, "name": "t", "kind": "Table", "primary_key": [], "watermark": null,
+            "definition": "", "columns": [],
+        });
+        let mut desc: RelationDesc = serde_json::from_value(json).expect("desc");
+        desc.columns = vec![column("id", SqlType::Int4), column("a", SqlType::Text)];
+        c.create("t", false, |oid| {
+            let mut d = desc.clone();
+            d.oid = oid;
+            Ok(d)
+        })
+        .expect("create");
+        let entry = c.get("t").expect("t");
+        let rows = RecordBatch::try_new(
+            entry.desc.schema(),
+            vec![
+                Arc::new(Int32Array::from(vec![1, 2])),
+                Arc::new(StringArray::from(vec!["x", "y"])),
+            ],
+        )
+        .expect("rows");
+        let table = entry.table.clone().expect("storage");
+        table
+            .apply(crate::state::table::Change::Insert(vec![rows]))
+            .expect("insert");
+        let mut narrow = entry.desc.clone();
+        narrow.columns.truncate(1);
+        let rows = RecordBatch::try_new(
+            narrow.schema(),
+            vec![Arc::new(Int32Array::from(vec![1, 2]))],
+        )
+        .expect("rows");
+        (narrow, vec![rows])
+    }
+
+    fn stored(store: &dyn Store, oid: u32) -> bool {
+        !keys_with_prefix(store, &crate::state::table::table_prefix(oid))
+            .expect("keys")
+            .is_empty()
+    }
+
+    /// A table rewritten in a transaction block keeps its old rows until the block ends:
+    /// the rollback brings the old table back and purges the new rows, the commit purges
+    /// the old rows, and a catalog opened after a stop in the block purges them too.
+    #[test]
+    fn a_rewrite_in_a_block_keeps_the_old_rows_until_its_end() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let open = || {
+            let store: Arc<dyn Store> =
+                Arc::new(crate::state::fjall_store::FjallStore::open(dir.path()).expect("store"));
+            (Catalog::open(store.clone()).expect("catalog"), store)
+        };
+        let (c, store) = open();
+        let (narrow, rows) = table_and_rewrite(&c);
+        let old = c.get("t").expect("t").desc.oid;
+        // rolled back
+        c.replace_table("t", narrow.clone(), Some(rows.clone()), true, |_| vec![])
+            .expect("rewrite");
+        let new = c.get("t").expect("t").desc.oid;
+        assert_ne!(old, new);
+        assert!(c.is_rewritten(old) && stored(store.as_ref(), old));
+        c.undo_rewrite(old, new, &[]).expect("undo");
+        let back = c.get("t").expect("t back");
+        assert_eq!((back.desc.oid, back.desc.columns.len()), (old, 2));
+        assert_eq!(back.table.as_ref().expect("storage").row_count(), 2);
+        drop(back);
+        assert!(!c.is_rewritten(old) && !stored(store.as_ref(), new));
+        // committed
+        c.replace_table("t", narrow.clone(), Some(rows.clone()), true, |_| vec![])
+            .expect("rewrite");
+        let new = c.get("t").expect("t").desc.oid;
+        c.finish_rewrite(old).expect("commit");
+        assert!(!stored(store.as_ref(), old) && stored(store.as_ref(), new));
+        // stopped inside the block: the rewrite stays, the old rows go at the next open
+        let (mut narrower, rows) = (narrow.clone(), rows);
+        narrower.oid = new;
+        narrower.name = "t".into();
+        narrower.columns[0].name = "k".into();
+        let rows = vec![
+            RecordBatch::try_new(narrower.schema(), rows[0].columns().to_vec()).expect("rows"),
+        ];
+        c.replace_table("t", narrower, Some(rows), true, |_| vec![])
+            .expect("rewrite");
+        let newest = c.get("t").expect("t").desc.oid;
+        assert!(stored(store.as_ref(), new));
+        drop((c, store));
+        let (c, store) = open();
+        let t = c.get("t").expect("t");
+        assert_eq!((t.desc.oid, t.desc.columns[0].name.as_str()), (newest, "k"));
+        assert!(!stored(store.as_ref(), new) && stored(store.as_ref(), newest));
+        assert!(
+            keys_with_prefix(store.as_ref(), b"P")
+                .expect("keys")
+                .is_empty()
+        );
     }
 }

@@ -1176,9 +1176,49 @@ impl Engine {
                         irreversible.push(what);
                     }
                 }
+                Undo::Unrewrite(r) => {
+                    if let Some(what) = self.unrewrite(session, &r).await {
+                        irreversible.push(what);
+                    }
+                }
             }
         }
         Ok(irreversible)
+    }
+
+    /// Put back a table the block rewrote, as it was (`Catalog::undo_rewrite`), and
+    /// rebuild the materialized views over it from their inputs. When that cannot be (the
+    /// table is gone or its name taken, by another session) the rewrite stays, its old
+    /// rows are purged and the reason is returned, for the ROLLBACK's WARNING.
+    async fn unrewrite(
+        &self,
+        session: &Session,
+        r: &crate::server::session::Rewrite,
+    ) -> Option<String> {
+        let table = self
+            .catalog
+            .get_by_oid(r.new_oid)
+            .and_then(|e| e.table.clone());
+        let _writer = match &table {
+            Some(t) => table_locks::lock_for_undo(session, t).await,
+            None => None,
+        };
+        let views = self.views_over(r.new_oid);
+        let result = match self.stop_views(&views).await {
+            Ok(()) => self.catalog.undo_rewrite(r.old_oid, r.new_oid, &r.others),
+            Err(e) => Err(e),
+        };
+        drop(_writer);
+        let oids: Vec<u32> = views.iter().map(|v| v.desc.oid).collect();
+        if let Err(e) = self.rebuild_views(&oids, None).await {
+            tracing::warn!(error = %e, "a view over a restored table could not be rebuilt");
+        }
+        let e = result.err()?;
+        tracing::warn!(error = %e, "a rolled back table rewrite could not be undone");
+        if let Err(e) = self.catalog.finish_rewrite(r.old_oid) {
+            tracing::warn!(error = %e, "could not purge a rewritten table's old rows");
+        }
+        Some(e.message)
     }
 
     /// Bring back a relation the block dropped; when that cannot be (a relation of its
@@ -1197,10 +1237,13 @@ impl Engine {
     /// entries and data go), and nothing is left to undo.
     pub fn commit_undo(&self, session: &mut Session) {
         for entry in std::mem::take(&mut session.undo) {
-            if let Undo::Reattach(oid) = entry
-                && let Err(e) = self.catalog.finish_drop(oid)
-            {
-                tracing::warn!(error = %e, "could not finish a dropped relation");
+            let finished = match entry {
+                Undo::Reattach(oid) => self.catalog.finish_drop(oid),
+                Undo::Unrewrite(r) => self.catalog.finish_rewrite(r.old_oid),
+                _ => Ok(()),
+            };
+            if let Err(e) = finished {
+                tracing::warn!(error = %e, "could not finish a dropped relation or a rewrite");
             }
         }
     }
@@ -1239,6 +1282,9 @@ impl Engine {
                 }
                 Undo::Reattach(oid) => {
                     self.reattach(oid);
+                }
+                Undo::Unrewrite(r) => {
+                    self.unrewrite(&session, &r).await;
                 }
             }
         }

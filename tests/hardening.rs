@@ -990,6 +990,89 @@ async fn schema_changes_roll_back_with_their_block() {
     alive(&server).await;
 }
 
+/// A column dropped in a transaction block (the table's rows rewritten under a new OID)
+/// is back with the table's rows after a ROLLBACK, and the materialized view over the
+/// table is rebuilt over them; a crash (SIGKILL) inside the block keeps the completed
+/// DROP COLUMN, as every completed statement of a block, and the table answers after the
+/// restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rewrite_in_a_block_is_undone_by_its_rollback() {
+    let mut server = TestServer::start();
+    let c = server.connect().await;
+    query_text(
+        &c,
+        "CREATE TABLE rewritten (id int PRIMARY KEY, a text, b int)",
+    )
+    .await;
+    query_text(
+        &c,
+        "INSERT INTO rewritten VALUES (1, 'x', 10), (2, 'y', 20)",
+    )
+    .await;
+    query_text(
+        &c,
+        "CREATE MATERIALIZED VIEW rewritten_sum AS SELECT count(*) AS n, sum(b) AS s FROM rewritten",
+    )
+    .await;
+    query_text(&c, "BEGIN").await;
+    query_text(&c, "INSERT INTO rewritten VALUES (3, 'z', 30)").await;
+    query_text(&c, "ALTER TABLE rewritten DROP COLUMN a").await;
+    query_text(&c, "INSERT INTO rewritten VALUES (4, 40)").await;
+    query_text(&c, "FLUSH").await;
+    assert_eq!(
+        query_text(&c, "SELECT n, s FROM rewritten_sum").await,
+        vec![vec!["4", "100"]],
+        "the view is rebuilt over the rewritten table inside the block"
+    );
+    query_text(&c, "ROLLBACK").await;
+    assert_eq!(
+        query_text(&c, "SELECT * FROM rewritten ORDER BY id").await,
+        vec![vec!["1", "x", "10"], vec!["2", "y", "20"]],
+        "the rollback brings the column and the rows back"
+    );
+    query_text(&c, "FLUSH").await;
+    assert_eq!(
+        query_text(&c, "SELECT n, s FROM rewritten_sum").await,
+        vec![vec!["2", "30"]],
+        "the view follows the restored table"
+    );
+    query_text(&c, "INSERT INTO rewritten VALUES (5, 'v', 50)").await;
+    query_text(&c, "FLUSH").await;
+    assert_eq!(
+        query_text(&c, "SELECT n, s FROM rewritten_sum").await,
+        vec![vec!["3", "80"]]
+    );
+    // killed inside a block that changed a column's type
+    query_text(&c, "BEGIN").await;
+    query_text(&c, "ALTER TABLE rewritten ALTER COLUMN a TYPE varchar(3)").await;
+    server.kill();
+    server.restart();
+    let c = server.connect().await;
+    assert_eq!(
+        query_text(
+            &c,
+            "SELECT data_type FROM information_schema.columns WHERE table_name = 'rewritten' AND column_name = 'a'"
+        )
+        .await,
+        vec![vec!["character varying"]],
+        "a completed statement of a block stays after a crash"
+    );
+    assert_eq!(
+        query_text(&c, "SELECT * FROM rewritten ORDER BY id").await,
+        vec![
+            vec!["1", "x", "10"],
+            vec!["2", "y", "20"],
+            vec!["5", "v", "50"]
+        ]
+    );
+    query_text(&c, "FLUSH").await;
+    assert_eq!(
+        query_text(&c, "SELECT n, s FROM rewritten_sum").await,
+        vec![vec!["3", "80"]]
+    );
+    alive(&server).await;
+}
+
 /// A table dropped in a transaction block is dropped when the block commits: a crash
 /// (SIGKILL) before the COMMIT finds the table with its rows after the restart, one after
 /// it finds none, and its name is free.

@@ -1192,11 +1192,15 @@ impl Engine {
         // from their inputs after (as at CREATE)
         self.stop_views(&dependents).await?;
         // one commit: the table and the descriptions of the views and tables that follow it
-        let replaced = self.catalog.replace_table(&name, desc, rows, |new_oid| {
-            let mut d = following(&dependents, &queries, old_oid, new_oid);
-            d.extend(referencing);
-            d
-        });
+        // in a transaction block the old rows stay for its rollback (`schema_undo.rs`)
+        let in_block = session.in_transaction || session.implicit_transaction;
+        let replaced = self
+            .catalog
+            .replace_table(&name, desc, rows, in_block, |new_oid| {
+                let mut d = following(&dependents, &queries, old_oid, new_oid);
+                d.extend(referencing);
+                d
+            });
         drop(_writer);
         let views: Vec<u32> = dependents.iter().map(|d| d.desc.oid).collect();
         let rebuilt = self.rebuild_views(&views, notices).await;
@@ -1403,7 +1407,7 @@ impl Engine {
         desc.name = to.to_owned();
         // one commit: the relation under its new name and the views that follow it
         let oid = entry.desc.oid;
-        self.catalog.replace_table(name, desc, None, |_| {
+        self.catalog.replace_table(name, desc, None, false, |_| {
             following(&dependents, &queries, oid, oid)
         })?;
         Ok(Output::Command(tag.into()))

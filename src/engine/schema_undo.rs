@@ -18,15 +18,21 @@
 //!   from the catalog (no statement sees it; its entry and rows stay stored) and brought
 //!   back by the rollback (`Catalog::detach_relation`, [`Undo::Reattach`]); the commit
 //!   finishes the drop (`Engine::commit_undo`). A crash before the commit finds it stored;
+//! - a table whose rows the statement rewrote under a new OID (ADD or DROP COLUMN, a
+//!   column's type changed, a primary key added or dropped) keeps its old rows stored
+//!   until the block ends (`Catalog::replace_table` with `in_block`): the rollback puts
+//!   the old table back whole, with the views and tables the rewrite changed beside it as
+//!   they were, and rebuilds the materialized views over it ([`Undo::Unrewrite`]); the
+//!   commit purges the old rows. A crash in between keeps the rewrite (a completed
+//!   statement, as every statement of a block) and purges the old rows at the next open;
 //! - what cannot be reversed from the catalog alone — a materialized view, source or
-//!   connector table dropped, a column dropped (their rows are gone), a column's type
-//!   changed, a materialized view redefined — stays applied; the ROLLBACK that passes it
-//!   says so in a WARNING (docs/GUARANTEES.md).
+//!   connector table dropped, a materialized view redefined — stays applied; the ROLLBACK
+//!   that passes it says so in a WARNING (docs/GUARANTEES.md).
 
 use std::collections::HashSet;
 
 use crate::catalog::{RelationDesc, RelationKind};
-use crate::server::session::Undo;
+use crate::server::session::{Rewrite, Undo};
 use crate::sql::pg_text::quote_ident;
 
 use super::Engine;
@@ -98,8 +104,33 @@ impl Engine {
                     })
                 })
         };
-        let mut new_relations: Vec<&RelationDesc> = Vec::new();
+        // tables the statement rewrote under a new OID with their old rows kept (in a
+        // block): the rollback brings each back whole, with the relations the rewrite
+        // changed beside it, as they were
+        let mut covered: HashSet<u32> = HashSet::new();
         for d in &after.relations {
+            let Some(b) = earlier(d) else { continue };
+            if b.oid == d.oid || !self.catalog.is_rewritten(b.oid) {
+                continue;
+            }
+            let others: Vec<RelationDesc> = before
+                .relations
+                .iter()
+                .filter(|o| {
+                    o.oid != b.oid && after.relations.iter().any(|a| a.oid == o.oid && a != *o)
+                })
+                .cloned()
+                .collect();
+            covered.insert(d.oid);
+            covered.extend(others.iter().map(|o| o.oid));
+            undo.push(Undo::Unrewrite(Box::new(Rewrite {
+                old_oid: b.oid,
+                new_oid: d.oid,
+                others,
+            })));
+        }
+        let mut new_relations: Vec<&RelationDesc> = Vec::new();
+        for d in after.relations.iter().filter(|d| !covered.contains(&d.oid)) {
             match earlier(d) {
                 None => new_relations.push(d),
                 Some(b) => undo.extend(altered(b, d)),

@@ -245,6 +245,18 @@ pub enum Undo {
     /// A table or sequence the block dropped, by oid: brought back by a rollback, its
     /// drop finished by the commit (`Catalog::detach_relation`).
     Reattach(u32),
+    /// A table the block rewrote (DROP COLUMN, ALTER COLUMN TYPE, ...): brought back as
+    /// it was by a rollback, its old rows purged by the commit (`Catalog::undo_rewrite`).
+    Unrewrite(Box<Rewrite>),
+}
+
+/// A table a transaction block rewrote under a new OID.
+pub struct Rewrite {
+    pub old_oid: u32,
+    pub new_oid: u32,
+    /// The relations the rewrite changed beside the table (views that follow it, tables
+    /// whose foreign keys name it), as they were before.
+    pub others: Vec<crate::catalog::RelationDesc>,
 }
 
 /// What a cursor reads from.
