@@ -676,11 +676,15 @@ fn session_zone_expr(e: Expr, schema: &DFSchema, zone: &str) -> DfResult<Transfo
                     }
                     Ok(Transformed::yes(Expr::ScalarFunction(f)))
                 }
-                // ages of wall-clock times in the zone (a day across a change is a day)
-                ("age", 2) if tstz_at(0) && tstz_at(1) => {
+                // ages of wall-clock times in the zone (a day across a change is a day); a
+                // timestamp beside a timestamptz is one there already (Postgres casts it to
+                // timestamptz in the zone)
+                ("age", 2) if tstz_at(0) || tstz_at(1) => {
+                    let zoned = [tstz_at(0), tstz_at(1)];
                     let b = f.args.remove(1);
                     let a = f.args.remove(0);
-                    f.args = vec![at_zone(a), at_zone(b)];
+                    let wall = |x: Expr, z: bool| if z { at_zone(x) } else { x };
+                    f.args = vec![wall(a, zoned[0]), wall(b, zoned[1])];
                     Ok(Transformed::yes(Expr::ScalarFunction(f)))
                 }
                 // the wall-clock time truncated in the zone, read back there

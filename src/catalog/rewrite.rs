@@ -3298,16 +3298,32 @@ fn rewrite_expr(expr: &mut Expr) {
                 *expr = call("make_interval", args);
                 return;
             }
-            // age(x) is Postgres' `age(current_date::timestamp, x)`
+            // age(x) is Postgres' `age(current_date::timestamp, x)`; a quoted literal
+            // argument of age is a timestamp (beside a timestamptz, one in the session's
+            // zone: `pg_semantics.rs`)
             if lname == "age"
                 && let FunctionArguments::List(l) = &f.args
-                && let [x] = plain_args(l).as_slice()
-                && l.args.len() == 1
+                && let args = plain_args(l)
+                && args.len() == l.args.len()
+                && (1..=2).contains(&args.len())
             {
-                *expr = call(
-                    "age",
-                    vec![parse_expr("CAST(current_date AS TIMESTAMP)"), x.clone()],
-                );
+                let timestamp = |e: &Expr| match e {
+                    Expr::Value(v) if matches!(v.value, ast::Value::SingleQuotedString(_)) => {
+                        Expr::Cast {
+                            kind: CastKind::Cast,
+                            expr: Box::new(e.clone()),
+                            data_type: ast::DataType::Timestamp(None, ast::TimezoneInfo::None),
+                            array: false,
+                            format: None,
+                        }
+                    }
+                    other => other.clone(),
+                };
+                let mut args: Vec<Expr> = args.iter().map(|e| timestamp(e)).collect();
+                if args.len() == 1 {
+                    args.insert(0, parse_expr("CAST(current_date AS TIMESTAMP)"));
+                }
+                *expr = call("age", args);
                 return;
             }
             // arrays are 1-based: array_upper is the length, array_lower 1
