@@ -370,6 +370,37 @@ impl IndexInfo {
     }
 }
 
+/// A negative number constant (`-3`, `(-1.5)`, `- 4`) as Postgres shows it in a default:
+/// quoted, with the constant's own type (`'-3'::integer`, `'-1.5'::numeric`).
+fn negative_constant(text: &str) -> Option<String> {
+    let mut t = text.trim();
+    while let Some(inner) = t.strip_prefix('(').and_then(|r| r.strip_suffix(')')) {
+        t = inner.trim();
+    }
+    let written = t.strip_prefix('-')?.trim_start();
+    let (int, frac) = written.split_once('.').unwrap_or((written, ""));
+    let all_digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if int.is_empty() && frac.is_empty() || !all_digits(int) || !all_digits(frac) {
+        return None;
+    }
+    let int = int.trim_start_matches('0');
+    let int = if int.is_empty() { "0" } else { int };
+    let digits = match written.contains('.') {
+        true => format!("{int}.{frac}"),
+        false => int.to_owned(),
+    };
+    let ty = if written.contains('.') {
+        "numeric"
+    } else if format!("-{digits}").parse::<i32>().is_ok() {
+        "integer"
+    } else if format!("-{digits}").parse::<i64>().is_ok() {
+        "bigint"
+    } else {
+        "numeric"
+    };
+    Some(format!("'-{digits}'::{ty}"))
+}
+
 fn bootstrap_owner() -> u32 {
     SUPERUSER_OID
 }
@@ -406,6 +437,9 @@ impl RelationDesc {
                 _ => ty,
             };
             return Some(format!("{text}::{ty}"));
+        }
+        if let Some(shown) = negative_constant(text) {
+            return Some(shown);
         }
         Some(crate::sql::parser::shown_expr(text))
     }

@@ -1072,6 +1072,27 @@ impl Engine {
                                 }
                             };
                             self.check_foreign_key_types(&desc, &col, &ty)?;
+                            // the column's default is cast to the new type on assignment,
+                            // as Postgres does; a quoted constant keeps its old type where
+                            // Postgres shows it (`'x'::text` in a varchar column)
+                            let old_ty = desc.columns[at].ty.clone();
+                            let shown = desc.column_default(&col);
+                            if let Some(i) = desc.defaults.iter().position(|(c, _)| *c == col)
+                                && desc.identity(&col).is_none()
+                            {
+                                if !assignment_cast(&old_ty, &ty) {
+                                    return Err(WeirError::new(
+                                        sqlstate::DATATYPE_MISMATCH,
+                                        format!(
+                                            "default for column \"{col}\" cannot be cast automatically to type {}",
+                                            ty.display_name()
+                                        ),
+                                    ));
+                                }
+                                if let Some(shown) = shown.filter(|d| d.starts_with('\'')) {
+                                    desc.defaults[i].1 = shown;
+                                }
+                            }
                             desc.columns[at].ty = ty;
                             retyped.retain(|(p, _)| *p != at);
                             retyped.push((at, from));
