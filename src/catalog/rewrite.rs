@@ -3319,7 +3319,7 @@ fn rewrite_expr(expr: &mut Expr) {
                     }
                     other => other.clone(),
                 };
-                let mut args: Vec<Expr> = args.iter().map(|e| timestamp(e)).collect();
+                let mut args: Vec<Expr> = args.iter().map(timestamp).collect();
                 if args.len() == 1 {
                     args.insert(0, parse_expr("CAST(current_date AS TIMESTAMP)"));
                 }
