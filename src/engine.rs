@@ -281,7 +281,8 @@ impl Engine {
 
     /// A session of `role` (a client that logged in as it).
     pub fn session_for(&self, role: u32, pid: i32) -> Session {
-        let session = self.new_session_with_pid(pid);
+        let mut session = self.new_session_with_pid(pid);
+        session.pid = pid;
         crate::server::advisory_locks::set_pid(session.lock_holder, pid);
         *session.identity.write() = crate::server::session::Identity::of(role);
         let name = self.catalog.role_name(role).unwrap_or_default();
@@ -455,6 +456,14 @@ impl Engine {
         if let (Some(before), Ok(_)) = (&before, &out) {
             let undo = self.schema_undo(before);
             session.undo.extend(undo);
+        }
+        // a statement outside a block is its own transaction: what it notified is sent
+        // when it succeeded
+        if !(session.in_transaction || session.implicit_transaction) {
+            match &out {
+                Ok(_) => session.outbox.commit(session.pid),
+                Err(_) => session.outbox.discard(),
+            }
         }
         out
     }
@@ -974,6 +983,7 @@ impl Engine {
                 no_transaction_warning(session, notices.as_ref());
                 session.end_block_settings(false);
                 session.end_block();
+                session.outbox.discard();
                 let kept = self.rollback_until(session, 0).await?;
                 kept_changes_warning(&kept, notices.as_ref());
                 Ok(Output::TransactionEnd("ROLLBACK"))
@@ -1028,7 +1038,20 @@ impl Engine {
                 session.prepared.clear();
                 let temp: Vec<String> = session.temp_tables.drain(..).map(|(n, _)| n).collect();
                 self.drop_temp_tables(&temp).await;
+                session.inbox.unlisten(None);
                 Ok(Output::Command("DISCARD ALL".into()))
+            }
+            Statement::Listen(channel) => {
+                session.inbox.listen(channel)?;
+                Ok(Output::Command("LISTEN".into()))
+            }
+            Statement::Unlisten(channel) => {
+                session.inbox.unlisten(channel.as_deref());
+                Ok(Output::Command("UNLISTEN".into()))
+            }
+            Statement::Notify { channel, payload } => {
+                session.outbox.notify(channel, payload)?;
+                Ok(Output::Command("NOTIFY".into()))
             }
         }
     }
@@ -1136,6 +1159,7 @@ impl Engine {
     /// Undo the session's uncommitted changes, newest first. Each undo is itself a durable
     /// change (views see the retractions).
     pub async fn rollback(&self, session: &mut Session) -> Result<()> {
+        session.outbox.discard();
         self.rollback_until(session, 0).await.map(|_| ())
     }
 
@@ -1236,6 +1260,7 @@ impl Engine {
     /// A transaction's end as committed: the drops it made are finished (their catalog
     /// entries and data go), and nothing is left to undo.
     pub fn commit_undo(&self, session: &mut Session) {
+        session.outbox.commit(session.pid);
         for entry in std::mem::take(&mut session.undo) {
             let finished = match entry {
                 Undo::Reattach(oid) => self.catalog.finish_drop(oid),

@@ -9,6 +9,7 @@ pub mod copy;
 pub mod encode;
 pub mod handler;
 pub mod http;
+pub mod notifications;
 pub mod params;
 pub mod session;
 pub mod settings;

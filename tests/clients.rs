@@ -336,6 +336,8 @@ async fn python_drivers_and_sqlalchemy() {
         "psycopg subscribe cancel",
         "psycopg copy subscribe",
         "psycopg subscribe disconnect",
+        "psycopg listen notify",
+        "psycopg2 listen notify",
         "sqlalchemy 2.x inspector over psycopg2",
         "sqlalchemy 2.x inspector over psycopg",
         "sqlalchemy orm create_all with unique, check, foreign key, comments and uuid",

@@ -997,6 +997,51 @@ async fn pg_dump_restores_into_weir() {
     }
 }
 
+/// LISTEN / NOTIFY / pg_notify through psql, which prints each notification it receives
+/// after the statement it ran: the sender's own notifications, those of a committed block
+/// (once for a repeat), none of a rolled-back block, none after UNLISTEN, quoted channel
+/// names, the errors, as Postgres answers them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listen_and_notify_answer_as_postgres() {
+    let pg = Postgres::start();
+    let weir = TestServer::start();
+    let script = r#"
+LISTEN ch;
+NOTIFY ch, 'hi';
+SELECT coalesce(pg_notify('ch', 'fn')::text, '') = '' AS sent;
+BEGIN;
+NOTIFY ch, 'in block';
+NOTIFY ch, 'in block';
+SELECT 1;
+COMMIT;
+BEGIN;
+NOTIFY ch, 'rolled back';
+ROLLBACK;
+BEGIN;
+NOTIFY ch, 'failed';
+SELECT 1/0;
+COMMIT;
+NOTIFY other, 'not listened';
+SELECT coalesce(pg_notify('ch', 'x' || 1/0)::text, '') = '' AS sent;
+UNLISTEN *;
+NOTIFY ch, 'after unlisten';
+LISTEN "Mixed";
+NOTIFY "Mixed";
+NOTIFY Mixed, 'lower';
+SELECT coalesce(pg_notify('', 'x')::text, '') = '' AS sent;
+SELECT coalesce(pg_notify('ch', repeat('x', 8000))::text, '') = '' AS sent;
+DISCARD ALL;
+NOTIFY "Mixed", 'after discard';
+"#;
+    same_psql_output(
+        &pg,
+        &weir,
+        script,
+        &["payload \"in block\"", "channel name cannot be empty"],
+        "LISTEN and NOTIFY",
+    );
+}
+
 /// COPY's options through psql's `\copy` (CSV with FORCE_NULL, FORCE_NOT_NULL, FORCE_QUOTE,
 /// HEADER MATCH, and their misuse): the same script's whole output from Postgres and Weir.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1192,6 +1237,13 @@ fn psql_output_compared(
             "the script did not run in Postgres ({r}): {expected}"
         );
     }
+    // (a notification names its sender's pid: process ids differ)
+    let pid = |l: &str| -> String {
+        match l.split_once("server process with PID ") {
+            Some((head, _)) => format!("{head}server process with PID N."),
+            None => l.to_owned(),
+        }
+    };
     let strip = |s: &str| -> String {
         s.lines()
             .filter(|l| {
@@ -1200,6 +1252,7 @@ fn psql_output_compared(
                         && l.trim() != "^"
                         && !l.trim_start().starts_with('^'))
             })
+            .map(pid)
             .collect::<Vec<_>>()
             .join("\n")
     };

@@ -596,6 +596,11 @@ impl Engine {
                     crate::catalog::check_column_name(&col)?;
                     if col_pos(&desc, &col).is_some() {
                         if *if_not_exists {
+                            if let Some(tx) = notices {
+                                let _ = tx.send(format!(
+                                    "column \"{col}\" of relation \"{name}\" already exists, skipping"
+                                ));
+                            }
                             continue;
                         }
                         return Err(WeirError::new(
@@ -734,6 +739,11 @@ impl Engine {
                     for col in column_names {
                         let Some(at) = col_pos(&desc, &col) else {
                             if *if_exists {
+                                if let Some(tx) = notices {
+                                    let _ = tx.send(format!(
+                                        "column \"{col}\" of relation \"{name}\" does not exist, skipping"
+                                    ));
+                                }
                                 continue;
                             }
                             return Err(WeirError::new(

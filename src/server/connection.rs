@@ -141,8 +141,15 @@ async fn message_loop(
         // the next message; Stop when the connection ends without one (its FATAL sent)
         enum Next<M> {
             Message(M),
+            /// A notification for a session idle between transactions (`LISTEN`).
+            Notify(crate::server::notifications::Notification),
             Stop,
         }
+        let inbox = (!starting
+            && matches!(socket.state(), PgWireConnectionState::ReadyForQuery)
+            && matches!(socket.transaction_status(), TransactionStatus::Idle))
+        .then(|| handle.inbox(socket))
+        .flatten();
         let waiting = async {
             if starting {
                 match tokio::time::timeout_at(startup_deadline, socket.next()).await {
@@ -163,6 +170,11 @@ async fn message_loop(
                         Next::Stop
                     }
                 }
+            } else if let Some(inbox) = &inbox {
+                tokio::select! {
+                    m = socket.next() => Next::Message(m),
+                    n = inbox.next() => Next::Notify(n),
+                }
             } else {
                 Next::Message(socket.next().await)
             }
@@ -177,6 +189,13 @@ async fn message_loop(
         };
         let next = match next {
             Next::Message(m) => m,
+            Next::Notify(n) => {
+                socket
+                    .send(crate::server::handler::notification_message(n))
+                    .await
+                    .map_err(io::Error::other)?;
+                continue;
+            }
             Next::Stop => return Ok(()),
         };
         let msg = match next {

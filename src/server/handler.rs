@@ -1141,6 +1141,13 @@ fn reported_setting(output: &Output) -> Option<ParameterStatus> {
     }
 }
 
+/// A notification as the protocol's NotificationResponse.
+pub fn notification_message(n: crate::server::notifications::Notification) -> PgWireBackendMessage {
+    PgWireBackendMessage::NotificationResponse(
+        pgwire::messages::response::NotificationResponse::new(n.pid, n.channel, n.payload),
+    )
+}
+
 #[async_trait]
 impl SimpleQueryHandler for Handle {
     /// The simple query protocol, handled whole here rather than by pgwire's default: each
@@ -1167,6 +1174,7 @@ impl SimpleQueryHandler for Handle {
         client.set_state(PgWireConnectionState::ReadyForQuery);
         let status = self.tx_status(client).await;
         client.set_transaction_status(status);
+        self.send_notifications(client, status).await?;
         send_ready_for_query(client, status).await
     }
 
@@ -1185,6 +1193,40 @@ impl SimpleQueryHandler for Handle {
 }
 
 impl Handle {
+    /// The notifications that reached the session (`LISTEN`), sent before a ReadyForQuery
+    /// outside a transaction block (inside one they wait for its end, as in Postgres).
+    async fn send_notifications<C>(
+        &self,
+        client: &mut C,
+        status: TransactionStatus,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if !matches!(status, TransactionStatus::Idle) {
+            return Ok(());
+        }
+        let Some(inbox) = self.inbox(client) else {
+            return Ok(());
+        };
+        for n in inbox.take() {
+            client.feed(notification_message(n)).await?;
+        }
+        Ok(())
+    }
+
+    /// The session's inbox of notifications, when the session exists and is not busy.
+    pub fn inbox<C: ClientInfo>(
+        &self,
+        client: &C,
+    ) -> Option<Arc<crate::server::notifications::Inbox>> {
+        let s = client.session_extensions().get::<Mutex<Session>>()?;
+        let s = s.try_lock().ok()?;
+        Some(s.inbox.clone())
+    }
+
     /// The transaction state to report in ReadyForQuery.
     async fn tx_status<C: ClientInfo>(&self, client: &C) -> TransactionStatus {
         let session = self.session(client);
@@ -1517,6 +1559,30 @@ impl ExtendedQueryHandler for Handle {
 
     fn query_parser(&self) -> Arc<WeirQueryParser> {
         self.parser.clone()
+    }
+
+    /// pgwire's Sync, with the session's notifications sent before its ReadyForQuery.
+    async fn on_sync<C>(
+        &self,
+        client: &mut C,
+        _message: pgwire::messages::extendedquery::Sync,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        client.portal_store().rm_portal(DEFAULT_NAME);
+        let status = client.transaction_status();
+        self.send_notifications(client, status).await?;
+        client
+            .send(PgWireBackendMessage::ReadyForQuery(
+                pgwire::messages::response::ReadyForQuery::new(status),
+            ))
+            .await?;
+        client.flush().await?;
+        Ok(())
     }
 
     /// Describe, where a portal can also be a cursor DECLAREd in SQL: Postgres makes each

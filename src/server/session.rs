@@ -225,6 +225,12 @@ pub struct Session {
     pub on_close: Option<OnClose>,
     /// This session as the holder of advisory locks (`server/advisory_locks.rs`).
     pub lock_holder: u64,
+    /// The backend pid clients got in BackendKeyData (0 for internal sessions).
+    pub pid: i32,
+    /// The channels the session LISTENs on and what reached it (`server/notifications.rs`).
+    pub inbox: Arc<crate::server::notifications::Inbox>,
+    /// What its transaction NOTIFYed, sent when it commits.
+    pub outbox: Arc<crate::server::notifications::Outbox>,
     /// When the transaction block began: what `now()` answers inside it.
     pub tx_start: crate::sql::transaction_time::TransactionStart,
 }
@@ -401,6 +407,9 @@ impl Session {
             temp_tables: Vec::new(),
             on_close: None,
             lock_holder: crate::server::advisory_locks::new_holder(),
+            pid: 0,
+            inbox: crate::server::notifications::Inbox::new(),
+            outbox: Default::default(),
             tx_start: Default::default(),
         }
     }
@@ -622,6 +631,7 @@ impl Session {
             Arc::new(move || interrupt.check());
         crate::sql::transaction_time::register_sleep(&self.ctx, check.clone());
         crate::server::advisory_locks::register(&self.ctx, self.lock_holder, check);
+        crate::server::notifications::register(&self.ctx, self.outbox.clone());
     }
 
     pub fn begin_block(&mut self, read_only: Option<bool>) {

@@ -96,6 +96,15 @@ pub enum Statement {
     Copy(Box<Copy>),
     /// `DISCARD ALL`: settings back to their defaults, cursors closed.
     DiscardAll,
+    /// `LISTEN channel`.
+    Listen(String),
+    /// `UNLISTEN channel | *` (None: every channel).
+    Unlisten(Option<String>),
+    /// `NOTIFY channel [, 'payload']`.
+    Notify {
+        channel: String,
+        payload: String,
+    },
     /// A large `INSERT ... VALUES` of literals, read without a syntax tree.
     BulkInsert(Box<crate::sql::bulk_insert::ScannedInsert>),
     /// Roles, privileges, ownership and secrets (`sql/security.rs`).
@@ -3048,6 +3057,15 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
                 format!("database \"{name}\" already exists"),
             ))
         }
+        ast::Statement::LISTEN { channel } => Ok(Statement::Listen(normalize_ident(&channel))),
+        ast::Statement::UNLISTEN { channel } => Ok(Statement::Unlisten(
+            (channel.value != "*" || channel.quote_style.is_some())
+                .then(|| normalize_ident(&channel)),
+        )),
+        ast::Statement::NOTIFY { channel, payload } => Ok(Statement::Notify {
+            channel: normalize_ident(&channel),
+            payload: payload.unwrap_or_default(),
+        }),
         other => {
             let text = other.to_string();
             let head: Vec<&str> = text.split_whitespace().take(2).collect();

@@ -484,6 +484,54 @@ def check_psycopg3():
     ok("psycopg subscribe disconnect")
 
 
+def check_notifications():
+    """LISTEN in one connection, NOTIFY from another while the listener is idle: psycopg 3's
+    notifies() generator and psycopg2's poll() receive each committed notification, with
+    the sender's pid, and none of a rolled-back block."""
+    import select
+
+    import psycopg
+    import psycopg2
+
+    listener = psycopg.connect(DSN, autocommit=True)
+    listener.execute("LISTEN jobs")
+    sender = psycopg.connect(DSN, autocommit=True)
+    sender_pid = sender.info.backend_pid
+    with sender.transaction():
+        sender.execute("NOTIFY jobs, 'first'")
+    try:
+        with sender.transaction():
+            sender.execute("NOTIFY jobs, 'undone'")
+            raise RuntimeError("roll back")
+    except RuntimeError:
+        pass
+    sender.execute("SELECT pg_notify('jobs', 'second')")
+    got = []
+    for n in listener.notifies(timeout=10):
+        got.append((n.channel, n.payload, n.pid))
+        if len(got) == 2:
+            break
+    assert got == [("jobs", "first", sender_pid), ("jobs", "second", sender_pid)], got
+    ok("psycopg listen notify")
+
+    c2 = psycopg2.connect(DSN)
+    c2.set_isolation_level(psycopg2.extensions.ISOLATION_LEVEL_AUTOCOMMIT)
+    c2.cursor().execute("LISTEN jobs2")
+    # the notification arrives while c2 waits on its socket, idle
+    threading.Timer(0.3, lambda: sender.execute("NOTIFY jobs2, 'wake'")).start()
+    deadline = time.time() + 10
+    while not c2.notifies:
+        assert time.time() < deadline, "no notification reached psycopg2"
+        if select.select([c2], [], [], 1) != ([], [], []):
+            c2.poll()
+    n = c2.notifies.pop(0)
+    assert (n.channel, n.payload, n.pid) == ("jobs2", "wake", sender_pid), n
+    c2.close()
+    listener.close()
+    sender.close()
+    ok("psycopg2 listen notify")
+
+
 def check_sqlalchemy():
     import sqlalchemy
     from sqlalchemy import create_engine, inspect
@@ -760,6 +808,7 @@ if WHAT == "all":
     setup()
     check_psycopg2()
     check_psycopg3()
+    check_notifications()
     check_sqlalchemy()
     check_sqlalchemy_orm()
     check_sqlalchemy_enum()

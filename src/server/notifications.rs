@@ -1,0 +1,295 @@
+//! `LISTEN`, `UNLISTEN`, `NOTIFY` and `pg_notify`, as Postgres has them: a session listens
+//! on channels; a notification sent on a channel reaches every session listening on it
+//! (the sender too) when the sender's transaction commits — at once outside a transaction
+//! block, at COMMIT inside one, never after a ROLLBACK or a failed statement. The same
+//! channel and payload sent twice in one transaction is delivered once, as in Postgres.
+//!
+//! Each session has an [`Inbox`] (registered by channel in one process-wide table, held
+//! weakly: a closed session's inbox goes with it) and an [`Outbox`] of what its transaction
+//! sent. A client gets its notifications (`NotificationResponse`) before the
+//! ReadyForQuery that ends a statement outside a block, and while it is idle between
+//! transactions (`server/connection.rs` waits on the inbox beside the socket); never inside
+//! a transaction block, as Postgres holds them until the block ends.
+//!
+//! Differences from Postgres: `LISTEN` and `UNLISTEN` take effect at once, also inside a
+//! block (Postgres applies them at COMMIT); a `ROLLBACK TO SAVEPOINT` keeps what was
+//! notified after the savepoint; notifications are not kept across a restart (neither are
+//! Postgres').
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, LazyLock, Weak};
+
+use parking_lot::Mutex;
+
+use crate::error::{Result, WeirError, sqlstate};
+
+/// Postgres' limit on a payload (bytes).
+const MAX_PAYLOAD: usize = 7999;
+/// Postgres' limit on a channel name (bytes, `NAMEDATALEN - 1`).
+const MAX_CHANNEL: usize = 63;
+
+/// One notification as a client receives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notification {
+    /// The sending session's backend pid.
+    pub pid: i32,
+    pub channel: String,
+    pub payload: String,
+}
+
+/// The sessions listening, by channel.
+static LISTENERS: LazyLock<Mutex<HashMap<String, Vec<Weak<Inbox>>>>> =
+    LazyLock::new(Default::default);
+
+/// What a session receives.
+#[derive(Default)]
+pub struct Inbox {
+    queue: Mutex<VecDeque<Notification>>,
+    /// Woken on each notification queued (a permit is kept when nobody waits).
+    wake: tokio::sync::Notify,
+    /// The channels it listens on, in the order LISTENed.
+    channels: Mutex<Vec<String>>,
+}
+
+impl Inbox {
+    pub fn new() -> Arc<Inbox> {
+        Arc::new(Inbox::default())
+    }
+
+    /// `LISTEN channel`.
+    pub fn listen(self: &Arc<Self>, channel: &str) -> Result<()> {
+        check_channel(channel)?;
+        let mut channels = self.channels.lock();
+        if channels.iter().any(|c| c == channel) {
+            return Ok(());
+        }
+        channels.push(channel.to_owned());
+        let mut all = LISTENERS.lock();
+        let list = all.entry(channel.to_owned()).or_default();
+        list.retain(|w| w.strong_count() > 0);
+        list.push(Arc::downgrade(self));
+        Ok(())
+    }
+
+    /// `UNLISTEN channel`; `None`: `UNLISTEN *`.
+    pub fn unlisten(self: &Arc<Self>, channel: Option<&str>) {
+        let gone: Vec<String> = {
+            let mut channels = self.channels.lock();
+            match channel {
+                Some(c) => {
+                    let had = channels.iter().any(|x| x == c);
+                    channels.retain(|x| x != c);
+                    if had { vec![c.to_owned()] } else { vec![] }
+                }
+                None => std::mem::take(&mut *channels),
+            }
+        };
+        let me = Arc::as_ptr(self);
+        let mut all = LISTENERS.lock();
+        for c in gone {
+            if let Some(list) = all.get_mut(&c) {
+                list.retain(|w| w.strong_count() > 0 && w.as_ptr() != me);
+                if list.is_empty() {
+                    all.remove(&c);
+                }
+            }
+        }
+    }
+
+    /// The channels listened on (`pg_listening_channels()`).
+    pub fn channels(&self) -> Vec<String> {
+        self.channels.lock().clone()
+    }
+
+    /// The notifications received and not yet taken.
+    pub fn take(&self) -> Vec<Notification> {
+        self.queue.lock().drain(..).collect()
+    }
+
+    /// Wait for the next notification.
+    pub async fn next(&self) -> Notification {
+        loop {
+            if let Some(n) = self.queue.lock().pop_front() {
+                return n;
+            }
+            self.wake.notified().await;
+        }
+    }
+
+    fn deliver(&self, n: Notification) {
+        self.queue.lock().push_back(n);
+        self.wake.notify_one();
+    }
+}
+
+impl Drop for Inbox {
+    fn drop(&mut self) {
+        let channels = std::mem::take(&mut *self.channels.lock());
+        let mut all = LISTENERS.lock();
+        for c in channels {
+            if let Some(list) = all.get_mut(&c) {
+                list.retain(|w| w.strong_count() > 0);
+                if list.is_empty() {
+                    all.remove(&c);
+                }
+            }
+        }
+    }
+}
+
+/// What a session's transaction notified, sent when it commits. Shared with the session's
+/// `pg_notify` function.
+#[derive(Default)]
+pub struct Outbox {
+    sent: Mutex<Vec<(String, String)>>,
+}
+
+impl Outbox {
+    /// `NOTIFY channel, payload` / `pg_notify(channel, payload)`: kept until the
+    /// transaction commits (a repeat of one already kept is dropped).
+    pub fn notify(&self, channel: &str, payload: &str) -> Result<()> {
+        check_channel(channel)?;
+        if payload.len() > MAX_PAYLOAD {
+            return Err(WeirError::new(
+                sqlstate::INVALID_PARAMETER_VALUE,
+                "payload string too long",
+            ));
+        }
+        let mut sent = self.sent.lock();
+        if !sent.iter().any(|(c, p)| c == channel && p == payload) {
+            sent.push((channel.to_owned(), payload.to_owned()));
+        }
+        Ok(())
+    }
+
+    /// The transaction committed: what it notified goes to the sessions listening.
+    pub fn commit(&self, pid: i32) {
+        let sent = std::mem::take(&mut *self.sent.lock());
+        if sent.is_empty() {
+            return;
+        }
+        let all = LISTENERS.lock();
+        for (channel, payload) in sent {
+            for inbox in all.get(&channel).into_iter().flatten() {
+                if let Some(inbox) = inbox.upgrade() {
+                    inbox.deliver(Notification {
+                        pid,
+                        channel: channel.clone(),
+                        payload: payload.clone(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// The transaction rolled back (or its statement failed): nothing is sent.
+    pub fn discard(&self) {
+        self.sent.lock().clear();
+    }
+}
+
+/// Register `pg_notify(channel, payload)` for a session: each row's notification goes to
+/// the session's outbox (a NULL payload is an empty one). Answers NULL (`void`).
+pub fn register(ctx: &datafusion::prelude::SessionContext, outbox: Arc<Outbox>) {
+    use datafusion::arrow::array::{Array, AsArray, NullArray};
+    use datafusion::arrow::datatypes::DataType;
+    use datafusion::common::Result as DfResult;
+    use datafusion::logical_expr::{
+        ColumnarValue, ScalarUDF, Signature, SimpleScalarUDF, TypeSignature, Volatility,
+    };
+    let f = move |args: &[ColumnarValue]| -> DfResult<ColumnarValue> {
+        let rows = args
+            .iter()
+            .find_map(|a| match a {
+                ColumnarValue::Array(a) => Some(a.len()),
+                ColumnarValue::Scalar(_) => None,
+            })
+            .unwrap_or(1);
+        let texts: Vec<_> = args
+            .iter()
+            .map(|a| {
+                a.to_array(rows)
+                    .and_then(|a| Ok(datafusion::arrow::compute::cast(&a, &DataType::Utf8)?))
+            })
+            .collect::<DfResult<_>>()?;
+        let (channels, payloads) = (texts[0].as_string::<i32>(), texts[1].as_string::<i32>());
+        for i in 0..rows {
+            let channel = if channels.is_null(i) {
+                ""
+            } else {
+                channels.value(i)
+            };
+            let payload = if payloads.is_null(i) {
+                ""
+            } else {
+                payloads.value(i)
+            };
+            outbox
+                .notify(channel, payload)
+                .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
+        }
+        Ok(ColumnarValue::Array(Arc::new(NullArray::new(rows))))
+    };
+    ctx.register_udf(ScalarUDF::from(SimpleScalarUDF::new_with_signature(
+        "pg_notify",
+        Signature::one_of(
+            vec![TypeSignature::Exact(vec![DataType::Utf8, DataType::Utf8])],
+            Volatility::Volatile,
+        ),
+        DataType::Null,
+        Arc::new(f),
+    )));
+}
+
+fn check_channel(channel: &str) -> Result<()> {
+    if channel.is_empty() {
+        return Err(WeirError::new(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            "channel name cannot be empty",
+        ));
+    }
+    if channel.len() > MAX_CHANNEL {
+        return Err(WeirError::new(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            "channel name too long",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_commit_reaches_the_listeners_once_and_a_discard_nobody() {
+        let (a, b) = (Inbox::new(), Inbox::new());
+        a.listen("n_test_ch").expect("listen");
+        b.listen("n_test_ch").expect("listen");
+        b.listen("n_test_other").expect("listen");
+        let out = Outbox::default();
+        out.notify("n_test_ch", "x").expect("notify");
+        out.notify("n_test_ch", "x").expect("notify");
+        out.notify("n_test_ch", "y").expect("notify");
+        out.commit(7);
+        let got: Vec<String> = a.take().into_iter().map(|n| n.payload).collect();
+        assert_eq!(got, vec!["x", "y"], "a repeat in one transaction is folded");
+        assert_eq!(b.take().len(), 2);
+        out.notify("n_test_other", "z").expect("notify");
+        out.discard();
+        out.commit(7);
+        assert!(b.take().is_empty(), "a rolled back notify is not sent");
+        b.unlisten(None);
+        out.notify("n_test_ch", "w").expect("notify");
+        out.commit(7);
+        assert!(b.take().is_empty() && b.channels().is_empty());
+        assert_eq!(a.take().len(), 1);
+        drop(a);
+        assert!(
+            !LISTENERS.lock().contains_key("n_test_ch"),
+            "a dropped inbox unlistens"
+        );
+        assert!(out.notify("", "p").is_err());
+        assert!(out.notify("c", &"p".repeat(8000)).is_err());
+    }
+}
