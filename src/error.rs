@@ -23,6 +23,7 @@ pub mod sqlstate {
     pub const DUPLICATE_OBJECT: &str = "42710";
     pub const AMBIGUOUS_COLUMN: &str = "42702";
     pub const DATATYPE_MISMATCH: &str = "42804";
+    pub const INVALID_FUNCTION_DEFINITION: &str = "42P13";
     pub const INVALID_TABLE_DEFINITION: &str = "42P16";
     pub const WRONG_OBJECT_TYPE: &str = "42809";
     pub const INVALID_PARAMETER_VALUE: &str = "22023";

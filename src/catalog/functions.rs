@@ -718,7 +718,7 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
     for (name, what) in [
         ("pg_get_function_result", 0),
         ("pg_get_function_arguments", 1),
-        ("pg_get_function_identity_arguments", 1),
+        ("pg_get_function_identity_arguments", 4),
         ("pg_get_functiondef", 2),
         ("pg_get_function_sqlbody", 3),
     ] {
@@ -738,6 +738,7 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
                                     .0,
                             ),
                             1 => Some(f.arguments_text()),
+                            4 => Some(f.identity_arguments_text()),
                             2 => Some(f.definition()),
                             // (a `RETURN expr` body; one `AS '...'` is `prosrc`)
                             _ => f.source.is_none().then(|| format!("RETURN {}", f.body)),

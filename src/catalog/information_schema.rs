@@ -641,6 +641,7 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 ("parameter_mode", T::Text),
                 ("parameter_name", T::Name),
                 ("data_type", T::Text),
+                ("parameter_default", T::Text),
             ],
             catalog
                 .sql_functions()
@@ -648,21 +649,23 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 .flat_map(|f| {
                     let specific = format!("{}_{}", f.name, f.oid);
                     f.params
-                        .into_iter()
+                        .iter()
                         .enumerate()
-                        .map(move |(i, (name, ty))| {
+                        .map(|(i, (name, ty))| {
                             vec![
                                 db(),
                                 "public".into(),
                                 specific.clone().into(),
                                 V::I(i as i64 + 1),
                                 "IN".into(),
-                                name.map(V::S).unwrap_or(V::Null),
-                                crate::catalog::sql_functions::SqlFunction::type_named(&ty)
+                                name.clone().map(V::S).unwrap_or(V::Null),
+                                crate::catalog::sql_functions::SqlFunction::type_named(ty)
                                     .0
                                     .into(),
+                                f.default_shown(i).map(V::S).unwrap_or(V::Null),
                             ]
                         })
+                        .collect::<Vec<_>>()
                 })
                 .collect(),
         )?,

@@ -1821,7 +1821,8 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                        ret: u32,
                        args: Vec<u32>,
                        names: V,
-                       src: V| {
+                       src: V,
+                       nargdefaults: i64| {
                 let cost = if lang == 14 { 100.0 } else { 1.0 };
                 vec![
                     oid,
@@ -1841,7 +1842,7 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     volatile.into(),
                     "u".into(),
                     V::I(args.len() as i64),
-                    V::I(0),
+                    V::I(nargdefaults),
                     ret.into(),
                     V::A(args.into_iter().map(|a| V::I(a as i64)).collect()),
                     V::Null,
@@ -1903,6 +1904,7 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                             vec![],
                             V::Null,
                             n.clone().into(),
+                            0,
                         )
                     })
                     .chain(catalog.sql_functions().into_iter().map(|f| {
@@ -1931,6 +1933,7 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                                 .collect(),
                             names,
                             f.source.clone().unwrap_or_default().into(),
+                            f.defaults_count() as i64,
                         )
                     }))
                     .collect(),

@@ -30,6 +30,10 @@ pub struct SqlFunction {
     /// `pg_proc.provolatile`: `i`, `s` or `v` (None: `v`, Postgres' default).
     #[serde(default)]
     pub volatility: Option<String>,
+    /// Each parameter's `DEFAULT` expression (SQL text), in the order of `params` (empty:
+    /// none has one). Only trailing parameters have one, as Postgres requires.
+    #[serde(default)]
+    pub defaults: Vec<Option<String>>,
     pub owner: u32,
 }
 
@@ -110,19 +114,82 @@ impl SqlFunction {
         )
     }
 
-    /// `pg_get_function_arguments`: `a integer, b integer`.
+    /// `pg_get_function_arguments`: `a integer, b integer DEFAULT 2`.
     pub fn arguments_text(&self) -> String {
         self.params
             .iter()
-            .map(|(name, ty)| {
+            .enumerate()
+            .map(|(i, (name, ty))| {
                 let ty = Self::type_named(ty).0;
+                let default = match self.default_shown(i) {
+                    Some(d) => format!(" DEFAULT {d}"),
+                    None => String::new(),
+                };
                 match name {
-                    Some(n) => format!("{} {ty}", crate::sql::pg_text::quote_ident(n)),
-                    None => ty,
+                    Some(n) => format!("{} {ty}{default}", crate::sql::pg_text::quote_ident(n)),
+                    None => format!("{ty}{default}"),
                 }
             })
             .collect::<Vec<_>>()
             .join(", ")
+    }
+
+    /// `pg_get_function_identity_arguments`: the arguments without their defaults.
+    pub fn identity_arguments_text(&self) -> String {
+        SqlFunction {
+            defaults: Vec::new(),
+            ..self.clone()
+        }
+        .arguments_text()
+    }
+
+    /// Parameter `i`'s default as Postgres shows it: a quoted constant with the parameter's
+    /// type (`'d'::text`), anything else as written.
+    pub fn default_shown(&self, i: usize) -> Option<String> {
+        let text = self.defaults.get(i)?.as_deref()?.trim();
+        let quoted = text.len() >= 2
+            && text.starts_with('\'')
+            && text.ends_with('\'')
+            && !text[1..text.len() - 1].replace("''", "").contains('\'');
+        if quoted && let Some((_, ty)) = self.params.get(i) {
+            return Some(format!("{text}::{}", Self::type_named(ty).0));
+        }
+        Some(crate::sql::parser::shown_expr(text))
+    }
+
+    /// How many parameters have a default (`pg_proc.pronargdefaults`).
+    pub fn defaults_count(&self) -> usize {
+        self.defaults.iter().flatten().count()
+    }
+
+    /// A call's arguments in parameter order: the positional ones, then those named
+    /// (`name => value`), then the defaults of the rest. None when the call does not fit
+    /// (too many arguments, an unknown or repeated name, a positional argument after a
+    /// named one, a parameter left without a value).
+    pub fn call_arguments(&self, args: &[(Option<String>, String)]) -> Option<Vec<String>> {
+        let mut out: Vec<Option<String>> = vec![None; self.params.len()];
+        let mut named = false;
+        for (k, (name, value)) in args.iter().enumerate() {
+            let at = match name {
+                None if named => return None,
+                None => k,
+                Some(n) => {
+                    named = true;
+                    self.params
+                        .iter()
+                        .position(|(p, _)| p.as_deref() == Some(n.as_str()))?
+                }
+            };
+            let slot = out.get_mut(at)?;
+            if slot.is_some() {
+                return None;
+            }
+            *slot = Some(value.clone());
+        }
+        out.into_iter()
+            .enumerate()
+            .map(|(i, v)| v.or_else(|| self.defaults.get(i).cloned().flatten()))
+            .collect()
     }
 }
 

@@ -1,10 +1,13 @@
 //! `CREATE [OR REPLACE] FUNCTION name(params) RETURNS type LANGUAGE sql [IMMUTABLE | STABLE]
 //! AS 'SELECT expr'` (or `RETURN expr`), `DROP FUNCTION [IF EXISTS] name`, and their
 //! inlining: before a statement (or a materialized view) is planned, each call `name(args)`
-//! with the function's number of arguments becomes `CAST((body) AS type)` with the
-//! parameters (by name or `$n`) replaced by the arguments cast to their types, repeatedly
-//! for functions calling functions (at most 32 deep). Only one-expression bodies: a body
-//! with FROM, several statements or another language is refused (0A000).
+//! whose arguments fit the parameters — positional ones first, then named ones (`b => 5`),
+//! the rest from the parameters' `DEFAULT`s (constant expressions; only trailing parameters
+//! have one, 42P13 otherwise) — becomes `CAST((body) AS type)` with the parameters (by name
+//! or `$n`) replaced by the arguments cast to their types, repeatedly for functions calling
+//! functions (at most 32 deep). A call that does not fit is left as written (42883 when
+//! planned). Only one-expression bodies: a body with FROM, several statements or another
+//! language is refused (0A000).
 
 use std::ops::ControlFlow;
 
@@ -139,6 +142,47 @@ impl Engine {
                 )
             })
             .collect();
+        let defaults: Vec<Option<String>> = f
+            .args
+            .iter()
+            .flatten()
+            .map(|a| a.default_expr.as_ref().map(|e| e.to_string()))
+            .collect();
+        if let Some(first) = defaults.iter().position(Option::is_some)
+            && defaults[first..].iter().any(Option::is_none)
+        {
+            return Err(WeirError::new(
+                sqlstate::INVALID_FUNCTION_DEFINITION,
+                "input parameters after one with a default value must also have defaults",
+            ));
+        }
+        // a default is a constant expression: it reads no column or parameter
+        for d in defaults.iter().flatten() {
+            let mut e = parse_expr_text(d)?;
+            let mut named = None;
+            let _ = ast::visit_expressions_mut(&mut e, |x| {
+                if let ast::Expr::Identifier(id) = x {
+                    named = Some(normalize_ident(id));
+                    return ControlFlow::Break(());
+                }
+                if let ast::Expr::CompoundIdentifier(ids) = x {
+                    named = ids.last().map(normalize_ident);
+                    return ControlFlow::Break(());
+                }
+                ControlFlow::Continue(())
+            });
+            if let Some(n) = named {
+                return Err(WeirError::new(
+                    sqlstate::UNDEFINED_COLUMN,
+                    format!("column \"{n}\" does not exist"),
+                ));
+            }
+        }
+        let defaults = if defaults.iter().any(Option::is_some) {
+            defaults
+        } else {
+            Vec::new()
+        };
         let name = relation_name(&f.name)?;
         let source = match &f.function_body {
             Some(ast::CreateFunctionBody::AsBeforeOptions { body, .. })
@@ -170,6 +214,7 @@ impl Engine {
             body: body.to_string(),
             source,
             volatility,
+            defaults,
             owner: session.role(),
         };
         // it must inline into something that parses (check_function_bodies = off, as
@@ -271,10 +316,21 @@ impl Engine {
                     return ControlFlow::Continue(());
                 };
                 let ast::FunctionArguments::List(list) = &call.args else {
-                    if !f.params.is_empty() {
+                    let Some(defaults) = f.call_arguments(&[]) else {
                         return ControlFlow::Continue(());
-                    }
-                    match inline(&f, &[]) {
+                    };
+                    let args = match defaults
+                        .iter()
+                        .map(|a| parse_expr_text(a))
+                        .collect::<Result<Vec<_>>>()
+                    {
+                        Ok(a) => a,
+                        Err(err) => {
+                            self.error = Some(err);
+                            return ControlFlow::Break(());
+                        }
+                    };
+                    match inline(&f, &args) {
                         Ok(x) => {
                             *e = x;
                             self.changed = true;
@@ -286,17 +342,45 @@ impl Engine {
                     }
                     return ControlFlow::Continue(());
                 };
-                let args: Vec<ast::Expr> = list
+                // positional and named (`name => value`) arguments, the missing ones
+                // from the parameters' defaults
+                let given: Vec<(Option<String>, String)> = list
                     .args
                     .iter()
                     .filter_map(|a| match a {
-                        ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(x)) => Some(x.clone()),
+                        ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(x)) => {
+                            Some((None, x.to_string()))
+                        }
+                        ast::FunctionArg::Named {
+                            name,
+                            arg: ast::FunctionArgExpr::Expr(x),
+                            ..
+                        }
+                        | ast::FunctionArg::ExprNamed {
+                            name: ast::Expr::Identifier(name),
+                            arg: ast::FunctionArgExpr::Expr(x),
+                            ..
+                        } => Some((Some(normalize_ident(name)), x.to_string())),
                         _ => None,
                     })
                     .collect();
-                if args.len() != list.args.len() || args.len() != f.params.len() {
+                if given.len() != list.args.len() {
                     return ControlFlow::Continue(());
                 }
+                let Some(args) = f.call_arguments(&given) else {
+                    return ControlFlow::Continue(());
+                };
+                let args = match args
+                    .iter()
+                    .map(|a| parse_expr_text(a))
+                    .collect::<Result<Vec<_>>>()
+                {
+                    Ok(a) => a,
+                    Err(err) => {
+                        self.error = Some(err);
+                        return ControlFlow::Break(());
+                    }
+                };
                 match inline(&f, &args) {
                     Ok(x) => {
                         *e = x;
