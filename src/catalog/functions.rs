@@ -779,6 +779,19 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
                             Some("pg_constraint") => Some(2606),
                             Some("pg_type") => Some(1247),
                             Some("pg_extension") => Some(3079),
+                            // the one procedural language, plpgsql's (listed once its
+                            // extension is installed), described as its extension is
+                            Some("pg_language") => {
+                                return (oid == 13563)
+                                    .then(|| {
+                                        catalog
+                                            .installed_extensions()
+                                            .iter()
+                                            .find(|x| x.name == "plpgsql")
+                                            .map(|x| x.comment.to_owned())
+                                    })
+                                    .flatten();
+                            }
                             Some(_) => return None,
                         };
                         relation

@@ -396,6 +396,7 @@ const TABLES: &[&str] = &[
     "pg_enum",
     "pg_range",
     "pg_event_trigger",
+    "pg_conversion",
     "pg_language",
     "pg_opclass",
     "pg_opfamily",
@@ -651,6 +652,7 @@ pub const ALWAYS_EMPTY: &[&str] = &[
     "pg_partitioned_table",
     "pg_range",
     "pg_event_trigger",
+    "pg_conversion",
 ];
 
 /// A relation of `pg_catalog` or `information_schema`: listed in `pg_class` and
@@ -724,6 +726,7 @@ pub const SYSTEM_RELATIONS: &[SystemRelation] = &[
     SystemRelation::new(3381, PG_CATALOG_NAMESPACE_OID, "pg_statistic_ext", "r"),
     SystemRelation::new(3456, PG_CATALOG_NAMESPACE_OID, "pg_collation", "r"),
     SystemRelation::new(3466, PG_CATALOG_NAMESPACE_OID, "pg_event_trigger", "r"),
+    SystemRelation::new(2607, PG_CATALOG_NAMESPACE_OID, "pg_conversion", "r"),
     SystemRelation::new(3501, PG_CATALOG_NAMESPACE_OID, "pg_enum", "r"),
     SystemRelation::new(3541, PG_CATALOG_NAMESPACE_OID, "pg_range", "r"),
     SystemRelation::new(6104, PG_CATALOG_NAMESPACE_OID, "pg_publication", "r"),
@@ -1745,6 +1748,15 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     V::I(0),
                     x.comment.into(),
                 ]);
+                // plpgsql's language is described as its extension (psql's \dL)
+                if x.name == "plpgsql" {
+                    rows.push(vec![
+                        13563u32.into(),
+                        2612u32.into(),
+                        V::I(0),
+                        x.comment.into(),
+                    ]);
+                }
             }
             build_table(
                 &[
@@ -2312,7 +2324,21 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
             ("oid", oid()),
             ("evtname", name()),
             ("evtevent", name()),
+            ("evtowner", oid()),
+            ("evtfoid", oid()),
             ("evtenabled", ch()),
+            ("evttags", arr(text())),
+        ])?,
+        // encoding conversions: Weir speaks UTF8 only (psql's \dc)
+        "pg_conversion" => empty(&[
+            ("oid", oid()),
+            ("conname", name()),
+            ("connamespace", oid()),
+            ("conowner", oid()),
+            ("conforencoding", i4()),
+            ("contoencoding", i4()),
+            ("conproc", oid()),
+            ("condefault", b()),
         ])?,
         "pg_language" => build_table(
             &[
@@ -2321,24 +2347,31 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 ("lanowner", oid()),
                 ("lanispl", b()),
                 ("lanpltrusted", b()),
+                ("lanplcallfoid", oid()),
+                ("laninline", oid()),
+                ("lanvalidator", oid()),
+                ("lanacl", arr(text())),
             ],
-            vec![
-                vec![
-                    12u32.into(),
-                    "internal".into(),
-                    owner(),
-                    false.into(),
-                    false.into(),
-                ],
-                vec![
-                    14u32.into(),
-                    "sql".into(),
-                    owner(),
-                    false.into(),
-                    true.into(),
-                ],
+            // Postgres' rows, with its handler and validator function OIDs
+            [
+                (12u32, "internal", false, 2246u32),
+                (13, "c", false, 2247),
+                (14, "sql", true, 2248),
             ]
             .into_iter()
+            .map(|(o, n, trusted, validator)| {
+                vec![
+                    o.into(),
+                    n.into(),
+                    owner(),
+                    false.into(),
+                    trusted.into(),
+                    0u32.into(),
+                    0u32.into(),
+                    validator.into(),
+                    V::Null,
+                ]
+            })
             // the language of an installed plpgsql (which Weir lists and does not run:
             // `LANGUAGE plpgsql` functions are 0A000)
             .chain(
@@ -2353,6 +2386,10 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                             owner(),
                             true.into(),
                             true.into(),
+                            13560u32.into(),
+                            13561u32.into(),
+                            13562u32.into(),
+                            V::Null,
                         ]
                     }),
             )

@@ -163,6 +163,36 @@ impl VisitorMut for PgRewriter {
         {
             name.0.remove(0);
         }
+        // `pg_catalog.unnest(a)` in FROM is the UNNEST that `unnest(a)` parses as
+        if let ast::TableFactor::Table {
+            name,
+            args: Some(args),
+            alias,
+            with_ordinality,
+            ..
+        } = tf
+            && last_name(name).as_deref() == Some("unnest")
+            && name.0.len() == 1
+            && args.settings.is_none()
+        {
+            let exprs: Vec<Expr> = args
+                .args
+                .iter()
+                .filter_map(|a| match a {
+                    FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e.clone()),
+                    _ => None,
+                })
+                .collect();
+            if exprs.len() == args.args.len() && !exprs.is_empty() {
+                *tf = ast::TableFactor::UNNEST {
+                    alias: alias.take(),
+                    array_exprs: exprs,
+                    with_offset: false,
+                    with_offset_alias: None,
+                    with_ordinality: *with_ordinality,
+                };
+            }
+        }
         datetime_text_in_table_function_args(tf);
         if let ast::TableFactor::Table {
             name,
@@ -3557,10 +3587,17 @@ fn unnests_reloptions(q: &ast::Query) -> bool {
     let ast::SetExpr::Select(select) = q.body.as_ref() else {
         return false;
     };
-    matches!(select.from.as_slice(), [t] if t.joins.is_empty() && matches!(&t.relation,
-        ast::TableFactor::Table { name, args: Some(args), .. }
-            if last_name(name).as_deref() == Some("unnest")
-                && args.args.iter().any(|a| a.to_string().ends_with("reloptions"))))
+    matches!(select.from.as_slice(), [t] if t.joins.is_empty() && match &t.relation {
+        ast::TableFactor::Table { name, args: Some(args), .. } => {
+            last_name(name).as_deref() == Some("unnest")
+                && args.args.iter().any(|a| a.to_string().ends_with("reloptions"))
+        }
+        // (its array read through `weir_array_elements(...)` once visited)
+        ast::TableFactor::UNNEST { array_exprs, .. } => array_exprs
+            .iter()
+            .any(|a| a.to_string().trim_end_matches(')').ends_with("reloptions")),
+        _ => false,
+    })
 }
 
 fn array_of_subquery(q: ast::Query) -> Expr {

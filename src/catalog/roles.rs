@@ -23,7 +23,7 @@ use crate::state::store::{Durability, WriteBatch};
 
 /// The OID that stands for PUBLIC in ACLs (as Postgres' `ACL_ID_PUBLIC`).
 pub const PUBLIC: u32 = 0;
-/// OID of Postgres' `pg_database_owner` role, owner of schema public.
+/// The name of the bootstrap superuser (OID [`SUPERUSER_OID`]).
 pub const DEFAULT_SUPERUSER: &str = "weir";
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
