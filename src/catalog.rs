@@ -15,6 +15,7 @@ pub mod roles;
 pub mod scram;
 pub mod secrets;
 pub mod sequences;
+pub mod side_effects;
 pub mod sql_functions;
 pub mod system;
 pub mod table_exprs;

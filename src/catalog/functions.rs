@@ -361,6 +361,7 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
     ctx.register_udf(ScalarUDF::new_from_impl(PgTypeof {
         signature: Signature::any(1, Volatility::Immutable),
     }));
+    ctx.register_udf(crate::catalog::side_effects::keep_udf());
     register_fn(ctx, "version", DataType::Utf8, |_, rows| {
         Ok(constant_str(rows, Some(&version_string())))
     });

@@ -1026,8 +1026,13 @@ fn interval_groups(plan: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
 /// Postgres' column order.
 pub fn fix_planned(plan: LogicalPlan) -> DfResult<LogicalPlan> {
     let mut changed = false;
+    let effects = crate::catalog::side_effects::has_effects(&plan);
     Ok(plan
         .transform_up_with_subqueries(|p| {
+            let (p, c7) = match effects {
+                true => crate::catalog::side_effects::keep_effects(p)?,
+                false => (p, false),
+            };
             let (p, c1) = percentile_cont_in_double(p)?;
             let (p, c0) = bag_set_operation(p)?;
             let (p, c) = star_over_using(p)?;
@@ -1037,7 +1042,7 @@ pub fn fix_planned(plan: LogicalPlan) -> DfResult<LogicalPlan> {
             let (p, c4) = nullable_scalar_subqueries(p)?;
             let (p, c5) = numeric_avg(p)?;
             let (p, c6) = recursive_term_metadata(p)?;
-            let c = c || c1 || c2 || c3 || c4 || c5 || c6;
+            let c = c || c1 || c2 || c3 || c4 || c5 || c6 || c7;
             changed |= c;
             Ok(if c {
                 Transformed::yes(p)
