@@ -149,6 +149,13 @@ struct PgRewriter {
 impl VisitorMut for PgRewriter {
     type Break = crate::error::WeirError;
 
+    /// (before what it holds is visited: a table function replaced by a derived table has
+    /// the derived table's query rewritten too)
+    fn pre_visit_table_factor(&mut self, tf: &mut ast::TableFactor) -> ControlFlow<Self::Break> {
+        numeric_series_in_from(tf);
+        ControlFlow::Continue(())
+    }
+
     fn post_visit_table_factor(&mut self, tf: &mut ast::TableFactor) -> ControlFlow<Self::Break> {
         // `pg_catalog.generate_series(...)` in FROM: table functions are found unqualified
         if let ast::TableFactor::Table {
@@ -1626,6 +1633,92 @@ fn metadata_kind(t: &ast::DataType) -> u8 {
 /// number is an interval (`'1 day'`: only a series of dates or timestamps takes one), a
 /// quoted bound beside a date or timestamp takes its type (`'2024-01-01'::date,
 /// '2024-01-31'`).
+/// A number written with a decimal point or an exponent, or a cast to `numeric`.
+fn is_numeric_constant(e: &Expr) -> bool {
+    match e {
+        Expr::Value(v) => {
+            matches!(&v.value, ast::Value::Number(n, _) if n.contains(['.', 'e', 'E']))
+        }
+        Expr::UnaryOp { expr, .. } | Expr::Nested(expr) => is_numeric_constant(expr),
+        Expr::Cast { data_type, .. } => matches!(
+            data_type,
+            ast::DataType::Numeric(_) | ast::DataType::Decimal(_) | ast::DataType::Dec(_)
+        ),
+        _ => false,
+    }
+}
+
+/// `generate_series(start, stop [, step])` of numerics (an argument written as a decimal
+/// number or cast to numeric): Postgres' numeric series, as `start + step * i` over the
+/// integers i from 0 to floor((stop - start) / step) (DataFusion's series are of integers
+/// and times only). A step of 0 is 22012 (Postgres says 22023).
+fn numeric_series(args: &[Expr]) -> Option<Expr> {
+    if !(2..=3).contains(&args.len()) || !args.iter().any(is_numeric_constant) {
+        return None;
+    }
+    let (start, stop) = (&args[0], &args[1]);
+    let step = args
+        .get(2)
+        .map_or_else(|| "1".to_owned(), |s| s.to_string());
+    crate::sql::parser::parse_expr_text(&format!(
+        "(({start}) + ({step}) * generate_series(0, CAST(floor((({stop}) - ({start})) / ({step})) AS BIGINT)))"
+    ))
+    .ok()
+}
+
+/// `FROM generate_series(1.0, 2.0, 0.5) [AS g[(x)]]`: the numeric series
+/// ([`numeric_series`]) as a derived table of one column, named as a function in FROM
+/// names it (the alias's column, the alias, or `generate_series`).
+fn numeric_series_in_from(tf: &mut ast::TableFactor) {
+    let ast::TableFactor::Table {
+        name,
+        args: Some(args),
+        alias,
+        with_ordinality: false,
+        ..
+    } = tf
+    else {
+        return;
+    };
+    if last_name(name).as_deref() != Some("generate_series") || name.0.len() != 1 {
+        return;
+    }
+    let exprs = plain_args(&FunctionArgumentList {
+        duplicate_treatment: None,
+        args: args.args.clone(),
+        clauses: vec![],
+    });
+    if exprs.len() != args.args.len() {
+        return;
+    }
+    let Some(series) = numeric_series(&exprs) else {
+        return;
+    };
+    let Some(subquery) = parse_query_text(&format!("SELECT {series} AS generate_series")) else {
+        return;
+    };
+    let alias = match alias.take() {
+        Some(mut a) => {
+            if a.columns.is_empty() {
+                a.columns = vec![ast::TableAliasColumnDef::from_name(a.name.value.clone())];
+            }
+            a
+        }
+        None => ast::TableAlias {
+            explicit: true,
+            name: Ident::new("generate_series"),
+            columns: vec![ast::TableAliasColumnDef::from_name("generate_series")],
+            at: None,
+        },
+    };
+    *tf = ast::TableFactor::Derived {
+        lateral: false,
+        subquery,
+        alias: Some(alias),
+        sample: None,
+    };
+}
+
 fn series_text_arguments(args: &mut [ast::FunctionArg]) {
     let expr_of = |a: &ast::FunctionArg| match a {
         ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e)) => Some(e.clone()),
@@ -3255,6 +3348,14 @@ fn rewrite_expr(expr: &mut Expr) {
                 } else {
                     array_of_subquery((**q).clone())
                 };
+                return;
+            }
+            if lname == "generate_series"
+                && let FunctionArguments::List(l) = &f.args
+                && plain_args(l).len() == l.args.len()
+                && let Some(series) = numeric_series(&plain_args(l))
+            {
+                *expr = series;
                 return;
             }
             // `generate_series(start, stop, step)` of dates or timestamps with some of them
