@@ -35,4 +35,5 @@ pub mod typed_arrays;
 pub mod types;
 pub mod uuid;
 pub mod variance;
+pub mod void;
 pub mod windows;

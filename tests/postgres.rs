@@ -1000,7 +1000,8 @@ async fn pg_dump_restores_into_weir() {
 /// LISTEN / NOTIFY / pg_notify through psql, which prints each notification it receives
 /// after the statement it ran: the sender's own notifications, those of a committed block
 /// (once for a repeat), none of a rolled-back block, none after UNLISTEN, quoted channel
-/// names, the errors, as Postgres answers them.
+/// names, the errors, as Postgres answers them; and the `void` these functions (and
+/// pg_sleep, advisory locks) return: an empty value, not NULL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listen_and_notify_answer_as_postgres() {
     let pg = Postgres::start();
@@ -1032,6 +1033,9 @@ SELECT coalesce(pg_notify('', 'x')::text, '') = '' AS sent;
 SELECT coalesce(pg_notify('ch', repeat('x', 8000))::text, '') = '' AS sent;
 DISCARD ALL;
 NOTIFY "Mixed", 'after discard';
+\pset null NULL
+SELECT pg_sleep(0), pg_typeof(pg_sleep(0)), pg_typeof(pg_notify('x', 'y'));
+SELECT pg_advisory_lock(7), pg_advisory_xact_lock(8), pg_advisory_unlock_all();
 "#;
     same_psql_output(
         &pg,

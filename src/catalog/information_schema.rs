@@ -116,6 +116,7 @@ fn data_type(t: &T) -> (String, String) {
         T::Oid => "oid",
         T::Name => "name",
         T::InternalChar => "char",
+        T::Void => "void",
         T::Array(inner) => return ("ARRAY".into(), format!("_{}", data_type(inner).1)),
         T::Vector(_) => return ("ARRAY".into(), t.display_name()),
         T::Enum(e) => return ("USER-DEFINED".into(), e.name.clone()),

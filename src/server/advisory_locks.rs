@@ -261,11 +261,8 @@ pub fn register(
             }
             result(args, Arc::new(NullArray::new(rows)))
         };
-        ctx.register_udf(ScalarUDF::from(SimpleScalarUDF::new_with_signature(
-            name,
-            signature(),
-            DataType::Null,
-            Arc::new(f),
+        ctx.register_udf(crate::sql::void::void(ScalarUDF::from(
+            SimpleScalarUDF::new_with_signature(name, signature(), DataType::Null, Arc::new(f)),
         )));
     }
     // the functions answering a boolean per key: pg_try_* (at once; whether taken) and
@@ -311,11 +308,13 @@ pub fn register(
         release(session, Some(Level::Session));
         Ok(ColumnarValue::Scalar(datafusion::common::ScalarValue::Null))
     };
-    ctx.register_udf(ScalarUDF::from(SimpleScalarUDF::new_with_signature(
-        "pg_advisory_unlock_all",
-        Signature::nullary(Volatility::Volatile),
-        DataType::Null,
-        Arc::new(unlock_all),
+    ctx.register_udf(crate::sql::void::void(ScalarUDF::from(
+        SimpleScalarUDF::new_with_signature(
+            "pg_advisory_unlock_all",
+            Signature::nullary(Volatility::Volatile),
+            DataType::Null,
+            Arc::new(unlock_all),
+        ),
     )));
 }
 

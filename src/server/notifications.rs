@@ -189,7 +189,7 @@ impl Outbox {
 }
 
 /// Register `pg_notify(channel, payload)` for a session: each row's notification goes to
-/// the session's outbox (a NULL payload is an empty one). Answers NULL (`void`).
+/// the session's outbox (a NULL payload is an empty one). Answers `void`.
 pub fn register(ctx: &datafusion::prelude::SessionContext, outbox: Arc<Outbox>) {
     use datafusion::arrow::array::{Array, AsArray, NullArray};
     use datafusion::arrow::datatypes::DataType;
@@ -230,14 +230,16 @@ pub fn register(ctx: &datafusion::prelude::SessionContext, outbox: Arc<Outbox>) 
         }
         Ok(ColumnarValue::Array(Arc::new(NullArray::new(rows))))
     };
-    ctx.register_udf(ScalarUDF::from(SimpleScalarUDF::new_with_signature(
-        "pg_notify",
-        Signature::one_of(
-            vec![TypeSignature::Exact(vec![DataType::Utf8, DataType::Utf8])],
-            Volatility::Volatile,
+    ctx.register_udf(crate::sql::void::void(ScalarUDF::from(
+        SimpleScalarUDF::new_with_signature(
+            "pg_notify",
+            Signature::one_of(
+                vec![TypeSignature::Exact(vec![DataType::Utf8, DataType::Utf8])],
+                Volatility::Volatile,
+            ),
+            DataType::Null,
+            Arc::new(f),
         ),
-        DataType::Null,
-        Arc::new(f),
     )));
 }
 

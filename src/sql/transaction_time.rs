@@ -154,12 +154,12 @@ fn wrap_now(
 }
 
 /// `pg_sleep(seconds)`: waits, and stops with the statement's cancel or timeout (`check`
-/// says whether one was raised: asked every 10 ms). Answers NULL (Postgres' `void`).
+/// says whether one was raised: asked every 10 ms). Answers `void` (`sql/void.rs`).
 pub fn register_sleep(
     ctx: &datafusion::prelude::SessionContext,
     check: Arc<dyn Fn() -> crate::error::Result<()> + Send + Sync>,
 ) {
-    use datafusion::arrow::array::{Array, AsArray, StringArray};
+    use datafusion::arrow::array::{Array, AsArray};
     use datafusion::arrow::datatypes::Float64Type;
     let sleep = move |args: &[ColumnarValue]| -> DfResult<ColumnarValue> {
         let seconds = match &args[0] {
@@ -197,17 +197,19 @@ pub fn register_sleep(
             _ => wait()?,
         }
         Ok(match &args[0] {
-            ColumnarValue::Scalar(_) => ColumnarValue::Scalar(ScalarValue::Utf8(None)),
+            ColumnarValue::Scalar(_) => ColumnarValue::Scalar(ScalarValue::Null),
             ColumnarValue::Array(a) => {
-                ColumnarValue::Array(Arc::new(StringArray::new_null(a.len())))
+                ColumnarValue::Array(Arc::new(datafusion::arrow::array::NullArray::new(a.len())))
             }
         })
     };
-    ctx.register_udf(datafusion::logical_expr::create_udf(
-        "pg_sleep",
-        vec![DataType::Float64],
-        DataType::Utf8,
-        datafusion::logical_expr::Volatility::Volatile,
-        Arc::new(sleep),
+    ctx.register_udf(crate::sql::void::void(
+        datafusion::logical_expr::create_udf(
+            "pg_sleep",
+            vec![DataType::Float64],
+            DataType::Null,
+            datafusion::logical_expr::Volatility::Volatile,
+            Arc::new(sleep),
+        ),
     ));
 }

@@ -123,6 +123,9 @@ pub enum SqlType {
     /// The system catalogs' `int2vector` (of `Int2`) and `oidvector` (of `Oid`): an array
     /// whose text form is its elements separated by spaces (`pg_index.indkey` is `1 2`).
     Vector(Box<SqlType>),
+    /// `void`, the result of functions called for their effect (`sql/void.rs`): sent as an
+    /// empty value.
+    Void,
 }
 
 impl SqlType {
@@ -243,6 +246,7 @@ impl SqlType {
             SqlType::Array(e) | SqlType::Vector(e) => {
                 DataType::List(Arc::new(Field::new_list_field(e.arrow_type(), true)))
             }
+            SqlType::Void => DataType::Utf8,
         }
     }
 
@@ -277,6 +281,7 @@ impl SqlType {
             SqlType::Array(e) => array_oid(e.oid()).unwrap_or(1009),
             SqlType::Vector(e) if **e == SqlType::Oid => 30,
             SqlType::Vector(_) => 22,
+            SqlType::Void => 2278,
         }
     }
 
@@ -345,6 +350,7 @@ impl SqlType {
             SqlType::Array(e) => format!("{}[]", e.display_name()),
             SqlType::Vector(e) if **e == SqlType::Oid => "oidvector".into(),
             SqlType::Vector(_) => "int2vector".into(),
+            SqlType::Void => "void".into(),
         }
     }
 
@@ -388,6 +394,7 @@ impl SqlType {
             "\"char\"" => SqlType::InternalChar,
             "int2vector" => SqlType::Vector(Box::new(SqlType::Int2)),
             "oidvector" => SqlType::Vector(Box::new(SqlType::Oid)),
+            "void" => SqlType::Void,
             other => {
                 if let Some(elem) = other.strip_suffix("[]") {
                     return Some(SqlType::Array(Box::new(SqlType::from_display_name(elem)?)));
