@@ -102,6 +102,15 @@ fn normalize_to(s: &str, keep_zone: bool, date_only: bool) -> Option<String> {
     }
     let rest = t[11..].trim_start();
     let r = rest.as_bytes();
+    // one-digit minutes or seconds (`10:5`): written with two digits, then read
+    let time_len = r
+        .iter()
+        .take_while(|c| c.is_ascii_digit() || **c == b':' || **c == b'.')
+        .count();
+    if let Some(p) = padded_time(&rest[..time_len]) {
+        let spelled = format!("{date} {p}{}", &rest[time_len..]);
+        return normalize_to(&spelled, keep_zone, date_only).or(Some(spelled));
+    }
     // H or HH, then :MM
     let h_len = r.iter().take_while(|c| c.is_ascii_digit()).count();
     if !(1..=2).contains(&h_len) || r.get(h_len) != Some(&b':') {
@@ -960,6 +969,37 @@ pub fn time_rounds_up(v: &str) -> bool {
     round_fraction(&secs[..len]).is_some_and(|(_, up)| up)
 }
 
+/// A time written with one-digit hours, minutes or seconds (`10:5`, `1:2:3.5`) with two
+/// digits each (`10:05`, `01:02:03.5`), as arrow reads it; None for anything else.
+fn padded_time(v: &str) -> Option<String> {
+    let v = v.trim();
+    let parts: Vec<&str> = v.split(':').collect();
+    if !(2..=3).contains(&parts.len()) {
+        return None;
+    }
+    let mut short = false;
+    let mut out = Vec::with_capacity(parts.len());
+    for (i, p) in parts.iter().enumerate() {
+        let (int, frac) = match p.split_once('.') {
+            Some((a, b)) if i == parts.len() - 1 && i == 2 => (a, Some(b)),
+            Some(_) => return None,
+            None => (*p, None),
+        };
+        if int.is_empty() || int.len() > 2 || !int.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        if frac.is_some_and(|f| !f.bytes().all(|b| b.is_ascii_digit())) {
+            return None;
+        }
+        short |= int.len() == 1;
+        out.push(match frac {
+            Some(f) => format!("{int:0>2}.{f}"),
+            None => format!("{int:0>2}"),
+        });
+    }
+    short.then(|| out.join(":"))
+}
+
 /// Text as `time` (microseconds since midnight), as Postgres reads it: what arrow reads, and
 /// `allballs` (midnight) and `24:00[:00]` (the day's end, 86400 s). Returns the row of the
 /// first text that is no time.
@@ -970,11 +1010,22 @@ pub fn time_in(text: &ArrayRef) -> std::result::Result<ArrayRef, usize> {
         return Err(0);
     };
     let special = |v: &str| is_day_end(v) || v.trim().eq_ignore_ascii_case("allballs");
-    // the words read as midnight, a day's end patched in after the cast
-    let read: ArrayRef = if s.iter().flatten().any(special) {
+    // the words read as midnight, a day's end patched in after the cast; one-digit fields
+    // (`10:5`) written with two
+    let read: ArrayRef = if s
+        .iter()
+        .flatten()
+        .any(|v| special(v) || padded_time(v).is_some())
+    {
         Arc::new(
             s.iter()
-                .map(|v| v.map(|v| if special(v) { "00:00:00" } else { v.trim() }))
+                .map(|v| {
+                    v.map(|v| match padded_time(v) {
+                        _ if special(v) => "00:00:00".to_owned(),
+                        Some(p) => p,
+                        None => v.trim().to_owned(),
+                    })
+                })
                 .collect::<StringArray>(),
         )
     } else {
