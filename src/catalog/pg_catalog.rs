@@ -646,7 +646,6 @@ pub const ALWAYS_EMPTY: &[&str] = &[
     "pg_statistic_ext",
     "pg_trigger",
     "pg_rewrite",
-    "pg_depend",
     "pg_sequence",
     "pg_foreign_table",
     "pg_partitioned_table",
@@ -2208,15 +2207,52 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
             ("ev_enabled", ch()),
             ("is_instead", b()),
         ])?,
-        "pg_depend" => empty(&[
-            ("classid", oid()),
-            ("objid", oid()),
-            ("objsubid", i4()),
-            ("refclassid", oid()),
-            ("refobjid", oid()),
-            ("refobjsubid", i4()),
-            ("deptype", ch()),
-        ])?,
+        // a serial or identity column's sequence depends on its column (Rails reads its
+        // tables' sequences here): `a` (auto) for serial, `i` (internal) for an identity
+        "pg_depend" => build_table(
+            &[
+                ("classid", oid()),
+                ("objid", oid()),
+                ("objsubid", i4()),
+                ("refclassid", oid()),
+                ("refobjid", oid()),
+                ("refobjsubid", i4()),
+                ("deptype", ch()),
+            ],
+            entries
+                .iter()
+                .flat_map(|e| {
+                    e.desc
+                        .options
+                        .iter()
+                        .filter(|(k, _)| k == "weir.owned_sequence")
+                        .filter_map(|(_, seq)| {
+                            let s = entries.iter().find(|x| {
+                                x.desc.name == *seq
+                                    && x.desc.kind == crate::catalog::RelationKind::Sequence
+                            })?;
+                            let (at, c) =
+                                e.desc.columns.iter().enumerate().find(|(_, c)| {
+                                    *seq == format!("{}_{}_seq", e.desc.name, c.name)
+                                })?;
+                            let deptype = match e.desc.identity(&c.name) {
+                                Some(_) => "i",
+                                None => "a",
+                            };
+                            Some(vec![
+                                1259u32.into(),
+                                s.desc.oid.into(),
+                                V::I(0),
+                                1259u32.into(),
+                                e.desc.oid.into(),
+                                V::I(at as i64 + 1),
+                                deptype.into(),
+                            ])
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .collect(),
+        )?,
         "pg_sequences" => build_table(
             &[
                 ("schemaname", name()),
