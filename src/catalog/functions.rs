@@ -542,7 +542,23 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
     register_fn(ctx, "pg_is_in_recovery", DataType::Boolean, |_, rows| {
         Ok(constant_bool(rows, false))
     });
-    // when the server process started (uptime panels)
+    // when the server process started (uptime panels); its configuration was read then
+    // (Weir reads no configuration file later)
+    register_fn(
+        ctx,
+        "pg_conf_load_time",
+        DataType::Timestamp(
+            datafusion::arrow::datatypes::TimeUnit::Microsecond,
+            Some("+00:00".into()),
+        ),
+        |_, rows| {
+            let start = crate::metrics::process_start_micros();
+            Ok(Arc::new(
+                datafusion::arrow::array::TimestampMicrosecondArray::from(vec![start; rows])
+                    .with_timezone("+00:00"),
+            ))
+        },
+    );
     register_fn(
         ctx,
         "pg_postmaster_start_time",
@@ -1167,21 +1183,11 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
         );
     }
     // regproc: the I/O functions of pg_proc and the SQL functions, by name or OID
-    let (c1, c2) = (catalog.clone(), catalog.clone());
+    let c2 = catalog.clone();
     reg_cast(
         ctx,
         "weir_regproc",
-        Arc::new(move |n: &str| {
-            let n = n.trim_start_matches("pg_catalog.").trim_matches('"');
-            crate::catalog::pg_catalog::io_procs()
-                .iter()
-                .find(|(_, name)| name == n)
-                .map(|(o, _)| *o)
-                .or_else(|| {
-                    let n = n.trim_start_matches("public.").trim_matches('"');
-                    c1.sql_function(n).map(|f| f.oid)
-                })
-        }),
+        proc_of_name(catalog.clone()),
         Arc::new(move |o| {
             crate::catalog::pg_catalog::io_procs()
                 .iter()
@@ -1190,6 +1196,30 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
                 .or_else(|| c2.sql_function_by_oid(o).map(|f| f.name))
         }),
     );
+    // to_regproc / to_regprocedure / to_regnamespace / to_regrole: the OID, NULL for no
+    // such object (the casts fail instead)
+    let lookups: [(&'static str, NameToOid); 4] = [
+        ("to_regproc", proc_of_name(catalog.clone())),
+        ("to_regprocedure", proc_of_name(catalog.clone())),
+        ("to_regnamespace", Arc::new(namespace_oid_of_name)),
+        ("to_regrole", {
+            let c = catalog.clone();
+            Arc::new(move |s: &str| c.role(s.trim_matches('"')).map(|r| r.oid))
+        }),
+    ];
+    for (name, of_name) in lookups {
+        register_fn(ctx, name, DataType::UInt32, move |args, rows| {
+            let Some(a) = args.first() else {
+                return Ok(Arc::new(UInt32Array::new_null(rows)));
+            };
+            let s = as_str(a)?;
+            Ok(Arc::new(
+                s.iter()
+                    .map(|v| v.and_then(|v| of_name(v)))
+                    .collect::<UInt32Array>(),
+            ))
+        });
+    }
     let types = catalog.clone();
     register_fn(ctx, "to_regtype", DataType::UInt32, move |args, rows| {
         let Some(a) = args.first() else {
@@ -1219,6 +1249,23 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
 }
 
 type NameToOid = Arc<dyn Fn(&str) -> Option<u32> + Send + Sync>;
+
+/// A function's OID by name (`regproc`'s input): the I/O functions of pg_proc and the SQL
+/// functions; a `(argument types)` suffix (`regprocedure`) is not read.
+fn proc_of_name(catalog: Arc<Catalog>) -> NameToOid {
+    Arc::new(move |n: &str| {
+        let n = n.split('(').next().unwrap_or(n).trim();
+        let n = n.trim_start_matches("pg_catalog.").trim_matches('"');
+        crate::catalog::pg_catalog::io_procs()
+            .iter()
+            .find(|(_, name)| name == n)
+            .map(|(o, _)| *o)
+            .or_else(|| {
+                let n = n.trim_start_matches("public.").trim_matches('"');
+                catalog.sql_function(n).map(|f| f.oid)
+            })
+    })
+}
 type OidToName = Arc<dyn Fn(u32) -> Option<String> + Send + Sync>;
 
 /// `x::regclass` and friends. On text the cast gives the OID (what comparisons with oid
@@ -1447,6 +1494,32 @@ pub fn register_identity(ctx: &SessionContext, catalog: Arc<Catalog>, who: WhoAm
     register_fn(ctx, "pg_backend_pid", DataType::Int32, move |_, rows| {
         Ok(Arc::new(Int32Array::from(vec![pid; rows])))
     });
+    // inet_client_addr() / inet_client_port(): the client's address of this connection
+    // (text: Weir has no inet type)
+    {
+        let catalog = catalog.clone();
+        register_fn(ctx, "inet_client_addr", DataType::Utf8, move |_, rows| {
+            let addr = catalog
+                .connections
+                .lock()
+                .get(&pid)
+                .and_then(|c| c.client)
+                .map(|a| a.ip().to_string());
+            Ok(constant_str(rows, addr.as_deref()))
+        });
+    }
+    {
+        let catalog = catalog.clone();
+        register_fn(ctx, "inet_client_port", DataType::Int32, move |_, rows| {
+            let port = catalog
+                .connections
+                .lock()
+                .get(&pid)
+                .and_then(|c| c.client)
+                .map(|a| a.port() as i32);
+            Ok(Arc::new(Int32Array::from(vec![port; rows])))
+        });
+    }
     for name in ["current_user", "user", "current_role"] {
         let (catalog, who) = (catalog.clone(), who.clone());
         register_fn(ctx, name, DataType::Utf8, move |_, rows| {

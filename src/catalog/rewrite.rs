@@ -970,6 +970,30 @@ fn is_reg_cast_of_constant(f: &ast::Function) -> bool {
 /// A reg-cast that is a whole select item is shown as Postgres prints it, a name
 /// (`'t'::regclass` → `t`), rather than the OID it compares as.
 fn show_reg_casts(items: &mut [SelectItem]) {
+    // `to_regclass(x)` and friends (the OID, or NULL) shown as their reg type is
+    for item in items.iter_mut() {
+        let (SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. }) = item else {
+            continue;
+        };
+        let Expr::Function(f) = e else { continue };
+        let name = last_name(&f.name).unwrap_or_default();
+        let shown = match name.as_str() {
+            "to_regclass" => "weir_regclass_out",
+            "to_regtype" => "weir_regtype_out",
+            "to_regproc" | "to_regprocedure" => "weir_regproc_out",
+            "to_regnamespace" => "weir_regnamespace_out",
+            "to_regrole" => "weir_regrole_out",
+            _ => continue,
+        };
+        let inner = e.clone();
+        *e = call(shown, vec![inner]);
+        if let SelectItem::UnnamedExpr(x) = item {
+            *item = SelectItem::ExprWithAlias {
+                expr: x.clone(),
+                alias: Ident::with_quote('"', name),
+            };
+        }
+    }
     for item in items.iter_mut() {
         let (SelectItem::UnnamedExpr(Expr::Function(f))
         | SelectItem::ExprWithAlias {
