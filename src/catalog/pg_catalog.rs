@@ -632,11 +632,7 @@ pub fn io_proc_oid(name: &str) -> u32 {
 }
 
 /// Catalog tables Weir never puts rows in (no triggers, inheritance, policies...). The
-/// query rewriter answers scalar subqueries over them with NULL. One exception, a known
-/// wrong answer kept for a client: `pg_sequence` has rows (sequences), but the subquery
-/// SQLAlchemy's reflection asks over it (`json_build_object` of outer references) does not
-/// plan in DataFusion, so such subqueries are NULL (identity options unknown). The one
-/// that had rows and was listed, `pg_description`, is not any more.
+/// query rewriter answers scalar subqueries over them with NULL.
 pub const ALWAYS_EMPTY: &[&str] = &[
     "pg_opclass",
     "pg_opfamily",
@@ -646,7 +642,6 @@ pub const ALWAYS_EMPTY: &[&str] = &[
     "pg_statistic_ext",
     "pg_trigger",
     "pg_rewrite",
-    "pg_sequence",
     "pg_foreign_table",
     "pg_partitioned_table",
     "pg_range",

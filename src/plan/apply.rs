@@ -1014,7 +1014,11 @@ fn bind(
                 LogicalPlan::Subquery(s) => LogicalPlan::Subquery(prune(&s)),
                 p => p,
             };
+            // an expression keeps its name with constants in it (what the nodes above
+            // call an aggregate's output: `first_value(... outer_ref(a.x) ...)`)
+            let names = datafusion::logical_expr::expr_rewriter::NamePreserver::new(&p);
             p.map_expressions(|e| {
+                let name = names.save(&e);
                 e.transform(|e| match e {
                     Expr::OuterReferenceColumn(f, c) => match bound(&c) {
                         Some(i) => {
@@ -1045,6 +1049,7 @@ fn bind(
                     }))),
                     e => Ok(Transformed::no(e)),
                 })
+                .map(|t| t.update_data(|e| name.restore(e)))
             })
         })
         .data()
