@@ -1042,7 +1042,8 @@ pub fn fix_planned(plan: LogicalPlan) -> DfResult<LogicalPlan> {
             let (p, c4) = nullable_scalar_subqueries(p)?;
             let (p, c5) = numeric_avg(p)?;
             let (p, c6) = recursive_term_metadata(p)?;
-            let c = c || c1 || c2 || c3 || c4 || c5 || c6 || c7;
+            let (p, c8) = keep_declared_types(p)?;
+            let c = c || c1 || c2 || c3 || c4 || c5 || c6 || c7 || c8;
             changed |= c;
             Ok(if c {
                 Transformed::yes(p)
@@ -1053,6 +1054,112 @@ pub fn fix_planned(plan: LogicalPlan) -> DfResult<LogicalPlan> {
             })
         })?
         .data)
+}
+
+/// `CASE`, `coalesce`, `nullif`, `greatest` and `least` over values that all have one
+/// declared type (`uuid`, `jsonb`, `json`, `varchar(n)`, an enum...: text to Arrow) have
+/// that type, as in Postgres (a client gets the uuid's OID, psycopg a `UUID`); DataFusion's
+/// fields for them carry no declared type. Each such expression of a projection is wrapped
+/// in [`pg_functions::DECLARED`] naming the type (its name kept).
+fn keep_declared_types(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
+    use crate::sql::types::PG_TYPE_KEY;
+    let LogicalPlan::Projection(p) = &plan else {
+        return Ok((plan, false));
+    };
+    let schema = p.input.schema().clone();
+    let declared = |e: &Expr| -> Option<String> {
+        e.to_field(&schema)
+            .ok()
+            .and_then(|(_, f)| f.metadata().get(PG_TYPE_KEY).cloned())
+    };
+    // the values an expression answers with: its branches, or its arguments
+    let values = |e: &Expr| -> Option<Vec<Expr>> {
+        match e {
+            Expr::Case(c) => Some(
+                c.when_then_expr
+                    .iter()
+                    .map(|(_, t)| t.as_ref().clone())
+                    .chain(c.else_expr.iter().map(|x| x.as_ref().clone()))
+                    .collect(),
+            ),
+            Expr::ScalarFunction(f)
+                if matches!(f.func.name(), "coalesce" | "greatest" | "least") =>
+            {
+                Some(f.args.clone())
+            }
+            Expr::ScalarFunction(f) if f.func.name() == "nullif" => {
+                Some(f.args.iter().take(1).cloned().collect())
+            }
+            _ => None,
+        }
+    };
+    // a string type's name without its length (`character varying(5)` → `character
+    // varying`), None for other types
+    let string_base = |t: &str| -> Option<String> {
+        let base = t.split('(').next().unwrap_or(t).trim();
+        matches!(base, "text" | "character varying" | "character" | "bpchar").then(|| match base {
+            "character" => "bpchar".to_owned(),
+            b => b.to_owned(),
+        })
+    };
+    let typed = |e: &Expr| -> Option<String> {
+        let values = values(e)?;
+        if declared(e).is_some() {
+            return None;
+        }
+        // (a computed text without a declared type is a text)
+        let types: Vec<String> = values
+            .iter()
+            .filter(|v| !matches!(v, Expr::Literal(ScalarValue::Null, _)))
+            .map(|v| {
+                declared(v).or_else(|| {
+                    matches!(v.get_type(&schema), Ok(DataType::Utf8)).then(|| "text".to_owned())
+                })
+            })
+            .collect::<Option<_>>()?;
+        let first = types.first()?.clone();
+        let t = if types.iter().all(|t| *t == first) {
+            first
+        } else {
+            // strings of several types: the first's (Postgres' resolution of CASE and
+            // coalesce), without a length when the lengths differ
+            types
+                .iter()
+                .map(|t| string_base(t))
+                .collect::<Option<Vec<_>>>()?;
+            string_base(&first)?
+        };
+        // nullif compares as `=`, which strings do as text: a text (Arrow's own)
+        if matches!(e, Expr::ScalarFunction(f) if f.func.name() == "nullif")
+            && string_base(&t).is_some()
+        {
+            return None;
+        }
+        (t != "text").then_some(t)
+    };
+    if !p
+        .expr
+        .iter()
+        .any(|e| e.exists(|x| Ok(typed(x).is_some())).unwrap_or(false))
+    {
+        return Ok((plan, false));
+    }
+    let names = NamePreserver::new(&plan);
+    let declared_udf = pg_udf(pg_functions::DECLARED);
+    let out = plan.map_expressions(|e| {
+        let name = names.save(&e);
+        e.transform_up(|x| match typed(&x) {
+            Some(t) => {
+                Ok(Transformed::yes(declared_udf.call(vec![
+                    x,
+                    Expr::Literal(ScalarValue::Utf8(Some(t)), None),
+                ])))
+            }
+            None => Ok(Transformed::no(x)),
+        })
+        .map(|t| t.update_data(|e| name.restore(e)))
+    })?;
+    Ok((out.data.recompute_schema()?, true))
 }
 
 /// `WITH RECURSIVE t AS (SELECT ARRAY[id] ... UNION ALL SELECT t.path || c.id ...)`: the
@@ -2859,6 +2966,7 @@ static PG_UDFS: std::sync::LazyLock<Vec<Arc<ScalarUDF>>> = std::sync::LazyLock::
         pg_functions::ARRAY_SORT_KEY,
         pg_functions::ARRAY_REMOVE_NULLS,
         pg_functions::NULLABLE,
+        pg_functions::DECLARED,
         crate::sql::pg_math::FLOAT4_OF_FLOAT8,
         "timezone",
         "isfinite",

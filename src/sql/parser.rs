@@ -853,6 +853,96 @@ fn parse_sequence_options(p: &mut Parser, at: SeqContext) -> Result<SeqOptions> 
     Ok(o)
 }
 
+/// A column definition. sqlparser reads an identity column's sequence options in one
+/// order only (`INCREMENT`, `MINVALUE`, `MAXVALUE`, `START`, `CACHE`, `CYCLE`); Postgres
+/// takes them in any (`GENERATED ALWAYS AS IDENTITY (START WITH 5 INCREMENT BY 2)`, as
+/// SQLAlchemy writes them): a definition sqlparser refuses is read again here, its
+/// `GENERATED ... AS IDENTITY (...)` with [`parse_sequence_options`].
+fn column_def(p: &mut Parser) -> Result<ast::ColumnDef> {
+    let start = p.index();
+    let first = match p.parse_column_def() {
+        Ok(def) => return Ok(def),
+        Err(e) => e,
+    };
+    rewind(p, start);
+    let again = (|| -> Result<ast::ColumnDef> {
+        let name = p.parse_identifier()?;
+        let data_type = p.parse_data_type()?;
+        let mut options = Vec::new();
+        loop {
+            let constraint = if p.parse_keyword(Keyword::CONSTRAINT) {
+                Some(p.parse_identifier()?)
+            } else {
+                None
+            };
+            let option = if p.parse_keyword(Keyword::GENERATED) {
+                let generated_as = if p.parse_keyword(Keyword::ALWAYS) {
+                    ast::GeneratedAs::Always
+                } else {
+                    p.expect_keywords(&[Keyword::BY, Keyword::DEFAULT])?;
+                    ast::GeneratedAs::ByDefault
+                };
+                p.expect_keywords(&[Keyword::AS, Keyword::IDENTITY])?;
+                let o = if p.consume_token(&Token::LParen) {
+                    let o = parse_sequence_options(p, SeqContext::Create)?;
+                    p.expect_token(&Token::RParen)?;
+                    o
+                } else {
+                    SeqOptions::default()
+                };
+                Some(ast::ColumnOption::Generated {
+                    generated_as,
+                    sequence_options: Some(ast_sequence_options(&o)),
+                    generation_expr: None,
+                    generation_expr_mode: None,
+                    generated_keyword: true,
+                })
+            } else {
+                p.parse_optional_column_option()?
+            };
+            match (option, constraint) {
+                (Some(option), name) => options.push(ast::ColumnOptionDef { name, option }),
+                (None, None) => break,
+                (None, Some(_)) => return Err(syntax_near(&p.peek_token())),
+            }
+        }
+        Ok(ast::ColumnDef {
+            name,
+            data_type,
+            options,
+        })
+    })();
+    again.map_err(|_| first.into())
+}
+
+/// [`SeqOptions`] as sqlparser's (what [`sequence_options`] reads back).
+fn ast_sequence_options(o: &SeqOptions) -> Vec<ast::SequenceOptions> {
+    let n = |v: i64| ast::Expr::value(ast::Value::Number(v.to_string(), false));
+    let mut out = Vec::new();
+    if let Some(i) = o.increment {
+        out.push(ast::SequenceOptions::IncrementBy(n(i), true));
+    }
+    if let Some(m) = o.min {
+        out.push(ast::SequenceOptions::MinValue(Some(n(m))));
+    } else if o.no_min {
+        out.push(ast::SequenceOptions::MinValue(None));
+    }
+    if let Some(m) = o.max {
+        out.push(ast::SequenceOptions::MaxValue(Some(n(m))));
+    } else if o.no_max {
+        out.push(ast::SequenceOptions::MaxValue(None));
+    }
+    if let Some(s) = o.start {
+        out.push(ast::SequenceOptions::StartWith(n(s), true));
+    }
+    if o.cycle {
+        out.push(ast::SequenceOptions::Cycle(false));
+    } else if o.no_cycle {
+        out.push(ast::SequenceOptions::Cycle(true));
+    }
+    out
+}
+
 /// Sequence options as numbers (`INCREMENT BY -1`, `START 100`...).
 pub fn sequence_options(opts: &[ast::SequenceOptions]) -> Result<SeqOptions> {
     let num = |e: &ast::Expr| -> Result<i64> {
@@ -3753,7 +3843,7 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
                 }
             }
         } else {
-            let def = p.parse_column_def()?;
+            let def = column_def(p)?;
             let col_name = normalize_ident(&def.name);
             let serial = match &def.data_type {
                 ast::DataType::Custom(n, a) if a.is_empty() => {

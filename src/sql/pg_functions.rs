@@ -85,8 +85,18 @@ impl ScalarUDFImpl for PgFunction {
         &self,
         args: datafusion::logical_expr::ReturnFieldArgs,
     ) -> DfResult<datafusion::arrow::datatypes::FieldRef> {
+        // the declared type named by the second argument, where its Arrow type is the
+        // first's
+        if self.name == DECLARED
+            && let Some(f) = args.arg_fields.first()
+            && let Some(Some(ScalarValue::Utf8(Some(name)))) = args.scalar_arguments.get(1)
+            && let Some(t) = crate::sql::types::SqlType::from_display_name(name)
+            && t.arrow_type() == *f.data_type()
+        {
+            return Ok(Arc::new(t.field(self.name, true)));
+        }
         // the identities keep their argument's field (its SQL type), made nullable
-        if (self.name == NULLABLE || self.name == TYPED)
+        if (self.name == NULLABLE || self.name == TYPED || self.name == DECLARED)
             && let Some(f) = args.arg_fields.first()
         {
             return Ok(Arc::new(
@@ -386,6 +396,11 @@ pub const STAR_OVER_USING: &str = "weir_star_over_using";
 /// 55's nullability forgets (apache/datafusion#24513, fixed after 55.2):
 /// `SELECT (SELECT 1 WHERE false)` failed, `... IS NULL` was folded to false.
 pub const NULLABLE: &str = "weir_nullable";
+/// `weir_declared(x, 'type name')`: `x`, its field typed as the named SQL type (what
+/// `CASE`, `coalesce`, `nullif`, `greatest` and `least` are wrapped in when their values
+/// all have that declared type: `uuid`, `jsonb`, `json`, `varchar(n)`... which Arrow's
+/// text does not say): `catalog/pg_semantics.rs::keep_declared_types`.
+pub const DECLARED: &str = "weir_declared";
 /// `weir_typed(x, 'x as written')`: `x`. What an aggregate's argument with a cast is
 /// wrapped in where another call differs from it only in casts
 /// (`catalog::rewrite::distinct_cast_aggregates`): the text keeps their names apart.
@@ -489,6 +504,12 @@ fn definitions() -> Vec<PgFunction> {
         immutable(
             NULLABLE,
             TypeSignature::Any(1),
+            |t| t.first().cloned().unwrap_or(DataType::Null),
+            |args, _| Ok(args[0].clone()),
+        ),
+        immutable(
+            DECLARED,
+            TypeSignature::Any(2),
             |t| t.first().cloned().unwrap_or(DataType::Null),
             |args, _| Ok(args[0].clone()),
         ),

@@ -672,6 +672,31 @@ def check_sqlalchemy_orm():
     order = [t for t, _ in i.get_sorted_table_and_fkc_names()]
     assert order.index("orm_users") < order.index("orm_orders"), order
     md.drop_all(engine)
+    # an Identity column: its DDL (options in SQLAlchemy's order), values, and its options
+    # read back by the inspector (what Alembic compares)
+    md2 = MetaData()
+    counted = Table(
+        "orm_counted",
+        md2,
+        Column("id", Integer, sqlalchemy.Identity(start=5, increment=2), primary_key=True),
+        Column("v", Integer),
+    )
+    md2.create_all(engine)
+    with engine.begin() as c:
+        c.execute(counted.insert(), [{"v": 1}, {"v": 2}])
+        ids = c.execute(sqlalchemy.select(counted.c.id).order_by(counted.c.id)).scalars().all()
+    assert ids == [5, 7], ids
+    identity = {c["name"]: c.get("identity") for c in sqlalchemy.inspect(engine).get_columns("orm_counted")}
+    assert identity["v"] is None, identity
+    got = identity["id"]
+    assert (got["always"], got["start"], got["increment"], got["minvalue"], got["cycle"]) == (
+        False,
+        5,
+        2,
+        1,
+        False,
+    ), got
+    md2.drop_all(engine)
     engine.dispose()
     ok("sqlalchemy orm create_all with unique, check, foreign key, comments and uuid")
 
