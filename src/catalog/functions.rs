@@ -544,36 +544,23 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
     });
     // when the server process started (uptime panels); its configuration was read then
     // (Weir reads no configuration file later)
-    register_fn(
-        ctx,
-        "pg_conf_load_time",
-        DataType::Timestamp(
-            datafusion::arrow::datatypes::TimeUnit::Microsecond,
-            Some("+00:00".into()),
-        ),
-        |_, rows| {
-            let start = crate::metrics::process_start_micros();
-            Ok(Arc::new(
-                datafusion::arrow::array::TimestampMicrosecondArray::from(vec![start; rows])
-                    .with_timezone("+00:00"),
-            ))
-        },
-    );
-    register_fn(
-        ctx,
-        "pg_postmaster_start_time",
-        DataType::Timestamp(
-            datafusion::arrow::datatypes::TimeUnit::Microsecond,
-            Some("+00:00".into()),
-        ),
-        |_, rows| {
-            let start = crate::metrics::process_start_micros();
-            Ok(Arc::new(
-                datafusion::arrow::array::TimestampMicrosecondArray::from(vec![start; rows])
-                    .with_timezone("+00:00"),
-            ))
-        },
-    );
+    for name in ["pg_postmaster_start_time", "pg_conf_load_time"] {
+        register_fn(
+            ctx,
+            name,
+            DataType::Timestamp(
+                datafusion::arrow::datatypes::TimeUnit::Microsecond,
+                Some("+00:00".into()),
+            ),
+            |_, rows| {
+                let start = crate::metrics::process_start_micros();
+                Ok(Arc::new(
+                    datafusion::arrow::array::TimestampMicrosecondArray::from(vec![start; rows])
+                        .with_timezone("+00:00"),
+                ))
+            },
+        );
+    }
     {
         let catalog = catalog.clone();
         register_fn(ctx, "pg_database_size", DataType::Int64, move |_, rows| {
@@ -1496,30 +1483,21 @@ pub fn register_identity(ctx: &SessionContext, catalog: Arc<Catalog>, who: WhoAm
     });
     // inet_client_addr() / inet_client_port(): the client's address of this connection
     // (text: Weir has no inet type)
-    {
+    let client = {
         let catalog = catalog.clone();
+        move || catalog.connections.lock().get(&pid).and_then(|c| c.client)
+    };
+    {
+        let client = client.clone();
         register_fn(ctx, "inet_client_addr", DataType::Utf8, move |_, rows| {
-            let addr = catalog
-                .connections
-                .lock()
-                .get(&pid)
-                .and_then(|c| c.client)
-                .map(|a| a.ip().to_string());
+            let addr = client().map(|a| a.ip().to_string());
             Ok(constant_str(rows, addr.as_deref()))
         });
     }
-    {
-        let catalog = catalog.clone();
-        register_fn(ctx, "inet_client_port", DataType::Int32, move |_, rows| {
-            let port = catalog
-                .connections
-                .lock()
-                .get(&pid)
-                .and_then(|c| c.client)
-                .map(|a| a.port() as i32);
-            Ok(Arc::new(Int32Array::from(vec![port; rows])))
-        });
-    }
+    register_fn(ctx, "inet_client_port", DataType::Int32, move |_, rows| {
+        let port = client().map(|a| a.port() as i32);
+        Ok(Arc::new(Int32Array::from(vec![port; rows])))
+    });
     for name in ["current_user", "user", "current_role"] {
         let (catalog, who) = (catalog.clone(), who.clone());
         register_fn(ctx, name, DataType::Utf8, move |_, rows| {

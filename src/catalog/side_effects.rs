@@ -52,13 +52,7 @@ pub fn keep_udf() -> ScalarUDF {
         Signature::variadic_any(Volatility::Volatile),
         DataType::Boolean,
         Arc::new(|args: &[ColumnarValue]| {
-            let rows = args
-                .iter()
-                .find_map(|a| match a {
-                    ColumnarValue::Array(a) => Some(a.len()),
-                    ColumnarValue::Scalar(_) => None,
-                })
-                .unwrap_or(1);
+            let rows = crate::sql::pg_functions::rows_of(args);
             Ok(ColumnarValue::Array(Arc::new(BooleanArray::from(vec![
                 true;
                 rows

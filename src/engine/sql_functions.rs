@@ -315,73 +315,46 @@ impl Engine {
                 let Some(f) = self.engine.catalog.sql_function(&name) else {
                     return ControlFlow::Continue(());
                 };
-                let ast::FunctionArguments::List(list) = &call.args else {
-                    let Some(defaults) = f.call_arguments(&[]) else {
-                        return ControlFlow::Continue(());
-                    };
-                    let args = match defaults
-                        .iter()
-                        .map(|a| parse_expr_text(a))
-                        .collect::<Result<Vec<_>>>()
-                    {
-                        Ok(a) => a,
-                        Err(err) => {
-                            self.error = Some(err);
-                            return ControlFlow::Break(());
+                // positional and named (`name => value`) arguments (none for `f` written
+                // without parentheses), the missing ones from the parameters' defaults
+                let given: Vec<(Option<String>, String)> = match &call.args {
+                    ast::FunctionArguments::List(list) => {
+                        let given: Vec<_> = list
+                            .args
+                            .iter()
+                            .filter_map(|a| match a {
+                                ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(x)) => {
+                                    Some((None, x.to_string()))
+                                }
+                                ast::FunctionArg::Named {
+                                    name,
+                                    arg: ast::FunctionArgExpr::Expr(x),
+                                    ..
+                                }
+                                | ast::FunctionArg::ExprNamed {
+                                    name: ast::Expr::Identifier(name),
+                                    arg: ast::FunctionArgExpr::Expr(x),
+                                    ..
+                                } => Some((Some(normalize_ident(name)), x.to_string())),
+                                _ => None,
+                            })
+                            .collect();
+                        if given.len() != list.args.len() {
+                            return ControlFlow::Continue(());
                         }
-                    };
-                    match inline(&f, &args) {
-                        Ok(x) => {
-                            *e = x;
-                            self.changed = true;
-                        }
-                        Err(err) => {
-                            self.error = Some(err);
-                            return ControlFlow::Break(());
-                        }
+                        given
                     }
-                    return ControlFlow::Continue(());
+                    _ => Vec::new(),
                 };
-                // positional and named (`name => value`) arguments, the missing ones
-                // from the parameters' defaults
-                let given: Vec<(Option<String>, String)> = list
-                    .args
-                    .iter()
-                    .filter_map(|a| match a {
-                        ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(x)) => {
-                            Some((None, x.to_string()))
-                        }
-                        ast::FunctionArg::Named {
-                            name,
-                            arg: ast::FunctionArgExpr::Expr(x),
-                            ..
-                        }
-                        | ast::FunctionArg::ExprNamed {
-                            name: ast::Expr::Identifier(name),
-                            arg: ast::FunctionArgExpr::Expr(x),
-                            ..
-                        } => Some((Some(normalize_ident(name)), x.to_string())),
-                        _ => None,
-                    })
-                    .collect();
-                if given.len() != list.args.len() {
-                    return ControlFlow::Continue(());
-                }
                 let Some(args) = f.call_arguments(&given) else {
                     return ControlFlow::Continue(());
                 };
-                let args = match args
+                let inlined = args
                     .iter()
                     .map(|a| parse_expr_text(a))
                     .collect::<Result<Vec<_>>>()
-                {
-                    Ok(a) => a,
-                    Err(err) => {
-                        self.error = Some(err);
-                        return ControlFlow::Break(());
-                    }
-                };
-                match inline(&f, &args) {
+                    .and_then(|args| inline(&f, &args));
+                match inlined {
                     Ok(x) => {
                         *e = x;
                         self.changed = true;

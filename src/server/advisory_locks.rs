@@ -201,14 +201,7 @@ fn keys(args: &[ColumnarValue], rows: usize) -> DfResult<Vec<Option<Key>>> {
 }
 
 /// The number of rows of a call (1 for all-constant arguments).
-fn rows_of(args: &[ColumnarValue]) -> usize {
-    args.iter()
-        .find_map(|a| match a {
-            ColumnarValue::Array(a) => Some(a.len()),
-            ColumnarValue::Scalar(_) => None,
-        })
-        .unwrap_or(1)
-}
+use crate::sql::pg_functions::rows_of;
 
 fn result(args: &[ColumnarValue], out: ArrayRef) -> DfResult<ColumnarValue> {
     Ok(

@@ -198,13 +198,7 @@ pub fn register(ctx: &datafusion::prelude::SessionContext, outbox: Arc<Outbox>) 
         ColumnarValue, ScalarUDF, Signature, SimpleScalarUDF, TypeSignature, Volatility,
     };
     let f = move |args: &[ColumnarValue]| -> DfResult<ColumnarValue> {
-        let rows = args
-            .iter()
-            .find_map(|a| match a {
-                ColumnarValue::Array(a) => Some(a.len()),
-                ColumnarValue::Scalar(_) => None,
-            })
-            .unwrap_or(1);
+        let rows = crate::sql::pg_functions::rows_of(args);
         let texts: Vec<_> = args
             .iter()
             .map(|a| {

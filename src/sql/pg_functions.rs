@@ -43,6 +43,17 @@ use crate::sql::pg_text::text_values;
 pub type Imp = dyn Fn(&[ArrayRef], usize) -> DfResult<ArrayRef> + Send + Sync;
 pub type Ret = dyn Fn(&[DataType]) -> DataType + Send + Sync;
 
+/// The rows a call answers for: an array argument's length, one when every argument is a
+/// constant.
+pub fn rows_of(args: &[ColumnarValue]) -> usize {
+    args.iter()
+        .find_map(|a| match a {
+            ColumnarValue::Array(a) => Some(a.len()),
+            ColumnarValue::Scalar(_) => None,
+        })
+        .unwrap_or(1)
+}
+
 /// A scalar function defined by a closure over whole argument arrays (`rows` long, or one
 /// row when every argument is a constant and the function is not volatile).
 pub struct PgFunction {
