@@ -1257,8 +1257,9 @@ impl Engine {
         Some(e.message)
     }
 
-    /// A transaction's end as committed: the drops it made are finished (their catalog
-    /// entries and data go), and nothing is left to undo.
+    /// A transaction's end as committed: the notifications it made are sent, the drops
+    /// it made are finished (their catalog entries and data go), the old rows of the
+    /// tables it rewrote are purged, and nothing is left to undo.
     pub fn commit_undo(&self, session: &mut Session) {
         session.outbox.commit(session.pid);
         for entry in std::mem::take(&mut session.undo) {
