@@ -1008,6 +1008,10 @@ async fn listen_and_notify_answer_as_postgres() {
     let weir = TestServer::start();
     let script = r#"
 LISTEN ch;
+LISTEN other_ch;
+SELECT pg_listening_channels();
+UNLISTEN other_ch;
+SELECT count(*) FROM pg_listening_channels() c;
 NOTIFY ch, 'hi';
 SELECT coalesce(pg_notify('ch', 'fn')::text, '') = '' AS sent;
 BEGIN;

@@ -1453,6 +1453,7 @@ fn srf_list(name: &str) -> Option<Option<&'static str>> {
         "regexp_matches" => Some(crate::sql::pg_functions::REGEXP_MATCHES),
         "regexp_split_to_table" => Some(crate::sql::pg_functions::REGEXP_SPLIT_TO_TABLE),
         "string_to_table" => Some("string_to_array"),
+        "pg_listening_channels" => Some(crate::sql::pg_functions::LISTENING_CHANNELS),
         other => Some(json_set_returning(other)?),
     })
 }
@@ -2150,6 +2151,7 @@ fn srf_items(
         "regexp_matches" => Some(crate::sql::pg_functions::REGEXP_MATCHES),
         "regexp_split_to_table" => Some(crate::sql::pg_functions::REGEXP_SPLIT_TO_TABLE),
         "string_to_table" => Some("string_to_array"),
+        "pg_listening_channels" => Some(crate::sql::pg_functions::LISTENING_CHANNELS),
         "json_each" | "json_each_text" => Some("weir_json_each_keys"),
         _ if pair.is_some() => Some("weir_jsonb_each_keys"),
         other => Some(json_set_returning(other)?),

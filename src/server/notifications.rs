@@ -22,6 +22,7 @@ use std::sync::{Arc, LazyLock, Weak};
 use parking_lot::Mutex;
 
 use crate::error::{Result, WeirError, sqlstate};
+use crate::sql::pg_functions::LISTENING_CHANNELS;
 
 /// Postgres' limit on a payload (bytes).
 const MAX_PAYLOAD: usize = 7999;
@@ -189,8 +190,17 @@ impl Outbox {
 }
 
 /// Register `pg_notify(channel, payload)` for a session: each row's notification goes to
-/// the session's outbox (a NULL payload is an empty one). Answers `void`.
-pub fn register(ctx: &datafusion::prelude::SessionContext, outbox: Arc<Outbox>) {
+/// the session's outbox (a NULL payload is an empty one). Answers `void`. And the list
+/// behind `pg_listening_channels()`.
+pub fn register(ctx: &datafusion::prelude::SessionContext, outbox: Arc<Outbox>, inbox: Arc<Inbox>) {
+    ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(
+        ListeningChannels {
+            inbox,
+            signature: datafusion::logical_expr::Signature::nullary(
+                datafusion::logical_expr::Volatility::Volatile,
+            ),
+        },
+    ));
     use datafusion::arrow::array::{Array, AsArray, NullArray};
     use datafusion::arrow::datatypes::DataType;
     use datafusion::common::Result as DfResult;
@@ -235,6 +245,71 @@ pub fn register(ctx: &datafusion::prelude::SessionContext, outbox: Arc<Outbox>) 
             Arc::new(f),
         ),
     )));
+}
+
+/// `pg_listening_channels()` (a set-returning function: the query rewriter unnests the
+/// list [`LISTENING_CHANNELS`] answers per row, `catalog/rewrite.rs::srf_list`): the
+/// channels the session listens on.
+#[derive(Debug)]
+struct ListeningChannels {
+    inbox: Arc<Inbox>,
+    signature: datafusion::logical_expr::Signature,
+}
+
+impl PartialEq for ListeningChannels {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.inbox, &other.inbox)
+    }
+}
+impl Eq for ListeningChannels {}
+impl std::hash::Hash for ListeningChannels {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        Arc::as_ptr(&self.inbox).hash(state)
+    }
+}
+impl std::fmt::Debug for Inbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inbox")
+            .field("channels", &self.channels.lock())
+            .finish()
+    }
+}
+
+impl datafusion::logical_expr::ScalarUDFImpl for ListeningChannels {
+    fn name(&self) -> &str {
+        LISTENING_CHANNELS
+    }
+    fn signature(&self) -> &datafusion::logical_expr::Signature {
+        &self.signature
+    }
+    fn return_type(
+        &self,
+        _: &[datafusion::arrow::datatypes::DataType],
+    ) -> datafusion::common::Result<datafusion::arrow::datatypes::DataType> {
+        Ok(datafusion::arrow::datatypes::DataType::List(Arc::new(
+            datafusion::arrow::datatypes::Field::new_list_field(
+                datafusion::arrow::datatypes::DataType::Utf8,
+                true,
+            ),
+        )))
+    }
+    fn invoke_with_args(
+        &self,
+        args: datafusion::logical_expr::ScalarFunctionArgs,
+    ) -> datafusion::common::Result<datafusion::logical_expr::ColumnarValue> {
+        use datafusion::arrow::array::{ListBuilder, StringBuilder};
+        let channels = self.inbox.channels();
+        let mut b = ListBuilder::new(StringBuilder::new());
+        for _ in 0..args.number_rows {
+            for c in &channels {
+                b.values().append_value(c);
+            }
+            b.append(true);
+        }
+        Ok(datafusion::logical_expr::ColumnarValue::Array(Arc::new(
+            b.finish(),
+        )))
+    }
 }
 
 fn check_channel(channel: &str) -> Result<()> {

@@ -631,7 +631,7 @@ impl Session {
             Arc::new(move || interrupt.check());
         crate::sql::transaction_time::register_sleep(&self.ctx, check.clone());
         crate::server::advisory_locks::register(&self.ctx, self.lock_holder, check);
-        crate::server::notifications::register(&self.ctx, self.outbox.clone());
+        crate::server::notifications::register(&self.ctx, self.outbox.clone(), self.inbox.clone());
     }
 
     pub fn begin_block(&mut self, read_only: Option<bool>) {

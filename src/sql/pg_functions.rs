@@ -407,6 +407,9 @@ pub const STAR_OVER_USING: &str = "weir_star_over_using";
 /// 55's nullability forgets (apache/datafusion#24513, fixed after 55.2):
 /// `SELECT (SELECT 1 WHERE false)` failed, `... IS NULL` was folded to false.
 pub const NULLABLE: &str = "weir_nullable";
+/// The list of channels behind `pg_listening_channels()` (a session's function:
+/// `server/notifications.rs`).
+pub const LISTENING_CHANNELS: &str = "weir_listening_channels";
 /// `weir_declared(x, 'type name')`: `x`, its field typed as the named SQL type (what
 /// `CASE`, `coalesce`, `nullif`, `greatest` and `least` are wrapped in when their values
 /// all have that declared type: `uuid`, `jsonb`, `json`, `varchar(n)`... which Arrow's
