@@ -517,13 +517,16 @@ def check_notifications():
     c2 = psycopg2.connect(DSN)
     c2.set_isolation_level(psycopg2.extensions.ISOLATION_LEVEL_AUTOCOMMIT)
     c2.cursor().execute("LISTEN jobs2")
-    # the notification arrives while c2 waits on its socket, idle
-    threading.Timer(0.3, lambda: sender.execute("NOTIFY jobs2, 'wake'")).start()
+    # the notification arrives while c2 waits on its socket, idle (the sender's statement
+    # runs on a timer thread, joined before the sender is closed)
+    timer = threading.Timer(0.3, lambda: sender.execute("NOTIFY jobs2, 'wake'"))
+    timer.start()
     deadline = time.time() + 10
     while not c2.notifies:
         assert time.time() < deadline, "no notification reached psycopg2"
         if select.select([c2], [], [], 1) != ([], [], []):
             c2.poll()
+    timer.join()
     n = c2.notifies.pop(0)
     assert (n.channel, n.payload, n.pid) == ("jobs2", "wake", sender_pid), n
     c2.close()
