@@ -1693,6 +1693,8 @@ impl Engine {
             Some(e) => generated::fill_change(&session.ctx, &e.desc, change)?,
             None => change,
         };
+        // (which written rows an upsert wrote over a stored one: RETURNING's `xmax`)
+        let mut updated_rows: Vec<bool> = Vec::new();
         let (changes, written) = match (on, change) {
             (Some((on, alias)), Change::Insert(proposed)) => {
                 let name = table.name.clone();
@@ -1705,7 +1707,7 @@ impl Engine {
                         &proposed.iter().collect::<Vec<_>>(),
                     )?;
                 }
-                let (changes, written) = self
+                let (changes, written, updated) = self
                     .resolve_conflicts(
                         session,
                         &table,
@@ -1718,6 +1720,7 @@ impl Engine {
                         proposed,
                     )
                     .await?;
+                updated_rows = updated;
                 (changes, vec![written])
             }
             (_, change) => {
@@ -1747,7 +1750,9 @@ impl Engine {
                 v => format!("{v} {count}"),
             }));
         };
-        let (schema, batches) = self.returning_rows(session, &r, written).await?;
+        let (schema, batches) = self
+            .returning_rows(session, &r, written, &updated_rows)
+            .await?;
         Ok(Output::Batches {
             schema,
             batches,

@@ -1086,7 +1086,7 @@ impl Engine {
             )
             .await?;
         if let Some(r) = returning {
-            let (schema, batches) = self.returning_rows(session, &r, written).await?;
+            let (schema, batches) = self.returning_rows(session, &r, written, &[]).await?;
             return Ok(Output::Batches {
                 schema,
                 batches,

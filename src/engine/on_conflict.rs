@@ -84,7 +84,7 @@ impl Engine {
         table_name: &str,
         clause: &Clause<'_>,
         proposed: Vec<RecordBatch>,
-    ) -> Result<(Vec<(Change, &'static str)>, RecordBatch)> {
+    ) -> Result<(Vec<(Change, &'static str)>, RecordBatch, Vec<bool>)> {
         let on = clause.on;
         let schema = table.schema();
         let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
@@ -244,6 +244,8 @@ impl Engine {
         let mut moved_keys: Option<RecordBatch> = None;
         // without a primary key: the stored rows DO UPDATE changed, and their new values
         let mut keyless_update: Option<(RecordBatch, RecordBatch)> = None;
+        // which written rows DO UPDATE wrote over a stored one (RETURNING's `xmax`)
+        let mut updated_rows = vec![false; inserted.num_rows()];
         let written = match &on.action {
             ast::OnConflictAction::DoNothing => inserted.clone(),
             ast::OnConflictAction::DoUpdate(up) => {
@@ -299,6 +301,10 @@ impl Engine {
                 order.sort_unstable();
                 let all = concat_batches(&schema, &[inserted.clone(), updated])?;
                 let perm: Vec<u32> = order.into_iter().map(|(_, at)| at).collect();
+                updated_rows = perm
+                    .iter()
+                    .map(|&at| at as usize >= inserted.num_rows())
+                    .collect();
                 pick(&all, &perm)?
             }
         };
@@ -323,7 +329,7 @@ impl Engine {
             let insert = (updates.is_none() || inserts.num_rows() > 0)
                 .then(|| (Change::Insert(vec![inserts]), "INSERT"));
             let changes = updates.into_iter().chain(insert).collect();
-            return Ok((changes, written));
+            return Ok((changes, written, updated_rows));
         };
         let key_fields: Vec<_> = pk.iter().map(|&i| schema.field(i).clone()).collect();
         let deletes = match moved_keys {
@@ -345,6 +351,7 @@ impl Engine {
                 "INSERT",
             )],
             written,
+            updated_rows,
         ))
     }
 

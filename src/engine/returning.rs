@@ -22,6 +22,28 @@ pub struct Returning {
     items: Vec<ast::SelectItem>,
     relation: String,
     table: String,
+    /// The list reads the system column `xmax` (`RETURNING (xmax = 0) AS inserted`, the
+    /// upsert idiom): 0 for a row the statement inserted, non-zero for one an upsert wrote
+    /// over a stored row (Postgres: the updating transaction's id).
+    reads_xmax: bool,
+}
+
+/// Whether select items read a column named `xmax`.
+fn reads_xmax(items: &[ast::SelectItem]) -> bool {
+    let mut found = false;
+    for item in items {
+        let _ = ast::visit_expressions(item, |e| {
+            found |= match e {
+                ast::Expr::Identifier(i) => crate::sql::parser::normalize_ident(i) == "xmax",
+                ast::Expr::CompoundIdentifier(ids) => ids
+                    .last()
+                    .is_some_and(|i| crate::sql::parser::normalize_ident(i) == "xmax"),
+                _ => false,
+            };
+            std::ops::ControlFlow::<()>::Continue(())
+        });
+    }
+    found
 }
 
 /// Take the RETURNING list off a DML statement.
@@ -68,6 +90,7 @@ pub fn take_returning(stmt: &mut ast::Statement) -> Option<Returning> {
         _ => None,
     }?;
     Some(Returning {
+        reads_xmax: reads_xmax(&items),
         items,
         relation,
         table,
@@ -92,7 +115,22 @@ impl Engine {
         r: &Returning,
     ) -> Result<LogicalPlan> {
         let items: Vec<String> = r.items.iter().map(|i| i.to_string()).collect();
-        let sql = format!("SELECT {} FROM {}", items.join(", "), r.relation);
+        // (`xmax` read from a derived table that adds it to the table's columns; the rows
+        // written replace that derived table's own select: `returning_rows`)
+        let relation = match r.reads_xmax {
+            false => r.relation.clone(),
+            true => {
+                let alias = r
+                    .relation
+                    .rsplit_once(" AS ")
+                    .map_or(r.relation.as_str(), |(_, a)| a);
+                format!(
+                    "(SELECT *, CAST(0 AS BIGINT) AS xmax FROM {}) AS {alias}",
+                    crate::sql::pg_text::quote_ident(&r.table)
+                )
+            }
+        };
+        let sql = format!("SELECT {} FROM {relation}", items.join(", "));
         let q = crate::sql::parser::parse_query(&sql)?;
         self.plan_ast(session, &ast::Statement::Query(q)).await
     }
@@ -103,16 +141,47 @@ impl Engine {
         session: &Session,
         r: &Returning,
         written: Vec<RecordBatch>,
+        updated_rows: &[bool],
     ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
         let plan = self.returning_plan(session, r).await?;
         let table = r.table.as_str();
         let mut found = false;
         let plan = plan
             .transform_up(|p| {
+                // `xmax`: the derived table's select over the table becomes the written
+                // rows with their xmax (0 inserted, 1 written over a stored row)
+                if r.reads_xmax
+                    && let LogicalPlan::Projection(proj) = &p
+                    && let LogicalPlan::TableScan(scan) = proj.input.as_ref()
+                    && scan.table_name.table() == table
+                    && !found
+                {
+                    found = true;
+                    let schema: SchemaRef = Arc::new(proj.schema.as_arrow().clone());
+                    let mut at = 0usize;
+                    let mut batches = Vec::with_capacity(written.len());
+                    for b in &written {
+                        let n = b.num_rows();
+                        let xmax: Vec<i64> = (at..at + n)
+                            .map(|i| i64::from(updated_rows.get(i).copied().unwrap_or(false)))
+                            .collect();
+                        at += n;
+                        let mut cols = b.columns().to_vec();
+                        cols.push(Arc::new(datafusion::arrow::array::Int64Array::from(xmax)));
+                        batches.push(RecordBatch::try_new(schema.clone(), cols)?);
+                    }
+                    let mem = MemTable::try_new(schema, vec![batches])?;
+                    let new = TableScanBuilder::new(
+                        scan.table_name.clone(),
+                        provider_as_source(Arc::new(mem)),
+                    )
+                    .build()?;
+                    return Ok(Transformed::yes(LogicalPlan::TableScan(new)));
+                }
                 let LogicalPlan::TableScan(scan) = &p else {
                     return Ok(Transformed::no(p));
                 };
-                if found || scan.table_name.table() != table {
+                if found || r.reads_xmax || scan.table_name.table() != table {
                     return Ok(Transformed::no(p));
                 }
                 found = true;
