@@ -371,6 +371,22 @@ impl IndexInfo {
     }
 }
 
+/// A `DEFAULT` expression (a column's, a function parameter's) as Postgres shows it: a
+/// quoted constant with the type it is the default of (`'x'::text`; `ty` without
+/// modifiers), a negative number with its own ([`negative_constant`]), anything else as
+/// written.
+pub(crate) fn default_shown(text: &str, ty: Option<&str>) -> String {
+    let text = text.trim();
+    let quoted = text.len() >= 2
+        && text.starts_with('\'')
+        && text.ends_with('\'')
+        && !text[1..text.len() - 1].replace("''", "").contains('\'');
+    match ty {
+        Some(ty) if quoted => format!("{text}::{ty}"),
+        _ => negative_constant(text).unwrap_or_else(|| crate::sql::parser::shown_expr(text)),
+    }
+}
+
 /// A negative number constant (`-3`, `(-1.5)`, `- 4`) as Postgres shows it in a default:
 /// quoted, with the constant's own type (`'-3'::integer`, `'-1.5'::numeric`).
 fn negative_constant(text: &str) -> Option<String> {
@@ -426,23 +442,25 @@ impl RelationDesc {
                 seq.strip_prefix("public.").unwrap_or(seq)
             ));
         }
-        let quoted = text.len() >= 2
-            && text.starts_with('\'')
-            && text.ends_with('\'')
-            && !text[1..text.len() - 1].replace("''", "").contains('\'');
-        if quoted && let Some(c) = self.columns.iter().find(|c| c.name == column) {
+        let ty = self.columns.iter().find(|c| c.name == column).map(|c| {
             // the type without its modifiers: `'ab'::character varying`
             let ty = c.ty.display_name();
-            let ty = match (ty.find('('), ty.find(')')) {
+            match (ty.find('('), ty.find(')')) {
                 (Some(a), Some(b)) if a < b => format!("{}{}", &ty[..a], &ty[b + 1..]),
                 _ => ty,
-            };
-            return Some(format!("{text}::{ty}"));
-        }
-        if let Some(shown) = negative_constant(text) {
-            return Some(shown);
-        }
-        Some(crate::sql::parser::shown_expr(text))
+            }
+        });
+        Some(default_shown(text, ty.as_deref()))
+    }
+
+    /// The sequence a serial or identity column owns (`t_id_seq`), by the name Weir gives
+    /// it (`{table}_{column}_seq`); None for other columns.
+    pub fn owned_sequence(&self, column: &str) -> Option<String> {
+        let seq = format!("{}_{column}_seq", self.name);
+        self.options
+            .iter()
+            .any(|(k, v)| k == "weir.owned_sequence" && *v == seq)
+            .then_some(seq)
     }
 
     /// A stored generated column's expression (as written).

@@ -887,14 +887,11 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
                             return None;
                         }
                         let table = t.value(i).trim_start_matches("public.").trim_matches('"');
-                        let seq = format!("{table}_{}_seq", c.value(i).trim_matches('"'));
-                        let entry = cat.get(table)?;
-                        entry
+                        let seq = cat
+                            .get(table)?
                             .desc
-                            .options
-                            .iter()
-                            .any(|(k, v)| k == "weir.owned_sequence" && *v == seq)
-                            .then(|| format!("public.{seq}"))
+                            .owned_sequence(c.value(i).trim_matches('"'))?;
+                        Some(format!("public.{seq}"))
                     })
                     .collect::<StringArray>(),
             ))

@@ -2217,34 +2217,26 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
             entries
                 .iter()
                 .flat_map(|e| {
-                    e.desc
-                        .options
-                        .iter()
-                        .filter(|(k, _)| k == "weir.owned_sequence")
-                        .filter_map(|(_, seq)| {
-                            let s = entries.iter().find(|x| {
-                                x.desc.name == *seq
-                                    && x.desc.kind == crate::catalog::RelationKind::Sequence
-                            })?;
-                            let (at, c) =
-                                e.desc.columns.iter().enumerate().find(|(_, c)| {
-                                    *seq == format!("{}_{}_seq", e.desc.name, c.name)
-                                })?;
-                            let deptype = match e.desc.identity(&c.name) {
-                                Some(_) => "i",
-                                None => "a",
-                            };
-                            Some(vec![
-                                1259u32.into(),
-                                s.desc.oid.into(),
-                                V::I(0),
-                                1259u32.into(),
-                                e.desc.oid.into(),
-                                V::I(at as i64 + 1),
-                                deptype.into(),
-                            ])
-                        })
-                        .collect::<Vec<_>>()
+                    e.desc.columns.iter().enumerate().filter_map(|(at, c)| {
+                        let seq = e.desc.owned_sequence(&c.name)?;
+                        let s = entries.iter().find(|x| {
+                            x.desc.name == seq
+                                && x.desc.kind == crate::catalog::RelationKind::Sequence
+                        })?;
+                        let deptype = match e.desc.identity(&c.name) {
+                            Some(_) => "i",
+                            None => "a",
+                        };
+                        Some(vec![
+                            1259u32.into(),
+                            s.desc.oid.into(),
+                            V::I(0),
+                            1259u32.into(),
+                            e.desc.oid.into(),
+                            V::I(at as i64 + 1),
+                            deptype.into(),
+                        ])
+                    })
                 })
                 .collect(),
         )?,

@@ -181,24 +181,15 @@ impl VisitorMut for PgRewriter {
             && last_name(name).as_deref() == Some("unnest")
             && name.0.len() == 1
             && args.settings.is_none()
+            && let Some(exprs) = only_plain_args(&args.args).filter(|e| !e.is_empty())
         {
-            let exprs: Vec<Expr> = args
-                .args
-                .iter()
-                .filter_map(|a| match a {
-                    FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e.clone()),
-                    _ => None,
-                })
-                .collect();
-            if exprs.len() == args.args.len() && !exprs.is_empty() {
-                *tf = ast::TableFactor::UNNEST {
-                    alias: alias.take(),
-                    array_exprs: exprs,
-                    with_offset: false,
-                    with_offset_alias: None,
-                    with_ordinality: *with_ordinality,
-                };
-            }
+            *tf = ast::TableFactor::UNNEST {
+                alias: alias.take(),
+                array_exprs: exprs,
+                with_offset: false,
+                with_offset_alias: None,
+                with_ordinality: *with_ordinality,
+            };
         }
         datetime_text_in_table_function_args(tf);
         if let ast::TableFactor::Table {
@@ -754,21 +745,7 @@ fn function_in_from(tf: &mut ast::TableFactor) {
         if fname == "unnest" {
             return;
         }
-        match alias {
-            Some(a) if a.columns.is_empty() => {
-                a.columns = vec![ast::TableAliasColumnDef::from_name(a.name.value.clone())];
-            }
-            Some(_) => {}
-            // unaliased, the column is named after the function
-            None => {
-                *alias = Some(ast::TableAlias {
-                    explicit: true,
-                    name: Ident::new(fname.clone()),
-                    columns: vec![ast::TableAliasColumnDef::from_name(fname.clone())],
-                    at: None,
-                })
-            }
-        }
+        *alias = Some(function_alias(alias.take(), &fname));
         return;
     }
     // `jsonb_to_record(j) AS r(a int, b text)` / `jsonb_to_recordset(j) AS r(...)` (and the
@@ -914,6 +891,35 @@ fn plain_args(l: &FunctionArgumentList) -> Vec<Expr> {
             _ => None,
         })
         .collect()
+}
+
+/// A call's arguments when every one is positional (None when one is named or `*`).
+fn only_plain_args(args: &[FunctionArg]) -> Option<Vec<Expr>> {
+    args.iter()
+        .map(|a| match a {
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The alias of a function of one column in FROM, as Postgres names its column: the
+/// alias's own column, else the alias, else (unaliased) the function's name.
+fn function_alias(alias: Option<ast::TableAlias>, fname: &str) -> ast::TableAlias {
+    match alias {
+        Some(mut a) => {
+            if a.columns.is_empty() {
+                a.columns = vec![ast::TableAliasColumnDef::from_name(a.name.value.clone())];
+            }
+            a
+        }
+        None => ast::TableAlias {
+            explicit: true,
+            name: Ident::new(fname),
+            columns: vec![ast::TableAliasColumnDef::from_name(fname)],
+            at: None,
+        },
+    }
 }
 
 /// `make_interval(years, months, weeks, days, hours, mins, secs)`'s seven arguments in
@@ -1708,38 +1714,16 @@ fn numeric_series_in_from(tf: &mut ast::TableFactor) {
     if last_name(name).as_deref() != Some("generate_series") || name.0.len() != 1 {
         return;
     }
-    let exprs = plain_args(&FunctionArgumentList {
-        duplicate_treatment: None,
-        args: args.args.clone(),
-        clauses: vec![],
-    });
-    if exprs.len() != args.args.len() {
-        return;
-    }
-    let Some(series) = numeric_series(&exprs) else {
+    let Some(series) = only_plain_args(&args.args).and_then(|e| numeric_series(&e)) else {
         return;
     };
     let Some(subquery) = parse_query_text(&format!("SELECT {series} AS generate_series")) else {
         return;
     };
-    let alias = match alias.take() {
-        Some(mut a) => {
-            if a.columns.is_empty() {
-                a.columns = vec![ast::TableAliasColumnDef::from_name(a.name.value.clone())];
-            }
-            a
-        }
-        None => ast::TableAlias {
-            explicit: true,
-            name: Ident::new("generate_series"),
-            columns: vec![ast::TableAliasColumnDef::from_name("generate_series")],
-            at: None,
-        },
-    };
     *tf = ast::TableFactor::Derived {
         lateral: false,
         subquery,
-        alias: Some(alias),
+        alias: Some(function_alias(alias.take(), "generate_series")),
         sample: None,
     };
 }
@@ -3378,8 +3362,7 @@ fn rewrite_expr(expr: &mut Expr) {
             }
             if lname == "generate_series"
                 && let FunctionArguments::List(l) = &f.args
-                && plain_args(l).len() == l.args.len()
-                && let Some(series) = numeric_series(&plain_args(l))
+                && let Some(series) = only_plain_args(&l.args).and_then(|a| numeric_series(&a))
             {
                 *expr = series;
                 return;
@@ -3460,8 +3443,7 @@ fn rewrite_expr(expr: &mut Expr) {
             // zone: `pg_semantics.rs`)
             if lname == "age"
                 && let FunctionArguments::List(l) = &f.args
-                && let args = plain_args(l)
-                && args.len() == l.args.len()
+                && let Some(args) = only_plain_args(&l.args)
                 && (1..=2).contains(&args.len())
             {
                 let timestamp = |e: &Expr| match e {

@@ -116,12 +116,21 @@ impl SqlFunction {
 
     /// `pg_get_function_arguments`: `a integer, b integer DEFAULT 2`.
     pub fn arguments_text(&self) -> String {
+        self.signature_text(true)
+    }
+
+    /// `pg_get_function_identity_arguments`: the arguments without their defaults.
+    pub fn identity_arguments_text(&self) -> String {
+        self.signature_text(false)
+    }
+
+    fn signature_text(&self, with_defaults: bool) -> String {
         self.params
             .iter()
             .enumerate()
             .map(|(i, (name, ty))| {
                 let ty = Self::type_named(ty).0;
-                let default = match self.default_shown(i) {
+                let default = match self.default_shown(i).filter(|_| with_defaults) {
                     Some(d) => format!(" DEFAULT {d}"),
                     None => String::new(),
                 };
@@ -134,27 +143,12 @@ impl SqlFunction {
             .join(", ")
     }
 
-    /// `pg_get_function_identity_arguments`: the arguments without their defaults.
-    pub fn identity_arguments_text(&self) -> String {
-        SqlFunction {
-            defaults: Vec::new(),
-            ..self.clone()
-        }
-        .arguments_text()
-    }
-
-    /// Parameter `i`'s default as Postgres shows it: a quoted constant with the parameter's
-    /// type (`'d'::text`), anything else as written.
+    /// Parameter `i`'s default as Postgres shows it (`crate::catalog::default_shown`:
+    /// `'d'::text`).
     pub fn default_shown(&self, i: usize) -> Option<String> {
-        let text = self.defaults.get(i)?.as_deref()?.trim();
-        let quoted = text.len() >= 2
-            && text.starts_with('\'')
-            && text.ends_with('\'')
-            && !text[1..text.len() - 1].replace("''", "").contains('\'');
-        if quoted && let Some((_, ty)) = self.params.get(i) {
-            return Some(format!("{text}::{}", Self::type_named(ty).0));
-        }
-        Some(crate::sql::parser::shown_expr(text))
+        let text = self.defaults.get(i)?.as_deref()?;
+        let ty = self.params.get(i).map(|(_, ty)| Self::type_named(ty).0);
+        Some(crate::catalog::default_shown(text, ty.as_deref()))
     }
 
     /// How many parameters have a default (`pg_proc.pronargdefaults`).

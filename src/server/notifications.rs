@@ -86,15 +86,7 @@ impl Inbox {
             }
         };
         let me = Arc::as_ptr(self);
-        let mut all = LISTENERS.lock();
-        for c in gone {
-            if let Some(list) = all.get_mut(&c) {
-                list.retain(|w| w.strong_count() > 0 && w.as_ptr() != me);
-                if list.is_empty() {
-                    all.remove(&c);
-                }
-            }
-        }
+        forget(gone, |w| w.as_ptr() != me);
     }
 
     /// The channels listened on (`pg_listening_channels()`).
@@ -125,14 +117,20 @@ impl Inbox {
 
 impl Drop for Inbox {
     fn drop(&mut self) {
-        let channels = std::mem::take(&mut *self.channels.lock());
-        let mut all = LISTENERS.lock();
-        for c in channels {
-            if let Some(list) = all.get_mut(&c) {
-                list.retain(|w| w.strong_count() > 0);
-                if list.is_empty() {
-                    all.remove(&c);
-                }
+        // (this inbox's own entries are dead already)
+        forget(std::mem::take(&mut *self.channels.lock()), |_| true);
+    }
+}
+
+/// Drop from the channels' listener lists the inboxes gone and those `keep` refuses; a
+/// channel nobody listens on any more leaves the table.
+fn forget(channels: Vec<String>, keep: impl Fn(&Weak<Inbox>) -> bool) {
+    let mut all = LISTENERS.lock();
+    for c in channels {
+        if let Some(list) = all.get_mut(&c) {
+            list.retain(|w| w.strong_count() > 0 && keep(w));
+            if list.is_empty() {
+                all.remove(&c);
             }
         }
     }
@@ -142,7 +140,15 @@ impl Drop for Inbox {
 /// `pg_notify` function.
 #[derive(Default)]
 pub struct Outbox {
-    sent: Mutex<Vec<(String, String)>>,
+    sent: Mutex<Sent>,
+}
+
+/// The notifications of a transaction in the order sent, each once (`pg_notify` per row
+/// of a large query stays linear).
+#[derive(Default)]
+struct Sent {
+    order: Vec<(String, String)>,
+    seen: std::collections::HashSet<(String, String)>,
 }
 
 impl Outbox {
@@ -157,15 +163,16 @@ impl Outbox {
             ));
         }
         let mut sent = self.sent.lock();
-        if !sent.iter().any(|(c, p)| c == channel && p == payload) {
-            sent.push((channel.to_owned(), payload.to_owned()));
+        let n = (channel.to_owned(), payload.to_owned());
+        if sent.seen.insert(n.clone()) {
+            sent.order.push(n);
         }
         Ok(())
     }
 
     /// The transaction committed: what it notified goes to the sessions listening.
     pub fn commit(&self, pid: i32) {
-        let sent = std::mem::take(&mut *self.sent.lock());
+        let sent = std::mem::take(&mut *self.sent.lock()).order;
         if sent.is_empty() {
             return;
         }
@@ -185,7 +192,7 @@ impl Outbox {
 
     /// The transaction rolled back (or its statement failed): nothing is sent.
     pub fn discard(&self) {
-        self.sent.lock().clear();
+        *self.sent.lock() = Sent::default();
     }
 }
 
