@@ -194,6 +194,7 @@ pub fn session_context(
     crate::sql::variance::register(&ctx);
     crate::sql::regression::register(&ctx);
     crate::sql::extension_functions::register(&ctx);
+    crate::sql::inet::register(&ctx);
     ctx
 }
 

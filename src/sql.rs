@@ -12,6 +12,7 @@ pub mod error_position;
 pub mod extension_functions;
 pub mod extract;
 pub mod hooked;
+pub mod inet;
 pub mod interval_in;
 pub mod json;
 pub mod json_build;

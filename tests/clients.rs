@@ -341,6 +341,7 @@ async fn python_drivers_and_sqlalchemy() {
         "sqlalchemy 2.x inspector over psycopg2",
         "sqlalchemy 2.x inspector over psycopg",
         "sqlalchemy orm create_all with unique, check, foreign key, comments and uuid",
+        "psycopg 3 ipaddress values for inet and cidr, text and binary",
     ] {
         assert!(
             out.contains(&format!("ok {check}\n")),

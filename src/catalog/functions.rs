@@ -1479,7 +1479,7 @@ pub fn register_identity(ctx: &SessionContext, catalog: Arc<Catalog>, who: WhoAm
         Ok(Arc::new(Int32Array::from(vec![pid; rows])))
     });
     // inet_client_addr() / inet_client_port(): the client's address of this connection
-    // (text: Weir has no inet type)
+    // (an `inet`: `pg_functions::declared_result`)
     let client = {
         let catalog = catalog.clone();
         move || catalog.connections.lock().get(&pid).and_then(|c| c.client)
@@ -1487,7 +1487,8 @@ pub fn register_identity(ctx: &SessionContext, catalog: Arc<Catalog>, who: WhoAm
     {
         let client = client.clone();
         register_fn(ctx, "inet_client_addr", DataType::Utf8, move |_, rows| {
-            let addr = client().map(|a| a.ip().to_string());
+            let addr =
+                client().and_then(|a| crate::sql::inet::canonical_inet(&a.ip().to_string()).ok());
             Ok(constant_str(rows, addr.as_deref()))
         });
     }
@@ -1873,6 +1874,65 @@ pub fn register_sequences(ctx: &SessionContext, catalog: Arc<Catalog>) {
 #[derive(Debug)]
 pub struct WeirExprPlanner;
 
+/// The operators over `inet` / `cidr` (`sql::inet`): containment `<<`, `<<=`, `>>`, `>>=`,
+/// `&&`, `&`, `|`, `inet - inet`, `inet ± bigint`. A quoted constant beside an address is
+/// read as an `inet`. None when neither operand is an address.
+fn inet_operator(
+    expr: &mut datafusion::logical_expr::planner::RawBinaryExpr,
+    schema: &datafusion::common::DFSchema,
+) -> Option<datafusion::logical_expr::Expr> {
+    use crate::sql::inet::{InetFn, InetOp};
+    use crate::sql::types::{SqlType, field_sql_type};
+    use datafusion::logical_expr::{Expr, ExprSchemable};
+    use datafusion::scalar::ScalarValue;
+    use datafusion::sql::sqlparser::ast::BinaryOperator as B;
+    let address = |e: &Expr| {
+        e.to_field(schema)
+            .is_ok_and(|(_, f)| matches!(field_sql_type(&f), Some(SqlType::Inet | SqlType::Cidr)))
+    };
+    let (l, r) = (address(&expr.left), address(&expr.right));
+    if !l && !r {
+        return None;
+    }
+    let number = |e: &Expr| e.get_type(schema).is_ok_and(|t| t.is_integer());
+    let text = |e: &Expr| matches!(e, Expr::Literal(ScalarValue::Utf8(Some(_)), _));
+    let op = match &expr.op {
+        B::PGBitwiseShiftLeft => InetOp::ContainedBy,
+        B::PGBitwiseShiftRight => InetOp::Contains,
+        B::Custom(o) if o == "<<=" => InetOp::ContainedByOrEqual,
+        B::Custom(o) if o == ">>=" => InetOp::ContainsOrEqual,
+        B::PGOverlap => InetOp::Overlaps,
+        B::BitwiseAnd => InetOp::And,
+        B::BitwiseOr => InetOp::Or,
+        B::Plus if l && number(&expr.right) => InetOp::Plus,
+        B::Plus if r && number(&expr.left) => {
+            std::mem::swap(&mut expr.left, &mut expr.right);
+            InetOp::Plus
+        }
+        B::Minus if l && number(&expr.right) => InetOp::Minus,
+        B::Minus if l => InetOp::Difference,
+        _ => return None,
+    };
+    let read = |e: Expr| match text(&e) {
+        true => InetFn::udf(InetOp::InetIn).call(vec![e]),
+        false => e,
+    };
+    let left = read(std::mem::replace(
+        &mut expr.left,
+        Expr::Literal(ScalarValue::Null, None),
+    ));
+    let right = match op {
+        InetOp::Plus | InetOp::Minus => {
+            std::mem::replace(&mut expr.right, Expr::Literal(ScalarValue::Null, None))
+        }
+        _ => read(std::mem::replace(
+            &mut expr.right,
+            Expr::Literal(ScalarValue::Null, None),
+        )),
+    };
+    Some(InetFn::udf(op).call(vec![left, right]))
+}
+
 impl datafusion::logical_expr::planner::ExprPlanner for WeirExprPlanner {
     /// `doc['key']`, `doc[0]` over a `jsonb` (or `json`): Postgres' subscripts, the same as
     /// `doc -> 'key'` / `doc -> 0` (DataFusion would take the text for a struct).
@@ -1973,6 +2033,9 @@ impl datafusion::logical_expr::planner::ExprPlanner for WeirExprPlanner {
             B::Eq | B::NotEq | B::Lt | B::LtEq | B::Gt | B::GtEq
         );
         let mut expr = expr;
+        if let Some(planned) = inet_operator(&mut expr, schema) {
+            return Ok(PlannerResult::Planned(planned));
+        }
         // `interval ± '2 hours'`, `interval < '1 day'`: the text constant is an interval
         let interval_type = |e: &Expr| match e.get_type(schema) {
             Ok(t @ DataType::Interval(_)) => Some(t),
@@ -2098,8 +2161,13 @@ impl datafusion::logical_expr::planner::ExprPlanner for WeirExprPlanner {
                         expr.right, expr.left,
                     )));
                 }
-                // NULL elements match nothing (as `a && b` of two arrays, `catalog/rewrite.rs`)
-                B::PGOverlap if typed => {
+                // `a && b`: the arrays overlap (share an element; NULL elements match
+                // nothing)
+                B::PGOverlap
+                    if typed
+                        || list_type(&expr.left).is_some()
+                        || list_type(&expr.right).is_some() =>
+                {
                     return Ok(PlannerResult::Planned(nested::array_has_any(
                         pg(
                             crate::sql::pg_functions::ARRAY_REMOVE_NULLS,

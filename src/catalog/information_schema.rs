@@ -113,6 +113,8 @@ fn data_type(t: &T) -> (String, String) {
         T::Jsonb => "jsonb",
         T::Json => "json",
         T::Uuid => "uuid",
+        T::Inet => "inet",
+        T::Cidr => "cidr",
         T::Oid => "oid",
         T::Name => "name",
         T::InternalChar => "char",

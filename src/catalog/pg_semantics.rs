@@ -33,6 +33,7 @@ use datafusion::optimizer::AnalyzerRule;
 
 use crate::error::{WeirError, sqlstate};
 use crate::operators::float_sum::ExactSum;
+use crate::sql::inet::{InetFn, InetOp};
 use crate::sql::numeric::{NumericArith, NumericOp, as_decimal};
 use crate::sql::pg_functions;
 use crate::sql::types::SqlType;
@@ -783,6 +784,8 @@ fn text_input_function(field: &Field) -> Option<&'static str> {
         crate::sql::types::SqlType::Jsonb => Some(pg_functions::JSONB_IN),
         crate::sql::types::SqlType::Json => Some(pg_functions::JSON_IN),
         crate::sql::types::SqlType::Uuid => Some(pg_functions::UUID_IN),
+        crate::sql::types::SqlType::Inet => Some(InetOp::InetIn.name()),
+        crate::sql::types::SqlType::Cidr => Some(InetOp::CidrIn.name()),
         _ => None,
     }
 }
@@ -791,7 +794,18 @@ fn text_input_function(field: &Field) -> Option<&'static str> {
 /// its values differs: the grouping key of an interval or a jsonb (which also orders them),
 /// an enum's label position.
 fn sort_key(e: &Expr, schema: &DFSchema) -> Option<Expr> {
-    group_key(e, schema).or_else(|| enum_type(e, schema).map(|t| enum_sort_key(e.clone(), &t)))
+    group_key(e, schema)
+        .or_else(|| enum_type(e, schema).map(|t| enum_sort_key(e.clone(), &t)))
+        .or_else(|| inet_sort_key(e, schema))
+}
+
+/// An `inet` / `cidr` value's bytes in Postgres' order (`sql::inet::write_sort_key`).
+fn inet_sort_key(e: &Expr, schema: &DFSchema) -> Option<Expr> {
+    matches!(
+        declared_type(e, schema),
+        Some(SqlType::Inet | SqlType::Cidr)
+    )
+    .then(|| InetFn::udf(InetOp::SortKey).call(vec![e.clone()]))
 }
 
 /// The enum type of an expression (a column of one, a cast to one).
@@ -837,6 +851,8 @@ fn read_constant_beside(e: Expr, other: Option<&SqlType>) -> (Expr, bool) {
             )),
             true,
         ),
+        Some(SqlType::Inet) => (InetFn::udf(InetOp::InetIn).call(vec![e]), true),
+        Some(SqlType::Cidr) => (InetFn::udf(InetOp::CidrIn).call(vec![e]), true),
         Some(SqlType::Enum(t)) => (enum_in(e, t), true),
         Some(SqlType::Bpchar(_)) if text.ends_with(' ') => (
             Expr::Literal(
@@ -929,6 +945,14 @@ fn interval_groups(plan: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
             ),
             [x] if let Some(t) = enum_type(x, &in_schema) => {
                 (x.clone(), Box::new(move |e| enum_sort_key(e, &t)))
+            }
+            [x] if matches!(f.func.name(), "min" | "max")
+                && inet_sort_key(x, &in_schema).is_some() =>
+            {
+                (
+                    x.clone(),
+                    Box::new(|e| InetFn::udf(InetOp::SortKey).call(vec![e])),
+                )
             }
             _ => {
                 aggr.push(e.clone());
@@ -1043,7 +1067,8 @@ pub fn fix_planned(plan: LogicalPlan) -> DfResult<LogicalPlan> {
             let (p, c5) = numeric_avg(p)?;
             let (p, c6) = recursive_term_metadata(p)?;
             let (p, c8) = keep_declared_types(p)?;
-            let c = c || c1 || c2 || c3 || c4 || c5 || c6 || c7 || c8;
+            let (p, c9) = min_max_declared_types(p)?;
+            let c = c || c1 || c2 || c3 || c4 || c5 || c6 || c7 || c8 || c9;
             changed |= c;
             Ok(if c {
                 Transformed::yes(p)
@@ -1054,6 +1079,66 @@ pub fn fix_planned(plan: LogicalPlan) -> DfResult<LogicalPlan> {
             })
         })?
         .data)
+}
+
+/// `min` / `max` of a value with a declared type (an enum, `inet`, `uuid`: text to Arrow)
+/// have that type, as in Postgres; DataFusion's field for them carries no declared type, so
+/// a materialized view's `max(ip)` column was text. A projection over such an aggregate gives
+/// those columns their argument's field (names and qualifiers kept).
+fn min_max_declared_types(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
+    let LogicalPlan::Aggregate(a) = &plan else {
+        return Ok((plan, false));
+    };
+    let n_groups = a.group_expr.len();
+    let mut declared: Vec<Option<FieldRef>> = vec![None; a.schema.fields().len()];
+    for (i, e) in a.aggr_expr.iter().enumerate() {
+        let inner = match e {
+            Expr::Alias(al) => al.expr.as_ref(),
+            other => other,
+        };
+        let Expr::AggregateFunction(f) = inner else {
+            continue;
+        };
+        let [x] = f.params.args.as_slice() else {
+            continue;
+        };
+        if !matches!(f.func.name(), "min" | "max") {
+            continue;
+        }
+        let Ok((_, arg)) = x.to_field(a.input.schema()) else {
+            continue;
+        };
+        let out = a.schema.field(n_groups + i);
+        if !arg.metadata().is_empty()
+            && arg.data_type() == out.data_type()
+            && arg.metadata() != out.metadata()
+        {
+            declared[n_groups + i] = Some(Arc::new(
+                out.as_ref().clone().with_metadata(arg.metadata().clone()),
+            ));
+        }
+    }
+    if declared.iter().all(Option::is_none) {
+        return Ok((plan, false));
+    }
+    let exprs = a
+        .schema
+        .iter()
+        .zip(declared)
+        .map(|((q, f), d)| {
+            let col = Expr::Column(datafusion::common::Column::new(q.cloned(), f.name()));
+            match d {
+                Some(field) => Expr::Cast(datafusion::logical_expr::Cast::new_from_field(
+                    Box::new(col),
+                    field,
+                ))
+                .alias_qualified(q.cloned(), f.name()),
+                None => col,
+            }
+        })
+        .collect();
+    let projection = datafusion::logical_expr::Projection::try_new(exprs, Arc::new(plan))?;
+    Ok((LogicalPlan::Projection(projection), true))
 }
 
 /// `CASE`, `coalesce`, `nullif`, `greatest` and `least` over values that all have one
@@ -2314,6 +2399,18 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
                     Some(DataType::Boolean),
                 ));
             }
+            // inet and cidr order as Postgres orders them, and a cidr equals an inet of the
+            // same address and mask (their texts differ: `1.2.3.4/32`, `1.2.3.4`)
+            let network = |t: &Option<SqlType>| matches!(t, Some(SqlType::Inet | SqlType::Cidr));
+            let (l_now, r_now) = (declared_type(&l, schema), declared_type(&r, schema));
+            if (network(&l_now) || network(&r_now)) && (ordering || l_now != r_now) {
+                let key = |e: Expr| InetFn::udf(InetOp::SortKey).call(vec![e]);
+                return Ok((
+                    Expr::BinaryExpr(BinaryExpr::new(Box::new(key(l)), op, Box::new(key(r)))),
+                    true,
+                    Some(DataType::Boolean),
+                ));
+            }
             if let Some(t) = an_enum {
                 let (l, r) = match ordering {
                     true => (enum_sort_key(l, &t), enum_sort_key(r, &t)),
@@ -2537,14 +2634,42 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
                     )?;
                     Ok((e, true, Some(data_type)))
                 }
-                // text[] to uuid[]: each element checked and canonical
+                // text[] to uuid[] (inet[], cidr[]): each element checked and canonical
                 (Some(DataType::List(from_elem)), DataType::List(to_elem))
-                    if crate::sql::types::field_sql_type(to_elem) == Some(SqlType::Uuid)
-                        && crate::sql::types::field_sql_type(from_elem) != Some(SqlType::Uuid) =>
+                    if let Some(input) = text_input_function(to_elem)
+                        && input != pg_functions::JSONB_IN
+                        && input != pg_functions::JSON_IN
+                        && crate::sql::types::field_sql_type(from_elem)
+                            != crate::sql::types::field_sql_type(to_elem) =>
                 {
                     Ok((
                         Expr::Cast(datafusion::logical_expr::Cast {
-                            expr: Box::new(pg_udf(pg_functions::UUID_IN).call(vec![x])),
+                            expr: Box::new(pg_udf(input).call(vec![x])),
+                            field,
+                        }),
+                        true,
+                        Some(data_type),
+                    ))
+                }
+                // inet to text: with the mask length always (`text(inet)`); inet to cidr:
+                // the address cut to its mask (`network`), not checked as cidr input
+                (Some(DataType::Utf8), DataType::Utf8)
+                    if matches!(declared_type(&x, schema), Some(SqlType::Inet | SqlType::Cidr))
+                        && matches!(
+                            crate::sql::types::field_sql_type(&field),
+                            Some(SqlType::Text | SqlType::Varchar(_) | SqlType::Bpchar(_) | SqlType::Cidr)
+                        ) =>
+                {
+                    let op = match crate::sql::types::field_sql_type(&field) {
+                        Some(SqlType::Cidr) => InetOp::Network,
+                        _ => InetOp::Text,
+                    };
+                    if op == InetOp::Network && declared_type(&x, schema) == Some(SqlType::Cidr) {
+                        return Ok((x, c, Some(data_type)));
+                    }
+                    Ok((
+                        Expr::Cast(datafusion::logical_expr::Cast {
+                            expr: Box::new(InetFn::udf(op).call(vec![x])),
                             field,
                         }),
                         true,
@@ -2794,6 +2919,27 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
             }
             Ok((element, true, None))
         }
+        // `~ inet`: the address's bits inverted (`~` was planned as the integer operator)
+        Expr::ScalarFunction(f)
+            if f.func.name() == pg_functions::BITWISE_NOT
+                && f.args.len() == 1
+                && matches!(
+                    declared_type(&f.args[0], schema),
+                    Some(SqlType::Inet | SqlType::Cidr)
+                ) =>
+        {
+            let arg = f
+                .args
+                .into_iter()
+                .next()
+                .unwrap_or_else(|| Expr::Literal(ScalarValue::Null, None));
+            let (x, _, _) = rewrite_expr(arg, schema)?;
+            Ok((
+                InetFn::udf(InetOp::Not).call(vec![x]),
+                true,
+                Some(DataType::Utf8),
+            ))
+        }
         Expr::InList(il) => {
             // `uuid_column IN ('A0EEBC99-...', ...)`: the constants read as the column's type
             let (x, mut changed, _) = rewrite_expr(*il.expr, schema)?;
@@ -2939,6 +3085,9 @@ fn multi_dimensional_literal(
 
 /// A Postgres-semantics function (`sql/pg_functions.rs`) by name, for the rewrites here.
 fn pg_udf(name: &'static str) -> Arc<ScalarUDF> {
+    if let Some(op) = InetOp::ALL.into_iter().find(|o| o.name() == name) {
+        return InetFn::udf(op);
+    }
     PG_UDFS
         .iter()
         .find(|u| u.name() == name)

@@ -2668,28 +2668,6 @@ fn rewrite_expr(expr: &mut Expr) {
         {
             f.name = ast::ObjectName::from(vec![Ident::new("weir_regclass")]);
         }
-        // `a && b`: the arrays overlap (share an element; NULL elements match nothing); a
-        // quoted literal's or a parameter's type is the other side's, so `a && '{x}'` and
-        // `a && $1` are left to the planner (`WeirExprPlanner`)
-        Expr::BinaryOp {
-            op: ast::BinaryOperator::PGOverlap,
-            left,
-            right,
-        } if !is_string_literal(left)
-            && !is_string_literal(right)
-            && !is_placeholder(left)
-            && !is_placeholder(right) =>
-        {
-            let l = std::mem::replace(left.as_mut(), Expr::value(ast::Value::Null));
-            let r = std::mem::replace(right.as_mut(), Expr::value(ast::Value::Null));
-            *expr = call(
-                "array_has_any",
-                vec![
-                    call(crate::sql::pg_functions::ARRAY_REMOVE_NULLS, vec![l]),
-                    r,
-                ],
-            );
-        }
         // Postgres' prefix operators: `|/ x` square root, `||/ x` cube root, `@ x` absolute
         // value, `~ x` bitwise not
         Expr::UnaryOp {
@@ -4630,10 +4608,6 @@ fn row_items(e: &Expr) -> Option<&[Expr]> {
         Expr::Nested(inner) => row_items(inner),
         _ => None,
     }
-}
-
-fn is_placeholder(e: &Expr) -> bool {
-    matches!(e, Expr::Value(v) if matches!(v.value, ast::Value::Placeholder(_)))
 }
 
 /// Postgres' name for an unnamed select item (FigureColname).

@@ -73,6 +73,8 @@ impl JsonDecoder {
                 | SqlType::Text
                 | SqlType::Varchar(_)
                 | SqlType::Uuid
+                | SqlType::Inet
+                | SqlType::Cidr
                 | SqlType::Date => Kind::Direct,
                 _ => {
                     return Err(WeirError::not_supported(format!(
@@ -284,30 +286,37 @@ pub(crate) fn finish(
                 }
                 a
             }
-            // any of uuid's input forms, stored canonical
-            SqlType::Uuid => match a.as_any().downcast_ref::<StringArray>() {
-                Some(s) => {
-                    let mut out = StringBuilder::with_capacity(s.len(), s.len() * 36);
-                    for (r, v) in s.iter().enumerate() {
-                        match v.map(crate::sql::uuid::canonical) {
-                            None => out.append_null(),
-                            Some(Ok(u)) => out.append_value(u),
-                            Some(Err(e)) => {
-                                if !bad[r] {
-                                    bad[r] = true;
-                                    errors.push((
-                                        good[r],
-                                        format!("column \"{}\": {}", c.name, e.message),
-                                    ));
+            // any of uuid's (inet's, cidr's) input forms, stored canonical
+            SqlType::Uuid | SqlType::Inet | SqlType::Cidr => {
+                match a.as_any().downcast_ref::<StringArray>() {
+                    Some(s) => {
+                        let canonical = match c.ty {
+                            SqlType::Inet => crate::sql::inet::canonical_inet,
+                            SqlType::Cidr => crate::sql::inet::canonical_cidr,
+                            _ => crate::sql::uuid::canonical,
+                        };
+                        let mut out = StringBuilder::with_capacity(s.len(), s.len() * 36);
+                        for (r, v) in s.iter().enumerate() {
+                            match v.map(canonical) {
+                                None => out.append_null(),
+                                Some(Ok(u)) => out.append_value(u),
+                                Some(Err(e)) => {
+                                    if !bad[r] {
+                                        bad[r] = true;
+                                        errors.push((
+                                            good[r],
+                                            format!("column \"{}\": {}", c.name, e.message),
+                                        ));
+                                    }
+                                    out.append_null();
                                 }
-                                out.append_null();
                             }
                         }
+                        Arc::new(out.finish())
                     }
-                    Arc::new(out.finish())
+                    None => a,
                 }
-                None => a,
-            },
+            }
             _ => a,
         };
         if !c.nullable {

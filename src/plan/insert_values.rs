@@ -263,6 +263,8 @@ pub fn scanned_rows(
             | SqlType::Jsonb
             | SqlType::Json
             | SqlType::Uuid
+            | SqlType::Inet
+            | SqlType::Cidr
             | SqlType::Enum(_)
             | SqlType::Int2
             | SqlType::Int4

@@ -680,6 +680,17 @@ fn cast_text(
             }
             return cast_plain(&(Arc::new(text.clone()) as ArrayRef), target, text, &bad);
         }
+        SqlType::Inet | SqlType::Cidr => {
+            // (Postgres' words: `invalid cidr value` for bits right of the mask)
+            for (row, v) in text.iter().enumerate() {
+                if let Some(v) = v
+                    && let Err(e) = crate::sql::inet::parse(v, *ty == SqlType::Cidr)
+                {
+                    return Err(Box::new((row, e)));
+                }
+            }
+            return cast_plain(&(Arc::new(text.clone()) as ArrayRef), target, text, &bad);
+        }
         SqlType::Array(elem) => {
             // `{a,"b c",NULL}`: the elements of all rows read as one column of the
             // element type (an element's error names its row)

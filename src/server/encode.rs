@@ -262,6 +262,7 @@ fn encode_column(col: &ArrayRef, plan: &ColumnPlan, rows: &mut [BytesMut]) -> Re
             let a = col.as_any().downcast_ref::<StringArray>().expect("Utf8");
             let jsonb_binary = binary && plan.ty == SqlType::Jsonb;
             let uuid_binary = binary && plan.ty == SqlType::Uuid;
+            let inet_binary = binary && matches!(plan.ty, SqlType::Inet | SqlType::Cidr);
             // character(n) is stored without trailing blanks and sent padded to n
             if let SqlType::Bpchar(Some(width)) = plan.ty {
                 for i in 0..n {
@@ -284,7 +285,15 @@ fn encode_column(col: &ArrayRef, plan: &ColumnPlan, rows: &mut [BytesMut]) -> Re
                     {
                         // uuid's binary form: its 16 bytes
                         Some(bytes) => b.put_slice(&bytes),
-                        None => b.put_slice(a.value(i).as_bytes()),
+                        None => match inet_binary
+                            .then(|| {
+                                crate::sql::inet::to_binary(a.value(i), plan.ty == SqlType::Cidr)
+                            })
+                            .flatten()
+                        {
+                            Some(bytes) => b.put_slice(&bytes),
+                            None => b.put_slice(a.value(i).as_bytes()),
+                        },
                     }
                 });
             }

@@ -102,6 +102,14 @@ fn decode_binary(raw: &[u8], declared: &Type, i: usize) -> Result<ScalarValue> {
             ))
         }
         2950 => ScalarValue::Utf8(Some(crate::sql::uuid::from_bytes(&fixed(raw, i, "uuid")?))),
+        869 | 650 => ScalarValue::Utf8(Some(
+            crate::sql::inet::from_binary(raw, declared.oid() == 650).ok_or_else(|| {
+                protocol_error(format!(
+                    "incorrect binary data format in bind parameter {}",
+                    i + 1
+                ))
+            })?,
+        )),
         // user types (enums): their binary form is the label's text, as enum_recv reads it
         o if o >= crate::catalog::FIRST_USER_OID => ScalarValue::Utf8(Some(utf8(raw, i)?)),
         // a one-dimensional array (array_recv): its elements decoded by their type, given on
@@ -638,6 +646,18 @@ fn declared_sql_type(oid: u32) -> Option<datafusion::sql::sqlparser::ast::DataTy
             precision: None,
         },
         2950 => T::Uuid,
+        869 => T::Custom(
+            datafusion::sql::sqlparser::ast::ObjectName::from(vec![
+                datafusion::sql::sqlparser::ast::Ident::new("inet"),
+            ]),
+            vec![],
+        ),
+        650 => T::Custom(
+            datafusion::sql::sqlparser::ast::ObjectName::from(vec![
+                datafusion::sql::sqlparser::ast::Ident::new("cidr"),
+            ]),
+            vec![],
+        ),
         _ => return None,
     })
 }

@@ -128,7 +128,8 @@ fn target(e: &WeirError, is_dml: bool) -> Option<Target> {
             let known = m.starts_with("invalid input syntax for type ")
                 || m.starts_with("malformed array literal")
                 || m.starts_with("date/time field value out of range")
-                || m.starts_with("invalid value for ");
+                || m.starts_with("invalid value for ")
+                || m.starts_with("invalid cidr value");
             known.then(|| Target::Literal(value.to_owned()))
         }
         _ => None,

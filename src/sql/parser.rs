@@ -2394,6 +2394,24 @@ fn preprocess(tokens: Vec<TokenWithSpan>) -> (Vec<TokenWithSpan>, Vec<Location>)
                 }
             }
         }
+        // `inet '10.0.0.1'`, `cidr '10.0.0.0/8'` (a type name before a constant, which
+        // sqlparser reads only for its own types): `'10.0.0.1'::inet`
+        if (word_at(0, "inet") || word_at(0, "cidr"))
+            && let Some(Token::SingleQuotedString(text)) = at(1).map(|t| &t.token)
+            && let Some(Token::Word(name)) = at(0).map(|t| &t.token)
+        {
+            drop[sig[k]] = true;
+            replace.push((
+                sig[k + 1],
+                vec![
+                    Token::SingleQuotedString(text.clone()),
+                    Token::DoubleColon,
+                    Token::make_word(&name.value.to_lowercase(), None),
+                ],
+            ));
+            k += 2;
+            continue;
+        }
         if word_at(1, "FOR")
             && word_at(2, "SYSTEM_TIME")
             && word_at(3, "AS")

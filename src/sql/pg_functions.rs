@@ -1209,6 +1209,8 @@ fn declared_result(name: &str) -> Option<crate::sql::types::SqlType> {
         || crate::sql::extension_functions::UUID_RESULTS.contains(&name)
     {
         Some(SqlType::Uuid)
+    } else if name == "inet_client_addr" {
+        Some(SqlType::Inet)
     } else {
         None
     }

@@ -126,6 +126,9 @@ pub enum SqlType {
     /// `void`, the result of functions called for their effect (`sql/void.rs`): sent as an
     /// empty value.
     Void,
+    /// `inet` and `cidr`, stored as their canonical text (`sql::inet`).
+    Inet,
+    Cidr,
 }
 
 impl SqlType {
@@ -195,6 +198,8 @@ impl SqlType {
                     "jsonb" => SqlType::Jsonb,
                     "json" => SqlType::Json,
                     "uuid" => SqlType::Uuid,
+                    "inet" => SqlType::Inet,
+                    "cidr" => SqlType::Cidr,
                     "int2" => SqlType::Int2,
                     "int4" => SqlType::Int4,
                     "int8" => SqlType::Int8,
@@ -234,6 +239,8 @@ impl SqlType {
             | SqlType::Jsonb
             | SqlType::Json
             | SqlType::Uuid
+            | SqlType::Inet
+            | SqlType::Cidr
             | SqlType::Enum(_) => DataType::Utf8,
             SqlType::Date => DataType::Date32,
             SqlType::Time(_) => DataType::Time64(TimeUnit::Microsecond),
@@ -272,6 +279,8 @@ impl SqlType {
             SqlType::Jsonb => 3802,
             SqlType::Json => 114,
             SqlType::Uuid => 2950,
+            SqlType::Inet => 869,
+            SqlType::Cidr => 650,
             SqlType::Enum(e) => e.oid,
             SqlType::Oid => 26,
             SqlType::Name => 19,
@@ -341,6 +350,8 @@ impl SqlType {
             SqlType::Jsonb => "jsonb".into(),
             SqlType::Json => "json".into(),
             SqlType::Uuid => "uuid".into(),
+            SqlType::Inet => "inet".into(),
+            SqlType::Cidr => "cidr".into(),
             SqlType::Enum(e) => crate::sql::pg_text::quote_ident(&e.name),
             SqlType::Oid => "oid".into(),
             SqlType::Name => "name".into(),
@@ -389,6 +400,8 @@ impl SqlType {
             "jsonb" => SqlType::Jsonb,
             "json" => SqlType::Json,
             "uuid" => SqlType::Uuid,
+            "inet" => SqlType::Inet,
+            "cidr" => SqlType::Cidr,
             "oid" => SqlType::Oid,
             "name" => SqlType::Name,
             "\"char\"" => SqlType::InternalChar,
@@ -535,6 +548,8 @@ pub fn array_oid(element_oid: u32) -> Option<u32> {
         3802 => 3807,
         114 => 199,
         2950 => 2951,
+        869 => 1041,
+        650 => 651,
         _ => return None,
     })
 }
@@ -643,6 +658,8 @@ mod tests {
             SqlType::Jsonb,
             SqlType::Json,
             SqlType::Uuid,
+            SqlType::Inet,
+            SqlType::Array(Box::new(SqlType::Cidr)),
         ] {
             assert_eq!(SqlType::from_display_name(&t.display_name()), Some(t));
         }

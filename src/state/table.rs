@@ -1825,6 +1825,10 @@ impl TableStore {
                 // trailing blanks mean nothing to character(n): stored without them
                 SqlType::Bpchar(Some(_)) => crate::sql::pg_text::bpchar_stored,
                 SqlType::Array(e) if **e == SqlType::Uuid => crate::sql::uuid::canonical,
+                SqlType::Inet => crate::sql::inet::canonical_inet,
+                SqlType::Array(e) if **e == SqlType::Inet => crate::sql::inet::canonical_inet,
+                SqlType::Cidr => crate::sql::inet::canonical_cidr,
+                SqlType::Array(e) if **e == SqlType::Cidr => crate::sql::inet::canonical_cidr,
                 _ => continue,
             };
             if let Some(col) = crate::sql::pg_text::map_texts(batch.column(i), canonical)? {

@@ -787,6 +787,37 @@ def check_psycopg_enum():
     ok("psycopg 3 enum adapter, text and binary")
 
 
+def check_psycopg_inet():
+    # inet / cidr: psycopg 3 hands out ipaddress objects (text and binary results) and sends
+    # them as parameters (binary too); psycopg2 reads the text
+    import ipaddress
+    import psycopg
+    import psycopg2
+
+    with psycopg.connect(f"host=127.0.0.1 port={PORT} user=weir dbname=weir", autocommit=True) as c:
+        c.execute("CREATE TABLE py_inet (id int PRIMARY KEY, ip inet, net cidr)")
+        c.execute("INSERT INTO py_inet VALUES (1, %s, %s)",
+                  [ipaddress.ip_interface("10.1.2.3/24"), ipaddress.ip_network("10.0.0.0/8")])
+        c.cursor(binary=True).execute("INSERT INTO py_inet VALUES (2, %b, %b)",
+                                      [ipaddress.ip_address("::1"), ipaddress.ip_network("2001:db8::/32")])
+        for binary in [False, True]:
+            cur = c.cursor(binary=binary)
+            cur.execute("SELECT ip, net, ip << %s FROM py_inet ORDER BY ip",
+                        [ipaddress.ip_network("10.0.0.0/8")])
+            rows = cur.fetchall()
+            assert rows == [
+                (ipaddress.ip_interface("10.1.2.3/24"), ipaddress.ip_network("10.0.0.0/8"), True),
+                (ipaddress.ip_address("::1"), ipaddress.ip_network("2001:db8::/32"), False),
+            ], (binary, rows)
+        c.execute("DROP TABLE py_inet")
+    c2 = psycopg2.connect(host="127.0.0.1", port=PORT, user="weir", dbname="weir")
+    cur = c2.cursor()
+    cur.execute("SELECT '10.1.2.3/24'::inet, network('10.1.2.3/24'::inet)")
+    assert cur.fetchone() == ("10.1.2.3/24", "10.1.2.0/24"), "psycopg2 inet"
+    c2.close()
+    ok("psycopg 3 ipaddress values for inet and cidr, text and binary")
+
+
 def check_psycopg_json():
     # json_build_object / json_agg are typed json (OID 114): psycopg 2 and 3 decode them into
     # Python values, in text and (psycopg 3) binary
@@ -842,6 +873,7 @@ if WHAT == "all":
     check_sqlalchemy_enum()
     check_psycopg_enum()
     check_psycopg_typed_arrays()
+    check_psycopg_inet()
     check_psycopg_json()
 else:
     check_sqlalchemy()
