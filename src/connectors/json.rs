@@ -444,6 +444,35 @@ mod tests {
     }
 
     #[test]
+    fn inet_and_cidr_columns_are_stored_canonical_and_bad_ones_are_errors() {
+        let d = JsonDecoder::new(&[
+            col("ip", SqlType::Inet, true),
+            col("net", SqlType::Cidr, true),
+        ])
+        .unwrap();
+        let msgs: Vec<Option<&[u8]>> = vec![
+            Some(br#"{"ip": "2001:DB8::1", "net": "10"}"#),
+            Some(br#"{"ip": "10.0.0.1", "net": "10.1.2.3/8"}"#),
+            Some(br#"{"ip": "10.0.0.1/32", "net": "192.168.1"}"#),
+        ];
+        let out = d.decode(&msgs);
+        assert_eq!(out.rows, vec![0, 2]);
+        assert_eq!(out.errors.len(), 1);
+        assert!(
+            out.errors[0].1.contains("invalid cidr value"),
+            "{:?}",
+            out.errors
+        );
+        let ips = datafusion::arrow::array::AsArray::as_string::<i32>(out.batch.column(0));
+        let nets = datafusion::arrow::array::AsArray::as_string::<i32>(out.batch.column(1));
+        assert_eq!((ips.value(0), nets.value(0)), ("2001:db8::1", "10.0.0.0/8"));
+        assert_eq!(
+            (ips.value(1), nets.value(1)),
+            ("10.0.0.1", "192.168.1.0/24")
+        );
+    }
+
+    #[test]
     fn good_and_bad_messages() {
         let d = JsonDecoder::new(&[
             col("id", SqlType::Int8, false),

@@ -292,7 +292,6 @@ fn v6_bits(s: &[u8]) -> Option<u8> {
 /// The dotted IPv4 tail of an IPv6 address (one to four octets, no leading zeros), written
 /// at `out`; a `/bits` may end it.
 fn v4_tail(s: &[u8], out: &mut [u8], bits: &mut Option<u8>) -> Option<()> {
-    let mut n = 0usize;
     for (i, part) in s.split(|c| *c == b'.').enumerate() {
         let (octet, rest) = match part.iter().position(|c| *c == b'/') {
             Some(p) => (&part[..p], Some(&part[p + 1..])),
@@ -301,7 +300,7 @@ fn v4_tail(s: &[u8], out: &mut [u8], bits: &mut Option<u8>) -> Option<()> {
         if octet.is_empty()
             || (octet.len() > 1 && octet[0] == b'0')
             || !octet.iter().all(u8::is_ascii_digit)
-            || n > 3
+            || i > 3
         {
             return None;
         }
@@ -309,8 +308,7 @@ fn v4_tail(s: &[u8], out: &mut [u8], bits: &mut Option<u8>) -> Option<()> {
         if v > 255 {
             return None;
         }
-        out[n] = v as u8;
-        n += 1;
+        out[i] = v as u8;
         if let Some(rest) = rest {
             // the mask ends the text: what follows it is not an octet
             if s.split(|c| *c == b'.').count() > i + 1 {
