@@ -1952,8 +1952,8 @@ fn lateral_set_returning(select: &mut ast::Select) {
 }
 
 /// The columns a set-returning function in FROM gives (named by its alias' column list,
-/// else `key`/`value` for `jsonb_each`, `value` for `jsonb_array_elements(_text)`, the
-/// alias, or the function's name, as Postgres names them) and the alias itself; none for
+/// else `key`/`value` for `jsonb_each`, `value` for `jsonb_array_elements(_text)` (aliased
+/// or not), the alias, or the function's name, as Postgres names them) and the alias itself; none for
 /// more names than columns.
 fn srf_columns(
     fname: &str,
@@ -1991,6 +1991,8 @@ fn srf_columns(
             vec![Ident::new("key"), Ident::new("value")],
             Some(a.name.clone()),
         ),
+        // jsonb_array_elements' column is `value` (an OUT parameter's name) under an alias
+        Some(a) if element => (vec![Ident::new("value")], Some(a.name.clone())),
         Some(a) => (vec![a.name.clone()], Some(a.name.clone())),
         None if pair => (vec![Ident::new("key"), Ident::new("value")], None),
         None if element => (vec![Ident::new("value")], None),

@@ -82,6 +82,7 @@ impl Rows<'_> {
                     seen: normalize_ident(&alias.name),
                     columns: fields.clone(),
                     fields,
+                    scalar: false,
                 });
                 continue;
             }
@@ -108,6 +109,40 @@ impl Rows<'_> {
                     seen: normalize_ident(&alias.name),
                     columns: fields.clone(),
                     fields,
+                    scalar: false,
+                });
+                continue;
+            }
+            // `jsonb_array_elements(j) AS e`: the function returns one value per row, and its
+            // alias used as a value is that value (its column is `value`, or the one name the
+            // alias gives)
+            if let ast::TableFactor::Table {
+                name,
+                alias: Some(alias),
+                args: Some(_),
+                with_ordinality: false,
+                ..
+            } = f
+                && alias.columns.len() <= 1
+                && name.0.last().and_then(|p| p.as_ident()).is_some_and(|i| {
+                    matches!(
+                        i.value.to_ascii_lowercase().as_str(),
+                        "jsonb_array_elements"
+                            | "json_array_elements"
+                            | "jsonb_array_elements_text"
+                            | "json_array_elements_text"
+                    )
+                })
+            {
+                let column = alias
+                    .columns
+                    .first()
+                    .map_or_else(|| "value".to_owned(), |c| normalize_ident(&c.name));
+                out.push(Relation {
+                    seen: normalize_ident(&alias.name),
+                    fields: vec![column.clone()],
+                    columns: vec![column],
+                    scalar: true,
                 });
                 continue;
             }
@@ -131,6 +166,7 @@ impl Rows<'_> {
                         seen,
                         columns: fields.clone(),
                         fields: fields.clone(),
+                        scalar: false,
                     });
                 }
                 continue;
@@ -155,6 +191,7 @@ impl Rows<'_> {
                 seen,
                 fields,
                 columns,
+                scalar: false,
             });
         }
         out
@@ -167,10 +204,21 @@ struct Relation {
     seen: String,
     fields: Vec<String>,
     columns: Vec<String>,
+    /// A function returning one value per row: its row is that value, not a record.
+    scalar: bool,
 }
 
-/// `weir_record('f1', "t"."c1", ...)`: the row of a relation.
+/// `weir_record('f1', "t"."c1", ...)`: the row of a relation (a scalar function's: its
+/// value, `"e"."value"`).
 fn row_of(r: &Relation) -> Expr {
+    if r.scalar
+        && let Some(c) = r.columns.first()
+    {
+        return Expr::CompoundIdentifier(vec![
+            Ident::with_quote('"', r.seen.clone()),
+            Ident::with_quote('"', c.clone()),
+        ]);
+    }
     let args = r
         .fields
         .iter()
