@@ -2311,7 +2311,9 @@ pub const CONFLICT_WHERE: &str = "__weir_conflict_where__";
 /// - `tbl FOR SYSTEM_TIME AS OF PROCTIME()` becomes `__weir_temporal__tbl AS tbl`: the name
 ///   marks a temporal join's lookup side for the view planner;
 /// - `ON CONFLICT (cols) WHERE pred DO` becomes `ON CONFLICT (cols, "<CONFLICT_WHERE>pred")
-///   DO`.
+///   DO`;
+/// - `ORDER BY x USING <` / `USING >` become `ASC` / `DESC`;
+/// - `inet 'text'` / `cidr 'text'` become `'text'::inet` / `'text'::cidr`.
 fn preprocess(tokens: Vec<TokenWithSpan>) -> (Vec<TokenWithSpan>, Vec<Location>) {
     let sig = significant(&tokens);
     let mut drop = vec![false; tokens.len()];
@@ -2393,6 +2395,20 @@ fn preprocess(tokens: Vec<TokenWithSpan>) -> (Vec<TokenWithSpan>, Vec<Location>)
                     continue;
                 }
             }
+        }
+        // `ORDER BY x USING >` / `USING <`: the ordering operator of a sort key is its
+        // direction (`DESC` / `ASC`); nothing else in SQL has `USING` before `<` or `>`
+        if word_at(0, "USING")
+            && let Some(dir) = at(1).and_then(|t| match t.token {
+                Token::Lt => Some("ASC"),
+                Token::Gt => Some("DESC"),
+                _ => None,
+            })
+        {
+            replace.push((sig[k], vec![Token::make_keyword(dir)]));
+            drop[sig[k + 1]] = true;
+            k += 2;
+            continue;
         }
         // `inet '10.0.0.1'`, `cidr '10.0.0.0/8'` (a type name before a constant, which
         // sqlparser reads only for its own types): `'10.0.0.1'::inet`
