@@ -300,6 +300,10 @@ impl Engine {
         if merge::joins_other_relations(q) {
             return self.describe_join_dml(session, q).await;
         }
+        // `VALUES ($1, DEFAULT)`: described as it runs, the defaults filled in (DataFusion
+        // read `DEFAULT` as a column)
+        let filled = self.fill_defaults(q)?;
+        let q = filled.as_ref().unwrap_or(q);
         // ON CONFLICT is ours to run (DataFusion plans no such INSERT): the INSERT without
         // it gives the parameters' types (a `$n` only in the clause is typed as declared)
         if matches!(q, ast::Statement::Insert(i) if i.on.is_some()) {

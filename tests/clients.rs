@@ -445,6 +445,36 @@ subscribe|weir_diff|1|6
     );
 }
 
+/// TypeORM from npm (installed into ~/.cache/weir-node by `make deps`): synchronize, save and
+/// load with a relation, a query builder, cascade, and a second synchronize that reads the
+/// schema back through TypeORM's catalog queries and finds nothing to change
+/// (tests/clients/typeorm_check.js).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typeorm_synchronize_and_introspect() {
+    let server = TestServer::start();
+    let out = run_client(
+        &server,
+        Command::new("node")
+            .arg(clients_dir().join("typeorm_check.js"))
+            .arg(server.port().to_string())
+            .env(
+                "NODE_PATH",
+                dirs_home().join(".cache/weir-node/node_modules"),
+            ),
+        "typeorm_check.js",
+    );
+    assert_eq!(
+        out,
+        r#"synchronized
+saved 1 true true 0.00 true
+found [{"id":1,"title":"hello","tags":["a","b"]}] {"k":1}
+query builder 1
+cascaded 0
+pending []
+"#
+    );
+}
+
 /// node-postgres from npm (installed into ~/.cache/weir-node by `make deps`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_postgres() {

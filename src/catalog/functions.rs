@@ -21,8 +21,8 @@ use datafusion::logical_expr::{
 use datafusion::sql::sqlparser::ast;
 
 use crate::catalog::pg_catalog::{
-    format_type, namespace_name_of_oid, namespace_oid_of_name, relation_name_of_oid,
-    relation_oid_of_name, type_oid_of_name,
+    format_type, namespace_name_of_oid, namespace_oid_of_name, plain_type_name,
+    relation_name_of_oid, relation_oid_of_name, type_oid_of_name,
 };
 use crate::catalog::{Catalog, DATABASE_NAME};
 use crate::sql::pg_functions::PgFunction;
@@ -1147,7 +1147,9 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
         reg_cast(
             ctx,
             "weir_regtype",
-            Arc::new(move |s: &str| type_oid_of_name(s).or_else(|| c1.user_type_oid(s))),
+            Arc::new(move |s: &str| {
+                type_oid_of_name(s).or_else(|| c1.user_type_oid(&plain_type_name(s)))
+            }),
             Arc::new(move |o| format_type(o, -1).or_else(|| c2.user_type_shown(o))),
         );
     }
@@ -1212,7 +1214,11 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
         let s = as_str(a)?;
         Ok(Arc::new(
             s.iter()
-                .map(|v| v.and_then(|v| type_oid_of_name(v).or_else(|| types.user_type_oid(v))))
+                .map(|v| {
+                    v.and_then(|v| {
+                        type_oid_of_name(v).or_else(|| types.user_type_oid(&plain_type_name(v)))
+                    })
+                })
                 .collect::<UInt32Array>(),
         ))
     });

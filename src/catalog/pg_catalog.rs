@@ -870,6 +870,15 @@ pub fn relation_name_of_oid(catalog: &Catalog, oid: u32) -> Option<String> {
 /// among Weir's relations, as Postgres' search path does.
 pub fn relation_oid_of_name(catalog: &Catalog, name: &str) -> Option<u32> {
     let name = name.trim_matches('"');
+    // `weir.public.t`: the database's own name may lead (TypeORM writes it so)
+    let name = match name.split_once('.') {
+        Some((db, rest))
+            if db.trim_matches('"') == DATABASE_NAME && rest.trim_matches('"').contains('.') =>
+        {
+            rest.trim_matches('"')
+        }
+        _ => name,
+    };
     let (schema, rel) = match name.split_once('.') {
         Some((s, r)) if namespace_oid_of_name(s.trim_matches('"')).is_some() => {
             (Some(s.trim_matches('"')), r.trim_matches('"'))
@@ -923,8 +932,44 @@ pub fn namespace_name_of_oid(oid: u32) -> Option<&'static str> {
     }
 }
 
+/// A type name as written (`"pg_catalog"."int4"`, `pg_catalog.text`, `"Mood"`), without
+/// its `pg_catalog` / `public` schema and its quotes (an unquoted part folded to lower case).
+pub fn plain_type_name(name: &str) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut part = String::new();
+    let mut quoted = false;
+    let mut chars = name.trim().chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if quoted && chars.peek() == Some(&'"') => {
+                chars.next();
+                part.push('"');
+            }
+            '"' => quoted = !quoted,
+            '.' if !quoted => parts.push(std::mem::take(&mut part)),
+            c if quoted => part.push(c),
+            c => part.extend(c.to_lowercase()),
+        }
+    }
+    parts.push(part);
+    match parts.as_slice() {
+        [schema, rest] if schema == "pg_catalog" || schema == "public" => rest.clone(),
+        _ => parts.join("."),
+    }
+}
+
 pub fn type_oid_of_name(name: &str) -> Option<u32> {
-    let n = name.trim_start_matches("pg_catalog.");
+    let plain = plain_type_name(name);
+    let n = plain.as_str();
+    // `text[]`, `_text`: the array type
+    if let Some(element) = n.strip_suffix("[]") {
+        return crate::sql::types::array_oid(type_oid_of_name(element)?);
+    }
+    if let Some(element) = n.strip_prefix('_')
+        && let Some(o) = BUILTIN_TYPES.iter().find(|t| t.1 == element).map(|t| t.0)
+    {
+        return crate::sql::types::array_oid(o);
+    }
     let alias = match n {
         "integer" | "int" => "int4",
         "smallint" => "int2",

@@ -296,12 +296,14 @@ impl VisitorMut for PgRewriter {
         // "array_upper", `|/ x` is "?column?", whatever they become)
         name_select_items(&mut select.projection);
         table_oid_column(select);
+        qualify_wildcards(select);
         ControlFlow::Continue(())
     }
 
     fn post_visit_select(&mut self, select: &mut ast::Select) -> ControlFlow<Self::Break> {
         name_select_items(&mut select.projection);
         set_returning_in_select_list(&mut select.projection);
+        unnest_beside_shadowing_alias(select);
         for item in select.projection.iter_mut() {
             if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } = item {
                 int4_literal(e);
@@ -320,6 +322,167 @@ impl VisitorMut for PgRewriter {
             show_reg_casts(&mut select.projection);
         }
         ControlFlow::Continue(())
+    }
+}
+
+/// `CASE x WHEN 't' THEN ...` (TypeORM's over `pg_index.indisunique`): each quoted value is
+/// of `x`'s type, as Postgres reads an untyped literal; written as `CASE WHEN x = 't' ...`,
+/// whose comparison types it (DataFusion's CASE found no common type for a boolean and
+/// text). The operand is evaluated once per WHEN (it is a column or a plain expression in
+/// practice).
+fn simple_case_with_quoted_values(expr: &mut Expr) {
+    let Expr::Case {
+        operand: operand @ Some(_),
+        conditions,
+        ..
+    } = expr
+    else {
+        return;
+    };
+    if !conditions.iter().any(|c| is_string_literal(&c.condition)) {
+        return;
+    }
+    let Some(x) = operand.take() else {
+        return;
+    };
+    for c in conditions.iter_mut() {
+        let value = std::mem::replace(&mut c.condition, Expr::value(ast::Value::Null));
+        c.condition = Expr::BinaryOp {
+            left: x.clone(),
+            op: ast::BinaryOperator::Eq,
+            right: Box::new(value),
+        };
+    }
+}
+
+/// `SELECT unnest(c.conkey) AS k, NOT c.flag AS flag FROM c` (TypeORM's foreign-key
+/// query): DataFusion plans a select list with UNNEST keeping the input's columns beside
+/// the items, so an alias that is also the name of a column it reads (`flag`) is "ambiguous".
+/// The SELECT becomes an outer one over it as a derived table, where those items are named
+/// `__weir_shadow_N` and renamed back (only for a SELECT whose every item has a name and
+/// that does not group, dedupe or filter by HAVING).
+fn unnest_beside_shadowing_alias(select: &mut ast::Select) {
+    use ast::Visit;
+    if select.distinct.is_some()
+        || select.having.is_some()
+        || !matches!(&select.group_by, ast::GroupByExpr::Expressions(g, _) if g.is_empty())
+    {
+        return;
+    }
+    let mut has_unnest = false;
+    let mut read: HashSet<String> = HashSet::new();
+    let _ = select.projection.visit(&mut FnVisitor(|e: &Expr| match e {
+        Expr::Function(f) if last_name(&f.name).as_deref() == Some("unnest") => has_unnest = true,
+        Expr::Identifier(i) => {
+            read.insert(crate::sql::parser::normalize_ident(i));
+        }
+        Expr::CompoundIdentifier(ids) => {
+            if let Some(i) = ids.last() {
+                read.insert(crate::sql::parser::normalize_ident(i));
+            }
+        }
+        _ => {}
+    }));
+    if !has_unnest {
+        return;
+    }
+    let mut names = Vec::with_capacity(select.projection.len());
+    let mut shadowing = false;
+    for item in &select.projection {
+        match item {
+            SelectItem::ExprWithAlias { alias, .. } => {
+                let n = crate::sql::parser::normalize_ident(alias);
+                shadowing |= read.contains(&n);
+                names.push((alias.clone(), read.contains(&n)));
+            }
+            SelectItem::UnnamedExpr(Expr::Identifier(i)) => names.push((i.clone(), false)),
+            SelectItem::UnnamedExpr(Expr::CompoundIdentifier(ids)) if !ids.is_empty() => {
+                names.push((ids[ids.len() - 1].clone(), false));
+            }
+            _ => return,
+        }
+    }
+    if !shadowing {
+        return;
+    }
+    let Ok(mut outer_query) =
+        crate::sql::parser::parse_query("SELECT 1 FROM (SELECT 1) AS __weir_srf")
+    else {
+        return;
+    };
+    let ast::SetExpr::Select(outer) = outer_query.body.as_mut() else {
+        return;
+    };
+    let mut inner = std::mem::replace(select, (**outer).clone());
+    let mut shown = Vec::with_capacity(names.len());
+    for (k, (item, (name, shadows))) in inner.projection.iter_mut().zip(names).enumerate() {
+        let inner_name = if shadows {
+            let renamed = Ident::new(format!("__weir_shadow_{k}"));
+            if let SelectItem::ExprWithAlias { alias, .. } = item {
+                *alias = renamed.clone();
+            }
+            renamed
+        } else {
+            name.clone()
+        };
+        shown.push(SelectItem::ExprWithAlias {
+            expr: Expr::CompoundIdentifier(vec![Ident::new("__weir_srf"), inner_name]),
+            alias: name,
+        });
+    }
+    select.projection = shown;
+    if let Some(t) = select.from.first_mut()
+        && let ast::TableFactor::Derived { subquery, .. } = &mut t.relation
+    {
+        *subquery.body = ast::SetExpr::Select(Box::new(inner));
+    }
+}
+
+/// A visitor calling `f` on every expression (subqueries included).
+struct FnVisitor<F: FnMut(&Expr)>(F);
+
+impl<F: FnMut(&Expr)> ast::Visitor for FnVisitor<F> {
+    type Break = ();
+    fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
+        (self.0)(e);
+        ControlFlow::Continue(())
+    }
+}
+
+/// `SELECT t.* FROM public.t` (TypeORM's `columns.*` over `information_schema.columns`):
+/// the wildcard qualified as the FROM clause names the table, which DataFusion matches
+/// exactly (`t` is not `public.t`; a column `t.a` resolves either way).
+fn qualify_wildcards(select: &mut ast::Select) {
+    let mut full: Vec<(String, ast::ObjectName)> = Vec::new();
+    for t in &select.from {
+        for f in std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation)) {
+            if let ast::TableFactor::Table {
+                name,
+                alias: None,
+                args: None,
+                ..
+            } = f
+                && name.0.len() > 1
+                && let Some(last) = name.0.last().and_then(|p| p.as_ident())
+            {
+                full.push((crate::sql::parser::normalize_ident(last), name.clone()));
+            }
+        }
+    }
+    if full.is_empty() {
+        return;
+    }
+    for item in select.projection.iter_mut() {
+        if let SelectItem::QualifiedWildcard(ast::SelectItemQualifiedWildcardKind::ObjectName(q), _) =
+            item
+            && let [part] = q.0.as_slice()
+            && let Some(id) = part.as_ident()
+            && let Some((_, name)) = full
+                .iter()
+                .find(|(n, _)| *n == crate::sql::parser::normalize_ident(id))
+        {
+            *q = name.clone();
+        }
     }
 }
 
@@ -2659,6 +2822,7 @@ fn rewrite_expr(expr: &mut Expr) {
     percentiles_of_an_array(expr);
     concatenated_null(expr);
     overlaps_operator(expr);
+    simple_case_with_quoted_values(expr);
     match expr {
         // `pg_partition_ancestors('rel')` in a select list: the relation itself (see
         // `function_in_from`)
@@ -3528,6 +3692,36 @@ fn rewrite_expr(expr: &mut Expr) {
             if *data_type == ast::DataType::Regclass {
                 let arg = std::mem::replace(inner.as_mut(), Expr::value(ast::Value::Null));
                 *expr = call("weir_regclass", vec![arg]);
+                return;
+            }
+            // `x::regtype::text`: the name, as the reg type prints (its OID otherwise)
+            if matches!(
+                data_type,
+                ast::DataType::Text
+                    | ast::DataType::Varchar(_)
+                    | ast::DataType::CharacterVarying(_)
+            ) && let Expr::Function(f) = inner.as_ref()
+                && let Some(name) = last_name(&f.name)
+                && matches!(
+                    name.as_str(),
+                    "weir_regclass"
+                        | "weir_regtype"
+                        | "weir_regproc"
+                        | "weir_regnamespace"
+                        | "weir_regrole"
+                )
+            {
+                // (the reg call's own argument: a name is looked up, an OID named)
+                let Expr::Function(f) =
+                    std::mem::replace(inner.as_mut(), Expr::value(ast::Value::Null))
+                else {
+                    return;
+                };
+                let mut f = f;
+                f.name = ObjectName(vec![ObjectNamePart::Identifier(Ident::new(format!(
+                    "{name}_out"
+                )))]);
+                *expr = Expr::Function(f);
                 return;
             }
             if let ast::DataType::Custom(name, args) = data_type

@@ -342,6 +342,9 @@ fn extract(
         .expressions()
         .iter()
         .any(|e| e.exists(|e| Ok(picked(e))).unwrap_or(false));
+    if any && matches!(p, LogicalPlan::Join(_)) {
+        return extract_in_join(p, select);
+    }
     if !any
         || !matches!(
             p,
@@ -408,6 +411,78 @@ fn extract(
         .collect::<Vec<_>>();
     Ok(Transformed::yes(LogicalPlan::Projection(
         Projection::try_new(columns, Arc::new(rebuilt))?,
+    )))
+}
+
+/// A subquery in an (inner or left) join's ON condition that reads only the left side's
+/// columns (TypeORM's `LEFT JOIN pg_attribute a ON a.attrelid = (SELECT c.oid ... WHERE
+/// c.relname = columns.table_name)`): applied per row of the left side, its value a column
+/// the condition then reads. Left as it is otherwise.
+fn extract_in_join(
+    p: LogicalPlan,
+    select: &dyn Fn(&LogicalPlan, &Expr) -> bool,
+) -> Result<Transformed<LogicalPlan>> {
+    let LogicalPlan::Join(j) = &p else {
+        return Ok(Transformed::no(p));
+    };
+    let picked = |e: &Expr| is_subquery_expr(e) && select(&p, e);
+    let Some(filter) = j.filter.clone() else {
+        return Ok(Transformed::no(p));
+    };
+    if !matches!(j.join_type, JoinType::Inner | JoinType::Left) {
+        return Ok(Transformed::no(p));
+    }
+    let left_schema = j.left.schema().clone();
+    let reads_left_only = |e: &Expr| match e {
+        Expr::ScalarSubquery(s)
+        | Expr::Exists(Exists { subquery: s, .. })
+        | Expr::InSubquery(InSubquery { subquery: s, .. }) => {
+            !skips_a_level(&s.subquery)
+                && s.outer_ref_columns.iter().all(|o| match o {
+                    Expr::OuterReferenceColumn(_, c) => left_schema.has_column(c),
+                    _ => false,
+                })
+        }
+        _ => false,
+    };
+    let mut left = j.left.as_ref().clone();
+    let mut fits = true;
+    let filter = filter
+        .transform_up(|e| {
+            if !picked(&e) {
+                return Ok(Transformed::no(e));
+            }
+            if !reads_left_only(&e) {
+                fits = false;
+                return Ok(Transformed::no(e));
+            }
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let name = format!("__weir_apply_{n}");
+            left = apply_expr(std::mem::take(&mut left), name.clone(), e)?;
+            Ok(Transformed::yes(Expr::Column(Column::from_name(name))))
+        })
+        .data()?;
+    if !fits {
+        return Ok(Transformed::no(p));
+    }
+    let join = datafusion::logical_expr::Join::try_new(
+        Arc::new(left),
+        j.right.clone(),
+        j.on.clone(),
+        Some(filter),
+        j.join_type,
+        j.join_constraint,
+        j.null_equality,
+        j.null_aware,
+    )?;
+    // the join's columns as before (the applied values left out)
+    let columns = p
+        .schema()
+        .iter()
+        .map(|(q, f)| Expr::Column(Column::new(q.cloned(), f.name())))
+        .collect::<Vec<_>>();
+    Ok(Transformed::yes(LogicalPlan::Projection(
+        Projection::try_new(columns, Arc::new(LogicalPlan::Join(join)))?,
     )))
 }
 

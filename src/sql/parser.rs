@@ -2313,6 +2313,7 @@ pub const CONFLICT_WHERE: &str = "__weir_conflict_where__";
 /// - `ON CONFLICT (cols) WHERE pred DO` becomes `ON CONFLICT (cols, "<CONFLICT_WHERE>pred")
 ///   DO`;
 /// - `ORDER BY x USING <` / `USING >` become `ASC` / `DESC`;
+/// - `type ARRAY` becomes `type[]`;
 /// - `inet 'text'` / `cidr 'text'` become `'text'::inet` / `'text'::cidr`.
 fn preprocess(tokens: Vec<TokenWithSpan>) -> (Vec<TokenWithSpan>, Vec<Location>) {
     let sig = significant(&tokens);
@@ -2395,6 +2396,19 @@ fn preprocess(tokens: Vec<TokenWithSpan>) -> (Vec<TokenWithSpan>, Vec<Location>)
                     continue;
                 }
             }
+        }
+        // `text ARRAY` (the standard's spelling of `text[]`, TypeORM's): an `ARRAY` that does
+        // not open a constructor (`ARRAY[...]`, `ARRAY(...)`) after a word
+        if k > 0
+            && word_at(0, "ARRAY")
+            && sig
+                .get(k - 1)
+                .is_some_and(|&i| matches!(tokens[i].token, Token::Word(_)))
+            && !at(1).is_some_and(|t| matches!(t.token, Token::LBracket | Token::LParen))
+        {
+            replace.push((sig[k], vec![Token::LBracket, Token::RBracket]));
+            k += 1;
+            continue;
         }
         // `ORDER BY x USING >` / `USING <`: the ordering operator of a sort key is its
         // direction (`DESC` / `ASC`); nothing else in SQL has `USING` before `<` or `>`
