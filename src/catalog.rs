@@ -433,13 +433,11 @@ impl RelationDesc {
         }
         let (_, text) = self.defaults.iter().find(|(c, _)| c == column)?;
         let text = text.trim();
-        if let Some(seq) = text
-            .strip_prefix("nextval('")
-            .and_then(|r| r.strip_suffix("')"))
-        {
+        if let Some(seq) = crate::catalog::sequences::sequence_of_default(text) {
+            let seq = seq.strip_prefix("public.").unwrap_or(&seq);
             return Some(format!(
                 "nextval('{}'::regclass)",
-                seq.strip_prefix("public.").unwrap_or(seq)
+                crate::sql::pg_text::quote_ident(seq).replace('\'', "''")
             ));
         }
         let ty = self.columns.iter().find(|c| c.name == column).map(|c| {

@@ -1045,6 +1045,19 @@ impl Engine {
                 session.inbox.unlisten(None);
                 Ok(Output::Command("DISCARD ALL".into()))
             }
+            // the block's one statement as if sent alone; an error its handler names is
+            // ignored (`sql/do_block.rs`)
+            Statement::Do(block) => {
+                let inner = crate::sql::parser::parse(&block.statement)?;
+                let [one] = inner.as_slice() else {
+                    return Err(WeirError::not_supported("DO with other than one statement"));
+                };
+                match Box::pin(self.execute_with_notices(session, one, None, notices)).await {
+                    Ok(_) => Ok(Output::Command("DO".into())),
+                    Err(e) if block.ignored.contains(&e.code) => Ok(Output::Command("DO".into())),
+                    Err(e) => Err(e),
+                }
+            }
             Statement::Listen(channel) => {
                 session.inbox.listen(channel)?;
                 Ok(Output::Command("LISTEN".into()))
@@ -2587,7 +2600,10 @@ impl Engine {
                     o.cycle,
                 )?;
                 owned.push((seq.clone(), spec));
-                defaults.push((c.name.clone(), format!("nextval('{seq}')")));
+                defaults.push((
+                    c.name.clone(),
+                    crate::catalog::sequences::nextval_default(&seq),
+                ));
                 options.push(("weir.owned_sequence".into(), seq));
                 if id.always {
                     options.push(("weir.identity_always".into(), c.name.clone()));

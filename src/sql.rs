@@ -7,6 +7,7 @@ pub mod client_stmts;
 pub mod date_trunc;
 pub mod datetime_in;
 pub mod depth;
+pub mod do_block;
 pub mod enum_functions;
 pub mod error_position;
 pub mod extension_functions;

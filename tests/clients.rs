@@ -475,6 +475,35 @@ pending []
     );
 }
 
+/// Sequelize from npm (installed into ~/.cache/weir-node by `make deps`): sync with an ENUM
+/// (created by Sequelize's DO block), create, include, update, sync with alter, describeTable,
+/// a rolled-back transaction (tests/clients/sequelize_check.js; PostgreSQL 15 prints the same).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sequelize_sync_alter_and_describe() {
+    let server = TestServer::start();
+    let out = run_client(
+        &server,
+        Command::new("node")
+            .arg(clients_dir().join("sequelize_check.js"))
+            .arg(server.port().to_string())
+            .env(
+                "NODE_PATH",
+                dirs_home().join(".cache/weir-node/node_modules"),
+            ),
+        "sequelize_check.js",
+    );
+    assert_eq!(
+        out,
+        r#"synced
+found 1 t1,t2,t3 admin 0.00 ["x"]
+updated 3 3
+altered
+described age,balance,createdAt,email,id,name,profile,role,tags,uid,updatedAt USER-DEFINED ["admin","user"]
+users 1
+"#
+    );
+}
+
 /// node-postgres from npm (installed into ~/.cache/weir-node by `make deps`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_postgres() {

@@ -891,7 +891,7 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
                             .get(table)?
                             .desc
                             .owned_sequence(c.value(i).trim_matches('"'))?;
-                        Some(format!("public.{seq}"))
+                        Some(format!("public.{}", quote_ident(&seq)))
                     })
                     .collect::<StringArray>(),
             ))

@@ -3742,7 +3742,13 @@ fn rewrite_expr(expr: &mut Expr) {
                     return;
                 }
                 if name.0.len() > 1 {
-                    *data_type = plain_type(&tname);
+                    // (a user type keeps its name as written: `"public"."Mood"` is Mood)
+                    *data_type = match (plain_type(&tname), name.0.last()) {
+                        (ast::DataType::Custom(..), Some(last)) => {
+                            ast::DataType::Custom(ObjectName(vec![last.clone()]), vec![])
+                        }
+                        (t, _) => t,
+                    };
                 }
             }
             // `::` and CAST are the same to us

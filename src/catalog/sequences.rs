@@ -14,6 +14,31 @@ use crate::state::store::{Durability, WriteBatch};
 /// Values reserved per write of the counter (Postgres logs 32 ahead too).
 pub const RESERVE: i64 = 32;
 
+/// The DEFAULT of a column a sequence feeds (serial, identity): `nextval('name')`, the name
+/// quoted as an identifier where it needs to be (`nextval('"Users_id_seq"')`: unquoted,
+/// `nextval` would fold it to lower case, as Postgres does).
+pub fn nextval_default(sequence: &str) -> String {
+    format!(
+        "nextval('{}')",
+        crate::sql::pg_text::quote_ident(sequence).replace('\'', "''")
+    )
+}
+
+/// The sequence a [`nextval_default`] names (also one written before names were quoted).
+pub fn sequence_of_default(text: &str) -> Option<String> {
+    let inner = text
+        .trim()
+        .strip_prefix("nextval('")?
+        .strip_suffix("')")?
+        .replace("''", "'");
+    Some(
+        match inner.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
+            Some(quoted) => quoted.replace("\"\"", "\""),
+            None => inner,
+        },
+    )
+}
+
 /// A sequence's parameters, from its relation's options.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SequenceSpec {

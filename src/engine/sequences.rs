@@ -141,9 +141,9 @@ impl Engine {
             .collect();
         let is_identity = entry.desc.defaults.iter().any(|(d, text)| {
             d == col
-                && owned
-                    .iter()
-                    .any(|s| text.trim() == format!("nextval('{s}')"))
+                && owned.iter().any(|s| {
+                    crate::catalog::sequences::sequence_of_default(text).as_ref() == Some(s)
+                })
         });
         if is_identity || entry.desc.identity(col).is_some() {
             return Err(WeirError::new(
@@ -182,7 +182,10 @@ impl Engine {
         let text = format!("CREATE SEQUENCE {}", crate::sql::pg_text::quote_ident(&seq));
         self.create_sequence(&seq, false, spec, &text, session.role())?;
         self.catalog.alter_relation(table, |d| {
-            d.defaults.push((col.clone(), format!("nextval('{seq}')")));
+            d.defaults.push((
+                col.clone(),
+                crate::catalog::sequences::nextval_default(&seq),
+            ));
             d.options.push(("weir.owned_sequence".into(), seq.clone()));
             let kind = match a.always {
                 true => "weir.identity_always",
@@ -222,12 +225,7 @@ impl Engine {
         // its sequence: the one its default takes the next value of
         let seq = entry.desc.defaults.iter().find_map(|(d, text)| {
             (d == col)
-                .then(|| {
-                    text.trim()
-                        .strip_prefix("nextval('")
-                        .and_then(|r| r.strip_suffix("')"))
-                        .map(str::to_owned)
-                })
+                .then(|| crate::catalog::sequences::sequence_of_default(text))
                 .flatten()
         });
         let Some(seq) = seq else {

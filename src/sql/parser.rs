@@ -96,6 +96,9 @@ pub enum Statement {
     Copy(Box<Copy>),
     /// `DISCARD ALL`: settings back to their defaults, cursors closed.
     DiscardAll,
+    /// `DO $$ BEGIN stmt; EXCEPTION WHEN duplicate_object THEN null; END $$`
+    /// (`sql/do_block.rs`).
+    Do(Box<crate::sql::do_block::DoBlock>),
     /// `LISTEN channel`.
     Listen(String),
     /// `UNLISTEN channel | *` (None: every channel).
@@ -2877,10 +2880,10 @@ fn parse_one(p: &mut Parser) -> Result<Statement> {
         Keyword::CLOSE => parse_close(p).map(Statement::Close),
         Keyword::COPY => parse_copy(p).map(|c| Statement::Copy(Box::new(c))),
         _ if at_subscribe(p) => parse_subscribe(p).map(Statement::Subscribe),
-        _ if matches!(&p.peek_token().token, Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case("do")) => {
-            Err(WeirError::not_supported(
-                "DO is not supported: Weir runs no procedural language (write the statements themselves, or a SQL-bodied query)",
-            ))
+        _ if matches!(&p.peek_token().token, Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case("do")) =>
+        {
+            p.next_token();
+            parse_do(p).map(|b| Statement::Do(Box::new(b)))
         }
         Keyword::DISCARD => {
             p.next_token();
@@ -4349,6 +4352,45 @@ fn parse_set(p: &mut Parser) -> Result<Statement> {
 }
 
 /// The remaining tokens of a statement as lower-cased words (for SHOW/BEGIN/...).
+/// `DO [LANGUAGE plpgsql] 'body'` (or the language after the body): the block
+/// `sql::do_block` can run.
+fn parse_do(p: &mut Parser) -> Result<crate::sql::do_block::DoBlock> {
+    let mut body = None;
+    loop {
+        if matches!(p.peek_token().token, Token::SemiColon | Token::EOF) {
+            break;
+        }
+        let t = p.next_token();
+        match t.token {
+            Token::SingleQuotedString(s) if body.is_none() => body = Some(s),
+            Token::DollarQuotedString(d) if body.is_none() => body = Some(d.value),
+            Token::Word(w)
+                if w.quote_style.is_none() && w.value.eq_ignore_ascii_case("language") =>
+            {
+                let lang = p.next_token();
+                let ok = matches!(&lang.token, Token::Word(l) if l.value.eq_ignore_ascii_case("plpgsql"))
+                    || matches!(&lang.token, Token::SingleQuotedString(l) if l.eq_ignore_ascii_case("plpgsql"));
+                if !ok {
+                    return Err(WeirError::new(
+                        crate::error::sqlstate::UNDEFINED_OBJECT,
+                        format!(
+                            "language \"{}\" does not exist",
+                            lang.token.to_string().trim_matches('"')
+                        ),
+                    ));
+                }
+            }
+            _ => {
+                return Err(WeirError::syntax(format!(
+                    "syntax error at or near \"{t}\""
+                )));
+            }
+        }
+    }
+    let body = body.ok_or_else(|| WeirError::syntax("DO needs a code block"))?;
+    crate::sql::do_block::parse(&body)
+}
+
 fn rest_words(p: &mut Parser) -> Result<Vec<String>> {
     let mut out = Vec::new();
     loop {
