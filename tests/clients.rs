@@ -538,6 +538,8 @@ after [{"id":10}]
 error 42P01 relation "missing" does not exist
 bytea [0,1,255]
 error 22P02 invalid input syntax for type integer: "1.5"
+page [{"id":2}]
+default [{"amount":null}]
 "#
     );
 }

@@ -886,9 +886,11 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
                         if t.is_null(i) || c.is_null(i) {
                             return None;
                         }
-                        let table = t.value(i).trim_start_matches("public.").trim_matches('"');
+                        // (the table as an identifier, maybe quoted and qualified: Drizzle's
+                        // `'"public"."t"'`)
+                        let table = plain_type_name(t.value(i));
                         let seq = cat
-                            .get(table)?
+                            .get(&table)?
                             .desc
                             .owned_sequence(c.value(i).trim_matches('"'))?;
                         Some(format!("public.{}", quote_ident(&seq)))
@@ -1291,12 +1293,32 @@ fn reg_cast(ctx: &SessionContext, name: &'static str, to_oid: NameToOid, to_name
             signature: any_args(),
             ret: Box::new(|args| match args.first() {
                 Some(DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View) => DataType::UInt32,
+                // `'{int,int8}'::regtype[]`: each name's OID
+                Some(DataType::List(_)) => {
+                    DataType::List(Arc::new(Field::new_list_field(DataType::UInt32, true)))
+                }
                 _ => DataType::Utf8,
             }),
             imp: Box::new(move |args, rows| {
                 let Some(a) = args.first() else {
                     return Ok(Arc::new(StringArray::new_null(rows)));
                 };
+                if let Some(list) = a
+                    .as_any()
+                    .downcast_ref::<datafusion::arrow::array::ListArray>()
+                {
+                    let names = as_str(list.values())?;
+                    let oids: Vec<Option<u32>> = names
+                        .iter()
+                        .map(|v| v.map(|n| lookup(n)).transpose())
+                        .collect::<DfResult<_>>()?;
+                    return Ok(Arc::new(datafusion::arrow::array::ListArray::try_new(
+                        Arc::new(Field::new_list_field(DataType::UInt32, true)),
+                        list.offsets().clone(),
+                        Arc::new(UInt32Array::from(oids)),
+                        list.nulls().cloned(),
+                    )?));
+                }
                 match a.data_type() {
                     DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
                         let s = as_str(a)?;

@@ -137,12 +137,64 @@ fn data_type(t: &T) -> (String, String) {
     (dt, udt.to_owned())
 }
 
-/// Positions in [`column_row`]'s row of `information_schema.columns`.
+/// Positions in [`column_row`]'s row of `information_schema.columns` (Postgres' columns, in
+/// its order: [`COLUMNS_COLUMNS`]).
 const COLUMN_DEFAULT: usize = 5;
-const IS_IDENTITY: usize = 17;
-const IS_GENERATED: usize = 18;
-const GENERATION_EXPRESSION: usize = 19;
-const IS_UPDATABLE: usize = 20;
+const UDT_SCHEMA: usize = 26;
+const DTD_IDENTIFIER: usize = 32;
+const IS_IDENTITY: usize = 34;
+const IDENTITY_GENERATION: usize = 35;
+const IS_GENERATED: usize = 41;
+const GENERATION_EXPRESSION: usize = 42;
+const IS_UPDATABLE: usize = 43;
+
+/// `information_schema.columns`' columns, as PostgreSQL 15 has them.
+const COLUMNS_COLUMNS: &[(&str, T)] = &[
+    ("table_catalog", T::Name),
+    ("table_schema", T::Name),
+    ("table_name", T::Name),
+    ("column_name", T::Name),
+    ("ordinal_position", T::Int4),
+    ("column_default", T::Text),
+    ("is_nullable", T::Text),
+    ("data_type", T::Text),
+    ("character_maximum_length", T::Int4),
+    ("character_octet_length", T::Int4),
+    ("numeric_precision", T::Int4),
+    ("numeric_precision_radix", T::Int4),
+    ("numeric_scale", T::Int4),
+    ("datetime_precision", T::Int4),
+    ("interval_type", T::Text),
+    ("interval_precision", T::Int4),
+    ("character_set_catalog", T::Name),
+    ("character_set_schema", T::Name),
+    ("character_set_name", T::Name),
+    ("collation_catalog", T::Name),
+    ("collation_schema", T::Name),
+    ("collation_name", T::Name),
+    ("domain_catalog", T::Name),
+    ("domain_schema", T::Name),
+    ("domain_name", T::Name),
+    ("udt_catalog", T::Name),
+    ("udt_schema", T::Name),
+    ("udt_name", T::Name),
+    ("scope_catalog", T::Name),
+    ("scope_schema", T::Name),
+    ("scope_name", T::Name),
+    ("maximum_cardinality", T::Int4),
+    ("dtd_identifier", T::Name),
+    ("is_self_referencing", T::Text),
+    ("is_identity", T::Text),
+    ("identity_generation", T::Text),
+    ("identity_start", T::Text),
+    ("identity_increment", T::Text),
+    ("identity_maximum", T::Text),
+    ("identity_minimum", T::Text),
+    ("identity_cycle", T::Text),
+    ("is_generated", T::Text),
+    ("generation_expression", T::Text),
+    ("is_updatable", T::Text),
+];
 
 /// A row of `information_schema.columns` for a column of a type: no default, not an
 /// identity, not generated, not updatable (the caller sets those).
@@ -172,7 +224,9 @@ fn column_row(
         _ => (None, None, None, None, None),
     };
     let opt = |v: Option<i64>| v.map(V::I).unwrap_or(V::Null);
-    vec![
+    let user_type =
+        matches!(ty, T::Enum(_)) || matches!(ty, T::Array(e) if matches!(e.as_ref(), T::Enum(_)));
+    let row = vec![
         V::from(DATABASE_NAME),
         schema,
         table.into(),
@@ -182,19 +236,49 @@ fn column_row(
         yes_no(nullable),
         dt.into(),
         opt(char_len),
-        opt(char_len.map(|n| n * 4)),
+        // (text of unlimited length: Postgres' 1 GB in bytes)
+        opt(char_len.map(|n| n * 4).or(
+            matches!(ty, T::Text | T::Varchar(None) | T::Bpchar(None)).then_some(1_073_741_824)
+        )),
         opt(precision),
         opt(radix),
         opt(scale),
         opt(dt_precision),
+        V::Null,
+        V::Null,
+        V::Null,
+        V::Null,
+        V::Null,
+        V::Null,
+        V::Null,
+        V::Null,
+        V::Null,
+        V::Null,
+        V::Null,
         V::from(DATABASE_NAME),
-        "pg_catalog".into(),
+        if user_type { "public" } else { "pg_catalog" }.into(),
         udt.into(),
+        V::Null,
+        V::Null,
+        V::Null,
+        V::Null,
+        V::from(position.to_string()),
+        "NO".into(),
+        "NO".into(),
+        V::Null,
+        V::Null,
+        V::Null,
+        V::Null,
+        V::Null,
         "NO".into(),
         "NEVER".into(),
         V::Null,
         "NO".into(),
-    ]
+    ];
+    debug_assert_eq!(row.len(), COLUMNS_COLUMNS.len());
+    debug_assert_eq!(COLUMNS_COLUMNS[UDT_SCHEMA].0, "udt_schema");
+    debug_assert_eq!(COLUMNS_COLUMNS[DTD_IDENTIFIER].0, "dtd_identifier");
+    row
 }
 
 fn table_type(kind: RelationKind) -> &'static str {
@@ -287,6 +371,7 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 .collect(),
         )?,
         "columns" => {
+            let sequences = catalog.sequences();
             let mut rows = Vec::new();
             for e in &rels {
                 let d = &e.desc;
@@ -294,7 +379,22 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     let nullable = c.nullable && !d.primary_key.contains(&c.name);
                     let mut row = column_row(public(), &d.name, &c.name, i + 1, &c.ty, nullable);
                     row[COLUMN_DEFAULT] = d.column_default(&c.name).map(V::from).unwrap_or(V::Null);
-                    row[IS_IDENTITY] = yes_no(d.identity(&c.name).is_some());
+                    if let Some(kind) = d.identity(&c.name) {
+                        row[IS_IDENTITY] = "YES".into();
+                        row[IDENTITY_GENERATION] =
+                            if kind == 'a' { "ALWAYS" } else { "BY DEFAULT" }.into();
+                        // start, increment, maximum, minimum, cycle: its sequence's
+                        if let Some(seq) = d.owned_sequence(&c.name)
+                            && let Some((_, spec)) =
+                                sequences.iter().find(|(e, _)| e.desc.name == seq)
+                        {
+                            row[IDENTITY_GENERATION + 1] = spec.start.to_string().into();
+                            row[IDENTITY_GENERATION + 2] = spec.increment.to_string().into();
+                            row[IDENTITY_GENERATION + 3] = spec.max.to_string().into();
+                            row[IDENTITY_GENERATION + 4] = spec.min.to_string().into();
+                            row[IDENTITY_GENERATION + 5] = yes_no(spec.cycle);
+                        }
+                    }
                     if let Some(g) = d.generation_expr(&c.name) {
                         row[IS_GENERATED] = "ALWAYS".into();
                         row[GENERATION_EXPRESSION] =
@@ -313,32 +413,7 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     rows.push(row);
                 }
             }
-            build_table(
-                &[
-                    ("table_catalog", T::Name),
-                    ("table_schema", T::Name),
-                    ("table_name", T::Name),
-                    ("column_name", T::Name),
-                    ("ordinal_position", T::Int4),
-                    ("column_default", T::Text),
-                    ("is_nullable", T::Text),
-                    ("data_type", T::Text),
-                    ("character_maximum_length", T::Int4),
-                    ("character_octet_length", T::Int4),
-                    ("numeric_precision", T::Int4),
-                    ("numeric_precision_radix", T::Int4),
-                    ("numeric_scale", T::Int4),
-                    ("datetime_precision", T::Int4),
-                    ("udt_catalog", T::Name),
-                    ("udt_schema", T::Name),
-                    ("udt_name", T::Name),
-                    ("is_identity", T::Text),
-                    ("is_generated", T::Text),
-                    ("generation_expression", T::Text),
-                    ("is_updatable", T::Text),
-                ],
-                rows,
-            )?
+            build_table(COLUMNS_COLUMNS, rows)?
         }
         "views" => build_table(
             &[

@@ -371,6 +371,7 @@ const TABLES: &[&str] = &[
     "pg_inherits",
     "pg_collation",
     "pg_policy",
+    "pg_policies",
     "pg_statistic_ext",
     "pg_publication",
     "pg_publication_namespace",
@@ -635,14 +636,57 @@ pub fn io_proc_oid(name: &str) -> u32 {
         .unwrap_or(0)
 }
 
+/// PostgreSQL 15's default btree operator classes of Weir's types: (oid, name, input type,
+/// family).
+const BTREE_OPCLASSES: &[(u32, &str, u32, u32)] = &[
+    (1978, "int4_ops", 23, 1976),
+    (1979, "int2_ops", 21, 1976),
+    (1981, "oid_ops", 26, 1989),
+    (3122, "date_ops", 1082, 434),
+    (3123, "float8_ops", 701, 1970),
+    (3124, "int8_ops", 20, 1976),
+    (3125, "numeric_ops", 1700, 1988),
+    (3126, "text_ops", 25, 1994),
+    (3127, "timestamptz_ops", 1184, 434),
+    (3128, "timestamp_ops", 1114, 434),
+    (10000, "array_ops", 2277, 397),
+    (10003, "bool_ops", 16, 424),
+    (10004, "bpchar_ops", 1042, 426),
+    (10006, "bytea_ops", 17, 428),
+    (10007, "char_ops", 18, 429),
+    (10012, "float4_ops", 700, 1970),
+    (10015, "inet_ops", 869, 1974),
+    (10022, "interval_ops", 1186, 1982),
+    (10028, "name_ops", 19, 1994),
+    (10038, "time_ops", 1083, 1996),
+    (10065, "uuid_ops", 2950, 2968),
+    (10069, "enum_ops", 3500, 3522),
+    (10088, "jsonb_ops", 3802, 4033),
+];
+
+/// The default btree operator class of a column type (0 for one without: json).
+fn default_opclass(ty: &SqlType) -> u32 {
+    let intype = match ty {
+        SqlType::Varchar(_) => 25,
+        SqlType::Cidr => 869,
+        SqlType::Enum(_) => 3500,
+        SqlType::Array(_) => 2277,
+        other => other.oid(),
+    };
+    BTREE_OPCLASSES
+        .iter()
+        .find(|c| c.2 == intype)
+        .map_or(0, |c| c.0)
+}
+
 /// Catalog tables Weir never puts rows in (no triggers, inheritance, policies...). The
 /// query rewriter answers scalar subqueries over them with NULL.
 pub const ALWAYS_EMPTY: &[&str] = &[
-    "pg_opclass",
     "pg_opfamily",
     "pg_shdescription",
     "pg_inherits",
     "pg_policy",
+    "pg_policies",
     "pg_statistic_ext",
     "pg_trigger",
     "pg_rewrite",
@@ -720,6 +764,7 @@ pub const SYSTEM_RELATIONS: &[SystemRelation] = &[
     SystemRelation::new(3079, PG_CATALOG_NAMESPACE_OID, "pg_extension", "r"),
     SystemRelation::new(3118, PG_CATALOG_NAMESPACE_OID, "pg_foreign_table", "r"),
     SystemRelation::new(3256, PG_CATALOG_NAMESPACE_OID, "pg_policy", "r"),
+    SystemRelation::new(12018, PG_CATALOG_NAMESPACE_OID, "pg_policies", "v"),
     SystemRelation::new(3350, PG_CATALOG_NAMESPACE_OID, "pg_partitioned_table", "r"),
     SystemRelation::new(3381, PG_CATALOG_NAMESPACE_OID, "pg_statistic_ext", "r"),
     SystemRelation::new(3456, PG_CATALOG_NAMESPACE_OID, "pg_collation", "r"),
@@ -1459,7 +1504,16 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                         V::A(keys.clone()),
                         indexprs,
                         indpred,
-                        V::A(keys.iter().map(|_| V::I(0)).collect()),
+                        // each key column's type's default operator class
+                        V::A(
+                            ix.columns
+                                .iter()
+                                .map(|k| {
+                                    let ty = d.columns.iter().find(|c| &c.name == k).map(|c| &c.ty);
+                                    V::I(ty.map_or(0, default_opclass) as i64)
+                                })
+                                .collect(),
+                        ),
                         V::A(keys.iter().map(|_| V::I(0)).collect()),
                         V::A(keys.iter().map(|_| V::I(0)).collect()),
                     ]);
@@ -1713,17 +1767,37 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
             ("opfnamespace", oid()),
             ("opfowner", oid()),
         ])?,
-        "pg_opclass" => empty(&[
-            ("oid", oid()),
-            ("opcmethod", oid()),
-            ("opcname", name()),
-            ("opcnamespace", oid()),
-            ("opcowner", oid()),
-            ("opcfamily", oid()),
-            ("opcintype", oid()),
-            ("opcdefault", b()),
-            ("opckeytype", oid()),
-        ])?,
+        // the btree operator classes of Weir's types (each index key's, `pg_index.indclass`;
+        // Drizzle's index introspection joins them)
+        "pg_opclass" => build_table(
+            &[
+                ("oid", oid()),
+                ("opcmethod", oid()),
+                ("opcname", name()),
+                ("opcnamespace", oid()),
+                ("opcowner", oid()),
+                ("opcfamily", oid()),
+                ("opcintype", oid()),
+                ("opcdefault", b()),
+                ("opckeytype", oid()),
+            ],
+            BTREE_OPCLASSES
+                .iter()
+                .map(|&(o, n, intype, family)| {
+                    vec![
+                        V::I(o as i64),
+                        V::I(403),
+                        n.into(),
+                        V::I(PG_CATALOG_NAMESPACE_OID as i64),
+                        V::I(10),
+                        V::I(family as i64),
+                        V::I(intype as i64),
+                        true.into(),
+                        V::I(0),
+                    ]
+                })
+                .collect(),
+        )?,
         // column defaults, as Postgres shows them (adbin holds the text pg_get_expr gives)
         "pg_attrdef" => {
             let mut rows = Vec::new();
@@ -1831,6 +1905,17 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
             ("polroles", arr(oid())),
             ("polqual", text()),
             ("polwithcheck", text()),
+        ])?,
+        // row-level security policies (Drizzle's introspection): Weir has none
+        "pg_policies" => empty(&[
+            ("schemaname", name()),
+            ("tablename", name()),
+            ("policyname", name()),
+            ("permissive", text()),
+            ("roles", arr(name())),
+            ("cmd", text()),
+            ("qual", text()),
+            ("with_check", text()),
         ])?,
         "pg_statistic_ext" => empty(&[
             ("oid", oid()),

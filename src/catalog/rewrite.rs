@@ -281,6 +281,7 @@ impl VisitorMut for PgRewriter {
     fn post_visit_query(&mut self, q: &mut ast::Query) -> ControlFlow<Self::Break> {
         self.depth = self.depth.saturating_sub(1);
         distinct_cast_aggregates(q);
+        limit_parameters(q);
         ControlFlow::Continue(())
     }
 
@@ -446,6 +447,37 @@ impl<F: FnMut(&Expr)> ast::Visitor for FnVisitor<F> {
     fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
         (self.0)(e);
         ControlFlow::Continue(())
+    }
+}
+
+/// `LIMIT $1`, `OFFSET $2`, `FETCH FIRST $1 ROWS` (Knex's and Drizzle's `.first()` /
+/// `.limit(n)`): the parameter is a `bigint`, as Postgres types it (DataFusion left it
+/// untyped, read the text a client sent and refused a text LIMIT).
+fn limit_parameters(q: &mut ast::Query) {
+    let as_bigint = |e: &mut Expr| {
+        if matches!(e, Expr::Value(v) if matches!(v.value, ast::Value::Placeholder(_))) {
+            let p = std::mem::replace(e, Expr::value(ast::Value::Null));
+            *e = Expr::Cast {
+                kind: CastKind::Cast,
+                expr: Box::new(p),
+                data_type: ast::DataType::BigInt(None),
+                array: false,
+                format: None,
+            };
+        }
+    };
+    if let Some(ast::LimitClause::LimitOffset { limit, offset, .. }) = q.limit_clause.as_mut() {
+        if let Some(l) = limit.as_mut() {
+            as_bigint(l);
+        }
+        if let Some(o) = offset.as_mut() {
+            as_bigint(&mut o.value);
+        }
+    }
+    if let Some(f) = q.fetch.as_mut()
+        && let Some(n) = f.quantity.as_mut()
+    {
+        as_bigint(n);
     }
 }
 
@@ -3413,6 +3445,27 @@ fn rewrite_expr(expr: &mut Expr) {
             *expr = call(name, vec![l, r]);
         }
         Expr::BinaryOp { left, op, right } => {
+            // `'nextval(' || x::regclass || ')'`: a reg value in text is its name (the
+            // output function, as Postgres' implicit cast to text)
+            if *op == BinaryOperator::StringConcat {
+                for side in [&mut *left, &mut *right] {
+                    if let Expr::Function(f) = side.as_mut()
+                        && let Some(name) = last_name(&f.name)
+                        && matches!(
+                            name.as_str(),
+                            "weir_regclass"
+                                | "weir_regtype"
+                                | "weir_regproc"
+                                | "weir_regnamespace"
+                                | "weir_regrole"
+                        )
+                    {
+                        f.name = ObjectName(vec![ObjectNamePart::Identifier(Ident::new(format!(
+                            "{name}_out"
+                        )))]);
+                    }
+                }
+            }
             // `indisprimary = 'f'`: Postgres reads the literal as a boolean
             if matches!(op, BinaryOperator::Eq | BinaryOperator::NotEq) {
                 let (l, r) = (is_bool_catalog_column(left), is_bool_catalog_column(right));
@@ -3692,6 +3745,35 @@ fn rewrite_expr(expr: &mut Expr) {
             if *data_type == ast::DataType::Regclass {
                 let arg = std::mem::replace(inner.as_mut(), Expr::value(ast::Value::Null));
                 *expr = call("weir_regclass", vec![arg]);
+                return;
+            }
+            // `'{int,int8}'::regtype[]`: the names as text[], each looked up
+            if let ast::DataType::Array(
+                ast::ArrayElemTypeDef::SquareBracket(element, _)
+                | ast::ArrayElemTypeDef::AngleBracket(element),
+            ) = data_type
+                && let ast::DataType::Custom(name, args) = element.as_ref()
+                && args.is_empty()
+                && let Some(udf) = match last_name(name).as_deref() {
+                    Some("regclass") => Some("weir_regclass"),
+                    Some("regtype") => Some("weir_regtype"),
+                    Some("regnamespace") => Some("weir_regnamespace"),
+                    Some("regrole") => Some("weir_regrole"),
+                    _ => None,
+                }
+            {
+                let arg = std::mem::replace(inner.as_mut(), Expr::value(ast::Value::Null));
+                let texts = Expr::Cast {
+                    kind: CastKind::Cast,
+                    expr: Box::new(arg),
+                    data_type: ast::DataType::Array(ast::ArrayElemTypeDef::SquareBracket(
+                        Box::new(ast::DataType::Text),
+                        None,
+                    )),
+                    array: false,
+                    format: None,
+                };
+                *expr = call(udf, vec![texts]);
                 return;
             }
             // `x::regtype::text`: the name, as the reg type prints (its OID otherwise)

@@ -433,15 +433,27 @@ fn extract_in_join(
         return Ok(Transformed::no(p));
     }
     let left_schema = j.left.schema().clone();
+    // every outer column the subquery reads, at any depth (what [`ApplyExec`] binds), is
+    // the left side's
     let reads_left_only = |e: &Expr| match e {
-        Expr::ScalarSubquery(s)
-        | Expr::Exists(Exists { subquery: s, .. })
-        | Expr::InSubquery(InSubquery { subquery: s, .. }) => {
-            !skips_a_level(&s.subquery)
-                && s.outer_ref_columns.iter().all(|o| match o {
-                    Expr::OuterReferenceColumn(_, c) => left_schema.has_column(c),
-                    _ => false,
-                })
+        Expr::ScalarSubquery(s) | Expr::Exists(Exists { subquery: s, .. }) => {
+            let own = own_columns(&s.subquery);
+            let mut left_only = true;
+            let _ = s.subquery.apply_with_subqueries(|p| {
+                for x in p.expressions() {
+                    let _ = x.apply(|x| {
+                        if let Expr::OuterReferenceColumn(_, c) = x
+                            && !own.contains(c)
+                            && !left_schema.has_column(c)
+                        {
+                            left_only = false;
+                        }
+                        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+                    });
+                }
+                Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+            });
+            left_only
         }
         _ => false,
     };

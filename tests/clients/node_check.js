@@ -26,5 +26,11 @@ const { Client } = require('pg');
   const buf = (await c.query('SELECT $1::bytea AS b', [Buffer.from([0, 1, 255])])).rows[0].b;
   console.log('bytea', JSON.stringify([...buf]));
   try { await c.query('SELECT $1 * 2 AS x', [1.5]); } catch (e) { console.log('error', e.code, e.message); }
+  // LIMIT / OFFSET parameters are bigints (Knex's .first(), Drizzle's .limit(n)); DEFAULT beside
+  // parameters in VALUES (TypeORM's inserts)
+  const page = await c.query('SELECT id FROM nt ORDER BY id LIMIT $1 OFFSET $2', [1, 1]);
+  console.log('page', JSON.stringify(page.rows));
+  await c.query('INSERT INTO nt (id, name, amount) VALUES ($1, $2, DEFAULT)', [12, 'defaulted']);
+  console.log('default', JSON.stringify((await c.query('SELECT amount FROM nt WHERE id = $1', [12])).rows));
   await c.end();
 })().catch(e => { console.error('FAILED', e.stack); process.exit(1); });
