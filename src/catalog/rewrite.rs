@@ -1204,20 +1204,27 @@ fn show_reg_casts(items: &mut [SelectItem]) {
         else {
             continue;
         };
-        let name = last_name(&f.name).unwrap_or_default();
-        if matches!(
-            name.as_str(),
-            "weir_regclass"
-                | "weir_regtype"
-                | "weir_regproc"
-                | "weir_regnamespace"
-                | "weir_regrole"
-        ) {
-            f.name = ObjectName(vec![ObjectNamePart::Identifier(Ident::new(format!(
-                "{name}_out"
-            )))]);
-        }
+        shown_as_name(f);
     }
+}
+
+/// A `::regclass`-style call (`weir_regclass(x)` and the other reg types) made the one
+/// that shows a name (`weir_regclass_out(x)`: a name looked up and shown as the type prints,
+/// an OID named), where the value is text to the client or to a `||`. Whether it was one.
+fn shown_as_name(f: &mut ast::Function) -> bool {
+    let Some(name) = last_name(&f.name) else {
+        return false;
+    };
+    let reg = matches!(
+        name.as_str(),
+        "weir_regclass" | "weir_regtype" | "weir_regproc" | "weir_regnamespace" | "weir_regrole"
+    );
+    if reg {
+        f.name = ObjectName(vec![ObjectNamePart::Identifier(Ident::new(format!(
+            "{name}_out"
+        )))]);
+    }
+    reg
 }
 
 fn last_name(name: &ObjectName) -> Option<String> {
@@ -3449,20 +3456,8 @@ fn rewrite_expr(expr: &mut Expr) {
             // output function, as Postgres' implicit cast to text)
             if *op == BinaryOperator::StringConcat {
                 for side in [&mut *left, &mut *right] {
-                    if let Expr::Function(f) = side.as_mut()
-                        && let Some(name) = last_name(&f.name)
-                        && matches!(
-                            name.as_str(),
-                            "weir_regclass"
-                                | "weir_regtype"
-                                | "weir_regproc"
-                                | "weir_regnamespace"
-                                | "weir_regrole"
-                        )
-                    {
-                        f.name = ObjectName(vec![ObjectNamePart::Identifier(Ident::new(format!(
-                            "{name}_out"
-                        )))]);
+                    if let Expr::Function(f) = side.as_mut() {
+                        shown_as_name(f);
                     }
                 }
             }
@@ -3782,28 +3777,11 @@ fn rewrite_expr(expr: &mut Expr) {
                 ast::DataType::Text
                     | ast::DataType::Varchar(_)
                     | ast::DataType::CharacterVarying(_)
-            ) && let Expr::Function(f) = inner.as_ref()
-                && let Some(name) = last_name(&f.name)
-                && matches!(
-                    name.as_str(),
-                    "weir_regclass"
-                        | "weir_regtype"
-                        | "weir_regproc"
-                        | "weir_regnamespace"
-                        | "weir_regrole"
-                )
+            ) && let Expr::Function(f) = inner.as_mut()
+                && shown_as_name(f)
             {
                 // (the reg call's own argument: a name is looked up, an OID named)
-                let Expr::Function(f) =
-                    std::mem::replace(inner.as_mut(), Expr::value(ast::Value::Null))
-                else {
-                    return;
-                };
-                let mut f = f;
-                f.name = ObjectName(vec![ObjectNamePart::Identifier(Ident::new(format!(
-                    "{name}_out"
-                )))]);
-                *expr = Expr::Function(f);
+                *expr = std::mem::replace(inner.as_mut(), Expr::value(ast::Value::Null));
                 return;
             }
             if let ast::DataType::Custom(name, args) = data_type

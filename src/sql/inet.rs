@@ -1237,33 +1237,19 @@ mod tests {
             InetFn::new(op).write_unary(&mut s, &parse(text, cidr).unwrap(), cidr);
             s
         };
-        assert_eq!(
-            unary(InetOp::Network, "192.168.1.5/24", false),
-            "192.168.1.0/24"
-        );
-        assert_eq!(
-            unary(InetOp::Broadcast, "192.168.1.5/24", false),
-            "192.168.1.255/24"
-        );
-        assert_eq!(
-            unary(InetOp::Netmask, "192.168.1.5/24", false),
-            "255.255.255.0"
-        );
-        assert_eq!(
-            unary(InetOp::Hostmask, "192.168.1.5/24", false),
-            "0.0.0.255"
-        );
-        assert_eq!(
-            unary(InetOp::Netmask, "::1/64", false),
-            "ffff:ffff:ffff:ffff::"
-        );
-        assert_eq!(
-            unary(InetOp::Hostmask, "::1/100", false),
-            "::15.255.255.255"
-        );
-        assert_eq!(unary(InetOp::Text, "1.2.3.4", false), "1.2.3.4/32");
-        assert_eq!(unary(InetOp::Host, "1.2.3.4/24", false), "1.2.3.4");
-        assert_eq!(unary(InetOp::Not, "1.2.3.4", false), "254.253.252.251");
+        for (op, text, want) in [
+            (InetOp::Network, "192.168.1.5/24", "192.168.1.0/24"),
+            (InetOp::Broadcast, "192.168.1.5/24", "192.168.1.255/24"),
+            (InetOp::Netmask, "192.168.1.5/24", "255.255.255.0"),
+            (InetOp::Hostmask, "192.168.1.5/24", "0.0.0.255"),
+            (InetOp::Netmask, "::1/64", "ffff:ffff:ffff:ffff::"),
+            (InetOp::Hostmask, "::1/100", "::15.255.255.255"),
+            (InetOp::Text, "1.2.3.4", "1.2.3.4/32"),
+            (InetOp::Host, "1.2.3.4/24", "1.2.3.4"),
+            (InetOp::Not, "1.2.3.4", "254.253.252.251"),
+        ] {
+            assert_eq!(unary(op, text, false), want, "{op:?} {text}");
+        }
         for (text, want) in [
             ("10.1.0.0/16", "10.1/16"),
             ("0.0.0.0/0", "0/0"),
