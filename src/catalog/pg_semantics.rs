@@ -2919,6 +2919,31 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
             }
             Ok((element, true, None))
         }
+        // `generate_subscripts(v, 1)` of an int2vector / oidvector (`pg_index.indkey`: what
+        // `rewrite.rs` made it, a series from 1 to the length) counts from 0, as its
+        // subscripts do
+        Expr::ScalarFunction(mut f)
+            if f.func.name() == "generate_series"
+                && f.args.len() == 2
+                && matches!(f.args[0], Expr::Literal(ScalarValue::Int64(Some(1)), _))
+                && f.args[1]
+                    .exists(|e| {
+                        Ok(matches!(e, Expr::ScalarFunction(g)
+                        if g.func.name() == "array_length"
+                            && g.args.first().is_some_and(|a| {
+                                matches!(declared_type(a, schema), Some(SqlType::Vector(_)))
+                            })))
+                    })
+                    .unwrap_or(false) =>
+        {
+            let last = f
+                .args
+                .pop()
+                .unwrap_or_else(|| Expr::Literal(ScalarValue::Null, None));
+            f.args[0] = datafusion::logical_expr::lit(0i64);
+            f.args.push(last - datafusion::logical_expr::lit(1i64));
+            Ok((Expr::ScalarFunction(f), true, None))
+        }
         // `~ inet`: the address's bits inverted (`~` was planned as the integer operator)
         Expr::ScalarFunction(f)
             if f.func.name() == pg_functions::BITWISE_NOT

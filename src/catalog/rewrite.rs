@@ -935,6 +935,31 @@ fn function_in_from(tf: &mut ast::TableFactor) {
         return;
     };
     let fname = last_name(name).unwrap_or_default();
+    // `generate_subscripts(a, 1) AS k` (peewee's index query, over a column of the query
+    // outside): a derived table of the subscripts 1..n, which may read outer columns
+    if fname == "generate_subscripts" {
+        let a = function_alias(alias.take(), &fname);
+        let column = a
+            .columns
+            .first()
+            .map_or_else(|| a.name.clone(), |c| c.name.clone());
+        let given: Vec<String> = args.args.iter().map(|a| a.to_string()).collect();
+        let [array, dim] = given.as_slice() else {
+            *alias = Some(a);
+            return;
+        };
+        let q = format!(
+            "(SELECT unnest(generate_series(1, CAST(array_length({array}, {dim}) AS BIGINT))) AS {column}) AS {}",
+            a.name
+        );
+        if let Ok(parsed) = crate::sql::parser::parse_query(&format!("SELECT * FROM {q}"))
+            && let ast::SetExpr::Select(sel) = *parsed.body
+            && let Some(t) = sel.from.into_iter().next()
+        {
+            *tf = t.relation;
+        }
+        return;
+    }
     let table_function = matches!(fname.as_str(), "generate_series" | "range" | "unnest");
     if table_function {
         if fname == "unnest" {
