@@ -176,25 +176,40 @@ fn suffix_bits(s: &[u8], at: usize, max: u32) -> Option<u8> {
     (i == s.len() && v <= max).then_some(v as u8)
 }
 
-/// An IPv4 `inet`: dotted decimal octets, all four unless `/bits` follows (and then at
-/// least the octets the mask covers).
-fn read_v4_host(s: &[u8]) -> Option<([u8; 16], u8)> {
-    let mut addr = [0u8; 16];
+/// Dotted decimal octets (at most four, each up to 255) from `at` into `addr`, up to the end
+/// or a `/`: how many. `digit_after_dot`: a `.` must be followed by a digit (cidr's reader;
+/// inet's ends the octets there).
+fn dotted_octets(
+    s: &[u8],
+    at: &mut usize,
+    addr: &mut [u8; 16],
+    digit_after_dot: bool,
+) -> Option<usize> {
     let mut n = 0usize;
-    let mut at = 0usize;
-    while s.get(at).is_some_and(u8::is_ascii_digit) {
-        let v = decimal(s, &mut at, 255)?;
+    while s.get(*at).is_some_and(u8::is_ascii_digit) {
+        let v = decimal(s, at, 255)?;
         if n == 4 {
             return None;
         }
         addr[n] = v as u8;
         n += 1;
-        match s.get(at) {
+        match s.get(*at) {
             None | Some(b'/') => break,
-            Some(b'.') => at += 1,
+            Some(b'.') if !digit_after_dot || s.get(*at + 1).is_some_and(u8::is_ascii_digit) => {
+                *at += 1
+            }
             Some(_) => return None,
         }
     }
+    Some(n)
+}
+
+/// An IPv4 `inet`: dotted decimal octets, all four unless `/bits` follows (and then at
+/// least the octets the mask covers).
+fn read_v4_host(s: &[u8]) -> Option<([u8; 16], u8)> {
+    let mut addr = [0u8; 16];
+    let mut at = 0usize;
+    let n = dotted_octets(s, &mut at, &mut addr, false)?;
     let bits = match s.get(at) {
         None if n == 4 => 32,
         Some(b'/') if n > 0 => suffix_bits(s, at + 1, 32)?,
@@ -236,19 +251,7 @@ fn read_v4_network(s: &[u8]) -> Option<([u8; 16], u8)> {
             n += 1;
         }
     } else if s.first().is_some_and(u8::is_ascii_digit) {
-        loop {
-            let v = decimal(s, &mut at, 255)?;
-            if n == 4 {
-                return None;
-            }
-            addr[n] = v as u8;
-            n += 1;
-            match s.get(at) {
-                None | Some(b'/') => break,
-                Some(b'.') if s.get(at + 1).is_some_and(u8::is_ascii_digit) => at += 1,
-                Some(_) => return None,
-            }
-        }
+        n = dotted_octets(s, &mut at, &mut addr, true)?;
     } else {
         return None;
     }
