@@ -2884,6 +2884,7 @@ fn rewrite_expr(expr: &mut Expr) {
     int4_operands(expr);
     distinct_aggregate_in_order(expr);
     percentiles_of_an_array(expr);
+    hypothetical_rank(expr);
     concatenated_null(expr);
     overlaps_operator(expr);
     simple_case_with_quoted_values(expr);
@@ -4396,6 +4397,56 @@ fn distinct_aggregate_in_order(expr: &mut Expr) {
     };
     l.clauses
         .push(ast::FunctionArgumentClause::OrderBy(vec![by]));
+}
+
+/// The hypothetical-set aggregates `rank(x)`, `dense_rank(x)`, `percent_rank(x)` and
+/// `cume_dist(x)` `WITHIN GROUP (ORDER BY v [ASC|DESC] [NULLS FIRST|LAST])`: where `x` would
+/// stand among the group's `v`s, written as counts of the rows that sort before it (and of
+/// its peers), with Postgres' NULL ordering (last ascending, first descending, unless
+/// said). One sort key; more, or a FILTER, are left to the planner (which refuses them).
+fn hypothetical_rank(expr: &mut Expr) {
+    let Expr::Function(f) = expr else { return };
+    let Some(name) = last_name(&f.name) else {
+        return;
+    };
+    if !matches!(
+        name.as_str(),
+        "rank" | "dense_rank" | "percent_rank" | "cume_dist"
+    ) || f.over.is_some()
+        || f.filter.is_some()
+    {
+        return;
+    }
+    let ([by], FunctionArguments::List(l)) = (f.within_group.as_slice(), &f.args) else {
+        return;
+    };
+    let [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(x))] = l.args.as_slice() else {
+        return;
+    };
+    let v = &by.expr;
+    let asc = by.options.asc != Some(false);
+    let nulls_first = by.options.nulls_first.unwrap_or(!asc);
+    let less = if asc { "<" } else { ">" };
+    let nulls = if nulls_first {
+        format!("(({v}) IS NULL AND ({x}) IS NOT NULL)")
+    } else {
+        format!("(({v}) IS NOT NULL AND ({x}) IS NULL)")
+    };
+    let before = format!("(({v}) {less} ({x}) OR {nulls})");
+    let peer = format!("(({v}) = ({x}) OR (({v}) IS NULL AND ({x}) IS NULL))");
+    let text = match name.as_str() {
+        "rank" => format!("(1 + count(*) FILTER (WHERE {before}))"),
+        "dense_rank" => format!(
+            "(1 + count(DISTINCT {v}) FILTER (WHERE {before}) + CASE WHEN count(*) FILTER (WHERE ({v}) IS NULL AND {before}) > 0 THEN 1 ELSE 0 END)"
+        ),
+        "percent_rank" => format!(
+            "CASE WHEN count(*) = 0 THEN CAST(0 AS DOUBLE PRECISION) ELSE CAST(count(*) FILTER (WHERE {before}) AS DOUBLE PRECISION) / count(*) END"
+        ),
+        _ => format!(
+            "CAST(count(*) FILTER (WHERE {before} OR {peer}) + 1 AS DOUBLE PRECISION) / (count(*) + 1)"
+        ),
+    };
+    *expr = parse_expr(&text);
 }
 
 /// `percentile_cont(ARRAY[0.25, 0.5]) WITHIN GROUP (ORDER BY x)` (also `percentile_disc`):
