@@ -21,8 +21,8 @@ use datafusion::logical_expr::{
 use datafusion::sql::sqlparser::ast;
 
 use crate::catalog::pg_catalog::{
-    format_type, namespace_name_of_oid, namespace_oid_of_name, plain_type_name,
-    relation_name_of_oid, relation_oid_of_name, type_oid_of_name,
+    format_type, namespace_name_of_oid, namespace_oid_of_name, relation_name_of_oid,
+    relation_oid_of_name, type_oid_of_name, unqualified_name,
 };
 use crate::catalog::{Catalog, DATABASE_NAME};
 use crate::sql::pg_functions::PgFunction;
@@ -888,7 +888,7 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
                         }
                         // (the table as an identifier, maybe quoted and qualified: Drizzle's
                         // `'"public"."t"'`)
-                        let table = plain_type_name(t.value(i));
+                        let table = unqualified_name(t.value(i));
                         let seq = cat
                             .get(&table)?
                             .desc
@@ -1150,7 +1150,7 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
             ctx,
             "weir_regtype",
             Arc::new(move |s: &str| {
-                type_oid_of_name(s).or_else(|| c1.user_type_oid(&plain_type_name(s)))
+                type_oid_of_name(s).or_else(|| c1.user_type_oid(&unqualified_name(s)))
             }),
             Arc::new(move |o| format_type(o, -1).or_else(|| c2.user_type_shown(o))),
         );
@@ -1218,7 +1218,7 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
             s.iter()
                 .map(|v| {
                     v.and_then(|v| {
-                        type_oid_of_name(v).or_else(|| types.user_type_oid(&plain_type_name(v)))
+                        type_oid_of_name(v).or_else(|| types.user_type_oid(&unqualified_name(v)))
                     })
                 })
                 .collect::<UInt32Array>(),

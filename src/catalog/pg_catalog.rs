@@ -977,9 +977,10 @@ pub fn namespace_name_of_oid(oid: u32) -> Option<&'static str> {
     }
 }
 
-/// A type name as written (`"pg_catalog"."int4"`, `pg_catalog.text`, `"Mood"`), without
-/// its `pg_catalog` / `public` schema and its quotes (an unquoted part folded to lower case).
-pub fn plain_type_name(name: &str) -> String {
+/// A type's or relation's name as written (`"pg_catalog"."int4"`, `pg_catalog.text`,
+/// `"Mood"`, `'"public"."t"'`), without its `pg_catalog` / `public` schema and its quotes
+/// (an unquoted part folded to lower case).
+pub fn unqualified_name(name: &str) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut part = String::new();
     let mut quoted = false;
@@ -1004,7 +1005,7 @@ pub fn plain_type_name(name: &str) -> String {
 }
 
 pub fn type_oid_of_name(name: &str) -> Option<u32> {
-    let plain = plain_type_name(name);
+    let plain = unqualified_name(name);
     let n = plain.as_str();
     // `text[]`, `_text`: the array type
     if let Some(element) = n.strip_suffix("[]") {

@@ -943,19 +943,24 @@ fn function_in_from(tf: &mut ast::TableFactor) {
             .columns
             .first()
             .map_or_else(|| a.name.clone(), |c| c.name.clone());
-        let given: Vec<String> = args.args.iter().map(|a| a.to_string()).collect();
+        let given = plain_args(&FunctionArgumentList {
+            duplicate_treatment: None,
+            args: args.args.clone(),
+            clauses: vec![],
+        });
         let [array, dim] = given.as_slice() else {
             *alias = Some(a);
             return;
         };
-        let q = format!(
-            "(SELECT unnest(generate_series(1, CAST(array_length({array}, {dim}) AS BIGINT))) AS {column}) AS {}",
-            a.name
-        );
-        if let Ok(parsed) = crate::sql::parser::parse_query(&format!("SELECT * FROM {q}"))
+        let template = format!("SELECT * FROM (SELECT 1 AS {column}) AS {}", a.name);
+        if let Ok(parsed) = crate::sql::parser::parse_query(&template)
             && let ast::SetExpr::Select(sel) = *parsed.body
-            && let Some(t) = sel.from.into_iter().next()
+            && let Some(mut t) = sel.from.into_iter().next()
+            && let ast::TableFactor::Derived { subquery, .. } = &mut t.relation
+            && let ast::SetExpr::Select(inner) = subquery.body.as_mut()
+            && let Some(SelectItem::ExprWithAlias { expr: e, .. }) = inner.projection.first_mut()
         {
+            *e = subscripts(array, dim);
             *tf = t.relation;
         }
         return;
@@ -1231,6 +1236,32 @@ fn show_reg_casts(items: &mut [SelectItem]) {
         };
         shown_as_name(f);
     }
+}
+
+/// `generate_subscripts(a, dim)`: `unnest(generate_series(1, array_length(a, dim)))` (an
+/// int2vector's count from 0: `pg_semantics.rs` shifts the series it finds over one).
+fn subscripts(array: &Expr, dim: &Expr) -> Expr {
+    let len = Expr::Cast {
+        kind: CastKind::Cast,
+        expr: Box::new(call("array_length", vec![array.clone(), dim.clone()])),
+        data_type: ast::DataType::BigInt(None),
+        array: false,
+        format: None,
+    };
+    let one = Expr::value(ast::Value::Number("1".into(), false));
+    call("unnest", vec![call("generate_series", vec![one, len])])
+}
+
+/// The call a cast to a reg type becomes (`x::regclass` is `weir_regclass(x)`).
+fn reg_call(type_name: &str) -> Option<&'static str> {
+    Some(match type_name {
+        "regclass" => "weir_regclass",
+        "regtype" => "weir_regtype",
+        "regnamespace" => "weir_regnamespace",
+        "regrole" => "weir_regrole",
+        "regproc" | "regprocedure" => "weir_regproc",
+        _ => return None,
+    })
 }
 
 /// A `::regclass`-style call (`weir_regclass(x)` and the other reg types) made the one
@@ -3710,20 +3741,10 @@ fn rewrite_expr(expr: &mut Expr) {
             // generate_subscripts(a, dim) → unnest(generate_series(1, array_length(a, dim)))
             if lname == "generate_subscripts"
                 && let FunctionArguments::List(l) = &f.args
+                && let [arr, dim] = plain_args(l).as_slice()
                 && l.args.len() == 2
             {
-                let args = plain_args(l);
-                if let [arr, dim] = args.as_slice() {
-                    let len = Expr::Cast {
-                        kind: CastKind::Cast,
-                        expr: Box::new(call("array_length", vec![arr.clone(), dim.clone()])),
-                        data_type: ast::DataType::BigInt(None),
-                        array: false,
-                        format: None,
-                    };
-                    let one = Expr::value(ast::Value::Number("1".into(), false));
-                    *expr = call("unnest", vec![call("generate_series", vec![one, len])]);
-                }
+                *expr = subscripts(arr, dim);
             }
         }
         Expr::Subquery(q) => {
@@ -3775,13 +3796,7 @@ fn rewrite_expr(expr: &mut Expr) {
             ) = data_type
                 && let ast::DataType::Custom(name, args) = element.as_ref()
                 && args.is_empty()
-                && let Some(udf) = match last_name(name).as_deref() {
-                    Some("regclass") => Some("weir_regclass"),
-                    Some("regtype") => Some("weir_regtype"),
-                    Some("regnamespace") => Some("weir_regnamespace"),
-                    Some("regrole") => Some("weir_regrole"),
-                    _ => None,
-                }
+                && let Some(udf) = last_name(name).as_deref().and_then(reg_call)
             {
                 let arg = std::mem::replace(inner.as_mut(), Expr::value(ast::Value::Null));
                 let texts = Expr::Cast {
@@ -3814,14 +3829,7 @@ fn rewrite_expr(expr: &mut Expr) {
                 && args.is_empty()
             {
                 let tname = last_name(name).unwrap_or_default();
-                let udf = match tname.as_str() {
-                    "regclass" => Some("weir_regclass"),
-                    "regtype" => Some("weir_regtype"),
-                    "regnamespace" => Some("weir_regnamespace"),
-                    "regrole" => Some("weir_regrole"),
-                    "regproc" | "regprocedure" => Some("weir_regproc"),
-                    _ => None,
-                };
+                let udf = reg_call(&tname);
                 if let Some(udf) = udf {
                     let arg = std::mem::replace(inner.as_mut(), Expr::value(ast::Value::Null));
                     *expr = call(udf, vec![arg]);
