@@ -12,6 +12,7 @@ pub mod pg_semantics;
 pub mod pg_stat;
 pub mod rewrite;
 pub mod roles;
+pub mod schemas;
 pub mod scram;
 pub mod secrets;
 pub mod sequences;
@@ -350,10 +351,11 @@ impl IndexInfo {
             })
             .collect();
         format!(
-            "CREATE {}INDEX {} ON public.{} USING btree ({}){}",
+            "CREATE {}INDEX {} ON {}.{} USING btree ({}){}",
             if self.unique { "UNIQUE " } else { "" },
             self.name,
-            relation,
+            schemas::split_relation_name(relation).0,
+            schemas::split_relation_name(relation).1,
             keys.join(", "),
             self.predicate
                 .as_ref()
@@ -434,10 +436,9 @@ impl RelationDesc {
         let (_, text) = self.defaults.iter().find(|(c, _)| c == column)?;
         let text = text.trim();
         if let Some(seq) = crate::catalog::sequences::sequence_of_default(text) {
-            let seq = seq.strip_prefix("public.").unwrap_or(&seq);
             return Some(format!(
                 "nextval('{}'::regclass)",
-                crate::sql::pg_text::quote_ident(seq).replace('\'', "''")
+                schemas::quote_relation(&seq).replace('\'', "''")
             ));
         }
         let ty = self.columns.iter().find(|c| c.name == column).map(|c| {
@@ -512,7 +513,7 @@ impl RelationDesc {
             .iter()
             .find(|(k, _)| k == "weir.pkey_name")
             .map(|(_, v)| v.clone())
-            .unwrap_or_else(|| format!("{}_pkey", self.name))
+            .unwrap_or_else(|| format!("{}_pkey", schemas::split_relation_name(&self.name).1))
     }
 
     /// OID of the primary key's index (a relation of its own in `pg_class`).
@@ -797,6 +798,8 @@ pub struct Catalog {
     lock_listing: RwLock<Option<Arc<dyn LockListing>>>,
     /// Enum types.
     user_types: user_types::UserTypes,
+    /// User schemas.
+    schemas: schemas::Schemas,
 }
 
 /// Every catalog object stored as JSON under `prefix` (relations `C`, functions `F`, types
@@ -871,12 +874,16 @@ impl Catalog {
         let sql_functions = sql_functions::SqlFunctions::load(store.as_ref())?;
         let extensions = extensions::Extensions::load(store.as_ref())?;
         let user_types = user_types::UserTypes::load(store.as_ref())?;
+        let schemas = schemas::Schemas::load(store.as_ref())?;
         let mut by_name = BTreeMap::new();
         let mut next_oid = FIRST_USER_OID;
         for r in roles.by_oid.keys() {
             next_oid = next_oid.max(r + OID_STEP);
         }
         if let Some(o) = user_types.max_oid() {
+            next_oid = next_oid.max(o + OID_STEP);
+        }
+        if let Some(o) = schemas.max_oid() {
             next_oid = next_oid.max(o + OID_STEP);
         }
         if let Some(o) = sql_functions.max_oid() {
@@ -909,6 +916,7 @@ impl Catalog {
             extensions,
             lock_listing: RwLock::new(None),
             user_types,
+            schemas,
         };
         catalog.number_sql_functions(|| catalog.reserve_oid());
         Ok(catalog)
@@ -1120,6 +1128,7 @@ impl Catalog {
         if_not_exists: bool,
         build: impl FnOnce(u32) -> Result<RelationDesc>,
     ) -> Result<bool> {
+        self.check_schema_of(name)?;
         let mut st = self.state.write();
         let index_named = st
             .by_name

@@ -1010,9 +1010,21 @@ impl Engine {
             Statement::CreateSchema {
                 name,
                 if_not_exists,
-            } => schemas::create_schema(name, *if_not_exists, notices.as_ref()),
-            Statement::DropSchema { names, if_exists } => {
-                schemas::drop_schema(names, *if_exists, notices.as_ref())
+                owner,
+            } => self.create_schema(
+                session,
+                name,
+                *if_not_exists,
+                owner.as_deref(),
+                notices.as_ref(),
+            ),
+            Statement::DropSchema {
+                names,
+                if_exists,
+                cascade,
+            } => {
+                self.drop_schemas(session, names, *if_exists, *cascade, notices.as_ref())
+                    .await
             }
             Statement::CreateExtension {
                 name,
@@ -1800,7 +1812,7 @@ impl Engine {
         let LogicalPlan::Dml(dml) = plan else {
             return Err(WeirError::internal("DML statement did not plan to DML"));
         };
-        let name = dml.table_name.table().to_owned();
+        let name = crate::sql::parser::reference_key(&dml.table_name);
         let entry = self
             .catalog
             .get(&name)
@@ -2424,7 +2436,11 @@ impl Engine {
                 }
                 Some(n) => n.clone(),
                 None => crate::sql::parser::free_name(
-                    &format!("{}_{}_key", ct.name, u.columns.join("_")),
+                    &format!(
+                        "{}_{}_key",
+                        crate::sql::parser::bare_relation_name(&ct.name),
+                        u.columns.join("_")
+                    ),
                     taken,
                 ),
             };
@@ -2576,7 +2592,7 @@ impl Engine {
             options.push((crate::catalog::TEMPORARY_OPTION.into(), "on".into()));
         }
         if let Some(n) = &ct.primary_key_name
-            && *n != format!("{}_pkey", ct.name)
+            && *n != format!("{}_pkey", crate::sql::parser::bare_relation_name(&ct.name))
         {
             options.push(("weir.pkey_name".into(), n.clone()));
         }

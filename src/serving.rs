@@ -212,11 +212,13 @@ impl fmt::Debug for WeirCatalogProvider {
 
 impl CatalogProvider for WeirCatalogProvider {
     fn schema_names(&self) -> Vec<String> {
-        vec![
+        let mut names = vec![
             DEFAULT_SCHEMA.to_owned(),
             "pg_catalog".to_owned(),
             "information_schema".to_owned(),
-        ]
+        ];
+        names.extend(self.public.catalog.user_schemas().into_iter().map(|s| s.name));
+        names
     }
 
     fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
@@ -224,8 +226,56 @@ impl CatalogProvider for WeirCatalogProvider {
             DEFAULT_SCHEMA => Some(self.public.clone()),
             "pg_catalog" => Some(self.pg_catalog.clone()),
             "information_schema" => Some(self.information_schema.clone()),
-            _ => None,
+            _ => {
+                self.public.catalog.user_schema(name)?;
+                Some(Arc::new(UserSchema {
+                    name: name.to_owned(),
+                    public: self.public.clone(),
+                }))
+            }
         }
+    }
+}
+
+/// A user schema (`CREATE SCHEMA app`): its relations, keyed `app.name` in the catalog
+/// (`catalog/schemas.rs`).
+struct UserSchema {
+    name: String,
+    public: Arc<PublicSchema>,
+}
+
+impl fmt::Debug for UserSchema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "UserSchema({})", self.name)
+    }
+}
+
+#[async_trait]
+impl SchemaProvider for UserSchema {
+    fn table_names(&self) -> Vec<String> {
+        self.public
+            .catalog
+            .entries()
+            .iter()
+            .filter(|e| e.desc.kind != crate::catalog::RelationKind::Sink)
+            .filter_map(|e| {
+                let (s, n) = crate::catalog::schemas::split_relation_name(&e.desc.name);
+                (s == self.name).then(|| n.to_owned())
+            })
+            .collect()
+    }
+
+    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        let name = name.strip_prefix(TEMPORAL_PREFIX).unwrap_or(name);
+        self.public
+            .relation(&crate::sql::parser::relation_key(Some(&self.name), name))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.public
+            .catalog
+            .get(&crate::sql::parser::relation_key(Some(&self.name), name))
+            .is_some_and(|e| e.desc.kind != crate::catalog::RelationKind::Sink)
     }
 }
 
@@ -256,6 +306,7 @@ impl SchemaProvider for PublicSchema {
             .entries()
             .iter()
             .filter(|e| e.desc.kind != crate::catalog::RelationKind::Sink)
+            .filter(|e| !e.desc.name.contains('.'))
             .map(|e| e.desc.name.clone())
             .collect()
     }
@@ -264,6 +315,34 @@ impl SchemaProvider for PublicSchema {
         // `t FOR SYSTEM_TIME AS OF PROCTIME()` (see sql::parser::preprocess): a query reads t
         // as it is now
         let name = name.strip_prefix(TEMPORAL_PREFIX).unwrap_or(name);
+        // (a dotted name is a user schema's relation: `public` does not hold it)
+        if !name.contains('.')
+            && let Some(p) = self.relation(name)?
+        {
+            return Ok(Some(p));
+        }
+        if let Some(batch) = crate::catalog::system::build(name, &self.catalog, &self.dataflow)? {
+            let batch = crate::catalog::system::visible_rows(batch, &self.catalog, (self.role)())?;
+            let mem = MemTable::try_new(batch.schema(), vec![vec![batch]])?;
+            return Ok(Some(Arc::new(mem)));
+        }
+        self.pg_catalog.table(name).await
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        (!name.contains('.')
+            && self
+                .catalog
+                .get(name)
+                .is_some_and(|e| e.desc.kind != crate::catalog::RelationKind::Sink))
+            || crate::catalog::system::TABLES.contains(&name)
+            || self.pg_catalog.table_exist(name)
+    }
+}
+
+impl PublicSchema {
+    /// A relation by its catalog key (sinks are not read).
+    fn relation(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
         if let Some(entry) = self.catalog.get(name)
             && entry.desc.kind != crate::catalog::RelationKind::Sink
         {
@@ -288,20 +367,7 @@ impl SchemaProvider for PublicSchema {
                     .map_err(|e| DataFusionError::External(Box::new(e)))?,
             })));
         }
-        if let Some(batch) = crate::catalog::system::build(name, &self.catalog, &self.dataflow)? {
-            let batch = crate::catalog::system::visible_rows(batch, &self.catalog, (self.role)())?;
-            let mem = MemTable::try_new(batch.schema(), vec![vec![batch]])?;
-            return Ok(Some(Arc::new(mem)));
-        }
-        self.pg_catalog.table(name).await
-    }
-
-    fn table_exist(&self, name: &str) -> bool {
-        self.catalog
-            .get(name)
-            .is_some_and(|e| e.desc.kind != crate::catalog::RelationKind::Sink)
-            || crate::catalog::system::TABLES.contains(&name)
-            || self.pg_catalog.table_exist(name)
+        Ok(None)
     }
 }
 

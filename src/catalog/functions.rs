@@ -21,7 +21,7 @@ use datafusion::logical_expr::{
 use datafusion::sql::sqlparser::ast;
 
 use crate::catalog::pg_catalog::{
-    format_type, namespace_name_of_oid, namespace_oid_of_name, relation_name_of_oid,
+    format_type, relation_name_of_oid,
     relation_oid_of_name, type_oid_of_name, unqualified_name,
 };
 use crate::catalog::{Catalog, DATABASE_NAME};
@@ -893,7 +893,7 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
                             .get(&table)?
                             .desc
                             .owned_sequence(c.value(i).trim_matches('"'))?;
-                        Some(format!("public.{}", quote_ident(&seq)))
+                        Some(crate::catalog::schemas::qualified_relation(&seq))
                     })
                     .collect::<StringArray>(),
             ))
@@ -1155,12 +1155,18 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
             Arc::new(move |o| format_type(o, -1).or_else(|| c2.user_type_shown(o))),
         );
     }
-    reg_cast(
-        ctx,
-        "weir_regnamespace",
-        Arc::new(namespace_oid_of_name),
-        Arc::new(|o| namespace_name_of_oid(o).map(|s| s.to_owned())),
-    );
+    {
+        let (c1, c2) = (catalog.clone(), catalog.clone());
+        reg_cast(
+            ctx,
+            "weir_regnamespace",
+            Arc::new(move |s: &str| c1.namespace_oid(&unqualified_name(s))),
+            Arc::new(move |o| {
+                c2.namespace_name(o)
+                    .map(|n| crate::sql::pg_text::quote_ident(&n))
+            }),
+        );
+    }
     {
         let (c1, c2) = (catalog.clone(), catalog.clone());
         reg_cast(
@@ -1189,7 +1195,10 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
     let lookups: [(&'static str, NameToOid); 4] = [
         ("to_regproc", proc_of_name(catalog.clone())),
         ("to_regprocedure", proc_of_name(catalog.clone())),
-        ("to_regnamespace", Arc::new(namespace_oid_of_name)),
+        ("to_regnamespace", {
+            let c = catalog.clone();
+            Arc::new(move |s: &str| c.namespace_oid(&unqualified_name(s)))
+        }),
         ("to_regrole", {
             let c = catalog.clone();
             Arc::new(move |s: &str| c.role(s.trim_matches('"')).map(|r| r.oid))
@@ -1692,13 +1701,10 @@ pub fn register_identity(ctx: &SessionContext, catalog: Arc<Catalog>, who: WhoAm
                     (Some(o), _) if !o.is_null(i) => catalog.get_by_oid(o.value(i)),
                     (_, Some(n)) if !n.is_null(i) => {
                         // a name as SQL writes it: `t`, `public.t`, `"public"."t"`
-                        let parts: Vec<&str> =
-                            n.value(i).split('.').map(|p| p.trim_matches('"')).collect();
-                        let name = match parts.as_slice() {
-                            ["public", t] | ["pg_catalog", t] => (*t).to_owned(),
-                            _ => parts.join("."),
-                        };
-                        match crate::catalog::pg_catalog::relation_oid_of_name(&catalog, &name) {
+                        match crate::catalog::pg_catalog::relation_oid_of_name(
+                            &catalog,
+                            n.value(i),
+                        ) {
                             Some(o) => catalog.get_by_oid(o),
                             None => {
                                 return Err(datafusion::error::DataFusionError::External(
@@ -1764,12 +1770,7 @@ fn relation_arg_where(
     }
     let s = as_str(a)?;
     let raw = s.value(i);
-    let name = if raw.starts_with('"') {
-        raw.trim_matches('"').to_owned()
-    } else {
-        raw.to_lowercase()
-    };
-    relation_oid_of_name(catalog, &name)
+    relation_oid_of_name(catalog, raw)
         .filter(|o| keep(*o))
         .map(Some)
         .ok_or_else(|| {

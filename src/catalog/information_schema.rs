@@ -12,6 +12,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::error::Result as DfResult;
 
 use crate::catalog::pg_catalog::{GeneratedSchema, V, build_table, system_relations};
+use crate::catalog::schemas::split_relation_name;
 use crate::catalog::{Catalog, DATABASE_NAME, Entry, RelationKind};
 use crate::sql::types::SqlType as T;
 
@@ -291,7 +292,9 @@ fn table_type(kind: RelationKind) -> &'static str {
 fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
     let rels = relations(catalog);
     let db = || V::from(DATABASE_NAME);
-    let public = || V::from("public");
+    // a relation's schema and bare name (`catalog/schemas.rs`)
+    let schema_of = |key: &str| V::from(split_relation_name(key).0);
+    let bare = |key: &str| V::from(split_relation_name(key).1);
     Ok(Some(match name {
         "schemata" => build_table(
             &[
@@ -305,11 +308,16 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
             ],
             ["information_schema", "pg_catalog", "public"]
                 .iter()
-                .map(|s| {
+                .map(|s| ((*s).to_owned(), catalog.superuser_name()))
+                .chain(catalog.user_schemas().into_iter().map(|s| {
+                    let owner = catalog.role_name(s.owner).unwrap_or_default();
+                    (s.name, owner)
+                }))
+                .map(|(s, owner)| {
                     vec![
                         db(),
-                        (*s).into(),
-                        catalog.superuser_name().into(),
+                        s.into(),
+                        owner.into(),
                         V::Null,
                         V::Null,
                         V::Null,
@@ -338,8 +346,8 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     let d = &e.desc;
                     vec![
                         db(),
-                        public(),
-                        d.name.clone().into(),
+                        schema_of(&d.name),
+                        bare(&d.name),
                         table_type(d.kind).into(),
                         V::Null,
                         V::Null,
@@ -377,7 +385,14 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 let d = &e.desc;
                 for (i, c) in d.columns.iter().enumerate() {
                     let nullable = c.nullable && !d.primary_key.contains(&c.name);
-                    let mut row = column_row(public(), &d.name, &c.name, i + 1, &c.ty, nullable);
+                    let mut row = column_row(
+                        schema_of(&d.name),
+                        split_relation_name(&d.name).1,
+                        &c.name,
+                        i + 1,
+                        &c.ty,
+                        nullable,
+                    );
                     row[COLUMN_DEFAULT] = d.column_default(&c.name).map(V::from).unwrap_or(V::Null);
                     if let Some(kind) = d.identity(&c.name) {
                         row[IS_IDENTITY] = "YES".into();
@@ -440,8 +455,8 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 .map(|e| {
                     vec![
                         db(),
-                        public(),
-                        e.desc.name.clone().into(),
+                        schema_of(&e.desc.name),
+                        bare(&e.desc.name),
                         e.desc
                             .query
                             .clone()
@@ -481,8 +496,8 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                         let t = s.type_name();
                         vec![
                             db(),
-                            public(),
-                            e.desc.name.clone().into(),
+                            schema_of(&e.desc.name),
+                            bare(&e.desc.name),
                             t.into(),
                             V::I(if t == "integer" { 32 } else { 64 }),
                             V::I(2),
@@ -537,11 +552,11 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                         .map(|(n, kind, (deferrable, deferred))| {
                             vec![
                                 db(),
-                                public(),
+                                schema_of(&e.desc.name),
                                 n.into(),
                                 db(),
-                                public(),
-                                e.desc.name.clone().into(),
+                                schema_of(&e.desc.name),
+                                bare(&e.desc.name),
                                 kind.into(),
                                 yes_no(deferrable),
                                 yes_no(deferred),
@@ -566,11 +581,11 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 {
                     let mut row = vec![
                         db(),
-                        public(),
+                        schema_of(&e.desc.name),
                         constraint.into(),
                         db(),
-                        public(),
-                        e.desc.name.clone().into(),
+                        schema_of(&e.desc.name),
+                        bare(&e.desc.name),
                         col.clone().into(),
                     ];
                     if name == "key_column_usage" {
@@ -590,11 +605,11 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     };
                     let mut row = vec![
                         db(),
-                        public(),
+                        schema_of(&d.name),
                         fk.name.clone().into(),
                         db(),
-                        public(),
-                        table.clone().into(),
+                        schema_of(table),
+                        bare(table),
                         column.clone().into(),
                     ];
                     if name == "key_column_usage" {
@@ -639,13 +654,13 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
             ],
             foreign_constraints(&rels)
                 .into_iter()
-                .map(|(_, fk, target)| {
+                .map(|(d, fk, target)| {
                     vec![
                         db(),
-                        public(),
+                        schema_of(&d.name),
                         fk.name.clone().into(),
                         db(),
-                        public(),
+                        schema_of(&fk.ref_table),
                         target.map(|(n, _)| V::S(n)).unwrap_or(V::Null),
                         if fk.match_full { "FULL" } else { "NONE" }.into(),
                         fk.on_update.sql().into(),
@@ -673,7 +688,7 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                             )
                         })
                         .chain(not_null_checks(&e.desc))
-                        .map(|(n, clause)| vec![db(), public(), n.into(), clause.into()])
+                        .map(|(n, clause)| vec![db(), schema_of(&e.desc.name), n.into(), clause.into()])
                         .collect::<Vec<_>>()
                 })
                 .collect(),

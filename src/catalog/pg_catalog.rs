@@ -20,6 +20,7 @@ use datafusion::catalog::{SchemaProvider, TableProvider};
 use datafusion::datasource::MemTable;
 use datafusion::error::Result as DfResult;
 
+use crate::catalog::schemas::split_relation_name;
 use crate::catalog::{
     Catalog, DATABASE_NAME, DATABASE_OID, Entry, INFORMATION_SCHEMA_NAMESPACE_OID,
     PG_CATALOG_NAMESPACE_OID, PUBLIC_NAMESPACE_OID, SUPERUSER_OID,
@@ -901,61 +902,60 @@ pub fn relation_name_of_oid(catalog: &Catalog, oid: u32) -> Option<String> {
         if e.desc.oid == oid {
             Some(e.desc.name.clone())
         } else {
+            // (an index is in its table's schema)
             e.desc
                 .all_indexes()
                 .into_iter()
                 .find(|i| i.oid == oid)
-                .map(|i| i.name)
+                .map(|i| {
+                    crate::sql::parser::relation_key(
+                        Some(split_relation_name(&e.desc.name).0),
+                        &i.name,
+                    )
+                })
         }
     })
 }
 
-/// A relation's OID by its name as SQL writes it (`t`, `public.t`, `pg_catalog.pg_class`,
-/// `information_schema.tables`); an unqualified name is looked up in `pg_catalog` first, then
-/// among Weir's relations, as Postgres' search path does.
+/// A relation's OID by its name as SQL writes it (`t`, `public.t`, `"App"."T"`,
+/// `pg_catalog.pg_class`, `information_schema.tables`, `weir.app.t`); an unqualified name is
+/// looked up in `pg_catalog` first, then among Weir's relations, as Postgres' search path
+/// does. Indexes are found by their name too.
 pub fn relation_oid_of_name(catalog: &Catalog, name: &str) -> Option<u32> {
-    let name = name.trim_matches('"');
+    let mut parts = name_parts(name);
     // `weir.public.t`: the database's own name may lead (TypeORM writes it so)
-    let name = match name.split_once('.') {
-        Some((db, rest))
-            if db.trim_matches('"') == DATABASE_NAME && rest.trim_matches('"').contains('.') =>
-        {
-            rest.trim_matches('"')
-        }
-        _ => name,
-    };
-    let (schema, rel) = match name.split_once('.') {
-        Some((s, r)) if namespace_oid_of_name(s.trim_matches('"')).is_some() => {
-            (Some(s.trim_matches('"')), r.trim_matches('"'))
-        }
-        _ => (None, name),
-    };
-    let system = |ns: u32| {
+    if parts.len() == 3 && parts[0] == DATABASE_NAME {
+        parts.remove(0);
+    }
+    let system = |ns: u32, rel: &str| {
         SYSTEM_RELATIONS
             .iter()
             .find(|r| r.namespace == ns && r.name == rel)
             .map(|r| r.oid)
     };
-    match schema {
-        Some("information_schema") => return system(INFORMATION_SCHEMA_NAMESPACE_OID),
-        Some("pg_catalog") => return system(PG_CATALOG_NAMESPACE_OID),
-        _ if schema.is_none() => {
-            if let Some(o) = system(PG_CATALOG_NAMESPACE_OID) {
+    let (key, bare) = match parts.as_slice() {
+        [s, r] if s == "information_schema" => {
+            return system(INFORMATION_SCHEMA_NAMESPACE_OID, r);
+        }
+        [s, r] if s == "pg_catalog" => return system(PG_CATALOG_NAMESPACE_OID, r),
+        [s, r] => (crate::sql::parser::relation_key(Some(s), r), r.clone()),
+        [r] => {
+            if let Some(o) = system(PG_CATALOG_NAMESPACE_OID, r) {
                 return Some(o);
             }
+            (r.clone(), r.clone())
         }
-        _ => {}
+        _ => return None,
+    };
+    if let Some(e) = catalog.get(&key) {
+        return Some(e.desc.oid);
     }
     catalog.entries().iter().find_map(|e| {
-        if e.desc.name == rel {
-            Some(e.desc.oid)
-        } else {
-            e.desc
-                .all_indexes()
-                .into_iter()
-                .find(|i| i.name == rel)
-                .map(|i| i.oid)
-        }
+        e.desc
+            .all_indexes()
+            .into_iter()
+            .find(|i| i.name == bare)
+            .map(|i| i.oid)
     })
 }
 
@@ -981,6 +981,16 @@ pub fn namespace_name_of_oid(oid: u32) -> Option<&'static str> {
 /// `"Mood"`, `'"public"."t"'`), without its `pg_catalog` / `public` schema and its quotes
 /// (an unquoted part folded to lower case).
 pub fn unqualified_name(name: &str) -> String {
+    let parts = name_parts(name);
+    match parts.as_slice() {
+        [schema, rest] if schema == "pg_catalog" || schema == "public" => rest.clone(),
+        _ => parts.join("."),
+    }
+}
+
+/// The parts of a name as SQL writes it (`a.b`, `"A"."b"`, `"a.b"`): unquoted parts folded
+/// to lower case, quoted ones as written.
+pub fn name_parts(name: &str) -> Vec<String> {
     let mut parts: Vec<String> = Vec::new();
     let mut part = String::new();
     let mut quoted = false;
@@ -998,10 +1008,7 @@ pub fn unqualified_name(name: &str) -> String {
         }
     }
     parts.push(part);
-    match parts.as_slice() {
-        [schema, rest] if schema == "pg_catalog" || schema == "public" => rest.clone(),
-        _ => parts.join("."),
-    }
+    parts
 }
 
 pub fn type_oid_of_name(name: &str) -> Option<u32> {
@@ -1068,15 +1075,19 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 };
                 vec![V::from(*o), namespace_name(*o).into(), owner(), acl]
             })
+            .chain(catalog.user_schemas().into_iter().map(|s| {
+                vec![V::from(s.oid), s.name.into(), V::from(s.owner), V::Null]
+            }))
             .collect(),
         )?,
         "pg_class" => {
             let mut rows = Vec::new();
             for e in &entries {
                 let d = &e.desc;
+                let namespace = catalog.namespace_of_relation(&d.name);
                 let mut row = class_row(
                     d.oid,
-                    &d.name,
+                    split_relation_name(&d.name).1,
                     d.row_type_oid(),
                     relkind(e),
                     2,
@@ -1084,6 +1095,7 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     !d.all_indexes().is_empty(),
                     e.table.as_ref().map(|t| t.row_count()).unwrap_or(0) as f64,
                 );
+                row[2] = namespace.into();
                 row[5] = d.owner.into();
                 // relchecks: psql's \d lists "Check constraints" when it is not 0
                 row[18] = V::I(d.checks.len() as i64);
@@ -1104,6 +1116,7 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 for ix in d.all_indexes() {
                     let mut row =
                         class_row(ix.oid, &ix.name, 0, "i", 403, ix.columns.len(), false, 0.0);
+                    row[2] = namespace.into();
                     row[5] = d.owner.into();
                     rows.push(row);
                 }
@@ -1251,16 +1264,18 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 rows.push(row);
             }
             for e in &entries {
-                rows.push(type_row(
+                let mut row = type_row(
                     e.desc.row_type_oid(),
-                    &e.desc.name,
+                    split_relation_name(&e.desc.name).1,
                     -1,
                     "c",
                     "C",
                     e.desc.oid,
                     0,
                     0,
-                ));
+                );
+                row[2] = catalog.namespace_of_relation(&e.desc.name).into();
+                rows.push(row);
             }
             build_table(
                 &[
@@ -1632,6 +1647,10 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     Some(V::I(r)) => *r,
                     _ => continue,
                 };
+                // connamespace: its relation's
+                if let Some(e) = entries.iter().find(|e| e.desc.oid as i64 == relid) {
+                    row[2] = catalog.namespace_of_relation(&e.desc.name).into();
+                }
                 if let Some(V::S(name)) = row.get(1)
                     && entries
                         .iter()
@@ -1683,8 +1702,8 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 .filter(|e| relkind(e) == "r")
                 .map(|e| {
                     vec![
-                        "public".into(),
-                        e.desc.name.clone().into(),
+                        split_relation_name(&e.desc.name).0.into(),
+                        split_relation_name(&e.desc.name).1.into(),
                         catalog.role_name(e.desc.owner).unwrap_or_default().into(),
                         V::Null,
                         (!e.desc.all_indexes().is_empty()).into(),
@@ -2092,8 +2111,8 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 .filter(|e| relkind(e) == "v")
                 .map(|e| {
                     vec![
-                        "public".into(),
-                        e.desc.name.clone().into(),
+                        split_relation_name(&e.desc.name).0.into(),
+                        split_relation_name(&e.desc.name).1.into(),
                         catalog.role_name(e.desc.owner).unwrap_or_default().into(),
                         e.desc.query.clone().unwrap_or_default().into(),
                     ]
@@ -2113,8 +2132,8 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 .flat_map(|e| {
                     e.desc.all_indexes().into_iter().map(move |ix| {
                         vec![
-                            "public".into(),
-                            e.desc.name.clone().into(),
+                            split_relation_name(&e.desc.name).0.into(),
+                            split_relation_name(&e.desc.name).1.into(),
                             ix.name.clone().into(),
                             V::Null,
                             ix.definition(&e.desc.name, false).into(),
@@ -2138,8 +2157,8 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 .filter(|e| relkind(e) == "m")
                 .map(|e| {
                     vec![
-                        "public".into(),
-                        e.desc.name.clone().into(),
+                        split_relation_name(&e.desc.name).0.into(),
+                        split_relation_name(&e.desc.name).1.into(),
                         catalog.role_name(e.desc.owner).unwrap_or_default().into(),
                         V::Null,
                         (!e.desc.all_indexes().is_empty()).into(),
@@ -2395,8 +2414,8 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 .into_iter()
                 .map(|(e, s)| {
                     vec![
-                        "public".into(),
-                        e.desc.name.clone().into(),
+                        split_relation_name(&e.desc.name).0.into(),
+                        split_relation_name(&e.desc.name).1.into(),
                         catalog.role_name(e.desc.owner).map(V::S).unwrap_or(V::Null),
                         s.type_name().into(),
                         V::I(s.start),

@@ -20,7 +20,7 @@ pub const RESERVE: i64 = 32;
 pub fn nextval_default(sequence: &str) -> String {
     format!(
         "nextval('{}')",
-        crate::sql::pg_text::quote_ident(sequence).replace('\'', "''")
+        crate::catalog::schemas::quote_relation(sequence).replace('\'', "''")
     )
 }
 
@@ -31,12 +31,15 @@ pub fn sequence_of_default(text: &str) -> Option<String> {
         .strip_prefix("nextval('")?
         .strip_suffix("')")?
         .replace("''", "'");
-    Some(
-        match inner.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
-            Some(quoted) => quoted.replace("\"\"", "\""),
-            None => inner,
-        },
-    )
+    // (`app.s`, `"App"."S"`: a sequence of a user schema, keyed `app.s`)
+    if !inner.contains(['"', '.']) {
+        return Some(inner);
+    }
+    let parts = crate::catalog::pg_catalog::name_parts(&inner);
+    Some(match parts.as_slice() {
+        [s, n] => crate::sql::parser::relation_key(Some(s), n),
+        _ => parts.join("."),
+    })
 }
 
 /// A sequence's parameters, from its relation's options.

@@ -167,8 +167,8 @@ impl Engine {
                                 .map(|col| col.name.as_str())
                                 .collect();
                             let base = match cols.as_slice() {
-                                [one] => format!("{name}_{one}_check"),
-                                _ => format!("{name}_check"),
+                                [one] => format!("{}_{one}_check", crate::sql::parser::bare_relation_name(name)),
+                                _ => format!("{}_check", crate::sql::parser::bare_relation_name(name)),
                             };
                             crate::sql::parser::free_name(&base, exists)
                         }
@@ -212,7 +212,7 @@ impl Engine {
                     let index = match &u.name {
                         Some(n) => normalize_ident(n),
                         None => crate::sql::parser::free_name(
-                            &format!("{name}_{}_key", cols.join("_")),
+                            &format!("{}_{}_key", crate::sql::parser::bare_relation_name(name), cols.join("_")),
                             |n| self.catalog.name_in_use(n),
                         ),
                     };
@@ -911,8 +911,12 @@ impl Engine {
                         desc.options.retain(|(k, _)| k != "weir.pkey_name");
                         desc.options.push(("weir.pkey_name".into(), pk));
                     }
-                    desc.name = relation_name(n)?;
-                    if desc.pkey_name() == format!("{}_pkey", desc.name) {
+                    // (the relation stays in its schema)
+                    desc.name = crate::sql::parser::relation_key(
+                        Some(crate::catalog::schemas::split_relation_name(&desc.name).0),
+                        &relation_name(n)?,
+                    );
+                    if desc.pkey_name() == format!("{}_pkey", crate::sql::parser::bare_relation_name(&desc.name)) {
                         desc.options.retain(|(k, _)| k != "weir.pkey_name");
                     }
                 }
@@ -943,7 +947,7 @@ impl Engine {
                     }
                     let pk_name = match &pk.name {
                         Some(n) => normalize_ident(n),
-                        None => format!("{}_pkey", desc.name),
+                        None => format!("{}_pkey", crate::sql::parser::bare_relation_name(&desc.name)),
                     };
                     if self.catalog.name_in_use(&pk_name) {
                         return Err(WeirError::new(
@@ -960,7 +964,7 @@ impl Engine {
                     }
                     desc.primary_key = cols;
                     desc.options.retain(|(k, _)| k != "weir.pkey_name");
-                    if pk_name != format!("{}_pkey", desc.name) {
+                    if pk_name != format!("{}_pkey", crate::sql::parser::bare_relation_name(&desc.name)) {
                         desc.options.push(("weir.pkey_name".into(), pk_name));
                     }
                     rewrite = true;
@@ -1371,7 +1375,7 @@ impl Engine {
         self.catalog.alter_relation(&table, |d| {
             if info.primary {
                 d.options.retain(|(k, _)| k != "weir.pkey_name");
-                if to != format!("{}_pkey", d.name) {
+                if to != format!("{}_pkey", crate::sql::parser::bare_relation_name(&d.name)) {
                     d.options.push(("weir.pkey_name".into(), to.to_owned()));
                 }
             } else if let Some(ix) = d.indexes.iter_mut().find(|i| i.oid == info.oid) {
@@ -1479,7 +1483,7 @@ impl Engine {
         let _ = plan.apply_with_subqueries(|node| {
             if let LogicalPlan::SubqueryAlias(a) = node
                 && let LogicalPlan::TableScan(t) = a.input.as_ref()
-                && t.table_name.table() == table
+                && crate::sql::parser::reference_key(&t.table_name) == table
             {
                 names.insert(a.alias.table().to_owned());
             }
@@ -1765,13 +1769,16 @@ fn reading(sql: &str, table: &str, how: Reads<'_>) -> Result<Option<String>> {
             }
             let alias = alias.get_or_insert_with(|| ast::TableAlias {
                 explicit: true,
-                name: ast::Ident::with_quote('"', self.table),
+                name: ast::Ident::with_quote(
+                    '"',
+                    crate::sql::parser::bare_relation_name(self.table),
+                ),
                 columns: vec![],
                 at: None,
             });
             match self.how {
                 Reads::Renamed(new) => {
-                    *name = ast::ObjectName::from(vec![ast::Ident::with_quote('"', new)]);
+                    *name = crate::sql::parser::relation_object_name(new);
                 }
                 Reads::Through(_) if version.is_some() => self.blocked = true,
                 Reads::Through(from) => {

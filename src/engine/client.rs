@@ -3,6 +3,7 @@
 use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::sql::sqlparser::ast;
 use futures::StreamExt;
 
 use super::{Engine, Output};
@@ -249,6 +250,29 @@ impl Engine {
                     session.undo.len(),
                 )?;
                 copy.zone = session.time_zone();
+                copy.defaulted = entry
+                    .desc
+                    .defaults
+                    .iter()
+                    .filter_map(|(c, _)| entry.desc.columns.iter().position(|x| &x.name == c))
+                    .filter(|i| !copy.targets.contains(i))
+                    .collect();
+                // (NULL until the defaults are filled in)
+                let fields: Vec<datafusion::arrow::datatypes::Field> = copy
+                    .schema
+                    .fields()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, f)| {
+                        let f = f.as_ref().clone();
+                        if copy.defaulted.contains(&i) {
+                            f.with_nullable(true)
+                        } else {
+                            f
+                        }
+                    })
+                    .collect();
+                copy.schema = std::sync::Arc::new(datafusion::arrow::datatypes::Schema::new(fields));
                 let columns = copy.targets.len();
                 session.copy_in = Some(copy);
                 Ok(Output::CopyIn { columns })
@@ -301,7 +325,10 @@ impl Engine {
                                 .collect::<Vec<_>>()
                                 .join(", ")
                         };
-                        let sql = format!("SELECT {cols} FROM \"{}\"", t.replace('"', "\"\""));
+                        let sql = format!(
+                            "SELECT {cols} FROM {}",
+                            crate::catalog::schemas::quote_relation(t)
+                        );
                         let parsed = crate::sql::parser::parse(&sql)?;
                         let Some(crate::sql::parser::Statement::Query(q)) =
                             parsed.into_iter().next().map(|p| p.stmt)
@@ -365,6 +392,8 @@ impl Engine {
         let table = copy.table.clone();
         let batches = std::mem::take(&mut copy.batches);
         copy.batch_bytes = 0;
+        let (name, targets) = (copy.table_name.clone(), copy.targets.clone());
+        let batches = self.copy_defaults(session, &name, &targets, batches).await?;
         if *table.kind() == TableKind::AppendOnly {
             session.interrupt.check()?;
             self.wait_for_memory(session, "COPY", &table).await?;
@@ -389,7 +418,7 @@ impl Engine {
             }
             return Ok(());
         }
-        if copy.writer.is_none() {
+        if session.copy_in.as_ref().is_some_and(|c| c.writer.is_none()) {
             let guard = crate::engine::lock_writer(session, &table).await?;
             if let Some(copy) = session.copy_in.as_mut() {
                 copy.writer = Some(guard);
@@ -411,6 +440,52 @@ impl Engine {
             copy.first = seq;
         }
         Ok(())
+    }
+
+    /// The rows of a `COPY t (columns) FROM` with the DEFAULT of each column it does not
+    /// list (a serial's `nextval`, `now()`, a constant), as Postgres fills them; the
+    /// others stay NULL.
+    async fn copy_defaults(
+        &self,
+        session: &Session,
+        table: &str,
+        targets: &[usize],
+        batches: Vec<RecordBatch>,
+    ) -> Result<Vec<RecordBatch>> {
+        let Some(entry) = self.catalog.get(table) else {
+            return Ok(batches);
+        };
+        let desc = &entry.desc;
+        let filled: Vec<(usize, &String)> = desc
+            .defaults
+            .iter()
+            .filter_map(|(c, d)| {
+                let i = desc.columns.iter().position(|x| &x.name == c)?;
+                (!targets.contains(&i)).then_some((i, d))
+            })
+            .collect();
+        if filled.is_empty() {
+            return Ok(batches);
+        }
+        let mut out = Vec::with_capacity(batches.len());
+        for b in batches {
+            let n = b.num_rows();
+            let mut cols = b.columns().to_vec();
+            for (i, d) in &filled {
+                let ty = desc.columns[*i].ty.display_name();
+                let sql = format!("SELECT CAST(({d}) AS {ty}) FROM generate_series(1, {n})");
+                let q = crate::sql::parser::parse_query(&sql)?;
+                let plan = self.plan_ast(session, &ast::Statement::Query(q)).await?;
+                let values = crate::engine::collect_plan(session, plan).await?;
+                let arrays: Vec<&dyn datafusion::arrow::array::Array> =
+                    values.iter().map(|v| v.column(0).as_ref()).collect();
+                let value = datafusion::arrow::compute::concat(&arrays)?;
+                let want = b.schema().field(*i).data_type().clone();
+                cols[*i] = datafusion::arrow::compute::cast(&value, &want)?;
+            }
+            out.push(RecordBatch::try_new(desc.schema(), cols)?);
+        }
+        Ok(out)
     }
 
     /// Wait for the chunk of an append-only COPY still being written to the store; its

@@ -153,7 +153,7 @@ impl Engine {
                 if r.reads_xmax
                     && let LogicalPlan::Projection(proj) = &p
                     && let LogicalPlan::TableScan(scan) = proj.input.as_ref()
-                    && scan.table_name.table() == table
+                    && crate::sql::parser::reference_key(&scan.table_name) == table
                     && !found
                 {
                     found = true;
@@ -181,7 +181,10 @@ impl Engine {
                 let LogicalPlan::TableScan(scan) = &p else {
                     return Ok(Transformed::no(p));
                 };
-                if found || r.reads_xmax || scan.table_name.table() != table {
+                if found
+                    || r.reads_xmax
+                    || crate::sql::parser::reference_key(&scan.table_name) != table
+                {
                     return Ok(Transformed::no(p));
                 }
                 found = true;

@@ -1,80 +1,197 @@
-//! `CREATE SCHEMA` and `DROP SCHEMA`. Weir has the schemas `public` (every relation),
-//! `pg_catalog` and `information_schema`, and no others yet: creating one of those with IF
-//! NOT EXISTS is what migration tools do first and answers as Postgres does (a notice,
-//! nothing changes); creating another, or dropping one of those, is refused with 0A000;
-//! dropping a schema that does not exist is Postgres' 3F000, or its notice with IF EXISTS.
+//! `CREATE SCHEMA`, `DROP SCHEMA` and `ALTER SCHEMA`. Besides the built-in schemas `public`,
+//! `pg_catalog` and `information_schema`, user schemas hold relations (`catalog/schemas.rs`:
+//! a relation of schema `app` is keyed `app.name`). `DROP SCHEMA` refuses a schema that
+//! holds relations (2BP01) unless CASCADE, which drops them with it; the built-in schemas
+//! cannot be dropped (0A000).
 
-use crate::catalog::pg_catalog::namespace_name_of_oid;
-use crate::catalog::{
-    INFORMATION_SCHEMA_NAMESPACE_OID, PG_CATALOG_NAMESPACE_OID, PUBLIC_NAMESPACE_OID,
-};
-use crate::engine::Output;
+use crate::catalog::RelationKind;
+use crate::catalog::pg_catalog::namespace_oid_of_name;
+use crate::catalog::schemas::{quote_relation, split_relation_name};
+use crate::engine::{Engine, Output};
 use crate::error::{Result, WeirError, sqlstate};
+use crate::server::session::Session;
+use crate::sql::parser::DropKind;
 
 type Notices = tokio::sync::mpsc::UnboundedSender<String>;
 
 fn exists(name: &str) -> bool {
-    [
-        PUBLIC_NAMESPACE_OID,
-        PG_CATALOG_NAMESPACE_OID,
-        INFORMATION_SCHEMA_NAMESPACE_OID,
-    ]
-    .iter()
-    .any(|o| namespace_name_of_oid(*o) == Some(name))
+    namespace_oid_of_name(name).is_some()
 }
 
-pub(crate) fn create_schema(
-    name: &str,
-    if_not_exists: bool,
-    notices: Option<&Notices>,
-) -> Result<Output> {
-    if name.starts_with("pg_") {
-        return Err(WeirError::new(
-            sqlstate::RESERVED_NAME,
-            format!("unacceptable schema name \"{name}\""),
-        )
-        .with_detail("The prefix \"pg_\" is reserved for system schemas."));
-    }
-    if !exists(name) {
-        return Err(WeirError::not_supported(format!(
-            "CREATE SCHEMA {name} is not supported: relations live in schema \"public\" only"
-        )));
-    }
-    if !if_not_exists {
-        return Err(WeirError::new(
-            sqlstate::DUPLICATE_SCHEMA,
-            format!("schema \"{name}\" already exists"),
-        ));
-    }
-    if let Some(n) = notices {
-        let _ = n.send(format!("schema \"{name}\" already exists, skipping"));
-    }
-    Ok(Output::Command("CREATE SCHEMA".into()))
-}
-
-pub(crate) fn drop_schema(
-    names: &[String],
-    if_exists: bool,
-    notices: Option<&Notices>,
-) -> Result<Output> {
-    // the whole statement is refused before anything is said about the rest
-    if let Some(name) = names.iter().find(|n| exists(n)) {
-        return Err(WeirError::not_supported(format!(
-            "DROP SCHEMA {name} is not supported: schema \"{name}\" cannot be dropped here"
-        )));
-    }
-    if !if_exists && let Some(name) = names.first() {
-        return Err(WeirError::new(
-            sqlstate::INVALID_SCHEMA_NAME,
-            format!("schema \"{name}\" does not exist"),
-        ));
-    }
-    if let Some(n) = notices {
-        for name in names {
-            let _ = n.send(format!("schema \"{name}\" does not exist, skipping"));
+impl Engine {
+    pub(crate) fn create_schema(
+        &self,
+        session: &Session,
+        name: &str,
+        if_not_exists: bool,
+        owner: Option<&str>,
+        notices: Option<&Notices>,
+    ) -> Result<Output> {
+        if name.starts_with("pg_") {
+            return Err(WeirError::new(
+                sqlstate::RESERVED_NAME,
+                format!("unacceptable schema name \"{name}\""),
+            )
+            .with_detail("The prefix \"pg_\" is reserved for system schemas."));
         }
+        if exists(name) || self.catalog.user_schema(name).is_some() {
+            if !if_not_exists {
+                return Err(WeirError::new(
+                    sqlstate::DUPLICATE_SCHEMA,
+                    format!("schema \"{name}\" already exists"),
+                ));
+            }
+            if let Some(n) = notices {
+                let _ = n.send(format!("schema \"{name}\" already exists, skipping"));
+            }
+            return Ok(Output::Command("CREATE SCHEMA".into()));
+        }
+        if name.contains('.') {
+            return Err(WeirError::not_supported(format!(
+                "schema names containing \".\" are not supported: \"{name}\""
+            )));
+        }
+        let owner = match owner {
+            Some(r) => {
+                self.catalog
+                    .role(r)
+                    .ok_or_else(|| {
+                        WeirError::new(
+                            sqlstate::UNDEFINED_OBJECT,
+                            format!("role \"{r}\" does not exist"),
+                        )
+                    })?
+                    .oid
+            }
+            None => session.role(),
+        };
+        self.catalog.create_schema(name, owner)?;
+        Ok(Output::Command("CREATE SCHEMA".into()))
     }
-    Ok(Output::Command("DROP SCHEMA".into()))
+
+    /// `DROP SCHEMA [IF EXISTS] name [, ...] [CASCADE]`: all named schemas or none.
+    pub(crate) async fn drop_schemas(
+        &self,
+        session: &Session,
+        names: &[String],
+        if_exists: bool,
+        cascade: bool,
+        notices: Option<&Notices>,
+    ) -> Result<Output> {
+        // the whole statement is refused before anything is dropped
+        if let Some(name) = names.iter().find(|n| exists(n)) {
+            return Err(WeirError::not_supported(format!(
+                "DROP SCHEMA {name} is not supported: schema \"{name}\" cannot be dropped here"
+            )));
+        }
+        let mut present = Vec::new();
+        for name in names {
+            match self.catalog.user_schema(name) {
+                Some(s) => {
+                    let role = session.role();
+                    if s.owner != role && !self.catalog.is_superuser(role) {
+                        return Err(WeirError::new(
+                            sqlstate::INSUFFICIENT_PRIVILEGE,
+                            format!("must be owner of schema {name}"),
+                        ));
+                    }
+                    present.push(name.clone());
+                }
+                None if if_exists => {
+                    if let Some(n) = notices {
+                        let _ = n.send(format!("schema \"{name}\" does not exist, skipping"));
+                    }
+                }
+                None => {
+                    return Err(WeirError::new(
+                        sqlstate::INVALID_SCHEMA_NAME,
+                        format!("schema \"{name}\" does not exist"),
+                    ));
+                }
+            }
+        }
+        // what the schemas hold, in the order it was made
+        let mut held: Vec<_> = self
+            .catalog
+            .entries()
+            .into_iter()
+            .filter(|e| present.iter().any(|s| split_relation_name(&e.desc.name).0 == s))
+            .collect();
+        held.sort_by_key(|e| e.desc.oid);
+        let described = |e: &crate::catalog::Entry| {
+            format!("{} {}", e.desc.kind.noun(), quote_relation(&e.desc.name))
+        };
+        // a serial column's sequence is part of its table, not listed beside it
+        let owned: Vec<String> = held
+            .iter()
+            .flat_map(|e| {
+                e.desc
+                    .columns
+                    .iter()
+                    .filter_map(|c| e.desc.owned_sequence(&c.name))
+            })
+            .collect();
+        if !held.is_empty() && !cascade {
+            let schema = split_relation_name(&held[0].desc.name).0.to_owned();
+            let detail: Vec<String> = held
+                .iter()
+                .filter(|e| !owned.contains(&e.desc.name))
+                .filter(|e| split_relation_name(&e.desc.name).0 == schema)
+                .map(|e| format!("{} depends on schema {schema}", described(e)))
+                .collect();
+            return Err(WeirError::new(
+                sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
+                format!("cannot drop schema {schema} because other objects depend on it"),
+            )
+            .with_detail(detail.join("\n"))
+            .with_hint("Use DROP ... CASCADE to drop the dependent objects too."));
+        }
+        if let Some(n) = notices
+            && !held.is_empty()
+        {
+            let lines: Vec<String> = held
+                .iter()
+                .filter(|e| !owned.contains(&e.desc.name))
+                .map(|e| format!("drop cascades to {}", described(e)))
+                .collect();
+            let _ = n.send(if lines.len() == 1 {
+                lines[0].clone()
+            } else {
+                format!(
+                    "drop cascades to {} other objects\nDETAIL: {}",
+                    lines.len(),
+                    lines.join("\n")
+                )
+            });
+        }
+        // what reads the others first: sinks, views, then what holds rows
+        let in_block = session.in_transaction || session.implicit_transaction;
+        for (kind, of) in [
+            (DropKind::Sink, &[RelationKind::Sink][..]),
+            (DropKind::MaterializedView, &[RelationKind::MaterializedView]),
+            (DropKind::View, &[RelationKind::View]),
+            (
+                DropKind::Table,
+                &[RelationKind::Table, RelationKind::AppendOnlyTable],
+            ),
+            (DropKind::Source, &[RelationKind::Source]),
+            (DropKind::Sequence, &[RelationKind::Sequence]),
+        ] {
+            let names: Vec<String> = held
+                .iter()
+                .filter(|e| of.contains(&e.desc.kind))
+                .map(|e| e.desc.name.clone())
+                .collect();
+            if !names.is_empty() {
+                self.drop_relations(&names, kind, true, true, None, in_block)
+                    .await?;
+            }
+        }
+        for name in &present {
+            self.catalog.drop_schema(name)?;
+        }
+        Ok(Output::Command("DROP SCHEMA".into()))
+    }
 }
 
 /// `CREATE EXTENSION [IF NOT EXISTS] name [SCHEMA s] [VERSION v]`: one Weir has built in

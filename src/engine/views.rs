@@ -27,7 +27,6 @@ use crate::error::{Result, WeirError, sqlstate};
 use crate::plan::view::{Lowering, WindowOptions, check_deterministic};
 use crate::server::session::Session;
 use crate::sql::parser::{CreateView, DropKind};
-use crate::sql::pg_text::quote_ident;
 use crate::sql::types::field_sql_type;
 
 impl Engine {
@@ -1186,7 +1185,7 @@ impl Engine {
                     .unwrap_or_else(|| (String::new(), "relation"));
                 // names as Postgres' object descriptions give them: quoted only where
                 // they need it
-                let name = quote_ident(&name);
+                let name = crate::catalog::schemas::quote_relation(&name);
                 // every dependent that stays, as Postgres lists them: in the order they
                 // were made (a foreign key by its table's)
                 let mut lines: Vec<(u32, String)> = dependents
@@ -1675,7 +1674,11 @@ pub(crate) fn view_columns(
 /// A relation as Postgres' object descriptions name it: its kind, then its name quoted only
 /// where it needs it (`view dv1`, `materialized view "My MV"`).
 fn described(d: &crate::catalog::RelationDesc) -> String {
-    format!("{} {}", d.kind.noun(), quote_ident(&d.name))
+    format!(
+        "{} {}",
+        d.kind.noun(),
+        crate::catalog::schemas::quote_relation(&d.name)
+    )
 }
 
 #[cfg(test)]

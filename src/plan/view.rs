@@ -163,10 +163,12 @@ impl<'a> Lowering<'a> {
                 }
                 let name = scan.table_name.table();
                 let lookup = name.starts_with(crate::serving::TEMPORAL_PREFIX);
-                let name = name
-                    .strip_prefix(crate::serving::TEMPORAL_PREFIX)
-                    .unwrap_or(name);
-                let (oid, rel_name, schema) = (self.resolve)(name).ok_or_else(|| {
+                let name = crate::sql::parser::relation_key(
+                    scan.table_name.schema(),
+                    name.strip_prefix(crate::serving::TEMPORAL_PREFIX)
+                        .unwrap_or(name),
+                );
+                let (oid, rel_name, schema) = (self.resolve)(&name).ok_or_else(|| {
                     unsupported(format!(
                         "reading \"{}\" (only tables and materialized views can be read)",
                         scan.table_name
@@ -1180,7 +1182,9 @@ impl Lowering<'_> {
     fn insert_only(&self, plan: &LogicalPlan) -> bool {
         use datafusion::common::JoinType;
         match plan {
-            LogicalPlan::TableScan(t) => (self.append_only)(t.table_name.table()),
+            LogicalPlan::TableScan(t) => {
+                (self.append_only)(&crate::sql::parser::reference_key(&t.table_name))
+            }
             LogicalPlan::SubqueryAlias(s) => self.insert_only(&s.input),
             LogicalPlan::Projection(p) => self.insert_only(&p.input),
             LogicalPlan::Filter(f) => self.insert_only(&f.input),

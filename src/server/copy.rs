@@ -41,6 +41,9 @@ pub struct CopyIn {
     pub columns: Vec<ColumnDesc>,
     /// Table column index of each field in the data.
     pub targets: Vec<usize>,
+    /// The columns not listed that have a DEFAULT: filled after the rows are read
+    /// (`Engine::copy_defaults`), so not checked for NULLs here.
+    pub defaulted: Vec<usize>,
     pub options: CopyOptions,
     /// Bytes received but not yet parsed (an incomplete last record).
     pending: Vec<u8>,
@@ -132,6 +135,7 @@ impl CopyIn {
             schema,
             columns,
             targets,
+            defaulted: Vec::new(),
             options,
             pending: Vec::new(),
             text,
@@ -352,7 +356,12 @@ impl CopyIn {
             })?;
         }
         if let Some((row, e)) =
-            crate::state::table::not_null_violation(&self.table_name, &self.schema, &cols)
+            crate::state::table::not_null_violation(
+                &self.table_name,
+                &self.schema,
+                &cols,
+                &self.defaulted,
+            )
         {
             return Err(e.with_context(self.context(self.lines[row])));
         }

@@ -353,7 +353,8 @@ pub fn validate(name: &str, value: &str, max_work_mem: usize) -> Result<String> 
             _ => Err(bad_value(name, &v, "expected content or document")),
         },
         "search_path" => {
-            // Weir has one schema for relations: a path must still find them in public.
+            // Unqualified names resolve in public (user schemas' relations are named
+            // qualified, `app.t`): a path must still find them in public.
             // The empty path (pg_dump's, which then qualifies every name) is taken too: an
             // unqualified name still resolves in public
             if v.trim().is_empty() || v.trim() == "\"\"" {
@@ -373,7 +374,7 @@ pub fn validate(name: &str, value: &str, max_work_mem: usize) -> Result<String> 
                 Ok(v)
             } else {
                 Err(WeirError::not_supported(format!(
-                    "search_path \"{v}\" is not supported: Weir keeps every relation in schema public"
+                    "search_path \"{v}\" is not supported: unqualified names resolve in schema public (qualify the names of other schemas' relations: app.t)"
                 )))
             }
         }

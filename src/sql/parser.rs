@@ -194,11 +194,14 @@ pub enum Statement {
     CreateSchema {
         name: String,
         if_not_exists: bool,
+        /// `AUTHORIZATION role`: its owner (the current user without).
+        owner: Option<String>,
     },
     /// `DROP SCHEMA [IF EXISTS] name [, ...] [CASCADE | RESTRICT]`.
     DropSchema {
         names: Vec<String>,
         if_exists: bool,
+        cascade: bool,
     },
     /// `CREATE TYPE name AS ENUM ('label', ...)`.
     CreateEnumType {
@@ -478,6 +481,12 @@ fn parse_alter_rename(p: &mut Parser) -> Result<Option<Statement>> {
     }
     p.expect_keyword_is(Keyword::TO)?;
     let to = relation_name(&p.parse_object_name(false)?)?;
+    // (a relation stays in its schema; an index's name is not qualified)
+    let to = match (kind, name.split_once('.')) {
+        (DropKind::Index, _) => to,
+        (_, Some((schema, _))) if !to.contains('.') => relation_key(Some(schema), &to),
+        _ => to,
+    };
     Ok(Some(Statement::RenameRelation {
         kind,
         name,
@@ -3034,9 +3043,15 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
                 ast::SchemaName::UnnamedAuthorization(role) => Some(normalize_ident(role)),
             }
             .ok_or_else(|| WeirError::syntax(format!("invalid schema name {schema_name}")))?;
+            let owner = match &schema_name {
+                ast::SchemaName::Simple(_) => None,
+                ast::SchemaName::NamedAuthorization(_, role)
+                | ast::SchemaName::UnnamedAuthorization(role) => Some(normalize_ident(role)),
+            };
             Ok(Statement::CreateSchema {
                 name,
                 if_not_exists,
+                owner,
             })
         }
         ast::Statement::Prepare {
@@ -3331,14 +3346,44 @@ pub fn relation_name(name: &ObjectName) -> Result<String> {
         .collect::<Result<_>>()?;
     match parts.as_slice() {
         [n] => Ok(n.clone()),
-        [s, n] if s == "public" => Ok(n.clone()),
-        [_, s, n] if s == "public" => Ok(n.clone()),
+        [s, n] | [_, s, n] if s != "pg_catalog" && s != "information_schema" => {
+            Ok(relation_key(Some(s), n))
+        }
         _ => Err(WeirError::new(
-            crate::error::sqlstate::UNDEFINED_OBJECT,
-            format!(
-                "schema of relation \"{name}\" does not exist (only \"public\" holds relations)"
-            ),
-        )),
+            crate::error::sqlstate::INSUFFICIENT_PRIVILEGE,
+            format!("permission denied to create \"{name}\""),
+        )
+        .with_detail("System catalog modifications are currently disallowed.")),
+    }
+}
+
+/// A relation's name without its schema (`users` of `app.users`): what the names Postgres
+/// derives from it (`users_pkey`, `users_a_check`) start with.
+pub fn bare_relation_name(key: &str) -> &str {
+    key.split_once('.').map_or(key, |(_, n)| n)
+}
+
+/// A catalog key as an SQL name, its parts quoted (`"app"."users"`, `"users"`).
+pub fn relation_object_name(key: &str) -> ast::ObjectName {
+    let parts: Vec<ast::Ident> = match key.split_once('.') {
+        Some((s, n)) => vec![ast::Ident::with_quote('"', s), ast::Ident::with_quote('"', n)],
+        None => vec![ast::Ident::with_quote('"', key)],
+    };
+    ast::ObjectName::from(parts)
+}
+
+/// The catalog key of the relation a plan's table reference names (`app.users` for
+/// `app.users`, `users` for `users` and `public.users`).
+pub fn reference_key(t: &datafusion::common::TableReference) -> String {
+    relation_key(t.schema(), t.table())
+}
+
+/// The catalog key of a relation in `schema` (none: the search path, `public`): its bare
+/// name in `public`, `schema.name` in a user schema (see `catalog/schemas.rs`).
+pub fn relation_key(schema: Option<&str>, name: &str) -> String {
+    match schema {
+        None | Some("public") => name.to_owned(),
+        Some(s) => format!("{s}.{name}"),
     }
 }
 
@@ -3875,8 +3920,8 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
                         std::ops::ControlFlow::<()>::Continue(())
                     });
                     let base = match cols.as_slice() {
-                        [one] => format!("{name}_{one}_check"),
-                        _ => format!("{name}_check"),
+                        [one] => format!("{}_{one}_check", bare_relation_name(&name)),
+                        _ => format!("{}_check", bare_relation_name(&name)),
                     };
                     let name = check_name(c.name.as_ref(), base, &checks);
                     checks.push(CheckSpec {
@@ -4025,7 +4070,11 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
                     }
                     ColumnOption::Check(c) if c.enforced != Some(false) => {
                         let given = opt.name.as_ref().or(c.name.as_ref());
-                        let check = check_name(given, format!("{name}_{col_name}_check"), &checks);
+                        let check = check_name(
+                            given,
+                            format!("{}_{col_name}_check", bare_relation_name(&name)),
+                            &checks,
+                        );
                         checks.push(CheckSpec {
                             name: check,
                             expr: c.expr.to_string(),
@@ -4216,10 +4265,15 @@ fn parse_drop(p: &mut Parser) -> Result<Statement> {
             .iter()
             .map(normalize_ident)
             .collect();
-        if !p.parse_keyword(Keyword::CASCADE) {
+        let cascade = p.parse_keyword(Keyword::CASCADE);
+        if !cascade {
             let _ = p.parse_keyword(Keyword::RESTRICT);
         }
-        return Ok(Statement::DropSchema { names, if_exists });
+        return Ok(Statement::DropSchema {
+            names,
+            if_exists,
+            cascade,
+        });
     } else if let Some(s) = crate::sql::security::parse_drop(p)? {
         return Ok(Statement::Security(Box::new(s)));
     } else {

@@ -2126,21 +2126,24 @@ pub fn check_not_null(
     schema: &datafusion::arrow::datatypes::Schema,
     cols: &[ArrayRef],
 ) -> Result<()> {
-    match not_null_violation(table, schema, cols) {
+    match not_null_violation(table, schema, cols, &[]) {
         Some((_, e)) => Err(e),
         None => Ok(()),
     }
 }
 
 /// [`check_not_null`]'s error and the row it is about: the first row (in order) with a
-/// NULL in a NOT NULL column, named by the first such column of the row.
+/// NULL in a NOT NULL column, named by the first such column of the row; the columns
+/// `later` are left out (a COPY fills their defaults after).
 pub fn not_null_violation(
     table: &str,
     schema: &datafusion::arrow::datatypes::Schema,
     cols: &[ArrayRef],
+    later: &[usize],
 ) -> Option<(usize, WeirError)> {
     let strict: Vec<usize> = (0..cols.len().min(schema.fields().len()))
         .filter(|&i| !schema.field(i).is_nullable() && cols[i].null_count() > 0)
+        .filter(|i| !later.contains(i))
         .collect();
     if strict.is_empty() {
         return None;

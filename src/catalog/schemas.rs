@@ -1,0 +1,238 @@
+//! User schemas (`CREATE SCHEMA app`), stored under `N{oid}` as JSON.
+//!
+//! A relation in a user schema is keyed in the catalog by its qualified name, `app.users`
+//! (`sql::parser::relation_name` writes `app.users`, `"app"."users"` and `weir.app.users`
+//! so; a relation of `public` is keyed by its bare name). The key is the relation's
+//! `RelationDesc::name`; [`split_relation_name`] gives its schema and bare name back for
+//! the system tables, and [`quote_relation`] the name as SQL writes it. Because a dotted
+//! key always means a schema, a relation of `public` cannot have a `.` in its name
+//! ([`Catalog::create`] refuses a dotted name whose schema does not exist; the one whose
+//! schema exists is that schema's relation).
+//!
+//! The schemas `public`, `pg_catalog` and `information_schema` are built in and not
+//! listed here.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::catalog::Catalog;
+use crate::error::{Result, WeirError, sqlstate};
+use crate::state::store::{Durability, Store, WriteBatch};
+
+/// What the catalog persists about a user schema.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SchemaDesc {
+    pub oid: u32,
+    pub name: String,
+    pub owner: u32,
+}
+
+fn key(oid: u32) -> Vec<u8> {
+    let mut k = b"N".to_vec();
+    k.extend_from_slice(&oid.to_be_bytes());
+    k
+}
+
+#[derive(Default)]
+pub struct Schemas {
+    by_name: parking_lot::RwLock<BTreeMap<String, SchemaDesc>>,
+}
+
+impl Schemas {
+    pub fn load(store: &dyn Store) -> Result<Schemas> {
+        let by_name = crate::catalog::load_json::<SchemaDesc>(store, b"N", "schema")?
+            .into_iter()
+            .map(|s| (s.name.clone(), s))
+            .collect();
+        Ok(Schemas {
+            by_name: parking_lot::RwLock::new(by_name),
+        })
+    }
+
+    pub fn max_oid(&self) -> Option<u32> {
+        self.by_name.read().values().map(|s| s.oid).max()
+    }
+}
+
+/// A catalog key's schema and bare name: `app.users` is (`app`, `users`), `users` is
+/// (`public`, `users`).
+pub fn split_relation_name(key: &str) -> (&str, &str) {
+    key.split_once('.').unwrap_or(("public", key))
+}
+
+/// A catalog key as SQL writes it: `users`, `app.users`, `"My App"."Users"`.
+pub fn quote_relation(key: &str) -> String {
+    use crate::sql::pg_text::quote_ident;
+    match key.split_once('.') {
+        Some((s, r)) => format!("{}.{}", quote_ident(s), quote_ident(r)),
+        None => quote_ident(key),
+    }
+}
+
+/// A catalog key with its schema always written: `public.users`, `app.users`.
+pub fn qualified_relation(key: &str) -> String {
+    use crate::sql::pg_text::quote_ident;
+    let (s, r) = split_relation_name(key);
+    format!("{}.{}", quote_ident(s), quote_ident(r))
+}
+
+impl Catalog {
+    /// The user schemas, by name.
+    pub fn user_schemas(&self) -> Vec<SchemaDesc> {
+        self.schemas.by_name.read().values().cloned().collect()
+    }
+
+    pub fn user_schema(&self, name: &str) -> Option<SchemaDesc> {
+        self.schemas.by_name.read().get(name).cloned()
+    }
+
+    /// `pg_namespace.oid` of a relation by its catalog key.
+    pub fn namespace_of_relation(&self, key: &str) -> u32 {
+        match key.split_once('.') {
+            Some((s, _)) => self
+                .user_schema(s)
+                .map(|s| s.oid)
+                .unwrap_or(crate::catalog::PUBLIC_NAMESPACE_OID),
+            None => crate::catalog::PUBLIC_NAMESPACE_OID,
+        }
+    }
+
+    /// A namespace's OID by name: the built-in ones and the user schemas.
+    pub fn namespace_oid(&self, name: &str) -> Option<u32> {
+        crate::catalog::pg_catalog::namespace_oid_of_name(name)
+            .or_else(|| self.user_schema(name).map(|s| s.oid))
+    }
+
+    /// A namespace's name by OID: the built-in ones and the user schemas.
+    pub fn namespace_name(&self, oid: u32) -> Option<String> {
+        crate::catalog::pg_catalog::namespace_name_of_oid(oid)
+            .map(str::to_owned)
+            .or_else(|| {
+                self.schemas
+                    .by_name
+                    .read()
+                    .values()
+                    .find(|s| s.oid == oid)
+                    .map(|s| s.name.clone())
+            })
+    }
+
+    /// Create a user schema (persisted, fsynced). The caller checked the name is free.
+    pub fn create_schema(&self, name: &str, owner: u32) -> Result<()> {
+        let mut schemas = self.schemas.by_name.write();
+        if schemas.contains_key(name)
+            || crate::catalog::pg_catalog::namespace_oid_of_name(name).is_some()
+        {
+            return Err(WeirError::new(
+                sqlstate::DUPLICATE_SCHEMA,
+                format!("schema \"{name}\" already exists"),
+            ));
+        }
+        let s = SchemaDesc {
+            oid: self.reserve_oid(),
+            name: name.to_owned(),
+            owner,
+        };
+        let mut wb = WriteBatch::default();
+        wb.put(
+            key(s.oid),
+            serde_json::to_vec(&s).map_err(|e| WeirError::internal(e.to_string()))?,
+        );
+        self.store.commit(wb, Durability::Sync)?;
+        schemas.insert(name.to_owned(), s);
+        drop(schemas);
+        self.bump_version();
+        Ok(())
+    }
+
+    /// Drop a user schema the caller emptied. False when it does not exist.
+    pub fn drop_schema(&self, name: &str) -> Result<bool> {
+        let mut schemas = self.schemas.by_name.write();
+        let Some(s) = schemas.get(name) else {
+            return Ok(false);
+        };
+        if let Some(e) = self
+            .entries()
+            .into_iter()
+            .find(|e| split_relation_name(&e.desc.name).0 == name)
+        {
+            return Err(WeirError::internal(format!(
+                "schema \"{name}\" still holds \"{}\"",
+                e.desc.name
+            )));
+        }
+        let mut wb = WriteBatch::default();
+        wb.delete(key(s.oid));
+        self.store.commit(wb, Durability::Sync)?;
+        schemas.remove(name);
+        drop(schemas);
+        self.bump_version();
+        Ok(true)
+    }
+
+    /// Rename a user schema: its relations move with it (their keys change).
+    pub fn rename_schema(&self, from: &str, to: &str) -> Result<()> {
+        let mut schemas = self.schemas.by_name.write();
+        if schemas.contains_key(to)
+            || crate::catalog::pg_catalog::namespace_oid_of_name(to).is_some()
+        {
+            return Err(WeirError::new(
+                sqlstate::DUPLICATE_SCHEMA,
+                format!("schema \"{to}\" already exists"),
+            ));
+        }
+        let Some(mut s) = schemas.get(from).cloned() else {
+            return Err(WeirError::new(
+                sqlstate::INVALID_SCHEMA_NAME,
+                format!("schema \"{from}\" does not exist"),
+            ));
+        };
+        if self
+            .entries()
+            .iter()
+            .any(|e| split_relation_name(&e.desc.name).0 == from)
+        {
+            return Err(WeirError::not_supported(format!(
+                "ALTER SCHEMA {from} RENAME is supported for empty schemas only"
+            )));
+        }
+        s.name = to.to_owned();
+        let mut wb = WriteBatch::default();
+        wb.put(
+            key(s.oid),
+            serde_json::to_vec(&s).map_err(|e| WeirError::internal(e.to_string()))?,
+        );
+        self.store.commit(wb, Durability::Sync)?;
+        schemas.remove(from);
+        schemas.insert(to.to_owned(), s);
+        drop(schemas);
+        self.bump_version();
+        Ok(())
+    }
+
+    /// 3F000 unless a relation key's schema (if it names one) exists.
+    pub(crate) fn check_schema_of(&self, key: &str) -> Result<()> {
+        match key.split_once('.') {
+            Some((s, _)) if self.user_schema(s).is_none() => Err(WeirError::new(
+                sqlstate::INVALID_SCHEMA_NAME,
+                format!("schema \"{s}\" does not exist"),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_split_and_quote() {
+        assert_eq!(split_relation_name("users"), ("public", "users"));
+        assert_eq!(split_relation_name("app.users"), ("app", "users"));
+        assert_eq!(quote_relation("app.users"), "app.users");
+        assert_eq!(quote_relation("My App.Users"), "\"My App\".\"Users\"");
+        assert_eq!(quote_relation("users"), "users");
+    }
+}
