@@ -3384,6 +3384,8 @@ fn changes_schema(stmt: &Statement) -> bool {
             | Statement::CreateIndex(_)
             | Statement::CreateExtension { .. }
             | Statement::DropExtension { .. }
+            | Statement::CreateSchema { .. }
+            | Statement::DropSchema { .. }
     )
 }
 

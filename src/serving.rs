@@ -217,7 +217,13 @@ impl CatalogProvider for WeirCatalogProvider {
             "pg_catalog".to_owned(),
             "information_schema".to_owned(),
         ];
-        names.extend(self.public.catalog.user_schemas().into_iter().map(|s| s.name));
+        names.extend(
+            self.public
+                .catalog
+                .user_schemas()
+                .into_iter()
+                .map(|s| s.name),
+        );
         names
     }
 

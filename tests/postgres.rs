@@ -1116,6 +1116,86 @@ DROP TABLE ct;
     );
 }
 
+/// User schemas: relations made, read, changed and copied in a schema other than public,
+/// the catalogs that list them, regclass, constraint errors, DROP SCHEMA refused and with
+/// CASCADE (its notice), undone by ROLLBACK; CREATE SCHEMA in a rolled-back block.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schemas_answer_as_postgres() {
+    let pg = Postgres::start();
+    let weir = TestServer::start();
+    let script = r#"
+CREATE SCHEMA sc_app;
+CREATE SCHEMA sc_app;
+CREATE SCHEMA IF NOT EXISTS sc_app;
+CREATE TABLE sc_app.users (id serial PRIMARY KEY, name text NOT NULL UNIQUE, age int CHECK (age > 0));
+CREATE TABLE sc_app.posts (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, user_id int REFERENCES sc_app.users (id) ON DELETE CASCADE, title varchar(20));
+CREATE TABLE sc_users (id int PRIMARY KEY, note text);
+CREATE INDEX ON sc_app.posts (title);
+INSERT INTO sc_app.users (name, age) VALUES ('ann', 30), ('bob', 40) RETURNING id, name;
+INSERT INTO "sc_app"."posts" (user_id, title) VALUES (1, 'hello'), (2, 'world');
+INSERT INTO sc_users VALUES (1, 'public one');
+SELECT u.name, p.title, x.note FROM sc_app.users u JOIN sc_app.posts p ON p.user_id = u.id LEFT JOIN sc_users x ON x.id = u.id ORDER BY 1;
+UPDATE sc_app.users SET age = age + 1 WHERE name = 'bob';
+DELETE FROM sc_app.users WHERE name = 'ann';
+SELECT * FROM sc_app.posts;
+SELECT sc_app.users.name FROM sc_app.users;
+INSERT INTO sc_app.users (name, age) VALUES ('bob', 1);
+INSERT INTO sc_app.users (name, age) VALUES ('cy', 0);
+INSERT INTO sc_app.users (id, name) VALUES (NULL, 'dd');
+CREATE VIEW sc_app.names AS SELECT name FROM sc_app.users;
+SELECT * FROM sc_app.names;
+SELECT n.nspname, c.relname, c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'sc_app' ORDER BY 2;
+SELECT table_schema, table_name, table_type FROM information_schema.tables WHERE table_schema = 'sc_app' ORDER BY 2;
+SELECT table_name, column_name, column_default, is_nullable FROM information_schema.columns WHERE table_schema = 'sc_app' ORDER BY 1, ordinal_position;
+SELECT constraint_name, constraint_type, table_schema FROM information_schema.table_constraints WHERE table_schema = 'sc_app' AND constraint_type <> 'CHECK' ORDER BY 1;
+SELECT conname, contype, connamespace::regnamespace FROM pg_constraint WHERE conrelid = 'sc_app.users'::regclass ORDER BY 1;
+SELECT indexdef FROM pg_indexes WHERE schemaname = 'sc_app' ORDER BY 1;
+SELECT 'sc_app.users'::regclass, 'sc_app.users_pkey'::regclass, '"sc_app"."users"'::regclass::oid = 'sc_app.users'::regclass::oid, to_regclass('sc_app.nope');
+SELECT pg_get_serial_sequence('sc_app.users', 'id'), pg_get_serial_sequence('"sc_app"."posts"', 'id');
+SELECT nspname FROM pg_namespace WHERE oid = 'sc_app'::regnamespace;
+SELECT schema_name FROM information_schema.schemata WHERE schema_name LIKE 'sc%';
+SELECT * FROM sc_app.nope;
+CREATE TABLE sc_nosuch.t (a int);
+ALTER TABLE sc_app.posts RENAME TO articles;
+SELECT * FROM sc_app.articles;
+\copy sc_app.users (name, age) from stdin
+dee	7
+\.
+SELECT id, name, age FROM sc_app.users ORDER BY id;
+\copy sc_app.users to stdout
+DROP SCHEMA sc_app;
+BEGIN;
+DROP SCHEMA sc_app CASCADE;
+ROLLBACK;
+SELECT count(*) FROM sc_app.users;
+DROP SCHEMA sc_app CASCADE;
+SELECT * FROM sc_app.users;
+DROP SCHEMA sc_app;
+DROP SCHEMA IF EXISTS sc_app;
+BEGIN;
+CREATE SCHEMA sc_tx;
+CREATE TABLE sc_tx.t (a int);
+ROLLBACK;
+SELECT count(*) FROM pg_namespace WHERE nspname = 'sc_tx';
+SELECT * FROM sc_users;
+DROP TABLE sc_users;
+CREATE TABLE pg_catalog.sc_t (a int);
+CREATE SCHEMA pg_sc;
+"#;
+    same_psql_output(
+        &pg,
+        &weir,
+        script,
+        &[
+            "drop cascades to 3 other objects",
+            "cannot drop schema sc_app because other objects depend on it",
+            "sc_app.users_id_seq",
+            "5\tdee\t7",
+        ],
+        "user schemas",
+    );
+}
+
 /// Dates, timestamps and times in COPY data, in the canonical form (read by COPY's one-pass
 /// reader) and in every other form (the general reading), mixed in one COPY and alone;
 /// days past their month; more than six fractional digits, rounded half to even to

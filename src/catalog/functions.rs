@@ -21,8 +21,7 @@ use datafusion::logical_expr::{
 use datafusion::sql::sqlparser::ast;
 
 use crate::catalog::pg_catalog::{
-    format_type, relation_name_of_oid,
-    relation_oid_of_name, type_oid_of_name, unqualified_name,
+    format_type, relation_name_of_oid, relation_oid_of_name, type_oid_of_name, unqualified_name,
 };
 use crate::catalog::{Catalog, DATABASE_NAME};
 use crate::sql::pg_functions::PgFunction;
@@ -1701,10 +1700,8 @@ pub fn register_identity(ctx: &SessionContext, catalog: Arc<Catalog>, who: WhoAm
                     (Some(o), _) if !o.is_null(i) => catalog.get_by_oid(o.value(i)),
                     (_, Some(n)) if !n.is_null(i) => {
                         // a name as SQL writes it: `t`, `public.t`, `"public"."t"`
-                        match crate::catalog::pg_catalog::relation_oid_of_name(
-                            &catalog,
-                            n.value(i),
-                        ) {
+                        match crate::catalog::pg_catalog::relation_oid_of_name(&catalog, n.value(i))
+                        {
                             Some(o) => catalog.get_by_oid(o),
                             None => {
                                 return Err(datafusion::error::DataFusionError::External(

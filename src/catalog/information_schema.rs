@@ -688,7 +688,9 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                             )
                         })
                         .chain(not_null_checks(&e.desc))
-                        .map(|(n, clause)| vec![db(), schema_of(&e.desc.name), n.into(), clause.into()])
+                        .map(|(n, clause)| {
+                            vec![db(), schema_of(&e.desc.name), n.into(), clause.into()]
+                        })
                         .collect::<Vec<_>>()
                 })
                 .collect(),

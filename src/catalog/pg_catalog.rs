@@ -1075,9 +1075,12 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 };
                 vec![V::from(*o), namespace_name(*o).into(), owner(), acl]
             })
-            .chain(catalog.user_schemas().into_iter().map(|s| {
-                vec![V::from(s.oid), s.name.into(), V::from(s.owner), V::Null]
-            }))
+            .chain(
+                catalog
+                    .user_schemas()
+                    .into_iter()
+                    .map(|s| vec![V::from(s.oid), s.name.into(), V::from(s.owner), V::Null]),
+            )
             .collect(),
         )?,
         "pg_class" => {

@@ -167,8 +167,14 @@ impl Engine {
                                 .map(|col| col.name.as_str())
                                 .collect();
                             let base = match cols.as_slice() {
-                                [one] => format!("{}_{one}_check", crate::sql::parser::bare_relation_name(name)),
-                                _ => format!("{}_check", crate::sql::parser::bare_relation_name(name)),
+                                [one] => format!(
+                                    "{}_{one}_check",
+                                    crate::sql::parser::bare_relation_name(name)
+                                ),
+                                _ => format!(
+                                    "{}_check",
+                                    crate::sql::parser::bare_relation_name(name)
+                                ),
                             };
                             crate::sql::parser::free_name(&base, exists)
                         }
@@ -212,7 +218,11 @@ impl Engine {
                     let index = match &u.name {
                         Some(n) => normalize_ident(n),
                         None => crate::sql::parser::free_name(
-                            &format!("{}_{}_key", crate::sql::parser::bare_relation_name(name), cols.join("_")),
+                            &format!(
+                                "{}_{}_key",
+                                crate::sql::parser::bare_relation_name(name),
+                                cols.join("_")
+                            ),
                             |n| self.catalog.name_in_use(n),
                         ),
                     };
@@ -916,7 +926,12 @@ impl Engine {
                         Some(crate::catalog::schemas::split_relation_name(&desc.name).0),
                         &relation_name(n)?,
                     );
-                    if desc.pkey_name() == format!("{}_pkey", crate::sql::parser::bare_relation_name(&desc.name)) {
+                    if desc.pkey_name()
+                        == format!(
+                            "{}_pkey",
+                            crate::sql::parser::bare_relation_name(&desc.name)
+                        )
+                    {
                         desc.options.retain(|(k, _)| k != "weir.pkey_name");
                     }
                 }
@@ -947,7 +962,10 @@ impl Engine {
                     }
                     let pk_name = match &pk.name {
                         Some(n) => normalize_ident(n),
-                        None => format!("{}_pkey", crate::sql::parser::bare_relation_name(&desc.name)),
+                        None => format!(
+                            "{}_pkey",
+                            crate::sql::parser::bare_relation_name(&desc.name)
+                        ),
                     };
                     if self.catalog.name_in_use(&pk_name) {
                         return Err(WeirError::new(
@@ -964,7 +982,12 @@ impl Engine {
                     }
                     desc.primary_key = cols;
                     desc.options.retain(|(k, _)| k != "weir.pkey_name");
-                    if pk_name != format!("{}_pkey", crate::sql::parser::bare_relation_name(&desc.name)) {
+                    if pk_name
+                        != format!(
+                            "{}_pkey",
+                            crate::sql::parser::bare_relation_name(&desc.name)
+                        )
+                    {
                         desc.options.push(("weir.pkey_name".into(), pk_name));
                     }
                     rewrite = true;

@@ -76,7 +76,7 @@ pub(crate) fn enforce(
                     CHECK_VIOLATION,
                     format!(
                         "new row for relation \"{}\" violates check constraint \"{name}\"",
-                        desc.name
+                        crate::sql::parser::bare_relation_name(&desc.name)
                     ),
                 )
                 .with_detail(format!("Failing row contains ({}).", row_text(batch, row))));

@@ -272,7 +272,8 @@ impl Engine {
                         }
                     })
                     .collect();
-                copy.schema = std::sync::Arc::new(datafusion::arrow::datatypes::Schema::new(fields));
+                copy.schema =
+                    std::sync::Arc::new(datafusion::arrow::datatypes::Schema::new(fields));
                 let columns = copy.targets.len();
                 session.copy_in = Some(copy);
                 Ok(Output::CopyIn { columns })
@@ -393,7 +394,9 @@ impl Engine {
         let batches = std::mem::take(&mut copy.batches);
         copy.batch_bytes = 0;
         let (name, targets) = (copy.table_name.clone(), copy.targets.clone());
-        let batches = self.copy_defaults(session, &name, &targets, batches).await?;
+        let batches = self
+            .copy_defaults(session, &name, &targets, batches)
+            .await?;
         if *table.kind() == TableKind::AppendOnly {
             session.interrupt.check()?;
             self.wait_for_memory(session, "COPY", &table).await?;

@@ -218,7 +218,11 @@ impl Engine {
         let name = match &spec.name {
             Some(n) => n.clone(),
             None => crate::sql::parser::free_name(
-                &format!("{}_{}_fkey", crate::sql::parser::bare_relation_name(&me.name), spec.columns.join("_")),
+                &format!(
+                    "{}_{}_fkey",
+                    crate::sql::parser::bare_relation_name(&me.name),
+                    spec.columns.join("_")
+                ),
                 taken,
             ),
         };

@@ -105,7 +105,11 @@ impl Engine {
                     })
                     .collect();
                 crate::sql::parser::free_name(
-                    &format!("{}_{}_idx", crate::sql::parser::bare_relation_name(&ci.table), keys.join("_")),
+                    &format!(
+                        "{}_{}_idx",
+                        crate::sql::parser::bare_relation_name(&ci.table),
+                        keys.join("_")
+                    ),
                     |n| self.catalog.name_in_use(n),
                 )
             }

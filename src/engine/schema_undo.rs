@@ -43,6 +43,7 @@ pub(crate) struct SchemaMark {
     types: HashSet<String>,
     functions: HashSet<String>,
     extensions: HashSet<String>,
+    schemas: HashSet<String>,
 }
 
 /// The statement keyword of a relation kind (`DROP <kind> name`, `ALTER <kind> ...`).
@@ -79,6 +80,12 @@ impl Engine {
                 .installed_extensions()
                 .iter()
                 .map(|a| a.name.to_owned())
+                .collect(),
+            schemas: self
+                .catalog
+                .user_schemas()
+                .into_iter()
+                .map(|s| s.name)
                 .collect(),
         }
     }
@@ -218,6 +225,20 @@ impl Engine {
             "EXTENSION",
             true,
         ));
+        // a schema dropped is made again before its relations come back; one made is
+        // dropped after them
+        for s in diff(&before.schemas, &after.schemas) {
+            undo.insert(
+                0,
+                Undo::Schema(format!("CREATE SCHEMA IF NOT EXISTS {}", quote_ident(s))),
+            );
+        }
+        for s in diff(&after.schemas, &before.schemas) {
+            undo.push(Undo::Schema(format!(
+                "DROP SCHEMA IF EXISTS {} CASCADE",
+                quote_ident(s)
+            )));
+        }
         // the log runs newest first: the statements above run in their order
         undo.reverse();
         undo

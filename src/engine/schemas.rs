@@ -115,7 +115,11 @@ impl Engine {
             .catalog
             .entries()
             .into_iter()
-            .filter(|e| present.iter().any(|s| split_relation_name(&e.desc.name).0 == s))
+            .filter(|e| {
+                present
+                    .iter()
+                    .any(|s| split_relation_name(&e.desc.name).0 == s)
+            })
             .collect();
         held.sort_by_key(|e| e.desc.oid);
         let described = |e: &crate::catalog::Entry| {
@@ -126,9 +130,10 @@ impl Engine {
             .iter()
             .flat_map(|e| {
                 e.desc
-                    .columns
+                    .options
                     .iter()
-                    .filter_map(|c| e.desc.owned_sequence(&c.name))
+                    .filter(|(k, _)| k == "weir.owned_sequence")
+                    .map(|(_, v)| v.clone())
             })
             .collect();
         if !held.is_empty() && !cascade {
@@ -168,7 +173,10 @@ impl Engine {
         let in_block = session.in_transaction || session.implicit_transaction;
         for (kind, of) in [
             (DropKind::Sink, &[RelationKind::Sink][..]),
-            (DropKind::MaterializedView, &[RelationKind::MaterializedView]),
+            (
+                DropKind::MaterializedView,
+                &[RelationKind::MaterializedView],
+            ),
             (DropKind::View, &[RelationKind::View]),
             (
                 DropKind::Table,

@@ -355,14 +355,12 @@ impl CopyIn {
                 e.with_context(context)
             })?;
         }
-        if let Some((row, e)) =
-            crate::state::table::not_null_violation(
-                &self.table_name,
-                &self.schema,
-                &cols,
-                &self.defaulted,
-            )
-        {
+        if let Some((row, e)) = crate::state::table::not_null_violation(
+            &self.table_name,
+            &self.schema,
+            &cols,
+            &self.defaulted,
+        ) {
             return Err(e.with_context(self.context(self.lines[row])));
         }
         self.lines.clear();

@@ -3366,7 +3366,10 @@ pub fn bare_relation_name(key: &str) -> &str {
 /// A catalog key as an SQL name, its parts quoted (`"app"."users"`, `"users"`).
 pub fn relation_object_name(key: &str) -> ast::ObjectName {
     let parts: Vec<ast::Ident> = match key.split_once('.') {
-        Some((s, n)) => vec![ast::Ident::with_quote('"', s), ast::Ident::with_quote('"', n)],
+        Some((s, n)) => vec![
+            ast::Ident::with_quote('"', s),
+            ast::Ident::with_quote('"', n),
+        ],
         None => vec![ast::Ident::with_quote('"', key)],
     };
     ast::ObjectName::from(parts)

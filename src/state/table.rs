@@ -2158,8 +2158,10 @@ pub fn not_null_violation(
     let e = WeirError::new(
         sqlstate::NOT_NULL_VIOLATION,
         format!(
-            "null value in column \"{}\" of relation \"{table}\" violates not-null constraint",
-            schema.field(col).name()
+            "null value in column \"{}\" of relation \"{}\" violates not-null constraint",
+            schema.field(col).name(),
+            // (Postgres names the relation without its schema)
+            table.split_once('.').map_or(table, |(_, n)| n)
         ),
     )
     .with_detail(format!(
