@@ -262,7 +262,7 @@ impl ForeignKeyDesc {
         let mut s = format!(
             "FOREIGN KEY ({}) REFERENCES {}({})",
             q(&self.columns),
-            crate::sql::pg_text::quote_ident(&self.ref_table),
+            schemas::quote_relation(&self.ref_table),
             q(&self.ref_columns)
         );
         if self.match_full {

@@ -1018,6 +1018,7 @@ impl Engine {
                 owner.as_deref(),
                 notices.as_ref(),
             ),
+            Statement::AlterSchema { name, to } => self.alter_schema(session, name, to),
             Statement::DropSchema {
                 names,
                 if_exists,
@@ -3386,6 +3387,7 @@ fn changes_schema(stmt: &Statement) -> bool {
             | Statement::DropExtension { .. }
             | Statement::CreateSchema { .. }
             | Statement::DropSchema { .. }
+            | Statement::AlterSchema { .. }
     )
 }
 

@@ -321,10 +321,9 @@ impl SchemaProvider for PublicSchema {
         // `t FOR SYSTEM_TIME AS OF PROCTIME()` (see sql::parser::preprocess): a query reads t
         // as it is now
         let name = name.strip_prefix(TEMPORAL_PREFIX).unwrap_or(name);
-        // (a dotted name is a user schema's relation: `public` does not hold it)
-        if !name.contains('.')
-            && let Some(p) = self.relation(name)?
-        {
+        // (a dotted name is a user schema's relation's catalog key, which SQL made here
+        // writes as one quoted name: `"app.t"`)
+        if let Some(p) = self.relation(name)? {
             return Ok(Some(p));
         }
         if let Some(batch) = crate::catalog::system::build(name, &self.catalog, &self.dataflow)? {
@@ -336,11 +335,9 @@ impl SchemaProvider for PublicSchema {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        (!name.contains('.')
-            && self
-                .catalog
-                .get(name)
-                .is_some_and(|e| e.desc.kind != crate::catalog::RelationKind::Sink))
+        self.catalog
+            .get(name)
+            .is_some_and(|e| e.desc.kind != crate::catalog::RelationKind::Sink)
             || crate::catalog::system::TABLES.contains(&name)
             || self.pg_catalog.table_exist(name)
     }

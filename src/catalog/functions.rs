@@ -662,35 +662,52 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
             })
         });
     }
-    // a relation is visible unless it lives in `information_schema` (not on the search
-    // path: psql's `\d tables` does not find `information_schema.tables`)
-    register_fn(
-        ctx,
-        "pg_table_is_visible",
-        DataType::Boolean,
-        |args, rows| {
+    // a relation is visible unless it lives in `information_schema` or a user schema (not
+    // on the search path: psql's `\d tables` does not find `information_schema.tables`, nor
+    // `\dt` a table of schema app); likewise a type
+    for name in ["pg_table_is_visible", "pg_type_is_visible"] {
+        let catalog = catalog.clone();
+        register_fn(ctx, name, DataType::Boolean, move |args, rows| {
             let Some(a) = args.first() else {
                 return Ok(constant_bool(rows, true));
             };
             let a = as_u32(a)?;
+            let hidden: std::collections::HashSet<u32> = catalog
+                .entries()
+                .iter()
+                .filter(|e| e.desc.name.contains('.'))
+                .flat_map(|e| {
+                    std::iter::once(e.desc.oid)
+                        .chain(std::iter::once(e.desc.row_type_oid()))
+                        .chain(e.desc.all_indexes().into_iter().map(|i| i.oid))
+                })
+                .chain(
+                    catalog
+                        .enum_types()
+                        .into_iter()
+                        .filter(|t| t.name.contains('.'))
+                        .flat_map(|t| [t.oid, t.array_oid()]),
+                )
+                .collect();
             Ok(Arc::new(
                 a.iter()
                     .map(|o| {
                         o.map(|o| {
-                            !crate::catalog::pg_catalog::SYSTEM_RELATIONS
-                                .iter()
-                                .any(|r| {
-                                    r.oid == o
-                                        && r.namespace != crate::catalog::PG_CATALOG_NAMESPACE_OID
-                                })
+                            !hidden.contains(&o)
+                                && !crate::catalog::pg_catalog::SYSTEM_RELATIONS
+                                    .iter()
+                                    .any(|r| {
+                                        r.oid == o
+                                            && r.namespace
+                                                != crate::catalog::PG_CATALOG_NAMESPACE_OID
+                                    })
                         })
                     })
                     .collect::<BooleanArray>(),
             ))
-        },
-    );
+        });
+    }
     for name in [
-        "pg_type_is_visible",
         "pg_function_is_visible",
         "pg_collation_is_visible",
         "pg_opclass_is_visible",

@@ -1248,13 +1248,18 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
             }
             for t in catalog.enum_types() {
                 let len = t.sql_type().typlen();
-                let mut row = type_row(t.oid, &t.name, len, "e", "E", 0, 0, t.array_oid());
-                row[2] = PUBLIC_NAMESPACE_OID.into();
+                // (a type of a user schema is keyed `app.mood`)
+                let (namespace, bare) = (
+                    catalog.namespace_of_relation(&t.name),
+                    split_relation_name(&t.name).1,
+                );
+                let mut row = type_row(t.oid, bare, len, "e", "E", 0, 0, t.array_oid());
+                row[2] = namespace.into();
                 row[3] = t.owner.into();
                 rows.push(row);
                 let mut row = type_row(
                     t.array_oid(),
-                    &format!("_{}", t.name),
+                    &format!("_{bare}"),
                     -1,
                     "b",
                     "A",
@@ -1262,7 +1267,7 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     t.oid,
                     0,
                 );
-                row[2] = PUBLIC_NAMESPACE_OID.into();
+                row[2] = namespace.into();
                 row[3] = t.owner.into();
                 rows.push(row);
             }

@@ -171,7 +171,30 @@ impl Catalog {
         Ok(true)
     }
 
-    /// Rename a user schema: its relations move with it (their keys change).
+    /// Give a user schema another owner.
+    pub fn set_schema_owner(&self, name: &str, owner: u32) -> Result<()> {
+        let mut schemas = self.schemas.by_name.write();
+        let Some(s) = schemas.get_mut(name) else {
+            return Err(WeirError::new(
+                sqlstate::INVALID_SCHEMA_NAME,
+                format!("schema \"{name}\" does not exist"),
+            ));
+        };
+        let mut changed = s.clone();
+        changed.owner = owner;
+        let mut wb = WriteBatch::default();
+        wb.put(
+            key(changed.oid),
+            serde_json::to_vec(&changed).map_err(|e| WeirError::internal(e.to_string()))?,
+        );
+        self.store.commit(wb, Durability::Sync)?;
+        *s = changed;
+        drop(schemas);
+        self.bump_version();
+        Ok(())
+    }
+
+    /// Rename a user schema that holds no relation or type (their keys would change).
     pub fn rename_schema(&self, from: &str, to: &str) -> Result<()> {
         let mut schemas = self.schemas.by_name.write();
         if schemas.contains_key(to)
@@ -192,6 +215,10 @@ impl Catalog {
             .entries()
             .iter()
             .any(|e| split_relation_name(&e.desc.name).0 == from)
+            || self
+                .enum_types()
+                .iter()
+                .any(|t| split_relation_name(&t.name).0 == from)
         {
             return Err(WeirError::not_supported(format!(
                 "ALTER SCHEMA {from} RENAME is supported for empty schemas only"

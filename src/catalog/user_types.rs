@@ -139,9 +139,12 @@ impl Catalog {
     pub fn user_type_shown(&self, oid: u32) -> Option<String> {
         self.user_types.by_name.read().values().find_map(|t| {
             if t.oid == oid {
-                Some(crate::sql::pg_text::quote_ident(&t.name))
+                Some(crate::catalog::schemas::quote_relation(&t.name))
             } else if t.array_oid() == oid {
-                Some(format!("{}[]", crate::sql::pg_text::quote_ident(&t.name)))
+                Some(format!(
+                    "{}[]",
+                    crate::catalog::schemas::quote_relation(&t.name)
+                ))
             } else {
                 None
             }
@@ -225,6 +228,7 @@ impl Catalog {
     }
 
     pub fn create_enum_type(&self, name: &str, labels: &[String], owner: u32) -> Result<()> {
+        self.check_schema_of(name)?;
         for (i, l) in labels.iter().enumerate() {
             check_label(l)?;
             if labels[..i].contains(l) {
@@ -446,8 +450,9 @@ pub fn user_type_name(name: &datafusion::sql::sqlparser::ast::ObjectName) -> Str
         .map(crate::sql::parser::normalize_ident)
         .collect();
     match parts.as_slice() {
-        [schema, n] if schema == "public" => n.clone(),
         [n] => n.clone(),
+        // (a type of a user schema is keyed `app.mood`, as its relations are)
+        [schema, n] | [_, schema, n] => crate::sql::parser::relation_key(Some(schema), n),
         _ => name.to_string(),
     }
 }

@@ -69,6 +69,60 @@ impl Engine {
         Ok(Output::Command("CREATE SCHEMA".into()))
     }
 
+    /// `ALTER SCHEMA name RENAME TO new` (a schema that holds no relation yet) or `OWNER
+    /// TO role`.
+    pub(crate) fn alter_schema(
+        &self,
+        session: &Session,
+        name: &str,
+        to: &std::result::Result<String, String>,
+    ) -> Result<Output> {
+        if exists(name) {
+            return Err(WeirError::not_supported(format!(
+                "ALTER SCHEMA {name} is not supported: schema \"{name}\" is built in"
+            )));
+        }
+        let Some(s) = self.catalog.user_schema(name) else {
+            return Err(WeirError::new(
+                sqlstate::INVALID_SCHEMA_NAME,
+                format!("schema \"{name}\" does not exist"),
+            ));
+        };
+        let role = session.role();
+        if s.owner != role && !self.catalog.is_superuser(role) {
+            return Err(WeirError::new(
+                sqlstate::INSUFFICIENT_PRIVILEGE,
+                format!("must be owner of schema {name}"),
+            ));
+        }
+        match to {
+            Ok(new) => {
+                if new.starts_with("pg_") {
+                    return Err(WeirError::new(
+                        sqlstate::RESERVED_NAME,
+                        format!("unacceptable schema name \"{new}\""),
+                    )
+                    .with_detail("The prefix \"pg_\" is reserved for system schemas."));
+                }
+                self.catalog.rename_schema(name, new)?;
+            }
+            Err(owner) => {
+                let owner = self
+                    .catalog
+                    .role(owner)
+                    .ok_or_else(|| {
+                        WeirError::new(
+                            sqlstate::UNDEFINED_OBJECT,
+                            format!("role \"{owner}\" does not exist"),
+                        )
+                    })?
+                    .oid;
+                self.catalog.set_schema_owner(name, owner)?;
+            }
+        }
+        Ok(Output::Command("ALTER SCHEMA".into()))
+    }
+
     /// `DROP SCHEMA [IF EXISTS] name [, ...] [CASCADE]`: all named schemas or none.
     pub(crate) async fn drop_schemas(
         &self,
@@ -125,6 +179,14 @@ impl Engine {
         let described = |e: &crate::catalog::Entry| {
             format!("{} {}", e.desc.kind.noun(), quote_relation(&e.desc.name))
         };
+        // enum types of the schemas, after its relations (which may use them)
+        let types: Vec<String> = self
+            .catalog
+            .enum_types()
+            .into_iter()
+            .filter(|t| present.iter().any(|s| split_relation_name(&t.name).0 == s))
+            .map(|t| t.name)
+            .collect();
         // a serial column's sequence is part of its table, not listed beside it
         let owned: Vec<String> = held
             .iter()
@@ -136,13 +198,24 @@ impl Engine {
                     .map(|(_, v)| v.clone())
             })
             .collect();
-        if !held.is_empty() && !cascade {
-            let schema = split_relation_name(&held[0].desc.name).0.to_owned();
-            let detail: Vec<String> = held
+        if (!held.is_empty() || !types.is_empty()) && !cascade {
+            let schema = held
+                .first()
+                .map(|e| e.desc.name.as_str())
+                .or(types.first().map(String::as_str))
+                .map(|n| split_relation_name(n).0.to_owned())
+                .unwrap_or_default();
+            let detail: Vec<String> = types
                 .iter()
-                .filter(|e| !owned.contains(&e.desc.name))
-                .filter(|e| split_relation_name(&e.desc.name).0 == schema)
-                .map(|e| format!("{} depends on schema {schema}", described(e)))
+                .filter(|t| split_relation_name(t).0 == schema)
+                .map(|t| format!("type {}", quote_relation(t)))
+                .chain(
+                    held.iter()
+                        .filter(|e| !owned.contains(&e.desc.name))
+                        .filter(|e| split_relation_name(&e.desc.name).0 == schema)
+                        .map(|e| described(e)),
+                )
+                .map(|what| format!("{what} depends on schema {schema}"))
                 .collect();
             return Err(WeirError::new(
                 sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
@@ -152,12 +225,17 @@ impl Engine {
             .with_hint("Use DROP ... CASCADE to drop the dependent objects too."));
         }
         if let Some(n) = notices
-            && !held.is_empty()
+            && (!held.is_empty() || !types.is_empty())
         {
-            let lines: Vec<String> = held
+            let lines: Vec<String> = types
                 .iter()
-                .filter(|e| !owned.contains(&e.desc.name))
-                .map(|e| format!("drop cascades to {}", described(e)))
+                .map(|t| format!("type {}", quote_relation(t)))
+                .chain(
+                    held.iter()
+                        .filter(|e| !owned.contains(&e.desc.name))
+                        .map(|e| described(e)),
+                )
+                .map(|what| format!("drop cascades to {what}"))
                 .collect();
             let _ = n.send(if lines.len() == 1 {
                 lines[0].clone()
@@ -194,6 +272,9 @@ impl Engine {
                 self.drop_relations(&names, kind, true, true, None, in_block)
                     .await?;
             }
+        }
+        if !types.is_empty() {
+            self.drop_types(session, &types, true, false, None)?;
         }
         for name in &present {
             self.catalog.drop_schema(name)?;

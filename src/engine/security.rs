@@ -101,6 +101,20 @@ impl Engine {
         }
     }
 
+    /// May `role` create relation `key`: in public as [`Self::require_create`] says; in a
+    /// user schema when it owns the schema.
+    fn require_create_of(&self, role: u32, key: &str) -> Result<()> {
+        match key.split_once('.') {
+            None => self.require_create(role),
+            Some((schema, _)) => match self.catalog.user_schema(schema) {
+                Some(s) if s.owner != role => {
+                    Err(denied(format!("permission denied for schema {schema}")))
+                }
+                _ => Ok(()),
+            },
+        }
+    }
+
     fn require_create(&self, role: u32) -> Result<()> {
         if self.catalog.may_create(role) {
             Ok(())
@@ -203,7 +217,7 @@ impl Engine {
                 }
             }),
             Statement::CreateTable(ct) => {
-                self.require_create(role)?;
+                self.require_create_of(role, &ct.name)?;
                 for fk in &ct.foreign_keys {
                     self.require(role, &fk.ref_table, Privilege::References)?;
                 }
@@ -214,7 +228,7 @@ impl Engine {
                 self.require_secrets(role, &cs.with_options)
             }
             Statement::CreateView(cv) => {
-                self.require_create(role)?;
+                self.require_create_of(role, &cv.name)?;
                 self.require_select_query(role, &cv.query)
             }
             Statement::CreateSequence(_)
@@ -352,8 +366,26 @@ impl Engine {
                 },
             },
             Statement::Checkpoint => Err(denied("must be superuser to do CHECKPOINT")),
+            // (Postgres: CREATE on the database, which only its owner has by default; the
+            // owner of a schema alters and drops it, checked as they run)
+            Statement::CreateSchema { .. } => Err(denied(format!(
+                "permission denied for database {}",
+                crate::catalog::DATABASE_NAME
+            ))),
             // security statements check their own rules as they run
             _ => Ok(()),
+        }
+    }
+
+    /// 3F000 unless `schema` is `public` or a user schema.
+    fn known_schema(&self, schema: &str) -> Result<()> {
+        if schema == "public" || self.catalog.user_schema(schema).is_some() {
+            Ok(())
+        } else {
+            Err(WeirError::new(
+                sqlstate::INVALID_SCHEMA_NAME,
+                format!("schema \"{schema}\" does not exist"),
+            ))
         }
     }
 
@@ -605,13 +637,19 @@ impl Engine {
             } => {
                 let names: Vec<String> = match target {
                     TableTarget::Names(n) => n.clone(),
-                    TableTarget::AllInSchema => self
-                        .catalog
-                        .entries()
-                        .iter()
-                        .filter(|e| e.desc.kind != crate::catalog::RelationKind::Sink)
-                        .map(|e| e.desc.name.clone())
-                        .collect(),
+                    TableTarget::AllInSchema(schema) => {
+                        self.known_schema(schema)?;
+                        self.catalog
+                            .entries()
+                            .iter()
+                            .filter(|e| e.desc.kind != crate::catalog::RelationKind::Sink)
+                            .filter(|e| {
+                                crate::catalog::schemas::split_relation_name(&e.desc.name).0
+                                    == schema
+                            })
+                            .map(|e| e.desc.name.clone())
+                            .collect()
+                    }
                 };
                 let bits = match privileges {
                     None => Privilege::all_bits(),
@@ -667,9 +705,31 @@ impl Engine {
                 ))
             }
             SecurityStmt::SchemaPrivileges {
+                schema,
                 grant,
                 create,
                 grantees,
+            } if schema != "public" => {
+                // USAGE of a user schema is everyone's, as public's is; CREATE in one is its
+                // owner's (and superusers') alone
+                self.known_schema(schema)?;
+                for g in grantees {
+                    self.grantee_oid(session, g)?;
+                }
+                if *create {
+                    return Err(WeirError::not_supported(format!(
+                        "GRANT CREATE ON SCHEMA {schema}: only its owner and superusers create in a schema other than public"
+                    )));
+                }
+                Ok(Output::Command(
+                    if *grant { "GRANT" } else { "REVOKE" }.into(),
+                ))
+            }
+            SecurityStmt::SchemaPrivileges {
+                grant,
+                create,
+                grantees,
+                ..
             } => {
                 if !self.catalog.is_superuser(role) {
                     return Err(denied("permission denied for schema public")

@@ -197,6 +197,12 @@ pub enum Statement {
         /// `AUTHORIZATION role`: its owner (the current user without).
         owner: Option<String>,
     },
+    /// `ALTER SCHEMA name RENAME TO new` / `ALTER SCHEMA name OWNER TO role`.
+    AlterSchema {
+        name: String,
+        /// `Ok(new name)` or `Err(new owner)`.
+        to: std::result::Result<String, String>,
+    },
     /// `DROP SCHEMA [IF EXISTS] name [, ...] [CASCADE | RESTRICT]`.
     DropSchema {
         names: Vec<String>,
@@ -849,13 +855,12 @@ fn parse_sequence_options(p: &mut Parser, at: SeqContext) -> Result<SeqOptions> 
                     let [.., t, c] = parts.as_slice() else {
                         return Err(WeirError::syntax(format!("invalid OWNED BY option: {n}")));
                     };
-                    if parts.len() == 3 && parts[0] != "public" {
-                        return Err(WeirError::new(
-                            crate::error::sqlstate::INVALID_SCHEMA_NAME,
-                            format!("schema \"{}\" does not exist", parts[0]),
-                        ));
-                    }
-                    Some((t.clone(), c.clone()))
+                    // (`OWNED BY app.t.c`: a table of a user schema)
+                    let t = match parts.as_slice() {
+                        [s, _, _] => relation_key(Some(s), t),
+                        _ => t.clone(),
+                    };
+                    Some((t, c.clone()))
                 }
             });
         } else {
@@ -2651,6 +2656,19 @@ fn parse_one(p: &mut Parser) -> Result<Statement> {
             }
             if let Some(r) = parse_alter_rename(p)? {
                 return Ok(r);
+            }
+            if p.parse_keyword(Keyword::SCHEMA) {
+                let name = normalize_ident(&p.parse_identifier()?);
+                let to = if p.parse_keywords(&[Keyword::RENAME, Keyword::TO]) {
+                    Ok(normalize_ident(&p.parse_identifier()?))
+                } else if p.parse_keywords(&[Keyword::OWNER, Keyword::TO]) {
+                    Err(normalize_ident(&p.parse_identifier()?))
+                } else {
+                    return Err(WeirError::syntax(
+                        "ALTER SCHEMA name takes RENAME TO new_name or OWNER TO role",
+                    ));
+                };
+                return Ok(Statement::AlterSchema { name, to });
             }
             if p.parse_keyword(Keyword::SEQUENCE) {
                 return parse_alter_sequence(p).map(|a| Statement::AlterSequence(Box::new(a)));

@@ -41,8 +41,8 @@ pub enum Grantee {
 #[derive(Debug, Clone, PartialEq)]
 pub enum TableTarget {
     Names(Vec<String>),
-    /// `ALL TABLES IN SCHEMA public`.
-    AllInSchema,
+    /// `ALL TABLES IN SCHEMA s`.
+    AllInSchema(String),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -72,8 +72,9 @@ pub enum SecurityStmt {
         target: TableTarget,
         grantees: Vec<Grantee>,
     },
-    /// GRANT / REVOKE CREATE (and USAGE, always granted) ON SCHEMA public.
+    /// GRANT / REVOKE CREATE (and USAGE, always granted) ON SCHEMA s.
     SchemaPrivileges {
+        schema: String,
         grant: bool,
         create: bool,
         grantees: Vec<Grantee>,
@@ -377,12 +378,6 @@ pub fn parse_grant(p: &mut Parser, grant: bool) -> Result<SecurityStmt> {
         // object privileges
         if parse_word(p, "SCHEMA") {
             let schema = ident(p)?;
-            if schema != "public" {
-                return Err(WeirError::new(
-                    crate::error::sqlstate::UNDEFINED_OBJECT,
-                    format!("schema \"{schema}\" does not exist"),
-                ));
-            }
             let mut create = all;
             for w in &words {
                 match w.as_str() {
@@ -400,6 +395,7 @@ pub fn parse_grant(p: &mut Parser, grant: bool) -> Result<SecurityStmt> {
             let grantees = grantees(p)?;
             finish(p, grant)?;
             return Ok(SecurityStmt::SchemaPrivileges {
+                schema,
                 grant,
                 create,
                 grantees,
@@ -418,14 +414,7 @@ pub fn parse_grant(p: &mut Parser, grant: bool) -> Result<SecurityStmt> {
             if !parse_word(p, "SCHEMA") {
                 return Err(syntax_near(&p.peek_token()));
             }
-            let schema = ident(p)?;
-            if schema != "public" {
-                return Err(WeirError::new(
-                    crate::error::sqlstate::UNDEFINED_OBJECT,
-                    format!("schema \"{schema}\" does not exist"),
-                ));
-            }
-            TableTarget::AllInSchema
+            TableTarget::AllInSchema(ident(p)?)
         } else {
             let _ = p.parse_keyword(Keyword::TABLE)
                 || p.parse_keywords(&[Keyword::MATERIALIZED, Keyword::VIEW])

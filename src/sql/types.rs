@@ -352,7 +352,15 @@ impl SqlType {
             SqlType::Uuid => "uuid".into(),
             SqlType::Inet => "inet".into(),
             SqlType::Cidr => "cidr".into(),
-            SqlType::Enum(e) => crate::sql::pg_text::quote_ident(&e.name),
+            // (`app.mood`: a type of a user schema, keyed so)
+            SqlType::Enum(e) => match e.name.split_once('.') {
+                Some((s, n)) => format!(
+                    "{}.{}",
+                    crate::sql::pg_text::quote_ident(s),
+                    crate::sql::pg_text::quote_ident(n)
+                ),
+                None => crate::sql::pg_text::quote_ident(&e.name),
+            },
             SqlType::Oid => "oid".into(),
             SqlType::Name => "name".into(),
             SqlType::InternalChar => "\"char\"".into(),
