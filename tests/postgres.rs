@@ -897,6 +897,13 @@ async fn pg_dump_restores_into_weir() {
         INSERT INTO notes (body) VALUES (E'tab\tand\nnewline \\ backslash'), ('plain');
         SELECT nextval('invoice_no');
         REFRESH MATERIALIZED VIEW order_count;
+        CREATE SCHEMA shop;
+        CREATE TYPE shop.size AS ENUM ('s', 'm', 'l');
+        CREATE TABLE shop.items (id serial PRIMARY KEY, size shop.size NOT NULL,
+            customer_id int REFERENCES customers(id), label text UNIQUE);
+        CREATE INDEX items_size ON shop.items (size);
+        CREATE VIEW shop.big AS SELECT id, label FROM shop.items WHERE size = 'l';
+        INSERT INTO shop.items (size, customer_id, label) VALUES ('s', 1, 'a'), ('l', 2, 'b');
         "#,
     )
     .await
@@ -966,6 +973,14 @@ async fn pg_dump_restores_into_weir() {
         "SELECT t.typname, t.typtype, e.enumlabel FROM pg_enum e \
          JOIN pg_type t ON t.oid = e.enumtypid ORDER BY e.enumsortorder",
         "SELECT udt_name FROM information_schema.columns WHERE table_name = 'orders' AND column_name = 'state'",
+        "SELECT * FROM shop.items ORDER BY id",
+        "SELECT * FROM shop.big",
+        "SELECT n.nspname, c.relname, c.relkind FROM pg_class c \
+         JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'shop' ORDER BY 2",
+        "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint \
+         WHERE conrelid = 'shop.items'::regclass ORDER BY 1",
+        "SELECT pg_get_serial_sequence('shop.items', 'id'), format_type(atttypid, atttypmod) \
+         FROM pg_attribute WHERE attrelid = 'shop.items'::regclass AND attname = 'size'",
     ];
     for q in questions {
         assert_eq!(
@@ -987,6 +1002,10 @@ async fn pg_dump_restores_into_weir() {
         "INSERT INTO kinds (id) VALUES (10)",
         "INSERT INTO orders (customer_id, total, state) VALUES (1, 1, 'lost')",
         "SELECT count(*) FROM orders WHERE state > 'paid'",
+        "INSERT INTO shop.items (size, label) VALUES ('m', 'c') RETURNING id, size",
+        "INSERT INTO shop.items (size, label) VALUES ('xl', 'd')",
+        "INSERT INTO shop.items (size, label) VALUES ('m', 'a')",
+        "SELECT size, count(*) FROM shop.items GROUP BY size ORDER BY size",
     ];
     for q in next {
         assert_eq!(

@@ -3835,8 +3835,11 @@ fn rewrite_expr(expr: &mut Expr) {
                     *expr = call(udf, vec![arg]);
                     return;
                 }
-                if name.0.len() > 1 {
-                    // (a user type keeps its name as written: `"public"."Mood"` is Mood)
+                if name.0.len() > 1
+                    && !crate::catalog::user_types::user_type_name(name).contains('.')
+                {
+                    // (a user type keeps its name as written: `"public"."Mood"` is Mood; one
+                    // of a user schema, `app.mood`, keeps its schema)
                     *data_type = match (plain_type(&tname), name.0.last()) {
                         (ast::DataType::Custom(..), Some(last)) => {
                             ast::DataType::Custom(ObjectName(vec![last.clone()]), vec![])
@@ -5164,7 +5167,8 @@ fn type_column_name(t: &ast::DataType) -> String {
         D::Interval { .. } => "interval".into(),
         D::JSONB => "jsonb".into(),
         D::Bytea => "bytea".into(),
-        // a type of the catalog's (an enum): its name as it resolves (the last part)
+        // a type of the catalog's (an enum): its name without a schema (`mood` of
+        // `app.mood`), as Postgres names the column
         D::Custom(n, args) if args.is_empty() => {
             let name = crate::catalog::user_types::user_type_name(n);
             name.rsplit('.').next().unwrap_or(&name).to_owned()
