@@ -267,6 +267,25 @@ impl Engine {
         );
         crate::sql::transaction_time::register(&session.ctx, session.tx_start.clone());
         session.register_sleep();
+        // current_schema / current_schemas: the session's search path
+        {
+            let (catalog, settings, identity) = (
+                self.catalog.clone(),
+                session.settings_handle(),
+                identity.clone(),
+            );
+            crate::catalog::functions::register_search_path(
+                &session.ctx,
+                self.catalog.clone(),
+                Arc::new(move || {
+                    let path = settings.read().get("search_path").unwrap_or_default();
+                    let user = catalog
+                        .role_name(identity.read().session_user)
+                        .unwrap_or_default();
+                    crate::catalog::schemas::path_schemas(&catalog, &path, &user)
+                }),
+            );
+        }
         crate::catalog::functions::register_identity(
             &session.ctx,
             self.catalog.clone(),

@@ -26,6 +26,7 @@ pub mod pg_functions;
 pub mod pg_math;
 pub mod pg_text;
 pub mod regression;
+pub mod search_path;
 pub mod security;
 pub mod time;
 pub mod time_zone;

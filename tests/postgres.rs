@@ -1215,6 +1215,79 @@ CREATE SCHEMA pg_sc;
     );
 }
 
+/// `SET search_path` with user schemas: unqualified names made in the path's first schema
+/// (tables, serial sequences, types, views, indexes), found along the path (a table of the
+/// same name in public shadowed), a WITH query's name left alone, views keeping the
+/// relations they were made over after the path changes, current_schema(s), a
+/// multi-statement query whose SET changes how its later statements read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_path_answers_as_postgres() {
+    let pg = Postgres::start();
+    let weir = TestServer::start();
+    let script = r#"
+CREATE SCHEMA sp_a;
+CREATE SCHEMA sp_b;
+CREATE TABLE sp_t (id int PRIMARY KEY, who text);
+INSERT INTO sp_t VALUES (0, 'public');
+SET search_path TO sp_a, public;
+CREATE TABLE sp_t (id serial PRIMARY KEY, who text);
+INSERT INTO sp_t (who) VALUES ('a');
+CREATE TABLE sp_only_a (v int);
+INSERT INTO sp_only_a VALUES (1);
+CREATE TYPE sp_mood AS ENUM ('ok', 'sad');
+CREATE TABLE sp_m (x sp_mood);
+INSERT INTO sp_m VALUES ('ok');
+SELECT x, 'sad'::sp_mood FROM sp_m;
+CREATE VIEW sp_v AS SELECT who FROM sp_t;
+CREATE INDEX sp_t_who ON sp_t (who);
+WITH sp_t AS (SELECT 'cte' AS who) SELECT who FROM sp_t;
+SELECT current_schema(), current_schemas(false), current_schemas(true);
+SELECT c.relname FROM pg_class c WHERE pg_table_is_visible(c.oid) AND c.relname LIKE 'sp%' ORDER BY 1;
+SET search_path TO sp_b, public;
+CREATE TABLE sp_t (id int, who text);
+INSERT INTO sp_t VALUES (2, 'b');
+SELECT * FROM sp_t;
+SELECT * FROM sp_only_a;
+SELECT * FROM sp_a.sp_v;
+UPDATE sp_t SET who = 'B';
+ALTER TABLE sp_t ADD COLUMN z int;
+SELECT * FROM sp_t;
+SELECT * FROM sp_a.sp_t;
+SET search_path TO public;
+SELECT * FROM sp_t;
+SELECT pg_get_serial_sequence('sp_a.sp_t', 'id');
+RESET search_path;
+SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relname LIKE 'sp%' ORDER BY 1, 2;
+SET search_path TO sp_b; CREATE TABLE sp_multi (a int); INSERT INTO sp_multi VALUES (7); SELECT current_schema(), count(*) FROM sp_multi; RESET search_path; SELECT count(*) FROM sp_b.sp_multi;
+DROP SCHEMA sp_b CASCADE;
+DROP SCHEMA sp_a CASCADE;
+DROP TABLE sp_t;
+"#;
+    same_psql_output(
+        &pg,
+        &weir,
+        script,
+        &[
+            "{pg_catalog,sp_a,public}",
+            "drop cascades to view sp_a.sp_v",
+        ],
+        "search_path",
+    );
+    // one message of several statements (psql sends a script's one by one): a SET in it
+    // changes how the statements after it read their names
+    let (p, w) = (pg.connect().await, weir.connect().await);
+    for q in [
+        "CREATE SCHEMA sp_m; SET search_path TO sp_m, public; CREATE TABLE sp_q (a int); \
+         INSERT INTO sp_q VALUES (1); SELECT current_schema(), count(*) FROM sp_q",
+        "SET search_path TO public; CREATE TABLE sp_q (b text); INSERT INTO sp_q VALUES ('p'); \
+         SELECT * FROM sp_q",
+        "SELECT (SELECT count(*) FROM sp_m.sp_q), (SELECT count(*) FROM public.sp_q)",
+        "DROP SCHEMA sp_m CASCADE; DROP TABLE sp_q; SELECT count(*) FROM pg_namespace WHERE nspname = 'sp_m'",
+    ] {
+        assert_eq!(answer(&p, q).await, answer(&w, q).await, "{q}");
+    }
+}
+
 /// Dates, timestamps and times in COPY data, in the canonical form (read by COPY's one-pass
 /// reader) and in every other form (the general reading), mixed in one COPY and alone;
 /// days past their month; more than six fractional digits, rounded half to even to

@@ -340,6 +340,103 @@ impl ScalarUDFImpl for Length {
     }
 }
 
+/// `current_schema()` and `current_schemas(implicit)`: the schemas of the search path that
+/// exist (`schemas`, read as a statement runs), with pg_catalog first when implicit.
+/// Also `pg_table_is_visible(oid)` / `pg_type_is_visible(oid)`: a relation or type is
+/// visible when its schema is on the path (pg_catalog's always; information_schema's not).
+pub fn register_search_path(
+    ctx: &SessionContext,
+    catalog: Arc<Catalog>,
+    schemas: Arc<dyn Fn() -> Vec<String> + Send + Sync>,
+) {
+    for name in ["pg_table_is_visible", "pg_type_is_visible"] {
+        let (catalog, schemas) = (catalog.clone(), schemas.clone());
+        register_fn(ctx, name, DataType::Boolean, move |args, rows| {
+            let Some(a) = args.first() else {
+                return Ok(constant_bool(rows, true));
+            };
+            let a = as_u32(a)?;
+            let path = schemas();
+            // (not visible: off the path, or one of the same name comes first on it)
+            let off_path = |key: &str, exists: &dyn Fn(&str) -> bool| {
+                let (schema, bare) = crate::catalog::schemas::split_relation_name(key);
+                match path.iter().position(|s| s == schema) {
+                    None => true,
+                    Some(at) => path[..at].iter().any(|earlier| {
+                        exists(&crate::sql::parser::relation_key(Some(earlier), bare))
+                    }),
+                }
+            };
+            let relation = |k: &str| catalog.get(k).is_some();
+            let enum_type = |k: &str| catalog.enum_type(k).is_some();
+            let hidden: std::collections::HashSet<u32> = catalog
+                .entries()
+                .iter()
+                .filter(|e| off_path(&e.desc.name, &relation))
+                .flat_map(|e| {
+                    std::iter::once(e.desc.oid)
+                        .chain(std::iter::once(e.desc.row_type_oid()))
+                        .chain(e.desc.all_indexes().into_iter().map(|i| i.oid))
+                })
+                .chain(
+                    catalog
+                        .enum_types()
+                        .into_iter()
+                        .filter(|t| off_path(&t.name, &enum_type))
+                        .flat_map(|t| [t.oid, t.array_oid()]),
+                )
+                .collect();
+            Ok(Arc::new(
+                a.iter()
+                    .map(|o| {
+                        o.map(|o| {
+                            !hidden.contains(&o)
+                                && !crate::catalog::pg_catalog::SYSTEM_RELATIONS
+                                    .iter()
+                                    .any(|r| {
+                                        r.oid == o
+                                            && r.namespace
+                                                != crate::catalog::PG_CATALOG_NAMESPACE_OID
+                                    })
+                        })
+                    })
+                    .collect::<BooleanArray>(),
+            ))
+        });
+    }
+    let first = schemas.clone();
+    register_fn(ctx, "current_schema", DataType::Utf8, move |_, rows| {
+        Ok(constant_str(rows, first().first().map(String::as_str)))
+    });
+    ctx.register_udf(ScalarUDF::new_from_impl(PgFunction {
+        name: "current_schemas",
+        signature: any_args(),
+        ret: Box::new(|_| DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true)))),
+        imp: Box::new(move |args, rows| {
+            let path = schemas();
+            let include_implicit = args
+                .first()
+                .and_then(|a| {
+                    a.as_any()
+                        .downcast_ref::<BooleanArray>()
+                        .map(|b| b.value(0))
+                })
+                .unwrap_or(false);
+            let mut b = ListBuilder::new(StringBuilder::new());
+            for _ in 0..rows {
+                if include_implicit {
+                    b.values().append_value("pg_catalog");
+                }
+                for p in &path {
+                    b.values().append_value(p);
+                }
+                b.append(true);
+            }
+            Ok(Arc::new(b.finish()))
+        }),
+    }));
+}
+
 /// Register every function on a session context.
 pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
     register_server_file_refusals(ctx);
@@ -370,33 +467,7 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
     register_fn(ctx, "current_catalog", DataType::Utf8, |_, rows| {
         Ok(constant_str(rows, Some(DATABASE_NAME)))
     });
-    register_fn(ctx, "current_schema", DataType::Utf8, |_, rows| {
-        Ok(constant_str(rows, Some("public")))
-    });
-    ctx.register_udf(ScalarUDF::new_from_impl(PgFunction {
-        name: "current_schemas",
-        signature: any_args(),
-        ret: Box::new(|_| DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true)))),
-        imp: Box::new(|args, rows| {
-            let include_implicit = args
-                .first()
-                .and_then(|a| {
-                    a.as_any()
-                        .downcast_ref::<BooleanArray>()
-                        .map(|b| b.value(0))
-                })
-                .unwrap_or(false);
-            let mut b = ListBuilder::new(StringBuilder::new());
-            for _ in 0..rows {
-                if include_implicit {
-                    b.values().append_value("pg_catalog");
-                }
-                b.values().append_value("public");
-                b.append(true);
-            }
-            Ok(Arc::new(b.finish()))
-        }),
-    }));
+    register_search_path(ctx, catalog.clone(), Arc::new(|| vec!["public".to_owned()]));
     // json_build_object(k1, v1, ...): catalog queries (SQLAlchemy's column reflection) build
     // small objects with it
     register_fn(ctx, "json_build_object", DataType::Utf8, |args, rows| {
@@ -660,51 +731,6 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
                         .unwrap_or_else(|| format!("unknown (OID={o})")),
                 )
             })
-        });
-    }
-    // a relation is visible unless it lives in `information_schema` or a user schema (not
-    // on the search path: psql's `\d tables` does not find `information_schema.tables`, nor
-    // `\dt` a table of schema app); likewise a type
-    for name in ["pg_table_is_visible", "pg_type_is_visible"] {
-        let catalog = catalog.clone();
-        register_fn(ctx, name, DataType::Boolean, move |args, rows| {
-            let Some(a) = args.first() else {
-                return Ok(constant_bool(rows, true));
-            };
-            let a = as_u32(a)?;
-            let hidden: std::collections::HashSet<u32> = catalog
-                .entries()
-                .iter()
-                .filter(|e| e.desc.name.contains('.'))
-                .flat_map(|e| {
-                    std::iter::once(e.desc.oid)
-                        .chain(std::iter::once(e.desc.row_type_oid()))
-                        .chain(e.desc.all_indexes().into_iter().map(|i| i.oid))
-                })
-                .chain(
-                    catalog
-                        .enum_types()
-                        .into_iter()
-                        .filter(|t| t.name.contains('.'))
-                        .flat_map(|t| [t.oid, t.array_oid()]),
-                )
-                .collect();
-            Ok(Arc::new(
-                a.iter()
-                    .map(|o| {
-                        o.map(|o| {
-                            !hidden.contains(&o)
-                                && !crate::catalog::pg_catalog::SYSTEM_RELATIONS
-                                    .iter()
-                                    .any(|r| {
-                                        r.oid == o
-                                            && r.namespace
-                                                != crate::catalog::PG_CATALOG_NAMESPACE_OID
-                                    })
-                        })
-                    })
-                    .collect::<BooleanArray>(),
-            ))
         });
     }
     for name in [

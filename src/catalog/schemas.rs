@@ -70,6 +70,50 @@ pub fn quote_relation(key: &str) -> String {
     }
 }
 
+/// The schemas of a `search_path` value that exist, in its order (`public` among them
+/// where it is named); `"$user"` is the schema named as the session's user, if one is.
+pub fn path_schemas(catalog: &Catalog, path: &str, user: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for part in path.split(',') {
+        let parts = crate::catalog::pg_catalog::name_parts(part);
+        let [name] = parts.as_slice() else { continue };
+        let name = if name == "$user" { user } else { name.as_str() };
+        let known = name == "public" || catalog.user_schema(name).is_some();
+        if known && !out.iter().any(|s| s == name) {
+            out.push(name.to_owned());
+        }
+    }
+    out
+}
+
+/// What applies a session's `search_path` to the names of a statement being parsed
+/// (`sql/search_path.rs`); None when the path holds no user schema (names are public's).
+pub fn path_resolver(
+    catalog: &std::sync::Arc<Catalog>,
+    path: &str,
+    user: &str,
+) -> Option<crate::sql::search_path::PathResolver> {
+    let schemas = path_schemas(catalog, path, user);
+    if schemas.iter().all(|s| s == "public") {
+        return None;
+    }
+    let create_in = schemas.first().filter(|s| *s != "public").cloned();
+    let c = catalog.clone();
+    Some(crate::sql::search_path::PathResolver {
+        find: Box::new(move |n| {
+            for s in &schemas {
+                let key = crate::sql::parser::relation_key(Some(s), n);
+                if c.get(&key).is_some() || c.enum_type(&key).is_some() {
+                    return Some(key);
+                }
+            }
+            // an index (its name is not qualified), or public's relation off the path
+            (c.index_by_name(n).is_some() || c.get(n).is_some()).then(|| n.to_owned())
+        }),
+        create_in,
+    })
+}
+
 /// A catalog key with its schema always written: `public.users`, `app.users`.
 pub fn qualified_relation(key: &str) -> String {
     use crate::sql::pg_text::quote_ident;

@@ -450,7 +450,8 @@ pub fn user_type_name(name: &datafusion::sql::sqlparser::ast::ObjectName) -> Str
         .map(crate::sql::parser::normalize_ident)
         .collect();
     match parts.as_slice() {
-        [n] => n.clone(),
+        // (the session's search_path, when it holds a user schema)
+        [n] => crate::sql::search_path::resolve(n).unwrap_or_else(|| n.clone()),
         // (a type of a user schema is keyed `app.mood`, as its relations are)
         [schema, n] | [_, schema, n] => crate::sql::parser::relation_key(Some(schema), n),
         _ => name.to_string(),

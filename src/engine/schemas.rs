@@ -176,16 +176,12 @@ impl Engine {
             })
             .collect();
         held.sort_by_key(|e| e.desc.oid);
-        let described = |e: &crate::catalog::Entry| {
-            format!("{} {}", e.desc.kind.noun(), quote_relation(&e.desc.name))
-        };
-        // enum types of the schemas, after its relations (which may use them)
-        let types: Vec<String> = self
+        // enum types of the schemas (dropped after its relations, which may use them)
+        let types: Vec<crate::catalog::user_types::TypeDesc> = self
             .catalog
             .enum_types()
             .into_iter()
             .filter(|t| present.iter().any(|s| split_relation_name(&t.name).0 == s))
-            .map(|t| t.name)
             .collect();
         // a serial column's sequence is part of its table, not listed beside it
         let owned: Vec<String> = held
@@ -198,24 +194,37 @@ impl Engine {
                     .map(|(_, v)| v.clone())
             })
             .collect();
-        if (!held.is_empty() || !types.is_empty()) && !cascade {
-            let schema = held
-                .first()
-                .map(|e| e.desc.name.as_str())
-                .or(types.first().map(String::as_str))
-                .map(|n| split_relation_name(n).0.to_owned())
-                .unwrap_or_default();
-            let detail: Vec<String> = types
-                .iter()
-                .filter(|t| split_relation_name(t).0 == schema)
-                .map(|t| format!("type {}", quote_relation(t)))
-                .chain(
-                    held.iter()
-                        .filter(|e| !owned.contains(&e.desc.name))
-                        .filter(|e| split_relation_name(&e.desc.name).0 == schema)
-                        .map(|e| described(e)),
+        // what the schemas hold as Postgres lists it: in the order it was made
+        let mut listed: Vec<(u32, String, String)> = types
+            .iter()
+            .map(|t| {
+                (
+                    t.oid,
+                    t.name.clone(),
+                    format!("type {}", quote_relation(&t.name)),
                 )
-                .map(|what| format!("{what} depends on schema {schema}"))
+            })
+            .chain(
+                held.iter()
+                    .filter(|e| !owned.contains(&e.desc.name))
+                    .map(|e| {
+                        (
+                            e.desc.oid,
+                            e.desc.name.clone(),
+                            format!("{} {}", e.desc.kind.noun(), quote_relation(&e.desc.name)),
+                        )
+                    }),
+            )
+            .collect();
+        listed.sort_by_key(|(oid, _, _)| *oid);
+        if let Some((_, first, _)) = listed.first()
+            && !cascade
+        {
+            let schema = split_relation_name(first).0.to_owned();
+            let detail: Vec<String> = listed
+                .iter()
+                .filter(|(_, key, _)| split_relation_name(key).0 == schema)
+                .map(|(_, _, what)| format!("{what} depends on schema {schema}"))
                 .collect();
             return Err(WeirError::new(
                 sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
@@ -225,17 +234,11 @@ impl Engine {
             .with_hint("Use DROP ... CASCADE to drop the dependent objects too."));
         }
         if let Some(n) = notices
-            && (!held.is_empty() || !types.is_empty())
+            && !listed.is_empty()
         {
-            let lines: Vec<String> = types
+            let lines: Vec<String> = listed
                 .iter()
-                .map(|t| format!("type {}", quote_relation(t)))
-                .chain(
-                    held.iter()
-                        .filter(|e| !owned.contains(&e.desc.name))
-                        .map(|e| described(e)),
-                )
-                .map(|what| format!("drop cascades to {what}"))
+                .map(|(_, _, what)| format!("drop cascades to {what}"))
                 .collect();
             let _ = n.send(if lines.len() == 1 {
                 lines[0].clone()
@@ -274,7 +277,8 @@ impl Engine {
             }
         }
         if !types.is_empty() {
-            self.drop_types(session, &types, true, false, None)?;
+            let names: Vec<String> = types.into_iter().map(|t| t.name).collect();
+            self.drop_types(session, &names, true, false, None)?;
         }
         for name in &present {
             self.catalog.drop_schema(name)?;

@@ -100,6 +100,7 @@ impl WeirBackend {
         tls: Option<pgwire::tokio::tokio_rustls::TlsAcceptor>,
     ) -> Self {
         let default_memory = engine.limits.query_memory_limit;
+        let catalog = engine.catalog.clone();
         WeirBackend {
             tls: tls.clone(),
             handle: Arc::new(Handle {
@@ -110,7 +111,10 @@ impl WeirBackend {
                 failures: Default::default(),
                 connections: Arc::new(ConnectionManager::new()),
                 cancels: Arc::new(CancelRegistry::default()),
-                parser: Arc::new(WeirQueryParser { default_memory }),
+                parser: Arc::new(WeirQueryParser {
+                    default_memory,
+                    catalog,
+                }),
                 pids: RandomPidSecretKeyGenerator::default(),
             }),
         }
@@ -216,6 +220,12 @@ pub struct Handle {
     cancels: Arc<CancelRegistry>,
     parser: Arc<WeirQueryParser>,
     pids: RandomPidSecretKeyGenerator,
+}
+
+impl Handle {
+    fn path_resolver(&self, s: &Session) -> Option<crate::sql::search_path::PathResolver> {
+        session_path_resolver(&self.engine.catalog, s)
+    }
 }
 
 impl Handle {
@@ -1244,8 +1254,12 @@ impl Handle {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         debug!(query = %crate::sql::security::loggable(query), "simple query");
-        let memory = self.session(client).lock().await.memory.limit();
-        let statements = match parse_within(query, memory) {
+        let (memory, path) = {
+            let s = self.session(client);
+            let s = s.lock().await;
+            (s.memory.limit(), self.path_resolver(&s))
+        };
+        let statements = match parse_with_path(query, memory, path) {
             Ok(s) => s,
             Err(e) => {
                 self.note_failure(client).await;
@@ -1272,7 +1286,30 @@ impl Handle {
         let mut copying = false;
         // (a message of several statements is one transaction for pg_stat_database)
         let mut failed = false;
+        let parsed_path = session.get("search_path");
         for (i, parsed) in statements.iter().enumerate() {
+            // a statement after one that set the search path (or made a schema on it) is
+            // read again with the path as it now is, as Postgres looks names up as each
+            // statement runs
+            let again;
+            let parsed = match self.path_resolver(&session) {
+                path if i > 0
+                    && !matches!(parsed.stmt, Statement::BulkInsert(_))
+                    && (session.get("search_path") != parsed_path
+                        || (path.is_some() && changes_names(&statements[..i]))) =>
+                {
+                    match parse_with_path(&parsed.text, memory, path) {
+                        Ok(mut p) if p.len() == 1 => {
+                            let mut p = p.remove(0);
+                            p.offset = parsed.offset;
+                            again = p;
+                            &again
+                        }
+                        _ => parsed,
+                    }
+                }
+                _ => parsed,
+            };
             // statement_timeout applies to each statement of the message
             if cancel.reason() == Some(crate::server::session::InterruptReason::StatementTimeout) {
                 cancel.reset();
@@ -1467,10 +1504,67 @@ impl CopyHandler for Handle {
 
 /// Parses statements for the extended protocol; planning happens at Describe and Execute,
 /// where the session is at hand.
-#[derive(Debug)]
 pub struct WeirQueryParser {
     /// `--query-memory-limit`, for a session that has not set `work_mem`.
     default_memory: usize,
+    /// For the sessions' search paths.
+    catalog: Arc<crate::catalog::Catalog>,
+}
+
+impl Debug for WeirQueryParser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WeirQueryParser")
+    }
+}
+
+impl WeirQueryParser {
+    fn path_resolver(&self, s: &Session) -> Option<crate::sql::search_path::PathResolver> {
+        session_path_resolver(&self.catalog, s)
+    }
+}
+
+/// Whether one of these statements makes or drops a schema or relation, which an
+/// unqualified name of a later one may then reach along the search path.
+fn changes_names(before: &[Parsed]) -> bool {
+    before.iter().any(|p| {
+        matches!(
+            p.stmt,
+            Statement::CreateSchema { .. }
+                | Statement::DropSchema { .. }
+                | Statement::CreateTable(_)
+                | Statement::CreateTableAs(_)
+                | Statement::CreateView(_)
+                | Statement::CreatePlainView(_)
+                | Statement::CreateSequence(_)
+                | Statement::CreateEnumType { .. }
+                | Statement::Drop(_)
+        )
+    })
+}
+
+/// What applies a session's `search_path` to the statements it sends (None: the default
+/// path, public).
+fn session_path_resolver(
+    catalog: &Arc<crate::catalog::Catalog>,
+    s: &Session,
+) -> Option<crate::sql::search_path::PathResolver> {
+    let path = s.get("search_path")?;
+    let user = catalog
+        .role_name(s.identity.read().session_user)
+        .unwrap_or_default();
+    crate::catalog::schemas::path_resolver(catalog, &path, &user)
+}
+
+/// [`parse_within`] applying a session's search path (when it has one of its own).
+fn parse_with_path(
+    sql: &str,
+    memory: usize,
+    path: Option<crate::sql::search_path::PathResolver>,
+) -> crate::error::Result<Vec<Parsed>> {
+    match path {
+        Some(p) => crate::sql::search_path::with_path(p, || parse_within(sql, memory)),
+        None => parse_within(sql, memory),
+    }
 }
 
 #[async_trait]
@@ -1487,12 +1581,16 @@ impl QueryParser for WeirQueryParser {
         C: ClientInfo + Unpin + Send + Sync,
     {
         // the session's work_mem bounds what parsing may take
-        let memory = client
+        let (memory, path) = client
             .session_extensions()
             .get::<Mutex<Session>>()
-            .and_then(|s| s.try_lock().ok().map(|s| s.memory.limit()))
-            .unwrap_or(self.default_memory);
-        let mut stmts = parse_within(sql, memory).map_err(err)?;
+            .and_then(|s| {
+                s.try_lock()
+                    .ok()
+                    .map(|s| (s.memory.limit(), self.path_resolver(&s)))
+            })
+            .unwrap_or((self.default_memory, None));
+        let mut stmts = parse_with_path(sql, memory, path).map_err(err)?;
         match stmts.len() {
             0 => Ok(None),
             1 => {

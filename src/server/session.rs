@@ -669,6 +669,11 @@ impl Session {
         }
     }
 
+    /// The session's settings, for functions that read them as a statement runs.
+    pub fn settings_handle(&self) -> Arc<parking_lot::RwLock<SettingsStore>> {
+        self.settings.clone()
+    }
+
     /// `client_min_messages` lets NOTICEs through.
     pub fn wants_notices(&self) -> bool {
         !matches!(

@@ -372,7 +372,12 @@ fn create_index(ci: ast::CreateIndex) -> Result<Statement> {
         expressions.clear();
     }
     Ok(Statement::CreateIndex(Box::new(CreateIndex {
-        name: ci.name.as_ref().map(relation_name).transpose()?,
+        // (an index is in its table's schema: its name is not qualified)
+        name: ci
+            .name
+            .as_ref()
+            .map(|n| relation_name(n).map(|k| bare_relation_name(&k).to_owned()))
+            .transpose()?,
         table: relation_name(&ci.table_name)?,
         columns,
         expressions,
@@ -546,7 +551,7 @@ fn parse_maintenance(p: &mut Parser, vacuum: bool) -> Result<Statement> {
 /// them (sqlparser wants a fixed order).
 fn parse_create_sequence(p: &mut Parser) -> Result<CreateSequence> {
     let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
-    let name = relation_name(&p.parse_object_name(false)?)?;
+    let name = created_relation_name(&p.parse_object_name(false)?)?;
     let options = parse_sequence_options(p, SeqContext::Create)?;
     Ok(CreateSequence {
         name,
@@ -1332,6 +1337,7 @@ pub fn parse_tree(sql: &str, memory: usize) -> Result<Vec<Parsed>> {
         // (counted on from the statement before: a long script is read once)
         counted.1 += sql.get(counted.0..start).map_or(0, |s| s.chars().count());
         counted.0 = start;
+        qualify_names(&mut stmt);
         out.push(Parsed {
             stmt,
             text,
@@ -2959,7 +2965,7 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
                 return Err(WeirError::internal("SELECT INTO without INTO"));
             };
             Ok(Statement::CreateTableAs(Box::new(CreateTableAs {
-                name: relation_name(&into.name)?,
+                name: created_relation_name(&into.name)?,
                 if_not_exists: false,
                 temporary: into.temporary.then_some(OnCommit::PreserveRows),
                 columns: vec![],
@@ -3171,7 +3177,14 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
         } => match representation {
             Some(ast::UserDefinedTypeRepresentation::Enum { labels }) => {
                 Ok(Statement::CreateEnumType {
-                    name: crate::catalog::user_types::user_type_name(&name),
+                    name: match name.0.as_slice() {
+                        // (made in the first schema of the search path)
+                        [part] => {
+                            let n = part.as_ident().map(normalize_ident).unwrap_or_default();
+                            crate::sql::search_path::created(&n).unwrap_or(n)
+                        }
+                        _ => crate::catalog::user_types::user_type_name(&name),
+                    },
                     labels: labels.into_iter().map(|l| l.value).collect(),
                 })
             }
@@ -3187,7 +3200,7 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
             owned_by: None,
             ..
         } => Ok(Statement::CreateSequence(Box::new(CreateSequence {
-            name: relation_name(&name)?,
+            name: created_relation_name(&name)?,
             if_not_exists,
             options: self::sequence_options(&sequence_options)?,
         }))),
@@ -3198,7 +3211,7 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
                 ));
             }
             Ok(Statement::CreatePlainView(Box::new(PlainView {
-                name: relation_name(&cv.name)?,
+                name: created_relation_name(&cv.name)?,
                 or_replace: cv.or_replace,
                 columns: cv
                     .columns
@@ -3363,7 +3376,8 @@ pub fn relation_name(name: &ObjectName) -> Result<String> {
         })
         .collect::<Result<_>>()?;
     match parts.as_slice() {
-        [n] => Ok(n.clone()),
+        // (the session's search_path, when it holds a user schema: `sql/search_path.rs`)
+        [n] => Ok(crate::sql::search_path::resolve(n).unwrap_or_else(|| n.clone())),
         [s, n] | [_, s, n] if s != "pg_catalog" && s != "information_schema" => {
             Ok(relation_key(Some(s), n))
         }
@@ -3375,10 +3389,61 @@ pub fn relation_name(name: &ObjectName) -> Result<String> {
     }
 }
 
+/// The catalog key of a relation a statement creates: an unqualified name is created in
+/// the first schema of the session's search_path (public by default), whatever relation of
+/// that name another schema of the path holds.
+pub fn created_relation_name(name: &ObjectName) -> Result<String> {
+    match name.0.as_slice() {
+        [part] => {
+            let n = part
+                .as_ident()
+                .map(normalize_ident)
+                .ok_or_else(|| WeirError::syntax(format!("invalid relation name {name}")))?;
+            Ok(crate::sql::search_path::created(&n).unwrap_or(n))
+        }
+        _ => relation_name(name),
+    }
+}
+
 /// A relation's name without its schema (`users` of `app.users`): what the names Postgres
 /// derives from it (`users_pkey`, `users_a_check`) start with.
 pub fn bare_relation_name(key: &str) -> &str {
     key.split_once('.').map_or(key, |(_, n)| n)
+}
+
+/// The relation names of the SQL trees a statement carries, qualified along the session's
+/// search_path (a no-op unless it holds a user schema: `sql/search_path.rs`).
+fn qualify_names(stmt: &mut Statement) {
+    use crate::sql::client_stmts::{CopySource, CursorQuery};
+    use crate::sql::search_path::qualify;
+    match stmt {
+        Statement::Query(q) | Statement::Dml(q) => qualify(q.as_mut()),
+        Statement::CreateView(v) | Statement::ExplainView(v) => qualify(v.query.as_mut()),
+        Statement::CreatePlainView(v) => qualify(v.query.as_mut()),
+        Statement::CreateTableAs(c) => qualify(c.query.as_mut()),
+        Statement::CreateSink(s) => {
+            if let Some(q) = s.query.as_mut() {
+                qualify(q.as_mut())
+            }
+        }
+        Statement::AlterTable(a) => qualify(a.as_mut()),
+        Statement::Merge(m) => qualify(m.as_mut()),
+        Statement::Declare(d) => {
+            if let CursorQuery::Query(q) = &mut d.query {
+                qualify(q.as_mut())
+            }
+        }
+        Statement::Copy(c) => {
+            if let crate::sql::client_stmts::Copy::To {
+                source: CopySource::Query(q),
+                ..
+            } = c.as_mut()
+            {
+                qualify(q.as_mut())
+            }
+        }
+        _ => {}
+    }
 }
 
 /// A catalog key as an SQL name, its parts quoted (`"app"."users"`, `"users"`).
@@ -3412,7 +3477,7 @@ pub fn relation_key(schema: Option<&str>, name: &str) -> String {
 /// of declared columns.
 fn parse_create_table(p: &mut Parser, temporary: bool) -> Result<Statement> {
     let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
-    let name = relation_name(&p.parse_object_name(false)?)?;
+    let name = created_relation_name(&p.parse_object_name(false)?)?;
     let on_commit = |given: Option<OnCommit>| -> Result<Option<OnCommit>> {
         match (temporary, given) {
             (true, g) => Ok(Some(g.unwrap_or(OnCommit::PreserveRows))),
@@ -3580,7 +3645,7 @@ fn parse_format(p: &mut Parser) -> Result<Option<(String, String)>> {
 
 fn parse_create_source(p: &mut Parser) -> Result<CreateSource> {
     let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
-    let name = relation_name(&p.parse_object_name(false)?)?;
+    let name = created_relation_name(&p.parse_object_name(false)?)?;
     let (columns, watermark) = if p.consume_token(&Token::LParen) {
         let TableElements {
             columns,
@@ -3654,7 +3719,7 @@ fn parse_create_source(p: &mut Parser) -> Result<CreateSource> {
 
 fn parse_create_sink(p: &mut Parser) -> Result<CreateSink> {
     let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
-    let name = relation_name(&p.parse_object_name(false)?)?;
+    let name = created_relation_name(&p.parse_object_name(false)?)?;
     let mut with_options = Vec::new();
     let (from, query) = if p.parse_keyword(Keyword::FROM) {
         (Some(relation_name(&p.parse_object_name(false)?)?), None)
@@ -4189,7 +4254,7 @@ pub fn expect_word(p: &mut Parser, word: &str) -> Result<()> {
 
 fn parse_create_view(p: &mut Parser) -> Result<CreateView> {
     let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
-    let name = relation_name(&p.parse_object_name(false)?)?;
+    let name = created_relation_name(&p.parse_object_name(false)?)?;
     let options = if p.parse_keyword(Keyword::WITH) {
         parse_with_options(p)?
     } else {

@@ -1,0 +1,130 @@
+//! A session's `search_path` applied to the unqualified relation names a statement writes,
+//! when parsing it. A relation of a user schema is keyed `app.t` (`catalog/schemas.rs`);
+//! with `SET search_path TO app, public` an unqualified `t` is `app.t` if that exists, else
+//! `t` of public if that exists, else (a name for a relation to create) the first schema of
+//! the path: `app.t`.
+//!
+//! The server parses a statement inside [`with_path`] (set only when the path holds a user
+//! schema, so the default path costs nothing); [`crate::sql::parser::relation_name`] asks
+//! [`resolve`] for the names of Weir's own statements, and [`qualify`] rewrites the
+//! relation names of the SQL trees DataFusion plans (queries, DML, the queries of views)
+//! to their qualified form, `app.t`: a view stores its query so, and reads the same
+//! relations whatever path a later session has. A name a WITH query defines is not a
+//! relation's and is left alone.
+//!
+//! Not covered: names inside string literals (`nextval('s')`, `'t'::regclass`) are looked
+//! up in public when the statement runs.
+
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::rc::Rc;
+
+use datafusion::sql::sqlparser::ast;
+
+/// Finds an unqualified name along the path: the catalog key of the relation it names,
+/// and the schema a relation of that name is created in.
+pub struct PathResolver {
+    /// The key of an existing relation (or type) the name reaches along the path.
+    pub find: Box<dyn Fn(&str) -> Option<String>>,
+    /// The first schema of the path that exists (None: public).
+    pub create_in: Option<String>,
+}
+
+thread_local! {
+    static RESOLVER: RefCell<Option<Rc<PathResolver>>> = const { RefCell::new(None) };
+}
+
+/// Run `f` (a parse) with `resolver` applying the session's path.
+pub fn with_path<T>(resolver: PathResolver, f: impl FnOnce() -> T) -> T {
+    let before = RESOLVER.with(|r| r.replace(Some(Rc::new(resolver))));
+    let out = f();
+    RESOLVER.with(|r| *r.borrow_mut() = before);
+    out
+}
+
+fn current() -> Option<Rc<PathResolver>> {
+    RESOLVER.with(|r| r.borrow().clone())
+}
+
+/// The catalog key of an unqualified relation name under the path being applied; None
+/// when no path is (the name is public's).
+pub fn resolve(name: &str) -> Option<String> {
+    let r = current()?;
+    (r.find)(name).or_else(|| {
+        r.create_in
+            .as_deref()
+            .map(|s| crate::sql::parser::relation_key(Some(s), name))
+    })
+}
+
+/// The catalog key of a relation (or type) an unqualified name creates under the path
+/// being applied: in its first schema. None: public.
+pub fn created(name: &str) -> Option<String> {
+    let r = current()?;
+    r.create_in
+        .as_deref()
+        .map(|s| crate::sql::parser::relation_key(Some(s), name))
+}
+
+/// Qualify the unqualified relation names of a SQL tree that reach a user schema's
+/// relation along the path being applied (`t` → `app.t`).
+pub fn qualify<V: ast::VisitMut>(node: &mut V) {
+    let Some(r) = current() else { return };
+    // the names WITH queries define: not relations
+    let mut ctes: HashSet<String> = HashSet::new();
+    collect_ctes(node, &mut ctes);
+    let _ = ast::visit_relations_mut(node, |name| {
+        if let [part] = name.0.as_slice()
+            && let Some(ident) = part.as_ident()
+        {
+            let n = crate::sql::parser::normalize_ident(ident);
+            if !ctes.contains(&n)
+                && let Some(key) = (r.find)(&n)
+                && let Some((schema, bare)) = key.split_once('.')
+            {
+                *name = ast::ObjectName::from(vec![
+                    ast::Ident::with_quote('"', schema),
+                    ast::Ident::with_quote('"', bare),
+                ]);
+            }
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    // casts to a user schema's type: `'x'::mood` is `app.mood`
+    let _ = ast::visit_expressions_mut(node, |e| {
+        if let ast::Expr::Cast {
+            data_type: ast::DataType::Custom(name, args),
+            ..
+        } = e
+            && args.is_empty()
+            && let [part] = name.0.as_slice()
+            && let Some(ident) = part.as_ident()
+            && let Some(key) = (r.find)(&crate::sql::parser::normalize_ident(ident))
+            && let Some((schema, bare)) = key.split_once('.')
+        {
+            *name = ast::ObjectName::from(vec![
+                ast::Ident::with_quote('"', schema),
+                ast::Ident::with_quote('"', bare),
+            ]);
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+}
+
+/// The names every WITH query in `node` defines.
+fn collect_ctes<V: ast::VisitMut>(node: &mut V, out: &mut HashSet<String>) {
+    struct Ctes<'a>(&'a mut HashSet<String>);
+    impl ast::VisitorMut for Ctes<'_> {
+        type Break = ();
+        fn pre_visit_query(&mut self, q: &mut ast::Query) -> std::ops::ControlFlow<()> {
+            if let Some(with) = &q.with {
+                for c in &with.cte_tables {
+                    self.0
+                        .insert(crate::sql::parser::normalize_ident(&c.alias.name));
+                }
+            }
+            std::ops::ControlFlow::Continue(())
+        }
+    }
+    let _ = node.visit(&mut Ctes(out));
+}
