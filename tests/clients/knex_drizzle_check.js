@@ -80,7 +80,8 @@ async function drizzleFlow(port) {
   const { Pool } = require("pg");
   const pool = new Pool({ host: "127.0.0.1", port, user: "weir", database: "weir" });
   const db = drizzle(pool);
-  const folder = { migrationsFolder: path.join(__dirname, "drizzle"), migrationsSchema: "public" };
+  // (the migrator keeps its journal in its own schema, "drizzle", by default)
+  const folder = { migrationsFolder: path.join(__dirname, "drizzle") };
   await migrate(db, folder);
   console.log("drizzle migrated");
   const [u] = await db.insert(users).values({ name: "ann", email: "a@x", meta: { k: 1 }, score: "1.50" }).returning();
