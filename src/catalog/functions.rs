@@ -340,6 +340,49 @@ impl ScalarUDFImpl for Length {
     }
 }
 
+/// `::regclass` (the rewriter turns the cast into `weir_regclass`): a name as SQL writes it
+/// becomes the OID; an OID prints as Postgres' regclassout prints it, the name quoted where
+/// it needs to be and qualified unless the search path (`schemas`) finds it by its bare
+/// name (OID 0 as `-`, InvalidOid).
+fn register_regclass(
+    ctx: &SessionContext,
+    catalog: Arc<Catalog>,
+    schemas: Arc<dyn Fn() -> Vec<String> + Send + Sync>,
+) {
+    let c2 = catalog.clone();
+    reg_cast(
+        ctx,
+        "weir_regclass",
+        Arc::new(move |s: &str| relation_oid_of_name(&c2, s)),
+        Arc::new(move |o: u32| match o {
+            0 => Some("-".to_owned()),
+            o => {
+                let key = relation_name_of_oid(&catalog, o)?;
+                if crate::catalog::pg_catalog::SYSTEM_RELATIONS
+                    .iter()
+                    .any(|r| r.oid == o)
+                {
+                    return Some(key);
+                }
+                let (schema, bare) = crate::catalog::schemas::split_relation_name(&key);
+                let path = schemas();
+                let found_first = path
+                    .iter()
+                    .find(|s| {
+                        let k = crate::sql::parser::relation_key(Some(s), bare);
+                        catalog.get(&k).is_some() || catalog.index_by_name(bare).is_some()
+                    })
+                    .is_some_and(|s| s == schema);
+                Some(if found_first {
+                    quote_ident(bare)
+                } else {
+                    crate::catalog::schemas::quote_relation(&key)
+                })
+            }
+        }),
+    );
+}
+
 /// `current_schema()` and `current_schemas(implicit)`: the schemas of the search path that
 /// exist (`schemas`, read as a statement runs), with pg_catalog first when implicit.
 /// Also `pg_table_is_visible(oid)` / `pg_type_is_visible(oid)`: a relation or type is
@@ -404,6 +447,7 @@ pub fn register_search_path(
             ))
         });
     }
+    register_regclass(ctx, catalog.clone(), schemas.clone());
     let first = schemas.clone();
     register_fn(ctx, "current_schema", DataType::Utf8, move |_, rows| {
         Ok(constant_str(rows, first().first().map(String::as_str)))
@@ -1170,22 +1214,7 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
     });
     // ::regclass and friends (the rewriter turns casts into these calls). A name becomes
     // the OID; an OID becomes the name, which is how a regclass value prints.
-    {
-        let c2 = catalog.clone();
-        reg_cast(
-            ctx,
-            "weir_regclass",
-            Arc::new(move |s: &str| relation_oid_of_name(&c2, s)),
-            Arc::new({
-                let catalog = catalog.clone();
-                // (OID 0 prints as `-`, as Postgres' regclassout writes InvalidOid)
-                move |o: u32| match o {
-                    0 => Some("-".to_owned()),
-                    o => relation_name_of_oid(&catalog, o),
-                }
-            }),
-        );
-    }
+    register_regclass(ctx, catalog.clone(), Arc::new(|| vec!["public".to_owned()]));
     {
         let (c1, c2) = (catalog.clone(), catalog.clone());
         reg_cast(

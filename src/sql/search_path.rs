@@ -12,8 +12,10 @@
 //! relations whatever path a later session has. A name a WITH query defines is not a
 //! relation's and is left alone.
 //!
-//! Not covered: names inside string literals (`nextval('s')`, `'t'::regclass`) are looked
-//! up in public when the statement runs.
+//! Names inside string literals are qualified too where a function reads a relation's name
+//! from them (`nextval('s')`, `currval`, `setval`, `to_regclass`, `pg_get_serial_sequence`, the size
+//! functions, `'t'::regclass`), when the
+//! string is a literal of the statement.
 
 use std::cell::RefCell;
 use std::collections::HashSet;
@@ -87,6 +89,52 @@ pub fn qualify<V: ast::VisitMut>(node: &mut V) {
                     ast::Ident::with_quote('"', bare),
                 ]);
             }
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    // a relation named in a string: `nextval('s')`, `currval`, `setval`, `'t'::regclass`,
+    // `to_regclass('t')` reach the path's relation (`'app.s'`)
+    let qualified_text = |v: &mut ast::Expr| {
+        if let ast::Expr::Value(v) = v
+            && let ast::Value::SingleQuotedString(text) = &mut v.value
+            && let [n] = crate::catalog::pg_catalog::name_parts(text).as_slice()
+            && let Some(key) = (r.find)(n)
+            && let Some((schema, bare)) = key.split_once('.')
+        {
+            *text = format!(
+                "{}.{}",
+                crate::sql::pg_text::quote_ident(schema),
+                crate::sql::pg_text::quote_ident(bare)
+            );
+        }
+    };
+    let _ = ast::visit_expressions_mut(node, |e| {
+        match e {
+            ast::Expr::Function(f) => {
+                let name = f.name.to_string().to_ascii_lowercase();
+                let name = name.trim_start_matches("pg_catalog.");
+                if matches!(
+                    name,
+                    "nextval"
+                        | "currval"
+                        | "setval"
+                        | "to_regclass"
+                        | "pg_get_serial_sequence"
+                        | "pg_relation_size"
+                        | "pg_total_relation_size"
+                        | "pg_table_size"
+                        | "pg_indexes_size"
+                ) && let ast::FunctionArguments::List(list) = &mut f.args
+                    && let Some(ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(first))) =
+                        list.args.first_mut()
+                {
+                    qualified_text(first);
+                }
+            }
+            ast::Expr::Cast {
+                expr, data_type, ..
+            } if data_type.to_string().eq_ignore_ascii_case("regclass") => qualified_text(expr),
+            _ => {}
         }
         std::ops::ControlFlow::<()>::Continue(())
     });
