@@ -1038,6 +1038,9 @@ impl Engine {
                 notices.as_ref(),
             ),
             Statement::AlterSchema { name, to } => self.alter_schema(session, name, to),
+            Statement::CommentOnSchema { name, text } => {
+                self.comment_on_schema(session, name, text.as_deref())
+            }
             Statement::DropSchema {
                 names,
                 if_exists,
@@ -3407,6 +3410,7 @@ fn changes_schema(stmt: &Statement) -> bool {
             | Statement::CreateSchema { .. }
             | Statement::DropSchema { .. }
             | Statement::AlterSchema { .. }
+            | Statement::CommentOnSchema { .. }
     )
 }
 

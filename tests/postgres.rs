@@ -898,6 +898,7 @@ async fn pg_dump_restores_into_weir() {
         SELECT nextval('invoice_no');
         REFRESH MATERIALIZED VIEW order_count;
         CREATE SCHEMA shop;
+        COMMENT ON SCHEMA shop IS 'the shop';
         CREATE TYPE shop.size AS ENUM ('s', 'm', 'l');
         CREATE TABLE shop.items (id serial PRIMARY KEY, size shop.size NOT NULL,
             customer_id int REFERENCES customers(id), label text UNIQUE);
@@ -975,6 +976,7 @@ async fn pg_dump_restores_into_weir() {
         "SELECT udt_name FROM information_schema.columns WHERE table_name = 'orders' AND column_name = 'state'",
         "SELECT * FROM shop.items ORDER BY id",
         "SELECT * FROM shop.big",
+        "SELECT obj_description('shop'::regnamespace, 'pg_namespace')",
         "SELECT n.nspname, c.relname, c.relkind FROM pg_class c \
          JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'shop' ORDER BY 2",
         "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint \
@@ -1173,6 +1175,9 @@ SELECT 'sc_app.users'::regclass, 'sc_app.users_pkey'::regclass, '"sc_app"."users
 SELECT pg_get_serial_sequence('sc_app.users', 'id'), pg_get_serial_sequence('"sc_app"."posts"', 'id');
 SELECT nspname FROM pg_namespace WHERE oid = 'sc_app'::regnamespace;
 SELECT schema_name FROM information_schema.schemata WHERE schema_name LIKE 'sc%';
+COMMENT ON SCHEMA sc_app IS 'the app';
+SELECT obj_description('sc_app'::regnamespace, 'pg_namespace');
+COMMENT ON SCHEMA sc_nosuch IS 'x';
 SELECT * FROM sc_app.nope;
 CREATE TABLE sc_nosuch.t (a int);
 ALTER TABLE sc_app.posts RENAME TO articles;

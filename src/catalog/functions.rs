@@ -869,6 +869,13 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
                             Some("pg_constraint") => Some(2606),
                             Some("pg_type") => Some(1247),
                             Some("pg_extension") => Some(3079),
+                            Some("pg_namespace") => {
+                                return catalog
+                                    .user_schemas()
+                                    .into_iter()
+                                    .find(|s| s.oid == oid)
+                                    .and_then(|s| s.comment);
+                            }
                             // the one procedural language, plpgsql's (listed once its
                             // extension is installed), described as its extension is
                             Some("pg_language") => {

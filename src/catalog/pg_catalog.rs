@@ -1885,6 +1885,11 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     rows.push(vec![t.oid.into(), 1247u32.into(), V::I(0), c.into()]);
                 }
             }
+            for s in catalog.user_schemas() {
+                if let Some(c) = s.comment {
+                    rows.push(vec![s.oid.into(), 2615u32.into(), V::I(0), c.into()]);
+                }
+            }
             // installed extensions' comments (classoid pg_extension), as psql's \dx shows
             for x in catalog.installed_extensions() {
                 rows.push(vec![

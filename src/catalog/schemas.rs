@@ -26,6 +26,9 @@ pub struct SchemaDesc {
     pub oid: u32,
     pub name: String,
     pub owner: u32,
+    /// `COMMENT ON SCHEMA`.
+    #[serde(default)]
+    pub comment: Option<String>,
 }
 
 fn key(oid: u32) -> Vec<u8> {
@@ -177,6 +180,7 @@ impl Catalog {
             oid: self.reserve_oid(),
             name: name.to_owned(),
             owner,
+            comment: None,
         };
         let mut wb = WriteBatch::default();
         wb.put(
@@ -217,6 +221,16 @@ impl Catalog {
 
     /// Give a user schema another owner.
     pub fn set_schema_owner(&self, name: &str, owner: u32) -> Result<()> {
+        self.alter_schema(name, |s| s.owner = owner)
+    }
+
+    /// Set or clear a user schema's comment.
+    pub fn set_schema_comment(&self, name: &str, comment: Option<&str>) -> Result<()> {
+        self.alter_schema(name, |s| s.comment = comment.map(str::to_owned))
+    }
+
+    /// Change a user schema's description (persisted, fsynced).
+    fn alter_schema(&self, name: &str, change: impl FnOnce(&mut SchemaDesc)) -> Result<()> {
         let mut schemas = self.schemas.by_name.write();
         let Some(s) = schemas.get_mut(name) else {
             return Err(WeirError::new(
@@ -225,7 +239,7 @@ impl Catalog {
             ));
         };
         let mut changed = s.clone();
-        changed.owner = owner;
+        change(&mut changed);
         let mut wb = WriteBatch::default();
         wb.put(
             key(changed.oid),

@@ -123,6 +123,37 @@ impl Engine {
         Ok(Output::Command("ALTER SCHEMA".into()))
     }
 
+    /// `COMMENT ON SCHEMA name IS 'text' | NULL` of a user schema (its owner's).
+    pub(crate) fn comment_on_schema(
+        &self,
+        session: &Session,
+        name: &str,
+        text: Option<&str>,
+    ) -> Result<Output> {
+        if exists(name) {
+            return Err(WeirError::not_supported(format!(
+                "COMMENT ON SCHEMA {name} is not supported: schema \"{name}\" is built in"
+            )));
+        }
+        let Some(s) = self.catalog.user_schema(name) else {
+            return Err(WeirError::new(
+                sqlstate::INVALID_SCHEMA_NAME,
+                format!("schema \"{name}\" does not exist"),
+            ));
+        };
+        let role = session.role();
+        if s.owner != role && !self.catalog.is_superuser(role) {
+            return Err(WeirError::new(
+                sqlstate::INSUFFICIENT_PRIVILEGE,
+                format!("must be owner of schema {name}"),
+            ));
+        }
+        // (an empty comment is no comment, as in Postgres)
+        self.catalog
+            .set_schema_comment(name, text.filter(|t| !t.is_empty()))?;
+        Ok(Output::Command("COMMENT".into()))
+    }
+
     /// `DROP SCHEMA [IF EXISTS] name [, ...] [CASCADE]`: all named schemas or none.
     pub(crate) async fn drop_schemas(
         &self,

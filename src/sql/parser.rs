@@ -197,6 +197,11 @@ pub enum Statement {
         /// `AUTHORIZATION role`: its owner (the current user without).
         owner: Option<String>,
     },
+    /// `COMMENT ON SCHEMA name IS 'text' | NULL`.
+    CommentOnSchema {
+        name: String,
+        text: Option<String>,
+    },
     /// `ALTER SCHEMA name RENAME TO new` / `ALTER SCHEMA name OWNER TO role`.
     AlterSchema {
         name: String,
@@ -2993,6 +2998,20 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
             ..
         } => {
             use ast::CommentObject as O;
+            if matches!(object_type, O::Schema) {
+                let [part] = object_name.0.as_slice() else {
+                    return Err(WeirError::syntax(format!(
+                        "invalid schema name {object_name}"
+                    )));
+                };
+                let name = part.as_ident().map(normalize_ident).ok_or_else(|| {
+                    WeirError::syntax(format!("invalid schema name {object_name}"))
+                })?;
+                return Ok(Statement::CommentOnSchema {
+                    name,
+                    text: comment,
+                });
+            }
             let kind = match object_type {
                 O::Table | O::Column => DropKind::Table,
                 O::View => DropKind::View,
