@@ -4025,8 +4025,8 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
                         std::ops::ControlFlow::<()>::Continue(())
                     });
                     let base = match cols.as_slice() {
-                        [one] => format!("{}_{one}_check", bare_relation_name(&name)),
-                        _ => format!("{}_check", bare_relation_name(&name)),
+                        [one] => format!("{}_{one}_check", bare_relation_name(name)),
+                        _ => format!("{}_check", bare_relation_name(name)),
                     };
                     let name = check_name(c.name.as_ref(), base, &checks);
                     checks.push(CheckSpec {
@@ -4177,7 +4177,7 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
                         let given = opt.name.as_ref().or(c.name.as_ref());
                         let check = check_name(
                             given,
-                            format!("{}_{col_name}_check", bare_relation_name(&name)),
+                            format!("{}_{col_name}_check", bare_relation_name(name)),
                             &checks,
                         );
                         checks.push(CheckSpec {

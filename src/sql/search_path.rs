@@ -23,11 +23,13 @@ use std::rc::Rc;
 
 use datafusion::sql::sqlparser::ast;
 
+/// The key of an existing relation (or type) an unqualified name reaches along the path.
+pub type Find = Box<dyn Fn(&str) -> Option<String>>;
+
 /// Finds an unqualified name along the path: the catalog key of the relation it names,
 /// and the schema a relation of that name is created in.
 pub struct PathResolver {
-    /// The key of an existing relation (or type) the name reaches along the path.
-    pub find: Box<dyn Fn(&str) -> Option<String>>,
+    pub find: Find,
     /// The first schema of the path that exists (None: public).
     pub create_in: Option<String>,
 }
