@@ -1267,6 +1267,13 @@ SET search_path TO sp_b; CREATE TABLE sp_multi (a int); INSERT INTO sp_multi VAL
 DROP SCHEMA sp_b CASCADE;
 DROP SCHEMA sp_a CASCADE;
 DROP TABLE sp_t;
+SET search_path TO sp_nosuch;
+CREATE TABLE sp_x (a int);
+CREATE TABLE public.sp_y (a int);
+SELECT set_config('search_path', '', false);
+CREATE SEQUENCE sp_s;
+RESET search_path;
+DROP TABLE sp_y;
 "#;
     same_psql_output(
         &pg,

@@ -97,9 +97,12 @@ pub fn path_resolver(
     user: &str,
 ) -> Option<crate::sql::search_path::PathResolver> {
     let schemas = path_schemas(catalog, path, user);
-    if schemas.iter().all(|s| s == "public") {
+    if !schemas.is_empty() && schemas.iter().all(|s| s == "public") {
         return None;
     }
+    // (no schema of the path exists: nothing is created by an unqualified name; pg_dump's
+    // `search_path = ''` qualifies every name it creates)
+    let nowhere = schemas.is_empty();
     let create_in = schemas.first().filter(|s| *s != "public").cloned();
     let c = catalog.clone();
     Some(crate::sql::search_path::PathResolver {
@@ -114,6 +117,7 @@ pub fn path_resolver(
             (c.index_by_name(n).is_some() || c.get(n).is_some()).then(|| n.to_owned())
         }),
         create_in,
+        nowhere,
     })
 }
 

@@ -69,17 +69,17 @@ impl Engine {
         Ok(Output::Command("CREATE SCHEMA".into()))
     }
 
-    /// `ALTER SCHEMA name RENAME TO new` (a schema that holds no relation yet) or `OWNER
-    /// TO role`.
-    pub(crate) fn alter_schema(
+    /// A user schema the session's role may change (its owner, a superuser): 0A000 for a
+    /// built-in one, 3F000 for none, 42501 for another's.
+    fn schema_to_change(
         &self,
         session: &Session,
         name: &str,
-        to: &std::result::Result<String, String>,
-    ) -> Result<Output> {
+        what: &str,
+    ) -> Result<crate::catalog::schemas::SchemaDesc> {
         if exists(name) {
             return Err(WeirError::not_supported(format!(
-                "ALTER SCHEMA {name} is not supported: schema \"{name}\" is built in"
+                "{what} {name} is not supported: schema \"{name}\" is built in"
             )));
         }
         let Some(s) = self.catalog.user_schema(name) else {
@@ -95,6 +95,18 @@ impl Engine {
                 format!("must be owner of schema {name}"),
             ));
         }
+        Ok(s)
+    }
+
+    /// `ALTER SCHEMA name RENAME TO new` (a schema that holds no relation yet) or `OWNER
+    /// TO role`.
+    pub(crate) fn alter_schema(
+        &self,
+        session: &Session,
+        name: &str,
+        to: &std::result::Result<String, String>,
+    ) -> Result<Output> {
+        self.schema_to_change(session, name, "ALTER SCHEMA")?;
         match to {
             Ok(new) => {
                 if new.starts_with("pg_") {
@@ -130,24 +142,7 @@ impl Engine {
         name: &str,
         text: Option<&str>,
     ) -> Result<Output> {
-        if exists(name) {
-            return Err(WeirError::not_supported(format!(
-                "COMMENT ON SCHEMA {name} is not supported: schema \"{name}\" is built in"
-            )));
-        }
-        let Some(s) = self.catalog.user_schema(name) else {
-            return Err(WeirError::new(
-                sqlstate::INVALID_SCHEMA_NAME,
-                format!("schema \"{name}\" does not exist"),
-            ));
-        };
-        let role = session.role();
-        if s.owner != role && !self.catalog.is_superuser(role) {
-            return Err(WeirError::new(
-                sqlstate::INSUFFICIENT_PRIVILEGE,
-                format!("must be owner of schema {name}"),
-            ));
-        }
+        self.schema_to_change(session, name, "COMMENT ON SCHEMA")?;
         // (an empty comment is no comment, as in Postgres)
         self.catalog
             .set_schema_comment(name, text.filter(|t| !t.is_empty()))?;

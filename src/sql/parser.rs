@@ -3200,7 +3200,7 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
                         // (made in the first schema of the search path)
                         [part] => {
                             let n = part.as_ident().map(normalize_ident).unwrap_or_default();
-                            crate::sql::search_path::created(&n).unwrap_or(n)
+                            crate::sql::search_path::created(&n)?.unwrap_or(n)
                         }
                         _ => crate::catalog::user_types::user_type_name(&name),
                     },
@@ -3418,7 +3418,7 @@ pub fn created_relation_name(name: &ObjectName) -> Result<String> {
                 .as_ident()
                 .map(normalize_ident)
                 .ok_or_else(|| WeirError::syntax(format!("invalid relation name {name}")))?;
-            Ok(crate::sql::search_path::created(&n).unwrap_or(n))
+            Ok(crate::sql::search_path::created(&n)?.unwrap_or(n))
         }
         _ => relation_name(name),
     }

@@ -32,6 +32,8 @@ pub struct PathResolver {
     pub find: Find,
     /// The first schema of the path that exists (None: public).
     pub create_in: Option<String>,
+    /// No schema of the path exists: an unqualified name creates nothing (3F000).
+    pub nowhere: bool,
 }
 
 thread_local! {
@@ -62,12 +64,19 @@ pub fn resolve(name: &str) -> Option<String> {
 }
 
 /// The catalog key of a relation (or type) an unqualified name creates under the path
-/// being applied: in its first schema. None: public.
-pub fn created(name: &str) -> Option<String> {
-    let r = current()?;
-    r.create_in
+/// being applied: in its first schema. None: public. 3F000 when no schema of the path
+/// exists, as Postgres says.
+pub fn created(name: &str) -> crate::error::Result<Option<String>> {
+    let Some(r) = current() else { return Ok(None) };
+    if r.nowhere {
+        return Err(crate::error::WeirError::new(
+            crate::error::sqlstate::INVALID_SCHEMA_NAME,
+            "no schema has been selected to create in",
+        ));
+    }
+    Ok(r.create_in
         .as_deref()
-        .map(|s| crate::sql::parser::relation_key(Some(s), name))
+        .map(|s| crate::sql::parser::relation_key(Some(s), name)))
 }
 
 /// Qualify the unqualified relation names of a SQL tree that reach a user schema's
