@@ -991,19 +991,26 @@ impl Catalog {
             .cloned()
     }
 
-    /// The table an index (secondary or a primary key's) belongs to, and the index.
-    pub fn index_by_name(&self, name: &str) -> Option<(Arc<Entry>, IndexInfo)> {
+    /// The table an index (secondary or a primary key's) belongs to, and the index, by the
+    /// index's name keyed as a relation's (`idx` of public, `app.idx` of schema app: an
+    /// index is in its table's schema, where its name is unique).
+    pub fn index_by_name(&self, key: &str) -> Option<(Arc<Entry>, IndexInfo)> {
+        let (schema, name) = schemas::split_relation_name(key);
         let st = self.state.read();
-        st.by_name.values().find_map(|e| {
-            e.desc
-                .all_indexes()
-                .into_iter()
-                .find(|i| i.name == name)
-                .map(|i| (e.clone(), i))
-        })
+        st.by_name
+            .values()
+            .filter(|e| schemas::split_relation_name(&e.desc.name).0 == schema)
+            .find_map(|e| {
+                e.desc
+                    .all_indexes()
+                    .into_iter()
+                    .find(|i| i.name == name)
+                    .map(|i| (e.clone(), i))
+            })
     }
 
-    /// Whether a relation or an index has this name (they share Postgres' namespace).
+    /// Whether a relation or an index has this name, keyed as a relation's (they share
+    /// Postgres' namespace, one per schema).
     pub fn name_in_use(&self, name: &str) -> bool {
         self.get(name).is_some() || self.index_by_name(name).is_some()
     }
@@ -1130,10 +1137,12 @@ impl Catalog {
     ) -> Result<bool> {
         self.check_schema_of(name)?;
         let mut st = self.state.write();
-        let index_named = st
-            .by_name
-            .values()
-            .any(|e| e.desc.all_indexes().iter().any(|i| i.name == name));
+        // (an index of a table of the same schema: they share its namespace)
+        let (schema, bare) = schemas::split_relation_name(name);
+        let index_named = st.by_name.values().any(|e| {
+            schemas::split_relation_name(&e.desc.name).0 == schema
+                && e.desc.all_indexes().iter().any(|i| i.name == bare)
+        });
         if st.by_name.contains_key(name) || index_named {
             if if_not_exists {
                 return Ok(false);

@@ -2446,7 +2446,8 @@ impl Engine {
                 }
             }
             let taken = |n: &str| {
-                self.catalog.name_in_use(n)
+                self.catalog
+                    .name_in_use(&crate::sql::parser::sibling_key(&ct.name, n))
                     || n == ct.name
                     || out.iter().any(|o| o.name.as_deref() == Some(n))
             };
@@ -2732,7 +2733,7 @@ impl Engine {
             let fk = self.resolve_foreign_key(&me, spec, |n| {
                 out.iter().any(|f| f.name == n)
                     || ct.checks.iter().any(|c| c.name == n)
-                    || self.constraint_name_in_use(n)
+                    || self.constraint_name_in_use(&ct.name, n)
             })?;
             if out.iter().any(|f| f.name == fk.name) {
                 return Err(WeirError::new(
@@ -2748,15 +2749,16 @@ impl Engine {
         Ok(out)
     }
 
-    /// Whether a relation or a foreign key already has this name (Postgres picks the
-    /// names of constraints it names itself among the schema's).
-    pub(crate) fn constraint_name_in_use(&self, n: &str) -> bool {
-        self.catalog.name_in_use(n)
-            || self
-                .catalog
-                .entries()
-                .iter()
-                .any(|e| e.desc.foreign_keys.iter().any(|f| f.name == n))
+    /// Whether a relation or a foreign key of `table`'s schema already has this name
+    /// (Postgres picks the names of constraints it names itself among the schema's).
+    pub(crate) fn constraint_name_in_use(&self, table: &str, n: &str) -> bool {
+        let schema = crate::catalog::schemas::split_relation_name(table).0;
+        self.catalog
+            .name_in_use(&crate::sql::parser::sibling_key(table, n))
+            || self.catalog.entries().iter().any(|e| {
+                crate::catalog::schemas::split_relation_name(&e.desc.name).0 == schema
+                    && e.desc.foreign_keys.iter().any(|f| f.name == n)
+            })
     }
 
     /// Check a connector table's options (`WITH (connector = 'kafka', ...) FORMAT UPSERT |

@@ -1205,6 +1205,27 @@ SELECT * FROM sc_users;
 DROP TABLE sc_users;
 CREATE TABLE pg_catalog.sc_t (a int);
 CREATE SCHEMA pg_sc;
+CREATE SCHEMA sc_ta;
+CREATE SCHEMA sc_tb;
+CREATE TABLE sc_ta.users (id int PRIMARY KEY, email text UNIQUE);
+CREATE TABLE sc_tb.users (id int PRIMARY KEY, email text UNIQUE);
+CREATE INDEX index_users_on_email ON sc_ta.users (email);
+CREATE INDEX index_users_on_email ON sc_tb.users (email);
+CREATE INDEX ON sc_ta.users (id, email);
+CREATE INDEX ON sc_tb.users (id, email);
+CREATE INDEX index_users_on_email ON sc_ta.users (id);
+SET search_path TO sc_tb;
+CREATE INDEX index_users_on_id ON users (id);
+DROP INDEX index_users_on_email;
+RESET search_path;
+SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind = 'i' AND n.nspname IN ('sc_ta','sc_tb') ORDER BY 1, 2;
+SELECT 'sc_ta.index_users_on_email'::regclass, 'sc_ta.users_pkey'::regclass::oid <> 'sc_tb.users_pkey'::regclass::oid;
+ALTER INDEX sc_ta.index_users_on_email RENAME TO users_email_idx;
+DROP INDEX index_users_on_email;
+DROP INDEX sc_ta.users_email_idx;
+SELECT indexname FROM pg_indexes WHERE schemaname = 'sc_ta' ORDER BY 1;
+DROP SCHEMA sc_ta CASCADE;
+DROP SCHEMA sc_tb CASCADE;
 "#;
     same_psql_output(
         &pg,

@@ -370,7 +370,7 @@ fn register_regclass(
                     .iter()
                     .find(|s| {
                         let k = crate::sql::parser::relation_key(Some(s), bare);
-                        catalog.get(&k).is_some() || catalog.index_by_name(bare).is_some()
+                        catalog.name_in_use(&k)
                     })
                     .is_some_and(|s| s == schema);
                 Some(if found_first {

@@ -933,30 +933,24 @@ pub fn relation_oid_of_name(catalog: &Catalog, name: &str) -> Option<u32> {
             .find(|r| r.namespace == ns && r.name == rel)
             .map(|r| r.oid)
     };
-    let (key, bare) = match parts.as_slice() {
+    let key = match parts.as_slice() {
         [s, r] if s == "information_schema" => {
             return system(INFORMATION_SCHEMA_NAMESPACE_OID, r);
         }
         [s, r] if s == "pg_catalog" => return system(PG_CATALOG_NAMESPACE_OID, r),
-        [s, r] => (crate::sql::parser::relation_key(Some(s), r), r.clone()),
+        [s, r] => crate::sql::parser::relation_key(Some(s), r),
         [r] => {
             if let Some(o) = system(PG_CATALOG_NAMESPACE_OID, r) {
                 return Some(o);
             }
-            (r.clone(), r.clone())
+            r.clone()
         }
         _ => return None,
     };
     if let Some(e) = catalog.get(&key) {
         return Some(e.desc.oid);
     }
-    catalog.entries().iter().find_map(|e| {
-        e.desc
-            .all_indexes()
-            .into_iter()
-            .find(|i| i.name == bare)
-            .map(|i| i.oid)
-    })
+    catalog.index_by_name(&key).map(|(_, i)| i.oid)
 }
 
 pub fn namespace_oid_of_name(name: &str) -> Option<u32> {

@@ -109,12 +109,12 @@ pub fn path_resolver(
         find: Box::new(move |n| {
             for s in &schemas {
                 let key = crate::sql::parser::relation_key(Some(s), n);
-                if c.get(&key).is_some() || c.enum_type(&key).is_some() {
+                if c.name_in_use(&key) || c.enum_type(&key).is_some() {
                     return Some(key);
                 }
             }
-            // an index (its name is not qualified), or public's relation off the path
-            (c.index_by_name(n).is_some() || c.get(n).is_some()).then(|| n.to_owned())
+            // public's relation off the path
+            c.name_in_use(n).then(|| n.to_owned())
         }),
         create_in,
         nowhere,

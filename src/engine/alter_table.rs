@@ -223,7 +223,10 @@ impl Engine {
                                 crate::sql::parser::bare_relation_name(name),
                                 cols.join("_")
                             ),
-                            |n| self.catalog.name_in_use(n),
+                            |n| {
+                                self.catalog
+                                    .name_in_use(&crate::sql::parser::sibling_key(name, n))
+                            },
                         ),
                     };
                     if exists(&index) {
@@ -967,7 +970,10 @@ impl Engine {
                             crate::sql::parser::bare_relation_name(&desc.name)
                         ),
                     };
-                    if self.catalog.name_in_use(&pk_name) {
+                    if self
+                        .catalog
+                        .name_in_use(&crate::sql::parser::sibling_key(&desc.name, &pk_name))
+                    {
                         return Err(WeirError::new(
                             sqlstate::DUPLICATE_TABLE,
                             format!("relation \"{pk_name}\" already exists"),
@@ -1388,7 +1394,10 @@ impl Engine {
         if name == to {
             return done;
         }
-        if self.catalog.name_in_use(to) {
+        if self
+            .catalog
+            .name_in_use(&crate::sql::parser::sibling_key(&entry.desc.name, to))
+        {
             return Err(WeirError::new(
                 sqlstate::DUPLICATE_TABLE,
                 format!("relation \"{to}\" already exists"),

@@ -1062,7 +1062,7 @@ impl Engine {
             ));
         }
         let fk = self.resolve_foreign_key(&KeyShape::of(&entry.desc), spec, |n| {
-            exists(n) || self.constraint_name_in_use(n)
+            exists(n) || self.constraint_name_in_use(table, n)
         })?;
         if !not_valid {
             self.validate_foreign_key(session, &entry.desc, &fk).await?;
@@ -1130,7 +1130,9 @@ impl Engine {
                     .iter()
                     .flat_map(|e| e.desc.foreign_keys.iter())
                     .find(|f| f.name == *n);
-                let known = fk.is_some() || self.constraint_name_in_use(n);
+                // (a name as SQL wrote it: its schema's constraints)
+                let known = fk.is_some()
+                    || self.constraint_name_in_use(n, crate::sql::parser::bare_relation_name(n));
                 match fk {
                     Some(f) if f.deferrable => {}
                     // only a DEFERRED of a constraint that cannot wait is refused

@@ -78,7 +78,10 @@ impl Engine {
         }
         let name = match &ci.name {
             Some(n) => {
-                if self.catalog.name_in_use(n) {
+                if self
+                    .catalog
+                    .name_in_use(&crate::sql::parser::sibling_key(&ci.table, n))
+                {
                     if ci.if_not_exists {
                         if let Some(p) = notices {
                             let _ = p.send(format!("relation \"{n}\" already exists, skipping"));
@@ -110,7 +113,10 @@ impl Engine {
                         crate::sql::parser::bare_relation_name(&ci.table),
                         keys.join("_")
                     ),
-                    |n| self.catalog.name_in_use(n),
+                    |n| {
+                        self.catalog
+                            .name_in_use(&crate::sql::parser::sibling_key(&ci.table, n))
+                    },
                 )
             }
         };

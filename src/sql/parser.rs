@@ -3483,6 +3483,15 @@ pub fn reference_key(t: &datafusion::common::TableReference) -> String {
     relation_key(t.schema(), t.table())
 }
 
+/// The key of `name` in the schema of the relation keyed `relation` (an index's or a
+/// constraint's name beside its table: `app.users_pkey` for `app.users`).
+pub fn sibling_key(relation: &str, name: &str) -> String {
+    match relation.split_once('.') {
+        Some((schema, _)) => relation_key(Some(schema), name),
+        None => name.to_owned(),
+    }
+}
+
 /// The catalog key of a relation in `schema` (none: the search path, `public`): its bare
 /// name in `public`, `schema.name` in a user schema (see `catalog/schemas.rs`).
 pub fn relation_key(schema: Option<&str>, name: &str) -> String {
