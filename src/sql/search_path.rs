@@ -13,9 +13,9 @@
 //! relation's and is left alone.
 //!
 //! Names inside string literals are qualified too where a function reads a relation's name
-//! from them (`nextval('s')`, `currval`, `setval`, `to_regclass`, `pg_get_serial_sequence`, the size
-//! functions, `'t'::regclass`), when the
-//! string is a literal of the statement.
+//! from them (`nextval('s')`, `currval`, `setval`, `to_regclass`, `pg_get_serial_sequence`,
+//! the size functions, `'t'::regclass`) when the string is a literal of the statement, and
+//! the relation a table function's first argument names (`TUMBLE(t, ts, ...)`).
 
 use std::cell::RefCell;
 use std::collections::HashSet;
@@ -40,12 +40,19 @@ thread_local! {
     static RESOLVER: RefCell<Option<Rc<PathResolver>>> = const { RefCell::new(None) };
 }
 
-/// Run `f` (a parse) with `resolver` applying the session's path.
+/// Run `f` (a parse) with `resolver` applying the session's path; the thread's resolver
+/// before is back afterwards, also when `f` panics (the thread parses for other sessions
+/// next).
 pub fn with_path<T>(resolver: PathResolver, f: impl FnOnce() -> T) -> T {
-    let before = RESOLVER.with(|r| r.replace(Some(Rc::new(resolver))));
-    let out = f();
-    RESOLVER.with(|r| *r.borrow_mut() = before);
-    out
+    struct Restore(Option<Rc<PathResolver>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let before = self.0.take();
+            RESOLVER.with(|r| *r.borrow_mut() = before);
+        }
+    }
+    let _restore = Restore(RESOLVER.with(|r| r.replace(Some(Rc::new(resolver)))));
+    f()
 }
 
 fn current() -> Option<Rc<PathResolver>> {
@@ -103,6 +110,36 @@ pub fn qualify<V: ast::VisitMut>(node: &mut V) {
         }
         std::ops::ControlFlow::<()>::Continue(())
     });
+    // a table function's relation argument: `TUMBLE(ev, ts, ...)`, `HOP(ev, ...)`
+    struct TableArgs<'a>(&'a PathResolver, &'a HashSet<String>);
+    impl ast::VisitorMut for TableArgs<'_> {
+        type Break = ();
+        fn pre_visit_table_factor(
+            &mut self,
+            t: &mut ast::TableFactor,
+        ) -> std::ops::ControlFlow<()> {
+            if let ast::TableFactor::Table {
+                args: Some(args), ..
+            } = t
+                && let Some(ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e))) =
+                    args.args.first_mut()
+                && let ast::Expr::Identifier(ident) = e
+            {
+                let n = crate::sql::parser::normalize_ident(ident);
+                if !self.1.contains(&n)
+                    && let Some(key) = (self.0.find)(&n)
+                    && let Some((schema, bare)) = key.split_once('.')
+                {
+                    *e = ast::Expr::CompoundIdentifier(vec![
+                        ast::Ident::with_quote('"', schema),
+                        ast::Ident::with_quote('"', bare),
+                    ]);
+                }
+            }
+            std::ops::ControlFlow::Continue(())
+        }
+    }
+    let _ = node.visit(&mut TableArgs(&r, &ctes));
     // a relation named in a string: `nextval('s')`, `currval`, `setval`, `'t'::regclass`,
     // `to_regclass('t')` reach the path's relation (`'app.s'`)
     let qualified_text = |v: &mut ast::Expr| {
