@@ -927,7 +927,7 @@ impl Engine {
                     // (the relation stays in its schema)
                     desc.name = crate::sql::parser::relation_key(
                         Some(crate::catalog::schemas::split_relation_name(&desc.name).0),
-                        &relation_name(n)?,
+                        &crate::sql::parser::unresolved_relation_name(n)?,
                     );
                     if desc.pkey_name()
                         == format!(

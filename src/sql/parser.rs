@@ -496,7 +496,7 @@ fn parse_alter_rename(p: &mut Parser) -> Result<Option<Statement>> {
         return Ok(None);
     }
     p.expect_keyword_is(Keyword::TO)?;
-    let to = relation_name(&p.parse_object_name(false)?)?;
+    let to = unresolved_relation_name(&p.parse_object_name(false)?)?;
     // (a relation stays in its schema; an index's name is not qualified)
     let to = match (kind, name.split_once('.')) {
         (DropKind::Index, _) => to,
@@ -3408,6 +3408,18 @@ pub fn relation_name(name: &ObjectName) -> Result<String> {
     }
 }
 
+/// [`relation_name`] without the session's search path: an unqualified name as written (a
+/// new name a relation is renamed to, which stays in its schema).
+pub fn unresolved_relation_name(name: &ObjectName) -> Result<String> {
+    match name.0.as_slice() {
+        [part] => part
+            .as_ident()
+            .map(normalize_ident)
+            .ok_or_else(|| WeirError::syntax(format!("invalid relation name {name}"))),
+        _ => relation_name(name),
+    }
+}
+
 /// The catalog key of a relation a statement creates: an unqualified name is created in
 /// the first schema of the session's search_path (public by default), whatever relation of
 /// that name another schema of the path holds.
@@ -3505,7 +3517,13 @@ pub fn relation_key(schema: Option<&str>, name: &str) -> String {
 /// of declared columns.
 fn parse_create_table(p: &mut Parser, temporary: bool) -> Result<Statement> {
     let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
-    let name = created_relation_name(&p.parse_object_name(false)?)?;
+    let name = p.parse_object_name(false)?;
+    // (a temporary table is not made along the search path: Weir keeps it in public)
+    let name = if temporary {
+        unresolved_relation_name(&name)?
+    } else {
+        created_relation_name(&name)?
+    };
     let on_commit = |given: Option<OnCommit>| -> Result<Option<OnCommit>> {
         match (temporary, given) {
             (true, g) => Ok(Some(g.unwrap_or(OnCommit::PreserveRows))),

@@ -59,15 +59,12 @@ fn current() -> Option<Rc<PathResolver>> {
     RESOLVER.with(|r| r.borrow().clone())
 }
 
-/// The catalog key of an unqualified relation name under the path being applied; None
-/// when no path is (the name is public's).
+/// The catalog key of the relation an unqualified name reaches along the path being
+/// applied; None when no path is or it reaches none (the name stays as written: a
+/// relation that does not exist is named so in the error).
 pub fn resolve(name: &str) -> Option<String> {
     let r = current()?;
-    (r.find)(name).or_else(|| {
-        r.create_in
-            .as_deref()
-            .map(|s| crate::sql::parser::relation_key(Some(s), name))
-    })
+    (r.find)(name)
 }
 
 /// The catalog key of a relation (or type) an unqualified name creates under the path
