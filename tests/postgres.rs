@@ -977,6 +977,9 @@ async fn pg_dump_restores_into_weir() {
         "SELECT * FROM shop.items ORDER BY id",
         "SELECT * FROM shop.big",
         "SELECT obj_description('shop'::regnamespace, 'pg_namespace')",
+        "SELECT data_type, udt_schema, udt_name FROM information_schema.columns \
+         WHERE table_schema = 'shop' AND column_name = 'size'",
+        "SELECT t.typname, t.typnamespace::regnamespace FROM pg_type t WHERE t.typname = 'size'",
         "SELECT n.nspname, c.relname, c.relkind FROM pg_class c \
          JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'shop' ORDER BY 2",
         "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint \
@@ -1187,6 +1190,8 @@ dee	7
 \.
 SELECT id, name, age FROM sc_app.users ORDER BY id;
 \copy sc_app.users to stdout
+SELECT schemaname, relname FROM pg_stat_user_tables WHERE schemaname = 'sc_app' ORDER BY 2;
+SELECT schemaname, relname, indexrelname FROM pg_stat_user_indexes WHERE schemaname = 'sc_app' ORDER BY 3;
 DROP SCHEMA sc_app;
 BEGIN;
 DROP SCHEMA sc_app CASCADE;

@@ -122,7 +122,8 @@ fn data_type(t: &T) -> (String, String) {
         T::Void => "void",
         T::Array(inner) => return ("ARRAY".into(), format!("_{}", data_type(inner).1)),
         T::Vector(_) => return ("ARRAY".into(), t.display_name()),
-        T::Enum(e) => return ("USER-DEFINED".into(), e.name.clone()),
+        // (a type of a user schema is keyed `app.mood`: its udt_name is `mood`)
+        T::Enum(e) => return ("USER-DEFINED".into(), split_relation_name(&e.name).1.into()),
     };
     let dt = match t {
         T::Varchar(_) => "character varying".to_owned(),
@@ -225,8 +226,15 @@ fn column_row(
         _ => (None, None, None, None, None),
     };
     let opt = |v: Option<i64>| v.map(V::I).unwrap_or(V::Null);
-    let user_type =
-        matches!(ty, T::Enum(_)) || matches!(ty, T::Array(e) if matches!(e.as_ref(), T::Enum(_)));
+    // (the schema of an enum type, or of an array's element enum)
+    let user_type = match ty {
+        T::Enum(e) => Some(split_relation_name(&e.name).0),
+        T::Array(inner) => match inner.as_ref() {
+            T::Enum(e) => Some(split_relation_name(&e.name).0),
+            _ => None,
+        },
+        _ => None,
+    };
     let row = vec![
         V::from(DATABASE_NAME),
         schema,
@@ -257,7 +265,7 @@ fn column_row(
         V::Null,
         V::Null,
         V::from(DATABASE_NAME),
-        if user_type { "public" } else { "pg_catalog" }.into(),
+        user_type.unwrap_or("pg_catalog").into(),
         udt.into(),
         V::Null,
         V::Null,

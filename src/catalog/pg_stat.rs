@@ -29,12 +29,17 @@ fn counted(e: &Entry) -> bool {
     matches!(e.desc.kind.relkind(), "r" | "m" | "p" | "t")
 }
 
-fn schema_of(e: &Entry) -> &'static str {
+/// Its schema's name (`app` of `app.t`) and its own.
+fn schema_of(e: &Entry) -> &str {
     if e.desc.is_temporary() {
         "pg_temp"
     } else {
-        "public"
+        crate::catalog::schemas::split_relation_name(&e.desc.name).0
     }
+}
+
+fn bare_name(e: &Entry) -> &str {
+    crate::catalog::schemas::split_relation_name(&e.desc.name).1
 }
 
 fn activity(e: &Entry) -> ActivityCounts {
@@ -78,11 +83,7 @@ fn table_rows(entries: &[Arc<Entry>], more: impl Fn(&Entry) -> Vec<V>) -> Vec<Ve
         .iter()
         .filter(|e| counted(e))
         .map(|e| {
-            let mut row = vec![
-                e.desc.oid.into(),
-                schema_of(e).into(),
-                e.desc.name.clone().into(),
-            ];
+            let mut row = vec![e.desc.oid.into(), schema_of(e).into(), bare_name(e).into()];
             row.extend(more(e));
             row
         })
@@ -103,7 +104,7 @@ fn index_rows(
                 e.desc.oid.into(),
                 ix.oid.into(),
                 schema_of(e).into(),
-                e.desc.name.clone().into(),
+                bare_name(e).into(),
                 ix.name.clone().into(),
             ];
             row.extend(more(&a, &ix));

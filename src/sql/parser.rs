@@ -3384,6 +3384,10 @@ pub fn relation_label(tf: &ast::TableFactor) -> Option<String> {
     }
 }
 
+/// The catalog key of the relation a statement names: `t` (along the session's search path
+/// when it holds a user schema, else public's), `public.t` and `weir.public.t` are `t`,
+/// `app.t` / `"app"."t"` / `weir.app.t` are `app.t` (`catalog/schemas.rs`); a name in
+/// `pg_catalog` or `information_schema` is 42501.
 pub fn relation_name(name: &ObjectName) -> Result<String> {
     let parts: Vec<String> = name
         .0
