@@ -37,6 +37,16 @@ fn key(oid: u32) -> Vec<u8> {
     k
 }
 
+/// Store a schema's description (fsynced).
+fn persist(store: &dyn Store, s: &SchemaDesc) -> Result<()> {
+    let mut wb = WriteBatch::default();
+    wb.put(
+        key(s.oid),
+        serde_json::to_vec(s).map_err(|e| WeirError::internal(e.to_string()))?,
+    );
+    store.commit(wb, Durability::Sync)
+}
+
 #[derive(Default)]
 pub struct Schemas {
     by_name: parking_lot::RwLock<BTreeMap<String, SchemaDesc>>,
@@ -186,12 +196,7 @@ impl Catalog {
             owner,
             comment: None,
         };
-        let mut wb = WriteBatch::default();
-        wb.put(
-            key(s.oid),
-            serde_json::to_vec(&s).map_err(|e| WeirError::internal(e.to_string()))?,
-        );
-        self.store.commit(wb, Durability::Sync)?;
+        persist(self.store.as_ref(), &s)?;
         schemas.insert(name.to_owned(), s);
         drop(schemas);
         self.bump_version();
@@ -244,12 +249,7 @@ impl Catalog {
         };
         let mut changed = s.clone();
         change(&mut changed);
-        let mut wb = WriteBatch::default();
-        wb.put(
-            key(changed.oid),
-            serde_json::to_vec(&changed).map_err(|e| WeirError::internal(e.to_string()))?,
-        );
-        self.store.commit(wb, Durability::Sync)?;
+        persist(self.store.as_ref(), &changed)?;
         *s = changed;
         drop(schemas);
         self.bump_version();
@@ -287,12 +287,7 @@ impl Catalog {
             )));
         }
         s.name = to.to_owned();
-        let mut wb = WriteBatch::default();
-        wb.put(
-            key(s.oid),
-            serde_json::to_vec(&s).map_err(|e| WeirError::internal(e.to_string()))?,
-        );
-        self.store.commit(wb, Durability::Sync)?;
+        persist(self.store.as_ref(), &s)?;
         schemas.remove(from);
         schemas.insert(to.to_owned(), s);
         drop(schemas);

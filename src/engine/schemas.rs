@@ -18,6 +18,24 @@ fn exists(name: &str) -> bool {
     namespace_oid_of_name(name).is_some()
 }
 
+/// A name a schema may be given: not `pg_`-prefixed (42939, Postgres' answer), without a
+/// `.` (a relation of schema `app` is keyed `app.t`: 0A000).
+fn check_new_name(name: &str) -> Result<()> {
+    if name.starts_with("pg_") {
+        return Err(WeirError::new(
+            sqlstate::RESERVED_NAME,
+            format!("unacceptable schema name \"{name}\""),
+        )
+        .with_detail("The prefix \"pg_\" is reserved for system schemas."));
+    }
+    if name.contains('.') {
+        return Err(WeirError::not_supported(format!(
+            "schema names containing \".\" are not supported: \"{name}\""
+        )));
+    }
+    Ok(())
+}
+
 impl Engine {
     pub(crate) fn create_schema(
         &self,
@@ -27,13 +45,7 @@ impl Engine {
         owner: Option<&str>,
         notices: Option<&Notices>,
     ) -> Result<Output> {
-        if name.starts_with("pg_") {
-            return Err(WeirError::new(
-                sqlstate::RESERVED_NAME,
-                format!("unacceptable schema name \"{name}\""),
-            )
-            .with_detail("The prefix \"pg_\" is reserved for system schemas."));
-        }
+        check_new_name(name)?;
         if exists(name) || self.catalog.user_schema(name).is_some() {
             if !if_not_exists {
                 return Err(WeirError::new(
@@ -45,11 +57,6 @@ impl Engine {
                 let _ = n.send(format!("schema \"{name}\" already exists, skipping"));
             }
             return Ok(Output::Command("CREATE SCHEMA".into()));
-        }
-        if name.contains('.') {
-            return Err(WeirError::not_supported(format!(
-                "schema names containing \".\" are not supported: \"{name}\""
-            )));
         }
         let owner = match owner {
             Some(r) => {
@@ -109,13 +116,7 @@ impl Engine {
         self.schema_to_change(session, name, "ALTER SCHEMA")?;
         match to {
             Ok(new) => {
-                if new.starts_with("pg_") {
-                    return Err(WeirError::new(
-                        sqlstate::RESERVED_NAME,
-                        format!("unacceptable schema name \"{new}\""),
-                    )
-                    .with_detail("The prefix \"pg_\" is reserved for system schemas."));
-                }
+                check_new_name(new)?;
                 self.catalog.rename_schema(name, new)?;
             }
             Err(owner) => {
