@@ -376,7 +376,7 @@ fn register_regclass(
                 Some(if found_first {
                     quote_ident(bare)
                 } else {
-                    crate::catalog::schemas::quote_relation(&key)
+                    crate::catalog::schemas::qualified_relation(&key)
                 })
             }
         }),

@@ -907,12 +907,7 @@ pub fn relation_name_of_oid(catalog: &Catalog, oid: u32) -> Option<String> {
                 .all_indexes()
                 .into_iter()
                 .find(|i| i.oid == oid)
-                .map(|i| {
-                    crate::sql::parser::relation_key(
-                        Some(split_relation_name(&e.desc.name).0),
-                        &i.name,
-                    )
-                })
+                .map(|i| crate::sql::parser::sibling_key(&e.desc.name, &i.name))
         }
     })
 }

@@ -925,8 +925,8 @@ impl Engine {
                         desc.options.push(("weir.pkey_name".into(), pk));
                     }
                     // (the relation stays in its schema)
-                    desc.name = crate::sql::parser::relation_key(
-                        Some(crate::catalog::schemas::split_relation_name(&desc.name).0),
+                    desc.name = crate::sql::parser::sibling_key(
+                        &desc.name,
                         &crate::sql::parser::unresolved_relation_name(n)?,
                     );
                     if desc.pkey_name()

@@ -167,29 +167,14 @@ impl Engine {
         }
         let mut present = Vec::new();
         for name in names {
-            match self.catalog.user_schema(name) {
-                Some(s) => {
-                    let role = session.role();
-                    if s.owner != role && !self.catalog.is_superuser(role) {
-                        return Err(WeirError::new(
-                            sqlstate::INSUFFICIENT_PRIVILEGE,
-                            format!("must be owner of schema {name}"),
-                        ));
-                    }
-                    present.push(name.clone());
+            if if_exists && self.catalog.user_schema(name).is_none() {
+                if let Some(n) = notices {
+                    let _ = n.send(format!("schema \"{name}\" does not exist, skipping"));
                 }
-                None if if_exists => {
-                    if let Some(n) = notices {
-                        let _ = n.send(format!("schema \"{name}\" does not exist, skipping"));
-                    }
-                }
-                None => {
-                    return Err(WeirError::new(
-                        sqlstate::INVALID_SCHEMA_NAME,
-                        format!("schema \"{name}\" does not exist"),
-                    ));
-                }
+                continue;
             }
+            self.schema_to_change(session, name, "DROP SCHEMA")?;
+            present.push(name.clone());
         }
         // what the schemas hold, in the order it was made
         let mut held: Vec<_> = self

@@ -3443,7 +3443,7 @@ pub fn created_relation_name(name: &ObjectName) -> Result<String> {
 /// A relation's name without its schema (`users` of `app.users`): what the names Postgres
 /// derives from it (`users_pkey`, `users_a_check`) start with.
 pub fn bare_relation_name(key: &str) -> &str {
-    key.split_once('.').map_or(key, |(_, n)| n)
+    crate::catalog::schemas::split_relation_name(key).1
 }
 
 /// The relation names of the SQL trees a statement carries, qualified along the session's
@@ -3502,10 +3502,10 @@ pub fn reference_key(t: &datafusion::common::TableReference) -> String {
 /// The key of `name` in the schema of the relation keyed `relation` (an index's or a
 /// constraint's name beside its table: `app.users_pkey` for `app.users`).
 pub fn sibling_key(relation: &str, name: &str) -> String {
-    match relation.split_once('.') {
-        Some((schema, _)) => relation_key(Some(schema), name),
-        None => name.to_owned(),
-    }
+    relation_key(
+        Some(crate::catalog::schemas::split_relation_name(relation).0),
+        name,
+    )
 }
 
 /// The catalog key of a relation in `schema` (none: the search path, `public`): its bare

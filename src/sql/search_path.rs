@@ -86,29 +86,29 @@ pub fn created(name: &str) -> crate::error::Result<Option<String>> {
 /// Qualify the unqualified relation names of a SQL tree that reach a user schema's
 /// relation along the path being applied (`t` → `app.t`).
 pub fn qualify<V: ast::VisitMut>(node: &mut V) {
+    use crate::sql::parser::{normalize_ident, relation_object_name};
     let Some(r) = current() else { return };
     // the names WITH queries define: not relations
     let mut ctes: HashSet<String> = HashSet::new();
     collect_ctes(node, &mut ctes);
+    // the key of the user schema's relation (or type) a name reaches along the path; None
+    // for public's, a WITH query's or nothing
+    let reach = |n: &str| -> Option<String> {
+        if ctes.contains(n) {
+            return None;
+        }
+        (r.find)(n).filter(|k| k.contains('.'))
+    };
     let _ = ast::visit_relations_mut(node, |name| {
         if let [part] = name.0.as_slice()
-            && let Some(ident) = part.as_ident()
+            && let Some(key) = part.as_ident().and_then(|i| reach(&normalize_ident(i)))
         {
-            let n = crate::sql::parser::normalize_ident(ident);
-            if !ctes.contains(&n)
-                && let Some(key) = (r.find)(&n)
-                && let Some((schema, bare)) = key.split_once('.')
-            {
-                *name = ast::ObjectName::from(vec![
-                    ast::Ident::with_quote('"', schema),
-                    ast::Ident::with_quote('"', bare),
-                ]);
-            }
+            *name = relation_object_name(&key);
         }
         std::ops::ControlFlow::<()>::Continue(())
     });
     // a table function's relation argument: `TUMBLE(ev, ts, ...)`, `HOP(ev, ...)`
-    struct TableArgs<'a>(&'a PathResolver, &'a HashSet<String>);
+    struct TableArgs<'a>(&'a dyn Fn(&str) -> Option<String>);
     impl ast::VisitorMut for TableArgs<'_> {
         type Break = ();
         fn pre_visit_table_factor(
@@ -121,36 +121,26 @@ pub fn qualify<V: ast::VisitMut>(node: &mut V) {
                 && let Some(ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e))) =
                     args.args.first_mut()
                 && let ast::Expr::Identifier(ident) = e
+                && let Some(key) = (self.0)(&normalize_ident(ident))
             {
-                let n = crate::sql::parser::normalize_ident(ident);
-                if !self.1.contains(&n)
-                    && let Some(key) = (self.0.find)(&n)
-                    && let Some((schema, bare)) = key.split_once('.')
-                {
-                    *e = ast::Expr::CompoundIdentifier(vec![
-                        ast::Ident::with_quote('"', schema),
-                        ast::Ident::with_quote('"', bare),
-                    ]);
-                }
+                let parts = relation_object_name(&key).0;
+                *e = ast::Expr::CompoundIdentifier(
+                    parts.iter().filter_map(|p| p.as_ident().cloned()).collect(),
+                );
             }
             std::ops::ControlFlow::Continue(())
         }
     }
-    let _ = node.visit(&mut TableArgs(&r, &ctes));
-    // a relation named in a string: `nextval('s')`, `currval`, `setval`, `'t'::regclass`,
-    // `to_regclass('t')` reach the path's relation (`'app.s'`)
+    let _ = node.visit(&mut TableArgs(&reach));
+    // a relation named in a string (`nextval('s')`, `'t'::regclass`, ... reach the path's
+    // relation: `'app.s'`), and a cast to a user schema's type (`'x'::mood` is `app.mood`)
     let qualified_text = |v: &mut ast::Expr| {
         if let ast::Expr::Value(v) = v
             && let ast::Value::SingleQuotedString(text) = &mut v.value
             && let [n] = crate::catalog::pg_catalog::name_parts(text).as_slice()
-            && let Some(key) = (r.find)(n)
-            && let Some((schema, bare)) = key.split_once('.')
+            && let Some(key) = reach(n)
         {
-            *text = format!(
-                "{}.{}",
-                crate::sql::pg_text::quote_ident(schema),
-                crate::sql::pg_text::quote_ident(bare)
-            );
+            *text = crate::catalog::schemas::quote_relation(&key);
         }
     };
     let _ = ast::visit_expressions_mut(node, |e| {
@@ -178,27 +168,18 @@ pub fn qualify<V: ast::VisitMut>(node: &mut V) {
             }
             ast::Expr::Cast {
                 expr, data_type, ..
-            } if data_type.to_string().eq_ignore_ascii_case("regclass") => qualified_text(expr),
+            } => match data_type {
+                ast::DataType::Regclass => qualified_text(expr),
+                ast::DataType::Custom(name, args) if args.is_empty() => {
+                    if let [part] = name.0.as_slice()
+                        && let Some(key) = part.as_ident().and_then(|i| reach(&normalize_ident(i)))
+                    {
+                        *name = relation_object_name(&key);
+                    }
+                }
+                _ => {}
+            },
             _ => {}
-        }
-        std::ops::ControlFlow::<()>::Continue(())
-    });
-    // casts to a user schema's type: `'x'::mood` is `app.mood`
-    let _ = ast::visit_expressions_mut(node, |e| {
-        if let ast::Expr::Cast {
-            data_type: ast::DataType::Custom(name, args),
-            ..
-        } = e
-            && args.is_empty()
-            && let [part] = name.0.as_slice()
-            && let Some(ident) = part.as_ident()
-            && let Some(key) = (r.find)(&crate::sql::parser::normalize_ident(ident))
-            && let Some((schema, bare)) = key.split_once('.')
-        {
-            *name = ast::ObjectName::from(vec![
-                ast::Ident::with_quote('"', schema),
-                ast::Ident::with_quote('"', bare),
-            ]);
         }
         std::ops::ControlFlow::<()>::Continue(())
     });

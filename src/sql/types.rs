@@ -353,14 +353,7 @@ impl SqlType {
             SqlType::Inet => "inet".into(),
             SqlType::Cidr => "cidr".into(),
             // (`app.mood`: a type of a user schema, keyed so)
-            SqlType::Enum(e) => match e.name.split_once('.') {
-                Some((s, n)) => format!(
-                    "{}.{}",
-                    crate::sql::pg_text::quote_ident(s),
-                    crate::sql::pg_text::quote_ident(n)
-                ),
-                None => crate::sql::pg_text::quote_ident(&e.name),
-            },
+            SqlType::Enum(e) => crate::catalog::schemas::quote_relation(&e.name),
             SqlType::Oid => "oid".into(),
             SqlType::Name => "name".into(),
             SqlType::InternalChar => "\"char\"".into(),
