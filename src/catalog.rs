@@ -2,6 +2,7 @@
 //! OIDs, persisted in the store under `C{oid}` as JSON so it survives restarts. The
 //! `pg_catalog` tables clients query are built from it ([`pg_catalog`]).
 
+pub mod domains;
 pub mod extensions;
 pub mod float_over_numeric;
 pub mod functions;
@@ -179,6 +180,9 @@ pub struct RelationDesc {
     /// (as [`crate::sql::time_zone::Zone::arg_text`] names it).
     #[serde(default)]
     pub time_zone: Option<String>,
+    /// The columns of a domain type (`catalog/domains.rs`): (column name, the domain's OID).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub domains: Vec<(String, u32)>,
 }
 
 /// A relation's comment and its columns' (by column name).
@@ -800,6 +804,8 @@ pub struct Catalog {
     user_types: user_types::UserTypes,
     /// User schemas.
     schemas: schemas::Schemas,
+    /// Domains.
+    domains: domains::Domains,
 }
 
 /// Every catalog object stored as JSON under `prefix` (relations `C`, functions `F`, types
@@ -875,6 +881,7 @@ impl Catalog {
         let extensions = extensions::Extensions::load(store.as_ref())?;
         let user_types = user_types::UserTypes::load(store.as_ref())?;
         let schemas = schemas::Schemas::load(store.as_ref())?;
+        let domains = domains::Domains::load(store.as_ref())?;
         let mut by_name = BTreeMap::new();
         let mut next_oid = FIRST_USER_OID;
         for r in roles.by_oid.keys() {
@@ -884,6 +891,9 @@ impl Catalog {
             next_oid = next_oid.max(o + OID_STEP);
         }
         if let Some(o) = schemas.max_oid() {
+            next_oid = next_oid.max(o + OID_STEP);
+        }
+        if let Some(o) = domains.max_oid() {
             next_oid = next_oid.max(o + OID_STEP);
         }
         if let Some(o) = sql_functions.max_oid() {
@@ -917,6 +927,7 @@ impl Catalog {
             lock_listing: RwLock::new(None),
             user_types,
             schemas,
+            domains,
         };
         catalog.number_sql_functions(|| catalog.reserve_oid());
         Ok(catalog)

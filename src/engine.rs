@@ -16,6 +16,7 @@ pub mod prepared;
 mod returning;
 mod schemas;
 pub use client::CopyRows;
+mod domains;
 mod schema_undo;
 pub mod security;
 mod sequences;
@@ -709,9 +710,20 @@ impl Engine {
                     Some(like) => self.expand_like(ct, like)?,
                     None => ct.as_ref().clone(),
                 };
+                let mut domains = Vec::new();
                 for col in &mut ct.columns {
+                    // a domain's column: of its base type, with its default when it has
+                    // none of its own
+                    if let Some(d) = self.catalog.domain_of(&col.ty) {
+                        col.ty = d.base.clone();
+                        if col.default.is_none() && col.identity.is_none() {
+                            col.default.clone_from(&d.default);
+                        }
+                        domains.push((col.name.clone(), d.oid));
+                    }
                     self.catalog.resolve_sql_type(&mut col.ty)?;
                 }
+                ct.domains.extend(domains);
                 let ct = &ct;
                 if !ct.checks.is_empty() {
                     self.check_table_checks(&session.ctx, ct)?;
@@ -795,6 +807,15 @@ impl Engine {
             Statement::CreateEnumType { name, labels } => {
                 self.create_enum_type(session, name, labels)
             }
+            Statement::CreateDomain(d) => self.create_domain(session, d),
+            Statement::AlterDomain { name, op } => {
+                self.alter_domain(session, name, op, notices.as_ref()).await
+            }
+            Statement::DropDomain {
+                names,
+                if_exists,
+                cascade,
+            } => self.drop_domains(session, names, *if_exists, *cascade, notices.as_ref()),
             Statement::AlterColumnSetting {
                 table,
                 if_exists,
@@ -1755,6 +1776,7 @@ impl Engine {
                 if let Some(entry) = self.catalog.get(&name) {
                     checks::enforce(
                         &session.ctx,
+                        &self.catalog,
                         &entry.desc,
                         &proposed.iter().collect::<Vec<_>>(),
                     )?;
@@ -2083,7 +2105,7 @@ impl Engine {
         session.check_writable(verb)?;
         let entry = self.catalog.get(&table.name);
         if let Some(entry) = &entry
-            && !entry.desc.checks.is_empty()
+            && (!entry.desc.checks.is_empty() || !entry.desc.domains.is_empty())
         {
             let written: Vec<&datafusion::arrow::array::RecordBatch> = match &change {
                 Change::Insert(b) => b.iter().collect(),
@@ -2091,7 +2113,7 @@ impl Engine {
                 Change::Upsert { upserts, .. } => vec![upserts],
                 _ => vec![],
             };
-            checks::enforce(&session.ctx, &entry.desc, &written)?;
+            checks::enforce(&session.ctx, &self.catalog, &entry.desc, &written)?;
         }
         // foreign keys: checked, and the changes their actions make elsewhere
         let effects = match &entry {
@@ -2403,6 +2425,7 @@ impl Engine {
                 not_valid: vec![],
                 generated: vec![],
                 time_zone: None,
+                domains: vec![],
             })
         })?;
         if created {
@@ -2693,6 +2716,7 @@ impl Engine {
                 not_valid: vec![],
                 generated: ct.generated(),
                 time_zone: None,
+                domains: ct.domains.clone(),
             })
         })?;
         if created {
@@ -3165,6 +3189,7 @@ impl Engine {
                 not_valid: vec![],
                 generated: vec![],
                 time_zone: None,
+                domains: vec![],
             })
         })?;
         Ok(created)
@@ -3405,6 +3430,9 @@ fn changes_schema(stmt: &Statement) -> bool {
             | Statement::CreateSource(_)
             | Statement::Drop(_)
             | Statement::CreateEnumType { .. }
+            | Statement::CreateDomain(_)
+            | Statement::AlterDomain { .. }
+            | Statement::DropDomain { .. }
             | Statement::AlterColumnSetting { .. }
             | Statement::CreateIndex(_)
             | Statement::CreateExtension { .. }
@@ -3573,6 +3601,9 @@ fn query_kind(stmt: &Statement) -> &'static str {
         | Statement::AlterSequence(_)
         | Statement::CreateEnumType { .. }
         | Statement::AlterType { .. }
+        | Statement::CreateDomain(_)
+        | Statement::AlterDomain { .. }
+        | Statement::DropDomain { .. }
         | Statement::AlterColumnSetting { .. }
         | Statement::AddIdentity(_)
         | Statement::AlterIdentity(_)
@@ -3615,6 +3646,9 @@ fn write_kind(stmt: &Statement) -> Option<&'static str> {
         Statement::AlterSequence(_) => "ALTER SEQUENCE",
         Statement::CreateEnumType { .. } => "CREATE TYPE",
         Statement::AlterType { .. } => "ALTER TYPE",
+        Statement::CreateDomain(_) => "CREATE DOMAIN",
+        Statement::AlterDomain { .. } => "ALTER DOMAIN",
+        Statement::DropDomain { .. } => "DROP DOMAIN",
         Statement::AlterColumnSetting { .. } => "ALTER TABLE",
         Statement::AddIdentity(_) | Statement::AlterIdentity(_) => "ALTER TABLE",
         Statement::AlterTable(_) => "ALTER TABLE",

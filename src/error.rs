@@ -29,6 +29,7 @@ pub mod sqlstate {
     pub const INVALID_PARAMETER_VALUE: &str = "22023";
     pub const UNIQUE_VIOLATION: &str = "23505";
     pub const NOT_NULL_VIOLATION: &str = "23502";
+    pub const CHECK_VIOLATION: &str = "23514";
     pub const INVALID_TEXT_REPRESENTATION: &str = "22P02";
     pub const NUMERIC_VALUE_OUT_OF_RANGE: &str = "22003";
     pub const STRING_DATA_RIGHT_TRUNCATION: &str = "22001";

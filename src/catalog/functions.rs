@@ -1122,6 +1122,23 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
                     None => false,
                 };
                 map_u32_to_str(args, rows, |oid| {
+                    // a domain's CHECK
+                    if let Some(c) = catalog
+                        .all_domains()
+                        .iter()
+                        .flat_map(|d| d.checks.iter())
+                        .find(|c| c.oid == oid)
+                    {
+                        let expr = match pretty {
+                            true => crate::sql::parser::shown_expr(&c.expr),
+                            false => crate::sql::parser::shown_expr_deparsed(&c.expr),
+                        };
+                        let mut def = format!("CHECK ({expr})");
+                        if c.not_valid {
+                            def.push_str(" NOT VALID");
+                        }
+                        return Some(def);
+                    }
                     catalog.entries().iter().find_map(|e| {
                         if e.desc.pkey_constraint_oid() == Some(oid) {
                             return Some(format!(
@@ -1477,6 +1494,22 @@ impl TypePlanner for WeirTypePlanner {
                 .enum_type(&crate::catalog::user_types::user_type_name(name))
         {
             return Ok(Some(Arc::new(t.sql_type().field("", true))));
+        }
+        // a domain: its base type, the domain in the field (a cast to it is checked,
+        // `catalog::pg_semantics`)
+        if let ast::DataType::Custom(name, args) = sql_type
+            && args.is_empty()
+            && let Some(d) = self
+                .catalog
+                .domain(&crate::catalog::user_types::user_type_name(name))
+        {
+            let f = d.base.field("", true);
+            let mut meta = f.metadata().clone();
+            meta.insert(
+                crate::sql::types::DOMAIN_KEY.to_owned(),
+                serde_json::to_string(&d).unwrap_or_default(),
+            );
+            return Ok(Some(Arc::new(f.with_metadata(meta))));
         }
         // `timestamp` / `timestamptz` are microseconds, as in Postgres (DataFusion's default
         // is nanoseconds): casts and literals agree with table columns, and `infinity` (the

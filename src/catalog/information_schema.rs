@@ -27,6 +27,8 @@ const TABLES: &[&str] = &[
     "referential_constraints",
     "constraint_column_usage",
     "check_constraints",
+    "domains",
+    "domain_constraints",
     "routines",
     "parameters",
 ];
@@ -142,6 +144,7 @@ fn data_type(t: &T) -> (String, String) {
 /// Positions in [`column_row`]'s row of `information_schema.columns` (Postgres' columns, in
 /// its order: [`COLUMNS_COLUMNS`]).
 const COLUMN_DEFAULT: usize = 5;
+const DOMAIN_NAME: usize = 24;
 const UDT_SCHEMA: usize = 26;
 const DTD_IDENTIFIER: usize = 32;
 const IS_IDENTITY: usize = 34;
@@ -149,6 +152,37 @@ const IDENTITY_GENERATION: usize = 35;
 const IS_GENERATED: usize = 41;
 const GENERATION_EXPRESSION: usize = 42;
 const IS_UPDATABLE: usize = 43;
+
+/// `information_schema.domains`' columns, as PostgreSQL 15 has them.
+const DOMAINS_COLUMNS: &[(&str, T)] = &[
+    ("domain_catalog", T::Name),
+    ("domain_schema", T::Name),
+    ("domain_name", T::Name),
+    ("data_type", T::Text),
+    ("character_maximum_length", T::Int4),
+    ("character_octet_length", T::Int4),
+    ("character_set_catalog", T::Name),
+    ("character_set_schema", T::Name),
+    ("character_set_name", T::Name),
+    ("collation_catalog", T::Name),
+    ("collation_schema", T::Name),
+    ("collation_name", T::Name),
+    ("numeric_precision", T::Int4),
+    ("numeric_precision_radix", T::Int4),
+    ("numeric_scale", T::Int4),
+    ("datetime_precision", T::Int4),
+    ("interval_type", T::Text),
+    ("interval_precision", T::Int4),
+    ("domain_default", T::Text),
+    ("udt_catalog", T::Name),
+    ("udt_schema", T::Name),
+    ("udt_name", T::Name),
+    ("scope_catalog", T::Name),
+    ("scope_schema", T::Name),
+    ("scope_name", T::Name),
+    ("maximum_cardinality", T::Int4),
+    ("dtd_identifier", T::Name),
+];
 
 /// `information_schema.columns`' columns, as PostgreSQL 15 has them.
 const COLUMNS_COLUMNS: &[(&str, T)] = &[
@@ -286,6 +320,7 @@ fn column_row(
     ];
     debug_assert_eq!(row.len(), COLUMNS_COLUMNS.len());
     debug_assert_eq!(COLUMNS_COLUMNS[UDT_SCHEMA].0, "udt_schema");
+    debug_assert_eq!(COLUMNS_COLUMNS[DOMAIN_NAME].0, "domain_name");
     debug_assert_eq!(COLUMNS_COLUMNS[DTD_IDENTIFIER].0, "dtd_identifier");
     row
 }
@@ -402,6 +437,15 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                         nullable,
                     );
                     row[COLUMN_DEFAULT] = d.column_default(&c.name).map(V::from).unwrap_or(V::Null);
+                    // a domain's column names its domain
+                    if let Some(dom) = catalog
+                        .column_type_oid(d, &c.name)
+                        .and_then(|o| catalog.domain_by_oid(o))
+                    {
+                        row[DOMAIN_NAME - 2] = db();
+                        row[DOMAIN_NAME - 1] = schema_of(&dom.name);
+                        row[DOMAIN_NAME] = bare(&dom.name);
+                    }
                     if let Some(kind) = d.identity(&c.name) {
                         row[IS_IDENTITY] = "YES".into();
                         row[IDENTITY_GENERATION] =
@@ -698,6 +742,72 @@ fn build(name: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                         .chain(not_null_checks(&e.desc))
                         .map(|(n, clause)| {
                             vec![db(), schema_of(&e.desc.name), n.into(), clause.into()]
+                        })
+                        .collect::<Vec<_>>()
+                })
+                // (a domain's CHECKs too, as Postgres lists them)
+                .chain(catalog.all_domains().iter().flat_map(|d| {
+                    d.checks
+                        .iter()
+                        .map(|c| {
+                            vec![
+                                db(),
+                                schema_of(&d.name),
+                                c.name.clone().into(),
+                                format!("(({}))", crate::sql::parser::user_text(&c.expr)).into(),
+                            ]
+                        })
+                        .collect::<Vec<_>>()
+                }))
+                .collect(),
+        )?,
+        "domains" => build_table(
+            DOMAINS_COLUMNS,
+            catalog
+                .all_domains()
+                .iter()
+                .map(|d| {
+                    // the base type's description, as a column of it has it
+                    let c = column_row(V::Null, "", "", 1, &d.base, true);
+                    let mut row = vec![db(), schema_of(&d.name), bare(&d.name)];
+                    row.extend(c[7..10].iter().cloned()); // data_type, lengths
+                    row.extend(c[16..22].iter().cloned()); // character set, collation
+                    row.extend(c[10..16].iter().cloned()); // numeric, datetime, interval
+                    row.push(d.default_shown().map(V::from).unwrap_or(V::Null));
+                    row.extend(c[25..32].iter().cloned()); // udt, scope, cardinality
+                    row.push(V::from("1"));
+                    row
+                })
+                .collect(),
+        )?,
+        "domain_constraints" => build_table(
+            &[
+                ("constraint_catalog", T::Name),
+                ("constraint_schema", T::Name),
+                ("constraint_name", T::Name),
+                ("domain_catalog", T::Name),
+                ("domain_schema", T::Name),
+                ("domain_name", T::Name),
+                ("is_deferrable", T::Text),
+                ("initially_deferred", T::Text),
+            ],
+            catalog
+                .all_domains()
+                .iter()
+                .flat_map(|d| {
+                    d.checks
+                        .iter()
+                        .map(|c| {
+                            vec![
+                                db(),
+                                schema_of(&d.name),
+                                c.name.clone().into(),
+                                db(),
+                                schema_of(&d.name),
+                                bare(&d.name),
+                                "NO".into(),
+                                "NO".into(),
+                            ]
                         })
                         .collect::<Vec<_>>()
                 })

@@ -835,6 +835,13 @@ pub const SYSTEM_RELATIONS: &[SystemRelation] = &[
     ),
     SystemRelation::new(13295, INFORMATION_SCHEMA_NAMESPACE_OID, "columns", "v"),
     SystemRelation::new(
+        13310,
+        INFORMATION_SCHEMA_NAMESPACE_OID,
+        "domain_constraints",
+        "v",
+    ),
+    SystemRelation::new(13319, INFORMATION_SCHEMA_NAMESPACE_OID, "domains", "v"),
+    SystemRelation::new(
         13300,
         INFORMATION_SCHEMA_NAMESPACE_OID,
         "constraint_column_usage",
@@ -1164,6 +1171,11 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 let d = &e.desc;
                 for (i, c) in d.columns.iter().enumerate() {
                     let mut row = attribute_row(d.oid, &c.name, &c.ty, i + 1, !c.nullable);
+                    // a domain's column: of the domain (its typmod is the domain's)
+                    if let Some(dom) = catalog.column_type_oid(d, &c.name) {
+                        row[2] = dom.into();
+                        row[8] = (-1i32).into();
+                    }
                     row[ATTHASDEF] = d.attrdef_text(&c.name).is_some().into();
                     if let Some(kind) = d.identity(&c.name) {
                         row[ATTIDENTITY] = kind.to_string().into();
@@ -1258,6 +1270,53 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 );
                 row[2] = namespace.into();
                 row[3] = t.owner.into();
+                rows.push(row);
+            }
+            for d in catalog.all_domains() {
+                // a domain is its base type's kind of value: the base's length, category
+                // and I/O functions
+                let base_oid = d.base.oid();
+                let (base_name, category) = BUILTIN_TYPES
+                    .iter()
+                    .find(|(o, ..)| *o == base_oid)
+                    .map(|(_, n, _, c)| (*n, *c))
+                    .unwrap_or(("text", "S"));
+                let (namespace, bare) = (
+                    catalog.namespace_of_relation(&d.name),
+                    split_relation_name(&d.name).1,
+                );
+                let mut row = type_row(
+                    d.oid,
+                    bare,
+                    d.base.typlen(),
+                    "d",
+                    category,
+                    0,
+                    0,
+                    d.array_oid(),
+                );
+                for (k, f) in [(14, "in"), (15, "out"), (16, "recv"), (17, "send")] {
+                    row[k] = io_proc_oid(&format!("{base_name}{f}")).into();
+                }
+                row[2] = namespace.into();
+                row[3] = d.owner.into();
+                row[20] = d.not_null.into();
+                row[21] = base_oid.into();
+                row[22] = d.base.typmod().into();
+                row[25] = d.default_shown().map(V::from).unwrap_or(V::Null);
+                rows.push(row);
+                let mut row = type_row(
+                    d.array_oid(),
+                    &format!("_{bare}"),
+                    -1,
+                    "b",
+                    "A",
+                    0,
+                    d.oid,
+                    0,
+                );
+                row[2] = namespace.into();
+                row[3] = d.owner.into();
                 rows.push(row);
             }
             for e in &entries {
@@ -1636,6 +1695,18 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                         row[4] = fk.deferrable.into();
                         row[5] = fk.initially_deferred.into();
                     }
+                }
+            }
+            // a domain's CHECKs: of the type (contypid), no relation
+            for d in catalog.all_domains() {
+                for c in &d.checks {
+                    let mut row = constraint_row(c.oid, c.name.clone(), "c", 0, 0, vec![], None);
+                    row[2] = catalog.namespace_of_relation(&d.name).into();
+                    row[6] = (!c.not_valid).into();
+                    row[8] = d.oid.into();
+                    row[17] = true.into();
+                    row[18] = V::Null;
+                    rows.push(row);
                 }
             }
             // convalidated: false for a constraint added NOT VALID and not validated since

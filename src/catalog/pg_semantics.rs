@@ -2463,6 +2463,33 @@ fn rewrite_expr(e: Expr, schema: &DFSchema) -> DfResult<(Expr, bool, Option<Data
                 Some(DataType::Boolean),
             ))
         }
+        // a cast to a domain: to its base type, then the domain's check (typed as the base)
+        Expr::Cast(datafusion::logical_expr::Cast { expr, field })
+            if field.metadata().contains_key(crate::sql::types::DOMAIN_KEY) =>
+        {
+            let mut meta = field.metadata().clone();
+            let domain = meta
+                .remove(crate::sql::types::DOMAIN_KEY)
+                .unwrap_or_default();
+            let base = Arc::new(field.as_ref().clone().with_metadata(meta));
+            let (x, _, t) = rewrite_expr(
+                Expr::Cast(datafusion::logical_expr::Cast::new_from_field(
+                    expr,
+                    base.clone(),
+                )),
+                schema,
+            )?;
+            let checked = pg_udf(pg_functions::DOMAIN_CHECK)
+                .call(vec![x, datafusion::logical_expr::lit(domain)]);
+            Ok((
+                Expr::Cast(datafusion::logical_expr::Cast::new_from_field(
+                    Box::new(checked),
+                    base,
+                )),
+                true,
+                t,
+            ))
+        }
         Expr::Cast(datafusion::logical_expr::Cast { expr, field }) => {
             let data_type = field.data_type().clone();
             let (x, c, t) = rewrite_expr(*expr, schema)?;

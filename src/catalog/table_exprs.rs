@@ -100,6 +100,52 @@ fn expression_context() -> &'static SessionContext {
     })
 }
 
+/// A domain's CHECK (`VALUE > 0`) planned over one column named `value` of the base type
+/// (`catalog/domains.rs`), in the context index expressions are planned in; planned once
+/// per (type, text) and kept: a cast to the domain checks every batch it casts.
+pub(crate) fn domain_check_expr(schema: &Schema, text: &str) -> Result<Arc<dyn PhysicalExpr>> {
+    type Cache =
+        parking_lot::Mutex<std::collections::HashMap<(String, String), Arc<dyn PhysicalExpr>>>;
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    let key = (
+        format!("{:?}", schema.field(0).data_type()),
+        text.to_owned(),
+    );
+    if let Some(e) = cache.lock().get(&key) {
+        return Ok(e.clone());
+    }
+    let ctx = expression_context();
+    let (expr, df_schema) = plan_table_expr(ctx, "domain", schema, text, "check constraint")?;
+    let phys = ctx.create_physical_expr(expr, &df_schema)?;
+    require_boolean(&phys, schema, "CHECK")?;
+    let mut c = cache.lock();
+    if c.len() > 1024 {
+        c.clear();
+    }
+    c.insert(key, phys.clone());
+    Ok(phys)
+}
+
+/// A domain's DEFAULT planned as the value of a column of its base type would be (no
+/// columns to read): 42P17-like refusals of what cannot be planned, as at CREATE DOMAIN.
+pub(crate) fn domain_default_check(base: &crate::sql::types::SqlType, text: &str) -> Result<()> {
+    if matches!(base, crate::sql::types::SqlType::Enum(_)) {
+        // (an enum is known to the catalog only: its labels are checked where it is used)
+        return Ok(());
+    }
+    let schema = Schema::new(vec![base.field("value", true)]);
+    let cast = format!("CAST(({text}) AS {})", base.display_name());
+    plan_table_expr(
+        expression_context(),
+        "domain",
+        &schema,
+        &cast,
+        "DEFAULT expression",
+    )
+    .map(|_| ())
+}
+
 /// One key of an index as the catalog keeps it: a column, or an expression's text.
 pub enum KeyText<'a> {
     Column(&'a str),

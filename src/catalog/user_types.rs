@@ -137,6 +137,18 @@ impl Catalog {
 
     /// `format_type` / `::regtype` of a user type's OID (or its array type's).
     pub fn user_type_shown(&self, oid: u32) -> Option<String> {
+        if let Some(d) = self
+            .all_domains()
+            .into_iter()
+            .find(|d| d.oid == oid || d.array_oid() == oid)
+        {
+            let name = crate::catalog::schemas::quote_relation(&d.name);
+            return Some(if d.oid == oid {
+                name
+            } else {
+                format!("{name}[]")
+            });
+        }
         self.user_types.by_name.read().values().find_map(|t| {
             if t.oid == oid {
                 Some(crate::catalog::schemas::quote_relation(&t.name))
@@ -159,6 +171,9 @@ impl Catalog {
             None => (n, false),
         };
         let n = n.trim_matches('"');
+        if let Some(d) = self.domain(n) {
+            return Some(if array { d.array_oid() } else { d.oid });
+        }
         let t = self.enum_type(n)?;
         Some(if array { t.array_oid() } else { t.oid })
     }
@@ -189,6 +204,10 @@ impl Catalog {
                 if let Some(t) = self.enum_type(&user_type_name(name)) {
                     return Ok(t.sql_type());
                 }
+                // (a domain's values are its base type's)
+                if let Some(d) = self.domain(&user_type_name(name)) {
+                    return Ok(d.base);
+                }
             }
             ast::DataType::Array(
                 ast::ArrayElemTypeDef::SquareBracket(inner, _)
@@ -209,12 +228,22 @@ impl Catalog {
         if let SqlType::Array(inner) = t
             && let SqlType::Enum(e) = inner.as_ref()
         {
+            if self.domain_of(inner).is_some() {
+                return Err(WeirError::not_supported(format!(
+                    "arrays of domains ({}[]) are not supported",
+                    e.name
+                )));
+            }
             self.enum_type(&e.name)
                 .ok_or_else(|| undefined_type(&e.name))?;
             return Err(WeirError::not_supported(format!(
                 "arrays of enum types ({}[]) are not supported",
                 e.name
             )));
+        }
+        if let Some(d) = self.domain_of(t) {
+            *t = d.base;
+            return Ok(());
         }
         if let SqlType::Enum(e) = t
             && e.oid == 0

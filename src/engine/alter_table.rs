@@ -622,6 +622,14 @@ impl Engine {
                         ));
                     }
                     let ty = self.catalog.resolve_type(&column_def.data_type)?;
+                    // a domain's column: its default unless the column has one, its
+                    // constraints met by the value the existing rows get
+                    let domain = match &column_def.data_type {
+                        ast::DataType::Custom(n, a) if a.is_empty() => self
+                            .catalog
+                            .domain(&crate::catalog::user_types::user_type_name(n)),
+                        _ => None,
+                    };
                     let mut not_null = false;
                     let mut default = None;
                     let mut generation = None;
@@ -643,6 +651,11 @@ impl Engine {
                                 )));
                             }
                         }
+                    }
+                    if default.is_none()
+                        && let Some(d) = &domain
+                    {
+                        default.clone_from(&d.default);
                     }
                     if generation.is_some() && default.is_some() {
                         return Err(WeirError::syntax(format!(
@@ -672,6 +685,12 @@ impl Engine {
                         }
                         None => new_null_array(&ty.arrow_type(), rows_now),
                     };
+                    if let Some(d) = &domain
+                        && generation.is_none()
+                    {
+                        crate::catalog::domains::check_values(d, &value)?;
+                        desc.domains.push((col.clone(), d.oid));
+                    }
                     if not_null && generation.is_none() && value.null_count() > 0 {
                         return Err(WeirError::new(
                             sqlstate::NOT_NULL_VIOLATION,
@@ -809,6 +828,7 @@ impl Engine {
                         });
                         desc.columns.remove(at);
                         desc.defaults.retain(|(d, _)| *d != col);
+                        desc.domains.retain(|(d, _)| *d != col);
                         desc.generated.retain(|(g, _)| *g != col);
                         desc.comments.columns.retain(|(c, _)| *c != col);
                         // as in Postgres, an index on the column goes with it (an expression
@@ -862,6 +882,11 @@ impl Engine {
                         }
                     }
                     for (c, _) in desc.defaults.iter_mut() {
+                        if *c == old {
+                            *c = new.clone();
+                        }
+                    }
+                    for (c, _) in desc.domains.iter_mut() {
                         if *c == old {
                             *c = new.clone();
                         }
@@ -1076,6 +1101,17 @@ impl Engine {
                             data_type, using, ..
                         } => {
                             let ty = self.catalog.resolve_type(data_type)?;
+                            // of a domain now (its values checked as the rows are
+                            // rewritten), or of none
+                            desc.domains.retain(|(c, _)| *c != col);
+                            if let ast::DataType::Custom(n, a) = data_type
+                                && a.is_empty()
+                                && let Some(d) = self
+                                    .catalog
+                                    .domain(&crate::catalog::user_types::user_type_name(n))
+                            {
+                                desc.domains.push((col.clone(), d.oid));
+                            }
                             if let Some((g, _)) = desc.generated.iter().find(|(g, e)| {
                                 *g != col && crate::catalog::pg_catalog::check_reads(e, &col)
                             }) {
@@ -1194,6 +1230,16 @@ impl Engine {
             }
             // generated columns (an added one) computed over the rewritten rows
             let out = super::generated::fill_rows(&session.ctx, &desc, out)?;
+            // a column now of a domain: its values meet it
+            if !desc.domains.is_empty() {
+                for (i, d) in self.catalog.column_domains(&desc).iter().enumerate() {
+                    if let Some(d) = d {
+                        for b in &out {
+                            crate::catalog::domains::check_values(d, b.column(i))?;
+                        }
+                    }
+                }
+            }
             for c in &generated_not_null {
                 let at = col_pos(&desc, c).unwrap_or(0);
                 if out.iter().any(|b| b.column(at).null_count() > 0) {

@@ -47,12 +47,24 @@ pub(crate) fn compile(
 }
 
 /// Every row of `batches` (rows of the table, in its column order) against the table's
-/// constraints.
+/// constraints: its domain columns' domains first (Postgres checks a value against its
+/// domain as it computes the row), then NOT NULL, then the CHECKs.
 pub(crate) fn enforce(
     ctx: &SessionContext,
+    catalog: &crate::catalog::Catalog,
     desc: &RelationDesc,
     batches: &[&RecordBatch],
 ) -> Result<()> {
+    if !desc.domains.is_empty() {
+        for (i, d) in catalog.column_domains(desc).iter().enumerate() {
+            let Some(d) = d else { continue };
+            for batch in batches {
+                if let Some(values) = batch.columns().get(i) {
+                    crate::catalog::domains::check_values(d, values)?;
+                }
+            }
+        }
+    }
     if desc.checks.is_empty() {
         return Ok(());
     }

@@ -18,6 +18,23 @@ impl Engine {
         let text = c.text.clone().filter(|t| !t.is_empty());
         let role = session.role();
         match c.kind {
+            DropKind::Type if self.catalog.domain(&c.relation).is_some() => {
+                let d = self
+                    .catalog
+                    .domain(&c.relation)
+                    .ok_or_else(|| crate::catalog::domains::undefined(&c.relation))?;
+                if !self.catalog.has_owner_rights(role, d.owner) {
+                    return Err(crate::catalog::roles::denied(format!(
+                        "must be owner of type {}",
+                        d.shown()
+                    )));
+                }
+                self.catalog.alter_domain(&c.relation, |d| {
+                    d.comment = text.clone();
+                    Ok(())
+                })?;
+                return Ok(Output::Command("COMMENT".into()));
+            }
             DropKind::Type => {
                 let t = self.catalog.enum_type(&c.relation).ok_or_else(|| {
                     WeirError::new(

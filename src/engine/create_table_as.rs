@@ -165,11 +165,14 @@ impl Engine {
         } else {
             ct.primary_key.clone()
         };
+        // (the source's domain columns stay the domain's)
+        let domains = d.domains.iter().chain(&ct.domains).cloned().collect();
         Ok(CreateTable {
             columns,
             checks,
             primary_key,
             like: None,
+            domains,
             ..ct.clone()
         })
     }

@@ -471,6 +471,7 @@ impl Engine {
                 } = step;
                 super::checks::enforce(
                     &session.ctx,
+                    &self.catalog,
                     &cdesc,
                     &new_rows
                         .iter()

@@ -306,6 +306,7 @@ impl Engine {
                 not_valid: vec![],
                 generated: vec![],
                 time_zone: None,
+                domains: vec![],
             })
         })?;
         Ok(Output::Command("CREATE VIEW".into()))

@@ -73,6 +73,7 @@ impl Engine {
                 .enum_types()
                 .into_iter()
                 .map(|t| t.name)
+                .chain(self.catalog.all_domains().into_iter().map(|d| d.name))
                 .collect(),
             functions: self.catalog.sql_function_names().into_iter().collect(),
             extensions: self

@@ -234,6 +234,7 @@ impl Engine {
             Statement::CreateSequence(_)
             | Statement::CreateFunction(_)
             | Statement::CreateEnumType { .. } => self.require_create(role),
+            Statement::CreateDomain(d) => self.require_create_of(role, &d.name),
             // (Postgres: the extensions Weir has are trusted ones, created by whoever may
             // create in the database; dropping one is its owner's, the superuser's)
             Statement::CreateExtension { .. } => self.require_create(role),

@@ -122,6 +122,7 @@ impl Engine {
                         not_valid: vec![],
                         generated: vec![],
                         time_zone: None,
+                        domains: vec![],
                     })
                 })?;
             }

@@ -164,6 +164,11 @@ impl Engine {
         notices: Notices<'_>,
     ) -> Result<Output> {
         for name in names {
+            // (DROP TYPE drops a domain too)
+            if self.catalog.domain(name).is_some() {
+                self.drop_one_domain(session, name, cascade)?;
+                continue;
+            }
             if cascade
                 && let Some(t) = self.catalog.enum_type(name)
                 && let Some((rel, col)) = self.catalog.enum_type_users(t.oid).first()

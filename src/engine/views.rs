@@ -239,6 +239,7 @@ impl Engine {
                 time_zone: Some(session.time_zone())
                     .filter(|z| !z.is_utc())
                     .map(|z| z.arg_text()),
+                domains: vec![],
             })
         })?;
         let entry = self

@@ -1537,6 +1537,7 @@ fn changes_names(before: &[Parsed]) -> bool {
                 | Statement::CreatePlainView(_)
                 | Statement::CreateSequence(_)
                 | Statement::CreateEnumType { .. }
+                | Statement::CreateDomain(_)
                 | Statement::Drop(_)
         )
     })

@@ -236,6 +236,57 @@ pub enum Statement {
         name: String,
         op: AlterTypeOp,
     },
+    /// `CREATE DOMAIN name [AS] type [COLLATE c] [DEFAULT e] [[CONSTRAINT c] NOT NULL |
+    /// NULL | CHECK (e) [NOT VALID]] ...`.
+    CreateDomain(Box<CreateDomain>),
+    /// `ALTER DOMAIN name ...`.
+    AlterDomain {
+        name: String,
+        op: AlterDomainOp,
+    },
+    /// `DROP DOMAIN [IF EXISTS] name [, ...] [CASCADE | RESTRICT]`.
+    DropDomain {
+        names: Vec<String>,
+        if_exists: bool,
+        cascade: bool,
+    },
+}
+
+/// `CREATE DOMAIN`, as written: the base type is resolved by the engine (it may be an enum).
+#[derive(Debug, Clone)]
+pub struct CreateDomain {
+    pub name: String,
+    pub base: ast::DataType,
+    pub not_null: bool,
+    /// `DEFAULT expr`: its text.
+    pub default: Option<String>,
+    /// (`CONSTRAINT name`, the CHECK's expression text, NOT VALID).
+    pub checks: Vec<(Option<String>, String, bool)>,
+}
+
+/// What an `ALTER DOMAIN` does.
+#[derive(Debug, Clone)]
+pub enum AlterDomainOp {
+    /// `SET DEFAULT expr` (Some: its text) / `DROP DEFAULT`.
+    Default(Option<String>),
+    /// `SET NOT NULL` (true) / `DROP NOT NULL`.
+    NotNull(bool),
+    /// `ADD [CONSTRAINT name] CHECK (expr) [NOT VALID]`.
+    AddCheck {
+        name: Option<String>,
+        expr: String,
+        not_valid: bool,
+    },
+    /// `DROP CONSTRAINT [IF EXISTS] name [RESTRICT | CASCADE]`.
+    DropConstraint { name: String, if_exists: bool },
+    /// `RENAME CONSTRAINT a TO b`.
+    RenameConstraint { from: String, to: String },
+    /// `VALIDATE CONSTRAINT name`.
+    ValidateConstraint(String),
+    /// `RENAME TO new`.
+    Rename(String),
+    /// `OWNER TO role`.
+    Owner(String),
 }
 
 /// What an `ALTER TYPE` of an enum type does.
@@ -1159,6 +1210,9 @@ pub struct CreateTable {
     pub foreign_keys: Vec<ForeignKeySpec>,
     /// `LIKE source [INCLUDING ...]`: the source's columns come first.
     pub like: Option<LikeSpec>,
+    /// The columns of a domain type: (column, the domain's OID), found by the engine (the
+    /// parser knows the domain only by name, in the column's type).
+    pub domains: Vec<(String, u32)>,
 }
 
 impl CreateTable {
@@ -2638,6 +2692,12 @@ fn parse_one(p: &mut Parser) -> Result<Statement> {
                 p.next_token();
                 return parse_create_sequence(p).map(|c| Statement::CreateSequence(Box::new(c)));
             }
+            if matches!(&p.peek_nth_token(1).token, Token::Word(w) if w.keyword == Keyword::DOMAIN)
+            {
+                p.next_token();
+                p.next_token();
+                return parse_create_domain(p).map(|c| Statement::CreateDomain(Box::new(c)));
+            }
             if matches!(&p.peek_nth_token(1).token, Token::Word(w) if w.value.eq_ignore_ascii_case("sink"))
             {
                 p.next_token();
@@ -2686,6 +2746,9 @@ fn parse_one(p: &mut Parser) -> Result<Statement> {
             }
             if p.parse_keyword(Keyword::TYPE) {
                 return parse_alter_type(p);
+            }
+            if p.parse_keyword(Keyword::DOMAIN) {
+                return parse_alter_domain(p);
             }
             if let Some(a) = parse_alter_add_identity(p)? {
                 return Ok(Statement::AddIdentity(Box::new(a)));
@@ -3018,7 +3081,7 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
                 O::MaterializedView => DropKind::MaterializedView,
                 O::Sequence => DropKind::Sequence,
                 O::Index => DropKind::Index,
-                O::Type => DropKind::Type,
+                O::Type | O::Domain => DropKind::Type,
                 other => {
                     return Err(WeirError::not_supported(format!(
                         "COMMENT ON {other} is not supported (tables, views, materialized views, sequences, columns, indexes, constraints and types take comments)"
@@ -3035,7 +3098,7 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
                     )));
                 }
                 (relation_name(&ast::ObjectName(parts))?, col)
-            } else if matches!(object_type, O::Type) {
+            } else if matches!(object_type, O::Type | O::Domain) {
                 (
                     crate::catalog::user_types::user_type_name(&object_name),
                     None,
@@ -3679,6 +3742,7 @@ fn parse_table_definition(
         uniques,
         foreign_keys,
         like,
+        domains: vec![],
     })
 }
 
@@ -4394,6 +4458,22 @@ fn parse_drop(p: &mut Parser) -> Result<Statement> {
         DropKind::Type
     } else if parse_word(p, "SINK") {
         DropKind::Sink
+    } else if p.parse_keyword(Keyword::DOMAIN) {
+        let if_exists = p.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
+        let names = p
+            .parse_comma_separated(|p| p.parse_object_name(false))?
+            .iter()
+            .map(crate::catalog::user_types::user_type_name)
+            .collect();
+        let cascade = p.parse_keyword(Keyword::CASCADE);
+        if !cascade {
+            let _ = p.parse_keyword(Keyword::RESTRICT);
+        }
+        return Ok(Statement::DropDomain {
+            names,
+            if_exists,
+            cascade,
+        });
     } else if p.parse_keyword(Keyword::SCHEMA) {
         let if_exists = p.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
         let names = p
@@ -4435,6 +4515,145 @@ fn parse_drop(p: &mut Parser) -> Result<Statement> {
         if_exists,
         cascade,
     }))
+}
+
+/// The name a created type takes: an unqualified one in the first schema of the path.
+fn created_type_name(name: &ObjectName) -> Result<String> {
+    Ok(match name.0.as_slice() {
+        [part] => {
+            let n = part.as_ident().map(normalize_ident).unwrap_or_default();
+            crate::sql::search_path::created(&n)?.unwrap_or(n)
+        }
+        _ => crate::catalog::user_types::user_type_name(name),
+    })
+}
+
+/// `CHECK (expr) [NOT VALID]` after CHECK: the expression's text and NOT VALID.
+fn parse_domain_check(p: &mut Parser) -> Result<(String, bool)> {
+    p.expect_token(&Token::LParen)?;
+    let mut e = p.parse_expr()?;
+    p.expect_token(&Token::RParen)?;
+    let not_valid = p.parse_keywords(&[Keyword::NOT, Keyword::VALID]);
+    // `value` written as Postgres shows it: VALUE
+    let _ = ast::visit_expressions_mut(&mut e, |x| {
+        if let ast::Expr::Identifier(id) = x
+            && id.quote_style.is_none()
+            && id.value.eq_ignore_ascii_case("value")
+        {
+            *id = Ident::new("VALUE");
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    Ok((e.to_string(), not_valid))
+}
+
+/// `CREATE DOMAIN name [AS] type ...` (after `CREATE DOMAIN`): its clauses in any order, as
+/// Postgres takes them (pg_dump writes `NOT NULL` before `DEFAULT`).
+fn parse_create_domain(p: &mut Parser) -> Result<CreateDomain> {
+    let name = created_type_name(&p.parse_object_name(false)?)?;
+    let _ = p.parse_keyword(Keyword::AS);
+    let base = p.parse_data_type()?;
+    let mut d = CreateDomain {
+        name,
+        base,
+        not_null: false,
+        default: None,
+        checks: vec![],
+    };
+    loop {
+        if p.parse_keyword(Keyword::COLLATE) {
+            p.parse_object_name(false)?;
+            continue;
+        }
+        if p.parse_keyword(Keyword::DEFAULT) {
+            if d.default.is_some() {
+                return Err(WeirError::syntax("multiple default expressions"));
+            }
+            d.default = Some(p.parse_expr()?.to_string());
+            continue;
+        }
+        let constraint = if p.parse_keyword(Keyword::CONSTRAINT) {
+            Some(normalize_ident(&p.parse_identifier()?))
+        } else {
+            None
+        };
+        if p.parse_keywords(&[Keyword::NOT, Keyword::NULL]) {
+            d.not_null = true;
+        } else if p.parse_keyword(Keyword::NULL) {
+            d.not_null = false;
+        } else if p.parse_keyword(Keyword::CHECK) {
+            let (e, not_valid) = parse_domain_check(p)?;
+            if not_valid {
+                return Err(WeirError::new(
+                    crate::error::sqlstate::FEATURE_NOT_SUPPORTED,
+                    "check constraints for domains cannot be marked NOT VALID",
+                ));
+            }
+            d.checks.push((constraint, e, false));
+        } else if constraint.is_some() {
+            return Err(syntax_near(&p.peek_token()));
+        } else {
+            break;
+        }
+    }
+    Ok(d)
+}
+
+/// `ALTER DOMAIN name ...` (after `ALTER DOMAIN`).
+fn parse_alter_domain(p: &mut Parser) -> Result<Statement> {
+    let name = crate::catalog::user_types::user_type_name(&p.parse_object_name(false)?);
+    let ident = |p: &mut Parser| -> Result<String> { Ok(normalize_ident(&p.parse_identifier()?)) };
+    let op = if p.parse_keywords(&[Keyword::SET, Keyword::DEFAULT]) {
+        AlterDomainOp::Default(Some(p.parse_expr()?.to_string()))
+    } else if p.parse_keywords(&[Keyword::DROP, Keyword::DEFAULT]) {
+        AlterDomainOp::Default(None)
+    } else if p.parse_keywords(&[Keyword::SET, Keyword::NOT, Keyword::NULL]) {
+        AlterDomainOp::NotNull(true)
+    } else if p.parse_keywords(&[Keyword::DROP, Keyword::NOT, Keyword::NULL]) {
+        AlterDomainOp::NotNull(false)
+    } else if p.parse_keyword(Keyword::ADD) {
+        let name = if p.parse_keyword(Keyword::CONSTRAINT) {
+            Some(ident(p)?)
+        } else {
+            None
+        };
+        if p.parse_keywords(&[Keyword::NOT, Keyword::NULL]) {
+            AlterDomainOp::NotNull(true)
+        } else {
+            p.expect_keyword_is(Keyword::CHECK)?;
+            let (expr, not_valid) = parse_domain_check(p)?;
+            AlterDomainOp::AddCheck {
+                name,
+                expr,
+                not_valid,
+            }
+        }
+    } else if p.parse_keywords(&[Keyword::DROP, Keyword::CONSTRAINT]) {
+        let if_exists = p.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
+        let name = ident(p)?;
+        if !p.parse_keyword(Keyword::CASCADE) {
+            let _ = p.parse_keyword(Keyword::RESTRICT);
+        }
+        AlterDomainOp::DropConstraint { name, if_exists }
+    } else if p.parse_keywords(&[Keyword::RENAME, Keyword::CONSTRAINT]) {
+        let from = ident(p)?;
+        p.expect_keyword_is(Keyword::TO)?;
+        AlterDomainOp::RenameConstraint {
+            from,
+            to: ident(p)?,
+        }
+    } else if p.parse_keywords(&[Keyword::VALIDATE, Keyword::CONSTRAINT]) {
+        AlterDomainOp::ValidateConstraint(ident(p)?)
+    } else if p.parse_keywords(&[Keyword::RENAME, Keyword::TO]) {
+        AlterDomainOp::Rename(ident(p)?)
+    } else if p.parse_keywords(&[Keyword::OWNER, Keyword::TO]) {
+        AlterDomainOp::Owner(ident(p)?)
+    } else {
+        return Err(WeirError::not_supported(
+            "ALTER DOMAIN supports SET/DROP DEFAULT, SET/DROP NOT NULL, ADD/DROP/RENAME/VALIDATE CONSTRAINT, RENAME TO and OWNER TO",
+        ));
+    };
+    Ok(Statement::AlterDomain { name, op })
 }
 
 /// `ALTER TYPE name { ADD VALUE ... | RENAME VALUE 'a' TO 'b' | RENAME TO n | OWNER TO r }`

@@ -356,6 +356,10 @@ pub const NUMERIC_IN: &str = "weir_numeric_in";
 /// `weir_enum_in(text, type)`: text as a value of an enum type (`type` is the type's
 /// JSON, `sql::types::ENUM_KEY`): each value checked to be one of its labels (22P02).
 pub const ENUM_IN: &str = "weir_enum_in";
+/// `weir_domain_check(value, domain)`: the value (of the domain's base type) checked
+/// against the domain's NOT NULL and CHECKs (`domain` is its JSON,
+/// `sql::types::DOMAIN_KEY`): what a cast to a domain is.
+pub const DOMAIN_CHECK: &str = "weir_domain_check";
 /// `weir_enum_sort_key(value, type)`: the label's position in its type's order.
 pub const ENUM_SORT_KEY: &str = "weir_enum_sort_key";
 /// A `jsonb` value's sort key (`sql::jsonb::sort_key`).
@@ -1049,6 +1053,25 @@ fn definitions() -> Vec<PgFunction> {
                 t.check(s.iter())
                     .map_err(|e| DataFusionError::External(Box::new(e)))?;
                 Ok(Arc::new(s) as ArrayRef)
+            },
+        ),
+        immutable(
+            DOMAIN_CHECK,
+            TypeSignature::Any(2),
+            |t| t[0].clone(),
+            |args, _| {
+                let json = strings(&args[1])?
+                    .iter()
+                    .flatten()
+                    .next()
+                    .map(str::to_owned);
+                let d: crate::catalog::domains::DomainDesc =
+                    serde_json::from_str(json.as_deref().unwrap_or_default()).map_err(|e| {
+                        DataFusionError::Internal(format!("a domain does not decode: {e}"))
+                    })?;
+                crate::catalog::domains::check_values(&d, &args[0])
+                    .map_err(|e| DataFusionError::External(Box::new(e)))?;
+                Ok(args[0].clone())
             },
         ),
         immutable(

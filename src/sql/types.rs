@@ -30,6 +30,9 @@ pub const SESSION_ZONE: &str = "+00:00";
 /// ([`EnumType`]): its OID, name and labels in their order, so a result column knows its
 /// type's OID for the wire and its labels' order for sorting and comparing.
 pub const ENUM_KEY: &str = "weir.enum";
+/// Field metadata of a cast's target that is a domain (`catalog/domains.rs`): the
+/// domain's JSON, so the cast checks its constraints.
+pub const DOMAIN_KEY: &str = "weir.domain";
 
 /// An enum type (`CREATE TYPE name AS ENUM ('a', 'b')`): values are stored as their
 /// label's text; they sort and compare by the labels' declared order.

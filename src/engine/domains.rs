@@ -1,0 +1,307 @@
+//! Domains: `CREATE DOMAIN`, `ALTER DOMAIN`, `DROP DOMAIN` (the catalog side, and what a
+//! domain means for the values written, is `catalog/domains.rs`).
+//!
+//! `ALTER DOMAIN ... ADD CONSTRAINT` and `SET NOT NULL` check the values the domain's
+//! columns hold first, as Postgres does (unless `NOT VALID`); `DROP DOMAIN ... CASCADE` does
+//! not drop the columns of the domain (refused as RESTRICT is, 2BP01, as `DROP TYPE` of an
+//! enum is).
+
+use datafusion::arrow::array::RecordBatch;
+
+use crate::catalog::domains::{DomainCheck, DomainDesc};
+use crate::engine::{Engine, Output};
+use crate::error::{Result, WeirError, sqlstate};
+use crate::server::session::Session;
+use crate::sql::parser::{AlterDomainOp, CreateDomain};
+use crate::sql::pg_text::quote_ident;
+
+type Notices<'a> = Option<&'a tokio::sync::mpsc::UnboundedSender<String>>;
+
+impl Engine {
+    pub(crate) fn create_domain(&self, session: &Session, d: &CreateDomain) -> Result<Output> {
+        let base = self.catalog.resolve_type(&d.base).map_err(|e| {
+            // a domain over a domain: Postgres has them, Weir not yet
+            match &d.base {
+                datafusion::sql::sqlparser::ast::DataType::Custom(n, _)
+                    if self
+                        .catalog
+                        .domain(&crate::catalog::user_types::user_type_name(n))
+                        .is_some() =>
+                {
+                    WeirError::not_supported(format!(
+                        "a domain over another domain ({}) is not supported",
+                        d.base
+                    ))
+                }
+                _ => e,
+            }
+        })?;
+        if let Some(default) = &d.default {
+            crate::catalog::table_exprs::domain_default_check(&base, default)?;
+        }
+        self.catalog.create_domain(
+            &d.name,
+            base,
+            d.not_null,
+            d.default.clone(),
+            d.checks.clone(),
+            session.role(),
+        )?;
+        Ok(Output::Command("CREATE DOMAIN".into()))
+    }
+
+    /// The domain, if the role may change it (its owner, a member of the owner, a superuser);
+    /// 42809 for a type that is not a domain.
+    fn owned_domain(&self, session: &Session, name: &str) -> Result<DomainDesc> {
+        let Some(d) = self.catalog.domain(name) else {
+            if self.catalog.enum_type(name).is_some() {
+                return Err(WeirError::new(
+                    sqlstate::WRONG_OBJECT_TYPE,
+                    format!("\"{name}\" is not a domain"),
+                ));
+            }
+            return Err(crate::catalog::domains::undefined(name));
+        };
+        if !self.catalog.has_owner_rights(session.role(), d.owner) {
+            return Err(crate::catalog::roles::denied(format!(
+                "must be owner of type {}",
+                d.shown()
+            )));
+        }
+        Ok(d)
+    }
+
+    /// Every stored value of the domain's columns, checked against `d` as it would be:
+    /// `failing` makes the error of a column whose values do not pass.
+    async fn check_domain_columns(
+        &self,
+        session: &Session,
+        d: &DomainDesc,
+        failing: impl Fn(&str, &str, WeirError) -> WeirError,
+    ) -> Result<()> {
+        for (relation, column) in self.catalog.domain_users(d.oid) {
+            let q = format!(
+                "SELECT {} FROM {}",
+                quote_ident(&column),
+                quote_ident(&relation)
+            );
+            let batches: Vec<RecordBatch> = session.ctx.sql(&q).await?.collect().await?;
+            for b in &batches {
+                if let Err(e) = crate::catalog::domains::check_values(d, b.column(0)) {
+                    let table = crate::sql::parser::bare_relation_name(&relation);
+                    return Err(failing(&column, table, e));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn alter_domain(
+        &self,
+        session: &Session,
+        name: &str,
+        op: &AlterDomainOp,
+        notices: Notices<'_>,
+    ) -> Result<Output> {
+        let d = self.owned_domain(session, name)?;
+        let bare = crate::sql::parser::bare_relation_name(&d.name).to_owned();
+        let missing_constraint = |c: &str| {
+            WeirError::new(
+                sqlstate::UNDEFINED_OBJECT,
+                format!("constraint \"{c}\" of domain \"{bare}\" does not exist"),
+            )
+        };
+        match op {
+            AlterDomainOp::Default(default) => {
+                if let Some(e) = default {
+                    crate::catalog::table_exprs::domain_default_check(&d.base, e)?;
+                }
+                self.catalog.alter_domain(name, |d| {
+                    d.default = default.clone();
+                    Ok(())
+                })?;
+            }
+            AlterDomainOp::NotNull(on) => {
+                if *on && !d.not_null {
+                    let mut new = d.clone();
+                    new.not_null = true;
+                    new.checks.clear();
+                    self.check_domain_columns(session, &new, |column, table, _| {
+                        WeirError::new(
+                            sqlstate::NOT_NULL_VIOLATION,
+                            format!(
+                                "column \"{column}\" of table \"{table}\" contains null values"
+                            ),
+                        )
+                    })
+                    .await?;
+                }
+                self.catalog.alter_domain(name, |d| {
+                    d.not_null = *on;
+                    Ok(())
+                })?;
+            }
+            AlterDomainOp::AddCheck {
+                name: cname,
+                expr,
+                not_valid,
+            } => {
+                crate::catalog::domains::validate_check(&d.base, expr)?;
+                let cname = match cname {
+                    Some(c) if d.checks.iter().any(|x| &x.name == c) => {
+                        return Err(WeirError::new(
+                            sqlstate::DUPLICATE_OBJECT,
+                            format!("constraint \"{c}\" for domain \"{bare}\" already exists"),
+                        ));
+                    }
+                    Some(c) => c.clone(),
+                    None => d.new_check_name(),
+                };
+                let check = DomainCheck {
+                    name: cname,
+                    expr: expr.clone(),
+                    oid: self.catalog.reserve_oid(),
+                    not_valid: *not_valid,
+                };
+                if !*not_valid {
+                    let mut new = d.clone();
+                    new.not_null = false;
+                    new.checks = vec![check.clone()];
+                    self.check_domain_columns(session, &new, |column, table, _| {
+                        WeirError::new(
+                            sqlstate::CHECK_VIOLATION,
+                            format!(
+                                "column \"{column}\" of table \"{table}\" contains values that violate the new constraint"
+                            ),
+                        )
+                    })
+                    .await?;
+                }
+                self.catalog.alter_domain(name, |d| {
+                    d.checks.push(check);
+                    Ok(())
+                })?;
+            }
+            AlterDomainOp::DropConstraint { name: c, if_exists } => {
+                if !d.checks.iter().any(|x| &x.name == c) {
+                    if *if_exists {
+                        if let Some(n) = notices {
+                            let _ = n.send(format!(
+                                "constraint \"{c}\" of domain \"{bare}\" does not exist, skipping"
+                            ));
+                        }
+                        return Ok(Output::Command("ALTER DOMAIN".into()));
+                    }
+                    return Err(missing_constraint(c));
+                }
+                self.catalog.alter_domain(name, |d| {
+                    d.checks.retain(|x| &x.name != c);
+                    Ok(())
+                })?;
+            }
+            AlterDomainOp::RenameConstraint { from, to } => {
+                if !d.checks.iter().any(|x| &x.name == from) {
+                    return Err(missing_constraint(from));
+                }
+                if d.checks.iter().any(|x| &x.name == to) {
+                    return Err(WeirError::new(
+                        sqlstate::DUPLICATE_OBJECT,
+                        format!("constraint \"{to}\" for domain \"{bare}\" already exists"),
+                    ));
+                }
+                self.catalog.alter_domain(name, |d| {
+                    for x in &mut d.checks {
+                        if &x.name == from {
+                            x.name = to.clone();
+                        }
+                    }
+                    Ok(())
+                })?;
+            }
+            AlterDomainOp::ValidateConstraint(c) => {
+                let Some(check) = d.checks.iter().find(|x| &x.name == c).cloned() else {
+                    return Err(missing_constraint(c));
+                };
+                if check.not_valid {
+                    let mut new = d.clone();
+                    new.not_null = false;
+                    new.checks = vec![check];
+                    self.check_domain_columns(session, &new, |column, table, _| {
+                        WeirError::new(
+                            sqlstate::CHECK_VIOLATION,
+                            format!(
+                                "column \"{column}\" of table \"{table}\" contains values that violate the new constraint"
+                            ),
+                        )
+                    })
+                    .await?;
+                    self.catalog.alter_domain(name, |d| {
+                        for x in &mut d.checks {
+                            if &x.name == c {
+                                x.not_valid = false;
+                            }
+                        }
+                        Ok(())
+                    })?;
+                }
+            }
+            AlterDomainOp::Rename(to) => {
+                let to = crate::sql::parser::sibling_key(&d.name, to);
+                self.catalog.alter_domain(name, |d| {
+                    d.name = to.clone();
+                    Ok(())
+                })?;
+            }
+            AlterDomainOp::Owner(role) => {
+                let owner = self
+                    .catalog
+                    .role(role)
+                    .ok_or_else(|| crate::catalog::roles::undefined_role(role))?
+                    .oid;
+                self.catalog.alter_domain(name, |d| {
+                    d.owner = owner;
+                    Ok(())
+                })?;
+            }
+        }
+        Ok(Output::Command("ALTER DOMAIN".into()))
+    }
+
+    /// `DROP DOMAIN` (and `DROP TYPE` of a domain).
+    pub(crate) fn drop_domains(
+        &self,
+        session: &Session,
+        names: &[String],
+        if_exists: bool,
+        cascade: bool,
+        notices: Notices<'_>,
+    ) -> Result<Output> {
+        for name in names {
+            if self.catalog.domain(name).is_none() && if_exists {
+                if let Some(n) = notices {
+                    let _ = n.send(format!("type \"{name}\" does not exist, skipping"));
+                }
+                continue;
+            }
+            self.drop_one_domain(session, name, cascade)?;
+        }
+        Ok(Output::Command("DROP DOMAIN".into()))
+    }
+
+    pub(crate) fn drop_one_domain(
+        &self,
+        session: &Session,
+        name: &str,
+        cascade: bool,
+    ) -> Result<()> {
+        let d = self.owned_domain(session, name)?;
+        if cascade && let Some((rel, col)) = self.catalog.domain_users(d.oid).first() {
+            return Err(WeirError::not_supported(format!(
+                "DROP DOMAIN {name} CASCADE would drop column {col} of {rel}: dropping columns with their type is not supported"
+            ))
+            .with_hint("Drop the columns (or the relations) that use the domain first."));
+        }
+        self.catalog.drop_domain(name)?;
+        Ok(())
+    }
+}
