@@ -180,9 +180,9 @@ pub struct RelationDesc {
     /// (as [`crate::sql::time_zone::Zone::arg_text`] names it).
     #[serde(default)]
     pub time_zone: Option<String>,
-    /// The columns of a domain type (`catalog/domains.rs`): (column name, the domain's OID).
+    /// The columns of a domain type (`catalog/domains.rs`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub domains: Vec<(String, u32)>,
+    pub domains: Vec<domains::ColumnDomain>,
 }
 
 /// A relation's comment and its columns' (by column name).
@@ -435,6 +435,10 @@ impl RelationDesc {
     /// and for a `GENERATED ALWAYS AS IDENTITY` column (an identity, not a default).
     pub fn column_default(&self, column: &str) -> Option<String> {
         if self.identity(column).is_some() {
+            return None;
+        }
+        // (a domain's default is the domain's, not the column's: `pg_type.typdefault`)
+        if self.domains.iter().any(|d| d.column == column && d.default) {
             return None;
         }
         let (_, text) = self.defaults.iter().find(|(c, _)| c == column)?;

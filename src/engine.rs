@@ -716,10 +716,16 @@ impl Engine {
                     // none of its own
                     if let Some(d) = self.catalog.domain_of(&col.ty) {
                         col.ty = d.base.clone();
-                        if col.default.is_none() && col.identity.is_none() {
+                        let inherits =
+                            col.default.is_none() && col.identity.is_none() && d.default.is_some();
+                        if inherits {
                             col.default.clone_from(&d.default);
                         }
-                        domains.push((col.name.clone(), d.oid));
+                        domains.push(crate::catalog::domains::ColumnDomain {
+                            column: col.name.clone(),
+                            oid: d.oid,
+                            default: inherits,
+                        });
                     }
                     self.catalog.resolve_sql_type(&mut col.ty)?;
                 }

@@ -143,7 +143,7 @@ pub fn session_context(
     *builder.analyzer() = Some(analyzer);
     let state = builder
         .with_type_planner(Arc::new(functions::WeirTypePlanner {
-            catalog: catalog.clone(),
+            catalog: Some(catalog.clone()),
         }))
         .with_analyzer_rule(Arc::new(crate::catalog::pg_semantics::PgSemantics))
         .with_analyzer_rule(Arc::new(crate::plan::apply::SubqueryApply))

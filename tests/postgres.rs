@@ -905,6 +905,14 @@ async fn pg_dump_restores_into_weir() {
         CREATE INDEX items_size ON shop.items (size);
         CREATE VIEW shop.big AS SELECT id, label FROM shop.items WHERE size = 'l';
         INSERT INTO shop.items (size, customer_id, label) VALUES ('s', 1, 'a'), ('l', 2, 'b');
+        CREATE DOMAIN us_zip AS varchar(10) NOT NULL DEFAULT '00000'
+            CONSTRAINT us_zip_format CHECK (VALUE ~ '^[0-9]{5}$');
+        COMMENT ON DOMAIN us_zip IS 'a US postal code';
+        CREATE DOMAIN shop.qty AS int CHECK (VALUE >= 0) CHECK (VALUE < 1000);
+        CREATE DOMAIN shop.color AS varchar(10) CHECK (VALUE IN ('red', 'blue'));
+        CREATE TABLE addresses (id serial PRIMARY KEY, zip us_zip, n shop.qty DEFAULT 1,
+            door shop.color);
+        INSERT INTO addresses (zip, n, door) VALUES ('12345', 3, 'red'), (DEFAULT, 0, NULL);
         "#,
     )
     .await
@@ -986,6 +994,16 @@ async fn pg_dump_restores_into_weir() {
          WHERE conrelid = 'shop.items'::regclass ORDER BY 1",
         "SELECT pg_get_serial_sequence('shop.items', 'id'), format_type(atttypid, atttypmod) \
          FROM pg_attribute WHERE attrelid = 'shop.items'::regclass AND attname = 'size'",
+        "SELECT * FROM addresses ORDER BY id",
+        "SELECT t.typname, t.typnamespace::regnamespace, t.typtype, format_type(t.typbasetype, t.typtypmod), \
+         t.typnotnull, t.typdefault, obj_description(t.oid, 'pg_type') FROM pg_type t \
+         WHERE t.typtype = 'd' AND t.typnamespace <> 'information_schema'::regnamespace ORDER BY 1",
+        "SELECT c.conname, c.contypid::regtype, c.convalidated FROM pg_constraint c \
+         WHERE c.contypid <> 0 AND c.connamespace <> 'information_schema'::regnamespace ORDER BY 1",
+        "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a \
+         WHERE a.attrelid = 'addresses'::regclass AND a.attnum > 0 ORDER BY a.attnum",
+        "SELECT column_name, column_default, domain_schema, domain_name FROM information_schema.columns \
+         WHERE table_name = 'addresses' ORDER BY ordinal_position",
     ];
     for q in questions {
         assert_eq!(
@@ -1008,6 +1026,13 @@ async fn pg_dump_restores_into_weir() {
         "INSERT INTO orders (customer_id, total, state) VALUES (1, 1, 'lost')",
         "SELECT count(*) FROM orders WHERE state > 'paid'",
         "INSERT INTO shop.items (size, label) VALUES ('m', 'c') RETURNING id, size",
+        "INSERT INTO addresses (n) VALUES (5) RETURNING id, zip, n",
+        "INSERT INTO addresses (zip) VALUES ('1234x')",
+        "INSERT INTO addresses (zip, n) VALUES ('54321', 1000)",
+        "INSERT INTO addresses (zip) VALUES (NULL)",
+        "INSERT INTO addresses (door) VALUES ('green')",
+        "UPDATE addresses SET door = 'blue' WHERE n = 0 RETURNING id, door",
+        "SELECT '99999'::us_zip, 7::shop.qty",
         "INSERT INTO shop.items (size, label) VALUES ('xl', 'd')",
         "INSERT INTO shop.items (size, label) VALUES ('m', 'a')",
         "SELECT size, count(*) FROM shop.items GROUP BY size ORDER BY size",
@@ -1243,6 +1268,86 @@ DROP SCHEMA sc_tb CASCADE;
             "5\tdee\t7",
         ],
         "user schemas",
+    );
+}
+
+/// Domains as psql shows them (`\dD`, `\dD+`, `\d`), their errors, ALTER DOMAIN, defaults
+/// and a domain of a user schema reached through the search path, against PostgreSQL 15.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn domains_answer_as_postgres() {
+    let pg = Postgres::start();
+    let weir = TestServer::start();
+    let script = r#"
+CREATE DOMAIN dm_pos AS int NOT NULL DEFAULT 1 CHECK (value > 0);
+COMMENT ON DOMAIN dm_pos IS 'positive';
+CREATE DOMAIN dm_code text CONSTRAINT dm_code_upper CHECK (VALUE = upper(VALUE));
+CREATE DOMAIN dm_short varchar(3);
+CREATE TYPE dm_mood AS ENUM ('sad', 'ok');
+CREATE TABLE dm_t (id int PRIMARY KEY, a dm_pos, b dm_pos DEFAULT 5, c dm_code, m dm_mood, s dm_short);
+INSERT INTO dm_t (id, c) VALUES (1, 'AB');
+INSERT INTO dm_t (id, a) VALUES (2, 0);
+INSERT INTO dm_t (id, a) VALUES (3, NULL);
+INSERT INTO dm_t (id, c) VALUES (4, 'abc');
+INSERT INTO dm_t (id, s) VALUES (5, 'ABCD');
+\dD
+\dD+
+\d dm_t
+SELECT obj_description('dm_pos'::regtype, 'pg_type');
+ALTER DOMAIN dm_pos SET DEFAULT 2;
+INSERT INTO dm_t (id) VALUES (6);
+ALTER TABLE dm_t ALTER COLUMN a SET DEFAULT 3;
+ALTER DOMAIN dm_pos SET DEFAULT 4;
+INSERT INTO dm_t (id) VALUES (7);
+ALTER DOMAIN dm_pos DROP DEFAULT;
+INSERT INTO dm_t (id) VALUES (8);
+ALTER TABLE dm_t ADD COLUMN d dm_pos;
+ALTER TABLE dm_t RENAME COLUMN c TO cc;
+UPDATE dm_t SET cc = 'x' WHERE id = 1;
+ALTER TABLE dm_t DROP COLUMN cc;
+SELECT * FROM dm_t ORDER BY id;
+SELECT column_name, column_default, domain_name FROM information_schema.columns WHERE table_name = 'dm_t' ORDER BY ordinal_position;
+ALTER DOMAIN dm_mood ADD CONSTRAINT x CHECK (true);
+DROP DOMAIN dm_mood;
+ALTER DOMAIN dm_nosuch SET NOT NULL;
+DROP DOMAIN dm_pos;
+CREATE DOMAIN dm_pos AS int;
+CREATE DOMAIN dm_bad AS int CHECK (VALUE);
+CREATE DOMAIN "Dm Mixed" AS text;
+SELECT 'x'::"Dm Mixed";
+CREATE SCHEMA dm_app;
+CREATE DOMAIN dm_app.qty AS int CHECK (VALUE >= 0);
+CREATE TABLE dm_q (q dm_app.qty);
+\dD
+\dD dm_app.*
+SET search_path TO dm_app, public;
+CREATE DOMAIN dm_inapp AS text;
+CREATE TABLE dm_app.dm_r (x qty, y dm_inapp);
+\dD
+\d dm_app.dm_r
+RESET search_path;
+INSERT INTO dm_app.dm_r VALUES (-1, 'a');
+\d dm_app.dm_r
+BEGIN;
+CREATE DOMAIN dm_tmp AS text;
+ROLLBACK;
+CREATE DOMAIN dm_tmp AS text;
+DROP TABLE dm_app.dm_r, dm_q;
+DROP SCHEMA dm_app CASCADE;
+DROP TABLE dm_t;
+DROP DOMAIN dm_pos, dm_code, dm_short, dm_tmp, "Dm Mixed";
+DROP TYPE dm_mood;
+"#;
+    same_psql_output(
+        &pg,
+        &weir,
+        script,
+        &[
+            "value for domain dm_pos violates check constraint \"dm_pos_check\"",
+            "domain dm_pos does not allow null values",
+            "dm_app | qty",
+            "positive",
+        ],
+        "domains",
     );
 }
 

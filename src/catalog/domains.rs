@@ -26,6 +26,18 @@ use crate::error::{Result, WeirError, sqlstate};
 use crate::sql::types::SqlType;
 use crate::state::store::{Durability, Store, WriteBatch};
 
+/// A column of a domain type, as its relation keeps it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ColumnDomain {
+    pub column: String,
+    /// The domain's OID.
+    pub oid: u32,
+    /// The column's default is the domain's (in `RelationDesc::defaults`, where every write
+    /// finds it; not shown as the column's, and changed by `ALTER DOMAIN ... SET DEFAULT`).
+    #[serde(default)]
+    pub default: bool,
+}
+
 /// One CHECK constraint of a domain.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct DomainCheck {
@@ -222,9 +234,9 @@ impl Catalog {
     pub fn domain_users(&self, oid: u32) -> Vec<(String, String)> {
         let mut out = Vec::new();
         for e in self.entries() {
-            for (c, d) in &e.desc.domains {
-                if *d == oid {
-                    out.push((e.desc.name.clone(), c.clone()));
+            for d in &e.desc.domains {
+                if d.oid == oid {
+                    out.push((e.desc.name.clone(), d.column.clone()));
                 }
             }
         }
@@ -378,8 +390,8 @@ impl Catalog {
             .map(|c| {
                 desc.domains
                     .iter()
-                    .find(|(n, _)| *n == c.name)
-                    .and_then(|(_, oid)| self.domain_by_oid(*oid))
+                    .find(|d| d.column == c.name)
+                    .and_then(|d| self.domain_by_oid(d.oid))
             })
             .collect()
     }
@@ -392,7 +404,7 @@ impl Catalog {
     ) -> Option<u32> {
         desc.domains
             .iter()
-            .find(|(n, _)| n == column)
-            .map(|(_, oid)| *oid)
+            .find(|d| d.column == column)
+            .map(|d| d.oid)
     }
 }

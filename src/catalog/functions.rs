@@ -392,6 +392,40 @@ pub fn register_search_path(
     catalog: Arc<Catalog>,
     schemas: Arc<dyn Fn() -> Vec<String> + Send + Sync>,
 ) {
+    let types = catalog.clone();
+    let path = schemas.clone();
+    // (a user type's name as the path finds it)
+    register_fn(ctx, "format_type", DataType::Utf8, move |args, rows| {
+        let path = path();
+        let Some(t) = args.first() else {
+            return Ok(constant_str(rows, None));
+        };
+        let t = as_u32(t)?;
+        let m = match args.get(1) {
+            Some(m) => Some(cast(m, &DataType::Int32)?),
+            None => None,
+        };
+        let m = m
+            .as_ref()
+            .and_then(|m| m.as_any().downcast_ref::<Int32Array>());
+        Ok(Arc::new(
+            (0..rows)
+                .map(|i| {
+                    if t.is_null(i) {
+                        return None;
+                    }
+                    let typmod = m
+                        .map(|m| if m.is_null(i) { -1 } else { m.value(i) })
+                        .unwrap_or(-1);
+                    Some(
+                        format_type(t.value(i), typmod)
+                            .or_else(|| types.user_type_shown_on(t.value(i), &path))
+                            .unwrap_or_else(|| "???".to_owned()),
+                    )
+                })
+                .collect::<StringArray>(),
+        ))
+    });
     for name in ["pg_table_is_visible", "pg_type_is_visible"] {
         let (catalog, schemas) = (catalog.clone(), schemas.clone());
         register_fn(ctx, name, DataType::Boolean, move |args, rows| {
@@ -411,7 +445,7 @@ pub fn register_search_path(
                 }
             };
             let relation = |k: &str| catalog.get(k).is_some();
-            let enum_type = |k: &str| catalog.enum_type(k).is_some();
+            let enum_type = |k: &str| catalog.enum_type(k).is_some() || catalog.domain(k).is_some();
             let hidden: std::collections::HashSet<u32> = catalog
                 .entries()
                 .iter()
@@ -427,6 +461,13 @@ pub fn register_search_path(
                         .into_iter()
                         .filter(|t| off_path(&t.name, &enum_type))
                         .flat_map(|t| [t.oid, t.array_oid()]),
+                )
+                .chain(
+                    catalog
+                        .all_domains()
+                        .into_iter()
+                        .filter(|d| off_path(&d.name, &enum_type))
+                        .flat_map(|d| [d.oid, d.array_oid()]),
                 )
                 .collect();
             Ok(Arc::new(
@@ -850,6 +891,7 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
             let which = args.get(1).map(as_str).transpose()?;
             let entries = catalog.entries();
             let types = catalog.enum_types();
+            let domains = catalog.all_domains();
             Ok(Arc::new(
                 (0..rows)
                     .map(|i| {
@@ -905,6 +947,13 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
                                     .filter(|_| class_oid.is_none_or(|k| k == 1247))
                                     .find(|t| t.oid == oid)
                                     .and_then(|t| t.comment.clone())
+                            })
+                            .or_else(|| {
+                                domains
+                                    .iter()
+                                    .filter(|_| class_oid.is_none_or(|k| k == 1247))
+                                    .find(|d| d.oid == oid)
+                                    .and_then(|d| d.comment.clone())
                             })
                             .or_else(|| {
                                 catalog
@@ -1023,37 +1072,6 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
             None => Ok(constant_str(rows, None)),
         },
     );
-    let types = catalog.clone();
-    register_fn(ctx, "format_type", DataType::Utf8, move |args, rows| {
-        let Some(t) = args.first() else {
-            return Ok(constant_str(rows, None));
-        };
-        let t = as_u32(t)?;
-        let m = match args.get(1) {
-            Some(m) => Some(cast(m, &DataType::Int32)?),
-            None => None,
-        };
-        let m = m
-            .as_ref()
-            .and_then(|m| m.as_any().downcast_ref::<Int32Array>());
-        Ok(Arc::new(
-            (0..rows)
-                .map(|i| {
-                    if t.is_null(i) {
-                        return None;
-                    }
-                    let typmod = m
-                        .map(|m| if m.is_null(i) { -1 } else { m.value(i) })
-                        .unwrap_or(-1);
-                    Some(
-                        format_type(t.value(i), typmod)
-                            .or_else(|| types.user_type_shown(t.value(i)))
-                            .unwrap_or_else(|| "???".to_owned()),
-                    )
-                })
-                .collect::<StringArray>(),
-        ))
-    });
     {
         let catalog = catalog.clone();
         // pg_get_indexdef(index [, column, pretty]): the definition, or with column k > 0
@@ -1476,7 +1494,9 @@ pub use crate::sql::pg_text::quote_ident;
 /// metadata so results report it on the wire.
 /// Enum types (`CREATE TYPE ... AS ENUM`) are looked up in the catalog.
 pub struct WeirTypePlanner {
-    pub catalog: Arc<Catalog>,
+    /// None: built-in types only (expressions planned where no catalog is, e.g. a domain's
+    /// CHECK).
+    pub catalog: Option<Arc<Catalog>>,
 }
 
 impl std::fmt::Debug for WeirTypePlanner {
@@ -1491,7 +1511,8 @@ impl TypePlanner for WeirTypePlanner {
             && args.is_empty()
             && let Some(t) = self
                 .catalog
-                .enum_type(&crate::catalog::user_types::user_type_name(name))
+                .as_ref()
+                .and_then(|c| c.enum_type(&crate::catalog::user_types::user_type_name(name)))
         {
             return Ok(Some(Arc::new(t.sql_type().field("", true))));
         }
@@ -1501,7 +1522,8 @@ impl TypePlanner for WeirTypePlanner {
             && args.is_empty()
             && let Some(d) = self
                 .catalog
-                .domain(&crate::catalog::user_types::user_type_name(name))
+                .as_ref()
+                .and_then(|c| c.domain(&crate::catalog::user_types::user_type_name(name)))
         {
             let f = d.base.field("", true);
             let mut meta = f.metadata().clone();

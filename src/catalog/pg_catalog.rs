@@ -1945,6 +1945,11 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     rows.push(vec![t.oid.into(), 1247u32.into(), V::I(0), c.into()]);
                 }
             }
+            for d in catalog.all_domains() {
+                if let Some(c) = d.comment {
+                    rows.push(vec![d.oid.into(), 1247u32.into(), V::I(0), c.into()]);
+                }
+            }
             for s in catalog.user_schemas() {
                 if let Some(c) = s.comment {
                     rows.push(vec![s.oid.into(), 2615u32.into(), V::I(0), c.into()]);

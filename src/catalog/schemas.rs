@@ -119,7 +119,7 @@ pub fn path_resolver(
         find: Box::new(move |n| {
             for s in &schemas {
                 let key = crate::sql::parser::relation_key(Some(s), n);
-                if c.name_in_use(&key) || c.enum_type(&key).is_some() {
+                if c.name_in_use(&key) || c.enum_type(&key).is_some() || c.domain(&key).is_some() {
                     return Some(key);
                 }
             }
@@ -281,6 +281,10 @@ impl Catalog {
                 .enum_types()
                 .iter()
                 .any(|t| split_relation_name(&t.name).0 == from)
+            || self
+                .all_domains()
+                .iter()
+                .any(|d| split_relation_name(&d.name).0 == from)
         {
             return Err(WeirError::not_supported(format!(
                 "ALTER SCHEMA {from} RENAME is supported for empty schemas only"

@@ -90,7 +90,14 @@ pub(crate) fn coerced_and_simplified(
 fn expression_context() -> &'static SessionContext {
     static CTX: OnceLock<SessionContext> = OnceLock::new();
     CTX.get_or_init(|| {
-        let ctx = SessionContext::new();
+        // (Postgres' built-in type names: `x::character varying`, `timestamp(3)`)
+        let state = datafusion::execution::SessionStateBuilder::new()
+            .with_default_features()
+            .with_type_planner(Arc::new(crate::catalog::functions::WeirTypePlanner {
+                catalog: None,
+            }))
+            .build();
+        let ctx = SessionContext::new_with_state(state);
         crate::catalog::pg_semantics::register(&ctx);
         crate::catalog::value_limits::register(&ctx);
         crate::sql::json::register(&ctx);
@@ -135,7 +142,14 @@ pub(crate) fn domain_default_check(base: &crate::sql::types::SqlType, text: &str
         return Ok(());
     }
     let schema = Schema::new(vec![base.field("value", true)]);
-    let cast = format!("CAST(({text}) AS {})", base.display_name());
+    // (the type without its modifiers: the context has no planner for `varchar(10)`; the
+    // value is fitted to the column's type where it is written)
+    let ty = base.display_name();
+    let ty = match (ty.find('('), ty.find(')')) {
+        (Some(a), Some(b)) if a < b => format!("{}{}", &ty[..a], &ty[b + 1..]),
+        _ => ty,
+    };
+    let cast = format!("CAST(({text}) AS {ty})");
     plan_table_expr(
         expression_context(),
         "domain",

@@ -137,26 +137,44 @@ impl Catalog {
 
     /// `format_type` / `::regtype` of a user type's OID (or its array type's).
     pub fn user_type_shown(&self, oid: u32) -> Option<String> {
+        self.user_type_shown_on(oid, &["public".to_owned()])
+    }
+
+    /// [`user_type_shown`](Self::user_type_shown) under a search path (`schemas`, those
+    /// of it that exist): a type the path finds by its bare name is shown bare, as
+    /// Postgres' `format_type` does, others qualified.
+    pub fn user_type_shown_on(&self, oid: u32, schemas: &[String]) -> Option<String> {
+        let (key, array) = self.user_type_by_oid(oid)?;
+        let (schema, bare) = crate::catalog::schemas::split_relation_name(&key);
+        let exists = |s: &str| {
+            let k = crate::sql::parser::relation_key(Some(s), bare);
+            self.enum_type(&k).is_some() || self.domain(&k).is_some()
+        };
+        let found_first = schemas
+            .iter()
+            .find(|s| exists(s))
+            .is_some_and(|s| s == schema);
+        let name = if found_first || schema == "public" && !schemas.iter().any(|s| exists(s)) {
+            crate::sql::pg_text::quote_ident(bare)
+        } else {
+            crate::catalog::schemas::qualified_relation(&key)
+        };
+        Some(if array { format!("{name}[]") } else { name })
+    }
+
+    /// The catalog key of a user type (an enum or a domain) by its OID or its array
+    /// type's (true).
+    fn user_type_by_oid(&self, oid: u32) -> Option<(String, bool)> {
         if let Some(d) = self
             .all_domains()
             .into_iter()
             .find(|d| d.oid == oid || d.array_oid() == oid)
         {
-            let name = crate::catalog::schemas::quote_relation(&d.name);
-            return Some(if d.oid == oid {
-                name
-            } else {
-                format!("{name}[]")
-            });
+            return Some((d.name.clone(), d.oid != oid));
         }
         self.user_types.by_name.read().values().find_map(|t| {
-            if t.oid == oid {
-                Some(crate::catalog::schemas::quote_relation(&t.name))
-            } else if t.array_oid() == oid {
-                Some(format!(
-                    "{}[]",
-                    crate::catalog::schemas::quote_relation(&t.name)
-                ))
+            if t.oid == oid || t.array_oid() == oid {
+                Some((t.name.clone(), t.oid != oid))
             } else {
                 None
             }

@@ -652,9 +652,10 @@ impl Engine {
                             }
                         }
                     }
-                    if default.is_none()
-                        && let Some(d) = &domain
-                    {
+                    let inherits = default.is_none()
+                        && generation.is_none()
+                        && domain.as_ref().is_some_and(|d| d.default.is_some());
+                    if inherits && let Some(d) = &domain {
                         default.clone_from(&d.default);
                     }
                     if generation.is_some() && default.is_some() {
@@ -689,7 +690,11 @@ impl Engine {
                         && generation.is_none()
                     {
                         crate::catalog::domains::check_values(d, &value)?;
-                        desc.domains.push((col.clone(), d.oid));
+                        desc.domains.push(crate::catalog::domains::ColumnDomain {
+                            column: col.clone(),
+                            oid: d.oid,
+                            default: inherits,
+                        });
                     }
                     if not_null && generation.is_none() && value.null_count() > 0 {
                         return Err(WeirError::new(
@@ -828,7 +833,7 @@ impl Engine {
                         });
                         desc.columns.remove(at);
                         desc.defaults.retain(|(d, _)| *d != col);
-                        desc.domains.retain(|(d, _)| *d != col);
+                        desc.domains.retain(|d| d.column != col);
                         desc.generated.retain(|(g, _)| *g != col);
                         desc.comments.columns.retain(|(c, _)| *c != col);
                         // as in Postgres, an index on the column goes with it (an expression
@@ -886,9 +891,9 @@ impl Engine {
                             *c = new.clone();
                         }
                     }
-                    for (c, _) in desc.domains.iter_mut() {
-                        if *c == old {
-                            *c = new.clone();
+                    for d in desc.domains.iter_mut() {
+                        if d.column == old {
+                            d.column = new.clone();
                         }
                     }
                     // a CHECK constraint and a generated column read the column under its
@@ -1091,10 +1096,17 @@ impl Engine {
                             });
                         }
                         ast::AlterColumnOperation::SetDefault { value } => {
+                            // (the column's own now, not its domain's)
+                            for d in desc.domains.iter_mut().filter(|d| d.column == col) {
+                                d.default = false;
+                            }
                             desc.defaults.retain(|(c, _)| *c != col);
                             desc.defaults.push((col, value.to_string()));
                         }
                         ast::AlterColumnOperation::DropDefault => {
+                            for d in desc.domains.iter_mut().filter(|d| d.column == col) {
+                                d.default = false;
+                            }
                             desc.defaults.retain(|(c, _)| *c != col);
                         }
                         ast::AlterColumnOperation::SetDataType {
@@ -1103,14 +1115,18 @@ impl Engine {
                             let ty = self.catalog.resolve_type(data_type)?;
                             // of a domain now (its values checked as the rows are
                             // rewritten), or of none
-                            desc.domains.retain(|(c, _)| *c != col);
+                            desc.domains.retain(|d| d.column != col);
                             if let ast::DataType::Custom(n, a) = data_type
                                 && a.is_empty()
                                 && let Some(d) = self
                                     .catalog
                                     .domain(&crate::catalog::user_types::user_type_name(n))
                             {
-                                desc.domains.push((col.clone(), d.oid));
+                                desc.domains.push(crate::catalog::domains::ColumnDomain {
+                                    column: col.clone(),
+                                    oid: d.oid,
+                                    default: false,
+                                });
                             }
                             if let Some((g, _)) = desc.generated.iter().find(|(g, e)| {
                                 *g != col && crate::catalog::pg_catalog::check_reads(e, &col)
@@ -1256,6 +1272,7 @@ impl Engine {
         if defaults_only {
             self.catalog.alter_relation(&name, |d| {
                 d.defaults = desc.defaults.clone();
+                d.domains = desc.domains.clone();
                 Ok(())
             })?;
             return Ok(Output::Command("ALTER TABLE".into()));

@@ -51,13 +51,17 @@ impl Engine {
     }
 
     /// The domain, if the role may change it (its owner, a member of the owner, a superuser);
-    /// 42809 for a type that is not a domain.
-    fn owned_domain(&self, session: &Session, name: &str) -> Result<DomainDesc> {
+    /// 42809 for a type that is not a domain (named as Postgres' ALTER, `mood`, or DROP,
+    /// `"mood"`, names it).
+    fn owned_domain(&self, session: &Session, name: &str, altering: bool) -> Result<DomainDesc> {
         let Some(d) = self.catalog.domain(name) else {
             if self.catalog.enum_type(name).is_some() {
                 return Err(WeirError::new(
                     sqlstate::WRONG_OBJECT_TYPE,
-                    format!("\"{name}\" is not a domain"),
+                    match altering {
+                        true => format!("{name} is not a domain"),
+                        false => format!("\"{name}\" is not a domain"),
+                    },
                 ));
             }
             return Err(crate::catalog::domains::undefined(name));
@@ -103,7 +107,7 @@ impl Engine {
         op: &AlterDomainOp,
         notices: Notices<'_>,
     ) -> Result<Output> {
-        let d = self.owned_domain(session, name)?;
+        let d = self.owned_domain(session, name, true)?;
         let bare = crate::sql::parser::bare_relation_name(&d.name).to_owned();
         let missing_constraint = |c: &str| {
             WeirError::new(
@@ -116,10 +120,28 @@ impl Engine {
                 if let Some(e) = default {
                     crate::catalog::table_exprs::domain_default_check(&d.base, e)?;
                 }
-                self.catalog.alter_domain(name, |d| {
+                let changed = self.catalog.alter_domain(name, |d| {
                     d.default = default.clone();
                     Ok(())
                 })?;
+                // the columns whose default is the domain's (or that have none) follow it
+                for (relation, column) in self.catalog.domain_users(changed.oid) {
+                    self.catalog.alter_relation(&relation, |r| {
+                        let own = r.defaults.iter().any(|(c, _)| *c == column)
+                            && !r.domains.iter().any(|d| d.column == column && d.default);
+                        if own {
+                            return Ok(());
+                        }
+                        r.defaults.retain(|(c, _)| *c != column);
+                        if let Some(e) = default {
+                            r.defaults.push((column.clone(), e.clone()));
+                        }
+                        for d in r.domains.iter_mut().filter(|d| d.column == column) {
+                            d.default = default.is_some();
+                        }
+                        Ok(())
+                    })?;
+                }
             }
             AlterDomainOp::NotNull(on) => {
                 if *on && !d.not_null {
@@ -294,7 +316,7 @@ impl Engine {
         name: &str,
         cascade: bool,
     ) -> Result<()> {
-        let d = self.owned_domain(session, name)?;
+        let d = self.owned_domain(session, name, false)?;
         if cascade && let Some((rel, col)) = self.catalog.domain_users(d.oid).first() {
             return Err(WeirError::not_supported(format!(
                 "DROP DOMAIN {name} CASCADE would drop column {col} of {rel}: dropping columns with their type is not supported"

@@ -188,13 +188,38 @@ impl Engine {
             })
             .collect();
         held.sort_by_key(|e| e.desc.oid);
-        // enum types of the schemas (dropped after its relations, which may use them)
-        let types: Vec<crate::catalog::user_types::TypeDesc> = self
+        // enum types and domains of the schemas (dropped after its relations, which may use
+        // them): (OID, name)
+        let in_schemas = |n: &str| present.iter().any(|s| split_relation_name(n).0 == s);
+        let types: Vec<(u32, String)> = self
             .catalog
             .enum_types()
             .into_iter()
-            .filter(|t| present.iter().any(|s| split_relation_name(&t.name).0 == s))
+            .map(|t| (t.oid, t.name))
+            .chain(
+                self.catalog
+                    .all_domains()
+                    .into_iter()
+                    .map(|d| (d.oid, d.name)),
+            )
+            .filter(|(_, n)| in_schemas(n))
             .collect();
+        // a column elsewhere of one of them would be dropped: refused before anything is
+        for (oid, name) in &types {
+            let users = self
+                .catalog
+                .enum_type_users(*oid)
+                .into_iter()
+                .chain(self.catalog.domain_users(*oid));
+            if let Some((rel, col)) = users.into_iter().find(|(r, _)| !in_schemas(r)) {
+                return Err(WeirError::not_supported(format!(
+                    "DROP SCHEMA would drop column {col} of {} with type {}: dropping columns with their type is not supported",
+                    quote_relation(&rel),
+                    quote_relation(name)
+                ))
+                .with_hint("Drop the columns (or the relations) that use the type first."));
+            }
+        }
         // a serial column's sequence is part of its table, not listed beside it
         let owned: Vec<String> = held
             .iter()
@@ -209,13 +234,7 @@ impl Engine {
         // what the schemas hold as Postgres lists it: in the order it was made
         let mut listed: Vec<(u32, String, String)> = types
             .iter()
-            .map(|t| {
-                (
-                    t.oid,
-                    t.name.clone(),
-                    format!("type {}", quote_relation(&t.name)),
-                )
-            })
+            .map(|(oid, name)| (*oid, name.clone(), format!("type {}", quote_relation(name))))
             .chain(
                 held.iter()
                     .filter(|e| !owned.contains(&e.desc.name))
@@ -289,7 +308,7 @@ impl Engine {
             }
         }
         if !types.is_empty() {
-            let names: Vec<String> = types.into_iter().map(|t| t.name).collect();
+            let names: Vec<String> = types.into_iter().map(|(_, n)| n).collect();
             self.drop_types(session, &names, true, false, None)?;
         }
         for name in &present {

@@ -1212,7 +1212,7 @@ pub struct CreateTable {
     pub like: Option<LikeSpec>,
     /// The columns of a domain type: (column, the domain's OID), found by the engine (the
     /// parser knows the domain only by name, in the column's type).
-    pub domains: Vec<(String, u32)>,
+    pub domains: Vec<crate::catalog::domains::ColumnDomain>,
 }
 
 impl CreateTable {
@@ -2802,7 +2802,9 @@ fn parse_one(p: &mut Parser) -> Result<Statement> {
             let constraint = normalize_ident(&p.parse_identifier()?);
             p.expect_keyword_is(Keyword::ON)?;
             if parse_word(p, "DOMAIN") {
-                return Err(WeirError::not_supported("domains are not supported"));
+                return Err(WeirError::not_supported(
+                    "COMMENT ON CONSTRAINT ... ON DOMAIN is not supported (COMMENT ON DOMAIN is)",
+                ));
             }
             let relation = relation_name(&p.parse_object_name(false)?)?;
             p.expect_keyword_is(Keyword::IS)?;
