@@ -267,6 +267,7 @@ impl Engine {
             identity.clone(),
         );
         crate::sql::transaction_time::register(&session.ctx, session.tx_start.clone());
+        crate::sql::transaction_ids::register(&session.ctx, session.tx_start.clone());
         session.register_sleep();
         // current_schema / current_schemas: the session's search path
         {

@@ -33,6 +33,7 @@ pub mod time_zone;
 pub mod to_char;
 pub mod to_number;
 pub mod to_timestamp;
+pub mod transaction_ids;
 pub mod transaction_time;
 pub mod typed_arrays;
 pub mod types;
