@@ -754,6 +754,52 @@ def check_sqlalchemy_enum():
     ok("sqlalchemy Enum: CREATE TYPE, label order, get_enums, bad label refused (psycopg 3 and 2)")
 
 
+def check_sqlalchemy_domain():
+    # a DOMAIN as SQLAlchemy reflects it: get_domains (pg_type, pg_constraint) and the
+    # column's DOMAIN type over its base; a value outside it refused as IntegrityError
+    import sqlalchemy
+    from sqlalchemy import MetaData, Table, create_engine
+
+    for driver in ["psycopg", "psycopg2"]:
+        engine = create_engine(f"postgresql+{driver}://weir@127.0.0.1:{PORT}/weir")
+        with engine.begin() as c:
+            c.exec_driver_sql(
+                "CREATE DOMAIN sa_pos AS int NOT NULL DEFAULT 1 CONSTRAINT sa_pos_check CHECK (VALUE > 0)"
+            )
+            c.exec_driver_sql("CREATE TABLE sa_dom (id int PRIMARY KEY, p sa_pos)")
+            c.exec_driver_sql("INSERT INTO sa_dom (id) VALUES (1)")
+        i = sqlalchemy.inspect(engine)
+        domains = i.get_domains()
+        assert domains == [
+            {
+                "name": "sa_pos",
+                "schema": "public",
+                "visible": True,
+                "type": "integer",
+                "nullable": False,
+                "default": "1",
+                "constraints": [{"name": "sa_pos_check", "check": "VALUE > 0"}],
+                "collation": None,
+                "collation_schema": None,
+            }
+        ], domains
+        t = Table("sa_dom", MetaData(), autoload_with=engine)
+        assert repr(t.c.p.type) == "DOMAIN('sa_pos', INTEGER())", repr(t.c.p.type)
+        with engine.connect() as c:
+            assert c.execute(sqlalchemy.select(t.c.p)).all() == [(1,)]
+        try:
+            with engine.begin() as c:
+                c.execute(t.insert(), [{"id": 2, "p": -5}])
+            raise AssertionError("accepted a value outside the domain")
+        except sqlalchemy.exc.IntegrityError as e:
+            assert 'value for domain sa_pos violates check constraint "sa_pos_check"' in str(e), e
+        with engine.begin() as c:
+            c.exec_driver_sql("DROP TABLE sa_dom")
+            c.exec_driver_sql("DROP DOMAIN sa_pos")
+        engine.dispose()
+    ok("sqlalchemy DOMAIN: get_domains, the reflected column type, a value outside it refused (psycopg 3 and 2)")
+
+
 def check_psycopg_enum():
     # psycopg 3's enum adapter: EnumInfo.fetch reads pg_type/pg_enum; values go both ways
     # in text and in binary (an enum's binary form is its label's text)
@@ -871,6 +917,7 @@ if WHAT == "all":
     check_sqlalchemy()
     check_sqlalchemy_orm()
     check_sqlalchemy_enum()
+    check_sqlalchemy_domain()
     check_psycopg_enum()
     check_psycopg_typed_arrays()
     check_psycopg_inet()
