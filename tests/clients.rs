@@ -343,6 +343,7 @@ async fn python_drivers_and_sqlalchemy() {
         "sqlalchemy orm create_all with unique, check, foreign key, comments and uuid",
         "psycopg 3 ipaddress values for inet and cidr, text and binary",
         "sqlalchemy DOMAIN: get_domains, the reflected column type, a value outside it refused (psycopg 3 and 2)",
+        "psycopg RESET reports the settings it changes back",
     ] {
         assert!(
             out.contains(&format!("ok {check}\n")),

@@ -996,6 +996,7 @@ async fn respond(
         Output::TransactionStart(tag) => Response::TransactionStart(Tag::new(tag)),
         Output::TransactionEnd(tag) => Response::TransactionEnd(Tag::new(tag)),
         Output::SetVariable { .. } => Response::Execution(Tag::new("SET")),
+        Output::Reset(tag, _) => Response::Execution(Tag::new(tag)),
         Output::Subscribe(sub) => {
             let schema = sub.schema();
             let fields = Arc::new(field_infos(&schema, |i| format.format_for(i)));
@@ -1141,13 +1142,18 @@ fn statement_timeout(session: &Session, stmt: &Statement) -> Option<std::time::D
     }
 }
 
-/// A changed setting clients track, to report with ParameterStatus.
-fn reported_setting(output: &Output) -> Option<ParameterStatus> {
+/// The changed settings clients track, to report with ParameterStatus.
+fn reported_settings(output: &Output) -> Vec<ParameterStatus> {
     match output {
         Output::SetVariable { name, value } if is_reported(&name.to_lowercase()) => {
-            Some(ParameterStatus::new(name.clone(), value.clone()))
+            vec![ParameterStatus::new(name.clone(), value.clone())]
         }
-        _ => None,
+        Output::Reset(_, changed) => changed
+            .iter()
+            .filter(|(n, _)| is_reported(&n.to_lowercase()))
+            .map(|(n, v)| ParameterStatus::new(n.clone(), v.clone()))
+            .collect(),
+        _ => vec![],
     }
 }
 
@@ -1335,7 +1341,7 @@ impl Handle {
             };
             let result = match result {
                 Ok(output) => {
-                    if let Some(status) = reported_setting(&output) {
+                    for status in reported_settings(&output) {
                         client
                             .feed(PgWireBackendMessage::ParameterStatus(status))
                             .await?;
@@ -1893,7 +1899,7 @@ impl Handle {
             Ok(o) => o,
             Err(e) => return Ok(Err(e)),
         };
-        if let Some(status) = reported_setting(&output) {
+        for status in reported_settings(&output) {
             client
                 .feed(PgWireBackendMessage::ParameterStatus(status))
                 .await?;

@@ -800,6 +800,33 @@ def check_sqlalchemy_domain():
     ok("sqlalchemy DOMAIN: get_domains, the reflected column type, a value outside it refused (psycopg 3 and 2)")
 
 
+def check_reset_reports_settings():
+    # RESET, RESET ALL and DISCARD ALL report the settings clients track (ParameterStatus)
+    # they change back, as SET reports them; a startup option is what RESET returns to
+    import psycopg
+
+    with psycopg.connect(
+        f"host=127.0.0.1 port={PORT} user=weir dbname=weir options='-c TimeZone=America/New_York'",
+        autocommit=True,
+    ) as c:
+        status = lambda: (c.info.parameter_status("TimeZone"), c.info.parameter_status("application_name"))
+        start = status()
+        assert start[0] == "America/New_York", start
+        c.execute("SET TimeZone = 'Asia/Tokyo'")
+        c.execute("SET application_name = 'resets'")
+        assert status() == ("Asia/Tokyo", "resets"), status()
+        assert c.execute("RESET TimeZone").statusmessage == "RESET"
+        assert status() == (start[0], "resets"), status()
+        c.execute("RESET ALL")
+        assert status() == start, status()
+        c.execute("SET TimeZone = 'UTC'")
+        assert c.execute("DISCARD ALL").statusmessage == "DISCARD ALL"
+        assert status() == start, status()
+        assert c.execute("RESET ROLE").statusmessage == "RESET"
+        assert c.execute("SET ROLE NONE").statusmessage == "SET"
+    ok("psycopg RESET reports the settings it changes back")
+
+
 def check_psycopg_enum():
     # psycopg 3's enum adapter: EnumInfo.fetch reads pg_type/pg_enum; values go both ways
     # in text and in binary (an enum's binary form is its label's text)
@@ -918,6 +945,7 @@ if WHAT == "all":
     check_sqlalchemy_orm()
     check_sqlalchemy_enum()
     check_sqlalchemy_domain()
+    check_reset_reports_settings()
     check_psycopg_enum()
     check_psycopg_typed_arrays()
     check_psycopg_inet()
