@@ -722,6 +722,8 @@ pub struct ConnectionInfo {
     pub tls: Option<TlsInfo>,
     /// The client's address and port.
     pub client: Option<std::net::SocketAddr>,
+    /// The server's address and port the client connected to (`inet_server_addr()`).
+    pub server: Option<std::net::SocketAddr>,
     /// When the connection logged in (microseconds since the epoch).
     pub backend_start: i64,
     pub activity: Activity,

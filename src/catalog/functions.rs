@@ -1666,6 +1666,23 @@ pub fn register_identity(ctx: &SessionContext, catalog: Arc<Catalog>, who: WhoAm
         let port = client().map(|a| a.port() as i32);
         Ok(Arc::new(Int32Array::from(vec![port; rows])))
     });
+    // inet_server_addr() / inet_server_port(): the server's end of this connection
+    let server = {
+        let catalog = catalog.clone();
+        move || catalog.connections.lock().get(&pid).and_then(|c| c.server)
+    };
+    {
+        let server = server.clone();
+        register_fn(ctx, "inet_server_addr", DataType::Utf8, move |_, rows| {
+            let addr =
+                server().and_then(|a| crate::sql::inet::canonical_inet(&a.ip().to_string()).ok());
+            Ok(constant_str(rows, addr.as_deref()))
+        });
+    }
+    register_fn(ctx, "inet_server_port", DataType::Int32, move |_, rows| {
+        let port = server().map(|a| a.port() as i32);
+        Ok(Arc::new(Int32Array::from(vec![port; rows])))
+    });
     for name in ["current_user", "user", "current_role"] {
         let (catalog, who) = (catalog.clone(), who.clone());
         register_fn(ctx, name, DataType::Utf8, move |_, rows| {
@@ -2094,6 +2111,25 @@ fn inet_operator(
 }
 
 impl datafusion::logical_expr::planner::ExprPlanner for WeirExprPlanner {
+    /// `ARRAY[...]` as Weir's `make_array` (`sql/typed_arrays.rs`): typed by its elements,
+    /// and untyped literals beside typed elements read as their type (`ARRAY[d,
+    /// '2030-01-01']`), from the first type check on.
+    fn plan_array_literal(
+        &self,
+        exprs: Vec<datafusion::logical_expr::Expr>,
+        _schema: &datafusion::common::DFSchema,
+    ) -> datafusion::error::Result<
+        datafusion::logical_expr::planner::PlannerResult<Vec<datafusion::logical_expr::Expr>>,
+    > {
+        use datafusion::logical_expr::planner::PlannerResult;
+        if exprs.is_empty() {
+            return Ok(PlannerResult::Original(exprs));
+        }
+        Ok(PlannerResult::Planned(
+            crate::sql::typed_arrays::make_array().call(exprs),
+        ))
+    }
+
     /// `doc['key']`, `doc[0]` over a `jsonb` (or `json`): Postgres' subscripts, the same as
     /// `doc -> 'key'` / `doc -> 0` (DataFusion would take the text for a struct).
     fn plan_field_access(

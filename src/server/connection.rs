@@ -56,6 +56,7 @@ type Socket =
 /// connections) instead of serving it.
 pub async fn serve(tcp: TcpStream, backend: Arc<WeirBackend>, refuse: Option<WeirError>) {
     let peer = tcp.peer_addr().ok();
+    let local = tcp.local_addr().ok();
     let startup_limit = if refuse.is_some() {
         REFUSED_STARTUP_TIMEOUT
     } else {
@@ -78,6 +79,9 @@ pub async fn serve(tcp: TcpStream, backend: Arc<WeirBackend>, refuse: Option<Wei
     let mut new_parts = FramedParts::new(guard, parts.codec);
     new_parts.write_buf = parts.write_buf;
     let mut socket: Socket = Framed::from_parts(new_parts);
+    if let Some(l) = local {
+        socket.session_extensions().insert(LocalAddr(l));
+    }
     if let MaybeTls::Tls(tls) = &socket.get_ref().inner {
         let session = crate::server::tls::TlsSession::of(tls.get_ref().1);
         info!(?peer, version = %session.info.version, cipher = %session.info.cipher, client_cn = ?session.client_cn, "TLS negotiated");
@@ -87,6 +91,9 @@ pub async fn serve(tcp: TcpStream, backend: Arc<WeirBackend>, refuse: Option<Wei
         info!(?peer, error = %e, "connection closed with error");
     }
 }
+
+/// The server's address a connection came in on (`inet_server_addr()`).
+pub struct LocalAddr(pub std::net::SocketAddr);
 
 fn fatal(code: &str, message: impl Into<String>) -> PgWireBackendMessage {
     PgWireBackendMessage::ErrorResponse(

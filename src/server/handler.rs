@@ -909,6 +909,10 @@ impl Handle {
                 user: role.name.clone(),
                 tls,
                 client: Some(client.socket_addr()),
+                server: client
+                    .session_extensions()
+                    .get::<crate::server::connection::LocalAddr>()
+                    .map(|l| l.0),
                 backend_start: now,
                 activity: crate::catalog::Activity {
                     state: "idle",

@@ -26,6 +26,11 @@ pub trait CallHook: Debug + PartialEq + Eq + Hash + Send + Sync + 'static {
     fn return_field(&self, inner: &ScalarUDF, args: ReturnFieldArgs) -> DfResult<FieldRef> {
         inner.return_field_from_args(args)
     }
+    /// The types the arguments are coerced to: the function's own, unless the hook reads
+    /// them as Postgres does where the function refuses them.
+    fn coerce_types(&self, inner: &ScalarUDF, arg_types: &[DataType]) -> DfResult<Vec<DataType>> {
+        inner.coerce_types(arg_types)
+    }
 }
 
 /// `inner` with `hook` around its call.
@@ -58,7 +63,7 @@ impl<H: CallHook> ScalarUDFImpl for Hooked<H> {
         self.hook.return_field(&self.inner, args)
     }
     fn coerce_types(&self, arg_types: &[DataType]) -> DfResult<Vec<DataType>> {
-        self.inner.coerce_types(arg_types)
+        self.hook.coerce_types(&self.inner, arg_types)
     }
     fn simplify(&self, args: Vec<Expr>, info: &SimplifyContext) -> DfResult<ExprSimplifyResult> {
         self.inner.simplify(args, info)

@@ -1207,6 +1207,7 @@ fn definitions() -> Vec<PgFunction> {
     .into_iter()
     .chain(json_definitions())
     .chain(crate::sql::pg_math::definitions())
+    .chain(crate::sql::text_hash::definitions())
     .collect()
 }
 
@@ -1232,7 +1233,7 @@ fn declared_result(name: &str) -> Option<crate::sql::types::SqlType> {
         || crate::sql::extension_functions::UUID_RESULTS.contains(&name)
     {
         Some(SqlType::Uuid)
-    } else if name == "inet_client_addr" {
+    } else if name == "inet_client_addr" || name == "inet_server_addr" {
         Some(SqlType::Inet)
     } else {
         None

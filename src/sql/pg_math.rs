@@ -169,9 +169,12 @@ pub(crate) fn definitions() -> Vec<PgFunction> {
     ));
     out.push(immutable(
         "width_bucket",
-        TypeSignature::Any(4),
+        TypeSignature::OneOf(vec![TypeSignature::Any(2), TypeSignature::Any(4)]),
         |_| DataType::Int32,
-        |args, _| width_bucket(args),
+        |args, _| match args {
+            [x, thresholds] => width_bucket_thresholds(x, thresholds),
+            _ => width_bucket(args),
+        },
     ));
     for (name, trimmed) in [("scale", false), ("min_scale", true)] {
         out.push(immutable(
@@ -732,6 +735,74 @@ fn width_bucket(args: &[ArrayRef]) -> DfResult<ArrayRef> {
             })
         }),
     }
+}
+
+/// `width_bucket(operand, thresholds)`: the bucket of the operand among buckets whose lower
+/// bounds the (sorted) array lists, found by Postgres' binary search
+/// (`width_bucket_array`): 0 below the first bound; the operand and the bounds compared
+/// exactly when both are integers or numerics, else as floats, or as the bounds' type
+/// (dates, timestamps, text).
+fn width_bucket_thresholds(x: &ArrayRef, thresholds: &ArrayRef) -> DfResult<ArrayRef> {
+    use datafusion::arrow::array::Scalar;
+    use datafusion::arrow::compute::kernels::cmp::lt;
+    let list = match thresholds.data_type() {
+        DataType::Null => {
+            return Ok(datafusion::arrow::array::new_null_array(
+                &DataType::Int32,
+                x.len(),
+            ));
+        }
+        DataType::List(_) => thresholds.as_list::<i32>().clone(),
+        DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
+            cast(thresholds, &DataType::List(f.clone()))?
+                .as_list::<i32>()
+                .clone()
+        }
+        _ => return Err(no_such_function("width_bucket", &[x, thresholds])),
+    };
+    let elem = list.value_type();
+    if matches!(elem, DataType::List(_) | DataType::LargeList(_)) {
+        return Err(pg_error(
+            "2202E",
+            "thresholds must be one-dimensional array".to_owned(),
+        ));
+    }
+    let numeric = |t: &DataType| t.is_numeric() || matches!(t, DataType::Null);
+    let common = match (exact_scale(x.data_type()), exact_scale(&elem)) {
+        (Some(a), Some(b)) => DataType::Decimal128(38, a.max(b)),
+        _ if numeric(x.data_type()) && numeric(&elem) => DataType::Float64,
+        _ => elem.clone(),
+    };
+    let xs = cast(x, &common)?;
+    let values = cast(list.values(), &common)?;
+    let offsets = list.value_offsets();
+    let mut out = Int32Array::builder(x.len());
+    for i in 0..x.len() {
+        if xs.is_null(i) || list.is_null(i) {
+            out.append_null();
+            continue;
+        }
+        let (start, end) = (offsets[i] as usize, offsets[i + 1] as usize);
+        let bounds = values.slice(start, end - start);
+        if bounds.null_count() > 0 {
+            return Err(pg_error(
+                "22004",
+                "thresholds array must not contain NULLs".to_owned(),
+            ));
+        }
+        let operand = Scalar::new(xs.slice(i, 1));
+        let (mut left, mut right) = (0usize, bounds.len());
+        while left < right {
+            let mid = (left + right) / 2;
+            if lt(&operand, &Scalar::new(bounds.slice(mid, 1)))?.value(0) {
+                right = mid;
+            } else {
+                left = mid + 1;
+            }
+        }
+        out.append_value(left as i32);
+    }
+    Ok(Arc::new(out.finish()))
 }
 
 /// `f(operand, low, high, count)` per row, the three read as `as_type`; NULL where an

@@ -100,6 +100,24 @@ impl CallHook for ElementTyped {
             element.as_ref(),
         ))
     }
+    /// Text elements beside elements of one other type are read as that type, as Postgres
+    /// reads an untyped literal beside typed ones (`ARRAY[d, '2030-01-01']` of a date `d`),
+    /// where DataFusion finds no common type.
+    fn coerce_types(&self, inner: &ScalarUDF, arg_types: &[DataType]) -> DfResult<Vec<DataType>> {
+        inner.coerce_types(arg_types).or_else(|e| {
+            let text = |t: &DataType| {
+                matches!(
+                    t,
+                    DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Null
+                )
+            };
+            let mut typed = arg_types.iter().filter(|t| !text(t));
+            match typed.next() {
+                Some(t) if typed.all(|x| x == t) => Ok(vec![t.clone(); arg_types.len()]),
+                _ => Err(e),
+            }
+        })
+    }
 }
 
 impl AggregateUDFImpl for PgArrayAgg {
