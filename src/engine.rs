@@ -82,10 +82,9 @@ pub enum Output {
         name: String,
         value: String,
     },
-    /// `RESET name` / `RESET ALL` / `RESET ROLE` / `DISCARD ALL` (the tag): the settings
-    /// clients track whose value it changed (canonical name, value now), reported to the
-    /// client as SET reports one.
-    Reset(&'static str, Vec<(String, String)>),
+    /// `RESET name` / `RESET ALL` / `RESET ROLE` (tagged RESET, as in Postgres; the
+    /// settings it changes back are reported as every statement's are).
+    Reset,
     /// `SUBSCRIBE`: a result set that never ends on its own.
     Subscribe(crate::serving::subscribe::SubscribeStream),
     /// `COPY ... FROM STDIN` is waiting for data (kept in the session's `copy_in`) for
@@ -521,10 +520,7 @@ impl Engine {
                     .get(..5)
                     .is_some_and(|w| w.eq_ignore_ascii_case("reset"));
                 Ok(match out {
-                    Output::Command(_) if reset => Output::Reset("RESET", vec![]),
-                    Output::SetVariable { name, value } if reset => {
-                        Output::Reset("RESET", vec![(name, value)])
-                    }
+                    Output::Command(_) | Output::SetVariable { .. } if reset => Output::Reset,
                     out => out,
                 })
             }
@@ -963,9 +959,8 @@ impl Engine {
                 }
             }
             Statement::ResetVariable(name) => {
-                let before = reported_settings(session);
                 session.reset(name);
-                Ok(Output::Reset("RESET", changed_settings(&before, session)))
+                Ok(Output::Reset)
             }
             Statement::NoOp("DISCARD TEMP") => {
                 let temp: Vec<String> = session.temp_tables.drain(..).map(|(n, _)| n).collect();
@@ -1120,15 +1115,13 @@ impl Engine {
                         "DISCARD ALL cannot run inside a transaction block",
                     ));
                 }
-                let before = reported_settings(session);
                 session.reset("all");
-                let changed = changed_settings(&before, session);
                 session.cursors.clear();
                 session.prepared.clear();
                 let temp: Vec<String> = session.temp_tables.drain(..).map(|(n, _)| n).collect();
                 self.drop_temp_tables(&temp).await;
                 session.inbox.unlisten(None);
-                Ok(Output::Reset("DISCARD ALL", changed))
+                Ok(Output::Command("DISCARD ALL".into()))
             }
             // the block's one statement as if sent alone; an error its handler names is
             // ignored (`sql/do_block.rs`)
@@ -3471,26 +3464,6 @@ fn changes_schema(stmt: &Statement) -> bool {
             | Statement::AlterSchema { .. }
             | Statement::CommentOnSchema { .. }
     )
-}
-
-/// The session's settings that clients track (ParameterStatus), by their stored names.
-fn reported_settings(session: &Session) -> Vec<(String, String)> {
-    session
-        .settings_handle()
-        .read()
-        .all()
-        .into_iter()
-        .filter(|(k, _)| crate::server::settings::is_reported(k))
-        .collect()
-}
-
-/// The tracked settings whose value changed since `before`: (canonical name, value now).
-fn changed_settings(before: &[(String, String)], session: &Session) -> Vec<(String, String)> {
-    reported_settings(session)
-        .into_iter()
-        .filter(|kv| !before.contains(kv))
-        .map(|(k, v)| (crate::server::settings::canonical_name(&k).to_owned(), v))
-        .collect()
 }
 
 /// A ROLLBACK passed schema changes it could not undo (a DROP, a column's type): say which.

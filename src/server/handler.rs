@@ -46,7 +46,7 @@ use crate::error::WeirError;
 use crate::server::copy::CopyWriter;
 use crate::server::encode::{column_plans, encode_batch, field_infos};
 use crate::server::params;
-use crate::server::session::{Session, TxState, is_reported};
+use crate::server::session::{Session, TxState};
 use crate::server::streaming::{
     Sent, copy_data, send_flushing, send_simple_response, subscribe_rows,
 };
@@ -349,6 +349,8 @@ impl Handle {
             // the session's interrupts are the connection's cancel target
             s.interrupt = interrupt;
             s.register_sleep();
+            // what the client was told at startup: later changes are reported
+            let _ = s.take_setting_reports();
             Mutex::new(s)
         })
     }
@@ -1000,7 +1002,7 @@ async fn respond(
         Output::TransactionStart(tag) => Response::TransactionStart(Tag::new(tag)),
         Output::TransactionEnd(tag) => Response::TransactionEnd(Tag::new(tag)),
         Output::SetVariable { .. } => Response::Execution(Tag::new("SET")),
-        Output::Reset(tag, _) => Response::Execution(Tag::new(tag)),
+        Output::Reset => Response::Execution(Tag::new("RESET")),
         Output::Subscribe(sub) => {
             let schema = sub.schema();
             let fields = Arc::new(field_infos(&schema, |i| format.format_for(i)));
@@ -1146,19 +1148,14 @@ fn statement_timeout(session: &Session, stmt: &Statement) -> Option<std::time::D
     }
 }
 
-/// The changed settings clients track, to report with ParameterStatus.
-fn reported_settings(output: &Output) -> Vec<ParameterStatus> {
-    match output {
-        Output::SetVariable { name, value } if is_reported(&name.to_lowercase()) => {
-            vec![ParameterStatus::new(name.clone(), value.clone())]
-        }
-        Output::Reset(_, changed) => changed
-            .iter()
-            .filter(|(n, _)| is_reported(&n.to_lowercase()))
-            .map(|(n, v)| ParameterStatus::new(n.clone(), v.clone()))
-            .collect(),
-        _ => vec![],
-    }
+/// The settings clients track that changed since the client was last told, to report with
+/// ParameterStatus.
+fn reported_settings(session: &mut Session) -> Vec<ParameterStatus> {
+    session
+        .take_setting_reports()
+        .into_iter()
+        .map(|(n, v)| ParameterStatus::new(n, v))
+        .collect()
 }
 
 /// A notification as the protocol's NotificationResponse.
@@ -1341,15 +1338,18 @@ impl Handle {
                         "COPY FROM STDIN must be the last statement of a multi-statement query",
                     ))
                 }
-                Ok(()) => self.run(client, &mut session, parsed, None).await?,
-            };
-            let result = match result {
-                Ok(output) => {
-                    for status in reported_settings(&output) {
+                Ok(()) => {
+                    let result = self.run(client, &mut session, parsed, None).await?;
+                    for status in reported_settings(&mut session) {
                         client
                             .feed(PgWireBackendMessage::ParameterStatus(status))
                             .await?;
                     }
+                    result
+                }
+            };
+            let result = match result {
+                Ok(output) => {
                     respond(
                         output,
                         &Format::UnifiedText,
@@ -1899,15 +1899,16 @@ impl Handle {
                 Err(e) => return Ok(Err(e)),
             }
         };
-        let output = match self.run(client, session, parsed, params).await? {
-            Ok(o) => o,
-            Err(e) => return Ok(Err(e)),
-        };
-        for status in reported_settings(&output) {
+        let output = self.run(client, session, parsed, params).await?;
+        for status in reported_settings(session) {
             client
                 .feed(PgWireBackendMessage::ParameterStatus(status))
                 .await?;
         }
+        let output = match output {
+            Ok(o) => o,
+            Err(e) => return Ok(Err(e)),
+        };
         if matches!(output, Output::CopyIn { .. }) {
             session.statement_timer = Some(timer);
             return Ok(respond(

@@ -233,6 +233,9 @@ pub struct Session {
     pub outbox: Arc<crate::server::notifications::Outbox>,
     /// When the transaction block began: what `now()` answers inside it.
     pub tx_start: crate::sql::transaction_time::TransactionStart,
+    /// The tracked settings as the client was last told them (ParameterStatus); None until
+    /// the first report is taken (the values at startup).
+    reported: Option<Vec<(String, String)>>,
 }
 
 /// What the connection does when its session ends: given the session's temporary tables
@@ -411,6 +414,7 @@ impl Session {
             inbox: crate::server::notifications::Inbox::new(),
             outbox: Default::default(),
             tx_start: Default::default(),
+            reported: None,
         }
     }
 
@@ -670,6 +674,31 @@ impl Session {
     }
 
     /// The session's settings, for functions that read them as a statement runs.
+    /// The settings clients track (ParameterStatus), by their stored names, as they are now.
+    pub fn tracked_settings(&self) -> Vec<(String, String)> {
+        self.settings
+            .read()
+            .all()
+            .into_iter()
+            .filter(|(k, _)| crate::server::settings::is_reported(k))
+            .collect()
+    }
+
+    /// The tracked settings whose value is not what the client was last told: (the name
+    /// clients know, the value now), now counted as told. What is reported after each
+    /// statement (SET, RESET, DISCARD ALL, `set_config`, a ROLLBACK or the end of a SET
+    /// LOCAL putting a value back), as Postgres reports a changed GUC_REPORT setting.
+    pub fn take_setting_reports(&mut self) -> Vec<(String, String)> {
+        let now = self.tracked_settings();
+        let Some(told) = self.reported.replace(now.clone()) else {
+            return vec![];
+        };
+        now.into_iter()
+            .filter(|kv| !told.contains(kv))
+            .map(|(k, v)| (crate::server::settings::canonical_name(&k).to_owned(), v))
+            .collect()
+    }
+
     pub fn settings_handle(&self) -> Arc<parking_lot::RwLock<SettingsStore>> {
         self.settings.clone()
     }

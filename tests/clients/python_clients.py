@@ -824,6 +824,24 @@ def check_reset_reports_settings():
         assert status() == start, status()
         assert c.execute("RESET ROLE").statusmessage == "RESET"
         assert c.execute("SET ROLE NONE").statusmessage == "SET"
+        # a ROLLBACK, the end of a SET LOCAL and ROLLBACK TO SAVEPOINT put values back:
+        # reported too
+        c.execute("BEGIN")
+        c.execute("SET TimeZone = 'Asia/Tokyo'")
+        assert status()[0] == "Asia/Tokyo", status()
+        c.execute("ROLLBACK")
+        assert status() == start, status()
+        c.execute("BEGIN")
+        c.execute("SET LOCAL TimeZone = 'Asia/Tokyo'")
+        assert status()[0] == "Asia/Tokyo", status()
+        c.execute("COMMIT")
+        assert status() == start, status()
+        c.execute("BEGIN")
+        c.execute("SAVEPOINT s")
+        c.execute("SET application_name = 'inner'")
+        c.execute("ROLLBACK TO SAVEPOINT s")
+        assert status() == start, status()
+        c.execute("COMMIT")
     ok("psycopg RESET reports the settings it changes back")
 
 
