@@ -2997,6 +2997,28 @@ impl Engine {
     /// the columns it leaves out get their `DEFAULT` expression (NULL without one), as
     /// Postgres fills them. None when nothing changes.
     fn fill_defaults(&self, q: &ast::Statement) -> Result<Option<ast::Statement>> {
+        // OVERRIDING {SYSTEM | USER} VALUE: the parse's mark taken off the statement planned
+        if let ast::Statement::Insert(ins) = q
+            && crate::sql::parser::has_insert_overriding(ins)
+        {
+            let mut plain = ins.clone();
+            let overriding = crate::sql::parser::take_insert_overriding(&mut plain);
+            let plain = ast::Statement::Insert(plain);
+            return Ok(Some(
+                self.fill_defaults_overriding(&plain, overriding)?
+                    .unwrap_or(plain),
+            ));
+        }
+        self.fill_defaults_overriding(q, None)
+    }
+
+    /// [`fill_defaults`](Self::fill_defaults) of an INSERT with `OVERRIDING SYSTEM VALUE`
+    /// (Some(true)), `OVERRIDING USER VALUE` (Some(false)) or neither.
+    fn fill_defaults_overriding(
+        &self,
+        q: &ast::Statement,
+        overriding: Option<bool>,
+    ) -> Result<Option<ast::Statement>> {
         let ast::Statement::Insert(ins) = q else {
             return Ok(None);
         };
@@ -3040,6 +3062,50 @@ impl Engine {
             }
         };
         let mut ins = ins.clone();
+        // OVERRIDING SYSTEM VALUE: values for GENERATED ALWAYS identity columns are taken;
+        // OVERRIDING USER VALUE: the values given for identity columns are not (a query's
+        // rows are read without them: `INSERT INTO t (others) SELECT others FROM (rows)`)
+        if overriding == Some(false)
+            && let Some(src) = ins.source.as_ref()
+            && !matches!(src.body.as_ref(), ast::SetExpr::Values(_))
+        {
+            let named: Vec<String> = if ins.columns.is_empty() {
+                let width = query_width(src.body.as_ref()).unwrap_or(0);
+                entry
+                    .desc
+                    .columns
+                    .iter()
+                    .take(width)
+                    .map(|c| c.name.clone())
+                    .collect()
+            } else {
+                ins.columns
+                    .iter()
+                    .map(|c| crate::sql::parser::relation_name(c).unwrap_or_else(|_| c.to_string()))
+                    .collect()
+            };
+            if named.iter().any(|c| entry.desc.identity(c).is_some()) {
+                let alias = |i: usize| format!("weir_c{i}");
+                let keep: Vec<usize> = (0..named.len())
+                    .filter(|&i| entry.desc.identity(&named[i]).is_none())
+                    .collect();
+                let select = format!(
+                    "SELECT {} FROM ({src}) AS weir_rows({})",
+                    keep.iter()
+                        .map(|&i| alias(i))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    (0..named.len()).map(alias).collect::<Vec<_>>().join(", ")
+                );
+                ins.source = Some(crate::sql::parser::parse_query(&select)?);
+                ins.columns = keep
+                    .iter()
+                    .map(|&i| {
+                        ast::ObjectName::from(vec![ast::Ident::with_quote('"', named[i].clone())])
+                    })
+                    .collect();
+            }
+        }
         let table_cols: Vec<String> = entry.desc.columns.iter().map(|c| c.name.clone()).collect();
         if ins.source.is_none() && ins.columns.is_empty() && ins.assignments.is_empty() {
             // INSERT INTO t DEFAULT VALUES: one row of every column's default
@@ -3084,6 +3150,27 @@ impl Engine {
             .filter(|(k, _)| k == "weir.identity_always")
             .map(|(_, v)| (v, false))
             .chain(entry.desc.generated.iter().map(|(c, _)| (c, true)));
+        if overriding == Some(false) {
+            let identity: Vec<usize> = named
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| entry.desc.identity(c).is_some())
+                .map(|(i, _)| i)
+                .collect();
+            match src.body.as_mut() {
+                ast::SetExpr::Values(vals) => {
+                    for row in vals.rows.iter_mut() {
+                        for &i in &identity {
+                            if let Some(e) = row.content.get_mut(i) {
+                                *e = ast::Expr::Identifier(ast::Ident::new("DEFAULT"));
+                            }
+                        }
+                    }
+                }
+                // (a query's rows were read without them above)
+                _ => {}
+            }
+        }
         for (v, generated) in always {
             let Some(at) = named.iter().position(|c| c == v) else {
                 continue;
@@ -3098,7 +3185,7 @@ impl Engine {
             if explicit && generated {
                 return Err(generated::not_default_error(v, false));
             }
-            if explicit {
+            if explicit && overriding != Some(true) {
                 return Err(WeirError::new(
                     sqlstate::GENERATED_ALWAYS,
                     format!("cannot insert a non-DEFAULT value into column \"{v}\""),

@@ -1345,6 +1345,7 @@ pub fn parse_tree(sql: &str, memory: usize) -> Result<Vec<Parsed>> {
     let recognizes = tokens.iter().any(|t| is_word(t, "MATCH_RECOGNIZE"));
     let tokens = move_within_into_define(tokens)?;
     let (tokens, emit_marks) = preprocess(tokens);
+    let (tokens, overriding) = take_overriding(tokens);
     // MATCH_RECOGNIZE is parsed by sqlparser only for dialects that declare it: the
     // Postgres dialect with that one switch on (only for statements that use it)
     let recognizing = WeirDialect;
@@ -1373,6 +1374,22 @@ pub fn parse_tree(sql: &str, memory: usize) -> Result<Vec<Parsed>> {
             );
         }
         let next = p.peek_token();
+        // `OVERRIDING {SYSTEM | USER} VALUE` of an INSERT (see `take_overriding`)
+        for (at, system) in overriding.iter().filter(|(at, _)| {
+            *at >= first.span.start && (next.token == Token::EOF || *at < next.span.start)
+        }) {
+            match &mut stmt {
+                Statement::Dml(q) if matches!(q.as_ref(), ast::Statement::Insert(_)) => {
+                    if let ast::Statement::Insert(ins) = q.as_mut() {
+                        ins.optimizer_hints.push(overriding_mark(*system));
+                    }
+                }
+                _ => {
+                    return Err(WeirError::syntax("syntax error at or near \"OVERRIDING\"")
+                        .with_position(index.position(*at)));
+                }
+            }
+        }
         // `EMIT ON WINDOW CLOSE` ended the statement (see `preprocess`)
         if emit_marks.contains(&next.span.start) {
             match &mut stmt {
@@ -2170,6 +2187,71 @@ fn weaker_row_locks(mut tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
         tokens.remove(i);
     }
     tokens
+}
+
+/// The prefix of the mark [`take_overriding`] leaves on an INSERT (an optimizer hint, which
+/// the Postgres dialect never parses from a statement and DataFusion ignores).
+const OVERRIDING_MARK: &str = "weir_overriding";
+
+fn overriding_mark(system: bool) -> ast::OptimizerHint {
+    ast::OptimizerHint {
+        prefix: OVERRIDING_MARK.to_owned(),
+        text: if system { "SYSTEM" } else { "USER" }.to_owned(),
+        style: ast::OptimizerHintStyle::MultiLine,
+    }
+}
+
+/// Whether the parse marked the INSERT with `OVERRIDING ... VALUE`.
+pub fn has_insert_overriding(ins: &ast::Insert) -> bool {
+    ins.optimizer_hints
+        .iter()
+        .any(|h| h.prefix == OVERRIDING_MARK)
+}
+
+/// `INSERT ... OVERRIDING SYSTEM VALUE` (Some(true)) or `OVERRIDING USER VALUE`
+/// (Some(false)), as the parse marked it; the mark taken off (DataFusion refuses hints).
+pub fn take_insert_overriding(ins: &mut ast::Insert) -> Option<bool> {
+    let found = ins
+        .optimizer_hints
+        .iter()
+        .find(|h| h.prefix == OVERRIDING_MARK)
+        .map(|h| h.text == "SYSTEM");
+    ins.optimizer_hints.retain(|h| h.prefix != OVERRIDING_MARK);
+    found
+}
+
+/// `OVERRIDING {SYSTEM | USER} VALUE` (an INSERT's, between its columns and its rows), which
+/// sqlparser does not read: the words taken out, and where they were with which kind
+/// (true: SYSTEM), for the parse to mark the INSERT they were in.
+fn take_overriding(mut tokens: Vec<TokenWithSpan>) -> (Vec<TokenWithSpan>, Vec<(Location, bool)>) {
+    if !tokens.iter().any(|t| is_word(t, "OVERRIDING")) {
+        return (tokens, vec![]);
+    }
+    let sig = significant(&tokens);
+    let mut drop = Vec::new();
+    let mut marks = Vec::new();
+    for k in 0..sig.len() {
+        let word = |j: usize, w: &str| sig.get(k + j).is_some_and(|&i| is_word(&tokens[i], w));
+        // (followed by the INSERT's rows: elsewhere `overriding` can be a name)
+        let rows = ["VALUES", "SELECT", "WITH", "TABLE"]
+            .iter()
+            .any(|w| word(3, w))
+            || sig
+                .get(k + 3)
+                .is_some_and(|&i| tokens[i].token == Token::LParen);
+        if word(0, "OVERRIDING")
+            && (word(1, "SYSTEM") || word(1, "USER"))
+            && word(2, "VALUE")
+            && rows
+        {
+            marks.push((tokens[sig[k]].span.start, word(1, "SYSTEM")));
+            drop.extend([sig[k], sig[k + 1], sig[k + 2]]);
+        }
+    }
+    for i in drop.into_iter().rev() {
+        tokens.remove(i);
+    }
+    (tokens, marks)
 }
 
 fn mark_symmetric_between(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
