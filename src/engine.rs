@@ -3157,18 +3157,15 @@ impl Engine {
                 .filter(|(_, c)| entry.desc.identity(c).is_some())
                 .map(|(i, _)| i)
                 .collect();
-            match src.body.as_mut() {
-                ast::SetExpr::Values(vals) => {
-                    for row in vals.rows.iter_mut() {
-                        for &i in &identity {
-                            if let Some(e) = row.content.get_mut(i) {
-                                *e = ast::Expr::Identifier(ast::Ident::new("DEFAULT"));
-                            }
+            // (a query's rows were read without them above)
+            if let ast::SetExpr::Values(vals) = src.body.as_mut() {
+                for row in vals.rows.iter_mut() {
+                    for &i in &identity {
+                        if let Some(e) = row.content.get_mut(i) {
+                            *e = ast::Expr::Identifier(ast::Ident::new("DEFAULT"));
                         }
                     }
                 }
-                // (a query's rows were read without them above)
-                _ => {}
             }
         }
         for (v, generated) in always {
