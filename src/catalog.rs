@@ -309,6 +309,9 @@ pub struct IndexDesc {
     /// OID the index's plus one; dropped with ALTER TABLE ... DROP CONSTRAINT).
     #[serde(default)]
     pub constraint: bool,
+    /// `NULLS NOT DISTINCT` (a UNIQUE index's NULLs conflict).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub nulls_not_distinct: bool,
 }
 
 impl IndexDesc {
@@ -339,6 +342,8 @@ pub struct IndexInfo {
     pub predicate: Option<String>,
     pub unique: bool,
     pub primary: bool,
+    /// `NULLS NOT DISTINCT`.
+    pub nulls_not_distinct: bool,
 }
 
 impl IndexInfo {
@@ -355,12 +360,17 @@ impl IndexInfo {
             })
             .collect();
         format!(
-            "CREATE {}INDEX {} ON {}.{} USING btree ({}){}",
+            "CREATE {}INDEX {} ON {}.{} USING btree ({}){}{}",
             if self.unique { "UNIQUE " } else { "" },
             self.name,
             schemas::split_relation_name(relation).0,
             schemas::split_relation_name(relation).1,
             keys.join(", "),
+            if self.nulls_not_distinct {
+                " NULLS NOT DISTINCT"
+            } else {
+                ""
+            },
             self.predicate
                 .as_ref()
                 .map(|p| match pretty {
@@ -585,6 +595,7 @@ impl RelationDesc {
             predicate: None,
             unique: true,
             primary: true,
+            nulls_not_distinct: false,
         });
         pkey.into_iter()
             .chain(self.indexes.iter().map(|i| IndexInfo {
@@ -595,6 +606,7 @@ impl RelationDesc {
                 predicate: i.predicate.clone(),
                 unique: i.unique,
                 primary: false,
+                nulls_not_distinct: i.nulls_not_distinct,
             }))
             .collect()
     }
@@ -643,6 +655,7 @@ impl RelationDesc {
                     .collect(),
             },
             unique: i.unique,
+            nulls_not_distinct: i.nulls_not_distinct,
             derived,
         })
     }

@@ -2522,6 +2522,7 @@ impl Engine {
                 unique: true,
                 if_not_exists: false,
                 constraint: true,
+                nulls_not_distinct: u.nulls_not_distinct,
             });
         }
         Ok(out)

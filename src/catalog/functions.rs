@@ -1170,7 +1170,15 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
                             .iter()
                             .find(|i| i.constraint && i.oid + 1 == oid)
                         {
-                            return Some(format!("UNIQUE ({})", ix.columns.join(", ")));
+                            return Some(format!(
+                                "UNIQUE {}({})",
+                                if ix.nulls_not_distinct {
+                                    "NULLS NOT DISTINCT "
+                                } else {
+                                    ""
+                                },
+                                ix.columns.join(", ")
+                            ));
                         }
                         // NOT VALID said after a constraint added so and not validated since
                         let not_valid = |name: &str, def: String| match e

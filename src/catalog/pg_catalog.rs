@@ -1563,7 +1563,7 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                         ix.columns.len().into(),
                         ix.columns.len().into(),
                         ix.unique.into(),
-                        false.into(),
+                        ix.nulls_not_distinct.into(),
                         ix.primary.into(),
                         false.into(),
                         true.into(),

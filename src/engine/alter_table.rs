@@ -246,6 +246,8 @@ impl Engine {
                         unique: true,
                         if_not_exists: false,
                         constraint: true,
+                        nulls_not_distinct: u.nulls_distinct
+                            == ast::NullsDistinctOption::NotDistinct,
                     };
                     Box::pin(self.create_index(session, &ci, notices)).await?;
                 }

@@ -133,6 +133,7 @@ impl Engine {
                     predicate: None,
                     unique: false,
                     constraint: false,
+                    nulls_not_distinct: false,
                 });
                 specs = d.index_specs()?;
                 Ok(())
@@ -155,6 +156,7 @@ impl Engine {
             predicate: ci.predicate.clone(),
             unique: ci.unique,
             constraint: ci.constraint,
+            nulls_not_distinct: ci.nulls_not_distinct,
         };
         let spec = match desc.derived() {
             // keys and predicate planned as the catalog plans them when it opens the table
@@ -164,6 +166,7 @@ impl Engine {
                 name: name.clone(),
                 columns: positions,
                 unique: ci.unique,
+                nulls_not_distinct: ci.nulls_not_distinct,
                 derived: None,
             },
         };

@@ -117,6 +117,7 @@ impl Engine {
                             oid: i.oid,
                             columns: cols.clone().unwrap_or_default(),
                             derived,
+                            nulls_not_distinct: i.nulls_not_distinct,
                         };
                         let predicate = i.predicate.as_deref().map(normalized);
                         // (ON CONSTRAINT names a UNIQUE constraint, not a unique index)
@@ -358,7 +359,7 @@ impl Engine {
     /// Which proposed rows conflict with `arbiter`: the stored rows they meet (a batch, and
     /// each proposed row's index in it) and whether the same key was proposed earlier in
     /// the statement. A key with a NULL in it conflicts with nothing (as a unique index
-    /// has it).
+    /// has it), unless the index is `NULLS NOT DISTINCT`.
     fn conflicts(
         &self,
         table: &Arc<TableStore>,
@@ -385,9 +386,16 @@ impl Engine {
         let rows = conv.convert_columns(&keys)?;
         let n = proposed.num_rows();
         // (a row the index does not hold conflicts with nothing, as one with a NULL key)
+        let nulls_distinct = !matches!(
+            arbiter,
+            Arbiter::Unique {
+                nulls_not_distinct: true,
+                ..
+            }
+        );
         let has_null: Vec<bool> = (0..n)
             .map(|i| {
-                keys.iter().any(|k| k.is_null(i))
+                (nulls_distinct && keys.iter().any(|k| k.is_null(i)))
                     || holds
                         .as_ref()
                         .is_some_and(|h| !(h.is_valid(i) && h.value(i)))
@@ -538,6 +546,8 @@ enum Arbiter {
         oid: u32,
         columns: Vec<usize>,
         derived: Option<Arc<dyn DerivedKeys>>,
+        /// `NULLS NOT DISTINCT`: a key with a NULL conflicts like any other.
+        nulls_not_distinct: bool,
     },
 }
 

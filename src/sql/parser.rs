@@ -384,6 +384,8 @@ pub struct CreateIndex {
     pub if_not_exists: bool,
     /// Made for a UNIQUE constraint (`CREATE TABLE`, `ALTER TABLE ... ADD UNIQUE`).
     pub constraint: bool,
+    /// `NULLS NOT DISTINCT`.
+    pub nulls_not_distinct: bool,
 }
 
 /// A `CREATE INDEX` sqlparser parsed, or a refusal of what it asks that Weir does not do.
@@ -395,11 +397,6 @@ fn create_index(ci: ast::CreateIndex) -> Result<Statement> {
                 "index access method \"{u}\" is not supported (btree and hash are)"
             )));
         }
-    }
-    if ci.nulls_distinct == Some(false) {
-        return Err(WeirError::not_supported(
-            "NULLS NOT DISTINCT is not supported",
-        ));
     }
     if !ci.with.is_empty() || !ci.index_options.is_empty() || !ci.alter_options.is_empty() {
         return Err(WeirError::not_supported(
@@ -441,6 +438,7 @@ fn create_index(ci: ast::CreateIndex) -> Result<Statement> {
         unique: ci.unique,
         if_not_exists: ci.if_not_exists,
         constraint: false,
+        nulls_not_distinct: ci.nulls_distinct == Some(false),
     })))
 }
 
@@ -939,8 +937,12 @@ fn parse_sequence_options(p: &mut Parser, at: SeqContext) -> Result<SeqOptions> 
 fn column_def(p: &mut Parser) -> Result<ast::ColumnDef> {
     let start = p.index();
     let first = match p.parse_column_def() {
+        // (`UNIQUE NULLS NOT DISTINCT`: sqlparser stops before NULLS; read again below)
+        Ok(_) if matches!(&p.peek_token().token, Token::Word(w) if w.keyword == Keyword::NULLS) => {
+            None
+        }
         Ok(def) => return Ok(def),
-        Err(e) => e,
+        Err(e) => Some(e),
     };
     rewind(p, start);
     let again = (|| -> Result<ast::ColumnDef> {
@@ -976,7 +978,19 @@ fn column_def(p: &mut Parser) -> Result<ast::ColumnDef> {
                     generated_keyword: true,
                 })
             } else {
-                p.parse_optional_column_option()?
+                match p.parse_optional_column_option()? {
+                    // `UNIQUE NULLS [NOT] DISTINCT` (sqlparser reads it in table
+                    // constraints only)
+                    Some(ast::ColumnOption::Unique(mut u)) => {
+                        if p.parse_keywords(&[Keyword::NULLS, Keyword::NOT, Keyword::DISTINCT]) {
+                            u.nulls_distinct = ast::NullsDistinctOption::NotDistinct;
+                        } else if p.parse_keywords(&[Keyword::NULLS, Keyword::DISTINCT]) {
+                            u.nulls_distinct = ast::NullsDistinctOption::Distinct;
+                        }
+                        Some(ast::ColumnOption::Unique(u))
+                    }
+                    other => other,
+                }
             };
             match (option, constraint) {
                 (Some(option), name) => options.push(ast::ColumnOptionDef { name, option }),
@@ -990,7 +1004,10 @@ fn column_def(p: &mut Parser) -> Result<ast::ColumnDef> {
             options,
         })
     })();
-    again.map_err(|_| first.into())
+    again.map_err(|e| match first {
+        Some(f) => f.into(),
+        None => e,
+    })
 }
 
 /// [`SeqOptions`] as sqlparser's (what [`sequence_options`] reads back).
@@ -4112,6 +4129,8 @@ impl ForeignKeySpec {
 pub struct UniqueSpec {
     pub name: Option<String>,
     pub columns: Vec<String>,
+    /// `UNIQUE NULLS NOT DISTINCT`.
+    pub nulls_not_distinct: bool,
 }
 
 /// A `CHECK (expr)` constraint of a table: its name (given, or Postgres' `t_col_check` /
@@ -4189,6 +4208,8 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
                     uniques.push(UniqueSpec {
                         name: u.name.as_ref().map(normalize_ident),
                         columns: constraint_columns(&u.columns, "UNIQUE")?,
+                        nulls_not_distinct: u.nulls_distinct
+                            == ast::NullsDistinctOption::NotDistinct,
                     });
                 }
                 TableConstraint::Check(c) if c.enforced != Some(false) => {
@@ -4350,6 +4371,8 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
                         uniques.push(UniqueSpec {
                             name: opt.name.as_ref().or(u.name.as_ref()).map(normalize_ident),
                             columns: vec![col_name.clone()],
+                            nulls_not_distinct: u.nulls_distinct
+                                == ast::NullsDistinctOption::NotDistinct,
                         });
                     }
                     ColumnOption::Check(c) if c.enforced != Some(false) => {

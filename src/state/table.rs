@@ -2273,6 +2273,7 @@ mod tests {
             name: format!("ix{oid}"),
             columns: vec![1],
             unique: false,
+            nulls_not_distinct: false,
             derived: None,
         };
         for kind in [TableKind::Keyed { pk: vec![0] }, TableKind::Multiset] {
@@ -2909,6 +2910,7 @@ mod tests {
                 name: "ix_partial".into(),
                 columns: Vec::new(),
                 unique: true,
+                nulls_not_distinct: false,
                 derived: Some(Arc::new(AboveOne)),
             };
             let t = open(&store, kind.clone());
@@ -2952,6 +2954,7 @@ mod tests {
             assert!(
                 t.create_index(IndexSpec {
                     oid: 30011,
+                    nulls_not_distinct: false,
                     derived: Some(Arc::new(AboveOne)),
                     unique: true,
                     ..spec.clone()
@@ -2973,6 +2976,7 @@ mod tests {
             name: "ix".into(),
             columns: vec![1],
             unique: false,
+            nulls_not_distinct: false,
             derived: None,
         };
         let t = open(&store, TableKind::AppendOnly);

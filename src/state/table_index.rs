@@ -49,6 +49,8 @@ pub struct IndexSpec {
     /// derived.
     pub columns: Vec<usize>,
     pub unique: bool,
+    /// `UNIQUE NULLS NOT DISTINCT`: rows with NULL indexed values conflict like others.
+    pub nulls_not_distinct: bool,
     /// Keys computed from the rows (an expression or partial index), in place of `columns`.
     pub derived: Option<Arc<dyn DerivedKeys>>,
 }
@@ -59,6 +61,7 @@ impl PartialEq for IndexSpec {
             && self.name == other.name
             && self.columns == other.columns
             && self.unique == other.unique
+            && self.nulls_not_distinct == other.nulls_not_distinct
             && self.derived.as_ref().map(|d| d.describe())
                 == other.derived.as_ref().map(|d| d.describe())
     }
@@ -84,6 +87,8 @@ pub(crate) struct IndexKeys {
     values: Vec<ArrayRef>,
     names: Vec<String>,
     holds: Option<BooleanArray>,
+    /// NULL values are distinct (never conflict): false for `NULLS NOT DISTINCT`.
+    nulls_distinct: bool,
 }
 
 impl IndexKeys {
@@ -99,9 +104,10 @@ impl IndexKeys {
             .is_none_or(|h| h.is_valid(i) && h.value(i))
     }
 
-    /// Whether row `i` has a NULL indexed value (it never conflicts).
+    /// Whether row `i` has a NULL indexed value that makes it distinct from every other row
+    /// (it never conflicts): not under `NULLS NOT DISTINCT`, where NULLs are equal.
     pub(crate) fn has_null(&self, i: usize) -> bool {
-        self.values.iter().any(|v| v.is_null(i))
+        self.nulls_distinct && self.values.iter().any(|v| v.is_null(i))
     }
 
     /// `Key (a, b)=(1, x)` for row `i`, as Postgres' details name a key.
@@ -109,7 +115,11 @@ impl IndexKeys {
         let values: Vec<String> = self
             .values
             .iter()
-            .map(|v| array_value_to_string(v, i).unwrap_or_default())
+            .map(|v| match v.is_null(i) {
+                // (as Postgres' detail writes a NULL: `Key (a)=(null)`)
+                true => "null".to_owned(),
+                false => array_value_to_string(v, i).unwrap_or_default(),
+            })
             .collect();
         format!("Key ({})=({})", self.names.join(", "), values.join(", "))
     }
@@ -214,6 +224,7 @@ impl SecondaryIndex {
             values,
             names,
             holds,
+            nulls_distinct: !self.spec.nulls_not_distinct,
         })
     }
 
