@@ -75,14 +75,33 @@ impl Engine {
         Ok(d)
     }
 
-    /// Every stored value of the domain's columns, checked against `d` as it would be:
-    /// `failing` makes the error of a column whose values do not pass.
+    /// Every stored value of the domain's columns against one new constraint of it (NOT
+    /// NULL: None; a CHECK), before the constraint is added: Postgres' error for a column
+    /// whose values do not pass.
     async fn check_domain_columns(
         &self,
         session: &Session,
         d: &DomainDesc,
-        failing: impl Fn(&str, &str, WeirError) -> WeirError,
+        check: Option<DomainCheck>,
     ) -> Result<()> {
+        let not_null = check.is_none();
+        let failing = |column: &str, table: &str| match not_null {
+            true => WeirError::new(
+                sqlstate::NOT_NULL_VIOLATION,
+                format!("column \"{column}\" of table \"{table}\" contains null values"),
+            ),
+            false => WeirError::new(
+                sqlstate::CHECK_VIOLATION,
+                format!(
+                    "column \"{column}\" of table \"{table}\" contains values that violate the new constraint"
+                ),
+            ),
+        };
+        let d = &DomainDesc {
+            not_null,
+            checks: check.into_iter().collect(),
+            ..d.clone()
+        };
         for (relation, column) in self.catalog.domain_users(d.oid) {
             let q = format!(
                 "SELECT {} FROM {}",
@@ -91,9 +110,9 @@ impl Engine {
             );
             let batches: Vec<RecordBatch> = session.ctx.sql(&q).await?.collect().await?;
             for b in &batches {
-                if let Err(e) = crate::catalog::domains::check_values(d, b.column(0)) {
+                if crate::catalog::domains::check_values(d, b.column(0)).is_err() {
                     let table = crate::sql::parser::bare_relation_name(&relation);
-                    return Err(failing(&column, table, e));
+                    return Err(failing(&column, table));
                 }
             }
         }
@@ -145,18 +164,7 @@ impl Engine {
             }
             AlterDomainOp::NotNull(on) => {
                 if *on && !d.not_null {
-                    let mut new = d.clone();
-                    new.not_null = true;
-                    new.checks.clear();
-                    self.check_domain_columns(session, &new, |column, table, _| {
-                        WeirError::new(
-                            sqlstate::NOT_NULL_VIOLATION,
-                            format!(
-                                "column \"{column}\" of table \"{table}\" contains null values"
-                            ),
-                        )
-                    })
-                    .await?;
+                    self.check_domain_columns(session, &d, None).await?;
                 }
                 self.catalog.alter_domain(name, |d| {
                     d.not_null = *on;
@@ -186,18 +194,8 @@ impl Engine {
                     not_valid: *not_valid,
                 };
                 if !*not_valid {
-                    let mut new = d.clone();
-                    new.not_null = false;
-                    new.checks = vec![check.clone()];
-                    self.check_domain_columns(session, &new, |column, table, _| {
-                        WeirError::new(
-                            sqlstate::CHECK_VIOLATION,
-                            format!(
-                                "column \"{column}\" of table \"{table}\" contains values that violate the new constraint"
-                            ),
-                        )
-                    })
-                    .await?;
+                    self.check_domain_columns(session, &d, Some(check.clone()))
+                        .await?;
                 }
                 self.catalog.alter_domain(name, |d| {
                     d.checks.push(check);
@@ -245,18 +243,7 @@ impl Engine {
                     return Err(missing_constraint(c));
                 };
                 if check.not_valid {
-                    let mut new = d.clone();
-                    new.not_null = false;
-                    new.checks = vec![check];
-                    self.check_domain_columns(session, &new, |column, table, _| {
-                        WeirError::new(
-                            sqlstate::CHECK_VIOLATION,
-                            format!(
-                                "column \"{column}\" of table \"{table}\" contains values that violate the new constraint"
-                            ),
-                        )
-                    })
-                    .await?;
+                    self.check_domain_columns(session, &d, Some(check)).await?;
                     self.catalog.alter_domain(name, |d| {
                         for x in &mut d.checks {
                             if &x.name == c {
