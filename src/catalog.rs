@@ -387,6 +387,16 @@ impl IndexInfo {
     }
 }
 
+/// A type's name without its modifiers (`character varying` of `varchar(10)`): what a
+/// default's constant is shown cast to (`'ab'::character varying`).
+pub(crate) fn type_without_modifiers(ty: &crate::sql::types::SqlType) -> String {
+    let ty = ty.display_name();
+    match (ty.find('('), ty.find(')')) {
+        (Some(a), Some(b)) if a < b => format!("{}{}", &ty[..a], &ty[b + 1..]),
+        _ => ty,
+    }
+}
+
 /// A `DEFAULT` expression (a column's, a function parameter's) as Postgres shows it: a
 /// quoted constant with the type it is the default of (`'x'::text`; `ty` without
 /// modifiers), a negative number with its own ([`negative_constant`]), anything else as
@@ -459,14 +469,11 @@ impl RelationDesc {
                 schemas::quote_relation(&seq).replace('\'', "''")
             ));
         }
-        let ty = self.columns.iter().find(|c| c.name == column).map(|c| {
-            // the type without its modifiers: `'ab'::character varying`
-            let ty = c.ty.display_name();
-            match (ty.find('('), ty.find(')')) {
-                (Some(a), Some(b)) if a < b => format!("{}{}", &ty[..a], &ty[b + 1..]),
-                _ => ty,
-            }
-        });
+        let ty = self
+            .columns
+            .iter()
+            .find(|c| c.name == column)
+            .map(|c| type_without_modifiers(&c.ty));
         Some(default_shown(text, ty.as_deref()))
     }
 

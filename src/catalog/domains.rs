@@ -102,12 +102,7 @@ impl DomainDesc {
     /// `pg_type.typdefault`: the DEFAULT as Postgres deparses it (`'x'::text`).
     pub fn default_shown(&self) -> Option<String> {
         let text = self.default.as_deref()?.trim();
-        let ty = self.base.display_name();
-        // the type without its modifiers: `'ab'::character varying`
-        let ty = match (ty.find('('), ty.find(')')) {
-            (Some(a), Some(b)) if a < b => format!("{}{}", &ty[..a], &ty[b + 1..]),
-            _ => ty,
-        };
+        let ty = crate::catalog::type_without_modifiers(&self.base);
         Some(crate::catalog::default_shown(text, Some(&ty)))
     }
 }

@@ -142,13 +142,9 @@ pub(crate) fn domain_default_check(base: &crate::sql::types::SqlType, text: &str
         return Ok(());
     }
     let schema = Schema::new(vec![base.field("value", true)]);
-    // (the type without its modifiers: the context has no planner for `varchar(10)`; the
-    // value is fitted to the column's type where it is written)
-    let ty = base.display_name();
-    let ty = match (ty.find('('), ty.find(')')) {
-        (Some(a), Some(b)) if a < b => format!("{}{}", &ty[..a], &ty[b + 1..]),
-        _ => ty,
-    };
+    // (the type without its modifiers: the value is fitted to the column's type where it
+    // is written)
+    let ty = crate::catalog::type_without_modifiers(base);
     let cast = format!("CAST(({text}) AS {ty})");
     plan_table_expr(
         expression_context(),
