@@ -50,15 +50,8 @@ impl ScalarUDFImpl for PgTypeof {
             .arg_fields
             .first()
             .and_then(|f| crate::sql::types::field_sql_type(f))
-            .map(|t| t.display_name())
             // regtype prints without the type modifier: `character varying`, `numeric`
-            .map(|n| match n.split_once('(') {
-                Some((base, rest)) => {
-                    let suffix = rest.split_once(')').map(|(_, s)| s).unwrap_or("");
-                    format!("{base}{suffix}")
-                }
-                None => n,
-            })
+            .map(|t| crate::catalog::type_without_modifiers(&t))
             .unwrap_or_else(|| "unknown".into());
         Ok(ColumnarValue::Scalar(
             datafusion::common::ScalarValue::Utf8(Some(name)),
