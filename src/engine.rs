@@ -2939,6 +2939,30 @@ async fn expand_repeated_wildcards(
 
 /// How many columns a query's select list has, when the syntax alone tells (no `*`):
 /// the leftmost SELECT of a set operation decides, as in Postgres.
+/// The columns an INSERT's rows fill: those it lists, or the table's first ones, as many as
+/// its rows have (a VALUES row's width, a query's columns).
+fn insert_columns(
+    columns: &[ast::ObjectName],
+    rows: &ast::SetExpr,
+    desc: &crate::catalog::RelationDesc,
+) -> Vec<String> {
+    if !columns.is_empty() {
+        return columns
+            .iter()
+            .map(|c| crate::sql::parser::relation_name(c).unwrap_or_else(|_| c.to_string()))
+            .collect();
+    }
+    let width = match rows {
+        ast::SetExpr::Values(v) => v.rows.first().map_or(0, |r| r.content.len()),
+        body => query_width(body).unwrap_or(0),
+    };
+    desc.columns
+        .iter()
+        .take(width)
+        .map(|c| c.name.clone())
+        .collect()
+}
+
 fn query_width(body: &ast::SetExpr) -> Option<usize> {
     match body {
         ast::SetExpr::Select(s) => s
@@ -3070,21 +3094,7 @@ impl Engine {
             && let Some(src) = ins.source.as_ref()
             && !matches!(src.body.as_ref(), ast::SetExpr::Values(_))
         {
-            let named: Vec<String> = if ins.columns.is_empty() {
-                let width = query_width(src.body.as_ref()).unwrap_or(0);
-                entry
-                    .desc
-                    .columns
-                    .iter()
-                    .take(width)
-                    .map(|c| c.name.clone())
-                    .collect()
-            } else {
-                ins.columns
-                    .iter()
-                    .map(|c| crate::sql::parser::relation_name(c).unwrap_or_else(|_| c.to_string()))
-                    .collect()
-            };
+            let named = insert_columns(&ins.columns, src.body.as_ref(), &entry.desc);
             if named.iter().any(|c| entry.desc.identity(c).is_some()) {
                 let alias = |i: usize| format!("weir_c{i}");
                 let keep: Vec<usize> = (0..named.len())
@@ -3123,20 +3133,7 @@ impl Engine {
         let Some(src) = ins.source.as_mut() else {
             return Ok(None);
         };
-        let width = match src.body.as_ref() {
-            ast::SetExpr::Values(v) => v.rows.first().map(|r| r.content.len()).unwrap_or(0),
-            // INSERT INTO t SELECT ... fills the first columns by position
-            body if ins.columns.is_empty() => query_width(body).unwrap_or(0),
-            _ => ins.columns.len(),
-        };
-        let named: Vec<String> = if ins.columns.is_empty() {
-            table_cols.iter().take(width).cloned().collect()
-        } else {
-            ins.columns
-                .iter()
-                .map(|c| crate::sql::parser::relation_name(c).unwrap_or_else(|_| c.to_string()))
-                .collect()
-        };
+        let named = insert_columns(&ins.columns, src.body.as_ref(), &entry.desc);
         let missing: Vec<String> = defaults
             .iter()
             .map(|(c, _)| c.clone())

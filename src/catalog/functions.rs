@@ -357,20 +357,11 @@ fn register_regclass(
                 {
                     return Some(key);
                 }
-                let (schema, bare) = crate::catalog::schemas::split_relation_name(&key);
-                let path = schemas();
-                let found_first = path
-                    .iter()
-                    .find(|s| {
-                        let k = crate::sql::parser::relation_key(Some(s), bare);
-                        catalog.name_in_use(&k)
-                    })
-                    .is_some_and(|s| s == schema);
-                Some(if found_first {
-                    quote_ident(bare)
-                } else {
-                    crate::catalog::schemas::qualified_relation(&key)
-                })
+                Some(crate::catalog::schemas::shown_on_path(
+                    &key,
+                    &schemas(),
+                    |k| catalog.name_in_use(k),
+                ))
             }
         }),
     );
@@ -428,21 +419,11 @@ pub fn register_search_path(
             let a = as_u32(a)?;
             let path = schemas();
             // (not visible: off the path, or one of the same name comes first on it)
-            let off_path = |key: &str, exists: &dyn Fn(&str) -> bool| {
-                let (schema, bare) = crate::catalog::schemas::split_relation_name(key);
-                match path.iter().position(|s| s == schema) {
-                    None => true,
-                    Some(at) => path[..at].iter().any(|earlier| {
-                        exists(&crate::sql::parser::relation_key(Some(earlier), bare))
-                    }),
-                }
-            };
-            let relation = |k: &str| catalog.get(k).is_some();
-            let enum_type = |k: &str| catalog.enum_type(k).is_some() || catalog.domain(k).is_some();
+            use crate::catalog::schemas::visible_on_path;
             let hidden: std::collections::HashSet<u32> = catalog
                 .entries()
                 .iter()
-                .filter(|e| off_path(&e.desc.name, &relation))
+                .filter(|e| !visible_on_path(&e.desc.name, &path, |k| catalog.get(k).is_some()))
                 .flat_map(|e| {
                     std::iter::once(e.desc.oid)
                         .chain(std::iter::once(e.desc.row_type_oid()))
@@ -450,17 +431,12 @@ pub fn register_search_path(
                 })
                 .chain(
                     catalog
-                        .enum_types()
+                        .user_types()
                         .into_iter()
-                        .filter(|t| off_path(&t.name, &enum_type))
-                        .flat_map(|t| [t.oid, t.array_oid()]),
-                )
-                .chain(
-                    catalog
-                        .all_domains()
-                        .into_iter()
-                        .filter(|d| off_path(&d.name, &enum_type))
-                        .flat_map(|d| [d.oid, d.array_oid()]),
+                        .filter(|(k, _)| {
+                            !visible_on_path(k, &path, |k| catalog.user_type_exists(k))
+                        })
+                        .flat_map(|(_, t)| [t, t + 1]),
                 )
                 .collect();
             Ok(Arc::new(
@@ -1132,10 +1108,10 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
                     }
                     None => false,
                 };
+                let domains = catalog.all_domains();
                 map_u32_to_str(args, rows, |oid| {
                     // a domain's CHECK
-                    if let Some(c) = catalog
-                        .all_domains()
+                    if let Some(c) = domains
                         .iter()
                         .flat_map(|d| d.checks.iter())
                         .find(|c| c.oid == oid)

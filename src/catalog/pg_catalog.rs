@@ -1254,23 +1254,8 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     catalog.namespace_of_relation(&t.name),
                     split_relation_name(&t.name).1,
                 );
-                let mut row = type_row(t.oid, bare, len, "e", "E", 0, 0, t.array_oid());
-                row[2] = namespace.into();
-                row[3] = t.owner.into();
-                rows.push(row);
-                let mut row = type_row(
-                    t.array_oid(),
-                    &format!("_{bare}"),
-                    -1,
-                    "b",
-                    "A",
-                    0,
-                    t.oid,
-                    0,
-                );
-                row[2] = namespace.into();
-                row[3] = t.owner.into();
-                rows.push(row);
+                let row = type_row(t.oid, bare, len, "e", "E", 0, 0, t.array_oid());
+                rows.extend(user_type_rows(row, t.oid, bare, namespace, t.owner));
             }
             for d in catalog.all_domains() {
                 // a domain is its base type's kind of value: the base's length, category
@@ -1298,26 +1283,11 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 for (k, f) in [(14, "in"), (15, "out"), (16, "recv"), (17, "send")] {
                     row[k] = io_proc_oid(&format!("{base_name}{f}")).into();
                 }
-                row[2] = namespace.into();
-                row[3] = d.owner.into();
                 row[20] = d.not_null.into();
                 row[21] = base_oid.into();
                 row[22] = d.base.typmod().into();
                 row[25] = d.default_shown().map(V::from).unwrap_or(V::Null);
-                rows.push(row);
-                let mut row = type_row(
-                    d.array_oid(),
-                    &format!("_{bare}"),
-                    -1,
-                    "b",
-                    "A",
-                    0,
-                    d.oid,
-                    0,
-                );
-                row[2] = namespace.into();
-                row[3] = d.owner.into();
-                rows.push(row);
+                rows.extend(user_type_rows(row, d.oid, bare, namespace, d.owner));
             }
             for e in &entries {
                 let mut row = type_row(
@@ -2871,6 +2841,23 @@ fn attribute_row(relid: u32, name: &str, ty: &SqlType, num: usize, notnull: bool
         V::Null,
         V::Null,
     ]
+}
+
+/// A user type's `pg_type` row (`row`, from [`type_row`]) in its schema with its owner, and
+/// its array type's row (`_name`, OID + 1).
+fn user_type_rows(
+    mut row: Vec<V>,
+    oid: u32,
+    bare: &str,
+    namespace: u32,
+    owner: u32,
+) -> [Vec<V>; 2] {
+    let mut array = type_row(oid + 1, &format!("_{bare}"), -1, "b", "A", 0, oid, 0);
+    for r in [&mut row, &mut array] {
+        r[2] = namespace.into();
+        r[3] = owner.into();
+    }
+    [row, array]
 }
 
 #[allow(clippy::too_many_arguments)]

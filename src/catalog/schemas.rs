@@ -119,7 +119,7 @@ pub fn path_resolver(
         find: Box::new(move |n| {
             for s in &schemas {
                 let key = crate::sql::parser::relation_key(Some(s), n);
-                if c.name_in_use(&key) || c.enum_type(&key).is_some() || c.domain(&key).is_some() {
+                if c.name_in_use(&key) || c.user_type_exists(&key) {
                     return Some(key);
                 }
             }
@@ -129,6 +129,26 @@ pub fn path_resolver(
         create_in,
         nowhere,
     })
+}
+
+/// Whether the search path (`path`, the schemas of it that exist) finds the object keyed
+/// `key` by its bare name: its schema is the first of the path that has an object of that
+/// name (`exists` says which keys are taken, relations or types). What decides how
+/// `regclass` and `format_type` print a name and what `pg_table_is_visible` answers.
+pub fn visible_on_path(key: &str, path: &[String], exists: impl Fn(&str) -> bool) -> bool {
+    let (schema, bare) = split_relation_name(key);
+    path.iter()
+        .find(|s| exists(&crate::sql::parser::relation_key(Some(s), bare)))
+        .is_some_and(|s| s == schema)
+}
+
+/// A catalog key as a search path shows it: bare (quoted where needed) when the path finds
+/// it by that name, else qualified (`app.t`).
+pub fn shown_on_path(key: &str, path: &[String], exists: impl Fn(&str) -> bool) -> String {
+    match visible_on_path(key, path, exists) {
+        true => crate::sql::pg_text::quote_ident(split_relation_name(key).1),
+        false => qualified_relation(key),
+    }
 }
 
 /// A catalog key with its schema always written: `public.users`, `app.users`.
@@ -278,13 +298,9 @@ impl Catalog {
             .iter()
             .any(|e| split_relation_name(&e.desc.name).0 == from)
             || self
-                .enum_types()
+                .user_types()
                 .iter()
-                .any(|t| split_relation_name(&t.name).0 == from)
-            || self
-                .all_domains()
-                .iter()
-                .any(|d| split_relation_name(&d.name).0 == from)
+                .any(|(t, _)| split_relation_name(t).0 == from)
         {
             return Err(WeirError::not_supported(format!(
                 "ALTER SCHEMA {from} RENAME is supported for empty schemas only"

@@ -144,41 +144,37 @@ impl Catalog {
     /// of it that exist): a type the path finds by its bare name is shown bare, as
     /// Postgres' `format_type` does, others qualified.
     pub fn user_type_shown_on(&self, oid: u32, schemas: &[String]) -> Option<String> {
-        let (key, array) = self.user_type_by_oid(oid)?;
-        let (schema, bare) = crate::catalog::schemas::split_relation_name(&key);
-        let exists = |s: &str| {
-            let k = crate::sql::parser::relation_key(Some(s), bare);
-            self.enum_type(&k).is_some() || self.domain(&k).is_some()
-        };
-        let found_first = schemas
-            .iter()
-            .find(|s| exists(s))
-            .is_some_and(|s| s == schema);
-        let name = if found_first || schema == "public" && !schemas.iter().any(|s| exists(s)) {
-            crate::sql::pg_text::quote_ident(bare)
-        } else {
-            crate::catalog::schemas::qualified_relation(&key)
-        };
-        Some(if array { format!("{name}[]") } else { name })
+        let (key, t) = self
+            .user_types()
+            .into_iter()
+            .find(|(_, t)| *t == oid || t + 1 == oid)?;
+        let name =
+            crate::catalog::schemas::shown_on_path(&key, schemas, |k| self.user_type_exists(k));
+        Some(if t != oid { format!("{name}[]") } else { name })
     }
 
-    /// The catalog key of a user type (an enum or a domain) by its OID or its array
-    /// type's (true).
-    fn user_type_by_oid(&self, oid: u32) -> Option<(String, bool)> {
-        if let Some(d) = self
-            .all_domains()
-            .into_iter()
-            .find(|d| d.oid == oid || d.array_oid() == oid)
-        {
-            return Some((d.name.clone(), d.oid != oid));
-        }
-        self.user_types.by_name.read().values().find_map(|t| {
-            if t.oid == oid || t.array_oid() == oid {
-                Some((t.name.clone(), t.oid != oid))
-            } else {
-                None
-            }
-        })
+    /// Every user type, enum types and domains: (catalog key, OID); its array type's OID
+    /// is the next one.
+    pub fn user_types(&self) -> Vec<(String, u32)> {
+        self.user_types
+            .by_name
+            .read()
+            .values()
+            .map(|t| (t.name.clone(), t.oid))
+            .chain(self.all_domains().into_iter().map(|d| (d.name, d.oid)))
+            .collect()
+    }
+
+    /// Whether an enum type or a domain has this catalog key.
+    pub fn user_type_exists(&self, key: &str) -> bool {
+        self.enum_type(key).is_some() || self.domain(key).is_some()
+    }
+
+    /// The columns (relation, column) of a user type (an enum's or a domain's).
+    pub fn user_type_users(&self, oid: u32) -> Vec<(String, String)> {
+        let mut out = self.enum_type_users(oid);
+        out.extend(self.domain_users(oid));
+        out
     }
 
     /// The OID of a user type by name (`mood`, `public.mood`, `mood[]`).

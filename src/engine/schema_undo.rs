@@ -70,10 +70,9 @@ impl Engine {
                 .collect(),
             types: self
                 .catalog
-                .enum_types()
+                .user_types()
                 .into_iter()
-                .map(|t| t.name)
-                .chain(self.catalog.all_domains().into_iter().map(|d| d.name))
+                .map(|(n, _)| n)
                 .collect(),
             functions: self.catalog.sql_function_names().into_iter().collect(),
             extensions: self

@@ -193,24 +193,14 @@ impl Engine {
         let in_schemas = |n: &str| present.iter().any(|s| split_relation_name(n).0 == s);
         let types: Vec<(u32, String)> = self
             .catalog
-            .enum_types()
+            .user_types()
             .into_iter()
-            .map(|t| (t.oid, t.name))
-            .chain(
-                self.catalog
-                    .all_domains()
-                    .into_iter()
-                    .map(|d| (d.oid, d.name)),
-            )
+            .map(|(n, oid)| (oid, n))
             .filter(|(_, n)| in_schemas(n))
             .collect();
         // a column elsewhere of one of them would be dropped: refused before anything is
         for (oid, name) in &types {
-            let users = self
-                .catalog
-                .enum_type_users(*oid)
-                .into_iter()
-                .chain(self.catalog.domain_users(*oid));
+            let users = self.catalog.user_type_users(*oid);
             if let Some((rel, col)) = users.into_iter().find(|(r, _)| !in_schemas(r)) {
                 return Err(WeirError::not_supported(format!(
                     "DROP SCHEMA would drop column {col} of {} with type {}: dropping columns with their type is not supported",

@@ -743,8 +743,8 @@ fn width_bucket(args: &[ArrayRef]) -> DfResult<ArrayRef> {
 /// exactly when both are integers or numerics, else as floats, or as the bounds' type
 /// (dates, timestamps, text).
 fn width_bucket_thresholds(x: &ArrayRef, thresholds: &ArrayRef) -> DfResult<ArrayRef> {
-    use datafusion::arrow::array::Scalar;
-    use datafusion::arrow::compute::kernels::cmp::lt;
+    use datafusion::arrow::array::make_comparator;
+    use datafusion::arrow::compute::SortOptions;
     let list = match thresholds.data_type() {
         DataType::Null => {
             return Ok(datafusion::arrow::array::new_null_array(
@@ -775,6 +775,8 @@ fn width_bucket_thresholds(x: &ArrayRef, thresholds: &ArrayRef) -> DfResult<Arra
     };
     let xs = cast(x, &common)?;
     let values = cast(list.values(), &common)?;
+    // (arrow's order: floats by total order, NaN above every number, as Postgres sorts)
+    let cmp = make_comparator(xs.as_ref(), values.as_ref(), SortOptions::default())?;
     let offsets = list.value_offsets();
     let mut out = Int32Array::builder(x.len());
     for i in 0..x.len() {
@@ -783,24 +785,22 @@ fn width_bucket_thresholds(x: &ArrayRef, thresholds: &ArrayRef) -> DfResult<Arra
             continue;
         }
         let (start, end) = (offsets[i] as usize, offsets[i + 1] as usize);
-        let bounds = values.slice(start, end - start);
-        if bounds.null_count() > 0 {
+        if (start..end).any(|j| values.is_null(j)) {
             return Err(pg_error(
                 "22004",
                 "thresholds array must not contain NULLs".to_owned(),
             ));
         }
-        let operand = Scalar::new(xs.slice(i, 1));
-        let (mut left, mut right) = (0usize, bounds.len());
+        let (mut left, mut right) = (start, end);
         while left < right {
             let mid = (left + right) / 2;
-            if lt(&operand, &Scalar::new(bounds.slice(mid, 1)))?.value(0) {
+            if cmp(i, mid).is_lt() {
                 right = mid;
             } else {
                 left = mid + 1;
             }
         }
-        out.append_value(left as i32);
+        out.append_value((left - start) as i32);
     }
     Ok(Arc::new(out.finish()))
 }

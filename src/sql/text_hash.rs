@@ -81,42 +81,13 @@ fn lookup3(k: &[u8], seed: Option<u64>) -> (u32, u32) {
         mix(&mut a, &mut b, &mut c);
         rest = &rest[12..];
     }
-    // the last 11 bytes (little-endian order; c's lowest byte is the length's)
-    let byte = |i: usize| rest[i] as u32;
-    let n = rest.len();
-    if n >= 11 {
-        c = c.wrapping_add(byte(10) << 24);
-    }
-    if n >= 10 {
-        c = c.wrapping_add(byte(9) << 16);
-    }
-    if n >= 9 {
-        c = c.wrapping_add(byte(8) << 8);
-    }
-    if n >= 8 {
-        b = b.wrapping_add(byte(7) << 24);
-    }
-    if n >= 7 {
-        b = b.wrapping_add(byte(6) << 16);
-    }
-    if n >= 6 {
-        b = b.wrapping_add(byte(5) << 8);
-    }
-    if n >= 5 {
-        b = b.wrapping_add(byte(4));
-    }
-    if n >= 4 {
-        a = a.wrapping_add(byte(3) << 24);
-    }
-    if n >= 3 {
-        a = a.wrapping_add(byte(2) << 16);
-    }
-    if n >= 2 {
-        a = a.wrapping_add(byte(1) << 8);
-    }
-    if n >= 1 {
-        a = a.wrapping_add(byte(0));
-    }
+    // the last 11 bytes, zero-padded (little-endian order; c's lowest byte is not the
+    // data's: Postgres adds k[8..11] shifted up by one byte)
+    let mut tail = [0u8; 12];
+    tail[..rest.len()].copy_from_slice(rest);
+    a = a.wrapping_add(word(&tail[0..4]));
+    b = b.wrapping_add(word(&tail[4..8]));
+    c = c.wrapping_add(word(&tail[8..12]) << 8);
     finish(&mut a, &mut b, &mut c);
     (b, c)
 }
