@@ -1145,6 +1145,60 @@ impl Catalog {
         Ok(())
     }
 
+    /// Rename relations (`renames`: each one's key now and its description under the new
+    /// key; OIDs and storage stay) and store the changed descriptions of others that follow
+    /// them (`others`, under their keys), with `extra` (a schema's own entry), in one
+    /// commit: a crash leaves all of it or none. What `ALTER ... RENAME TO`, `SET SCHEMA`
+    /// and `ALTER SCHEMA ... RENAME` of relations come to.
+    pub fn rename_relations(
+        &self,
+        renames: Vec<(String, RelationDesc)>,
+        others: Vec<RelationDesc>,
+        mut extra: WriteBatch,
+    ) -> Result<()> {
+        let mut st = self.state.write();
+        for (old, desc) in &renames {
+            if !st.by_name.contains_key(old) {
+                return Err(WeirError::undefined_table(old));
+            }
+            let freed = renames.iter().any(|(o, _)| *o == desc.name);
+            if desc.name != *old && !freed && st.by_name.contains_key(&desc.name) {
+                return Err(WeirError::new(
+                    sqlstate::DUPLICATE_TABLE,
+                    format!("relation \"{}\" already exists", desc.name),
+                ));
+            }
+        }
+        for d in &others {
+            if !st.by_name.contains_key(&d.name) {
+                return Err(WeirError::undefined_table(&d.name));
+            }
+        }
+        for d in renames.iter().map(|(_, d)| d).chain(&others) {
+            extra.put(catalog_key(d.oid), roles::json(d)?);
+        }
+        self.store.commit(extra, Durability::Sync)?;
+        let moved: Vec<(Option<Arc<Entry>>, RelationDesc)> = renames
+            .into_iter()
+            .map(|(old, desc)| (st.by_name.remove(&old), desc))
+            .collect();
+        for (was, desc) in moved {
+            let table = was.and_then(|e| e.table.clone());
+            if let Some(t) = &table {
+                t.set_name(&desc.name);
+            }
+            st.by_name
+                .insert(desc.name.clone(), Arc::new(Entry { desc, table }));
+        }
+        for d in others {
+            let table = st.by_name.get(&d.name).and_then(|e| e.table.clone());
+            st.by_name
+                .insert(d.name.clone(), Arc::new(Entry { desc: d, table }));
+        }
+        st.version += 1;
+        Ok(())
+    }
+
     pub fn dependents(&self, oid: u32) -> Vec<Arc<Entry>> {
         self.state
             .read()

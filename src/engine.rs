@@ -1390,7 +1390,7 @@ impl Engine {
                     let t = table.clone();
                     let result = tokio::task::spawn_blocking(move || t.revert(&hold)).await;
                     if let Ok(Err(e)) = result {
-                        tracing::warn!(table = %table.name, error = %e, "rollback on disconnect failed");
+                        tracing::warn!(table = %table.name(), error = %e, "rollback on disconnect failed");
                     }
                 }
                 Undo::Schema(sql) => {
@@ -1784,7 +1784,7 @@ impl Engine {
         } = self.plan_dml(session, &q, params.clone()).await?;
         // the rows as written: with their generated columns (EXCLUDED and RETURNING read
         // them), computed once here (the change is then applied as it is)
-        let change = match self.catalog.get(&table.name) {
+        let change = match self.catalog.get(&table.name()) {
             Some(e) => generated::fill_change(&session.ctx, &e.desc, change)?,
             None => change,
         };
@@ -1792,7 +1792,7 @@ impl Engine {
         let mut updated_rows: Vec<bool> = Vec::new();
         let (changes, written) = match (on, change) {
             (Some((on, alias)), Change::Insert(proposed)) => {
-                let name = table.name.clone();
+                let name = table.name().clone();
                 // the proposed rows meet the table's CHECKs before conflicts are looked at
                 // (Postgres checks them first), then the rows written do (`apply_change`)
                 if let Some(entry) = self.catalog.get(&name) {
@@ -2056,7 +2056,7 @@ impl Engine {
     ) -> Result<(usize, Option<u64>)> {
         // stored generated columns take their values from the rows written (before the
         // CHECKs, which read them)
-        let change = match self.catalog.get(&table.name) {
+        let change = match self.catalog.get(&table.name()) {
             Some(e) => generated::fill_change(&session.ctx, &e.desc, change)?,
             None => change,
         };
@@ -2125,7 +2125,7 @@ impl Engine {
         // the last point where the statement can stop without having changed anything
         session.interrupt.check()?;
         session.check_writable(verb)?;
-        let entry = self.catalog.get(&table.name);
+        let entry = self.catalog.get(&table.name());
         if let Some(entry) = &entry
             && (!entry.desc.checks.is_empty() || !entry.desc.domains.is_empty())
         {
@@ -2170,7 +2170,7 @@ impl Engine {
                     _writers.push(e._writer);
                     // a referencing table's rows a CASCADE / SET NULL changes: its generated
                     // columns computed again
-                    let c = match self.catalog.get(&e.table.name) {
+                    let c = match self.catalog.get(&e.table.name()) {
                         Some(child) => generated::fill_change(&session.ctx, &child.desc, e.change)?,
                         None => e.change,
                     };
@@ -2234,7 +2234,7 @@ impl Engine {
         table: &TableStore,
     ) -> Result<()> {
         if self.dataflow.sources.memory.must_wait() {
-            info!(verb, table = %table.name, "waiting: the server is at its --memory-limit");
+            info!(verb, table = %table.name(), "waiting: the server is at its --memory-limit");
             let interrupt = session.interrupt.clone();
             self.dataflow
                 .sources
@@ -3584,6 +3584,7 @@ pub(crate) fn missing_relation(
         return Err(WeirError::undefined_table(name));
     }
     if let Some(n) = notices {
+        let name = crate::sql::search_path::written(name);
         let _ = n.send(format!("relation \"{name}\" does not exist, skipping"));
     }
     Ok(Output::Command(tag.into()))

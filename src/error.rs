@@ -143,6 +143,8 @@ impl WeirError {
         Self::new(sqlstate::FEATURE_NOT_SUPPORTED, message)
     }
     pub fn undefined_table(name: &str) -> Self {
+        use crate::sql::search_path::{written, written_text};
+        let name = written(written_text(name));
         Self::new(
             sqlstate::UNDEFINED_TABLE,
             format!("relation \"{name}\" does not exist"),

@@ -530,7 +530,7 @@ impl TableScanProvider {
 
 impl fmt::Debug for TableScanProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "TableScanProvider({})", self.table.name)
+        write!(f, "TableScanProvider({})", self.table.name())
     }
 }
 
@@ -621,13 +621,13 @@ impl TableScanProvider {
         if let Some(pk) = self.table.primary_key()
             && let Some(keys) = probes(pk.iter().map(|&c| values_of(c)))?
         {
-            tracing::debug!(table = %self.table.name, "point query by primary key");
+            tracing::debug!(table = %self.table.name(), "point query by primary key");
             return self.table.lookup(&keys).map_err(err);
         }
         let Some((index, probe)) = index_probe(&self.table.indexes(), filters, &schema)? else {
             return Ok(None);
         };
-        tracing::debug!(table = %self.table.name, index = %index.name, "point query by index");
+        tracing::debug!(table = %self.table.name(), index = %index.name, "point query by index");
         self.table.index_lookup(index.oid, &probe).map_err(err)
     }
 }

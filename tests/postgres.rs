@@ -1271,6 +1271,103 @@ DROP SCHEMA sc_tb CASCADE;
     );
 }
 
+/// `ALTER TABLE | VIEW | SEQUENCE | TYPE | DOMAIN ... SET SCHEMA` and `ALTER SCHEMA ...
+/// RENAME TO` of a schema that holds tables, types and a sequence: what reads and
+/// references the moved objects follows them (a view in another schema, a foreign key, a
+/// serial column's default, a column of the moved enum type), a move inside a transaction
+/// block is undone by ROLLBACK, the errors; against PostgreSQL 15.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_schema_answers_as_postgres() {
+    let pg = Postgres::start();
+    let weir = TestServer::start();
+    let script = r#"
+CREATE SCHEMA ss_app;
+CREATE SCHEMA ss_arch;
+CREATE TYPE ss_mood AS ENUM ('sad', 'ok');
+CREATE DOMAIN ss_pos AS int CHECK (VALUE > 0);
+CREATE TABLE ss_p (id serial PRIMARY KEY, m ss_mood, q ss_pos);
+CREATE TABLE ss_c (id int PRIMARY KEY, pid int REFERENCES ss_p (id));
+INSERT INTO ss_p (m, q) VALUES ('ok', 5);
+INSERT INTO ss_c VALUES (10, 1);
+CREATE VIEW ss_v AS SELECT p.id, p.m, c.id AS cid FROM ss_p p JOIN ss_c c ON c.pid = p.id;
+ALTER TABLE ss_p SET SCHEMA ss_nosuch;
+ALTER TABLE ss_nosuch_t SET SCHEMA ss_app;
+ALTER TABLE IF EXISTS ss_nosuch_t SET SCHEMA ss_app;
+ALTER TABLE ss_p SET SCHEMA public;
+CREATE TABLE ss_app.ss_p (x int);
+ALTER TABLE ss_p SET SCHEMA ss_app;
+DROP TABLE ss_app.ss_p;
+ALTER TABLE ss_p SET SCHEMA ss_app;
+ALTER TYPE ss_mood SET SCHEMA ss_app;
+ALTER TYPE ss_app.ss_mood SET SCHEMA ss_app;
+ALTER DOMAIN ss_pos SET SCHEMA ss_app;
+ALTER DOMAIN ss_app.ss_pos SET SCHEMA ss_nosuch;
+\d ss_app.ss_p
+\d ss_c
+SELECT * FROM ss_v;
+INSERT INTO ss_app.ss_p (m, q) VALUES ('sad', 1);
+INSERT INTO ss_c VALUES (11, 2);
+INSERT INTO ss_c VALUES (12, 3);
+DELETE FROM ss_app.ss_p WHERE id = 1;
+SELECT * FROM ss_v ORDER BY id;
+SELECT pg_get_serial_sequence('ss_app.ss_p', 'id');
+SELECT schemaname, tablename FROM pg_tables WHERE schemaname LIKE 'ss%' ORDER BY 1, 2;
+SELECT sequence_schema, sequence_name FROM information_schema.sequences WHERE sequence_name LIKE 'ss%' ORDER BY 1, 2;
+SELECT n.nspname, t.typname FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace WHERE t.typname IN ('ss_mood', 'ss_pos') ORDER BY 2;
+ALTER VIEW ss_v SET SCHEMA ss_app;
+ALTER VIEW ss_app.ss_p SET SCHEMA public;
+ALTER SEQUENCE ss_app.ss_p SET SCHEMA public;
+ALTER TABLE ss_app.ss_v SET SCHEMA ss_arch;
+SELECT * FROM ss_arch.ss_v ORDER BY id;
+BEGIN;
+ALTER TABLE ss_app.ss_p SET SCHEMA ss_arch;
+SELECT count(*) FROM ss_arch.ss_p;
+SELECT * FROM ss_arch.ss_v ORDER BY id;
+ROLLBACK;
+SELECT count(*) FROM ss_app.ss_p;
+SELECT * FROM ss_arch.ss_v ORDER BY id;
+CREATE SEQUENCE ss_s1;
+CREATE TABLE ss_d (id int DEFAULT nextval('ss_s1'), v text);
+ALTER SEQUENCE ss_s1 RENAME TO ss_s2;
+INSERT INTO ss_d (v) VALUES ('x');
+ALTER SEQUENCE ss_s2 SET SCHEMA ss_arch;
+INSERT INTO ss_d (v) VALUES ('y');
+SELECT * FROM ss_d ORDER BY id;
+\d ss_d
+ALTER SCHEMA ss_arch RENAME TO ss_app;
+ALTER SCHEMA ss_arch RENAME TO ss_old;
+ALTER SCHEMA ss_app RENAME TO ss_new;
+\d ss_d
+\d ss_new.ss_p
+SELECT * FROM ss_old.ss_v ORDER BY id;
+INSERT INTO ss_new.ss_p (m, q) VALUES ('ok', 2);
+INSERT INTO ss_c VALUES (13, 3);
+SELECT * FROM ss_old.ss_v ORDER BY id;
+SELECT 'ok'::ss_new.ss_mood, 3::ss_new.ss_pos;
+SELECT 0::ss_new.ss_pos;
+SELECT n.nspname, t.typname FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace WHERE t.typname IN ('ss_mood', 'ss_pos') ORDER BY 2;
+SET search_path TO ss_new, public;
+SELECT m, q FROM ss_p ORDER BY id;
+RESET search_path;
+DROP TABLE ss_d;
+DROP SCHEMA ss_old CASCADE;
+DROP SCHEMA ss_new CASCADE;
+DROP TABLE ss_c;
+"#;
+    same_psql_output(
+        &pg,
+        &weir,
+        script,
+        &[
+            "relation \"ss_p\" already exists in schema \"ss_app\"",
+            "nextval('ss_new.ss_p_id_seq'::regclass)",
+            "drop cascades to constraint ss_c_pid_fkey on table ss_c",
+            "| ok  |  13",
+        ],
+        "SET SCHEMA and ALTER SCHEMA RENAME",
+    );
+}
+
 /// Domains as psql shows them (`\dD`, `\dD+`, `\d`), their errors, ALTER DOMAIN, defaults
 /// and a domain of a user schema reached through the search path, against PostgreSQL 15.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1409,6 +1506,37 @@ SELECT set_config('search_path', '', false);
 CREATE SEQUENCE sp_s;
 RESET search_path;
 DROP TABLE sp_y;
+CREATE SCHEMA sp_off;
+CREATE TABLE sp_pub (a int);
+CREATE SEQUENCE sp_pub_s;
+INSERT INTO sp_pub VALUES (1);
+CREATE TABLE sp_off.sp_own (b int);
+SET search_path TO sp_off;
+SELECT * FROM sp_pub;
+SELECT * FROM sp_own, sp_pub;
+INSERT INTO sp_pub VALUES (2);
+UPDATE sp_pub SET a = 3;
+DELETE FROM sp_pub;
+DROP TABLE sp_pub;
+DROP TABLE IF EXISTS sp_pub;
+ALTER TABLE sp_pub ADD COLUMN c int;
+CREATE INDEX ON sp_pub (a);
+SELECT nextval('sp_pub_s');
+SELECT 'sp_pub'::regclass;
+SELECT to_regclass('sp_pub');
+WITH sp_pub AS (SELECT 5 AS a) SELECT * FROM sp_pub;
+SELECT * FROM public.sp_pub;
+COPY sp_pub TO stdout;
+TRUNCATE sp_pub;
+SELECT count(*) FROM pg_class WHERE relname = 'sp_pub';
+SET search_path TO '';
+SELECT * FROM sp_pub;
+SELECT * FROM public.sp_pub;
+RESET search_path;
+SELECT * FROM sp_pub;
+DROP SCHEMA sp_off CASCADE;
+DROP TABLE sp_pub;
+DROP SEQUENCE sp_pub_s;
 "#;
     same_psql_output(
         &pg,
@@ -1417,6 +1545,8 @@ DROP TABLE sp_y;
         &[
             "{pg_catalog,sp_a,public}",
             "drop cascades to view sp_a.sp_v",
+            "relation \"sp_pub_s\" does not exist",
+            "table \"sp_pub\" does not exist, skipping",
         ],
         "search_path",
     );

@@ -378,6 +378,37 @@ impl Catalog {
         Ok(d)
     }
 
+    /// The domains of schema `from` keyed in schema `to` (`ALTER SCHEMA from RENAME TO
+    /// to`): `(key now, description after)`, put into `wb`; in place once it is committed,
+    /// by [`Catalog::install_moved_domains`]. Columns name their domain by OID: they stay.
+    pub(crate) fn domains_moved(
+        &self,
+        from: &str,
+        to: &str,
+        wb: &mut WriteBatch,
+    ) -> Result<Vec<(String, DomainDesc)>> {
+        let mut out = Vec::new();
+        for (k, d) in self.domains.by_name.read().iter() {
+            let (schema, bare) = crate::catalog::schemas::split_relation_name(k);
+            if schema == from {
+                let mut moved = d.clone();
+                moved.name = crate::sql::parser::relation_key(Some(to), bare);
+                wb.put(key(moved.oid), json(&moved)?);
+                out.push((k.clone(), moved));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Put domains moved by [`Catalog::domains_moved`] (committed) in place.
+    pub(crate) fn install_moved_domains(&self, moved: Vec<(String, DomainDesc)>) {
+        let mut domains = self.domains.by_name.write();
+        for (old, d) in moved {
+            domains.remove(&old);
+            domains.insert(d.name.clone(), d);
+        }
+    }
+
     /// The domains of a relation's columns, by column position (None: not a domain's).
     pub fn column_domains(&self, desc: &crate::catalog::RelationDesc) -> Vec<Option<DomainDesc>> {
         desc.columns

@@ -1377,6 +1377,7 @@ fn reg_cast(ctx: &SessionContext, name: &'static str, to_oid: NameToOid, to_name
         let to_oid = to_oid.clone();
         move |n: &str| -> DfResult<u32> {
             to_oid(n).or_else(|| n.parse::<u32>().ok()).ok_or_else(|| {
+                let n = crate::sql::search_path::written_text(n);
                 datafusion::error::DataFusionError::External(Box::new(
                     crate::error::WeirError::new(code, format!("{what} \"{n}\" does not exist")),
                 ))

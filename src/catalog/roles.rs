@@ -542,10 +542,7 @@ impl Catalog {
     ) -> Result<()> {
         let mut st = self.state.write();
         let Some(entry) = st.by_name.get(name).cloned() else {
-            return Err(WeirError::new(
-                sqlstate::UNDEFINED_TABLE,
-                format!("relation \"{name}\" does not exist"),
-            ));
+            return Err(WeirError::undefined_table(name));
         };
         let mut desc = entry.desc.clone();
         change(&mut desc)?;

@@ -123,8 +123,10 @@ pub fn path_resolver(
                     return Some(key);
                 }
             }
-            // public's relation off the path
-            c.name_in_use(n).then(|| n.to_owned())
+            // a relation of public when public is off the path: not found (42P01), as in
+            // Postgres
+            c.name_in_use(n)
+                .then(|| crate::sql::search_path::off_path_key(n))
         }),
         create_in,
         nowhere,
@@ -276,8 +278,17 @@ impl Catalog {
         Ok(())
     }
 
-    /// Rename a user schema that holds no relation or type (their keys would change).
-    pub fn rename_schema(&self, from: &str, to: &str) -> Result<()> {
+    /// Rename a user schema, its relations (`renamed`: their keys now and descriptions
+    /// under the new schema, with `others`, what follows them: see
+    /// `Engine::follow_renames`), its enum types and domains, in one commit. The columns of
+    /// its enum types (anywhere) carry the type's new name.
+    pub fn rename_schema(
+        &self,
+        from: &str,
+        to: &str,
+        renamed: Vec<(String, crate::catalog::RelationDesc)>,
+        others: Vec<crate::catalog::RelationDesc>,
+    ) -> Result<()> {
         let mut schemas = self.schemas.by_name.write();
         if schemas.contains_key(to)
             || crate::catalog::pg_catalog::namespace_oid_of_name(to).is_some()
@@ -293,26 +304,65 @@ impl Catalog {
                 format!("schema \"{from}\" does not exist"),
             ));
         };
-        if self
-            .entries()
-            .iter()
-            .any(|e| split_relation_name(&e.desc.name).0 == from)
-            || self
-                .user_types()
-                .iter()
-                .any(|(t, _)| split_relation_name(t).0 == from)
-        {
-            return Err(WeirError::not_supported(format!(
-                "ALTER SCHEMA {from} RENAME is supported for empty schemas only"
-            )));
-        }
         s.name = to.to_owned();
-        persist(self.store.as_ref(), &s)?;
+        let mut wb = WriteBatch::default();
+        wb.put(
+            key(s.oid),
+            serde_json::to_vec(&s).map_err(|e| WeirError::internal(e.to_string()))?,
+        );
+        let types = self.enum_types_moved(from, to, &mut wb)?;
+        let domains = self.domains_moved(from, to, &mut wb)?;
+        // columns of the schema's enum types: of relations renamed, following, or else
+        let mut renamed = renamed;
+        let mut others = others;
+        let retype = |d: &mut crate::catalog::RelationDesc| -> bool {
+            let mut changed = false;
+            for (_, t) in &types {
+                if let Some(r) = crate::catalog::user_types::retyped(d, t.oid, &t.sql_type()) {
+                    *d = r;
+                    changed = true;
+                }
+            }
+            changed
+        };
+        let mut retyped: Vec<String> = Vec::new();
+        for d in renamed.iter_mut().map(|(_, d)| d).chain(others.iter_mut()) {
+            if retype(d) {
+                retyped.push(d.name.clone());
+            }
+        }
+        for e in self.entries() {
+            let listed = renamed.iter().any(|(o, _)| *o == e.desc.name)
+                || others.iter().any(|d| d.name == e.desc.name);
+            let mut d = e.desc.clone();
+            if !listed && retype(&mut d) {
+                retyped.push(d.name.clone());
+                others.push(d);
+            }
+        }
+        self.rename_relations(renamed, others, wb)?;
+        for name in retyped {
+            if let Some(e) = self.get(&name)
+                && let Some(t) = &e.table
+            {
+                t.set_column_types(e.desc.columns.iter().map(|c| c.ty.clone()).collect());
+            }
+        }
+        self.install_moved_enum_types(types);
+        self.install_moved_domains(domains);
         schemas.remove(from);
         schemas.insert(to.to_owned(), s);
         drop(schemas);
         self.bump_version();
         Ok(())
+    }
+
+    /// The key of user type `key` moved to `schema` (`ALTER TYPE | DOMAIN ... SET SCHEMA`):
+    /// 3F000 if the schema does not exist; the key it has when it is there already.
+    pub fn type_in_schema(&self, key: &str, schema: &str) -> Result<String> {
+        let to = crate::sql::parser::relation_key(Some(schema), split_relation_name(key).1);
+        self.check_schema_of(&to)?;
+        Ok(to)
     }
 
     /// 3F000 unless a relation key's schema (if it names one) exists.

@@ -24,12 +24,18 @@ pub fn nextval_default(sequence: &str) -> String {
     )
 }
 
-/// The sequence a [`nextval_default`] names (also one written before names were quoted).
+/// The sequence a [`nextval_default`] names (also one written before names were quoted,
+/// and `nextval('s'::regclass)` as pg_dump writes it).
 pub fn sequence_of_default(text: &str) -> Option<String> {
-    let inner = text
+    let arg = text
         .trim()
-        .strip_prefix("nextval('")?
-        .strip_suffix("')")?
+        .strip_prefix("nextval(")?
+        .strip_suffix(')')?
+        .trim();
+    let arg = arg.strip_suffix("::regclass").unwrap_or(arg);
+    let inner = arg
+        .strip_prefix('\'')?
+        .strip_suffix('\'')?
         .replace("''", "'");
     // (`app.s`, `"App"."S"`: a sequence of a user schema, keyed `app.s`)
     if !inner.contains(['"', '.']) {

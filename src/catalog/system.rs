@@ -278,7 +278,7 @@ pub fn build(
             ]);
             for t in tables {
                 rows.push(vec![
-                    format!("table {}", t.name).into(),
+                    format!("table {}", t.name()).into(),
                     V::I(0),
                     t.stored_bytes().into(),
                     limit.clone(),

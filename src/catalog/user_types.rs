@@ -115,8 +115,30 @@ impl UserTypes {
     }
 }
 
+/// The types of schema `from` keyed in schema `to` (`ALTER SCHEMA from RENAME TO to`):
+/// `(key now, description after)` of each, their descriptions put into `wb`; in place once
+/// `wb` is committed, by [`Catalog::install_moved_enum_types`].
+pub(crate) fn moved_to_schema(
+    types: &BTreeMap<String, TypeDesc>,
+    from: &str,
+    to: &str,
+    wb: &mut WriteBatch,
+) -> Result<Vec<(String, TypeDesc)>> {
+    let mut out = Vec::new();
+    for (k, t) in types {
+        let (schema, bare) = crate::catalog::schemas::split_relation_name(k);
+        if schema == from {
+            let mut moved = t.clone();
+            moved.name = crate::sql::parser::relation_key(Some(to), bare);
+            wb.put(key(moved.oid), roles::json(&moved)?);
+            out.push((k.clone(), moved));
+        }
+    }
+    Ok(out)
+}
+
 /// Every column type of a relation that is this enum (by OID) replaced by `to`.
-fn retyped(desc: &RelationDesc, oid: u32, to: &SqlType) -> Option<RelationDesc> {
+pub(crate) fn retyped(desc: &RelationDesc, oid: u32, to: &SqlType) -> Option<RelationDesc> {
     let uses = |t: &SqlType| matches!(t, SqlType::Enum(e) if e.oid == oid);
     if !desc.columns.iter().any(|c| uses(&c.ty)) {
         return None;
@@ -131,6 +153,26 @@ fn retyped(desc: &RelationDesc, oid: u32, to: &SqlType) -> Option<RelationDesc> 
 }
 
 impl Catalog {
+    /// The enum types of schema `from` as they would be in schema `to` (see
+    /// [`moved_to_schema`]).
+    pub(crate) fn enum_types_moved(
+        &self,
+        from: &str,
+        to: &str,
+        wb: &mut WriteBatch,
+    ) -> Result<Vec<(String, TypeDesc)>> {
+        moved_to_schema(&self.user_types.by_name.read(), from, to, wb)
+    }
+
+    /// Put enum types moved by [`Catalog::enum_types_moved`] (committed) in place.
+    pub(crate) fn install_moved_enum_types(&self, moved: Vec<(String, TypeDesc)>) {
+        let mut types = self.user_types.by_name.write();
+        for (old, t) in moved {
+            types.remove(&old);
+            types.insert(t.name.clone(), t);
+        }
+    }
+
     pub fn enum_type(&self, name: &str) -> Option<TypeDesc> {
         self.user_types.by_name.read().get(name).cloned()
     }

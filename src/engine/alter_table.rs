@@ -1486,8 +1486,10 @@ impl Engine {
         done
     }
 
-    /// `ALTER [MATERIALIZED] VIEW | SEQUENCE name RENAME TO new`: the catalog name, and the
-    /// stored queries of the views that read it (views run and are stored by OID).
+    /// `ALTER [MATERIALIZED] VIEW | SEQUENCE name RENAME TO new` and `ALTER TABLE |
+    /// [MATERIALIZED] VIEW | SEQUENCE name SET SCHEMA s` (`to`: the key in `s`): the
+    /// catalog key, with what follows it ([`Engine::follow_renames`]). `ALTER TABLE`
+    /// moves any relation, as in Postgres; a table's move takes the sequences it owns.
     pub(crate) fn rename_relation(
         &self,
         kind: crate::sql::parser::DropKind,
@@ -1496,6 +1498,7 @@ impl Engine {
         if_exists: bool,
         notices: Option<&tokio::sync::mpsc::UnboundedSender<String>>,
     ) -> Result<Output> {
+        use crate::catalog::schemas::split_relation_name;
         use crate::sql::parser::DropKind;
         if kind == DropKind::Index {
             if if_exists && self.catalog.index_by_name(name).is_none() {
@@ -1504,45 +1507,156 @@ impl Engine {
             return self.rename_index(name, to);
         }
         let (noun, want, tag) = match kind {
+            DropKind::Table => ("table", None, "ALTER TABLE"),
             DropKind::MaterializedView => (
                 "materialized view",
-                RelationKind::MaterializedView,
+                Some(RelationKind::MaterializedView),
                 "ALTER MATERIALIZED VIEW",
             ),
-            DropKind::View => ("view", RelationKind::View, "ALTER VIEW"),
-            _ => ("sequence", RelationKind::Sequence, "ALTER SEQUENCE"),
+            DropKind::View => ("view", Some(RelationKind::View), "ALTER VIEW"),
+            _ => ("sequence", Some(RelationKind::Sequence), "ALTER SEQUENCE"),
         };
         let Some(entry) = self.catalog.get(name) else {
             return crate::engine::missing_relation(name, if_exists, notices, tag);
         };
-        if entry.desc.kind != want {
+        if want.is_some_and(|k| entry.desc.kind != k) {
             return Err(WeirError::new(
                 sqlstate::WRONG_OBJECT_TYPE,
-                format!("\"{name}\" is not a {noun}"),
+                format!(
+                    "\"{}\" is not a {noun}",
+                    crate::sql::parser::bare_relation_name(name)
+                ),
             ));
         }
-        // the views reading it follow the new name in their stored queries (they run by
-        // OID: nothing else changes); a sink made FROM it has no query to follow
-        let dependents = self.catalog.dependents(entry.desc.oid);
-        let mut queries = Vec::new();
-        for d in &dependents {
-            let Some(q) = d.desc.query.as_deref() else {
-                return Err(depended_on(
-                    &format!("rename {noun} \"{name}\""),
-                    d,
-                    &format!("{noun} \"{name}\""),
-                ));
-            };
-            queries.push((d.desc.name.clone(), renamed_relation(q, name, to)?));
+        let (from_schema, _) = split_relation_name(name);
+        let (to_schema, _) = split_relation_name(to);
+        let mut renames = vec![(name.to_owned(), to.to_owned())];
+        if from_schema != to_schema {
+            self.catalog.check_schema_of(to)?;
+            // the sequences the table owns go with it (as Postgres)
+            renames.extend(
+                entry
+                    .desc
+                    .options
+                    .iter()
+                    .filter(|(k, v)| {
+                        k == "weir.owned_sequence" && split_relation_name(v).0 == from_schema
+                    })
+                    .map(|(_, v)| {
+                        let bare = crate::sql::parser::bare_relation_name(v);
+                        (
+                            v.clone(),
+                            crate::sql::parser::relation_key(Some(to_schema), bare),
+                        )
+                    }),
+            );
         }
-        let mut desc = entry.desc.clone();
-        desc.name = to.to_owned();
-        // one commit: the relation under its new name and the views that follow it
-        let oid = entry.desc.oid;
-        self.catalog.replace_table(name, desc, None, false, |_| {
-            following(&dependents, &queries, oid, oid)
-        })?;
+        if to == name {
+            return Ok(Output::Command(tag.into()));
+        }
+        let (renamed, others) = self.follow_renames(&renames)?;
+        self.catalog
+            .rename_relations(renamed, others, Default::default())?;
         Ok(Output::Command(tag.into()))
+    }
+
+    /// The relations of `renames` (key now, key after) under their new keys, and the
+    /// descriptions of the others that follow them: the views that read one (their stored
+    /// queries name it anew; they run by OID, so nothing else changes), the foreign keys
+    /// that reference one, the column defaults that draw from a sequence and the table that
+    /// owns it. 42P07 where a new key is taken (by a relation not renamed away); 2BP01
+    /// where a sink reads one (it has no query to follow).
+    pub(crate) fn follow_renames(
+        &self,
+        renames: &[(String, String)],
+    ) -> Result<(
+        Vec<(String, crate::catalog::RelationDesc)>,
+        Vec<crate::catalog::RelationDesc>,
+    )> {
+        use crate::catalog::schemas::split_relation_name;
+        use std::collections::BTreeMap;
+        let mut changed: BTreeMap<String, crate::catalog::RelationDesc> = BTreeMap::new();
+        let current = |changed: &BTreeMap<String, crate::catalog::RelationDesc>, key: &str| {
+            changed
+                .get(key)
+                .cloned()
+                .or_else(|| self.catalog.get(key).map(|e| e.desc.clone()))
+        };
+        let entries = self.catalog.entries();
+        for (old, new) in renames {
+            let Some(entry) = self.catalog.get(old) else {
+                return Err(WeirError::undefined_table(old));
+            };
+            if new != old
+                && self.catalog.get(new).is_some()
+                && !renames.iter().any(|(o, _)| o == new)
+            {
+                let (schema, bare) = split_relation_name(new);
+                return Err(WeirError::new(
+                    sqlstate::DUPLICATE_TABLE,
+                    if split_relation_name(old).0 == schema {
+                        format!("relation \"{bare}\" already exists")
+                    } else {
+                        format!("relation \"{bare}\" already exists in schema \"{schema}\"")
+                    },
+                ));
+            }
+            let noun = match entry.desc.kind {
+                RelationKind::MaterializedView => "materialized view",
+                RelationKind::View => "view",
+                RelationKind::Sequence => "sequence",
+                _ => "table",
+            };
+            for d in self.catalog.dependents(entry.desc.oid) {
+                let mut v = current(&changed, &d.desc.name).unwrap_or_else(|| d.desc.clone());
+                let Some(q) = v.query.as_deref() else {
+                    return Err(depended_on(
+                        &format!("rename {noun} \"{old}\""),
+                        &d,
+                        &format!("{noun} \"{old}\""),
+                    ));
+                };
+                v.query = Some(renamed_relation(q, old, new)?);
+                changed.insert(v.name.clone(), v);
+            }
+            for e in &entries {
+                let fk = e.desc.foreign_keys.iter().any(|f| f.ref_table == *old);
+                let draws = e.desc.defaults.iter().any(|(_, x)| {
+                    crate::catalog::sequences::sequence_of_default(x).as_deref() == Some(old)
+                });
+                let owns = e
+                    .desc
+                    .options
+                    .iter()
+                    .any(|(k, v)| k == "weir.owned_sequence" && v == old);
+                if !(fk || draws || owns) {
+                    continue;
+                }
+                let mut v = current(&changed, &e.desc.name).unwrap_or_else(|| e.desc.clone());
+                super::foreign_keys::follow_referenced(&mut v.foreign_keys, old, new, &[]);
+                for (_, x) in v.defaults.iter_mut() {
+                    if crate::catalog::sequences::sequence_of_default(x).as_deref() == Some(old) {
+                        *x = crate::catalog::sequences::nextval_default(new);
+                    }
+                }
+                for (k, s) in v.options.iter_mut() {
+                    if k == "weir.owned_sequence" && s == old {
+                        *s = new.clone();
+                    }
+                }
+                changed.insert(v.name.clone(), v);
+            }
+        }
+        let mut renamed = Vec::with_capacity(renames.len());
+        for (old, new) in renames {
+            let mut d = changed
+                .remove(old)
+                .or_else(|| self.catalog.get(old).map(|e| e.desc.clone()))
+                .ok_or_else(|| WeirError::undefined_table(old))?;
+            d.name = new.clone();
+            renamed.push((old.clone(), d));
+        }
+        Ok((renamed, changed.into_values().collect()))
     }
 }
 

@@ -254,6 +254,16 @@ impl Engine {
                     })?;
                 }
             }
+            AlterDomainOp::SetSchema(schema) => {
+                let to = self.catalog.type_in_schema(name, schema)?;
+                if to == name {
+                    return Ok(Output::Command("ALTER DOMAIN".into()));
+                }
+                self.catalog.alter_domain(name, |d| {
+                    d.name = to;
+                    Ok(())
+                })?;
+            }
             AlterDomainOp::Rename(to) => {
                 let to = crate::sql::parser::sibling_key(&d.name, to);
                 self.catalog.alter_domain(name, |d| {

@@ -309,7 +309,8 @@ impl Engine {
                     FOREIGN_KEY_VIOLATION,
                     format!(
                         "insert or update on table \"{}\" violates foreign key constraint \"{}\"",
-                        desc.name, fk.name
+                        crate::sql::parser::bare_relation_name(&desc.name),
+                        fk.name
                     ),
                 )
                 .with_detail("MATCH FULL does not allow mixing of null and nonnull key values."));
@@ -360,14 +361,15 @@ impl Engine {
                         FOREIGN_KEY_VIOLATION,
                         format!(
                             "insert or update on table \"{}\" violates foreign key constraint \"{}\"",
-                            desc.name, fk.name
+                            crate::sql::parser::bare_relation_name(&desc.name),
+                            fk.name
                         ),
                     )
                     .with_detail(format!(
                         "Key ({})=({}) is not present in table \"{}\".",
                         fk.columns.join(", "),
                         key_text(&own, r),
-                        fk.ref_table
+                        crate::sql::parser::bare_relation_name(&fk.ref_table)
                     )));
                 }
             }
@@ -807,6 +809,9 @@ fn still_referenced(
     cols: &[ArrayRef],
     row: usize,
 ) -> WeirError {
+    // (Postgres names the tables without their schemas)
+    let parent = crate::sql::parser::bare_relation_name(parent);
+    let child = crate::sql::parser::bare_relation_name(child);
     WeirError::new(
         FOREIGN_KEY_VIOLATION,
         format!(

@@ -136,11 +136,17 @@ impl Engine {
                 others,
             })));
         }
+        // a statement that renamed a relation changed the queries of the views reading it
+        // only to follow it: its undo renames it back, and they follow again
+        let renaming = after
+            .relations
+            .iter()
+            .any(|d| earlier(d).is_some_and(|b| b.name != d.name));
         let mut new_relations: Vec<&RelationDesc> = Vec::new();
         for d in after.relations.iter().filter(|d| !covered.contains(&d.oid)) {
             match earlier(d) {
                 None => new_relations.push(d),
-                Some(b) => undo.extend(altered(b, d)),
+                Some(b) => undo.extend(altered(b, d, renaming)),
             }
         }
         // new relations: newest first (what reads a relation was made after it), a new
@@ -251,8 +257,9 @@ fn diff<'a>(a: &'a HashSet<String>, b: &'a HashSet<String>) -> Vec<&'a String> {
 }
 
 /// What undoes the changes to one relation (`b` before, `a` after), in the order to run it
-/// (the statements name it as it is after).
-fn altered(b: &RelationDesc, a: &RelationDesc) -> Vec<Undo> {
+/// (the statements name it as it is after). `renaming`: the statement renamed relations (a
+/// view's query changed by it follows them, and follows them back).
+fn altered(b: &RelationDesc, a: &RelationDesc, renaming: bool) -> Vec<Undo> {
     let mut out = Vec::new();
     let kw = keyword(a.kind);
     let rel = quote_ident(&a.name);
@@ -261,7 +268,7 @@ fn altered(b: &RelationDesc, a: &RelationDesc) -> Vec<Undo> {
         // a plain view replaced: its old query back (by CREATE OR REPLACE when the old
         // query has the view's columns first; else dropped and made again); a materialized
         // view's old query is not
-        if b.query != a.query {
+        if b.query != a.query && !renaming {
             // (CREATE OR REPLACE keeps the columns there are: the old query must have them
             // first)
             let prefix = a.columns.len() <= b.columns.len()
@@ -281,12 +288,7 @@ fn altered(b: &RelationDesc, a: &RelationDesc) -> Vec<Undo> {
                 _ => out.push(Undo::Irreversible(format!("CREATE OR REPLACE {kw} {rel}"))),
             }
         }
-        if b.name != a.name {
-            out.push(Undo::Schema(format!(
-                "ALTER {kw} {rel} RENAME TO {}",
-                quote_ident(&b.name)
-            )));
-        }
+        out.extend(renamed_back(b, a));
         return out;
     }
     // constraints and indexes added
@@ -436,7 +438,8 @@ fn altered(b: &RelationDesc, a: &RelationDesc) -> Vec<Undo> {
             out.push(alter(format!("ALTER COLUMN {col} {to} NOT NULL")));
         }
         let (old_default, new_default) = (b.column_default(&was.name), a.column_default(&c.name));
-        if old_default != new_default && b.identity(&was.name).is_none() {
+        // (a rename's: the default follows the sequence it draws from, and follows back)
+        if old_default != new_default && !renaming && b.identity(&was.name).is_none() {
             out.push(alter(match old_default {
                 Some(d) => format!("ALTER COLUMN {col} SET DEFAULT {d}"),
                 None => format!("ALTER COLUMN {col} DROP DEFAULT"),
@@ -452,11 +455,31 @@ fn altered(b: &RelationDesc, a: &RelationDesc) -> Vec<Undo> {
     // the column's name back after the statements above that name it
     out.extend(rename_column);
     // the relation's name back last (the statements above name it by its new name)
-    if b.name != a.name {
-        out.push(Undo::Schema(format!(
-            "ALTER {kw} {rel} RENAME TO {}",
-            quote_ident(&b.name)
-        )));
-    }
+    out.extend(renamed_back(b, a));
     out
+}
+
+/// What gives a relation renamed or moved to another schema (`b` before, `a` after) its
+/// name back: `RENAME TO` its old bare name, or `SET SCHEMA` its old schema (IF EXISTS: a
+/// table's move back takes the sequences it owns along, whose own undo then finds nothing).
+fn renamed_back(b: &RelationDesc, a: &RelationDesc) -> Option<Undo> {
+    use crate::catalog::schemas::split_relation_name;
+    let kw = keyword(a.kind);
+    let rel = quote_ident(&a.name);
+    let (schema_b, bare_b) = split_relation_name(&b.name);
+    let (schema_a, bare_a) = split_relation_name(&a.name);
+    if schema_b != schema_a {
+        // (ALTER TABLE moves a relation of any kind)
+        Some(Undo::Schema(format!(
+            "ALTER TABLE IF EXISTS {rel} SET SCHEMA {}",
+            quote_ident(schema_b)
+        )))
+    } else if bare_b != bare_a {
+        Some(Undo::Schema(format!(
+            "ALTER {kw} {rel} RENAME TO {}",
+            quote_ident(bare_b)
+        )))
+    } else {
+        None
+    }
 }

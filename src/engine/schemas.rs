@@ -10,7 +10,7 @@ use crate::catalog::schemas::{quote_relation, split_relation_name};
 use crate::engine::{Engine, Output};
 use crate::error::{Result, WeirError, sqlstate};
 use crate::server::session::Session;
-use crate::sql::parser::DropKind;
+use crate::sql::parser::{DropKind, relation_key};
 
 type Notices = tokio::sync::mpsc::UnboundedSender<String>;
 
@@ -105,8 +105,8 @@ impl Engine {
         Ok(s)
     }
 
-    /// `ALTER SCHEMA name RENAME TO new` (a schema that holds no relation yet) or `OWNER
-    /// TO role`.
+    /// `ALTER SCHEMA name RENAME TO new` (its relations and types with it) or `OWNER TO
+    /// role`.
     pub(crate) fn alter_schema(
         &self,
         session: &Session,
@@ -117,7 +117,19 @@ impl Engine {
         match to {
             Ok(new) => {
                 check_new_name(new)?;
-                self.catalog.rename_schema(name, new)?;
+                // its relations are keyed anew, and what reads them follows
+                let renames: Vec<(String, String)> = self
+                    .catalog
+                    .entries()
+                    .iter()
+                    .filter(|e| split_relation_name(&e.desc.name).0 == name)
+                    .map(|e| {
+                        let bare = split_relation_name(&e.desc.name).1;
+                        (e.desc.name.clone(), relation_key(Some(new), bare))
+                    })
+                    .collect();
+                let (renamed, others) = self.follow_renames(&renames)?;
+                self.catalog.rename_schema(name, new, renamed, others)?;
             }
             Err(owner) => {
                 let owner = self
@@ -237,6 +249,28 @@ impl Engine {
                     }),
             )
             .collect();
+        // the foreign keys of tables elsewhere that reference its tables (dropped with them,
+        // listed by their tables' age)
+        if cascade {
+            for e in self.catalog.entries() {
+                if in_schemas(&e.desc.name) {
+                    continue;
+                }
+                for fk in &e.desc.foreign_keys {
+                    if in_schemas(&fk.ref_table) {
+                        listed.push((
+                            e.desc.oid,
+                            e.desc.name.clone(),
+                            format!(
+                                "constraint {} on table {}",
+                                fk.name,
+                                quote_relation(&e.desc.name)
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
         listed.sort_by_key(|(oid, _, _)| *oid);
         if let Some((_, first, _)) = listed.first()
             && !cascade

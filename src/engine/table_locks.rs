@@ -96,7 +96,7 @@ async fn acquire(session: &Session, table: &TableStore, nowait: bool) -> Result<
     if nowait {
         return Err(WeirError::new(
             sqlstate::LOCK_NOT_AVAILABLE,
-            format!("could not obtain lock on relation \"{}\"", table.name),
+            format!("could not obtain lock on relation \"{}\"", table.name()),
         ));
     }
     {
@@ -115,7 +115,7 @@ async fn acquire(session: &Session, table: &TableStore, nowait: bool) -> Result<
                 )
                 .with_detail(format!(
                     "Waiting to write table \"{}\" would wait for this transaction's own lock, through the sessions that wait for each other.",
-                    table.name
+                    table.name()
                 ))
                 .with_hint("See server log for query details."));
             }
@@ -141,7 +141,7 @@ async fn acquire(session: &Session, table: &TableStore, nowait: bool) -> Result<
                 sqlstate::LOCK_NOT_AVAILABLE,
                 format!(
                     "canceling statement due to lock timeout (waiting to write table \"{}\")",
-                    table.name
+                    table.name()
                 ),
             )),
         },

@@ -55,29 +55,37 @@ impl Engine {
         notices: Notices<'_>,
     ) -> Result<Output> {
         let t = self.owned_type(session, name)?;
+        if let AlterTypeOp::SetSchema(schema) = op
+            && self.catalog.type_in_schema(name, schema)? == name
+        {
+            // (in that schema already: nothing to do, as in Postgres)
+            return Ok(Output::Command("ALTER TYPE".into()));
+        }
         // the materialized views whose plans hold the type: over a relation with a column of
         // it (directly or through other views)
-        let views: Vec<std::sync::Arc<crate::catalog::Entry>> =
-            if matches!(op, AlterTypeOp::AddValue { .. } | AlterTypeOp::Rename(_)) {
-                let mut views = Vec::new();
-                for (relation, _) in self.catalog.enum_type_users(t.oid) {
-                    if let Some(e) = self.catalog.get(&relation) {
-                        for v in self.views_over(e.desc.oid) {
-                            if !views
-                                .iter()
-                                .any(|x: &std::sync::Arc<crate::catalog::Entry>| {
-                                    x.desc.oid == v.desc.oid
-                                })
-                            {
-                                views.push(v);
-                            }
+        let views: Vec<std::sync::Arc<crate::catalog::Entry>> = if matches!(
+            op,
+            AlterTypeOp::AddValue { .. } | AlterTypeOp::Rename(_) | AlterTypeOp::SetSchema(_)
+        ) {
+            let mut views = Vec::new();
+            for (relation, _) in self.catalog.enum_type_users(t.oid) {
+                if let Some(e) = self.catalog.get(&relation) {
+                    for v in self.views_over(e.desc.oid) {
+                        if !views
+                            .iter()
+                            .any(|x: &std::sync::Arc<crate::catalog::Entry>| {
+                                x.desc.oid == v.desc.oid
+                            })
+                        {
+                            views.push(v);
                         }
                     }
                 }
-                views
-            } else {
-                Vec::new()
-            };
+            }
+            views
+        } else {
+            Vec::new()
+        };
         self.stop_views(&views).await?;
         let changed = self.change_type(&t, name, op, notices);
         let oids: Vec<u32> = views.iter().map(|v| v.desc.oid).collect();
@@ -135,8 +143,17 @@ impl Engine {
                 })?;
             }
             AlterTypeOp::Rename(to) => {
+                // (it stays in its schema)
+                let to = crate::sql::parser::sibling_key(name, to);
                 self.catalog.alter_enum_type(name, |t| {
-                    t.name = to.clone();
+                    t.name = to;
+                    Ok(())
+                })?;
+            }
+            AlterTypeOp::SetSchema(schema) => {
+                let to = self.catalog.type_in_schema(name, schema)?;
+                self.catalog.alter_enum_type(name, |t| {
+                    t.name = to;
                     Ok(())
                 })?;
             }

@@ -1135,12 +1135,14 @@ impl Engine {
         for name in names {
             match self.catalog.get(name) {
                 None if if_exists => {
+                    let name = crate::sql::search_path::written(name);
                     if let Some(n) = notices {
                         let _ = n.send(format!("{noun} \"{name}\" does not exist, skipping"));
                     }
                     continue;
                 }
                 None => {
+                    let name = crate::sql::search_path::written(name);
                     return Err(WeirError::new(
                         sqlstate::UNDEFINED_TABLE,
                         format!("{noun} \"{name}\" does not exist"),

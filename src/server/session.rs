@@ -366,7 +366,7 @@ impl Drop for Session {
                 let t = table.clone();
                 let result = tokio::task::spawn_blocking(move || t.revert(&hold)).await;
                 if let Ok(Err(e)) = result {
-                    tracing::warn!(table = %table.name, error = %e, "rollback on disconnect failed");
+                    tracing::warn!(table = %table.name(), error = %e, "rollback on disconnect failed");
                 }
             }
         });

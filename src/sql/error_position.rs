@@ -182,6 +182,15 @@ fn locate(e: &WeirError, text: &str) -> Option<(usize, Option<(&'static str, Str
     {
         return None;
     }
+    // nor of COPY of a table (COPY (query) TO places an error of its query)
+    if first_word == "copy"
+        && !text
+            .trim_start()
+            .get(4..)
+            .is_some_and(|rest| rest.trim_start().starts_with('('))
+    {
+        return None;
+    }
     let target = target(
         e,
         matches!(first_word.as_str(), "insert" | "update" | "with"),

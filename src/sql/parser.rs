@@ -157,7 +157,8 @@ pub enum Statement {
     Comment(CommentOn),
     /// `MERGE INTO target USING source ON cond WHEN [NOT] MATCHED [AND c] THEN ...`.
     Merge(Box<ast::Merge>),
-    /// `ALTER [MATERIALIZED] VIEW | SEQUENCE name RENAME TO new`.
+    /// `ALTER [MATERIALIZED] VIEW | SEQUENCE | INDEX name RENAME TO new`, and `ALTER TABLE
+    /// | [MATERIALIZED] VIEW | SEQUENCE name SET SCHEMA s` (`to`: its key in `s`).
     RenameRelation {
         kind: DropKind,
         name: String,
@@ -287,6 +288,8 @@ pub enum AlterDomainOp {
     Rename(String),
     /// `OWNER TO role`.
     Owner(String),
+    /// `SET SCHEMA s`.
+    SetSchema(String),
 }
 
 /// What an `ALTER TYPE` of an enum type does.
@@ -304,6 +307,8 @@ pub enum AlterTypeOp {
     Rename(String),
     /// `OWNER TO role`.
     Owner(String),
+    /// `SET SCHEMA s`.
+    SetSchema(String),
 }
 
 /// `ON COMMIT` of a temporary table: what the end of each transaction (a block, or a
@@ -529,6 +534,9 @@ fn parse_alter_rename(p: &mut Parser) -> Result<Option<Statement>> {
         DropKind::Sequence
     } else if p.parse_keyword(Keyword::INDEX) {
         DropKind::Index
+    } else if p.parse_keyword(Keyword::TABLE) {
+        // (only SET SCHEMA: sqlparser reads the rest of ALTER TABLE)
+        DropKind::Table
     } else {
         return Ok(None);
     };
@@ -540,7 +548,18 @@ fn parse_alter_rename(p: &mut Parser) -> Result<Option<Statement>> {
             return Ok(None);
         }
     };
-    if !p.parse_keyword(Keyword::RENAME) {
+    // `SET SCHEMA s`: the relation's key in schema s (`ALTER INDEX ... SET SCHEMA` is not
+    // one: an index is in its table's schema)
+    if kind != DropKind::Index && p.parse_keywords(&[Keyword::SET, Keyword::SCHEMA]) {
+        let schema = normalize_ident(&p.parse_identifier()?);
+        return Ok(Some(Statement::RenameRelation {
+            kind,
+            to: relation_key(Some(&schema), bare_relation_name(&name)),
+            name,
+            if_exists,
+        }));
+    }
+    if kind == DropKind::Table || !p.parse_keyword(Keyword::RENAME) {
         rewind(p, start);
         return Ok(None);
     }
@@ -3647,6 +3666,10 @@ fn qualify_names(stmt: &mut Statement) {
 
 /// A catalog key as an SQL name, its parts quoted (`"app"."users"`, `"users"`).
 pub fn relation_object_name(key: &str) -> ast::ObjectName {
+    // (a relation of public named off the search path: one name no relation has)
+    if crate::sql::search_path::written(key) != key {
+        return ast::ObjectName::from(vec![ast::Ident::with_quote('"', key)]);
+    }
     let parts: Vec<ast::Ident> = match key.split_once('.') {
         Some((s, n)) => vec![
             ast::Ident::with_quote('"', s),
@@ -4710,7 +4733,9 @@ fn parse_create_domain(p: &mut Parser) -> Result<CreateDomain> {
 fn parse_alter_domain(p: &mut Parser) -> Result<Statement> {
     let name = crate::catalog::user_types::user_type_name(&p.parse_object_name(false)?);
     let ident = |p: &mut Parser| -> Result<String> { Ok(normalize_ident(&p.parse_identifier()?)) };
-    let op = if p.parse_keywords(&[Keyword::SET, Keyword::DEFAULT]) {
+    let op = if p.parse_keywords(&[Keyword::SET, Keyword::SCHEMA]) {
+        AlterDomainOp::SetSchema(ident(p)?)
+    } else if p.parse_keywords(&[Keyword::SET, Keyword::DEFAULT]) {
         AlterDomainOp::Default(Some(p.parse_expr()?.to_string()))
     } else if p.parse_keywords(&[Keyword::DROP, Keyword::DEFAULT]) {
         AlterDomainOp::Default(None)
@@ -4757,7 +4782,7 @@ fn parse_alter_domain(p: &mut Parser) -> Result<Statement> {
         AlterDomainOp::Owner(ident(p)?)
     } else {
         return Err(WeirError::not_supported(
-            "ALTER DOMAIN supports SET/DROP DEFAULT, SET/DROP NOT NULL, ADD/DROP/RENAME/VALIDATE CONSTRAINT, RENAME TO and OWNER TO",
+            "ALTER DOMAIN supports SET/DROP DEFAULT, SET/DROP NOT NULL, ADD/DROP/RENAME/VALIDATE CONSTRAINT, RENAME TO, OWNER TO and SET SCHEMA",
         ));
     };
     Ok(Statement::AlterDomain { name, op })
@@ -4799,9 +4824,11 @@ fn parse_alter_type(p: &mut Parser) -> Result<Statement> {
     } else if p.parse_keyword(Keyword::OWNER) {
         p.expect_keyword_is(Keyword::TO)?;
         AlterTypeOp::Owner(normalize_ident(&p.parse_identifier()?))
+    } else if p.parse_keywords(&[Keyword::SET, Keyword::SCHEMA]) {
+        AlterTypeOp::SetSchema(normalize_ident(&p.parse_identifier()?))
     } else {
         return Err(WeirError::not_supported(
-            "ALTER TYPE supports ADD VALUE, RENAME VALUE, RENAME TO and OWNER TO",
+            "ALTER TYPE supports ADD VALUE, RENAME VALUE, RENAME TO, OWNER TO and SET SCHEMA",
         ));
     };
     Ok(Statement::AlterType { name, op })

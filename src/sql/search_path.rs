@@ -2,7 +2,9 @@
 //! when parsing it. A relation of a user schema is keyed `app.t` (`catalog/schemas.rs`);
 //! with `SET search_path TO app, public` an unqualified `t` is `app.t` if that exists, else
 //! `t` of public if that exists, else (a name for a relation to create) the first schema of
-//! the path: `app.t`.
+//! the path: `app.t`. With public off the path (`SET search_path TO app`), a relation of
+//! public is not found by its bare name, as in Postgres: the name resolves to
+//! [`off_path_key`], a key no relation has (42P01 `relation "t" does not exist`).
 //!
 //! The server parses a statement inside [`with_path`] (set only when the path holds a user
 //! schema, so the default path costs nothing); [`crate::sql::parser::relation_name`] asks
@@ -34,6 +36,30 @@ pub struct PathResolver {
     pub create_in: Option<String>,
     /// No schema of the path exists: an unqualified name creates nothing (3F000).
     pub nowhere: bool,
+}
+
+/// What [`off_path_key`] puts before a name.
+const OFF_PATH: &str = "public.";
+
+/// The key an unqualified name of a relation of `public` resolves to when `public` is not on
+/// the search path: `public.t`, which no relation has (public's are keyed bare), so the
+/// name finds nothing and the statement fails as in Postgres.
+pub fn off_path_key(name: &str) -> String {
+    format!("{OFF_PATH}{name}")
+}
+
+/// A relation's key as a message names it: an [`off_path_key`] as it was written.
+pub fn written(key: &str) -> &str {
+    key.strip_prefix(OFF_PATH).unwrap_or(key)
+}
+
+/// A relation's name in a string (`nextval('s')`, `'t'::regclass`) as a message shows it:
+/// an [`off_path_key`] there (quoted as one name) as it was written.
+pub fn written_text(text: &str) -> &str {
+    text.strip_prefix('"')
+        .and_then(|t| t.strip_suffix('"'))
+        .and_then(|t| t.strip_prefix(OFF_PATH))
+        .unwrap_or(text)
 }
 
 thread_local! {
@@ -123,10 +149,15 @@ pub fn qualify<V: ast::VisitMut>(node: &mut V) {
                 && let ast::Expr::Identifier(ident) = e
                 && let Some(key) = (self.0)(&normalize_ident(ident))
             {
-                let parts = relation_object_name(&key).0;
-                *e = ast::Expr::CompoundIdentifier(
-                    parts.iter().filter_map(|p| p.as_ident().cloned()).collect(),
-                );
+                let mut parts: Vec<ast::Ident> = relation_object_name(&key)
+                    .0
+                    .iter()
+                    .filter_map(|p| p.as_ident().cloned())
+                    .collect();
+                *e = match parts.len() {
+                    1 => ast::Expr::Identifier(parts.remove(0)),
+                    _ => ast::Expr::CompoundIdentifier(parts),
+                };
             }
             std::ops::ControlFlow::Continue(())
         }
@@ -140,7 +171,11 @@ pub fn qualify<V: ast::VisitMut>(node: &mut V) {
             && let [n] = crate::catalog::pg_catalog::name_parts(text).as_slice()
             && let Some(key) = reach(n)
         {
-            *text = crate::catalog::schemas::quote_relation(&key);
+            *text = match key.strip_prefix(OFF_PATH) {
+                // (one quoted name: found nowhere)
+                Some(_) => crate::sql::pg_text::quote_ident(&key),
+                None => crate::catalog::schemas::quote_relation(&key),
+            };
         }
     };
     let _ = ast::visit_expressions_mut(node, |e| {

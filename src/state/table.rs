@@ -244,7 +244,9 @@ struct Inner {
 
 pub struct TableStore {
     pub oid: u32,
-    pub name: String,
+    /// Its relation's catalog key (`ALTER ... RENAME` / `SET SCHEMA` change it: see
+    /// [`TableStore::set_name`]).
+    name: parking_lot::RwLock<Arc<str>>,
     /// The primary key's name (ALTER INDEX ... RENAME changes it).
     pkey_name: parking_lot::RwLock<String>,
     /// The columns' fields; their metadata carries declared types (an enum's labels,
@@ -395,7 +397,7 @@ impl TableStore {
         rows_prefix.push(b'R');
         let table = TableStore {
             oid,
-            name: name.to_owned(),
+            name: parking_lot::RwLock::new(Arc::from(name)),
             pkey_name: parking_lot::RwLock::new(pkey_name),
             schema: parking_lot::RwLock::new(schema),
             kind,
@@ -462,7 +464,7 @@ impl TableStore {
         if self.kind == TableKind::AppendOnly && spec.unique {
             return Err(WeirError::not_supported(format!(
                 "UNIQUE indexes on APPEND ONLY table \"{}\" are not supported",
-                self.name
+                self.name()
             ))
             .with_hint(
                 "An APPEND ONLY table takes every row; use a table with a PRIMARY KEY to refuse duplicates.",
@@ -471,7 +473,7 @@ impl TableStore {
         if self.kind == TableKind::AppendOnly && self.inner.lock().meta.base > 0 {
             return Err(WeirError::not_supported(format!(
                 "indexes on APPEND ONLY table \"{}\", written by an older Weir, are not supported",
-                self.name
+                self.name()
             ))
             .with_hint("Copy its rows into a new APPEND ONLY table and index that one."));
         }
@@ -483,7 +485,7 @@ impl TableStore {
         self.store.commit(wb, Durability::Sync)?;
         if let Err(e) = self.build_index(&ix, inner.meta.seq) {
             if let Err(p) = self.purge_index(ix.spec.oid) {
-                warn!(table = %self.name, error = %p, "could not purge a failed index build");
+                warn!(table = %self.name(), error = %p, "could not purge a failed index build");
             }
             return Err(e);
         }
@@ -747,7 +749,7 @@ impl TableStore {
             let mut wb = WriteBatch::default();
             wb.delete(k);
             self.store.commit(wb, Durability::Sync)?;
-            info!(table = %self.name, "dropped the staged rows of a COPY that did not end");
+            info!(table = %self.name(), "dropped the staged rows of a COPY that did not end");
         }
         let Some(v) = self.store.get(&table_key(self.oid, b'P'))? else {
             return Ok(());
@@ -761,7 +763,7 @@ impl TableStore {
             self.revert(&hold)?;
         }
         info!(
-            table = %self.name,
+            table = %self.name(),
             changes = last + 1 - first,
             "undid the applied chunks of a COPY that did not end"
         );
@@ -919,7 +921,7 @@ impl TableStore {
         let bytes = self.store.get(&log_key(self.oid, seq))?.ok_or_else(|| {
             WeirError::internal(format!(
                 "change {seq} of \"{}\" is no longer in its log",
-                self.name
+                self.name()
             ))
         })?;
         self.entry_changelogs(&bytes, &|k| self.store.get(k))
@@ -934,7 +936,7 @@ impl TableStore {
                 staged = get(key)?.ok_or_else(|| {
                     WeirError::internal(format!(
                         "a staged chunk of \"{}\" is missing from the store",
-                        self.name
+                        self.name()
                     ))
                 })?;
                 &staged[..]
@@ -1019,12 +1021,22 @@ impl TableStore {
         }
         wb.put(meta_key(self.oid), meta.encode());
         self.store.commit(wb, Durability::Sync)?;
-        info!(table = %self.name, rows = meta.rows, "table converted to the store layout");
+        info!(table = %self.name(), rows = meta.rows, "table converted to the store layout");
         Ok(meta)
     }
 
     pub fn schema(&self) -> SchemaRef {
         self.schema.read().clone()
+    }
+
+    /// Its relation's catalog key.
+    pub fn name(&self) -> Arc<str> {
+        self.name.read().clone()
+    }
+
+    /// Its relation renamed (same OID, same rows): what statements look it up by.
+    pub fn set_name(&self, name: &str) {
+        *self.name.write() = Arc::from(name);
     }
 
     /// New declared types of the same Arrow types (an enum type gained a label): values are
@@ -1134,6 +1146,7 @@ impl TableStore {
         self.activity.scanned(inner.meta.rows);
         Ok(TableScan {
             table: self.clone(),
+            name: self.name(),
             view,
             rows: inner.meta.rows,
             seq: inner.meta.seq,
@@ -1345,7 +1358,7 @@ impl TableStore {
             // the change is committed: a failed trim only leaves the log longer
             match self.trim_log() {
                 Ok(()) => inner.log_entries = 0,
-                Err(e) => warn!(table = %self.name, error = %e, "could not trim the table's log"),
+                Err(e) => warn!(table = %self.name(), error = %e, "could not trim the table's log"),
             }
         }
         Ok(Applied {
@@ -1447,7 +1460,7 @@ impl TableStore {
                     if count < 0 {
                         return Err(WeirError::internal(format!(
                             "a change to \"{}\" removes a row more often than it is there",
-                            self.name
+                            self.name()
                         )));
                     }
                     let size = (row.len() + 8) as i64;
@@ -1573,7 +1586,7 @@ impl TableStore {
                 if self.kind == TableKind::AppendOnly {
                     return Err(WeirError::not_supported(format!(
                         "cannot roll back rows inserted into APPEND ONLY table \"{}\"",
-                        self.name
+                        self.name()
                     )));
                 }
                 // negate, retractions first (the original inserts), then the re-inserts
@@ -1586,13 +1599,13 @@ impl TableStore {
                     let old_keys = kc.convert_columns(&self.key_columns(&retract))?;
                     for k in old_keys.iter() {
                         if self.stored(k.data())?.is_none() {
-                            return Err(concurrent_change(&self.name));
+                            return Err(concurrent_change(&self.name()));
                         }
                     }
                     let freed: HashSet<&[u8]> = old_keys.iter().map(|r| r.data()).collect();
                     let new_keys = kc.convert_columns(&self.key_columns(&insert))?;
                     self.check_unique(&new_keys, &freed, &insert)
-                        .map_err(|_| concurrent_change(&self.name))?;
+                        .map_err(|_| concurrent_change(&self.name()))?;
                 }
                 let n = cl.len();
                 let changelog = Changelog::concat(
@@ -1740,7 +1753,7 @@ impl TableStore {
 
     fn refuse_append_only(&self, what: &str) -> Result<()> {
         if self.kind == TableKind::AppendOnly {
-            return Err(append_only_error(&self.name, what));
+            return Err(append_only_error(&self.name(), what));
         }
         Ok(())
     }
@@ -1752,7 +1765,7 @@ impl TableStore {
             if b.num_columns() != self.schema().fields().len() {
                 return Err(WeirError::internal(format!(
                     "change for \"{}\" has {} columns, table has {}",
-                    self.name,
+                    self.name(),
                     b.num_columns(),
                     self.schema().fields().len()
                 )));
@@ -1762,7 +1775,7 @@ impl TableStore {
                     return Err(WeirError::internal(format!(
                         "column \"{}\" of \"{}\": got {}, want {}",
                         f.name(),
-                        self.name,
+                        self.name(),
                         b.column(i).data_type(),
                         f.data_type()
                     )));
@@ -1772,7 +1785,7 @@ impl TableStore {
         }
         // check NOT NULL before building the schema-typed batch (which would refuse it)
         for cols in &cols_of_all {
-            check_not_null(&self.name, &self.schema(), cols)?;
+            check_not_null(&self.name(), &self.schema(), cols)?;
         }
         let typed: Vec<RecordBatch> = cols_of_all
             .into_iter()
@@ -1959,6 +1972,8 @@ fn read_count(bytes: &[u8]) -> Result<i64> {
 /// taken, so a scan holds one batch in memory, not the table.
 pub struct TableScan {
     table: Arc<TableStore>,
+    /// The table's name when the scan began.
+    name: Arc<str>,
     view: Arc<dyn ReadView>,
     /// Rows the scan will yield.
     pub rows: u64,
@@ -2006,7 +2021,7 @@ impl TableScan {
 
 impl BatchSource for TableScan {
     fn name(&self) -> &str {
-        &self.table.name
+        &self.name
     }
 
     fn rows(&self) -> u64 {

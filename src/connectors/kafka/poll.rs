@@ -265,7 +265,7 @@ pub fn run_table(
             return;
         }
     };
-    let name = table.name.clone();
+    let name = table.name().to_string();
     let mut instance = Instance::new(
         Target::Table {
             table,

@@ -342,7 +342,9 @@ impl Instance {
                     },
                     extra,
                 )
-                .map_err(|e| format!("cannot apply to table \"{}\": {}", table.name, e.message))?;
+                .map_err(|e| {
+                    format!("cannot apply to table \"{}\": {}", table.name(), e.message)
+                })?;
         }
         for m in &pending.meta {
             if let Some(p) = self.partitions.get_mut(&m.partition) {
