@@ -579,7 +579,7 @@ pub fn format_type(type_oid: u32, typmod: i32) -> Option<String> {
             T::Bpchar(None) if typmod >= 4 => T::Bpchar(Some((typmod - 4) as u32)),
             T::Numeric(None) if typmod >= 4 => {
                 let m = typmod - 4;
-                T::Numeric(Some(((m >> 16) as u8, (m & 0xffff) as i8)))
+                T::Numeric(Some(((m >> 16) as u16, (m & 0xffff) as i8)))
             }
             T::Time(None) if (0..=6).contains(&typmod) => T::Time(Some(typmod as u8)),
             T::Timestamp(None) if (0..=6).contains(&typmod) => T::Timestamp(Some(typmod as u8)),

@@ -16,8 +16,9 @@
 //! cannot be dropped (2BP01; "reads" is what the view's planned query refers to, as
 //! Postgres records it, bounded by the names its text uses); added columns are not seen
 //! by the views (a view that selected `*` or uses an added column's name reads the table
-//! through a derived table of its columns before the statement); a renamed table is
-//! followed by the views' stored queries. The materialized views over the table stop while
+//! through a derived table of its columns before the statement). `RENAME TO` and `SET
+//! SCHEMA` change only the catalog key ([`Engine::rename_relation`]): the views' stored
+//! queries follow the new name and keep running. The materialized views over the table stop while
 //! it changes and are rebuilt from their inputs after, as at CREATE (subscriptions to them
 //! end). A column a view reads keeps its type (0A000, as Postgres); renamed, the view reads
 //! the table through a derived table giving the column its old name (views are stored as
@@ -511,6 +512,32 @@ impl Engine {
         notices: Option<&tokio::sync::mpsc::UnboundedSender<String>>,
     ) -> Result<Output> {
         let name = relation_name(&alter.name)?;
+        // `RENAME TO new` (alone, as Postgres' grammar has it): the one rename path
+        if let [ast::AlterTableOperation::RenameTable { table_name }] = alter.operations.as_slice()
+        {
+            let (ast::RenameTableNameKind::To(n) | ast::RenameTableNameKind::As(n)) = table_name;
+            // (the relation stays in its schema)
+            let to = crate::sql::parser::sibling_key(
+                &name,
+                &crate::sql::parser::unresolved_relation_name(n)?,
+            );
+            return self.rename_relation(
+                crate::sql::parser::DropKind::Table,
+                &name,
+                &to,
+                alter.if_exists,
+                notices,
+            );
+        }
+        if alter
+            .operations
+            .iter()
+            .any(|op| matches!(op, ast::AlterTableOperation::RenameTable { .. }))
+        {
+            return Err(WeirError::syntax(
+                "RENAME TO cannot be combined with other ALTER TABLE actions",
+            ));
+        }
         let Some(entry) = self.catalog.get(&name) else {
             return crate::engine::missing_relation(&name, alter.if_exists, notices, "ALTER TABLE");
         };
@@ -944,30 +971,6 @@ impl Engine {
                         return Err(WeirError::not_supported(
                             "cannot rename the column a WATERMARK is declared on",
                         ));
-                    }
-                }
-                ast::AlterTableOperation::RenameTable { table_name } => {
-                    let n = match table_name {
-                        ast::RenameTableNameKind::To(n) | ast::RenameTableNameKind::As(n) => n,
-                    };
-                    // as in Postgres, the primary key keeps its name
-                    if !desc.primary_key.is_empty() {
-                        let pk = desc.pkey_name();
-                        desc.options.retain(|(k, _)| k != "weir.pkey_name");
-                        desc.options.push(("weir.pkey_name".into(), pk));
-                    }
-                    // (the relation stays in its schema)
-                    desc.name = crate::sql::parser::sibling_key(
-                        &desc.name,
-                        &crate::sql::parser::unresolved_relation_name(n)?,
-                    );
-                    if desc.pkey_name()
-                        == format!(
-                            "{}_pkey",
-                            crate::sql::parser::bare_relation_name(&desc.name)
-                        )
-                    {
-                        desc.options.retain(|(k, _)| k != "weir.pkey_name");
                     }
                 }
                 ast::AlterTableOperation::AddConstraint {
@@ -1607,6 +1610,23 @@ impl Engine {
                 RelationKind::Sequence => "sequence",
                 _ => "table",
             };
+            // a sink over it, directly or through views: the views' stored queries change,
+            // so their checkpoints no longer match and they are computed again at the next
+            // start, and a sink would write its output again
+            if let Some(sink) = self
+                .views_over(entry.desc.oid)
+                .into_iter()
+                .find(|d| d.desc.kind == RelationKind::Sink)
+            {
+                return Err(depended_on(
+                    &format!("rename {noun} \"{old}\""),
+                    &sink,
+                    &format!("{noun} \"{old}\""),
+                )
+                .with_hint(
+                    "A sink over it would write its output again: drop the sink first, and create it again after.",
+                ));
+            }
             for d in self.catalog.dependents(entry.desc.oid) {
                 let mut v = current(&changed, &d.desc.name).unwrap_or_else(|| d.desc.clone());
                 let Some(q) = v.query.as_deref() else {
@@ -1653,7 +1673,13 @@ impl Engine {
                 .remove(old)
                 .or_else(|| self.catalog.get(old).map(|e| e.desc.clone()))
                 .ok_or_else(|| WeirError::undefined_table(old))?;
+            // as in Postgres, the primary key keeps its name (`t_pkey` of a table renamed)
+            let pkey = d.pkey_name();
             d.name = new.clone();
+            d.options.retain(|(k, _)| k != "weir.pkey_name");
+            if !d.primary_key.is_empty() && d.pkey_name() != pkey {
+                d.options.push(("weir.pkey_name".into(), pkey));
+            }
             renamed.push((old.clone(), d));
         }
         Ok((renamed, changed.into_values().collect()))
@@ -1735,7 +1761,8 @@ struct ColumnChanges {
 /// `changes`, for those that change: a view reading a dropped column refuses the statement
 /// (2BP01, as Postgres), one reading a retyped column too (0A000, as Postgres); a view that
 /// selected `*` keeps its columns when columns are added; a renamed column is read under
-/// its old name through a derived table; a renamed table is followed. Which columns a view
+/// its old name through a derived table (a renamed table is followed by
+/// [`Engine::follow_renames`], not here). Which columns a view
 /// reads is what both its plan (`read`: [`Engine::columns_read`], if it planned) and its
 /// text ([`words_of`]) say it may read.
 fn views_following(
@@ -1788,8 +1815,7 @@ fn views_following(
         let through = if renamed.is_some() || added {
             // the table read through a derived table of its columns before the statement:
             // renamed columns under their old names (so the view keeps reading them, and
-            // keeps its own column names), added ones left out (under the table's new
-            // name, if any)
+            // keeps its own column names), added ones left out
             let items: Vec<String> = desc
                 .columns
                 .iter()
@@ -1830,9 +1856,6 @@ fn views_following(
                     let cols: Vec<String> =
                         d.desc.columns.iter().map(|c| quoted(&c.name)).collect();
                     text = format!("SELECT {} FROM ({text}) AS weir_view", cols.join(", "));
-                }
-                if desc.name != table {
-                    text = renamed_relation(&text, table, &desc.name)?;
                 }
             }
         }

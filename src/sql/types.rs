@@ -91,8 +91,11 @@ pub enum SqlType {
     Int8,
     Float4,
     Float8,
-    /// NUMERIC(p, s); `None` when declared without a precision.
-    Numeric(Option<(u8, i8)>),
+    /// NUMERIC(p, s); `None` when declared without a precision. Stored as an Arrow decimal
+    /// of precision `min(p, 38)` ([`NUMERIC_DEFAULT_PRECISION`]): a precision past 38 (up to
+    /// Postgres' 1000, Prisma's `Decimal` is `decimal(65,30)`) is kept as declared in the
+    /// catalog, and its values are held to 38 digits in all (22003 past them).
+    Numeric(Option<(u16, i8)>),
     Text,
     Varchar(Option<u32>),
     /// `character(n)` (`bpchar`): stored without its trailing blanks, which Postgres treats
@@ -232,7 +235,9 @@ impl SqlType {
             SqlType::Int8 => DataType::Int64,
             SqlType::Float4 => DataType::Float32,
             SqlType::Float8 => DataType::Float64,
-            SqlType::Numeric(Some((p, s))) => DataType::Decimal128(*p, *s),
+            SqlType::Numeric(Some((p, s))) => {
+                DataType::Decimal128((*p).min(NUMERIC_DEFAULT_PRECISION as u16) as u8, *s)
+            }
             SqlType::Numeric(None) => {
                 DataType::Decimal128(NUMERIC_DEFAULT_PRECISION, NUMERIC_DEFAULT_SCALE)
             }
@@ -468,7 +473,7 @@ impl SqlType {
                 SqlType::Numeric(None)
             }
             DataType::Decimal32(p, s) | DataType::Decimal64(p, s) | DataType::Decimal128(p, s) => {
-                SqlType::Numeric(Some((*p, *s)))
+                SqlType::Numeric(Some((*p as u16, *s)))
             }
             DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => SqlType::Text,
             DataType::Date32 | DataType::Date64 => SqlType::Date,
@@ -561,10 +566,13 @@ pub fn array_oid(element_oid: u32) -> Option<u32> {
     })
 }
 
-fn check_numeric(p: u64, s: i64) -> Result<(u8, i8)> {
-    if p == 0 || p > NUMERIC_DEFAULT_PRECISION as u64 {
+/// Postgres' largest `numeric` precision.
+const NUMERIC_MAX_PRECISION: u64 = 1000;
+
+fn check_numeric(p: u64, s: i64) -> Result<(u16, i8)> {
+    if p == 0 || p > NUMERIC_MAX_PRECISION {
         return Err(WeirError::invalid_parameter(format!(
-            "NUMERIC precision {p} must be between 1 and {NUMERIC_DEFAULT_PRECISION}"
+            "NUMERIC precision {p} must be between 1 and {NUMERIC_MAX_PRECISION}"
         )));
     }
     if s < 0 || s as u64 > p {
@@ -572,7 +580,13 @@ fn check_numeric(p: u64, s: i64) -> Result<(u8, i8)> {
             "NUMERIC scale {s} must be between 0 and precision {p}"
         )));
     }
-    Ok((p as u8, s as i8))
+    // (the Arrow decimal it is stored as holds 38 digits, its scale among them)
+    if s > NUMERIC_DEFAULT_PRECISION as i64 {
+        return Err(WeirError::not_supported(format!(
+            "NUMERIC scale {s} is larger than {NUMERIC_DEFAULT_PRECISION}, the most digits Weir stores"
+        )));
+    }
+    Ok((p as u16, s as i8))
 }
 
 fn char_len(len: &Option<ast::CharacterLength>) -> Result<Option<u32>> {
