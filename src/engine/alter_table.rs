@@ -1569,13 +1569,7 @@ impl Engine {
     /// that reference one, the column defaults that draw from a sequence and the table that
     /// owns it. 42P07 where a new key is taken (by a relation not renamed away); 2BP01
     /// where a sink reads one (it has no query to follow).
-    pub(crate) fn follow_renames(
-        &self,
-        renames: &[(String, String)],
-    ) -> Result<(
-        Vec<(String, crate::catalog::RelationDesc)>,
-        Vec<crate::catalog::RelationDesc>,
-    )> {
+    pub(crate) fn follow_renames(&self, renames: &[(String, String)]) -> Result<Followed> {
         use crate::catalog::schemas::split_relation_name;
         use std::collections::BTreeMap;
         let mut changed: BTreeMap<String, crate::catalog::RelationDesc> = BTreeMap::new();
@@ -1745,6 +1739,13 @@ impl Engine {
         Some(read)
     }
 }
+
+/// What [`Engine::follow_renames`] gives: the renamed relations (key now, description
+/// under the new key) and the descriptions of those that follow them.
+pub(crate) type Followed = (
+    Vec<(String, crate::catalog::RelationDesc)>,
+    Vec<crate::catalog::RelationDesc>,
+);
 
 /// What an ALTER TABLE does to the columns the views over the table read.
 struct ColumnChanges {
