@@ -633,6 +633,57 @@ async fn pg_cancel_and_terminate_backend() {
         .await,
         "the terminated connection stays in pg_stat_activity"
     );
+    // another plain role's query: refused to `plain` until it is granted pg_signal_backend
+    admin
+        .batch_execute("CREATE ROLE sleeper LOGIN PASSWORD 'pw'")
+        .await
+        .expect("role");
+    let (sleeper, connection) = tokio_postgres::connect(
+        &format!(
+            "host=127.0.0.1 port={} user=sleeper password=pw dbname=weir",
+            server.port()
+        ),
+        tokio_postgres::NoTls,
+    )
+    .await
+    .expect("connect as sleeper");
+    tokio::spawn(connection);
+    let sleeper_pid: i32 = sleeper
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .expect("pid")
+        .get(0);
+    let sleeping = tokio::spawn(async move { sleeper.batch_execute("SELECT pg_sleep(30)").await });
+    let running = format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE pid = {sleeper_pid} AND state = 'active'"
+    );
+    assert!(
+        answers_soon(&admin, &running, &["1"]).await,
+        "the sleep never ran"
+    );
+    let refused = plain
+        .batch_execute(&format!("SELECT pg_cancel_backend({sleeper_pid})"))
+        .await
+        .expect_err("refused");
+    assert_eq!(crate::harness::sqlstate(&refused), "42501", "{refused:?}");
+    admin
+        .batch_execute("GRANT pg_signal_backend TO plain")
+        .await
+        .expect("grant");
+    assert_eq!(
+        query_text(&plain, &format!("SELECT pg_cancel_backend({sleeper_pid})")).await,
+        vec![vec!["t".to_string()]]
+    );
+    let e = sleeping.await.expect("join").expect_err("canceled");
+    assert_eq!(crate::harness::sqlstate(&e), "57014", "{e:?}");
+    // never a superuser's, though
+    let refused = plain
+        .batch_execute(&format!(
+            "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE usename = 'weir'"
+        ))
+        .await
+        .expect_err("refused");
+    assert_eq!(crate::harness::sqlstate(&refused), "42501", "{refused:?}");
 }
 
 /// This database's row of `pg_stat_database`: backends, commits, rollbacks, rows returned,

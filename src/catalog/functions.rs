@@ -880,13 +880,7 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
                             Some("pg_constraint") => Some(2606),
                             Some("pg_type") => Some(1247),
                             Some("pg_extension") => Some(3079),
-                            Some("pg_namespace") => {
-                                return catalog
-                                    .user_schemas()
-                                    .into_iter()
-                                    .find(|s| s.oid == oid)
-                                    .and_then(|s| s.comment);
-                            }
+                            Some("pg_namespace") => return catalog.schema_comment(oid),
                             // the one procedural language, plpgsql's (listed once its
                             // extension is installed), described as its extension is
                             Some("pg_language") => {
@@ -1705,8 +1699,10 @@ pub fn register_identity(ctx: &SessionContext, catalog: Arc<Catalog>, who: WhoAm
                 let target_super = target_role.as_ref().is_some_and(|r| r.superuser);
                 let allowed = catalog.is_superuser(me)
                     || (!target_super
-                        && target_role
-                            .is_some_and(|r| r.oid == me || catalog.is_member_of(me, r.oid)));
+                        && (catalog
+                            .has_owner_rights(me, crate::catalog::roles::PG_SIGNAL_BACKEND)
+                            || target_role
+                                .is_some_and(|r| r.oid == me || catalog.is_member_of(me, r.oid))));
                 if !allowed {
                     let message = match (terminate, target_super) {
                         (false, true) => "must be a superuser to cancel superuser query",

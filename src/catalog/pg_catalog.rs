@@ -1065,11 +1065,17 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
             ]
             .iter()
             .map(|o| {
-                let acl = match (*o == PUBLIC_NAMESPACE_OID, catalog.schema_acl()) {
-                    (true, Some(acl)) => V::A(acl.into_iter().map(V::S).collect()),
-                    _ => V::Null,
-                };
-                vec![V::from(*o), namespace_name(*o).into(), owner(), acl]
+                // public is pg_database_owner's, as in Postgres 15
+                if *o == PUBLIC_NAMESPACE_OID {
+                    let acl = catalog.schema_acl().into_iter().map(V::S).collect();
+                    return vec![
+                        V::from(*o),
+                        namespace_name(*o).into(),
+                        V::from(crate::catalog::roles::PG_DATABASE_OWNER),
+                        V::A(acl),
+                    ];
+                }
+                vec![V::from(*o), namespace_name(*o).into(), owner(), V::Null]
             })
             .chain(
                 catalog
@@ -1920,9 +1926,11 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                     rows.push(vec![d.oid.into(), 1247u32.into(), V::I(0), c.into()]);
                 }
             }
-            for s in catalog.user_schemas() {
-                if let Some(c) = s.comment {
-                    rows.push(vec![s.oid.into(), 2615u32.into(), V::I(0), c.into()]);
+            let schemas = std::iter::once(PUBLIC_NAMESPACE_OID)
+                .chain(catalog.user_schemas().into_iter().map(|s| s.oid));
+            for oid in schemas {
+                if let Some(c) = catalog.schema_comment(oid) {
+                    rows.push(vec![oid.into(), 2615u32.into(), V::I(0), c.into()]);
                 }
             }
             // installed extensions' comments (classoid pg_extension), as psql's \dx shows

@@ -23,6 +23,48 @@ use crate::state::store::{Durability, WriteBatch};
 
 /// The OID that stands for PUBLIC in ACLs (as Postgres' `ACL_ID_PUBLIC`).
 pub const PUBLIC: u32 = 0;
+
+/// `pg_monitor`: a member of the three roles after it (what monitoring agents are granted).
+pub const PG_MONITOR: u32 = 3373;
+/// `pg_signal_backend`: may cancel and terminate other roles' (not superusers') sessions.
+pub const PG_SIGNAL_BACKEND: u32 = 4200;
+/// `pg_checkpoint`: may run CHECKPOINT.
+pub const PG_CHECKPOINT: u32 = 4544;
+/// `pg_database_owner`: the database's owner, implicitly; owner of schema public.
+pub const PG_DATABASE_OWNER: u32 = 6171;
+/// `pg_read_all_data`: SELECT on every table, view and sequence.
+pub const PG_READ_ALL_DATA: u32 = 6181;
+/// `pg_write_all_data`: INSERT, UPDATE and DELETE on every table, view and sequence.
+pub const PG_WRITE_ALL_DATA: u32 = 6182;
+
+/// Postgres 15's predefined roles with their OIDs: NOLOGIN roles, there in every data
+/// directory, that give what their names say to the roles granted them (a role is not
+/// stored until it changes: a membership granted to one is). Names starting with `pg_` are
+/// reserved for them (42939).
+pub const PREDEFINED: [(u32, &str); 12] = [
+    (PG_MONITOR, "pg_monitor"),
+    (3374, "pg_read_all_settings"),
+    (3375, "pg_read_all_stats"),
+    (3377, "pg_stat_scan_tables"),
+    (PG_SIGNAL_BACKEND, "pg_signal_backend"),
+    (PG_CHECKPOINT, "pg_checkpoint"),
+    (4569, "pg_read_server_files"),
+    (4570, "pg_write_server_files"),
+    (4571, "pg_execute_server_program"),
+    (PG_DATABASE_OWNER, "pg_database_owner"),
+    (PG_READ_ALL_DATA, "pg_read_all_data"),
+    (PG_WRITE_ALL_DATA, "pg_write_all_data"),
+];
+
+/// Whether a role is one of Postgres' predefined roles.
+pub fn is_predefined(oid: u32) -> bool {
+    PREDEFINED.iter().any(|(o, _)| *o == oid)
+}
+
+/// 42939 for a role name starting with `pg_` (`detail`: why, in Postgres' words).
+pub fn reserved_role_name(name: &str, detail: &str) -> WeirError {
+    WeirError::new("42939", format!("role name \"{name}\" is reserved")).with_detail(detail)
+}
 /// The name of the bootstrap superuser (OID [`SUPERUSER_OID`]).
 pub const DEFAULT_SUPERUSER: &str = "weir";
 
@@ -202,6 +244,37 @@ impl Roles {
             roles.by_oid.insert(boot.oid, boot);
             roles.fresh = true;
         }
+        // the predefined roles (stored only once changed: those kept their memberships)
+        for (oid, name) in PREDEFINED {
+            if roles.by_oid.contains_key(&oid) || roles.by_name(name).is_some() {
+                continue;
+            }
+            let member_of = match oid {
+                PG_MONITOR => [3374, 3375, 3377]
+                    .into_iter()
+                    .map(|role| Membership {
+                        role,
+                        grantor: SUPERUSER_OID,
+                        admin: false,
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            };
+            roles.by_oid.insert(
+                oid,
+                RoleDesc {
+                    oid,
+                    name: name.to_owned(),
+                    superuser: false,
+                    login: false,
+                    createrole: false,
+                    createdb: false,
+                    inherit: true,
+                    password: None,
+                    member_of,
+                },
+            );
+        }
         Ok(roles)
     }
 
@@ -259,7 +332,7 @@ fn relation_bits(roles: &Roles, role: u32, desc: &RelationDesc) -> u8 {
         return Privilege::all_bits();
     }
     let mine = roles.effective(role);
-    match &desc.acl {
+    let granted = match &desc.acl {
         None => {
             if mine.contains(&desc.owner) {
                 Privilege::all_bits()
@@ -271,7 +344,16 @@ fn relation_bits(roles: &Roles, role: u32, desc: &RelationDesc) -> u8 {
             .iter()
             .filter(|i| i.grantee == PUBLIC || mine.contains(&i.grantee))
             .fold(0, |b, i| b | i.privileges),
+    };
+    // what the predefined roles give on every relation
+    let mut all = 0;
+    if mine.contains(&PG_READ_ALL_DATA) {
+        all |= Privilege::Select.bit();
     }
+    if mine.contains(&PG_WRITE_ALL_DATA) {
+        all |= Privilege::bits(&[Privilege::Insert, Privilege::Update, Privilege::Delete]);
+    }
+    granted | all
 }
 
 impl Catalog {
@@ -345,31 +427,27 @@ impl Catalog {
     }
 
     /// `nspacl` of schema public, Postgres' text form.
-    pub fn schema_acl(&self) -> Option<Vec<String>> {
+    pub fn schema_acl(&self) -> Vec<String> {
+        // (its owner is pg_database_owner, as in Postgres 15: USAGE is everyone's, CREATE
+        // the owner's and its grantees')
         let st = self.state.read();
-        let owner = st
-            .roles
-            .by_oid
-            .get(&SUPERUSER_OID)
-            .map(|r| r.name.clone())
-            .unwrap_or_default();
-        if st.roles.schema.create.is_empty() {
-            return None;
-        }
+        let owner = "pg_database_owner";
         let mut out = vec![format!("{owner}=UC/{owner}")];
-        for g in &st.roles.schema.create {
-            let name = if *g == PUBLIC {
-                String::new()
-            } else {
-                st.roles
-                    .by_oid
-                    .get(g)
-                    .map(|r| r.name.clone())
-                    .unwrap_or_default()
-            };
-            out.push(format!("{name}=UC/{owner}"));
+        let public_create = st.roles.schema.create.contains(&PUBLIC);
+        out.push(format!(
+            "={}/{owner}",
+            if public_create { "UC" } else { "U" }
+        ));
+        for g in st.roles.schema.create.iter().filter(|g| **g != PUBLIC) {
+            let name = st
+                .roles
+                .by_oid
+                .get(g)
+                .map(|r| r.name.clone())
+                .unwrap_or_default();
+            out.push(format!("{name}=C/{owner}"));
         }
-        Some(out)
+        out
     }
 
     /// `relacl` of a relation, Postgres' text form (None: the default ACL).

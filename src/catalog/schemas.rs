@@ -201,6 +201,17 @@ impl Catalog {
             })
     }
 
+    /// A schema's description: `COMMENT ON SCHEMA`'s, public's as Postgres describes it.
+    pub fn schema_comment(&self, oid: u32) -> Option<String> {
+        if oid == crate::catalog::PUBLIC_NAMESPACE_OID {
+            return Some("standard public schema".into());
+        }
+        self.user_schemas()
+            .into_iter()
+            .find(|s| s.oid == oid)
+            .and_then(|s| s.comment)
+    }
+
     /// Create a user schema (persisted, fsynced). The caller checked the name is free.
     pub fn create_schema(&self, name: &str, owner: u32) -> Result<()> {
         let mut schemas = self.schemas.by_name.write();

@@ -201,19 +201,18 @@ impl Engine {
                 Ok(())
             }
             Statement::BulkInsert(scan) => self.require(role, &scan.table, Privilege::Insert),
-            // (Postgres has a TRUNCATE privilege of its own; here it is DELETE's)
             Statement::Comment(c) => self.require_owner(role, &c.relation),
             Statement::Truncate(tables, ..) => tables
                 .iter()
-                .try_for_each(|t| self.require(role, t, Privilege::Delete)),
-            // Postgres: SELECT for ACCESS SHARE, else UPDATE or DELETE (or TRUNCATE, which
-            // is DELETE's here)
+                .try_for_each(|t| self.require(role, t, Privilege::Truncate)),
+            // Postgres: SELECT for ACCESS SHARE, else UPDATE, DELETE or TRUNCATE
             Statement::Lock(l) => l.tables.iter().try_for_each(|t| {
                 if l.read_only {
                     self.require(role, t, Privilege::Select)
                 } else {
                     self.require(role, t, Privilege::Update)
                         .or_else(|_| self.require(role, t, Privilege::Delete))
+                        .or_else(|_| self.require(role, t, Privilege::Truncate))
                 }
             }),
             Statement::CreateTable(ct) => {
@@ -366,7 +365,16 @@ impl Engine {
                     CopySource::Subscribe(s) => self.require(role, &s.view, Privilege::Select),
                 },
             },
-            Statement::Checkpoint => Err(denied("must be superuser to do CHECKPOINT")),
+            Statement::Checkpoint
+                if self
+                    .catalog
+                    .has_owner_rights(role, crate::catalog::roles::PG_CHECKPOINT) =>
+            {
+                Ok(())
+            }
+            Statement::Checkpoint => Err(denied(
+                "must be superuser or have privileges of pg_checkpoint to do CHECKPOINT",
+            )),
             // (Postgres: CREATE on the database, which only its owner has by default; the
             // owner of a schema alters and drops it, checked as they run)
             Statement::CreateSchema { .. } => Err(denied(format!(
@@ -436,6 +444,12 @@ impl Engine {
             } => {
                 let wants_super = options.contains(&RoleOption::Superuser(true));
                 self.may_manage_role(role, wants_super, "create role")?;
+                if name.starts_with("pg_") {
+                    return Err(crate::catalog::roles::reserved_role_name(
+                        name,
+                        "Role names starting with \"pg_\" are reserved.",
+                    ));
+                }
                 let mut desc = RoleDesc {
                     oid: 0,
                     name: name.clone(),
@@ -489,6 +503,12 @@ impl Engine {
                     .catalog
                     .role(name)
                     .ok_or_else(|| undefined_role(name))?;
+                if crate::catalog::roles::is_predefined(target.oid) {
+                    return Err(crate::catalog::roles::reserved_role_name(
+                        name,
+                        "Cannot alter reserved roles.",
+                    ));
+                }
                 let only_password = options.iter().all(|o| matches!(o, RoleOption::Password(_)));
                 // everyone may change their own password
                 if !(only_password && target.oid == role) {
@@ -531,6 +551,18 @@ impl Engine {
                     ));
                 }
                 self.may_manage_role(role, target.superuser, "rename role")?;
+                // (a predefined role keeps its name; a new name may not look like one)
+                let reserved = if crate::catalog::roles::is_predefined(target.oid) {
+                    Some(name)
+                } else {
+                    Some(to).filter(|t| t.starts_with("pg_"))
+                };
+                if let Some(n) = reserved {
+                    return Err(crate::catalog::roles::reserved_role_name(
+                        n,
+                        "Role names starting with \"pg_\" are reserved.",
+                    ));
+                }
                 self.catalog.alter_role(target.oid, |d| {
                     d.name = to.clone();
                     Ok(())
@@ -551,9 +583,11 @@ impl Engine {
                             "current user cannot be dropped",
                         ));
                     }
-                    if target.oid == SUPERUSER_OID {
+                    if target.oid == SUPERUSER_OID
+                        || crate::catalog::roles::is_predefined(target.oid)
+                    {
                         return Err(WeirError::new(
-                            OBJECT_IN_USE,
+                            sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
                             format!(
                                 "cannot drop role {name} because it is required by the database system"
                             ),
