@@ -678,9 +678,7 @@ async fn pg_cancel_and_terminate_backend() {
     assert_eq!(crate::harness::sqlstate(&e), "57014", "{e:?}");
     // never a superuser's, though
     let refused = plain
-        .batch_execute(&format!(
-            "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE usename = 'weir'"
-        ))
+        .batch_execute("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE usename = 'weir'")
         .await
         .expect_err("refused");
     assert_eq!(crate::harness::sqlstate(&refused), "42501", "{refused:?}");
