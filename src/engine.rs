@@ -825,6 +825,7 @@ impl Engine {
             }
             Statement::Drop(d) if d.kind == crate::sql::parser::DropKind::Type => {
                 self.drop_types(session, &d.names, d.if_exists, d.cascade, notices.as_ref())
+                    .await
             }
             Statement::CreateEnumType { name, labels } => {
                 self.create_enum_type(session, name, labels)
@@ -837,7 +838,10 @@ impl Engine {
                 names,
                 if_exists,
                 cascade,
-            } => self.drop_domains(session, names, *if_exists, *cascade, notices.as_ref()),
+            } => {
+                self.drop_domains(session, names, *if_exists, *cascade, notices.as_ref())
+                    .await
+            }
             Statement::AlterColumnSetting {
                 table,
                 if_exists,

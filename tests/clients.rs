@@ -62,10 +62,10 @@ Indexes:
     assert!(l.contains(" weir | weir  | UTF8     |"), "\\l output:\n{l}");
     assert_eq!(
         psql(&server, "\\dn"),
-        r#"List of schemas
-  Name  | Owner 
---------+-------
- public | weir
+        r#"      List of schemas
+  Name  |       Owner       
+--------+-------------------
+ public | pg_database_owner
 (1 row)
 
 "#

@@ -1433,6 +1433,21 @@ DROP SCHEMA dm_app CASCADE;
 DROP TABLE dm_t;
 DROP DOMAIN dm_pos, dm_code, dm_short, dm_tmp, "Dm Mixed";
 DROP TYPE dm_mood;
+CREATE TYPE dd_mood AS ENUM ('a', 'b');
+CREATE DOMAIN dd_pos AS int CHECK (VALUE > 0);
+CREATE TABLE dd_t (id int PRIMARY KEY, m dd_mood, p dd_pos, q dd_pos);
+INSERT INTO dd_t VALUES (1, 'a', 1, 2);
+DROP TYPE dd_mood;
+DROP TYPE dd_mood CASCADE;
+DROP DOMAIN dd_pos CASCADE;
+\d dd_t
+SELECT * FROM dd_t;
+CREATE SCHEMA dd_s;
+CREATE TYPE dd_s.kind AS ENUM ('x');
+CREATE TABLE dd_u (id int, k dd_s.kind);
+DROP SCHEMA dd_s CASCADE;
+\d dd_u
+DROP TABLE dd_t, dd_u;
 "#;
     same_psql_output(
         &pg,

@@ -287,7 +287,7 @@ impl Engine {
     }
 
     /// `DROP DOMAIN` (and `DROP TYPE` of a domain).
-    pub(crate) fn drop_domains(
+    pub(crate) async fn drop_domains(
         &self,
         session: &Session,
         names: &[String],
@@ -302,23 +302,23 @@ impl Engine {
                 }
                 continue;
             }
-            self.drop_one_domain(session, name, cascade)?;
+            self.drop_one_domain(session, name, cascade, notices)
+                .await?;
         }
         Ok(Output::Command("DROP DOMAIN".into()))
     }
 
-    pub(crate) fn drop_one_domain(
+    pub(crate) async fn drop_one_domain(
         &self,
         session: &Session,
         name: &str,
         cascade: bool,
+        notices: Notices<'_>,
     ) -> Result<()> {
         let d = self.owned_domain(session, name, false)?;
-        if cascade && let Some((rel, col)) = self.catalog.domain_users(d.oid).first() {
-            return Err(WeirError::not_supported(format!(
-                "DROP DOMAIN {name} CASCADE would drop column {col} of {rel}: dropping columns with their type is not supported"
-            ))
-            .with_hint("Drop the columns (or the relations) that use the domain first."));
+        if cascade {
+            let users = self.catalog.domain_users(d.oid);
+            self.drop_columns_of_type(session, &users, notices).await?;
         }
         self.catalog.drop_domain(name)?;
         Ok(())

@@ -210,18 +210,12 @@ impl Engine {
             .map(|(n, oid)| (oid, n))
             .filter(|(_, n)| in_schemas(n))
             .collect();
-        // a column elsewhere of one of them would be dropped: refused before anything is
-        for (oid, name) in &types {
-            let users = self.catalog.user_type_users(*oid);
-            if let Some((rel, col)) = users.into_iter().find(|(r, _)| !in_schemas(r)) {
-                return Err(WeirError::not_supported(format!(
-                    "DROP SCHEMA would drop column {col} of {} with type {}: dropping columns with their type is not supported",
-                    quote_relation(&rel),
-                    quote_relation(name)
-                ))
-                .with_hint("Drop the columns (or the relations) that use the type first."));
-            }
-        }
+        // the columns elsewhere of one of them go with it (as `DROP TYPE ... CASCADE`)
+        let outside: Vec<(String, String)> = types
+            .iter()
+            .flat_map(|(oid, _)| self.catalog.user_type_users(*oid))
+            .filter(|(r, _)| !in_schemas(r))
+            .collect();
         // a serial column's sequence is part of its table, not listed beside it
         let owned: Vec<String> = held
             .iter()
@@ -250,8 +244,16 @@ impl Engine {
             )
             .collect();
         // the foreign keys of tables elsewhere that reference its tables (dropped with them,
-        // listed by their tables' age)
+        // listed by their tables' age), and the columns of its types
         if cascade {
+            for (rel, col) in &outside {
+                let oid = self.catalog.get(rel).map_or(u32::MAX, |e| e.desc.oid);
+                listed.push((
+                    oid,
+                    rel.clone(),
+                    format!("column {col} of table {}", quote_relation(rel)),
+                ));
+            }
             for e in self.catalog.entries() {
                 if in_schemas(&e.desc.name) {
                     continue;
@@ -305,6 +307,7 @@ impl Engine {
                 )
             });
         }
+        self.drop_columns_of_type(session, &outside, None).await?;
         // what reads the others first: sinks, views, then what holds rows
         let in_block = session.in_transaction || session.implicit_transaction;
         for (kind, of) in [
@@ -333,7 +336,7 @@ impl Engine {
         }
         if !types.is_empty() {
             let names: Vec<String> = types.into_iter().map(|(_, n)| n).collect();
-            self.drop_types(session, &names, true, false, None)?;
+            self.drop_types(session, &names, true, false, None).await?;
         }
         for name in &present {
             self.catalog.drop_schema(name)?;

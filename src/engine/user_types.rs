@@ -47,6 +47,70 @@ impl Engine {
         Ok(t)
     }
 
+    /// `DROP TYPE | DOMAIN ... CASCADE`: the columns of the type (`users`: relation,
+    /// column) dropped first, as `ALTER TABLE ... DROP COLUMN` does it (2BP01 where a view
+    /// reads one), told in one NOTICE as Postgres does; a column of a view is not dropped
+    /// (0A000: Postgres would drop the view).
+    pub(crate) async fn drop_columns_of_type(
+        &self,
+        session: &Session,
+        users: &[(String, String)],
+        notices: Notices<'_>,
+    ) -> Result<()> {
+        use crate::catalog::schemas::quote_relation;
+        use crate::sql::pg_text::quote_ident;
+        // (Postgres lists a table's columns newest first)
+        let users: Vec<&(String, String)> = users.iter().rev().collect();
+        for (rel, col) in &users {
+            if !self
+                .catalog
+                .get(rel)
+                .is_some_and(|e| e.desc.kind.is_table())
+            {
+                return Err(WeirError::not_supported(format!(
+                    "dropping the type would drop column {col} of {}, which is not a table's: drop the view first",
+                    quote_relation(rel)
+                )));
+            }
+        }
+        if let Some(n) = notices {
+            let lines: Vec<String> = users
+                .iter()
+                .map(|(rel, col)| {
+                    format!(
+                        "drop cascades to column {col} of table {}",
+                        quote_relation(rel)
+                    )
+                })
+                .collect();
+            match lines.len() {
+                0 => {}
+                1 => {
+                    let _ = n.send(lines[0].clone());
+                }
+                k => {
+                    let _ = n.send(format!(
+                        "drop cascades to {k} other objects\nDETAIL: {}",
+                        lines.join("\n")
+                    ));
+                }
+            }
+        }
+        for (rel, col) in users {
+            let sql = format!(
+                "ALTER TABLE {} DROP COLUMN {}",
+                quote_relation(rel),
+                quote_ident(col)
+            );
+            for parsed in crate::sql::parser::parse(&sql)? {
+                if let crate::sql::parser::Statement::AlterTable(a) = &parsed.stmt {
+                    Box::pin(self.alter_table(session, a, None)).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     pub(crate) async fn alter_type(
         &self,
         session: &Session,
@@ -172,7 +236,7 @@ impl Engine {
         Ok(())
     }
 
-    pub(crate) fn drop_types(
+    pub(crate) async fn drop_types(
         &self,
         session: &Session,
         names: &[String],
@@ -183,17 +247,9 @@ impl Engine {
         for name in names {
             // (DROP TYPE drops a domain too)
             if self.catalog.domain(name).is_some() {
-                self.drop_one_domain(session, name, cascade)?;
+                self.drop_one_domain(session, name, cascade, notices)
+                    .await?;
                 continue;
-            }
-            if cascade
-                && let Some(t) = self.catalog.enum_type(name)
-                && let Some((rel, col)) = self.catalog.enum_type_users(t.oid).first()
-            {
-                return Err(WeirError::not_supported(format!(
-                    "DROP TYPE {name} CASCADE would drop column {col} of {rel}: dropping columns with their type is not supported"
-                ))
-                .with_hint("Drop the columns (or the relations) that use the type first."));
             }
             if self.catalog.enum_type(name).is_none() && if_exists {
                 if let Some(n) = notices {
@@ -201,7 +257,11 @@ impl Engine {
                 }
                 continue;
             }
-            self.owned_type(session, name)?;
+            let t = self.owned_type(session, name)?;
+            if cascade {
+                let users = self.catalog.enum_type_users(t.oid);
+                self.drop_columns_of_type(session, &users, notices).await?;
+            }
             self.catalog.drop_enum_type(name)?;
         }
         Ok(Output::Command("DROP TYPE".into()))
