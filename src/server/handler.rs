@@ -1189,6 +1189,7 @@ impl SimpleQueryHandler for Handle {
             return Ok(());
         }
         client.set_state(PgWireConnectionState::ReadyForQuery);
+        self.send_late_setting_reports(client).await?;
         let status = self.tx_status(client).await;
         client.set_transaction_status(status);
         self.send_notifications(client, status).await?;
@@ -1210,6 +1211,25 @@ impl SimpleQueryHandler for Handle {
 }
 
 impl Handle {
+    /// ParameterStatus for the tracked settings changed while a statement's rows went out
+    /// (`SELECT set_config('TimeZone', ...)` runs as its rows are made, after the report
+    /// that follows the statement): before ReadyForQuery, where Postgres reports changes.
+    async fn send_late_setting_reports<C>(&self, client: &mut C) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let session = self.session(client);
+        let mut session = session.lock().await;
+        for status in reported_settings(&mut session) {
+            client
+                .feed(PgWireBackendMessage::ParameterStatus(status))
+                .await?;
+        }
+        Ok(())
+    }
+
     /// The notifications that reached the session (`LISTEN`), sent before a ReadyForQuery
     /// outside a transaction block (inside one they wait for its end, as in Postgres).
     async fn send_notifications<C>(
@@ -1683,6 +1703,7 @@ impl ExtendedQueryHandler for Handle {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         client.portal_store().rm_portal(DEFAULT_NAME);
+        self.send_late_setting_reports(client).await?;
         let status = client.transaction_status();
         self.send_notifications(client, status).await?;
         client

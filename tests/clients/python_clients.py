@@ -842,6 +842,14 @@ def check_reset_reports_settings():
         c.execute("ROLLBACK TO SAVEPOINT s")
         assert status() == start, status()
         c.execute("COMMIT")
+        # set_config in a query: reported before the query's ReadyForQuery (simple and
+        # extended protocol), not a statement late
+        c.execute("SELECT set_config('TimeZone', 'Asia/Tokyo', false)")
+        assert status()[0] == "Asia/Tokyo", status()
+        c.execute("SELECT set_config('application_name', %s, false)", ["late"])
+        assert status()[1] == "late", status()
+        c.execute("RESET ALL")
+        assert status() == start, status()
     ok("psycopg RESET reports the settings it changes back")
 
 
