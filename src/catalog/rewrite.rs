@@ -89,6 +89,68 @@ fn settings_read_after_set_config(stmt: &mut ast::Statement) {
     }
 }
 
+/// `GROUP BY DISTINCT a, ROLLUP(b, c), ...` (marked by the parser:
+/// `sql::parser::GROUP_BY_DISTINCT`): the grouping sets its items make together (each
+/// item's sets crossed with the others', as Postgres expands them), each a set of
+/// distinct expressions, the duplicate sets left out, as one `GROUPING SETS (...)`.
+fn group_by_distinct(select: &mut ast::Select) {
+    let ast::GroupByExpr::Expressions(exprs, _) = &mut select.group_by else {
+        return;
+    };
+    let marked = matches!(exprs.first(), Some(Expr::Function(f))
+        if f.name.to_string().eq_ignore_ascii_case(crate::sql::parser::GROUP_BY_DISTINCT));
+    if !marked {
+        return;
+    }
+    exprs.remove(0);
+    let mut product: Vec<Vec<Expr>> = vec![vec![]];
+    for e in exprs.iter() {
+        let sets: Vec<Vec<Expr>> = match e {
+            // (a, b, c), (a, b), (a), ()
+            Expr::Rollup(parts) => (0..=parts.len())
+                .rev()
+                .map(|n| parts[..n].concat())
+                .collect(),
+            // (a, b), (a), (b), (): the subsets, the first part the highest bit
+            Expr::Cube(parts) => (0..1usize << parts.len())
+                .rev()
+                .map(|mask| {
+                    parts
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| mask & (1 << (parts.len() - 1 - i)) != 0)
+                        .flat_map(|(_, p)| p.iter().cloned())
+                        .collect()
+                })
+                .collect(),
+            Expr::GroupingSets(sets) => sets.clone(),
+            Expr::Tuple(t) if t.is_empty() => vec![vec![]],
+            other => vec![vec![other.clone()]],
+        };
+        product = product
+            .iter()
+            .flat_map(|p| sets.iter().map(move |s| [p.clone(), s.clone()].concat()))
+            .collect();
+    }
+    let mut seen: Vec<Vec<String>> = Vec::new();
+    let mut out: Vec<Vec<Expr>> = Vec::new();
+    for set in product {
+        let mut distinct: Vec<Expr> = Vec::new();
+        for e in set {
+            if !distinct.contains(&e) {
+                distinct.push(e);
+            }
+        }
+        let mut key: Vec<String> = distinct.iter().map(|e| e.to_string()).collect();
+        key.sort();
+        if !seen.contains(&key) {
+            seen.push(key);
+            out.push(distinct);
+        }
+    }
+    *exprs = vec![Expr::GroupingSets(out)];
+}
+
 pub fn rewrite_query(q: &mut ast::Query) -> crate::error::Result<RewriteInfo> {
     let mut r = PgRewriter::default();
     if let ControlFlow::Break(e) = q.visit(&mut r) {
@@ -289,6 +351,7 @@ impl VisitorMut for PgRewriter {
         if let Some(w) = select.selection.as_mut() {
             row_in_subquery_conjuncts(w);
         }
+        group_by_distinct(select);
         // `GROUP BY ()` (alone: one group of every row; beside other keys: nothing)
         if let ast::GroupByExpr::Expressions(exprs, _) = &mut select.group_by {
             exprs.retain(|e| !matches!(e, Expr::Tuple(t) if t.is_empty()));

@@ -1374,6 +1374,7 @@ pub fn parse_tree(sql: &str, memory: usize) -> Result<Vec<Parsed>> {
     let tokens = mark_symmetric_between(tokens);
     let tokens = trim_spaces_by_default(tokens);
     let tokens = weaker_row_locks(tokens);
+    let tokens = group_by_modifiers(tokens);
     let tokens = drop_collations(tokens)?;
     refuse_partitioning(&tokens)?;
     let tokens = mark_merge_actions(tokens);
@@ -2221,6 +2222,51 @@ fn weaker_row_locks(mut tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
     }
     for i in drop.into_iter().rev() {
         tokens.remove(i);
+    }
+    tokens
+}
+
+/// The call [`group_by_modifiers`] puts first in a `GROUP BY DISTINCT` list, for
+/// `catalog::rewrite` to find (and take out: it never runs).
+pub const GROUP_BY_DISTINCT: &str = "weir_group_by_distinct";
+
+/// `GROUP BY ALL | DISTINCT`, which sqlparser does not read: `ALL` (Postgres' default)
+/// taken out; `DISTINCT` marked by a [`GROUP_BY_DISTINCT`] call first in the list.
+fn group_by_modifiers(mut tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    if !tokens.iter().any(|t| is_word(t, "GROUP")) {
+        return tokens;
+    }
+    let sig = significant(&tokens);
+    // (token index, DISTINCT)
+    let mut found = Vec::new();
+    for k in 0..sig.len() {
+        let word = |j: usize, w: &str| sig.get(k + j).is_some_and(|&i| is_word(&tokens[i], w));
+        if word(0, "GROUP") && word(1, "BY") {
+            if word(2, "ALL") {
+                found.push((sig[k + 2], false));
+            } else if word(2, "DISTINCT") {
+                found.push((sig[k + 2], true));
+            }
+        }
+    }
+    for (i, distinct) in found.into_iter().rev() {
+        let span = tokens[i].span;
+        if distinct {
+            let marker = [
+                Token::make_word(GROUP_BY_DISTINCT, None),
+                Token::LParen,
+                Token::RParen,
+                Token::Comma,
+            ];
+            tokens.splice(
+                i..=i,
+                marker
+                    .into_iter()
+                    .map(|token| TokenWithSpan { token, span }),
+            );
+        } else {
+            tokens.remove(i);
+        }
     }
     tokens
 }
