@@ -150,6 +150,16 @@ impl WeirError {
             format!("relation \"{name}\" does not exist"),
         )
     }
+    /// 42704 `type "x" does not exist` (a type of public named off the search path as it
+    /// was written).
+    pub fn undefined_type(name: &str) -> Self {
+        use crate::sql::search_path::{written, written_text};
+        let name = written(written_text(name));
+        Self::new(
+            sqlstate::UNDEFINED_OBJECT,
+            format!("type \"{name}\" does not exist"),
+        )
+    }
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(sqlstate::INTERNAL_ERROR, message)
     }

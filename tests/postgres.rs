@@ -1549,9 +1549,26 @@ SELECT * FROM sp_pub;
 SELECT * FROM public.sp_pub;
 RESET search_path;
 SELECT * FROM sp_pub;
+CREATE TYPE sp_pub_mood AS ENUM ('a', 'b');
+CREATE DOMAIN sp_pub_pos AS int CHECK (VALUE > 0);
+SET search_path TO sp_off;
+CREATE TABLE sp_t1 (m sp_pub_mood);
+SELECT 'a'::sp_pub_mood, 1::sp_pub_pos;
+SELECT 'a'::public.sp_pub_mood, 1::public.sp_pub_pos;
+DROP TYPE sp_pub_mood;
+DROP TYPE IF EXISTS sp_pub_mood;
+DROP DOMAIN sp_pub_pos;
+DROP DOMAIN IF EXISTS sp_pub_pos;
+ALTER TYPE sp_pub_mood ADD VALUE 'c';
+CREATE TABLE sp_t2 (m public.sp_pub_mood);
+INSERT INTO sp_t2 VALUES ('b');
+SELECT * FROM sp_t2;
+RESET search_path;
 DROP SCHEMA sp_off CASCADE;
 DROP TABLE sp_pub;
 DROP SEQUENCE sp_pub_s;
+DROP TYPE sp_pub_mood;
+DROP DOMAIN sp_pub_pos;
 "#;
     same_psql_output(
         &pg,

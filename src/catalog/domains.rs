@@ -118,10 +118,7 @@ fn json<T: Serialize>(v: &T) -> Result<Vec<u8>> {
 }
 
 pub(crate) fn undefined(name: &str) -> WeirError {
-    WeirError::new(
-        sqlstate::UNDEFINED_OBJECT,
-        format!("type \"{name}\" does not exist"),
-    )
+    WeirError::undefined_type(name)
 }
 
 #[derive(Default)]

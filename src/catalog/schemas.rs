@@ -123,9 +123,9 @@ pub fn path_resolver(
                     return Some(key);
                 }
             }
-            // a relation of public when public is off the path: not found (42P01), as in
-            // Postgres
-            c.name_in_use(n)
+            // a relation or type of public when public is off the path: not found (42P01,
+            // 42704), as in Postgres
+            (c.name_in_use(n) || c.user_type_exists(n))
                 .then(|| crate::sql::search_path::off_path_key(n))
         }),
         create_in,

@@ -83,10 +83,7 @@ fn check_label(label: &str) -> Result<()> {
 }
 
 fn undefined_type(name: &str) -> WeirError {
-    WeirError::new(
-        sqlstate::UNDEFINED_OBJECT,
-        format!("type \"{name}\" does not exist"),
-    )
+    WeirError::undefined_type(name)
 }
 
 #[derive(Default)]

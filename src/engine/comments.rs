@@ -36,12 +36,10 @@ impl Engine {
                 return Ok(Output::Command("COMMENT".into()));
             }
             DropKind::Type => {
-                let t = self.catalog.enum_type(&c.relation).ok_or_else(|| {
-                    WeirError::new(
-                        sqlstate::UNDEFINED_OBJECT,
-                        format!("type \"{}\" does not exist", c.relation),
-                    )
-                })?;
+                let t = self
+                    .catalog
+                    .enum_type(&c.relation)
+                    .ok_or_else(|| WeirError::undefined_type(&c.relation))?;
                 if !self.catalog.has_owner_rights(role, t.owner) {
                     return Err(crate::catalog::roles::denied(format!(
                         "must be owner of type {}",

@@ -298,6 +298,7 @@ impl Engine {
         for name in names {
             if self.catalog.domain(name).is_none() && if_exists {
                 if let Some(n) = notices {
+                    let name = crate::sql::search_path::written(name);
                     let _ = n.send(format!("type \"{name}\" does not exist, skipping"));
                 }
                 continue;

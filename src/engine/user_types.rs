@@ -33,12 +33,10 @@ impl Engine {
 
     /// The type, if the role may change it (its owner, a member of the owner, a superuser).
     fn owned_type(&self, session: &Session, name: &str) -> Result<TypeDesc> {
-        let t = self.catalog.enum_type(name).ok_or_else(|| {
-            WeirError::new(
-                sqlstate::UNDEFINED_OBJECT,
-                format!("type \"{name}\" does not exist"),
-            )
-        })?;
+        let t = self
+            .catalog
+            .enum_type(name)
+            .ok_or_else(|| WeirError::undefined_type(name))?;
         if !self.catalog.has_owner_rights(session.role(), t.owner) {
             return Err(crate::catalog::roles::denied(format!(
                 "must be owner of type {name}"
@@ -253,6 +251,7 @@ impl Engine {
             }
             if self.catalog.enum_type(name).is_none() && if_exists {
                 if let Some(n) = notices {
+                    let name = crate::sql::search_path::written(name);
                     let _ = n.send(format!("type \"{name}\" does not exist, skipping"));
                 }
                 continue;

@@ -642,10 +642,7 @@ pub fn deserialize_stored<'de, D: serde::Deserializer<'de>>(
 }
 
 fn unknown_type(name: &str) -> WeirError {
-    WeirError::new(
-        crate::error::sqlstate::UNDEFINED_OBJECT,
-        format!("type \"{name}\" does not exist"),
-    )
+    WeirError::undefined_type(name)
 }
 
 /// A shared Arrow schema built from SQL-typed columns.
