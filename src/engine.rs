@@ -3578,6 +3578,25 @@ fn no_transaction_warning(
     }
 }
 
+/// What a `DROP ... CASCADE` (or a `DROP COLUMN` that takes constraints) takes beside what
+/// it names, as Postgres tells it: one NOTICE, `drop cascades to x` for one, `drop cascades
+/// to N other objects` with the list in its DETAIL for several (`lines`: each `drop
+/// cascades to ...`).
+pub(crate) fn cascade_notice(
+    notices: Option<&tokio::sync::mpsc::UnboundedSender<String>>,
+    mut lines: Vec<String>,
+) {
+    let Some(n) = notices else { return };
+    let _ = match lines.len() {
+        0 => Ok(()),
+        1 => n.send(lines.remove(0)),
+        k => n.send(format!(
+            "drop cascades to {k} other objects\nDETAIL: {}",
+            lines.join("\n")
+        )),
+    };
+}
+
 pub(crate) fn missing_relation(
     name: &str,
     if_exists: bool,

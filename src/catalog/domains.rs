@@ -375,35 +375,32 @@ impl Catalog {
         Ok(d)
     }
 
-    /// The domains of schema `from` keyed in schema `to` (`ALTER SCHEMA from RENAME TO
-    /// to`): `(key now, description after)`, put into `wb`; in place once it is committed,
-    /// by [`Catalog::install_moved_domains`]. Columns name their domain by OID: they stay.
+    /// The domains of schema `from` as they are in schema `to` (`ALTER SCHEMA from RENAME
+    /// TO to`), put into `wb`; in place once it is committed, by
+    /// [`Catalog::install_moved_domains`]. Columns name their domain by OID: they stay.
     pub(crate) fn domains_moved(
         &self,
         from: &str,
         to: &str,
         wb: &mut WriteBatch,
     ) -> Result<Vec<(String, DomainDesc)>> {
-        let mut out = Vec::new();
-        for (k, d) in self.domains.by_name.read().iter() {
-            let (schema, bare) = crate::catalog::schemas::split_relation_name(k);
-            if schema == from {
-                let mut moved = d.clone();
-                moved.name = crate::sql::parser::relation_key(Some(to), bare);
-                wb.put(key(moved.oid), json(&moved)?);
-                out.push((k.clone(), moved));
-            }
+        let moved = crate::catalog::schemas::moved_to_schema(
+            &self.domains.by_name.read(),
+            from,
+            to,
+            |d, name| d.name = name,
+        );
+        for (_, d) in &moved {
+            wb.put(key(d.oid), json(d)?);
         }
-        Ok(out)
+        Ok(moved)
     }
 
     /// Put domains moved by [`Catalog::domains_moved`] (committed) in place.
     pub(crate) fn install_moved_domains(&self, moved: Vec<(String, DomainDesc)>) {
-        let mut domains = self.domains.by_name.write();
-        for (old, d) in moved {
-            domains.remove(&old);
-            domains.insert(d.name.clone(), d);
-        }
+        crate::catalog::schemas::put_moved(&mut self.domains.by_name.write(), moved, |d| {
+            d.name.clone()
+        });
     }
 
     /// The domains of a relation's columns, by column position (None: not a domain's).

@@ -37,14 +37,53 @@ fn key(oid: u32) -> Vec<u8> {
     k
 }
 
-/// Store a schema's description (fsynced).
-fn persist(store: &dyn Store, s: &SchemaDesc) -> Result<()> {
-    let mut wb = WriteBatch::default();
+/// A schema's description, put into `wb`.
+fn put(wb: &mut WriteBatch, s: &SchemaDesc) -> Result<()> {
     wb.put(
         key(s.oid),
         serde_json::to_vec(s).map_err(|e| WeirError::internal(e.to_string()))?,
     );
+    Ok(())
+}
+
+/// Store a schema's description (fsynced).
+fn persist(store: &dyn Store, s: &SchemaDesc) -> Result<()> {
+    let mut wb = WriteBatch::default();
+    put(&mut wb, &s)?;
     store.commit(wb, Durability::Sync)
+}
+
+/// The objects of a map keyed as relations are (enum types, domains: `app.mood`) that are
+/// in schema `from`, renamed into schema `to` by `rename` (given the new key): `(key now,
+/// object after)`, for `ALTER SCHEMA from RENAME TO to`.
+pub(crate) fn moved_to_schema<T: Clone>(
+    map: &BTreeMap<String, T>,
+    from: &str,
+    to: &str,
+    rename: impl Fn(&mut T, String),
+) -> Vec<(String, T)> {
+    map.iter()
+        .filter_map(|(k, t)| {
+            let (schema, bare) = split_relation_name(k);
+            (schema == from).then(|| {
+                let mut moved = t.clone();
+                rename(&mut moved, crate::sql::parser::relation_key(Some(to), bare));
+                (k.clone(), moved)
+            })
+        })
+        .collect()
+}
+
+/// Objects moved by [`moved_to_schema`] (once stored) in place of what they were.
+pub(crate) fn put_moved<T>(
+    map: &mut BTreeMap<String, T>,
+    moved: Vec<(String, T)>,
+    key: impl Fn(&T) -> String,
+) {
+    for (old, t) in moved {
+        map.remove(&old);
+        map.insert(key(&t), t);
+    }
 }
 
 #[derive(Default)]
@@ -317,10 +356,7 @@ impl Catalog {
         };
         s.name = to.to_owned();
         let mut wb = WriteBatch::default();
-        wb.put(
-            key(s.oid),
-            serde_json::to_vec(&s).map_err(|e| WeirError::internal(e.to_string()))?,
-        );
+        put(&mut wb, &s)?;
         let types = self.enum_types_moved(from, to, &mut wb)?;
         let domains = self.domains_moved(from, to, &mut wb)?;
         // columns of the schema's enum types: of relations renamed, following, or else

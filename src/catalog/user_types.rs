@@ -112,28 +112,6 @@ impl UserTypes {
     }
 }
 
-/// The types of schema `from` keyed in schema `to` (`ALTER SCHEMA from RENAME TO to`):
-/// `(key now, description after)` of each, their descriptions put into `wb`; in place once
-/// `wb` is committed, by [`Catalog::install_moved_enum_types`].
-pub(crate) fn moved_to_schema(
-    types: &BTreeMap<String, TypeDesc>,
-    from: &str,
-    to: &str,
-    wb: &mut WriteBatch,
-) -> Result<Vec<(String, TypeDesc)>> {
-    let mut out = Vec::new();
-    for (k, t) in types {
-        let (schema, bare) = crate::catalog::schemas::split_relation_name(k);
-        if schema == from {
-            let mut moved = t.clone();
-            moved.name = crate::sql::parser::relation_key(Some(to), bare);
-            wb.put(key(moved.oid), roles::json(&moved)?);
-            out.push((k.clone(), moved));
-        }
-    }
-    Ok(out)
-}
-
 /// Every column type of a relation that is this enum (by OID) replaced by `to`.
 pub(crate) fn retyped(desc: &RelationDesc, oid: u32, to: &SqlType) -> Option<RelationDesc> {
     let uses = |t: &SqlType| matches!(t, SqlType::Enum(e) if e.oid == oid);
@@ -150,24 +128,32 @@ pub(crate) fn retyped(desc: &RelationDesc, oid: u32, to: &SqlType) -> Option<Rel
 }
 
 impl Catalog {
-    /// The enum types of schema `from` as they would be in schema `to` (see
-    /// [`moved_to_schema`]).
+    /// The enum types of schema `from` as they are in schema `to` (`ALTER SCHEMA from
+    /// RENAME TO to`), their descriptions put into `wb`; in place once it is committed, by
+    /// [`Catalog::install_moved_enum_types`].
     pub(crate) fn enum_types_moved(
         &self,
         from: &str,
         to: &str,
         wb: &mut WriteBatch,
     ) -> Result<Vec<(String, TypeDesc)>> {
-        moved_to_schema(&self.user_types.by_name.read(), from, to, wb)
+        let moved = crate::catalog::schemas::moved_to_schema(
+            &self.user_types.by_name.read(),
+            from,
+            to,
+            |t, name| t.name = name,
+        );
+        for (_, t) in &moved {
+            wb.put(key(t.oid), roles::json(t)?);
+        }
+        Ok(moved)
     }
 
     /// Put enum types moved by [`Catalog::enum_types_moved`] (committed) in place.
     pub(crate) fn install_moved_enum_types(&self, moved: Vec<(String, TypeDesc)>) {
-        let mut types = self.user_types.by_name.write();
-        for (old, t) in moved {
-            types.remove(&old);
-            types.insert(t.name.clone(), t);
-        }
+        crate::catalog::schemas::put_moved(&mut self.user_types.by_name.write(), moved, |t| {
+            t.name.clone()
+        });
     }
 
     pub fn enum_type(&self, name: &str) -> Option<TypeDesc> {

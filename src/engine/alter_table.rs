@@ -792,16 +792,7 @@ impl Engine {
                         }
                     }
                     // one NOTICE, listing them in its detail when there are several
-                    if let Some(tx) = notices {
-                        let _ = match cascaded.len() {
-                            0 => Ok(()),
-                            1 => tx.send(cascaded.remove(0)),
-                            n => tx.send(format!(
-                                "drop cascades to {n} other objects\nDETAIL: {}",
-                                cascaded.join("\n")
-                            )),
-                        };
-                    }
+                    crate::engine::cascade_notice(notices, cascaded);
                     for col in column_names {
                         let Some(at) = col_pos(&desc, &col) else {
                             if *if_exists {
@@ -1598,12 +1589,7 @@ impl Engine {
                     },
                 ));
             }
-            let noun = match entry.desc.kind {
-                RelationKind::MaterializedView => "materialized view",
-                RelationKind::View => "view",
-                RelationKind::Sequence => "sequence",
-                _ => "table",
-            };
+            let noun = entry.desc.kind.noun();
             // a sink over it, directly or through views: the views' stored queries change,
             // so their checkpoints no longer match and they are computed again at the next
             // start, and a sink would write its output again

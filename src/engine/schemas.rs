@@ -290,23 +290,13 @@ impl Engine {
             .with_detail(detail.join("\n"))
             .with_hint("Use DROP ... CASCADE to drop the dependent objects too."));
         }
-        if let Some(n) = notices
-            && !listed.is_empty()
-        {
-            let lines: Vec<String> = listed
+        crate::engine::cascade_notice(
+            notices,
+            listed
                 .iter()
                 .map(|(_, _, what)| format!("drop cascades to {what}"))
-                .collect();
-            let _ = n.send(if lines.len() == 1 {
-                lines[0].clone()
-            } else {
-                format!(
-                    "drop cascades to {} other objects\nDETAIL: {}",
-                    lines.len(),
-                    lines.join("\n")
-                )
-            });
-        }
+                .collect(),
+        );
         self.drop_columns_of_type(session, &outside, None).await?;
         // what reads the others first: sinks, views, then what holds rows
         let in_block = session.in_transaction || session.implicit_transaction;

@@ -71,8 +71,9 @@ impl Engine {
                 )));
             }
         }
-        if let Some(n) = notices {
-            let lines: Vec<String> = users
+        crate::engine::cascade_notice(
+            notices,
+            users
                 .iter()
                 .map(|(rel, col)| {
                     format!(
@@ -80,26 +81,19 @@ impl Engine {
                         quote_relation(rel)
                     )
                 })
-                .collect();
-            match lines.len() {
-                0 => {}
-                1 => {
-                    let _ = n.send(lines[0].clone());
-                }
-                k => {
-                    let _ = n.send(format!(
-                        "drop cascades to {k} other objects\nDETAIL: {}",
-                        lines.join("\n")
-                    ));
-                }
+                .collect(),
+        );
+        // one ALTER TABLE per table (its rows are rewritten once)
+        let mut tables: Vec<(&str, Vec<String>)> = Vec::new();
+        for (rel, col) in users {
+            let drop = format!("DROP COLUMN {}", quote_ident(col));
+            match tables.iter_mut().find(|(t, _)| t == rel) {
+                Some((_, drops)) => drops.push(drop),
+                None => tables.push((rel, vec![drop])),
             }
         }
-        for (rel, col) in users {
-            let sql = format!(
-                "ALTER TABLE {} DROP COLUMN {}",
-                quote_relation(rel),
-                quote_ident(col)
-            );
+        for (rel, drops) in tables {
+            let sql = format!("ALTER TABLE {} {}", quote_relation(rel), drops.join(", "));
             for parsed in crate::sql::parser::parse(&sql)? {
                 if let crate::sql::parser::Statement::AlterTable(a) = &parsed.stmt {
                     Box::pin(self.alter_table(session, a, None)).await?;

@@ -1296,15 +1296,8 @@ impl Engine {
                 ));
             }
             cascaded.sort_by_key(|(o, _)| *o);
-            let mut lines: Vec<String> = cascaded.into_iter().map(|(_, l)| l).collect();
-            let _ = match lines.len() {
-                0 => Ok(()),
-                1 => p.send(lines.remove(0)),
-                n => p.send(format!(
-                    "drop cascades to {n} other objects\nDETAIL: {}",
-                    lines.join("\n")
-                )),
-            };
+            let lines: Vec<String> = cascaded.into_iter().map(|(_, l)| l).collect();
+            crate::engine::cascade_notice(Some(p), lines);
         }
         for (child, fk) in &dropped_keys {
             self.catalog.alter_relation(child, |d| {

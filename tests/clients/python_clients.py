@@ -848,6 +848,9 @@ def check_reset_reports_settings():
         assert status()[0] == "Asia/Tokyo", status()
         c.execute("SELECT set_config('application_name', %s, false)", ["late"])
         assert status()[1] == "late", status()
+        # the simple query protocol (PQexec): reported before its ReadyForQuery too
+        c.pgconn.exec_(b"SELECT set_config('TimeZone', 'Europe/Paris', false)")
+        assert status()[0] == "Europe/Paris", status()
         c.execute("RESET ALL")
         assert status() == start, status()
     ok("psycopg RESET reports the settings it changes back")
