@@ -49,7 +49,7 @@ fn put(wb: &mut WriteBatch, s: &SchemaDesc) -> Result<()> {
 /// Store a schema's description (fsynced).
 fn persist(store: &dyn Store, s: &SchemaDesc) -> Result<()> {
     let mut wb = WriteBatch::default();
-    put(&mut wb, &s)?;
+    put(&mut wb, s)?;
     store.commit(wb, Durability::Sync)
 }
 
