@@ -183,6 +183,12 @@ pub struct RelationDesc {
     /// The columns of a domain type (`catalog/domains.rs`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub domains: Vec<domains::ColumnDomain>,
+    /// A materialized view's or sink's checkpoint restores it also under one of these
+    /// fingerprint digests (`dataflow::checkpoint::fingerprint_digest`): the graph it ran
+    /// when a relation it reads was renamed or moved. Only names changed then, not the
+    /// graph's state, but the fingerprint names the relations and holds the query text.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub restores_from: Vec<String>,
 }
 
 /// A relation's comment and its columns' (by column name).

@@ -111,6 +111,9 @@ pub struct Engine {
     pub limits: EngineLimits,
     /// Sinks resuming at start (see `sinks.rs`, `read_sink_progress`).
     pub(crate) sink_restarts: parking_lot::Mutex<sinks::SinkRestarts>,
+    /// The checkpoint fingerprint of each running materialized view and sink graph (what
+    /// its checkpoints carry), by OID: a rename records it in the views that follow.
+    pub(crate) fingerprints: parking_lot::Mutex<std::collections::HashMap<u32, String>>,
 }
 
 /// Server-wide limits (`weir serve` flags).
@@ -215,6 +218,7 @@ impl Engine {
             ),
             limits,
             sink_restarts: Default::default(),
+            fingerprints: Default::default(),
         });
         {
             // at --memory-limit, snapshot caches go first (rebuilt on demand)
@@ -2452,6 +2456,7 @@ impl Engine {
                 generated: vec![],
                 time_zone: None,
                 domains: vec![],
+                restores_from: vec![],
             })
         })?;
         if created {
@@ -2744,6 +2749,7 @@ impl Engine {
                 generated: ct.generated(),
                 time_zone: None,
                 domains: ct.domains.clone(),
+                restores_from: vec![],
             })
         })?;
         if created {
@@ -3298,6 +3304,7 @@ impl Engine {
                 generated: vec![],
                 time_zone: None,
                 domains: vec![],
+                restores_from: vec![],
             })
         })?;
         Ok(created)

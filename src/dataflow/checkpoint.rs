@@ -23,7 +23,8 @@
 //! skipped until a full one (every view's whole state, stale keys deleted) is written.
 //!
 //! Recovery (`Manifest::read`, `restore_view`): the manifest's checksum is verified; a view
-//! is restored only if its fingerprint matches the graph planned now, every blob's
+//! is restored only if its fingerprint matches the graph planned now (or is one the
+//! catalog recorded for it when a relation it reads was renamed: `restores_from`), every blob's
 //! checksum holds and the number of entries read equals the number recorded; otherwise it is rebuilt from its inputs, with the
 //! reason in `weir_recovery`. Fjall's own journal makes the batch atomic and checks its
 //! blocks' checksums, so a torn write is never half-visible.
@@ -193,6 +194,15 @@ pub fn fingerprint(graph: &mut Graph, schema: &str, query: &str) -> String {
         "{STATE_FORMAT}\n{CHECKPOINT_FORMAT}\nquery: {query}\nschema: {schema}\n{}",
         graph.fingerprint()
     )
+}
+
+/// A fingerprint in 32 hex digits (the first half of its SHA-256): what the catalog keeps
+/// of the fingerprints a view's checkpoint may also carry
+/// (`RelationDesc::restores_from`).
+pub fn fingerprint_digest(fingerprint: &str) -> String {
+    use sha2::Digest;
+    let d = sha2::Sha256::digest(fingerprint.as_bytes());
+    d.iter().take(16).map(|b| format!("{b:02x}")).collect()
 }
 
 /// Load a view's checkpointed state into its freshly planned graph and an empty Z-set, and

@@ -24,8 +24,8 @@
 //! the table through a derived table giving the column its old name (views are stored as
 //! text, and a column reference is not resolved to its table outside the planner), refused
 //! (2BP01) where the table is a window function's argument, temporally joined or shadowed
-//! by a WITH query of its name. Any change under a sink is refused (2BP01: a rebuilt sink
-//! would write its output again). Column defaults change in the catalog entry in place,
+//! by a WITH query of its name. Any other change under a sink is refused (2BP01: a rebuilt
+//! sink would write its output again). Column defaults change in the catalog entry in place,
 //! views untouched.
 
 use datafusion::arrow::array::{ArrayRef, new_null_array};
@@ -1558,8 +1558,10 @@ impl Engine {
     /// descriptions of the others that follow them: the views that read one (their stored
     /// queries name it anew; they run by OID, so nothing else changes), the foreign keys
     /// that reference one, the column defaults that draw from a sequence and the table that
-    /// owns it. 42P07 where a new key is taken (by a relation not renamed away); 2BP01
-    /// where a sink reads one (it has no query to follow).
+    /// owns it; the materialized views and sinks over one, directly or through views,
+    /// record the fingerprint their checkpoints carry (`RelationDesc::restores_from`), so
+    /// they are restored at the next start, not computed again. 42P07 where a new key is
+    /// taken (by a relation not renamed away).
     pub(crate) fn follow_renames(&self, renames: &[(String, String)]) -> Result<Followed> {
         use crate::catalog::schemas::split_relation_name;
         use std::collections::BTreeMap;
@@ -1590,25 +1592,30 @@ impl Engine {
                 ));
             }
             let noun = entry.desc.kind.noun();
-            // a sink over it, directly or through views: the views' stored queries change,
-            // so their checkpoints no longer match and they are computed again at the next
-            // start, and a sink would write its output again
-            if let Some(sink) = self
-                .views_over(entry.desc.oid)
-                .into_iter()
-                .find(|d| d.desc.kind == RelationKind::Sink)
-            {
-                return Err(depended_on(
-                    &format!("rename {noun} \"{old}\""),
-                    &sink,
-                    &format!("{noun} \"{old}\""),
-                )
-                .with_hint(
-                    "A sink over it would write its output again: drop the sink first, and create it again after.",
-                ));
+            // the graphs over it, directly or through views, are planned from queries that
+            // name it anew at the next start: their fingerprints change with the names, so
+            // each records the one its checkpoints carry now (restored, not computed again
+            // — which would also make a sink write its output again)
+            for d in self.views_over(entry.desc.oid) {
+                let Some(running) = self.fingerprints.lock().get(&d.desc.oid).cloned() else {
+                    continue;
+                };
+                let digest = crate::dataflow::checkpoint::fingerprint_digest(&running);
+                let mut v = current(&changed, &d.desc.name).unwrap_or_else(|| d.desc.clone());
+                if !v.restores_from.contains(&digest) {
+                    v.restores_from.push(digest);
+                    // the oldest go (a checkpoint carries one of the last few)
+                    let extra = v.restores_from.len().saturating_sub(RESTORES_FROM_KEPT);
+                    v.restores_from.drain(..extra);
+                }
+                changed.insert(v.name.clone(), v);
             }
             for d in self.catalog.dependents(entry.desc.oid) {
                 let mut v = current(&changed, &d.desc.name).unwrap_or_else(|| d.desc.clone());
+                if v.kind == RelationKind::Sink && v.query.is_none() {
+                    // `CREATE SINK ... FROM view`: it reads the view by OID
+                    continue;
+                }
                 let Some(q) = v.query.as_deref() else {
                     return Err(depended_on(
                         &format!("rename {noun} \"{old}\""),
@@ -1725,6 +1732,11 @@ impl Engine {
         Some(read)
     }
 }
+
+/// Fingerprint digests a view keeps in `restores_from`: its checkpoints carry the
+/// fingerprint of the graph it runs, recorded at each rename; the one before it may still
+/// be the last checkpoint's for a moment after a restart.
+const RESTORES_FROM_KEPT: usize = 4;
 
 /// What [`Engine::follow_renames`] gives: the renamed relations (key now, description
 /// under the new key) and the descriptions of those that follow them.

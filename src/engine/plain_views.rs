@@ -307,6 +307,7 @@ impl Engine {
                 generated: vec![],
                 time_zone: None,
                 domains: vec![],
+                restores_from: vec![],
             })
         })?;
         Ok(Output::Command("CREATE VIEW".into()))

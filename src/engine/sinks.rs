@@ -123,6 +123,7 @@ impl Engine {
                         generated: vec![],
                         time_zone: None,
                         domains: vec![],
+                        restores_from: vec![],
                     })
                 })?;
             }

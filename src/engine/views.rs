@@ -240,6 +240,7 @@ impl Engine {
                     .filter(|z| !z.is_utc())
                     .map(|z| z.arg_text()),
                 domains: vec![],
+                restores_from: vec![],
             })
         })?;
         let entry = self
@@ -277,8 +278,15 @@ impl Engine {
             &format!("{:?}", desc.schema()),
             desc.query.as_deref().unwrap_or(&desc.definition),
         );
+        // a checkpoint of the graph the view ran before a relation it reads was renamed
+        // holds the same state under other names
         if let Some((_, vc)) = restore
             && vc.fingerprint != fingerprint
+            && !desc
+                .restores_from
+                .contains(&crate::dataflow::checkpoint::fingerprint_digest(
+                    &vc.fingerprint,
+                ))
         {
             return Err(WeirError::new(
                 "XX000",
@@ -503,7 +511,7 @@ impl Engine {
                 watermark_specs,
                 fresh,
                 progress,
-                fingerprint,
+                fingerprint: fingerprint.clone(),
                 inputs,
                 positions,
                 joins,
@@ -528,6 +536,7 @@ impl Engine {
         };
         match &result {
             Ok(_) => {
+                self.fingerprints.lock().insert(desc.oid, fingerprint);
                 // resuming sinks subscribe at the restored state, before the inputs move on
                 for (sink, cut) in resuming {
                     if let Ok(sub) = self.dataflow.subscribe(desc.oid) {
@@ -648,6 +657,7 @@ impl Engine {
     /// Take a maintained relation's graph out of the dataflow: its source readers leave,
     /// the graph is dropped, its inputs are no longer observed for it.
     async fn stop_dataflow(&self, desc: &RelationDesc) -> Result<()> {
+        self.fingerprints.lock().remove(&desc.oid);
         self.leave_sources(desc.oid).await;
         let (done, rx) = oneshot::channel();
         self.dataflow
