@@ -715,7 +715,7 @@ pub fn register(ctx: &SessionContext, catalog: Arc<Catalog>) {
         ))
     });
     // `pg_settings.setting` of the session's value: in the setting's unit
-    // (`catalog/rewrite.rs::session_settings`)
+    // (`catalog/rewrite.rs::session_views`)
     register_fn(ctx, "weir_setting_in_unit", DataType::Utf8, |args, rows| {
         let (Some(names), Some(values)) = (args.first(), args.get(1)) else {
             return Ok(constant_str(rows, None));

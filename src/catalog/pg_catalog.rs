@@ -1807,7 +1807,7 @@ fn build(table: &str, catalog: &Catalog) -> DfResult<Option<RecordBatch>> {
                 .map(|(n, v)| {
                     vec![
                         // the name as Postgres spells it (`TimeZone`); a query's `setting`
-                        // is the session's (`catalog/rewrite.rs::session_settings`)
+                        // is the session's (`catalog/rewrite.rs::session_views`)
                         crate::server::settings::canonical_name(n).into(),
                         crate::server::settings::in_unit(n, v).into(),
                         crate::server::settings::unit_of(n)

@@ -271,7 +271,7 @@ impl VisitorMut for PgRewriter {
         values_alias_padded(tf);
         aliased_using_join(tf);
         renamed_star_over_using(tf);
-        session_settings(tf);
+        session_views(tf);
         match crate::sql::windows::rewrite_table_factor(tf) {
             Ok(session) => {
                 self.info.session_windows |= session;
@@ -581,9 +581,15 @@ fn qualify_wildcards(select: &mut ast::Select) {
     }
 }
 
-/// `pg_settings` is the session's settings, as Postgres' view is (`current_setting(name)`
-/// per row: what SET changed shows; the catalog table has the defaults).
-fn session_settings(tf: &mut ast::TableFactor) {
+/// The catalog views whose rows depend on who reads them, read through a query that asks
+/// the session: `pg_settings` is the session's settings, as Postgres' view is
+/// (`current_setting(name)` per row: what SET changed shows; the catalog table has the
+/// defaults); `pg_stat_activity` shows the sessions of roles whose privileges the reader
+/// has (or all, with `pg_read_all_stats`), and of the others only who they are (their
+/// query `<insufficient privilege>`, the rest NULL), as Postgres' `pg_stat_get_activity`;
+/// `pg_stat_ssl` lists only those sessions (Postgres' view keeps the rows whose
+/// `client_port` it may see).
+fn session_views(tf: &mut ast::TableFactor) {
     let ast::TableFactor::Table {
         name,
         alias,
@@ -597,19 +603,66 @@ fn session_settings(tf: &mut ast::TableFactor) {
         && !name.0[0]
             .as_ident()
             .is_some_and(|i| i.value.eq_ignore_ascii_case("pg_catalog"));
-    if qualified_elsewhere || last_name(name).as_deref() != Some("pg_settings") {
+    if qualified_elsewhere {
         return;
     }
-    let Some(q) = parse_query_text(
-        "SELECT name, weir_setting_in_unit(name, current_setting(name)) AS setting, unit, \
-         category, short_desc, context, vartype, source, boot_val, reset_val \
-         FROM pg_catalog.pg_settings",
-    ) else {
+    // whether the reader may see a session of the role `usesysid`
+    const SEEN: &str =
+        "(pg_has_role(usesysid, 'USAGE') OR pg_has_role('pg_read_all_stats', 'USAGE'))";
+    let (view, query) = match last_name(name).as_deref() {
+        Some("pg_settings") => (
+            "pg_settings",
+            "SELECT name, weir_setting_in_unit(name, current_setting(name)) AS setting, unit, \
+             category, short_desc, context, vartype, source, boot_val, reset_val \
+             FROM pg_catalog.pg_settings"
+                .to_owned(),
+        ),
+        Some("pg_stat_activity") => {
+            let hidden = [
+                "client_addr",
+                "client_hostname",
+                "client_port",
+                "backend_start",
+                "xact_start",
+                "query_start",
+                "state_change",
+                "wait_event_type",
+                "wait_event",
+                "state",
+            ];
+            let masked: Vec<String> = hidden
+                .iter()
+                .map(|c| format!("CASE WHEN weir_seen THEN {c} END AS {c}"))
+                .collect();
+            (
+                "pg_stat_activity",
+                format!(
+                    "SELECT datid, datname, pid, leader_pid, usesysid, usename, application_name, \
+                     {}, backend_xid, backend_xmin, \
+                     CASE WHEN weir_seen THEN query_id END AS query_id, \
+                     CASE WHEN weir_seen THEN query ELSE '<insufficient privilege>' END AS query, \
+                     CASE WHEN weir_seen THEN backend_type END AS backend_type \
+                     FROM (SELECT *, coalesce({SEEN}, false) AS weir_seen \
+                     FROM pg_catalog.pg_stat_activity) AS a",
+                    masked.join(", ")
+                ),
+            )
+        }
+        Some("pg_stat_ssl") => (
+            "pg_stat_ssl",
+            format!(
+                "SELECT s.* FROM pg_catalog.pg_stat_ssl AS s \
+                 JOIN pg_catalog.pg_stat_activity AS a ON a.pid = s.pid WHERE {SEEN}"
+            ),
+        ),
+        _ => return,
+    };
+    let Some(q) = parse_query_text(&query) else {
         return;
     };
     let alias = alias.clone().unwrap_or_else(|| ast::TableAlias {
         explicit: true,
-        name: Ident::new("pg_settings"),
+        name: Ident::new(view),
         columns: vec![],
         at: None,
     });
