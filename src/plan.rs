@@ -9,4 +9,5 @@ pub mod global_aggregate_filters;
 pub mod insert_values;
 pub mod match_recognize;
 pub mod shared;
+pub mod unnest_keys;
 pub mod view;

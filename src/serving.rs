@@ -140,6 +140,11 @@ pub fn session_context(
     analyzer
         .rules
         .insert(at, Arc::new(crate::catalog::matched_types::MatchedTypes));
+    // an Aggregate over an Unnest grouped as written, before anything reads or rewrites
+    // its GROUP BY (`plan/unnest_keys.rs`)
+    analyzer
+        .rules
+        .insert(0, Arc::new(crate::plan::unnest_keys::GroupKeysOverUnnest));
     *builder.analyzer() = Some(analyzer);
     let state = builder
         .with_type_planner(Arc::new(functions::WeirTypePlanner {

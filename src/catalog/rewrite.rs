@@ -2222,7 +2222,9 @@ fn unnest_alias_names_column(tf: &mut ast::TableFactor) {
 /// `jsonb_array_elements_text`, `jsonb_object_keys`). It becomes the function in the select
 /// list of a derived table over the relation, under the relation's name: `FROM (SELECT t.*,
 /// unnest(t.tags) AS tag FROM t) AS t`, which is one row per element in queries and views
-/// alike. One relation before one function; other shapes are left as written.
+/// alike; `FROM t LEFT JOIN LATERAL f(t.x) AS e ON true` keeps t's rows where f gives none
+/// (one row of NULLs, as Postgres). One relation before one function; other shapes are left
+/// as written.
 fn lateral_in_body(body: &mut ast::SetExpr) {
     match body {
         ast::SetExpr::Select(s) => {
@@ -2239,15 +2241,28 @@ fn lateral_in_body(body: &mut ast::SetExpr) {
 
 fn lateral_set_returning(select: &mut ast::Select) {
     use ast::{JoinOperator, TableFactor};
-    let (relation, function) = match select.from.as_slice() {
-        [a, b] if a.joins.is_empty() && b.joins.is_empty() => (&a.relation, &b.relation),
+    let on_true = |c: &ast::JoinConstraint| {
+        matches!(c, ast::JoinConstraint::On(Expr::Value(v))
+            if v.value == ast::Value::Boolean(true))
+    };
+    // (outer: LEFT JOIN LATERAL ... ON true, a row of NULLs where the function gives none)
+    let (relation, function, outer) = match select.from.as_slice() {
+        [a, b] if a.joins.is_empty() && b.joins.is_empty() => (&a.relation, &b.relation, false),
         [a] if a.joins.len() == 1
             && matches!(
                 a.joins[0].join_operator,
                 JoinOperator::CrossJoin(_) | JoinOperator::CrossApply
             ) =>
         {
-            (&a.relation, &a.joins[0].relation)
+            (&a.relation, &a.joins[0].relation, false)
+        }
+        [a] if a.joins.len() == 1
+            && matches!(
+                &a.joins[0].join_operator,
+                JoinOperator::Left(c) | JoinOperator::LeftOuter(c) if on_true(c)
+            ) =>
+        {
+            (&a.relation, &a.joins[0].relation, true)
         }
         _ => return,
     };
@@ -2262,7 +2277,7 @@ fn lateral_set_returning(select: &mut ast::Select) {
     };
     // only a function of the relation's columns needs this (constants: see
     // standalone_set_returning; `unnest` and `generate_series` of constants work as they are)
-    let Some(srf) = srf_items(&fname, &args, alias.as_ref(), false, ordinality) else {
+    let Some(srf) = srf_items(&fname, &args, alias.as_ref(), false, ordinality, outer) else {
         return;
     };
     if !srf.reads_columns {
@@ -2400,7 +2415,14 @@ fn constant_srf_table(tf: &ast::TableFactor) -> Option<ast::TableFactor> {
         ordinality,
     } = function_factor(tf)?;
     // (`unnest` and `generate_series` of constants are DataFusion's, unless WITH ORDINALITY)
-    let srf = srf_items(&fname, &args, alias.as_ref(), !ordinality, ordinality)?;
+    let srf = srf_items(
+        &fname,
+        &args,
+        alias.as_ref(),
+        !ordinality,
+        ordinality,
+        false,
+    )?;
     if srf.reads_columns {
         return None;
     }
@@ -2486,15 +2508,20 @@ struct SrfItems {
 /// [`SrfItems`] of `fname(args)`: the JSON set-returning functions, `regexp_matches`,
 /// `regexp_split_to_table` and `string_to_table`, and with `json_only` false also `unnest`
 /// of one array and `generate_series` (DataFusion's own table functions otherwise); none for
-/// other functions or more alias columns than the function has.
+/// other functions or more alias columns than the function has. `outer` (the function is
+/// LEFT JOIN LATERAL'd): a row of NULLs where it gives no rows.
 fn srf_items(
     fname: &str,
     args: &[ast::FunctionArg],
     alias: Option<&ast::TableAlias>,
     json_only: bool,
     ordinality: bool,
+    outer: bool,
 ) -> Option<SrfItems> {
     if fname == "unnest" && args.len() > 1 {
+        if outer {
+            return None;
+        }
         return multi_unnest_items(args, alias, ordinality);
     }
     // jsonb_each[_text]: two columns, a list of keys and one of values side by side
@@ -2525,9 +2552,17 @@ fn srf_items(
     }
     let (columns, alias) = srf_columns(fname, alias, pair.is_some(), ordinality)?;
     let arg_text: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    let call = |l: Option<&str>| match l {
+    let bare_call = |l: Option<&str>| match l {
         None => arg_text.join(", "),
         Some(l) => format!("{l}({})", arg_text.join(", ")),
+    };
+    // outer: a list of one NULL where the list is empty or NULL
+    let call = |l: Option<&str>| match outer {
+        false => bare_call(l),
+        true => {
+            let list = bare_call(l);
+            format!("(CASE WHEN cardinality({list}) > 0 THEN {list} ELSE make_array(NULL) END)")
+        }
     };
     // (the rows of a jsonb function are jsonb, canonical already: typed so, so clients
     // read them as jsonb, as Postgres sends them)
@@ -2555,7 +2590,7 @@ fn srf_items(
     if ordinality {
         items.push(format!(
             "unnest(range(CAST(1 AS bigint), CAST(cardinality({}) AS bigint) + CAST(1 AS bigint))) AS {}",
-            call(list),
+            bare_call(list),
             columns[columns.len() - 1]
         ));
     }

@@ -295,6 +295,11 @@ pub fn optimizer_rules() -> Vec<Arc<dyn datafusion::optimizer::OptimizerRule + S
         if r.name() == "push_down_filter" {
             *r = Arc::new(super::global_aggregate_filters::FiltersAboveGlobalAggregates(r.clone()));
         }
+        // ORDER BY items are not pruned by keys an Unnest does not keep
+        // (`plan/unnest_keys.rs`)
+        if r.name() == "eliminate_duplicated_expr" {
+            *r = Arc::new(super::unnest_keys::SortKeysOverUnnest(r.clone()));
+        }
     }
     let at = rules
         .iter()
