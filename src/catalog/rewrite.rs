@@ -2283,7 +2283,15 @@ fn lateral_set_returning(select: &mut ast::Select) {
     if !srf.reads_columns {
         return;
     }
-    if matches!(relation, TableFactor::Table { args: Some(_), .. }) {
+    // a function before it: only aliased (its column is then named by the alias)
+    if matches!(
+        relation,
+        TableFactor::Table {
+            args: Some(_),
+            alias: None,
+            ..
+        }
+    ) {
         return;
     }
     let Some(rel_name) = relation_alias(relation) else {
