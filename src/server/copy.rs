@@ -713,15 +713,8 @@ fn cast_text(
             let mut valid = Vec::new();
             for (row, v) in text.iter().enumerate() {
                 if let Some(v) = v {
-                    let elems = crate::sql::pg_text::parse_array_text(v).ok_or_else(|| {
-                        (
-                            row,
-                            WeirError::new(
-                                sqlstate::INVALID_TEXT_REPRESENTATION,
-                                format!("malformed array literal: \"{v}\""),
-                            ),
-                        )
-                    })?;
+                    let elems = crate::sql::pg_text::parse_array_text(v)
+                        .ok_or_else(|| (row, crate::sql::pg_text::malformed_array_literal(v)))?;
                     for e in elems {
                         items.append_option(e);
                         item_row.push(row);

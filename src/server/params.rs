@@ -416,12 +416,8 @@ fn cast_param(
         if let DataType::List(_) | DataType::LargeList(_) = t
             && text.trim_start().starts_with('{')
         {
-            let items = crate::sql::pg_text::parse_array_text(text).ok_or_else(|| {
-                WeirError::new(
-                    sqlstate::INVALID_TEXT_REPRESENTATION,
-                    format!("malformed array literal: \"{text}\""),
-                )
-            })?;
+            let items = crate::sql::pg_text::parse_array_text(text)
+                .ok_or_else(|| crate::sql::pg_text::malformed_array_literal(text))?;
             let values: Vec<ScalarValue> = items.into_iter().map(ScalarValue::Utf8).collect();
             let list = ScalarValue::List(ScalarValue::new_list(&values, &DataType::Utf8, true));
             return list.cast_to(t).map_err(|_| {

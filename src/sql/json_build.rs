@@ -647,12 +647,7 @@ fn text_elements(a: &ArrayRef, i: usize) -> DfResult<Option<Vec<Option<String>>>
     let t = text_values(a)?;
     crate::sql::pg_text::parse_array_text(t.value(i))
         .map(Some)
-        .ok_or_else(|| {
-            ext(WeirError::new(
-                sqlstate::INVALID_TEXT_REPRESENTATION,
-                format!("malformed array literal: \"{}\"", t.value(i)),
-            ))
-        })
+        .ok_or_else(|| ext(crate::sql::pg_text::malformed_array_literal(t.value(i))))
 }
 
 /// `json_object(text[])` / `jsonb_object(text[])` (keys and values alternating) and

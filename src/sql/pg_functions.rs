@@ -895,11 +895,11 @@ fn definitions() -> Vec<PgFunction> {
                             let t = crate::sql::jsonb::get(v, &[], true)
                                 .map_err(|e| bad(e.to_string()))?
                                 .unwrap_or_default();
-                            Some(
-                                crate::sql::pg_text::parse_array_text(&t).ok_or_else(|| {
-                                    bad(format!("malformed array literal: \"{t}\""))
-                                })?,
-                            )
+                            Some(crate::sql::pg_text::parse_array_text(&t).ok_or_else(|| {
+                                DataFusionError::External(Box::new(
+                                    crate::sql::pg_text::malformed_array_literal(&t),
+                                ))
+                            })?)
                         }
                         "null" => None,
                         _ => return Err(bad(format!("expected JSON array, got {v}"))),
@@ -916,10 +916,9 @@ fn definitions() -> Vec<PgFunction> {
                     crate::sql::pg_text::parse_array_text(v)
                         .map(Some)
                         .ok_or_else(|| {
-                            pg_error(
-                                sqlstate::INVALID_TEXT_REPRESENTATION,
-                                format!("malformed array literal: \"{v}\""),
-                            )
+                            DataFusionError::External(Box::new(
+                                crate::sql::pg_text::malformed_array_literal(v),
+                            ))
                         })
                 })
             },
@@ -1338,10 +1337,9 @@ pub(crate) fn text_list_at(a: &ArrayRef, i: usize) -> DfResult<Vec<String>> {
         // an array literal's text (`'{a,0,b}'`)
         let t = strings(a)?;
         let items = crate::sql::pg_text::parse_array_text(t.value(i)).ok_or_else(|| {
-            pg_error(
-                sqlstate::INVALID_TEXT_REPRESENTATION,
-                format!("malformed array literal: \"{}\"", t.value(i)),
-            )
+            DataFusionError::External(Box::new(crate::sql::pg_text::malformed_array_literal(
+                t.value(i),
+            )))
         })?;
         return Ok(items.into_iter().flatten().collect());
     }

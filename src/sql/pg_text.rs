@@ -731,6 +731,45 @@ pub fn parse_array_text(s: &str) -> Option<Vec<Option<String>>> {
         .collect()
 }
 
+/// 22P02 `malformed array literal: "text"` with Postgres' DETAIL of what is wrong: no `{`
+/// first, nothing after the `{` that closes it, something after it, or (otherwise) an
+/// element where none may be.
+pub fn malformed_array_literal(text: &str) -> crate::error::WeirError {
+    let t = text.trim();
+    let detail = if !t.starts_with('{') {
+        "Array value must start with \"{\" or dimension information."
+    } else {
+        // where the first `{` closes (quotes and escapes skipped)
+        let (mut depth, mut quoted, mut escaped, mut end) = (0usize, false, false, None);
+        for (i, c) in t.char_indices() {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => quoted = !quoted,
+                '{' if !quoted => depth += 1,
+                '}' if !quoted => {
+                    depth = depth.saturating_sub(1);
+                    if depth == 0 {
+                        end = Some(i);
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        match end {
+            None => "Unexpected end of input.",
+            Some(i) if !t[i + 1..].trim().is_empty() => "Junk after closing right brace.",
+            Some(_) => MIXED_ELEMENTS,
+        }
+    };
+    crate::error::WeirError::new(
+        crate::error::sqlstate::INVALID_TEXT_REPRESENTATION,
+        format!("malformed array literal: \"{text}\""),
+    )
+    .with_detail(detail)
+}
+
 /// An element of a Postgres array literal: a value (`None`: NULL) or a sub-array
 /// (`{{1,2},{3,4}}`).
 #[derive(Debug, PartialEq)]
