@@ -2578,22 +2578,54 @@ impl Engine {
     /// defaults, `DEFAULT 99999999999` in an integer column too, fail per row, as there.)
     async fn check_constant_defaults(&self, session: &Session, ct: &CreateTable) -> Result<()> {
         for c in &ct.columns {
-            let Some(d) = &c.default else { continue };
-            let Ok(e) = crate::sql::parser::parse_expr_text(d) else {
-                continue;
-            };
-            let literal = |e: &ast::Expr| {
-                matches!(e, ast::Expr::Value(v) if matches!(v.value,
-                    ast::Value::SingleQuotedString(_) | ast::Value::EscapedStringLiteral(_)))
-            };
-            let quoted = match &e {
-                ast::Expr::Cast { expr, .. } => literal(expr),
-                other => literal(other),
-            };
-            if quoted {
-                let sql = format!("SELECT CAST(({d}) AS {})", c.ty.display_name());
-                self.run_scalar(session, &sql).await?;
+            if let Some(d) = &c.default {
+                self.check_default(session, d, &c.ty).await?;
             }
+        }
+        Ok(())
+    }
+
+    /// A column default checked as Postgres checks it when it is declared (CREATE TABLE,
+    /// ADD COLUMN, SET DEFAULT), without running it (a sequence's `nextval` is not drawn):
+    /// no subquery (0A000), functions, operators and types that exist (planned as a cast to
+    /// the column's type), and quoted literals that read as the type they are cast to
+    /// (`'abc'` for an integer column: 22P02; Postgres reads them then too).
+    pub(crate) async fn check_default(
+        &self,
+        session: &Session,
+        default: &str,
+        ty: &crate::sql::types::SqlType,
+    ) -> Result<()> {
+        let e = crate::sql::parser::parse_expr_text(default)?;
+        let mut subquery = false;
+        let mut literal_casts = Vec::new();
+        let literal = |e: &ast::Expr| {
+            matches!(e, ast::Expr::Value(v) if matches!(v.value,
+                ast::Value::SingleQuotedString(_) | ast::Value::EscapedStringLiteral(_)))
+        };
+        let _ = ast::visit_expressions(&e, |x: &ast::Expr| {
+            match x {
+                ast::Expr::Subquery(_)
+                | ast::Expr::Exists { .. }
+                | ast::Expr::InSubquery { .. } => subquery = true,
+                ast::Expr::Cast { expr, .. } if literal(expr) => literal_casts.push(x.to_string()),
+                _ => {}
+            }
+            std::ops::ControlFlow::<()>::Continue(())
+        });
+        if subquery {
+            return Err(WeirError::not_supported(
+                "cannot use subquery in DEFAULT expression",
+            ));
+        }
+        let whole = format!("CAST(({default}) AS {})", ty.display_name());
+        let q = crate::sql::parser::parse_query(&format!("SELECT {whole}"))?;
+        self.plan_ast(session, &ast::Statement::Query(q)).await?;
+        if literal(&e) {
+            literal_casts.push(whole);
+        }
+        for c in literal_casts {
+            self.run_scalar(session, &format!("SELECT {c}")).await?;
         }
         Ok(())
     }

@@ -1479,6 +1479,34 @@ impl std::fmt::Debug for WeirTypePlanner {
 
 impl TypePlanner for WeirTypePlanner {
     fn plan_type_field(&self, sql_type: &ast::DataType) -> DfResult<Option<FieldRef>> {
+        // an array of a type that does not exist: the array type is what does not exist
+        if let ast::DataType::Array(
+            ast::ArrayElemTypeDef::SquareBracket(inner, _)
+            | ast::ArrayElemTypeDef::AngleBracket(inner),
+        ) = sql_type
+            && let ast::DataType::Custom(..) = inner.as_ref()
+            && let Err(e) = self.plan_type_field(inner)
+        {
+            return Err(match e {
+                datafusion::error::DataFusionError::External(b) => {
+                    match b.downcast::<crate::error::WeirError>() {
+                        Ok(w) if w.code == crate::error::sqlstate::UNDEFINED_OBJECT => {
+                            let name = w
+                                .message
+                                .strip_prefix("type \"")
+                                .and_then(|m| m.strip_suffix("\" does not exist"))
+                                .unwrap_or_default();
+                            datafusion::error::DataFusionError::External(Box::new(
+                                crate::error::WeirError::undefined_type(&format!("{name}[]")),
+                            ))
+                        }
+                        Ok(w) => datafusion::error::DataFusionError::External(w),
+                        Err(b) => datafusion::error::DataFusionError::External(b),
+                    }
+                }
+                other => other,
+            });
+        }
         if let ast::DataType::Custom(name, args) = sql_type
             && args.is_empty()
             && let Some(t) = self

@@ -283,6 +283,12 @@ impl VisitorMut for PgRewriter {
     }
 
     fn pre_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<Self::Break> {
+        // `x::"int4"`, `CAST(x AS "varchar"(3))`: the built-in type, seen as such below
+        if let Expr::Cast { data_type, .. } = expr
+            && let Some(t) = crate::sql::types::unquoted_builtin(data_type)
+        {
+            *data_type = t;
+        }
         if let Err(e) = row_in_subquery_width(expr) {
             return ControlFlow::Break(e);
         }

@@ -274,7 +274,7 @@ impl Catalog {
                 )));
             }
             self.enum_type(&e.name)
-                .ok_or_else(|| undefined_type(&e.name))?;
+                .ok_or_else(|| undefined_type(&format!("{}[]", e.name)))?;
             return Err(WeirError::not_supported(format!(
                 "arrays of enum types ({}[]) are not supported",
                 e.name

@@ -708,6 +708,7 @@ impl Engine {
                     // generated column's is computed over each row as it is rewritten)
                     let value = match &default {
                         Some(d) => {
+                            self.check_default(session, d, &ty).await?;
                             let sql = format!("SELECT CAST(({d}) AS {})", ty.display_name());
                             let out = self.run_scalar(session, &sql).await?;
                             datafusion::common::ScalarValue::try_from_array(&out, 0)?
@@ -1092,6 +1093,8 @@ impl Engine {
                             });
                         }
                         ast::AlterColumnOperation::SetDefault { value } => {
+                            let ty = desc.columns[at].ty.clone();
+                            self.check_default(session, &value.to_string(), &ty).await?;
                             // (the column's own now, not its domain's)
                             for d in desc.domains.iter_mut().filter(|d| d.column == col) {
                                 d.default = false;

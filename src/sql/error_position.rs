@@ -33,6 +33,8 @@ enum Target {
     Number(String),
     /// an operator's symbol (`operator does not exist: integer = text`)
     Operator(String),
+    /// a subquery's `(SELECT`
+    Subquery,
 }
 
 fn target(e: &WeirError, is_dml: bool) -> Option<Target> {
@@ -75,6 +77,19 @@ fn target(e: &WeirError, is_dml: bool) -> Option<Target> {
             Some(Target::Name {
                 qualifier: None,
                 name: rest.to_owned(),
+            })
+        }
+        sqlstate::FEATURE_NOT_SUPPORTED if m == "cannot use subquery in DEFAULT expression" => {
+            Some(Target::Subquery)
+        }
+        // a type named in a cast or a column definition (`type "mood[]"`: at `mood`)
+        sqlstate::UNDEFINED_OBJECT if m.starts_with("type \"") => {
+            let rest = m
+                .strip_prefix("type \"")?
+                .strip_suffix("\" does not exist")?;
+            Some(Target::Name {
+                qualifier: None,
+                name: rest.trim_end_matches("[]").to_owned(),
             })
         }
         sqlstate::AMBIGUOUS_COLUMN => {
@@ -155,10 +170,14 @@ pub fn place(e: WeirError, text: &str, offset: usize) -> WeirError {
     }
     match locate(&e, text) {
         Some((p, Some((code, message)))) => {
-            WeirError { code, message, ..e }.with_position(offset + p)
+            let e = WeirError { code, message, ..e };
+            match p {
+                Some(p) => e.with_position(offset + p),
+                None => e,
+            }
         }
-        Some((p, None)) => e.with_position(offset + p),
-        None => e,
+        Some((Some(p), None)) => e.with_position(offset + p),
+        _ => e,
     }
 }
 
@@ -166,7 +185,7 @@ pub fn place(e: WeirError, text: &str, offset: usize) -> WeirError {
 /// the text is what the error names; and the message as Postgres words it where that
 /// depends on the text: a relation written `schema.name` is named so, a column qualified
 /// by a rewrite (`rewrite.rs`, an ORDER BY expression's name) as it was written.
-fn locate(e: &WeirError, text: &str) -> Option<(usize, Option<(&'static str, String)>)> {
+fn locate(e: &WeirError, text: &str) -> Option<(Option<usize>, Option<(&'static str, String)>)> {
     let mut words = text
         .split(|c: char| !c.is_ascii_alphabetic())
         .filter(|w| !w.is_empty())
@@ -175,10 +194,19 @@ fn locate(e: &WeirError, text: &str) -> Option<(usize, Option<(&'static str, Str
     // Postgres places no error of these utility statements (their names are looked up
     // without a place in the text)
     let second = words.next().unwrap_or_default();
-    if matches!(
+    // (their messages are still worded as Postgres words them: an unknown function's
+    // arguments)
+    let unplaced = matches!(
         first_word.as_str(),
         "alter" | "truncate" | "comment" | "grant" | "revoke" | "drop"
-    ) || (first_word == "create" && matches!(second.as_str(), "index" | "unique"))
+    ) || (first_word == "create" && matches!(second.as_str(), "index" | "unique"));
+    if unplaced && e.code != sqlstate::UNDEFINED_FUNCTION {
+        return None;
+    }
+    // a type named by CREATE DOMAIN or CREATE TYPE is not placed either
+    if e.code == sqlstate::UNDEFINED_OBJECT
+        && first_word == "create"
+        && matches!(second.as_str(), "domain" | "type")
     {
         return None;
     }
@@ -224,8 +252,14 @@ fn locate(e: &WeirError, text: &str) -> Option<(usize, Option<(&'static str, Str
                         name,
                     } => {
                         is_name(t, name)
-                            && !matches!(next(i + 1), Some(Token::LParen | Token::Period))
-                            && (!after_period(i) || e.code == sqlstate::UNDEFINED_TABLE)
+                            && (!matches!(next(i + 1), Some(Token::LParen | Token::Period))
+                                || (e.code == sqlstate::UNDEFINED_OBJECT
+                                    && next(i + 1) == Some(&Token::LParen)))
+                            && (!after_period(i)
+                                || matches!(
+                                    e.code,
+                                    sqlstate::UNDEFINED_TABLE | sqlstate::UNDEFINED_OBJECT
+                                ))
                     }
                     Target::Call(f) => is_name(t, f) && next(i + 1) == Some(&Token::LParen),
                     Target::BadJson(why) => matches!(
@@ -235,6 +269,10 @@ fn locate(e: &WeirError, text: &str) -> Option<(usize, Option<(&'static str, Str
                                 .is_err_and(|e| e.detail.as_deref() == Some(why.as_str()))
                     ),
                     Target::Number(v) => matches!(t, Token::Number(n, _) if n == v),
+                    Target::Subquery => {
+                        *t == Token::LParen
+                            && matches!(next(i + 1), Some(Token::Word(w)) if w.keyword == Keyword::SELECT)
+                    }
                     Target::Operator(op) => {
                         !matches!(t, Token::Word(_) | Token::Number(..)) && t.to_string() == *op
                     }
@@ -280,15 +318,39 @@ fn locate(e: &WeirError, text: &str) -> Option<(usize, Option<(&'static str, Str
     let [mut i] = found[..] else {
         return None;
     };
-    // a schema-qualified relation is pointed at from its schema
-    if e.code == sqlstate::UNDEFINED_TABLE
-        && after_period(i)
+    // a schema-qualified relation or type is pointed at from its schema, and named so
+    if matches!(
+        e.code,
+        sqlstate::UNDEFINED_TABLE | sqlstate::UNDEFINED_OBJECT
+    ) && after_period(i)
         && i >= 2
         && let (Token::Word(schema), Token::Word(name)) = (&tokens[i - 2].token, &tokens[i].token)
     {
         let written = format!("{}.{}", folded(schema), folded(name));
-        message = Some((e.code, format!("relation \"{written}\" does not exist")));
+        message = Some(match e.code {
+            sqlstate::UNDEFINED_TABLE => (e.code, format!("relation \"{written}\" does not exist")),
+            _ => {
+                let array = if e.message.ends_with("[]\" does not exist") {
+                    "[]"
+                } else {
+                    ""
+                };
+                (e.code, format!("type \"{written}{array}\" does not exist"))
+            }
+        });
         i -= 2;
+    }
+    // an unknown function DataFusion named without its arguments' types: Postgres' types
+    // of literal arguments (`f()`, `f(1, 'a')`: `integer, unknown`)
+    if e.code == sqlstate::UNDEFINED_FUNCTION
+        && let Target::Call(f) = &target
+        && e.message.starts_with(&format!("function {f}"))
+        && let Some(types) = literal_argument_types(&tokens[i + 1..])
+    {
+        message = Some((
+            e.code,
+            format!("function {f}({}) does not exist", types.join(", ")),
+        ));
     }
     let first = &tokens[i];
     // (sqlparser counts columns in characters, from 1)
@@ -298,7 +360,56 @@ fn locate(e: &WeirError, text: &str) -> Option<(usize, Option<(&'static str, Str
         .take(start.line.saturating_sub(1) as usize)
         .map(|l| l.chars().count() + 1)
         .sum();
-    Some((before + start.column as usize, message))
+    if unplaced {
+        return message.is_some().then_some((None, message));
+    }
+    Some((Some(before + start.column as usize), message))
+}
+
+/// The types Postgres gives the arguments of a call (`tokens` from its `(`) when each is
+/// one literal: a number (`integer`, `bigint` past 32 bits, `numeric` with a point or
+/// past 64), a quoted string or NULL (`unknown`), TRUE or FALSE (`boolean`). None for
+/// anything else.
+fn literal_argument_types(tokens: &[TokenWithSpan]) -> Option<Vec<&'static str>> {
+    if tokens.first()?.token != Token::LParen {
+        return None;
+    }
+    let mut types = Vec::new();
+    let mut i = 1;
+    if tokens.get(i)?.token == Token::RParen {
+        return Some(types);
+    }
+    loop {
+        let mut t = &tokens.get(i)?.token;
+        if *t == Token::Minus {
+            i += 1;
+            t = &tokens.get(i)?.token;
+            if !matches!(t, Token::Number(..)) {
+                return None;
+            }
+        }
+        types.push(match t {
+            Token::Number(n, _) if n.contains(['.', 'e', 'E']) => "numeric",
+            Token::Number(n, _) => match n.parse::<i64>() {
+                Ok(v) if i32::try_from(v).is_ok() => "integer",
+                Ok(_) => "bigint",
+                Err(_) => "numeric",
+            },
+            Token::SingleQuotedString(_) | Token::EscapedStringLiteral(_) => "unknown",
+            Token::Word(w) if w.quote_style.is_none() => match w.keyword {
+                Keyword::NULL => "unknown",
+                Keyword::TRUE | Keyword::FALSE => "boolean",
+                _ => return None,
+            },
+            _ => return None,
+        });
+        i += 1;
+        match &tokens.get(i)?.token {
+            Token::Comma => i += 1,
+            Token::RParen => return Some(types),
+            _ => return None,
+        }
+    }
 }
 
 /// An identifier as Postgres folds it: unquoted in lower case, quoted as written.
@@ -314,7 +425,7 @@ mod tests {
     use super::*;
 
     fn at(code: &'static str, message: &str, text: &str) -> Option<usize> {
-        locate(&WeirError::new(code, message), text).map(|(p, _)| p)
+        locate(&WeirError::new(code, message), text).and_then(|(p, _)| p)
     }
 
     #[test]

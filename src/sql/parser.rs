@@ -4418,17 +4418,18 @@ fn parse_table_elements(p: &mut Parser, name: &str) -> Result<TableElements> {
                         generated = Some(e.to_string());
                     }
                     ColumnOption::Default(e) => {
-                        let mut refs = None;
+                        let mut refs = false;
                         let _ = ast::visit_expressions(e, |x: &ast::Expr| {
-                            if let ast::Expr::Identifier(_) | ast::Expr::CompoundIdentifier(_) = x {
-                                refs = Some(x.to_string());
-                            }
+                            refs |= matches!(
+                                x,
+                                ast::Expr::Identifier(_) | ast::Expr::CompoundIdentifier(_)
+                            );
                             std::ops::ControlFlow::<()>::Continue(())
                         });
-                        if let Some(r) = refs {
+                        if refs {
                             return Err(WeirError::new(
                                 crate::error::sqlstate::FEATURE_NOT_SUPPORTED,
-                                format!("cannot use column reference in DEFAULT expression: {r}"),
+                                "cannot use column reference in DEFAULT expression",
                             ));
                         }
                         default = Some(e.to_string());

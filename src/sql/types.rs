@@ -153,6 +153,9 @@ impl SqlType {
 
     pub fn from_ast(dt: &ast::DataType) -> Result<SqlType> {
         use ast::DataType as D;
+        if let Some(unquoted) = unquoted_builtin(dt) {
+            return Self::from_ast(&unquoted);
+        }
         Ok(match dt {
             D::Bool | D::Boolean => SqlType::Bool,
             D::SmallInt(_) | D::Int2(_) => SqlType::Int2,
@@ -191,7 +194,19 @@ impl SqlType {
                 ast::ArrayElemTypeDef::AngleBracket(t)
                 | ast::ArrayElemTypeDef::SquareBracket(t, _)
                 | ast::ArrayElemTypeDef::Parenthesis(t) => {
-                    SqlType::Array(Box::new(SqlType::from_ast(t)?))
+                    // (an unknown element: the array type is what does not exist)
+                    SqlType::Array(Box::new(SqlType::from_ast(t).map_err(|e| {
+                        match e
+                            .message
+                            .strip_prefix("type \"")
+                            .and_then(|m| m.strip_suffix("\" does not exist"))
+                        {
+                            Some(name) if e.code == crate::error::sqlstate::UNDEFINED_OBJECT => {
+                                unknown_type(&format!("{name}[]"))
+                            }
+                            _ => e,
+                        }
+                    })?))
                 }
                 ast::ArrayElemTypeDef::None => {
                     return Err(WeirError::syntax("array type needs an element type"));
@@ -220,7 +235,18 @@ impl SqlType {
                     "oid" => SqlType::Oid,
                     "name" => SqlType::Name,
                     "char" => SqlType::InternalChar,
-                    _ => return Err(unknown_type(&n)),
+                    // (named as written: quoted parts keep their case, and no quotes)
+                    _ => {
+                        let written: Vec<String> = name
+                            .0
+                            .iter()
+                            .map(|p| match p.as_ident() {
+                                Some(i) if i.quote_style.is_some() => i.value.clone(),
+                                _ => p.to_string().to_ascii_lowercase(),
+                            })
+                            .collect();
+                        return Err(unknown_type(&written.join(".")));
+                    }
                 }
             }
             other => return Err(unknown_type(&other.to_string())),
@@ -639,6 +665,58 @@ pub fn deserialize_stored<'de, D: serde::Deserializer<'de>>(
     }
     let v = <serde_json::Value as serde::Deserialize>::deserialize(d)?;
     serde_json::from_value(upgrade(v)).map_err(serde::de::Error::custom)
+}
+
+/// A built-in type's name written quoted (`"int4"`, `"varchar"(3)`, `pg_catalog."text"`,
+/// `"char"`), as the type it names: Postgres reads a quoted name as written (so `"int4"`
+/// is int4 and `"INT4"` no type), sqlparser as a custom type's name. None for any other
+/// type.
+pub fn unquoted_builtin(dt: &ast::DataType) -> Option<ast::DataType> {
+    let ast::DataType::Custom(name, args) = dt else {
+        return None;
+    };
+    let (schema, last) = match name.0.as_slice() {
+        [l] => (None, l.as_ident()?),
+        [s, l] => (Some(s.as_ident()?), l.as_ident()?),
+        _ => return None,
+    };
+    if last.quote_style.is_none() && schema.is_none_or(|s| s.quote_style.is_none()) {
+        return None;
+    }
+    if schema.is_some_and(|s| s.value != "pg_catalog")
+        || last.value.is_empty()
+        || !last
+            .value
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+    {
+        return None;
+    }
+    let bare = || {
+        ast::DataType::Custom(
+            ast::ObjectName::from(vec![ast::Ident::new(last.value.clone())]),
+            args.clone(),
+        )
+    };
+    // `"char"` is the one-byte type, `char` is `character(1)`
+    if last.value == "char" {
+        return Some(bare());
+    }
+    let text = match args.is_empty() {
+        true => last.value.clone(),
+        false => format!("{}({})", last.value, args.join(", ")),
+    };
+    let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
+    let parsed = datafusion::sql::sqlparser::parser::Parser::new(&dialect)
+        .try_with_sql(&text)
+        .ok()?
+        .parse_data_type()
+        .ok()?;
+    Some(match parsed {
+        // (a name sqlparser has no keyword for: the Custom branch reads it unquoted)
+        ast::DataType::Custom(..) => bare(),
+        other => other,
+    })
 }
 
 fn unknown_type(name: &str) -> WeirError {
