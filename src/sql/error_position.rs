@@ -185,7 +185,11 @@ pub fn place(e: WeirError, text: &str, offset: usize) -> WeirError {
 /// the text is what the error names; and the message as Postgres words it where that
 /// depends on the text: a relation written `schema.name` is named so, a column qualified
 /// by a rewrite (`rewrite.rs`, an ORDER BY expression's name) as it was written.
-fn locate(e: &WeirError, text: &str) -> Option<(Option<usize>, Option<(&'static str, String)>)> {
+/// Where an error points (None: nowhere, as Postgres places no error of the statement)
+/// and its message as Postgres words it (None: as it is).
+type Located = (Option<usize>, Option<(&'static str, String)>);
+
+fn locate(e: &WeirError, text: &str) -> Option<Located> {
     let mut words = text
         .split(|c: char| !c.is_ascii_alphabetic())
         .filter(|w| !w.is_empty())
