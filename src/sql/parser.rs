@@ -1375,6 +1375,7 @@ pub fn parse_tree(sql: &str, memory: usize) -> Result<Vec<Parsed>> {
     let tokens = trim_spaces_by_default(tokens);
     let tokens = weaker_row_locks(tokens);
     let tokens = group_by_modifiers(tokens);
+    let tokens = select_items_before_on_conflict(tokens);
     let tokens = drop_collations(tokens)?;
     refuse_partitioning(&tokens)?;
     let tokens = mark_merge_actions(tokens);
@@ -2267,6 +2268,63 @@ fn group_by_modifiers(mut tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
         } else {
             tokens.remove(i);
         }
+    }
+    tokens
+}
+
+/// `INSERT INTO t SELECT 'x' ON CONFLICT ...`: sqlparser reads `ON` after a select item as
+/// the item's alias when the SELECT has no FROM or WHERE (Postgres reserves it). Such a
+/// SELECT gets `WHERE TRUE` before `ON CONFLICT`.
+fn select_items_before_on_conflict(mut tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    if !tokens.iter().any(|t| is_word(t, "CONFLICT")) {
+        return tokens;
+    }
+    let sig = significant(&tokens);
+    let mut at = Vec::new();
+    for k in 1..sig.len().saturating_sub(1) {
+        if !(is_word(&tokens[sig[k]], "ON") && is_word(&tokens[sig[k + 1]], "CONFLICT")) {
+            continue;
+        }
+        // back to the last SELECT at this depth: only its items between
+        let mut depth = 0i32;
+        for j in (0..k).rev() {
+            let t = &tokens[sig[j]];
+            match &t.token {
+                Token::RParen => depth += 1,
+                Token::LParen => depth -= 1,
+                _ => {}
+            }
+            if depth < 0 {
+                break;
+            }
+            if depth > 0 {
+                continue;
+            }
+            let clause = [
+                "FROM", "WHERE", "GROUP", "HAVING", "WINDOW", "ORDER", "LIMIT", "OFFSET", "FETCH",
+                "VALUES", "DEFAULT",
+            ];
+            if clause.iter().any(|w| is_word(t, w)) {
+                break;
+            }
+            if is_word(t, "SELECT") {
+                at.push(sig[k]);
+                break;
+            }
+        }
+    }
+    for i in at.into_iter().rev() {
+        let span = tokens[i].span;
+        let words = [
+            Token::make_keyword("WHERE"),
+            Token::Whitespace(datafusion::sql::sqlparser::tokenizer::Whitespace::Space),
+            Token::make_keyword("TRUE"),
+            Token::Whitespace(datafusion::sql::sqlparser::tokenizer::Whitespace::Space),
+        ];
+        tokens.splice(
+            i..i,
+            words.into_iter().map(|token| TokenWithSpan { token, span }),
+        );
     }
     tokens
 }
