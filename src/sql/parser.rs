@@ -1370,6 +1370,7 @@ pub fn parse_tree(sql: &str, memory: usize) -> Result<Vec<Parsed>> {
         })?;
     // before any tree exists: a statement too deep to plan is refused here (54001)
     crate::sql::depth::check(tokens.iter().map(|t| &t.token))?;
+    let tokens = split_signed_operators(tokens);
     let tokens = mark_asof_joins(tokens)?;
     let tokens = mark_symmetric_between(tokens);
     let tokens = trim_spaces_by_default(tokens);
@@ -2270,6 +2271,51 @@ fn group_by_modifiers(mut tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
         }
     }
     tokens
+}
+
+/// An operator run together with a sign after it (`j->-1`, `a*-1` written `a *-1`): Postgres
+/// ends an operator before a trailing `+` or `-` unless it has one of `~ ! @ # % ^ & | \` ?`
+/// (so `->-1` is `-> -1`); sqlparser reads the whole run as one custom operator.
+fn split_signed_operators(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    let needs = |s: &str| {
+        s.ends_with(['+', '-']) && !s.contains(['~', '!', '@', '#', '%', '^', '&', '|', '`', '?'])
+    };
+    if !tokens
+        .iter()
+        .any(|t| matches!(&t.token, Token::CustomBinaryOperator(s) if needs(s)))
+    {
+        return tokens;
+    }
+    let mut out = Vec::with_capacity(tokens.len() + 2);
+    for t in tokens {
+        let Token::CustomBinaryOperator(s) = &t.token else {
+            out.push(t);
+            continue;
+        };
+        if !needs(s) {
+            out.push(t);
+            continue;
+        }
+        let head = s.trim_end_matches(['+', '-']);
+        let dialect = PostgreSqlDialect {};
+        let Ok(head_tokens) =
+            datafusion::sql::sqlparser::tokenizer::Tokenizer::new(&dialect, head).tokenize()
+        else {
+            out.push(t);
+            continue;
+        };
+        let span = t.span;
+        out.extend(
+            head_tokens
+                .into_iter()
+                .map(|token| TokenWithSpan { token, span }),
+        );
+        out.extend(s[head.len()..].chars().map(|c| TokenWithSpan {
+            token: if c == '+' { Token::Plus } else { Token::Minus },
+            span,
+        }));
+    }
+    out
 }
 
 /// `INSERT INTO t SELECT 'x' ON CONFLICT ...`: sqlparser reads `ON` after a select item as
