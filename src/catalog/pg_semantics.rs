@@ -1835,9 +1835,9 @@ fn real_math_in_double(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
     })
 }
 
-/// `percentile_cont` over `real` interpolates in double precision and returns it, as
-/// Postgres' does (DataFusion keeps the input's float width): its argument cast, the
-/// aggregate named as before.
+/// `percentile_cont` over `real`, integers and `numeric` interpolates in double precision
+/// and returns it, as Postgres' does (its only numeric form takes `float8`; DataFusion
+/// keeps the input's type): its argument cast, the aggregate named as before.
 fn percentile_cont_in_double(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)> {
     let LogicalPlan::Aggregate(a) = &plan else {
         return Ok((plan, false));
@@ -1853,10 +1853,11 @@ fn percentile_cont_in_double(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool)>
         if let Expr::AggregateFunction(f) = inner
             && f.func.name() == "percentile_cont"
             && let Some(first) = f.params.args.first()
-            && matches!(
-                first.get_type(&schema),
-                Ok(DataType::Float32 | DataType::Float16)
-            )
+            && first.get_type(&schema).is_ok_and(|t| {
+                matches!(t, DataType::Float32 | DataType::Float16)
+                    || t.is_integer()
+                    || matches!(t, DataType::Decimal128(..) | DataType::Decimal256(..))
+            })
         {
             let name = alias.unwrap_or_else(|| e.schema_name().to_string());
             let mut f = f.clone();
