@@ -855,6 +855,18 @@ impl Engine {
             } => {
                 self.alter_column_setting(table, *if_exists, column, what, value, notices.as_ref())
             }
+            Statement::StorageParameters {
+                relation,
+                kind,
+                if_exists,
+                set,
+            } => self.storage_parameters(
+                relation,
+                kind,
+                *if_exists,
+                set.as_deref(),
+                notices.as_ref(),
+            ),
             Statement::AlterType { name, op } => {
                 self.alter_type(session, name, op, notices.as_ref()).await
             }
@@ -3581,6 +3593,7 @@ fn changes_schema(stmt: &Statement) -> bool {
             | Statement::AlterDomain { .. }
             | Statement::DropDomain { .. }
             | Statement::AlterColumnSetting { .. }
+            | Statement::StorageParameters { .. }
             | Statement::CreateIndex(_)
             | Statement::CreateExtension { .. }
             | Statement::DropExtension { .. }
@@ -3772,6 +3785,7 @@ fn query_kind(stmt: &Statement) -> &'static str {
         | Statement::AlterDomain { .. }
         | Statement::DropDomain { .. }
         | Statement::AlterColumnSetting { .. }
+        | Statement::StorageParameters { .. }
         | Statement::AddIdentity(_)
         | Statement::AlterIdentity(_)
         | Statement::AlterTable(_)
@@ -3817,6 +3831,12 @@ fn write_kind(stmt: &Statement) -> Option<&'static str> {
         Statement::AlterDomain { .. } => "ALTER DOMAIN",
         Statement::DropDomain { .. } => "DROP DOMAIN",
         Statement::AlterColumnSetting { .. } => "ALTER TABLE",
+        Statement::StorageParameters { kind: "INDEX", .. } => "ALTER INDEX",
+        Statement::StorageParameters {
+            kind: "MATERIALIZED VIEW",
+            ..
+        } => "ALTER MATERIALIZED VIEW",
+        Statement::StorageParameters { .. } => "ALTER TABLE",
         Statement::AddIdentity(_) | Statement::AlterIdentity(_) => "ALTER TABLE",
         Statement::AlterTable(_) => "ALTER TABLE",
         Statement::RenameRelation { .. } => "ALTER",

@@ -28,6 +28,7 @@ pub mod pg_text;
 pub mod regression;
 pub mod search_path;
 pub mod security;
+pub mod storage_parameters;
 pub mod text_hash;
 pub mod time;
 pub mod time_zone;

@@ -43,6 +43,34 @@ impl Engine {
     /// `ALTER TABLE t ALTER [COLUMN] c SET STATISTICS n | STORAGE s | COMPRESSION m`
     /// (pg_dump writes them): Weir keeps no planner statistics and stores rows its own way,
     /// so each is checked as Postgres checks it and changes nothing.
+    /// `ALTER TABLE | INDEX | MATERIALIZED VIEW name SET (...) | RESET (...)`: Postgres'
+    /// storage parameters, checked and ignored (`sql/storage_parameters.rs`); the relation
+    /// must exist (IF EXISTS: a notice).
+    pub(crate) fn storage_parameters(
+        &self,
+        relation: &str,
+        kind: &str,
+        if_exists: bool,
+        set: Option<&[(String, Option<String>)]>,
+        notices: Option<&tokio::sync::mpsc::UnboundedSender<String>>,
+    ) -> Result<Output> {
+        use crate::sql::storage_parameters::{Of, check};
+        let index = kind == "INDEX";
+        let tag = format!("ALTER {kind}");
+        let tag = tag.as_str();
+        let exists = match index {
+            true => self.catalog.index_by_name(relation).is_some(),
+            false => self.catalog.get(relation).is_some(),
+        };
+        if !exists {
+            return crate::engine::missing_relation(relation, if_exists, notices, tag);
+        }
+        if let Some(params) = set {
+            check(if index { Of::Index } else { Of::Table }, params)?;
+        }
+        Ok(Output::Command(tag.into()))
+    }
+
     pub(crate) fn alter_column_setting(
         &self,
         table: &str,

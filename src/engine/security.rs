@@ -291,6 +291,15 @@ impl Engine {
                 self.require_create(role)
             }
             Statement::AlterColumnSetting { table, .. } => self.require_owner(role, table),
+            Statement::StorageParameters { relation, kind, .. } if *kind != "INDEX" => {
+                self.require_owner(role, relation)
+            }
+            Statement::StorageParameters { relation, .. } => {
+                match self.catalog.index_by_name(relation) {
+                    Some((entry, _)) => self.require_owner(role, &entry.desc.name),
+                    None => Ok(()),
+                }
+            }
             Statement::AlterTable(a) => {
                 let name = relation_name(&a.name)?;
                 if self.catalog.get(&name).is_some() {

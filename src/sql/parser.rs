@@ -232,6 +232,18 @@ pub enum Statement {
         what: String,
         value: String,
     },
+    /// `ALTER TABLE | INDEX | MATERIALIZED VIEW [IF EXISTS] name SET (param = value, ...) |
+    /// RESET (param, ...)`: Postgres' storage parameters, checked and ignored
+    /// (`sql/storage_parameters.rs`).
+    StorageParameters {
+        relation: String,
+        /// What the statement says it alters: `TABLE`, `INDEX` (an index's parameters) or
+        /// `MATERIALIZED VIEW`.
+        kind: &'static str,
+        if_exists: bool,
+        /// None: `RESET`.
+        set: Option<Vec<(String, Option<String>)>>,
+    },
     /// `ALTER TYPE name ...`.
     AlterType {
         name: String,
@@ -403,7 +415,31 @@ fn create_index(ci: ast::CreateIndex) -> Result<Statement> {
             )));
         }
     }
-    if !ci.with.is_empty() || !ci.index_options.is_empty() || !ci.alter_options.is_empty() {
+    // `WITH (fillfactor = 80)`: storage parameters, checked and ignored
+    let mut params = Vec::with_capacity(ci.with.len());
+    for w in &ci.with {
+        match w {
+            ast::Expr::BinaryOp {
+                left,
+                op: ast::BinaryOperator::Eq,
+                right,
+            } => {
+                let value = match right.as_ref() {
+                    ast::Expr::Value(v) => match &v.value {
+                        ast::Value::Number(n, _) => n.clone(),
+                        ast::Value::SingleQuotedString(s) => s.clone(),
+                        ast::Value::Boolean(b) => b.to_string(),
+                        other => other.to_string(),
+                    },
+                    other => other.to_string(),
+                };
+                params.push((left.to_string().to_ascii_lowercase(), Some(value)));
+            }
+            other => params.push((other.to_string().to_ascii_lowercase(), None)),
+        }
+    }
+    crate::sql::storage_parameters::check(crate::sql::storage_parameters::Of::Index, &params)?;
+    if !ci.index_options.is_empty() || !ci.alter_options.is_empty() {
         return Err(WeirError::not_supported(
             "CREATE INDEX options are not supported",
         ));
@@ -724,6 +760,83 @@ fn parse_alter_column_setting(p: &mut Parser) -> Result<Option<Statement>> {
         column: normalize_ident(&column),
         what,
         value,
+    }))
+}
+
+/// `ALTER TABLE | INDEX | MATERIALIZED VIEW [IF EXISTS] [ONLY] name SET ( param [= value],
+/// ... ) | RESET ( param, ... )` (after ALTER), as the only action.
+fn parse_alter_storage_parameters(p: &mut Parser) -> Result<Option<Statement>> {
+    let start = p.index();
+    let kind = if p.parse_keyword(Keyword::TABLE) {
+        "TABLE"
+    } else if p.parse_keyword(Keyword::INDEX) {
+        "INDEX"
+    } else if p.parse_keywords(&[Keyword::MATERIALIZED, Keyword::VIEW]) {
+        "MATERIALIZED VIEW"
+    } else {
+        return Ok(None);
+    };
+    let if_exists = p.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
+    let _ = p.parse_keyword(Keyword::ONLY);
+    let name = p.parse_object_name(false).ok();
+    let reset = p.parse_keyword(Keyword::RESET);
+    let (Some(name), true) = (
+        name,
+        (reset || p.parse_keyword(Keyword::SET)) && p.peek_token().token == Token::LParen,
+    ) else {
+        rewind(p, start);
+        return Ok(None);
+    };
+    p.next_token();
+    let mut params = Vec::new();
+    loop {
+        // `name` or `namespace.name` (`toast.autovacuum_enabled`)
+        let param = p
+            .parse_object_name(false)?
+            .0
+            .iter()
+            .map(|part| part.to_string().to_ascii_lowercase())
+            .collect::<Vec<_>>()
+            .join(".");
+        let value = if !reset && p.consume_token(&Token::Eq) {
+            let t = p.next_token();
+            Some(match t.token {
+                Token::Number(n, _) => n,
+                Token::SingleQuotedString(v) => v,
+                Token::Word(w) => w.value,
+                Token::Minus => match p.next_token().token {
+                    Token::Number(n, _) => format!("-{n}"),
+                    other => {
+                        return Err(WeirError::syntax(format!(
+                            "syntax error at or near \"{other}\""
+                        )));
+                    }
+                },
+                other => {
+                    return Err(WeirError::syntax(format!(
+                        "syntax error at or near \"{other}\""
+                    )));
+                }
+            })
+        } else {
+            None
+        };
+        params.push((param, value));
+        if p.consume_token(&Token::RParen) {
+            break;
+        }
+        p.expect_token(&Token::Comma)?;
+    }
+    if p.peek_token().token != Token::EOF && p.peek_token().token != Token::SemiColon {
+        return Err(WeirError::not_supported(
+            "SET (...) or RESET (...) of storage parameters beside other ALTER actions is not supported",
+        ));
+    }
+    Ok(Some(Statement::StorageParameters {
+        relation: relation_name(&name)?,
+        kind,
+        if_exists,
+        set: (!reset).then_some(params),
     }))
 }
 
@@ -3027,6 +3140,9 @@ fn parse_one(p: &mut Parser) -> Result<Statement> {
             if let Some(s) = parse_alter_column_setting(p)? {
                 return Ok(s);
             }
+            if let Some(s) = parse_alter_storage_parameters(p)? {
+                return Ok(s);
+            }
             p.prev_token();
             classify(p.parse_statement()?)
         }
@@ -3998,6 +4114,16 @@ fn parse_table_definition(
             with_options = parse_with_options(p)?;
         } else {
             break;
+        }
+    }
+    // Postgres' storage parameters (`WITH (fillfactor = 70)`, pg_dump writes them): checked
+    // and ignored; a connector table's options are the connector's
+    {
+        use crate::sql::storage_parameters::{Of, check, is_known};
+        if !with_options.is_empty() && with_options.iter().all(|(k, _)| is_known(Of::Table, k)) {
+            let params: Vec<(String, Option<String>)> =
+                with_options.drain(..).map(|(k, v)| (k, Some(v))).collect();
+            check(Of::Table, &params)?;
         }
     }
     let format = parse_format(p)?;
