@@ -1,5 +1,5 @@
 //! Postgres' common type of a float and a `numeric`: where the branches of a CASE, the
-//! arguments of COALESCE / GREATEST / LEAST / NULLIF, the columns of a UNION (INTERSECT,
+//! arguments of COALESCE / GREATEST / LEAST / NULLIF, the elements of an ARRAY[], the columns of a UNION (INTERSECT,
 //! EXCEPT) or of a VALUES list mix `real` / `double precision` with `numeric`, Postgres
 //! resolves them as the float (`double precision` is the numeric category's preferred type,
 //! and a `numeric` casts implicitly to `real`). DataFusion prefers the decimal: a float

@@ -318,6 +318,7 @@ pub(crate) fn resolved_values(e: &mut Expr) -> Option<(&'static str, Vec<&mut Ex
                 "greatest" => "GREATEST",
                 "least" => "LEAST",
                 "nullif" => "NULLIF",
+                "make_array" => "ARRAY",
                 _ => return None,
             };
             Some((what, f.args.iter_mut().collect()))

@@ -99,8 +99,18 @@ pub(crate) fn definitions() -> Vec<PgFunction> {
             trig_domain(x, (-1.0..=1.0).contains(&x)).map(f64::atanh)
         }),
     ];
+    let degree_trig: [(&'static str, Checked1); 7] = [
+        ("sind", degrees::sind),
+        ("cosd", degrees::cosd),
+        ("tand", degrees::tand),
+        ("cotd", degrees::cotd),
+        ("asind", degrees::asind),
+        ("acosd", degrees::acosd),
+        ("atand", |x| Ok(degrees::atand(x))),
+    ];
     let mut out: Vec<PgFunction> = unary
         .into_iter()
+        .chain(degree_trig)
         .map(|(name, f)| {
             immutable(
                 name,
@@ -132,6 +142,12 @@ pub(crate) fn definitions() -> Vec<PgFunction> {
                 _ => unreachable!("log has one or two arguments by its signature"),
             })
         },
+    ));
+    out.push(immutable(
+        "atan2d",
+        TypeSignature::Any(2),
+        |_| DataType::Float64,
+        |args, _| float_map("atan2d", args, |v| Ok(degrees::atan2d(v[0], v[1]))),
     ));
     for name in ["power", "pow"] {
         out.push(immutable(
@@ -212,6 +228,163 @@ pub(crate) fn definitions() -> Vec<PgFunction> {
         |args, _| float4_of_float8(&args[0]),
     ));
     out
+}
+
+/// The trigonometric functions in degrees, computed as Postgres' `dsind`.. are: the
+/// argument reduced to the first quadrant, and the results scaled so that the exact
+/// angles give exact values (`sind(30)` is 0.5, `tand(45)` 1, `acosd(0.5)` 60).
+mod degrees {
+    use super::{DfResult, RADIANS_PER_DEGREE, trig_domain};
+
+    fn sin_30() -> f64 {
+        (30.0 * RADIANS_PER_DEGREE).sin()
+    }
+    fn one_minus_cos_60() -> f64 {
+        1.0 - (60.0 * RADIANS_PER_DEGREE).cos()
+    }
+    fn sind_0_to_30(x: f64) -> f64 {
+        ((x * RADIANS_PER_DEGREE).sin() / sin_30()) / 2.0
+    }
+    fn cosd_0_to_60(x: f64) -> f64 {
+        1.0 - ((1.0 - (x * RADIANS_PER_DEGREE).cos()) / one_minus_cos_60()) / 2.0
+    }
+    fn sind_q1(x: f64) -> f64 {
+        if x <= 30.0 {
+            sind_0_to_30(x)
+        } else {
+            cosd_0_to_60(90.0 - x)
+        }
+    }
+    fn cosd_q1(x: f64) -> f64 {
+        if x <= 60.0 {
+            cosd_0_to_60(x)
+        } else {
+            sind_0_to_30(90.0 - x)
+        }
+    }
+    fn asind_q1(x: f64) -> f64 {
+        if x <= 0.5 {
+            (x.asin() / 0.5f64.asin()) * 30.0
+        } else {
+            90.0 - (x.acos() / 0.5f64.acos()) * 60.0
+        }
+    }
+    fn acosd_q1(x: f64) -> f64 {
+        if x <= 0.5 {
+            90.0 - (x.asin() / 0.5f64.asin()) * 30.0
+        } else {
+            (x.acos() / 0.5f64.acos()) * 60.0
+        }
+    }
+
+    /// NaN passes; an infinity is 22003; else the angle in [0, 360) and the sign so far.
+    fn reduced(x: f64) -> DfResult<f64> {
+        trig_domain(x, !x.is_infinite()).map(|x| x % 360.0)
+    }
+
+    pub(super) fn sind(x: f64) -> DfResult<f64> {
+        let (mut x, mut sign) = (reduced(x)?, 1.0);
+        if x.is_nan() {
+            return Ok(x);
+        }
+        if x < 0.0 {
+            x = -x;
+            sign = -sign;
+        }
+        if x > 180.0 {
+            x = 360.0 - x;
+            sign = -sign;
+        }
+        if x > 90.0 {
+            x = 180.0 - x;
+        }
+        Ok(sign * sind_q1(x))
+    }
+
+    pub(super) fn cosd(x: f64) -> DfResult<f64> {
+        let (mut x, mut sign) = (reduced(x)?, 1.0);
+        if x.is_nan() {
+            return Ok(x);
+        }
+        x = x.abs();
+        if x > 180.0 {
+            x = 360.0 - x;
+        }
+        if x > 90.0 {
+            x = 180.0 - x;
+            sign = -sign;
+        }
+        Ok(sign * cosd_q1(x))
+    }
+
+    /// The angle of tand/cotd in [0, 90] and its sign.
+    fn tan_angle(x: f64) -> (f64, f64) {
+        let (mut x, mut sign) = (x, 1.0);
+        if x < 0.0 {
+            x = -x;
+            sign = -sign;
+        }
+        if x > 180.0 {
+            x = 360.0 - x;
+            sign = -sign;
+        }
+        if x > 90.0 {
+            x = 180.0 - x;
+            sign = -sign;
+        }
+        (x, sign)
+    }
+
+    pub(super) fn tand(x: f64) -> DfResult<f64> {
+        let x = reduced(x)?;
+        if x.is_nan() {
+            return Ok(x);
+        }
+        let (x, sign) = tan_angle(x);
+        let tan_45 = sind_q1(45.0) / cosd_q1(45.0);
+        // (no minus zero, as Postgres)
+        Ok(sign * ((sind_q1(x) / cosd_q1(x)) / tan_45) + 0.0)
+    }
+
+    pub(super) fn cotd(x: f64) -> DfResult<f64> {
+        let x = reduced(x)?;
+        if x.is_nan() {
+            return Ok(x);
+        }
+        let (x, sign) = tan_angle(x);
+        let cot_45 = cosd_q1(45.0) / sind_q1(45.0);
+        Ok(sign * ((cosd_q1(x) / sind_q1(x)) / cot_45) + 0.0)
+    }
+
+    pub(super) fn asind(x: f64) -> DfResult<f64> {
+        let x = trig_domain(x, (-1.0..=1.0).contains(&x))?;
+        Ok(if x.is_nan() {
+            x
+        } else if x >= 0.0 {
+            asind_q1(x)
+        } else {
+            -asind_q1(-x)
+        })
+    }
+
+    pub(super) fn acosd(x: f64) -> DfResult<f64> {
+        let x = trig_domain(x, (-1.0..=1.0).contains(&x))?;
+        Ok(if x.is_nan() {
+            x
+        } else if x >= 0.0 {
+            acosd_q1(x)
+        } else {
+            90.0 + asind_q1(-x)
+        })
+    }
+
+    pub(super) fn atand(x: f64) -> f64 {
+        (x.atan() / 1.0f64.atan()) * 45.0
+    }
+
+    pub(super) fn atan2d(y: f64, x: f64) -> f64 {
+        (y.atan2(x) / 1.0f64.atan()) * 45.0
+    }
 }
 
 /// `weir_float_in(text, NULL::target)`: text as `double precision` or `real` input, as
