@@ -1,5 +1,5 @@
 //! Postgres refuses to resolve the values of a UNION (INTERSECT, EXCEPT) column, a CASE,
-//! COALESCE or GREATEST/LEAST to one type when they are of different kinds (`UNION types integer and
+//! COALESCE, GREATEST/LEAST or the elements of an ARRAY[] to one type when they are of different kinds (`UNION types integer and
 //! text cannot be matched`, 42804); DataFusion's type coercion makes them all text, so
 //! `SELECT id FROM t UNION SELECT name FROM t` answered with a text column where Postgres
 //! answers with an error.

@@ -283,6 +283,24 @@ impl VisitorMut for PgRewriter {
     }
 
     fn pre_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<Self::Break> {
+        // `localtimestamp(p)` / `localtime(p)`: the transaction's time to p fractional
+        // digits, as the cast written so (rewritten below as every cast is)
+        if let Expr::Function(f) = expr
+            && let Some(lname) = last_name(&f.name)
+            && matches!(lname.as_str(), "localtimestamp" | "localtime")
+            && let FunctionArguments::List(l) = &f.args
+            && let [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(Expr::Value(v)))] =
+                l.args.as_slice()
+            && let ast::Value::Number(p, _) = &v.value
+            && p.parse::<u8>().is_ok()
+        {
+            let to = if lname == "localtime" {
+                "TIME"
+            } else {
+                "TIMESTAMP"
+            };
+            *expr = parse_expr(&format!("CAST(now() AS {to}({p}))"));
+        }
         // `x::"int4"`, `CAST(x AS "varchar"(3))`: the built-in type, seen as such below
         if let Expr::Cast { data_type, .. } = expr
             && let Some(t) = crate::sql::types::unquoted_builtin(data_type)
@@ -3759,6 +3777,7 @@ fn rewrite_expr(expr: &mut Expr) {
                 *expr = parse_expr(&format!("CAST(now() AS {to})"));
                 return;
             }
+
             if lname == "array"
                 && let FunctionArguments::Subquery(q) = &f.args
             {

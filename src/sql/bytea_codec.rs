@@ -366,6 +366,93 @@ pub fn get_byte(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
     Ok(Arc::new(out.finish()))
 }
 
+/// `get_bit(bytes, n)`: bit `n % 8` (from the least significant) of byte `n / 8`, as
+/// Postgres numbers them; `set_bit(bytes, n, 0 | 1)` and `set_byte(bytes, n, v)` (v's low
+/// eight bits) give the bytes with it changed. An index past the end is 2202E.
+pub fn bit_or_byte(name: &'static str, args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
+    let bits = name != "set_byte";
+    let bytes = bytea_arg(&args[0])?;
+    let bytes = bytes.as_binary::<i32>();
+    let index = cast(&args[1], &DataType::Int64)?;
+    let index = index.as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+    let value = match args.get(2) {
+        Some(v) => Some(cast(v, &DataType::Int64)?),
+        None => None,
+    };
+    let value = value
+        .as_ref()
+        .map(|v| v.as_primitive::<datafusion::arrow::datatypes::Int64Type>());
+    let mut got = datafusion::arrow::array::Int32Builder::with_capacity(rows);
+    let mut set = BinaryBuilder::with_capacity(rows, 0);
+    for i in 0..rows {
+        let (k, j) = (row(bytes.len(), i), row(index.len(), i));
+        let v = value.map(|v| (v, row(v.len(), i)));
+        if bytes.is_null(k) || index.is_null(j) || v.is_some_and(|(v, r)| v.is_null(r)) {
+            got.append_null();
+            set.append_null();
+            continue;
+        }
+        let (b, n) = (bytes.value(k), index.value(j));
+        let units = b.len() as i64 * if bits { 8 } else { 1 };
+        if n < 0 || n >= units {
+            return Err(external(WeirError::new(
+                "2202E",
+                format!("index {n} out of valid range, 0..{}", units - 1),
+            )));
+        }
+        let (byte, bit) = if bits {
+            ((n / 8) as usize, (n % 8) as u32)
+        } else {
+            (n as usize, 0)
+        };
+        match v.map(|(v, r)| v.value(r)) {
+            None => got.append_value(i32::from((b[byte] >> bit) & 1)),
+            Some(x) => {
+                let mut out = b.to_vec();
+                if bits {
+                    if x != 0 && x != 1 {
+                        return Err(external(WeirError::new(
+                            sqlstate::INVALID_PARAMETER_VALUE,
+                            "new bit must be 0 or 1",
+                        )));
+                    }
+                    out[byte] = (out[byte] & !(1 << bit)) | ((x as u8) << bit);
+                } else {
+                    out[byte] = (x & 0xff) as u8;
+                }
+                set.append_value(out);
+            }
+        }
+    }
+    Ok(if value.is_some() {
+        Arc::new(set.finish())
+    } else {
+        Arc::new(got.finish())
+    })
+}
+
+/// `bit_count(bytes)`: the bits set (a bigint).
+pub fn bit_count(args: &[ArrayRef], rows: usize) -> DfResult<ArrayRef> {
+    let bytes = bytea_arg(&args[0])?;
+    let bytes = bytes.as_binary::<i32>();
+    let mut out = datafusion::arrow::array::Int64Builder::with_capacity(rows);
+    for i in 0..rows {
+        let k = row(bytes.len(), i);
+        if bytes.is_null(k) {
+            out.append_null();
+        } else {
+            out.append_value(
+                bytes
+                    .value(k)
+                    .iter()
+                    .map(|b| i64::from(b.count_ones()))
+                    .sum(),
+            );
+        }
+    }
+    Ok(Arc::new(out.finish()))
+}
+
 /// The encodings `convert_from`/`convert_to` know: UTF8 (the database's) and LATIN1.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Encoding {

@@ -1146,6 +1146,30 @@ fn definitions() -> Vec<PgFunction> {
             crate::sql::bytea_codec::get_byte,
         ),
         immutable(
+            "get_bit",
+            TypeSignature::Any(2),
+            |_| DataType::Int32,
+            |args, rows| crate::sql::bytea_codec::bit_or_byte("get_bit", args, rows),
+        ),
+        immutable(
+            "set_bit",
+            TypeSignature::Any(3),
+            |_| DataType::Binary,
+            |args, rows| crate::sql::bytea_codec::bit_or_byte("set_bit", args, rows),
+        ),
+        immutable(
+            "set_byte",
+            TypeSignature::Any(3),
+            |_| DataType::Binary,
+            |args, rows| crate::sql::bytea_codec::bit_or_byte("set_byte", args, rows),
+        ),
+        immutable(
+            "bit_count",
+            TypeSignature::Any(1),
+            |_| DataType::Int64,
+            crate::sql::bytea_codec::bit_count,
+        ),
+        immutable(
             "convert_from",
             TypeSignature::Any(2),
             |_| DataType::Utf8,
