@@ -11,3 +11,4 @@ pub mod match_recognize;
 pub mod shared;
 pub mod unnest_keys;
 pub mod view;
+pub mod wrapped_rule;

@@ -290,15 +290,23 @@ impl datafusion::optimizer::OptimizerRule for LeftoverSubqueries {
 /// DataFusion's optimizer rules with [`LeftoverSubqueries`] after `decorrelate_lateral_join`.
 pub fn optimizer_rules() -> Vec<Arc<dyn datafusion::optimizer::OptimizerRule + Send + Sync>> {
     let mut rules = datafusion::optimizer::Optimizer::new().rules;
-    // filters stay over global aggregates (`plan/global_aggregate_filters.rs`)
+    // DataFusion's rules with a step of ours before them (`plan/wrapped_rule.rs`): filters
+    // stay over global aggregates (`plan/global_aggregate_filters.rs`); ORDER BY items are
+    // not pruned by keys an Unnest does not keep (`plan/unnest_keys.rs`)
     for r in rules.iter_mut() {
-        if r.name() == "push_down_filter" {
-            *r = Arc::new(super::global_aggregate_filters::FiltersAboveGlobalAggregates(r.clone()));
-        }
-        // ORDER BY items are not pruned by keys an Unnest does not keep
-        // (`plan/unnest_keys.rs`)
-        if r.name() == "eliminate_duplicated_expr" {
-            *r = Arc::new(super::unnest_keys::SortKeysOverUnnest(r.clone()));
+        let before: Option<fn(LogicalPlan) -> Result<super::wrapped_rule::Before>> = match r.name()
+        {
+            "push_down_filter" => {
+                Some(super::global_aggregate_filters::filters_above_global_aggregates)
+            }
+            "eliminate_duplicated_expr" => Some(super::unnest_keys::sort_keys_over_unnest),
+            _ => None,
+        };
+        if let Some(before) = before {
+            *r = Arc::new(super::wrapped_rule::WrappedRule {
+                inner: r.clone(),
+                before,
+            });
         }
     }
     let at = rules

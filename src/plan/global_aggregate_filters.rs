@@ -7,16 +7,20 @@
 //! column changes the totals of the sets without it. So a filter directly over such an
 //! aggregate stays where it is; every other node is DataFusion's rule's.
 
-use std::sync::Arc;
-
 use datafusion::common::Result;
 use datafusion::common::tree_node::Transformed;
 use datafusion::logical_expr::{Expr, LogicalPlan};
-use datafusion::optimizer::optimizer::ApplyOrder;
-use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 
-#[derive(Debug)]
-pub struct FiltersAboveGlobalAggregates(pub Arc<dyn OptimizerRule + Send + Sync>);
+use super::wrapped_rule::Before;
+
+/// The step before `push_down_filter` (`wrapped_rule.rs`): a filter over an aggregate that
+/// keeps it is left where it is.
+pub fn filters_above_global_aggregates(plan: LogicalPlan) -> Result<Before> {
+    Ok(match &plan {
+        LogicalPlan::Filter(f) if keeps_filters(&f.input) => Before::Skip(plan),
+        _ => Before::Run(Transformed::no(plan)),
+    })
+}
 
 /// An aggregate a filter over it must stay over: no groups, or grouping sets.
 fn keeps_filters(plan: &LogicalPlan) -> bool {
@@ -28,28 +32,5 @@ fn keeps_filters(plan: &LogicalPlan) -> bool {
                     .any(|e| matches!(e, Expr::GroupingSet(_)))
         }
         _ => false,
-    }
-}
-
-impl OptimizerRule for FiltersAboveGlobalAggregates {
-    fn name(&self) -> &str {
-        self.0.name()
-    }
-
-    fn apply_order(&self) -> Option<ApplyOrder> {
-        self.0.apply_order()
-    }
-
-    fn rewrite(
-        &self,
-        plan: LogicalPlan,
-        config: &dyn OptimizerConfig,
-    ) -> Result<Transformed<LogicalPlan>> {
-        if let LogicalPlan::Filter(f) = &plan
-            && keeps_filters(&f.input)
-        {
-            return Ok(Transformed::no(plan));
-        }
-        self.0.rewrite(plan, config)
     }
 }

@@ -15,7 +15,7 @@
 //!   whole, and a column the plan above the Aggregate reads is kept;
 //! - `... ORDER BY id, tag` came out ordered by `id` alone: the optimizer's
 //!   `eliminate_duplicated_expr` drops ORDER BY items a key determines.
-//!   [`SortKeysOverUnnest`] wraps that rule: before it looks at a Sort, the Unnests under
+//!   [`sort_keys_over_unnest`] runs before that rule: before it looks at a Sort, the Unnests under
 //!   it lose their dependencies (at each pass: other rules build Unnests again with
 //!   `try_new`).
 //!
@@ -30,37 +30,16 @@ use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{Column, FunctionalDependencies, Result};
 use datafusion::logical_expr::logical_plan::builder::add_group_by_exprs_from_dependencies;
 use datafusion::logical_expr::{Aggregate, Expr, LogicalPlan};
-use datafusion::optimizer::optimizer::ApplyOrder;
-use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 
-/// `eliminate_duplicated_expr`, over plans whose Unnests claim no keys.
-#[derive(Debug)]
-pub struct SortKeysOverUnnest(pub Arc<dyn OptimizerRule + Send + Sync>);
+use super::wrapped_rule::Before;
 
-impl OptimizerRule for SortKeysOverUnnest {
-    fn name(&self) -> &str {
-        self.0.name()
-    }
-
-    fn apply_order(&self) -> Option<ApplyOrder> {
-        self.0.apply_order()
-    }
-
-    fn rewrite(
-        &self,
-        plan: LogicalPlan,
-        config: &dyn OptimizerConfig,
-    ) -> Result<Transformed<LogicalPlan>> {
-        if !matches!(plan, LogicalPlan::Sort(_)) {
-            return self.0.rewrite(plan, config);
-        }
-        let mended = without_unnest_keys(plan)?;
-        let inner = self.0.rewrite(mended.data, config)?;
-        Ok(Transformed::new_transformed(
-            inner.data,
-            mended.transformed || inner.transformed,
-        ))
-    }
+/// The step before `eliminate_duplicated_expr` (`wrapped_rule.rs`): a Sort's input with
+/// no dependency claimed by an Unnest of a list.
+pub fn sort_keys_over_unnest(plan: LogicalPlan) -> Result<Before> {
+    Ok(Before::Run(match plan {
+        LogicalPlan::Sort(_) => without_unnest_keys(plan)?,
+        plan => Transformed::no(plan),
+    }))
 }
 
 /// The analyzer rule: Aggregates over Unnests grouped as their GROUP BY says.

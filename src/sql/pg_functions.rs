@@ -1146,24 +1146,6 @@ fn definitions() -> Vec<PgFunction> {
             crate::sql::bytea_codec::get_byte,
         ),
         immutable(
-            "get_bit",
-            TypeSignature::Any(2),
-            |_| DataType::Int32,
-            |args, rows| crate::sql::bytea_codec::bit_or_byte("get_bit", args, rows),
-        ),
-        immutable(
-            "set_bit",
-            TypeSignature::Any(3),
-            |_| DataType::Binary,
-            |args, rows| crate::sql::bytea_codec::bit_or_byte("set_bit", args, rows),
-        ),
-        immutable(
-            "set_byte",
-            TypeSignature::Any(3),
-            |_| DataType::Binary,
-            |args, rows| crate::sql::bytea_codec::bit_or_byte("set_byte", args, rows),
-        ),
-        immutable(
             "bit_count",
             TypeSignature::Any(1),
             |_| DataType::Int64,
@@ -1231,7 +1213,26 @@ fn definitions() -> Vec<PgFunction> {
     .chain(json_definitions())
     .chain(crate::sql::pg_math::definitions())
     .chain(crate::sql::text_hash::definitions())
+    .chain(bit_definitions())
     .collect()
+}
+
+/// `get_bit`, `set_bit`, `set_byte` of a bytea (`sql/bytea_codec.rs`).
+fn bit_definitions() -> Vec<PgFunction> {
+    [("get_bit", 2), ("set_bit", 3), ("set_byte", 3)]
+        .into_iter()
+        .map(|(name, arity)| {
+            immutable(
+                name,
+                TypeSignature::Any(arity),
+                move |_| match arity {
+                    2 => DataType::Int32,
+                    _ => DataType::Binary,
+                },
+                move |args, rows| crate::sql::bytea_codec::bit_or_byte(name, args, rows),
+            )
+        })
+        .collect()
 }
 
 /// The enum type an `ENUM_IN` / `ENUM_SORT_KEY` call names (its JSON, a constant).

@@ -102,8 +102,8 @@ pub(crate) fn definitions() -> Vec<PgFunction> {
     let degree_trig: [(&'static str, Checked1); 7] = [
         ("sind", degrees::sind),
         ("cosd", degrees::cosd),
-        ("tand", degrees::tand),
-        ("cotd", degrees::cotd),
+        ("tand", |x| degrees::tangent(x, false)),
+        ("cotd", |x| degrees::tangent(x, true)),
         ("asind", degrees::asind),
         ("acosd", degrees::acosd),
         ("atand", |x| Ok(degrees::atand(x))),
@@ -277,83 +277,71 @@ mod degrees {
         }
     }
 
-    /// NaN passes; an infinity is 22003; else the angle in [0, 360) and the sign so far.
+    /// NaN passes; an infinity is 22003; else the angle in (-360, 360).
     fn reduced(x: f64) -> DfResult<f64> {
         trig_domain(x, !x.is_infinite()).map(|x| x % 360.0)
     }
 
-    pub(super) fn sind(x: f64) -> DfResult<f64> {
-        let (mut x, mut sign) = (reduced(x)?, 1.0);
-        if x.is_nan() {
-            return Ok(x);
-        }
+    /// A reduced angle folded into [0, 180], and whether sine's sign flipped on the way
+    /// (it was negative, or past 180, not both).
+    fn half_turn(x: f64) -> (f64, bool) {
+        let (mut x, mut flipped) = (x, false);
         if x < 0.0 {
             x = -x;
-            sign = -sign;
+            flipped = !flipped;
         }
         if x > 180.0 {
             x = 360.0 - x;
-            sign = -sign;
+            flipped = !flipped;
         }
-        if x > 90.0 {
-            x = 180.0 - x;
+        (x, flipped)
+    }
+
+    fn signed(flipped: bool, v: f64) -> f64 {
+        if flipped { -v } else { v }
+    }
+
+    pub(super) fn sind(x: f64) -> DfResult<f64> {
+        let x = reduced(x)?;
+        if x.is_nan() {
+            return Ok(x);
         }
-        Ok(sign * sind_q1(x))
+        let (x, flipped) = half_turn(x);
+        Ok(signed(
+            flipped,
+            sind_q1(if x > 90.0 { 180.0 - x } else { x }),
+        ))
     }
 
     pub(super) fn cosd(x: f64) -> DfResult<f64> {
-        let (mut x, mut sign) = (reduced(x)?, 1.0);
-        if x.is_nan() {
-            return Ok(x);
-        }
-        x = x.abs();
-        if x > 180.0 {
-            x = 360.0 - x;
-        }
-        if x > 90.0 {
-            x = 180.0 - x;
-            sign = -sign;
-        }
-        Ok(sign * cosd_q1(x))
-    }
-
-    /// The angle of tand/cotd in [0, 90] and its sign.
-    fn tan_angle(x: f64) -> (f64, f64) {
-        let (mut x, mut sign) = (x, 1.0);
-        if x < 0.0 {
-            x = -x;
-            sign = -sign;
-        }
-        if x > 180.0 {
-            x = 360.0 - x;
-            sign = -sign;
-        }
-        if x > 90.0 {
-            x = 180.0 - x;
-            sign = -sign;
-        }
-        (x, sign)
-    }
-
-    pub(super) fn tand(x: f64) -> DfResult<f64> {
         let x = reduced(x)?;
         if x.is_nan() {
             return Ok(x);
         }
-        let (x, sign) = tan_angle(x);
-        let tan_45 = sind_q1(45.0) / cosd_q1(45.0);
+        let (x, _) = half_turn(x);
+        Ok(match x > 90.0 {
+            true => -cosd_q1(180.0 - x),
+            false => cosd_q1(x),
+        })
+    }
+
+    /// `tand` (`cot`: `cotd`): the ratio in the first quadrant, scaled so 45 gives 1.
+    pub(super) fn tangent(x: f64, cot: bool) -> DfResult<f64> {
+        let x = reduced(x)?;
+        if x.is_nan() {
+            return Ok(x);
+        }
+        let (mut x, mut flipped) = half_turn(x);
+        if x > 90.0 {
+            x = 180.0 - x;
+            flipped = !flipped;
+        }
+        let ratio = |x: f64| match cot {
+            true => cosd_q1(x) / sind_q1(x),
+            false => sind_q1(x) / cosd_q1(x),
+        };
         // (no minus zero, as Postgres)
-        Ok(sign * ((sind_q1(x) / cosd_q1(x)) / tan_45) + 0.0)
-    }
-
-    pub(super) fn cotd(x: f64) -> DfResult<f64> {
-        let x = reduced(x)?;
-        if x.is_nan() {
-            return Ok(x);
-        }
-        let (x, sign) = tan_angle(x);
-        let cot_45 = cosd_q1(45.0) / sind_q1(45.0);
-        Ok(sign * ((cosd_q1(x) / sind_q1(x)) / cot_45) + 0.0)
+        Ok(signed(flipped, ratio(x) / ratio(45.0)) + 0.0)
     }
 
     pub(super) fn asind(x: f64) -> DfResult<f64> {
