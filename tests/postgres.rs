@@ -2083,6 +2083,8 @@ CREATE DOMAIN plc_d AS nosuch;
 DROP TYPE nosuch;
 ALTER TABLE plc ALTER COLUMN name SET DEFAULT nosuchfunc();
 ALTER TABLE plc ALTER COLUMN born SET DEFAULT 'zz';
+ALTER TABLE plc ADD COLUMN z nosuchtype;
+ALTER TABLE plc ALTER COLUMN born TYPE nosuchtype;
 SELECT nosuchfunc();
 SELECT nosuchfunc(1, 'a', -2.5, NULL, true, 5000000000);
 SELECT lower(1, 2, 3);

@@ -190,20 +190,27 @@ pub fn place(e: WeirError, text: &str, offset: usize) -> WeirError {
 type Located = (Option<usize>, Option<(&'static str, String)>);
 
 fn locate(e: &WeirError, text: &str) -> Option<Located> {
-    let mut words = text
+    let words: Vec<String> = text
         .split(|c: char| !c.is_ascii_alphabetic())
         .filter(|w| !w.is_empty())
-        .map(|w| w.to_ascii_lowercase());
-    let first_word = words.next().unwrap_or_default();
+        .map(|w| w.to_ascii_lowercase())
+        .collect();
+    let first_word = words.first().cloned().unwrap_or_default();
     // Postgres places no error of these utility statements (their names are looked up
     // without a place in the text)
-    let second = words.next().unwrap_or_default();
+    let second = words.get(1).cloned().unwrap_or_default();
+    // (but the type of a column ALTER TABLE adds, as in CREATE TABLE)
+    let added_column_type = e.code == sqlstate::UNDEFINED_OBJECT
+        && first_word == "alter"
+        && words.iter().any(|w| w == "add")
+        && !words.iter().any(|w| w == "type");
     // (their messages are still worded as Postgres words them: an unknown function's
     // arguments)
-    let unplaced = matches!(
+    let unplaced = (matches!(
         first_word.as_str(),
         "alter" | "truncate" | "comment" | "grant" | "revoke" | "drop"
-    ) || (first_word == "create" && matches!(second.as_str(), "index" | "unique"));
+    ) && !added_column_type)
+        || (first_word == "create" && matches!(second.as_str(), "index" | "unique"));
     if unplaced && e.code != sqlstate::UNDEFINED_FUNCTION {
         return None;
     }
