@@ -160,6 +160,23 @@ impl WeirError {
             format!("type \"{name}\" does not exist"),
         )
     }
+    /// The type a [`WeirError::undefined_type`] names (None for any other error).
+    pub fn undefined_type_name(&self) -> Option<&str> {
+        if self.code != sqlstate::UNDEFINED_OBJECT {
+            return None;
+        }
+        self.message
+            .strip_prefix("type \"")?
+            .strip_suffix("\" does not exist")
+    }
+    /// An error about an unknown array element type as Postgres says it: the array type
+    /// (`mood[]`) is what does not exist. Any other error as it is.
+    pub fn of_array_type(self) -> Self {
+        match self.undefined_type_name() {
+            Some(name) => Self::undefined_type(&format!("{name}[]")),
+            None => self,
+        }
+    }
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(sqlstate::INTERNAL_ERROR, message)
     }

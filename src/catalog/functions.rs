@@ -1490,17 +1490,9 @@ impl TypePlanner for WeirTypePlanner {
             return Err(match e {
                 datafusion::error::DataFusionError::External(b) => {
                     match b.downcast::<crate::error::WeirError>() {
-                        Ok(w) if w.code == crate::error::sqlstate::UNDEFINED_OBJECT => {
-                            let name = w
-                                .message
-                                .strip_prefix("type \"")
-                                .and_then(|m| m.strip_suffix("\" does not exist"))
-                                .unwrap_or_default();
-                            datafusion::error::DataFusionError::External(Box::new(
-                                crate::error::WeirError::undefined_type(&format!("{name}[]")),
-                            ))
-                        }
-                        Ok(w) => datafusion::error::DataFusionError::External(w),
+                        Ok(w) => datafusion::error::DataFusionError::External(Box::new(
+                            w.of_array_type(),
+                        )),
                         Err(b) => datafusion::error::DataFusionError::External(b),
                     }
                 }

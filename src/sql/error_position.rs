@@ -83,15 +83,10 @@ fn target(e: &WeirError, is_dml: bool) -> Option<Target> {
             Some(Target::Subquery)
         }
         // a type named in a cast or a column definition (`type "mood[]"`: at `mood`)
-        sqlstate::UNDEFINED_OBJECT if m.starts_with("type \"") => {
-            let rest = m
-                .strip_prefix("type \"")?
-                .strip_suffix("\" does not exist")?;
-            Some(Target::Name {
-                qualifier: None,
-                name: rest.trim_end_matches("[]").to_owned(),
-            })
-        }
+        sqlstate::UNDEFINED_OBJECT if e.undefined_type_name().is_some() => Some(Target::Name {
+            qualifier: None,
+            name: e.undefined_type_name()?.trim_end_matches("[]").to_owned(),
+        }),
         sqlstate::AMBIGUOUS_COLUMN => {
             let rest = m
                 .strip_prefix("column reference \"")?
@@ -341,10 +336,9 @@ fn locate(e: &WeirError, text: &str) -> Option<Located> {
         message = Some(match e.code {
             sqlstate::UNDEFINED_TABLE => (e.code, format!("relation \"{written}\" does not exist")),
             _ => {
-                let array = if e.message.ends_with("[]\" does not exist") {
-                    "[]"
-                } else {
-                    ""
+                let array = match e.undefined_type_name() {
+                    Some(n) if n.ends_with("[]") => "[]",
+                    _ => "",
                 };
                 (e.code, format!("type \"{written}{array}\" does not exist"))
             }

@@ -195,18 +195,9 @@ impl SqlType {
                 | ast::ArrayElemTypeDef::SquareBracket(t, _)
                 | ast::ArrayElemTypeDef::Parenthesis(t) => {
                     // (an unknown element: the array type is what does not exist)
-                    SqlType::Array(Box::new(SqlType::from_ast(t).map_err(|e| {
-                        match e
-                            .message
-                            .strip_prefix("type \"")
-                            .and_then(|m| m.strip_suffix("\" does not exist"))
-                        {
-                            Some(name) if e.code == crate::error::sqlstate::UNDEFINED_OBJECT => {
-                                unknown_type(&format!("{name}[]"))
-                            }
-                            _ => e,
-                        }
-                    })?))
+                    SqlType::Array(Box::new(
+                        SqlType::from_ast(t).map_err(WeirError::of_array_type)?,
+                    ))
                 }
                 ast::ArrayElemTypeDef::None => {
                     return Err(WeirError::syntax("array type needs an element type"));
